@@ -1,0 +1,235 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// JetStream error codes the log translates.
+const (
+	codeWrongLastSeq         = 10071
+	codeWrongLastSeqR3       = 10164
+	codeMsgExceedsMax        = 10054
+	codeBatchDuplicate       = 10201
+	headerBatchID            = "Nats-Batch-Id"
+	headerBatchSeq           = "Nats-Batch-Sequence"
+	headerBatchCommit        = "Nats-Batch-Commit"
+	headerExpectedLastSubSeq = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// AppendOpt is an option of a single Append or AppendBatch call.
+type AppendOpt func(*appendOpts)
+
+type appendOpts struct {
+	expect *Seq
+}
+
+// ExpectSeq makes the append conditional: it succeeds only if the last event
+// on the target subject (the agent's events, or one chat stream's chunks) has
+// sequence seq. ExpectSeq(0) means "no event on the subject yet". A mismatch
+// returns ErrConflict. For AppendBatch the condition applies to the first event.
+func ExpectSeq(seq Seq) AppendOpt {
+	return func(o *appendOpts) { o.expect = &seq }
+}
+
+// Append stores one event and returns its stream sequence once JetStream has
+// acknowledged it (under sync always, once it is on disk).
+//
+// Empty e.ID and e.Time are filled in; e.ID is the message id JetStream
+// deduplicates on, so an append retried with the same ID stores nothing new
+// and returns the original's sequence with ErrDuplicate.
+//
+// Errors: ErrInvalid (bad agent, stream or type), ErrTooLarge, ErrConflict
+// (with ExpectSeq), ErrDuplicate, ErrClosed, or a transport error.
+func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, error) {
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, stream, err := l.message(&e)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var popts []jetstream.PublishOpt
+	popts = append(popts, jetstream.WithExpectStream(stream))
+	if o.expect != nil {
+		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*o.expect)))
+	}
+	ack, err := l.js.PublishMsg(ctx, m, popts...)
+	if err != nil {
+		return 0, l.translate(err, &e)
+	}
+	l.metrics.observeAppend(stream, "single", 1, time.Since(start))
+	if ack.Duplicate {
+		return Seq(ack.Sequence), fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, e.ID, ack.Sequence)
+	}
+	return Seq(ack.Sequence), nil
+}
+
+// AppendBatch stores evs, in order, as JetStream atomic batches of at most
+// Config.MaxBatch events: each batch is stored whole or not at all and costs
+// one acknowledgement and one fsync. It returns the sequence of the last event
+// once every batch is acknowledged. All events must go to the same JetStream
+// stream (all chunks, or all lifecycle events).
+//
+// If a batch contains an id already stored (a retried batch), that batch is
+// not stored again and AppendBatch returns ErrDuplicate. A failure part way
+// leaves the earlier batches stored; events of one batch never split.
+func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (Seq, error) {
+	if len(evs) == 0 {
+		return 0, invalidf("empty batch")
+	}
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	var stream string
+	for i := range evs {
+		m, s, err := l.message(&evs[i])
+		if err != nil {
+			return 0, fmt.Errorf("batch event %d: %w", i, err)
+		}
+		if i > 0 && s != stream {
+			return 0, invalidf("batch mixes streams %s and %s", stream, s)
+		}
+		msgs[i], stream = m, s
+	}
+	var last Seq
+	for off := 0; off < len(msgs); off += l.cfg.MaxBatch {
+		part := msgs[off:min(off+l.cfg.MaxBatch, len(msgs))]
+		var expect *Seq
+		if off == 0 {
+			expect = o.expect
+		}
+		seq, err := l.commitBatch(ctx, stream, part, expect)
+		if err != nil {
+			return last, err
+		}
+		last = seq
+	}
+	return last, nil
+}
+
+// commitBatch sends one atomic batch: every message but the last without a
+// reply subject, the last with Nats-Batch-Commit as a request.
+func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
+	start := time.Now()
+	if len(msgs) == 1 {
+		// A batch of one is a plain publish: same guarantees, less work.
+		var popts []jetstream.PublishOpt
+		if expect != nil {
+			popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*expect)))
+		}
+		ack, err := l.js.PublishMsg(ctx, msgs[0], popts...)
+		if err != nil {
+			return 0, l.translate(err, nil)
+		}
+		l.metrics.observeAppend(stream, "batch", 1, time.Since(start))
+		if ack.Duplicate {
+			return Seq(ack.Sequence), fmt.Errorf("%w: batch already stored at seq %d", ErrDuplicate, ack.Sequence)
+		}
+		return Seq(ack.Sequence), nil
+	}
+	id := nuid.Next()
+	for i, m := range msgs {
+		m.Header.Set(headerBatchID, id)
+		m.Header.Set(headerBatchSeq, strconv.Itoa(i+1))
+		if i == 0 && expect != nil {
+			m.Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(*expect), 10))
+		}
+		if i < len(msgs)-1 {
+			if err := l.nc.PublishMsg(m); err != nil {
+				return 0, l.translate(err, nil)
+			}
+		}
+	}
+	commit := msgs[len(msgs)-1]
+	commit.Header.Set(headerBatchCommit, "1")
+	resp, err := l.nc.RequestMsgWithContext(ctx, commit)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return 0, fmt.Errorf("eventlog: batch commit: no stream answers (is JetStream up?): %w", err)
+		}
+		return 0, fmt.Errorf("eventlog: batch commit: %w", err)
+	}
+	var ack struct {
+		jetstream.PubAck
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, fmt.Errorf("eventlog: batch commit: bad response %q: %w", resp.Data, err)
+	}
+	if ack.Error != nil {
+		return 0, l.translate(ack.Error, nil)
+	}
+	l.metrics.observeAppend(stream, "batch", len(msgs), time.Since(start))
+	return Seq(ack.Sequence), nil
+}
+
+// message validates e, fills in defaults and encodes it.
+func (l *Log) message(e *Event) (*nats.Msg, string, error) {
+	if l.closed() {
+		return nil, "", ErrClosed
+	}
+	if err := e.validate(); err != nil {
+		return nil, "", err
+	}
+	if e.ID == "" {
+		e.ID = nuid.Next()
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	body, err := e.encode()
+	if err != nil {
+		return nil, "", err
+	}
+	subject, stream := l.subject(e)
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(HeaderType, e.Type)
+	m.Header.Set(HeaderAgent, e.Agent)
+	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	// Headers and subject travel in the same protocol frame; leave room for
+	// the batch headers too.
+	if size, limit := len(body)+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {
+		return nil, "", fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	}
+	return m, stream, nil
+}
+
+// translate maps JetStream errors to the package's sentinels, keeping the
+// cause.
+func (l *Log) translate(err error, e *Event) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case codeWrongLastSeq, codeWrongLastSeqR3:
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case codeMsgExceedsMax:
+			return fmt.Errorf("%w: %w", ErrTooLarge, err)
+		case codeBatchDuplicate:
+			return fmt.Errorf("%w: %w", ErrDuplicate, err)
+		}
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("eventlog: append: no stream answers (is JetStream up?): %w", err)
+	}
+	if e != nil {
+		return fmt.Errorf("eventlog: append %s for %q: %w", e.Type, e.Agent, err)
+	}
+	return fmt.Errorf("eventlog: append: %w", err)
+}

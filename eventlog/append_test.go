@@ -1,0 +1,234 @@
+package eventlog_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+func ev(agent, typ string, v any) eventlog.Event {
+	data, _ := json.Marshal(v)
+	return eventlog.Event{Agent: agent, Type: typ, Data: data}
+}
+
+func TestAppendAndRead(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	ctx := t.Context()
+	for i := range 5 {
+		seq, err := lg.Append(ctx, ev("a1", "note.added", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := seq, eventlog.Seq(i+1); got != want {
+			t.Fatalf("seq = %d, want %d", got, want)
+		}
+	}
+	if _, err := lg.Append(ctx, ev("a2", "note.added", 99)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := lg.Read(ctx, eventlog.Filter{Agent: "a1"}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
+		t.Fatalf("read after 2: %+v", got)
+	}
+	var n int
+	if err := got[0].Decode(&n); err != nil || n != 2 {
+		t.Fatalf("decode = %d, %v", n, err)
+	}
+	if got[0].Subject != "forever.evt.a1" || got[0].Type != "note.added" || got[0].ID == "" || got[0].Time.IsZero() {
+		t.Fatalf("event fields: %+v", got[0])
+	}
+	none, err := lg.Read(ctx, eventlog.Filter{Agent: "nobody"}, 0, 0)
+	if err != nil || len(none) != 0 {
+		t.Fatalf("read unknown agent: %v, %v", none, err)
+	}
+}
+
+func TestAppendDuplicate(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	ctx := t.Context()
+	e := ev("a1", "note.added", 1)
+	e.ID = "fixed-id"
+	seq1, err := lg.Append(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq2, err := lg.Append(ctx, e)
+	if !errors.Is(err, eventlog.ErrDuplicate) {
+		t.Fatalf("second append err = %v, want ErrDuplicate", err)
+	}
+	if seq2 != seq1 {
+		t.Fatalf("duplicate seq = %d, want original %d", seq2, seq1)
+	}
+	all, err := lg.Read(ctx, eventlog.Filter{}, 0, 0)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("events stored = %d (%v), want 1", len(all), err)
+	}
+}
+
+// Two writers race to append to one agent with the expected last sequence
+// they observed; exactly one wins each round and the loser gets ErrConflict.
+func TestAppendConflict(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	ctx := t.Context()
+	var last eventlog.Seq
+	for round := range 50 {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		seqs := make([]eventlog.Seq, 2)
+		for w := range 2 {
+			wg.Go(func() {
+				seqs[w], errs[w] = lg.Append(ctx, ev("a1", "note.added", fmt.Sprint(round, w)), eventlog.ExpectSeq(last))
+			})
+		}
+		wg.Wait()
+		var wins int
+		for w := range 2 {
+			switch {
+			case errs[w] == nil:
+				wins++
+				last = seqs[w]
+			case errors.Is(errs[w], eventlog.ErrConflict):
+			default:
+				t.Fatalf("round %d writer %d: %v", round, w, errs[w])
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d winners, want 1 (%v)", round, wins, errs)
+		}
+	}
+	all, err := lg.Read(ctx, eventlog.Filter{Agent: "a1"}, 0, 0)
+	if err != nil || len(all) != 50 {
+		t.Fatalf("stored %d events (%v), want 50", len(all), err)
+	}
+	// ExpectSeq(0) on a fresh subject succeeds once.
+	if _, err := lg.Append(ctx, ev("fresh", "x", 1), eventlog.ExpectSeq(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.Append(ctx, ev("fresh", "x", 2), eventlog.ExpectSeq(0)); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("err = %v, want ErrConflict", err)
+	}
+}
+
+func TestAppendBadInput(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	ctx := t.Context()
+	if _, err := lg.Append(ctx, ev("a1", "ok", 1)); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", int(lg.MaxPayload()))
+	tests := []struct {
+		name string
+		e    eventlog.Event
+		want error
+	}{
+		{"agent with dot", ev("a.b", "t", 1), eventlog.ErrInvalid},
+		{"agent wildcard", ev("a*", "t", 1), eventlog.ErrInvalid},
+		{"agent empty", ev("", "t", 1), eventlog.ErrInvalid},
+		{"agent space", ev("a b", "t", 1), eventlog.ErrInvalid},
+		{"type empty", ev("a1", "", 1), eventlog.ErrInvalid},
+		{"type wildcard", ev("a1", "fiber.>", 1), eventlog.ErrInvalid},
+		{"type empty token", ev("a1", "fiber..x", 1), eventlog.ErrInvalid},
+		{"stream with dot", eventlog.Event{Agent: "a1", Stream: "s.1", Type: "t"}, eventlog.ErrInvalid},
+		{"data not json", eventlog.Event{Agent: "a1", Type: "t", Data: []byte("{")}, eventlog.ErrInvalid},
+		{"too large", ev("a1", "t", big), eventlog.ErrTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := lg.Append(ctx, tt.e)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if _, err := lg.AppendBatch(ctx, []eventlog.Event{ev("a1", "ok", 1), tt.e}); !errors.Is(err, tt.want) {
+				t.Fatalf("batch err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	all, err := lg.Read(ctx, eventlog.Filter{}, 0, 0)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("stored %d events (%v), want the 1 good one", len(all), err)
+	}
+}
+
+func TestAppendBatch(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{MaxBatch: 100})
+	ctx := t.Context()
+	evs := make([]eventlog.Event, 250)
+	for i := range evs {
+		evs[i] = eventlog.Event{Agent: "a1", Stream: "s1", Type: "chunk", ID: fmt.Sprintf("s1/%d", i), Data: json.RawMessage(fmt.Sprint(i))}
+	}
+	last, err := lg.AppendBatch(ctx, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last != 250 {
+		t.Fatalf("last = %d, want 250", last)
+	}
+	got, err := lg.Read(ctx, eventlog.Filter{Agent: "a1", Stream: "s1"}, 0, 0)
+	if err != nil || len(got) != 250 {
+		t.Fatalf("read %d (%v)", len(got), err)
+	}
+	for i, e := range got {
+		var n int
+		if err := e.Decode(&n); err != nil || n != i || e.Subject != "forever.chunk.a1.s1" {
+			t.Fatalf("chunk %d = %d %q %v", i, n, e.Subject, err)
+		}
+	}
+	// A retried batch is recognised, not stored again.
+	if _, err := lg.AppendBatch(ctx, evs[200:]); !errors.Is(err, eventlog.ErrDuplicate) {
+		t.Fatalf("retry err = %v, want ErrDuplicate", err)
+	}
+	if n, _ := lg.LastSeq(ctx, eventlog.Filter{Chunks: true}); n != 250 {
+		t.Fatalf("last seq after retry = %d, want 250", n)
+	}
+	// Mixing streams is refused.
+	if _, err := lg.AppendBatch(ctx, []eventlog.Event{ev("a1", "x", 1), evs[0]}); !errors.Is(err, eventlog.ErrInvalid) {
+		t.Fatalf("mixed err = %v", err)
+	}
+	// ExpectSeq applies to the batch's first event.
+	next := []eventlog.Event{{Agent: "a1", Stream: "s1", Type: "chunk"}, {Agent: "a1", Stream: "s1", Type: "chunk"}}
+	if _, err := lg.AppendBatch(ctx, next, eventlog.ExpectSeq(7)); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("stale batch err = %v, want ErrConflict", err)
+	}
+	if _, err := lg.AppendBatch(ctx, next, eventlog.ExpectSeq(250)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFollowHistoryThenLive(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 10 {
+		if _, err := lg.Append(ctx, ev("a1", "n", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		for i := 10; i < 20; i++ {
+			lg.Append(ctx, ev("a1", "n", i))
+		}
+	}()
+	want := eventlog.Seq(4)
+	for e, err := range lg.Follow(ctx, eventlog.Filter{Agent: "a1"}, 3) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Seq != want {
+			t.Fatalf("seq %d, want %d", e.Seq, want)
+		}
+		if want == 20 {
+			break
+		}
+		want++
+	}
+}

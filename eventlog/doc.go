@@ -1,0 +1,54 @@
+// Package eventlog is Forever's only door to JetStream and Pebble: every state
+// change of an agent is an Event appended to a JetStream stream, and Pebble
+// holds projections, views of the log rebuilt from it at any time.
+//
+// # Model
+//
+// Two streams, created or updated idempotently by Open:
+//
+//   - FOREVER_EVENTS, subjects <prefix>.evt.<agent>: an agent's lifecycle
+//     events on one subject, so the per-subject sequence orders them and
+//     fences writers (ExpectSeq).
+//   - FOREVER_CHUNKS, subjects <prefix>.chunk.<agent>.<stream>: the chunks of
+//     one chat stream, removed by age (default 24 h).
+//
+// An Event is an envelope {agent, stream, type, id, time, data}; the type and
+// agent are also headers. The id is the JetStream message id, so a retried
+// append within the duplicate window stores nothing new.
+//
+// A Projection is a name, a schema version, a Filter and an Apply function
+// over a Batch. A Projector follows the log from the projection's cursor+1
+// with an ordered consumer and commits each group of events' rows together
+// with the new cursor in one synced Pebble batch.
+//
+// # Invariants
+//
+//   - An event is durable when Append returns: it returns only after
+//     JetStream acknowledged it (with sync always, after the fsync).
+//   - AppendBatch stores each atomic batch whole or not at all, with one
+//     acknowledgement and one fsync per batch.
+//   - A projection's rows and its cursor change in one Pebble batch, so after
+//     any crash the view equals the view rebuilt from the log up to the cursor.
+//   - Deleting the Pebble directory, or changing a projection's Version,
+//     rebuilds the same view from the log.
+//   - Follow yields every matching event after the cursor once and in order,
+//     history then live, through a single ordered consumer.
+//   - Bad input (an agent id or type that is not a valid subject token, an
+//     event larger than the server's max payload) is rejected with ErrInvalid
+//     or ErrTooLarge before anything is sent; nothing stored changes. A stored
+//     event that cannot be decoded is a *CorruptError naming its sequence.
+//
+// # Usage
+//
+//	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Dir: "data/pebble"})
+//	seq, err := lg.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: data},
+//		eventlog.ExpectSeq(prev))
+//	if errors.Is(err, eventlog.ErrConflict) { /* another writer won */ }
+//
+//	pr, err := lg.NewProjector(eventlog.Projection{Name: "notes", Version: 1,
+//		Apply: func(b *eventlog.Batch, e eventlog.Event) error { return b.Set([]byte(e.ID), e.Data) }})
+//	go pr.Run(ctx)
+//	<-pr.Ready()
+//	v, _ := lg.View("notes")
+//	row, err := v.Get([]byte(id))
+package eventlog

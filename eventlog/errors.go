@@ -1,0 +1,65 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrConflict is returned by Append and AppendBatch when the expected
+	// last subject sequence given with ExpectSeq does not match the log: another
+	// writer appended first. It wraps the server's error.
+	ErrConflict = errors.New("eventlog: expected sequence mismatch")
+
+	// ErrDuplicate is returned by Append when JetStream recognised the
+	// message id as one it already stored within the duplicate window. The
+	// sequence returned with it is the one of the original event; no new event
+	// was stored.
+	ErrDuplicate = errors.New("eventlog: duplicate event")
+
+	// ErrInvalid is returned by Append, AppendBatch, Read and Follow for input
+	// that can never be stored: an agent id or stream id that is not a valid
+	// subject token, an empty or malformed event type, bad options.
+	ErrInvalid = errors.New("eventlog: invalid input")
+
+	// ErrTooLarge is returned by Append and AppendBatch when an encoded event is
+	// larger than the server's max payload. Nothing is stored.
+	ErrTooLarge = errors.New("eventlog: event exceeds max payload")
+
+	// ErrCorrupt marks every error about stored data that cannot be decoded:
+	// an event envelope, a projection row or a projection cursor.
+	// Test with errors.Is(err, ErrCorrupt); the concrete type is *CorruptError.
+	ErrCorrupt = errors.New("eventlog: corrupt data")
+
+	// ErrClosed is returned by calls on a Log after Close.
+	ErrClosed = errors.New("eventlog: log closed")
+
+	// ErrNotFound is returned by View.Get when a key is absent.
+	ErrNotFound = errors.New("eventlog: not found")
+)
+
+// CorruptError describes stored data that cannot be decoded. It matches
+// ErrCorrupt with errors.Is.
+type CorruptError struct {
+	What    string // "event", "cursor", "schema version", ...
+	Seq     Seq    // stream sequence, when the data is an event
+	Subject string // subject, when the data is an event
+	Err     error  // the decoding error
+}
+
+func (e *CorruptError) Error() string {
+	if e.Seq != 0 {
+		return fmt.Sprintf("eventlog: corrupt %s at seq %d on %q: %v", e.What, e.Seq, e.Subject, e.Err)
+	}
+	return fmt.Sprintf("eventlog: corrupt %s: %v", e.What, e.Err)
+}
+
+// Unwrap returns the decoding error.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

@@ -1,0 +1,139 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Seq is a stream sequence number. Sequences start at 1; 0 means "none".
+type Seq uint64
+
+// String formats the sequence in decimal.
+func (s Seq) String() string { return strconv.FormatUint(uint64(s), 10) }
+
+// Header names set on every stored event, so that tools can filter and route
+// without decoding the body.
+const (
+	HeaderType  = "Forever-Type"
+	HeaderAgent = "Forever-Agent"
+)
+
+// Event is one entry of the log. Agent, Type and Data are set by the writer;
+// ID and Time are filled in by Append when empty. Seq and Subject are set on
+// events returned by Read and Follow.
+//
+// An event with an empty Stream goes to the events stream on subject
+// <prefix>.evt.<agent>. An event with a Stream goes to the chunks stream on
+// <prefix>.chunk.<agent>.<stream>: the chunks of one chat stream.
+type Event struct {
+	Agent  string          `json:"agent"`
+	Stream string          `json:"stream,omitempty"`
+	Type   string          `json:"type"`
+	ID     string          `json:"id"`
+	Time   time.Time       `json:"time"`
+	Data   json.RawMessage `json:"data,omitempty"`
+
+	// Set on read.
+	Seq     Seq    `json:"-"`
+	Subject string `json:"-"`
+	// Pending is the number of matching events stored after this one when it
+	// was delivered (JetStream's num_pending). Set by Follow and Read.
+	Pending uint64 `json:"-"`
+}
+
+// Decode unmarshals the event's Data into v. A failure is a *CorruptError.
+func (e Event) Decode(v any) error {
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return &CorruptError{What: "event data of " + e.Type, Seq: e.Seq, Subject: e.Subject, Err: err}
+	}
+	return nil
+}
+
+// NewEvent builds an event whose Data is v encoded as JSON.
+func NewEvent(agent, typ string, v any) (Event, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: encode %s data: %w", ErrInvalid, typ, err)
+	}
+	return Event{Agent: agent, Type: typ, Data: data}, nil
+}
+
+// ValidToken reports whether s can be used as one token of a NATS subject:
+// non-empty, at most 256 bytes, no '.', '*', '>' and no whitespace or control
+// characters.
+func ValidToken(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.' || c == '*' || c == '>':
+			return false
+		case c <= ' ' || c == 0x7f:
+			return false
+		}
+	}
+	return true
+}
+
+// validType reports whether s is a usable event type: dot-separated valid
+// tokens, such as "fiber.started".
+func validType(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if !ValidToken(s[start:i]) {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
+}
+
+// validate checks what the writer set.
+func (e *Event) validate() error {
+	if !ValidToken(e.Agent) {
+		return invalidf("agent id %q is not a valid subject token (no '.', '*', '>', spaces; 1 to 256 bytes)", e.Agent)
+	}
+	if e.Stream != "" && !ValidToken(e.Stream) {
+		return invalidf("stream id %q is not a valid subject token (no '.', '*', '>', spaces; 1 to 256 bytes)", e.Stream)
+	}
+	if !validType(e.Type) {
+		return invalidf("event type %q is not valid: want dot-separated tokens such as \"fiber.started\"", e.Type)
+	}
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return invalidf("event %s data is not valid JSON", e.Type)
+	}
+	return nil
+}
+
+// encode returns the message body of e.
+func (e *Event) encode() ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, e.Type, err)
+	}
+	return b, nil
+}
+
+// decodeMsg turns a stored message into an Event. A body that is not a valid
+// envelope is a *CorruptError naming the sequence and subject.
+func decodeMsg(seq Seq, subject string, hdr nats.Header, body []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return Event{}, &CorruptError{What: "event", Seq: seq, Subject: subject, Err: err}
+	}
+	if e.Type == "" || e.Agent == "" {
+		return Event{}, &CorruptError{What: "event", Seq: seq, Subject: subject, Err: fmt.Errorf("envelope without type or agent")}
+	}
+	e.Seq, e.Subject = seq, subject
+	return e, nil
+}

@@ -1,0 +1,228 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPrefix       = "forever"
+	DefaultEventsStream = "FOREVER_EVENTS"
+	DefaultChunksStream = "FOREVER_CHUNKS"
+	DefaultChunkMaxAge  = 24 * time.Hour
+	DefaultDuplicates   = 2 * time.Minute
+	// DefaultMaxBatch is the largest atomic batch AppendBatch sends; the
+	// server's default limit is 1,000 messages per batch.
+	DefaultMaxBatch = 1000
+)
+
+// Config configures Open. A zero field means "use the default".
+type Config struct {
+	// Conn is the NATS connection. Required. The Log does not close it.
+	Conn *nats.Conn
+	// Prefix is the first subject token: events go to <Prefix>.evt.<agent>,
+	// chunks to <Prefix>.chunk.<agent>.<stream>. Default "forever".
+	Prefix string
+	// EventsStream and ChunksStream name the JetStream streams.
+	EventsStream, ChunksStream string
+	// ChunkMaxAge is the age after which chunks are removed. Default 24h.
+	ChunkMaxAge time.Duration
+	// Duplicates is the dedup window for message ids. Default 2m.
+	Duplicates time.Duration
+	// Replicas of both streams. Default 1.
+	Replicas int
+	// MaxBatch caps the number of events in one atomic batch. Default 1000.
+	MaxBatch int
+	// Dir is where Pebble keeps the projections. Empty means no projections:
+	// NewProjector and View then return ErrInvalid.
+	Dir string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the package's metrics. Nil means not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate checks the config after defaults are applied.
+func (c *Config) Validate() error {
+	if c.Conn == nil {
+		return errors.New("eventlog: config: Conn is required")
+	}
+	if !ValidToken(c.Prefix) {
+		return fmt.Errorf("eventlog: config: prefix %q is not a valid subject token", c.Prefix)
+	}
+	if c.EventsStream == c.ChunksStream {
+		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
+	}
+	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 {
+		return errors.New("eventlog: config: durations and counts must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) ensureDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.EventsStream == "" {
+		c.EventsStream = DefaultEventsStream
+	}
+	if c.ChunksStream == "" {
+		c.ChunksStream = DefaultChunksStream
+	}
+	if c.ChunkMaxAge == 0 {
+		c.ChunkMaxAge = DefaultChunkMaxAge
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxBatch == 0 || c.MaxBatch > DefaultMaxBatch {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Log is the event log: two JetStream streams and the Pebble database that
+// holds the projections. It is safe for concurrent use.
+type Log struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	events  jetstream.Stream
+	chunks  jetstream.Stream
+	db      *pebble.DB // nil without Dir
+	logger  *slog.Logger
+	metrics *metrics
+
+	mu struct {
+		sync.Mutex
+		closed      bool
+		projections map[string]bool
+	}
+}
+
+// Open creates or updates the streams (idempotently) and opens Pebble under
+// cfg.Dir. The caller must Close the Log after every Projector's Run returned.
+func Open(ctx context.Context, cfg Config) (*Log, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
+	}
+	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog")}
+	l.metrics, err = newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	l.events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:               cfg.EventsStream,
+		Description:        "Forever agent lifecycle events",
+		Subjects:           []string{cfg.Prefix + ".evt.>"},
+		Storage:            jetstream.FileStorage,
+		Replicas:           cfg.Replicas,
+		Duplicates:         cfg.Duplicates,
+		AllowAtomicPublish: true,
+		AllowDirect:        true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
+	}
+	l.chunks, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:               cfg.ChunksStream,
+		Description:        "Forever chat stream chunks",
+		Subjects:           []string{cfg.Prefix + ".chunk.>"},
+		Storage:            jetstream.FileStorage,
+		Replicas:           cfg.Replicas,
+		Duplicates:         min(cfg.Duplicates, cfg.ChunkMaxAge),
+		MaxAge:             cfg.ChunkMaxAge,
+		AllowAtomicPublish: true,
+		AllowDirect:        true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: create stream %s: %w", cfg.ChunksStream, err)
+	}
+	if cfg.Dir != "" {
+		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{Logger: pebbleLogger{l.logger}})
+		if err != nil {
+			return nil, fmt.Errorf("eventlog: open pebble %s: %w", cfg.Dir, err)
+		}
+	}
+	l.mu.projections = map[string]bool{}
+	return l, nil
+}
+
+// Close closes Pebble. It does not close the NATS connection. Calls made
+// after Close return ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return nil
+	}
+	l.mu.closed = true
+	if l.db != nil {
+		if err := l.db.Close(); err != nil {
+			return fmt.Errorf("eventlog: close pebble: %w", err)
+		}
+	}
+	return nil
+}
+
+func (l *Log) closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.closed
+}
+
+// Prefix returns the subject prefix.
+func (l *Log) Prefix() string { return l.cfg.Prefix }
+
+// MaxPayload returns the largest message the server accepts, in bytes.
+func (l *Log) MaxPayload() int64 { return l.nc.MaxPayload() }
+
+// EventsSubject returns the subject of an agent's events.
+func (l *Log) EventsSubject(agent string) string { return l.cfg.Prefix + ".evt." + agent }
+
+// ChunksSubject returns the subject of the chunks of one chat stream.
+func (l *Log) ChunksSubject(agent, stream string) string {
+	return l.cfg.Prefix + ".chunk." + agent + "." + stream
+}
+
+// subject returns where e is stored and which JetStream stream holds it.
+func (l *Log) subject(e *Event) (subject, stream string) {
+	if e.Stream != "" {
+		return l.ChunksSubject(e.Agent, e.Stream), l.cfg.ChunksStream
+	}
+	return l.EventsSubject(e.Agent), l.cfg.EventsStream
+}
+
+// pebbleLogger routes Pebble's log lines to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}

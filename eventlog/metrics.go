@@ -1,0 +1,61 @@
+package eventlog
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the package's Prometheus metrics. Labels are small fixed sets:
+// the JetStream stream name, the append mode and the projection name.
+type metrics struct {
+	appended      *prometheus.CounterVec
+	appendSeconds *prometheus.HistogramVec
+	lag           *prometheus.GaugeVec
+	cursor        *prometheus.GaugeVec
+	corrupt       *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_eventlog_events_appended_total",
+			Help: "Events acknowledged by JetStream, by stream.",
+		}, []string{"stream"}),
+		appendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "forever_eventlog_append_seconds",
+			Help:    "Time from publish to acknowledgement of one append or one atomic batch.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}, []string{"stream", "mode"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "forever_eventlog_projection_lag_events",
+			Help: "Events stored but not yet applied to the projection.",
+		}, []string{"projection"}),
+		cursor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "forever_eventlog_projection_cursor",
+			Help: "Last stream sequence applied to the projection.",
+		}, []string{"projection"}),
+		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_eventlog_corrupt_events_total",
+			Help: "Stored events a projection skipped because they could not be decoded.",
+		}, []string{"projection"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.appended, m.appendSeconds, m.lag, m.cursor, m.corrupt} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observeAppend(stream, mode string, n int, d time.Duration) {
+	m.appended.WithLabelValues(stream).Add(float64(n))
+	m.appendSeconds.WithLabelValues(stream, mode).Observe(d.Seconds())
+}

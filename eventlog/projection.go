@@ -1,0 +1,143 @@
+package eventlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Projection is a view of the log kept in Pebble: a name, a schema version,
+// the events it reads and a function that applies one event to a Batch.
+//
+// Apply must be deterministic: given the same events in the same order it
+// must write the same rows, because a view is rebuilt from the log whenever its
+// Pebble data is lost or its Version changes. Apply must not do I/O besides the
+// Batch. An Apply error stops the projector (Run returns it); the event is not
+// applied and the cursor stays before it.
+type Projection struct {
+	// Name is a valid subject token, unique within the Log.
+	Name string
+	// Version is the schema version. When the stored version differs, the
+	// projection's rows and cursor are dropped and rebuilt from the log.
+	Version int
+	// Filter selects the events applied.
+	Filter Filter
+	// Apply writes e's changes to b.
+	Apply func(b *Batch, e Event) error
+}
+
+// Key layout: every projection owns the keyspace "p\x00<name>\x00".
+// Under it, "c" holds the cursor, "v" the schema version, "d"+key the rows.
+func projPrefix(name string) []byte { return []byte("p\x00" + name + "\x00") }
+
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func encodeUint(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func decodeUint(what string, b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, &CorruptError{What: what, Err: fmt.Errorf("want 8 bytes, have %d", len(b))}
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// Batch is the write set of one projection commit. Keys are relative to the
+// projection; Get and Scan see the Batch's own writes. A Batch is only valid
+// inside Apply.
+type Batch struct {
+	b      *pebble.Batch
+	prefix []byte // projection data prefix: projPrefix(name)+"d"
+}
+
+func (b *Batch) key(k []byte) []byte { return append(bytes.Clone(b.prefix), k...) }
+
+// Set writes key=value.
+func (b *Batch) Set(key, value []byte) error { return b.b.Set(b.key(key), value, nil) }
+
+// Delete removes key.
+func (b *Batch) Delete(key []byte) error { return b.b.Delete(b.key(key), nil) }
+
+// DeletePrefix removes every key starting with prefix.
+func (b *Batch) DeletePrefix(prefix []byte) error {
+	start := b.key(prefix)
+	return b.b.DeleteRange(start, prefixEnd(start), nil)
+}
+
+// Get returns a copy of key's value, or ErrNotFound.
+func (b *Batch) Get(key []byte) ([]byte, error) { return get(b.b, b.key(key)) }
+
+// Scan yields the keys (relative to the projection) and values that start
+// with prefix, in key order. The yielded slices are copies.
+func (b *Batch) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
+	return scan(b.b, b.prefix, prefix)
+}
+
+
+func get(r pebble.Reader, key []byte) ([]byte, error) {
+	v, c, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: get: %w", err)
+	}
+	defer c.Close()
+	return bytes.Clone(v), nil
+}
+
+func scan(r pebble.Reader, base, prefix []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		start := append(bytes.Clone(base), prefix...)
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+		if err != nil {
+			return
+		}
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			if !yield(bytes.Clone(it.Key()[len(base):]), bytes.Clone(it.Value())) {
+				return
+			}
+		}
+	}
+}
+
+// View reads a projection's rows. Reads see committed batches only; use
+// Projector.WaitFor to read your own appends. A View is safe for concurrent
+// use.
+type View struct {
+	db     *pebble.DB
+	prefix []byte
+}
+
+// View returns the reader of the projection called name.
+func (l *Log) View(name string) (*View, error) {
+	if l.db == nil {
+		return nil, invalidf("no projections: the log was opened without Dir")
+	}
+	if !ValidToken(name) {
+		return nil, invalidf("projection name %q is not a valid token", name)
+	}
+	return &View{db: l.db, prefix: append(projPrefix(name), 'd')}, nil
+}
+
+// Get returns a copy of key's value, or ErrNotFound.
+func (v *View) Get(key []byte) ([]byte, error) {
+	return get(v.db, append(bytes.Clone(v.prefix), key...))
+}
+
+// Scan yields the rows whose key starts with prefix, in key order. The
+// yielded slices are copies owned by the caller.
+func (v *View) Scan(prefix []byte) iter.Seq2[[]byte, []byte] { return scan(v.db, v.prefix, prefix) }

@@ -1,0 +1,164 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Filter selects the events a reader sees.
+//
+//   - Filter{} is every agent's lifecycle events.
+//   - Filter{Agent: "a"} is agent a's lifecycle events.
+//   - Filter{Chunks: true} is every chunk; with Agent, that agent's chunks;
+//     with Agent and Stream, the chunks of one chat stream.
+type Filter struct {
+	Agent  string
+	Stream string
+	Chunks bool
+}
+
+func (l *Log) filter(f Filter) (subject, stream string, err error) {
+	tok := func(s string) (string, error) {
+		if s == "" {
+			return "*", nil
+		}
+		if !ValidToken(s) {
+			return "", invalidf("%q is not a valid subject token", s)
+		}
+		return s, nil
+	}
+	agent, err := tok(f.Agent)
+	if err != nil {
+		return "", "", err
+	}
+	if f.Stream == "" && !f.Chunks {
+		return l.cfg.Prefix + ".evt." + agent, l.cfg.EventsStream, nil
+	}
+	s, err := tok(f.Stream)
+	if err != nil {
+		return "", "", err
+	}
+	return l.cfg.Prefix + ".chunk." + agent + "." + s, l.cfg.ChunksStream, nil
+}
+
+// LastSeq returns the stream sequence of the last event matching f, or 0 when
+// there is none.
+func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return 0, err
+	}
+	return l.lastSeq(ctx, stream, subject)
+}
+
+func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) {
+	s := l.events
+	if stream == l.cfg.ChunksStream {
+		s = l.chunks
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+	}
+	return Seq(m.Sequence), nil
+}
+
+// Read returns the events matching f stored after sequence after, up to the
+// last one stored when Read was called, at most limit of them (0: no limit).
+// A corrupt stored event ends the read with a *CorruptError naming its
+// sequence; the events before it are returned. The caller owns the slice.
+func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return nil, err
+	}
+	last, err := l.lastSeq(ctx, stream, subject)
+	if err != nil || last <= after {
+		return nil, err
+	}
+	var out []Event
+	for e, err := range l.follow(ctx, stream, subject, after) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, e)
+		if e.Seq >= last || (limit > 0 && len(out) >= limit) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Follow yields every event matching f stored after sequence after, in order
+// and once each: first the stored ones, then live ones as they are appended,
+// through one ordered consumer, so there is no gap between history and live.
+// It ends when ctx is done (yielding ctx's error) or the caller stops ranging.
+//
+// A stored event that cannot be decoded is yielded as a *CorruptError (with
+// Seq and Subject set on the event); ranging may go on past it.
+func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, error] {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return func(yield func(Event, error) bool) { yield(Event{}, err) }
+	}
+	return l.follow(ctx, stream, subject, after)
+}
+
+func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		if l.closed() {
+			yield(Event{}, ErrClosed)
+			return
+		}
+		cons, err := l.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject},
+			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:    uint64(after) + 1,
+		})
+		if err != nil {
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
+			return
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(512))
+		if err != nil {
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
+			return
+		}
+		defer msgs.Stop()
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil {
+					yield(Event{}, ctx.Err())
+					return
+				}
+				// The iterator is closed or the consumer is gone for good.
+				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				if !yield(Event{}, fmt.Errorf("eventlog: follow %s: metadata: %w", subject, err)) {
+					return
+				}
+				continue
+			}
+			seq := Seq(md.Sequence.Stream)
+			e, err := decodeMsg(seq, m.Subject(), m.Headers(), m.Data())
+			if err != nil {
+				e = Event{Seq: seq, Subject: m.Subject()}
+			}
+			e.Pending = md.NumPending
+			if !yield(e, err) {
+				return
+			}
+		}
+	}
+}

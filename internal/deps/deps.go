@@ -1,0 +1,14 @@
+//go:build tools
+
+// Package deps pins modules the project adopts before the code that imports
+// them lands, so parallel work does not race on go.mod. An entry goes once
+// real code imports its module.
+package deps
+
+import (
+	_ "github.com/anthropics/anthropic-sdk-go"
+	_ "github.com/coder/websocket"
+	_ "github.com/openai/openai-go/v3"
+	_ "github.com/robfig/cron/v3"
+	_ "golang.org/x/sync/errgroup"
+)
