@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,15 +45,39 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appended, m.appendSeconds, m.lag, m.cursor, m.corrupt} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-		}
+	// Several Logs may share one registry (tests, a program hosting two):
+	// they then share the collectors already registered.
+	var err error
+	if m.appended, err = register(reg, m.appended); err != nil {
+		return nil, err
+	}
+	if m.appendSeconds, err = register(reg, m.appendSeconds); err != nil {
+		return nil, err
+	}
+	if m.lag, err = register(reg, m.lag); err != nil {
+		return nil, err
+	}
+	if m.cursor, err = register(reg, m.cursor); err != nil {
+		return nil, err
+	}
+	if m.corrupt, err = register(reg, m.corrupt); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		return c, fmt.Errorf("eventlog: register metrics: %w", err)
+	}
+	return c, nil
 }
 
 func (m *metrics) observeAppend(stream, mode string, n int, d time.Duration) {

@@ -85,7 +85,6 @@ func (b *Batch) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
 	return scan(b.b, b.prefix, prefix)
 }
 
-
 func get(r pebble.Reader, key []byte) ([]byte, error) {
 	v, c, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {

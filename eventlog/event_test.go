@@ -1,0 +1,42 @@
+package eventlog
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestValidToken(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"a1", true}, {"agent-7_x:y@z", true}, {"", false}, {"a.b", false},
+		{"a*", false}, {">", false}, {"a b", false}, {"a\tb", false}, {"a\x00", false},
+	}
+	for _, tt := range tests {
+		if got := ValidToken(tt.in); got != tt.want {
+			t.Errorf("ValidToken(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzDecodeMsg: any stored body either decodes to an event with its
+// sequence and subject, or fails as a *CorruptError naming them; never panics.
+func FuzzDecodeMsg(f *testing.F) {
+	f.Add([]byte(`{"agent":"a","type":"t","id":"x","time":"2026-01-01T00:00:00Z","data":1}`))
+	f.Add([]byte(`{not json`))
+	f.Add([]byte(`{"agent":"","type":"t"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e, err := decodeMsg(7, "forever.evt.a", nil, body)
+		if err != nil {
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Seq != 7 || ce.Subject != "forever.evt.a" {
+				t.Fatalf("err = %#v", err)
+			}
+			return
+		}
+		if e.Seq != 7 || e.Agent == "" || e.Type == "" {
+			t.Fatalf("decoded %+v", e)
+		}
+	})
+}

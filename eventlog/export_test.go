@@ -1,0 +1,16 @@
+package eventlog
+
+import "errors"
+
+// StoredCursor reads a projection's committed cursor straight from Pebble.
+func StoredCursor(l *Log, name string) (Seq, error) {
+	b, err := get(l.db, append(projPrefix(name), 'c'))
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := decodeUint("cursor", b)
+	return Seq(v), err
+}
