@@ -232,3 +232,67 @@ func TestFollowHistoryThenLive(t *testing.T) {
 		want++
 	}
 }
+
+func TestBatcher(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	b := lg.NewBatcher(eventlog.BatcherConfig{MaxCount: 50})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	const writers, each = 8, 200
+	var wg sync.WaitGroup
+	lastSeqs := make([]eventlog.Seq, writers)
+	for w := range writers {
+		wg.Go(func() {
+			var last *eventlog.Pending
+			for i := range each {
+				p, err := b.Add(ctx, eventlog.Event{Agent: "a1", Stream: fmt.Sprint("s", w), Type: "chunk", ID: fmt.Sprintf("s%d/%d", w, i), Data: json.RawMessage(fmt.Sprint(i))})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				last = p
+			}
+			seq, err := last.Wait(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			lastSeqs[w] = seq
+		})
+	}
+	wg.Wait()
+	// Each writer's chunks are stored once, in the order added.
+	for w := range writers {
+		got, err := lg.Read(t.Context(), eventlog.Filter{Agent: "a1", Stream: fmt.Sprint("s", w)}, 0, 0)
+		if err != nil || len(got) != each {
+			t.Fatalf("writer %d: %d chunks (%v)", w, len(got), err)
+		}
+		if got[each-1].Seq != lastSeqs[w] {
+			t.Fatalf("writer %d: Wait said seq %d, stored at %d", w, lastSeqs[w], got[each-1].Seq)
+		}
+		for i, e := range got {
+			if e.ID != fmt.Sprintf("s%d/%d", w, i) {
+				t.Fatalf("writer %d chunk %d is %s", w, i, e.ID)
+			}
+		}
+	}
+	// Bad input is refused at Add and queues nothing.
+	if _, err := b.Add(ctx, eventlog.Event{Agent: "a.1", Stream: "s", Type: "chunk"}); !errors.Is(err, eventlog.ErrInvalid) {
+		t.Fatalf("bad add: %v", err)
+	}
+	// Adds queued when Run stops are still committed.
+	p, err := b.Add(ctx, eventlog.Event{Agent: "a1", Stream: "last", Type: "chunk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := p.Wait(t.Context()); err != nil || seq == 0 {
+		t.Fatalf("queued at stop: seq %d, %v", seq, err)
+	}
+	if _, err := b.Add(t.Context(), eventlog.Event{Agent: "a1", Stream: "s", Type: "chunk"}); !errors.Is(err, eventlog.ErrStopped) {
+		t.Fatalf("add after stop: %v", err)
+	}
+}
