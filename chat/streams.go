@@ -1,0 +1,154 @@
+package chat
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Stream statuses.
+const (
+	StatusStreaming = "streaming"
+	StatusCompleted = "completed"
+	StatusError     = "error"
+	StatusAborted   = "aborted"
+)
+
+// StreamInfo is the metadata of one chat stream, projected from its chunks.
+type StreamInfo struct {
+	Agent     string       `json:"agent"`
+	Stream    string       `json:"stream"`
+	RequestID string       `json:"requestId,omitempty"`
+	MessageID string       `json:"messageId,omitempty"`
+	Status    string       `json:"status"`
+	Error     string       `json:"error,omitempty"`
+	FirstSeq  eventlog.Seq `json:"firstSeq"`
+	LastSeq   eventlog.Seq `json:"lastSeq"`
+	Chunks    int          `json:"chunks"`
+	StartedAt time.Time    `json:"startedAt"`
+	UpdatedAt time.Time    `json:"updatedAt"`
+}
+
+// Done reports whether the stream has ended.
+func (s StreamInfo) Done() bool { return s.Status != StatusStreaming }
+
+// StreamsProjectionName is the name of the stream metadata projection.
+const StreamsProjectionName = "streams"
+
+func streamKey(agent, stream string) []byte { return []byte("s/" + agent + "/" + stream) }
+func latestKey(agent string) []byte         { return []byte("l/" + agent) }
+
+// StreamsProjection returns the projection of stream metadata: one row per
+// stream (status, request id, first and last sequence, chunk count) and the
+// latest stream of each agent.
+func StreamsProjection() eventlog.Projection {
+	return eventlog.Projection{
+		Name:    StreamsProjectionName,
+		Version: 1,
+		Filter:  eventlog.Filter{Chunks: true},
+		Apply:   applyStream,
+	}
+}
+
+func applyStream(b *eventlog.Batch, e eventlog.Event) error {
+	key := streamKey(e.Agent, e.Stream)
+	var info StreamInfo
+	raw, err := b.Get(key)
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+		info = StreamInfo{Agent: e.Agent, Stream: e.Stream, Status: StatusStreaming, FirstSeq: e.Seq, StartedAt: e.Time}
+		if err := b.Set(latestKey(e.Agent), []byte(e.Stream)); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		if err := json.Unmarshal(raw, &info); err != nil {
+			return &eventlog.CorruptError{What: "stream row " + string(key), Err: err}
+		}
+	}
+	info.LastSeq, info.UpdatedAt = e.Seq, e.Time
+	switch e.Type {
+	case evChunk:
+		info.Chunks++
+		var c Chunk
+		if err := json.Unmarshal(e.Data, &c); err != nil {
+			break // counted; a chunk that does not decode carries no status
+		}
+		switch c.Type {
+		case ChunkStart:
+			info.MessageID, info.RequestID = c.MessageID, c.RequestID
+		case ChunkFinish:
+			info.Status = StatusCompleted
+		case ChunkError:
+			info.Status, info.Error = StatusError, c.ErrorText
+		case ChunkAbort:
+			info.Status = StatusAborted
+		}
+	case evChunkPart:
+		var p chunkPart
+		if json.Unmarshal(e.Data, &p) == nil && p.Part == p.Parts-1 {
+			info.Chunks++
+		}
+	}
+	out, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	return b.Set(key, out)
+}
+
+// Streams reads the stream metadata projection.
+type Streams struct{ v *eventlog.View }
+
+// ErrUnknownStream is returned by Streams.Get and Streams.Latest for a
+// stream (or agent) with no chunks.
+var ErrUnknownStream = errors.New("chat: unknown stream")
+
+// NewStreams reads the projection through v (lg.View(StreamsProjectionName)).
+func NewStreams(v *eventlog.View) *Streams { return &Streams{v: v} }
+
+// Get returns one stream's metadata, or ErrUnknownStream.
+func (s *Streams) Get(agent, stream string) (StreamInfo, error) {
+	raw, err := s.v.Get(streamKey(agent, stream))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return StreamInfo{}, fmt.Errorf("%w: %s/%s", ErrUnknownStream, agent, stream)
+	}
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	var info StreamInfo
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return StreamInfo{}, &eventlog.CorruptError{What: "stream row", Err: err}
+	}
+	return info, nil
+}
+
+// Latest returns the agent's most recently started stream, or
+// ErrUnknownStream.
+func (s *Streams) Latest(agent string) (StreamInfo, error) {
+	id, err := s.v.Get(latestKey(agent))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return StreamInfo{}, fmt.Errorf("%w: agent %s has no stream", ErrUnknownStream, agent)
+	}
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	return s.Get(agent, string(id))
+}
+
+// List returns the agent's streams in key order.
+func (s *Streams) List(agent string) ([]StreamInfo, error) {
+	var out []StreamInfo
+	for _, raw := range s.v.Scan([]byte("s/" + agent + "/")) {
+		var info StreamInfo
+		if err := json.Unmarshal(raw, &info); err != nil {
+			return out, &eventlog.CorruptError{What: "stream row", Err: err}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}

@@ -1,0 +1,155 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Batcher is the part of eventlog.Batcher a stream writer uses.
+type Batcher interface {
+	Add(ctx context.Context, e eventlog.Event) (*eventlog.Pending, error)
+}
+
+// StreamWriter publishes the chunks of one chat stream through a shared
+// Batcher. Write queues a chunk (durable later, in a group commit); Flush
+// returns once every chunk written so far is durable. Each chunk's event id
+// is <stream>/<index>, so a retried batch is deduplicated.
+//
+// A StreamWriter is safe for concurrent use, but chunks are ordered only per
+// calling goroutine; a turn writes from one goroutine.
+type StreamWriter struct {
+	b             Batcher
+	agent, stream string
+	limit         int
+
+	mu struct {
+		sync.Mutex
+		next int                 // index of the next chunk
+		last *eventlog.Pending   // last event known stored
+		out  []*eventlog.Pending // queued events not yet known stored, in order
+		err  error               // first failure; the stream is broken after it
+	}
+}
+
+// NewStreamWriter returns a writer for agent's stream, starting at chunk
+// index next (0 for a new stream, the stored count when continuing one).
+// maxPayload is the server's max payload; larger chunks are split.
+func NewStreamWriter(b Batcher, agent, stream string, next int, maxPayload int64) *StreamWriter {
+	w := &StreamWriter{b: b, agent: agent, stream: stream, limit: int(maxPayload) - 1024}
+	w.mu.next = next
+	return w
+}
+
+// Stream returns the stream id.
+func (w *StreamWriter) Stream() string { return w.stream }
+
+// Write queues c. A chunk larger than the server's max payload is stored as
+// several parts that readers join; nothing is dropped.
+func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
+	body, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("chat: encode chunk: %w", err)
+	}
+	w.mu.Lock()
+	w.pruneLocked()
+	if w.mu.err != nil {
+		err := w.mu.err
+		w.mu.Unlock()
+		return err
+	}
+	index := w.mu.next
+	w.mu.next++
+	w.mu.Unlock()
+	bodies, err := split(body, index, w.limit)
+	if err != nil {
+		return err
+	}
+	typ := evChunk
+	if len(bodies) > 1 {
+		typ = evChunkPart
+	}
+	for k, b := range bodies {
+		id := fmt.Sprintf("%s/%d", w.stream, index)
+		if len(bodies) > 1 {
+			id = fmt.Sprintf("%s/%d.%d", w.stream, index, k)
+		}
+		p, err := w.b.Add(ctx, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: typ, ID: id, Data: b})
+		if err != nil {
+			return w.fail(fmt.Errorf("chat: write chunk %d of %s: %w", index, w.stream, err))
+		}
+		w.mu.Lock()
+		w.mu.out = append(w.mu.out, p)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+func (w *StreamWriter) fail(err error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.mu.err == nil {
+		w.mu.err = err
+	}
+	return err
+}
+
+// pruneLocked drops stored events from the front of the queue and records
+// the first failure, so a later batch's success never hides an earlier loss.
+// REQUIRES: w.mu held.
+func (w *StreamWriter) pruneLocked() {
+	for len(w.mu.out) > 0 {
+		p := w.mu.out[0]
+		select {
+		case <-p.Done():
+		default:
+			return
+		}
+		if _, err := p.Wait(context.Background()); err != nil && w.mu.err == nil {
+			w.mu.err = fmt.Errorf("chat: chunk of %s not stored: %w", w.stream, err)
+		}
+		w.mu.last = p
+		w.mu.out = w.mu.out[1:]
+	}
+}
+
+// Flush returns once every chunk written before it is durable, with the
+// sequence of the last one (0 if none was written). If any chunk failed to
+// store, Flush returns that error and the stream accepts no more writes.
+func (w *StreamWriter) Flush(ctx context.Context) (eventlog.Seq, error) {
+	w.mu.Lock()
+	out := append([]*eventlog.Pending(nil), w.mu.out...)
+	last := w.mu.last
+	w.mu.Unlock()
+	for _, p := range out {
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	w.mu.Lock()
+	w.pruneLocked()
+	err := w.mu.err
+	if len(out) > 0 {
+		last = out[len(out)-1]
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if last == nil {
+		return 0, nil
+	}
+	return last.Wait(ctx)
+}
+
+// Written returns the number of chunks written.
+func (w *StreamWriter) Written() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.mu.next
+}
