@@ -151,12 +151,15 @@ func (pr *Projector) run(ctx context.Context) error {
 			return err
 		}
 		err = pr.drop()
+		if err == nil {
+			// Before replying, so a WaitFor after Rebuild waits for the replay.
+			cursor = 0
+			pr.setCursor(0)
+		}
 		rebuild <- err
 		if err != nil {
 			return err
 		}
-		cursor = 0
-		pr.setCursor(0)
 	}
 }
 
