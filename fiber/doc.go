@@ -1,0 +1,94 @@
+// Package fiber runs durable functions, fibers, for one agent: each is
+// recorded in the event log before it runs, can checkpoint a snapshot with
+// Stash, and is handed to a recovery hook when a process died under it.
+//
+// # Model
+//
+// Every change is an event on the agent's events subject, appended (and so
+// durable) before the Runner acts on it:
+//
+//	fiber.started   {id, name, createdAt}   before the function runs
+//	fiber.stashed   {id, snapshot}          each Stash; replaces the snapshot
+//	fiber.completed {id, result?}           function returned nil
+//	fiber.failed    {id, error}             function returned an error or panicked
+//	fiber.recovered {id, attempt}           before each call of the recovery hook
+//	fiber.abandoned {id, attempts, reason}  recovery gave up
+//	op.started      {fiber, opId, key}      before a Step's side effect
+//	op.completed    {fiber, opId, result}   after it, with its result
+//
+// The runs table (RunsProjection, read through a Table) is a Pebble
+// projection of those events over every agent: one Row per active fiber
+// (ID, Agent, Name, Snapshot, Attempt, CreatedAt) and one Op per step of an
+// active fiber. completed, failed and abandoned remove the row and its ops.
+// One Table serves all the Runners of a process; each Runner (one per agent)
+// waits on it to read its own writes.
+//
+// A Runner's bookkeeping (which fibers it owns, what to do next for an
+// orphan or a step) is a deterministic state machine without I/O; the
+// Runner persists the matching event, then acts. User code is ordinary Go:
+// it is not replayed. A recovered fiber resumes from its snapshot, and its
+// steps from their recorded results.
+//
+// # Invariants
+//
+//   - fiber.started is durable before the function runs: a fiber that ran
+//     is always in the log.
+//   - A stash is durable when Stash returns. Each stash replaces the whole
+//     snapshot, and a fiber only ever writes its own row.
+//   - An orphan (a row no live fiber of the Runner owns) is recovered once
+//     per Recover call, and fiber.recovered with attempt n+1 is durable
+//     before the hook sees it. A crash during recovery therefore shows up as
+//     attempt n+2 on the next start, never as a silent second call of the
+//     same attempt nor as a lost fiber; after MaxAttempts the fiber is
+//     abandoned with fiber.abandoned and an *AbandonedError.
+//   - Steps never silently repeat: a completed op returns its recorded
+//     result; an op started but not completed reruns with the same op ID
+//     (for the upstream's idempotency key) or, if Unsafe, fails with
+//     ErrMaybeExecuted.
+//   - A step's op ID is a hash of the fiber ID, the step key and the
+//     step's position among this run's calls with that key. A resumed
+//     function that skips work it finished (per its snapshot) must use keys
+//     that name the work (e.g. "llm-3"), not rely on positions alone.
+//   - A fiber that panics ends as fiber.failed and its caller (Run, Resume)
+//     or Hooks.OnError (Go, GoResume) gets a *PanicError; the panic is not
+//     re-raised.
+//   - Close cancels running fibers; one that then returns an error is
+//     interrupted: nothing is appended and its row stays for recovery.
+//
+// # Usage
+//
+//	table, pr, err := fiber.OpenTable(lg) // once per process
+//	go pr.Run(ctx)
+//	<-table.Ready()
+//
+//	var r *fiber.Runner
+//	r, err = fiber.New(fiber.Config{Log: lg, Table: table, Agent: "a1", KeepAlive: pool,
+//		Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+//			var st progress
+//			if err := rec.Decode(&st); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
+//				return err
+//			}
+//			return r.GoResume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+//				return research(ctx, st)
+//			})
+//		}}})
+//	err = r.Recover(ctx) // on start or takeover
+//
+//	id, err := r.Go(ctx, "research", func(ctx context.Context, f *fiber.Fiber) error {
+//		return research(ctx, progress{})
+//	})
+//
+//	func research(ctx context.Context, st progress) error {
+//		for ; st.Step < 3; st.Step++ {
+//			key := fmt.Sprintf("llm-%d", st.Step) // stable across resumes
+//			summary, err := fiber.StepJSON(ctx, key, func(ctx context.Context, opID string) (string, error) {
+//				return callLLM(ctx, opID) // opID as the idempotency key
+//			})
+//			...
+//			if err := fiber.Stash(ctx, st); err != nil {
+//				return err
+//			}
+//		}
+//		return nil
+//	}
+package fiber

@@ -1,0 +1,78 @@
+package fiber
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Event types the package appends to an agent's events subject. Their data
+// is JSON; the fields of each are listed next to it. The format is guarded by
+// the golden history in testdata/.
+const (
+	EventStarted     = "fiber.started"   // {id, name, createdAt}
+	EventStashed     = "fiber.stashed"   // {id, snapshot}
+	EventCompleted   = "fiber.completed" // {id, result?}
+	EventFailed      = "fiber.failed"    // {id, error}
+	EventRecovered   = "fiber.recovered" // {id, attempt}
+	EventAbandoned   = "fiber.abandoned" // {id, attempts, reason}
+	EventOpStarted   = "op.started"      // {fiber, opId, key}
+	EventOpCompleted = "op.completed"    // {fiber, opId, result}
+)
+
+// payload is the data of every event of the package; each type uses the
+// subset listed with its constant.
+type payload struct {
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	CreatedAt *time.Time      `json:"createdAt,omitempty"`
+	Snapshot  json.RawMessage `json:"snapshot,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	Attempts  *int            `json:"attempts,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Fiber     string          `json:"fiber,omitempty"`
+	OpID      string          `json:"opId,omitempty"`
+	Key       string          `json:"key,omitempty"`
+}
+
+// event builds one of the package's events for agent.
+func event(agent, typ string, p payload) (eventlog.Event, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return eventlog.Event{}, fmt.Errorf("%w: encode %s: %w", ErrInvalid, typ, err)
+	}
+	return eventlog.Event{Agent: agent, Type: typ, Data: data}, nil
+}
+
+// isFiberEvent reports whether typ is one the runs projection applies.
+func isFiberEvent(typ string) bool {
+	switch typ {
+	case EventStarted, EventStashed, EventCompleted, EventFailed, EventRecovered, EventAbandoned, EventOpStarted, EventOpCompleted:
+		return true
+	}
+	return false
+}
+
+// encodeJSON turns v into a JSON value: json.RawMessage and []byte holding
+// valid JSON are taken as they are, anything else is marshalled.
+func encodeJSON(what string, v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		if x == nil {
+			return json.RawMessage("null"), nil
+		}
+		if !json.Valid(x) {
+			return nil, invalidf("%s is not valid JSON", what)
+		}
+		return append(json.RawMessage(nil), x...), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, invalidf("encode %s: %v", what, err)
+	}
+	return b, nil
+}

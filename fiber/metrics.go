@@ -1,0 +1,80 @@
+package fiber
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of forever_fiber_completed_total.
+const (
+	outcomeCompleted   = "completed"   // fiber.completed appended
+	outcomeFailed      = "failed"      // fiber.failed appended
+	outcomeInterrupted = "interrupted" // Runner closed under it: row left for recovery
+	outcomeAbandoned   = "abandoned"   // fiber.abandoned appended by Recover
+)
+
+// metrics are the package's Prometheus metrics. Runners sharing a
+// Registerer share the collectors.
+type metrics struct {
+	started      prometheus.Counter
+	completed    *prometheus.CounterVec
+	recovered    prometheus.Counter
+	stashSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		started: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_fiber_started_total",
+			Help: "Fibers started (fiber.started appended).",
+		}),
+		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_fiber_completed_total",
+			Help: "Fiber runs ended, by outcome: completed, failed, interrupted (runner closed, left for recovery), abandoned.",
+		}, []string{"outcome"}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_fiber_recovered_total",
+			Help: "Recovery attempts (fiber.recovered appended).",
+		}),
+		stashSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "forever_fiber_stash_seconds",
+			Help:    "Time for a stash to become durable (fiber.stashed acknowledged).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.started, err = register(reg, m.started); err != nil {
+		return nil, err
+	}
+	if m.completed, err = register(reg, m.completed); err != nil {
+		return nil, err
+	}
+	if m.recovered, err = register(reg, m.recovered); err != nil {
+		return nil, err
+	}
+	if m.stashSeconds, err = register(reg, m.stashSeconds); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// the same description (another Runner of the process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("fiber: register metrics: %w", err)
+}

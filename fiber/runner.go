@@ -1,0 +1,377 @@
+package fiber
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Log is the part of the event log a Runner uses. *eventlog.Log satisfies
+// it.
+type Log interface {
+	Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
+	LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq, error)
+}
+
+// KeepAlive is the part of keepalive a fiber uses: a reference held while a
+// fiber runs or is being recovered keeps the agent active.
+type KeepAlive interface {
+	Acquire() (release func())
+}
+
+// Clock tells time. Tests pass a fake to control backoff and timestamps.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Hooks are the callbacks of a Runner.
+type Hooks struct {
+	// OnFiberRecovered is called by Recover once per orphan and attempt,
+	// after fiber.recovered is durable. To continue the fiber, call
+	// Runner.Resume (inline) or Runner.GoResume (background) with rec before
+	// returning. Returning nil without resuming ends the fiber
+	// (fiber.completed). Returning an error retries with backoff as a new
+	// attempt, up to Config.MaxAttempts, then abandons it.
+	OnFiberRecovered func(ctx context.Context, rec Recovered) error
+	// OnError receives errors nobody else can return: *FailedError from
+	// background fibers, *AbandonedError, corrupt rows found by Recover,
+	// failures to record an event. Nil logs them.
+	OnError func(ctx context.Context, err error)
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxAttempts = 5
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = time.Minute
+)
+
+// Config configures a Runner. A zero field means "use the default".
+type Config struct {
+	// Log receives the agent's fiber events. Required.
+	Log Log
+	// Table is the runs table, shared by every Runner of the process.
+	// Required.
+	Table *Table
+	// Agent is the agent whose fibers this Runner runs, a valid subject
+	// token. Required.
+	Agent string
+	// KeepAlive is held while a fiber runs or is recovered. Nil: none.
+	KeepAlive KeepAlive
+	// Hooks are the recovery hook and the error sink.
+	Hooks Hooks
+	// MaxAttempts caps the recovery attempts of one fiber. Default 5.
+	MaxAttempts int
+	// BackoffBase and BackoffMax bound the wait before retrying a failed
+	// recovery hook: base, 2*base, 4*base, ... at most max.
+	// Defaults 1s and 1m.
+	BackoffBase, BackoffMax time.Duration
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the package's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) ensureDefaults() {
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffBase)
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config after defaults are applied.
+func (c *Config) Validate() error {
+	switch {
+	case c.Log == nil:
+		return invalidf("config: Log is required")
+	case c.Table == nil:
+		return invalidf("config: Table is required")
+	case !eventlog.ValidToken(c.Agent):
+		return invalidf("config: agent %q is not a valid subject token", c.Agent)
+	case c.MaxAttempts < 0:
+		return invalidf("config: MaxAttempts must not be negative")
+	case c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
+		return invalidf("config: need 0 <= BackoffBase <= BackoffMax")
+	}
+	return nil
+}
+
+// Runner runs the fibers of one agent: it records them in the log, holds a
+// keepalive reference while they run, and recovers the ones a crashed
+// process left behind. It is safe for concurrent use. Close it to cancel its
+// fibers and wait for them.
+type Runner struct {
+	cfg     Config
+	log     Log
+	table   *Table
+	logger  *slog.Logger
+	metrics *metrics
+
+	stop    context.Context // cancelled by Close
+	stopFn  context.CancelFunc
+	wg      sync.WaitGroup // fibers and recoveries in flight
+	lastSeq atomic.Uint64  // highest sequence this Runner appended
+
+	mu struct {
+		sync.Mutex
+		book book
+	}
+}
+
+// New returns a Runner for cfg.Agent.
+func New(cfg Config) (*Runner, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg: cfg, log: cfg.Log, table: cfg.Table, metrics: m,
+		logger: cfg.Logger.With("subsystem", "fiber", "agent", cfg.Agent),
+	}
+	r.stop, r.stopFn = context.WithCancel(context.Background())
+	r.mu.book = newBook()
+	return r, nil
+}
+
+// Agent returns the agent the Runner runs fibers for.
+func (r *Runner) Agent() string { return r.cfg.Agent }
+
+// Close stops the Runner: new Run, Go, Resume and Recover calls return
+// ErrStopped, the contexts of running fibers and recoveries are cancelled,
+// and Close waits for them to return. A fiber whose function returns an
+// error after Close began is interrupted, not failed: nothing is appended,
+// its row stays, and the next Recover (in this or another process) recovers
+// it. A fiber that returns nil is still recorded as completed.
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	r.mu.book.close()
+	r.mu.Unlock()
+	r.stopFn() // cancels every fiber's and recovery's context
+	r.wg.Wait()
+	return nil
+}
+
+// Wait blocks until every fiber and recovery in flight has returned, without
+// cancelling them.
+func (r *Runner) Wait() { r.wg.Wait() }
+
+// Run runs fn as a new fiber named name and returns fn's error. fiber.started
+// is durable before fn runs; a keepalive reference is held while it runs;
+// when fn returns, fiber.completed (nil) or fiber.failed (an error, or a
+// panic recovered into a *PanicError) is appended and the fiber's row
+// removed. fn's context carries the fiber (FromContext, Stash, Step) and is
+// cancelled when ctx is or the Runner closes.
+//
+// If the process dies while fn runs, the caller is gone; the fiber's row
+// remains and Recover hands it to Hooks.OnFiberRecovered.
+//
+// Errors: fn's error; ErrStopped; ErrInvalid for an empty name; an append
+// error (nothing ran when fiber.started could not be appended; when only the
+// final event could not be, the row stays and is recovered later).
+func (r *Runner) Run(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error) error {
+	f, err := r.start(ctx, name)
+	if err != nil {
+		return err
+	}
+	return r.execute(ctx, f, fn)
+}
+
+// Go starts fn as a new background fiber and returns its ID once
+// fiber.started is durable. The Runner owns the goroutine: Close cancels it
+// and waits. fn runs under a context that keeps ctx's values but not its
+// cancellation (a request's context usually ends before a background fiber
+// does); it is cancelled by Close. fn's error reaches Hooks.OnError as a
+// *FailedError.
+func (r *Runner) Go(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error) (string, error) {
+	f, err := r.start(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	r.goExecute(ctx, f, fn)
+	return f.id, nil
+}
+
+// start claims a new fiber ID and appends fiber.started.
+func (r *Runner) start(ctx context.Context, name string) (*Fiber, error) {
+	if name == "" {
+		return nil, invalidf("empty fiber name")
+	}
+	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, nil)
+	if err := r.own(f); err != nil {
+		return nil, err
+	}
+	created := f.createdAt
+	if _, err := r.append(ctx, EventStarted, payload{ID: f.id, Name: name, CreatedAt: &created}); err != nil {
+		r.abort(f)
+		return nil, fmt.Errorf("fiber: start %q: %w", name, err)
+	}
+	r.metrics.started.Inc()
+	return f, nil
+}
+
+// own registers f as running, takes a keepalive reference and counts it in
+// the WaitGroup.
+func (r *Runner) own(f *Fiber) error {
+	r.mu.Lock()
+	s, err := r.mu.book.start(f.id, f)
+	if err == nil {
+		r.wg.Add(1)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	f.slot = s
+	if r.cfg.KeepAlive != nil {
+		f.release = r.cfg.KeepAlive.Acquire()
+	}
+	return nil
+}
+
+// disown undoes own once f is done.
+func (r *Runner) disown(f *Fiber, outcome string) {
+	r.mu.Lock()
+	r.mu.book.release(f.id, f.slot)
+	r.mu.Unlock()
+	if f.release != nil {
+		f.release()
+	}
+	f.cancel()
+	if outcome != "" {
+		r.metrics.completed.WithLabelValues(outcome).Inc()
+	}
+	r.wg.Done()
+}
+
+// abort undoes own for a fiber whose function never ran.
+func (r *Runner) abort(f *Fiber) {
+	r.mu.Lock()
+	r.mu.book.abort(f.id, f.slot)
+	r.mu.Unlock()
+	if f.release != nil {
+		f.release()
+	}
+	r.wg.Done()
+}
+
+// execute runs fn as f inline and records the outcome.
+func (r *Runner) execute(ctx context.Context, f *Fiber, fn func(ctx context.Context, f *Fiber) error) error {
+	fctx := f.bind(ctx, r.stop)
+	_, err := r.finish(ctx, f, call(fctx, f, fn))
+	return err
+}
+
+// goExecute runs fn as f in a goroutine owned by the Runner.
+func (r *Runner) goExecute(ctx context.Context, f *Fiber, fn func(ctx context.Context, f *Fiber) error) {
+	bg := context.WithoutCancel(ctx)
+	fctx := f.bind(bg, r.stop)
+	go func() {
+		interrupted, err := r.finish(bg, f, call(fctx, f, fn))
+		if err != nil && !interrupted {
+			// Interrupted fibers are not failures: they wait for recovery.
+			r.report(bg, &FailedError{ID: f.id, Name: f.name, Err: err})
+		}
+	}()
+}
+
+// call runs fn, turning a panic into a *PanicError.
+func call(ctx context.Context, f *Fiber, fn func(ctx context.Context, f *Fiber) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, f)
+}
+
+// finish records how f ended and releases it. It returns the error the
+// caller sees and whether the fiber was interrupted by Close.
+func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupted bool, _ error) {
+	ctx = context.WithoutCancel(ctx)
+	f.writeMu.Lock()
+	f.markDone()
+	defer f.writeMu.Unlock()
+	if runErr != nil && r.stop.Err() != nil {
+		r.logger.Info("fiber interrupted by shutdown, left for recovery", "fiber", f.id, "name", f.name, "err", runErr)
+		r.disown(f, outcomeInterrupted)
+		return true, runErr
+	}
+	typ, p, outcome := EventCompleted, payload{ID: f.id}, outcomeCompleted
+	if runErr != nil {
+		typ, p, outcome = EventFailed, payload{ID: f.id, Error: runErr.Error()}, outcomeFailed
+	}
+	_, err := r.append(ctx, typ, p)
+	if err != nil {
+		// The row stays: the fiber is an orphan and will be recovered.
+		r.disown(f, "")
+		err = fmt.Errorf("fiber: record end of fiber %s (%q), it stays in the runs table: %w", f.id, f.name, err)
+		if runErr != nil {
+			r.report(ctx, err)
+			return false, runErr
+		}
+		return false, err
+	}
+	r.disown(f, outcome)
+	return false, runErr
+}
+
+// append appends one of the package's events for the Runner's agent and
+// remembers its sequence.
+func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Seq, error) {
+	e, err := event(r.cfg.Agent, typ, p)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := r.log.Append(ctx, e)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		cur := r.lastSeq.Load()
+		if uint64(seq) <= cur || r.lastSeq.CompareAndSwap(cur, uint64(seq)) {
+			break
+		}
+	}
+	return seq, nil
+}
+
+// report hands err to Hooks.OnError, or logs it.
+func (r *Runner) report(ctx context.Context, err error) {
+	if r.cfg.Hooks.OnError != nil {
+		r.cfg.Hooks.OnError(ctx, err)
+		return
+	}
+	r.logger.Error("fiber error", "err", err)
+}

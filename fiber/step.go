@@ -1,0 +1,150 @@
+package fiber
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// StepOpt is an option of one Step call.
+type StepOpt func(*stepOpts)
+
+type stepOpts struct {
+	unsafe bool
+}
+
+// Unsafe declares that the step's operation must not run twice and has no
+// upstream idempotency key to collapse a duplicate: when an earlier run of
+// the fiber started it but did not record its completion, Step returns a
+// *MaybeExecutedError instead of running it again.
+func Unsafe() StepOpt { return func(o *stepOpts) { o.unsafe = true } }
+
+// Step runs fn as an idempotent step of the fiber ctx runs in, for side
+// effects that cost money or are visible outside (LLM calls, tool runs,
+// third-party mutations).
+//
+// The step's op ID is derived from the fiber ID, key and the step's
+// position: the n-th call of Step with that key in this run of the fiber.
+// op.started is durable before fn runs and op.completed, with fn's result,
+// once it returned. When a recovered fiber (Runner.Resume) runs the same
+// steps again:
+//
+//   - a completed op returns its recorded result without calling fn;
+//   - an op started but not completed calls fn again with the same op ID,
+//     which fn should pass upstream as an idempotency key; or, for a step
+//     declared Unsafe, returns a *MaybeExecutedError (ErrMaybeExecuted).
+//
+// Positions count from the start of each run, so a resumed function that
+// starts midway (from its snapshot) must give each step a key that names
+// its work, such as "llm-3" for the third turn.
+//
+// So a step never silently runs twice: it is deduplicated by its recorded
+// result, by the upstream through the op ID, or surfaced as an error.
+// An error from fn is returned as it is and records nothing more: the op
+// stays started, as its effect is unknown.
+//
+// A nil result is recorded as JSON null. Errors besides fn's: ErrNoFiber,
+// ErrFiberDone, ErrInvalid (empty key, result not valid JSON), MaybeExecuted,
+// a *eventlog.CorruptError for an unreadable recorded op, append errors.
+func Step(ctx context.Context, key string, fn func(ctx context.Context, opID string) (json.RawMessage, error), opts ...StepOpt) (json.RawMessage, error) {
+	f, ok := FromContext(ctx)
+	if !ok {
+		return nil, ErrNoFiber
+	}
+	if key == "" {
+		return nil, invalidf("empty step key")
+	}
+	var o stepOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	id, err := f.nextOp(key)
+	if err != nil {
+		return nil, err
+	}
+	var recorded *Op
+	if f.resumed {
+		op, ok, err := f.r.table.Op(f.r.cfg.Agent, f.id, id)
+		if err != nil {
+			return nil, fmt.Errorf("fiber: step %q of fiber %s: %w", key, f.id, err)
+		}
+		if ok {
+			recorded = &op
+		}
+	}
+	switch decideStep(recorded, o.unsafe) {
+	case stepCached:
+		if len(recorded.Result) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		return recorded.Result, nil
+	case stepAmbiguous:
+		return nil, &MaybeExecutedError{Fiber: f.id, Key: key, OpID: id}
+	case stepRun:
+		if err := f.appendOp(ctx, EventOpStarted, payload{Fiber: f.id, OpID: id, Key: key}); err != nil {
+			return nil, fmt.Errorf("fiber: step %q of fiber %s: %w", key, f.id, err)
+		}
+	case stepRerun:
+		// op.started is recorded already; run again under the same op ID.
+	}
+	res, err := fn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil {
+		res = json.RawMessage("null")
+	}
+	if !json.Valid(res) {
+		return nil, invalidf("result of step %q of fiber %s is not valid JSON", key, f.id)
+	}
+	if err := f.appendOp(ctx, EventOpCompleted, payload{Fiber: f.id, OpID: id, Result: res}); err != nil {
+		return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
+	}
+	return res, nil
+}
+
+// StepJSON is Step for a result of type T, encoded as JSON when recorded and
+// decoded when replayed. A recorded result that does not decode into T is a
+// *eventlog.CorruptError.
+func StepJSON[T any](ctx context.Context, key string, fn func(ctx context.Context, opID string) (T, error), opts ...StepOpt) (T, error) {
+	var zero T
+	res, err := Step(ctx, key, func(ctx context.Context, opID string) (json.RawMessage, error) {
+		v, err := fn(ctx, opID)
+		if err != nil {
+			return nil, err
+		}
+		return encodeJSON("step result", v)
+	}, opts...)
+	if err != nil {
+		return zero, err
+	}
+	var out T
+	if err := json.Unmarshal(res, &out); err != nil {
+		return zero, &eventlog.CorruptError{What: fmt.Sprintf("result of step %q", key), Err: err}
+	}
+	return out, nil
+}
+
+// nextOp returns the op ID of the next Step call with key.
+func (f *Fiber) nextOp(key string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.done {
+		return "", ErrFiberDone
+	}
+	f.mu.steps[key]++
+	return opID(f.id, key, f.mu.steps[key]), nil
+}
+
+// appendOp appends an op event unless the fiber has ended.
+func (f *Fiber) appendOp(ctx context.Context, typ string, p payload) error {
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	if f.isDone() {
+		return ErrFiberDone
+	}
+	_, err := f.r.append(ctx, typ, p)
+	return err
+}

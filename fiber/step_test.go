@@ -1,0 +1,181 @@
+package fiber_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/forever-agents/forever/fiber"
+)
+
+// A fiber completes one step, has a safe and an unsafe step in flight, and
+// its process goes away. The resumed fiber gets the first step's recorded
+// result without running it, reruns the safe step with the same op ID, and
+// is told the unsafe one may have executed.
+func TestStepsAcrossRecovery(t *testing.T) {
+	e1 := newEnv(t)
+	r1 := e1.runner(t, fiber.Config{})
+
+	var mu sync.Mutex
+	calls := map[string][]string{} // step key -> op IDs fn was called with
+	record := func(key, opID string) {
+		mu.Lock()
+		calls[key] = append(calls[key], opID)
+		mu.Unlock()
+	}
+	inFlight := make(chan struct{}, 2)
+	_, err := r1.Go(t.Context(), "pay", func(ctx context.Context, f *fiber.Fiber) error {
+		amount, err := fiber.StepJSON(ctx, "charge", func(ctx context.Context, opID string) (int, error) {
+			record("charge", opID)
+			return 42, nil
+		})
+		if err != nil || amount != 42 {
+			t.Errorf("charge = %d, %v", amount, err)
+		}
+		var wg sync.WaitGroup
+		for _, key := range []string{"email", "wire"} {
+			wg.Go(func() {
+				var opts []fiber.StepOpt
+				if key == "wire" {
+					opts = append(opts, fiber.Unsafe())
+				}
+				fiber.Step(ctx, key, func(ctx context.Context, opID string) (json.RawMessage, error) {
+					record(key, opID)
+					inFlight <- struct{}{}
+					<-ctx.Done() // the process dies mid-call
+					return nil, ctx.Err()
+				}, opts...)
+			})
+		}
+		wg.Wait()
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+	<-inFlight
+	r1.Close()
+
+	e2 := e1.restart(t)
+	var r2 *fiber.Runner
+	type result struct {
+		amount  int
+		email   json.RawMessage
+		wireErr error
+		err     error
+	}
+	var res result
+	h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+		return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+			res.amount, res.err = fiber.StepJSON(ctx, "charge", func(ctx context.Context, opID string) (int, error) {
+				record("charge", opID)
+				return 0, errors.New("charged twice")
+			})
+			if res.err != nil {
+				return res.err
+			}
+			res.email, res.err = fiber.Step(ctx, "email", func(ctx context.Context, opID string) (json.RawMessage, error) {
+				record("email", opID)
+				return json.RawMessage(`"sent"`), nil
+			})
+			if res.err != nil {
+				return res.err
+			}
+			_, res.wireErr = fiber.Step(ctx, "wire", func(ctx context.Context, opID string) (json.RawMessage, error) {
+				record("wire", opID)
+				return nil, nil
+			}, fiber.Unsafe())
+			return nil
+		})
+	}}
+	r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+	if err := r2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if res.err != nil || res.amount != 42 {
+		t.Fatalf("charge after recovery = %d, %v; want recorded 42", res.amount, res.err)
+	}
+	if len(calls["charge"]) != 1 {
+		t.Fatalf("charge ran %d times, want once", len(calls["charge"]))
+	}
+	if string(res.email) != `"sent"` {
+		t.Fatalf("email = %s", res.email)
+	}
+	if e := calls["email"]; len(e) != 2 || e[0] != e[1] {
+		t.Fatalf("email op IDs = %v, want the same ID twice", e)
+	}
+	var me *fiber.MaybeExecutedError
+	if !errors.Is(res.wireErr, fiber.ErrMaybeExecuted) || !errors.As(res.wireErr, &me) || me.Key != "wire" || me.OpID != calls["wire"][0] {
+		t.Fatalf("wire = %v (calls %v), want MaybeExecuted with the first op ID", res.wireErr, calls["wire"])
+	}
+	if len(calls["wire"]) != 1 {
+		t.Fatalf("unsafe step ran again")
+	}
+	if rows := e2.rows(t); len(rows) != 0 {
+		t.Fatalf("rows: %+v", rows)
+	}
+}
+
+// Within one run, steps with the same key get distinct op IDs by position,
+// each recorded with its result.
+func TestStepPositions(t *testing.T) {
+	e := newEnv(t)
+	r := e.runner(t, fiber.Config{})
+	var ids []string
+	var fid string
+	err := r.Run(t.Context(), "loop", func(ctx context.Context, f *fiber.Fiber) error {
+		fid = f.ID()
+		for i := range 3 {
+			v, err := fiber.StepJSON(ctx, "turn", func(ctx context.Context, opID string) (int, error) {
+				ids = append(ids, opID)
+				return i * 10, nil
+			})
+			if err != nil || v != i*10 {
+				t.Errorf("step %d = %d, %v", i, v, err)
+			}
+		}
+		e.sync(t)
+		ops, err := e.table.Ops(agent, f.ID())
+		if err != nil || len(ops) != 3 {
+			t.Fatalf("ops while running: %+v, %v", ops, err)
+		}
+		for _, op := range ops {
+			if !op.Completed || op.Key != "turn" || op.Fiber != f.ID() {
+				t.Errorf("op %+v", op)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 || ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Fatalf("op ids = %v", ids)
+	}
+	if got := e.events(t, fiber.EventOpStarted, fiber.EventOpCompleted); len(got) != 6 {
+		t.Fatalf("op events = %d, want 6", len(got))
+	}
+	e.sync(t)
+	if ops, _ := e.table.Ops(agent, fid); len(ops) != 0 {
+		t.Fatalf("ops after completion: %+v", ops)
+	}
+}
+
+// A step whose function fails records no completion and returns the error.
+func TestStepError(t *testing.T) {
+	e := newEnv(t)
+	r := e.runner(t, fiber.Config{})
+	err := r.Run(t.Context(), "w", func(ctx context.Context, f *fiber.Fiber) error {
+		_, err := fiber.Step(ctx, "x", func(context.Context, string) (json.RawMessage, error) { return nil, errBoom })
+		return err
+	})
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("Run = %v", err)
+	}
+	if got := e.events(t, fiber.EventOpCompleted); len(got) != 0 {
+		t.Fatalf("op.completed after failure: %+v", got)
+	}
+}

@@ -1,0 +1,296 @@
+package fiber
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// RunsName is the name of the runs projection.
+const RunsName = "runs"
+
+// runsVersion is the schema version of the runs projection; changing it
+// rebuilds the view from the log.
+const runsVersion = 1
+
+// Row is one active fiber in the runs table: a fiber.started not yet
+// followed by fiber.completed, fiber.failed or fiber.abandoned.
+type Row struct {
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	Name  string `json:"name"`
+	// Snapshot is the data of the last fiber.stashed, nil before the first.
+	Snapshot json.RawMessage `json:"snapshot,omitempty"`
+	// Attempt is the attempt of the last fiber.recovered, 0 before any.
+	Attempt   int       `json:"attempt"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Op is one idempotent step of an active fiber: recorded by op.started,
+// completed with its result by op.completed.
+type Op struct {
+	ID        string          `json:"id"`
+	Fiber     string          `json:"fiber"`
+	Key       string          `json:"key"`
+	Completed bool            `json:"completed"`
+	Result    json.RawMessage `json:"result,omitempty"`
+}
+
+// Key layout inside the projection (agent ids and fiber ids are subject
+// tokens, so they contain no NUL):
+//
+//	r\x00<agent>\x00<fiber>            Row as JSON
+//	o\x00<agent>\x00<fiber>\x00<opID>  Op as JSON
+func rowKey(agent, id string) []byte { return []byte("r\x00" + agent + "\x00" + id) }
+func rowPrefix(agent string) []byte {
+	if agent == "" {
+		return []byte("r\x00")
+	}
+	return []byte("r\x00" + agent + "\x00")
+}
+func opKey(agent, fiber, op string) []byte {
+	return []byte("o\x00" + agent + "\x00" + fiber + "\x00" + op)
+}
+func opPrefix(agent, fiber string) []byte { return []byte("o\x00" + agent + "\x00" + fiber + "\x00") }
+
+// RunsProjection returns the runs projection: every agent's fiber events
+// (Filter{}) applied to one row per active fiber and one row per op of an
+// active fiber. Apply ignores other event types and events about fibers it
+// has no row for, so it is deterministic over any history. Register it once
+// per Log (OpenTable does) and share the Table among all the Runners of the
+// process.
+func RunsProjection() eventlog.Projection {
+	return eventlog.Projection{Name: RunsName, Version: runsVersion, Filter: eventlog.Filter{}, Apply: applyRuns}
+}
+
+// applyRuns is the runs projection's Apply.
+func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
+	if !isFiberEvent(e.Type) {
+		return nil
+	}
+	var p payload
+	if err := json.Unmarshal(e.Data, &p); err != nil {
+		// An event of ours we cannot read changes nothing, on every replay.
+		return nil
+	}
+	switch e.Type {
+	case EventStarted:
+		if p.ID == "" {
+			return nil
+		}
+		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name}
+		if p.CreatedAt != nil {
+			row.CreatedAt = p.CreatedAt.UTC()
+		}
+		return putJSON(b, rowKey(e.Agent, p.ID), row)
+	case EventStashed, EventRecovered:
+		row, ok, err := batchRow(b, e.Agent, p.ID)
+		if err != nil || !ok {
+			return err
+		}
+		if e.Type == EventStashed {
+			row.Snapshot = p.Snapshot
+		} else {
+			row.Attempt = p.Attempt
+		}
+		return putJSON(b, rowKey(e.Agent, p.ID), row)
+	case EventCompleted, EventFailed, EventAbandoned:
+		if p.ID == "" {
+			return nil
+		}
+		if err := b.Delete(rowKey(e.Agent, p.ID)); err != nil {
+			return err
+		}
+		return b.DeletePrefix(opPrefix(e.Agent, p.ID))
+	case EventOpStarted, EventOpCompleted:
+		if p.OpID == "" {
+			return nil
+		}
+		if _, ok, err := batchRow(b, e.Agent, p.Fiber); err != nil || !ok {
+			return err
+		}
+		k := opKey(e.Agent, p.Fiber, p.OpID)
+		if e.Type == EventOpStarted {
+			if _, err := b.Get(k); err == nil {
+				return nil // started again by a rerun: keep what is recorded
+			}
+			return putJSON(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
+		}
+		op := Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key, Completed: true, Result: p.Result}
+		if v, err := b.Get(k); err == nil {
+			var prev Op
+			if json.Unmarshal(v, &prev) == nil && op.Key == "" {
+				op.Key = prev.Key
+			}
+		}
+		if op.Result == nil {
+			op.Result = json.RawMessage("null")
+		}
+		return putJSON(b, k, op)
+	}
+	return nil
+}
+
+func putJSON(b *eventlog.Batch, k []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Set(k, data)
+}
+
+func batchRow(b *eventlog.Batch, agent, id string) (Row, bool, error) {
+	if id == "" {
+		return Row{}, false, nil
+	}
+	v, err := b.Get(rowKey(agent, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, err
+	}
+	row, err := decodeRow(agent, id, v)
+	return row, err == nil, err
+}
+
+func decodeRow(agent, id string, v []byte) (Row, error) {
+	var row Row
+	if err := json.Unmarshal(v, &row); err != nil {
+		return Row{ID: id, Agent: agent}, &eventlog.CorruptError{What: fmt.Sprintf("runs row of fiber %s of agent %s", id, agent), Err: err}
+	}
+	return row, nil
+}
+
+// View is the part of *eventlog.View a Table reads.
+type View interface {
+	Get(key []byte) ([]byte, error)
+	Scan(prefix []byte) iter.Seq2[[]byte, []byte]
+}
+
+// Projector is the part of *eventlog.Projector a Table uses to wait for the
+// runs projection.
+type Projector interface {
+	Ready() <-chan struct{}
+	WaitFor(ctx context.Context, seq eventlog.Seq) error
+}
+
+// Table reads the runs projection. One Table serves all the Runners of a
+// process; it is safe for concurrent use. Reads see what the projection has
+// applied: use WaitFor to read past a known sequence.
+type Table struct {
+	view View
+	pr   Projector
+}
+
+// NewTable returns a Table reading view (the View of RunsProjection) and
+// waiting on pr (its Projector).
+func NewTable(view View, pr Projector) *Table { return &Table{view: view, pr: pr} }
+
+// OpenTable registers RunsProjection on lg and returns its Table and
+// Projector. The caller runs the Projector (pr.Run(ctx)) before using the
+// Table, and stops it before closing lg.
+func OpenTable(lg *eventlog.Log) (*Table, *eventlog.Projector, error) {
+	pr, err := lg.NewProjector(RunsProjection())
+	if err != nil {
+		return nil, nil, fmt.Errorf("fiber: open runs table: %w", err)
+	}
+	v, err := lg.View(RunsName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fiber: open runs table: %w", err)
+	}
+	return NewTable(v, pr), pr, nil
+}
+
+// Ready is closed once the runs projection has caught up with the log as it
+// was when its projector started.
+func (t *Table) Ready() <-chan struct{} { return t.pr.Ready() }
+
+// WaitFor blocks until the projection has applied stream sequence seq, or
+// ctx is done.
+func (t *Table) WaitFor(ctx context.Context, seq eventlog.Seq) error {
+	if seq == 0 {
+		return nil
+	}
+	return t.pr.WaitFor(ctx, seq)
+}
+
+// Get returns the row of fiber id of agent, eventlog.ErrNotFound when the
+// fiber is not active, or a *eventlog.CorruptError.
+func (t *Table) Get(agent, id string) (Row, error) {
+	v, err := t.view.Get(rowKey(agent, id))
+	if err != nil {
+		return Row{}, err
+	}
+	return decodeRow(agent, id, v)
+}
+
+// Rows returns the active fibers of agent ("" for every agent), ordered by
+// agent then fiber ID. Rows that cannot be decoded are left out and
+// reported, each as a *eventlog.CorruptError naming the fiber, joined in
+// the error. The caller owns the slice.
+func (t *Table) Rows(agent string) ([]Row, error) {
+	var rows []Row
+	var errs []error
+	for row, err := range t.scan(agent) {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rows = append(rows, row)
+	}
+	return rows, errors.Join(errs...)
+}
+
+// scan yields the rows of agent ("" for all); a row that cannot be decoded
+// is yielded with its Agent and ID (from the key) and a *CorruptError.
+func (t *Table) scan(agent string) iter.Seq2[Row, error] {
+	return func(yield func(Row, error) bool) {
+		for k, v := range t.view.Scan(rowPrefix(agent)) {
+			parts := bytes.SplitN(k[2:], []byte{0}, 2)
+			if len(parts) != 2 {
+				continue
+			}
+			row, err := decodeRow(string(parts[0]), string(parts[1]), v)
+			if !yield(row, err) {
+				return
+			}
+		}
+	}
+}
+
+// Op returns op opID of fiber id of agent, with ok false when none is
+// recorded.
+func (t *Table) Op(agent, id, opID string) (op Op, ok bool, err error) {
+	v, err := t.view.Get(opKey(agent, id, opID))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return Op{}, false, nil
+	}
+	if err != nil {
+		return Op{}, false, err
+	}
+	if err := json.Unmarshal(v, &op); err != nil {
+		return Op{}, false, &eventlog.CorruptError{What: fmt.Sprintf("op %s of fiber %s of agent %s", opID, id, agent), Err: err}
+	}
+	return op, true, nil
+}
+
+// Ops returns the ops recorded for fiber id of agent, ordered by op ID.
+// The caller owns the slice.
+func (t *Table) Ops(agent, id string) ([]Op, error) {
+	var ops []Op
+	for k, v := range t.view.Scan(opPrefix(agent, id)) {
+		var op Op
+		if err := json.Unmarshal(v, &op); err != nil {
+			return ops, &eventlog.CorruptError{What: fmt.Sprintf("op %q of fiber %s of agent %s", k, id, agent), Err: err}
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
