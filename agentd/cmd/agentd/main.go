@@ -1,0 +1,73 @@
+// Command agentd runs Forever: durable AI agents on NATS JetStream, with an
+// embedded nats-server (or an external one with --nats-url), Pebble
+// projections under the data dir, and an HTTP server for /metrics, /healthz
+// and /readyz. Run "agentd -h" for the flags; each flag --x-y can also be
+// set with the environment variable FOREVER_X_Y.
+//
+// agentd stops gracefully on SIGINT or SIGTERM and exits 0; it exits 1 with
+// a one-line error when it cannot start or fails, and 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// run is main without the process exit, returning the exit code.
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := agentd.ParseFlags(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		agentd.Usage(stderr)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(stderr, opts)
+	if cfg.LogFormat == agentd.LogJSON {
+		h = slog.NewJSONHandler(stderr, opts)
+	}
+	cfg.Logger = slog.New(h)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	cfg.Registerer, cfg.Gatherer = reg, reg
+
+	d, err := agentd.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, a second one kills the process at once.
+	context.AfterFunc(ctx, stop)
+	if err := d.Run(ctx); err != nil {
+		// One line, also when shutdown errors were joined to the cause.
+		fmt.Fprintln(stderr, strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 1
+	}
+	return 0
+}

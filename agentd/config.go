@@ -1,0 +1,197 @@
+package agentd
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sync modes of the embedded server's JetStream file store.
+const (
+	// SyncAlways fsyncs every JetStream write before it is acknowledged.
+	SyncAlways = "always"
+	// SyncInterval fsyncs on the server's default interval (2 minutes): an
+	// acknowledged write can be lost on power failure.
+	SyncInterval = "interval"
+)
+
+// Log formats accepted in Config.LogFormat.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultDataDir            = "./data"
+	DefaultNATSListen         = "127.0.0.1:4222"
+	DefaultSync               = SyncAlways
+	DefaultHTTPAddr           = "127.0.0.1:8080"
+	DefaultJetStreamMaxMemory = 256 << 20 // 256 MiB
+	DefaultJetStreamMaxStore  = 10 << 30  // 10 GiB
+	DefaultChunkMaxAge        = 24 * time.Hour
+	DefaultIdleTimeout        = 2 * time.Minute
+	DefaultShutdownTimeout    = 10 * time.Second
+	DefaultLogFormat          = LogText
+)
+
+// Subdirectories of the data dir.
+const (
+	// JetStreamSubdir holds the embedded server's JetStream store. nats-server
+	// appends it to its StoreDir itself, so the server is given DataDir.
+	JetStreamSubdir = "jetstream"
+	// PebbleSubdir holds the Pebble projections.
+	PebbleSubdir = "pebble"
+)
+
+// Config configures a Daemon. A zero field means "use the default"; New
+// applies the defaults and calls Validate. ParseFlags builds one from
+// command-line flags and FOREVER_* environment variables.
+type Config struct {
+	// DataDir holds everything agentd stores: <DataDir>/jetstream (the
+	// embedded server's JetStream store) and <DataDir>/pebble (projections).
+	// It is created when missing. Default "./data".
+	DataDir string
+	// NATSURL connects to an external NATS server instead of running the
+	// embedded one. Empty (the default) runs the embedded server; NATSListen,
+	// Sync and the JetStream limits then apply to it.
+	NATSURL string
+	// NATSListen is the host:port the embedded server listens on, so other
+	// clients can connect. Port 0 picks a free port. Default 127.0.0.1:4222.
+	NATSListen string
+	// Sync is the embedded server's JetStream sync mode: SyncAlways (the
+	// default) or SyncInterval.
+	Sync string
+	// HTTPAddr is the host:port of the HTTP server (/metrics, /healthz,
+	// /readyz and handlers added with Daemon.Handle). Port 0 picks a free
+	// port. Default 127.0.0.1:8080.
+	HTTPAddr string
+	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server's
+	// JetStream memory and file storage, in bytes. Defaults 256 MiB and
+	// 10 GiB.
+	JetStreamMaxMemory, JetStreamMaxStore int64
+	// ChunkMaxAge is how long chat stream chunks are kept. Default 24h.
+	ChunkMaxAge time.Duration
+	// IdleTimeout is how long an agent stays active without work before the
+	// host deactivates it. Default 2m.
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds each step of the graceful shutdown (HTTP
+	// requests in flight, NATS drain). Default 10s.
+	ShutdownTimeout time.Duration
+	// LogLevel is the minimum level logged; the zero value is info. The
+	// embedded server's debug lines are routed only at debug level.
+	LogLevel slog.Level
+	// LogFormat is LogText (the default) or LogJSON; main uses it to build
+	// Logger.
+	LogFormat string
+
+	// Logger receives all log lines. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics and Gatherer serves them on /metrics.
+	// When both are nil, New creates a registry with the Go and process
+	// collectors. When only one is set, the other must be set as well.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// SetDefaults fills the zero fields with their defaults.
+func (c *Config) SetDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.NATSListen == "" {
+		c.NATSListen = DefaultNATSListen
+	}
+	if c.Sync == "" {
+		c.Sync = DefaultSync
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.JetStreamMaxMemory == 0 {
+		c.JetStreamMaxMemory = DefaultJetStreamMaxMemory
+	}
+	if c.JetStreamMaxStore == 0 {
+		c.JetStreamMaxStore = DefaultJetStreamMaxStore
+	}
+	if c.ChunkMaxAge == 0 {
+		c.ChunkMaxAge = DefaultChunkMaxAge
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = DefaultLogFormat
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config after defaults are applied. Errors wrap
+// ErrConfig and name the flag to change.
+func (c *Config) Validate() error {
+	switch c.Sync {
+	case SyncAlways, SyncInterval:
+	default:
+		return configErrorf("sync", "sync mode %q is not %q or %q", c.Sync, SyncAlways, SyncInterval)
+	}
+	switch c.LogFormat {
+	case LogText, LogJSON:
+	default:
+		return configErrorf("log-format", "log format %q is not %q or %q", c.LogFormat, LogText, LogJSON)
+	}
+	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
+		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)
+	}
+	if c.NATSURL == "" {
+		if _, _, err := splitAddr(c.NATSListen); err != nil {
+			return configErrorf("nats-listen", "nats listen address %q: %v", c.NATSListen, err)
+		}
+	}
+	for _, f := range []struct {
+		flag string
+		v    int64
+	}{
+		{"js-max-memory", c.JetStreamMaxMemory},
+		{"js-max-store", c.JetStreamMaxStore},
+		{"chunk-max-age", int64(c.ChunkMaxAge)},
+		{"idle-timeout", int64(c.IdleTimeout)},
+		{"shutdown-timeout", int64(c.ShutdownTimeout)},
+	} {
+		if f.v < 0 {
+			return configErrorf(f.flag, "%s must not be negative", f.flag)
+		}
+	}
+	if (c.Registerer == nil) != (c.Gatherer == nil) {
+		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)
+	}
+	return nil
+}
+
+// JetStreamDir returns where the embedded server stores JetStream data.
+func (c *Config) JetStreamDir() string { return filepath.Join(c.DataDir, JetStreamSubdir) }
+
+// PebbleDir returns where Pebble keeps the projections.
+func (c *Config) PebbleDir() string { return filepath.Join(c.DataDir, PebbleSubdir) }
+
+// splitAddr parses host:port; port must be a number in [0, 65535].
+func splitAddr(addr string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
+	}
+	return host, port, nil
+}

@@ -1,0 +1,361 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+)
+
+// Daemon runs agentd: the embedded (or an external) NATS server, the event
+// log with its Pebble projections, the HTTP server and the components added
+// to it. Create it with New, wire it with OnStart, Add, AddProjector and
+// Handle, then call Run once. Its methods are safe for concurrent use.
+type Daemon struct {
+	cfg      Config
+	logger   *slog.Logger
+	gatherer prometheus.Gatherer
+	mux      *http.ServeMux
+	started  chan struct{} // closed once Run finished starting
+	stopping chan struct{} // closed when shutdown begins
+
+	mu struct {
+		sync.Mutex
+		running    bool // Run was called
+		started    bool // components are fixed and running
+		hooks      []StartFunc
+		components []namedComponent
+		projectors []*eventlog.Projector
+		nc         *nats.Conn
+		httpAddr   string
+		natsURL    string
+	}
+}
+
+type namedComponent struct {
+	name string
+	c    Component
+}
+
+// New checks cfg (after applying defaults) and prepares a Daemon; nothing
+// starts until Run. Errors wrap ErrConfig.
+func New(cfg Config) (*Daemon, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Registerer == nil {
+		reg := newRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	d := &Daemon{
+		cfg:      cfg,
+		logger:   cfg.Logger.With("subsystem", "agentd"),
+		gatherer: cfg.Gatherer,
+		mux:      http.NewServeMux(),
+		started:  make(chan struct{}),
+		stopping: make(chan struct{}),
+	}
+	if err := d.registerMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	d.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}))
+	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
+	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
+	return d, nil
+}
+
+// Config returns the config with defaults applied.
+func (d *Daemon) Config() Config { return d.cfg }
+
+// OnStart adds fn to the functions Run calls, in order, once NATS and the
+// event log are open. Call it before Run; afterwards it returns ErrStarted.
+func (d *Daemon) OnStart(fn StartFunc) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.running {
+		return ErrStarted
+	}
+	d.mu.hooks = append(d.mu.hooks, fn)
+	return nil
+}
+
+// Add adds a component that Run runs until shutdown. Call it before Run or
+// from a StartFunc; afterwards it returns ErrStarted. name appears in logs
+// and errors.
+func (d *Daemon) Add(name string, c Component) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.started {
+		return ErrStarted
+	}
+	d.mu.components = append(d.mu.components, namedComponent{name, c})
+	return nil
+}
+
+// AddProjector runs pr like a component and holds /readyz at 503 until pr is
+// ready. Call it from a StartFunc (the projector needs the Log in Deps);
+// afterwards it returns ErrStarted.
+func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.started {
+		return ErrStarted
+	}
+	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
+	d.mu.projectors = append(d.mu.projectors, pr)
+	return nil
+}
+
+// Handle registers an HTTP handler on the daemon's server, with the pattern
+// syntax of http.ServeMux (which panics on a conflicting pattern). It may be
+// called at any time. /metrics, /healthz and /readyz are taken.
+func (d *Daemon) Handle(pattern string, h http.Handler) { d.mux.Handle(pattern, h) }
+
+// HandleFunc is Handle for a function.
+func (d *Daemon) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	d.mux.HandleFunc(pattern, h)
+}
+
+// Started is closed once Run has started everything; HTTPAddr and NATSURL
+// are then set.
+func (d *Daemon) Started() <-chan struct{} { return d.started }
+
+// Stopping is closed when the graceful shutdown begins, before HTTP stops
+// accepting requests. Long-lived handlers (streams) should end when it is.
+func (d *Daemon) Stopping() <-chan struct{} { return d.stopping }
+
+// Ready reports whether /readyz would answer 200.
+func (d *Daemon) Ready() bool {
+	_, ok := d.readiness()
+	return ok
+}
+
+// HTTPAddr returns the address the HTTP server listens on (with the port
+// picked when Config.HTTPAddr had port 0), empty before Started.
+func (d *Daemon) HTTPAddr() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.httpAddr
+}
+
+// NATSURL returns the URL clients use to reach NATS (the embedded server's
+// client URL, or Config.NATSURL), empty before Started.
+func (d *Daemon) NATSURL() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.natsURL
+}
+
+// Run starts the daemon, blocks until ctx is done or a component fails, then
+// shuts down gracefully in order: HTTP stops accepting requests (in-flight
+// ones get Config.ShutdownTimeout), components and projectors are cancelled
+// and waited for, the NATS connection is drained, the event log (Pebble) is
+// closed, and the embedded server is shut down and waited for.
+//
+// It returns nil after a shutdown caused by ctx, the first component error
+// otherwise, joined with any shutdown error. Start-up errors: ErrDataDir,
+// ErrAddrInUse, ErrConfig, ErrNATS (each with a one-line message naming the
+// flag to change), a StartFunc's error, or ErrStarted when called twice.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.mu.running {
+		d.mu.Unlock()
+		return ErrStarted
+	}
+	d.mu.running = true
+	hooks := d.mu.hooks
+	d.mu.Unlock()
+
+	cfg := &d.cfg
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return err
+	}
+	ln, err := listen("http address", "http", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	var r resources
+	r.closed = make(chan struct{})
+	fail := func(err error) error {
+		ln.Close()
+		return errors.Join(err, d.teardown(&r))
+	}
+	if cfg.NATSURL == "" {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger); err != nil {
+			return fail(err)
+		}
+	}
+	if r.nc, err = connect(cfg, r.srv, d.cfg.Logger, r.closed); err != nil {
+		return fail(err)
+	}
+	d.mu.Lock()
+	d.mu.nc = r.nc
+	d.mu.Unlock()
+	r.lg, err = eventlog.Open(ctx, eventlog.Config{
+		Conn:        r.nc,
+		Dir:         cfg.PebbleDir(),
+		ChunkMaxAge: cfg.ChunkMaxAge,
+		Logger:      d.cfg.Logger,
+		Registerer:  cfg.Registerer,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("agentd: open event log: %w", err))
+	}
+	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
+	for _, fn := range hooks {
+		if err := fn(ctx, deps); err != nil {
+			return fail(fmt.Errorf("agentd: start: %w", err))
+		}
+	}
+	return d.serve(ctx, ln, &r)
+}
+
+// resources are what Run opened, torn down in reverse order.
+type resources struct {
+	srv    *server.Server
+	nc     *nats.Conn
+	closed chan struct{} // closed when nc is closed
+	lg     *eventlog.Log
+}
+
+// serve runs the components and the HTTP server until ctx is done or one of
+// them fails, then shuts everything down.
+func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error {
+	cfg := &d.cfg
+	g, gctx := errgroup.WithContext(ctx)
+	// Components outlive gctx until HTTP has stopped; values come from ctx.
+	compCtx, stopComponents := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopComponents()
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	hs := &http.Server{
+		Handler:           d.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}
+
+	d.mu.Lock()
+	d.mu.started = true
+	components := d.mu.components
+	d.mu.httpAddr = ln.Addr().String()
+	d.mu.natsURL = cfg.NATSURL
+	if r.srv != nil {
+		d.mu.natsURL = r.srv.ClientURL()
+	}
+	d.mu.Unlock()
+
+	for _, nc := range components {
+		g.Go(func() error {
+			if err := nc.c.Run(compCtx); err != nil {
+				return fmt.Errorf("agentd: %s: %w", nc.name, err)
+			}
+			if compCtx.Err() == nil {
+				d.logger.Info("component returned before shutdown", "component", nc.name)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("agentd: http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		close(d.stopping)
+		d.logger.Info("agentd stopping", "cause", context.Cause(gctx))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		err := hs.Shutdown(sctx)
+		cancelRequests()
+		if err != nil {
+			d.logger.Warn("http requests still running after the shutdown timeout; closing them",
+				"timeout", cfg.ShutdownTimeout, "err", err)
+			hs.Close()
+		}
+		stopComponents()
+		return nil
+	})
+	d.logStarted(r)
+	close(d.started)
+
+	err := g.Wait()
+	terr := d.teardown(r)
+	if terr == nil && err == nil {
+		d.logger.Info("agentd stopped")
+	}
+	return errors.Join(err, terr)
+}
+
+// teardown drains the NATS connection, closes the event log and shuts the
+// embedded server down, skipping what was not opened.
+func (d *Daemon) teardown(r *resources) error {
+	var errs []error
+	if r.nc != nil {
+		if err := r.nc.Drain(); err != nil {
+			r.nc.Close()
+		}
+		// Drain closes the connection within DrainTimeout (ShutdownTimeout).
+		t := time.NewTimer(d.cfg.ShutdownTimeout + time.Second)
+		select {
+		case <-r.closed:
+		case <-t.C:
+			errs = append(errs, fmt.Errorf("agentd: nats drain did not finish within %s", d.cfg.ShutdownTimeout))
+			r.nc.Close()
+		}
+		t.Stop()
+	}
+	if r.lg != nil {
+		if err := r.lg.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("agentd: close event log: %w", err))
+		}
+	}
+	if r.srv != nil {
+		r.srv.Shutdown()
+		r.srv.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}
+
+// logStarted writes the start-up line and, with --sync interval, the
+// durability warning.
+func (d *Daemon) logStarted(r *resources) {
+	cfg := &d.cfg
+	dataDir := cfg.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	syncMode := cfg.Sync
+	if r.srv == nil {
+		syncMode = "set by the external server"
+	}
+	d.logger.Info("agentd started",
+		"data", dataDir,
+		"nats_url", redactURL(d.NATSURL()),
+		"nats_embedded", r.srv != nil,
+		"sync", syncMode,
+		"http", d.HTTPAddr(),
+		"log_level", levelString(cfg.LogLevel),
+	)
+	if r.srv != nil && cfg.Sync == SyncInterval {
+		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +
+			"(the Jepsen analysis of NATS 2.12.1, 2025, showed it); use --sync always for durability")
+	}
+}

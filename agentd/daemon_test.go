@@ -1,0 +1,508 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/nats-io/nats.go"
+)
+
+// testConfig is a config on free ports with its data under a temp dir.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	return Config{
+		DataDir:         t.TempDir(),
+		HTTPAddr:        "127.0.0.1:0",
+		NATSListen:      "127.0.0.1:0",
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+// startDaemon runs d until the test ends and waits for it to start. The
+// returned stop cancels Run and returns its error; the cleanup calls it
+// when the test did not.
+func startDaemon(t *testing.T, d *Daemon) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var stopped bool
+	var runErr error
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return 30s after cancel")
+			}
+		}
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-d.Started():
+	case err := <-done:
+		stopped = true
+		t.Fatalf("Run returned during start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon not started after 30s")
+	}
+	return stop
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// waitStatus polls url until it answers want.
+func waitStatus(t *testing.T, url string, want int) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get(t, url)
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: got %d %s, want %d", url, code, body, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunServesHealthReadyMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var released bool
+	releaseOnce := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	var lg *eventlog.Log
+	err = d.OnStart(func(ctx context.Context, deps *Deps) error {
+		lg = deps.Log
+		// One stored event, so the projector is ready only once it applied it.
+		if _, err := deps.Log.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: []byte(`{}`)}); err != nil {
+			return err
+		}
+		pr, err := deps.Log.NewProjector(eventlog.Projection{
+			Name: "notes", Version: 1,
+			Apply: func(b *eventlog.Batch, e eventlog.Event) error {
+				<-release
+				return b.Set([]byte(e.ID), e.Data)
+			},
+		})
+		if err != nil {
+			return err
+		}
+		return d.AddProjector(pr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, d)
+	t.Cleanup(releaseOnce) // runs before the daemon's cleanup, which waits for the projector
+	base := "http://" + d.HTTPAddr()
+
+	code, body := get(t, base+"/healthz")
+	if code != http.StatusOK {
+		t.Fatalf("/healthz: got %d %s, want 200", code, body)
+	}
+	var h health
+	if err := json.Unmarshal([]byte(body), &h); err != nil || h.Status != "ok" || h.NATS != "connected" {
+		t.Errorf("/healthz body %s (%v): want status ok, nats connected", body, err)
+	}
+
+	code, body = get(t, base+"/readyz")
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before the projection caught up: got %d %s, want 503", code, body)
+	}
+	if !strings.Contains(body, `"notes":false`) {
+		t.Errorf("/readyz body %s: want notes:false", body)
+	}
+	if d.Ready() {
+		t.Error("Ready() true before the projection caught up")
+	}
+
+	releaseOnce()
+	body = waitStatus(t, base+"/readyz", http.StatusOK)
+	if !strings.Contains(body, `"notes":true`) || !strings.Contains(body, `"status":"ready"`) {
+		t.Errorf("/readyz body %s: want ready with notes:true", body)
+	}
+
+	code, body = get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: got %d", code)
+	}
+	for _, want := range []string{
+		"forever_eventlog_events_appended_total",
+		"forever_eventlog_projection_cursor",
+		"forever_agentd_ready 1",
+		"forever_agentd_nats_connected 1",
+		"go_goroutines",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// Other clients reach the embedded server on its listen address.
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatalf("connect to %s: %v", d.NATSURL(), err)
+	}
+	defer nc.Close()
+	if _, err := lg.LastSeq(t.Context(), eventlog.Filter{}); err != nil {
+		t.Errorf("LastSeq: %v", err)
+	}
+}
+
+func TestRunAddsComponentsAndHandlers(t *testing.T) {
+	d, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	stopped := make(chan struct{})
+	if err := d.Add("ticker", ComponentFunc(func(ctx context.Context) error {
+		close(ran)
+		<-ctx.Done()
+		close(stopped)
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	d.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") })
+	stop := startDaemon(t, d)
+	<-ran
+	if code, body := get(t, "http://"+d.HTTPAddr()+"/hello"); code != 200 || body != "hi" {
+		t.Errorf("/hello: got %d %q", code, body)
+	}
+	if err := d.Add("late", ComponentFunc(func(context.Context) error { return nil })); !errors.Is(err, ErrStarted) {
+		t.Errorf("Add after start: got %v, want ErrStarted", err)
+	}
+	if err := d.Run(t.Context()); !errors.Is(err, ErrStarted) {
+		t.Errorf("second Run: got %v, want ErrStarted", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("component still running after Run returned")
+	}
+}
+
+func TestRunComponentErrorStopsDaemon(t *testing.T) {
+	d, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	fail := make(chan struct{})
+	d.Add("failing", ComponentFunc(func(ctx context.Context) error {
+		select {
+		case <-fail:
+			return boom
+		case <-ctx.Done():
+			return nil
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- d.Run(t.Context()) }()
+	<-d.Started()
+	close(fail)
+	select {
+	case err := <-done:
+		if !errors.Is(err, boom) || !strings.Contains(err.Error(), "agentd: failing: boom") {
+			t.Errorf("got %v, want agentd: failing: boom", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after a component failed")
+	}
+}
+
+func TestRunStartFuncErrorTearsDown(t *testing.T) {
+	cfg := testConfig(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	d.OnStart(func(context.Context, *Deps) error { return boom })
+	if err := d.Run(t.Context()); !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	// Everything was closed: the same data dir opens again.
+	d2, err := New(Config{DataDir: cfg.DataDir, HTTPAddr: cfg.HTTPAddr, NATSListen: cfg.NATSListen, Logger: cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, d2)
+}
+
+func TestGracefulShutdownAndReopen(t *testing.T) {
+	cfg := testConfig(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq eventlog.Seq
+	d.OnStart(func(ctx context.Context, deps *Deps) error {
+		var err error
+		seq, err = deps.Log.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: []byte(`{"n":1}`)})
+		return err
+	})
+	stop := startDaemon(t, d)
+	if err := stop(); err != nil {
+		t.Fatalf("Run after cancel: got %v, want nil", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "jetstream")); err != nil {
+		t.Errorf("jetstream dir: %v", err)
+	}
+
+	// Reopen the same data dir: the event is still there.
+	d2, err := New(Config{DataDir: cfg.DataDir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last eventlog.Seq
+	d2.OnStart(func(ctx context.Context, deps *Deps) error {
+		var err error
+		last, err = deps.Log.LastSeq(ctx, eventlog.Filter{Agent: "a1"})
+		return err
+	})
+	startDaemon(t, d2)
+	if last != seq {
+		t.Errorf("after reopen: last seq %d, want %d", last, seq)
+	}
+}
+
+func TestRunHTTPAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.HTTPAddr = ln.Addr().String()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(t.Context())
+	if !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("got %v, want ErrAddrInUse", err)
+	}
+	want := "agentd: http address " + cfg.HTTPAddr + " is in use (set --http or FOREVER_HTTP)"
+	if err.Error() != want {
+		t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
+	}
+}
+
+func TestRunNATSListenInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.NATSListen = ln.Addr().String()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(t.Context())
+	if !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("got %v, want ErrAddrInUse", err)
+	}
+	want := "agentd: nats listen address " + cfg.NATSListen + " is in use (set --nats-listen or FOREVER_NATS_LISTEN)"
+	if err.Error() != want {
+		t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
+	}
+}
+
+func TestRunDataDirUnusable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		dir  string
+		want string
+	}{
+		{"is a file", file, "agentd: data dir " + file + " is a file, not a directory (set --data or FOREVER_DATA)"},
+		{"under a file", filepath.Join(file, "sub"), "agentd: data dir " + filepath.Join(file, "sub") + ": not a directory (set --data or FOREVER_DATA)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.DataDir = tt.dir
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = d.Run(t.Context())
+			if !errors.Is(err, ErrDataDir) {
+				t.Fatalf("got %v, want ErrDataDir", err)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("message:\n got %q\nwant %q", err.Error(), tt.want)
+			}
+		})
+	}
+}
+
+func TestRunDataDirNotWritable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root can write to read-only directories")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	cfg := testConfig(t)
+	cfg.DataDir = dir
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(t.Context())
+	if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), "is not writable") {
+		t.Fatalf("got %v, want ErrDataDir saying not writable", err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"nats://u:secret@h:4222", "nats://u:xxxxx@h:4222"},
+		{"nats://tok@h:4222,nats://h2:4222", "nats://xxxxx@h:4222,nats://h2:4222"},
+	}
+	for _, tt := range tests {
+		if got := redactURL(tt.in); got != tt.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestRunSyncModes(t *testing.T) {
+	tests := []struct {
+		sync     string
+		always   bool
+		warnings int
+	}{
+		{SyncAlways, true, 0},
+		{SyncInterval, false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sync, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Sync = tt.sync
+			var logs syncBuffer
+			cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var jsDir string
+			var always bool
+			d.OnStart(func(_ context.Context, deps *Deps) error {
+				jsc := deps.Server.JetStreamConfig()
+				jsDir, always = jsc.StoreDir, jsc.SyncAlways
+				return nil
+			})
+			startDaemon(t, d)
+			if always != tt.always {
+				t.Errorf("JetStream SyncAlways: got %v, want %v", always, tt.always)
+			}
+			if want := filepath.Join(cfg.DataDir, "jetstream"); jsDir != want {
+				t.Errorf("JetStream store dir: got %s, want %s", jsDir, want)
+			}
+			if got := strings.Count(logs.String(), "acknowledged writes can be lost on power failure"); got != tt.warnings {
+				t.Errorf("durability warnings: got %d, want %d\n%s", got, tt.warnings, logs.String())
+			}
+		})
+	}
+}
+
+func TestRunExternalNATS(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{SyncAlways: true})
+	cfg := testConfig(t)
+	cfg.NATSURL = s.ClientURL()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var embedded bool
+	d.OnStart(func(_ context.Context, deps *Deps) error {
+		embedded = deps.Server != nil
+		return nil
+	})
+	startDaemon(t, d)
+	if embedded {
+		t.Error("an embedded server runs although --nats-url is set")
+	}
+	if got, want := d.NATSURL(), s.ClientURL(); got != want {
+		t.Errorf("NATSURL: got %s, want %s", got, want)
+	}
+	waitStatus(t, "http://"+d.HTTPAddr()+"/readyz", http.StatusOK)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "jetstream")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("jetstream dir in the data dir with an external NATS: %v", err)
+	}
+}
+
+func TestRunExternalNATSUnreachable(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.NATSURL = "nats://" + freeAddr(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(t.Context())
+	if !errors.Is(err, ErrNATS) {
+		t.Fatalf("got %v, want ErrNATS", err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "agentd: connect to NATS at "+cfg.NATSURL) ||
+		!strings.HasSuffix(msg, "(set --nats-url or FOREVER_NATS_URL)") {
+		t.Errorf("message %q", msg)
+	}
+}

@@ -1,0 +1,61 @@
+package agentd
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrConfig marks a bad setting: returned by Config.Validate, ParseFlags
+	// and New. The message names the flag and environment variable to change.
+	ErrConfig = errors.New("agentd: invalid config")
+	// ErrAddrInUse is returned by Run when the HTTP address or the embedded
+	// server's NATS listen address is taken. It is checked before anything
+	// starts.
+	ErrAddrInUse = errors.New("agentd: address in use")
+	// ErrDataDir is returned by Run when the data dir cannot be created, is
+	// not a directory, or is not writable.
+	ErrDataDir = errors.New("agentd: data dir unusable")
+	// ErrNATS is returned by Run when the embedded server does not start or
+	// the connection to NATS cannot be made.
+	ErrNATS = errors.New("agentd: nats unavailable")
+	// ErrStarted is returned by Run when called twice, and by Add and
+	// AddProjector when called after the daemon finished starting.
+	ErrStarted = errors.New("agentd: daemon already started")
+)
+
+// flagError is an error meant for an operator: its message is one line that
+// names the flag and environment variable to change. It wraps a sentinel and
+// the cause.
+type flagError struct {
+	msg   string
+	kind  error
+	cause error
+}
+
+func (e *flagError) Error() string { return e.msg }
+func (e *flagError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
+
+// envName returns the environment variable that sets flag.
+func envName(flag string) string {
+	return "FOREVER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// newFlagError returns "agentd: <msg> (set --<flag> or FOREVER_<FLAG>)".
+func newFlagError(kind error, cause error, flag, msg string) error {
+	return &flagError{
+		msg:   fmt.Sprintf("agentd: %s (set --%s or %s)", msg, flag, envName(flag)),
+		kind:  kind,
+		cause: cause,
+	}
+}
+
+func configErrorf(flag, format string, args ...any) error {
+	return newFlagError(ErrConfig, nil, flag, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,151 @@
+package agentd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+)
+
+// ParseFlags builds a Config from command-line arguments (without the
+// program name) and environment variables read through getenv: a flag beats
+// its FOREVER_* variable, which beats the default. Every flag --x-y has the
+// variable FOREVER_X_Y. The returned Config has its defaults applied and is
+// valid; Logger, Registerer and Gatherer are left nil for the caller to set.
+//
+// Errors: flag.ErrHelp for -h or --help (print Usage then), or an error
+// wrapping ErrConfig that names the bad flag or variable.
+func ParseFlags(args []string, getenv func(string) string) (Config, error) {
+	var cfg Config
+	cfg.SetDefaults()
+	cfg.Logger = nil
+	fs := newFlagSet(&cfg)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		v := getenv(env)
+		if v == "" || err != nil {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = newFlagError(ErrConfig, serr, f.Name, fmt.Sprintf("%s=%q: %v", env, v, serr))
+		}
+	})
+	if err != nil {
+		return Config{}, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, err
+		}
+		return Config{}, fmt.Errorf("%w: %v (see agentd -h)", ErrConfig, err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%w: unexpected argument %q (see agentd -h)", ErrConfig, fs.Arg(0))
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Usage writes the flags, their environment variables and defaults to w.
+func Usage(w io.Writer) {
+	var cfg Config
+	cfg.SetDefaults()
+	fs := newFlagSet(&cfg)
+	fmt.Fprintf(w, "Usage: agentd [flags]\n\nagentd runs Forever: durable AI agents on NATS JetStream.\n"+
+		"Each flag --x-y can also be set with the environment variable FOREVER_X_Y;\n"+
+		"a flag beats its variable, which beats the default.\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// newFlagSet defines every flag on cfg, whose current values are the
+// defaults shown in the usage text.
+func newFlagSet(cfg *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir,
+		"data `dir`: JetStream store in <dir>/jetstream, projections in <dir>/pebble")
+	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL,
+		"connect to this external NATS `url` instead of running the embedded server")
+	fs.StringVar(&cfg.NATSListen, "nats-listen", cfg.NATSListen,
+		"`host:port` the embedded NATS server listens on (port 0 picks a free port)")
+	fs.StringVar(&cfg.Sync, "sync", cfg.Sync,
+		"JetStream sync `mode` of the embedded server: always (fsync every write) or interval (faster; acknowledged writes can be lost on power failure)")
+	fs.StringVar(&cfg.HTTPAddr, "http", cfg.HTTPAddr,
+		"`host:port` of the HTTP server: /metrics, /healthz, /readyz (port 0 picks a free port)")
+	fs.Var((*byteSize)(&cfg.JetStreamMaxMemory), "js-max-memory",
+		"JetStream memory storage limit of the embedded server (`size`: bytes, or with K, M, G, T; KiB, MiB... are the same)")
+	fs.Var((*byteSize)(&cfg.JetStreamMaxStore), "js-max-store",
+		"JetStream file storage limit of the embedded server (`size`)")
+	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,
+		"how long chat stream chunks are kept")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
+		"how long an agent stays active without work")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
+		"time allowed to each graceful shutdown step (HTTP requests, NATS drain)")
+	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel,
+		"minimum log `level`: debug, info, warn or error")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat,
+		"log `format`: text or json")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
+	return fs
+}
+
+// byteSize is a flag.Value for a size in bytes with an optional binary
+// suffix: 1024, 64K, 256MiB, 10G, 1TB. All suffixes are powers of 1024.
+type byteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}}
+
+func (b *byteSize) String() string {
+	if b == nil {
+		return "0"
+	}
+	v := int64(*b)
+	for _, u := range sizeUnits {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return strconv.FormatInt(v>>u.shift, 10) + u.suffix + "iB"
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// parseSize parses a byte count with an optional suffix (see byteSize).
+func parseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "B")
+	t = strings.TrimSuffix(t, "I")
+	var shift uint
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			shift, t = u.shift, strings.TrimSuffix(t, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("size %q is not a byte count like 1048576, 256MiB or 10G", s)
+	}
+	return n << shift, nil
+}
+
+// levelString is the flag spelling of a slog level.
+func levelString(l slog.Level) string { return strings.ToLower(l.String()) }

@@ -1,0 +1,186 @@
+package agentd
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envFrom(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseFlagsDefaults(t *testing.T) {
+	cfg, err := ParseFlags(nil, envFrom(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"data", cfg.DataDir, "./data"},
+		{"nats-url", cfg.NATSURL, ""},
+		{"nats-listen", cfg.NATSListen, "127.0.0.1:4222"},
+		{"sync", cfg.Sync, SyncAlways},
+		{"http", cfg.HTTPAddr, "127.0.0.1:8080"},
+		{"js-max-memory", cfg.JetStreamMaxMemory, int64(256 << 20)},
+		{"js-max-store", cfg.JetStreamMaxStore, int64(10 << 30)},
+		{"chunk-max-age", cfg.ChunkMaxAge, 24 * time.Hour},
+		{"idle-timeout", cfg.IdleTimeout, 2 * time.Minute},
+		{"log-level", cfg.LogLevel, slog.LevelInfo},
+		{"log-format", cfg.LogFormat, LogText},
+		{"jetstream dir", cfg.JetStreamDir(), "data/jetstream"},
+		{"pebble dir", cfg.PebbleDir(), "data/pebble"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestParseFlagsPrecedence(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		get  func(Config) any
+		want any
+	}{
+		{"default", nil, nil, func(c Config) any { return c.HTTPAddr }, "127.0.0.1:8080"},
+		{"env beats default", nil, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000"},
+			func(c Config) any { return c.HTTPAddr }, "0.0.0.0:9000"},
+		{"flag beats env", []string{"--http", "127.0.0.1:9001"}, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000"},
+			func(c Config) any { return c.HTTPAddr }, "127.0.0.1:9001"},
+		{"data env", nil, map[string]string{"FOREVER_DATA": "/var/lib/forever"},
+			func(c Config) any { return c.DataDir }, "/var/lib/forever"},
+		{"data flag", []string{"-data=/d"}, map[string]string{"FOREVER_DATA": "/var/lib/forever"},
+			func(c Config) any { return c.DataDir }, "/d"},
+		{"nats url env", nil, map[string]string{"FOREVER_NATS_URL": "nats://n:4222"},
+			func(c Config) any { return c.NATSURL }, "nats://n:4222"},
+		{"nats listen env", nil, map[string]string{"FOREVER_NATS_LISTEN": "0.0.0.0:4333"},
+			func(c Config) any { return c.NATSListen }, "0.0.0.0:4333"},
+		{"sync env", nil, map[string]string{"FOREVER_SYNC": "interval"},
+			func(c Config) any { return c.Sync }, SyncInterval},
+		{"sync flag beats env", []string{"--sync", "always"}, map[string]string{"FOREVER_SYNC": "interval"},
+			func(c Config) any { return c.Sync }, SyncAlways},
+		{"log level env", nil, map[string]string{"FOREVER_LOG_LEVEL": "debug"},
+			func(c Config) any { return c.LogLevel }, slog.LevelDebug},
+		{"log level flag", []string{"--log-level", "warn"}, map[string]string{"FOREVER_LOG_LEVEL": "debug"},
+			func(c Config) any { return c.LogLevel }, slog.LevelWarn},
+		{"max store env", nil, map[string]string{"FOREVER_JS_MAX_STORE": "2GiB"},
+			func(c Config) any { return c.JetStreamMaxStore }, int64(2 << 30)},
+		{"max memory flag", []string{"--js-max-memory", "64M"}, map[string]string{"FOREVER_JS_MAX_MEMORY": "1G"},
+			func(c Config) any { return c.JetStreamMaxMemory }, int64(64 << 20)},
+		{"chunk max age env", nil, map[string]string{"FOREVER_CHUNK_MAX_AGE": "1h"},
+			func(c Config) any { return c.ChunkMaxAge }, time.Hour},
+		{"idle timeout flag", []string{"--idle-timeout", "30s"}, map[string]string{"FOREVER_IDLE_TIMEOUT": "1h"},
+			func(c Config) any { return c.IdleTimeout }, 30 * time.Second},
+		{"log format env", nil, map[string]string{"FOREVER_LOG_FORMAT": "json"},
+			func(c Config) any { return c.LogFormat }, LogJSON},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ParseFlags(tt.args, envFrom(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.get(cfg); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // substring of the message
+	}{
+		{"bad sync flag", []string{"--sync", "sometimes"}, nil, "(set --sync or FOREVER_SYNC)"},
+		{"bad sync env", nil, map[string]string{"FOREVER_SYNC": "never"}, "(set --sync or FOREVER_SYNC)"},
+		{"bad duration env", nil, map[string]string{"FOREVER_CHUNK_MAX_AGE": "soon"}, "FOREVER_CHUNK_MAX_AGE"},
+		{"bad size", []string{"--js-max-store", "lots"}, nil, "js-max-store"},
+		{"bad http addr", []string{"--http", "8080"}, nil, "(set --http or FOREVER_HTTP)"},
+		{"bad nats listen port", []string{"--nats-listen", "127.0.0.1:99999"}, nil, "(set --nats-listen or FOREVER_NATS_LISTEN)"},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "log-level"},
+		{"bad log format", nil, map[string]string{"FOREVER_LOG_FORMAT": "xml"}, "FOREVER_LOG_FORMAT"},
+		{"unknown flag", []string{"--nope"}, nil, "nope"},
+		{"stray argument", []string{"serve"}, nil, `"serve"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseFlags(tt.args, envFrom(tt.env))
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("got %v, want ErrConfig", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.want) || !strings.HasPrefix(msg, "agentd: ") || strings.Contains(msg, "\n") {
+				t.Errorf("message %q: want one line starting with agentd: and containing %q", msg, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseFlagsHelp(t *testing.T) {
+	if _, err := ParseFlags([]string{"-h"}, envFrom(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("got %v, want flag.ErrHelp", err)
+	}
+	var b strings.Builder
+	Usage(&b)
+	for _, want := range []string{"-data", "-nats-url", "-sync", "FOREVER_X_Y", `(default "127.0.0.1:8080")`, "(default 256MiB)", "env FOREVER_NATS_URL"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1024", 1024, true},
+		{"64K", 64 << 10, true},
+		{"256MiB", 256 << 20, true},
+		{"256mb", 256 << 20, true},
+		{"10G", 10 << 30, true},
+		{"1TiB", 1 << 40, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"1.5G", 0, false},
+		{"99999999999T", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSize(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+	b := byteSize(10 << 30)
+	if got, want := b.String(), "10GiB"; got != want {
+		t.Errorf("String: got %q, want %q", got, want)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	var c Config
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c.ChunkMaxAge = -time.Second
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("negative duration: got %v, want ErrConfig", err)
+	}
+	c.ChunkMaxAge = 0
+	c.Registerer = newRegistry()
+	if err := c.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("Registerer without Gatherer: got %v, want ErrConfig", err)
+	}
+}

@@ -1,0 +1,92 @@
+package agentd
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// health is the body of /healthz and /readyz.
+type health struct {
+	// Status is "ok" (healthz), "ready", "starting", "stopping" or
+	// "unavailable".
+	Status string `json:"status"`
+	// NATS is the connection status: "connected", "reconnecting", ...
+	NATS string `json:"nats"`
+	// Projections maps each registered projection to whether it caught up.
+	Projections map[string]bool `json:"projections,omitempty"`
+}
+
+// natsStatus returns the connection's status, "none" before it exists.
+func (d *Daemon) natsStatus() (string, bool) {
+	d.mu.Lock()
+	nc := d.mu.nc
+	d.mu.Unlock()
+	if nc == nil {
+		return "none", false
+	}
+	return strings.ToLower(nc.Status().String()), nc.IsConnected()
+}
+
+// handleHealthz answers 200 while the NATS connection is up, 503 otherwise.
+func (d *Daemon) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	status, ok := d.natsStatus()
+	h := health{Status: "ok", NATS: status}
+	code := http.StatusOK
+	if !ok {
+		h.Status, code = "unavailable", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// handleReadyz answers 200 once the daemon started, NATS is connected and
+// every registered projection caught up; 503 otherwise and while stopping.
+func (d *Daemon) handleReadyz(w http.ResponseWriter, _ *http.Request) {
+	h, ok := d.readiness()
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// readiness reports what /readyz shows and whether the daemon is ready.
+func (d *Daemon) readiness() (health, bool) {
+	status, connected := d.natsStatus()
+	h := health{Status: "ready", NATS: status, Projections: map[string]bool{}}
+	d.mu.Lock()
+	started := d.mu.started
+	prs := d.mu.projectors
+	d.mu.Unlock()
+	ready := started && connected
+	for _, pr := range prs {
+		select {
+		case <-pr.Ready():
+			h.Projections[pr.Name()] = true
+		default:
+			h.Projections[pr.Name()] = false
+			ready = false
+		}
+	}
+	select {
+	case <-d.stopping:
+		h.Status, ready = "stopping", false
+	default:
+		switch {
+		case !started:
+			h.Status = "starting"
+		case !connected:
+			h.Status = "unavailable"
+		case !ready:
+			h.Status = "starting"
+		}
+	}
+	return h, ready
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

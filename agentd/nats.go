@@ -1,0 +1,190 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// serverStartTimeout bounds how long the embedded server may take to accept
+// connections (JetStream recovers its streams before that).
+const serverStartTimeout = 2 * time.Minute
+
+// checkListen fails with ErrAddrInUse when addr cannot be listened on because
+// it is taken, naming flag. Port 0 is always free.
+func checkListen(what, flag, addr string) error {
+	ln, err := listen(what, flag, addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+// listen listens on addr and translates failures into errors that name flag.
+func listen(what, flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, newFlagError(ErrAddrInUse, err, flag, fmt.Sprintf("%s %s is in use", what, addr))
+	case err != nil:
+		return nil, newFlagError(ErrConfig, err, flag, fmt.Sprintf("%s %s: %v", what, addr, err))
+	}
+	return ln, nil
+}
+
+// startServer starts the embedded nats-server with JetStream storing under
+// <DataDir>/jetstream and waits until it accepts connections. The caller
+// shuts it down.
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server.Server, error) {
+	host, port, err := splitAddr(cfg.NATSListen)
+	if err != nil {
+		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	} else if err := checkListen("nats listen address", "nats-listen", cfg.NATSListen); err != nil {
+		return nil, err
+	}
+	opts := &server.Options{
+		ServerName: "agentd",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		// nats-server stores JetStream data in <StoreDir>/jetstream.
+		StoreDir:               cfg.DataDir,
+		JetStreamMaxMemory:     cfg.JetStreamMaxMemory,
+		JetStreamMaxStore:      cfg.JetStreamMaxStore,
+		SyncAlways:             cfg.Sync == SyncAlways,
+		NoSigs:                 true,
+		DisableJetStreamBanner: true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
+	}
+	nl := &serverLogger{l: logger.With("subsystem", "nats-server"), fatal: make(chan string, 1)}
+	s.SetLoggerV2(nl, logger.Enabled(ctx, slog.LevelDebug), false, false)
+	s.Start()
+	deadline := time.Now().Add(serverStartTimeout)
+	for !s.ReadyForConnections(100 * time.Millisecond) {
+		var cause error
+		select {
+		case msg := <-nl.fatal:
+			cause = errors.New(msg)
+		default:
+			switch {
+			case ctx.Err() != nil:
+				cause = ctx.Err()
+			case time.Now().After(deadline):
+				cause = fmt.Errorf("not ready after %s", serverStartTimeout)
+			}
+		}
+		if cause == nil {
+			continue
+		}
+		s.Shutdown()
+		s.WaitForShutdown()
+		if strings.Contains(cause.Error(), "address already in use") {
+			return nil, newFlagError(ErrAddrInUse, cause, "nats-listen",
+				fmt.Sprintf("nats listen address %s is in use", cfg.NATSListen))
+		}
+		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, cause)
+	}
+	select {
+	case msg := <-nl.fatal: // e.g. JetStream failed to start but clients are accepted
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("%w: embedded server: %s", ErrNATS, msg)
+	default:
+	}
+	if !s.JetStreamEnabled() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("%w: embedded server started without JetStream", ErrNATS)
+	}
+	return s, nil
+}
+
+// connect opens the daemon's NATS connection: in-process to the embedded
+// server s, or to cfg.NATSURL when s is nil. closed is closed once the
+// connection is closed (after Drain).
+func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- struct{}) (*nats.Conn, error) {
+	logger = logger.With("subsystem", "nats")
+	opts := []nats.Option{
+		nats.Name("agentd"),
+		nats.MaxReconnects(-1),
+		nats.DrainTimeout(cfg.ShutdownTimeout),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats reconnected", "url", redactURL(nc.ConnectedUrl()))
+		}),
+	}
+	u := cfg.NATSURL
+	if s != nil {
+		u = s.ClientURL()
+		opts = append(opts, nats.InProcessServer(s))
+	}
+	nc, err := nats.Connect(u, opts...)
+	if err != nil {
+		if s != nil {
+			return nil, fmt.Errorf("%w: connect to embedded server: %w", ErrNATS, err)
+		}
+		return nil, newFlagError(ErrNATS, err, "nats-url",
+			fmt.Sprintf("connect to NATS at %s: %v", redactURL(u), err))
+	}
+	return nc, nil
+}
+
+// redactURL hides passwords and tokens in NATS URLs for logs and errors.
+func redactURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			parts[i] = u.Redacted()
+		} else {
+			u.User = url.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// serverLogger routes the embedded server's log lines to slog. Fatal lines
+// (after which the server stops starting) are logged at error level and
+// reported on fatal; the process is never exited.
+type serverLogger struct {
+	l     *slog.Logger
+	fatal chan string
+}
+
+func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	s.l.Error(msg, "fatal", true)
+	select {
+	case s.fatal <- msg:
+	default:
+	}
+}
