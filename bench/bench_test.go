@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRowRatio(t *testing.T) {
+	tests := []struct {
+		name      string
+		row       Row
+		ratio     float64
+		pass, has bool
+	}{
+		{name: "rate", row: Row{Value: 50, BaselineValue: 100}, ratio: 0.5},
+		{name: "latency", row: Row{Value: 200, BaselineValue: 100, LowerIsBetter: true}, ratio: 0.5},
+		{name: "zero", row: Row{Value: 0, BaselineValue: 100, Target: 1}, ratio: 0, has: true},
+		{name: "pass", row: Row{Value: 300, BaselineValue: 100, Target: 3}, ratio: 3, pass: true, has: true},
+		{name: "miss", row: Row{Value: 130, BaselineValue: 100, LowerIsBetter: true, Target: 1 / 1.2}, ratio: 100.0 / 130, has: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.row.Ratio(); got != tt.ratio {
+				t.Errorf("Ratio() = %v, want %v", got, tt.ratio)
+			}
+			pass, has := tt.row.Pass()
+			if pass != tt.pass || has != tt.has {
+				t.Errorf("Pass() = %v, %v, want %v, %v", pass, has, tt.pass, tt.has)
+			}
+		})
+	}
+}
+
+func TestAlternate(t *testing.T) {
+	var got []string
+	rec := func(s string) func(int) error { return func(int) error { got = append(got, s); return nil } }
+	if err := alternate(3, rec("b"), rec("s"), rec("x")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b", "s", "x", "x", "s", "b", "b", "s", "x"}; !slices.Equal(got, want) {
+		t.Fatalf("order = %v, want %v", got, want)
+	}
+	var total int
+	for i := range 7 {
+		total += split(100, 7, i)
+	}
+	if total != 100 {
+		t.Fatalf("split sums to %d, want 100", total)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- {
+		lat = append(lat, time.Duration(i))
+	}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 50}, {99, 99}, {100, 100}, {1, 1}} {
+		if got := percentile(lat, tt.p); got != tt.want {
+			t.Errorf("p%v = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of nothing = %v", got)
+	}
+}
+
+func TestNumber(t *testing.T) {
+	for _, tt := range []struct {
+		v    float64
+		want string
+	}{{1234567.8, "1,234,568"}, {999.4, "999"}, {12.34, "12.3"}, {1.234, "1.23"}, {0, "0.00"}} {
+		if got := number(tt.v); got != tt.want {
+			t.Errorf("number(%v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}
+
+// TestRunSmoke runs every scenario at a tiny scale on a real embedded server
+// and checks that each prints its rows.
+func TestRunSmoke(t *testing.T) {
+	var out, progress bytes.Buffer
+	err := run(t.Context(), []string{"-sync", "interval", "-n", "0.01", "-dir", t.TempDir()}, &out, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	for _, s := range scenarios() {
+		if !strings.Contains(out.String(), s.Name+" ") {
+			t.Errorf("no row for %s in:\n%s", s.Name, out.String())
+		}
+	}
+}

@@ -1,0 +1,37 @@
+// Command bench is Forever's benchmark harness: it runs end-to-end scenarios
+// against a real embedded nats-server with JetStream and a real Pebble, and
+// prints one table in which every figure stands next to a baseline measured
+// in the same run.
+//
+// # Model
+//
+// A Scenario is a name and a function that measures something on an Env and
+// returns Rows. An Env is one JetStream sync mode: a fresh embedded server
+// storing under a temp dir (with SyncAlways for "always", the server's default
+// interval for "interval"), one client connection, and scratch dirs for Pebble.
+// With -sync both, every selected scenario runs once per mode, each mode on
+// its own server.
+//
+// Each Row is a figure (a rate or a latency), its value, the baseline it is
+// compared with and the baseline's value, and optionally a target ratio.
+//
+// # Invariants
+//
+//   - A figure is only ever compared with a baseline measured in the same run,
+//     right next to it: the machines this runs on drift up to 2x within
+//     minutes. Scenarios alternate baseline and subject in rounds
+//     (B S S B B S ...) so drift hits both alike.
+//   - The ratio is oriented so that above 1 means ours is better: ours/baseline
+//     for rates, baseline/ours for latencies. A target is a minimum ratio.
+//   - Scenarios do not share streams: each opens its own Log (own prefix and
+//     stream names) and its own raw streams on the mode's server.
+//
+// # Usage
+//
+//	go run ./bench                    # every scenario, both sync modes
+//	go run ./bench -sync always -run 'append' -n 2
+//	go run ./bench -json > results.json
+//
+// To add a scenario, write a file with a func(ctx, *Env) (Result, error) and
+// list it in scenarios() in scenario.go.
+package main

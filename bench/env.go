@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// SyncMode is how the embedded server syncs JetStream writes to disk.
+type SyncMode string
+
+const (
+	// SyncAlways fsyncs every write before acknowledging it (agentd's default).
+	SyncAlways SyncMode = "always"
+	// SyncInterval is nats-server's default: fsync every 2 minutes.
+	SyncInterval SyncMode = "interval"
+)
+
+// EnvConfig configures an Env. A zero field means "use the default".
+type EnvConfig struct {
+	// Mode is the JetStream sync mode. Default SyncAlways.
+	Mode SyncMode
+	// Scale multiplies every scenario's message counts. Default 1.
+	Scale float64
+	// Dir is where the temp dirs go. Default os.TempDir().
+	Dir string
+	// TCP connects over loopback TCP instead of in-process.
+	TCP bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the config after defaults are applied.
+func (c *EnvConfig) Validate() error {
+	if c.Mode != SyncAlways && c.Mode != SyncInterval {
+		return fmt.Errorf("bench: sync mode %q: want always or interval", c.Mode)
+	}
+	if c.Scale <= 0 || math.IsInf(c.Scale, 0) || math.IsNaN(c.Scale) {
+		return fmt.Errorf("bench: scale %v: want a positive number", c.Scale)
+	}
+	return nil
+}
+
+func (c *EnvConfig) ensureDefaults() {
+	if c.Mode == "" {
+		c.Mode = SyncAlways
+	}
+	if c.Scale == 0 {
+		c.Scale = 1
+	}
+	if c.Dir == "" {
+		c.Dir = os.TempDir()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Env is what scenarios measure on: one fresh embedded nats-server with
+// JetStream in one sync mode, a connection to it, and scratch space. Close
+// releases everything opened through it. An Env is used by one scenario at a
+// time.
+type Env struct {
+	Mode   SyncMode
+	Server *server.Server
+	Conn   *nats.Conn
+	// JS is a JetStream context on Conn with default options.
+	JS     jetstream.JetStream
+	Logger *slog.Logger
+
+	cfg     EnvConfig
+	dir     string
+	next    int
+	closers []func() error // run in reverse order by Close
+}
+
+// StartEnv starts a server storing under a new temp dir and connects to it.
+func StartEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(cfg.Dir, "forever-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: temp dir: %w", err)
+	}
+	e := &Env{Mode: cfg.Mode, Logger: cfg.Logger, cfg: cfg, dir: dir}
+	e.closers = append(e.closers, func() error { return os.RemoveAll(dir) })
+	if err := e.start(ctx); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	return e, nil
+}
+
+func (e *Env) start(ctx context.Context) error {
+	opts := &server.Options{
+		Host:               "127.0.0.1",
+		Port:               -1,
+		JetStream:          true,
+		StoreDir:           filepath.Join(e.dir, "jetstream"),
+		JetStreamMaxMemory: 64 << 20,
+		NoLog:              true,
+		NoSigs:             true,
+		SyncAlways:         e.Mode == SyncAlways,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("bench: nats server: %w", err)
+	}
+	s.Start()
+	e.closers = append(e.closers, func() error { s.Shutdown(); s.WaitForShutdown(); return nil })
+	if !s.ReadyForConnections(10 * time.Second) {
+		return errors.New("bench: nats server not ready after 10s")
+	}
+	e.Server = s
+	var copts []nats.Option
+	if !e.cfg.TCP {
+		copts = append(copts, nats.InProcessServer(s))
+	}
+	nc, err := nats.Connect(s.ClientURL(), copts...)
+	if err != nil {
+		return fmt.Errorf("bench: connect: %w", err)
+	}
+	e.closers = append(e.closers, func() error { nc.Close(); return nil })
+	e.Conn = nc
+	if e.JS, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("bench: jetstream: %w", err)
+	}
+	// Wait until JetStream answers, so the first scenario does not time its
+	// start-up.
+	if _, err := e.JS.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("bench: jetstream account info: %w", err)
+	}
+	return nil
+}
+
+// Close releases everything the Env opened, newest first, and removes its
+// temp dir.
+func (e *Env) Close() error {
+	var errs []error
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		errs = append(errs, e.closers[i]())
+	}
+	e.closers = nil
+	return errors.Join(errs...)
+}
+
+// Count returns a scenario's message count for this mode, scaled by -n:
+// always under SyncAlways, interval under SyncInterval. It is at least 1.
+func (e *Env) Count(always, interval int) int {
+	n := always
+	if e.Mode == SyncInterval {
+		n = interval
+	}
+	return max(1, int(math.Round(float64(n)*e.cfg.Scale)))
+}
+
+// id returns a fresh token naming streams and dirs, unique within the Env.
+func (e *Env) id() string {
+	e.next++
+	return strconv.Itoa(e.next)
+}
+
+// TempDir returns a new empty dir under the Env's temp dir.
+func (e *Env) TempDir() (string, error) {
+	dir := filepath.Join(e.dir, "d"+e.id())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	return dir, nil
+}
+
+// OpenLog opens an eventlog.Log with its own prefix and streams and Pebble
+// under a new temp dir. It returns a release func that closes it and deletes
+// its streams; call it when the scenario is done.
+func (e *Env) OpenLog(ctx context.Context) (*eventlog.Log, func(), error) {
+	id := e.id()
+	dir, err := e.TempDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := eventlog.Config{
+		Conn:         e.Conn,
+		Prefix:       "bench" + id,
+		EventsStream: "BENCH" + id + "_EVENTS",
+		ChunksStream: "BENCH" + id + "_CHUNKS",
+		Dir:          dir,
+		Logger:       e.Logger,
+	}
+	lg, err := eventlog.Open(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := func() {
+		lg.Close()
+		e.deleteStream(cfg.EventsStream)
+		e.deleteStream(cfg.ChunksStream)
+		os.RemoveAll(dir)
+	}
+	return lg, release, nil
+}
+
+// RawStream creates a stream configured like the event log's events stream
+// (file storage, one replica, 2m duplicate window, atomic batches allowed) on
+// subjects <prefix>.>, for raw JetStream baselines. It returns the prefix,
+// whose upper case is the stream's name, and a release func that deletes the
+// stream.
+func (e *Env) RawStream(ctx context.Context) (string, func(), error) {
+	id := e.id()
+	name, prefix := "RAW"+id, "raw"+id
+	_, err := e.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name:               name,
+		Subjects:           []string{prefix + ".>"},
+		Storage:            jetstream.FileStorage,
+		Replicas:           1,
+		Duplicates:         eventlog.DefaultDuplicates,
+		AllowAtomicPublish: true,
+		AllowDirect:        true,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: create stream %s: %w", name, err)
+	}
+	return prefix, func() { e.deleteStream(name) }, nil
+}
+
+// deleteStream removes a stream so the next scenario starts on an idle
+// store. Errors are logged: a leftover stream only costs disk.
+func (e *Env) deleteStream(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		e.Logger.Warn("delete stream", "stream", name, "err", err)
+	}
+}
+
+// OpenPebble opens a Pebble database under a new temp dir, for raw Pebble
+// baselines. The release func closes it and removes the dir.
+func (e *Env) OpenPebble() (*pebble.DB, func(), error) {
+	dir, err := e.TempDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: open pebble: %w", err)
+	}
+	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+}
+
+// quietPebble drops Pebble's informational log lines.
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)              {}
+func (quietPebble) Errorf(format string, args ...any) { slog.Error(fmt.Sprintf(format, args...)) }
+func (quietPebble) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, runs every selected scenario under every selected sync
+// mode, and writes one table (or JSON) to stdout; progress goes to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	syncFlag := fs.String("sync", "both", "JetStream sync mode: always, interval or both (each mode on its own fresh server)")
+	scale := fs.Float64("n", 1, "scale every scenario's message counts by this factor")
+	runFlag := fs.String("run", "", "run only the scenarios whose name matches this regexp")
+	jsonOut := fs.Bool("json", false, "write the results as JSON instead of a table")
+	dir := fs.String("dir", os.TempDir(), "where the server's store and Pebble dirs go (the disk under test)")
+	tcp := fs.Bool("tcp", false, "connect over loopback TCP instead of in-process")
+	verbose := fs.Bool("v", false, "log at info level")
+	list := fs.Bool("list", false, "list the scenarios and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var modes []SyncMode
+	switch *syncFlag {
+	case "both":
+		modes = []SyncMode{SyncAlways, SyncInterval}
+	case string(SyncAlways), string(SyncInterval):
+		modes = []SyncMode{SyncMode(*syncFlag)}
+	default:
+		return fmt.Errorf("-sync %q: want always, interval or both", *syncFlag)
+	}
+	re, err := regexp.Compile(*runFlag)
+	if err != nil {
+		return fmt.Errorf("-run: %w", err)
+	}
+	var selected []Scenario
+	for _, s := range scenarios() {
+		if re.MatchString(s.Name) {
+			selected = append(selected, s)
+		}
+	}
+	if *list {
+		for _, s := range selected {
+			fmt.Fprintln(stdout, s.Name)
+		}
+		return nil
+	}
+	if len(selected) == 0 {
+		return fmt.Errorf("-run %q matches no scenario", *runFlag)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	start := time.Now()
+	report := Report{Machine: machine(*dir, *tcp, *scale)}
+	for _, mode := range modes {
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Logger: logger}, selected, stderr)
+		report.Rows = append(report.Rows, rows...)
+		report.Errors = append(report.Errors, errs...)
+		if err != nil {
+			return err
+		}
+	}
+	report.Elapsed = time.Since(start).Round(100 * time.Millisecond).String()
+	if *jsonOut {
+		err = writeJSON(stdout, report)
+	} else {
+		err = writeTable(stdout, report)
+	}
+	if err != nil {
+		return err
+	}
+	if len(report.Errors) > 0 {
+		return fmt.Errorf("%d scenario runs failed", len(report.Errors))
+	}
+	return nil
+}
+
+// runMode runs the scenarios on one fresh Env. A failing scenario is
+// reported in errs and the others still run; err is for the Env itself or a
+// cancelled ctx.
+func runMode(ctx context.Context, cfg EnvConfig, selected []Scenario, progress io.Writer) (rows []Row, errs []string, err error) {
+	env, err := StartEnv(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { err = errors.Join(err, env.Close()) }()
+	for _, s := range selected {
+		if ctx.Err() != nil {
+			return rows, errs, ctx.Err()
+		}
+		t := time.Now()
+		fmt.Fprintf(progress, "%-8s %-20s ", env.Mode, s.Name)
+		res, err := s.Run(ctx, env)
+		fmt.Fprintf(progress, "%s\n", time.Since(t).Round(10*time.Millisecond))
+		for _, r := range res.Rows {
+			r.Scenario, r.Sync = s.Name, string(env.Mode)
+			rows = append(rows, r)
+		}
+		if err != nil {
+			fmt.Fprintf(progress, "  error: %v\n", err)
+			errs = append(errs, fmt.Sprintf("%s %s: %v", s.Name, env.Mode, err))
+		}
+	}
+	return rows, errs, nil
+}
