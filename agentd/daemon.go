@@ -210,8 +210,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Conn:        r.nc,
 		Dir:         cfg.PebbleDir(),
 		ChunkMaxAge: cfg.ChunkMaxAge,
-		Logger:      d.cfg.Logger,
-		Registerer:  cfg.Registerer,
+		// Without a fsync per write, atomic batches (staged in a synced
+		// store by the server) are slower than plain async publishes.
+		AsyncBatches: cfg.Sync == SyncInterval && cfg.NATSURL == "",
+		Logger:       d.cfg.Logger,
+		Registerer:   cfg.Registerer,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))

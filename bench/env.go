@@ -186,18 +186,9 @@ func (e *Env) TempDir() (string, error) {
 // under a new temp dir. It returns a release func that closes it and deletes
 // its streams; call it when the scenario is done.
 func (e *Env) OpenLog(ctx context.Context) (*eventlog.Log, func(), error) {
-	id := e.id()
-	dir, err := e.TempDir()
+	cfg, err := e.LogConfig()
 	if err != nil {
 		return nil, nil, err
-	}
-	cfg := eventlog.Config{
-		Conn:         e.Conn,
-		Prefix:       "bench" + id,
-		EventsStream: "BENCH" + id + "_EVENTS",
-		ChunksStream: "BENCH" + id + "_CHUNKS",
-		Dir:          dir,
-		Logger:       e.Logger,
 	}
 	lg, err := eventlog.Open(ctx, cfg)
 	if err != nil {
@@ -205,11 +196,39 @@ func (e *Env) OpenLog(ctx context.Context) (*eventlog.Log, func(), error) {
 	}
 	release := func() {
 		lg.Close()
-		e.deleteStream(cfg.EventsStream)
-		e.deleteStream(cfg.ChunksStream)
-		os.RemoveAll(dir)
+		e.DropLog(cfg)
 	}
 	return lg, release, nil
+}
+
+// LogConfig returns the config of a new Log: its own prefix and streams, and
+// Pebble under a new temp dir. Opening it twice, with another Dir the second
+// time, is how a scenario restarts a process. DropLog deletes what it names.
+func (e *Env) LogConfig() (eventlog.Config, error) {
+	id := e.id()
+	dir, err := e.TempDir()
+	if err != nil {
+		return eventlog.Config{}, err
+	}
+	return eventlog.Config{
+		Conn:         e.Conn,
+		Prefix:       "bench" + id,
+		EventsStream: "BENCH" + id + "_EVENTS",
+		ChunksStream: "BENCH" + id + "_CHUNKS",
+		Dir:          dir,
+		// As agentd does: atomic batches only pay off when every write is
+		// fsynced.
+		AsyncBatches: e.Mode == SyncInterval,
+		Logger:       e.Logger,
+	}, nil
+}
+
+// DropLog deletes the streams and the Pebble dir of cfg; close every Log
+// opened with it first.
+func (e *Env) DropLog(cfg eventlog.Config) {
+	e.deleteStream(cfg.EventsStream)
+	e.deleteStream(cfg.ChunksStream)
+	os.RemoveAll(cfg.Dir)
 }
 
 // RawStream creates a stream configured like the event log's events stream

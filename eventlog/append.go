@@ -60,7 +60,6 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	}
 	start := time.Now()
 	var popts []jetstream.PublishOpt
-	popts = append(popts, jetstream.WithExpectStream(stream))
 	if o.expect != nil {
 		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*o.expect)))
 	}
@@ -140,6 +139,9 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		}
 		return Seq(ack.Sequence), nil
 	}
+	if l.cfg.AsyncBatches {
+		return l.publishAsync(ctx, stream, msgs, expect, start)
+	}
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set(headerBatchID, id)
@@ -176,6 +178,49 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	return Seq(ack.Sequence), nil
 }
 
+// publishAsync publishes msgs without waiting in between, then waits for
+// every acknowledgement; see Config.AsyncBatches.
+func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq, start time.Time) (Seq, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for i, m := range msgs {
+		var popts []jetstream.PublishOpt
+		if i == 0 && expect != nil {
+			popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*expect)))
+		}
+		f, err := l.js.PublishMsgAsync(m, popts...)
+		if err != nil {
+			return 0, l.translate(err, nil)
+		}
+		futures = append(futures, f)
+	}
+	var last Seq
+	var firstErr error
+	dups := 0
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			last = Seq(ack.Sequence)
+			if ack.Duplicate {
+				dups++
+			}
+		case err := <-f.Err():
+			if firstErr == nil {
+				firstErr = l.translate(err, nil)
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	l.metrics.observeAppend(stream, "batch", len(msgs), time.Since(start))
+	if dups == len(msgs) {
+		return last, fmt.Errorf("%w: batch already stored, last at seq %d", ErrDuplicate, last)
+	}
+	return last, nil
+}
+
 // message validates e, fills in defaults and encodes it.
 func (l *Log) message(e *Event) (*nats.Msg, string, error) {
 	if l.closed() {
@@ -197,9 +242,8 @@ func (l *Log) message(e *Event) (*nats.Msg, string, error) {
 	subject, stream := l.subject(e)
 	m := nats.NewMsg(subject)
 	m.Data = body
-	m.Header.Set(HeaderType, e.Type)
-	m.Header.Set(HeaderAgent, e.Agent)
-	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	m.Header[HeaderType] = []string{e.Type}
+	m.Header[jetstream.MsgIDHeader] = []string{e.ID}
 	// Headers and subject travel in the same protocol frame; leave room for
 	// the batch headers too.
 	if size, limit := len(body)+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {

@@ -296,3 +296,33 @@ func TestBatcher(t *testing.T) {
 		t.Fatalf("add after stop: %v", err)
 	}
 }
+
+// With AsyncBatches (for sync interval) AppendBatch keeps order, dedup and
+// the expected sequence of the first event.
+func TestAppendBatchAsync(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{AsyncBatches: true, MaxBatch: 50})
+	ctx := t.Context()
+	evs := make([]eventlog.Event, 120)
+	for i := range evs {
+		evs[i] = eventlog.Event{Agent: "a1", Stream: "s1", Type: "chunk", ID: fmt.Sprintf("s1/%d", i), Data: json.RawMessage(fmt.Sprint(i))}
+	}
+	if last, err := lg.AppendBatch(ctx, evs); err != nil || last != 120 {
+		t.Fatalf("last %d, %v", last, err)
+	}
+	if _, err := lg.AppendBatch(ctx, evs[100:]); !errors.Is(err, eventlog.ErrDuplicate) {
+		t.Fatalf("retry: %v", err)
+	}
+	got, err := lg.Read(ctx, eventlog.Filter{Agent: "a1", Stream: "s1"}, 0, 0)
+	if err != nil || len(got) != 120 {
+		t.Fatalf("read %d, %v", len(got), err)
+	}
+	for i, e := range got {
+		if e.ID != fmt.Sprintf("s1/%d", i) {
+			t.Fatalf("event %d is %s", i, e.ID)
+		}
+	}
+	next := []eventlog.Event{{Agent: "a1", Stream: "s1", Type: "chunk"}, {Agent: "a1", Stream: "s1", Type: "chunk"}}
+	if _, err := lg.AppendBatch(ctx, next, eventlog.ExpectSeq(3)); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("stale: %v", err)
+	}
+}

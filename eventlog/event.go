@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 )
@@ -15,12 +16,9 @@ type Seq uint64
 // String formats the sequence in decimal.
 func (s Seq) String() string { return strconv.FormatUint(uint64(s), 10) }
 
-// Header names set on every stored event, so that tools can filter and route
-// without decoding the body.
-const (
-	HeaderType  = "Forever-Type"
-	HeaderAgent = "Forever-Agent"
-)
+// HeaderType is set on every stored event to its type, so that tools can
+// filter without decoding the body. The agent is the subject's token.
+const HeaderType = "Forever-Type"
 
 // Event is one entry of the log. Agent, Type and Data are set by the writer;
 // ID and Time are filled in by Append when empty. Seq and Subject are set on
@@ -64,9 +62,9 @@ func NewEvent(agent, typ string, v any) (Event, error) {
 
 // ValidToken reports whether s can be used as one token of a NATS subject:
 // non-empty, at most 256 bytes, no '.', '*', '>' and no whitespace or control
-// characters.
+// characters, valid UTF-8.
 func ValidToken(s string) bool {
-	if s == "" || len(s) > 256 {
+	if s == "" || len(s) > 256 || !utf8.ValidString(s) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -115,13 +113,42 @@ func (e *Event) validate() error {
 	return nil
 }
 
-// encode returns the message body of e.
+// encode returns the message body of e: the same JSON json.Marshal would
+// produce, built by hand so the data, already checked by validate, is not
+// scanned a second time (appends are on the hot path).
 func (e *Event) encode() ([]byte, error) {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("%w: encode event %s: %w", ErrInvalid, e.Type, err)
+	b := make([]byte, 0, 96+len(e.Agent)+len(e.Stream)+len(e.Type)+len(e.ID)+len(e.Data))
+	b = append(b, `{"agent":`...)
+	b = appendString(b, e.Agent)
+	if e.Stream != "" {
+		b = append(b, `,"stream":`...)
+		b = appendString(b, e.Stream)
 	}
-	return b, nil
+	b = append(b, `,"type":`...)
+	b = appendString(b, e.Type)
+	b = append(b, `,"id":`...)
+	b = appendString(b, e.ID)
+	b = append(b, `,"time":"`...)
+	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if len(e.Data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, e.Data...)
+	}
+	return append(b, '}'), nil
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			q, _ := json.Marshal(s) // rare: escapes and non-ASCII
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // decodeMsg turns a stored message into an Event. A body that is not a valid

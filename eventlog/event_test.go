@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -37,6 +38,29 @@ func FuzzDecodeMsg(f *testing.F) {
 		}
 		if e.Seq != 7 || e.Agent == "" || e.Type == "" {
 			t.Fatalf("decoded %+v", e)
+		}
+	})
+}
+
+// FuzzEncode: the hand-built envelope decodes back to the event.
+func FuzzEncode(f *testing.F) {
+	f.Add("a1", "", "fiber.started", "id-1", []byte(`{"x":1}`))
+	f.Add("a\"b\\c", "s/1", "t", "é", []byte(`"str"`))
+	f.Fuzz(func(t *testing.T, agent, stream, typ, id string, data []byte) {
+		e := Event{Agent: agent, Stream: stream, Type: typ, ID: id, Data: data}
+		if e.validate() != nil {
+			return
+		}
+		body, err := e.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeMsg(1, "s", nil, body)
+		if err != nil {
+			t.Fatalf("decode %s: %v", body, err)
+		}
+		if got.Agent != agent || got.Stream != stream || got.Type != typ || !json.Valid(body) {
+			t.Fatalf("round trip %+v from %s", got, body)
 		}
 	})
 }

@@ -43,6 +43,13 @@ type Config struct {
 	Replicas int
 	// MaxBatch caps the number of events in one atomic batch. Default 1000.
 	MaxBatch int
+	// AsyncBatches makes AppendBatch publish asynchronously and wait for every
+	// acknowledgement instead of using atomic batches. Use it when the server
+	// does not fsync each write (sync interval): there nats-server stages an
+	// atomic batch in a synced temporary store, which makes it several times
+	// slower than plain publishes. Batches are then ordered but not atomic: a
+	// failure part way can leave a prefix stored (retrying is safe, ids dedup).
+	AsyncBatches bool
 	// Dir is where Pebble keeps the projections. Empty means no projections:
 	// NewProjector and View then return ErrInvalid.
 	Dir string
