@@ -1,0 +1,308 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+	"os"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+)
+
+// DefaultAnthropicMaxTokens is the output cap when neither
+// AnthropicConfig.MaxTokens nor Request.MaxTokens is set (the Messages API
+// requires one).
+const DefaultAnthropicMaxTokens = 4096
+
+// AnthropicConfig configures the Anthropic Messages API provider.
+type AnthropicConfig struct {
+	// APIKey defaults to the ANTHROPIC_API_KEY environment variable.
+	APIKey string
+	// BaseURL defaults to https://api.anthropic.com.
+	BaseURL string
+	// Model is the default model; Request.Model overrides it. Required.
+	Model string
+	// MaxTokens is the default output cap; 0 means DefaultAnthropicMaxTokens.
+	MaxTokens int
+	// ThinkingBudget enables extended thinking with this many budget tokens
+	// (at least 1024, below the max tokens); 0 disables it.
+	ThinkingBudget int
+	// HTTPClient defaults to a client without timeout.
+	HTTPClient *http.Client
+}
+
+// Validate reports a missing model or a bad thinking budget.
+func (c AnthropicConfig) Validate() error {
+	if c.Model == "" {
+		return configError("anthropic", "Model is required")
+	}
+	if c.MaxTokens < 0 {
+		return configError("anthropic", "MaxTokens %d is negative", c.MaxTokens)
+	}
+	if c.ThinkingBudget != 0 && c.ThinkingBudget < 1024 {
+		return configError("anthropic", "ThinkingBudget %d is below 1024", c.ThinkingBudget)
+	}
+	return nil
+}
+
+// Anthropic streams from the Anthropic Messages API: text, thinking
+// (ReasoningDelta), tool_use input JSON, usage. A Continuation with
+// PartialText appends the partial answer as an assistant message and a user
+// ContinuePrompt, since current models reject assistant prefill. Safe for
+// concurrent use.
+type Anthropic struct {
+	cfg AnthropicConfig
+	svc anthropic.MessageService
+}
+
+var _ Provider = (*Anthropic)(nil)
+
+// NewAnthropic returns the provider. It fails with ErrMissingAPIKey
+// ("llm: anthropic: ANTHROPIC_API_KEY is not set") when no key is configured
+// or in the environment, and with ErrInvalidConfig when Validate fails.
+func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
+	}
+	if cfg.APIKey == "" {
+		return nil, &missingKeyError{provider: "anthropic", env: "ANTHROPIC_API_KEY"}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = DefaultAnthropicMaxTokens
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	// Built without anthropic.NewClient so nothing is read from the
+	// environment besides the key above; SDK retries are off because the
+	// chat layer owns retries.
+	opts := []option.RequestOption{
+		option.WithHTTPClient(hc),
+		option.WithEnvironmentProduction(),
+		option.WithMaxRetries(0),
+		option.WithAPIKey(cfg.APIKey),
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	return &Anthropic{cfg: cfg, svc: anthropic.NewMessageService(opts...)}, nil
+}
+
+// Name returns "anthropic".
+func (p *Anthropic) Name() string { return "anthropic" }
+
+type anthropicBlock struct {
+	toolUse  bool
+	id, name string
+	input    []byte
+}
+
+// Stream runs req. The first delta is a ResponseMeta with the message id; a
+// tool_use block yields ToolInputDelta fragments and a ToolCallDone at its
+// content_block_stop; message_stop yields Finish with the usage from
+// message_start and message_delta.
+func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
+	return stream(func(s *sink) error {
+		params, err := p.params(req)
+		if err != nil {
+			return &Error{Provider: p.Name(), Err: err}
+		}
+		var opts []option.RequestOption
+		if req.IdempotencyKey != "" {
+			opts = append(opts, option.WithHeader("Idempotency-Key", req.IdempotencyKey))
+		}
+		st := p.svc.NewStreaming(ctx, params, opts...)
+		defer st.Close()
+		blocks := map[int64]*anthropicBlock{}
+		var (
+			usage  Usage
+			reason string
+			id     string
+		)
+		for st.Next() {
+			ev := st.Current()
+			var d Delta
+			switch ev.Type {
+			case "message_start":
+				id = ev.Message.ID
+				usage.InputTokens = ev.Message.Usage.InputTokens + ev.Message.Usage.CacheReadInputTokens + ev.Message.Usage.CacheCreationInputTokens
+				usage.OutputTokens = ev.Message.Usage.OutputTokens
+				d = Delta{Kind: ResponseMeta, ResponseID: id}
+			case "content_block_start":
+				b := &anthropicBlock{}
+				if ev.ContentBlock.Type == "tool_use" {
+					b.toolUse, b.id, b.name = true, ev.ContentBlock.ID, ev.ContentBlock.Name
+				}
+				blocks[ev.Index] = b
+				continue
+			case "content_block_delta":
+				switch ev.Delta.Type {
+				case "text_delta":
+					d = Delta{Kind: TextDelta, Text: ev.Delta.Text}
+				case "thinking_delta":
+					d = Delta{Kind: ReasoningDelta, Text: ev.Delta.Thinking}
+				case "input_json_delta":
+					b := blocks[ev.Index]
+					if b == nil {
+						continue
+					}
+					b.input = append(b.input, ev.Delta.PartialJSON...)
+					d = Delta{Kind: ToolInputDelta, ToolCallID: b.id, ToolName: b.name, Text: ev.Delta.PartialJSON}
+				default:
+					continue
+				}
+			case "content_block_stop":
+				b := blocks[ev.Index]
+				if b == nil || !b.toolUse {
+					continue
+				}
+				d = Delta{Kind: ToolCallDone, ToolCallID: b.id, ToolName: b.name, Input: json.RawMessage(rawInput(b.input))}
+			case "message_delta":
+				reason = anthropicFinishReason(string(ev.Delta.StopReason))
+				if ev.Usage.OutputTokens > 0 {
+					usage.OutputTokens = ev.Usage.OutputTokens
+				}
+				if in := ev.Usage.InputTokens + ev.Usage.CacheReadInputTokens + ev.Usage.CacheCreationInputTokens; in > 0 {
+					usage.InputTokens = in
+				}
+				continue
+			case "message_stop":
+				u := usage
+				s.send(Delta{Kind: Finish, FinishReason: reason, Usage: &u, ResponseID: id})
+				return nil
+			default:
+				continue
+			}
+			if !s.send(d) {
+				return nil
+			}
+		}
+		if err := st.Err(); err != nil {
+			return p.classify(ctx, err)
+		}
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		return &Error{Provider: p.Name(), Retryable: true, Err: ErrStreamCut}
+	})
+}
+
+// classify turns an SDK error into an *Error. An error event inside the
+// stream arrives as an *anthropic.Error with the 200 status of the stream
+// and the error type from its body.
+func (p *Anthropic) classify(ctx context.Context, err error) error {
+	if cerr := ctxErr(ctx); cerr != nil {
+		return cerr
+	}
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) {
+		return &Error{Provider: p.Name(), Retryable: true, Err: err}
+	}
+	status := apiErr.StatusCode
+	if status == http.StatusOK {
+		status = 0
+	}
+	typ := apiErr.Type()
+	retry := retryableStatus(status)
+	switch typ {
+	case anthropic.ErrorTypeRateLimitError, anthropic.ErrorTypeOverloadedError,
+		anthropic.ErrorTypeAPIError, anthropic.ErrorTypeTimeoutError:
+		retry = true
+	case anthropic.ErrorTypeInvalidRequestError, anthropic.ErrorTypeAuthenticationError,
+		anthropic.ErrorTypePermissionError, anthropic.ErrorTypeNotFoundError,
+		anthropic.ErrorTypeBillingError:
+		retry = false
+	}
+	return &Error{Provider: p.Name(), Retryable: retry, Status: status, Code: string(typ), Err: err}
+}
+
+func anthropicFinishReason(r string) string {
+	switch r {
+	case "end_turn", "stop_sequence":
+		return FinishStop
+	case "tool_use":
+		return FinishToolCalls
+	case "max_tokens":
+		return FinishLength
+	}
+	return r
+}
+
+func (p *Anthropic) params(req Request) (anthropic.MessageNewParams, error) {
+	maxTokens := p.cfg.MaxTokens
+	if req.MaxTokens > 0 {
+		maxTokens = req.MaxTokens
+	}
+	params := anthropic.MessageNewParams{
+		Model:     anthropic.Model(req.model(p.cfg.Model)),
+		MaxTokens: int64(maxTokens),
+	}
+	if req.System != "" {
+		params.System = []anthropic.TextBlockParam{{Text: req.System}}
+	}
+	if p.cfg.ThinkingBudget > 0 {
+		params.Thinking = anthropic.ThinkingConfigParamOfEnabled(int64(p.cfg.ThinkingBudget))
+	}
+	for _, m := range withContinuation(req) {
+		var blocks []anthropic.ContentBlockParamUnion
+		for _, part := range m.Parts {
+			switch {
+			case part.ToolCall != nil:
+				blocks = append(blocks, anthropic.NewToolUseBlock(part.ToolCall.ID, json.RawMessage(rawInput(part.ToolCall.Input)), part.ToolCall.Name))
+			case part.ToolResult != nil:
+				blocks = append(blocks, anthropic.NewToolResultBlock(part.ToolResult.CallID, part.ToolResult.Output, part.ToolResult.IsError))
+			case part.Text != "":
+				blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+			}
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		switch m.Role {
+		case RoleUser, RoleTool: // tool results travel in user messages
+			params.Messages = append(params.Messages, anthropic.NewUserMessage(blocks...))
+		case RoleAssistant:
+			params.Messages = append(params.Messages, anthropic.NewAssistantMessage(blocks...))
+		default:
+			return params, fmt.Errorf("unknown role %q", m.Role)
+		}
+	}
+	for _, t := range req.Tools {
+		schema, err := toolSchema(t)
+		if err != nil {
+			return params, fmt.Errorf("tool %q schema: %w", t.Name, err)
+		}
+		in := anthropic.ToolInputSchemaParam{ExtraFields: map[string]any{}}
+		for k, v := range schema {
+			switch k {
+			case "type":
+			case "properties":
+				in.Properties = v
+			case "required":
+				if req, ok := v.([]any); ok {
+					for _, r := range req {
+						if s, ok := r.(string); ok {
+							in.Required = append(in.Required, s)
+						}
+					}
+				}
+			default:
+				in.ExtraFields[k] = v
+			}
+		}
+		tool := anthropic.ToolParam{Name: t.Name, InputSchema: in}
+		if t.Description != "" {
+			tool.Description = anthropic.String(t.Description)
+		}
+		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &tool})
+	}
+	return params, nil
+}

@@ -1,0 +1,135 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+)
+
+// openAIKey resolves the API key: the configured one, else OPENAI_API_KEY.
+func openAIKey(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	return os.Getenv("OPENAI_API_KEY")
+}
+
+// isOpenAIHost reports whether baseURL is empty (the default endpoint) or
+// points at api.openai.com.
+func isOpenAIHost(baseURL string) bool {
+	if baseURL == "" {
+		return true
+	}
+	u, err := url.Parse(baseURL)
+	return err == nil && strings.EqualFold(u.Hostname(), "api.openai.com")
+}
+
+// openAIOptions builds SDK options without reading the environment (the SDK
+// client would otherwise pick up OPENAI_BASE_URL, OPENAI_ORG_ID and others).
+// SDK retries are off: the chat layer owns retries and recovery.
+func openAIOptions(apiKey, baseURL string, hc *http.Client) []option.RequestOption {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	opts := []option.RequestOption{
+		option.WithHTTPClient(hc),
+		option.WithEnvironmentProduction(),
+		option.WithMaxRetries(0),
+	}
+	if baseURL != "" {
+		opts = append(opts, option.WithBaseURL(baseURL))
+	}
+	if apiKey != "" {
+		opts = append(opts, option.WithAPIKey(apiKey))
+	}
+	return opts
+}
+
+func requestOptions(req Request) []option.RequestOption {
+	if req.IdempotencyKey == "" {
+		return nil
+	}
+	return []option.RequestOption{option.WithHeader("Idempotency-Key", req.IdempotencyKey)}
+}
+
+// openAIError classifies an error from the OpenAI SDK. It returns the
+// context's cause when ctx is done.
+func openAIError(ctx context.Context, provider string, err error) error {
+	if cerr := ctxErr(ctx); cerr != nil {
+		return cerr
+	}
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		code := apiErr.Code
+		if code == "" {
+			code = apiErr.Type
+		}
+		return &Error{Provider: provider, Retryable: retryableStatus(apiErr.StatusCode), Status: apiErr.StatusCode, Code: code, Err: err}
+	}
+	var se *ssestream.StreamError
+	if errors.As(err, &se) {
+		// data: {"error": {"type": ..., "code": ..., "message": ...}} inside
+		// a 200 stream (Chat Completions servers, proxies).
+		var body struct {
+			Error struct {
+				Type string `json:"type"`
+				Code any    `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(se.Event.Data, &body)
+		code := body.Error.Type
+		if c, ok := body.Error.Code.(string); ok && c != "" {
+			code = c
+		}
+		return &Error{Provider: provider, Retryable: retryableOpenAICode(code), Code: code, Err: err}
+	}
+	// Transport failures, a cut connection (unexpected EOF), undecodable
+	// events: the request may succeed when tried again.
+	return &Error{Provider: provider, Retryable: true, Err: err}
+}
+
+// retryableOpenAICode classifies the code of an error event or a failed
+// response. Unknown codes are retryable: the chat layer caps attempts.
+func retryableOpenAICode(code string) bool {
+	switch code {
+	case "invalid_request_error", "invalid_prompt", "authentication_error",
+		"permission_error", "invalid_api_key", "not_found_error",
+		"context_length_exceeded", "content_filter", "insufficient_quota",
+		"model_not_found", "unsupported_parameter", "bio_policy",
+		"misalignment_policy_violation", "data_residency_mismatch":
+		return false
+	}
+	if strings.HasPrefix(code, "invalid_") || strings.HasPrefix(code, "image_") {
+		return false
+	}
+	return true
+}
+
+// toolSchema decodes a tool's JSON Schema into a map; nil schema is an
+// empty object schema.
+func toolSchema(t Tool) (map[string]any, error) {
+	if len(t.Schema) == 0 {
+		return map[string]any{"type": "object", "properties": map[string]any{}}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(t.Schema, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// rawInput returns the tool input, "{}" when empty.
+func rawInput(in json.RawMessage) string {
+	if len(in) == 0 {
+		return "{}"
+	}
+	return string(in)
+}

@@ -1,0 +1,242 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"sort"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// ChatCompletionsConfig configures an OpenAI-compatible Chat Completions
+// endpoint (OpenAI, Ollama, llama.cpp, vLLM).
+type ChatCompletionsConfig struct {
+	// APIKey is required for api.openai.com, where it defaults to the
+	// OPENAI_API_KEY environment variable; optional elsewhere (the
+	// environment is not read for other hosts, so the key never leaks to
+	// them).
+	APIKey string
+	// BaseURL defaults to https://api.openai.com/v1; for example
+	// http://localhost:11434/v1 for Ollama.
+	BaseURL string
+	// Model is the default model; Request.Model overrides it. Required.
+	Model string
+	// HTTPClient defaults to a client without timeout.
+	HTTPClient *http.Client
+}
+
+// Validate reports a missing model.
+func (c ChatCompletionsConfig) Validate() error {
+	if c.Model == "" {
+		return configError("chatcompletions", "Model is required")
+	}
+	return nil
+}
+
+// ChatCompletions streams from a Chat Completions endpoint: text, reasoning
+// (the reasoning_content or reasoning delta field of compatible servers),
+// tool call deltas and usage (stream_options.include_usage). Continuation
+// sends the partial text and a ContinuePrompt. Safe for concurrent use.
+type ChatCompletions struct {
+	cfg ChatCompletionsConfig
+	svc openai.ChatCompletionService
+}
+
+var _ Provider = (*ChatCompletions)(nil)
+
+// NewChatCompletions returns the provider. It fails with ErrMissingAPIKey
+// ("llm: chatcompletions: OPENAI_API_KEY is not set") when BaseURL is
+// api.openai.com (or empty) and no key is configured or in the environment,
+// and with ErrInvalidConfig when Validate fails.
+func NewChatCompletions(cfg ChatCompletionsConfig) (*ChatCompletions, error) {
+	if isOpenAIHost(cfg.BaseURL) {
+		cfg.APIKey = openAIKey(cfg.APIKey)
+		if cfg.APIKey == "" {
+			return nil, &missingKeyError{provider: "chatcompletions", env: "OPENAI_API_KEY"}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &ChatCompletions{cfg: cfg, svc: openai.NewChatCompletionService(openAIOptions(cfg.APIKey, cfg.BaseURL, cfg.HTTPClient)...)}, nil
+}
+
+// Name returns "chatcompletions".
+func (p *ChatCompletions) Name() string { return "chatcompletions" }
+
+type chatCall struct {
+	id, name string
+	args     []byte
+}
+
+// Stream runs req. Tool calls are reported as ToolInputDelta fragments while
+// they stream and as ToolCallDone deltas, in index order, when the choice
+// finishes. The Finish delta follows the usage chunk.
+func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
+	return stream(func(s *sink) error {
+		params, err := p.params(req)
+		if err != nil {
+			return &Error{Provider: p.Name(), Err: err}
+		}
+		st := p.svc.NewStreaming(ctx, params, requestOptions(req)...)
+		defer st.Close()
+		calls := map[int64]*chatCall{}
+		var (
+			finish string
+			usage  *Usage
+			metaID string
+		)
+		for st.Next() {
+			chunk := st.Current()
+			if metaID == "" && chunk.ID != "" {
+				metaID = chunk.ID
+				if !s.send(Delta{Kind: ResponseMeta, ResponseID: metaID}) {
+					return nil
+				}
+			}
+			if chunk.JSON.Usage.Valid() && chunk.Usage.JSON.CompletionTokens.Valid() {
+				usage = &Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+			}
+			for _, ch := range chunk.Choices {
+				if ch.Index != 0 {
+					continue
+				}
+				if r := reasoningField(ch.Delta); r != "" {
+					if !s.send(Delta{Kind: ReasoningDelta, Text: r}) {
+						return nil
+					}
+				}
+				if ch.Delta.Content != "" {
+					if !s.send(Delta{Kind: TextDelta, Text: ch.Delta.Content}) {
+						return nil
+					}
+				}
+				for _, tc := range ch.Delta.ToolCalls {
+					c := calls[tc.Index]
+					if c == nil {
+						c = &chatCall{}
+						calls[tc.Index] = c
+					}
+					if tc.ID != "" {
+						c.id = tc.ID
+					}
+					if tc.Function.Name != "" {
+						c.name = tc.Function.Name
+					}
+					c.args = append(c.args, tc.Function.Arguments...)
+					if tc.Function.Arguments != "" {
+						if !s.send(Delta{Kind: ToolInputDelta, ToolCallID: c.id, ToolName: c.name, Text: tc.Function.Arguments}) {
+							return nil
+						}
+					}
+				}
+				if ch.FinishReason != "" && finish == "" {
+					finish = ch.FinishReason
+					idx := make([]int64, 0, len(calls))
+					for i := range calls {
+						idx = append(idx, i)
+					}
+					sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+					for _, i := range idx {
+						c := calls[i]
+						if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.id, ToolName: c.name, Input: json.RawMessage(rawInput(c.args))}) {
+							return nil
+						}
+					}
+				}
+			}
+		}
+		if err := st.Err(); err != nil {
+			return openAIError(ctx, p.Name(), err)
+		}
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		if finish == "" {
+			return &Error{Provider: p.Name(), Retryable: true, Err: ErrStreamCut}
+		}
+		s.send(Delta{Kind: Finish, FinishReason: finish, Usage: usage, ResponseID: metaID})
+		return nil
+	})
+}
+
+// reasoningField reads the non-standard reasoning text of compatible
+// servers: reasoning_content (vLLM, llama.cpp, DeepSeek) or reasoning
+// (Ollama).
+func reasoningField(d openai.ChatCompletionChunkChoiceDelta) string {
+	for _, name := range []string{"reasoning_content", "reasoning"} {
+		// Extra fields are never Valid (they have no declared type); read
+		// the raw JSON.
+		f, ok := d.JSON.ExtraFields[name]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(req.model(p.cfg.Model)),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	if req.MaxTokens > 0 {
+		// max_tokens rather than max_completion_tokens: every compatible
+		// server understands it.
+		params.MaxTokens = param.NewOpt(int64(req.MaxTokens))
+	}
+	if req.System != "" {
+		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
+	}
+	for _, m := range withContinuation(req) {
+		switch m.Role {
+		case RoleUser:
+			params.Messages = append(params.Messages, openai.UserMessage(messageText(m)))
+		case RoleAssistant:
+			var a openai.ChatCompletionAssistantMessageParam
+			if t := messageText(m); t != "" {
+				a.Content.OfString = param.NewOpt(t)
+			}
+			for _, part := range m.Parts {
+				if tc := part.ToolCall; tc != nil {
+					a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+						OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+							ID:       tc.ID,
+							Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: rawInput(tc.Input)},
+						},
+					})
+				}
+			}
+			params.Messages = append(params.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case RoleTool:
+			for _, part := range m.Parts {
+				if tr := part.ToolResult; tr != nil {
+					params.Messages = append(params.Messages, openai.ToolMessage(tr.Output, tr.CallID))
+				}
+			}
+		default:
+			return params, fmt.Errorf("unknown role %q", m.Role)
+		}
+	}
+	for _, t := range req.Tools {
+		schema, err := toolSchema(t)
+		if err != nil {
+			return params, fmt.Errorf("tool %q schema: %w", t.Name, err)
+		}
+		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(schema)}
+		if t.Description != "" {
+			fd.Description = param.NewOpt(t.Description)
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
+	}
+	return params, nil
+}

@@ -1,0 +1,85 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+// recover continues the response req.Continue.ResponseID. It first
+// retrieves the response: a background response still queued or running is
+// streamed again from after Continue.SequenceNumber (GET
+// /responses/{id}?stream=true&starting_after=N); any other response is
+// finished from its stored output.
+func (p *OpenAIResponses) recover(ctx context.Context, req Request, s *sink) error {
+	c := req.Continue
+	resp, err := p.svc.Get(ctx, c.ResponseID, responses.ResponseGetParams{}, requestOptions(req)...)
+	if err != nil {
+		return openAIError(ctx, p.Name(), err)
+	}
+	running := resp.Status == responses.ResponseStatusQueued || resp.Status == responses.ResponseStatusInProgress
+	if running && resp.Background {
+		// The SDK sends stream=true in a JSON body, which a GET does not
+		// carry reliably; the API reads it from the query.
+		st := p.svc.GetStreaming(ctx, c.ResponseID, responses.ResponseGetParams{
+			StartingAfter: param.NewOpt(c.SequenceNumber),
+		}, append(requestOptions(req), option.WithQuery("stream", "true"))...)
+		return p.consume(ctx, st, s, c.ResponseID)
+	}
+	switch resp.Status {
+	case responses.ResponseStatusCompleted, responses.ResponseStatusIncomplete:
+		return p.finishStored(resp, c, s)
+	case responses.ResponseStatusFailed:
+		code := string(resp.Error.Code)
+		return &Error{Provider: p.Name(), Retryable: retryableOpenAICode(code), Code: code,
+			Err: fmt.Errorf("response %s failed: %s", resp.ID, resp.Error.Message)}
+	case responses.ResponseStatusQueued, responses.ResponseStatusInProgress:
+		return &Error{Provider: p.Name(), Retryable: true, Err: fmt.Errorf("%w: %s is %s", ErrNotReady, resp.ID, resp.Status)}
+	default:
+		return &Error{Provider: p.Name(), Err: fmt.Errorf("%w: response %s is %s", ErrContinuation, resp.ID, resp.Status)}
+	}
+}
+
+// finishStored yields the stored response's text after c.PartialText, its
+// function calls, and a Finish delta.
+func (p *OpenAIResponses) finishStored(resp *responses.Response, c *Continuation, s *sink) error {
+	text := resp.OutputText()
+	if !strings.HasPrefix(text, c.PartialText) {
+		return &Error{Provider: p.Name(), Err: fmt.Errorf("%w: partial text is not a prefix of stored response %s", ErrContinuation, resp.ID)}
+	}
+	base := Delta{ResponseID: resp.ID, SequenceNumber: c.SequenceNumber}
+	meta := base
+	meta.Kind = ResponseMeta
+	if !s.send(meta) {
+		return nil
+	}
+	if rest := text[len(c.PartialText):]; rest != "" {
+		d := base
+		d.Kind, d.Text = TextDelta, rest
+		if !s.send(d) {
+			return nil
+		}
+	}
+	for _, item := range resp.Output {
+		if item.Type != "function_call" {
+			continue
+		}
+		d := base
+		d.Kind, d.ToolCallID, d.ToolName = ToolCallDone, item.CallID, item.Name
+		d.Input = json.RawMessage(rawInput(json.RawMessage(item.Arguments.OfString)))
+		if !s.send(d) {
+			return nil
+		}
+	}
+	fin := base
+	fin.Kind = Finish
+	fin.FinishReason = responseFinishReason(*resp, false)
+	fin.Usage = &Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
+	s.send(fin)
+	return nil
+}

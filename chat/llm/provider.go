@@ -1,0 +1,161 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+)
+
+// Provider streams one model turn.
+//
+// Stream returns a single-use iterator. It yields deltas in the order the
+// model produced them; a successful stream ends with exactly one [Finish]
+// delta. A failed stream ends with one (Delta{}, err) pair, where err is an
+// [*Error] that says whether retrying can help, or the context's cause when
+// ctx ended. Breaking out of the loop closes the underlying connection.
+// Nothing happens until the iterator is ranged over.
+//
+// Implementations in this package are safe for concurrent use; each Stream
+// call is independent.
+type Provider interface {
+	// Name is a short stable identifier: "local", "openai",
+	// "chatcompletions", "anthropic".
+	Name() string
+	// Stream runs req and yields what the model produces.
+	Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
+}
+
+// Role is the author of a Message.
+type Role string
+
+// Roles of conversation messages.
+const (
+	// RoleUser messages carry text parts written by the user.
+	RoleUser Role = "user"
+	// RoleAssistant messages carry model text and tool calls.
+	RoleAssistant Role = "assistant"
+	// RoleTool messages carry tool results answering earlier tool calls.
+	RoleTool Role = "tool"
+)
+
+// Request is one model call. The provider does not retain it.
+type Request struct {
+	// Model overrides the provider's configured model when set.
+	Model string
+	// System is the system prompt (instructions); empty for none.
+	System string
+	// Messages is the visible conversation, oldest first.
+	Messages []Message
+	// Tools the model may call.
+	Tools []Tool
+	// MaxTokens caps the output; 0 uses the provider's default.
+	MaxTokens int
+	// Continue, when set, asks the provider to finish an earlier, interrupted
+	// answer to the same Messages instead of starting a new one. See
+	// [Continuation].
+	Continue *Continuation
+	// IdempotencyKey is sent as the Idempotency-Key header by the remote
+	// providers when set.
+	IdempotencyKey string
+}
+
+// Continuation is what the chat layer persisted of an interrupted turn.
+// Providers use the parts they understand:
+//
+//   - OpenAIResponses with ResponseID: resume the background stream after
+//     SequenceNumber, or read the stored response and yield its text beyond
+//     PartialText.
+//   - Anthropic, ChatCompletions, and OpenAIResponses without ResponseID: send
+//     PartialText as an assistant message followed by a user message
+//     [ContinuePrompt]; the model's answer is the rest of the text.
+//   - Local: yield the rest of the same deterministic answer after PartialText.
+//
+// In every case the yielded text is only what comes after PartialText, so the
+// caller appends it to what it already has.
+type Continuation struct {
+	// PartialText is the assistant text already received for this turn.
+	PartialText string
+	// ResponseID is the provider's response id, from a [ResponseMeta] delta.
+	ResponseID string
+	// SequenceNumber is the SequenceNumber of the last delta received.
+	SequenceNumber int64
+}
+
+// Message is one conversation entry.
+type Message struct {
+	Role  Role
+	Parts []Part
+}
+
+// Part is one piece of a message: exactly one of Text, ToolCall or ToolResult
+// is set. User messages hold text; assistant messages hold text and tool
+// calls; tool messages hold tool results.
+type Part struct {
+	Text       string
+	ToolCall   *ToolCall
+	ToolResult *ToolResult
+}
+
+// ToolCall is a call the model made.
+type ToolCall struct {
+	ID    string
+	Name  string
+	Input json.RawMessage // the arguments, a JSON object
+}
+
+// ToolResult answers the ToolCall with the same ID.
+type ToolResult struct {
+	CallID  string
+	Output  string
+	IsError bool
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	// Schema is the JSON Schema of the input, an object schema; nil means
+	// no parameters.
+	Schema json.RawMessage
+}
+
+// Text returns a message of role r with one text part.
+func Text(r Role, text string) Message {
+	return Message{Role: r, Parts: []Part{{Text: text}}}
+}
+
+// ContinuePrompt is the hidden user message that asks a remote model to
+// continue an interrupted answer. The chat layer never shows it.
+const ContinuePrompt = "Continue exactly where you left off. Do not repeat anything you already wrote; output only the rest of your answer."
+
+// withContinuation returns req.Messages, followed, when req.Continue has
+// PartialText, by the partial assistant text and a user [ContinuePrompt].
+// Current models reject assistant prefill, so the partial answer is never the
+// last message.
+func withContinuation(req Request) []Message {
+	c := req.Continue
+	if c == nil || c.PartialText == "" {
+		return req.Messages
+	}
+	msgs := make([]Message, 0, len(req.Messages)+2)
+	msgs = append(msgs, req.Messages...)
+	msgs = append(msgs, Text(RoleAssistant, c.PartialText), Text(RoleUser, ContinuePrompt))
+	return msgs
+}
+
+// messageText concatenates the text parts of m.
+func messageText(m Message) string {
+	var s string
+	for _, p := range m.Parts {
+		s += p.Text
+	}
+	return s
+}
+
+// model returns the request's model, or def.
+func (r Request) model(def string) string {
+	if r.Model != "" {
+		return r.Model
+	}
+	return def
+}
