@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +59,6 @@ func appendSingleSize(ctx context.Context, env *Env, n, size int) ([]Row, error)
 		return nil, err
 	}
 	defer releaseRaw()
-	streamName := strings.ToUpper(prefix)
 
 	data, subject, ev := payload(size), prefix+".a1", benchEvent("a1", size)
 	raw := func() error {
@@ -82,9 +80,8 @@ func appendSingleSize(ctx context.Context, env *Env, n, size int) ([]Row, error)
 		m := nats.NewMsg(subject)
 		m.Data = body
 		m.Header.Set(eventlog.HeaderType, ev.Type)
-		m.Header.Set(eventlog.HeaderAgent, ev.Agent)
 		m.Header.Set(jetstream.MsgIDHeader, nuid.Next())
-		_, err := env.JS.PublishMsg(ctx, m, jetstream.WithExpectStream(streamName))
+		_, err := env.JS.PublishMsg(ctx, m)
 		return err
 	}
 	var base, sameS, sub series

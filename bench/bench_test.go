@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -93,5 +94,39 @@ func TestRunSmoke(t *testing.T) {
 		if !strings.Contains(out.String(), s.Name+" ") {
 			t.Errorf("no row for %s in:\n%s", s.Name, out.String())
 		}
+	}
+}
+
+// TestFiberSmoke runs the fiber scenarios at a tiny scale under sync always
+// (TestRunSmoke covers interval) and checks that every row measured both
+// sides and that the recovery target row is there.
+func TestFiberSmoke(t *testing.T) {
+	var out, progress bytes.Buffer
+	err := run(t.Context(), []string{"-sync", "always", "-run", "^fiber-", "-n", "0.01", "-json", "-dir", t.TempDir()}, &out, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	var rep struct{ Rows []Row }
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out.String())
+	}
+	perScenario := map[string]int{}
+	targets := 0
+	for _, r := range rep.Rows {
+		perScenario[r.Scenario]++
+		if r.Value <= 0 || r.BaselineValue <= 0 {
+			t.Errorf("%s %q: value %v, baseline %q %v: want both measured", r.Scenario, r.Figure, r.Value, r.Baseline, r.BaselineValue)
+		}
+		if r.Scenario == "fiber-recovery" && r.Target != 0 {
+			targets++
+		}
+	}
+	for _, name := range []string{"fiber-run", "fiber-stash", "fiber-recovery"} {
+		if perScenario[name] == 0 {
+			t.Errorf("no rows for %s", name)
+		}
+	}
+	if got, want := targets, 2; got != want {
+		t.Errorf("fiber-recovery target rows = %d, want %d (new and same pebble)", got, want)
 	}
 }

@@ -66,6 +66,9 @@ func scenarios() []Scenario {
 		{Name: "append-async", Run: appendAsync},
 		{Name: "append-batch", Run: appendBatch},
 		{Name: "projection-catchup", Run: projectionCatchup},
+		{Name: "fiber-run", Run: fiberRun},
+		{Name: "fiber-stash", Run: fiberStash},
+		{Name: "fiber-recovery", Run: fiberRecovery},
 	}
 }
 

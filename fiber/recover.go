@@ -119,11 +119,15 @@ func (r *Runner) Recover(ctx context.Context) error {
 			r.report(ctx, fmt.Errorf("fiber: recover agent %s: cannot read the runs row (rebuild the runs projection): %w", r.cfg.Agent, err))
 		}
 	}
+	// Only appends made before the claims can have ended a claimed fiber;
+	// read that point once, not per orphan after the recoveries' own appends
+	// (which made every orphan wait for the projection).
+	seen := eventlog.Seq(r.lastSeq.Load())
 	var wg sync.WaitGroup
 	for _, o := range orphans {
 		wg.Go(func() {
 			defer r.wg.Done()
-			row, ok, err := r.confirm(ctx, o.row, waited)
+			row, ok, err := r.confirm(ctx, o.row, waited, seen)
 			if err != nil || !ok {
 				r.settle(o.row.ID, o.slot)
 				if err != nil && ctx.Err() == nil {
@@ -157,8 +161,7 @@ func (r *Runner) catchUp(ctx context.Context) (eventlog.Seq, error) {
 
 // confirm re-reads row if this Runner appended after the table was caught up
 // (a fiber of ours may have ended between the scan and the claim).
-func (r *Runner) confirm(ctx context.Context, row Row, waited eventlog.Seq) (Row, bool, error) {
-	seq := eventlog.Seq(r.lastSeq.Load())
+func (r *Runner) confirm(ctx context.Context, row Row, waited, seq eventlog.Seq) (Row, bool, error) {
 	if seq <= waited {
 		return row, true, nil
 	}
