@@ -74,6 +74,7 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 	t.Run("StopsOnSIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
 	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })
+	t.Run("CrashRecovery", func(t *testing.T) { testBinaryCrashRecovery(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

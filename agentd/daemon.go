@@ -38,10 +38,16 @@ type Daemon struct {
 		hooks      []StartFunc
 		components []namedComponent
 		projectors []*eventlog.Projector
+		readies    []namedReady
 		nc         *nats.Conn
 		httpAddr   string
 		natsURL    string
 	}
+}
+
+type namedReady struct {
+	name  string
+	ready <-chan struct{}
 }
 
 type namedComponent struct {
@@ -118,6 +124,19 @@ func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
 	}
 	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
 	d.mu.projectors = append(d.mu.projectors, pr)
+	return nil
+}
+
+// AddReady holds /readyz at 503 until ready is closed. Use it for a view a
+// component runs itself (a Component that owns its projector). Call it from
+// a StartFunc; afterwards it returns ErrStarted.
+func (d *Daemon) AddReady(name string, ready <-chan struct{}) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.started {
+		return ErrStarted
+	}
+	d.mu.readies = append(d.mu.readies, namedReady{name, ready})
 	return nil
 }
 

@@ -57,6 +57,7 @@ func (d *Daemon) readiness() (health, bool) {
 	d.mu.Lock()
 	started := d.mu.started
 	prs := d.mu.projectors
+	readies := d.mu.readies
 	d.mu.Unlock()
 	ready := started && connected
 	for _, pr := range prs {
@@ -65,6 +66,15 @@ func (d *Daemon) readiness() (health, bool) {
 			h.Projections[pr.Name()] = true
 		default:
 			h.Projections[pr.Name()] = false
+			ready = false
+		}
+	}
+	for _, r := range readies {
+		select {
+		case <-r.ready:
+			h.Projections[r.name] = true
+		default:
+			h.Projections[r.name] = false
 			ready = false
 		}
 	}

@@ -60,6 +60,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	if err := wire(d); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// After the first signal, a second one kills the process at once.
@@ -70,4 +74,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// wire registers the built-in agent types on a host attached to d.
+func wire(d *agentd.Daemon) error {
+	host := agentd.NewHost(agentd.HostConfig{})
+	if err := host.Register("steps", agentd.NewStepsAgent); err != nil {
+		return err
+	}
+	return host.Attach(d)
 }

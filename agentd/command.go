@@ -1,0 +1,101 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/keepalive"
+)
+
+// Verbs the NATS service answers on forever.cmd.<agent>.<verb>.
+var Verbs = []string{"chat", "messages", "status", "fibers", "schedules", "cancel", "interrupt", "start", "state"}
+
+// Status is the reply to the status command.
+type Status struct {
+	Agent     string `json:"agent"`
+	Type      string `json:"type"`
+	Active    bool   `json:"active"`
+	Fibers    int    `json:"fibers"`
+	Schedules int    `json:"schedules"`
+	KeepAlive int    `json:"keepalive"`
+	// Agent is what the agent adds when it handles "status" itself.
+	Detail any `json:"detail,omitempty"`
+}
+
+// FiberInfo is one row of the fibers command's reply.
+type FiberInfo struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Attempt   int             `json:"attempt"`
+	CreatedAt string          `json:"createdAt"`
+	Snapshot  json.RawMessage `json:"snapshot,omitempty"`
+}
+
+// Command runs a command for an agent and returns its reply. status, fibers
+// and schedules are answered by the host from the projections without
+// activating the agent (status adds the agent's own answer when it is
+// active and handles "status"); other verbs activate the agent and go to its
+// CommandHandler.
+//
+// Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
+// the caller can act on them; StatusCode maps them to codes.
+func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
+	typ, err := h.TypeOf(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
+		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
+	}
+	switch cmd.Verb {
+	case "fibers":
+		rows, err := h.table.Rows(cmd.Agent)
+		out := make([]FiberInfo, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot})
+		}
+		return out, err
+	case "schedules":
+		list, err := h.sched.List(cmd.Agent)
+		if list == nil {
+			list = []keepalive.Schedule{}
+		}
+		return list, err
+	case "status":
+		return h.status(ctx, cmd, typ)
+	}
+	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
+		ch, ok := inst.agent.(CommandHandler)
+		if !ok {
+			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
+		}
+		return ch.HandleCommand(ctx, cmd)
+	})
+}
+
+func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error) {
+	rows, err := h.table.Rows(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	scheds, err := h.sched.List(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{Agent: cmd.Agent, Type: typ, Active: h.Active(cmd.Agent), Fibers: len(rows), Schedules: len(scheds), KeepAlive: h.pool.Held(cmd.Agent)}
+	if st.Active {
+		h.mu.Lock()
+		inst := h.mu.agents[cmd.Agent]
+		h.mu.Unlock()
+		if inst != nil {
+			<-inst.built
+			if ch, ok := inst.agent.(CommandHandler); ok && inst.err == nil {
+				if detail, err := ch.HandleCommand(ctx, cmd); err == nil {
+					st.Detail = detail
+				}
+			}
+		}
+	}
+	return st, nil
+}

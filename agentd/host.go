@@ -1,0 +1,422 @@
+package agentd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/keepalive"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// HostConfig configures a Host. Zero fields take the defaults.
+type HostConfig struct {
+	// IdleTimeout is how long an agent with no keepalive ref and no command in
+	// flight stays active. Default: the daemon's Config.IdleTimeout (2m).
+	IdleTimeout time.Duration
+	// DefaultType is the type of agent ids no registered type claims; empty
+	// means such ids are unknown (ErrNotFound).
+	DefaultType string
+	// MaxAttempts caps recovery attempts of a fiber (fiber.DefaultMaxAttempts).
+	MaxAttempts int
+	// BackoffBase is the first delay between recovery attempts.
+	BackoffBase time.Duration
+}
+
+// Host is the agent runtime: it knows the registered agent types, activates
+// an agent on first use, routes commands and due schedules to it, recovers
+// its orphaned fibers after a restart, and deactivates it when idle.
+//
+// An agent id belongs to type T if it is T or starts with "T:" (for example
+// "steps:demo"); otherwise to HostConfig.DefaultType.
+type Host struct {
+	cfg   HostConfig
+	types map[string]Factory // fixed once the daemon starts
+
+	// Set by start, before run.
+	deps   *Deps
+	table  *fiber.Table
+	pool   *keepalive.Pool
+	sched  *keepalive.Scheduler
+	logger *slog.Logger
+	active prometheus.Gauge
+
+	ready chan struct{} // closed once startup recovery was started
+	wg    sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		ctx    context.Context // the host's run context, nil until run
+		agents map[string]*instance
+	}
+}
+
+type instance struct {
+	id, typ string
+	env     *Env
+	agent   Agent
+	built   chan struct{} // closed once agent or err is set
+	err     error
+
+	// Guarded by Host.mu.
+	inflight   int
+	lastActive time.Time
+}
+
+// NewHost returns a Host; register types, then Attach it to a Daemon.
+func NewHost(cfg HostConfig) *Host {
+	h := &Host{cfg: cfg, types: map[string]Factory{}, ready: make(chan struct{})}
+	h.mu.agents = map[string]*instance{}
+	return h
+}
+
+// Register adds an agent type. The name must be a subject token without ':'.
+func (h *Host) Register(name string, f Factory) error {
+	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
+		return fmt.Errorf("%w: agent type %q: need a token name without ':' and a factory", ErrBadRequest, name)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return ErrStarted
+	}
+	if _, dup := h.types[name]; dup {
+		return fmt.Errorf("%w: agent type %q registered twice", ErrConflict, name)
+	}
+	h.types[name] = f
+	return nil
+}
+
+// TypeOf returns the type of an agent id, or ErrNotFound.
+func (h *Host) TypeOf(id string) (string, error) {
+	if !eventlog.ValidToken(id) {
+		return "", fmt.Errorf("%w: agent id %q is not a valid subject token (no '.', '*', '>', spaces)", ErrBadRequest, id)
+	}
+	name, _, _ := strings.Cut(id, ":")
+	if _, ok := h.types[name]; ok {
+		return name, nil
+	}
+	if h.cfg.DefaultType != "" {
+		return h.cfg.DefaultType, nil
+	}
+	return "", fmt.Errorf("%w: no agent type claims %q (ids look like <type>:<name>)", ErrNotFound, id)
+}
+
+// Attach wires the host into d: the runs table, the keepalive pool, the
+// scheduler, the NATS command service and the host loop start with d.
+func (h *Host) Attach(d *Daemon) error {
+	if h.cfg.DefaultType != "" {
+		if _, ok := h.types[h.cfg.DefaultType]; !ok {
+			return fmt.Errorf("%w: default agent type %q is not registered", ErrConfig, h.cfg.DefaultType)
+		}
+	}
+	return d.OnStart(func(ctx context.Context, deps *Deps) error { return h.start(ctx, d, deps) })
+}
+
+func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
+	h.deps = deps
+	h.logger = deps.Logger.With("subsystem", "host")
+	if h.cfg.IdleTimeout <= 0 {
+		h.cfg.IdleTimeout = deps.Config.IdleTimeout
+	}
+	table, pr, err := fiber.OpenTable(deps.Log)
+	if err != nil {
+		return err
+	}
+	h.table = table
+	if err := d.AddProjector(pr); err != nil {
+		return err
+	}
+	h.pool, err = keepalive.NewPool(keepalive.PoolConfig{
+		OnIdle:     h.touch,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	h.sched, err = keepalive.NewScheduler(keepalive.SchedulerConfig{
+		Log:        deps.Log,
+		Fire:       h.fire,
+		OnError:    h.scheduleFailed,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Add("scheduler", h.sched); err != nil {
+		return err
+	}
+	if err := d.AddReady(keepalive.ProjectionName, h.sched.Ready()); err != nil {
+		return err
+	}
+	h.active = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "forever_agentd_active_agents",
+		Help: "Agents currently activated in this process.",
+	})
+	if err := deps.Registerer.Register(h.active); err != nil {
+		return fmt.Errorf("agentd: register host metrics: %w", err)
+	}
+	if err := d.AddReady("recovery", h.ready); err != nil {
+		return err
+	}
+	if err := h.startService(ctx, d, deps); err != nil {
+		return err
+	}
+	return d.Add("host", ComponentFunc(h.run))
+}
+
+// run recovers orphaned fibers once the runs table is caught up, then
+// deactivates idle agents until ctx is done; then it stops every agent.
+func (h *Host) run(ctx context.Context) error {
+	h.mu.Lock()
+	h.mu.ctx = ctx
+	h.mu.Unlock()
+	defer h.stopAll()
+	select {
+	case <-h.table.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	// Every agent with a runs row is activated: activation runs Recover.
+	rows, err := h.table.Rows("")
+	if err != nil {
+		h.logger.Error("reading the runs table; corrupt rows are skipped", "err", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Agent] {
+			continue
+		}
+		seen[r.Agent] = true
+		if _, err := h.activate(ctx, r.Agent); err != nil {
+			h.logger.Error("activate agent for recovery", "agent", r.Agent, "err", err)
+		}
+	}
+	h.logger.Info("startup recovery started", "agents", len(seen), "fibers", len(rows))
+	close(h.ready)
+
+	tick := time.NewTicker(max(h.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			h.reap()
+		}
+	}
+}
+
+// Ready is closed once startup recovery has started for every agent with
+// orphaned fibers.
+func (h *Host) Ready() <-chan struct{} { return h.ready }
+
+// activate returns the agent's instance, building it on first use.
+func (h *Host) activate(ctx context.Context, id string) (*instance, error) {
+	typ, err := h.TypeOf(id)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	hostCtx := h.mu.ctx
+	if hostCtx == nil || hostCtx.Err() != nil {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("agentd: host is not running")
+	}
+	inst, ok := h.mu.agents[id]
+	if !ok {
+		inst = &instance{id: id, typ: typ, built: make(chan struct{}), lastActive: time.Now()}
+		h.mu.agents[id] = inst
+	}
+	h.mu.Unlock()
+	if ok {
+		select {
+		case <-inst.built:
+			return inst, inst.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	inst.err = h.build(ctx, hostCtx, inst)
+	if inst.err != nil {
+		h.mu.Lock()
+		delete(h.mu.agents, id)
+		h.mu.Unlock()
+	} else {
+		h.active.Inc()
+	}
+	close(inst.built)
+	return inst, inst.err
+}
+
+// build constructs the agent and starts recovery of its orphaned fibers.
+func (h *Host) build(ctx, hostCtx context.Context, inst *instance) error {
+	logger := h.logger.With("agent", inst.id, "type", inst.typ)
+	keeper := h.pool.For(inst.id)
+	hooks := fiber.Hooks{
+		OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+			fr, ok := inst.agent.(FiberRecoverer)
+			if !ok {
+				return fmt.Errorf("agentd: agent type %s cannot recover fibers", inst.typ)
+			}
+			return fr.OnFiberRecovered(ctx, rec)
+		},
+		OnError: func(ctx context.Context, err error) {
+			if eh, ok := inst.agent.(ErrorHandler); ok {
+				eh.OnError(ctx, err)
+				return
+			}
+			logger.Error("agent error", "err", err)
+		},
+	}
+	runner, err := fiber.New(fiber.Config{
+		Log: h.deps.Log, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
+		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
+		Logger: h.deps.Logger, Registerer: h.deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	inst.env = &Env{
+		ID: inst.id, Type: inst.typ, Log: h.deps.Log, Fibers: runner, KeepAlive: keeper,
+		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger,
+	}
+	inst.agent, err = h.types[inst.typ](ctx, inst.env)
+	if err != nil {
+		runner.Close()
+		return fmt.Errorf("agentd: build agent %s: %w", inst.id, err)
+	}
+	// Recovery holds a ref so the agent is not deactivated under it.
+	release := keeper.Acquire()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer release()
+		if err := runner.Recover(hostCtx); err != nil && hostCtx.Err() == nil {
+			logger.Error("recover fibers", "err", err)
+		}
+	}()
+	logger.Debug("agent activated")
+	return nil
+}
+
+// touch marks the agent active now (the keepalive pool calls it when the last
+// ref is released).
+func (h *Host) touch(agent string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if inst, ok := h.mu.agents[agent]; ok {
+		inst.lastActive = time.Now()
+	}
+}
+
+// reap deactivates agents idle for longer than IdleTimeout.
+func (h *Host) reap() {
+	now := time.Now()
+	var idle []*instance
+	h.mu.Lock()
+	for id, inst := range h.mu.agents {
+		select {
+		case <-inst.built:
+		default:
+			continue
+		}
+		if inst.inflight == 0 && inst.env.KeepAlive.Held() == 0 && now.Sub(inst.lastActive) >= h.cfg.IdleTimeout {
+			delete(h.mu.agents, id)
+			idle = append(idle, inst)
+		}
+	}
+	h.mu.Unlock()
+	for _, inst := range idle {
+		h.deactivate(inst)
+	}
+}
+
+func (h *Host) deactivate(inst *instance) {
+	if d, ok := inst.agent.(Deactivator); ok {
+		d.OnDeactivate(context.Background())
+	}
+	if err := inst.env.Fibers.Close(); err != nil {
+		inst.env.Logger.Warn("close fibers", "err", err)
+	}
+	h.active.Dec()
+	inst.env.Logger.Debug("agent deactivated")
+}
+
+// stopAll closes every agent's fibers (running ones are interrupted and stay
+// in the runs table for the next start) and waits for recoveries.
+func (h *Host) stopAll() {
+	h.mu.Lock()
+	agents := h.mu.agents
+	h.mu.agents = map[string]*instance{}
+	h.mu.Unlock()
+	for _, inst := range agents {
+		<-inst.built
+		if inst.err == nil {
+			h.deactivate(inst)
+		}
+	}
+	h.wg.Wait()
+	h.pool.Close()
+}
+
+// use runs fn with the agent active and counted as busy.
+func (h *Host) use(ctx context.Context, id string, fn func(*instance) (any, error)) (any, error) {
+	inst, err := h.activate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	inst.inflight++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		inst.inflight--
+		inst.lastActive = time.Now()
+		h.mu.Unlock()
+	}()
+	return fn(inst)
+}
+
+// fire routes a due schedule to its agent.
+func (h *Host) fire(ctx context.Context, s keepalive.Schedule) error {
+	_, err := h.use(ctx, s.Agent, func(inst *instance) (any, error) {
+		sh, ok := inst.agent.(ScheduleHandler)
+		if !ok {
+			return nil, fmt.Errorf("agentd: agent type %s does not handle schedules", inst.typ)
+		}
+		release := inst.env.KeepAlive.Acquire()
+		defer release()
+		return nil, sh.OnSchedule(ctx, s)
+	})
+	return err
+}
+
+func (h *Host) scheduleFailed(s keepalive.Schedule, err error) {
+	h.logger.Error("schedule failed", "agent", s.Agent, "schedule", s.ID, "callback", s.Callback, "err", err)
+	h.mu.Lock()
+	inst := h.mu.agents[s.Agent]
+	h.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	<-inst.built
+	if eh, ok := inst.agent.(ErrorHandler); ok && inst.err == nil {
+		eh.OnError(context.Background(), err)
+	}
+}
+
+// Active reports whether the agent is activated in this process.
+func (h *Host) Active(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.mu.agents[id]
+	return ok
+}

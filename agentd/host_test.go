@@ -1,0 +1,196 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/keepalive"
+	"github.com/nats-io/nats.go"
+)
+
+// alarmAgent sets a schedule on "arm" and reports its firing.
+type alarmAgent struct {
+	env   *Env
+	fired chan keepalive.Schedule
+}
+
+func (a *alarmAgent) HandleCommand(ctx context.Context, cmd Command) (any, error) {
+	if cmd.Verb != "start" {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Verb)
+	}
+	return a.env.Schedules.Schedule(ctx, keepalive.Spec{Kind: keepalive.KindDelay, Callback: "ring", Payload: cmd.Data})
+}
+
+func (a *alarmAgent) OnSchedule(ctx context.Context, s keepalive.Schedule) error {
+	a.fired <- s
+	return nil
+}
+
+// startHost runs a daemon with a host of the steps type and an alarm type.
+func startHost(t *testing.T, cfg Config, hc HostConfig, fired chan keepalive.Schedule) (*Daemon, *Host, *nats.Conn, func() error) {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHost(hc)
+	if err := h.Register("steps", NewStepsAgent); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("alarm", func(_ context.Context, env *Env) (Agent, error) {
+		return &alarmAgent{env: env, fired: fired}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Attach(d); err != nil {
+		t.Fatal(err)
+	}
+	stop := startDaemon(t, d)
+	waitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return d, h, nc, stop
+}
+
+// request sends a command and returns the reply body and the error code
+// header ("" on success).
+func request(t *testing.T, nc *nats.Conn, agent, verb string, data []byte) ([]byte, string) {
+	t.Helper()
+	msg, err := nc.Request("forever.cmd."+agent+"."+verb, data, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: %v", agent, verb, err)
+	}
+	return msg.Data, msg.Header.Get("Nats-Service-Error-Code")
+}
+
+func TestHostCommands(t *testing.T) {
+	_, h, nc, _ := startHost(t, testConfig(t), HostConfig{}, make(chan keepalive.Schedule, 1))
+	body, code := request(t, nc, "steps:x", "start", []byte(`{"steps":3,"delayMs":0}`))
+	if code != "" {
+		t.Fatalf("start: %s %s", code, body)
+	}
+	var started struct{ Fiber string }
+	json.Unmarshal(body, &started)
+	if started.Fiber == "" {
+		t.Fatalf("start reply %s", body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body, _ = request(t, nc, "steps:x", "fibers", nil)
+		if string(body) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fiber still listed: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	body, code = request(t, nc, "steps:x", "status", nil)
+	var st Status
+	if err := json.Unmarshal(body, &st); err != nil || code != "" || st.Type != "steps" || st.Agent != "steps:x" {
+		t.Fatalf("status: %s %s", code, body)
+	}
+
+	// Bad input gets a code and a message a person can act on.
+	tests := []struct {
+		name, agent, verb string
+		data              []byte
+		code, contains    string
+	}{
+		{"malformed json", "steps:x", "start", []byte(`{"steps":`), "400", "not valid JSON"},
+		{"bad field", "steps:x", "start", []byte(`{"steps":-1}`), "400", "steps must be"},
+		{"unknown agent", "nobody", "status", nil, "404", "no agent type claims"},
+		{"unknown verb for type", "steps:x", "chat", []byte(`{}`), "404", "steps agent takes start"},
+		{"oversized", "steps:x", "start", []byte(`"` + strings.Repeat("x", MaxCommandBytes) + `"`), "413", "limit is"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, code := request(t, nc, tt.agent, tt.verb, tt.data)
+			if code != tt.code || !strings.Contains(string(body), tt.contains) {
+				t.Fatalf("got %s %s, want %s containing %q", code, body, tt.code, tt.contains)
+			}
+		})
+	}
+	if _, err := h.Command(t.Context(), Command{Agent: "a.b", Verb: "status"}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("bad agent id: %v", err)
+	}
+	// The failed commands appended nothing: one fiber's worth of events only.
+	body, _ = request(t, nc, "steps:x", "fibers", nil)
+	if string(body) != "[]" {
+		t.Fatalf("fibers after bad commands: %s", body)
+	}
+}
+
+func TestHostIdleDeactivation(t *testing.T) {
+	_, h, nc, _ := startHost(t, testConfig(t), HostConfig{IdleTimeout: 100 * time.Millisecond}, make(chan keepalive.Schedule, 1))
+	if _, code := request(t, nc, "steps:idle", "start", []byte(`{"steps":3,"delayMs":150}`)); code != "" {
+		t.Fatal(code)
+	}
+	// Held active by the fiber's keepalive for ~450ms, well past the timeout.
+	time.Sleep(300 * time.Millisecond)
+	if !h.Active("steps:idle") {
+		t.Fatal("agent deactivated while its fiber runs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Active("steps:idle") {
+		if time.Now().After(deadline) {
+			t.Fatal("agent still active long after its fiber finished")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Used again, it is activated again.
+	if _, code := request(t, nc, "steps:idle", "start", []byte(`{"steps":1,"delayMs":0}`)); code != "" {
+		t.Fatal(code)
+	}
+}
+
+func TestHostRoutesSchedules(t *testing.T) {
+	fired := make(chan keepalive.Schedule, 1)
+	_, _, nc, _ := startHost(t, testConfig(t), HostConfig{IdleTimeout: 50 * time.Millisecond}, fired)
+	if body, code := request(t, nc, "alarm:1", "start", []byte(`{"n":1}`)); code != "" {
+		t.Fatalf("%s %s", code, body)
+	}
+	select {
+	case s := <-fired:
+		if s.Agent != "alarm:1" || s.Callback != "ring" || string(s.Payload) != `{"n":1}` {
+			t.Fatalf("fired %+v", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("schedule did not fire")
+	}
+}
+
+// A graceful stop interrupts running fibers; they stay in the runs table and
+// are recovered on the next start from their last snapshot.
+func TestHostRecoversAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	_, _, nc, stop := startHost(t, cfg, HostConfig{}, make(chan keepalive.Schedule, 1))
+	if _, code := request(t, nc, "steps:r", "start", []byte(`{"steps":5,"delayMs":100}`)); code != "" {
+		t.Fatal(code)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	_, _, nc, _ = startHost(t, cfg, HostConfig{}, make(chan keepalive.Schedule, 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body, _ := request(t, nc, "steps:r", "fibers", nil)
+		if string(body) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fiber not recovered and finished: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,86 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Command service defaults.
+const (
+	// MaxCommandBytes is the largest command payload accepted (413 above).
+	MaxCommandBytes = 512 << 10
+	commandTimeout  = 30 * time.Second
+)
+
+// startService adds the NATS micro service "forever": one endpoint per verb
+// on <prefix>.cmd.*.<verb>. A command is acknowledged only after what it
+// changes is appended to the log (the handlers return after their appends).
+func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
+	prefix := deps.Log.Prefix()
+	svc, err := micro.AddService(deps.Conn, micro.Config{
+		Name:        "forever",
+		Version:     "0.1.0",
+		Description: "Forever agent commands: " + prefix + ".cmd.<agent>.<verb>",
+	})
+	if err != nil {
+		return fmt.Errorf("agentd: add NATS service: %w", err)
+	}
+	for _, verb := range Verbs {
+		subject := prefix + ".cmd.*." + verb
+		if err := svc.AddEndpoint(verb, micro.HandlerFunc(h.handle), micro.WithEndpointSubject(subject)); err != nil {
+			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
+		}
+	}
+	return d.Add("nats service", ComponentFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		return svc.Stop()
+	}))
+}
+
+// handle answers one command request.
+func (h *Host) handle(req micro.Request) {
+	tokens := strings.Split(req.Subject(), ".")
+	if len(tokens) < 4 {
+		respondError(req, fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, req.Subject()))
+		return
+	}
+	agent, verb := tokens[len(tokens)-2], tokens[len(tokens)-1]
+	if len(req.Data()) > MaxCommandBytes {
+		respondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
+		return
+	}
+	h.mu.Lock()
+	base := h.mu.ctx
+	h.mu.Unlock()
+	if base == nil {
+		respondError(req, fmt.Errorf("agentd: starting up, try again"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(base, commandTimeout)
+	defer cancel()
+	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data())})
+	if err != nil {
+		respondError(req, err)
+		return
+	}
+	if err := req.RespondJSON(reply); err != nil {
+		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+	}
+}
+
+func respondError(req micro.Request, err error) {
+	code := StatusCode(err)
+	msg := err.Error()
+	// The message is for a person; keep the first line.
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
+	_ = req.Error(strconv.Itoa(code), msg, body)
+}

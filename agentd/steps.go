@@ -1,0 +1,140 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// Events of the steps agent.
+const (
+	// EventStepExecuted is the steps agent's side effect: one event each time
+	// a step's operation body runs. It is appended with a fresh id on purpose,
+	// so a repeated run shows up (a real side effect would pass the op id
+	// upstream as its idempotency key).
+	EventStepExecuted = "steps.executed"
+	// EventStepsRecovered records what the recovery hook was handed.
+	EventStepsRecovered = "steps.recovered"
+)
+
+// StepsStart is the payload of the steps agent's "start" command.
+type StepsStart struct {
+	Steps   int `json:"steps"`   // default 10
+	DelayMS int `json:"delayMs"` // default 500
+	// RecoveryDelayMS makes the recovery hook wait before it resumes: a
+	// slow recovery, to demonstrate (and test) a crash during recovery.
+	RecoveryDelayMS int `json:"recoveryDelayMs,omitempty"`
+}
+
+// StepsState is the snapshot a steps fiber stashes after each step.
+type StepsState struct {
+	Done            int `json:"done"`
+	Total           int `json:"total"`
+	DelayMS         int `json:"delayMs"`
+	RecoveryDelayMS int `json:"recoveryDelayMs,omitempty"`
+}
+
+// StepExecuted is the data of EventStepExecuted.
+type StepExecuted struct {
+	Fiber string `json:"fiber"`
+	Step  int    `json:"step"`
+	OpID  string `json:"opId"`
+}
+
+// StepsRecovered is the data of EventStepsRecovered.
+type StepsRecovered struct {
+	Fiber   string `json:"fiber"`
+	Done    int    `json:"done"`
+	Attempt int    `json:"attempt"`
+}
+
+// StepsAgent is the built-in example agent type "steps": its start command
+// runs a fiber of N steps with a delay each; every step is an idempotent
+// fiber.Step followed by a stash, and a recovered fiber resumes from its
+// snapshot. It demonstrates durability and is the target of the crash tests.
+type StepsAgent struct{ env *Env }
+
+// NewStepsAgent is the Factory of the steps agent type.
+func NewStepsAgent(_ context.Context, env *Env) (Agent, error) { return &StepsAgent{env: env}, nil }
+
+// HandleCommand takes "start".
+func (a *StepsAgent) HandleCommand(ctx context.Context, cmd Command) (any, error) {
+	switch cmd.Verb {
+	case "start":
+		req := StepsStart{Steps: 10, DelayMS: 500}
+		if len(cmd.Data) > 0 {
+			if err := json.Unmarshal(cmd.Data, &req); err != nil {
+				return nil, fmt.Errorf("%w: start: %v", ErrBadRequest, err)
+			}
+		}
+		if req.Steps <= 0 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
+			return nil, fmt.Errorf("%w: start: steps must be 1..100000 and delays >= 0", ErrBadRequest)
+		}
+		st := StepsState{Total: req.Steps, DelayMS: req.DelayMS, RecoveryDelayMS: req.RecoveryDelayMS}
+		id, err := a.env.Fibers.Go(ctx, "steps", func(ctx context.Context, f *fiber.Fiber) error {
+			return a.run(ctx, f, st)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"fiber": id}, nil
+	case "status":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: steps agent takes start, not %q", ErrNotFound, cmd.Verb)
+}
+
+// OnFiberRecovered resumes a steps fiber from its last snapshot.
+func (a *StepsAgent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
+	var st StepsState
+	if err := rec.Decode(&st); err != nil {
+		return err // corrupt or missing: retried, then abandoned
+	}
+	select {
+	case <-time.After(time.Duration(st.RecoveryDelayMS) * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	data, _ := json.Marshal(StepsRecovered{Fiber: rec.ID, Done: st.Done, Attempt: rec.Attempt})
+	if _, err := a.env.Log.Append(ctx, eventlog.Event{Agent: a.env.ID, Type: EventStepsRecovered, Data: data}); err != nil {
+		return err
+	}
+	return a.env.Fibers.GoResume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+		return a.run(ctx, f, st)
+	})
+}
+
+func (a *StepsAgent) run(ctx context.Context, f *fiber.Fiber, st StepsState) error {
+	if st.Done == 0 {
+		if err := f.Stash(ctx, st); err != nil {
+			return err
+		}
+	}
+	delay := time.Duration(st.DelayMS) * time.Millisecond
+	for st.Done < st.Total {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		step := st.Done
+		_, err := fiber.Step(ctx, fmt.Sprintf("step-%d", step), func(ctx context.Context, opID string) (json.RawMessage, error) {
+			data, _ := json.Marshal(StepExecuted{Fiber: f.ID(), Step: step, OpID: opID})
+			_, err := a.env.Log.Append(ctx, eventlog.Event{Agent: a.env.ID, Type: EventStepExecuted, Data: data})
+			return json.RawMessage(fmt.Sprint(step)), err
+		})
+		if err != nil && !errors.Is(err, eventlog.ErrDuplicate) {
+			return err
+		}
+		st.Done++
+		if err := f.Stash(ctx, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
