@@ -50,6 +50,10 @@ type Config struct {
 	// slower than plain publishes. Batches are then ordered but not atomic: a
 	// failure part way can leave a prefix stored (retrying is safe, ids dedup).
 	AsyncBatches bool
+	// Bind uses the existing streams as they are instead of creating or
+	// updating them: for clients, which must not change the server's stream
+	// config (retention, limits). Open fails if a stream is missing.
+	Bind bool
 	// Dir is where Pebble keeps the projections. Empty means no projections:
 	// NewProjector and View then return ErrInvalid.
 	Dir string
@@ -138,7 +142,31 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.events, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if cfg.Bind {
+		if l.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
+			return nil, fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", cfg.EventsStream, err)
+		}
+		if l.chunks, err = js.Stream(ctx, cfg.ChunksStream); err != nil {
+			return nil, fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", cfg.ChunksStream, err)
+		}
+	} else if err := l.createStreams(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.Dir != "" {
+		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{Logger: pebbleLogger{l.logger}})
+		if err != nil {
+			return nil, fmt.Errorf("eventlog: open pebble %s: %w", cfg.Dir, err)
+		}
+	}
+	l.mu.projections = map[string]bool{}
+	return l, nil
+}
+
+// createStreams creates or updates both streams to match the config.
+func (l *Log) createStreams(ctx context.Context) error {
+	cfg := l.cfg
+	var err error
+	l.events, err = l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:               cfg.EventsStream,
 		Description:        "Forever agent lifecycle events",
 		Subjects:           []string{cfg.Prefix + ".evt.>"},
@@ -149,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		AllowDirect:        true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
+		return fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
 	}
 	l.chunks, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:               cfg.ChunksStream,
@@ -163,16 +191,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		AllowDirect:        true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("eventlog: create stream %s: %w", cfg.ChunksStream, err)
+		return fmt.Errorf("eventlog: create stream %s: %w", cfg.ChunksStream, err)
 	}
-	if cfg.Dir != "" {
-		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{Logger: pebbleLogger{l.logger}})
-		if err != nil {
-			return nil, fmt.Errorf("eventlog: open pebble %s: %w", cfg.Dir, err)
-		}
-	}
-	l.mu.projections = map[string]bool{}
-	return l, nil
+	return nil
 }
 
 // Close closes Pebble. It does not close the NATS connection. Calls made
