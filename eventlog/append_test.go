@@ -328,3 +328,33 @@ func TestAppendBatchAsync(t *testing.T) {
 		t.Fatalf("stale: %v", err)
 	}
 }
+
+// A client that binds leaves the server's stream config alone and fails
+// clearly when the streams do not exist.
+func TestBind(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	if _, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true}); err == nil || !strings.Contains(err.Error(), "is agentd running?") {
+		t.Fatalf("bind before create: %v", err)
+	}
+	owner := eventlogtest.OpenOn(t, s, eventlog.Config{ChunkMaxAge: time.Hour})
+	client, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true, ChunkMaxAge: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := client.Append(t.Context(), ev("a1", "x", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := owner.LastSeq(t.Context(), eventlog.Filter{}); got != seq {
+		t.Fatalf("owner sees %d, want %d", got, seq)
+	}
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(t.Context(), eventlog.DefaultChunksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got != time.Hour {
+		t.Fatalf("chunk max age = %v after a client bound, want 1h", got)
+	}
+}

@@ -179,7 +179,7 @@ func (l *Log) createStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
 	}
-	l.chunks, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	l.chunks, err = l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:               cfg.ChunksStream,
 		Description:        "Forever chat stream chunks",
 		Subjects:           []string{cfg.Prefix + ".chunk.>"},
