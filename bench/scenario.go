@@ -69,6 +69,7 @@ func scenarios() []Scenario {
 		{Name: "fiber-run", Run: fiberRun},
 		{Name: "fiber-stash", Run: fiberStash},
 		{Name: "fiber-recovery", Run: fiberRecovery},
+		{Name: "chat-chunks", Run: chatChunks},
 	}
 }
 

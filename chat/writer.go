@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -108,7 +109,8 @@ func (w *StreamWriter) pruneLocked() {
 		default:
 			return
 		}
-		if _, err := p.Wait(context.Background()); err != nil && w.mu.err == nil {
+		// A duplicate was stored before: a retried publish.
+		if _, err := p.Wait(context.Background()); err != nil && !errors.Is(err, eventlog.ErrDuplicate) && w.mu.err == nil {
 			w.mu.err = fmt.Errorf("chat: chunk of %s not stored: %w", w.stream, err)
 		}
 		w.mu.last = p
@@ -144,7 +146,11 @@ func (w *StreamWriter) Flush(ctx context.Context) (eventlog.Seq, error) {
 	if last == nil {
 		return 0, nil
 	}
-	return last.Wait(ctx)
+	seq, err := last.Wait(ctx)
+	if errors.Is(err, eventlog.ErrDuplicate) {
+		err = nil
+	}
+	return seq, err
 }
 
 // Written returns the number of chunks written.

@@ -236,7 +236,12 @@ func TestFollowHistoryThenLive(t *testing.T) {
 }
 
 func TestBatcher(t *testing.T) {
-	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	t.Run("atomic", func(t *testing.T) { testBatcher(t, false) })
+	t.Run("async", func(t *testing.T) { testBatcher(t, true) })
+}
+
+func testBatcher(t *testing.T, async bool) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{AsyncBatches: async})
 	b := lg.NewBatcher(eventlog.BatcherConfig{MaxCount: 50})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
