@@ -1,0 +1,493 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/nats-io/nuid"
+)
+
+// Log is the part of the event log an Agent uses. *eventlog.Log satisfies
+// it.
+type Log interface {
+	Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
+	Read(ctx context.Context, f eventlog.Filter, after eventlog.Seq, limit int) ([]eventlog.Event, error)
+	LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq, error)
+}
+
+var _ Log = (*eventlog.Log)(nil)
+
+// Clock tells time; tests pass a fake. fiber's Clock is the same interface.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TurnFiberPrefix starts the name of every chat turn fiber; the request id
+// follows it.
+const TurnFiberPrefix = "__chat_turn:"
+
+// Defaults of Config.
+const (
+	DefaultMaxRecoveryAttempts = 3
+	DefaultStashInterval       = time.Second
+	DefaultStashChunks         = 64
+	DefaultRetryBackoff        = 200 * time.Millisecond
+	DefaultMaxPayload          = 1 << 20
+)
+
+// Config configures an Agent. Zero fields take the defaults.
+type Config struct {
+	// Agent is the agent id, a subject token. Required.
+	Agent string
+	// Log is the event log. Required.
+	Log Log
+	// Store is the process's chat read side, its projectors running.
+	// Required.
+	Store *Store
+	// Batcher commits chunks (a running eventlog.Batcher on the log, shared
+	// by the process). Required.
+	Batcher Batcher
+	// MaxPayload is the server's max payload; larger chunks are split.
+	// Default 1 MiB.
+	MaxPayload int64
+	// Fibers runs the agent's turns as fibers. Its recovery hook must hand
+	// chat turn fibers to OnFiberRecovered. Required.
+	Fibers *fiber.Runner
+	// Provider is the model. Required.
+	Provider llm.Provider
+	// System is the system prompt.
+	System string
+	// Model overrides the provider's model when set.
+	Model string
+	// OnChatRecovery decides what happens to a turn interrupted after it
+	// streamed something. Nil: DefaultRecovery (persist and continue).
+	OnChatRecovery func(ctx context.Context, rec Recovery) (RecoveryDecision, error)
+	// MaxRecoveryAttempts caps the recoveries (and in-process retries of
+	// retryable provider errors) of one turn without progress. Default 3.
+	MaxRecoveryAttempts int
+	// StashInterval and StashChunks bound how stale a turn's stash may get:
+	// it is stashed after this long or this many chunks since the last
+	// stash, and when the provider's response id is first seen. Defaults 1s
+	// and 64.
+	StashInterval time.Duration
+	StashChunks   int
+	// RetryBackoff is the wait before continuing after a retryable provider
+	// error, doubled per attempt. Default 200ms.
+	RetryBackoff time.Duration
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) ensureDefaults() {
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.MaxRecoveryAttempts == 0 {
+		c.MaxRecoveryAttempts = DefaultMaxRecoveryAttempts
+	}
+	if c.StashInterval == 0 {
+		c.StashInterval = DefaultStashInterval
+	}
+	if c.StashChunks == 0 {
+		c.StashChunks = DefaultStashChunks
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.OnChatRecovery == nil {
+		c.OnChatRecovery = DefaultRecovery
+	}
+}
+
+// Validate checks the config after defaults are applied.
+func (c *Config) Validate() error {
+	var missing []string
+	if c.Log == nil {
+		missing = append(missing, "Log")
+	}
+	if c.Store == nil {
+		missing = append(missing, "Store")
+	}
+	if c.Batcher == nil {
+		missing = append(missing, "Batcher")
+	}
+	if c.Fibers == nil {
+		missing = append(missing, "Fibers")
+	}
+	if c.Provider == nil {
+		missing = append(missing, "Provider")
+	}
+	switch {
+	case !eventlog.ValidToken(c.Agent):
+		return fmt.Errorf("%w: agent %q is not a valid subject token", ErrInvalidConfig, c.Agent)
+	case len(missing) > 0:
+		return fmt.Errorf("%w: %s required", ErrInvalidConfig, strings.Join(missing, ", "))
+	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0:
+		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	case c.Fibers.Agent() != c.Agent:
+		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
+	}
+	return nil
+}
+
+// Agent is one chat agent: its conversation, turns, state, usage and
+// interrupt flags. It is safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	agent  string
+	log    Log
+	store  *Store
+	logger *slog.Logger
+
+	stateMu sync.Mutex // serializes SetState
+
+	mu struct {
+		sync.Mutex
+		active *activeTurn // the turn this process runs, nil if none
+	}
+}
+
+// activeTurn is the in-process handle of the running turn.
+type activeTurn struct {
+	requestID string
+	cancel    context.CancelCauseFunc // nil until the turn runs
+	cancelled bool                    // Cancel came before the turn ran
+}
+
+// New returns the Agent of cfg.Agent.
+func New(cfg Config) (*Agent, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Agent{
+		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store,
+		logger: cfg.Logger.With("subsystem", "chat", "agent", cfg.Agent),
+	}, nil
+}
+
+// ID returns the agent id.
+func (a *Agent) ID() string { return a.agent }
+
+// SendRequest is a user message and the request context of its turn.
+type SendRequest struct {
+	// Text is the message text; or set Message.
+	Text string
+	// Message is the user message (role user or empty, text parts). An
+	// empty ID gets a generated one.
+	Message *Message
+	// Body is the last request body (for example the AI SDK useChat body),
+	// kept with the turn and handed to OnChatRecovery.
+	Body json.RawMessage
+	// Tools are client tool schemas offered to the model.
+	Tools []llm.Tool
+}
+
+// Turn identifies a started turn.
+type Turn struct {
+	RequestID string `json:"requestId"`
+	StreamID  string `json:"streamId"`
+	// MessageID is the id of the assistant message the turn writes.
+	MessageID string `json:"messageId"`
+	// Cursor is a chunk sequence to replay the stream after: 0, the stream
+	// is new.
+	Cursor eventlog.Seq `json:"cursor"`
+}
+
+// Send appends the user message and starts a turn answering it, as a
+// background fiber named TurnFiberPrefix+requestId. It returns once the
+// fiber, the user message and turn.started are durable: an acknowledged
+// Send is never lost, and a crash from then on is recovered.
+//
+// One turn runs at a time per agent: Send while a turn streams (or waits
+// for recovery) returns ErrTurnActive; it does not queue. A stale "turn"
+// interrupt flag is cleared first, so it cannot abort the new turn.
+//
+// Errors: ErrEmptyMessage, ErrInvalidMessage, ErrDuplicateMessage (bad input
+// or retried request), ErrTurnActive, or a log error.
+func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
+	msg, err := a.userMessage(req)
+	if err != nil {
+		return Turn{}, err
+	}
+	if _, err := a.store.Message(a.agent, msg.ID); err == nil {
+		return Turn{}, fmt.Errorf("%w: %q", ErrDuplicateMessage, msg.ID)
+	}
+	t := turnStarted{
+		RequestID: nuid.Next(), StreamID: nuid.Next(), MessageID: msg.ID,
+		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
+	}
+	msg.RequestID = t.RequestID
+	return a.start(ctx, t, &msg, nil)
+}
+
+func (a *Agent) userMessage(req SendRequest) (Message, error) {
+	if req.Body != nil && !json.Valid(req.Body) {
+		return Message{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
+	}
+	var m Message
+	switch {
+	case req.Message != nil && req.Text != "":
+		return Message{}, fmt.Errorf("%w: set Text or Message, not both", ErrInvalidMessage)
+	case req.Message != nil:
+		m = *req.Message
+		m.Parts = append([]Part(nil), m.Parts...)
+	default:
+		m = Message{Parts: []Part{{Type: PartText, Text: req.Text}}}
+	}
+	if m.Role == "" {
+		m.Role = RoleUser
+	}
+	if m.Role != RoleUser {
+		return Message{}, fmt.Errorf("%w: role %q, want %q", ErrInvalidMessage, m.Role, RoleUser)
+	}
+	for _, p := range m.Parts {
+		if p.Type != PartText {
+			return Message{}, fmt.Errorf("%w: part type %q in a user message", ErrInvalidMessage, p.Type)
+		}
+	}
+	if strings.TrimSpace(partsText(m.Parts)) == "" {
+		return Message{}, ErrEmptyMessage
+	}
+	if m.ID == "" {
+		m.ID = nuid.Next()
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = a.cfg.Clock.Now().UTC()
+	}
+	return m, nil
+}
+
+// start claims the agent's turn slot, starts the turn fiber gated on the
+// appends, appends msg (if any) and turn.started, and opens the gate.
+func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
+	at := &activeTurn{requestID: t.RequestID}
+	a.mu.Lock()
+	if a.mu.active != nil {
+		a.mu.Unlock()
+		return Turn{}, ErrTurnActive
+	}
+	a.mu.active = at
+	a.mu.Unlock()
+	ok := false
+	defer func() {
+		if !ok {
+			a.release(at)
+		}
+	}()
+	if err := a.catchUp(ctx); err != nil {
+		return Turn{}, err
+	}
+	if cur, active, err := a.store.ActiveTurn(a.agent); err != nil {
+		return Turn{}, err
+	} else if active {
+		return Turn{}, fmt.Errorf("%w: turn %s waits for recovery", ErrTurnActive, cur.RequestID)
+	}
+	gate := make(chan bool, 1)
+	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
+		select {
+		case open := <-gate:
+			if !open {
+				return nil // nothing was started; the fiber just ends
+			}
+		case <-fctx.Done():
+			return fctx.Err()
+		}
+		info, err := a.store.Turn(a.agent, t.RequestID)
+		if err != nil {
+			a.release(at)
+			return err
+		}
+		return a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}})
+	})
+	if err != nil {
+		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
+	}
+	if err := a.startAppends(ctx, t, msg); err != nil {
+		gate <- false
+		return Turn{}, err
+	}
+	ok = true
+	gate <- true
+	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
+}
+
+func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) error {
+	if set, err := a.store.Interrupted(a.agent, InterruptTurn); err != nil {
+		return err
+	} else if set {
+		if _, err := a.append(ctx, EventInterruptCleared, interruptFlag{Name: InterruptTurn}); err != nil {
+			return err
+		}
+	}
+	if msg != nil {
+		if _, err := a.append(ctx, EventMessageAppended, msg); err != nil {
+			return err
+		}
+	}
+	_, err := a.append(ctx, EventTurnStarted, t)
+	return err
+}
+
+// release frees the turn slot if at holds it.
+func (a *Agent) release(at *activeTurn) {
+	a.mu.Lock()
+	if a.mu.active == at {
+		a.mu.active = nil
+	}
+	a.mu.Unlock()
+}
+
+// claim takes the turn slot for a recovered turn.
+func (a *Agent) claim(requestID string) (*activeTurn, error) {
+	at := &activeTurn{requestID: requestID}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.active != nil && a.mu.active.requestID != requestID {
+		return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, a.mu.active.requestID, requestID)
+	}
+	a.mu.active = at
+	return at, nil
+}
+
+// append appends one chat event for the agent and waits until the store
+// shows it.
+func (a *Agent) append(ctx context.Context, typ string, v any) (eventlog.Seq, error) {
+	e, err := eventlog.NewEvent(a.agent, typ, v)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := a.log.Append(ctx, e)
+	if err != nil {
+		return 0, fmt.Errorf("chat: append %s: %w", typ, err)
+	}
+	return seq, a.store.WaitFor(ctx, seq)
+}
+
+// catchUp waits until the store has applied the agent's last event.
+func (a *Agent) catchUp(ctx context.Context) error {
+	last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent})
+	if err != nil {
+		return err
+	}
+	return a.store.WaitFor(ctx, last)
+}
+
+// Messages returns a page of the visible conversation; see Store.Messages.
+func (a *Agent) Messages(p Page) ([]Message, string, error) { return a.store.Messages(a.agent, p) }
+
+// Usage returns the agent's usage roll-up.
+func (a *Agent) Usage() (Usage, error) { return a.store.Usage(a.agent) }
+
+// State returns the agent's state value and version (nil, 0 before the
+// first SetState).
+func (a *Agent) State() (json.RawMessage, int, error) { return a.store.State(a.agent) }
+
+// maxStateTries bounds SetState's retries when other events of the agent
+// keep landing between its read and its append.
+const maxStateTries = 16
+
+// SetState replaces the agent's state with value if its version is
+// expectVersion (0 before the first SetState) and returns the new version,
+// expectVersion+1. The check is fenced by the log: state.set is appended
+// with the agent's last event sequence expected, so of two concurrent
+// SetState calls with the same expected version (in any processes) exactly
+// one wins; the other returns ErrVersionConflict.
+//
+// Errors: ErrInvalidMessage (value is not JSON), ErrVersionConflict, or a
+// log error.
+func (a *Agent) SetState(ctx context.Context, value json.RawMessage, expectVersion int) (int, error) {
+	if !json.Valid(value) {
+		return 0, fmt.Errorf("%w: state is not JSON", ErrInvalidMessage)
+	}
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	for range maxStateTries {
+		last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent})
+		if err != nil {
+			return 0, err
+		}
+		if err := a.store.WaitFor(ctx, last); err != nil {
+			return 0, err
+		}
+		_, ver, err := a.store.State(a.agent)
+		if err != nil {
+			return 0, err
+		}
+		if ver != expectVersion {
+			return 0, fmt.Errorf("%w: version is %d, expected %d", ErrVersionConflict, ver, expectVersion)
+		}
+		e, err := eventlog.NewEvent(a.agent, EventStateSet, stateSet{Version: ver + 1, Value: value})
+		if err != nil {
+			return 0, err
+		}
+		seq, err := a.log.Append(ctx, e, eventlog.ExpectSeq(last))
+		if errors.Is(err, eventlog.ErrConflict) {
+			continue // another event of the agent came first: check again
+		}
+		if err != nil {
+			return 0, fmt.Errorf("chat: append %s: %w", EventStateSet, err)
+		}
+		return ver + 1, a.store.WaitFor(ctx, seq)
+	}
+	return 0, fmt.Errorf("%w: the agent's events kept changing, try again", ErrVersionConflict)
+}
+
+// Status is what the agent is doing.
+type Status struct {
+	Agent string `json:"agent"`
+	// ActiveTurn is the turn streaming or waiting for recovery, nil if none.
+	ActiveTurn *TurnInfo `json:"activeTurn,omitempty"`
+	// LastTurn is the most recently started turn, nil before the first.
+	LastTurn *TurnInfo `json:"lastTurn,omitempty"`
+	// LastStream is the metadata of LastTurn's stream, nil when it has no
+	// chunk yet.
+	LastStream *StreamInfo `json:"lastStream,omitempty"`
+}
+
+// Status returns the agent's active and last turn and the last stream.
+func (a *Agent) Status() (Status, error) {
+	st := Status{Agent: a.agent}
+	if t, ok, err := a.store.ActiveTurn(a.agent); err != nil {
+		return st, err
+	} else if ok {
+		st.ActiveTurn = &t
+	}
+	t, ok, err := a.store.LastTurn(a.agent)
+	if err != nil || !ok {
+		return st, err
+	}
+	st.LastTurn = &t
+	info, err := a.store.Streams().Get(a.agent, t.StreamID)
+	if errors.Is(err, ErrUnknownStream) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	st.LastStream = &info
+	return st, nil
+}

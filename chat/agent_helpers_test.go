@@ -1,0 +1,255 @@
+package chat_test
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// env is one process's worth of shared parts: a log with the runs table and
+// the chat store projected, and a running chunk batcher.
+type env struct {
+	lg      *eventlog.Log
+	table   *fiber.Table
+	store   *chat.Store
+	batcher *eventlog.Batcher
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	table, pr, err := fiber.OpenTable(lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventlogtest.RunProjector(t, pr)
+	store, prs, err := chat.OpenStore(lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range prs {
+		eventlogtest.RunProjector(t, pr)
+	}
+	return &env{lg: lg, table: table, store: store, batcher: runBatcher(t, lg)}
+}
+
+// host is one incarnation of an agent: a fiber Runner and a chat Agent
+// wired the way the agentd adapter wires them.
+type host struct {
+	r *fiber.Runner
+	a *chat.Agent
+}
+
+func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Config)) *host {
+	t.Helper()
+	h := &host{}
+	r, err := fiber.New(fiber.Config{
+		Log: e.lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond,
+		Hooks: fiber.Hooks{
+			OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+				handled, err := h.a.OnFiberRecovered(ctx, rec)
+				if !handled {
+					t.Errorf("fiber %q not handled by the chat agent", rec.Name)
+				}
+				return err
+			},
+			OnError: func(ctx context.Context, err error) { t.Logf("fiber error: %v", err) },
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	cfg := chat.Config{
+		Agent: agent, Log: e.lg, Store: e.store, Batcher: e.batcher, MaxPayload: e.lg.MaxPayload(),
+		Fibers: r, Provider: p, RetryBackoff: time.Millisecond,
+	}
+	if opt != nil {
+		opt(&cfg)
+	}
+	a, err := chat.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r, h.a = r, a
+	return h
+}
+
+// fake is a scripted provider: each call runs the next script (the last
+// one repeats).
+type fake struct {
+	mu      sync.Mutex
+	calls   int
+	reqs    []llm.Request
+	scripts []func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool)
+}
+
+func (f *fake) Name() string { return "fake" }
+
+func (f *fake) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Delta, error] {
+	f.mu.Lock()
+	i := min(f.calls, len(f.scripts)-1)
+	f.calls++
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	return func(yield func(llm.Delta, error) bool) { f.scripts[i](ctx, req, yield) }
+}
+
+func (f *fake) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// cutAfter passes the local model's answer through and, after k text
+// deltas, signals reached and blocks until ctx ends (a process that dies
+// mid-stream).
+func cutAfter(k int, reached chan<- struct{}) func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	return func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+		n := 0
+		for d, err := range local.Stream(ctx, req) {
+			if err != nil {
+				yield(d, err)
+				return
+			}
+			if d.Kind == llm.TextDelta {
+				if n == k {
+					break
+				}
+				n++
+			}
+			if !yield(d, nil) {
+				return
+			}
+		}
+		if reached != nil {
+			reached <- struct{}{}
+		}
+		<-ctx.Done()
+		yield(llm.Delta{}, context.Cause(ctx))
+	}
+}
+
+// passLocal runs the local model.
+func passLocal() func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	return func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+		for d, err := range local.Stream(ctx, req) {
+			if !yield(d, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// failWith yields err at once.
+func failWith(err error) func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+	return func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+		yield(llm.Delta{}, err)
+	}
+}
+
+func wait(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out")
+	}
+}
+
+// streamOf returns the chunks of a stream and the text their deltas build.
+func streamOf(t *testing.T, lg *eventlog.Log, agent, stream string) ([]chat.Chunk, string) {
+	t.Helper()
+	cs := readChunks(t, lg, agent, stream)
+	var text string
+	for _, c := range cs {
+		if c.Type == chat.ChunkTextDelta {
+			text += c.Delta
+		}
+	}
+	return cs, text
+}
+
+func count(cs []chat.Chunk, typ string) int {
+	n := 0
+	for _, c := range cs {
+		if c.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// settled waits until the store shows the agent's last event, and returns
+// the visible messages.
+func settled(t *testing.T, e *env, agent string) []chat.Message {
+	t.Helper()
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WaitFor(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, err := e.store.Messages(agent, chat.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func lastTurn(t *testing.T, e *env, agent string) chat.TurnInfo {
+	t.Helper()
+	tr, ok, err := e.store.LastTurn(agent)
+	if err != nil || !ok {
+		t.Fatalf("last turn: %v %v", ok, err)
+	}
+	return tr
+}
+
+func streamInfo(t *testing.T, e *env, agent, stream string) chat.StreamInfo {
+	t.Helper()
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent, Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WaitForChunks(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.store.Streams().Get(agent, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+var errNotCalled = errors.New("provider must not be called")
+
+// runs returns the agent's rows of the runs table, once it shows the
+// agent's last event.
+func runs(t *testing.T, e *env, agent string) []fiber.Row {
+	t.Helper()
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.table.WaitFor(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.table.Rows(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}

@@ -1,0 +1,252 @@
+package chat
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// builder folds a stream's chunks into the assistant message they show, and
+// remembers which blocks are open. The same code runs live (on each chunk a
+// turn writes) and on recovery (on the stored chunks), so a recovered turn
+// knows exactly what clients saw and continues where the stream stopped.
+type builder struct {
+	started   bool   // the start chunk was written
+	stepOpen  bool   // start-step without finish-step
+	textOpen  string // id of the open text block, "" if none
+	reasOpen  string // id of the open reasoning block
+	blocks    int    // blocks started, for ids
+	parts     []Part
+	index     map[string]int // block or tool call id -> part index
+	chunks    int
+	terminal  string // type of the terminal chunk, "" while open
+	errorText string
+	finish    string
+}
+
+func newBuilder() *builder { return &builder{index: map[string]int{}} }
+
+// add applies one chunk.
+func (b *builder) add(c Chunk) {
+	b.chunks++
+	switch c.Type {
+	case ChunkStart:
+		b.started = true
+	case ChunkStartStep:
+		b.stepOpen = true
+	case ChunkFinishStep:
+		b.stepOpen = false
+	case ChunkTextStart:
+		b.blocks++
+		b.textOpen = c.ID
+		b.index[c.ID] = len(b.parts)
+		b.parts = append(b.parts, Part{Type: PartText})
+	case ChunkTextDelta:
+		if i, ok := b.index[c.ID]; ok {
+			b.parts[i].Text += c.Delta
+		}
+	case ChunkTextEnd:
+		if b.textOpen == c.ID {
+			b.textOpen = ""
+		}
+	case ChunkReasoningStart:
+		b.blocks++
+		b.reasOpen = c.ID
+		b.index[c.ID] = len(b.parts)
+		b.parts = append(b.parts, Part{Type: PartReasoning})
+	case ChunkReasoningDelta:
+		if i, ok := b.index[c.ID]; ok {
+			b.parts[i].Text += c.Delta
+		}
+	case ChunkReasoningEnd:
+		if b.reasOpen == c.ID {
+			b.reasOpen = ""
+		}
+	case ChunkToolInputStart:
+		b.index["tool:"+c.ToolCallID] = len(b.parts)
+		b.parts = append(b.parts, Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName, State: ToolInputStreaming})
+	case ChunkToolInputDelta:
+		// The input text is kept only once complete (tool-input-available).
+	case ChunkToolInput:
+		i, ok := b.index["tool:"+c.ToolCallID]
+		if !ok {
+			i = len(b.parts)
+			b.index["tool:"+c.ToolCallID] = i
+			b.parts = append(b.parts, Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
+		}
+		b.parts[i].State, b.parts[i].Input = ToolInputAvailable, c.Input
+	case ChunkToolOutput:
+		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
+			b.parts[i].State, b.parts[i].Output = ToolOutput, c.Output
+		}
+	case ChunkToolOutputError:
+		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
+			b.parts[i].State, b.parts[i].ErrorText = ToolOutputError, c.ErrorText
+		}
+	case ChunkFinish:
+		b.terminal, b.finish = c.Type, c.FinishReason
+	case ChunkError:
+		b.terminal, b.errorText = c.Type, c.ErrorText
+	case ChunkAbort:
+		b.terminal = c.Type
+	}
+}
+
+// Parts returns a copy of the message parts so far, without empty blocks.
+func (b *builder) Parts() []Part {
+	out := make([]Part, 0, len(b.parts))
+	for _, p := range b.parts {
+		if p.Type != PartTool && p.Text == "" {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Text returns the answer text so far.
+func (b *builder) Text() string { return partsText(b.parts) }
+
+// loadStream reads a stream's stored chunks into a builder.
+func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, error) {
+	evs, err := lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder()
+	var asm Assembler
+	for _, e := range evs {
+		c, ok, err := asm.Add(e.Type, e.Data)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			b.add(c)
+		}
+	}
+	return b, nil
+}
+
+// emitter turns provider deltas into chunks: it writes each through the
+// stream writer and folds it into the builder.
+type emitter struct {
+	w *StreamWriter
+	b *builder
+}
+
+func (em *emitter) emit(ctx context.Context, c Chunk) error {
+	if err := em.w.Write(ctx, c); err != nil {
+		return err
+	}
+	em.b.add(c)
+	return nil
+}
+
+func (em *emitter) blockID(prefix string) string { return prefix + "-" + strconv.Itoa(em.b.blocks) }
+
+func (em *emitter) ensureStep(ctx context.Context) error {
+	if em.b.stepOpen {
+		return nil
+	}
+	return em.emit(ctx, Chunk{Type: ChunkStartStep})
+}
+
+func (em *emitter) closeText(ctx context.Context) error {
+	if id := em.b.textOpen; id != "" {
+		return em.emit(ctx, Chunk{Type: ChunkTextEnd, ID: id})
+	}
+	return nil
+}
+
+func (em *emitter) closeReasoning(ctx context.Context) error {
+	if id := em.b.reasOpen; id != "" {
+		return em.emit(ctx, Chunk{Type: ChunkReasoningEnd, ID: id})
+	}
+	return nil
+}
+
+// closeBlocks ends the open text and reasoning blocks.
+func (em *emitter) closeBlocks(ctx context.Context) error {
+	if err := em.closeText(ctx); err != nil {
+		return err
+	}
+	return em.closeReasoning(ctx)
+}
+
+// delta writes the chunks of one provider delta. Finish and ResponseMeta
+// deltas write nothing here.
+func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
+	switch d.Kind {
+	case llm.TextDelta:
+		if d.Text == "" {
+			return nil
+		}
+		if err := em.ensureStep(ctx); err != nil {
+			return err
+		}
+		if err := em.closeReasoning(ctx); err != nil {
+			return err
+		}
+		if em.b.textOpen == "" {
+			if err := em.emit(ctx, Chunk{Type: ChunkTextStart, ID: em.blockID("txt")}); err != nil {
+				return err
+			}
+		}
+		return em.emit(ctx, Chunk{Type: ChunkTextDelta, ID: em.b.textOpen, Delta: d.Text})
+	case llm.ReasoningDelta:
+		if d.Text == "" {
+			return nil
+		}
+		if err := em.ensureStep(ctx); err != nil {
+			return err
+		}
+		if err := em.closeText(ctx); err != nil {
+			return err
+		}
+		if em.b.reasOpen == "" {
+			if err := em.emit(ctx, Chunk{Type: ChunkReasoningStart, ID: em.blockID("rsn")}); err != nil {
+				return err
+			}
+		}
+		return em.emit(ctx, Chunk{Type: ChunkReasoningDelta, ID: em.b.reasOpen, Delta: d.Text})
+	case llm.ToolInputDelta, llm.ToolCallDone:
+		if err := em.ensureStep(ctx); err != nil {
+			return err
+		}
+		if err := em.closeBlocks(ctx); err != nil {
+			return err
+		}
+		if _, ok := em.b.index["tool:"+d.ToolCallID]; !ok {
+			if err := em.emit(ctx, Chunk{Type: ChunkToolInputStart, ToolCallID: d.ToolCallID, ToolName: d.ToolName}); err != nil {
+				return err
+			}
+		}
+		if d.Kind == llm.ToolInputDelta {
+			if d.Text == "" {
+				return nil
+			}
+			return em.emit(ctx, Chunk{Type: ChunkToolInputDelta, ToolCallID: d.ToolCallID, InputTextDelta: d.Text})
+		}
+		input := d.Input
+		if len(input) == 0 {
+			input = []byte("{}")
+		}
+		return em.emit(ctx, Chunk{Type: ChunkToolInput, ToolCallID: d.ToolCallID, ToolName: d.ToolName, Input: input})
+	}
+	return nil
+}
+
+// finish ends the stream normally.
+func (em *emitter) finish(ctx context.Context, reason string) error {
+	if err := em.closeBlocks(ctx); err != nil {
+		return err
+	}
+	if em.b.stepOpen {
+		if err := em.emit(ctx, Chunk{Type: ChunkFinishStep}); err != nil {
+			return err
+		}
+	}
+	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: reason})
+}

@@ -1,0 +1,111 @@
+// Package chat runs chat agents: conversations whose turns are durable
+// fibers streaming model output as chunks into the event log, recovered
+// after a crash by continuing the interrupted answer.
+//
+// # Model
+//
+// Everything is an event. An agent's conversation and bookkeeping are
+// events on its events subject (<prefix>.evt.<agent>):
+//
+//	message.appended   Message {id, role, parts, requestId, hidden, createdAt}
+//	message.updated    {id, parts}          replaces the parts of a message (a continuation)
+//	messages.truncated {afterId}            drops every message after afterId ("" = all)
+//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools}
+//	turn.completed     {requestId, finishReason}
+//	turn.failed        {requestId, error}
+//	turn.interrupted   {requestId, reason}
+//	usage.recorded     {requestId, input, output}
+//	state.set          {version, value}
+//	interrupt.set      {name}
+//	interrupt.cleared  {name}
+//
+// and each turn's output is one chat stream on the chunks subject
+// <prefix>.chunk.<agent>.<streamId>: AI SDK UI message stream chunks (start,
+// start-step, text-*, reasoning-*, tool-input-*, finish-step, then finish,
+// error or abort), written through a StreamWriter over the process's shared
+// eventlog.Batcher.
+//
+// A Store (OpenStore, one per process) projects them into Pebble views:
+// streams (stream metadata: status, request id, sequences), messages (the
+// conversation per agent, by position, so Messages pages), chatstate (the
+// state value and version), usage (per-agent roll-up), interrupts (set flags)
+// and turns (each turn's request context and outcome; the active and last
+// turn). Apply functions read only events, so every view is rebuilt exactly
+// from the log.
+//
+// An Agent (New, one per agent id) writes them. Send appends the user
+// message and turn.started, and runs the turn as a background fiber named
+// "__chat_turn:<requestId>" (fiber.Runner.Go, which holds keepalive). The
+// turn builds an llm.Request from the history (hidden messages included),
+// maps provider deltas to chunks, and stashes {streamId, requestId,
+// chunkIndex, responseId, sequenceNumber, attempts} after flushing the
+// chunks, every StashInterval or StashChunks chunks and when the response
+// id appears. It ends with finish, the assistant message, usage.recorded and
+// turn.completed; a terminal provider error with an error chunk and
+// turn.failed; a Cancel or the "turn" interrupt with an abort chunk, the
+// partial answer as the assistant message, and turn.interrupted. A
+// retryable provider error continues the answer in process (a Continuation
+// with the text so far), counted against MaxRecoveryAttempts.
+//
+// After a crash the fiber.Runner's recovery hook hands the turn fiber to
+// Agent.OnFiberRecovered, which resumes it under the same fiber id. It reads
+// the stream's stored chunks back (what clients saw) and then: finalizes a
+// stream that already ended; retries a turn that streamed nothing; or asks
+// Config.OnChatRecovery (default: persist and continue). Continuing calls
+// the provider with llm.Continuation{PartialText, ResponseID,
+// SequenceNumber} and writes its chunks into the same stream after the
+// stored ones (same open text block, chunk index continuing), so a client
+// replaying the stream sees one message grow; the assistant message is the
+// partial plus the continuation, appended once and then updated.
+// ContinueLastTurn does the same on demand, in a new stream whose start
+// chunk names the continued message.
+//
+// # Invariants
+//
+//   - Send returns only after fiber.started, message.appended and
+//     turn.started are durable; a crash after it is recovered.
+//   - One turn per agent at a time: Send during a turn (or while a crashed
+//     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//   - A turn records exactly one outcome, and a turn's assistant message is
+//     stored once (message.appended, then message.updated by id); the
+//     messages view ignores a message id it already has.
+//   - A stash never claims more than the stream holds: the chunks are
+//     flushed before each stash.
+//   - Each recovery, and each retry after a retryable error, that finds no
+//     new chunk since the previous one counts one attempt (kept in the
+//     stash, stashed before the attempt acts); beyond MaxRecoveryAttempts
+//     the turn fails with an error chunk and turn.failed, which clients who
+//     reconnect later see. Progress resets the count.
+//   - A set "turn" interrupt stops the running turn between deltas, and a
+//     recovered turn before it streams; the flag is cleared when the turn
+//     ends, and by Send (a stale flag never aborts a new turn).
+//   - SetState is compare-and-set: state.set is appended with the agent's
+//     last event sequence expected (ExpectSeq) after checking the version,
+//     so of two concurrent calls with the same expected version exactly one
+//     wins and the other gets ErrVersionConflict; the chatstate view also
+//     applies only version = current+1.
+//   - Usage counts the first usage.recorded of each request id.
+//   - Hidden messages reach the provider and never Store.Messages.
+//
+// # Usage
+//
+//	store, prs, err := chat.OpenStore(lg) // once per process; run prs
+//	batcher := lg.NewBatcher(eventlog.BatcherConfig{}) // go batcher.Run(ctx)
+//
+//	var agent *chat.Agent
+//	runner, err := fiber.New(fiber.Config{Log: lg, Table: table, Agent: "a1", KeepAlive: pool.For("a1"),
+//		Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+//			if handled, err := agent.OnFiberRecovered(ctx, rec); handled {
+//				return err
+//			}
+//			return nil // other fibers of the agent
+//		}}})
+//	agent, err = chat.New(chat.Config{Agent: "a1", Log: lg, Store: store, Batcher: batcher,
+//		MaxPayload: lg.MaxPayload(), Fibers: runner, Provider: llm.NewLocal(llm.LocalConfig{})})
+//	err = runner.Recover(ctx) // on activation
+//
+//	turn, err := agent.Send(ctx, chat.SendRequest{Text: "hello"})
+//	// clients follow <prefix>.chunk.a1.<turn.StreamID>
+//	ok, err := agent.Cancel(ctx)
+//	msgs, next, err := agent.Messages(chat.Page{Limit: 50})
+package chat

@@ -1,0 +1,40 @@
+package chat
+
+import "errors"
+
+// Errors of the chat agent. The ones marked "bad input" are the caller's
+// fault and map to 400, the "conflict" ones to 409.
+var (
+	// ErrEmptyMessage (bad input) is returned by Send for a request without
+	// text: no Text, and no Message or a Message without any non-empty part.
+	ErrEmptyMessage = errors.New("chat: empty message")
+	// ErrInvalidMessage (bad input) is returned by Send for a request that
+	// cannot be sent: both Text and Message set, a Message role other than
+	// user, a part of unknown type, a body that is not JSON.
+	ErrInvalidMessage = errors.New("chat: invalid message")
+	// ErrDuplicateMessage (conflict) is returned by Send when the message id
+	// is already in the conversation: a retried request.
+	ErrDuplicateMessage = errors.New("chat: message id already in the conversation")
+	// ErrTurnActive (conflict) is returned by Send and ContinueLastTurn while
+	// a turn of the agent is streaming or waits for recovery. One turn runs
+	// at a time per agent; Send does not queue.
+	ErrTurnActive = errors.New("chat: a turn is already active")
+	// ErrVersionConflict (conflict) is returned by SetState when the state's
+	// version is not the expected one: another writer set it first.
+	ErrVersionConflict = errors.New("chat: state version conflict")
+	// ErrNoAssistantMessage (conflict) is returned by ContinueLastTurn when
+	// the conversation has no assistant message to continue.
+	ErrNoAssistantMessage = errors.New("chat: no assistant message to continue")
+	// ErrInvalidConfig is returned by New and Config.Validate.
+	ErrInvalidConfig = errors.New("chat: invalid config")
+	// ErrNotFound is returned by Store reads of a message or turn that does
+	// not exist.
+	ErrNotFound = errors.New("chat: not found")
+	// ErrRecoveryExhausted is the cause recorded (error chunk, turn.failed)
+	// when a turn was recovered more than MaxRecoveryAttempts times without
+	// progress, or failed with retryable provider errors that often.
+	ErrRecoveryExhausted = errors.New("chat: recovery attempts exhausted")
+	// ErrCancelled is the context cause of a turn stopped by Cancel or the
+	// "turn" interrupt.
+	ErrCancelled = errors.New("chat: turn cancelled")
+)

@@ -1,0 +1,69 @@
+package chat
+
+import (
+	"encoding/json"
+
+	"github.com/forever-agents/forever/chat/llm"
+)
+
+// Event types the chat agent appends to an agent's events subject, with
+// their data:
+const (
+	EventMessageAppended   = "message.appended"   // Message {id, role, parts, requestId, hidden, createdAt}
+	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
+	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
+	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools}
+	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
+	EventTurnFailed        = "turn.failed"        // {requestId, error}
+	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
+	EventStateSet          = "state.set"          // {version, value}
+	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output}
+	EventInterruptSet      = "interrupt.set"      // {name}
+	EventInterruptCleared  = "interrupt.cleared"  // {name}
+)
+
+// InterruptTurn is the interrupt flag a running turn checks between deltas.
+const InterruptTurn = "turn"
+
+type messageUpdated struct {
+	ID    string `json:"id"`
+	Parts []Part `json:"parts"`
+}
+
+type messagesTruncated struct {
+	AfterID string `json:"afterId"`
+}
+
+type turnStarted struct {
+	RequestID          string          `json:"requestId"`
+	StreamID           string          `json:"streamId"`
+	MessageID          string          `json:"messageId"`
+	AssistantMessageID string          `json:"assistantMessageId"`
+	Body               json.RawMessage `json:"body,omitempty"`
+	Tools              []llm.Tool      `json:"tools,omitempty"`
+	// Continues is the id of the assistant message a ContinueLastTurn
+	// appends to; empty for a normal turn.
+	Continues string `json:"continues,omitempty"`
+}
+
+type turnEnded struct {
+	RequestID    string `json:"requestId"`
+	FinishReason string `json:"finishReason,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+type stateSet struct {
+	Version int             `json:"version"`
+	Value   json.RawMessage `json:"value"`
+}
+
+type usageRecorded struct {
+	RequestID string `json:"requestId"`
+	Input     int64  `json:"input"`
+	Output    int64  `json:"output"`
+}
+
+type interruptFlag struct {
+	Name string `json:"name"`
+}

@@ -1,0 +1,141 @@
+package chat
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/forever-agents/forever/chat/llm"
+)
+
+// Message roles.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleSystem    = "system"
+)
+
+// Part types, following the AI SDK's UI message parts.
+const (
+	PartText      = "text"
+	PartReasoning = "reasoning"
+	// PartTool is a tool call (AI SDK "dynamic-tool"): ToolCallID, ToolName,
+	// State, Input, and Output once known.
+	PartTool = "dynamic-tool"
+)
+
+// Tool part states.
+const (
+	ToolInputStreaming = "input-streaming"
+	ToolInputAvailable = "input-available"
+	ToolOutput         = "output-available"
+	ToolOutputError    = "output-error"
+)
+
+// Message is one conversation message as stored and shown to clients.
+type Message struct {
+	ID        string `json:"id"`
+	Role      string `json:"role"`
+	Parts     []Part `json:"parts"`
+	RequestID string `json:"requestId,omitempty"`
+	// Hidden messages go to the provider but are never returned by
+	// Store.Messages.
+	Hidden    bool      `json:"hidden,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Part is one piece of a message.
+type Part struct {
+	Type       string          `json:"type"`
+	Text       string          `json:"text,omitempty"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	ToolName   string          `json:"toolName,omitempty"`
+	State      string          `json:"state,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	ErrorText  string          `json:"errorText,omitempty"`
+}
+
+// Text returns the concatenated text parts of m.
+func (m Message) Text() string { return partsText(m.Parts) }
+
+func partsText(ps []Part) string {
+	var b strings.Builder
+	for _, p := range ps {
+		if p.Type == PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// hasContent reports whether ps holds anything worth persisting.
+func hasContent(ps []Part) bool {
+	for _, p := range ps {
+		if p.Text != "" || p.Type == PartTool {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeParts returns base followed by more, joining a text part at the end
+// of base with a text part at the start of more (a continuation of the same
+// text). Neither input is modified.
+func mergeParts(base, more []Part) []Part {
+	out := append([]Part(nil), base...)
+	for i, p := range more {
+		if i == 0 && len(out) > 0 && p.Type == PartText && out[len(out)-1].Type == PartText {
+			out[len(out)-1].Text += p.Text
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// toLLM converts the conversation to provider messages: text parts as text,
+// tool parts as tool calls followed by a tool message with their results.
+// Reasoning is not sent back.
+func toLLM(msgs []Message) []llm.Message {
+	out := make([]llm.Message, 0, len(msgs))
+	for _, m := range msgs {
+		var role llm.Role
+		switch m.Role {
+		case RoleUser:
+			role = llm.RoleUser
+		case RoleAssistant:
+			role = llm.RoleAssistant
+		default:
+			continue
+		}
+		lm := llm.Message{Role: role}
+		var results []llm.Part
+		for _, p := range m.Parts {
+			switch p.Type {
+			case PartText:
+				if p.Text != "" {
+					lm.Parts = append(lm.Parts, llm.Part{Text: p.Text})
+				}
+			case PartTool:
+				if role != llm.RoleAssistant {
+					continue
+				}
+				lm.Parts = append(lm.Parts, llm.Part{ToolCall: &llm.ToolCall{ID: p.ToolCallID, Name: p.ToolName, Input: p.Input}})
+				switch p.State {
+				case ToolOutput:
+					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: string(p.Output)}})
+				case ToolOutputError:
+					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: p.ErrorText, IsError: true}})
+				}
+			}
+		}
+		if len(lm.Parts) > 0 {
+			out = append(out, lm)
+		}
+		if len(results) > 0 {
+			out = append(out, llm.Message{Role: llm.RoleTool, Parts: results})
+		}
+	}
+	return out
+}

@@ -1,0 +1,375 @@
+package chat
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Projection names and versions of the chat read side. Every Apply reads
+// only the event (its data, Seq and Time), so each view is rebuilt exactly
+// from the log.
+const (
+	MessagesProjectionName   = "messages"
+	StateProjectionName      = "chatstate"
+	UsageProjectionName      = "usage"
+	InterruptsProjectionName = "interrupts"
+	TurnsProjectionName      = "turns"
+)
+
+// Key layouts. Agent ids, stream ids and names are subject tokens, so they
+// contain no NUL.
+//
+//	messages:   n\0<agent>                 next index (8 bytes, big endian)
+//	            m\0<agent>\0<index>        Message JSON, index 8 bytes BE
+//	            i\0<agent>\0<id>           index of message id
+//	chatstate:  s\0<agent>                 stateSet JSON
+//	usage:      u\0<agent>                 Usage JSON (roll-up)
+//	            r\0<agent>\0<requestId>    usageRecorded JSON (one per request)
+//	interrupts: f\0<agent>\0<name>         "1" while set
+//	turns:      t\0<agent>\0<requestId>    TurnInfo JSON
+//	            a\0<agent>                 request id of the active turn
+//	            l\0<agent>                 request id of the last turn started
+func msgNextKey(agent string) []byte { return []byte("n\x00" + agent) }
+func msgKey(agent string, idx uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte("m\x00"+agent+"\x00"), idx)
+}
+func msgIDKey(agent, id string) []byte       { return []byte("i\x00" + agent + "\x00" + id) }
+func stateKey(agent string) []byte           { return []byte("s\x00" + agent) }
+func usageKey(agent string) []byte           { return []byte("u\x00" + agent) }
+func usageReqKey(agent, req string) []byte   { return []byte("r\x00" + agent + "\x00" + req) }
+func interruptKey(agent, name string) []byte { return []byte("f\x00" + agent + "\x00" + name) }
+func turnKey(agent, req string) []byte       { return []byte("t\x00" + agent + "\x00" + req) }
+func activeTurnKey(agent string) []byte      { return []byte("a\x00" + agent) }
+func lastTurnKey(agent string) []byte        { return []byte("l\x00" + agent) }
+func decodeIndex(b []byte) (uint64, bool)    { return binary.BigEndian.Uint64(b), len(b) == 8 }
+func encodeIndex(v uint64) []byte            { return binary.BigEndian.AppendUint64(nil, v) }
+func corrupt(what string, err error) error   { return &eventlog.CorruptError{What: what, Err: err} }
+func isNotFound(err error) bool              { return errors.Is(err, eventlog.ErrNotFound) }
+
+// getter is the read part shared by a Batch and a View.
+type getter interface {
+	Get(key []byte) ([]byte, error)
+}
+
+func getJSON(g getter, key []byte, v any) (bool, error) {
+	raw, err := g.Get(key)
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, corrupt("chat row "+string(key), err)
+	}
+	return true, nil
+}
+
+func setJSON(b *eventlog.Batch, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Set(key, raw)
+}
+
+// decodeData decodes e's data; a payload that does not decode is skipped
+// (returns false) rather than stopping the projection, so one bad event
+// cannot wedge the read side. The envelope was already validated.
+func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v) == nil }
+
+// MessagesProjection projects message.appended, message.updated and
+// messages.truncated into each agent's conversation, indexed by position.
+// A message.appended whose id is already present is ignored, so a retried
+// append never duplicates a message.
+func MessagesProjection() eventlog.Projection {
+	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages}
+}
+
+func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
+	switch e.Type {
+	case EventMessageAppended:
+		var m Message
+		if !decodeData(e, &m) || m.ID == "" {
+			return nil
+		}
+		if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
+			return nil // already stored
+		} else if !isNotFound(err) {
+			return err
+		}
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = e.Time
+		}
+		next, err := nextIndex(b, e.Agent)
+		if err != nil {
+			return err
+		}
+		if err := setJSON(b, msgKey(e.Agent, next), m); err != nil {
+			return err
+		}
+		if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {
+			return err
+		}
+		return b.Set(msgNextKey(e.Agent), encodeIndex(next+1))
+	case EventMessageUpdated:
+		var u messageUpdated
+		if !decodeData(e, &u) {
+			return nil
+		}
+		idx, ok, err := messageIndex(b, e.Agent, u.ID)
+		if err != nil || !ok {
+			return err
+		}
+		var m Message
+		if _, err := getJSON(b, msgKey(e.Agent, idx), &m); err != nil {
+			return err
+		}
+		m.Parts = u.Parts
+		return setJSON(b, msgKey(e.Agent, idx), m)
+	case EventMessagesTruncated:
+		var tr messagesTruncated
+		if !decodeData(e, &tr) {
+			return nil
+		}
+		var keep uint64 // messages with index < keep stay
+		if tr.AfterID != "" {
+			idx, ok, err := messageIndex(b, e.Agent, tr.AfterID)
+			if err != nil || !ok {
+				return err
+			}
+			keep = idx + 1
+		}
+		next, err := nextIndex(b, e.Agent)
+		if err != nil {
+			return err
+		}
+		for i := keep; i < next; i++ {
+			var m Message
+			if ok, err := getJSON(b, msgKey(e.Agent, i), &m); err != nil {
+				return err
+			} else if ok {
+				if err := b.Delete(msgIDKey(e.Agent, m.ID)); err != nil {
+					return err
+				}
+			}
+			if err := b.Delete(msgKey(e.Agent, i)); err != nil {
+				return err
+			}
+		}
+		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
+	}
+	return nil
+}
+
+func nextIndex(g getter, agent string) (uint64, error) {
+	raw, err := g.Get(msgNextKey(agent))
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, ok := decodeIndex(raw)
+	if !ok {
+		return 0, corrupt("message counter of "+agent, errors.New("want 8 bytes"))
+	}
+	return v, nil
+}
+
+func messageIndex(g getter, agent, id string) (uint64, bool, error) {
+	raw, err := g.Get(msgIDKey(agent, id))
+	if isNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	v, ok := decodeIndex(raw)
+	if !ok {
+		return 0, false, corrupt("message index of "+id, errors.New("want 8 bytes"))
+	}
+	return v, true, nil
+}
+
+// StateProjection projects state.set with compare-and-set semantics: an
+// event applies only when its version is the stored version plus one, so
+// whatever reaches the log, the view's versions increase by one.
+func StateProjection() eventlog.Projection {
+	return eventlog.Projection{Name: StateProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyState}
+}
+
+func applyState(b *eventlog.Batch, e eventlog.Event) error {
+	if e.Type != EventStateSet {
+		return nil
+	}
+	var s stateSet
+	if !decodeData(e, &s) {
+		return nil
+	}
+	var cur stateSet
+	if _, err := getJSON(b, stateKey(e.Agent), &cur); err != nil {
+		return err
+	}
+	if s.Version != cur.Version+1 {
+		return nil // lost a race that the writer's fence did not catch
+	}
+	return setJSON(b, stateKey(e.Agent), s)
+}
+
+// Usage is an agent's token usage roll-up.
+type Usage struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
+	// Turns counts the requests with recorded usage.
+	Turns int `json:"turns"`
+}
+
+// UsageProjection rolls usage.recorded up per agent. Only the first
+// usage.recorded of a request id counts, so recording is idempotent.
+func UsageProjection() eventlog.Projection {
+	return eventlog.Projection{Name: UsageProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyUsage}
+}
+
+func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
+	if e.Type != EventUsageRecorded {
+		return nil
+	}
+	var u usageRecorded
+	if !decodeData(e, &u) || u.RequestID == "" {
+		return nil
+	}
+	if _, err := b.Get(usageReqKey(e.Agent, u.RequestID)); err == nil {
+		return nil
+	} else if !isNotFound(err) {
+		return err
+	}
+	var sum Usage
+	if _, err := getJSON(b, usageKey(e.Agent), &sum); err != nil {
+		return err
+	}
+	sum.Input += u.Input
+	sum.Output += u.Output
+	sum.Turns++
+	if err := setJSON(b, usageReqKey(e.Agent, u.RequestID), u); err != nil {
+		return err
+	}
+	return setJSON(b, usageKey(e.Agent), sum)
+}
+
+// InterruptsProjection keeps the set interrupt flags of each agent.
+func InterruptsProjection() eventlog.Projection {
+	return eventlog.Projection{Name: InterruptsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyInterrupts}
+}
+
+func applyInterrupts(b *eventlog.Batch, e eventlog.Event) error {
+	if e.Type != EventInterruptSet && e.Type != EventInterruptCleared {
+		return nil
+	}
+	var f interruptFlag
+	if !decodeData(e, &f) || f.Name == "" {
+		return nil
+	}
+	if e.Type == EventInterruptSet {
+		return b.Set(interruptKey(e.Agent, f.Name), []byte("1"))
+	}
+	return b.Delete(interruptKey(e.Agent, f.Name))
+}
+
+// Turn statuses.
+const (
+	TurnStreaming   = "streaming"
+	TurnCompleted   = "completed"
+	TurnFailed      = "failed"
+	TurnInterrupted = "interrupted"
+)
+
+// TurnInfo is one turn: its request context (kept so a continuation survives
+// a restart) and its outcome.
+type TurnInfo struct {
+	RequestID          string          `json:"requestId"`
+	StreamID           string          `json:"streamId"`
+	MessageID          string          `json:"messageId"`
+	AssistantMessageID string          `json:"assistantMessageId"`
+	Continues          string          `json:"continues,omitempty"`
+	Body               json.RawMessage `json:"body,omitempty"`
+	Tools              json.RawMessage `json:"tools,omitempty"`
+	Status             string          `json:"status"`
+	FinishReason       string          `json:"finishReason,omitempty"`
+	Error              string          `json:"error,omitempty"`
+	Reason             string          `json:"reason,omitempty"`
+	StartedSeq         eventlog.Seq    `json:"startedSeq"`
+	StartedAt          time.Time       `json:"startedAt"`
+	EndedAt            time.Time       `json:"endedAt,omitzero"`
+}
+
+// Active reports whether the turn has not ended.
+func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
+
+// TurnsProjection keeps each turn's request context and outcome, and the
+// active and last turn of each agent.
+func TurnsProjection() eventlog.Projection {
+	return eventlog.Projection{Name: TurnsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyTurns}
+}
+
+func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
+	switch e.Type {
+	case EventTurnStarted:
+		var ts struct {
+			turnStarted
+			Tools json.RawMessage `json:"tools,omitempty"`
+		}
+		if !decodeData(e, &ts) || ts.RequestID == "" {
+			return nil
+		}
+		if _, err := b.Get(turnKey(e.Agent, ts.RequestID)); err == nil {
+			return nil // a retried append
+		} else if !isNotFound(err) {
+			return err
+		}
+		t := TurnInfo{
+			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
+			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues,
+			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time,
+		}
+		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
+			return err
+		}
+		if err := b.Set(activeTurnKey(e.Agent), []byte(t.RequestID)); err != nil {
+			return err
+		}
+		return b.Set(lastTurnKey(e.Agent), []byte(t.RequestID))
+	case EventTurnCompleted, EventTurnFailed, EventTurnInterrupted:
+		var te turnEnded
+		if !decodeData(e, &te) {
+			return nil
+		}
+		var t TurnInfo
+		ok, err := getJSON(b, turnKey(e.Agent, te.RequestID), &t)
+		if err != nil || !ok || !t.Active() {
+			return err
+		}
+		switch e.Type {
+		case EventTurnCompleted:
+			t.Status, t.FinishReason = TurnCompleted, te.FinishReason
+		case EventTurnFailed:
+			t.Status, t.Error = TurnFailed, te.Error
+		default:
+			t.Status, t.Reason = TurnInterrupted, te.Reason
+		}
+		t.EndedAt = e.Time
+		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
+			return err
+		}
+		if cur, err := b.Get(activeTurnKey(e.Agent)); err == nil && string(cur) == t.RequestID {
+			return b.Delete(activeTurnKey(e.Agent))
+		} else if err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}

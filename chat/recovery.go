@@ -1,0 +1,290 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/nats-io/nuid"
+)
+
+// Recovery describes a turn interrupted after it streamed something,
+// handed to Config.OnChatRecovery.
+type Recovery struct {
+	StreamID  string
+	RequestID string
+	// MessageID is the id of the assistant message the turn writes.
+	MessageID string
+	// PartialText and PartialParts are what clients saw of the answer: the
+	// stream's stored chunks (after the continued message's parts, for a
+	// ContinueLastTurn).
+	PartialText  string
+	PartialParts []Part
+	// RecoveryData is the turn fiber's last stash (JSON: streamId,
+	// requestId, chunkIndex, responseId, sequenceNumber, attempts); nil if
+	// it never stashed. ResponseID and SequenceNumber are its provider data.
+	RecoveryData   json.RawMessage
+	ResponseID     string
+	SequenceNumber int64
+	// Messages is the visible conversation (the partial answer not
+	// included).
+	Messages []Message
+	// LastBody and LastTools are the request context of the turn.
+	LastBody  json.RawMessage
+	LastTools []llm.Tool
+	// Attempt counts the recoveries of this turn since it last made
+	// progress, from 1.
+	Attempt int
+}
+
+// RecoveryDecision says what to do with an interrupted turn.
+//
+//   - {Persist: true, Continue: true} (the default): store the partial
+//     answer as the assistant message, then continue it (ContinueLastTurn
+//     semantics): the provider gets a Continuation, its output is appended to
+//     the same message and streamed into the same stream.
+//   - {Persist: true}: store the partial answer; the stream ends with abort.
+//   - {Continue: true}: continue without storing the partial first; the
+//     message is stored whole when the turn ends.
+//   - {}: leave the history untouched (the hook handles it, for example by
+//     retrieving the provider's stored response); the stream ends with abort.
+type RecoveryDecision struct {
+	Persist  bool
+	Continue bool
+}
+
+// DefaultRecovery persists the partial answer and continues it.
+func DefaultRecovery(context.Context, Recovery) (RecoveryDecision, error) {
+	return RecoveryDecision{Persist: true, Continue: true}, nil
+}
+
+// OnFiberRecovered recovers a chat turn fiber (name TurnFiberPrefix +
+// request id) and reports whether rec was one; other fibers are left to the
+// caller. Call it from the fiber.Runner's Hooks.OnFiberRecovered:
+//
+//	handled, err := agent.OnFiberRecovered(ctx, rec)
+//	if handled {
+//		return err
+//	}
+//
+// The turn resumes as the same fiber in the background (GoResume): its
+// stream's stored chunks are read back; a turn whose stream already ended
+// (crash after the terminal chunk) is only finalized; a turn that streamed
+// nothing is retried into the same stream; otherwise OnChatRecovery decides.
+// Each recovery without progress (new chunks) counts against
+// MaxRecoveryAttempts; beyond it the turn fails with an error chunk and
+// turn.failed. A set "turn" interrupt aborts the turn instead.
+func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool, error) {
+	requestID, ok := strings.CutPrefix(rec.Name, TurnFiberPrefix)
+	if !ok {
+		return false, nil
+	}
+	err := a.cfg.Fibers.GoResume(ctx, rec, func(fctx context.Context, f *fiber.Fiber) error {
+		return a.recoverTurn(fctx, f, requestID, rec)
+	})
+	return true, err
+}
+
+func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered) error {
+	if err := a.catchUp(ctx); err != nil {
+		return err
+	}
+	info, err := a.store.Turn(a.agent, requestID)
+	if errors.Is(err, ErrNotFound) {
+		// The process died before turn.started: Send was not acknowledged.
+		a.logger.Info("turn fiber without turn.started, ending it", "request", requestID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !info.Active() {
+		return nil // died after recording the outcome, before fiber.completed
+	}
+	at, err := a.claim(requestID)
+	if err != nil {
+		return err
+	}
+	b, err := loadStream(ctx, a.log, a.agent, info.StreamID)
+	if err != nil {
+		a.release(at)
+		return fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
+	}
+	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}}
+	if err := rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
+		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
+	}
+	if info.Continues != "" {
+		if err := a.loadBase(st); err != nil {
+			a.release(at)
+			return err
+		}
+	}
+	if b.terminal != "" {
+		// The stream ended; only the records after it may be missing.
+		defer a.release(at)
+		switch b.terminal {
+		case ChunkFinish:
+			return a.recordCompleted(ctx, st, b.finish, nil)
+		case ChunkError:
+			return a.recordFailed(ctx, st, b.errorText)
+		default:
+			return a.recordInterrupted(ctx, st, true, "cancelled")
+		}
+	}
+	w := NewStreamWriter(a.cfg.Batcher, a.agent, info.StreamID, b.chunks, a.cfg.MaxPayload)
+	em := &emitter{w: w, b: b}
+	if b.chunks > st.snap.ChunksAtAttempt {
+		st.snap.Attempts = 0
+	}
+	st.snap.Attempts++
+	st.snap.ChunksAtAttempt = b.chunks
+	if st.snap.Attempts > a.cfg.MaxRecoveryAttempts {
+		defer a.release(at)
+		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
+	}
+	// The attempt is durable before anything else happens, so a crash
+	// during it counts.
+	st.snap.ChunkIndex = b.chunks
+	if err := f.Stash(ctx, st.snap); err != nil {
+		a.release(at)
+		return err
+	}
+	if a.interrupted(ctx) {
+		defer a.release(at)
+		return a.abortTurn(ctx, st, em, true, "cancelled")
+	}
+	if !hasContent(b.parts) {
+		// Nothing reached clients: run the turn again into the same stream.
+		st.resume = st.snap.ResponseID != ""
+		return a.runTurn(ctx, f, st)
+	}
+	msgs, _, err := a.store.Messages(a.agent, Page{})
+	if err != nil {
+		a.release(at)
+		return err
+	}
+	if info.Continues != "" {
+		msgs = withoutMessage(msgs, info.Continues)
+	}
+	var tools []llm.Tool
+	if len(info.Tools) > 0 {
+		_ = json.Unmarshal(info.Tools, &tools)
+	}
+	dec, err := a.cfg.OnChatRecovery(ctx, Recovery{
+		StreamID: info.StreamID, RequestID: requestID, MessageID: info.AssistantMessageID,
+		PartialText: b.Text(), PartialParts: b.Parts(),
+		RecoveryData: rec.Snapshot, ResponseID: st.snap.ResponseID, SequenceNumber: st.snap.SequenceNumber,
+		Messages: msgs, LastBody: info.Body, LastTools: tools, Attempt: st.snap.Attempts,
+	})
+	if err != nil {
+		defer a.release(at)
+		return a.failTurn(ctx, st, em, fmt.Errorf("chat: recovery hook: %w", err))
+	}
+	if dec.Persist {
+		if err := a.persist(ctx, st); err != nil {
+			a.release(at)
+			return err
+		}
+	}
+	if !dec.Continue {
+		defer a.release(at)
+		return a.abortTurn(ctx, st, em, dec.Persist, "recovered without continuing")
+	}
+	st.resume = true
+	return a.runTurn(ctx, f, st)
+}
+
+// loadBase sets st.base to the parts the continued message had before the
+// turn's stream: the stored message minus what the stream added (a
+// recovered ContinueLastTurn may have persisted part of its stream).
+func (a *Agent) loadBase(st *turnState) error {
+	m, err := a.store.Message(a.agent, st.info.Continues)
+	if err != nil {
+		return err
+	}
+	st.base = m.Parts
+	if pre, ok := baseParts(m.Parts, st.b.Parts()); ok {
+		st.base = pre
+	}
+	return nil
+}
+
+// baseParts returns the prefix of stored that is not from streamed, when
+// stored ends with (a merge of) streamed.
+func baseParts(stored, streamed []Part) ([]Part, bool) {
+	for k := len(stored); k >= 0; k-- {
+		if equalParts(mergeParts(stored[:k], streamed), stored) {
+			return stored[:k], true
+		}
+		// The streamed text may have been joined into the last base part.
+		if k > 0 && len(streamed) > 0 && streamed[0].Type == PartText && stored[k-1].Type == PartText {
+			last := stored[k-1]
+			if t, ok := strings.CutSuffix(last.Text, streamed[0].Text); ok {
+				pre := append(append([]Part(nil), stored[:k-1]...), Part{Type: PartText, Text: t})
+				if equalParts(mergeParts(pre, streamed), stored) {
+					return pre, true
+				}
+			}
+		}
+	}
+	return stored, false
+}
+
+func withoutMessage(msgs []Message, id string) []Message {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if m.ID != id {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ContinueLastTurn starts a turn that continues the last assistant message
+// of the conversation: the provider gets a Continuation with the message's
+// text, the output streams into a new stream whose start chunk carries the
+// message's id, and it is appended to that message (message.updated). No
+// user message is added. body replaces the stored request body when not
+// nil.
+//
+// Errors: ErrNoAssistantMessage, ErrTurnActive, ErrInvalidMessage (body is
+// not JSON), or a log error.
+func (a *Agent) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Turn, error) {
+	if body != nil && !json.Valid(body) {
+		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
+	}
+	if err := a.catchUp(ctx); err != nil {
+		return Turn{}, err
+	}
+	history, err := a.store.History(a.agent)
+	if err != nil {
+		return Turn{}, err
+	}
+	var last *Message
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Role == RoleAssistant && !history[i].Hidden {
+			last = &history[i]
+			break
+		}
+	}
+	if last == nil {
+		return Turn{}, ErrNoAssistantMessage
+	}
+	t := turnStarted{RequestID: nuid.Next(), StreamID: nuid.Next(), AssistantMessageID: last.ID, Continues: last.ID, Body: body}
+	if last.RequestID != "" {
+		if prev, err := a.store.Turn(a.agent, last.RequestID); err == nil {
+			if body == nil {
+				t.Body = prev.Body
+			}
+			if len(prev.Tools) > 0 {
+				_ = json.Unmarshal(prev.Tools, &t.Tools)
+			}
+		}
+	}
+	return a.start(ctx, t, nil, last.Parts)
+}

@@ -1,0 +1,251 @@
+package chat_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+)
+
+type script = func(context.Context, llm.Request, func(llm.Delta, error) bool)
+
+// crash starts a turn on a host whose provider stops after k words, waits
+// until the provider got there, and closes the host's Runner, the way a
+// process dies: the fiber's row stays, the chunks written so far are stored.
+func crash(t *testing.T, e *env, agent, prompt string, k int) chat.Turn {
+	t.Helper()
+	reached := make(chan struct{}, 1)
+	h := e.host(t, agent, &fake{scripts: []script{cutAfter(k, reached)}}, nil)
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: prompt, Body: []byte(`{"model":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	h.r.Close()
+	return turn
+}
+
+// recoverHost starts a new incarnation and runs recovery to the end.
+func recoverHost(t *testing.T, e *env, agent string, p llm.Provider, opt func(*chat.Config)) *host {
+	t.Helper()
+	h := e.host(t, agent, p, opt)
+	if err := h.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	return h
+}
+
+type hookLog struct {
+	mu   sync.Mutex
+	recs []chat.Recovery
+	dec  chat.RecoveryDecision
+}
+
+func (l *hookLog) hook(_ context.Context, rec chat.Recovery) (chat.RecoveryDecision, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, rec)
+	return l.dec, nil
+}
+
+func TestRecoverContinuesPartial(t *testing.T) {
+	e := newEnv(t)
+	const prompt = "tell me a story"
+	turn := crash(t, e, "a1", prompt, 5)
+	_, partial := streamOf(t, e.lg, "a1", turn.StreamID)
+	if partial == "" {
+		t.Fatal("nothing stored before the crash")
+	}
+	hooks := &hookLog{dec: chat.RecoveryDecision{Persist: true, Continue: true}}
+	p := &fake{scripts: []script{passLocal()}}
+	recoverHost(t, e, "a1", p, func(c *chat.Config) { c.OnChatRecovery = hooks.hook })
+
+	if len(hooks.recs) != 1 {
+		t.Fatalf("hook called %d times", len(hooks.recs))
+	}
+	rec := hooks.recs[0]
+	if rec.PartialText != partial || rec.RequestID != turn.RequestID || rec.StreamID != turn.StreamID ||
+		string(rec.LastBody) != `{"model":"x"}` || len(rec.Messages) != 1 || rec.ResponseID == "" {
+		t.Fatalf("recovery = %+v", rec)
+	}
+	if c := p.reqs[0].Continue; c == nil || c.PartialText != partial || c.ResponseID != rec.ResponseID {
+		t.Fatalf("continuation = %+v", c)
+	}
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 2 || msgs[0].Role != chat.RoleUser || msgs[1].Role != chat.RoleAssistant || msgs[1].ID != turn.MessageID {
+		t.Fatalf("messages = %+v", msgs)
+	}
+	if got, want := msgs[1].Text(), answer(prompt); got != want {
+		t.Fatalf("assistant text\n got %q\nwant %q", got, want)
+	}
+	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
+	if text != answer(prompt) {
+		t.Fatalf("stream text %q", text)
+	}
+	if count(cs, chat.ChunkStart) != 1 || count(cs, chat.ChunkTextStart) != 1 || count(cs, chat.ChunkFinish) != 1 {
+		t.Fatalf("stream chunks: %d start, %d text-start, %d finish", count(cs, chat.ChunkStart), count(cs, chat.ChunkTextStart), count(cs, chat.ChunkFinish))
+	}
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusCompleted || info.Chunks != len(cs) {
+		t.Fatalf("stream = %+v", info)
+	}
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %+v", tr)
+	}
+	if rows := runs(t, e, "a1"); len(rows) != 0 {
+		t.Fatalf("runs table: %+v", rows)
+	}
+	// Recovering again finds nothing to do.
+	again := recoverHost(t, e, "a1", &fake{scripts: []script{failWith(errNotCalled)}}, nil)
+	if msgs := settled(t, e, "a1"); len(msgs) != 2 {
+		t.Fatalf("after second recovery: %d messages", len(msgs))
+	}
+	_ = again
+}
+
+func TestRecoverRetriesWhenNothingStreamed(t *testing.T) {
+	e := newEnv(t)
+	const prompt = "hello there"
+	turn := crash(t, e, "a1", prompt, 0)
+	hooks := &hookLog{}
+	recoverHost(t, e, "a1", &fake{scripts: []script{passLocal()}}, func(c *chat.Config) { c.OnChatRecovery = hooks.hook })
+	if len(hooks.recs) != 0 {
+		t.Fatalf("hook called for a turn that streamed nothing")
+	}
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 2 || msgs[1].Text() != answer(prompt) {
+		t.Fatalf("messages = %+v", msgs)
+	}
+	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
+	if text != answer(prompt) || count(cs, chat.ChunkStart) != 1 || cs[len(cs)-1].Type != chat.ChunkFinish {
+		t.Fatalf("stream %q with %d chunks", text, len(cs))
+	}
+}
+
+func TestRecoverDecisions(t *testing.T) {
+	const prompt = "tell me a story"
+	for _, tc := range []struct {
+		name    string
+		dec     chat.RecoveryDecision
+		persist bool
+	}{
+		{"persist only", chat.RecoveryDecision{Persist: true}, true},
+		{"leave history", chat.RecoveryDecision{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			turn := crash(t, e, "a1", prompt, 3)
+			_, partial := streamOf(t, e.lg, "a1", turn.StreamID)
+			hooks := &hookLog{dec: tc.dec}
+			p := &fake{scripts: []script{failWith(errNotCalled)}}
+			recoverHost(t, e, "a1", p, func(c *chat.Config) { c.OnChatRecovery = hooks.hook })
+			if p.Calls() != 0 {
+				t.Fatal("provider called without Continue")
+			}
+			msgs := settled(t, e, "a1")
+			if tc.persist {
+				if len(msgs) != 2 || msgs[1].Text() != partial || msgs[1].ID != turn.MessageID {
+					t.Fatalf("messages = %+v, want the partial %q", msgs, partial)
+				}
+			} else if len(msgs) != 1 {
+				t.Fatalf("history changed: %+v", msgs)
+			}
+			cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
+			if cs[len(cs)-1].Type != chat.ChunkAbort {
+				t.Fatalf("stream ends with %s", cs[len(cs)-1].Type)
+			}
+			if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {
+				t.Fatalf("turn = %+v", tr)
+			}
+		})
+	}
+}
+
+func TestRecoveryBudgetExhausted(t *testing.T) {
+	e := newEnv(t)
+	const max = 2
+	opt := func(c *chat.Config) { c.MaxRecoveryAttempts = max }
+	turn := crash(t, e, "a1", "tell me a story", 2)
+	// Each recovery gets no further: the provider stalls at once.
+	for range max {
+		reached := make(chan struct{}, 1)
+		h := e.host(t, "a1", &fake{scripts: []script{cutAfter(0, reached)}}, opt)
+		if err := h.r.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, reached)
+		h.r.Close()
+	}
+	p := &fake{scripts: []script{failWith(errNotCalled)}}
+	recoverHost(t, e, "a1", p, opt)
+	if p.Calls() != 0 {
+		t.Fatal("provider called after the budget was spent")
+	}
+	tr := lastTurn(t, e, "a1")
+	if tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "recovery attempts exhausted") {
+		t.Fatalf("turn = %+v", tr)
+	}
+	info := streamInfo(t, e, "a1", turn.StreamID)
+	if info.Status != chat.StatusError || !strings.Contains(info.Error, "recovery attempts exhausted") {
+		t.Fatalf("stream = %+v", info)
+	}
+	st, err := e.host(t, "a1", p, nil).a.Status()
+	if err != nil || st.ActiveTurn != nil || st.LastStream == nil || st.LastStream.Status != chat.StatusError {
+		t.Fatalf("status = %+v %v", st, err)
+	}
+	if rows := runs(t, e, "a1"); len(rows) != 0 {
+		t.Fatalf("runs table: %+v", rows)
+	}
+}
+
+func TestRecoverHonoursCancel(t *testing.T) {
+	e := newEnv(t)
+	turn := crash(t, e, "a1", "tell me a story", 3)
+	// Between the crash and the recovery, a client stops the turn.
+	h := e.host(t, "a1", &fake{scripts: []script{failWith(errNotCalled)}}, nil)
+	if ok, err := h.a.Cancel(t.Context()); !ok || err != nil {
+		t.Fatalf("cancel an orphaned turn: %v %v", ok, err)
+	}
+	if err := h.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {
+		t.Fatalf("turn = %+v", tr)
+	}
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusAborted {
+		t.Fatalf("stream = %+v", info)
+	}
+}
+
+func TestContinueLastTurn(t *testing.T) {
+	e := newEnv(t)
+	const prompt = "tell me a story"
+	// A turn cancelled part way leaves a partial assistant message.
+	reached := make(chan struct{}, 1)
+	h := e.host(t, "a1", &fake{scripts: []script{cutAfter(4, reached), passLocal()}}, nil)
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: prompt}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	if _, err := h.a.Cancel(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	turn, err := h.a.ContinueLastTurn(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 2 || msgs[1].Text() != answer(prompt) || msgs[1].ID != turn.MessageID {
+		t.Fatalf("messages = %+v", msgs)
+	}
+	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
+	if cs[0].Type != chat.ChunkStart || cs[0].MessageID != msgs[1].ID || cs[len(cs)-1].Type != chat.ChunkFinish {
+		t.Fatalf("continuation stream %+v ... %+v", cs[0], cs[len(cs)-1])
+	}
+}

@@ -1,0 +1,236 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Store is the chat read side of a process, opened once per Log and shared
+// by every Agent: the projections of stream metadata, messages, agent state,
+// usage, interrupt flags and turns. It is safe for concurrent use.
+type Store struct {
+	streams    *Streams
+	messages   *eventlog.View
+	state      *eventlog.View
+	usage      *eventlog.View
+	interrupts *eventlog.View
+	turns      *eventlog.View
+
+	chunkPr  *eventlog.Projector   // streams
+	eventPrs []*eventlog.Projector // the others, all on the events stream
+}
+
+// OpenStore registers the chat projections on lg and returns the Store and
+// the projectors, which the caller runs (Run) and waits for (Ready) before
+// using the Store. Call it once per Log.
+func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
+	s := &Store{}
+	var all []*eventlog.Projector
+	for _, p := range []eventlog.Projection{
+		StreamsProjection(), MessagesProjection(), StateProjection(),
+		UsageProjection(), InterruptsProjection(), TurnsProjection(),
+	} {
+		pr, err := lg.NewProjector(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		}
+		v, err := lg.View(p.Name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		}
+		all = append(all, pr)
+		switch p.Name {
+		case StreamsProjectionName:
+			s.streams, s.chunkPr = NewStreams(v), pr
+			continue
+		case MessagesProjectionName:
+			s.messages = v
+		case StateProjectionName:
+			s.state = v
+		case UsageProjectionName:
+			s.usage = v
+		case InterruptsProjectionName:
+			s.interrupts = v
+		case TurnsProjectionName:
+			s.turns = v
+		}
+		s.eventPrs = append(s.eventPrs, pr)
+	}
+	return s, all, nil
+}
+
+// WaitReady blocks until every projection has caught up with the log as it
+// was when its projector started, or ctx is done.
+func (s *Store) WaitReady(ctx context.Context) error {
+	for _, pr := range append([]*eventlog.Projector{s.chunkPr}, s.eventPrs...) {
+		select {
+		case <-pr.Ready():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// WaitFor blocks until every projection of the events stream (messages,
+// state, usage, interrupts, turns) has applied sequence seq of the events
+// stream: read-your-writes after an append.
+func (s *Store) WaitFor(ctx context.Context, seq eventlog.Seq) error {
+	for _, pr := range s.eventPrs {
+		if err := pr.WaitFor(ctx, seq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitForChunks blocks until the stream metadata projection has applied
+// sequence seq of the chunks stream.
+func (s *Store) WaitForChunks(ctx context.Context, seq eventlog.Seq) error {
+	return s.chunkPr.WaitFor(ctx, seq)
+}
+
+// Streams returns the stream metadata reader.
+func (s *Store) Streams() *Streams { return s.streams }
+
+// Page selects messages: those after the message with id After ("" for the
+// first), at most Limit of them (0 for all).
+type Page struct {
+	After string
+	Limit int
+}
+
+// Messages returns a page of agent's visible conversation (hidden messages
+// are skipped), oldest first, and the After of the next page ("" when this
+// page reaches the end). An After id not in the conversation is ErrNotFound.
+// The caller owns the slice.
+func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
+	var start uint64
+	if p.After != "" {
+		idx, ok, err := messageIndex(s.messages, agent, p.After)
+		if err != nil {
+			return nil, "", err
+		}
+		if !ok {
+			return nil, "", fmt.Errorf("%w: message %q of agent %s", ErrNotFound, p.After, agent)
+		}
+		start = idx + 1
+	}
+	next, err := nextIndex(s.messages, agent)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []Message
+	for i := start; i < next; i++ {
+		var m Message
+		ok, err := getJSON(s.messages, msgKey(agent, i), &m)
+		if err != nil {
+			return out, "", err
+		}
+		if !ok || m.Hidden {
+			continue
+		}
+		if p.Limit > 0 && len(out) == p.Limit {
+			return out, out[len(out)-1].ID, nil
+		}
+		out = append(out, m)
+	}
+	return out, "", nil
+}
+
+// History returns agent's whole conversation, hidden messages included, as
+// the provider sees it. The caller owns the slice.
+func (s *Store) History(agent string) ([]Message, error) {
+	next, err := nextIndex(s.messages, agent)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Message, 0, next)
+	for i := range next {
+		var m Message
+		ok, err := getJSON(s.messages, msgKey(agent, i), &m)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Message returns one message by id, or ErrNotFound.
+func (s *Store) Message(agent, id string) (Message, error) {
+	idx, ok, err := messageIndex(s.messages, agent, id)
+	if err != nil {
+		return Message{}, err
+	}
+	if ok {
+		var m Message
+		if ok, err = getJSON(s.messages, msgKey(agent, idx), &m); ok || err != nil {
+			return m, err
+		}
+	}
+	return Message{}, fmt.Errorf("%w: message %q of agent %s", ErrNotFound, id, agent)
+}
+
+// State returns agent's state value and version (nil and 0 before the first
+// SetState).
+func (s *Store) State(agent string) (json.RawMessage, int, error) {
+	var st stateSet
+	if _, err := getJSON(s.state, stateKey(agent), &st); err != nil {
+		return nil, 0, err
+	}
+	return st.Value, st.Version, nil
+}
+
+// Usage returns agent's usage roll-up.
+func (s *Store) Usage(agent string) (Usage, error) {
+	var u Usage
+	_, err := getJSON(s.usage, usageKey(agent), &u)
+	return u, err
+}
+
+// Interrupted reports whether agent's interrupt flag name is set.
+func (s *Store) Interrupted(agent, name string) (bool, error) {
+	_, err := s.interrupts.Get(interruptKey(agent, name))
+	if isNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Turn returns one turn by request id, or ErrNotFound.
+func (s *Store) Turn(agent, requestID string) (TurnInfo, error) {
+	var t TurnInfo
+	ok, err := getJSON(s.turns, turnKey(agent, requestID), &t)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: turn %q of agent %s", ErrNotFound, requestID, agent)
+	}
+	return t, err
+}
+
+// ActiveTurn returns agent's turn that has started and not ended, if any.
+func (s *Store) ActiveTurn(agent string) (TurnInfo, bool, error) {
+	return s.turnAt(agent, activeTurnKey(agent))
+}
+
+// LastTurn returns agent's most recently started turn, if any.
+func (s *Store) LastTurn(agent string) (TurnInfo, bool, error) {
+	return s.turnAt(agent, lastTurnKey(agent))
+}
+
+func (s *Store) turnAt(agent string, key []byte) (TurnInfo, bool, error) {
+	id, err := s.turns.Get(key)
+	if isNotFound(err) {
+		return TurnInfo{}, false, nil
+	}
+	if err != nil {
+		return TurnInfo{}, false, err
+	}
+	t, err := s.Turn(agent, string(id))
+	return t, err == nil, err
+}

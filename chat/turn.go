@@ -1,0 +1,335 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// snapshot is what a turn fiber stashes: where its stream is and what the
+// provider needs to continue, plus the recovery budget.
+type snapshot struct {
+	StreamID       string `json:"streamId"`
+	RequestID      string `json:"requestId"`
+	ChunkIndex     int    `json:"chunkIndex"`
+	ResponseID     string `json:"responseId,omitempty"`
+	SequenceNumber int64  `json:"sequenceNumber,omitempty"`
+	// Attempts counts recoveries and retries since the turn last made
+	// progress; ChunksAtAttempt is the stored chunk count at the last one.
+	Attempts        int `json:"attempts,omitempty"`
+	ChunksAtAttempt int `json:"chunksAtAttempt,omitempty"`
+}
+
+// turnState is one run of a turn: fresh, retried or continued.
+type turnState struct {
+	at   *activeTurn
+	info TurnInfo
+	b    *builder // what the stream shows so far
+	// base is the part of the assistant message before this stream: the
+	// continued message of a ContinueLastTurn, nil otherwise.
+	base []Part
+	snap snapshot
+	// resume: continue the answer after what b (and base) hold.
+	resume bool
+}
+
+// parts returns the assistant message as it stands.
+func (st *turnState) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
+
+// runTurn streams the provider's answer into the turn's stream and records
+// the outcome. It returns nil when the outcome is recorded (completed,
+// failed, interrupted), and an error only when the fiber should stay for
+// recovery (shutdown) or the log failed.
+func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) error {
+	defer a.release(st.at)
+	ctx, cancel := context.WithCancelCause(fctx)
+	defer cancel(nil)
+	a.mu.Lock()
+	st.at.cancel = cancel
+	if st.at.cancelled {
+		cancel(ErrCancelled)
+	}
+	a.mu.Unlock()
+
+	w := NewStreamWriter(a.cfg.Batcher, a.agent, st.info.StreamID, st.b.chunks, a.cfg.MaxPayload)
+	em := &emitter{w: w, b: st.b}
+	// Chunks and events are written under fctx: a Cancel stops the
+	// provider, not the writes that record the stop.
+	if !st.b.started {
+		if err := em.emit(fctx, Chunk{Type: ChunkStart, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
+			return a.writeFailed(fctx, st, em, err)
+		}
+	}
+	history, err := a.store.History(a.agent)
+	if err != nil {
+		return err
+	}
+	msgs := make([]Message, 0, len(history))
+	for _, m := range history {
+		if m.ID != st.info.AssistantMessageID {
+			msgs = append(msgs, m)
+		}
+	}
+	var tools []llm.Tool
+	if len(st.info.Tools) > 0 {
+		if err := json.Unmarshal(st.info.Tools, &tools); err != nil {
+			return a.failTurn(fctx, st, em, fmt.Errorf("chat: stored tools of turn %s: %w", st.info.RequestID, err))
+		}
+	}
+	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: toLLM(msgs), Tools: tools}
+	if st.resume || len(st.base) > 0 {
+		req.Continue = a.continuation(st)
+	}
+	var usage llm.Usage
+	for {
+		if a.interrupted(ctx) {
+			cancel(ErrCancelled)
+		}
+		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &usage)
+		if err == nil {
+			return a.completeTurn(fctx, st, em, reason, usage)
+		}
+		switch {
+		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
+			return a.abortTurn(fctx, st, em, true, "cancelled")
+		case fctx.Err() != nil:
+			// Shutdown: leave the fiber for recovery; what was written is
+			// made durable on the way out.
+			_, _ = w.Flush(context.WithoutCancel(fctx))
+			return fctx.Err()
+		case errors.Is(err, errWrite):
+			return a.writeFailed(fctx, st, em, err)
+		case llm.IsRetryable(err):
+			if st.b.chunks > st.snap.ChunksAtAttempt {
+				st.snap.Attempts = 0
+			}
+			st.snap.Attempts++
+			st.snap.ChunksAtAttempt = st.b.chunks
+			if st.snap.Attempts > a.cfg.MaxRecoveryAttempts {
+				return a.failTurn(fctx, st, em, fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err))
+			}
+			a.logger.Warn("retryable provider error, continuing the turn", "request", st.info.RequestID, "attempt", st.snap.Attempts, "err", err)
+			if err := a.stash(fctx, f, em, st); err != nil {
+				return a.writeFailed(fctx, st, em, err)
+			}
+			select {
+			case <-a.cfg.Clock.After(a.cfg.RetryBackoff << min(st.snap.Attempts-1, 6)):
+			case <-ctx.Done():
+				continue // the loop sees the cause
+			}
+			req.Continue = a.continuation(st)
+		default:
+			return a.failTurn(fctx, st, em, err)
+		}
+	}
+}
+
+// errWrite marks a failure to write the stream (the log, not the model).
+var errWrite = errors.New("chat: stream write failed")
+
+// continuation is what the provider needs to continue st's answer.
+func (a *Agent) continuation(st *turnState) *llm.Continuation {
+	c := &llm.Continuation{PartialText: partsText(st.parts()), ResponseID: st.snap.ResponseID, SequenceNumber: st.snap.SequenceNumber}
+	if c.PartialText == "" && c.ResponseID == "" {
+		return nil
+	}
+	return c
+}
+
+// streamOnce runs one provider call. It returns the finish reason, or the
+// error that ended the call: the provider's, ctx's cause, or an errWrite.
+func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (string, error) {
+	lastStash, chunksAtStash := a.cfg.Clock.Now(), em.b.chunks
+	for d, err := range a.cfg.Provider.Stream(ctx, req) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", context.Cause(ctx)
+			}
+			return "", err
+		}
+		newID := d.ResponseID != "" && d.ResponseID != st.snap.ResponseID
+		if d.ResponseID != "" {
+			st.snap.ResponseID = d.ResponseID
+		}
+		if d.SequenceNumber != 0 {
+			st.snap.SequenceNumber = d.SequenceNumber
+		}
+		if d.Kind == llm.Finish {
+			if d.Usage != nil {
+				usage.InputTokens += d.Usage.InputTokens
+				usage.OutputTokens += d.Usage.OutputTokens
+			}
+			return d.FinishReason, nil
+		}
+		if err := em.delta(wctx, d); err != nil {
+			if wctx.Err() != nil {
+				return "", wctx.Err()
+			}
+			return "", fmt.Errorf("%w: %w", errWrite, err)
+		}
+		if ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+		if a.interrupted(ctx) {
+			return "", ErrCancelled
+		}
+		if newID || em.b.chunks-chunksAtStash >= a.cfg.StashChunks || a.cfg.Clock.Now().Sub(lastStash) >= a.cfg.StashInterval {
+			if err := a.stash(wctx, f, em, st); err != nil {
+				return "", fmt.Errorf("%w: %w", errWrite, err)
+			}
+			lastStash, chunksAtStash = a.cfg.Clock.Now(), em.b.chunks
+		}
+	}
+	if ctx.Err() != nil {
+		return "", context.Cause(ctx)
+	}
+	return "", &llm.Error{Provider: a.cfg.Provider.Name(), Retryable: true, Err: llm.ErrStreamCut}
+}
+
+// interrupted checks the "turn" interrupt flag; when it is set it cancels
+// the turn.
+func (a *Agent) interrupted(ctx context.Context) bool {
+	set, err := a.store.Interrupted(a.agent, InterruptTurn)
+	if err != nil {
+		a.logger.Warn("read interrupt flag", "err", err)
+		return false
+	}
+	return set
+}
+
+// stash makes the chunks written so far durable, then stashes the turn's
+// snapshot, so the snapshot never claims more than the stream holds.
+func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turnState) error {
+	if _, err := em.w.Flush(ctx); err != nil {
+		return err
+	}
+	st.snap.ChunkIndex = em.b.chunks
+	return f.Stash(ctx, st.snap)
+}
+
+// persist stores the assistant message as it stands: message.appended the
+// first time, message.updated (replacing its parts) after that, so a
+// recovered turn never duplicates the message.
+func (a *Agent) persist(ctx context.Context, st *turnState) error {
+	parts := st.parts()
+	id := st.info.AssistantMessageID
+	if old, err := a.store.Message(a.agent, id); err == nil {
+		if equalParts(old.Parts, parts) {
+			return nil
+		}
+		_, err := a.append(ctx, EventMessageUpdated, messageUpdated{ID: id, Parts: parts})
+		return err
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if !hasContent(parts) {
+		return nil
+	}
+	_, err := a.append(ctx, EventMessageAppended, Message{
+		ID: id, Role: RoleAssistant, Parts: parts, RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
+	})
+	return err
+}
+
+func equalParts(a, b []Part) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// completeTurn ends the stream with finish and records the message, the
+// usage and turn.completed, in that order.
+func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
+	if err := em.finish(ctx, reason); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	return a.recordCompleted(ctx, st, reason, &usage)
+}
+
+// recordCompleted appends what follows a stored finish chunk; usage is nil
+// when unknown (a turn finalized after a crash).
+func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason string, usage *llm.Usage) error {
+	if err := a.persist(ctx, st); err != nil {
+		return err
+	}
+	if usage != nil {
+		if _, err := a.append(ctx, EventUsageRecorded, usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}); err != nil {
+			return err
+		}
+	}
+	_, err := a.append(ctx, EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason})
+	return err
+}
+
+// failTurn records a terminal failure: an error chunk clients see, the
+// partial answer (if any) as the assistant message, and turn.failed.
+func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause error) error {
+	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
+	if err := em.emit(ctx, Chunk{Type: ChunkError, ErrorText: cause.Error()}); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	return a.recordFailed(ctx, st, cause.Error())
+}
+
+func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
+	if err := a.persist(ctx, st); err != nil {
+		return err
+	}
+	_, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg})
+	return err
+}
+
+// abortTurn ends the stream with abort, persists the partial answer when
+// persist is set, records turn.interrupted and clears the "turn" interrupt.
+func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persist bool, reason string) error {
+	if err := em.emit(ctx, Chunk{Type: ChunkAbort}); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
+	return a.recordInterrupted(ctx, st, persist, reason)
+}
+
+func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bool, reason string) error {
+	if persist {
+		if err := a.persist(ctx, st); err != nil {
+			return err
+		}
+	}
+	if _, err := a.append(ctx, EventTurnInterrupted, turnEnded{RequestID: st.info.RequestID, Reason: reason}); err != nil {
+		return err
+	}
+	if set, err := a.store.Interrupted(a.agent, InterruptTurn); err != nil {
+		return err
+	} else if set {
+		if _, err := a.append(ctx, EventInterruptCleared, interruptFlag{Name: InterruptTurn}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFailed handles a stream that cannot be written: during shutdown the
+// fiber stays for recovery; otherwise the turn is recorded as failed (the
+// events stream may still work when the chunks stream does not) and the
+// error returned, so the fiber records it too.
+func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if rerr := a.recordFailed(ctx, st, err.Error()); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
