@@ -75,6 +75,7 @@ func TestBinary(t *testing.T) {
 	t.Run("StopsOnSIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
 	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })
 	t.Run("CrashRecovery", func(t *testing.T) { testBinaryCrashRecovery(t, bin) })
+	t.Run("ChatCrashRecovery", func(t *testing.T) { testBinaryChatCrash(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

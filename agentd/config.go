@@ -36,8 +36,13 @@ const (
 	DefaultJetStreamMaxStore  = 10 << 30  // 10 GiB
 	DefaultChunkMaxAge        = 24 * time.Hour
 	DefaultIdleTimeout        = 2 * time.Minute
-	DefaultShutdownTimeout    = 10 * time.Second
-	DefaultLogFormat          = LogText
+
+	ProviderLocal           = "local"
+	ProviderOpenAI          = "openai"
+	ProviderChatCompletions = "chatcompletions"
+	ProviderAnthropic       = "anthropic"
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultLogFormat        = LogText
 )
 
 // Subdirectories of the data dir.
@@ -80,6 +85,18 @@ type Config struct {
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
+	// Provider is the model behind chat agents: local (built in, no
+	// network), openai (Responses API), chatcompletions (OpenAI-compatible:
+	// Ollama, llama.cpp, vLLM) or anthropic. Default local.
+	Provider string
+	// Model is the provider's model name (required for remote providers).
+	Model string
+	// ProviderURL is the provider's base URL (required for chatcompletions
+	// servers other than OpenAI's).
+	ProviderURL string
+	// LocalRate is the local model's speed in tokens/s: 0 means the default
+	// (30), negative as fast as possible.
+	LocalRate float64
 	// ShutdownTimeout bounds each step of the graceful shutdown (HTTP
 	// requests in flight, NATS drain). Default 10s.
 	ShutdownTimeout time.Duration
@@ -125,6 +142,9 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.Provider == "" {
+		c.Provider = ProviderLocal
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -148,6 +168,11 @@ func (c *Config) Validate() error {
 	case LogText, LogJSON:
 	default:
 		return configErrorf("log-format", "log format %q is not %q or %q", c.LogFormat, LogText, LogJSON)
+	}
+	switch c.Provider {
+	case ProviderLocal, ProviderOpenAI, ProviderChatCompletions, ProviderAnthropic:
+	default:
+		return configErrorf("provider", "provider %q is not one of local, openai, chatcompletions, anthropic", c.Provider)
 	}
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)

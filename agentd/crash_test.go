@@ -30,6 +30,12 @@ func startAgentd(t *testing.T, bin, data, httpAddr, natsAddr string) *agentdProc
 	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json")
 	p.cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	return startWith(t, p, httpAddr)
+}
+
+// startWith starts a prepared agentd command and waits for /readyz.
+func startWith(t *testing.T, p *agentdProc, httpAddr string) *agentdProc {
+	t.Helper()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -87,6 +87,13 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long chat stream chunks are kept")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
+		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")
+	fs.StringVar(&cfg.ProviderURL, "provider-url", cfg.ProviderURL,
+		"provider base `url` (for chatcompletions: the Ollama, llama.cpp or vLLM server)")
+	fs.Float64Var(&cfg.LocalRate, "local-rate", cfg.LocalRate,
+		"local model speed in tokens/s (0: 30, negative: unlimited)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
 		"time allowed to each graceful shutdown step (HTTP requests, NATS drain)")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel,

@@ -76,10 +76,22 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
-// wire registers the built-in agent types on a host attached to d.
+// wire registers the built-in agent types on a host attached to d: steps,
+// and chat, which takes every agent id no other type claims.
 func wire(d *agentd.Daemon) error {
-	host := agentd.NewHost(agentd.HostConfig{})
+	provider, err := agentd.NewProvider(d.Config())
+	if err != nil {
+		return err
+	}
+	chats := agentd.NewChatType(provider, nil)
+	if err := chats.Attach(d); err != nil {
+		return err
+	}
+	host := agentd.NewHost(agentd.HostConfig{DefaultType: "chat"})
 	if err := host.Register("steps", agentd.NewStepsAgent); err != nil {
+		return err
+	}
+	if err := host.Register("chat", chats.Factory); err != nil {
 		return err
 	}
 	return host.Attach(d)

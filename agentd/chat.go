@@ -1,0 +1,244 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// NewProvider builds the chat model provider cfg names. A remote provider
+// without its API key or model is an error naming what is missing.
+func NewProvider(cfg Config) (llm.Provider, error) {
+	var (
+		p   llm.Provider
+		err error
+	)
+	switch cfg.Provider {
+	case ProviderLocal, "":
+		return llm.NewLocal(llm.LocalConfig{Rate: cfg.LocalRate}), nil
+	case ProviderOpenAI:
+		p, err = llm.NewOpenAIResponses(llm.OpenAIResponsesConfig{BaseURL: cfg.ProviderURL, Model: cfg.Model})
+	case ProviderChatCompletions:
+		p, err = llm.NewChatCompletions(llm.ChatCompletionsConfig{BaseURL: cfg.ProviderURL, Model: cfg.Model})
+	case ProviderAnthropic:
+		p, err = llm.NewAnthropic(llm.AnthropicConfig{BaseURL: cfg.ProviderURL, Model: cfg.Model})
+	default:
+		return nil, configErrorf("provider", "provider %q is not one of local, openai, chatcompletions, anthropic", cfg.Provider)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: provider %s (--provider, --model, --provider-url): %w", ErrConfig, cfg.Provider, err)
+	}
+	return p, nil
+}
+
+// ChatType is the chat agent type: it opens the chat read side (the
+// projections of messages, streams, turns, state, usage, interrupts) and the
+// shared chunk batcher when the daemon starts, and builds one chat.Agent per
+// agent id.
+type ChatType struct {
+	provider llm.Provider
+	config   func(*chat.Config) // optional tweaks, for embedding programs
+
+	// Set at start.
+	store      *chat.Store
+	batcher    *eventlog.Batcher
+	maxPayload int64
+}
+
+// NewChatType returns the chat type over provider. tweak, when not nil, may
+// change each agent's chat.Config (system prompt, recovery hook...).
+func NewChatType(provider llm.Provider, tweak func(*chat.Config)) *ChatType {
+	return &ChatType{provider: provider, config: tweak}
+}
+
+// Attach opens the chat read side and the chunk batcher with d.
+func (ct *ChatType) Attach(d *Daemon) error {
+	return d.OnStart(func(ctx context.Context, deps *Deps) error {
+		store, prs, err := chat.OpenStore(deps.Log)
+		if err != nil {
+			return err
+		}
+		for _, pr := range prs {
+			if err := d.AddProjector(pr); err != nil {
+				return err
+			}
+		}
+		ct.store, ct.maxPayload = store, deps.Log.MaxPayload()
+		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
+		return d.Add("chunk batcher", ct.batcher)
+	})
+}
+
+// Store returns the chat read side (nil before the daemon started).
+func (ct *ChatType) Store() *chat.Store { return ct.store }
+
+// Factory is the Factory of the chat agent type.
+func (ct *ChatType) Factory(_ context.Context, env *Env) (Agent, error) {
+	cfg := chat.Config{
+		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
+		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger,
+	}
+	if ct.config != nil {
+		ct.config(&cfg)
+	}
+	a, err := chat.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ChatAgent{Agent: a}, nil
+}
+
+// ChatAgent adapts a chat.Agent to the host: commands and fiber recovery.
+type ChatAgent struct{ *chat.Agent }
+
+// ChatRequest is the payload of the chat command: a text, or a message, or
+// an AI SDK useChat body ({id, messages}) whose last user message is sent.
+type ChatRequest struct {
+	Text     string          `json:"text,omitempty"`
+	Message  *chat.Message   `json:"message,omitempty"`
+	Messages []chat.Message  `json:"messages,omitempty"`
+	Tools    []llm.Tool      `json:"tools,omitempty"`
+	Body     json.RawMessage `json:"-"`
+}
+
+// ChatReply is the reply to the chat command.
+type ChatReply struct {
+	RequestID string       `json:"requestId"`
+	StreamID  string       `json:"streamId"`
+	MessageID string       `json:"messageId"`
+	Cursor    eventlog.Seq `json:"cursor"`
+}
+
+// OnFiberRecovered hands chat turn fibers to the chat agent.
+func (c *ChatAgent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
+	handled, err := c.Agent.OnFiberRecovered(ctx, rec)
+	if !handled && err == nil {
+		return fmt.Errorf("agentd: chat agent has no recovery for fiber %s (%s)", rec.ID, rec.Name)
+	}
+	return err
+}
+
+// HandleCommand answers chat, messages, status, cancel, interrupt and state.
+func (c *ChatAgent) HandleCommand(ctx context.Context, cmd Command) (any, error) {
+	reply, err := c.handle(ctx, cmd)
+	return reply, chatError(err)
+}
+
+func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
+	switch cmd.Verb {
+	case "chat":
+		req, err := ParseChatRequest(cmd.Data)
+		if err != nil {
+			return nil, err
+		}
+		turn, err := c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools})
+		if err != nil {
+			return nil, err
+		}
+		return ChatReply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: turn.Cursor}, nil
+	case "messages":
+		var p chat.Page
+		if err := decodeOptional(cmd.Data, &p); err != nil {
+			return nil, err
+		}
+		msgs, next, err := c.Messages(p)
+		if msgs == nil {
+			msgs = []chat.Message{}
+		}
+		return map[string]any{"messages": msgs, "next": next}, err
+	case "status":
+		return c.Status()
+	case "cancel":
+		cancelled, err := c.Cancel(ctx)
+		return map[string]bool{"cancelled": cancelled}, err
+	case "interrupt":
+		var req struct {
+			Name  string `json:"name"`
+			Clear bool   `json:"clear"`
+		}
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Name == "" {
+			req.Name = chat.InterruptTurn
+		}
+		if req.Clear {
+			err := c.ClearInterrupt(ctx, req.Name)
+			return map[string]any{"name": req.Name, "set": false}, err
+		}
+		err := c.SetInterrupt(ctx, req.Name)
+		return map[string]any{"name": req.Name, "set": true}, err
+	case "state":
+		var req struct {
+			Value         json.RawMessage `json:"value"`
+			ExpectVersion *int            `json:"expectVersion"`
+		}
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Value == nil {
+			v, version, err := c.State()
+			return map[string]any{"value": v, "version": version}, err
+		}
+		if req.ExpectVersion == nil {
+			return nil, fmt.Errorf("%w: state: set expectVersion (0 for the first write)", ErrBadRequest)
+		}
+		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
+		return map[string]any{"version": version}, err
+	}
+	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state; not %q", ErrNotFound, cmd.Verb)
+}
+
+// ParseChatRequest decodes a chat command payload: {text}, {message}, or an
+// AI SDK body {id, messages: [...]} (its last message is the user's).
+func ParseChatRequest(data json.RawMessage) (ChatRequest, error) {
+	var req ChatRequest
+	if len(data) == 0 {
+		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", ErrBadRequest)
+	}
+	if err := json.Unmarshal(data, &req); err != nil {
+		return req, fmt.Errorf("%w: chat: %v", ErrBadRequest, err)
+	}
+	req.Body = data
+	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role != "user" {
+			return req, fmt.Errorf("%w: chat: the last message has role %q, want user", ErrBadRequest, last.Role)
+		}
+		req.Message = &last
+	}
+	return req, nil
+}
+
+func decodeOptional(data json.RawMessage, v any) error {
+	if len(data) == 0 || strings.TrimSpace(string(data)) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// chatError maps chat's errors to the command codes.
+func chatError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage):
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	case errors.Is(err, chat.ErrTurnActive), errors.Is(err, chat.ErrDuplicateMessage),
+		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage):
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}

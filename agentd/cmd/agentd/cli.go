@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/replay"
+	"github.com/nats-io/nats.go"
+)
+
+// CLI exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// cliRequestTimeout bounds one command request to agentd.
+const cliRequestTimeout = 30 * time.Second
+
+const cliUsage = `Usage:
+  agentd chat <agent> "text" [--nats-url url]   send a message and print the reply as it streams
+  agentd tail <agent> [--from cursor]            follow the agent's latest stream
+  agentd fibers <agent>                          list the agent's running fibers
+  agentd status <agent>                          show the agent's status
+
+They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
+or nats://127.0.0.1:4222. On Ctrl-C, chat and tail print the cursor to resume
+from (agentd tail <agent> --from <cursor>); the turn goes on.
+`
+
+// runCLI runs the client commands chat, tail, fibers and status. For any
+// other first argument it returns handled false and the daemon runs.
+func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer) (handled bool, code int) {
+	if len(args) == 0 {
+		return false, 0
+	}
+	switch args[0] {
+	case "chat", "tail", "fibers", "status":
+	default:
+		return false, 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
+}
+
+// cliError is a failure with its exit code.
+type cliError struct {
+	code int
+	err  error
+}
+
+func (e *cliError) Error() string { return e.err.Error() }
+
+func usageErr(format string, a ...any) error {
+	return &cliError{exitUsage, fmt.Errorf(format, a...)}
+}
+
+// runCLIContext is runCLI for a known command, interrupted when ctx ends.
+func runCLIContext(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd := args[0]
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	natsURL := getenv("FOREVER_NATS_URL")
+	if natsURL == "" {
+		natsURL = nats.DefaultURL
+	}
+	fs.StringVar(&natsURL, "nats-url", natsURL, "NATS url of agentd")
+	from := fs.String("from", "", "cursor to follow after (tail)")
+	pos, err := parseInterleaved(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, cliUsage)
+		return exitOK
+	}
+	if err == nil {
+		err = checkArgs(cmd, pos, *from)
+	}
+	if err == nil {
+		err = runCommand(ctx, cmd, pos, natsURL, *from, stdout, stderr)
+	}
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
+		if ce.code == exitUsage {
+			fmt.Fprint(stderr, "\n"+cliUsage)
+		}
+		return ce.code
+	default:
+		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
+		return exitFailed
+	}
+}
+
+// parseInterleaved parses flags placed before, between or after the
+// positional arguments, which it returns.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageErr("%v", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func checkArgs(cmd string, pos []string, from string) error {
+	want := 1
+	if cmd == "chat" {
+		want = 2
+	}
+	switch {
+	case len(pos) == 0:
+		return usageErr("missing agent id")
+	case len(pos) < want:
+		return usageErr("missing message text")
+	case len(pos) > want:
+		return usageErr("unexpected argument %q (quote the message text)", pos[want])
+	case !eventlog.ValidToken(pos[0]):
+		return usageErr("agent id %q is not valid (no '.', '*', '>', spaces)", pos[0])
+	case cmd == "chat" && strings.TrimSpace(pos[1]) == "":
+		return usageErr("empty message text")
+	case from != "" && cmd != "tail":
+		return usageErr("--from applies to tail only")
+	}
+	if from != "" {
+		if _, err := replay.ParseCursor(from); err != nil {
+			return &cliError{exitUsage, fmt.Errorf("--from: %w", err)}
+		}
+	}
+	return nil
+}
+
+func runCommand(ctx context.Context, cmd string, pos []string, natsURL, from string, stdout, stderr io.Writer) error {
+	nc, err := nats.Connect(natsURL, nats.Name("agentd "+cmd))
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+	}
+	defer nc.Close()
+	agent := pos[0]
+	switch cmd {
+	case "fibers":
+		var rows []agentd.FiberInfo
+		if err := request(ctx, nc, agent, "fibers", nil, &rows); err != nil {
+			return err
+		}
+		return printFibers(stdout, rows)
+	case "status":
+		var st agentd.Status
+		if err := request(ctx, nc, agent, "status", nil, &st); err != nil {
+			return err
+		}
+		return printStatus(stdout, st)
+	case "chat":
+		return chatCommand(ctx, nc, agent, pos[1], stdout, stderr)
+	default: // tail
+		var after replay.Cursor
+		if from != "" {
+			after, _ = replay.ParseCursor(from) // checked by checkArgs
+		}
+		client, err := openClient(ctx, nc)
+		if err != nil {
+			return err
+		}
+		stream, err := client.Latest(ctx, agent)
+		if err != nil {
+			return err
+		}
+		return printStream(ctx, client.Follow(ctx, agent, stream, after), after, stdout, stderr)
+	}
+}
+
+// request sends a command to agentd and decodes its reply into out. A
+// micro service error (headers Nats-Service-Error-Code and
+// Nats-Service-Error) comes back as an error naming both.
+func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, out any) error {
+	subject := eventlog.DefaultPrefix + ".cmd." + agent + "." + verb
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return fmt.Errorf("decode %s reply: %w", verb, err)
+	}
+	return nil
+}
+
+// chatReply is agentd's reply to a chat command.
+type chatReply struct {
+	RequestID string          `json:"requestId"`
+	StreamID  string          `json:"streamId"`
+	Cursor    json.RawMessage `json:"cursor"`
+}
+
+func chatCommand(ctx context.Context, nc *nats.Conn, agent, text string, stdout, stderr io.Writer) error {
+	client, err := openClient(ctx, nc)
+	if err != nil {
+		return err
+	}
+	var r chatReply
+	if err := request(ctx, nc, agent, "chat", map[string]string{"text": text}, &r); err != nil {
+		return err
+	}
+	if !eventlog.ValidToken(r.StreamID) {
+		return fmt.Errorf("agentd replied stream id %q", r.StreamID)
+	}
+	var after replay.Cursor
+	if s := strings.Trim(string(r.Cursor), `"`); s != "" && s != "null" {
+		if after, err = replay.ParseCursor(s); err != nil {
+			return fmt.Errorf("agentd replied cursor: %w", err)
+		}
+	}
+	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
+}
+
+// openClient opens the log bound to agentd's streams, for reading.
+func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	return replay.NewClient(lg), nil
+}
+
+// printStream prints a followed stream: text to stdout as it arrives, tool
+// calls and errors to stderr; reasoning is skipped. When ctx ends (Ctrl-C)
+// it prints the cursor to resume from and exits 130; the turn goes on.
+func printStream(ctx context.Context, items func(func(replay.Item, error) bool), after replay.Cursor, stdout, stderr io.Writer) error {
+	cursor := after
+	for it, err := range items {
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		cursor = it.Cursor
+		c := it.Chunk
+		switch c.Type {
+		case chat.ChunkTextDelta:
+			fmt.Fprint(stdout, c.Delta)
+		case chat.ChunkTextEnd:
+			fmt.Fprintln(stdout)
+		case chat.ChunkToolInput:
+			fmt.Fprintf(stderr, "[tool %s %s]\n", c.ToolName, c.Input)
+		case chat.ChunkToolOutputError:
+			fmt.Fprintf(stderr, "[tool error: %s]\n", c.ErrorText)
+		case chat.ChunkError:
+			return &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
+		case chat.ChunkAbort:
+			return &cliError{exitFailed, errors.New("turn aborted")}
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stdout)
+		fmt.Fprintf(stderr, "cursor: %s\n", cursor)
+		return &cliError{exitInterrupted, fmt.Errorf("interrupted; the turn goes on; resume with --from %s", cursor)}
+	}
+	return nil
+}
+
+func printFibers(w io.Writer, rows []agentd.FiberInfo) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no fibers")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tATTEMPT\tCREATED")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Attempt, r.CreatedAt)
+	}
+	return tw.Flush()
+}
+
+func printStatus(w io.Writer, st agentd.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent\t%s\n", st.Agent)
+	fmt.Fprintf(tw, "type\t%s\n", st.Type)
+	fmt.Fprintf(tw, "active\t%v\n", st.Active)
+	fmt.Fprintf(tw, "fibers\t%d\n", st.Fibers)
+	fmt.Fprintf(tw, "schedules\t%d\n", st.Schedules)
+	fmt.Fprintf(tw, "keepalive\t%d\n", st.KeepAlive)
+	if st.Detail != nil {
+		d, err := json.Marshal(st.Detail)
+		if err == nil {
+			fmt.Fprintf(tw, "detail\t%s\n", d)
+		}
+	}
+	return tw.Flush()
+}
