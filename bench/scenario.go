@@ -70,6 +70,7 @@ func scenarios() []Scenario {
 		{Name: "fiber-stash", Run: fiberStash},
 		{Name: "fiber-recovery", Run: fiberRecovery},
 		{Name: "chat-chunks", Run: chatChunks},
+		{Name: "replay", Run: replayScenario},
 	}
 }
 

@@ -6,9 +6,6 @@
 package deps
 
 import (
-	_ "github.com/anthropics/anthropic-sdk-go"
+	_ "github.com/chromedp/chromedp"
 	_ "github.com/coder/websocket"
-	_ "github.com/openai/openai-go/v3"
-	_ "github.com/robfig/cron/v3"
-	_ "golang.org/x/sync/errgroup"
 )

@@ -31,6 +31,9 @@ func main() {
 
 // run is main without the process exit, returning the exit code.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	if handled, code := runCLI(args, getenv, os.Stdout, stderr); handled {
+		return code
+	}
 	cfg, err := agentd.ParseFlags(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		agentd.Usage(stderr)
@@ -94,5 +97,8 @@ func wire(d *agentd.Daemon) error {
 	if err := host.Register("chat", chats.Factory); err != nil {
 		return err
 	}
-	return host.Attach(d)
+	if err := host.Attach(d); err != nil {
+		return err
+	}
+	return agentd.AttachGateway(d, host, chats)
 }

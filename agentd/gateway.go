@@ -1,0 +1,107 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/replay"
+)
+
+// AttachGateway serves the HTTP chat gateway (replay.Gateway: the AI SDK UI
+// message stream over SSE, the WebSocket resume handshake, the chat page at
+// /) on d's HTTP server, with turns started through host and streams read
+// from the chat type's read side.
+func AttachGateway(d *Daemon, host *Host, chats *ChatType) error {
+	return d.OnStart(func(ctx context.Context, deps *Deps) error {
+		if chats.Store() == nil {
+			return fmt.Errorf("agentd: attach the chat type before the gateway")
+		}
+		gw, err := replay.NewGateway(replay.GatewayConfig{
+			Log:        deps.Log,
+			Chats:      gatewayChats{host: host, chats: chats},
+			Streams:    chats.Store().Streams(),
+			Stopping:   d.Stopping(),
+			Logger:     deps.Logger,
+			Registerer: deps.Registerer,
+		})
+		if err != nil {
+			return err
+		}
+		d.Handle("/", gw)
+		return nil
+	})
+}
+
+// gatewayChats is the gateway's view of the chat agents: commands through
+// the host, so they activate agents and map errors like NATS commands do.
+type gatewayChats struct {
+	host  *Host
+	chats *ChatType
+}
+
+var (
+	_ replay.Chats       = gatewayChats{}
+	_ replay.ActiveTurns = gatewayChats{}
+)
+
+func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
+	out, err := g.host.Command(ctx, Command{Agent: agent, Verb: "chat", Data: body})
+	if err != nil {
+		return replay.Turn{}, statusError{err}
+	}
+	r, ok := out.(ChatReply)
+	if !ok {
+		return replay.Turn{}, fmt.Errorf("%w: agent %s is not a chat agent", ErrNotFound, agent)
+	}
+	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: replay.Cursor(r.Cursor)}, nil
+}
+
+func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
+	out, err := g.host.Command(ctx, Command{Agent: agent, Verb: "cancel"})
+	if err != nil {
+		return false, statusError{err}
+	}
+	m, _ := out.(map[string]bool)
+	return m["cancelled"], nil
+}
+
+// Messages returns the whole visible conversation as an array of UI
+// messages ({id, role, parts}).
+func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
+	if _, err := g.host.TypeOf(agent); err != nil {
+		return nil, statusError{err}
+	}
+	var all []chat.Message
+	page := chat.Page{Limit: 500}
+	for {
+		msgs, next, err := g.chats.Store().Messages(agent, page)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, msgs...)
+		if next == "" {
+			break
+		}
+		page.After = next
+	}
+	if all == nil {
+		all = []chat.Message{}
+	}
+	return all, nil
+}
+
+func (g gatewayChats) Active(_ context.Context, agent string) (replay.Turn, bool, error) {
+	t, ok, err := g.chats.Store().ActiveTurn(agent)
+	if err != nil || !ok {
+		return replay.Turn{}, false, err
+	}
+	return replay.Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, true, nil
+}
+
+// statusError carries agentd's status code to the gateway.
+type statusError struct{ error }
+
+func (e statusError) StatusCode() int { return StatusCode(e.error) }
+func (e statusError) Unwrap() error   { return e.error }

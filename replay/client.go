@@ -1,0 +1,184 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Event types of chunks on the chunks stream, as chat.StreamWriter writes
+// them (chat keeps the names unexported).
+const (
+	evChunk     = "chunk"
+	evChunkPart = "chunk.part"
+)
+
+// Item is one chunk of a followed stream and its cursor: resume after
+// Cursor to get the chunks that follow it.
+type Item struct {
+	Cursor Cursor
+	Chunk  chat.Chunk
+}
+
+// Client follows chat streams in the log. It reads only, so it works on a
+// Log opened with eventlog.Config{Bind: true} (a client process) as well as
+// on the server's own Log. A Client is safe for concurrent use.
+type Client struct {
+	lg *eventlog.Log
+}
+
+// NewClient returns a Client reading lg. The caller keeps ownership of lg.
+func NewClient(lg *eventlog.Log) *Client { return &Client{lg: lg} }
+
+// Follow yields every chunk of agent's stream stored after the cursor, once
+// each and in order: first the stored ones, then live ones as they are
+// written, through one ordered consumer, so nothing is lost or doubled
+// between history and live. Chunks split into parts are joined. It ends
+// after the terminal chunk (finish, error, abort), when ctx is done
+// (yielding ctx's error), or when the caller stops ranging.
+//
+// Following a stream that has ended replays the chunks after the cursor and
+// ends; with a cursor at or past its terminal chunk it yields nothing. A
+// stream with no chunk stored is ErrUnknownStream. A chunk that cannot be
+// decoded is yielded as an error, and ranging may go on past it.
+func (c *Client) Follow(ctx context.Context, agent, stream string, after Cursor) iter.Seq2[Item, error] {
+	return c.follow(ctx, agent, stream, after, true)
+}
+
+// FollowTurn is Follow for a turn that was just started: a stream with no
+// chunk stored yet is waited for instead of being ErrUnknownStream. Use it
+// with the stream id and cursor a chat command replied.
+func (c *Client) FollowTurn(ctx context.Context, agent, stream string, after Cursor) iter.Seq2[Item, error] {
+	return c.follow(ctx, agent, stream, after, false)
+}
+
+// follow is Follow; without mustExist a stream with no chunk yet is
+// awaited (a turn that was just started).
+func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor, mustExist bool) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		f := eventlog.Filter{Agent: agent, Stream: stream}
+		last, err := c.lg.LastSeq(ctx, f)
+		if err != nil {
+			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
+			return
+		}
+		if last == 0 && mustExist {
+			yield(Item{}, fmt.Errorf("%w: %s/%s has no chunks", ErrUnknownStream, agent, stream))
+			return
+		}
+		if last != 0 && Cursor(last) <= after {
+			// Nothing stored after the cursor: end now if the stream ended,
+			// instead of waiting for chunks that never come.
+			ended, err := c.ended(ctx, f, last)
+			if err != nil {
+				yield(Item{}, err)
+				return
+			}
+			if ended {
+				return
+			}
+		}
+		var a chat.Assembler
+		aligned := false // whether a whole chunk's first event was seen
+		for e, err := range c.lg.Follow(ctx, f, after.Seq()) {
+			if err != nil {
+				if !yield(Item{}, err) {
+					return
+				}
+				continue
+			}
+			if !aligned {
+				// A cursor inside a split chunk: skip to the next chunk.
+				if e.Type == evChunkPart && partNumber(e.Data) != 0 {
+					continue
+				}
+				aligned = true
+			}
+			ch, ok, err := a.Add(e.Type, e.Data)
+			if err != nil {
+				if !yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err)) {
+					return
+				}
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if !yield(Item{Cursor: Cursor(e.Seq), Chunk: ch}, nil) || ch.Terminal() {
+				return
+			}
+		}
+	}
+}
+
+// ended reports whether the chunk stored at last, the stream's last event,
+// is terminal.
+func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Seq) (bool, error) {
+	evs, err := c.lg.Read(ctx, f, last-1, 1)
+	if err != nil {
+		return false, fmt.Errorf("replay: read last chunk of %s/%s: %w", f.Agent, f.Stream, err)
+	}
+	if len(evs) == 0 {
+		return false, nil
+	}
+	e := evs[0]
+	if e.Type == evChunkPart {
+		// Rare: a split last chunk. Join it from the stream's start.
+		if evs, err = c.lg.Read(ctx, f, 0, 0); err != nil {
+			return false, fmt.Errorf("replay: read %s/%s: %w", f.Agent, f.Stream, err)
+		}
+		var a chat.Assembler
+		var lastChunk chat.Chunk
+		for _, e := range evs {
+			if ch, ok, err := a.Add(e.Type, e.Data); err == nil && ok {
+				lastChunk = ch
+			}
+		}
+		return lastChunk.Terminal(), nil
+	}
+	var ch struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(e.Data, &ch) != nil {
+		return false, nil
+	}
+	return chat.Chunk{Type: ch.Type}.Terminal(), nil
+}
+
+// partNumber returns the part number of a chunk.part event, or -1.
+func partNumber(data []byte) int {
+	var p struct {
+		Part *int `json:"part"`
+	}
+	if json.Unmarshal(data, &p) != nil || p.Part == nil {
+		return -1
+	}
+	return *p.Part
+}
+
+// Latest returns the id of agent's most recently written stream, from the
+// log alone (no projection): the stream of the agent's last chunk. An agent
+// without chunks is ErrUnknownStream.
+func (c *Client) Latest(ctx context.Context, agent string) (string, error) {
+	f := eventlog.Filter{Agent: agent, Chunks: true}
+	last, err := c.lg.LastSeq(ctx, f)
+	if err != nil {
+		return "", fmt.Errorf("replay: latest stream of %s: %w", agent, err)
+	}
+	if last == 0 {
+		return "", fmt.Errorf("%w: agent %s has no stream", ErrUnknownStream, agent)
+	}
+	evs, err := c.lg.Read(ctx, f, last-1, 1)
+	if err != nil {
+		return "", fmt.Errorf("replay: latest stream of %s: %w", agent, err)
+	}
+	if len(evs) == 0 || evs[0].Stream == "" {
+		return "", errors.New("replay: latest stream of " + agent + ": last chunk has no stream")
+	}
+	return evs[0].Stream, nil
+}

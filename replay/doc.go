@@ -1,0 +1,95 @@
+// Package replay lets clients read chat streams from any point: cursors, a Go
+// client that follows a stream, and the HTTP gateway (Server-Sent Events in
+// the AI SDK UI message stream format, a WebSocket with a resume handshake,
+// and a chat page).
+//
+// # Model
+//
+// A chat stream is the chunks of one LLM turn, stored on the chunks stream
+// under <prefix>.chunk.<agent>.<stream> (see chat.StreamWriter). A Cursor is
+// a chunk's stream sequence there (the sequence of its last part when the
+// chunk was split). Replay is a consumer replay: following after cursor N is
+// one JetStream ordered consumer filtered to the stream's subject, started at
+// N+1, which delivers the stored chunks and then the live ones. There is no
+// separate live path, so nothing falls between history and live.
+//
+// # Invariants
+//
+//   - Replay from a cursor yields every later chunk of the stream once and in
+//     order, with no gap, history then live; cursors strictly increase.
+//   - Resuming after the last cursor seen continues exactly where the
+//     previous follow stopped, across client disconnects and server
+//     restarts (the log is the only state).
+//   - A follow ends after the stream's terminal chunk (finish, error,
+//     abort); following an ended stream replays it and ends.
+//   - A client going away never stops a turn: only POST .../stop (or a
+//     WebSocket "stop" frame) calls Chats.Stop.
+//
+// # HTTP gateway
+//
+// NewGateway returns an http.Handler with the AI SDK's conventions, so a
+// stock useChat client (DefaultChatTransport with api "/v1/chat") works:
+//
+//   - POST /v1/chat with {id, messages, ...}: Chats.Send starts a turn for
+//     agent id; the response streams it as SSE (content-type
+//     text/event-stream, x-vercel-ai-ui-message-stream: v1): one
+//     "id: <cursor>\ndata: <chunk json>\n\n" event per chunk, then
+//     "data: [DONE]". Chunks carry only the fields the AI SDK v5 schema of
+//     their type allows (no requestId, no finishReason).
+//   - GET /v1/chat/{id}/stream: resumes the agent's unfinished turn from
+//     its start chunk (same messageId), then live; 204 when there is none.
+//     With Last-Event-ID or ?after=<cursor>, only what follows the cursor. A
+//     finished latest stream is 204, except with ?after=, which replays its
+//     tail after the cursor (possibly nothing) and [DONE].
+//   - POST /v1/chat/{id}/stop: Chats.Stop; 200 {"stopped": bool}.
+//   - GET /v1/chat/{id}/messages: Chats.Messages as JSON.
+//   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
+//   - GET /: the chat page (web/index.html).
+//
+// Errors are {"error": "..."} with a 4xx status for bad requests (malformed
+// body, no messages, invalid chat id or cursor) and the status an error
+// carries (a StatusCode() int method, or a known sentinel; see StatusCode).
+// Closing GatewayConfig.Stopping ends every SSE response (without [DONE])
+// and WebSocket (close 1001), so a server can shut down; turns go on.
+//
+// # WebSocket protocol
+//
+// Frames are JSON text messages. The server sends an offer on connect and
+// on each {"type":"resume"} from the client (a client that registers its
+// handler late asks again, so the offer is never lost):
+//
+//	{"type":"resuming","requestId","streamId","messageId"}  an unfinished turn
+//	{"type":"pending","requestId"}                          started, no chunk yet
+//	{"type":"none"}                                         idle
+//
+// The server streams nothing until the client acknowledges the offer with
+// {"type":"ack","requestId"}; an ack for another request id is ignored, and
+// so is a second ack of the turn already streaming. Then it sends the
+// chunks stored when the ack arrived, flagged replay, then replayComplete,
+// then the live chunks, then done:
+//
+//	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":true}
+//	{"type":"replayComplete","requestId","cursor":"<last replayed>"}
+//	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":false}
+//	{"type":"done","requestId","status":"completed|error|aborted"}
+//
+// A turn that ended in error is replayed up to its error chunk and done says
+// "error". The client may also send {"type":"chat","body":{AI SDK body}} to
+// start a turn (answered {"type":"started","requestId","streamId",
+// "messageId"}, then its chunks live with replay false, then done) and
+// {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame
+// is answered {"type":"error","error":"...","code":400}; the connection
+// stays open.
+//
+// # Usage
+//
+//	c := replay.NewClient(lg) // lg opened with eventlog.Config{Bind: true}
+//	for it, err := range c.Follow(ctx, agent, stream, after) {
+//		if err != nil { /* ctx done, or a chunk that does not decode */ }
+//		after = it.Cursor // resume here after a disconnect
+//	}
+//
+//	gw, err := replay.NewGateway(replay.GatewayConfig{Log: lg, Chats: host,
+//		Streams: chat.NewStreams(view), Stopping: stopping})
+//	mux.Handle("/", gw)
+package replay

@@ -1,0 +1,306 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Chats is what the gateway needs from the chat agents: the lead's host
+// implements it. The agent id is the AI SDK chat id. Errors carry their HTTP
+// status through a StatusCode() int method or a known sentinel (see
+// StatusCode); anything else is 500.
+type Chats interface {
+	// Send starts a turn from an AI SDK request body ({id, messages, ...});
+	// it returns after the user message is durable.
+	Send(ctx context.Context, agent string, body json.RawMessage) (Turn, error)
+	// Stop stops the agent's running turn; stopped is false when none ran.
+	Stop(ctx context.Context, agent string) (stopped bool, err error)
+	// Messages returns the conversation, encoded as JSON as it is.
+	Messages(ctx context.Context, agent string) (any, error)
+}
+
+// Turn identifies a turn started by Chats.Send.
+type Turn struct {
+	RequestID, StreamID, MessageID string
+	// After is where the turn's chunks start: 0 for a new stream, the
+	// stored last sequence when the turn continues a stream.
+	After Cursor
+}
+
+// ActiveTurns is an optional capability of a Chats: the agent's turn that
+// started but may not have written a chunk yet. The gateway then offers it
+// as pending over WebSocket and resumes it over SSE from its start.
+type ActiveTurns interface {
+	Active(ctx context.Context, agent string) (t Turn, ok bool, err error)
+}
+
+// StreamIndex reads the stream metadata projection; *chat.Streams
+// satisfies it. Both methods return an error wrapping chat.ErrUnknownStream
+// when there is no such stream.
+type StreamIndex interface {
+	Latest(agent string) (chat.StreamInfo, error)
+	Get(agent, stream string) (chat.StreamInfo, error)
+}
+
+var _ StreamIndex = (*chat.Streams)(nil)
+
+// DefaultMaxBodyBytes is the largest POST /v1/chat body accepted by default.
+const DefaultMaxBodyBytes = 4 << 20
+
+// pendingTTL bounds how long a turn started through the gateway counts as
+// pending when it writes no chunk.
+const pendingTTL = time.Minute
+
+// GatewayConfig configures NewGateway. A zero field means "use the
+// default".
+type GatewayConfig struct {
+	// Log is the event log the gateway replays chunks from. Required.
+	Log *eventlog.Log
+	// Chats starts, stops and lists turns. Required.
+	Chats Chats
+	// Streams is the stream metadata projection. Required.
+	Streams StreamIndex
+	// Stopping, when closed, ends every long-lived response (SSE streams,
+	// WebSockets): close it when the server shuts down. Turns go on.
+	Stopping <-chan struct{}
+	// MaxBodyBytes caps POST bodies. Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the gateway's metrics. Nil means not registered.
+	Registerer prometheus.Registerer
+}
+
+// Validate checks the config after defaults are applied.
+func (c *GatewayConfig) Validate() error {
+	switch {
+	case c.Log == nil:
+		return fmt.Errorf("%w: Log is required", ErrInvalidConfig)
+	case c.Chats == nil:
+		return fmt.Errorf("%w: Chats is required", ErrInvalidConfig)
+	case c.Streams == nil:
+		return fmt.Errorf("%w: Streams is required", ErrInvalidConfig)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("%w: MaxBodyBytes must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c *GatewayConfig) ensureDefaults() {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Gateway is the HTTP side of replay: the AI SDK chat endpoints (SSE), the
+// WebSocket resume handshake and the chat page. It is an http.Handler, safe
+// for concurrent use; see the package doc for the routes.
+type Gateway struct {
+	cfg     GatewayConfig
+	client  *Client
+	mux     *http.ServeMux
+	logger  *slog.Logger
+	metrics *metrics
+
+	mu struct {
+		sync.Mutex
+		// started holds turns started through this gateway until their
+		// stream shows in the index (pending turns), per agent.
+		started map[string]startedTurn
+	}
+}
+
+type startedTurn struct {
+	turn Turn
+	at   time.Time
+}
+
+// NewGateway returns the gateway. Mount it at the server's root: it serves
+// /v1/chat... and the chat page at /.
+func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+	cfg.ensureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		client:  NewClient(cfg.Log),
+		mux:     http.NewServeMux(),
+		logger:  cfg.Logger.With("subsystem", "replay"),
+		metrics: m,
+	}
+	g.mu.started = map[string]startedTurn{}
+	g.mux.HandleFunc("POST /v1/chat", g.postChat)
+	g.mux.HandleFunc("GET /v1/chat/{id}/stream", g.getStream)
+	g.mux.HandleFunc("POST /v1/chat/{id}/stop", g.postStop)
+	g.mux.HandleFunc("GET /v1/chat/{id}/messages", g.getMessages)
+	g.mux.HandleFunc("GET /v1/chat/{id}/ws", g.getWS)
+	g.mux.HandleFunc("GET /{$}", g.getPage)
+	return g, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// writeError answers err as {"error": "..."} with its status code.
+func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusCode(err)
+	if code >= 500 {
+		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		code, body = http.StatusInternalServerError, []byte(`{"error":"replay: encode response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}
+
+// agentOf returns the {id} path value, checked to be a usable agent id.
+func agentOf(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if !eventlog.ValidToken(id) {
+		return "", fmt.Errorf("%w: chat id %q is not a valid agent id (no '.', '*', '>', spaces; 1 to 256 bytes)", ErrBadRequest, id)
+	}
+	return id, nil
+}
+
+// lifetime returns a context for a long-lived response: done when the
+// request's is, or when the gateway is stopping. Call cancel when done.
+func (g *Gateway) lifetime(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if g.cfg.Stopping == nil {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-g.cfg.Stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
+}
+
+// send starts a turn and remembers it as pending until its stream shows.
+func (g *Gateway) send(ctx context.Context, agent string, body json.RawMessage) (Turn, error) {
+	t, err := g.cfg.Chats.Send(ctx, agent, body)
+	if err != nil {
+		return Turn{}, err
+	}
+	g.mu.Lock()
+	g.mu.started[agent] = startedTurn{turn: t, at: time.Now()}
+	g.mu.Unlock()
+	return t, nil
+}
+
+// offer is what a resume finds for an agent.
+type offer struct {
+	kind string // "none", "pending" or "resuming"
+	turn Turn   // RequestID, StreamID, MessageID; After is where replay starts
+}
+
+// active finds the agent's turn to resume: a pending one (started, no chunk
+// indexed yet), the latest stream if it has not ended, or none.
+func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
+	g.mu.Lock()
+	st, ok := g.mu.started[agent]
+	if ok && time.Since(st.at) > pendingTTL {
+		delete(g.mu.started, agent)
+		ok = false
+	}
+	g.mu.Unlock()
+	if ok {
+		_, err := g.cfg.Streams.Get(agent, st.turn.StreamID)
+		switch {
+		case errors.Is(err, chat.ErrUnknownStream):
+			return offer{kind: "pending", turn: st.turn}, nil
+		case err != nil:
+			return offer{}, err
+		}
+		g.mu.Lock()
+		if cur, ok := g.mu.started[agent]; ok && cur.turn.RequestID == st.turn.RequestID {
+			delete(g.mu.started, agent)
+		}
+		g.mu.Unlock()
+	}
+	if at, ok := g.cfg.Chats.(ActiveTurns); ok {
+		t, ok, err := at.Active(ctx, agent)
+		if err != nil {
+			return offer{}, err
+		}
+		if ok {
+			if _, err := g.cfg.Streams.Get(agent, t.StreamID); errors.Is(err, chat.ErrUnknownStream) {
+				return offer{kind: "pending", turn: t}, nil
+			}
+		}
+	}
+	info, err := g.cfg.Streams.Latest(agent)
+	if errors.Is(err, chat.ErrUnknownStream) {
+		return offer{kind: "none"}, nil
+	}
+	if err != nil {
+		return offer{}, err
+	}
+	if info.Done() {
+		return offer{kind: "none", turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID}}, nil
+	}
+	var after Cursor
+	if info.FirstSeq > 0 {
+		after = Cursor(info.FirstSeq - 1)
+	}
+	return offer{kind: "resuming", turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
+}
+
+func (g *Gateway) postStop(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	stopped, err := g.cfg.Chats.Stop(r.Context(), agent)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"stopped": stopped})
+}
+
+func (g *Gateway) getMessages(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	msgs, err := g.cfg.Chats.Messages(r.Context(), agent)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, msgs)
+}

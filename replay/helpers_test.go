@@ -1,0 +1,214 @@
+package replay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/replay"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// runBatcher runs a Batcher until the test ends (or stop is called).
+func runBatcher(t testing.TB, lg *eventlog.Log) (*eventlog.Batcher, func()) {
+	b := lg.NewBatcher(eventlog.BatcherConfig{MaxDelay: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return b, stop
+}
+
+// fakeTurn is a turn started by fakeChats: the test writes its chunks.
+type fakeTurn struct {
+	replay.Turn
+	Agent string
+	Body  json.RawMessage
+	w     *chat.StreamWriter
+}
+
+// statusErr is an error with an HTTP status, as the lead's Chats returns.
+type statusErr struct {
+	code int
+	msg  string
+}
+
+func (e statusErr) Error() string   { return e.msg }
+func (e statusErr) StatusCode() int { return e.code }
+
+// fakeChats implements replay.Chats on a real log: Send starts a turn whose
+// chunks the test writes through a real Batcher with chat.StreamWriter.
+type fakeChats struct {
+	b          *eventlog.Batcher
+	maxPayload int64
+	started    chan *fakeTurn
+	stops      atomic.Int32
+	next       atomic.Int32
+
+	mu    sync.Mutex
+	turns map[string]*fakeTurn // current turn per agent
+}
+
+func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
+	if agent == "busy" {
+		return replay.Turn{}, statusErr{http.StatusConflict, "chat: a turn is already active"}
+	}
+	n := f.next.Add(1)
+	ft := &fakeTurn{
+		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n)},
+		Agent: agent, Body: body,
+	}
+	ft.w = chat.NewStreamWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)
+	f.mu.Lock()
+	f.turns[agent] = ft
+	f.mu.Unlock()
+	select {
+	case f.started <- ft:
+	default:
+	}
+	return ft.Turn, nil
+}
+
+func (f *fakeChats) Stop(ctx context.Context, agent string) (bool, error) {
+	f.stops.Add(1)
+	return true, nil
+}
+
+func (f *fakeChats) Messages(ctx context.Context, agent string) (any, error) {
+	if agent == "missing" {
+		return nil, fmt.Errorf("no such chat: %w", chat.ErrNotFound)
+	}
+	return []map[string]any{{"id": "u1", "role": "user", "parts": []map[string]string{{"type": "text", "text": "hi"}}}}, nil
+}
+
+// env is a gateway over a real server, log, batcher and streams projection.
+type env struct {
+	s        *server.Server
+	lg       *eventlog.Log
+	pr       *eventlog.Projector
+	streams  *chat.Streams
+	chats    *fakeChats
+	gw       *replay.Gateway
+	srv      *httptest.Server
+	reg      *prometheus.Registry
+	stopping chan struct{}
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: 64 << 10})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	pr, err := lg.NewProjector(chat.StreamsProjection())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventlogtest.RunProjector(t, pr)
+	v, err := lg.View(chat.StreamsProjectionName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := runBatcher(t, lg)
+	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
+	e.chats = &fakeChats{b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
+	e.gw, err = replay.NewGateway(replay.GatewayConfig{
+		Log: lg, Chats: e.chats, Streams: e.streams, Stopping: e.stopping, Registerer: e.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.gw)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// write writes chunks to ft's stream, waits until they are durable and
+// projected, and returns the last one's sequence.
+func (e *env) write(t *testing.T, ft *fakeTurn, chunks ...chat.Chunk) eventlog.Seq {
+	t.Helper()
+	for _, c := range chunks {
+		if err := ft.w.Write(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq, err := ft.w.Flush(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pr.WaitFor(t.Context(), seq); err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// turn waits for the next turn the fake starts.
+func (e *env) turn(t *testing.T) *fakeTurn {
+	t.Helper()
+	select {
+	case ft := <-e.chats.started:
+		return ft
+	case <-time.After(10 * time.Second):
+		t.Fatal("no turn started")
+		return nil
+	}
+}
+
+// gauge returns the value of forever_replay_followers{transport}.
+func (e *env) gauge(t *testing.T, transport string) float64 {
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "forever_replay_followers" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "transport" && l.GetValue() == transport {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// script is a typical turn: start, text, a tool call, finish.
+func script(ft *fakeTurn) []chat.Chunk {
+	return []chat.Chunk{
+		{Type: chat.ChunkStart, MessageID: ft.MessageID, RequestID: ft.RequestID},
+		{Type: chat.ChunkStartStep},
+		{Type: chat.ChunkTextStart, ID: "t1"},
+		{Type: chat.ChunkTextDelta, ID: "t1", Delta: "Hello"},
+		{Type: chat.ChunkTextDelta, ID: "t1", Delta: ", world"},
+		{Type: chat.ChunkTextEnd, ID: "t1"},
+		{Type: chat.ChunkToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q":"x"}`)},
+		{Type: chat.ChunkToolOutput, ToolCallID: "c1", Output: json.RawMessage(`{"hits":1}`)},
+		{Type: chat.ChunkFinishStep},
+		{Type: chat.ChunkFinish, FinishReason: "stop"},
+	}
+}

@@ -1,0 +1,162 @@
+package replay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// chatRequest is the part of an AI SDK chat request body the gateway checks;
+// the whole body goes to Chats.Send.
+type chatRequest struct {
+	ID       string            `json:"id"`
+	Messages []json.RawMessage `json:"messages"`
+}
+
+// readChatBody reads and checks an AI SDK request body. Errors wrap
+// ErrBadRequest or eventlog.ErrTooLarge.
+func readChatBody(r io.Reader, limit int64) (chatRequest, json.RawMessage, error) {
+	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return chatRequest{}, nil, fmt.Errorf("%w: read body: %v", ErrBadRequest, err)
+	}
+	if int64(len(body)) > limit {
+		return chatRequest{}, nil, fmt.Errorf("%w: request body above %d bytes", eventlog.ErrTooLarge, limit)
+	}
+	return parseChatBody(body)
+}
+
+func parseChatBody(body json.RawMessage) (chatRequest, json.RawMessage, error) {
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return chatRequest{}, nil, fmt.Errorf("%w: body is not an AI SDK chat request {id, messages}: %v", ErrBadRequest, err)
+	}
+	if req.ID == "" {
+		return chatRequest{}, nil, fmt.Errorf("%w: body has no chat id", ErrBadRequest)
+	}
+	if !eventlog.ValidToken(req.ID) {
+		return chatRequest{}, nil, fmt.Errorf("%w: chat id %q is not a valid agent id (no '.', '*', '>', spaces; 1 to 256 bytes)", ErrBadRequest, req.ID)
+	}
+	if len(req.Messages) == 0 {
+		return chatRequest{}, nil, fmt.Errorf("%w: body has no messages", ErrBadRequest)
+	}
+	return req, body, nil
+}
+
+// postChat starts a turn and streams it: POST /v1/chat.
+func (g *Gateway) postChat(w http.ResponseWriter, r *http.Request) {
+	req, body, err := readChatBody(r.Body, g.cfg.MaxBodyBytes)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	t, err := g.send(r.Context(), req.ID, body)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	g.streamSSE(w, r, req.ID, t.StreamID, t.After, false)
+}
+
+// getStream resumes the agent's unfinished turn: GET /v1/chat/{id}/stream.
+func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	var after Cursor
+	var explicit bool // ?after= given: a finished stream replays its tail
+	if s := r.Header.Get("Last-Event-ID"); s != "" {
+		if after, err = ParseCursor(s); err != nil {
+			g.writeError(w, r, fmt.Errorf("Last-Event-ID: %w", err))
+			return
+		}
+	}
+	if s := r.URL.Query().Get("after"); s != "" {
+		c, err := ParseCursor(s)
+		if err != nil {
+			g.writeError(w, r, fmt.Errorf("after: %w", err))
+			return
+		}
+		after, explicit = max(after, c), true
+	}
+	off, err := g.active(r.Context(), agent)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	switch {
+	case off.kind == "pending":
+		g.streamSSE(w, r, agent, off.turn.StreamID, max(after, off.turn.After), false)
+	case off.kind == "resuming":
+		g.streamSSE(w, r, agent, off.turn.StreamID, max(after, off.turn.After), true)
+	case explicit && off.turn.StreamID != "":
+		g.streamSSE(w, r, agent, off.turn.StreamID, after, true)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// SSE response headers of the AI SDK UI message stream.
+func setSSEHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Vercel-AI-UI-Message-Stream", "v1")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// streamSSE writes the chunks of one stream after the cursor as SSE
+// events, "id: <cursor>" and "data: <chunk>", then "data: [DONE]" after the
+// terminal chunk. It ends early, without [DONE], when the client goes away
+// or the gateway stops; the turn goes on either way.
+func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, stream string, after Cursor, mustExist bool) {
+	ctx, cancel := g.lifetime(r.Context())
+	defer cancel()
+	g.metrics.followers.WithLabelValues("sse").Inc()
+	defer g.metrics.followers.WithLabelValues("sse").Dec()
+	sent := g.metrics.chunks.WithLabelValues("sse")
+
+	rc := http.NewResponseController(w)
+	setSSEHeaders(w.Header())
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	buf := make([]byte, 0, 512)
+	for it, err := range g.client.follow(ctx, agent, stream, after, mustExist) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var ce *eventlog.CorruptError
+			if errors.As(err, &ce) {
+				g.logger.Error("skip corrupt chunk", "agent", agent, "stream", stream, "err", err)
+				continue
+			}
+			g.logger.Warn("sse follow", "agent", agent, "stream", stream, "err", err)
+			return
+		}
+		buf = append(buf[:0], "id: "...)
+		buf = strconv.AppendUint(buf, uint64(it.Cursor), 10)
+		buf = append(buf, "\ndata: "...)
+		buf = appendWire(buf, it.Chunk)
+		buf = append(buf, "\n\n"...)
+		if it.Chunk.Terminal() {
+			buf = append(buf, "data: [DONE]\n\n"...)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		sent.Inc()
+	}
+}

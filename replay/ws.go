@@ -1,0 +1,302 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// wsWriteTimeout bounds one frame write: a client that stops reading for
+// this long loses its connection.
+const wsWriteTimeout = 10 * time.Second
+
+// wsIn is a frame from the client.
+type wsIn struct {
+	Type      string          `json:"type"`
+	RequestID string          `json:"requestId,omitempty"`
+	Body      json.RawMessage `json:"body,omitempty"`
+}
+
+// wsOut is a frame to the client; see the package doc for each type.
+type wsOut struct {
+	Type      string     `json:"type"`
+	RequestID string     `json:"requestId,omitempty"`
+	StreamID  string     `json:"streamId,omitempty"`
+	MessageID string     `json:"messageId,omitempty"`
+	Cursor    string     `json:"cursor,omitempty"`
+	Chunk     *wireChunk `json:"chunk,omitempty"`
+	Replay    *bool      `json:"replay,omitempty"`
+	Status    string     `json:"status,omitempty"`
+	Stopped   *bool      `json:"stopped,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	Code      int        `json:"code,omitempty"`
+}
+
+// getWS serves the WebSocket resume handshake: GET /v1/chat/{id}/ws.
+func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered the request
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(g.cfg.MaxBodyBytes)
+	g.metrics.followers.WithLabelValues("ws").Inc()
+	defer g.metrics.followers.WithLabelValues("ws").Dec()
+
+	ctx, cancel := g.lifetime(context.WithoutCancel(r.Context()))
+	defer cancel()
+	s := &wsSession{g: g, c: c, agent: agent}
+	readDone := make(chan struct{})
+	closer := make(chan struct{})
+	go func() {
+		defer close(closer)
+		select {
+		case <-ctx.Done():
+			// Stopping: say so, which also ends the read loop.
+			c.Close(websocket.StatusGoingAway, "server stopping")
+		case <-readDone:
+		}
+	}()
+	err = s.run(ctx)
+	close(readDone)
+	s.stopFollow()
+	cancel()
+	<-closer
+	if err == nil {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// wsSession is one WebSocket connection. Its fields are owned by the read
+// loop (run); the follow goroutine only writes frames.
+type wsSession struct {
+	g     *Gateway
+	c     *websocket.Conn
+	agent string
+
+	offered offer // last offer sent
+	follow  *wsFollow
+}
+
+// wsFollow is the goroutine streaming one turn to the connection.
+type wsFollow struct {
+	requestID string
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+func (f *wsFollow) running() bool {
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *wsSession) write(ctx context.Context, v wsOut) error {
+	ctx, cancel := context.WithTimeout(ctx, wsWriteTimeout)
+	defer cancel()
+	return wsjson.Write(ctx, s.c, v)
+}
+
+func (s *wsSession) writeErr(ctx context.Context, err error) error {
+	return s.write(ctx, wsOut{Type: "error", Error: err.Error(), Code: StatusCode(err)})
+}
+
+// run offers the agent's turn, then answers client frames until the
+// connection ends. It returns nil when the client closed normally.
+func (s *wsSession) run(ctx context.Context) error {
+	if err := s.offer(ctx); err != nil {
+		return err
+	}
+	for {
+		var in wsIn
+		// Read is not bound to ctx: the closer goroutine ends it on stop,
+		// after sending a proper close frame.
+		err := wsjson.Read(context.Background(), s.c, &in)
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
+				return nil
+			}
+			var se *json.SyntaxError
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &se) || errors.As(err, &te) {
+				if err := s.writeErr(ctx, fmt.Errorf("%w: frame is not JSON {type, ...}: %v", ErrBadRequest, err)); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		if err := s.handle(ctx, in); err != nil {
+			return err
+		}
+	}
+}
+
+// handle answers one client frame. An error ends the connection.
+func (s *wsSession) handle(ctx context.Context, in wsIn) error {
+	switch in.Type {
+	case "resume":
+		return s.offer(ctx)
+	case "ack":
+		o := s.offered
+		if (o.kind != "resuming" && o.kind != "pending") || in.RequestID != o.turn.RequestID {
+			return nil // an ack of another request is ignored
+		}
+		if s.follow != nil && s.follow.requestID == in.RequestID && s.follow.running() {
+			return nil // already streaming this turn
+		}
+		s.stopFollow()
+		upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
+		if err != nil {
+			return s.writeErr(ctx, err)
+		}
+		s.startFollow(ctx, o.turn, Cursor(upTo), true)
+		return nil
+	case "chat":
+		req, body, err := parseChatBody(in.Body)
+		if err == nil && req.ID != s.agent {
+			err = fmt.Errorf("%w: body id %q is not this connection's chat %q", ErrBadRequest, req.ID, s.agent)
+		}
+		if err != nil {
+			return s.writeErr(ctx, err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		t, err := s.g.send(sctx, s.agent, body)
+		cancel()
+		if err != nil {
+			return s.writeErr(ctx, err)
+		}
+		s.stopFollow()
+		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID}); err != nil {
+			return err
+		}
+		s.startFollow(ctx, t, 0, false)
+		return nil
+	case "stop":
+		stopped, err := s.g.cfg.Chats.Stop(ctx, s.agent)
+		if err != nil {
+			return s.writeErr(ctx, err)
+		}
+		return s.write(ctx, wsOut{Type: "stopped", Stopped: &stopped})
+	default:
+		return s.writeErr(ctx, fmt.Errorf("%w: unknown frame type %q (want resume, ack, chat or stop)", ErrBadRequest, in.Type))
+	}
+}
+
+// offer sends what a resume would stream: resuming, pending or none.
+func (s *wsSession) offer(ctx context.Context) error {
+	o, err := s.g.active(ctx, s.agent)
+	if err != nil {
+		return s.writeErr(ctx, err)
+	}
+	s.offered = o
+	switch o.kind {
+	case "resuming":
+		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID})
+	case "pending":
+		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID})
+	default:
+		return s.write(ctx, wsOut{Type: "none"})
+	}
+}
+
+// stopFollow cancels the running follow, if any, and waits for it.
+func (s *wsSession) stopFollow() {
+	if s.follow != nil {
+		s.follow.cancel()
+		<-s.follow.done
+		s.follow = nil
+	}
+}
+
+// startFollow streams turn t from t.After: with replay, the chunks up to
+// upTo (stored when the client acknowledged) are flagged replay and followed
+// by replayComplete; later ones are live.
+func (s *wsSession) startFollow(ctx context.Context, t Turn, upTo Cursor, replay bool) {
+	fctx, cancel := context.WithCancel(ctx)
+	f := &wsFollow{requestID: t.RequestID, cancel: cancel, done: make(chan struct{})}
+	s.follow = f
+	go func() {
+		defer close(f.done)
+		if err := s.stream(fctx, t, upTo, replay); err != nil && fctx.Err() == nil {
+			s.g.logger.Info("websocket follow", "agent", s.agent, "stream", t.StreamID, "err", err)
+			s.c.Close(websocket.StatusInternalError, "follow failed")
+		}
+	}()
+}
+
+func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying bool) error {
+	sent := s.g.metrics.chunks.WithLabelValues("ws")
+	last := t.After
+	complete := func() error {
+		replaying = false
+		return s.write(ctx, wsOut{Type: "replayComplete", RequestID: t.RequestID, Cursor: last.String()})
+	}
+	if replaying && upTo <= t.After {
+		if err := complete(); err != nil {
+			return err
+		}
+	}
+	for it, err := range s.g.client.follow(ctx, s.agent, t.StreamID, t.After, false) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ce *eventlog.CorruptError
+			if errors.As(err, &ce) {
+				s.g.logger.Error("skip corrupt chunk", "agent", s.agent, "stream", t.StreamID, "err", err)
+				continue
+			}
+			return err
+		}
+		isReplay := replaying && it.Cursor <= upTo
+		if replaying && !isReplay {
+			if err := complete(); err != nil {
+				return err
+			}
+		}
+		wc := wireChunk(it.Chunk)
+		if err := s.write(ctx, wsOut{Type: "chunk", RequestID: t.RequestID, Cursor: it.Cursor.String(), Chunk: &wc, Replay: &isReplay}); err != nil {
+			return err
+		}
+		sent.Inc()
+		last = it.Cursor
+		if replaying && it.Cursor >= upTo {
+			if err := complete(); err != nil {
+				return err
+			}
+		}
+		if it.Chunk.Terminal() {
+			return s.write(ctx, wsOut{Type: "done", RequestID: t.RequestID, Status: statusOf(it.Chunk)})
+		}
+	}
+	return nil
+}
+
+// statusOf returns the stream status a terminal chunk sets.
+func statusOf(c chat.Chunk) string {
+	switch c.Type {
+	case chat.ChunkError:
+		return chat.StatusError
+	case chat.ChunkAbort:
+		return chat.StatusAborted
+	default:
+		return chat.StatusCompleted
+	}
+}

@@ -1,0 +1,206 @@
+package replay_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+	"github.com/forever-agents/forever/chat"
+)
+
+// frame is a server frame of the WebSocket protocol.
+type frame struct {
+	Type      string          `json:"type"`
+	RequestID string          `json:"requestId"`
+	StreamID  string          `json:"streamId"`
+	MessageID string          `json:"messageId"`
+	Cursor    string          `json:"cursor"`
+	Chunk     json.RawMessage `json:"chunk"`
+	Replay    *bool           `json:"replay"`
+	Status    string          `json:"status"`
+	Error     string          `json:"error"`
+	Code      int             `json:"code"`
+}
+
+type wsClient struct {
+	t *testing.T
+	c *websocket.Conn
+}
+
+func dialWS(t *testing.T, e *env, chatID string) *wsClient {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/v1/chat/" + chatID + "/ws"
+	c, _, err := websocket.Dial(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return &wsClient{t: t, c: c}
+}
+
+func (w *wsClient) send(v any) {
+	w.t.Helper()
+	if err := wsjson.Write(w.t.Context(), w.c, v); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *wsClient) read() frame {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(w.t.Context(), 10*time.Second)
+	defer cancel()
+	var f frame
+	if err := wsjson.Read(ctx, w.c, &f); err != nil {
+		w.t.Fatalf("read frame: %v", err)
+	}
+	return f
+}
+
+func (w *wsClient) expect(typ string) frame {
+	w.t.Helper()
+	f := w.read()
+	if f.Type != typ {
+		w.t.Fatalf("frame %+v, want type %s", f, typ)
+	}
+	return f
+}
+
+// chunks reads n chunk frames, checking their replay flag and request.
+func (w *wsClient) chunks(n int, replay bool, requestID string) []chat.Chunk {
+	w.t.Helper()
+	var out []chat.Chunk
+	for range n {
+		f := w.expect("chunk")
+		if f.Replay == nil || *f.Replay != replay || f.RequestID != requestID || f.Cursor == "" {
+			w.t.Fatalf("chunk frame %+v: want replay=%v request %s", f, replay, requestID)
+		}
+		out = append(out, checkChunk(w.t, string(f.Chunk)))
+	}
+	return out
+}
+
+func TestWSNone(t *testing.T) {
+	e := newEnv(t)
+	w := dialWS(t, e, "c1")
+	w.expect("none")
+	w.send(map[string]string{"type": "resume"})
+	w.expect("none")
+	w.send(map[string]string{"type": "bogus"})
+	if f := w.expect("error"); f.Code != 400 {
+		t.Fatalf("unknown frame: %+v", f)
+	}
+}
+
+func TestWSPending(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	w := dialWS(t, e, "c1")
+	if f := w.expect("pending"); f.RequestID != ft.RequestID {
+		t.Fatalf("pending %+v, want request %s", f, ft.RequestID)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	w.expect("replayComplete")
+	all := script(ft)
+	e.write(t, ft, all...)
+	got := w.chunks(len(all), false, ft.RequestID)
+	if got[0].MessageID != ft.MessageID {
+		t.Fatalf("start %+v", got[0])
+	}
+	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+		t.Fatalf("done %+v", f)
+	}
+}
+
+func TestWSResumeHandshake(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	all := script(ft)
+	seq := e.write(t, ft, all[:3]...)
+
+	w := dialWS(t, e, "c1")
+	f := w.expect("resuming")
+	if f.RequestID != ft.RequestID || f.StreamID != ft.StreamID || f.MessageID != ft.MessageID {
+		t.Fatalf("resuming %+v, want %+v", f, ft.Turn)
+	}
+	// An ack for another request is ignored: the next frame answers the
+	// resume request that follows it.
+	w.send(map[string]string{"type": "ack", "requestId": "other"})
+	w.send(map[string]string{"type": "resume"})
+	w.expect("resuming")
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	got := w.chunks(3, true, ft.RequestID)
+	if got[0].Type != chat.ChunkStart || got[0].MessageID != ft.MessageID {
+		t.Fatalf("first replayed chunk %+v", got[0])
+	}
+	if f := w.expect("replayComplete"); f.Cursor != seq.String() {
+		t.Fatalf("replayComplete cursor %s, want %s", f.Cursor, seq)
+	}
+	e.write(t, ft, all[3:]...)
+	w.chunks(len(all)-3, false, ft.RequestID)
+	if f := w.expect("done"); f.Status != chat.StatusCompleted || f.RequestID != ft.RequestID {
+		t.Fatalf("done %+v", f)
+	}
+	// Finished: nothing to resume.
+	w.send(map[string]string{"type": "resume"})
+	w.expect("none")
+}
+
+func TestWSErrorTurnReplaysThenError(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	e.write(t, ft, script(ft)[:4]...)
+	w := dialWS(t, e, "c1")
+	w.expect("resuming")
+	// The turn fails before the client acknowledges.
+	e.write(t, ft, chat.Chunk{Type: chat.ChunkError, ErrorText: "provider down"})
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	got := w.chunks(5, true, ft.RequestID)
+	if last := got[4]; last.Type != chat.ChunkError || last.ErrorText != "provider down" {
+		t.Fatalf("last replayed chunk %+v", last)
+	}
+	w.expect("replayComplete")
+	if f := w.expect("done"); f.Status != chat.StatusError {
+		t.Fatalf("done %+v", f)
+	}
+}
+
+func TestWSChat(t *testing.T) {
+	e := newEnv(t)
+	w := dialWS(t, e, "c1")
+	w.expect("none")
+	w.send(map[string]any{"type": "chat", "body": json.RawMessage(body("other"))})
+	if f := w.expect("error"); f.Code != 400 {
+		t.Fatalf("chat for another id: %+v", f)
+	}
+	w.send(map[string]any{"type": "chat", "body": json.RawMessage(body("c1"))})
+	ft := e.turn(t)
+	if f := w.expect("started"); f.RequestID != ft.RequestID || f.MessageID != ft.MessageID {
+		t.Fatalf("started %+v", f)
+	}
+	all := script(ft)
+	e.write(t, ft, all...)
+	w.chunks(len(all), false, ft.RequestID)
+	w.expect("done")
+	w.send(map[string]string{"type": "stop"})
+	w.expect("stopped")
+}
+
+func TestWSStopping(t *testing.T) {
+	e := newEnv(t)
+	w := dialWS(t, e, "c1")
+	w.expect("none")
+	close(e.stopping)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, _, err := w.c.Read(ctx)
+	if got := websocket.CloseStatus(err); got != websocket.StatusGoingAway {
+		t.Fatalf("close status %v (%v), want going away", got, err)
+	}
+}
