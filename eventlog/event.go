@@ -155,6 +155,11 @@ func appendString(b []byte, s string) []byte {
 // envelope is a *CorruptError naming the sequence and subject.
 func decodeMsg(seq Seq, subject string, hdr nats.Header, body []byte) (Event, error) {
 	var e Event
+	if fastDecode(body, &e) {
+		e.Seq, e.Subject = seq, subject
+		return e, nil
+	}
+	e = Event{}
 	if err := json.Unmarshal(body, &e); err != nil {
 		return Event{}, &CorruptError{What: "event", Seq: seq, Subject: subject, Err: err}
 	}
@@ -163,4 +168,86 @@ func decodeMsg(seq Seq, subject string, hdr nats.Header, body []byte) (Event, er
 	}
 	e.Seq, e.Subject = seq, subject
 	return e, nil
+}
+
+// fastDecode decodes the envelope exactly as encode writes it (fixed key
+// order, strings without escapes) without reflection; it reports false for
+// anything else, which decodeMsg then hands to encoding/json. Data is
+// checked with json.Valid, so a damaged body never passes as an event.
+func fastDecode(body []byte, e *Event) bool {
+	b, ok := cutPrefix(body, `{"agent":`)
+	if !ok {
+		return false
+	}
+	if e.Agent, b, ok = plainString(b); !ok {
+		return false
+	}
+	if rest, ok := cutPrefix(b, `,"stream":`); ok {
+		if e.Stream, b, ok = plainString(rest); !ok {
+			return false
+		}
+	}
+	if b, ok = cutPrefix(b, `,"type":`); !ok {
+		return false
+	}
+	if e.Type, b, ok = plainString(b); !ok {
+		return false
+	}
+	if b, ok = cutPrefix(b, `,"id":`); !ok {
+		return false
+	}
+	if e.ID, b, ok = plainString(b); !ok {
+		return false
+	}
+	if b, ok = cutPrefix(b, `,"time":`); !ok {
+		return false
+	}
+	var ts string
+	if ts, b, ok = plainString(b); !ok {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return false
+	}
+	e.Time = t
+	if rest, ok := cutPrefix(b, `,"data":`); ok {
+		if len(rest) < 2 || rest[len(rest)-1] != '}' {
+			return false
+		}
+		data := rest[:len(rest)-1]
+		if !json.Valid(data) {
+			return false
+		}
+		e.Data = json.RawMessage(data)
+		return true
+	}
+	return len(b) == 1 && b[0] == '}'
+}
+
+func cutPrefix(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return b, false
+	}
+	return b[len(prefix):], true
+}
+
+// plainString reads a JSON string with no escapes and valid UTF-8.
+func plainString(b []byte) (string, []byte, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", b, false
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			s := b[1:i]
+			if !utf8.Valid(s) {
+				return "", b, false
+			}
+			return string(s), b[i+1:], true
+		case c == '\\' || c < 0x20:
+			return "", b, false
+		}
+	}
+	return "", b, false
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestValidToken(t *testing.T) {
@@ -61,6 +62,32 @@ func FuzzEncode(f *testing.F) {
 		}
 		if got.Agent != agent || got.Stream != stream || got.Type != typ || !json.Valid(body) {
 			t.Fatalf("round trip %+v from %s", got, body)
+		}
+	})
+}
+
+// FuzzFastDecode: the fast path agrees with encoding/json on every body it
+// accepts.
+func FuzzFastDecode(f *testing.F) {
+	e := Event{Agent: "a1", Stream: "s1", Type: "chunk", ID: "s1/0", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Data: json.RawMessage(`{"type":"text-delta","delta":"hi"}`)}
+	body, _ := e.encode()
+	f.Add(body)
+	e.Stream, e.Data = "", nil
+	body, _ = e.encode()
+	f.Add(body)
+	f.Add([]byte(`{"agent":"a","type":"t","id":"x","time":"2026-01-01T00:00:00Z","data":{}} `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast Event
+		if !fastDecode(body, &fast) {
+			return
+		}
+		var slow Event
+		if err := json.Unmarshal(body, &slow); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json says %v", body, err)
+		}
+		if fast.Agent != slow.Agent || fast.Stream != slow.Stream || fast.Type != slow.Type || fast.ID != slow.ID ||
+			!fast.Time.Equal(slow.Time) || string(fast.Data) != string(slow.Data) {
+			t.Fatalf("fast %+v != slow %+v for %q", fast, slow, body)
 		}
 	})
 }
