@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/replay"
 )
 
 // streamChunks reads one chat stream's chunks from the log.
@@ -76,6 +78,12 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	if reply.StreamID == "" || reply.RequestID == "" {
 		t.Fatalf("chat reply %+v", reply)
 	}
+	// A reader follows the stream through the crash: each time the follow
+	// fails it resumes from its last cursor. It must see every chunk once,
+	// in order.
+	followed := make(chan []replay.Item, 1)
+	go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
+
 	// Kill once the stream holds a good part of the answer.
 	deadline := time.Now().Add(30 * time.Second)
 	for len(c.streamChunks(agent, reply.StreamID)) < 25 {
@@ -135,7 +143,58 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	if text.String() != want {
 		t.Errorf("assistant message %q, want %q", text.String(), want)
 	}
+	select {
+	case items := <-followed:
+		if len(items) != len(chunks) {
+			t.Errorf("the reader saw %d chunks across the restart, the stream has %d", len(items), len(chunks))
+		}
+		for i := range min(len(items), len(chunks)) {
+			if !sameChunk(items[i].Chunk, chunks[i]) {
+				t.Errorf("reader chunk %d = %+v, stream has %+v", i, items[i].Chunk, chunks[i])
+				break
+			}
+			if i > 0 && items[i].Cursor <= items[i-1].Cursor {
+				t.Errorf("reader cursors not increasing at %d: %v after %v", i, items[i].Cursor, items[i-1].Cursor)
+				break
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the reader did not reach the end of the stream")
+	}
 	if t.Failed() {
 		t.Logf("agentd output:\n%s", p.out.String())
 	}
+}
+
+func sameChunk(a, b chat.Chunk) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// followAcrossRestarts follows a stream with the replay client until its
+// terminal chunk, resuming from the last cursor whenever the follow fails
+// (the server died under it).
+func followAcrossRestarts(t *testing.T, c *crashClient, agent, stream string) []replay.Item {
+	client := replay.NewClient(c.lg)
+	var items []replay.Item
+	var after replay.Cursor
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		for it, err := range client.Follow(ctx, agent, stream, after) {
+			if err != nil {
+				break
+			}
+			items = append(items, it)
+			after = it.Cursor
+			if it.Chunk.Terminal() {
+				cancel()
+				return items
+			}
+		}
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return items
 }
