@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 
 	"github.com/forever-agents/forever/chat/llm"
@@ -24,6 +25,7 @@ type builder struct {
 	terminal  string // type of the terminal chunk, "" while open
 	errorText string
 	finish    string
+	usage     *llm.Usage // from the finish chunk's metadata
 }
 
 func newBuilder() *builder { return &builder{index: map[string]int{}} }
@@ -87,6 +89,10 @@ func (b *builder) add(c Chunk) {
 		}
 	case ChunkFinish:
 		b.terminal, b.finish = c.Type, c.FinishReason
+		var md FinishMetadata
+		if len(c.MessageMetadata) > 0 && json.Unmarshal(c.MessageMetadata, &md) == nil && md.Usage != nil {
+			b.usage = &llm.Usage{InputTokens: md.Usage.InputTokens, OutputTokens: md.Usage.OutputTokens}
+		}
 	case ChunkError:
 		b.terminal, b.errorText = c.Type, c.ErrorText
 	case ChunkAbort:
@@ -239,7 +245,7 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 }
 
 // finish ends the stream normally.
-func (em *emitter) finish(ctx context.Context, reason string) error {
+func (em *emitter) finish(ctx context.Context, reason string, usage llm.Usage) error {
 	if err := em.closeBlocks(ctx); err != nil {
 		return err
 	}
@@ -248,5 +254,11 @@ func (em *emitter) finish(ctx context.Context, reason string) error {
 			return err
 		}
 	}
-	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: reason})
+	// The usage rides on the finish chunk, so a turn finalized after a crash
+	// between this chunk and usage.recorded still records it.
+	md, err := json.Marshal(FinishMetadata{Usage: &UsageMetadata{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}})
+	if err != nil {
+		return err
+	}
+	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: reason, MessageMetadata: md})
 }

@@ -41,7 +41,21 @@ type Chunk struct {
 	Output         json.RawMessage `json:"output,omitempty"`
 	ErrorText      string          `json:"errorText,omitempty"`
 	FinishReason   string          `json:"finishReason,omitempty"`
-	RequestID      string          `json:"requestId,omitempty"`
+	// MessageMetadata is the AI SDK's message metadata; the finish chunk
+	// carries the turn's usage in it ({"usage":{...}}).
+	MessageMetadata json.RawMessage `json:"messageMetadata,omitempty"`
+	RequestID       string          `json:"requestId,omitempty"`
+}
+
+// FinishMetadata is the message metadata of a finish chunk.
+type FinishMetadata struct {
+	Usage *UsageMetadata `json:"usage,omitempty"`
+}
+
+// UsageMetadata is a turn's token usage as the finish chunk carries it.
+type UsageMetadata struct {
+	InputTokens  int64 `json:"inputTokens"`
+	OutputTokens int64 `json:"outputTokens"`
 }
 
 // Terminal reports whether c ends its stream.

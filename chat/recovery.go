@@ -129,7 +129,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		switch b.terminal {
 		case ChunkFinish:
-			return a.recordCompleted(ctx, st, b.finish, nil)
+			return a.recordCompleted(ctx, st, b.finish, b.usage)
 		case ChunkError:
 			return a.recordFailed(ctx, st, b.errorText)
 		default:

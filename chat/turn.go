@@ -18,6 +18,10 @@ type snapshot struct {
 	ChunkIndex     int    `json:"chunkIndex"`
 	ResponseID     string `json:"responseId,omitempty"`
 	SequenceNumber int64  `json:"sequenceNumber,omitempty"`
+	// TextAtSequence is the length of the answer's text when SequenceNumber
+	// was the last delta: chunks stored after the stash are not sent twice
+	// by a provider resuming after SequenceNumber.
+	TextAtSequence int `json:"textAtSequence,omitempty"`
 	// Attempts counts recoveries and retries since the turn last made
 	// progress; ChunksAtAttempt is the stored chunk count at the last one.
 	Attempts        int `json:"attempts,omitempty"`
@@ -133,7 +137,8 @@ var errWrite = errors.New("chat: stream write failed")
 
 // continuation is what the provider needs to continue st's answer.
 func (a *Agent) continuation(st *turnState) *llm.Continuation {
-	c := &llm.Continuation{PartialText: partsText(st.parts()), ResponseID: st.snap.ResponseID, SequenceNumber: st.snap.SequenceNumber}
+	c := &llm.Continuation{PartialText: partsText(st.parts()), ResponseID: st.snap.ResponseID,
+		SequenceNumber: st.snap.SequenceNumber, TextAtSequence: st.snap.TextAtSequence}
 	if c.PartialText == "" && c.ResponseID == "" {
 		return nil
 	}
@@ -208,6 +213,8 @@ func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turn
 		return err
 	}
 	st.snap.ChunkIndex = em.b.chunks
+	// The text now is exactly what the deltas up to SequenceNumber made.
+	st.snap.TextAtSequence = len(partsText(st.parts()))
 	return f.Stash(ctx, st.snap)
 }
 
@@ -244,7 +251,7 @@ func equalParts(a, b []Part) bool {
 // completeTurn ends the stream with finish and records the message, the
 // usage and turn.completed, in that order.
 func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
-	if err := em.finish(ctx, reason); err != nil {
+	if err := em.finish(ctx, reason, usage); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
@@ -254,7 +261,7 @@ func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, re
 }
 
 // recordCompleted appends what follows a stored finish chunk; usage is nil
-// when unknown (a turn finalized after a crash).
+// when unknown (a finish chunk stored without it).
 func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason string, usage *llm.Usage) error {
 	if err := a.persist(ctx, st); err != nil {
 		return err

@@ -36,7 +36,10 @@ func appendWire(b []byte, c chat.Chunk) []byte {
 		if c.MessageID != "" {
 			str("messageId", c.MessageID)
 		}
-	case chat.ChunkStartStep, chat.ChunkFinishStep, chat.ChunkFinish, chat.ChunkAbort:
+		raw("messageMetadata", c.MessageMetadata, "")
+	case chat.ChunkFinish:
+		raw("messageMetadata", c.MessageMetadata, "")
+	case chat.ChunkStartStep, chat.ChunkFinishStep, chat.ChunkAbort:
 	case chat.ChunkTextStart, chat.ChunkTextEnd, chat.ChunkReasoningStart, chat.ChunkReasoningEnd:
 		str("id", c.ID)
 	case chat.ChunkTextDelta, chat.ChunkReasoningDelta:

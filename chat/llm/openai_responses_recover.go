@@ -29,6 +29,10 @@ func (p *OpenAIResponses) recover(ctx context.Context, req Request, s *sink) err
 		st := p.svc.GetStreaming(ctx, c.ResponseID, responses.ResponseGetParams{
 			StartingAfter: param.NewOpt(c.SequenceNumber),
 		}, append(requestOptions(req), option.WithQuery("stream", "true"))...)
+		// Text the caller stored after SequenceNumber comes again: skip it.
+		if skip := len(c.PartialText) - c.TextAtSequence; c.TextAtSequence > 0 && skip > 0 {
+			s = skipText(s, skip)
+		}
 		return p.consume(ctx, st, s, c.ResponseID)
 	}
 	switch resp.Status {
@@ -82,4 +86,22 @@ func (p *OpenAIResponses) finishStored(resp *responses.Response, c *Continuation
 	fin.Usage = &Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
 	s.send(fin)
 	return nil
+}
+
+// skipText returns a sink over s that drops the first n bytes of text
+// deltas.
+func skipText(s *sink, n int) *sink {
+	return &sink{yield: func(d Delta, err error) bool {
+		if d.Kind == TextDelta && n > 0 {
+			if len(d.Text) <= n {
+				n -= len(d.Text)
+				return true
+			}
+			d.Text, n = d.Text[n:], 0
+		}
+		if !s.send(d) {
+			return false
+		}
+		return true
+	}}
 }

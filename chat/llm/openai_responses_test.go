@@ -220,6 +220,16 @@ func TestOpenAIResponsesBackgroundResume(t *testing.T) {
 		t.Errorf("starting_after = %q, want %d", got, lastSeq)
 	}
 
+	// The caller recorded the sequence number after "One " but stored
+	// "One two " (a stash lags the stored chunks): the overlap "two " is
+	// skipped, so no text comes twice.
+	seqAtOne := r1.deltas[len(r1.deltas)-2].SequenceNumber
+	req.Continue = &llm.Continuation{ResponseID: "resp_bg", SequenceNumber: seqAtOne, PartialText: "One two ", TextAtSequence: len("One ")}
+	r4 := collect(t, t.Context(), p, req)
+	if r4.err != nil || "One two "+r4.text != "One two three four." {
+		t.Fatalf("resume with a stored overlap: text %q err %v", r4.text, r4.err)
+	}
+
 	// Only response.created (sequence 0) was received: starting_after=0 is
 	// still sent and the whole text follows.
 	req.Continue = &llm.Continuation{ResponseID: "resp_bg", SequenceNumber: 0}

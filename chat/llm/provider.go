@@ -79,6 +79,12 @@ type Continuation struct {
 	ResponseID string
 	// SequenceNumber is the SequenceNumber of the last delta received.
 	SequenceNumber int64
+	// TextAtSequence is how many bytes of PartialText the provider had sent
+	// up to SequenceNumber. The caller may have stored more text after it
+	// recorded SequenceNumber; a stream resumed after SequenceNumber skips
+	// that overlap so no text is yielded twice. Zero with a SequenceNumber
+	// means all of PartialText.
+	TextAtSequence int
 }
 
 // Message is one conversation entry.
