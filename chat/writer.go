@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -65,27 +66,33 @@ func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
 	index := w.mu.next
 	w.mu.next++
 	w.mu.Unlock()
+	if len(body) <= w.limit {
+		// The common case: one event, id <stream>/<index>.
+		id := w.stream + "/" + strconv.Itoa(index)
+		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: evChunk, ID: id, Data: body})
+	}
 	bodies, err := split(body, index, w.limit)
 	if err != nil {
 		return err
 	}
-	typ := evChunk
-	if len(bodies) > 1 {
-		typ = evChunkPart
-	}
 	for k, b := range bodies {
-		id := fmt.Sprintf("%s/%d", w.stream, index)
-		if len(bodies) > 1 {
-			id = fmt.Sprintf("%s/%d.%d", w.stream, index, k)
+		id := fmt.Sprintf("%s/%d.%d", w.stream, index, k)
+		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: evChunkPart, ID: id, Data: b}); err != nil {
+			return err
 		}
-		p, err := w.b.Add(ctx, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: typ, ID: id, Data: b})
-		if err != nil {
-			return w.fail(fmt.Errorf("chat: write chunk %d of %s: %w", index, w.stream, err))
-		}
-		w.mu.Lock()
-		w.mu.out = append(w.mu.out, p)
-		w.mu.Unlock()
 	}
+	return nil
+}
+
+// add queues one event of chunk index.
+func (w *StreamWriter) add(ctx context.Context, index int, e eventlog.Event) error {
+	p, err := w.b.Add(ctx, e)
+	if err != nil {
+		return w.fail(fmt.Errorf("chat: write chunk %d of %s: %w", index, w.stream, err))
+	}
+	w.mu.Lock()
+	w.mu.out = append(w.mu.out, p)
+	w.mu.Unlock()
 	return nil
 }
 

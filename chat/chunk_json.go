@@ -1,0 +1,63 @@
+package chat
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// MarshalJSON encodes c by hand, field by field with json.Marshal's
+// omitempty rules, without reflection: chunks are written at token rate.
+// A raw field (input, output, metadata) that is not valid JSON is an error.
+func (c Chunk) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 48+len(c.Delta)+len(c.ID)+len(c.Input)+len(c.Output))
+	b = append(b, `{"type":`...)
+	b = appendString(b, c.Type)
+	str := func(name, v string) {
+		if v != "" {
+			b = append(b, name...)
+			b = appendString(b, v)
+		}
+	}
+	str(`,"id":`, c.ID)
+	str(`,"messageId":`, c.MessageID)
+	str(`,"delta":`, c.Delta)
+	str(`,"toolCallId":`, c.ToolCallID)
+	str(`,"toolName":`, c.ToolName)
+	str(`,"inputTextDelta":`, c.InputTextDelta)
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+	}{{`,"input":`, c.Input}, {`,"output":`, c.Output}} {
+		if len(f.v) > 0 {
+			if !json.Valid(f.v) {
+				return nil, fmt.Errorf("chat: chunk %s: %s is not valid JSON", c.Type, f.name[2:len(f.name)-2])
+			}
+			b = append(b, f.name...)
+			b = append(b, f.v...)
+		}
+	}
+	str(`,"errorText":`, c.ErrorText)
+	str(`,"finishReason":`, c.FinishReason)
+	if len(c.MessageMetadata) > 0 {
+		if !json.Valid(c.MessageMetadata) {
+			return nil, fmt.Errorf("chat: chunk %s: messageMetadata is not valid JSON", c.Type)
+		}
+		b = append(b, `,"messageMetadata":`...)
+		b = append(b, c.MessageMetadata...)
+	}
+	str(`,"requestId":`, c.RequestID)
+	return append(b, '}'), nil
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // escapes, non-ASCII and HTML characters
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
