@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
 )
 
@@ -49,6 +50,13 @@ func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
 	}
 	switch cmd.Verb {
+	case "fibers", "schedules", "status":
+		// Reads see every write acknowledged before them.
+		if err := h.catchUp(ctx, cmd.Agent); err != nil {
+			return nil, err
+		}
+	}
+	switch cmd.Verb {
 	case "fibers":
 		rows, err := h.table.Rows(cmd.Agent)
 		out := make([]FiberInfo, 0, len(rows))
@@ -72,6 +80,19 @@ func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
 		}
 		return ch.HandleCommand(ctx, cmd)
 	})
+}
+
+// catchUp waits until the runs and schedules views have applied the agent's
+// last event.
+func (h *Host) catchUp(ctx context.Context, agent string) error {
+	seq, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: agent})
+	if err != nil {
+		return err
+	}
+	if err := h.table.WaitFor(ctx, seq); err != nil {
+		return err
+	}
+	return h.sched.Projector().WaitFor(ctx, seq)
 }
 
 func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error) {

@@ -218,8 +218,15 @@ func (h *Host) run(ctx context.Context) error {
 // orphaned fibers.
 func (h *Host) Ready() <-chan struct{} { return h.ready }
 
-// activate returns the agent's instance, building it on first use.
+// activate returns the agent's instance, building it on first use. With
+// busy, the instance is counted as in use from the moment it is found, so
+// reap cannot deactivate it between the lookup and the caller's work; the
+// caller then calls done(inst).
 func (h *Host) activate(ctx context.Context, id string) (*instance, error) {
+	return h.get(ctx, id, false)
+}
+
+func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error) {
 	typ, err := h.TypeOf(id)
 	if err != nil {
 		return nil, err
@@ -235,14 +242,25 @@ func (h *Host) activate(ctx context.Context, id string) (*instance, error) {
 		inst = &instance{id: id, typ: typ, built: make(chan struct{}), lastActive: time.Now()}
 		h.mu.agents[id] = inst
 	}
+	if busy {
+		inst.inflight++
+	}
 	h.mu.Unlock()
 	if ok {
+		var err error
 		select {
 		case <-inst.built:
-			return inst, inst.err
+			err = inst.err
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			err = ctx.Err()
 		}
+		if err != nil {
+			if busy {
+				h.done(inst)
+			}
+			return nil, err
+		}
+		return inst, nil
 	}
 	inst.err = h.build(ctx, hostCtx, inst)
 	if inst.err != nil {
@@ -253,7 +271,18 @@ func (h *Host) activate(ctx context.Context, id string) (*instance, error) {
 		h.active.Inc()
 	}
 	close(inst.built)
-	return inst, inst.err
+	if inst.err != nil {
+		return nil, inst.err
+	}
+	return inst, nil
+}
+
+// done ends a busy use of inst.
+func (h *Host) done(inst *instance) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	inst.inflight--
+	inst.lastActive = time.Now()
 }
 
 // build constructs the agent and starts recovery of its orphaned fibers.
@@ -369,19 +398,11 @@ func (h *Host) stopAll() {
 
 // use runs fn with the agent active and counted as busy.
 func (h *Host) use(ctx context.Context, id string, fn func(*instance) (any, error)) (any, error) {
-	inst, err := h.activate(ctx, id)
+	inst, err := h.get(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	inst.inflight++
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		inst.inflight--
-		inst.lastActive = time.Now()
-		h.mu.Unlock()
-	}()
+	defer h.done(inst)
 	return fn(inst)
 }
 
