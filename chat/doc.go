@@ -38,9 +38,10 @@
 // "__chat_turn:<requestId>" (fiber.Runner.Go, which holds keepalive). The
 // turn builds an llm.Request from the history (hidden messages included),
 // maps provider deltas to chunks, and stashes {streamId, requestId,
-// chunkIndex, responseId, sequenceNumber, attempts} after flushing the
-// chunks, every StashInterval or StashChunks chunks and when the response
-// id appears. It ends with finish, the assistant message, usage.recorded and
+// chunkIndex, responseId, sequenceNumber, textAtSequence, attempts} after
+// flushing the chunks, every StashInterval or StashChunks chunks and when
+// the response id appears. It ends with finish (carrying the usage in its
+// messageMetadata), the assistant message, usage.recorded and
 // turn.completed; a terminal provider error with an error chunk and
 // turn.failed; a Cancel or the "turn" interrupt with an abort chunk, the
 // partial answer as the assistant message, and turn.interrupted. A
@@ -53,7 +54,8 @@
 // stream that already ended; retries a turn that streamed nothing; or asks
 // Config.OnChatRecovery (default: persist and continue). Continuing calls
 // the provider with llm.Continuation{PartialText, ResponseID,
-// SequenceNumber} and writes its chunks into the same stream after the
+// SequenceNumber, TextAtSequence} (a provider resuming after SequenceNumber
+// skips the text stored after the stash) and writes its chunks into the same stream after the
 // stored ones (same open text block, chunk index continuing), so a client
 // replaying the stream sees one message grow; the assistant message is the
 // partial plus the continuation, appended once and then updated.
