@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/forever-agents/forever/chat"
@@ -92,11 +93,14 @@ func (ct *ChatType) Factory(_ context.Context, env *Env) (Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ChatAgent{Agent: a}, nil
+	return &ChatAgent{Agent: a, logger: env.Logger}, nil
 }
 
 // ChatAgent adapts a chat.Agent to the host: commands and fiber recovery.
-type ChatAgent struct{ *chat.Agent }
+type ChatAgent struct {
+	*chat.Agent
+	logger *slog.Logger
+}
 
 // ChatRequest is the payload of the chat command: a text, or a message, or
 // an AI SDK useChat body ({id, messages}) whose last user message is sent.
@@ -114,6 +118,19 @@ type ChatReply struct {
 	StreamID  string       `json:"streamId"`
 	MessageID string       `json:"messageId"`
 	Cursor    eventlog.Seq `json:"cursor"`
+}
+
+// OnError ends a chat turn whose fiber was abandoned, so its stream is not
+// left streaming with no owner; other errors are logged.
+func (c *ChatAgent) OnError(ctx context.Context, err error) {
+	var ab *fiber.AbandonedError
+	if errors.As(err, &ab) {
+		if aerr := c.AbandonTurn(context.WithoutCancel(ctx), ab.Name, err); aerr != nil {
+			c.logger.Error("end abandoned turn", "fiber", ab.ID, "err", aerr)
+		}
+		return
+	}
+	c.logger.Error("chat agent error", "err", err)
 }
 
 // OnFiberRecovered hands chat turn fibers to the chat agent.
