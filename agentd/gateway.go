@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -21,7 +23,7 @@ func AttachGateway(d *Daemon, host *Host, chats *ChatType) error {
 		gw, err := replay.NewGateway(replay.GatewayConfig{
 			Log:        deps.Log,
 			Chats:      gatewayChats{host: host, chats: chats},
-			Streams:    chats.Store().Streams(),
+			Streams:    freshStreams{log: deps.Log, store: chats.Store()},
 			Stopping:   d.Stopping(),
 			Logger:     deps.Logger,
 			Registerer: deps.Registerer,
@@ -105,3 +107,31 @@ type statusError struct{ error }
 
 func (e statusError) StatusCode() int { return StatusCode(e.error) }
 func (e statusError) Unwrap() error   { return e.error }
+
+// freshStreams reads stream metadata after the streams view has applied
+// every chunk stored so far, so a resume right after a turn ended sees it
+// ended (204) instead of replaying it again.
+type freshStreams struct {
+	log   *eventlog.Log
+	store *chat.Store
+}
+
+var _ replay.StreamIndex = freshStreams{}
+
+func (f freshStreams) catchUp(filter eventlog.Filter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if seq, err := f.log.LastSeq(ctx, filter); err == nil {
+		_ = f.store.WaitForChunks(ctx, seq) // on timeout, read what is there
+	}
+}
+
+func (f freshStreams) Latest(agent string) (chat.StreamInfo, error) {
+	f.catchUp(eventlog.Filter{Agent: agent, Chunks: true})
+	return f.store.Streams().Latest(agent)
+}
+
+func (f freshStreams) Get(agent, stream string) (chat.StreamInfo, error) {
+	f.catchUp(eventlog.Filter{Agent: agent, Stream: stream})
+	return f.store.Streams().Get(agent, stream)
+}
