@@ -111,7 +111,6 @@ func (e *Env) start(ctx context.Context) error {
 		JetStream:          true,
 		StoreDir:           filepath.Join(e.dir, "jetstream"),
 		JetStreamMaxMemory: 64 << 20,
-		NoLog:              true,
 		NoSigs:             true,
 		SyncAlways:         e.Mode == SyncAlways,
 	}
@@ -119,6 +118,9 @@ func (e *Env) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench: nats server: %w", err)
 	}
+	// Warnings and errors only: they name causes the API errors leave out
+	// (a failed stream create says "error creating store for stream").
+	s.SetLoggerV2(serverLog{e.Logger}, false, false, false)
 	s.Start()
 	e.closers = append(e.closers, func() error { s.Shutdown(); s.WaitForShutdown(); return nil })
 	if !s.ReadyForConnections(10 * time.Second) {
@@ -284,3 +286,19 @@ type quietPebble struct{}
 func (quietPebble) Infof(string, ...any)              {}
 func (quietPebble) Errorf(format string, args ...any) { slog.Error(fmt.Sprintf(format, args...)) }
 func (quietPebble) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// serverLog passes nats-server's warnings and errors to slog.
+type serverLog struct{ l *slog.Logger }
+
+func (s serverLog) Noticef(string, ...any) {}
+func (s serverLog) Debugf(string, ...any)  {}
+func (s serverLog) Tracef(string, ...any)  {}
+func (s serverLog) Warnf(format string, v ...any) {
+	s.l.Warn(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+func (s serverLog) Errorf(format string, v ...any) {
+	s.l.Error(fmt.Sprintf(format, v...), "component", "nats-server")
+}
+func (s serverLog) Fatalf(format string, v ...any) {
+	s.l.Error(fmt.Sprintf(format, v...), "component", "nats-server")
+}
