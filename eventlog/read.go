@@ -89,7 +89,10 @@ func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event
 			return out, err
 		}
 		out = append(out, e)
-		if e.Seq >= last || (limit > 0 && len(out) >= limit) {
+		// Pending == 0: nothing more matched when this was delivered, which
+		// ends the read even if the last event seen at the start has since
+		// been removed (chunks age out).
+		if e.Seq >= last || e.Pending == 0 || (limit > 0 && len(out) >= limit) {
 			break
 		}
 	}
