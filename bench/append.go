@@ -37,15 +37,7 @@ const (
 // server's share and the client's.
 func appendSingle(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 20000)
-	var res Result
-	for _, size := range payloadSizes {
-		rows, err := appendSingleSize(ctx, env, n, size)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", sizeName(size), err)
-		}
-		res.Rows = append(res.Rows, rows...)
-	}
-	return res, nil
+	return perSize(ctx, env, n, appendSingleSize)
 }
 
 func appendSingleSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {
@@ -116,15 +108,7 @@ func appendSingleSize(ctx context.Context, env *Env, n, size int) ([]Row, error)
 // asyncWindow acknowledgements pending, ended by PublishAsyncComplete.
 func appendAsync(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 40000)
-	var res Result
-	for _, size := range payloadSizes {
-		rows, err := appendAsyncSize(ctx, env, n, size)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", sizeName(size), err)
-		}
-		res.Rows = append(res.Rows, rows...)
-	}
-	return res, nil
+	return perSize(ctx, env, n, appendAsyncSize)
 }
 
 func appendAsyncSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {
@@ -209,15 +193,7 @@ func appendAsyncSize(ctx context.Context, env *Env, n, size int) ([]Row, error) 
 // batch in a temporary file store).
 func appendBatch(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(3000, 10000)
-	var res Result
-	for _, size := range payloadSizes {
-		rows, err := appendBatchSize(ctx, env, n, size)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", sizeName(size), err)
-		}
-		res.Rows = append(res.Rows, rows...)
-	}
-	return res, nil
+	return perSize(ctx, env, n, appendBatchSize)
 }
 
 func appendBatchSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -30,4 +31,17 @@ func sizeName(size int) string {
 // event with size bytes of data. ID and Time are left for Append to fill in.
 func benchEvent(agent string, size int) eventlog.Event {
 	return eventlog.Event{Agent: agent, Type: "bench.appended", Data: payload(size)}
+}
+
+// perSize runs one scenario body for each payload size and joins its rows.
+func perSize(ctx context.Context, env *Env, n int, f func(ctx context.Context, env *Env, n, size int) ([]Row, error)) (Result, error) {
+	var res Result
+	for _, size := range payloadSizes {
+		rows, err := f(ctx, env, n, size)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", sizeName(size), err)
+		}
+		res.Rows = append(res.Rows, rows...)
+	}
+	return res, nil
 }

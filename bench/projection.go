@@ -24,15 +24,7 @@ const (
 // keys.
 func projectionCatchup(ctx context.Context, env *Env) (Result, error) {
 	k := env.Count(10000, 10000)
-	var res Result
-	for _, size := range payloadSizes {
-		rows, err := projectionCatchupSize(ctx, env, k, size)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", sizeName(size), err)
-		}
-		res.Rows = append(res.Rows, rows...)
-	}
-	return res, nil
+	return perSize(ctx, env, k, projectionCatchupSize)
 }
 
 func projectionCatchupSize(ctx context.Context, env *Env, k, size int) ([]Row, error) {
