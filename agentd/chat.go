@@ -12,6 +12,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // NewProvider builds the chat model provider cfg names. A remote provider
@@ -51,6 +52,7 @@ type ChatType struct {
 	store      *chat.Store
 	batcher    *eventlog.Batcher
 	maxPayload int64
+	registerer prometheus.Registerer
 }
 
 // NewChatType returns the chat type over provider. tweak, when not nil, may
@@ -71,7 +73,7 @@ func (ct *ChatType) Attach(d *Daemon) error {
 				return err
 			}
 		}
-		ct.store, ct.maxPayload = store, deps.Log.MaxPayload()
+		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
 		return d.Add("chunk batcher", ct.batcher)
 	})
@@ -84,7 +86,7 @@ func (ct *ChatType) Store() *chat.Store { return ct.store }
 func (ct *ChatType) Factory(_ context.Context, env *Env) (Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
-		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger,
+		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 	}
 	if ct.config != nil {
 		ct.config(&cfg)

@@ -155,6 +155,18 @@ func testBinaryGateway(t *testing.T, bin string) {
 	if typ, _ := chunkType(t, rest[len(rest)-2]); typ != "abort" {
 		t.Fatalf("stopped turn ended with %q, want abort", rest[len(rest)-2].Data)
 	}
+	// The outcomes show in the metrics.
+	mresp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`forever_chat_turns_total{outcome="completed"} 1`, `forever_chat_tokens_total{kind="output"}`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := http.Get(base + "/g2/stream")

@@ -29,6 +29,7 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 		return fmt.Errorf("chat: abandon turn %s: read stream: %w", requestID, err)
 	}
 	st := &turnState{info: info, b: b}
+	a.metrics.recoveries.WithLabelValues("abandon").Inc()
 	msg := fmt.Sprintf("chat: turn %s abandoned: %v", requestID, cause)
 	if b.terminal != "" {
 		return a.recordFailed(ctx, st, msg)

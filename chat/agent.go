@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Log is the part of the event log an Agent uses. *eventlog.Log satisfies
@@ -93,6 +94,8 @@ type Config struct {
 	Clock Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Registerer receives the forever_chat_* metrics; nil: not registered.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) ensureDefaults() {
@@ -156,11 +159,12 @@ func (c *Config) Validate() error {
 // Agent is one chat agent: its conversation, turns, state, usage and
 // interrupt flags. It is safe for concurrent use.
 type Agent struct {
-	cfg    Config
-	agent  string
-	log    Log
-	store  *Store
-	logger *slog.Logger
+	cfg     Config
+	agent   string
+	log     Log
+	store   *Store
+	logger  *slog.Logger
+	metrics *metrics
 
 	stateMu sync.Mutex // serializes SetState
 
@@ -183,8 +187,12 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return &Agent{
-		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store,
+		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m,
 		logger: cfg.Logger.With("subsystem", "chat", "agent", cfg.Agent),
 	}, nil
 }

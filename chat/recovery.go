@@ -126,6 +126,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	}
 	if b.terminal != "" {
 		// The stream ended; only the records after it may be missing.
+		a.metrics.recoveries.WithLabelValues("finalize").Inc()
 		defer a.release(at)
 		switch b.terminal {
 		case ChunkFinish:
@@ -160,6 +161,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	}
 	if !hasContent(b.parts) {
 		// Nothing reached clients: run the turn again into the same stream.
+		a.metrics.recoveries.WithLabelValues("retry").Inc()
 		st.resume = st.snap.ResponseID != ""
 		return a.runTurn(ctx, f, st)
 	}
@@ -192,9 +194,15 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		}
 	}
 	if !dec.Continue {
+		if dec.Persist {
+			a.metrics.recoveries.WithLabelValues("persist").Inc()
+		} else {
+			a.metrics.recoveries.WithLabelValues("discard").Inc()
+		}
 		defer a.release(at)
 		return a.abortTurn(ctx, st, em, dec.Persist, "recovered without continuing")
 	}
+	a.metrics.recoveries.WithLabelValues("continue").Inc()
 	st.resume = true
 	return a.runTurn(ctx, f, st)
 }

@@ -270,9 +270,14 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 		if _, err := a.append(ctx, EventUsageRecorded, usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}); err != nil {
 			return err
 		}
+		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
+		a.metrics.tokens.WithLabelValues("output").Add(float64(usage.OutputTokens))
 	}
-	_, err := a.append(ctx, EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason})
-	return err
+	if _, err := a.append(ctx, EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason}); err != nil {
+		return err
+	}
+	a.metrics.turns.WithLabelValues("completed").Inc()
+	return nil
 }
 
 // failTurn records a terminal failure: an error chunk clients see, the
@@ -292,8 +297,11 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 	if err := a.persist(ctx, st); err != nil {
 		return err
 	}
-	_, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg})
-	return err
+	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg}); err != nil {
+		return err
+	}
+	a.metrics.turns.WithLabelValues("failed").Inc()
+	return nil
 }
 
 // abortTurn ends the stream with abort, persists the partial answer when
@@ -317,6 +325,7 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 	if _, err := a.append(ctx, EventTurnInterrupted, turnEnded{RequestID: st.info.RequestID, Reason: reason}); err != nil {
 		return err
 	}
+	a.metrics.turns.WithLabelValues("interrupted").Inc()
 	if set, err := a.store.Interrupted(a.agent, InterruptTurn); err != nil {
 		return err
 	} else if set {

@@ -1,0 +1,64 @@
+package chat
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the chat package's Prometheus metrics, shared by every Agent
+// on one Registerer. Labels are small fixed sets; never agent ids. Chunks
+// are counted by eventlog (forever_eventlog_events_appended_total).
+type metrics struct {
+	turns      *prometheus.CounterVec // outcome: completed, failed, interrupted
+	recoveries *prometheus.CounterVec // path: finalize, retry, continue, persist, discard, abandon
+	tokens     *prometheus.CounterVec // kind: input, output
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_chat_turns_total",
+			Help: "Chat turns ended, by outcome.",
+		}, []string{"outcome"}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_chat_turn_recoveries_total",
+			Help: "Interrupted chat turns recovered, by what recovery did.",
+		}, []string{"path"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_chat_tokens_total",
+			Help: "Model tokens used by completed turns, by kind.",
+		}, []string{"kind"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.turns, err = register(reg, m.turns); err != nil {
+		return nil, err
+	}
+	if m.recoveries, err = register(reg, m.recoveries); err != nil {
+		return nil, err
+	}
+	if m.tokens, err = register(reg, m.tokens); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its name (every Agent of a process shares them).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		return c, fmt.Errorf("chat: register metrics: %w", err)
+	}
+	return c, nil
+}
