@@ -1,9 +1,7 @@
 package chat
 
 import (
-	"errors"
-	"fmt"
-
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,30 +33,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.turns, err = register(reg, m.turns); err != nil {
+	if m.turns, err = promreg.Register(reg, m.turns); err != nil {
 		return nil, err
 	}
-	if m.recoveries, err = register(reg, m.recoveries); err != nil {
+	if m.recoveries, err = promreg.Register(reg, m.recoveries); err != nil {
 		return nil, err
 	}
-	if m.tokens, err = register(reg, m.tokens); err != nil {
+	if m.tokens, err = promreg.Register(reg, m.tokens); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name (every Agent of a process shares them).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	if err != nil {
-		return c, fmt.Errorf("chat: register metrics: %w", err)
-	}
-	return c, nil
 }

@@ -1,10 +1,9 @@
 package eventlog
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -48,36 +47,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Several Logs may share one registry (tests, a program hosting two):
 	// they then share the collectors already registered.
 	var err error
-	if m.appended, err = register(reg, m.appended); err != nil {
+	if m.appended, err = promreg.Register(reg, m.appended); err != nil {
 		return nil, err
 	}
-	if m.appendSeconds, err = register(reg, m.appendSeconds); err != nil {
+	if m.appendSeconds, err = promreg.Register(reg, m.appendSeconds); err != nil {
 		return nil, err
 	}
-	if m.lag, err = register(reg, m.lag); err != nil {
+	if m.lag, err = promreg.Register(reg, m.lag); err != nil {
 		return nil, err
 	}
-	if m.cursor, err = register(reg, m.cursor); err != nil {
+	if m.cursor, err = promreg.Register(reg, m.cursor); err != nil {
 		return nil, err
 	}
-	if m.corrupt, err = register(reg, m.corrupt); err != nil {
+	if m.corrupt, err = promreg.Register(reg, m.corrupt); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	if err != nil {
-		return c, fmt.Errorf("eventlog: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 func (m *metrics) observeAppend(stream, mode string, n int, d time.Duration) {

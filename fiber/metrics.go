@@ -1,9 +1,7 @@
 package fiber
 
 import (
-	"errors"
-	"fmt"
-
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -48,33 +46,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.started, err = register(reg, m.started); err != nil {
+	if m.started, err = promreg.Register(reg, m.started); err != nil {
 		return nil, err
 	}
-	if m.completed, err = register(reg, m.completed); err != nil {
+	if m.completed, err = promreg.Register(reg, m.completed); err != nil {
 		return nil, err
 	}
-	if m.recovered, err = register(reg, m.recovered); err != nil {
+	if m.recovered, err = promreg.Register(reg, m.recovered); err != nil {
 		return nil, err
 	}
-	if m.stashSeconds, err = register(reg, m.stashSeconds); err != nil {
+	if m.stashSeconds, err = promreg.Register(reg, m.stashSeconds); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same description (another Runner of the process).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("fiber: register metrics: %w", err)
 }

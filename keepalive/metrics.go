@@ -1,8 +1,7 @@
 package keepalive
 
 import (
-	"errors"
-
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,25 +11,6 @@ const (
 	outcomeRetry  = "retry"  // callback failed, a retry is scheduled
 	outcomeFailed = "failed" // callback failed MaxAttempts times, given up
 )
-
-// register registers c on reg, or returns the collector already registered
-// under the same description, so that several Pools or Schedulers may share a
-// registry.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
-}
 
 // poolMetrics are a Pool's metrics. No agent labels: refs is the total over
 // all agents.
@@ -42,13 +22,13 @@ type poolMetrics struct {
 func newPoolMetrics(reg prometheus.Registerer) (*poolMetrics, error) {
 	var m poolMetrics
 	var err error
-	if m.refs, err = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	if m.refs, err = promreg.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "forever_keepalive_refs",
 		Help: "Keep-alive references held, summed over all agents.",
 	})); err != nil {
 		return nil, err
 	}
-	if m.heartbeats, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if m.heartbeats, err = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_keepalive_heartbeats_total",
 		Help: "Heartbeats run while keep-alive references were held, by outcome (ok, error).",
 	}, []string{"outcome"})); err != nil {
@@ -66,13 +46,13 @@ type schedulerMetrics struct {
 func newSchedulerMetrics(reg prometheus.Registerer) (*schedulerMetrics, error) {
 	var m schedulerMetrics
 	var err error
-	if m.fired, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if m.fired, err = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_keepalive_schedules_fired_total",
 		Help: "Schedule callbacks run, by outcome (ok, retry, failed).",
 	}, []string{"outcome"})); err != nil {
 		return nil, err
 	}
-	if m.delay, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	if m.delay, err = promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "forever_keepalive_schedule_delay_seconds",
 		Help:    "Time from a schedule's due time to the start of its callback.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),

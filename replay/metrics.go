@@ -1,8 +1,7 @@
 package replay
 
 import (
-	"errors"
-
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,19 +26,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	// A second gateway on the same registry shares the first one's series.
-	if err := reg.Register(m.followers); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, err
-		}
-		m.followers = are.ExistingCollector.(*prometheus.GaugeVec)
+	var err error
+	if m.followers, err = promreg.Register(reg, m.followers); err != nil {
+		return nil, err
 	}
-	if err := reg.Register(m.chunks); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, err
-		}
-		m.chunks = are.ExistingCollector.(*prometheus.CounterVec)
+	if m.chunks, err = promreg.Register(reg, m.chunks); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
