@@ -3,6 +3,8 @@ package chat
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/forever-agents/forever/internal/jsonstr"
 )
 
 // MarshalJSON encodes c by hand, field by field with json.Marshal's
@@ -11,11 +13,11 @@ import (
 func (c Chunk) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 48+len(c.Delta)+len(c.ID)+len(c.Input)+len(c.Output))
 	b = append(b, `{"type":`...)
-	b = appendString(b, c.Type)
+	b = jsonstr.Append(b, c.Type)
 	str := func(name, v string) {
 		if v != "" {
 			b = append(b, name...)
-			b = appendString(b, v)
+			b = jsonstr.Append(b, v)
 		}
 	}
 	str(`,"id":`, c.ID)
@@ -47,17 +49,4 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	}
 	str(`,"requestId":`, c.RequestID)
 	return append(b, '}'), nil
-}
-
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // escapes, non-ASCII and HTML characters
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }

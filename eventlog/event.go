@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/forever-agents/forever/internal/jsonstr"
 	"github.com/nats-io/nats.go"
 )
 
@@ -119,15 +120,15 @@ func (e *Event) validate() error {
 func (e *Event) encode() ([]byte, error) {
 	b := make([]byte, 0, 96+len(e.Agent)+len(e.Stream)+len(e.Type)+len(e.ID)+len(e.Data))
 	b = append(b, `{"agent":`...)
-	b = appendString(b, e.Agent)
+	b = jsonstr.Append(b, e.Agent)
 	if e.Stream != "" {
 		b = append(b, `,"stream":`...)
-		b = appendString(b, e.Stream)
+		b = jsonstr.Append(b, e.Stream)
 	}
 	b = append(b, `,"type":`...)
-	b = appendString(b, e.Type)
+	b = jsonstr.Append(b, e.Type)
 	b = append(b, `,"id":`...)
-	b = appendString(b, e.ID)
+	b = jsonstr.Append(b, e.ID)
 	b = append(b, `,"time":"`...)
 	b = e.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
@@ -136,19 +137,6 @@ func (e *Event) encode() ([]byte, error) {
 		b = append(b, e.Data...)
 	}
 	return append(b, '}'), nil
-}
-
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			q, _ := json.Marshal(s) // rare: escapes and non-ASCII
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // decodeMsg turns a stored message into an Event. A body that is not a valid

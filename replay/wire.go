@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/jsonstr"
 )
 
 // appendWire appends c as the AI SDK v5 UI message stream chunk of its type,
@@ -12,12 +13,12 @@ import (
 // empty. An unknown type is forwarded with every field but requestId.
 func appendWire(b []byte, c chat.Chunk) []byte {
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, c.Type)
+	b = jsonstr.Append(b, c.Type)
 	str := func(name, v string) {
 		b = append(b, ',', '"')
 		b = append(b, name...)
 		b = append(b, '"', ':')
-		b = appendJSONString(b, v)
+		b = jsonstr.Append(b, v)
 	}
 	raw := func(name string, v json.RawMessage, orEmpty string) {
 		if len(v) == 0 {
@@ -75,20 +76,7 @@ func appendWire(b []byte, c chat.Chunk) []byte {
 	return append(b, '}')
 }
 
-func mustJSON(s string) []byte { return appendJSONString(nil, s) }
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			q, _ := json.Marshal(s) // rare: escapes and non-ASCII
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
+func mustJSON(s string) []byte { return jsonstr.Append(nil, s) }
 
 // wireChunk is c as the gateway sends it: a json.Marshaler producing
 // appendWire's form, for WebSocket frames.
