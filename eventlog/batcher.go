@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -64,11 +65,13 @@ type Batcher struct {
 
 // Pending is an event added to a Batcher, not yet known to be stored.
 type Pending struct {
-	e     Event
-	fut   jetstream.PubAckFuture // async mode
-	ready chan struct{}
-	seq   Seq
-	err   error
+	e      Event
+	msg    *nats.Msg // built and checked once, by Add
+	stream string
+	fut    jetstream.PubAckFuture // async mode
+	ready  chan struct{}
+	seq    Seq
+	err    error
 }
 
 // Wait blocks until the event's batch is acknowledged, and returns its
@@ -103,11 +106,11 @@ func (l *Log) NewBatcher(cfg BatcherConfig) *Batcher {
 // returned at once and queues nothing. The returned Pending reports when the
 // event is stored.
 func (b *Batcher) Add(ctx context.Context, e Event) (*Pending, error) {
-	m, _, err := b.l.message(&e)
+	m, stream, err := b.l.message(&e)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{e: e, ready: make(chan struct{})}
+	p := &Pending{e: e, msg: m, stream: stream, ready: make(chan struct{})}
 	b.mu.Lock()
 	if b.mu.stopped {
 		b.mu.Unlock()
@@ -262,11 +265,20 @@ func drain(in chan *Pending, group []*Pending) []*Pending {
 
 // commit stores group as one atomic batch and resolves its Pendings.
 func (b *Batcher) commit(ctx context.Context, group []*Pending) {
-	evs := make([]Event, len(group))
+	// The messages were built by Add; a group is at most MaxCount <=
+	// Config.MaxBatch events, so it is one atomic batch.
+	msgs := make([]*nats.Msg, len(group))
+	var err error
 	for i, p := range group {
-		evs[i] = p.e
+		msgs[i] = p.msg
+		if p.stream != group[0].stream {
+			err = invalidf("batcher mixes streams %s and %s", group[0].stream, p.stream)
+		}
 	}
-	last, err := b.l.AppendBatch(ctx, evs)
+	var last Seq
+	if err == nil {
+		last, err = b.l.commitBatch(ctx, group[0].stream, msgs, nil)
+	}
 	for i, p := range group {
 		if err == nil {
 			// An atomic batch is stored contiguously.
