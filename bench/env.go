@@ -145,6 +145,24 @@ func (e *Env) start(ctx context.Context) error {
 	if _, err := e.JS.AccountInfo(ctx); err != nil {
 		return fmt.Errorf("bench: jetstream account info: %w", err)
 	}
+	return e.anchor(ctx)
+}
+
+// anchor creates a stream that lives as long as the Env. Scenarios delete
+// their streams when they end; when the account's last stream goes,
+// nats-server removes the account's empty store dir in a goroutine, and a
+// stream created at that moment fails with "could not create storage
+// directory" (its MkdirAll loses the race). One stream that is never
+// deleted keeps that dir in place.
+func (e *Env) anchor(ctx context.Context) error {
+	_, err := e.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     "BENCH_ANCHOR",
+		Subjects: []string{"bench-anchor"},
+		Storage:  jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("bench: create anchor stream: %w", err)
+	}
 	return nil
 }
 
