@@ -107,8 +107,12 @@ func (f *wsFollow) running() bool {
 	}
 }
 
+// write sends one frame, bounded by wsWriteTimeout alone. The connection's
+// lifetime ctx must not bound it: coder/websocket closes the connection when
+// a write's ctx ends, even just after the frame went out, and a stop would
+// then cut the TCP connection before the closer's going-away frame.
 func (s *wsSession) write(ctx context.Context, v wsOut) error {
-	ctx, cancel := context.WithTimeout(ctx, wsWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wsWriteTimeout)
 	defer cancel()
 	return wsjson.Write(ctx, s.c, v)
 }
