@@ -55,6 +55,51 @@ func TestAppendAndRead(t *testing.T) {
 	}
 }
 
+// Next returns the first matching event after the cursor in one direct
+// get: ok is false on an empty subject and past the end, and a corrupt
+// stored event comes back with its sequence.
+func TestNext(t *testing.T) {
+	lg, s := eventlogtest.Open(t, eventlog.Config{})
+	ctx := t.Context()
+	a1 := eventlog.Filter{Agent: "a1"}
+	if _, ok, err := lg.Next(ctx, a1, 0); ok || err != nil {
+		t.Fatalf("empty: ok %v, err %v", ok, err)
+	}
+	for i := range 3 {
+		if _, err := lg.Append(ctx, ev("a1", "note.added", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lg.Append(ctx, ev("a2", "note.added", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a1 holds 1, 3, 5.
+	for _, tt := range []struct {
+		after, want eventlog.Seq
+		ok          bool
+	}{{0, 1, true}, {1, 3, true}, {2, 3, true}, {4, 5, true}, {5, 0, false}, {99, 0, false}} {
+		e, ok, err := lg.Next(ctx, a1, tt.after)
+		if err != nil || ok != tt.ok || e.Seq != tt.want {
+			t.Errorf("Next after %d = seq %d, ok %v, err %v; want seq %d, ok %v", tt.after, e.Seq, ok, err, tt.want, tt.ok)
+		}
+		if ok && (e.Subject != "forever.evt.a1" || e.Type != "note.added") {
+			t.Errorf("Next after %d: %+v", tt.after, e)
+		}
+	}
+	raw := eventlogtest.Connect(t, s)
+	if _, err := raw.Request("forever.evt.a1", []byte("{not json"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := lg.Next(ctx, a1, 5)
+	var ce *eventlog.CorruptError
+	if !ok || !errors.As(err, &ce) || ce.Seq != 7 || e.Seq != 7 {
+		t.Fatalf("corrupt: %+v, ok %v, err %v; want a corrupt event at 7", e, ok, err)
+	}
+	if _, _, err := lg.Next(ctx, eventlog.Filter{Agent: "a.b"}, 0); err == nil {
+		t.Fatal("invalid agent: no error")
+	}
+}
+
 func TestAppendDuplicate(t *testing.T) {
 	lg, _ := eventlogtest.Open(t, eventlog.Config{})
 	ctx := t.Context()

@@ -56,11 +56,7 @@ func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
 }
 
 func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) {
-	s := l.events
-	if stream == l.cfg.ChunksStream {
-		s = l.chunks
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subject)
+	m, err := l.stream(stream).GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -68,6 +64,41 @@ func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) 
 		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
 	}
 	return Seq(m.Sequence), nil
+}
+
+// Next returns the first event matching f stored after sequence after, with
+// one direct get instead of a consumer; ok is false when there is none yet.
+// It is how a replay shows its first event in one round trip: Follow from
+// the returned event's Seq for the rest. Pending is not set. A stored event
+// that cannot be decoded is returned with ok and a *CorruptError.
+func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, err error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return Event{}, false, err
+	}
+	if l.closed() {
+		return Event{}, false, ErrClosed
+	}
+	m, err := l.stream(stream).GetMsg(ctx, uint64(after)+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("eventlog: next of %s after %d: %w", subject, after, err)
+	}
+	seq := Seq(m.Sequence)
+	if e, err = decodeMsg(seq, m.Subject, m.Header, m.Data); err != nil {
+		return Event{Seq: seq, Subject: m.Subject}, true, err
+	}
+	return e, true, nil
+}
+
+// stream returns the handle of the events or the chunks stream by name.
+func (l *Log) stream(name string) jetstream.Stream {
+	if name == l.cfg.ChunksStream {
+		return l.chunks
+	}
+	return l.events
 }
 
 // Read returns the events matching f stored after sequence after, up to the

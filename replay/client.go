@@ -62,54 +62,70 @@ func (c *Client) FollowTurn(ctx context.Context, agent, stream string, after Cur
 func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor, mustExist bool) iter.Seq2[Item, error] {
 	return func(yield func(Item, error) bool) {
 		f := eventlog.Filter{Agent: agent, Stream: stream}
-		last, err := c.lg.LastSeq(ctx, f)
-		if err != nil {
+		// The first chunk after the cursor comes from one direct get, so a
+		// resuming client sees it without waiting for a consumer to be
+		// created; the ordered consumer then starts right after it.
+		first, found, err := c.lg.Next(ctx, f, after.Seq())
+		if err != nil && !found {
 			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
 			return
 		}
-		if last == 0 && mustExist {
-			yield(Item{}, fmt.Errorf("%w: %s/%s has no chunks", ErrUnknownStream, agent, stream))
-			return
-		}
-		if last != 0 && Cursor(last) <= after {
-			// Nothing stored after the cursor: end now if the stream ended,
-			// instead of waiting for chunks that never come.
-			ended, err := c.ended(ctx, f, last)
+		if !found {
+			// Nothing stored after the cursor: an unknown stream is an
+			// error, an ended one ends now instead of waiting for chunks
+			// that never come.
+			last, err := c.lg.LastSeq(ctx, f)
 			if err != nil {
-				yield(Item{}, err)
+				yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
 				return
 			}
-			if ended {
+			if last == 0 && mustExist {
+				yield(Item{}, fmt.Errorf("%w: %s/%s has no chunks", ErrUnknownStream, agent, stream))
 				return
+			}
+			if last != 0 {
+				ended, err := c.ended(ctx, f, last)
+				if err != nil {
+					yield(Item{}, err)
+					return
+				}
+				if ended {
+					return
+				}
 			}
 		}
 		var a chat.Assembler
 		aligned := false // whether a whole chunk's first event was seen
-		for e, err := range c.lg.Follow(ctx, f, after.Seq()) {
+		// handle yields what e completes; false ends the follow.
+		handle := func(e eventlog.Event, err error) bool {
 			if err != nil {
-				if !yield(Item{}, err) {
-					return
-				}
-				continue
+				return yield(Item{}, err)
 			}
 			if !aligned {
 				// A cursor inside a split chunk: skip to the next chunk.
 				if e.Type == evChunkPart && partNumber(e.Data) != 0 {
-					continue
+					return true
 				}
 				aligned = true
 			}
 			ch, ok, err := a.Add(e.Type, e.Data)
 			if err != nil {
-				if !yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err)) {
-					return
-				}
-				continue
+				return yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
 			}
 			if !ok {
-				continue
+				return true
 			}
-			if !yield(Item{Cursor: Cursor(e.Seq), Chunk: ch}, nil) || ch.Terminal() {
+			return yield(Item{Cursor: Cursor(e.Seq), Chunk: ch}, nil) && !ch.Terminal()
+		}
+		from := after.Seq()
+		if found {
+			if !handle(first, err) {
+				return
+			}
+			from = first.Seq
+		}
+		for e, err := range c.lg.Follow(ctx, f, from) {
+			if !handle(e, err) {
 				return
 			}
 		}

@@ -8,10 +8,12 @@
 // A chat stream is the chunks of one LLM turn, stored on the chunks stream
 // under <prefix>.chunk.<agent>.<stream> (see chat.StreamWriter). A Cursor is
 // a chunk's stream sequence there (the sequence of its last part when the
-// chunk was split). Replay is a consumer replay: following after cursor N is
-// one JetStream ordered consumer filtered to the stream's subject, started at
-// N+1, which delivers the stored chunks and then the live ones. There is no
-// separate live path, so nothing falls between history and live.
+// chunk was split). Replay is a consumer replay: following after cursor N
+// reads the first chunk after N with one direct get (eventlog.Log.Next), so
+// it shows without waiting for a consumer, then opens one JetStream ordered
+// consumer filtered to the stream's subject, started right after that chunk,
+// which delivers the rest of the stored chunks and then the live ones. There
+// is no separate live path, so nothing falls between history and live.
 //
 // # Invariants
 //
