@@ -31,6 +31,10 @@
 //     any crash the view equals the view rebuilt from the log up to the cursor.
 //   - Deleting the Pebble directory, or changing a projection's Version,
 //     rebuilds the same view from the log.
+//   - A view follows one stream: when that stream was deleted and created
+//     again, or the stored cursor is past its last sequence (a replaced
+//     store, or writes lost under sync interval), the view is rebuilt from
+//     the stream it now follows, never resumed.
 //   - Follow yields every matching event after the cursor once and in order,
 //     history then live, through a single ordered consumer.
 //   - Bad input (an agent id or type that is not a valid subject token, an

@@ -23,7 +23,10 @@ type Projector struct {
 	l      *Log
 	p      Projection
 	logger *slog.Logger
-	keys   struct{ cursor, version, data []byte }
+	keys   struct{ cursor, version, origin, data []byte }
+	// origin identifies the stream the projection is built from: its
+	// creation time. Set by open, written by drop.
+	origin uint64
 
 	ready     chan struct{}
 	rebuildCh chan chan error
@@ -65,6 +68,7 @@ func (l *Log) NewProjector(p Projection) (*Projector, error) {
 	base := projPrefix(p.Name)
 	pr.keys.cursor = append(append([]byte{}, base...), 'c')
 	pr.keys.version = append(append([]byte{}, base...), 'v')
+	pr.keys.origin = append(append([]byte{}, base...), 'o')
 	pr.keys.data = append(append([]byte{}, base...), 'd')
 	pr.mu.changed = make(chan struct{})
 	return pr, nil
@@ -141,7 +145,7 @@ func (pr *Projector) Run(ctx context.Context) error {
 }
 
 func (pr *Projector) run(ctx context.Context) error {
-	cursor, err := pr.open()
+	cursor, err := pr.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -163,28 +167,72 @@ func (pr *Projector) run(ctx context.Context) error {
 	}
 }
 
-// open checks the schema version, drops stale data, and loads the cursor.
-func (pr *Projector) open() (Seq, error) {
+// open checks the schema version and that the stored view was built from
+// this very stream, drops stale data, and loads the cursor.
+//
+// A view built from another stream is dropped and rebuilt: one whose stream
+// was deleted and created again (its creation time differs), or one whose
+// cursor is past the stream's last sequence (the JetStream store was
+// replaced, or lost acknowledged writes in a power failure under sync
+// interval). Kept, such a view would hold events the log no longer has and
+// skip the new events that reuse their sequences.
+func (pr *Projector) open(ctx context.Context) (Seq, error) {
+	_, stream, err := pr.l.filter(pr.p.Filter)
+	if err != nil {
+		return 0, err
+	}
+	info, err := pr.l.stream(stream).Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("projection %q: stream info: %w", pr.p.Name, err)
+	}
+	pr.origin = uint64(info.Created.UnixNano())
+	last := Seq(info.State.LastSeq)
+
 	db := pr.l.db
 	v, err := get(db, pr.keys.version)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// New projection, or one whose Pebble data was deleted.
-		if err := pr.drop(); err != nil {
+		return 0, pr.drop()
+	case err != nil:
+		return 0, err
+	}
+	stored, derr := decodeUint("schema version of "+pr.p.Name, v)
+	if derr != nil || stored != uint64(pr.p.Version) {
+		pr.logger.Info("projection schema changed, rebuilding from the log", "stored", stored, "version", pr.p.Version)
+		return 0, pr.drop()
+	}
+	cur, err := pr.loadCursor()
+	if err != nil {
+		return 0, err
+	}
+	o, err := get(db, pr.keys.origin)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Stored before origins were recorded: adopt this stream.
+		if err := pr.l.db.Set(pr.keys.origin, encodeUint(pr.origin), pebble.Sync); err != nil {
 			return 0, err
 		}
 	case err != nil:
 		return 0, err
 	default:
-		stored, derr := decodeUint("schema version of "+pr.p.Name, v)
-		if derr != nil || stored != uint64(pr.p.Version) {
-			pr.logger.Info("projection schema changed, rebuilding from the log", "stored", stored, "version", pr.p.Version)
-			if err := pr.drop(); err != nil {
-				return 0, err
-			}
+		if origin, derr := decodeUint("stream origin of "+pr.p.Name, o); derr != nil || origin != pr.origin {
+			pr.logger.Warn("projection was built from another stream (deleted and created again), rebuilding from the log", "stream", stream)
+			return 0, pr.drop()
 		}
 	}
-	c, err := get(db, pr.keys.cursor)
+	if cur > last {
+		pr.logger.Warn("projection is ahead of its stream (store replaced, or acknowledged writes lost), rebuilding from the log",
+			"stream", stream, "cursor", cur, "last", last)
+		return 0, pr.drop()
+	}
+	pr.setCursor(cur)
+	return cur, nil
+}
+
+// loadCursor reads the stored cursor, 0 when there is none.
+func (pr *Projector) loadCursor() (Seq, error) {
+	c, err := get(pr.l.db, pr.keys.cursor)
 	if errors.Is(err, ErrNotFound) {
 		return 0, nil
 	}
@@ -195,12 +243,11 @@ func (pr *Projector) open() (Seq, error) {
 	if err != nil {
 		return 0, err
 	}
-	pr.setCursor(Seq(cur))
 	return Seq(cur), nil
 }
 
-// drop deletes rows and cursor and records the schema version, in one synced
-// batch.
+// drop deletes rows and cursor and records the schema version and the
+// stream's origin, in one synced batch.
 func (pr *Projector) drop() error {
 	b := pr.l.db.NewBatch()
 	defer b.Close()
@@ -209,6 +256,9 @@ func (pr *Projector) drop() error {
 		return err
 	}
 	if err := b.Set(pr.keys.version, encodeUint(uint64(pr.p.Version)), nil); err != nil {
+		return err
+	}
+	if err := b.Set(pr.keys.origin, encodeUint(pr.origin), nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {

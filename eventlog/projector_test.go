@@ -20,7 +20,9 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // counter is the projection used by these tests. Per agent it keeps a count,
@@ -250,6 +252,76 @@ func TestProjectorRebuilds(t *testing.T) {
 	got, cur = run(lg, counter(2), nil)
 	if !equalMaps(got, want) || cur != 300 {
 		t.Fatalf("after deleting pebble: cursor %d, view %v", cur, got)
+	}
+}
+
+// A view is kept only while it was built from the stream it follows: a
+// restarted server on the same store resumes it, a replaced store (the
+// cursor is past the stream's end) or a stream deleted and created again
+// (another origin) rebuilds it from the log it now follows.
+func TestProjectorFollowsItsStream(t *testing.T) {
+	pebbleDir, storeA := t.TempDir(), t.TempDir()
+	// phase opens a Log on s with the shared Pebble dir, appends n events,
+	// runs the counter projection until ready and returns how many events
+	// it applied and whether the view equals the fold of the whole log.
+	phase := func(name string, s *server.Server, n int) (applied int) {
+		t.Helper()
+		nc := eventlogtest.Connect(t, s)
+		lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Dir: pebbleDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lg.Close()
+		appendN(t, lg, n, 3)
+		p := counter(1)
+		apply := p.Apply
+		p.Apply = func(b *eventlog.Batch, e eventlog.Event) error { applied++; return apply(b, e) }
+		pr, err := lg.NewProjector(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- pr.Run(ctx) }()
+		<-pr.Ready()
+		all, _ := lg.Read(t.Context(), eventlog.Filter{}, 0, 0)
+		if got, want := dump(t, lg, "counter"), fold(all); !equalMaps(got, want) {
+			t.Errorf("%s: view %v, want the fold of the log %v", name, got, want)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return applied
+	}
+	stop := func(s *server.Server) { s.Shutdown(); s.WaitForShutdown() }
+
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{StoreDir: storeA})
+	if got := phase("first build", s, 300); got != 300 {
+		t.Fatalf("first build applied %d events, want 300", got)
+	}
+	stop(s)
+	s = eventlogtest.RunServer(t, eventlogtest.ServerOptions{StoreDir: storeA})
+	if got := phase("restarted server", s, 10); got != 10 {
+		t.Fatalf("after a server restart applied %d events, want only the 10 new ones", got)
+	}
+	stop(s)
+
+	// Another store: the stored cursor (310) is past its end (50).
+	s = eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	if got := phase("replaced store", s, 50); got != 50 {
+		t.Fatalf("on a replaced store applied %d events, want a rebuild of 50", got)
+	}
+	// The stream deleted and created again, longer than the cursor (50).
+	js, err := jetstream.New(eventlogtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(t.Context(), eventlog.DefaultEventsStream); err != nil {
+		t.Fatal(err)
+	}
+	if got := phase("recreated stream", s, 400); got != 400 {
+		t.Fatalf("on a recreated stream applied %d events, want a rebuild of 400", got)
 	}
 }
 
