@@ -113,8 +113,8 @@ type Assembler struct {
 func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 	switch typ {
 	case evChunk:
-		var c Chunk
-		if err := json.Unmarshal(data, &c); err != nil {
+		c, err := decodeChunk(data)
+		if err != nil {
 			return Chunk{}, false, fmt.Errorf("chat: decode chunk: %w", err)
 		}
 		return c, true, nil
@@ -138,8 +138,8 @@ func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 			body = append(body, b...)
 		}
 		a.parts = a.parts[:0]
-		var c Chunk
-		if err := json.Unmarshal(body, &c); err != nil {
+		c, err := decodeChunk(body)
+		if err != nil {
 			return Chunk{}, false, fmt.Errorf("chat: decode joined chunk %d: %w", p.Index, err)
 		}
 		return c, true, nil

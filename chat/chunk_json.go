@@ -50,3 +50,48 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	str(`,"requestId":`, c.RequestID)
 	return append(b, '}'), nil
 }
+
+// decodeChunk decodes a stored chunk. Chunks in the form MarshalJSON writes
+// with string fields only (text and reasoning deltas, starts and ends: all
+// but a handful per turn) are read without reflection; anything else goes
+// through encoding/json. Both give the same Chunk.
+func decodeChunk(data []byte) (Chunk, error) {
+	var c Chunk
+	if fastChunk(data, &c) {
+		return c, nil
+	}
+	c = Chunk{}
+	err := json.Unmarshal(data, &c)
+	return c, err
+}
+
+// fastChunk reads data in MarshalJSON's field order when every field present
+// is a string; it reports false for anything else, leaving c partly set.
+func fastChunk(b []byte, c *Chunk) bool {
+	b, ok := jsonstr.Cut(b, `{"type":`)
+	if !ok {
+		return false
+	}
+	if c.Type, b, ok = jsonstr.Read(b); !ok {
+		return false
+	}
+	for _, f := range [...]struct {
+		name string
+		dst  *string
+	}{
+		{`,"id":`, &c.ID}, {`,"messageId":`, &c.MessageID}, {`,"delta":`, &c.Delta},
+		{`,"toolCallId":`, &c.ToolCallID}, {`,"toolName":`, &c.ToolName},
+		{`,"inputTextDelta":`, &c.InputTextDelta},
+		// input, output and messageMetadata are raw JSON: a chunk with one
+		// of them stops here and falls back.
+		{`,"errorText":`, &c.ErrorText}, {`,"finishReason":`, &c.FinishReason},
+		{`,"requestId":`, &c.RequestID},
+	} {
+		if rest, ok := jsonstr.Cut(b, f.name); ok {
+			if *f.dst, b, ok = jsonstr.Read(rest); !ok {
+				return false
+			}
+		}
+	}
+	return len(b) == 1 && b[0] == '}'
+}

@@ -48,3 +48,43 @@ func compact(raw json.RawMessage) json.RawMessage {
 	json.Compact(&buf, raw)
 	return buf.Bytes()
 }
+
+// FuzzDecodeChunk: whenever the fast path accepts stored bytes, encoding/json
+// decodes the same chunk from them; and every chunk MarshalJSON writes with
+// string fields only is taken by the fast path.
+func FuzzDecodeChunk(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"text-delta","id":"t0","delta":"h\u00e9\"llo\n"}`,
+		`{"type":"finish","messageMetadata":{"usage":{"inputTokens":1}}}`,
+		`{"type":"start","messageId":"m1","requestId":"r1"}`,
+		`{"type":"error","errorText":"boom"}`,
+		`{"type":"x","id":"a","id":"b"}`,
+		`{"type":"x"} `,
+		`{"TYPE":"x"}`,
+	} {
+		f.Add([]byte(s), "text-delta", "t0", "d")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, typ, id, delta string) {
+		var fast Chunk
+		if fastChunk(data, &fast) {
+			var want Chunk
+			if err := json.Unmarshal(data, &want); err != nil || !reflect.DeepEqual(fast, want) {
+				t.Fatalf("fast %+v, encoding/json %+v, %v for %s", fast, want, err, data)
+			}
+		}
+		c := Chunk{Type: typ, ID: id, Delta: delta}
+		enc, err := c.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fastChunk(enc, &Chunk{}) {
+			t.Fatalf("fast path refused %s", enc)
+		}
+		got, err := decodeChunk(enc)
+		var want Chunk
+		_ = json.Unmarshal(enc, &want)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeChunk(%s) = %+v, %v; want %+v", enc, got, err, want)
+		}
+	})
+}
