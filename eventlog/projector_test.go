@@ -159,6 +159,29 @@ func TestProjectorFilterAndChunks(t *testing.T) {
 	}
 }
 
+// runUntilReady runs p until it is ready, then calls during (when set),
+// stops it, and returns its view and cursor.
+func runUntilReady(t *testing.T, lg *eventlog.Log, p eventlog.Projection, during func(*eventlog.Projector)) (map[string]string, eventlog.Seq) {
+	t.Helper()
+	pr, err := lg.NewProjector(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- pr.Run(ctx) }()
+	<-pr.Ready()
+	if during != nil {
+		during(pr)
+	}
+	m := dump(t, lg, p.Name)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return m, pr.Cursor()
+}
+
 // Changing the schema version drops the view and rebuilds it from the log;
 // deleting the Pebble directory does the same; Rebuild does it on demand.
 func TestProjectorRebuilds(t *testing.T) {
@@ -172,31 +195,12 @@ func TestProjectorRebuilds(t *testing.T) {
 		}
 		return lg
 	}
-	run := func(lg *eventlog.Log, p eventlog.Projection, during func(*eventlog.Projector)) (map[string]string, eventlog.Seq) {
-		pr, err := lg.NewProjector(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- pr.Run(ctx) }()
-		<-pr.Ready()
-		if during != nil {
-			during(pr)
-		}
-		m := dump(t, lg, p.Name)
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		return m, pr.Cursor()
-	}
 
 	lg := open(dir)
 	appendN(t, lg, 300, 4)
 	all, _ := lg.Read(t.Context(), eventlog.Filter{}, 0, 0)
 	want := fold(all)
-	first, cur := run(lg, counter(1), nil)
+	first, cur := runUntilReady(t, lg, counter(1), nil)
 	if !equalMaps(first, want) || cur != 300 {
 		t.Fatalf("first build: cursor %d, view %v", cur, first)
 	}
@@ -207,7 +211,7 @@ func TestProjectorRebuilds(t *testing.T) {
 	bad := counter(1)
 	bad.Apply = func(b *eventlog.Batch, e eventlog.Event) error { return b.Set([]byte("junk"), []byte("x")) }
 	lg = open(dir)
-	junk, _ := run(lg, bad, func(pr *eventlog.Projector) {
+	junk, _ := runUntilReady(t, lg, bad, func(pr *eventlog.Projector) {
 		if err := pr.Rebuild(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +226,7 @@ func TestProjectorRebuilds(t *testing.T) {
 
 	// A version bump drops the stale rows and rebuilds from the log.
 	lg = open(dir)
-	got, cur := run(lg, counter(2), nil)
+	got, cur := runUntilReady(t, lg, counter(2), nil)
 	if !equalMaps(got, want) || cur != 300 {
 		t.Fatalf("after version bump: cursor %d, view %v", cur, got)
 	}
@@ -230,7 +234,7 @@ func TestProjectorRebuilds(t *testing.T) {
 
 	// Rebuild on demand gives the same view.
 	lg = open(dir)
-	got, _ = run(lg, counter(2), func(pr *eventlog.Projector) {
+	got, _ = runUntilReady(t, lg, counter(2), func(pr *eventlog.Projector) {
 		if err := pr.Rebuild(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +253,7 @@ func TestProjectorRebuilds(t *testing.T) {
 	}
 	lg = open(dir)
 	defer lg.Close()
-	got, cur = run(lg, counter(2), nil)
+	got, cur = runUntilReady(t, lg, counter(2), nil)
 	if !equalMaps(got, want) || cur != 300 {
 		t.Fatalf("after deleting pebble: cursor %d, view %v", cur, got)
 	}
@@ -276,21 +280,10 @@ func TestProjectorFollowsItsStream(t *testing.T) {
 		p := counter(1)
 		apply := p.Apply
 		p.Apply = func(b *eventlog.Batch, e eventlog.Event) error { applied++; return apply(b, e) }
-		pr, err := lg.NewProjector(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- pr.Run(ctx) }()
-		<-pr.Ready()
+		got, _ := runUntilReady(t, lg, p, nil)
 		all, _ := lg.Read(t.Context(), eventlog.Filter{}, 0, 0)
-		if got, want := dump(t, lg, "counter"), fold(all); !equalMaps(got, want) {
+		if want := fold(all); !equalMaps(got, want) {
 			t.Errorf("%s: view %v, want the fold of the log %v", name, got, want)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
 		}
 		return applied
 	}
