@@ -41,16 +41,11 @@ func appendSingle(ctx context.Context, env *Env) (Result, error) {
 }
 
 func appendSingleSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseRaw()
 
 	data, subject, ev := payload(size), prefix+".a1", benchEvent("a1", size)
 	raw := func() error {
@@ -112,16 +107,11 @@ func appendAsync(ctx context.Context, env *Env) (Result, error) {
 }
 
 func appendAsyncSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseRaw()
 	var failed atomic.Int64
 	js, err := jetstream.New(env.Conn,
 		jetstream.WithPublishAsyncMaxPending(asyncWindow),
@@ -197,16 +187,11 @@ func appendBatch(ctx context.Context, env *Env) (Result, error) {
 }
 
 func appendBatchSize(ctx context.Context, env *Env, n, size int) ([]Row, error) {
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseRaw()
 
 	data, subject, ev := payload(size), prefix+".a1", benchEvent("a1", size)
 	raw := func(k int) error {

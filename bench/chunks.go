@@ -69,18 +69,13 @@ func startBatcher(lg *eventlog.Log) (*eventlog.Batcher, func()) {
 }
 
 func chunkThroughput(ctx context.Context, env *Env, streams, n int) ([]Row, error) {
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	b, stop := startBatcher(lg)
 	defer stop()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseRaw()
 	body, _ := json.Marshal(textDelta(0))
 	subject := prefix + ".a1"
 
@@ -200,18 +195,13 @@ func chunkThroughput(ctx context.Context, env *Env, streams, n int) ([]Row, erro
 // chunkLatency paces streams at chunkPacedRate and measures the time from
 // Write to delivery by an ordered consumer.
 func chunkLatency(ctx context.Context, env *Env, streams int) ([]Row, error) {
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	b, stop := startBatcher(lg)
 	defer stop()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseRaw()
 
 	per := int(chunkPacedRate * chunkPacedFor.Seconds())
 	total := per * streams

@@ -251,6 +251,22 @@ func (e *Env) DropLog(cfg eventlog.Config) {
 	os.RemoveAll(cfg.Dir)
 }
 
+// OpenLogAndRaw opens a Log as OpenLog does and a raw stream as RawStream
+// does, for a scenario that times the log beside raw JetStream. The release
+// func deletes both.
+func (e *Env) OpenLogAndRaw(ctx context.Context) (lg *eventlog.Log, rawPrefix string, release func(), err error) {
+	lg, releaseLog, err := e.OpenLog(ctx)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	rawPrefix, releaseRaw, err := e.RawStream(ctx)
+	if err != nil {
+		releaseLog()
+		return nil, "", nil, err
+	}
+	return lg, rawPrefix, func() { releaseRaw(); releaseLog() }, nil
+}
+
 // RawStream creates a stream configured like the event log's events stream
 // (file storage, one replica, 2m duplicate window, atomic batches allowed) on
 // subjects <prefix>.>, for raw JetStream baselines. It returns the prefix,

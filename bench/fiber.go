@@ -31,7 +31,7 @@ const (
 // process.
 func fiberRun(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 10000)
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -41,11 +41,6 @@ func fiberRun(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	defer runs.stop()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	defer releaseRaw()
 	var sink errSink
 	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "r1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
 	if err != nil {
@@ -125,7 +120,7 @@ func newSnapshot(step int) benchSnapshot {
 // Stash appends. The three series alternate inside the fiber.
 func fiberStash(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(3000, 20000)
-	lg, release, err := env.OpenLog(ctx)
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -135,11 +130,6 @@ func fiberStash(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	defer runs.stop()
-	prefix, releaseRaw, err := env.RawStream(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	defer releaseRaw()
 	var sink errSink
 	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "s1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
 	if err != nil {
