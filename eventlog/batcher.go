@@ -246,8 +246,7 @@ func (b *Batcher) await(p *Pending) {
 		p.err = b.l.translate(err, &p.e)
 	}
 	if p.err == nil {
-		_, stream := b.l.subject(&p.e)
-		b.l.metrics.appended.WithLabelValues(stream).Inc()
+		b.l.metrics.appended.WithLabelValues(p.stream).Inc()
 	}
 	close(p.ready)
 }
