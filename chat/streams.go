@@ -74,8 +74,8 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case evChunk:
 		info.Chunks++
-		var c Chunk
-		if err := json.Unmarshal(e.Data, &c); err != nil {
+		c, err := decodeChunk(e.Data)
+		if err != nil {
 			break // counted; a chunk that does not decode carries no status
 		}
 		switch c.Type {
