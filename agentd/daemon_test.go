@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -314,47 +315,39 @@ func TestGracefulShutdownAndReopen(t *testing.T) {
 	}
 }
 
-func TestRunHTTPAddrInUse(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cfg := testConfig(t)
-	cfg.HTTPAddr = ln.Addr().String()
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = d.Run(t.Context())
-	if !errors.Is(err, ErrAddrInUse) {
-		t.Fatalf("got %v, want ErrAddrInUse", err)
-	}
-	want := "agentd: http address " + cfg.HTTPAddr + " is in use (set --http or FOREVER_HTTP)"
-	if err.Error() != want {
-		t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
-	}
-}
-
-func TestRunNATSListenInUse(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cfg := testConfig(t)
-	cfg.NATSListen = ln.Addr().String()
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = d.Run(t.Context())
-	if !errors.Is(err, ErrAddrInUse) {
-		t.Fatalf("got %v, want ErrAddrInUse", err)
-	}
-	want := "agentd: nats listen address " + cfg.NATSListen + " is in use (set --nats-listen or FOREVER_NATS_LISTEN)"
-	if err.Error() != want {
-		t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
+// A taken port fails Run with ErrAddrInUse and a message naming the flag
+// and the variable to change.
+func TestRunAddrInUse(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  func(cfg *Config, addr string)
+		want string // %s: the address
+	}{
+		{"http", func(cfg *Config, addr string) { cfg.HTTPAddr = addr },
+			"agentd: http address %s is in use (set --http or FOREVER_HTTP)"},
+		{"nats", func(cfg *Config, addr string) { cfg.NATSListen = addr },
+			"agentd: nats listen address %s is in use (set --nats-listen or FOREVER_NATS_LISTEN)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cfg := testConfig(t)
+			tt.set(&cfg, ln.Addr().String())
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = d.Run(t.Context())
+			if !errors.Is(err, ErrAddrInUse) {
+				t.Fatalf("got %v, want ErrAddrInUse", err)
+			}
+			if want := fmt.Sprintf(tt.want, ln.Addr().String()); err.Error() != want {
+				t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
+			}
+		})
 	}
 }
 
