@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -112,34 +111,14 @@ func appendAsyncSize(ctx context.Context, env *Env, n, size int) ([]Row, error) 
 		return nil, err
 	}
 	defer release()
-	var failed atomic.Int64
-	js, err := jetstream.New(env.Conn,
-		jetstream.WithPublishAsyncMaxPending(asyncWindow),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }),
-	)
+	ra, err := newRawAsync(env)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
 
 	data, subject := payload(size), prefix+".a1"
 	raw := func(k int) error {
-		for range k {
-			// Under sync always a full window takes longer to drain than the
-			// default stall wait of 200ms.
-			_, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: data}, jetstream.WithStallWait(time.Minute))
-			if err != nil {
-				return err
-			}
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if f := failed.Swap(0); f > 0 {
-			return fmt.Errorf("%d async publishes failed", f)
-		}
-		return nil
+		return ra.publish(ctx, k, func() *nats.Msg { return &nats.Msg{Subject: subject, Data: data} })
 	}
 	ours := func(k int) error {
 		g, gctx := errgroup.WithContext(ctx)

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/chat"
@@ -105,53 +104,26 @@ func chunkThroughput(ctx context.Context, env *Env, streams, n int) ([]Row, erro
 		}
 		return nil
 	}
-	var failed atomic.Int64
-	js, err := jetstream.New(env.Conn,
-		jetstream.WithPublishAsyncMaxPending(asyncWindow),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+	ra, err := newRawAsync(env)
 	if err != nil {
 		return nil, err
 	}
 	rawAsync := func(k int) error {
-		for range k {
-			if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: body}, jetstream.WithStallWait(time.Minute)); err != nil {
-				return err
-			}
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if f := failed.Swap(0); f > 0 {
-			return fmt.Errorf("%d async publishes failed", f)
-		}
-		return nil
+		return ra.publish(ctx, k, func() *nats.Msg { return &nats.Msg{Subject: subject, Data: body} })
 	}
 	// The same message a chunk is stored as (envelope, type header, msg id):
 	// what the server must do for us at the least.
 	env0, _ := json.Marshal(map[string]any{"agent": "agent0", "stream": "s0", "type": "chunk", "id": "s0/0", "time": time.Now(), "data": json.RawMessage(body)})
 	seqID := 0
 	rawSame := func(k int) error {
-		for range k {
+		return ra.publish(ctx, k, func() *nats.Msg {
 			seqID++
 			m := nats.NewMsg(subject)
 			m.Data = env0
 			m.Header.Set(eventlog.HeaderType, "chunk")
 			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("raw/%d", seqID))
-			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-				return err
-			}
-		}
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if f := failed.Swap(0); f > 0 {
-			return fmt.Errorf("%d async publishes failed", f)
-		}
-		return nil
+			return m
+		})
 	}
 	if err := errors.Join(ours(warmup), rawSync(min(warmup, 200)), rawAsync(warmup), rawSame(warmup)); err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
