@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
@@ -14,12 +15,16 @@ import (
 // turn writes) and on recovery (on the stored chunks), so a recovered turn
 // knows exactly what clients saw and continues where the stream stopped.
 type builder struct {
-	started   bool   // the start chunk was written
-	stepOpen  bool   // start-step without finish-step
-	textOpen  string // id of the open text block, "" if none
-	reasOpen  string // id of the open reasoning block
-	blocks    int    // blocks started, for ids
-	parts     []Part
+	started  bool   // the start chunk was written
+	stepOpen bool   // start-step without finish-step
+	textOpen string // id of the open text block, "" if none
+	reasOpen string // id of the open reasoning block
+	blocks   int    // blocks started, for ids
+	parts    []Part // their Text is kept in text while streaming
+	// text[i] accumulates the deltas of part i (nil for a tool part): a
+	// turn has thousands of deltas, and appending each to a string would
+	// copy the whole answer every time.
+	text      []*strings.Builder
 	index     map[string]int // block or tool call id -> part index
 	chunks    int
 	terminal  string // type of the terminal chunk, "" while open
@@ -43,11 +48,10 @@ func (b *builder) add(c Chunk) {
 	case ChunkTextStart:
 		b.blocks++
 		b.textOpen = c.ID
-		b.index[c.ID] = len(b.parts)
-		b.parts = append(b.parts, Part{Type: PartText})
+		b.index[c.ID] = b.addPart(Part{Type: PartText})
 	case ChunkTextDelta:
 		if i, ok := b.index[c.ID]; ok {
-			b.parts[i].Text += c.Delta
+			b.text[i].WriteString(c.Delta)
 		}
 	case ChunkTextEnd:
 		if b.textOpen == c.ID {
@@ -56,27 +60,24 @@ func (b *builder) add(c Chunk) {
 	case ChunkReasoningStart:
 		b.blocks++
 		b.reasOpen = c.ID
-		b.index[c.ID] = len(b.parts)
-		b.parts = append(b.parts, Part{Type: PartReasoning})
+		b.index[c.ID] = b.addPart(Part{Type: PartReasoning})
 	case ChunkReasoningDelta:
 		if i, ok := b.index[c.ID]; ok {
-			b.parts[i].Text += c.Delta
+			b.text[i].WriteString(c.Delta)
 		}
 	case ChunkReasoningEnd:
 		if b.reasOpen == c.ID {
 			b.reasOpen = ""
 		}
 	case ChunkToolInputStart:
-		b.index["tool:"+c.ToolCallID] = len(b.parts)
-		b.parts = append(b.parts, Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName, State: ToolInputStreaming})
+		b.index["tool:"+c.ToolCallID] = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName, State: ToolInputStreaming})
 	case ChunkToolInputDelta:
 		// The input text is kept only once complete (tool-input-available).
 	case ChunkToolInput:
 		i, ok := b.index["tool:"+c.ToolCallID]
 		if !ok {
-			i = len(b.parts)
+			i = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
 			b.index["tool:"+c.ToolCallID] = i
-			b.parts = append(b.parts, Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
 		}
 		b.parts[i].State, b.parts[i].Input = ToolInputAvailable, c.Input
 	case ChunkToolOutput:
@@ -100,12 +101,25 @@ func (b *builder) add(c Chunk) {
 	}
 }
 
+// addPart appends p, with a text accumulator unless it is a tool part, and
+// returns its index.
+func (b *builder) addPart(p Part) int {
+	var t *strings.Builder
+	if p.Type != PartTool {
+		t = &strings.Builder{}
+	}
+	b.parts, b.text = append(b.parts, p), append(b.text, t)
+	return len(b.parts) - 1
+}
+
 // Parts returns a copy of the message parts so far, without empty blocks.
 func (b *builder) Parts() []Part {
 	out := make([]Part, 0, len(b.parts))
-	for _, p := range b.parts {
-		if p.Type != PartTool && p.Text == "" {
-			continue
+	for i, p := range b.parts {
+		if t := b.text[i]; t != nil {
+			if p.Text = t.String(); p.Text == "" {
+				continue
+			}
 		}
 		out = append(out, p)
 	}
@@ -113,7 +127,7 @@ func (b *builder) Parts() []Part {
 }
 
 // Text returns the answer text so far.
-func (b *builder) Text() string { return partsText(b.parts) }
+func (b *builder) Text() string { return partsText(b.Parts()) }
 
 // loadStream reads a stream's stored chunks into a builder.
 func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, error) {

@@ -159,7 +159,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.abortTurn(ctx, st, em, true, "cancelled")
 	}
-	if !hasContent(b.parts) {
+	if !hasContent(b.Parts()) {
 		// Nothing reached clients: run the turn again into the same stream.
 		a.metrics.recoveries.WithLabelValues("retry").Inc()
 		st.resume = st.snap.ResponseID != ""
