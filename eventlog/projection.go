@@ -62,7 +62,12 @@ type Batch struct {
 	prefix []byte // projection data prefix: projPrefix(name)+"d"
 }
 
-func (b *Batch) key(k []byte) []byte { return append(bytes.Clone(b.prefix), k...) }
+func (b *Batch) key(k []byte) []byte { return joinKey(b.prefix, k) }
+
+// joinKey returns prefix followed by k in a new slice, in one allocation.
+func joinKey(prefix, k []byte) []byte {
+	return append(append(make([]byte, 0, len(prefix)+len(k)), prefix...), k...)
+}
 
 // Set writes key=value.
 func (b *Batch) Set(key, value []byte) error { return b.b.Set(b.key(key), value, nil) }
@@ -99,7 +104,7 @@ func get(r pebble.Reader, key []byte) ([]byte, error) {
 
 func scan(r pebble.Reader, base, prefix []byte) iter.Seq2[[]byte, []byte] {
 	return func(yield func([]byte, []byte) bool) {
-		start := append(bytes.Clone(base), prefix...)
+		start := joinKey(base, prefix)
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
 		if err != nil {
 			return
@@ -134,7 +139,7 @@ func (l *Log) View(name string) (*View, error) {
 
 // Get returns a copy of key's value, or ErrNotFound.
 func (v *View) Get(key []byte) ([]byte, error) {
-	return get(v.db, append(bytes.Clone(v.prefix), key...))
+	return get(v.db, joinKey(v.prefix, key))
 }
 
 // Scan yields the rows whose key starts with prefix, in key order. The
