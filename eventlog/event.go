@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/forever-agents/forever/internal/jsonstr"
-	"github.com/nats-io/nats.go"
 )
 
 // Seq is a stream sequence number. Sequences start at 1; 0 means "none".
@@ -141,7 +140,7 @@ func (e *Event) encode() ([]byte, error) {
 
 // decodeMsg turns a stored message into an Event. A body that is not a valid
 // envelope is a *CorruptError naming the sequence and subject.
-func decodeMsg(seq Seq, subject string, hdr nats.Header, body []byte) (Event, error) {
+func decodeMsg(seq Seq, subject string, body []byte) (Event, error) {
 	var e Event
 	if fastDecode(body, &e) {
 		e.Seq, e.Subject = seq, subject

@@ -29,7 +29,7 @@ func FuzzDecodeMsg(f *testing.F) {
 	f.Add([]byte(`{not json`))
 	f.Add([]byte(`{"agent":"","type":"t"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e, err := decodeMsg(7, "forever.evt.a", nil, body)
+		e, err := decodeMsg(7, "forever.evt.a", body)
 		if err != nil {
 			var ce *CorruptError
 			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Seq != 7 || ce.Subject != "forever.evt.a" {
@@ -56,7 +56,7 @@ func FuzzEncode(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := decodeMsg(1, "s", nil, body)
+		got, err := decodeMsg(1, "s", body)
 		if err != nil {
 			t.Fatalf("decode %s: %v", body, err)
 		}

@@ -87,7 +87,7 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 		return Event{}, false, fmt.Errorf("eventlog: next of %s after %d: %w", subject, after, err)
 	}
 	seq := Seq(m.Sequence)
-	if e, err = decodeMsg(seq, m.Subject, m.Header, m.Data); err != nil {
+	if e, err = decodeMsg(seq, m.Subject, m.Data); err != nil {
 		return Event{Seq: seq, Subject: m.Subject}, true, err
 	}
 	return e, true, nil
@@ -185,7 +185,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 				continue
 			}
 			seq := Seq(md.Sequence.Stream)
-			e, err := decodeMsg(seq, m.Subject(), m.Headers(), m.Data())
+			e, err := decodeMsg(seq, m.Subject(), m.Data())
 			if err != nil {
 				e = Event{Seq: seq, Subject: m.Subject()}
 			}
