@@ -55,15 +55,18 @@ func TestAppendAndRead(t *testing.T) {
 	}
 }
 
-// Next returns the first matching event after the cursor in one direct
-// get: ok is false on an empty subject and past the end, and a corrupt
-// stored event comes back with its sequence.
+// Next and Last read one matching event in one direct get: ok is false on
+// an empty subject (and for Next past the end), and a corrupt stored event
+// comes back with its sequence.
 func TestNext(t *testing.T) {
 	lg, s := eventlogtest.Open(t, eventlog.Config{})
 	ctx := t.Context()
 	a1 := eventlog.Filter{Agent: "a1"}
 	if _, ok, err := lg.Next(ctx, a1, 0); ok || err != nil {
 		t.Fatalf("empty: ok %v, err %v", ok, err)
+	}
+	if _, ok, err := lg.Last(ctx, a1); ok || err != nil {
+		t.Fatalf("Last of empty: ok %v, err %v", ok, err)
 	}
 	for i := range 3 {
 		if _, err := lg.Append(ctx, ev("a1", "note.added", i)); err != nil {
@@ -86,9 +89,15 @@ func TestNext(t *testing.T) {
 			t.Errorf("Next after %d: %+v", tt.after, e)
 		}
 	}
+	if e, ok, err := lg.Last(ctx, a1); !ok || err != nil || e.Seq != 5 || e.Subject != "forever.evt.a1" {
+		t.Fatalf("Last = %+v, ok %v, err %v; want seq 5", e, ok, err)
+	}
 	raw := eventlogtest.Connect(t, s)
 	if _, err := raw.Request("forever.evt.a1", []byte("{not json"), 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if e, ok, err := lg.Last(ctx, a1); !ok || !errors.As(err, new(*eventlog.CorruptError)) || e.Seq != 7 {
+		t.Fatalf("Last of corrupt: %+v, ok %v, err %v; want a corrupt event at 7", e, ok, err)
 	}
 	e, ok, err := lg.Next(ctx, a1, 5)
 	var ce *eventlog.CorruptError

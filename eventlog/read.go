@@ -66,6 +66,27 @@ func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) 
 	return Seq(m.Sequence), nil
 }
 
+// Last returns the last event matching f, with one direct get; ok is false
+// when there is none. A stored event that cannot be decoded is returned with
+// ok and a *CorruptError.
+func (l *Log) Last(ctx context.Context, f Filter) (e Event, ok bool, err error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return Event{}, false, err
+	}
+	if l.closed() {
+		return Event{}, false, ErrClosed
+	}
+	m, err := l.stream(stream).GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("eventlog: last event of %s: %w", subject, err)
+	}
+	return decodeRaw(m)
+}
+
 // Next returns the first event matching f stored after sequence after, with
 // one direct get instead of a consumer; ok is false when there is none yet.
 // It is how a replay shows its first event in one round trip: Follow from
@@ -86,8 +107,15 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 	if err != nil {
 		return Event{}, false, fmt.Errorf("eventlog: next of %s after %d: %w", subject, after, err)
 	}
+	return decodeRaw(m)
+}
+
+// decodeRaw decodes a message read with a direct get, as Next and Last
+// return it.
+func decodeRaw(m *jetstream.RawStreamMsg) (Event, bool, error) {
 	seq := Seq(m.Sequence)
-	if e, err = decodeMsg(seq, m.Subject, m.Data); err != nil {
+	e, err := decodeMsg(seq, m.Subject, m.Data)
+	if err != nil {
 		return Event{Seq: seq, Subject: m.Subject}, true, err
 	}
 	return e, true, nil

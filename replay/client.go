@@ -74,16 +74,16 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			// Nothing stored after the cursor: an unknown stream is an
 			// error, an ended one ends now instead of waiting for chunks
 			// that never come.
-			last, err := c.lg.LastSeq(ctx, f)
+			last, stored, err := c.lg.Last(ctx, f)
 			if err != nil {
-				yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
+				yield(Item{}, fmt.Errorf("replay: last chunk of %s/%s: %w", agent, stream, err))
 				return
 			}
-			if last == 0 && mustExist {
+			if !stored && mustExist {
 				yield(Item{}, fmt.Errorf("%w: %s/%s has no chunks", ErrUnknownStream, agent, stream))
 				return
 			}
-			if last != 0 {
+			if stored {
 				ended, err := c.ended(ctx, f, last)
 				if err != nil {
 					yield(Item{}, err)
@@ -132,20 +132,12 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 	}
 }
 
-// ended reports whether the chunk stored at last, the stream's last event,
-// is terminal.
-func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Seq) (bool, error) {
-	evs, err := c.lg.Read(ctx, f, last-1, 1)
-	if err != nil {
-		return false, fmt.Errorf("replay: read last chunk of %s/%s: %w", f.Agent, f.Stream, err)
-	}
-	if len(evs) == 0 {
-		return false, nil
-	}
-	e := evs[0]
-	if e.Type == evChunkPart {
+// ended reports whether last, the stream's last event, ends the stream.
+func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Event) (bool, error) {
+	if last.Type == evChunkPart {
 		// Rare: a split last chunk. Join it from the stream's start.
-		if evs, err = c.lg.Read(ctx, f, 0, 0); err != nil {
+		evs, err := c.lg.Read(ctx, f, 0, 0)
+		if err != nil {
 			return false, fmt.Errorf("replay: read %s/%s: %w", f.Agent, f.Stream, err)
 		}
 		var a chat.Assembler
@@ -160,7 +152,7 @@ func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Seq
 	var ch struct {
 		Type string `json:"type"`
 	}
-	if json.Unmarshal(e.Data, &ch) != nil {
+	if json.Unmarshal(last.Data, &ch) != nil {
 		return false, nil
 	}
 	return chat.Chunk{Type: ch.Type}.Terminal(), nil
@@ -181,20 +173,15 @@ func partNumber(data []byte) int {
 // log alone (no projection): the stream of the agent's last chunk. An agent
 // without chunks is ErrUnknownStream.
 func (c *Client) Latest(ctx context.Context, agent string) (string, error) {
-	f := eventlog.Filter{Agent: agent, Chunks: true}
-	last, err := c.lg.LastSeq(ctx, f)
+	last, ok, err := c.lg.Last(ctx, eventlog.Filter{Agent: agent, Chunks: true})
 	if err != nil {
 		return "", fmt.Errorf("replay: latest stream of %s: %w", agent, err)
 	}
-	if last == 0 {
+	if !ok {
 		return "", fmt.Errorf("%w: agent %s has no stream", ErrUnknownStream, agent)
 	}
-	evs, err := c.lg.Read(ctx, f, last-1, 1)
-	if err != nil {
-		return "", fmt.Errorf("replay: latest stream of %s: %w", agent, err)
-	}
-	if len(evs) == 0 || evs[0].Stream == "" {
+	if last.Stream == "" {
 		return "", errors.New("replay: latest stream of " + agent + ": last chunk has no stream")
 	}
-	return evs[0].Stream, nil
+	return last.Stream, nil
 }
