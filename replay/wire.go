@@ -12,6 +12,7 @@ import (
 // finishReason are left out, and required strings are present even when
 // empty. An unknown type is forwarded with every field but requestId.
 func appendWire(b []byte, c chat.Chunk) []byte {
+	start := len(b)
 	b = append(b, `{"type":`...)
 	b = jsonstr.Append(b, c.Type)
 	str := func(name, v string) {
@@ -70,13 +71,10 @@ func appendWire(b []byte, c chat.Chunk) []byte {
 		if err != nil {
 			return b
 		}
-		b = b[:len(b)-len(`{"type":`)-len(mustJSON(c.Type))]
-		return append(b, full...)
+		return append(b[:start], full...)
 	}
 	return append(b, '}')
 }
-
-func mustJSON(s string) []byte { return jsonstr.Append(nil, s) }
 
 // wireChunk is c as the gateway sends it: a json.Marshaler producing
 // appendWire's form, for WebSocket frames.

@@ -1,0 +1,16 @@
+package replay
+
+import (
+	"testing"
+
+	"github.com/forever-agents/forever/chat"
+)
+
+// A chunk type the gateway does not know is forwarded whole but for our
+// requestId, after whatever the buffer already held.
+func TestAppendWireUnknownType(t *testing.T) {
+	got := string(appendWire([]byte("data: "), chat.Chunk{Type: "data-x", ID: "1", RequestID: "r"}))
+	if want := `data: {"type":"data-x","id":"1"}`; got != want {
+		t.Fatalf("appendWire = %s, want %s", got, want)
+	}
+}
