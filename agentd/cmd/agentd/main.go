@@ -21,8 +21,6 @@ import (
 	"syscall"
 
 	"github.com/forever-agents/forever/agentd"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 func main() {
@@ -50,13 +48,6 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, opts)
 	}
 	cfg.Logger = slog.New(h)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	cfg.Registerer, cfg.Gatherer = reg, reg
 
 	d, err := agentd.New(cfg)
 	if err != nil {
