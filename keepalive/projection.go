@@ -140,7 +140,7 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil || !ok {
 			return err // a schedule cancelled while it fired: nothing to do
 		}
-		if err := deleteRow(b, e.Agent, d.ID); err != nil || d.NextAt.IsZero() {
+		if err := deleteKeys(b, s); err != nil || d.NextAt.IsZero() {
 			return err
 		}
 		s.NextAt = d.NextAt
@@ -204,8 +204,13 @@ func deleteRow(b *eventlog.Batch, agent, id string) error {
 		}
 		return err
 	}
-	if err := b.Delete(dueKey(old.NextAt, agent, id)); err != nil {
+	return deleteKeys(b, old)
+}
+
+// deleteKeys removes the row and the due key of s, as stored.
+func deleteKeys(b *eventlog.Batch, s Schedule) error {
+	if err := b.Delete(dueKey(s.NextAt, s.Agent, s.ID)); err != nil {
 		return err
 	}
-	return b.Delete(rowKey(agent, id))
+	return b.Delete(rowKey(s.Agent, s.ID))
 }
