@@ -344,12 +344,8 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 }
 
 func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) error {
-	if set, err := a.store.Interrupted(a.agent, InterruptTurn); err != nil {
+	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
 		return err
-	} else if set {
-		if _, err := a.append(ctx, EventInterruptCleared, interruptFlag{Name: InterruptTurn}); err != nil {
-			return err
-		}
 	}
 	if msg != nil {
 		if _, err := a.append(ctx, EventMessageAppended, msg); err != nil {

@@ -155,7 +155,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		a.release(at)
 		return err
 	}
-	if a.interrupted(ctx) {
+	if a.Interrupted(InterruptTurn) {
 		defer a.release(at)
 		return a.abortTurn(ctx, st, em, true, "cancelled")
 	}

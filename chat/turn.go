@@ -90,7 +90,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 	}
 	var usage llm.Usage
 	for {
-		if a.interrupted(ctx) {
+		if a.Interrupted(InterruptTurn) {
 			cancel(ErrCancelled)
 		}
 		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &usage)
@@ -179,7 +179,7 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 		if ctx.Err() != nil {
 			return "", context.Cause(ctx)
 		}
-		if a.interrupted(ctx) {
+		if a.Interrupted(InterruptTurn) {
 			return "", ErrCancelled
 		}
 		if newID || em.b.chunks-chunksAtStash >= a.cfg.StashChunks || a.cfg.Clock.Now().Sub(lastStash) >= a.cfg.StashInterval {
@@ -193,17 +193,6 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 		return "", context.Cause(ctx)
 	}
 	return "", &llm.Error{Provider: a.cfg.Provider.Name(), Retryable: true, Err: llm.ErrStreamCut}
-}
-
-// interrupted checks the "turn" interrupt flag; when it is set it cancels
-// the turn.
-func (a *Agent) interrupted(ctx context.Context) bool {
-	set, err := a.store.Interrupted(a.agent, InterruptTurn)
-	if err != nil {
-		a.logger.Warn("read interrupt flag", "err", err)
-		return false
-	}
-	return set
 }
 
 // stash makes the chunks written so far durable, then stashes the turn's
@@ -326,14 +315,7 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 		return err
 	}
 	a.metrics.turns.WithLabelValues("interrupted").Inc()
-	if set, err := a.store.Interrupted(a.agent, InterruptTurn); err != nil {
-		return err
-	} else if set {
-		if _, err := a.append(ctx, EventInterruptCleared, interruptFlag{Name: InterruptTurn}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.ClearInterrupt(ctx, InterruptTurn)
 }
 
 // writeFailed handles a stream that cannot be written: during shutdown the
