@@ -139,12 +139,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	}
 	w := NewStreamWriter(a.cfg.Batcher, a.agent, info.StreamID, b.chunks, a.cfg.MaxPayload)
 	em := &emitter{w: w, b: b}
-	if b.chunks > st.snap.ChunksAtAttempt {
-		st.snap.Attempts = 0
-	}
-	st.snap.Attempts++
-	st.snap.ChunksAtAttempt = b.chunks
-	if st.snap.Attempts > a.cfg.MaxRecoveryAttempts {
+	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
 	}

@@ -41,6 +41,18 @@ type turnState struct {
 	resume bool
 }
 
+// countAttempt counts a recovery attempt against the turn's budget, which
+// progress (chunks written since the last attempt) resets; it reports
+// whether the budget of max attempts is spent.
+func (st *turnState) countAttempt(chunks, max int) (exhausted bool) {
+	if chunks > st.snap.ChunksAtAttempt {
+		st.snap.Attempts = 0
+	}
+	st.snap.Attempts++
+	st.snap.ChunksAtAttempt = chunks
+	return st.snap.Attempts > max
+}
+
 // parts returns the assistant message as it stands.
 func (st *turnState) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
 
@@ -108,12 +120,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 		case errors.Is(err, errWrite):
 			return a.writeFailed(fctx, st, em, err)
 		case llm.IsRetryable(err):
-			if st.b.chunks > st.snap.ChunksAtAttempt {
-				st.snap.Attempts = 0
-			}
-			st.snap.Attempts++
-			st.snap.ChunksAtAttempt = st.b.chunks
-			if st.snap.Attempts > a.cfg.MaxRecoveryAttempts {
+			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts) {
 				return a.failTurn(fctx, st, em, fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err))
 			}
 			a.logger.Warn("retryable provider error, continuing the turn", "request", st.info.RequestID, "attempt", st.snap.Attempts, "err", err)
