@@ -34,6 +34,6 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 	if b.terminal != "" {
 		return a.recordFailed(ctx, st, msg)
 	}
-	em := &emitter{w: NewStreamWriter(a.cfg.Batcher, a.agent, info.StreamID, b.chunks, a.cfg.MaxPayload), b: b}
+	em := a.newEmitter(info.StreamID, b)
 	return a.failTurn(ctx, st, em, fmt.Errorf("%s", msg))
 }

@@ -156,6 +156,12 @@ type emitter struct {
 	b *builder
 }
 
+// newEmitter returns an emitter that goes on writing stream after the
+// chunks b holds.
+func (a *Agent) newEmitter(stream string, b *builder) *emitter {
+	return &emitter{w: NewStreamWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload), b: b}
+}
+
 func (em *emitter) emit(ctx context.Context, c Chunk) error {
 	if err := em.w.Write(ctx, c); err != nil {
 		return err

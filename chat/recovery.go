@@ -137,8 +137,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 			return a.recordInterrupted(ctx, st, true, "cancelled")
 		}
 	}
-	w := NewStreamWriter(a.cfg.Batcher, a.agent, info.StreamID, b.chunks, a.cfg.MaxPayload)
-	em := &emitter{w: w, b: b}
+	em := a.newEmitter(info.StreamID, b)
 	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))

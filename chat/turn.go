@@ -71,8 +71,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 	}
 	a.mu.Unlock()
 
-	w := NewStreamWriter(a.cfg.Batcher, a.agent, st.info.StreamID, st.b.chunks, a.cfg.MaxPayload)
-	em := &emitter{w: w, b: st.b}
+	em := a.newEmitter(st.info.StreamID, st.b)
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
 	if !st.b.started {
@@ -115,7 +114,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 		case fctx.Err() != nil:
 			// Shutdown: leave the fiber for recovery; what was written is
 			// made durable on the way out.
-			_, _ = w.Flush(context.WithoutCancel(fctx))
+			_, _ = em.w.Flush(context.WithoutCancel(fctx))
 			return fctx.Err()
 		case errors.Is(err, errWrite):
 			return a.writeFailed(fctx, st, em, err)
