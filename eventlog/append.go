@@ -58,20 +58,34 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	if err != nil {
 		return 0, err
 	}
+	return l.publishOne(ctx, m, stream, "single", o.expect, &e)
+}
+
+// publishOne publishes m and waits for its acknowledgement. mode labels the
+// latency metric; e names the event in errors, nil for a batch of one.
+func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, expect *Seq, e *Event) (Seq, error) {
 	start := time.Now()
-	var popts []jetstream.PublishOpt
-	if o.expect != nil {
-		popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*o.expect)))
-	}
-	ack, err := l.js.PublishMsg(ctx, m, popts...)
+	ack, err := l.js.PublishMsg(ctx, m, expectOpts(expect)...)
 	if err != nil {
-		return 0, l.translate(err, &e)
+		return 0, l.translate(err, e)
 	}
-	l.metrics.observeAppend(stream, "single", 1, time.Since(start))
+	l.metrics.observeAppend(stream, mode, 1, time.Since(start))
 	if ack.Duplicate {
-		return Seq(ack.Sequence), fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, e.ID, ack.Sequence)
+		what := "batch"
+		if e != nil {
+			what = fmt.Sprintf("id %q", e.ID)
+		}
+		return Seq(ack.Sequence), fmt.Errorf("%w: %s already stored at seq %d", ErrDuplicate, what, ack.Sequence)
 	}
 	return Seq(ack.Sequence), nil
+}
+
+// expectOpts is the publish option of an expected last subject sequence.
+func expectOpts(expect *Seq) []jetstream.PublishOpt {
+	if expect == nil {
+		return nil
+	}
+	return []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(uint64(*expect))}
 }
 
 // AppendBatch stores evs, in order, as JetStream atomic batches of at most
@@ -122,23 +136,11 @@ func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (
 // commitBatch sends one atomic batch: every message but the last without a
 // reply subject, the last with Nats-Batch-Commit as a request.
 func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
-	start := time.Now()
 	if len(msgs) == 1 {
 		// A batch of one is a plain publish: same guarantees, less work.
-		var popts []jetstream.PublishOpt
-		if expect != nil {
-			popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*expect)))
-		}
-		ack, err := l.js.PublishMsg(ctx, msgs[0], popts...)
-		if err != nil {
-			return 0, l.translate(err, nil)
-		}
-		l.metrics.observeAppend(stream, "batch", 1, time.Since(start))
-		if ack.Duplicate {
-			return Seq(ack.Sequence), fmt.Errorf("%w: batch already stored at seq %d", ErrDuplicate, ack.Sequence)
-		}
-		return Seq(ack.Sequence), nil
+		return l.publishOne(ctx, msgs[0], stream, "batch", expect, nil)
 	}
+	start := time.Now()
 	if l.cfg.AsyncBatches {
 		return l.publishAsync(ctx, stream, msgs, expect, start)
 	}
@@ -184,8 +186,8 @@ func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg,
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for i, m := range msgs {
 		var popts []jetstream.PublishOpt
-		if i == 0 && expect != nil {
-			popts = append(popts, jetstream.WithExpectLastSequencePerSubject(uint64(*expect)))
+		if i == 0 {
+			popts = expectOpts(expect)
 		}
 		f, err := l.js.PublishMsgAsync(m, popts...)
 		if err != nil {
