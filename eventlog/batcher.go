@@ -165,18 +165,7 @@ func (b *Batcher) Run(ctx context.Context) error {
 	}
 	in := b.in
 	defer func() {
-		quiet := b.stop()
-		var rest []*Pending
-		for {
-			select {
-			case p := <-in:
-				rest = append(rest, p)
-				continue
-			case <-quiet:
-			}
-			break
-		}
-		rest = drain(in, rest)
+		rest := b.remaining()
 		for len(rest) > 0 {
 			n := min(len(rest), b.cfg.MaxCount)
 			b.commit(context.WithoutCancel(ctx), rest[:n])
@@ -210,6 +199,23 @@ func (b *Batcher) Run(ctx context.Context) error {
 	}
 }
 
+// remaining stops Add and returns what is still queued, once no Add is in
+// progress: every event whose Add succeeded and that Run has not taken.
+func (b *Batcher) remaining() []*Pending {
+	quiet := b.stop()
+	var rest []*Pending
+	for {
+		select {
+		case p := <-b.in:
+			rest = append(rest, p)
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	return drain(b.in, rest)
+}
+
 // collect resolves async publishes as their acknowledgements arrive.
 func (b *Batcher) collect(ctx context.Context) error {
 	for {
@@ -217,17 +223,7 @@ func (b *Batcher) collect(ctx context.Context) error {
 		case p := <-b.in:
 			b.await(p)
 		case <-ctx.Done():
-			quiet := b.stop()
-			for {
-				select {
-				case p := <-b.in:
-					b.await(p)
-					continue
-				case <-quiet:
-				}
-				break
-			}
-			for _, p := range drain(b.in, nil) {
+			for _, p := range b.remaining() {
 				b.await(p)
 			}
 			return nil
