@@ -224,31 +224,19 @@ func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, o
 	return nil
 }
 
-// chatReply is agentd's reply to a chat command.
-type chatReply struct {
-	RequestID string          `json:"requestId"`
-	StreamID  string          `json:"streamId"`
-	Cursor    json.RawMessage `json:"cursor"`
-}
-
 func chatCommand(ctx context.Context, nc *nats.Conn, agent, text string, stdout, stderr io.Writer) error {
 	client, err := openClient(ctx, nc)
 	if err != nil {
 		return err
 	}
-	var r chatReply
+	var r agentd.ChatReply
 	if err := request(ctx, nc, agent, "chat", map[string]string{"text": text}, &r); err != nil {
 		return err
 	}
 	if !eventlog.ValidToken(r.StreamID) {
 		return fmt.Errorf("agentd replied stream id %q", r.StreamID)
 	}
-	var after replay.Cursor
-	if s := strings.Trim(string(r.Cursor), `"`); s != "" && s != "null" {
-		if after, err = replay.ParseCursor(s); err != nil {
-			return fmt.Errorf("agentd replied cursor: %w", err)
-		}
-	}
+	after := replay.Cursor(r.Cursor)
 	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
 }
 
