@@ -77,6 +77,23 @@ type chunkPart struct {
 	Bytes []byte `json:"b"`
 }
 
+// ChunkPart reports whether a stored chunk event of type typ is one part of
+// a chunk split across several events (split), and which part it is: 0 for
+// the first, -1 when data does not decode. A reader that starts inside a
+// split chunk (a cursor on one of its parts) skips to the next whole chunk.
+func ChunkPart(typ string, data []byte) (part int, split bool) {
+	if typ != evChunkPart {
+		return 0, false
+	}
+	var p struct {
+		Part *int `json:"part"`
+	}
+	if json.Unmarshal(data, &p) != nil || p.Part == nil {
+		return -1, true
+	}
+	return *p.Part, true
+}
+
 // split returns the encoded chunk as one body, or as parts of at most limit
 // bytes each once encoded.
 func split(body []byte, index, limit int) ([][]byte, error) {

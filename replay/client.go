@@ -11,13 +11,6 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 )
 
-// Event types of chunks on the chunks stream, as chat.StreamWriter writes
-// them (chat keeps the names unexported).
-const (
-	evChunk     = "chunk"
-	evChunkPart = "chunk.part"
-)
-
 // Item is one chunk of a followed stream and its cursor: resume after
 // Cursor to get the chunks that follow it.
 type Item struct {
@@ -103,7 +96,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			}
 			if !aligned {
 				// A cursor inside a split chunk: skip to the next chunk.
-				if e.Type == evChunkPart && partNumber(e.Data) != 0 {
+				if part, split := chat.ChunkPart(e.Type, e.Data); split && part != 0 {
 					return true
 				}
 				aligned = true
@@ -134,7 +127,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 
 // ended reports whether last, the stream's last event, ends the stream.
 func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Event) (bool, error) {
-	if last.Type == evChunkPart {
+	if _, split := chat.ChunkPart(last.Type, last.Data); split {
 		// Rare: a split last chunk. Join it from the stream's start.
 		evs, err := c.lg.Read(ctx, f, 0, 0)
 		if err != nil {
@@ -156,17 +149,6 @@ func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Eve
 		return false, nil
 	}
 	return chat.Chunk{Type: ch.Type}.Terminal(), nil
-}
-
-// partNumber returns the part number of a chunk.part event, or -1.
-func partNumber(data []byte) int {
-	var p struct {
-		Part *int `json:"part"`
-	}
-	if json.Unmarshal(data, &p) != nil || p.Part == nil {
-		return -1
-	}
-	return *p.Part
 }
 
 // Latest returns the id of agent's most recently written stream, from the
