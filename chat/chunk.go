@@ -59,8 +59,20 @@ type UsageMetadata struct {
 }
 
 // Terminal reports whether c ends its stream.
-func (c Chunk) Terminal() bool {
-	return c.Type == ChunkFinish || c.Type == ChunkError || c.Type == ChunkAbort
+func (c Chunk) Terminal() bool { return c.EndStatus() != "" }
+
+// EndStatus returns the status a terminal chunk gives its stream
+// (StatusCompleted, StatusError or StatusAborted), "" for any other chunk.
+func (c Chunk) EndStatus() string {
+	switch c.Type {
+	case ChunkFinish:
+		return StatusCompleted
+	case ChunkError:
+		return StatusError
+	case ChunkAbort:
+		return StatusAborted
+	}
+	return ""
 }
 
 // Event types of chunks on the chunks stream.

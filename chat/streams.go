@@ -78,15 +78,14 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil {
 			break // counted; a chunk that does not decode carries no status
 		}
-		switch c.Type {
-		case ChunkStart:
+		if c.Type == ChunkStart {
 			info.MessageID, info.RequestID = c.MessageID, c.RequestID
-		case ChunkFinish:
-			info.Status = StatusCompleted
-		case ChunkError:
-			info.Status, info.Error = StatusError, c.ErrorText
-		case ChunkAbort:
-			info.Status = StatusAborted
+		}
+		if st := c.EndStatus(); st != "" {
+			info.Status = st
+		}
+		if c.Type == ChunkError {
+			info.Error = c.ErrorText
 		}
 	case evChunkPart:
 		var p chunkPart

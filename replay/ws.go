@@ -10,7 +10,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
-	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -287,20 +286,8 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 			}
 		}
 		if it.Chunk.Terminal() {
-			return s.write(ctx, wsOut{Type: "done", RequestID: t.RequestID, Status: statusOf(it.Chunk)})
+			return s.write(ctx, wsOut{Type: "done", RequestID: t.RequestID, Status: it.Chunk.EndStatus()})
 		}
 	}
 	return nil
-}
-
-// statusOf returns the stream status a terminal chunk sets.
-func statusOf(c chat.Chunk) string {
-	switch c.Type {
-	case chat.ChunkError:
-		return chat.StatusError
-	case chat.ChunkAbort:
-		return chat.StatusAborted
-	default:
-		return chat.StatusCompleted
-	}
 }
