@@ -282,12 +282,7 @@ func (pr *Projector) follow(ctx context.Context, cursor Seq) (chan error, error)
 		pr.markReady()
 	}
 	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type item struct {
-		e   Event
-		err error
-	}
-	ch := make(chan item, maxApply)
+	ch := make(chan followed, maxApply)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -307,7 +302,7 @@ func (pr *Projector) follow(ctx context.Context, cursor Seq) (chan error, error)
 					break
 				}
 				select {
-				case ch <- item{e, err}:
+				case ch <- followed{e, err}:
 					after = e.Seq
 				case <-fctx.Done():
 					return
@@ -322,7 +317,7 @@ func (pr *Projector) follow(ctx context.Context, cursor Seq) (chan error, error)
 	defer wg.Wait()
 	defer cancel()
 
-	group := make([]item, 0, maxApply)
+	group := make([]followed, 0, maxApply)
 	for {
 		group = group[:0]
 		select {
@@ -350,7 +345,7 @@ func (pr *Projector) follow(ctx context.Context, cursor Seq) (chan error, error)
 				break drain
 			}
 		}
-		last, err := commitGroup(pr, group, func(it item) (Event, error) { return it.e, it.err })
+		last, err := pr.commitGroup(group)
 		if err != nil {
 			return nil, err
 		}
@@ -361,14 +356,22 @@ func (pr *Projector) follow(ctx context.Context, cursor Seq) (chan error, error)
 	}
 }
 
-// commit applies a group of events and the new cursor in one synced batch.
-func commitGroup[T any](pr *Projector, group []T, get func(T) (Event, error)) (Event, error) {
+// followed is an event the follow goroutine hands to the apply loop, with
+// its decode error.
+type followed struct {
+	e   Event
+	err error
+}
+
+// commitGroup applies a group of events and the new cursor in one synced
+// batch.
+func (pr *Projector) commitGroup(group []followed) (Event, error) {
 	b := pr.l.db.NewIndexedBatch()
 	defer b.Close()
 	pb := &Batch{b: b, prefix: pr.keys.data}
 	var last Event
 	for _, it := range group {
-		e, derr := get(it)
+		e, derr := it.e, it.err
 		last = e
 		if derr != nil {
 			pr.l.metrics.corrupt.WithLabelValues(pr.p.Name).Inc()
