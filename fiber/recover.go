@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -257,13 +256,8 @@ func (r *Runner) resumed(s *slot) bool {
 }
 
 // callHook calls the recovery hook, turning a panic into a *PanicError.
-func (r *Runner) callHook(ctx context.Context, rec Recovered) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return r.cfg.Hooks.OnFiberRecovered(ctx, rec)
+func (r *Runner) callHook(ctx context.Context, rec Recovered) error {
+	return protect(func() error { return r.cfg.Hooks.OnFiberRecovered(ctx, rec) })
 }
 
 // abandon appends fiber.abandoned and reports an *AbandonedError.

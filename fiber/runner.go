@@ -307,13 +307,19 @@ func (r *Runner) goExecute(ctx context.Context, f *Fiber, fn func(ctx context.Co
 }
 
 // call runs fn, turning a panic into a *PanicError.
-func call(ctx context.Context, f *Fiber, fn func(ctx context.Context, f *Fiber) error) (err error) {
+func call(ctx context.Context, f *Fiber, fn func(ctx context.Context, f *Fiber) error) error {
+	return protect(func() error { return fn(ctx, f) })
+}
+
+// protect runs fn, turning a panic into a *PanicError: for the fiber
+// functions and hooks that user code supplies.
+func protect(fn func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return fn(ctx, f)
+	return fn()
 }
 
 // finish records how f ended and releases it. It returns the error the
