@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
-	"time"
 )
 
 // book is the Runner's bookkeeping: which fibers this Runner owns and in
@@ -113,16 +112,6 @@ func nextAttempt(last, max int) (attempt int, abandon bool) {
 		return last, true
 	}
 	return last + 1, false
-}
-
-// backoff is the wait before the n-th retry (n >= 1) of a recovery hook
-// within one Recover call: base doubled n-1 times, at most max.
-func backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
 }
 
 // stepAction is what Step does for one op.

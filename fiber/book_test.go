@@ -2,7 +2,6 @@ package fiber
 
 import (
 	"testing"
-	"time"
 )
 
 func TestNextAttempt(t *testing.T) {
@@ -24,15 +23,6 @@ func TestNextAttempt(t *testing.T) {
 				t.Fatalf("nextAttempt(%d, %d) = %d, %v; want %d, %v", tc.last, tc.max, a, ab, tc.attempt, tc.abandon)
 			}
 		})
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
-	for i, w := range want {
-		if got := backoff(time.Second, 5*time.Second, i+1); got != w {
-			t.Errorf("backoff(n=%d) = %v, want %v", i+1, got, w)
-		}
 	}
 }
 

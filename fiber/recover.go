@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 )
 
 // Recovered describes an orphaned fiber handed to Hooks.OnFiberRecovered.
@@ -204,7 +205,7 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		}
 		if n > 0 {
 			select {
-			case <-r.cfg.Clock.After(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, n)):
+			case <-r.cfg.Clock.After(backoff.Exp(r.cfg.BackoffBase, r.cfg.BackoffMax, n)):
 			case <-ctx.Done():
 				r.settle(row.ID, s)
 				return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 )
 
 // Run runs the schedules projector and fires due schedules until ctx is done
@@ -195,7 +196,7 @@ func (s *Scheduler) outcome(sc Schedule, cbErr error, now time.Time) (eventlog.E
 		d.NextAt = sc.next(now, s.cfg.Location)
 	case d.Attempts < s.cfg.MaxAttempts:
 		typ, outcome = EventRetrying, outcomeRetry
-		d.NextAt, d.Error = now.Add(s.backoff(d.Attempts)), cbErr.Error()
+		d.NextAt, d.Error = now.Add(backoff.Exp(s.cfg.BackoffBase, s.cfg.BackoffMax, d.Attempts)), cbErr.Error()
 	default:
 		typ, outcome = EventFailed, outcomeFailed
 		d.NextAt, d.Error = sc.next(now, s.cfg.Location), cbErr.Error()
@@ -210,13 +211,4 @@ func (s *Scheduler) outcome(sc Schedule, cbErr error, now time.Time) (eventlog.E
 	// stored once.
 	ev.ID = fmt.Sprintf("%s/%s/%d/%d/%d", sc.Agent, sc.ID, dueNanos(sc.CreatedAt), dueNanos(sc.NextAt), d.Attempts)
 	return ev, outcome, fireErr
-}
-
-// backoff returns the wait before retry n (n >= 1).
-func (s *Scheduler) backoff(n int) time.Duration {
-	d := s.cfg.BackoffBase
-	for i := 1; i < n && d < s.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, s.cfg.BackoffMax)
 }

@@ -1,5 +1,6 @@
-// Package jsonstr appends JSON strings without reflection, for the encoders
-// on hot paths (event envelopes, chat chunks, gateway frames).
+// Package jsonstr appends and reads JSON strings without reflection, for the
+// encoders and decoders on hot paths (event envelopes, chat chunks, gateway
+// frames).
 package jsonstr
 
 import "encoding/json"
