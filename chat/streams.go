@@ -56,18 +56,14 @@ func StreamsProjection() eventlog.Projection {
 func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	key := streamKey(e.Agent, e.Stream)
 	var info StreamInfo
-	raw, err := b.Get(key)
-	switch {
-	case errors.Is(err, eventlog.ErrNotFound):
+	found, err := getJSON(b, key, &info)
+	if err != nil {
+		return err
+	}
+	if !found {
 		info = StreamInfo{Agent: e.Agent, Stream: e.Stream, Status: StatusStreaming, FirstSeq: e.Seq, StartedAt: e.Time}
 		if err := b.Set(latestKey(e.Agent), []byte(e.Stream)); err != nil {
 			return err
-		}
-	case err != nil:
-		return err
-	default:
-		if err := json.Unmarshal(raw, &info); err != nil {
-			return &eventlog.CorruptError{What: "stream row " + string(key), Err: err}
 		}
 	}
 	info.LastSeq, info.UpdatedAt = e.Seq, e.Time
@@ -93,11 +89,7 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 			info.Chunks++
 		}
 	}
-	out, err := json.Marshal(info)
-	if err != nil {
-		return err
-	}
-	return b.Set(key, out)
+	return setJSON(b, key, info)
 }
 
 // Streams reads the stream metadata projection.
@@ -112,16 +104,13 @@ func NewStreams(v *eventlog.View) *Streams { return &Streams{v: v} }
 
 // Get returns one stream's metadata, or ErrUnknownStream.
 func (s *Streams) Get(agent, stream string) (StreamInfo, error) {
-	raw, err := s.v.Get(streamKey(agent, stream))
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return StreamInfo{}, fmt.Errorf("%w: %s/%s", ErrUnknownStream, agent, stream)
-	}
+	var info StreamInfo
+	found, err := getJSON(s.v, streamKey(agent, stream), &info)
 	if err != nil {
 		return StreamInfo{}, err
 	}
-	var info StreamInfo
-	if err := json.Unmarshal(raw, &info); err != nil {
-		return StreamInfo{}, &eventlog.CorruptError{What: "stream row", Err: err}
+	if !found {
+		return StreamInfo{}, fmt.Errorf("%w: %s/%s", ErrUnknownStream, agent, stream)
 	}
 	return info, nil
 }
