@@ -67,8 +67,12 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			// Nothing stored after the cursor: an unknown stream is an
 			// error, an ended one ends now instead of waiting for chunks
 			// that never come.
+			// Chunks written since Next are followed below; only a last
+			// chunk at or before the cursor can say the stream ended with
+			// nothing more to show.
 			last, stored, err := c.lg.Last(ctx, f)
-			if err != nil {
+			atCursor := stored && Cursor(last.Seq) <= after
+			if err != nil && (!stored || atCursor) {
 				yield(Item{}, fmt.Errorf("replay: last chunk of %s/%s: %w", agent, stream, err))
 				return
 			}
@@ -76,7 +80,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 				yield(Item{}, fmt.Errorf("%w: %s/%s has no chunks", ErrUnknownStream, agent, stream))
 				return
 			}
-			if stored {
+			if atCursor {
 				ended, err := c.ended(ctx, f, last)
 				if err != nil {
 					yield(Item{}, err)
