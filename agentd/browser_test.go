@@ -88,7 +88,14 @@ func testBinaryBrowserReload(t *testing.T, bin string) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	want := assistantText(t, httpAddr, chatID)
+	// The page is done at the finish chunk; the turn stores the assistant
+	// message just after it, so wait for the stored reply to appear.
+	var want string
+	for deadline := time.Now().Add(10 * time.Second); want == "" && time.Now().Before(deadline); {
+		if want = assistantText(t, httpAddr, chatID); want == "" {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if n != 1 {
 		t.Errorf("%d assistant messages shown, want 1", n)
 	}
