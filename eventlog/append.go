@@ -58,7 +58,15 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	if err != nil {
 		return 0, err
 	}
-	return l.publishOne(ctx, m, stream, "single", o.expect, &e)
+	switch {
+	case l.cfg.Owner == nil:
+		return l.publishOne(ctx, m, stream, "single", o.expect, &e)
+	case e.Stream != "":
+		return l.appendChunks(ctx, []*Event{&e}, []*nats.Msg{m})
+	}
+	return l.fenced(ctx, e.Agent, m, o.expect, func(expect *Seq) (Seq, error) {
+		return l.publishOne(ctx, m, stream, "single", expect, &e)
+	})
 }
 
 // publishOne publishes m and waits for its acknowledgement. mode labels the
@@ -117,17 +125,72 @@ func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (
 		}
 		msgs[i], stream = m, s
 	}
+	commit := func(expect *Seq) (Seq, error) {
+		var last Seq
+		for off := 0; off < len(msgs); off += l.cfg.MaxBatch {
+			part := msgs[off:min(off+l.cfg.MaxBatch, len(msgs))]
+			seq, err := l.commitBatch(ctx, stream, part, expect)
+			if err != nil {
+				return last, err
+			}
+			last, expect = seq, nil
+		}
+		return last, nil
+	}
+	if l.cfg.Owner == nil {
+		return commit(o.expect)
+	}
+	if evs[0].Stream != "" {
+		ptrs := make([]*Event, len(evs))
+		for i := range evs {
+			ptrs[i] = &evs[i]
+		}
+		return l.appendChunks(ctx, ptrs, msgs)
+	}
+	for i := range evs {
+		if evs[i].Agent != evs[0].Agent {
+			return 0, invalidf("fenced batch mixes agents %q and %q", evs[0].Agent, evs[i].Agent)
+		}
+	}
+	return l.fenced(ctx, evs[0].Agent, msgs[0], o.expect, func(expect *Seq) (Seq, error) {
+		for _, m := range msgs[1:] {
+			stampLike(m, msgs[0])
+		}
+		return commit(expect)
+	})
+}
+
+// appendChunks stores chunks under their agents' fences, in atomic batches
+// of at most MaxBatch (a caller's ExpectSeq does not apply: each stream is
+// fenced on its own).
+func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) (Seq, error) {
+	for i, e := range evs {
+		if err := l.prepareChunks(ctx, e.Agent, e.Stream, msgs[i]); err != nil {
+			return 0, err
+		}
+	}
 	var last Seq
 	for off := 0; off < len(msgs); off += l.cfg.MaxBatch {
-		part := msgs[off:min(off+l.cfg.MaxBatch, len(msgs))]
-		var expect *Seq
-		if off == 0 {
-			expect = o.expect
-		}
-		seq, err := l.commitBatch(ctx, stream, part, expect)
-		if err != nil {
+		end := min(off+l.cfg.MaxBatch, len(msgs))
+		errs := make([]error, end-off)
+		fs := l.fenceChunks(evs[off:end], msgs[off:end], errs)
+		if err := errors.Join(errs...); err != nil {
 			return last, err
 		}
+		seq, err := l.commitBatch(ctx, l.cfg.ChunksStream, msgs[off:end], nil)
+		if errors.Is(err, ErrConflict) {
+			stale, serr := l.staleChunks(ctx, fs)
+			for _, e := range stale {
+				return last, e
+			}
+			return last, errors.Join(err, serr)
+		}
+		if err != nil {
+			forgetChunks(fs)
+			return last, err
+		}
+		n := Seq(end - off)
+		advanceChunks(fs, func(i int) Seq { return seq - (n - 1 - Seq(i)) })
 		last = seq
 	}
 	return last, nil
@@ -138,6 +201,11 @@ func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (
 func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
 	if len(msgs) == 1 {
 		// A batch of one is a plain publish: same guarantees, less work.
+		// (Its message may carry batch headers from a larger batch sent
+		// before.)
+		msgs[0].Header.Del(headerBatchID)
+		msgs[0].Header.Del(headerBatchSeq)
+		msgs[0].Header.Del(headerBatchCommit)
 		return l.publishOne(ctx, msgs[0], stream, "batch", expect, nil)
 	}
 	start := time.Now()
@@ -152,6 +220,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 			m.Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(*expect), 10))
 		}
 		if i < len(msgs)-1 {
+			m.Header.Del(headerBatchCommit) // a message sent again in a smaller batch
 			if err := l.nc.PublishMsg(m); err != nil {
 				return 0, l.translate(err, nil)
 			}

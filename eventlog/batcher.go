@@ -110,6 +110,14 @@ func (b *Batcher) Add(ctx context.Context, e Event) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.l.cfg.Owner != nil {
+		if e.Stream == "" {
+			return nil, invalidf("a fenced Batcher carries chunks only; append %s events with Append", e.Type)
+		}
+		if err := b.l.prepareChunks(ctx, e.Agent, e.Stream, m); err != nil {
+			return nil, err
+		}
+	}
 	p := &Pending{e: e, msg: m, stream: stream, ready: make(chan struct{})}
 	b.mu.Lock()
 	if b.mu.stopped {
@@ -260,6 +268,10 @@ func drain(in chan *Pending, group []*Pending) []*Pending {
 
 // commit stores group as one atomic batch and resolves its Pendings.
 func (b *Batcher) commit(ctx context.Context, group []*Pending) {
+	if b.l.cfg.Owner != nil {
+		b.commitFenced(ctx, group)
+		return
+	}
 	// The messages were built by Add; a group is at most MaxCount <=
 	// Config.MaxBatch events, so it is one atomic batch.
 	msgs := make([]*nats.Msg, len(group))
@@ -281,5 +293,84 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 		}
 		p.err = err
 		close(p.ready)
+	}
+}
+
+// maxFencedRetries bounds how often a fenced batch is sent again without the
+// streams another writer took over.
+const maxFencedRetries = 3
+
+// commitFenced stores group with each chat stream fenced on its first chunk
+// in the batch. When the batch conflicts, the streams another writer took
+// over fail with ErrFenced and the rest is sent again, so one stale stream
+// never fails the other agents' chunks.
+func (b *Batcher) commitFenced(ctx context.Context, group []*Pending) {
+	resolve := func(p *Pending, seq Seq, err error) {
+		p.seq, p.err = seq, err
+		close(p.ready)
+	}
+	for attempt := 0; len(group) > 0; attempt++ {
+		evs := make([]*Event, len(group))
+		msgs := make([]*nats.Msg, len(group))
+		errs := make([]error, len(group))
+		for i, p := range group {
+			evs[i], msgs[i] = &p.e, p.msg
+		}
+		fs := b.l.fenceChunks(evs, msgs, errs)
+		send := make([]*nats.Msg, 0, len(group))
+		pos := make([]int, len(group))
+		for i, p := range group {
+			if errs[i] != nil {
+				resolve(p, 0, errs[i])
+				continue
+			}
+			pos[i] = len(send)
+			send = append(send, msgs[i])
+		}
+		if len(send) == 0 {
+			return
+		}
+		last, err := b.l.commitBatch(ctx, b.l.cfg.ChunksStream, send, nil)
+		if err == nil {
+			n := Seq(len(send))
+			seqOf := func(i int) Seq { return last - (n - 1 - Seq(pos[i])) }
+			advanceChunks(fs, seqOf)
+			for i, p := range group {
+				if errs[i] == nil {
+					resolve(p, seqOf(i), nil)
+				}
+			}
+			return
+		}
+		var stale map[string]error
+		if errors.Is(err, ErrConflict) && attempt < maxFencedRetries {
+			var serr error
+			if stale, serr = b.l.staleChunks(ctx, fs); serr != nil {
+				err = errors.Join(err, serr)
+				stale = nil
+			}
+		}
+		if len(stale) == 0 {
+			if !errors.Is(err, ErrConflict) {
+				forgetChunks(fs)
+			}
+			for i, p := range group {
+				if errs[i] == nil {
+					resolve(p, 0, err)
+				}
+			}
+			return
+		}
+		rest := group[:0:0]
+		for i, p := range group {
+			switch serr, ok := stale[p.msg.Subject]; {
+			case errs[i] != nil:
+			case ok:
+				resolve(p, 0, serr)
+			default:
+				rest = append(rest, p)
+			}
+		}
+		group = rest
 	}
 }

@@ -34,6 +34,17 @@ var (
 	// ErrClosed is returned by calls on a Log after Close.
 	ErrClosed = errors.New("eventlog: log closed")
 
+	// ErrNotOwner is returned by appends to an agent's subjects when the
+	// Log's Owner grants no token for the agent: this process does not own
+	// it now. Nothing was sent.
+	ErrNotOwner = errors.New("eventlog: not the agent's owner")
+
+	// ErrFenced is returned by appends to an agent's subjects after one of
+	// them conflicted under the current token: another writer appended to
+	// the agent, so this process must stop writing it. It wraps the
+	// ErrConflict that revealed it.
+	ErrFenced = errors.New("eventlog: fenced out: another writer took the agent over")
+
 	// ErrNotFound is returned by View.Get when a key is absent.
 	ErrNotFound = errors.New("eventlog: not found")
 )

@@ -41,6 +41,9 @@ type Event struct {
 	// Pending is the number of matching events stored after this one when it
 	// was delivered (JetStream's num_pending). Set by Follow and Read.
 	Pending uint64 `json:"-"`
+	// Writer is the token the event was appended under (Config.Owner),
+	// zero for events appended without one. Set on read.
+	Writer Token `json:"-"`
 }
 
 // Decode unmarshals the event's Data into v. A failure is a *CorruptError.

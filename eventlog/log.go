@@ -64,6 +64,19 @@ type Config struct {
 	// updating them: for clients, which must not change the server's stream
 	// config (retention, limits). Open fails if a stream is missing.
 	Bind bool
+	// Owner, when set, fences every append to an agent's subjects: the
+	// append is refused with ErrNotOwner unless Owner grants a token for
+	// the agent; it carries the token in the Forever-Node and Forever-Epoch
+	// headers; and it expects the last sequence this process left on the
+	// subject (the agent's events, or one chat stream's chunks), so an
+	// append after another writer took the agent over fails with ErrFenced
+	// instead of interleaving with it. Nil means a single writer: no
+	// fencing.
+	Owner Owner
+	// OnFenced is told, in its own goroutine, when an append of agent
+	// conflicted under a token: another writer took the agent over. The
+	// agent's later appends under the same token fail with ErrFenced.
+	OnFenced func(agent string, err error)
 	// Dir is where Pebble keeps the projections. Empty means no projections:
 	// NewProjector and View then return ErrInvalid.
 	Dir string
@@ -128,6 +141,7 @@ type Log struct {
 	db      *pebble.DB // nil without Dir
 	logger  *slog.Logger
 	metrics *metrics
+	fences  fences
 
 	mu struct {
 		sync.Mutex

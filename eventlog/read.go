@@ -118,6 +118,7 @@ func decodeRaw(m *jetstream.RawStreamMsg) (Event, bool, error) {
 	if err != nil {
 		return Event{Seq: seq, Subject: m.Subject}, true, err
 	}
+	e.Writer, _ = WriterOf(m.Header)
 	return e, true, nil
 }
 
@@ -218,6 +219,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 				e = Event{Seq: seq, Subject: m.Subject()}
 			}
 			e.Pending = md.NumPending
+			e.Writer, _ = WriterOf(m.Headers())
 			if !yield(e, err) {
 				return
 			}

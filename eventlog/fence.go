@@ -1,0 +1,356 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Headers that name the writer of every event appended under an Owner, so a
+// checker can prove from the log alone that no two owners wrote one agent's
+// subjects interleaved: along one subject, epochs never go back.
+const (
+	HeaderNode  = "Forever-Node"
+	HeaderEpoch = "Forever-Epoch"
+)
+
+// codeNoMessage is JetStream's "no message found" on a message get.
+const codeNoMessage = 10037
+
+// Token is a writer's claim on an agent: the node that writes and the epoch
+// of the lease it writes under. Epochs of one agent only grow.
+type Token struct {
+	Node  string
+	Epoch uint64
+}
+
+// Owner tells the Log whether this process may write an agent's subjects
+// now, and under which token. agentd's partition leases implement it. A Log
+// with an Owner fences every append to an agent's subjects (see Config.Owner).
+type Owner interface {
+	Token(agent string) (Token, bool)
+}
+
+// fences is the Log's fence table: per agent, the last sequence this
+// process knows on the agent's subjects, under the token it last wrote with.
+type fences struct {
+	mu sync.Mutex
+	m  map[string]*fence
+}
+
+// fence serializes one agent's event appends (sem) and holds the sequences
+// the next appends must expect.
+type fence struct {
+	sem chan struct{} // held across an event append: the expected sequence chains
+
+	mu struct {
+		sync.Mutex
+		tok     Token
+		known   bool           // last is the subject's last sequence
+		last    Seq            // last sequence on the agent's events subject
+		streams map[string]Seq // chat stream -> last sequence of its chunks
+		dead    error          // a conflict under tok: another writer took over
+	}
+}
+
+func (fs *fences) get(agent string) *fence {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.m == nil {
+		fs.m = map[string]*fence{}
+	}
+	f := fs.m[agent]
+	if f == nil {
+		f = &fence{sem: make(chan struct{}, 1)}
+		f.mu.streams = map[string]Seq{}
+		fs.m[agent] = f
+	}
+	return f
+}
+
+// syncTokenLocked resets the fence when the token changed: a new lease, so
+// nothing this process knew about the subjects still holds.
+// REQUIRES: f.mu held.
+func (f *fence) syncTokenLocked(tok Token) {
+	if f.mu.tok == tok {
+		return
+	}
+	f.mu.tok = tok
+	f.mu.known = false
+	f.mu.dead = nil
+	clear(f.mu.streams)
+}
+
+// claim checks that this process owns agent and returns its fence and
+// token. Errors: ErrNotOwner, or ErrFenced after a conflict under the same
+// token.
+func (l *Log) claim(agent string) (*fence, Token, error) {
+	tok, ok := l.cfg.Owner.Token(agent)
+	if !ok {
+		return nil, Token{}, fmt.Errorf("%w: agent %q", ErrNotOwner, agent)
+	}
+	f := l.fences.get(agent)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.syncTokenLocked(tok)
+	if f.mu.dead != nil {
+		return nil, Token{}, fmt.Errorf("%w: agent %q: %v", ErrFenced, agent, f.mu.dead)
+	}
+	return f, tok, nil
+}
+
+// fenced runs publish for an event append of agent under its fence: the
+// agent's appends are serialized, the expected last sequence is the one the
+// previous append left, and a conflict marks the agent fenced for this token
+// and tells Config.OnFenced. expect is the caller's own condition
+// (ExpectSeq), checked against the fence before anything is sent.
+func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq,
+	publish func(expect *Seq) (Seq, error)) (Seq, error) {
+	f, tok, err := l.claim(agent)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-f.sem }()
+
+	f.mu.Lock()
+	f.syncTokenLocked(tok)
+	dead, known, last := f.mu.dead, f.mu.known, f.mu.last
+	f.mu.Unlock()
+	if dead != nil {
+		return 0, fmt.Errorf("%w: agent %q: %v", ErrFenced, agent, dead)
+	}
+	if !known {
+		if last, err = l.leaderLastSeq(ctx, l.cfg.EventsStream, l.EventsSubject(agent)); err != nil {
+			return 0, err
+		}
+	}
+	if expect != nil && *expect != last {
+		// The caller's compare-and-set lost against this process's own
+		// log: no other writer is involved.
+		return 0, fmt.Errorf("%w: expected last sequence %d of %q, it is %d", ErrConflict, *expect, agent, last)
+	}
+	stamp(m, tok)
+	seq, err := publish(&last)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.tok != tok {
+		return seq, err // a new lease came meanwhile; it starts from the log
+	}
+	switch {
+	case err == nil:
+		f.mu.known, f.mu.last = true, seq
+	case errors.Is(err, ErrDuplicate):
+		f.mu.known, f.mu.last = true, last
+	case errors.Is(err, ErrConflict):
+		f.mu.dead = err
+		l.reportFenced(agent, err)
+		return 0, fmt.Errorf("%w: agent %q: %v", ErrFenced, agent, err)
+	default:
+		// The append may have been stored or not: read the subject again
+		// before the next one rather than fence ourselves out.
+		f.mu.known = false
+	}
+	return seq, err
+}
+
+// reportFenced tells Config.OnFenced, off the caller's goroutine.
+func (l *Log) reportFenced(agent string, err error) {
+	l.logger.Warn("append conflicted: another writer took the agent over; this process stops writing it",
+		"agent", agent, "err", err)
+	if l.cfg.OnFenced != nil {
+		go l.cfg.OnFenced(agent, err)
+	}
+}
+
+// stamp sets the writer headers.
+func stamp(m *nats.Msg, tok Token) {
+	m.Header[HeaderNode] = []string{tok.Node}
+	m.Header[HeaderEpoch] = []string{strconv.FormatUint(tok.Epoch, 10)}
+}
+
+// WriterOf returns the writer token stored in a message's headers, if any.
+func WriterOf(h nats.Header) (Token, bool) {
+	node := h.Get(HeaderNode)
+	if node == "" {
+		return Token{}, false
+	}
+	epoch, err := strconv.ParseUint(h.Get(HeaderEpoch), 10, 64)
+	if err != nil {
+		return Token{}, false
+	}
+	return Token{Node: node, Epoch: epoch}, true
+}
+
+// prepareChunks makes sure the fence of agent knows the last sequence of a
+// chat stream's chunks before its first chunk is queued, so the Batcher can
+// fence the stream without I/O of its own. It stamps m with the token.
+func (l *Log) prepareChunks(ctx context.Context, agent, stream string, m *nats.Msg) error {
+	f, tok, err := l.claim(agent)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	_, known := f.mu.streams[stream]
+	f.mu.Unlock()
+	if !known {
+		last, err := l.leaderLastSeq(ctx, l.cfg.ChunksStream, l.ChunksSubject(agent, stream))
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		if f.mu.tok == tok {
+			if _, known := f.mu.streams[stream]; !known {
+				f.mu.streams[stream] = last
+			}
+		}
+		f.mu.Unlock()
+	}
+	stamp(m, tok)
+	return nil
+}
+
+// chunkFence is the fence state of one chat stream inside a batch.
+type chunkFence struct {
+	f      *fence
+	tok    Token
+	agent  string
+	stream string
+	expect Seq
+	first  int // index in the batch of the stream's first message
+	last   int // index of its last message
+}
+
+// fenceChunks sets the expected last subject sequence on the first message
+// of each chat stream in msgs and returns the fences, by subject. Events
+// whose agent is not owned or fenced get their error in errs and must not be
+// sent.
+func (l *Log) fenceChunks(evs []*Event, msgs []*nats.Msg, errs []error) map[string]*chunkFence {
+	out := map[string]*chunkFence{}
+	for i, e := range evs {
+		if errs[i] != nil {
+			continue
+		}
+		subj := msgs[i].Subject
+		if cf, ok := out[subj]; ok {
+			cf.last = i
+			msgs[i].Header.Del(headerExpectedLastSubSeq)
+			continue
+		}
+		f, tok, err := l.claim(e.Agent)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		f.mu.Lock()
+		last, known := f.mu.streams[e.Stream]
+		f.mu.Unlock()
+		if !known {
+			errs[i] = fmt.Errorf("eventlog: chunk of %q/%q queued without its stream's fence", e.Agent, e.Stream)
+			continue
+		}
+		msgs[i].Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(last), 10))
+		out[subj] = &chunkFence{f: f, tok: tok, agent: e.Agent, stream: e.Stream, expect: last, first: i, last: i}
+	}
+	return out
+}
+
+// advanceChunks records the sequences a committed batch left on each stream.
+func advanceChunks(fs map[string]*chunkFence, seqOf func(i int) Seq) {
+	for _, cf := range fs {
+		cf.f.mu.Lock()
+		if cf.f.mu.tok == cf.tok {
+			cf.f.mu.streams[cf.stream] = seqOf(cf.last)
+		}
+		cf.f.mu.Unlock()
+	}
+}
+
+// staleChunks finds, after a conflicting batch, the streams whose chunks
+// another writer appended: it marks their agents fenced and returns their
+// subjects.
+func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[string]error, error) {
+	stale := map[string]error{}
+	for subj, cf := range fs {
+		last, err := l.leaderLastSeq(ctx, l.cfg.ChunksStream, subj)
+		if err != nil {
+			return nil, err
+		}
+		if last == cf.expect {
+			continue
+		}
+		err = fmt.Errorf("%w: chunks of %q/%q: expected last sequence %d, the log has %d", ErrConflict, cf.agent, cf.stream, cf.expect, last)
+		cf.f.mu.Lock()
+		if cf.f.mu.tok == cf.tok && cf.f.mu.dead == nil {
+			cf.f.mu.dead = err
+			l.reportFenced(cf.agent, err)
+		}
+		cf.f.mu.Unlock()
+		stale[subj] = fmt.Errorf("%w: agent %q: %v", ErrFenced, cf.agent, err)
+	}
+	return stale, nil
+}
+
+// leaderLastSeq returns the last sequence on subject as the stream's leader
+// knows it. Direct gets may be answered by a replica that lags behind, which
+// is fine for reading chunks but not for fencing or read-your-writes.
+func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, error) {
+	if l.closed() {
+		return 0, ErrClosed
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+	}
+	var r struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return 0, fmt.Errorf("eventlog: last sequence of %s: bad response %q: %w", subject, resp.Data, err)
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
+		return 0, nil
+	case r.Error != nil:
+		return 0, fmt.Errorf("eventlog: last sequence of %s: %s (code %d)", subject, r.Error.Description, r.Error.ErrCode)
+	case r.Message == nil:
+		return 0, fmt.Errorf("eventlog: last sequence of %s: empty response", subject)
+	}
+	return Seq(r.Message.Seq), nil
+}
+
+// stampLike copies the writer headers of from onto m.
+func stampLike(m, from *nats.Msg) {
+	m.Header[HeaderNode] = from.Header[HeaderNode]
+	m.Header[HeaderEpoch] = from.Header[HeaderEpoch]
+}
+
+// forgetChunks drops what the fences knew about the streams of a batch whose
+// outcome is unknown (it may have been stored): their next chunks read the
+// stream's last sequence again instead of conflicting with our own write.
+func forgetChunks(fs map[string]*chunkFence) {
+	for _, cf := range fs {
+		cf.f.mu.Lock()
+		if cf.f.mu.tok == cf.tok {
+			delete(cf.f.mu.streams, cf.stream)
+		}
+		cf.f.mu.Unlock()
+	}
+}

@@ -1,0 +1,237 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+// grants is an Owner whose tokens a test sets per agent.
+type grants struct {
+	mu sync.Mutex
+	m  map[string]eventlog.Token
+}
+
+func (g *grants) Token(agent string) (eventlog.Token, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t, ok := g.m[agent]
+	return t, ok
+}
+
+func (g *grants) set(agent string, t eventlog.Token) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]eventlog.Token{}
+	}
+	g.m[agent] = t
+}
+
+func (g *grants) drop(agent string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, agent)
+}
+
+// node is one fenced writer process: its own connection and Log.
+type node struct {
+	lg     *eventlog.Log
+	owner  *grants
+	fenced chan string
+}
+
+func openNodes(t *testing.T, n int) []*node {
+	t.Helper()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	out := make([]*node, n)
+	for i := range out {
+		nd := &node{owner: &grants{}, fenced: make(chan string, 16)}
+		nd.lg = eventlogtest.OpenOn(t, s, eventlog.Config{
+			Owner:    nd.owner,
+			OnFenced: func(agent string, _ error) { nd.fenced <- agent },
+		})
+		out[i] = nd
+	}
+	return out
+}
+
+func appendNote(ctx context.Context, lg *eventlog.Log, agent string, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	return lg.Append(ctx, eventlog.Event{Agent: agent, Type: "note.added", Data: []byte(`{}`)}, opts...)
+}
+
+// TestFenceStaleOwner: once a newer owner wrote an agent, the old owner's
+// next append fails with ErrFenced, is reported once, and never lands; the
+// log's writer headers show the epochs of the subject never going back.
+func TestFenceStaleOwner(t *testing.T) {
+	ctx := t.Context()
+	nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	for range 3 {
+		if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+			t.Fatalf("owner a: %v", err)
+		}
+	}
+	// b takes x over (a's lease expired while a was stopped, say).
+	b.owner.set("x", eventlog.Token{Node: "b", Epoch: 7})
+	if _, err := appendNote(ctx, b.lg, "x"); err != nil {
+		t.Fatalf("new owner b: %v", err)
+	}
+	// a still believes it owns x.
+	_, err := appendNote(ctx, a.lg, "x")
+	if !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("stale append: got %v, want ErrFenced", err)
+	}
+	if errors.Is(err, eventlog.ErrConflict) {
+		t.Errorf("a fencing error must not look like a compare-and-set conflict: %v", err)
+	}
+	if got := <-a.fenced; got != "x" {
+		t.Errorf("OnFenced agent = %q, want x", got)
+	}
+	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("second stale append: got %v, want ErrFenced", err)
+	}
+	if _, err := appendNote(ctx, b.lg, "x"); err != nil {
+		t.Fatalf("owner b after a was fenced: %v", err)
+	}
+
+	evs, err := b.lg.Read(ctx, eventlog.Filter{Agent: "x"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writers []eventlog.Token
+	for _, e := range evs {
+		writers = append(writers, e.Writer)
+	}
+	want := []eventlog.Token{{"a", 1}, {"a", 1}, {"a", 1}, {"b", 7}, {"b", 7}}
+	if len(writers) != len(want) {
+		t.Fatalf("writers = %v, want %v", writers, want)
+	}
+	for i := range want {
+		if writers[i] != want[i] {
+			t.Fatalf("writers = %v, want %v", writers, want)
+		}
+	}
+}
+
+// TestFenceNotOwner: without a token nothing is sent.
+func TestFenceNotOwner(t *testing.T) {
+	ctx := t.Context()
+	a := openNodes(t, 1)[0]
+	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrNotOwner) {
+		t.Fatalf("got %v, want ErrNotOwner", err)
+	}
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	a.owner.drop("x")
+	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrNotOwner) {
+		t.Fatalf("after the lease went: got %v, want ErrNotOwner", err)
+	}
+	if last, _ := a.lg.LastSeq(ctx, eventlog.Filter{Agent: "x"}); last != 1 {
+		t.Errorf("last seq = %d, want 1 (only the owned append stored)", last)
+	}
+}
+
+// TestFenceNewEpochResumes: the same process under a new token reads the
+// subject again, so it writes after whatever the interregnum left.
+func TestFenceNewEpochResumes(t *testing.T) {
+	ctx := t.Context()
+	nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	b.owner.set("x", eventlog.Token{Node: "b", Epoch: 2})
+	if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendNote(ctx, b.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("got %v, want ErrFenced", err)
+	}
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 3})
+	if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+		t.Fatalf("under the new epoch: %v", err)
+	}
+}
+
+// TestFenceCompareAndSet: a caller's ExpectSeq is still a compare-and-set
+// on the agent's subject, decided against the fence.
+func TestFenceCompareAndSet(t *testing.T) {
+	ctx := t.Context()
+	a := openNodes(t, 1)[0]
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	seq, err := appendNote(ctx, a.lg, "x", eventlog.ExpectSeq(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendNote(ctx, a.lg, "x", eventlog.ExpectSeq(seq-1)); !errors.Is(err, eventlog.ErrConflict) || errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("stale expectation: got %v, want ErrConflict", err)
+	}
+	if _, err := appendNote(ctx, a.lg, "x", eventlog.ExpectSeq(seq)); err != nil {
+		t.Fatalf("matching expectation: %v", err)
+	}
+}
+
+// TestFenceChunks: a batch that mixes a stream another writer took over
+// with other agents' chunks fails only the stale stream.
+func TestFenceChunks(t *testing.T) {
+	ctx := t.Context()
+	nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	a.owner.set("y", eventlog.Token{Node: "a", Epoch: 1})
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ab := a.lg.NewBatcher(eventlog.BatcherConfig{})
+	done := make(chan error, 1)
+	go func() { done <- ab.Run(bctx) }()
+	defer func() { stop(); <-done }()
+
+	chunk := func(agent, stream, id string) eventlog.Event {
+		return eventlog.Event{Agent: agent, Stream: stream, Type: "chunk", ID: stream + "/" + id, Data: []byte(`{"type":"text-delta"}`)}
+	}
+	add := func(e eventlog.Event) *eventlog.Pending {
+		t.Helper()
+		p, err := ab.Add(ctx, e)
+		if err != nil {
+			t.Fatalf("add %s: %v", e.ID, err)
+		}
+		return p
+	}
+	for _, p := range []*eventlog.Pending{add(chunk("x", "s1", "0")), add(chunk("y", "s2", "0"))} {
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b takes x over and continues its stream.
+	b.owner.set("x", eventlog.Token{Node: "b", Epoch: 2})
+	if _, err := b.lg.Append(ctx, chunk("x", "s1", "1")); err != nil {
+		t.Fatalf("new owner's chunk: %v", err)
+	}
+	stale, fresh := add(chunk("x", "s1", "1b")), add(chunk("y", "s2", "1"))
+	if _, err := stale.Wait(ctx); !errors.Is(err, eventlog.ErrFenced) {
+		t.Errorf("stale stream's chunk: got %v, want ErrFenced", err)
+	}
+	if _, err := fresh.Wait(ctx); err != nil {
+		t.Errorf("other agent's chunk in the same batch: %v", err)
+	}
+	evs, err := b.lg.Read(ctx, eventlog.Filter{Agent: "x", Stream: "s1"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range evs {
+		ids = append(ids, e.ID)
+	}
+	if len(ids) != 2 || ids[0] != "s1/0" || ids[1] != "s1/1" {
+		t.Errorf("stream s1 = %v, want [s1/0 s1/1]: the stale chunk must not land", ids)
+	}
+}
