@@ -354,3 +354,28 @@ func forgetChunks(fs map[string]*chunkFence) {
 		cf.f.mu.Unlock()
 	}
 }
+
+// CheckWriters proves from the log alone that no two owners wrote one
+// subject interleaved: evs are the events of one subject (an agent's events,
+// or one chat stream's chunks) in stream order, and along them the writers'
+// epochs never go back. Events without a writer (appended with no Owner) are
+// skipped. It returns an error naming the first event that breaks the rule.
+func CheckWriters(evs []Event) error {
+	var cur Token
+	var at Seq
+	for _, e := range evs {
+		if e.Writer.Node == "" {
+			continue
+		}
+		if e.Writer.Epoch < cur.Epoch {
+			return fmt.Errorf("eventlog: %s: event %d (%s) written by %s at epoch %d after %s wrote at epoch %d (seq %d)",
+				e.Subject, e.Seq, e.Type, e.Writer.Node, e.Writer.Epoch, cur.Node, cur.Epoch, at)
+		}
+		if e.Writer.Epoch == cur.Epoch && cur.Epoch != 0 && e.Writer.Node != cur.Node {
+			return fmt.Errorf("eventlog: %s: event %d written by %s and event %d by %s under the same epoch %d",
+				e.Subject, e.Seq, e.Writer.Node, at, cur.Node, cur.Epoch)
+		}
+		cur, at = e.Writer, e.Seq
+	}
+	return nil
+}

@@ -235,3 +235,26 @@ func TestFenceChunks(t *testing.T) {
 		t.Errorf("stream s1 = %v, want [s1/0 s1/1]: the stale chunk must not land", ids)
 	}
 }
+
+func TestCheckWriters(t *testing.T) {
+	ev := func(seq uint64, node string, epoch uint64) eventlog.Event {
+		return eventlog.Event{Seq: eventlog.Seq(seq), Type: "t", Writer: eventlog.Token{Node: node, Epoch: epoch}}
+	}
+	for _, tc := range []struct {
+		name string
+		evs  []eventlog.Event
+		ok   bool
+	}{
+		{"one owner", []eventlog.Event{ev(1, "a", 1), ev(2, "a", 1)}, true},
+		{"handover", []eventlog.Event{ev(1, "a", 1), ev(2, "b", 5), ev(3, "a", 9)}, true},
+		{"unfenced events skipped", []eventlog.Event{ev(1, "", 0), ev(2, "a", 1), ev(3, "", 0)}, true},
+		{"stale owner after takeover", []eventlog.Event{ev(1, "a", 1), ev(2, "b", 5), ev(3, "a", 1)}, false},
+		{"two nodes one epoch", []eventlog.Event{ev(1, "a", 3), ev(2, "b", 3)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := eventlog.CheckWriters(tc.evs); (err == nil) != tc.ok {
+				t.Errorf("CheckWriters = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

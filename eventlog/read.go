@@ -56,6 +56,11 @@ func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
 }
 
 func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) {
+	if info := l.stream(stream).CachedInfo(); info != nil && info.Config.Replicas > 1 {
+		// A direct get may be answered by a replica that lags behind the
+		// write a reader must see.
+		return l.leaderLastSeq(ctx, stream, subject)
+	}
 	m, err := l.stream(stream).GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
