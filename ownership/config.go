@@ -1,0 +1,110 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Config.
+const (
+	DefaultBucket     = "FOREVER_LEASES"
+	DefaultPartitions = 64
+	DefaultTTL        = 10 * time.Second
+)
+
+// Errors.
+var (
+	// ErrPartitionMismatch: the cluster was created with another partition
+	// count than this node's.
+	ErrPartitionMismatch = errors.New("ownership: partition count differs from the cluster's")
+	// ErrLeaseExpired is the cause of a partition context cancelled because
+	// the lease was not renewed in time.
+	ErrLeaseExpired = errors.New("ownership: lease expired before it was renewed")
+	// ErrLeaseLost is the cause of a partition context cancelled because
+	// another node holds the lease now (a renewal or check conflicted).
+	ErrLeaseLost = errors.New("ownership: lease lost to another node")
+	// ErrHandoff is the cause of a partition context cancelled because the
+	// partition is handed to another node, or this node is stopping.
+	ErrHandoff = errors.New("ownership: partition handed off")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Conn is the NATS connection (required).
+	Conn *nats.Conn
+	// Bucket is the KV bucket of the leases. Default DefaultBucket.
+	Bucket string
+	// Node names this node, unique in the cluster (required). A node that
+	// restarts under the same name takes its old leases back at once.
+	Node string
+	// Partitions is the partition count. Default DefaultPartitions.
+	Partitions int
+	// TTL is the lease and node-key TTL. Default DefaultTTL; at least 1s.
+	TTL time.Duration
+	// Margin is how long before the server expires a lease its holder stops
+	// serving it. Default TTL/5.
+	Margin time.Duration
+	// RenewEvery is the renewal period. Default TTL/4.
+	RenewEvery time.Duration
+	// Replicas of the bucket. Default 1.
+	Replicas int
+	// HandoffTimeout bounds the wait for Serve to return when a partition is
+	// handed off; the key is deleted after it either way. Default TTL.
+	HandoffTimeout time.Duration
+	// Serve runs for every acquired partition, in its own goroutine, until
+	// ctx is cancelled; it must stop everything it started for the partition
+	// before it returns. Nil waits for ctx.
+	Serve func(ctx context.Context, l Lease)
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the forever_ownership_* metrics. Nil: none.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() error {
+	if c.Conn == nil {
+		return errors.New("ownership: Config.Conn is required")
+	}
+	if c.Node == "" {
+		return errors.New("ownership: Config.Node is required")
+	}
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.Partitions < 1 {
+		return errors.New("ownership: Config.Partitions must be positive")
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.TTL < time.Second {
+		return errors.New("ownership: Config.TTL must be at least 1s (the server's TTL granularity)")
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL / 5
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = c.TTL / 4
+	}
+	if c.Margin+c.RenewEvery >= c.TTL {
+		return errors.New("ownership: Config.Margin plus RenewEvery must be below TTL")
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.HandoffTimeout == 0 {
+		c.HandoffTimeout = c.TTL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

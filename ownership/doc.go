@@ -1,0 +1,41 @@
+// Package ownership decides which node of a cluster serves which agents.
+//
+// Agents hash to a fixed number of partitions (PartitionOf). A node serves a
+// partition while it holds the partition's lease: a key lease.<p> in a
+// replicated JetStream KV bucket (FOREVER_LEASES) written with a per-key TTL
+// (ADR-48). The key's revision at acquisition is the lease's epoch; the
+// holder renews by compare-and-set on the key's current revision, so a
+// renewal of a lease somebody else took fails instead of overwriting it.
+//
+// Every node keeps a node.<name> key alive with the same TTL. The live nodes
+// split the partitions by a balanced rendezvous assignment that every node
+// computes alike (assign.go): each node owns at most ceil(P/N). A node
+// acquires the free partitions assigned to it, and hands off the partitions
+// assigned to another live node: it cancels the partition's context, waits
+// for what runs under it to stop, and deletes the key, so the new owner
+// acquires it at once. On Run's exit every partition is handed off, so a
+// rolling restart never waits for a TTL.
+//
+// Invariants:
+//
+//   - At most one node holds a partition's lease at any instant: every write
+//     of a lease key is a compare-and-set on its revision.
+//   - A node stops serving a partition before anybody else can acquire it: a
+//     lease is valid on the holder only until TTL minus Margin after its last
+//     successful renewal was sent, measured on the holder's monotonic clock,
+//     while the key expires on the server TTL after that renewal landed. A
+//     node that was stopped (SIGSTOP, a long GC pause) finds its leases
+//     expired when it resumes, before it writes anything: Owned checks the
+//     deadline on every call.
+//   - The partition context handed to Serve is cancelled, with a cause,
+//     whenever the lease is lost, expires or is handed off; Serve's return is
+//     awaited before a handed-off key is deleted.
+//   - The partition count is stored in the bucket (config.partitions) when
+//     the cluster first starts; a node started with another count gets
+//     ErrPartitionMismatch and does not start.
+//
+// The lease only says who should write. Writes themselves are fenced by the
+// event log (eventlog.Owner): the epoch goes into every append's writer
+// headers and every append expects the agent's last subject sequence, so a
+// stale holder whose clock lied still cannot write after the new owner.
+package ownership

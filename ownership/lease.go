@@ -1,0 +1,49 @@
+package ownership
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Lease is a node's hold on a partition.
+type Lease struct {
+	Partition int
+	// Node is the holder's name.
+	Node string
+	// Epoch is the key's revision when the holder acquired it: it grows with
+	// every acquisition and stays the same across renewals.
+	Epoch uint64
+}
+
+// leaseValue is the stored value of a lease key. Epoch is 0 until the first
+// renewal writes it: the revision of the acquiring write is the epoch then.
+type leaseValue struct {
+	Node  string `json:"node"`
+	Epoch uint64 `json:"epoch,omitempty"`
+}
+
+// Keys of the bucket.
+const (
+	keyPartitions = "config.partitions"
+	prefixLease   = "lease."
+	prefixNode    = "node."
+)
+
+func leaseKey(p int) string { return prefixLease + strconv.Itoa(p) }
+
+// parseLease decodes a lease key's entry at revision rev.
+func parseLease(key string, value []byte, rev uint64) (Lease, bool) {
+	p, err := strconv.Atoi(strings.TrimPrefix(key, prefixLease))
+	if err != nil || p < 0 {
+		return Lease{}, false
+	}
+	var v leaseValue
+	if json.Unmarshal(value, &v) != nil || v.Node == "" {
+		return Lease{}, false
+	}
+	if v.Epoch == 0 {
+		v.Epoch = rev
+	}
+	return Lease{Partition: p, Node: v.Node, Epoch: v.Epoch}, true
+}

@@ -1,0 +1,403 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Manager holds this node's leases. Create it with New, then Run it.
+type Manager struct {
+	cfg      Config
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	log      *slog.Logger
+	met      *metrics
+	ready    chan struct{}
+	poke     chan struct{}
+	serving  sync.WaitGroup // Serve goroutines
+	handoffs sync.WaitGroup
+	started  time.Time
+	renewed  time.Time // when the last renewal round began (Run's goroutine only)
+
+	mu struct {
+		sync.Mutex
+		held     map[int]*held
+		leases   map[int]cached       // every lease key, as watched
+		nodes    map[string]time.Time // live nodes, with when first seen
+		free     map[int]time.Time    // partitions without a lease, since
+		stopping bool
+	}
+}
+
+// held is a lease this node holds.
+type held struct {
+	lease     Lease
+	rev       uint64    // the key's current revision: renewals expect it
+	until     time.Time // monotonic: serve no longer than this
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	done      chan struct{} // closed when Serve returned
+	releasing bool          // handed off: no more renewals
+}
+
+// cached is a lease key as the watcher last saw it.
+type cached struct {
+	lease Lease
+	rev   uint64
+}
+
+// New creates (or updates) the bucket and checks the cluster's partition
+// count against cfg.Partitions. Errors: ErrPartitionMismatch, or the
+// server's, such as no JetStream quorum; New does not retry.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("ownership: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         cfg.Bucket,
+		Description:    "Forever partition leases",
+		History:        1,
+		Replicas:       cfg.Replicas,
+		Storage:        jetstream.FileStorage,
+		LimitMarkerTTL: cfg.TTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ownership: lease bucket %s: %w", cfg.Bucket, err)
+	}
+	m := &Manager{
+		cfg:   cfg,
+		js:    js,
+		kv:    kv,
+		log:   cfg.Logger.With("node", cfg.Node),
+		ready: make(chan struct{}),
+		poke:  make(chan struct{}, 1),
+	}
+	m.mu.held = map[int]*held{}
+	m.mu.leases = map[int]cached{}
+	m.mu.nodes = map[string]time.Time{}
+	m.mu.free = map[int]time.Time{}
+	if m.met, err = newMetrics(cfg.Registerer, m); err != nil {
+		return nil, err
+	}
+	if err := m.checkPartitions(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkPartitions stores the partition count on first start and compares it
+// on every later one.
+func (m *Manager) checkPartitions(ctx context.Context) error {
+	want := strconv.Itoa(m.cfg.Partitions)
+	_, err := m.kv.Create(ctx, keyPartitions, []byte(want))
+	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+		if err != nil {
+			return fmt.Errorf("ownership: store the partition count: %w", err)
+		}
+		return nil
+	}
+	e, err := m.kv.Get(ctx, keyPartitions)
+	if err != nil {
+		return fmt.Errorf("ownership: read the partition count: %w", err)
+	}
+	if got := string(e.Value()); got != want {
+		return fmt.Errorf("%w: the cluster has %s partitions and this node was started with %s; start it with the cluster's count",
+			ErrPartitionMismatch, got, want)
+	}
+	return nil
+}
+
+// Node returns this node's name.
+func (m *Manager) Node() string { return m.cfg.Node }
+
+// Partitions returns the partition count.
+func (m *Manager) Partitions() int { return m.cfg.Partitions }
+
+// TTL returns the lease TTL.
+func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
+
+// Ready is closed once Run has taken its first round of leases.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Owned returns this node's lease of partition p and the context that lives
+// as long as it, if this node holds it now. It checks the lease's deadline:
+// a lease past it is dropped here, before the caller can write under it.
+func (m *Manager) Owned(p int) (Lease, context.Context, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.mu.held[p]
+	if h == nil || h.ctx.Err() != nil {
+		return Lease{}, nil, false
+	}
+	if time.Now().After(h.until) {
+		m.loseLocked(p, h, ErrLeaseExpired)
+		return Lease{}, nil, false
+	}
+	return h.lease, h.ctx, true
+}
+
+// Owner returns the lease of partition p as this node last saw it, whoever
+// holds it.
+func (m *Manager) Owner(p int) (Lease, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.mu.leases[p]
+	return c.lease, ok
+}
+
+// OwnedCount returns how many partitions this node holds.
+func (m *Manager) OwnedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.mu.held)
+}
+
+// Nodes returns the live nodes' names, sorted.
+func (m *Manager) Nodes() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.liveLocked()
+}
+
+func (m *Manager) liveLocked() []string {
+	out := make([]string, 0, len(m.mu.nodes)+1)
+	for n := range m.mu.nodes {
+		out = append(out, n)
+	}
+	if _, ok := m.mu.nodes[m.cfg.Node]; !ok && !m.mu.stopping {
+		out = append(out, m.cfg.Node)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Check reads partition p's lease from the server and drops it here if
+// another node holds it now. Call it when a write conflicted.
+func (m *Manager) Check(ctx context.Context, p int) error {
+	m.mu.Lock()
+	h := m.mu.held[p]
+	m.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	e, err := m.kv.Get(ctx, leaseKey(p))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("ownership: check partition %d: %w", p, err)
+	default:
+		if l, ok := parseLease(e.Key(), e.Value(), e.Revision()); ok && l == h.lease {
+			return nil
+		}
+	}
+	m.mu.Lock()
+	if m.mu.held[p] == h {
+		m.loseLocked(p, h, ErrLeaseLost)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// loseLocked drops h at once: its context is cancelled with cause, and its
+// Serve goroutine finishes on its own.
+func (m *Manager) loseLocked(p int, h *held, cause error) {
+	delete(m.mu.held, p)
+	h.cancel(cause)
+	m.met.lost.WithLabelValues(causeLabel(cause)).Inc()
+	m.log.Warn("partition lease lost", "partition", p, "epoch", h.lease.Epoch, "cause", cause)
+	m.pokeLoop()
+}
+
+func causeLabel(err error) string {
+	switch {
+	case errors.Is(err, ErrLeaseExpired):
+		return "expired"
+	case errors.Is(err, ErrLeaseLost):
+		return "conflict"
+	}
+	return "other"
+}
+
+func (m *Manager) pokeLoop() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps this node's key alive, renews, acquires and hands off leases
+// until ctx ends, then hands every partition off and returns. It returns an
+// error only if it cannot watch the bucket at all.
+func (m *Manager) Run(ctx context.Context) error {
+	m.started = time.Now()
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	synced := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- m.watch(wctx, synced) }()
+	select {
+	case <-synced:
+	case err := <-watchErr:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	dogDone := make(chan struct{})
+	go m.watchdog(wctx, dogDone)
+
+	tick := time.NewTicker(m.cfg.RenewEvery)
+	defer tick.Stop()
+	for {
+		m.round(ctx)
+		select {
+		case <-m.ready:
+		default:
+			close(m.ready)
+			m.log.Info("partition leases taken", "owned", m.OwnedCount(), "nodes", m.Nodes())
+		}
+		select {
+		case <-ctx.Done():
+			m.stop()
+			stopWatch()
+			<-dogDone
+			return nil
+		case err := <-watchErr:
+			if wctx.Err() == nil {
+				m.log.Error("lease watcher stopped; restarting it", "err", err)
+				go func() {
+					select {
+					case <-time.After(m.cfg.RenewEvery):
+					case <-wctx.Done():
+					}
+					watchErr <- m.watch(wctx, make(chan struct{}))
+				}()
+			}
+		case <-tick.C:
+		case <-m.poke:
+		}
+	}
+}
+
+// watchdog drops every lease whose deadline passed, even while Run is
+// blocked on the server.
+func (m *Manager) watchdog(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(max(m.cfg.Margin/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		m.mu.Lock()
+		for p, h := range m.mu.held {
+			if now.After(h.until) {
+				m.loseLocked(p, h, ErrLeaseExpired)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// watch follows every key of the bucket into the cache. It closes synced
+// once the current values are in.
+func (m *Manager) watch(ctx context.Context, synced chan struct{}) error {
+	w, err := m.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("ownership: watch %s: %w", m.cfg.Bucket, err)
+	}
+	defer w.Stop()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("ownership: lease watcher closed")
+			}
+			if e == nil {
+				if initial {
+					initial = false
+					m.markFree()
+					close(synced)
+				}
+				continue
+			}
+			if m.apply(e) && !initial {
+				m.pokeLoop()
+			}
+		}
+	}
+}
+
+// markFree records every partition without a lease key as free now.
+func (m *Manager) markFree() {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := range m.cfg.Partitions {
+		if _, ok := m.mu.leases[p]; !ok {
+			if _, ok := m.mu.free[p]; !ok {
+				m.mu.free[p] = now
+			}
+		}
+	}
+}
+
+// apply puts one watched entry into the cache. It reports whether the
+// entry changed who is alive or who holds what (a renewal does not).
+func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
+	key := e.Key()
+	gone := e.Operation() != jetstream.KeyValuePut
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer func() { m.met.nodes.Set(float64(len(m.mu.nodes))) }()
+	switch {
+	case strings.HasPrefix(key, prefixNode):
+		node := key[len(prefixNode):]
+		_, known := m.mu.nodes[node]
+		switch {
+		case gone:
+			delete(m.mu.nodes, node)
+			return known
+		case !known:
+			m.mu.nodes[node] = time.Now()
+			return true
+		}
+	case strings.HasPrefix(key, prefixLease):
+		p, err := strconv.Atoi(key[len(prefixLease):])
+		if err != nil || p < 0 || p >= m.cfg.Partitions {
+			return false
+		}
+		old, had := m.mu.leases[p]
+		if gone {
+			delete(m.mu.leases, p)
+			m.mu.free[p] = time.Now()
+			return had
+		}
+		l, ok := parseLease(key, e.Value(), e.Revision())
+		if !ok {
+			return false
+		}
+		m.mu.leases[p] = cached{lease: l, rev: e.Revision()}
+		delete(m.mu.free, p)
+		return !had || old.lease != l
+	}
+	return false
+}

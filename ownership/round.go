@@ -1,0 +1,338 @@
+package ownership
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// action is one step of a round, planned under the lock and run outside it.
+type action struct {
+	kind actionKind
+	p    int
+	rev  uint64 // takeover, drop: the key's revision
+	h    *held  // handoff
+}
+
+type actionKind int
+
+const (
+	// acquire a free partition.
+	acquire actionKind = iota
+	// takeover a lease this node's name held before a restart.
+	takeover
+	// drop such a lease that is meant for another node now.
+	drop
+	// handoff a held partition to the node it is assigned to.
+	handoff
+)
+
+// round renews this node's key and leases, then acquires and hands off
+// partitions toward the assignment of the live nodes.
+func (m *Manager) round(ctx context.Context) {
+	if time.Since(m.renewed) >= m.cfg.RenewEvery {
+		m.renewed = time.Now()
+		m.heartbeat(ctx)
+		m.renew(ctx)
+	}
+	for _, a := range m.plan() {
+		if ctx.Err() != nil {
+			return
+		}
+		switch a.kind {
+		case acquire:
+			m.acquire(ctx, a.p)
+		case takeover:
+			m.takeover(ctx, a.p, a.rev)
+		case drop:
+			if err := m.kv.Delete(ctx, leaseKey(a.p), jetstream.LastRevision(a.rev)); err != nil {
+				m.log.Debug("drop an old lease of this node", "partition", a.p, "err", err)
+			}
+		case handoff:
+			m.handoffs.Go(func() { m.handoff(a.p, a.h) })
+		}
+	}
+}
+
+// plan compares the cache with the assignment.
+func (m *Manager) plan() []action {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.stopping {
+		return nil
+	}
+	live := m.liveLocked()
+	want := assign(m.cfg.Partitions, live)
+	me := m.cfg.Node
+	var out []action
+	for p := range m.cfg.Partitions {
+		h := m.mu.held[p]
+		c, leased := m.mu.leases[p]
+		switch {
+		case h != nil:
+			if h.releasing || want[p] == me {
+				continue
+			}
+			// Hand off only to a node seen alive for a renewal period, so a
+			// node that flaps does not drag partitions back and forth.
+			if seen, ok := m.mu.nodes[want[p]]; ok && now.Sub(seen) >= m.cfg.RenewEvery {
+				out = append(out, action{kind: handoff, p: p, h: h})
+			}
+		case leased && c.lease.Node == me:
+			// A lease of this node's name that this process does not hold:
+			// written before a restart.
+			if want[p] == me {
+				out = append(out, action{kind: takeover, p: p, rev: c.rev})
+			} else {
+				out = append(out, action{kind: drop, p: p, rev: c.rev})
+			}
+		case leased:
+		case want[p] == me:
+			out = append(out, action{kind: acquire, p: p})
+		default:
+			// Free but meant for another node: take it if that node has not
+			// for a whole TTL, so no partition stays unserved.
+			if since, ok := m.mu.free[p]; ok && now.Sub(since) > m.cfg.TTL {
+				out = append(out, action{kind: acquire, p: p})
+			}
+		}
+	}
+	return out
+}
+
+// heartbeat writes this node's key with the TTL.
+func (m *Manager) heartbeat(ctx context.Context) {
+	m.mu.Lock()
+	stopping := m.mu.stopping
+	m.mu.Unlock()
+	if stopping {
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Started time.Time `json:"started"`
+	}{m.started})
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
+	defer cancel()
+	if _, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.cfg.TTL)); err != nil {
+		m.log.Warn("node heartbeat", "err", err)
+	}
+}
+
+func (m *Manager) subject(key string) string { return "$KV." + m.cfg.Bucket + "." + key }
+
+// renew extends every held lease by a compare-and-set on its revision, all
+// in flight at once. A conflict means another node holds the lease now; any
+// other failure leaves the lease to its deadline.
+func (m *Manager) renew(ctx context.Context) {
+	type pending struct {
+		p    int
+		h    *held
+		sent time.Time
+		fut  jetstream.PubAckFuture
+	}
+	m.mu.Lock()
+	var todo []pending
+	for p, h := range m.mu.held {
+		if !h.releasing {
+			todo = append(todo, pending{p: p, h: h})
+		}
+	}
+	m.mu.Unlock()
+	for i := range todo {
+		t := &todo[i]
+		m.mu.Lock()
+		rev := t.h.rev
+		m.mu.Unlock()
+		b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: t.h.lease.Epoch})
+		t.sent = time.Now()
+		fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(leaseKey(t.p)), Data: b},
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
+		if err != nil {
+			m.log.Warn("renew lease", "partition", t.p, "err", err)
+			continue
+		}
+		t.fut = fut
+	}
+	timeout := time.NewTimer(m.cfg.RenewEvery)
+	defer timeout.Stop()
+	for _, t := range todo {
+		if t.fut == nil {
+			continue
+		}
+		select {
+		case ack := <-t.fut.Ok():
+			m.mu.Lock()
+			if m.mu.held[t.p] == t.h && !t.h.releasing {
+				t.h.rev = ack.Sequence
+				t.h.until = t.sent.Add(m.cfg.TTL - m.cfg.Margin)
+			}
+			m.mu.Unlock()
+			m.met.renewals.Inc()
+		case err := <-t.fut.Err():
+			if isConflict(err) {
+				m.mu.Lock()
+				if m.mu.held[t.p] == t.h {
+					m.loseLocked(t.p, t.h, ErrLeaseLost)
+				}
+				m.mu.Unlock()
+				continue
+			}
+			m.log.Warn("renew lease", "partition", t.p, "err", err)
+		case <-timeout.C:
+			m.log.Warn("lease renewals timed out", "after", m.cfg.RenewEvery)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// isConflict reports a failed compare-and-set.
+func isConflict(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// acquire creates the lease key of a free partition.
+func (m *Manager) acquire(ctx context.Context, p int) {
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
+	sent := time.Now()
+	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
+	defer cancel()
+	rev, err := m.kv.Create(actx, leaseKey(p), b, jetstream.KeyTTL(m.cfg.TTL))
+	if err != nil {
+		if !isConflict(err) {
+			m.log.Warn("acquire lease", "partition", p, "err", err)
+		}
+		return
+	}
+	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: rev}, rev, sent)
+}
+
+// takeover replaces a lease this node's name held before a restart, by a
+// compare-and-set on its revision: the new revision is a new epoch, so
+// nothing the old process still had in flight passes the fence.
+func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
+	sent := time.Now()
+	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
+	defer cancel()
+	ack, err := m.js.PublishMsg(actx, &nats.Msg{Subject: m.subject(leaseKey(p)), Data: b},
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
+	if err != nil {
+		if !isConflict(err) {
+			m.log.Warn("take back lease", "partition", p, "err", err)
+		}
+		return
+	}
+	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: ack.Sequence}, ack.Sequence, sent)
+}
+
+// start serves a lease just written at rev, its write sent at sent.
+func (m *Manager) start(l Lease, rev uint64, sent time.Time) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &held{lease: l, rev: rev, until: sent.Add(m.cfg.TTL - m.cfg.Margin),
+		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	m.mu.Lock()
+	m.mu.held[l.Partition] = h
+	m.mu.leases[l.Partition] = cached{lease: l, rev: rev}
+	delete(m.mu.free, l.Partition)
+	m.mu.Unlock()
+	m.met.acquired.Inc()
+	m.log.Debug("partition acquired", "partition", l.Partition, "epoch", l.Epoch)
+	m.serving.Go(func() {
+		defer close(h.done)
+		if m.cfg.Serve == nil {
+			<-ctx.Done()
+			return
+		}
+		m.cfg.Serve(ctx, l)
+	})
+}
+
+// handoff stops serving h's partition, waits for Serve (bounded), and
+// deletes the key so the next owner acquires it at once.
+func (m *Manager) handoff(p int, h *held) {
+	m.mu.Lock()
+	if h.releasing {
+		m.mu.Unlock()
+		return
+	}
+	h.releasing = true
+	m.mu.Unlock()
+	start := time.Now()
+	h.cancel(ErrHandoff)
+	t := time.NewTimer(m.cfg.HandoffTimeout)
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+		m.log.Warn("partition did not stop in time; handing it off anyway (its writes are fenced)",
+			"partition", p, "timeout", m.cfg.HandoffTimeout)
+	}
+	m.mu.Lock()
+	rev := h.rev
+	if m.mu.held[p] == h {
+		delete(m.mu.held, p)
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
+	defer cancel()
+	if err := m.release(ctx, p, h.lease, rev); err != nil {
+		m.log.Warn("delete handed-off lease; it expires by its TTL", "partition", p, "err", err)
+	}
+	m.met.handoff.Observe(time.Since(start).Seconds())
+	m.log.Debug("partition handed off", "partition", p, "took", time.Since(start))
+}
+
+// stop hands every partition off: first this node's key goes, so the others
+// plan without it, then every partition stops and its key is deleted.
+func (m *Manager) stop() {
+	m.mu.Lock()
+	m.mu.stopping = true
+	hs := make(map[int]*held, len(m.mu.held))
+	for p, h := range m.mu.held {
+		hs[p] = h
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
+	if err := m.kv.Delete(ctx, prefixNode+m.cfg.Node); err != nil {
+		m.log.Warn("delete node key", "err", err)
+	}
+	cancel()
+	for p, h := range hs {
+		m.handoffs.Go(func() { m.handoff(p, h) })
+	}
+	m.handoffs.Wait()
+	m.log.Info("partitions handed off", "count", len(hs))
+}
+
+// release deletes lease l of partition p, expected at revision rev. A
+// renewal that landed after rev was read moves the revision on: then the
+// key is read again and deleted if it still holds l.
+func (m *Manager) release(ctx context.Context, p int, l Lease, rev uint64) error {
+	err := m.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(rev))
+	if err == nil || !isConflict(err) {
+		return err
+	}
+	e, gerr := m.kv.Get(ctx, leaseKey(p))
+	if gerr != nil {
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		return gerr
+	}
+	if cur, ok := parseLease(e.Key(), e.Value(), e.Revision()); !ok || cur != l {
+		return nil // somebody else's now
+	}
+	return m.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(e.Revision()))
+}
