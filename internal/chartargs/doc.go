@@ -19,7 +19,7 @@
 //
 // # Usage
 //
-//	args := chartargs.Args(chartargs.Pod{
+//	pod := chartargs.Pod{
 //		Name:          "n0",
 //		Data:          dir,
 //		HTTP:          "127.0.0.1:18080",
@@ -30,7 +30,7 @@
 //		Replicas:      chartargs.Replicas(3),
 //		Partitions:    chartargs.DefaultPartitions,
 //		LeaseTTL:      chartargs.DefaultLeaseTTL,
-//	})
-//	cmd := exec.Command(agentdBinary, args...)
+//	}
+//	cmd := exec.Command(agentdBinary, chartargs.Args(pod)...)
 //	cmd.Env = append(os.Environ(), chartargs.Env(pod)...)
 package chartargs
