@@ -24,8 +24,10 @@ type Factory func(ctx context.Context, env *Env) (Agent, error)
 type Env struct {
 	ID   string // the agent id, a subject token
 	Type string // the registered type name
-	// Log is the process's event log.
-	Log *eventlog.Log
+	// Log is the agent's handle on the event log: it appends to this
+	// agent's subjects only, fenced by this node's lease of the agent's
+	// partition, and reads like the log.
+	Log *eventlog.Writer
 	// Fibers runs the agent's durable fibers; its recovery hook calls the
 	// agent's OnFiberRecovered.
 	Fibers *fiber.Runner

@@ -20,6 +20,11 @@ type Status struct {
 	Fibers    int    `json:"fibers"`
 	Schedules int    `json:"schedules"`
 	KeepAlive int    `json:"keepalive"`
+	// Partition is the agent's partition; Owner the server name of the
+	// node that owns it (and answered), Epoch that node's lease epoch.
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"`
+	Epoch     uint64 `json:"epoch"`
 	// Agent is what the agent adds when it handles "status" itself.
 	Detail any `json:"detail,omitempty"`
 }
@@ -42,12 +47,25 @@ type FiberInfo struct {
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
 func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
-	typ, err := h.TypeOf(cmd.Agent)
+	_, err := h.TypeOf(cmd.Agent)
 	if err != nil {
 		return nil, err
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
+	}
+	return h.route(ctx, cmd)
+}
+
+// local runs cmd on this node, which must own the agent's partition
+// (otherwise it fails with a retryable 503).
+func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
+	typ, err := h.TypeOf(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if !h.owns(cmd.Agent) {
+		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
 	}
 	switch cmd.Verb {
 	case "fibers", "schedules", "status":
@@ -105,6 +123,12 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 		return nil, err
 	}
 	st := Status{Agent: cmd.Agent, Type: typ, Active: h.Active(cmd.Agent), Fibers: len(rows), Schedules: len(scheds), KeepAlive: h.pool.Held(cmd.Agent)}
+	st.Partition = h.partitionOf(cmd.Agent)
+	h.mu.Lock()
+	if pt := h.mu.parts[st.Partition]; pt != nil {
+		st.Owner, st.Epoch = pt.lease.Node, pt.lease.Epoch
+	}
+	h.mu.Unlock()
 	if st.Active {
 		h.mu.Lock()
 		inst := h.mu.agents[cmd.Agent]

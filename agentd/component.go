@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/ownership"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,9 @@ type Deps struct {
 	Log *eventlog.Log
 	// Server is the embedded nats-server, nil with an external NATS.
 	Server *server.Server
+	// Ownership holds this node's partition leases: which agents it may
+	// run and write now.
+	Ownership *ownership.Manager
 	// Logger is the daemon's logger.
 	Logger *slog.Logger
 	// Registerer receives metrics; they are served on /metrics.

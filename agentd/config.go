@@ -2,8 +2,10 @@ package agentd
 
 import (
 	"fmt"
+	"github.com/forever-agents/forever/ownership"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -43,6 +45,10 @@ const (
 	ProviderAnthropic       = "anthropic"
 	DefaultShutdownTimeout  = 10 * time.Second
 	DefaultLogFormat        = LogText
+
+	DefaultClusterName = "forever"
+	DefaultPartitions  = ownership.DefaultPartitions
+	DefaultLeaseTTL    = ownership.DefaultTTL
 )
 
 // Subdirectories of the data dir.
@@ -107,6 +113,30 @@ type Config struct {
 	// Logger.
 	LogFormat string
 
+	// ServerName names this node and its embedded NATS server; unique in a
+	// cluster. The status verb reports the owner of an agent by this name.
+	// Default: the host name.
+	ServerName string
+	// ClusterName makes the embedded server join a NATS cluster of that
+	// name (with ClusterListen). Default "forever" when ClusterListen is set.
+	ClusterName string
+	// ClusterListen is the host:port the embedded server accepts routes on.
+	// Empty: not clustered.
+	ClusterListen string
+	// Routes are the peers' route URLs (nats-route://host:port, or
+	// host:port), or one DNS name that resolves to every peer.
+	Routes []string
+	// Replicas of the streams and KV buckets Forever creates. 0 picks 3 when
+	// clustered (the embedded server with ClusterListen, or an external
+	// server that reports a cluster), 1 otherwise.
+	Replicas int
+	// Partitions is the number of agent partitions, fixed when the cluster
+	// is first started. Default DefaultPartitions.
+	Partitions int
+	// LeaseTTL is the partition lease TTL: how long a dead owner keeps its
+	// agents before another node takes them. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.
@@ -150,6 +180,18 @@ func (c *Config) SetDefaults() {
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = DefaultLogFormat
+	}
+	if c.ServerName == "" {
+		c.ServerName, _ = os.Hostname()
+	}
+	if c.ClusterName == "" && c.ClusterListen != "" {
+		c.ClusterName = DefaultClusterName
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -195,6 +237,9 @@ func (c *Config) Validate() error {
 		if f.v < 0 {
 			return configErrorf(f.flag, "%s must not be negative", f.flag)
 		}
+	}
+	if err := c.validateCluster(); err != nil {
+		return err
 	}
 	if (c.Registerer == nil) != (c.Gatherer == nil) {
 		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)

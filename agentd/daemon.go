@@ -30,6 +30,7 @@ type Daemon struct {
 	mux      *http.ServeMux
 	started  chan struct{} // closed once Run finished starting
 	stopping chan struct{} // closed when shutdown begins
+	parts    partitions    // partition leases and their handlers
 
 	mu struct {
 		sync.Mutex
@@ -73,6 +74,7 @@ func New(cfg Config) (*Daemon, error) {
 		mux:      http.NewServeMux(),
 		started:  make(chan struct{}),
 		stopping: make(chan struct{}),
+		parts:    partitions{sealed: make(chan struct{})},
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
@@ -212,7 +214,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	r.closed = make(chan struct{})
 	fail := func(err error) error {
 		ln.Close()
-		return errors.Join(err, d.teardown(&r))
+		return errors.Join(err, d.parts.handoff(cfg.ShutdownTimeout+cfg.LeaseTTL), d.teardown(&r))
 	}
 	if cfg.NATSURL == "" {
 		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger); err != nil {
@@ -225,8 +227,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.mu.nc = r.nc
 	d.mu.Unlock()
-	r.lg, err = eventlog.Open(ctx, eventlog.Config{
+	cfg.Replicas = replicasFor(cfg, r.nc)
+	if err := d.parts.open(ctx, cfg, r.nc, d); err != nil {
+		return fail(err)
+	}
+	// Leases are taken from now on, so start hooks can wait for
+	// Ownership.Ready and write as owners; partitions are served once the
+	// hooks registered their handlers.
+	d.parts.run(ctx)
+	lcfg := eventlog.Config{
 		Conn:        r.nc,
+		Replicas:    cfg.Replicas,
+		Owner:       &d.parts,
+		OnFenced:    d.parts.onFenced,
 		Dir:         cfg.PebbleDir(),
 		ChunkMaxAge: cfg.ChunkMaxAge,
 		// Without a fsync per write, atomic batches (staged in a synced
@@ -234,16 +247,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 		AsyncBatches: cfg.Sync == SyncInterval && cfg.NATSURL == "",
 		Logger:       d.cfg.Logger,
 		Registerer:   cfg.Registerer,
+	}
+	err = retryQuorum(ctx, d.logger, "event log", cfg.Replicas, func(ctx context.Context) (err error) {
+		r.lg, err = eventlog.Open(ctx, lcfg)
+		return err
 	})
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
-	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
+	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
+		Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
 		if err := fn(ctx, deps); err != nil {
 			return fail(fmt.Errorf("agentd: start: %w", err))
 		}
 	}
+	d.parts.seal()
 	return d.serve(ctx, ln, &r)
 }
 
@@ -282,6 +301,21 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error
 	}
 	d.mu.Unlock()
 
+	// The lease manager runs outside the components: at shutdown it hands
+	// every partition off (its agents stop, the leases are deleted) while
+	// the components they write through still run.
+	handoff := func() error { return d.parts.handoff(cfg.ShutdownTimeout + cfg.LeaseTTL) }
+	g.Go(func() error {
+		select {
+		case err := <-d.parts.done:
+			d.parts.done <- err
+			if err != nil {
+				return fmt.Errorf("agentd: partition leases: %w", err)
+			}
+		case <-gctx.Done():
+		}
+		return nil
+	})
 	for _, nc := range components {
 		g.Go(func() error {
 			if err := nc.c.Run(compCtx); err != nil {
@@ -303,6 +337,14 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error
 		<-gctx.Done()
 		close(d.stopping)
 		d.logger.Info("agentd stopping", "cause", context.Cause(gctx))
+		// Hand the partitions off first, so other nodes take the agents
+		// over at once instead of after the lease TTL.
+		hstart := time.Now()
+		if err := handoff(); err != nil {
+			d.logger.Warn("partition handoff", "err", err)
+		} else {
+			d.logger.Info("partitions handed off", "took", time.Since(hstart))
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 		defer cancel()
 		err := hs.Shutdown(sctx)
@@ -350,7 +392,12 @@ func (d *Daemon) teardown(r *resources) error {
 		}
 	}
 	if r.srv != nil {
-		r.srv.Shutdown()
+		if d.cfg.clustered() {
+			// Leaderships move and clients are sent to the other nodes.
+			r.srv.LameDuckShutdown()
+		} else {
+			r.srv.Shutdown()
+		}
 		r.srv.WaitForShutdown()
 	}
 	return errors.Join(errs...)

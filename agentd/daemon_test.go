@@ -118,6 +118,7 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 	err = d.OnStart(func(ctx context.Context, deps *Deps) error {
 		lg = deps.Log
 		// One stored event, so the projector is ready only once it applied it.
+		<-deps.Ownership.Ready() // appends are fenced: write as the owner
 		if _, err := deps.Log.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: []byte(`{}`)}); err != nil {
 			return err
 		}
@@ -287,6 +288,7 @@ func TestGracefulShutdownAndReopen(t *testing.T) {
 	var seq eventlog.Seq
 	d.OnStart(func(ctx context.Context, deps *Deps) error {
 		var err error
+		<-deps.Ownership.Ready() // appends are fenced: write as the owner
 		seq, err = deps.Log.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: []byte(`{"n":1}`)})
 		return err
 	})

@@ -18,14 +18,18 @@ var (
 	ErrConflict = errors.New("agentd: conflict")
 	// ErrTooLarge: the payload is larger than allowed (413).
 	ErrTooLarge = errors.New("agentd: payload too large")
+	// ErrUnavailable: the agent has no owner that can take the command
+	// now (a partition handoff or failover in progress, or the node is
+	// stopping); retry (503).
+	ErrUnavailable = errors.New("agentd: unavailable, retry")
 )
 
 // StatusCoder is implemented by errors that carry their own status code, so
 // packages below agentd can classify errors without importing it.
 type StatusCoder interface{ StatusCode() int }
 
-// StatusCode maps an error to an HTTP-style status code: 400, 404, 409, 413
-// or 500.
+// StatusCode maps an error to an HTTP-style status code: 400, 404, 409,
+// 413, 503 or 500.
 func StatusCode(err error) int {
 	var sc StatusCoder
 	switch {
@@ -41,6 +45,8 @@ func StatusCode(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge), errors.Is(err, eventlog.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced):
+		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}

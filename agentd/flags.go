@@ -83,6 +83,20 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"JetStream memory storage limit of the embedded server (`size`: bytes, or with K, M, G, T; KiB, MiB... are the same)")
 	fs.Var((*byteSize)(&cfg.JetStreamMaxStore), "js-max-store",
 		"JetStream file storage limit of the embedded server (`size`)")
+	fs.StringVar(&cfg.ServerName, "server-name", cfg.ServerName,
+		"`name` of this node and its embedded NATS server, unique in the cluster (default: the host name)")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", cfg.ClusterName,
+		"`name` of the NATS cluster the embedded server joins (default \""+DefaultClusterName+"\" with --cluster-listen)")
+	fs.StringVar(&cfg.ClusterListen, "cluster-listen", cfg.ClusterListen,
+		"`host:port` the embedded server accepts cluster routes on; set to run clustered")
+	fs.Var((*listFlag)(&cfg.Routes), "routes",
+		"comma-separated route `urls` of the cluster's nodes (nats-route://host:port or host:port), or one DNS name that resolves to every node")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas,
+		"replicas of the streams and KV buckets (0: 3 when clustered, 1 otherwise)")
+	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions,
+		"number of agent partitions, fixed when the cluster is first started")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL,
+		"partition lease TTL: how long agents of a dead node wait before another node takes them")
 	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,
 		"how long chat stream chunks are kept")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
@@ -156,3 +170,18 @@ func parseSize(s string) (int64, error) {
 
 // levelString is the flag spelling of a slog level.
 func levelString(l slog.Level) string { return strings.ToLower(l.String()) }
+
+// listFlag is a flag.Value for a comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forever-agents/forever/internal/chartargs"
 )
 
 func envFrom(m map[string]string) func(string) string {
@@ -182,5 +184,37 @@ func TestValidate(t *testing.T) {
 	c.Registerer = newRegistry()
 	if err := c.Validate(); !errors.Is(err, ErrConfig) {
 		t.Errorf("Registerer without Gatherer: got %v, want ErrConfig", err)
+	}
+}
+
+// TestChartArgs: agentd accepts every flag and variable the Helm chart
+// starts a pod with.
+func TestChartArgs(t *testing.T) {
+	fs := newFlagSet(&Config{})
+	for _, name := range chartargs.Flags() {
+		if fs.Lookup(name) == nil {
+			t.Errorf("the chart passes --%s, which agentd does not define", name)
+		}
+	}
+	pods := []chartargs.Pod{
+		{Name: "forever-0", Data: "/data", HTTP: "0.0.0.0:8080", NATSListen: "0.0.0.0:4222",
+			Cluster: "forever", ClusterListen: "0.0.0.0:6222",
+			Routes:   []string{"nats://forever-0.forever-headless:6222", "nats://forever-1.forever-headless:6222"},
+			Replicas: 3, Partitions: 64, LeaseTTL: 10 * time.Second},
+		{Name: "forever-0", Data: "/data", HTTP: "0.0.0.0:8080", NATSURL: "nats://nats:4222", Replicas: 3},
+	}
+	for _, pod := range pods {
+		env := map[string]string{}
+		for _, kv := range chartargs.Env(pod) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		cfg, err := ParseFlags(chartargs.Args(pod), envFrom(env))
+		if err != nil {
+			t.Fatalf("%v: %v", chartargs.Args(pod), err)
+		}
+		if cfg.ServerName != pod.Name || cfg.Replicas != pod.Replicas || len(cfg.Routes) != len(pod.Routes) {
+			t.Errorf("parsed %+v from %v", cfg, chartargs.Args(pod))
+		}
 	}
 }

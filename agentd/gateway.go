@@ -53,7 +53,7 @@ func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessa
 	if err != nil {
 		return replay.Turn{}, statusError{err}
 	}
-	r, ok := out.(ChatReply)
+	r, ok := replyAs[ChatReply](out)
 	if !ok {
 		return replay.Turn{}, fmt.Errorf("%w: agent %s is not a chat agent", ErrNotFound, agent)
 	}
@@ -65,7 +65,7 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 	if err != nil {
 		return false, statusError{err}
 	}
-	m, _ := out.(map[string]bool)
+	m, _ := replyAs[map[string]bool](out)
 	return m["cancelled"], nil
 }
 
@@ -74,6 +74,9 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
 		return nil, statusError{err}
+	}
+	if err := g.catchUp(ctx, agent); err != nil {
+		return nil, err
 	}
 	var all []chat.Message
 	page := chat.Page{Limit: 500}
@@ -94,7 +97,10 @@ func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	return all, nil
 }
 
-func (g gatewayChats) Active(_ context.Context, agent string) (replay.Turn, bool, error) {
+func (g gatewayChats) Active(ctx context.Context, agent string) (replay.Turn, bool, error) {
+	if err := g.catchUp(ctx, agent); err != nil {
+		return replay.Turn{}, false, err
+	}
 	t, ok, err := g.chats.Store().ActiveTurn(agent)
 	if err != nil || !ok {
 		return replay.Turn{}, false, err
@@ -134,4 +140,15 @@ func (f freshStreams) Latest(agent string) (chat.StreamInfo, error) {
 func (f freshStreams) Get(agent, stream string) (chat.StreamInfo, error) {
 	f.catchUp(eventlog.Filter{Agent: agent, Stream: stream})
 	return f.store.Streams().Get(agent, stream)
+}
+
+// catchUp waits until this node's chat views applied the agent's last
+// event: in a cluster the command that wrote it may have run on another
+// node, and a read after its answer must see it.
+func (g gatewayChats) catchUp(ctx context.Context, agent string) error {
+	seq, err := g.host.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: agent})
+	if err != nil {
+		return err
+	}
+	return g.chats.Store().WaitFor(ctx, seq)
 }

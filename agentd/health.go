@@ -15,6 +15,8 @@ type health struct {
 	NATS string `json:"nats"`
 	// Projections maps each registered projection to whether it caught up.
 	Projections map[string]bool `json:"projections,omitempty"`
+	// Partitions is how many agent partitions this node owns (readyz).
+	Partitions int `json:"partitions"`
 }
 
 // natsStatus returns the connection's status, "none" before it exists.
@@ -66,6 +68,14 @@ func (d *Daemon) readiness() (health, bool) {
 			h.Projections[pr.Name()] = true
 		default:
 			h.Projections[pr.Name()] = false
+			ready = false
+		}
+	}
+	if d.parts.mgr != nil {
+		select {
+		case <-d.parts.mgr.Ready():
+			h.Partitions = d.parts.mgr.OwnedCount()
+		default:
 			ready = false
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/keepalive"
+	"github.com/forever-agents/forever/ownership"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,6 +41,7 @@ type Host struct {
 
 	// Set by start, before run.
 	deps   *Deps
+	own    *ownership.Manager
 	table  *fiber.Table
 	pool   *keepalive.Pool
 	sched  *keepalive.Scheduler
@@ -53,11 +55,22 @@ type Host struct {
 		sync.Mutex
 		ctx    context.Context // the host's run context, nil until run
 		agents map[string]*instance
+		parts  map[int]*part // partitions this node serves
 	}
+}
+
+// part is a partition this node holds a lease on. Everything the host runs
+// for the partition's agents lives under ctx, which ends when the lease is
+// lost or handed off.
+type part struct {
+	lease     ownership.Lease
+	ctx       context.Context
+	recovered chan struct{} // closed once recovery of its agents started
 }
 
 type instance struct {
 	id, typ string
+	part    int
 	env     *Env
 	agent   Agent
 	built   chan struct{} // closed once agent or err is set
@@ -72,6 +85,7 @@ type instance struct {
 func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, ready: make(chan struct{})}
 	h.mu.agents = map[string]*instance{}
+	h.mu.parts = map[int]*part{}
 	return h
 }
 
@@ -120,6 +134,9 @@ func (h *Host) Attach(d *Daemon) error {
 
 func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 	h.deps = deps
+	h.own = deps.Ownership
+	d.OnPartition(h.servePartition)
+	d.OnFenced(h.fenced)
 	h.logger = deps.Logger.With("subsystem", "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
@@ -142,6 +159,7 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 	}
 	h.sched, err = keepalive.NewScheduler(keepalive.SchedulerConfig{
 		Log:        deps.Log,
+		Owns:       h.owns,
 		Fire:       h.fire,
 		OnError:    h.scheduleFailed,
 		Logger:     deps.Logger,
@@ -179,27 +197,13 @@ func (h *Host) run(ctx context.Context) error {
 	h.mu.ctx = ctx
 	h.mu.Unlock()
 	defer h.stopAll()
-	select {
-	case <-h.table.Ready():
-	case <-ctx.Done():
+	// Recovery runs per partition as its lease is acquired
+	// (servePartition); the host is ready once the first round of leases
+	// was taken and each of those partitions started its recovery.
+	if err := h.awaitStartup(ctx); err != nil {
 		return nil
 	}
-	// Every agent with a runs row is activated: activation runs Recover.
-	rows, err := h.table.Rows("")
-	if err != nil {
-		h.logger.Error("reading the runs table; corrupt rows are skipped", "err", err)
-	}
-	seen := map[string]bool{}
-	for _, r := range rows {
-		if seen[r.Agent] {
-			continue
-		}
-		seen[r.Agent] = true
-		if _, err := h.activate(ctx, r.Agent); err != nil {
-			h.logger.Error("activate agent for recovery", "agent", r.Agent, "err", err)
-		}
-	}
-	h.logger.Info("startup recovery started", "agents", len(seen), "fibers", len(rows))
+	h.logger.Info("startup recovery started", "partitions", h.own.OwnedCount())
 	close(h.ready)
 
 	tick := time.NewTicker(max(h.cfg.IdleTimeout/4, 10*time.Millisecond))
@@ -231,15 +235,21 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	if err != nil {
 		return nil, err
 	}
+	pn := h.partitionOf(id)
 	h.mu.Lock()
 	hostCtx := h.mu.ctx
 	if hostCtx == nil || hostCtx.Err() != nil {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("agentd: host is not running")
+		return nil, fmt.Errorf("%w: host is not running", ErrUnavailable)
+	}
+	pt := h.mu.parts[pn]
+	if pt == nil || pt.ctx.Err() != nil {
+		h.mu.Unlock()
+		return nil, h.notOwner(id, pn)
 	}
 	inst, ok := h.mu.agents[id]
 	if !ok {
-		inst = &instance{id: id, typ: typ, built: make(chan struct{}), lastActive: time.Now()}
+		inst = &instance{id: id, typ: typ, part: pn, built: make(chan struct{}), lastActive: time.Now()}
 		h.mu.agents[id] = inst
 	}
 	if busy {
@@ -262,7 +272,7 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 		}
 		return inst, nil
 	}
-	inst.err = h.build(ctx, hostCtx, inst)
+	inst.err = h.build(ctx, pt.ctx, inst)
 	if inst.err != nil {
 		h.mu.Lock()
 		delete(h.mu.agents, id)
@@ -286,7 +296,9 @@ func (h *Host) done(inst *instance) {
 }
 
 // build constructs the agent and starts recovery of its orphaned fibers.
-func (h *Host) build(ctx, hostCtx context.Context, inst *instance) error {
+// partCtx is the context of the agent's partition: recovery stops with it.
+func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
+	hostCtx := partCtx
 	logger := h.logger.With("agent", inst.id, "type", inst.typ)
 	keeper := h.pool.For(inst.id)
 	hooks := fiber.Hooks{
@@ -305,8 +317,9 @@ func (h *Host) build(ctx, hostCtx context.Context, inst *instance) error {
 			logger.Error("agent error", "err", err)
 		},
 	}
+	w := h.deps.Log.Writer(inst.id)
 	runner, err := fiber.New(fiber.Config{
-		Log: h.deps.Log, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
+		Log: w, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
 		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
 		Logger: h.deps.Logger, Registerer: h.deps.Registerer,
 	})
@@ -314,7 +327,7 @@ func (h *Host) build(ctx, hostCtx context.Context, inst *instance) error {
 		return err
 	}
 	inst.env = &Env{
-		ID: inst.id, Type: inst.typ, Log: h.deps.Log, Fibers: runner, KeepAlive: keeper,
+		ID: inst.id, Type: inst.typ, Log: w, Fibers: runner, KeepAlive: keeper,
 		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger,
 	}
 	inst.agent, err = h.types[inst.typ](ctx, inst.env)
@@ -370,7 +383,7 @@ func (h *Host) reap() {
 
 func (h *Host) deactivate(inst *instance) {
 	if d, ok := inst.agent.(Deactivator); ok {
-		d.OnDeactivate(context.Background())
+		h.callDeactivate(inst, d)
 	}
 	if err := inst.env.Fibers.Close(); err != nil {
 		inst.env.Logger.Warn("close fibers", "err", err)

@@ -55,10 +55,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server
 		return nil, err
 	}
 	opts := &server.Options{
-		ServerName: "agentd",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
+		Host:      host,
+		Port:      port,
+		JetStream: true,
 		// nats-server stores JetStream data in <StoreDir>/jetstream.
 		StoreDir:               cfg.DataDir,
 		JetStreamMaxMemory:     cfg.JetStreamMaxMemory,
@@ -66,6 +65,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server
 		SyncAlways:             cfg.Sync == SyncAlways,
 		NoSigs:                 true,
 		DisableJetStreamBanner: true,
+	}
+	if err := clusterOptions(cfg, opts); err != nil {
+		return nil, err
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package agentd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,8 +39,12 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 		}
 	}
 	return d.Add("nats service", ComponentFunc(func(ctx context.Context) error {
+		unsub, err := h.serveNode(ctx)
+		if err != nil {
+			return err
+		}
 		<-ctx.Done()
-		return svc.Stop()
+		return errors.Join(unsub(), svc.Stop())
 	}))
 }
 
@@ -75,12 +80,8 @@ func (h *Host) handle(req micro.Request) {
 }
 
 func respondError(req micro.Request, err error) {
-	code := StatusCode(err)
-	msg := err.Error()
 	// The message is for a person; keep the first line.
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
+	code, msg := errorReply(err)
 	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
 	_ = req.Error(strconv.Itoa(code), msg, body)
 }

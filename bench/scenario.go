@@ -65,6 +65,7 @@ func scenarios() []Scenario {
 		{Name: "append-single", Run: appendSingle},
 		{Name: "append-async", Run: appendAsync},
 		{Name: "append-batch", Run: appendBatch},
+		{Name: "append-fenced", Run: appendFenced},
 		{Name: "projection-catchup", Run: projectionCatchup},
 		{Name: "fiber-run", Run: fiberRun},
 		{Name: "fiber-stash", Run: fiberStash},

@@ -110,6 +110,9 @@ func (s *Scheduler) dispatch(ctx context.Context, now time.Time) time.Time {
 		if at := time.Unix(0, nanos); at.After(now) {
 			return at
 		}
+		if s.cfg.Owns != nil && !s.cfg.Owns(agent) {
+			continue // its owner fires it
+		}
 		if full {
 			return time.Time{}
 		}
@@ -138,8 +141,10 @@ func (s *Scheduler) fire(ctx context.Context, sc Schedule, start time.Time) {
 	}()
 	s.metrics.delay.Observe(max(0, start.Sub(sc.NextAt).Seconds()))
 	cbErr := s.call(ctx, sc)
-	if cbErr != nil && ctx.Err() != nil {
-		return // shutting down: not an attempt; the schedule stays due
+	if cbErr != nil && (ctx.Err() != nil || errors.Is(cbErr, eventlog.ErrNotOwner)) {
+		// Shutting down, or the agent's partition moved to another
+		// process: not an attempt; the schedule stays due for its owner.
+		return
 	}
 	ev, outcome, fireErr := s.outcome(sc, cbErr, s.cfg.Clock.Now())
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), appendTimeout)

@@ -50,6 +50,11 @@ type SchedulerConfig struct {
 	// return records schedule.fired; an error records a retry or, after
 	// MaxAttempts failures in a row, schedule.failed. A panic is an error.
 	Fire func(ctx context.Context, s Schedule) error
+	// Owns, when set, tells whether this process may fire an agent's
+	// schedules now (in a cluster: whether it holds the lease of the
+	// agent's partition). Schedules of other agents are left to their
+	// owner; call Poke when ownership changes. Nil means every agent.
+	Owns func(agent string) bool
 	// OnError, when set, is called after each failed attempt has been
 	// recorded, with the schedule as attempted and a *FireError (Final, and
 	// matching ErrExhausted, on the last attempt). When nil, failures are
@@ -328,6 +333,10 @@ func (s *Scheduler) waitApplied(ctx context.Context, seq eventlog.Seq) error {
 	}
 	return err
 }
+
+// Poke makes the Run loop look at the due schedules again: call it when
+// SchedulerConfig.Owns changed its answer.
+func (s *Scheduler) Poke() { s.poke() }
 
 // poke wakes the Run loop.
 func (s *Scheduler) poke() {

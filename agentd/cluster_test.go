@@ -1,0 +1,410 @@
+package agentd
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/replay"
+	"github.com/nats-io/nats.go"
+)
+
+// clusterTTL is the lease TTL of the loopback cluster tests, shorter than
+// the chart's default 10s to keep them quick (the chart's leaseTtl value).
+const clusterTTL = 3 * time.Second
+
+// clusterNode is one agentd of a loopback cluster, started with the flags
+// the Helm chart gives a pod.
+type clusterNode struct {
+	name                     string
+	data, http, nats, routes string
+	args, env                []string
+	proc                     *agentdProc
+}
+
+// newCluster prepares n nodes on loopback (not started), each started as the
+// chart starts a pod (chartargs), with loopback addresses and a short TTL.
+func newCluster(t *testing.T, n int) []*clusterNode {
+	t.Helper()
+	var routes []string
+	nodes := make([]*clusterNode, n)
+	for i := range nodes {
+		nodes[i] = &clusterNode{
+			name: fmt.Sprintf("forever-%d", i),
+			data: filepath.Join(t.TempDir(), "data"),
+			http: freeAddr(t), nats: freeAddr(t), routes: freeAddr(t),
+		}
+		routes = append(routes, "nats://"+nodes[i].routes)
+	}
+	for _, nd := range nodes {
+		pod := chartargs.Pod{
+			Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+			Cluster: "forever", ClusterListen: nd.routes, Routes: routes,
+			Replicas: chartargs.Replicas(n), LeaseTTL: clusterTTL,
+		}
+		nd.args = chartargs.Args(pod)
+		nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=60")
+	}
+	return nodes
+}
+
+// start starts the node's process; wait with waitReady.
+func (nd *clusterNode) start(t *testing.T, bin string) {
+	t.Helper()
+	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin, nd.args...)
+	p.cmd.Env = append(os.Environ(), nd.env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.kill() })
+	nd.proc = p
+}
+
+// ready reports whether the node answers /readyz with 200.
+func (nd *clusterNode) ready() bool {
+	resp, err := http.Get("http://" + nd.http + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func waitReady(t *testing.T, nodes ...*clusterNode) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, nd := range nodes {
+		for !nd.ready() {
+			select {
+			case err := <-nd.proc.exited:
+				nd.proc.exited <- err
+				t.Fatalf("%s exited before ready: %v\n%s", nd.name, err, nd.proc.out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not ready:\n%s", nd.name, nd.proc.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// clusterClient talks to the cluster through one node's NATS port, with
+// every node's URL to fail over to.
+func clusterClient(t *testing.T, nodes []*clusterNode) *crashClient {
+	t.Helper()
+	var urls []string
+	for _, nd := range nodes {
+		urls = append(urls, "nats://"+nd.nats)
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &crashClient{t: t, nc: nc, lg: lg}
+}
+
+// ownerOf asks the cluster for the agent's status and returns its owner.
+func ownerOf(c *crashClient, agent string) Status {
+	var st Status
+	if err := json.Unmarshal(c.command(agent, "status", nil), &st); err != nil {
+		c.t.Fatalf("status of %s: %v", agent, err)
+	}
+	return st
+}
+
+// checkWriters proves from the log that no agent was written by two owners
+// interleaved, on its events and on each of its chat streams.
+func checkWriters(t *testing.T, c *crashClient, agents []string) {
+	t.Helper()
+	for _, a := range agents {
+		evs := c.events(a)
+		if err := eventlog.CheckWriters(evs); err != nil {
+			t.Errorf("agent %s: %v", a, err)
+		}
+		chunks, err := c.lg.Read(t.Context(), eventlog.Filter{Agent: a, Chunks: true}, 0, 0)
+		if err != nil {
+			t.Fatalf("read chunks of %s: %v", a, err)
+		}
+		byStream := map[string][]eventlog.Event{}
+		for _, e := range chunks {
+			byStream[e.Stream] = append(byStream[e.Stream], e)
+		}
+		for s, evs := range byStream {
+			if err := eventlog.CheckWriters(evs); err != nil {
+				t.Errorf("agent %s stream %s: %v", a, s, err)
+			}
+		}
+	}
+}
+
+// TestCluster runs three agentd nodes on loopback, started as the Helm
+// chart starts its pods, with R3 streams, and takes nodes away under load.
+func TestCluster(t *testing.T) {
+	bin := buildBinary(t)
+	nodes := newCluster(t, 3)
+	for _, nd := range nodes {
+		nd.start(t, bin)
+	}
+	waitReady(t, nodes...)
+	c := clusterClient(t, nodes)
+
+	// About 30 agents spread over the nodes.
+	var agents []string
+	owners := map[string]int{}
+	for i := range 30 {
+		a := fmt.Sprintf("steps:c%d", i)
+		if i%2 == 1 {
+			a = fmt.Sprintf("chat%d", i)
+		}
+		agents = append(agents, a)
+		st := ownerOf(c, a)
+		if st.Owner == "" {
+			t.Fatalf("status of %s names no owner: %+v", a, st)
+		}
+		owners[st.Owner]++
+	}
+	t.Logf("owners of 30 agents: %v", owners)
+	if len(owners) != 3 {
+		t.Errorf("30 agents are owned by %d nodes, want all 3: %v", len(owners), owners)
+	}
+
+	t.Run("OwnerDies", func(t *testing.T) { testClusterOwnerDies(t, bin, c, nodes, agents) })
+	t.Run("SIGTERM", func(t *testing.T) { testClusterSIGTERM(t, bin, c, nodes) })
+	t.Run("StaleOwner", func(t *testing.T) { testClusterStaleOwner(t, bin, c, nodes) })
+	checkWriters(t, c, agents)
+}
+
+func nodeNamed(nodes []*clusterNode, name string) *clusterNode {
+	i := slices.IndexFunc(nodes, func(nd *clusterNode) bool { return nd.name == name })
+	if i < 0 {
+		return nil
+	}
+	return nodes[i]
+}
+
+func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clusterNode, agents []string) {
+	// Steps fibers on every steps agent, then a chat mid-turn.
+	for _, a := range agents {
+		if strings.HasPrefix(a, "steps:") {
+			c.command(a, "start", map[string]int{"steps": 15, "delayMs": 100})
+		}
+	}
+	const agent = "chat1"
+	var reply ChatReply
+	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "Tell me a story about a lighthouse."}), &reply)
+	owner := ownerOf(c, agent)
+	victim := nodeNamed(nodes, owner.Owner)
+	followed := make(chan []replay.Item, 1)
+	go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.streamChunks(agent, reply.StreamID)) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stream did not grow:\n%s", victim.proc.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	victim.proc.kill()
+	killedAt := time.Now()
+	// Another node takes the partition and writes the agent.
+	var firstNew time.Time
+	for firstNew.IsZero() {
+		for _, e := range c.events(agent) {
+			if e.Writer.Node != "" && e.Writer.Node != victim.name && e.Time.After(killedAt) {
+				firstNew = e.Time
+				break
+			}
+		}
+		if time.Since(killedAt) > 4*clusterTTL+10*time.Second {
+			t.Fatalf("no other node wrote %s after its owner died", agent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("owner %s killed; failover to the first event of the new owner: %s (lease TTL %s)",
+		victim.name, firstNew.Sub(killedAt).Round(time.Millisecond), clusterTTL)
+	chunks := waitStreamEnd(t, c, agent, reply.StreamID)
+	checkOneAssistant(t, c, agent)
+	items := <-followed
+	checkFollowed(t, items, chunks)
+	// The dead node comes back and takes its share again.
+	victim.start(t, bin)
+	waitReady(t, victim)
+	deadline = time.Now().Add(4*clusterTTL + 20*time.Second)
+	for {
+		n := 0
+		for _, a := range agents {
+			if ownerOf(c, a).Owner == victim.name {
+				n++
+			}
+		}
+		if n > 0 {
+			t.Logf("%s rejoined and owns %d of %d agents", victim.name, n, len(agents))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s rejoined but owns no agent", victim.name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitFibersDone(t, c, agents)
+}
+
+func testClusterSIGTERM(t *testing.T, bin string, c *crashClient, nodes []*clusterNode) {
+	const agent = "steps:term"
+	owner := nodeNamed(nodes, ownerOf(c, agent).Owner)
+	c.command(agent, "start", map[string]int{"steps": 10, "delayMs": 100})
+	sent := time.Now()
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	for {
+		if st := ownerOf(c, agent); st.Owner != "" && st.Owner != owner.name {
+			took = time.Since(sent)
+			break
+		}
+		if time.Since(sent) > 30*time.Second {
+			t.Fatalf("%s not taken over after SIGTERM of %s", agent, owner.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("SIGTERM of %s: %s owned elsewhere after %s (lease TTL %s)", owner.name, agent, took.Round(time.Millisecond), clusterTTL)
+	select {
+	case err := <-owner.proc.exited:
+		owner.proc.exited <- err
+		if err != nil {
+			t.Errorf("%s exit after SIGTERM: %v", owner.name, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30s after SIGTERM", owner.name)
+	}
+	// The node handed its partitions off (rather than letting them expire).
+	if !strings.Contains(owner.proc.out.String(), `"msg":"partitions handed off"`) {
+		t.Errorf("%s did not hand its partitions off:\n%s", owner.name, owner.proc.out.String())
+	}
+	waitFibersDone(t, c, []string{agent})
+	owner.start(t, bin)
+	waitReady(t, owner)
+}
+
+func testClusterStaleOwner(t *testing.T, bin string, c *crashClient, nodes []*clusterNode) {
+	const agent = "steps:stale"
+	owner := nodeNamed(nodes, ownerOf(c, agent).Owner)
+	c.command(agent, "start", map[string]int{"steps": 40, "delayMs": 100})
+	time.Sleep(500 * time.Millisecond)
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	for {
+		var newer bool
+		for _, e := range c.events(agent) {
+			if e.Writer.Node != "" && e.Writer.Node != owner.name && e.Time.After(stoppedAt) {
+				newer = true
+			}
+		}
+		if newer {
+			break
+		}
+		if time.Since(stoppedAt) > 4*clusterTTL+10*time.Second {
+			t.Fatalf("nobody took %s over from the stopped %s", agent, owner.name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFibersDone(t, c, []string{agent})
+	time.Sleep(clusterTTL) // give the woken node time to try to write
+	if err := eventlog.CheckWriters(c.events(agent)); err != nil {
+		t.Errorf("the stale owner's writes landed after the takeover: %v", err)
+	}
+	waitReady(t, owner)
+}
+
+// waitFibersDone waits until no agent has a running fiber.
+func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, a := range agents {
+		for {
+			var fibers []FiberInfo
+			json.Unmarshal(c.command(a, "fibers", nil), &fibers)
+			if len(fibers) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has fibers: %+v", a, fibers)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// waitStreamEnd waits for the stream's terminal chunk and returns its chunks.
+func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chat.Chunk {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		chunks := c.streamChunks(agent, stream)
+		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
+			if chunks[n-1].Type != chat.ChunkFinish {
+				t.Errorf("stream %s ended with %+v, want finish", stream, chunks[n-1])
+			}
+			return chunks
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s of %s did not end", stream, agent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkOneAssistant checks the history: one user message, one assistant
+// message.
+func checkOneAssistant(t *testing.T, c *crashClient, agent string) {
+	t.Helper()
+	var page struct{ Messages []chat.Message }
+	json.Unmarshal(c.command(agent, "messages", nil), &page)
+	if len(page.Messages) != 2 || page.Messages[0].Role != "user" || page.Messages[1].Role != "assistant" {
+		t.Errorf("history of %s = %+v, want the user message and exactly one assistant message", agent, page.Messages)
+	}
+}
+
+// checkFollowed checks that a reader saw every chunk of the stream once and
+// in order.
+func checkFollowed(t *testing.T, items []replay.Item, chunks []chat.Chunk) {
+	t.Helper()
+	if len(items) != len(chunks) {
+		t.Errorf("the reader saw %d chunks, the stream has %d", len(items), len(chunks))
+	}
+	for i := range min(len(items), len(chunks)) {
+		if !sameChunk(items[i].Chunk, chunks[i]) {
+			t.Errorf("reader chunk %d = %+v, stream has %+v", i, items[i].Chunk, chunks[i])
+			return
+		}
+		if i > 0 && items[i].Cursor <= items[i-1].Cursor {
+			t.Errorf("reader cursors not increasing at %d", i)
+			return
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package agentd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/ownership"
+)
+
+// deactivateTimeout bounds an agent's OnDeactivate hook.
+const deactivateTimeout = 10 * time.Second
+
+// partitionOf returns the partition of an agent id.
+func (h *Host) partitionOf(id string) int {
+	return ownership.PartitionOf(id, h.own.Partitions())
+}
+
+// owns reports whether this node serves agent's partition now.
+func (h *Host) owns(agent string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pt := h.mu.parts[h.partitionOf(agent)]
+	return pt != nil && pt.ctx.Err() == nil
+}
+
+// notOwner is the error of a command for an agent whose partition this node
+// does not serve: retryable, 503.
+func (h *Host) notOwner(id string, p int) error {
+	return fmt.Errorf("%w: %w: agent %q is in partition %d, which node %s does not own now",
+		ErrUnavailable, eventlog.ErrNotOwner, id, p, h.own.Node())
+}
+
+// servePartition runs for as long as this node holds the lease of partition
+// l.Partition. Taking a partition over runs what a restart runs, for that
+// partition only: catch the views up with the log (so they hold the last
+// events of the previous owner), recover the orphaned fibers and interrupted
+// turns of its agents, and let the scheduler fire its overdue schedules.
+// When ctx ends (the lease is lost or handed off) it stops the partition's
+// agents, interrupting their fibers (their rows stay for the next owner),
+// and returns once they have stopped.
+func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
+	pt := &part{lease: l, ctx: ctx, recovered: make(chan struct{})}
+	h.mu.Lock()
+	h.mu.parts[l.Partition] = pt
+	h.mu.Unlock()
+	defer func() {
+		h.stopPartition(l.Partition)
+		h.mu.Lock()
+		if h.mu.parts[l.Partition] == pt {
+			delete(h.mu.parts, l.Partition)
+		}
+		h.mu.Unlock()
+		h.sched.Poke()
+	}()
+	logger := h.logger.With("partition", l.Partition, "epoch", l.Epoch)
+	start := time.Now()
+	n, err := h.recoverPartition(ctx, l.Partition)
+	close(pt.recovered)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil:
+		logger.Error("recover partition", "err", err)
+	default:
+		logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
+	}
+	h.sched.Poke()
+	<-ctx.Done()
+	logger.Info("partition released", "cause", context.Cause(ctx))
+}
+
+// recoverPartition catches the runs and schedules views up with the whole
+// events stream, then activates every agent of partition p that has a runs
+// row (activation recovers its orphaned fibers). It returns how many agents
+// it activated.
+func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
+	select {
+	case <-h.table.Ready():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
+	if err != nil {
+		return 0, err
+	}
+	if err := h.table.WaitFor(ctx, last); err != nil {
+		return 0, err
+	}
+	if err := h.sched.Projector().WaitFor(ctx, last); err != nil {
+		return 0, err
+	}
+	rows, err := h.table.Rows("")
+	if err != nil {
+		h.logger.Error("reading the runs table; corrupt rows are skipped", "partition", p, "err", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Agent] || h.partitionOf(r.Agent) != p {
+			continue
+		}
+		seen[r.Agent] = true
+		if _, err := h.activate(ctx, r.Agent); err != nil && ctx.Err() == nil {
+			h.logger.Error("activate agent for recovery", "agent", r.Agent, "err", err)
+		}
+	}
+	return len(seen), nil
+}
+
+// stopPartition deactivates the partition's agents and waits for them.
+func (h *Host) stopPartition(p int) {
+	h.mu.Lock()
+	var stop []*instance
+	for id, inst := range h.mu.agents {
+		if inst.part == p {
+			delete(h.mu.agents, id)
+			stop = append(stop, inst)
+		}
+	}
+	h.mu.Unlock()
+	for _, inst := range stop {
+		<-inst.built
+		if inst.err == nil {
+			h.deactivate(inst)
+		}
+	}
+}
+
+// fenced stops an agent another node wrote: this node must not write it
+// again until it holds a newer lease (the daemon then re-reads the lease).
+func (h *Host) fenced(agent string, err error) {
+	h.mu.Lock()
+	inst := h.mu.agents[agent]
+	if inst != nil {
+		delete(h.mu.agents, agent)
+	}
+	h.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	h.logger.Warn("another node wrote the agent: stopping it here", "agent", agent, "err", err)
+	<-inst.built
+	if inst.err == nil {
+		h.deactivate(inst)
+	}
+}
+
+// awaitStartup waits until the runs table is caught up, the first round of
+// leases was taken, and each partition then held started its recovery.
+func (h *Host) awaitStartup(ctx context.Context) error {
+	for _, ch := range []<-chan struct{}{h.table.Ready(), h.own.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h.mu.Lock()
+	var waits []<-chan struct{}
+	for _, pt := range h.mu.parts {
+		waits = append(waits, pt.recovered)
+	}
+	h.mu.Unlock()
+	for _, ch := range waits {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// callDeactivate runs the agent's OnDeactivate, bounded: a hook that hangs
+// is logged and left behind rather than blocking the host.
+func (h *Host) callDeactivate(inst *instance, d Deactivator) {
+	ctx, cancel := context.WithTimeout(context.Background(), deactivateTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.OnDeactivate(ctx)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		inst.env.Logger.Warn("OnDeactivate did not return in time; going on without it", "timeout", deactivateTimeout)
+	}
+}
