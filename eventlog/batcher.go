@@ -30,9 +30,10 @@ type BatcherConfig struct {
 	MaxDelay time.Duration
 }
 
-// ErrStopped is returned by Batcher.Add and Pending.Wait once the Batcher's
-// Run has returned.
-var ErrStopped = errors.New("eventlog: batcher stopped")
+// ErrStopped is returned by Batcher.Add once the Batcher's Run has
+// returned, and (wrapped) by Projector.WaitFor once the Projector's Run has
+// returned because its ctx ended.
+var ErrStopped = errors.New("eventlog: stopped")
 
 // Batcher group-commits events from many writers: it collects events into
 // JetStream atomic batches, flushed by count or after MaxDelay, one batch in

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +81,9 @@ type Config struct {
 	// Dir is where Pebble keeps the projections. Empty means no projections:
 	// NewProjector and View then return ErrInvalid.
 	Dir string
+	// FS is the filesystem Pebble keeps Dir on: tests pass vfs.NewMem,
+	// vfs.NewCrashableMem or an errorfs to inject faults. Default vfs.Default.
+	FS vfs.FS
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the package's metrics. Nil means not registered.
@@ -143,6 +147,10 @@ type Log struct {
 	metrics *metrics
 	fences  fences
 
+	// dbUsers counts the Pebble reads and commits in progress; Close waits
+	// for them. Add only under mu with closed false (useDB).
+	dbUsers sync.WaitGroup
+
 	mu struct {
 		sync.Mutex
 		closed      bool
@@ -178,6 +186,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	if cfg.Dir != "" {
 		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{
+			FS:                 cfg.FS,
 			Logger:             pebbleLogger{l.logger},
 			WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
 		})
@@ -223,15 +232,18 @@ func (l *Log) createStreams(ctx context.Context) error {
 	return nil
 }
 
-// Close closes Pebble. It does not close the NATS connection. Calls made
-// after Close return ErrClosed.
+// Close closes Pebble, once the reads and projection commits in progress
+// are done. It does not close the NATS connection. Calls made after Close,
+// reads of Views included, return ErrClosed.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.closed {
+		l.mu.Unlock()
 		return nil
 	}
 	l.mu.closed = true
+	l.mu.Unlock()
+	l.dbUsers.Wait()
 	if l.db != nil {
 		if err := l.db.Close(); err != nil {
 			return fmt.Errorf("eventlog: close pebble: %w", err)
@@ -244,6 +256,19 @@ func (l *Log) closed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.closed
+}
+
+// useDB reserves Pebble for one read or commit: Close waits until release is
+// called. After Close it returns ErrClosed, so nothing reaches a closed
+// Pebble (which panics).
+func (l *Log) useDB() (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return nil, ErrClosed
+	}
+	l.dbUsers.Add(1)
+	return l.dbUsers.Done, nil
 }
 
 // Prefix returns the subject prefix.
