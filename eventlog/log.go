@@ -22,6 +22,9 @@ const (
 	DefaultChunksStream = "FOREVER_CHUNKS"
 	DefaultChunkMaxAge  = 24 * time.Hour
 	DefaultDuplicates   = 2 * time.Minute
+	// DefaultAckTimeout bounds each wait for an acknowledgement that has no
+	// deadline of its own.
+	DefaultAckTimeout = 5 * time.Second
 	// DefaultMaxBatch is the largest atomic batch AppendBatch sends; the
 	// server's default limit is 1,000 messages per batch.
 	DefaultMaxBatch = 1000
@@ -54,6 +57,12 @@ type Config struct {
 	Replicas int
 	// MaxBatch caps the number of events in one atomic batch. Default 1000.
 	MaxBatch int
+	// AckTimeout bounds every wait for the server that has no deadline of
+	// its own: an async publish's acknowledgement (then the event is
+	// published again with the same message id, so JetStream's dedup keeps
+	// it once), an atomic batch commit, a fence read. Waits made under a
+	// caller's ctx with a deadline end at that deadline instead. Default 5s.
+	AckTimeout time.Duration
 	// AsyncBatches makes AppendBatch publish asynchronously and wait for every
 	// acknowledgement instead of using atomic batches. Use it when the server
 	// does not fsync each write (sync interval): there nats-server stages an
@@ -101,7 +110,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 {
+	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -125,6 +134,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	if c.MaxBatch == 0 || c.MaxBatch > DefaultMaxBatch {
 		c.MaxBatch = DefaultMaxBatch
@@ -165,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn)
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
