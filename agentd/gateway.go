@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
@@ -124,21 +123,19 @@ type freshStreams struct {
 
 var _ replay.StreamIndex = freshStreams{}
 
-func (f freshStreams) catchUp(filter eventlog.Filter) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+func (f freshStreams) catchUp(ctx context.Context, filter eventlog.Filter) {
 	if seq, err := f.log.LastSeq(ctx, filter); err == nil {
-		_ = f.store.WaitForChunks(ctx, seq) // on timeout, read what is there
+		_ = f.store.WaitForChunks(ctx, seq) // on error, read what is there
 	}
 }
 
-func (f freshStreams) Latest(agent string) (chat.StreamInfo, error) {
-	f.catchUp(eventlog.Filter{Agent: agent, Chunks: true})
+func (f freshStreams) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+	f.catchUp(ctx, eventlog.Filter{Agent: agent, Chunks: true})
 	return f.store.Streams().Latest(agent)
 }
 
-func (f freshStreams) Get(agent, stream string) (chat.StreamInfo, error) {
-	f.catchUp(eventlog.Filter{Agent: agent, Stream: stream})
+func (f freshStreams) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+	f.catchUp(ctx, eventlog.Filter{Agent: agent, Stream: stream})
 	return f.store.Streams().Get(agent, stream)
 }
 

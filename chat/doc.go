@@ -88,6 +88,12 @@
 //     applies only version = current+1.
 //   - Usage counts the first usage.recorded of each request id.
 //   - Hidden messages reach the provider and never Store.Messages.
+//   - A turn's stored tools (turn.started's tools) that do not decode are
+//     corrupt data, with one rule wherever they are needed: running a turn
+//     and recovering it (before the recovery hook) fail the turn with an
+//     error chunk and turn.failed, and ContinueLastTurn of it refuses; the
+//     error matches eventlog.ErrCorrupt. A turn never goes on without the
+//     tools it was started with.
 //
 // # Usage
 //

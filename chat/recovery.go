@@ -138,6 +138,12 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		}
 	}
 	em := a.newEmitter(info.StreamID, b)
+	tools, err := storedTools(info)
+	if err != nil {
+		// The same rule as a running turn: it cannot go on without them.
+		defer a.release(at)
+		return a.failTurn(ctx, st, em, err)
+	}
 	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
@@ -166,10 +172,6 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	}
 	if info.Continues != "" {
 		msgs = withoutMessage(msgs, info.Continues)
-	}
-	var tools []llm.Tool
-	if len(info.Tools) > 0 {
-		_ = json.Unmarshal(info.Tools, &tools)
 	}
 	dec, err := a.cfg.OnChatRecovery(ctx, Recovery{
 		StreamID: info.StreamID, RequestID: requestID, MessageID: info.AssistantMessageID,
@@ -283,8 +285,8 @@ func (a *Agent) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Tur
 			if body == nil {
 				t.Body = prev.Body
 			}
-			if len(prev.Tools) > 0 {
-				_ = json.Unmarshal(prev.Tools, &t.Tools)
+			if t.Tools, err = storedTools(prev); err != nil {
+				return Turn{}, err
 			}
 		}
 	}

@@ -128,12 +128,17 @@ func (s *Streams) Latest(agent string) (StreamInfo, error) {
 	return s.Get(agent, string(id))
 }
 
-// List returns the agent's streams in key order.
+// List returns the agent's streams in key order. A read error of the view
+// (eventlog.ErrClosed after the Log closed, an I/O error) is returned with
+// the streams read before it, never taken for the end of the list.
 func (s *Streams) List(agent string) ([]StreamInfo, error) {
 	var out []StreamInfo
-	for _, raw := range s.v.Scan([]byte("s/" + agent + "/")) {
+	for kv, err := range s.v.Scan([]byte("s/" + agent + "/")) {
+		if err != nil {
+			return out, fmt.Errorf("chat: list streams of %s: %w", agent, err)
+		}
 		var info StreamInfo
-		if err := json.Unmarshal(raw, &info); err != nil {
+		if err := json.Unmarshal(kv.Value, &info); err != nil {
 			return out, &eventlog.CorruptError{What: "stream row", Err: err}
 		}
 		out = append(out, info)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 )
 
@@ -89,11 +90,9 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 			msgs = append(msgs, m)
 		}
 	}
-	var tools []llm.Tool
-	if len(st.info.Tools) > 0 {
-		if err := json.Unmarshal(st.info.Tools, &tools); err != nil {
-			return a.failTurn(fctx, st, em, fmt.Errorf("chat: stored tools of turn %s: %w", st.info.RequestID, err))
-		}
+	tools, err := storedTools(st.info)
+	if err != nil {
+		return a.failTurn(fctx, st, em, err)
 	}
 	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: toLLM(msgs), Tools: tools}
 	if st.resume || len(st.base) > 0 {
@@ -336,4 +335,20 @@ func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err
 		return errors.Join(err, rerr)
 	}
 	return err
+}
+
+// storedTools decodes the tools a turn was started with. Tools that do not
+// decode are corrupt stored data, and every path that needs them follows one
+// rule (see the package doc): running or recovering the turn fails it, and
+// ContinueLastTurn refuses, with this error, which matches
+// eventlog.ErrCorrupt. A turn never runs on without its tools.
+func storedTools(info TurnInfo) ([]llm.Tool, error) {
+	if len(info.Tools) == 0 {
+		return nil, nil
+	}
+	var tools []llm.Tool
+	if err := json.Unmarshal(info.Tools, &tools); err != nil {
+		return nil, &eventlog.CorruptError{What: fmt.Sprintf("tools of turn %s", info.RequestID), Err: err}
+	}
+	return tools, nil
 }

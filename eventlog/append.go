@@ -71,14 +71,38 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 
 // publishOne publishes m and waits for its acknowledgement. mode labels the
 // latency metric; e names the event in errors, nil for a batch of one.
+//
+// Under a ctx without deadline each wait is bounded by Config.AckTimeout,
+// and a lost acknowledgement is retried with the same message id (see
+// awaitAck); a duplicate acknowledgement of a retry is the first publish's.
 func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, expect *Seq, e *Event) (Seq, error) {
 	start := time.Now()
-	ack, err := l.js.PublishMsg(ctx, m, expectOpts(expect)...)
+	var ack *jetstream.PubAck
+	var err error
+	opts := expectOpts(expect)
+	retried := false
+	for attempt := 0; ; attempt++ {
+		bctx, cancel, own := l.bound(ctx)
+		ack, err = l.js.PublishMsg(bctx, m, opts...)
+		cancel()
+		if err == nil || !own || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if attempt == maxAckRetries || !retryable(m) {
+			err = fmt.Errorf("%w: %d attempts: %w", errAckTimeout, attempt+1, err)
+			break
+		}
+		l.metrics.ackRetries.Inc()
+		l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id",
+			"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+		// The expected sequence, if any, is a header of m now.
+		opts, retried = nil, true
+	}
 	if err != nil {
 		return 0, l.translate(err, e)
 	}
 	l.metrics.observeAppend(stream, mode, 1, time.Since(start))
-	if ack.Duplicate {
+	if ack.Duplicate && !retried {
 		what := "batch"
 		if e != nil {
 			what = fmt.Sprintf("id %q", e.ID)
@@ -228,7 +252,11 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	}
 	commit := msgs[len(msgs)-1]
 	commit.Header.Set(headerBatchCommit, "1")
-	resp, err := l.nc.RequestMsgWithContext(ctx, commit)
+	// Not retried when the answer is lost: the batch id is new per send and
+	// a batch holding a stored id is refused whole, without its sequence.
+	bctx, cancel, _ := l.bound(ctx)
+	resp, err := l.nc.RequestMsgWithContext(bctx, commit)
+	cancel()
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, fmt.Errorf("eventlog: batch commit: no stream answers (is JetStream up?): %w", err)
@@ -267,19 +295,20 @@ func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg,
 	var last Seq
 	var firstErr error
 	dups := 0
-	for _, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			last = Seq(ack.Sequence)
-			if ack.Duplicate {
-				dups++
-			}
-		case err := <-f.Err():
+	for i, f := range futures {
+		ack, retried, err := l.awaitAck(ctx, f, msgs[i])
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return 0, ctx.Err()
+		case err != nil:
 			if firstErr == nil {
 				firstErr = l.translate(err, nil)
 			}
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		default:
+			last = Seq(ack.Sequence)
+			if ack.Duplicate && !retried {
+				dups++
+			}
 		}
 	}
 	if firstErr != nil {

@@ -30,9 +30,10 @@ type BatcherConfig struct {
 	MaxDelay time.Duration
 }
 
-// ErrStopped is returned by Batcher.Add and Pending.Wait once the Batcher's
-// Run has returned.
-var ErrStopped = errors.New("eventlog: batcher stopped")
+// ErrStopped is returned by Batcher.Add once the Batcher's Run has
+// returned, and (wrapped) by Projector.WaitFor once the Projector's Run has
+// returned because its ctx ended.
+var ErrStopped = errors.New("eventlog: stopped")
 
 // Batcher group-commits events from many writers: it collects events into
 // JetStream atomic batches, flushed by count or after MaxDelay, one batch in
@@ -229,25 +230,33 @@ func (b *Batcher) collect(ctx context.Context) error {
 	for {
 		select {
 		case p := <-b.in:
-			b.await(p)
+			b.await(ctx, p)
 		case <-ctx.Done():
 			for _, p := range b.remaining() {
-				b.await(p)
+				b.await(ctx, p)
 			}
 			return nil
 		}
 	}
 }
 
-func (b *Batcher) await(p *Pending) {
-	select {
-	case ack := <-p.fut.Ok():
+// await resolves p once its acknowledgement came, or after its retries
+// with the same message id ran out (see Log.awaitAck): bounded by about
+// (maxAckRetries+1) x Config.AckTimeout, so one lost ack never stalls the
+// Batcher, a Flush or a shutdown. A retry is published after the events
+// added since, so it stores p out of order if the first publish itself (not
+// only its ack) was lost.
+func (b *Batcher) await(ctx context.Context, p *Pending) {
+	// Not cut short by ctx: every event whose Add succeeded gets its outcome.
+	ack, retried, err := b.l.awaitAck(context.WithoutCancel(ctx), p.fut, p.msg)
+	switch {
+	case err != nil:
+		p.err = b.l.translate(err, &p.e)
+	default:
 		p.seq = Seq(ack.Sequence)
-		if ack.Duplicate {
+		if ack.Duplicate && !retried {
 			p.err = fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, p.e.ID, ack.Sequence)
 		}
-	case err := <-p.fut.Err():
-		p.err = b.l.translate(err, &p.e)
 	}
 	if p.err == nil {
 		b.l.metrics.appended.WithLabelValues(p.stream).Inc()

@@ -37,6 +37,14 @@
 //     the stream it now follows, never resumed.
 //   - Follow yields every matching event after the cursor once and in order,
 //     history then live, through a single ordered consumer.
+//   - No wait for the server is unbounded: one that has no deadline of its
+//     own ends after Config.AckTimeout. A lost acknowledgement of a publish
+//     without an expected sequence is retried with the same message id,
+//     so JetStream's dedup stores the event once.
+//   - A scan that yields no error saw every row: read errors (ErrClosed
+//     after Close, I/O errors) are yielded, never taken for the end.
+//   - Projector.WaitFor never outlives Run: once Run returned it returns
+//     Run's error, or ErrStopped after a clean stop.
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

@@ -31,7 +31,8 @@ var (
 	// Test with errors.Is(err, ErrCorrupt); the concrete type is *CorruptError.
 	ErrCorrupt = errors.New("eventlog: corrupt data")
 
-	// ErrClosed is returned by calls on a Log after Close.
+	// ErrClosed is returned by calls on a Log after Close, including reads
+	// of its Views (Get, and Scan as its last item) and Projector.Run.
 	ErrClosed = errors.New("eventlog: log closed")
 
 	// ErrNotOwner is returned by appends to an agent's subjects when the

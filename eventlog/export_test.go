@@ -14,3 +14,7 @@ func StoredCursor(l *Log, name string) (Seq, error) {
 	v, err := decodeUint("cursor", b)
 	return Seq(v), err
 }
+
+// FlushProjections writes Pebble's memtable to sstables, so later reads go
+// to the filesystem.
+func FlushProjections(l *Log) error { return l.db.Flush() }

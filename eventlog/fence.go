@@ -308,6 +308,8 @@ func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, e
 		return 0, ErrClosed
 	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	ctx, cancel, _ := l.bound(ctx)
+	defer cancel()
 	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)

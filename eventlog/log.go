@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ const (
 	DefaultChunksStream = "FOREVER_CHUNKS"
 	DefaultChunkMaxAge  = 24 * time.Hour
 	DefaultDuplicates   = 2 * time.Minute
+	// DefaultAckTimeout bounds each wait for an acknowledgement that has no
+	// deadline of its own.
+	DefaultAckTimeout = 5 * time.Second
 	// DefaultMaxBatch is the largest atomic batch AppendBatch sends; the
 	// server's default limit is 1,000 messages per batch.
 	DefaultMaxBatch = 1000
@@ -53,6 +57,12 @@ type Config struct {
 	Replicas int
 	// MaxBatch caps the number of events in one atomic batch. Default 1000.
 	MaxBatch int
+	// AckTimeout bounds every wait for the server that has no deadline of
+	// its own: an async publish's acknowledgement (then the event is
+	// published again with the same message id, so JetStream's dedup keeps
+	// it once), an atomic batch commit, a fence read. Waits made under a
+	// caller's ctx with a deadline end at that deadline instead. Default 5s.
+	AckTimeout time.Duration
 	// AsyncBatches makes AppendBatch publish asynchronously and wait for every
 	// acknowledgement instead of using atomic batches. Use it when the server
 	// does not fsync each write (sync interval): there nats-server stages an
@@ -80,6 +90,9 @@ type Config struct {
 	// Dir is where Pebble keeps the projections. Empty means no projections:
 	// NewProjector and View then return ErrInvalid.
 	Dir string
+	// FS is the filesystem Pebble keeps Dir on: tests pass vfs.NewMem,
+	// vfs.NewCrashableMem or an errorfs to inject faults. Default vfs.Default.
+	FS vfs.FS
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the package's metrics. Nil means not registered.
@@ -97,7 +110,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 {
+	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -122,6 +135,9 @@ func (c *Config) ensureDefaults() {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
 	if c.MaxBatch == 0 || c.MaxBatch > DefaultMaxBatch {
 		c.MaxBatch = DefaultMaxBatch
 	}
@@ -143,6 +159,10 @@ type Log struct {
 	metrics *metrics
 	fences  fences
 
+	// dbUsers counts the Pebble reads and commits in progress; Close waits
+	// for them. Add only under mu with closed false (useDB).
+	dbUsers sync.WaitGroup
+
 	mu struct {
 		sync.Mutex
 		closed      bool
@@ -157,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn)
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
@@ -178,6 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	if cfg.Dir != "" {
 		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{
+			FS:                 cfg.FS,
 			Logger:             pebbleLogger{l.logger},
 			WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
 		})
@@ -223,15 +244,18 @@ func (l *Log) createStreams(ctx context.Context) error {
 	return nil
 }
 
-// Close closes Pebble. It does not close the NATS connection. Calls made
-// after Close return ErrClosed.
+// Close closes Pebble, once the reads and projection commits in progress
+// are done. It does not close the NATS connection. Calls made after Close,
+// reads of Views included, return ErrClosed.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.closed {
+		l.mu.Unlock()
 		return nil
 	}
 	l.mu.closed = true
+	l.mu.Unlock()
+	l.dbUsers.Wait()
 	if l.db != nil {
 		if err := l.db.Close(); err != nil {
 			return fmt.Errorf("eventlog: close pebble: %w", err)
@@ -244,6 +268,19 @@ func (l *Log) closed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.closed
+}
+
+// useDB reserves Pebble for one read or commit: Close waits until release is
+// called. After Close it returns ErrClosed, so nothing reaches a closed
+// Pebble (which panics).
+func (l *Log) useDB() (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return nil, ErrClosed
+	}
+	l.dbUsers.Add(1)
+	return l.dbUsers.Done, nil
 }
 
 // Prefix returns the subject prefix.

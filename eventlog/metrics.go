@@ -15,6 +15,7 @@ type metrics struct {
 	lag           *prometheus.GaugeVec
 	cursor        *prometheus.GaugeVec
 	corrupt       *prometheus.CounterVec
+	ackRetries    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_eventlog_corrupt_events_total",
 			Help: "Stored events a projection skipped because they could not be decoded.",
 		}, []string{"projection"}),
+		ackRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_ack_retries_total",
+			Help: "Publishes sent again with the same message id because their acknowledgement did not come within the ack timeout.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -60,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.corrupt, err = promreg.Register(reg, m.corrupt); err != nil {
+		return nil, err
+	}
+	if m.ackRetries, err = promreg.Register(reg, m.ackRetries); err != nil {
 		return nil, err
 	}
 	return m, nil

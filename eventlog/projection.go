@@ -84,10 +84,16 @@ func (b *Batch) DeletePrefix(prefix []byte) error {
 // Get returns a copy of key's value, or ErrNotFound.
 func (b *Batch) Get(key []byte) ([]byte, error) { return get(b.b, b.key(key)) }
 
-// Scan yields the keys (relative to the projection) and values that start
-// with prefix, in key order. The yielded slices are copies.
-func (b *Batch) Scan(prefix []byte) iter.Seq2[[]byte, []byte] {
+// Scan yields the rows whose key (relative to the projection) starts with
+// prefix, in key order; see View.Scan for how errors are yielded.
+func (b *Batch) Scan(prefix []byte) iter.Seq2[KV, error] {
 	return scan(b.b, b.prefix, prefix)
+}
+
+// KV is one row yielded by a Scan. Its slices are copies owned by the
+// caller.
+type KV struct {
+	Key, Value []byte
 }
 
 func get(r pebble.Reader, key []byte) ([]byte, error) {
@@ -102,27 +108,36 @@ func get(r pebble.Reader, key []byte) ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
-func scan(r pebble.Reader, base, prefix []byte) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
+// scan yields the rows of r under base+prefix, and at most one error, last:
+// a failed NewIter, an iterator error or a failed Close. A scan that ends
+// without an error saw every row.
+func scan(r pebble.Reader, base, prefix []byte) iter.Seq2[KV, error] {
+	return func(yield func(KV, error) bool) {
 		start := joinKey(base, prefix)
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
 		if err != nil {
+			yield(KV{}, fmt.Errorf("eventlog: scan: %w", err))
 			return
 		}
-		defer it.Close()
+		stopped := false
 		for ok := it.First(); ok; ok = it.Next() {
-			if !yield(bytes.Clone(it.Key()[len(base):]), bytes.Clone(it.Value())) {
-				return
+			if !yield(KV{Key: bytes.Clone(it.Key()[len(base):]), Value: bytes.Clone(it.Value())}, nil) {
+				stopped = true
+				break
 			}
+		}
+		// Close returns the iterator's error, if any (it.Error() included).
+		if err := it.Close(); err != nil && !stopped {
+			yield(KV{}, fmt.Errorf("eventlog: scan: %w", err))
 		}
 	}
 }
 
 // View reads a projection's rows. Reads see committed batches only; use
-// Projector.WaitFor to read your own appends. A View is safe for concurrent
-// use.
+// Projector.WaitFor to read your own appends. Reads after Log.Close return
+// ErrClosed. A View is safe for concurrent use.
 type View struct {
-	db     *pebble.DB
+	l      *Log
 	prefix []byte
 }
 
@@ -134,14 +149,35 @@ func (l *Log) View(name string) (*View, error) {
 	if !ValidToken(name) {
 		return nil, invalidf("projection name %q is not a valid token", name)
 	}
-	return &View{db: l.db, prefix: append(projPrefix(name), 'd')}, nil
+	return &View{l: l, prefix: append(projPrefix(name), 'd')}, nil
 }
 
-// Get returns a copy of key's value, or ErrNotFound.
+// Get returns a copy of key's value, ErrNotFound, or ErrClosed after
+// Log.Close.
 func (v *View) Get(key []byte) ([]byte, error) {
-	return get(v.db, joinKey(v.prefix, key))
+	release, err := v.l.useDB()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return get(v.l.db, joinKey(v.prefix, key))
 }
 
-// Scan yields the rows whose key starts with prefix, in key order. The
-// yielded slices are copies owned by the caller.
-func (v *View) Scan(prefix []byte) iter.Seq2[[]byte, []byte] { return scan(v.db, v.prefix, prefix) }
+// Scan yields the rows whose key starts with prefix, in key order; the
+// yielded slices are copies owned by the caller. A read error (ErrClosed
+// after Log.Close, an I/O error) is yielded once, as the last item, with a
+// zero KV: a scan that yields no error saw every row, and a caller that
+// stops at the first error never mistakes a truncated scan for a complete
+// one. Log.Close waits for the scans in progress, so do not close the Log
+// from inside the loop.
+func (v *View) Scan(prefix []byte) iter.Seq2[KV, error] {
+	return func(yield func(KV, error) bool) {
+		release, err := v.l.useDB()
+		if err != nil {
+			yield(KV{}, err)
+			return
+		}
+		defer release()
+		scan(v.l.db, v.prefix, prefix)(yield)
+	}
+}

@@ -36,7 +36,7 @@ type Projector struct {
 		cursor  Seq
 		isReady bool
 		changed chan struct{} // closed and replaced when cursor moves
-		err     error         // set when Run stopped on an error
+		err     error         // set when Run returned: why it stopped
 	}
 }
 
@@ -89,7 +89,9 @@ func (pr *Projector) Cursor() Seq {
 }
 
 // WaitFor blocks until the projection has applied sequence seq (an event that
-// matches its filter), ctx is done, or Run stopped with an error.
+// matches its filter), ctx is done (ctx's error), or Run returned: with
+// Run's error, or an error wrapping ErrStopped when Run stopped because its
+// ctx ended. A WaitFor before Run started waits for it.
 func (pr *Projector) WaitFor(ctx context.Context, seq Seq) error {
 	for {
 		pr.mu.Lock()
@@ -131,17 +133,26 @@ func (pr *Projector) Rebuild(ctx context.Context) error {
 // error stops it. Corrupt stored events are skipped: logged, counted in
 // forever_eventlog_corrupt_events_total, and the cursor moves past them, so
 // the stream, which still holds them, loses nothing.
+//
+// Once Run returned, WaitFor no longer waits (see WaitFor).
 func (pr *Projector) Run(ctx context.Context) error {
+	pr.mu.Lock()
+	pr.mu.err = nil // a Run after an earlier one returned
+	pr.mu.Unlock()
 	err := pr.run(ctx)
-	if err != nil && ctx.Err() == nil {
-		pr.mu.Lock()
-		pr.mu.err = fmt.Errorf("projection %q stopped: %w", pr.p.Name, err)
-		close(pr.mu.changed)
-		pr.mu.changed = make(chan struct{})
-		pr.mu.Unlock()
-		return err
+	if err != nil && ctx.Err() != nil {
+		err = nil
 	}
-	return nil
+	stopped := fmt.Errorf("%w: projection %q", ErrStopped, pr.p.Name)
+	if err != nil {
+		stopped = fmt.Errorf("projection %q stopped: %w", pr.p.Name, err)
+	}
+	pr.mu.Lock()
+	pr.mu.err = stopped
+	close(pr.mu.changed)
+	pr.mu.changed = make(chan struct{})
+	pr.mu.Unlock()
+	return err
 }
 
 func (pr *Projector) run(ctx context.Context) error {
@@ -188,6 +199,11 @@ func (pr *Projector) open(ctx context.Context) (Seq, error) {
 	pr.origin = uint64(info.Created.UnixNano())
 	last := Seq(info.State.LastSeq)
 
+	release, err := pr.l.useDB()
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	db := pr.l.db
 	v, err := get(db, pr.keys.version)
 	switch {
@@ -249,6 +265,11 @@ func (pr *Projector) loadCursor() (Seq, error) {
 // drop deletes rows and cursor and records the schema version and the
 // stream's origin, in one synced batch.
 func (pr *Projector) drop() error {
+	release, err := pr.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
 	b := pr.l.db.NewBatch()
 	defer b.Close()
 	base := projPrefix(pr.p.Name)
@@ -366,6 +387,11 @@ type followed struct {
 // commitGroup applies a group of events and the new cursor in one synced
 // batch.
 func (pr *Projector) commitGroup(group []followed) (Event, error) {
+	release, err := pr.l.useDB()
+	if err != nil {
+		return Event{}, err
+	}
+	defer release()
 	b := pr.l.db.NewIndexedBatch()
 	defer b.Close()
 	pb := &Batch{b: b, prefix: pr.keys.data}

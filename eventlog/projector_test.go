@@ -72,8 +72,11 @@ func dump(t testing.TB, lg *eventlog.Log, name string) map[string]string {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	for k, val := range v.Scan(nil) {
-		out[string(k)] = string(val)
+	for kv, err := range v.Scan(nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[string(kv.Key)] = string(kv.Value)
 	}
 	return out
 }

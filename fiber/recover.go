@@ -96,13 +96,23 @@ func (r *Runner) Recover(ctx context.Context) error {
 		row  Row
 		slot *slot
 	}
-	var orphans []orphan
+	// Read the whole table before claiming anything: a read error must not
+	// pass for the end of the table, and leaves no fiber claimed.
+	var rows []Row
 	var errs []error
 	for row, err := range r.table.scan(r.cfg.Agent) {
+		var ce *eventlog.CorruptError
+		if err != nil && !errors.As(err, &ce) {
+			return fmt.Errorf("fiber: recover %s: %w", r.cfg.Agent, err)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		rows = append(rows, row)
+	}
+	var orphans []orphan
+	for _, row := range rows {
 		r.mu.Lock()
 		s, ok := r.mu.book.claim(row.ID)
 		if ok {

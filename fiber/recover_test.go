@@ -312,10 +312,13 @@ func (v corruptView) Get(k []byte) ([]byte, error) {
 	return v.fix(k, val), err
 }
 
-func (v corruptView) Scan(p []byte) iter.Seq2[[]byte, []byte] {
-	return func(yield func([]byte, []byte) bool) {
-		for k, val := range v.View.Scan(p) {
-			if !yield(k, v.fix(k, val)) {
+func (v corruptView) Scan(p []byte) iter.Seq2[eventlog.KV, error] {
+	return func(yield func(eventlog.KV, error) bool) {
+		for kv, err := range v.View.Scan(p) {
+			if err == nil {
+				kv.Value = v.fix(kv.Key, kv.Value)
+			}
+			if !yield(kv, err) {
 				return
 			}
 		}

@@ -171,7 +171,7 @@ func decodeRow(agent, id string, v []byte) (Row, error) {
 // View is the part of *eventlog.View a Table reads.
 type View interface {
 	Get(key []byte) ([]byte, error)
-	Scan(prefix []byte) iter.Seq2[[]byte, []byte]
+	Scan(prefix []byte) iter.Seq2[eventlog.KV, error]
 }
 
 // Projector is the part of *eventlog.Projector a Table uses to wait for the
@@ -212,8 +212,8 @@ func OpenTable(lg *eventlog.Log) (*Table, *eventlog.Projector, error) {
 // was when its projector started.
 func (t *Table) Ready() <-chan struct{} { return t.pr.Ready() }
 
-// WaitFor blocks until the projection has applied stream sequence seq, or
-// ctx is done.
+// WaitFor blocks until the projection has applied stream sequence seq, ctx
+// is done, or the projector stopped (eventlog.ErrStopped, or its error).
 func (t *Table) WaitFor(ctx context.Context, seq eventlog.Seq) error {
 	if seq == 0 {
 		return nil
@@ -234,11 +234,18 @@ func (t *Table) Get(agent, id string) (Row, error) {
 // Rows returns the active fibers of agent ("" for every agent), ordered by
 // agent then fiber ID. Rows that cannot be decoded are left out and
 // reported, each as a *eventlog.CorruptError naming the fiber, joined in
-// the error. The caller owns the slice.
+// the error. A read error of the view (eventlog.ErrClosed, an I/O error)
+// returns no rows and that error, which does not match eventlog.ErrCorrupt:
+// the caller cannot take a truncated table for the whole. The caller owns
+// the slice.
 func (t *Table) Rows(agent string) ([]Row, error) {
 	var rows []Row
 	var errs []error
 	for row, err := range t.scan(agent) {
+		var ce *eventlog.CorruptError
+		if err != nil && !errors.As(err, &ce) {
+			return nil, err
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -249,15 +256,22 @@ func (t *Table) Rows(agent string) ([]Row, error) {
 }
 
 // scan yields the rows of agent ("" for all); a row that cannot be decoded
-// is yielded with its Agent and ID (from the key) and a *CorruptError.
+// is yielded with its Agent and ID (from the key) and a *CorruptError. A
+// read error of the view ends the scan: it is yielded last, with a zero Row
+// and an error that is not a *CorruptError, and means the rows yielded are
+// not all there are.
 func (t *Table) scan(agent string) iter.Seq2[Row, error] {
 	return func(yield func(Row, error) bool) {
-		for k, v := range t.view.Scan(rowPrefix(agent)) {
-			parts := bytes.SplitN(k[2:], []byte{0}, 2)
+		for kv, err := range t.view.Scan(rowPrefix(agent)) {
+			if err != nil {
+				yield(Row{}, fmt.Errorf("fiber: read runs table: %w", err))
+				return
+			}
+			parts := bytes.SplitN(kv.Key[2:], []byte{0}, 2)
 			if len(parts) != 2 {
 				continue
 			}
-			row, err := decodeRow(string(parts[0]), string(parts[1]), v)
+			row, err := decodeRow(string(parts[0]), string(parts[1]), kv.Value)
 			if !yield(row, err) {
 				return
 			}
@@ -285,10 +299,13 @@ func (t *Table) Op(agent, id, opID string) (op Op, ok bool, err error) {
 // The caller owns the slice.
 func (t *Table) Ops(agent, id string) ([]Op, error) {
 	var ops []Op
-	for k, v := range t.view.Scan(opPrefix(agent, id)) {
+	for kv, err := range t.view.Scan(opPrefix(agent, id)) {
+		if err != nil {
+			return ops, fmt.Errorf("fiber: read ops of fiber %s of agent %s: %w", id, agent, err)
+		}
 		var op Op
-		if err := json.Unmarshal(v, &op); err != nil {
-			return ops, &eventlog.CorruptError{What: fmt.Sprintf("op %q of fiber %s of agent %s", k, id, agent), Err: err}
+		if err := json.Unmarshal(kv.Value, &op); err != nil {
+			return ops, &eventlog.CorruptError{What: fmt.Sprintf("op %q of fiber %s of agent %s", kv.Key, id, agent), Err: err}
 		}
 		ops = append(ops, op)
 	}

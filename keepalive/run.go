@@ -94,8 +94,12 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 // first schedule not due yet (zero if none, or if the cap is reached: a
 // finishing callback wakes the loop).
 func (s *Scheduler) dispatch(ctx context.Context, now time.Time) time.Time {
-	for k := range s.view.Scan(duePrefix) {
-		nanos, agent, id, ok := parseDueKey(k)
+	for kv, err := range s.view.Scan(duePrefix) {
+		if err != nil { // not the end of the due list: log, retry on the next wake
+			s.logger.Error("read due schedules", "err", err)
+			return time.Time{}
+		}
+		nanos, agent, id, ok := parseDueKey(kv.Key)
 		if !ok {
 			continue
 		}

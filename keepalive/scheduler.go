@@ -272,8 +272,11 @@ func (s *Scheduler) Cancel(ctx context.Context, agent, id string) (existed bool,
 // the slice. A row that cannot be decoded is an eventlog.ErrCorrupt error.
 func (s *Scheduler) List(agent string) ([]Schedule, error) {
 	var out []Schedule
-	for _, v := range s.view.Scan(agentPrefix(agent)) {
-		sc, err := decodeRow(v)
+	for kv, err := range s.view.Scan(agentPrefix(agent)) {
+		if err != nil {
+			return out, err
+		}
+		sc, err := decodeRow(kv.Value)
 		if err != nil {
 			return out, err
 		}

@@ -92,6 +92,6 @@
 //	}
 //
 //	gw, err := replay.NewGateway(replay.GatewayConfig{Log: lg, Chats: host,
-//		Streams: chat.NewStreams(view), Stopping: stopping})
+//		Streams: replay.ProjectedIndex{Streams: chat.NewStreams(view)}, Stopping: stopping})
 //	mux.Handle("/", gw)
 package replay

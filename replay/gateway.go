@@ -44,15 +44,37 @@ type ActiveTurns interface {
 	Active(ctx context.Context, agent string) (t Turn, ok bool, err error)
 }
 
-// StreamIndex reads the stream metadata projection; *chat.Streams
-// satisfies it. Both methods return an error wrapping chat.ErrUnknownStream
-// when there is no such stream.
+// StreamIndex reads the stream metadata projection. Both methods return an
+// error wrapping chat.ErrUnknownStream when there is no such stream. They
+// take the request's ctx: an index may wait for the projection to catch up
+// with the log (agentd's does) and must give up when the request ends.
+// ProjectedIndex reads a *chat.Streams as it is.
 type StreamIndex interface {
-	Latest(agent string) (chat.StreamInfo, error)
-	Get(agent, stream string) (chat.StreamInfo, error)
+	Latest(ctx context.Context, agent string) (chat.StreamInfo, error)
+	Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error)
 }
 
-var _ StreamIndex = (*chat.Streams)(nil)
+// ProjectedIndex is the StreamIndex of a *chat.Streams: it reads the
+// projection as applied, without waiting for it.
+type ProjectedIndex struct{ Streams *chat.Streams }
+
+var _ StreamIndex = ProjectedIndex{}
+
+// Latest returns the agent's latest stream, or ctx's error once ctx is done.
+func (p ProjectedIndex) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return chat.StreamInfo{}, err
+	}
+	return p.Streams.Latest(agent)
+}
+
+// Get returns one stream, or ctx's error once ctx is done.
+func (p ProjectedIndex) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return chat.StreamInfo{}, err
+	}
+	return p.Streams.Get(agent, stream)
+}
 
 // DefaultMaxBodyBytes is the largest POST /v1/chat body accepted by default.
 const DefaultMaxBodyBytes = 4 << 20
@@ -236,7 +258,7 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 	}
 	g.mu.Unlock()
 	if ok {
-		_, err := g.cfg.Streams.Get(agent, st.turn.StreamID)
+		_, err := g.cfg.Streams.Get(ctx, agent, st.turn.StreamID)
 		switch {
 		case errors.Is(err, chat.ErrUnknownStream):
 			return offer{kind: "pending", turn: st.turn}, nil
@@ -255,12 +277,12 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 			return offer{}, err
 		}
 		if ok {
-			if _, err := g.cfg.Streams.Get(agent, t.StreamID); errors.Is(err, chat.ErrUnknownStream) {
+			if _, err := g.cfg.Streams.Get(ctx, agent, t.StreamID); errors.Is(err, chat.ErrUnknownStream) {
 				return offer{kind: "pending", turn: t}, nil
 			}
 		}
 	}
-	info, err := g.cfg.Streams.Latest(agent)
+	info, err := g.cfg.Streams.Latest(ctx, agent)
 	if errors.Is(err, chat.ErrUnknownStream) {
 		return offer{kind: "none"}, nil
 	}

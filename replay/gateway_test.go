@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/replay"
@@ -418,5 +421,57 @@ func TestPage(t *testing.T) {
 	}
 	if resp := get(t, e, "/nope"); resp.StatusCode != 404 {
 		t.Fatalf("/nope: %d", resp.StatusCode)
+	}
+}
+
+// blockingIndex is a StreamIndex whose projection never catches up: it
+// waits for the request's ctx and reports what ended it.
+type blockingIndex struct {
+	entered chan struct{}
+	ended   chan error
+}
+
+func (b blockingIndex) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+	close(b.entered)
+	<-ctx.Done()
+	b.ended <- ctx.Err()
+	return chat.StreamInfo{}, ctx.Err()
+}
+
+func (b blockingIndex) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+	return b.Latest(ctx, agent)
+}
+
+// TestStreamIndexGetsRequestContext: a resume's stream lookup runs under
+// the request's ctx, so a client that goes away ends a lookup waiting for
+// the projection instead of leaving it to a timeout of its own.
+func TestStreamIndexGetsRequestContext(t *testing.T) {
+	e := newEnv(t)
+	idx := blockingIndex{entered: make(chan struct{}), ended: make(chan error, 1)}
+	gw, err := replay.NewGateway(replay.GatewayConfig{Log: e.lg, Chats: e.chats, Streams: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/chat/a1/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-idx.entered
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	select {
+	case err := <-idx.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("index ended with %v, want the request's cancellation", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the index never saw the request end")
 	}
 }

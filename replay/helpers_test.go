@@ -123,7 +123,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
 	e.chats = &fakeChats{b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
 	e.gw, err = replay.NewGateway(replay.GatewayConfig{
-		Log: lg, Chats: e.chats, Streams: e.streams, Stopping: e.stopping, Registerer: e.reg,
+		Log: lg, Chats: e.chats, Streams: replay.ProjectedIndex{Streams: e.streams}, Stopping: e.stopping, Registerer: e.reg,
 	})
 	if err != nil {
 		t.Fatal(err)

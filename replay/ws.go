@@ -17,6 +17,10 @@ import (
 // this long loses its connection.
 const wsWriteTimeout = 10 * time.Second
 
+// wsSendTimeout bounds a "chat" frame's Chats.Send: the connection's ctx
+// ends only when the gateway stops, and the read loop waits for the send.
+const wsSendTimeout = 30 * time.Second
+
 // wsIn is a frame from the client.
 type wsIn struct {
 	Type      string          `json:"type"`
@@ -130,7 +134,7 @@ func (s *wsSession) run(ctx context.Context) error {
 		var in wsIn
 		// Read is not bound to ctx: the closer goroutine ends it on stop,
 		// after sending a proper close frame.
-		err := wsjson.Read(context.Background(), s.c, &in)
+		err := wsjson.Read(context.WithoutCancel(ctx), s.c, &in)
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
 				return nil
@@ -179,7 +183,7 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		if err != nil {
 			return s.writeErr(ctx, err)
 		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, wsSendTimeout)
 		t, err := s.g.send(sctx, s.agent, body)
 		cancel()
 		if err != nil {

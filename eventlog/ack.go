@@ -1,0 +1,69 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// maxAckRetries bounds how often a publish whose acknowledgement did not
+// come within Config.AckTimeout is sent again: so a lost ack costs at most
+// (maxAckRetries+1) x AckTimeout before the append fails.
+const maxAckRetries = 3
+
+// errAckTimeout marks an append whose acknowledgement never came: it may or
+// may not be stored.
+var errAckTimeout = errors.New("eventlog: no acknowledgement within the ack timeout (the event may be stored)")
+
+// bound returns ctx bounded by Config.AckTimeout when it has no deadline of
+// its own, so no wait for the server is unbounded (a batcher commits under
+// context.WithoutCancel). own reports whether the bound is the Log's.
+func (l *Log) bound(ctx context.Context) (bctx context.Context, cancel context.CancelFunc, own bool) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, false
+	}
+	bctx, cancel = context.WithTimeout(ctx, l.cfg.AckTimeout)
+	return bctx, cancel, true
+}
+
+// retryable reports whether m may be sent again after its acknowledgement
+// was lost: JetStream deduplicates it on its message id, unless it carries
+// an expected last sequence, which the server checks before the duplicate
+// (a retry of a stored message would then conflict with itself).
+func retryable(m *nats.Msg) bool {
+	return m.Header.Get(jetstream.MsgIDHeader) != "" && m.Header.Get(headerExpectedLastSubSeq) == ""
+}
+
+// awaitAck waits for an async publish's acknowledgement. When none comes
+// within Config.AckTimeout (jetstream's async publish timeout), a retryable
+// m is published again with the same message id, up to maxAckRetries
+// times; a duplicate acknowledgement of a retry is the first publish's, so
+// retried reports it, and the caller must not take it for ErrDuplicate.
+// Errors are jetstream's, untranslated, errAckTimeout, or ctx's.
+func (l *Log) awaitAck(ctx context.Context, fut jetstream.PubAckFuture, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
+	for attempt := 0; ; attempt++ {
+		select {
+		case ack := <-fut.Ok():
+			return ack, attempt > 0, nil
+		case err := <-fut.Err():
+			if !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+				return nil, attempt > 0, err
+			}
+			if attempt == maxAckRetries || !retryable(m) {
+				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", errAckTimeout, attempt+1, err)
+			}
+			l.metrics.ackRetries.Inc()
+			l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id",
+				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+			// The headers set by the first publish's options stay on m.
+			if fut, err = l.js.PublishMsgAsync(m, jetstream.WithStallWait(l.cfg.AckTimeout)); err != nil {
+				return nil, true, err
+			}
+		case <-ctx.Done():
+			return nil, attempt > 0, ctx.Err()
+		}
+	}
+}
