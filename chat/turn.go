@@ -2,9 +2,12 @@ package chat
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
@@ -138,6 +141,17 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 	}
 }
 
+// IdempotencyKey is the Idempotency-Key of the provider call a turn makes
+// when its stream holds chunks chunks: a hash of the request id and that
+// step. A call retried with nothing new in the stream (a retryable error, a
+// crash before anything was stored) is the same request and carries the same
+// key, so a provider that honours the header does not bill it twice; a call
+// continuing after more chunks is a different request and gets a new key.
+func IdempotencyKey(requestID string, chunks int) string {
+	h := sha256.Sum256([]byte(requestID + "\x00llm\x00" + strconv.Itoa(chunks)))
+	return hex.EncodeToString(h[:16])
+}
+
 // errWrite marks a failure to write the stream (the log, not the model).
 var errWrite = errors.New("chat: stream write failed")
 
@@ -155,6 +169,7 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
 func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (string, error) {
 	lastStash, chunksAtStash := a.cfg.Clock.Now(), em.b.chunks
+	req.IdempotencyKey = IdempotencyKey(st.info.RequestID, em.b.chunks)
 	for d, err := range a.cfg.Provider.Stream(ctx, req) {
 		if err != nil {
 			if ctx.Err() != nil {
