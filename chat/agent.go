@@ -44,11 +44,13 @@ const TurnFiberPrefix = "__chat_turn:"
 
 // Defaults of Config.
 const (
-	DefaultMaxRecoveryAttempts = 3
-	DefaultStashInterval       = time.Second
-	DefaultStashChunks         = 64
-	DefaultRetryBackoff        = 200 * time.Millisecond
-	DefaultMaxPayload          = 1 << 20
+	// DefaultAttemptWindow is the window within which recoveries without
+	// progress count as one attempt (the seeds' 30 s keepalive interval).
+	DefaultAttemptWindow = 30 * time.Second
+	DefaultStashInterval = time.Second
+	DefaultStashChunks   = 64
+	DefaultRetryBackoff  = 200 * time.Millisecond
+	DefaultMaxPayload    = 1 << 20
 )
 
 // Config configures an Agent. Zero fields take the defaults.
@@ -79,8 +81,15 @@ type Config struct {
 	// streamed something. Nil: DefaultRecovery (persist and continue).
 	OnChatRecovery func(ctx context.Context, rec Recovery) (RecoveryDecision, error)
 	// MaxRecoveryAttempts caps the recoveries (and in-process retries of
-	// retryable provider errors) of one turn without progress. Default 3.
+	// retryable provider errors) of one turn without progress. It is one
+	// budget with the fiber's: the turn keeps the fiber's attempt count
+	// equal to its own (fiber.WithAttempts), so progress resets both.
+	// Default and maximum: Fibers.MaxAttempts().
 	MaxRecoveryAttempts int
+	// AttemptWindow: recoveries without progress within this long of the
+	// last counted attempt count as that attempt, so a burst of restarts
+	// costs one. Default 30s; negative: every recovery counts.
+	AttemptWindow time.Duration
 	// StashInterval and StashChunks bound how stale a turn's stash may get:
 	// it is stashed after this long or this many chunks since the last
 	// stash, and when the provider's response id is first seen. Defaults 1s
@@ -102,8 +111,11 @@ func (c *Config) ensureDefaults() {
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = DefaultMaxPayload
 	}
-	if c.MaxRecoveryAttempts == 0 {
-		c.MaxRecoveryAttempts = DefaultMaxRecoveryAttempts
+	if c.MaxRecoveryAttempts == 0 && c.Fibers != nil {
+		c.MaxRecoveryAttempts = c.Fibers.MaxAttempts()
+	}
+	if c.AttemptWindow == 0 {
+		c.AttemptWindow = DefaultAttemptWindow
 	}
 	if c.StashInterval == 0 {
 		c.StashInterval = DefaultStashInterval
@@ -152,6 +164,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
+	case c.MaxRecoveryAttempts > c.Fibers.MaxAttempts():
+		return fmt.Errorf("%w: MaxRecoveryAttempts %d exceeds the fibers' MaxAttempts %d: the two caps count the same attempts",
+			ErrInvalidConfig, c.MaxRecoveryAttempts, c.Fibers.MaxAttempts())
 	}
 	return nil
 }

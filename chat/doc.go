@@ -77,7 +77,12 @@
 //     new chunk since the previous one counts one attempt (kept in the
 //     stash, stashed before the attempt acts); beyond MaxRecoveryAttempts
 //     the turn fails with an error chunk and turn.failed, which clients who
-//     reconnect later see. Progress resets the count.
+//     reconnect later see. Progress resets the count. Recoveries without
+//     progress within AttemptWindow (30 s) of the last counted one are that
+//     attempt. The turn's stashes set the fiber's attempt count to its own
+//     (fiber.WithAttempts), so the fiber's MaxAttempts and
+//     MaxRecoveryAttempts (at most, and by default, the fiber's) are one
+//     budget, and progress resets both.
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
 //     ends, and by Send (a stale flag never aborts a new turn).

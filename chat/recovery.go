@@ -138,14 +138,14 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		}
 	}
 	em := a.newEmitter(info.StreamID, b)
-	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts) {
+	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), a.cfg.AttemptWindow) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
 	}
 	// The attempt is durable before anything else happens, so a crash
 	// during it counts.
 	st.snap.ChunkIndex = b.chunks
-	if err := f.Stash(ctx, st.snap); err != nil {
+	if err := a.stashSnap(ctx, f, st); err != nil {
 		a.release(at)
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
@@ -29,6 +30,9 @@ type snapshot struct {
 	// progress; ChunksAtAttempt is the stored chunk count at the last one.
 	Attempts        int `json:"attempts,omitempty"`
 	ChunksAtAttempt int `json:"chunksAtAttempt,omitempty"`
+	// AttemptAt is when the last attempt was counted: recoveries without
+	// progress within Config.AttemptWindow of it count as that attempt.
+	AttemptAt time.Time `json:"attemptAt,omitzero"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -46,13 +50,20 @@ type turnState struct {
 
 // countAttempt counts a recovery attempt against the turn's budget, which
 // progress (chunks written since the last attempt) resets; it reports
-// whether the budget of max attempts is spent.
-func (st *turnState) countAttempt(chunks, max int) (exhausted bool) {
+// whether the budget of max attempts is spent. An attempt without progress
+// within window of the last counted one is that same attempt (a burst of
+// restarts is one recovery); window 0 counts every attempt.
+func (st *turnState) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
 	if chunks > st.snap.ChunksAtAttempt {
 		st.snap.Attempts = 0
 	}
-	st.snap.Attempts++
 	st.snap.ChunksAtAttempt = chunks
+	if since := now.Sub(st.snap.AttemptAt); st.snap.Attempts > 0 && window > 0 &&
+		!st.snap.AttemptAt.IsZero() && since >= 0 && since < window {
+		return st.snap.Attempts > max
+	}
+	st.snap.Attempts++
+	st.snap.AttemptAt = now
 	return st.snap.Attempts > max
 }
 
@@ -122,7 +133,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 		case errors.Is(err, errWrite):
 			return a.writeFailed(fctx, st, em, err)
 		case llm.IsRetryable(err):
-			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts) {
+			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), 0) {
 				return a.failTurn(fctx, st, em, fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err))
 			}
 			a.logger.Warn("retryable provider error, continuing the turn", "request", st.info.RequestID, "attempt", st.snap.Attempts, "err", err)
@@ -225,7 +236,18 @@ func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turn
 	st.snap.ChunkIndex = em.b.chunks
 	// The text now is exactly what the deltas up to SequenceNumber made.
 	st.snap.TextAtSequence = len(partsText(st.parts()))
-	return f.Stash(ctx, st.snap)
+	return a.stashSnap(ctx, f, st)
+}
+
+// stashSnap stashes st.snap. Chunks stored since the last attempt are
+// progress and reset the count; the fiber's attempt count is set to the
+// turn's, so the fiber's cap (MaxAttempts) and MaxRecoveryAttempts count
+// the same attempts and progress resets both.
+func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) error {
+	if st.snap.ChunkIndex > st.snap.ChunksAtAttempt {
+		st.snap.Attempts = 0
+	}
+	return f.Stash(ctx, st.snap, fiber.WithAttempts(st.snap.Attempts))
 }
 
 // persist stores the assistant message as it stands: message.appended the
