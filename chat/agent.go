@@ -324,10 +324,26 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
+	// Check sizes first: the user message without its turn is never
+	// half-written.
+	if _, err := a.event(EventTurnStarted, t); err != nil {
+		return Turn{}, err
+	}
+	if msg != nil {
+		if _, err := a.event(EventMessageAppended, msg); err != nil {
+			return Turn{}, err
+		}
+	}
 	if cur, active, err := a.store.ActiveTurn(a.agent); err != nil {
 		return Turn{}, err
-	} else if active {
+	} else if active && !cur.Orphaned {
 		return Turn{}, fmt.Errorf("%w: turn %s waits for recovery", ErrTurnActive, cur.RequestID)
+	} else if active {
+		// Its fiber ended without recording the outcome (the log failed
+		// then): end it now rather than refuse every later turn.
+		if err := a.endTurn(ctx, cur.RequestID, fmt.Sprintf("chat: turn %s ended without an outcome: its fiber ended (%s)", cur.RequestID, cur.FiberError)); err != nil {
+			return Turn{}, err
+		}
 	}
 	gate := make(chan bool, 1)
 	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
@@ -342,9 +358,9 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		info, err := a.store.Turn(a.agent, t.RequestID)
 		if err != nil {
 			a.release(at)
-			return err
+			return a.endOnFailure(fctx, t.RequestID, err)
 		}
-		return a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}})
+		return a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}}))
 	})
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
@@ -393,18 +409,40 @@ func (a *Agent) claim(requestID string) (*activeTurn, error) {
 }
 
 // append appends one chat event for the agent and waits until the store
-// shows it.
+// shows it. An event too large for the log is refused before it is sent
+// (ErrTooLarge), so it is never half-written.
 func (a *Agent) append(ctx context.Context, typ string, v any) (eventlog.Seq, error) {
-	e, err := eventlog.NewEvent(a.agent, typ, v)
+	e, err := a.event(typ, v)
 	if err != nil {
 		return 0, err
 	}
 	seq, err := a.log.Append(ctx, e)
+	if errors.Is(err, eventlog.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("chat: append %s: %w", typ, err)
 	}
 	return seq, a.store.WaitFor(ctx, seq)
 }
+
+// event encodes one chat event for the agent, or returns ErrTooLarge when
+// its data does not fit in one message of the server.
+func (a *Agent) event(typ string, v any) (eventlog.Event, error) {
+	e, err := eventlog.NewEvent(a.agent, typ, v)
+	if err != nil {
+		return e, err
+	}
+	if limit := a.dataLimit(); int64(len(e.Data)) > limit {
+		return e, fmt.Errorf("%w: %s of %d bytes, at most %d fit in one event (server max payload %d): %w",
+			ErrTooLarge, typ, len(e.Data), limit, a.cfg.MaxPayload, eventlog.ErrTooLarge)
+	}
+	return e, nil
+}
+
+// dataLimit is the largest event data the log takes: the max payload less
+// room for the envelope, subject and headers.
+func (a *Agent) dataLimit() int64 { return a.cfg.MaxPayload - 1024 }
 
 // catchUp waits until the store has applied the agent's last event.
 func (a *Agent) catchUp(ctx context.Context) error {

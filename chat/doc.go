@@ -68,6 +68,16 @@
 //     turn.started are durable; a crash after it is recovered.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//   - No failure leaves a turn streaming: a turn fiber that fails (outside
+//     shutdown) first ends its turn with an error chunk and turn.failed;
+//     if even that cannot be written, the turns view marks the turn
+//     Orphaned when fiber.failed (or abandoned) lands, and the next Send
+//     ends it the same way instead of refusing with ErrTurnActive.
+//   - Nothing is half-written for being too large: chunks are split; a
+//     user message or request body too large for one event is refused by
+//     Send (ErrTooLarge) before anything is appended; an answer too large
+//     to store as one message ends its turn with an error chunk saying so
+//     (not finish) and turn.failed.
 //   - A turn records exactly one outcome, and a turn's assistant message is
 //     stored once (message.appended, then message.updated by id); the
 //     messages view ignores a message id it already has.

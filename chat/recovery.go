@@ -84,7 +84,7 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 		return false, nil
 	}
 	err := a.cfg.Fibers.GoResume(ctx, rec, func(fctx context.Context, f *fiber.Fiber) error {
-		return a.recoverTurn(fctx, f, requestID, rec)
+		return a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec))
 	})
 	return true, err
 }

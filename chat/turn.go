@@ -74,7 +74,7 @@ func (st *turnState) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
 // the outcome. It returns nil when the outcome is recorded (completed,
 // failed, interrupted), and an error only when the fiber should stay for
 // recovery (shutdown) or the log failed.
-func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) error {
+func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (err error) {
 	defer a.release(st.at)
 	ctx, cancel := context.WithCancelCause(fctx)
 	defer cancel(nil)
@@ -86,6 +86,13 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 	a.mu.Unlock()
 
 	em := a.newEmitter(st.info.StreamID, st.b)
+	defer func() {
+		if err != nil {
+			// Whatever was queued lands before anyone ends the turn after
+			// the stored chunks (endOnFailure, recovery).
+			_, _ = em.w.Flush(context.WithoutCancel(fctx))
+		}
+	}()
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
 	if !st.b.started {
@@ -268,10 +275,16 @@ func (a *Agent) persist(ctx context.Context, st *turnState) error {
 	if !hasContent(parts) {
 		return nil
 	}
-	_, err := a.append(ctx, EventMessageAppended, Message{
-		ID: id, Role: RoleAssistant, Parts: parts, RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
-	})
+	_, err := a.append(ctx, EventMessageAppended, a.assistantMessage(st))
 	return err
+}
+
+// assistantMessage is the turn's assistant message as it stands.
+func (a *Agent) assistantMessage(st *turnState) Message {
+	return Message{
+		ID: st.info.AssistantMessageID, Role: RoleAssistant, Parts: st.parts(),
+		RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
+	}
 }
 
 func equalParts(a, b []Part) bool {
@@ -283,6 +296,11 @@ func equalParts(a, b []Part) bool {
 // completeTurn ends the stream with finish and records the message, the
 // usage and turn.completed, in that order.
 func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
+	// An answer too large to store as one message is refused before the
+	// stream claims success: clients see an error chunk saying so.
+	if _, err := a.event(EventMessageAppended, a.assistantMessage(st)); err != nil {
+		return a.failTurn(ctx, st, em, fmt.Errorf("chat: the answer cannot be stored: %w", err))
+	}
 	if err := em.finish(ctx, reason, usage); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
@@ -326,7 +344,10 @@ func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause 
 }
 
 func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
-	if err := a.persist(ctx, st); err != nil {
+	if err := a.persist(ctx, st); errors.Is(err, ErrTooLarge) {
+		// The partial answer cannot be stored; the failure still is.
+		a.logger.Warn("partial answer of a failed turn not stored", "request", st.info.RequestID, "err", err)
+	} else if err != nil {
 		return err
 	}
 	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg}); err != nil {
