@@ -52,7 +52,10 @@ func (a *Agent) endTurn(ctx context.Context, requestID, msg string) error {
 	if err != nil || !info.Active() {
 		return nil // no turn.started, or its outcome is recorded
 	}
-	b, err := loadStream(ctx, a.log, a.agent, info.StreamID)
+	b, err := a.loadTurnStream(ctx, info)
+	if errors.Is(err, ErrChunksExpired) {
+		return a.failExpired(ctx, &turnState{info: info, b: b}, fmt.Errorf("%s: %w", msg, err))
+	}
 	if err != nil {
 		return fmt.Errorf("chat: end turn %s: read stream: %w", requestID, err)
 	}

@@ -78,6 +78,10 @@
 //     Send (ErrTooLarge) before anything is appended; an answer too large
 //     to store as one message ends its turn with an error chunk saying so
 //     (not finish) and turn.failed.
+//   - A turn recovered (or ended) after chunk retention removed the start
+//     of its stream fails with ErrChunksExpired (an error chunk and
+//     turn.failed); it is not continued from, nor stored as, a truncated
+//     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
 //     stored once (message.appended, then message.updated by id); the
 //     messages view ignores a message id it already has.

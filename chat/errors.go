@@ -40,6 +40,12 @@ var (
 	// a turn's answer is too large to store as its assistant message. Errors
 	// wrapping it also match eventlog.ErrTooLarge.
 	ErrTooLarge = errors.New("chat: message too large")
+	// ErrChunksExpired is the cause recorded (error chunk, turn.failed) when
+	// a turn is recovered or ended after the log's chunk retention
+	// (eventlog.Config.ChunkMaxAge) removed the start of its stream: what
+	// clients saw is gone, so the turn is neither continued nor its partial
+	// answer stored.
+	ErrChunksExpired = errors.New("chat: the stream's chunks expired")
 	// ErrCancelled is the context cause of a turn stopped by Cancel or the
 	// "turn" interrupt.
 	ErrCancelled = errors.New("chat: turn cancelled")

@@ -109,7 +109,11 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if err != nil {
 		return err
 	}
-	b, err := loadStream(ctx, a.log, a.agent, info.StreamID)
+	b, err := a.loadTurnStream(ctx, info)
+	if errors.Is(err, ErrChunksExpired) {
+		defer a.release(at)
+		return a.failExpired(ctx, &turnState{at: at, info: info, b: b}, err)
+	}
 	if err != nil {
 		a.release(at)
 		return fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
