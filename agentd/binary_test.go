@@ -78,6 +78,7 @@ func TestBinary(t *testing.T) {
 	t.Run("ChatCrashRecovery", func(t *testing.T) { testBinaryChatCrash(t, bin) })
 	t.Run("Gateway", func(t *testing.T) { testBinaryGateway(t, bin) })
 	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
+	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

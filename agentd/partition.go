@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -92,8 +93,13 @@ func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
 		return 0, err
 	}
 	rows, err := h.table.Rows("")
-	if err != nil {
+	switch {
+	case errors.Is(err, eventlog.ErrCorrupt):
 		h.logger.Error("reading the runs table; corrupt rows are skipped", "partition", p, "err", err)
+	case err != nil:
+		// A truncated scan is not a complete one: recover nothing rather
+		// than some.
+		return 0, fmt.Errorf("read the runs table: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, r := range rows {

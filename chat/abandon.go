@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -17,6 +18,33 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 	if !ok {
 		return nil
 	}
+	a.metrics.recoveries.WithLabelValues("abandon").Inc()
+	return a.endTurn(ctx, requestID, fmt.Sprintf("chat: turn %s abandoned: %v", requestID, cause))
+}
+
+// endOnFailure ends the turn of a turn fiber that is about to fail with
+// err, so no failure leaves a turn streaming with no owner: the turn gets
+// an error chunk and turn.failed (endTurn), unless its outcome is recorded
+// already. During shutdown (ctx done) the fiber stays for recovery and
+// nothing is written. It returns err, joined with the failure to end the
+// turn if any (the turns view then marks the turn orphaned when the fiber
+// ends, and the next Send ends it).
+func (a *Agent) endOnFailure(ctx context.Context, requestID string, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	msg := fmt.Sprintf("chat: turn %s failed: %v", requestID, err)
+	if eerr := a.endTurn(context.WithoutCancel(ctx), requestID, msg); eerr != nil {
+		return errors.Join(err, fmt.Errorf("chat: end failed turn %s: %w", requestID, eerr))
+	}
+	return err
+}
+
+// endTurn records a terminal failure with message msg for turn requestID
+// if it is still active: an error chunk unless the stream already ended,
+// the partial answer as the assistant message (unless too large), and
+// turn.failed.
+func (a *Agent) endTurn(ctx context.Context, requestID, msg string) error {
 	if err := a.catchUp(ctx); err != nil {
 		return err
 	}
@@ -24,16 +52,22 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 	if err != nil || !info.Active() {
 		return nil // no turn.started, or its outcome is recorded
 	}
-	b, err := loadStream(ctx, a.log, a.agent, info.StreamID)
+	b, err := a.loadTurnStream(ctx, info)
+	if errors.Is(err, ErrChunksExpired) {
+		return a.failExpired(ctx, &turnState{info: info, b: b}, fmt.Errorf("%s: %w", msg, err))
+	}
 	if err != nil {
-		return fmt.Errorf("chat: abandon turn %s: read stream: %w", requestID, err)
+		return fmt.Errorf("chat: end turn %s: read stream: %w", requestID, err)
 	}
 	st := &turnState{info: info, b: b}
-	a.metrics.recoveries.WithLabelValues("abandon").Inc()
-	msg := fmt.Sprintf("chat: turn %s abandoned: %v", requestID, cause)
+	if info.Continues != "" {
+		if err := a.loadBase(st); err != nil {
+			return err
+		}
+	}
 	if b.terminal != "" {
 		return a.recordFailed(ctx, st, msg)
 	}
 	em := a.newEmitter(info.StreamID, b)
-	return a.failTurn(ctx, st, em, fmt.Errorf("%s", msg))
+	return a.failTurn(ctx, st, em, errors.New(msg))
 }

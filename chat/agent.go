@@ -44,11 +44,13 @@ const TurnFiberPrefix = "__chat_turn:"
 
 // Defaults of Config.
 const (
-	DefaultMaxRecoveryAttempts = 3
-	DefaultStashInterval       = time.Second
-	DefaultStashChunks         = 64
-	DefaultRetryBackoff        = 200 * time.Millisecond
-	DefaultMaxPayload          = 1 << 20
+	// DefaultAttemptWindow is the window within which recoveries without
+	// progress count as one attempt (the seeds' 30 s keepalive interval).
+	DefaultAttemptWindow = 30 * time.Second
+	DefaultStashInterval = time.Second
+	DefaultStashChunks   = 64
+	DefaultRetryBackoff  = 200 * time.Millisecond
+	DefaultMaxPayload    = 1 << 20
 )
 
 // Config configures an Agent. Zero fields take the defaults.
@@ -79,8 +81,15 @@ type Config struct {
 	// streamed something. Nil: DefaultRecovery (persist and continue).
 	OnChatRecovery func(ctx context.Context, rec Recovery) (RecoveryDecision, error)
 	// MaxRecoveryAttempts caps the recoveries (and in-process retries of
-	// retryable provider errors) of one turn without progress. Default 3.
+	// retryable provider errors) of one turn without progress. It is one
+	// budget with the fiber's: the turn keeps the fiber's attempt count
+	// equal to its own (fiber.WithAttempts), so progress resets both.
+	// Default and maximum: Fibers.MaxAttempts().
 	MaxRecoveryAttempts int
+	// AttemptWindow: recoveries without progress within this long of the
+	// last counted attempt count as that attempt, so a burst of restarts
+	// costs one. Default 30s; negative: every recovery counts.
+	AttemptWindow time.Duration
 	// StashInterval and StashChunks bound how stale a turn's stash may get:
 	// it is stashed after this long or this many chunks since the last
 	// stash, and when the provider's response id is first seen. Defaults 1s
@@ -102,8 +111,11 @@ func (c *Config) ensureDefaults() {
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = DefaultMaxPayload
 	}
-	if c.MaxRecoveryAttempts == 0 {
-		c.MaxRecoveryAttempts = DefaultMaxRecoveryAttempts
+	if c.MaxRecoveryAttempts == 0 && c.Fibers != nil {
+		c.MaxRecoveryAttempts = c.Fibers.MaxAttempts()
+	}
+	if c.AttemptWindow == 0 {
+		c.AttemptWindow = DefaultAttemptWindow
 	}
 	if c.StashInterval == 0 {
 		c.StashInterval = DefaultStashInterval
@@ -152,6 +164,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
+	case c.MaxRecoveryAttempts > c.Fibers.MaxAttempts():
+		return fmt.Errorf("%w: MaxRecoveryAttempts %d exceeds the fibers' MaxAttempts %d: the two caps count the same attempts",
+			ErrInvalidConfig, c.MaxRecoveryAttempts, c.Fibers.MaxAttempts())
 	}
 	return nil
 }
@@ -309,10 +324,26 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
+	// Check sizes first: the user message without its turn is never
+	// half-written.
+	if _, err := a.event(EventTurnStarted, t); err != nil {
+		return Turn{}, err
+	}
+	if msg != nil {
+		if _, err := a.event(EventMessageAppended, msg); err != nil {
+			return Turn{}, err
+		}
+	}
 	if cur, active, err := a.store.ActiveTurn(a.agent); err != nil {
 		return Turn{}, err
-	} else if active {
+	} else if active && !cur.Orphaned {
 		return Turn{}, fmt.Errorf("%w: turn %s waits for recovery", ErrTurnActive, cur.RequestID)
+	} else if active {
+		// Its fiber ended without recording the outcome (the log failed
+		// then): end it now rather than refuse every later turn.
+		if err := a.endTurn(ctx, cur.RequestID, fmt.Sprintf("chat: turn %s ended without an outcome: its fiber ended (%s)", cur.RequestID, cur.FiberError)); err != nil {
+			return Turn{}, err
+		}
 	}
 	gate := make(chan bool, 1)
 	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
@@ -327,9 +358,9 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		info, err := a.store.Turn(a.agent, t.RequestID)
 		if err != nil {
 			a.release(at)
-			return err
+			return a.endOnFailure(fctx, t.RequestID, err)
 		}
-		return a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}})
+		return a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}}))
 	})
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
@@ -378,18 +409,40 @@ func (a *Agent) claim(requestID string) (*activeTurn, error) {
 }
 
 // append appends one chat event for the agent and waits until the store
-// shows it.
+// shows it. An event too large for the log is refused before it is sent
+// (ErrTooLarge), so it is never half-written.
 func (a *Agent) append(ctx context.Context, typ string, v any) (eventlog.Seq, error) {
-	e, err := eventlog.NewEvent(a.agent, typ, v)
+	e, err := a.event(typ, v)
 	if err != nil {
 		return 0, err
 	}
 	seq, err := a.log.Append(ctx, e)
+	if errors.Is(err, eventlog.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("chat: append %s: %w", typ, err)
 	}
 	return seq, a.store.WaitFor(ctx, seq)
 }
+
+// event encodes one chat event for the agent, or returns ErrTooLarge when
+// its data does not fit in one message of the server.
+func (a *Agent) event(typ string, v any) (eventlog.Event, error) {
+	e, err := eventlog.NewEvent(a.agent, typ, v)
+	if err != nil {
+		return e, err
+	}
+	if limit := a.dataLimit(); int64(len(e.Data)) > limit {
+		return e, fmt.Errorf("%w: %s of %d bytes, at most %d fit in one event (server max payload %d): %w",
+			ErrTooLarge, typ, len(e.Data), limit, a.cfg.MaxPayload, eventlog.ErrTooLarge)
+	}
+	return e, nil
+}
+
+// dataLimit is the largest event data the log takes: the max payload less
+// room for the envelope, subject and headers.
+func (a *Agent) dataLimit() int64 { return a.cfg.MaxPayload - 1024 }
 
 // catchUp waits until the store has applied the agent's last event.
 func (a *Agent) catchUp(ctx context.Context) error {

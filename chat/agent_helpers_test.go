@@ -26,7 +26,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	return newEnvWith(t, eventlog.Config{})
+}
+
+func newEnvWith(t *testing.T, cfg eventlog.Config) *env {
+	t.Helper()
+	lg, _ := eventlogtest.Open(t, cfg)
 	table, pr, err := fiber.OpenTable(lg)
 	if err != nil {
 		t.Fatal(err)

@@ -131,22 +131,33 @@ func (b *builder) Text() string { return partsText(b.Parts()) }
 
 // loadStream reads a stream's stored chunks into a builder.
 func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, error) {
+	b, _, err := readStream(ctx, lg, agent, stream)
+	return b, err
+}
+
+// readStream is loadStream that also returns the stored chunk events'
+// first sequence (0 when none is stored).
+func readStream(ctx context.Context, lg Log, agent, stream string) (*builder, eventlog.Seq, error) {
 	evs, err := lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	var first eventlog.Seq
+	if len(evs) > 0 {
+		first = evs[0].Seq
 	}
 	b := newBuilder()
 	var asm Assembler
 	for _, e := range evs {
 		c, ok, err := asm.Add(e.Type, e.Data)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if ok {
 			b.add(c)
 		}
 	}
-	return b, nil
+	return b, first, nil
 }
 
 // emitter turns provider deltas into chunks: it writes each through the

@@ -68,6 +68,20 @@
 //     turn.started are durable; a crash after it is recovered.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//   - No failure leaves a turn streaming: a turn fiber that fails (outside
+//     shutdown) first ends its turn with an error chunk and turn.failed;
+//     if even that cannot be written, the turns view marks the turn
+//     Orphaned when fiber.failed (or abandoned) lands, and the next Send
+//     ends it the same way instead of refusing with ErrTurnActive.
+//   - Nothing is half-written for being too large: chunks are split; a
+//     user message or request body too large for one event is refused by
+//     Send (ErrTooLarge) before anything is appended; an answer too large
+//     to store as one message ends its turn with an error chunk saying so
+//     (not finish) and turn.failed.
+//   - A turn recovered (or ended) after chunk retention removed the start
+//     of its stream fails with ErrChunksExpired (an error chunk and
+//     turn.failed); it is not continued from, nor stored as, a truncated
+//     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
 //     stored once (message.appended, then message.updated by id); the
 //     messages view ignores a message id it already has.
@@ -77,7 +91,12 @@
 //     new chunk since the previous one counts one attempt (kept in the
 //     stash, stashed before the attempt acts); beyond MaxRecoveryAttempts
 //     the turn fails with an error chunk and turn.failed, which clients who
-//     reconnect later see. Progress resets the count.
+//     reconnect later see. Progress resets the count. Recoveries without
+//     progress within AttemptWindow (30 s) of the last counted one are that
+//     attempt. The turn's stashes set the fiber's attempt count to its own
+//     (fiber.WithAttempts), so the fiber's MaxAttempts and
+//     MaxRecoveryAttempts (at most, and by default, the fiber's) are one
+//     budget, and progress resets both.
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
 //     ends, and by Send (a stale flag never aborts a new turn).

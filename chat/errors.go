@@ -34,6 +34,18 @@ var (
 	// when a turn was recovered more than MaxRecoveryAttempts times without
 	// progress, or failed with retryable provider errors that often.
 	ErrRecoveryExhausted = errors.New("chat: recovery attempts exhausted")
+	// ErrTooLarge (bad input) is returned by Send and ContinueLastTurn for a
+	// message or request body too large for one event, before anything is
+	// appended; and it is the cause recorded (error chunk, turn.failed) when
+	// a turn's answer is too large to store as its assistant message. Errors
+	// wrapping it also match eventlog.ErrTooLarge.
+	ErrTooLarge = errors.New("chat: message too large")
+	// ErrChunksExpired is the cause recorded (error chunk, turn.failed) when
+	// a turn is recovered or ended after the log's chunk retention
+	// (eventlog.Config.ChunkMaxAge) removed the start of its stream: what
+	// clients saw is gone, so the turn is neither continued nor its partial
+	// answer stored.
+	ErrChunksExpired = errors.New("chat: the stream's chunks expired")
 	// ErrCancelled is the context cause of a turn stopped by Cancel or the
 	// "turn" interrupt.
 	ErrCancelled = errors.New("chat: turn cancelled")

@@ -1,12 +1,15 @@
 package chat
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 )
 
 // Projection names and versions of the chat read side. Every Apply reads
@@ -33,6 +36,7 @@ const (
 //	turns:      t\0<agent>\0<requestId>    TurnInfo JSON
 //	            a\0<agent>                 request id of the active turn
 //	            l\0<agent>                 request id of the last turn started
+//	            f\0<agent>\0<fiberId>      request id of a running turn fiber
 func msgNextKey(agent string) []byte { return []byte("n\x00" + agent) }
 func msgKey(agent string, idx uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("m\x00"+agent+"\x00"), idx)
@@ -45,6 +49,7 @@ func interruptKey(agent, name string) []byte { return []byte("f\x00" + agent + "
 func turnKey(agent, req string) []byte       { return []byte("t\x00" + agent + "\x00" + req) }
 func activeTurnKey(agent string) []byte      { return []byte("a\x00" + agent) }
 func lastTurnKey(agent string) []byte        { return []byte("l\x00" + agent) }
+func turnFiberKey(agent, id string) []byte   { return []byte("f\x00" + agent + "\x00" + id) }
 func decodeIndex(b []byte) (uint64, bool)    { return binary.BigEndian.Uint64(b), len(b) == 8 }
 func encodeIndex(v uint64) []byte            { return binary.BigEndian.AppendUint64(nil, v) }
 func corrupt(what string, err error) error   { return &eventlog.CorruptError{What: what, Err: err} }
@@ -305,6 +310,12 @@ type TurnInfo struct {
 	StartedSeq         eventlog.Seq    `json:"startedSeq"`
 	StartedAt          time.Time       `json:"startedAt"`
 	EndedAt            time.Time       `json:"endedAt,omitzero"`
+	// Orphaned is set when the turn's fiber ended (fiber.completed, failed
+	// or abandoned) while the turn had no outcome: nothing will end it but
+	// the next Send, which records it failed. FiberError is the fiber's
+	// error or reason.
+	Orphaned   bool   `json:"orphaned,omitempty"`
+	FiberError string `json:"fiberError,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -313,11 +324,54 @@ func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
 // TurnsProjection keeps each turn's request context and outcome, and the
 // active and last turn of each agent.
 func TurnsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: TurnsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyTurns}
+	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns}
+}
+
+// fiberEvent is the part of the fiber package's events the turns view reads.
+type fiberEvent struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// applyTurnFiber tracks the turn fibers of an agent: a turn whose fiber
+// ends before the turn's outcome is recorded is marked Orphaned.
+func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
+	var fe fiberEvent
+	if !decodeData(e, &fe) || fe.ID == "" {
+		return nil
+	}
+	key := turnFiberKey(e.Agent, fe.ID)
+	if e.Type == fiber.EventStarted {
+		if req, ok := strings.CutPrefix(fe.Name, TurnFiberPrefix); ok && req != "" {
+			return b.Set(key, []byte(req))
+		}
+		return nil
+	}
+	req, err := b.Get(key)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(key); err != nil {
+		return err
+	}
+	var t TurnInfo
+	ok, err := getJSON(b, turnKey(e.Agent, string(req)), &t)
+	if err != nil || !ok || !t.Active() {
+		return err
+	}
+	t.Orphaned, t.FiberError = true, cmp.Or(fe.Error, fe.Reason, e.Type)
+	return setJSON(b, turnKey(e.Agent, t.RequestID), t)
 }
 
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
+	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
+		return applyTurnFiber(b, e)
 	case EventTurnStarted:
 		var ts struct {
 			turnStarted

@@ -84,7 +84,7 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 		return false, nil
 	}
 	err := a.cfg.Fibers.GoResume(ctx, rec, func(fctx context.Context, f *fiber.Fiber) error {
-		return a.recoverTurn(fctx, f, requestID, rec)
+		return a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec))
 	})
 	return true, err
 }
@@ -109,7 +109,11 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if err != nil {
 		return err
 	}
-	b, err := loadStream(ctx, a.log, a.agent, info.StreamID)
+	b, err := a.loadTurnStream(ctx, info)
+	if errors.Is(err, ErrChunksExpired) {
+		defer a.release(at)
+		return a.failExpired(ctx, &turnState{at: at, info: info, b: b}, err)
+	}
 	if err != nil {
 		a.release(at)
 		return fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
@@ -144,14 +148,14 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, err)
 	}
-	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts) {
+	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), a.cfg.AttemptWindow) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
 	}
 	// The attempt is durable before anything else happens, so a crash
 	// during it counts.
 	st.snap.ChunkIndex = b.chunks
-	if err := f.Stash(ctx, st.snap); err != nil {
+	if err := a.stashSnap(ctx, f, st); err != nil {
 		a.release(at)
 		return err
 	}

@@ -167,7 +167,8 @@ func TestRecoverDecisions(t *testing.T) {
 func TestRecoveryBudgetExhausted(t *testing.T) {
 	e := newEnv(t)
 	const max = 2
-	opt := func(c *chat.Config) { c.MaxRecoveryAttempts = max }
+	// Every recovery counts (no window): see TestRecoveriesInWindowCountOnce.
+	opt := func(c *chat.Config) { c.MaxRecoveryAttempts, c.AttemptWindow = max, -1 }
 	turn := crash(t, e, "a1", "tell me a story", 2)
 	// Each recovery gets no further: the provider stalls at once.
 	for range max {

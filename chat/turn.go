@@ -2,9 +2,13 @@ package chat
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
@@ -27,6 +31,9 @@ type snapshot struct {
 	// progress; ChunksAtAttempt is the stored chunk count at the last one.
 	Attempts        int `json:"attempts,omitempty"`
 	ChunksAtAttempt int `json:"chunksAtAttempt,omitempty"`
+	// AttemptAt is when the last attempt was counted: recoveries without
+	// progress within Config.AttemptWindow of it count as that attempt.
+	AttemptAt time.Time `json:"attemptAt,omitzero"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -44,13 +51,20 @@ type turnState struct {
 
 // countAttempt counts a recovery attempt against the turn's budget, which
 // progress (chunks written since the last attempt) resets; it reports
-// whether the budget of max attempts is spent.
-func (st *turnState) countAttempt(chunks, max int) (exhausted bool) {
+// whether the budget of max attempts is spent. An attempt without progress
+// within window of the last counted one is that same attempt (a burst of
+// restarts is one recovery); window 0 counts every attempt.
+func (st *turnState) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
 	if chunks > st.snap.ChunksAtAttempt {
 		st.snap.Attempts = 0
 	}
-	st.snap.Attempts++
 	st.snap.ChunksAtAttempt = chunks
+	if since := now.Sub(st.snap.AttemptAt); st.snap.Attempts > 0 && window > 0 &&
+		!st.snap.AttemptAt.IsZero() && since >= 0 && since < window {
+		return st.snap.Attempts > max
+	}
+	st.snap.Attempts++
+	st.snap.AttemptAt = now
 	return st.snap.Attempts > max
 }
 
@@ -61,7 +75,7 @@ func (st *turnState) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
 // the outcome. It returns nil when the outcome is recorded (completed,
 // failed, interrupted), and an error only when the fiber should stay for
 // recovery (shutdown) or the log failed.
-func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) error {
+func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (err error) {
 	defer a.release(st.at)
 	ctx, cancel := context.WithCancelCause(fctx)
 	defer cancel(nil)
@@ -73,6 +87,13 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 	a.mu.Unlock()
 
 	em := a.newEmitter(st.info.StreamID, st.b)
+	defer func() {
+		if err != nil {
+			// Whatever was queued lands before anyone ends the turn after
+			// the stored chunks (endOnFailure, recovery).
+			_, _ = em.w.Flush(context.WithoutCancel(fctx))
+		}
+	}()
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
 	if !st.b.started {
@@ -118,7 +139,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 		case errors.Is(err, errWrite):
 			return a.writeFailed(fctx, st, em, err)
 		case llm.IsRetryable(err):
-			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts) {
+			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), 0) {
 				return a.failTurn(fctx, st, em, fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err))
 			}
 			a.logger.Warn("retryable provider error, continuing the turn", "request", st.info.RequestID, "attempt", st.snap.Attempts, "err", err)
@@ -135,6 +156,17 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) err
 			return a.failTurn(fctx, st, em, err)
 		}
 	}
+}
+
+// IdempotencyKey is the Idempotency-Key of the provider call a turn makes
+// when its stream holds chunks chunks: a hash of the request id and that
+// step. A call retried with nothing new in the stream (a retryable error, a
+// crash before anything was stored) is the same request and carries the same
+// key, so a provider that honours the header does not bill it twice; a call
+// continuing after more chunks is a different request and gets a new key.
+func IdempotencyKey(requestID string, chunks int) string {
+	h := sha256.Sum256([]byte(requestID + "\x00llm\x00" + strconv.Itoa(chunks)))
+	return hex.EncodeToString(h[:16])
 }
 
 // errWrite marks a failure to write the stream (the log, not the model).
@@ -154,6 +186,7 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
 func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (string, error) {
 	lastStash, chunksAtStash := a.cfg.Clock.Now(), em.b.chunks
+	req.IdempotencyKey = IdempotencyKey(st.info.RequestID, em.b.chunks)
 	for d, err := range a.cfg.Provider.Stream(ctx, req) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -209,7 +242,18 @@ func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turn
 	st.snap.ChunkIndex = em.b.chunks
 	// The text now is exactly what the deltas up to SequenceNumber made.
 	st.snap.TextAtSequence = len(partsText(st.parts()))
-	return f.Stash(ctx, st.snap)
+	return a.stashSnap(ctx, f, st)
+}
+
+// stashSnap stashes st.snap. Chunks stored since the last attempt are
+// progress and reset the count; the fiber's attempt count is set to the
+// turn's, so the fiber's cap (MaxAttempts) and MaxRecoveryAttempts count
+// the same attempts and progress resets both.
+func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) error {
+	if st.snap.ChunkIndex > st.snap.ChunksAtAttempt {
+		st.snap.Attempts = 0
+	}
+	return f.Stash(ctx, st.snap, fiber.WithAttempts(st.snap.Attempts))
 }
 
 // persist stores the assistant message as it stands: message.appended the
@@ -230,10 +274,16 @@ func (a *Agent) persist(ctx context.Context, st *turnState) error {
 	if !hasContent(parts) {
 		return nil
 	}
-	_, err := a.append(ctx, EventMessageAppended, Message{
-		ID: id, Role: RoleAssistant, Parts: parts, RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
-	})
+	_, err := a.append(ctx, EventMessageAppended, a.assistantMessage(st))
 	return err
+}
+
+// assistantMessage is the turn's assistant message as it stands.
+func (a *Agent) assistantMessage(st *turnState) Message {
+	return Message{
+		ID: st.info.AssistantMessageID, Role: RoleAssistant, Parts: st.parts(),
+		RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
+	}
 }
 
 func equalParts(a, b []Part) bool {
@@ -245,6 +295,11 @@ func equalParts(a, b []Part) bool {
 // completeTurn ends the stream with finish and records the message, the
 // usage and turn.completed, in that order.
 func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
+	// An answer too large to store as one message is refused before the
+	// stream claims success: clients see an error chunk saying so.
+	if _, err := a.event(EventMessageAppended, a.assistantMessage(st)); err != nil {
+		return a.failTurn(ctx, st, em, fmt.Errorf("chat: the answer cannot be stored: %w", err))
+	}
 	if err := em.finish(ctx, reason, usage); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
@@ -288,7 +343,10 @@ func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause 
 }
 
 func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
-	if err := a.persist(ctx, st); err != nil {
+	if err := a.persist(ctx, st); errors.Is(err, ErrTooLarge) {
+		// The partial answer cannot be stored; the failure still is.
+		a.logger.Warn("partial answer of a failed turn not stored", "request", st.info.RequestID, "err", err)
+	} else if err != nil {
 		return err
 	}
 	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg}); err != nil {

@@ -8,7 +8,7 @@
 // durable) before the Runner acts on it:
 //
 //	fiber.started   {id, name, createdAt}   before the function runs
-//	fiber.stashed   {id, snapshot}          each Stash; replaces the snapshot
+//	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts)
 //	fiber.completed {id, result?}           function returned nil
 //	fiber.failed    {id, error}             function returned an error or panicked
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
@@ -40,7 +40,9 @@
 //     before the hook sees it. A crash during recovery therefore shows up as
 //     attempt n+2 on the next start, never as a silent second call of the
 //     same attempt nor as a lost fiber; after MaxAttempts the fiber is
-//     abandoned with fiber.abandoned and an *AbandonedError.
+//     abandoned with fiber.abandoned and an *AbandonedError. A stash
+//     WithAttempts(n) sets the count to n: a fiber that makes progress
+//     resets it, so the cap bounds recoveries without progress.
 //   - Steps never silently repeat: a completed op returns its recorded
 //     result; an op started but not completed reruns with the same op ID
 //     (for the upstream's idempotency key) or, if Unsafe, fails with

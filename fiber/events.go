@@ -13,7 +13,7 @@ import (
 // the golden history in testdata/.
 const (
 	EventStarted     = "fiber.started"   // {id, name, createdAt}
-	EventStashed     = "fiber.stashed"   // {id, snapshot}
+	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}
 	EventRecovered   = "fiber.recovered" // {id, attempt}

@@ -93,15 +93,40 @@ func (f *Fiber) isDone() bool {
 	return f.mu.done
 }
 
+// StashOpt is an option of one Stash call.
+type StashOpt func(*stashOpts)
+
+type stashOpts struct {
+	attempts *int
+}
+
+// WithAttempts records n (>= 0) as the fiber's recovery attempt count along
+// with the snapshot: the next recovery is attempt n+1. A fiber that made
+// progress since its last recovery stashes WithAttempts(0) (or the count
+// of its own budget), so Config.MaxAttempts caps recoveries without
+// progress, not recoveries in all.
+func WithAttempts(n int) StashOpt {
+	return func(o *stashOpts) { o.attempts = &n }
+}
+
 // Stash records v, encoded as JSON (a json.RawMessage is taken as it is), as
 // the fiber's snapshot, fully replacing the previous one. It returns once
 // fiber.stashed is durable: if the process dies after Stash returned, the
 // recovery hook sees v (or a later snapshot). Concurrent stashes of one fiber
 // are recorded in call order; each fiber writes only its own snapshot.
+// WithAttempts also resets the fiber's recovery attempt count.
 //
-// Errors: ErrInvalid (v cannot be encoded), ErrFiberDone, or an append error
-// (the previous snapshot then stays the recorded one).
-func (f *Fiber) Stash(ctx context.Context, v any) error {
+// Errors: ErrInvalid (v cannot be encoded, a negative attempt count),
+// ErrFiberDone, or an append error (the previous snapshot then stays the
+// recorded one).
+func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
+	var o stashOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.attempts != nil && *o.attempts < 0 {
+		return invalidf("stash: negative attempt count %d", *o.attempts)
+	}
 	data, err := encodeJSON("snapshot", v)
 	if err != nil {
 		return err
@@ -112,7 +137,7 @@ func (f *Fiber) Stash(ctx context.Context, v any) error {
 		return ErrFiberDone
 	}
 	start := time.Now()
-	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data}); err != nil {
+	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data, Attempts: o.attempts}); err != nil {
 		return fmt.Errorf("fiber: stash %s: %w", f.id, err)
 	}
 	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
@@ -125,10 +150,10 @@ func (f *Fiber) Stash(ctx context.Context, v any) error {
 // Stash stashes v for the fiber ctx runs in, from any code the fiber's
 // function calls (the Go analogue of AsyncLocalStorage). Outside a fiber it
 // returns ErrNoFiber. See (*Fiber).Stash.
-func Stash(ctx context.Context, v any) error {
+func Stash(ctx context.Context, v any, opts ...StashOpt) error {
 	f, ok := FromContext(ctx)
 	if !ok {
 		return ErrNoFiber
 	}
-	return f.Stash(ctx, v)
+	return f.Stash(ctx, v, opts...)
 }

@@ -65,7 +65,8 @@ func (rec Recovered) Decode(v any) error {
 // the hook (or during the backoff) leaves the row with that attempt; the next
 // Recover, in this process or another, runs attempt n+2. So each crash costs
 // one attempt, the hook runs at most once per recorded attempt and never
-// more than MaxAttempts times in all, and an orphan is never silently
+// more than MaxAttempts times since the fiber last reset its count (a stash
+// WithAttempts, after progress), and an orphan is never silently
 // dropped: it ends resumed, completed, or abandoned with an error.
 //
 // A row that cannot be decoded is reported to Hooks.OnError as an error

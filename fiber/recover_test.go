@@ -372,3 +372,47 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// A fiber that makes progress between crashes resets its attempt count
+// (Stash WithAttempts): it is recovered more than MaxAttempts times in all
+// and never abandoned, while one that does not is abandoned on time.
+func TestRecoverProgressResetsAttempts(t *testing.T) {
+	e := newEnv(t)
+	crashed(t, e, "F1", `0`)
+	const max = 2
+	for i := 1; i <= 2*max+1; i++ {
+		sink := newErrSink()
+		var r *fiber.Runner
+		resumed := make(chan struct{})
+		h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+			return r.GoResume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+				// Progress, then the process dies (Close interrupts).
+				if err := f.Stash(ctx, i, fiber.WithAttempts(0)); err != nil {
+					return err
+				}
+				close(resumed)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}}
+		r = e.runner(t, fiber.Config{MaxAttempts: max, Hooks: fiber.Hooks{OnFiberRecovered: h.hook, OnError: sink.OnError}})
+		if err := r.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-resumed:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("recovery %d: the fiber was not resumed (abandoned?)", i)
+		}
+		r.Close()
+		if calls := h.got(); len(calls) != 1 || calls[0].Attempt != 1 {
+			t.Fatalf("recovery %d: hook calls %+v, want one of attempt 1", i, calls)
+		}
+	}
+	if ab := e.events(t, fiber.EventAbandoned); len(ab) != 0 {
+		t.Fatalf("abandoned: %+v", ab)
+	}
+	if err := (&fiber.Fiber{}).Stash(t.Context(), 1, fiber.WithAttempts(-1)); !errors.Is(err, fiber.ErrInvalid) {
+		t.Fatalf("negative attempts: %v", err)
+	}
+}

@@ -75,7 +75,8 @@ type Config struct {
 	KeepAlive KeepAlive
 	// Hooks are the recovery hook and the error sink.
 	Hooks Hooks
-	// MaxAttempts caps the recovery attempts of one fiber. Default 5.
+	// MaxAttempts caps the recovery attempts of one fiber since it last
+	// reset the count (Stash WithAttempts). Default 5.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the wait before retrying a failed
 	// recovery hook: base, 2*base, 4*base, ... at most max.
@@ -164,6 +165,10 @@ func New(cfg Config) (*Runner, error) {
 	r.mu.book = newBook()
 	return r, nil
 }
+
+// MaxAttempts returns the cap on a fiber's recovery attempts (Config's, or
+// the default).
+func (r *Runner) MaxAttempts() int { return r.cfg.MaxAttempts }
 
 // Agent returns the agent the Runner runs fibers for.
 func (r *Runner) Agent() string { return r.cfg.Agent }

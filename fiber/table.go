@@ -27,7 +27,8 @@ type Row struct {
 	Name  string `json:"name"`
 	// Snapshot is the data of the last fiber.stashed, nil before the first.
 	Snapshot json.RawMessage `json:"snapshot,omitempty"`
-	// Attempt is the attempt of the last fiber.recovered, 0 before any.
+	// Attempt is the attempt of the last fiber.recovered, 0 before any, or
+	// the count a later fiber.stashed set (WithAttempts).
 	Attempt   int       `json:"attempt"`
 	CreatedAt time.Time `json:"createdAt"`
 }
@@ -96,6 +97,9 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		if e.Type == EventStashed {
 			row.Snapshot = p.Snapshot
+			if p.Attempts != nil && *p.Attempts >= 0 {
+				row.Attempt = *p.Attempts // progress reset the count
+			}
 		} else {
 			row.Attempt = p.Attempt
 		}

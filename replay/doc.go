@@ -61,6 +61,7 @@
 // handler late asks again, so the offer is never lost):
 //
 //	{"type":"resuming","requestId","streamId","messageId"}  an unfinished turn
+//	{"type":"resuming",...,"status":"error"}                the last turn failed
 //	{"type":"pending","requestId"}                          started, no chunk yet
 //	{"type":"none"}                                         idle
 //
@@ -76,7 +77,9 @@
 //	{"type":"done","requestId","status":"completed|error|aborted"}
 //
 // A turn that ended in error is replayed up to its error chunk and done says
-// "error". The client may also send {"type":"chat","body":{AI SDK body}} to
+// "error"; when the latest turn failed, it is offered (resuming with status
+// "error") until another turn starts, so a client that reconnects after the
+// failure learns of it. A client that has seen it need not ack. The client may also send {"type":"chat","body":{AI SDK body}} to
 // start a turn (answered {"type":"started","requestId","streamId",
 // "messageId"}, then its chunks live with replay false, then done) and
 // {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame

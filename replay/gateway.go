@@ -245,6 +245,8 @@ func (g *Gateway) send(ctx context.Context, agent string, body json.RawMessage) 
 type offer struct {
 	kind string // "none", "pending" or "resuming"
 	turn Turn   // RequestID, StreamID, MessageID; After is where replay starts
+	// ended is the status of the latest stream when it has ended ("none").
+	ended string
 }
 
 // active finds the agent's turn to resume: a pending one (started, no chunk
@@ -289,12 +291,12 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 	if err != nil {
 		return offer{}, err
 	}
-	if info.Done() {
-		return offer{kind: "none", turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID}}, nil
-	}
 	var after Cursor
 	if info.FirstSeq > 0 {
 		after = Cursor(info.FirstSeq - 1)
+	}
+	if info.Done() {
+		return offer{kind: "none", ended: info.Status, turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
 	}
 	return offer{kind: "resuming", turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
 }

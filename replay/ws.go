@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
+	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -212,10 +213,15 @@ func (s *wsSession) offer(ctx context.Context) error {
 	if err != nil {
 		return s.writeErr(ctx, err)
 	}
+	if o.kind == "none" && o.ended == chat.StatusError && o.turn.StreamID != "" {
+		// The last turn failed: offer it, so a client that reconnects
+		// after the failure learns of it (its error chunk, done "error").
+		o.kind = "resuming"
+	}
 	s.offered = o
 	switch o.kind {
 	case "resuming":
-		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID})
+		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID, Status: o.ended})
 	case "pending":
 		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID})
 	default:

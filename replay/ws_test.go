@@ -204,3 +204,28 @@ func TestWSStopping(t *testing.T) {
 		t.Fatalf("close status %v (%v), want going away", got, err)
 	}
 }
+
+// A client that reconnects after its turn failed is offered the failed
+// turn (it used to be told "none" and never learned of the error); acking
+// replays it to its error chunk and done "error".
+func TestWSOffersFailedTurn(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	e.write(t, ft, script(ft)[:4]...)
+	e.write(t, ft, chat.Chunk{Type: chat.ChunkError, ErrorText: "provider down"})
+	w := dialWS(t, e, "c1")
+	f := w.expect("resuming")
+	if f.RequestID != ft.RequestID || f.StreamID != ft.StreamID || f.Status != chat.StatusError {
+		t.Fatalf("offer %+v, want the failed turn %s", f, ft.RequestID)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	got := w.chunks(5, true, ft.RequestID)
+	if got[0].Type != chat.ChunkStart || got[4].Type != chat.ChunkError || got[4].ErrorText != "provider down" {
+		t.Fatalf("replayed %+v", got)
+	}
+	w.expect("replayComplete")
+	if f := w.expect("done"); f.Status != chat.StatusError {
+		t.Fatalf("done %+v", f)
+	}
+}

@@ -1,0 +1,48 @@
+package chat_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// A turn recovered after chunk retention removed its stream gets a clear
+// answer: an error chunk and turn.failed naming the expiry; it is neither
+// continued from a truncated partial nor left waiting, and the provider is
+// not called.
+func TestRecoverAfterChunksExpired(t *testing.T) {
+	e := newEnvWith(t, eventlog.Config{ChunkMaxAge: time.Second})
+	turn := crash(t, e, "a1", "tell me a story", 3)
+	streamInfo(t, e, "a1", turn.StreamID) // the view saw the chunks
+	deadline := time.Now().Add(30 * time.Second)
+	for len(readChunks(t, e.lg, "a1", turn.StreamID)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("chunks did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p := &fake{scripts: []script{failWith(errNotCalled)}}
+	h := recoverHost(t, e, "a1", p, nil)
+	if p.Calls() != 0 {
+		t.Fatal("provider called for an expired stream")
+	}
+	tr := lastTurn(t, e, "a1")
+	if tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "expired") {
+		t.Fatalf("turn = %+v", tr)
+	}
+	cs := readChunks(t, e.lg, "a1", turn.StreamID)
+	if len(cs) != 1 || cs[0].Type != chat.ChunkError || !strings.Contains(cs[0].ErrorText, "expired") {
+		t.Fatalf("stream = %+v", cs)
+	}
+	if msgs := settled(t, e, "a1"); len(msgs) != 1 {
+		t.Fatalf("messages = %+v, want only the user's", msgs)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "again"}); errors.Is(err, chat.ErrTurnActive) || err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	h.r.Wait()
+}

@@ -1,0 +1,153 @@
+package chat_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// hugeAnswer streams n bytes of text in 32 KiB deltas, then finishes, or,
+// with block, signals reached and waits for ctx (a Cancel).
+func hugeAnswer(n int, block bool, reached chan<- struct{}) script {
+	return func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+		piece := strings.Repeat("x", 32<<10)
+		for sent := 0; sent < n; sent += len(piece) {
+			if !yield(llm.Delta{Kind: llm.TextDelta, Text: piece}, nil) {
+				return
+			}
+		}
+		if block {
+			reached <- struct{}{}
+			<-ctx.Done()
+			yield(llm.Delta{}, context.Cause(ctx))
+			return
+		}
+		yield(llm.Delta{Kind: llm.Finish, FinishReason: "stop", Usage: &llm.Usage{InputTokens: 1, OutputTokens: 1}}, nil)
+	}
+}
+
+// An answer larger than the server's max payload cannot be stored as one
+// message: the turn ends with an error chunk saying so and turn.failed,
+// nothing is half-written, and the agent takes the next turn (it used to
+// stay "streaming" for good, every later chat refused with 409).
+func TestHugeAnswerRefusedClearly(t *testing.T) {
+	e := newEnv(t)
+	p := &fake{scripts: []script{hugeAnswer(2<<20, false, nil), passLocal()}}
+	h := e.host(t, "a1", p, nil)
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	tr := lastTurn(t, e, "a1")
+	if tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "too large") {
+		t.Fatalf("turn = %+v", tr)
+	}
+	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
+	if last := cs[len(cs)-1]; last.Type != chat.ChunkError || !strings.Contains(last.ErrorText, "too large") {
+		t.Fatalf("stream ends with %+v", last)
+	}
+	if n := count(cs, chat.ChunkFinish); n != 0 {
+		t.Fatalf("stream has %d finish chunks and an error", n)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+		t.Fatalf("send after the huge answer: %v", err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 3 || msgs[2].Text() != answer("hello") {
+		t.Fatalf("messages = %+v", msgs)
+	}
+}
+
+// A user message too large for one event is refused before anything is
+// appended: ErrTooLarge (413 through agentd), no message without its turn.
+func TestHugeUserMessageRefused(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+	_, err := h.a.Send(t.Context(), chat.SendRequest{Text: strings.Repeat("y", 2<<20)})
+	if !errors.Is(err, chat.ErrTooLarge) || !errors.Is(err, eventlog.ErrTooLarge) {
+		t.Fatalf("send: %v, want ErrTooLarge", err)
+	}
+	if msgs := settled(t, e, "a1"); len(msgs) != 0 {
+		t.Fatalf("messages = %+v", msgs)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+}
+
+// Any failure of a turn's fiber ends the turn: here a cancelled huge answer
+// whose partial cannot be stored fails the fiber, and the turn still gets
+// an outcome, so the next Send is taken.
+func TestFiberFailureEndsTurn(t *testing.T) {
+	e := newEnv(t)
+	reached := make(chan struct{}, 1)
+	p := &fake{scripts: []script{hugeAnswer(2<<20, true, reached), passLocal()}}
+	h := e.host(t, "a1", p, nil)
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	if _, err := h.a.Cancel(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.Active() {
+		t.Fatalf("turn still active: %+v", tr)
+	}
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Done() != true {
+		t.Fatalf("stream = %+v", info)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+		t.Fatalf("send after the failed turn: %v", err)
+	}
+	h.r.Wait()
+}
+
+// A turn whose fiber ended without its outcome (the log refused every
+// write then) is orphaned; the next Send ends it with an error chunk and
+// turn.failed instead of answering 409 for ever.
+func TestOrphanedTurnEndedBySend(t *testing.T) {
+	e := newEnv(t)
+	raw := func(typ string, v any) {
+		ev, err := eventlog.NewEvent("a1", typ, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.lg.Append(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw(fiber.EventStarted, map[string]any{"id": "F1", "name": chat.TurnFiberPrefix + "R1"})
+	raw(chat.EventTurnStarted, map[string]any{"requestId": "R1", "streamId": "S1", "messageId": "M1", "assistantMessageId": "A1"})
+	h := e.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hi"}); !errors.Is(err, chat.ErrTurnActive) {
+		t.Fatalf("send while the turn's fiber runs: %v, want ErrTurnActive", err)
+	}
+	raw(fiber.EventFailed, map[string]any{"id": "F1", "error": "chat: append turn.failed: disk full"})
+	settled(t, e, "a1")
+	if tr := lastTurn(t, e, "a1"); !tr.Orphaned || !strings.Contains(tr.FiberError, "disk full") {
+		t.Fatalf("turn = %+v", tr)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hi"}); err != nil {
+		t.Fatalf("send after an orphaned turn: %v", err)
+	}
+	h.r.Wait()
+	tr, err := e.store.Turn("a1", "R1")
+	if err != nil || tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "disk full") {
+		t.Fatalf("orphaned turn = %+v, %v", tr, err)
+	}
+	cs, _ := streamOf(t, e.lg, "a1", "S1")
+	if len(cs) != 1 || cs[0].Type != chat.ChunkError {
+		t.Fatalf("orphaned stream = %+v", cs)
+	}
+}
