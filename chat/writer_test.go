@@ -2,12 +2,10 @@ package chat_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/eventlog/eventlogtest"
 )
 
 func runBatcher(t *testing.T, lg *eventlog.Log) *eventlog.Batcher {
@@ -37,59 +35,4 @@ func readChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []chat.Chu
 		}
 	}
 	return out
-}
-
-// A chunk larger than the server's max payload is split into parts and
-// joined again by readers; the stream metadata counts it once.
-func TestOversizedChunkSplitAndJoined(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: 64 << 10})
-	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
-	pr, err := lg.NewProjector(chat.StreamsProjection())
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventlogtest.RunProjector(t, pr)
-	w := chat.NewStreamWriter(runBatcher(t, lg), "a1", "s1", 0, lg.MaxPayload())
-	big := strings.Repeat("é0123456789", 30000) // ~360 KB, multi-byte runes across part edges
-	want := []chat.Chunk{
-		{Type: chat.ChunkStart, MessageID: "m1", RequestID: "r1"},
-		{Type: chat.ChunkTextStart, ID: "t1"},
-		{Type: chat.ChunkTextDelta, ID: "t1", Delta: big},
-		{Type: chat.ChunkTextEnd, ID: "t1"},
-		{Type: chat.ChunkFinish},
-	}
-	for _, c := range want {
-		if err := w.Write(t.Context(), c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seq, err := w.Flush(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := readChunks(t, lg, "a1", "s1")
-	if len(got) != len(want) {
-		t.Fatalf("read %d chunks, want %d", len(got), len(want))
-	}
-	if got[2].Delta != big {
-		t.Fatalf("joined delta differs: %d bytes, want %d", len(got[2].Delta), len(big))
-	}
-	if err := pr.WaitFor(t.Context(), seq); err != nil {
-		t.Fatal(err)
-	}
-	info, err := chat.NewStreams(mustView(t, lg)).Latest("a1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Stream != "s1" || info.Status != chat.StatusCompleted || info.Chunks != 5 || info.RequestID != "r1" || info.MessageID != "m1" || info.LastSeq != seq {
-		t.Fatalf("stream info = %+v", info)
-	}
-}
-
-func mustView(t *testing.T, lg *eventlog.Log) *eventlog.View {
-	v, err := lg.View(chat.StreamsProjectionName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }

@@ -1,4 +1,4 @@
-package chat
+package chunk
 
 import (
 	"context"
@@ -15,14 +15,14 @@ type Batcher interface {
 	Add(ctx context.Context, e eventlog.Event) (*eventlog.Pending, error)
 }
 
-// StreamWriter publishes the chunks of one chat stream through a shared
+// Writer publishes the chunks of one chat stream through a shared
 // Batcher. Write queues a chunk (durable later, in a group commit); Flush
 // returns once every chunk written so far is durable. Each chunk's event id
 // is <stream>/<index>, so a retried batch is deduplicated.
 //
-// A StreamWriter is safe for concurrent use, but chunks are ordered only per
+// A Writer is safe for concurrent use, but chunks are ordered only per
 // calling goroutine; a turn writes from one goroutine.
-type StreamWriter struct {
+type Writer struct {
 	b             Batcher
 	agent, stream string
 	limit         int
@@ -36,26 +36,26 @@ type StreamWriter struct {
 	}
 }
 
-// NewStreamWriter returns a writer for agent's stream, starting at chunk
+// NewWriter returns a writer for agent's stream, starting at chunk
 // index next (0 for a new stream, the stored count when continuing one).
 // maxPayload is the server's max payload; larger chunks are split.
-func NewStreamWriter(b Batcher, agent, stream string, next int, maxPayload int64) *StreamWriter {
-	w := &StreamWriter{b: b, agent: agent, stream: stream, limit: int(maxPayload) - 1024}
+func NewWriter(b Batcher, agent, stream string, next int, maxPayload int64) *Writer {
+	w := &Writer{b: b, agent: agent, stream: stream, limit: int(maxPayload) - 1024}
 	w.mu.next = next
 	return w
 }
 
 // Stream returns the stream id.
-func (w *StreamWriter) Stream() string { return w.stream }
+func (w *Writer) Stream() string { return w.stream }
 
 // Write queues c. A chunk larger than the server's max payload is stored as
 // several parts that readers join; nothing is dropped.
-func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
+func (w *Writer) Write(ctx context.Context, c Chunk) error {
 	// MarshalJSON directly: json.Marshal would reach it through reflection
 	// and then scan its output again to compact it, 6x the cost per chunk.
 	body, err := c.MarshalJSON()
 	if err != nil {
-		return fmt.Errorf("chat: encode chunk: %w", err)
+		return fmt.Errorf("chunk: encode chunk: %w", err)
 	}
 	w.mu.Lock()
 	w.pruneLocked()
@@ -70,7 +70,7 @@ func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
 	if len(body) <= w.limit {
 		// The common case: one event, id <stream>/<index>.
 		id := w.stream + "/" + strconv.Itoa(index)
-		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: evChunk, ID: id, Data: body})
+		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunk, ID: id, Data: body})
 	}
 	bodies, err := split(body, index, w.limit)
 	if err != nil {
@@ -78,7 +78,7 @@ func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
 	}
 	for k, b := range bodies {
 		id := fmt.Sprintf("%s/%d.%d", w.stream, index, k)
-		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: evChunkPart, ID: id, Data: b}); err != nil {
+		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventPart, ID: id, Data: b}); err != nil {
 			return err
 		}
 	}
@@ -86,10 +86,10 @@ func (w *StreamWriter) Write(ctx context.Context, c Chunk) error {
 }
 
 // add queues one event of chunk index.
-func (w *StreamWriter) add(ctx context.Context, index int, e eventlog.Event) error {
+func (w *Writer) add(ctx context.Context, index int, e eventlog.Event) error {
 	p, err := w.b.Add(ctx, e)
 	if err != nil {
-		return w.fail(fmt.Errorf("chat: write chunk %d of %s: %w", index, w.stream, err))
+		return w.fail(fmt.Errorf("chunk: write chunk %d of %s: %w", index, w.stream, err))
 	}
 	w.mu.Lock()
 	w.mu.out = append(w.mu.out, p)
@@ -97,7 +97,7 @@ func (w *StreamWriter) add(ctx context.Context, index int, e eventlog.Event) err
 	return nil
 }
 
-func (w *StreamWriter) fail(err error) error {
+func (w *Writer) fail(err error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.mu.err == nil {
@@ -109,7 +109,7 @@ func (w *StreamWriter) fail(err error) error {
 // pruneLocked drops stored events from the front of the queue and records
 // the first failure, so a later batch's success never hides an earlier loss.
 // REQUIRES: w.mu held.
-func (w *StreamWriter) pruneLocked() {
+func (w *Writer) pruneLocked() {
 	for len(w.mu.out) > 0 {
 		p := w.mu.out[0]
 		select {
@@ -119,7 +119,7 @@ func (w *StreamWriter) pruneLocked() {
 		}
 		// A duplicate was stored before: a retried publish.
 		if _, err := p.Wait(context.Background()); err != nil && !errors.Is(err, eventlog.ErrDuplicate) && w.mu.err == nil {
-			w.mu.err = fmt.Errorf("chat: chunk of %s not stored: %w", w.stream, err)
+			w.mu.err = fmt.Errorf("chunk: chunk of %s not stored: %w", w.stream, err)
 		}
 		w.mu.last = p
 		w.mu.out = w.mu.out[1:]
@@ -129,7 +129,7 @@ func (w *StreamWriter) pruneLocked() {
 // Flush returns once every chunk written before it is durable, with the
 // sequence of the last one (0 if none was written). If any chunk failed to
 // store, Flush returns that error and the stream accepts no more writes.
-func (w *StreamWriter) Flush(ctx context.Context) (eventlog.Seq, error) {
+func (w *Writer) Flush(ctx context.Context) (eventlog.Seq, error) {
 	w.mu.Lock()
 	out := append([]*eventlog.Pending(nil), w.mu.out...)
 	last := w.mu.last
@@ -162,7 +162,7 @@ func (w *StreamWriter) Flush(ctx context.Context) (eventlog.Seq, error) {
 }
 
 // Written returns the number of chunks written.
-func (w *StreamWriter) Written() int {
+func (w *Writer) Written() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.mu.next

@@ -1,4 +1,4 @@
-package chat
+package chunk
 
 import (
 	"bytes"
@@ -80,11 +80,11 @@ func FuzzDecodeChunk(f *testing.F) {
 		if !fastChunk(enc, &Chunk{}) {
 			t.Fatalf("fast path refused %s", enc)
 		}
-		got, err := decodeChunk(enc)
+		got, err := decode(enc)
 		var want Chunk
 		_ = json.Unmarshal(enc, &want)
 		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("decodeChunk(%s) = %+v, %v; want %+v", enc, got, err, want)
+			t.Fatalf("decode(%s) = %+v, %v; want %+v", enc, got, err, want)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package chat
+package chunk
 
 import (
 	"encoding/json"
@@ -6,25 +6,27 @@ import (
 )
 
 // Chunk types, following the AI SDK's UI message stream, so the HTTP gateway
-// forwards stored chunks as they are.
+// forwards stored chunks as they are. A stream is start, then start-step,
+// text-*, reasoning-* and tool-* chunks, finish-step, and one terminal chunk:
+// finish, error or abort.
 const (
-	ChunkStart           = "start"
-	ChunkStartStep       = "start-step"
-	ChunkTextStart       = "text-start"
-	ChunkTextDelta       = "text-delta"
-	ChunkTextEnd         = "text-end"
-	ChunkReasoningStart  = "reasoning-start"
-	ChunkReasoningDelta  = "reasoning-delta"
-	ChunkReasoningEnd    = "reasoning-end"
-	ChunkToolInputStart  = "tool-input-start"
-	ChunkToolInputDelta  = "tool-input-delta"
-	ChunkToolInput       = "tool-input-available"
-	ChunkToolOutput      = "tool-output-available"
-	ChunkToolOutputError = "tool-output-error"
-	ChunkFinishStep      = "finish-step"
-	ChunkFinish          = "finish"
-	ChunkError           = "error"
-	ChunkAbort           = "abort"
+	Start           = "start"
+	StartStep       = "start-step"
+	TextStart       = "text-start"
+	TextDelta       = "text-delta"
+	TextEnd         = "text-end"
+	ReasoningStart  = "reasoning-start"
+	ReasoningDelta  = "reasoning-delta"
+	ReasoningEnd    = "reasoning-end"
+	ToolInputStart  = "tool-input-start"
+	ToolInputDelta  = "tool-input-delta"
+	ToolInput       = "tool-input-available"
+	ToolOutput      = "tool-output-available"
+	ToolOutputError = "tool-output-error"
+	FinishStep      = "finish-step"
+	Finish          = "finish"
+	Error           = "error"
+	Abort           = "abort"
 )
 
 // Chunk is one piece of a chat stream: one LLM turn's output. Its JSON form is
@@ -65,20 +67,23 @@ func (c Chunk) Terminal() bool { return c.EndStatus() != "" }
 // (StatusCompleted, StatusError or StatusAborted), "" for any other chunk.
 func (c Chunk) EndStatus() string {
 	switch c.Type {
-	case ChunkFinish:
+	case Finish:
 		return StatusCompleted
-	case ChunkError:
+	case Error:
 		return StatusError
-	case ChunkAbort:
+	case Abort:
 		return StatusAborted
 	}
 	return ""
 }
 
-// Event types of chunks on the chunks stream.
+// Event types of chunks on the chunks stream: a chunk is stored as one
+// EventChunk event whose data is the chunk's JSON, or, when that is larger
+// than the server's max payload, as EventPart events (chunkPart: the JSON's
+// bytes in order) that an Assembler joins.
 const (
-	evChunk     = "chunk"
-	evChunkPart = "chunk.part"
+	EventChunk = "chunk"
+	EventPart  = "chunk.part"
 )
 
 // chunkPart is one piece of a chunk too large for one message.
@@ -89,12 +94,12 @@ type chunkPart struct {
 	Bytes []byte `json:"b"`
 }
 
-// ChunkPart reports whether a stored chunk event of type typ is one part of
+// SplitPart reports whether a stored chunk event of type typ is one part of
 // a chunk split across several events (split), and which part it is: 0 for
 // the first, -1 when data does not decode. A reader that starts inside a
 // split chunk (a cursor on one of its parts) skips to the next whole chunk.
-func ChunkPart(typ string, data []byte) (part int, split bool) {
-	if typ != evChunkPart {
+func SplitPart(typ string, data []byte) (part int, split bool) {
+	if typ != EventPart {
 		return 0, false
 	}
 	var p struct {
@@ -115,7 +120,7 @@ func split(body []byte, index, limit int) ([][]byte, error) {
 	// base64 grows 4/3; leave room for the part's fields.
 	per := (limit - 64) * 3 / 4
 	if per <= 0 {
-		return nil, fmt.Errorf("chat: chunk limit %d too small", limit)
+		return nil, fmt.Errorf("chunk: chunk limit %d too small", limit)
 	}
 	n := (len(body) + per - 1) / per
 	out := make([][]byte, 0, n)
@@ -131,7 +136,8 @@ func split(body []byte, index, limit int) ([][]byte, error) {
 }
 
 // Assembler turns chunk events back into chunks, joining split parts. Feed it
-// events in stream order; it is not safe for concurrent use.
+// events in stream order; it is not safe for concurrent use. The zero value
+// is ready to use.
 type Assembler struct {
 	index int
 	parts [][]byte
@@ -141,22 +147,22 @@ type Assembler struct {
 // complete. A malformed event or a part out of order is an error.
 func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 	switch typ {
-	case evChunk:
-		c, err := decodeChunk(data)
+	case EventChunk:
+		c, err := decode(data)
 		if err != nil {
-			return Chunk{}, false, fmt.Errorf("chat: decode chunk: %w", err)
+			return Chunk{}, false, fmt.Errorf("chunk: decode chunk: %w", err)
 		}
 		return c, true, nil
-	case evChunkPart:
+	case EventPart:
 		var p chunkPart
 		if err := json.Unmarshal(data, &p); err != nil {
-			return Chunk{}, false, fmt.Errorf("chat: decode chunk part: %w", err)
+			return Chunk{}, false, fmt.Errorf("chunk: decode chunk part: %w", err)
 		}
 		if p.Part == 0 {
 			a.index, a.parts = p.Index, a.parts[:0]
 		}
 		if p.Index != a.index || p.Part != len(a.parts) || p.Parts <= p.Part {
-			return Chunk{}, false, fmt.Errorf("chat: chunk %d part %d of %d out of order", p.Index, p.Part, p.Parts)
+			return Chunk{}, false, fmt.Errorf("chunk: chunk %d part %d of %d out of order", p.Index, p.Part, p.Parts)
 		}
 		a.parts = append(a.parts, p.Bytes)
 		if len(a.parts) < p.Parts {
@@ -167,12 +173,12 @@ func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 			body = append(body, b...)
 		}
 		a.parts = a.parts[:0]
-		c, err := decodeChunk(body)
+		c, err := decode(body)
 		if err != nil {
-			return Chunk{}, false, fmt.Errorf("chat: decode joined chunk %d: %w", p.Index, err)
+			return Chunk{}, false, fmt.Errorf("chunk: decode joined chunk %d: %w", p.Index, err)
 		}
 		return c, true, nil
 	default:
-		return Chunk{}, false, fmt.Errorf("chat: unknown chunk event type %q", typ)
+		return Chunk{}, false, fmt.Errorf("chunk: unknown chunk event type %q", typ)
 	}
 }

@@ -1,4 +1,4 @@
-package chat
+package chunk
 
 import (
 	"encoding/json"
@@ -32,7 +32,7 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	}{{`,"input":`, c.Input}, {`,"output":`, c.Output}} {
 		if len(f.v) > 0 {
 			if !json.Valid(f.v) {
-				return nil, fmt.Errorf("chat: chunk %s: %s is not valid JSON", c.Type, f.name[2:len(f.name)-2])
+				return nil, fmt.Errorf("chunk: chunk %s: %s is not valid JSON", c.Type, f.name[2:len(f.name)-2])
 			}
 			b = append(b, f.name...)
 			b = append(b, f.v...)
@@ -42,7 +42,7 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	str(`,"finishReason":`, c.FinishReason)
 	if len(c.MessageMetadata) > 0 {
 		if !json.Valid(c.MessageMetadata) {
-			return nil, fmt.Errorf("chat: chunk %s: messageMetadata is not valid JSON", c.Type)
+			return nil, fmt.Errorf("chunk: chunk %s: messageMetadata is not valid JSON", c.Type)
 		}
 		b = append(b, `,"messageMetadata":`...)
 		b = append(b, c.MessageMetadata...)
@@ -51,11 +51,11 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// decodeChunk decodes a stored chunk. Chunks in the form MarshalJSON writes
+// decode decodes a stored chunk. Chunks in the form MarshalJSON writes
 // with string fields only (text and reasoning deltas, starts and ends: all
 // but a handful per turn) are read without reflection; anything else goes
 // through encoding/json. Both give the same Chunk.
-func decodeChunk(data []byte) (Chunk, error) {
+func decode(data []byte) (Chunk, error) {
 	var c Chunk
 	if fastChunk(data, &c) {
 		return c, nil

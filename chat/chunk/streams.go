@@ -1,4 +1,4 @@
-package chat
+package chunk
 
 import (
 	"encoding/json"
@@ -68,22 +68,22 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	info.LastSeq, info.UpdatedAt = e.Seq, e.Time
 	switch e.Type {
-	case evChunk:
+	case EventChunk:
 		info.Chunks++
-		c, err := decodeChunk(e.Data)
+		c, err := decode(e.Data)
 		if err != nil {
 			break // counted; a chunk that does not decode carries no status
 		}
-		if c.Type == ChunkStart {
+		if c.Type == Start {
 			info.MessageID, info.RequestID = c.MessageID, c.RequestID
 		}
 		if st := c.EndStatus(); st != "" {
 			info.Status = st
 		}
-		if c.Type == ChunkError {
+		if c.Type == Error {
 			info.Error = c.ErrorText
 		}
-	case evChunkPart:
+	case EventPart:
 		var p chunkPart
 		if json.Unmarshal(e.Data, &p) == nil && p.Part == p.Parts-1 {
 			info.Chunks++
@@ -97,7 +97,7 @@ type Streams struct{ v *eventlog.View }
 
 // ErrUnknownStream is returned by Streams.Get and Streams.Latest for a
 // stream (or agent) with no chunks.
-var ErrUnknownStream = errors.New("chat: unknown stream")
+var ErrUnknownStream = errors.New("chunk: unknown stream")
 
 // NewStreams reads the projection through v (lg.View(StreamsProjectionName)).
 func NewStreams(v *eventlog.View) *Streams { return &Streams{v: v} }
@@ -135,7 +135,7 @@ func (s *Streams) List(agent string) ([]StreamInfo, error) {
 	var out []StreamInfo
 	for kv, err := range s.v.Scan([]byte("s/" + agent + "/")) {
 		if err != nil {
-			return out, fmt.Errorf("chat: list streams of %s: %w", agent, err)
+			return out, fmt.Errorf("chunk: list streams of %s: %w", agent, err)
 		}
 		var info StreamInfo
 		if err := json.Unmarshal(kv.Value, &info); err != nil {
@@ -144,4 +144,31 @@ func (s *Streams) List(agent string) ([]StreamInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// getter is the read part shared by a Batch and a View.
+type getter interface {
+	Get(key []byte) ([]byte, error)
+}
+
+func getJSON(g getter, key []byte, v any) (bool, error) {
+	raw, err := g.Get(key)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, &eventlog.CorruptError{What: "stream row " + string(key), Err: err}
+	}
+	return true, nil
+}
+
+func setJSON(b *eventlog.Batch, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Set(key, raw)
 }

@@ -1,0 +1,40 @@
+// Package chunk is the wire format of chat streams: the chunks a turn
+// writes, how they are stored as events, and how readers get them back. It
+// imports only eventlog and the standard library, so readers of streams
+// (the replay gateway, Go clients) do not compile the provider SDKs that
+// package chat needs.
+//
+// # Model
+//
+// A chat stream is one turn's output on the chunks subject
+// <prefix>.chunk.<agent>.<stream>. Each Chunk is an AI SDK UI message
+// stream chunk (start, start-step, text-*, reasoning-*, tool-*,
+// finish-step, then one of finish, error or abort) plus our RequestID on
+// the start chunk. Its JSON is stored as it is, as one EventChunk event
+// with id <stream>/<index>; a chunk larger than the server's max payload is
+// stored as EventPart events <stream>/<index>.<k>, each holding a slice of
+// the chunk's JSON, which an Assembler joins. Nothing is dropped.
+//
+// A Writer writes a stream through the process's shared eventlog.Batcher;
+// an Assembler reads it back from the stored events, in order. The streams
+// projection (StreamsProjection, read through Streams) keeps each stream's
+// metadata: status, request and message id, first and last sequence and
+// chunk count, and the latest stream of each agent.
+//
+// The format is frozen: stored streams must stay readable. Add fields and
+// chunk types; never rename or repurpose one. Package chat keeps golden
+// histories (chat/testdata/golden) that fail its tests when an old stream
+// no longer reads.
+//
+// # Usage
+//
+//	w := chunk.NewWriter(batcher, "a1", "s1", 0, lg.MaxPayload())
+//	err := w.Write(ctx, chunk.Chunk{Type: chunk.TextDelta, ID: "txt-1", Delta: "Hi"})
+//	seq, err := w.Flush(ctx) // durable
+//
+//	var a chunk.Assembler
+//	for e, err := range lg.Follow(ctx, eventlog.Filter{Agent: "a1", Stream: "s1"}, 0) {
+//		c, ok, err := a.Add(e.Type, e.Data)
+//		if ok && c.Terminal() { break }
+//	}
+package chunk
