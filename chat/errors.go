@@ -1,35 +1,41 @@
 package chat
 
-import "errors"
+import (
+	"errors"
+	"net/http"
+)
 
 // Errors of the chat agent. The ones marked "bad input" are the caller's
-// fault and map to 400, the "conflict" ones to 409.
+// fault and map to 400, the "conflict" ones to 409, ErrNotFound to 404:
+// they carry that code in a StatusCode() int method (ErrTooLarge does not:
+// it matches eventlog.ErrTooLarge, 413), so gateways (replay, agentd)
+// classify them without importing chat.
 var (
 	// ErrEmptyMessage (bad input) is returned by Send for a request without
 	// text: no Text, and no Message or a Message without any non-empty part.
-	ErrEmptyMessage = errors.New("chat: empty message")
+	ErrEmptyMessage error = &statusError{msg: "chat: empty message", code: http.StatusBadRequest}
 	// ErrInvalidMessage (bad input) is returned by Send for a request that
 	// cannot be sent: both Text and Message set, a Message role other than
 	// user, a part of unknown type, a body that is not JSON.
-	ErrInvalidMessage = errors.New("chat: invalid message")
+	ErrInvalidMessage error = &statusError{msg: "chat: invalid message", code: http.StatusBadRequest}
 	// ErrDuplicateMessage (conflict) is returned by Send when the message id
 	// is already in the conversation: a retried request.
-	ErrDuplicateMessage = errors.New("chat: message id already in the conversation")
+	ErrDuplicateMessage error = &statusError{msg: "chat: message id already in the conversation", code: http.StatusConflict}
 	// ErrTurnActive (conflict) is returned by Send and ContinueLastTurn while
 	// a turn of the agent is streaming or waits for recovery. One turn runs
 	// at a time per agent; Send does not queue.
-	ErrTurnActive = errors.New("chat: a turn is already active")
+	ErrTurnActive error = &statusError{msg: "chat: a turn is already active", code: http.StatusConflict}
 	// ErrVersionConflict (conflict) is returned by SetState when the state's
 	// version is not the expected one: another writer set it first.
-	ErrVersionConflict = errors.New("chat: state version conflict")
+	ErrVersionConflict error = &statusError{msg: "chat: state version conflict", code: http.StatusConflict}
 	// ErrNoAssistantMessage (conflict) is returned by ContinueLastTurn when
 	// the conversation has no assistant message to continue.
-	ErrNoAssistantMessage = errors.New("chat: no assistant message to continue")
+	ErrNoAssistantMessage error = &statusError{msg: "chat: no assistant message to continue", code: http.StatusConflict}
 	// ErrInvalidConfig is returned by New and Config.Validate.
 	ErrInvalidConfig = errors.New("chat: invalid config")
 	// ErrNotFound is returned by Store reads of a message or turn that does
 	// not exist.
-	ErrNotFound = errors.New("chat: not found")
+	ErrNotFound error = &statusError{msg: "chat: not found", code: http.StatusNotFound}
 	// ErrRecoveryExhausted is the cause recorded (error chunk, turn.failed)
 	// when a turn was recovered more than MaxRecoveryAttempts times without
 	// progress, or failed with retryable provider errors that often.
@@ -50,3 +56,14 @@ var (
 	// "turn" interrupt.
 	ErrCancelled = errors.New("chat: turn cancelled")
 )
+
+// statusError is a sentinel that carries the HTTP status of its class.
+type statusError struct {
+	msg  string
+	code int
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// StatusCode returns the HTTP status the error maps to.
+func (e *statusError) StatusCode() int { return e.code }

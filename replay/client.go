@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"iter"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -15,7 +15,7 @@ import (
 // Cursor to get the chunks that follow it.
 type Item struct {
 	Cursor Cursor
-	Chunk  chat.Chunk
+	Chunk  chunk.Chunk
 }
 
 // Client follows chat streams in the log. It reads only, so it works on a
@@ -91,7 +91,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 				}
 			}
 		}
-		var a chat.Assembler
+		var a chunk.Assembler
 		aligned := false // whether a whole chunk's first event was seen
 		// handle yields what e completes; false ends the follow.
 		handle := func(e eventlog.Event, err error) bool {
@@ -100,7 +100,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			}
 			if !aligned {
 				// A cursor inside a split chunk: skip to the next chunk.
-				if part, split := chat.ChunkPart(e.Type, e.Data); split && part != 0 {
+				if part, split := chunk.SplitPart(e.Type, e.Data); split && part != 0 {
 					return true
 				}
 				aligned = true
@@ -131,14 +131,14 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 
 // ended reports whether last, the stream's last event, ends the stream.
 func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Event) (bool, error) {
-	if _, split := chat.ChunkPart(last.Type, last.Data); split {
+	if _, split := chunk.SplitPart(last.Type, last.Data); split {
 		// Rare: a split last chunk. Join it from the stream's start.
 		evs, err := c.lg.Read(ctx, f, 0, 0)
 		if err != nil {
 			return false, fmt.Errorf("replay: read %s/%s: %w", f.Agent, f.Stream, err)
 		}
-		var a chat.Assembler
-		var lastChunk chat.Chunk
+		var a chunk.Assembler
+		var lastChunk chunk.Chunk
 		for _, e := range evs {
 			if ch, ok, err := a.Add(e.Type, e.Data); err == nil && ok {
 				lastChunk = ch
@@ -152,7 +152,7 @@ func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Eve
 	if json.Unmarshal(last.Data, &ch) != nil {
 		return false, nil
 	}
-	return chat.Chunk{Type: ch.Type}.Terminal(), nil
+	return chunk.Chunk{Type: ch.Type}.Terminal(), nil
 }
 
 // Latest returns the id of agent's most recently written stream, from the

@@ -6,7 +6,7 @@
 // # Model
 //
 // A chat stream is the chunks of one LLM turn, stored on the chunks stream
-// under <prefix>.chunk.<agent>.<stream> (see chat.StreamWriter). A Cursor is
+// under <prefix>.chunk.<agent>.<stream> (see chunk.Writer). A Cursor is
 // a chunk's stream sequence there (the sequence of its last part when the
 // chunk was split). Replay is a consumer replay: following after cursor N
 // reads the first chunk after N with one direct get (eventlog.Log.Next), so
@@ -95,6 +95,6 @@
 //	}
 //
 //	gw, err := replay.NewGateway(replay.GatewayConfig{Log: lg, Chats: host,
-//		Streams: replay.ProjectedIndex{Streams: chat.NewStreams(view)}, Stopping: stopping})
+//		Streams: replay.ProjectedIndex{Streams: chunk.NewStreams(view)}, Stopping: stopping})
 //	mux.Handle("/", gw)
 package replay

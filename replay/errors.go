@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -21,8 +21,9 @@ var (
 )
 
 // StatusCode returns the HTTP status for err: the code of the first error in
-// its chain with a StatusCode() int method, else the code of a known
-// sentinel (this package's, chat's, eventlog's), else 500.
+// its chain with a StatusCode() int method (chat's errors carry theirs),
+// else the code of a known sentinel (this package's, chunk's, eventlog's),
+// else 500.
 func StatusCode(err error) int {
 	var sc interface{ StatusCode() int }
 	if errors.As(err, &sc) {
@@ -32,16 +33,13 @@ func StatusCode(err error) int {
 	}
 	switch {
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrBadCursor),
-		errors.Is(err, eventlog.ErrInvalid),
-		errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage):
+		errors.Is(err, eventlog.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, eventlog.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrUnknownStream), errors.Is(err, chat.ErrUnknownStream),
-		errors.Is(err, chat.ErrNotFound):
+	case errors.Is(err, ErrUnknownStream), errors.Is(err, chunk.ErrUnknownStream):
 		return http.StatusNotFound
-	case errors.Is(err, chat.ErrTurnActive), errors.Is(err, chat.ErrDuplicateMessage),
-		errors.Is(err, eventlog.ErrConflict):
+	case errors.Is(err, eventlog.ErrConflict):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,33 +45,33 @@ type ActiveTurns interface {
 }
 
 // StreamIndex reads the stream metadata projection. Both methods return an
-// error wrapping chat.ErrUnknownStream when there is no such stream. They
+// error wrapping chunk.ErrUnknownStream when there is no such stream. They
 // take the request's ctx: an index may wait for the projection to catch up
 // with the log (agentd's does) and must give up when the request ends.
-// ProjectedIndex reads a *chat.Streams as it is.
+// ProjectedIndex reads a *chunk.Streams as it is.
 type StreamIndex interface {
-	Latest(ctx context.Context, agent string) (chat.StreamInfo, error)
-	Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error)
+	Latest(ctx context.Context, agent string) (chunk.StreamInfo, error)
+	Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error)
 }
 
-// ProjectedIndex is the StreamIndex of a *chat.Streams: it reads the
+// ProjectedIndex is the StreamIndex of a *chunk.Streams: it reads the
 // projection as applied, without waiting for it.
-type ProjectedIndex struct{ Streams *chat.Streams }
+type ProjectedIndex struct{ Streams *chunk.Streams }
 
 var _ StreamIndex = ProjectedIndex{}
 
 // Latest returns the agent's latest stream, or ctx's error once ctx is done.
-func (p ProjectedIndex) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+func (p ProjectedIndex) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return chat.StreamInfo{}, err
+		return chunk.StreamInfo{}, err
 	}
 	return p.Streams.Latest(agent)
 }
 
 // Get returns one stream, or ctx's error once ctx is done.
-func (p ProjectedIndex) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+func (p ProjectedIndex) Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return chat.StreamInfo{}, err
+		return chunk.StreamInfo{}, err
 	}
 	return p.Streams.Get(agent, stream)
 }
@@ -262,7 +262,7 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 	if ok {
 		_, err := g.cfg.Streams.Get(ctx, agent, st.turn.StreamID)
 		switch {
-		case errors.Is(err, chat.ErrUnknownStream):
+		case errors.Is(err, chunk.ErrUnknownStream):
 			return offer{kind: "pending", turn: st.turn}, nil
 		case err != nil:
 			return offer{}, err
@@ -279,13 +279,13 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 			return offer{}, err
 		}
 		if ok {
-			if _, err := g.cfg.Streams.Get(ctx, agent, t.StreamID); errors.Is(err, chat.ErrUnknownStream) {
+			if _, err := g.cfg.Streams.Get(ctx, agent, t.StreamID); errors.Is(err, chunk.ErrUnknownStream) {
 				return offer{kind: "pending", turn: t}, nil
 			}
 		}
 	}
 	info, err := g.cfg.Streams.Latest(ctx, agent)
-	if errors.Is(err, chat.ErrUnknownStream) {
+	if errors.Is(err, chunk.ErrUnknownStream) {
 		return offer{kind: "none"}, nil
 	}
 	if err != nil {

@@ -3,7 +3,7 @@ package replay
 import (
 	"encoding/json"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/internal/jsonstr"
 )
 
@@ -11,7 +11,7 @@ import (
 // with only the fields that type's (strict) schema allows: our requestId and
 // finishReason are left out, and required strings are present even when
 // empty. An unknown type is forwarded with every field but requestId.
-func appendWire(b []byte, c chat.Chunk) []byte {
+func appendWire(b []byte, c chunk.Chunk) []byte {
 	start := len(b)
 	b = append(b, `{"type":`...)
 	b = jsonstr.Append(b, c.Type)
@@ -34,36 +34,36 @@ func appendWire(b []byte, c chat.Chunk) []byte {
 		b = append(b, v...)
 	}
 	switch c.Type {
-	case chat.ChunkStart:
+	case chunk.Start:
 		if c.MessageID != "" {
 			str("messageId", c.MessageID)
 		}
 		raw("messageMetadata", c.MessageMetadata, "")
-	case chat.ChunkFinish:
+	case chunk.Finish:
 		raw("messageMetadata", c.MessageMetadata, "")
-	case chat.ChunkStartStep, chat.ChunkFinishStep, chat.ChunkAbort:
-	case chat.ChunkTextStart, chat.ChunkTextEnd, chat.ChunkReasoningStart, chat.ChunkReasoningEnd:
+	case chunk.StartStep, chunk.FinishStep, chunk.Abort:
+	case chunk.TextStart, chunk.TextEnd, chunk.ReasoningStart, chunk.ReasoningEnd:
 		str("id", c.ID)
-	case chat.ChunkTextDelta, chat.ChunkReasoningDelta:
+	case chunk.TextDelta, chunk.ReasoningDelta:
 		str("id", c.ID)
 		str("delta", c.Delta)
-	case chat.ChunkToolInputStart:
+	case chunk.ToolInputStart:
 		str("toolCallId", c.ToolCallID)
 		str("toolName", c.ToolName)
-	case chat.ChunkToolInputDelta:
+	case chunk.ToolInputDelta:
 		str("toolCallId", c.ToolCallID)
 		str("inputTextDelta", c.InputTextDelta)
-	case chat.ChunkToolInput:
+	case chunk.ToolInput:
 		str("toolCallId", c.ToolCallID)
 		str("toolName", c.ToolName)
 		raw("input", c.Input, "{}")
-	case chat.ChunkToolOutput:
+	case chunk.ToolOutput:
 		str("toolCallId", c.ToolCallID)
 		raw("output", c.Output, "null")
-	case chat.ChunkToolOutputError:
+	case chunk.ToolOutputError:
 		str("toolCallId", c.ToolCallID)
 		str("errorText", c.ErrorText)
-	case chat.ChunkError:
+	case chunk.Error:
 		str("errorText", c.ErrorText)
 	default:
 		c.RequestID = ""
@@ -78,7 +78,7 @@ func appendWire(b []byte, c chat.Chunk) []byte {
 
 // wireChunk is c as the gateway sends it: a json.Marshaler producing
 // appendWire's form, for WebSocket frames.
-type wireChunk chat.Chunk
+type wireChunk chunk.Chunk
 
 // MarshalJSON implements json.Marshaler.
-func (w wireChunk) MarshalJSON() ([]byte, error) { return appendWire(nil, chat.Chunk(w)), nil }
+func (w wireChunk) MarshalJSON() ([]byte, error) { return appendWire(nil, chunk.Chunk(w)), nil }

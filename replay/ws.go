@@ -10,7 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -213,7 +213,7 @@ func (s *wsSession) offer(ctx context.Context) error {
 	if err != nil {
 		return s.writeErr(ctx, err)
 	}
-	if o.kind == "none" && o.ended == chat.StatusError && o.turn.StreamID != "" {
+	if o.kind == "none" && o.ended == chunk.StatusError && o.turn.StreamID != "" {
 		// The last turn failed: offer it, so a client that reconnects
 		// after the failure learns of it (its error chunk, done "error").
 		o.kind = "resuming"
