@@ -116,13 +116,15 @@ type ToolResult struct {
 	IsError bool
 }
 
-// Tool is a function the model may call.
+// Tool is a function the model may call. Tools are stored (chat's
+// turn.started), so the JSON names are fixed: they are the Go field names
+// the untagged struct was first stored with. Never rename them.
 type Tool struct {
-	Name        string
-	Description string
+	Name        string `json:"Name"`
+	Description string `json:"Description"`
 	// Schema is the JSON Schema of the input, an object schema; nil means
 	// no parameters.
-	Schema json.RawMessage
+	Schema json.RawMessage `json:"Schema"`
 }
 
 // Text returns a message of role r with one text part.
