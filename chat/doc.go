@@ -23,7 +23,27 @@
 // <prefix>.chunk.<agent>.<streamId>: AI SDK UI message stream chunks (start,
 // start-step, text-*, reasoning-*, tool-input-*, finish-step, then finish,
 // error or abort), written through a StreamWriter over the process's shared
-// eventlog.Batcher.
+// eventlog.Batcher. The chunk format, the chunk events, the writer and the
+// streams projection live in package chat/chunk, which imports only
+// eventlog, so stream readers need not compile the provider SDKs; chat
+// re-exports them (Chunk, Assembler, StreamWriter, StreamInfo, Streams, the
+// Chunk* and Status* constants).
+//
+// # Stored format
+//
+// Events and chunks are history: they are read back by the views, by
+// recovery and by replay clients long after the version that wrote them.
+// Every struct written into an event has explicit JSON tags (llm.Tool keeps
+// the Go field names it was first stored with), and fields are only ever
+// added. Golden histories are kept from now on: testdata/golden holds event
+// logs of real turns (single step, interrupted before and after recovery,
+// a tool call, failed, abandoned), one stored event per line, and
+// TestGoldenHistories replays each into a fresh log and checks that the
+// messages, turns and streams views, the chunk assembler and recovery still
+// read them. A change that breaks them breaks stored conversations. Record
+// a history for each new kind of turn (go test ./chat/ -run
+// TestGoldenHistories -update); never regenerate a committed one to make a
+// format change pass.
 //
 // A Store (OpenStore, one per process) projects them into Pebble views:
 // streams (stream metadata: status, request id, sequences), messages (the

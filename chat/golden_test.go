@@ -1,0 +1,484 @@
+package chat_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden histories in testdata/golden from fresh runs")
+
+// goldenAgent is the agent every golden history is about.
+const goldenAgent = "g1"
+
+// goldenTool is the tool the tool-call history offers the model.
+var goldenTool = llm.Tool{Name: "get_weather", Description: "Current weather of a city.",
+	Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
+
+// goldenEvent is one line of a golden history: an event as stored.
+type goldenEvent struct {
+	Subject string          `json:"subject"`
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// A golden case records a history with run (against a fresh log, only with
+// -update) and checks a fresh log holding that history with check.
+type goldenCase struct {
+	name  string
+	run   func(t *testing.T, e *env)
+	check func(t *testing.T, e *env, h golden)
+}
+
+// golden is a loaded history: its events and, per stream, the chunks its
+// events assemble to.
+type golden struct {
+	events []goldenEvent
+	chunks map[string][]chunk.Chunk
+}
+
+// TestGoldenHistories: event logs written by earlier versions, checked into
+// testdata/golden, still read: replayed into a fresh log, the messages,
+// turns and streams views and the chunk assembler give what the turn
+// showed, and recovery goes on from them. A format change that breaks old
+// histories fails here. Keep the files; add new ones (go test -run
+// TestGoldenHistories -update ./chat/ writes them) rather than rewriting old
+// ones once they are committed.
+func TestGoldenHistories(t *testing.T) {
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join("testdata", "golden", c.name+".jsonl")
+			if *update {
+				e := newEnv(t)
+				c.run(t, e)
+				writeGolden(t, e.lg, path)
+			}
+			h := loadGolden(t, path)
+			e := newEnv(t)
+			replayGolden(t, e, h)
+			c.check(t, e, h)
+		})
+	}
+}
+
+func goldenCases() []goldenCase {
+	const story = "tell me a story"
+	return []goldenCase{
+		{
+			name: "single_step",
+			run: func(t *testing.T, e *env) {
+				h := e.host(t, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello there", Body: []byte(`{"model":"x"}`)}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := checkCompleted(t, e, h, "hello there")
+				if tr.FinishReason != llm.FinishStop || string(tr.Body) != `{"model":"x"}` {
+					t.Fatalf("turn = %+v", tr)
+				}
+				if u, err := e.store.Usage(goldenAgent); err != nil || u.Turns != 1 || u.Output == 0 {
+					t.Fatalf("usage = %+v, %v", u, err)
+				}
+			},
+		},
+		{
+			// A process died mid-stream: the history stops there. A new
+			// incarnation recovers and continues it.
+			name: "interrupted",
+			run: func(t *testing.T, e *env) {
+				crash(t, e, goldenAgent, story, 5)
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := lastTurn(t, e, goldenAgent)
+				if tr.Status != chat.TurnStreaming {
+					t.Fatalf("turn before recovery = %+v", tr)
+				}
+				partial := chunkText(h.chunks[tr.StreamID])
+				if partial == "" {
+					t.Fatal("the history holds no text")
+				}
+				if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chat.StatusStreaming || info.Chunks != len(h.chunks[tr.StreamID]) {
+					t.Fatalf("stream before recovery = %+v", info)
+				}
+				p := &fake{scripts: []script{passLocal()}}
+				recoverHost(t, e, goldenAgent, p, nil)
+				if c := p.reqs[0].Continue; p.Calls() != 1 || c == nil || c.PartialText != partial {
+					t.Fatalf("provider calls %d, continuation %+v; want one continuing %q", p.Calls(), c, partial)
+				}
+				checkCompleted(t, e, readGoldenLog(t, e), story)
+				if _, text := streamOf(t, e.lg, goldenAgent, tr.StreamID); !strings.HasPrefix(text, partial) {
+					t.Fatalf("stream text %q does not continue %q", text, partial)
+				}
+			},
+		},
+		{
+			// The same crash, and the recovery that completed the turn.
+			name: "interrupted_recovered",
+			run: func(t *testing.T, e *env) {
+				crash(t, e, goldenAgent, story, 5)
+				recoverHost(t, e, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				checkCompleted(t, e, h, story)
+				if n := countEvents(h, fiber.EventRecovered); n == 0 {
+					t.Fatal("the history holds no recovery")
+				}
+				// Nothing is left to recover.
+				p := &fake{scripts: []script{failWith(errNotCalled)}}
+				recoverHost(t, e, goldenAgent, p, nil)
+				if p.Calls() != 0 {
+					t.Fatalf("provider called %d times for a completed turn", p.Calls())
+				}
+			},
+		},
+		{
+			// The model asks for a tool and the turn ends (tool calls are
+			// the client's to run).
+			name: "tool_call",
+			run: func(t *testing.T, e *env) {
+				p := &fake{scripts: []script{func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
+					for _, d := range []llm.Delta{
+						{Kind: llm.TextDelta, Text: "Let me check the weather."},
+						{Kind: llm.ToolInputDelta, ToolCallID: "call_1", ToolName: "get_weather", Text: `{"city":`},
+						{Kind: llm.ToolInputDelta, ToolCallID: "call_1", ToolName: "get_weather", Text: `"Paris"}`},
+						{Kind: llm.ToolCallDone, ToolCallID: "call_1", ToolName: "get_weather", Input: json.RawMessage(`{"city":"Paris"}`)},
+						{Kind: llm.Finish, FinishReason: llm.FinishToolCalls, Usage: &llm.Usage{InputTokens: 12, OutputTokens: 7}},
+					} {
+						if !yield(d, nil) {
+							return
+						}
+					}
+				}}}
+				h := e.host(t, goldenAgent, p, nil)
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "weather in Paris?", Tools: []llm.Tool{goldenTool}}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := checkCompleted(t, e, h, "weather in Paris?")
+				if tr.FinishReason != llm.FinishToolCalls {
+					t.Fatalf("turn = %+v", tr)
+				}
+				var tools []llm.Tool
+				if err := json.Unmarshal(tr.Tools, &tools); err != nil || len(tools) != 1 || !reflect.DeepEqual(tools[0], goldenTool) {
+					t.Fatalf("stored tools %s = %+v, %v; want %+v", tr.Tools, tools, err, goldenTool)
+				}
+				msgs := settled(t, e, goldenAgent)
+				want := []chat.Part{
+					{Type: chat.PartText, Text: "Let me check the weather."},
+					{Type: chat.PartTool, ToolCallID: "call_1", ToolName: "get_weather", State: chat.ToolInputAvailable, Input: json.RawMessage(`{"city":"Paris"}`)},
+				}
+				if !reflect.DeepEqual(msgs[1].Parts, want) {
+					t.Fatalf("assistant parts = %+v, want %+v", msgs[1].Parts, want)
+				}
+				if u, err := e.store.Usage(goldenAgent); err != nil || u != (chat.Usage{Input: 12, Output: 7, Turns: 1}) {
+					t.Fatalf("usage = %+v, %v", u, err)
+				}
+				// Continuing the turn sends the stored tools and the tool
+				// call back to the provider.
+				p := &fake{scripts: []script{passLocal()}}
+				host := e.host(t, goldenAgent, p, nil)
+				if _, err := host.a.ContinueLastTurn(t.Context(), nil); err != nil {
+					t.Fatal(err)
+				}
+				host.r.Wait()
+				req := p.reqs[0]
+				if !reflect.DeepEqual(req.Tools, []llm.Tool{goldenTool}) || req.Continue == nil || req.Continue.PartialText != "Let me check the weather." {
+					t.Fatalf("continuation tools %+v, continue %+v", req.Tools, req.Continue)
+				}
+				// The next turn sends the tool call back as history.
+				if _, err := host.a.Send(t.Context(), chat.SendRequest{Text: "thanks"}); err != nil {
+					t.Fatal(err)
+				}
+				host.r.Wait()
+				call := &llm.ToolCall{ID: "call_1", Name: "get_weather", Input: json.RawMessage(`{"city":"Paris"}`)}
+				if msgs := p.reqs[1].Messages; len(msgs) < 2 || !slices.ContainsFunc(msgs[1].Parts, func(p llm.Part) bool {
+					return p.ToolCall != nil && reflect.DeepEqual(p.ToolCall, call)
+				}) {
+					t.Fatalf("next turn's messages = %+v, want the tool call", msgs)
+				}
+			},
+		},
+		{
+			// The provider refused the request: the turn failed.
+			name: "failed",
+			run: func(t *testing.T, e *env) {
+				p := &fake{scripts: []script{failWith(&llm.Error{Provider: "fake", Status: 401, Err: errors.New("bad key")})}}
+				h := e.host(t, goldenAgent, p, nil)
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				msgs := settled(t, e, goldenAgent)
+				if len(msgs) != 1 || msgs[0].Text() != "hello" {
+					t.Fatalf("messages = %+v, want the user's only", msgs)
+				}
+				tr := checkFailed(t, e, h, "bad key")
+				if cs := h.chunks[tr.StreamID]; len(cs) != 2 || cs[0].Type != chunk.Start || cs[1].Type != chunk.Error {
+					t.Fatalf("chunks = %+v, want start and error", cs)
+				}
+				checkTakesNext(t, e)
+			},
+		},
+		{
+			// A crashed turn whose recovery kept failing was abandoned: it
+			// ends with an error, its partial answer kept.
+			name: "abandoned",
+			run: func(t *testing.T, e *env) {
+				turn := crash(t, e, goldenAgent, story, 5)
+				h := e.host(t, goldenAgent, &fake{scripts: []script{failWith(errNotCalled)}}, nil)
+				if err := h.a.AbandonTurn(t.Context(), chat.TurnFiberPrefix+turn.RequestID, errors.New("hook kept failing")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := checkFailed(t, e, h, "abandoned")
+				partial := chunkText(h.chunks[tr.StreamID])
+				msgs := settled(t, e, goldenAgent)
+				if len(msgs) != 2 || msgs[0].Text() != story || msgs[1].ID != tr.AssistantMessageID || msgs[1].Text() != partial || partial == "" {
+					t.Fatalf("messages = %+v, want the user's and the partial %q", msgs, partial)
+				}
+				checkTakesNext(t, e)
+			},
+		},
+	}
+}
+
+func countEvents(h golden, typ string) int {
+	n := 0
+	for _, ev := range h.events {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func chunkText(cs []chunk.Chunk) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if c.Type == chunk.TextDelta {
+			b.WriteString(c.Delta)
+		}
+	}
+	return b.String()
+}
+
+// checkCompleted checks the views of a history whose one turn, from user
+// text prompt, completed: two messages, the answer being what the stream
+// showed; the stream and the turn completed. It returns the turn.
+func checkCompleted(t *testing.T, e *env, h golden, prompt string) chat.TurnInfo {
+	t.Helper()
+	msgs := settled(t, e, goldenAgent)
+	tr := lastTurn(t, e, goldenAgent)
+	cs := h.chunks[tr.StreamID]
+	if tr.Status != chat.TurnCompleted || tr.Orphaned {
+		t.Fatalf("turn = %+v", tr)
+	}
+	if len(msgs) != 2 || msgs[0].Role != chat.RoleUser || msgs[0].Text() != prompt || msgs[0].RequestID != tr.RequestID ||
+		msgs[1].Role != chat.RoleAssistant || msgs[1].ID != tr.AssistantMessageID {
+		t.Fatalf("messages = %+v", msgs)
+	}
+	if text := chunkText(cs); text == "" || msgs[1].Text() != text {
+		t.Fatalf("assistant text %q, stream text %q", msgs[1].Text(), text)
+	}
+	if len(cs) < 3 || cs[0].Type != chunk.Start || cs[0].RequestID != tr.RequestID || cs[0].MessageID != tr.AssistantMessageID ||
+		cs[len(cs)-1].Type != chunk.Finish || count(cs, chunk.Start) != 1 || count(cs, chunk.Finish) != 1 {
+		t.Fatalf("chunks = %+v", cs)
+	}
+	info := streamInfo(t, e, goldenAgent, tr.StreamID)
+	if info.Status != chat.StatusCompleted || info.Chunks != len(cs) || info.RequestID != tr.RequestID || info.MessageID != tr.AssistantMessageID {
+		t.Fatalf("stream = %+v (%d chunks)", info, len(cs))
+	}
+	if got := readChunks(t, e.lg, goldenAgent, tr.StreamID); !reflect.DeepEqual(got, cs) {
+		t.Fatalf("replayed chunks differ from the history's")
+	}
+	if rows := runs(t, e, goldenAgent); len(rows) != 0 {
+		t.Fatalf("runs table: %+v", rows)
+	}
+	return tr
+}
+
+// checkFailed checks a history whose last turn failed with an error naming
+// want, shown as the stream's error chunk. It returns the turn.
+func checkFailed(t *testing.T, e *env, h golden, want string) chat.TurnInfo {
+	t.Helper()
+	settled(t, e, goldenAgent)
+	tr := lastTurn(t, e, goldenAgent)
+	if tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, want) {
+		t.Fatalf("turn = %+v, want failed with %q", tr, want)
+	}
+	cs := h.chunks[tr.StreamID]
+	if last := cs[len(cs)-1]; last.Type != chunk.Error || !strings.Contains(last.ErrorText, want) {
+		t.Fatalf("stream ends with %+v", last)
+	}
+	if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chat.StatusError || !strings.Contains(info.Error, want) || info.Chunks != len(cs) {
+		t.Fatalf("stream = %+v", info)
+	}
+	return tr
+}
+
+// checkTakesNext checks that the agent takes a new turn after the history.
+func checkTakesNext(t *testing.T, e *env) {
+	t.Helper()
+	h := recoverHost(t, e, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "next"}); err != nil {
+		t.Fatalf("send after the history: %v", err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnCompleted {
+		t.Fatalf("next turn = %+v", tr)
+	}
+}
+
+// readGoldenLog reads the golden agent's history from lg, events in the
+// order they were stored (by time, across the events and chunks streams).
+func readGoldenLog(t *testing.T, e *env) golden {
+	t.Helper()
+	evs, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: goldenAgent}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: goldenAgent, Chunks: true}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(evs, cs...)
+	slices.SortStableFunc(all, func(a, b eventlog.Event) int { return a.Time.Compare(b.Time) })
+	var h golden
+	for _, ev := range all {
+		h.events = append(h.events, goldenEvent{Subject: ev.Subject, ID: ev.ID, Type: ev.Type, Data: ev.Data})
+	}
+	h.assemble(t)
+	return h
+}
+
+func writeGolden(t *testing.T, lg *eventlog.Log, path string) {
+	t.Helper()
+	h := readGoldenLog(t, &env{lg: lg})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for _, ev := range h.events {
+		if err := enc.Encode(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadGolden(t *testing.T, path string) golden {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to record it)", err)
+	}
+	defer f.Close()
+	var h golden
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var ev goldenEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		h.events = append(h.events, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.events) == 0 {
+		t.Fatalf("%s is empty", path)
+	}
+	h.assemble(t)
+	return h
+}
+
+// assemble sets h.chunks from h's chunk events, with the assembler readers
+// use.
+func (h *golden) assemble(t *testing.T) {
+	t.Helper()
+	h.chunks = map[string][]chunk.Chunk{}
+	asm := map[string]*chunk.Assembler{}
+	for _, ev := range h.events {
+		_, stream := goldenTarget(t, ev.Subject)
+		if stream == "" {
+			continue
+		}
+		a := asm[stream]
+		if a == nil {
+			a = &chunk.Assembler{}
+			asm[stream] = a
+		}
+		c, ok, err := a.Add(ev.Type, ev.Data)
+		if err != nil {
+			t.Fatalf("chunk %s of %s: %v", ev.ID, stream, err)
+		}
+		if ok {
+			h.chunks[stream] = append(h.chunks[stream], c)
+		}
+	}
+}
+
+// goldenTarget returns the agent and stream ("" for the events subject) of
+// a stored subject: <prefix>.evt.<agent> or <prefix>.chunk.<agent>.<stream>.
+func goldenTarget(t *testing.T, subject string) (agent, stream string) {
+	t.Helper()
+	toks := strings.Split(subject, ".")
+	for i := len(toks) - 2; i >= 0; i-- {
+		switch {
+		case toks[i] == "evt" && i == len(toks)-2:
+			return toks[i+1], ""
+		case toks[i] == "chunk" && i == len(toks)-3:
+			return toks[i+1], toks[i+2]
+		}
+	}
+	t.Fatalf("subject %q is neither an events nor a chunks subject", subject)
+	return "", ""
+}
+
+// replayGolden appends h's events to e's log as they were stored, and waits
+// until the views have applied them.
+func replayGolden(t *testing.T, e *env, h golden) {
+	t.Helper()
+	for _, ev := range h.events {
+		agent, stream := goldenTarget(t, ev.Subject)
+		if _, err := e.lg.Append(t.Context(), eventlog.Event{Agent: agent, Stream: stream, Type: ev.Type, ID: ev.ID, Data: ev.Data}); err != nil {
+			t.Fatalf("append %s %s: %v", ev.Type, ev.ID, err)
+		}
+	}
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: goldenAgent, Chunks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WaitForChunks(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, e, goldenAgent)
+}
