@@ -24,7 +24,14 @@ func (c *crashClient) streamChunks(agent, stream string) []chat.Chunk {
 // streamChunksBefore reads the chunks stored before t (all when t is zero).
 func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []chat.Chunk {
 	c.t.Helper()
-	evs, err := c.lg.Read(c.t.Context(), eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
+	var evs []eventlog.Event
+	var err error
+	for range 100 { // the server may be restarting, or electing a leader
+		if evs, err = c.lg.Read(c.t.Context(), eventlog.Filter{Agent: agent, Stream: stream}, 0, 0); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		c.t.Fatal(err)
 	}

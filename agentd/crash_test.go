@@ -98,10 +98,19 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 	data, _ := json.Marshal(v)
 	var msg *nats.Msg
 	var err error
-	for range 50 { // the server may be restarting
-		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, 10*time.Second)
-		if err == nil {
+	deadline := time.Now().Add(60 * time.Second)
+	for range 50 { // the server may be restarting, the agent moving (503)
+		if time.Now().After(deadline) {
 			break
+		}
+		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, 10*time.Second)
+		if err == nil && msg.Header.Get("Nats-Service-Error-Code") != "503" {
+			break
+		}
+		if err != nil {
+			c.t.Logf("%s %s: %v; retrying", agent, verb, err)
+		} else {
+			c.t.Logf("%s %s: %s; retrying", agent, verb, msg.Data)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -116,12 +125,12 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 
 func (c *crashClient) events(agent string) []eventlog.Event {
 	c.t.Helper()
-	for range 50 {
+	for range 100 { // the server may be restarting, or electing a leader
 		evs, err := c.lg.Read(c.t.Context(), eventlog.Filter{Agent: agent}, 0, 0)
 		if err == nil {
 			return evs
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 	c.t.Fatalf("read events of %s", agent)
 	return nil

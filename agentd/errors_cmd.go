@@ -22,6 +22,10 @@ var (
 	// now (a partition handoff or failover in progress, or the node is
 	// stopping); retry (503).
 	ErrUnavailable = errors.New("agentd: unavailable, retry")
+	// ErrTimeout: the node that owns the agent did not answer a forwarded
+	// command in time; it may have run it (504). Retry only what is safe to
+	// repeat (a chat with its message id is).
+	ErrTimeout = errors.New("agentd: the owner did not answer in time")
 )
 
 // StatusCoder is implemented by errors that carry their own status code, so
@@ -29,7 +33,7 @@ var (
 type StatusCoder interface{ StatusCode() int }
 
 // StatusCode maps an error to an HTTP-style status code: 400, 404, 409,
-// 413, 503 or 500.
+// 413, 503, 504 or 500.
 func StatusCode(err error) int {
 	var sc StatusCoder
 	switch {
@@ -45,6 +49,8 @@ func StatusCode(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge), errors.Is(err, eventlog.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrTimeout):
+		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced):
 		return http.StatusServiceUnavailable
 	default:

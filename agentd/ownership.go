@@ -158,6 +158,11 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 	})
 }
 
+// quorumAttempt bounds one attempt of retryQuorum. A JetStream API request
+// sent before the cluster elected its meta leader is not answered: short
+// attempts notice the leader sooner.
+const quorumAttempt = 3 * time.Second
+
 // permanent marks an error retryQuorum must not retry.
 type permanent struct{ error }
 
@@ -165,12 +170,12 @@ func (p permanent) Unwrap() error { return p.error }
 
 // retryQuorum runs fn until it succeeds: streams and buckets of a cluster
 // whose JetStream has no quorum yet (its nodes are still starting) cannot
-// be created. Each attempt gets 10s; fn is retried with backoff, logged,
+// be created. Each attempt gets quorumAttempt; fn is retried with backoff, logged,
 // for up to serverStartTimeout, then its error is returned.
 func retryQuorum(ctx context.Context, logger *slog.Logger, what string, replicas int, fn func(context.Context) error) error {
 	deadline := time.Now().Add(serverStartTimeout)
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		actx, cancel := context.WithTimeout(ctx, quorumAttempt)
 		err := fn(actx)
 		cancel()
 		var perm permanent

@@ -107,7 +107,7 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, erro
 		}
 		// The owner may have run it: the client decides (a chat retried
 		// with the same message id is a duplicate).
-		return nil, fmt.Errorf("%w: owner node %s did not answer: %v", ErrUnavailable, node, err)
+		return nil, fmt.Errorf("%w: node %s, forwarding %s for %q: %v", ErrTimeout, node, cmd.Verb, cmd.Agent, err)
 	}
 	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
 		n, _ := strconv.Atoi(code)

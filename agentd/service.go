@@ -43,8 +43,18 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 		if err != nil {
 			return err
 		}
-		<-ctx.Done()
-		return errors.Join(unsub(), svc.Stop())
+		// At shutdown the endpoints go first, before the partitions are
+		// handed off, so new commands reach the other nodes; forwarded
+		// commands are answered (or refused with 503) until the end.
+		var stopErr error
+		select {
+		case <-d.Stopping():
+			stopErr = svc.Stop()
+			<-ctx.Done()
+		case <-ctx.Done():
+			stopErr = svc.Stop()
+		}
+		return errors.Join(unsub(), stopErr)
 	}))
 }
 
