@@ -178,10 +178,7 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		cancelled, err := c.Cancel(ctx)
 		return map[string]bool{"cancelled": cancelled}, err
 	case "interrupt":
-		var req struct {
-			Name  string `json:"name"`
-			Clear bool   `json:"clear"`
-		}
+		var req interruptRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {
 			return nil, err
 		}
@@ -195,10 +192,7 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		err := c.SetInterrupt(ctx, req.Name)
 		return map[string]any{"name": req.Name, "set": true}, err
 	case "state":
-		var req struct {
-			Value         json.RawMessage `json:"value"`
-			ExpectVersion *int            `json:"expectVersion"`
-		}
+		var req stateRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {
 			return nil, err
 		}
@@ -213,6 +207,20 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		return map[string]any{"version": version}, err
 	}
 	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state; not %q", ErrNotFound, cmd.Verb)
+}
+
+// interruptRequest is the payload of the interrupt command; an empty name
+// is chat.InterruptTurn.
+type interruptRequest struct {
+	Name  string `json:"name"`
+	Clear bool   `json:"clear"`
+}
+
+// stateRequest is the payload of the state command: no value reads the
+// state, a value sets it if the version is still ExpectVersion.
+type stateRequest struct {
+	Value         json.RawMessage `json:"value"`
+	ExpectVersion *int            `json:"expectVersion"`
 }
 
 // ParseChatRequest decodes a chat command payload: {text}, {message}, or an

@@ -60,12 +60,11 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 
 // handle answers one command request.
 func (h *Host) handle(req micro.Request) {
-	tokens := strings.Split(req.Subject(), ".")
-	if len(tokens) < 4 {
-		respondError(req, fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, req.Subject()))
+	agent, verb, err := commandSubject(req.Subject())
+	if err != nil {
+		respondError(req, err)
 		return
 	}
-	agent, verb := tokens[len(tokens)-2], tokens[len(tokens)-1]
 	if len(req.Data()) > MaxCommandBytes {
 		respondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
 		return
@@ -87,6 +86,16 @@ func (h *Host) handle(req micro.Request) {
 	if err := req.RespondJSON(reply); err != nil {
 		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
 	}
+}
+
+// commandSubject returns the agent and verb of a command subject
+// <prefix>.cmd.<agent>.<verb>. Errors wrap ErrBadRequest.
+func commandSubject(subject string) (agent, verb string, err error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) < 4 {
+		return "", "", fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, subject)
+	}
+	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
 }
 
 func respondError(req micro.Request, err error) {

@@ -66,14 +66,9 @@ func NewStepsAgent(_ context.Context, env *Env) (Agent, error) { return &StepsAg
 func (a *StepsAgent) HandleCommand(ctx context.Context, cmd Command) (any, error) {
 	switch cmd.Verb {
 	case "start":
-		req := StepsStart{Steps: 10, DelayMS: 500}
-		if len(cmd.Data) > 0 {
-			if err := json.Unmarshal(cmd.Data, &req); err != nil {
-				return nil, fmt.Errorf("%w: start: %v", ErrBadRequest, err)
-			}
-		}
-		if req.Steps <= 0 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
-			return nil, fmt.Errorf("%w: start: steps must be 1..100000 and delays >= 0", ErrBadRequest)
+		req, err := parseStepsStart(cmd.Data)
+		if err != nil {
+			return nil, err
 		}
 		st := StepsState{Total: req.Steps, DelayMS: req.DelayMS, RecoveryDelayMS: req.RecoveryDelayMS}
 		id, err := a.env.Fibers.Go(ctx, "steps", func(ctx context.Context, f *fiber.Fiber) error {
@@ -87,6 +82,21 @@ func (a *StepsAgent) HandleCommand(ctx context.Context, cmd Command) (any, error
 		return nil, nil
 	}
 	return nil, fmt.Errorf("%w: steps agent takes start, not %q", ErrNotFound, cmd.Verb)
+}
+
+// parseStepsStart decodes and checks a start payload; empty means the
+// defaults. Errors wrap ErrBadRequest.
+func parseStepsStart(data json.RawMessage) (StepsStart, error) {
+	req := StepsStart{Steps: 10, DelayMS: 500}
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &req); err != nil {
+			return StepsStart{}, fmt.Errorf("%w: start: %v", ErrBadRequest, err)
+		}
+	}
+	if req.Steps <= 0 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
+		return StepsStart{}, fmt.Errorf("%w: start: steps must be 1..100000 and delays >= 0", ErrBadRequest)
+	}
+	return req, nil
 }
 
 // OnFiberRecovered resumes a steps fiber from its last snapshot.

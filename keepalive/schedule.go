@@ -3,6 +3,7 @@ package keepalive
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -83,6 +84,19 @@ type Schedule struct {
 // seconds field, and descriptors (@daily, @every 1h).
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
+// parseCron parses a cron expression with cronParser. robfig/cron v3.0.1
+// panics on some malformed expressions ("CRON_TZ=" with nothing after it);
+// such a panic is an error here, so neither Schedule nor a stored row can
+// bring the scheduler down.
+func parseCron(expr string) (sched cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sched, err = nil, fmt.Errorf("malformed cron expression %q: %v", expr, r)
+		}
+	}()
+	return cronParser.Parse(expr)
+}
+
 // build checks spec and returns the schedule it describes, due from now.
 func build(agent string, spec Spec, now time.Time, loc *time.Location) (Schedule, error) {
 	if !eventlog.ValidToken(agent) {
@@ -122,7 +136,7 @@ func build(agent string, spec Spec, now time.Time, loc *time.Location) (Schedule
 		}
 		s.Every, s.NextAt = spec.Every, now.Add(spec.Every)
 	case KindCron:
-		sched, err := cronParser.Parse(spec.Cron)
+		sched, err := parseCron(spec.Cron)
 		if err != nil {
 			return Schedule{}, invalidf("schedule %q: cron %q: %v", spec.Callback, spec.Cron, err)
 		}
@@ -172,13 +186,18 @@ func (spec *Spec) kind() (Kind, error) {
 func (s *Schedule) next(now time.Time, loc *time.Location) time.Time {
 	switch s.Kind {
 	case KindEvery:
+		if s.Every <= 0 {
+			// Validated when set; a stored row with no interval (a forged
+			// or damaged schedule.set) ends instead of dividing by zero.
+			return time.Time{}
+		}
 		if !now.Before(s.NextAt) {
 			n := now.Sub(s.NextAt)/s.Every + 1
 			return s.NextAt.Add(n * s.Every).UTC()
 		}
 		return s.NextAt.Add(s.Every).UTC()
 	case KindCron:
-		sched, err := cronParser.Parse(s.Cron)
+		sched, err := parseCron(s.Cron)
 		if err != nil {
 			return time.Time{} // validated when set; treat as finished
 		}

@@ -70,21 +70,10 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	var after Cursor
-	var explicit bool // ?after= given: a finished stream replays its tail
-	if s := r.Header.Get("Last-Event-ID"); s != "" {
-		if after, err = ParseCursor(s); err != nil {
-			g.writeError(w, r, fmt.Errorf("Last-Event-ID: %w", err))
-			return
-		}
-	}
-	if s := r.URL.Query().Get("after"); s != "" {
-		c, err := ParseCursor(s)
-		if err != nil {
-			g.writeError(w, r, fmt.Errorf("after: %w", err))
-			return
-		}
-		after, explicit = max(after, c), true
+	after, explicit, err := resumeAfter(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after"))
+	if err != nil {
+		g.writeError(w, r, err)
+		return
 	}
 	off, err := g.active(r.Context(), agent)
 	if err != nil {
@@ -101,6 +90,26 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// resumeAfter returns where a resume starts: the later of the Last-Event-ID
+// header and the after query parameter, either may be empty. explicit is
+// true when after was given (a finished stream then replays its tail).
+// Errors wrap ErrBadCursor and name the parameter.
+func resumeAfter(lastEventID, afterParam string) (after Cursor, explicit bool, err error) {
+	if lastEventID != "" {
+		if after, err = ParseCursor(lastEventID); err != nil {
+			return 0, false, fmt.Errorf("Last-Event-ID: %w", err)
+		}
+	}
+	if afterParam != "" {
+		c, err := ParseCursor(afterParam)
+		if err != nil {
+			return 0, false, fmt.Errorf("after: %w", err)
+		}
+		after, explicit = max(after, c), true
+	}
+	return after, explicit, nil
 }
 
 // SSE response headers of the AI SDK UI message stream.

@@ -140,9 +140,7 @@ func (s *wsSession) run(ctx context.Context) error {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
 				return nil
 			}
-			var se *json.SyntaxError
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &se) || errors.As(err, &te) {
+			if isBadFrame(err) {
 				if err := s.writeErr(ctx, fmt.Errorf("%w: frame is not JSON {type, ...}: %v", ErrBadRequest, err)); err != nil {
 					return err
 				}
@@ -154,6 +152,28 @@ func (s *wsSession) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// isBadFrame reports whether a read error is a frame that is not JSON
+// {type, ...}: it is answered with a 400 error frame and the connection
+// goes on.
+func isBadFrame(err error) bool {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &se) || errors.As(err, &te)
+}
+
+// chatFrameBody checks the body of a "chat" frame on agent's connection:
+// an AI SDK request for that chat. Errors wrap ErrBadRequest.
+func chatFrameBody(agent string, body json.RawMessage) (json.RawMessage, error) {
+	req, body, err := parseChatBody(body)
+	if err != nil {
+		return nil, err
+	}
+	if req.ID != agent {
+		return nil, fmt.Errorf("%w: body id %q is not this connection's chat %q", ErrBadRequest, req.ID, agent)
+	}
+	return body, nil
 }
 
 // handle answers one client frame. An error ends the connection.
@@ -177,10 +197,7 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		s.startFollow(ctx, o.turn, Cursor(upTo), true)
 		return nil
 	case "chat":
-		req, body, err := parseChatBody(in.Body)
-		if err == nil && req.ID != s.agent {
-			err = fmt.Errorf("%w: body id %q is not this connection's chat %q", ErrBadRequest, req.ID, s.agent)
-		}
+		body, err := chatFrameBody(s.agent, in.Body)
 		if err != nil {
 			return s.writeErr(ctx, err)
 		}
