@@ -43,6 +43,7 @@ type Daemon struct {
 		nc         *nats.Conn
 		httpAddr   string
 		natsURL    string
+		srv        *server.Server // the embedded server, nil with --nats-url
 	}
 }
 
@@ -298,6 +299,7 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error
 	d.mu.natsURL = cfg.NATSURL
 	if r.srv != nil {
 		d.mu.natsURL = r.srv.ClientURL()
+		d.mu.srv = r.srv
 	}
 	d.mu.Unlock()
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // health is the body of /healthz and /readyz.
@@ -17,6 +19,10 @@ type health struct {
 	Projections map[string]bool `json:"projections,omitempty"`
 	// Partitions is how many agent partitions this node owns (readyz).
 	Partitions int `json:"partitions"`
+	// JetStream is the embedded clustered server's health (readyz): "ok"
+	// once its replicas of every stream and consumer are current, so a
+	// rolling restart waits for it before stopping the next node.
+	JetStream string `json:"jetstream,omitempty"`
 }
 
 // natsStatus returns the connection's status, "none" before it exists.
@@ -60,6 +66,7 @@ func (d *Daemon) readiness() (health, bool) {
 	started := d.mu.started
 	prs := d.mu.projectors
 	readies := d.mu.readies
+	srv := d.mu.srv
 	d.mu.Unlock()
 	ready := started && connected
 	for _, pr := range prs {
@@ -68,6 +75,16 @@ func (d *Daemon) readiness() (health, bool) {
 			h.Projections[pr.Name()] = true
 		default:
 			h.Projections[pr.Name()] = false
+			ready = false
+		}
+	}
+	if srv != nil && d.cfg.clustered() {
+		hs := srv.Healthz(&server.HealthzOptions{})
+		h.JetStream = hs.Status
+		if hs.Error != "" {
+			h.JetStream = hs.Error
+		}
+		if hs.StatusCode != http.StatusOK {
 			ready = false
 		}
 	}

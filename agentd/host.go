@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -310,6 +311,9 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 			return fr.OnFiberRecovered(ctx, rec)
 		},
 		OnError: func(ctx context.Context, err error) {
+			if errors.Is(err, fiber.ErrOrphaned) {
+				h.restartLater(partCtx, inst, err)
+			}
 			if eh, ok := inst.agent.(ErrorHandler); ok {
 				eh.OnError(ctx, err)
 				return

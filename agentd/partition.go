@@ -194,3 +194,35 @@ func (h *Host) callDeactivate(inst *instance, d Deactivator) {
 		inst.env.Logger.Warn("OnDeactivate did not return in time; going on without it", "timeout", deactivateTimeout)
 	}
 }
+
+// restartDelay is how long a host waits before restarting an agent whose
+// fiber was orphaned by a log outage (a stream electing its leader).
+const restartDelay = time.Second
+
+// restartLater restarts inst after restartDelay, unless its partition goes
+// first: a fiber whose end could not be recorded stays in the runs table,
+// and only an activation recovers it. The agent's other fibers are
+// interrupted and recovered with it.
+func (h *Host) restartLater(partCtx context.Context, inst *instance, cause error) {
+	go func() {
+		t := time.NewTimer(restartDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-partCtx.Done():
+			return
+		}
+		h.mu.Lock()
+		if h.mu.agents[inst.id] != inst {
+			h.mu.Unlock()
+			return // already deactivated or replaced
+		}
+		delete(h.mu.agents, inst.id)
+		h.mu.Unlock()
+		h.logger.Warn("restarting agent to recover an orphaned fiber", "agent", inst.id, "cause", cause)
+		h.deactivate(inst)
+		if _, err := h.activate(partCtx, inst.id); err != nil && partCtx.Err() == nil {
+			h.logger.Error("restart agent", "agent", inst.id, "err", err)
+		}
+	}()
+}

@@ -347,7 +347,7 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 	if err != nil {
 		// The row stays: the fiber is an orphan and will be recovered.
 		r.disown(f, "")
-		err = fmt.Errorf("fiber: record end of fiber %s (%q), it stays in the runs table: %w", f.id, f.name, err)
+		err = fmt.Errorf("%w: record end of fiber %s (%q), it stays in the runs table: %w", ErrOrphaned, f.id, f.name, err)
 		if runErr != nil {
 			r.report(ctx, err)
 			return false, runErr
