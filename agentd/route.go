@@ -131,12 +131,16 @@ func (h *Host) serveNode(ctx context.Context) (func() error, error) {
 func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	tokens := strings.Split(m.Subject, ".")
 	agent, verb := tokens[len(tokens)-2], tokens[len(tokens)-1]
+	base := ctx
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	var out any
 	_, err := h.TypeOf(agent)
 	if err == nil {
 		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data)})
+	}
+	if err != nil && base.Err() != nil {
+		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
 	resp := nats.NewMsg(m.Reply)
 	if err != nil {

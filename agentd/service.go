@@ -79,6 +79,10 @@ func (h *Host) handle(req micro.Request) {
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
 	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data())})
+	if err != nil && base.Err() != nil {
+		// The node is stopping: its partitions go to other nodes.
+		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
+	}
 	if err != nil {
 		respondError(req, err)
 		return
