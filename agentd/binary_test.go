@@ -18,6 +18,12 @@ import (
 // buildBinary builds ./cmd/agentd into a temp dir.
 func buildBinary(t *testing.T) string {
 	t.Helper()
+	return buildBinaryRace(t, raceEnabled)
+}
+
+// buildBinaryRace builds agentd, with the race detector when race is set.
+func buildBinaryRace(t *testing.T, race bool) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the agentd binary")
 	}
@@ -30,7 +36,7 @@ func buildBinary(t *testing.T) string {
 	}
 	bin := filepath.Join(t.TempDir(), "agentd")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command(goBin, append(args, "./cmd/agentd")...)

@@ -176,7 +176,9 @@ func clusterClient(t *testing.T, nodes []*clusterNode) *crashClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &crashClient{t: t, nc: nc, lg: lg}
+	// A command may wait for a partition's new owner (up to 10s) and then
+	// for its writes: the request outlasts that, so it is not resent.
+	return &crashClient{t: t, nc: nc, lg: lg, timeout: 30 * time.Second}
 }
 
 // ownerOf asks the cluster for the agent's status and returns its owner.
@@ -216,7 +218,10 @@ func checkWriters(t *testing.T, c *crashClient, agents []string) {
 // TestCluster runs three agentd nodes on loopback, started as the Helm
 // chart starts its pods, with R3 streams, and takes nodes away under load.
 func TestCluster(t *testing.T) {
-	bin := buildBinary(t)
+	// Three race-instrumented nodes with R3 fsynced streams overload a
+	// 2-core machine until commands time out; the race detector covers the
+	// same code in the in-process and single-binary tests.
+	bin := buildBinaryRace(t, false)
 	// Each case gets a fresh cluster: a node that was killed and restarted
 	// must first catch its JetStream replicas up, and until it has, losing
 	// another node loses quorum, which is JetStream's rule and not the case
@@ -230,6 +235,10 @@ func TestCluster(t *testing.T) {
 		nodes, c, _ := startCluster(t, bin)
 		testClusterSIGTERM(t, bin, c, nodes)
 		checkWriters(t, c, []string{"steps:term"})
+	})
+	t.Run("PartitionMismatch", func(t *testing.T) {
+		nodes, _, _ := startCluster(t, bin)
+		testClusterPartitionMismatch(t, bin, nodes)
 	})
 	t.Run("StaleOwner", func(t *testing.T) {
 		nodes, c, _ := startCluster(t, bin)
@@ -486,4 +495,37 @@ func checkFollowed(t *testing.T, items []replay.Item, chunks []chat.Chunk) {
 			return
 		}
 	}
+}
+
+// testClusterPartitionMismatch: a fourth node started with another
+// partition count than the cluster's refuses to start, naming the flag,
+// instead of serving a different split of the agents.
+func testClusterPartitionMismatch(t *testing.T, bin string, nodes []*clusterNode) {
+	var routes []string
+	for _, nd := range nodes {
+		routes = append(routes, "nats://"+nd.routes)
+	}
+	odd := &clusterNode{
+		name: "forever-odd",
+		data: filepath.Join(t.TempDir(), "data"),
+		http: freeAddr(t), nats: freeAddr(t), routes: freeAddr(t),
+	}
+	pod := chartargs.Pod{
+		Name: odd.name, Data: odd.data, HTTP: odd.http, NATSListen: odd.nats,
+		Cluster: "forever", ClusterListen: odd.routes, Routes: append(routes, "nats://"+odd.routes),
+		Replicas: 3, Partitions: 32, LeaseTTL: clusterTTL,
+	}
+	odd.args, odd.env = chartargs.Args(pod), chartargs.Env(pod)
+	odd.start(t, bin)
+	select {
+	case err := <-odd.proc.exited:
+		out := odd.proc.out.String()
+		if err == nil || !strings.Contains(out, "--partitions") || !strings.Contains(out, "64 partitions") {
+			t.Errorf("a node with 32 partitions in a 64-partition cluster exited with %v:\n%s", err, out)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("a node with 32 partitions in a 64-partition cluster is still running:\n%s", odd.proc.out.String())
+	}
+	// The cluster still serves.
+	waitReady(t, nodes...)
 }

@@ -77,6 +77,8 @@ type crashClient struct {
 	t  *testing.T
 	nc *nats.Conn
 	lg *eventlog.Log
+	// timeout of a command request; 0 is 10s.
+	timeout time.Duration
 }
 
 func dialAgentd(t *testing.T, natsAddr string) *crashClient {
@@ -103,7 +105,11 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 		if time.Now().After(deadline) {
 			break
 		}
-		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, 10*time.Second)
+		timeout := c.timeout
+		if timeout == 0 {
+			timeout = 10 * time.Second
+		}
+		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, timeout)
 		if err == nil && msg.Header.Get("Nats-Service-Error-Code") != "503" {
 			break
 		}

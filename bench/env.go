@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +40,10 @@ type EnvConfig struct {
 	Dir string
 	// TCP connects over loopback TCP instead of in-process.
 	TCP bool
+	// Nodes is the number of servers. Above 1 they form an in-process
+	// cluster on loopback, and every stream (the logs' and the raw
+	// baselines') has min(Nodes, 3) replicas. Default 1.
+	Nodes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -46,6 +52,9 @@ type EnvConfig struct {
 func (c *EnvConfig) Validate() error {
 	if c.Mode != SyncAlways && c.Mode != SyncInterval {
 		return fmt.Errorf("bench: sync mode %q: want always or interval", c.Mode)
+	}
+	if c.Nodes < 1 || c.Nodes > 5 {
+		return fmt.Errorf("bench: nodes %d: want 1 to 5", c.Nodes)
 	}
 	if c.Scale <= 0 || math.IsInf(c.Scale, 0) || math.IsNaN(c.Scale) {
 		return fmt.Errorf("bench: scale %v: want a positive number", c.Scale)
@@ -56,6 +65,9 @@ func (c *EnvConfig) Validate() error {
 func (c *EnvConfig) ensureDefaults() {
 	if c.Mode == "" {
 		c.Mode = SyncAlways
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 1
 	}
 	if c.Scale == 0 {
 		c.Scale = 1
@@ -105,27 +117,11 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 }
 
 func (e *Env) start(ctx context.Context) error {
-	opts := &server.Options{
-		Host:               "127.0.0.1",
-		Port:               -1,
-		JetStream:          true,
-		StoreDir:           filepath.Join(e.dir, "jetstream"),
-		JetStreamMaxMemory: 64 << 20,
-		NoSigs:             true,
-		SyncAlways:         e.Mode == SyncAlways,
-	}
-	s, err := server.NewServer(opts)
+	servers, err := e.startServers()
 	if err != nil {
-		return fmt.Errorf("bench: nats server: %w", err)
+		return err
 	}
-	// Warnings and errors only: they name causes the API errors leave out
-	// (a failed stream create says "error creating store for stream").
-	s.SetLoggerV2(serverLog{e.Logger}, false, false, false)
-	s.Start()
-	e.closers = append(e.closers, func() error { s.Shutdown(); s.WaitForShutdown(); return nil })
-	if !s.ReadyForConnections(10 * time.Second) {
-		return errors.New("bench: nats server not ready after 10s")
-	}
+	s := servers[0]
 	e.Server = s
 	var copts []nats.Option
 	if !e.cfg.TCP {
@@ -140,12 +136,79 @@ func (e *Env) start(ctx context.Context) error {
 	if e.JS, err = jetstream.New(nc); err != nil {
 		return fmt.Errorf("bench: jetstream: %w", err)
 	}
-	// Wait until JetStream answers, so the first scenario does not time its
-	// start-up.
-	if _, err := e.JS.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("bench: jetstream account info: %w", err)
+	// Wait until JetStream answers (a cluster elects its meta leader
+	// first), so the first scenario does not time its start-up.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := e.JS.AccountInfo(actx)
+		if err == nil {
+			err = e.anchor(actx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("bench: jetstream not ready: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return e.anchor(ctx)
+}
+
+// replicas is the replica count of every stream the Env's scenarios create.
+func (e *Env) replicas() int { return min(e.cfg.Nodes, 3) }
+
+// startServers starts one server, or Nodes servers clustered on loopback.
+func (e *Env) startServers() ([]*server.Server, error) {
+	n := e.cfg.Nodes
+	clusterPorts := make([]int, n)
+	var routes []*url.URL
+	if n > 1 {
+		for i := range clusterPorts {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("bench: pick a route port: %w", err)
+			}
+			clusterPorts[i] = ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", clusterPorts[i])})
+		}
+	}
+	var out []*server.Server
+	for i := range n {
+		opts := &server.Options{
+			ServerName:         fmt.Sprintf("bench-%d", i),
+			Host:               "127.0.0.1",
+			Port:               -1,
+			JetStream:          true,
+			StoreDir:           filepath.Join(e.dir, fmt.Sprintf("jetstream-%d", i)),
+			JetStreamMaxMemory: 64 << 20,
+			NoSigs:             true,
+			SyncAlways:         e.Mode == SyncAlways,
+		}
+		if n > 1 {
+			opts.Cluster = server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: clusterPorts[i]}
+			opts.Routes = routes
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			return nil, fmt.Errorf("bench: nats server: %w", err)
+		}
+		// Warnings and errors only: they name causes the API errors leave
+		// out (a failed stream create says "error creating store for
+		// stream").
+		s.SetLoggerV2(serverLog{e.Logger}, false, false, false)
+		s.Start()
+		e.closers = append(e.closers, func() error { s.Shutdown(); s.WaitForShutdown(); return nil })
+		out = append(out, s)
+	}
+	for _, s := range out {
+		if !s.ReadyForConnections(10 * time.Second) {
+			return nil, errors.New("bench: nats server not ready after 10s")
+		}
+	}
+	return out, nil
 }
 
 // anchor creates a stream that lives as long as the Env. Scenarios delete
@@ -159,6 +222,7 @@ func (e *Env) anchor(ctx context.Context) error {
 		Name:     "BENCH_ANCHOR",
 		Subjects: []string{"bench-anchor"},
 		Storage:  jetstream.FileStorage,
+		Replicas: e.replicas(),
 	})
 	if err != nil {
 		return fmt.Errorf("bench: create anchor stream: %w", err)
@@ -236,6 +300,7 @@ func (e *Env) LogConfig() (eventlog.Config, error) {
 		EventsStream: "BENCH" + id + "_EVENTS",
 		ChunksStream: "BENCH" + id + "_CHUNKS",
 		Dir:          dir,
+		Replicas:     e.replicas(),
 		// As agentd does: atomic batches only pay off when every write is
 		// fsynced.
 		AsyncBatches: e.Mode == SyncInterval,
@@ -279,7 +344,7 @@ func (e *Env) RawStream(ctx context.Context) (string, func(), error) {
 		Name:               name,
 		Subjects:           []string{prefix + ".>"},
 		Storage:            jetstream.FileStorage,
-		Replicas:           1,
+		Replicas:           e.replicas(),
 		Duplicates:         eventlog.DefaultDuplicates,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,

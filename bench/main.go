@@ -34,6 +34,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	jsonOut := fs.Bool("json", false, "write the results as JSON instead of a table")
 	dir := fs.String("dir", os.TempDir(), "where the server's store and Pebble dirs go (the disk under test)")
 	tcp := fs.Bool("tcp", false, "connect over loopback TCP instead of in-process")
+	nodes := fs.Int("nodes", 1, "servers: 1, or a cluster of this many in-process servers with every stream replicated on min(nodes,3), baselines included")
 	verbose := fs.Bool("v", false, "log at info level")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	if err := fs.Parse(args); err != nil {
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	report := Report{Machine: machine(*dir, *tcp, *scale)}
 	for _, mode := range modes {
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Logger: logger}, selected, stderr)
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger}, selected, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {
