@@ -39,9 +39,19 @@
 //     first Acquire starts it, the last release cancels it and returns only
 //     after it exited. Two generations never overlap: a goroutine started by
 //     a new Acquire first waits for the previous one to exit.
+//   - Nothing waits on a user call without bound. A Heartbeat call running
+//     longer than PoolConfig.HeartbeatTimeout (default Interval), and a
+//     schedule callback running longer than SchedulerConfig.CallbackTimeout
+//     (default 5m), is hung: its ctx is cancelled, it is abandoned (Go cannot
+//     stop a goroutine; its eventual result is ignored) and an ErrHung error
+//     is reported. So Heartbeat and Fire must honour ctx; one that does not
+//     may still run when the next heartbeat or firing of the same schedule
+//     starts. A release, and Scheduler.Run's return, wait for a call in
+//     progress at most until its bound.
 //   - A heartbeat error is a value: Pool.Err returns the latest one, and
 //     PoolConfig.OnHeartbeatError receives each. A lost lease is a
-//     *LeaseLostError matching ErrLeaseLost.
+//     *LeaseLostError matching ErrLeaseLost; a hung heartbeat matches ErrHung,
+//     and the next one starts an Interval later.
 //   - The log is the truth for schedules; the rows are a view. Apply reads
 //     only events (outcome events carry the next due time and the attempt
 //     count), so dropping the Pebble data or Rebuild gives the same rows.
@@ -51,7 +61,10 @@
 //     success and the append of schedule.fired runs it again.
 //   - A failing callback is retried with exponential backoff
 //     (BackoffBase*2^(n-1), at most BackoffMax), the attempt count persisted
-//     in schedule.retrying, so it survives restarts. After MaxAttempts a
+//     in schedule.retrying, so it survives restarts. A hung callback is a
+//     failed attempt like any other (error "callback hung after <timeout>",
+//     counted in forever_keepalive_callbacks_hung_total), and the schedule
+//     leaves the in-flight set, so its retry fires. After MaxAttempts a
 //     schedule.failed event is appended, OnError gets a *FireError matching
 //     ErrExhausted, and a one-shot schedule is removed. Nothing is dropped
 //     silently.

@@ -29,6 +29,15 @@ var (
 	// a schedule's callback failed MaxAttempts times in a row and the
 	// occurrence was given up (a schedule.failed event was appended).
 	ErrExhausted = errors.New("keepalive: schedule callback failed too many times")
+
+	// ErrHung marks a call that did not return within its bound: a schedule
+	// callback running longer than SchedulerConfig.CallbackTimeout (the
+	// *FireError handed to SchedulerConfig.OnError wraps it, and its text is
+	// the attempt's recorded error), or a heartbeat running longer than
+	// PoolConfig.HeartbeatTimeout (handed to PoolConfig.OnHeartbeatError and
+	// returned by Pool.Err). The call's ctx was cancelled and its eventual
+	// result is ignored.
+	ErrHung = errors.New("keepalive: call did not return in time")
 )
 
 // LeaseLostError is what a Heartbeat returns when the lease it renews is held

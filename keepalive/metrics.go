@@ -30,7 +30,7 @@ func newPoolMetrics(reg prometheus.Registerer) (*poolMetrics, error) {
 	}
 	if m.heartbeats, err = promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_keepalive_heartbeats_total",
-		Help: "Heartbeats run while keep-alive references were held, by outcome (ok, error).",
+		Help: "Heartbeats run while keep-alive references were held, by outcome (ok, error, hung).",
 	}, []string{"outcome"})); err != nil {
 		return nil, err
 	}
@@ -41,6 +41,7 @@ func newPoolMetrics(reg prometheus.Registerer) (*poolMetrics, error) {
 type schedulerMetrics struct {
 	fired *prometheus.CounterVec
 	delay prometheus.Histogram
+	hung  prometheus.Counter
 }
 
 func newSchedulerMetrics(reg prometheus.Registerer) (*schedulerMetrics, error) {
@@ -56,6 +57,12 @@ func newSchedulerMetrics(reg prometheus.Registerer) (*schedulerMetrics, error) {
 		Name:    "forever_keepalive_schedule_delay_seconds",
 		Help:    "Time from a schedule's due time to the start of its callback.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+	})); err != nil {
+		return nil, err
+	}
+	if m.hung, err = promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forever_keepalive_callbacks_hung_total",
+		Help: "Schedule callbacks abandoned because they ran longer than the callback timeout.",
 	})); err != nil {
 		return nil, err
 	}

@@ -29,10 +29,19 @@ type PoolConfig struct {
 	// while the agent holds at least one ref, first one Interval after the
 	// first Acquire. In cluster mode it renews the
 	// ownership lease and returns a *LeaseLostError when the lease is gone.
-	// Its ctx is cancelled when the last ref is released; it must return
-	// then. Nil means heartbeats do nothing (the goroutine still runs, so the
-	// lifecycle is the same).
+	// Its ctx is cancelled when the last ref is released, and when the call
+	// has run for HeartbeatTimeout; it must return then. Nil means
+	// heartbeats do nothing (the goroutine still runs, so the lifecycle is
+	// the same).
 	Heartbeat func(ctx context.Context, agent string) error
+	// HeartbeatTimeout bounds each Heartbeat call, measured on Clock. A call
+	// still running then is abandoned as hung: its ctx is cancelled, an
+	// ErrHung error is reported like any heartbeat error (OnHeartbeatError,
+	// Pool.Err, forever_keepalive_heartbeats_total{outcome="hung"}), its
+	// eventual result is ignored, and the next heartbeat starts an Interval
+	// later as usual. Go cannot stop the abandoned goroutine, so a Heartbeat
+	// that ignores ctx may still run beside the next one. Default Interval.
+	HeartbeatTimeout time.Duration
 	// OnHeartbeatError, when set, is called with every heartbeat error, in the
 	// heartbeat goroutine. When nil, errors are logged. Either way the last
 	// heartbeat's error is kept and returned by Pool.Err until the next
@@ -55,12 +64,18 @@ func (c *PoolConfig) Validate() error {
 	if c.Interval <= 0 {
 		return invalidf("pool config: interval %s must be positive", c.Interval)
 	}
+	if c.HeartbeatTimeout <= 0 {
+		return invalidf("pool config: heartbeat timeout %s must be positive", c.HeartbeatTimeout)
+	}
 	return nil
 }
 
 func (c *PoolConfig) ensureDefaults() {
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = c.Interval
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock()
@@ -125,8 +140,9 @@ func (p *Pool) For(agent string) *Keeper { return &Keeper{p: p, agent: agent} }
 // Acquire takes a keep-alive ref on agent and returns its release func. The
 // first ref starts the agent's heartbeat goroutine. Calling release more than
 // once releases once. The release of the last ref stops the heartbeat, waits
-// for the goroutine to exit (cancelling the ctx of a heartbeat in progress)
-// and then reports the agent idle.
+// for the goroutine to exit (cancelling the ctx of a heartbeat in progress,
+// and waiting for that call at most until its HeartbeatTimeout) and then
+// reports the agent idle.
 func (p *Pool) Acquire(agent string) (release func()) {
 	p.mu.Lock()
 	st := p.mu.agents[agent]
@@ -300,11 +316,15 @@ func (p *Pool) heartbeat(ctx context.Context, agent string, st *agentRefs, prev 
 		p.mu.Lock()
 		st.err = err
 		p.mu.Unlock()
-		if err == nil {
+		switch {
+		case err == nil:
 			p.metrics.heartbeats.WithLabelValues("ok").Inc()
 			continue
+		case errors.Is(err, ErrHung):
+			p.metrics.heartbeats.WithLabelValues("hung").Inc()
+		default:
+			p.metrics.heartbeats.WithLabelValues("error").Inc()
 		}
-		p.metrics.heartbeats.WithLabelValues("error").Inc()
 		if p.cfg.OnHeartbeatError != nil {
 			p.cfg.OnHeartbeatError(agent, err)
 		} else {
@@ -313,11 +333,41 @@ func (p *Pool) heartbeat(ctx context.Context, agent string, st *agentRefs, prev 
 	}
 }
 
-// beat runs one Heartbeat call, turning a panic into an error.
-func (p *Pool) beat(ctx context.Context, agent string) (err error) {
+// beat runs one Heartbeat call for at most HeartbeatTimeout (on the Clock).
+// When the bound is reached first, the call's ctx is cancelled, the call is
+// abandoned (its goroutine runs on until it returns; the result is dropped)
+// and an ErrHung error is returned. A cancelled ctx does not end the wait by
+// itself: a call that honours ctx returns promptly, so release still waits
+// for it and two generations' calls do not overlap.
+func (p *Pool) beat(ctx context.Context, agent string) error {
 	if p.cfg.Heartbeat == nil {
 		return nil
 	}
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The timer exists before the call starts, so a test's fake clock can
+	// move past the bound as soon as it sees the call run.
+	t := p.cfg.Clock.NewTimer(p.cfg.HeartbeatTimeout)
+	defer t.Stop()
+	res := make(chan error, 1) // buffered: an abandoned call never blocks
+	go func() { res <- p.call(bctx, agent) }()
+	select {
+	case err := <-res:
+		return err
+	case <-t.C():
+	}
+	select {
+	case err := <-res: // returned just as the bound was reached
+		return err
+	default:
+	}
+	err := fmt.Errorf("keepalive: heartbeat of %q hung after %s: %w", agent, p.cfg.HeartbeatTimeout, ErrHung)
+	cancel(err)
+	return err
+}
+
+// call runs one Heartbeat call, turning a panic into an error.
+func (p *Pool) call(ctx context.Context, agent string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keepalive: heartbeat of %q panicked: %v", agent, r)

@@ -41,6 +41,11 @@ func newPool(t *testing.T, cfg keepalive.PoolConfig) (*keepalive.Pool, *keepaliv
 	clk := keepalivetest.NewClock(t0)
 	b := &beats{calls: make(chan string, 100)}
 	cfg.Clock = clk
+	if cfg.HeartbeatTimeout == 0 {
+		// Far from Interval, so waitTimers sees only the interval timer,
+		// never the timer bounding a heartbeat in progress.
+		cfg.HeartbeatTimeout = time.Hour
+	}
 	if cfg.Heartbeat == nil {
 		cfg.Heartbeat = b.heartbeat
 	}
@@ -52,11 +57,14 @@ func newPool(t *testing.T, cfg keepalive.PoolConfig) (*keepalive.Pool, *keepaliv
 	return p, clk, b
 }
 
+// waitTimers waits for n timers due within a minute: heartbeat interval
+// timers, not those bounding a heartbeat call (newPool's HeartbeatTimeout is
+// an hour).
 func waitTimers(t *testing.T, clk *keepalivetest.Clock, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := clk.WaitTimers(ctx, n); err != nil {
+	if err := clk.WaitTimersWithin(ctx, n, time.Minute); err != nil {
 		t.Fatalf("waiting for %d timers (have %d): %v", n, clk.Timers(), err)
 	}
 }
@@ -324,7 +332,9 @@ func TestPoolHeartbeatErrorSurfaces(t *testing.T) {
 // heartbeat calls of one agent ever run at once.
 func TestPoolGenerationsNeverOverlap(t *testing.T) {
 	var running, overlaps atomic.Int32
-	p, err := keepalive.NewPool(keepalive.PoolConfig{Interval: time.Microsecond, Heartbeat: func(ctx context.Context, _ string) error {
+	// HeartbeatTimeout is far away: a call abandoned as hung may overlap the
+	// next by design, and this test is about generations.
+	p, err := keepalive.NewPool(keepalive.PoolConfig{Interval: time.Microsecond, HeartbeatTimeout: time.Hour, Heartbeat: func(ctx context.Context, _ string) error {
 		if running.Add(1) > 1 {
 			overlaps.Add(1)
 		}
@@ -354,9 +364,69 @@ func TestPoolGenerationsNeverOverlap(t *testing.T) {
 	}
 }
 
+// TestPoolHungHeartbeatReported checks that a heartbeat call that never
+// returns (it ignores its ctx) is reported as an ErrHung heartbeat error once
+// HeartbeatTimeout passes, that the next heartbeat runs an interval later,
+// and that release does not wait for the abandoned call.
+func TestPoolHungHeartbeatReported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	errs := make(chan error, 10)
+	calls := make(chan int, 10)
+	hold := make(chan struct{}) // the first call blocks on it, ignoring ctx
+	var n atomic.Int32
+	p, clk, _ := newPool(t, keepalive.PoolConfig{
+		Interval:         time.Second,
+		HeartbeatTimeout: 2 * time.Minute, // beyond waitTimers' window
+		Registerer:       reg,
+		OnHeartbeatError: func(_ string, err error) { errs <- err },
+		Heartbeat: func(ctx context.Context, _ string) error {
+			i := int(n.Add(1))
+			calls <- i
+			if i == 1 {
+				<-hold
+			}
+			return nil
+		},
+	})
+	t.Cleanup(func() { close(hold) }) // before newPool's Close
+	k := p.For("a1")
+	r := k.Acquire()
+	waitTimers(t, clk, 1)
+	clk.Advance(time.Second)
+	if got := recv(t, calls, "first heartbeat"); got != 1 {
+		t.Fatalf("heartbeat call %d, want 1", got)
+	}
+	clk.Advance(2 * time.Minute) // the first call's bound
+	err := recv(t, errs, "OnHeartbeatError")
+	if !errors.Is(err, keepalive.ErrHung) {
+		t.Fatalf("OnHeartbeatError(%v), want ErrHung", err)
+	}
+	if !errors.Is(k.Err(), keepalive.ErrHung) {
+		t.Fatalf("Err() = %v, want ErrHung", k.Err())
+	}
+	if got := metricValue(t, reg, "forever_keepalive_heartbeats_total", "hung"); got != 1 {
+		t.Fatalf("heartbeats_total{hung} = %v, want 1", got)
+	}
+	// A fresh heartbeat one interval later, while the first still hangs.
+	waitTimers(t, clk, 1)
+	clk.Advance(time.Second)
+	if got := recv(t, calls, "next heartbeat"); got != 2 {
+		t.Fatalf("heartbeat call %d, want 2", got)
+	}
+	waitTimers(t, clk, 1) // the result is recorded, the next interval waits
+	if err := k.Err(); err != nil {
+		t.Fatalf("Err() after a good heartbeat = %v", err)
+	}
+	r() // returns although the first call still hangs
+	<-k.Idle()
+}
+
 func TestPoolConfigValidate(t *testing.T) {
 	if _, err := keepalive.NewPool(keepalive.PoolConfig{Interval: -time.Second}); !errors.Is(err, keepalive.ErrInvalid) {
 		t.Fatalf("NewPool(negative interval) = %v, want ErrInvalid", err)
+	}
+	if _, err := keepalive.NewPool(keepalive.PoolConfig{HeartbeatTimeout: -time.Second}); !errors.Is(err, keepalive.ErrInvalid) {
+		t.Fatalf("NewPool(negative heartbeat timeout) = %v, want ErrInvalid", err)
 	}
 }
 

@@ -14,9 +14,10 @@ import (
 // (returning nil) or the projector stops with an error (returning it). On
 // start it catches the view up with the log; schedules that came due while no
 // Scheduler ran fire at once. Before returning it waits for the callbacks in
-// flight; their ctx is cancelled, and a callback that fails because of that
-// is not counted as an attempt (the schedule stays due and fires after the
-// next start). Run may be called once.
+// flight, each at most until its CallbackTimeout; their ctx is cancelled, and
+// a callback that fails (or hangs) because of that is not counted as an
+// attempt (the schedule stays due and fires after the next start). Callbacks
+// abandoned as hung are not waited for. Run may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return ErrStopped
@@ -144,10 +145,14 @@ func (s *Scheduler) fire(ctx context.Context, sc Schedule, start time.Time) {
 		s.poke()
 	}()
 	s.metrics.delay.Observe(max(0, start.Sub(sc.NextAt).Seconds()))
-	cbErr := s.call(ctx, sc)
+	cbErr := s.callBounded(ctx, sc)
 	if cbErr != nil && (ctx.Err() != nil || errors.Is(cbErr, eventlog.ErrNotOwner)) {
 		// Shutting down, or the agent's partition moved to another
 		// process: not an attempt; the schedule stays due for its owner.
+		if errors.Is(cbErr, ErrHung) {
+			s.logger.Warn("schedule callback hung while stopping; abandoned", logKeyAgent, sc.Agent,
+				"id", sc.ID, "callback", sc.Callback, "err", cbErr)
+		}
 		return
 	}
 	ev, outcome, fireErr := s.outcome(sc, cbErr, s.cfg.Clock.Now())
@@ -181,6 +186,37 @@ func (s *Scheduler) fire(ctx context.Context, sc Schedule, start time.Time) {
 	// Keep the schedule in flight until the view shows the outcome, so the
 	// loop never fires the same occurrence twice.
 	_ = s.waitApplied(ctx, seq)
+}
+
+// callBounded runs the Fire callback for at most CallbackTimeout (on the
+// Clock) and returns its error. When the bound is reached first, the
+// callback's ctx is cancelled, the call is abandoned (it keeps running in its
+// own goroutine until it returns; its result is dropped) and an ErrHung error
+// is returned. The abandoned goroutine is not counted in s.fires, so neither
+// Run nor the next firing of the schedule waits for it.
+func (s *Scheduler) callBounded(ctx context.Context, sc Schedule) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The timer exists before the callback starts, so a test's fake clock
+	// can move past the bound as soon as it sees the callback run.
+	t := s.cfg.Clock.NewTimer(s.cfg.CallbackTimeout)
+	defer t.Stop()
+	res := make(chan error, 1) // buffered: an abandoned call never blocks
+	go func() { res <- s.call(cctx, sc) }()
+	select {
+	case err := <-res:
+		return err
+	case <-t.C():
+	}
+	select {
+	case err := <-res: // returned just as the bound was reached
+		return err
+	default:
+	}
+	err := fmt.Errorf("callback hung after %s: %w", s.cfg.CallbackTimeout, ErrHung)
+	cancel(err)
+	s.metrics.hung.Inc()
+	return err
 }
 
 // call runs the Fire callback, turning a panic into an error.

@@ -22,6 +22,8 @@ const (
 	DefaultBackoffBase = time.Second
 	DefaultBackoffMax  = 5 * time.Minute
 	DefaultMaxInFlight = 16
+	// DefaultCallbackTimeout bounds one run of a schedule's callback.
+	DefaultCallbackTimeout = 5 * time.Minute
 )
 
 // appendTimeout bounds the append of a firing's outcome, which runs even while
@@ -49,6 +51,14 @@ type SchedulerConfig struct {
 	// (at most MaxInFlight at a time); its ctx ends when Run ends. A nil
 	// return records schedule.fired; an error records a retry or, after
 	// MaxAttempts failures in a row, schedule.failed. A panic is an error.
+	//
+	// Fire must honour ctx: it is also cancelled when the callback has run
+	// for CallbackTimeout. A callback still running then is abandoned, not
+	// stopped (Go cannot kill a goroutine): the attempt is recorded as
+	// failed with an ErrHung error, the schedule leaves the in-flight set so
+	// it can fire again, and whatever the abandoned call returns later is
+	// ignored. A callback that ignores ctx therefore may still be running
+	// when the same schedule fires again.
 	Fire func(ctx context.Context, s Schedule) error
 	// Owns, when set, tells whether this process may fire an agent's
 	// schedules now (in a cluster: whether it holds the lease of the
@@ -70,8 +80,17 @@ type SchedulerConfig struct {
 	// BackoffBase and BackoffMax bound the wait before retry n:
 	// min(BackoffBase * 2^(n-1), BackoffMax). Defaults 1s and 5m.
 	BackoffBase, BackoffMax time.Duration
-	// MaxInFlight caps the callbacks running at once. Default 16.
+	// MaxInFlight caps the callbacks running at once. Default 16. An
+	// abandoned (hung) callback no longer counts.
 	MaxInFlight int
+	// CallbackTimeout bounds each run of Fire, measured on Clock. A
+	// callback that has not returned by then is treated as hung: its ctx is
+	// cancelled, a failed attempt "callback hung after CallbackTimeout" is
+	// recorded exactly as a returned error would be (schedule.retrying, or
+	// schedule.failed after MaxAttempts), and
+	// forever_keepalive_callbacks_hung_total counts it. It also bounds how
+	// long Run waits for a callback when it stops. Default 5m.
+	CallbackTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Nil means not registered.
@@ -87,6 +106,8 @@ func (c *SchedulerConfig) Validate() error {
 		return invalidf("scheduler config: Fire is required")
 	case c.MaxAttempts < 1 || c.MaxInFlight < 1:
 		return invalidf("scheduler config: MaxAttempts and MaxInFlight must be positive")
+	case c.CallbackTimeout <= 0:
+		return invalidf("scheduler config: CallbackTimeout %s must be positive", c.CallbackTimeout)
 	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
 		return invalidf("scheduler config: want 0 < BackoffBase (%s) <= BackoffMax (%s)", c.BackoffBase, c.BackoffMax)
 	}
@@ -111,6 +132,9 @@ func (c *SchedulerConfig) ensureDefaults() {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.CallbackTimeout == 0 {
+		c.CallbackTimeout = DefaultCallbackTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,9 @@ type harness struct {
 	fires   chan keepalive.Schedule
 	errs    chan error // OnError
 	mu      sync.Mutex
-	fireErr error // returned by Fire
+	fireErr error                            // returned by Fire
+	block   func(ctx context.Context, n int) // when set, Fire calls it before returning (n counts calls from 1)
+	calls   int                              // Fire calls
 
 	lg     *eventlog.Log
 	s      *keepalive.Scheduler
@@ -51,6 +54,14 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
+// setBlock makes Fire call block (with its ctx and the call number) before
+// returning.
+func (h *harness) setBlock(block func(ctx context.Context, n int)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.block = block
+}
+
 func (h *harness) setFireErr(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -68,8 +79,13 @@ func (h *harness) start(cfg keepalive.SchedulerConfig) {
 	cfg.Fire = func(ctx context.Context, sc keepalive.Schedule) error {
 		h.fires <- sc
 		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.fireErr
+		h.calls++
+		block, n, err := h.block, h.calls, h.fireErr
+		h.mu.Unlock()
+		if block != nil {
+			block(ctx, n)
+		}
+		return err
 	}
 	cfg.OnError = func(_ keepalive.Schedule, err error) { h.errs <- err }
 	s, err := keepalive.NewScheduler(cfg)
@@ -619,12 +635,89 @@ func TestSchedulerConfigValidate(t *testing.T) {
 		{"no fire", keepalive.SchedulerConfig{Log: lg}},
 		{"negative attempts", keepalive.SchedulerConfig{Log: lg, Fire: fire, MaxAttempts: -1}},
 		{"max below base", keepalive.SchedulerConfig{Log: lg, Fire: fire, BackoffBase: time.Minute, BackoffMax: time.Second}},
+		{"negative callback timeout", keepalive.SchedulerConfig{Log: lg, Fire: fire, CallbackTimeout: -time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := keepalive.NewScheduler(tt.cfg); !errors.Is(err, keepalive.ErrInvalid) {
 				t.Fatalf("NewScheduler = %v, want ErrInvalid", err)
 			}
+		})
+	}
+}
+
+// TestHungCallbackRetried checks that a callback still running after
+// CallbackTimeout is abandoned: its ctx is cancelled, the attempt is recorded
+// as failed like a returned error, the metric counts it, and the schedule
+// fires again. Two callbacks: one that returns when its ctx ends, one that
+// ignores ctx and never returns until the test ends.
+func TestHungCallbackRetried(t *testing.T) {
+	tests := []struct {
+		name  string
+		block func(hold <-chan struct{}) func(ctx context.Context, n int)
+	}{
+		{"honours ctx", func(<-chan struct{}) func(ctx context.Context, n int) {
+			return func(ctx context.Context, n int) {
+				if n == 1 {
+					<-ctx.Done()
+				}
+			}
+		}},
+		{"ignores ctx", func(hold <-chan struct{}) func(ctx context.Context, n int) {
+			return func(_ context.Context, n int) {
+				if n == 1 {
+					<-hold
+				}
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			hold := make(chan struct{})
+			t.Cleanup(func() { close(hold) }) // after h.stop: Run does not wait for it
+			h.setBlock(tt.block(hold))
+			h.start(keepalive.SchedulerConfig{CallbackTimeout: 10 * time.Second, BackoffBase: time.Second})
+			sc := h.schedule("a1", keepalive.Spec{Callback: "tick", Every: time.Minute})
+
+			h.clk.Advance(time.Minute)
+			if got := recv(t, h.fires, "first fire"); got.ID != sc.ID || got.Attempts != 0 {
+				t.Fatalf("fired %s with %d attempts, want %s with 0", got.ID, got.Attempts, sc.ID)
+			}
+			h.clk.Advance(10 * time.Second) // the callback's bound
+			err := recv(t, h.errs, "OnError")
+			var fe *keepalive.FireError
+			if !errors.As(err, &fe) || !errors.Is(err, keepalive.ErrHung) || fe.Attempts != 1 || fe.Final {
+				t.Fatalf("OnError(%v), want a FireError of attempt 1 wrapping ErrHung", err)
+			}
+			ev := h.waitEvent("a1", keepalive.EventRetrying, 1)
+			var d keepalive.OutcomeData
+			if err := ev.Decode(&d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Attempts != 1 || !strings.Contains(d.Error, "callback hung after 10s") {
+				t.Fatalf("retrying data = %+v, want attempt 1 with a hung error", d)
+			}
+			if got := metricValue(t, h.reg, "forever_keepalive_callbacks_hung_total", ""); got != 1 {
+				t.Fatalf("callbacks_hung_total = %v, want 1", got)
+			}
+			// The schedule is no longer in flight: the retry fires (and
+			// succeeds), then the next interval.
+			h.clk.Advance(time.Second)
+			if got := recv(t, h.fires, "retry"); got.ID != sc.ID || got.Attempts != 1 {
+				t.Fatalf("fired %s with %d attempts, want %s with 1", got.ID, got.Attempts, sc.ID)
+			}
+			h.waitEvent("a1", keepalive.EventFired, 1)
+			// A retry moves the grid: the next occurrence is an interval
+			// after the successful retry.
+			next := h.clk.Now().Add(time.Minute)
+			if l := h.list("a1"); len(l) != 1 || l[0].Attempts != 0 || !l[0].NextAt.Equal(next) {
+				t.Fatalf("List = %+v, want attempts reset, next at %v", l, next)
+			}
+			h.clk.Advance(time.Minute)
+			recv(t, h.fires, "next interval")
+			h.waitEvent("a1", keepalive.EventFired, 2)
+			h.stop() // returns although an abandoned callback may still run
 		})
 	}
 }

@@ -110,6 +110,31 @@ func (c *Clock) WaitTimers(ctx context.Context, n int) error {
 	}
 }
 
+// WaitTimersWithin blocks until at least n timers due within d of Now() (at
+// or before Now()+d) are waiting to fire, or ctx is done. Tests use it to
+// tell timers apart by their deadline: a heartbeat's interval timer from the
+// timer bounding a call in progress.
+func (c *Clock) WaitTimersWithin(ctx context.Context, n int, d time.Duration) error {
+	for {
+		c.mu.Lock()
+		k, ch, limit := 0, c.changed, c.now.Add(d)
+		for tm := range c.timers {
+			if !tm.at.After(limit) {
+				k++
+			}
+		}
+		c.mu.Unlock()
+		if k >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 type timer struct {
 	c  *Clock
 	ch chan time.Time
