@@ -123,6 +123,27 @@ func waitReady(t *testing.T, nodes ...*clusterNode) {
 	}
 }
 
+// portTaken returns a node that exited at start because a port was in use,
+// after giving each node a moment to bind.
+func portTaken(nodes []*clusterNode) *clusterNode {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, nd := range nodes {
+			select {
+			case err := <-nd.proc.exited:
+				nd.proc.exited <- err
+				if strings.Contains(nd.proc.out.String(), "is in use") {
+					return nd
+				}
+				return nil
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
 // waitBalanced waits until every node owns its share of the 64 partitions:
 // the first node up takes them all, and hands them off as the others join.
 func waitBalanced(t *testing.T, nodes []*clusterNode) {
@@ -251,9 +272,22 @@ func TestCluster(t *testing.T) {
 // they are ready and share the partitions, and checks that 30 agents spread
 // over all three.
 func startCluster(t *testing.T, bin string) ([]*clusterNode, *crashClient, []string) {
-	nodes := newCluster(t, 3)
-	for _, nd := range nodes {
-		nd.start(t, bin)
+	var nodes []*clusterNode
+	for attempt := 1; ; attempt++ {
+		nodes = newCluster(t, 3)
+		for _, nd := range nodes {
+			nd.start(t, bin)
+		}
+		// A port freeAddr picked may be taken (by an outgoing connection's
+		// ephemeral port) before the node binds it: start over on new ones.
+		if lost := portTaken(nodes); lost == nil || attempt == 3 {
+			break
+		} else {
+			t.Logf("%s could not bind its port, restarting the cluster: %s", lost.name, lost.proc.out.String())
+		}
+		for _, nd := range nodes {
+			nd.proc.kill()
+		}
 	}
 	waitReady(t, nodes...)
 	waitBalanced(t, nodes)

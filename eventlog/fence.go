@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Headers that name the writer of every event appended under an Owner, so a
@@ -331,7 +332,10 @@ func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, e
 	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
 		return 0, nil
 	case r.Error != nil:
-		return 0, fmt.Errorf("eventlog: last sequence of %s: %s (code %d)", subject, r.Error.Description, r.Error.ErrCode)
+		// As a jetstream.APIError, so callers classify it as they classify
+		// the client library's errors (10008: temporarily unavailable).
+		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject,
+			&jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description})
 	case r.Message == nil:
 		return 0, fmt.Errorf("eventlog: last sequence of %s: empty response", subject)
 	}
