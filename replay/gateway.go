@@ -329,9 +329,21 @@ func (g *Gateway) stored(ctx context.Context, info chunk.StreamInfo, after Curso
 	if info.FirstSeq == 0 {
 		return nil
 	}
-	first, found, err := g.cfg.Log.Next(ctx, eventlog.Filter{Agent: info.Agent, Stream: info.Stream}, 0)
+	f := eventlog.Filter{Agent: info.Agent, Stream: info.Stream}
+	first, found, err := g.cfg.Log.Next(ctx, f, 0)
 	if err != nil && !found {
 		return fmt.Errorf("replay: first chunk of %s/%s: %w", info.Agent, info.Stream, err)
+	}
+	if !found {
+		// A direct get may be answered by a replica that lags behind the
+		// view: the stream is gone only if the leader holds nothing either.
+		last, err := g.cfg.Log.LastSeq(ctx, f)
+		if err != nil {
+			return fmt.Errorf("replay: last chunk of %s/%s: %w", info.Agent, info.Stream, err)
+		}
+		if last != 0 {
+			return nil
+		}
 	}
 	switch {
 	case found && first.Type == chunk.EventExpired:
