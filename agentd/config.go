@@ -86,7 +86,10 @@ type Config struct {
 	// JetStream memory and file storage, in bytes. Defaults 256 MiB and
 	// 10 GiB.
 	JetStreamMaxMemory, JetStreamMaxStore int64
-	// ChunkMaxAge is how long chat stream chunks are kept. Default 24h.
+	// ChunkMaxAge is how long a chat stream's chunks are kept after the
+	// stream ended; AttachRetention's sweep then purges them. The chunks
+	// stream's MaxAge is a safety cap at eventlog.DefaultChunkSafetyFactor
+	// times this. Default 24h.
 	ChunkMaxAge time.Duration
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.

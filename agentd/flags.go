@@ -98,7 +98,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL,
 		"partition lease TTL: how long agents of a dead node wait before another node takes them")
 	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,
-		"how long chat stream chunks are kept")
+		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -136,19 +137,23 @@ func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, er
 }
 
 // readStream is loadStream that also returns the stored chunk events'
-// first sequence (0 when none is stored).
+// first sequence (0 when none is stored), skipping a retention marker.
 func readStream(ctx context.Context, lg Log, agent, stream string) (*builder, eventlog.Seq, error) {
 	evs, err := lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	var first eventlog.Seq
-	if len(evs) > 0 {
-		first = evs[0].Seq
-	}
 	b := newBuilder()
 	var asm Assembler
 	for _, e := range evs {
+		if e.Type == chunk.EventExpired {
+			// Retention's marker: the chunks before it were purged.
+			continue
+		}
+		if first == 0 {
+			first = e.Seq
+		}
 		c, ok, err := asm.Add(e.Type, e.Data)
 		if err != nil {
 			return nil, 0, err

@@ -98,8 +98,10 @@
 //     Send (ErrTooLarge) before anything is appended; an answer too large
 //     to store as one message ends its turn with an error chunk saying so
 //     (not finish) and turn.failed.
-//   - A turn recovered (or ended) after chunk retention removed the start
-//     of its stream fails with ErrChunksExpired (an error chunk and
+//   - Chunk retention purges only ended streams; a turn still streaming
+//     loses chunks only to the chunks stream's safety cap
+//     (eventlog.Config.ChunkSafetyAge). A turn recovered (or ended) after
+//     that removed the start of its stream fails with ErrChunksExpired (an error chunk and
 //     turn.failed); it is not continued from, nor stored as, a truncated
 //     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is

@@ -47,8 +47,8 @@ var (
 	// wrapping it also match eventlog.ErrTooLarge.
 	ErrTooLarge = errors.New("chat: message too large")
 	// ErrChunksExpired is the cause recorded (error chunk, turn.failed) when
-	// a turn is recovered or ended after the log's chunk retention
-	// (eventlog.Config.ChunkMaxAge) removed the start of its stream: what
+	// a turn is recovered or ended after the chunks stream's safety cap
+	// (eventlog.Config.ChunkSafetyAge) removed the start of its stream: what
 	// clients saw is gone, so the turn is neither continued nor its partial
 	// answer stored.
 	ErrChunksExpired = errors.New("chat: the stream's chunks expired")

@@ -10,12 +10,13 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 )
 
-// A turn recovered after chunk retention removed its stream gets a clear
+// A turn recovered after the chunks stream's safety cap
+// (eventlog.Config.ChunkSafetyAge) removed its stream gets a clear
 // answer: an error chunk and turn.failed naming the expiry; it is neither
 // continued from a truncated partial nor left waiting, and the provider is
 // not called.
 func TestRecoverAfterChunksExpired(t *testing.T) {
-	e := newEnvWith(t, eventlog.Config{ChunkMaxAge: time.Second})
+	e := newEnvWith(t, eventlog.Config{ChunkSafetyAge: time.Second})
 	turn := crash(t, e, "a1", "tell me a story", 3)
 	streamInfo(t, e, "a1", turn.StreamID) // the view saw the chunks
 	deadline := time.Now().Add(30 * time.Second)

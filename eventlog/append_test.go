@@ -396,8 +396,8 @@ func TestBind(t *testing.T) {
 	if _, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true}); err == nil || !strings.Contains(err.Error(), "is agentd running?") {
 		t.Fatalf("bind before create: %v", err)
 	}
-	owner := eventlogtest.OpenOn(t, s, eventlog.Config{ChunkMaxAge: time.Hour})
-	client, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true, ChunkMaxAge: time.Minute})
+	owner := eventlogtest.OpenOn(t, s, eventlog.Config{ChunkSafetyAge: time.Hour})
+	client, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true, ChunkSafetyAge: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,9 @@ const (
 	DefaultEventsStream = "FOREVER_EVENTS"
 	DefaultChunksStream = "FOREVER_CHUNKS"
 	DefaultChunkMaxAge  = 24 * time.Hour
-	DefaultDuplicates   = 2 * time.Minute
+	// DefaultChunkSafetyFactor is ChunkSafetyAge's default, in ChunkMaxAges.
+	DefaultChunkSafetyFactor = 10
+	DefaultDuplicates        = 2 * time.Minute
 	// DefaultAckTimeout bounds each wait for an acknowledgement that has no
 	// deadline of its own.
 	DefaultAckTimeout = 5 * time.Second
@@ -49,8 +51,17 @@ type Config struct {
 	Prefix string
 	// EventsStream and ChunksStream name the JetStream streams.
 	EventsStream, ChunksStream string
-	// ChunkMaxAge is the age after which chunks are removed. Default 24h.
+	// ChunkMaxAge is how long an ended chat stream's chunks are kept: a
+	// retention sweep (chat/chunk.Sweeper) purges them with PurgeChunks once
+	// the stream ended longer ago than this. The Log itself removes nothing
+	// at this age, so a turn still streaming never loses chunks to it.
+	// Default 24h.
 	ChunkMaxAge time.Duration
+	// ChunkSafetyAge is the chunks stream's JetStream MaxAge: a last-resort
+	// cap that removes any chunk older than it, of a stream still streaming
+	// too (a turn stuck that long), and bounds the stream if no sweep runs.
+	// Default DefaultChunkSafetyFactor times ChunkMaxAge.
+	ChunkSafetyAge time.Duration
 	// Duplicates is the dedup window for message ids. Default 2m.
 	Duplicates time.Duration
 	// Replicas of both streams. Default 1.
@@ -110,7 +121,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
+	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -128,6 +139,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.ChunkMaxAge == 0 {
 		c.ChunkMaxAge = DefaultChunkMaxAge
+	}
+	if c.ChunkSafetyAge == 0 {
+		c.ChunkSafetyAge = DefaultChunkSafetyFactor * c.ChunkMaxAge
 	}
 	if c.Duplicates == 0 {
 		c.Duplicates = DefaultDuplicates
@@ -233,8 +247,8 @@ func (l *Log) createStreams(ctx context.Context) error {
 		Subjects:           []string{cfg.Prefix + ".chunk.>"},
 		Storage:            jetstream.FileStorage,
 		Replicas:           cfg.Replicas,
-		Duplicates:         min(cfg.Duplicates, cfg.ChunkMaxAge),
-		MaxAge:             cfg.ChunkMaxAge,
+		Duplicates:         min(cfg.Duplicates, cfg.ChunkSafetyAge),
+		MaxAge:             cfg.ChunkSafetyAge,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,
 	})
@@ -285,6 +299,10 @@ func (l *Log) useDB() (release func(), err error) {
 
 // Prefix returns the subject prefix.
 func (l *Log) Prefix() string { return l.cfg.Prefix }
+
+// ChunkMaxAge returns Config.ChunkMaxAge: how long an ended chat stream's
+// chunks are kept before a retention sweep purges them.
+func (l *Log) ChunkMaxAge() time.Duration { return l.cfg.ChunkMaxAge }
 
 // MaxPayload returns the largest message the server accepts, in bytes.
 func (l *Log) MaxPayload() int64 { return l.nc.MaxPayload() }

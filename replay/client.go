@@ -37,8 +37,11 @@ func NewClient(lg *eventlog.Log) *Client { return &Client{lg: lg} }
 //
 // Following a stream that has ended replays the chunks after the cursor and
 // ends; with a cursor at or past its terminal chunk it yields nothing. A
-// stream with no chunk stored is ErrUnknownStream. A chunk that cannot be
-// decoded is yielded as an error, and ranging may go on past it.
+// stream with no chunk stored is ErrUnknownStream. A stream whose chunks
+// retention purged (its chunk.EventExpired marker), or, from cursor 0, one
+// whose first chunks are gone, yields an error wrapping chunk.ErrExpired
+// and ends. A chunk that cannot be decoded is yielded as an error, and
+// ranging may go on past it.
 func (c *Client) Follow(ctx context.Context, agent, stream string, after Cursor) iter.Seq2[Item, error] {
 	return c.follow(ctx, agent, stream, after, true)
 }
@@ -63,6 +66,12 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
 			return
 		}
+		if found && err == nil {
+			if err := expired(first, after); err != nil {
+				yield(Item{}, err)
+				return
+			}
+		}
 		if !found {
 			// Nothing stored after the cursor: an unknown stream is an
 			// error, an ended one ends now instead of waiting for chunks
@@ -74,6 +83,10 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			atCursor := stored && Cursor(last.Seq) <= after
 			if err != nil && (!stored || atCursor) {
 				yield(Item{}, fmt.Errorf("replay: last chunk of %s/%s: %w", agent, stream, err))
+				return
+			}
+			if stored && last.Type == chunk.EventExpired {
+				yield(Item{}, fmt.Errorf("%w: %s/%s was purged by retention", chunk.ErrExpired, agent, stream))
 				return
 			}
 			if !stored && mustExist {
@@ -106,6 +119,10 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 				aligned = true
 			}
 			ch, ok, err := a.Add(e.Type, e.Data)
+			if errors.Is(err, chunk.ErrExpired) {
+				yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
+				return false
+			}
 			if err != nil {
 				return yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
 			}
@@ -127,6 +144,24 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			}
 		}
 	}
+}
+
+// expired returns an error wrapping chunk.ErrExpired when first, the first
+// event stored after the cursor, shows that the stream lost chunks a follow
+// after the cursor needs: retention's marker, or, for a follow from the
+// start, a first chunk that is not the stream's chunk 0. (A follow from a
+// later cursor cannot tell from the log alone; the gateway checks it
+// against the streams view.)
+func expired(first eventlog.Event, after Cursor) error {
+	if first.Type == chunk.EventExpired {
+		return fmt.Errorf("%w: %s/%s was purged by retention", chunk.ErrExpired, first.Agent, first.Stream)
+	}
+	if after == 0 {
+		if i, ok := chunk.IndexOf(first); ok && i > 0 {
+			return fmt.Errorf("%w: %s/%s: its first stored chunk is chunk %d", chunk.ErrExpired, first.Agent, first.Stream, i)
+		}
+	}
+	return nil
 }
 
 // ended reports whether last, the stream's last event, ends the stream.

@@ -42,7 +42,11 @@
 //     its start chunk (same messageId), then live; 204 when there is none.
 //     With Last-Event-ID or ?after=<cursor>, only what follows the cursor. A
 //     finished latest stream is 204, except with ?after=, which replays its
-//     tail after the cursor (possibly nothing) and [DONE].
+//     tail after the cursor (possibly nothing) and [DONE]. A resume whose
+//     chunks retention removed (the stream is marked expired, or its first
+//     chunks are gone and the cursor is before the first one stored) is 410
+//     Gone {"error":"chunks expired"}; an idle chat without ?after= stays
+//     204.
 //   - POST /v1/chat/{id}/stop: Chats.Stop; 200 {"stopped": bool}.
 //   - GET /v1/chat/{id}/messages: Chats.Messages as JSON.
 //   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
@@ -84,7 +88,8 @@
 // "messageId"}, then its chunks live with replay false, then done) and
 // {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame
 // is answered {"type":"error","error":"...","code":400}; the connection
-// stays open.
+// stays open. An ack of a turn whose chunks retention removed is answered
+// {"type":"error","requestId","error":"chunks expired","code":410}.
 //
 // # Usage
 //

@@ -11,7 +11,8 @@ import (
 var (
 	// ErrUnknownStream is returned by Client.Follow for a stream with no
 	// chunk stored, and by Client.Latest for an agent without streams. The
-	// gateway answers it with 404.
+	// gateway answers it with 404. (A stream whose chunks retention removed
+	// is chunk.ErrExpired instead: 410 Gone, {"error":"chunks expired"}.)
 	ErrUnknownStream = errors.New("replay: unknown stream")
 	// ErrBadRequest marks a request the gateway cannot serve as sent:
 	// malformed JSON, no messages, an id that is not a valid agent id. 400.
@@ -41,6 +42,8 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, eventlog.ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, chunk.ErrExpired):
+		return http.StatusGone
 	}
 	return http.StatusInternalServerError
 }

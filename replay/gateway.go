@@ -187,7 +187,19 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	if code >= 500 {
 		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, map[string]string{"error": errorText(err)})
+}
+
+// expiredText is the error of a resume whose chunks retention removed.
+const expiredText = "chunks expired"
+
+// errorText is err as the gateway's clients read it: chunk.ErrExpired is
+// the fixed "chunks expired", the rest their message.
+func errorText(err error) string {
+	if errors.Is(err, chunk.ErrExpired) {
+		return expiredText
+	}
+	return err.Error()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -247,6 +259,8 @@ type offer struct {
 	turn Turn   // RequestID, StreamID, MessageID; After is where replay starts
 	// ended is the status of the latest stream when it has ended ("none").
 	ended string
+	// info is the latest stream's metadata (zero for none and pending).
+	info chunk.StreamInfo
 }
 
 // active finds the agent's turn to resume: a pending one (started, no chunk
@@ -296,9 +310,50 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 		after = Cursor(info.FirstSeq - 1)
 	}
 	if info.Done() {
-		return offer{kind: "none", ended: info.Status, turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
+		return offer{kind: "none", ended: info.Status, info: info, turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
 	}
-	return offer{kind: "resuming", turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
+	return offer{kind: "resuming", info: info, turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil
+}
+
+// stored checks that a resume of info's stream after the cursor can be
+// served: it returns an error wrapping chunk.ErrExpired when retention
+// marked the stream expired, or removed its first chunks (the view's
+// FirstSeq is older than the first chunk still stored) and the cursor is
+// before the first chunk still stored, so chunks the resume needs may be
+// gone. Chunks are removed oldest first, so a cursor at or past the first
+// stored chunk still gets every chunk after it.
+func (g *Gateway) stored(ctx context.Context, info chunk.StreamInfo, after Cursor) error {
+	if info.Expired {
+		return fmt.Errorf("%w: stream %s/%s expired at %s", chunk.ErrExpired, info.Agent, info.Stream, info.ExpiredAt.Format(time.RFC3339))
+	}
+	if info.FirstSeq == 0 {
+		return nil
+	}
+	f := eventlog.Filter{Agent: info.Agent, Stream: info.Stream}
+	first, found, err := g.cfg.Log.Next(ctx, f, 0)
+	if err != nil && !found {
+		return fmt.Errorf("replay: first chunk of %s/%s: %w", info.Agent, info.Stream, err)
+	}
+	if !found {
+		// A direct get may be answered by a replica that lags behind the
+		// view: the stream is gone only if the leader holds nothing either.
+		last, err := g.cfg.Log.LastSeq(ctx, f)
+		if err != nil {
+			return fmt.Errorf("replay: last chunk of %s/%s: %w", info.Agent, info.Stream, err)
+		}
+		if last != 0 {
+			return nil
+		}
+	}
+	switch {
+	case found && first.Type == chunk.EventExpired:
+		return fmt.Errorf("%w: stream %s/%s expired", chunk.ErrExpired, info.Agent, info.Stream)
+	case found && first.Seq <= info.FirstSeq:
+		return nil
+	case !found || after.Seq() < first.Seq:
+		return fmt.Errorf("%w: stream %s/%s began at %d, its first stored chunk is at %d (0: none)", chunk.ErrExpired, info.Agent, info.Stream, info.FirstSeq, first.Seq)
+	}
+	return nil
 }
 
 func (g *Gateway) postStop(w http.ResponseWriter, r *http.Request) {

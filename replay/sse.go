@@ -84,8 +84,17 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 	case off.kind == "pending":
 		g.streamSSE(w, r, agent, off.turn.StreamID, max(after, off.turn.After), false)
 	case off.kind == "resuming":
-		g.streamSSE(w, r, agent, off.turn.StreamID, max(after, off.turn.After), true)
+		from := max(after, off.turn.After)
+		if err := g.stored(r.Context(), off.info, from); err != nil {
+			g.writeError(w, r, err)
+			return
+		}
+		g.streamSSE(w, r, agent, off.turn.StreamID, from, true)
 	case explicit && off.turn.StreamID != "":
+		if err := g.stored(r.Context(), off.info, after); err != nil {
+			g.writeError(w, r, err)
+			return
+		}
 		g.streamSSE(w, r, agent, off.turn.StreamID, after, true)
 	default:
 		w.WriteHeader(http.StatusNoContent)

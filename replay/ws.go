@@ -122,7 +122,7 @@ func (s *wsSession) write(ctx context.Context, v wsOut) error {
 }
 
 func (s *wsSession) writeErr(ctx context.Context, err error) error {
-	return s.write(ctx, wsOut{Type: "error", Error: err.Error(), Code: StatusCode(err)})
+	return s.write(ctx, wsOut{Type: "error", Error: errorText(err), Code: StatusCode(err)})
 }
 
 // run offers the agent's turn, then answers client frames until the
@@ -188,6 +188,12 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		}
 		if s.follow != nil && s.follow.requestID == in.RequestID && s.follow.running() {
 			return nil // already streaming this turn
+		}
+		if o.kind == "resuming" {
+			if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
+				// 410 for chunks retention removed: nothing to stream.
+				return s.write(ctx, wsOut{Type: "error", RequestID: in.RequestID, Error: errorText(err), Code: StatusCode(err)})
+			}
 		}
 		s.stopFollow()
 		upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})

@@ -3,6 +3,10 @@ package chunk
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // Chunk types, following the AI SDK's UI message stream, so the HTTP gateway
@@ -84,6 +88,11 @@ func (c Chunk) EndStatus() string {
 const (
 	EventChunk = "chunk"
 	EventPart  = "chunk.part"
+	// EventExpired is the marker chunk retention (Sweeper) appends to a
+	// stream's subject after purging its chunks: its data is the stream's
+	// StreamInfo at that time, and the streams projection marks the stream
+	// Expired. It is not a chunk: Assembler.Add answers it with ErrExpired.
+	EventExpired = "stream.expired"
 )
 
 // chunkPart is one piece of a chunk too large for one message.
@@ -109,6 +118,24 @@ func SplitPart(typ string, data []byte) (part int, split bool) {
 		return -1, true
 	}
 	return *p.Part, true
+}
+
+// IndexOf returns the index of the chunk a stored chunk event belongs to,
+// read from its id (<stream>/<index>, or <stream>/<index>.<part> for a
+// part); ok is false for an id of another form. A stream's first chunk has
+// index 0, so a stream whose first stored event has a larger index lost its
+// start.
+func IndexOf(e eventlog.Event) (index int, ok bool) {
+	rest, found := strings.CutPrefix(e.ID, e.Stream+"/")
+	if !found || e.Stream == "" {
+		return 0, false
+	}
+	rest, _, _ = strings.Cut(rest, ".")
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
 }
 
 // split returns the encoded chunk as one body, or as parts of at most limit
@@ -178,6 +205,8 @@ func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 			return Chunk{}, false, fmt.Errorf("chunk: decode joined chunk %d: %w", p.Index, err)
 		}
 		return c, true, nil
+	case EventExpired:
+		return Chunk{}, false, fmt.Errorf("%w: the stream's chunks were purged by retention", ErrExpired)
 	default:
 		return Chunk{}, false, fmt.Errorf("chunk: unknown chunk event type %q", typ)
 	}

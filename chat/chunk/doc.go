@@ -18,8 +18,18 @@
 // A Writer writes a stream through the process's shared eventlog.Batcher;
 // an Assembler reads it back from the stored events, in order. The streams
 // projection (StreamsProjection, read through Streams) keeps each stream's
-// metadata: status, request and message id, first and last sequence and
-// chunk count, and the latest stream of each agent.
+// metadata: status, request and message id, first and last sequence, chunk
+// count and expiry, and the latest stream of each agent.
+//
+// # Retention
+//
+// A Sweeper purges the chunks of streams that ended (finish, error, abort)
+// more than a max age ago, never those of a stream still streaming, and
+// appends an EventExpired marker holding the stream's StreamInfo on its
+// subject; the projection then marks the row Expired. It reads the
+// projection's index of ended streams by end time (Streams.Ended), and
+// takes an Owns predicate so that in a cluster only the agent's owner
+// purges. Readers answer an expired stream with ErrExpired.
 //
 // The format is frozen: stored streams must stay readable. Add fields and
 // chunk types; never rename or repurpose one. Package chat keeps golden

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -30,10 +31,20 @@ type StreamInfo struct {
 	Chunks    int          `json:"chunks"`
 	StartedAt time.Time    `json:"startedAt"`
 	UpdatedAt time.Time    `json:"updatedAt"`
+	// Expired is set once chunk retention purged the stream's chunks (its
+	// EventExpired marker): the metadata stays, the chunks are gone, and a
+	// resume is answered ErrExpired. ExpiredAt is when that happened.
+	Expired   bool      `json:"expired,omitempty"`
+	ExpiredAt time.Time `json:"expiredAt,omitzero"`
 }
 
 // Done reports whether the stream has ended.
 func (s StreamInfo) Done() bool { return s.Status != StatusStreaming }
+
+// ErrExpired is returned by Assembler.Add for a stream's EventExpired
+// marker, and by readers (replay) for a stream whose chunks retention
+// removed, wholly or from its start.
+var ErrExpired = errors.New("chunk: chunks expired")
 
 // StreamsProjectionName is the name of the stream metadata projection.
 const StreamsProjectionName = "streams"
@@ -41,13 +52,36 @@ const StreamsProjectionName = "streams"
 func streamKey(agent, stream string) []byte { return []byte("s/" + agent + "/" + stream) }
 func latestKey(agent string) []byte         { return []byte("l/" + agent) }
 
+// endedPrefix is the index of ended, unexpired streams by the time they
+// ended: e/<UpdatedAt as 16 hex digits of Unix nanoseconds>/<agent>/<stream>,
+// holding {agent, stream}. Retention scans it oldest first.
+const endedPrefix = "e/"
+
+// endedKey returns info's key in the ended index, nil when it does not
+// belong there (streaming, or already expired).
+func endedKey(info StreamInfo) []byte {
+	if !info.Done() || info.Expired {
+		return nil
+	}
+	return []byte(endedPrefix + endedTime(info.UpdatedAt) + "/" + info.Agent + "/" + info.Stream)
+}
+
+func endedTime(t time.Time) string { return fmt.Sprintf("%016x", uint64(max(t.UnixNano(), 0))) }
+
+type endedRef struct {
+	Agent  string `json:"agent"`
+	Stream string `json:"stream"`
+}
+
 // StreamsProjection returns the projection of stream metadata: one row per
-// stream (status, request id, first and last sequence, chunk count) and the
-// latest stream of each agent.
+// stream (status, request id, first and last sequence, chunk count, expiry),
+// the latest stream of each agent, and the index of ended streams by end
+// time that retention reads (Streams.Ended).
 func StreamsProjection() eventlog.Projection {
 	return eventlog.Projection{
-		Name:    StreamsProjectionName,
-		Version: 1,
+		Name: StreamsProjectionName,
+		// 2: the ended index and expiry.
+		Version: 2,
 		Filter:  eventlog.Filter{Chunks: true},
 		Apply:   applyStream,
 	}
@@ -59,6 +93,13 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	found, err := getJSON(b, key, &info)
 	if err != nil {
 		return err
+	}
+	if e.Type == EventExpired {
+		return applyExpired(b, e, info, found)
+	}
+	var oldEnded []byte
+	if found {
+		oldEnded = endedKey(info)
 	}
 	if !found {
 		info = StreamInfo{Agent: e.Agent, Stream: e.Stream, Status: StatusStreaming, FirstSeq: e.Seq, StartedAt: e.Time}
@@ -89,7 +130,71 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 			info.Chunks++
 		}
 	}
+	if err := reindexEnded(b, oldEnded, info); err != nil {
+		return err
+	}
 	return setJSON(b, key, info)
+}
+
+// reindexEnded moves info's entry in the ended index from old (nil: none).
+func reindexEnded(b *eventlog.Batch, old []byte, info StreamInfo) error {
+	cur := endedKey(info)
+	if old != nil && string(old) != string(cur) {
+		if err := b.Delete(old); err != nil {
+			return err
+		}
+	}
+	if cur == nil || string(old) == string(cur) {
+		return nil
+	}
+	return setJSON(b, cur, endedRef{Agent: info.Agent, Stream: info.Stream})
+}
+
+// applyExpired marks a stream expired. The marker holds the stream's
+// metadata as it was when its chunks were purged, so a view rebuilt after
+// the purge (which finds the marker alone) gets the same row.
+func applyExpired(b *eventlog.Batch, e eventlog.Event, info StreamInfo, found bool) error {
+	if found {
+		if old := endedKey(info); old != nil {
+			if err := b.Delete(old); err != nil {
+				return err
+			}
+		}
+	} else {
+		if json.Unmarshal(e.Data, &info) != nil {
+			info = StreamInfo{} // a marker that does not decode still marks the stream
+		}
+		info.Agent, info.Stream = e.Agent, e.Stream
+		if info.Status == "" {
+			info.Status = StatusCompleted
+		}
+		if err := setLatestIfNewer(b, info); err != nil {
+			return err
+		}
+	}
+	info.Expired, info.ExpiredAt = true, e.Time
+	return setJSON(b, streamKey(e.Agent, e.Stream), info)
+}
+
+// setLatestIfNewer makes info the agent's latest stream unless the latest
+// known one started later (markers of a rebuilt view come in purge order).
+func setLatestIfNewer(b *eventlog.Batch, info StreamInfo) error {
+	cur, err := b.Get(latestKey(info.Agent))
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		var latest StreamInfo
+		found, err := getJSON(b, streamKey(info.Agent, string(cur)), &latest)
+		if err != nil {
+			return err
+		}
+		if found && latest.StartedAt.After(info.StartedAt) {
+			return nil
+		}
+	}
+	return b.Set(latestKey(info.Agent), []byte(info.Stream))
 }
 
 // Streams reads the stream metadata projection.
@@ -144,6 +249,36 @@ func (s *Streams) List(agent string) ([]StreamInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// Ended yields the ended streams that are not expired and whose last chunk
+// was stored before the given time, oldest first: the candidates of chunk
+// retention. A read error is yielded last; the caller may stop ranging at
+// any point.
+func (s *Streams) Ended(before time.Time) iter.Seq2[StreamInfo, error] {
+	return func(yield func(StreamInfo, error) bool) {
+		cutoff := endedPrefix + endedTime(before)
+		for kv, err := range s.v.Scan([]byte(endedPrefix)) {
+			if err != nil {
+				yield(StreamInfo{}, fmt.Errorf("chunk: ended streams: %w", err))
+				return
+			}
+			if string(kv.Key) >= cutoff {
+				return
+			}
+			var ref endedRef
+			if err := json.Unmarshal(kv.Value, &ref); err != nil {
+				if !yield(StreamInfo{}, &eventlog.CorruptError{What: "ended stream index " + string(kv.Key), Err: err}) {
+					return
+				}
+				continue
+			}
+			info, err := s.Get(ref.Agent, ref.Stream)
+			if !yield(info, err) {
+				return
+			}
+		}
+	}
 }
 
 // getter is the read part shared by a Batch and a View.

@@ -91,5 +91,8 @@ func wire(d *agentd.Daemon) error {
 	if err := host.Attach(d); err != nil {
 		return err
 	}
+	if err := agentd.AttachRetention(d, host, chats); err != nil {
+		return err
+	}
 	return agentd.AttachGateway(d, host, chats)
 }

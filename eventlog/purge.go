@@ -1,0 +1,49 @@
+package eventlog
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PurgeChunks removes every stored chunk of one chat stream (JetStream's
+// purge by subject, <prefix>.chunk.<agent>.<stream>). It is the primitive of
+// chunk retention: the caller decides that the stream ended long enough ago
+// (chat/chunk.Sweeper does), since a purge also removes the chunks of a
+// stream still being written. Purging a stream with no chunks does nothing.
+//
+// Under an Owner the purge is refused with ErrNotOwner unless this process
+// owns agent, and the fence forgets the stream's last sequence, so a later
+// append to the stream (a retention marker) expects what the log holds after
+// the purge instead of conflicting with the purged chunks.
+//
+// Errors: ErrInvalid (bad agent or stream), ErrNotOwner, ErrFenced,
+// ErrClosed, or a transport error.
+func (l *Log) PurgeChunks(ctx context.Context, agent, stream string) error {
+	if !ValidToken(agent) || !ValidToken(stream) {
+		return invalidf("purge chunks: %q/%q is not a valid agent and stream", agent, stream)
+	}
+	if l.closed() {
+		return ErrClosed
+	}
+	var f *fence
+	if l.cfg.Owner != nil {
+		var err error
+		if f, _, err = l.claim(agent); err != nil {
+			return err
+		}
+	}
+	subject := l.ChunksSubject(agent, stream)
+	bctx, cancel, _ := l.bound(ctx)
+	defer cancel()
+	if err := l.chunks.Purge(bctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return fmt.Errorf("eventlog: purge %s: %w", subject, err)
+	}
+	if f != nil {
+		f.mu.Lock()
+		delete(f.mu.streams, stream)
+		f.mu.Unlock()
+	}
+	return nil
+}
