@@ -19,6 +19,12 @@ const (
 	lameDuckDuration = 2 * time.Second
 )
 
+// Route liveness of the embedded clustered server.
+const (
+	routePing        = 2 * time.Second
+	routeMaxPingsOut = 3
+)
+
 // clustered reports whether the embedded server joins a cluster.
 func (c *Config) clustered() bool { return c.NATSURL == "" && c.ClusterListen != "" }
 
@@ -105,7 +111,13 @@ func clusterOptions(cfg *Config, opts *server.Options) error {
 	if err != nil {
 		return configErrorf("routes", "%v", err)
 	}
-	opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: port}
+	// A peer that stops answering (SIGSTOP, a stall) keeps its queue
+	// subscriptions in the cluster until its route is found dead; at the
+	// default 2 minutes commands sent to it would hang that long. Routes are
+	// pinged every routePing and dropped after routeMaxPingsOut misses, well
+	// inside a lease TTL.
+	opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: port,
+		PingInterval: routePing, MaxPingsOut: routeMaxPingsOut}
 	opts.Routes = routes
 	return nil
 }

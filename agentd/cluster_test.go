@@ -188,7 +188,10 @@ func clusterClient(t *testing.T, nodes []*clusterNode) *crashClient {
 	for _, nd := range nodes {
 		urls = append(urls, "nats://"+nd.nats)
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	// Pings find a stalled (SIGSTOPped) server within seconds, so the
+	// client moves to another node instead of waiting on it.
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/ownership"
 )
 
@@ -57,16 +58,28 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	}()
 	logger := h.logger.With("partition", l.Partition, "epoch", l.Epoch)
 	start := time.Now()
-	n, err := h.recoverPartition(ctx, l.Partition)
-	close(pt.recovered)
-	switch {
-	case ctx.Err() != nil:
-		return
-	case err != nil:
-		logger.Error("recover partition", "err", err)
-	default:
-		logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
+	// Recovery reads the log's last sequence from the stream leader, which
+	// may be moving (the previous owner's server in lame duck mode): it is
+	// retried until it succeeds or the partition goes, so no agent of the
+	// partition is left unrecovered.
+	var n int
+	for attempt := 0; ; attempt++ {
+		var err error
+		n, err = h.recoverPartition(ctx, l.Partition)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		logger.Warn("recover partition; retrying", "attempt", attempt+1, "err", err)
+		select {
+		case <-time.After(backoff.Exp(100*time.Millisecond, 5*time.Second, attempt)):
+		case <-ctx.Done():
+		}
 	}
+	close(pt.recovered)
+	if ctx.Err() != nil {
+		return
+	}
+	logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
 	h.sched.Poke()
 	<-ctx.Done()
 	logger.Info("partition released", "cause", context.Cause(ctx))

@@ -142,6 +142,18 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 	}
 	stamp(m, tok)
 	seq, err := publish(&last)
+	if errors.Is(err, ErrConflict) {
+		// A write of ours whose acknowledgement was lost (a stream leader
+		// changing) also moves the subject on. If the subject's last
+		// message is ours, this append was refused and nothing else wrote:
+		// send it again after that message.
+		if ls, w, lerr := l.leaderLast(ctx, l.cfg.EventsStream, l.EventsSubject(agent)); lerr == nil && w == tok && ls > last {
+			l.logger.Info("append after a write of ours whose ack was lost; sending it again",
+				"agent", agent, "expected", last, "last", ls)
+			last = ls
+			seq, err = publish(&last)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.tok != tok {
@@ -305,19 +317,27 @@ func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[s
 // knows it. Direct gets may be answered by a replica that lags behind, which
 // is fine for reading chunks but not for fencing or read-your-writes.
 func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, error) {
+	seq, _, err := l.leaderLast(ctx, stream, subject)
+	return seq, err
+}
+
+// leaderLast is leaderLastSeq with the writer of that last message (zero
+// when it has none, or there is no message).
+func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Token, error) {
 	if l.closed() {
-		return 0, ErrClosed
+		return 0, Token{}, ErrClosed
 	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	ctx, cancel, _ := l.bound(ctx)
 	defer cancel()
 	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
 	}
 	var r struct {
 		Message *struct {
-			Seq uint64 `json:"seq"`
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
 		} `json:"message"`
 		Error *struct {
 			Code        int    `json:"code"`
@@ -326,20 +346,26 @@ func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, e
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, fmt.Errorf("eventlog: last sequence of %s: bad response %q: %w", subject, resp.Data, err)
+		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: bad response %q: %w", subject, resp.Data, err)
 	}
 	switch {
 	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
-		return 0, nil
+		return 0, Token{}, nil
 	case r.Error != nil:
 		// As a jetstream.APIError, so callers classify it as they classify
 		// the client library's errors (10008: temporarily unavailable).
-		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject,
+		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject,
 			&jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description})
 	case r.Message == nil:
-		return 0, fmt.Errorf("eventlog: last sequence of %s: empty response", subject)
+		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: empty response", subject)
 	}
-	return Seq(r.Message.Seq), nil
+	var tok Token
+	if len(r.Message.Hdrs) > 0 {
+		if h, err := nats.DecodeHeadersMsg(r.Message.Hdrs); err == nil {
+			tok, _ = WriterOf(h)
+		}
+	}
+	return Seq(r.Message.Seq), tok, nil
 }
 
 // stampLike copies the writer headers of from onto m.

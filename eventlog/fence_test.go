@@ -258,3 +258,45 @@ func TestCheckWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceOwnLostAck: a write of this owner whose acknowledgement was lost
+// (stored, but the fence never learned its sequence) does not fence the
+// owner out: its next append finds its own token on the subject's last
+// message and is sent again after it. Another process writing with the same
+// token stands in for the lost acknowledgement.
+func TestFenceOwnLostAck(t *testing.T) {
+	ctx := t.Context()
+	nodes := openNodes(t, 2)
+	a, ghost := nodes[0], nodes[1]
+	tok := eventlog.Token{Node: "a", Epoch: 1}
+	a.owner.set("x", tok)
+	if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	ghost.owner.set("x", tok)
+	lost, err := appendNote(ctx, ghost.lg, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := appendNote(ctx, a.lg, "x")
+	if err != nil {
+		t.Fatalf("append after our own lost write: %v", err)
+	}
+	if seq <= lost {
+		t.Fatalf("appended at %d, before the lost write at %d", seq, lost)
+	}
+	select {
+	case agent := <-a.fenced:
+		t.Fatalf("OnFenced(%s) for a write of our own", agent)
+	default:
+	}
+	// A writer with another token still fences a out.
+	b := eventlog.Token{Node: "b", Epoch: 2}
+	ghost.owner.set("x", b)
+	if _, err := appendNote(ctx, ghost.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("after another writer: got %v, want ErrFenced", err)
+	}
+}
