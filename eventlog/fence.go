@@ -142,12 +142,19 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 	}
 	stamp(m, tok)
 	seq, err := publish(&last)
+	unsure := false
 	if errors.Is(err, ErrConflict) {
 		// A write of ours whose acknowledgement was lost (a stream leader
 		// changing) also moves the subject on. If the subject's last
 		// message is ours, this append was refused and nothing else wrote:
-		// send it again after that message.
-		if ls, w, lerr := l.leaderLast(ctx, l.cfg.EventsStream, l.EventsSubject(agent)); lerr == nil && w == tok && ls > last {
+		// send it again after that message. If the subject cannot be read,
+		// nobody is fenced yet: the next append reads it again.
+		ls, w, lerr := l.leaderLast(ctx, l.cfg.EventsStream, l.EventsSubject(agent))
+		switch {
+		case lerr != nil:
+			unsure = true
+			err = fmt.Errorf("eventlog: append for %q conflicted and its subject cannot be read now: %w", agent, lerr)
+		case w == tok && ls > last:
 			l.logger.Info("append after a write of ours whose ack was lost; sending it again",
 				"agent", agent, "expected", last, "last", ls)
 			last = ls
@@ -160,6 +167,8 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		return seq, err // a new lease came meanwhile; it starts from the log
 	}
 	switch {
+	case unsure:
+		f.mu.known = false
 	case err == nil:
 		f.mu.known, f.mu.last = true, seq
 	case errors.Is(err, ErrDuplicate):
