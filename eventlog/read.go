@@ -200,6 +200,19 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 			return
 		}
 		defer msgs.Stop()
+		// Next honours ctx while it waits for messages, but not while the
+		// ordered consumer recreates itself after losing its server (a
+		// stream leader moving): that retries until the subscription is
+		// stopped, so ctx stops it.
+		stopped := make(chan struct{})
+		defer close(stopped)
+		go func() {
+			select {
+			case <-ctx.Done():
+				msgs.Stop()
+			case <-stopped:
+			}
+		}()
 		for {
 			m, err := msgs.Next(jetstream.NextContext(ctx))
 			if err != nil {
