@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	start := time.Now()
-	report := Report{Machine: machine(*dir, *tcp, *scale)}
+	report := Report{Machine: machine(*dir, *tcp, *scale, *nodes)}
 	for _, mode := range modes {
 		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger}, selected, stderr)
 		report.Rows = append(report.Rows, rows...)

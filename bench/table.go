@@ -23,12 +23,13 @@ type Machine struct {
 	GOMAXPROCS int       `json:"gomaxprocs"`
 	NATSServer string    `json:"natsServer"`
 	Conn       string    `json:"conn"`
+	Nodes      int       `json:"nodes"`
 	Dir        string    `json:"dir"`
 	Scale      float64   `json:"scale"`
 	Started    time.Time `json:"started"`
 }
 
-func machine(dir string, tcp bool, scale float64) Machine {
+func machine(dir string, tcp bool, scale float64, nodes int) Machine {
 	conn := "in-process"
 	if tcp {
 		conn = "tcp loopback"
@@ -42,6 +43,7 @@ func machine(dir string, tcp bool, scale float64) Machine {
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		NATSServer: server.VERSION,
 		Conn:       conn,
+		Nodes:      max(1, nodes),
 		Dir:        dir,
 		Scale:      scale,
 		Started:    time.Now().UTC().Truncate(time.Second),
@@ -97,8 +99,12 @@ func writeJSON(w io.Writer, r Report) error {
 func writeTable(w io.Writer, r Report) error {
 	m := r.Machine
 	fmt.Fprintf(w, "go %s %s/%s, GOMAXPROCS %d, NumCPU %d, CPU %q\n", m.GoVersion, m.OS, m.Arch, m.GOMAXPROCS, m.NumCPU, m.CPU)
-	fmt.Fprintf(w, "nats-server %s embedded (%s, R1, file store), store under %s, -n %g, started %s, took %s\n\n",
-		m.NATSServer, m.Conn, m.Dir, m.Scale, m.Started.Format(time.RFC3339), r.Elapsed)
+	topo := "R1"
+	if m.Nodes > 1 {
+		topo = fmt.Sprintf("%d-server cluster, R%d", m.Nodes, min(m.Nodes, 3))
+	}
+	fmt.Fprintf(w, "nats-server %s embedded (%s, %s, file store), store under %s, -n %g, started %s, took %s\n\n",
+		m.NATSServer, m.Conn, topo, m.Dir, m.Scale, m.Started.Format(time.RFC3339), r.Elapsed)
 
 	header := []string{"scenario", "sync", "figure", "value", "baseline", "baseline value", "ratio", "target"}
 	right := []bool{false, false, false, true, false, true, true, false}
