@@ -307,6 +307,10 @@ func printStatus(w io.Writer, st agentd.Status) error {
 	fmt.Fprintf(tw, "fibers\t%d\n", st.Fibers)
 	fmt.Fprintf(tw, "schedules\t%d\n", st.Schedules)
 	fmt.Fprintf(tw, "keepalive\t%d\n", st.KeepAlive)
+	if st.Owner != "" {
+		fmt.Fprintf(tw, "partition\t%d\n", st.Partition)
+		fmt.Fprintf(tw, "owner\t%s (epoch %d)\n", st.Owner, st.Epoch)
+	}
 	if st.Detail != nil {
 		d, err := json.Marshal(st.Detail)
 		if err == nil {
