@@ -343,26 +343,11 @@ func (p *Pool) beat(ctx context.Context, agent string) error {
 	if p.cfg.Heartbeat == nil {
 		return nil
 	}
-	bctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	// The timer exists before the call starts, so a test's fake clock can
-	// move past the bound as soon as it sees the call run.
-	t := p.cfg.Clock.NewTimer(p.cfg.HeartbeatTimeout)
-	defer t.Stop()
-	res := make(chan error, 1) // buffered: an abandoned call never blocks
-	go func() { res <- p.call(bctx, agent) }()
-	select {
-	case err := <-res:
-		return err
-	case <-t.C():
-	}
-	select {
-	case err := <-res: // returned just as the bound was reached
-		return err
-	default:
-	}
-	err := fmt.Errorf("keepalive: heartbeat of %q hung after %s: %w", agent, p.cfg.HeartbeatTimeout, ErrHung)
-	cancel(err)
+	_, err := callWithin(ctx, p.cfg.Clock, p.cfg.HeartbeatTimeout,
+		func(ctx context.Context) error { return p.call(ctx, agent) },
+		func() string {
+			return fmt.Sprintf("keepalive: heartbeat of %q hung after %s", agent, p.cfg.HeartbeatTimeout)
+		})
 	return err
 }
 

@@ -195,27 +195,12 @@ func (s *Scheduler) fire(ctx context.Context, sc Schedule, start time.Time) {
 // is returned. The abandoned goroutine is not counted in s.fires, so neither
 // Run nor the next firing of the schedule waits for it.
 func (s *Scheduler) callBounded(ctx context.Context, sc Schedule) error {
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	// The timer exists before the callback starts, so a test's fake clock
-	// can move past the bound as soon as it sees the callback run.
-	t := s.cfg.Clock.NewTimer(s.cfg.CallbackTimeout)
-	defer t.Stop()
-	res := make(chan error, 1) // buffered: an abandoned call never blocks
-	go func() { res <- s.call(cctx, sc) }()
-	select {
-	case err := <-res:
-		return err
-	case <-t.C():
+	abandoned, err := callWithin(ctx, s.cfg.Clock, s.cfg.CallbackTimeout,
+		func(ctx context.Context) error { return s.call(ctx, sc) },
+		func() string { return fmt.Sprintf("callback hung after %s", s.cfg.CallbackTimeout) })
+	if abandoned {
+		s.metrics.hung.Inc()
 	}
-	select {
-	case err := <-res: // returned just as the bound was reached
-		return err
-	default:
-	}
-	err := fmt.Errorf("callback hung after %s: %w", s.cfg.CallbackTimeout, ErrHung)
-	cancel(err)
-	s.metrics.hung.Inc()
 	return err
 }
 
