@@ -58,7 +58,13 @@ type Delta struct {
 	Text       string
 	ToolCallID string
 	ToolName   string
-	// Input is the complete tool input of a ToolCallDone delta.
+	// Input is the complete tool input of a ToolCallDone delta, as the model
+	// wrote it. It is meant to be a JSON object but may be any bytes, invalid
+	// JSON included, from every provider: models make mistakes, and the
+	// local model passes its /tool arguments through unchanged. Check it
+	// with json.Valid before embedding it in JSON or calling the tool;
+	// answering an invalid input with an error ToolResult lets the model
+	// try again.
 	Input json.RawMessage
 	// Usage is set on the Finish delta when the provider reported it.
 	Usage *Usage

@@ -3,7 +3,9 @@
 //
 //   - [Local]: a deterministic built-in model without network, for demos
 //     and tests. A story for prompts that mention "story", a short reply
-//     otherwise, paced at a configurable token rate.
+//     otherwise, paced at a configurable token rate. Lines of the form
+//     "/tool <name> <arguments>" in the user message make it call those
+//     tools, one per step, and then answer by quoting their results.
 //   - [OpenAIResponses]: the OpenAI Responses API (openai-go/v3), optionally
 //     in background mode.
 //   - [ChatCompletions]: any OpenAI-compatible Chat Completions endpoint

@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"iter"
 	"strings"
 	"time"
@@ -23,11 +22,37 @@ type LocalConfig struct {
 func (c LocalConfig) Validate() error { return nil }
 
 // Local is a deterministic model that needs no network, for demos and
-// tests. It answers the last user message of a request: a few hundred words
-// of story when the message mentions "story", a short reply addressing the
-// message otherwise. The same message always gives the same answer, so a
+// tests. It answers the last user message of a request (the last RoleUser
+// message that is not [ContinuePrompt]): a few hundred words of story when
+// the message mentions "story", a short reply addressing the message
+// otherwise. The same message always gives the same answer, so a
 // Continuation with the PartialText already received yields exactly the
-// rest: partial + continuation == full answer. Tools are ignored.
+// rest: partial + continuation == full answer.
+//
+// # Tools
+//
+// Local ignores Request.Tools and calls the tools the user names instead.
+// Each line of the last user message of the form
+//
+//	/tool <name> <arguments>
+//
+// asks for one call of tool <name> with the rest of the line, trimmed, as
+// its input ("{}" when nothing follows the name). The input is passed on
+// exactly as written, even when it is not valid JSON. The model makes one
+// call per step, in the order of the lines: with k ToolResult parts in the
+// messages after the user message and k below the number of lines, the step
+// streams the input of line k as ToolInputDelta pieces, then a ToolCallDone
+// and a Finish with FinishToolCalls. Its call id is "call_" and 16 hex
+// digits of an FNV-64a hash of the user message and k (see
+// [Local.NextToolCall]). Once every line has a result, the model answers
+// with one sentence per result, in order, joined by a space:
+//
+//	The <name> tool returned: <output>.
+//	The <name> tool failed: <output>.     (for IsError results)
+//
+// where <name> is the name of the ToolCall with the result's CallID. That
+// answer streams and continues like any other. A message without /tool
+// lines is answered as above whatever the history holds.
 //
 // Local is safe for concurrent use.
 type Local struct {
@@ -52,83 +77,118 @@ func NewLocal(cfg LocalConfig) *Local {
 // Name returns "local".
 func (l *Local) Name() string { return "local" }
 
-// Answer returns the full deterministic answer the model gives to req,
-// ignoring req.Continue. Tests use it to check streamed text.
-func (l *Local) Answer(req Request) string { return localAnswer(lastUserText(req.Messages)) }
+// Answer returns the full deterministic text the model gives to req,
+// ignoring req.Continue: the empty string when this step of req is a tool
+// call. Tests use it to check streamed text.
+func (l *Local) Answer(req Request) string { return planLocal(req.Messages).text }
 
-// Stream yields a ResponseMeta delta, the answer (or its rest after
-// req.Continue.PartialText) one token per TextDelta at the configured rate,
-// and a Finish delta with Usage. It stops as soon as ctx is done and yields
-// the context's cause. A PartialText that is not a prefix of the answer
-// yields a terminal *Error wrapping ErrContinuation.
+// NextToolCall returns the tool call the model makes for req, and false
+// when its step answers with text instead. Tests use it to predict call ids
+// and inputs. The caller owns the returned call.
+func (l *Local) NextToolCall(req Request) (call ToolCall, ok bool) {
+	st := planLocal(req.Messages)
+	if st.call == nil {
+		return ToolCall{}, false
+	}
+	return *st.call, true
+}
+
+// Stream yields a ResponseMeta delta, then either the answer (or its rest
+// after req.Continue.PartialText) one token per TextDelta and a Finish with
+// FinishStop, or, for a tool call step, the call's input in ToolInputDelta
+// pieces, a ToolCallDone and a Finish with FinishToolCalls. Pieces come at
+// the configured rate; Finish carries Usage (output tokens are the pieces
+// yielded). It stops as soon as ctx is done and yields the context's cause.
+// A PartialText that is not a prefix of the answer (any PartialText, for a
+// tool call step) yields a terminal *Error wrapping ErrContinuation.
 func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
 	return stream(func(s *sink) error {
 		if err := ctxErr(ctx); err != nil {
 			return err
 		}
-		prompt := lastUserText(req.Messages)
-		full := localAnswer(prompt)
+		st := planLocal(req.Messages)
 		start := 0
 		if c := req.Continue; c != nil && c.PartialText != "" {
-			if !strings.HasPrefix(full, c.PartialText) {
+			if !strings.HasPrefix(st.text, c.PartialText) {
 				return &Error{Provider: l.Name(), Err: fmt.Errorf("%w: partial text is not a prefix of the answer", ErrContinuation)}
 			}
 			start = len(c.PartialText)
 		}
-		h := fnv.New64a()
-		h.Write([]byte(prompt))
-		if !s.send(Delta{Kind: ResponseMeta, ResponseID: fmt.Sprintf("local-%016x", h.Sum64())}) {
+		if !s.send(Delta{Kind: ResponseMeta, ResponseID: st.responseID()}) {
+			return nil
+		}
+		usage := &Usage{InputTokens: localInputTokens(req)}
+		if c := st.call; c != nil {
+			pieces := argPieces(string(c.Input))
+			usage.OutputTokens = int64(len(pieces))
+			done, err := l.pace(ctx, s, pieces, func(p string) Delta {
+				return Delta{Kind: ToolInputDelta, ToolCallID: c.ID, ToolName: c.Name, Text: p}
+			})
+			if err != nil || !done {
+				return err
+			}
+			if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.ID, ToolName: c.Name, Input: c.Input}) {
+				return nil
+			}
+			s.send(Delta{Kind: Finish, FinishReason: FinishToolCalls, Usage: usage})
 			return nil
 		}
 		var pieces []string
 		prev := start
-		for _, end := range tokenEnds(full) {
+		for _, end := range tokenEnds(st.text) {
 			if end > start {
-				pieces = append(pieces, full[prev:end])
+				pieces = append(pieces, st.text[prev:end])
 				prev = end
 			}
 		}
-		var timer *time.Timer
-		t0 := time.Now()
-		for i, p := range pieces {
-			if l.interval > 0 && i > 0 {
-				wait := time.Until(t0.Add(time.Duration(i) * l.interval))
-				if timer == nil {
-					timer = time.NewTimer(wait)
-					defer timer.Stop()
-				} else {
-					timer.Reset(wait)
-				}
-				select {
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				case <-timer.C:
-				}
-			}
-			if err := ctxErr(ctx); err != nil {
-				return err
-			}
-			if !s.send(Delta{Kind: TextDelta, Text: p}) {
-				return nil
-			}
+		usage.OutputTokens = int64(len(pieces))
+		done, err := l.pace(ctx, s, pieces, func(p string) Delta { return Delta{Kind: TextDelta, Text: p} })
+		if err != nil || !done {
+			return err
 		}
-		var in int64
-		for _, m := range req.Messages {
-			in += countWords(messageText(m))
-		}
-		in += countWords(req.System)
-		s.send(Delta{Kind: Finish, FinishReason: FinishStop, Usage: &Usage{InputTokens: in, OutputTokens: int64(len(pieces))}})
+		s.send(Delta{Kind: Finish, FinishReason: FinishStop, Usage: usage})
 		return nil
 	})
 }
 
-// lastUserText is the text of the last user message that is not a
-// ContinuePrompt.
-func lastUserText(msgs []Message) string {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if t := messageText(msgs[i]); msgs[i].Role == RoleUser && t != ContinuePrompt {
-			return t
+// pace sends delta(p) for each piece, one every l.interval after the
+// first. It reports false when the consumer stopped, and returns the
+// context's cause when ctx ends first.
+func (l *Local) pace(ctx context.Context, s *sink, pieces []string, delta func(string) Delta) (bool, error) {
+	var timer *time.Timer
+	t0 := time.Now()
+	for i, p := range pieces {
+		if l.interval > 0 && i > 0 {
+			wait := time.Until(t0.Add(time.Duration(i) * l.interval))
+			if timer == nil {
+				timer = time.NewTimer(wait)
+				defer timer.Stop()
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-ctx.Done():
+				return false, context.Cause(ctx)
+			case <-timer.C:
+			}
+		}
+		if err := ctxErr(ctx); err != nil {
+			return false, err
+		}
+		if !s.send(delta(p)) {
+			return false, nil
 		}
 	}
-	return ""
+	return true, nil
+}
+
+// lastUserIndex is the index of the last user message that is not a
+// ContinuePrompt, or -1.
+func lastUserIndex(msgs []Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleUser && messageText(msgs[i]) != ContinuePrompt {
+			return i
+		}
+	}
+	return -1
 }

@@ -1,0 +1,172 @@
+package llm
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// localToolPrefix starts a line of a user message that makes the local
+// model call a tool: "/tool <name> <arguments>".
+const localToolPrefix = "/tool"
+
+// localToolLine is one "/tool <name> <arguments>" line of a prompt.
+type localToolLine struct {
+	name string
+	args string // raw, as written; "{}" when missing
+}
+
+// localToolLines parses the /tool lines of prompt, in order. The arguments
+// are the rest of the line after the name, trimmed, and are not checked:
+// the model passes invalid JSON through as written.
+func localToolLines(prompt string) []localToolLine {
+	var out []localToolLine
+	for _, line := range strings.Split(prompt, "\n") {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, localToolPrefix)
+		if !ok || rest == "" || !unicode.IsSpace(rune(rest[0])) {
+			continue // not "/tool", or "/toolbox", or "/tool" without a name
+		}
+		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
+		name, args := rest, ""
+		if i := strings.IndexFunc(rest, unicode.IsSpace); i >= 0 {
+			name, args = rest[:i], strings.TrimSpace(rest[i:])
+		}
+		if args == "" {
+			args = "{}"
+		}
+		out = append(out, localToolLine{name: name, args: args})
+	}
+	return out
+}
+
+// localStep is what the local model does for one request: call a tool, or
+// answer with text.
+type localStep struct {
+	prompt string    // the last user message
+	step   int       // how many tool results follow the prompt
+	lines  int       // how many /tool lines the prompt has
+	call   *ToolCall // the tool call of this step; nil for a text answer
+	text   string    // the full answer when call is nil
+}
+
+// planLocal decides the local model's step for msgs. Without /tool lines in
+// the last user message it answers the message (localAnswer). With them, it
+// calls the tool of line k, where k is the number of tool results after the
+// message, and once every line has a result it answers with a sentence per
+// result.
+func planLocal(msgs []Message) localStep {
+	ui := lastUserIndex(msgs)
+	if ui < 0 {
+		return localStep{text: localAnswer("")}
+	}
+	prompt := messageText(msgs[ui])
+	lines := localToolLines(prompt)
+	if len(lines) == 0 {
+		return localStep{prompt: prompt, text: localAnswer(prompt)}
+	}
+	names := map[string]string{} // tool call id -> tool name
+	var results []*ToolResult
+	for _, m := range msgs[ui+1:] {
+		for _, p := range m.Parts {
+			if p.ToolCall != nil {
+				names[p.ToolCall.ID] = p.ToolCall.Name
+			}
+			if p.ToolResult != nil {
+				results = append(results, p.ToolResult)
+			}
+		}
+	}
+	st := localStep{prompt: prompt, step: len(results), lines: len(lines)}
+	if k := len(results); k < len(lines) {
+		st.call = &ToolCall{ID: localCallID(prompt, k), Name: lines[k].name, Input: json.RawMessage(lines[k].args)}
+		return st
+	}
+	sentences := make([]string, len(results))
+	for i, r := range results {
+		name, ok := names[r.CallID]
+		if !ok && i < len(lines) {
+			name = lines[i].name // a result whose call is not in the history
+		}
+		verb := "returned"
+		if r.IsError {
+			verb = "failed"
+		}
+		sentences[i] = fmt.Sprintf("The %s tool %s: %s.", name, verb, r.Output)
+	}
+	st.text = strings.Join(sentences, " ")
+	return st
+}
+
+// responseID is the ResponseID the local model reports for the step: a hash
+// of the prompt, and of the step when the prompt calls tools, so each step
+// is its own response.
+func (st localStep) responseID() string {
+	h := fnv.New64a()
+	h.Write([]byte(st.prompt))
+	if st.lines > 0 {
+		h.Write([]byte{0})
+		h.Write([]byte(strconv.Itoa(st.step)))
+	}
+	return fmt.Sprintf("local-%016x", h.Sum64())
+}
+
+// localCallID is the id of the tool call the local model makes at step k
+// for prompt: "call_" and the hex FNV-64a hash of the prompt, a zero byte
+// and k in decimal.
+func localCallID(prompt string, k int) string {
+	h := fnv.New64a()
+	h.Write([]byte(prompt))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.Itoa(k)))
+	return fmt.Sprintf("call_%016x", h.Sum64())
+}
+
+// localArgRunes is the size of a streamed tool input fragment, in runes:
+// about one token of a BPE tokenizer.
+const localArgRunes = 4
+
+// argPieces splits tool input into the fragments the local model streams:
+// localArgRunes runes each, and at least two when s has two runes or more.
+// The pieces concatenate to s.
+func argPieces(s string) []string {
+	n := utf8.RuneCountInString(s)
+	size := localArgRunes
+	if n <= localArgRunes {
+		size = (n + 1) / 2
+	}
+	if size == 0 {
+		return nil
+	}
+	var out []string
+	for len(s) > 0 {
+		end, count := 0, 0
+		for end < len(s) && count < size {
+			_, w := utf8.DecodeRuneInString(s[end:])
+			end += w
+			count++
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
+	return out
+}
+
+// localInputTokens approximates the input tokens of req: the words of the
+// system prompt, of the text of every message and of every tool output.
+func localInputTokens(req Request) int64 {
+	n := countWords(req.System)
+	for _, m := range req.Messages {
+		n += countWords(messageText(m))
+		for _, p := range m.Parts {
+			if p.ToolResult != nil {
+				n += countWords(p.ToolResult.Output)
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,296 @@
+package llm_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/forever-agents/forever/chat/llm"
+)
+
+// toolStep checks that r is one tool call step (ResponseMeta, two or more
+// ToolInputDelta pieces, ToolCallDone, Finish with FinishToolCalls, and no
+// text) and returns the call.
+func toolStep(t *testing.T, r result) llm.ToolCall {
+	t.Helper()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.text != "" {
+		t.Errorf("text %q before a tool call, want none", r.text)
+	}
+	if got := r.deltas[0].Kind; got != llm.ResponseMeta {
+		t.Errorf("first delta %v, want ResponseMeta", got)
+	}
+	calls := r.kinds(llm.ToolCallDone)
+	if len(calls) != 1 {
+		t.Fatalf("%d ToolCallDone deltas, want 1: %+v", len(calls), r.deltas)
+	}
+	done := calls[0]
+	pieces := r.kinds(llm.ToolInputDelta)
+	if len(pieces) < 2 {
+		t.Errorf("%d ToolInputDelta pieces, want 2 or more", len(pieces))
+	}
+	var in string
+	for _, d := range pieces {
+		if d.ToolCallID != done.ToolCallID || d.ToolName != done.ToolName {
+			t.Errorf("piece %+v, want id %q name %q", d, done.ToolCallID, done.ToolName)
+		}
+		in += d.Text
+	}
+	if in != string(done.Input) {
+		t.Errorf("pieces give %q, ToolCallDone.Input %q", in, done.Input)
+	}
+	n := len(r.deltas)
+	if r.deltas[n-2].Kind != llm.ToolCallDone || r.deltas[n-1].Kind != llm.Finish {
+		t.Errorf("stream does not end with ToolCallDone, Finish: %+v", r.deltas[n-2:])
+	}
+	if r.finish.FinishReason != llm.FinishToolCalls || r.finish.Usage == nil ||
+		r.finish.Usage.OutputTokens != int64(len(pieces)) {
+		t.Errorf("finish = %+v usage %+v, want tool_calls with %d output tokens", r.finish, r.finish.Usage, len(pieces))
+	}
+	return llm.ToolCall{ID: done.ToolCallID, Name: done.ToolName, Input: done.Input}
+}
+
+// withResults appends what the chat layer sends after a tool step: the
+// assistant message with the call, and a tool message with its result.
+func withResults(req llm.Request, call llm.ToolCall, output string, isError bool) llm.Request {
+	req.Messages = append(append([]llm.Message(nil), req.Messages...),
+		llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &call}}},
+		llm.Message{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &llm.ToolResult{CallID: call.ID, Output: output, IsError: isError}}}},
+	)
+	return req
+}
+
+func TestLocalToolThenAnswer(t *testing.T) {
+	p := fastLocal()
+	req := userReq("What is the weather?\n/tool get_weather {\"city\": \"Paris\"}")
+	req.System = "be brief"
+	want, ok := p.NextToolCall(req)
+	if !ok {
+		t.Fatal("NextToolCall: no call")
+	}
+	if got := p.Answer(req); got != "" {
+		t.Errorf("Answer of a tool step = %q, want empty", got)
+	}
+	r := collect(t, t.Context(), p, req)
+	call := toolStep(t, r)
+	if call.ID != want.ID || call.Name != "get_weather" || string(call.Input) != `{"city": "Paris"}` || string(want.Input) != string(call.Input) {
+		t.Errorf("call = %+v (%s), NextToolCall = %+v", call, call.Input, want)
+	}
+	if !strings.HasPrefix(call.ID, "call_") || len(call.ID) != len("call_")+16 {
+		t.Errorf("call id %q, want call_ and 16 hex digits", call.ID)
+	}
+	// "What is the weather? /tool get_weather {"city": "Paris"}" + "be brief"
+	if got, want := r.finish.Usage.InputTokens, int64(10); got != want {
+		t.Errorf("InputTokens = %d, want %d", got, want)
+	}
+
+	req = withResults(req, call, "sunny, 21 °C", false)
+	if _, ok := p.NextToolCall(req); ok {
+		t.Error("NextToolCall after the result: a call, want none")
+	}
+	r = collect(t, t.Context(), p, req)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got, want := r.text, "The get_weather tool returned: sunny, 21 °C."; got != want {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+	if got := p.Answer(req); got != r.text {
+		t.Errorf("Answer = %q, streamed %q", got, r.text)
+	}
+	if n := len(r.kinds(llm.TextDelta)); n < 2 || r.finish.FinishReason != llm.FinishStop || r.finish.Usage.OutputTokens != int64(n) {
+		t.Errorf("%d text deltas, finish %+v usage %+v", n, r.finish, r.finish.Usage)
+	}
+	if got, want := r.finish.Usage.InputTokens, int64(10+3); got != want { // + the output's words
+		t.Errorf("InputTokens = %d, want %d", got, want)
+	}
+	if len(r.kinds(llm.ToolInputDelta)) != 0 || len(r.kinds(llm.ToolCallDone)) != 0 {
+		t.Error("tool deltas in the answer step")
+	}
+}
+
+// Two /tool lines take three steps; the results come back the way the chat
+// layer sends them, text and both calls in one assistant message and both
+// results in one tool message.
+func TestLocalTwoTools(t *testing.T) {
+	p := fastLocal()
+	prompt := "Plan my trip.\n/tool get_weather {\"city\":\"Oslo\"}\n  /tool get_time   {\"tz\": \"Europe/Oslo\"}  \nThanks."
+	req := userReq(prompt)
+
+	first := toolStep(t, collect(t, t.Context(), p, req))
+	if first.Name != "get_weather" || string(first.Input) != `{"city":"Oslo"}` {
+		t.Fatalf("first call %+v (%s)", first, first.Input)
+	}
+	req2 := withResults(req, first, "snow", false)
+	r2 := collect(t, t.Context(), p, req2)
+	second := toolStep(t, r2)
+	if second.Name != "get_time" || string(second.Input) != `{"tz": "Europe/Oslo"}` {
+		t.Fatalf("second call %+v (%s)", second, second.Input)
+	}
+	if first.ID == second.ID {
+		t.Errorf("both calls have id %q", first.ID)
+	}
+	if r2.deltas[0].ResponseID == collect(t, t.Context(), p, req).deltas[0].ResponseID {
+		t.Error("both steps report the same response id")
+	}
+
+	req3 := userReq(prompt)
+	req3.Messages = append(req3.Messages,
+		llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{Text: "Let me check."}, {ToolCall: &first}, {ToolCall: &second}}},
+		llm.Message{Role: llm.RoleTool, Parts: []llm.Part{
+			{ToolResult: &llm.ToolResult{CallID: first.ID, Output: "snow"}},
+			{ToolResult: &llm.ToolResult{CallID: second.ID, Output: "clock unavailable", IsError: true}},
+		}},
+	)
+	if _, ok := p.NextToolCall(req3); ok {
+		t.Error("a third call")
+	}
+	r3 := collect(t, t.Context(), p, req3)
+	if r3.err != nil {
+		t.Fatal(r3.err)
+	}
+	if got, want := r3.text, "The get_weather tool returned: snow. The get_time tool failed: clock unavailable."; got != want {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+	if r3.finish.FinishReason != llm.FinishStop {
+		t.Errorf("finish %+v", r3.finish)
+	}
+}
+
+func TestLocalToolInput(t *testing.T) {
+	tests := []struct {
+		name, prompt, name2, input string
+	}{
+		{"invalid json passes raw", `/tool search {"q": "go",,`, "search", `{"q": "go",,`},
+		{"not json at all", "/tool echo hello world", "echo", "hello world"},
+		{"missing arguments", "/tool now", "now", "{}"},
+		{"missing arguments, trailing space", "call it\n/tool now   \r\n", "now", "{}"},
+		{"tab separated", "/tool\tnow\t{\"a\":1}", "now", `{"a":1}`},
+		{"unicode", `/tool say {"w":"héllo wörld ✓"}`, "say", `{"w":"héllo wörld ✓"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := fastLocal()
+			call := toolStep(t, collect(t, t.Context(), p, userReq(tt.prompt)))
+			if call.Name != tt.name2 || string(call.Input) != tt.input {
+				t.Errorf("call %s(%s), want %s(%s)", call.Name, call.Input, tt.name2, tt.input)
+			}
+		})
+	}
+	// Lines that only look like /tool lines are not calls.
+	for _, prompt := range []string{"/toolbox {}", "/tool", "use /tool x {} inline", "/TOOL x"} {
+		if call, ok := fastLocal().NextToolCall(userReq(prompt)); ok {
+			t.Errorf("%q: call %+v, want none", prompt, call)
+		}
+	}
+}
+
+// Call ids depend on the prompt and the step only.
+func TestLocalToolIDs(t *testing.T) {
+	p := fastLocal()
+	prompt := "/tool a {}\n/tool a {}"
+	req := userReq(prompt)
+	c0, _ := p.NextToolCall(req)
+	again := toolStep(t, collect(t, t.Context(), llm.NewLocal(llm.LocalConfig{Rate: -1}), req))
+	if again.ID != c0.ID {
+		t.Errorf("ids %q and %q for the same request", c0.ID, again.ID)
+	}
+	// The history before the prompt does not matter.
+	longer := llm.Request{Messages: []llm.Message{llm.Text(llm.RoleUser, "hi"), llm.Text(llm.RoleAssistant, "hello"), llm.Text(llm.RoleUser, prompt)}}
+	if c, _ := p.NextToolCall(longer); c.ID != c0.ID {
+		t.Errorf("id %q with earlier history, want %q", c.ID, c0.ID)
+	}
+	c1, ok := p.NextToolCall(withResults(req, c0, "x", false))
+	if !ok || c1.ID == c0.ID {
+		t.Errorf("second step: %+v ok %v, want a new id", c1, ok)
+	}
+	if c, _ := p.NextToolCall(userReq(prompt + " ")); c.ID == c0.ID {
+		t.Error("a different prompt gave the same id")
+	}
+	for _, id := range []string{c0.ID, c1.ID} {
+		if !strings.HasPrefix(id, "call_") || strings.Trim(id[len("call_"):], "0123456789abcdef") != "" || len(id) != 21 {
+			t.Errorf("id %q, want call_ and 16 hex digits", id)
+		}
+	}
+}
+
+// A crash in the middle of the final answer continues only that step's
+// text.
+func TestLocalToolAnswerContinuation(t *testing.T) {
+	p := fastLocal()
+	req := userReq("/tool lookup {\"id\": 7}")
+	call, _ := p.NextToolCall(req)
+	req = withResults(req, call, "a long record with several words in it", false)
+	full := p.Answer(req)
+	if full != "The lookup tool returned: a long record with several words in it." {
+		t.Fatalf("answer %q", full)
+	}
+	for _, cut := range []int{1, 5, len(full) / 2, len(full) - 1, len(full)} {
+		partial := full[:cut]
+		creq := req
+		creq.Messages = append(append([]llm.Message(nil), req.Messages...),
+			llm.Text(llm.RoleAssistant, partial), llm.Text(llm.RoleUser, llm.ContinuePrompt))
+		creq.Continue = &llm.Continuation{PartialText: partial}
+		r := collect(t, t.Context(), p, creq)
+		if r.err != nil {
+			t.Fatalf("cut %d: %v", cut, r.err)
+		}
+		if got := partial + r.text; got != full {
+			t.Fatalf("cut %d: partial+continuation = %q, want %q", cut, got, full)
+		}
+		if r.finish.FinishReason != llm.FinishStop || r.finish.Usage.OutputTokens != int64(len(r.kinds(llm.TextDelta))) {
+			t.Errorf("cut %d: finish %+v usage %+v", cut, r.finish, r.finish.Usage)
+		}
+	}
+	req.Continue = &llm.Continuation{PartialText: "The lookup tool failed"}
+	if e := wantErr(t, collect(t, t.Context(), p, req).err, false); !errors.Is(e, llm.ErrContinuation) {
+		t.Errorf("err = %v, want ErrContinuation", e)
+	}
+	// A tool call step has no text to continue.
+	tool := userReq("/tool lookup {}")
+	tool.Continue = &llm.Continuation{PartialText: "x"}
+	if e := wantErr(t, collect(t, t.Context(), p, tool).err, false); !errors.Is(e, llm.ErrContinuation) {
+		t.Errorf("err = %v, want ErrContinuation", e)
+	}
+}
+
+// The chat layer stores tool input it cannot parse as invalid and answers
+// it with an error; the model then sees its own raw input in the history.
+func TestLocalToolInvalidInputRoundTrip(t *testing.T) {
+	p := fastLocal()
+	req := userReq("/tool f not-json")
+	call := toolStep(t, collect(t, t.Context(), p, req))
+	if json.Valid(call.Input) {
+		t.Fatalf("input %q is valid JSON", call.Input)
+	}
+	req = withResults(req, call, "invalid JSON input", true)
+	if got, want := p.Answer(req), "The f tool failed: invalid JSON input."; got != want {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+}
+
+// Without /tool lines the history of tools changes nothing.
+func TestLocalNoToolLinesIgnoresTools(t *testing.T) {
+	p := fastLocal()
+	plain := userReq("What is the capital of France?")
+	withTools := plain
+	withTools.Tools = []llm.Tool{{Name: "search"}}
+	withTools.Messages = append([]llm.Message{
+		llm.Text(llm.RoleUser, "/tool search {}"),
+		{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c", Name: "search"}}}},
+		{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &llm.ToolResult{CallID: "c", Output: "x"}}}},
+	}, plain.Messages...)
+	if got, want := p.Answer(withTools), p.Answer(plain); got != want {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+	if _, ok := p.NextToolCall(withTools); ok {
+		t.Error("a call without /tool lines")
+	}
+	a, b := collect(t, t.Context(), p, plain), collect(t, t.Context(), p, withTools)
+	if a.deltas[0].ResponseID != b.deltas[0].ResponseID || a.text != b.text {
+		t.Errorf("streams differ: %q/%q vs %q/%q", a.deltas[0].ResponseID, a.text, b.deltas[0].ResponseID, b.text)
+	}
+}
