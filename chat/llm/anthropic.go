@@ -151,8 +151,8 @@ func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, er
 					d = Delta{Kind: ReasoningDelta, Text: ev.Delta.Thinking}
 				case "input_json_delta":
 					b := blocks[ev.Index]
-					if b == nil {
-						continue
+					if b == nil || ev.Delta.PartialJSON == "" {
+						continue // the API may open the input with an empty fragment
 					}
 					b.input = append(b.input, ev.Delta.PartialJSON...)
 					d = Delta{Kind: ToolInputDelta, ToolCallID: b.id, ToolName: b.name, Text: ev.Delta.PartialJSON}
@@ -256,7 +256,7 @@ func (p *Anthropic) params(req Request) (anthropic.MessageNewParams, error) {
 		for _, part := range m.Parts {
 			switch {
 			case part.ToolCall != nil:
-				blocks = append(blocks, anthropic.NewToolUseBlock(part.ToolCall.ID, json.RawMessage(rawInput(part.ToolCall.Input)), part.ToolCall.Name))
+				blocks = append(blocks, anthropic.NewToolUseBlock(part.ToolCall.ID, json.RawMessage(sentInput(part.ToolCall.Input)), part.ToolCall.Name))
 			case part.ToolResult != nil:
 				blocks = append(blocks, anthropic.NewToolResultBlock(part.ToolResult.CallID, part.ToolResult.Output, part.ToolResult.IsError))
 			case part.Text != "":

@@ -133,3 +133,23 @@ func rawInput(in json.RawMessage) string {
 	}
 	return string(in)
 }
+
+// rawInputKey names the one field of the object that carries a tool input
+// that is not a JSON object back to a model.
+const rawInputKey = "_raw_input"
+
+// sentInput is a tool call's input as it is sent back in a request: a JSON
+// object. A model may have written anything (the chat layer answers such a
+// call with an error result), but Anthropic and some Chat Completions
+// servers (Ollama) reject a request whose history holds a call with input
+// that is not an object, so other input is wrapped as {"_raw_input": text}
+// where the model can still see what it wrote.
+func sentInput(in json.RawMessage) string {
+	s := rawInput(in)
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(s), &obj) == nil && obj != nil {
+		return s
+	}
+	b, _ := json.Marshal(map[string]string{rawInputKey: s}) // a string map always marshals
+	return string(b)
+}

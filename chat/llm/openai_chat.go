@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"sort"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -75,8 +74,9 @@ type chatCall struct {
 }
 
 // Stream runs req. Tool calls are reported as ToolInputDelta fragments while
-// they stream and as ToolCallDone deltas, in index order, when the choice
-// finishes. The Finish delta follows the usage chunk.
+// they stream and as ToolCallDone deltas, in the order they started, when
+// the choice finishes; a choice that finishes with "stop" after tool calls
+// finishes with FinishToolCalls. The Finish delta follows the usage chunk.
 func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
 	return stream(func(s *sink) error {
 		params, err := p.params(req)
@@ -85,7 +85,11 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 		}
 		st := p.svc.NewStreaming(ctx, params, requestOptions(req)...)
 		defer st.Close()
-		calls := map[int64]*chatCall{}
+		// Calls in the order they started, and the call each index is
+		// streaming. A server that leaves out "index" (it then reads as 0)
+		// starts each call with a new id at the same index.
+		var calls []*chatCall
+		byIndex := map[int64]*chatCall{}
 		var (
 			finish string
 			usage  *Usage
@@ -117,10 +121,11 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 					}
 				}
 				for _, tc := range ch.Delta.ToolCalls {
-					c := calls[tc.Index]
-					if c == nil {
+					c := byIndex[tc.Index]
+					if c == nil || (tc.ID != "" && c.id != "" && tc.ID != c.id) {
 						c = &chatCall{}
-						calls[tc.Index] = c
+						byIndex[tc.Index] = c
+						calls = append(calls, c)
 					}
 					if tc.ID != "" {
 						c.id = tc.ID
@@ -137,13 +142,12 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 				}
 				if ch.FinishReason != "" && finish == "" {
 					finish = ch.FinishReason
-					idx := make([]int64, 0, len(calls))
-					for i := range calls {
-						idx = append(idx, i)
+					if finish == FinishStop && len(calls) > 0 {
+						// Some compatible servers report a turn that
+						// ends in tool calls as "stop".
+						finish = FinishToolCalls
 					}
-					sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
-					for _, i := range idx {
-						c := calls[i]
+					for _, c := range calls {
 						if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.id, ToolName: c.name, Input: json.RawMessage(rawInput(c.args))}) {
 							return nil
 						}
@@ -211,7 +215,7 @@ func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, e
 					a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 						OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
 							ID:       tc.ID,
-							Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: rawInput(tc.Input)},
+							Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: sentInput(tc.Input)},
 						},
 					})
 				}

@@ -80,7 +80,7 @@ func (p *OpenAIResponses) Stream(ctx context.Context, req Request) iter.Seq2[Del
 			return &Error{Provider: p.Name(), Err: err}
 		}
 		st := p.svc.NewStreaming(ctx, params, requestOptions(req)...)
-		return p.consume(ctx, st, s, "")
+		return p.consume(ctx, st, s, "", nil)
 	})
 }
 
@@ -103,7 +103,7 @@ func (p *OpenAIResponses) params(req Request) (responses.ResponseNewParams, erro
 		for _, part := range m.Parts {
 			switch {
 			case part.ToolCall != nil:
-				input = append(input, responses.ResponseInputItemParamOfFunctionCall(rawInput(part.ToolCall.Input), part.ToolCall.ID, part.ToolCall.Name))
+				input = append(input, responses.ResponseInputItemParamOfFunctionCall(sentInput(part.ToolCall.Input), part.ToolCall.ID, part.ToolCall.Name))
 			case part.ToolResult != nil:
 				item := responses.ResponseInputItemParamOfFunctionCallOutput(part.ToolResult.Output)
 				item.OfFunctionCallOutput.CallID = param.NewOpt(part.ToolResult.CallID)
@@ -135,10 +135,14 @@ func (p *OpenAIResponses) params(req Request) (responses.ResponseNewParams, erro
 type responsesCall struct{ callID, name string }
 
 // consume turns Responses stream events into deltas. responseID is known
-// when resuming; otherwise response.created supplies it.
-func (p *OpenAIResponses) consume(ctx context.Context, st *ssestream.Stream[responses.ResponseStreamEventUnion], s *sink, responseID string) error {
+// when resuming; otherwise response.created supplies it. calls holds the
+// function calls already started, by output item id, when resuming (their
+// output_item.added events are not streamed again); consume adds to it.
+func (p *OpenAIResponses) consume(ctx context.Context, st *ssestream.Stream[responses.ResponseStreamEventUnion], s *sink, responseID string, calls map[string]responsesCall) error {
 	defer st.Close()
-	calls := map[string]responsesCall{} // by output item id
+	if calls == nil {
+		calls = map[string]responsesCall{}
+	}
 	sawCall := false
 	for st.Next() {
 		ev := st.Current()

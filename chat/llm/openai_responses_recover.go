@@ -33,7 +33,15 @@ func (p *OpenAIResponses) recover(ctx context.Context, req Request, s *sink) err
 		if skip := len(c.PartialText) - c.TextAtSequence; c.TextAtSequence > 0 && skip > 0 {
 			s = skipText(s, skip)
 		}
-		return p.consume(ctx, st, s, c.ResponseID)
+		// Argument deltas of a call that started before SequenceNumber
+		// name it by item id only.
+		calls := map[string]responsesCall{}
+		for _, item := range resp.Output {
+			if item.Type == "function_call" {
+				calls[item.ID] = responsesCall{callID: item.CallID, name: item.Name}
+			}
+		}
+		return p.consume(ctx, st, s, c.ResponseID, calls)
 	}
 	switch resp.Status {
 	case responses.ResponseStatusCompleted, responses.ResponseStatusIncomplete:

@@ -104,15 +104,23 @@ type Part struct {
 
 // ToolCall is a call the model made.
 type ToolCall struct {
-	ID    string
-	Name  string
-	Input json.RawMessage // the arguments, a JSON object
+	ID   string
+	Name string
+	// Input is the arguments as the model wrote them: normally a JSON
+	// object, possibly invalid JSON (see Delta.Input). Empty means {}.
+	// Remote providers send an object back: Anthropic and several Chat
+	// Completions servers reject anything else, so an Input that is not a
+	// JSON object goes out as {"_raw_input": "<Input as a string>"}.
+	Input json.RawMessage
 }
 
 // ToolResult answers the ToolCall with the same ID.
 type ToolResult struct {
-	CallID  string
-	Output  string
+	CallID string
+	Output string
+	// IsError marks a failed call; Output then says what went wrong.
+	// Anthropic sends it as is_error. The OpenAI APIs have no such flag and
+	// send Output alone, so the Output of an error should read as one.
 	IsError bool
 }
 
