@@ -49,3 +49,43 @@ func ExampleProvider_continue() {
 	// finish: stop
 	// true
 }
+
+// An agent loop with the local model: a /tool line makes it call the tool,
+// and once the result is back it answers by quoting it.
+func ExampleLocal_tools() {
+	p := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	req := llm.Request{Messages: []llm.Message{
+		llm.Text(llm.RoleUser, "What is the weather?\n/tool weather {\"city\":\"Oslo\"}"),
+	}}
+	for {
+		var calls []llm.ToolCall
+		var text string
+		for d, err := range p.Stream(context.Background(), req) {
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			switch d.Kind {
+			case llm.TextDelta:
+				text += d.Text
+			case llm.ToolCallDone:
+				calls = append(calls, llm.ToolCall{ID: d.ToolCallID, Name: d.ToolName, Input: d.Input})
+			}
+		}
+		if len(calls) == 0 {
+			fmt.Println(text)
+			return
+		}
+		assistant := llm.Message{Role: llm.RoleAssistant}
+		results := llm.Message{Role: llm.RoleTool}
+		for _, c := range calls {
+			fmt.Printf("call %s(%s)\n", c.Name, c.Input)
+			assistant.Parts = append(assistant.Parts, llm.Part{ToolCall: &c})
+			results.Parts = append(results.Parts, llm.Part{ToolResult: &llm.ToolResult{CallID: c.ID, Output: "snow"}})
+		}
+		req.Messages = append(req.Messages, assistant, results)
+	}
+	// Output:
+	// call weather({"city":"Oslo"})
+	// The weather tool returned: snow.
+}
