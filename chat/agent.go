@@ -99,6 +99,16 @@ type Config struct {
 	// RetryBackoff is the wait before continuing after a retryable provider
 	// error, doubled per attempt. Default 200ms.
 	RetryBackoff time.Duration
+	// Tools are the agent's server tools: the model may call them, and the
+	// turn runs each call as a fiber step keyed by its call id, so a
+	// completed call never runs again (see the package doc). Nil: none.
+	Tools *Tools
+	// MaxSteps caps the steps (model calls) of one turn; a turn that
+	// reaches it ends with turn.completed "step-limit". Default 20.
+	MaxSteps int
+	// MaxParallelTools bounds the server tool calls of one step that run
+	// at once. Default 4.
+	MaxParallelTools int
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -125,6 +135,12 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxSteps == 0 {
+		c.MaxSteps = DefaultMaxSteps
+	}
+	if c.MaxParallelTools == 0 {
+		c.MaxParallelTools = DefaultMaxParallelTools
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
@@ -160,7 +176,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: agent %q is not a valid subject token", ErrInvalidConfig, c.Agent)
 	case len(missing) > 0:
 		return fmt.Errorf("%w: %s required", ErrInvalidConfig, strings.Join(missing, ", "))
-	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0:
+	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
+		c.MaxSteps < 0 || c.MaxParallelTools < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
@@ -182,6 +199,10 @@ type Agent struct {
 	metrics *metrics
 
 	stateMu sync.Mutex // serializes SetState
+
+	// stopAt, set only by tests, is called at each named crash point of a
+	// step (see crashPoint).
+	stopAt func(ctx context.Context, point string) error
 
 	mu struct {
 		sync.Mutex

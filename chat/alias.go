@@ -49,6 +49,7 @@ const (
 	ChunkToolInput       = chunk.ToolInput
 	ChunkToolOutput      = chunk.ToolOutput
 	ChunkToolOutputError = chunk.ToolOutputError
+	ChunkToolInputError  = chunk.ToolInputError
 	ChunkFinishStep      = chunk.FinishStep
 	ChunkFinish          = chunk.Finish
 	ChunkError           = chunk.Error

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -18,6 +19,10 @@ import (
 type builder struct {
 	started  bool   // the start chunk was written
 	stepOpen bool   // start-step without finish-step
+	steps    int    // start-step chunks: the steps begun
+	// stepFirst is the index in parts of the current (or last) step's
+	// first part.
+	stepFirst int
 	textOpen string // id of the open text block, "" if none
 	reasOpen string // id of the open reasoning block
 	blocks   int    // blocks started, for ids
@@ -44,6 +49,8 @@ func (b *builder) add(c Chunk) {
 		b.started = true
 	case ChunkStartStep:
 		b.stepOpen = true
+		b.steps++
+		b.stepFirst = len(b.parts)
 	case ChunkFinishStep:
 		b.stepOpen = false
 	case ChunkTextStart:
@@ -89,11 +96,23 @@ func (b *builder) add(c Chunk) {
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State, b.parts[i].ErrorText = ToolOutputError, c.ErrorText
 		}
+	case ChunkToolInputError:
+		i, ok := b.index["tool:"+c.ToolCallID]
+		if !ok {
+			i = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
+			b.index["tool:"+c.ToolCallID] = i
+		}
+		b.parts[i].State, b.parts[i].Input, b.parts[i].ErrorText = ToolOutputError, c.Input, c.ErrorText
 	case ChunkFinish:
 		b.terminal, b.finish = c.Type, c.FinishReason
 		var md FinishMetadata
-		if len(c.MessageMetadata) > 0 && json.Unmarshal(c.MessageMetadata, &md) == nil && md.Usage != nil {
-			b.usage = &llm.Usage{InputTokens: md.Usage.InputTokens, OutputTokens: md.Usage.OutputTokens}
+		if len(c.MessageMetadata) > 0 && json.Unmarshal(c.MessageMetadata, &md) == nil {
+			if md.Usage != nil {
+				b.usage = &llm.Usage{InputTokens: md.Usage.InputTokens, OutputTokens: md.Usage.OutputTokens}
+			}
+			if md.FinishReason != "" {
+				b.finish = md.FinishReason
+			}
 		}
 	case ChunkError:
 		b.terminal, b.errorText = c.Type, c.ErrorText
@@ -114,9 +133,31 @@ func (b *builder) addPart(p Part) int {
 }
 
 // Parts returns a copy of the message parts so far, without empty blocks.
-func (b *builder) Parts() []Part {
-	out := make([]Part, 0, len(b.parts))
-	for i, p := range b.parts {
+func (b *builder) Parts() []Part { return b.partsIn(0, len(b.parts)) }
+
+// stepParts returns the parts of the current (or last) step, and those of
+// the steps before it.
+func (b *builder) stepParts() (earlier, current []Part) {
+	return b.partsIn(0, b.stepFirst), b.partsIn(b.stepFirst, len(b.parts))
+}
+
+// stepCalls returns the tool calls of the current (or last) step, in the
+// order the model made them.
+func (b *builder) stepCalls() []Part {
+	var calls []Part
+	for _, p := range b.parts[b.stepFirst:] {
+		if p.Type == PartTool {
+			calls = append(calls, p)
+		}
+	}
+	return calls
+}
+
+// partsIn returns a copy of parts[lo:hi] without empty blocks.
+func (b *builder) partsIn(lo, hi int) []Part {
+	out := make([]Part, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		p := b.parts[i]
 		if t := b.text[i]; t != nil {
 			if p.Text = t.String(); p.Text == "" {
 				continue
@@ -272,8 +313,15 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			return em.emit(ctx, Chunk{Type: ChunkToolInputDelta, ToolCallID: d.ToolCallID, InputTextDelta: d.Text})
 		}
 		input := d.Input
-		if len(input) == 0 {
+		if len(bytes.TrimSpace(input)) == 0 {
 			input = []byte("{}")
+		}
+		if !json.Valid(input) {
+			// The model's arguments are not JSON: the call ends with an
+			// error the model is shown, and the turn goes on.
+			raw, _ := json.Marshal(string(input))
+			return em.emit(ctx, Chunk{Type: ChunkToolInputError, ToolCallID: d.ToolCallID, ToolName: d.ToolName,
+				Input: raw, ErrorText: "invalid tool input: the arguments are not valid JSON"})
 		}
 		return em.emit(ctx, Chunk{Type: ChunkToolInput, ToolCallID: d.ToolCallID, ToolName: d.ToolName, Input: input})
 	}
@@ -291,10 +339,35 @@ func (em *emitter) finish(ctx context.Context, reason string, usage llm.Usage) e
 		}
 	}
 	// The usage rides on the finish chunk, so a turn finalized after a crash
-	// between this chunk and usage.recorded still records it.
-	md, err := json.Marshal(FinishMetadata{Usage: &UsageMetadata{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}})
+	// between this chunk and usage.recorded still records it; so does the
+	// turn's own finish reason when the AI SDK's differs from it.
+	fm := FinishMetadata{Usage: &UsageMetadata{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}}
+	ui := uiFinishReason(reason)
+	if ui != reason {
+		fm.FinishReason = reason
+	}
+	md, err := json.Marshal(fm)
 	if err != nil {
 		return err
 	}
-	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: reason, MessageMetadata: md})
+	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: ui, MessageMetadata: md})
+}
+
+// uiFinishReason maps a turn's finish reason to the AI SDK's finish
+// reasons (stop, length, content-filter, tool-calls, error, other), which
+// its clients validate.
+func uiFinishReason(reason string) string {
+	switch reason {
+	case "stop", "length", "content-filter", "tool-calls", "error", "other":
+		return reason
+	case llm.FinishToolCalls, FinishStepLimit:
+		return "tool-calls"
+	case "content_filter", "refusal":
+		return "content-filter"
+	case "max_tokens", "max_output_tokens":
+		return "length"
+	case "end_turn", "stop_sequence", "completed":
+		return "stop"
+	}
+	return "other"
 }

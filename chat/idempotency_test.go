@@ -62,10 +62,11 @@ func TestProviderIdempotencyKey(t *testing.T) {
 	if keys[0] != keys[1] {
 		t.Errorf("a retry without progress changed the key: %q then %q", keys[0], keys[1])
 	}
-	if keys[0] != chat.IdempotencyKey(t1.RequestID, 1) {
+	// The first call follows two chunks: start and start-step.
+	if keys[0] != chat.IdempotencyKey(t1.RequestID, 2) {
 		t.Errorf("key %q is not derived from the turn and its step", keys[0])
 	}
-	if keys[2] == keys[0] || keys[2] != chat.IdempotencyKey(t2.RequestID, 1) {
+	if keys[2] == keys[0] || keys[2] != chat.IdempotencyKey(t2.RequestID, 2) {
 		t.Errorf("turn 2's first call has key %q", keys[2])
 	}
 	if keys[3] == keys[2] {

@@ -12,6 +12,8 @@ type metrics struct {
 	turns      *prometheus.CounterVec // outcome: completed, failed, interrupted
 	recoveries *prometheus.CounterVec // path: finalize, retry, continue, persist, discard, abandon
 	tokens     *prometheus.CounterVec // kind: input, output
+	toolCalls  *prometheus.CounterVec // outcome: ok, error, maybe_executed, interrupted
+	steps      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,6 +30,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_chat_tokens_total",
 			Help: "Model tokens used by completed turns, by kind.",
 		}, []string{"kind"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_chat_tool_calls_total",
+			Help: "Server tool calls of chat turns, by outcome (a recorded result replayed after a crash counts again).",
+		}, []string{"outcome"}),
+		steps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_chat_steps_total",
+			Help: "Model calls (steps) of chat turns started.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -40,6 +50,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.tokens, err = promreg.Register(reg, m.tokens); err != nil {
+		return nil, err
+	}
+	if m.toolCalls, err = promreg.Register(reg, m.toolCalls); err != nil {
+		return nil, err
+	}
+	if m.steps, err = promreg.Register(reg, m.steps); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -34,6 +34,10 @@ type snapshot struct {
 	// AttemptAt is when the last attempt was counted: recoveries without
 	// progress within Config.AttemptWindow of it count as that attempt.
 	AttemptAt time.Time `json:"attemptAt,omitzero"`
+	// Step is the current step, from 1: the number of start-step chunks
+	// written. Steps holds the usage of the steps completed before it.
+	Step  int         `json:"step,omitempty"`
+	Steps []stepUsage `json:"steps,omitempty"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -101,33 +105,41 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 			return a.writeFailed(fctx, st, em, err)
 		}
 	}
-	history, err := a.store.History(a.agent)
-	if err != nil {
-		return err
-	}
-	msgs := make([]Message, 0, len(history))
-	for _, m := range history {
-		if m.ID != st.info.AssistantMessageID {
-			msgs = append(msgs, m)
-		}
-	}
 	tools, err := storedTools(st.info)
 	if err != nil {
 		return a.failTurn(fctx, st, em, err)
 	}
-	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: toLLM(msgs), Tools: tools}
-	if st.resume || len(st.base) > 0 {
-		req.Continue = a.continuation(st)
+	lp := a.newLoop(tools)
+	ph, resume := phaseModel, st.resume || len(st.base) > 0
+	if st.resume {
+		ph = resumePhase(st.b)
+		a.logger.Debug("turn resumed", "request", st.info.RequestID, "step", st.b.steps, "phase", ph)
 	}
-	var usage llm.Usage
 	for {
-		if a.Interrupted(InterruptTurn) {
-			cancel(ErrCancelled)
+		if ph == phaseModel {
+			a.metrics.steps.Inc()
 		}
-		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &usage)
+		switch ph {
+		case phaseModel:
+			ph, err = a.modelPhase(ctx, fctx, f, em, st, lp, resume)
+			resume = false
+		case phaseTools:
+			ph, err = a.toolsPhase(ctx, fctx, em, st, lp)
+		case phaseStepDone:
+			ph, err = a.stepDone(fctx, f, em, st, lp)
+		case phaseClient:
+			return a.completeTurn(fctx, st, em, llm.FinishToolCalls, st.turnUsage(lp))
+		case phaseFinish:
+			reason := lp.reason
+			if reason == "" {
+				reason = llm.FinishStop
+			}
+			return a.completeTurn(fctx, st, em, reason, st.turnUsage(lp))
+		}
 		if err == nil {
-			return a.completeTurn(fctx, st, em, reason, usage)
+			continue
 		}
+		var tf *turnFailure
 		switch {
 		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
 			return a.abortTurn(fctx, st, em, true, "cancelled")
@@ -138,20 +150,8 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 			return fctx.Err()
 		case errors.Is(err, errWrite):
 			return a.writeFailed(fctx, st, em, err)
-		case llm.IsRetryable(err):
-			if st.countAttempt(st.b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), 0) {
-				return a.failTurn(fctx, st, em, fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err))
-			}
-			a.logger.Warn("retryable provider error, continuing the turn", "request", st.info.RequestID, "attempt", st.snap.Attempts, "err", err)
-			if err := a.stash(fctx, f, em, st); err != nil {
-				return a.writeFailed(fctx, st, em, err)
-			}
-			select {
-			case <-a.cfg.Clock.After(a.cfg.RetryBackoff << min(st.snap.Attempts-1, 6)):
-			case <-ctx.Done():
-				continue // the loop sees the cause
-			}
-			req.Continue = a.continuation(st)
+		case errors.As(err, &tf):
+			return a.failTurn(fctx, st, em, tf.err)
 		default:
 			return a.failTurn(fctx, st, em, err)
 		}
@@ -172,9 +172,11 @@ func IdempotencyKey(requestID string, chunks int) string {
 // errWrite marks a failure to write the stream (the log, not the model).
 var errWrite = errors.New("chat: stream write failed")
 
-// continuation is what the provider needs to continue st's answer.
+// continuation is what the provider needs to continue st's answer: the
+// current step's text (earlier steps reach it as messages).
 func (a *Agent) continuation(st *turnState) *llm.Continuation {
-	c := &llm.Continuation{PartialText: partsText(st.parts()), ResponseID: st.snap.ResponseID,
+	_, current := st.split()
+	c := &llm.Continuation{PartialText: partsText(current), ResponseID: st.snap.ResponseID,
 		SequenceNumber: st.snap.SequenceNumber, TextAtSequence: st.snap.TextAtSequence}
 	if c.PartialText == "" && c.ResponseID == "" {
 		return nil
@@ -240,8 +242,10 @@ func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turn
 		return err
 	}
 	st.snap.ChunkIndex = em.b.chunks
-	// The text now is exactly what the deltas up to SequenceNumber made.
-	st.snap.TextAtSequence = len(partsText(st.parts()))
+	// The step's text now is exactly what the deltas up to SequenceNumber
+	// made.
+	_, current := st.split()
+	st.snap.TextAtSequence = len(partsText(current))
 	return a.stashSnap(ctx, f, st)
 }
 

@@ -27,10 +27,14 @@ const (
 	ToolInput       = "tool-input-available"
 	ToolOutput      = "tool-output-available"
 	ToolOutputError = "tool-output-error"
-	FinishStep      = "finish-step"
-	Finish          = "finish"
-	Error           = "error"
-	Abort           = "abort"
+	// ToolInputError reports a tool call whose input the model got wrong
+	// (not JSON, or cut off): Input holds what it sent, as a JSON string
+	// when it was not JSON, and ErrorText why; the call ends there.
+	ToolInputError = "tool-input-error"
+	FinishStep     = "finish-step"
+	Finish         = "finish"
+	Error          = "error"
+	Abort          = "abort"
 )
 
 // Chunk is one piece of a chat stream: one LLM turn's output. Its JSON form is
@@ -56,6 +60,9 @@ type Chunk struct {
 // FinishMetadata is the message metadata of a finish chunk.
 type FinishMetadata struct {
 	Usage *UsageMetadata `json:"usage,omitempty"`
+	// FinishReason is the turn's finish reason when the chunk's own (one
+	// of the AI SDK's) says less: "step-limit", or a provider's reason.
+	FinishReason string `json:"finishReason,omitempty"`
 }
 
 // UsageMetadata is a turn's token usage as the finish chunk carries it.

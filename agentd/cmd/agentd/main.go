@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/chat"
 )
 
 func main() {
@@ -77,7 +78,11 @@ func wire(d *agentd.Daemon) error {
 	if err != nil {
 		return err
 	}
-	chats := agentd.NewChatType(provider, nil)
+	tools, err := agentd.DemoTools(d.Config().DataDir)
+	if err != nil {
+		return err
+	}
+	chats := agentd.NewChatType(provider, func(c *chat.Config) { c.Tools = tools })
 	if err := chats.Attach(d); err != nil {
 		return err
 	}

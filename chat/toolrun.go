@@ -1,0 +1,192 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/forever-agents/forever/fiber"
+)
+
+// DefaultMaxParallelTools bounds the server tool calls of one step that run
+// at once.
+const DefaultMaxParallelTools = 4
+
+// Tool errors the model is shown for calls the server could not run.
+const (
+	// ErrTextMaybeExecuted is the output-error of an unsafe tool whose run
+	// was cut off by a crash: it is not run again.
+	ErrTextMaybeExecuted = "the tool may have executed before the agent restarted; its outcome is unknown, and it was not run again"
+	// ErrTextInputCut is the output-error of a call whose input the model
+	// had not finished when the turn was interrupted.
+	ErrTextInputCut = "the tool call was interrupted before its input was complete; it was not run"
+	// ErrTextNeedsApproval is the output-error of a call that needs
+	// approval: this version cannot ask for it, so it does not run it.
+	ErrTextNeedsApproval = "this call needs a human's approval, which this agent cannot ask for yet; it was not run"
+)
+
+// toolResult is a tool call's outcome as its step records it (the op's
+// result): the output, or the error text the model is shown. A recorded
+// result is never computed again.
+type toolResult struct {
+	Output    json.RawMessage `json:"output,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	ErrorType string          `json:"errorType,omitempty"`
+}
+
+// toolStepKey is the fiber.Step key of a tool call: the call id names the
+// work, so a resumed turn finds the op its earlier run recorded.
+func toolStepKey(callID string) string { return "tool:" + callID }
+
+// toolsPhase runs the server tool calls of the current step that have no
+// output yet, at most Config.MaxParallelTools at once, and writes their
+// outputs in call order. A call of a tool the server does not have and the
+// turn did not offer as a client tool gets an error output; client tool
+// calls are left for the client.
+func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState, lp *loop) (phase, error) {
+	// What the model streamed is durable before any tool runs.
+	if _, err := em.w.Flush(fctx); err != nil {
+		return 0, fmt.Errorf("%w: %w", errWrite, err)
+	}
+	if err := a.crashPoint(fctx, pointToolsBegin); err != nil {
+		return 0, err
+	}
+	pending := pendingCalls(em.b.stepCalls())
+	type job struct {
+		call Part
+		tool *Tool
+		done chan toolResult
+		err  error
+	}
+	var jobs []*job
+	clientLeft := false
+	for _, c := range pending {
+		j := &job{call: c}
+		switch t, ok := a.cfg.Tools.Lookup(c.ToolName); {
+		case c.State != ToolInputAvailable:
+			j.done = resolved(toolResult{Error: ErrTextInputCut, ErrorType: "input_cut"})
+		case ok && t.needsApproval(c.Input):
+			// Durable approval (tool-approval-request, a wait that
+			// survives restarts) is not built yet: such a call is never
+			// run without it.
+			j.done = resolved(toolResult{Error: ErrTextNeedsApproval, ErrorType: "needs_approval"})
+		case ok:
+			j.tool = t
+		case lp.client[c.ToolName]:
+			clientLeft = true
+			continue
+		default:
+			j.done = resolved(toolResult{Error: fmt.Sprintf("unknown tool %q", c.ToolName), ErrorType: "unknown_tool"})
+		}
+		jobs = append(jobs, j)
+	}
+	sem := make(chan struct{}, a.cfg.MaxParallelTools)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Returning early (the log failed) stops the calls still running.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(errWrite)
+	for _, j := range jobs {
+		if j.done != nil {
+			continue
+		}
+		j.done = make(chan toolResult, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				j.err = context.Cause(ctx)
+				close(j.done)
+				return
+			}
+			defer func() { <-sem }()
+			res, err := a.runTool(ctx, st, j.tool, j.call)
+			if err != nil {
+				j.err = err
+				close(j.done)
+				return
+			}
+			j.done <- res
+		}()
+	}
+	for _, j := range jobs {
+		res, ok := <-j.done
+		if !ok {
+			return 0, j.err
+		}
+		if err := a.crashPoint(fctx, pointToolRecorded); err != nil {
+			return 0, err
+		}
+		c := Chunk{Type: ChunkToolOutput, ToolCallID: j.call.ToolCallID, Output: res.Output}
+		if res.Error != "" || len(res.Output) == 0 {
+			c = Chunk{Type: ChunkToolOutputError, ToolCallID: j.call.ToolCallID, ErrorText: res.Error}
+		}
+		if err := em.emit(fctx, c); err != nil {
+			return 0, fmt.Errorf("%w: %w", errWrite, err)
+		}
+	}
+	if clientLeft {
+		return phaseClient, nil
+	}
+	return phaseStepDone, nil
+}
+
+func resolved(r toolResult) chan toolResult {
+	ch := make(chan toolResult, 1)
+	ch <- r
+	return ch
+}
+
+// runTool runs one server tool call as a fiber step keyed by its call id:
+// a completed call returns its recorded result; a call an earlier run
+// started and did not finish runs again with the same idempotency key when
+// the tool is Idempotent, and otherwise is not run again: its result is the
+// ErrTextMaybeExecuted error. A tool's own failure is a recorded result
+// (the model is told); an error is returned only when the turn cannot go
+// on (ctx ended, the log failed).
+func (a *Agent) runTool(ctx context.Context, st *turnState, t *Tool, c Part) (toolResult, error) {
+	var opts []fiber.StepOpt
+	if t.Safety() != Idempotent {
+		opts = append(opts, fiber.Unsafe())
+	}
+	res, err := fiber.StepJSON(ctx, toolStepKey(c.ToolCallID), func(ctx context.Context, _ string) (toolResult, error) {
+		call := ToolCall{Agent: a.agent, RequestID: st.info.RequestID, CallID: c.ToolCallID, ToolName: c.ToolName,
+			IdempotencyKey: ToolIdempotencyKey(a.agent, st.info.RequestID, c.ToolCallID)}
+		out, err := t.call(withToolCall(ctx, call), c.Input)
+		if err != nil {
+			if ctx.Err() != nil {
+				// Cut off, not failed: the op stays started, as its effect
+				// is unknown.
+				return toolResult{}, context.Cause(ctx)
+			}
+			var te *ToolError
+			if errors.As(err, &te) {
+				return toolResult{Error: te.Error(), ErrorType: te.Type}, nil
+			}
+			return toolResult{Error: err.Error(), ErrorType: "error"}, nil
+		}
+		return toolResult{Output: out}, nil
+	}, opts...)
+	a.metrics.toolCalls.WithLabelValues(toolOutcome(res, err)).Inc()
+	if errors.Is(err, fiber.ErrMaybeExecuted) {
+		a.logger.Warn("unsafe tool call cut off by a crash, not run again", "request", st.info.RequestID, "tool", c.ToolName, "call", c.ToolCallID)
+		return toolResult{Error: ErrTextMaybeExecuted, ErrorType: "maybe_executed"}, nil
+	}
+	return res, err
+}
+
+func toolOutcome(r toolResult, err error) string {
+	switch {
+	case errors.Is(err, fiber.ErrMaybeExecuted):
+		return "maybe_executed"
+	case err != nil:
+		return "interrupted"
+	case r.Error != "":
+		return "error"
+	}
+	return "ok"
+}
