@@ -17,16 +17,16 @@ import (
 // turn writes) and on recovery (on the stored chunks), so a recovered turn
 // knows exactly what clients saw and continues where the stream stopped.
 type builder struct {
-	started  bool   // the start chunk was written
-	stepOpen bool   // start-step without finish-step
-	steps    int    // start-step chunks: the steps begun
+	started  bool // the start chunk was written
+	stepOpen bool // start-step without finish-step
+	steps    int  // start-step chunks: the steps begun
 	// stepFirst is the index in parts of the current (or last) step's
 	// first part.
 	stepFirst int
-	textOpen string // id of the open text block, "" if none
-	reasOpen string // id of the open reasoning block
-	blocks   int    // blocks started, for ids
-	parts    []Part // their Text is kept in text while streaming
+	textOpen  string // id of the open text block, "" if none
+	reasOpen  string // id of the open reasoning block
+	blocks    int    // blocks started, for ids
+	parts     []Part // their Text is kept in text while streaming
 	// text[i] accumulates the deltas of part i (nil for a tool part): a
 	// turn has thousands of deltas, and appending each to a string would
 	// copy the whole answer every time.
