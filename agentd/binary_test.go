@@ -85,6 +85,7 @@ func TestBinary(t *testing.T) {
 	t.Run("Gateway", func(t *testing.T) { testBinaryGateway(t, bin) })
 	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
 	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
+	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {
