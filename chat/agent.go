@@ -381,7 +381,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			a.release(at)
 			return a.endOnFailure(fctx, t.RequestID, err)
 		}
-		return a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: newBuilder(), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}}))
+		return a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}}))
 	})
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)

@@ -50,6 +50,8 @@ const (
 	ChunkToolOutput      = chunk.ToolOutput
 	ChunkToolOutputError = chunk.ToolOutputError
 	ChunkToolInputError  = chunk.ToolInputError
+	ChunkToolApproval    = chunk.ToolApprovalRequest
+	ChunkToolDenied      = chunk.ToolOutputDenied
 	ChunkFinishStep      = chunk.FinishStep
 	ChunkFinish          = chunk.Finish
 	ChunkError           = chunk.Error

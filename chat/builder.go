@@ -96,6 +96,14 @@ func (b *builder) add(c Chunk) {
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State, b.parts[i].ErrorText = ToolOutputError, c.ErrorText
 		}
+	case ChunkToolApproval:
+		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
+			b.parts[i].State, b.parts[i].Approval = ToolApprovalRequested, &ToolApproval{ID: c.ApprovalID}
+		}
+	case ChunkToolDenied:
+		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
+			b.parts[i].State = ToolOutputDenied
+		}
 	case ChunkToolInputError:
 		i, ok := b.index["tool:"+c.ToolCallID]
 		if !ok {
@@ -180,12 +188,17 @@ func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, er
 // readStream is loadStream that also returns the stored chunk events'
 // first sequence (0 when none is stored), skipping a retention marker.
 func readStream(ctx context.Context, lg Log, agent, stream string) (*builder, eventlog.Seq, error) {
+	return readStreamInto(ctx, lg, agent, stream, newBuilder())
+}
+
+// readStreamInto is readStream onto b (a builder preloaded with a waiting
+// message, for a turn that resumes it).
+func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builder) (*builder, eventlog.Seq, error) {
 	evs, err := lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	var first eventlog.Seq
-	b := newBuilder()
 	var asm Assembler
 	for _, e := range evs {
 		if e.Type == chunk.EventExpired {

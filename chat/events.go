@@ -44,6 +44,11 @@ type turnStarted struct {
 	// Continues is the id of the assistant message a ContinueLastTurn
 	// appends to; empty for a normal turn.
 	Continues string `json:"continues,omitempty"`
+	// Base and Answers are set on a turn that resumes a message waiting
+	// for tool answers (Agent.Answer): the message's parts when it
+	// resumed, and the answers.
+	Base    []Part       `json:"base,omitempty"`
+	Answers []ToolAnswer `json:"answers,omitempty"`
 }
 
 type turnEnded struct {

@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -437,5 +438,175 @@ func TestClientToolEndsTheTurn(t *testing.T) {
 	parts := toolParts(msgs[1])
 	if len(parts) != 1 || parts[0].State != chat.ToolInputAvailable {
 		t.Fatalf("parts = %+v, want one call waiting for the client", parts)
+	}
+}
+
+func approved(v bool) *bool { return &v }
+
+// waitingCall returns the one tool part of the last assistant message.
+func waitingCall(t *testing.T, e *env) chat.Part {
+	t.Helper()
+	msgs := settled(t, e, "a1")
+	parts := toolParts(msgs[len(msgs)-1])
+	if len(parts) != 1 {
+		t.Fatalf("tool parts = %+v, want one", parts)
+	}
+	return parts[0]
+}
+
+// TestApprovalAcrossRestart: a call of a tool that needs approval ends the
+// turn waiting (tool-approval-request, finish tool-calls) without running;
+// the answer, given to a new incarnation, runs it once and the model goes
+// on; a second answer is refused.
+func TestApprovalAcrossRestart(t *testing.T) {
+	for _, ok := range []bool{true, false} {
+		t.Run(fmt.Sprintf("approved=%v", ok), func(t *testing.T) {
+			e := newEnv(t)
+			fx := newSideEffects()
+			risky := func() *chat.Tool {
+				tool, err := chat.NewTool("risky", "needs approval", func(ctx context.Context, in echoIn) (echoOut, error) {
+					call, _ := chat.ToolCallFrom(ctx)
+					fx.mu.Lock()
+					fx.completed[call.CallID]++
+					fx.mu.Unlock()
+					return echoOut{Echo: in.Text}, nil
+				}, chat.AlwaysNeedsApproval())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tool
+			}
+			local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+			h := e.host(t, "a1", local, withTools(t, risky()))
+			first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool risky {\"text\":\"x\"}"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.r.Wait()
+			if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted || tr.FinishReason != llm.FinishToolCalls {
+				t.Fatalf("turn = %s %q", tr.Status, tr.FinishReason)
+			}
+			call := waitingCall(t, e)
+			if call.State != chat.ToolApprovalRequested || call.Approval == nil || call.Approval.ID == "" {
+				t.Fatalf("call = %+v, want approval-requested", call)
+			}
+			cs, _ := streamOf(t, e.lg, "a1", first.StreamID)
+			if count(cs, chat.ChunkToolApproval) != 1 || cs[len(cs)-1].FinishReason != "tool-calls" {
+				t.Fatalf("stream = %+v", cs)
+			}
+			if _, done := fx.counts(); len(done) != 0 {
+				t.Fatal("the tool ran before its approval")
+			}
+			h.r.Close()
+
+			h = e.host(t, "a1", local, withTools(t, risky()))
+			if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: "nope", Approved: approved(true)}}, nil); !errors.Is(err, chat.ErrUnknownToolCall) {
+				t.Fatalf("answer to an unknown call = %v", err)
+			}
+			next, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{ApprovalID: call.Approval.ID, Approved: approved(ok), Reason: "not today"}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.r.Wait()
+			if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted || tr.FinishReason != llm.FinishStop {
+				t.Fatalf("resumed turn = %s %q %q", tr.Status, tr.FinishReason, tr.Error)
+			}
+			msgs := settled(t, e, "a1")
+			if len(msgs) != 2 {
+				t.Fatalf("%d messages, want the user's and one assistant message", len(msgs))
+			}
+			got := waitingCall(t, e)
+			_, done := fx.counts()
+			if ok {
+				if got.State != chat.ToolOutput || done[got.ToolCallID] != 1 {
+					t.Errorf("approved call: %s, ran %d times", got.State, done[got.ToolCallID])
+				}
+			} else {
+				if got.State != chat.ToolOutputDenied || len(done) != 0 {
+					t.Errorf("denied call: %s, ran %v", got.State, done)
+				}
+				if want := "The risky tool failed: " + chat.ErrTextDenied + ": not today."; msgs[1].Text() != want {
+					t.Errorf("answer %q, want %q", msgs[1].Text(), want)
+				}
+			}
+			cs, _ = streamOf(t, e.lg, "a1", next.StreamID)
+			if cs[0].Type != chat.ChunkStart || cs[0].MessageID != msgs[1].ID {
+				t.Errorf("the resumed stream starts with %+v, want the waiting message's id", cs[0])
+			}
+			if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: got.ToolCallID, Approved: approved(true)}}, nil); !errors.Is(err, chat.ErrAlreadyAnswered) {
+				t.Fatalf("second answer = %v, want ErrAlreadyAnswered", err)
+			}
+		})
+	}
+}
+
+// TestApprovedUnsafeToolCutOff: an approved unsafe call cut off by a crash
+// is not run again after recovery; the model is told.
+func TestApprovedUnsafeToolCutOff(t *testing.T) {
+	e := newEnv(t)
+	fx := newSideEffects()
+	mk := func() func(*chat.Config) {
+		tool, err := chat.NewTool("risky", "needs approval", func(ctx context.Context, in echoIn) (echoOut, error) {
+			fx.mu.Lock()
+			fx.started["risky"]++
+			fx.mu.Unlock()
+			fx.reached <- struct{}{}
+			<-ctx.Done()
+			return echoOut{}, ctx.Err()
+		}, chat.AlwaysNeedsApproval())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return withTools(t, tool)
+	}
+	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	h := e.host(t, "a1", local, mk())
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool risky {\"text\":\"x\"}"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	call := waitingCall(t, e)
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Approved: approved(true)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, fx.reached)
+	h.r.Close()
+	recoverHost(t, e, "a1", local, mk())
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %s %q", tr.Status, tr.Error)
+	}
+	got := waitingCall(t, e)
+	if got.State != chat.ToolOutputError || got.ErrorText != chat.ErrTextMaybeExecuted {
+		t.Errorf("call = %s %q, want the maybe-executed error", got.State, got.ErrorText)
+	}
+	if started, _ := fx.counts(); started["risky"] != 1 {
+		t.Errorf("the approved unsafe tool started %d times, want 1", started["risky"])
+	}
+}
+
+// TestClientToolResult: a client's result for a waiting client tool call
+// resumes the turn; the model answers with it.
+func TestClientToolResult(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool pick {\"n\":1}",
+		Tools: []llm.Tool{{Name: "pick", Schema: json.RawMessage(`{"type":"object"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	call := waitingCall(t, e)
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Approved: approved(true)}}, nil); !errors.Is(err, chat.ErrAlreadyAnswered) {
+		t.Fatalf("approving a call that waits for a result = %v", err)
+	}
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Output: json.RawMessage(`{"picked":7}`)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if want := `The pick tool returned: {"picked":7}.`; msgs[len(msgs)-1].Text() != want {
+		t.Errorf("answer %q, want %q", msgs[len(msgs)-1].Text(), want)
+	}
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Output: json.RawMessage(`1`)}}, nil); !errors.Is(err, chat.ErrAlreadyAnswered) {
+		t.Fatalf("second result = %v, want ErrAlreadyAnswered", err)
 	}
 }

@@ -30,7 +30,22 @@ const (
 	ToolInputAvailable = "input-available"
 	ToolOutput         = "output-available"
 	ToolOutputError    = "output-error"
+	// ToolApprovalRequested: the call waits for a user's approval
+	// (Part.Approval.ID names the request).
+	ToolApprovalRequested = "approval-requested"
+	// ToolApprovalResponded: the user answered; the call is being ended.
+	ToolApprovalResponded = "approval-responded"
+	// ToolOutputDenied: the user denied the call; it did not run.
+	ToolOutputDenied = "output-denied"
 )
+
+// ToolApproval is a tool part's approval request and, once answered, the
+// answer, as the AI SDK keeps them.
+type ToolApproval struct {
+	ID       string `json:"id"`
+	Approved *bool  `json:"approved,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
 
 // Message is one conversation message as stored and shown to clients.
 type Message struct {
@@ -54,6 +69,8 @@ type Part struct {
 	Input      json.RawMessage `json:"input,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	ErrorText  string          `json:"errorText,omitempty"`
+	// Approval is set on a tool part whose call needed approval.
+	Approval *ToolApproval `json:"approval,omitempty"`
 }
 
 // Text returns the concatenated text parts of m.
@@ -127,6 +144,16 @@ func toLLM(msgs []Message) []llm.Message {
 					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: string(p.Output)}})
 				case ToolOutputError:
 					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: p.ErrorText, IsError: true}})
+				case ToolOutputDenied:
+					text := ErrTextDenied
+					if p.Approval != nil && p.Approval.Reason != "" {
+						text += ": " + p.Approval.Reason
+					}
+					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: text, IsError: true}})
+				default:
+					// Providers want every call answered: a call left
+					// without an answer (the user wrote on instead) says so.
+					results = append(results, llm.Part{ToolResult: &llm.ToolResult{CallID: p.ToolCallID, Output: ErrTextUnanswered, IsError: true}})
 				}
 			}
 		}

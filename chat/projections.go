@@ -296,20 +296,23 @@ const (
 // TurnInfo is one turn: its request context (kept so a continuation survives
 // a restart) and its outcome.
 type TurnInfo struct {
-	RequestID          string          `json:"requestId"`
-	StreamID           string          `json:"streamId"`
-	MessageID          string          `json:"messageId"`
-	AssistantMessageID string          `json:"assistantMessageId"`
-	Continues          string          `json:"continues,omitempty"`
-	Body               json.RawMessage `json:"body,omitempty"`
-	Tools              json.RawMessage `json:"tools,omitempty"`
-	Status             string          `json:"status"`
-	FinishReason       string          `json:"finishReason,omitempty"`
-	Error              string          `json:"error,omitempty"`
-	Reason             string          `json:"reason,omitempty"`
-	StartedSeq         eventlog.Seq    `json:"startedSeq"`
-	StartedAt          time.Time       `json:"startedAt"`
-	EndedAt            time.Time       `json:"endedAt,omitzero"`
+	RequestID          string `json:"requestId"`
+	StreamID           string `json:"streamId"`
+	MessageID          string `json:"messageId"`
+	AssistantMessageID string `json:"assistantMessageId"`
+	Continues          string `json:"continues,omitempty"`
+	// Base and Answers: see turnStarted (a turn resuming waiting calls).
+	Base         []Part          `json:"base,omitempty"`
+	Answers      []ToolAnswer    `json:"answers,omitempty"`
+	Body         json.RawMessage `json:"body,omitempty"`
+	Tools        json.RawMessage `json:"tools,omitempty"`
+	Status       string          `json:"status"`
+	FinishReason string          `json:"finishReason,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	StartedSeq   eventlog.Seq    `json:"startedSeq"`
+	StartedAt    time.Time       `json:"startedAt"`
+	EndedAt      time.Time       `json:"endedAt,omitzero"`
 	// Orphaned is set when the turn's fiber ended (fiber.completed, failed
 	// or abandoned) while the turn had no outcome: nothing will end it but
 	// the next Send, which records it failed. FiberError is the fiber's
@@ -387,7 +390,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		t := TurnInfo{
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
-			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues,
+			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
 			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {

@@ -122,7 +122,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if err := rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
 		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
 	}
-	if info.Continues != "" {
+	if info.Continues != "" && !resumesCalls(info) {
 		if err := a.loadBase(st); err != nil {
 			a.release(at)
 			return err

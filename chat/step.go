@@ -94,7 +94,8 @@ func afterModel(b *builder) phase {
 func pendingCalls(calls []Part) []Part {
 	var out []Part
 	for _, c := range calls {
-		if c.State == ToolInputStreaming || c.State == ToolInputAvailable || c.State == "" {
+		switch c.State {
+		case ToolInputStreaming, ToolInputAvailable, ToolApprovalRequested, ToolApprovalResponded, "":
 			out = append(out, c)
 		}
 	}

@@ -22,9 +22,6 @@ const (
 	// ErrTextInputCut is the output-error of a call whose input the model
 	// had not finished when the turn was interrupted.
 	ErrTextInputCut = "the tool call was interrupted before its input was complete; it was not run"
-	// ErrTextNeedsApproval is the output-error of a call that needs
-	// approval: this version cannot ask for it, so it does not run it.
-	ErrTextNeedsApproval = "this call needs a human's approval, which this agent cannot ask for yet; it was not run"
 )
 
 // toolResult is a tool call's outcome as its step records it (the op's
@@ -59,21 +56,33 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 		tool *Tool
 		done chan toolResult
 		err  error
+		// chunk, when set, is what ends the call instead of a result:
+		// an approval request, a denial.
+		chunk *Chunk
 	}
 	var jobs []*job
 	clientLeft := false
 	for _, c := range pending {
 		j := &job{call: c}
-		switch t, ok := a.cfg.Tools.Lookup(c.ToolName); {
-		case c.State != ToolInputAvailable:
+		t, server := a.cfg.Tools.Lookup(c.ToolName)
+		ans, answered := answerFor(st.info.Answers, c.ToolCallID)
+		switch {
+		case c.State == ToolApprovalRequested:
+			clientLeft = true // still waiting for its approval
+			continue
+		case c.State == ToolApprovalResponded && (c.Approval == nil || c.Approval.Approved == nil || !*c.Approval.Approved):
+			j.chunk = &Chunk{Type: ChunkToolDenied, ToolCallID: c.ToolCallID}
+		case c.State == ToolApprovalResponded && server:
+			j.tool = t // approved: it runs, once
+		case c.State != ToolInputAvailable && c.State != ToolApprovalResponded:
 			j.done = resolved(toolResult{Error: ErrTextInputCut, ErrorType: "input_cut"})
-		case ok && t.needsApproval(c.Input):
-			// Durable approval (tool-approval-request, a wait that
-			// survives restarts) is not built yet: such a call is never
-			// run without it.
-			j.done = resolved(toolResult{Error: ErrTextNeedsApproval, ErrorType: "needs_approval"})
-		case ok:
+		case server && t.needsApproval(c.Input):
+			j.chunk = &Chunk{Type: ChunkToolApproval, ToolCallID: c.ToolCallID, ApprovalID: approvalID(c.ToolCallID)}
+			clientLeft = true
+		case server:
 			j.tool = t
+		case answered && !ans.approval():
+			j.done = resolved(toolResult{Output: ans.Output, Error: ans.ErrorText, ErrorType: "client"})
 		case lp.client[c.ToolName]:
 			clientLeft = true
 			continue
@@ -89,7 +98,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(errWrite)
 	for _, j := range jobs {
-		if j.done != nil {
+		if j.done != nil || j.chunk != nil {
 			continue
 		}
 		j.done = make(chan toolResult, 1)
@@ -114,6 +123,12 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 		}()
 	}
 	for _, j := range jobs {
+		if j.chunk != nil {
+			if err := em.emit(fctx, *j.chunk); err != nil {
+				return 0, fmt.Errorf("%w: %w", errWrite, err)
+			}
+			continue
+		}
 		res, ok := <-j.done
 		if !ok {
 			return 0, j.err

@@ -111,7 +111,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 	}
 	lp := a.newLoop(tools)
 	ph, resume := phaseModel, st.resume || len(st.base) > 0
-	if st.resume {
+	if st.resume || resumesCalls(st.info) {
 		ph = resumePhase(st.b)
 		a.logger.Debug("turn resumed", "request", st.info.RequestID, "step", st.b.steps, "phase", ph)
 	}

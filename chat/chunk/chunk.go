@@ -31,10 +31,15 @@ const (
 	// (not JSON, or cut off): Input holds what it sent, as a JSON string
 	// when it was not JSON, and ErrorText why; the call ends there.
 	ToolInputError = "tool-input-error"
-	FinishStep     = "finish-step"
-	Finish         = "finish"
-	Error          = "error"
-	Abort          = "abort"
+	// ToolApprovalRequest asks the user to approve the call ToolCallID;
+	// ApprovalID names the request. The turn ends waiting for the answer.
+	ToolApprovalRequest = "tool-approval-request"
+	// ToolOutputDenied ends a call the user denied.
+	ToolOutputDenied = "tool-output-denied"
+	FinishStep       = "finish-step"
+	Finish           = "finish"
+	Error            = "error"
+	Abort            = "abort"
 )
 
 // Chunk is one piece of a chat stream: one LLM turn's output. Its JSON form is
@@ -45,6 +50,7 @@ type Chunk struct {
 	MessageID      string          `json:"messageId,omitempty"`
 	Delta          string          `json:"delta,omitempty"`
 	ToolCallID     string          `json:"toolCallId,omitempty"`
+	ApprovalID     string          `json:"approvalId,omitempty"`
 	ToolName       string          `json:"toolName,omitempty"`
 	InputTextDelta string          `json:"inputTextDelta,omitempty"`
 	Input          json.RawMessage `json:"input,omitempty"`

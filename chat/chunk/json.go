@@ -24,6 +24,7 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 	str(`,"messageId":`, c.MessageID)
 	str(`,"delta":`, c.Delta)
 	str(`,"toolCallId":`, c.ToolCallID)
+	str(`,"approvalId":`, c.ApprovalID)
 	str(`,"toolName":`, c.ToolName)
 	str(`,"inputTextDelta":`, c.InputTextDelta)
 	for _, f := range []struct {
@@ -80,7 +81,7 @@ func fastChunk(b []byte, c *Chunk) bool {
 		dst  *string
 	}{
 		{`,"id":`, &c.ID}, {`,"messageId":`, &c.MessageID}, {`,"delta":`, &c.Delta},
-		{`,"toolCallId":`, &c.ToolCallID}, {`,"toolName":`, &c.ToolName},
+		{`,"toolCallId":`, &c.ToolCallID}, {`,"approvalId":`, &c.ApprovalID}, {`,"toolName":`, &c.ToolName},
 		{`,"inputTextDelta":`, &c.InputTextDelta},
 		// input, output and messageMetadata are raw JSON: a chunk with one
 		// of them stops here and falls back.

@@ -1,0 +1,201 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/nats-io/nuid"
+)
+
+// Tool errors the model is shown for calls that did not run.
+const (
+	// ErrTextDenied is the result the model gets for a call the user
+	// denied (the reason follows it when one was given).
+	ErrTextDenied = "the user denied this tool call"
+	// ErrTextUnanswered is the result the model gets for a call nobody
+	// answered before the conversation went on.
+	ErrTextUnanswered = "this tool call was not answered; it did not run"
+)
+
+var (
+	// ErrUnknownToolCall (not found) is returned by Answer for a tool call
+	// or approval id the last assistant message does not have.
+	ErrUnknownToolCall error = &statusError{msg: "chat: no such tool call waits for an answer", code: http.StatusNotFound}
+	// ErrAlreadyAnswered (conflict) is returned by Answer for a call that
+	// was answered (or run) before: an answer never runs a call twice.
+	ErrAlreadyAnswered error = &statusError{msg: "chat: the tool call was already answered", code: http.StatusConflict}
+)
+
+// ToolAnswer answers a call the last turn left waiting: an approval
+// response for a server tool that needs approval (Approved set), or the
+// result of a client tool (Output, or ErrorText).
+type ToolAnswer struct {
+	// CallID names the call; for an approval, ApprovalID may name it
+	// instead.
+	CallID     string `json:"toolCallId,omitempty"`
+	ApprovalID string `json:"approvalId,omitempty"`
+	// Approved answers an approval request; Reason is shown to the model
+	// when the call is denied.
+	Approved *bool  `json:"approved,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Output (JSON) or ErrorText is a client tool's result.
+	Output    json.RawMessage `json:"output,omitempty"`
+	ErrorText string          `json:"errorText,omitempty"`
+}
+
+// approval reports whether a answers an approval request.
+func (a ToolAnswer) approval() bool { return a.Approved != nil }
+
+// Answer resumes the turn that ended waiting for tool answers (approvals,
+// client tool results) with answers: a new turn, in a new stream whose
+// start chunk names the waiting assistant message, that ends the answered
+// calls (runs an approved call once, tells the model of a denied one,
+// records a client's result) and goes on with the model. The answers are
+// durable in its turn.started before anything runs, so a crash resumes the
+// same decision. body replaces the stored request body when not nil.
+//
+// Errors: ErrUnknownToolCall for a call the last assistant message does not
+// wait on, ErrAlreadyAnswered for one answered before (also a second answer
+// racing the first), ErrInvalidMessage for an answer that says nothing,
+// ErrTurnActive, ErrTooLarge, or a log error.
+func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawMessage) (Turn, error) {
+	if len(answers) == 0 {
+		return Turn{}, fmt.Errorf("%w: no answer", ErrInvalidMessage)
+	}
+	if body != nil && !json.Valid(body) {
+		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
+	}
+	if err := a.catchUp(ctx); err != nil {
+		return Turn{}, err
+	}
+	history, err := a.store.History(a.agent)
+	if err != nil {
+		return Turn{}, err
+	}
+	var last *Message
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Role == RoleAssistant && !history[i].Hidden {
+			last = &history[i]
+			break
+		}
+	}
+	if last == nil {
+		return Turn{}, fmt.Errorf("%w: the conversation has no assistant message", ErrUnknownToolCall)
+	}
+	seen := map[string]bool{}
+	for i, ans := range answers {
+		p, ok := findCall(last.Parts, ans)
+		if !ok {
+			return Turn{}, fmt.Errorf("%w: %s", ErrUnknownToolCall, ans.name())
+		}
+		if seen[p.ToolCallID] {
+			return Turn{}, fmt.Errorf("%w: %s is answered twice", ErrInvalidMessage, p.ToolCallID)
+		}
+		seen[p.ToolCallID] = true
+		answers[i].CallID = p.ToolCallID
+		switch {
+		case ans.approval() && p.State == ToolApprovalRequested:
+		case ans.approval():
+			return Turn{}, fmt.Errorf("%w: %s is %s", ErrAlreadyAnswered, p.ToolCallID, p.State)
+		case len(ans.Output) == 0 && ans.ErrorText == "":
+			return Turn{}, fmt.Errorf("%w: the answer to %s has no approval, output or error", ErrInvalidMessage, p.ToolCallID)
+		case len(ans.Output) > 0 && !json.Valid(ans.Output):
+			return Turn{}, fmt.Errorf("%w: the output for %s is not JSON", ErrInvalidMessage, p.ToolCallID)
+		case p.State != ToolInputAvailable || a.isServerTool(p.ToolName):
+			// A server tool's result is the server's to record.
+			return Turn{}, fmt.Errorf("%w: %s (%s) does not wait for a client result", ErrAlreadyAnswered, p.ToolCallID, p.State)
+		}
+	}
+	t := turnStarted{RequestID: nuid.Next(), StreamID: nuid.Next(), AssistantMessageID: last.ID, Continues: last.ID,
+		Body: body, Base: last.Parts, Answers: answers}
+	if last.RequestID != "" {
+		if prev, err := a.store.Turn(a.agent, last.RequestID); err == nil {
+			if body == nil {
+				t.Body = prev.Body
+			}
+			if t.Tools, err = storedTools(prev); err != nil {
+				return Turn{}, err
+			}
+		}
+	}
+	return a.start(ctx, t, nil, nil)
+}
+
+func (a ToolAnswer) name() string {
+	if a.CallID != "" {
+		return "tool call " + a.CallID
+	}
+	return "approval " + a.ApprovalID
+}
+
+// findCall finds the tool part ans answers.
+func findCall(parts []Part, ans ToolAnswer) (Part, bool) {
+	for _, p := range parts {
+		if p.Type != PartTool {
+			continue
+		}
+		if (ans.CallID != "" && p.ToolCallID == ans.CallID) ||
+			(ans.CallID == "" && ans.ApprovalID != "" && p.Approval != nil && p.Approval.ID == ans.ApprovalID) {
+			return p, true
+		}
+	}
+	return Part{}, false
+}
+
+// answerFor returns the answer of a turn for call id, if any.
+func answerFor(answers []ToolAnswer, callID string) (ToolAnswer, bool) {
+	for _, a := range answers {
+		if a.CallID == callID {
+			return a, true
+		}
+	}
+	return ToolAnswer{}, false
+}
+
+// preload starts b from a waiting message's parts (a turn resuming it
+// with answers): they are the current step, open, and the answered
+// approvals are marked on them, so the tools phase ends the answered calls
+// and the message grows from there. It writes no chunk.
+func (b *builder) preload(base []Part, answers []ToolAnswer) {
+	for _, p := range base {
+		if p.Type == PartTool {
+			if ans, ok := answerFor(answers, p.ToolCallID); ok && ans.approval() && p.State == ToolApprovalRequested {
+				ap := ToolApproval{ID: p.ToolCallID, Approved: ans.Approved, Reason: ans.Reason}
+				if p.Approval != nil {
+					ap.ID = p.Approval.ID
+				}
+				p.Approval, p.State = &ap, ToolApprovalResponded
+			}
+			b.index["tool:"+p.ToolCallID] = b.addPart(p)
+			continue
+		}
+		i := b.addPart(p)
+		if b.text[i] != nil {
+			b.text[i].WriteString(p.Text)
+		}
+	}
+	b.steps, b.stepFirst, b.stepOpen = 1, 0, true
+}
+
+// approvalID is the id of the approval request of call id.
+func approvalID(callID string) string { return "approval-" + callID }
+
+func (a *Agent) isServerTool(name string) bool {
+	_, ok := a.cfg.Tools.Lookup(name)
+	return ok
+}
+
+// turnBuilder is the builder a turn starts from: empty, or, for a turn
+// resuming waiting calls, preloaded with the waiting message.
+func turnBuilder(info TurnInfo) *builder {
+	b := newBuilder()
+	if resumesCalls(info) {
+		b.preload(info.Base, info.Answers)
+	}
+	return b
+}
+
+// resumesCalls reports whether info is a turn resuming waiting calls.
+func resumesCalls(info TurnInfo) bool { return len(info.Answers) > 0 }
