@@ -86,6 +86,7 @@ func TestBinary(t *testing.T) {
 	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
 	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
 	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
+	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

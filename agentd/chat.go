@@ -112,6 +112,10 @@ type ChatRequest struct {
 	Messages []chat.Message  `json:"messages,omitempty"`
 	Tools    []llm.Tool      `json:"tools,omitempty"`
 	Body     json.RawMessage `json:"-"`
+	// Answering is set when an AI SDK body's last message is the waiting
+	// assistant message with tool calls answered (an approval response,
+	// a client tool's result): the turn resumes it.
+	Answering *chat.Message `json:"-"`
 }
 
 // ChatReply is the reply to the chat command.
@@ -157,11 +161,42 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		turn, err := c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools})
+		var turn chat.Turn
+		if req.Answering != nil {
+			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
+		} else {
+			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools})
+		}
 		if err != nil {
 			return nil, err
 		}
-		return ChatReply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: turn.Cursor}, nil
+		return chatReply(turn), nil
+	case "approve":
+		var req approveRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Approved == nil || (req.ToolCallID == "" && req.ApprovalID == "") {
+			return nil, fmt.Errorf("%w: approve: send {\"toolCallId\" or \"approvalId\", \"approved\": true|false, \"reason\"?}", ErrBadRequest)
+		}
+		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, ApprovalID: req.ApprovalID, Approved: req.Approved, Reason: req.Reason}}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return chatReply(turn), nil
+	case "tool-result":
+		var req toolResultRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.ToolCallID == "" || (len(req.Output) == 0 && req.ErrorText == "") {
+			return nil, fmt.Errorf("%w: tool-result: send {\"toolCallId\", \"output\" (JSON) or \"errorText\"}", ErrBadRequest)
+		}
+		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, Output: req.Output, ErrorText: req.ErrorText}}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return chatReply(turn), nil
 	case "messages":
 		var p chat.Page
 		if err := decodeOptional(cmd.Data, &p); err != nil {
@@ -206,7 +241,26 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state; not %q", ErrNotFound, cmd.Verb)
+	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", ErrNotFound, cmd.Verb)
+}
+
+func chatReply(turn chat.Turn) ChatReply {
+	return ChatReply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: turn.Cursor}
+}
+
+// approveRequest is the payload of the approve command.
+type approveRequest struct {
+	ToolCallID string `json:"toolCallId"`
+	ApprovalID string `json:"approvalId"`
+	Approved   *bool  `json:"approved"`
+	Reason     string `json:"reason"`
+}
+
+// toolResultRequest is the payload of the tool-result command.
+type toolResultRequest struct {
+	ToolCallID string          `json:"toolCallId"`
+	Output     json.RawMessage `json:"output"`
+	ErrorText  string          `json:"errorText"`
 }
 
 // interruptRequest is the payload of the interrupt command; an empty name
@@ -236,6 +290,10 @@ func ParseChatRequest(data json.RawMessage) (ChatRequest, error) {
 	req.Body = data
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
 		last := req.Messages[len(req.Messages)-1]
+		if last.Role == chat.RoleAssistant {
+			req.Answering = &last
+			return req, nil
+		}
 		if last.Role != "user" {
 			return req, fmt.Errorf("%w: chat: the last message has role %q, want user", ErrBadRequest, last.Role)
 		}
@@ -262,9 +320,10 @@ func chatError(err error) error {
 	case errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage):
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	case errors.Is(err, chat.ErrTurnActive), errors.Is(err, chat.ErrDuplicateMessage),
-		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage):
+		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage),
+		errors.Is(err, chat.ErrAlreadyAnswered):
 		return fmt.Errorf("%w: %w", ErrConflict, err)
-	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream):
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	return err

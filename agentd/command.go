@@ -10,7 +10,7 @@ import (
 )
 
 // Verbs the NATS service answers on forever.cmd.<agent>.<verb>.
-var Verbs = []string{"chat", "messages", "status", "fibers", "schedules", "cancel", "interrupt", "start", "state"}
+var Verbs = []string{"chat", "messages", "status", "fibers", "schedules", "cancel", "interrupt", "start", "state", "approve", "tool-result"}
 
 // Status is the reply to the status command.
 type Status struct {

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,4 +198,123 @@ func countChunks(cs []chat.Chunk, typ string) int {
 		}
 	}
 	return n
+}
+
+// testBinaryApproval: a note that needs approval ends its turn waiting
+// (tool-approval-request, nothing written). The wait survives an idle
+// deactivation and a restart (SIGKILL); the approval then arrives over NATS
+// (the approve verb) or over HTTP (an AI SDK body whose last message is the
+// assistant's, its tool part approval-responded), and the note is written
+// once. A second approval is a 409.
+func testBinaryApproval(t *testing.T, bin string) {
+	for _, via := range []string{"NATS", "HTTP"} {
+		t.Run(via, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			httpAddr, natsAddr := freeAddr(t), freeAddr(t)
+			start := func() *agentdProc {
+				p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
+				p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr,
+					"--log-format", "json", "--local-rate", "200", "--idle-timeout", "200ms")
+				p.cmd.Env = os.Environ()
+				p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+				return p
+			}
+			p := startWith(t, start(), httpAddr)
+			c := dialAgentd(t, natsAddr)
+			const agent = "approvals"
+			var reply ChatReply
+			json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "/tool note {\"text\":\"please approve me\"}"}), &reply)
+			chunks := waitTerminal(t, c, p, agent, reply.StreamID)
+			if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish || last.FinishReason != "tool-calls" {
+				t.Fatalf("waiting turn ended with %+v", last)
+			}
+			var page struct{ Messages []chat.Message }
+			json.Unmarshal(c.command(agent, "messages", nil), &page)
+			if len(page.Messages) != 2 {
+				t.Fatalf("history = %+v", page.Messages)
+			}
+			waiting := page.Messages[1]
+			var call chat.Part
+			for _, part := range waiting.Parts {
+				if part.Type == chat.PartTool {
+					call = part
+				}
+			}
+			if call.State != chat.ToolApprovalRequested || call.Approval == nil {
+				t.Fatalf("call = %+v, want approval-requested", call)
+			}
+			time.Sleep(500 * time.Millisecond) // idle deactivation
+			p.kill()
+			p = startWith(t, start(), httpAddr)
+
+			var stream string
+			switch via {
+			case "NATS":
+				json.Unmarshal(c.command(agent, "approve", map[string]any{"approvalId": call.Approval.ID, "approved": true}), &reply)
+				stream = reply.StreamID
+			case "HTTP":
+				yes := true
+				for i, part := range waiting.Parts {
+					if part.ToolCallID == call.ToolCallID {
+						waiting.Parts[i].State = chat.ToolApprovalResponded
+						waiting.Parts[i].Approval = &chat.ToolApproval{ID: call.Approval.ID, Approved: &yes}
+					}
+				}
+				body, _ := json.Marshal(map[string]any{"id": agent, "messages": []chat.Message{page.Messages[0], waiting}})
+				resp := post(t, t.Context(), "http://"+httpAddr+"/v1/chat", string(body))
+				sse, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !strings.Contains(string(sse), `"tool-output-available"`) {
+					t.Fatalf("POST /v1/chat with the approval: %d\n%s", resp.StatusCode, sse)
+				}
+			}
+			if stream != "" {
+				chunks = waitTerminal(t, c, p, agent, stream)
+				if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+					t.Fatalf("resumed turn ended with %+v", last)
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				json.Unmarshal(c.command(agent, "messages", nil), &page)
+				if m := page.Messages[len(page.Messages)-1]; strings.Contains(m.Text(), "The note tool returned") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the approved note's answer never came: %+v\n%s", page.Messages, p.out.String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if len(page.Messages) != 2 {
+				t.Errorf("history has %d messages, want the user's and one assistant message", len(page.Messages))
+			}
+			notes, _ := os.ReadFile(filepath.Join(data, NotesFile))
+			if n := strings.Count(string(notes), call.ToolCallID+"\t"); n != 1 {
+				t.Errorf("the approved note was written %d times, want once", n)
+			}
+			msg, err := c.nc.Request("forever.cmd."+agent+".approve", []byte(`{"toolCallId":"`+call.ToolCallID+`","approved":true}`), 10*time.Second)
+			if err != nil || msg.Header.Get("Nats-Service-Error-Code") != "409" {
+				t.Errorf("a second approval = %v %v %s, want 409", err, msg.Header, msg.Data)
+			}
+			if t.Failed() {
+				t.Logf("agentd output:\n%s", p.out.String())
+			}
+		})
+	}
+}
+
+// waitTerminal waits for a stream's terminal chunk and returns its chunks.
+func waitTerminal(t *testing.T, c *crashClient, p *agentdProc, agent, stream string) []chat.Chunk {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		chunks := c.streamChunks(agent, stream)
+		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
+			return chunks
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s did not end:\n%s", stream, p.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

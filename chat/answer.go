@@ -1,10 +1,12 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/nats-io/nuid"
 )
@@ -199,3 +201,46 @@ func turnBuilder(info TurnInfo) *builder {
 
 // resumesCalls reports whether info is a turn resuming waiting calls.
 func resumesCalls(info TurnInfo) bool { return len(info.Answers) > 0 }
+
+// AnswerMessage is Answer with the answers an AI SDK client sends: the
+// waiting assistant message as the client holds it, its tool parts
+// answered (state approval-responded with approval {id, approved, reason},
+// or output-available / output-error for a client tool). Parts of calls
+// that do not wait on the server (done before, or still unanswered) are
+// ignored; a message that answers none is ErrInvalidMessage.
+func (a *Agent) AnswerMessage(ctx context.Context, m Message, body json.RawMessage) (Turn, error) {
+	if err := a.catchUp(ctx); err != nil {
+		return Turn{}, err
+	}
+	stored, err := a.store.Message(a.agent, m.ID)
+	if err != nil {
+		return Turn{}, fmt.Errorf("%w: message %s: %w", ErrUnknownToolCall, m.ID, err)
+	}
+	waiting := map[string]string{} // call id -> state, of the calls that wait
+	for _, p := range stored.Parts {
+		if p.Type == PartTool && (p.State == ToolApprovalRequested || (p.State == ToolInputAvailable && !a.isServerTool(p.ToolName))) {
+			waiting[p.ToolCallID] = p.State
+		}
+	}
+	var answers []ToolAnswer
+	for _, p := range m.Parts {
+		if p.Type != PartTool && !strings.HasPrefix(p.Type, "tool-") {
+			continue
+		}
+		switch state := waiting[p.ToolCallID]; {
+		case state == ToolApprovalRequested && p.State == ToolApprovalResponded && p.Approval != nil && p.Approval.Approved != nil:
+			answers = append(answers, ToolAnswer{CallID: p.ToolCallID, Approved: p.Approval.Approved, Reason: p.Approval.Reason})
+		case state == ToolInputAvailable && p.State == ToolOutput:
+			answers = append(answers, ToolAnswer{CallID: p.ToolCallID, Output: p.Output})
+		case state == ToolInputAvailable && p.State == ToolOutputError:
+			answers = append(answers, ToolAnswer{CallID: p.ToolCallID, ErrorText: cmp.Or(p.ErrorText, "the client tool failed")})
+		}
+	}
+	if len(answers) == 0 {
+		if len(waiting) == 0 {
+			return Turn{}, fmt.Errorf("%w: message %s has no tool call waiting for an answer", ErrAlreadyAnswered, m.ID)
+		}
+		return Turn{}, fmt.Errorf("%w: the assistant message answers none of its waiting tool calls", ErrInvalidMessage)
+	}
+	return a.Answer(ctx, answers, body)
+}
