@@ -64,7 +64,9 @@ func TestGoldenHistories(t *testing.T) {
 	for _, c := range goldenCases() {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join("testdata", "golden", c.name+".jsonl")
-			if *update {
+			if _, err := os.Stat(path); *update && errors.Is(err, os.ErrNotExist) {
+				// Only new histories are written: a committed one is
+				// history, never regenerated.
 				e := newEnv(t)
 				c.run(t, e)
 				writeGolden(t, e.lg, path)
@@ -215,6 +217,103 @@ func goldenCases() []goldenCase {
 					return p.ToolCall != nil && reflect.DeepEqual(p.ToolCall, call)
 				}) {
 					t.Fatalf("next turn's messages = %+v, want the tool call", msgs)
+				}
+			},
+		},
+		{
+			// Three steps: two server tools, then the answer.
+			name: "multi_step",
+			run: func(t *testing.T, e *env) {
+				fx := newSideEffects()
+				h := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, fx))
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: twoTools}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := checkCompleted(t, e, h, twoTools)
+				msgs := settled(t, e, goldenAgent)
+				parts := toolParts(msgs[1])
+				if len(parts) != 2 || parts[0].State != chat.ToolOutput || parts[1].State != chat.ToolOutput {
+					t.Fatalf("tool parts = %+v", parts)
+				}
+				if n := count(h.chunks[tr.StreamID], chunk.StartStep); n != 3 {
+					t.Fatalf("%d steps, want 3", n)
+				}
+				if n := countEvents(h, fiber.EventOpCompleted); n != 2 {
+					t.Fatalf("%d op.completed, want one per tool call", n)
+				}
+			},
+		},
+		{
+			// A process died after the first tool's result was recorded,
+			// before its output chunk: recovery writes the recorded result
+			// without running the tool again.
+			name: "tool_crash",
+			run: func(t *testing.T, e *env) {
+				fx := newSideEffects()
+				h := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, fx))
+				reached := make(chan struct{}, 1)
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "tool-recorded" {
+						return nil
+					}
+					reached <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: twoTools}); err != nil {
+					t.Fatal(err)
+				}
+				wait(t, reached)
+				h.r.Close()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnStreaming {
+					t.Fatalf("turn before recovery = %+v", tr)
+				}
+				fx := newSideEffects()
+				recoverHost(t, e, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, fx))
+				tr := lastTurn(t, e, goldenAgent)
+				if tr.Status != chat.TurnCompleted {
+					t.Fatalf("turn = %+v", tr)
+				}
+				parts := toolParts(settled(t, e, goldenAgent)[1])
+				started, _ := fx.counts()
+				if len(parts) != 2 || started[parts[0].ToolCallID] != 0 || started[parts[1].ToolCallID] != 1 {
+					t.Fatalf("after recovery: parts %+v, runs %v; want the recorded first result reused", parts, started)
+				}
+			},
+		},
+		{
+			// A call that needs approval left the turn waiting.
+			name: "approval_waiting",
+			run: func(t *testing.T, e *env) {
+				h := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenApprovalTool(t, newSideEffects()))
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool risky {\"text\":\"x\"}"}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := lastTurn(t, e, goldenAgent)
+				if tr.Status != chat.TurnCompleted || tr.FinishReason != llm.FinishToolCalls {
+					t.Fatalf("turn = %+v", tr)
+				}
+				parts := toolParts(settled(t, e, goldenAgent)[1])
+				if len(parts) != 1 || parts[0].State != chat.ToolApprovalRequested || parts[0].Approval == nil {
+					t.Fatalf("parts = %+v", parts)
+				}
+				fx := newSideEffects()
+				host := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenApprovalTool(t, fx))
+				if _, err := host.a.Answer(t.Context(), []chat.ToolAnswer{{ApprovalID: parts[0].Approval.ID, Approved: approved(true)}}, nil); err != nil {
+					t.Fatal(err)
+				}
+				host.r.Wait()
+				parts = toolParts(settled(t, e, goldenAgent)[1])
+				if _, done := fx.counts(); parts[0].State != chat.ToolOutput || done[parts[0].ToolCallID] != 1 {
+					t.Fatalf("after the approval: %+v, runs %v", parts, done)
 				}
 			},
 		},
@@ -481,4 +580,24 @@ func replayGolden(t *testing.T, e *env, h golden) {
 		t.Fatal(err)
 	}
 	settled(t, e, goldenAgent)
+}
+
+// goldenTools are the server tools of the multi-step histories.
+func goldenTools(t *testing.T, fx *sideEffects) func(*chat.Config) {
+	return withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe))
+}
+
+// goldenApprovalTool is a tool named risky that always needs approval.
+func goldenApprovalTool(t *testing.T, fx *sideEffects) func(*chat.Config) {
+	tool, err := chat.NewTool("risky", "needs approval", func(ctx context.Context, in echoIn) (echoOut, error) {
+		call, _ := chat.ToolCallFrom(ctx)
+		fx.mu.Lock()
+		fx.completed[call.CallID]++
+		fx.mu.Unlock()
+		return echoOut{Echo: in.Text}, nil
+	}, chat.AlwaysNeedsApproval())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withTools(t, tool)
 }
