@@ -51,6 +51,9 @@ const (
 	DefaultStashChunks   = 64
 	DefaultRetryBackoff  = 200 * time.Millisecond
 	DefaultMaxPayload    = 1 << 20
+	// DefaultToolWaitTimeout is how long a call waits for its approval or
+	// client result by default.
+	DefaultToolWaitTimeout = 24 * time.Hour
 )
 
 // Config configures an Agent. Zero fields take the defaults.
@@ -109,6 +112,11 @@ type Config struct {
 	// MaxParallelTools bounds the server tool calls of one step that run
 	// at once. Default 4.
 	MaxParallelTools int
+	// ToolWaitTimeout bounds how long a call waits for its approval or
+	// client result, from the end of the turn that left it waiting: a
+	// later answer is refused with ErrWaitExpired, and the model is told
+	// the call was not answered. Default 24h; negative: no limit.
+	ToolWaitTimeout time.Duration
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -141,6 +149,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.MaxParallelTools == 0 {
 		c.MaxParallelTools = DefaultMaxParallelTools
+	}
+	if c.ToolWaitTimeout == 0 {
+		c.ToolWaitTimeout = DefaultToolWaitTimeout
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}

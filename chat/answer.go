@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nuid"
 )
@@ -25,6 +26,10 @@ var (
 	// ErrUnknownToolCall (not found) is returned by Answer for a tool call
 	// or approval id the last assistant message does not have.
 	ErrUnknownToolCall error = &statusError{msg: "chat: no such tool call waits for an answer", code: http.StatusNotFound}
+	// ErrWaitExpired (gone) is returned by Answer when the calls waited
+	// longer than Config.ToolWaitTimeout: the model is told they were not
+	// answered when the conversation goes on.
+	ErrWaitExpired error = &statusError{msg: "chat: the tool call waited too long for its answer", code: http.StatusGone}
 	// ErrAlreadyAnswered (conflict) is returned by Answer for a call that
 	// was answered (or run) before: an answer never runs a call twice.
 	ErrAlreadyAnswered error = &statusError{msg: "chat: the tool call was already answered", code: http.StatusConflict}
@@ -60,8 +65,9 @@ func (a ToolAnswer) approval() bool { return a.Approved != nil }
 //
 // Errors: ErrUnknownToolCall for a call the last assistant message does not
 // wait on, ErrAlreadyAnswered for one answered before (also a second answer
-// racing the first), ErrInvalidMessage for an answer that says nothing,
-// ErrTurnActive, ErrTooLarge, or a log error.
+// racing the first), ErrWaitExpired past Config.ToolWaitTimeout,
+// ErrInvalidMessage for an answer that says nothing, ErrTurnActive,
+// ErrTooLarge, or a log error.
 func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawMessage) (Turn, error) {
 	if len(answers) == 0 {
 		return Turn{}, fmt.Errorf("%w: no answer", ErrInvalidMessage)
@@ -114,6 +120,9 @@ func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawM
 		Body: body, Base: last.Parts, Answers: answers}
 	if last.RequestID != "" {
 		if prev, err := a.store.Turn(a.agent, last.RequestID); err == nil {
+			if waited := a.cfg.Clock.Now().Sub(prev.EndedAt); a.cfg.ToolWaitTimeout > 0 && !prev.EndedAt.IsZero() && waited > a.cfg.ToolWaitTimeout {
+				return Turn{}, fmt.Errorf("%w: waited %s, at most %s (Config.ToolWaitTimeout)", ErrWaitExpired, waited.Round(time.Second), a.cfg.ToolWaitTimeout)
+			}
 			if body == nil {
 				t.Body = prev.Body
 			}

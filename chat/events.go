@@ -67,6 +67,9 @@ type usageRecorded struct {
 	RequestID string `json:"requestId"`
 	Input     int64  `json:"input"`
 	Output    int64  `json:"output"`
+	// Steps is the usage of each step of a multi-step turn; Input and
+	// Output are their sums.
+	Steps []stepUsage `json:"steps,omitempty"`
 }
 
 type interruptFlag struct {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
@@ -608,5 +609,70 @@ func TestClientToolResult(t *testing.T) {
 	}
 	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Output: json.RawMessage(`1`)}}, nil); !errors.Is(err, chat.ErrAlreadyAnswered) {
 		t.Fatalf("second result = %v, want ErrAlreadyAnswered", err)
+	}
+}
+
+// laterClock is the system clock moved ahead by d.
+type laterClock struct{ d time.Duration }
+
+func (c laterClock) Now() time.Time                         { return time.Now().Add(c.d) }
+func (c laterClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestToolWaitExpires: an answer after Config.ToolWaitTimeout is refused
+// with ErrWaitExpired; the next message tells the model the call was not
+// answered.
+func TestToolWaitExpires(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool pick {}",
+		Tools: []llm.Tool{{Name: "pick", Schema: json.RawMessage(`{"type":"object"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	call := waitingCall(t, e)
+	h.r.Close()
+	p := &fake{scripts: []script{passLocal()}}
+	h = e.host(t, "a1", p, func(c *chat.Config) { c.Clock, c.ToolWaitTimeout = laterClock{2 * time.Hour}, time.Hour })
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Output: json.RawMessage(`1`)}}, nil); !errors.Is(err, chat.ErrWaitExpired) {
+		t.Fatalf("late answer = %v, want ErrWaitExpired", err)
+	}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "never mind"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	var told bool
+	for _, m := range p.reqs[0].Messages {
+		for _, part := range m.Parts {
+			if r := part.ToolResult; r != nil && r.CallID == call.ToolCallID && r.IsError && r.Output == chat.ErrTextUnanswered {
+				told = true
+			}
+		}
+	}
+	if !told {
+		t.Errorf("the model was not told the call went unanswered: %+v", p.reqs[0].Messages)
+	}
+}
+
+// TestToolOutputTooLarge: a 2 MB tool output reaches the model as a clear
+// tool error, and the turn completes.
+func TestToolOutputTooLarge(t *testing.T) {
+	e := newEnv(t)
+	big, err := chat.NewTool("big", "returns 2 MB", func(ctx context.Context, in struct{}) (string, error) {
+		return strings.Repeat("x", 2<<20), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), withTools(t, big))
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool big {}"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %s %q", tr.Status, tr.Error)
+	}
+	call := toolParts(settled(t, e, "a1")[1])[0]
+	if call.State != chat.ToolOutputError || !strings.Contains(call.ErrorText, "bytes") {
+		t.Errorf("call = %s %q, want an error naming the size", call.State, call.ErrorText)
 	}
 }

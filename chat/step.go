@@ -130,9 +130,18 @@ func (a *Agent) newLoop(clientTools []llm.Tool) *loop {
 	return lp
 }
 
-// turnUsage is the turn's usage: the completed steps' and the current one's.
-func (st *turnState) turnUsage(lp *loop) llm.Usage {
-	u := lp.usage
+// endStepUsage records the current step's usage in the snapshot (once per
+// step) and starts the next step's count.
+func (st *turnState) endStepUsage(lp *loop, steps int) {
+	if steps > len(st.snap.Steps) {
+		st.snap.Steps = append(st.snap.Steps, stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens})
+	}
+	lp.usage = llm.Usage{}
+}
+
+// turnUsage is the turn's usage: the sum of its steps'.
+func (st *turnState) turnUsage() llm.Usage {
+	var u llm.Usage
 	for _, s := range st.snap.Steps {
 		u.InputTokens += s.Input
 		u.OutputTokens += s.Output
@@ -229,10 +238,7 @@ func (a *Agent) stepDone(fctx context.Context, f *fiber.Fiber, em *emitter, st *
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
 	}
-	if em.b.steps > len(st.snap.Steps) {
-		st.snap.Steps = append(st.snap.Steps, stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens})
-	}
-	lp.usage = llm.Usage{}
+	st.endStepUsage(lp, em.b.steps)
 	if em.b.steps >= a.cfg.MaxSteps {
 		lp.reason = FinishStepLimit
 		return phaseFinish, nil

@@ -128,13 +128,15 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		case phaseStepDone:
 			ph, err = a.stepDone(fctx, f, em, st, lp)
 		case phaseClient:
-			return a.completeTurn(fctx, st, em, llm.FinishToolCalls, st.turnUsage(lp))
+			st.endStepUsage(lp, st.b.steps)
+			return a.completeTurn(fctx, st, em, llm.FinishToolCalls, st.turnUsage())
 		case phaseFinish:
 			reason := lp.reason
 			if reason == "" {
 				reason = llm.FinishStop
 			}
-			return a.completeTurn(fctx, st, em, reason, st.turnUsage(lp))
+			st.endStepUsage(lp, st.b.steps)
+			return a.completeTurn(fctx, st, em, reason, st.turnUsage())
 		}
 		if err == nil {
 			continue
@@ -320,7 +322,11 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 		return err
 	}
 	if usage != nil {
-		if _, err := a.append(ctx, EventUsageRecorded, usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}); err != nil {
+		rec := usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}
+		if len(st.snap.Steps) > 1 {
+			rec.Steps = st.snap.Steps
+		}
+		if _, err := a.append(ctx, EventUsageRecorded, rec); err != nil {
 			return err
 		}
 		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
