@@ -37,6 +37,8 @@ const cliUsage = `Usage:
   agentd tail <agent> [--from cursor]            follow the agent's latest stream
   agentd fibers <agent>                          list the agent's running fibers
   agentd status <agent>                          show the agent's status
+  agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
+  agentd deny <agent> <toolCallId>               deny it; the model is told
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222. On Ctrl-C, chat and tail print the cursor to resume
@@ -50,7 +52,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status":
+	case "chat", "tail", "fibers", "status", "approve", "deny":
 	default:
 		return false, 0
 	}
@@ -129,15 +131,18 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func checkArgs(cmd string, pos []string, from string) error {
-	want := 1
-	if cmd == "chat" {
-		want = 2
+	want, second := 1, ""
+	switch cmd {
+	case "chat":
+		want, second = 2, "message text"
+	case "approve", "deny":
+		want, second = 2, "tool call id"
 	}
 	switch {
 	case len(pos) == 0:
 		return usageErr("missing agent id")
 	case len(pos) < want:
-		return usageErr("missing message text")
+		return usageErr("missing %s", second)
 	case len(pos) > want:
 		return usageErr("unexpected argument %q (quote the message text)", pos[want])
 	case !eventlog.ValidToken(pos[0]):
@@ -177,6 +182,9 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL, from str
 		return printStatus(stdout, st)
 	case "chat":
 		return chatCommand(ctx, nc, agent, pos[1], stdout, stderr)
+	case "approve", "deny":
+		body := map[string]any{"toolCallId": pos[1], "approved": cmd == "approve"}
+		return turnCommand(ctx, nc, agent, "approve", body, stdout, stderr)
 	default: // tail
 		var after replay.Cursor
 		if from != "" {
@@ -225,12 +233,18 @@ func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, o
 }
 
 func chatCommand(ctx context.Context, nc *nats.Conn, agent, text string, stdout, stderr io.Writer) error {
+	return turnCommand(ctx, nc, agent, "chat", map[string]string{"text": text}, stdout, stderr)
+}
+
+// turnCommand sends a verb that starts a turn (chat, approve) and prints
+// the turn's stream.
+func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body any, stdout, stderr io.Writer) error {
 	client, err := openClient(ctx, nc)
 	if err != nil {
 		return err
 	}
 	var r agentd.ChatReply
-	if err := request(ctx, nc, agent, "chat", map[string]string{"text": text}, &r); err != nil {
+	if err := request(ctx, nc, agent, verb, body, &r); err != nil {
 		return err
 	}
 	if !eventlog.ValidToken(r.StreamID) {
@@ -269,9 +283,15 @@ func printStream(ctx context.Context, items func(func(replay.Item, error) bool),
 		case chat.ChunkTextEnd:
 			fmt.Fprintln(stdout)
 		case chat.ChunkToolInput:
-			fmt.Fprintf(stderr, "[tool %s %s]\n", c.ToolName, c.Input)
-		case chat.ChunkToolOutputError:
+			fmt.Fprintf(stderr, "[tool %s %s (call %s)]\n", c.ToolName, c.Input, c.ToolCallID)
+		case chat.ChunkToolOutput:
+			fmt.Fprintf(stderr, "[tool output %s]\n", c.Output)
+		case chat.ChunkToolOutputError, chat.ChunkToolInputError:
 			fmt.Fprintf(stderr, "[tool error: %s]\n", c.ErrorText)
+		case chat.ChunkToolDenied:
+			fmt.Fprintf(stderr, "[tool call %s denied]\n", c.ToolCallID)
+		case chat.ChunkToolApproval:
+			fmt.Fprintf(stderr, "[call %s waits for approval: agentd approve|deny <agent> %s]\n", c.ToolCallID, c.ToolCallID)
 		case chat.ChunkError:
 			return &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
 		case chat.ChunkAbort:
