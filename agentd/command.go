@@ -9,8 +9,15 @@ import (
 	"github.com/forever-agents/forever/keepalive"
 )
 
-// Verbs the NATS service answers on forever.cmd.<agent>.<verb>.
-var Verbs = []string{"chat", "messages", "status", "fibers", "schedules", "cancel", "interrupt", "start", "state", "approve", "tool-result"}
+// HostVerbs are the verbs the host answers for an agent of any type on
+// forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
+var HostVerbs = []string{"status", "fibers", "schedules"}
+
+// Verbs of the built-in agent types.
+var (
+	ChatVerbs  = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result"}
+	StepsVerbs = []string{"start"}
+)
 
 // Status is the reply to the status command.
 type Status struct {
@@ -90,6 +97,9 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 		return list, err
 	case "status":
 		return h.status(ctx, cmd, typ)
+	}
+	if !h.takes(typ, cmd.Verb) {
+		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
 	}
 	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
 		ch, ok := inst.agent.(CommandHandler)

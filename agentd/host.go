@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +39,8 @@ type HostConfig struct {
 // "steps:demo"); otherwise to HostConfig.DefaultType.
 type Host struct {
 	cfg   HostConfig
-	types map[string]Factory // fixed once the daemon starts
+	types map[string]Factory  // fixed once the daemon starts
+	verbs map[string][]string // the command verbs of each type
 
 	// Set by start, before run.
 	deps   *Deps
@@ -84,16 +86,25 @@ type instance struct {
 
 // NewHost returns a Host; register types, then Attach it to a Daemon.
 func NewHost(cfg HostConfig) *Host {
-	h := &Host{cfg: cfg, types: map[string]Factory{}, ready: make(chan struct{})}
+	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{})}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
 	return h
 }
 
-// Register adds an agent type. The name must be a subject token without ':'.
-func (h *Host) Register(name string, f Factory) error {
+// Register adds an agent type and the command verbs it answers (besides
+// the host's own, HostVerbs). The name must be a subject token without
+// ':'. The NATS service has one endpoint per verb of any type; a command
+// with a verb the agent's type did not register is 404, before the agent
+// is activated.
+func (h *Host) Register(name string, f Factory, verbs ...string) error {
 	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
 		return fmt.Errorf("%w: agent type %q: need a token name without ':' and a factory", ErrBadRequest, name)
+	}
+	for _, v := range verbs {
+		if !eventlog.ValidToken(v) || slices.Contains(HostVerbs, v) {
+			return fmt.Errorf("%w: agent type %q: verb %q is not a subject token, or is one of the host's (%s)", ErrBadRequest, name, v, strings.Join(HostVerbs, ", "))
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -104,7 +115,28 @@ func (h *Host) Register(name string, f Factory) error {
 		return fmt.Errorf("%w: agent type %q registered twice", ErrConflict, name)
 	}
 	h.types[name] = f
+	h.verbs[name] = slices.Clone(verbs)
 	return nil
+}
+
+// takes reports whether agent type typ answers verb: the host's verbs, and
+// those the type registered.
+func (h *Host) takes(typ, verb string) bool {
+	return slices.Contains(HostVerbs, verb) || slices.Contains(h.verbs[typ], verb)
+}
+
+// allVerbs returns the host's verbs and every type's, once each.
+func (h *Host) allVerbs() []string {
+	out := slices.Clone(HostVerbs)
+	for _, vs := range h.verbs {
+		for _, v := range vs {
+			if !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TypeOf returns the type of an agent id, or ErrNotFound.

@@ -39,12 +39,12 @@ func startHost(t *testing.T, cfg Config, hc HostConfig, fired chan keepalive.Sch
 		t.Fatal(err)
 	}
 	h := NewHost(hc)
-	if err := h.Register("steps", NewStepsAgent); err != nil {
+	if err := h.Register("steps", NewStepsAgent, StepsVerbs...); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Register("alarm", func(_ context.Context, env *Env) (Agent, error) {
 		return &alarmAgent{env: env, fired: fired}, nil
-	}); err != nil {
+	}, "start", "snooze"); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Attach(d); err != nil {
@@ -108,7 +108,7 @@ func TestHostCommands(t *testing.T) {
 		{"malformed json", "steps:x", "start", []byte(`{"steps":`), "400", "not valid JSON"},
 		{"bad field", "steps:x", "start", []byte(`{"steps":-1}`), "400", "steps must be"},
 		{"unknown agent", "nobody", "status", nil, "404", "no agent type claims"},
-		{"unknown verb for type", "steps:x", "chat", []byte(`{}`), "404", "steps agent takes start"},
+		{"unknown verb for type", "steps:x", "snooze", []byte(`{}`), "404", "agent type steps takes no command"},
 		{"oversized", "steps:x", "start", []byte(`"` + strings.Repeat("x", MaxCommandBytes) + `"`), "413", "limit is"},
 	}
 	for _, tt := range tests {

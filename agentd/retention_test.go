@@ -25,7 +25,7 @@ func TestRetentionExpiresEndedStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := NewHost(HostConfig{DefaultType: "chat"})
-	if err := host.Register("chat", chats.Factory); err != nil {
+	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
 		t.Fatal(err)
 	}
 	if err := host.Attach(d); err != nil {

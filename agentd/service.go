@@ -32,7 +32,7 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 	if err != nil {
 		return fmt.Errorf("agentd: add NATS service: %w", err)
 	}
-	for _, verb := range Verbs {
+	for _, verb := range h.allVerbs() {
 		subject := prefix + ".cmd.*." + verb
 		if err := svc.AddEndpoint(verb, micro.HandlerFunc(h.handle), micro.WithEndpointSubject(subject)); err != nil {
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)

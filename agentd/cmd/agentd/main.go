@@ -87,10 +87,10 @@ func wire(d *agentd.Daemon) error {
 		return err
 	}
 	host := agentd.NewHost(agentd.HostConfig{DefaultType: "chat"})
-	if err := host.Register("steps", agentd.NewStepsAgent); err != nil {
+	if err := host.Register("steps", agentd.NewStepsAgent, agentd.StepsVerbs...); err != nil {
 		return err
 	}
-	if err := host.Register("chat", chats.Factory); err != nil {
+	if err := host.Register("chat", chats.Factory, agentd.ChatVerbs...); err != nil {
 		return err
 	}
 	if err := host.Attach(d); err != nil {
