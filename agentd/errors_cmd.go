@@ -2,8 +2,6 @@ package agentd
 
 import (
 	"errors"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"net/http"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -54,24 +52,10 @@ func StatusCode(err error) int {
 	case errors.Is(err, ErrTimeout):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
-		jetStreamUnavailable(err):
+		eventlog.Unavailable(err):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}
 }
 
-// codeClusterUnavailable is JetStream's "system temporarily unavailable",
-// answered while a stream or the cluster elects a leader.
-const codeClusterUnavailable = 10008
-
-// jetStreamUnavailable reports an error that only says JetStream could not
-// answer now (a leader election, a node restarting): nothing was written,
-// so the client may retry.
-func jetStreamUnavailable(err error) bool {
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable {
-		return true
-	}
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
-}

@@ -22,7 +22,7 @@ func TestStatusCode(t *testing.T) {
 		{fmt.Errorf("x: %w", ErrBadRequest), http.StatusBadRequest},
 		{fmt.Errorf("x: %w", eventlog.ErrNotOwner), http.StatusServiceUnavailable},
 		{fmt.Errorf("x: %w", eventlog.ErrFenced), http.StatusServiceUnavailable},
-		{fmt.Errorf("x: %w", &jetstream.APIError{Code: 503, ErrorCode: codeClusterUnavailable}), http.StatusServiceUnavailable},
+		{fmt.Errorf("x: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008}), http.StatusServiceUnavailable},
 		{fmt.Errorf("x: %w", jetstream.ErrNoStreamResponse), http.StatusServiceUnavailable},
 		{fmt.Errorf("x: %w", nats.ErrNoResponders), http.StatusServiceUnavailable},
 		{fmt.Errorf("%w: stopping: %w", ErrUnavailable, context.Canceled), http.StatusServiceUnavailable},

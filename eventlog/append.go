@@ -259,7 +259,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	cancel()
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return 0, fmt.Errorf("eventlog: batch commit: no stream answers (is JetStream up?): %w", err)
+			return 0, fmt.Errorf("%w: batch commit: no stream answers (is JetStream up?): %w", ErrUnavailable, err)
 		}
 		return 0, fmt.Errorf("eventlog: batch commit: %w", err)
 	}
@@ -370,7 +370,10 @@ func (l *Log) translate(err error, e *Event) error {
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("eventlog: append: no stream answers (is JetStream up?): %w", err)
+		return fmt.Errorf("%w: append: no stream answers (is JetStream up?): %w", ErrUnavailable, err)
+	}
+	if Unavailable(err) {
+		return fmt.Errorf("%w: append: %w", ErrUnavailable, err)
 	}
 	if e != nil {
 		return fmt.Errorf("eventlog: append %s for %q: %w", e.Type, e.Agent, err)

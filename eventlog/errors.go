@@ -3,6 +3,8 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var (
@@ -48,7 +50,34 @@ var (
 
 	// ErrNotFound is returned by View.Get when a key is absent.
 	ErrNotFound = errors.New("eventlog: not found")
+
+	// ErrUnavailable is wrapped by append errors that only say JetStream
+	// could not answer now (no stream responded, or the stream is electing
+	// a leader): nothing was written, and a retry may succeed. Use
+	// Unavailable to classify errors from anywhere, including the client
+	// library's own.
+	ErrUnavailable = errors.New("eventlog: JetStream unavailable, retry")
 )
+
+// codeClusterUnavailable is JetStream's "system temporarily unavailable",
+// answered while a stream or the cluster elects a leader.
+const codeClusterUnavailable = 10008
+
+// Unavailable reports whether err only says JetStream could not answer now
+// (ErrUnavailable, a 10008 API error, no stream response, no responders):
+// nothing was written, and the caller may retry.
+func Unavailable(err error) bool {
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrUnavailable):
+		return true
+	case errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable:
+		return true
+	}
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
 
 // CorruptError describes stored data that cannot be decoded. It matches
 // ErrCorrupt with errors.Is.
