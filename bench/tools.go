@@ -51,7 +51,7 @@ const (
 // but leaves out the stash the chat layer makes inside each model call when
 // it sees a new response id, which the subtraction includes.
 func toolCall(ctx context.Context, env *Env) (Result, error) {
-	n := max(2, env.Count(40, 150)) // turns per series
+	n := max(2, env.Count(30, 150)) // turns per series
 	g, err := openToolRig(ctx, env)
 	if err != nil {
 		return Result{}, err
