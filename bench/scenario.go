@@ -72,6 +72,9 @@ func scenarios() []Scenario {
 		{Name: "fiber-recovery", Run: fiberRecovery},
 		{Name: "chat-chunks", Run: chatChunks},
 		{Name: "replay", Run: replayScenario},
+		{Name: "tool-call", Run: toolCall},
+		{Name: "tool-turn", Run: toolTurn},
+		{Name: "tool-agents", Run: toolAgents},
 	}
 }
 
