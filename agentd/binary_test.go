@@ -87,6 +87,7 @@ func TestBinary(t *testing.T) {
 	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
 	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
+	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

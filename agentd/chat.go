@@ -53,6 +53,7 @@ type ChatType struct {
 	batcher    *eventlog.Batcher
 	maxPayload int64
 	registerer prometheus.Registerer
+	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 }
 
 // NewChatType returns the chat type over provider. tweak, when not nil, may
@@ -74,6 +75,16 @@ func (ct *ChatType) Attach(d *Daemon) error {
 			}
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
+		ct.turns = chat.NewTurnLimiter(d.Config().MaxTurns)
+		if deps.Registerer != nil {
+			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "forever_chat_turns_running",
+				Help: "Chat turns running on this node (--max-turns bounds new ones).",
+			}, func() float64 { return float64(ct.turns.Running()) })
+			if err := deps.Registerer.Register(running); err != nil {
+				return err
+			}
+		}
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
 		return d.Add("chunk batcher", ct.batcher)
 	})
@@ -87,6 +98,7 @@ func (ct *ChatType) Factory(_ context.Context, env *Env) (Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
+		Turns: ct.turns,
 	}
 	if ct.config != nil {
 		ct.config(&cfg)
@@ -325,6 +337,8 @@ func chatError(err error) error {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case errors.Is(err, chat.ErrOverloaded):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }

@@ -38,6 +38,8 @@ const (
 	DefaultJetStreamMaxStore  = 10 << 30  // 10 GiB
 	DefaultChunkMaxAge        = 24 * time.Hour
 	DefaultIdleTimeout        = 2 * time.Minute
+	// DefaultMaxTurns bounds the chat turns running at once on a node.
+	DefaultMaxTurns = 1000
 
 	ProviderLocal           = "local"
 	ProviderOpenAI          = "openai"
@@ -91,6 +93,10 @@ type Config struct {
 	// stream's MaxAge is a safety cap at eventlog.DefaultChunkSafetyFactor
 	// times this. Default 24h.
 	ChunkMaxAge time.Duration
+	// MaxTurns bounds the chat turns running at once on this node: past
+	// it a new turn is refused with 503 and Retry-After (recovered turns are
+	// always admitted). Default 1000; negative: no limit.
+	MaxTurns int
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
@@ -174,6 +180,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxTurns == 0 {
+		c.MaxTurns = DefaultMaxTurns
 	}
 	if c.Provider == "" {
 		c.Provider = ProviderLocal

@@ -101,6 +101,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
+		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
 		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")

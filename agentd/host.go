@@ -42,6 +42,9 @@ type Host struct {
 	types map[string]Factory  // fixed once the daemon starts
 	verbs map[string][]string // the command verbs of each type
 
+	inflight chan struct{}  // a slot per command being answered
+	handling sync.WaitGroup // the commands being answered
+
 	// Set by start, before run.
 	deps   *Deps
 	own    *ownership.Manager
@@ -86,7 +89,8 @@ type instance struct {
 
 // NewHost returns a Host; register types, then Attach it to a Daemon.
 func NewHost(cfg HostConfig) *Host {
-	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{})}
+	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
+		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
 	return h

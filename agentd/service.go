@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -54,12 +55,40 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 		case <-ctx.Done():
 			stopErr = svc.Stop()
 		}
+		h.handling.Wait() // their ctx ended with the host's
 		return errors.Join(unsub(), stopErr)
 	}))
 }
 
-// handle answers one command request.
+// MaxCommandsInFlight bounds the commands a node runs at once; past it a
+// command is refused with 503 and Retry-After.
+const MaxCommandsInFlight = 1024
+
+// handle answers one command request in its own goroutine: the micro
+// service calls an endpoint's handler one request at a time, and a command
+// may wait (an activation, a catch-up, a forwarded command), so running
+// them in place would queue every agent's commands behind the slowest.
+// Commands sent concurrently are not ordered, as with any NATS requests;
+// a client that needs order waits for each reply.
 func (h *Host) handle(req micro.Request) {
+	select {
+	case h.inflight <- struct{}{}:
+	default:
+		respondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
+		return
+	}
+	h.handling.Add(1)
+	go func() {
+		defer func() {
+			<-h.inflight
+			h.handling.Done()
+		}()
+		h.serveCommand(req)
+	}()
+}
+
+// serveCommand answers one command request.
+func (h *Host) serveCommand(req micro.Request) {
 	agent, verb, err := commandSubject(req.Subject())
 	if err != nil {
 		respondError(req, err)
@@ -106,5 +135,14 @@ func respondError(req micro.Request, err error) {
 	// The message is for a person; keep the first line.
 	code, msg := errorReply(err)
 	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
-	_ = req.Error(strconv.Itoa(code), msg, body)
+	var opts []micro.RespondOpt
+	if code == http.StatusServiceUnavailable {
+		// Nothing ran: the client may retry, after this many seconds.
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
+	}
+	_ = req.Error(strconv.Itoa(code), msg, body, opts...)
 }
+
+// RetryAfterSeconds is the Retry-After of a 503, over NATS (a header of the
+// error reply) and HTTP.
+const RetryAfterSeconds = "1"

@@ -106,6 +106,9 @@ type Config struct {
 	// turn runs each call as a fiber step keyed by its call id, so a
 	// completed call never runs again (see the package doc). Nil: none.
 	Tools *Tools
+	// Turns bounds the turns running at once in the process, shared by
+	// its agents; nil: no bound.
+	Turns *TurnLimiter
 	// MaxSteps caps the steps (model calls) of one turn; a turn that
 	// reaches it ends with turn.completed "step-limit". Default 20.
 	MaxSteps int
@@ -224,6 +227,7 @@ type Agent struct {
 // activeTurn is the in-process handle of the running turn.
 type activeTurn struct {
 	requestID string
+	admitted  bool // holds a slot of Config.Turns until released
 	cancel    context.CancelCauseFunc // nil until the turn runs
 	cancelled bool                    // Cancel came before the turn ran
 }
@@ -345,6 +349,11 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		a.mu.Unlock()
 		return Turn{}, ErrTurnActive
 	}
+	if err := a.cfg.Turns.acquire(false); err != nil {
+		a.mu.Unlock()
+		return Turn{}, err
+	}
+	at.admitted = true
 	a.mu.active = at
 	a.mu.Unlock()
 	ok := false
@@ -425,7 +434,12 @@ func (a *Agent) release(at *activeTurn) {
 	if a.mu.active == at {
 		a.mu.active = nil
 	}
+	admitted := at.admitted
+	at.admitted = false
 	a.mu.Unlock()
+	if admitted {
+		a.cfg.Turns.release()
+	}
 }
 
 // claim takes the turn slot for a recovered turn.
@@ -436,6 +450,9 @@ func (a *Agent) claim(requestID string) (*activeTurn, error) {
 	if a.mu.active != nil && a.mu.active.requestID != requestID {
 		return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, a.mu.active.requestID, requestID)
 	}
+	// Admitted before the crash: it must complete, past the bound if need be.
+	_ = a.cfg.Turns.acquire(true)
+	at.admitted = true
 	a.mu.active = at
 	return at, nil
 }

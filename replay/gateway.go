@@ -187,6 +187,11 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	if code >= 500 {
 		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
+	if code == http.StatusServiceUnavailable {
+		// Nothing ran (an owner moving, JetStream electing, the node at its
+		// turn limit): retry after a second.
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, code, map[string]string{"error": errorText(err)})
 }
 
