@@ -58,4 +58,3 @@ func StatusCode(err error) int {
 		return http.StatusInternalServerError
 	}
 }
-

@@ -227,7 +227,7 @@ type Agent struct {
 // activeTurn is the in-process handle of the running turn.
 type activeTurn struct {
 	requestID string
-	admitted  bool // holds a slot of Config.Turns until released
+	admitted  bool                    // holds a slot of Config.Turns until released
 	cancel    context.CancelCauseFunc // nil until the turn runs
 	cancelled bool                    // Cancel came before the turn ran
 }
