@@ -85,6 +85,9 @@ const pendingTTL = time.Minute
 
 // GatewayConfig configures NewGateway. A zero field means "use the
 // default".
+// DefaultWriteTimeout is GatewayConfig.WriteTimeout's default.
+const DefaultWriteTimeout = 10 * time.Second
+
 type GatewayConfig struct {
 	// Log is the event log the gateway replays chunks from. Required.
 	Log *eventlog.Log
@@ -97,6 +100,12 @@ type GatewayConfig struct {
 	Stopping <-chan struct{}
 	// MaxBodyBytes caps POST bodies. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// WriteTimeout bounds each write to a streaming client (an SSE event, a
+	// WebSocket frame). A client that reads too slowly for it is
+	// disconnected; it resumes from its last cursor (Last-Event-ID). It
+	// never stalls a turn or another client: each reads the log at its own
+	// pace. Default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the gateway's metrics. Nil means not registered.
@@ -112,8 +121,8 @@ func (c *GatewayConfig) Validate() error {
 		return fmt.Errorf("%w: Chats is required", ErrInvalidConfig)
 	case c.Streams == nil:
 		return fmt.Errorf("%w: Streams is required", ErrInvalidConfig)
-	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("%w: MaxBodyBytes must not be negative", ErrInvalidConfig)
+	case c.MaxBodyBytes < 0 || c.WriteTimeout < 0:
+		return fmt.Errorf("%w: MaxBodyBytes and WriteTimeout must not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -121,6 +130,9 @@ func (c *GatewayConfig) Validate() error {
 func (c *GatewayConfig) ensureDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

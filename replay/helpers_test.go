@@ -106,7 +106,7 @@ type env struct {
 	stopping chan struct{}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*replay.GatewayConfig)) *env {
 	t.Helper()
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: 64 << 10})
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
@@ -122,9 +122,13 @@ func newEnv(t *testing.T) *env {
 	b, _ := runBatcher(t, lg)
 	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
 	e.chats = &fakeChats{b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
-	e.gw, err = replay.NewGateway(replay.GatewayConfig{
+	cfg := replay.GatewayConfig{
 		Log: lg, Chats: e.chats, Streams: replay.ProjectedIndex{Streams: e.streams}, Stopping: e.stopping, Registerer: e.reg,
-	})
+	}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	e.gw, err = replay.NewGateway(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	followers *prometheus.GaugeVec
 	chunks    *prometheus.CounterVec
+	slow      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -21,6 +22,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_replay_chunks_sent_total",
 			Help: "Chunks sent to gateway clients, replayed or live, by transport.",
 		}, []string{"transport"}),
+		slow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_replay_slow_clients_total",
+			Help: "Streaming clients disconnected for not reading within the write timeout (they resume from their cursor).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -31,6 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.chunks, err = promreg.Register(reg, m.chunks); err != nil {
+		return nil, err
+	}
+	if m.slow, err = promreg.Register(reg, m.slow); err != nil {
 		return nil, err
 	}
 	return m, nil

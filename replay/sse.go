@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -169,12 +171,26 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 		if it.Chunk.Terminal() {
 			buf = append(buf, "data: [DONE]\n\n"...)
 		}
+		// A client too slow to take the event within WriteTimeout is
+		// dropped; it resumes from its last id.
+		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.WriteTimeout))
 		if _, err := w.Write(buf); err != nil {
+			g.slowOrGone(agent, stream, err)
 			return
 		}
 		if err := rc.Flush(); err != nil {
+			g.slowOrGone(agent, stream, err)
 			return
 		}
 		sent.Inc()
+	}
+}
+
+// slowOrGone logs a streaming client dropped for not reading in time; a
+// client that went away is not news.
+func (g *Gateway) slowOrGone(agent, stream string, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		g.metrics.slow.Inc()
+		g.logger.Info("slow client disconnected; it resumes from its last cursor", "agent", agent, "stream", stream, "timeout", g.cfg.WriteTimeout)
 	}
 }

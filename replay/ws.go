@@ -14,9 +14,6 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 )
 
-// wsWriteTimeout bounds one frame write: a client that stops reading for
-// this long loses its connection.
-const wsWriteTimeout = 10 * time.Second
 
 // wsSendTimeout bounds a "chat" frame's Chats.Send: the connection's ctx
 // ends only when the gateway stops, and the read loop waits for the send.
@@ -111,12 +108,12 @@ func (f *wsFollow) running() bool {
 	}
 }
 
-// write sends one frame, bounded by wsWriteTimeout alone. The connection's
+// write sends one frame, bounded by GatewayConfig.WriteTimeout alone. The connection's
 // lifetime ctx must not bound it: coder/websocket closes the connection when
 // a write's ctx ends, even just after the frame went out, and a stop would
 // then cut the TCP connection before the closer's going-away frame.
 func (s *wsSession) write(ctx context.Context, v wsOut) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wsWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.g.cfg.WriteTimeout)
 	defer cancel()
 	return wsjson.Write(ctx, s.c, v)
 }
