@@ -58,7 +58,9 @@ type Config struct {
 	// ToolTimeout bounds each call of an MCP tool (chat.WithTimeout). Zero
 	// means chat.DefaultToolTimeout.
 	ToolTimeout time.Duration
-	// Stderr receives the standard error of stdio servers. Nil discards it.
+	// Stderr receives the standard error of stdio servers. Nil logs each
+	// line through Logger (info level, message "mcp server stderr", the
+	// server's name under "mcp_server").
 	Stderr io.Writer
 	// HTTPClient makes the requests to HTTP servers. Nil means
 	// http.DefaultClient.

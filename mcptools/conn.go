@@ -187,6 +187,11 @@ func (c *conn) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// Not CommandContext: the process outlives ctx, and conn ends it.
 		cmd := exec.Command(c.srv.Command[0], c.srv.Command[1:]...)
 		cmd.Stderr = c.cfg.Stderr
+		if cmd.Stderr == nil {
+			cmd.Stderr = &stderrLogger{logger: c.logger}
+		}
+		// A child of the server holding stderr open does not hold up Wait.
+		cmd.WaitDelay = c.cfg.TerminateTimeout
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: c.cfg.TerminateTimeout}
 	}
 	cs, err := c.client.Connect(ctx, t, nil)

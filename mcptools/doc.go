@@ -79,7 +79,8 @@
 //     session is ended with DELETE. Close returns once the Client's
 //     goroutines have ended. Calls after Close fail with "mcp_unavailable".
 //
-// A stdio server inherits the environment of the process; its stderr goes
-// to Config.Stderr. A Client and its tools are safe for concurrent use;
-// concurrent calls to one server share its session.
+// A stdio server inherits the environment of the process; its stderr is
+// logged line by line, or goes to Config.Stderr. A Client and its tools
+// are safe for concurrent use; concurrent calls to one server share its
+// session.
 package mcptools
