@@ -38,6 +38,7 @@ type conn struct {
 		sync.Mutex
 		cs       *mcp.ClientSession // nil when not connected
 		closed   bool
+		ever     bool      // a session was made before
 		failures int       // failed connection attempts in a row
 		retryAt  time.Time // no attempt before this
 		lastErr  error     // why the last attempt failed
@@ -135,8 +136,8 @@ func (c *conn) session(ctx context.Context, backoff bool) (*mcp.ClientSession, e
 		cs.Close()
 		return nil, ErrClosed
 	}
-	reconnected := c.mu.failures > 0 || c.mu.lastErr != nil
-	c.mu.cs, c.mu.failures, c.mu.retryAt, c.mu.lastErr = cs, 0, time.Time{}, nil
+	reconnected := c.mu.ever
+	c.mu.cs, c.mu.ever, c.mu.failures, c.mu.retryAt, c.mu.lastErr = cs, true, 0, time.Time{}, nil
 	c.wg.Go(func() { c.forget(cs, cs.Wait()) })
 	c.mu.Unlock()
 	if reconnected {
