@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/mcptools"
 )
 
 // Sync modes of the embedded server's JetStream file store.
@@ -146,6 +149,14 @@ type Config struct {
 	// agents before another node takes them. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
 
+	// MCP lists the MCP servers whose tools agentd's chat agents get, one
+	// spec each as mcptools.ParseServer reads it: "name=command args..."
+	// (a stdio server run as a subprocess, the rest split on whitespace)
+	// or "name=https://..." / "name=http://..." (a streamable HTTP server).
+	// Names match ^[a-zA-Z0-9_-]+$, contain no "__" and are unique; the
+	// tools are named "<name>__<tool>". See MCPServers.
+	MCP []string
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.
@@ -253,10 +264,33 @@ func (c *Config) Validate() error {
 	if err := c.validateCluster(); err != nil {
 		return err
 	}
+	if _, err := c.MCPServers(); err != nil {
+		return err
+	}
 	if (c.Registerer == nil) != (c.Gatherer == nil) {
 		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)
 	}
 	return nil
+}
+
+// MCPServers parses MCP. Errors wrap ErrConfig and
+// mcptools.ErrInvalidServer and name --mcp and the bad value.
+func (c *Config) MCPServers() ([]mcptools.Server, error) {
+	servers := make([]mcptools.Server, 0, len(c.MCP))
+	seen := make(map[string]bool, len(c.MCP))
+	for _, spec := range c.MCP {
+		s, err := mcptools.ParseServer(spec)
+		if err == nil && seen[s.Name] {
+			err = fmt.Errorf("%w: server name %q is used twice", mcptools.ErrInvalidServer, s.Name)
+		}
+		if err != nil {
+			reason := strings.TrimPrefix(err.Error(), mcptools.ErrInvalidServer.Error()+": ")
+			return nil, newFlagError(ErrConfig, err, "mcp", fmt.Sprintf("invalid --mcp value %q: %s", spec, reason))
+		}
+		seen[s.Name] = true
+		servers = append(servers, s)
+	}
+	return servers, nil
 }
 
 // JetStreamDir returns where the embedded server stores JetStream data.

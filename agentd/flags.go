@@ -37,6 +37,13 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	// A repeatable flag given on the command line replaces, rather than
+	// adds to, what its variable set.
+	fs.VisitAll(func(f *flag.Flag) {
+		if r, ok := f.Value.(*repeatedFlag); ok {
+			r.fromEnv = true
+		}
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
@@ -116,6 +123,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"minimum log `level`: debug, info, warn or error")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat,
 		"log `format`: text or json")
+	fs.Var(&repeatedFlag{list: &cfg.MCP}, "mcp",
+		"MCP server whose tools every chat agent gets, as `name=command args...` (a stdio server run as a subprocess; split on whitespace) "+
+			"or name=https://host/path (streamable HTTP); tools are named <name>__<tool>; repeatable (in the variable: one server per line)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }
@@ -183,6 +193,38 @@ func (l *listFlag) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// repeatedFlag is a flag.Value for a flag given once per item, such as
+// --mcp. Its variable holds one item per line. Items from the variable are
+// replaced by the first item given on the command line, so that a flag
+// beats its variable.
+type repeatedFlag struct {
+	list    *[]string
+	fromEnv bool // the list so far came from the variable
+}
+
+func (r *repeatedFlag) String() string {
+	if r == nil || r.list == nil {
+		return ""
+	}
+	return strings.Join(*r.list, "\n")
+}
+
+func (r *repeatedFlag) Set(v string) error {
+	if r.fromEnv {
+		*r.list, r.fromEnv = nil, false
+	}
+	if !strings.Contains(v, "\n") {
+		*r.list = append(*r.list, v)
+		return nil
+	}
+	for line := range strings.Lines(v) {
+		if line = strings.TrimSpace(line); line != "" {
+			*r.list = append(*r.list, line)
 		}
 	}
 	return nil

@@ -22,6 +22,8 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/mcptools"
 )
 
 func main() {
@@ -55,7 +57,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if err := wire(d); err != nil {
+	mcpc, err := wire(d)
+	if mcpc != nil {
+		// After Run: the chat agents use the MCP tools until they stop.
+		defer func() {
+			if err := mcpc.Close(); err != nil {
+				cfg.Logger.Warn("close mcp servers", "err", err)
+			}
+		}()
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
@@ -72,16 +83,52 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 }
 
 // wire registers the built-in agent types on a host attached to d: steps,
-// and chat, which takes every agent id no other type claims.
-func wire(d *agentd.Daemon) error {
+// and chat, which takes every agent id no other type claims. Chat agents
+// get the demo tools and the tools of the --mcp servers; wire returns the
+// MCP client (nil without --mcp) for the caller to close after Run, also
+// when wire fails.
+func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	provider, err := agentd.NewProvider(d.Config())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tools, err := agentd.DemoTools(d.Config().DataDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	mcpc, tools, err := withMCPTools(d.Config(), tools)
+	if err != nil {
+		return mcpc, err
+	}
+	return mcpc, wireAgents(d, provider, tools)
+}
+
+// withMCPTools connects to the --mcp servers and returns the client and
+// tools with their tools added. A server that does not answer within
+// mcptools.DefaultStartTimeout is left out with a warning; agentd starts
+// without its tools. The stdio servers' stderr is logged line by line.
+func withMCPTools(cfg agentd.Config, tools *chat.Tools) (*mcptools.Client, *chat.Tools, error) {
+	servers, err := cfg.MCPServers()
+	if err != nil || len(servers) == 0 {
+		return nil, tools, err
+	}
+	mcpc, err := mcptools.Connect(context.Background(), mcptools.Config{
+		Servers: servers, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var all []*chat.Tool
+	for _, def := range tools.Defs() {
+		t, _ := tools.Lookup(def.Name)
+		all = append(all, t)
+	}
+	tools, err = chat.NewTools(append(all, mcpc.Tools()...)...)
+	return mcpc, tools, err
+}
+
+// wireAgents registers the agent types, chat with tools.
+func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools) error {
 	chats := agentd.NewChatType(provider, func(c *chat.Config) { c.Tools = tools })
 	if err := chats.Attach(d); err != nil {
 		return err
