@@ -14,7 +14,6 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 )
 
-
 // wsSendTimeout bounds a "chat" frame's Chats.Send: the connection's ctx
 // ends only when the gateway stops, and the read loop waits for the send.
 const wsSendTimeout = 30 * time.Second
