@@ -63,6 +63,19 @@ var (
 // answered while a stream or the cluster elects a leader.
 const codeClusterUnavailable = 10008
 
+// Unwritten reports whether err says for certain that nothing was
+// written: JetStream refused the request while electing a leader (10008),
+// or no server took it (no responders). Unlike Unavailable it excludes a
+// request whose answer was lost, which may have been stored; an append that
+// failed Unwritten may be sent again as it was.
+func Unwritten(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable {
+		return true
+	}
+	return errors.Is(err, nats.ErrNoResponders)
+}
+
 // Unavailable reports whether err only says JetStream could not answer now
 // (ErrUnavailable, a 10008 API error, no stream response, no responders):
 // nothing was written, and the caller may retry.

@@ -20,6 +20,9 @@ type metrics struct {
 	completed    *prometheus.CounterVec
 	recovered    prometheus.Counter
 	stashSeconds prometheus.Histogram
+	// appendRetries counts appends sent again after JetStream refused them
+	// while electing a leader.
+	appendRetries prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time for a stash to become durable (fiber.stashed acknowledged).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}),
+		appendRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_fiber_append_retries_total",
+			Help: "Fiber events sent again after JetStream refused them unwritten (a stream electing its leader).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -56,6 +63,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.stashSeconds, err = promreg.Register(reg, m.stashSeconds); err != nil {
+		return nil, err
+	}
+	if m.appendRetries, err = promreg.Register(reg, m.appendRetries); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -2,6 +2,7 @@ package fiber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -366,6 +368,18 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 		return 0, err
 	}
 	seq, err := r.log.Append(ctx, e)
+	// A stream electing a leader refuses appends for a moment: wait it out
+	// (bounded) rather than fail the fiber. Only refusals that wrote
+	// nothing are sent again.
+	for n := 0; err != nil && eventlog.Unwritten(err) && n < unwrittenRetries; n++ {
+		select {
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		case <-time.After(backoff.Exp(50*time.Millisecond, 2*time.Second, n)):
+		}
+		r.metrics.appendRetries.Inc()
+		seq, err = r.log.Append(ctx, e)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -377,6 +391,10 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	}
 	return seq, nil
 }
+
+// unwrittenRetries bounds the resends of an append JetStream refused while
+// electing a leader: about 30 s with the backoff above.
+const unwrittenRetries = 20
 
 // report hands err to Hooks.OnError, or logs it.
 func (r *Runner) report(ctx context.Context, err error) {
