@@ -273,6 +273,7 @@ func testBinaryCrashRecovery(t *testing.T, bin string) {
 			t.Errorf("%s still has fibers: %+v", a, rows)
 		}
 	}
+	verifyLog(t, c)
 	if t.Failed() {
 		t.Logf("agentd output:\n%s", p.out.String())
 	}

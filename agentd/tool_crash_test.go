@@ -159,6 +159,7 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 			case <-time.After(30 * time.Second):
 				t.Error("the reader did not reach the end of the stream")
 			}
+			verifyLog(t, c)
 			if t.Failed() {
 				t.Logf("agentd output:\n%s", p.out.String())
 			}

@@ -39,6 +39,7 @@ const cliUsage = `Usage:
   agentd status <agent>                          show the agent's status
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
+  agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222. On Ctrl-C, chat and tail print the cursor to resume
@@ -52,12 +53,15 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify":
 	default:
 		return false, 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if args[0] == "verify" {
+		return true, runVerify(ctx, args[1:], getenv, stdout, stderr)
+	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }
 

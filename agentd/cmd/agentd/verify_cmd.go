@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/verify"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+const verifyUsage = `Usage:
+  agentd verify [--nats-url url]   check the log of a running agentd
+  agentd verify --data dir         check the log stored in a stopped agentd's data dir
+
+Reads every agent's events and chat streams and checks the invariants of
+fibers, turns and streams (package verify). Prints each violation and a
+summary. Exit status: 0 clean, 1 violations (or the log could not be read),
+2 bad usage. --nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222.
+`
+
+// verifyServerTimeout bounds the start of the embedded server of --data
+// (JetStream recovers the streams first).
+const verifyServerTimeout = 2 * time.Minute
+
+// runVerify runs "agentd verify" and returns the exit code.
+func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("agentd verify", flag.ContinueOnError)
+	fset.SetOutput(io.Discard)
+	natsURL := getenv("FOREVER_NATS_URL")
+	if natsURL == "" {
+		natsURL = nats.DefaultURL
+	}
+	fset.StringVar(&natsURL, "nats-url", natsURL, "NATS url of a running agentd")
+	data := fset.String("data", "", "data dir of a stopped agentd")
+	timeout := fset.Duration("timeout", 5*time.Minute, "give up reading after this long")
+	err := fset.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, verifyUsage)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "agentd verify: %v\n\n%s", err, verifyUsage)
+		return exitUsage
+	case fset.NArg() > 0:
+		fmt.Fprintf(stderr, "agentd verify: unexpected argument %q\n\n%s", fset.Arg(0), verifyUsage)
+		return exitUsage
+	}
+	urlSet := false
+	fset.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "nats-url" })
+	if *data != "" && urlSet {
+		fmt.Fprintf(stderr, "agentd verify: give --nats-url or --data, not both\n\n%s", verifyUsage)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var rep verify.Report
+	if *data != "" {
+		rep, err = verifyDataDir(ctx, *data)
+	} else {
+		rep, err = verifyURL(ctx, natsURL)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "agentd verify:", err)
+		return exitFailed
+	}
+	fmt.Fprint(stdout, rep)
+	if !rep.OK() {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// verifyURL checks the log of the agentd serving natsURL.
+func verifyURL(ctx context.Context, natsURL string) (verify.Report, error) {
+	nc, err := nats.Connect(natsURL, nats.Name("agentd verify"))
+	if err != nil {
+		return verify.Report{}, fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+	}
+	defer nc.Close()
+	return checkConn(ctx, nc)
+}
+
+// verifyDataDir checks the JetStream store of a stopped agentd: it holds
+// the Pebble lock of the data dir, so that agentd cannot start meanwhile
+// and a running one is refused, and serves the store with an embedded
+// nats-server on a random loopback port.
+func verifyDataDir(ctx context.Context, dir string) (verify.Report, error) {
+	store := filepath.Join(dir, agentd.JetStreamSubdir)
+	if fi, err := os.Stat(store); err != nil || !fi.IsDir() {
+		return verify.Report{}, fmt.Errorf("%s holds no JetStream store (%s): is it an agentd data dir with the embedded server?", dir, store)
+	}
+	pebbleDir := filepath.Join(dir, agentd.PebbleSubdir)
+	if _, err := os.Stat(pebbleDir); err == nil {
+		lock, err := vfs.Default.Lock(filepath.Join(pebbleDir, "LOCK"))
+		if err != nil {
+			return verify.Report{}, fmt.Errorf("agentd is running on %s (its Pebble store is locked): check it with --nats-url instead: %w", dir, err)
+		}
+		defer lock.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return verify.Report{}, err
+	}
+	s, err := server.NewServer(&server.Options{
+		Host:                   "127.0.0.1",
+		Port:                   server.RANDOM_PORT,
+		JetStream:              true,
+		StoreDir:               dir, // nats-server appends "jetstream"
+		NoSigs:                 true,
+		NoLog:                  true,
+		DisableJetStreamBanner: true,
+	})
+	if err != nil {
+		return verify.Report{}, fmt.Errorf("embedded server: %w", err)
+	}
+	s.Start()
+	defer func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}()
+	if !s.ReadyForConnections(verifyServerTimeout) || !s.JetStreamEnabled() {
+		return verify.Report{}, fmt.Errorf("embedded server on %s did not start with JetStream", store)
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd verify"))
+	if err != nil {
+		return verify.Report{}, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	defer nc.Close()
+	return checkConn(ctx, nc)
+}
+
+// checkConn binds to agentd's streams over nc and checks them.
+func checkConn(ctx context.Context, nc *nats.Conn) (verify.Report, error) {
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return verify.Report{}, err
+	}
+	defer lg.Close()
+	return verify.Check(ctx, lg, verify.Options{})
+}

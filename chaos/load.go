@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/replay"
+	"github.com/forever-agents/forever/verify"
+	"github.com/nats-io/nats.go"
+)
+
+// Timeouts of the load's requests and reads.
+const (
+	requestTimeout = 5 * time.Second
+	followAttempt  = 5 * time.Second  // one Follow before it is resumed
+	followDeadline = 90 * time.Second // a turn must end within this
+)
+
+// load drives agents over NATS and records what was acknowledged.
+type load struct {
+	nc     *nats.Conn
+	client *replay.Client
+
+	mu struct {
+		sync.Mutex
+		acked     []verify.Ack
+		ops       map[string]int
+		anomalies []string
+	}
+}
+
+func newLoad(nc *nats.Conn, lg *eventlog.Log) *load {
+	l := &load{nc: nc, client: replay.NewClient(lg)}
+	l.mu.ops = map[string]int{}
+	return l
+}
+
+func (l *load) count(op string) {
+	l.mu.Lock()
+	l.mu.ops[op]++
+	l.mu.Unlock()
+}
+
+func (l *load) ack(agent, id string) {
+	l.mu.Lock()
+	l.mu.acked = append(l.mu.acked, verify.Ack{Agent: agent, ID: id})
+	l.mu.Unlock()
+}
+
+func (l *load) anomaly(format string, args ...any) {
+	l.mu.Lock()
+	l.mu.anomalies = append(l.mu.anomalies, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+// request sends one command; busy reports a 409 (a turn is active). It is
+// never retried: a lost reply may have started a turn, which must not be
+// sent twice.
+func (l *load) request(ctx context.Context, agent, verb string, body, out any) (busy bool, err error) {
+	data, _ := json.Marshal(body)
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	msg, err := l.nc.RequestWithContext(rctx, "forever.cmd."+agent+"."+verb, data)
+	if err != nil {
+		return false, err
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return code == "409", fmt.Errorf("%s %s: %s %s", agent, verb, code, msg.Header.Get("Nats-Service-Error"))
+	}
+	return false, json.Unmarshal(msg.Data, out)
+}
+
+// chat sends turns to agent one after the other until ctx ends, following
+// each to its end.
+func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
+	for n := 0; ctx.Err() == nil; n++ {
+		text := fmt.Sprintf("Tell me about chaos number %d.", n)
+		if n%2 == 1 {
+			text = "/tool clock {}"
+		}
+		var reply agentd.ChatReply
+		busy, err := l.request(ctx, agent, "chat", map[string]string{"text": text}, &reply)
+		switch {
+		case busy:
+			l.count("chat busy")
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		case err != nil:
+			l.count("chat lost")
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		l.ack(agent, reply.RequestID)
+		l.count("chats")
+		items, ended := l.follow(ctx, agent, reply.StreamID, replay.Cursor(reply.Cursor))
+		if !ended {
+			if ctx.Err() == nil {
+				l.count("follows unfinished")
+			}
+			continue
+		}
+		l.count("follows")
+		l.replayFrom(ctx, agent, reply.StreamID, items, rng)
+	}
+}
+
+// follow follows a turn's stream from after to its terminal chunk, resuming
+// from the last cursor whenever the follow fails (agentd died under it),
+// and checks that it sees each chunk once, in order.
+func (l *load) follow(ctx context.Context, agent, stream string, after replay.Cursor) ([]replay.Item, bool) {
+	var items []replay.Item
+	deadline := time.Now().Add(followDeadline)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		fctx, cancel := context.WithTimeout(ctx, followAttempt)
+		for it, err := range l.client.FollowTurn(fctx, agent, stream, after) {
+			if err != nil {
+				break
+			}
+			if it.Cursor <= after {
+				l.anomaly("%s/%s: reader got cursor %v after %v", agent, stream, it.Cursor, after)
+			}
+			items = append(items, it)
+			after = it.Cursor
+			if it.Chunk.Terminal() {
+				cancel()
+				return items, true
+			}
+		}
+		cancel()
+		sleep(ctx, 50*time.Millisecond)
+	}
+	return items, false
+}
+
+// replayFrom replays an ended stream from a random cursor of it and checks
+// that it yields exactly the chunks that followed it.
+func (l *load) replayFrom(ctx context.Context, agent, stream string, items []replay.Item, rng *rand.Rand) {
+	i := rng.IntN(len(items))
+	want := items[i+1:]
+	for range 5 {
+		rctx, cancel := context.WithTimeout(ctx, followAttempt)
+		var got []replay.Item
+		var err error
+		for it, ferr := range l.client.Follow(rctx, agent, stream, items[i].Cursor) {
+			if err = ferr; err != nil {
+				break
+			}
+			got = append(got, it)
+		}
+		cancel()
+		if err != nil {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		l.count("replays")
+		if len(got) != len(want) {
+			l.anomaly("%s/%s: replay after %v got %d chunks, want %d", agent, stream, items[i].Cursor, len(got), len(want))
+			return
+		}
+		for k := range got {
+			a, _ := json.Marshal(got[k].Chunk)
+			b, _ := json.Marshal(want[k].Chunk)
+			if got[k].Cursor != want[k].Cursor || string(a) != string(b) {
+				l.anomaly("%s/%s: replay after %v differs at %d: %s at %v, want %s at %v", agent, stream, items[i].Cursor, k, a, got[k].Cursor, b, want[k].Cursor)
+				return
+			}
+		}
+		return
+	}
+	if ctx.Err() == nil {
+		l.count("replays failed")
+	}
+}
+
+// steps starts steps fibers on agent until ctx ends.
+func (l *load) steps(ctx context.Context, agent string, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		body := agentd.StepsStart{Steps: 2 + rng.IntN(5), DelayMS: 40 + rng.IntN(120)}
+		var reply struct{ Fiber string }
+		if _, err := l.request(ctx, agent, "start", body, &reply); err != nil || reply.Fiber == "" {
+			l.count("starts lost")
+		} else {
+			l.ack(agent, reply.Fiber)
+			l.count("steps starts")
+		}
+		sleep(ctx, time.Duration(200+rng.IntN(500))*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,167 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Options tune Check. The zero value checks the log's invariants only.
+type Options struct {
+	// Acked lists what the caller saw acknowledged; each must be in the log.
+	Acked []Ack
+	// PageSize is how many events one read returns. Default 4096.
+	PageSize int
+}
+
+// Ack is one acknowledged write: ID is an event id of Agent, the request id
+// of one of its turns (turn.started) or the id of one of its fibers
+// (fiber.started). A chat reply's requestId and a steps start's fiber id
+// are such ids.
+type Ack struct {
+	Agent, ID string
+}
+
+// Check reads lg's events and chunks streams up to their last sequence when
+// it began and checks them against the invariants listed in the package
+// documentation. A broken invariant is a Violation in the report, not an
+// error; the error is for a log that could not be read (the report then
+// holds what was found so far). An event that does not decode is a
+// KindCorrupt violation and the read goes on past it.
+func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) {
+	if opts.PageSize <= 0 {
+		opts.PageSize = 4096
+	}
+	c := newChecker(opts.Acked)
+	err := readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.event, c.corrupt)
+	if err == nil {
+		err = readAll(ctx, lg, eventlog.Filter{Chunks: true}, opts.PageSize, c.chunk, c.corrupt)
+	}
+	if err == nil {
+		c.finish()
+	}
+	return c.report(), err
+}
+
+// readAll calls visit for every event matching f stored up to the last
+// sequence when it began, and corrupt for each that does not decode.
+func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int, visit func(eventlog.Event), corrupt func(*eventlog.CorruptError)) error {
+	last, err := lg.LastSeq(ctx, f)
+	if err != nil {
+		return fmt.Errorf("verify: last sequence: %w", err)
+	}
+	var after eventlog.Seq
+	for after < last {
+		evs, err := lg.Read(ctx, f, after, page)
+		for _, e := range evs {
+			if e.Seq > last {
+				return nil
+			}
+			visit(e)
+			after = e.Seq
+		}
+		var ce *eventlog.CorruptError
+		switch {
+		case errors.As(err, &ce) && ce.Seq > after:
+			corrupt(ce)
+			after = ce.Seq
+		case err != nil:
+			return fmt.Errorf("verify: read after %d: %w", after, err)
+		case len(evs) == 0:
+			return nil
+		}
+	}
+	return nil
+}
+
+// checker holds the state of one Check: one goroutine, no locking.
+type checker struct {
+	agents  map[string]*agentState
+	streams map[streamKey]*streamState
+	acked   map[Ack]bool // false until found
+	out     []Violation
+	notes   []Violation
+	events  int
+	chunks  int
+}
+
+func newChecker(acked []Ack) *checker {
+	c := &checker{
+		agents:  map[string]*agentState{},
+		streams: map[streamKey]*streamState{},
+		acked:   map[Ack]bool{},
+	}
+	for _, a := range acked {
+		c.acked[a] = false
+	}
+	return c
+}
+
+func (c *checker) violate(v Violation) { c.out = append(c.out, v) }
+
+func (c *checker) corrupt(ce *eventlog.CorruptError) {
+	agent := ""
+	// <prefix>.evt.<agent> or <prefix>.chunk.<agent>.<stream>
+	if parts := strings.Split(ce.Subject, "."); len(parts) >= 3 {
+		agent = parts[2]
+	}
+	c.violate(Violation{Kind: KindCorrupt, Agent: agent, Seq: ce.Seq,
+		Text: fmt.Sprintf("the event on %s does not decode: %v", ce.Subject, ce.Err)})
+}
+
+// seen marks id of agent found, if it was acknowledged.
+func (c *checker) seen(agent, id string) {
+	if id == "" {
+		return
+	}
+	k := Ack{Agent: agent, ID: id}
+	if _, ok := c.acked[k]; ok {
+		c.acked[k] = true
+	}
+}
+
+func (c *checker) agent(id string) *agentState {
+	a := c.agents[id]
+	if a == nil {
+		a = newAgentState(id)
+		c.agents[id] = a
+	}
+	return a
+}
+
+// finish runs the checks that need the whole log.
+func (c *checker) finish() {
+	for _, id := range sortedKeys(c.agents) {
+		c.finishAgent(c.agents[id])
+	}
+	for _, k := range sortedStreamKeys(c.streams) {
+		c.finishStream(k, c.streams[k])
+	}
+	for _, a := range sortedAcks(c.acked) {
+		if !c.acked[a] {
+			c.violate(Violation{Kind: KindAckMissing, Agent: a.Agent,
+				Text: fmt.Sprintf("%s was acknowledged but is not in the log (no event, turn or fiber with that id)", a.ID)})
+		}
+	}
+}
+
+func (c *checker) report() Report {
+	r := Report{
+		Events: c.events, ChunkEvents: c.chunks, Streams: len(c.streams), Acked: len(c.acked),
+		Violations: c.out, Notes: c.notes,
+	}
+	agents := map[string]bool{}
+	for id, a := range c.agents {
+		agents[id] = true
+		r.Fibers += len(a.fibers)
+		r.Turns += len(a.turns)
+	}
+	for k := range c.streams {
+		agents[k.agent] = true
+	}
+	r.Agents = len(agents)
+	return r
+}

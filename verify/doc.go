@@ -1,0 +1,80 @@
+// Package verify checks an event log against the durability invariants of
+// fibers, chat turns and chat streams, from the log alone: no projection, no
+// process state. It is what the crash tests and the chaos command (go run
+// ./chaos) run at their end, and what "agentd verify" runs on a data dir.
+//
+// # Model
+//
+// Check reads every event of the events stream (every agent's subject) and
+// every chunk of the chunks stream, in stream order, up to the last
+// sequence each held when Check began, so a live agentd can be checked: what
+// it appends meanwhile is not read. It keeps a small state per fiber, turn
+// and chat stream and reports each broken rule as a Violation naming the
+// agent, and the fiber, turn (request id) or stream it concerns.
+//
+// # Invariants checked
+//
+// Fibers (package fiber's events):
+//
+//   - fiber.started is recorded once per fiber id, before any other event of
+//     the fiber (fiber.stashed, fiber.recovered, op.*, its end)
+//     [KindFiberStartedTwice, KindFiberUnknown].
+//   - A fiber ends at most once (fiber.completed, fiber.failed or
+//     fiber.abandoned), and nothing of it is appended after its end
+//     [KindFiberEndedTwice, KindAfterEnd].
+//   - Recovery attempts count up: each fiber.recovered has attempt n+1 where
+//     n is the attempt of the fiber's previous fiber.recovered, or the count
+//     a later fiber.stashed reset it to (attempts), 0 before either. A crash
+//     during recovery therefore shows as the next attempt, and a hook run
+//     twice for one attempt shows as a repeated number [KindRecoveryAttempt].
+//   - An op completes at most once per (fiber, opId), and only after its
+//     op.started [KindOpCompletedTwice, KindOpNotStarted].
+//
+// Turns (package chat's events; a turn's fiber is "__chat_turn:<requestId>"):
+//
+//   - turn.started is recorded once per request id, after the turn's fiber
+//     started [KindTurnStartedTwice, KindTurnNoFiber].
+//   - A turn records at most one outcome (turn.completed, turn.failed or
+//     turn.interrupted), never one for a turn that did not start
+//     [KindTurnOutcomeTwice, KindTurnOutcomeUnknown].
+//   - One turn per agent at a time: a turn starts only once every earlier
+//     turn of the agent recorded its outcome [KindTurnOverlap]. So a turn
+//     whose fiber ended without an outcome must get one before the agent's
+//     next turn; until then it is reported as a Note (KindTurnOrphaned), not
+//     a violation: chat documents that state (a crash between
+//     fiber.abandoned and turn.failed, or an outcome that could not be
+//     written) and that the next Send ends it.
+//   - A turn's assistant message is appended once (message.appended with the
+//     turn's assistantMessageId at most once; message.updated after it as
+//     often as needed) [KindMessageAppendedTwice].
+//
+// Chat streams (package chat/chunk's events on the chunks stream):
+//
+//   - Chunk indexes (ids "<stream>/<index>", a split chunk's parts
+//     "<stream>/<index>.<part>" joined by chunk.Assembler) run 0, 1, 2, ...
+//     without gap or repeat [KindChunkOrder]; every stored chunk decodes
+//     [KindChunkCorrupt].
+//   - A stream starts with a start chunk, and has one [KindStreamStart].
+//   - A stream has at most one terminal chunk (finish, error or abort) and
+//     nothing after it [KindAfterTerminal].
+//   - A stream holding a stream.expired marker was purged by retention: its
+//     order and start are not checked.
+//
+// Across the log:
+//
+//   - Every stored event decodes [KindCorrupt].
+//   - Everything the caller saw acknowledged (Options.Acked: an event id, a
+//     turn's request id or a fiber id, per agent) is in the log
+//     [KindAckMissing].
+//
+// # Usage
+//
+//	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true})
+//	rep, err := verify.Check(ctx, lg, verify.Options{
+//		Acked: []verify.Ack{{Agent: "a1", ID: reply.RequestID}},
+//	})
+//	if err != nil { /* the log could not be read */ }
+//	if !rep.OK() {
+//		fmt.Print(rep)
+//	}
+package verify

@@ -1,0 +1,250 @@
+package verify
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// fiberData is the subset of fiber events' data Check reads.
+type fiberData struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Attempt  int    `json:"attempt"`
+	Attempts *int   `json:"attempts"`
+	Fiber    string `json:"fiber"`
+	OpID     string `json:"opId"`
+}
+
+// turnData is the subset of turn and message events' data Check reads.
+type turnData struct {
+	RequestID          string `json:"requestId"`
+	StreamID           string `json:"streamId"`
+	AssistantMessageID string `json:"assistantMessageId"`
+	ID                 string `json:"id"`   // message.appended
+	Role               string `json:"role"` // message.appended
+}
+
+type agentState struct {
+	id     string
+	fibers map[string]*fiberState
+	// byName finds a turn's fiber: "__chat_turn:<requestId>" -> fiber id.
+	byName map[string]string
+	turns  map[string]*turnState
+	order  []string // request ids in turn.started order
+	// appended counts message.appended per message id.
+	appended map[string]int
+}
+
+func newAgentState(id string) *agentState {
+	return &agentState{
+		id:       id,
+		fibers:   map[string]*fiberState{},
+		byName:   map[string]string{},
+		turns:    map[string]*turnState{},
+		appended: map[string]int{},
+	}
+}
+
+type fiberState struct {
+	name    string
+	ended   string // end event type, "" while running
+	endSeq  eventlog.Seq
+	attempt int // last recovery attempt, or the count a stash set
+	ops     map[string]*opState
+}
+
+type opState struct {
+	started   bool
+	completed int
+}
+
+type turnState struct {
+	seq       eventlog.Seq
+	stream    string
+	assistant string
+	outcome   string // outcome event type, "" while none
+}
+
+// event checks one event of the events stream.
+func (c *checker) event(e eventlog.Event) {
+	c.events++
+	a := c.agent(e.Agent)
+	c.seen(e.Agent, e.ID)
+	switch e.Type {
+	case fiber.EventStarted, fiber.EventStashed, fiber.EventRecovered,
+		fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned,
+		fiber.EventOpStarted, fiber.EventOpCompleted:
+		var d fiberData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+			return
+		}
+		c.fiberEvent(a, e, d)
+	case chat.EventTurnStarted, chat.EventTurnCompleted, chat.EventTurnFailed,
+		chat.EventTurnInterrupted, chat.EventMessageAppended:
+		var d turnData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+			return
+		}
+		c.turnEvent(a, e, d)
+	}
+}
+
+func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
+	id := d.ID
+	if e.Type == fiber.EventOpStarted || e.Type == fiber.EventOpCompleted {
+		id = d.Fiber
+	}
+	v := Violation{Agent: a.id, Fiber: id, Seq: e.Seq}
+	if e.Type == fiber.EventStarted {
+		c.seen(a.id, id)
+		if f, ok := a.fibers[id]; ok {
+			v.Kind, v.Text = KindFiberStartedTwice, fmt.Sprintf("fiber.started again for fiber %q (%s)", f.name, stateOf(f))
+			c.violate(v)
+			return
+		}
+		a.fibers[id] = &fiberState{name: d.Name, ops: map[string]*opState{}}
+		if d.Name != "" {
+			a.byName[d.Name] = id
+		}
+		return
+	}
+	f, ok := a.fibers[id]
+	if !ok {
+		v.Kind, v.Text = KindFiberUnknown, e.Type+" of a fiber that never started"
+		c.violate(v)
+		return
+	}
+	if f.ended != "" {
+		kind := KindAfterEnd
+		if isEnd(e.Type) {
+			kind = KindFiberEndedTwice
+		}
+		v.Kind, v.Text = kind, fmt.Sprintf("%s of fiber %q after its %s at seq %d", e.Type, f.name, f.ended, f.endSeq)
+		c.violate(v)
+		return
+	}
+	switch e.Type {
+	case fiber.EventStashed:
+		if d.Attempts != nil && *d.Attempts >= 0 {
+			f.attempt = *d.Attempts
+		}
+	case fiber.EventRecovered:
+		if d.Attempt != f.attempt+1 {
+			v.Kind, v.Text = KindRecoveryAttempt, fmt.Sprintf("fiber %q recovered with attempt %d, want %d (one more than the last recorded)", f.name, d.Attempt, f.attempt+1)
+			c.violate(v)
+		}
+		f.attempt = d.Attempt
+	case fiber.EventOpStarted:
+		op := f.op(d.OpID)
+		op.started = true
+	case fiber.EventOpCompleted:
+		op := f.op(d.OpID)
+		op.completed++
+		switch {
+		case op.completed > 1:
+			v.Kind, v.Text = KindOpCompletedTwice, fmt.Sprintf("op %s of fiber %q completed %d times", d.OpID, f.name, op.completed)
+			c.violate(v)
+		case !op.started:
+			v.Kind, v.Text = KindOpNotStarted, fmt.Sprintf("op %s of fiber %q completed without op.started", d.OpID, f.name)
+			c.violate(v)
+		}
+	case fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
+		f.ended, f.endSeq = e.Type, e.Seq
+	}
+}
+
+func (f *fiberState) op(id string) *opState {
+	op := f.ops[id]
+	if op == nil {
+		op = &opState{}
+		f.ops[id] = op
+	}
+	return op
+}
+
+func isEnd(typ string) bool {
+	return typ == fiber.EventCompleted || typ == fiber.EventFailed || typ == fiber.EventAbandoned
+}
+
+func stateOf(f *fiberState) string {
+	if f.ended != "" {
+		return "it ended with " + f.ended
+	}
+	return "it is running"
+}
+
+func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
+	v := Violation{Agent: a.id, Request: d.RequestID, Seq: e.Seq}
+	switch e.Type {
+	case chat.EventMessageAppended:
+		a.appended[d.ID]++
+		// Checked per turn at the end: the turn.started naming it as
+		// its assistant message may come before or after.
+		return
+	case chat.EventTurnStarted:
+		c.seen(a.id, d.RequestID)
+		v.Stream = d.StreamID
+		if _, ok := a.turns[d.RequestID]; ok {
+			v.Kind, v.Text = KindTurnStartedTwice, "turn.started again for the same request id"
+			c.violate(v)
+			return
+		}
+		// The previous turn only: one before it without an outcome was
+		// reported when the previous one started.
+		if n := len(a.order); n > 0 {
+			prev := a.order[n-1]
+			if t := a.turns[prev]; t.outcome == "" {
+				v.Kind, v.Text = KindTurnOverlap, fmt.Sprintf("turn started while turn %s (started at seq %d) had no outcome", prev, t.seq)
+				c.violate(v)
+			}
+		}
+		if _, ok := a.byName[chat.TurnFiberPrefix+d.RequestID]; !ok {
+			v.Kind, v.Text = KindTurnNoFiber, "turn.started without its fiber "+chat.TurnFiberPrefix+d.RequestID+" started before it"
+			c.violate(v)
+		}
+		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID}
+		a.order = append(a.order, d.RequestID)
+	default: // an outcome
+		t, ok := a.turns[d.RequestID]
+		switch {
+		case !ok:
+			v.Kind, v.Text = KindTurnOutcomeUnknown, e.Type+" of a turn that never started"
+			c.violate(v)
+		case t.outcome != "":
+			v.Stream = t.stream
+			v.Kind, v.Text = KindTurnOutcomeTwice, fmt.Sprintf("%s after the turn's %s: a turn records one outcome", e.Type, t.outcome)
+			c.violate(v)
+		default:
+			t.outcome = e.Type
+		}
+	}
+}
+
+// finishAgent checks what needs the agent's whole history: assistant
+// messages, and turns whose fiber ended without an outcome.
+func (c *checker) finishAgent(a *agentState) {
+	for _, rid := range a.order {
+		t := a.turns[rid]
+		if n := a.appended[t.assistant]; t.assistant != "" && n > 1 {
+			c.violate(Violation{Kind: KindMessageAppendedTwice, Agent: a.id, Request: rid, Stream: t.stream,
+				Text: fmt.Sprintf("the turn's assistant message %s was appended %d times (then it is updated, not appended)", t.assistant, n)})
+		}
+		if t.outcome != "" {
+			continue
+		}
+		fid := a.byName[chat.TurnFiberPrefix+rid]
+		if f := a.fibers[fid]; f != nil && f.ended != "" {
+			c.notes = append(c.notes, Violation{Kind: KindTurnOrphaned, Agent: a.id, Fiber: fid, Request: rid, Stream: t.stream, Seq: f.endSeq,
+				Text: fmt.Sprintf("the turn's fiber ended (%s) without the turn's outcome; the agent's next turn ends it", strings.TrimPrefix(f.ended, "fiber."))})
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package verify
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Kind names the invariant a Violation breaks; doc.go lists each with its
+// rule.
+type Kind string
+
+// Kinds of violations.
+const (
+	KindCorrupt              Kind = "corrupt"
+	KindFiberStartedTwice    Kind = "fiber-started-twice"
+	KindFiberUnknown         Kind = "fiber-unknown"
+	KindFiberEndedTwice      Kind = "fiber-ended-twice"
+	KindAfterEnd             Kind = "fiber-after-end"
+	KindRecoveryAttempt      Kind = "recovery-attempt"
+	KindOpCompletedTwice     Kind = "op-completed-twice"
+	KindOpNotStarted         Kind = "op-not-started"
+	KindTurnStartedTwice     Kind = "turn-started-twice"
+	KindTurnNoFiber          Kind = "turn-no-fiber"
+	KindTurnOutcomeTwice     Kind = "turn-outcome-twice"
+	KindTurnOutcomeUnknown   Kind = "turn-outcome-unknown"
+	KindTurnOverlap          Kind = "turn-overlap"
+	KindMessageAppendedTwice Kind = "message-appended-twice"
+	KindChunkOrder           Kind = "chunk-order"
+	KindChunkCorrupt         Kind = "chunk-corrupt"
+	KindStreamStart          Kind = "stream-start"
+	KindAfterTerminal        Kind = "stream-after-terminal"
+	KindAckMissing           Kind = "ack-missing"
+
+	// KindTurnOrphaned is a Note, not a violation: a turn whose fiber
+	// ended without the turn's outcome, which the agent's next turn must
+	// end first.
+	KindTurnOrphaned Kind = "turn-orphaned"
+)
+
+// Violation is one broken invariant. Agent is always set; Fiber, Request
+// (a turn's request id) and Stream when the rule is about one; Seq is the
+// stream sequence of the event that showed it (of the events stream, or of
+// the chunks stream for stream kinds), 0 when it was the end of the log.
+type Violation struct {
+	Kind    Kind
+	Agent   string
+	Fiber   string
+	Request string
+	Stream  string
+	Seq     eventlog.Seq
+	// Text says what is wrong, as a sentence.
+	Text string
+}
+
+// String formats v on one line: kind, what it concerns, the sentence.
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s agent=%s", v.Kind, v.Agent)
+	if v.Fiber != "" {
+		fmt.Fprintf(&b, " fiber=%s", v.Fiber)
+	}
+	if v.Request != "" {
+		fmt.Fprintf(&b, " request=%s", v.Request)
+	}
+	if v.Stream != "" {
+		fmt.Fprintf(&b, " stream=%s", v.Stream)
+	}
+	if v.Seq != 0 {
+		fmt.Fprintf(&b, " seq=%d", v.Seq)
+	}
+	b.WriteString(": ")
+	b.WriteString(v.Text)
+	return b.String()
+}
+
+// Report is the result of Check. The caller owns it.
+type Report struct {
+	// What was read.
+	Agents, Events, ChunkEvents   int
+	Fibers, Turns, Streams, Acked int
+	// Violations are the broken invariants, in the order found.
+	Violations []Violation
+	// Notes are states the log allows but that are worth knowing
+	// (KindTurnOrphaned).
+	Notes []Violation
+}
+
+// OK reports whether no invariant is broken.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Has reports whether a violation of kind k was found.
+func (r Report) Has(k Kind) bool {
+	for _, v := range r.Violations {
+		if v.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// String formats the report: one line per violation and note, then a
+// summary line.
+func (r Report) String() string {
+	var b strings.Builder
+	for _, v := range r.Violations {
+		b.WriteString("violation: ")
+		b.WriteString(v.String())
+		b.WriteByte('\n')
+	}
+	for _, v := range r.Notes {
+		b.WriteString("note: ")
+		b.WriteString(v.String())
+		b.WriteByte('\n')
+	}
+	verdict := "ok"
+	if !r.OK() {
+		verdict = fmt.Sprintf("%d violations", len(r.Violations))
+	}
+	fmt.Fprintf(&b, "%s: %d agents, %d events, %d chunk events, %d fibers, %d turns, %d streams, %d acknowledged\n",
+		verdict, r.Agents, r.Events, r.ChunkEvents, r.Fibers, r.Turns, r.Streams, r.Acked)
+	return b.String()
+}
