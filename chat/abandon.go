@@ -60,7 +60,7 @@ func (a *Agent) endTurn(ctx context.Context, requestID, msg string) error {
 		return fmt.Errorf("chat: end turn %s: read stream: %w", requestID, err)
 	}
 	st := &turnState{info: info, b: b}
-	if info.Continues != "" {
+	if info.Continues != "" && !resumesCalls(info) {
 		if err := a.loadBase(st); err != nil {
 			return err
 		}

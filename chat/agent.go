@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/chat/llm"
@@ -227,6 +228,12 @@ type Agent struct {
 // activeTurn is the in-process handle of the running turn.
 type activeTurn struct {
 	requestID string
+	// ending is set once the turn's terminal chunk is durable: clients
+	// have seen it end, and only its records remain to be appended. A new
+	// turn waits for done (closed by release) instead of refusing.
+	ending    atomic.Bool
+	done      chan struct{}
+	endOnce   sync.Once
 	admitted  bool                    // holds a slot of Config.Turns until released
 	cancel    context.CancelCauseFunc // nil until the turn runs
 	cancelled bool                    // Cancel came before the turn ran
@@ -343,11 +350,25 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 // start claims the agent's turn slot, starts the turn fiber gated on the
 // appends, appends msg (if any) and turn.started, and opens the gate.
 func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
-	at := &activeTurn{requestID: t.RequestID}
+	at := newActiveTurn(t.RequestID)
 	a.mu.Lock()
-	if a.mu.active != nil {
+	for a.mu.active != nil {
+		cur := a.mu.active
 		a.mu.Unlock()
-		return Turn{}, ErrTurnActive
+		if !cur.ending.Load() {
+			return Turn{}, ErrTurnActive
+		}
+		// Its stream has ended; it is appending its records (a few ms).
+		// A client that saw the end and sent the next message at once
+		// (the AI SDK does, answering a tool call) waits for it.
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+			return Turn{}, ctx.Err()
+		case <-time.After(endingWait):
+			return Turn{}, fmt.Errorf("%w: turn %s is still recording its end", ErrTurnActive, cur.requestID)
+		}
+		a.mu.Lock()
 	}
 	if err := a.cfg.Turns.acquire(false); err != nil {
 		a.mu.Unlock()
@@ -429,7 +450,24 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) e
 }
 
 // release frees the turn slot if at holds it.
+// endingWait bounds how long a new turn waits for the previous one to
+// record its end after its terminal chunk.
+const endingWait = 10 * time.Second
+
+func newActiveTurn(requestID string) *activeTurn {
+	return &activeTurn{requestID: requestID, done: make(chan struct{})}
+}
+
+// ended marks the turn's stream ended (its terminal chunk durable).
+// A turn ended outside a run (abandoned) has no activeTurn.
+func (at *activeTurn) ended() {
+	if at != nil {
+		at.ending.Store(true)
+	}
+}
+
 func (a *Agent) release(at *activeTurn) {
+	defer at.endOnce.Do(func() { close(at.done) })
 	a.mu.Lock()
 	if a.mu.active == at {
 		a.mu.active = nil
@@ -444,7 +482,7 @@ func (a *Agent) release(at *activeTurn) {
 
 // claim takes the turn slot for a recovered turn.
 func (a *Agent) claim(requestID string) (*activeTurn, error) {
-	at := &activeTurn{requestID: requestID}
+	at := newActiveTurn(requestID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.mu.active != nil && a.mu.active.requestID != requestID {

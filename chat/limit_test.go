@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
@@ -51,5 +52,52 @@ func TestTurnLimiter(t *testing.T) {
 	h2.r.Wait()
 	if n := lim.Running(); n != 0 {
 		t.Fatalf("%d turns counted at the end", n)
+	}
+}
+
+// TestSendRightAfterTheEnd: a Send that arrives once the previous turn's
+// finish chunk is durable, while that turn still records its end, waits
+// for it instead of failing with ErrTurnActive (an AI SDK client sends the
+// next message the moment the stream ends).
+func TestSendRightAfterTheEnd(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
+	ended, goOn := make(chan struct{}), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "ended" {
+			select {
+			case ended <- struct{}{}:
+				<-goOn
+			default:
+			}
+		}
+		return nil
+	})
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hi"})
+		first <- err
+	}()
+	<-ended
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan error, 1)
+	go func() {
+		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "again"})
+		next <- err
+	}()
+	select {
+	case err := <-next:
+		t.Fatalf("Send while the last turn records its end = %v, want it to wait", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(goOn)
+	if err := <-next; err != nil {
+		t.Fatalf("Send after the last turn ended = %v", err)
+	}
+	h.r.Wait()
+	if msgs := settled(t, e, "a1"); len(msgs) != 4 {
+		t.Fatalf("%d messages, want 4", len(msgs))
 	}
 }

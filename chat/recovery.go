@@ -131,6 +131,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if b.terminal != "" {
 		// The stream ended; only the records after it may be missing.
 		a.metrics.recoveries.WithLabelValues("finalize").Inc()
+		at.ended()
 		defer a.release(at)
 		switch b.terminal {
 		case ChunkFinish:

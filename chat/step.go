@@ -265,6 +265,7 @@ const (
 	pointToolsBegin   = "tools-begin"   // tool-input-available is stored, no tool has run
 	pointToolRecorded = "tool-recorded" // a tool's result is recorded, its output chunk not written
 	pointStepDone     = "step-done"     // every output is written, the next call not made
+	pointEnded        = "ended"         // the finish chunk is durable, the turn's records not appended
 )
 
 // crashPoint lets a test stop the turn at point; nil otherwise.

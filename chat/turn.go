@@ -312,6 +312,10 @@ func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, re
 	if _, err := em.w.Flush(ctx); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
+	st.at.ended()
+	if err := a.crashPoint(ctx, pointEnded); err != nil {
+		return err
+	}
 	return a.recordCompleted(ctx, st, reason, &usage)
 }
 
@@ -349,6 +353,7 @@ func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause 
 	if _, err := em.w.Flush(ctx); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
+	st.at.ended()
 	return a.recordFailed(ctx, st, cause.Error())
 }
 
@@ -375,6 +380,7 @@ func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persi
 	if _, err := em.w.Flush(ctx); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
+	st.at.ended()
 	return a.recordInterrupted(ctx, st, persist, reason)
 }
 
