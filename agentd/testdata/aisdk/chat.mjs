@@ -1,0 +1,308 @@
+// A stock Vercel AI SDK chat client against agentd's HTTP gateway.
+//
+//	AGENTD_URL=http://127.0.0.1:8080 node chat.mjs <5|6|7> [prefix]
+//
+// It drives the SDK's own client machinery: AbstractChat (the core of
+// useChat, here with a tiny ChatState) over DefaultChatTransport, so every
+// chunk the gateway sends goes through the SDK's SSE parsing, its chunk
+// schema and its message assembly. Each flow uses its own chat id
+// (<prefix>-<flow>) and checks the messages the client ends with, and that
+// they match what the gateway stored (GET /v1/chat/{id}/messages).
+//
+// Flows: server tool, client tool (addToolResult), approval
+// (addToolApprovalResponse; AI SDK 6 and later), and resuming a turn while
+// a tool runs (resumeStream on a new client). It prints one line per flow
+// and exits non-zero when one failed. The caller checks what the tools
+// did on the server (the note's line in <data>/notes.txt).
+
+const version = process.argv[2];
+const prefix = process.argv[3] ?? `ai${version}`;
+const base = process.env.AGENTD_URL;
+if (!['5', '6', '7'].includes(version) || !base) {
+	console.error('usage: AGENTD_URL=http://host:port node chat.mjs <5|6|7> [prefix]');
+	process.exit(2);
+}
+const ai = await import(`ai${version}`);
+const hasApproval = typeof ai.lastAssistantMessageIsCompleteWithApprovalResponses === 'function';
+
+// State is a ChatState kept in plain fields, as useChat keeps it in React
+// state; waiters are woken on every change.
+class State {
+	#status = 'ready';
+	#error = undefined;
+	#messages;
+	#waiters = new Set();
+
+	constructor(messages = []) {
+		this.#messages = messages.map((m) => structuredClone(m));
+	}
+	get status() { return this.#status; }
+	set status(s) { this.#status = s; this.#changed(); }
+	get error() { return this.#error; }
+	set error(e) { this.#error = e; this.#changed(); }
+	get messages() { return this.#messages; }
+	set messages(ms) { this.#messages = [...ms]; this.#changed(); }
+	pushMessage(m) { this.#messages = this.#messages.concat(structuredClone(m)); this.#changed(); }
+	popMessage() { this.#messages = this.#messages.slice(0, -1); this.#changed(); }
+	replaceMessage(i, m) {
+		this.#messages = [...this.#messages.slice(0, i), structuredClone(m), ...this.#messages.slice(i + 1)];
+		this.#changed();
+	}
+	snapshot(x) { return structuredClone(x); }
+
+	// #changed wakes the waiters after the current job: AbstractChat sets
+	// status and error one after the other.
+	#changed() {
+		queueMicrotask(() => {
+			for (const w of this.#waiters) w();
+		});
+	}
+	// until resolves once pred() holds, checked on every change.
+	until(what, pred, ms = 20000) {
+		return new Promise((resolve, reject) => {
+			const check = () => {
+				let ok;
+				try {
+					if (this.#status === 'error') {
+						throw new Error(`the SDK failed while waiting for ${what}: ${this.#error?.stack ?? this.#error}`);
+					}
+					ok = pred();
+				} catch (e) {
+					done();
+					reject(e);
+					return;
+				}
+				if (ok) {
+					done();
+					resolve();
+				}
+			};
+			const timer = setTimeout(() => {
+				done();
+				reject(new Error(`timed out after ${ms} ms waiting for ${what}; status ${this.#status}, messages ${JSON.stringify(this.#messages)}`));
+			}, ms);
+			const done = () => {
+				clearTimeout(timer);
+				this.#waiters.delete(check);
+			};
+			this.#waiters.add(check);
+			check();
+		});
+	}
+}
+
+// Chat is useChat without React: AbstractChat with a State.
+class Chat extends ai.AbstractChat {
+	constructor({ messages, ...init }) {
+		const state = new State(messages);
+		super({ ...init, state });
+		this.st = state;
+		this.errors = [];
+	}
+}
+
+const pickTool = { Name: 'pick', Description: 'Picks a number (answered by the client).', Schema: { type: 'object' } };
+
+function newChat(id, { messages = [], tools, auto } = {}) {
+	const transport = new ai.DefaultChatTransport({
+		api: `${base}/v1/chat`,
+		...(tools ? { body: { tools } } : {}),
+	});
+	const chat = new Chat({
+		id,
+		messages,
+		transport,
+		sendAutomaticallyWhen: auto,
+		onError: (e) => chat.errors.push(e),
+	});
+	return chat;
+}
+
+function fail(msg) {
+	throw new Error(msg);
+}
+
+function isTool(p, name) {
+	return p.type === `tool-${name}` || (p.type === 'dynamic-tool' && p.toolName === name);
+}
+
+const textOf = (m) => m.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+const show = (v) => JSON.stringify(v, null, 1);
+
+function noErrors(chat) {
+	if (chat.errors.length > 0 || chat.st.error) {
+		fail(`the SDK reported an error: ${chat.errors.map((e) => e.stack ?? e).join('\n') || chat.st.error}`);
+	}
+}
+
+// assistant returns the conversation's one assistant message, checking
+// that it follows the one user message.
+function assistant(chat) {
+	const ms = chat.messages;
+	if (ms.length !== 2 || ms[0].role !== 'user' || ms[1].role !== 'assistant') {
+		fail(`want the user message and one assistant message, have ${show(ms)}`);
+	}
+	return ms[1];
+}
+
+// oneTool returns the message's only tool part, of tool name.
+function oneTool(m, name) {
+	const tools = m.parts.filter((p) => p.type.startsWith('tool-') || p.type === 'dynamic-tool');
+	if (tools.length !== 1 || !isTool(tools[0], name)) {
+		fail(`want one ${name} tool part, have ${show(m.parts)}`);
+	}
+	return tools[0];
+}
+
+// quotes checks that the message's text quotes the tool's output once.
+function quotes(m, name, output) {
+	const want = `The ${name} tool returned: ${JSON.stringify(output)}.`;
+	const text = textOf(m);
+	if (text !== want) {
+		fail(`text ${JSON.stringify(text)}, want ${JSON.stringify(want)}`);
+	}
+}
+
+// sameAsServer checks the client's messages against the gateway's stored
+// conversation: same ids, roles and parts (types, tool states, texts, tool
+// calls and outputs). A tool part may be static (tool-<name>, what the
+// SDK builds from the stream's tool chunks) on one side and dynamic-tool
+// on the other (what agentd stores); a text part's state (streaming, done)
+// is the client's.
+async function sameAsServer(chat) {
+	const res = await fetch(`${base}/v1/chat/${chat.id}/messages`);
+	if (!res.ok) fail(`GET messages: ${res.status} ${await res.text()}`);
+	const stored = await res.json();
+	const norm = (ms) => ms.map((m) => ({
+		id: m.id,
+		role: m.role,
+		parts: m.parts.filter((p) => p.type !== 'step-start').map((p) => ({
+			type: p.type === 'dynamic-tool' ? `tool-${p.toolName}` : p.type,
+			state: p.type === 'text' ? undefined : p.state,
+			text: p.text,
+			toolCallId: p.toolCallId,
+			input: p.input,
+			output: p.output,
+		})),
+	}));
+	const got = JSON.stringify(norm(chat.messages));
+	const want = JSON.stringify(norm(stored));
+	if (got !== want) {
+		fail(`client messages differ from the stored conversation:\nclient ${show(norm(chat.messages))}\nstored ${show(norm(stored))}`);
+	}
+}
+
+const flows = {
+	// A server tool: the turn calls clock, agentd runs it, the answer
+	// quotes its output.
+	async server(id) {
+		const chat = newChat(id);
+		await chat.sendMessage({ text: '/tool clock {}' });
+		noErrors(chat);
+		const m = assistant(chat);
+		const call = oneTool(m, 'clock');
+		if (call.state !== 'output-available' || typeof call.output?.now !== 'string') {
+			fail(`clock part ${show(call)}, want output-available with the time`);
+		}
+		quotes(m, 'clock', call.output);
+		await sameAsServer(chat);
+	},
+
+	// A client tool: the request offers pick, the turn ends with the call,
+	// the client answers with addToolResult and the turn goes on in the
+	// same assistant message. It answers as soon as the stream ends, as an
+	// onToolCall handler or a quick user would: no pause.
+	async client(id) {
+		const chat = newChat(id, { tools: [pickTool], auto: ai.lastAssistantMessageIsCompleteWithToolCalls });
+		await chat.sendMessage({ text: '/tool pick {"n":1}' });
+		noErrors(chat);
+		let m = assistant(chat);
+		const call = oneTool(m, 'pick');
+		if (call.state !== 'input-available' || call.input?.n !== 1) {
+			fail(`pick part ${show(call)}, want input-available with {"n":1}`);
+		}
+		if (chat.status !== 'ready') fail(`status ${chat.status} after the tool call`);
+		await chat.addToolResult({ tool: 'pick', toolCallId: call.toolCallId, output: { picked: 7 } });
+		await chat.st.until('the answer quoting the pick', () => chat.status === 'ready' && textOf(chat.messages.at(-1)).length > 0 && chat.messages.at(-1).parts.at(-1).state === 'done');
+		noErrors(chat);
+		m = assistant(chat);
+		const done = oneTool(m, 'pick');
+		if (done.state !== 'output-available' || done.toolCallId !== call.toolCallId) {
+			fail(`pick part ${show(done)}, want output-available`);
+		}
+		quotes(m, 'pick', { picked: 7 });
+		await sameAsServer(chat);
+	},
+
+	// An approval: note asks for it, the client approves with
+	// addToolApprovalResponse and the note runs.
+	async approval(id) {
+		const chat = newChat(id, { auto: ai.lastAssistantMessageIsCompleteWithApprovalResponses });
+		await chat.sendMessage({ text: '/tool note {"text":"please approve"}' });
+		noErrors(chat);
+		let m = assistant(chat);
+		const call = oneTool(m, 'note');
+		if (call.state !== 'approval-requested' || !call.approval?.id) {
+			fail(`note part ${show(call)}, want approval-requested`);
+		}
+		await chat.addToolApprovalResponse({ id: call.approval.id, approved: true });
+		await chat.st.until('the answer quoting the note', () => chat.status === 'ready' && textOf(chat.messages.at(-1)).length > 0 && chat.messages.at(-1).parts.at(-1).state === 'done');
+		noErrors(chat);
+		m = assistant(chat);
+		const done = oneTool(m, 'note');
+		if (done.state !== 'output-available' || typeof done.output?.lines !== 'number') {
+			fail(`note part ${show(done)}, want output-available`);
+		}
+		quotes(m, 'note', done.output);
+		await sameAsServer(chat);
+	},
+
+	// Resume: while the clock tool runs, the client is dropped; a new
+	// client with the messages so far resumes the stream and ends with the
+	// whole message, each part once.
+	async resume(id) {
+		const first = newChat(id);
+		const sent = first.sendMessage({ text: '/tool clock {"delayMs":1500}' });
+		await first.st.until('the clock call', () => {
+			const m = first.messages.at(-1);
+			return m?.role === 'assistant' && m.parts.some((p) => isTool(p, 'clock') && p.state === 'input-available');
+		});
+		await first.stop(); // drops the connection; the turn goes on
+		await sent;
+		const sofar = first.messages;
+		if (sofar.at(-1).parts.some((p) => p.type === 'text' || p.state === 'output-available')) {
+			fail(`the first client saw the tool finish before it was dropped: ${show(sofar)}`);
+		}
+
+		const second = newChat(id, { messages: sofar });
+		await second.resumeStream();
+		noErrors(second);
+		const m = assistant(second);
+		if (m.id !== sofar.at(-1).id) fail(`resumed message id ${m.id}, want ${sofar.at(-1).id}`);
+		const call = oneTool(m, 'clock');
+		if (call.state !== 'output-available' || typeof call.output?.now !== 'string') {
+			fail(`clock part ${show(call)}, want output-available`);
+		}
+		quotes(m, 'clock', call.output);
+		const steps = m.parts.filter((p) => p.type === 'step-start').length;
+		if (steps !== 2) fail(`${steps} step-start parts, want 2 (the call, the answer): ${show(m.parts)}`);
+		await sameAsServer(second);
+	},
+};
+
+const run = ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume'];
+let failed = false;
+for (const name of run) {
+	const id = `${prefix}-${name}`;
+	const t0 = Date.now();
+	try {
+		await flows[name](id);
+	} catch (e) {
+		console.log(`FAIL ai@${version} ${name} (chat ${id}): ${e.stack ?? e}`);
+		failed = true;
+		continue;
+	}
+	console.log(`ok   ai@${version} ${name} (${Date.now() - t0} ms)`);
+}
+if (!hasApproval) console.log(`skip ai@${version} approval: this AI SDK has no tool approvals`);
+process.exit(failed ? 1 : 0);
