@@ -320,7 +320,7 @@ func (f *Follower) catchUp(ctx context.Context) error {
 				next = min(next, m.cursor)
 			}
 		}
-		f.logger.Info("projection behind the others, catching up", "projections", names(group), "from", lo, "to", next)
+		f.logger.Info("projection behind the others, catching up", "behind", names(group), "from", lo, "to", next)
 		if _, err := f.consume(ctx, group, lo, next); err != nil {
 			return err
 		}
@@ -606,7 +606,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 				}
 			}
 			if len(hit) > 0 {
-				f.logger.Error("skipping corrupt event", "seq", e.Seq, "subject", e.Subject, "projections", names(hit), "err", it.err)
+				f.logger.Error("skipping corrupt event", "seq", e.Seq, "subject", e.Subject, "views", names(hit), "err", it.err)
 			}
 			continue
 		}
