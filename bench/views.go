@@ -18,11 +18,11 @@ import (
 const (
 	viewsAgents  = 64
 	viewsRounds  = 2   // rebuilds per variant and size (alternated)
-	viewsRYW     = 300 // read-your-writes samples per variant and round
+	viewsRYW     = 300 // read-your-writes samples per variant and round (before -n)
 	viewsTurnsPB = 140 // chat turns (7 events each) per AppendBatch
 )
 
-// viewsSizes are the log sizes rebuilt, in events.
+// viewsSizes are the log sizes rebuilt, in events, before -n scales them.
 var viewsSizes = []int{40000, 200000}
 
 // viewsRebuild fills the events stream with chat turns (the seven events of
@@ -42,8 +42,9 @@ var viewsSizes = []int{40000, 200000}
 // schedules view to have applied it.
 func viewsRebuild(ctx context.Context, env *Env) (Result, error) {
 	var res Result
-	for _, n := range viewsSizes {
-		rows, err := viewsRebuildSize(ctx, env, n, n == viewsSizes[0])
+	for i, size := range viewsSizes {
+		n := max(7, env.Count(size, size))
+		rows, err := viewsRebuildSize(ctx, env, n, i == 0)
 		res.Rows = append(res.Rows, rows...)
 		if err != nil {
 			return res, err
@@ -75,7 +76,10 @@ func viewsRebuildSize(ctx context.Context, env *Env, n int, ryw bool) ([]Row, er
 	if err := alternate(viewsRounds, round(true, &ours, &oursLat), round(false, &base, &baseLat)); err != nil {
 		return nil, err
 	}
-	size := fmt.Sprintf("%dk", n/1000)
+	size := fmt.Sprint(n)
+	if n >= 1000 {
+		size = fmt.Sprintf("%dk", n/1000)
+	}
 	rows := []Row{{
 		Figure: "events/s rebuild " + size, Value: ours.rate(),
 		Baseline: "one Projector per view", BaselineValue: base.rate(),
@@ -249,7 +253,7 @@ func rebuildViews(ctx context.Context, env *Env, cfg eventlog.Config, shared, ry
 		return took, want, nil, errors.Join(err, stop())
 	}
 	if ryw {
-		for i := range viewsRYW {
+		for i := range max(10, env.Count(viewsRYW, viewsRYW)) {
 			t := time.Now()
 			seq, err := lg.Append(ctx, eventlog.Event{Agent: "v0", Type: "usage.recorded",
 				Data: json.RawMessage(fmt.Sprintf(`{"requestId":"ryw%d","input":1,"output":1}`, i))})
