@@ -65,14 +65,12 @@ func NewChatType(provider llm.Provider, tweak func(*chat.Config)) *ChatType {
 // Attach opens the chat read side and the chunk batcher with d.
 func (ct *ChatType) Attach(d *Daemon) error {
 	return d.OnStart(func(ctx context.Context, deps *Deps) error {
-		store, prs, err := chat.OpenStore(deps.Log)
+		store, streams, err := chat.AddStore(deps.Log, deps.Views)
 		if err != nil {
 			return err
 		}
-		for _, pr := range prs {
-			if err := d.AddProjector(pr); err != nil {
-				return err
-			}
+		if err := d.AddProjector(streams); err != nil {
+			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
 		ct.turns = chat.NewTurnLimiter(d.Config().MaxTurns)

@@ -120,7 +120,7 @@ func (h *Host) catchUp(ctx context.Context, agent string) error {
 	if err := h.table.WaitFor(ctx, seq); err != nil {
 		return err
 	}
-	return h.sched.Projector().WaitFor(ctx, seq)
+	return h.sched.WaitFor(ctx, seq)
 }
 
 func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error) {

@@ -41,6 +41,13 @@ type Deps struct {
 	// Ownership holds this node's partition leases: which agents it may
 	// run and write now.
 	Ownership *ownership.Manager
+	// Views is the Follower of the events stream: a StartFunc adds the
+	// projections of that stream to it (the runs, schedules and chat views
+	// are there), so one consumer feeds them all in one Pebble batch and
+	// read-your-writes waits on one cursor. The daemon runs it once every
+	// StartFunc returned, and holds /readyz at 503 until it is ready. A
+	// projection with a Projector of its own goes to Daemon.AddProjector.
+	Views *eventlog.Follower
 	// Logger is the daemon's logger.
 	Logger *slog.Logger
 	// Registerer receives metrics; they are served on /metrics.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +129,21 @@ func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
 	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
 	d.mu.projectors = append(d.mu.projectors, pr)
 	return nil
+}
+
+// addViews runs views, the follower of Deps.Views, like a component when a
+// StartFunc added projections to it, and holds /readyz until it is ready.
+func (d *Daemon) addViews(views *eventlog.Follower) error {
+	names := views.Names()
+	if len(names) == 0 {
+		return nil
+	}
+	for _, name := range names {
+		if err := d.AddReady(name, views.Ready()); err != nil {
+			return err
+		}
+	}
+	return d.Add("projections "+strings.Join(names, ","), views)
 }
 
 // AddReady holds /readyz at 503 until ready is closed. Use it for a view a
@@ -256,12 +272,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
+	views, err := r.lg.NewFollower()
+	if err != nil {
+		return fail(fmt.Errorf("agentd: open event log: %w", err))
+	}
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
-		Logger: d.cfg.Logger, Registerer: cfg.Registerer}
+		Views: views, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
 		if err := fn(ctx, deps); err != nil {
 			return fail(fmt.Errorf("agentd: start: %w", err))
 		}
+	}
+	if err := d.addViews(views); err != nil {
+		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
 	d.parts.seal()
 	return d.serve(ctx, ln, &r)

@@ -178,14 +178,11 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
 	}
-	table, pr, err := fiber.OpenTable(deps.Log)
+	table, err := fiber.AddTable(deps.Log, deps.Views)
 	if err != nil {
 		return err
 	}
 	h.table = table
-	if err := d.AddProjector(pr); err != nil {
-		return err
-	}
 	h.pool, err = keepalive.NewPool(keepalive.PoolConfig{
 		OnIdle:     h.touch,
 		Logger:     deps.Logger,
@@ -201,14 +198,12 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 		OnError:    h.scheduleFailed,
 		Logger:     deps.Logger,
 		Registerer: deps.Registerer,
+		Views:      deps.Views,
 	})
 	if err != nil {
 		return err
 	}
 	if err := d.Add("scheduler", h.sched); err != nil {
-		return err
-	}
-	if err := d.AddReady(keepalive.ProjectionName, h.sched.Ready()); err != nil {
 		return err
 	}
 	h.active = prometheus.NewGauge(prometheus.GaugeOpts{

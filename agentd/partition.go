@@ -102,7 +102,7 @@ func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
 	if err := h.table.WaitFor(ctx, last); err != nil {
 		return 0, err
 	}
-	if err := h.sched.Projector().WaitFor(ctx, last); err != nil {
+	if err := h.sched.WaitFor(ctx, last); err != nil {
 		return 0, err
 	}
 	rows, err := h.table.Rows("")

@@ -67,6 +67,7 @@ func scenarios() []Scenario {
 		{Name: "append-batch", Run: appendBatch},
 		{Name: "append-fenced", Run: appendFenced},
 		{Name: "projection-catchup", Run: projectionCatchup},
+		{Name: "views-rebuild", Run: viewsRebuild},
 		{Name: "fiber-run", Run: fiberRun},
 		{Name: "fiber-stash", Run: fiberStash},
 		{Name: "fiber-recovery", Run: fiberRecovery},

@@ -19,44 +19,98 @@ type Store struct {
 	interrupts *eventlog.View
 	turns      *eventlog.View
 
-	chunkPr  *eventlog.Projector   // streams
-	eventPrs []*eventlog.Projector // the others, all on the events stream
+	chunkPr  *eventlog.Projector // streams
+	eventPrs []waiter            // the others, all on the events stream
 }
 
-// OpenStore registers the chat projections on lg and returns the Store and
-// the projectors, which the caller runs (Run) and waits for (Ready) before
-// using the Store. Call it once per Log.
+// waiter is what a Store waits on: a Projector or a Follower.
+type waiter interface {
+	Ready() <-chan struct{}
+	WaitFor(ctx context.Context, seq eventlog.Seq) error
+}
+
+// eventProjections are the chat projections of the events stream.
+func eventProjections() []eventlog.Projection {
+	return []eventlog.Projection{
+		MessagesProjection(), StateProjection(), UsageProjection(),
+		InterruptsProjection(), TurnsProjection(),
+	}
+}
+
+// AddStore registers the chat projections of the events stream (messages,
+// state, usage, interrupts, turns) on views, a Follower of lg's events
+// stream, and the stream metadata projection of the chunks stream on a
+// Projector of its own, returned. The caller runs both (Run) and waits for
+// them (WaitReady) before using the Store; WaitFor then waits on views' one
+// cursor. Call it once per Log.
+func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Projector, error) {
+	s := &Store{eventPrs: []waiter{views}}
+	var err error
+	if s.chunkPr, err = lg.NewProjector(StreamsProjection()); err != nil {
+		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	v, err := lg.View(StreamsProjectionName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	s.streams = NewStreams(v)
+	for _, p := range eventProjections() {
+		if err := views.Add(p); err != nil {
+			return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		}
+		if err := s.setView(lg, p.Name); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s, s.chunkPr, nil
+}
+
+func (s *Store) setView(lg *eventlog.Log, name string) error {
+	v, err := lg.View(name)
+	if err != nil {
+		return fmt.Errorf("chat: open store: %w", err)
+	}
+	switch name {
+	case MessagesProjectionName:
+		s.messages = v
+	case StateProjectionName:
+		s.state = v
+	case UsageProjectionName:
+		s.usage = v
+	case InterruptsProjectionName:
+		s.interrupts = v
+	case TurnsProjectionName:
+		s.turns = v
+	}
+	return nil
+}
+
+// OpenStore registers the chat projections on lg, each on a Projector of its
+// own, and returns the Store and the projectors, which the caller runs (Run)
+// and waits for (Ready) before using the Store; WaitFor then waits on the
+// five projectors of the events stream. AddStore feeds them from one
+// Follower instead, which a process should prefer. Call it once per Log.
 func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 	s := &Store{}
-	var all []*eventlog.Projector
-	for _, p := range []eventlog.Projection{
-		StreamsProjection(), MessagesProjection(), StateProjection(),
-		UsageProjection(), InterruptsProjection(), TurnsProjection(),
-	} {
+	var err error
+	if s.chunkPr, err = lg.NewProjector(StreamsProjection()); err != nil {
+		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	v, err := lg.View(StreamsProjectionName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	s.streams = NewStreams(v)
+	all := []*eventlog.Projector{s.chunkPr}
+	for _, p := range eventProjections() {
 		pr, err := lg.NewProjector(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
 		}
-		v, err := lg.View(p.Name)
-		if err != nil {
-			return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		if err := s.setView(lg, p.Name); err != nil {
+			return nil, nil, err
 		}
 		all = append(all, pr)
-		switch p.Name {
-		case StreamsProjectionName:
-			s.streams, s.chunkPr = NewStreams(v), pr
-			continue
-		case MessagesProjectionName:
-			s.messages = v
-		case StateProjectionName:
-			s.state = v
-		case UsageProjectionName:
-			s.usage = v
-		case InterruptsProjectionName:
-			s.interrupts = v
-		case TurnsProjectionName:
-			s.turns = v
-		}
 		s.eventPrs = append(s.eventPrs, pr)
 	}
 	return s, all, nil
@@ -65,7 +119,7 @@ func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 // WaitReady blocks until every projection has caught up with the log as it
 // was when its projector started, or ctx is done.
 func (s *Store) WaitReady(ctx context.Context) error {
-	for _, pr := range append([]*eventlog.Projector{s.chunkPr}, s.eventPrs...) {
+	for _, pr := range append([]waiter{s.chunkPr}, s.eventPrs...) {
 		select {
 		case <-pr.Ready():
 		case <-ctx.Done():
@@ -77,7 +131,8 @@ func (s *Store) WaitReady(ctx context.Context) error {
 
 // WaitFor blocks until every projection of the events stream (messages,
 // state, usage, interrupts, turns) has applied sequence seq of the events
-// stream: read-your-writes after an append.
+// stream: read-your-writes after an append. With AddStore that is one
+// cursor, the Follower's.
 func (s *Store) WaitFor(ctx context.Context, seq eventlog.Seq) error {
 	for _, pr := range s.eventPrs {
 		if err := pr.WaitFor(ctx, seq); err != nil {

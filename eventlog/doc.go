@@ -19,7 +19,13 @@
 // A Projection is a name, a schema version, a Filter and an Apply function
 // over a Batch. A Projector follows the log from the projection's cursor+1
 // with an ordered consumer and commits each group of events' rows together
-// with the new cursor in one synced Pebble batch.
+// with the new cursor in one synced Pebble batch. A Follower does the same
+// for several projections of one stream with one consumer: each event is
+// read once and applied to every projection whose Filter matches, their rows
+// and cursors go into one batch, and read-your-writes waits on one cursor.
+// A Projector is a Follower of one projection. A projection whose cursor is
+// behind the others' (new, Version changed, Rebuild) catches up alone to
+// them, then the Follower goes on with all of them.
 //
 // # Invariants
 //
@@ -43,8 +49,8 @@
 //     so JetStream's dedup stores the event once.
 //   - A scan that yields no error saw every row: read errors (ErrClosed
 //     after Close, I/O errors) are yielded, never taken for the end.
-//   - Projector.WaitFor never outlives Run: once Run returned it returns
-//     Run's error, or ErrStopped after a clean stop.
+//   - Projector.WaitFor and Follower.WaitFor never outlive Run: once Run
+//     returned they return Run's error, or ErrStopped after a clean stop.
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

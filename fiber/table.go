@@ -212,6 +212,20 @@ func OpenTable(lg *eventlog.Log) (*Table, *eventlog.Projector, error) {
 	return NewTable(v, pr), pr, nil
 }
 
+// AddTable adds RunsProjection to views, a Follower of lg's events stream,
+// and returns its Table, which waits on views: the caller runs views before
+// using the Table, and stops it before closing lg.
+func AddTable(lg *eventlog.Log, views *eventlog.Follower) (*Table, error) {
+	if err := views.Add(RunsProjection()); err != nil {
+		return nil, fmt.Errorf("fiber: open runs table: %w", err)
+	}
+	v, err := lg.View(RunsName)
+	if err != nil {
+		return nil, fmt.Errorf("fiber: open runs table: %w", err)
+	}
+	return NewTable(v, views), nil
+}
+
 // Ready is closed once the runs projection has caught up with the log as it
 // was when its projector started.
 func (t *Table) Ready() <-chan struct{} { return t.pr.Ready() }

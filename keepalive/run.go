@@ -10,8 +10,9 @@ import (
 	"github.com/forever-agents/forever/internal/backoff"
 )
 
-// Run runs the schedules projector and fires due schedules until ctx is done
-// (returning nil) or the projector stops with an error (returning it). On
+// Run runs the schedules projector (unless SchedulerConfig.Views feeds the
+// view) and fires due schedules until ctx is done (returning nil) or the
+// projector stops with an error (returning it). On
 // start it catches the view up with the log; schedules that came due while no
 // Scheduler ran fire at once. Before returning it waits for the callbacks in
 // flight, each at most until its CallbackTimeout; their ctx is cancelled, and
@@ -25,6 +26,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.stop()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if s.pr == nil {
+		// The schedules view is fed by SchedulerConfig.Views, whose owner
+		// runs it and reports its errors.
+		s.loop(ctx, nil)
+		cancel()
+		s.fires.Wait()
+		return nil
+	}
 	prDone := make(chan error, 1)
 	go func() { prDone <- s.pr.Run(ctx) }()
 	prErr, prReturned := s.loop(ctx, prDone)
@@ -40,7 +49,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // ctx is done or the projector returned (prReturned).
 func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error, prReturned bool) {
 	select {
-	case <-s.pr.Ready():
+	case <-s.views.Ready():
 	case prErr = <-prDone:
 		return prErr, true
 	case <-ctx.Done():
@@ -49,7 +58,7 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 	for {
 		now := s.cfg.Clock.Now()
 		next := s.dispatch(ctx, now)
-		cursor := s.pr.Cursor()
+		cursor := s.views.Cursor()
 		var timer Timer
 		var due <-chan time.Time
 		if !next.IsZero() {
@@ -67,7 +76,7 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 		changed, watched := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(watched)
-			if s.pr.WaitFor(wctx, cursor+1) == nil {
+			if s.views.WaitFor(wctx, cursor+1) == nil {
 				close(changed)
 			}
 		}()

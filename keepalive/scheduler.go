@@ -91,6 +91,12 @@ type SchedulerConfig struct {
 	// forever_keepalive_callbacks_hung_total counts it. It also bounds how
 	// long Run waits for a callback when it stops. Default 5m.
 	CallbackTimeout time.Duration
+	// Views, when set, is the Follower of the events stream the schedules
+	// projection joins (NewScheduler adds it), so the schedules view is fed
+	// by the same consumer and batch as the process's other views. Its owner
+	// runs it; Run then only waits for it, and Projector returns nil. When
+	// nil, the Scheduler has its own Projector, run by Run.
+	Views *eventlog.Follower
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Nil means not registered.
@@ -149,7 +155,8 @@ type Scheduler struct {
 	cfg     SchedulerConfig
 	logger  *slog.Logger
 	metrics *schedulerMetrics
-	pr      *eventlog.Projector
+	pr      *eventlog.Projector // own projector, nil with SchedulerConfig.Views
+	views   views               // pr or SchedulerConfig.Views
 	view    *eventlog.View
 
 	writes  chan struct{} // a one-slot semaphore serialising Schedule and Cancel
@@ -186,8 +193,16 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	s.mu.inFlight = map[string]struct{}{}
-	if s.pr, err = cfg.Log.NewProjector(s.Projection()); err != nil {
-		return nil, fmt.Errorf("keepalive: %w", err)
+	if cfg.Views != nil {
+		if err := cfg.Views.Add(s.Projection()); err != nil {
+			return nil, fmt.Errorf("keepalive: %w", err)
+		}
+		s.views = cfg.Views
+	} else {
+		if s.pr, err = cfg.Log.NewProjector(s.Projection()); err != nil {
+			return nil, fmt.Errorf("keepalive: %w", err)
+		}
+		s.views = s.pr
 	}
 	if s.view, err = cfg.Log.View(ProjectionName); err != nil {
 		return nil, fmt.Errorf("keepalive: %w", err)
@@ -201,12 +216,28 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 // elsewhere (tools, tests).
 func (s *Scheduler) Projection() eventlog.Projection { return projection(s.logger) }
 
-// Projector returns the Scheduler's projector, run by Run. Use it to wait for
-// the view (Ready, WaitFor) or to Rebuild it.
+// views is what a Scheduler waits on: its own Projector or the Follower of
+// SchedulerConfig.Views.
+type views interface {
+	Ready() <-chan struct{}
+	Cursor() eventlog.Seq
+	WaitFor(ctx context.Context, seq eventlog.Seq) error
+}
+
+// Projector returns the Scheduler's own projector, run by Run, or nil when
+// the schedules view is fed by SchedulerConfig.Views. Use it to Rebuild the
+// view; use WaitFor and Ready to wait for it.
 func (s *Scheduler) Projector() *eventlog.Projector { return s.pr }
 
-// Ready is closed once Run has caught the schedules view up with the log.
-func (s *Scheduler) Ready() <-chan struct{} { return s.pr.Ready() }
+// Ready is closed once the schedules view caught up with the log.
+func (s *Scheduler) Ready() <-chan struct{} { return s.views.Ready() }
+
+// WaitFor blocks until the schedules view has applied stream sequence seq,
+// ctx is done, or the projector stopped (an error wrapping
+// eventlog.ErrStopped, or its error).
+func (s *Scheduler) WaitFor(ctx context.Context, seq eventlog.Seq) error {
+	return s.views.WaitFor(ctx, seq)
+}
 
 // Schedule stores a schedule for agent and returns it once the schedules view
 // shows it. Run must be running (Schedule waits for Ready).
@@ -331,7 +362,7 @@ func (s *Scheduler) lockWrites(ctx context.Context) error {
 		return ErrStopped
 	}
 	select {
-	case <-s.pr.Ready():
+	case <-s.views.Ready():
 	case <-s.stopped.Done():
 		return ErrStopped
 	case <-ctx.Done():
@@ -354,7 +385,7 @@ func (s *Scheduler) waitApplied(ctx context.Context, seq eventlog.Seq) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.stopped, cancel)()
-	err := s.pr.WaitFor(wctx, seq)
+	err := s.views.WaitFor(wctx, seq)
 	if err != nil && ctx.Err() == nil && s.stopped.Err() != nil {
 		return fmt.Errorf("%w: the schedule event is stored at seq %d", ErrStopped, seq)
 	}

@@ -121,3 +121,25 @@ func RunProjector(t testing.TB, pr *eventlog.Projector) {
 		t.Fatalf("projector %s not ready", pr.Name())
 	}
 }
+
+// RunFollower is RunProjector for a Follower.
+func RunFollower(t testing.TB, f *eventlog.Follower) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("follower %v: %v", f.Names(), err)
+		}
+	})
+	select {
+	case <-f.Ready():
+	case err := <-done:
+		done <- nil // let the cleanup return
+		t.Fatalf("follower %v stopped: %v", f.Names(), err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("follower %v not ready", f.Names())
+	}
+}

@@ -1,0 +1,691 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// maxApply is the most events committed in one Pebble batch while catching
+// up. Each commit still holds the rows and the cursors of every event in it.
+const maxApply = 512
+
+// Follower keeps several projections of one JetStream stream up to date with
+// one ordered consumer: it reads each event once, applies it to every
+// projection whose Filter matches, and commits a group of events' rows of
+// every projection together with their cursors in one synced Pebble batch.
+// Read-your-writes then waits on one cursor (WaitFor) however many views
+// there are, and rebuilding them all reads the stream once.
+//
+// Create it with Log.NewFollower, register projections with Add, then run it
+// with Run. Its other methods are safe for concurrent use.
+//
+// Every projection keeps its own stored cursor, version and origin, written
+// in the same batch as its rows, so each view on its own still satisfies the
+// package invariants and the Pebble layout is the one a Projector writes: a
+// view can move between a Projector and a Follower without a rebuild. In
+// steady state all cursors are equal. A view that is behind the others (new,
+// its Version changed, built from another stream, or rebuilt with Rebuild)
+// catches up alone, from its cursor to the others', before the Follower
+// resumes following with all of them: the others wait meanwhile (their
+// WaitFor included), which at catch-up speed costs about a second per 200k
+// events of the stream.
+type Follower struct {
+	l         *Log
+	ready     chan struct{}
+	rebuildCh chan rebuildReq
+
+	// Set by Add before Run, read-only once Run started.
+	stream  string    // the JetStream stream every projection reads
+	wide    string    // every subject of stream
+	members []*member // in Add order
+	// Set by Run.
+	logger *slog.Logger
+	origin uint64 // the stream's creation time
+
+	mu struct {
+		sync.Mutex
+		started bool
+		cursor  Seq // the lowest cursor of the projections
+		isReady bool
+		changed chan struct{} // closed and replaced when cursor moves
+		err     error         // set when Run returned: why it stopped
+	}
+}
+
+// member is one projection of a Follower.
+type member struct {
+	p       Projection
+	subject string // the subject its Filter selects
+	all     bool   // subject is every subject of the stream
+	keys    struct{ cursor, version, origin, data []byte }
+	cursor  Seq   // owned by Run's goroutine
+	batch   Batch // reused by commit
+}
+
+type rebuildReq struct {
+	name string
+	done chan error
+}
+
+// followed is an event the follow goroutine hands to the apply loop, with
+// its decode error.
+type followed struct {
+	e   Event
+	err error
+}
+
+// NewFollower returns an empty Follower. Errors: ErrInvalid for a Log
+// without Dir.
+func (l *Log) NewFollower() (*Follower, error) {
+	if l.db == nil {
+		return nil, invalidf("follower: the log was opened without Dir")
+	}
+	f := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq)}
+	f.mu.changed = make(chan struct{})
+	return f, nil
+}
+
+// Add registers p; call it before Run. Every projection of a Follower reads
+// the same JetStream stream (the events stream, or with Filter.Chunks or
+// Filter.Stream the chunks stream), and names are unique within the Log.
+// Errors: ErrInvalid for a bad name, a missing Apply, a duplicate name, a
+// projection of the other stream, or a Follower already run.
+func (f *Follower) Add(p Projection) error {
+	if !ValidToken(p.Name) || p.Apply == nil {
+		return invalidf("projection %q: need a token name and an Apply func", p.Name)
+	}
+	subject, stream, err := f.l.filter(p.Filter)
+	if err != nil {
+		return fmt.Errorf("projection %q: %w", p.Name, err)
+	}
+	wide, _, _ := f.l.filter(Filter{Chunks: stream == f.l.cfg.ChunksStream})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.started {
+		return invalidf("projection %q: add to a follower that already ran", p.Name)
+	}
+	if f.stream != "" && f.stream != stream {
+		return invalidf("projection %q reads stream %s, the follower's others read %s", p.Name, stream, f.stream)
+	}
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	if f.l.mu.projections[p.Name] {
+		return invalidf("projection %q registered twice", p.Name)
+	}
+	f.l.mu.projections[p.Name] = true
+	m := &member{p: p, subject: subject, all: subject == wide}
+	base := projPrefix(p.Name)
+	m.keys.cursor = append(append([]byte{}, base...), 'c')
+	m.keys.version = append(append([]byte{}, base...), 'v')
+	m.keys.origin = append(append([]byte{}, base...), 'o')
+	m.keys.data = append(append([]byte{}, base...), 'd')
+	f.stream, f.wide = stream, wide
+	f.members = append(f.members, m)
+	return nil
+}
+
+// Names returns the names of the projections added, in Add order. The caller
+// owns the slice.
+func (f *Follower) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, len(f.members))
+	for i, m := range f.members {
+		names[i] = m.p.Name
+	}
+	return names
+}
+
+// Ready is closed once every projection has caught up with the last event
+// stored when Run started (or when the views behind caught up with the
+// others, if that was later).
+func (f *Follower) Ready() <-chan struct{} { return f.ready }
+
+// Cursor returns the last stream sequence applied by every projection: the
+// lowest of their cursors.
+func (f *Follower) Cursor() Seq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.cursor
+}
+
+// WaitFor blocks until every projection has applied sequence seq (an event
+// of the stream they read), ctx is done (ctx's error), or Run returned: with
+// Run's error, or an error wrapping ErrStopped when Run stopped because its
+// ctx ended. A WaitFor before Run started waits for it.
+func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
+	for {
+		f.mu.Lock()
+		cur, ch, err := f.mu.cursor, f.mu.changed, f.mu.err
+		f.mu.Unlock()
+		if cur >= seq {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Rebuild drops the rows and cursor of the projection called name, and
+// replays the log for it alone from sequence 1 up to the others' cursor;
+// then the Follower goes on with all of them. It returns once the drop is
+// committed; WaitFor then waits for the replay too. Run must be running.
+// Errors: ErrInvalid when no projection of f is called name, a Pebble
+// error, or ctx's.
+func (f *Follower) Rebuild(ctx context.Context, name string) error {
+	if !slices.Contains(f.Names(), name) {
+		return invalidf("rebuild: no projection %q in this follower", name)
+	}
+	done := make(chan error, 1)
+	select {
+	case f.rebuildCh <- rebuildReq{name: name, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// what names the follower in errors.
+func (f *Follower) what() string {
+	if len(f.members) == 1 {
+		return fmt.Sprintf("projection %q", f.members[0].p.Name)
+	}
+	names := make([]string, len(f.members))
+	for i, m := range f.members {
+		names[i] = m.p.Name
+	}
+	return "projections " + strings.Join(names, ",")
+}
+
+// Run applies events until ctx is done (returning nil) or an Apply or Pebble
+// error stops it. Corrupt stored events are skipped: logged, counted in
+// forever_eventlog_corrupt_events_total for each projection they would have
+// reached, and the cursors move past them, so the stream, which still holds
+// them, loses nothing. Errors: ErrInvalid when no projection was added.
+//
+// Once Run returned, WaitFor no longer waits (see WaitFor).
+func (f *Follower) Run(ctx context.Context) error {
+	f.mu.Lock()
+	f.mu.started = true
+	f.mu.err = nil // a Run after an earlier one returned
+	f.mu.Unlock()
+	if len(f.members) == 0 {
+		return invalidf("follower: no projection added")
+	}
+	if len(f.members) == 1 {
+		f.logger = f.l.logger.With("subsystem", "projection", "projection", f.members[0].p.Name)
+	} else {
+		f.logger = f.l.logger.With("subsystem", "projection", "stream", f.stream, "projections", strings.Join(f.Names(), ","))
+	}
+	err := f.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = nil
+	}
+	stopped := fmt.Errorf("%w: %s", ErrStopped, f.what())
+	if err != nil {
+		stopped = fmt.Errorf("%s stopped: %w", f.what(), err)
+	}
+	f.mu.Lock()
+	f.mu.err = stopped
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	f.mu.Unlock()
+	return err
+}
+
+func (f *Follower) run(ctx context.Context) error {
+	if err := f.open(ctx); err != nil {
+		return err
+	}
+	f.publish()
+	for {
+		if err := f.catchUp(ctx); err != nil {
+			return err
+		}
+		req, err := f.consume(ctx, f.members, f.head(), 0)
+		if err != nil || req == nil {
+			return err
+		}
+		m := f.member(req.name)
+		err = f.drop(m)
+		if err == nil {
+			// Before replying, so a WaitFor after Rebuild waits for the replay.
+			m.cursor = 0
+			f.publish()
+		}
+		req.done <- err
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (f *Follower) member(name string) *member {
+	for _, m := range f.members {
+		if m.p.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// head returns the highest cursor: where the projections that are caught up
+// stand.
+func (f *Follower) head() Seq {
+	var h Seq
+	for _, m := range f.members {
+		h = max(h, m.cursor)
+	}
+	return h
+}
+
+// catchUp brings the projections behind up to the head, the lowest ones
+// first: each step replays the events from the lowest cursor up to the next
+// one for the projections at the lowest, which then join the next.
+func (f *Follower) catchUp(ctx context.Context) error {
+	target := f.head()
+	for {
+		lo := target
+		for _, m := range f.members {
+			lo = min(lo, m.cursor)
+		}
+		if lo >= target {
+			return nil
+		}
+		next := target
+		var group []*member
+		for _, m := range f.members {
+			if m.cursor == lo {
+				group = append(group, m)
+			} else {
+				next = min(next, m.cursor)
+			}
+		}
+		f.logger.Info("projection behind the others, catching up", "behind", names(group), "from", lo, "to", next)
+		if _, err := f.consume(ctx, group, lo, next); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func names(ms []*member) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = m.p.Name
+	}
+	return strings.Join(s, ",")
+}
+
+// open checks each projection's schema version and that its stored view was
+// built from this very stream, drops stale ones, and loads the cursors.
+//
+// A view built from another stream is dropped and rebuilt: one whose stream
+// was deleted and created again (its creation time differs), or one whose
+// cursor is past the stream's last sequence (the JetStream store was
+// replaced, or lost acknowledged writes in a power failure under sync
+// interval). Kept, such a view would hold events the log no longer has and
+// skip the new events that reuse their sequences.
+func (f *Follower) open(ctx context.Context) error {
+	info, err := f.l.stream(f.stream).Info(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: stream info: %w", f.what(), err)
+	}
+	f.origin = uint64(info.Created.UnixNano())
+	last := Seq(info.State.LastSeq)
+	release, err := f.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
+	for _, m := range f.members {
+		if m.cursor, err = f.openMember(m, last); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openMember is open for one projection. REQUIRES: the DB in use (useDB).
+func (f *Follower) openMember(m *member, last Seq) (Seq, error) {
+	db := f.l.db
+	logger := f.logger.With("projection", m.p.Name)
+	v, err := get(db, m.keys.version)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// New projection, or one whose Pebble data was deleted.
+		return 0, f.drop(m)
+	case err != nil:
+		return 0, err
+	}
+	stored, derr := decodeUint("schema version of "+m.p.Name, v)
+	if derr != nil || stored != uint64(m.p.Version) {
+		logger.Info("projection schema changed, rebuilding from the log", "stored", stored, "version", m.p.Version)
+		return 0, f.drop(m)
+	}
+	cur, err := m.loadCursor(db)
+	if err != nil {
+		return 0, err
+	}
+	o, err := get(db, m.keys.origin)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Stored before origins were recorded: adopt this stream.
+		if err := db.Set(m.keys.origin, encodeUint(f.origin), pebble.Sync); err != nil {
+			return 0, err
+		}
+	case err != nil:
+		return 0, err
+	default:
+		if origin, derr := decodeUint("stream origin of "+m.p.Name, o); derr != nil || origin != f.origin {
+			logger.Warn("projection was built from another stream (deleted and created again), rebuilding from the log", "stream", f.stream)
+			return 0, f.drop(m)
+		}
+	}
+	if cur > last {
+		logger.Warn("projection is ahead of its stream (store replaced, or acknowledged writes lost), rebuilding from the log",
+			"stream", f.stream, "cursor", cur, "last", last)
+		return 0, f.drop(m)
+	}
+	return cur, nil
+}
+
+// loadCursor reads the stored cursor, 0 when there is none.
+func (m *member) loadCursor(db pebble.Reader) (Seq, error) {
+	c, err := get(db, m.keys.cursor)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	cur, err := decodeUint("cursor of "+m.p.Name, c)
+	if err != nil {
+		return 0, err
+	}
+	return Seq(cur), nil
+}
+
+// drop deletes m's rows and cursor and records its schema version and the
+// stream's origin, in one synced batch.
+func (f *Follower) drop(m *member) error {
+	release, err := f.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
+	b := f.l.db.NewBatch()
+	defer b.Close()
+	base := projPrefix(m.p.Name)
+	if err := b.DeleteRange(base, prefixEnd(base), nil); err != nil {
+		return err
+	}
+	if err := b.Set(m.keys.version, encodeUint(uint64(m.p.Version)), nil); err != nil {
+		return err
+	}
+	if err := b.Set(m.keys.origin, encodeUint(f.origin), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
+	}
+	return nil
+}
+
+// consume applies to group the events after sequence after. With upto 0 it
+// follows the stream live until ctx ends (nil, nil), an error, or a rebuild
+// request (returned to the caller, which drops and calls again). With upto
+// set it stops once every event up to upto was applied, and leaves group's
+// cursors at upto.
+func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq) (*rebuildReq, error) {
+	subject := f.wide
+	if len(group) == 1 || allSame(group) {
+		subject = group[0].subject
+	}
+	target, err := f.l.lastSeq(ctx, f.stream, subject)
+	if err != nil {
+		return nil, err
+	}
+	rebuilds := f.rebuildCh
+	if upto > 0 {
+		rebuilds = nil // a catch-up runs to its end
+		// No event matching subject after target exists before upto: new
+		// events come after the stream's last, which upto (a cursor of this
+		// stream) does not exceed.
+		target = min(target, upto)
+		if target <= after {
+			return nil, f.commit(group, nil, upto)
+		}
+	} else if after >= target {
+		f.markReady()
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	ch := make(chan followed, maxApply)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		f.pump(fctx, subject, after, ch)
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	items := make([]followed, 0, maxApply)
+	for {
+		items = items[:0]
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case req := <-rebuilds:
+			cancel()
+			wg.Wait()
+			return &req, nil
+		case it, ok := <-ch:
+			if !ok {
+				return nil, ctx.Err()
+			}
+			items = append(items, it)
+		}
+	drain:
+		for len(items) < maxApply {
+			select {
+			case it, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				items = append(items, it)
+			default:
+				break drain
+			}
+		}
+		if upto > 0 {
+			// Stop at target, or when nothing more was stored (the event at
+			// target was removed meanwhile).
+			n := 0
+			for n < len(items) && items[n].e.Seq <= target {
+				n++
+			}
+			last := items[max(n-1, 0)].e
+			if n < len(items) || last.Seq >= target || last.Pending == 0 {
+				return nil, f.commit(group, items[:n], upto)
+			}
+		}
+		last := items[len(items)-1].e
+		if err := f.commit(group, items, last.Seq); err != nil {
+			return nil, err
+		}
+		for _, m := range group {
+			f.l.metrics.lag.WithLabelValues(m.p.Name).Set(float64(last.Pending))
+		}
+		if upto == 0 && (last.Seq >= target || last.Pending == 0) {
+			f.markReady()
+		}
+	}
+}
+
+func allSame(group []*member) bool {
+	for _, m := range group[1:] {
+		if m.subject != group[0].subject {
+			return false
+		}
+	}
+	return true
+}
+
+// pump sends the events of subject after sequence after to ch until ctx
+// ends. The ordered consumer resets itself on gaps and reconnects; if its
+// iterator ends anyway, pump starts a new one after the last delivered event.
+func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<- followed) {
+	for ctx.Err() == nil {
+		for e, err := range f.l.follow(ctx, f.stream, subject, after) {
+			var ce *CorruptError
+			if err != nil && !errors.As(err, &ce) {
+				if ctx.Err() != nil {
+					return
+				}
+				f.logger.Warn("follow", "err", err)
+				break
+			}
+			select {
+			case ch <- followed{e, err}:
+				after = e.Seq
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// commit applies items to every projection of group whose Filter matches
+// them and sets their cursors to cursor, in one synced batch.
+func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
+	release, err := f.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
+	b := f.l.db.NewIndexedBatch()
+	defer b.Close()
+	for _, m := range group {
+		m.batch = Batch{b: b, prefix: m.keys.data}
+	}
+	for _, it := range items {
+		e := it.e
+		if it.err != nil {
+			var hit []*member
+			for _, m := range group {
+				if m.matches(e.Subject) {
+					f.l.metrics.corrupt.WithLabelValues(m.p.Name).Inc()
+					hit = append(hit, m)
+				}
+			}
+			if len(hit) > 0 {
+				f.logger.Error("skipping corrupt event", "seq", e.Seq, "subject", e.Subject, "views", names(hit), "err", it.err)
+			}
+			continue
+		}
+		for _, m := range group {
+			if !m.matches(e.Subject) {
+				continue
+			}
+			if err := m.p.Apply(&m.batch, e); err != nil {
+				if len(f.members) > 1 {
+					return fmt.Errorf("projection %q: apply %s at seq %d: %w", m.p.Name, e.Type, e.Seq, err)
+				}
+				return fmt.Errorf("apply %s at seq %d: %w", e.Type, e.Seq, err)
+			}
+		}
+	}
+	c := encodeUint(uint64(cursor))
+	for _, m := range group {
+		if err := b.Set(m.keys.cursor, c, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
+	}
+	for _, m := range group {
+		m.cursor = cursor
+		f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(cursor))
+	}
+	f.publish()
+	return nil
+}
+
+// matches reports whether m's Filter selects an event stored on subject.
+func (m *member) matches(subject string) bool {
+	if m.all {
+		return true
+	}
+	return subjectMatch(m.subject, subject)
+}
+
+// subjectMatch reports whether subject matches pattern, whose tokens are
+// literal or "*".
+func subjectMatch(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		s, srest, smore := strings.Cut(subject, ".")
+		if p != "*" && p != s {
+			return false
+		}
+		if !pmore || !smore {
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
+	}
+}
+
+// publish makes the lowest cursor visible to WaitFor and Cursor.
+// REQUIRES: called from Run's goroutine (it reads the members' cursors).
+func (f *Follower) publish() {
+	cur := f.members[0].cursor
+	for _, m := range f.members[1:] {
+		cur = min(cur, m.cursor)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur == f.mu.cursor {
+		return
+	}
+	f.mu.cursor = cur
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+}
+
+func (f *Follower) markReady() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.mu.isReady {
+		f.mu.isReady = true
+		close(f.ready)
+		f.logger.Info("projection ready", "cursor", f.mu.cursor)
+	}
+}
