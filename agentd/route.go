@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,11 +61,24 @@ func (h *Host) route(ctx context.Context, cmd Command) (any, error) {
 		var err error
 		var out any
 		owner, known := h.own.Owner(p)
+		if !h.owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
+			// The cache says nobody, or a node that left: during a
+			// handoff the lease bucket's watcher can lag seconds behind
+			// (its stream changes leader), so ask the server.
+			if l, ok, err := h.own.Lookup(ctx, p); err == nil {
+				owner, known = l, ok
+			}
+		}
 		switch {
 		case h.owns(cmd.Agent):
 			out, err = h.local(ctx, cmd)
-		case known && owner.Node != h.own.Node():
+		case known && owner.Node != h.own.Node() && slices.Contains(h.own.Nodes(), owner.Node):
 			out, err = h.forward(ctx, owner.Node, cmd)
+		case known && owner.Node != h.own.Node():
+			// The owner's node key is gone: it is handing off (SIGTERM) or
+			// dead. A forward could hang on a draining connection; wait for
+			// the partition's next owner instead, as between owners.
+			err = fmt.Errorf("%w: owner %s of partition %d is leaving", eventlog.ErrNotOwner, owner.Node, p)
 		default:
 			err = h.notOwner(cmd.Agent, p)
 		}
@@ -120,7 +134,13 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, erro
 // here or fail with 503; they are never forwarded again.
 func (h *Host) serveNode(ctx context.Context) (func() error, error) {
 	sub, err := h.deps.Conn.Subscribe(h.nodeSubject(h.own.Node(), "*", "*"), func(m *nats.Msg) {
-		go h.answerForwarded(ctx, m)
+		// Tracked with the service's commands, so the node answers them
+		// before its connection drains at shutdown.
+		h.handling.Add(1)
+		go func() {
+			defer h.handling.Done()
+			h.answerForwarded(ctx, m)
+		}()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agentd: subscribe to forwarded commands: %w", err)

@@ -55,8 +55,11 @@ func (h *Host) startService(_ context.Context, d *Daemon, deps *Deps) error {
 		case <-ctx.Done():
 			stopErr = svc.Stop()
 		}
-		h.handling.Wait() // their ctx ended with the host's
-		return errors.Join(unsub(), stopErr)
+		// No new forwarded command after this; those running answer (their
+		// ctx ended with the host's) before the connection drains.
+		unsubErr := unsub()
+		h.handling.Wait()
+		return errors.Join(unsubErr, stopErr)
 	}))
 }
 

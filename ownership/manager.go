@@ -158,6 +158,21 @@ func (m *Manager) Owner(p int) (Lease, bool) {
 	return c.lease, ok
 }
 
+// Lookup reads partition p's lease from the server rather than from the
+// watched cache, which lags while the lease bucket's stream changes leader
+// (its watcher's consumer is reset). ok is false when no lease is held.
+func (m *Manager) Lookup(ctx context.Context, p int) (l Lease, ok bool, err error) {
+	e, err := m.kv.Get(ctx, leaseKey(p))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("ownership: read the lease of partition %d: %w", p, err)
+	}
+	l, ok = parseLease(e.Key(), e.Value(), e.Revision())
+	return l, ok, nil
+}
+
 // OwnedCount returns how many partitions this node holds.
 func (m *Manager) OwnedCount() int {
 	m.mu.Lock()
