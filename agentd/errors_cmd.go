@@ -52,6 +52,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, ErrTimeout):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
+		errors.Is(err, eventlog.ErrStorageFull),
 		eventlog.Unavailable(err):
 		return http.StatusServiceUnavailable
 	default:

@@ -365,6 +365,9 @@ func (l *Log) translate(err error, e *Event) error {
 		case codeBatchDuplicate:
 			return fmt.Errorf("%w: %w", ErrDuplicate, err)
 		}
+		if storageFull(apiErr) {
+			return fmt.Errorf("%w: %w", ErrStorageFull, err)
+		}
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"strings"
 )
 
 var (
@@ -58,6 +59,30 @@ var (
 	// library's own.
 	ErrUnavailable = errors.New("eventlog: JetStream unavailable, retry")
 )
+
+// ErrStorageFull is wrapped by append errors when JetStream has no room
+// left: the server's storage limit (insufficient resources), or a stream's
+// byte or message limit. Nothing was written; reads and replay go on, and
+// appends succeed again once space returns (no restart needed).
+var ErrStorageFull = errors.New("eventlog: JetStream storage full")
+
+// JetStream error codes of a full store.
+const (
+	codeInsufficientResources = 10023 // the server's storage limit
+	codeStoreFailed           = 10077 // "{err}": a stream's limit, among others
+)
+
+// storageFull reports whether api says the store has no room left.
+func storageFull(api *jetstream.APIError) bool {
+	switch api.ErrorCode {
+	case codeInsufficientResources:
+		return true
+	case codeStoreFailed:
+		d := strings.ToLower(api.Description)
+		return strings.Contains(d, "maximum bytes") || strings.Contains(d, "maximum messages") || strings.Contains(d, "resource")
+	}
+	return false
+}
 
 // codeClusterUnavailable is JetStream's "system temporarily unavailable",
 // answered while a stream or the cluster elects a leader.

@@ -3,6 +3,7 @@
 package eventlogtest
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -21,6 +22,9 @@ type ServerOptions struct {
 	SyncAlways bool
 	// MaxPayload overrides the server's max payload (default 1 MiB).
 	MaxPayload int32
+	// MaxStore overrides JetStream's file storage limit (default 1 GiB):
+	// a small one fills up, as a full disk does.
+	MaxStore int64
 }
 
 // RunServer starts an embedded nats-server with JetStream and stops it when
@@ -37,7 +41,7 @@ func RunServer(t testing.TB, o ServerOptions) *server.Server {
 		JetStream:          true,
 		StoreDir:           dir,
 		JetStreamMaxMemory: 64 << 20,
-		JetStreamMaxStore:  1 << 30,
+		JetStreamMaxStore:  cmp.Or(o.MaxStore, 1<<30),
 		NoLog:              true,
 		NoSigs:             true,
 		MaxPayload:         o.MaxPayload,
