@@ -163,6 +163,35 @@ func (h *Host) fenced(agent string, err error) {
 	if inst.err == nil {
 		h.deactivate(inst)
 	}
+	go h.refence(agent)
+}
+
+// refence restarts a fenced agent from the log when this node still holds
+// its partition's lease once read again from the server: the conflicting
+// write came from a writer that had lost the agent and did not know yet.
+// Without this the agent would stay stopped until the lease moved.
+func (h *Host) refence(agent string) {
+	p := h.partitionOf(agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := h.own.Check(ctx, p)
+	cancel()
+	if err != nil {
+		return
+	}
+	_, pctx, ok := h.own.Owned(p)
+	if !ok || pctx.Err() != nil {
+		return // the lease moved: the new owner has the agent
+	}
+	select {
+	case <-time.After(restartDelay):
+	case <-pctx.Done():
+		return
+	}
+	h.logger.Warn("fenced while still holding the lease: restarting the agent from the log", "agent", agent, "partition", p)
+	h.deps.Log.Unfence(agent)
+	if _, err := h.activate(pctx, agent); err != nil && pctx.Err() == nil {
+		h.logger.Error("restart fenced agent", "agent", agent, "err", err)
+	}
 }
 
 // awaitStartup waits until the runs table is caught up, the first round of

@@ -185,6 +185,19 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 	return seq, err
 }
 
+// Unfence lets this process write agent again under its current token
+// after a conflict fenced it. Call it only once the agent's lease was read
+// again and is still this process's (the conflicting write came from a
+// writer that lost the agent before it noticed), and after stopping what
+// ran for the agent, so it restarts from the log: the next append reads
+// the subject's last sequence again.
+func (l *Log) Unfence(agent string) {
+	f := l.fences.get(agent)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.dead, f.mu.known = nil, false
+}
+
 // reportFenced tells Config.OnFenced, off the caller's goroutine.
 func (l *Log) reportFenced(agent string, err error) {
 	l.logger.Warn("append conflicted: another writer took the agent over; this process stops writing it",
