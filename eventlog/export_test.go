@@ -1,6 +1,10 @@
 package eventlog
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+)
 
 // StoredCursor reads a projection's committed cursor straight from Pebble.
 func StoredCursor(l *Log, name string) (Seq, error) {
@@ -18,3 +22,6 @@ func StoredCursor(l *Log, name string) (Seq, error) {
 // FlushProjections writes Pebble's memtable to sstables, so later reads go
 // to the filesystem.
 func FlushProjections(l *Log) error { return l.db.Flush() }
+
+// SkipCommitSync makes l's projection commits unsynced, as a bug would.
+func SkipCommitSync(l *Log) { l.commitSync = pebble.NoSync }

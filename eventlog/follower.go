@@ -392,7 +392,7 @@ func (f *Follower) openMember(m *member, last Seq) (Seq, error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Stored before origins were recorded: adopt this stream.
-		if err := db.Set(m.keys.origin, encodeUint(f.origin), pebble.Sync); err != nil {
+		if err := db.Set(m.keys.origin, encodeUint(f.origin), f.l.commitSync); err != nil {
 			return 0, err
 		}
 	case err != nil:
@@ -447,7 +447,7 @@ func (f *Follower) drop(m *member) error {
 	if err := b.Set(m.keys.origin, encodeUint(f.origin), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(f.l.commitSync); err != nil {
 		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
 	}
 	return nil
@@ -628,7 +628,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			return err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(f.l.commitSync); err != nil {
 		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
 	}
 	for _, m := range group {

@@ -172,6 +172,11 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
+	// commitSync is how projection commits are written: pebble.Sync, so a
+	// view never loses an event it applied (the stream may drop applied
+	// events: chunk retention, purges). Only the crash-consistency test
+	// turns it off, to prove it would notice.
+	commitSync *pebble.WriteOptions
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).
@@ -195,7 +200,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
-	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog")}
+	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), commitSync: pebble.Sync}
 	l.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
