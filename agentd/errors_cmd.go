@@ -52,7 +52,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, ErrTimeout):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
-		errors.Is(err, eventlog.ErrStorageFull),
+		errors.Is(err, eventlog.ErrStorageFull), errors.Is(err, eventlog.ErrViewsStalled),
 		eventlog.Unavailable(err):
 		return http.StatusServiceUnavailable
 	default:

@@ -33,8 +33,16 @@
 //     JetStream acknowledged it (with sync always, after the fsync).
 //   - AppendBatch stores each atomic batch whole or not at all, with one
 //     acknowledgement and one fsync per batch.
-//   - A projection's rows and its cursor change in one Pebble batch, so after
-//     any crash the view equals the view rebuilt from the log up to the cursor.
+//   - A projection's rows and its cursor change in one synced Pebble batch,
+//     so after any crash, also one that drops every unsynced write below
+//     the page cache, the view equals the view rebuilt from the log up to
+//     its cursor, and that cursor covers every sequence WaitFor confirmed
+//     (TestCrashConsistency, on Pebble's crashable filesystem).
+//   - A projection write Pebble cannot make (a full or failing disk) loses
+//     nothing: the events stay in the log, the Followers stall (WaitFor
+//     answers ErrViewsStalled, with ErrStorageFull for a full disk, instead
+//     of waiting), reads of the views go on, and once a probe write
+//     succeeds Pebble is reopened and following resumes by itself.
 //   - Deleting the Pebble directory, or changing a projection's Version,
 //     rebuilds the same view from the log.
 //   - A view follows one stream: when that stream was deleted and created

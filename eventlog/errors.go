@@ -63,8 +63,15 @@ var (
 // ErrStorageFull is wrapped by append errors when JetStream has no room
 // left: the server's storage limit (insufficient resources), or a stream's
 // byte or message limit. Nothing was written; reads and replay go on, and
-// appends succeed again once space returns (no restart needed).
-var ErrStorageFull = errors.New("eventlog: JetStream storage full")
+// appends succeed again once space returns (no restart needed). It is also
+// wrapped, beside ErrViewsStalled, when Pebble's disk is full.
+var ErrStorageFull = errors.New("eventlog: storage full")
+
+// ErrViewsStalled is returned by WaitFor (Follower, Projector) while the
+// projections cannot write to Pebble (a full or failing disk): the events
+// are in the log, but the views do not show them yet. Reads of the views go
+// on, and following resumes by itself once Pebble writes again.
+var ErrViewsStalled = errors.New("eventlog: projections stalled: Pebble cannot write")
 
 // JetStream error codes of a full store.
 const (

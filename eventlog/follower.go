@@ -55,8 +55,9 @@ type Follower struct {
 		started bool
 		cursor  Seq // the lowest cursor of the projections
 		isReady bool
-		changed chan struct{} // closed and replaced when cursor moves
+		changed chan struct{} // closed and replaced when cursor or stalled changes
 		err     error         // set when Run returned: why it stopped
+		stalled error         // set while Pebble cannot write (ErrViewsStalled)
 	}
 }
 
@@ -85,7 +86,7 @@ type followed struct {
 // NewFollower returns an empty Follower. Errors: ErrInvalid for a Log
 // without Dir.
 func (l *Log) NewFollower() (*Follower, error) {
-	if l.db == nil {
+	if l.cfg.Dir == "" {
 		return nil, invalidf("follower: the log was opened without Dir")
 	}
 	f := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq)}
@@ -160,11 +161,16 @@ func (f *Follower) Cursor() Seq {
 // WaitFor blocks until every projection has applied sequence seq (an event
 // of the stream they read), ctx is done (ctx's error), or Run returned: with
 // Run's error, or an error wrapping ErrStopped when Run stopped because its
-// ctx ended. A WaitFor before Run started waits for it.
+// ctx ended. While Pebble cannot write it returns at once with an error
+// wrapping ErrViewsStalled (and ErrStorageFull for a full disk). A WaitFor
+// before Run started waits for it.
 func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
 	for {
 		f.mu.Lock()
 		cur, ch, err := f.mu.cursor, f.mu.changed, f.mu.err
+		if err == nil {
+			err = f.mu.stalled
+		}
 		f.mu.Unlock()
 		if cur >= seq {
 			return nil
@@ -252,7 +258,35 @@ func (f *Follower) Run(ctx context.Context) error {
 	return err
 }
 
+// run follows until ctx ends or an error stops it. When Pebble fails a
+// write, it stalls until Pebble was reopened, then starts over from the
+// stored cursors: the events of the failed commit are still in the stream.
 func (f *Follower) run(ctx context.Context) error {
+	for {
+		err := f.follow(ctx)
+		if !errors.Is(err, ErrViewsStalled) {
+			return err
+		}
+		f.setStalled(err)
+		if err := f.l.awaitDB(ctx); err != nil {
+			return err
+		}
+		f.setStalled(nil)
+		f.logger.Info("projections resume after Pebble wrote again")
+	}
+}
+
+// setStalled makes WaitFor answer err (nil: wait again).
+func (f *Follower) setStalled(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.stalled = err
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+}
+
+// follow is one life of run, from the stored cursors.
+func (f *Follower) follow(ctx context.Context) error {
 	if err := f.open(ctx); err != nil {
 		return err
 	}
@@ -354,22 +388,21 @@ func (f *Follower) open(ctx context.Context) error {
 	}
 	f.origin = uint64(info.Created.UnixNano())
 	last := Seq(info.State.LastSeq)
-	release, err := f.l.useDB()
+	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
 	}
 	defer release()
 	for _, m := range f.members {
-		if m.cursor, err = f.openMember(m, last); err != nil {
+		if m.cursor, err = f.openMember(db, m, last); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// openMember is open for one projection. REQUIRES: the DB in use (useDB).
-func (f *Follower) openMember(m *member, last Seq) (Seq, error) {
-	db := f.l.db
+// openMember is open for one projection. REQUIRES: db in use (useDB).
+func (f *Follower) openMember(db *pebble.DB, m *member, last Seq) (Seq, error) {
 	logger := f.logger.With("projection", m.p.Name)
 	v, err := get(db, m.keys.version)
 	switch {
@@ -392,7 +425,12 @@ func (f *Follower) openMember(m *member, last Seq) (Seq, error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Stored before origins were recorded: adopt this stream.
-		if err := db.Set(m.keys.origin, encodeUint(f.origin), f.l.commitSync); err != nil {
+		b := db.NewBatch()
+		defer b.Close()
+		if err := b.Set(m.keys.origin, encodeUint(f.origin), nil); err != nil {
+			return 0, err
+		}
+		if err := f.l.commitView(b); err != nil {
 			return 0, err
 		}
 	case err != nil:
@@ -430,12 +468,12 @@ func (m *member) loadCursor(db pebble.Reader) (Seq, error) {
 // drop deletes m's rows and cursor and records its schema version and the
 // stream's origin, in one synced batch.
 func (f *Follower) drop(m *member) error {
-	release, err := f.l.useDB()
+	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
 	}
 	defer release()
-	b := f.l.db.NewBatch()
+	b := db.NewBatch()
 	defer b.Close()
 	base := projPrefix(m.p.Name)
 	if err := b.DeleteRange(base, prefixEnd(base), nil); err != nil {
@@ -447,7 +485,7 @@ func (f *Follower) drop(m *member) error {
 	if err := b.Set(m.keys.origin, encodeUint(f.origin), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(f.l.commitSync); err != nil {
+	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
 	}
 	return nil
@@ -585,12 +623,12 @@ func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<
 // commit applies items to every projection of group whose Filter matches
 // them and sets their cursors to cursor, in one synced batch.
 func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
-	release, err := f.l.useDB()
+	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
 	}
 	defer release()
-	b := f.l.db.NewIndexedBatch()
+	b := db.NewIndexedBatch()
 	defer b.Close()
 	for _, m := range group {
 		m.batch = Batch{b: b, prefix: m.keys.data}
@@ -628,7 +666,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			return err
 		}
 	}
-	if err := b.Commit(f.l.commitSync); err != nil {
+	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
 	}
 	for _, m := range group {

@@ -182,10 +182,20 @@ type Log struct {
 	// for them. Add only under mu with closed false (useDB).
 	dbUsers sync.WaitGroup
 
+	// heal is held by the one goroutine reopening Pebble after a failed
+	// write (awaitDB), and by Close.
+	heal sync.Mutex
+
 	mu struct {
 		sync.Mutex
 		closed      bool
 		projections map[string]bool
+		// broken is set (wrapping ErrViewsStalled) when a Pebble write
+		// failed; cleared when Pebble was reopened.
+		broken error
+		// swapping is non-nil while Pebble is being reopened: useDB waits
+		// until it is closed.
+		swapping chan struct{}
 	}
 }
 
@@ -216,13 +226,8 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, err
 	}
 	if cfg.Dir != "" {
-		l.db, err = pebble.Open(cfg.Dir, &pebble.Options{
-			FS:                 cfg.FS,
-			Logger:             pebbleLogger{l.logger},
-			WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
-		})
-		if err != nil {
-			return nil, fmt.Errorf("eventlog: open pebble %s: %w", cfg.Dir, err)
+		if l.db, err = l.openDB(); err != nil {
+			return nil, err
 		}
 	}
 	l.mu.projections = map[string]bool{}
@@ -275,8 +280,10 @@ func (l *Log) Close() error {
 	l.mu.closed = true
 	l.mu.Unlock()
 	l.dbUsers.Wait()
+	l.heal.Lock() // a reopen in progress ends first
+	defer l.heal.Unlock()
 	if l.db != nil {
-		if err := l.db.Close(); err != nil {
+		if err := closeBroken(l.db); err != nil {
 			return fmt.Errorf("eventlog: close pebble: %w", err)
 		}
 	}
@@ -289,17 +296,28 @@ func (l *Log) closed() bool {
 	return l.mu.closed
 }
 
-// useDB reserves Pebble for one read or commit: Close waits until release is
-// called. After Close it returns ErrClosed, so nothing reaches a closed
-// Pebble (which panics).
-func (l *Log) useDB() (release func(), err error) {
+// useDB reserves Pebble for one read or commit: Close (and a reopen after a
+// failed write) waits until release is called. After Close it returns
+// ErrClosed, so nothing reaches a closed Pebble (which panics); while a
+// reopen is under way it waits for it, and when the reopen failed it returns
+// the failure (wrapping ErrViewsStalled).
+func (l *Log) useDB() (db *pebble.DB, release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for l.mu.swapping != nil && !l.mu.closed {
+		ch := l.mu.swapping
+		l.mu.Unlock()
+		<-ch
+		l.mu.Lock()
+	}
 	if l.mu.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
+	}
+	if l.db == nil {
+		return nil, nil, l.mu.broken
 	}
 	l.dbUsers.Add(1)
-	return l.dbUsers.Done, nil
+	return l.db, l.dbUsers.Done, nil
 }
 
 // Prefix returns the subject prefix.
@@ -337,7 +355,18 @@ func (p pebbleLogger) Infof(format string, args ...any) {
 func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
+
+// Fatalf panics with a pebbleFatal: Pebble calls it when it cannot go on
+// (a failed WAL write among others) and must not return. A commit made by
+// this package recovers it (see commitView); elsewhere it ends the process.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf(format, args...))
+	f := pebbleFatal{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.err = err
+			break
+		}
+	}
+	panic(f)
 }

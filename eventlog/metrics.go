@@ -16,6 +16,8 @@ type metrics struct {
 	cursor        *prometheus.GaugeVec
 	corrupt       *prometheus.CounterVec
 	ackRetries    prometheus.Counter
+	viewStalls    prometheus.Counter
+	viewsStalled  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +47,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_eventlog_ack_retries_total",
 			Help: "Publishes sent again with the same message id because their acknowledgement did not come within the ack timeout.",
 		}),
+		viewStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_view_stalls_total",
+			Help: "Times Pebble failed a projection write (a full or failing disk) and the projections stalled until it wrote again.",
+		}),
+		viewsStalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "forever_eventlog_views_stalled",
+			Help: "1 while the projections cannot write to Pebble, else 0.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -68,6 +78,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.ackRetries, err = promreg.Register(reg, m.ackRetries); err != nil {
+		return nil, err
+	}
+	if m.viewStalls, err = promreg.Register(reg, m.viewStalls); err != nil {
+		return nil, err
+	}
+	if m.viewsStalled, err = promreg.Register(reg, m.viewsStalled); err != nil {
 		return nil, err
 	}
 	return m, nil

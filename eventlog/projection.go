@@ -143,7 +143,7 @@ type View struct {
 
 // View returns the reader of the projection called name.
 func (l *Log) View(name string) (*View, error) {
-	if l.db == nil {
+	if l.cfg.Dir == "" {
 		return nil, invalidf("no projections: the log was opened without Dir")
 	}
 	if !ValidToken(name) {
@@ -155,12 +155,12 @@ func (l *Log) View(name string) (*View, error) {
 // Get returns a copy of key's value, ErrNotFound, or ErrClosed after
 // Log.Close.
 func (v *View) Get(key []byte) ([]byte, error) {
-	release, err := v.l.useDB()
+	db, release, err := v.l.useDB()
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return get(v.l.db, joinKey(v.prefix, key))
+	return get(db, joinKey(v.prefix, key))
 }
 
 // Scan yields the rows whose key starts with prefix, in key order; the
@@ -172,12 +172,12 @@ func (v *View) Get(key []byte) ([]byte, error) {
 // from inside the loop.
 func (v *View) Scan(prefix []byte) iter.Seq2[KV, error] {
 	return func(yield func(KV, error) bool) {
-		release, err := v.l.useDB()
+		db, release, err := v.l.useDB()
 		if err != nil {
 			yield(KV{}, err)
 			return
 		}
 		defer release()
-		scan(v.l.db, v.prefix, prefix)(yield)
+		scan(db, v.prefix, prefix)(yield)
 	}
 }

@@ -17,7 +17,7 @@ type Projector struct {
 // Errors: ErrInvalid for a bad name, a missing Apply, a duplicate name or a
 // Log without Dir.
 func (l *Log) NewProjector(p Projection) (*Projector, error) {
-	if l.db == nil {
+	if l.cfg.Dir == "" {
 		return nil, invalidf("projection %q: the log was opened without Dir", p.Name)
 	}
 	f, err := l.NewFollower()
@@ -43,7 +43,8 @@ func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 // WaitFor blocks until the projection has applied sequence seq (an event that
 // matches its filter), ctx is done (ctx's error), or Run returned: with
 // Run's error, or an error wrapping ErrStopped when Run stopped because its
-// ctx ended. A WaitFor before Run started waits for it.
+// ctx ended. While Pebble cannot write it returns at once with an error
+// wrapping ErrViewsStalled. A WaitFor before Run started waits for it.
 func (pr *Projector) WaitFor(ctx context.Context, seq Seq) error { return pr.f.WaitFor(ctx, seq) }
 
 // Rebuild drops the projection's rows and cursor and replays the log from

@@ -1,9 +1,16 @@
 package eventlog_test
 
 import (
+	"context"
 	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -57,5 +64,87 @@ func TestStorageFull(t *testing.T) {
 	}
 	if _, err := lg.Append(ctx, eventlog.Event{Agent: "a1", Type: "note", Data: data}); err != nil {
 		t.Fatalf("append once space returned: %v", err)
+	}
+}
+
+// diskFull fails every write Pebble makes with ENOSPC while it is on;
+// removals still succeed (they free space).
+func diskFull() *errorfs.Toggle {
+	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpFileClose {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})}
+}
+
+// TestViewsStallWhenPebbleIsFull: when Pebble's disk is full the views stop
+// moving, WaitFor says so at once (ErrViewsStalled and ErrStorageFull)
+// instead of hanging, appends to the log still succeed, the views can
+// still be read, and once space returns the Follower resumes by itself and
+// the views hold every event: nothing acknowledged was lost.
+func TestViewsStallWhenPebbleIsFull(t *testing.T) {
+	ctx := t.Context()
+	full := diskFull()
+	lg, _ := eventlogtest.Open(t, eventlog.Config{Dir: "db", FS: errorfs.Wrap(vfs.NewMem(), full)})
+	f, err := lg.NewFollower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range crashViews {
+		if err := f.Add(namedCounter(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventlogtest.RunFollower(t, f)
+	appendN(t, lg, 30, 3)
+	if err := f.WaitFor(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+
+	full.On()
+	appendN(t, lg, 30, 3) // the log itself has room
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = f.WaitFor(wctx, 60)
+	if !errors.Is(err, eventlog.ErrViewsStalled) || !errors.Is(err, eventlog.ErrStorageFull) {
+		t.Fatalf("WaitFor with Pebble full = %v, want ErrViewsStalled and ErrStorageFull", err)
+	}
+	if !strings.Contains(err.Error(), "no space left") {
+		t.Errorf("error %q does not name the cause", err)
+	}
+	// Reads go on, and show a prefix of the log.
+	all, err := lg.Read(ctx, eventlog.Filter{}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := eventlog.StoredCursor(lg, "count_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, lg, "count_a"), fold(all[:cur]); cur < 30 || !equalMaps(got, want) {
+		t.Errorf("views while stalled, cursor %d: got %v, want %v", cur, got, want)
+	}
+	time.Sleep(2 * time.Second) // a few failed probes
+	full.Off()
+	// WaitFor answers the stall at once until the Follower resumed.
+	for err = f.WaitFor(wctx, 60); errors.Is(err, eventlog.ErrViewsStalled); err = f.WaitFor(wctx, 60) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("WaitFor after space returned: %v", err)
+	}
+	all, err = lg.Read(ctx, eventlog.Filter{}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range crashViews {
+		if got, want := dump(t, lg, name), fold(all); !equalMaps(got, want) {
+			t.Errorf("%s after space returned: got %v, want %v", name, got, want)
+		}
+	}
+	appendN(t, lg, 5, 3)
+	if err := f.WaitFor(wctx, 65); err != nil {
+		t.Fatalf("WaitFor of a new event: %v", err)
 	}
 }
