@@ -74,11 +74,22 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 	if !h.owns(cmd.Agent) {
 		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
 	}
+	stalled := h.deps.Log.Stalled()
 	switch cmd.Verb {
 	case "fibers", "schedules", "status":
-		// Reads see every write acknowledged before them.
+		// Reads see every write acknowledged before them; while the views
+		// cannot be written (a full disk) they serve what the views hold.
+		if stalled != nil {
+			break
+		}
 		if err := h.catchUp(ctx, cmd.Agent); err != nil {
 			return nil, err
+		}
+	default:
+		// No other command could see its own writes: refuse it at once
+		// (503) rather than write events nobody can read back yet.
+		if stalled != nil {
+			return nil, stalled
 		}
 	}
 	switch cmd.Verb {

@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"fmt"
-	"github.com/forever-agents/forever/ownership"
 	"log/slog"
 	"net"
 	"os"
@@ -11,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/mcptools"
+	"github.com/forever-agents/forever/ownership"
 )
 
 // Sync modes of the embedded server's JetStream file store.
@@ -73,6 +74,9 @@ type Config struct {
 	// embedded server's JetStream store) and <DataDir>/pebble (projections).
 	// It is created when missing. Default "./data".
 	DataDir string
+	// PebbleFS is the filesystem Pebble keeps <DataDir>/pebble on; nil is
+	// the OS's. Tests inject faults through it (a full disk). Not a flag.
+	PebbleFS vfs.FS
 	// NATSURL connects to an external NATS server instead of running the
 	// embedded one. Empty (the default) runs the embedded server; NATSListen,
 	// Sync and the JetStream limits then apply to it.

@@ -258,6 +258,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Owner:       &d.parts,
 		OnFenced:    d.parts.onFenced,
 		Dir:         cfg.PebbleDir(),
+		FS:          cfg.PebbleFS,
 		ChunkMaxAge: cfg.ChunkMaxAge,
 		// Without a fsync per write, atomic batches (staged in a synced
 		// store by the server) are slower than plain async publishes.

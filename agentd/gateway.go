@@ -124,6 +124,9 @@ type freshStreams struct {
 var _ replay.StreamIndex = freshStreams{}
 
 func (f freshStreams) catchUp(ctx context.Context, filter eventlog.Filter) {
+	if f.log.Stalled() != nil {
+		return // the views cannot move now: read what is there
+	}
 	if seq, err := f.log.LastSeq(ctx, filter); err == nil {
 		_ = f.store.WaitForChunks(ctx, seq) // on error, read what is there
 	}
@@ -142,7 +145,13 @@ func (f freshStreams) Get(ctx context.Context, agent, stream string) (chat.Strea
 // catchUp waits until this node's chat views applied the agent's last
 // event: in a cluster the command that wrote it may have run on another
 // node, and a read after its answer must see it.
+//
+// While the views cannot be written (Log.Stalled) it returns at once, and
+// the read serves what the views hold: reads go on during a full disk.
 func (g gatewayChats) catchUp(ctx context.Context, agent string) error {
+	if g.host.deps.Log.Stalled() != nil {
+		return nil
+	}
 	seq, err := g.host.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: agent})
 	if err != nil {
 		return err

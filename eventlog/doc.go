@@ -39,10 +39,11 @@
 //     its cursor, and that cursor covers every sequence WaitFor confirmed
 //     (TestCrashConsistency, on Pebble's crashable filesystem).
 //   - A projection write Pebble cannot make (a full or failing disk) loses
-//     nothing: the events stay in the log, the Followers stall (WaitFor
-//     answers ErrViewsStalled, with ErrStorageFull for a full disk, instead
-//     of waiting), reads of the views go on, and once a probe write
-//     succeeds Pebble is reopened and following resumes by itself.
+//     nothing: the events stay in the log, the Followers stall (Log.Stalled
+//     says so with ErrViewsStalled, and ErrStorageFull for a full disk, so
+//     callers refuse new work; WaitFor waits), reads of the views go on,
+//     and once a probe write succeeds Pebble is reopened and following
+//     resumes by itself.
 //   - Deleting the Pebble directory, or changing a projection's Version,
 //     rebuilds the same view from the log.
 //   - A view follows one stream: when that stream was deleted and created

@@ -67,10 +67,11 @@ var (
 // wrapped, beside ErrViewsStalled, when Pebble's disk is full.
 var ErrStorageFull = errors.New("eventlog: storage full")
 
-// ErrViewsStalled is returned by WaitFor (Follower, Projector) while the
-// projections cannot write to Pebble (a full or failing disk): the events
-// are in the log, but the views do not show them yet. Reads of the views go
-// on, and following resumes by itself once Pebble writes again.
+// ErrViewsStalled is returned by Log.Stalled while the projections cannot
+// write to Pebble (a full or failing disk): the events are in the log, but
+// the views do not show them yet, and WaitFor waits until they do. Reads
+// of the views go on, and following resumes by itself once Pebble writes
+// again. Callers refuse new work with it meanwhile.
 var ErrViewsStalled = errors.New("eventlog: projections stalled: Pebble cannot write")
 
 // JetStream error codes of a full store.

@@ -55,9 +55,8 @@ type Follower struct {
 		started bool
 		cursor  Seq // the lowest cursor of the projections
 		isReady bool
-		changed chan struct{} // closed and replaced when cursor or stalled changes
+		changed chan struct{} // closed and replaced when cursor moves
 		err     error         // set when Run returned: why it stopped
-		stalled error         // set while Pebble cannot write (ErrViewsStalled)
 	}
 }
 
@@ -161,16 +160,13 @@ func (f *Follower) Cursor() Seq {
 // WaitFor blocks until every projection has applied sequence seq (an event
 // of the stream they read), ctx is done (ctx's error), or Run returned: with
 // Run's error, or an error wrapping ErrStopped when Run stopped because its
-// ctx ended. While Pebble cannot write it returns at once with an error
-// wrapping ErrViewsStalled (and ErrStorageFull for a full disk). A WaitFor
-// before Run started waits for it.
+// ctx ended. While Pebble cannot write it keeps waiting (the work that
+// waits pauses until the views resume): a caller that must not wait checks
+// Log.Stalled first. A WaitFor before Run started waits for it.
 func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
 	for {
 		f.mu.Lock()
 		cur, ch, err := f.mu.cursor, f.mu.changed, f.mu.err
-		if err == nil {
-			err = f.mu.stalled
-		}
 		f.mu.Unlock()
 		if cur >= seq {
 			return nil
@@ -267,22 +263,11 @@ func (f *Follower) run(ctx context.Context) error {
 		if !errors.Is(err, ErrViewsStalled) {
 			return err
 		}
-		f.setStalled(err)
 		if err := f.l.awaitDB(ctx); err != nil {
 			return err
 		}
-		f.setStalled(nil)
 		f.logger.Info("projections resume after Pebble wrote again")
 	}
-}
-
-// setStalled makes WaitFor answer err (nil: wait again).
-func (f *Follower) setStalled(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.mu.stalled = err
-	close(f.mu.changed)
-	f.mu.changed = make(chan struct{})
 }
 
 // follow is one life of run, from the stored cursors.

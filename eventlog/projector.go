@@ -43,8 +43,8 @@ func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 // WaitFor blocks until the projection has applied sequence seq (an event that
 // matches its filter), ctx is done (ctx's error), or Run returned: with
 // Run's error, or an error wrapping ErrStopped when Run stopped because its
-// ctx ended. While Pebble cannot write it returns at once with an error
-// wrapping ErrViewsStalled. A WaitFor before Run started waits for it.
+// ctx ended. While Pebble cannot write it keeps waiting (see
+// Log.Stalled). A WaitFor before Run started waits for it.
 func (pr *Projector) WaitFor(ctx context.Context, seq Seq) error { return pr.f.WaitFor(ctx, seq) }
 
 // Rebuild drops the projection's rows and cursor and replays the log from

@@ -105,8 +105,11 @@ func full(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
-// stalled returns the error of a broken Log, nil when Pebble writes.
-func (l *Log) stalled() error {
+// Stalled returns nil while Pebble writes. After a projection write failed
+// (a full or failing disk) it returns an error wrapping ErrViewsStalled (and
+// ErrStorageFull for a full disk), until Pebble writes again: callers refuse
+// new work meanwhile.
+func (l *Log) Stalled() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mu.broken
@@ -122,7 +125,7 @@ func (l *Log) awaitDB(ctx context.Context) error {
 		if l.closed() {
 			return ErrClosed
 		}
-		if l.stalled() == nil {
+		if l.Stalled() == nil {
 			return nil
 		}
 		if err := l.probe(); err == nil {

@@ -79,8 +79,7 @@ func diskFull() *errorfs.Toggle {
 }
 
 // TestViewsStallWhenPebbleIsFull: when Pebble's disk is full the views stop
-// moving, WaitFor says so at once (ErrViewsStalled and ErrStorageFull)
-// instead of hanging, appends to the log still succeed, the views can
+// moving and Log.Stalled says why (ErrViewsStalled and ErrStorageFull), appends to the log still succeed, the views can
 // still be read, and once space returns the Follower resumes by itself and
 // the views hold every event: nothing acknowledged was lost.
 func TestViewsStallWhenPebbleIsFull(t *testing.T) {
@@ -106,12 +105,21 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	appendN(t, lg, 30, 3) // the log itself has room
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err = f.WaitFor(wctx, 60)
+	for lg.Stalled() == nil && wctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = lg.Stalled()
 	if !errors.Is(err, eventlog.ErrViewsStalled) || !errors.Is(err, eventlog.ErrStorageFull) {
-		t.Fatalf("WaitFor with Pebble full = %v, want ErrViewsStalled and ErrStorageFull", err)
+		t.Fatalf("Stalled with Pebble full = %v, want ErrViewsStalled and ErrStorageFull", err)
 	}
 	if !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("error %q does not name the cause", err)
+	}
+	// WaitFor waits (the work behind it pauses), bounded by its ctx.
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := f.WaitFor(short, 60); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitFor while stalled = %v, want it to wait until its deadline", err)
 	}
 	// Reads go on, and show a prefix of the log.
 	all, err := lg.Read(ctx, eventlog.Filter{}, 0, 0)
@@ -127,12 +135,11 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // a few failed probes
 	full.Off()
-	// WaitFor answers the stall at once until the Follower resumed.
-	for err = f.WaitFor(wctx, 60); errors.Is(err, eventlog.ErrViewsStalled); err = f.WaitFor(wctx, 60) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
+	if err := f.WaitFor(wctx, 60); err != nil {
 		t.Fatalf("WaitFor after space returned: %v", err)
+	}
+	if err := lg.Stalled(); err != nil {
+		t.Errorf("Stalled after the views resumed: %v", err)
 	}
 	all, err = lg.Read(ctx, eventlog.Filter{}, 0, 0)
 	if err != nil {
