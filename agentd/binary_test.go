@@ -89,6 +89,7 @@ func TestBinary(t *testing.T) {
 	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
 	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
+	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
 }
 

@@ -2,10 +2,13 @@ package agentd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,8 +16,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestPebbleDiskFull: when Pebble's disk is full (ENOSPC injected through
@@ -155,4 +160,85 @@ func TestPebbleDiskFull(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// testBinaryDiskFull: the built binary with a small JetStream store
+// (--js-max-store) that another stream fills: a new chat is refused at once
+// with 503 and Retry-After (over NATS and HTTP) naming the full store;
+// reads and replay of an earlier chat go on; once space returns a chat is
+// served again without a restart; and the log verifies clean.
+func testBinaryDiskFull(t *testing.T, bin string) {
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
+	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr,
+		"--log-format", "json", "--local-rate", "-1", "--js-max-store", "48MiB")
+	p.cmd.Env = os.Environ()
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p = startWith(t, p, httpAddr)
+	c := dialAgentd(t, natsAddr)
+	defer func() {
+		if t.Failed() {
+			t.Logf("agentd output:\n%s", p.out.String())
+		}
+	}()
+
+	var first ChatReply
+	json.Unmarshal(c.command("before", "chat", map[string]string{"text": "hello"}), &first)
+	before := waitTerminal(t, c, p, "before", first.StreamID)
+
+	// Ballast in another stream of the same server takes the rest.
+	ctx := t.Context()
+	js, _ := jetstream.New(c.nc)
+	ballast, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BALLAST", Subjects: []string{"ballast"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 512<<10)
+	for range 200 {
+		if _, err := js.Publish(ctx, "ballast", big); err != nil {
+			break
+		}
+	}
+	info, _ := ballast.Info(ctx)
+	t.Logf("ballast: %d MiB", info.State.Bytes>>20)
+
+	msg, err := c.nc.Request("forever.cmd.during.chat", []byte(`{"text":"hello"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, text := msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"); code != "503" || msg.Header.Get("Retry-After") == "" || !strings.Contains(text, "storage full") {
+		t.Errorf("chat with the store full: code %q retry %q: %s, want 503 storage full with Retry-After", code, msg.Header.Get("Retry-After"), text)
+	}
+	resp := post(t, ctx, "http://"+httpAddr+"/v1/chat", `{"id":"during2","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "storage full") {
+		t.Errorf("HTTP chat with the store full: %d retry %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	// Reads and replay go on.
+	var page struct{ Messages []chat.Message }
+	json.Unmarshal(c.command("before", "messages", nil), &page)
+	if len(page.Messages) != 2 {
+		t.Errorf("messages of the earlier chat with the store full: %+v", page.Messages)
+	}
+	if got := c.streamChunks("before", first.StreamID); len(got) != len(before) {
+		t.Errorf("replay with the store full: %d chunks, want %d", len(got), len(before))
+	}
+
+	// Space returns: served again, no restart.
+	if err := js.DeleteStream(ctx, "BALLAST"); err != nil {
+		t.Fatal(err)
+	}
+	var after ChatReply
+	json.Unmarshal(c.command("during", "chat", map[string]string{"text": "hello again"}), &after)
+	if cs := waitTerminal(t, c, p, "during", after.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish {
+		t.Errorf("chat after space returned ended with %+v", cs[len(cs)-1])
+	}
+	select {
+	case err := <-p.exited:
+		t.Fatalf("agentd exited: %v", err)
+	default:
+	}
+	verifyLog(t, c)
 }
