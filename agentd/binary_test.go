@@ -90,6 +90,7 @@ func TestBinary(t *testing.T) {
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
 	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
 	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
+	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
 }
 
