@@ -17,12 +17,12 @@ import (
 	"github.com/forever-agents/forever/chat"
 )
 
-// testBinaryOverload: many chats at once against --max-turns: the turns
+// testBinaryOverload: 2,000 chats at once against --max-turns: the turns
 // past the limit are refused at once with 503 and Retry-After (nothing
-// stored for them), every admitted turn completes, and the goroutines come
-// back down once they have.
+// stored for them), every admitted turn completes, memory stays bounded,
+// and the goroutines come back down once they have.
 func testBinaryOverload(t *testing.T, bin string) {
-	const limit, chats = 20, 120
+	const limit, chats = 20, 2000
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
 	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
@@ -65,7 +65,7 @@ func testBinaryOverload(t *testing.T, bin string) {
 		switch {
 		case r.code == "" && r.errMsg == "":
 			admitted = append(admitted, r)
-		case r.code == "503" && r.retry != "" && strings.Contains(r.errMsg, "too many turns"):
+		case r.code == "503" && r.retry != "" && (strings.Contains(r.errMsg, "too many turns") || strings.Contains(r.errMsg, "commands in flight")):
 			refused = append(refused, r)
 		default:
 			t.Errorf("%s: code %q retry %q: %s", r.agent, r.code, r.retry, r.errMsg)
@@ -87,6 +87,11 @@ func testBinaryOverload(t *testing.T, bin string) {
 		if len(page.Messages) != 0 {
 			t.Errorf("%s: a refused chat stored %d messages", r.agent, len(page.Messages))
 		}
+	}
+	if rss := metric(t, httpAddr, "process_resident_memory_bytes"); rss > 512<<20 {
+		t.Errorf("resident memory after %d chats: %.0f MiB", chats, rss/(1<<20))
+	} else {
+		t.Logf("resident memory after %d chats: %.0f MiB", chats, rss/(1<<20))
 	}
 	// Goroutines come back down (idle agents are deactivated after 2m;
 	// the turns' own goroutines end with them).
