@@ -45,6 +45,7 @@ type Daemon struct {
 		httpAddr   string
 		natsURL    string
 		srv        *server.Server // the embedded server, nil with --nats-url
+		lg         *eventlog.Log  // set once started
 	}
 }
 
@@ -86,6 +87,7 @@ func New(cfg Config) (*Daemon, error) {
 	}))
 	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
 	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
+	d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
 	return d, nil
 }
 
@@ -321,6 +323,7 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error
 	components := d.mu.components
 	d.mu.httpAddr = ln.Addr().String()
 	d.mu.natsURL = cfg.NATSURL
+	d.mu.lg = r.lg
 	if r.srv != nil {
 		d.mu.natsURL = r.srv.ClientURL()
 		d.mu.srv = r.srv

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -126,4 +127,26 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// handleQuarantine lists the stored events the views skipped as corrupt
+// (eventlog.Log.Quarantine): 200 with a JSON array, oldest first per
+// stream; 503 before the daemon started.
+func (d *Daemon) handleQuarantine(w http.ResponseWriter, _ *http.Request) {
+	d.mu.Lock()
+	lg := d.mu.lg
+	d.mu.Unlock()
+	if lg == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "agentd: not started"})
+		return
+	}
+	out := []eventlog.Quarantined{}
+	for q, err := range lg.Quarantine() {
+		if err != nil {
+			writeJSON(w, StatusCode(err), map[string]string{"error": err.Error()})
+			return
+		}
+		out = append(out, q)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

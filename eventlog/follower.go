@@ -629,7 +629,14 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 				}
 			}
 			if len(hit) > 0 {
-				f.logger.Error("skipping corrupt event", "seq", e.Seq, "subject", e.Subject, "views", names(hit), "err", it.err)
+				f.logger.Error("skipping corrupt event into the quarantine", "seq", e.Seq, "subject", e.Subject, "views", names(hit), "err", it.err)
+				q := Quarantined{Stream: f.stream, Seq: e.Seq, Subject: e.Subject, Error: it.err.Error(), Time: time.Now().UTC()}
+				for _, m := range hit {
+					q.Views = append(q.Views, m.p.Name)
+				}
+				if err := quarantine(b, q); err != nil {
+					return err
+				}
 			}
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -191,7 +192,8 @@ func TestFollowerCatchesUpViewsBehind(t *testing.T) {
 }
 
 // A corrupt stored event is skipped and counted by every view it would have
-// reached; the events around it apply and the cursor moves past it.
+// reached, and recorded in the quarantine naming its sequence and those
+// views; the events around it apply and the cursor moves past it.
 func TestFollowerCorruptStoredEvent(t *testing.T) {
 	lg, s := eventlogtest.Open(t, eventlog.Config{})
 	appendN(t, lg, 2, 1)
@@ -209,6 +211,17 @@ func TestFollowerCorruptStoredEvent(t *testing.T) {
 	}
 	if got := f.Cursor(); got != 5 {
 		t.Fatalf("cursor = %d, want 5", got)
+	}
+	var qs []eventlog.Quarantined
+	for q, err := range lg.Quarantine() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q)
+	}
+	if len(qs) != 1 || qs[0].Seq != 3 || qs[0].Stream != "FOREVER_EVENTS" || qs[0].Subject != "forever.evt.agent0" ||
+		!slices.Equal(qs[0].Views, []string{"x", "y"}) || qs[0].Error == "" {
+		t.Fatalf("quarantine = %+v, want the event at seq 3 for views x and y", qs)
 	}
 }
 
