@@ -161,6 +161,13 @@ type Config struct {
 	// tools are named "<name>__<tool>". See MCPServers.
 	MCP []string
 
+	// CORSOrigins are the browser origins, besides agentd's own, allowed to
+	// call the HTTP gateway and open its WebSocket (replay.GatewayConfig's
+	// AllowedOrigins): "https://app.example.com", "*.example.com",
+	// "localhost:*", or "*" for any. Empty: same-origin only; another
+	// origin gets 403.
+	CORSOrigins []string
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.

@@ -126,6 +126,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.MCP}, "mcp",
 		"MCP server whose tools every chat agent gets, as `name=command args...` (a stdio server run as a subprocess; split on whitespace) "+
 			"or name=https://host/path (streamable HTTP); tools are named <name>__<tool>; repeatable (in the variable: one server per line)")
+	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
+		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
+			"others get 403; repeatable (in the variable: one per line)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

@@ -218,3 +218,20 @@ func TestChartArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFlagsCORSOrigin(t *testing.T) {
+	cfg, err := ParseFlags([]string{"--cors-origin", "https://app.example.com", "--cors-origin", "localhost:*"}, envFrom(map[string]string{"FOREVER_CORS_ORIGIN": "*"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.CORSOrigins, " "); got != "https://app.example.com localhost:*" {
+		t.Errorf("flags: %q", got)
+	}
+	cfg, err = ParseFlags(nil, envFrom(map[string]string{"FOREVER_CORS_ORIGIN": "https://a.example.com\n*.b.example.com\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.CORSOrigins, " "); got != "https://a.example.com *.b.example.com" {
+		t.Errorf("env: %q", got)
+	}
+}

@@ -20,12 +20,13 @@ func AttachGateway(d *Daemon, host *Host, chats *ChatType) error {
 			return fmt.Errorf("agentd: attach the chat type before the gateway")
 		}
 		gw, err := replay.NewGateway(replay.GatewayConfig{
-			Log:        deps.Log,
-			Chats:      gatewayChats{host: host, chats: chats},
-			Streams:    freshStreams{log: deps.Log, store: chats.Store()},
-			Stopping:   d.Stopping(),
-			Logger:     deps.Logger,
-			Registerer: deps.Registerer,
+			Log:            deps.Log,
+			Chats:          gatewayChats{host: host, chats: chats},
+			Streams:        freshStreams{log: deps.Log, store: chats.Store()},
+			Stopping:       d.Stopping(),
+			AllowedOrigins: d.Config().CORSOrigins,
+			Logger:         deps.Logger,
+			Registerer:     deps.Registerer,
 		})
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"sync"
 	"time"
 
@@ -106,6 +107,12 @@ type GatewayConfig struct {
 	// never stalls a turn or another client: each reads the log at its own
 	// pace. Default DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// AllowedOrigins are the browser origins, besides the gateway's own,
+	// that may call it (CORS) and open its WebSocket: patterns such as
+	// "https://app.example.com", "*.example.com" or "localhost:*" (see
+	// originAllowed); "*" allows any. Empty: same-origin only, and a
+	// request with another Origin gets 403.
+	AllowedOrigins []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the gateway's metrics. Nil means not registered.
@@ -123,6 +130,11 @@ func (c *GatewayConfig) Validate() error {
 		return fmt.Errorf("%w: Streams is required", ErrInvalidConfig)
 	case c.MaxBodyBytes < 0 || c.WriteTimeout < 0:
 		return fmt.Errorf("%w: MaxBodyBytes and WriteTimeout must not be negative", ErrInvalidConfig)
+	}
+	for _, p := range c.AllowedOrigins {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return fmt.Errorf("%w: allowed origin %q is not a valid pattern", ErrInvalidConfig, p)
+		}
 	}
 	return nil
 }
@@ -191,7 +203,12 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 }
 
 // ServeHTTP implements http.Handler.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.cors(w, r) {
+		return
+	}
+	g.mux.ServeHTTP(w, r)
+}
 
 // writeError answers err as {"error": "..."} with its status code.
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -10,6 +10,8 @@ type metrics struct {
 	followers *prometheus.GaugeVec
 	chunks    *prometheus.CounterVec
 	slow      prometheus.Counter
+	// refusedOrigins counts browser requests from origins not allowed.
+	refusedOrigins prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,6 +28,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_replay_slow_clients_total",
 			Help: "Streaming clients disconnected for not reading within the write timeout (they resume from their cursor).",
 		}),
+		refusedOrigins: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_replay_refused_origins_total",
+			Help: "Browser requests (HTTP and WebSocket) refused with 403 because their Origin is not allowed.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -39,6 +45,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.slow, err = promreg.Register(reg, m.slow); err != nil {
+		return nil, err
+	}
+	if m.refusedOrigins, err = promreg.Register(reg, m.refusedOrigins); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -47,7 +47,7 @@ func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	c, err := websocket.Accept(w, r, nil)
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
 		return // Accept answered the request
 	}

@@ -1,0 +1,4 @@
+package replay
+
+// OriginAllowed exports originAllowed for the tests.
+var OriginAllowed = originAllowed
