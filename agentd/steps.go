@@ -55,8 +55,7 @@ type StepsRecovered struct {
 
 // StepsAgent is the built-in example agent type "steps": its start command
 // runs a fiber of N steps with a delay each; every step is an idempotent
-// fiber.Step whose snapshot is stashed with its completion (one synced write
-// after the effect, fiber.ThenStash), and a recovered fiber resumes from its
+// fiber.Step followed by a stash, and a recovered fiber resumes from its
 // snapshot. It demonstrates durability and is the target of the crash tests.
 type StepsAgent struct{ env *Env }
 
@@ -134,22 +133,18 @@ func (a *StepsAgent) run(ctx context.Context, f *fiber.Fiber, st StepsState) err
 			return ctx.Err()
 		}
 		step := st.Done
-		next := st
-		next.Done++
-		// The snapshot after the step goes with its completion, in one
-		// synced write (fiber.ThenStash).
 		_, err := fiber.Step(ctx, fmt.Sprintf("step-%d", step), func(ctx context.Context, opID string) (json.RawMessage, error) {
 			data, _ := json.Marshal(StepExecuted{Fiber: f.ID(), Step: step, OpID: opID})
 			_, err := a.env.Log.Append(ctx, eventlog.Event{Agent: a.env.ID, Type: EventStepExecuted, Data: data})
-			if errors.Is(err, eventlog.ErrDuplicate) {
-				err = nil // a rerun with the same op ID: recorded once
-			}
 			return json.RawMessage(fmt.Sprint(step)), err
-		}, fiber.ThenStash(func(json.RawMessage) (any, error) { return next, nil }))
-		if err != nil {
+		})
+		if err != nil && !errors.Is(err, eventlog.ErrDuplicate) {
 			return err
 		}
-		st = next
+		st.Done++
+		if err := f.Stash(ctx, st); err != nil {
+			return err
+		}
 	}
 	return nil
 }
