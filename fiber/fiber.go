@@ -120,7 +120,14 @@ func WithAttempts(n int) StashOpt {
 // ErrFiberDone, or an append error (the previous snapshot then stays the
 // recorded one).
 func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
-	p, err := f.stashPayload(v, opts)
+	var o stashOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.attempts != nil && *o.attempts < 0 {
+		return invalidf("stash: negative attempt count %d", *o.attempts)
+	}
+	data, err := encodeJSON("snapshot", v)
 	if err != nil {
 		return err
 	}
@@ -130,30 +137,14 @@ func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
 		return ErrFiberDone
 	}
 	start := time.Now()
-	if _, err := f.r.append(ctx, EventStashed, p); err != nil {
+	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data, Attempts: o.attempts}); err != nil {
 		return fmt.Errorf("fiber: stash %s: %w", f.id, err)
 	}
 	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
 	f.mu.Lock()
-	f.mu.snapshot = p.Snapshot
+	f.mu.snapshot = data
 	f.mu.Unlock()
 	return nil
-}
-
-// stashPayload is the fiber.stashed payload of snapshot v.
-func (f *Fiber) stashPayload(v any, opts []StashOpt) (payload, error) {
-	var o stashOpts
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.attempts != nil && *o.attempts < 0 {
-		return payload{}, invalidf("stash: negative attempt count %d", *o.attempts)
-	}
-	data, err := encodeJSON("snapshot", v)
-	if err != nil {
-		return payload{}, err
-	}
-	return payload{ID: f.id, Snapshot: data, Attempts: o.attempts}, nil
 }
 
 // Stash stashes v for the fiber ctx runs in, from any code the fiber's

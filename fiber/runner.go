@@ -20,7 +20,6 @@ import (
 // it.
 type Log interface {
 	Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
-	AppendBatch(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
 	LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq, error)
 }
 
@@ -368,19 +367,7 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	if err != nil {
 		return 0, err
 	}
-	return r.appendEvents(ctx, e)
-}
-
-// appendEvents appends evs as one atomic write (one event: a plain append)
-// and returns the last one's sequence.
-func (r *Runner) appendEvents(ctx context.Context, evs ...eventlog.Event) (eventlog.Seq, error) {
-	write := func() (eventlog.Seq, error) {
-		if len(evs) == 1 {
-			return r.log.Append(ctx, evs[0])
-		}
-		return r.log.AppendBatch(ctx, evs)
-	}
-	seq, err := write()
+	seq, err := r.log.Append(ctx, e)
 	// A stream electing a leader refuses appends for a moment: wait it out
 	// (bounded) rather than fail the fiber. Only refusals that wrote
 	// nothing are sent again.
@@ -391,7 +378,7 @@ func (r *Runner) appendEvents(ctx context.Context, evs ...eventlog.Event) (event
 		case <-time.After(backoff.Exp(50*time.Millisecond, 2*time.Second, n)):
 		}
 		r.metrics.appendRetries.Inc()
-		seq, err = write()
+		seq, err = r.log.Append(ctx, e)
 	}
 	if err != nil {
 		return 0, err

@@ -3,9 +3,7 @@ package fiber
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -15,10 +13,6 @@ type StepOpt func(*stepOpts)
 
 type stepOpts struct {
 	unsafe bool
-	// thenStash, when set, gives the snapshot recorded with the step's
-	// completion (ThenStash).
-	thenStash func(result json.RawMessage) (any, error)
-	stash     []StashOpt
 }
 
 // Unsafe declares that the step's operation must not run twice and has no
@@ -26,19 +20,6 @@ type stepOpts struct {
 // the fiber started it but did not record its completion, Step returns a
 // *MaybeExecutedError instead of running it again.
 func Unsafe() StepOpt { return func(o *stepOpts) { o.unsafe = true } }
-
-// ThenStash stashes snapshot(result) with the step's completion: op.completed
-// and fiber.stashed go to the log as one atomic batch, one synced write,
-// where a Step followed by a Stash costs two. A step with a stash then
-// costs two synced writes in all (op.started before the effect, this one
-// after it). The snapshot is durable when Step returns, as after Stash; if
-// snapshot fails, Step records the completion alone and returns its error.
-// When a recovered fiber replays a completed op recorded without the
-// snapshot, the snapshot is stashed then, so the fiber's state is the same
-// either way.
-func ThenStash(snapshot func(result json.RawMessage) (any, error), opts ...StashOpt) StepOpt {
-	return func(o *stepOpts) { o.thenStash, o.stash = snapshot, opts }
-}
 
 // Step runs fn as an idempotent step of the fiber ctx runs in, for side
 // effects that cost money or are visible outside (LLM calls, tool runs,
@@ -95,20 +76,10 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	}
 	switch decideStep(recorded, o.unsafe) {
 	case stepCached:
-		res := recorded.Result
-		if len(res) == 0 {
-			res = json.RawMessage("null")
+		if len(recorded.Result) == 0 {
+			return json.RawMessage("null"), nil
 		}
-		if o.thenStash != nil {
-			v, err := o.thenStash(res)
-			if err != nil {
-				return nil, err
-			}
-			if err := f.Stash(ctx, v, o.stash...); err != nil {
-				return nil, err
-			}
-		}
-		return res, nil
+		return recorded.Result, nil
 	case stepAmbiguous:
 		return nil, &MaybeExecutedError{Fiber: f.id, Key: key, OpID: id}
 	case stepRun:
@@ -128,54 +99,10 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	if !json.Valid(res) {
 		return nil, invalidf("result of step %q of fiber %s is not valid JSON", key, f.id)
 	}
-	completed := payload{Fiber: f.id, OpID: id, Result: res}
-	if o.thenStash != nil {
-		v, serr := o.thenStash(res)
-		if serr == nil {
-			if err := f.completeAndStash(ctx, completed, v, o.stash); err != nil {
-				return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
-			}
-			return res, nil
-		}
-		if err := f.appendOp(ctx, EventOpCompleted, completed); err != nil {
-			return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, errors.Join(err, serr))
-		}
-		return nil, fmt.Errorf("fiber: step %q of fiber %s: snapshot after it: %w", key, f.id, serr)
-	}
-	if err := f.appendOp(ctx, EventOpCompleted, completed); err != nil {
+	if err := f.appendOp(ctx, EventOpCompleted, payload{Fiber: f.id, OpID: id, Result: res}); err != nil {
 		return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
 	}
 	return res, nil
-}
-
-// completeAndStash records an op's completion and the snapshot v in one
-// atomic batch, unless the fiber has ended.
-func (f *Fiber) completeAndStash(ctx context.Context, completed payload, v any, opts []StashOpt) error {
-	snap, err := f.stashPayload(v, opts)
-	if err != nil {
-		return err
-	}
-	evs := make([]eventlog.Event, 2)
-	if evs[0], err = event(f.r.cfg.Agent, EventOpCompleted, completed); err != nil {
-		return err
-	}
-	if evs[1], err = event(f.r.cfg.Agent, EventStashed, snap); err != nil {
-		return err
-	}
-	f.writeMu.Lock()
-	defer f.writeMu.Unlock()
-	if f.isDone() {
-		return ErrFiberDone
-	}
-	start := time.Now()
-	if _, err := f.r.appendEvents(ctx, evs...); err != nil {
-		return err
-	}
-	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
-	f.mu.Lock()
-	f.mu.snapshot = snap.Snapshot
-	f.mu.Unlock()
-	return nil
 }
 
 // StepJSON is Step for a result of type T, encoded as JSON when recorded and

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -179,83 +177,5 @@ func TestStepError(t *testing.T) {
 	}
 	if got := e.events(t, fiber.EventOpCompleted); len(got) != 0 {
 		t.Fatalf("op.completed after failure: %+v", got)
-	}
-}
-
-// ThenStash records a step's completion and the snapshot after it as one
-// atomic write (adjacent events, durable when Step returns), so a crash
-// right after the step recovers that snapshot; and a recovered fiber that
-// replays a completed op recorded without its snapshot stashes it then,
-// without running the op again.
-func TestThenStash(t *testing.T) {
-	e1 := newEnv(t)
-	r1 := e1.runner(t, fiber.Config{})
-	type state struct{ Done int }
-	stashDone := func(n int) fiber.StepOpt {
-		return fiber.ThenStash(func(res json.RawMessage) (any, error) { return state{Done: n}, nil })
-	}
-	var runs []string
-	stepped := make(chan struct{})
-	_, err := r1.Go(t.Context(), "steps", func(ctx context.Context, f *fiber.Fiber) error {
-		for i := range 3 {
-			if _, err := fiber.StepJSON(ctx, "s", func(context.Context, string) (int, error) { return i, nil }, stashDone(i+1)); err != nil {
-				return err
-			}
-		}
-		if _, err := fiber.Step(ctx, "late", func(context.Context, string) (json.RawMessage, error) {
-			runs = append(runs, "late")
-			return json.RawMessage(`"r"`), nil
-		}); err != nil {
-			return err
-		}
-		close(stepped)
-		<-ctx.Done() // the process dies before stashing after "late"
-		return ctx.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-stepped
-	r1.Close()
-	evs := e1.events(t, fiber.EventOpCompleted, fiber.EventStashed)
-	if len(evs) != 7 {
-		t.Fatalf("%d op.completed and fiber.stashed events, want 3 pairs and late's completion", len(evs))
-	}
-	for i := 0; i < 6; i += 2 {
-		if evs[i].Type != fiber.EventOpCompleted || evs[i+1].Type != fiber.EventStashed || evs[i+1].Seq != evs[i].Seq+1 {
-			t.Fatalf("step %d: %s@%d then %s@%d, want op.completed and fiber.stashed adjacent", i/2, evs[i].Type, evs[i].Seq, evs[i+1].Type, evs[i+1].Seq)
-		}
-	}
-
-	e2 := e1.restart(t)
-	var r2 *fiber.Runner
-	var recovered state
-	var late json.RawMessage
-	h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
-		if err := rec.Decode(&recovered); err != nil {
-			return err
-		}
-		return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
-			var err error
-			late, err = fiber.Step(ctx, "late", func(context.Context, string) (json.RawMessage, error) {
-				runs = append(runs, "late again")
-				return nil, nil
-			}, stashDone(4))
-			return err
-		})
-	}}
-	r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
-	if err := r2.Recover(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if recovered.Done != 3 {
-		t.Fatalf("recovered snapshot %+v, want the one stashed with the third step", recovered)
-	}
-	if string(late) != `"r"` || len(runs) != 1 {
-		t.Fatalf("late = %s, runs %v: want the recorded result, run once", late, runs)
-	}
-	stashes := e2.events(t, fiber.EventStashed)
-	if d := decodeData(t, stashes[len(stashes)-1]); !strings.Contains(fmt.Sprint(d["snapshot"]), "4") {
-		t.Fatalf("last stash %v, want Done 4 stashed on replay", d)
 	}
 }
