@@ -263,7 +263,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		FS:          cfg.PebbleFS,
 		ChunkMaxAge: cfg.ChunkMaxAge,
 		// Without a fsync per write, atomic batches (staged in a synced
-		// store by the server) are slower than plain async publishes.
+		// store by the server) are slower than plain async publishes. The
+		// log is fenced (Owner), so it keeps batches atomic anyway: only
+		// an atomic batch carries one expected sequence for all its events.
 		AsyncBatches: cfg.Sync == SyncInterval && cfg.NATSURL == "",
 		Logger:       d.cfg.Logger,
 		Registerer:   cfg.Registerer,

@@ -233,7 +233,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		return l.publishOne(ctx, msgs[0], stream, "batch", expect, nil)
 	}
 	start := time.Now()
-	if l.cfg.AsyncBatches {
+	if l.asyncBatches() {
 		return l.publishAsync(ctx, stream, msgs, expect, start)
 	}
 	id := nuid.Next()

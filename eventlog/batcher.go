@@ -98,7 +98,7 @@ func (l *Log) NewBatcher(cfg BatcherConfig) *Batcher {
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = DefaultBatchDelay
 	}
-	b := &Batcher{l: l, cfg: cfg, in: make(chan *Pending, cfg.MaxCount), async: l.cfg.AsyncBatches}
+	b := &Batcher{l: l, cfg: cfg, in: make(chan *Pending, cfg.MaxCount), async: l.asyncBatches()}
 	b.mu.quiet = make(chan struct{})
 	return b
 }

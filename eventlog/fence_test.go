@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -298,5 +299,80 @@ func TestFenceOwnLostAck(t *testing.T) {
 	}
 	if _, err := appendNote(ctx, a.lg, "x"); !errors.Is(err, eventlog.ErrFenced) {
 		t.Fatalf("after another writer: got %v, want ErrFenced", err)
+	}
+}
+
+// TestFenceAsyncBatches: with AsyncBatches (agentd under --sync interval), a
+// stale owner's batch and chunks are still fenced whole: none of their
+// events lands after the newer owner's write.
+func TestFenceAsyncBatches(t *testing.T) {
+	ctx := t.Context()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	open := func() *node {
+		nd := &node{owner: &grants{}, fenced: make(chan string, 16)}
+		nd.lg = eventlogtest.OpenOn(t, s, eventlog.Config{
+			Owner:        nd.owner,
+			OnFenced:     func(agent string, _ error) { nd.fenced <- agent },
+			AsyncBatches: true,
+		})
+		return nd
+	}
+	a, b := open(), open()
+	a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	if _, err := appendNote(ctx, a.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	ba := a.lg.NewBatcher(eventlog.BatcherConfig{})
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ba.Run(bctx) }()
+	defer func() { stop(); <-done }()
+	chunk := func(i int) eventlog.Event {
+		return eventlog.Event{Agent: "x", Stream: "s1", Type: "chunk", Data: []byte(strconv.Itoa(i))}
+	}
+	p, err := ba.Add(ctx, chunk(0))
+	if err == nil {
+		_, err = p.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("a's first chunk: %v", err)
+	}
+
+	b.owner.set("x", eventlog.Token{Node: "b", Epoch: 2})
+	if _, err := appendNote(ctx, b.lg, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.lg.AppendBatch(ctx, []eventlog.Event{chunk(100)}); err != nil {
+		t.Fatal(err)
+	}
+
+	evs := []eventlog.Event{
+		{Agent: "x", Type: "note.added", Data: []byte(`{}`)},
+		{Agent: "x", Type: "note.added", Data: []byte(`{}`)},
+		{Agent: "x", Type: "note.added", Data: []byte(`{}`)},
+	}
+	if _, err := a.lg.AppendBatch(ctx, evs); !errors.Is(err, eventlog.ErrFenced) && !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("stale AppendBatch: %v, want fenced", err)
+	}
+	for i := 1; i <= 3; i++ {
+		p, err := ba.Add(ctx, chunk(i))
+		if err == nil {
+			_, err = p.Wait(ctx)
+		}
+		if err == nil {
+			t.Errorf("stale chunk %d stored", i)
+		}
+	}
+	for _, f := range []eventlog.Filter{{Agent: "x"}, {Agent: "x", Stream: "s1"}} {
+		got, err := b.lg.Read(ctx, f, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eventlog.CheckWriters(got); err != nil {
+			t.Errorf("%+v: %v", f, err)
+		}
+		if last := got[len(got)-1]; last.Writer.Node != "b" {
+			t.Errorf("%+v: last event written by %q after b took x over", f, last.Writer.Node)
+		}
 	}
 }

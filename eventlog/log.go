@@ -80,6 +80,9 @@ type Config struct {
 	// atomic batch in a synced temporary store, which makes it several times
 	// slower than plain publishes. Batches are then ordered but not atomic: a
 	// failure part way can leave a prefix stored (retrying is safe, ids dedup).
+	// A fenced Log (Owner set) ignores it: only an atomic batch can carry
+	// one expected sequence for all its events, so a stale owner's pipelined
+	// events after the first would land.
 	AsyncBatches bool
 	// Bind uses the existing streams as they are instead of creating or
 	// updating them: for clients, which must not change the server's stream
@@ -370,3 +373,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	}
 	panic(f)
 }
+
+// asyncBatches reports whether batches are pipelined instead of atomic:
+// Config.AsyncBatches, on a Log that does not fence.
+func (l *Log) asyncBatches() bool { return l.cfg.AsyncBatches && l.cfg.Owner == nil }
