@@ -111,7 +111,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
 		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
-		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY)")
+		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY, or the files named by OPENAI_API_KEY_FILE, ANTHROPIC_API_KEY_FILE)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")
 	fs.StringVar(&cfg.ProviderURL, "provider-url", cfg.ProviderURL,
 		"provider base `url` (for chatcompletions: the Ollama, llama.cpp or vLLM server)")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"os"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -66,7 +65,10 @@ var _ Provider = (*Anthropic)(nil)
 // or in the environment, and with ErrInvalidConfig when Validate fails.
 func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 	if cfg.APIKey == "" {
-		cfg.APIKey = os.Getenv("ANTHROPIC_API_KEY")
+		var err error
+		if cfg.APIKey, err = envSecret("ANTHROPIC_API_KEY"); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.APIKey == "" {
 		return nil, &missingKeyError{provider: "anthropic", env: "ANTHROPIC_API_KEY"}
@@ -110,7 +112,7 @@ type anthropicBlock struct {
 // content_block_stop; message_stop yields Finish with the usage from
 // message_start and message_delta.
 func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(func(s *sink) error {
+	return stream(p.cfg.APIKey, func(s *sink) error {
 		params, err := p.params(req)
 		if err != nil {
 			return &Error{Provider: p.Name(), Err: err}

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Error classes and causes. Every error a Stream yields for a provider
@@ -156,12 +157,32 @@ func (s *sink) send(d Delta) bool {
 
 // stream adapts run to an iterator: run sends deltas through the sink and
 // returns the error that ends the stream, yielded once unless the consumer
-// already stopped.
-func stream(run func(s *sink) error) iter.Seq2[Delta, error] {
+// already stopped, with secret (the provider's API key) redacted from it.
+func stream(secret string, run func(s *sink) error) iter.Seq2[Delta, error] {
 	return func(yield func(Delta, error) bool) {
 		s := &sink{yield: yield}
 		if err := run(s); err != nil && !s.stopped {
-			yield(Delta{}, err)
+			yield(Delta{}, redact(secret, err))
 		}
 	}
+}
+
+// redact returns err with every occurrence of secret in its text replaced by
+// "[redacted]": a provider that echoes the key it was sent (some do in their
+// authentication errors) must not put it into a chat's error chunk, which
+// clients see, or into the logs. An *Error keeps its type and fields.
+func redact(secret string, err error) error {
+	if err == nil || len(secret) < 8 || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	clean := func(s string) string { return strings.ReplaceAll(s, secret, "[redacted]") }
+	if e, ok := err.(*Error); ok {
+		cp := *e
+		cp.Code = clean(e.Code)
+		if e.Err != nil {
+			cp.Err = errors.New(clean(e.Err.Error()))
+		}
+		return &cp
+	}
+	return errors.New(clean(err.Error()))
 }

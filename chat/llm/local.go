@@ -102,7 +102,7 @@ func (l *Local) NextToolCall(req Request) (call ToolCall, ok bool) {
 // A PartialText that is not a prefix of the answer (any PartialText, for a
 // tool call step) yields a terminal *Error wrapping ErrContinuation.
 func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(func(s *sink) error {
+	return stream("", func(s *sink) error {
 		if err := ctxErr(ctx); err != nil {
 			return err
 		}

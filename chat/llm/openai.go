@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -14,12 +13,13 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
-// openAIKey resolves the API key: the configured one, else OPENAI_API_KEY.
-func openAIKey(configured string) string {
+// openAIKey resolves the API key: the configured one, else OPENAI_API_KEY,
+// else the file named by OPENAI_API_KEY_FILE.
+func openAIKey(configured string) (string, error) {
 	if configured != "" {
-		return configured
+		return configured, nil
 	}
-	return os.Getenv("OPENAI_API_KEY")
+	return envSecret("OPENAI_API_KEY")
 }
 
 // isOpenAIHost reports whether baseURL is empty (the default endpoint) or

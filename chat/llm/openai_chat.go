@@ -54,7 +54,10 @@ var _ Provider = (*ChatCompletions)(nil)
 // and with ErrInvalidConfig when Validate fails.
 func NewChatCompletions(cfg ChatCompletionsConfig) (*ChatCompletions, error) {
 	if isOpenAIHost(cfg.BaseURL) {
-		cfg.APIKey = openAIKey(cfg.APIKey)
+		var err error
+		if cfg.APIKey, err = openAIKey(cfg.APIKey); err != nil {
+			return nil, err
+		}
 		if cfg.APIKey == "" {
 			return nil, &missingKeyError{provider: "chatcompletions", env: "OPENAI_API_KEY"}
 		}
@@ -78,7 +81,7 @@ type chatCall struct {
 // the choice finishes; a choice that finishes with "stop" after tool calls
 // finishes with FinishToolCalls. The Finish delta follows the usage chunk.
 func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(func(s *sink) error {
+	return stream(p.cfg.APIKey, func(s *sink) error {
 		params, err := p.params(req)
 		if err != nil {
 			return &Error{Provider: p.Name(), Err: err}

@@ -50,7 +50,10 @@ var _ Provider = (*OpenAIResponses)(nil)
 // ("llm: openai: OPENAI_API_KEY is not set") when no key is configured or in
 // the environment, and with ErrInvalidConfig when Validate fails.
 func NewOpenAIResponses(cfg OpenAIResponsesConfig) (*OpenAIResponses, error) {
-	cfg.APIKey = openAIKey(cfg.APIKey)
+	var err error
+	if cfg.APIKey, err = openAIKey(cfg.APIKey); err != nil {
+		return nil, err
+	}
 	if cfg.APIKey == "" {
 		return nil, &missingKeyError{provider: "openai", env: "OPENAI_API_KEY"}
 	}
@@ -71,7 +74,7 @@ func (p *OpenAIResponses) Name() string { return "openai" }
 // ToolCallDone deltas (callers dedupe by ToolCallID). Without ResponseID but
 // with PartialText, a new response is asked to continue the partial text.
 func (p *OpenAIResponses) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(func(s *sink) error {
+	return stream(p.cfg.APIKey, func(s *sink) error {
 		if c := req.Continue; c != nil && c.ResponseID != "" {
 			return p.recover(ctx, req, s)
 		}
