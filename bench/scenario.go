@@ -80,6 +80,7 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "restart-ready", Run: restartReady},
 	}
 }
 
