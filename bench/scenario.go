@@ -81,6 +81,7 @@ func scenarios() []Scenario {
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "restart-ready", Run: restartReady},
+		{Name: "sync-cost", Run: syncCost, Once: true},
 	}
 }
 
