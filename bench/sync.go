@@ -14,10 +14,10 @@ import (
 
 // Sync-cost scenario parameters.
 const (
-	syncTurns      = 40 // chat turns per series at -n 1
-	syncSteps      = 200
-	syncFiberSteps = 20 // steps of each steps fiber
-	syncChunk      = 5  // chat turns per series per round
+	syncTurns      = 100 // chat turns per series at -n 1
+	syncSteps      = 500 // steps per series at -n 1
+	syncFiberSteps = 20  // steps of each steps fiber
+	syncChunk      = 5   // chat turns per series per round
 	syncWait       = time.Minute
 )
 
