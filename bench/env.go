@@ -46,6 +46,10 @@ type EnvConfig struct {
 	Nodes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Agentd builds the agentd binary for the scenarios that run it, once
+	// per run when the Envs of every mode share it. Nil: the Env builds
+	// its own under its temp dir on first use.
+	Agentd *agentdBuild
 }
 
 // Validate checks the config after defaults are applied.
@@ -198,7 +202,7 @@ func (e *Env) startServers() ([]*server.Server, error) {
 		// Warnings and errors only: they name causes the API errors leave
 		// out (a failed stream create says "error creating store for
 		// stream").
-		s.SetLoggerV2(serverLog{e.Logger}, false, false, false)
+		s.SetLoggerV2(serverLog{l: e.Logger}, false, false, false)
 		s.Start()
 		e.closers = append(e.closers, func() error { s.Shutdown(); s.WaitForShutdown(); return nil })
 		out = append(out, s)
@@ -249,6 +253,15 @@ func (e *Env) Count(always, interval int) int {
 		n = interval
 	}
 	return max(1, int(math.Round(float64(n)*e.cfg.Scale)))
+}
+
+// AgentdBinary returns the path of the agentd binary built from this
+// module, building it on the first call.
+func (e *Env) AgentdBinary(ctx context.Context) (string, error) {
+	if e.cfg.Agentd == nil {
+		e.cfg.Agentd = &agentdBuild{dir: e.dir}
+	}
+	return e.cfg.Agentd.binary(ctx)
 }
 
 // id returns a fresh token naming streams and dirs, unique within the Env.
@@ -386,13 +399,20 @@ func (quietPebble) Infof(string, ...any)              {}
 func (quietPebble) Errorf(format string, args ...any) { slog.Error(fmt.Sprintf(format, args...)) }
 func (quietPebble) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
 
-// serverLog passes nats-server's warnings and errors to slog.
-type serverLog struct{ l *slog.Logger }
+// serverLog passes nats-server's warnings and errors to slog; with
+// noWarn, only errors.
+type serverLog struct {
+	l      *slog.Logger
+	noWarn bool
+}
 
 func (s serverLog) Noticef(string, ...any) {}
 func (s serverLog) Debugf(string, ...any)  {}
 func (s serverLog) Tracef(string, ...any)  {}
 func (s serverLog) Warnf(format string, v ...any) {
+	if s.noWarn {
+		return
+	}
 	s.l.Warn(fmt.Sprintf(format, v...), "component", "nats-server")
 }
 func (s serverLog) Errorf(format string, v ...any) {

@@ -77,10 +77,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	buildDir, err := os.MkdirTemp(*dir, "forever-bench-agentd-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(buildDir)
+	build := &agentdBuild{dir: buildDir}
+
 	start := time.Now()
 	report := Report{Machine: machine(*dir, *tcp, *scale, *nodes)}
-	for _, mode := range modes {
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger}, selected, stderr)
+	for i, mode := range modes {
+		inMode := selected
+		if i > 0 {
+			inMode = nil
+			for _, s := range selected {
+				if !s.Once {
+					inMode = append(inMode, s)
+				}
+			}
+			if len(inMode) == 0 {
+				continue
+			}
+		}
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, Agentd: build}, inMode, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {
@@ -121,6 +140,9 @@ func runMode(ctx context.Context, cfg EnvConfig, selected []Scenario, progress i
 		fmt.Fprintf(progress, "%s\n", time.Since(t).Round(10*time.Millisecond))
 		for _, r := range res.Rows {
 			r.Scenario, r.Sync = s.Name, string(env.Mode)
+			if s.Once {
+				r.Sync = "both"
+			}
 			rows = append(rows, r)
 		}
 		if err != nil {

@@ -12,6 +12,10 @@ type Scenario struct {
 	Name string
 	// Run measures. It must release everything it opened before returning.
 	Run func(ctx context.Context, env *Env) (Result, error)
+	// Once marks a scenario that compares the sync modes itself, on
+	// servers of its own: it runs under the first selected mode only, and
+	// its rows' Sync is "both".
+	Once bool
 }
 
 // Result is what a scenario measured.
@@ -76,6 +80,8 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "restart-ready", Run: restartReady},
+		{Name: "sync-cost", Run: syncCost, Once: true},
 	}
 }
 
