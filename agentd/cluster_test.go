@@ -269,6 +269,12 @@ func TestCluster(t *testing.T) {
 		testClusterStaleOwner(t, bin, c, nodes)
 		checkWriters(t, c, []string{"steps:stale"})
 	})
+	t.Run("Join", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin)
+		testClusterJoin(t, bin, c, nodes, agents)
+		checkWriters(t, c, agents)
+	})
+	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 }
 
 // startCluster starts three nodes as the chart starts its pods, waits until

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -31,7 +32,11 @@ type Daemon struct {
 	mux      *http.ServeMux
 	started  chan struct{} // closed once Run finished starting
 	stopping chan struct{} // closed when shutdown begins
-	parts    partitions    // partition leases and their handlers
+	// front is what the HTTP server serves: while Run starts (NATS, a
+	// JetStream quorum, the views), only /healthz and a 503 /readyz; then
+	// mux.
+	front atomic.Pointer[http.Handler]
+	parts partitions // partition leases and their handlers
 
 	mu struct {
 		sync.Mutex
@@ -229,10 +234,25 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// HTTP answers from the start, so probes see "starting" (and the
+	// rest 503) while agentd waits for NATS, a quorum or its views,
+	// instead of hanging on an accepted connection nobody serves.
+	starting := d.startingHandler()
+	d.front.Store(&starting)
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	hs := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
+	}
+	web := &webServer{hs: hs, addr: ln.Addr().String(), cancel: cancelRequests, served: make(chan error, 1)}
+	go func() { web.served <- hs.Serve(ln) }()
 	var r resources
 	r.closed = make(chan struct{})
 	fail := func(err error) error {
-		ln.Close()
+		hs.Close()
+		cancelRequests()
 		return errors.Join(err, d.parts.handoff(cfg.ShutdownTimeout+cfg.LeaseTTL), d.teardown(&r))
 	}
 	if cfg.NATSURL == "" {
@@ -292,7 +312,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
 	d.parts.seal()
-	return d.serve(ctx, ln, &r)
+	return d.serve(ctx, web, &r)
 }
 
 // resources are what Run opened, torn down in reverse order.
@@ -305,25 +325,21 @@ type resources struct {
 
 // serve runs the components and the HTTP server until ctx is done or one of
 // them fails, then shuts everything down.
-func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error {
+func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error {
 	cfg := &d.cfg
 	g, gctx := errgroup.WithContext(ctx)
 	// Components outlive gctx until HTTP has stopped; values come from ctx.
 	compCtx, stopComponents := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopComponents()
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	hs, cancelRequests := web.hs, web.cancel
 	defer cancelRequests()
-	hs := &http.Server{
-		Handler:           d.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
-	}
+	var full http.Handler = d.mux
+	d.front.Store(&full)
 
 	d.mu.Lock()
 	d.mu.started = true
 	components := d.mu.components
-	d.mu.httpAddr = ln.Addr().String()
+	d.mu.httpAddr = web.addr
 	d.mu.natsURL = cfg.NATSURL
 	d.mu.lg = r.lg
 	if r.srv != nil {
@@ -359,7 +375,7 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener, r *resources) error
 		})
 	}
 	g.Go(func() error {
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := <-web.served; !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agentd: http: %w", err)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -149,4 +150,25 @@ func (d *Daemon) handleQuarantine(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, q)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// webServer is agentd's HTTP server, serving from the start of Run.
+type webServer struct {
+	hs     *http.Server
+	addr   string
+	cancel context.CancelFunc // ends the requests' context
+	served chan error         // Serve's error
+}
+
+// startingHandler serves while Run starts: /healthz as always (200 once
+// the NATS connection is up), and 503 with Retry-After for everything else,
+// /readyz included, with {"status":"starting"}.
+func (d *Daemon) startingHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", d.handleHealthz)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, health{Status: "starting"})
+	})
+	return mux
 }
