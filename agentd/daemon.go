@@ -36,7 +36,9 @@ type Daemon struct {
 	// JetStream quorum, the views), only /healthz and a 503 /readyz; then
 	// mux.
 	front atomic.Pointer[http.Handler]
-	parts partitions // partition leases and their handlers
+	// metricsHandler serves /metrics, also while starting.
+	metricsHandler http.Handler
+	parts          partitions // partition leases and their handlers
 
 	mu struct {
 		sync.Mutex
@@ -87,9 +89,10 @@ func New(cfg Config) (*Daemon, error) {
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	d.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+	d.metricsHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
-	}))
+	})
+	d.mux.Handle("GET /metrics", d.metricsHandler)
 	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
 	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
 	d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)

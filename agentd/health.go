@@ -160,12 +160,13 @@ type webServer struct {
 	served chan error         // Serve's error
 }
 
-// startingHandler serves while Run starts: /healthz as always (200 once
-// the NATS connection is up), and 503 with Retry-After for everything else,
-// /readyz included, with {"status":"starting"}.
+// startingHandler serves while Run starts: /healthz and /metrics as always
+// (healthz 200 once the NATS connection is up), and 503 with Retry-After
+// for everything else, /readyz included, with {"status":"starting"}.
 func (d *Daemon) startingHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", d.handleHealthz)
+	mux.Handle("GET /metrics", d.metricsHandler)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, health{Status: "starting"})

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
@@ -171,4 +173,24 @@ func decodeAny(b []byte) any {
 		return err.Error()
 	}
 	return v
+}
+
+// FuzzOriginAllowed: any Origin header and pattern list gives an answer
+// without panicking; a pattern list of "*" allows exactly the origins with
+// a host; an empty list allows none.
+func FuzzOriginAllowed(f *testing.F) {
+	for _, s := range []string{"https://app.example.com", "null", "http://[::1]:8080", "https://a.b.c:443/x?y", "", "ws://x", "https://%zz"} {
+		f.Add(s, "*.example.com")
+	}
+	f.Fuzz(func(t *testing.T, origin, pattern string) {
+		originAllowed([]string{pattern}, origin)
+		if originAllowed(nil, origin) {
+			t.Fatalf("no pattern allowed %q", origin)
+		}
+		u, err := url.Parse(origin)
+		hasHost := err == nil && u.Host != "" && !strings.Contains(u.Host, "/")
+		if got := originAllowed([]string{"*"}, origin); got != hasHost {
+			t.Fatalf("OriginAllowed(*, %q) = %v, want %v", origin, got, hasHost)
+		}
+	})
 }
