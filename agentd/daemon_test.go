@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/nats-io/nats.go"
@@ -500,4 +501,32 @@ func TestRunExternalNATSUnreachable(t *testing.T) {
 		!strings.HasSuffix(msg, "(set --nats-url or FOREVER_NATS_URL)") {
 		t.Errorf("message %q", msg)
 	}
+}
+
+// newChatDaemon returns a daemon on cfg hosting the chat type on the local
+// model at rate words/s, not started. attach adds more (the gateway,
+// retention) once the host is attached.
+func newChatDaemon(t *testing.T, cfg Config, rate float64, attach ...func(*Daemon, *Host, *ChatType) error) (*Daemon, *ChatType) {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chats := NewChatType(llm.NewLocal(llm.LocalConfig{Rate: rate}), nil)
+	if err := chats.Attach(d); err != nil {
+		t.Fatal(err)
+	}
+	host := NewHost(HostConfig{DefaultType: "chat"})
+	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Attach(d); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range attach {
+		if err := fn(d, host, chats); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d, chats
 }

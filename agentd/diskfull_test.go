@@ -17,7 +17,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/forever-agents/forever/chat"
-	"github.com/forever-agents/forever/chat/llm"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -37,24 +36,7 @@ func TestPebbleDiskFull(t *testing.T) {
 	})}
 	cfg := testConfig(t)
 	cfg.PebbleFS = errorfs.Wrap(vfs.Default, full)
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chats := NewChatType(llm.NewLocal(llm.LocalConfig{Rate: 100}), nil)
-	if err := chats.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	host := NewHost(HostConfig{DefaultType: "chat"})
-	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	if err := AttachGateway(d, host, chats); err != nil {
-		t.Fatal(err)
-	}
+	d, _ := newChatDaemon(t, cfg, 100, AttachGateway)
 	startDaemon(t, d)
 	base := "http://" + d.HTTPAddr()
 	waitStatus(t, base+"/readyz", 200)

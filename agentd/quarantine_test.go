@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats.go"
 )
@@ -15,21 +14,7 @@ import (
 // GET /debug/quarantine names its stream, sequence and subject, and the
 // agent it belongs to still chats.
 func TestQuarantineCorruptEvent(t *testing.T) {
-	d, err := New(testConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chats := NewChatType(llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
-	if err := chats.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	host := NewHost(HostConfig{DefaultType: "chat"})
-	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Attach(d); err != nil {
-		t.Fatal(err)
-	}
+	d, _ := newChatDaemon(t, testConfig(t), -1)
 	startDaemon(t, d)
 	base := "http://" + d.HTTPAddr()
 	waitStatus(t, base+"/readyz", 200)

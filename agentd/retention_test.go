@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/forever-agents/forever/chat/llm"
 )
 
 // The daemon runs chunk retention on the agent's owner: a chat stream that
@@ -16,27 +14,7 @@ import (
 func TestRetentionExpiresEndedStreams(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.ChunkMaxAge = 200 * time.Millisecond
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chats := NewChatType(llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
-	if err := chats.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	host := NewHost(HostConfig{DefaultType: "chat"})
-	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	if err := AttachRetention(d, host, chats); err != nil {
-		t.Fatal(err)
-	}
-	if err := AttachGateway(d, host, chats); err != nil {
-		t.Fatal(err)
-	}
+	d, chats := newChatDaemon(t, cfg, -1, AttachRetention, AttachGateway)
 	startDaemon(t, d)
 	base := "http://" + d.HTTPAddr()
 	waitStatus(t, base+"/readyz", 200)

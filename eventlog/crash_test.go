@@ -27,6 +27,16 @@ func namedCounter(name string) eventlog.Projection {
 	return p
 }
 
+// crashFollower returns a Follower of crashViews on lg, not running.
+func crashFollower(t *testing.T, lg *eventlog.Log) *eventlog.Follower {
+	t.Helper()
+	var ps []eventlog.Projection
+	for _, name := range crashViews {
+		ps = append(ps, namedCounter(name))
+	}
+	return newFollower(t, lg, ps...)
+}
+
 // crashRound is one life of a process: it opens the log on fs, follows the
 // stream with crashViews while a writer appends and waits for each append
 // to be applied, and crashes at a random moment. It returns the filesystem
@@ -39,15 +49,7 @@ func crashRound(t *testing.T, s *server.Server, fs *vfs.MemFS, rng *rand.Rand, n
 	if noSync {
 		eventlog.SkipCommitSync(lg)
 	}
-	f, err := lg.NewFollower()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range crashViews {
-		if err := f.Add(namedCounter(name)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := crashFollower(t, lg)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -156,15 +158,7 @@ func TestCrashConsistency(t *testing.T) {
 		}
 	}
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Dir: "db", FS: fs})
-	f, err := lg.NewFollower()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range crashViews {
-		if err := f.Add(namedCounter(name)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := crashFollower(t, lg)
 	eventlogtest.RunFollower(t, f)
 	all, err := lg.Read(t.Context(), eventlog.Filter{}, 0, 0)
 	if err != nil {

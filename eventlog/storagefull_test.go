@@ -86,15 +86,7 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	ctx := t.Context()
 	full := diskFull()
 	lg, _ := eventlogtest.Open(t, eventlog.Config{Dir: "db", FS: errorfs.Wrap(vfs.NewMem(), full)})
-	f, err := lg.NewFollower()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range crashViews {
-		if err := f.Add(namedCounter(name)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := crashFollower(t, lg)
 	eventlogtest.RunFollower(t, f)
 	appendN(t, lg, 30, 3)
 	if err := f.WaitFor(ctx, 30); err != nil {
@@ -108,7 +100,7 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	for lg.Stalled() == nil && wctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	err = lg.Stalled()
+	err := lg.Stalled()
 	if !errors.Is(err, eventlog.ErrViewsStalled) || !errors.Is(err, eventlog.ErrStorageFull) {
 		t.Fatalf("Stalled with Pebble full = %v, want ErrViewsStalled and ErrStorageFull", err)
 	}
