@@ -3,12 +3,9 @@ package agentd
 import (
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/forever-agents/forever/internal/chartargs"
 )
 
 // testClusterJoin: a fourth node started as the chart starts a pod joins a
@@ -24,22 +21,7 @@ func testClusterJoin(t *testing.T, bin string, c *crashClient, nodes []*clusterN
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	var routes []string
-	for _, nd := range nodes {
-		routes = append(routes, "nats://"+nd.routes)
-	}
-	joiner := &clusterNode{
-		name: "forever-3",
-		data: filepath.Join(t.TempDir(), "data"),
-		http: freeAddr(t), nats: freeAddr(t), routes: freeAddr(t),
-	}
-	pod := chartargs.Pod{
-		Name: joiner.name, Data: joiner.data, HTTP: joiner.http, NATSListen: joiner.nats,
-		Cluster: "forever", ClusterListen: joiner.routes, Routes: append(routes, "nats://"+joiner.routes),
-		Replicas: 3, LeaseTTL: clusterTTL,
-	}
-	joiner.args = chartargs.Args(pod)
-	joiner.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+	joiner := extraNode(t, nodes, "forever-3", 0)
 	joined := time.Now()
 	joiner.start(t, bin)
 	all := append(nodes, joiner)

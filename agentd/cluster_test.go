@@ -560,22 +560,30 @@ func checkFollowed(t *testing.T, items []replay.Item, chunks []chat.Chunk) {
 // testClusterPartitionMismatch: a fourth node started with another
 // partition count than the cluster's refuses to start, naming the flag,
 // instead of serving a different split of the agents.
-func testClusterPartitionMismatch(t *testing.T, bin string, nodes []*clusterNode) {
+// extraNode prepares (does not start) one more pod for the running
+// cluster of nodes, routed to all of them; partitions 0 is the default.
+func extraNode(t *testing.T, nodes []*clusterNode, name string, partitions int) *clusterNode {
 	var routes []string
 	for _, nd := range nodes {
 		routes = append(routes, "nats://"+nd.routes)
 	}
-	odd := &clusterNode{
-		name: "forever-odd",
+	nd := &clusterNode{
+		name: name,
 		data: filepath.Join(t.TempDir(), "data"),
 		http: freeAddr(t), nats: freeAddr(t), routes: freeAddr(t),
 	}
 	pod := chartargs.Pod{
-		Name: odd.name, Data: odd.data, HTTP: odd.http, NATSListen: odd.nats,
-		Cluster: "forever", ClusterListen: odd.routes, Routes: append(routes, "nats://"+odd.routes),
-		Replicas: 3, Partitions: 32, LeaseTTL: clusterTTL,
+		Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+		Cluster: "forever", ClusterListen: nd.routes, Routes: append(routes, "nats://"+nd.routes),
+		Replicas: 3, Partitions: partitions, LeaseTTL: clusterTTL,
 	}
-	odd.args, odd.env = chartargs.Args(pod), chartargs.Env(pod)
+	nd.args = chartargs.Args(pod)
+	nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+	return nd
+}
+
+func testClusterPartitionMismatch(t *testing.T, bin string, nodes []*clusterNode) {
+	odd := extraNode(t, nodes, "forever-odd", 32)
 	odd.start(t, bin)
 	select {
 	case err := <-odd.proc.exited:
