@@ -13,7 +13,9 @@
 //  1. the data dir: created when missing; an error (ErrDataDir, naming
 //     --data) when it is a file, cannot be created or is not writable;
 //  2. the HTTP listener and the NATS listen port: ErrAddrInUse naming --http
-//     or --nats-listen when taken;
+//     or --nats-listen when taken. HTTP serves from here on: /healthz and
+//     /metrics as usual, every other path 503 {"status":"starting"} with
+//     Retry-After until step 7, so probes never hang on a starting node;
 //  3. the embedded nats-server with JetStream storing in <data>/jetstream,
 //     fsyncing every write (SyncAlways) unless Config.Sync is SyncInterval;
 //     or, with Config.NATSURL, no server and a connection to that URL;
@@ -23,7 +25,7 @@
 //     and HTTP handlers to Deps (the connection, the log, the logger, the
 //     metrics registerer);
 //  7. the components and projectors, each Run under one errgroup, and the
-//     HTTP server.
+//     full HTTP mux.
 //
 // It then blocks until ctx is done or a component fails, and shuts down in
 // the reverse order: HTTP stops accepting requests (requests in flight get
@@ -40,6 +42,8 @@
 //   - GET /metrics: Prometheus metrics from Config.Gatherer (the registry
 //     main creates, with the Go and process collectors), including
 //     forever_eventlog_* and forever_agentd_ready, forever_agentd_nats_connected.
+//   - GET /debug/quarantine: the stored events the views skipped as corrupt
+//     (eventlog.Log.Quarantine), as a JSON array.
 //   - Anything added with Handle or HandleFunc.
 //
 // # Invariants
