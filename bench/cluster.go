@@ -292,3 +292,25 @@ func (nd *clusterNode) tail() string {
 	lines = lines[max(0, len(lines)-15):]
 	return nd.name + " log " + nd.logPath + ":\n" + string(bytes.Join(lines, []byte("\n")))
 }
+
+// keepLogs copies the log of every node of the cluster stored under dir
+// into a new dir under into, which outlives the run, and returns err
+// naming it.
+func keepLogs(err error, dir, into string) error {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "agentd.log"))
+	if len(logs) == 0 {
+		return err
+	}
+	kept, kerr := os.MkdirTemp(into, "forever-cluster-logs-")
+	if kerr != nil {
+		return err
+	}
+	for _, l := range logs {
+		b, rerr := os.ReadFile(l)
+		if rerr != nil {
+			continue
+		}
+		os.WriteFile(filepath.Join(kept, filepath.Base(filepath.Dir(l))+".log"), b, 0o644)
+	}
+	return fmt.Errorf("%w\nnode logs kept in %s", err, kept)
+}

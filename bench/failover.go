@@ -5,9 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -91,7 +92,7 @@ const (
 // with the nodes' readiness and log tails instead of hanging. The scenario
 // runs once per bench run (the chart sets --sync always) and ignores the
 // Env's server. p99 over 20 kills is the slowest kill.
-func failover(ctx context.Context, env *Env) (Result, error) {
+func failover(ctx context.Context, env *Env) (_ Result, err error) {
 	bin, err := env.AgentdBinary(ctx)
 	if err != nil {
 		return Result{}, err
@@ -101,6 +102,11 @@ func failover(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			err = keepLogs(err, dir, env.cfg.Dir)
+		}
+	}()
 	ttl := chartargs.DefaultLeaseTTL
 	c, err := startAgentdCluster(ctx, bin, dir, failoverNodes, ttl, failoverHealthy)
 	if err != nil {
@@ -117,7 +123,7 @@ func failover(ctx context.Context, env *Env) (Result, error) {
 	var took, leased, recovered []time.Duration
 	probe := 0 // the next agent id to try
 	for i := range kills {
-		k, err := killOwner(ctx, c, nc, c.nodes[i%len(c.nodes)], &probe)
+		k, err := killOwner(ctx, env.Logger, c, nc, c.nodes[i%len(c.nodes)], &probe)
 		if err != nil {
 			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
 		}
@@ -200,31 +206,89 @@ func (k failoverKill) restart(ctx context.Context, c *agentdCluster, nc *nats.Co
 	}
 }
 
+// failoverAttempts bounds the fresh agents tried for one kill, when the
+// owner is not seen writing the agent after its fiber started.
+const failoverAttempts = 3
+
 // killOwner finds a fresh agent that target owns, starts a steps fiber on
 // it, sees target write it, SIGKILLs target and waits for another node's
 // first event of the agent. *probe is the next agent id to try.
-func killOwner(ctx context.Context, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, error) {
+func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, error) {
+	var (
+		k   failoverKill
+		st  failoverStatus
+		f   *failoverFollow
+		err error
+	)
+	for attempt := 1; f == nil; attempt++ {
+		k, st, f, err = ownerWriting(ctx, c, nc, target, probe)
+		if err == nil {
+			break
+		}
+		var notSeen *notSeenError
+		if !errors.As(err, &notSeen) || attempt == failoverAttempts {
+			return k, err
+		}
+		// Not a failover figure, but worth knowing: a fiber that started
+		// and wrote nothing the reader saw for seconds.
+		logger.Warn("failover: owner not seen writing; trying another agent", "err", err)
+	}
+	defer f.close()
+	k.ledEvents = streamLeader(ctx, nc, eventlog.DefaultEventsStream) == target.name
+	k.ledLeases = streamLeader(ctx, nc, "KV_"+ownership.DefaultBucket) == target.name
+	killed := time.Now()
+	target.kill()
+	fctx, cancel := context.WithTimeout(ctx, 4*c.ttl+30*time.Second)
+	defer cancel()
+	e, err := f.next(fctx, func(w eventlog.Token) bool { return w.Node != "" && w.Node != target.name })
+	if err != nil {
+		return k, fmt.Errorf("bench: no other node wrote %s after its owner %s was killed: %w", k.agent, target.name, err)
+	}
+	k.owner, k.took = e.writer.Node, e.stored.Sub(killed)
+	if nd := c.node(k.owner); nd != nil {
+		if at, ok := partitionAcquired(ctx, nd, st.Partition, st.Epoch, killed); ok {
+			k.leased = at.Sub(killed)
+		}
+	}
+	return k, nil
+}
+
+// notSeenError is ownerWriting's error when the fiber started but the
+// owner was not seen writing its agent.
+type notSeenError struct {
+	agent string
+	err   error
+}
+
+func (e *notSeenError) Error() string {
+	return fmt.Sprintf("bench: owner not seen writing %s: %v", e.agent, e.err)
+}
+
+func (e *notSeenError) Unwrap() error { return e.err }
+
+// ownerWriting finds a fresh agent that target owns, starts a steps fiber
+// on it, and follows its events through another node until target is seen
+// writing it. The caller closes the returned follow. Errors: *notSeenError
+// when no event of target's arrived within failoverSeen, or another node's
+// did (the partition moved).
+func ownerWriting(ctx context.Context, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, failoverStatus, *failoverFollow, error) {
 	wctx, cancel := context.WithTimeout(ctx, failoverWriting)
 	defer cancel()
 	k := failoverKill{victim: target}
 	var st failoverStatus
 	for tries := 0; ; tries++ {
 		if tries == failoverProbes {
-			return k, fmt.Errorf("bench: none of %d agents is owned by %s", failoverProbes, target.name)
+			return k, st, nil, fmt.Errorf("bench: none of %d agents is owned by %s", failoverProbes, target.name)
 		}
 		k.agent = fmt.Sprintf("steps:failover-%d", *probe)
 		*probe++
 		var err error
 		if st, err = agentStatus(wctx, nc, k.agent); err != nil {
-			return k, err
+			return k, st, nil, err
 		}
 		if st.Owner == target.name {
 			break
 		}
-	}
-	start := fmt.Appendf(nil, `{"steps":%d,"delayMs":%d}`, failoverSteps, failoverDelayMS)
-	if _, err := agentCommand(wctx, nc, k.agent, "start", start); err != nil {
-		return k, err
 	}
 	var via *clusterNode
 	for _, nd := range c.nodes {
@@ -235,43 +299,30 @@ func killOwner(ctx context.Context, c *agentdCluster, nc *nats.Conn, target *clu
 	}
 	f, err := followAgent(wctx, via, k.agent)
 	if err != nil {
-		return k, err
+		return k, st, nil, err
 	}
-	defer f.close()
+	start := fmt.Appendf(nil, `{"steps":%d,"delayMs":%d}`, failoverSteps, failoverDelayMS)
+	if _, err := agentCommand(wctx, nc, k.agent, "start", start); err != nil {
+		f.close()
+		return k, st, nil, err
+	}
 	// The owner must be seen writing: it may have handed the partition off
 	// since it answered the status (a node that just restarted takes its
 	// share back).
 	sctx, cancelSeen := context.WithTimeout(wctx, failoverSeen)
 	defer cancelSeen()
 	e, err := f.next(sctx, func(w eventlog.Token) bool { return w.Node != "" })
+	if err == nil && e.writer.Node != target.name {
+		err = fmt.Errorf("written by %s, its status named %s", e.writer.Node, target.name)
+	}
 	if err != nil {
-		return k, fmt.Errorf("bench: no event of %s within %s of starting its fiber: %w", k.agent, failoverSeen, err)
-	}
-	if e.writer.Node != target.name {
-		return k, fmt.Errorf("bench: %s written by %s, its status named %s", k.agent, e.writer.Node, target.name)
-	}
-	k.ledEvents = streamLeader(wctx, nc, eventlog.DefaultEventsStream) == target.name
-	k.ledLeases = streamLeader(wctx, nc, "KV_"+ownership.DefaultBucket) == target.name
-	killed := time.Now()
-	target.kill()
-	fctx, cancelFailover := context.WithTimeout(ctx, 4*c.ttl+30*time.Second)
-	defer cancelFailover()
-	e, err = f.next(fctx, func(w eventlog.Token) bool { return w.Node != "" && w.Node != target.name })
-	if err != nil {
-		var tails []string
-		for _, nd := range c.nodes {
-			tails = append(tails, nd.tail())
+		f.close()
+		if ctx.Err() != nil {
+			return k, st, nil, ctx.Err()
 		}
-		return k, fmt.Errorf("bench: no other node wrote %s after its owner %s was killed: %w\n%s",
-			k.agent, target.name, err, strings.Join(tails, "\n"))
+		return k, st, nil, &notSeenError{agent: k.agent, err: fmt.Errorf("via %s, within %s of its fiber's start: %w", via.name, failoverSeen, err)}
 	}
-	k.owner, k.took = e.writer.Node, e.stored.Sub(killed)
-	if nd := c.node(k.owner); nd != nil {
-		if at, ok := partitionAcquired(ctx, nd, st.Partition, st.Epoch, killed); ok {
-			k.leased = at.Sub(killed)
-		}
-	}
-	return k, nil
+	return k, st, f, nil
 }
 
 // failoverStatus is the part of agentd's status reply the scenario uses.
