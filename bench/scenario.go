@@ -82,6 +82,7 @@ func scenarios() []Scenario {
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "sync-cost", Run: syncCost, Once: true},
+		{Name: "failover", Run: failover, Once: true},
 	}
 }
 

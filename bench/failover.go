@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/ownership"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Failover scenario parameters.
+const (
+	failoverKills = 20 // SIGKILLs of an agent's owner at -n 1
+	failoverNodes = 3
+	// failoverSteps and failoverDelayMS make each kill's steps fiber: an
+	// event about every 100 ms for 5 to 10 s of steps, so it runs when its
+	// owner is killed and ends, on the new owner, about when the killed
+	// node is back.
+	failoverSteps   = 50
+	failoverDelayMS = 100
+	// failoverProbes bounds the agent ids tried to find one the kill's
+	// target node owns (each is owned by a given node about one time in
+	// three).
+	failoverProbes = 100
+	// failoverHealthy bounds the cluster's start, and a killed node's
+	// restart until every node is ready and the partitions balanced.
+	failoverHealthy = 3 * time.Minute
+	// failoverSettle is waited once the cluster is healthy again, before
+	// the next kill: the restarted node's partitions have just been handed
+	// back to it.
+	failoverSettle = 3 * time.Second
+	// failoverWriting bounds finding the owner and seeing it write, and
+	// waiting for a kill's fiber to complete.
+	failoverWriting = 90 * time.Second
+	// failoverSeen bounds one wait for the owner's next event.
+	failoverSeen = 10 * time.Second
+	// failoverRequest is one command request's timeout; a command may wait
+	// for a partition's new owner (up to 10 s) and then for its writes.
+	failoverRequest = 30 * time.Second
+)
+
+// failover measures how long an agent is without a writer when the node
+// that owns it dies: the time from SIGKILL of the owner's agentd to the
+// first event of the agent stored by another node, next to the lease TTL.
+//
+// It starts a cluster of failoverNodes real agentd processes on loopback
+// (go build ./agentd/cmd/agentd), each with the flags and environment the
+// Helm chart gives a pod (internal/chartargs: R3 streams and lease bucket,
+// --sync always, 64 partitions, the chart's lease TTL). Kill i targets
+// node i mod 3, so the victims rotate and so does whether a victim led the
+// events stream or the lease bucket (with one agent, its partition would
+// always return to the same node, which after its first restart leads no
+// stream). Each kill:
+//
+//   - finds a fresh agent steps:failover-<j> whose owner, by the status
+//     command over NATS, is the target, and starts a steps fiber on it
+//     (an event about every 100 ms);
+//   - follows the agent's events with an ordered consumer through a node
+//     that is not the owner, until an event written by the owner arrives
+//     (the Forever-Node header);
+//   - SIGKILLs the owner, and reads on until an event written by another
+//     node arrives. The figure is that event's store time in the stream
+//     (the stream leader's timestamp, on the same clock) minus the time of
+//     the kill, so neither the reader's reconnection nor its consumer's
+//     recreation counts;
+//   - restarts the killed node on its data dir and waits until every node
+//     answers /readyz 200 (which includes nats-server's healthz: every
+//     replica current, so the cluster can lose another node) and the
+//     partitions are balanced again, then until the kill's fiber has
+//     completed, then failoverSettle more.
+//
+// When the new owner's log shows when it acquired the agent's partition
+// (the "partition acquired" line, minus its recovery's "took"), the kill
+// to first event is split into kill to lease acquired: the lease expiring,
+// the dead node's key expiring so the partition is assigned to a live node
+// (or a whole TTL free), and the lease bucket electing a leader when the
+// dead node led it; and lease acquired to first event: the partition's
+// recovery and the fiber's, which wait for the events stream to elect a
+// leader when the dead node led it and the election is not over yet.
+//
+// Every wait is bounded: a cluster that loses quorum fails the scenario
+// with the nodes' readiness and log tails instead of hanging. The scenario
+// runs once per bench run (the chart sets --sync always) and ignores the
+// Env's server. p99 over 20 kills is the slowest kill.
+func failover(ctx context.Context, env *Env) (_ Result, err error) {
+	bin, err := env.AgentdBinary(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	dir, err := env.TempDir()
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			err = keepLogs(err, dir, env.cfg.Dir)
+		}
+	}()
+	ttl := chartargs.DefaultLeaseTTL
+	c, err := startAgentdCluster(ctx, bin, dir, failoverNodes, ttl, failoverHealthy)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.close()
+	nc, err := nats.Connect(c.natsURLs(), nats.Name("bench"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: connect to the cluster: %w", err)
+	}
+	defer nc.Close()
+	kills := env.Count(failoverKills, failoverKills)
+	var took, leased, recovered []time.Duration
+	probe := 0 // the next agent id to try
+	for i := range kills {
+		k, err := killOwner(ctx, env.Logger, c, nc, c.nodes[i%len(c.nodes)], &probe)
+		if err != nil {
+			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
+		}
+		took = append(took, k.took)
+		if k.leased > 0 {
+			leased = append(leased, k.leased)
+			recovered = append(recovered, k.took-k.leased)
+		}
+		env.Logger.Info("failover", "kill", i+1, "of", kills, "agent", k.agent, "victim", k.victim.name, "new owner", k.owner,
+			"took", k.took.Round(time.Millisecond), "lease acquired after", k.leased.Round(time.Millisecond),
+			"victim led events", k.ledEvents, "victim led leases", k.ledLeases)
+		if i == kills-1 {
+			break
+		}
+		if err := k.restart(ctx, c, nc); err != nil {
+			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
+		}
+		select {
+		case <-time.After(failoverSettle):
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	bl := fmt.Sprintf("lease TTL (chart default %s), ms", ttl)
+	row := func(what string, p float64, d []time.Duration) Row {
+		return Row{
+			Figure: fmt.Sprintf("%s p%.0f ms, %d kills", what, p, len(d)), Value: millis(percentile(d, p)),
+			Baseline: bl, BaselineValue: millis(ttl), LowerIsBetter: true,
+		}
+	}
+	rows := []Row{
+		row("owner SIGKILL to new owner's first event", 50, took),
+		row("owner SIGKILL to new owner's first event", 99, took),
+	}
+	if len(leased) > 0 {
+		rows = append(rows,
+			row("of which SIGKILL to lease acquired", 50, leased),
+			row("of which SIGKILL to lease acquired", 99, leased),
+			row("of which lease acquired to first event", 50, recovered),
+			row("of which lease acquired to first event", 99, recovered))
+	}
+	return Result{Rows: rows}, nil
+}
+
+// failoverKill is what one kill measured.
+type failoverKill struct {
+	agent     string
+	victim    *clusterNode
+	owner     string        // the new owner's name
+	took      time.Duration // SIGKILL to the new owner's first event stored
+	leased    time.Duration // SIGKILL to lease acquired; 0 when unknown
+	ledEvents bool          // the victim led the events stream
+	ledLeases bool          // the victim led the lease bucket's stream
+}
+
+// restart starts the killed node again and waits until the cluster is
+// healthy and the kill's fiber has completed.
+func (k failoverKill) restart(ctx context.Context, c *agentdCluster, nc *nats.Conn) error {
+	if err := k.victim.start(); err != nil {
+		return err
+	}
+	if err := c.waitHealthy(ctx, failoverHealthy); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, failoverWriting)
+	defer cancel()
+	for {
+		st, err := agentStatus(wctx, nc, k.agent)
+		if err != nil {
+			return err
+		}
+		if st.Fibers == 0 {
+			return nil
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-wctx.Done():
+			return fmt.Errorf("bench: the steps fiber of %s still running %s after the cluster was healthy again", k.agent, failoverWriting)
+		}
+	}
+}
+
+// failoverAttempts bounds the fresh agents tried for one kill, when the
+// owner is not seen writing the agent after its fiber started.
+const failoverAttempts = 3
+
+// killOwner finds a fresh agent that target owns, starts a steps fiber on
+// it, sees target write it, SIGKILLs target and waits for another node's
+// first event of the agent. *probe is the next agent id to try.
+func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, error) {
+	var (
+		k   failoverKill
+		st  failoverStatus
+		f   *failoverFollow
+		err error
+	)
+	for attempt := 1; f == nil; attempt++ {
+		k, st, f, err = ownerWriting(ctx, c, nc, target, probe)
+		if err == nil {
+			break
+		}
+		var notSeen *notSeenError
+		if !errors.As(err, &notSeen) || attempt == failoverAttempts {
+			return k, err
+		}
+		// Not a failover figure, but worth knowing: a fiber that started
+		// and wrote nothing the reader saw for seconds.
+		logger.Warn("failover: owner not seen writing; trying another agent", "err", err)
+	}
+	defer f.close()
+	k.ledEvents = streamLeader(ctx, nc, eventlog.DefaultEventsStream) == target.name
+	k.ledLeases = streamLeader(ctx, nc, "KV_"+ownership.DefaultBucket) == target.name
+	killed := time.Now()
+	target.kill()
+	fctx, cancel := context.WithTimeout(ctx, 4*c.ttl+30*time.Second)
+	defer cancel()
+	e, err := f.next(fctx, func(w eventlog.Token) bool { return w.Node != "" && w.Node != target.name })
+	if err != nil {
+		return k, fmt.Errorf("bench: no other node wrote %s after its owner %s was killed: %w", k.agent, target.name, err)
+	}
+	k.owner, k.took = e.writer.Node, e.stored.Sub(killed)
+	if nd := c.node(k.owner); nd != nil {
+		if at, ok := partitionAcquired(ctx, nd, st.Partition, st.Epoch, killed); ok {
+			k.leased = at.Sub(killed)
+		}
+	}
+	return k, nil
+}
+
+// notSeenError is ownerWriting's error when the fiber started but the
+// owner was not seen writing its agent.
+type notSeenError struct {
+	agent string
+	err   error
+}
+
+func (e *notSeenError) Error() string {
+	return fmt.Sprintf("bench: owner not seen writing %s: %v", e.agent, e.err)
+}
+
+func (e *notSeenError) Unwrap() error { return e.err }
+
+// ownerWriting finds a fresh agent that target owns, starts a steps fiber
+// on it, and follows its events through another node until target is seen
+// writing it. The caller closes the returned follow. Errors: *notSeenError
+// when no event of target's arrived within failoverSeen, or another node's
+// did (the partition moved).
+func ownerWriting(ctx context.Context, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, failoverStatus, *failoverFollow, error) {
+	wctx, cancel := context.WithTimeout(ctx, failoverWriting)
+	defer cancel()
+	k := failoverKill{victim: target}
+	var st failoverStatus
+	for tries := 0; ; tries++ {
+		if tries == failoverProbes {
+			return k, st, nil, fmt.Errorf("bench: none of %d agents is owned by %s", failoverProbes, target.name)
+		}
+		k.agent = fmt.Sprintf("steps:failover-%d", *probe)
+		*probe++
+		var err error
+		if st, err = agentStatus(wctx, nc, k.agent); err != nil {
+			return k, st, nil, err
+		}
+		if st.Owner == target.name {
+			break
+		}
+	}
+	var via *clusterNode
+	for _, nd := range c.nodes {
+		if nd != target {
+			via = nd
+			break
+		}
+	}
+	f, err := followAgent(wctx, via, k.agent)
+	if err != nil {
+		return k, st, nil, err
+	}
+	start := fmt.Appendf(nil, `{"steps":%d,"delayMs":%d}`, failoverSteps, failoverDelayMS)
+	if _, err := agentCommand(wctx, nc, k.agent, "start", start); err != nil {
+		f.close()
+		return k, st, nil, err
+	}
+	// The owner must be seen writing: it may have handed the partition off
+	// since it answered the status (a node that just restarted takes its
+	// share back).
+	sctx, cancelSeen := context.WithTimeout(wctx, failoverSeen)
+	defer cancelSeen()
+	e, err := f.next(sctx, func(w eventlog.Token) bool { return w.Node != "" })
+	if err == nil && e.writer.Node != target.name {
+		err = fmt.Errorf("written by %s, its status named %s", e.writer.Node, target.name)
+	}
+	if err != nil {
+		f.close()
+		if ctx.Err() != nil {
+			return k, st, nil, ctx.Err()
+		}
+		return k, st, nil, &notSeenError{agent: k.agent, err: fmt.Errorf("via %s, within %s of its fiber's start: %w", via.name, failoverSeen, err)}
+	}
+	return k, st, f, nil
+}
+
+// failoverStatus is the part of agentd's status reply the scenario uses.
+type failoverStatus struct {
+	Fibers    int    `json:"fibers"`
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"`
+	Epoch     uint64 `json:"epoch"`
+}
+
+// agentStatus asks the agent's status.
+func agentStatus(ctx context.Context, nc *nats.Conn, agent string) (failoverStatus, error) {
+	var st failoverStatus
+	data, err := agentCommand(ctx, nc, agent, "status", nil)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("bench: status of %s: %w", agent, err)
+	}
+	if st.Owner == "" {
+		return st, fmt.Errorf("bench: status of %s names no owner: %s", agent, data)
+	}
+	return st, nil
+}
+
+// agentCommand sends a command over NATS and returns the reply, retrying
+// while the request times out or is answered 503 (the agent is between
+// owners: nothing ran) until ctx ends.
+func agentCommand(ctx context.Context, nc *nats.Conn, agent, verb string, data []byte) (json.RawMessage, error) {
+	subject := "forever.cmd." + agent + "." + verb
+	var last error
+	for {
+		rctx, cancel := context.WithTimeout(ctx, failoverRequest)
+		msg, err := nc.RequestWithContext(rctx, subject, data)
+		cancel()
+		switch {
+		case err == nil && msg.Header.Get("Nats-Service-Error-Code") == "":
+			return msg.Data, nil
+		case err == nil && msg.Header.Get("Nats-Service-Error-Code") != "503":
+			return nil, fmt.Errorf("bench: %s %s: %s %s", agent, verb, msg.Header.Get("Nats-Service-Error-Code"), msg.Data)
+		case err == nil:
+			last = fmt.Errorf("503 %s", msg.Data)
+		default:
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bench: %s %s: %w (last: %v)", agent, verb, ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// streamLeader returns the server name of the stream's leader, empty when
+// unknown.
+func streamLeader(ctx context.Context, nc *nats.Conn, stream string) string {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return ""
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ictx, stream)
+	if err != nil || s.CachedInfo().Cluster == nil {
+		return ""
+	}
+	return s.CachedInfo().Cluster.Leader
+}
+
+// failoverFollow reads an agent's new events with an ordered consumer
+// through one node's connection.
+type failoverFollow struct {
+	nc   *nats.Conn
+	msgs jetstream.MessagesContext
+}
+
+// followedEvent is one event of a failoverFollow: its writer and the time
+// the stream stored it.
+type followedEvent struct {
+	writer eventlog.Token
+	stored time.Time
+}
+
+// followAgent starts reading the agent's events appended from now on,
+// through nd.
+func followAgent(ctx context.Context, nd *clusterNode, agent string) (*failoverFollow, error) {
+	nc, err := nats.Connect("nats://"+nd.natsAddr, nats.Name("bench-follow"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to %s: %w", nd.name, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: jetstream: %w", err)
+	}
+	cons, err := js.OrderedConsumer(ctx, eventlog.DefaultEventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{eventlog.DefaultPrefix + ".evt." + agent},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: follow %s through %s: %w", agent, nd.name, err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: follow %s through %s: %w", agent, nd.name, err)
+	}
+	return &failoverFollow{nc: nc, msgs: msgs}, nil
+}
+
+// next returns the first event whose writer matches, skipping the others.
+func (f *failoverFollow) next(ctx context.Context, match func(eventlog.Token) bool) (followedEvent, error) {
+	// Next waits for ctx, but not while the ordered consumer recreates
+	// itself after losing its server (a stream leader dying): stopping the
+	// iterator ends that.
+	stop := context.AfterFunc(ctx, f.msgs.Stop)
+	defer stop()
+	for {
+		m, err := f.msgs.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return followedEvent{}, ctx.Err()
+			}
+			return followedEvent{}, fmt.Errorf("bench: follow: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return followedEvent{}, fmt.Errorf("bench: follow: %w", err)
+		}
+		w, _ := eventlog.WriterOf(m.Headers())
+		if match(w) {
+			return followedEvent{writer: w, stored: md.Timestamp}, nil
+		}
+	}
+}
+
+func (f *failoverFollow) close() {
+	f.msgs.Stop()
+	f.nc.Close()
+}
+
+// partitionAcquired returns when nd acquired partition p under an epoch
+// above epoch after the time after, from its log: the time of its
+// "partition acquired" line minus the recovery that line reports. It
+// waits a few seconds for the line, which comes when the recovery ends.
+func partitionAcquired(ctx context.Context, nd *clusterNode, p int, epoch uint64, after time.Time) (time.Time, bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if at, ok := findAcquired(nd.logPath, p, epoch, after); ok {
+			return at, true
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// findAcquired scans an agentd JSON log for partitionAcquired.
+func findAcquired(path string, p int, epoch uint64, after time.Time) (time.Time, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, []byte(`"partition acquired"`)) {
+			continue
+		}
+		var l struct {
+			Time      time.Time `json:"time"`
+			Msg       string    `json:"msg"`
+			Partition *int      `json:"partition"`
+			Epoch     uint64    `json:"epoch"`
+			Took      int64     `json:"took"` // slog's JSON handler writes durations in ns
+		}
+		if json.Unmarshal(line, &l) != nil || l.Msg != "partition acquired" || l.Partition == nil || *l.Partition != p {
+			continue
+		}
+		if at := l.Time.Add(-time.Duration(l.Took)); l.Epoch > epoch && at.After(after) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
