@@ -16,12 +16,15 @@
 // compared with and the baseline's value, and optionally a target ratio.
 //
 // Some scenarios measure the real agentd process instead of the packages
-// in-process: restart-ready and sync-cost build ./agentd/cmd/agentd once
-// per run (go build, so run the bench from inside the module) and start it
-// on data dirs of their own, driving it over NATS and HTTP as a client
-// would. They do not use the Env's server. A scenario marked Once (such as
-// sync-cost, which runs agentd under both sync modes itself) runs under the
-// first selected mode only, and its rows show sync "both".
+// in-process: restart-ready, sync-cost and failover build
+// ./agentd/cmd/agentd once per run (go build, so run the bench from inside
+// the module) and start it on data dirs of their own, driving it over NATS
+// and HTTP as a client would; failover starts a 3-node loopback cluster
+// with the chart's flags (internal/chartargs) and SIGKILLs owners. They do
+// not use the Env's server. A scenario marked Once (sync-cost, which runs
+// agentd under both sync modes itself; failover, which runs it as the chart
+// does) runs under the first selected mode only, and its rows show sync
+// "both".
 //
 // # Invariants
 //

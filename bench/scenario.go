@@ -12,9 +12,10 @@ type Scenario struct {
 	Name string
 	// Run measures. It must release everything it opened before returning.
 	Run func(ctx context.Context, env *Env) (Result, error)
-	// Once marks a scenario that compares the sync modes itself, on
-	// servers of its own: it runs under the first selected mode only, and
-	// its rows' Sync is "both".
+	// Once marks a scenario that runs on servers of its own and does not
+	// depend on -sync (it compares the sync modes itself, or runs agentd as
+	// the chart does, with sync always): it runs under the first selected
+	// mode only, and its rows' Sync is "both".
 	Once bool
 }
 
