@@ -30,11 +30,14 @@ type Manager struct {
 
 	mu struct {
 		sync.Mutex
-		held     map[int]*held
-		leases   map[int]cached       // every lease key, as watched
-		nodes    map[string]time.Time // live nodes, with when first seen
-		free     map[int]time.Time    // partitions without a lease, since
-		stopping bool
+		held   map[int]*held
+		leases map[int]cached       // every lease key, as watched
+		nodes  map[string]time.Time // live nodes, with when first seen
+		free   map[int]time.Time    // partitions without a lease, since
+		// lastHolder is the node whose lease of a free partition went
+		// away (expired, or deleted), while the partition stays free.
+		lastHolder map[int]string
+		stopping   bool
 	}
 }
 
@@ -89,6 +92,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.mu.leases = map[int]cached{}
 	m.mu.nodes = map[string]time.Time{}
 	m.mu.free = map[int]time.Time{}
+	m.mu.lastHolder = map[int]string{}
 	if m.met, err = newMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -404,6 +408,9 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 		if gone {
 			delete(m.mu.leases, p)
 			m.mu.free[p] = time.Now()
+			if had {
+				m.mu.lastHolder[p] = old.lease.Node
+			}
 			return had
 		}
 		l, ok := parseLease(key, e.Value(), e.Revision())
@@ -412,6 +419,7 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 		}
 		m.mu.leases[p] = cached{lease: l, rev: e.Revision()}
 		delete(m.mu.free, p)
+		delete(m.mu.lastHolder, p)
 		return !had || old.lease != l
 	}
 	return false

@@ -96,8 +96,13 @@ func (m *Manager) plan() []action {
 			out = append(out, action{kind: acquire, p: p})
 		default:
 			// Free but meant for another node: take it if that node has not
-			// for a whole TTL, so no partition stays unserved.
-			if since, ok := m.mu.free[p]; ok && now.Sub(since) > m.cfg.TTL {
+			// for a whole TTL, so no partition stays unserved; or at once
+			// when that node is the one whose lease of it just went away
+			// (expired: it stopped renewing, and its own node key is about
+			// to expire too), rather than wait a TTL for a dead node. The
+			// assignment moves it on by handoff once the live set changes.
+			since, ok := m.mu.free[p]
+			if ok && (now.Sub(since) > m.cfg.TTL || m.mu.lastHolder[p] == want[p]) {
 				out = append(out, action{kind: acquire, p: p})
 			}
 		}

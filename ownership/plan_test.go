@@ -1,0 +1,107 @@
+package ownership
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// entry is a watched KV entry, as the lease watcher receives it.
+type entry struct {
+	key string
+	val []byte
+	rev uint64
+	op  jetstream.KeyValueOp
+}
+
+func (e entry) Bucket() string                  { return "FOREVER_LEASES" }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return e.val }
+func (e entry) Revision() uint64                { return e.rev }
+func (e entry) Created() time.Time              { return time.Now() }
+func (e entry) Delta() uint64                   { return 0 }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+// planner returns a Manager of node me with only what plan reads.
+func planner(me string, partitions int) *Manager {
+	m := &Manager{cfg: Config{Node: me, Partitions: partitions, TTL: 10 * time.Second, RenewEvery: 2500 * time.Millisecond}}
+	met, err := newMetrics(nil, m)
+	if err != nil {
+		panic(err)
+	}
+	m.met = met
+	m.mu.held = map[int]*held{}
+	m.mu.leases = map[int]cached{}
+	m.mu.nodes = map[string]time.Time{}
+	m.mu.free = map[int]time.Time{}
+	m.mu.lastHolder = map[int]string{}
+	return m
+}
+
+// acquires returns the partitions plan would acquire.
+func acquires(m *Manager) map[int]bool {
+	out := map[int]bool{}
+	for _, a := range m.plan() {
+		if a.kind == acquire {
+			out[a.p] = true
+		}
+	}
+	return out
+}
+
+// TestPlanTakesAnExpiredLeaseAtOnce: when a lease expires while its holder
+// is still counted live (its node key outlives the lease by up to a
+// renewal period), the other nodes acquire the partition at once instead
+// of waiting a further TTL for the dead holder to take it back; a
+// partition freed by a handoff to a third node is still left to that node.
+func TestPlanTakesAnExpiredLeaseAtOnce(t *testing.T) {
+	const parts = 12
+	m := planner("b", parts)
+	for _, n := range []string{"a", "b", "c"} {
+		m.apply(entry{key: prefixNode + n, val: []byte(`{}`), rev: 1, op: jetstream.KeyValuePut})
+	}
+	want := assign(parts, []string{"a", "b", "c"})
+	var ofA []int
+	for p := range parts {
+		if want[p] == "a" {
+			ofA = append(ofA, p)
+		}
+	}
+	if len(ofA) < 2 {
+		t.Fatalf("assignment %v gives a fewer than 2 partitions", want)
+	}
+	// Every partition held as assigned, except the first of a's, which c
+	// still holds (a joined a moment ago, c has not handed it off yet).
+	moving := ofA[0]
+	for p := range parts {
+		holder := want[p]
+		if p == moving {
+			holder = "c"
+		}
+		v, _ := json.Marshal(leaseValue{Node: holder, Epoch: uint64(p + 1)})
+		m.apply(entry{key: leaseKey(p), val: v, rev: uint64(p + 1), op: jetstream.KeyValuePut})
+	}
+	if got := acquires(m); len(got) != 0 {
+		t.Fatalf("with every lease held, plan acquires %v", got)
+	}
+	// c hands the moving partition off to a: it deletes its lease.
+	m.apply(entry{key: leaseKey(moving), rev: 100, op: jetstream.KeyValueDelete})
+	if got := acquires(m); got[moving] {
+		t.Fatalf("b takes partition %d, which c handed off to a", moving)
+	}
+	// a dies: its leases expire (TTL markers), its node key not yet.
+	for _, p := range ofA[1:] {
+		m.apply(entry{key: leaseKey(p), rev: 101, op: jetstream.KeyValueDelete})
+	}
+	got := acquires(m)
+	for _, p := range ofA[1:] {
+		if !got[p] {
+			t.Errorf("partition %d, whose holder a let its lease expire, is not acquired at once: %v", p, got)
+		}
+	}
+	if got[moving] {
+		t.Errorf("b takes partition %d, handed off to a", moving)
+	}
+}
