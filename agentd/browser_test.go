@@ -14,6 +14,26 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
+// browser starts headless Chromium for one test and returns the context
+// that drives it, bounded to 90 s; the test's end stops it.
+func browser(t *testing.T, chromium string) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
+	return ctx
+}
+
 // chromiumPath finds Debian's chromium (installed by .ci/run).
 func chromiumPath(t *testing.T) string {
 	for _, p := range []string{os.Getenv("FOREVER_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
@@ -43,22 +63,7 @@ func testBinaryBrowserReload(t *testing.T, bin string) {
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p = startWith(t, p, httpAddr)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	ctx := browser(t, chromium)
 
 	const chatID = "browser1"
 	url := "http://" + httpAddr + "/?chat=" + chatID

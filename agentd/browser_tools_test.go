@@ -1,9 +1,7 @@
 package agentd
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,28 +20,8 @@ func testBinaryBrowserTools(t *testing.T, bin string) {
 	chromium := chromiumPath(t)
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
-	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--local-rate", "200")
-	p.cmd.Env = os.Environ()
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p = startWith(t, p, httpAddr)
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "200")
+	ctx := browser(t, chromium)
 
 	run := func(step string, actions ...chromedp.Action) {
 		t.Helper()

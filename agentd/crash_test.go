@@ -23,11 +23,13 @@ type agentdProc struct {
 	exited chan error
 }
 
-// startAgentd starts bin on data with fixed ports and waits for /readyz.
-func startAgentd(t *testing.T, bin, data, httpAddr, natsAddr string) *agentdProc {
+// startAgentd starts bin on data with fixed ports, JSON logs and the extra
+// flags, and waits for /readyz.
+func startAgentd(t *testing.T, bin, data, httpAddr, natsAddr string, extra ...string) *agentdProc {
 	t.Helper()
 	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json")
+	args := append([]string{"--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json"}, extra...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	return startWith(t, p, httpAddr)

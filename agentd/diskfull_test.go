@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -152,12 +151,7 @@ func TestPebbleDiskFull(t *testing.T) {
 func testBinaryDiskFull(t *testing.T, bin string) {
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
-	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr,
-		"--log-format", "json", "--local-rate", "-1", "--js-max-store", "48MiB")
-	p.cmd.Env = os.Environ()
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p = startWith(t, p, httpAddr)
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "-1", "--js-max-store", "48MiB")
 	c := dialAgentd(t, natsAddr)
 	defer func() {
 		if t.Failed() {

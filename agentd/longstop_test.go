@@ -3,8 +3,6 @@ package agentd
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -25,12 +23,7 @@ func testBinaryLongStop(t *testing.T, bin string) {
 	const ttl = 3 * time.Second
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
-	p := &agentdProc{out: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr,
-		"--log-format", "json", "--local-rate", "15", "--lease-ttl", ttl.String())
-	p.cmd.Env = os.Environ()
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p = startWith(t, p, httpAddr)
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "15", "--lease-ttl", ttl.String())
 	c := dialAgentd(t, natsAddr)
 	defer func() {
 		if t.Failed() {

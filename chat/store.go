@@ -44,16 +44,11 @@ func eventProjections() []eventlog.Projection {
 // them (WaitReady) before using the Store; WaitFor then waits on views' one
 // cursor. Call it once per Log.
 func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Projector, error) {
-	s := &Store{eventPrs: []waiter{views}}
-	var err error
-	if s.chunkPr, err = lg.NewProjector(StreamsProjection()); err != nil {
-		return nil, nil, fmt.Errorf("chat: open store: %w", err)
-	}
-	v, err := lg.View(StreamsProjectionName)
+	s, err := newStore(lg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		return nil, nil, err
 	}
-	s.streams = NewStreams(v)
+	s.eventPrs = []waiter{views}
 	for _, p := range eventProjections() {
 		if err := views.Add(p); err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
@@ -63,6 +58,20 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 		}
 	}
 	return s, s.chunkPr, nil
+}
+
+// newStore returns a Store with the streams projection of the chunks
+// stream on a Projector of its own, and no views of the events stream yet.
+func newStore(lg *eventlog.Log) (*Store, error) {
+	pr, err := lg.NewProjector(StreamsProjection())
+	if err != nil {
+		return nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	v, err := lg.View(StreamsProjectionName)
+	if err != nil {
+		return nil, fmt.Errorf("chat: open store: %w", err)
+	}
+	return &Store{chunkPr: pr, streams: NewStreams(v)}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -91,16 +100,10 @@ func (s *Store) setView(lg *eventlog.Log, name string) error {
 // five projectors of the events stream. AddStore feeds them from one
 // Follower instead, which a process should prefer. Call it once per Log.
 func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
-	s := &Store{}
-	var err error
-	if s.chunkPr, err = lg.NewProjector(StreamsProjection()); err != nil {
-		return nil, nil, fmt.Errorf("chat: open store: %w", err)
-	}
-	v, err := lg.View(StreamsProjectionName)
+	s, err := newStore(lg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("chat: open store: %w", err)
+		return nil, nil, err
 	}
-	s.streams = NewStreams(v)
 	all := []*eventlog.Projector{s.chunkPr}
 	for _, p := range eventProjections() {
 		pr, err := lg.NewProjector(p)

@@ -129,11 +129,11 @@ func (l *Log) awaitDB(ctx context.Context) error {
 			return nil
 		}
 		if err := l.probe(); err == nil {
-			if err := l.reopen(); err == nil {
+			err := l.reopen()
+			if err == nil {
 				return nil
-			} else {
-				l.logger.Warn("reopening Pebble after a failed write", "err", err)
 			}
+			l.logger.Warn("reopening Pebble after a failed write", "err", err)
 		}
 		select {
 		case <-time.After(probeInterval):
@@ -155,8 +155,7 @@ func (l *Log) probe() error {
 	if err == nil {
 		err = f.Sync()
 	}
-	err = errors.Join(err, f.Close(), fs.Remove(name))
-	return err
+	return errors.Join(err, f.Close(), fs.Remove(name))
 }
 
 // reopen closes the broken Pebble and opens it again, while no read or
@@ -173,10 +172,8 @@ func (l *Log) reopen() error {
 	l.mu.Unlock()
 	l.dbUsers.Wait()
 
-	var err error
 	if old != nil {
-		err = closeBroken(old)
-		if err != nil {
+		if err := closeBroken(old); err != nil {
 			l.logger.Info("closing the broken Pebble", "err", err.Error())
 		}
 	}
