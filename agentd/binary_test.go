@@ -92,6 +92,7 @@ func TestBinary(t *testing.T) {
 	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
 	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
+	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"fmt"
+	"github.com/forever-agents/forever/auth"
 	"log/slog"
 	"net"
 	"os"
@@ -168,6 +169,31 @@ type Config struct {
 	// origin gets 403.
 	CORSOrigins []string
 
+	// Auth turns tenants on (--auth): the embedded server runs in NATS
+	// operator mode, every client needs a credential, and HTTP needs a
+	// bearer token. Validate turns it on for a non-loopback listen unless
+	// Insecure is set.
+	Auth bool
+	// Insecure (--insecure) allows a non-loopback listen without auth.
+	Insecure bool
+	// OIDCIssuer, OIDCAudience and OIDCTenantClaim (--oidc-*) accept JWTs
+	// from an OIDC issuer as HTTP bearer tokens, verified against its JWKS;
+	// the claim names the tenant. Needs Auth.
+	OIDCIssuer      string
+	OIDCAudience    string
+	OIDCTenantClaim string
+	// TenantSetup wires one tenant's daemon, as the caller wires a
+	// daemon without auth (agent types, gateway). Required with Auth.
+	TenantSetup func(*Daemon) error
+
+	// tenant is set on a tenant's daemon: it runs inside the daemon that
+	// serves the tenants, without its own server or HTTP listener.
+	tenant *tenantLink
+	// quota is a tenant daemon's (Auth): its Host refuses over it.
+	quota auth.Quota
+	// authImplied names the flag whose non-loopback listen turned Auth on.
+	authImplied string
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.
@@ -273,6 +299,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateCluster(); err != nil {
+		return err
+	}
+	if err := c.validateAuth(); err != nil {
 		return err
 	}
 	if _, err := c.MCPServers(); err != nil {

@@ -39,6 +39,11 @@ type Daemon struct {
 	// metricsHandler serves /metrics, also while starting.
 	metricsHandler http.Handler
 	parts          partitions // partition leases and their handlers
+	// tenants runs the tenants' daemons with Config.Auth, else nil.
+	tenants *tenantSet
+	metrics struct {
+		authRefused *prometheus.CounterVec // with tenants
+	}
 
 	mu struct {
 		sync.Mutex
@@ -86,10 +91,15 @@ func New(cfg Config) (*Daemon, error) {
 		stopping: make(chan struct{}),
 		parts:    partitions{sealed: make(chan struct{})},
 	}
+	var gatherer prometheus.Gatherer = cfg.Gatherer
+	if cfg.Auth {
+		d.tenants = newTenantSet(d)
+		gatherer = prometheus.Gatherers{cfg.Gatherer, d.tenants}
+	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	d.metricsHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+	d.metricsHandler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	})
 	d.mux.Handle("GET /metrics", d.metricsHandler)
@@ -233,9 +243,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return err
 	}
-	ln, err := listen("http address", "http", cfg.HTTPAddr)
-	if err != nil {
-		return err
+	// A tenant's daemon has no listener: the daemon serving the tenants
+	// routes its requests (Handler).
+	var ln net.Listener
+	if cfg.tenant == nil {
+		var err error
+		if ln, err = listen("http address", "http", cfg.HTTPAddr); err != nil {
+			return err
+		}
 	}
 	// HTTP answers from the start, so probes see "starting" (and the
 	// rest 503) while agentd waits for NATS, a quorum or its views,
@@ -249,21 +264,31 @@ func (d *Daemon) Run(ctx context.Context) error {
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	}
-	web := &webServer{hs: hs, addr: ln.Addr().String(), cancel: cancelRequests, served: make(chan error, 1)}
-	go func() { web.served <- hs.Serve(ln) }()
+	web := &webServer{hs: hs, cancel: cancelRequests, served: make(chan error, 1)}
+	if ln != nil {
+		web.addr = ln.Addr().String()
+		go func() { web.served <- hs.Serve(ln) }()
+	}
 	var r resources
+	var err error
 	r.closed = make(chan struct{})
 	fail := func(err error) error {
 		hs.Close()
 		cancelRequests()
 		return errors.Join(err, d.parts.handoff(cfg.ShutdownTimeout+cfg.LeaseTTL), d.teardown(&r))
 	}
-	if cfg.NATSURL == "" {
-		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger); err != nil {
+	var op *operator
+	if cfg.Auth {
+		if op, err = openOperator(cfg.DataDir); err != nil {
 			return fail(err)
 		}
 	}
-	if r.nc, err = connect(cfg, r.srv, d.cfg.Logger, r.closed); err != nil {
+	if cfg.NATSURL == "" {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op); err != nil {
+			return fail(err)
+		}
+	}
+	if r.nc, err = connect(cfg, r.srv, d.cfg.Logger, r.closed, op); err != nil {
 		return fail(err)
 	}
 	d.mu.Lock()
@@ -313,6 +338,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if err := d.addViews(views); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
+	}
+	if op != nil {
+		if err := d.tenants.open(ctx, op, deps); err != nil {
+			return fail(fmt.Errorf("agentd: start: %w", err))
+		}
 	}
 	d.parts.seal()
 	return d.serve(ctx, web, &r)
@@ -378,6 +408,10 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 		})
 	}
 	g.Go(func() error {
+		if web.addr == "" { // a tenant's daemon: no listener
+			<-gctx.Done()
+			return nil
+		}
 		if err := <-web.served; !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agentd: http: %w", err)
 		}

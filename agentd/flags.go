@@ -129,6 +129,17 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
 		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
 			"others get 403; repeatable (in the variable: one per line)")
+	fs.BoolVar(&cfg.Auth, "auth", cfg.Auth,
+		"turn tenants and authentication on: NATS clients need a tenant's creds, HTTP a bearer token; the admin credential is written to <data>/admin.creds "+
+			"(on by default when --http or --nats-listen is not a loopback address)")
+	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure,
+		"allow listening on a non-loopback address without --auth")
+	fs.StringVar(&cfg.OIDCIssuer, "oidc-issuer", cfg.OIDCIssuer,
+		"also accept HTTP bearer JWTs from this OIDC issuer `url`, verified against its JWKS (needs --auth and --oidc-audience)")
+	fs.StringVar(&cfg.OIDCAudience, "oidc-audience", cfg.OIDCAudience,
+		"audience (`client id`) the OIDC tokens must carry")
+	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
+		"OIDC token `claim` that names the tenant (default \"tenant\")")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }
@@ -163,6 +174,10 @@ func (b *byteSize) Set(s string) error {
 	*b = byteSize(n)
 	return nil
 }
+
+// ParseSize parses a byte count with an optional binary suffix, as the
+// size flags take it: 1048576, 64K, 256MiB, 10G.
+func ParseSize(s string) (int64, error) { return parseSize(s) }
 
 // parseSize parses a byte count with an optional suffix (see byteSize).
 func parseSize(s string) (int64, error) {

@@ -38,7 +38,19 @@ func (d *Daemon) registerMetrics(reg prometheus.Registerer) error {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{ready, connected} {
+	cs := []prometheus.Collector{ready, connected}
+	if d.tenants != nil {
+		d.metrics.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_auth_refused_total",
+			Help: "HTTP requests refused with 401, by reason: missing or invalid (or revoked) bearer token.",
+		}, []string{"reason"})
+		tenants := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "forever_tenants_running",
+			Help: "Tenant daemons running on this node.",
+		}, func() float64 { return float64(d.tenants.running()) })
+		cs = append(cs, d.metrics.authRefused, tenants)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
 		}

@@ -44,7 +44,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 // startServer starts the embedded nats-server with JetStream storing under
 // <DataDir>/jetstream and waits until it accepts connections. The caller
 // shuts it down.
-func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server.Server, error) {
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *operator) (*server.Server, error) {
 	host, port, err := splitAddr(cfg.NATSListen)
 	if err != nil {
 		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
@@ -68,6 +68,11 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server
 	}
 	if err := clusterOptions(cfg, opts); err != nil {
 		return nil, err
+	}
+	if op != nil {
+		if err := op.serverOptions(cfg.DataDir, opts); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -119,7 +124,7 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger) (*server
 // connect opens the daemon's NATS connection: in-process to the embedded
 // server s, or to cfg.NATSURL when s is nil. closed is closed once the
 // connection is closed (after Drain).
-func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- struct{}) (*nats.Conn, error) {
+func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- struct{}, op *operator) (*nats.Conn, error) {
 	logger = logger.With("subsystem", "nats")
 	opts := []nats.Option{
 		nats.Name("agentd"),
@@ -136,6 +141,14 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 		}),
 	}
 	u := cfg.NATSURL
+	if t := cfg.tenant; t != nil {
+		s = t.srv
+		opts = append(opts, nats.Name("agentd tenant "+t.name),
+			nats.UserJWTAndSeed(t.user.JWT, string(t.user.Seed)))
+	}
+	if op != nil {
+		opts = append(opts, op.connOption())
+	}
 	if s != nil {
 		u = s.ClientURL()
 		opts = append(opts, nats.InProcessServer(s))

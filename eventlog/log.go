@@ -88,6 +88,10 @@ type Config struct {
 	// updating them: for clients, which must not change the server's stream
 	// config (retention, limits). Open fails if a stream is missing.
 	Bind bool
+	// ChunksOnly, with Bind, binds the chunks stream only: for a client
+	// that follows chat streams with a tenant's credential, which may not
+	// read the events stream. Reading events then fails.
+	ChunksOnly bool
 	// Owner, when set, fences every append to an agent's subjects: the
 	// append is refused with ErrNotOwner unless Owner grants a token for
 	// the agent; it carries the token in the Forever-Node and Forever-Epoch
@@ -219,7 +223,9 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, err
 	}
 	if cfg.Bind {
-		if l.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
+		if cfg.ChunksOnly {
+			// l.events stays nil; stream() refuses events reads.
+		} else if l.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
 			return nil, fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", cfg.EventsStream, err)
 		}
 		if l.chunks, err = js.Stream(ctx, cfg.ChunksStream); err != nil {

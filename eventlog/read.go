@@ -36,6 +36,9 @@ func (l *Log) filter(f Filter) (subject, stream string, err error) {
 		return "", "", err
 	}
 	if f.Stream == "" && !f.Chunks {
+		if l.events == nil {
+			return "", "", invalidf("this log was opened with ChunksOnly: it reads chunks only")
+		}
 		return l.cfg.Prefix + ".evt." + agent, l.cfg.EventsStream, nil
 	}
 	s, err := tok(f.Stream)

@@ -40,9 +40,11 @@ const cliUsage = `Usage:
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
+  agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
-or nats://127.0.0.1:4222. On Ctrl-C, chat and tail print the cursor to resume
+or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
+(default $FOREVER_CREDS). On Ctrl-C, chat and tail print the cursor to resume
 from (agentd tail <agent> --from <cursor>); the turn goes on.
 `
 
@@ -53,14 +55,17 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant":
 	default:
 		return false, 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if args[0] == "verify" {
+	switch args[0] {
+	case "verify":
 		return true, runVerify(ctx, args[1:], getenv, stdout, stderr)
+	case "tenant":
+		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }
@@ -87,6 +92,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		natsURL = nats.DefaultURL
 	}
 	fs.StringVar(&natsURL, "nats-url", natsURL, "NATS url of agentd")
+	creds := fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds file (a tenant's, with auth)")
 	from := fs.String("from", "", "cursor to follow after (tail)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -97,7 +103,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		err = checkArgs(cmd, pos, *from)
 	}
 	if err == nil {
-		err = runCommand(ctx, cmd, pos, natsURL, *from, stdout, stderr)
+		err = runCommand(ctx, cmd, pos, natsURL, *creds, *from, stdout, stderr)
 	}
 	var ce *cliError
 	switch {
@@ -164,8 +170,12 @@ func checkArgs(cmd string, pos []string, from string) error {
 	return nil
 }
 
-func runCommand(ctx context.Context, cmd string, pos []string, natsURL, from string, stdout, stderr io.Writer) error {
-	nc, err := nats.Connect(natsURL, nats.Name("agentd "+cmd))
+func runCommand(ctx context.Context, cmd string, pos []string, natsURL, creds, from string, stdout, stderr io.Writer) error {
+	opts := []nats.Option{nats.Name("agentd " + cmd)}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
 	}
@@ -260,7 +270,7 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 
 // openClient opens the log bound to agentd's streams, for reading.
 func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
-	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, Logger: slog.New(slog.DiscardHandler)})
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}

@@ -52,12 +52,20 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	cfg.Logger = slog.New(h)
 
-	d, err := agentd.New(cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
+	// With auth (--auth, or implied by a non-loopback listen), each tenant
+	// gets the agent types in its own daemon; else the daemon runs them.
+	var mcpc *mcptools.Client
+	if cfg.Auth {
+		mcpc, err = wireTenants(&cfg)
+	}
+	d, nerr := agentd.New(cfg)
+	if nerr != nil {
+		fmt.Fprintln(stderr, nerr)
 		return 2
 	}
-	mcpc, err := wire(d)
+	if err == nil && !cfg.Auth {
+		mcpc, err = wire(d)
+	}
 	if mcpc != nil {
 		// After Run: the chat agents use the MCP tools until they stop.
 		defer func() {
@@ -82,6 +90,31 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
+// wireTenants sets cfg.TenantSetup to wire the built-in agent types into
+// each tenant's daemon, with the demo tools writing under the tenant's
+// data dir and the --mcp servers' tools shared by all tenants.
+func wireTenants(cfg *agentd.Config) (*mcptools.Client, error) {
+	provider, err := agentd.NewProvider(*cfg)
+	if err != nil {
+		return nil, err
+	}
+	mcpc, err := connectMCP(*cfg)
+	if err != nil {
+		return mcpc, err
+	}
+	cfg.TenantSetup = func(d *agentd.Daemon) error {
+		tools, err := agentd.DemoTools(d.Config().DataDir)
+		if err == nil {
+			tools, err = addTools(tools, mcpc)
+		}
+		if err != nil {
+			return err
+		}
+		return wireAgents(d, provider, tools)
+	}
+	return mcpc, nil
+}
+
 // wire registers the built-in agent types on a host attached to d: steps,
 // and chat, which takes every agent id no other type claims. Chat agents
 // get the demo tools and the tools of the --mcp servers; wire returns the
@@ -96,35 +129,42 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	mcpc, tools, err := withMCPTools(d.Config(), tools)
+	mcpc, err := connectMCP(d.Config())
+	if err == nil {
+		tools, err = addTools(tools, mcpc)
+	}
 	if err != nil {
 		return mcpc, err
 	}
 	return mcpc, wireAgents(d, provider, tools)
 }
 
-// withMCPTools connects to the --mcp servers and returns the client and
-// tools with their tools added. A server that does not answer within
-// mcptools.DefaultStartTimeout is left out with a warning; agentd starts
-// without its tools. The stdio servers' stderr is logged line by line.
-func withMCPTools(cfg agentd.Config, tools *chat.Tools) (*mcptools.Client, *chat.Tools, error) {
+// connectMCP connects to the --mcp servers (nil without). A server that
+// does not answer within mcptools.DefaultStartTimeout is left out with a
+// warning; agentd starts without its tools. The stdio servers' stderr is
+// logged line by line.
+func connectMCP(cfg agentd.Config) (*mcptools.Client, error) {
 	servers, err := cfg.MCPServers()
 	if err != nil || len(servers) == 0 {
-		return nil, tools, err
+		return nil, err
 	}
-	mcpc, err := mcptools.Connect(context.Background(), mcptools.Config{
+	return mcptools.Connect(context.Background(), mcptools.Config{
 		Servers: servers, Logger: cfg.Logger,
 	})
-	if err != nil {
-		return nil, nil, err
+}
+
+// addTools returns tools with mcpc's tools added (tools itself without
+// MCP servers).
+func addTools(tools *chat.Tools, mcpc *mcptools.Client) (*chat.Tools, error) {
+	if mcpc == nil {
+		return tools, nil
 	}
 	var all []*chat.Tool
 	for _, def := range tools.Defs() {
 		t, _ := tools.Lookup(def.Name)
 		all = append(all, t)
 	}
-	tools, err = chat.NewTools(append(all, mcpc.Tools()...)...)
-	return mcpc, tools, err
+	return chat.NewTools(append(all, mcpc.Tools()...)...)
 }
 
 // wireAgents registers the agent types, chat with tools.

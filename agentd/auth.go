@@ -1,0 +1,182 @@
+package agentd
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/forever-agents/forever/auth"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Files and directories of auth under the data dir.
+const (
+	// AdminCredsFile is the admin credential, written at the first start
+	// with auth: a user of the service account, for agentd tenant.
+	AdminCredsFile = "admin.creds"
+	// AuthKeysSubdir holds the operator's keys (0700).
+	AuthKeysSubdir = "auth"
+	// JWTSubdir is the embedded server's account resolver directory.
+	JWTSubdir = "jwt"
+	// TenantsSubdir holds one data dir per tenant (its Pebble views).
+	TenantsSubdir = "tenants"
+)
+
+// validateAuth turns Auth on for a non-loopback listen without Insecure,
+// and rejects what auth cannot run with yet.
+func (c *Config) validateAuth() error {
+	if c.tenant != nil {
+		return nil
+	}
+	if !c.Auth && !c.Insecure {
+		for _, l := range []struct{ flag, addr string }{
+			{"http", c.HTTPAddr},
+			{"nats-listen", c.embeddedNATSListen()},
+			{"cluster-listen", c.ClusterListen},
+		} {
+			if l.addr != "" && !isLoopback(l.addr) {
+				c.Auth = true
+				c.authImplied = l.flag
+				break
+			}
+		}
+	}
+	if c.OIDCIssuer != "" && (!c.Auth || c.OIDCAudience == "") {
+		return configErrorf("oidc-issuer", "--oidc-issuer needs --auth and --oidc-audience")
+	}
+	if !c.Auth {
+		return nil
+	}
+	why := "--auth"
+	if c.authImplied != "" {
+		why = fmt.Sprintf("--%s %s is not a loopback address, so auth is on; it", c.authImplied, c.listenOf(c.authImplied))
+	}
+	switch {
+	case c.NATSURL != "":
+		return configErrorf("auth", "%s needs the embedded NATS server: with --nats-url, configure accounts on that server "+
+			"(docs/architecture.md \"Tenants\") and pass --insecure", why)
+	case c.clustered():
+		return configErrorf("auth", "%s does not run clustered yet: the nodes would need to share the operator's keys; "+
+			"pass --insecure and keep the cluster's ports private", why)
+	}
+	return nil
+}
+
+func (c *Config) embeddedNATSListen() string {
+	if c.NATSURL != "" {
+		return ""
+	}
+	return c.NATSListen
+}
+
+func (c *Config) listenOf(flag string) string {
+	switch flag {
+	case "http":
+		return c.HTTPAddr
+	case "nats-listen":
+		return c.NATSListen
+	}
+	return c.ClusterListen
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// operator is what auth adds to a daemon with Auth: the keys, the
+// embedded server's trust and resolver, and agentd's own user.
+type operator struct {
+	keys    *auth.Keys
+	self    *auth.User // agentd's user in the service account
+	system  *auth.User // for claim updates
+	created bool       // first start with auth
+}
+
+// openOperator loads (or creates) the keys under the data dir, writes
+// admin.creds when missing, and mints agentd's users.
+func openOperator(dataDir string) (*operator, error) {
+	keys, created, err := auth.LoadKeys(filepath.Join(dataDir, AuthKeysSubdir))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	op := &operator{keys: keys, created: created}
+	if op.self, err = keys.ServiceUser("agentd"); err != nil {
+		return nil, err
+	}
+	if op.system, err = keys.SystemUser("agentd-system"); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dataDir, AdminCredsFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		admin, err := keys.ServiceUser("admin")
+		if err != nil {
+			return nil, err
+		}
+		creds, err := admin.Creds()
+		if err == nil {
+			err = auth.WriteCreds(path, creds)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
+		}
+	}
+	return op, nil
+}
+
+// serverOptions puts the embedded server in operator mode: it trusts the
+// operator, and resolves accounts from <data>/jwt, preloaded with the
+// system and service accounts; tenant accounts arrive as claim updates.
+func (op *operator) serverOptions(dataDir string, opts *server.Options) error {
+	oc, _, err := op.keys.OperatorClaims()
+	if err != nil {
+		return err
+	}
+	res, err := server.NewDirAccResolver(filepath.Join(dataDir, JWTSubdir), 0, time.Minute, server.NoDelete)
+	if err != nil {
+		return fmt.Errorf("%w: account resolver: %w", ErrDataDir, err)
+	}
+	for _, acc := range []func() (string, error){op.keys.SystemAccountJWT, op.keys.ServiceAccountJWT} {
+		tok, err := acc()
+		if err != nil {
+			return err
+		}
+		claims, err := jwt.DecodeAccountClaims(tok)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		if err := res.Store(claims.Subject, tok); err != nil {
+			return fmt.Errorf("%w: account resolver: %w", ErrDataDir, err)
+		}
+	}
+	opts.TrustedOperators = []*jwt.OperatorClaims{oc}
+	opts.SystemAccount = op.keys.SystemPublicKey()
+	opts.AccountResolver = res
+	return nil
+}
+
+// connOption is agentd's own credential for its connection.
+func (op *operator) connOption() nats.Option {
+	return nats.UserJWTAndSeed(op.self.JWT, string(op.self.Seed))
+}
+
+// tenantLink is what a tenant's daemon needs from the daemon serving it.
+type tenantLink struct {
+	name string
+	srv  *server.Server
+	user *auth.User // agentd's user in the tenant's account
+}

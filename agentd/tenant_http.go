@@ -1,0 +1,99 @@
+package agentd
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/forever-agents/forever/auth"
+)
+
+// tokenVerifier maps a bearer token that is not one of ours (an OIDC JWT)
+// to a tenant.
+type tokenVerifier interface {
+	Tenant(ctx context.Context, raw string) (string, error)
+}
+
+// ServeHTTP routes a request to its tenant's daemon by its bearer token:
+// an API token minted by tenant create, or a JWT of the OIDC issuer. No
+// valid token: 401. The tenant's daemon not running (yet): 503. A request
+// that outlives its token's revocation (a stream, a WebSocket) is ended.
+func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, ok := bearer(r)
+	if !ok {
+		ts.parent.metrics.authRefused.WithLabelValues("missing").Inc()
+		unauthorized(w, "missing bearer token: send Authorization: Bearer <token>")
+		return
+	}
+	var name string
+	var revoked <-chan struct{}
+	ts.mu.Lock()
+	if e, ok := ts.mu.tokens[auth.HashToken(raw)]; ok {
+		name, revoked = e.tenant, e.revoked
+	}
+	ts.mu.Unlock()
+	if name == "" && ts.verify != nil && strings.Count(raw, ".") == 2 {
+		if n, err := ts.verify.Tenant(r.Context(), raw); err == nil {
+			name = n
+		} else {
+			ts.logger.Debug("oidc token refused", "err", err)
+		}
+	}
+	if name == "" {
+		ts.parent.metrics.authRefused.WithLabelValues("invalid").Inc()
+		unauthorized(w, "invalid or revoked bearer token")
+		return
+	}
+	ts.mu.Lock()
+	run := ts.mu.runs[name]
+	ts.mu.Unlock()
+	if run == nil {
+		w.Header().Set("Retry-After", RetryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "tenant " + name + " is not served on this node yet", "code": 503})
+		return
+	}
+	if revoked != nil {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {})
+		defer stop()
+		go func() {
+			select {
+			case <-revoked:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r = r.WithContext(ctx)
+	}
+	run.d.Handler().ServeHTTP(w, r)
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+func unauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="forever"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]any{"error": msg, "code": 401})
+}
+
+// Handler serves the daemon's HTTP routes (those of its mux once started;
+// 503 "starting" before). The daemon serving tenants calls it for a
+// tenant's daemon, which has no listener of its own.
+func (d *Daemon) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := d.front.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", RetryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, health{Status: "starting"})
+	})
+}

@@ -1,0 +1,318 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/auth"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TenantsBucket is the KV bucket (in agentd's own account) holding one
+// auth.Tenant record per tenant, keyed by name.
+const TenantsBucket = "FOREVER_TENANTS"
+
+// tenantStartTimeout bounds how long tenant create waits for the new
+// tenant's daemon to be ready.
+const tenantStartTimeout = 60 * time.Second
+
+// tenantSet runs a daemon per tenant inside a daemon with Auth: each in
+// its own NATS account, with its own streams, KV buckets and Pebble views
+// under <data>/tenants/<name>. It keeps the registry, serves the admin
+// service, and routes HTTP requests by bearer token (tenant_http.go).
+type tenantSet struct {
+	parent *Daemon
+	logger *slog.Logger
+
+	// Set by open, before the component runs.
+	op     *operator
+	deps   *Deps
+	kv     jetstream.KeyValue
+	sys    *nats.Conn // system account user: account claim updates
+	verify tokenVerifier
+
+	mu struct {
+		sync.Mutex
+		ctx    context.Context // the component's; nil before Run
+		runs   map[string]*tenantRun
+		tokens map[string]*tokenEntry // token hash -> tenant
+	}
+	wg sync.WaitGroup
+}
+
+// tenantRun is one tenant's daemon.
+type tenantRun struct {
+	name string
+	d    *Daemon
+	reg  *prometheus.Registry
+	done chan struct{} // closed when d.Run returned
+	err  error         // d.Run's, set before done is closed
+}
+
+// tokenEntry is a live HTTP token; revoked is closed when it is revoked,
+// which ends the requests (streams, WebSockets) it opened.
+type tokenEntry struct {
+	tenant  string
+	revoked chan struct{}
+}
+
+func newTenantSet(d *Daemon) *tenantSet {
+	ts := &tenantSet{parent: d, logger: d.cfg.Logger.With("subsystem", "tenants")}
+	ts.mu.runs = make(map[string]*tenantRun)
+	ts.mu.tokens = make(map[string]*tokenEntry)
+	return ts
+}
+
+// open creates the registry bucket, connects the system user, adds the
+// admin service and the tenants component, and routes HTTP to tenants.
+func (ts *tenantSet) open(ctx context.Context, op *operator, deps *Deps) error {
+	if deps.Config.TenantSetup == nil {
+		return fmt.Errorf("%w: auth needs Config.TenantSetup to wire each tenant", ErrConfig)
+	}
+	ts.op, ts.deps = op, deps
+	js, err := jetstream.New(deps.Conn)
+	if err != nil {
+		return err
+	}
+	err = retryQuorum(ctx, ts.logger, "tenant registry", deps.Config.Replicas, func(ctx context.Context) (err error) {
+		ts.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      TenantsBucket,
+			Description: "Forever tenants (auth.Tenant records)",
+			History:     1,
+			Replicas:    deps.Config.Replicas,
+			Storage:     jetstream.FileStorage,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tenant registry: %w", err)
+	}
+	ts.sys, err = nats.Connect(deps.Server.ClientURL(), nats.InProcessServer(deps.Server),
+		nats.Name("agentd system"), nats.MaxReconnects(-1),
+		nats.UserJWTAndSeed(op.system.JWT, string(op.system.Seed)))
+	if err != nil {
+		return fmt.Errorf("%w: system account connection: %w", ErrNATS, err)
+	}
+	if deps.Config.OIDCIssuer != "" {
+		if ts.verify, err = newOIDCVerifier(ctx, deps.Config); err != nil {
+			ts.sys.Close()
+			return err
+		}
+	}
+	if err := ts.startAdmin(deps.Conn); err != nil {
+		ts.sys.Close()
+		return err
+	}
+	ts.parent.mux.Handle("/", ts)
+	if op.created {
+		ts.logger.Info("auth is on: first start, admin credential written",
+			"admin_creds", filepath.Join(deps.Config.DataDir, AdminCredsFile))
+	} else {
+		ts.logger.Info("auth is on", "admin_creds", filepath.Join(deps.Config.DataDir, AdminCredsFile))
+	}
+	return ts.parent.Add("tenants", ComponentFunc(ts.run))
+}
+
+// run starts a daemon for every tenant in the registry and for each one
+// created later, until ctx ends; then it waits for them to stop.
+func (ts *tenantSet) run(ctx context.Context) error {
+	defer ts.sys.Close()
+	ts.mu.Lock()
+	ts.mu.ctx = ctx
+	ts.mu.Unlock()
+	defer ts.wg.Wait()
+	w, err := ts.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch tenants: %w", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var t auth.Tenant
+			if err := json.Unmarshal(e.Value(), &t); err != nil {
+				ts.logger.Error("tenant record is not valid JSON; skipped", "key", e.Key(), "err", err)
+				continue
+			}
+			// The resolver keeps account JWTs, but the registry is the
+			// truth: push it again (revocations included).
+			if err := ts.pushAccount(ctx, &t); err != nil {
+				ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
+			}
+			ts.apply(&t)
+		}
+	}
+}
+
+// apply makes the running state match t: its tokens, and a running daemon.
+func (ts *tenantSet) apply(t *auth.Tenant) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	live := make(map[string]bool, len(t.Tokens))
+	for _, h := range t.Tokens {
+		live[h] = true
+		if _, ok := ts.mu.tokens[h]; !ok {
+			ts.mu.tokens[h] = &tokenEntry{tenant: t.Name, revoked: make(chan struct{})}
+		}
+	}
+	for h, e := range ts.mu.tokens {
+		if e.tenant == t.Name && !live[h] {
+			close(e.revoked)
+			delete(ts.mu.tokens, h)
+		}
+	}
+	if _, ok := ts.mu.runs[t.Name]; ok || ts.mu.ctx == nil || ts.mu.ctx.Err() != nil {
+		return
+	}
+	run, err := ts.newRun(t)
+	if err != nil {
+		ts.logger.Error("tenant daemon", "tenant", t.Name, "err", err)
+		return
+	}
+	ts.mu.runs[t.Name] = run
+	ctx := ts.mu.ctx
+	ts.wg.Add(1)
+	go func() {
+		defer ts.wg.Done()
+		run.err = run.d.Run(ctx)
+		if run.err != nil {
+			ts.logger.Error("tenant daemon stopped", "tenant", run.name, "err", run.err)
+		}
+		close(run.done)
+	}()
+}
+
+// newRun builds the daemon of tenant t: the parent's config, its own data
+// dir, an in-process connection as agentd's user in t's account, and its
+// own metrics registry whose series carry tenant=<name>.
+func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
+	user, err := ts.op.keys.TenantRuntimeUser(t)
+	if err != nil {
+		return nil, err
+	}
+	pc := ts.parent.cfg
+	cfg := pc
+	cfg.DataDir = filepath.Join(pc.DataDir, TenantsSubdir, t.Name)
+	cfg.PebbleFS = nil
+	cfg.NATSURL = ts.deps.Server.ClientURL()
+	cfg.Auth, cfg.Insecure, cfg.TenantSetup = false, true, nil
+	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
+	cfg.tenant = &tenantLink{name: t.Name, srv: ts.deps.Server, user: user}
+	cfg.quota = t.Quota
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": t.Name}, reg)
+	cfg.Gatherer = reg
+	cfg.Logger = pc.Logger.With("tenant", t.Name)
+	d, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.TenantSetup(d); err != nil {
+		return nil, fmt.Errorf("wire tenant %s: %w", t.Name, err)
+	}
+	return &tenantRun{name: t.Name, d: d, reg: reg, done: make(chan struct{})}, nil
+}
+
+// waitReady waits until tenant name's daemon is ready, it stopped, or ctx
+// ends.
+func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
+	ts.mu.Lock()
+	run := ts.mu.runs[name]
+	ts.mu.Unlock()
+	if run == nil {
+		return fmt.Errorf("%w: tenant %s has no daemon on this node", ErrUnavailable, name)
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-run.done:
+			return fmt.Errorf("tenant %s stopped: %w", name, run.err)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: tenant %s not ready: %w", ErrUnavailable, name, ctx.Err())
+		case <-t.C:
+			select {
+			case <-run.d.Started():
+				if run.d.Ready() {
+					return nil
+				}
+			default:
+			}
+		}
+	}
+}
+
+// pushAccount sends t's account JWT to the server's resolver, the way nsc
+// pushes one: a claims update request from the system account.
+func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
+	tok, err := ts.op.keys.TenantAccountJWT(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := ts.sys.RequestWithContext(ctx, "$SYS.REQ.CLAIMS.UPDATE", []byte(tok))
+	if err != nil {
+		return fmt.Errorf("%w: account update: %w", ErrNATS, err)
+	}
+	var resp struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("account update: bad reply: %w", err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("account update: %s", resp.Error.Description)
+	}
+	return nil
+}
+
+// Gather gathers every tenant daemon's metrics (labelled tenant=<name>).
+func (ts *tenantSet) Gather() ([]*dto.MetricFamily, error) {
+	if ts == nil {
+		return nil, nil
+	}
+	ts.mu.Lock()
+	gs := make(prometheus.Gatherers, 0, len(ts.mu.runs))
+	for _, r := range ts.mu.runs {
+		gs = append(gs, r.reg)
+	}
+	ts.mu.Unlock()
+	return gs.Gather()
+}
+
+// running counts the tenant daemons started and not stopped.
+func (ts *tenantSet) running() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for _, r := range ts.mu.runs {
+		select {
+		case <-r.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+var errNoTenant = errors.New("agentd: no such tenant")

@@ -1,0 +1,162 @@
+package auth
+
+import (
+	"fmt"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+)
+
+// Account names, as the server shows them in logs and monitoring.
+const (
+	OperatorName       = "forever"
+	SystemAccountName  = "SYS"
+	ServiceAccountName = "FOREVER"
+)
+
+// OperatorClaims returns the operator the server trusts.
+func (k *Keys) OperatorClaims() (*jwt.OperatorClaims, string, error) {
+	oc := jwt.NewOperatorClaims(pub(k.Operator))
+	oc.Name = OperatorName
+	oc.SystemAccount = pub(k.System)
+	tok, err := oc.Encode(k.Operator)
+	if err != nil {
+		return nil, "", fmt.Errorf("auth: operator jwt: %w", err)
+	}
+	return oc, tok, nil
+}
+
+// SystemPublicKey is the system account's public key.
+func (k *Keys) SystemPublicKey() string { return pub(k.System) }
+
+// ServicePublicKey is the service account's public key.
+func (k *Keys) ServicePublicKey() string { return pub(k.Service) }
+
+// SystemAccountJWT returns the system account's JWT.
+func (k *Keys) SystemAccountJWT() (string, error) {
+	ac := jwt.NewAccountClaims(pub(k.System))
+	ac.Name = SystemAccountName
+	return k.encodeAccount(ac)
+}
+
+// ServiceAccountJWT returns the service account's JWT: JetStream without
+// limits (the node's own --js-max-* bound it).
+func (k *Keys) ServiceAccountJWT() (string, error) {
+	ac := jwt.NewAccountClaims(pub(k.Service))
+	ac.Name = ServiceAccountName
+	ac.Limits.JetStreamLimits = unlimitedJetStream()
+	return k.encodeAccount(ac)
+}
+
+// TenantAccountJWT returns the account JWT of t: its JetStream limits from
+// t.Quota, the tenant signing key, and t's revocations.
+func (k *Keys) TenantAccountJWT(t *Tenant) (string, error) {
+	ac := jwt.NewAccountClaims(t.Account)
+	ac.Name = t.Name
+	ac.SigningKeys.Add(pub(k.Signer))
+	ac.Limits.JetStreamLimits = unlimitedJetStream()
+	if t.Quota.Bytes > 0 {
+		ac.Limits.JetStreamLimits.DiskStorage = t.Quota.Bytes
+	}
+	if len(t.Revoked) > 0 {
+		ac.Revocations = make(jwt.RevocationList, len(t.Revoked))
+	}
+	for user, at := range t.Revoked {
+		ac.Revocations.Revoke(user, unixTime(at))
+	}
+	return k.encodeAccount(ac)
+}
+
+func unlimitedJetStream() jwt.JetStreamLimits {
+	return jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit,
+		Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
+}
+
+func (k *Keys) encodeAccount(ac *jwt.AccountClaims) (string, error) {
+	tok, err := ac.Encode(k.Operator)
+	if err != nil {
+		return "", fmt.Errorf("auth: account %s jwt: %w", ac.Name, err)
+	}
+	return tok, nil
+}
+
+// User is a minted user credential.
+type User struct {
+	PublicKey string
+	JWT       string
+	Seed      []byte
+}
+
+// Creds is the user's creds file, as nats.UserCredentials reads it.
+func (u *User) Creds() ([]byte, error) {
+	b, err := jwt.FormatUserConfig(u.JWT, u.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("auth: creds: %w", err)
+	}
+	return b, nil
+}
+
+// ServiceUser mints a user of the service account without limits: agentd's
+// own connection and the admin credential.
+func (k *Keys) ServiceUser(name string) (*User, error) {
+	return mintUser(name, k.Service, "", nil)
+}
+
+// SystemUser mints a user of the system account, for claim updates.
+func (k *Keys) SystemUser(name string) (*User, error) {
+	return mintUser(name, k.System, "", nil)
+}
+
+// TenantRuntimeUser mints agentd's own user in t's account, without limits.
+func (k *Keys) TenantRuntimeUser(t *Tenant) (*User, error) {
+	return mintUser("agentd", k.Signer, t.Account, nil)
+}
+
+// TenantClientUser mints a client credential of t, limited by
+// ClientPermissions(chunksStream).
+func (k *Keys) TenantClientUser(t *Tenant, chunksStream string) (*User, error) {
+	return mintUser(t.Name+"-client", k.Signer, t.Account, ClientPermissions(chunksStream))
+}
+
+func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jwt.Permissions) (*User, error) {
+	ukp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("auth: user key: %w", err)
+	}
+	uc := jwt.NewUserClaims(pub(ukp))
+	uc.Name = name
+	uc.IssuerAccount = issuerAccount
+	if perms != nil {
+		uc.Permissions = *perms
+	}
+	tok, err := uc.Encode(signer)
+	if err != nil {
+		return nil, fmt.Errorf("auth: user %s jwt: %w", name, err)
+	}
+	seed, _ := ukp.Seed()
+	return &User{PublicKey: pub(ukp), JWT: tok, Seed: seed}, nil
+}
+
+// ClientPermissions are a tenant client's: send commands, subscribe to
+// chunks and inboxes, and run ordered (or pull) consumers on the chunks
+// stream. Everything else is denied by the server.
+func ClientPermissions(chunksStream string) *jwt.Permissions {
+	p := &jwt.Permissions{}
+	api := "$JS.API."
+	p.Pub.Allow.Add(
+		"forever.cmd.>",
+		api+"INFO",
+		api+"STREAM.INFO."+chunksStream,
+		api+"CONSUMER.CREATE."+chunksStream+".>",
+		api+"CONSUMER.INFO."+chunksStream+".>",
+		api+"CONSUMER.DELETE."+chunksStream+".>",
+		api+"CONSUMER.MSG.NEXT."+chunksStream+".>",
+		api+"STREAM.MSG.GET."+chunksStream,
+		api+"DIRECT.GET."+chunksStream,
+		api+"DIRECT.GET."+chunksStream+".>",
+		"$JS.FC."+chunksStream+".>",
+		"$JS.ACK."+chunksStream+".>",
+	)
+	p.Sub.Allow.Add("forever.chunk.>", "_INBOX.>")
+	return p
+}

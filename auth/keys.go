@@ -1,0 +1,116 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+)
+
+// Keys are the operator's key pairs. LoadKeys keeps them under one
+// directory, one seed per file.
+type Keys struct {
+	Operator nkeys.KeyPair // signs account JWTs
+	System   nkeys.KeyPair // the system account's identity
+	Service  nkeys.KeyPair // the service account's identity, signs its users
+	Signer   nkeys.KeyPair // account signing key of every tenant account
+}
+
+// key files under the key directory, with the prefix each must have.
+var keyFiles = []struct {
+	name   string
+	prefix nkeys.PrefixByte
+	get    func(*Keys) *nkeys.KeyPair
+}{
+	{"operator.nk", nkeys.PrefixByteOperator, func(k *Keys) *nkeys.KeyPair { return &k.Operator }},
+	{"system.nk", nkeys.PrefixByteAccount, func(k *Keys) *nkeys.KeyPair { return &k.System }},
+	{"service.nk", nkeys.PrefixByteAccount, func(k *Keys) *nkeys.KeyPair { return &k.Service }},
+	{"tenant-signer.nk", nkeys.PrefixByteAccount, func(k *Keys) *nkeys.KeyPair { return &k.Signer }},
+}
+
+// LoadKeys reads the keys from dir, creating dir (0700) and any missing key
+// (0600) first. created reports whether the operator key was new, that is,
+// whether this is the first start with auth.
+func LoadKeys(dir string) (k *Keys, created bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("auth: key dir: %w", err)
+	}
+	k = &Keys{}
+	for i, f := range keyFiles {
+		path := filepath.Join(dir, f.name)
+		kp, isNew, err := loadOrCreate(path, f.prefix)
+		if err != nil {
+			return nil, false, err
+		}
+		if i == 0 {
+			created = isNew
+		}
+		*f.get(k) = kp
+	}
+	return k, created, nil
+}
+
+func loadOrCreate(path string, prefix nkeys.PrefixByte) (nkeys.KeyPair, bool, error) {
+	seed, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		kp, err := nkeys.CreatePair(prefix)
+		if err != nil {
+			return nil, false, fmt.Errorf("auth: create key %s: %w", filepath.Base(path), err)
+		}
+		seed, _ := kp.Seed()
+		if err := writeFileAtomic(path, append(seed, '\n'), 0o600); err != nil {
+			return nil, false, err
+		}
+		return kp, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("auth: read key %s: %w", filepath.Base(path), err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		// The error of nkeys never holds the seed; ours names the file only.
+		return nil, false, fmt.Errorf("auth: key %s is not an nkey seed", path)
+	}
+	pub, _ := kp.PublicKey()
+	if !nkeys.IsValidPublicKey(pub) || nkeys.Prefix(pub) != prefix {
+		return nil, false, fmt.Errorf("auth: key %s has the wrong type", path)
+	}
+	return kp, false, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file and a
+// rename, so a crash leaves the old file or the new one.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("auth: write %s: %w", filepath.Base(path), err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(perm); err == nil {
+		if _, err = tmp.Write(data); err == nil {
+			err = tmp.Sync()
+		}
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("auth: write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// WriteCreds writes a creds file (0600) atomically.
+func WriteCreds(path string, creds []byte) error { return writeFileAtomic(path, creds, 0o600) }
+
+func pub(kp nkeys.KeyPair) string {
+	p, _ := kp.PublicKey()
+	return p
+}
