@@ -54,6 +54,7 @@ type ChatType struct {
 	maxPayload int64
 	registerer prometheus.Registerer
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
+	turnQuota  int               // the tenant's turns quota when it binds, else 0
 }
 
 // NewChatType returns the chat type over provider. tweak, when not nil, may
@@ -73,7 +74,13 @@ func (ct *ChatType) Attach(d *Daemon) error {
 			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
-		ct.turns = chat.NewTurnLimiter(d.Config().MaxTurns)
+		maxTurns := d.Config().MaxTurns
+		if q := d.cfg.quota.Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
+			// The tenant's quota binds before the node's limit: past it,
+			// 429 rather than 503.
+			maxTurns, ct.turnQuota = q, q
+		}
+		ct.turns = chat.NewTurnLimiter(maxTurns)
 		if deps.Registerer != nil {
 			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "forever_chat_turns_running",
@@ -105,13 +112,14 @@ func (ct *ChatType) Factory(_ context.Context, env *Env) (Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ChatAgent{Agent: a, logger: env.Logger}, nil
+	return &ChatAgent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota}, nil
 }
 
 // ChatAgent adapts a chat.Agent to the host: commands and fiber recovery.
 type ChatAgent struct {
 	*chat.Agent
-	logger *slog.Logger
+	logger    *slog.Logger
+	turnQuota int // the tenant's turns quota when it binds
 }
 
 // ChatRequest is the payload of the chat command: a text, or a message, or
@@ -161,6 +169,9 @@ func (c *ChatAgent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) e
 // HandleCommand answers chat, messages, status, cancel, interrupt and state.
 func (c *ChatAgent) HandleCommand(ctx context.Context, cmd Command) (any, error) {
 	reply, err := c.handle(ctx, cmd)
+	if c.turnQuota > 0 && errors.Is(err, chat.ErrOverloaded) {
+		return reply, &QuotaError{Quota: "turns", Limit: float64(c.turnQuota)}
+	}
 	return reply, chatError(err)
 }
 

@@ -61,6 +61,13 @@ func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
 	}
+	if h.quotas != nil {
+		if err := h.quotas.admit(ctx, cmd); err != nil {
+			return nil, err
+		}
+		out, err := h.route(ctx, cmd)
+		return out, h.quotas.overStorage(err)
+	}
 	return h.route(ctx, cmd)
 }
 

@@ -13,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -41,6 +43,8 @@ type Daemon struct {
 	parts          partitions // partition leases and their handlers
 	// tenants runs the tenants' daemons with Config.Auth, else nil.
 	tenants *tenantSet
+	// quotas enforces a tenant daemon's quotas, else nil.
+	quotas  *quotas
 	metrics struct {
 		authRefused *prometheus.CounterVec // with tenants
 	}
@@ -98,6 +102,12 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
+	}
+	if cfg.quota != (auth.Quota{}) {
+		var err error
+		if d.quotas, err = newQuotas(cfg.quota, cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	d.metricsHandler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
@@ -294,6 +304,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.mu.nc = r.nc
 	d.mu.Unlock()
+	if d.quotas != nil {
+		if d.quotas.js, err = jetstream.New(r.nc); err != nil {
+			return fail(err)
+		}
+	}
 	cfg.Replicas = replicasFor(cfg, r.nc)
 	if err := d.parts.open(ctx, cfg, r.nc, d); err != nil {
 		return fail(err)

@@ -49,6 +49,7 @@ type Host struct {
 	deps   *Deps
 	own    *ownership.Manager
 	table  *fiber.Table
+	quotas *quotas // a tenant's daemon with quotas, else nil
 	pool   *keepalive.Pool
 	sched  *keepalive.Scheduler
 	logger *slog.Logger
@@ -183,6 +184,7 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 		return err
 	}
 	h.table = table
+	h.quotas = d.quotas
 	h.pool, err = keepalive.NewPool(keepalive.PoolConfig{
 		OnIdle:     h.touch,
 		Logger:     deps.Logger,

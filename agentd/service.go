@@ -97,6 +97,10 @@ func (h *Host) serveCommand(req micro.Request) {
 		respondError(req, err)
 		return
 	}
+	if err := h.quotas.allow(); err != nil {
+		respondError(req, err)
+		return
+	}
 	if len(req.Data()) > MaxCommandBytes {
 		respondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
 		return
@@ -139,7 +143,11 @@ func respondError(req micro.Request, err error) {
 	code, msg := errorReply(err)
 	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
 	var opts []micro.RespondOpt
-	if code == http.StatusServiceUnavailable {
+	var qe *QuotaError
+	switch {
+	case errors.As(err, &qe):
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{retryAfterSeconds(qe.RetryAfter())}}))
+	case code == http.StatusServiceUnavailable:
 		// Nothing ran: the client may retry, after this many seconds.
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
 	}

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -50,6 +51,13 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if run == nil {
 		w.Header().Set("Retry-After", RetryAfterSeconds)
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "tenant " + name + " is not served on this node yet", "code": 503})
+		return
+	}
+	if err := run.d.quotas.allow(); err != nil {
+		var qe *QuotaError
+		errors.As(err, &qe)
+		w.Header().Set("Retry-After", retryAfterSeconds(qe.RetryAfter()))
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": err.Error(), "code": 429})
 		return
 	}
 	if revoked != nil {

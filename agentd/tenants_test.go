@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -259,4 +260,84 @@ func testBinaryTenants(t *testing.T, bin string) {
 		t.Fatalf("acme's history after a new credential: %s", m)
 	}
 	chatOver(connect(again), "bot", "acme is back")
+
+	testTenantQuotas(t, bin, natsURL, httpAddr, admin, out)
+}
+
+// testTenantQuotas: over a quota a request gets 429 with Retry-After (a
+// micro error over NATS), and nothing stored is touched.
+func testTenantQuotas(t *testing.T, bin, natsURL, httpAddr, admin, out string) {
+	chat := func(c tenantCred, agent, text string) *nats.Msg {
+		nc, err := nats.Connect(natsURL, nats.UserCredentials(c.Creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		body, _ := json.Marshal(map[string]string{"text": text})
+		msg, err := nc.Request("forever.cmd."+agent+".chat", body, 30*time.Second)
+		if err != nil {
+			t.Fatalf("chat %s: %v", agent, err)
+		}
+		return msg
+	}
+	refused := func(m *nats.Msg, quota string) {
+		t.Helper()
+		if m.Header.Get("Nats-Service-Error-Code") != "429" || m.Header.Get("Retry-After") == "" ||
+			!strings.Contains(m.Header.Get("Nats-Service-Error"), "over quota") {
+			t.Fatalf("%s: want 429 over quota, got %v %s", quota, m.Header, m.Data)
+		}
+	}
+	ok := func(m *nats.Msg) {
+		t.Helper()
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			t.Fatalf("refused: %v", m.Header)
+		}
+	}
+
+	// Agents: the second agent is refused, the first goes on.
+	few := createTenant(t, bin, natsURL, admin, out, "few", "--max-agents", "1")
+	ok(chat(few, "a1", "first"))
+	refused(chat(few, "a2", "second"), "agents")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m := chat(few, "a1", "again") // 409 while the first turn runs
+		if m.Header.Get("Nats-Service-Error-Code") != "409" || time.Now().After(deadline) {
+			ok(m)
+			break
+		}
+	}
+
+	// Rate: a burst of 2 at a rate that refills in an hour.
+	slow := createTenant(t, bin, natsURL, admin, out, "slow", "--rate", "0.0003", "--burst", "2")
+	codes := []int{}
+	for range 3 {
+		code, _ := authedGet(t, "http://"+httpAddr+"/v1/chat/x/messages", slow.Token)
+		codes = append(codes, code)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("rate: codes %v", codes)
+	}
+	refused(chat(slow, "x", "over the rate"), "rate")
+
+	// Turns: one at a time; a turn blocked in a slow tool holds it.
+	one := createTenant(t, bin, natsURL, admin, out, "one", "--max-turns", "1")
+	ok(chat(one, "t1", `/tool clock {"delayMs":4000}`))
+	refused(chat(one, "t2", "meanwhile"), "turns")
+
+	// Bytes: writes are refused once the account stores its quota; what it
+	// stored stays readable.
+	tiny := createTenant(t, bin, natsURL, admin, out, "tiny", "--max-bytes", "48KiB")
+	var last *nats.Msg
+	for i := range 200 {
+		last = chat(tiny, fmt.Sprintf("b%d", i), fmt.Sprintf("message number %d, padded %s", i, strings.Repeat("x", 400)))
+		if last.Header.Get("Nats-Service-Error-Code") != "" {
+			break
+		}
+	}
+	refused(last, "bytes")
+	if !strings.Contains(last.Header.Get("Nats-Service-Error"), "bytes") {
+		t.Fatalf("bytes: %v", last.Header)
+	}
+	if code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/b0/messages", tiny.Token); code != 200 || !strings.Contains(body, "message number 0,") {
+		t.Fatalf("tiny's messages after the quota: %d %.200s", code, body)
+	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"path"
+	"strconv"
 	"sync"
 	"time"
 
@@ -216,7 +218,12 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	if code >= 500 {
 		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	if code == http.StatusServiceUnavailable {
+	var ra interface{ RetryAfter() time.Duration }
+	switch {
+	case errors.As(err, &ra):
+		// A quota (429): the error says when a retry may pass.
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(ra.RetryAfter().Seconds()))), 10))
+	case code == http.StatusServiceUnavailable:
 		// Nothing ran (an owner moving, JetStream electing, the node at its
 		// turn limit): retry after a second.
 		w.Header().Set("Retry-After", "1")
