@@ -235,3 +235,52 @@ func TestParseFlagsCORSOrigin(t *testing.T) {
 		t.Errorf("env: %q", got)
 	}
 }
+
+// TestAuthDefaults: auth is off on loopback (the quick start), on for a
+// non-loopback listen unless --insecure, and refused where it cannot run
+// yet, with an error naming the flag.
+func TestAuthDefaults(t *testing.T) {
+	env := func(string) string { return "" }
+	for _, tc := range []struct {
+		args     []string
+		auth     bool
+		errFlags string // the error names this, empty: no error
+	}{
+		{args: nil},
+		{args: []string{"--http", "localhost:8080"}},
+		{args: []string{"--http", "[::1]:0"}},
+		{args: []string{"--auth"}, auth: true},
+		{args: []string{"--http", "0.0.0.0:8080"}, auth: true},
+		{args: []string{"--nats-listen", "10.1.2.3:4222"}, auth: true},
+		{args: []string{"--http", ":8080"}, auth: true},
+		{args: []string{"--http", "0.0.0.0:8080", "--insecure"}},
+		{args: []string{"--http", "0.0.0.0:8080", "--nats-url", "nats://x:4222"}, errFlags: "--insecure"},
+		{args: []string{"--auth", "--nats-url", "nats://x:4222"}, errFlags: "--nats-url"},
+		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222"}, errFlags: "clustered"},
+		{args: []string{"--http", "0.0.0.0:1", "--cluster-listen", "0.0.0.0:0", "--routes", "a:6222", "--insecure"}},
+		{args: []string{"--oidc-issuer", "https://issuer"}, errFlags: "--oidc-issuer"},
+	} {
+		cfg, err := ParseFlags(tc.args, env)
+		if tc.errFlags != "" {
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.errFlags) {
+				t.Errorf("%v: err %v, want one naming %s", tc.args, err, tc.errFlags)
+			}
+			continue
+		}
+		if err != nil || cfg.Auth != tc.auth {
+			t.Errorf("%v: auth=%v err=%v, want auth=%v", tc.args, cfg.Auth, err, tc.auth)
+		}
+	}
+	cfg, err := ParseFlags(nil, func(k string) string {
+		if k == "FOREVER_INSECURE" {
+			return "true"
+		}
+		if k == "FOREVER_HTTP" {
+			return "0.0.0.0:80"
+		}
+		return ""
+	})
+	if err != nil || cfg.Auth {
+		t.Fatalf("FOREVER_INSECURE: auth=%v err=%v", cfg.Auth, err)
+	}
+}
