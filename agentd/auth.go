@@ -47,6 +47,9 @@ func (c *Config) validateAuth() error {
 			}
 		}
 	}
+	if c.NATSCreds != "" && c.NATSURL == "" {
+		return configErrorf("nats-creds", "--nats-creds needs --nats-url")
+	}
 	if c.OIDCIssuer != "" && (!c.Auth || c.OIDCAudience == "") {
 		return configErrorf("oidc-issuer", "--oidc-issuer needs --auth and --oidc-audience")
 	}

@@ -169,6 +169,10 @@ type Config struct {
 	// origin gets 403.
 	CORSOrigins []string
 
+	// NATSCreds is a NATS creds file for the connection to NATSURL
+	// (--nats-creds): an account's user on a server with accounts.
+	NATSCreds string
+
 	// Auth turns tenants on (--auth): the embedded server runs in NATS
 	// operator mode, every client needs a credential, and HTTP needs a
 	// bearer token. Validate turns it on for a non-loopback listen unless

@@ -522,6 +522,13 @@ func (d *Daemon) logStarted(r *resources) {
 		"http", d.HTTPAddr(),
 		"log_level", levelString(cfg.LogLevel),
 	)
+	switch {
+	case cfg.tenant != nil:
+	case !cfg.Auth && cfg.Insecure:
+		d.logger.Warn("auth is off (--insecure): anyone who reaches the NATS and HTTP ports can command every agent and read every chat")
+	case !cfg.Auth:
+		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
+	}
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +
 			"(the Jepsen analysis of NATS 2.12.1, 2025, showed it); use --sync always for durability")

@@ -129,6 +129,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
 		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
 			"others get 403; repeatable (in the variable: one per line)")
+	fs.StringVar(&cfg.NATSCreds, "nats-creds", cfg.NATSCreds,
+		"NATS creds `file` for --nats-url (a user of the account agentd runs in)")
 	fs.BoolVar(&cfg.Auth, "auth", cfg.Auth,
 		"turn tenants and authentication on: NATS clients need a tenant's creds, HTTP a bearer token; the admin credential is written to <data>/admin.creds "+
 			"(on by default when --http or --nats-listen is not a loopback address)")

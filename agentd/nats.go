@@ -149,6 +149,9 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	if op != nil {
 		opts = append(opts, op.connOption())
 	}
+	if cfg.NATSCreds != "" && cfg.tenant == nil {
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	}
 	if s != nil {
 		u = s.ClientURL()
 		opts = append(opts, nats.InProcessServer(s))
