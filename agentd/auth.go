@@ -64,9 +64,9 @@ func (c *Config) validateAuth() error {
 	case c.NATSURL != "":
 		return configErrorf("auth", "%s needs the embedded NATS server: with --nats-url, configure accounts on that server "+
 			"(docs/architecture.md \"Tenants\") and pass --insecure", why)
-	case c.clustered():
-		return configErrorf("auth", "%s does not run clustered yet: the nodes would need to share the operator's keys; "+
-			"pass --insecure and keep the cluster's ports private", why)
+	case c.clustered() && c.AuthSecretFile == "":
+		return configErrorf("auth-secret-file", "%s runs clustered only with --auth-secret-file: a secret file every node shares, "+
+			"from which they derive the same operator keys (or pass --insecure and keep the ports private)", why)
 	}
 	return nil
 }
@@ -112,9 +112,23 @@ type operator struct {
 
 // openOperator loads (or creates) the keys under the data dir, writes
 // admin.creds when missing, and mints agentd's users.
-func openOperator(dataDir string) (*operator, error) {
-	keys, created, err := auth.LoadKeys(filepath.Join(dataDir, AuthKeysSubdir))
-	if err != nil {
+func openOperator(cfg *Config) (*operator, error) {
+	dataDir := cfg.DataDir
+	path := filepath.Join(dataDir, AdminCredsFile)
+	var keys *auth.Keys
+	var created bool
+	var err error
+	if cfg.AuthSecretFile != "" {
+		secret, rerr := os.ReadFile(cfg.AuthSecretFile)
+		if rerr != nil {
+			return nil, configErrorf("auth-secret-file", "auth secret file: %v", rerr)
+		}
+		if keys, err = auth.DeriveKeys(secret); err != nil {
+			return nil, configErrorf("auth-secret-file", "auth secret file %s: %v", cfg.AuthSecretFile, err)
+		}
+		_, serr := os.Stat(path)
+		created = errors.Is(serr, fs.ErrNotExist)
+	} else if keys, created, err = auth.LoadKeys(filepath.Join(dataDir, AuthKeysSubdir)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
 	op := &operator{keys: keys, created: created}
@@ -124,7 +138,6 @@ func openOperator(dataDir string) (*operator, error) {
 	if op.system, err = keys.SystemUser("agentd-system"); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dataDir, AdminCredsFile)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		admin, err := keys.ServiceUser("admin")
 		if err != nil {

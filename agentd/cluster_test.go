@@ -37,7 +37,7 @@ type clusterNode struct {
 
 // newCluster prepares n nodes on loopback (not started), each started as the
 // chart starts a pod (chartargs), with loopback addresses and a short TTL.
-func newCluster(t *testing.T, n int) []*clusterNode {
+func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNode {
 	t.Helper()
 	var routes []string
 	nodes := make([]*clusterNode, n)
@@ -69,6 +69,9 @@ func newCluster(t *testing.T, n int) []*clusterNode {
 			Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
 			Cluster: "forever", ClusterListen: nd.routes, Routes: routes,
 			Replicas: chartargs.Replicas(n), LeaseTTL: clusterTTL,
+		}
+		for _, o := range opts {
+			o(&pod)
 		}
 		nd.args = chartargs.Args(pod)
 		// The local model slowed down, so a turn is still streaming when
@@ -275,6 +278,7 @@ func TestCluster(t *testing.T) {
 		checkWriters(t, c, agents)
 	})
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
+	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 }
 
 // startCluster starts three nodes as the chart starts its pods, waits until

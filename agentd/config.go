@@ -178,6 +178,11 @@ type Config struct {
 	// bearer token. Validate turns it on for a non-loopback listen unless
 	// Insecure is set.
 	Auth bool
+	// AuthSecretFile (--auth-secret-file) names a file holding a secret
+	// of at least 32 bytes shared by a cluster's nodes; the operator's keys
+	// are derived from it. Required for Auth clustered; without it the keys
+	// are random, under <data>/auth.
+	AuthSecretFile string
 	// Insecure (--insecure) allows a non-loopback listen without auth.
 	Insecure bool
 	// OIDCIssuer, OIDCAudience and OIDCTenantClaim (--oidc-*) accept JWTs

@@ -289,7 +289,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var op *operator
 	if cfg.Auth {
-		if op, err = openOperator(cfg.DataDir); err != nil {
+		if op, err = openOperator(cfg); err != nil {
 			return fail(err)
 		}
 	}

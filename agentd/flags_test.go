@@ -201,6 +201,10 @@ func TestChartArgs(t *testing.T) {
 			Cluster: "forever", ClusterListen: "0.0.0.0:6222",
 			Routes:   []string{"nats://forever-0.forever-headless:6222", "nats://forever-1.forever-headless:6222"},
 			Replicas: 3, Partitions: 64, LeaseTTL: 10 * time.Second},
+		{Name: "forever-0", Data: "/data", HTTP: "0.0.0.0:8080", NATSListen: "0.0.0.0:4222",
+			Cluster: "forever", ClusterListen: "0.0.0.0:6222",
+			Routes:   []string{"nats://forever-0.forever-headless:6222", "nats://forever-1.forever-headless:6222"},
+			Replicas: 3, Partitions: 64, LeaseTTL: 10 * time.Second, AuthSecretFile: chartargs.AuthSecretPath},
 		{Name: "forever-0", Data: "/data", HTTP: "0.0.0.0:8080", NATSURL: "nats://nats:4222", Replicas: 3},
 	}
 	for _, pod := range pods {
@@ -213,7 +217,8 @@ func TestChartArgs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", chartargs.Args(pod), err)
 		}
-		if cfg.ServerName != pod.Name || cfg.Replicas != pod.Replicas || len(cfg.Routes) != len(pod.Routes) {
+		if cfg.ServerName != pod.Name || cfg.Replicas != pod.Replicas || len(cfg.Routes) != len(pod.Routes) ||
+			cfg.Auth != (pod.AuthSecretFile != "") || cfg.AuthSecretFile != pod.AuthSecretFile {
 			t.Errorf("parsed %+v from %v", cfg, chartargs.Args(pod))
 		}
 	}
@@ -256,7 +261,8 @@ func TestAuthDefaults(t *testing.T) {
 		{args: []string{"--http", "0.0.0.0:8080", "--insecure"}},
 		{args: []string{"--http", "0.0.0.0:8080", "--nats-url", "nats://x:4222"}, errFlags: "--insecure"},
 		{args: []string{"--auth", "--nats-url", "nats://x:4222"}, errFlags: "--nats-url"},
-		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222"}, errFlags: "clustered"},
+		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222"}, errFlags: "--auth-secret-file"},
+		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222", "--auth-secret-file", "/s"}, auth: true},
 		{args: []string{"--http", "0.0.0.0:1", "--cluster-listen", "0.0.0.0:0", "--routes", "a:6222", "--insecure"}},
 		{args: []string{"--oidc-issuer", "https://issuer"}, errFlags: "--oidc-issuer"},
 	} {

@@ -77,10 +77,17 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run.d.Handler().ServeHTTP(w, r)
 }
 
+// bearer returns the request's bearer token: the Authorization header, or
+// for a WebSocket upgrade (browsers cannot set headers on one) the
+// access_token query parameter (RFC 6750 section 2.3).
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			tok = r.URL.Query().Get("access_token")
+			return tok, tok != ""
+		}
 		return "", false
 	}
 	tok = strings.TrimSpace(tok)

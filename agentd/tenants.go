@@ -25,6 +25,10 @@ const TenantsBucket = "FOREVER_TENANTS"
 // tenant's daemon to be ready.
 const tenantStartTimeout = 60 * time.Second
 
+// tenantRetry is how long a tenant whose daemon could not be built waits
+// before the next attempt.
+const tenantRetry = 5 * time.Second
+
 // tenantSet runs a daemon per tenant inside a daemon with Auth: each in
 // its own NATS account, with its own streams, KV buckets and Pebble views
 // under <data>/tenants/<name>. It keeps the registry, serves the admin
@@ -183,7 +187,9 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 	}
 	run, err := ts.newRun(t)
 	if err != nil {
-		ts.logger.Error("tenant daemon", "tenant", t.Name, "err", err)
+		ts.logger.Error("tenant daemon; retrying", "tenant", t.Name, "err", err, "in", tenantRetry)
+		rec := *t
+		time.AfterFunc(tenantRetry, func() { ts.apply(&rec) })
 		return
 	}
 	ts.mu.runs[t.Name] = run
@@ -212,6 +218,8 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.DataDir = filepath.Join(pc.DataDir, TenantsSubdir, t.Name)
 	cfg.PebbleFS = nil
 	cfg.NATSURL = ts.deps.Server.ClientURL()
+	// The node's server is clustered, not the tenant's connection to it.
+	cfg.ClusterName, cfg.ClusterListen, cfg.Routes = "", "", nil
 	cfg.Auth, cfg.Insecure, cfg.TenantSetup = false, true, nil
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	cfg.tenant = &tenantLink{name: t.Name, srv: ts.deps.Server, user: user}

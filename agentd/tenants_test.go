@@ -216,7 +216,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 	// Revoking acme closes its live connection and refuses its token;
 	// beta goes on.
 	closed := make(chan struct{})
-	connect(acme, nats.MaxReconnects(0), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	connect(acme, nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	stdout, stderr, code := tenantCLI(t, bin, "revoke", "acme", "--nats-url", natsURL, "--creds", admin)
 	if code != 0 || !strings.Contains(stdout, `"revoked":`) {
 		t.Fatalf("revoke: exit %d %s %s", code, stdout, stderr)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 )
 
 func TestLoadKeysCreatesOnceAndKeepsSecretsPrivate(t *testing.T) {
@@ -150,3 +151,32 @@ func TestNamesAndTokens(t *testing.T) {
 		t.Fatal("HasToken")
 	}
 }
+
+func TestDeriveKeys(t *testing.T) {
+	secret := []byte(strings.Repeat("s", 40))
+	a, err := DeriveKeys(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := DeriveKeys(append([]byte("  "), append(secret, '\n')...))
+	c, _ := DeriveKeys([]byte(strings.Repeat("t", 40)))
+	for i, f := range keyFiles {
+		ka, kb, kc := pub(*f.get(a)), pub(*f.get(b)), pub(*f.get(c))
+		if ka != kb || ka == kc {
+			t.Errorf("%s: same secret gave %s and %s, another %s", f.name, ka, kb, kc)
+		}
+		if nkeysPrefix(ka) != f.prefix {
+			t.Errorf("%s has the wrong type", f.name)
+		}
+		for j, g := range keyFiles {
+			if i != j && ka == pub(*g.get(a)) {
+				t.Errorf("%s and %s are the same key", f.name, g.name)
+			}
+		}
+	}
+	if _, err := DeriveKeys([]byte("short")); !errors.Is(err, ErrShortSecret) {
+		t.Fatalf("short secret: %v", err)
+	}
+}
+
+func nkeysPrefix(pub string) nkeys.PrefixByte { return nkeys.Prefix(pub) }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -113,4 +114,35 @@ func WriteCreds(path string, creds []byte) error { return writeFileAtomic(path, 
 func pub(kp nkeys.KeyPair) string {
 	p, _ := kp.PublicKey()
 	return p
+}
+
+// MinSecret is the shortest secret DeriveKeys takes.
+const MinSecret = 32
+
+// ErrShortSecret is returned by DeriveKeys for a secret under MinSecret
+// bytes.
+var ErrShortSecret = errors.New("auth: the shared secret is shorter than 32 bytes")
+
+// DeriveKeys derives the keys from a secret shared by the nodes of a
+// cluster: each key's seed is SHA-256 of a label and the secret, so every
+// node started with the same secret trusts the same operator and signs
+// with the same keys, and no key has to be distributed. Surrounding
+// whitespace of the secret is ignored.
+func DeriveKeys(secret []byte) (*Keys, error) {
+	secret = []byte(strings.TrimSpace(string(secret)))
+	if len(secret) < MinSecret {
+		return nil, ErrShortSecret
+	}
+	k := &Keys{}
+	for _, f := range keyFiles {
+		h := sha256.New()
+		h.Write([]byte("forever auth v1\x00" + f.name + "\x00"))
+		h.Write(secret)
+		kp, err := nkeys.FromRawSeed(f.prefix, h.Sum(nil))
+		if err != nil {
+			return nil, fmt.Errorf("auth: derive %s: %w", f.name, err)
+		}
+		*f.get(k) = kp
+	}
+	return k, nil
 }

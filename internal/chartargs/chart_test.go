@@ -44,6 +44,7 @@ type chartCase struct {
 	clustered bool   // embedded NATS cluster flags and ports
 	external  string // external NATS URL, or ""
 	replicas  int
+	noAuth    bool // auth.enabled=false
 }
 
 var chartCases = []chartCase{
@@ -53,6 +54,8 @@ var chartCases = []chartCase{
 		fullname: "forever", pods: 1, replicas: 1},
 	{name: "five replicas", release: "demo", namespace: "ai", set: []string{"replicaCount=5"},
 		fullname: "demo-forever", pods: 5, clustered: true, replicas: 3},
+	{name: "auth off", release: "forever", namespace: "agents", set: []string{"auth.enabled=false"},
+		fullname: "forever", pods: 3, clustered: true, replicas: 3, noAuth: true},
 	{name: "external NATS", release: "forever", namespace: "agents",
 		set:      []string{"externalNats.enabled=true", "externalNats.url=nats://nats.nats.svc:4222"},
 		fullname: "forever", pods: 3, external: "nats://nats.nats.svc:4222", replicas: 3},
@@ -70,6 +73,7 @@ func TestChart(t *testing.T) {
 			checkPods(t, tc, sts)
 			checkServices(t, tc, m, sts)
 			checkDisruption(t, tc, m, sts)
+			checkAuthSecret(t, tc, m, sts)
 		})
 	}
 }
@@ -137,6 +141,9 @@ func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
 		if tc.external == "" {
 			want.NATSListen = fmt.Sprintf("0.0.0.0:%d", natsPort)
 			want.Replicas = chartargs.Replicas(tc.pods)
+			if !tc.noAuth {
+				want.AuthSecretFile = chartargs.AuthSecretPath
+			}
 		}
 		if tc.clustered {
 			want.Cluster = tc.fullname
@@ -339,6 +346,12 @@ type statefulSet struct {
 			Spec struct {
 				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
 				Containers                    []container
+				Volumes                       []struct {
+					Name   string
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					}
+				}
 				Affinity                      *struct {
 					PodAntiAffinity *struct {
 						Preferred []struct {
@@ -366,9 +379,13 @@ type envVar struct {
 }
 
 type container struct {
-	Name  string
-	Args  []string
-	Env   []envVar
+	Name         string
+	Args         []string
+	Env          []envVar
+	VolumeMounts []struct {
+		Name      string
+		MountPath string `yaml:"mountPath"`
+	} `yaml:"volumeMounts"`
 	Ports []struct {
 		Name          string
 		ContainerPort int `yaml:"containerPort"`
@@ -442,5 +459,43 @@ type podDisruptionBudget struct {
 	Spec struct {
 		MaxUnavailable int `yaml:"maxUnavailable"`
 		Selector       selector
+	}
+}
+
+// checkAuthSecret: with auth (the default), the chart creates the Secret
+// once and mounts it where FOREVER_AUTH_SECRET_FILE points.
+func checkAuthSecret(t *testing.T, tc chartCase, m manifests, sts statefulSet) {
+	t.Helper()
+	auth := tc.external == "" && !tc.noAuth
+	name := tc.fullname + "-auth"
+	var secret struct {
+		Metadata struct {
+			Name        string
+			Annotations map[string]string
+		}
+		Data map[string]string
+	}
+	if n := len(m.byKind("Secret")); n != map[bool]int{true: 1, false: 0}[auth] {
+		t.Fatalf("%d Secrets, auth %v", n, auth)
+	}
+	if !auth {
+		return
+	}
+	m.named(t, "Secret", name, &secret)
+	if len(secret.Data["secret"]) < 48 || secret.Metadata.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("auth Secret %+v", secret)
+	}
+	var mounted bool
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		mounted = mounted || (v.Name == "auth" && v.Secret != nil && v.Secret.SecretName == name)
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	for _, vm := range c.VolumeMounts {
+		if vm.Name == "auth" && vm.MountPath+"/secret" != chartargs.AuthSecretPath {
+			t.Errorf("auth mounted at %s", vm.MountPath)
+		}
+	}
+	if !mounted {
+		t.Error("the auth Secret is not a volume of the pods")
 	}
 }

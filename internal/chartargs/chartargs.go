@@ -53,7 +53,15 @@ type Pod struct {
 	Partitions int
 	// LeaseTTL is --lease-ttl, a partition lease's time to live.
 	LeaseTTL time.Duration
+	// AuthSecretFile is FOREVER_AUTH_SECRET_FILE, with FOREVER_AUTH=true:
+	// the chart's default (auth.enabled) mounts its Secret at
+	// AuthSecretPath. Empty runs without auth (FOREVER_INSECURE=true), as
+	// the chart does with auth.enabled false or an external NATS.
+	AuthSecretFile string
 }
+
+// AuthSecretPath is where the chart mounts the auth secret.
+const AuthSecretPath = "/etc/forever/auth/secret"
 
 // Flags returns the names of every flag Args can produce, in Args' order.
 // The caller owns the returned slice.
@@ -111,16 +119,18 @@ func Env(p Pod) []string {
 			"FOREVER_JS_MAX_STORE=10GiB",
 		)
 	}
-	return append(env,
+	env = append(env,
 		"FOREVER_CHUNK_MAX_AGE=24h",
 		"FOREVER_IDLE_TIMEOUT=2m",
 		"FOREVER_SHUTDOWN_TIMEOUT=10s",
 		"FOREVER_LOG_LEVEL=info",
 		"FOREVER_LOG_FORMAT=json",
-		// Auth (tenants) does not run clustered yet: the chart listens on
-		// the pod's addresses without it, explicitly.
-		"FOREVER_INSECURE=true",
 	)
+	if p.AuthSecretFile != "" && p.NATSURL == "" {
+		return append(env, "FOREVER_AUTH=true", "FOREVER_AUTH_SECRET_FILE="+p.AuthSecretFile)
+	}
+	// auth.enabled false or an external NATS: no auth, explicitly.
+	return append(env, "FOREVER_INSECURE=true")
 }
 
 // Replicas returns the JetStream replicas the chart gives a cluster of n

@@ -40,6 +40,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* Whether agentd runs with auth (tenants): auth.enabled with the embedded NATS server. */}}
+{{- define "forever.auth" -}}
+{{- if and .Values.auth.enabled (not .Values.externalNats.enabled) }}true{{- end }}
+{{- end }}
+
+{{/* The Secret holding the secret the pods derive auth's keys from. */}}
+{{- define "forever.authSecretName" -}}
+{{- default (printf "%s-auth" (include "forever.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
 {{/* Whether the pods run a NATS cluster: embedded server and more than one replica. */}}
 {{- define "forever.clustered" -}}
 {{- if and (not .Values.externalNats.enabled) (gt (int .Values.replicaCount) 1) }}true{{- end }}
