@@ -93,6 +93,7 @@ func TestBinary(t *testing.T) {
 	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
 	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
+	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

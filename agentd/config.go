@@ -169,6 +169,12 @@ type Config struct {
 	// origin gets 403.
 	CORSOrigins []string
 
+	// TLSCert and TLSKey (--tls-cert, --tls-key) turn TLS on for HTTP, the
+	// embedded server's client port and its routes; they are read again on
+	// SIGHUP (Daemon.ReloadTLS). TLSCA (--tls-ca) verifies the routes' peers
+	// (mutual TLS, required clustered) and, with --nats-url, that server.
+	TLSCert, TLSKey, TLSCA string
+
 	// NATSCreds is a NATS creds file for the connection to NATSURL
 	// (--nats-creds): an account's user on a server with accounts.
 	NATSCreds string
@@ -311,6 +317,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateAuth(); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
 		return err
 	}
 	if _, err := c.MCPServers(); err != nil {

@@ -44,7 +44,10 @@ type Daemon struct {
 	// tenants runs the tenants' daemons with Config.Auth, else nil.
 	tenants *tenantSet
 	// quotas enforces a tenant daemon's quotas, else nil.
-	quotas  *quotas
+	quotas *quotas
+	// certs is the TLS certificate with --tls-cert, else nil; set by Run
+	// before anything listens.
+	certs atomic.Pointer[certs]
 	metrics struct {
 		authRefused *prometheus.CounterVec // with tenants
 	}
@@ -253,6 +256,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return err
 	}
+	tc, err := loadCerts(cfg)
+	if err != nil {
+		return err
+	}
+	d.certs.Store(tc)
 	// A tenant's daemon has no listener: the daemon serving the tenants
 	// routes its requests (Handler).
 	var ln net.Listener
@@ -277,10 +285,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	web := &webServer{hs: hs, cancel: cancelRequests, served: make(chan error, 1)}
 	if ln != nil {
 		web.addr = ln.Addr().String()
-		go func() { web.served <- hs.Serve(ln) }()
+		if tc != nil {
+			hs.TLSConfig = tc.serverConfig()
+			go func() { web.served <- hs.ServeTLS(ln, "", "") }()
+		} else {
+			go func() { web.served <- hs.Serve(ln) }()
+		}
 	}
 	var r resources
-	var err error
 	r.closed = make(chan struct{})
 	fail := func(err error) error {
 		hs.Close()
@@ -294,7 +306,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	if cfg.NATSURL == "" {
-		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op); err != nil {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc); err != nil {
 			return fail(err)
 		}
 	}
@@ -500,6 +512,23 @@ func (d *Daemon) teardown(r *resources) error {
 		r.srv.WaitForShutdown()
 	}
 	return errors.Join(errs...)
+}
+
+// ReloadTLS reads --tls-cert and --tls-key again (agentd calls it on
+// SIGHUP): new HTTPS, NATS client and route connections get the new
+// certificate; on an error the old one stays in use. Without TLS it does
+// nothing.
+func (d *Daemon) ReloadTLS() error {
+	tc := d.certs.Load()
+	if tc == nil {
+		return nil
+	}
+	if err := tc.Reload(); err != nil {
+		d.logger.Error("tls reload failed; the old certificate stays in use", "err", err)
+		return err
+	}
+	d.logger.Info("tls certificate reloaded", "cert", tc.certFile)
+	return nil
 }
 
 // logStarted writes the start-up line and, with --sync interval, the

@@ -129,6 +129,11 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
 		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
 			"others get 403; repeatable (in the variable: one per line)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert,
+		"PEM certificate `file`: TLS for HTTP, the embedded NATS server's clients and its routes; re-read on SIGHUP")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert; re-read on SIGHUP")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", cfg.TLSCA,
+		"PEM CA `file`: verifies the cluster routes' peers (mutual TLS, required clustered with --tls-cert) and the --nats-url server")
 	fs.StringVar(&cfg.NATSCreds, "nats-creds", cfg.NATSCreds,
 		"NATS creds `file` for --nats-url (a user of the account agentd runs in)")
 	fs.BoolVar(&cfg.Auth, "auth", cfg.Auth,

@@ -19,6 +19,9 @@ import (
 // connections (JetStream recovers its streams before that).
 const serverStartTimeout = 2 * time.Minute
 
+// tlsTimeout is the embedded server's TLS handshake timeout, in seconds.
+const tlsTimeout = 2.0
+
 // checkListen fails with ErrAddrInUse when addr cannot be listened on because
 // it is taken, naming flag. Port 0 is always free.
 func checkListen(what, flag, addr string) error {
@@ -44,7 +47,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 // startServer starts the embedded nats-server with JetStream storing under
 // <DataDir>/jetstream and waits until it accepts connections. The caller
 // shuts it down.
-func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *operator) (*server.Server, error) {
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *operator, tc *certs) (*server.Server, error) {
 	host, port, err := splitAddr(cfg.NATSListen)
 	if err != nil {
 		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
@@ -72,6 +75,14 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *oper
 	if op != nil {
 		if err := op.serverOptions(cfg.DataDir, opts); err != nil {
 			return nil, err
+		}
+	}
+	if tc != nil {
+		// Clients must use TLS (agentd's own in-process connection need
+		// not); routes use mutual TLS.
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, tc.serverConfig(), tlsTimeout
+		if cfg.clustered() {
+			opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc.routeConfig(), tlsTimeout
 		}
 	}
 	s, err := server.NewServer(opts)
@@ -152,8 +163,16 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	if cfg.NATSCreds != "" && cfg.tenant == nil {
 		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 	}
+	if s == nil && cfg.tenant == nil {
+		if cfg.TLSCA != "" {
+			opts = append(opts, nats.RootCAs(cfg.TLSCA))
+		}
+		if cfg.TLSCert != "" {
+			opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+		}
+	}
 	if s != nil {
-		u = s.ClientURL()
+		u = inProcessURL(s)
 		opts = append(opts, nats.InProcessServer(s))
 	}
 	nc, err := nats.Connect(u, opts...)
@@ -165,6 +184,13 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 			fmt.Sprintf("connect to NATS at %s: %v", redactURL(u), err))
 	}
 	return nc, nil
+}
+
+// inProcessURL is the URL of an in-process connection to s: nats://, also
+// when s requires TLS of its network clients (in-process ones need none,
+// and a tls:// URL would make the client verify the certificate).
+func inProcessURL(s *server.Server) string {
+	return "nats" + strings.TrimPrefix(strings.TrimPrefix(s.ClientURL(), "tls"), "nats")
 }
 
 // redactURL hides passwords and tokens in NATS URLs for logs and errors.

@@ -100,7 +100,7 @@ func (ts *tenantSet) open(ctx context.Context, op *operator, deps *Deps) error {
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
 	}
-	ts.sys, err = nats.Connect(deps.Server.ClientURL(), nats.InProcessServer(deps.Server),
+	ts.sys, err = nats.Connect(inProcessURL(deps.Server), nats.InProcessServer(deps.Server),
 		nats.Name("agentd system"), nats.MaxReconnects(-1),
 		nats.UserJWTAndSeed(op.system.JWT, string(op.system.Seed)))
 	if err != nil {
@@ -217,9 +217,10 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg := pc
 	cfg.DataDir = filepath.Join(pc.DataDir, TenantsSubdir, t.Name)
 	cfg.PebbleFS = nil
-	cfg.NATSURL = ts.deps.Server.ClientURL()
+	cfg.NATSURL = inProcessURL(ts.deps.Server)
 	// The node's server is clustered, not the tenant's connection to it.
 	cfg.ClusterName, cfg.ClusterListen, cfg.Routes = "", "", nil
+	cfg.TLSCert, cfg.TLSKey, cfg.TLSCA, cfg.NATSCreds = "", "", "", ""
 	cfg.Auth, cfg.Insecure, cfg.TenantSetup = false, true, nil
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	cfg.tenant = &tenantLink{name: t.Name, srv: ts.deps.Server, user: user}

@@ -44,7 +44,8 @@ const cliUsage = `Usage:
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
-(default $FOREVER_CREDS). On Ctrl-C, chat and tail print the cursor to resume
+(default $FOREVER_CREDS); with TLS, --tls-ca the CA that signed agentd's
+certificate (default $FOREVER_TLS_CA). On Ctrl-C, chat and tail print the cursor to resume
 from (agentd tail <agent> --from <cursor>); the turn goes on.
 `
 
@@ -93,6 +94,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 	}
 	fs.StringVar(&natsURL, "nats-url", natsURL, "NATS url of agentd")
 	creds := fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds file (a tenant's, with auth)")
+	tlsCA := fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA file that signed agentd's certificate (with --tls-cert)")
 	from := fs.String("from", "", "cursor to follow after (tail)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -103,7 +105,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		err = checkArgs(cmd, pos, *from)
 	}
 	if err == nil {
-		err = runCommand(ctx, cmd, pos, natsURL, *creds, *from, stdout, stderr)
+		err = runCommand(ctx, cmd, pos, natsURL, clientOptions(*creds, *tlsCA), *from, stdout, stderr)
 	}
 	var ce *cliError
 	switch {
@@ -170,11 +172,21 @@ func checkArgs(cmd string, pos []string, from string) error {
 	return nil
 }
 
-func runCommand(ctx context.Context, cmd string, pos []string, natsURL, creds, from string, stdout, stderr io.Writer) error {
-	opts := []nats.Option{nats.Name("agentd " + cmd)}
+// clientOptions are the NATS options of a client command: a creds file and
+// a CA, each when given.
+func clientOptions(creds, tlsCA string) []nats.Option {
+	var opts []nats.Option
 	if creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
 	}
+	if tlsCA != "" {
+		opts = append(opts, nats.RootCAs(tlsCA))
+	}
+	return opts
+}
+
+func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, opts []nats.Option, from string, stdout, stderr io.Writer) error {
+	opts = append(opts, nats.Name("agentd "+cmd))
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)

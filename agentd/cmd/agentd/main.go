@@ -82,6 +82,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer stop()
 	// After the first signal, a second one kills the process at once.
 	context.AfterFunc(ctx, stop)
+	// SIGHUP reloads the TLS certificate and key.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			_ = d.ReloadTLS() // logged
+		}
+	}()
 	if err := d.Run(ctx); err != nil {
 		// One line, also when shutdown errors were joined to the cause.
 		fmt.Fprintln(stderr, strings.ReplaceAll(err.Error(), "\n", "; "))

@@ -33,7 +33,8 @@ Quotas (create; 0 is no limit):
   --max-bytes size  bytes stored (JetStream), e.g. 1GiB
 
 --nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to
-$FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds.
+$FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
+--tls-ca (default $FOREVER_TLS_CA) is the CA of agentd's certificate with TLS.
 `
 
 // tenantRequestTimeout bounds a tenant request: create waits for the
@@ -78,6 +79,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	fs.StringVar(&natsURL, "nats-url", natsURL, "")
 	creds := fs.String("creds", getenv("FOREVER_CREDS"), "")
 	out := fs.String("out", "", "")
+	tlsCA := fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "")
 	var q auth.Quota
 	fs.Float64Var(&q.Rate, "rate", 0, "")
 	fs.IntVar(&q.Burst, "burst", 0, "")
@@ -121,8 +123,9 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	// asynchronously; it ends the request at once.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	nc, err := nats.Connect(natsURL, nats.Name("agentd tenant"), nats.UserCredentials(*creds),
+	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd tenant"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { cancel(err) }))
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s with %s: %w", natsURL, *creds, err)
 	}

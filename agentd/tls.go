@@ -1,0 +1,106 @@
+package agentd
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// certs holds the TLS certificate (--tls-cert, --tls-key) and CA
+// (--tls-ca) that HTTP, the embedded server's client port and its routes
+// present and verify with. Reload re-reads the certificate and key (on
+// SIGHUP), so new connections get the new certificate without a restart;
+// the CA is read once.
+type certs struct {
+	certFile, keyFile string
+	pool              *x509.CertPool // nil without --tls-ca
+
+	mu   sync.RWMutex
+	cert *tls.Certificate
+}
+
+// loadCerts reads the files named by cfg; nil without --tls-cert.
+func loadCerts(cfg *Config) (*certs, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	c := &certs{certFile: cfg.TLSCert, keyFile: cfg.TLSKey}
+	if err := c.Reload(); err != nil {
+		return nil, configErrorf("tls-cert", "%v", err)
+	}
+	if cfg.TLSCA != "" {
+		pem, err := os.ReadFile(cfg.TLSCA)
+		if err != nil {
+			return nil, configErrorf("tls-ca", "tls ca: %v", err)
+		}
+		c.pool = x509.NewCertPool()
+		if !c.pool.AppendCertsFromPEM(pem) {
+			return nil, configErrorf("tls-ca", "tls ca %s holds no PEM certificate", cfg.TLSCA)
+		}
+	}
+	return c, nil
+}
+
+// Reload reads the certificate and key again; on an error the old pair
+// stays in use.
+func (c *certs) Reload() error {
+	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	if err != nil {
+		// The error names the files, never their contents.
+		return fmt.Errorf("tls certificate %s and key %s: %w", c.certFile, c.keyFile, err)
+	}
+	c.mu.Lock()
+	c.cert = &pair
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *certs) current() *tls.Certificate {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.cert
+}
+
+// serverConfig is for HTTPS and NATS clients: the current certificate;
+// clients are not asked for one.
+func (c *certs) serverConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return c.current(), nil
+		},
+	}
+}
+
+// routeConfig is for the cluster's routes, mutual TLS: each node presents
+// the current certificate and verifies its peer's against the CA, both
+// when it accepts a route and when it dials one.
+func (c *certs) routeConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return c.current(), nil
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return c.current(), nil
+		},
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs:  c.pool,
+		RootCAs:    c.pool,
+	}
+}
+
+// validateTLS checks the TLS flags.
+func (c *Config) validateTLS() error {
+	switch {
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return configErrorf("tls-key", "--tls-cert and --tls-key go together")
+	case c.TLSCA != "" && c.TLSCert == "" && c.NATSURL == "":
+		return configErrorf("tls-ca", "--tls-ca needs --tls-cert (or --nats-url, to verify that server)")
+	case c.TLSCert != "" && c.clustered() && c.TLSCA == "":
+		return configErrorf("tls-ca", "with --tls-cert the cluster's routes use mutual TLS: set --tls-ca to the CA that signed every node's certificate")
+	}
+	return nil
+}
