@@ -47,7 +47,7 @@ type Daemon struct {
 	quotas *quotas
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
-	certs atomic.Pointer[certs]
+	certs   atomic.Pointer[certs]
 	metrics struct {
 		authRefused *prometheus.CounterVec // with tenants
 	}
