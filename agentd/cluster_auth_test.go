@@ -3,8 +3,12 @@ package agentd
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +33,20 @@ func testClusterAuth(t *testing.T, bin string) {
 	waitReady(t, nodes...)
 	out := t.TempDir()
 	acme := createTenant(t, bin, "nats://"+nodes[0].nats, filepath.Join(nodes[0].data, AdminCredsFile), out, "acme")
+
+	// Every node runs the tenant and takes its share of its partitions.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var owned []int
+		for _, nd := range nodes {
+			owned = append(owned, tenantPartitions(nd, "acme"))
+		}
+		if !slices.ContainsFunc(owned, func(n int) bool { return n < 20 }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's partitions never balanced: %v", owned)
+		}
+	}
 
 	// The tenant's client on node 1: its agents are owned by all three.
 	nc, err := nats.Connect("nats://"+nodes[1].nats, nats.UserCredentials(acme.Creds), nats.NoReconnect())
@@ -108,4 +126,23 @@ func testClusterAuth(t *testing.T, bin string) {
 			}
 		}
 	}
+}
+
+// tenantPartitions returns the partitions of tenant the node owns, from
+// its /metrics (0 when it cannot tell).
+func tenantPartitions(nd *clusterNode, tenant string) int {
+	resp, err := http.Get("http://" + nd.http + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := `forever_ownership_partitions_owned{tenant="` + tenant + `"} `
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }

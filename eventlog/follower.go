@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/forever-agents/forever/internal/backoff"
+	"github.com/nats-io/nats.go"
 )
 
 // maxApply is the most events committed in one Pebble batch while catching
@@ -257,17 +259,40 @@ func (f *Follower) Run(ctx context.Context) error {
 // run follows until ctx ends or an error stops it. When Pebble fails a
 // write, it stalls until Pebble was reopened, then starts over from the
 // stored cursors: the events of the failed commit are still in the stream.
+// When JetStream does not answer in time or is unavailable (a leader
+// election, a loaded cluster at start), it starts over after a backoff
+// instead of stopping the daemon.
 func (f *Follower) run(ctx context.Context) error {
-	for {
+	for failures := 0; ; {
 		err := f.follow(ctx)
-		if !errors.Is(err, ErrViewsStalled) {
+		switch {
+		case errors.Is(err, ErrViewsStalled):
+			if err := f.l.awaitDB(ctx); err != nil {
+				return err
+			}
+			f.logger.Info("projections resume after Pebble wrote again")
+		case ctx.Err() == nil && transient(err):
+			wait := backoff.Exp(100*time.Millisecond, 5*time.Second, failures)
+			failures++
+			f.logger.Warn("projections wait for JetStream; retrying", "err", err, "in", wait, "attempt", failures)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		default:
 			return err
 		}
-		if err := f.l.awaitDB(ctx); err != nil {
-			return err
-		}
-		f.logger.Info("projections resume after Pebble wrote again")
 	}
+}
+
+// transient reports whether err is JetStream being slow or unavailable
+// rather than a fault of the log: a request that timed out (its own
+// deadline, not the caller's), no responders, a cluster without a leader.
+func transient(err error) bool {
+	return Unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // follow is one life of run, from the stored cursors.
