@@ -151,8 +151,15 @@ func (ts *tenantSet) run(ctx context.Context) error {
 				continue
 			}
 			var t auth.Tenant
-			if err := json.Unmarshal(e.Value(), &t); err != nil {
-				ts.logger.Error("tenant record is not valid JSON; skipped", "key", e.Key(), "err", err)
+			err := json.Unmarshal(e.Value(), &t)
+			if err == nil {
+				err = t.Validate()
+			}
+			if err == nil && t.Name != e.Key() {
+				err = fmt.Errorf("the record names tenant %q", t.Name)
+			}
+			if err != nil {
+				ts.logger.Error("tenant record is invalid; skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
 				continue
 			}
 			// The resolver keeps account JWTs, but the registry is the

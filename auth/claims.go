@@ -50,7 +50,11 @@ func (k *Keys) ServiceAccountJWT() (string, error) {
 
 // TenantAccountJWT returns the account JWT of t: its JetStream limits from
 // t.Quota, the tenant signing key, and t's revocations.
+// A record whose name or account key is invalid is an error.
 func (k *Keys) TenantAccountJWT(t *Tenant) (string, error) {
+	if err := t.Validate(); err != nil {
+		return "", err
+	}
 	ac := jwt.NewAccountClaims(t.Account)
 	ac.Name = t.Name
 	ac.SigningKeys.Add(pub(k.Signer))

@@ -60,6 +60,18 @@ func NewTenant(name string, now time.Time) (*Tenant, error) {
 	return &Tenant{Name: name, Account: pub(akp), Created: now.UTC()}, nil
 }
 
+// Validate checks what a stored record must have: a valid name and an
+// account public key.
+func (t *Tenant) Validate() error {
+	if err := CheckName(t.Name); err != nil {
+		return err
+	}
+	if !nkeys.IsValidPublicAccountKey(t.Account) {
+		return fmt.Errorf("auth: tenant %s: account %q is not an account public key", t.Name, t.Account)
+	}
+	return nil
+}
+
 // HasToken reports whether hash is one of t's live tokens.
 func (t *Tenant) HasToken(hash string) bool {
 	for _, h := range t.Tokens {
