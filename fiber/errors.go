@@ -36,10 +36,11 @@ var (
 	// ErrAbandoned marks an *AbandonedError, delivered to Hooks.OnError when
 	// Recover gives a fiber up.
 	ErrAbandoned = errors.New("fiber: fiber abandoned")
-	// ErrOrphaned: a fiber ended but its end could not be appended (the log
-	// was unavailable), so its row stays in the runs table and only a
-	// recovery (the agent's next activation) finishes it. Hosts restart the
-	// agent when OnError reports it.
+	// ErrOrphaned: a fiber ended, or its recovery began or ended, but the
+	// event could not be appended (the log was unavailable), so its row
+	// stays in the runs table and only a recovery (the agent's next
+	// activation) finishes it. Hosts restart the agent when OnError
+	// reports it.
 	ErrOrphaned = errors.New("fiber: orphaned: its end could not be recorded")
 
 	// ErrAttemptsExhausted is the cause in an *AbandonedError when the fiber

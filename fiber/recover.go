@@ -225,7 +225,8 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		if _, err := r.append(ctx, EventRecovered, payload{ID: row.ID, Attempt: attempt}); err != nil {
 			r.settle(row.ID, s)
 			if ctx.Err() == nil {
-				r.report(ctx, fmt.Errorf("fiber: recover fiber %s (%q): record attempt %d: %w", row.ID, row.Name, attempt, err))
+				// Still orphaned: the host restarts the agent to try again.
+				r.report(ctx, fmt.Errorf("%w: recover fiber %s (%q): record attempt %d: %w", ErrOrphaned, row.ID, row.Name, attempt, err))
 			}
 			return
 		}
@@ -242,7 +243,7 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		if err == nil {
 			// Handled without resuming: the fiber is over.
 			if _, err := r.append(context.WithoutCancel(ctx), EventCompleted, payload{ID: row.ID}); err != nil {
-				r.report(ctx, fmt.Errorf("fiber: recover fiber %s (%q): record completion: %w", row.ID, row.Name, err))
+				r.report(ctx, fmt.Errorf("%w: recover fiber %s (%q): record completion: %w", ErrOrphaned, row.ID, row.Name, err))
 			} else {
 				r.metrics.completed.WithLabelValues(outcomeCompleted).Inc()
 			}

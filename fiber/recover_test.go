@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"strings"
 	"sync"
@@ -414,5 +415,54 @@ func TestRecoverProgressResetsAttempts(t *testing.T) {
 	}
 	if err := (&fiber.Fiber{}).Stash(t.Context(), 1, fiber.WithAttempts(-1)); !errors.Is(err, fiber.ErrInvalid) {
 		t.Fatalf("negative attempts: %v", err)
+	}
+}
+
+// failingLog fails appends of one event type, as a log whose stream is
+// electing a leader fails them.
+type failingLog struct {
+	fiber.Log
+	typ string
+}
+
+func (l failingLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	if e.Type == l.typ {
+		return 0, fmt.Errorf("eventlog: append %s: %w", e.Type, context.DeadlineExceeded)
+	}
+	return l.Log.Append(ctx, e, opts...)
+}
+
+// A recovery that cannot record its attempt leaves the fiber orphaned and
+// says so with ErrOrphaned, which hosts answer by restarting the agent;
+// the next recovery, with the log back, resumes it.
+func TestRecoverCannotRecordAttempt(t *testing.T) {
+	e := newEnv(t)
+	crashed(t, e, "F1", `{"step":1}`)
+	sink := newErrSink()
+	h := &hookRecorder{}
+	r, err := fiber.New(fiber.Config{Log: failingLog{Log: e.lg, typ: fiber.EventRecovered}, Table: e.table, Agent: agent,
+		Hooks: fiber.Hooks{OnFiberRecovered: h.hook, OnError: sink.OnError}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.next(t); !errors.Is(err, fiber.ErrOrphaned) {
+		t.Fatalf("OnError = %v, want ErrOrphaned", err)
+	}
+	if n := len(h.got()); n != 0 {
+		t.Fatalf("the hook ran %d times without a recorded attempt", n)
+	}
+	if rows := e.rows(t); len(rows) != 1 {
+		t.Fatalf("rows = %+v, want the orphaned fiber", rows)
+	}
+	r2 := e.runner(t, fiber.Config{Agent: agent, Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+	if err := r2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.got()); n != 1 {
+		t.Fatalf("hook calls after the log came back = %d", n)
 	}
 }
