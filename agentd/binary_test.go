@@ -94,6 +94,7 @@ func TestBinary(t *testing.T) {
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
 	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
 	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
+	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

@@ -42,7 +42,7 @@ func (d *Daemon) registerMetrics(reg prometheus.Registerer) error {
 	if d.tenants != nil {
 		d.metrics.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forever_auth_refused_total",
-			Help: "HTTP requests refused with 401, by reason: missing or invalid (or revoked) bearer token.",
+			Help: "HTTP requests refused, by reason: missing or invalid (or revoked) bearer token (401), or an OIDC token naming a tenant that does not exist (403).",
 		}, []string{"reason"})
 		tenants := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "forever_tenants_running",

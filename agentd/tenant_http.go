@@ -34,11 +34,20 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ts.mu.Unlock()
 	if name == "" && ts.verify != nil && strings.Count(raw, ".") == 2 {
-		if n, err := ts.verify.Tenant(r.Context(), raw); err == nil {
-			name = n
-		} else {
+		n, err := ts.verify.Tenant(r.Context(), raw)
+		if err != nil {
 			ts.logger.Debug("oidc token refused", "err", err)
 		}
+		ts.mu.Lock()
+		_, exists := ts.mu.runs[n]
+		ts.mu.Unlock()
+		if err == nil && !exists {
+			// A valid token of the issuer for a tenant nobody created.
+			ts.parent.metrics.authRefused.WithLabelValues("unknown-tenant").Inc()
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": "tenant " + n + " does not exist", "code": 403})
+			return
+		}
+		name = n
 	}
 	if name == "" {
 		ts.parent.metrics.authRefused.WithLabelValues("invalid").Inc()
