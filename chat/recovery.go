@@ -90,7 +90,7 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 }
 
 func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered) error {
-	if err := a.catchUp(ctx); err != nil {
+	if err := retryRead(ctx, a.logger, "catch up", func() error { return a.catchUp(ctx) }); err != nil {
 		return err
 	}
 	info, err := a.store.Turn(a.agent, requestID)
@@ -109,7 +109,11 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if err != nil {
 		return err
 	}
-	b, err := a.loadTurnStream(ctx, info)
+	var b *builder
+	err = retryRead(ctx, a.logger, "turn stream", func() (err error) {
+		b, err = a.loadTurnStream(ctx, info)
+		return err
+	})
 	if errors.Is(err, ErrChunksExpired) {
 		defer a.release(at)
 		return a.failExpired(ctx, &turnState{at: at, info: info, b: b}, err)

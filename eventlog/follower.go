@@ -271,7 +271,7 @@ func (f *Follower) run(ctx context.Context) error {
 				return err
 			}
 			f.logger.Info("projections resume after Pebble wrote again")
-		case ctx.Err() == nil && transient(err):
+		case ctx.Err() == nil && Transient(err):
 			wait := backoff.Exp(100*time.Millisecond, 5*time.Second, failures)
 			failures++
 			f.logger.Warn("projections wait for JetStream; retrying", "err", err, "in", wait, "attempt", failures)
@@ -288,10 +288,11 @@ func (f *Follower) run(ctx context.Context) error {
 	}
 }
 
-// transient reports whether err is JetStream being slow or unavailable
+// Transient reports whether err is JetStream being slow or unavailable
 // rather than a fault of the log: a request that timed out (its own
-// deadline, not the caller's), no responders, a cluster without a leader.
-func transient(err error) bool {
+// deadline; check the caller's context first), no responders, a cluster
+// without a leader. Reads that fail so may be retried.
+func Transient(err error) bool {
 	return Unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 

@@ -27,8 +27,8 @@ func TestTransient(t *testing.T) {
 		{errors.New("disk on fire"), false},
 		{&jetstream.APIError{ErrorCode: 10059}, false},
 	} {
-		if got := transient(tc.err); got != tc.want {
-			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
