@@ -25,7 +25,8 @@ COPY --from=build /out/agentd /usr/local/bin/agentd
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
 # Listen on every interface inside a container; flags and FOREVER_* variables
-# still override these.
+# still override these. A non-loopback listen needs auth: run the image with
+# --auth (docker run ... --auth), or --insecure to go without.
 ENV FOREVER_DATA=/data \
     FOREVER_HTTP=0.0.0.0:8080
 VOLUME ["/data"]

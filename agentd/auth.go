@@ -28,8 +28,8 @@ const (
 	TenantsSubdir = "tenants"
 )
 
-// validateAuth turns Auth on for a non-loopback listen without Insecure,
-// and rejects what auth cannot run with yet.
+// validateAuth refuses a non-loopback listen without Auth or Insecure,
+// and what auth cannot run with yet.
 func (c *Config) validateAuth() error {
 	if c.tenant != nil {
 		return nil
@@ -41,9 +41,8 @@ func (c *Config) validateAuth() error {
 			{"cluster-listen", c.ClusterListen},
 		} {
 			if l.addr != "" && !isLoopback(l.addr) {
-				c.Auth = true
-				c.authImplied = l.flag
-				break
+				return configErrorf(l.flag, "--%s %s is not a loopback address and auth is off: anyone who reaches it could command every agent; "+
+					"pass --auth (tenants and credentials) or, to allow it without auth, --insecure", l.flag, l.addr)
 			}
 		}
 	}
@@ -57,9 +56,6 @@ func (c *Config) validateAuth() error {
 		return nil
 	}
 	why := "--auth"
-	if c.authImplied != "" {
-		why = fmt.Sprintf("--%s %s is not a loopback address, so auth is on; it", c.authImplied, c.listenOf(c.authImplied))
-	}
 	switch {
 	case c.NATSURL != "":
 		return configErrorf("auth", "%s needs the embedded NATS server: with --nats-url, configure accounts on that server "+
@@ -76,16 +72,6 @@ func (c *Config) embeddedNATSListen() string {
 		return ""
 	}
 	return c.NATSListen
-}
-
-func (c *Config) listenOf(flag string) string {
-	switch flag {
-	case "http":
-		return c.HTTPAddr
-	case "nats-listen":
-		return c.NATSListen
-	}
-	return c.ClusterListen
 }
 
 // isLoopback reports whether addr (host:port) listens on loopback only.

@@ -181,8 +181,7 @@ type Config struct {
 
 	// Auth turns tenants on (--auth): the embedded server runs in NATS
 	// operator mode, every client needs a credential, and HTTP needs a
-	// bearer token. Validate turns it on for a non-loopback listen unless
-	// Insecure is set.
+	// bearer token. A non-loopback listen needs it, or Insecure.
 	Auth bool
 	// AuthSecretFile (--auth-secret-file) names a file holding a secret
 	// of at least 32 bytes shared by a cluster's nodes; the operator's keys
@@ -206,8 +205,6 @@ type Config struct {
 	tenant *tenantLink
 	// quota is a tenant daemon's (Auth): its Host refuses over it.
 	quota auth.Quota
-	// authImplied names the flag whose non-loopback listen turned Auth on.
-	authImplied string
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger

@@ -138,7 +138,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"NATS creds `file` for --nats-url (a user of the account agentd runs in)")
 	fs.BoolVar(&cfg.Auth, "auth", cfg.Auth,
 		"turn tenants and authentication on: NATS clients need a tenant's creds, HTTP a bearer token; the admin credential is written to <data>/admin.creds "+
-			"(on by default when --http or --nats-listen is not a loopback address)")
+			"(required when --http, --nats-listen or --cluster-listen is not a loopback address, unless --insecure)")
 	fs.StringVar(&cfg.AuthSecretFile, "auth-secret-file", cfg.AuthSecretFile,
 		"`file` holding a secret (at least 32 bytes) the cluster's nodes share; auth's keys are derived from it (required for --auth clustered)")
 	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure,

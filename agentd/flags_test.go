@@ -53,9 +53,9 @@ func TestParseFlagsPrecedence(t *testing.T) {
 		want any
 	}{
 		{"default", nil, nil, func(c Config) any { return c.HTTPAddr }, "127.0.0.1:8080"},
-		{"env beats default", nil, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000"},
+		{"env beats default", nil, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000", "FOREVER_INSECURE": "true"},
 			func(c Config) any { return c.HTTPAddr }, "0.0.0.0:9000"},
-		{"flag beats env", []string{"--http", "127.0.0.1:9001"}, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000"},
+		{"flag beats env", []string{"--http", "127.0.0.1:9001"}, map[string]string{"FOREVER_HTTP": "0.0.0.0:9000", "FOREVER_INSECURE": "true"},
 			func(c Config) any { return c.HTTPAddr }, "127.0.0.1:9001"},
 		{"data env", nil, map[string]string{"FOREVER_DATA": "/var/lib/forever"},
 			func(c Config) any { return c.DataDir }, "/var/lib/forever"},
@@ -63,7 +63,7 @@ func TestParseFlagsPrecedence(t *testing.T) {
 			func(c Config) any { return c.DataDir }, "/d"},
 		{"nats url env", nil, map[string]string{"FOREVER_NATS_URL": "nats://n:4222"},
 			func(c Config) any { return c.NATSURL }, "nats://n:4222"},
-		{"nats listen env", nil, map[string]string{"FOREVER_NATS_LISTEN": "0.0.0.0:4333"},
+		{"nats listen env", nil, map[string]string{"FOREVER_NATS_LISTEN": "0.0.0.0:4333", "FOREVER_INSECURE": "true"},
 			func(c Config) any { return c.NATSListen }, "0.0.0.0:4333"},
 		{"sync env", nil, map[string]string{"FOREVER_SYNC": "interval"},
 			func(c Config) any { return c.Sync }, SyncInterval},
@@ -241,9 +241,9 @@ func TestParseFlagsCORSOrigin(t *testing.T) {
 	}
 }
 
-// TestAuthDefaults: auth is off on loopback (the quick start), on for a
-// non-loopback listen unless --insecure, and refused where it cannot run
-// yet, with an error naming the flag.
+// TestAuthDefaults: auth is off on loopback (the quick start); a
+// non-loopback listen without --auth or --insecure refuses to start; auth
+// is refused where it cannot run yet; each error names the flag.
 func TestAuthDefaults(t *testing.T) {
 	env := func(string) string { return "" }
 	for _, tc := range []struct {
@@ -255,11 +255,13 @@ func TestAuthDefaults(t *testing.T) {
 		{args: []string{"--http", "localhost:8080"}},
 		{args: []string{"--http", "[::1]:0"}},
 		{args: []string{"--auth"}, auth: true},
-		{args: []string{"--http", "0.0.0.0:8080"}, auth: true},
-		{args: []string{"--nats-listen", "10.1.2.3:4222"}, auth: true},
-		{args: []string{"--http", ":8080"}, auth: true},
+		{args: []string{"--http", "0.0.0.0:8080"}, errFlags: "--insecure"},
+		{args: []string{"--nats-listen", "10.1.2.3:4222"}, errFlags: "--nats-listen 10.1.2.3:4222 is not a loopback address"},
+		{args: []string{"--http", ":8080"}, errFlags: "--auth"},
+		{args: []string{"--http", "0.0.0.0:8080", "--auth"}, auth: true},
 		{args: []string{"--http", "0.0.0.0:8080", "--insecure"}},
 		{args: []string{"--http", "0.0.0.0:8080", "--nats-url", "nats://x:4222"}, errFlags: "--insecure"},
+		{args: []string{"--http", "0.0.0.0:8080", "--nats-url", "nats://x:4222", "--insecure"}},
 		{args: []string{"--auth", "--nats-url", "nats://x:4222"}, errFlags: "--nats-url"},
 		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222"}, errFlags: "--auth-secret-file"},
 		{args: []string{"--auth", "--cluster-listen", "127.0.0.1:0", "--routes", "127.0.0.1:6222", "--auth-secret-file", "/s"}, auth: true},

@@ -89,6 +89,13 @@ func testBinaryTenants(t *testing.T, bin string) {
 	dir := t.TempDir()
 	data, out := filepath.Join(dir, "data"), filepath.Join(dir, "out")
 	httpAddr, natsAddr := freeAddr(t), freeAddr(t)
+
+	// A non-loopback listen without auth refuses to start.
+	refused := exec.Command(bin, "--data", filepath.Join(dir, "open"), "--http", "0.0.0.0:0", "--nats-listen", natsAddr)
+	if b, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(b), "not a loopback address") || !strings.Contains(string(b), "--insecure") {
+		t.Fatalf("--http 0.0.0.0:0 without auth: %v %s", err, b)
+	}
+
 	natsURL := "nats://" + natsAddr
 	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--auth", "--local-rate", "-1")
 	admin := filepath.Join(data, AdminCredsFile)
@@ -144,10 +151,15 @@ func testBinaryTenants(t *testing.T, bin string) {
 		}
 	}
 
-	// The same agent id in two tenants: two agents.
+	// The same agent id in two tenants: two agents. acme's subscription
+	// to every chunk sees none of beta's.
 	acmeNC, betaNC := connect(acme), connect(beta)
+	spy, err := acmeNC.SubscribeSync("forever.chunk.>")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ar := chatOver(acmeNC, "bot", "acme secret plans")
-	chatOver(betaNC, "bot", "beta hello")
+	br := chatOver(betaNC, "bot", "beta hello")
 	if m := messages(acme.Token, "bot"); !strings.Contains(m, "acme secret plans") || strings.Contains(m, "beta hello") {
 		t.Fatalf("acme sees %s", m)
 	}
@@ -170,6 +182,21 @@ func testBinaryTenants(t *testing.T, bin string) {
 	}
 	if !strings.Contains(text.String(), "acme secret plans") {
 		t.Fatalf("replayed %q", text.String())
+	}
+	for it, err := range replay.NewClient(lg).Follow(t.Context(), "bot", br.StreamID, replay.Cursor(0)) {
+		if err == nil {
+			t.Fatalf("acme replayed beta's stream: %+v", it)
+		}
+		break
+	}
+	for {
+		m, err := spy.NextMsg(200 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.Contains(m.Subject, br.StreamID) || strings.Contains(string(m.Data), "beta hello") {
+			t.Fatalf("acme received beta's chunk on %s", m.Subject)
+		}
 	}
 
 	// Everything else is refused by the server.
@@ -200,6 +227,14 @@ func testBinaryTenants(t *testing.T, bin string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		_, err := js.OrderedConsumer(ctx, eventlog.DefaultEventsStream, jetstream.OrderedConsumerConfig{})
+		return err
+	})
+	mustViolate("purge the chunks stream", func() error {
+		_, err := probe.Request("$JS.API.STREAM.PURGE."+eventlog.DefaultChunksStream, nil, 2*time.Second)
+		return err
+	})
+	mustViolate("read the leases bucket", func() error {
+		_, err := probe.Request("$JS.API.DIRECT.GET.KV_FOREVER_LEASES.$KV.FOREVER_LEASES.p0", nil, 2*time.Second)
 		return err
 	})
 	mustViolate("read the tenant registry", func() error {
