@@ -352,7 +352,7 @@ type statefulSet struct {
 						SecretName string `yaml:"secretName"`
 					}
 				}
-				Affinity                      *struct {
+				Affinity *struct {
 					PodAntiAffinity *struct {
 						Preferred []struct {
 							Weight          int
