@@ -84,6 +84,7 @@ func scenarios() []Scenario {
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "failover", Run: failover, Once: true},
+		{Name: "auth-cost", Run: authCost, Once: true},
 	}
 }
 
