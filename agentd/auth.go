@@ -57,9 +57,8 @@ func (c *Config) validateAuth() error {
 	}
 	why := "--auth"
 	switch {
-	case c.NATSURL != "":
-		return configErrorf("auth", "%s needs the embedded NATS server: with --nats-url, configure accounts on that server "+
-			"(docs/architecture.md \"Tenants\") and pass --insecure", why)
+	case c.NATSCreds != "":
+		return configErrorf("nats-creds", "--nats-creds with --auth: agentd connects with its own credential, from the operator's keys")
 	case c.clustered() && c.AuthSecretFile == "":
 		return configErrorf("auth-secret-file", "%s runs clustered only with --auth-secret-file: a secret file every node shares, "+
 			"from which they derive the same operator keys (or pass --insecure and keep the ports private)", why)
@@ -99,23 +98,14 @@ type operator struct {
 // openOperator loads (or creates) the keys under the data dir, writes
 // admin.creds when missing, and mints agentd's users.
 func openOperator(cfg *Config) (*operator, error) {
-	dataDir := cfg.DataDir
-	path := filepath.Join(dataDir, AdminCredsFile)
-	var keys *auth.Keys
-	var created bool
-	var err error
+	path := filepath.Join(cfg.DataDir, AdminCredsFile)
+	keys, created, err := operatorKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.AuthSecretFile != "" {
-		secret, rerr := os.ReadFile(cfg.AuthSecretFile)
-		if rerr != nil {
-			return nil, configErrorf("auth-secret-file", "auth secret file: %v", rerr)
-		}
-		if keys, err = auth.DeriveKeys(secret); err != nil {
-			return nil, configErrorf("auth-secret-file", "auth secret file %s: %v", cfg.AuthSecretFile, err)
-		}
 		_, serr := os.Stat(path)
 		created = errors.Is(serr, fs.ErrNotExist)
-	} else if keys, created, err = auth.LoadKeys(filepath.Join(dataDir, AuthKeysSubdir)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
 	op := &operator{keys: keys, created: created}
 	if op.self, err = keys.ServiceUser("agentd"); err != nil {
@@ -138,6 +128,25 @@ func openOperator(cfg *Config) (*operator, error) {
 		}
 	}
 	return op, nil
+}
+
+// operatorKeys derives the keys from --auth-secret-file, or loads (and
+// first creates) them under <data>/auth; created is set for new ones.
+func operatorKeys(cfg *Config) (keys *auth.Keys, created bool, err error) {
+	if cfg.AuthSecretFile == "" {
+		if keys, created, err = auth.LoadKeys(filepath.Join(cfg.DataDir, AuthKeysSubdir)); err != nil {
+			return nil, false, fmt.Errorf("%w: %w", ErrDataDir, err)
+		}
+		return keys, created, nil
+	}
+	secret, err := os.ReadFile(cfg.AuthSecretFile)
+	if err != nil {
+		return nil, false, configErrorf("auth-secret-file", "auth secret file: %v", err)
+	}
+	if keys, err = auth.DeriveKeys(secret); err != nil {
+		return nil, false, configErrorf("auth-secret-file", "auth secret file %s: %v", cfg.AuthSecretFile, err)
+	}
+	return keys, false, nil
 }
 
 // serverOptions puts the embedded server in operator mode: it trusts the
@@ -171,6 +180,49 @@ func (op *operator) serverOptions(dataDir string, opts *server.Options) error {
 	return nil
 }
 
+// ServerConfig returns the nats-server configuration that makes an
+// external server (or cluster) trust the operator whose keys cfg names
+// (--auth-secret-file, else <data>/auth): the operator JWT, the system
+// account, a full account resolver storing under jwtDir, and the system
+// and service accounts preloaded. agentd --auth --nats-url then creates
+// tenants on that server as on its embedded one. Include it in each
+// server's configuration, beside jetstream {} and the cluster block.
+func ServerConfig(cfg Config, jwtDir string) (string, error) {
+	keys, _, err := operatorKeys(&cfg)
+	if err != nil {
+		return "", err
+	}
+	op := &operator{keys: keys}
+	_, opJWT, err := op.keys.OperatorClaims()
+	if err != nil {
+		return "", err
+	}
+	sysJWT, err := op.keys.SystemAccountJWT()
+	if err != nil {
+		return "", err
+	}
+	svcJWT, err := op.keys.ServiceAccountJWT()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`# Forever's operator (agentd auth server-config): agentd --auth --nats-url
+# with the same keys creates tenants as NATS accounts on this server.
+operator: %s
+system_account: %s
+resolver: {
+  type: full
+  dir: %q
+  allow_delete: false
+  interval: "1m"
+}
+resolver_preload: {
+  %s: %s
+  %s: %s
+}
+`, opJWT, op.keys.SystemPublicKey(), jwtDir,
+		op.keys.SystemPublicKey(), sysJWT, op.keys.ServicePublicKey(), svcJWT), nil
+}
+
 // connOption is agentd's own credential for its connection.
 func (op *operator) connOption() nats.Option {
 	return nats.UserJWTAndSeed(op.self.JWT, string(op.self.Seed))
@@ -179,6 +231,6 @@ func (op *operator) connOption() nats.Option {
 // tenantLink is what a tenant's daemon needs from the daemon serving it.
 type tenantLink struct {
 	name string
-	srv  *server.Server
-	user *auth.User // agentd's user in the tenant's account
+	srv  *server.Server // the embedded server, nil with --nats-url
+	user *auth.User     // agentd's user in the tenant's account
 }

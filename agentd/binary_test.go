@@ -95,6 +95,7 @@ func TestBinary(t *testing.T) {
 	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
 	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
 	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
+	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

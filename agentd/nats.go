@@ -163,13 +163,8 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	if cfg.NATSCreds != "" && cfg.tenant == nil {
 		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 	}
-	if s == nil && cfg.tenant == nil {
-		if cfg.TLSCA != "" {
-			opts = append(opts, nats.RootCAs(cfg.TLSCA))
-		}
-		if cfg.TLSCert != "" {
-			opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
-		}
+	if s == nil {
+		opts = append(opts, externalTLS(cfg)...)
 	}
 	if s != nil {
 		u = inProcessURL(s)
@@ -184,6 +179,19 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 			fmt.Sprintf("connect to NATS at %s: %v", redactURL(u), err))
 	}
 	return nc, nil
+}
+
+// externalTLS are the TLS options of a connection to --nats-url: its CA
+// and a client certificate, each when given.
+func externalTLS(cfg *Config) []nats.Option {
+	var opts []nats.Option
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	return opts
 }
 
 // inProcessURL is the URL of an in-process connection to s: nats://, also

@@ -100,9 +100,16 @@ func (ts *tenantSet) open(ctx context.Context, op *operator, deps *Deps) error {
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
 	}
-	ts.sys, err = nats.Connect(inProcessURL(deps.Server), nats.InProcessServer(deps.Server),
-		nats.Name("agentd system"), nats.MaxReconnects(-1),
-		nats.UserJWTAndSeed(op.system.JWT, string(op.system.Seed)))
+	sysOpts := []nats.Option{nats.Name("agentd system"), nats.MaxReconnects(-1),
+		nats.UserJWTAndSeed(op.system.JWT, string(op.system.Seed))}
+	sysURL := deps.Config.NATSURL
+	if deps.Server != nil {
+		sysURL = inProcessURL(deps.Server)
+		sysOpts = append(sysOpts, nats.InProcessServer(deps.Server))
+	} else {
+		sysOpts = append(sysOpts, externalTLS(&deps.Config)...)
+	}
+	ts.sys, err = nats.Connect(sysURL, sysOpts...)
 	if err != nil {
 		return fmt.Errorf("%w: system account connection: %w", ErrNATS, err)
 	}
@@ -224,10 +231,15 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg := pc
 	cfg.DataDir = filepath.Join(pc.DataDir, TenantsSubdir, t.Name)
 	cfg.PebbleFS = nil
-	cfg.NATSURL = inProcessURL(ts.deps.Server)
-	// The node's server is clustered, not the tenant's connection to it.
+	// The node's server is clustered, not the tenant's connection to it;
+	// TLS and creds are the node's, not the tenant daemon's (which keeps
+	// TLS to reach an external server).
 	cfg.ClusterName, cfg.ClusterListen, cfg.Routes = "", "", nil
-	cfg.TLSCert, cfg.TLSKey, cfg.TLSCA, cfg.NATSCreds = "", "", "", ""
+	cfg.NATSCreds = ""
+	if ts.deps.Server != nil {
+		cfg.NATSURL = inProcessURL(ts.deps.Server)
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSCA = "", "", ""
+	}
 	cfg.Auth, cfg.Insecure, cfg.TenantSetup = false, true, nil
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	cfg.tenant = &tenantLink{name: t.Name, srv: ts.deps.Server, user: user}

@@ -357,6 +357,16 @@ func testTenantQuotas(t *testing.T, bin, natsURL, httpAddr, admin, out string) {
 	one := createTenant(t, bin, natsURL, admin, out, "one", "--max-turns", "1")
 	ok(chat(one, "t1", `/tool clock {"delayMs":4000}`))
 	refused(chat(one, "t2", "meanwhile"), "turns")
+	// The admitted turn completes.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/t1/messages", one.Token)
+		if code == 200 && strings.Contains(body, `"role":"assistant"`) && strings.Contains(body, "clock") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admitted turn did not complete: %d %.300s", code, body)
+		}
+	}
 
 	// Bytes: writes are refused once the account stores its quota; what it
 	// stored stays readable.

@@ -41,6 +41,7 @@ const cliUsage = `Usage:
   agentd deny <agent> <toolCallId>               deny it; the model is told
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
   agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
+  agentd auth server-config [--data dir]         print the nats-server config for --auth --nats-url (agentd auth -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
@@ -56,7 +57,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth":
 	default:
 		return false, 0
 	}
@@ -67,6 +68,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runVerify(ctx, args[1:], getenv, stdout, stderr)
 	case "tenant":
 		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
+	case "auth":
+		return true, runAuth(args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }

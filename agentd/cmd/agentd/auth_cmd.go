@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/forever-agents/forever/agentd"
+)
+
+const authUsage = `Usage:
+  agentd auth server-config [--data dir | --auth-secret-file file] [--jwt-dir dir]
+      print the nats-server configuration that makes an external NATS server
+      (each server of a cluster) trust agentd's operator: the operator JWT,
+      the system account, a full account resolver storing under --jwt-dir
+      (default ./jwt, relative to the server), and agentd's accounts
+      preloaded. Add jetstream {} and, for a cluster, the cluster block;
+      then run agentd --auth --nats-url <url> with the same --data or
+      --auth-secret-file.
+
+--data defaults to $FOREVER_DATA or ./data (the keys are in <data>/auth),
+--auth-secret-file to $FOREVER_AUTH_SECRET_FILE.
+`
+
+func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := authCommand(args, getenv, stdout)
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, authUsage)
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd auth:", ce.err)
+		if ce.code == exitUsage {
+			fmt.Fprint(stderr, "\n"+authUsage)
+		}
+		return ce.code
+	default:
+		fmt.Fprintln(stderr, "agentd auth:", err)
+		return exitFailed
+	}
+}
+
+func authCommand(args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("missing server-config")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		return flag.ErrHelp
+	}
+	if args[0] != "server-config" {
+		return usageErr("unknown auth command %q: server-config", args[0])
+	}
+	fs := flag.NewFlagSet("agentd auth server-config", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg agentd.Config
+	cfg.DataDir = getenv("FOREVER_DATA")
+	if cfg.DataDir == "" {
+		cfg.DataDir = agentd.DefaultDataDir
+	}
+	cfg.AuthSecretFile = getenv("FOREVER_AUTH_SECRET_FILE")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "")
+	fs.StringVar(&cfg.AuthSecretFile, "auth-secret-file", cfg.AuthSecretFile, "")
+	jwtDir := fs.String("jwt-dir", "jwt", "")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("server-config takes no arguments")
+	}
+	conf, err := agentd.ServerConfig(cfg, *jwtDir)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(stdout, conf)
+	return err
+}
