@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/forever-agents/forever/auth"
@@ -86,7 +84,7 @@ func (ts *tenantSet) serveAdmin(req micro.Request, h func(context.Context, []byt
 	if err != nil {
 		code, msg := errorReply(err)
 		body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
-		_ = req.Error(strconv.Itoa(code), msg, body)
+		_ = req.Respond(body, errorHeaders(code, msg))
 		return
 	}
 	_ = req.RespondJSON(reply)
@@ -223,4 +221,3 @@ func isWrongSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-var _ = http.StatusOK

@@ -142,7 +142,7 @@ func respondError(req micro.Request, err error) {
 	// The message is for a person; keep the first line.
 	code, msg := errorReply(err)
 	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
-	var opts []micro.RespondOpt
+	opts := []micro.RespondOpt{errorHeaders(code, msg)}
 	var qe *QuotaError
 	switch {
 	case errors.As(err, &qe):
@@ -151,7 +151,21 @@ func respondError(req micro.Request, err error) {
 		// Nothing ran: the client may retry, after this many seconds.
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
 	}
-	_ = req.Error(strconv.Itoa(code), msg, body, opts...)
+	_ = req.Respond(body, opts...)
+}
+
+// errorHeaders are a micro service error's headers. Handlers answer
+// errors with Respond and these, not with Request.Error: commands are
+// answered from goroutines of their own (handle), and Error records the
+// error in the request, which the micro service reads for its stats once
+// the handler returned, a data race (the race detector caught it). Respond
+// records nothing on success; the stats then count the request, not its
+// error.
+func errorHeaders(code int, msg string) micro.RespondOpt {
+	return micro.WithHeaders(micro.Headers{
+		micro.ErrorHeader:     []string{msg},
+		micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
+	})
 }
 
 // RetryAfterSeconds is the Retry-After of a 503, over NATS (a header of the

@@ -44,6 +44,8 @@ type tenantSet struct {
 	sys    *nats.Conn // system account user: account claim updates
 	verify tokenVerifier
 
+	ready chan struct{} // closed once the tenants of the registry at start are ready
+
 	mu struct {
 		sync.Mutex
 		ctx    context.Context // the component's; nil before Run
@@ -124,6 +126,12 @@ func (ts *tenantSet) open(ctx context.Context, op *operator, deps *Deps) error {
 		return err
 	}
 	ts.parent.mux.Handle("/", ts)
+	// /readyz waits until the tenants in the registry at start are served.
+	ts.ready = make(chan struct{})
+	if err := ts.parent.AddReady("tenants", ts.ready); err != nil {
+		ts.sys.Close()
+		return err
+	}
 	if op.created {
 		ts.logger.Info("auth is on: first start, admin credential written",
 			"admin_creds", filepath.Join(deps.Config.DataDir, AdminCredsFile))
@@ -154,7 +162,11 @@ func (ts *tenantSet) run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil { // every record at start was delivered
+				go ts.markReady(ctx)
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			var t auth.Tenant
@@ -256,6 +268,26 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 		return nil, fmt.Errorf("wire tenant %s: %w", t.Name, err)
 	}
 	return &tenantRun{name: t.Name, d: d, reg: reg, done: make(chan struct{})}, nil
+}
+
+// markReady closes ts.ready once every tenant daemon started so far is
+// ready or has stopped (a tenant that cannot start is logged and retried;
+// it does not hold the node's readiness), or after tenantStartTimeout.
+func (ts *tenantSet) markReady(ctx context.Context) {
+	defer close(ts.ready)
+	ts.mu.Lock()
+	names := make([]string, 0, len(ts.mu.runs))
+	for name := range ts.mu.runs {
+		names = append(names, name)
+	}
+	ts.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
+	defer cancel()
+	for _, name := range names {
+		if err := ts.waitReady(wctx, name); err != nil {
+			ts.logger.Warn("tenant not ready at start", "tenant", name, "err", err)
+		}
+	}
 }
 
 // waitReady waits until tenant name's daemon is ready, it stopped, or ctx
