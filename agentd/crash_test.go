@@ -112,7 +112,13 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 			timeout = 10 * time.Second
 		}
 		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, timeout)
-		if err == nil && msg.Header.Get("Nats-Service-Error-Code") != "503" {
+		code := ""
+		if err == nil {
+			code = msg.Header.Get("Nats-Service-Error-Code")
+		}
+		// 504 (the owner did not answer a forwarded command in time) is
+		// safe to retry for reads only.
+		if err == nil && code != "503" && (code != "504" || !readVerbs[verb]) {
 			break
 		}
 		if err != nil {
