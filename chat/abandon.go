@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/forever-agents/forever/fiber"
 )
 
 // AbandonTurn ends a turn whose fiber was abandoned (its recovery failed
@@ -29,8 +31,12 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 // nothing is written. It returns err, joined with the failure to end the
 // turn if any (the turns view then marks the turn orphaned when the fiber
 // ends, and the next Send ends it).
+//
+// A failure of the log itself (fiber.LogFailed: an append JetStream could
+// not take or confirm) does not end the turn either: the fiber is left for
+// recovery, which continues the turn once the stream answers again.
 func (a *Agent) endOnFailure(ctx context.Context, requestID string, err error) error {
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || fiber.LogFailed(err) {
 		return err
 	}
 	msg := fmt.Sprintf("chat: turn %s failed: %v", requestID, err)

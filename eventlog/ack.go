@@ -14,9 +14,10 @@ import (
 // (maxAckRetries+1) x AckTimeout before the append fails.
 const maxAckRetries = 3
 
-// errAckTimeout marks an append whose acknowledgement never came: it may or
-// may not be stored.
-var errAckTimeout = errors.New("eventlog: no acknowledgement within the ack timeout (the event may be stored)")
+// ErrUnconfirmed marks an append whose acknowledgement never came: it may or
+// may not be stored. Callers that cannot tell must treat the write as
+// unknown (fiber leaves such a fiber for recovery).
+var ErrUnconfirmed = errors.New("eventlog: no acknowledgement within the ack timeout (the event may be stored)")
 
 // bound returns ctx bounded by Config.AckTimeout when it has no deadline of
 // its own, so no wait for the server is unbounded (a batcher commits under
@@ -42,7 +43,7 @@ func retryable(m *nats.Msg) bool {
 // m is published again with the same message id, up to maxAckRetries
 // times; a duplicate acknowledgement of a retry is the first publish's, so
 // retried reports it, and the caller must not take it for ErrDuplicate.
-// Errors are jetstream's, untranslated, errAckTimeout, or ctx's.
+// Errors are jetstream's, untranslated, ErrUnconfirmed, or ctx's.
 func (l *Log) awaitAck(ctx context.Context, fut jetstream.PubAckFuture, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
 	for attempt := 0; ; attempt++ {
 		select {
@@ -53,7 +54,7 @@ func (l *Log) awaitAck(ctx context.Context, fut jetstream.PubAckFuture, m *nats.
 				return nil, attempt > 0, err
 			}
 			if attempt == maxAckRetries || !retryable(m) {
-				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", errAckTimeout, attempt+1, err)
+				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, err)
 			}
 			l.metrics.ackRetries.Inc()
 			l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id",

@@ -89,7 +89,7 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 			break
 		}
 		if attempt == maxAckRetries || !retryable(m) {
-			err = fmt.Errorf("%w: %d attempts: %w", errAckTimeout, attempt+1, err)
+			err = fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, err)
 			break
 		}
 		l.metrics.ackRetries.Inc()

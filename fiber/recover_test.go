@@ -466,3 +466,42 @@ func TestRecoverCannotRecordAttempt(t *testing.T) {
 		t.Fatalf("hook calls after the log came back = %d", n)
 	}
 }
+
+// A fiber stopped by the log (a step's op.started not confirmed) is not
+// recorded failed: it stays for recovery from its last stash, the host
+// hears ErrOrphaned, and the next recovery resumes it.
+func TestLogFailureLeavesFiberForRecovery(t *testing.T) {
+	e := newEnv(t)
+	sink := newErrSink()
+	r := e.runner(t, fiber.Config{Hooks: fiber.Hooks{OnError: sink.OnError}})
+	err := r.Run(t.Context(), "work", func(ctx context.Context, f *fiber.Fiber) error {
+		if err := fiber.Stash(ctx, map[string]int{"step": 7}); err != nil {
+			return err
+		}
+		return fmt.Errorf("fiber: step %q: %w", "s8", eventlog.ErrUnconfirmed)
+	})
+	if !errors.Is(err, eventlog.ErrUnconfirmed) {
+		t.Fatalf("Run = %v", err)
+	}
+	if !fiber.LogFailed(err) {
+		t.Fatal("LogFailed is false for an unconfirmed append")
+	}
+	if err := sink.next(t); !errors.Is(err, fiber.ErrOrphaned) {
+		t.Fatalf("OnError = %v, want ErrOrphaned", err)
+	}
+	if n := len(e.events(t, fiber.EventFailed)); n != 0 {
+		t.Fatalf("%d fiber.failed events for a log failure", n)
+	}
+	rows := e.rows(t)
+	if len(rows) != 1 || string(rows[0].Snapshot) != `{"step":7}` {
+		t.Fatalf("rows = %+v, want the fiber with its stash", rows)
+	}
+	h := &hookRecorder{}
+	r2 := e.restart(t).runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+	if err := r2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if calls := h.got(); len(calls) != 1 || string(calls[0].Snapshot) != `{"step":7}` {
+		t.Fatalf("recovered %+v", calls)
+	}
+}

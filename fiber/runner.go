@@ -341,6 +341,16 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 		r.disown(f, outcomeInterrupted)
 		return true, runErr
 	}
+	if runErr != nil && LogFailed(runErr) {
+		// The log, not the fiber, failed (a step's op.started was not
+		// confirmed while a stream elected its leader): the fiber is not
+		// over, so it is not recorded failed. It stays for recovery from
+		// its last stash, and the host restarts the agent (ErrOrphaned).
+		r.logger.Warn("fiber stopped by a log failure, left for recovery", "fiber", f.id, "name", f.name, "err", runErr)
+		r.disown(f, outcomeInterrupted)
+		r.report(ctx, fmt.Errorf("%w: fiber %s (%q) stopped by a log failure, left for recovery: %w", ErrOrphaned, f.id, f.name, runErr))
+		return true, runErr
+	}
 	typ, p, outcome := EventCompleted, payload{ID: f.id}, outcomeCompleted
 	if runErr != nil {
 		typ, p, outcome = EventFailed, payload{ID: f.id, Error: runErr.Error()}, outcomeFailed
@@ -358,6 +368,13 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 	}
 	r.disown(f, outcome)
 	return false, runErr
+}
+
+// LogFailed reports whether a fiber's error is the log's, not the
+// fiber's: an append that JetStream could not take or confirm. A fiber
+// that returns such an error is left for recovery, not recorded failed.
+func LogFailed(err error) bool {
+	return errors.Is(err, eventlog.ErrUnconfirmed) || eventlog.Unavailable(err)
 }
 
 // append appends one of the package's events for the Runner's agent and
