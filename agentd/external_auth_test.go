@@ -64,15 +64,7 @@ func testBinaryExternalAuth(t *testing.T, bin string) {
 	if m, err := nc.Request("forever.cmd.bot.chat", []byte(`{"text":"hello external"}`), 30*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("chat: %v %v", err, m)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/bot/messages", acme.Token)
-		if code == 200 && strings.Contains(body, `"role":"assistant"`) && strings.Contains(body, "hello external") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("messages: %d %s", code, body)
-		}
-	}
+	waitAnswered(t, httpAddr, acme.Token, "bot", "hello external")
 	if err := nc.Publish("forever.evt.bot", []byte("{}")); err == nil {
 		nc.Flush()
 	}

@@ -81,6 +81,25 @@ func authedGet(t *testing.T, url, token string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitAnswered polls agent's messages over HTTP with token until an
+// assistant message is there and the page holds every one of want.
+func waitAnswered(t *testing.T, httpAddr, token, agent string, want ...string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
+		ok := code == 200 && strings.Contains(body, `"role":"assistant"`)
+		for _, w := range want {
+			ok = ok && strings.Contains(body, w)
+		}
+		if ok {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not answered: %d %.300s", agent, code, body)
+		}
+	}
+}
+
 // testBinaryTenants: with --auth, two tenants use the same agent id without
 // meeting; the server refuses a tenant's client everything but commands
 // and chunk reads; revocation closes live connections and refuses tokens;
@@ -357,16 +376,7 @@ func testTenantQuotas(t *testing.T, bin, natsURL, httpAddr, admin, out string) {
 	one := createTenant(t, bin, natsURL, admin, out, "one", "--max-turns", "1")
 	ok(chat(one, "t1", `/tool clock {"delayMs":4000}`))
 	refused(chat(one, "t2", "meanwhile"), "turns")
-	// The admitted turn completes.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/t1/messages", one.Token)
-		if code == 200 && strings.Contains(body, `"role":"assistant"`) && strings.Contains(body, "clock") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the admitted turn did not complete: %d %.300s", code, body)
-		}
-	}
+	waitAnswered(t, httpAddr, one.Token, "t1", "clock") // the admitted turn completes
 
 	// Bytes: writes are refused once the account stores its quota; what it
 	// stored stays readable.

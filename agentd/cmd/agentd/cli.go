@@ -91,13 +91,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 	cmd := args[0]
 	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	natsURL := getenv("FOREVER_NATS_URL")
-	if natsURL == "" {
-		natsURL = nats.DefaultURL
-	}
-	fs.StringVar(&natsURL, "nats-url", natsURL, "NATS url of agentd")
-	creds := fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds file (a tenant's, with auth)")
-	tlsCA := fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA file that signed agentd's certificate (with --tls-cert)")
+	natsURL, creds, tlsCA := clientFlags(fs, getenv)
 	from := fs.String("from", "", "cursor to follow after (tail)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -108,7 +102,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		err = checkArgs(cmd, pos, *from)
 	}
 	if err == nil {
-		err = runCommand(ctx, cmd, pos, natsURL, clientOptions(*creds, *tlsCA), *from, stdout, stderr)
+		err = runCommand(ctx, cmd, pos, *natsURL, clientOptions(*creds, *tlsCA), *from, stdout, stderr)
 	}
 	var ce *cliError
 	switch {
@@ -173,6 +167,19 @@ func checkArgs(cmd string, pos []string, from string) error {
 		}
 	}
 	return nil
+}
+
+// clientFlags defines the connection flags every client command takes,
+// --nats-url, --creds and --tls-ca, with their FOREVER_* defaults.
+func clientFlags(fs *flag.FlagSet, getenv func(string) string) (natsURL, creds, tlsCA *string) {
+	url := getenv("FOREVER_NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	natsURL = fs.String("nats-url", url, "NATS url of agentd")
+	creds = fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds file (a tenant's with auth, or the admin's)")
+	tlsCA = fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA file that signed agentd's certificate (with --tls-cert)")
+	return natsURL, creds, tlsCA
 }
 
 // clientOptions are the NATS options of a client command: a creds file and

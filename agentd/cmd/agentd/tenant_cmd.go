@@ -72,14 +72,8 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	}
 	fs := flag.NewFlagSet("agentd tenant "+verb, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	natsURL := getenv("FOREVER_NATS_URL")
-	if natsURL == "" {
-		natsURL = nats.DefaultURL
-	}
-	fs.StringVar(&natsURL, "nats-url", natsURL, "")
-	creds := fs.String("creds", getenv("FOREVER_CREDS"), "")
+	natsURL, creds, tlsCA := clientFlags(fs, getenv)
 	out := fs.String("out", "", "")
-	tlsCA := fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "")
 	var q auth.Quota
 	fs.Float64Var(&q.Rate, "rate", 0, "")
 	fs.IntVar(&q.Burst, "burst", 0, "")
@@ -125,9 +119,9 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	defer cancel(nil)
 	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd tenant"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { cancel(err) }))
-	nc, err := nats.Connect(natsURL, opts...)
+	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s with %s: %w", natsURL, *creds, err)
+		return fmt.Errorf("connect to NATS at %s with %s: %w", *natsURL, *creds, err)
 	}
 	defer nc.Close()
 	body, _ := json.Marshal(payload)
@@ -138,7 +132,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 		err = nats.ErrNoResponders // the admin service is not visible with these creds
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("no agentd with --auth answers on %s (is it running with --auth, and is --creds its admin.creds?)", natsURL)
+		return fmt.Errorf("no agentd with --auth answers on %s (is it running with --auth, and is --creds its admin.creds?)", *natsURL)
 	}
 	if err != nil {
 		return fmt.Errorf("tenant %s: %w", verb, err)
