@@ -72,8 +72,6 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if revoked != nil {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		stop := context.AfterFunc(ctx, func() {})
-		defer stop()
 		go func() {
 			select {
 			case <-revoked:

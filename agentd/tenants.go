@@ -3,7 +3,6 @@ package agentd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -374,5 +373,3 @@ func (ts *tenantSet) running() int {
 	}
 	return n
 }
-
-var errNoTenant = errors.New("agentd: no such tenant")
