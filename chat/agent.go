@@ -355,18 +355,8 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	for a.mu.active != nil {
 		cur := a.mu.active
 		a.mu.Unlock()
-		if !cur.ending.Load() {
-			return Turn{}, ErrTurnActive
-		}
-		// Its stream has ended; it is appending its records (a few ms).
-		// A client that saw the end and sent the next message at once
-		// (the AI SDK does, answering a tool call) waits for it.
-		select {
-		case <-cur.done:
-		case <-ctx.Done():
-			return Turn{}, ctx.Err()
-		case <-time.After(endingWait):
-			return Turn{}, fmt.Errorf("%w: turn %s is still recording its end", ErrTurnActive, cur.requestID)
+		if err := waitEnding(ctx, cur); err != nil {
+			return Turn{}, err
 		}
 		a.mu.Lock()
 	}
@@ -449,7 +439,37 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) e
 	return err
 }
 
-// release frees the turn slot if at holds it.
+// waitEnding waits for cur, a turn whose stream has ended, to append its
+// records (a few ms): a client that saw the end and sent the next message
+// at once (the AI SDK does, answering a tool call) waits for it. A turn
+// still streaming is ErrTurnActive at once.
+func waitEnding(ctx context.Context, cur *activeTurn) error {
+	if !cur.ending.Load() {
+		return ErrTurnActive
+	}
+	select {
+	case <-cur.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(endingWait):
+		return fmt.Errorf("%w: turn %s is still recording its end", ErrTurnActive, cur.requestID)
+	}
+}
+
+// settle waits for the turn that runs, if its stream has ended, to record
+// its end, so what the client saw in the stream is in the views. A turn
+// still streaming is left alone: the caller's own checks refuse it.
+func (a *Agent) settle(ctx context.Context) error {
+	a.mu.Lock()
+	cur := a.mu.active
+	a.mu.Unlock()
+	if cur == nil || !cur.ending.Load() {
+		return nil
+	}
+	return waitEnding(ctx, cur)
+}
+
 // endingWait bounds how long a new turn waits for the previous one to
 // record its end after its terminal chunk.
 const endingWait = 10 * time.Second
@@ -466,6 +486,7 @@ func (at *activeTurn) ended() {
 	}
 }
 
+// release frees the turn slot if at holds it.
 func (a *Agent) release(at *activeTurn) {
 	defer at.endOnce.Do(func() { close(at.done) })
 	a.mu.Lock()

@@ -75,6 +75,9 @@ func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawM
 	if body != nil && !json.Valid(body) {
 		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
 	}
+	if err := a.settle(ctx); err != nil {
+		return Turn{}, err
+	}
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
@@ -218,6 +221,11 @@ func resumesCalls(info TurnInfo) bool { return len(info.Answers) > 0 }
 // that do not wait on the server (done before, or still unanswered) are
 // ignored; a message that answers none is ErrInvalidMessage.
 func (a *Agent) AnswerMessage(ctx context.Context, m Message, body json.RawMessage) (Turn, error) {
+	// The client answers as soon as it sees the stream's finish chunk,
+	// which is stored before the turn records the message it answers.
+	if err := a.settle(ctx); err != nil {
+		return Turn{}, err
+	}
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}

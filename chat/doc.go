@@ -130,6 +130,9 @@
 //     turn.started are durable; a crash after it is recovered.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//     A turn whose finish chunk is stored but whose records are not yet
+//     appended is waited for (bounded): what a client saw in the stream
+//     is what Send, Answer and AnswerMessage act on.
 //   - No failure leaves a turn streaming: a turn fiber that fails (outside
 //     shutdown) first ends its turn with an error chunk and turn.failed;
 //     if even that cannot be written, the turns view marks the turn

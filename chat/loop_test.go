@@ -541,6 +541,67 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestAnswerRightAfterFinish: a client answers an approval as soon as the
+// stream's finish chunk is stored, before the turn has recorded the
+// message it answers (the AI SDK does). The answer waits for the turn to
+// record its end instead of failing with ErrUnknownToolCall.
+func TestAnswerRightAfterFinish(t *testing.T) {
+	e := newEnv(t)
+	tool, err := chat.NewTool("risky", "needs approval", func(ctx context.Context, in echoIn) (echoOut, error) {
+		return echoOut{Echo: in.Text}, nil
+	}, chat.AlwaysNeedsApproval())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), withTools(t, tool))
+	reached, release := make(chan struct{}, 1), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "ended" {
+			select {
+			case reached <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		return nil
+	})
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool risky {\"text\":\"x\"}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	cs, _ := streamOf(t, e.lg, "a1", first.StreamID)
+	var req chat.Chunk
+	for _, c := range cs {
+		if c.Type == chat.ChunkToolApproval {
+			req = c
+		}
+	}
+	if req.ApprovalID == "" {
+		close(release)
+		t.Fatalf("stream %+v has no approval request", cs)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{ApprovalID: req.ApprovalID, Approved: approved(true)}}, nil)
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		close(release)
+		t.Fatalf("the answer returned (%v) before the turn recorded its end", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-answered; err != nil {
+		t.Fatalf("answer right after finish: %v", err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted || tr.FinishReason != llm.FinishStop {
+		t.Fatalf("resumed turn = %s %q %q", tr.Status, tr.FinishReason, tr.Error)
+	}
+}
+
 // TestApprovedUnsafeToolCutOff: an approved unsafe call cut off by a crash
 // is not run again after recovery; the model is told.
 func TestApprovedUnsafeToolCutOff(t *testing.T) {
