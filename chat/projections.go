@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"iter"
 	"strings"
 	"time"
 
@@ -50,10 +51,46 @@ func turnKey(agent, req string) []byte       { return []byte("t\x00" + agent + "
 func activeTurnKey(agent string) []byte      { return []byte("a\x00" + agent) }
 func lastTurnKey(agent string) []byte        { return []byte("l\x00" + agent) }
 func turnFiberKey(agent, id string) []byte   { return []byte("f\x00" + agent + "\x00" + id) }
-func decodeIndex(b []byte) (uint64, bool)    { return binary.BigEndian.Uint64(b), len(b) == 8 }
-func encodeIndex(v uint64) []byte            { return binary.BigEndian.AppendUint64(nil, v) }
-func corrupt(what string, err error) error   { return &eventlog.CorruptError{What: what, Err: err} }
-func isNotFound(err error) bool              { return errors.Is(err, eventlog.ErrNotFound) }
+
+// agentRows is the AgentRows of a chat view: its rows under exact keys
+// (each a function of the agent) and under tag prefixes ("<tag>\0<agent>\0").
+func agentRows(exact func(agent string) [][]byte, tags func(agent string) [][]byte) func(eventlog.Reader, string) iter.Seq2[eventlog.KV, error] {
+	return func(r eventlog.Reader, agent string) iter.Seq2[eventlog.KV, error] {
+		var ks, ps [][]byte
+		if exact != nil {
+			ks = exact(agent)
+		}
+		if tags != nil {
+			ps = tags(agent)
+		}
+		return eventlog.Rows(r, ks, ps)
+	}
+}
+
+func keys(fs ...func(agent string) []byte) func(string) [][]byte {
+	return func(agent string) [][]byte {
+		out := make([][]byte, len(fs))
+		for i, f := range fs {
+			out[i] = f(agent)
+		}
+		return out
+	}
+}
+
+func prefixes(tags ...string) func(string) [][]byte {
+	return func(agent string) [][]byte {
+		out := make([][]byte, len(tags))
+		for i, t := range tags {
+			out[i] = []byte(t + "\x00" + agent + "\x00")
+		}
+		return out
+	}
+}
+
+func decodeIndex(b []byte) (uint64, bool)  { return binary.BigEndian.Uint64(b), len(b) == 8 }
+func encodeIndex(v uint64) []byte          { return binary.BigEndian.AppendUint64(nil, v) }
+func corrupt(what string, err error) error { return &eventlog.CorruptError{What: what, Err: err} }
+func isNotFound(err error) bool            { return errors.Is(err, eventlog.ErrNotFound) }
 
 // getter is the read part shared by a Batch and a View.
 type getter interface {
@@ -92,7 +129,8 @@ func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v)
 // A message.appended whose id is already present is ignored, so a retried
 // append never duplicates a message.
 func MessagesProjection() eventlog.Projection {
-	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages}
+	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
+		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i"))}
 }
 
 func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
@@ -205,7 +243,8 @@ func messageIndex(g getter, agent, id string) (uint64, bool, error) {
 // event applies only when its version is the stored version plus one, so
 // whatever reaches the log, the view's versions increase by one.
 func StateProjection() eventlog.Projection {
-	return eventlog.Projection{Name: StateProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyState}
+	return eventlog.Projection{Name: StateProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyState,
+		AgentRows: agentRows(keys(stateKey), nil)}
 }
 
 func applyState(b *eventlog.Batch, e eventlog.Event) error {
@@ -237,7 +276,8 @@ type Usage struct {
 // UsageProjection rolls usage.recorded up per agent. Only the first
 // usage.recorded of a request id counts, so recording is idempotent.
 func UsageProjection() eventlog.Projection {
-	return eventlog.Projection{Name: UsageProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyUsage}
+	return eventlog.Projection{Name: UsageProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyUsage,
+		AgentRows: agentRows(keys(usageKey), prefixes("r"))}
 }
 
 func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
@@ -268,7 +308,8 @@ func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
 
 // InterruptsProjection keeps the set interrupt flags of each agent.
 func InterruptsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: InterruptsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyInterrupts}
+	return eventlog.Projection{Name: InterruptsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyInterrupts,
+		AgentRows: agentRows(nil, prefixes("f"))}
 }
 
 func applyInterrupts(b *eventlog.Batch, e eventlog.Event) error {
@@ -327,7 +368,8 @@ func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
 // TurnsProjection keeps each turn's request context and outcome, and the
 // active and last turn of each agent.
 func TurnsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns}
+	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns,
+		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f"))}
 }
 
 // fiberEvent is the part of the fiber package's events the turns view reads.

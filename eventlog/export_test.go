@@ -25,3 +25,6 @@ func FlushProjections(l *Log) error { return l.db.Flush() }
 
 // SkipCommitSync makes l's projection commits unsynced, as a bug would.
 func SkipCommitSync(l *Log) { l.commitSync = pebble.NoSync }
+
+// StopCompact makes l's Compact call stop at each crash point.
+func StopCompact(l *Log, stop func(point string) error) { l.stopCompact = stop }

@@ -119,10 +119,10 @@ func (f *Follower) Add(p Projection) error {
 	}
 	f.l.mu.Lock()
 	defer f.l.mu.Unlock()
-	if f.l.mu.projections[p.Name] {
+	if _, dup := f.l.mu.projections[p.Name]; dup {
 		return invalidf("projection %q registered twice", p.Name)
 	}
-	f.l.mu.projections[p.Name] = true
+	f.l.mu.projections[p.Name] = registered{p: p, f: f, events: stream == f.l.cfg.EventsStream}
 	m := &member{p: p, subject: subject, all: subject == wide}
 	base := projPrefix(p.Name)
 	m.keys.cursor = append(append([]byte{}, base...), 'c')
@@ -666,9 +666,13 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			}
 			continue
 		}
+		snap, serr := snapshotOf(e)
 		for _, m := range group {
 			if !m.matches(e.Subject) {
 				continue
+			}
+			if err := f.applySnapshotTo(b, m, e, snap, serr); err != nil {
+				return err
 			}
 			if err := m.p.Apply(&m.batch, e); err != nil {
 				if len(f.members) > 1 {
@@ -693,6 +697,31 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 	}
 	f.publish()
 	return nil
+}
+
+// applySnapshotTo applies e to m when it is a snapshot part (snap, or a
+// part that cannot be decoded, serr), and quarantines a part m cannot use.
+func (f *Follower) applySnapshotTo(b *pebble.Batch, m *member, e Event, snap *Snapshot, serr error) error {
+	if snap == nil && serr == nil {
+		return nil
+	}
+	why := ""
+	if serr != nil {
+		why = serr.Error()
+	} else {
+		var err error
+		if why, err = f.applySnapshot(&m.batch, m, e, snap); err != nil {
+			return fmt.Errorf("projection %q: apply snapshot at seq %d: %w", m.p.Name, e.Seq, err)
+		}
+	}
+	if why == "" || m.p.AgentRows == nil {
+		return nil
+	}
+	f.l.metrics.corrupt.WithLabelValues(m.p.Name).Inc()
+	f.logger.Error("a snapshot part cannot be applied to this view; quarantined: the view misses the agent's compacted history",
+		"seq", e.Seq, "subject", e.Subject, "view", m.p.Name, "err", why)
+	return quarantine(b, Quarantined{Stream: f.stream, Seq: e.Seq, Subject: e.Subject, Views: []string{m.p.Name},
+		Error: why, Time: time.Now().UTC()})
 }
 
 // matches reports whether m's Filter selects an event stored on subject.

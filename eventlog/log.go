@@ -184,6 +184,10 @@ type Log struct {
 	// events: chunk retention, purges). Only the crash-consistency test
 	// turns it off, to prove it would notice.
 	commitSync *pebble.WriteOptions
+	// stopCompact, set only by tests, is called at Compact's crash points
+	// ("appended": the snapshot stored, the history not purged); an error
+	// stops Compact there.
+	stopCompact func(point string) error
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).
@@ -195,8 +199,10 @@ type Log struct {
 
 	mu struct {
 		sync.Mutex
-		closed      bool
-		projections map[string]bool
+		closed bool
+		// projections are the registered projections by name, with the
+		// Follower that keeps each (Compact reads them).
+		projections map[string]registered
 		// broken is set (wrapping ErrViewsStalled) when a Pebble write
 		// failed; cleared when Pebble was reopened.
 		broken error
@@ -239,7 +245,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 			return nil, err
 		}
 	}
-	l.mu.projections = map[string]bool{}
+	l.mu.projections = map[string]registered{}
 	return l, nil
 }
 

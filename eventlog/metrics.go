@@ -10,14 +10,16 @@ import (
 // metrics are the package's Prometheus metrics. Labels are small fixed sets:
 // the JetStream stream name, the append mode and the projection name.
 type metrics struct {
-	appended      *prometheus.CounterVec
-	appendSeconds *prometheus.HistogramVec
-	lag           *prometheus.GaugeVec
-	cursor        *prometheus.GaugeVec
-	corrupt       *prometheus.CounterVec
-	ackRetries    prometheus.Counter
-	viewStalls    prometheus.Counter
-	viewsStalled  prometheus.Gauge
+	appended       *prometheus.CounterVec
+	appendSeconds  *prometheus.HistogramVec
+	lag            *prometheus.GaugeVec
+	cursor         *prometheus.GaugeVec
+	corrupt        *prometheus.CounterVec
+	ackRetries     prometheus.Counter
+	viewStalls     prometheus.Counter
+	viewsStalled   prometheus.Gauge
+	compactions    *prometheus.CounterVec
+	compactSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +57,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_eventlog_views_stalled",
 			Help: "1 while the projections cannot write to Pebble, else 0.",
 		}),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_eventlog_compactions_total",
+			Help: "Agent compactions (Log.Compact), by result: ok, nothing (no event since the last snapshot), conflict (the agent wrote meanwhile), error.",
+		}, []string{"result"}),
+		compactSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "forever_eventlog_compaction_seconds",
+			Help:    "Time of one successful compaction: wait for the views, snapshot append, purge.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -84,6 +95,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.viewsStalled, err = promreg.Register(reg, m.viewsStalled); err != nil {
+		return nil, err
+	}
+	if m.compactions, err = promreg.Register(reg, m.compactions); err != nil {
+		return nil, err
+	}
+	if m.compactSeconds, err = promreg.Register(reg, m.compactSeconds); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -28,6 +28,58 @@ type Projection struct {
 	Filter Filter
 	// Apply writes e's changes to b.
 	Apply func(b *Batch, e Event) error
+	// AgentRows, for a projection of the events stream, yields every row
+	// of the view that agent's events wrote (its key relative to the view,
+	// and its value), read through r. A projection with AgentRows can be
+	// compacted: Log.Compact stores these rows in a snapshot and the
+	// Follower applies the snapshot by replacing them (see Compact). A
+	// projection of the events stream without it makes Compact refuse.
+	// Apply still sees each snapshot part (TypeSnapshot), after its rows
+	// are in place: a view that counts events skips them.
+	AgentRows func(r Reader, agent string) iter.Seq2[KV, error]
+}
+
+// Reader reads a projection's rows: a *View, or the *Batch of an Apply.
+type Reader interface {
+	Get(key []byte) ([]byte, error)
+	Scan(prefix []byte) iter.Seq2[KV, error]
+}
+
+// Rows yields the rows of r stored under the exact keys, then those under
+// each prefix: the usual AgentRows of a view whose keys put the agent
+// right after a tag (see chat's and fiber's views). A prefix must end with
+// a separator the agent id cannot contain, so it never matches another
+// agent whose id extends this one.
+func Rows(r Reader, keys, prefixes [][]byte) iter.Seq2[KV, error] {
+	return func(yield func(KV, error) bool) {
+		for _, k := range keys {
+			v, err := r.Get(k)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				yield(KV{}, err)
+				return
+			}
+			if !yield(KV{Key: bytes.Clone(k), Value: v}, nil) {
+				return
+			}
+		}
+		for _, p := range prefixes {
+			for kv, err := range r.Scan(p) {
+				if !yield(kv, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// registered is a projection registered on the Log, with its Follower.
+type registered struct {
+	p      Projection
+	f      *Follower
+	events bool // it reads the events stream
 }
 
 // Key layout: every projection owns the keyspace "p\x00<name>\x00".
@@ -93,7 +145,8 @@ func (b *Batch) Scan(prefix []byte) iter.Seq2[KV, error] {
 // KV is one row yielded by a Scan. Its slices are copies owned by the
 // caller.
 type KV struct {
-	Key, Value []byte
+	Key   []byte `json:"k"`
+	Value []byte `json:"v"`
 }
 
 func get(r pebble.Reader, key []byte) ([]byte, error) {

@@ -67,7 +67,10 @@ func opPrefix(agent, fiber string) []byte { return []byte("o\x00" + agent + "\x0
 // per Log (OpenTable does) and share the Table among all the Runners of the
 // process.
 func RunsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: RunsName, Version: runsVersion, Filter: eventlog.Filter{}, Apply: applyRuns}
+	return eventlog.Projection{Name: RunsName, Version: runsVersion, Filter: eventlog.Filter{}, Apply: applyRuns,
+		AgentRows: func(r eventlog.Reader, agent string) iter.Seq2[eventlog.KV, error] {
+			return eventlog.Rows(r, nil, [][]byte{rowPrefix(agent), []byte("o\x00" + agent + "\x00")})
+		}}
 }
 
 // applyRuns is the runs projection's Apply.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math"
 	"strconv"
@@ -116,6 +117,32 @@ func projection(logger *slog.Logger) eventlog.Projection {
 			}
 			return err
 		},
+		AgentRows: agentRows,
+	}
+}
+
+// agentRows yields an agent's schedule rows, each followed by its due key:
+// what a snapshot of the agent holds. A row that cannot be decoded is
+// yielded alone (its due key is unknown; the row is rewritten by the next
+// schedule.set of its id).
+func agentRows(r eventlog.Reader, agent string) iter.Seq2[eventlog.KV, error] {
+	return func(yield func(eventlog.KV, error) bool) {
+		for kv, err := range r.Scan(agentPrefix(agent)) {
+			if err != nil {
+				yield(eventlog.KV{}, err)
+				return
+			}
+			if !yield(kv, nil) {
+				return
+			}
+			s, err := decodeRow(kv.Value)
+			if err != nil {
+				continue
+			}
+			if !yield(eventlog.KV{Key: dueKey(s.NextAt, agent, s.ID), Value: []byte{}}, nil) {
+				return
+			}
+		}
 	}
 }
 
