@@ -108,6 +108,12 @@ type Config struct {
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
+	// CompactEvents and CompactBytes stored since an agent's last snapshot
+	// make the agent's owner compact it (package compaction); an agent
+	// that goes idle is compacted past CompactIdleEvents. Defaults
+	// compaction.DefaultEvents (10000), DefaultBytes (8 MiB) and
+	// DefaultIdleEvents (256); negative CompactEvents turns compaction off.
+	CompactEvents, CompactBytes, CompactIdleEvents int64
 	// Provider is the model behind chat agents: local (built in, no
 	// network), openai (Responses API), chatcompletions (OpenAI-compatible:
 	// Ollama, llama.cpp, vLLM) or anthropic. Default local.
@@ -304,6 +310,8 @@ func (c *Config) Validate() error {
 		{"js-max-store", c.JetStreamMaxStore},
 		{"chunk-max-age", int64(c.ChunkMaxAge)},
 		{"idle-timeout", int64(c.IdleTimeout)},
+		{"compact-bytes", c.CompactBytes},
+		{"compact-idle-events", c.CompactIdleEvents},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	} {
 		if f.v < 0 {

@@ -108,6 +108,12 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.Int64Var(&cfg.CompactEvents, "compact-events", cfg.CompactEvents,
+		"events stored since an agent's last snapshot that make its owner compact it (0: 10000, negative: never compact)")
+	fs.Int64Var(&cfg.CompactBytes, "compact-bytes", cfg.CompactBytes,
+		"bytes of event data since an agent's last snapshot that make its owner compact it (0: 8 MiB)")
+	fs.Int64Var(&cfg.CompactIdleEvents, "compact-idle-events", cfg.CompactIdleEvents,
+		"events since an agent's last snapshot that make it compacted when it goes idle (0: 256)")
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
 		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forever-agents/forever/compaction"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/keepalive"
@@ -52,6 +53,7 @@ type Host struct {
 	quotas *quotas // a tenant's daemon with quotas, else nil
 	pool   *keepalive.Pool
 	sched  *keepalive.Scheduler
+	compac *compaction.Compactor
 	logger *slog.Logger
 	active prometheus.Gauge
 
@@ -185,6 +187,24 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 	}
 	h.table = table
 	h.quotas = d.quotas
+	if err := compaction.AddView(deps.Views); err != nil {
+		return err
+	}
+	h.compac, err = compaction.New(compaction.Config{
+		Log:        deps.Log,
+		Owns:       h.owns,
+		Events:     deps.Config.CompactEvents,
+		Bytes:      deps.Config.CompactBytes,
+		IdleEvents: deps.Config.CompactIdleEvents,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Add("compactor", h.compac); err != nil {
+		return err
+	}
 	h.pool, err = keepalive.NewPool(keepalive.PoolConfig{
 		OnIdle:     h.touch,
 		Logger:     deps.Logger,
@@ -427,6 +447,16 @@ func (h *Host) deactivate(inst *instance) {
 	}
 	h.active.Dec()
 	inst.env.Logger.Debug("agent deactivated")
+	h.mu.Lock()
+	ctx := h.mu.ctx
+	h.mu.Unlock()
+	if ctx != nil && ctx.Err() == nil && h.compac.Enabled() {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.compac.Idle(ctx, inst.id)
+		}()
+	}
 }
 
 // stopAll closes every agent's fibers (running ones are interrupted and stay
