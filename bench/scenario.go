@@ -82,6 +82,7 @@ func scenarios() []Scenario {
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "restart-ready", Run: restartReady},
+		{Name: "compaction", Run: compactionScenario},
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},

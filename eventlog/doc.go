@@ -46,6 +46,12 @@
 //     resumes by itself.
 //   - Deleting the Pebble directory, or changing a projection's Version,
 //     rebuilds the same view from the log.
+//   - Compact keeps the log authoritative: an agent's rows in every view
+//     are the same before and after its compaction, and in a view rebuilt
+//     from an empty Pebble afterwards, also when the compaction stopped
+//     between its snapshot append and its purge (TestCompactKeepsTheView).
+//     The snapshot append expects the agent's last sequence, so a snapshot
+//     never misses an event of the agent.
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from
