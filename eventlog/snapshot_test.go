@@ -1,14 +1,26 @@
 package eventlog_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // compactableCounter is the counter projection with AgentRows.
@@ -156,4 +168,116 @@ func TestCompactRefuses(t *testing.T) {
 	if _, err := lg.Compact(context.Background(), "no.such"); !errors.Is(err, eventlog.ErrInvalid) {
 		t.Fatalf("compact of a bad agent id: %v", err)
 	}
+}
+
+// TestCompactionCrash: a process compacting an agent is killed with
+// SIGKILL right after its snapshot append, before or during its purge.
+// After every kill a view rebuilt from an empty Pebble equals the fold of
+// every event ever appended (nothing lost, nothing applied twice), and the
+// next compaction leaves the snapshot alone in the agent's log.
+func TestCompactionCrash(t *testing.T) {
+	if os.Getenv("EVENTLOG_COMPACT_CHILD") != "" {
+		return
+	}
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	var all []eventlog.Event
+	for round := 0; round <= 6; round++ {
+		last := round == 6
+		var evs []eventlog.Event
+		for i := range 400 {
+			evs = append(evs, eventlog.Event{Agent: fmt.Sprintf("agent%d", i%2), Type: "tick", Data: json.RawMessage(strconv.Itoa(len(all) + i))})
+		}
+		if _, err := lg.AppendBatch(t.Context(), evs); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCompactionChild$", "-test.v")
+		// Even rounds hold the child between its append and its purge, so
+		// the kill lands there; odd ones let it purge at once.
+		hold := !last && round%2 == 0
+		cmd.Env = append(os.Environ(), "EVENTLOG_COMPACT_CHILD=1", "EVENTLOG_NATS="+s.ClientURL(), "EVENTLOG_DIR="+t.TempDir(),
+			"EVENTLOG_COMPACT_HOLD="+strconv.FormatBool(hold))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() && !strings.Contains(sc.Text(), "child: appended") {
+		}
+		if !last {
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		if err := cmd.Wait(); last && err != nil {
+			t.Fatalf("final child: %v", err)
+		}
+		rebuilt := openCounter(t, s, eventlog.Config{})
+		waitAll(t, rebuilt)
+		if got, want := dump(t, rebuilt, "counter"), fold(all); !equalMaps(got, want) {
+			t.Fatalf("round %d: rebuilt view\n%v\nwant the fold of every event\n%v", round, got, want)
+		}
+		stored, err := lg.Read(t.Context(), eventlog.Filter{Agent: "agent0"}, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: agent0 holds %d events", round, len(stored))
+		if hold && len(stored) < 2 {
+			t.Fatalf("round %d: killed before its purge, the child left %d events", round, len(stored))
+		}
+		if last && (len(stored) != 1 || stored[0].Type != eventlog.TypeSnapshot) {
+			t.Fatalf("after the last compaction agent0 holds %d events", len(stored))
+		}
+	}
+}
+
+// TestCompactionChild is the child of TestCompactionCrash: it compacts
+// agent0 and says when the snapshot is stored.
+func TestCompactionChild(t *testing.T) {
+	if os.Getenv("EVENTLOG_COMPACT_CHILD") == "" {
+		t.Skip("child of TestCompactionCrash")
+	}
+	nc, err := nats.Connect(os.Getenv("EVENTLOG_NATS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lg, err := eventlog.Open(context.Background(), eventlog.Config{Conn: nc, Dir: filepath.Clean(os.Getenv("EVENTLOG_DIR"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	pr, err := lg.NewProjector(compactableCounter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pr.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventlog.StopCompact(lg, func(point string) error {
+		fmt.Println("child: " + point)
+		if os.Getenv("EVENTLOG_COMPACT_HOLD") == "true" {
+			time.Sleep(time.Minute) // the parent kills it here
+		}
+		return nil
+	})
+	// A compaction a kill cut off is finished by this one, or this one is
+	// a fresh compaction of the new events.
+	if _, err := lg.Compact(ctx, "agent0"); err != nil && !errors.Is(err, eventlog.ErrNothingToCompact) {
+		t.Fatal(err)
+	}
+	fmt.Println("child: appended") // also when there was nothing to append
 }
