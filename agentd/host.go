@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/compaction"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/ownership"
 	"github.com/prometheus/client_golang/prometheus"
@@ -398,12 +399,38 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	go func() {
 		defer h.wg.Done()
 		defer release()
-		if err := runner.Recover(hostCtx); err != nil && hostCtx.Err() == nil {
-			logger.Error("recover fibers", "err", err)
-		}
+		h.recover(hostCtx, runner, logger)
 	}()
 	logger.Debug("agent activated")
 	return nil
+}
+
+// recoverTries bounds the attempts of an agent's recovery that the log
+// refuses for a while (a stream electing its leader during a failover).
+const recoverTries = 8
+
+// recover recovers the agent's orphaned fibers, trying again with backoff
+// while the log is unavailable: an orphan nobody recovers would wait for
+// the agent's next activation.
+func (h *Host) recover(ctx context.Context, runner *fiber.Runner, logger *slog.Logger) {
+	for try := 0; ; try++ {
+		err := runner.Recover(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil || errors.Is(err, fiber.ErrStopped):
+			return
+		case eventlog.Transient(err) && try+1 < recoverTries:
+			wait := backoff.Exp(200*time.Millisecond, 5*time.Second, try+1)
+			logger.Warn("recover fibers: the log is unavailable; trying again", "err", err, "in", wait)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		default:
+			logger.Error("recover fibers", "err", err)
+			return
+		}
+	}
 }
 
 // touch marks the agent active now (the keepalive pool calls it when the last
