@@ -472,3 +472,35 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	return nil
 }
+
+// SnapshotTurns decodes the turns view's turn records in one agent
+// snapshot part (eventlog.Snapshot.Views[TurnsProjectionName]), and
+// SnapshotMessageIDs the ids of the messages view's messages: for readers
+// of the log alone (package verify).
+func SnapshotTurns(sv eventlog.SnapshotView) ([]TurnInfo, error) {
+	var out []TurnInfo
+	for _, kv := range sv.Rows {
+		if !strings.HasPrefix(string(kv.Key), "t\x00") {
+			continue
+		}
+		var t TurnInfo
+		if err := json.Unmarshal(kv.Value, &t); err != nil {
+			return nil, corrupt("turn row in a snapshot", err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// SnapshotMessageIDs: see SnapshotTurns.
+func SnapshotMessageIDs(sv eventlog.SnapshotView) []string {
+	var out []string
+	for _, kv := range sv.Rows {
+		if k := string(kv.Key); strings.HasPrefix(k, "i\x00") {
+			if i := strings.LastIndexByte(k, 0); i >= 0 {
+				out = append(out, k[i+1:])
+			}
+		}
+	}
+	return out
+}

@@ -332,3 +332,26 @@ func (t *Table) Ops(agent, id string) ([]Op, error) {
 	}
 	return ops, nil
 }
+
+// SnapshotRuns decodes the runs view's rows of one agent snapshot part
+// (eventlog.Snapshot.Views[RunsName]): its live fibers and their ops, for
+// readers of the log alone (package verify).
+func SnapshotRuns(sv eventlog.SnapshotView) (rows []Row, ops []Op, err error) {
+	for _, kv := range sv.Rows {
+		switch {
+		case bytes.HasPrefix(kv.Key, []byte("r\x00")):
+			var r Row
+			if err := json.Unmarshal(kv.Value, &r); err != nil {
+				return nil, nil, &eventlog.CorruptError{What: "runs row in a snapshot", Err: err}
+			}
+			rows = append(rows, r)
+		case bytes.HasPrefix(kv.Key, []byte("o\x00")):
+			var o Op
+			if err := json.Unmarshal(kv.Value, &o); err != nil {
+				return nil, nil, &eventlog.CorruptError{What: "op row in a snapshot", Err: err}
+			}
+			ops = append(ops, o)
+		}
+	}
+	return rows, ops, nil
+}

@@ -141,7 +141,10 @@ func (c *checker) finish() {
 		c.finishStream(k, c.streams[k])
 	}
 	for _, a := range sortedAcks(c.acked) {
-		if !c.acked[a] {
+		if !c.acked[a] && c.agents[a.Agent] != nil && c.agents[a.Agent].compacted {
+			c.notes = append(c.notes, Violation{Kind: KindAckCompacted, Agent: a.Agent,
+				Text: fmt.Sprintf("%s was acknowledged; the agent was compacted and the log alone cannot show it", a.ID)})
+		} else if !c.acked[a] {
 			c.violate(Violation{Kind: KindAckMissing, Agent: a.Agent,
 				Text: fmt.Sprintf("%s was acknowledged but is not in the log (no event, turn or fiber with that id)", a.ID)})
 		}

@@ -12,6 +12,14 @@
 // and chat stream and reports each broken rule as a Violation naming the
 // agent, and the fiber, turn (request id) or stream it concerns.
 //
+// A compacted agent's history starts with a snapshot (eventlog.Compact):
+// Check takes it as the history it replaced (live fibers with their ops and
+// recovery attempts, every turn with its outcome, every message appended)
+// and checks the events after it against it. An acknowledged write that a
+// compaction took away (an event of the purged history, a fiber that ended
+// before it) is a Note (KindAckCompacted), not a violation: the log alone
+// cannot show it.
+//
 // # Invariants checked
 //
 // Fibers (package fiber's events):

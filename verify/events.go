@@ -1,8 +1,10 @@
 package verify
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/forever-agents/forever/chat"
@@ -38,6 +40,9 @@ type agentState struct {
 	order  []string // request ids in turn.started order
 	// appended counts message.appended per message id.
 	appended map[string]int
+	// compacted is set once a snapshot of the agent was read: the history
+	// before it may be gone.
+	compacted bool
 }
 
 func newAgentState(id string) *agentState {
@@ -95,7 +100,90 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.turnEvent(a, e, d)
+	case eventlog.TypeSnapshot:
+		var s eventlog.Snapshot
+		if err := json.Unmarshal(e.Data, &s); err != nil {
+			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+			return
+		}
+		c.snapshot(a, e, s)
 	}
+}
+
+// snapshot takes one part of an agent snapshot as the agent's history up
+// to it: the live fibers with their ops and attempts, every turn with its
+// outcome, every message appended. What the checker already knows from
+// events still stored before it (a compaction stopped before its purge)
+// is kept.
+func (c *checker) snapshot(a *agentState, e eventlog.Event, s eventlog.Snapshot) {
+	a.compacted = true
+	bad := func(err error) {
+		c.violate(Violation{Kind: KindCorrupt, Agent: a.id, Seq: e.Seq, Text: "snapshot rows do not decode: " + err.Error()})
+	}
+	if sv, ok := s.Views[fiber.RunsName]; ok {
+		rows, ops, err := fiber.SnapshotRuns(sv)
+		if err != nil {
+			bad(err)
+		}
+		for _, r := range rows {
+			c.seen(a.id, r.ID)
+			if _, ok := a.fibers[r.ID]; ok {
+				continue
+			}
+			a.fibers[r.ID] = &fiberState{name: r.Name, attempt: r.Attempt, ops: map[string]*opState{}}
+			if r.Name != "" {
+				a.byName[r.Name] = r.ID
+			}
+		}
+		for _, o := range ops {
+			if f := a.fibers[o.Fiber]; f != nil {
+				if _, ok := f.ops[o.ID]; !ok {
+					op := f.op(o.ID)
+					op.started = true
+					if o.Completed {
+						op.completed = 1
+					}
+				}
+			}
+		}
+	}
+	if sv, ok := s.Views[chat.TurnsProjectionName]; ok {
+		turns, err := chat.SnapshotTurns(sv)
+		if err != nil {
+			bad(err)
+		}
+		for _, t := range turns {
+			c.seen(a.id, t.RequestID)
+			if _, ok := a.turns[t.RequestID]; ok {
+				continue
+			}
+			a.turns[t.RequestID] = &turnState{seq: t.StartedSeq, stream: t.StreamID, assistant: t.AssistantMessageID, outcome: outcomeOf(t.Status)}
+			a.order = append(a.order, t.RequestID)
+		}
+		slices.SortStableFunc(a.order, func(x, y string) int { return cmp.Compare(a.turns[x].seq, a.turns[y].seq) })
+	}
+	if sv, ok := s.Views[chat.MessagesProjectionName]; ok {
+		for _, id := range chat.SnapshotMessageIDs(sv) {
+			if a.appended[id] == 0 {
+				a.appended[id] = 1
+			}
+		}
+	}
+}
+
+// outcomeOf is the outcome event of a turn record's status ("" while it
+// streams).
+func outcomeOf(status string) string {
+	switch status {
+	case chat.TurnCompleted:
+		return chat.EventTurnCompleted
+	case chat.TurnFailed:
+		return chat.EventTurnFailed
+	case chat.TurnInterrupted:
+		return chat.EventTurnInterrupted
+	}
+	return ""
 }
 
 func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {

@@ -37,6 +37,11 @@ const (
 	// ended without the turn's outcome, which the agent's next turn must
 	// end first.
 	KindTurnOrphaned Kind = "turn-orphaned"
+	// KindAckCompacted is a Note: an acknowledged write of an agent that
+	// was compacted is not in the log, nor in the snapshot (a fiber that
+	// ended, an event of the purged history); its effect is in the views
+	// the snapshot holds, which the log alone cannot show.
+	KindAckCompacted Kind = "ack-compacted"
 )
 
 // Violation is one broken invariant. Agent is always set; Fiber, Request
