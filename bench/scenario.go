@@ -86,6 +86,7 @@ func scenarios() []Scenario {
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
+		{Name: "scale", Run: scaleScenario, Once: true},
 	}
 }
 
