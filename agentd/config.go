@@ -114,6 +114,10 @@ type Config struct {
 	// compaction.DefaultEvents (10000), DefaultBytes (8 MiB) and
 	// DefaultIdleEvents (256); negative CompactEvents turns compaction off.
 	CompactEvents, CompactBytes, CompactIdleEvents int64
+	// CompactEvery is how often the compactor sweeps the agents this node
+	// owns for those past CompactEvents or CompactBytes. Default
+	// compaction.DefaultEvery (30s).
+	CompactEvery time.Duration
 	// Provider is the model behind chat agents: local (built in, no
 	// network), openai (Responses API), chatcompletions (OpenAI-compatible:
 	// Ollama, llama.cpp, vLLM) or anthropic. Default local.
@@ -312,6 +316,7 @@ func (c *Config) Validate() error {
 		{"idle-timeout", int64(c.IdleTimeout)},
 		{"compact-bytes", c.CompactBytes},
 		{"compact-idle-events", c.CompactIdleEvents},
+		{"compact-every", int64(c.CompactEvery)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	} {
 		if f.v < 0 {

@@ -114,6 +114,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"bytes of event data since an agent's last snapshot that make its owner compact it (0: 8 MiB)")
 	fs.Int64Var(&cfg.CompactIdleEvents, "compact-idle-events", cfg.CompactIdleEvents,
 		"events since an agent's last snapshot that make it compacted when it goes idle (0: 256)")
+	fs.DurationVar(&cfg.CompactEvery, "compact-every", cfg.CompactEvery,
+		"how often the owner sweeps its agents for those to compact (0: 30s)")
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
 		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,

@@ -197,6 +197,7 @@ func (h *Host) start(ctx context.Context, d *Daemon, deps *Deps) error {
 		Events:     deps.Config.CompactEvents,
 		Bytes:      deps.Config.CompactBytes,
 		IdleEvents: deps.Config.CompactIdleEvents,
+		Every:      deps.Config.CompactEvery,
 		Logger:     deps.Logger,
 		Registerer: deps.Registerer,
 	})

@@ -49,7 +49,10 @@ func newDaemon(bin, dir string) (*daemon, error) {
 func (d *daemon) start(ctx context.Context) (time.Duration, error) {
 	fmt.Fprintf(d.log, "--- chaos: start %s\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(d.bin, "--data", d.data, "--http", d.httpAddr, "--nats-listen", d.natsAddr,
-		"--log-format", "json", "--local-rate", "300")
+		"--log-format", "json", "--local-rate", "300",
+		// Compact often, so kills land on compactions too and verify
+		// reads snapshots.
+		"--compact-events", "256", "--compact-every", "1s", "--compact-idle-events", "16", "--idle-timeout", "5s")
 	cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
 	cmd.Stdout, cmd.Stderr = d.log, d.log
 	began := time.Now()
