@@ -133,18 +133,23 @@ func (a *StepsAgent) run(ctx context.Context, f *fiber.Fiber, st StepsState) err
 			return ctx.Err()
 		}
 		step := st.Done
+		next := st
+		next.Done++
+		// The snapshot after the step goes with its completion: one write.
 		_, err := fiber.Step(ctx, fmt.Sprintf("step-%d", step), func(ctx context.Context, opID string) (json.RawMessage, error) {
 			data, _ := json.Marshal(StepExecuted{Fiber: f.ID(), Step: step, OpID: opID})
 			_, err := a.env.Log.Append(ctx, eventlog.Event{Agent: a.env.ID, Type: EventStepExecuted, Data: data})
 			return json.RawMessage(fmt.Sprint(step)), err
-		})
-		if err != nil && !errors.Is(err, eventlog.ErrDuplicate) {
+		}, fiber.ThenStash(next))
+		switch {
+		case errors.Is(err, eventlog.ErrDuplicate):
+			if err := f.Stash(ctx, next); err != nil {
+				return err
+			}
+		case err != nil:
 			return err
 		}
-		st.Done++
-		if err := f.Stash(ctx, st); err != nil {
-			return err
-		}
+		st = next
 	}
 	return nil
 }

@@ -75,6 +75,7 @@ func scenarios() []Scenario {
 		{Name: "views-rebuild", Run: viewsRebuild},
 		{Name: "fiber-run", Run: fiberRun},
 		{Name: "fiber-stash", Run: fiberStash},
+		{Name: "fiber-step", Run: fiberStep},
 		{Name: "fiber-recovery", Run: fiberRecovery},
 		{Name: "chat-chunks", Run: chatChunks},
 		{Name: "replay", Run: replayScenario},

@@ -14,7 +14,9 @@
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
 //	fiber.abandoned {id, attempts, reason}  recovery gave up
 //	op.started      {fiber, opId, key}      before a Step's side effect
-//	op.completed    {fiber, opId, result}   after it, with its result
+//	op.completed    {fiber, opId, result}   after it, with its result (and,
+//	                                        with ThenStash, the snapshot and
+//	                                        attempts a fiber.stashed would hold)
 //
 // The runs table (RunsProjection, read through a Table) is a Pebble
 // projection of those events over every agent: one Row per active fiber

@@ -19,7 +19,7 @@ const (
 	EventRecovered   = "fiber.recovered" // {id, attempt}
 	EventAbandoned   = "fiber.abandoned" // {id, attempts, reason}
 	EventOpStarted   = "op.started"      // {fiber, opId, key}
-	EventOpCompleted = "op.completed"    // {fiber, opId, result}
+	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?}: a snapshot (ThenStash) as fiber.stashed
 )
 
 // payload is the data of every event of the package; each type uses the

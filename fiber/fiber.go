@@ -120,14 +120,7 @@ func WithAttempts(n int) StashOpt {
 // ErrFiberDone, or an append error (the previous snapshot then stays the
 // recorded one).
 func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
-	var o stashOpts
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.attempts != nil && *o.attempts < 0 {
-		return invalidf("stash: negative attempt count %d", *o.attempts)
-	}
-	data, err := encodeJSON("snapshot", v)
+	data, attempts, err := stashData(v, opts)
 	if err != nil {
 		return err
 	}
@@ -137,7 +130,7 @@ func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
 		return ErrFiberDone
 	}
 	start := time.Now()
-	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data, Attempts: o.attempts}); err != nil {
+	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data, Attempts: attempts}); err != nil {
 		return fmt.Errorf("fiber: stash %s: %w", f.id, err)
 	}
 	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
@@ -145,6 +138,19 @@ func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
 	f.mu.snapshot = data
 	f.mu.Unlock()
 	return nil
+}
+
+// stashData encodes a snapshot and its options.
+func stashData(v any, opts []StashOpt) (json.RawMessage, *int, error) {
+	var o stashOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.attempts != nil && *o.attempts < 0 {
+		return nil, nil, invalidf("stash: negative attempt count %d", *o.attempts)
+	}
+	data, err := encodeJSON("snapshot", v)
+	return data, o.attempts, err
 }
 
 // Stash stashes v for the fiber ctx runs in, from any code the fiber's

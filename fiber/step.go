@@ -13,6 +13,23 @@ type StepOpt func(*stepOpts)
 
 type stepOpts struct {
 	unsafe bool
+	stash  *stepStash
+}
+
+// stepStash is the snapshot a step records with its completion.
+type stepStash struct {
+	v    any
+	opts []StashOpt
+}
+
+// ThenStash records v as the fiber's snapshot together with the step's
+// completion: op.completed carries it (with WithAttempts, the attempt
+// count too), so a step followed by a stash costs one synced write, not
+// two. When Step returns nil, v is the recorded snapshot, as after Stash:
+// a step answered from its recorded result stashes v on its own. When fn
+// fails, nothing is stashed.
+func ThenStash(v any, opts ...StashOpt) StepOpt {
+	return func(o *stepOpts) { o.stash = &stepStash{v: v, opts: opts} }
 }
 
 // Unsafe declares that the step's operation must not run twice and has no
@@ -60,6 +77,14 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	for _, opt := range opts {
 		opt(&o)
 	}
+	var snap json.RawMessage
+	var attempts *int
+	if o.stash != nil {
+		var err error
+		if snap, attempts, err = stashData(o.stash.v, o.stash.opts); err != nil {
+			return nil, err
+		}
+	}
 	id, err := f.nextOp(key)
 	if err != nil {
 		return nil, err
@@ -76,6 +101,11 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	}
 	switch decideStep(recorded, o.unsafe) {
 	case stepCached:
+		if o.stash != nil {
+			if err := f.Stash(ctx, json.RawMessage(snap), o.stash.opts...); err != nil {
+				return nil, err
+			}
+		}
 		if len(recorded.Result) == 0 {
 			return json.RawMessage("null"), nil
 		}
@@ -99,8 +129,13 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	if !json.Valid(res) {
 		return nil, invalidf("result of step %q of fiber %s is not valid JSON", key, f.id)
 	}
-	if err := f.appendOp(ctx, EventOpCompleted, payload{Fiber: f.id, OpID: id, Result: res}); err != nil {
+	if err := f.appendOp(ctx, EventOpCompleted, payload{Fiber: f.id, OpID: id, Result: res, Snapshot: snap, Attempts: attempts}); err != nil {
 		return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
+	}
+	if snap != nil {
+		f.mu.Lock()
+		f.mu.snapshot = snap
+		f.mu.Unlock()
 	}
 	return res, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -177,5 +179,67 @@ func TestStepError(t *testing.T) {
 	}
 	if got := e.events(t, fiber.EventOpCompleted); len(got) != 0 {
 		t.Fatalf("op.completed after failure: %+v", got)
+	}
+}
+
+// TestThenStash: a step completed with ThenStash records its snapshot in
+// op.completed (no fiber.stashed): one write for the step's end and the
+// stash. After a crash the fiber is recovered from that snapshot, with the
+// attempt count it set, and the step's result is cached; answered from
+// its record, the step stashes on its own.
+func TestThenStash(t *testing.T) {
+	e1 := newEnv(t)
+	r1 := e1.runner(t, fiber.Config{})
+	reached := make(chan struct{})
+	_, err := r1.Go(t.Context(), "pay", func(ctx context.Context, f *fiber.Fiber) error {
+		if _, err := fiber.StepJSON(ctx, "charge", func(context.Context, string) (int, error) { return 42, nil },
+			fiber.ThenStash(map[string]int{"done": 1}, fiber.WithAttempts(0))); err != nil {
+			return err
+		}
+		close(reached)
+		<-ctx.Done() // the process dies
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	r1.Close()
+	if n := len(e1.events(t, fiber.EventStashed)); n != 0 {
+		t.Fatalf("%d fiber.stashed events, want the snapshot in op.completed", n)
+	}
+
+	e2 := e1.restart(t)
+	var r2 *fiber.Runner
+	ran := 0
+	done := make(chan error, 1)
+	h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+		var st map[string]int
+		if err := rec.Decode(&st); err != nil || st["done"] != 1 || rec.Attempt != 1 {
+			return fmt.Errorf("recovered snapshot %v attempt %d: %v", st, rec.Attempt, err)
+		}
+		return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+			v, err := fiber.StepJSON(ctx, "charge", func(context.Context, string) (int, error) { ran++; return 0, nil },
+				fiber.ThenStash(map[string]int{"done": 2}))
+			if err == nil && v != 42 {
+				err = fmt.Errorf("charge = %d, want the recorded 42", v)
+			}
+			done <- err
+			return err
+		})
+	}}
+	r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+	if err := r2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ran != 0 {
+		t.Fatalf("a completed step ran %d times again", ran)
+	}
+	stashed := e2.events(t, fiber.EventStashed)
+	if len(stashed) != 1 || !strings.Contains(string(stashed[0].Data), `"done":2`) {
+		t.Fatalf("the cached step's stash: %v", stashed)
 	}
 }

@@ -139,6 +139,20 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		if op.Result == nil {
 			op.Result = json.RawMessage("null")
 		}
+		if p.Snapshot != nil {
+			// A step completed with ThenStash: its snapshot as fiber.stashed.
+			row, _, err := batchRow(b, e.Agent, p.Fiber)
+			if err != nil {
+				return err
+			}
+			row.Snapshot = p.Snapshot
+			if p.Attempts != nil && *p.Attempts >= 0 {
+				row.Attempt = *p.Attempts
+			}
+			if err := putJSON(b, rowKey(e.Agent, p.Fiber), row); err != nil {
+				return err
+			}
+		}
 		return putJSON(b, k, op)
 	}
 	return nil

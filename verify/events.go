@@ -235,6 +235,9 @@ func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
 		op := f.op(d.OpID)
 		op.started = true
 	case fiber.EventOpCompleted:
+		if d.Attempts != nil && *d.Attempts >= 0 {
+			f.attempt = *d.Attempts // a snapshot recorded with the step (ThenStash)
+		}
 		op := f.op(d.OpID)
 		op.completed++
 		switch {

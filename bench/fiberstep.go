@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/forever-agents/forever/fiber"
+)
+
+// fiberStep measures a durable step followed by a stash, the unit of work
+// of a long-running fiber, inside one fiber: fiber.Step with ThenStash
+// (op.started, then op.completed carrying the snapshot: two synced
+// writes) next to fiber.Step and then Stash (three synced writes). The
+// step's function does nothing, so the figures are the writes' cost.
+func fiberStep(ctx context.Context, env *Env) (Result, error) {
+	n := env.Count(2000, 10000)
+	lg, _, release, err := env.OpenLogAndRaw(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
+	runs, err := openRuns(ctx, lg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer runs.stop()
+	var sink errSink
+	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "st1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
+	if err != nil {
+		return Result{}, err
+	}
+	defer r.Close()
+	var ours, base series
+	err = r.Run(ctx, "stepper", func(ctx context.Context, f *fiber.Fiber) error {
+		k := 0
+		noop := func(context.Context, string) (json.RawMessage, error) { return json.RawMessage(`"ok"`), nil }
+		together := func() error {
+			k++
+			_, err := fiber.Step(ctx, fmt.Sprintf("s%d", k), noop, fiber.ThenStash(newSnapshot(k)))
+			return err
+		}
+		apart := func() error {
+			k++
+			if _, err := fiber.Step(ctx, fmt.Sprintf("s%d", k), noop); err != nil {
+				return err
+			}
+			return f.Stash(ctx, newSnapshot(k))
+		}
+		if err := errors.Join((&series{}).sequential(warmup, together), (&series{}).sequential(warmup, apart)); err != nil {
+			return fmt.Errorf("warm up: %w", err)
+		}
+		rounds := roundsOf(n, fiberChunk)
+		return alternate(rounds,
+			func(r int) error { return ours.sequential(split(n, rounds, r), together) },
+			func(r int) error { return base.sequential(split(n, rounds, r), apart) },
+		)
+	})
+	if err = errors.Join(err, sink.err()); err != nil {
+		return Result{}, err
+	}
+	const bl = "Step, then Stash"
+	return Result{Rows: []Row{
+		{Figure: "p50 us step+stash", Value: micros(percentile(ours.lat, 50)), Baseline: bl,
+			BaselineValue: micros(percentile(base.lat, 50)), LowerIsBetter: true},
+		{Figure: "p99 us step+stash", Value: micros(percentile(ours.lat, 99)), Baseline: bl,
+			BaselineValue: micros(percentile(base.lat, 99)), LowerIsBetter: true},
+		{Figure: "steps/s with stash", Value: ours.rate(), Baseline: bl, BaselineValue: base.rate()},
+	}}, nil
+}
