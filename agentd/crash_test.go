@@ -324,6 +324,9 @@ func checkRecoveredFiber(t *testing.T, evs []eventlog.Event, id string, steps, c
 		case fiber.EventOpCompleted:
 			if fe.Fiber == id {
 				completedOps[fe.OpID] = e.Seq
+				if fe.Snapshot != nil { // stashed with the step (ThenStash)
+					json.Unmarshal(fe.Snapshot, &lastSnap)
+				}
 			}
 		case EventStepExecuted:
 			var se StepExecuted

@@ -33,9 +33,10 @@ const (
 //     events (the turn's last event), one turn after another;
 //   - a steps fiber step: a "start" of syncFiberSteps steps with no delay
 //     on a steps agent, timed as the gaps between the times of consecutive
-//     fiber.stashed events (set by agentd as it appends each, so the
+//     op.completed events (set by agentd as it appends each, so the
 //     subscriber's delivery does not blur them): each gap is one step's
-//     op.started, steps.executed, op.completed and stash.
+//     op.started, steps.executed and op.completed, which carries the
+//     step's stash (fiber.ThenStash).
 //
 // The ratio is the interval figure over the always figure: the share of
 // the crash-safe speed. The scenario runs once per bench run, whatever
@@ -208,7 +209,7 @@ func (st *syncTarget) turn(ctx context.Context) (time.Duration, error) {
 }
 
 // fiber runs a steps fiber of k steps and returns the gaps between its
-// consecutive stashes: one per step.
+// consecutive op.completed events: one per step.
 func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error) {
 	if _, err := st.command(ctx, syncStepsAgent, "start", map[string]int{"steps": k, "delayMs": 0}); err != nil {
 		return nil, err
@@ -218,10 +219,10 @@ func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error)
 	var bad error
 	err := st.await(ctx, st.stepC, func(m *nats.Msg) bool {
 		typ := m.Header.Get(eventlog.HeaderType)
-		if typ == "fiber.stashed" {
+		if typ == "op.completed" {
 			var e eventlog.Event
 			if err := json.Unmarshal(m.Data, &e); err != nil || e.Time.IsZero() {
-				bad = fmt.Errorf("bench: undecodable stash event: %v: %s", err, m.Data)
+				bad = fmt.Errorf("bench: undecodable op.completed event: %v: %s", err, m.Data)
 				return true
 			}
 			if !last.IsZero() {
@@ -234,8 +235,8 @@ func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error)
 	if err == nil {
 		err = bad
 	}
-	if err == nil && len(gaps) != k {
-		err = fmt.Errorf("bench: a fiber of %d steps stashed %d times after its first", k, len(gaps))
+	if err == nil && len(gaps) != k-1 {
+		err = fmt.Errorf("bench: a fiber of %d steps completed %d ops after its first", k, len(gaps))
 	}
 	return gaps, err
 }
