@@ -297,8 +297,8 @@ func checkRecoveredFiber(t *testing.T, evs []eventlog.Event, id string, steps, c
 	for _, e := range evs {
 		fe := decodeFE(e)
 		switch e.Type {
-		case fiber.EventStashed:
-			if fe.ID == id {
+		case fiber.EventStashed, fiber.EventStarted:
+			if fe.ID == id && fe.Snapshot != nil { // fiber.started: WithSnapshot
 				json.Unmarshal(fe.Snapshot, &lastSnap)
 			}
 		case fiber.EventRecovered:

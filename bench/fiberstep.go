@@ -14,6 +14,11 @@ import (
 // (op.started, then op.completed carrying the snapshot: two synced
 // writes) next to fiber.Step and then Stash (three synced writes). The
 // step's function does nothing, so the figures are the writes' cost.
+//
+// It also times a fiber's start to the end of its first step (Go until
+// the step returned: op.completed durable): started WithSnapshot and
+// FirstStep (fiber.started carries the first snapshot and the step's
+// op.started: two synced writes) next to Go, Stash and Step (four).
 func fiberStep(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 10000)
 	lg, _, release, err := env.OpenLogAndRaw(ctx)
@@ -60,6 +65,41 @@ func fiberStep(ctx context.Context, env *Env) (Result, error) {
 	if err = errors.Join(err, sink.err()); err != nil {
 		return Result{}, err
 	}
+	var first, firstBase series
+	stepped := make(chan error, 1)
+	noop := func(context.Context, string) (json.RawMessage, error) { return json.RawMessage(`"ok"`), nil }
+	merged := func() error {
+		if _, err := r.Go(ctx, "first", func(ctx context.Context, f *fiber.Fiber) error {
+			_, err := fiber.Step(ctx, "s", noop)
+			stepped <- err
+			return err
+		}, fiber.WithSnapshot(newSnapshot(0)), fiber.FirstStep("s")); err != nil {
+			return err
+		}
+		return <-stepped
+	}
+	separate := func() error {
+		if _, err := r.Go(ctx, "first", func(ctx context.Context, f *fiber.Fiber) error {
+			if err := f.Stash(ctx, newSnapshot(0)); err != nil {
+				stepped <- err
+				return err
+			}
+			_, err := fiber.Step(ctx, "s", noop)
+			stepped <- err
+			return err
+		}); err != nil {
+			return err
+		}
+		return <-stepped
+	}
+	m := max(20, n/10)
+	if err := alternate(roundsOf(m, fiberChunk),
+		func(r int) error { return first.sequential(split(m, roundsOf(m, fiberChunk), r), merged) },
+		func(r int) error { return firstBase.sequential(split(m, roundsOf(m, fiberChunk), r), separate) },
+	); err != nil {
+		return Result{}, err
+	}
+	r.Wait()
 	const bl = "Step, then Stash"
 	return Result{Rows: []Row{
 		{Figure: "p50 us step+stash", Value: micros(percentile(ours.lat, 50)), Baseline: bl,
@@ -67,5 +107,9 @@ func fiberStep(ctx context.Context, env *Env) (Result, error) {
 		{Figure: "p99 us step+stash", Value: micros(percentile(ours.lat, 99)), Baseline: bl,
 			BaselineValue: micros(percentile(base.lat, 99)), LowerIsBetter: true},
 		{Figure: "steps/s with stash", Value: ours.rate(), Baseline: bl, BaselineValue: base.rate()},
+		{Figure: "p50 us start to first step", Value: micros(percentile(first.lat, 50)), LowerIsBetter: true,
+			Baseline: "Go, Stash, Step", BaselineValue: micros(percentile(firstBase.lat, 50))},
+		{Figure: "p99 us start to first step", Value: micros(percentile(first.lat, 99)), LowerIsBetter: true,
+			Baseline: "Go, Stash, Step", BaselineValue: micros(percentile(firstBase.lat, 99))},
 	}}, nil
 }

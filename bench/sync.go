@@ -36,7 +36,10 @@ const (
 //     op.completed events (set by agentd as it appends each, so the
 //     subscriber's delivery does not blur them): each gap is one step's
 //     op.started, steps.executed and op.completed, which carries the
-//     step's stash (fiber.ThenStash).
+//     step's stash (fiber.ThenStash); and the start to the first step,
+//     from sending "start" until the first op.completed arrives (fiber.started
+//     carrying the first snapshot and op.started, steps.executed,
+//     op.completed: three synced writes).
 //
 // The ratio is the interval figure over the always figure: the share of
 // the crash-safe speed. The scenario runs once per bench run, whatever
@@ -83,8 +86,10 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 	fibers := max(2, env.Count(syncSteps, syncSteps)/syncFiberSteps)
 	steps := func(st *syncTarget) func(int) error {
 		return func(int) error {
+			t := time.Now()
 			gaps, err := st.fiber(ctx, syncFiberSteps)
 			st.steps = append(st.steps, gaps...)
+			st.firsts = append(st.firsts, st.first.Sub(t))
 			return err
 		}
 	}
@@ -103,6 +108,8 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 		row("chat turn", 99, always.turns, interval.turns),
 		row("steps fiber step", 50, always.steps, interval.steps),
 		row("steps fiber step", 99, always.steps, interval.steps),
+		row("steps start to first step", 50, always.firsts, interval.firsts),
+		row("steps start to first step", 99, always.firsts, interval.firsts),
 	}}, nil
 }
 
@@ -117,7 +124,8 @@ type syncTarget struct {
 	stepC chan *nats.Msg // events of steps:bench
 	seq   int
 
-	turns, steps []time.Duration
+	turns, steps, firsts []time.Duration
+	first                time.Time // arrival of the last fiber's first op.completed
 }
 
 const (
@@ -220,6 +228,9 @@ func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error)
 	err := st.await(ctx, st.stepC, func(m *nats.Msg) bool {
 		typ := m.Header.Get(eventlog.HeaderType)
 		if typ == "op.completed" {
+			if last.IsZero() {
+				st.first = time.Now()
+			}
 			var e eventlog.Event
 			if err := json.Unmarshal(m.Data, &e); err != nil || e.Time.IsZero() {
 				bad = fmt.Errorf("bench: undecodable op.completed event: %v: %s", err, m.Data)

@@ -12,7 +12,7 @@ import (
 // is JSON; the fields of each are listed next to it. The format is guarded by
 // the golden history in testdata/.
 const (
-	EventStarted     = "fiber.started"   // {id, name, createdAt}
+	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?}: WithSnapshot, FirstStep
 	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}

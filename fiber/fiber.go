@@ -32,6 +32,9 @@ type Fiber struct {
 		done     bool
 		snapshot json.RawMessage
 		steps    map[string]int // step key -> calls so far in this run
+		// prestarted is the op ID whose op.started fiber.started carried
+		// (FirstStep), until its Step takes it.
+		prestarted string
 	}
 }
 

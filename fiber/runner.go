@@ -2,6 +2,7 @@ package fiber
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -207,8 +208,8 @@ func (r *Runner) Wait() { r.wg.Wait() }
 // Errors: fn's error; ErrStopped; ErrInvalid for an empty name; an append
 // error (nothing ran when fiber.started could not be appended; when only the
 // final event could not be, the row stays and is recovered later).
-func (r *Runner) Run(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error) error {
-	f, err := r.start(ctx, name)
+func (r *Runner) Run(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error, opts ...RunOpt) error {
+	f, err := r.start(ctx, name, opts)
 	if err != nil {
 		return err
 	}
@@ -221,8 +222,8 @@ func (r *Runner) Run(ctx context.Context, name string, fn func(ctx context.Conte
 // cancellation (a request's context usually ends before a background fiber
 // does); it is cancelled by Close. fn's error reaches Hooks.OnError as a
 // *FailedError.
-func (r *Runner) Go(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error) (string, error) {
-	f, err := r.start(ctx, name)
+func (r *Runner) Go(ctx context.Context, name string, fn func(ctx context.Context, f *Fiber) error, opts ...RunOpt) (string, error) {
+	f, err := r.start(ctx, name, opts)
 	if err != nil {
 		return "", err
 	}
@@ -230,17 +231,59 @@ func (r *Runner) Go(ctx context.Context, name string, fn func(ctx context.Contex
 	return f.id, nil
 }
 
+// RunOpt is an option of Run and Go.
+type RunOpt func(*runOpts)
+
+type runOpts struct {
+	snapshot json.RawMessage
+	err      error
+	first    string
+}
+
+// WithSnapshot starts the fiber with v as its snapshot: fiber.started
+// carries it, as if the fiber's first act were Stash(v), without a write
+// of its own. A fiber recovered before its first Stash gets v.
+func WithSnapshot(v any) RunOpt {
+	return func(o *runOpts) {
+		o.snapshot, o.err = encodeJSON("snapshot", v)
+	}
+}
+
+// FirstStep records in fiber.started that the fiber's first Step with key
+// has started: that Step writes no op.started of its own, so a fiber whose
+// first act is a step starts it with one synced write, not two. The op
+// counts as started from the fiber's start: after a crash before the step
+// ran, a recovered fiber runs it again with the same op ID (or gets
+// ErrMaybeExecuted for an Unsafe step), as after a crash between op.started
+// and the effect.
+func FirstStep(key string) RunOpt {
+	return func(o *runOpts) { o.first = key }
+}
+
 // start claims a new fiber ID and appends fiber.started.
-func (r *Runner) start(ctx context.Context, name string) (*Fiber, error) {
+func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber, error) {
 	if name == "" {
 		return nil, invalidf("empty fiber name")
 	}
-	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, nil)
+	var o runOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, o.snapshot)
+	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot}
+	if o.first != "" {
+		p.OpID, p.Key = opID(f.id, o.first, 1), o.first
+		f.mu.prestarted = p.OpID
+	}
 	if err := r.own(f); err != nil {
 		return nil, err
 	}
 	created := f.createdAt
-	if _, err := r.append(ctx, EventStarted, payload{ID: f.id, Name: name, CreatedAt: &created}); err != nil {
+	p.CreatedAt = &created
+	if _, err := r.append(ctx, EventStarted, p); err != nil {
 		r.abort(f)
 		return nil, fmt.Errorf("fiber: start %q: %w", name, err)
 	}

@@ -113,6 +113,9 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	case stepAmbiguous:
 		return nil, &MaybeExecutedError{Fiber: f.id, Key: key, OpID: id}
 	case stepRun:
+		if f.takePrestarted(id) {
+			break // fiber.started recorded its op.started (FirstStep)
+		}
 		if err := f.appendOp(ctx, EventOpStarted, payload{Fiber: f.id, OpID: id, Key: key}); err != nil {
 			return nil, fmt.Errorf("fiber: step %q of fiber %s: %w", key, f.id, err)
 		}
@@ -160,6 +163,18 @@ func StepJSON[T any](ctx context.Context, key string, fn func(ctx context.Contex
 		return zero, &eventlog.CorruptError{What: fmt.Sprintf("result of step %q", key), Err: err}
 	}
 	return out, nil
+}
+
+// takePrestarted reports whether id is the op fiber.started recorded as
+// started, and forgets it.
+func (f *Fiber) takePrestarted(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.prestarted != id {
+		return false
+	}
+	f.mu.prestarted = ""
+	return true
 }
 
 // nextOp returns the op ID of the next Step call with key.

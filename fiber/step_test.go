@@ -243,3 +243,88 @@ func TestThenStash(t *testing.T) {
 		t.Fatalf("the cached step's stash: %v", stashed)
 	}
 }
+
+// TestFirstStep: a fiber started WithSnapshot and FirstStep writes its
+// snapshot and its first step's op.started in fiber.started: starting it
+// and running its first step is two writes. Crashed before the step ran,
+// it is recovered with that snapshot and the step counts as started: run
+// again under the recorded op ID, or ErrMaybeExecuted when Unsafe.
+func TestFirstStep(t *testing.T) {
+	e1 := newEnv(t)
+	r1 := e1.runner(t, fiber.Config{})
+	ran := make(chan string, 4)
+	if err := r1.Run(t.Context(), "quick", func(ctx context.Context, f *fiber.Fiber) error {
+		_, err := fiber.Step(ctx, "fetch", func(_ context.Context, opID string) (json.RawMessage, error) {
+			ran <- opID
+			return json.RawMessage(`1`), nil
+		})
+		return err
+	}, fiber.WithSnapshot(map[string]int{"n": 0}), fiber.FirstStep("fetch")); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	var types []string
+	for _, ev := range e1.events(t) {
+		types = append(types, ev.Type)
+	}
+	if got := strings.Join(types, " "); got != "fiber.started op.completed fiber.completed" {
+		t.Fatalf("events %s, want fiber.started op.completed fiber.completed", got)
+	}
+
+	for _, unsafe := range []bool{false, true} {
+		blocked := make(chan struct{})
+		id, err := r1.Go(t.Context(), "slow", func(ctx context.Context, f *fiber.Fiber) error {
+			close(blocked)
+			<-ctx.Done() // dies before its first step
+			return ctx.Err()
+		}, fiber.WithSnapshot(map[string]int{"n": 7}), fiber.FirstStep("fetch"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-blocked
+		r1.Close()
+		started := e1.events(t, fiber.EventStarted)
+		var first struct{ OpID string }
+		json.Unmarshal(started[len(started)-1].Data, &first)
+
+		e2 := e1.restart(t)
+		var r2 *fiber.Runner
+		done := make(chan error, 1)
+		h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+			var st map[string]int
+			if err := rec.Decode(&st); err != nil || st["n"] != 7 || rec.ID != id {
+				return fmt.Errorf("recovered %s with %v: %v", rec.ID, st, err)
+			}
+			return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+				var opts []fiber.StepOpt
+				if unsafe {
+					opts = append(opts, fiber.Unsafe())
+				}
+				_, err := fiber.Step(ctx, "fetch", func(_ context.Context, opID string) (json.RawMessage, error) {
+					ran <- opID
+					return nil, nil
+				}, opts...)
+				done <- err
+				return err
+			})
+		}}
+		r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+		if err := r2.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+		switch {
+		case unsafe && !errors.Is(err, fiber.ErrMaybeExecuted):
+			t.Fatalf("unsafe first step after a crash: %v, want ErrMaybeExecuted", err)
+		case !unsafe && err != nil:
+			t.Fatal(err)
+		case !unsafe:
+			if got := <-ran; got != first.OpID || first.OpID == "" {
+				t.Fatalf("the step ran again as op %q, fiber.started recorded %q", got, first.OpID)
+			}
+		}
+		r2.Close()
+		e1 = e2
+		r1 = e1.runner(t, fiber.Config{})
+	}
+}

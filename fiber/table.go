@@ -88,9 +88,14 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		if p.ID == "" {
 			return nil
 		}
-		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name}
+		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name, Snapshot: p.Snapshot}
 		if p.CreatedAt != nil {
 			row.CreatedAt = p.CreatedAt.UTC()
+		}
+		if p.OpID != "" { // FirstStep: the first step's op.started
+			if err := putJSON(b, opKey(e.Agent, p.ID, p.OpID), Op{ID: p.OpID, Fiber: p.ID, Key: p.Key}); err != nil {
+				return err
+			}
 		}
 		return putJSON(b, rowKey(e.Agent, p.ID), row)
 	case EventStashed, EventRecovered:

@@ -199,9 +199,13 @@ func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
 			c.violate(v)
 			return
 		}
-		a.fibers[id] = &fiberState{name: d.Name, ops: map[string]*opState{}}
+		f := &fiberState{name: d.Name, ops: map[string]*opState{}}
+		a.fibers[id] = f
 		if d.Name != "" {
 			a.byName[d.Name] = id
+		}
+		if d.OpID != "" { // its first step's op.started (fiber.FirstStep)
+			f.op(d.OpID).started = true
 		}
 		return
 	}
