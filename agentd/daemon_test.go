@@ -530,3 +530,26 @@ func newChatDaemon(t *testing.T, cfg Config, rate float64, attach ...func(*Daemo
 	}
 	return d, chats
 }
+
+// TestReadyWhileStarting: Ready may be called while Run is starting (a
+// program embedding the daemon polls it); under -race this catches
+// readiness reading what startup writes.
+func TestReadyWhileStarting(t *testing.T) {
+	d, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !d.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -90,10 +90,10 @@ func (d *Daemon) readiness() (health, bool) {
 			ready = false
 		}
 	}
-	if d.parts.mgr != nil {
+	if mgr := d.parts.ready.Load(); mgr != nil {
 		select {
-		case <-d.parts.mgr.Ready():
-			h.Partitions = d.parts.mgr.OwnedCount()
+		case <-mgr.Ready():
+			h.Partitions = mgr.OwnedCount()
 		default:
 			ready = false
 		}

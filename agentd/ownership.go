@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -27,7 +28,10 @@ type FencedFunc func(agent string, err error)
 // handlers that serve acquired partitions, and the token source the event
 // log fences appends with.
 type partitions struct {
-	mgr    *ownership.Manager
+	mgr *ownership.Manager
+	// ready publishes mgr to readiness, which Daemon.Ready may run while
+	// Run is still opening it.
+	ready  atomic.Pointer[ownership.Manager]
 	stop   context.CancelFunc
 	done   chan error    // Run's result, put back after reading
 	sealed chan struct{} // closed once the start hooks registered their handlers
@@ -154,6 +158,9 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 			return permanent{newFlagError(ErrConfig, err, "partitions", err.Error())}
 		}
 		p.mgr = mgr
+		if mgr != nil {
+			p.ready.Store(mgr)
+		}
 		return err
 	})
 }
