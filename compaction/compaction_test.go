@@ -2,7 +2,12 @@ package compaction_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,9 +37,11 @@ type node struct {
 	table *fiber.Table
 }
 
-func open(t *testing.T, s *server.Server) *node {
+func open(t *testing.T, s *server.Server) *node { return openLog(t, s, eventlog.Config{}) }
+
+func openLog(t *testing.T, s *server.Server, cfg eventlog.Config) *node {
 	t.Helper()
-	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	lg := eventlogtest.OpenOn(t, s, cfg)
 	f, err := lg.NewFollower()
 	if err != nil {
 		t.Fatal(err)
@@ -276,5 +283,107 @@ func TestCompactionKeepsEveryView(t *testing.T) {
 		if got[k] != "result of "+k {
 			t.Errorf("step %s = %q, want its cached result", k, got[k])
 		}
+	}
+}
+
+// recorded is the events-stream part of a recorded history: the chat
+// golden histories (real turns: tools, approvals, crashes, recoveries) and
+// the fiber package's.
+func recorded(t *testing.T) map[string][]eventlog.Event {
+	t.Helper()
+	out := map[string][]eventlog.Event{}
+	files, _ := filepath.Glob("../chat/testdata/golden/*.jsonl")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			var r struct {
+				Subject string          `json:"subject"`
+				ID      string          `json:"id"`
+				Type    string          `json:"type"`
+				Data    json.RawMessage `json:"data"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			agent, ok := strings.CutPrefix(r.Subject, "forever.evt.")
+			if !ok {
+				continue // a chunk
+			}
+			out[filepath.Base(file)] = append(out[filepath.Base(file)], eventlog.Event{Agent: agent, Type: r.Type, Data: r.Data})
+		}
+	}
+	data, err := os.ReadFile("../fiber/testdata/history.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []eventlog.Event
+	if err := json.Unmarshal(data, &evs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		evs[i].ID, evs[i].Time = "", time.Time{}
+	}
+	out["fiber-history"] = evs
+	// A fixed time per event, so two logs of the same history hold the
+	// same rows (a turn's startedAt is its event's time).
+	base := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	for _, evs := range out {
+		for i := range evs {
+			evs[i].Time = base.Add(time.Duration(i) * time.Millisecond)
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("%d recorded histories", len(out))
+	}
+	return out
+}
+
+// TestCompactionOfRecordedHistories: each recorded history is appended in
+// two halves, every agent compacted after each. After the first half the
+// views equal those of the same events uncompacted; after each compaction
+// a rebuild from an empty Pebble equals the live views.
+func TestCompactionOfRecordedHistories(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	n := 0
+	for name, evs := range recorded(t) {
+		t.Run(name, func(t *testing.T) {
+			n++
+			cfg := func(k int) eventlog.Config {
+				return eventlog.Config{Prefix: fmt.Sprintf("h%d%d", n, k), EventsStream: fmt.Sprintf("EV_%d_%d", n, k), ChunksStream: fmt.Sprintf("CH_%d_%d", n, k)}
+			}
+			live, ref := openLog(t, s, cfg(0)), openLog(t, s, cfg(1))
+			agents := map[string]bool{}
+			for _, e := range evs {
+				agents[e.Agent] = true
+			}
+			half := len(evs) / 2
+			for round, part := range [][]eventlog.Event{evs[:half], evs[half:]} {
+				for _, e := range part {
+					if _, err := live.lg.Append(t.Context(), e); err != nil {
+						t.Fatal(err)
+					}
+					if round == 0 {
+						if _, err := ref.lg.Append(t.Context(), e); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for a := range agents {
+					if _, err := live.lg.Compact(t.Context(), a); err != nil && !errors.Is(err, eventlog.ErrNothingToCompact) {
+						t.Fatalf("compact %s: %v", a, err)
+					}
+				}
+				rows := live.dump(t)
+				if round == 0 {
+					sameRows(t, "compacted against uncompacted", rows, ref.dump(t))
+				}
+				c := cfg(0)
+				c.Bind = true
+				sameRows(t, fmt.Sprintf("rebuilt after compaction %d", round+1), openLog(t, s, c).dump(t), rows)
+			}
+		})
 	}
 }
