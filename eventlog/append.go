@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // JetStream error codes the log translates.
@@ -19,9 +19,9 @@ const (
 	codeWrongLastSeqR3       = 10164
 	codeMsgExceedsMax        = 10054
 	codeBatchDuplicate       = 10201
-	headerBatchID            = "Nats-Batch-Id"
-	headerBatchSeq           = "Nats-Batch-Sequence"
-	headerBatchCommit        = "Nats-Batch-Commit"
+	headerBatchID            = jetstreamext.BatchIDHeader
+	headerBatchSeq           = jetstreamext.BatchSeqHeader
+	headerBatchCommit        = jetstreamext.BatchCommitHeader
 	headerExpectedLastSubSeq = "Nats-Expected-Last-Subject-Sequence"
 )
 
@@ -220,8 +220,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 	return last, nil
 }
 
-// commitBatch sends one atomic batch: every message but the last without a
-// reply subject, the last with Nats-Batch-Commit as a request.
+// commitBatch sends one atomic batch (jetstreamext.PublishMsgBatch).
 func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
 	if len(msgs) == 1 {
 		// A batch of one is a plain publish: same guarantees, less work.
@@ -236,42 +235,27 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	if l.asyncBatches() {
 		return l.publishAsync(ctx, stream, msgs, expect, start)
 	}
-	id := nuid.Next()
-	for i, m := range msgs {
-		m.Header.Set(headerBatchID, id)
-		m.Header.Set(headerBatchSeq, strconv.Itoa(i+1))
-		if i == 0 && expect != nil {
-			m.Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(*expect), 10))
-		}
-		if i < len(msgs)-1 {
-			m.Header.Del(headerBatchCommit) // a message sent again in a smaller batch
-			if err := l.nc.PublishMsg(m); err != nil {
-				return 0, l.translate(err, nil)
-			}
-		}
+	if expect != nil {
+		msgs[0].Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(*expect), 10))
 	}
-	commit := msgs[len(msgs)-1]
-	commit.Header.Set(headerBatchCommit, "1")
-	// Not retried when the answer is lost: the batch id is new per send and
-	// a batch holding a stored id is refused whole, without its sequence.
+	// Synadia's atomic batch publish: every message but the last without
+	// a reply, the last a request with Nats-Batch-Commit; no ack awaited
+	// before the commit (AckFirst off), which is what a batch of a few
+	// events wants. It checks the commit's answer names this batch and
+	// its size. Not retried when the answer is lost: the batch id is new
+	// per send and a batch holding a stored id is refused whole.
 	bctx, cancel, _ := l.bound(ctx)
-	resp, err := l.nc.RequestMsgWithContext(bctx, commit)
+	ack, err := jetstreamext.PublishMsgBatch(bctx, l.js, msgs, jetstreamext.BatchFlowControl{})
 	cancel()
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, fmt.Errorf("%w: batch commit: no stream answers (is JetStream up?): %w", ErrUnavailable, err)
 		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			return 0, l.translate(apiErr, nil)
+		}
 		return 0, fmt.Errorf("eventlog: batch commit: %w", err)
-	}
-	var ack struct {
-		jetstream.PubAck
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("eventlog: batch commit: bad response %q: %w", resp.Data, err)
-	}
-	if ack.Error != nil {
-		return 0, l.translate(ack.Error, nil)
 	}
 	l.metrics.observeAppend(stream, "batch", len(msgs), time.Since(start))
 	return Seq(ack.Sequence), nil
