@@ -33,7 +33,10 @@ type Manager struct {
 		held   map[int]*held
 		leases map[int]cached       // every lease key, as watched
 		nodes  map[string]time.Time // live nodes, with when first seen
-		free   map[int]time.Time    // partitions without a lease, since
+		// beats is when each node's key was last seen written (its
+		// heartbeat), on this process's monotonic clock.
+		beats map[string]time.Time
+		free  map[int]time.Time // partitions without a lease, since
 		// lastHolder is the node whose lease of a free partition went
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
@@ -52,10 +55,23 @@ type held struct {
 	releasing bool          // handed off: no more renewals
 }
 
+// staleLocked reports whether a key last seen written at seen (a lease
+// renewal, a node heartbeat) has gone a whole TTL without being written
+// again: its writer stopped, and the key outlives it only until the server
+// expires it, which can come late (the bucket's leader was on the dead
+// node). Its holder stopped serving by then: it serves at most TTL minus
+// Margin after sending its last renewal, which this process saw after it
+// was stored.
+// REQUIRES: m.mu held.
+func (m *Manager) staleLocked(seen, now time.Time) bool {
+	return !seen.IsZero() && now.Sub(seen) > m.cfg.TTL
+}
+
 // cached is a lease key as the watcher last saw it.
 type cached struct {
 	lease Lease
 	rev   uint64
+	seen  time.Time // when last seen written (a renewal), on the monotonic clock
 }
 
 // New creates (or updates) the bucket and checks the cluster's partition
@@ -88,11 +104,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		ready: make(chan struct{}),
 		poke:  make(chan struct{}, 1),
 	}
-	m.mu.held = map[int]*held{}
-	m.mu.leases = map[int]cached{}
-	m.mu.nodes = map[string]time.Time{}
-	m.mu.free = map[int]time.Time{}
-	m.mu.lastHolder = map[int]string{}
+	m.initState()
 	if m.met, err = newMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -100,6 +112,16 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// initState makes the cache's maps.
+func (m *Manager) initState() {
+	m.mu.held = map[int]*held{}
+	m.mu.leases = map[int]cached{}
+	m.mu.nodes = map[string]time.Time{}
+	m.mu.beats = map[string]time.Time{}
+	m.mu.free = map[int]time.Time{}
+	m.mu.lastHolder = map[int]string{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -193,7 +215,11 @@ func (m *Manager) Nodes() []string {
 
 func (m *Manager) liveLocked() []string {
 	out := make([]string, 0, len(m.mu.nodes)+1)
+	now := time.Now()
 	for n := range m.mu.nodes {
+		if n != m.cfg.Node && m.staleLocked(m.mu.beats[n], now) {
+			continue // no heartbeat seen for a TTL: dead, whatever the server still holds
+		}
 		out = append(out, n)
 	}
 	if _, ok := m.mu.nodes[m.cfg.Node]; !ok && !m.mu.stopping {
@@ -279,6 +305,10 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(m.cfg.RenewEvery)
 	defer tick.Stop()
+	// Between renewals, look for leases and nodes gone stale a twentieth
+	// of a TTL at a time (a round renews only when a renewal is due).
+	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
+	defer check.Stop()
 	for {
 		m.round(ctx)
 		select {
@@ -287,25 +317,32 @@ func (m *Manager) Run(ctx context.Context) error {
 			close(m.ready)
 			m.log.Info("partition leases taken", "owned", m.OwnedCount(), "nodes", m.Nodes())
 		}
-		select {
-		case <-ctx.Done():
-			m.stop()
-			stopWatch()
-			<-dogDone
-			return nil
-		case err := <-watchErr:
-			if wctx.Err() == nil {
-				m.log.Error("lease watcher stopped; restarting it", "err", err)
-				go func() {
-					select {
-					case <-time.After(m.cfg.RenewEvery):
-					case <-wctx.Done():
-					}
-					watchErr <- m.watch(wctx, make(chan struct{}))
-				}()
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				m.stop()
+				stopWatch()
+				<-dogDone
+				return nil
+			case err := <-watchErr:
+				if wctx.Err() == nil {
+					m.log.Error("lease watcher stopped; restarting it", "err", err)
+					go func() {
+						select {
+						case <-time.After(m.cfg.RenewEvery):
+						case <-wctx.Done():
+						}
+						watchErr <- m.watch(wctx, make(chan struct{}))
+					}()
+				}
+				waiting = false
+			case <-tick.C:
+				waiting = false
+			case <-check.C:
+				waiting = !m.staleTakeovers()
+			case <-m.poke:
+				waiting = false
 			}
-		case <-tick.C:
-		case <-m.poke:
 		}
 	}
 }
@@ -394,11 +431,14 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 		switch {
 		case gone:
 			delete(m.mu.nodes, node)
+			delete(m.mu.beats, node)
 			return known
 		case !known:
 			m.mu.nodes[node] = time.Now()
+			m.mu.beats[node] = time.Now()
 			return true
 		}
+		m.mu.beats[node] = time.Now()
 	case strings.HasPrefix(key, prefixLease):
 		p, err := strconv.Atoi(key[len(prefixLease):])
 		if err != nil || p < 0 || p >= m.cfg.Partitions {
@@ -417,7 +457,7 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 		if !ok {
 			return false
 		}
-		m.mu.leases[p] = cached{lease: l, rev: e.Revision()}
+		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: time.Now()}
 		delete(m.mu.free, p)
 		delete(m.mu.lastHolder, p)
 		return !had || old.lease != l

@@ -221,3 +221,29 @@ func TestPartitionMismatch(t *testing.T) {
 		t.Fatalf("got %v, want ErrPartitionMismatch", err)
 	}
 }
+
+// TestDeadHolderWithoutServerExpiry: the keys of a node that died are
+// still on the server (written here without a TTL, as if the server's
+// expiry were late). A live node takes its partitions once it has seen
+// nothing of it for a TTL, instead of waiting for the server.
+func TestDeadHolderWithoutServerExpiry(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	b := startNode(t, s, Config{Node: "b", Partitions: 4, TTL: 2 * time.Second})
+	b.stop(t) // hands its leases off: the bucket is empty, the count stored
+	ctx := context.Background()
+	if _, err := b.m.kv.Put(ctx, prefixNode+"ghost", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range 4 {
+		if _, err := b.m.kv.Put(ctx, leaseKey(p), []byte(`{"node":"ghost","epoch":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startNode(t, s, Config{Node: "c", Partitions: 4, TTL: 2 * time.Second})
+	eventually(t, "c takes the ghost's 4 partitions", func() bool { return c.m.OwnedCount() == 4 })
+	for p := range 4 {
+		if l, _, _ := c.m.Owned(p); l.Node != "c" || l.Epoch <= 1 {
+			t.Errorf("partition %d: %+v", p, l)
+		}
+	}
+}

@@ -32,11 +32,7 @@ func planner(me string, partitions int) *Manager {
 		panic(err)
 	}
 	m.met = met
-	m.mu.held = map[int]*held{}
-	m.mu.leases = map[int]cached{}
-	m.mu.nodes = map[string]time.Time{}
-	m.mu.free = map[int]time.Time{}
-	m.mu.lastHolder = map[int]string{}
+	m.initState()
 	return m
 }
 
@@ -104,4 +100,61 @@ func TestPlanTakesAnExpiredLeaseAtOnce(t *testing.T) {
 	if got[moving] {
 		t.Errorf("b takes partition %d, handed off to a", moving)
 	}
+}
+
+// TestPlanTakesStaleLeases: a node whose heartbeat and lease renewals have
+// not been seen for a TTL is dead to the plan, even while the server
+// still holds its keys (their expiry can come late): the nodes its
+// partitions are now assigned to take them over, by compare-and-set on
+// the revision last seen, and nobody else does. A fresh lease is left.
+func TestPlanTakesStaleLeases(t *testing.T) {
+	const parts = 12
+	m := planner("b", parts)
+	for _, n := range []string{"a", "b", "c"} {
+		m.apply(entry{key: prefixNode + n, val: []byte(`{}`), rev: 1, op: jetstream.KeyValuePut})
+	}
+	for p := range parts {
+		m.apply(entry{key: leaseKey(p), val: []byte(`{"node":"a","epoch":7}`), rev: uint64(100 + p), op: jetstream.KeyValuePut})
+	}
+	if got := stale(m); len(got) != 0 {
+		t.Fatalf("takeovers of fresh leases: %v", got)
+	}
+	// a stops: nothing of it is seen for more than a TTL.
+	old := time.Now().Add(-m.cfg.TTL - time.Second)
+	m.mu.beats["a"] = old
+	for p := range parts {
+		c := m.mu.leases[p]
+		c.seen = old
+		m.mu.leases[p] = c
+	}
+	want := assign(parts, []string{"b", "c"})
+	got := stale(m)
+	for p := range parts {
+		if (want[p] == "b") != (got[p] != 0) {
+			t.Errorf("partition %d (assigned to %s): takeover at %d", p, want[p], got[p])
+		}
+		if got[p] != 0 && got[p] != uint64(100+p) {
+			t.Errorf("partition %d taken over at revision %d, want the last seen %d", p, got[p], 100+p)
+		}
+	}
+	if nodes := m.Nodes(); len(nodes) != 2 {
+		t.Errorf("live nodes %v, want b and c", nodes)
+	}
+	// A renewal seen again: the lease is fresh.
+	m.apply(entry{key: leaseKey(0), val: []byte(`{"node":"a","epoch":7}`), rev: 200, op: jetstream.KeyValuePut})
+	if got := stale(m); got[0] != 0 {
+		t.Errorf("a renewed lease taken over at %d", got[0])
+	}
+}
+
+// stale returns the partitions plan would take over as stale, with the
+// revision it would expect.
+func stale(m *Manager) map[int]uint64 {
+	out := map[int]uint64{}
+	for _, a := range m.plan() {
+		if a.stale {
+			out[a.p] = a.rev
+		}
+	}
+	return out
 }

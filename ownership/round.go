@@ -12,10 +12,11 @@ import (
 
 // action is one step of a round, planned under the lock and run outside it.
 type action struct {
-	kind actionKind
-	p    int
-	rev  uint64 // takeover, drop: the key's revision
-	h    *held  // handoff
+	kind  actionKind
+	p     int
+	stale bool   // takeover: of another node's lease it stopped renewing
+	rev   uint64 // takeover, drop: the key's revision
+	h     *held  // handoff
 }
 
 type actionKind int
@@ -83,6 +84,12 @@ func (m *Manager) plan() []action {
 			if seen, ok := m.mu.nodes[want[p]]; ok && now.Sub(seen) >= m.cfg.RenewEvery {
 				out = append(out, action{kind: handoff, p: p, h: h})
 			}
+		case leased && c.lease.Node != me && m.staleLocked(c.seen, now) && want[p] == me:
+			// Its holder has not renewed it for a TTL: take it by a
+			// compare-and-set on the revision last seen, without waiting
+			// for the server to expire the key. A renewal meanwhile makes
+			// the write fail.
+			out = append(out, action{kind: takeover, p: p, rev: c.rev, stale: true})
 		case leased && c.lease.Node == me:
 			// A lease of this node's name that this process does not hold:
 			// written before a restart.
@@ -108,6 +115,17 @@ func (m *Manager) plan() []action {
 		}
 	}
 	return out
+}
+
+// staleTakeovers reports whether plan would take over a lease its holder
+// stopped renewing: what a check between renewals acts on.
+func (m *Manager) staleTakeovers() bool {
+	for _, a := range m.plan() {
+		if a.stale {
+			return true
+		}
+	}
+	return false
 }
 
 // heartbeat writes this node's key with the TTL.
@@ -223,9 +241,10 @@ func (m *Manager) acquire(ctx context.Context, p int) {
 	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: rev}, rev, sent)
 }
 
-// takeover replaces a lease this node's name held before a restart, by a
-// compare-and-set on its revision: the new revision is a new epoch, so
-// nothing the old process still had in flight passes the fence.
+// takeover replaces a lease by a compare-and-set on its revision: one this
+// node's name held before a restart, or one whose holder stopped renewing
+// it (stale). The new revision is a new epoch, so nothing the old holder
+// still had in flight passes the fence.
 func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
 	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
 	sent := time.Now()
@@ -235,7 +254,7 @@ func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
 		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
 	if err != nil {
 		if !isConflict(err) {
-			m.log.Warn("take back lease", "partition", p, "err", err)
+			m.log.Warn("take over lease", "partition", p, "err", err)
 		}
 		return
 	}
@@ -249,7 +268,7 @@ func (m *Manager) start(l Lease, rev uint64, sent time.Time) {
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	m.mu.Lock()
 	m.mu.held[l.Partition] = h
-	m.mu.leases[l.Partition] = cached{lease: l, rev: rev}
+	m.mu.leases[l.Partition] = cached{lease: l, rev: rev, seen: sent}
 	delete(m.mu.free, l.Partition)
 	m.mu.Unlock()
 	m.met.acquired.Inc()
