@@ -36,7 +36,11 @@ type Manager struct {
 		// beats is when each node's key was last seen written (its
 		// heartbeat), on this process's monotonic clock.
 		beats map[string]time.Time
-		free  map[int]time.Time // partitions without a lease, since
+		// lastAny is when the watcher last delivered any write (this
+		// node's own heartbeats come every RenewEvery): while it is
+		// silent, nothing can be judged stale.
+		lastAny time.Time
+		free    map[int]time.Time // partitions without a lease, since
 		// lastHolder is the node whose lease of a free partition went
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
@@ -63,7 +67,14 @@ type held struct {
 // Margin after sending its last renewal, which this process saw after it
 // was stored.
 // REQUIRES: m.mu held.
+//
+// Nothing is stale while the watcher itself is silent (the bucket electing
+// a leader, a slow connection): then no renewal of anyone is seen, and
+// live holders would look dead.
 func (m *Manager) staleLocked(seen, now time.Time) bool {
+	if now.Sub(m.mu.lastAny) > 2*m.cfg.RenewEvery {
+		return false
+	}
 	return !seen.IsZero() && now.Sub(seen) > m.cfg.TTL
 }
 
@@ -423,6 +434,7 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 	gone := e.Operation() != jetstream.KeyValuePut
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.mu.lastAny = time.Now()
 	defer func() { m.met.nodes.Set(float64(len(m.mu.nodes))) }()
 	switch {
 	case strings.HasPrefix(key, prefixNode):

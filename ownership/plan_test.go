@@ -127,6 +127,12 @@ func TestPlanTakesStaleLeases(t *testing.T) {
 		c.seen = old
 		m.mu.leases[p] = c
 	}
+	// While the watcher itself delivers nothing, nobody is judged dead.
+	m.mu.lastAny = old
+	if got := stale(m); len(got) != 0 {
+		t.Fatalf("takeovers while the watcher is silent: %v", got)
+	}
+	m.mu.lastAny = time.Now() // b's own heartbeat, seen
 	want := assign(parts, []string{"b", "c"})
 	got := stale(m)
 	for p := range parts {
