@@ -116,10 +116,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		poke:  make(chan struct{}, 1),
 	}
 	m.initState()
-	if m.met, err = newMetrics(cfg.Registerer, m); err != nil {
+	// Register the metrics only for a Manager that will run: a New that
+	// fails (and is retried) must not leave collectors behind.
+	if err := m.checkPartitions(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.checkPartitions(ctx); err != nil {
+	if m.met, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -271,6 +273,7 @@ func (m *Manager) Check(ctx context.Context, p int) error {
 // Serve goroutine finishes on its own.
 func (m *Manager) loseLocked(p int, h *held, cause error) {
 	delete(m.mu.held, p)
+	m.met.owned.Set(float64(len(m.mu.held)))
 	h.cancel(cause)
 	m.met.lost.WithLabelValues(causeLabel(cause)).Inc()
 	m.log.Warn("partition lease lost", "partition", p, "epoch", h.lease.Epoch, "cause", cause)

@@ -10,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serving records which node serves which partition, and fails the test if
@@ -245,5 +246,32 @@ func TestDeadHolderWithoutServerExpiry(t *testing.T) {
 		if l, _, _ := c.m.Owned(p); l.Node != "c" || l.Epoch <= 1 {
 			t.Errorf("partition %d: %+v", p, l)
 		}
+	}
+}
+
+// TestMetricsOfASecondManager: a Manager made again on the same registry
+// (a tenant's daemon restarted, a start retried) reports its own
+// partitions, not those of the first.
+func TestMetricsOfASecondManager(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	reg := prometheus.NewRegistry()
+	owned := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "forever_ownership_partitions_owned" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	first := startNode(t, s, Config{Node: "a", Partitions: 4, TTL: 60 * time.Second, Registerer: reg})
+	first.stop(t)
+	second := startNode(t, s, Config{Node: "a", Partitions: 4, TTL: 60 * time.Second, Registerer: reg})
+	eventually(t, "the second manager owns 4", func() bool { return second.m.OwnedCount() == 4 })
+	if got := owned(); got != 4 {
+		t.Fatalf("forever_ownership_partitions_owned = %v, want the second manager's 4", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 )
 
 type metrics struct {
+	owned    prometheus.Gauge
 	nodes    prometheus.Gauge
 	acquired prometheus.Counter
 	renewals prometheus.Counter
@@ -13,8 +14,14 @@ type metrics struct {
 	handoff  prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
+// newMetrics registers the package's metrics, or takes those already in
+// reg (a Manager made again in the same process: a tenant's daemon
+// restarted, a retried start).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	out := &metrics{
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "forever_ownership_partitions_owned", Help: "Partitions this node holds the lease of.",
+		}),
 		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "forever_ownership_nodes", Help: "Live nodes this node sees in the lease bucket.",
 		}),
@@ -34,13 +41,25 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
-	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "forever_ownership_partitions_owned", Help: "Partitions this node holds the lease of.",
-	}, func() float64 { return float64(m.OwnedCount()) })
-	for _, c := range []prometheus.Collector{out.nodes, out.acquired, out.renewals, out.lost, out.handoff, owned} {
-		if _, err := promreg.Register(reg, c); err != nil {
-			return nil, err
-		}
+	var err error
+	if out.owned, err = promreg.Register(reg, out.owned); err != nil {
+		return nil, err
 	}
+	if out.nodes, err = promreg.Register(reg, out.nodes); err != nil {
+		return nil, err
+	}
+	if out.acquired, err = promreg.Register(reg, out.acquired); err != nil {
+		return nil, err
+	}
+	if out.renewals, err = promreg.Register(reg, out.renewals); err != nil {
+		return nil, err
+	}
+	if out.lost, err = promreg.Register(reg, out.lost); err != nil {
+		return nil, err
+	}
+	if out.handoff, err = promreg.Register(reg, out.handoff); err != nil {
+		return nil, err
+	}
+	out.owned.Set(0)
 	return out, nil
 }

@@ -27,7 +27,7 @@ func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 // planner returns a Manager of node me with only what plan reads.
 func planner(me string, partitions int) *Manager {
 	m := &Manager{cfg: Config{Node: me, Partitions: partitions, TTL: 10 * time.Second, RenewEvery: 2500 * time.Millisecond}}
-	met, err := newMetrics(nil, m)
+	met, err := newMetrics(nil)
 	if err != nil {
 		panic(err)
 	}

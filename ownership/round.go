@@ -268,6 +268,7 @@ func (m *Manager) start(l Lease, rev uint64, sent time.Time) {
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	m.mu.Lock()
 	m.mu.held[l.Partition] = h
+	m.met.owned.Set(float64(len(m.mu.held)))
 	m.mu.leases[l.Partition] = cached{lease: l, rev: rev, seen: sent}
 	delete(m.mu.free, l.Partition)
 	m.mu.Unlock()
@@ -307,6 +308,7 @@ func (m *Manager) handoff(p int, h *held) {
 	rev := h.rev
 	if m.mu.held[p] == h {
 		delete(m.mu.held, p)
+		m.met.owned.Set(float64(len(m.mu.held)))
 	}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
