@@ -31,22 +31,12 @@ const (
 // process.
 func fiberRun(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 10000)
-	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
+	g, err := openFiberRig(ctx, env, "r1")
 	if err != nil {
 		return Result{}, err
 	}
-	defer release()
-	runs, err := openRuns(ctx, lg)
-	if err != nil {
-		return Result{}, err
-	}
-	defer runs.stop()
-	var sink errSink
-	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "r1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
-	if err != nil {
-		return Result{}, err
-	}
-	defer r.Close()
+	defer g.close()
+	lg, prefix, r, sink := g.lg, g.prefix, g.r, &g.sink
 
 	// What Run appends: the data of fiber.started and fiber.completed, and
 	// the size of each stored message body.
@@ -120,22 +110,12 @@ func newSnapshot(step int) benchSnapshot {
 // Stash appends. The three series alternate inside the fiber.
 func fiberStash(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(3000, 20000)
-	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
+	g, err := openFiberRig(ctx, env, "s1")
 	if err != nil {
 		return Result{}, err
 	}
-	defer release()
-	runs, err := openRuns(ctx, lg)
-	if err != nil {
-		return Result{}, err
-	}
-	defer runs.stop()
-	var sink errSink
-	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "s1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
-	if err != nil {
-		return Result{}, err
-	}
-	defer r.Close()
+	defer g.close()
+	lg, prefix, r, sink := g.lg, g.prefix, g.r, &g.sink
 
 	data, subject := payload(snapshotSize), prefix+".s1"
 	raw := func() error {
@@ -240,6 +220,42 @@ func (t *runsTable) stop() error {
 }
 
 // errSink collects the errors a Runner reports to Hooks.OnError.
+// fiberRig is what the fiber scenarios run on: a Log on the Env's server
+// (and the raw stream's subject prefix), the runs table running, and a
+// Runner for one agent whose errors go to sink.
+type fiberRig struct {
+	lg     *eventlog.Log
+	prefix string
+	r      *fiber.Runner
+	sink   errSink
+	close  func()
+}
+
+func openFiberRig(ctx context.Context, env *Env, agent string) (*fiberRig, error) {
+	lg, prefix, release, err := env.OpenLogAndRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := openRuns(ctx, lg)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	g := &fiberRig{lg: lg, prefix: prefix}
+	g.r, err = fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: agent, Logger: env.Logger, Hooks: fiber.Hooks{OnError: g.sink.add}})
+	if err != nil {
+		runs.stop()
+		release()
+		return nil, err
+	}
+	g.close = func() {
+		g.r.Close()
+		runs.stop()
+		release()
+	}
+	return g, nil
+}
+
 type errSink struct {
 	mu   sync.Mutex
 	errs []error

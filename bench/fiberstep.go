@@ -21,22 +21,12 @@ import (
 // op.started: two synced writes) next to Go, Stash and Step (four).
 func fiberStep(ctx context.Context, env *Env) (Result, error) {
 	n := env.Count(2000, 10000)
-	lg, _, release, err := env.OpenLogAndRaw(ctx)
+	g, err := openFiberRig(ctx, env, "st1")
 	if err != nil {
 		return Result{}, err
 	}
-	defer release()
-	runs, err := openRuns(ctx, lg)
-	if err != nil {
-		return Result{}, err
-	}
-	defer runs.stop()
-	var sink errSink
-	r, err := fiber.New(fiber.Config{Log: lg, Table: runs.table, Agent: "st1", Logger: env.Logger, Hooks: fiber.Hooks{OnError: sink.add}})
-	if err != nil {
-		return Result{}, err
-	}
-	defer r.Close()
+	defer g.close()
+	r, sink := g.r, &g.sink
 	var ours, base series
 	err = r.Run(ctx, "stepper", func(ctx context.Context, f *fiber.Fiber) error {
 		k := 0
