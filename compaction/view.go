@@ -1,7 +1,7 @@
 package compaction
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"iter"
 
@@ -26,7 +26,7 @@ type Stats struct {
 
 // Key layout (agent ids are subject tokens, without NUL):
 //
-//	s\x00<agent>  Stats JSON
+//	s\x00<agent>  Stats: events, bytes (8 bytes each, big endian)
 //	c\x00<agent>  empty, while the agent is past the candidate floor
 func statsKey(agent string) []byte     { return []byte("s\x00" + agent) }
 func candidateKey(agent string) []byte { return []byte("c\x00" + agent) }
@@ -38,7 +38,7 @@ var candidatePrefix = []byte("c\x00")
 func View() eventlog.Projection {
 	return eventlog.Projection{
 		Name:    ViewName,
-		Version: 1,
+		Version: 2,
 		Filter:  eventlog.Filter{},
 		Apply:   apply,
 		AgentRows: func(eventlog.Reader, string) iter.Seq2[eventlog.KV, error] {
@@ -56,6 +56,7 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 	if err != nil {
 		return err
 	}
+	was := st.candidate()
 	if e.Type == eventlog.TypeSnapshot {
 		var s eventlog.Snapshot
 		if e.Decode(&s) == nil && s.Part == 0 {
@@ -64,17 +65,27 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	st.Events++
 	st.Bytes += int64(len(e.Data))
-	data, err := json.Marshal(st)
-	if err != nil {
+	if err := b.Set(statsKey(e.Agent), st.encode()); err != nil {
 		return err
 	}
-	if err := b.Set(statsKey(e.Agent), data); err != nil {
-		return err
-	}
-	if st.Events >= CandidateEvents || st.Bytes >= CandidateBytes {
+	// The candidate key changes only when the agent crosses the floor
+	// (counts only grow between snapshots): no write per event for it.
+	switch now := st.candidate(); {
+	case now && !was:
 		return b.Set(candidateKey(e.Agent), nil)
+	case was && !now:
+		return b.Delete(candidateKey(e.Agent))
 	}
-	return b.Delete(candidateKey(e.Agent))
+	return nil
+}
+
+// candidate reports whether st is past the floor the sweep reads.
+func (st Stats) candidate() bool { return st.Events >= CandidateEvents || st.Bytes >= CandidateBytes }
+
+// encode is the row of st: events and bytes, 8 bytes each, big endian
+// (applied on every event of every agent, so no JSON).
+func (st Stats) encode() []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(st.Events)), uint64(st.Bytes))
 }
 
 func readStats(r eventlog.Reader, agent string) (Stats, error) {
@@ -86,9 +97,10 @@ func readStats(r eventlog.Reader, agent string) (Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := json.Unmarshal(v, &st); err != nil {
-		// A row this view wrote cannot fail to decode; start again.
+	if len(v) != 16 {
+		// A row this view wrote is 16 bytes; start again.
 		return Stats{}, nil
 	}
+	st.Events, st.Bytes = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
 	return st, nil
 }
