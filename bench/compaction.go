@@ -159,25 +159,11 @@ func compactAll(ctx context.Context, env *Env, cfg eventlog.Config) (time.Durati
 	if err != nil {
 		return 0, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, len(vs.run))
-	for _, r := range vs.run {
-		go func() { done <- r.Run(rctx) }()
+	stop, err := vs.start(ctx)
+	if err != nil {
+		return 0, err
 	}
-	defer func() {
-		cancel()
-		for range vs.run {
-			<-done
-		}
-	}()
-	for _, ch := range vs.ready {
-		select {
-		case <-ch:
-		case err := <-done:
-			done <- err
-			return 0, fmt.Errorf("views stopped: %w", err)
-		}
-	}
+	defer stop()
 	start := time.Now()
 	for a := range compactAgents {
 		if _, err := lg.Compact(ctx, fmt.Sprintf("h%d", a)); err != nil && !errors.Is(err, eventlog.ErrNothingToCompact) {

@@ -191,6 +191,35 @@ func openViews(lg *eventlog.Log, shared bool) (*viewSet, error) {
 	return vs, nil
 }
 
+// start runs the views and waits until every one is ready; stop ends them
+// and returns their errors. On an error the views are stopped already.
+func (vs *viewSet) start(ctx context.Context) (stop func() error, err error) {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, len(vs.run))
+	for _, r := range vs.run {
+		go func() { done <- r.Run(rctx) }()
+	}
+	stop = func() error {
+		cancel()
+		var errs []error
+		for range vs.run {
+			errs = append(errs, <-done)
+		}
+		return errors.Join(errs...)
+	}
+	for _, ch := range vs.ready {
+		select {
+		case <-ch:
+		case err := <-done:
+			done <- err
+			return nil, errors.Join(errors.New("views stopped before ready"), stop())
+		case <-ctx.Done():
+			return nil, errors.Join(ctx.Err(), stop())
+		}
+	}
+	return stop, nil
+}
+
 // waitFor waits as agentd does for a write at seq to be readable.
 func (vs *viewSet) waitFor(ctx context.Context, seq eventlog.Seq) error {
 	if err := vs.store.WaitFor(ctx, seq); err != nil {
@@ -225,28 +254,9 @@ func rebuildViews(ctx context.Context, env *Env, cfg eventlog.Config, shared, ry
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, len(vs.run))
-	for _, r := range vs.run {
-		go func() { done <- r.Run(rctx) }()
-	}
-	stop := func() error {
-		cancel()
-		var errs []error
-		for range vs.run {
-			errs = append(errs, <-done)
-		}
-		return errors.Join(errs...)
-	}
-	for _, ch := range vs.ready {
-		select {
-		case <-ch:
-		case err := <-done:
-			done <- err
-			return 0, 0, nil, errors.Join(errors.New("views stopped before ready"), stop())
-		case <-ctx.Done():
-			return 0, 0, nil, errors.Join(ctx.Err(), stop())
-		}
+	stop, err := vs.start(ctx)
+	if err != nil {
+		return 0, 0, nil, err
 	}
 	took = time.Since(start)
 	if err := vs.waitFor(ctx, want); err != nil {
