@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats.go"
 )
@@ -36,10 +37,13 @@ const (
 //     op.completed events (set by agentd as it appends each, so the
 //     subscriber's delivery does not blur them): each gap is one step's
 //     op.started, steps.executed and op.completed, which carries the
-//     step's stash (fiber.ThenStash); and the start to the first step,
-//     from sending "start" until the first op.completed arrives (fiber.started
-//     carrying the first snapshot and op.started, steps.executed,
-//     op.completed: three synced writes).
+//     step's stash (fiber.ThenStash); the start to the first step
+//     running, from sending "start" until the time of the first
+//     steps.executed (the step's effect, which starts once fiber.started,
+//     carrying the first snapshot and the step's op.started, is stored:
+//     one synced write); and the start to the first step done, until the
+//     first op.completed arrives (three synced writes, as the step's
+//     effect is itself a write).
 //
 // The ratio is the interval figure over the always figure: the share of
 // the crash-safe speed. The scenario runs once per bench run, whatever
@@ -90,6 +94,7 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 			gaps, err := st.fiber(ctx, syncFiberSteps)
 			st.steps = append(st.steps, gaps...)
 			st.firsts = append(st.firsts, st.first.Sub(t))
+			st.runs = append(st.runs, st.firstRun.Sub(t))
 			return err
 		}
 	}
@@ -108,8 +113,10 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 		row("chat turn", 99, always.turns, interval.turns),
 		row("steps fiber step", 50, always.steps, interval.steps),
 		row("steps fiber step", 99, always.steps, interval.steps),
-		row("steps start to first step", 50, always.firsts, interval.firsts),
-		row("steps start to first step", 99, always.firsts, interval.firsts),
+		row("steps start to first step running", 50, always.runs, interval.runs),
+		row("steps start to first step running", 99, always.runs, interval.runs),
+		row("steps start to first step done", 50, always.firsts, interval.firsts),
+		row("steps start to first step done", 99, always.firsts, interval.firsts),
 	}}, nil
 }
 
@@ -124,8 +131,9 @@ type syncTarget struct {
 	stepC chan *nats.Msg // events of steps:bench
 	seq   int
 
-	turns, steps, firsts []time.Duration
-	first                time.Time // arrival of the last fiber's first op.completed
+	turns, steps, firsts, runs []time.Duration
+	first                      time.Time // arrival of the last fiber's first op.completed
+	firstRun                   time.Time // time of the last fiber's first steps.executed
 }
 
 const (
@@ -225,8 +233,17 @@ func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error)
 	var gaps []time.Duration
 	var last time.Time
 	var bad error
+	ran := false
 	err := st.await(ctx, st.stepC, func(m *nats.Msg) bool {
 		typ := m.Header.Get(eventlog.HeaderType)
+		if typ == agentd.EventStepExecuted && !ran {
+			var e eventlog.Event
+			if err := json.Unmarshal(m.Data, &e); err != nil || e.Time.IsZero() {
+				bad = fmt.Errorf("bench: undecodable %s event: %v: %s", typ, err, m.Data)
+				return true
+			}
+			ran, st.firstRun = true, e.Time
+		}
 		if typ == "op.completed" {
 			if last.IsZero() {
 				st.first = time.Now()
