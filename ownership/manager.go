@@ -36,6 +36,16 @@ type Manager struct {
 		// beats is when each node's key was last seen written (its
 		// heartbeat), on this process's monotonic clock.
 		beats map[string]time.Time
+		// beatRevs is the revision of each node's key last seen: a
+		// restarted watcher delivers every key again, and an unchanged
+		// revision is no new heartbeat.
+		beatRevs map[string]uint64
+		// ownSeen is the newest revision of this node's own key the
+		// watcher delivered; beatAcked the newest the server acknowledged,
+		// at beatAckedAt. A watcher that lags an acknowledged heartbeat is
+		// broken (its consumer was on a node that died) and is restarted.
+		ownSeen, beatAcked uint64
+		beatAckedAt        time.Time
 		// lastAny is when the watcher last delivered any write (this
 		// node's own heartbeats come every RenewEvery): while it is
 		// silent, nothing can be judged stale.
@@ -133,6 +143,7 @@ func (m *Manager) initState() {
 	m.mu.leases = map[int]cached{}
 	m.mu.nodes = map[string]time.Time{}
 	m.mu.beats = map[string]time.Time{}
+	m.mu.beatRevs = map[string]uint64{}
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
 }
@@ -304,13 +315,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.started = time.Now()
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
+	w := newWatcher(m, wctx)
 	synced := make(chan struct{})
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- m.watch(wctx, synced) }()
+	w.start(synced)
 	select {
 	case <-synced:
-	case err := <-watchErr:
-		return err
+	case end := <-w.ends:
+		return end.err
 	case <-ctx.Done():
 		return nil
 	}
@@ -320,7 +331,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	tick := time.NewTicker(m.cfg.RenewEvery)
 	defer tick.Stop()
 	// Between renewals, look for leases and nodes gone stale a twentieth
-	// of a TTL at a time (a round renews only when a renewal is due).
+	// of a TTL at a time (a round renews only when a renewal is due), and
+	// for a watcher that lags this node's own heartbeat.
 	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
 	defer check.Stop()
 	for {
@@ -338,21 +350,14 @@ func (m *Manager) Run(ctx context.Context) error {
 				stopWatch()
 				<-dogDone
 				return nil
-			case err := <-watchErr:
-				if wctx.Err() == nil {
-					m.log.Error("lease watcher stopped; restarting it", "err", err)
-					go func() {
-						select {
-						case <-time.After(m.cfg.RenewEvery):
-						case <-wctx.Done():
-						}
-						watchErr <- m.watch(wctx, make(chan struct{}))
-					}()
-				}
-				waiting = false
+			case end := <-w.ends:
+				waiting = !w.ended(end)
+			case <-w.retry:
+				w.start(nil)
 			case <-tick.C:
 				waiting = false
 			case <-check.C:
+				w.checkLag()
 				waiting = !m.staleTakeovers()
 			case <-m.poke:
 				waiting = false
@@ -406,6 +411,7 @@ func (m *Manager) watch(ctx context.Context, synced chan struct{}) error {
 					initial = false
 					m.markFree()
 					close(synced)
+					m.pokeLoop() // a restarted watch may have found changes
 				}
 				continue
 			}
@@ -443,17 +449,23 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 	case strings.HasPrefix(key, prefixNode):
 		node := key[len(prefixNode):]
 		_, known := m.mu.nodes[node]
-		switch {
-		case gone:
+		if gone {
 			delete(m.mu.nodes, node)
 			delete(m.mu.beats, node)
+			delete(m.mu.beatRevs, node)
 			return known
-		case !known:
-			m.mu.nodes[node] = time.Now()
-			m.mu.beats[node] = time.Now()
-			return true
 		}
-		m.mu.beats[node] = time.Now()
+		if node == m.cfg.Node {
+			m.mu.ownSeen = max(m.mu.ownSeen, e.Revision())
+		}
+		if !known {
+			m.mu.nodes[node] = time.Now()
+		}
+		if !known || m.mu.beatRevs[node] != e.Revision() {
+			m.mu.beats[node] = time.Now()
+			m.mu.beatRevs[node] = e.Revision()
+		}
+		return !known
 	case strings.HasPrefix(key, prefixLease):
 		p, err := strconv.Atoi(key[len(prefixLease):])
 		if err != nil || p < 0 || p >= m.cfg.Partitions {
@@ -472,7 +484,11 @@ func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
 		if !ok {
 			return false
 		}
-		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: time.Now()}
+		seen := time.Now()
+		if had && old.rev == e.Revision() {
+			seen = old.seen // delivered again by a restarted watcher: no renewal
+		}
+		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: seen}
 		delete(m.mu.free, p)
 		delete(m.mu.lastHolder, p)
 		return !had || old.lease != l

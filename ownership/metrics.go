@@ -12,6 +12,9 @@ type metrics struct {
 	renewals prometheus.Counter
 	lost     *prometheus.CounterVec
 	handoff  prometheus.Histogram
+	// watchRestarts counts lease watches restarted for lagging this
+	// node's own heartbeat.
+	watchRestarts prometheus.Counter
 }
 
 // newMetrics registers the package's metrics, or takes those already in
@@ -40,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a handoff's start to its lease key deleted.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
+		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_ownership_watch_restarts_total",
+			Help: "Lease bucket watches restarted because they lagged this node's acknowledged heartbeat (their server died).",
+		}),
 	}
 	var err error
 	if out.owned, err = promreg.Register(reg, out.owned); err != nil {
@@ -58,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if out.handoff, err = promreg.Register(reg, out.handoff); err != nil {
+		return nil, err
+	}
+	if out.watchRestarts, err = promreg.Register(reg, out.watchRestarts); err != nil {
 		return nil, err
 	}
 	out.owned.Set(0)

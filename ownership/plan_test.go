@@ -146,6 +146,18 @@ func TestPlanTakesStaleLeases(t *testing.T) {
 	if nodes := m.Nodes(); len(nodes) != 2 {
 		t.Errorf("live nodes %v, want b and c", nodes)
 	}
+	// A restarted watcher delivers every key again: unchanged revisions
+	// are no renewal and no heartbeat.
+	m.apply(entry{key: prefixNode + "a", val: []byte(`{}`), rev: 1, op: jetstream.KeyValuePut})
+	for p := range parts {
+		m.apply(entry{key: leaseKey(p), val: []byte(`{"node":"a","epoch":7}`), rev: uint64(100 + p), op: jetstream.KeyValuePut})
+	}
+	if again := stale(m); len(again) != len(got) {
+		t.Errorf("after the same keys delivered again: %d takeovers, want %d", len(again), len(got))
+	}
+	if nodes := m.Nodes(); len(nodes) != 2 {
+		t.Errorf("after a's key delivered again: live nodes %v, want b and c", nodes)
+	}
 	// A renewal seen again: the lease is fresh.
 	m.apply(entry{key: leaseKey(0), val: []byte(`{"node":"a","epoch":7}`), rev: 200, op: jetstream.KeyValuePut})
 	if got := stale(m); got[0] != 0 {

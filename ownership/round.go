@@ -141,9 +141,16 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	}{m.started})
 	pctx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
-	if _, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.cfg.TTL)); err != nil {
+	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.cfg.TTL))
+	if err != nil {
 		m.log.Warn("node heartbeat", "err", err)
+		return
 	}
+	m.mu.Lock()
+	if ack.Sequence > m.mu.beatAcked {
+		m.mu.beatAcked, m.mu.beatAckedAt = ack.Sequence, time.Now()
+	}
+	m.mu.Unlock()
 }
 
 func (m *Manager) subject(key string) string { return "$KV." + m.cfg.Bucket + "." + key }

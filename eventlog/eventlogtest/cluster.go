@@ -1,0 +1,70 @@
+package eventlogtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// RunCluster starts n embedded nats-servers with JetStream clustered on
+// loopback (named s0, s1 ...), each storing under its own temp dir, and
+// waits until JetStream has a meta leader. Each is shut down when the test
+// ends; a test may shut one down before, to lose a node.
+func RunCluster(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	ports := make([]int, n)
+	var routes []*url.URL
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
+	}
+	dir := t.TempDir()
+	out := make([]*server.Server, n)
+	for i := range n {
+		s, err := server.NewServer(&server.Options{
+			ServerName:         fmt.Sprintf("s%d", i),
+			Host:               "127.0.0.1",
+			Port:               -1,
+			JetStream:          true,
+			StoreDir:           filepath.Join(dir, fmt.Sprintf("s%d", i)),
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+			Cluster:            server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:             routes,
+			NoLog:              true,
+			NoSigs:             true,
+		})
+		if err != nil {
+			t.Fatalf("nats server: %v", err)
+		}
+		s.Start()
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		out[i] = s
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range out {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats server not ready")
+		}
+		for !s.JetStreamIsClustered() || !s.JetStreamIsCurrent() {
+			if time.Now().After(deadline) {
+				t.Fatal("no JetStream meta leader after 30s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
