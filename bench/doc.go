@@ -28,6 +28,13 @@
 // does; auth-cost) runs under the first selected mode only, and its rows show sync
 // "both".
 //
+// The temporal scenario compares the steps agent's step with a Temporal
+// regular activity, by the same method, in alternating rounds. It needs
+// -temporal with the path of a Temporal CLI binary (built from the Go
+// module proxy: go install github.com/temporalio/cli/cmd/temporal@v1.5.1)
+// and is skipped without it. Its Temporal side is bench/temporal, a module
+// of its own, so that the Temporal SDK is not a dependency of Forever.
+//
 // # Invariants
 //
 //   - A figure is only ever compared with a baseline measured in the same run,
@@ -44,6 +51,7 @@
 //	go run ./bench                    # every scenario, both sync modes
 //	go run ./bench -sync always -run 'append' -n 2
 //	go run ./bench -json > results.json
+//	go run ./bench -run '^temporal$' -temporal "$(go env GOPATH)/bin/temporal"
 //
 // To add a scenario, write a file with a func(ctx, *Env) (Result, error) and
 // list it in scenarios() in scenario.go.

@@ -50,6 +50,9 @@ type EnvConfig struct {
 	// per run when the Envs of every mode share it. Nil: the Env builds
 	// its own under its temp dir on first use.
 	Agentd *agentdBuild
+	// Temporal is the Temporal CLI binary the temporal scenario compares
+	// with; empty skips that scenario.
+	Temporal string
 }
 
 // Validate checks the config after defaults are applied.

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	nodes := fs.Int("nodes", 1, "servers: 1, or a cluster of this many in-process servers with every stream replicated on min(nodes,3), baselines included")
 	verbose := fs.Bool("v", false, "log at info level")
 	list := fs.Bool("list", false, "list the scenarios and exit")
+	temporal := fs.String("temporal", "", "the Temporal CLI binary for the temporal scenario (skipped without it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, Agentd: build}, inMode, stderr)
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, Agentd: build, Temporal: *temporal}, inMode, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {

@@ -85,6 +85,7 @@ func scenarios() []Scenario {
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "sync-cost", Run: syncCost, Once: true},
+		{Name: "temporal", Run: temporalScenario, Once: true},
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
