@@ -277,6 +277,11 @@ func TestCluster(t *testing.T) {
 		testClusterJoin(t, bin, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
+	t.Run("NATSNodeLost", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin)
+		testClusterNATSNodeLost(t, c, nodes, agents)
+		checkWriters(t, c, agents)
+	})
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 }
