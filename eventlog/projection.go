@@ -37,6 +37,13 @@ type Projection struct {
 	// Apply still sees each snapshot part (TypeSnapshot), after its rows
 	// are in place: a view that counts events skips them.
 	AgentRows func(r Reader, agent string) iter.Seq2[KV, error]
+	// MigrateRows turns the rows of a snapshot part stored by an older
+	// Version of this projection (from) into rows of this Version. A
+	// projection that changes Version loses the compacted history of every
+	// agent whose snapshot holds older rows (the part is quarantined)
+	// unless it sets MigrateRows for those versions. An error quarantines
+	// the part too. Nil: no migration.
+	MigrateRows func(agent string, from int, rows []KV) ([]KV, error)
 }
 
 // Reader reads a projection's rows: a *View, or the *Batch of an Apply.

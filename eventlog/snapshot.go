@@ -260,9 +260,10 @@ func snapshotOf(e Event) (*Snapshot, error) {
 // applySnapshot applies one snapshot part to m: part 0 replaces the
 // agent's rows with its own, later parts add theirs. A view the snapshot
 // does not name (added after it was taken) keeps what the events gave it;
-// a view whose Version changed since cannot read the rows: both are
-// logged, and the second is quarantined, since the view then misses the
-// agent's compacted history.
+// a view whose Version changed since reads the rows through its
+// MigrateRows, and without one cannot read them: both are logged, and the
+// second is quarantined, since the view then misses the agent's compacted
+// history.
 func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (quarantine string, err error) {
 	if m.p.AgentRows == nil {
 		return "", nil
@@ -275,8 +276,14 @@ func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (qua
 		}
 		return "", nil
 	}
+	rows := sv.Rows
 	if sv.Version != m.p.Version {
-		return fmt.Sprintf("snapshot rows of view %s are at version %d, the view is at %d", m.p.Name, sv.Version, m.p.Version), nil
+		if m.p.MigrateRows == nil || sv.Version > m.p.Version {
+			return fmt.Sprintf("snapshot rows of view %s are at version %d, the view is at %d and cannot migrate them", m.p.Name, sv.Version, m.p.Version), nil
+		}
+		if rows, err = m.p.MigrateRows(e.Agent, sv.Version, sv.Rows); err != nil {
+			return fmt.Sprintf("snapshot rows of view %s at version %d: migrating them to version %d: %v", m.p.Name, sv.Version, m.p.Version, err), nil
+		}
 	}
 	if s.Part == 0 {
 		var old [][]byte
@@ -292,7 +299,7 @@ func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (qua
 			}
 		}
 	}
-	for _, kv := range sv.Rows {
+	for _, kv := range rows {
 		if err := b.Set(kv.Key, kv.Value); err != nil {
 			return "", err
 		}
