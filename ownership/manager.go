@@ -50,7 +50,9 @@ type Manager struct {
 		// node's own heartbeats come every RenewEvery): while it is
 		// silent, nothing can be judged stale.
 		lastAny time.Time
-		free    map[int]time.Time // partitions without a lease, since
+		// watchGen is the generation of the running watch (watcher.start).
+		watchGen int
+		free     map[int]time.Time // partitions without a lease, since
 		// lastHolder is the node whose lease of a free partition went
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
@@ -391,7 +393,7 @@ func (m *Manager) watchdog(ctx context.Context, done chan<- struct{}) {
 
 // watch follows every key of the bucket into the cache. It closes synced
 // once the current values are in.
-func (m *Manager) watch(ctx context.Context, synced chan struct{}) error {
+func (m *Manager) watch(ctx context.Context, gen int, synced chan struct{}) error {
 	w, err := m.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("ownership: watch %s: %w", m.cfg.Bucket, err)
@@ -415,7 +417,7 @@ func (m *Manager) watch(ctx context.Context, synced chan struct{}) error {
 				}
 				continue
 			}
-			if m.apply(e) && !initial {
+			if m.applyFrom(gen, e) && !initial {
 				m.pokeLoop()
 			}
 		}
@@ -438,11 +440,19 @@ func (m *Manager) markFree() {
 
 // apply puts one watched entry into the cache. It reports whether the
 // entry changed who is alive or who holds what (a renewal does not).
-func (m *Manager) apply(e jetstream.KeyValueEntry) bool {
+func (m *Manager) apply(e jetstream.KeyValueEntry) bool { return m.applyFrom(0, e) }
+
+// applyFrom is apply for the watch of generation gen: an entry of a watch
+// that was replaced (delivered late, older than what the new watch gave)
+// is dropped. Gen 0 applies always.
+func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 	key := e.Key()
 	gone := e.Operation() != jetstream.KeyValuePut
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if gen != 0 && gen != m.mu.watchGen {
+		return false
+	}
 	m.mu.lastAny = time.Now()
 	defer func() { m.met.nodes.Set(float64(len(m.mu.nodes))) }()
 	switch {

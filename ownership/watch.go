@@ -56,10 +56,13 @@ func (w *watcher) start(synced chan struct{}) {
 	}
 	w.gen++
 	gen := w.gen
+	w.m.mu.Lock()
+	w.m.mu.watchGen = gen // from now on, what the replaced watch delivers is dropped
+	w.m.mu.Unlock()
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.cancel, w.started, w.retry = cancel, time.Now(), nil
 	go func() {
-		err := w.m.watch(ctx, synced)
+		err := w.m.watch(ctx, gen, synced)
 		w.ends <- watchEnd{gen: gen, err: err}
 	}()
 }
