@@ -176,3 +176,23 @@ func stale(m *Manager) map[int]uint64 {
 	}
 	return out
 }
+
+// TestReplacedWatchIsIgnored: once a watch is replaced, what it still
+// delivers (older than what its successor gave) changes nothing.
+func TestReplacedWatchIsIgnored(t *testing.T) {
+	m := planner("b", 4)
+	m.mu.watchGen = 2
+	m.applyFrom(2, entry{key: leaseKey(0), val: []byte(`{"node":"b","epoch":9}`), rev: 50, op: jetstream.KeyValuePut})
+	if m.applyFrom(1, entry{key: leaseKey(0), val: []byte(`{"node":"a","epoch":8}`), rev: 40, op: jetstream.KeyValuePut}) {
+		t.Error("an entry of the replaced watch reported a change")
+	}
+	if m.applyFrom(1, entry{key: prefixNode + "a", val: []byte(`{}`), rev: 41, op: jetstream.KeyValuePut}) {
+		t.Error("a node key of the replaced watch reported a change")
+	}
+	if c := m.mu.leases[0]; c.rev != 50 || c.lease.Node != "b" {
+		t.Errorf("lease 0 after a late entry of the replaced watch: %+v", c)
+	}
+	if _, ok := m.mu.nodes["a"]; ok {
+		t.Error("a node seen only by the replaced watch is alive")
+	}
+}
