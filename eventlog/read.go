@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -203,6 +204,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 			return
 		}
 		defer msgs.Stop()
+		defer l.dropConsumer(stream, cons)
 		// Next honours ctx while it waits for messages, but not while the
 		// ordered consumer recreates itself after losing its server (a
 		// stream leader moving): that retries until the subscription is
@@ -247,3 +249,26 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 		}
 	}
 }
+
+// dropConsumer deletes the ordered consumer a Read or Follow is done with,
+// in the background. The client library only stops it, and the server
+// keeps it until its inactivity threshold (5 minutes): since nats-server
+// 2.15 caps a stream at 1,000 consumers by default, more than 1,000 reads
+// in 5 minutes then failed (TestReadsLeaveNoConsumers). A delete that
+// fails (the consumer's server is down) leaves it to that threshold.
+func (l *Log) dropConsumer(stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dropConsumerTimeout)
+		defer cancel()
+		if err := l.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			l.logger.Debug("delete a finished reader's consumer", "stream", stream, "consumer", info.Name, "err", err)
+		}
+	}()
+}
+
+// dropConsumerTimeout bounds dropConsumer's delete.
+const dropConsumerTimeout = 5 * time.Second
