@@ -91,6 +91,9 @@ func TestRunSmoke(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
 	for _, s := range scenarios() {
+		if s.Requires != "" {
+			continue // needs a tool CI does not build
+		}
 		if !strings.Contains(out.String(), s.Name+" ") {
 			t.Errorf("no row for %s in:\n%s", s.Name, out.String())
 		}

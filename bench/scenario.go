@@ -17,6 +17,10 @@ type Scenario struct {
 	// the chart does, with sync always): it runs under the first selected
 	// mode only, and its rows' Sync is "both".
 	Once bool
+	// Requires names the flag a scenario cannot run without, such as
+	// "-temporal": without it, the scenario logs that it is skipped and
+	// returns no rows.
+	Requires string
 }
 
 // Result is what a scenario measured.
@@ -85,7 +89,7 @@ func scenarios() []Scenario {
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "sync-cost", Run: syncCost, Once: true},
-		{Name: "temporal", Run: temporalScenario, Once: true},
+		{Name: "temporal", Run: temporalScenario, Once: true, Requires: "-temporal"},
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
