@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
 // Filter selects the events a reader sees.
@@ -143,17 +145,30 @@ func (l *Log) stream(name string) jetstream.Stream {
 // last one stored when Read was called, at most limit of them (0: no limit).
 // A corrupt stored event ends the read with a *CorruptError naming its
 // sequence; the events before it are returned. The caller owns the slice.
+//
+// Read uses batched direct gets (jetstreamext.GetBatch), which need no
+// consumer: a consumer per read costs a meta-layer proposal in a cluster,
+// and nats-server 2.15 caps a stream at 1,000 of them. A direct get may be
+// answered by a replica behind the last sequence; when the batches end
+// before it, Read goes on through an ordered consumer on the leader (as
+// when events between were removed: chunks age out).
 func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
 	subject, stream, err := l.filter(f)
 	if err != nil {
 		return nil, err
 	}
+	if l.closed() {
+		return nil, ErrClosed
+	}
 	last, err := l.lastSeq(ctx, stream, subject)
 	if err != nil || last <= after {
 		return nil, err
 	}
-	var out []Event
-	for e, err := range l.follow(ctx, stream, subject, after) {
+	out, next, done, err := l.readDirect(ctx, stream, subject, after, last, limit)
+	if err != nil || done {
+		return out, err
+	}
+	for e, err := range l.follow(ctx, stream, subject, next) {
 		if err != nil {
 			return out, err
 		}
@@ -166,6 +181,55 @@ func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event
 		}
 	}
 	return out, nil
+}
+
+// readBatch is how many events one batched direct get asks for.
+const readBatch = 256
+
+// readDirect reads with batched direct gets what Read returns, and reports
+// done once it has all of it; otherwise the events up to next are read and
+// the rest is for a consumer.
+func (l *Log) readDirect(ctx context.Context, stream, subject string, after, last Seq, limit int) (out []Event, next Seq, done bool, err error) {
+	next = after
+	for {
+		batch := readBatch
+		if limit > 0 {
+			batch = min(batch, limit-len(out))
+		}
+		msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, batch,
+			jetstreamext.GetBatchSeq(uint64(next)+1), jetstreamext.GetBatchSubject(subject))
+		if err != nil {
+			return out, next, false, fmt.Errorf("eventlog: read %s: %w", subject, err)
+		}
+		n := 0
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
+				return out, next, false, nil // the consumer reads it all
+			}
+			if err != nil {
+				return out, next, false, fmt.Errorf("eventlog: read %s: %w", subject, err)
+			}
+			n++
+			e, _, err := decodeRaw(m)
+			if err != nil {
+				return out, next, true, err
+			}
+			if p, perr := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64); perr == nil {
+				e.Pending = p
+			}
+			out = append(out, e)
+			next = e.Seq
+			if e.Seq >= last || (limit > 0 && len(out) >= limit) {
+				return out, next, true, nil
+			}
+		}
+		if n < batch {
+			return out, next, false, nil // ended before last: a lagging replica, or removed events
+		}
+	}
 }
 
 // Follow yields every event matching f stored after sequence after, in order
