@@ -354,7 +354,7 @@ func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clu
 	followed := make(chan []replay.Item, 1)
 	go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(c.streamChunks(agent, reply.StreamID)) < 20 {
+	for len(c.streamChunks(agent, reply.StreamID)) < 10 {
 		if time.Now().After(deadline) {
 			t.Fatalf("stream did not grow:\n%s", victim.proc.out.String())
 		}
