@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/internal/kvwatch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,7 @@ type tenantSet struct {
 	// Set by open, before the component runs.
 	op     *operator
 	deps   *Deps
+	js     jetstream.JetStream
 	kv     jetstream.KeyValue
 	sys    *nats.Conn // system account user: account claim updates
 	verify tokenVerifier
@@ -88,6 +90,7 @@ func (ts *tenantSet) open(ctx context.Context, op *operator, deps *Deps) error {
 	if err != nil {
 		return err
 	}
+	ts.js = js
 	err = retryQuorum(ctx, ts.logger, "tenant registry", deps.Config.Replicas, func(ctx context.Context) (err error) {
 		ts.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      TenantsBucket,
@@ -148,46 +151,47 @@ func (ts *tenantSet) run(ctx context.Context) error {
 	ts.mu.ctx = ctx
 	ts.mu.Unlock()
 	defer ts.wg.Wait()
-	w, err := ts.kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch tenants: %w", err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil { // every record at start was delivered
+	// The registry watch is made again when it lags the bucket (its
+	// consumer's server died): otherwise a tenant created, or a token
+	// revoked, would reach this node only when nats.go noticed, 19 s later.
+	return kvwatch.Run(ctx, kvwatch.Config{
+		JS:     ts.js,
+		Bucket: TenantsBucket,
+		Logger: ts.logger,
+		Apply:  func(e jetstream.KeyValueEntry) { ts.record(ctx, e) },
+		Synced: func(first bool) {
+			if first { // every record at start was delivered
 				go ts.markReady(ctx)
-				continue
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var t auth.Tenant
-			err := json.Unmarshal(e.Value(), &t)
-			if err == nil {
-				err = t.Validate()
-			}
-			if err == nil && t.Name != e.Key() {
-				err = fmt.Errorf("the record names tenant %q", t.Name)
-			}
-			if err != nil {
-				ts.logger.Error("tenant record is invalid; skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
-				continue
-			}
-			// The resolver keeps account JWTs, but the registry is the
-			// truth: push it again (revocations included).
-			if err := ts.pushAccount(ctx, &t); err != nil {
-				ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
-			}
-			ts.apply(&t)
-		}
+		},
+	})
+}
+
+// record applies one registry entry: a tenant record put (a deletion
+// changes nothing; revocations are puts). It is idempotent, as a watch
+// made again delivers every record again.
+func (ts *tenantSet) record(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return
 	}
+	var t auth.Tenant
+	err := json.Unmarshal(e.Value(), &t)
+	if err == nil {
+		err = t.Validate()
+	}
+	if err == nil && t.Name != e.Key() {
+		err = fmt.Errorf("the record names tenant %q", t.Name)
+	}
+	if err != nil {
+		ts.logger.Error("tenant record is invalid; skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
+		return
+	}
+	// The resolver keeps account JWTs, but the registry is the truth: push
+	// it again (revocations included).
+	if err := ts.pushAccount(ctx, &t); err != nil {
+		ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
+	}
+	ts.apply(&t)
 }
 
 // apply makes the running state match t: its tokens, and a running daemon.
