@@ -11,6 +11,7 @@ import (
 
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/internal/kvwatch"
+	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,14 +152,22 @@ func (ts *tenantSet) run(ctx context.Context) error {
 	ts.mu.ctx = ctx
 	ts.mu.Unlock()
 	defer ts.wg.Wait()
+	restarts, err := promreg.Register(ts.deps.Config.Registerer, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forever_tenants_watch_restarts_total",
+		Help: "Tenant registry watches made again because they lagged the bucket (their server died).",
+	}))
+	if err != nil {
+		return err
+	}
 	// The registry watch is made again when it lags the bucket (its
 	// consumer's server died): otherwise a tenant created, or a token
 	// revoked, would reach this node only when nats.go noticed, 19 s later.
 	return kvwatch.Run(ctx, kvwatch.Config{
-		JS:     ts.js,
-		Bucket: TenantsBucket,
-		Logger: ts.logger,
-		Apply:  func(e jetstream.KeyValueEntry) { ts.record(ctx, e) },
+		JS:        ts.js,
+		Bucket:    TenantsBucket,
+		Logger:    ts.logger,
+		OnRestart: restarts.Inc,
+		Apply:     func(e jetstream.KeyValueEntry) { ts.record(ctx, e) },
 		Synced: func(first bool) {
 			if first { // every record at start was delivered
 				go ts.markReady(ctx)
