@@ -118,6 +118,10 @@ type Config struct {
 	// owns for those past CompactEvents or CompactBytes. Default
 	// compaction.DefaultEvery (30s).
 	CompactEvery time.Duration
+	// MaxStreamConsumers caps the consumers of each of the log's streams
+	// (eventlog.Config.MaxConsumers): each client following a chat stream
+	// holds one. 0: the server's default (1,000 since nats-server 2.15).
+	MaxStreamConsumers int
 	// Provider is the model behind chat agents: local (built in, no
 	// network), openai (Responses API), chatcompletions (OpenAI-compatible:
 	// Ollama, llama.cpp, vLLM) or anthropic. Default local.
@@ -317,6 +321,7 @@ func (c *Config) Validate() error {
 		{"compact-bytes", c.CompactBytes},
 		{"compact-idle-events", c.CompactIdleEvents},
 		{"compact-every", int64(c.CompactEvery)},
+		{"max-stream-consumers", int64(c.MaxStreamConsumers)},
 		{"shutdown-timeout", int64(c.ShutdownTimeout)},
 	} {
 		if f.v < 0 {

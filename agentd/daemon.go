@@ -330,13 +330,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// hooks registered their handlers.
 	d.parts.run(ctx)
 	lcfg := eventlog.Config{
-		Conn:        r.nc,
-		Replicas:    cfg.Replicas,
-		Owner:       &d.parts,
-		OnFenced:    d.parts.onFenced,
-		Dir:         cfg.PebbleDir(),
-		FS:          cfg.PebbleFS,
-		ChunkMaxAge: cfg.ChunkMaxAge,
+		Conn:         r.nc,
+		Replicas:     cfg.Replicas,
+		MaxConsumers: cfg.MaxStreamConsumers,
+		Owner:        &d.parts,
+		OnFenced:     d.parts.onFenced,
+		Dir:          cfg.PebbleDir(),
+		FS:           cfg.PebbleFS,
+		ChunkMaxAge:  cfg.ChunkMaxAge,
 		// Without a fsync per write, atomic batches (staged in a synced
 		// store by the server) are slower than plain async publishes. The
 		// log is fenced (Owner), so it keeps batches atomic anyway: only

@@ -116,6 +116,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"events since an agent's last snapshot that make it compacted when it goes idle (0: 256)")
 	fs.DurationVar(&cfg.CompactEvery, "compact-every", cfg.CompactEvery,
 		"how often the owner sweeps its agents for those to compact (0: 30s)")
+	fs.IntVar(&cfg.MaxStreamConsumers, "max-stream-consumers", cfg.MaxStreamConsumers,
+		"consumers each of the log's streams may hold; every client following a chat stream holds one (0: the server's default, 1000)")
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
 		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,

@@ -1,9 +1,11 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // StoredCursor reads a projection's committed cursor straight from Pebble.
@@ -28,3 +30,12 @@ func SkipCommitSync(l *Log) { l.commitSync = pebble.NoSync }
 
 // StopCompact makes l's Compact call stop at each crash point.
 func StopCompact(l *Log, stop func(point string) error) { l.stopCompact = stop }
+
+// StreamConfig returns the stored config of one of l's streams.
+func StreamConfig(l *Log, name string) (jetstream.StreamConfig, error) {
+	info, err := l.stream(name).Info(context.Background())
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	return info.Config, nil
+}

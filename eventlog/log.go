@@ -66,6 +66,11 @@ type Config struct {
 	Duplicates time.Duration
 	// Replicas of both streams. Default 1.
 	Replicas int
+	// MaxConsumers caps the consumers of each stream: every Follow (a
+	// client's replay, a view's follower) holds one while it runs. 0
+	// leaves the server's default (1,000 per stream since nats-server
+	// 2.15).
+	MaxConsumers int
 	// MaxBatch caps the number of events in one atomic batch. Default 1000.
 	MaxBatch int
 	// AckTimeout bounds every wait for the server that has no deadline of
@@ -128,7 +133,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
+	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxConsumers < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -262,6 +267,7 @@ func (l *Log) createStreams(ctx context.Context) error {
 		Duplicates:         cfg.Duplicates,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,
+		MaxConsumers:       cfg.MaxConsumers,
 	})
 	if err != nil {
 		return fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
@@ -276,6 +282,7 @@ func (l *Log) createStreams(ctx context.Context) error {
 		MaxAge:             cfg.ChunkSafetyAge,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,
+		MaxConsumers:       cfg.MaxConsumers,
 	})
 	if err != nil {
 		return fmt.Errorf("eventlog: create stream %s: %w", cfg.ChunksStream, err)
