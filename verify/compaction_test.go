@@ -73,3 +73,68 @@ func TestCheckAfterCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckAfterAPartlyUndonePurge: a crash can undo part of a
+// compaction's purge (seen with nats-server 2.15.2 under SIGKILL), so an
+// agent's log holds the tail of its old history, whose fibers' starts are
+// gone, then its snapshot. The snapshot supersedes that tail: it is a
+// note, not a violation, and what comes after the snapshot is checked
+// against the snapshot alone.
+func TestCheckAfterAPartlyUndonePurge(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	// The snapshot of a live fiber with a completed op, taken for real.
+	src := newLog(t, s, 1)
+	views, err := src.NewFollower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fiber.AddTable(src, views); err != nil {
+		t.Fatal(err)
+	}
+	eventlogtest.RunFollower(t, views)
+	old := []struct {
+		typ string
+		v   m
+	}{
+		{"fiber.started", m{"id": "f1", "name": "steps"}},
+		{"op.started", m{"fiber": "f1", "opId": "o1"}},
+		{"op.completed", m{"fiber": "f1", "opId": "o1", "result": 1}},
+		{"fiber.stashed", m{"id": "f1", "snapshot": m{"done": 1}}},
+	}
+	for _, e := range old {
+		history{t, src}.ev("steps:p", e.typ, e.v)
+	}
+	if _, err := src.Compact(t.Context(), "steps:p"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := src.Read(t.Context(), eventlog.Filter{Agent: "steps:p"}, 0, 0)
+	if err != nil || len(snap) != 1 || snap[0].Type != eventlog.TypeSnapshot {
+		t.Fatalf("after compaction: %v %v", snap, err)
+	}
+
+	// The log as the crash left it: the tail of the history (its fiber's
+	// start purged), the snapshot, and the fiber going on after it.
+	lg := newLog(t, s, 2)
+	h := history{t, lg}
+	for _, e := range old[2:] {
+		h.ev("steps:p", e.typ, e.v)
+	}
+	if _, err := lg.Append(t.Context(), eventlog.Event{Agent: "steps:p", Type: eventlog.TypeSnapshot, Data: snap[0].Data}); err != nil {
+		t.Fatal(err)
+	}
+	h.ev("steps:p", "fiber.completed", m{"id": "f1"})
+	rep := check(t, lg, verify.Options{})
+	if len(rep.Violations) != 0 {
+		t.Fatalf("violations: %v", rep.Violations)
+	}
+	if len(rep.Notes) != 1 || rep.Notes[0].Kind != verify.KindSuperseded || !strings.Contains(rep.Notes[0].Text, "2 events") {
+		t.Fatalf("notes %v, want the 2 superseded events noted", rep.Notes)
+	}
+
+	// After the snapshot, the rules hold against it: o1 completed.
+	h.ev("steps:p", "op.completed", m{"fiber": "f1", "opId": "o1", "result": 2})
+	rep = check(t, lg, verify.Options{})
+	if !rep.Has(verify.KindOpCompletedTwice) && !rep.Has(verify.KindAfterEnd) {
+		t.Fatalf("an op completed again after the snapshot: %v", rep.Violations)
+	}
+}

@@ -78,8 +78,12 @@ type turnState struct {
 // event checks one event of the events stream.
 func (c *checker) event(e eventlog.Event) {
 	c.events++
-	a := c.agent(e.Agent)
 	c.seen(e.Agent, e.ID)
+	if first, ok := c.latest[e.Agent]; ok && e.Seq < first {
+		c.superseded[e.Agent]++
+		return
+	}
+	a := c.agent(e.Agent)
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventStashed, fiber.EventRecovered,
 		fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned,
@@ -111,11 +115,27 @@ func (c *checker) event(e eventlog.Event) {
 	}
 }
 
+// findSnapshot notes where the agent's latest snapshot so far starts.
+func (c *checker) findSnapshot(e eventlog.Event) {
+	if e.Type != eventlog.TypeSnapshot || e.Stream != "" {
+		return
+	}
+	var s struct {
+		Part int `json:"part"`
+	}
+	if err := json.Unmarshal(e.Data, &s); err != nil || s.Part < 0 || eventlog.Seq(s.Part) >= e.Seq {
+		return // the second pass reports it
+	}
+	if first := e.Seq - eventlog.Seq(s.Part); first > c.latest[e.Agent] {
+		c.latest[e.Agent] = first
+	}
+}
+
 // snapshot takes one part of an agent snapshot as the agent's history up
 // to it: the live fibers with their ops and attempts, every turn with its
-// outcome, every message appended. What the checker already knows from
-// events still stored before it (a compaction stopped before its purge)
-// is kept.
+// outcome, every message appended. Only an agent's latest snapshot is
+// read: the events before it (an earlier snapshot, history a purge left)
+// are superseded and skipped (findSnapshot, KindSuperseded).
 func (c *checker) snapshot(a *agentState, e eventlog.Event, s eventlog.Snapshot) {
 	a.compacted = true
 	bad := func(err error) {

@@ -42,6 +42,12 @@ const (
 	// ended, an event of the purged history); its effect is in the views
 	// the snapshot holds, which the log alone cannot show.
 	KindAckCompacted Kind = "ack-compacted"
+	// KindSuperseded is a Note: events of an agent stored before its
+	// latest snapshot. Compaction purges them, but a purge that a crash
+	// undid in part leaves some (seen with nats-server 2.15.2 under
+	// SIGKILL); the snapshot supersedes them, as it does in the views, so
+	// they are not checked.
+	KindSuperseded Kind = "superseded"
 )
 
 // Violation is one broken invariant. Agent is always set; Fiber, Request
