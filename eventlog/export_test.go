@@ -39,3 +39,6 @@ func StreamConfig(l *Log, name string) (jetstream.StreamConfig, error) {
 	}
 	return info.Config, nil
 }
+
+// SkipPurgeOnce makes l's next compaction purge remove nothing.
+func SkipPurgeOnce(l *Log) { l.skipPurge = true }

@@ -346,15 +346,37 @@ func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, e
 // leaderLast is leaderLastSeq with the writer of that last message (zero
 // when it has none, or there is no message).
 func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Token, error) {
+	seq, tok, err := l.leaderGet(ctx, stream, map[string]any{"last_by_subj": subject})
+	if err != nil {
+		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+	}
+	return seq, tok, nil
+}
+
+// leaderFirstSeq returns the sequence of the first message stored on
+// subject, asking the stream's leader; 0 when there is none.
+func (l *Log) leaderFirstSeq(ctx context.Context, stream, subject string) (Seq, error) {
+	seq, _, err := l.leaderGet(ctx, stream, map[string]any{"next_by_subj": subject, "seq": 1})
+	if err != nil {
+		return 0, fmt.Errorf("eventlog: first sequence of %s: %w", subject, err)
+	}
+	return seq, nil
+}
+
+// leaderGet sends a message get request (req, as the JetStream API takes
+// it) to the stream's leader, not to any replica as a direct get may be
+// answered. It returns the message's sequence and writer; 0 when there is
+// no such message.
+func (l *Log) leaderGet(ctx context.Context, stream string, req map[string]any) (Seq, Token, error) {
 	if l.closed() {
 		return 0, Token{}, ErrClosed
 	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	body, _ := json.Marshal(req)
 	ctx, cancel, _ := l.bound(ctx)
 	defer cancel()
-	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
-		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+		return 0, Token{}, err
 	}
 	var r struct {
 		Message *struct {
@@ -368,7 +390,7 @@ func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Toke
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: bad response %q: %w", subject, resp.Data, err)
+		return 0, Token{}, fmt.Errorf("bad response %q: %w", resp.Data, err)
 	}
 	switch {
 	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
@@ -376,10 +398,9 @@ func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Toke
 	case r.Error != nil:
 		// As a jetstream.APIError, so callers classify it as they classify
 		// the client library's errors (10008: temporarily unavailable).
-		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject,
-			&jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description})
+		return 0, Token{}, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
 	case r.Message == nil:
-		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: empty response", subject)
+		return 0, Token{}, errors.New("empty response")
 	}
 	var tok Token
 	if len(r.Message.Hdrs) > 0 {

@@ -193,6 +193,9 @@ type Log struct {
 	// ("appended": the snapshot stored, the history not purged); an error
 	// stops Compact there.
 	stopCompact func(point string) error
+	// skipPurge, set only by tests, makes Compact's next purge remove
+	// nothing, as a purge a crash undid: what deleteLeftBefore cleans up.
+	skipPurge bool
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

@@ -349,3 +349,36 @@ func TestSnapshotRowsMigrate(t *testing.T) {
 		t.Fatalf("%d parts quarantined, want the snapshot's one", n)
 	}
 }
+
+// TestCompactDeletesWhatAPurgeLeft: when the purge by subject leaves the
+// agent's old events stored (as a crash once undid part of a purge, and
+// later purges did not remove them), Compact deletes them one by one, so
+// the agent's log is its snapshot and the other agents are untouched.
+func TestCompactDeletesWhatAPurgeLeft(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := openCounter(t, s, eventlog.Config{})
+	appendN(t, lg, 300, 3)
+	waitAll(t, lg)
+	before := dump(t, lg, "counter")
+	eventlog.SkipPurgeOnce(lg)
+	c, err := lg.Compact(t.Context(), "agent0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := lg.Read(t.Context(), eventlog.Filter{Agent: "agent0"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Seq != c.Seq || evs[0].Type != eventlog.TypeSnapshot {
+		t.Fatalf("agent0 holds %d events after a compaction whose purge removed nothing", len(evs))
+	}
+	for _, a := range []string{"agent1", "agent2"} {
+		if evs, _ := lg.Read(t.Context(), eventlog.Filter{Agent: a}, 0, 0); len(evs) != 100 {
+			t.Fatalf("%s holds %d events, want its 100", a, len(evs))
+		}
+	}
+	waitAll(t, lg)
+	if after := dump(t, lg, "counter"); !equalMaps(before, after) {
+		t.Fatalf("rows changed:\n%v\n%v", before, after)
+	}
+}
