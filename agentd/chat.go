@@ -223,6 +223,9 @@ func (c *ChatAgent) handle(ctx context.Context, cmd Command) (any, error) {
 		if err := decodeOptional(cmd.Data, &p); err != nil {
 			return nil, err
 		}
+		if err := c.Settle(ctx); err != nil && !errors.Is(err, chat.ErrTurnActive) {
+			return nil, err // past the bound the page is read as it is
+		}
 		msgs, next, err := c.Messages(p)
 		if msgs == nil {
 			msgs = []chat.Message{}

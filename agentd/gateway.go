@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
@@ -75,7 +76,7 @@ func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
 		return nil, statusError{err}
 	}
-	if err := g.catchUp(ctx, agent); err != nil {
+	if err := g.settle(ctx, agent); err != nil {
 		return nil, err
 	}
 	var all []chat.Message
@@ -96,6 +97,40 @@ func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	}
 	return all, nil
 }
+
+// settle catches this node's views up with the agent and, while its
+// running turn's stream has ended but the turn has not recorded its end,
+// waits for that (bounded by settleWait, then the views are read as they
+// are). The AI SDK reads the conversation as soon as it reads the finish
+// chunk, and a turn appends its final message after that chunk; the views
+// show it on every node, whichever owns the agent.
+func (g gatewayChats) settle(ctx context.Context, agent string) error {
+	deadline := time.Now().Add(settleWait)
+	for {
+		if err := g.catchUp(ctx, agent); err != nil {
+			return err
+		}
+		t, ok, err := g.chats.Store().ActiveTurn(agent)
+		if err != nil || !ok {
+			return err
+		}
+		info, err := freshStreams{log: g.host.deps.Log, store: g.chats.Store()}.Get(ctx, agent, t.StreamID)
+		if err != nil || !info.Done() || time.Now().After(deadline) {
+			return nil // still streaming (or unknown): read what is there
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settlePoll):
+		}
+	}
+}
+
+// settleWait bounds settle; settlePoll is how often it looks again.
+const (
+	settleWait = 10 * time.Second
+	settlePoll = 5 * time.Millisecond
+)
 
 func (g gatewayChats) Active(ctx context.Context, agent string) (replay.Turn, bool, error) {
 	if err := g.catchUp(ctx, agent); err != nil {

@@ -470,6 +470,14 @@ func (a *Agent) settle(ctx context.Context) error {
 	return waitEnding(ctx, cur)
 }
 
+// Settle waits, bounded, for the running turn, if its stream has ended, to
+// record its end (its final assistant message, usage and outcome), so a
+// read that follows sees what the stream showed: the AI SDK reads the
+// conversation as soon as it reads the finish chunk, and a turn appends its
+// final message after that chunk. A turn still streaming is not waited
+// for; a turn that does not record its end within the bound is ErrTurnActive.
+func (a *Agent) Settle(ctx context.Context) error { return a.settle(ctx) }
+
 // endingWait bounds how long a new turn waits for the previous one to
 // record its end after its terminal chunk.
 const endingWait = 10 * time.Second

@@ -737,3 +737,45 @@ func TestToolOutputTooLarge(t *testing.T) {
 		t.Errorf("call = %s %q, want an error naming the size", call.State, call.ErrorText)
 	}
 }
+
+// TestSettleRightAfterFinish: a read of the conversation right after the
+// stream's finish chunk (the AI SDK makes one) waits, through Settle, for
+// the turn to record its end, and then sees the final assistant message.
+func TestSettleRightAfterFinish(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
+	reached, release := make(chan struct{}, 1), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "ended" {
+			select {
+			case reached <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		return nil
+	})
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	settled := make(chan error, 1)
+	go func() { settled <- h.a.Settle(t.Context()) }()
+	select {
+	case err := <-settled:
+		close(release)
+		t.Fatalf("Settle returned (%v) before the turn recorded its end", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-settled; err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	msgs, _, err := h.a.Messages(chat.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 || msgs[1].Role != "assistant" || len(msgs[1].Parts) == 0 {
+		t.Fatalf("after Settle: %+v, want the user message and the final assistant message", msgs)
+	}
+}
