@@ -554,17 +554,7 @@ func TestAnswerRightAfterFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), withTools(t, tool))
-	reached, release := make(chan struct{}, 1), make(chan struct{})
-	chat.StopAt(h.a, func(ctx context.Context, point string) error {
-		if point == "ended" {
-			select {
-			case reached <- struct{}{}:
-				<-release
-			default:
-			}
-		}
-		return nil
-	})
+	reached, release := holdAtEnded(h)
 	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool risky {\"text\":\"x\"}"})
 	if err != nil {
 		t.Fatal(err)
@@ -744,17 +734,7 @@ func TestToolOutputTooLarge(t *testing.T) {
 func TestSettleRightAfterFinish(t *testing.T) {
 	e := newEnv(t)
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
-	reached, release := make(chan struct{}, 1), make(chan struct{})
-	chat.StopAt(h.a, func(ctx context.Context, point string) error {
-		if point == "ended" {
-			select {
-			case reached <- struct{}{}:
-				<-release
-			default:
-			}
-		}
-		return nil
-	})
+	reached, release := holdAtEnded(h)
 	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
 		t.Fatal(err)
 	}
@@ -778,4 +758,22 @@ func TestSettleRightAfterFinish(t *testing.T) {
 	if len(msgs) != 2 || msgs[1].Role != "assistant" || len(msgs[1].Parts) == 0 {
 		t.Fatalf("after Settle: %+v, want the user message and the final assistant message", msgs)
 	}
+}
+
+// holdAtEnded holds h's next turn between its finish chunk and its end
+// records: reached gets a value when it gets there, and closing release
+// lets it go on.
+func holdAtEnded(h *host) (reached chan struct{}, release chan struct{}) {
+	reached, release = make(chan struct{}, 1), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "ended" {
+			select {
+			case reached <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		return nil
+	})
+	return reached, release
 }

@@ -33,7 +33,7 @@ func TestWatchOutlivesItsServer(t *testing.T) {
 		}
 	}
 	a := startNode(t, on, cfg)
-	consumers := watchServers(t, a.m)
+	consumers := eventlogtest.ConsumerServers(t, a.m.js, "KV_"+a.m.cfg.Bucket)
 	if len(consumers) != 1 || consumers[0] == on.Name() {
 		t.Skipf("the watch's consumer is on %v, the node's server is %s: no server to kill", consumers, on.Name())
 	}
@@ -97,21 +97,4 @@ func streamLeader(t *testing.T, m *Manager, stream string) string {
 		t.Fatal(err)
 	}
 	return info.Cluster.Leader
-}
-
-// watchServers names the servers of the bucket stream's consumers: the
-// watch's only, as nothing else consumes it.
-func watchServers(t *testing.T, m *Manager) []string {
-	t.Helper()
-	st, err := m.js.Stream(context.Background(), "KV_"+m.cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for info := range st.ListConsumers(context.Background()).Info() {
-		if info.Cluster != nil {
-			out = append(out, info.Cluster.Leader)
-		}
-	}
-	return out
 }

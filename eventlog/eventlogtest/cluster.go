@@ -1,6 +1,7 @@
 package eventlogtest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RunCluster starts n embedded nats-servers with JetStream clustered on
@@ -64,6 +66,23 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 				t.Fatal("no JetStream meta leader after 30s")
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+// ConsumerServers names the servers that hold the consumers of stream, as
+// the stream's consumer infos say (each consumer's Raft leader).
+func ConsumerServers(t testing.TB, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for ci := range st.ListConsumers(context.Background()).Info() {
+		if ci.Cluster != nil {
+			out = append(out, ci.Cluster.Leader)
 		}
 	}
 	return out

@@ -72,7 +72,7 @@ func TestWatchOutlivesItsServer(t *testing.T) {
 		if first := <-synced; !first {
 			t.Fatal("the first watch's sync says it is not the first")
 		}
-		holders = consumerServers(t, wjs)
+		holders = eventlogtest.ConsumerServers(t, wjs, "KV_T")
 		if len(holders) == 1 && holders[0] != on.Name() {
 			break
 		}
@@ -80,7 +80,7 @@ func TestWatchOutlivesItsServer(t *testing.T) {
 			t.Skipf("the watch's consumer is on %v, the watcher's server is %s: no server to kill", holders, on.Name())
 		}
 		rcancel()
-		wait(t, 10*time.Second, "the watch's consumer gone", func() bool { return len(consumerServers(t, wjs)) == 0 })
+		wait(t, 10*time.Second, "the watch's consumer gone", func() bool { return len(eventlogtest.ConsumerServers(t, wjs, "KV_T")) == 0 })
 	}
 	var probe *server.Server
 	for _, s := range srvs {
@@ -127,21 +127,4 @@ func wait(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// consumerServers names the servers of the bucket stream's consumers: the
-// watch's, as nothing else consumes it.
-func consumerServers(t *testing.T, js jetstream.JetStream) []string {
-	t.Helper()
-	st, err := js.Stream(context.Background(), "KV_T")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for ci := range st.ListConsumers(context.Background()).Info() {
-		if ci.Cluster != nil {
-			out = append(out, ci.Cluster.Leader)
-		}
-	}
-	return out
 }
