@@ -244,11 +244,11 @@ func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
 }
 
 // deleteLeftBefore deletes, one message at a time, what a purge of the
-// agent's events before seq left stored. A chaos run found a SIGKILL that
-// brought part of a purge's events back, and the next purge by subject on
-// the restarted server did not remove them while it removed newer ones.
-// Normally the agent's first event is the snapshot, and this is one
-// request to the stream's leader.
+// agent's events before seq left stored. A chaos run found purged events
+// stored again after SIGKILLs, which the next purge by subject did not
+// remove while it removed newer ones (docs/architecture.md, "A purge a
+// crash undid"). Normally the agent's first event is the snapshot, and
+// this is one request to the stream's leader.
 func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error {
 	subject := l.EventsSubject(agent)
 	var last Seq
