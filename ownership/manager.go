@@ -353,7 +353,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				<-dogDone
 				return nil
 			case end := <-w.ends:
-				waiting = !w.ended(end)
+				w.ended(end)
 			case <-w.retry:
 				w.start(nil)
 			case <-tick.C:

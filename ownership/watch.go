@@ -67,15 +67,14 @@ func (w *watcher) start(synced chan struct{}) {
 	}()
 }
 
-// ended takes a watch's end. It reports whether Run should go on to a
-// round: never, as a restart comes later.
-func (w *watcher) ended(end watchEnd) bool {
+// ended takes a watch's end: one this watcher replaced, or one ended by
+// Run stopping, is nothing; another is made again after RenewEvery.
+func (w *watcher) ended(end watchEnd) {
 	if end.gen != w.gen || w.ctx.Err() != nil {
-		return false // a watch this watcher replaced, or Run is stopping
+		return
 	}
 	w.m.log.Error("lease watcher stopped; restarting it", "err", end.err)
 	w.retry = time.After(w.m.cfg.RenewEvery)
-	return false
 }
 
 // checkLag restarts a watch that lags an acknowledged heartbeat, at most
