@@ -2,8 +2,10 @@ package eventlog_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -71,5 +73,31 @@ func TestMaxConsumers(t *testing.T) {
 	}
 	if info.MaxConsumers != 5000 {
 		t.Fatalf("chunks stream MaxConsumers %d after reopening with 5000", info.MaxConsumers)
+	}
+}
+
+// TestTimedOutReadIsUnavailable: a read writes nothing, so a read that
+// JetStream did not answer in time says ErrUnavailable (retry; agentd's
+// 503), not a bare deadline (agentd's 500). A command that read the
+// agent's last sequence while its stream elected a leader got 500.
+func TestTimedOutReadIsUnavailable(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	appendN(t, lg, 3, 1)
+	ctx, cancel := context.WithDeadline(t.Context(), time.Now())
+	defer cancel()
+	f := eventlog.Filter{Agent: "agent0"}
+	_, err1 := lg.LastSeq(ctx, f)
+	_, _, err2 := lg.Last(ctx, f)
+	_, _, err3 := lg.Next(ctx, f, 0)
+	_, err4 := lg.Read(ctx, f, 0, 0)
+	for i, err := range []error{err1, err2, err3, err4} {
+		if !eventlog.Unavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("read %d: %v, want ErrUnavailable wrapping the deadline", i+1, err)
+		}
+	}
+	cctx, ccancel := context.WithCancel(t.Context())
+	ccancel()
+	if _, err := lg.LastSeq(cctx, f); eventlog.Unavailable(err) {
+		t.Errorf("cancelled read: %v, want no ErrUnavailable: the caller gave up", err)
 	}
 }

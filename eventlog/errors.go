@@ -125,6 +125,17 @@ func Unavailable(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
+// readFailed describes a failed read of what. A read writes nothing, so
+// JetStream slow or electing (Transient) makes it ErrUnavailable: the
+// caller may retry at once, and agentd answers 503, not 500. An append
+// keeps its own rule, since an append whose answer was lost may be stored.
+func readFailed(what string, err error) error {
+	if Transient(err) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("eventlog: %s: %w", what, err)
+}
+
 // CorruptError describes stored data that cannot be decoded. It matches
 // ErrCorrupt with errors.Is.
 type CorruptError struct {

@@ -348,7 +348,7 @@ func (l *Log) leaderLastSeq(ctx context.Context, stream, subject string) (Seq, e
 func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Token, error) {
 	seq, tok, err := l.leaderGet(ctx, stream, map[string]any{"last_by_subj": subject})
 	if err != nil {
-		return 0, Token{}, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+		return 0, Token{}, readFailed("last sequence of "+subject, err)
 	}
 	return seq, tok, nil
 }
@@ -358,7 +358,7 @@ func (l *Log) leaderLast(ctx context.Context, stream, subject string) (Seq, Toke
 func (l *Log) leaderFirstSeq(ctx context.Context, stream, subject string) (Seq, error) {
 	seq, _, err := l.leaderGet(ctx, stream, map[string]any{"next_by_subj": subject, "seq": 1})
 	if err != nil {
-		return 0, fmt.Errorf("eventlog: first sequence of %s: %w", subject, err)
+		return 0, readFailed("first sequence of "+subject, err)
 	}
 	return seq, nil
 }

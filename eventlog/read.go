@@ -72,7 +72,7 @@ func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) 
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("eventlog: last sequence of %s: %w", subject, err)
+		return 0, readFailed("last sequence of "+subject, err)
 	}
 	return Seq(m.Sequence), nil
 }
@@ -93,7 +93,7 @@ func (l *Log) Last(ctx context.Context, f Filter) (e Event, ok bool, err error) 
 		return Event{}, false, nil
 	}
 	if err != nil {
-		return Event{}, false, fmt.Errorf("eventlog: last event of %s: %w", subject, err)
+		return Event{}, false, readFailed("last event of "+subject, err)
 	}
 	return decodeRaw(m)
 }
@@ -116,7 +116,7 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 		return Event{}, false, nil
 	}
 	if err != nil {
-		return Event{}, false, fmt.Errorf("eventlog: next of %s after %d: %w", subject, after, err)
+		return Event{}, false, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
 	}
 	return decodeRaw(m)
 }
@@ -199,7 +199,7 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 		msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, batch,
 			jetstreamext.GetBatchSeq(uint64(next)+1), jetstreamext.GetBatchSubject(subject))
 		if err != nil {
-			return out, next, false, fmt.Errorf("eventlog: read %s: %w", subject, err)
+			return out, next, false, readFailed("read "+subject, err)
 		}
 		n := 0
 		for m, err := range msgs {
@@ -210,7 +210,7 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 				return out, next, false, nil // the consumer reads it all
 			}
 			if err != nil {
-				return out, next, false, fmt.Errorf("eventlog: read %s: %w", subject, err)
+				return out, next, false, readFailed("read "+subject, err)
 			}
 			n++
 			e, _, err := decodeRaw(m)
