@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/replay"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -15,61 +17,66 @@ import (
 // fibers and chat turns run on every node and commands keep arriving.
 // With R3 streams a write is acknowledged once a quorum stored it, so
 // every write a client saw acknowledged, before the loss and after, is in
-// the log, and the log keeps every invariant verify checks.
-//
-// It does not wait for the turns to end: a turn on a surviving node whose
-// chunk write failed while the chunks stream elected a leader is left for
-// recovery, and that recovery did not always finish within 90 s (an open
-// finding; OwnerDies covers the recovery of the dead owner's turn).
+// the log; the log keeps every invariant verify checks; every turn ends
+// with its finish chunk, those on surviving nodes whose chunk writes
+// failed while the chunks stream elected a leader included; commands
+// sent during the elections succeed or get a 503 (retried); and a replay
+// that followed a chat stream through the loss saw exactly its chunks.
 func testClusterNATSNodeLost(t *testing.T, c *crashClient, nodes []*clusterNode, agents []string) {
 	var acked []verify.Ack
-	startSteps := func() {
+	streams := map[string]string{} // chat agent: its last turn's stream
+	round := func(n int) {
 		for _, a := range agents {
 			if strings.HasPrefix(a, "steps:") {
 				var reply struct{ Fiber string }
 				json.Unmarshal(c.command(a, "start", map[string]int{"steps": 8, "delayMs": 100}), &reply)
 				acked = append(acked, verify.Ack{Agent: a, ID: reply.Fiber})
+				continue
 			}
-		}
-	}
-	startSteps()
-	for _, a := range agents {
-		if !strings.HasPrefix(a, "steps:") {
-			reply := chatAfterRecovery(t, c, a, "tell me about tides")
+			if s, ok := streams[a]; ok {
+				waitStreamEnd(t, c, a, s) // one turn at a time per agent
+			}
+			reply := chatAfterRecovery(t, c, a, fmt.Sprintf("round %d: tell me about tides", n))
 			acked = append(acked, verify.Ack{Agent: a, ID: reply.RequestID})
+			streams[a] = reply.StreamID
 		}
 	}
+	round(1)
+	const agent = "chat1"
+	stream := streams[agent]
+	followed := make(chan []replay.Item, 1)
+	go func() { followed <- followAcrossRestarts(t, c, agent, stream) }()
 	victim := nodes[2]
 	victim.proc.kill()
 	t.Logf("killed %s and its NATS server with %d writes acknowledged", victim.name, len(acked))
-	// Commands sent while the streams elect leaders can get a 500 (an
-	// open finding: a read timeout before any write is not yet a 503), so
-	// the second round waits until every agent has a live owner.
-	deadline := time.Now().Add(4*clusterTTL + 30*time.Second)
+	round(2)
+	for a, s := range streams {
+		waitStreamEnd(t, c, a, s)
+	}
+	var steps []string
 	for _, a := range agents {
-		for ownerOf(c, a).Owner == victim.name {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still owned by the dead %s", a, victim.name)
+		if strings.HasPrefix(a, "steps:") {
+			steps = append(steps, a)
+		}
+	}
+	c.waitFor("every steps fiber ended", steps, func(evs []eventlog.Event) bool {
+		ended := 0
+		for _, e := range evs {
+			switch e.Type {
+			case "fiber.completed", "fiber.failed", "fiber.abandoned":
+				ended++
 			}
-			time.Sleep(200 * time.Millisecond)
 		}
-	}
-	startSteps()
-	var rep verify.Report
-	var err error
-	for try := 0; try < 30; try++ { // the streams may still be electing
-		if rep, err = verify.Check(t.Context(), c.lg, verify.Options{Acked: acked}); err == nil {
-			break
-		}
-		t.Logf("verify: %v; retrying", err)
-		time.Sleep(time.Second)
-	}
+		return ended >= 2*len(steps)
+	})
+	rep, err := verify.Check(t.Context(), c.lg, verify.Options{Acked: acked})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK() || rep.Acked != len(acked) {
 		t.Errorf("after losing %s: %d of %d acknowledged writes checked\n%s", victim.name, rep.Acked, len(acked), rep)
 	}
+	checkFollowed(t, <-followed, waitStreamEnd(t, c, agent, stream))
 }
 
 // chatAfterRecovery sends a chat turn, retrying while the agent's previous

@@ -13,11 +13,13 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // env is one process's worth of shared parts: a log with the runs table and
 // the chat store projected, and a running chunk batcher.
 type env struct {
+	srv     *server.Server
 	lg      *eventlog.Log
 	table   *fiber.Table
 	store   *chat.Store
@@ -31,7 +33,7 @@ func newEnv(t *testing.T) *env {
 
 func newEnvWith(t *testing.T, cfg eventlog.Config) *env {
 	t.Helper()
-	lg, _ := eventlogtest.Open(t, cfg)
+	lg, srv := eventlogtest.Open(t, cfg)
 	table, pr, err := fiber.OpenTable(lg)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +46,7 @@ func newEnvWith(t *testing.T, cfg eventlog.Config) *env {
 	for _, pr := range prs {
 		eventlogtest.RunProjector(t, pr)
 	}
-	return &env{lg: lg, table: table, store: store, batcher: runBatcher(t, lg)}
+	return &env{srv: srv, lg: lg, table: table, store: store, batcher: runBatcher(t, lg)}
 }
 
 // host is one incarnation of an agent: a fiber Runner and a chat Agent

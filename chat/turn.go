@@ -397,13 +397,22 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 	return a.ClearInterrupt(ctx, InterruptTurn)
 }
 
-// writeFailed handles a stream that cannot be written: during shutdown the
-// fiber stays for recovery; otherwise the turn is recorded as failed (the
-// events stream may still work when the chunks stream does not) and the
-// error returned, so the fiber records it too.
+// writeFailed handles a stream that cannot be written. During shutdown,
+// and when the log itself failed (fiber.LogFailed: JetStream did not take
+// or confirm the chunk, as while the chunks stream elects a leader),
+// nothing is recorded and the fiber stays for recovery, which continues the
+// turn into the same stream once it answers (each recovery without progress
+// counts against MaxRecoveryAttempts). Recording the turn failed there
+// would leave its stream without a terminal chunk, since that write fails
+// too, and every replay client of it waiting for good. Any other failure is
+// recorded (the events stream may still work when the chunks stream does
+// not) and returned, so the fiber records it too.
 func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if fiber.LogFailed(err) {
+		return err
 	}
 	if rerr := a.recordFailed(ctx, st, err.Error()); rerr != nil {
 		return errors.Join(err, rerr)
