@@ -12,8 +12,11 @@ import (
 // fiberStep measures a durable step followed by a stash, the unit of work
 // of a long-running fiber, inside one fiber: fiber.Step with ThenStash
 // (op.started, then op.completed carrying the snapshot: two synced
-// writes) next to fiber.Step and then Stash (three synced writes). The
-// step's function does nothing, so the figures are the writes' cost.
+// writes) next to fiber.Step and then Stash (three synced writes), and
+// steps chained with ThenStash and ThenStep (each op.completed also
+// carries the next step's op.started: one synced write per step) next to
+// ThenStash alone. The step's function does nothing, so the figures are
+// the writes' cost.
 //
 // It also times a fiber's start to the end of its first step (Go until
 // the step returned: op.completed durable): started WithSnapshot and
@@ -27,13 +30,19 @@ func fiberStep(ctx context.Context, env *Env) (Result, error) {
 	}
 	defer g.close()
 	r, sink := g.r, &g.sink
-	var ours, base series
+	var ours, base, chain series
 	err = r.Run(ctx, "stepper", func(ctx context.Context, f *fiber.Fiber) error {
 		k := 0
 		noop := func(context.Context, string) (json.RawMessage, error) { return json.RawMessage(`"ok"`), nil }
 		together := func() error {
 			k++
 			_, err := fiber.Step(ctx, fmt.Sprintf("s%d", k), noop, fiber.ThenStash(newSnapshot(k)))
+			return err
+		}
+		c := 0
+		chained := func() error {
+			c++
+			_, err := fiber.Step(ctx, fmt.Sprintf("c%d", c), noop, fiber.ThenStash(newSnapshot(c)), fiber.ThenStep(fmt.Sprintf("c%d", c+1)))
 			return err
 		}
 		apart := func() error {
@@ -43,12 +52,14 @@ func fiberStep(ctx context.Context, env *Env) (Result, error) {
 			}
 			return f.Stash(ctx, newSnapshot(k))
 		}
-		if err := errors.Join((&series{}).sequential(warmup, together), (&series{}).sequential(warmup, apart)); err != nil {
+		if err := errors.Join((&series{}).sequential(warmup, together), (&series{}).sequential(warmup, apart),
+			(&series{}).sequential(warmup, chained)); err != nil {
 			return fmt.Errorf("warm up: %w", err)
 		}
 		rounds := roundsOf(n, fiberChunk)
 		return alternate(rounds,
 			func(r int) error { return ours.sequential(split(n, rounds, r), together) },
+			func(r int) error { return chain.sequential(split(n, rounds, r), chained) },
 			func(r int) error { return base.sequential(split(n, rounds, r), apart) },
 		)
 	})
@@ -97,6 +108,10 @@ func fiberStep(ctx context.Context, env *Env) (Result, error) {
 		{Figure: "p99 us step+stash", Value: micros(percentile(ours.lat, 99)), Baseline: bl,
 			BaselineValue: micros(percentile(base.lat, 99)), LowerIsBetter: true},
 		{Figure: "steps/s with stash", Value: ours.rate(), Baseline: bl, BaselineValue: base.rate()},
+		{Figure: "p50 us chained step+stash", Value: micros(percentile(chain.lat, 50)), Baseline: "step+stash",
+			BaselineValue: micros(percentile(ours.lat, 50)), LowerIsBetter: true},
+		{Figure: "p99 us chained step+stash", Value: micros(percentile(chain.lat, 99)), Baseline: "step+stash",
+			BaselineValue: micros(percentile(ours.lat, 99)), LowerIsBetter: true},
 		{Figure: "p50 us start to first step", Value: micros(percentile(first.lat, 50)), LowerIsBetter: true,
 			Baseline: "Go, Stash, Step", BaselineValue: micros(percentile(firstBase.lat, 50))},
 		{Figure: "p99 us start to first step", Value: micros(percentile(first.lat, 99)), LowerIsBetter: true,

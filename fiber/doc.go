@@ -7,7 +7,9 @@
 // Every change is an event on the agent's events subject, appended (and so
 // durable) before the Runner acts on it:
 //
-//	fiber.started   {id, name, createdAt}   before the function runs
+//	fiber.started   {id, name, createdAt}   before the function runs (with
+//	                                        WithSnapshot, the first snapshot; with
+//	                                        FirstStep, the first step's op.started)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts)
 //	fiber.completed {id, result?}           function returned nil
 //	fiber.failed    {id, error}             function returned an error or panicked
@@ -16,7 +18,9 @@
 //	op.started      {fiber, opId, key}      before a Step's side effect
 //	op.completed    {fiber, opId, result}   after it, with its result (and,
 //	                                        with ThenStash, the snapshot and
-//	                                        attempts a fiber.stashed would hold)
+//	                                        attempts a fiber.stashed would hold;
+//	                                        with ThenStep, nextOpId and nextKey:
+//	                                        the next step's op.started)
 //
 // The runs table (RunsProjection, read through a Table) is a Pebble
 // projection of those events over every agent: one Row per active fiber
@@ -49,6 +53,11 @@
 //     result; an op started but not completed reruns with the same op ID
 //     (for the upstream's idempotency key) or, if Unsafe, fails with
 //     ErrMaybeExecuted.
+//   - A step's op.started is durable before its function runs, whichever
+//     event carries it: op.started, fiber.started (FirstStep) or the
+//     previous step's op.completed (ThenStep). An op announced early counts
+//     as started from then on, so a crash before it ran reruns it (or,
+//     Unsafe, reports it may have executed): never a silent repeat.
 //   - A step's op ID is a hash of the fiber ID, the step key and the
 //     step's position among this run's calls with that key. A resumed
 //     function that skips work it finished (per its snapshot) must use keys

@@ -19,7 +19,7 @@ const (
 	EventRecovered   = "fiber.recovered" // {id, attempt}
 	EventAbandoned   = "fiber.abandoned" // {id, attempts, reason}
 	EventOpStarted   = "op.started"      // {fiber, opId, key}
-	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?}: a snapshot (ThenStash) as fiber.stashed
+	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?, nextOpId?, nextKey?}: a snapshot (ThenStash) as fiber.stashed; the next step's op.started (ThenStep)
 )
 
 // payload is the data of every event of the package; each type uses the
@@ -37,6 +37,8 @@ type payload struct {
 	Fiber     string          `json:"fiber,omitempty"`
 	OpID      string          `json:"opId,omitempty"`
 	Key       string          `json:"key,omitempty"`
+	NextOpID  string          `json:"nextOpId,omitempty"`
+	NextKey   string          `json:"nextKey,omitempty"`
 }
 
 // event builds one of the package's events for agent.

@@ -14,6 +14,7 @@ type StepOpt func(*stepOpts)
 type stepOpts struct {
 	unsafe bool
 	stash  *stepStash
+	next   string // ThenStep's key
 }
 
 // stepStash is the snapshot a step records with its completion.
@@ -31,6 +32,18 @@ type stepStash struct {
 func ThenStash(v any, opts ...StashOpt) StepOpt {
 	return func(o *stepOpts) { o.stash = &stepStash{v: v, opts: opts} }
 }
+
+// ThenStep records in this step's op.completed that the fiber's next Step
+// with key has started: that Step writes no op.started of its own, so a
+// fiber that runs steps one after another pays one synced write per step
+// (the op.completed that also starts the next), not two. As with
+// FirstStep, the next op counts as started from this step's completion:
+// after a crash before it ran, a recovered fiber runs it again with the
+// same op ID (or gets ErrMaybeExecuted for an Unsafe step), as after a
+// crash between op.started and the effect. Give it only when the next step
+// follows at once; a fiber that calls another key instead leaves the
+// announced op started and never completed, which its end clears.
+func ThenStep(key string) StepOpt { return func(o *stepOpts) { o.next = key } }
 
 // Unsafe declares that the step's operation must not run twice and has no
 // upstream idempotency key to collapse a duplicate: when an earlier run of
@@ -132,8 +145,17 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	if !json.Valid(res) {
 		return nil, invalidf("result of step %q of fiber %s is not valid JSON", key, f.id)
 	}
-	if err := f.appendOp(ctx, EventOpCompleted, payload{Fiber: f.id, OpID: id, Result: res, Snapshot: snap, Attempts: attempts}); err != nil {
+	done := payload{Fiber: f.id, OpID: id, Result: res, Snapshot: snap, Attempts: attempts}
+	if o.next != "" {
+		done.NextOpID, done.NextKey = f.peekOp(o.next), o.next
+	}
+	if err := f.appendOp(ctx, EventOpCompleted, done); err != nil {
 		return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
+	}
+	if done.NextOpID != "" {
+		f.mu.Lock()
+		f.mu.prestarted = done.NextOpID
+		f.mu.Unlock()
 	}
 	if snap != nil {
 		f.mu.Lock()
@@ -189,6 +211,13 @@ func (f *Fiber) nextOp(key string) (string, error) {
 }
 
 // appendOp appends an op event unless the fiber has ended.
+// peekOp returns the op ID the next Step with key gets.
+func (f *Fiber) peekOp(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return opID(f.id, key, f.mu.steps[key]+1)
+}
+
 func (f *Fiber) appendOp(ctx context.Context, typ string, p payload) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/verify"
 )
 
 // A fiber completes one step, has a safe and an unsafe step in flight, and
@@ -326,5 +327,126 @@ func TestFirstStep(t *testing.T) {
 		r2.Close()
 		e1 = e2
 		r1 = e1.runner(t, fiber.Config{})
+	}
+}
+
+// TestThenStep: a step that names the next one writes that step's
+// op.started inside its own op.completed, so steps run one after another
+// cost one synced write each; after a crash before the announced step
+// ran, a recovered fiber runs it again under the announced op ID (or gets
+// ErrMaybeExecuted for an Unsafe step), and verify, which checks that
+// every op completes once and only after it started, finds the log clean.
+func TestThenStep(t *testing.T) {
+	e1 := newEnv(t)
+	r1 := e1.runner(t, fiber.Config{})
+	ran := make(chan string, 8)
+	step := func(ctx context.Context, key string, opts ...fiber.StepOpt) error {
+		_, err := fiber.Step(ctx, key, func(_ context.Context, opID string) (json.RawMessage, error) {
+			ran <- opID
+			return json.RawMessage(`1`), nil
+		}, opts...)
+		return err
+	}
+	if err := r1.Run(t.Context(), "chain", func(ctx context.Context, f *fiber.Fiber) error {
+		if err := step(ctx, "a", fiber.ThenStep("b")); err != nil {
+			return err
+		}
+		if err := step(ctx, "b", fiber.ThenStep("b"), fiber.ThenStash(1)); err != nil {
+			return err
+		}
+		return step(ctx, "b")
+	}, fiber.FirstStep("a")); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	var nexts, ops []string
+	for _, ev := range e1.events(t) {
+		types = append(types, ev.Type)
+		if ev.Type == fiber.EventOpCompleted {
+			d := decodeData(t, ev)
+			ops = append(ops, fmt.Sprint(d["opId"]))
+			if n, ok := d["nextOpId"]; ok {
+				nexts = append(nexts, fmt.Sprint(n))
+			}
+		}
+	}
+	if got, want := strings.Join(types, " "), "fiber.started op.completed op.completed op.completed fiber.completed"; got != want {
+		t.Fatalf("events %s, want %s", got, want)
+	}
+	if len(nexts) != 2 || nexts[0] != ops[1] || nexts[1] != ops[2] || ops[1] == ops[2] {
+		t.Fatalf("op.completed announced %v for the ops %v", nexts, ops)
+	}
+	for range 3 {
+		<-ran
+	}
+
+	for _, unsafe := range []bool{false, true} {
+		blocked := make(chan struct{})
+		id, err := r1.Go(t.Context(), "dies", func(ctx context.Context, f *fiber.Fiber) error {
+			if err := step(ctx, "a", fiber.ThenStep("b"), fiber.ThenStash(map[string]int{"done": 1})); err != nil {
+				return err
+			}
+			close(blocked)
+			<-ctx.Done() // dies before the announced step
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-blocked
+		<-ran
+		r1.Close()
+		completed := e1.events(t, fiber.EventOpCompleted)
+		announced := fmt.Sprint(decodeData(t, completed[len(completed)-1])["nextOpId"])
+
+		e2 := e1.restart(t)
+		var r2 *fiber.Runner
+		done := make(chan error, 1)
+		h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+			var st map[string]int
+			if err := rec.Decode(&st); err != nil || st["done"] != 1 || rec.ID != id {
+				return fmt.Errorf("recovered %s with %v: %v", rec.ID, st, err)
+			}
+			return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+				if _, err := fiber.Step(ctx, "a", func(context.Context, string) (json.RawMessage, error) {
+					return nil, errors.New("a completed step ran again")
+				}); err != nil {
+					done <- err
+					return err
+				}
+				var opts []fiber.StepOpt
+				if unsafe {
+					opts = append(opts, fiber.Unsafe())
+				}
+				err := step(ctx, "b", opts...)
+				done <- err
+				return err
+			})
+		}}
+		r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+		if err := r2.Recover(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+		switch {
+		case unsafe && !errors.Is(err, fiber.ErrMaybeExecuted):
+			t.Fatalf("unsafe announced step after a crash: %v, want ErrMaybeExecuted", err)
+		case !unsafe && err != nil:
+			t.Fatal(err)
+		case !unsafe:
+			if got := <-ran; got != announced || announced == "" {
+				t.Fatalf("the announced step ran as op %q, op.completed announced %q", got, announced)
+			}
+		}
+		r2.Close()
+		e1 = e2
+		r1 = e1.runner(t, fiber.Config{})
+	}
+	rep, err := verify.Check(t.Context(), e1.lg, verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify:\n%s", rep)
 	}
 }

@@ -134,6 +134,16 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			}
 			return putJSON(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
 		}
+		if p.NextOpID != "" { // ThenStep: the next step's op.started
+			nk := opKey(e.Agent, p.Fiber, p.NextOpID)
+			if _, err := b.Get(nk); errors.Is(err, eventlog.ErrNotFound) {
+				if err := putJSON(b, nk, Op{ID: p.NextOpID, Fiber: p.Fiber, Key: p.NextKey}); err != nil {
+					return err
+				}
+			} else if err != nil {
+				return err
+			}
+		}
 		op := Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key, Completed: true, Result: p.Result}
 		if v, err := b.Get(k); err == nil {
 			var prev Op

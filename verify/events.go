@@ -20,6 +20,7 @@ type fiberData struct {
 	Attempts *int   `json:"attempts"`
 	Fiber    string `json:"fiber"`
 	OpID     string `json:"opId"`
+	NextOpID string `json:"nextOpId"` // op.completed of a fiber.ThenStep
 }
 
 // turnData is the subset of turn and message events' data Check reads.
@@ -261,6 +262,9 @@ func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
 	case fiber.EventOpCompleted:
 		if d.Attempts != nil && *d.Attempts >= 0 {
 			f.attempt = *d.Attempts // a snapshot recorded with the step (ThenStash)
+		}
+		if d.NextOpID != "" {
+			f.op(d.NextOpID).started = true // the next step's op.started (fiber.ThenStep)
 		}
 		op := f.op(d.OpID)
 		op.completed++

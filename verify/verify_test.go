@@ -102,6 +102,11 @@ func clean(h history) {
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 1})
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 2})
 	h.ev("steps:b", "fiber.abandoned", m{"id": "f2", "attempts": 2, "reason": "no snapshot"})
+	// Chained steps on it: each op.completed starts the next op (fiber.ThenStep).
+	h.ev("steps:b", "fiber.started", m{"id": "f6", "name": "steps", "opId": "o6", "key": "step-0"})
+	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o6", "result": 0, "nextOpId": "o7", "nextKey": "step-1"})
+	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o7", "result": 1})
+	h.ev("steps:b", "fiber.completed", m{"id": "f6"})
 
 	// Turn r2 on a1: its stream was purged by retention (only the
 	// marker is left).
@@ -147,7 +152,7 @@ func TestCleanHistory(t *testing.T) {
 	if !rep.OK() || len(rep.Notes) != 0 {
 		t.Fatalf("clean history:\n%s", rep)
 	}
-	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked}, [...]int{2, 4, 3, 3, 2}; got != want {
+	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked}, [...]int{2, 5, 3, 3, 2}; got != want {
 		t.Errorf("agents, fibers, turns, streams, acked = %v, want %v", got, want)
 	}
 	// A small page size reads the same.
