@@ -99,7 +99,7 @@ func FuzzCommandPayloads(f *testing.F) {
 // FuzzStepsStart: the steps agent's start payload is accepted within its
 // bounds or refused with ErrBadRequest.
 func FuzzStepsStart(f *testing.F) {
-	for _, s := range []string{``, `{}`, `{"steps":3,"delayMs":0}`, `{"steps":100001}`, `{"steps":5,"recoveryDelayMs":-1}`, `{"steps":1e10}`, `{"steps":"3"}`, `null`} {
+	for _, s := range []string{``, `{}`, `{"steps":3,"delayMs":0}`, `{"steps":100001}`, `{"steps":5,"recoveryDelayMs":-1}`, `{"steps":1e10}`, `{"steps":"3"}`, `null`, `{"steps":2,"effect":"none"}`, `{"effect":"boom"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -110,7 +110,8 @@ func FuzzStepsStart(f *testing.F) {
 			}
 			return
 		}
-		if req.Steps < 1 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
+		if req.Steps < 1 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 ||
+			(req.Effect != "" && req.Effect != StepEffectEvent && req.Effect != StepEffectNone) {
 			t.Fatalf("parseStepsStart(%q) accepted %+v", data, req)
 		}
 		enc, _ := json.Marshal(req)

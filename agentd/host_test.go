@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // alarmAgent sets a schedule on "arm" and reports its firing.
@@ -107,6 +109,7 @@ func TestHostCommands(t *testing.T) {
 	}{
 		{"malformed json", "steps:x", "start", []byte(`{"steps":`), "400", "not valid JSON"},
 		{"bad field", "steps:x", "start", []byte(`{"steps":-1}`), "400", "steps must be"},
+		{"bad effect", "steps:x", "start", []byte(`{"steps":1,"effect":"boom"}`), "400", "effect must be"},
 		{"unknown agent", "nobody", "status", nil, "404", "no agent type claims"},
 		{"unknown verb for type", "steps:x", "snooze", []byte(`{}`), "404", "agent type steps takes no command"},
 		{"oversized", "steps:x", "start", []byte(`"` + strings.Repeat("x", MaxCommandBytes) + `"`), "413", "limit is"},
@@ -192,5 +195,57 @@ func TestHostRecoversAfterRestart(t *testing.T) {
 			t.Fatalf("fiber not recovered and finished: %s", body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStepsEffectNone: a steps fiber started with "effect": "none" runs
+// its steps (an op.started and an op.completed each) with a body that
+// writes nothing, like the activity of the Temporal bench; the default
+// body appends one steps.executed per step.
+func TestStepsEffectNone(t *testing.T) {
+	_, _, nc, _ := startHost(t, testConfig(t), HostConfig{}, make(chan keepalive.Schedule, 1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		agent, payload string
+		executed       int
+	}{
+		{"steps:none", `{"steps":3,"delayMs":0,"effect":"none"}`, 0},
+		{"steps:event", `{"steps":3,"delayMs":0}`, 3},
+	} {
+		if body, code := request(t, nc, tc.agent, "start", []byte(tc.payload)); code != "" {
+			t.Fatalf("%s start: %s %s", tc.agent, code, body)
+		}
+		types := map[string]int{}
+		deadline := time.Now().Add(10 * time.Second)
+		for types["fiber.completed"] == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: fiber did not complete: %v", tc.agent, types)
+			}
+			time.Sleep(20 * time.Millisecond)
+			types = eventTypes(t, js, "forever.evt."+tc.agent)
+		}
+		if types[EventStepExecuted] != tc.executed || types["op.completed"] != 3 {
+			t.Errorf("%s: events %v, want %d %s and 3 op.completed", tc.agent, types, tc.executed, EventStepExecuted)
+		}
+	}
+}
+
+// eventTypes counts the types of the events stored on subject.
+func eventTypes(t *testing.T, js jetstream.JetStream, subject string) map[string]int {
+	t.Helper()
+	c, err := js.OrderedConsumer(t.Context(), "FOREVER_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]int{}
+	for {
+		m, err := c.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+		if err != nil {
+			return types
+		}
+		types[m.Headers().Get(eventlog.HeaderType)]++
 	}
 }

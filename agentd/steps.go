@@ -29,14 +29,26 @@ type StepsStart struct {
 	// RecoveryDelayMS makes the recovery hook wait before it resumes: a
 	// slow recovery, to demonstrate (and test) a crash during recovery.
 	RecoveryDelayMS int `json:"recoveryDelayMs,omitempty"`
+	// Effect is what a step's operation body does: "event" (the default)
+	// appends EventStepExecuted, a side effect the log shows; "none" does
+	// nothing, like the activity of the Temporal bench, so a step costs
+	// only its own op.started and op.completed.
+	Effect string `json:"effect,omitempty"`
 }
+
+// Step effects of StepsStart.Effect.
+const (
+	StepEffectEvent = "event"
+	StepEffectNone  = "none"
+)
 
 // StepsState is the snapshot a steps fiber stashes after each step.
 type StepsState struct {
-	Done            int `json:"done"`
-	Total           int `json:"total"`
-	DelayMS         int `json:"delayMs"`
-	RecoveryDelayMS int `json:"recoveryDelayMs,omitempty"`
+	Done            int    `json:"done"`
+	Total           int    `json:"total"`
+	DelayMS         int    `json:"delayMs"`
+	RecoveryDelayMS int    `json:"recoveryDelayMs,omitempty"`
+	Effect          string `json:"effect,omitempty"`
 }
 
 // StepExecuted is the data of EventStepExecuted.
@@ -70,7 +82,7 @@ func (a *StepsAgent) HandleCommand(ctx context.Context, cmd Command) (any, error
 		if err != nil {
 			return nil, err
 		}
-		st := StepsState{Total: req.Steps, DelayMS: req.DelayMS, RecoveryDelayMS: req.RecoveryDelayMS}
+		st := StepsState{Total: req.Steps, DelayMS: req.DelayMS, RecoveryDelayMS: req.RecoveryDelayMS, Effect: req.Effect}
 		// The first snapshot and the first step's op.started go with
 		// fiber.started: starting and running the first step cost two
 		// synced writes before the step's own.
@@ -98,6 +110,11 @@ func parseStepsStart(data json.RawMessage) (StepsStart, error) {
 	}
 	if req.Steps <= 0 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
 		return StepsStart{}, fmt.Errorf("%w: start: steps must be 1..100000 and delays >= 0", ErrBadRequest)
+	}
+	switch req.Effect {
+	case "", StepEffectEvent, StepEffectNone:
+	default:
+		return StepsStart{}, fmt.Errorf("%w: start: effect must be %q or %q, not %q", ErrBadRequest, StepEffectEvent, StepEffectNone, req.Effect)
 	}
 	return req, nil
 }
@@ -136,12 +153,20 @@ func (a *StepsAgent) run(ctx context.Context, f *fiber.Fiber, st StepsState) err
 		step := st.Done
 		next := st
 		next.Done++
-		// The snapshot after the step goes with its completion: one write.
+		// The snapshot after the step goes with its completion, and so does
+		// the next step's op.started: one synced write per step.
+		opts := []fiber.StepOpt{fiber.ThenStash(next)}
+		if next.Done < next.Total {
+			opts = append(opts, fiber.ThenStep(stepKey(next.Done)))
+		}
 		_, err := fiber.Step(ctx, stepKey(step), func(ctx context.Context, opID string) (json.RawMessage, error) {
+			if st.Effect == StepEffectNone {
+				return json.RawMessage(fmt.Sprint(step)), nil
+			}
 			data, _ := json.Marshal(StepExecuted{Fiber: f.ID(), Step: step, OpID: opID})
 			_, err := a.env.Log.Append(ctx, eventlog.Event{Agent: a.env.ID, Type: EventStepExecuted, Data: data})
 			return json.RawMessage(fmt.Sprint(step)), err
-		}, fiber.ThenStash(next))
+		}, opts...)
 		switch {
 		case errors.Is(err, eventlog.ErrDuplicate):
 			if err := f.Stash(ctx, next); err != nil {

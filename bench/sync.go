@@ -36,8 +36,9 @@ const (
 //     on a steps agent, timed as the gaps between the times of consecutive
 //     op.completed events (set by agentd as it appends each, so the
 //     subscriber's delivery does not blur them): each gap is one step's
-//     op.started, steps.executed and op.completed, which carries the
-//     step's stash (fiber.ThenStash); the start to the first step
+//     steps.executed and op.completed, which carries the step's stash
+//     (fiber.ThenStash) and the next step's op.started (fiber.ThenStep);
+//     the start to the first step
 //     running, from sending "start" until the time of the first
 //     steps.executed (the step's effect, which starts once fiber.started,
 //     carrying the first snapshot and the step's op.started, is stored:
@@ -91,7 +92,7 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 	steps := func(st *syncTarget) func(int) error {
 		return func(int) error {
 			t := time.Now()
-			gaps, err := st.fiber(ctx, syncFiberSteps)
+			gaps, err := st.fiber(ctx, syncFiberSteps, agentd.StepEffectEvent)
 			st.steps = append(st.steps, gaps...)
 			st.firsts = append(st.firsts, st.first.Sub(t))
 			st.runs = append(st.runs, st.firstRun.Sub(t))
@@ -189,7 +190,7 @@ func (st *syncTarget) warmUp(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := st.fiber(ctx, 3)
+	_, err := st.fiber(ctx, 3, agentd.StepEffectEvent)
 	return err
 }
 
@@ -226,8 +227,9 @@ func (st *syncTarget) turn(ctx context.Context) (time.Duration, error) {
 
 // fiber runs a steps fiber of k steps and returns the gaps between its
 // consecutive op.completed events: one per step.
-func (st *syncTarget) fiber(ctx context.Context, k int) ([]time.Duration, error) {
-	if _, err := st.command(ctx, syncStepsAgent, "start", map[string]int{"steps": k, "delayMs": 0}); err != nil {
+func (st *syncTarget) fiber(ctx context.Context, k int, effect string) ([]time.Duration, error) {
+	start := agentd.StepsStart{Steps: k, DelayMS: 0, Effect: effect}
+	if _, err := st.command(ctx, syncStepsAgent, "start", start); err != nil {
 		return nil, err
 	}
 	var gaps []time.Duration
