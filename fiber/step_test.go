@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -288,43 +289,18 @@ func TestFirstStep(t *testing.T) {
 		var first struct{ OpID string }
 		json.Unmarshal(started[len(started)-1].Data, &first)
 
-		e2 := e1.restart(t)
-		var r2 *fiber.Runner
-		done := make(chan error, 1)
-		h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
-			var st map[string]int
-			if err := rec.Decode(&st); err != nil || st["n"] != 7 || rec.ID != id {
-				return fmt.Errorf("recovered %s with %v: %v", rec.ID, st, err)
+		e2, err := resumeAfterCrash(t, e1, id, map[string]int{"n": 7}, func(ctx context.Context) error {
+			var opts []fiber.StepOpt
+			if unsafe {
+				opts = append(opts, fiber.Unsafe())
 			}
-			return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
-				var opts []fiber.StepOpt
-				if unsafe {
-					opts = append(opts, fiber.Unsafe())
-				}
-				_, err := fiber.Step(ctx, "fetch", func(_ context.Context, opID string) (json.RawMessage, error) {
-					ran <- opID
-					return nil, nil
-				}, opts...)
-				done <- err
-				return err
-			})
-		}}
-		r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
-		if err := r2.Recover(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		err = <-done
-		switch {
-		case unsafe && !errors.Is(err, fiber.ErrMaybeExecuted):
-			t.Fatalf("unsafe first step after a crash: %v, want ErrMaybeExecuted", err)
-		case !unsafe && err != nil:
-			t.Fatal(err)
-		case !unsafe:
-			if got := <-ran; got != first.OpID || first.OpID == "" {
-				t.Fatalf("the step ran again as op %q, fiber.started recorded %q", got, first.OpID)
-			}
-		}
-		r2.Close()
+			_, err := fiber.Step(ctx, "fetch", func(_ context.Context, opID string) (json.RawMessage, error) {
+				ran <- opID
+				return nil, nil
+			}, opts...)
+			return err
+		})
+		checkAnnouncedRun(t, err, unsafe, ran, first.OpID)
 		e1 = e2
 		r1 = e1.runner(t, fiber.Config{})
 	}
@@ -399,46 +375,19 @@ func TestThenStep(t *testing.T) {
 		completed := e1.events(t, fiber.EventOpCompleted)
 		announced := fmt.Sprint(decodeData(t, completed[len(completed)-1])["nextOpId"])
 
-		e2 := e1.restart(t)
-		var r2 *fiber.Runner
-		done := make(chan error, 1)
-		h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
-			var st map[string]int
-			if err := rec.Decode(&st); err != nil || st["done"] != 1 || rec.ID != id {
-				return fmt.Errorf("recovered %s with %v: %v", rec.ID, st, err)
-			}
-			return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
-				if _, err := fiber.Step(ctx, "a", func(context.Context, string) (json.RawMessage, error) {
-					return nil, errors.New("a completed step ran again")
-				}); err != nil {
-					done <- err
-					return err
-				}
-				var opts []fiber.StepOpt
-				if unsafe {
-					opts = append(opts, fiber.Unsafe())
-				}
-				err := step(ctx, "b", opts...)
-				done <- err
+		e2, err := resumeAfterCrash(t, e1, id, map[string]int{"done": 1}, func(ctx context.Context) error {
+			if _, err := fiber.Step(ctx, "a", func(context.Context, string) (json.RawMessage, error) {
+				return nil, errors.New("a completed step ran again")
+			}); err != nil {
 				return err
-			})
-		}}
-		r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
-		if err := r2.Recover(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		err = <-done
-		switch {
-		case unsafe && !errors.Is(err, fiber.ErrMaybeExecuted):
-			t.Fatalf("unsafe announced step after a crash: %v, want ErrMaybeExecuted", err)
-		case !unsafe && err != nil:
-			t.Fatal(err)
-		case !unsafe:
-			if got := <-ran; got != announced || announced == "" {
-				t.Fatalf("the announced step ran as op %q, op.completed announced %q", got, announced)
 			}
-		}
-		r2.Close()
+			var opts []fiber.StepOpt
+			if unsafe {
+				opts = append(opts, fiber.Unsafe())
+			}
+			return step(ctx, "b", opts...)
+		})
+		checkAnnouncedRun(t, err, unsafe, ran, announced)
 		e1 = e2
 		r1 = e1.runner(t, fiber.Config{})
 	}
@@ -448,5 +397,52 @@ func TestThenStep(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Fatalf("verify:\n%s", rep)
+	}
+}
+
+// resumeAfterCrash starts a new process on e's server, recovers fiber id,
+// checks that its snapshot is want, and resumes it with body. It returns
+// the new process's env and body's error.
+func resumeAfterCrash(t *testing.T, e *env, id string, want map[string]int, body func(ctx context.Context) error) (*env, error) {
+	t.Helper()
+	e2 := e.restart(t)
+	var r2 *fiber.Runner
+	done := make(chan error, 1)
+	h := &hookRecorder{answer: func(ctx context.Context, _ int, rec fiber.Recovered) error {
+		var st map[string]int
+		if err := rec.Decode(&st); err != nil || !maps.Equal(st, want) || rec.ID != id {
+			err = fmt.Errorf("recovered %s with %v (%v), want %s with %v", rec.ID, st, err, id, want)
+			done <- err
+			return err
+		}
+		return r2.Resume(ctx, rec, func(ctx context.Context, f *fiber.Fiber) error {
+			err := body(ctx)
+			done <- err
+			return err
+		})
+	}}
+	r2 = e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: h.hook}})
+	if err := r2.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	r2.Close()
+	return e2, err
+}
+
+// checkAnnouncedRun checks how a step whose op.started was announced
+// before a crash (FirstStep, ThenStep) went when resumed: an Unsafe one
+// may have executed, a safe one ran again under the announced op ID.
+func checkAnnouncedRun(t *testing.T, err error, unsafe bool, ran <-chan string, announced string) {
+	t.Helper()
+	switch {
+	case unsafe && !errors.Is(err, fiber.ErrMaybeExecuted):
+		t.Fatalf("unsafe announced step after a crash: %v, want ErrMaybeExecuted", err)
+	case !unsafe && err != nil:
+		t.Fatal(err)
+	case !unsafe:
+		if got := <-ran; got != announced || announced == "" {
+			t.Fatalf("the announced step ran as op %q, the log announced %q", got, announced)
+		}
 	}
 }
