@@ -210,7 +210,6 @@ func (f *Fiber) nextOp(key string) (string, error) {
 	return opID(f.id, key, f.mu.steps[key]), nil
 }
 
-// appendOp appends an op event unless the fiber has ended.
 // peekOp returns the op ID the next Step with key gets.
 func (f *Fiber) peekOp(key string) string {
 	f.mu.Lock()
@@ -218,6 +217,7 @@ func (f *Fiber) peekOp(key string) string {
 	return opID(f.id, key, f.mu.steps[key]+1)
 }
 
+// appendOp appends an op event unless the fiber has ended.
 func (f *Fiber) appendOp(ctx context.Context, typ string, p payload) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
