@@ -32,7 +32,7 @@ type StepsStart struct {
 	// Effect is what a step's operation body does: "event" (the default)
 	// appends EventStepExecuted, a side effect the log shows; "none" does
 	// nothing, like the activity of the Temporal bench, so a step costs
-	// only its own op.started and op.completed.
+	// one synced write: its op.completed, which also starts the next step.
 	Effect string `json:"effect,omitempty"`
 }
 
