@@ -438,13 +438,11 @@ func (m *Manager) markFree() {
 	}
 }
 
-// apply puts one watched entry into the cache. It reports whether the
-// entry changed who is alive or who holds what (a renewal does not).
-func (m *Manager) apply(e jetstream.KeyValueEntry) bool { return m.applyFrom(0, e) }
-
-// applyFrom is apply for the watch of generation gen: an entry of a watch
-// that was replaced (delivered late, older than what the new watch gave)
-// is dropped. Gen 0 applies always.
+// applyFrom puts one entry of the watch of generation gen into the cache.
+// It reports whether the entry changed who is alive or who holds what (a
+// renewal does not). An entry of a watch that was replaced (delivered
+// late, older than what the new watch gave) is dropped; gen 0 applies
+// always.
 func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 	key := e.Key()
 	gone := e.Operation() != jetstream.KeyValuePut

@@ -16,6 +16,9 @@ type entry struct {
 	op  jetstream.KeyValueOp
 }
 
+// apply is applyFrom for an entry of no particular watch.
+func (m *Manager) apply(e jetstream.KeyValueEntry) bool { return m.applyFrom(0, e) }
+
 func (e entry) Bucket() string                  { return "FOREVER_LEASES" }
 func (e entry) Key() string                     { return e.key }
 func (e entry) Value() []byte                   { return e.val }
