@@ -38,13 +38,12 @@ const (
 //     subscriber's delivery does not blur them): each gap is one step's
 //     steps.executed and op.completed, which carries the step's stash
 //     (fiber.ThenStash) and the next step's op.started (fiber.ThenStep);
-//     the start to the first step
-//     running, from sending "start" until the time of the first
-//     steps.executed (the step's effect, which starts once fiber.started,
-//     carrying the first snapshot and the step's op.started, is stored:
-//     one synced write); and the start to the first step done, until the
-//     first op.completed arrives (three synced writes, as the step's
-//     effect is itself a write).
+//     the start to the first step running, from sending "start" until the
+//     time of the first steps.executed (the step's effect, which starts
+//     once fiber.started, carrying the first snapshot and the step's
+//     op.started, is stored: one synced write); and the start to the first
+//     step done, until the first op.completed arrives (three synced
+//     writes, as the step's effect is itself a write).
 //
 // The ratio is the interval figure over the always figure: the share of
 // the crash-safe speed. The scenario runs once per bench run, whatever
