@@ -31,7 +31,7 @@ const (
 // validateAuth refuses a non-loopback listen without Auth or Insecure,
 // and what auth cannot run with yet.
 func (c *Config) validateAuth() error {
-	if c.tenant != nil {
+	if c.Tenant != nil {
 		return nil
 	}
 	if !c.Auth && !c.Insecure {
@@ -86,18 +86,19 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// operator is what auth adds to a daemon with Auth: the keys, the
-// embedded server's trust and resolver, and agentd's own user.
-type operator struct {
-	keys    *auth.Keys
-	self    *auth.User // agentd's user in the service account
-	system  *auth.User // for claim updates
-	created bool       // first start with auth
+// Operator is what auth adds to a daemon with Auth: the keys, the
+// embedded server's trust and resolver, and agentd's own users. Package
+// tenancy mints the tenants' accounts and users with it (Deps.Operator).
+type Operator struct {
+	Keys    *auth.Keys
+	Self    *auth.User // agentd's user in the service account
+	System  *auth.User // the system account's, for account claim updates
+	Created bool       // first start with auth: admin.creds was written
 }
 
 // openOperator loads (or creates) the keys under the data dir, writes
 // admin.creds when missing, and mints agentd's users.
-func openOperator(cfg *Config) (*operator, error) {
+func openOperator(cfg *Config) (*Operator, error) {
 	path := filepath.Join(cfg.DataDir, AdminCredsFile)
 	keys, created, err := operatorKeys(cfg)
 	if err != nil {
@@ -107,11 +108,11 @@ func openOperator(cfg *Config) (*operator, error) {
 		_, serr := os.Stat(path)
 		created = errors.Is(serr, fs.ErrNotExist)
 	}
-	op := &operator{keys: keys, created: created}
-	if op.self, err = keys.ServiceUser("agentd"); err != nil {
+	op := &Operator{Keys: keys, Created: created}
+	if op.Self, err = keys.ServiceUser("agentd"); err != nil {
 		return nil, err
 	}
-	if op.system, err = keys.SystemUser("agentd-system"); err != nil {
+	if op.System, err = keys.SystemUser("agentd-system"); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -152,8 +153,8 @@ func operatorKeys(cfg *Config) (keys *auth.Keys, created bool, err error) {
 // serverOptions puts the embedded server in operator mode: it trusts the
 // operator, and resolves accounts from <data>/jwt, preloaded with the
 // system and service accounts; tenant accounts arrive as claim updates.
-func (op *operator) serverOptions(dataDir string, opts *server.Options) error {
-	oc, _, err := op.keys.OperatorClaims()
+func (op *Operator) serverOptions(dataDir string, opts *server.Options) error {
+	oc, _, err := op.Keys.OperatorClaims()
 	if err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func (op *operator) serverOptions(dataDir string, opts *server.Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: account resolver: %w", ErrDataDir, err)
 	}
-	for _, acc := range []func() (string, error){op.keys.SystemAccountJWT, op.keys.ServiceAccountJWT} {
+	for _, acc := range []func() (string, error){op.Keys.SystemAccountJWT, op.Keys.ServiceAccountJWT} {
 		tok, err := acc()
 		if err != nil {
 			return err
@@ -175,7 +176,7 @@ func (op *operator) serverOptions(dataDir string, opts *server.Options) error {
 		}
 	}
 	opts.TrustedOperators = []*jwt.OperatorClaims{oc}
-	opts.SystemAccount = op.keys.SystemPublicKey()
+	opts.SystemAccount = op.Keys.SystemPublicKey()
 	opts.AccountResolver = res
 	return nil
 }
@@ -192,16 +193,15 @@ func ServerConfig(cfg Config, jwtDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	op := &operator{keys: keys}
-	_, opJWT, err := op.keys.OperatorClaims()
+	_, opJWT, err := keys.OperatorClaims()
 	if err != nil {
 		return "", err
 	}
-	sysJWT, err := op.keys.SystemAccountJWT()
+	sysJWT, err := keys.SystemAccountJWT()
 	if err != nil {
 		return "", err
 	}
-	svcJWT, err := op.keys.ServiceAccountJWT()
+	svcJWT, err := keys.ServiceAccountJWT()
 	if err != nil {
 		return "", err
 	}
@@ -219,18 +219,19 @@ resolver_preload: {
   %s: %s
   %s: %s
 }
-`, opJWT, op.keys.SystemPublicKey(), jwtDir,
-		op.keys.SystemPublicKey(), sysJWT, op.keys.ServicePublicKey(), svcJWT), nil
+`, opJWT, keys.SystemPublicKey(), jwtDir,
+		keys.SystemPublicKey(), sysJWT, keys.ServicePublicKey(), svcJWT), nil
 }
 
 // connOption is agentd's own credential for its connection.
-func (op *operator) connOption() nats.Option {
-	return nats.UserJWTAndSeed(op.self.JWT, string(op.self.Seed))
+func (op *Operator) connOption() nats.Option {
+	return nats.UserJWTAndSeed(op.Self.JWT, string(op.Self.Seed))
 }
 
-// tenantLink is what a tenant's daemon needs from the daemon serving it.
-type tenantLink struct {
-	name string
-	srv  *server.Server // the embedded server, nil with --nats-url
-	user *auth.User     // agentd's user in the tenant's account
+// TenantLink is what a tenant's daemon needs from the daemon serving it
+// (Config.Tenant).
+type TenantLink struct {
+	Name   string
+	Server *server.Server // the embedded server, nil with --nats-url
+	User   *auth.User     // agentd's user in the tenant's account
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/ownership"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/ownership"
 )
 
 // Component is a long-running part of the daemon, added with Daemon.Add.
@@ -48,6 +50,12 @@ type Deps struct {
 	// StartFunc returned, and holds /readyz at 503 until it is ready. A
 	// projection with a Projector of its own goes to Daemon.AddProjector.
 	Views *eventlog.Follower
+	// Operator holds the operator's keys and agentd's users with
+	// Config.Auth (package tenancy mints tenants with it), else nil.
+	Operator *Operator
+	// Quotas enforces Config.Quota on a tenant's daemon, else nil (a nil
+	// *quota.Enforcer allows everything).
+	Quotas *quota.Enforcer
 	// Logger is the daemon's logger.
 	Logger *slog.Logger
 	// Registerer receives metrics; they are served on /metrics.

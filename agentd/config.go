@@ -210,15 +210,14 @@ type Config struct {
 	OIDCIssuer      string
 	OIDCAudience    string
 	OIDCTenantClaim string
-	// TenantSetup wires one tenant's daemon, as the caller wires a
-	// daemon without auth (agent types, gateway). Required with Auth.
-	TenantSetup func(*Daemon) error
-
-	// tenant is set on a tenant's daemon: it runs inside the daemon that
-	// serves the tenants, without its own server or HTTP listener.
-	tenant *tenantLink
-	// quota is a tenant daemon's (Auth): its Host refuses over it.
-	quota auth.Quota
+	// Tenant is set on a tenant's daemon (package tenancy runs one per
+	// tenant): it runs inside the daemon that serves the tenants, in the
+	// tenant's account of that daemon's NATS server, without a server or
+	// HTTP listener of its own. Not a flag.
+	Tenant *TenantLink
+	// Quota is a tenant daemon's quota: its host refuses commands over
+	// it (Deps.Quotas). Not a flag.
+	Quota auth.Quota
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats-server/v2/server"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -41,22 +43,18 @@ type Daemon struct {
 	// metricsHandler serves /metrics, also while starting.
 	metricsHandler http.Handler
 	parts          partitions // partition leases and their handlers
-	// tenants runs the tenants' daemons with Config.Auth, else nil.
-	tenants *tenantSet
 	// quotas enforces a tenant daemon's quotas, else nil.
-	quotas *quotas
+	quotas *quota.Enforcer
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
-	certs   atomic.Pointer[certs]
-	metrics struct {
-		authRefused *prometheus.CounterVec // with tenants
-	}
+	certs atomic.Pointer[certs]
 
 	mu struct {
 		sync.Mutex
 		running    bool // Run was called
 		started    bool // components are fixed and running
 		hooks      []StartFunc
+		gatherers  prometheus.Gatherers // AddGatherer's, besides Config.Gatherer
 		components []namedComponent
 		projectors []*eventlog.Projector
 		readies    []namedReady
@@ -98,20 +96,21 @@ func New(cfg Config) (*Daemon, error) {
 		stopping: make(chan struct{}),
 		parts:    partitions{sealed: make(chan struct{})},
 	}
-	var gatherer prometheus.Gatherer = cfg.Gatherer
-	if cfg.Auth {
-		d.tenants = newTenantSet(d)
-		gatherer = prometheus.Gatherers{cfg.Gatherer, d.tenants}
-	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if cfg.quota != (auth.Quota{}) {
+	if cfg.Quota != (auth.Quota{}) {
 		var err error
-		if d.quotas, err = newQuotas(cfg.quota, cfg.Registerer); err != nil {
+		if d.quotas, err = quota.New(cfg.Quota, cfg.Registerer); err != nil {
 			return nil, err
 		}
 	}
+	gatherer := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		d.mu.Lock()
+		gs := append(prometheus.Gatherers{cfg.Gatherer}, d.mu.gatherers...)
+		d.mu.Unlock()
+		return gs.Gather()
+	})
 	d.metricsHandler = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
 	})
@@ -124,6 +123,19 @@ func New(cfg Config) (*Daemon, error) {
 
 // Config returns the config with defaults applied.
 func (d *Daemon) Config() Config { return d.cfg }
+
+// Quotas returns the enforcer of Config.Quota, nil without a quota (a nil
+// *quota.Enforcer allows everything).
+func (d *Daemon) Quotas() *quota.Enforcer { return d.quotas }
+
+// AddGatherer adds metrics that /metrics serves besides Config.Gatherer's
+// (package tenancy adds the tenants' daemons'). It may be called at any
+// time.
+func (d *Daemon) AddGatherer(g prometheus.Gatherer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.gatherers = append(d.mu.gatherers, g)
+}
 
 // OnStart adds fn to the functions Run calls, in order, once NATS and the
 // event log are open. Call it before Run; afterwards it returns ErrStarted.
@@ -202,6 +214,20 @@ func (d *Daemon) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Re
 	d.mux.HandleFunc(pattern, h)
 }
 
+// Handler serves the daemon's HTTP routes (those of its mux once started;
+// 503 "starting" before). The daemon serving tenants calls it for a
+// tenant's daemon, which has no listener of its own.
+func (d *Daemon) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := d.front.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "starting"})
+	})
+}
+
 // Started is closed once Run has started everything; HTTPAddr and NATSURL
 // are then set.
 func (d *Daemon) Started() <-chan struct{} { return d.started }
@@ -264,7 +290,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// A tenant's daemon has no listener: the daemon serving the tenants
 	// routes its requests (Handler).
 	var ln net.Listener
-	if cfg.tenant == nil {
+	if cfg.Tenant == nil {
 		var err error
 		if ln, err = listen("http address", "http", cfg.HTTPAddr); err != nil {
 			return err
@@ -299,7 +325,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		cancelRequests()
 		return errors.Join(err, d.parts.handoff(cfg.ShutdownTimeout+cfg.LeaseTTL), d.teardown(&r))
 	}
-	var op *operator
+	var op *Operator
 	if cfg.Auth {
 		if op, err = openOperator(cfg); err != nil {
 			return fail(err)
@@ -317,9 +343,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.nc = r.nc
 	d.mu.Unlock()
 	if d.quotas != nil {
-		if d.quotas.js, err = jetstream.New(r.nc); err != nil {
+		js, err := jetstream.New(r.nc)
+		if err != nil {
 			return fail(err)
 		}
+		d.quotas.Bind(js)
 	}
 	cfg.Replicas = replicasFor(cfg, r.nc)
 	if err := d.parts.open(ctx, cfg, r.nc, d); err != nil {
@@ -346,7 +374,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Logger:       d.cfg.Logger,
 		Registerer:   cfg.Registerer,
 	}
-	err = retryQuorum(ctx, d.logger, "event log", cfg.Replicas, func(ctx context.Context) (err error) {
+	err = RetryQuorum(ctx, d.logger, "event log", cfg.Replicas, func(ctx context.Context) (err error) {
 		r.lg, err = eventlog.Open(ctx, lcfg)
 		return err
 	})
@@ -358,7 +386,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
-		Views: views, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
+		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
 		if err := fn(ctx, deps); err != nil {
 			return fail(fmt.Errorf("agentd: start: %w", err))
@@ -366,11 +394,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if err := d.addViews(views); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
-	}
-	if op != nil {
-		if err := d.tenants.open(ctx, op, deps); err != nil {
-			return fail(fmt.Errorf("agentd: start: %w", err))
-		}
 	}
 	d.parts.seal()
 	return d.serve(ctx, web, &r)
@@ -553,7 +576,7 @@ func (d *Daemon) logStarted(r *resources) {
 		"log_level", levelString(cfg.LogLevel),
 	)
 	switch {
-	case cfg.tenant != nil:
+	case cfg.Tenant != nil:
 	case !cfg.Auth && cfg.Insecure:
 		d.logger.Warn("auth is off (--insecure): anyone who reaches the NATS and HTTP ports can command every agent and read every chat")
 	case !cfg.Auth:

@@ -1,4 +1,4 @@
-package agentd
+package agentd_test
 
 import (
 	"context"
@@ -15,95 +15,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat/llm"
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
-	"github.com/nats-io/nats.go"
 )
 
-// testConfig is a config on free ports with its data under a temp dir.
-func testConfig(t *testing.T) Config {
-	t.Helper()
-	return Config{
-		DataDir:         t.TempDir(),
-		HTTPAddr:        "127.0.0.1:0",
-		NATSListen:      "127.0.0.1:0",
-		ShutdownTimeout: 5 * time.Second,
-		Logger:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-}
-
-// startDaemon runs d until the test ends and waits for it to start. The
-// returned stop cancels Run and returns its error; the cleanup calls it
-// when the test did not.
-func startDaemon(t *testing.T, d *Daemon) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	var stopped bool
-	var runErr error
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("Run did not return 30s after cancel")
-			}
-		}
-		return runErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-d.Started():
-	case err := <-done:
-		stopped = true
-		t.Fatalf("Run returned during start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon not started after 30s")
-	}
-	return stop
-}
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-// waitStatus polls url until it answers want.
-func waitStatus(t *testing.T, url string, want int) string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, body := get(t, url)
-		if code == want {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: got %d %s, want %d", url, code, body, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestRunServesHealthReadyMetrics(t *testing.T) {
-	cfg := testConfig(t)
-	d, err := New(cfg)
+	cfg := agentdtest.Config(t)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +38,7 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 		}
 	}
 	var lg *eventlog.Log
-	err = d.OnStart(func(ctx context.Context, deps *Deps) error {
+	err = d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
 		lg = deps.Log
 		// One stored event, so the projector is ready only once it applied it.
 		<-deps.Ownership.Ready() // appends are fenced: write as the owner
@@ -138,20 +60,20 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, d)
+	agentdtest.Start(t, d)
 	t.Cleanup(releaseOnce) // runs before the daemon's cleanup, which waits for the projector
 	base := "http://" + d.HTTPAddr()
 
-	code, body := get(t, base+"/healthz")
+	code, body := agentdtest.Get(t, base+"/healthz")
 	if code != http.StatusOK {
 		t.Fatalf("/healthz: got %d %s, want 200", code, body)
 	}
-	var h health
+	var h agentd.Health
 	if err := json.Unmarshal([]byte(body), &h); err != nil || h.Status != "ok" || h.NATS != "connected" {
 		t.Errorf("/healthz body %s (%v): want status ok, nats connected", body, err)
 	}
 
-	code, body = get(t, base+"/readyz")
+	code, body = agentdtest.Get(t, base+"/readyz")
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before the projection caught up: got %d %s, want 503", code, body)
 	}
@@ -163,12 +85,12 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 	}
 
 	releaseOnce()
-	body = waitStatus(t, base+"/readyz", http.StatusOK)
+	body = agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
 	if !strings.Contains(body, `"notes":true`) || !strings.Contains(body, `"status":"ready"`) {
 		t.Errorf("/readyz body %s: want ready with notes:true", body)
 	}
 
-	code, body = get(t, base+"/metrics")
+	code, body = agentdtest.Get(t, base+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: got %d", code)
 	}
@@ -196,13 +118,13 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 }
 
 func TestRunAddsComponentsAndHandlers(t *testing.T) {
-	d, err := New(testConfig(t))
+	d, err := agentd.New(agentdtest.Config(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan struct{})
 	stopped := make(chan struct{})
-	if err := d.Add("ticker", ComponentFunc(func(ctx context.Context) error {
+	if err := d.Add("ticker", agentd.ComponentFunc(func(ctx context.Context) error {
 		close(ran)
 		<-ctx.Done()
 		close(stopped)
@@ -211,16 +133,16 @@ func TestRunAddsComponentsAndHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") })
-	stop := startDaemon(t, d)
+	stop := agentdtest.Start(t, d)
 	<-ran
-	if code, body := get(t, "http://"+d.HTTPAddr()+"/hello"); code != 200 || body != "hi" {
+	if code, body := agentdtest.Get(t, "http://"+d.HTTPAddr()+"/hello"); code != 200 || body != "hi" {
 		t.Errorf("/hello: got %d %q", code, body)
 	}
-	if err := d.Add("late", ComponentFunc(func(context.Context) error { return nil })); !errors.Is(err, ErrStarted) {
-		t.Errorf("Add after start: got %v, want ErrStarted", err)
+	if err := d.Add("late", agentd.ComponentFunc(func(context.Context) error { return nil })); !errors.Is(err, agentd.ErrStarted) {
+		t.Errorf("Add after start: got %v, want agentd.ErrStarted", err)
 	}
-	if err := d.Run(t.Context()); !errors.Is(err, ErrStarted) {
-		t.Errorf("second Run: got %v, want ErrStarted", err)
+	if err := d.Run(t.Context()); !errors.Is(err, agentd.ErrStarted) {
+		t.Errorf("second Run: got %v, want agentd.ErrStarted", err)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -233,13 +155,13 @@ func TestRunAddsComponentsAndHandlers(t *testing.T) {
 }
 
 func TestRunComponentErrorStopsDaemon(t *testing.T) {
-	d, err := New(testConfig(t))
+	d, err := agentd.New(agentdtest.Config(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
 	fail := make(chan struct{})
-	d.Add("failing", ComponentFunc(func(ctx context.Context) error {
+	d.Add("failing", agentd.ComponentFunc(func(ctx context.Context) error {
 		select {
 		case <-fail:
 			return boom
@@ -262,38 +184,38 @@ func TestRunComponentErrorStopsDaemon(t *testing.T) {
 }
 
 func TestRunStartFuncErrorTearsDown(t *testing.T) {
-	cfg := testConfig(t)
-	d, err := New(cfg)
+	cfg := agentdtest.Config(t)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	d.OnStart(func(context.Context, *Deps) error { return boom })
+	d.OnStart(func(context.Context, *agentd.Deps) error { return boom })
 	if err := d.Run(t.Context()); !errors.Is(err, boom) {
 		t.Fatalf("got %v, want boom", err)
 	}
 	// Everything was closed: the same data dir opens again.
-	d2, err := New(Config{DataDir: cfg.DataDir, HTTPAddr: cfg.HTTPAddr, NATSListen: cfg.NATSListen, Logger: cfg.Logger})
+	d2, err := agentd.New(agentd.Config{DataDir: cfg.DataDir, HTTPAddr: cfg.HTTPAddr, NATSListen: cfg.NATSListen, Logger: cfg.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, d2)
+	agentdtest.Start(t, d2)
 }
 
 func TestGracefulShutdownAndReopen(t *testing.T) {
-	cfg := testConfig(t)
-	d, err := New(cfg)
+	cfg := agentdtest.Config(t)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seq eventlog.Seq
-	d.OnStart(func(ctx context.Context, deps *Deps) error {
+	d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
 		var err error
 		<-deps.Ownership.Ready() // appends are fenced: write as the owner
 		seq, err = deps.Log.Append(ctx, eventlog.Event{Agent: "a1", Type: "note.added", Data: []byte(`{"n":1}`)})
 		return err
 	})
-	stop := startDaemon(t, d)
+	stop := agentdtest.Start(t, d)
 	if err := stop(); err != nil {
 		t.Fatalf("Run after cancel: got %v, want nil", err)
 	}
@@ -302,17 +224,17 @@ func TestGracefulShutdownAndReopen(t *testing.T) {
 	}
 
 	// Reopen the same data dir: the event is still there.
-	d2, err := New(Config{DataDir: cfg.DataDir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: cfg.Logger})
+	d2, err := agentd.New(agentd.Config{DataDir: cfg.DataDir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: cfg.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var last eventlog.Seq
-	d2.OnStart(func(ctx context.Context, deps *Deps) error {
+	d2.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
 		var err error
 		last, err = deps.Log.LastSeq(ctx, eventlog.Filter{Agent: "a1"})
 		return err
 	})
-	startDaemon(t, d2)
+	agentdtest.Start(t, d2)
 	if last != seq {
 		t.Errorf("after reopen: last seq %d, want %d", last, seq)
 	}
@@ -323,12 +245,12 @@ func TestGracefulShutdownAndReopen(t *testing.T) {
 func TestRunAddrInUse(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		set  func(cfg *Config, addr string)
+		set  func(cfg *agentd.Config, addr string)
 		want string // %s: the address
 	}{
-		{"http", func(cfg *Config, addr string) { cfg.HTTPAddr = addr },
+		{"http", func(cfg *agentd.Config, addr string) { cfg.HTTPAddr = addr },
 			"agentd: http address %s is in use (set --http or FOREVER_HTTP)"},
-		{"nats", func(cfg *Config, addr string) { cfg.NATSListen = addr },
+		{"nats", func(cfg *agentd.Config, addr string) { cfg.NATSListen = addr },
 			"agentd: nats listen address %s is in use (set --nats-listen or FOREVER_NATS_LISTEN)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -337,15 +259,15 @@ func TestRunAddrInUse(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			cfg := testConfig(t)
+			cfg := agentdtest.Config(t)
 			tt.set(&cfg, ln.Addr().String())
-			d, err := New(cfg)
+			d, err := agentd.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			err = d.Run(t.Context())
-			if !errors.Is(err, ErrAddrInUse) {
-				t.Fatalf("got %v, want ErrAddrInUse", err)
+			if !errors.Is(err, agentd.ErrAddrInUse) {
+				t.Fatalf("got %v, want agentd.ErrAddrInUse", err)
 			}
 			if want := fmt.Sprintf(tt.want, ln.Addr().String()); err.Error() != want {
 				t.Errorf("message:\n got %q\nwant %q", err.Error(), want)
@@ -369,15 +291,15 @@ func TestRunDataDirUnusable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := testConfig(t)
+			cfg := agentdtest.Config(t)
 			cfg.DataDir = tt.dir
-			d, err := New(cfg)
+			d, err := agentd.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			err = d.Run(t.Context())
-			if !errors.Is(err, ErrDataDir) {
-				t.Fatalf("got %v, want ErrDataDir", err)
+			if !errors.Is(err, agentd.ErrDataDir) {
+				t.Fatalf("got %v, want agentd.ErrDataDir", err)
 			}
 			if err.Error() != tt.want {
 				t.Errorf("message:\n got %q\nwant %q", err.Error(), tt.want)
@@ -395,28 +317,15 @@ func TestRunDataDirNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Chmod(dir, 0o700) })
-	cfg := testConfig(t)
+	cfg := agentdtest.Config(t)
 	cfg.DataDir = dir
-	d, err := New(cfg)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = d.Run(t.Context())
-	if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), "is not writable") {
-		t.Fatalf("got %v, want ErrDataDir saying not writable", err)
-	}
-}
-
-func TestRedactURL(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"nats://u:secret@h:4222", "nats://u:xxxxx@h:4222"},
-		{"nats://tok@h:4222,nats://h2:4222", "nats://xxxxx@h:4222,nats://h2:4222"},
-	}
-	for _, tt := range tests {
-		if got := redactURL(tt.in); got != tt.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
-		}
+	if !errors.Is(err, agentd.ErrDataDir) || !strings.Contains(err.Error(), "is not writable") {
+		t.Fatalf("got %v, want agentd.ErrDataDir saying not writable", err)
 	}
 }
 
@@ -426,27 +335,27 @@ func TestRunSyncModes(t *testing.T) {
 		always   bool
 		warnings int
 	}{
-		{SyncAlways, true, 0},
-		{SyncInterval, false, 1},
+		{agentd.SyncAlways, true, 0},
+		{agentd.SyncInterval, false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.sync, func(t *testing.T) {
-			cfg := testConfig(t)
+			cfg := agentdtest.Config(t)
 			cfg.Sync = tt.sync
-			var logs syncBuffer
+			var logs agentdtest.SyncBuffer
 			cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			d, err := New(cfg)
+			d, err := agentd.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var jsDir string
 			var always bool
-			d.OnStart(func(_ context.Context, deps *Deps) error {
+			d.OnStart(func(_ context.Context, deps *agentd.Deps) error {
 				jsc := deps.Server.JetStreamConfig()
 				jsDir, always = jsc.StoreDir, jsc.SyncAlways
 				return nil
 			})
-			startDaemon(t, d)
+			agentdtest.Start(t, d)
 			if always != tt.always {
 				t.Errorf("JetStream SyncAlways: got %v, want %v", always, tt.always)
 			}
@@ -462,40 +371,40 @@ func TestRunSyncModes(t *testing.T) {
 
 func TestRunExternalNATS(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{SyncAlways: true})
-	cfg := testConfig(t)
+	cfg := agentdtest.Config(t)
 	cfg.NATSURL = s.ClientURL()
-	d, err := New(cfg)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var embedded bool
-	d.OnStart(func(_ context.Context, deps *Deps) error {
+	d.OnStart(func(_ context.Context, deps *agentd.Deps) error {
 		embedded = deps.Server != nil
 		return nil
 	})
-	startDaemon(t, d)
+	agentdtest.Start(t, d)
 	if embedded {
 		t.Error("an embedded server runs although --nats-url is set")
 	}
 	if got, want := d.NATSURL(), s.ClientURL(); got != want {
 		t.Errorf("NATSURL: got %s, want %s", got, want)
 	}
-	waitStatus(t, "http://"+d.HTTPAddr()+"/readyz", http.StatusOK)
+	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", http.StatusOK)
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "jetstream")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("jetstream dir in the data dir with an external NATS: %v", err)
 	}
 }
 
 func TestRunExternalNATSUnreachable(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.NATSURL = "nats://" + freeAddr(t)
-	d, err := New(cfg)
+	cfg := agentdtest.Config(t)
+	cfg.NATSURL = "nats://" + agentdtest.FreeAddr(t)
+	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = d.Run(t.Context())
-	if !errors.Is(err, ErrNATS) {
-		t.Fatalf("got %v, want ErrNATS", err)
+	if !errors.Is(err, agentd.ErrNATS) {
+		t.Fatalf("got %v, want agentd.ErrNATS", err)
 	}
 	if msg := err.Error(); !strings.HasPrefix(msg, "agentd: connect to NATS at "+cfg.NATSURL) ||
 		!strings.HasSuffix(msg, "(set --nats-url or FOREVER_NATS_URL)") {
@@ -503,39 +412,11 @@ func TestRunExternalNATSUnreachable(t *testing.T) {
 	}
 }
 
-// newChatDaemon returns a daemon on cfg hosting the chat type on the local
-// model at rate words/s, not started. attach adds more (the gateway,
-// retention) once the host is attached.
-func newChatDaemon(t *testing.T, cfg Config, rate float64, attach ...func(*Daemon, *Host, *ChatType) error) (*Daemon, *ChatType) {
-	t.Helper()
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chats := NewChatType(llm.NewLocal(llm.LocalConfig{Rate: rate}), nil)
-	if err := chats.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	host := NewHost(HostConfig{DefaultType: "chat"})
-	if err := host.Register("chat", chats.Factory, ChatVerbs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	for _, fn := range attach {
-		if err := fn(d, host, chats); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d, chats
-}
-
 // TestReadyWhileStarting: Ready may be called while Run is starting (a
 // program embedding the daemon polls it); under -race this catches
 // readiness reading what startup writes.
 func TestReadyWhileStarting(t *testing.T) {
-	d, err := New(testConfig(t))
+	d, err := agentd.New(agentdtest.Config(t))
 	if err != nil {
 		t.Fatal(err)
 	}

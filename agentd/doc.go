@@ -1,8 +1,19 @@
-// Package agentd hosts Forever: it runs NATS (an embedded nats-server with
-// JetStream, or an external server), the event log with its Pebble
-// projections, an HTTP server, and the components that user programs and the
-// host runtime add to it. The agentd binary (cmd/agentd) is a thin main over
-// this package; programs that host their own agents import it.
+// Package agentd is Forever's daemon: it runs NATS (an embedded nats-server
+// with JetStream, or an external server), the partition leases, the event
+// log with its Pebble projections, an HTTP server with health and metrics,
+// and the components that user programs and the packages above it add:
+//
+//   - agentd/host: the agent runtime (agent types, activation, partitions,
+//     command routing over NATS);
+//   - agentd/chathost: the chat agent type, its HTTP gateway and retention;
+//   - agentd/demo: the steps agent and the demo tools;
+//   - agentd/tenancy: tenants, each a daemon of its own in a NATS account,
+//     their registry, admin service and HTTP routing by bearer token;
+//   - agentd/quota: a tenant's quotas.
+//
+// The agentd binary (cmd/agentd) wires them together and holds the CLI;
+// programs that host their own agents import these packages. Nothing here
+// imports them: they import this package.
 //
 // # Model
 //

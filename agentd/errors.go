@@ -56,6 +56,13 @@ func newFlagError(kind error, cause error, flag, msg string) error {
 	}
 }
 
+// ConfigErrorf returns an error wrapping ErrConfig whose message names the
+// flag to change and its environment variable: "agentd: <msg> (set
+// --<flag> or FOREVER_<FLAG>)".
+func ConfigErrorf(flag, format string, args ...any) error {
+	return configErrorf(flag, format, args...)
+}
+
 func configErrorf(flag, format string, args ...any) error {
 	return newFlagError(ErrConfig, nil, flag, fmt.Sprintf(format, args...))
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// health is the body of /healthz and /readyz.
-type health struct {
+// Health is the JSON body of /healthz and /readyz.
+type Health struct {
 	// Status is "ok" (healthz), "ready", "starting", "stopping" or
 	// "unavailable".
 	Status string `json:"status"`
@@ -41,7 +41,7 @@ func (d *Daemon) natsStatus() (string, bool) {
 // handleHealthz answers 200 while the NATS connection is up, 503 otherwise.
 func (d *Daemon) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	status, ok := d.natsStatus()
-	h := health{Status: "ok", NATS: status}
+	h := Health{Status: "ok", NATS: status}
 	code := http.StatusOK
 	if !ok {
 		h.Status, code = "unavailable", http.StatusServiceUnavailable
@@ -61,9 +61,9 @@ func (d *Daemon) handleReadyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readiness reports what /readyz shows and whether the daemon is ready.
-func (d *Daemon) readiness() (health, bool) {
+func (d *Daemon) readiness() (Health, bool) {
 	status, connected := d.natsStatus()
-	h := health{Status: "ready", NATS: status, Projections: map[string]bool{}}
+	h := Health{Status: "ready", NATS: status, Projections: map[string]bool{}}
 	d.mu.Lock()
 	started := d.mu.started
 	prs := d.mu.projectors
@@ -144,7 +144,11 @@ func (d *Daemon) handleQuarantine(w http.ResponseWriter, _ *http.Request) {
 	out := []eventlog.Quarantined{}
 	for q, err := range lg.Quarantine() {
 		if err != nil {
-			writeJSON(w, StatusCode(err), map[string]string{"error": err.Error()})
+			code := http.StatusInternalServerError
+			if eventlog.Unavailable(err) {
+				code = http.StatusServiceUnavailable
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
 			return
 		}
 		out = append(out, q)
@@ -169,7 +173,7 @@ func (d *Daemon) startingHandler() http.Handler {
 	mux.Handle("GET /metrics", d.metricsHandler)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, health{Status: "starting"})
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "starting"})
 	})
 	return mux
 }

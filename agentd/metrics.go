@@ -38,19 +38,7 @@ func (d *Daemon) registerMetrics(reg prometheus.Registerer) error {
 		}
 		return 0
 	})
-	cs := []prometheus.Collector{ready, connected}
-	if d.tenants != nil {
-		d.metrics.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "forever_auth_refused_total",
-			Help: "HTTP requests refused, by reason: missing or invalid (or revoked) bearer token (401), or an OIDC token naming a tenant that does not exist (403).",
-		}, []string{"reason"})
-		tenants := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "forever_tenants_running",
-			Help: "Tenant daemons running on this node.",
-		}, func() float64 { return float64(d.tenants.running()) })
-		cs = append(cs, d.metrics.authRefused, tenants)
-	}
-	for _, c := range cs {
+	for _, c := range []prometheus.Collector{ready, connected} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
 		}

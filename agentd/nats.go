@@ -47,7 +47,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 // startServer starts the embedded nats-server with JetStream storing under
 // <DataDir>/jetstream and waits until it accepts connections. The caller
 // shuts it down.
-func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *operator, tc *certs) (*server.Server, error) {
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Operator, tc *certs) (*server.Server, error) {
 	host, port, err := splitAddr(cfg.NATSListen)
 	if err != nil {
 		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
@@ -135,7 +135,7 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *oper
 // connect opens the daemon's NATS connection: in-process to the embedded
 // server s, or to cfg.NATSURL when s is nil. closed is closed once the
 // connection is closed (after Drain).
-func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- struct{}, op *operator) (*nats.Conn, error) {
+func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- struct{}, op *Operator) (*nats.Conn, error) {
 	logger = logger.With("subsystem", "nats")
 	opts := []nats.Option{
 		nats.Name("agentd"),
@@ -152,22 +152,22 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 		}),
 	}
 	u := cfg.NATSURL
-	if t := cfg.tenant; t != nil {
-		s = t.srv
-		opts = append(opts, nats.Name("agentd tenant "+t.name),
-			nats.UserJWTAndSeed(t.user.JWT, string(t.user.Seed)))
+	if t := cfg.Tenant; t != nil {
+		s = t.Server
+		opts = append(opts, nats.Name("agentd tenant "+t.Name),
+			nats.UserJWTAndSeed(t.User.JWT, string(t.User.Seed)))
 	}
 	if op != nil {
 		opts = append(opts, op.connOption())
 	}
-	if cfg.NATSCreds != "" && cfg.tenant == nil {
+	if cfg.NATSCreds != "" && cfg.Tenant == nil {
 		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
 	}
 	if s == nil {
-		opts = append(opts, externalTLS(cfg)...)
+		opts = append(opts, cfg.ClientTLS()...)
 	}
 	if s != nil {
-		u = inProcessURL(s)
+		u = InProcessURL(s)
 		opts = append(opts, nats.InProcessServer(s))
 	}
 	nc, err := nats.Connect(u, opts...)
@@ -181,9 +181,9 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	return nc, nil
 }
 
-// externalTLS are the TLS options of a connection to --nats-url: its CA
+// ClientTLS are the TLS options of a connection to --nats-url: its CA
 // and a client certificate, each when given.
-func externalTLS(cfg *Config) []nats.Option {
+func (cfg *Config) ClientTLS() []nats.Option {
 	var opts []nats.Option
 	if cfg.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(cfg.TLSCA))
@@ -194,10 +194,10 @@ func externalTLS(cfg *Config) []nats.Option {
 	return opts
 }
 
-// inProcessURL is the URL of an in-process connection to s: nats://, also
+// InProcessURL is the URL of an in-process connection to s: nats://, also
 // when s requires TLS of its network clients (in-process ones need none,
 // and a tls:// URL would make the client verify the certificate).
-func inProcessURL(s *server.Server) string {
+func InProcessURL(s *server.Server) string {
 	return "nats" + strings.TrimPrefix(strings.TrimPrefix(s.ClientURL(), "tls"), "nats")
 }
 

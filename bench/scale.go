@@ -12,10 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
-	"github.com/nats-io/nats.go"
 )
 
 // Scale scenario parameters, before -n scales them.
@@ -156,7 +158,7 @@ type scaleNode struct {
 // tickAgent records the lateness of its schedules.
 type tickAgent struct{ fired chan time.Duration }
 
-func (a *tickAgent) HandleCommand(context.Context, agentd.Command) (any, error) { return nil, nil }
+func (a *tickAgent) HandleCommand(context.Context, host.Command) (any, error) { return nil, nil }
 func (a *tickAgent) OnSchedule(_ context.Context, s keepalive.Schedule) error {
 	a.fired <- time.Since(s.NextAt)
 	return nil
@@ -171,8 +173,8 @@ func (sn *scaleNode) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h := agentd.NewHost(agentd.HostConfig{})
-	if err := h.Register("tick", func(context.Context, *agentd.Env) (agentd.Agent, error) {
+	h := host.New(host.Config{})
+	if err := h.Register("tick", func(context.Context, *host.Env) (host.Agent, error) {
 		return &tickAgent{fired: sn.fired}, nil
 	}, "ping"); err != nil {
 		return err

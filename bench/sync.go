@@ -8,9 +8,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
-	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // Sync-cost scenario parameters.
@@ -91,7 +92,7 @@ func syncCost(ctx context.Context, env *Env) (res Result, err error) {
 	steps := func(st *syncTarget) func(int) error {
 		return func(int) error {
 			t := time.Now()
-			gaps, err := st.fiber(ctx, syncFiberSteps, agentd.StepEffectEvent)
+			gaps, err := st.fiber(ctx, syncFiberSteps, demo.StepEffectEvent)
 			st.steps = append(st.steps, gaps...)
 			st.firsts = append(st.firsts, st.first.Sub(t))
 			st.runs = append(st.runs, st.firstRun.Sub(t))
@@ -189,7 +190,7 @@ func (st *syncTarget) warmUp(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := st.fiber(ctx, 3, agentd.StepEffectEvent)
+	_, err := st.fiber(ctx, 3, demo.StepEffectEvent)
 	return err
 }
 
@@ -227,7 +228,7 @@ func (st *syncTarget) turn(ctx context.Context) (time.Duration, error) {
 // fiber runs a steps fiber of k steps and returns the gaps between its
 // consecutive op.completed events: one per step.
 func (st *syncTarget) fiber(ctx context.Context, k int, effect string) ([]time.Duration, error) {
-	start := agentd.StepsStart{Steps: k, DelayMS: 0, Effect: effect}
+	start := demo.StepsStart{Steps: k, DelayMS: 0, Effect: effect}
 	if _, err := st.command(ctx, syncStepsAgent, "start", start); err != nil {
 		return nil, err
 	}
@@ -237,7 +238,7 @@ func (st *syncTarget) fiber(ctx context.Context, k int, effect string) ([]time.D
 	ran := false
 	err := st.await(ctx, st.stepC, func(m *nats.Msg) bool {
 		typ := m.Header.Get(eventlog.HeaderType)
-		if typ == agentd.EventStepExecuted && !ran {
+		if typ == demo.EventStepExecuted && !ran {
 			var e eventlog.Event
 			if err := json.Unmarshal(m.Data, &e); err != nil || e.Time.IsZero() {
 				bad = fmt.Errorf("bench: undecodable %s event: %v: %s", typ, err, m.Data)

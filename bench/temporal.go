@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/demo"
 )
 
 // temporalScenario compares a durable step through agentd with a Temporal
@@ -61,7 +61,7 @@ func temporalScenario(ctx context.Context, env *Env) (res Result, err error) {
 	}
 	defer func() { err = errors.Join(err, theirs.close()) }()
 
-	if _, err := ours.fiber(ctx, 3, agentd.StepEffectNone); err != nil {
+	if _, err := ours.fiber(ctx, 3, demo.StepEffectNone); err != nil {
 		return Result{}, fmt.Errorf("warm up agentd: %w", err)
 	}
 	if _, err := theirs.run(3); err != nil {
@@ -70,12 +70,12 @@ func temporalScenario(ctx context.Context, env *Env) (res Result, err error) {
 	var a, e, b []time.Duration
 	fibers := max(2, env.Count(syncSteps, syncSteps)/syncFiberSteps)
 	err = alternate(fibers, func(int) error {
-		gaps, err := ours.fiber(ctx, syncFiberSteps, agentd.StepEffectNone)
+		gaps, err := ours.fiber(ctx, syncFiberSteps, demo.StepEffectNone)
 		a = append(a, gaps...)
 		if err != nil {
 			return err
 		}
-		gaps, err = ours.fiber(ctx, syncFiberSteps, agentd.StepEffectEvent)
+		gaps, err = ours.fiber(ctx, syncFiberSteps, demo.StepEffectEvent)
 		e = append(e, gaps...)
 		return err
 	}, func(int) error {

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 	"github.com/forever-agents/forever/verify"
-	"github.com/nats-io/nats.go"
 )
 
 // Timeouts of the load's requests and reads.
@@ -84,7 +86,7 @@ func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
 		if n%2 == 1 {
 			text = "/tool clock {}"
 		}
-		var reply agentd.ChatReply
+		var reply chathost.Reply
 		busy, err := l.request(ctx, agent, "chat", map[string]string{"text": text}, &reply)
 		switch {
 		case busy:
@@ -181,7 +183,7 @@ func (l *load) replayFrom(ctx context.Context, agent, stream string, items []rep
 // steps starts steps fibers on agent until ctx ends.
 func (l *load) steps(ctx context.Context, agent string, rng *rand.Rand) {
 	for ctx.Err() == nil {
-		body := agentd.StepsStart{Steps: 2 + rng.IntN(5), DelayMS: 40 + rng.IntN(120)}
+		body := demo.StepsStart{Steps: 2 + rng.IntN(5), DelayMS: 40 + rng.IntN(120)}
 		var reply struct{ Fiber string }
 		if _, err := l.request(ctx, agent, "start", body, &reply); err != nil || reply.Fiber == "" {
 			l.count("starts lost")

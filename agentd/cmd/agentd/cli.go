@@ -14,11 +14,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
-	"github.com/nats-io/nats.go"
 )
 
 // CLI exit codes.
@@ -205,13 +207,13 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, o
 	agent := pos[0]
 	switch cmd {
 	case "fibers":
-		var rows []agentd.FiberInfo
+		var rows []host.FiberInfo
 		if err := request(ctx, nc, agent, "fibers", nil, &rows); err != nil {
 			return err
 		}
 		return printFibers(stdout, rows)
 	case "status":
-		var st agentd.Status
+		var st host.Status
 		if err := request(ctx, nc, agent, "status", nil, &st); err != nil {
 			return err
 		}
@@ -279,7 +281,7 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 	if err != nil {
 		return err
 	}
-	var r agentd.ChatReply
+	var r chathost.Reply
 	if err := request(ctx, nc, agent, verb, body, &r); err != nil {
 		return err
 	}
@@ -342,7 +344,7 @@ func printStream(ctx context.Context, items func(func(replay.Item, error) bool),
 	return nil
 }
 
-func printFibers(w io.Writer, rows []agentd.FiberInfo) error {
+func printFibers(w io.Writer, rows []host.FiberInfo) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no fibers")
 		return err
@@ -355,7 +357,7 @@ func printFibers(w io.Writer, rows []agentd.FiberInfo) error {
 	return tw.Flush()
 }
 
-func printStatus(w io.Writer, st agentd.Status) error {
+func printStatus(w io.Writer, st host.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent\t%s\n", st.Agent)
 	fmt.Fprintf(tw, "type\t%s\n", st.Type)

@@ -5,15 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
-	"github.com/nats-io/nats.go/micro"
 )
 
 // fakeAgentd answers fibers, status and chat like agentd's micro service,
@@ -50,13 +51,13 @@ func fakeAgentd(t *testing.T) string {
 		}
 	}
 	add("fibers", func(agent string, req micro.Request) {
-		req.RespondJSON([]agentd.FiberInfo{
+		req.RespondJSON([]host.FiberInfo{
 			{ID: "f1", Name: "turn-r1", Attempt: 1, CreatedAt: "2025-01-01T00:00:00.000Z"},
 			{ID: "fiber-long-id-2", Name: "x", Attempt: 12, CreatedAt: "2025-01-01T00:00:01.000Z"},
 		})
 	})
 	add("status", func(agent string, req micro.Request) {
-		req.RespondJSON(agentd.Status{Agent: agent, Type: "chat", Active: true, Fibers: 2, Schedules: 1})
+		req.RespondJSON(host.Status{Agent: agent, Type: "chat", Active: true, Fibers: 2, Schedules: 1})
 	})
 	add("chat", func(agent string, req micro.Request) {
 		var in struct{ Text string }
@@ -142,7 +143,7 @@ func TestCLI(t *testing.T) {
 // does not stop the turn (the CLI sends nothing but the chat command).
 func TestCLIInterruptPrintsCursor(t *testing.T) {
 	url := fakeAgentd(t)
-	out, errb := &syncBuffer{}, &syncBuffer{}
+	out, errb := &agentdtest.SyncBuffer{}, &agentdtest.SyncBuffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() {
@@ -167,16 +168,3 @@ func TestRunCLINotHandled(t *testing.T) {
 		}
 	}
 }
-
-// syncBuffer lets the test read output while the CLI writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

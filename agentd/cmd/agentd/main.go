@@ -21,6 +21,10 @@ import (
 	"syscall"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/mcptools"
@@ -54,16 +58,15 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	// With auth (--auth, or implied by a non-loopback listen), each tenant
 	// gets the agent types in its own daemon; else the daemon runs them.
-	var mcpc *mcptools.Client
-	if cfg.Auth {
-		mcpc, err = wireTenants(&cfg)
-	}
-	d, nerr := agentd.New(cfg)
-	if nerr != nil {
-		fmt.Fprintln(stderr, nerr)
+	d, err := agentd.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if err == nil && !cfg.Auth {
+	var mcpc *mcptools.Client
+	if cfg.Auth {
+		mcpc, err = wireTenants(d)
+	} else {
 		mcpc, err = wire(d)
 	}
 	if mcpc != nil {
@@ -99,20 +102,21 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
-// wireTenants sets cfg.TenantSetup to wire the built-in agent types into
-// each tenant's daemon, with the demo tools writing under the tenant's
-// data dir and the --mcp servers' tools shared by all tenants.
-func wireTenants(cfg *agentd.Config) (*mcptools.Client, error) {
-	provider, err := agentd.NewProvider(*cfg)
+// wireTenants serves tenants from d (package tenancy), wiring the built-in
+// agent types into each tenant's daemon, with the demo tools writing under
+// the tenant's data dir and the --mcp servers' tools shared by all
+// tenants.
+func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
+	provider, err := agentd.NewProvider(d.Config())
 	if err != nil {
 		return nil, err
 	}
-	mcpc, err := connectMCP(*cfg)
+	mcpc, err := connectMCP(d.Config())
 	if err != nil {
 		return mcpc, err
 	}
-	cfg.TenantSetup = func(d *agentd.Daemon) error {
-		tools, err := agentd.DemoTools(d.Config().DataDir)
+	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
+		tools, err := demo.Tools(d.Config().DataDir)
 		if err == nil {
 			tools, err = addTools(tools, mcpc)
 		}
@@ -120,8 +124,7 @@ func wireTenants(cfg *agentd.Config) (*mcptools.Client, error) {
 			return err
 		}
 		return wireAgents(d, provider, tools)
-	}
-	return mcpc, nil
+	})
 }
 
 // wire registers the built-in agent types on a host attached to d: steps,
@@ -134,7 +137,7 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	tools, err := agentd.DemoTools(d.Config().DataDir)
+	tools, err := demo.Tools(d.Config().DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -178,22 +181,22 @@ func addTools(tools *chat.Tools, mcpc *mcptools.Client) (*chat.Tools, error) {
 
 // wireAgents registers the agent types, chat with tools.
 func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools) error {
-	chats := agentd.NewChatType(provider, func(c *chat.Config) { c.Tools = tools })
+	chats := chathost.NewType(provider, func(c *chat.Config) { c.Tools = tools })
 	if err := chats.Attach(d); err != nil {
 		return err
 	}
-	host := agentd.NewHost(agentd.HostConfig{DefaultType: "chat"})
-	if err := host.Register("steps", agentd.NewStepsAgent, agentd.StepsVerbs...); err != nil {
+	h := host.New(host.Config{DefaultType: "chat"})
+	if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
 		return err
 	}
-	if err := host.Register("chat", chats.Factory, agentd.ChatVerbs...); err != nil {
+	if err := h.Register("chat", chats.Factory, chathost.Verbs...); err != nil {
 		return err
 	}
-	if err := host.Attach(d); err != nil {
+	if err := h.Attach(d); err != nil {
 		return err
 	}
-	if err := agentd.AttachRetention(d, host, chats); err != nil {
+	if err := chathost.AttachRetention(d, h, chats); err != nil {
 		return err
 	}
-	return agentd.AttachGateway(d, host, chats)
+	return chathost.AttachGateway(d, h, chats)
 }

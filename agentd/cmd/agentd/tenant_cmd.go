@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/forever-agents/forever/agentd"
-	"github.com/forever-agents/forever/auth"
 	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/tenancy"
+	"github.com/forever-agents/forever/auth"
 )
 
 const tenantUsage = `Usage:
@@ -107,9 +109,9 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 		if q.Rate < 0 || q.Burst < 0 || q.Turns < 0 || q.Agents < 0 {
 			return usageErr("quotas must not be negative")
 		}
-		subject, payload = agentd.AdminCreateSubject, agentd.TenantCreateRequest{Name: name, Quota: q}
+		subject, payload = tenancy.AdminCreateSubject, tenancy.CreateRequest{Name: name, Quota: q}
 	case "revoke":
-		subject, payload = agentd.AdminRevokeSubject, agentd.TenantRevokeRequest{Name: name}
+		subject, payload = tenancy.AdminRevokeSubject, tenancy.RevokeRequest{Name: name}
 	default:
 		return usageErr("unknown tenant command %q: create or revoke", verb)
 	}
@@ -144,7 +146,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 		_, err = fmt.Fprintln(stdout, string(msg.Data))
 		return err
 	}
-	var reply agentd.TenantCreateReply
+	var reply tenancy.CreateReply
 	if err := json.Unmarshal(msg.Data, &reply); err != nil {
 		return fmt.Errorf("tenant create: bad reply: %w", err)
 	}

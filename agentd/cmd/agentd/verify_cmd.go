@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 )
 
 const verifyUsage = `Usage:

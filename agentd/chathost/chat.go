@@ -1,0 +1,340 @@
+package chathost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// Verbs are the command verbs of the chat agent type, besides the host's
+// (host.Verbs): register it with them, host.Register("chat", t.Factory,
+// chathost.Verbs...).
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result"}
+
+// Type is the chat agent type: it opens the chat read side (the
+// projections of messages, streams, turns, state, usage, interrupts) and the
+// shared chunk batcher when the daemon starts, and builds one chat.Agent per
+// agent id.
+type Type struct {
+	provider llm.Provider
+	config   func(*chat.Config) // optional tweaks, for embedding programs
+
+	// Set at start.
+	store      *chat.Store
+	batcher    *eventlog.Batcher
+	maxPayload int64
+	registerer prometheus.Registerer
+	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
+	turnQuota  int               // the tenant's turns quota when it binds, else 0
+}
+
+// NewType returns the chat type over provider. tweak, when not nil, may
+// change each agent's chat.Config (system prompt, recovery hook...).
+func NewType(provider llm.Provider, tweak func(*chat.Config)) *Type {
+	return &Type{provider: provider, config: tweak}
+}
+
+// Attach opens the chat read side and the chunk batcher with d.
+func (ct *Type) Attach(d *agentd.Daemon) error {
+	return d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
+		store, streams, err := chat.AddStore(deps.Log, deps.Views)
+		if err != nil {
+			return err
+		}
+		if err := d.AddProjector(streams); err != nil {
+			return err
+		}
+		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
+		maxTurns := d.Config().MaxTurns
+		if q := deps.Quotas.Quota().Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
+			// The tenant's quota binds before the node's limit: past it,
+			// 429 rather than 503.
+			maxTurns, ct.turnQuota = q, q
+		}
+		ct.turns = chat.NewTurnLimiter(maxTurns)
+		if deps.Registerer != nil {
+			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "forever_chat_turns_running",
+				Help: "Chat turns running on this node (--max-turns bounds new ones).",
+			}, func() float64 { return float64(ct.turns.Running()) })
+			if err := deps.Registerer.Register(running); err != nil {
+				return err
+			}
+		}
+		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
+		return d.Add("chunk batcher", ct.batcher)
+	})
+}
+
+// Store returns the chat read side (nil before the daemon started).
+func (ct *Type) Store() *chat.Store { return ct.store }
+
+// Factory is the Factory of the chat agent type.
+func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
+	cfg := chat.Config{
+		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
+		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
+		Turns: ct.turns,
+	}
+	if ct.config != nil {
+		ct.config(&cfg)
+	}
+	a, err := chat.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota}, nil
+}
+
+// Agent adapts a chat.Agent to the host: commands and fiber recovery.
+type Agent struct {
+	*chat.Agent
+	logger    *slog.Logger
+	turnQuota int // the tenant's turns quota when it binds
+}
+
+// Request is the payload of the chat command: a text, or a message, or
+// an AI SDK useChat body ({id, messages}) whose last user message is sent.
+type Request struct {
+	Text     string          `json:"text,omitempty"`
+	Message  *chat.Message   `json:"message,omitempty"`
+	Messages []chat.Message  `json:"messages,omitempty"`
+	Tools    []llm.Tool      `json:"tools,omitempty"`
+	Body     json.RawMessage `json:"-"`
+	// Answering is set when an AI SDK body's last message is the waiting
+	// assistant message with tool calls answered (an approval response,
+	// a client tool's result): the turn resumes it.
+	Answering *chat.Message `json:"-"`
+}
+
+// Reply is the reply to the chat command.
+type Reply struct {
+	RequestID string       `json:"requestId"`
+	StreamID  string       `json:"streamId"`
+	MessageID string       `json:"messageId"`
+	Cursor    eventlog.Seq `json:"cursor"`
+}
+
+// OnError ends a chat turn whose fiber was abandoned, so its stream is not
+// left streaming with no owner; other errors are logged.
+func (c *Agent) OnError(ctx context.Context, err error) {
+	var ab *fiber.AbandonedError
+	if errors.As(err, &ab) {
+		if aerr := c.AbandonTurn(context.WithoutCancel(ctx), ab.Name, err); aerr != nil {
+			c.logger.Error("end abandoned turn", "fiber", ab.ID, "err", aerr)
+		}
+		return
+	}
+	c.logger.Error("chat agent error", "err", err)
+}
+
+// OnFiberRecovered hands chat turn fibers to the chat agent.
+func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
+	handled, err := c.Agent.OnFiberRecovered(ctx, rec)
+	if !handled && err == nil {
+		return fmt.Errorf("agentd: chat agent has no recovery for fiber %s (%s)", rec.ID, rec.Name)
+	}
+	return err
+}
+
+// HandleCommand answers chat, messages, status, cancel, interrupt and state.
+func (c *Agent) HandleCommand(ctx context.Context, cmd host.Command) (any, error) {
+	reply, err := c.handle(ctx, cmd)
+	if c.turnQuota > 0 && errors.Is(err, chat.ErrOverloaded) {
+		return reply, &quota.Error{Quota: "turns", Limit: float64(c.turnQuota)}
+	}
+	return reply, chatError(err)
+}
+
+func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
+	switch cmd.Verb {
+	case "chat":
+		req, err := ParseRequest(cmd.Data)
+		if err != nil {
+			return nil, err
+		}
+		var turn chat.Turn
+		if req.Answering != nil {
+			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
+		} else {
+			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools})
+		}
+		if err != nil {
+			return nil, err
+		}
+		return chatReply(turn), nil
+	case "approve":
+		var req approveRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Approved == nil || (req.ToolCallID == "" && req.ApprovalID == "") {
+			return nil, fmt.Errorf("%w: approve: send {\"toolCallId\" or \"approvalId\", \"approved\": true|false, \"reason\"?}", host.ErrBadRequest)
+		}
+		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, ApprovalID: req.ApprovalID, Approved: req.Approved, Reason: req.Reason}}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return chatReply(turn), nil
+	case "tool-result":
+		var req toolResultRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.ToolCallID == "" || (len(req.Output) == 0 && req.ErrorText == "") {
+			return nil, fmt.Errorf("%w: tool-result: send {\"toolCallId\", \"output\" (JSON) or \"errorText\"}", host.ErrBadRequest)
+		}
+		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, Output: req.Output, ErrorText: req.ErrorText}}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return chatReply(turn), nil
+	case "messages":
+		var p chat.Page
+		if err := decodeOptional(cmd.Data, &p); err != nil {
+			return nil, err
+		}
+		if err := c.Settle(ctx); err != nil && !errors.Is(err, chat.ErrTurnActive) {
+			return nil, err // past the bound the page is read as it is
+		}
+		msgs, next, err := c.Messages(p)
+		if msgs == nil {
+			msgs = []chat.Message{}
+		}
+		return map[string]any{"messages": msgs, "next": next}, err
+	case "status":
+		return c.Status()
+	case "cancel":
+		cancelled, err := c.Cancel(ctx)
+		return map[string]bool{"cancelled": cancelled}, err
+	case "interrupt":
+		var req interruptRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Name == "" {
+			req.Name = chat.InterruptTurn
+		}
+		if req.Clear {
+			err := c.ClearInterrupt(ctx, req.Name)
+			return map[string]any{"name": req.Name, "set": false}, err
+		}
+		err := c.SetInterrupt(ctx, req.Name)
+		return map[string]any{"name": req.Name, "set": true}, err
+	case "state":
+		var req stateRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.Value == nil {
+			v, version, err := c.State()
+			return map[string]any{"value": v, "version": version}, err
+		}
+		if req.ExpectVersion == nil {
+			return nil, fmt.Errorf("%w: state: set expectVersion (0 for the first write)", host.ErrBadRequest)
+		}
+		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
+		return map[string]any{"version": version}, err
+	}
+	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
+}
+
+func chatReply(turn chat.Turn) Reply {
+	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: turn.Cursor}
+}
+
+// approveRequest is the payload of the approve command.
+type approveRequest struct {
+	ToolCallID string `json:"toolCallId"`
+	ApprovalID string `json:"approvalId"`
+	Approved   *bool  `json:"approved"`
+	Reason     string `json:"reason"`
+}
+
+// toolResultRequest is the payload of the tool-result command.
+type toolResultRequest struct {
+	ToolCallID string          `json:"toolCallId"`
+	Output     json.RawMessage `json:"output"`
+	ErrorText  string          `json:"errorText"`
+}
+
+// interruptRequest is the payload of the interrupt command; an empty name
+// is chat.InterruptTurn.
+type interruptRequest struct {
+	Name  string `json:"name"`
+	Clear bool   `json:"clear"`
+}
+
+// stateRequest is the payload of the state command: no value reads the
+// state, a value sets it if the version is still ExpectVersion.
+type stateRequest struct {
+	Value         json.RawMessage `json:"value"`
+	ExpectVersion *int            `json:"expectVersion"`
+}
+
+// ParseRequest decodes a chat command payload: {text}, {message}, or an
+// AI SDK body {id, messages: [...]} (its last message is the user's).
+func ParseRequest(data json.RawMessage) (Request, error) {
+	var req Request
+	if len(data) == 0 {
+		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", host.ErrBadRequest)
+	}
+	if err := json.Unmarshal(data, &req); err != nil {
+		return req, fmt.Errorf("%w: chat: %v", host.ErrBadRequest, err)
+	}
+	req.Body = data
+	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == chat.RoleAssistant {
+			req.Answering = &last
+			return req, nil
+		}
+		if last.Role != "user" {
+			return req, fmt.Errorf("%w: chat: the last message has role %q, want user", host.ErrBadRequest, last.Role)
+		}
+		req.Message = &last
+	}
+	return req, nil
+}
+
+func decodeOptional(data json.RawMessage, v any) error {
+	if len(data) == 0 || strings.TrimSpace(string(data)) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
+	return nil
+}
+
+// chatError maps chat's errors to the command codes.
+func chatError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage):
+		return fmt.Errorf("%w: %w", host.ErrBadRequest, err)
+	case errors.Is(err, chat.ErrTurnActive), errors.Is(err, chat.ErrDuplicateMessage),
+		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage),
+		errors.Is(err, chat.ErrAlreadyAnswered):
+		return fmt.Errorf("%w: %w", host.ErrConflict, err)
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
+		return fmt.Errorf("%w: %w", host.ErrNotFound, err)
+	case errors.Is(err, chat.ErrOverloaded):
+		return fmt.Errorf("%w: %w", host.ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,29 @@
+// Package chathost hosts chat agents (package chat) on an agentd host: the
+// chat agent type, which opens the chat read side and the shared chunk
+// batcher when the daemon starts and builds one chat.Agent per agent id;
+// its NATS verbs (Verbs: chat, messages, cancel, interrupt, state, approve,
+// tool-result); the HTTP gateway (AttachGateway: the AI SDK UI message
+// stream over SSE, the WebSocket resume handshake and the chat page, any
+// node answering for any agent); and chunk retention (AttachRetention).
+//
+// # Usage
+//
+//	chats := chathost.NewType(provider, nil)
+//	h := host.New(host.Config{DefaultType: "chat"})
+//	h.Register("chat", chats.Factory, chathost.Verbs...)
+//	chats.Attach(d)
+//	h.Attach(d)
+//	chathost.AttachGateway(d, h, chats)
+//	chathost.AttachRetention(d, h, chats)
+//
+// # Invariants
+//
+//   - A chat command is answered once its user message and turn are
+//     appended to the log (chat.Agent.Send): an acknowledged chat is never
+//     lost.
+//   - The gateway reads an agent's views only after catching them up with
+//     the log's last event of the agent, so any node answers a read with
+//     what the owner wrote, whichever node it was.
+//   - Over a tenant's turns quota a chat is refused with 429 (a quota.Error)
+//     before anything is written; over the node's --max-turns, with 503.
+package chathost

@@ -1,0 +1,53 @@
+package chathost
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+)
+
+// The daemon runs chunk retention on the agent's owner: a chat stream that
+// ended more than --chunk-max-age ago is purged and marked expired, and a
+// resume of it answers 410 Gone.
+func TestRetentionExpiresEndedStreams(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.ChunkMaxAge = 200 * time.Millisecond
+	d, chats := newChatDaemon(t, cfg, -1, AttachRetention, AttachGateway)
+	agentdtest.Start(t, d)
+	base := "http://" + d.HTTPAddr()
+	agentdtest.WaitStatus(t, base+"/readyz", 200)
+
+	resp := agentdtest.Post(t, t.Context(), base+"/v1/chat", `{"id":"c1","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`)
+	evs := agentdtest.ReadSSE(t, resp.Body, 0)
+	resp.Body.Close()
+	if len(evs) == 0 || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("turn did not finish: %+v", evs)
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := chats.Store().Streams().Latest("c1")
+		if err == nil && info.Expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream not expired: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/chat/c1/stream?after=0", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var body map[string]string
+	if res.StatusCode != http.StatusGone || json.Unmarshal(b, &body) != nil || body["error"] != "chunks expired" {
+		t.Fatalf("resume: %d %s, want 410 {\"error\":\"chunks expired\"}", res.StatusCode, b)
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+)
+
+// buildBinary builds this package, the agentd command, into a temp dir.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	return buildBinaryRace(t, raceEnabled)
+}
+
+// buildBinaryRace builds agentd, with the race detector when race is set.
+func buildBinaryRace(t *testing.T, race bool) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the agentd binary")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			t.Skip("go command not found")
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "agentd")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, ".")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinary builds agentd once and runs it as a black box.
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t)
+	t.Run("StopsOnSIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
+	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })
+	t.Run("CrashRecovery", func(t *testing.T) { testBinaryCrashRecovery(t, bin) })
+	t.Run("ChatCrashRecovery", func(t *testing.T) { testBinaryChatCrash(t, bin) })
+	t.Run("Gateway", func(t *testing.T) { testBinaryGateway(t, bin) })
+	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
+	t.Run("BrowserTools", func(t *testing.T) { testBinaryBrowserTools(t, bin) })
+	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
+	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
+	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
+	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
+	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
+	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
+	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
+	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
+	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
+	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
+	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
+}
+
+func testBinarySIGTERM(t *testing.T, bin string) {
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	var out agentdtest.SyncBuffer
+	cmd := exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json")
+	cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("agentd exited before ready: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agentd not ready after 30s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), `"msg":"agentd started"`) {
+		t.Errorf("no start line in the log:\n%s", out.String())
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("agentd exit: %v\n%s", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("agentd still running 10s after SIGTERM:\n%s", out.String())
+	}
+	if _, err := os.Stat(filepath.Join(data, "pebble")); err != nil {
+		t.Errorf("pebble dir: %v", err)
+	}
+}
+
+func testBinaryPortInUse(t *testing.T, bin string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--data", t.TempDir(), "--http", ln.Addr().String(), "--nats-listen", "127.0.0.1:0")
+	cmd.Env = os.Environ()
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit code 1\n%s", err, stderr.String())
+	}
+	want := "agentd: http address " + ln.Addr().String() + " is in use (set --http or FOREVER_HTTP)\n"
+	if got := stderr.String(); got != want {
+		t.Errorf("stderr:\n got %q\nwant %q", got, want)
+	}
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm/llmtest"
+)
+
+// testBinaryHugeReply: a provider (a local Chat Completions server) answers
+// with 2 MiB, more than the server's max payload. The turn must end with an
+// error chunk saying the answer is too large and an outcome, and the next
+// chat must be taken, also after a restart (it used to stay "streaming" and
+// every later chat got 409).
+func testBinaryHugeReply(t *testing.T, bin string) {
+	var calls atomic.Int32
+	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
+		if calls.Add(1) == 1 {
+			piece := strings.Repeat("x", 32<<10)
+			deltas := make([]string, 64)
+			for i := range deltas {
+				deltas[i] = piece
+			}
+			return llmtest.Stream(llmtest.NewChat("c1", "m").Text(deltas...).Finish("stop").Done().Events())
+		}
+		return llmtest.Stream(llmtest.NewChat("c2", "m").Text("Hello", " again").Finish("stop").Done().Events())
+	})
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	start := func() *agentdProc {
+		p := &agentdProc{out: &agentdtest.SyncBuffer{}, exited: make(chan error, 1)}
+		p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json",
+			"--provider", "chatcompletions", "--provider-url", srv.URL+"/v1", "--model", "m")
+		p.cmd.Env = os.Environ()
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		return startWith(t, p, httpAddr)
+	}
+	p := start()
+	c := dialAgentd(t, natsAddr)
+	const agent = "big"
+	ended := func(stream string) []chat.Chunk {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			cs := c.streamChunks(agent, stream)
+			if n := len(cs); n > 0 && cs[n-1].Terminal() {
+				return cs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stream %s not ended:\n%s", stream, p.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var first chathost.Reply
+	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "say a lot"}), &first)
+	cs := ended(first.StreamID)
+	if last := cs[len(cs)-1]; last.Type != chat.ChunkError || !strings.Contains(last.ErrorText, "too large") {
+		t.Fatalf("huge answer's stream ends with %+v", last)
+	}
+	// The agent takes the next chat (command fails the test on 409).
+	var second chathost.Reply
+	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "hello"}), &second)
+	if cs := ended(second.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish || textOf(cs) != "Hello again" {
+		t.Fatalf("next turn's stream %+v", cs)
+	}
+	// And after a restart.
+	p.kill()
+	p = start()
+	var third chathost.Reply
+	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "once more"}), &third)
+	ended(third.StreamID)
+	var status chat.Status
+	json.Unmarshal(c.command(agent, "status", nil), &status)
+	if status.ActiveTurn != nil && status.ActiveTurn.RequestID == first.RequestID {
+		t.Fatalf("the huge turn is still active: %+v", status.ActiveTurn)
+	}
+	if t.Failed() {
+		t.Logf("agentd output:\n%s", p.out.String())
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/internal/chartargs"
+)
+
+// testClusterAuth runs three nodes with auth as the chart's defaults start
+// them (one shared secret file): a tenant created on one node is served by
+// every node, over NATS and HTTP, its agents spread over the nodes, and a
+// revocation sent to one node closes a connection held on another.
+func testClusterAuth(t *testing.T, bin string) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("k", 48)), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	nodes := newCluster(t, 3, func(p *chartargs.Pod) { p.AuthSecretFile = secret })
+	for _, nd := range nodes {
+		nd.start(t, bin)
+	}
+	waitReady(t, nodes...)
+	out := t.TempDir()
+	acme := createTenant(t, bin, "nats://"+nodes[0].nats, filepath.Join(nodes[0].data, agentd.AdminCredsFile), out, "acme")
+
+	// Every node runs the tenant and takes its share of its partitions.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var owned []int
+		for _, nd := range nodes {
+			owned = append(owned, tenantPartitions(nd, "acme"))
+		}
+		if !slices.ContainsFunc(owned, func(n int) bool { return n < 20 }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's partitions never balanced: %v", owned)
+		}
+	}
+
+	// The tenant's client on node 1: its agents are owned by all three.
+	nc, err := nats.Connect("nats://"+nodes[1].nats, nats.UserCredentials(acme.Creds), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	owners := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; i < 12; {
+		agent := fmt.Sprintf("bot%d", i)
+		msg, err := nc.Request("forever.cmd."+agent+".status", nil, 10*time.Second)
+		if err == nil && msg.Header.Get("Nats-Service-Error-Code") == "" {
+			var st host.Status
+			if err := json.Unmarshal(msg.Data, &st); err != nil || st.Owner == "" {
+				t.Fatalf("status %s: %v %s", agent, err, msg.Data)
+			}
+			owners[st.Owner]++
+			body, _ := json.Marshal(map[string]string{"text": "hello " + agent})
+			if msg, err = nc.Request("forever.cmd."+agent+".chat", body, 30*time.Second); err != nil || msg.Header.Get("Nats-Service-Error-Code") != "" {
+				t.Fatalf("chat %s: %v %v", agent, err, msg.Header)
+			}
+			i++
+			continue
+		}
+		if time.Now().After(deadline) { // 503 while the tenant's leases settle
+			t.Fatalf("status %s: %v %v", agent, err, msg.Header)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(owners) != 3 {
+		t.Errorf("12 agents of the tenant are owned by %v, want all 3 nodes", owners)
+	}
+	// Node 2's gateway serves the chat of an agent another node owns.
+	for i := range 12 {
+		agent := fmt.Sprintf("bot%d", i)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			code, body := authedGet(t, "http://"+nodes[2].http+"/v1/chat/"+agent+"/messages", acme.Token)
+			if code == 200 && strings.Contains(body, `"role":"assistant"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s on node 2: %d %s", agent, code, body)
+			}
+		}
+	}
+	if code, _ := authedGet(t, "http://"+nodes[1].http+"/v1/chat/bot0/messages", ""); code != 401 {
+		t.Fatalf("no token on node 1: %d", code)
+	}
+
+	// Revoked through node 2 (with its own admin.creds): node 1 closes the
+	// live connection, every node refuses the token.
+	closed := make(chan struct{})
+	live, err := nats.Connect("nats://"+nodes[0].nats, nats.UserCredentials(acme.Creds), nats.NoReconnect(),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if _, stderr, code := tenantCLI(t, bin, "revoke", "acme", "--nats-url", "nats://"+nodes[2].nats,
+		"--creds", filepath.Join(nodes[2].data, agentd.AdminCredsFile)); code != 0 {
+		t.Fatalf("revoke: %s", stderr)
+	}
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the revoked credential's connection to node 0 is still open")
+	}
+	for _, nd := range nodes {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			code, _ := authedGet(t, "http://"+nd.http+"/v1/chat/bot0/messages", acme.Token)
+			if code == 401 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still takes the revoked token: %d", nd.name, code)
+			}
+		}
+	}
+}
+
+// tenantPartitions returns the partitions of tenant the node owns, from
+// its /metrics (0 when it cannot tell).
+func tenantPartitions(nd *clusterNode, tenant string) int {
+	resp, err := http.Get("http://" + nd.http + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := `forever_ownership_partitions_owned{tenant="` + tenant + `"} `
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,612 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/replay"
+)
+
+// clusterTTL is the lease TTL of the loopback cluster tests: the chart's
+// default. A shorter one would not make failover faster when the dead node
+// led a stream: JetStream elects its new leader after 4 to 9 s.
+const clusterTTL = chartargs.DefaultLeaseTTL
+
+// clusterNode is one agentd of a loopback cluster, started with the flags
+// the Helm chart gives a pod.
+type clusterNode struct {
+	name                     string
+	data, http, nats, routes string
+	args, env                []string
+	proc                     *agentdProc
+	outs                     []*agentdtest.SyncBuffer // every run's output, kept for a failure
+}
+
+// newCluster prepares n nodes on loopback (not started), each started as the
+// chart starts a pod (chartargs), with loopback addresses and a short TTL.
+func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNode {
+	t.Helper()
+	var routes []string
+	nodes := make([]*clusterNode, n)
+	for i := range nodes {
+		nodes[i] = &clusterNode{
+			name: fmt.Sprintf("forever-%d", i),
+			data: filepath.Join(t.TempDir(), "data"),
+			http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+		}
+		routes = append(routes, "nats://"+nodes[i].routes)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dir, err := os.MkdirTemp("", "forever-cluster-")
+		if err != nil {
+			return
+		}
+		for _, nd := range nodes {
+			for i, out := range nd.outs {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s.%d.log", nd.name, i)), []byte(out.String()), 0o644)
+			}
+		}
+		t.Logf("node logs in %s", dir)
+	})
+	for _, nd := range nodes {
+		pod := chartargs.Pod{
+			Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+			Cluster: "forever", ClusterListen: nd.routes, Routes: routes,
+			Replicas: chartargs.Replicas(n), LeaseTTL: clusterTTL,
+		}
+		for _, o := range opts {
+			o(&pod)
+		}
+		nd.args = chartargs.Args(pod)
+		// The local model slowed down, so a turn is still streaming when
+		// its owner is killed.
+		nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+	}
+	return nodes
+}
+
+// start starts the node's process; wait with waitReady.
+func (nd *clusterNode) start(t *testing.T, bin string) {
+	t.Helper()
+	p := &agentdProc{out: &agentdtest.SyncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin, nd.args...)
+	p.cmd.Env = append(os.Environ(), nd.env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.kill() })
+	nd.proc = p
+	nd.outs = append(nd.outs, p.out)
+}
+
+// ready reports whether the node answers /readyz with 200.
+func (nd *clusterNode) ready() bool {
+	resp, err := http.Get("http://" + nd.http + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func waitReady(t *testing.T, nodes ...*clusterNode) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, nd := range nodes {
+		for !nd.ready() {
+			select {
+			case err := <-nd.proc.exited:
+				nd.proc.exited <- err
+				t.Fatalf("%s exited before ready: %v\n%s", nd.name, err, nd.proc.out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not ready:\n%s", nd.name, nd.proc.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// portTaken returns a node that exited at start because a port was in use,
+// after giving each node a moment to bind.
+func portTaken(nodes []*clusterNode) *clusterNode {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, nd := range nodes {
+			select {
+			case err := <-nd.proc.exited:
+				nd.proc.exited <- err
+				if strings.Contains(nd.proc.out.String(), "is in use") {
+					return nd
+				}
+				return nil
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// waitBalanced waits until every node owns its share of the 64 partitions:
+// the first node up takes them all, and hands them off as the others join.
+func waitBalanced(t *testing.T, nodes []*clusterNode) {
+	t.Helper()
+	// Each node owns at most ceil(64/n), so at least what the rest leave.
+	limit := (64 + len(nodes) - 1) / len(nodes)
+	share := 64 - (len(nodes)-1)*limit
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var owned []int
+		for _, nd := range nodes {
+			owned = append(owned, nd.partitions())
+		}
+		if !slices.ContainsFunc(owned, func(n int) bool { return n < share }) {
+			t.Logf("partitions owned: %v", owned)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions never balanced: %v", owned)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// partitions returns how many partitions the node owns, from /readyz.
+func (nd *clusterNode) partitions() int {
+	resp, err := http.Get("http://" + nd.http + "/readyz")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var h struct{ Partitions int }
+	json.NewDecoder(resp.Body).Decode(&h)
+	return h.Partitions
+}
+
+// clusterClient talks to the cluster through one node's NATS port, with
+// every node's URL to fail over to.
+func clusterClient(t *testing.T, nodes []*clusterNode) *crashClient {
+	t.Helper()
+	var urls []string
+	for _, nd := range nodes {
+		urls = append(urls, "nats://"+nd.nats)
+	}
+	// Pings find a stalled (SIGSTOPped) server within seconds, so the
+	// client moves to another node instead of waiting on it.
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A command may wait for a partition's new owner (up to 10s) and then
+	// for its writes: the request outlasts that, so it is not resent.
+	return &crashClient{t: t, nc: nc, lg: lg, timeout: 30 * time.Second}
+}
+
+// ownerOf asks the cluster for the agent's status and returns its owner.
+func ownerOf(c *crashClient, agent string) host.Status {
+	var st host.Status
+	if err := json.Unmarshal(c.command(agent, "status", nil), &st); err != nil {
+		c.t.Fatalf("status of %s: %v", agent, err)
+	}
+	return st
+}
+
+// checkWriters proves from the log that no agent was written by two owners
+// interleaved, on its events and on each of its chat streams.
+func checkWriters(t *testing.T, c *crashClient, agents []string) {
+	t.Helper()
+	for _, a := range agents {
+		evs := c.events(a)
+		if err := eventlog.CheckWriters(evs); err != nil {
+			t.Errorf("agent %s: %v", a, err)
+		}
+		chunks, err := c.lg.Read(t.Context(), eventlog.Filter{Agent: a, Chunks: true}, 0, 0)
+		if err != nil {
+			t.Fatalf("read chunks of %s: %v", a, err)
+		}
+		byStream := map[string][]eventlog.Event{}
+		for _, e := range chunks {
+			byStream[e.Stream] = append(byStream[e.Stream], e)
+		}
+		for s, evs := range byStream {
+			if err := eventlog.CheckWriters(evs); err != nil {
+				t.Errorf("agent %s stream %s: %v", a, s, err)
+			}
+		}
+	}
+}
+
+// TestCluster runs three agentd nodes on loopback, started as the Helm
+// chart starts its pods, with R3 streams, and takes nodes away under load.
+func TestCluster(t *testing.T) {
+	// Three race-instrumented nodes with R3 fsynced streams overload a
+	// 2-core machine until commands time out; the race detector covers the
+	// same code in the in-process and single-binary tests.
+	bin := buildBinaryRace(t, false)
+	// Each case gets a fresh cluster: a node that was killed and restarted
+	// must first catch its JetStream replicas up, and until it has, losing
+	// another node loses quorum, which is JetStream's rule and not the case
+	// under test.
+	t.Run("OwnerDies", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin)
+		testClusterOwnerDies(t, bin, c, nodes, agents)
+		checkWriters(t, c, agents)
+	})
+	t.Run("SIGTERM", func(t *testing.T) {
+		nodes, c, _ := startCluster(t, bin)
+		testClusterSIGTERM(t, bin, c, nodes)
+		checkWriters(t, c, []string{"steps:term"})
+	})
+	t.Run("PartitionMismatch", func(t *testing.T) {
+		nodes, _, _ := startCluster(t, bin)
+		testClusterPartitionMismatch(t, bin, nodes)
+	})
+	t.Run("StaleOwner", func(t *testing.T) {
+		nodes, c, _ := startCluster(t, bin)
+		testClusterStaleOwner(t, bin, c, nodes)
+		checkWriters(t, c, []string{"steps:stale"})
+	})
+	t.Run("Join", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin)
+		testClusterJoin(t, bin, c, nodes, agents)
+		checkWriters(t, c, agents)
+	})
+	t.Run("NATSNodeLost", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin)
+		testClusterNATSNodeLost(t, c, nodes, agents)
+		checkWriters(t, c, agents)
+	})
+	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
+	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
+}
+
+// startCluster starts three nodes as the chart starts its pods, waits until
+// they are ready and share the partitions, and checks that 30 agents spread
+// over all three.
+func startCluster(t *testing.T, bin string) ([]*clusterNode, *crashClient, []string) {
+	var nodes []*clusterNode
+	for attempt := 1; ; attempt++ {
+		nodes = newCluster(t, 3)
+		for _, nd := range nodes {
+			nd.start(t, bin)
+		}
+		// A port freeAddr picked may be taken (by an outgoing connection's
+		// ephemeral port) before the node binds it: start over on new ones.
+		if lost := portTaken(nodes); lost == nil || attempt == 3 {
+			break
+		} else {
+			t.Logf("%s could not bind its port, restarting the cluster: %s", lost.name, lost.proc.out.String())
+		}
+		for _, nd := range nodes {
+			nd.proc.kill()
+		}
+	}
+	waitReady(t, nodes...)
+	waitBalanced(t, nodes)
+	c := clusterClient(t, nodes)
+	var agents []string
+	owners := map[string]int{}
+	for i := range 30 {
+		a := fmt.Sprintf("steps:c%d", i)
+		if i%2 == 1 {
+			a = fmt.Sprintf("chat%d", i)
+		}
+		agents = append(agents, a)
+		st := ownerOf(c, a)
+		if st.Owner == "" {
+			t.Fatalf("status of %s names no owner: %+v", a, st)
+		}
+		owners[st.Owner]++
+	}
+	t.Logf("owners of 30 agents: %v", owners)
+	if len(owners) != 3 {
+		t.Errorf("30 agents are owned by %d nodes, want all 3: %v", len(owners), owners)
+	}
+	return nodes, c, agents
+}
+
+func nodeNamed(nodes []*clusterNode, name string) *clusterNode {
+	i := slices.IndexFunc(nodes, func(nd *clusterNode) bool { return nd.name == name })
+	if i < 0 {
+		return nil
+	}
+	return nodes[i]
+}
+
+func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clusterNode, agents []string) {
+	// Steps fibers on every steps agent, then a chat mid-turn.
+	for _, a := range agents {
+		if strings.HasPrefix(a, "steps:") {
+			c.command(a, "start", map[string]int{"steps": 30, "delayMs": 300})
+		}
+	}
+	const agent = "chat1"
+	var reply chathost.Reply
+	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "Tell me a story about a lighthouse."}), &reply)
+	owner := ownerOf(c, agent)
+	victim := nodeNamed(nodes, owner.Owner)
+	followed := make(chan []replay.Item, 1)
+	go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.streamChunks(agent, reply.StreamID)) < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stream did not grow:\n%s", victim.proc.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	victim.proc.kill()
+	killedAt := time.Now()
+	if chunks := c.streamChunks(agent, reply.StreamID); chunks[len(chunks)-1].Terminal() {
+		t.Fatalf("the turn ended before its owner was killed; nothing to take over")
+	}
+	// Another node takes the partition and writes the agent.
+	var firstNew time.Time
+	for firstNew.IsZero() {
+		for _, e := range c.events(agent) {
+			if e.Writer.Node != "" && e.Writer.Node != victim.name && e.Time.After(killedAt) {
+				firstNew = e.Time
+				break
+			}
+		}
+		if time.Since(killedAt) > 4*clusterTTL+10*time.Second {
+			t.Fatalf("no other node wrote %s after its owner died", agent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("owner %s killed; failover to the first event of the new owner: %s (lease TTL %s)",
+		victim.name, firstNew.Sub(killedAt).Round(time.Millisecond), clusterTTL)
+	chunks := waitStreamEnd(t, c, agent, reply.StreamID)
+	checkOneAssistant(t, c, agent)
+	items := <-followed
+	checkFollowed(t, items, chunks)
+	// The dead node comes back and takes its share again.
+	victim.start(t, bin)
+	waitReady(t, victim)
+	deadline = time.Now().Add(4*clusterTTL + 20*time.Second)
+	for {
+		n := 0
+		for _, a := range agents {
+			if ownerOf(c, a).Owner == victim.name {
+				n++
+			}
+		}
+		if n > 0 {
+			t.Logf("%s rejoined and owns %d of %d agents", victim.name, n, len(agents))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s rejoined but owns no agent", victim.name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitFibersDone(t, c, agents)
+}
+
+func testClusterSIGTERM(t *testing.T, bin string, c *crashClient, nodes []*clusterNode) {
+	const agent = "steps:term"
+	owner := nodeNamed(nodes, ownerOf(c, agent).Owner)
+	c.command(agent, "start", map[string]int{"steps": 10, "delayMs": 100})
+	var others []*clusterNode
+	for _, nd := range nodes {
+		if nd != owner {
+			others = append(others, nd)
+		}
+	}
+	survivor := clusterClient(t, others)
+	sent := time.Now()
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	for {
+		// Asked through a node that stays up, so the figure is the handoff,
+		// not this client's reconnection.
+		if st := ownerOf(survivor, agent); st.Owner != "" && st.Owner != owner.name {
+			took = time.Since(sent)
+			break
+		}
+		if time.Since(sent) > 30*time.Second {
+			t.Fatalf("%s not taken over after SIGTERM of %s", agent, owner.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("SIGTERM of %s: %s owned elsewhere after %s (lease TTL %s)", owner.name, agent, took.Round(time.Millisecond), clusterTTL)
+	select {
+	case err := <-owner.proc.exited:
+		owner.proc.exited <- err
+		if err != nil {
+			t.Errorf("%s exit after SIGTERM: %v", owner.name, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30s after SIGTERM", owner.name)
+	}
+	// The node handed its partitions off (rather than letting them expire).
+	handed := false
+	for _, line := range strings.Split(owner.proc.out.String(), "\n") {
+		if strings.Contains(line, `"msg":"partitions handed off","subsystem":"agentd"`) ||
+			strings.Contains(line, `"msg":"agentd stopping"`) || strings.Contains(line, `"partition":32,`) {
+			t.Logf("%s: %s", owner.name, line)
+			handed = handed || strings.Contains(line, "partitions handed off")
+		}
+	}
+	if !handed {
+		t.Errorf("%s did not hand its partitions off:\n%s", owner.name, owner.proc.out.String())
+	}
+	waitFibersDone(t, c, []string{agent})
+	owner.start(t, bin)
+	waitReady(t, owner)
+}
+
+func testClusterStaleOwner(t *testing.T, bin string, c *crashClient, nodes []*clusterNode) {
+	const agent = "steps:stale"
+	owner := nodeNamed(nodes, ownerOf(c, agent).Owner)
+	c.command(agent, "start", map[string]int{"steps": 40, "delayMs": 100})
+	time.Sleep(500 * time.Millisecond)
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	for {
+		var newer bool
+		for _, e := range c.events(agent) {
+			if e.Writer.Node != "" && e.Writer.Node != owner.name && e.Time.After(stoppedAt) {
+				newer = true
+			}
+		}
+		if newer {
+			break
+		}
+		if time.Since(stoppedAt) > 4*clusterTTL+10*time.Second {
+			t.Fatalf("nobody took %s over from the stopped %s", agent, owner.name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := owner.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFibersDone(t, c, []string{agent})
+	time.Sleep(clusterTTL) // give the woken node time to try to write
+	if err := eventlog.CheckWriters(c.events(agent)); err != nil {
+		t.Errorf("the stale owner's writes landed after the takeover: %v", err)
+	}
+	waitReady(t, owner)
+}
+
+// waitFibersDone waits until no agent has a running fiber.
+func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, a := range agents {
+		for {
+			var fibers []host.FiberInfo
+			json.Unmarshal(c.command(a, "fibers", nil), &fibers)
+			if len(fibers) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has fibers: %+v", a, fibers)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// waitStreamEnd waits for the stream's terminal chunk and returns its chunks.
+func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chat.Chunk {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		chunks := c.streamChunks(agent, stream)
+		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
+			if chunks[n-1].Type != chat.ChunkFinish {
+				t.Errorf("stream %s ended with %+v, want finish", stream, chunks[n-1])
+			}
+			return chunks
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s of %s did not end", stream, agent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkOneAssistant checks the history: one user message, one assistant
+// message.
+func checkOneAssistant(t *testing.T, c *crashClient, agent string) {
+	t.Helper()
+	var page struct{ Messages []chat.Message }
+	json.Unmarshal(c.command(agent, "messages", nil), &page)
+	if len(page.Messages) != 2 || page.Messages[0].Role != "user" || page.Messages[1].Role != "assistant" {
+		t.Errorf("history of %s = %+v, want the user message and exactly one assistant message", agent, page.Messages)
+	}
+}
+
+// checkFollowed checks that a reader saw every chunk of the stream once and
+// in order.
+func checkFollowed(t *testing.T, items []replay.Item, chunks []chat.Chunk) {
+	t.Helper()
+	if len(items) != len(chunks) {
+		t.Errorf("the reader saw %d chunks, the stream has %d", len(items), len(chunks))
+	}
+	for i := range min(len(items), len(chunks)) {
+		if !sameChunk(items[i].Chunk, chunks[i]) {
+			t.Errorf("reader chunk %d = %+v, stream has %+v", i, items[i].Chunk, chunks[i])
+			return
+		}
+		if i > 0 && items[i].Cursor <= items[i-1].Cursor {
+			t.Errorf("reader cursors not increasing at %d", i)
+			return
+		}
+	}
+}
+
+// testClusterPartitionMismatch: a fourth node started with another
+// partition count than the cluster's refuses to start, naming the flag,
+// instead of serving a different split of the agents.
+// extraNode prepares (does not start) one more pod for the running
+// cluster of nodes, routed to all of them; partitions 0 is the default.
+func extraNode(t *testing.T, nodes []*clusterNode, name string, partitions int) *clusterNode {
+	var routes []string
+	for _, nd := range nodes {
+		routes = append(routes, "nats://"+nd.routes)
+	}
+	nd := &clusterNode{
+		name: name,
+		data: filepath.Join(t.TempDir(), "data"),
+		http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+	}
+	pod := chartargs.Pod{
+		Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+		Cluster: "forever", ClusterListen: nd.routes, Routes: append(routes, "nats://"+nd.routes),
+		Replicas: 3, Partitions: partitions, LeaseTTL: clusterTTL,
+	}
+	nd.args = chartargs.Args(pod)
+	nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+	return nd
+}
+
+func testClusterPartitionMismatch(t *testing.T, bin string, nodes []*clusterNode) {
+	odd := extraNode(t, nodes, "forever-odd", 32)
+	odd.start(t, bin)
+	select {
+	case err := <-odd.proc.exited:
+		out := odd.proc.out.String()
+		if err == nil || !strings.Contains(out, "--partitions") || !strings.Contains(out, "64 partitions") {
+			t.Errorf("a node with 32 partitions in a 64-partition cluster exited with %v:\n%s", err, out)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("a node with 32 partitions in a 64-partition cluster is still running:\n%s", odd.proc.out.String())
+	}
+	// The cluster still serves.
+	waitReady(t, nodes...)
+}

@@ -1,0 +1,131 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+)
+
+// The built-in demo tools every chat agent of agentd has.
+const (
+	// ToolClock tells the time. Idempotent: after a crash it simply runs
+	// again.
+	ToolClock = "clock"
+	// ToolNote appends a line to <data>/notes.txt. Unsafe: a note cut off
+	// by a crash is not written again; the model is told its outcome is
+	// unknown. A note whose text contains "approve" needs approval.
+	ToolNote = "note"
+	// NotesFile is the note tool's file in the data dir.
+	NotesFile = "notes.txt"
+)
+
+// maxDemoDelay caps the delayMs input of the demo tools.
+const maxDemoDelay = time.Minute
+
+// ClockInput is the clock tool's input.
+type ClockInput struct {
+	// DelayMs waits this long before answering, to make the moment the tool
+	// runs observable in demos and crash tests. At most 60000.
+	DelayMs int `json:"delayMs,omitempty" jsonschema:"milliseconds to wait before answering (demos and tests), at most 60000"`
+}
+
+// ClockOutput is the clock tool's output.
+type ClockOutput struct {
+	Now  string `json:"now"`
+	Unix int64  `json:"unix"`
+}
+
+// NoteInput is the note tool's input.
+type NoteInput struct {
+	Text    string `json:"text" jsonschema:"the line to append to the notes file"`
+	DelayMs int    `json:"delayMs,omitempty" jsonschema:"milliseconds to wait before writing (demos and tests), at most 60000"`
+}
+
+// NoteOutput is the note tool's output.
+type NoteOutput struct {
+	File  string `json:"file"`
+	Lines int    `json:"lines"`
+}
+
+// Tools returns the built-in clock and note tools, note writing into
+// dataDir.
+func Tools(dataDir string) (*chat.Tools, error) {
+	clock, err := chat.NewTool(ToolClock, "Tells the current time (UTC).",
+		func(ctx context.Context, in ClockInput) (ClockOutput, error) {
+			if err := demoDelay(ctx, in.DelayMs); err != nil {
+				return ClockOutput{}, err
+			}
+			now := time.Now().UTC()
+			return ClockOutput{Now: now.Format(time.RFC3339Nano), Unix: now.Unix()}, nil
+		}, chat.WithSafety(chat.Idempotent))
+	if err != nil {
+		return nil, err
+	}
+	n := &notes{path: filepath.Join(dataDir, NotesFile)}
+	note, err := chat.NewTool(ToolNote, "Appends a line of text to the agent's notes file. Needs approval when the text contains \"approve\".",
+		n.write, chat.WithSafety(chat.Unsafe),
+		chat.WithApproval(func(input json.RawMessage) bool {
+			var in NoteInput
+			return json.Unmarshal(input, &in) == nil && strings.Contains(in.Text, "approve")
+		}))
+	if err != nil {
+		return nil, err
+	}
+	return chat.NewTools(clock, note)
+}
+
+// notes is the note tool's file; lines are "<call id>\t<text>".
+type notes struct {
+	mu   sync.Mutex
+	path string
+}
+
+func (n *notes) write(ctx context.Context, in NoteInput) (NoteOutput, error) {
+	if strings.ContainsAny(in.Text, "\r\n") {
+		return NoteOutput{}, &chat.ToolError{Type: "invalid_input", Message: "a note is one line"}
+	}
+	if err := demoDelay(ctx, in.DelayMs); err != nil {
+		return NoteOutput{}, err
+	}
+	call, _ := chat.ToolCallFrom(ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := os.OpenFile(n.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return NoteOutput{}, err
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s\t%s\n", call.CallID, in.Text); err != nil {
+		return NoteOutput{}, err
+	}
+	if err := f.Sync(); err != nil {
+		return NoteOutput{}, err
+	}
+	data, err := os.ReadFile(n.path)
+	if err != nil {
+		return NoteOutput{}, err
+	}
+	return NoteOutput{File: NotesFile, Lines: strings.Count(string(data), "\n")}, nil
+}
+
+func demoDelay(ctx context.Context, ms int) error {
+	if ms <= 0 {
+		return nil
+	}
+	d := min(time.Duration(ms)*time.Millisecond, maxDemoDelay)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

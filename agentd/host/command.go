@@ -1,0 +1,168 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/keepalive"
+)
+
+// Verbs are the verbs the host answers for an agent of any type on
+// forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
+var Verbs = []string{"status", "fibers", "schedules"}
+
+// Status is the reply to the status command.
+type Status struct {
+	Agent     string `json:"agent"`
+	Type      string `json:"type"`
+	Active    bool   `json:"active"`
+	Fibers    int    `json:"fibers"`
+	Schedules int    `json:"schedules"`
+	KeepAlive int    `json:"keepalive"`
+	// Partition is the agent's partition; Owner the server name of the
+	// node that owns it (and answered), Epoch that node's lease epoch.
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"`
+	Epoch     uint64 `json:"epoch"`
+	// Agent is what the agent adds when it handles "status" itself.
+	Detail any `json:"detail,omitempty"`
+}
+
+// FiberInfo is one row of the fibers command's reply.
+type FiberInfo struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Attempt   int             `json:"attempt"`
+	CreatedAt string          `json:"createdAt"`
+	Snapshot  json.RawMessage `json:"snapshot,omitempty"`
+}
+
+// Command runs a command for an agent and returns its reply. status, fibers
+// and schedules are answered by the host from the projections without
+// activating the agent (status adds the agent's own answer when it is
+// active and handles "status"); other verbs activate the agent and go to its
+// CommandHandler.
+//
+// Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
+// the caller can act on them; StatusCode maps them to codes.
+func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
+	_, err := h.TypeOf(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
+		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
+	}
+	if h.quotas != nil {
+		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb); err != nil {
+			return nil, err
+		}
+		out, err := h.route(ctx, cmd)
+		return out, h.quotas.OverStorage(err)
+	}
+	return h.route(ctx, cmd)
+}
+
+// local runs cmd on this node, which must own the agent's partition
+// (otherwise it fails with a retryable 503).
+func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
+	typ, err := h.TypeOf(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if !h.Owns(cmd.Agent) {
+		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
+	}
+	stalled := h.deps.Log.Stalled()
+	switch cmd.Verb {
+	case "fibers", "schedules", "status":
+		// Reads see every write acknowledged before them; while the views
+		// cannot be written (a full disk) they serve what the views hold.
+		if stalled != nil {
+			break
+		}
+		if err := h.catchUp(ctx, cmd.Agent); err != nil {
+			return nil, err
+		}
+	default:
+		// No other command could see its own writes: refuse it at once
+		// (503) rather than write events nobody can read back yet.
+		if stalled != nil {
+			return nil, stalled
+		}
+	}
+	switch cmd.Verb {
+	case "fibers":
+		rows, err := h.table.Rows(cmd.Agent)
+		out := make([]FiberInfo, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot})
+		}
+		return out, err
+	case "schedules":
+		list, err := h.sched.List(cmd.Agent)
+		if list == nil {
+			list = []keepalive.Schedule{}
+		}
+		return list, err
+	case "status":
+		return h.status(ctx, cmd, typ)
+	}
+	if !h.takes(typ, cmd.Verb) {
+		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
+	}
+	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
+		ch, ok := inst.agent.(CommandHandler)
+		if !ok {
+			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
+		}
+		return ch.HandleCommand(ctx, cmd)
+	})
+}
+
+// catchUp waits until the runs and schedules views have applied the agent's
+// last event.
+func (h *Host) catchUp(ctx context.Context, agent string) error {
+	seq, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: agent})
+	if err != nil {
+		return err
+	}
+	if err := h.table.WaitFor(ctx, seq); err != nil {
+		return err
+	}
+	return h.sched.WaitFor(ctx, seq)
+}
+
+func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error) {
+	rows, err := h.table.Rows(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	scheds, err := h.sched.List(cmd.Agent)
+	if err != nil {
+		return nil, err
+	}
+	st := Status{Agent: cmd.Agent, Type: typ, Active: h.Active(cmd.Agent), Fibers: len(rows), Schedules: len(scheds), KeepAlive: h.pool.Held(cmd.Agent)}
+	st.Partition = h.partitionOf(cmd.Agent)
+	h.mu.Lock()
+	if pt := h.mu.parts[st.Partition]; pt != nil {
+		st.Owner, st.Epoch = pt.lease.Node, pt.lease.Epoch
+	}
+	h.mu.Unlock()
+	if st.Active {
+		h.mu.Lock()
+		inst := h.mu.agents[cmd.Agent]
+		h.mu.Unlock()
+		if inst != nil {
+			<-inst.built
+			if ch, ok := inst.agent.(CommandHandler); ok && inst.err == nil {
+				if detail, err := ch.HandleCommand(ctx, cmd); err == nil {
+					st.Detail = detail
+				}
+			}
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,554 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/compaction"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/backoff"
+	"github.com/forever-agents/forever/keepalive"
+	"github.com/forever-agents/forever/ownership"
+)
+
+// Config configures a Host. Zero fields take the defaults.
+type Config struct {
+	// IdleTimeout is how long an agent with no keepalive ref and no command in
+	// flight stays active. Default: the daemon's Config.IdleTimeout (2m).
+	IdleTimeout time.Duration
+	// DefaultType is the type of agent ids no registered type claims; empty
+	// means such ids are unknown (ErrNotFound).
+	DefaultType string
+	// MaxAttempts caps recovery attempts of a fiber (fiber.DefaultMaxAttempts).
+	MaxAttempts int
+	// BackoffBase is the first delay between recovery attempts.
+	BackoffBase time.Duration
+}
+
+// Host is the agent runtime: it knows the registered agent types, activates
+// an agent on first use, routes commands and due schedules to it, recovers
+// its orphaned fibers after a restart, and deactivates it when idle.
+//
+// An agent id belongs to type T if it is T or starts with "T:" (for example
+// "steps:demo"); otherwise to Config.DefaultType.
+type Host struct {
+	cfg   Config
+	types map[string]Factory  // fixed once the daemon starts
+	verbs map[string][]string // the command verbs of each type
+
+	inflight chan struct{}  // a slot per command being answered
+	handling sync.WaitGroup // the commands being answered
+
+	// Set by start, before run.
+	deps   *agentd.Deps
+	own    *ownership.Manager
+	table  *fiber.Table
+	quotas *quota.Enforcer // a tenant's daemon with quotas, else nil
+	pool   *keepalive.Pool
+	sched  *keepalive.Scheduler
+	compac *compaction.Compactor
+	logger *slog.Logger
+	active prometheus.Gauge
+
+	ready chan struct{} // closed once startup recovery was started
+	wg    sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		ctx    context.Context // the host's run context, nil until run
+		agents map[string]*instance
+		parts  map[int]*part // partitions this node serves
+	}
+}
+
+// part is a partition this node holds a lease on. Everything the host runs
+// for the partition's agents lives under ctx, which ends when the lease is
+// lost or handed off.
+type part struct {
+	lease     ownership.Lease
+	ctx       context.Context
+	recovered chan struct{} // closed once recovery of its agents started
+}
+
+type instance struct {
+	id, typ string
+	part    int
+	env     *Env
+	agent   Agent
+	built   chan struct{} // closed once agent or err is set
+	err     error
+
+	// Guarded by Host.mu.
+	inflight   int
+	lastActive time.Time
+}
+
+// New returns a Host; register types, then Attach it to a Daemon.
+func New(cfg Config) *Host {
+	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
+		inflight: make(chan struct{}, MaxCommandsInFlight)}
+	h.mu.agents = map[string]*instance{}
+	h.mu.parts = map[int]*part{}
+	return h
+}
+
+// Register adds an agent type and the command verbs it answers (besides
+// the host's own, Verbs). The name must be a subject token without
+// ':'. The NATS service has one endpoint per verb of any type; a command
+// with a verb the agent's type did not register is 404, before the agent
+// is activated.
+func (h *Host) Register(name string, f Factory, verbs ...string) error {
+	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
+		return fmt.Errorf("%w: agent type %q: need a token name without ':' and a factory", ErrBadRequest, name)
+	}
+	for _, v := range verbs {
+		if !eventlog.ValidToken(v) || slices.Contains(Verbs, v) {
+			return fmt.Errorf("%w: agent type %q: verb %q is not a subject token, or is one of the host's (%s)", ErrBadRequest, name, v, strings.Join(Verbs, ", "))
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, dup := h.types[name]; dup {
+		return fmt.Errorf("%w: agent type %q registered twice", ErrConflict, name)
+	}
+	h.types[name] = f
+	h.verbs[name] = slices.Clone(verbs)
+	return nil
+}
+
+// takes reports whether agent type typ answers verb: the host's verbs, and
+// those the type registered.
+func (h *Host) takes(typ, verb string) bool {
+	return slices.Contains(Verbs, verb) || slices.Contains(h.verbs[typ], verb)
+}
+
+// allVerbs returns the host's verbs and every type's, once each.
+func (h *Host) allVerbs() []string {
+	out := slices.Clone(Verbs)
+	for _, vs := range h.verbs {
+		for _, v := range vs {
+			if !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TypeOf returns the type of an agent id, or ErrNotFound.
+func (h *Host) TypeOf(id string) (string, error) {
+	if !eventlog.ValidToken(id) {
+		return "", fmt.Errorf("%w: agent id %q is not a valid subject token (no '.', '*', '>', spaces)", ErrBadRequest, id)
+	}
+	name, _, _ := strings.Cut(id, ":")
+	if _, ok := h.types[name]; ok {
+		return name, nil
+	}
+	if h.cfg.DefaultType != "" {
+		return h.cfg.DefaultType, nil
+	}
+	return "", fmt.Errorf("%w: no agent type claims %q (ids look like <type>:<name>)", ErrNotFound, id)
+}
+
+// Attach wires the host into d: the runs table, the keepalive pool, the
+// scheduler, the NATS command service and the host loop start with d.
+func (h *Host) Attach(d *agentd.Daemon) error {
+	if h.cfg.DefaultType != "" {
+		if _, ok := h.types[h.cfg.DefaultType]; !ok {
+			return fmt.Errorf("%w: default agent type %q is not registered", agentd.ErrConfig, h.cfg.DefaultType)
+		}
+	}
+	return d.OnStart(func(ctx context.Context, deps *agentd.Deps) error { return h.start(ctx, d, deps) })
+}
+
+func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	h.deps = deps
+	h.own = deps.Ownership
+	d.OnPartition(h.servePartition)
+	d.OnFenced(h.fenced)
+	h.logger = deps.Logger.With("subsystem", "host")
+	if h.cfg.IdleTimeout <= 0 {
+		h.cfg.IdleTimeout = deps.Config.IdleTimeout
+	}
+	table, err := fiber.AddTable(deps.Log, deps.Views)
+	if err != nil {
+		return err
+	}
+	h.table = table
+	h.quotas = deps.Quotas
+	if err := compaction.AddView(deps.Views); err != nil {
+		return err
+	}
+	h.compac, err = compaction.New(compaction.Config{
+		Log:        deps.Log,
+		Owns:       h.Owns,
+		Events:     deps.Config.CompactEvents,
+		Bytes:      deps.Config.CompactBytes,
+		IdleEvents: deps.Config.CompactIdleEvents,
+		Every:      deps.Config.CompactEvery,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Add("compactor", h.compac); err != nil {
+		return err
+	}
+	h.pool, err = keepalive.NewPool(keepalive.PoolConfig{
+		OnIdle:     h.touch,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	h.sched, err = keepalive.NewScheduler(keepalive.SchedulerConfig{
+		Log:        deps.Log,
+		Owns:       h.Owns,
+		Fire:       h.fire,
+		OnError:    h.scheduleFailed,
+		Logger:     deps.Logger,
+		Registerer: deps.Registerer,
+		Views:      deps.Views,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Add("scheduler", h.sched); err != nil {
+		return err
+	}
+	h.active = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "forever_agentd_active_agents",
+		Help: "Agents currently activated in this process.",
+	})
+	if err := deps.Registerer.Register(h.active); err != nil {
+		return fmt.Errorf("agentd: register host metrics: %w", err)
+	}
+	if err := d.AddReady("recovery", h.ready); err != nil {
+		return err
+	}
+	if err := h.startService(ctx, d, deps); err != nil {
+		return err
+	}
+	return d.Add("host", agentd.ComponentFunc(h.run))
+}
+
+// run recovers orphaned fibers once the runs table is caught up, then
+// deactivates idle agents until ctx is done; then it stops every agent.
+func (h *Host) run(ctx context.Context) error {
+	h.mu.Lock()
+	h.mu.ctx = ctx
+	h.mu.Unlock()
+	defer h.stopAll()
+	// Recovery runs per partition as its lease is acquired
+	// (servePartition); the host is ready once the first round of leases
+	// was taken and each of those partitions started its recovery.
+	if err := h.awaitStartup(ctx); err != nil {
+		return nil
+	}
+	h.logger.Info("startup recovery started", "partitions", h.own.OwnedCount())
+	close(h.ready)
+
+	tick := time.NewTicker(max(h.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			h.reap()
+		}
+	}
+}
+
+// Ready is closed once startup recovery has started for every agent with
+// orphaned fibers.
+func (h *Host) Ready() <-chan struct{} { return h.ready }
+
+// activate returns the agent's instance, building it on first use. With
+// busy, the instance is counted as in use from the moment it is found, so
+// reap cannot deactivate it between the lookup and the caller's work; the
+// caller then calls done(inst).
+func (h *Host) activate(ctx context.Context, id string) (*instance, error) {
+	return h.get(ctx, id, false)
+}
+
+func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error) {
+	typ, err := h.TypeOf(id)
+	if err != nil {
+		return nil, err
+	}
+	pn := h.partitionOf(id)
+	h.mu.Lock()
+	hostCtx := h.mu.ctx
+	if hostCtx == nil || hostCtx.Err() != nil {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: host is not running", ErrUnavailable)
+	}
+	pt := h.mu.parts[pn]
+	if pt == nil || pt.ctx.Err() != nil {
+		h.mu.Unlock()
+		return nil, h.notOwner(id, pn)
+	}
+	inst, ok := h.mu.agents[id]
+	if !ok {
+		inst = &instance{id: id, typ: typ, part: pn, built: make(chan struct{}), lastActive: time.Now()}
+		h.mu.agents[id] = inst
+	}
+	if busy {
+		inst.inflight++
+	}
+	h.mu.Unlock()
+	if ok {
+		var err error
+		select {
+		case <-inst.built:
+			err = inst.err
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			if busy {
+				h.done(inst)
+			}
+			return nil, err
+		}
+		return inst, nil
+	}
+	inst.err = h.build(ctx, pt.ctx, inst)
+	if inst.err != nil {
+		h.mu.Lock()
+		delete(h.mu.agents, id)
+		h.mu.Unlock()
+	} else {
+		h.active.Inc()
+	}
+	close(inst.built)
+	if inst.err != nil {
+		return nil, inst.err
+	}
+	return inst, nil
+}
+
+// done ends a busy use of inst.
+func (h *Host) done(inst *instance) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	inst.inflight--
+	inst.lastActive = time.Now()
+}
+
+// build constructs the agent and starts recovery of its orphaned fibers.
+// partCtx is the context of the agent's partition: recovery stops with it.
+func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
+	hostCtx := partCtx
+	logger := h.logger.With("agent", inst.id, "type", inst.typ)
+	keeper := h.pool.For(inst.id)
+	hooks := fiber.Hooks{
+		OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+			fr, ok := inst.agent.(FiberRecoverer)
+			if !ok {
+				return fmt.Errorf("agentd: agent type %s cannot recover fibers", inst.typ)
+			}
+			return fr.OnFiberRecovered(ctx, rec)
+		},
+		OnError: func(ctx context.Context, err error) {
+			if errors.Is(err, fiber.ErrOrphaned) {
+				h.restartLater(partCtx, inst, err)
+			}
+			if eh, ok := inst.agent.(ErrorHandler); ok {
+				eh.OnError(ctx, err)
+				return
+			}
+			logger.Error("agent error", "err", err)
+		},
+	}
+	w := h.deps.Log.Writer(inst.id)
+	runner, err := fiber.New(fiber.Config{
+		Log: w, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
+		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
+		Logger: h.deps.Logger, Registerer: h.deps.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	inst.env = &Env{
+		ID: inst.id, Type: inst.typ, Log: w, Fibers: runner, KeepAlive: keeper,
+		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger,
+	}
+	inst.agent, err = h.types[inst.typ](ctx, inst.env)
+	if err != nil {
+		runner.Close()
+		return fmt.Errorf("agentd: build agent %s: %w", inst.id, err)
+	}
+	// Recovery holds a ref so the agent is not deactivated under it.
+	release := keeper.Acquire()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer release()
+		h.recover(hostCtx, runner, logger)
+	}()
+	logger.Debug("agent activated")
+	return nil
+}
+
+// recoverTries bounds the attempts of an agent's recovery that the log
+// refuses for a while (a stream electing its leader during a failover).
+const recoverTries = 8
+
+// recover recovers the agent's orphaned fibers, trying again with backoff
+// while the log is unavailable: an orphan nobody recovers would wait for
+// the agent's next activation.
+func (h *Host) recover(ctx context.Context, runner *fiber.Runner, logger *slog.Logger) {
+	for try := 0; ; try++ {
+		err := runner.Recover(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil || errors.Is(err, fiber.ErrStopped):
+			return
+		case eventlog.Transient(err) && try+1 < recoverTries:
+			wait := backoff.Exp(200*time.Millisecond, 5*time.Second, try+1)
+			logger.Warn("recover fibers: the log is unavailable; trying again", "err", err, "in", wait)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		default:
+			logger.Error("recover fibers", "err", err)
+			return
+		}
+	}
+}
+
+// touch marks the agent active now (the keepalive pool calls it when the last
+// ref is released).
+func (h *Host) touch(agent string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if inst, ok := h.mu.agents[agent]; ok {
+		inst.lastActive = time.Now()
+	}
+}
+
+// reap deactivates agents idle for longer than IdleTimeout.
+func (h *Host) reap() {
+	now := time.Now()
+	var idle []*instance
+	h.mu.Lock()
+	for id, inst := range h.mu.agents {
+		select {
+		case <-inst.built:
+		default:
+			continue
+		}
+		if inst.inflight == 0 && inst.env.KeepAlive.Held() == 0 && now.Sub(inst.lastActive) >= h.cfg.IdleTimeout {
+			delete(h.mu.agents, id)
+			idle = append(idle, inst)
+		}
+	}
+	h.mu.Unlock()
+	for _, inst := range idle {
+		h.deactivate(inst)
+	}
+}
+
+func (h *Host) deactivate(inst *instance) {
+	if d, ok := inst.agent.(Deactivator); ok {
+		h.callDeactivate(inst, d)
+	}
+	if err := inst.env.Fibers.Close(); err != nil {
+		inst.env.Logger.Warn("close fibers", "err", err)
+	}
+	h.active.Dec()
+	inst.env.Logger.Debug("agent deactivated")
+	h.mu.Lock()
+	ctx := h.mu.ctx
+	h.mu.Unlock()
+	if ctx != nil && ctx.Err() == nil && h.compac.Enabled() {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.compac.Idle(ctx, inst.id)
+		}()
+	}
+}
+
+// stopAll closes every agent's fibers (running ones are interrupted and stay
+// in the runs table for the next start) and waits for recoveries.
+func (h *Host) stopAll() {
+	h.mu.Lock()
+	agents := h.mu.agents
+	h.mu.agents = map[string]*instance{}
+	h.mu.Unlock()
+	for _, inst := range agents {
+		<-inst.built
+		if inst.err == nil {
+			h.deactivate(inst)
+		}
+	}
+	h.wg.Wait()
+	h.pool.Close()
+}
+
+// use runs fn with the agent active and counted as busy.
+func (h *Host) use(ctx context.Context, id string, fn func(*instance) (any, error)) (any, error) {
+	inst, err := h.get(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer h.done(inst)
+	return fn(inst)
+}
+
+// fire routes a due schedule to its agent.
+func (h *Host) fire(ctx context.Context, s keepalive.Schedule) error {
+	_, err := h.use(ctx, s.Agent, func(inst *instance) (any, error) {
+		sh, ok := inst.agent.(ScheduleHandler)
+		if !ok {
+			return nil, fmt.Errorf("agentd: agent type %s does not handle schedules", inst.typ)
+		}
+		release := inst.env.KeepAlive.Acquire()
+		defer release()
+		return nil, sh.OnSchedule(ctx, s)
+	})
+	return err
+}
+
+func (h *Host) scheduleFailed(s keepalive.Schedule, err error) {
+	h.logger.Error("schedule failed", "agent", s.Agent, "schedule", s.ID, "callback", s.Callback, "err", err)
+	h.mu.Lock()
+	inst := h.mu.agents[s.Agent]
+	h.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	<-inst.built
+	if eh, ok := inst.agent.(ErrorHandler); ok && inst.err == nil {
+		eh.OnError(context.Background(), err)
+	}
+}
+
+// Active reports whether the agent is activated in this process.
+func (h *Host) Active(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.mu.agents[id]
+	return ok
+}

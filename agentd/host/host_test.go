@@ -1,0 +1,256 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/keepalive"
+)
+
+// alarmAgent sets a schedule on "arm" and reports its firing.
+type alarmAgent struct {
+	env   *host.Env
+	fired chan keepalive.Schedule
+}
+
+func (a *alarmAgent) HandleCommand(ctx context.Context, cmd host.Command) (any, error) {
+	if cmd.Verb != "start" {
+		return nil, fmt.Errorf("%w: %s", host.ErrNotFound, cmd.Verb)
+	}
+	return a.env.Schedules.Schedule(ctx, keepalive.Spec{Kind: keepalive.KindDelay, Callback: "ring", Payload: cmd.Data})
+}
+
+func (a *alarmAgent) OnSchedule(ctx context.Context, s keepalive.Schedule) error {
+	a.fired <- s
+	return nil
+}
+
+// startHost runs a daemon with a host of the steps type and an alarm type.
+func startHost(t *testing.T, cfg agentd.Config, hc host.Config, fired chan keepalive.Schedule) (*agentd.Daemon, *host.Host, *nats.Conn, func() error) {
+	t.Helper()
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := host.New(hc)
+	if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("alarm", func(_ context.Context, env *host.Env) (host.Agent, error) {
+		return &alarmAgent{env: env, fired: fired}, nil
+	}, "start", "snooze"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Attach(d); err != nil {
+		t.Fatal(err)
+	}
+	stop := agentdtest.Start(t, d)
+	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return d, h, nc, stop
+}
+
+// request sends a command and returns the reply body and the error code
+// header ("" on success).
+func request(t *testing.T, nc *nats.Conn, agent, verb string, data []byte) ([]byte, string) {
+	t.Helper()
+	msg, err := nc.Request("forever.cmd."+agent+"."+verb, data, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: %v", agent, verb, err)
+	}
+	return msg.Data, msg.Header.Get("Nats-Service-Error-Code")
+}
+
+func TestHostCommands(t *testing.T) {
+	_, h, nc, _ := startHost(t, agentdtest.Config(t), host.Config{}, make(chan keepalive.Schedule, 1))
+	body, code := request(t, nc, "steps:x", "start", []byte(`{"steps":3,"delayMs":0}`))
+	if code != "" {
+		t.Fatalf("start: %s %s", code, body)
+	}
+	var started struct{ Fiber string }
+	json.Unmarshal(body, &started)
+	if started.Fiber == "" {
+		t.Fatalf("start reply %s", body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body, _ = request(t, nc, "steps:x", "fibers", nil)
+		if string(body) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fiber still listed: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	body, code = request(t, nc, "steps:x", "status", nil)
+	var st host.Status
+	if err := json.Unmarshal(body, &st); err != nil || code != "" || st.Type != "steps" || st.Agent != "steps:x" {
+		t.Fatalf("status: %s %s", code, body)
+	}
+
+	// Bad input gets a code and a message a person can act on.
+	tests := []struct {
+		name, agent, verb string
+		data              []byte
+		code, contains    string
+	}{
+		{"malformed json", "steps:x", "start", []byte(`{"steps":`), "400", "not valid JSON"},
+		{"bad field", "steps:x", "start", []byte(`{"steps":-1}`), "400", "steps must be"},
+		{"bad effect", "steps:x", "start", []byte(`{"steps":1,"effect":"boom"}`), "400", "effect must be"},
+		{"unknown agent", "nobody", "status", nil, "404", "no agent type claims"},
+		{"unknown verb for type", "steps:x", "snooze", []byte(`{}`), "404", "agent type steps takes no command"},
+		{"oversized", "steps:x", "start", []byte(`"` + strings.Repeat("x", host.MaxCommandBytes) + `"`), "413", "limit is"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, code := request(t, nc, tt.agent, tt.verb, tt.data)
+			if code != tt.code || !strings.Contains(string(body), tt.contains) {
+				t.Fatalf("got %s %s, want %s containing %q", code, body, tt.code, tt.contains)
+			}
+		})
+	}
+	if _, err := h.Command(t.Context(), host.Command{Agent: "a.b", Verb: "status"}); !errors.Is(err, host.ErrBadRequest) {
+		t.Fatalf("bad agent id: %v", err)
+	}
+	// The failed commands appended nothing: one fiber's worth of events only.
+	body, _ = request(t, nc, "steps:x", "fibers", nil)
+	if string(body) != "[]" {
+		t.Fatalf("fibers after bad commands: %s", body)
+	}
+}
+
+func TestHostIdleDeactivation(t *testing.T) {
+	_, h, nc, _ := startHost(t, agentdtest.Config(t), host.Config{IdleTimeout: 100 * time.Millisecond}, make(chan keepalive.Schedule, 1))
+	if _, code := request(t, nc, "steps:idle", "start", []byte(`{"steps":3,"delayMs":150}`)); code != "" {
+		t.Fatal(code)
+	}
+	// Held active by the fiber's keepalive for ~450ms, well past the timeout.
+	time.Sleep(300 * time.Millisecond)
+	if !h.Active("steps:idle") {
+		t.Fatal("agent deactivated while its fiber runs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Active("steps:idle") {
+		if time.Now().After(deadline) {
+			t.Fatal("agent still active long after its fiber finished")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Used again, it is activated again.
+	if _, code := request(t, nc, "steps:idle", "start", []byte(`{"steps":1,"delayMs":0}`)); code != "" {
+		t.Fatal(code)
+	}
+}
+
+func TestHostRoutesSchedules(t *testing.T) {
+	fired := make(chan keepalive.Schedule, 1)
+	_, _, nc, _ := startHost(t, agentdtest.Config(t), host.Config{IdleTimeout: 50 * time.Millisecond}, fired)
+	if body, code := request(t, nc, "alarm:1", "start", []byte(`{"n":1}`)); code != "" {
+		t.Fatalf("%s %s", code, body)
+	}
+	select {
+	case s := <-fired:
+		if s.Agent != "alarm:1" || s.Callback != "ring" || string(s.Payload) != `{"n":1}` {
+			t.Fatalf("fired %+v", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("schedule did not fire")
+	}
+}
+
+// A graceful stop interrupts running fibers; they stay in the runs table and
+// are recovered on the next start from their last snapshot.
+func TestHostRecoversAfterRestart(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	_, _, nc, stop := startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
+	if _, code := request(t, nc, "steps:r", "start", []byte(`{"steps":5,"delayMs":100}`)); code != "" {
+		t.Fatal(code)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	_, _, nc, _ = startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body, _ := request(t, nc, "steps:r", "fibers", nil)
+		if string(body) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fiber not recovered and finished: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStepsEffectNone: a steps fiber started with "effect": "none" runs
+// its steps (an op.started and an op.completed each) with a body that
+// writes nothing, like the activity of the Temporal bench; the default
+// body appends one steps.executed per step.
+func TestStepsEffectNone(t *testing.T) {
+	_, _, nc, _ := startHost(t, agentdtest.Config(t), host.Config{}, make(chan keepalive.Schedule, 1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		agent, payload string
+		executed       int
+	}{
+		{"steps:none", `{"steps":3,"delayMs":0,"effect":"none"}`, 0},
+		{"steps:event", `{"steps":3,"delayMs":0}`, 3},
+	} {
+		if body, code := request(t, nc, tc.agent, "start", []byte(tc.payload)); code != "" {
+			t.Fatalf("%s start: %s %s", tc.agent, code, body)
+		}
+		types := map[string]int{}
+		deadline := time.Now().Add(10 * time.Second)
+		for types["fiber.completed"] == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: fiber did not complete: %v", tc.agent, types)
+			}
+			time.Sleep(20 * time.Millisecond)
+			types = eventTypes(t, js, "forever.evt."+tc.agent)
+		}
+		if types[demo.EventStepExecuted] != tc.executed || types["op.completed"] != 3 {
+			t.Errorf("%s: events %v, want %d %s and 3 op.completed", tc.agent, types, tc.executed, demo.EventStepExecuted)
+		}
+	}
+}
+
+// eventTypes counts the types of the events stored on subject.
+func eventTypes(t *testing.T, js jetstream.JetStream, subject string) map[string]int {
+	t.Helper()
+	c, err := js.OrderedConsumer(t.Context(), "FOREVER_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]int{}
+	for {
+		m, err := c.Next(jetstream.FetchMaxWait(200 * time.Millisecond))
+		if err != nil {
+			return types
+		}
+		types[m.Headers().Get(eventlog.HeaderType)]++
+	}
+}

@@ -1,0 +1,270 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
+	"github.com/forever-agents/forever/ownership"
+)
+
+// deactivateTimeout bounds an agent's OnDeactivate hook.
+const deactivateTimeout = 10 * time.Second
+
+// partitionOf returns the partition of an agent id.
+func (h *Host) partitionOf(id string) int {
+	return ownership.PartitionOf(id, h.own.Partitions())
+}
+
+// Owns reports whether this node serves agent's partition now.
+func (h *Host) Owns(agent string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pt := h.mu.parts[h.partitionOf(agent)]
+	return pt != nil && pt.ctx.Err() == nil
+}
+
+// notOwner is the error of a command for an agent whose partition this node
+// does not serve: retryable, 503.
+func (h *Host) notOwner(id string, p int) error {
+	return fmt.Errorf("%w: %w: agent %q is in partition %d, which node %s does not own now",
+		ErrUnavailable, eventlog.ErrNotOwner, id, p, h.own.Node())
+}
+
+// servePartition runs for as long as this node holds the lease of partition
+// l.Partition. Taking a partition over runs what a restart runs, for that
+// partition only: catch the views up with the log (so they hold the last
+// events of the previous owner), recover the orphaned fibers and interrupted
+// turns of its agents, and let the scheduler fire its overdue schedules.
+// When ctx ends (the lease is lost or handed off) it stops the partition's
+// agents, interrupting their fibers (their rows stay for the next owner),
+// and returns once they have stopped.
+func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
+	pt := &part{lease: l, ctx: ctx, recovered: make(chan struct{})}
+	h.mu.Lock()
+	h.mu.parts[l.Partition] = pt
+	h.mu.Unlock()
+	defer func() {
+		h.stopPartition(l.Partition)
+		h.mu.Lock()
+		if h.mu.parts[l.Partition] == pt {
+			delete(h.mu.parts, l.Partition)
+		}
+		h.mu.Unlock()
+		h.sched.Poke()
+	}()
+	logger := h.logger.With("partition", l.Partition, "epoch", l.Epoch)
+	start := time.Now()
+	// Recovery reads the log's last sequence from the stream leader, which
+	// may be moving (the previous owner's server in lame duck mode): it is
+	// retried until it succeeds or the partition goes, so no agent of the
+	// partition is left unrecovered.
+	var n int
+	for attempt := 0; ; attempt++ {
+		var err error
+		n, err = h.recoverPartition(ctx, l.Partition)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		logger.Warn("recover partition; retrying", "attempt", attempt+1, "err", err)
+		select {
+		case <-time.After(backoff.Exp(100*time.Millisecond, 5*time.Second, attempt)):
+		case <-ctx.Done():
+		}
+	}
+	close(pt.recovered)
+	if ctx.Err() != nil {
+		return
+	}
+	logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
+	h.sched.Poke()
+	<-ctx.Done()
+	logger.Info("partition released", "cause", context.Cause(ctx))
+}
+
+// recoverPartition catches the runs and schedules views up with the whole
+// events stream, then activates every agent of partition p that has a runs
+// row (activation recovers its orphaned fibers). It returns how many agents
+// it activated.
+func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
+	select {
+	case <-h.table.Ready():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
+	if err != nil {
+		return 0, err
+	}
+	if err := h.table.WaitFor(ctx, last); err != nil {
+		return 0, err
+	}
+	if err := h.sched.WaitFor(ctx, last); err != nil {
+		return 0, err
+	}
+	rows, err := h.table.Rows("")
+	switch {
+	case errors.Is(err, eventlog.ErrCorrupt):
+		h.logger.Error("reading the runs table; corrupt rows are skipped", "partition", p, "err", err)
+	case err != nil:
+		// A truncated scan is not a complete one: recover nothing rather
+		// than some.
+		return 0, fmt.Errorf("read the runs table: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Agent] || h.partitionOf(r.Agent) != p {
+			continue
+		}
+		seen[r.Agent] = true
+		if _, err := h.activate(ctx, r.Agent); err != nil && ctx.Err() == nil {
+			h.logger.Error("activate agent for recovery", "agent", r.Agent, "err", err)
+		}
+	}
+	return len(seen), nil
+}
+
+// stopPartition deactivates the partition's agents and waits for them.
+func (h *Host) stopPartition(p int) {
+	h.mu.Lock()
+	var stop []*instance
+	for id, inst := range h.mu.agents {
+		if inst.part == p {
+			delete(h.mu.agents, id)
+			stop = append(stop, inst)
+		}
+	}
+	h.mu.Unlock()
+	for _, inst := range stop {
+		<-inst.built
+		if inst.err == nil {
+			h.deactivate(inst)
+		}
+	}
+}
+
+// fenced stops an agent another node wrote: this node must not write it
+// again until it holds a newer lease (the daemon then re-reads the lease).
+func (h *Host) fenced(agent string, err error) {
+	h.mu.Lock()
+	inst := h.mu.agents[agent]
+	if inst != nil {
+		delete(h.mu.agents, agent)
+	}
+	h.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	h.logger.Warn("another node wrote the agent: stopping it here", "agent", agent, "err", err)
+	<-inst.built
+	if inst.err == nil {
+		h.deactivate(inst)
+	}
+	go h.refence(agent)
+}
+
+// refence restarts a fenced agent from the log when this node still holds
+// its partition's lease once read again from the server: the conflicting
+// write came from a writer that had lost the agent and did not know yet.
+// Without this the agent would stay stopped until the lease moved.
+func (h *Host) refence(agent string) {
+	p := h.partitionOf(agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := h.own.Check(ctx, p)
+	cancel()
+	if err != nil {
+		return
+	}
+	_, pctx, ok := h.own.Owned(p)
+	if !ok || pctx.Err() != nil {
+		return // the lease moved: the new owner has the agent
+	}
+	select {
+	case <-time.After(restartDelay):
+	case <-pctx.Done():
+		return
+	}
+	h.logger.Warn("fenced while still holding the lease: restarting the agent from the log", "agent", agent, "partition", p)
+	h.deps.Log.Unfence(agent)
+	if _, err := h.activate(pctx, agent); err != nil && pctx.Err() == nil {
+		h.logger.Error("restart fenced agent", "agent", agent, "err", err)
+	}
+}
+
+// awaitStartup waits until the runs table is caught up, the first round of
+// leases was taken, and each partition then held started its recovery.
+func (h *Host) awaitStartup(ctx context.Context) error {
+	for _, ch := range []<-chan struct{}{h.table.Ready(), h.own.Ready()} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h.mu.Lock()
+	var waits []<-chan struct{}
+	for _, pt := range h.mu.parts {
+		waits = append(waits, pt.recovered)
+	}
+	h.mu.Unlock()
+	for _, ch := range waits {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// callDeactivate runs the agent's OnDeactivate, bounded: a hook that hangs
+// is logged and left behind rather than blocking the host.
+func (h *Host) callDeactivate(inst *instance, d Deactivator) {
+	ctx, cancel := context.WithTimeout(context.Background(), deactivateTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.OnDeactivate(ctx)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		inst.env.Logger.Warn("OnDeactivate did not return in time; going on without it", "timeout", deactivateTimeout)
+	}
+}
+
+// restartDelay is how long a host waits before restarting an agent whose
+// fiber was orphaned by a log outage (a stream electing its leader).
+const restartDelay = time.Second
+
+// restartLater restarts inst after restartDelay, unless its partition goes
+// first: a fiber whose end could not be recorded stays in the runs table,
+// and only an activation recovers it. The agent's other fibers are
+// interrupted and recovered with it.
+func (h *Host) restartLater(partCtx context.Context, inst *instance, cause error) {
+	go func() {
+		t := time.NewTimer(restartDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-partCtx.Done():
+			return
+		}
+		h.mu.Lock()
+		if h.mu.agents[inst.id] != inst {
+			h.mu.Unlock()
+			return // already deactivated or replaced
+		}
+		delete(h.mu.agents, inst.id)
+		h.mu.Unlock()
+		h.logger.Warn("restarting agent to recover an orphaned fiber", "agent", inst.id, "cause", cause)
+		h.deactivate(inst)
+		if _, err := h.activate(partCtx, inst.id); err != nil && partCtx.Err() == nil {
+			h.logger.Error("restart agent", "agent", inst.id, "err", err)
+		}
+	}()
+}

@@ -1,0 +1,202 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// Routing: any node takes a command (the micro service's queue group spreads
+// them), and the node that owns the agent's partition runs it. A node that
+// does not own the partition forwards the command to the owner's node
+// subject, <prefix>.node.<server name>.cmd.<agent>.<verb>, and relays the
+// reply. During a handoff or a failover there is no owner for a moment: the
+// command waits for the new one, at most handoffWait, then fails with 503.
+const (
+	handoffWait  = 10 * time.Second
+	routeBackoff = 50 * time.Millisecond
+)
+
+// Micro service error headers, as nats.go's micro package sets them.
+const (
+	headerServiceError     = "Nats-Service-Error"
+	headerServiceErrorCode = "Nats-Service-Error-Code"
+)
+
+// RemoteError is an error answered by the node that owns the agent, with
+// its status code.
+type RemoteError struct {
+	Node string
+	Code int
+	Msg  string
+}
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// StatusCode is the code the owner answered with.
+func (e *RemoteError) StatusCode() int { return e.Code }
+
+// Unwrap makes a 503 match ErrUnavailable, so the forwarder retries it.
+func (e *RemoteError) Unwrap() error {
+	if e.Code == http.StatusServiceUnavailable {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// route runs cmd on the node that owns the agent: here, or forwarded.
+func (h *Host) route(ctx context.Context, cmd Command) (any, error) {
+	deadline := time.Now().Add(handoffWait)
+	p := h.partitionOf(cmd.Agent)
+	for attempt := 0; ; attempt++ {
+		var err error
+		var out any
+		owner, known := h.own.Owner(p)
+		if !h.Owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
+			// The cache says nobody, or a node that left: during a
+			// handoff the lease bucket's watcher can lag seconds behind
+			// (its stream changes leader), so ask the server.
+			if l, ok, err := h.own.Lookup(ctx, p); err == nil {
+				owner, known = l, ok
+			}
+		}
+		switch {
+		case h.Owns(cmd.Agent):
+			out, err = h.local(ctx, cmd)
+		case known && owner.Node != h.own.Node() && slices.Contains(h.own.Nodes(), owner.Node):
+			out, err = h.forward(ctx, owner.Node, cmd)
+		case known && owner.Node != h.own.Node():
+			// The owner's node key is gone: it is handing off (SIGTERM) or
+			// dead. A forward could hang on a draining connection; wait for
+			// the partition's next owner instead, as between owners.
+			err = fmt.Errorf("%w: owner %s of partition %d is leaving", eventlog.ErrNotOwner, owner.Node, p)
+		default:
+			err = h.notOwner(cmd.Agent, p)
+		}
+		if err == nil || !retryable(err) {
+			return out, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no node took partition %d of agent %q within %s: %v", ErrUnavailable, p, cmd.Agent, handoffWait, err)
+		}
+		t := time.NewTimer(routeBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %w (waiting for the owner of partition %d)", ErrUnavailable, ctx.Err(), p)
+		}
+	}
+}
+
+// retryable reports whether a command may be sent again: nobody ran it (no
+// owner here, no responder there, or the owner answered 503).
+func retryable(err error) bool {
+	return errors.Is(err, eventlog.ErrNotOwner) || errors.Is(err, ErrUnavailable) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
+// nodeSubject is where node answers forwarded commands.
+func (h *Host) nodeSubject(node, agent, verb string) string {
+	return h.deps.Log.Prefix() + ".node." + node + ".cmd." + agent + "." + verb
+}
+
+// forward sends cmd to node and returns its reply as raw JSON.
+func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, error) {
+	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
+	m.Data = cmd.Data
+	resp, err := h.deps.Conn.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("forward to node %s: %w", node, err)
+		}
+		// The owner may have run it: the client decides (a chat retried
+		// with the same message id is a duplicate).
+		return nil, fmt.Errorf("%w: node %s, forwarding %s for %q: %v", ErrTimeout, node, cmd.Verb, cmd.Agent, err)
+	}
+	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
+		n, _ := strconv.Atoi(code)
+		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError)}
+	}
+	return json.RawMessage(resp.Data), nil
+}
+
+// serveNode answers the commands other nodes forward to this one. They run
+// here or fail with 503; they are never forwarded again.
+func (h *Host) serveNode(ctx context.Context) (func() error, error) {
+	sub, err := h.deps.Conn.Subscribe(h.nodeSubject(h.own.Node(), "*", "*"), func(m *nats.Msg) {
+		// Tracked with the service's commands, so the node answers them
+		// before its connection drains at shutdown.
+		h.handling.Add(1)
+		go func() {
+			defer h.handling.Done()
+			h.answerForwarded(ctx, m)
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agentd: subscribe to forwarded commands: %w", err)
+	}
+	return sub.Unsubscribe, nil
+}
+
+func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
+	tokens := strings.Split(m.Subject, ".")
+	agent, verb := tokens[len(tokens)-2], tokens[len(tokens)-1]
+	base := ctx
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	var out any
+	_, err := h.TypeOf(agent)
+	if err == nil {
+		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data)})
+	}
+	if err != nil && base.Err() != nil {
+		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
+	}
+	resp := nats.NewMsg(m.Reply)
+	if err != nil {
+		code, msg := ErrorReply(err)
+		resp.Header.Set(headerServiceError, msg)
+		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
+		resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
+	} else if resp.Data, err = json.Marshal(out); err != nil {
+		resp.Header.Set(headerServiceError, "encode reply: "+err.Error())
+		resp.Header.Set(headerServiceErrorCode, "500")
+	}
+	if err := m.RespondMsg(resp); err != nil {
+		h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
+	}
+}
+
+// ErrorReply is the code and one-line message of a command error.
+func ErrorReply(err error) (int, string) {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return StatusCode(err), msg
+}
+
+// ReplyAs decodes a command reply into T: the value itself when the command
+// ran here, its JSON when an owner answered it.
+func ReplyAs[T any](out any) (T, bool) {
+	switch v := out.(type) {
+	case T:
+		return v, true
+	case json.RawMessage:
+		var t T
+		return t, json.Unmarshal(v, &t) == nil
+	}
+	var zero T
+	return zero, false
+}

@@ -1,0 +1,179 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/quota"
+)
+
+// Command service defaults.
+const (
+	// MaxCommandBytes is the largest command payload accepted (413 above).
+	MaxCommandBytes = 512 << 10
+	commandTimeout  = 30 * time.Second
+)
+
+// startService adds the NATS micro service "forever": one endpoint per verb
+// on <prefix>.cmd.*.<verb>. A command is acknowledged only after what it
+// changes is appended to the log (the handlers return after their appends).
+func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	prefix := deps.Log.Prefix()
+	svc, err := micro.AddService(deps.Conn, micro.Config{
+		Name:        "forever",
+		Version:     "0.1.0",
+		Description: "Forever agent commands: " + prefix + ".cmd.<agent>.<verb>",
+	})
+	if err != nil {
+		return fmt.Errorf("agentd: add NATS service: %w", err)
+	}
+	for _, verb := range h.allVerbs() {
+		subject := prefix + ".cmd.*." + verb
+		if err := svc.AddEndpoint(verb, micro.HandlerFunc(h.handle), micro.WithEndpointSubject(subject)); err != nil {
+			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
+		}
+	}
+	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
+		unsub, err := h.serveNode(ctx)
+		if err != nil {
+			return err
+		}
+		// At shutdown the endpoints go first, before the partitions are
+		// handed off, so new commands reach the other nodes; forwarded
+		// commands are answered (or refused with 503) until the end.
+		var stopErr error
+		select {
+		case <-d.Stopping():
+			stopErr = svc.Stop()
+			<-ctx.Done()
+		case <-ctx.Done():
+			stopErr = svc.Stop()
+		}
+		// No new forwarded command after this; those running answer (their
+		// ctx ended with the host's) before the connection drains.
+		unsubErr := unsub()
+		h.handling.Wait()
+		return errors.Join(unsubErr, stopErr)
+	}))
+}
+
+// MaxCommandsInFlight bounds the commands a node runs at once; past it a
+// command is refused with 503 and Retry-After.
+const MaxCommandsInFlight = 1024
+
+// handle answers one command request in its own goroutine: the micro
+// service calls an endpoint's handler one request at a time, and a command
+// may wait (an activation, a catch-up, a forwarded command), so running
+// them in place would queue every agent's commands behind the slowest.
+// Commands sent concurrently are not ordered, as with any NATS requests;
+// a client that needs order waits for each reply.
+func (h *Host) handle(req micro.Request) {
+	select {
+	case h.inflight <- struct{}{}:
+	default:
+		RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
+		return
+	}
+	h.handling.Add(1)
+	go func() {
+		defer func() {
+			<-h.inflight
+			h.handling.Done()
+		}()
+		h.serveCommand(req)
+	}()
+}
+
+// serveCommand answers one command request.
+func (h *Host) serveCommand(req micro.Request) {
+	agent, verb, err := commandSubject(req.Subject())
+	if err != nil {
+		RespondError(req, err)
+		return
+	}
+	if err := h.quotas.Allow(); err != nil {
+		RespondError(req, err)
+		return
+	}
+	if len(req.Data()) > MaxCommandBytes {
+		RespondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
+		return
+	}
+	h.mu.Lock()
+	base := h.mu.ctx
+	h.mu.Unlock()
+	if base == nil {
+		RespondError(req, fmt.Errorf("agentd: starting up, try again"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(base, commandTimeout)
+	defer cancel()
+	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data())})
+	if err != nil && base.Err() != nil {
+		// The node is stopping: its partitions go to other nodes.
+		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
+	}
+	if err != nil {
+		RespondError(req, err)
+		return
+	}
+	if err := req.RespondJSON(reply); err != nil {
+		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+	}
+}
+
+// commandSubject returns the agent and verb of a command subject
+// <prefix>.cmd.<agent>.<verb>. Errors wrap ErrBadRequest.
+func commandSubject(subject string) (agent, verb string, err error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) < 4 {
+		return "", "", fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, subject)
+	}
+	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
+}
+
+// RespondError answers a micro service request with err as an error reply:
+// its code (StatusCode) and one-line message in the headers and as the
+// JSON body {"error","code"}, with Retry-After for 429 and 503.
+func RespondError(req micro.Request, err error) {
+	// The message is for a person; keep the first line.
+	code, msg := ErrorReply(err)
+	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
+	opts := []micro.RespondOpt{ErrorHeaders(code, msg)}
+	var qe *quota.Error
+	switch {
+	case errors.As(err, &qe):
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(qe.RetryAfter())}}))
+	case code == http.StatusServiceUnavailable:
+		// Nothing ran: the client may retry, after this many seconds.
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
+	}
+	_ = req.Respond(body, opts...)
+}
+
+// ErrorHeaders are a micro service error's headers. Handlers answer
+// errors with Respond and these, not with Request.Error: commands are
+// answered from goroutines of their own (handle), and Error records the
+// error in the request, which the micro service reads for its stats once
+// the handler returned, a data race (the race detector caught it). Respond
+// records nothing on success; the stats then count the request, not its
+// error.
+func ErrorHeaders(code int, msg string) micro.RespondOpt {
+	return micro.WithHeaders(micro.Headers{
+		micro.ErrorHeader:     []string{msg},
+		micro.ErrorCodeHeader: []string{strconv.Itoa(code)},
+	})
+}
+
+// RetryAfterSeconds is the Retry-After of a 503, over NATS (a header of the
+// error reply) and HTTP.
+const RetryAfterSeconds = "1"

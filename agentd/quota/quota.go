@@ -1,0 +1,280 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Error is a request refused because its tenant is over a quota: 429
+// with Retry-After over HTTP, code 429 over NATS. Nothing was written.
+type Error struct {
+	Quota string        // "rate", "agents", "turns" or "bytes"
+	Limit float64       // the quota
+	Retry time.Duration // when a retry may succeed (0: after usage drops)
+}
+
+func (e *Error) Error() string {
+	switch e.Quota {
+	case "rate":
+		return fmt.Sprintf("agentd: over quota: more than %g requests per second, retry in %s", e.Limit, e.Retry.Round(time.Millisecond))
+	case "bytes":
+		return fmt.Sprintf("agentd: over quota: the tenant stores %d bytes or more, its limit", int64(e.Limit))
+	}
+	return fmt.Sprintf("agentd: over quota: the tenant has %d %s running or stored, its limit", int64(e.Limit), e.Quota)
+}
+
+// StatusCode is 429.
+func (e *Error) StatusCode() int { return http.StatusTooManyRequests }
+
+// RetryAfter is the Retry-After to send, at least a second.
+func (e *Error) RetryAfter() time.Duration { return max(e.Retry, time.Second) }
+
+// RetryAfterSeconds is d as a Retry-After value (whole seconds, at least 1).
+func RetryAfterSeconds(d time.Duration) string {
+	return fmt.Sprint(max(1, int64(math.Ceil(d.Seconds()))))
+}
+
+// readVerbs write nothing, so only the rate quota applies to them.
+var readVerbs = map[string]bool{"status": true, "fibers": true, "schedules": true, "messages": true}
+
+// Enforcer enforces a tenant's auth.Quota in its daemon's host, before a
+// command writes anything: the request rate, the number of agents (an
+// agent is counted from its first write command), and the bytes stored
+// (the account's JetStream usage, which the server also enforces on every
+// write). Concurrent turns are bounded by the chat type's turn limiter
+// (Quota().Turns). A zero quota is no limit. A nil *Enforcer allows
+// everything.
+type Enforcer struct {
+	q       auth.Quota
+	limiter *rate.Limiter       // nil without a rate quota
+	js      jetstream.JetStream // set by Bind once connected
+	prefix  string
+	refused *prometheus.CounterVec
+
+	mu struct {
+		sync.Mutex
+		agents    map[string]bool // nil until loaded
+		usage     jetstream.AccountInfo
+		usageTime time.Time
+	}
+}
+
+// New returns the enforcer of q, registering its metrics on reg. Call Bind
+// before Admit.
+func New(q auth.Quota, reg prometheus.Registerer) (*Enforcer, error) {
+	qs := &Enforcer{q: q, prefix: eventlog.DefaultPrefix}
+	if q.Rate > 0 {
+		burst := q.Burst
+		if burst <= 0 {
+			burst = max(1, int(math.Ceil(q.Rate)))
+		}
+		qs.limiter = rate.NewLimiter(rate.Limit(q.Rate), burst)
+	}
+	qs.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forever_quota_refused_total",
+		Help: "Requests refused with 429 because the tenant is over a quota, by quota.",
+	}, []string{"quota"})
+	agents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "forever_quota_agents",
+		Help: "Agents of the tenant counted against its agents quota.",
+	}, func() float64 {
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		return float64(len(qs.mu.agents))
+	})
+	stored := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "forever_quota_stored_bytes",
+		Help: "Bytes the tenant stores in JetStream, as last read for its bytes quota.",
+	}, func() float64 {
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		return float64(qs.mu.usage.Store)
+	})
+	limits := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "forever_quota_limit",
+		Help: "The tenant's quotas (0: no limit).",
+	}, []string{"quota"})
+	limits.WithLabelValues("rate").Set(q.Rate)
+	limits.WithLabelValues("agents").Set(float64(q.Agents))
+	limits.WithLabelValues("turns").Set(float64(q.Turns))
+	limits.WithLabelValues("bytes").Set(float64(q.Bytes))
+	for _, c := range []prometheus.Collector{qs.refused, agents, stored, limits} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return qs, nil
+}
+
+// Bind gives the enforcer the tenant's JetStream, which it reads the
+// account's usage and the agents from. The daemon calls it once connected.
+func (qs *Enforcer) Bind(js jetstream.JetStream) { qs.js = js }
+
+// Quota returns the quota enforced.
+func (qs *Enforcer) Quota() auth.Quota {
+	if qs == nil {
+		return auth.Quota{}
+	}
+	return qs.q
+}
+
+// Admit refuses the command verb of agent with an *Error when it would go
+// over a quota. The rate quota is Allow's, at the entry points (a NATS
+// command, an HTTP request), so a request is counted once.
+func (qs *Enforcer) Admit(ctx context.Context, agent, verb string) error {
+	if qs == nil || readVerbs[verb] {
+		return nil
+	}
+	if qs.q.Bytes > 0 {
+		used, err := qs.stored(ctx)
+		if err != nil {
+			return err
+		}
+		if used >= qs.q.Bytes {
+			return qs.refuse(&Error{Quota: "bytes", Limit: float64(qs.q.Bytes)})
+		}
+	}
+	if qs.q.Agents > 0 {
+		if err := qs.admitAgent(ctx, agent); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Allow takes one request from the rate quota. A nil Enforcer allows all.
+func (qs *Enforcer) Allow() error {
+	if qs == nil || qs.limiter == nil {
+		return nil
+	}
+	r := qs.limiter.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return qs.refuse(&Error{Quota: "rate", Limit: qs.q.Rate, Retry: d})
+	}
+	return nil
+}
+
+func (qs *Enforcer) refuse(e *Error) error {
+	qs.refused.WithLabelValues(e.Quota).Inc()
+	return e
+}
+
+// admitAgent counts agent, refusing a new one past the quota. The count
+// starts from the agents with events in the log.
+func (qs *Enforcer) admitAgent(ctx context.Context, agent string) error {
+	qs.mu.Lock()
+	loaded := qs.mu.agents != nil
+	qs.mu.Unlock()
+	if !loaded {
+		known, err := qs.loadAgents(ctx)
+		if err != nil {
+			return err
+		}
+		qs.mu.Lock()
+		if qs.mu.agents == nil {
+			qs.mu.agents = known
+		}
+		qs.mu.Unlock()
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.mu.agents[agent] {
+		return nil
+	}
+	if len(qs.mu.agents) >= qs.q.Agents {
+		return qs.refuse(&Error{Quota: "agents", Limit: float64(qs.q.Agents)})
+	}
+	qs.mu.agents[agent] = true
+	return nil
+}
+
+// loadAgents lists the agents with events: the subjects of the events
+// stream, one per agent.
+func (qs *Enforcer) loadAgents(ctx context.Context) (map[string]bool, error) {
+	s, err := qs.js.Stream(ctx, eventlog.DefaultEventsStream)
+	if err != nil {
+		return nil, unavailable("agents quota", err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(qs.prefix+".evt.*"))
+	if err != nil {
+		return nil, unavailable("agents quota", err)
+	}
+	known := make(map[string]bool, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		known[strings.TrimPrefix(subj, qs.prefix+".evt.")] = true
+	}
+	return known, nil
+}
+
+// stored returns the account's JetStream file usage, read at most once a
+// second.
+func (qs *Enforcer) stored(ctx context.Context) (int64, error) {
+	qs.mu.Lock()
+	fresh := time.Since(qs.mu.usageTime) < time.Second
+	used := int64(qs.mu.usage.Store)
+	qs.mu.Unlock()
+	if fresh {
+		return used, nil
+	}
+	info, err := qs.js.AccountInfo(ctx)
+	if err != nil {
+		return 0, unavailable("bytes quota", err)
+	}
+	qs.mu.Lock()
+	qs.mu.usage, qs.mu.usageTime = *info, time.Now()
+	qs.mu.Unlock()
+	return int64(info.Store), nil
+}
+
+// JetStream's error codes for a write over the account's storage limit
+// (the server's own enforcement of the bytes quota).
+const (
+	jsAccountResourcesExceeded = 10002
+	jsStorageResourcesExceeded = 10047
+)
+
+// OverStorage turns the server's refusal of a write over the account's
+// storage limit into the bytes quota's error; other errors are returned as
+// they are.
+func (qs *Enforcer) OverStorage(err error) error {
+	if qs == nil || qs.q.Bytes == 0 || err == nil {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	if (errors.As(err, &apiErr) && (apiErr.ErrorCode == jsAccountResourcesExceeded || apiErr.ErrorCode == jsStorageResourcesExceeded)) ||
+		strings.Contains(err.Error(), "resource limits exceeded for account") {
+		return qs.refuse(&Error{Quota: "bytes", Limit: float64(qs.q.Bytes)})
+	}
+	return err
+}
+
+// unavailableError is a quota that could not be checked because JetStream
+// did not answer: 503, retry; nothing was written.
+type unavailableError struct {
+	what string
+	err  error
+}
+
+func unavailable(what string, err error) error { return &unavailableError{what, err} }
+
+func (e *unavailableError) Error() string {
+	return "agentd: unavailable, retry: " + e.what + ": " + e.err.Error()
+}
+
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// StatusCode is 503.
+func (e *unavailableError) StatusCode() int { return http.StatusServiceUnavailable }

@@ -1,0 +1,417 @@
+package tenancy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/internal/kvwatch"
+	"github.com/forever-agents/forever/internal/promreg"
+)
+
+// TenantsBucket is the KV bucket (in agentd's own account) holding one
+// auth.Tenant record per tenant, keyed by name.
+const TenantsBucket = "FOREVER_TENANTS"
+
+// tenantStartTimeout bounds how long tenant create waits for the new
+// tenant's daemon to be ready.
+const tenantStartTimeout = 60 * time.Second
+
+// tenantRetry is how long a tenant whose daemon could not be built waits
+// before the next attempt.
+const tenantRetry = 5 * time.Second
+
+// tenantSet runs a daemon per tenant inside a daemon with Auth: each in
+// its own NATS account, with its own streams, KV buckets and Pebble views
+// under <data>/tenants/<name>. It keeps the registry, serves the admin
+// service, and routes HTTP requests by bearer token (tenant_http.go).
+type tenantSet struct {
+	parent *agentd.Daemon
+	setup  func(*agentd.Daemon) error // wires a tenant's daemon
+	logger *slog.Logger
+	// authRefused counts HTTP requests refused for their bearer token.
+	authRefused *prometheus.CounterVec
+
+	// Set by open, before the component runs.
+	op     *agentd.Operator
+	deps   *agentd.Deps
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	sys    *nats.Conn // system account user: account claim updates
+	verify tokenVerifier
+
+	ready chan struct{} // closed once the tenants of the registry at start are ready
+
+	mu struct {
+		sync.Mutex
+		ctx    context.Context // the component's; nil before Run
+		runs   map[string]*tenantRun
+		tokens map[string]*tokenEntry // token hash -> tenant
+	}
+	wg sync.WaitGroup
+}
+
+// tenantRun is one tenant's daemon.
+type tenantRun struct {
+	name string
+	d    *agentd.Daemon
+	reg  *prometheus.Registry
+	done chan struct{} // closed when d.Run returned
+	err  error         // d.Run's, set before done is closed
+}
+
+// tokenEntry is a live HTTP token; revoked is closed when it is revoked,
+// which ends the requests (streams, WebSockets) it opened.
+type tokenEntry struct {
+	tenant  string
+	revoked chan struct{}
+}
+
+// Attach serves tenants from d, which must have Config.Auth: a daemon per
+// tenant, each wired by setup as a daemon without auth is wired (agent
+// types, gateway); the tenant registry; the admin service; and d's HTTP
+// routes, by bearer token, to the tenants' daemons. Call it before d.Run.
+func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
+	cfg := d.Config()
+	if !cfg.Auth || setup == nil {
+		return fmt.Errorf("%w: tenants need Config.Auth and a setup function to wire each tenant", agentd.ErrConfig)
+	}
+	ts := &tenantSet{parent: d, setup: setup, logger: cfg.Logger.With("subsystem", "tenants")}
+	ts.mu.runs = make(map[string]*tenantRun)
+	ts.mu.tokens = make(map[string]*tokenEntry)
+	ts.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forever_auth_refused_total",
+		Help: "HTTP requests refused, by reason: missing or invalid (or revoked) bearer token (401), or an OIDC token naming a tenant that does not exist (403).",
+	}, []string{"reason"})
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "forever_tenants_running",
+		Help: "Tenant daemons running on this node.",
+	}, func() float64 { return float64(ts.running()) })
+	for _, c := range []prometheus.Collector{ts.authRefused, running} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return fmt.Errorf("%w: register metrics: %w", agentd.ErrConfig, err)
+		}
+	}
+	d.AddGatherer(ts)
+	return d.OnStart(ts.open)
+}
+
+// open creates the registry bucket, connects the system user, adds the
+// admin service and the tenants component, and routes HTTP to tenants.
+func (ts *tenantSet) open(ctx context.Context, deps *agentd.Deps) error {
+	op := deps.Operator
+	if op == nil {
+		return fmt.Errorf("%w: tenants need Config.Auth", agentd.ErrConfig)
+	}
+	ts.op, ts.deps = op, deps
+	js, err := jetstream.New(deps.Conn)
+	if err != nil {
+		return err
+	}
+	ts.js = js
+	err = agentd.RetryQuorum(ctx, ts.logger, "tenant registry", deps.Config.Replicas, func(ctx context.Context) (err error) {
+		ts.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      TenantsBucket,
+			Description: "Forever tenants (auth.Tenant records)",
+			History:     1,
+			Replicas:    deps.Config.Replicas,
+			Storage:     jetstream.FileStorage,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tenant registry: %w", err)
+	}
+	sysOpts := []nats.Option{nats.Name("agentd system"), nats.MaxReconnects(-1),
+		nats.UserJWTAndSeed(op.System.JWT, string(op.System.Seed))}
+	sysURL := deps.Config.NATSURL
+	if deps.Server != nil {
+		sysURL = agentd.InProcessURL(deps.Server)
+		sysOpts = append(sysOpts, nats.InProcessServer(deps.Server))
+	} else {
+		sysOpts = append(sysOpts, deps.Config.ClientTLS()...)
+	}
+	ts.sys, err = nats.Connect(sysURL, sysOpts...)
+	if err != nil {
+		return fmt.Errorf("%w: system account connection: %w", agentd.ErrNATS, err)
+	}
+	if deps.Config.OIDCIssuer != "" {
+		if ts.verify, err = newOIDCVerifier(ctx, deps.Config); err != nil {
+			ts.sys.Close()
+			return err
+		}
+	}
+	if err := ts.startAdmin(deps.Conn); err != nil {
+		ts.sys.Close()
+		return err
+	}
+	ts.parent.Handle("/", ts)
+	// /readyz waits until the tenants in the registry at start are served.
+	ts.ready = make(chan struct{})
+	if err := ts.parent.AddReady("tenants", ts.ready); err != nil {
+		ts.sys.Close()
+		return err
+	}
+	if op.Created {
+		ts.logger.Info("auth is on: first start, admin credential written",
+			"admin_creds", filepath.Join(deps.Config.DataDir, agentd.AdminCredsFile))
+	} else {
+		ts.logger.Info("auth is on", "admin_creds", filepath.Join(deps.Config.DataDir, agentd.AdminCredsFile))
+	}
+	return ts.parent.Add("tenants", agentd.ComponentFunc(ts.run))
+}
+
+// run starts a daemon for every tenant in the registry and for each one
+// created later, until ctx ends; then it waits for them to stop.
+func (ts *tenantSet) run(ctx context.Context) error {
+	defer ts.sys.Close()
+	ts.mu.Lock()
+	ts.mu.ctx = ctx
+	ts.mu.Unlock()
+	defer ts.wg.Wait()
+	restarts, err := promreg.Register(ts.deps.Config.Registerer, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forever_tenants_watch_restarts_total",
+		Help: "Tenant registry watches made again because they lagged the bucket (their server died).",
+	}))
+	if err != nil {
+		return err
+	}
+	// The registry watch is made again when it lags the bucket (its
+	// consumer's server died): otherwise a tenant created, or a token
+	// revoked, would reach this node only when nats.go noticed, 19 s later.
+	return kvwatch.Run(ctx, kvwatch.Config{
+		JS:        ts.js,
+		Bucket:    TenantsBucket,
+		Logger:    ts.logger,
+		OnRestart: restarts.Inc,
+		Apply:     func(e jetstream.KeyValueEntry) { ts.record(ctx, e) },
+		Synced: func(first bool) {
+			if first { // every record at start was delivered
+				go ts.markReady(ctx)
+			}
+		},
+	})
+}
+
+// record applies one registry entry: a tenant record put (a deletion
+// changes nothing; revocations are puts). It is idempotent, as a watch
+// made again delivers every record again.
+func (ts *tenantSet) record(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var t auth.Tenant
+	err := json.Unmarshal(e.Value(), &t)
+	if err == nil {
+		err = t.Validate()
+	}
+	if err == nil && t.Name != e.Key() {
+		err = fmt.Errorf("the record names tenant %q", t.Name)
+	}
+	if err != nil {
+		ts.logger.Error("tenant record is invalid; skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
+		return
+	}
+	// The resolver keeps account JWTs, but the registry is the truth: push
+	// it again (revocations included).
+	if err := ts.pushAccount(ctx, &t); err != nil {
+		ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
+	}
+	ts.apply(&t)
+}
+
+// apply makes the running state match t: its tokens, and a running daemon.
+func (ts *tenantSet) apply(t *auth.Tenant) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	live := make(map[string]bool, len(t.Tokens))
+	for _, h := range t.Tokens {
+		live[h] = true
+		if _, ok := ts.mu.tokens[h]; !ok {
+			ts.mu.tokens[h] = &tokenEntry{tenant: t.Name, revoked: make(chan struct{})}
+		}
+	}
+	for h, e := range ts.mu.tokens {
+		if e.tenant == t.Name && !live[h] {
+			close(e.revoked)
+			delete(ts.mu.tokens, h)
+		}
+	}
+	if _, ok := ts.mu.runs[t.Name]; ok || ts.mu.ctx == nil || ts.mu.ctx.Err() != nil {
+		return
+	}
+	run, err := ts.newRun(t)
+	if err != nil {
+		ts.logger.Error("tenant daemon; retrying", "tenant", t.Name, "err", err, "in", tenantRetry)
+		rec := *t
+		time.AfterFunc(tenantRetry, func() { ts.apply(&rec) })
+		return
+	}
+	ts.mu.runs[t.Name] = run
+	ctx := ts.mu.ctx
+	ts.wg.Add(1)
+	go func() {
+		defer ts.wg.Done()
+		run.err = run.d.Run(ctx)
+		if run.err != nil {
+			ts.logger.Error("tenant daemon stopped", "tenant", run.name, "err", run.err)
+		}
+		close(run.done)
+	}()
+}
+
+// newRun builds the daemon of tenant t: the parent's config, its own data
+// dir, an in-process connection as agentd's user in t's account, and its
+// own metrics registry whose series carry tenant=<name>.
+func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
+	user, err := ts.op.Keys.TenantRuntimeUser(t)
+	if err != nil {
+		return nil, err
+	}
+	pc := ts.parent.Config()
+	cfg := pc
+	cfg.DataDir = filepath.Join(pc.DataDir, agentd.TenantsSubdir, t.Name)
+	cfg.PebbleFS = nil
+	// The node's server is clustered, not the tenant's connection to it;
+	// TLS and creds are the node's, not the tenant daemon's (which keeps
+	// TLS to reach an external server).
+	cfg.ClusterName, cfg.ClusterListen, cfg.Routes = "", "", nil
+	cfg.NATSCreds = ""
+	if ts.deps.Server != nil {
+		cfg.NATSURL = agentd.InProcessURL(ts.deps.Server)
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSCA = "", "", ""
+	}
+	cfg.Auth, cfg.Insecure = false, true
+	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
+	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user}
+	cfg.Quota = t.Quota
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": t.Name}, reg)
+	cfg.Gatherer = reg
+	cfg.Logger = pc.Logger.With("tenant", t.Name)
+	d, err := agentd.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := ts.setup(d); err != nil {
+		return nil, fmt.Errorf("wire tenant %s: %w", t.Name, err)
+	}
+	return &tenantRun{name: t.Name, d: d, reg: reg, done: make(chan struct{})}, nil
+}
+
+// markReady closes ts.ready once every tenant daemon started so far is
+// ready or has stopped (a tenant that cannot start is logged and retried;
+// it does not hold the node's readiness), or after tenantStartTimeout.
+func (ts *tenantSet) markReady(ctx context.Context) {
+	defer close(ts.ready)
+	ts.mu.Lock()
+	names := make([]string, 0, len(ts.mu.runs))
+	for name := range ts.mu.runs {
+		names = append(names, name)
+	}
+	ts.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
+	defer cancel()
+	for _, name := range names {
+		if err := ts.waitReady(wctx, name); err != nil {
+			ts.logger.Warn("tenant not ready at start", "tenant", name, "err", err)
+		}
+	}
+}
+
+// waitReady waits until tenant name's daemon is ready, it stopped, or ctx
+// ends.
+func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
+	ts.mu.Lock()
+	run := ts.mu.runs[name]
+	ts.mu.Unlock()
+	if run == nil {
+		return fmt.Errorf("%w: tenant %s has no daemon on this node", host.ErrUnavailable, name)
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-run.done:
+			return fmt.Errorf("tenant %s stopped: %w", name, run.err)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: tenant %s not ready: %w", host.ErrUnavailable, name, ctx.Err())
+		case <-t.C:
+			select {
+			case <-run.d.Started():
+				if run.d.Ready() {
+					return nil
+				}
+			default:
+			}
+		}
+	}
+}
+
+// pushAccount sends t's account JWT to the server's resolver, the way nsc
+// pushes one: a claims update request from the system account.
+func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
+	tok, err := ts.op.Keys.TenantAccountJWT(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := ts.sys.RequestWithContext(ctx, "$SYS.REQ.CLAIMS.UPDATE", []byte(tok))
+	if err != nil {
+		return fmt.Errorf("%w: account update: %w", agentd.ErrNATS, err)
+	}
+	var resp struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("account update: bad reply: %w", err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("account update: %s", resp.Error.Description)
+	}
+	return nil
+}
+
+// Gather gathers every tenant daemon's metrics (labelled tenant=<name>).
+func (ts *tenantSet) Gather() ([]*dto.MetricFamily, error) {
+	if ts == nil {
+		return nil, nil
+	}
+	ts.mu.Lock()
+	gs := make(prometheus.Gatherers, 0, len(ts.mu.runs))
+	for _, r := range ts.mu.runs {
+		gs = append(gs, r.reg)
+	}
+	ts.mu.Unlock()
+	return gs.Gather()
+}
+
+// running counts the tenant daemons started and not stopped.
+func (ts *tenantSet) running() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for _, r := range ts.mu.runs {
+		select {
+		case <-r.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
