@@ -67,6 +67,7 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	}{
 		{"tenant-create", AdminCreateSubject, ts.handleCreate},
 		{"tenant-revoke", AdminRevokeSubject, ts.handleRevoke},
+		{"tenant-access", AdminAccessSubject, ts.handleAccess},
 	} {
 		h := e.h
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {

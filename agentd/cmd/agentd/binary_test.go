@@ -68,6 +68,7 @@ func TestBinary(t *testing.T) {
 	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
 	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
 	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
+	t.Run("BackupRestore", func(t *testing.T) { testBinaryBackupRestore(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

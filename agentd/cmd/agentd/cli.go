@@ -44,6 +44,8 @@ const cliUsage = `Usage:
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
   agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
   agentd auth server-config [--data dir]         print the nats-server config for --auth --nats-url (agentd auth -h)
+  agentd backup --out dir                        snapshot every stream and bucket (agentd backup -h)
+  agentd restore --from dir                      restore a backup into a new node or cluster (agentd restore -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
@@ -59,7 +61,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "backup", "restore":
 	default:
 		return false, 0
 	}
@@ -72,6 +74,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return true, runAuth(args[1:], getenv, stdout, stderr)
+	case "backup", "restore":
+		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }

@@ -23,6 +23,8 @@ import (
 
 const verifyUsage = `Usage:
   agentd verify [--nats-url url]   check the log of a running agentd
+  agentd verify --creds admin.creds [--nats-url url]
+                                   with --auth: check agentd's own log and every tenant's
   agentd verify --data dir         check the log stored in a stopped agentd's data dir
 
 Reads every agent's events and chat streams and checks the invariants of
@@ -39,11 +41,7 @@ const verifyServerTimeout = 2 * time.Minute
 func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("agentd verify", flag.ContinueOnError)
 	fset.SetOutput(io.Discard)
-	natsURL := getenv("FOREVER_NATS_URL")
-	if natsURL == "" {
-		natsURL = nats.DefaultURL
-	}
-	fset.StringVar(&natsURL, "nats-url", natsURL, "NATS url of a running agentd")
+	natsURL, creds, tlsCA := clientFlags(fset, getenv)
 	data := fset.String("data", "", "data dir of a stopped agentd")
 	timeout := fset.Duration("timeout", 5*time.Minute, "give up reading after this long")
 	err := fset.Parse(args)
@@ -66,31 +64,68 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var rep verify.Report
 	if *data != "" {
-		rep, err = verifyDataDir(ctx, *data)
-	} else {
-		rep, err = verifyURL(ctx, natsURL)
+		rep, err := verifyDataDir(ctx, *data)
+		if err != nil {
+			fmt.Fprintln(stderr, "agentd verify:", err)
+			return exitFailed
+		}
+		fmt.Fprint(stdout, rep)
+		if !rep.OK() {
+			return exitFailed
+		}
+		return exitOK
 	}
+	ok, err := verifyURL(ctx, *natsURL, clientOptions(*creds, *tlsCA), *creds != "", stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentd verify:", err)
 		return exitFailed
 	}
-	fmt.Fprint(stdout, rep)
-	if !rep.OK() {
+	if !ok {
 		return exitFailed
 	}
 	return exitOK
 }
 
-// verifyURL checks the log of the agentd serving natsURL.
-func verifyURL(ctx context.Context, natsURL string) (verify.Report, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("agentd verify"))
+// verifyURL checks the log of the agentd serving natsURL and prints the
+// report. With the admin credential (admin) it checks every tenant's log
+// too, each report headed by "tenant <name>:", and reports whether all
+// are clean.
+func verifyURL(ctx context.Context, natsURL string, opts []nats.Option, admin bool, stdout io.Writer) (bool, error) {
+	opts = append(opts, nats.Name("agentd verify"))
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return verify.Report{}, fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+		return false, fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
 	}
 	defer nc.Close()
-	return checkConn(ctx, nc)
+	rep, err := checkConn(ctx, nc)
+	if err != nil {
+		return false, err
+	}
+	ok := rep.OK()
+	if !admin {
+		fmt.Fprint(stdout, rep)
+		return ok, nil
+	}
+	fmt.Fprint(stdout, "agentd:\n", rep)
+	access, err := tenantAccess(ctx, nc, nil)
+	if err != nil {
+		return false, err
+	}
+	for _, ta := range access {
+		err := withTenant(natsURL, opts, ta, func(tnc *nats.Conn) error {
+			rep, err := checkConn(ctx, tnc)
+			if err == nil {
+				fmt.Fprintf(stdout, "tenant %s:\n%s", ta.Tenant, rep)
+				ok = ok && rep.OK()
+			}
+			return err
+		})
+		if err != nil {
+			return false, fmt.Errorf("tenant %s: %w", ta.Tenant, err)
+		}
+	}
+	return ok, nil
 }
 
 // verifyDataDir checks the JetStream store of a stopped agentd: it holds
@@ -98,19 +133,43 @@ func verifyURL(ctx context.Context, natsURL string) (verify.Report, error) {
 // and a running one is refused, and serves the store with an embedded
 // nats-server on a random loopback port.
 func verifyDataDir(ctx context.Context, dir string) (verify.Report, error) {
-	store := filepath.Join(dir, agentd.JetStreamSubdir)
-	if fi, err := os.Stat(store); err != nil || !fi.IsDir() {
-		return verify.Report{}, fmt.Errorf("%s holds no JetStream store (%s): is it an agentd data dir with the embedded server?", dir, store)
+	s, release, err := serveDataDir(dir, false)
+	if err != nil {
+		return verify.Report{}, err
 	}
+	defer release()
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd verify"))
+	if err != nil {
+		return verify.Report{}, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	defer nc.Close()
+	return checkConn(ctx, nc)
+}
+
+// serveDataDir serves the JetStream store of a stopped agentd's data dir
+// with an embedded nats-server on a random loopback port, holding the
+// Pebble lock of the data dir meanwhile, so that agentd cannot start and a
+// running one is refused. With create, a data dir without a store (a new
+// one) is created; release stops the server and drops the lock.
+func serveDataDir(dir string, create bool) (*server.Server, func(), error) {
+	store := filepath.Join(dir, agentd.JetStreamSubdir)
+	if create {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, nil, err
+		}
+	} else if fi, err := os.Stat(store); err != nil || !fi.IsDir() {
+		return nil, nil, fmt.Errorf("%s holds no JetStream store (%s): is it an agentd data dir with the embedded server?", dir, store)
+	}
+	release := func() {}
 	pebbleDir := filepath.Join(dir, agentd.PebbleSubdir)
 	if _, err := os.Stat(pebbleDir); err == nil {
 		lock, err := vfs.Default.Lock(filepath.Join(pebbleDir, "LOCK"))
 		if err != nil {
-			return verify.Report{}, fmt.Errorf("agentd is running on %s (its Pebble store is locked): check it with --nats-url instead: %w", dir, err)
+			return nil, nil, fmt.Errorf("agentd is running on %s (its Pebble store is locked): use --nats-url instead: %w", dir, err)
 		}
-		defer lock.Close()
+		release = func() { lock.Close() }
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return verify.Report{}, err
+		return nil, nil, err
 	}
 	s, err := server.NewServer(&server.Options{
 		Host:                   "127.0.0.1",
@@ -122,22 +181,20 @@ func verifyDataDir(ctx context.Context, dir string) (verify.Report, error) {
 		DisableJetStreamBanner: true,
 	})
 	if err != nil {
-		return verify.Report{}, fmt.Errorf("embedded server: %w", err)
+		release()
+		return nil, nil, fmt.Errorf("embedded server: %w", err)
 	}
 	s.Start()
-	defer func() {
+	stop := func() {
 		s.Shutdown()
 		s.WaitForShutdown()
-	}()
+		release()
+	}
 	if !s.ReadyForConnections(verifyServerTimeout) || !s.JetStreamEnabled() {
-		return verify.Report{}, fmt.Errorf("embedded server on %s did not start with JetStream", store)
+		stop()
+		return nil, nil, fmt.Errorf("embedded server on %s did not start with JetStream", store)
 	}
-	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd verify"))
-	if err != nil {
-		return verify.Report{}, fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	defer nc.Close()
-	return checkConn(ctx, nc)
+	return s, stop, nil
 }
 
 // checkConn binds to agentd's streams over nc and checks them.

@@ -1,0 +1,35 @@
+// Package backup snapshots Forever's streams and KV buckets through
+// JetStream's own snapshot API, and restores them into a new node or
+// cluster. agentd backup and agentd restore are built on it.
+//
+// # Model
+//
+// A backup is a directory: one snapshot file per stream, in the server's
+// own format (an s2-compressed archive of the stream's store, without its
+// consumers), grouped by account (agentd's own, then one per tenant), and a
+// manifest written last, holding each stream's config, state, size and
+// SHA-256. The lease bucket is left out: leases say who serves what now.
+// Its partition count goes into the manifest instead.
+//
+// # Consistency
+//
+// Each stream is snapshotted at one moment, and streams one after the
+// other: a backup is consistent per stream, not across streams. The events
+// stream goes first and the chunks stream second, so every turn the events
+// know has at least the chunks it had then; the chunks may run ahead (more
+// of a turn's stream, or streams of turns whose events came after). On the
+// restored node that is what a crash at the moment of the events snapshot
+// would have left, and recovery treats it so: a turn in flight is
+// continued from its stored stream, a fiber from its last stash.
+//
+// # Invariants
+//
+//   - A restore goes into an empty target only: a stream that holds
+//     messages stops it (ErrNotEmpty) before anything of that account is
+//     changed. agentd creates its streams at start, so an empty one is
+//     deleted and replaced.
+//   - A snapshot file whose size or checksum differs from the manifest is
+//     refused before anything is changed.
+//   - A dir without a manifest is not a backup: an interrupted backup is
+//     never restored.
+package backup

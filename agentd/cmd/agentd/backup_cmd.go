@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd/backup"
+	"github.com/forever-agents/forever/agentd/tenancy"
+	"github.com/forever-agents/forever/ownership"
+)
+
+const backupUsage = `Usage:
+  agentd backup --out dir [--nats-url url] [--creds admin.creds]
+      snapshot every Forever stream and KV bucket of a running agentd (with
+      --auth, of every tenant too) into dir, with a manifest
+  agentd restore --from dir [--nats-url url] [--creds admin.creds] [--replicas n]
+      restore a backup into a running agentd whose streams are empty (a new
+      node or cluster), then restart agentd on every node
+  agentd restore --from dir --data dir
+      restore a backup without tenants into the data dir of a stopped (or
+      never started) agentd
+
+A backup is consistent per stream, not across streams: each stream is
+snapshotted at its own moment, events before chunks (docs/operations.md).
+The lease bucket is not backed up (leases are who serves what now); its
+partition count is, and a restore refuses a target with another count.
+--nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to
+$FOREVER_CREDS: with --auth, the admin credential <data>/admin.creds;
+--tls-ca (default $FOREVER_TLS_CA) is the CA of agentd's certificate.
+`
+
+// accessTimeout bounds the wait for the tenants' credentials: on a restore,
+// until the nodes serve the tenants of the restored registry.
+const accessTimeout = 2 * time.Minute
+
+// runBackup runs "agentd backup" or "agentd restore" and returns the exit
+// code.
+func runBackup(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := backupCommand(ctx, cmd, args, getenv, stdout)
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, backupUsage)
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
+		if ce.code == exitUsage {
+			fmt.Fprint(stderr, "\n"+backupUsage)
+		}
+		return ce.code
+	default:
+		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
+		return exitFailed
+	}
+}
+
+func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	natsURL, creds, tlsCA := clientFlags(fs, getenv)
+	out := fs.String("out", "", "")
+	from := fs.String("from", "", "")
+	data := fs.String("data", "", "")
+	replicas := fs.Int("replicas", 0, "")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("unexpected argument %q", pos[0])
+	}
+	urlSet := false
+	fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "nats-url" })
+	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
+	if cmd == "backup" {
+		if *out == "" {
+			return usageErr("--out is required: the directory to write the backup to")
+		}
+		return runBackupTo(ctx, *natsURL, opts, *creds != "", *out, stdout)
+	}
+	switch {
+	case *from == "":
+		return usageErr("--from is required: the backup's directory")
+	case *replicas < 0:
+		return usageErr("--replicas must not be negative")
+	case *data != "" && urlSet:
+		return usageErr("give --nats-url or --data, not both")
+	}
+	m, err := backup.ReadManifest(*from)
+	if err != nil {
+		return err
+	}
+	if *data != "" {
+		return restoreDataDir(ctx, *data, *from, m, stdout)
+	}
+	return runRestoreFrom(ctx, *natsURL, opts, *creds != "", *from, m, *replicas, stdout)
+}
+
+// runBackupTo backs up the agentd at natsURL into dir, which must not hold
+// a backup already.
+func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, stdout io.Writer) error {
+	if _, err := os.Stat(filepath.Join(dir, backup.ManifestFile)); err == nil {
+		return usageErr("%s already holds a backup; give a new directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(natsURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+	}
+	defer nc.Close()
+	m := &backup.Manifest{Format: backup.Format, Created: time.Now().UTC()}
+	if m.Partitions, err = partitionCount(ctx, nc); err != nil {
+		return err
+	}
+	acc, err := backup.BackupAccount(ctx, nc, dir, "agentd", "")
+	if err != nil {
+		return err
+	}
+	m.Accounts = append(m.Accounts, acc)
+	if admin {
+		access, err := tenantAccess(ctx, nc, nil)
+		if err != nil {
+			return err
+		}
+		for _, ta := range access {
+			err := withTenant(natsURL, opts, ta, func(tnc *nats.Conn) error {
+				acc, err := backup.BackupAccount(ctx, tnc, dir, filepath.Join("tenants", ta.Tenant), ta.Tenant)
+				m.Accounts = append(m.Accounts, acc)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("tenant %s: %w", ta.Tenant, err)
+			}
+		}
+	}
+	if err := backup.WriteManifest(dir, m); err != nil {
+		return err
+	}
+	return printSummary(stdout, "backup", dir, m)
+}
+
+// runRestoreFrom restores m into the running agentd at natsURL: its own
+// account, which holds the tenant registry, then each tenant's once the
+// nodes serve it.
+func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, m *backup.Manifest, replicas int, stdout io.Writer) error {
+	var tenants []string
+	for _, acc := range m.Accounts[1:] {
+		tenants = append(tenants, acc.Tenant)
+	}
+	if len(tenants) > 0 && !admin {
+		return usageErr("the backup holds %d tenants: give --creds, the target agentd's admin credential", len(tenants))
+	}
+	nc, err := nats.Connect(natsURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+	}
+	defer nc.Close()
+	if err := checkPartitions(ctx, nc, m); err != nil {
+		return err
+	}
+	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], replicas); err != nil {
+		return err
+	}
+	if len(tenants) > 0 {
+		access, err := tenantAccess(ctx, nc, tenants)
+		if err != nil {
+			return err
+		}
+		for i, ta := range access {
+			err := withTenant(natsURL, opts, ta, func(tnc *nats.Conn) error {
+				return backup.RestoreAccount(ctx, tnc, dir, m.Accounts[i+1], replicas)
+			})
+			if err != nil {
+				return fmt.Errorf("tenant %s: %w", ta.Tenant, err)
+			}
+		}
+	}
+	return printSummary(stdout, "restore", dir, m)
+}
+
+// restoreDataDir restores m, which must hold no tenants, into the
+// JetStream store of the data dir of a stopped agentd.
+func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, stdout io.Writer) error {
+	if len(m.Accounts) > 1 {
+		return usageErr("the backup holds tenants: restore it into a running agentd with --auth (--nats-url and --creds)")
+	}
+	s, release, err := serveDataDir(data, true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd restore"))
+	if err != nil {
+		return fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	defer nc.Close()
+	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], 0); err != nil {
+		return err
+	}
+	return printSummary(stdout, "restore", dir, m)
+}
+
+// tenantAccess asks the admin service for the credentials of the named
+// tenants (every tenant when names is empty), waiting, for named ones,
+// until the node serves them: a restored registry reaches the nodes
+// within seconds.
+func tenantAccess(ctx context.Context, nc *nats.Conn, names []string) ([]tenancy.TenantAccess, error) {
+	body, _ := json.Marshal(tenancy.AccessRequest{Tenants: names})
+	deadline := time.Now().Add(accessTimeout)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, accessTimeout)
+		msg, err := nc.RequestWithContext(rctx, tenancy.AdminAccessSubject, body)
+		cancel()
+		code := ""
+		if err == nil {
+			code = msg.Header.Get("Nats-Service-Error-Code")
+		}
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil, fmt.Errorf("no agentd with --auth answers on %s (is it running with --auth, and is --creds its admin.creds?)", nc.ConnectedUrlRedacted())
+		case err != nil:
+			return nil, fmt.Errorf("tenant access: %w", err)
+		case code == "":
+			var reply tenancy.AccessReply
+			if err := json.Unmarshal(msg.Data, &reply); err != nil {
+				return nil, fmt.Errorf("tenant access: bad reply: %w", err)
+			}
+			return reply.Tenants, nil
+		case (code == "404" || code == "503") && len(names) > 0 && time.Now().Before(deadline):
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		default:
+			return nil, fmt.Errorf("tenant access: %s (%s)", msg.Header.Get("Nats-Service-Error"), code)
+		}
+	}
+}
+
+// withTenant runs fn over a connection as the user of ta.Creds, which is
+// never written to disk.
+func withTenant(natsURL string, opts []nats.Option, ta tenancy.TenantAccess, fn func(*nats.Conn) error) error {
+	tok, err := jwt.ParseDecoratedJWT([]byte(ta.Creds))
+	if err != nil {
+		return err
+	}
+	kp, err := jwt.ParseDecoratedUserNKey([]byte(ta.Creds))
+	if err != nil {
+		return err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return err
+	}
+	// The tenant's user replaces the admin's creds; TLS and the name stay.
+	topts := append([]nats.Option{}, opts...)
+	topts = append(topts, nats.UserJWTAndSeed(tok, string(seed)), nats.Name("agentd backup "+ta.Tenant))
+	nc, err := nats.Connect(natsURL, topts...)
+	if err != nil {
+		return fmt.Errorf("connect as the tenant: %w", err)
+	}
+	defer nc.Close()
+	return fn(nc)
+}
+
+// partitionCount reads the partition count agentd stored in its lease
+// bucket, 0 when there is none.
+func partitionCount(ctx context.Context, nc *nats.Conn) (int, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	kv, err := js.KeyValue(ctx, ownership.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lease bucket: %w", err)
+	}
+	e, err := kv.Get(ctx, ownership.PartitionsKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lease bucket: %w", err)
+	}
+	n, err := strconv.Atoi(string(e.Value()))
+	if err != nil {
+		return 0, fmt.Errorf("lease bucket: partition count %q: %w", e.Value(), err)
+	}
+	return n, nil
+}
+
+// checkPartitions refuses a target whose partition count is not the
+// backup's.
+func checkPartitions(ctx context.Context, nc *nats.Conn, m *backup.Manifest) error {
+	n, err := partitionCount(ctx, nc)
+	if err != nil {
+		return err
+	}
+	if n != 0 && m.Partitions != 0 && n != m.Partitions {
+		return fmt.Errorf("the backup's cluster had %d partitions and the target has %d: start the target's agentd with --partitions %d on a new data dir",
+			m.Partitions, n, m.Partitions)
+	}
+	return nil
+}
+
+// printSummary prints what a backup or restore moved as one JSON line.
+func printSummary(stdout io.Writer, what, dir string, m *backup.Manifest) error {
+	type stream struct {
+		Name     string `json:"name"`
+		Messages uint64 `json:"messages"`
+		Bytes    int64  `json:"bytes"`
+	}
+	type account struct {
+		Tenant  string   `json:"tenant,omitempty"`
+		Streams []stream `json:"streams"`
+	}
+	out := struct {
+		Done     string    `json:"done"`
+		Dir      string    `json:"dir"`
+		Created  time.Time `json:"created"`
+		Accounts []account `json:"accounts"`
+	}{Done: what, Dir: dir, Created: m.Created}
+	for _, a := range m.Accounts {
+		acc := account{Tenant: a.Tenant, Streams: []stream{}}
+		for _, s := range a.Streams {
+			acc.Streams = append(acc.Streams, stream{s.Name, s.Messages(), s.Size})
+		}
+		out.Accounts = append(out.Accounts, acc)
+	}
+	b, _ := json.Marshal(out)
+	_, err := fmt.Fprintln(stdout, string(b))
+	return err
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/nats-io/nats.go"
+)
+
+// runAgentdCLI runs bin with args and returns stdout, failing the test on
+// a non-zero exit.
+func runAgentdCLI(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = os.Environ()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("agentd %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// agentView is what a client reads of an agent: its conversation, its
+// running fibers and its schedules.
+type agentView struct {
+	Messages, Fibers, Schedules string
+}
+
+func viewOf(c *crashClient, agent string) agentView {
+	v := agentView{
+		Fibers:    string(c.command(agent, "fibers", nil)),
+		Schedules: string(c.command(agent, "schedules", nil)),
+	}
+	if !strings.HasPrefix(agent, "steps:") { // steps agents have no conversation
+		v.Messages = string(c.command(agent, "messages", nil))
+	}
+	return v
+}
+
+// testBinaryBackupRestore: a backup taken while chats stream and fibers
+// step restores into a new node whose log verify finds clean, and whose
+// recovery ends every turn and fiber; a backup of the quiet node restores,
+// offline into a data dir and online into a running node, to the same
+// messages, fibers and schedules for every agent.
+func testBinaryBackupRestore(t *testing.T, bin string) {
+	tmp := t.TempDir()
+	httpA, natsA := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	startAgentd(t, bin, filepath.Join(tmp, "a"), httpA, natsA, "--local-rate", "300")
+	urlA := "nats://" + natsA
+	c := dialAgentd(t, natsA)
+
+	chats := []string{"bk0", "bk1", "bk2"}
+	steps := []string{"steps:bk0", "steps:bk1"}
+	agents := append(append([]string{}, chats...), steps...)
+	for _, s := range steps {
+		c.command(s, "start", demo.StepsStart{Steps: 40, DelayMS: 25})
+	}
+	var wg sync.WaitGroup
+	for _, a := range chats {
+		wg.Go(func() {
+			for i := range 3 {
+				cmd := exec.Command(bin, "chat", a, fmt.Sprintf("Tell me a story, number %d", i), "--nats-url", urlA)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("chat %s: %v\n%s", a, err, out)
+					return
+				}
+			}
+		})
+	}
+	// The live backup, while turns stream and fibers step.
+	time.Sleep(700 * time.Millisecond)
+	live := filepath.Join(tmp, "live")
+	runAgentdCLI(t, bin, "backup", "--out", live, "--nats-url", urlA)
+	wg.Wait()
+	waitFibersDone(t, c, agents)
+
+	// The live backup: every turn and fiber in flight is recovered to its
+	// end on the new node, and the log is clean.
+	dirL := filepath.Join(tmp, "l")
+	runAgentdCLI(t, bin, "restore", "--from", live, "--data", dirL)
+	httpL, natsL := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	pl := startAgentd(t, bin, dirL, httpL, natsL, "--local-rate", "-1")
+	cl := dialAgentd(t, natsL)
+	waitFibersDone(t, cl, agents)
+	// The backup caught work in flight, which the new node recovered.
+	recovered := 0
+	for _, a := range agents {
+		for _, e := range cl.events(a) {
+			if e.Type == "fiber.recovered" {
+				recovered++
+			}
+		}
+	}
+	if recovered == 0 {
+		t.Error("the live backup held no fiber in flight: nothing was recovered")
+	}
+	if out := runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+natsL); !strings.HasPrefix(lastLine(out), "ok:") {
+		t.Errorf("verify after restoring the live backup:\n%s", out)
+	}
+	pl.kill()
+
+	// The quiet backup restores to the same views, offline and online.
+	want := map[string]agentView{}
+	for _, a := range agents {
+		want[a] = viewOf(c, a)
+	}
+	quiet := filepath.Join(tmp, "quiet")
+	runAgentdCLI(t, bin, "backup", "--out", quiet, "--nats-url", urlA)
+	check := func(name string, c *crashClient) {
+		t.Helper()
+		for _, a := range agents {
+			if got := viewOf(c, a); got != want[a] {
+				t.Errorf("%s: %s restored as\n%+v\nwant\n%+v", name, a, got, want[a])
+			}
+		}
+	}
+	dirQ := filepath.Join(tmp, "q")
+	runAgentdCLI(t, bin, "restore", "--from", quiet, "--data", dirQ)
+	httpQ, natsQ := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	pq := startAgentd(t, bin, dirQ, httpQ, natsQ)
+	check("offline", dialAgentd(t, natsQ))
+	if out := runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+natsQ); !strings.HasPrefix(lastLine(out), "ok:") {
+		t.Errorf("verify after the offline restore:\n%s", out)
+	}
+	pq.kill()
+
+	dirR := filepath.Join(tmp, "r")
+	httpR, natsR := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	pr := startAgentd(t, bin, dirR, httpR, natsR)
+	var sum struct {
+		Done     string
+		Accounts []struct{ Streams []struct{ Name string } }
+	}
+	out := runAgentdCLI(t, bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR)
+	if err := json.Unmarshal([]byte(out), &sum); err != nil || sum.Done != "restore" || len(sum.Accounts) != 1 || len(sum.Accounts[0].Streams) < 2 {
+		t.Fatalf("restore printed %q (%v)", out, err)
+	}
+	// A second restore finds the target full and changes nothing.
+	cmd := exec.Command(bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR)
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "not empty") {
+		t.Errorf("a restore into a full node: %v %s", err, b)
+	}
+	check("online", dialAgentd(t, natsR))
+	pr.kill()
+}
+
+// testClusterBackup: a 3-node cluster with auth and two tenants is backed
+// up with the admin credential and restored, with another node's admin
+// credential, into a new cluster that shares its auth secret: every
+// tenant's conversations are back, its token still works there, and the
+// logs of agentd and of every tenant verify clean.
+func testClusterBackup(t *testing.T, bin string) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("s", 48)), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	withSecret := func(p *chartargs.Pod) { p.AuthSecretFile = secret }
+	src := newCluster(t, 3, withSecret)
+	for _, nd := range src {
+		nd.start(t, bin)
+	}
+	waitReady(t, src...)
+	out := t.TempDir()
+	admin := filepath.Join(src[0].data, agentd.AdminCredsFile)
+	tenants := []tenantCred{
+		createTenant(t, bin, "nats://"+src[0].nats, admin, out, "acme"),
+		createTenant(t, bin, "nats://"+src[0].nats, admin, out, "zeta"),
+	}
+	agents := []string{"bot0", "bot1", "bot2"}
+	want := map[string]string{}
+	for _, tc := range tenants {
+		for _, a := range agents {
+			tenantChat(t, src[1].nats, tc, a, "hello from "+tc.Tenant)
+			want[tc.Tenant+"/"+a] = waitAnswered(t, src[2].http, tc.Token, a, "hello from "+tc.Tenant)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "backup")
+	runAgentdCLI(t, bin, "backup", "--out", dir, "--nats-url", "nats://"+src[0].nats, "--creds", admin)
+
+	dst := newCluster(t, 3, withSecret)
+	for _, nd := range dst {
+		nd.start(t, bin)
+	}
+	waitReady(t, dst...)
+	dstAdmin := filepath.Join(dst[1].data, agentd.AdminCredsFile)
+	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin)
+	for _, tc := range tenants {
+		for _, a := range agents {
+			got := waitAnswered(t, dst[0].http, tc.Token, a, "hello from "+tc.Tenant)
+			if got != want[tc.Tenant+"/"+a] {
+				t.Errorf("%s/%s restored as\n%s\nwant\n%s", tc.Tenant, a, got, want[tc.Tenant+"/"+a])
+			}
+		}
+	}
+	rep := runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+dst[2].nats, "--creds", filepath.Join(dst[2].data, agentd.AdminCredsFile))
+	for _, name := range []string{"agentd:", "tenant acme:", "tenant zeta:"} {
+		if !strings.Contains(rep, name) {
+			t.Errorf("verify did not check %s\n%s", name, rep)
+		}
+	}
+	oks := 0
+	for line := range strings.Lines(rep) {
+		if strings.HasPrefix(line, "ok:") {
+			oks++
+		}
+	}
+	if oks != 3 {
+		t.Errorf("verify after the restore:\n%s", rep)
+	}
+}
+
+// tenantChat sends a chat to agent as tenant tc over NATS, retrying while
+// the tenant's partitions settle (503).
+func tenantChat(t *testing.T, natsAddr string, tc tenantCred, agent, text string) {
+	t.Helper()
+	nc, err := nats.Connect("nats://"+natsAddr, nats.UserCredentials(tc.Creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	body, _ := json.Marshal(map[string]string{"text": text})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		msg, err := nc.Request("forever.cmd."+agent+".chat", body, 30*time.Second)
+		if err == nil && msg.Header.Get("Nats-Service-Error-Code") == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chat %s as %s: %v %v", agent, tc.Tenant, err, msg)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package tenancy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/auth"
+)
+
+// AdminAccessSubject answers the admin credential with a credential of
+// agentd's own user in each tenant's account, which reaches every stream
+// of the account: agentd backup and restore use them, and keep them in
+// memory only.
+const AdminAccessSubject = "forever.admin.tenant.access"
+
+// AccessRequest asks for the credentials of Tenants, each once its daemon
+// runs on the node that answers (a restore waits for that), or of every
+// tenant of the registry when Tenants is empty (a backup).
+type AccessRequest struct {
+	Tenants []string `json:"tenants,omitempty"`
+}
+
+// AccessReply holds one credential per tenant, by name.
+type AccessReply struct {
+	Tenants []TenantAccess `json:"tenants"`
+}
+
+// TenantAccess is a creds file of a user of the tenant's account.
+type TenantAccess struct {
+	Tenant string `json:"tenant"`
+	Creds  string `json:"creds"`
+}
+
+// handleAccess mints the credentials AccessRequest asks for. A named
+// tenant the registry does not hold is 404; one whose daemon is not
+// ready within tenantStartTimeout, 503.
+func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error) {
+	var req AccessRequest
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &req); err != nil {
+			return nil, fmt.Errorf("%w: tenant access: %v", host.ErrBadRequest, err)
+		}
+	}
+	names, wait := req.Tenants, len(req.Tenants) > 0
+	if !wait {
+		keys, err := ts.kv.ListKeys(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+		}
+		if err == nil {
+			for k := range keys.Keys() {
+				names = append(names, k)
+			}
+		}
+		slices.Sort(names)
+	}
+	reply := AccessReply{Tenants: []TenantAccess{}}
+	for _, name := range names {
+		if err := auth.CheckName(name); err != nil {
+			return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		}
+		e, err := ts.kv.Get(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: tenant %q", host.ErrNotFound, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+		}
+		var t auth.Tenant
+		if err := json.Unmarshal(e.Value(), &t); err != nil {
+			return nil, fmt.Errorf("tenant %q: stored record: %w", name, err)
+		}
+		if wait {
+			wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
+			err := ts.waitReady(wctx, name)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+		}
+		user, err := ts.op.Keys.TenantRuntimeUser(&t)
+		if err != nil {
+			return nil, err
+		}
+		creds, err := user.Creds()
+		if err != nil {
+			return nil, err
+		}
+		reply.Tenants = append(reply.Tenants, TenantAccess{Tenant: name, Creds: string(creds)})
+	}
+	ts.logger.Info("tenant access granted to the admin", "tenants", len(reply.Tenants))
+	return reply, nil
+}
