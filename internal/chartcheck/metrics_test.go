@@ -44,8 +44,8 @@ var pending = map[string]string{
 	// first event: each must start every label value at 0 when it is made,
 	// so that increase() and rate() count the first event.
 	`forever_fiber_completed_total{outcome="abandoned"}`: "exists; start every outcome (completed, failed, interrupted, abandoned) at 0",
-	"forever_ownership_lost_total":                       "exists; start every cause (expired, conflict) at 0",
-	"forever_chat_turn_recoveries_total":                 "exists; start every recovery path at 0",
+	"forever_ownership_lost_total":                       "exists; start every cause (expired, conflict, other) at 0",
+	"forever_chat_turn_recoveries_total":                 "exists; start every path (finalize, retry, persist, discard, continue, abandon) at 0",
 }
 
 // nonAgentd are names the queries use that Prometheus makes, not agentd.
