@@ -47,12 +47,15 @@ type chartCase struct {
 	noAuth    bool // auth.enabled=false
 }
 
+// The cases with auth set auth.generateSecret: helm template has no
+// cluster to look the auth Secret up in, and the chart refuses to render a
+// random one otherwise (internal/chartcheck's TestAuthSecret).
 var chartCases = []chartCase{
-	{name: "default", release: "forever", namespace: "agents",
+	{name: "default", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true"},
 		fullname: "forever", pods: 3, clustered: true, replicas: 3},
-	{name: "one replica", release: "forever", namespace: "default", set: []string{"replicaCount=1"},
+	{name: "one replica", release: "forever", namespace: "default", set: []string{"auth.generateSecret=true", "replicaCount=1"},
 		fullname: "forever", pods: 1, replicas: 1},
-	{name: "five replicas", release: "demo", namespace: "ai", set: []string{"replicaCount=5"},
+	{name: "five replicas", release: "demo", namespace: "ai", set: []string{"auth.generateSecret=true", "replicaCount=5"},
 		fullname: "demo-forever", pods: 5, clustered: true, replicas: 3},
 	{name: "auth off", release: "forever", namespace: "agents", set: []string{"auth.enabled=false"},
 		fullname: "forever", pods: 3, clustered: true, replicas: 3, noAuth: true},
