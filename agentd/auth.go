@@ -223,6 +223,23 @@ resolver_preload: {
 		keys.SystemPublicKey(), sysJWT, keys.ServicePublicKey(), svcJWT), nil
 }
 
+// AdminCreds mints a new admin credential from the operator keys cfg names
+// (--auth-secret-file, else <data>/auth): a user of agentd's service
+// account, as <data>/admin.creds is. Whoever holds the keys or the secret
+// can mint one; it is how the admin credential leaves a pod whose image has
+// no shell (agentd auth admin-creds).
+func AdminCreds(cfg Config) ([]byte, error) {
+	keys, _, err := operatorKeys(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := keys.ServiceUser("admin")
+	if err != nil {
+		return nil, err
+	}
+	return admin.Creds()
+}
+
 // connOption is agentd's own credential for its connection.
 func (op *Operator) connOption() nats.Option {
 	return nats.UserJWTAndSeed(op.Self.JWT, string(op.Self.Seed))

@@ -10,6 +10,13 @@ import (
 )
 
 const authUsage = `Usage:
+  agentd auth admin-creds [--data dir | --auth-secret-file file]
+      print a new admin credential (a creds file, as <data>/admin.creds) on
+      stdout, minted from the operator's keys: the secret every node of a
+      cluster shares, or <data>/auth. It is how the admin credential leaves
+      a pod whose image has no shell:
+        kubectl get secret forever-auth -o jsonpath='{.data.secret}' | base64 -d > secret
+        agentd auth admin-creds --auth-secret-file secret > admin.creds
   agentd auth server-config [--data dir | --auth-secret-file file] [--jwt-dir dir]
       print the nats-server configuration that makes an external NATS server
       (each server of a cluster) trust agentd's operator: the operator JWT,
@@ -46,15 +53,15 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 
 func authCommand(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageErr("missing server-config")
+		return usageErr("missing server-config or admin-creds")
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return flag.ErrHelp
 	}
-	if args[0] != "server-config" {
-		return usageErr("unknown auth command %q: server-config", args[0])
+	if args[0] != "server-config" && args[0] != "admin-creds" {
+		return usageErr("unknown auth command %q: server-config or admin-creds", args[0])
 	}
-	fs := flag.NewFlagSet("agentd auth server-config", flag.ContinueOnError)
+	fs := flag.NewFlagSet("agentd auth "+args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var cfg agentd.Config
 	cfg.DataDir = getenv("FOREVER_DATA")
@@ -70,7 +77,15 @@ func authCommand(args []string, getenv func(string) string, stdout io.Writer) er
 		return err
 	}
 	if len(pos) != 0 {
-		return usageErr("server-config takes no arguments")
+		return usageErr("%s takes no arguments", args[0])
+	}
+	if args[0] == "admin-creds" {
+		creds, err := agentd.AdminCreds(cfg)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(creds)
+		return err
 	}
 	conf, err := agentd.ServerConfig(cfg, *jwtDir)
 	if err != nil {

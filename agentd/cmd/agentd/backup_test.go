@@ -194,7 +194,12 @@ func testClusterBackup(t *testing.T, bin string) {
 		nd.start(t, bin)
 	}
 	waitReady(t, dst...)
-	dstAdmin := filepath.Join(dst[1].data, agentd.AdminCredsFile)
+	// The admin credential minted from the shared secret, as an operator
+	// gets it out of a pod without a shell.
+	dstAdmin := filepath.Join(t.TempDir(), "admin.creds")
+	if err := os.WriteFile(dstAdmin, []byte(runAgentdCLI(t, bin, "auth", "admin-creds", "--auth-secret-file", secret)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin)
 	for _, tc := range tenants {
 		for _, a := range agents {

@@ -43,7 +43,7 @@ const cliUsage = `Usage:
   agentd deny <agent> <toolCallId>               deny it; the model is told
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
   agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
-  agentd auth server-config [--data dir]         print the nats-server config for --auth --nats-url (agentd auth -h)
+  agentd auth server-config|admin-creds ...     print the nats-server config for --auth --nats-url, or an admin credential (agentd auth -h)
   agentd backup --out dir                        snapshot every stream and bucket (agentd backup -h)
   agentd restore --from dir                      restore a backup into a new node or cluster (agentd restore -h)
 
