@@ -64,12 +64,18 @@ func ReadBody(r io.Reader, limit int64) ([]byte, error) {
 type DecodeOpt func(*decodeOpts)
 
 type decodeOpts struct {
-	strict bool
+	strict  bool
+	subject string
 }
 
 // Strict makes a field the target does not have an error (400 naming the
 // field) instead of being ignored.
 func Strict() DecodeOpt { return func(o *decodeOpts) { o.strict = true } }
+
+// Subject names what is decoded in the sentences that speak of the whole
+// value: "the frame is not valid JSON" for Subject("the frame"). The
+// default is "the body".
+func Subject(noun string) DecodeOpt { return func(o *decodeOpts) { o.subject = noun } }
 
 // Decode decodes one JSON value from data into v (a pointer), as
 // encoding/json does, and turns its errors into *Error sentences that name
@@ -85,25 +91,25 @@ func Strict() DecodeOpt { return func(o *decodeOpts) { o.strict = true } }
 // path), and as a generic sentence otherwise. A v that is not a non-nil
 // pointer is a 500 (a bug).
 func Decode(data []byte, v any, opts ...DecodeOpt) error {
-	var o decodeOpts
+	o := decodeOpts{subject: "the body"}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
-		return New(BadRequest, "the body is empty; it must be %s", want(reflect.TypeOf(v)))
+		return New(BadRequest, "%s is empty; it must be %s", o.subject, want(reflect.TypeOf(v)))
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if o.strict {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return FromJSON(err, data, reflect.TypeOf(v))
+		return fromJSON(err, data, reflect.TypeOf(v), o.subject)
 	}
 	if dec.More() {
-		return New(BadRequest, "the body must be one JSON value; more follows at byte %d", dec.InputOffset())
+		return New(BadRequest, "%s must be one JSON value; more follows at byte %d", o.subject, dec.InputOffset())
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return New(BadRequest, "the body must be one JSON value; more follows at byte %d", dec.InputOffset())
+		return New(BadRequest, "%s must be one JSON value; more follows at byte %d", o.subject, dec.InputOffset())
 	}
 	return nil
 }
@@ -116,6 +122,10 @@ var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 // An *Error in err's chain is returned as is; any other error (one from a
 // custom UnmarshalJSON or UnmarshalText) is a 400 with a generic sentence.
 func FromJSON(err error, data []byte, target reflect.Type) *Error {
+	return fromJSON(err, data, target, "the body")
+}
+
+func fromJSON(err error, data []byte, target reflect.Type, subject string) *Error {
 	if err == nil {
 		return nil
 	}
@@ -128,33 +138,33 @@ func FromJSON(err error, data []byte, target reflect.Type) *Error {
 	var ie *json.InvalidUnmarshalError
 	switch {
 	case errors.As(err, &te):
-		return typeError(te).WithCause(err)
+		return typeError(te, subject).WithCause(err)
 	case errors.As(err, &se):
 		if se.Error() == "unexpected end of JSON input" { // json.Unmarshal's io.ErrUnexpectedEOF
-			return New(BadRequest, "the body is not valid JSON: it ends early, at byte %d", se.Offset).WithCause(err)
+			return New(BadRequest, "%s is not valid JSON: it ends early, at byte %d", subject, se.Offset).WithCause(err)
 		}
-		return syntaxError(se.Offset, data).WithCause(err)
+		return syntaxError(se.Offset, data, subject).WithCause(err)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return New(BadRequest, "the body is not valid JSON: it ends early, at byte %d", len(data)).WithCause(err)
+		return New(BadRequest, "%s is not valid JSON: it ends early, at byte %d", subject, len(data)).WithCause(err)
 	case errors.Is(err, io.EOF):
-		return New(BadRequest, "the body is empty; it must be %s", want(target)).WithCause(err)
+		return New(BadRequest, "%s is empty; it must be %s", subject, want(target)).WithCause(err)
 	case errors.As(err, &ie):
 		return New(Internal, "%s", Text(Internal)).WithCause(err)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field `); ok {
 		if f, uerr := strconv.Unquote(name); uerr == nil {
-			return New(BadRequest, "the body has an unknown field %q", f).WithCause(err)
+			return New(BadRequest, "%s has an unknown field %q", subject, f).WithCause(err)
 		}
-		return New(BadRequest, "the body has an unknown field").WithCause(err)
+		return New(BadRequest, "%s has an unknown field", subject).WithCause(err)
 	}
-	return New(BadRequest, "the body has a value that is not valid for this request").WithCause(err)
+	return New(BadRequest, "%s has a value that is not valid for this request", subject).WithCause(err)
 }
 
 // syntaxError is the sentence of a JSON syntax error found after reading
 // offset bytes of data: the offending character is the last one read.
-func syntaxError(offset int64, data []byte) *Error {
+func syntaxError(offset int64, data []byte, subject string) *Error {
 	if offset < 1 || offset > int64(len(data)) {
-		return New(BadRequest, "the body is not valid JSON (at byte %d)", offset)
+		return New(BadRequest, "%s is not valid JSON (at byte %d)", subject, offset)
 	}
 	i := offset - 1
 	for i > 0 && offset-i < utf8.UTFMax && !utf8.RuneStart(data[i]) {
@@ -164,15 +174,14 @@ func syntaxError(offset int64, data []byte) *Error {
 	ch := string(r)
 	if r == utf8.RuneError {
 		ch = fmt.Sprintf("byte 0x%02x", data[offset-1])
-		return New(BadRequest, "the body is not valid JSON: unexpected %s at byte %d", ch, offset-1)
+		return New(BadRequest, "%s is not valid JSON: unexpected %s at byte %d", subject, ch, offset-1)
 	}
-	return New(BadRequest, "the body is not valid JSON: unexpected %q at byte %d", ch, i)
+	return New(BadRequest, "%s is not valid JSON: unexpected %q at byte %d", subject, ch, i)
 }
 
 // typeError is the sentence of a JSON value of the wrong kind: `"path"
 // must be <kind>, got <kind>`.
-func typeError(te *json.UnmarshalTypeError) *Error {
-	subject := "the body"
+func typeError(te *json.UnmarshalTypeError, subject string) *Error {
 	if te.Field != "" {
 		subject = strconv.Quote(jsonPath(te.Field))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -133,5 +134,30 @@ func TestSameShapeOverNATS(t *testing.T) {
 	}
 	if rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("HTTP status %d", rec.Code)
+	}
+}
+
+// TestGoName: the messages issue 26 quotes are caught; sentences that
+// quote what the client sent are not.
+func TestGoName(t *testing.T) {
+	for _, msg := range []string{
+		"json: cannot unmarshal number into Go struct field ChatRequest.text of type string",
+		"Go struct field stateRequest.expectVersion of type int",
+		`replay: bad request: chat id "a.b" is not valid`,
+		`agentd: bad request: x`,
+		"want a json.RawMessage",
+	} {
+		if apierrortest.GoName(msg) == "" {
+			t.Errorf("GoName(%q) found nothing", msg)
+		}
+	}
+	for _, msg := range []string{
+		`"text" must be a string, got a number`,
+		`the body has an unknown field "json: struct int"`,
+		apierror.SizeText(600<<10, 512<<10),
+	} {
+		if m := apierrortest.GoName(msg); m != "" {
+			t.Errorf("GoName(%q) = %q", msg, m)
+		}
 	}
 }
