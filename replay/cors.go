@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Cross-origin browsers. A request without an Origin header (curl, Go and
@@ -56,7 +58,7 @@ func (g *Gateway) cors(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if !originAllowed(g.cfg.AllowedOrigins, origin) {
 		g.metrics.refusedOrigins.Inc()
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "origin " + origin + " is not allowed (agentd --cors-origin)"})
+		apierror.New(apierror.Forbidden, "origin %q may not call this server: a browser page elsewhere needs its origin allowed with --cors-origin", echo(origin)).WriteHTTP(w)
 		return false
 	}
 	h := w.Header()

@@ -45,16 +45,32 @@
 //     tail after the cursor (possibly nothing) and [DONE]. A resume whose
 //     chunks retention removed (the stream is marked expired, or its first
 //     chunks are gone and the cursor is before the first one stored) is 410
-//     Gone {"error":"chunks expired"}; an idle chat without ?after= stays
-//     204.
+//     Gone {"code":410,"error":"chunks expired: ..."}; an idle chat without
+//     ?after= stays 204.
 //   - POST /v1/chat/{id}/stop: Chats.Stop; 200 {"stopped": bool}.
 //   - GET /v1/chat/{id}/messages: Chats.Messages as JSON.
 //   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
 //   - GET /: the chat page (web/index.html).
 //
-// Errors are {"error": "..."} with a 4xx status for bad requests (malformed
-// body, no messages, invalid chat id or cursor) and the status an error
-// carries (a StatusCode() int method, or a known sentinel; see StatusCode).
+// # Errors
+//
+// Every error the gateway sends has the one shape of package
+// internal/apierror, {"code": N, "error": "<sentence>"}, with N the HTTP
+// status (400 bad input, 403 origin refused, 404 unknown chat, stream or
+// endpoint, 409 conflict, 410 chunks expired, 413 body over
+// GatewayConfig.MaxBodyBytes, 429/503 with Retry-After, 500, 504): HTTP
+// bodies, WebSocket error frames ({"type":"error","requestId"?,"code",
+// "error"}), and the AI SDK error chunk that ends an SSE stream whose
+// follow fails for good (404, 410; a transient failure ends the response
+// without [DONE] and the client resumes with Last-Event-ID). Messages name
+// the field, header or parameter as the client sent it (a JSON path such
+// as "body.messages[0].id") and never a Go type or package: errors are
+// translated once, at the edge (apiError). An *apierror.Error from Chats
+// is sent as it is; another error with a StatusCode() int method keeps its
+// code but gets the code's fixed sentence (apierror.Text), since its
+// message was not written for clients; anything else is 500. Unknown
+// paths and methods are 404, as Stripe answers an unrecognized URL.
+//
 // Closing GatewayConfig.Stopping ends every SSE response (without [DONE])
 // and WebSocket (close 1001), so a server can shut down; turns go on.
 //
@@ -87,9 +103,10 @@
 // start a turn (answered {"type":"started","requestId","streamId",
 // "messageId"}, then its chunks live with replay false, then done) and
 // {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame
-// is answered {"type":"error","error":"...","code":400}; the connection
-// stays open. An ack of a turn whose chunks retention removed is answered
-// {"type":"error","requestId","error":"chunks expired","code":410}.
+// (binary, not JSON, an unknown type) is answered {"type":"error",
+// "code":400,"error":"..."}; the connection stays open. An ack of a turn
+// whose chunks retention removed is answered {"type":"error","requestId",
+// "code":410,"error":"chunks expired: ..."}.
 //
 // # Usage
 //

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,8 +64,15 @@ type fakeChats struct {
 }
 
 func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
-	if agent == "busy" {
-		return replay.Turn{}, statusErr{http.StatusConflict, "chat: a turn is already active"}
+	switch agent {
+	case "busy":
+		return replay.Turn{}, apierror.New(apierror.Conflict, "a turn is already running in chat %q: wait for it to end, or stop it", agent)
+	case "legacy":
+		// An internal error with a code but a message not meant for
+		// clients: the gateway keeps the code, not the message.
+		return replay.Turn{}, fmt.Errorf("agentd: %w", statusErr{http.StatusConflict, "chat: a turn is already active"})
+	case "broken":
+		return replay.Turn{}, errors.New("eventlog: append: pebble: closed")
 	}
 	n := f.next.Add(1)
 	ft := &fakeTurn{
@@ -88,7 +97,7 @@ func (f *fakeChats) Stop(ctx context.Context, agent string) (bool, error) {
 
 func (f *fakeChats) Messages(ctx context.Context, agent string) (any, error) {
 	if agent == "missing" {
-		return nil, fmt.Errorf("no such chat: %w", chat.ErrNotFound)
+		return nil, apierror.New(apierror.NotFound, "no chat %q", agent).WithCause(chat.ErrNotFound)
 	}
 	return []map[string]any{{"id": "u1", "role": "user", "parts": []map[string]string{{"type": "text", "text": "hi"}}}}, nil
 }

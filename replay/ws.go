@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // wsSendTimeout bounds a "chat" frame's Chats.Send: the connection's ctx
@@ -47,6 +49,10 @@ func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
+	if err := checkUpgrade(r); err != nil {
+		g.writeError(w, r, err)
+		return
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
 		return // Accept answered the request
@@ -78,6 +84,30 @@ func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
+}
+
+// checkUpgrade answers, in the API's error shape, a request to the
+// WebSocket endpoint that is not a WebSocket handshake (websocket.Accept
+// would answer it in plain text).
+func checkUpgrade(r *http.Request) error {
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") ||
+		r.Header.Get("Sec-WebSocket-Version") != "13" || r.Header.Get("Sec-WebSocket-Key") == "" {
+		return badRequest("this endpoint is a WebSocket: open it with a WebSocket client (Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13)")
+	}
+	return nil
+}
+
+// headerHas reports whether header name lists token (comma-separated,
+// case folded).
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wsSession is one WebSocket connection. Its fields are owned by the read
@@ -117,8 +147,14 @@ func (s *wsSession) write(ctx context.Context, v wsOut) error {
 	return wsjson.Write(ctx, s.c, v)
 }
 
-func (s *wsSession) writeErr(ctx context.Context, err error) error {
-	return s.write(ctx, wsOut{Type: "error", Error: errorText(err), Code: StatusCode(err)})
+// writeErr sends err as an error frame, {"type":"error","code":N,
+// "error":"..."} (see apiError), with requestId when it concerns one.
+func (s *wsSession) writeErr(ctx context.Context, requestID string, err error) error {
+	e := apiError(err)
+	if e.Code >= 500 {
+		s.g.logger.Warn("websocket request failed", "agent", s.agent, "code", e.Code, "err", err)
+	}
+	return s.write(ctx, wsOut{Type: "error", RequestID: requestID, Error: e.Message, Code: e.Code})
 }
 
 // run offers the agent's turn, then answers client frames until the
@@ -128,21 +164,22 @@ func (s *wsSession) run(ctx context.Context) error {
 		return err
 	}
 	for {
-		var in wsIn
 		// Read is not bound to ctx: the closer goroutine ends it on stop,
 		// after sending a proper close frame.
-		err := wsjson.Read(context.WithoutCancel(ctx), s.c, &in)
+		typ, data, err := s.c.Read(context.WithoutCancel(ctx))
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
 				return nil
 			}
-			if isBadFrame(err) {
-				if err := s.writeErr(ctx, fmt.Errorf("%w: frame is not JSON {type, ...}: %v", ErrBadRequest, err)); err != nil {
-					return err
-				}
-				continue
-			}
 			return err
+		}
+		in, err := decodeFrame(typ, data)
+		if err != nil {
+			// A bad frame is answered; the connection goes on.
+			if err := s.writeErr(ctx, "", err); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := s.handle(ctx, in); err != nil {
 			return err
@@ -150,24 +187,29 @@ func (s *wsSession) run(ctx context.Context) error {
 	}
 }
 
-// isBadFrame reports whether a read error is a frame that is not JSON
-// {type, ...}: it is answered with a 400 error frame and the connection
-// goes on.
-func isBadFrame(err error) bool {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	return errors.As(err, &se) || errors.As(err, &te)
+// decodeFrame decodes a client frame: a text message of JSON {type, ...}.
+// Errors are 400 *apierror.Error wrapping ErrBadRequest, answered with an
+// error frame.
+func decodeFrame(typ websocket.MessageType, data []byte) (wsIn, error) {
+	var in wsIn
+	if typ != websocket.MessageText {
+		return in, badRequest(`the frame is binary: send text frames of JSON {"type": ...}`)
+	}
+	if err := apierror.Decode(data, &in, apierror.Subject("the frame")); err != nil {
+		return in, apierror.From(err).WithCause(fmt.Errorf("%w: %w", ErrBadRequest, err))
+	}
+	return in, nil
 }
 
 // chatFrameBody checks the body of a "chat" frame on agent's connection:
 // an AI SDK request for that chat. Errors wrap ErrBadRequest.
 func chatFrameBody(agent string, body json.RawMessage) (json.RawMessage, error) {
-	req, body, err := parseChatBody(body)
+	req, body, err := parseChatBody(body, "body")
 	if err != nil {
 		return nil, err
 	}
 	if req.ID != agent {
-		return nil, fmt.Errorf("%w: body id %q is not this connection's chat %q", ErrBadRequest, req.ID, agent)
+		return nil, badRequest(`"body.id" %q is not this connection's chat %q: open /v1/chat/{id}/ws for that chat`, echo(req.ID), echo(agent))
 	}
 	return body, nil
 }
@@ -188,26 +230,26 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		if o.kind == "resuming" {
 			if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
 				// 410 for chunks retention removed: nothing to stream.
-				return s.write(ctx, wsOut{Type: "error", RequestID: in.RequestID, Error: errorText(err), Code: StatusCode(err)})
+				return s.writeErr(ctx, in.RequestID, err)
 			}
 		}
 		s.stopFollow()
 		upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, in.RequestID, err)
 		}
 		s.startFollow(ctx, o.turn, Cursor(upTo), true)
 		return nil
 	case "chat":
 		body, err := chatFrameBody(s.agent, in.Body)
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		sctx, cancel := context.WithTimeout(ctx, wsSendTimeout)
 		t, err := s.g.send(sctx, s.agent, body)
 		cancel()
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		s.stopFollow()
 		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID}); err != nil {
@@ -218,11 +260,11 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 	case "stop":
 		stopped, err := s.g.cfg.Chats.Stop(ctx, s.agent)
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		return s.write(ctx, wsOut{Type: "stopped", Stopped: &stopped})
 	default:
-		return s.writeErr(ctx, fmt.Errorf("%w: unknown frame type %q (want resume, ack, chat or stop)", ErrBadRequest, in.Type))
+		return s.writeErr(ctx, "", badRequest(`unknown frame type %q: send "resume", "ack", "chat" or "stop"`, echo(in.Type)))
 	}
 }
 
@@ -230,7 +272,7 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 func (s *wsSession) offer(ctx context.Context) error {
 	o, err := s.g.active(ctx, s.agent)
 	if err != nil {
-		return s.writeErr(ctx, err)
+		return s.writeErr(ctx, "", err)
 	}
 	if o.kind == "none" && o.ended == chunk.StatusError && o.turn.StreamID != "" {
 		// The last turn failed: offer it, so a client that reconnects
@@ -266,10 +308,21 @@ func (s *wsSession) startFollow(ctx context.Context, t Turn, upTo Cursor, replay
 	s.follow = f
 	go func() {
 		defer close(f.done)
-		if err := s.stream(fctx, t, upTo, replay); err != nil && fctx.Err() == nil {
-			s.g.logger.Info("websocket follow", "agent", s.agent, "stream", t.StreamID, "err", err)
-			s.c.Close(websocket.StatusInternalError, "follow failed")
+		err := s.stream(fctx, t, upTo, replay)
+		if err == nil || fctx.Err() != nil {
+			return
 		}
+		if e := apiError(err); e.Code == apierror.Gone || e.Code == apierror.NotFound {
+			// For good (chunks expired, no such stream): say so; the
+			// connection stays open for another turn.
+			if errors.Is(err, chunk.ErrExpired) {
+				e = expiredFor(s.agent, err)
+			}
+			s.writeErr(fctx, t.RequestID, e)
+			return
+		}
+		s.g.logger.Info("websocket follow", "agent", s.agent, "stream", t.StreamID, "err", err)
+		s.c.Close(websocket.StatusInternalError, "internal error; reconnect to resume")
 	}()
 }
 

@@ -33,7 +33,13 @@ type wsClient struct {
 
 func dialWS(t *testing.T, e *env, chatID string) *wsClient {
 	t.Helper()
-	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/v1/chat/" + chatID + "/ws"
+	return dialURL(t, e.srv.URL, chatID)
+}
+
+// dialURL opens the WebSocket of chatID on the gateway at base.
+func dialURL(t *testing.T, base, chatID string) *wsClient {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(base, "http") + "/v1/chat/" + chatID + "/ws"
 	c, _, err := websocket.Dial(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -66,6 +66,7 @@ type DecodeOpt func(*decodeOpts)
 type decodeOpts struct {
 	strict  bool
 	subject string
+	within  string
 }
 
 // Strict makes a field the target does not have an error (400 naming the
@@ -76,6 +77,13 @@ func Strict() DecodeOpt { return func(o *decodeOpts) { o.strict = true } }
 // value: "the frame is not valid JSON" for Subject("the frame"). The
 // default is "the body".
 func Subject(noun string) DecodeOpt { return func(o *decodeOpts) { o.subject = noun } }
+
+// Within says that the value decoded is the field path of a larger one
+// (the "body" of a WebSocket frame): errors name `"body.messages"` rather
+// than `"messages"`, and the whole value as `"body"`.
+func Within(path string) DecodeOpt {
+	return func(o *decodeOpts) { o.within, o.subject = path, strconv.Quote(path) }
+}
 
 // Decode decodes one JSON value from data into v (a pointer), as
 // encoding/json does, and turns its errors into *Error sentences that name
@@ -103,7 +111,7 @@ func Decode(data []byte, v any, opts ...DecodeOpt) error {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return fromJSON(err, data, reflect.TypeOf(v), o.subject)
+		return fromJSON(err, data, reflect.TypeOf(v), o.subject, o.within)
 	}
 	if dec.More() {
 		return New(BadRequest, "%s must be one JSON value; more follows at byte %d", o.subject, dec.InputOffset())
@@ -122,10 +130,10 @@ var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 // An *Error in err's chain is returned as is; any other error (one from a
 // custom UnmarshalJSON or UnmarshalText) is a 400 with a generic sentence.
 func FromJSON(err error, data []byte, target reflect.Type) *Error {
-	return fromJSON(err, data, target, "the body")
+	return fromJSON(err, data, target, "the body", "")
 }
 
-func fromJSON(err error, data []byte, target reflect.Type, subject string) *Error {
+func fromJSON(err error, data []byte, target reflect.Type, subject, within string) *Error {
 	if err == nil {
 		return nil
 	}
@@ -138,7 +146,7 @@ func fromJSON(err error, data []byte, target reflect.Type, subject string) *Erro
 	var ie *json.InvalidUnmarshalError
 	switch {
 	case errors.As(err, &te):
-		return typeError(te, subject).WithCause(err)
+		return typeError(te, subject, within).WithCause(err)
 	case errors.As(err, &se):
 		if se.Error() == "unexpected end of JSON input" { // json.Unmarshal's io.ErrUnexpectedEOF
 			return New(BadRequest, "%s is not valid JSON: it ends early, at byte %d", subject, se.Offset).WithCause(err)
@@ -181,8 +189,11 @@ func syntaxError(offset int64, data []byte, subject string) *Error {
 
 // typeError is the sentence of a JSON value of the wrong kind: `"path"
 // must be <kind>, got <kind>`.
-func typeError(te *json.UnmarshalTypeError, subject string) *Error {
-	if te.Field != "" {
+func typeError(te *json.UnmarshalTypeError, subject, within string) *Error {
+	switch {
+	case te.Field != "" && within != "":
+		subject = strconv.Quote(within + "." + jsonPath(te.Field))
+	case te.Field != "":
 		subject = strconv.Quote(jsonPath(te.Field))
 	}
 	var inner *Error

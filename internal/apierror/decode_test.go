@@ -135,6 +135,21 @@ func TestFromJSONOfUnmarshal(t *testing.T) {
 	}
 }
 
+func TestDecodeWithin(t *testing.T) {
+	var v fuzzChatRequest
+	for in, want := range map[string]string{
+		`{"messages":[{"id":1}]}`: `"body.messages[0].id" must be a string, got a number`,
+		`"hi"`:                    `"body" must be an object, got a string`,
+		``:                        `"body" is empty; it must be an object`,
+		`{`:                       `"body" is not valid JSON: it ends early, at byte 1`,
+	} {
+		err := apierror.Decode([]byte(in), &v, apierror.Within("body"))
+		if err == nil || err.Error() != want {
+			t.Errorf("Decode(%s) = %v, want %s", in, err, want)
+		}
+	}
+}
+
 func TestReadBody(t *testing.T) {
 	b, err := apierror.ReadBody(strings.NewReader("12345"), 5)
 	if err != nil || string(b) != "12345" {

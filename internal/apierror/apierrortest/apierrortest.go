@@ -10,9 +10,11 @@ import (
 
 // goWords matches what must not reach a client: Go's type and package
 // words, encoding/json's phrasing ("json: cannot unmarshal ... Go struct
-// field"), package prefixes ("replay: bad request:") and qualified Go
-// identifiers ("json.RawMessage", "netip.Addr").
-var goWords = regexp.MustCompile(`\b(json|Go|struct|[uU]nmarshal\w*|interface|map|reflect|u?int(8|16|32|64)?|float(32|64)?|complex(64|128)?|bool|uintptr|rune|nil|main|apierror|netip|replay|agentd|eventlog|chat|chunk|fiber|keepalive|tenants?|auth|mcptools|ownership)\b|\[\]|\*|\b[a-z]\w*\.[A-Z]\w*|^[a-z]+: `)
+// field"), package prefixes ("replay: bad request:", "agentd: ...: chat:
+// ...") and qualified Go identifiers ("json.RawMessage", "netip.Addr").
+// Package names that are also English words (chat, replay, auth) count
+// only as prefixes.
+var goWords = regexp.MustCompile(`\b(json|Go|struct|[uU]nmarshal\w*|interface|map|reflect|u?int(8|16|32|64)?|float(32|64)?|complex(64|128)?|bool|uintptr|rune|nil|main|apierror|netip|agentd|eventlog|keepalive|mcptools|jetstream|pebble|nats-server)\b|\[\]|\*|\b[a-z]\w*\.[A-Z]\w*|(^|: )[a-z]+: `)
 
 // quoted matches what a message quotes with %q: client input, shown as
 // sent, which may be anything.
