@@ -76,37 +76,67 @@
 //
 // # WebSocket protocol
 //
-// Frames are JSON text messages. The server sends an offer on connect and
-// on each {"type":"resume"} from the client (a client that registers its
-// handler late asks again, so the offer is never lost):
+// GET /v1/chat/{id}/ws follows the resume handshake of Cloudflare's agents
+// (AIChatAgent's ResumableStream: notify, ack, replay), with the chunks in
+// the log instead of SQLite. Frames are JSON text messages; cursors in
+// them are strings of digits.
 //
-//	{"type":"resuming","requestId","streamId","messageId"}  an unfinished turn
-//	{"type":"resuming",...,"status":"error"}                the last turn failed
-//	{"type":"pending","requestId"}                          started, no chunk yet
-//	{"type":"none"}                                         idle
+// Offers. The server sends one offer when the client connects, and one in
+// answer to each {"type":"resume","probeId"?} the client sends (a client
+// sends it once its handler is registered, so an offer sent on connect
+// before that is not lost). Offers are never deduplicated: a client that
+// connects and then asks gets two, and acks one. The answer to a resume
+// echoes its probeId (an opaque string the client uses to match answers to
+// probes); the offer sent on connect has none.
 //
-// The server streams nothing until the client acknowledges the offer with
-// {"type":"ack","requestId"}; an ack for another request id is ignored, and
-// so is a second ack of the turn already streaming. Then it sends the
-// chunks stored when the ack arrived, flagged replay, then replayComplete,
-// then the live chunks, then done:
+//	{"type":"resuming","requestId","streamId","messageId","probeId"?}  a turn streaming
+//	{"type":"resuming",...,"status":"error","probeId"?}                the last turn failed
+//	{"type":"pending","requestId","probeId"?}                         started, no chunk yet
+//	{"type":"none","reason":"idle","probeId"?}                        nothing to resume
+//
+// "idle" is the only reason: no turn runs, waits to write its first chunk,
+// or failed since the last turn started. (Cloudflare's other reason,
+// "continuation-owned", has no counterpart: any connection may resume any
+// turn of its chat.)
+//
+// Ack and replay. Nothing is streamed until the client acks with
+// {"type":"ack","requestId"}:
+//
+//   - the requestId of the turn offered last (resuming, pending, or one
+//     this connection started): whatever the connection was streaming
+//     stops, and the whole buffer of the turn is sent from its start:
+//     the chunks stored when the ack arrived, flagged replay, then
+//     replayComplete, then the live chunks, then done. Every ack does it
+//     again (a client that acks twice gets the buffer twice, so a client
+//     acks once per turn and discards what it had of the turn when it
+//     acks);
+//   - another requestId while a turn is offered: ignored (a stale ack);
+//   - while nothing runs, the requestId of the latest turn (it ended
+//     between offer and ack): replayed whole, then done; any other
+//     requestId: {"type":"done","requestId","replay":true} at once, so the
+//     client's resume does not wait for a timeout.
+//
+// The frames of a replay, in order:
 //
 //	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":true}
 //	{"type":"replayComplete","requestId","cursor":"<last replayed>"}
 //	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":false}
 //	{"type":"done","requestId","status":"completed|error|aborted"}
 //
-// A turn that ended in error is replayed up to its error chunk and done says
-// "error"; when the latest turn failed, it is offered (resuming with status
-// "error") until another turn starts, so a client that reconnects after the
-// failure learns of it. A client that has seen it need not ack. The client may also send {"type":"chat","body":{AI SDK body}} to
-// start a turn (answered {"type":"started","requestId","streamId",
-// "messageId"}, then its chunks live with replay false, then done) and
-// {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame
-// (binary, not JSON, an unknown type) is answered {"type":"error",
-// "code":400,"error":"..."}; the connection stays open. An ack of a turn
-// whose chunks retention removed is answered {"type":"error","requestId",
-// "code":410,"error":"chunks expired: ..."}.
+// A turn that ended in error is replayed up to its error chunk and done
+// says "error"; when the latest turn failed, it is offered (resuming with
+// status "error") until another turn starts, so a client that reconnects
+// after the failure learns of it. A client that has seen it need not ack.
+//
+// Other frames. {"type":"chat","body":{AI SDK body}} starts a turn
+// (answered {"type":"started","requestId","streamId","messageId"}, then
+// its chunks live with replay false, then done) and becomes the
+// connection's offer; {"type":"stop"} is answered {"type":"stopped",
+// "stopped":bool}. A bad frame (binary, not JSON, an unknown type, an ack
+// without requestId) is answered {"type":"error","code":400,"error":"..."};
+// the connection stays open. An ack of a turn whose chunks retention
+// removed, or a follow that finds them gone, is answered {"type":"error",
+// "requestId","code":410,"error":"chunks expired: ..."}.
 //
 // # Usage
 //

@@ -91,7 +91,7 @@ func FuzzResumeParams(f *testing.F) {
 // chat.
 func FuzzWSFrame(f *testing.F) {
 	for _, s := range []string{
-		`{"type":"resume"}`, `{"type":"ack","requestId":"r1"}`, `{"type":"stop"}`,
+		`{"type":"resume"}`, `{"type":"resume","probeId":"p1"}`, `{"type":"resume","probeId":7}`, `{"type":"ack","requestId":"r1"}`, `{"type":"stop"}`,
 		`{"type":"chat","body":{"id":"a1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}}`,
 		`{"type":"chat","body":{"id":"other","messages":[{}]}}`, `{"type":"chat"}`, `{"type":"chat","body":"x"}`,
 		`{"type":7}`, `[]`, `{`, ``, `{"type":"unknown"}`,

@@ -22,9 +22,11 @@ const wsSendTimeout = 30 * time.Second
 
 // wsIn is a frame from the client.
 type wsIn struct {
-	Type      string          `json:"type"`
-	RequestID string          `json:"requestId,omitempty"`
-	Body      json.RawMessage `json:"body,omitempty"`
+	Type      string `json:"type"`
+	RequestID string `json:"requestId,omitempty"`
+	// ProbeID is an opaque id of a "resume" request, echoed in its offer.
+	ProbeID string          `json:"probeId,omitempty"`
+	Body    json.RawMessage `json:"body,omitempty"`
 }
 
 // wsOut is a frame to the client; see the package doc for each type.
@@ -38,8 +40,10 @@ type wsOut struct {
 	Replay    *bool      `json:"replay,omitempty"`
 	Status    string     `json:"status,omitempty"`
 	Stopped   *bool      `json:"stopped,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	ProbeID   string     `json:"probeId,omitempty"`
 	Code      int        `json:"code,omitempty"`
+	Error     string     `json:"error,omitempty"`
 }
 
 // getWS serves the WebSocket resume handshake: GET /v1/chat/{id}/ws.
@@ -123,18 +127,8 @@ type wsSession struct {
 
 // wsFollow is the goroutine streaming one turn to the connection.
 type wsFollow struct {
-	requestID string
-	cancel    context.CancelFunc
-	done      chan struct{}
-}
-
-func (f *wsFollow) running() bool {
-	select {
-	case <-f.done:
-		return false
-	default:
-		return true
-	}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // write sends one frame, bounded by GatewayConfig.WriteTimeout alone. The connection's
@@ -160,7 +154,7 @@ func (s *wsSession) writeErr(ctx context.Context, requestID string, err error) e
 // run offers the agent's turn, then answers client frames until the
 // connection ends. It returns nil when the client closed normally.
 func (s *wsSession) run(ctx context.Context) error {
-	if err := s.offer(ctx); err != nil {
+	if err := s.offer(ctx, ""); err != nil {
 		return err
 	}
 	for {
@@ -218,28 +212,9 @@ func chatFrameBody(agent string, body json.RawMessage) (json.RawMessage, error) 
 func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 	switch in.Type {
 	case "resume":
-		return s.offer(ctx)
+		return s.offer(ctx, in.ProbeID)
 	case "ack":
-		o := s.offered
-		if (o.kind != "resuming" && o.kind != "pending") || in.RequestID != o.turn.RequestID {
-			return nil // an ack of another request is ignored
-		}
-		if s.follow != nil && s.follow.requestID == in.RequestID && s.follow.running() {
-			return nil // already streaming this turn
-		}
-		if o.kind == "resuming" {
-			if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
-				// 410 for chunks retention removed: nothing to stream.
-				return s.writeErr(ctx, in.RequestID, err)
-			}
-		}
-		s.stopFollow()
-		upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
-		if err != nil {
-			return s.writeErr(ctx, in.RequestID, err)
-		}
-		s.startFollow(ctx, o.turn, Cursor(upTo), true)
-		return nil
+		return s.ack(ctx, in.RequestID)
 	case "chat":
 		body, err := chatFrameBody(s.agent, in.Body)
 		if err != nil {
@@ -255,6 +230,9 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID}); err != nil {
 			return err
 		}
+		// The turn is this connection's offer now: an ack of it replays
+		// it from its start, like an ack of a resuming turn.
+		s.offered = offer{kind: "pending", turn: t}
 		s.startFollow(ctx, t, 0, false)
 		return nil
 	case "stop":
@@ -268,8 +246,57 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 	}
 }
 
-// offer sends what a resume would stream: resuming, pending or none.
-func (s *wsSession) offer(ctx context.Context) error {
+// ack answers {"type":"ack","requestId"}, as the Cloudflare agents'
+// handleResumeAck does:
+//
+//   - the turn offered (resuming or pending): whatever this connection was
+//     streaming stops, and the turn's whole buffer is replayed from its
+//     start, then live; every ack does this again;
+//   - another request while a turn is offered: ignored (a stale ack; the
+//     offer of the turn that runs is on its way);
+//   - nothing running: the latest turn, if it is the one acked, is replayed
+//     whole (it ended between offer and ack, or the client wants it
+//     again); any other request gets {"type":"done","requestId",
+//     "replay":true} at once, so the client's resume does not wait.
+func (s *wsSession) ack(ctx context.Context, requestID string) error {
+	if requestID == "" {
+		return s.writeErr(ctx, "", badRequest(`the ack has no "requestId": send the requestId of the offer it answers`))
+	}
+	o := s.offered
+	active := o.kind == "resuming" || o.kind == "pending"
+	switch {
+	case active && requestID != o.turn.RequestID:
+		return nil
+	case !active && (o.turn.RequestID == "" || requestID != o.turn.RequestID):
+		replayed := true
+		return s.write(ctx, wsOut{Type: "done", RequestID: requestID, Replay: &replayed})
+	}
+	if o.kind != "pending" {
+		if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
+			// 410 for chunks retention removed: nothing to stream.
+			return s.writeErr(ctx, requestID, err)
+		}
+	}
+	s.stopFollow()
+	upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
+	if err != nil {
+		return s.writeErr(ctx, requestID, err)
+	}
+	s.startFollow(ctx, o.turn, Cursor(upTo), true)
+	return nil
+}
+
+// noneIdle is the reason of a "none" offer: no turn is running, pending or
+// failed unseen (the Cloudflare protocol's "idle"; its other reason,
+// "continuation-owned", has no counterpart here: any connection may
+// resume a turn).
+const noneIdle = "idle"
+
+// offer sends what a resume would stream: resuming, pending or none. An
+// offer answering {"type":"resume","probeId"} echoes the probe id; the
+// offer sent on connect has none. Offers are never deduplicated: a client
+// that connects and then asks gets two, and acks one of them.
+func (s *wsSession) offer(ctx context.Context, probeID string) error {
 	o, err := s.g.active(ctx, s.agent)
 	if err != nil {
 		return s.writeErr(ctx, "", err)
@@ -282,11 +309,11 @@ func (s *wsSession) offer(ctx context.Context) error {
 	s.offered = o
 	switch o.kind {
 	case "resuming":
-		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID, Status: o.ended})
+		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID, Status: o.ended, ProbeID: probeID})
 	case "pending":
-		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID})
+		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID, ProbeID: probeID})
 	default:
-		return s.write(ctx, wsOut{Type: "none"})
+		return s.write(ctx, wsOut{Type: "none", Reason: noneIdle, ProbeID: probeID})
 	}
 }
 
@@ -304,7 +331,7 @@ func (s *wsSession) stopFollow() {
 // by replayComplete; later ones are live.
 func (s *wsSession) startFollow(ctx context.Context, t Turn, upTo Cursor, replay bool) {
 	fctx, cancel := context.WithCancel(ctx)
-	f := &wsFollow{requestID: t.RequestID, cancel: cancel, done: make(chan struct{})}
+	f := &wsFollow{cancel: cancel, done: make(chan struct{})}
 	s.follow = f
 	go func() {
 		defer close(f.done)

@@ -22,6 +22,8 @@ type frame struct {
 	Chunk     json.RawMessage `json:"chunk"`
 	Replay    *bool           `json:"replay"`
 	Status    string          `json:"status"`
+	Reason    string          `json:"reason"`
+	ProbeID   string          `json:"probeId"`
 	Error     string          `json:"error"`
 	Code      int             `json:"code"`
 }
@@ -98,6 +100,97 @@ func TestWSNone(t *testing.T) {
 	w.send(map[string]string{"type": "bogus"})
 	if f := w.expect("error"); f.Code != 400 {
 		t.Fatalf("unknown frame: %+v", f)
+	}
+}
+
+// TestWSResumeIdleProbe: a resume request while idle is answered "none"
+// with the reason "idle" and the request's probeId (the offer sent on
+// connect has no probeId); an ack of a request that is not running is
+// answered done with replay true at once, as Cloudflare's replay-done
+// frame, so the client's resume does not wait for a timeout.
+func TestWSResumeIdleProbe(t *testing.T) {
+	e := newEnv(t)
+	w := dialWS(t, e, "c1")
+	if f := w.expect("none"); f.Reason != "idle" || f.ProbeID != "" {
+		t.Fatalf("offer on connect %+v, want reason idle and no probeId", f)
+	}
+	w.send(map[string]string{"type": "resume", "probeId": "p-1"})
+	if f := w.expect("none"); f.Reason != "idle" || f.ProbeID != "p-1" {
+		t.Fatalf("answer to the probe %+v, want reason idle, probeId p-1", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": "gone"})
+	if f := w.expect("done"); f.RequestID != "gone" || f.Replay == nil || !*f.Replay {
+		t.Fatalf("ack of a request not running: %+v, want done replay true", f)
+	}
+	w.send(map[string]string{"type": "ack"})
+	if f := w.expect("error"); f.Code != 400 {
+		t.Fatalf("ack without requestId: %+v", f)
+	}
+}
+
+// TestWSTwoOffersEachAckReplaysAll: a client that connects during a turn
+// and then sends a resume request gets two offers, the second echoing its
+// probeId; each ack replays the whole buffer from the turn's start,
+// flagged replay, then replayComplete, then live chunks: a second ack
+// while the turn streams is not ignored.
+func TestWSTwoOffersEachAckReplaysAll(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	all := script(ft)
+	e.write(t, ft, all[:3]...)
+
+	w := dialWS(t, e, "c1")
+	if f := w.expect("resuming"); f.RequestID != ft.RequestID || f.ProbeID != "" {
+		t.Fatalf("offer on connect %+v", f)
+	}
+	w.send(map[string]string{"type": "resume", "probeId": "p-2"})
+	if f := w.expect("resuming"); f.RequestID != ft.RequestID || f.ProbeID != "p-2" {
+		t.Fatalf("answer to the probe %+v, want the turn with probeId p-2", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	first := w.chunks(3, true, ft.RequestID)
+	w.expect("replayComplete")
+	seq := e.write(t, ft, all[3:5]...)
+	w.chunks(2, false, ft.RequestID)
+
+	// A second ack during the stream replays everything again.
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	again := w.chunks(5, true, ft.RequestID)
+	if again[0].Type != chat.ChunkStart || again[0].MessageID != first[0].MessageID || again[4].Delta != all[4].Delta {
+		t.Fatalf("second replay %+v", again)
+	}
+	if f := w.expect("replayComplete"); f.Cursor != seq.String() {
+		t.Fatalf("replayComplete %+v, want cursor %s", f, seq)
+	}
+	e.write(t, ft, all[5:]...)
+	w.chunks(len(all)-5, false, ft.RequestID)
+	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+		t.Fatalf("done %+v", f)
+	}
+	// Ended: an ack of it now replays it whole and says done.
+	w.send(map[string]string{"type": "resume", "probeId": "p-3"})
+	if f := w.expect("none"); f.ProbeID != "p-3" || f.Reason != "idle" {
+		t.Fatalf("offer after the end %+v", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	w.chunks(len(all), true, ft.RequestID)
+	w.expect("replayComplete")
+	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+		t.Fatalf("done %+v", f)
+	}
+}
+
+// TestWSPendingProbe: the pending offer echoes the probe too.
+func TestWSPendingProbe(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	w := dialWS(t, e, "c1")
+	w.expect("pending")
+	w.send(map[string]string{"type": "resume", "probeId": "p-4"})
+	if f := w.expect("pending"); f.RequestID != ft.RequestID || f.ProbeID != "p-4" {
+		t.Fatalf("pending %+v, want request %s and probeId p-4", f, ft.RequestID)
 	}
 }
 
