@@ -27,6 +27,19 @@
 //   - A client going away never stops a turn: only POST .../stop (or a
 //     WebSocket "stop" frame) calls Chats.Stop.
 //
+// # Cursors on the wire
+//
+// A client sees a cursor as a string of decimal digits everywhere: SSE
+// "id:" lines, the "cursor" of WebSocket frames, and any JSON that
+// carries a Cursor (its MarshalJSON writes "42"; a JSON number loses
+// precision in JavaScript past 2^53). Where a client sends one back it is
+// a string too (Last-Event-ID, ?after=); a JSON Cursor also reads a number
+// of digits, for peers that still send one. The cursor of a started turn
+// (Turn.After, the chat reply's "cursor") is the stream's real start: the
+// agent's last chunk sequence when the turn was accepted, so every chunk of
+// the new stream is after it and following after it yields the stream from
+// its first chunk.
+//
 // # HTTP gateway
 //
 // NewGateway returns an http.Handler with the AI SDK's conventions, so a
@@ -129,9 +142,9 @@
 // after the failure learns of it. A client that has seen it need not ack.
 //
 // Other frames. {"type":"chat","body":{AI SDK body}} starts a turn
-// (answered {"type":"started","requestId","streamId","messageId"}, then
-// its chunks live with replay false, then done) and becomes the
-// connection's offer; {"type":"stop"} is answered {"type":"stopped",
+// (answered {"type":"started","requestId","streamId","messageId",
+// "cursor"}, cursor being Turn.After, then its chunks live with replay
+// false, then done) and becomes the connection's offer; {"type":"stop"} is answered {"type":"stopped",
 // "stopped":bool}. A bad frame (binary, not JSON, an unknown type, an ack
 // without requestId) is answered {"type":"error","code":400,"error":"..."};
 // the connection stays open. An ack of a turn whose chunks retention

@@ -34,8 +34,11 @@ type Chats interface {
 // Turn identifies a turn started by Chats.Send.
 type Turn struct {
 	RequestID, StreamID, MessageID string
-	// After is where the turn's chunks start: 0 for a new stream, the
-	// stored last sequence when the turn continues a stream.
+	// After is where the turn's chunks start, the stream's real start: the
+	// agent's last chunk sequence when the turn was accepted (0 for an
+	// agent without chunks), so its first chunk is the first one after it.
+	// 0 also works (a follow filters by stream) but tells a client
+	// nothing; the started frame and the chat reply show it.
 	After Cursor
 }
 

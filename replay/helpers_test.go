@@ -53,6 +53,7 @@ func (e statusErr) StatusCode() int { return e.code }
 // fakeChats implements replay.Chats on a real log: Send starts a turn whose
 // chunks the test writes through a real Batcher with chat.StreamWriter.
 type fakeChats struct {
+	lg         *eventlog.Log
 	b          *eventlog.Batcher
 	maxPayload int64
 	started    chan *fakeTurn
@@ -75,8 +76,15 @@ func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage
 		return replay.Turn{}, errors.New("eventlog: append: pebble: closed")
 	}
 	n := f.next.Add(1)
+	// The turn's cursor is the stream's real start, as agentd's chat
+	// reply gives it: the agent's last chunk when the turn was accepted,
+	// so every chunk of the new stream is after it.
+	start, err := f.lg.LastSeq(ctx, eventlog.Filter{Agent: agent, Chunks: true})
+	if err != nil {
+		return replay.Turn{}, err
+	}
 	ft := &fakeTurn{
-		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n)},
+		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n), After: replay.Cursor(start)},
 		Agent: agent, Body: body,
 	}
 	ft.w = chat.NewStreamWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)
@@ -130,7 +138,7 @@ func newEnv(t *testing.T, opts ...func(*replay.GatewayConfig)) *env {
 	}
 	b, _ := runBatcher(t, lg)
 	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
-	e.chats = &fakeChats{b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
+	e.chats = &fakeChats{lg: lg, b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
 	cfg := replay.GatewayConfig{
 		Log: lg, Chats: e.chats, Streams: replay.ProjectedIndex{Streams: e.streams}, Stopping: e.stopping, Registerer: e.reg,
 	}

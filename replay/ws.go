@@ -227,7 +227,7 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 			return s.writeErr(ctx, "", err)
 		}
 		s.stopFollow()
-		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID}); err != nil {
+		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID, Cursor: t.After.String()}); err != nil {
 			return err
 		}
 		// The turn is this connection's offer now: an ack of it replays

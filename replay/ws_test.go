@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/replay"
 )
 
 // frame is a server frame of the WebSocket protocol.
@@ -326,5 +327,70 @@ func TestWSOffersFailedTurn(t *testing.T) {
 	w.expect("replayComplete")
 	if f := w.expect("done"); f.Status != chat.StatusError {
 		t.Fatalf("done %+v", f)
+	}
+}
+
+// TestWSCursorsAreStrings: every cursor a WebSocket client sees is a JSON
+// string of digits (a JSON number loses precision in JavaScript past
+// 2^53), and the started frame carries the turn's cursor: the stream's
+// real start, before its first chunk and after the agent's last one.
+func TestWSCursorsAreStrings(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	first := e.turn(t)
+	prev := e.write(t, first, script(first)...)
+
+	w := dialWS(t, e, "c1")
+	w.expect("none")
+	w.send(map[string]any{"type": "chat", "body": json.RawMessage(body("c1"))})
+	ft := e.turn(t)
+	all := script(ft)
+	e.write(t, ft, all...)
+	var started replay.Cursor
+	var chunkCursors []replay.Cursor
+	for done := false; !done; {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, data, err := w.c.Read(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]json.RawMessage
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		var typ string
+		json.Unmarshal(f["type"], &typ)
+		raw, ok := f["cursor"]
+		switch typ {
+		case "started", "chunk":
+			if !ok {
+				t.Fatalf("%s frame without cursor: %s", typ, data)
+			}
+		case "done":
+			done = true
+		}
+		if !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatalf("cursor %s in %s is not a JSON string", raw, data)
+		}
+		c, err := replay.ParseCursor(s)
+		if err != nil {
+			t.Fatalf("cursor %q in %s: %v", s, data, err)
+		}
+		if typ == "started" {
+			started = c
+		} else {
+			chunkCursors = append(chunkCursors, c)
+		}
+	}
+	if started != replay.Cursor(prev) {
+		t.Fatalf("started cursor %v, want the previous turn's last chunk %v", started, prev)
+	}
+	if len(chunkCursors) != len(all) || chunkCursors[0] <= started {
+		t.Fatalf("chunk cursors %v after start %v", chunkCursors, started)
 	}
 }
