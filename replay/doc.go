@@ -151,6 +151,36 @@
 // removed, or a follow that finds them gone, is answered {"type":"error",
 // "requestId","code":410,"error":"chunks expired: ..."}.
 //
+// # Host check and CORS in front of a server
+//
+// Two handlers go in front of everything a server mounts, outermost first:
+//
+//	hosts, err := replay.ParseHostPatterns(allowedHosts) // --allowed-host
+//	h := replay.HostCheck(hosts, replay.CORS(corsOrigins, auth(mux)))
+//
+// HostCheck serves a request only when its Host is a loopback name or
+// address (localhost or a name under it, 127.0.0.0/8, ::1; any port) or
+// matches a HostPattern ("app.example.com", "*.example.com",
+// "host:8080", "192.168.1.5", "[2001:db8::1]:8080"); anything else, a
+// missing Host included, gets 403 {"code":403,"error":"..."} before any
+// handler runs. That closes DNS rebinding: a page whose name its attacker
+// points at 127.0.0.1 sends its own name as Host. A server without auth
+// must use it; one with auth uses it when hosts are listed.
+//
+// CORS answers a browser's preflight from an allowed origin (204, without
+// credentials) and puts the CORS headers on every answer to that origin, a
+// 401 of the authentication included, so a page on another origin can
+// call a server that authenticates; an origin not allowed gets 403 before
+// the authentication runs. The gateway behind it does not apply the rules
+// a second time.
+//
+// Invariants of the edge:
+//   - No request with a Host other than loopback or a listed pattern
+//     reaches a handler behind HostCheck.
+//   - Every error the gateway sends is {"code","error"} with the HTTP
+//     status as code and a message naming no Go type or package.
+//   - Every cursor a client sees is a JSON string (or SSE id) of digits.
+//
 // # Usage
 //
 //	c := replay.NewClient(lg) // lg opened with eventlog.Config{Bind: true}
