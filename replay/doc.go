@@ -65,6 +65,9 @@
 //   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
 //   - GET /: the chat page (web/index.html).
 //
+// Closing GatewayConfig.Stopping ends every SSE response (without [DONE])
+// and WebSocket (close 1001), so a server can shut down; turns go on.
+//
 // # Errors
 //
 // Every error the gateway sends has the one shape of package
@@ -83,9 +86,6 @@
 // code but gets the code's fixed sentence (apierror.Text), since its
 // message was not written for clients; anything else is 500. Unknown
 // paths and methods are 404, as Stripe answers an unrecognized URL.
-//
-// Closing GatewayConfig.Stopping ends every SSE response (without [DONE])
-// and WebSocket (close 1001), so a server can shut down; turns go on.
 //
 // # WebSocket protocol
 //
