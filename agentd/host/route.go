@@ -165,6 +165,9 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	}
 	resp := nats.NewMsg(m.Reply)
 	if err != nil {
+		if StatusCode(err) == http.StatusInternalServerError {
+			h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
+		}
 		code, msg := ErrorReply(err)
 		resp.Header.Set(headerServiceError, msg)
 		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
@@ -180,11 +183,8 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 
 // ErrorReply is the code and one-line message of a command error.
 func ErrorReply(err error) (int, string) {
-	msg := err.Error()
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	return StatusCode(err), msg
+	e := ClientError(err)
+	return e.Code, e.Message
 }
 
 // ReplyAs decodes a command reply into T: the value itself when the command

@@ -123,6 +123,9 @@ func (h *Host) serveCommand(req micro.Request) {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
 	if err != nil {
+		if StatusCode(err) == http.StatusInternalServerError {
+			h.logger.Error("command failed", "agent", agent, "verb", verb, "err", err)
+		}
 		RespondError(req, err)
 		return
 	}
@@ -145,19 +148,16 @@ func commandSubject(subject string) (agent, verb string, err error) {
 // its code (StatusCode) and one-line message in the headers and as the
 // JSON body {"error","code"}, with Retry-After for 429 and 503.
 func RespondError(req micro.Request, err error) {
-	// The message is for a person; keep the first line.
-	code, msg := ErrorReply(err)
-	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
-	opts := []micro.RespondOpt{ErrorHeaders(code, msg)}
-	var qe *quota.Error
+	e := ClientError(err)
+	opts := []micro.RespondOpt{ErrorHeaders(e.Code, e.Message)}
 	switch {
-	case errors.As(err, &qe):
-		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(qe.RetryAfter())}}))
-	case code == http.StatusServiceUnavailable:
+	case e.RetryAfter > 0:
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(e.RetryAfter)}}))
+	case e.Code == http.StatusServiceUnavailable:
 		// Nothing ran: the client may retry, after this many seconds.
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
 	}
-	_ = req.Respond(body, opts...)
+	_ = req.Respond(e.AppendJSON(nil), opts...)
 }
 
 // ErrorHeaders are a micro service error's headers. Handlers answer
