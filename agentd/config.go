@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"fmt"
-	"github.com/forever-agents/forever/auth"
 	"log/slog"
 	"net"
 	"os"
@@ -10,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/replay"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -183,6 +185,15 @@ type Config struct {
 	// origin gets 403.
 	CORSOrigins []string
 
+	// AllowedHosts are the Host headers the HTTP server answers besides
+	// loopback ones (--allowed-host, replay.ParseHostPattern's patterns:
+	// "app.example.com", "*.example.com", "10.0.0.5:8080"). Without Auth
+	// every other Host gets 403 before any handler runs, so a web page on
+	// another site cannot reach a local agentd through DNS rebinding; with
+	// Auth the check applies only when the list is set. /healthz and
+	// /readyz answer any Host: probes address a pod by its IP.
+	AllowedHosts []string
+
 	// TLSCert and TLSKey (--tls-cert, --tls-key) turn TLS on for HTTP, the
 	// embedded server's client port and its routes; they are read again on
 	// SIGHUP (Daemon.ReloadTLS). TLSCA (--tls-ca) verifies the routes' peers
@@ -338,6 +349,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.MCPServers(); err != nil {
 		return err
+	}
+	if _, err := replay.ParseHostPatterns(c.AllowedHosts); err != nil {
+		return configErrorf("allowed-host", "%v", err)
 	}
 	if (c.Registerer == nil) != (c.Gatherer == nil) {
 		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)

@@ -139,6 +139,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
 		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
 			"others get 403; repeatable (in the variable: one per line)")
+	fs.Var(&repeatedFlag{list: &cfg.AllowedHosts}, "allowed-host",
+		"`host` the HTTP server answers besides loopback names and addresses: app.example.com, *.example.com, 10.0.0.5, each with an optional :port (:* any); "+
+			"without --auth every other Host gets 403 (DNS rebinding); with --auth the check applies only when given; repeatable (in the variable: one per line)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert,
 		"PEM certificate `file`: TLS for HTTP, the embedded NATS server's clients and its routes; re-read on SIGHUP")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert; re-read on SIGHUP")
