@@ -283,10 +283,13 @@ type Turn struct {
 	Cursor eventlog.Seq `json:"cursor"`
 }
 
-// Send appends the user message and starts a turn answering it, as a
-// background fiber named TurnFiberPrefix+requestId. It returns once the
-// fiber, the user message and turn.started are durable: an acknowledged
-// Send is never lost, and a crash from then on is recovered.
+// Send stores the user message and starts a turn answering it, as a
+// background fiber named TurnFiberPrefix+requestId. The message is stored
+// in the turn's turn.started, so neither is ever stored without the other.
+// It returns once the fiber and turn.started are durable: an acknowledged
+// Send is never lost, and a crash from then on is recovered. A Send that
+// fails may have stored its turn (the log did not confirm it); it then
+// runs, or recovery runs it.
 //
 // One turn runs at a time per agent: Send while a turn streams (or waits
 // for recovery) returns ErrTurnActive; it does not queue. A stale "turn"
@@ -307,6 +310,7 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
 	}
 	msg.RequestID = t.RequestID
+	t.Message = &msg
 	return a.start(ctx, t, &msg, nil)
 }
 
@@ -348,7 +352,9 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 }
 
 // start claims the agent's turn slot, starts the turn fiber gated on the
-// appends, appends msg (if any) and turn.started, and opens the gate.
+// appends, appends turn.started (which carries the user message, if any)
+// and then, for readers of the format before turn.started carried it,
+// message.appended, and opens the gate.
 func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
 	at := newActiveTurn(t.RequestID)
 	a.mu.Lock()
@@ -373,11 +379,13 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			a.release(at)
 		}
 	}()
+	if err := a.crashPoint(ctx, pointSendBegin); err != nil {
+		return Turn{}, err
+	}
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
-	// Check sizes first: the user message without its turn is never
-	// half-written.
+	// Check sizes first: nothing is half-written for being too large.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
 		return Turn{}, err
 	}
@@ -397,15 +405,27 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			return Turn{}, err
 		}
 	}
-	gate := make(chan bool, 1)
+	// The gate says what the fiber does: run the turn once the views show
+	// seq; end at once (errNotStored: nothing was stored); or stay for
+	// recovery (another error), which finds out from the log whether
+	// turn.started was stored.
+	gate := make(chan started, 1)
 	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
+		var g started
 		select {
-		case open := <-gate:
-			if !open {
-				return nil // nothing was started; the fiber just ends
-			}
+		case g = <-gate:
 		case <-fctx.Done():
 			return fctx.Err()
+		}
+		if errors.Is(g.err, errNotStored) {
+			return nil // nothing was started; the fiber just ends
+		}
+		if g.err == nil {
+			g.err = a.store.WaitFor(fctx, g.seq)
+		}
+		if g.err != nil {
+			a.release(at)
+			return g.err
 		}
 		info, err := a.store.Turn(a.agent, t.RequestID)
 		if err != nil {
@@ -417,26 +437,82 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
 	}
-	if err := a.startAppends(ctx, t, msg); err != nil {
-		gate <- false
+	seq, err := a.startAppends(ctx, t, msg)
+	if err != nil {
+		gate <- started{err: startFailed(err)}
 		return Turn{}, err
 	}
+	// Stored: the turn is the fiber's from here, whatever becomes of ctx.
 	ok = true
-	gate <- true
+	if err := a.crashPoint(ctx, pointSendStored); err != nil {
+		return Turn{}, err
+	}
+	gate <- started{seq: seq}
+	if err := a.store.WaitFor(ctx, seq); err != nil {
+		return Turn{}, err
+	}
 	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
 }
 
-func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) error {
-	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
+// started is what a turn fiber is told once its command's appends are
+// done: the sequence to wait for, or why it must not run.
+type started struct {
+	seq eventlog.Seq
+	err error
+}
+
+// errNotStored marks a failure to start a turn that stored nothing of it.
+var errNotStored = errors.New("chat: the turn was not stored")
+
+// startFailed is what a turn fiber is told when the appends that start
+// its turn failed with err: errNotStored when turn.started cannot have
+// been stored, else an error that leaves the fiber for recovery
+// (fiber.LogFailed), since it may be in the log.
+func startFailed(err error) error {
+	switch {
+	case errors.Is(err, errNotStored), eventlog.Unwritten(err),
+		errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
+		errors.Is(err, eventlog.ErrTooLarge), errors.Is(err, eventlog.ErrInvalid):
+		return errNotStored
+	case fiber.LogFailed(err):
 		return err
 	}
-	if msg != nil {
-		if _, err := a.append(ctx, EventMessageAppended, msg); err != nil {
-			return err
-		}
+	return fmt.Errorf("%w: start the turn: %w", eventlog.ErrUnconfirmed, err)
+}
+
+// startAppends appends what starts a turn and returns the sequence the
+// views must reach: interrupt.cleared for a stale "turn" interrupt (it
+// must not abort the new turn); turn.started, which carries the user
+// message (msg) of a Send, so that the message and its turn are stored
+// together or not at all; then message.appended with msg, for readers of
+// the format from before turn.started carried the message (a node not yet
+// upgraded), which the messages view ignores, having the id already. An
+// error wraps errNotStored when it came before turn.started was sent.
+func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, error) {
+	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
 	}
-	_, err := a.append(ctx, EventTurnStarted, t)
-	return err
+	e, err := a.event(EventTurnStarted, t)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := a.log.Append(ctx, e)
+	if err != nil {
+		return 0, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
+	}
+	if msg == nil {
+		return seq, nil
+	}
+	if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
+		return 0, err
+	}
+	if s, err := a.append(ctx, EventMessageAppended, msg); err != nil {
+		// The command is stored: turn.started holds the message.
+		a.logger.Warn("user message stored in turn.started only", "request", t.RequestID, "err", err)
+	} else {
+		seq = s
+	}
+	return seq, nil
 }
 
 // waitEnding waits for cur, a turn whose stream has ended, to append its
