@@ -17,8 +17,11 @@
 // log), stops agentd with SIGTERM and runs "agentd verify --data" on the
 // data dir. It prints a table: kills, stops, operations, violations and the
 // restart-to-ready latency (process start to /readyz answering 200), and
-// exits 1 when anything was violated: a verify violation, a reader that saw
-// chunks out of order or a replay that differs from the stream.
+// exits 1 when anything was violated: a verify violation (among them a
+// stored user message without a turn, and a turn that recorded its outcome
+// over a stream that never ended), a reader that saw chunks out of order,
+// an acknowledged chat whose stream did not reach its terminal chunk within
+// 90 s, or a replay that differs from the stream.
 //
 // -seed fixes the schedule of kills and the load's choices (not the
 // timings of agentd itself). The data dir and agentd's log are kept when

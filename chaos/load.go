@@ -101,7 +101,10 @@ func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
 		items, ended := l.follow(ctx, agent, reply.StreamID, replay.Cursor(reply.Cursor))
 		if !ended {
 			if ctx.Err() == nil {
+				// An acknowledged turn's stream must end (finish, error
+				// or abort): its clients would wait forever.
 				l.count("follows unfinished")
+				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s", agent, reply.StreamID, reply.RequestID, followDeadline)
 			}
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/verify"
 )
 
 // errDead is what a write of a killed process gets; it never reaches the
@@ -148,6 +149,9 @@ func TestSendCrashPoints(t *testing.T) {
 			h2.r.Wait()
 
 			turns := everyUserMessageAnswered(t, e2.lg, "a1")
+			if rep, err := verify.Check(t.Context(), e2.lg, verify.Options{}); err != nil || !rep.OK() {
+				t.Fatalf("verify: %v\n%s", err, rep)
+			}
 			switch {
 			case res.err == nil:
 				tr, ok := turns[res.turn.RequestID]

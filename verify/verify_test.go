@@ -109,9 +109,11 @@ func clean(h history) {
 	h.ev("steps:b", "fiber.completed", m{"id": "f6"})
 
 	// Turn r2 on a1: its stream was purged by retention (only the
-	// marker is left).
+	// marker is left). Its user message is stored in its turn.started
+	// alone (a Send killed before the message.appended that follows).
 	h.ev("a1", "fiber.started", m{"id": "f3", "name": "__chat_turn:r2"})
-	h.ev("a1", "turn.started", m{"requestId": "r2", "streamId": "s2", "assistantMessageId": "m3"})
+	h.ev("a1", "turn.started", m{"requestId": "r2", "streamId": "s2", "messageId": "m5", "assistantMessageId": "m3",
+		"message": m{"id": "m5", "role": "user", "requestId": "r2"}})
 	h.ev("a1", "turn.interrupted", m{"requestId": "r2", "reason": "cancel"})
 	h.ev("a1", "fiber.completed", m{"id": "f3"})
 	if _, err := h.lg.Append(h.t.Context(), eventlog.Event{Agent: "a1", Stream: "s2", Type: "stream.expired", Data: json.RawMessage(`{}`)}); err != nil {
@@ -218,6 +220,14 @@ func TestViolations(t *testing.T) {
 			h.ev("a1", "fiber.started", m{"id": "f5", "name": "__chat_turn:r4"})
 			h.ev("a1", "turn.started", m{"requestId": "r4", "streamId": "s4"})
 		}},
+		{"user message without its turn", verify.KindUserMessageUnanswered, nil, func(h history) {
+			h.ev("a1", "fiber.started", m{"id": "f9", "name": "__chat_turn:r9"})
+			h.ev("a1", "message.appended", m{"id": "m9", "role": "user", "requestId": "r9"})
+			h.ev("a1", "fiber.completed", m{"id": "f9"})
+		}},
+		{"turn ended, its stream not", verify.KindStreamNoTerminal, nil, func(h history) {
+			h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "not the agent's owner"})
+		}},
 		{"assistant message appended twice", verify.KindMessageAppendedTwice, nil, func(h history) {
 			h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
 		}},
@@ -298,7 +308,9 @@ func TestOrphanedTurnIsANote(t *testing.T) {
 	if !rep.OK() || len(rep.Notes) != 1 || rep.Notes[0].Kind != verify.KindTurnOrphaned || rep.Notes[0].Request != "r3" {
 		t.Fatalf("want one orphaned-turn note and no violation:\n%s", rep)
 	}
-	// The next turn ends it first: clean again.
+	// The next turn ends it first (an error chunk, then turn.failed):
+	// clean again.
+	h.typed("a1", "s3", 2, "error")
 	h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "abandoned"})
 	h.ev("a1", "fiber.started", m{"id": "f5", "name": "__chat_turn:r4"})
 	h.ev("a1", "turn.started", m{"requestId": "r4", "streamId": "s4"})
