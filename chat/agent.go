@@ -228,6 +228,13 @@ type Agent struct {
 // activeTurn is the in-process handle of the running turn.
 type activeTurn struct {
 	requestID string
+	// pending (guarded by Agent.mu) is set while the command that holds
+	// the slot has not stored its turn: it may yet be refused (a turn
+	// recovering), and a recovery waits for it instead of failing.
+	// resolved is closed once it stored its turn or gave the slot back.
+	pending     bool
+	resolved    chan struct{}
+	resolveOnce sync.Once
 	// ending is set once the turn's terminal chunk is durable: clients
 	// have seen it end, and only its records remain to be appended. A new
 	// turn waits for done (closed by release) instead of refusing.
@@ -357,6 +364,7 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 // message.appended, and opens the gate.
 func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
 	at := newActiveTurn(t.RequestID)
+	at.pending = true
 	a.mu.Lock()
 	for a.mu.active != nil {
 		cur := a.mu.active
@@ -444,6 +452,10 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	}
 	// Stored: the turn is the fiber's from here, whatever becomes of ctx.
 	ok = true
+	a.mu.Lock()
+	at.pending = false
+	a.mu.Unlock()
+	at.resolve()
 	if err := a.crashPoint(ctx, pointSendStored); err != nil {
 		return Turn{}, err
 	}
@@ -559,8 +571,12 @@ func (a *Agent) Settle(ctx context.Context) error { return a.settle(ctx) }
 const endingWait = 10 * time.Second
 
 func newActiveTurn(requestID string) *activeTurn {
-	return &activeTurn{requestID: requestID, done: make(chan struct{})}
+	return &activeTurn{requestID: requestID, done: make(chan struct{}), resolved: make(chan struct{})}
 }
+
+// resolve tells recoveries waiting for the slot that the command holding
+// it stored its turn or gave the slot back.
+func (at *activeTurn) resolve() { at.resolveOnce.Do(func() { close(at.resolved) }) }
 
 // ended marks the turn's stream ended (its terminal chunk durable).
 // A turn ended outside a run (abandoned) has no activeTurn.
@@ -573,6 +589,7 @@ func (at *activeTurn) ended() {
 // release frees the turn slot if at holds it.
 func (a *Agent) release(at *activeTurn) {
 	defer at.endOnce.Do(func() { close(at.done) })
+	defer at.resolve()
 	a.mu.Lock()
 	if a.mu.active == at {
 		a.mu.active = nil
@@ -585,13 +602,27 @@ func (a *Agent) release(at *activeTurn) {
 	}
 }
 
-// claim takes the turn slot for a recovered turn.
-func (a *Agent) claim(requestID string) (*activeTurn, error) {
+// claim takes the turn slot for a recovered turn. A command that holds
+// the slot without having stored its turn is waited for: it finds the
+// recovering turn active and is refused (ErrTurnActive), so a command
+// refused with 409 never fails the turn being recovered. A turn that runs
+// is ErrTurnActive.
+func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error) {
 	at := newActiveTurn(requestID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.mu.active != nil && a.mu.active.requestID != requestID {
-		return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, a.mu.active.requestID, requestID)
+	for cur := a.mu.active; cur != nil && cur.requestID != requestID; cur = a.mu.active {
+		if !cur.pending {
+			return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, cur.requestID, requestID)
+		}
+		a.mu.Unlock()
+		select {
+		case <-cur.resolved:
+		case <-ctx.Done():
+			a.mu.Lock()
+			return nil, ctx.Err()
+		}
+		a.mu.Lock()
 	}
 	// Admitted before the crash: it must complete, past the bound if need be.
 	_ = a.cfg.Turns.acquire(true)

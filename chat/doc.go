@@ -158,6 +158,11 @@
 //     are durable and the views show them; a crash after it is recovered.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//     A command refused with ErrTurnActive never touches the turn that
+//     runs or is recovered: a recovery that finds the turn slot held by a
+//     command that has not stored its turn waits for it (that command then
+//     finds the recovering turn active and is refused) instead of failing
+//     the recovered turn (TestSendRacingRecovery).
 //     A turn whose finish chunk is stored but whose records are not yet
 //     appended is waited for (bounded): what a client saw in the stream
 //     is what Send, Answer and AnswerMessage act on.

@@ -272,6 +272,9 @@ const (
 	pointSendBegin      = "send-begin"       // the command holds the turn slot, nothing is appended
 	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, message.appended not
 	pointSendStored     = "send-stored"      // every append is durable, the command not acknowledged, the turn not running
+
+	// A recovered turn about to take the agent's turn slot.
+	pointRecoverClaim = "recover-claim"
 )
 
 // crashPoint lets a test stop the turn at point; nil otherwise.
