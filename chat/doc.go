@@ -166,8 +166,18 @@
 //     A turn whose finish chunk is stored but whose records are not yet
 //     appended is waited for (bounded): what a client saw in the stream
 //     is what Send, Answer and AnswerMessage act on.
+//   - A node that is not the agent's owner writes nothing for its turns:
+//     once a write is refused with eventlog.ErrNotOwner or ErrFenced
+//     (eventlog.OwnerLost), the turn stops where it is, with no error
+//     chunk, no assistant message, no outcome, no stash and no fiber end,
+//     whatever was refused (a chunk, a stash, a tool call's op) and even if
+//     the next write would pass (a lease renewed late). The new owner's
+//     recovery continues the turn and records its one outcome
+//     (TestNotOwnerWritesNothing, mid-turn and mid-tool-call, on a real
+//     fenced log).
 //   - No failure leaves a turn streaming: a turn fiber that fails (outside
-//     shutdown) first ends its turn with an error chunk and turn.failed;
+//     shutdown, and while this node owns the agent) first ends its turn
+//     with an error chunk and turn.failed;
 //     if even that cannot be written, the turns view marks the turn
 //     Orphaned when fiber.failed (or abandoned) lands, and the next Send
 //     ends it the same way instead of refusing with ErrTurnActive.
