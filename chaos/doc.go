@@ -6,9 +6,12 @@
 // It builds agentd (unless -bin names one), starts it on a temporary data
 // dir with the embedded NATS server, and drives mixed load over NATS: chat
 // turns on a few chat agents (the local model, alternating a plain message
-// and a /tool clock {} call), each followed to its end with replay.Client
-// across the crashes (resuming from the last cursor) and then replayed from
-// a random cursor, and steps fibers started on a few steps agents. Meanwhile
+// and a /tool clock {} call; each command carries its own message id and
+// is sent again with it when its reply is lost or it is refused as busy,
+// so verify checks that a command runs once), each followed to its end
+// with replay.Client across the crashes (resuming from the last cursor) and
+// then replayed from a random cursor, and steps fibers started on a few
+// steps agents. Meanwhile
 // it SIGKILLs agentd at random intervals and restarts it, and sometimes
 // freezes it with SIGSTOP for a few seconds before SIGCONT instead.
 //

@@ -1,7 +1,10 @@
 package chat
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -270,8 +273,16 @@ type SendRequest struct {
 	// Text is the message text; or set Message.
 	Text string
 	// Message is the user message (role user or empty, text parts). An
-	// empty ID gets a generated one.
+	// empty ID is RequestID, or a generated one without it.
 	Message *Message
+	// RequestID is the command's identity when the client's message has
+	// no id: minted by the first node that received the command, and
+	// passed along wherever the command goes (forwarded, retried,
+	// re-routed across an ownership change). It becomes the turn's request
+	// id, and the message's id when the message has none. At most 128
+	// bytes of letters, digits and "-_.:"; empty: Send mints one (and the
+	// command has no identity beyond this call).
+	RequestID string
 	// Body is the last request body (for example the AI SDK useChat body),
 	// kept with the turn and handed to OnChatRecovery.
 	Body json.RawMessage
@@ -298,27 +309,122 @@ type Turn struct {
 // fails may have stored its turn (the log did not confirm it); it then
 // runs, or recovery runs it.
 //
-// One turn runs at a time per agent: Send while a turn streams (or waits
-// for recovery) returns ErrTurnActive; it does not queue. A stale "turn"
-// interrupt flag is cleared first, so it cannot abort the new turn.
+// A command runs once: its identity is the message's id, or RequestID
+// (see SendRequest). A Send whose message id, or request id, is already
+// stored with its turn starts nothing and returns that turn (the
+// original's requestId, streamId and messageId, cursor 0), also while the
+// turn runs. The store refuses a second copy: turn.started's event id is
+// derived from the agent and the message id, so JetStream drops a copy
+// appended within its duplicate window (2 minutes) whatever node sends it;
+// after the window the conversation itself (checked after catching up with
+// the log, under the agent's turn slot, by its one fenced owner) finds the
+// original. A message removed by Truncate no longer counts, unless
+// the command carries its RequestID, whose turn stays.
 //
-// Errors: ErrEmptyMessage, ErrInvalidMessage, ErrDuplicateMessage (bad input
-// or retried request), ErrTurnActive, or a log error.
+// One turn runs at a time per agent: Send while another turn streams (or
+// waits for recovery) returns ErrTurnActive; it does not queue. A stale
+// "turn" interrupt flag is cleared first, so it cannot abort the new turn.
+//
+// Errors: ErrEmptyMessage, ErrInvalidMessage (bad input),
+// ErrDuplicateMessage (the message id is another message's, or the request
+// id another message's turn), ErrTurnActive, ErrTooLarge, or a log error.
 func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
+	if req.RequestID != "" && !validRequestID(req.RequestID) {
+		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
+	}
 	msg, err := a.userMessage(req)
 	if err != nil {
 		return Turn{}, err
 	}
-	if _, err := a.store.Message(a.agent, msg.ID); err == nil {
-		return Turn{}, fmt.Errorf("%w: %q", ErrDuplicateMessage, msg.ID)
+	// A retried command whose turn the views already show.
+	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
+		return orig, err
 	}
 	t := turnStarted{
-		RequestID: nuid.Next(), StreamID: nuid.Next(), MessageID: msg.ID,
+		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
-	return a.start(ctx, t, &msg, nil)
+	turn, err := a.start(ctx, t, &msg, nil)
+	if errors.Is(err, ErrTurnActive) || errors.Is(err, eventlog.ErrDuplicate) {
+		// Refused while its original runs, or stored by another node
+		// meanwhile: the original's reply, once the views show it.
+		if cerr := a.catchUp(ctx); cerr == nil {
+			if orig, ok, serr := a.sent(msg.ID, req.RequestID); serr == nil && ok {
+				return orig, nil
+			}
+		}
+	}
+	return turn, err
+}
+
+// maxRequestID bounds a caller's request id.
+const maxRequestID = 128
+
+// validRequestID reports whether id can be a request id: it names a fiber
+// and keys the views.
+func validRequestID(id string) bool {
+	if len(id) == 0 || len(id) > maxRequestID {
+		return false
+	}
+	for _, c := range []byte(id) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// sent returns the turn a Send of message msgID (or with request id
+// requestID, when set) started before, if the views show one.
+// ErrDuplicateMessage: the id is taken by another message, or the request
+// id by another message's turn.
+func (a *Agent) sent(msgID, requestID string) (Turn, bool, error) {
+	if requestID != "" {
+		info, err := a.store.Turn(a.agent, requestID)
+		switch {
+		case err == nil && info.MessageID == msgID:
+			return turnOf(info), true, nil
+		case err == nil:
+			return Turn{}, false, fmt.Errorf("%w: request id %q is the turn of message %q, not %q", ErrDuplicateMessage, requestID, info.MessageID, msgID)
+		case !errors.Is(err, ErrNotFound):
+			return Turn{}, false, err
+		}
+	}
+	m, err := a.store.Message(a.agent, msgID)
+	if errors.Is(err, ErrNotFound) {
+		return Turn{}, false, nil
+	}
+	if err != nil {
+		return Turn{}, false, err
+	}
+	if m.Role != RoleUser || m.RequestID == "" {
+		return Turn{}, false, fmt.Errorf("%w: %q is the id of another message", ErrDuplicateMessage, msgID)
+	}
+	info, err := a.store.Turn(a.agent, m.RequestID)
+	if errors.Is(err, ErrNotFound) {
+		return Turn{}, false, fmt.Errorf("%w: message %q is stored without its turn", ErrDuplicateMessage, msgID)
+	}
+	if err != nil {
+		return Turn{}, false, err
+	}
+	return turnOf(info), true, nil
+}
+
+// turnOf is the reply to the command that started the turn info.
+func turnOf(info TurnInfo) Turn {
+	return Turn{RequestID: info.RequestID, StreamID: info.StreamID, MessageID: info.AssistantMessageID}
+}
+
+// sendEventID is the event id (JetStream's Nats-Msg-Id) of the
+// turn.started of the Send of message msgID: the same for every copy of
+// the command, so the stream stores one within its duplicate window.
+func sendEventID(agent, msgID string) string {
+	h := sha256.Sum256([]byte(agent + "\x00send\x00" + msgID))
+	return "send-" + hex.EncodeToString(h[:16])
 }
 
 func (a *Agent) userMessage(req SendRequest) (Message, error) {
@@ -350,7 +456,7 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 		return Message{}, ErrEmptyMessage
 	}
 	if m.ID == "" {
-		m.ID = nuid.Next()
+		m.ID = cmp.Or(req.RequestID, nuid.Next())
 	}
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = a.cfg.Clock.Now().UTC()
@@ -393,6 +499,12 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
+	if msg != nil {
+		// Under the slot, caught up with the log: the check that decides.
+		if orig, ok, err := a.sent(msg.ID, t.RequestID); err != nil || ok {
+			return orig, err
+		}
+	}
 	// Check sizes first: nothing is half-written for being too large.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
 		return Turn{}, err
@@ -413,12 +525,15 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			return Turn{}, err
 		}
 	}
+	if err := a.crashPoint(ctx, pointSendChecked); err != nil {
+		return Turn{}, err
+	}
 	// The gate says what the fiber does: run the turn once the views show
 	// seq; end at once (errNotStored: nothing was stored); or stay for
 	// recovery (another error), which finds out from the log whether
 	// turn.started was stored.
 	gate := make(chan started, 1)
-	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
+	fid, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
 		var g started
 		select {
 		case g = <-gate:
@@ -445,6 +560,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
 	}
+	t.FiberID = fid
 	seq, err := a.startAppends(ctx, t, msg)
 	if err != nil {
 		gate <- started{err: startFailed(err)}
@@ -482,7 +598,7 @@ var errNotStored = errors.New("chat: the turn was not stored")
 // (fiber.LogFailed), since it may be in the log.
 func startFailed(err error) error {
 	switch {
-	case errors.Is(err, errNotStored), eventlog.Unwritten(err),
+	case errors.Is(err, errNotStored), eventlog.Unwritten(err), errors.Is(err, eventlog.ErrDuplicate),
 		errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
 		errors.Is(err, eventlog.ErrTooLarge), errors.Is(err, eventlog.ErrInvalid):
 		return errNotStored
@@ -507,6 +623,9 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	e, err := a.event(EventTurnStarted, t)
 	if err != nil {
 		return 0, err
+	}
+	if msg != nil {
+		e.ID = sendEventID(a.agent, msg.ID)
 	}
 	seq, err := a.log.Append(ctx, e)
 	if err != nil {

@@ -10,7 +10,7 @@
 //	message.appended   Message {id, role, parts, requestId, hidden, createdAt}
 //	message.updated    {id, parts}          replaces the parts of a message (a continuation)
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
-//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?}
+//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?}
 //	turn.completed     {requestId, finishReason}
 //	turn.failed        {requestId, error}
 //	turn.interrupted   {requestId, reason}
@@ -156,6 +156,25 @@
 //     process before each write of Send and of its turn, and a fresh one
 //     recovers). Send returns only once turn.started (and message.appended)
 //     are durable and the views show them; a crash after it is recovered.
+//   - A command runs once, whichever nodes it passes through. Its identity
+//     is the client's message id, or SendRequest.RequestID (minted by the
+//     first node that received the command, and passed along when it is
+//     forwarded, retried or re-routed), which is then the message's id and
+//     the turn's request id. A Send whose identity is stored with its turn
+//     starts nothing and returns that turn (its requestId, streamId,
+//     messageId; cursor 0, so the client replays the stream from its
+//     start), while the turn runs or after. The views are checked twice, at
+//     once and, decisively, under the turn slot after catching up with the
+//     log; a copy that gets past them (another process checked before the
+//     first copy landed) is refused by the store, since turn.started's
+//     event id (JetStream's Nats-Msg-Id) is derived from the agent and the
+//     message id, and gets the original's reply too (TestSendOnce). The
+//     store's refusal lasts the duplicate window (2 minutes); after it the
+//     views alone find the original, which suffices on a fenced log: only
+//     the agent's owner writes, under the slot. A message removed by
+//     Truncate can be sent again, unless its RequestID is reused,
+//     whose turn stays. turn.started names its fiber (fiberId), so the end
+//     of a refused copy's fiber never orphans the original turn.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
 //     A command refused with ErrTurnActive never touches the turn that
@@ -252,7 +271,8 @@
 //		MaxPayload: lg.MaxPayload(), Fibers: runner, Provider: llm.NewLocal(llm.LocalConfig{})})
 //	err = runner.Recover(ctx) // on activation
 //
-//	turn, err := agent.Send(ctx, chat.SendRequest{Text: "hello"})
+//	turn, err := agent.Send(ctx, chat.SendRequest{Text: "hello", RequestID: reqID}) // reqID: minted at the edge
+//	// the same Send again (a retry) returns the same turn
 //	// clients follow <prefix>.chunk.a1.<turn.StreamID>
 //	ok, err := agent.Cancel(ctx)
 //	msgs, next, err := agent.Messages(chat.Page{Limit: 50})

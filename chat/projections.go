@@ -379,6 +379,10 @@ type TurnInfo struct {
 	// error or reason.
 	Orphaned   bool   `json:"orphaned,omitempty"`
 	FiberError string `json:"fiberError,omitempty"`
+	// FiberID is the turn's fiber, when its turn.started names it: only
+	// that fiber's end can orphan the turn, not the end of another fiber
+	// of the same name (a copy of the command refused as a duplicate).
+	FiberID string `json:"fiberId,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -425,7 +429,7 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	var t TurnInfo
 	ok, err := getJSON(b, turnKey(e.Agent, string(req)), &t)
-	if err != nil || !ok || !t.Active() {
+	if err != nil || !ok || !t.Active() || (t.FiberID != "" && t.FiberID != fe.ID) {
 		return err
 	}
 	t.Orphaned, t.FiberError = true, cmp.Or(fe.Error, fe.Reason, e.Type)
@@ -452,7 +456,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		t := TurnInfo{
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
-			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time,
+			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

@@ -270,6 +270,7 @@ const (
 	// Points of a command that starts a turn (Send, Answer,
 	// ContinueLastTurn), called with the command's ctx.
 	pointSendBegin      = "send-begin"       // the command holds the turn slot, nothing is appended
+	pointSendChecked    = "send-checked"     // caught up with the log and checked (not a copy, no turn active), nothing appended
 	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, message.appended not
 	pointSendStored     = "send-stored"      // every append is durable, the command not acknowledged, the turn not running
 

@@ -70,6 +70,11 @@
 //     without one is a question that will never be answered
 //     [KindUserMessageUnanswered]. User messages held only by a snapshot
 //     are not checked.
+//   - A command runs once: no user message is answered by two turns (two
+//     turn.started with its messageId, no messages.truncated of the agent
+//     between them, which lets an id be sent again)
+//     [KindMessageAnsweredTwice]. A turn.started that names its fiber
+//     (fiberId) is checked against that fiber, not another of its name.
 //   - A turn that recorded its outcome has a stream that ended: when its
 //     stream holds chunks (and was not purged by retention), one of them is
 //     terminal. An outcome recorded over a stream left streaming leaves its

@@ -28,6 +28,7 @@ type turnData struct {
 	RequestID          string `json:"requestId"`
 	StreamID           string `json:"streamId"`
 	MessageID          string `json:"messageId"` // turn.started: the user message it answers
+	FiberID            string `json:"fiberId"`   // turn.started: its fiber, when named
 	AssistantMessageID string `json:"assistantMessageId"`
 	ID                 string `json:"id"`   // message.appended
 	Role               string `json:"role"` // message.appended
@@ -47,6 +48,10 @@ type agentState struct {
 	// ids a turn.started answers.
 	users    map[string]eventlog.Seq
 	answered map[string]bool
+	// runs counts the turn.started naming each user message since the
+	// agent's last messages.truncated (which lets a message id be sent
+	// again).
+	runs map[string]int
 	// compacted is set once a snapshot of the agent was read: the history
 	// before it may be gone.
 	compacted bool
@@ -61,6 +66,7 @@ func newAgentState(id string) *agentState {
 		appended: map[string]int{},
 		users:    map[string]eventlog.Seq{},
 		answered: map[string]bool{},
+		runs:     map[string]int{},
 	}
 }
 
@@ -105,6 +111,8 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.fiberEvent(a, e, d)
+	case chat.EventMessagesTruncated:
+		clear(a.runs)
 	case chat.EventTurnStarted, chat.EventTurnCompleted, chat.EventTurnFailed,
 		chat.EventTurnInterrupted, chat.EventMessageAppended:
 		var d turnData
@@ -344,6 +352,10 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 			}
 		}
 		fid, ok := a.byName[chat.TurnFiberPrefix+d.RequestID]
+		if d.FiberID != "" {
+			_, ok = a.fibers[d.FiberID]
+			fid = d.FiberID
+		}
 		if !ok {
 			v.Kind, v.Text = KindTurnNoFiber, "turn.started without its fiber "+chat.TurnFiberPrefix+d.RequestID+" started before it"
 			c.violate(v)
@@ -354,6 +366,10 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 			// Its user message: stored in this event (message) or in a
 			// message.appended of its own.
 			a.answered[d.MessageID] = true
+			if a.runs[d.MessageID]++; a.runs[d.MessageID] > 1 {
+				v.Kind, v.Text = KindMessageAnsweredTwice, fmt.Sprintf("user message %s is answered by a second turn: one command ran twice", d.MessageID)
+				c.violate(v)
+			}
 		}
 	default: // an outcome
 		t, ok := a.turns[d.RequestID]

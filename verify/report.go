@@ -28,6 +28,7 @@ const (
 	KindTurnOverlap           Kind = "turn-overlap"
 	KindMessageAppendedTwice  Kind = "message-appended-twice"
 	KindUserMessageUnanswered Kind = "user-message-unanswered"
+	KindMessageAnsweredTwice  Kind = "message-answered-twice"
 	KindChunkOrder            Kind = "chunk-order"
 	KindChunkCorrupt          Kind = "chunk-corrupt"
 	KindStreamStart           Kind = "stream-start"

@@ -225,6 +225,10 @@ func TestViolations(t *testing.T) {
 			h.ev("a1", "message.appended", m{"id": "m9", "role": "user", "requestId": "r9"})
 			h.ev("a1", "fiber.completed", m{"id": "f9"})
 		}},
+		{"one command run twice", verify.KindMessageAnsweredTwice, nil, func(h history) {
+			h.ev("a1", "fiber.started", m{"id": "f9", "name": "__chat_turn:r9"})
+			h.ev("a1", "turn.started", m{"requestId": "r9", "streamId": "s9", "messageId": "m1", "fiberId": "f9"})
+		}},
 		{"turn ended, its stream not", verify.KindStreamNoTerminal, nil, func(h history) {
 			h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "not the agent's owner"})
 		}},
@@ -357,4 +361,22 @@ func ExampleReport_String() {
 	// Output:
 	// violation: op-completed-twice agent=a1 fiber=f1 seq=3: op o1 of fiber "steps" completed 2 times
 	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 acknowledged
+}
+
+// TestMessageSentAgainAfterTruncation: truncating the conversation lets a
+// message id be sent again; its second turn is not a command run twice.
+func TestMessageSentAgainAfterTruncation(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := newLog(t, s, 0)
+	h := history{t, lg}
+	clean(h)
+	h.typed("a1", "s3", 2, "error")
+	h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "cancelled"})
+	h.ev("a1", "messages.truncated", m{"afterId": ""})
+	h.ev("a1", "fiber.started", m{"id": "f7", "name": "__chat_turn:r7"})
+	h.ev("a1", "turn.started", m{"requestId": "r7", "streamId": "s7", "messageId": "m1", "fiberId": "f7",
+		"message": m{"id": "m1", "role": "user", "requestId": "r7"}})
+	if rep := check(t, lg, verify.Options{}); !rep.OK() {
+		t.Fatalf("a message sent again after a truncation:\n%s", rep)
+	}
 }
