@@ -82,7 +82,11 @@
 // recovery that answers a stored user message left without its turn would
 // run that turn without the request's body and client tools, which only
 // turn.started holds. Storing the message in turn.started makes that state
-// impossible instead of repairing it, at no extra write.
+// impossible instead of repairing it, at no extra write: the same bench,
+// two runs against the code before, alternating, gave Send a p50 of
+// 9.2-9.6 ms against 11.1-13.7 ms under sync always and 5.7-5.9 ms
+// against 8.9-9.1 ms under interval (Send waits for the views once, not
+// after each append).
 //
 // # Steps and tools
 //
