@@ -60,6 +60,10 @@ func (rec Recovered) Decode(v any) error {
 //  4. Once an attempt would exceed Config.MaxAttempts, fiber.abandoned is
 //     appended and Hooks.OnError receives an *AbandonedError. With no hook
 //     configured, an orphan is abandoned at once (cause ErrNoHook).
+//  5. When this process turns out not to own the agent (an append, or the
+//     hook, fails with eventlog.OwnerLost), the recovery stops there: no
+//     further attempt, no fiber.abandoned, nothing reported; the owner
+//     recovers the fiber.
 //
 // Because fiber.recovered is durable before the hook runs, a crash during
 // the hook (or during the backoff) leaves the row with that attempt; the next
