@@ -82,6 +82,7 @@ func scenarios() []Scenario {
 		{Name: "fiber-step", Run: fiberStep},
 		{Name: "fiber-recovery", Run: fiberRecovery},
 		{Name: "chat-chunks", Run: chatChunks},
+		{Name: "chat-send", Run: chatSend},
 		{Name: "replay", Run: replayScenario},
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},

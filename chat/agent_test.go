@@ -108,14 +108,21 @@ func TestSendBadInput(t *testing.T) {
 	if msgs := settled(t, e, "a1"); len(msgs) != 0 {
 		t.Fatalf("bad input stored %d messages", len(msgs))
 	}
-	// A retried message id is a conflict, not a second turn.
+	// A retried message id is the same command, not a second turn: it
+	// gets the original's reply (TestSendOnce). The id of another kind of
+	// message is a conflict.
 	m := &chat.Message{ID: "m1", Parts: []chat.Part{{Type: chat.PartText, Text: "hi"}}}
-	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); err != nil {
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Message: m})
+	if err != nil {
 		t.Fatal(err)
 	}
 	h.r.Wait()
-	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); !errors.Is(err, chat.ErrDuplicateMessage) {
-		t.Fatalf("retried id: %v", err)
+	if again, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); err != nil || again != first {
+		t.Fatalf("retried id: %+v, %v; want %+v", again, err, first)
+	}
+	asst := &chat.Message{ID: first.MessageID, Parts: []chat.Part{{Type: chat.PartText, Text: "hi"}}}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: asst}); !errors.Is(err, chat.ErrDuplicateMessage) {
+		t.Fatalf("the assistant message's id: %v, want ErrDuplicateMessage", err)
 	}
 }
 

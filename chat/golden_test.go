@@ -361,6 +361,45 @@ func goldenCases() []goldenCase {
 				checkTakesNext(t, e)
 			},
 		},
+		{
+			// A Send killed after turn.started, which carries the user
+			// message, before the message.appended kept for older
+			// readers: the message is in the conversation, and recovery
+			// answers it.
+			name: "message_in_turn",
+			run: func(t *testing.T, e *env) {
+				h := e.host(t, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+				reached := make(chan struct{})
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "send-turn-stored" {
+						return nil
+					}
+					close(reached)
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					h.a.Send(ctx, chat.SendRequest{Text: "hello there"})
+				}()
+				wait(t, reached)
+				h.r.Close()
+				cancel()
+				<-done
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				if n := countEvents(h, chat.EventMessageAppended); n != 0 {
+					t.Fatalf("%d message.appended in the history, want none", n)
+				}
+				if msgs := settled(t, e, goldenAgent); len(msgs) != 1 || msgs[0].Role != chat.RoleUser || msgs[0].Text() != "hello there" {
+					t.Fatalf("messages before recovery = %+v", msgs)
+				}
+				recoverHost(t, e, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+				checkCompleted(t, e, readGoldenLog(t, e), "hello there")
+			},
+		},
 	}
 }
 

@@ -124,10 +124,12 @@ func setJSON(b *eventlog.Batch, key []byte, v any) error {
 // cannot wedge the read side. The envelope was already validated.
 func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v) == nil }
 
-// MessagesProjection projects message.appended, message.updated and
-// messages.truncated into each agent's conversation, indexed by position.
-// A message.appended whose id is already present is ignored, so a retried
-// append never duplicates a message.
+// MessagesProjection projects message.appended, the user message a
+// turn.started carries, message.updated and messages.truncated into each
+// agent's conversation, indexed by position. A message whose id is
+// already present is ignored, so a retried append never duplicates a
+// message, and the message.appended that follows a turn.started carrying
+// the same message (for readers of the older format) adds nothing.
 func MessagesProjection() eventlog.Projection {
 	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
 		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i"))}
@@ -137,28 +139,18 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case EventMessageAppended:
 		var m Message
-		if !decodeData(e, &m) || m.ID == "" {
+		if !decodeData(e, &m) {
 			return nil
 		}
-		if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
-			return nil // already stored
-		} else if !isNotFound(err) {
-			return err
+		return appendMessage(b, e, m)
+	case EventTurnStarted:
+		var t struct {
+			Message *Message `json:"message"`
 		}
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = e.Time
+		if !decodeData(e, &t) || t.Message == nil {
+			return nil
 		}
-		next, err := nextIndex(b, e.Agent)
-		if err != nil {
-			return err
-		}
-		if err := setJSON(b, msgKey(e.Agent, next), m); err != nil {
-			return err
-		}
-		if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {
-			return err
-		}
-		return b.Set(msgNextKey(e.Agent), encodeIndex(next+1))
+		return appendMessage(b, e, *t.Message)
 	case EventMessageUpdated:
 		var u messageUpdated
 		if !decodeData(e, &u) {
@@ -207,6 +199,33 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
 	}
 	return nil
+}
+
+// appendMessage adds m at the end of e's agent's conversation unless a
+// message with its id is there.
+func appendMessage(b *eventlog.Batch, e eventlog.Event, m Message) error {
+	if m.ID == "" {
+		return nil
+	}
+	if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
+		return nil // already stored
+	} else if !isNotFound(err) {
+		return err
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = e.Time
+	}
+	next, err := nextIndex(b, e.Agent)
+	if err != nil {
+		return err
+	}
+	if err := setJSON(b, msgKey(e.Agent, next), m); err != nil {
+		return err
+	}
+	if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {
+		return err
+	}
+	return b.Set(msgNextKey(e.Agent), encodeIndex(next+1))
 }
 
 func nextIndex(g getter, agent string) (uint64, error) {
@@ -360,6 +379,10 @@ type TurnInfo struct {
 	// error or reason.
 	Orphaned   bool   `json:"orphaned,omitempty"`
 	FiberError string `json:"fiberError,omitempty"`
+	// FiberID is the turn's fiber, when its turn.started names it: only
+	// that fiber's end can orphan the turn, not the end of another fiber
+	// of the same name (a copy of the command refused as a duplicate).
+	FiberID string `json:"fiberId,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -406,7 +429,7 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	var t TurnInfo
 	ok, err := getJSON(b, turnKey(e.Agent, string(req)), &t)
-	if err != nil || !ok || !t.Active() {
+	if err != nil || !ok || !t.Active() || (t.FiberID != "" && t.FiberID != fe.ID) {
 		return err
 	}
 	t.Orphaned, t.FiberError = true, cmp.Or(fe.Error, fe.Reason, e.Type)
@@ -433,7 +456,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		t := TurnInfo{
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
-			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time,
+			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

@@ -266,6 +266,16 @@ const (
 	pointToolRecorded = "tool-recorded" // a tool's result is recorded, its output chunk not written
 	pointStepDone     = "step-done"     // every output is written, the next call not made
 	pointEnded        = "ended"         // the finish chunk is durable, the turn's records not appended
+
+	// Points of a command that starts a turn (Send, Answer,
+	// ContinueLastTurn), called with the command's ctx.
+	pointSendBegin      = "send-begin"       // the command holds the turn slot, nothing is appended
+	pointSendChecked    = "send-checked"     // caught up with the log and checked (not a copy, no turn active), nothing appended
+	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, message.appended not
+	pointSendStored     = "send-stored"      // every append is durable, the command not acknowledged, the turn not running
+
+	// A recovered turn about to take the agent's turn slot.
+	pointRecoverClaim = "recover-claim"
 )
 
 // crashPoint lets a test stop the turn at point; nil otherwise.

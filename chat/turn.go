@@ -143,6 +143,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		}
 		var tf *turnFailure
 		switch {
+		case eventlog.OwnerLost(err):
+			// Another node owns the agent now: write nothing more, not
+			// even the failure. The fiber stays for the new owner.
+			return err
 		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
 			return a.abortTurn(fctx, st, em, true, "cancelled")
 		case fctx.Err() != nil:
@@ -404,14 +408,16 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 // turn into the same stream once it answers (each recovery without progress
 // counts against MaxRecoveryAttempts). Recording the turn failed there
 // would leave its stream without a terminal chunk, since that write fails
-// too, and every replay client of it waiting for good. Any other failure is
-// recorded (the events stream may still work when the chunks stream does
-// not) and returned, so the fiber records it too.
+// too, and every replay client of it waiting for good. The same holds when
+// this process no longer owns the agent (eventlog.OwnerLost): it writes
+// nothing more, and the new owner's recovery decides the turn's outcome.
+// Any other failure is recorded (the events stream may still work when the
+// chunks stream does not) and returned, so the fiber records it too.
 func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if fiber.LogFailed(err) {
+	if fiber.LogFailed(err) || eventlog.OwnerLost(err) {
 		return err
 	}
 	if rerr := a.recordFailed(ctx, st, err.Error()); rerr != nil {

@@ -66,6 +66,11 @@
 //     after Close, I/O errors) are yielded, never taken for the end.
 //   - Projector.WaitFor and Follower.WaitFor never outlive Run: once Run
 //     returned they return Run's error, or ErrStopped after a clean stop.
+//   - Under an Owner, an append to an agent this process does not own, or
+//     after another writer took the agent over, sends nothing and fails
+//     with ErrNotOwner or ErrFenced; OwnerLost classifies both, and callers
+//     (fiber, chat) then write nothing more for the agent, its error
+//     paths included.
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

@@ -67,6 +67,14 @@
 //     re-raised.
 //   - Close cancels running fibers; one that then returns an error is
 //     interrupted: nothing is appended and its row stays for recovery.
+//   - A process that no longer owns the agent writes nothing for it
+//     (eventlog.OwnerLost: ErrNotOwner or ErrFenced from a fenced log). A
+//     fiber that fails with it, or whose end cannot be appended for it, is
+//     interrupted: no fiber.failed, no ErrOrphaned, nothing reported, its
+//     row stays; a recovery that meets it stops (no further attempt, no
+//     fiber.abandoned). The agent's new owner recovers the fiber and
+//     decides its end, also when the old owner's lease looks valid again
+//     just after the refusal (TestOwnerLostWritesNothing).
 //
 // # Usage
 //
