@@ -9,6 +9,8 @@
 //
 //	message.appended   Message {id, role, parts, requestId, hidden, createdAt}
 //	message.updated    {id, parts}          replaces the parts of a message (a continuation)
+//	message.part       {id, type, part, parts, b} one slice (b, base64) of a message.appended or
+//	                                        message.updated too large for one event
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
 //	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?}
 //	turn.completed     {requestId, finishReason}
@@ -140,9 +142,14 @@
 //     ends it the same way instead of refusing with ErrTurnActive.
 //   - Nothing is half-written for being too large: chunks are split; a
 //     user message or request body too large for one event is refused by
-//     Send (ErrTooLarge) before anything is appended; an answer too large
-//     to store as one message ends its turn with an error chunk saying so
-//     (not finish) and turn.failed.
+//     Send (ErrTooLarge) before anything is appended. An assistant message
+//     (message.appended or message.updated) too large for one event is
+//     split into message.part events appended as one atomic batch; the
+//     messages view applies the whole event when the last part arrives
+//     (a set cut short is never applied) and keeps a large message's JSON
+//     in 128 KiB pieces, so a rebuild and a compaction snapshot hold it
+//     whole. Only an answer over MaxMessageParts events ends its turn with
+//     an error chunk saying so (not finish) and turn.failed.
 //   - Chunk retention purges only ended streams; a turn still streaming
 //     loses chunks only to the chunks stream's safety cap
 //     (eventlog.Config.ChunkSafetyAge). A turn recovered (or ended) after
@@ -150,8 +157,9 @@
 //     turn.failed); it is not continued from, nor stored as, a truncated
 //     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
-//     stored once (message.appended, then message.updated by id); the
-//     messages view ignores a message id it already has.
+//     stored once (message.appended, or one whole set of its message.part
+//     events, then message.updated by id); the messages view ignores a
+//     message id it already has.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash.
 //   - Each recovery, and each retry after a retryable error, that finds no

@@ -62,7 +62,9 @@
 //     written) and that the next Send ends it.
 //   - A turn's assistant message is appended once (message.appended with the
 //     turn's assistantMessageId at most once; message.updated after it as
-//     often as needed) [KindMessageAppendedTwice].
+//     often as needed). A message.appended too large for one event is
+//     stored as message.part events; the last part of a set counts as the
+//     append [KindMessageAppendedTwice].
 //
 // Chat streams (package chat/chunk's events on the chunks stream):
 //

@@ -225,6 +225,10 @@ func TestViolations(t *testing.T) {
 		{"assistant message appended twice", verify.KindMessageAppendedTwice, nil, func(h history) {
 			h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
 		}},
+		{"assistant message appended again in parts", verify.KindMessageAppendedTwice, nil, func(h history) {
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 0, "parts": 2, "b": []byte(`{"id":"m2",`)})
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 1, "parts": 2, "b": []byte(`"role":"assistant"}`)})
+		}},
 		{"chunk gap", verify.KindChunkOrder, nil, func(h history) {
 			h.typed("a1", "s3", 3, "text-start")
 		}},
