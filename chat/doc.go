@@ -180,7 +180,17 @@
 //     so of two concurrent calls with the same expected version exactly one
 //     wins and the other gets ErrVersionConflict; the chatstate view also
 //     applies only version = current+1.
-//   - Usage counts the first usage.recorded of each request id.
+//   - Usage counts the first usage.recorded of each request id, and a
+//     turn's usage.recorded is the sum of every provider call of the turn,
+//     recovered or not: a step's call that finished is counted once (its
+//     usage is stashed before the step's tools run, and rides on the
+//     finish chunk otherwise), and a call cut by a crash or a retryable
+//     error counts what the call resuming it reports. Providers that
+//     resume the same response (OpenAI Responses, the local model) report
+//     the whole response there, so a recovered turn records what the same
+//     turn uncut records (TestRecoveredUsageEqualsUninterrupted); Chat
+//     Completions and Anthropic continue with a new call, and the cut
+//     call, which never reported its usage, is not counted.
 //   - Hidden messages reach the provider and never Store.Messages.
 //   - A completed tool call never runs again: its result is recorded
 //     (op.completed) before its output chunk is written, and a resumed turn

@@ -38,6 +38,10 @@ type snapshot struct {
 	// written. Steps holds the usage of the steps completed before it.
 	Step  int         `json:"step,omitempty"`
 	Steps []stepUsage `json:"steps,omitempty"`
+	// StepUsage is the usage the current step's model call reported, once
+	// it finished: stashed before the step's tools run, so a turn
+	// recovered during them still counts the call.
+	StepUsage *stepUsage `json:"stepUsage,omitempty"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -110,6 +114,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		return a.failTurn(fctx, st, em, err)
 	}
 	lp := a.newLoop(tools)
+	if u := st.snap.StepUsage; u != nil && st.snap.Step == st.b.steps {
+		// The current step's model call finished before the crash.
+		lp.usage = llm.Usage{InputTokens: u.Input, OutputTokens: u.Output}
+	}
 	ph, resume := phaseModel, st.resume || len(st.base) > 0
 	if st.resume || resumesCalls(st.info) {
 		ph = resumePhase(st.b)
