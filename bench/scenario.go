@@ -77,6 +77,7 @@ func scenarios() []Scenario {
 		{Name: "append-fenced", Run: appendFenced},
 		{Name: "projection-catchup", Run: projectionCatchup},
 		{Name: "views-rebuild", Run: viewsRebuild},
+		{Name: "views-rebuild-chunks", Run: viewsRebuildChunks},
 		{Name: "fiber-run", Run: fiberRun},
 		{Name: "fiber-stash", Run: fiberStash},
 		{Name: "fiber-step", Run: fiberStep},

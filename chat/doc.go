@@ -9,6 +9,8 @@
 //
 //	message.appended   Message {id, role, parts, requestId, hidden, createdAt}
 //	message.updated    {id, parts}          replaces the parts of a message (a continuation)
+//	message.part       {id, type, part, parts, b} one slice (b, base64) of a message.appended or
+//	                                        message.updated too large for one event
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
 //	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?}
 //	turn.completed     {requestId, finishReason}
@@ -207,9 +209,14 @@
 //   - Nothing is half-written for being too large: chunks are split; a
 //     user message with its request body and tools too large for one event
 //     (turn.started carries all three) is refused by Send (ErrTooLarge)
-//     before anything is appended; an answer too large
-//     to store as one message ends its turn with an error chunk saying so
-//     (not finish) and turn.failed.
+//     before anything is appended. An assistant message (message.appended
+//     or message.updated) too large for one event is split into
+//     message.part events appended as one atomic batch; the messages view
+//     applies the whole event when the last part arrives (a set cut short
+//     is never applied) and keeps a large message's JSON in 128 KiB pieces,
+//     so a rebuild and a compaction snapshot hold it whole. Only an answer
+//     over MaxMessageParts events ends its turn with an error chunk saying
+//     so (not finish) and turn.failed.
 //   - Chunk retention purges only ended streams; a turn still streaming
 //     loses chunks only to the chunks stream's safety cap
 //     (eventlog.Config.ChunkSafetyAge). A turn recovered (or ended) after
@@ -217,8 +224,9 @@
 //     turn.failed); it is not continued from, nor stored as, a truncated
 //     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
-//     stored once (message.appended, then message.updated by id); the
-//     messages view ignores a message id it already has.
+//     stored once (message.appended, or one whole set of its message.part
+//     events, then message.updated by id); the messages view ignores a
+//     message id it already has.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash.
 //   - Each recovery, and each retry after a retryable error, that finds no
@@ -239,7 +247,17 @@
 //     so of two concurrent calls with the same expected version exactly one
 //     wins and the other gets ErrVersionConflict; the chatstate view also
 //     applies only version = current+1.
-//   - Usage counts the first usage.recorded of each request id.
+//   - Usage counts the first usage.recorded of each request id, and a
+//     turn's usage.recorded is the sum of every provider call of the turn,
+//     recovered or not: a step's call that finished is counted once (its
+//     usage is stashed before the step's tools run, and rides on the
+//     finish chunk otherwise), and a call cut by a crash or a retryable
+//     error counts what the call resuming it reports. Providers that
+//     resume the same response (OpenAI Responses, the local model) report
+//     the whole response there, so a recovered turn records what the same
+//     turn uncut records (TestRecoveredUsageEqualsUninterrupted); Chat
+//     Completions and Anthropic continue with a new call, and the cut
+//     call, which never reported its usage, is not counted.
 //   - Hidden messages reach the provider and never Store.Messages.
 //   - A completed tool call never runs again: its result is recorded
 //     (op.completed) before its output chunk is written, and a resumed turn

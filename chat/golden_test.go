@@ -400,6 +400,38 @@ func goldenCases() []goldenCase {
 				checkCompleted(t, e, readGoldenLog(t, e), "hello there")
 			},
 		},
+		{
+			// An answer too large for one event: the assistant message is
+			// stored as message.part events (recorded with 2 KiB events so
+			// the file stays small), read back whole.
+			name: "large_answer",
+			run: func(t *testing.T, e *env) {
+				long := strings.Repeat("All work and no play makes a long answer. ", 250)
+				p := &fake{scripts: []script{func(ctx context.Context, _ llm.Request, yield func(llm.Delta, error) bool) {
+					if yield(llm.Delta{Kind: llm.TextDelta, Text: long}, nil) {
+						yield(llm.Delta{Kind: llm.Finish, FinishReason: llm.FinishStop, Usage: &llm.Usage{InputTokens: 3, OutputTokens: 2500}}, nil)
+					}
+				}}}
+				h := e.host(t, goldenAgent, p, func(c *chat.Config) { c.MaxPayload = 2 << 10 })
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				checkCompleted(t, e, h, "say a lot")
+				parts := 0
+				for _, ev := range h.events {
+					if ev.Type == chat.EventMessagePart {
+						parts++
+					}
+				}
+				if parts < 2 {
+					t.Fatalf("%d message.part events in the history", parts)
+				}
+				checkTakesNext(t, e)
+			},
+		},
 	}
 }
 

@@ -28,7 +28,10 @@ const (
 // contain no NUL.
 //
 //	messages:   n\0<agent>                 next index (8 bytes, big endian)
-//	            m\0<agent>\0<index>        Message JSON, index 8 bytes BE
+//	            m\0<agent>\0<index>        Message JSON, index 8 bytes BE (or the head
+//	                                       of a message stored in pieces: bigmessage.go)
+//	            x\0<agent>\0<index><piece> a piece of a large message's JSON
+//	            q\0<agent>\0<id>\0<part>   a message.part whose set is not complete
 //	            i\0<agent>\0<id>           index of message id
 //	chatstate:  s\0<agent>                 stateSet JSON
 //	usage:      u\0<agent>                 Usage JSON (roll-up)
@@ -126,13 +129,15 @@ func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v)
 
 // MessagesProjection projects message.appended, the user message a
 // turn.started carries, message.updated and messages.truncated into each
-// agent's conversation, indexed by position. A message whose id is
-// already present is ignored, so a retried append never duplicates a
-// message, and the message.appended that follows a turn.started carrying
-// the same message (for readers of the older format) adds nothing.
+// agent's conversation, indexed by position, and the message.part events
+// of a message event too large for one event, applied as that event once
+// the last part arrives. A message whose id is already present is
+// ignored, so a retried append never duplicates a message, and the
+// message.appended that follows a turn.started carrying the same message
+// (for readers of the older format) adds nothing.
 func MessagesProjection() eventlog.Projection {
 	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
-		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i"))}
+		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i", "x", "q"))}
 }
 
 func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
@@ -160,12 +165,12 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil || !ok {
 			return err
 		}
-		var m Message
-		if _, err := getJSON(b, msgKey(e.Agent, idx), &m); err != nil {
+		m, pieces, _, err := getMessage(b, e.Agent, idx)
+		if err != nil {
 			return err
 		}
 		m.Parts = u.Parts
-		return setJSON(b, msgKey(e.Agent, idx), m)
+		return putMessage(b, e.Agent, idx, m, pieces)
 	case EventMessagesTruncated:
 		var tr messagesTruncated
 		if !decodeData(e, &tr) {
@@ -184,19 +189,21 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 			return err
 		}
 		for i := keep; i < next; i++ {
-			var m Message
-			if ok, err := getJSON(b, msgKey(e.Agent, i), &m); err != nil {
+			var row messageRow // the head is enough: its id and pieces
+			if ok, err := getJSON(b, msgKey(e.Agent, i), &row); err != nil {
 				return err
 			} else if ok {
-				if err := b.Delete(msgIDKey(e.Agent, m.ID)); err != nil {
+				if err := b.Delete(msgIDKey(e.Agent, row.ID)); err != nil {
 					return err
 				}
 			}
-			if err := b.Delete(msgKey(e.Agent, i)); err != nil {
+			if err := deleteMessage(b, e.Agent, i, row.Pieces); err != nil {
 				return err
 			}
 		}
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
+	case EventMessagePart:
+		return applyMessagePart(b, e)
 	}
 	return nil
 }
@@ -219,7 +226,7 @@ func appendMessage(b *eventlog.Batch, e eventlog.Event, m Message) error {
 	if err != nil {
 		return err
 	}
-	if err := setJSON(b, msgKey(e.Agent, next), m); err != nil {
+	if err := putMessage(b, e.Agent, next, m, 0); err != nil {
 		return err
 	}
 	if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {

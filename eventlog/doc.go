@@ -25,7 +25,12 @@
 // and cursors go into one batch, and read-your-writes waits on one cursor.
 // A Projector is a Follower of one projection. A projection whose cursor is
 // behind the others' (new, Version changed, Rebuild) catches up alone to
-// them, then the Follower goes on with all of them.
+// them, then the Follower goes on with all of them. A projection with a
+// Bootstrap is not replayed when it starts from nothing: it builds its rows
+// from what it reads of the log (Log.Ends: each subject's first and last
+// event, two gets a subject), commits them with the cursor Ends returned,
+// and follows from there; the chunks stream's streams view does, so its
+// rebuild costs what the chat streams cost, not their chunks.
 //
 // # Invariants
 //
@@ -45,7 +50,9 @@
 //     and once a probe write succeeds Pebble is reopened and following
 //     resumes by itself.
 //   - Deleting the Pebble directory, or changing a projection's Version,
-//     rebuilds the same view from the log.
+//     rebuilds the same view from the log (by replay, or by the
+//     projection's Bootstrap, whose rows equal a replay's and whose Apply
+//     takes an event its rows already reflect as applied).
 //   - Compact keeps the log authoritative: an agent's rows in every view
 //     are the same before and after its compaction, and in a view rebuilt
 //     from an empty Pebble afterwards, also when the compaction stopped

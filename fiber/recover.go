@@ -69,9 +69,10 @@ func (rec Recovered) Decode(v any) error {
 // the hook (or during the backoff) leaves the row with that attempt; the next
 // Recover, in this process or another, runs attempt n+2. So each crash costs
 // one attempt, the hook runs at most once per recorded attempt and never
-// more than MaxAttempts times since the fiber last reset its count (a stash
-// WithAttempts, after progress), and an orphan is never silently
-// dropped: it ends resumed, completed, or abandoned with an error.
+// more than MaxAttempts times since the fiber last made progress (a step
+// completed, a snapshot changed, or a stash WithAttempts reset the count),
+// and an orphan is never silently dropped: it ends resumed, completed, or
+// abandoned with an error.
 //
 // A row that cannot be decoded is reported to Hooks.OnError as an error
 // naming the fiber and matching eventlog.ErrCorrupt, and left alone

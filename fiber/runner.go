@@ -78,8 +78,9 @@ type Config struct {
 	KeepAlive KeepAlive
 	// Hooks are the recovery hook and the error sink.
 	Hooks Hooks
-	// MaxAttempts caps the recovery attempts of one fiber since it last
-	// reset the count (Stash WithAttempts). Default 5.
+	// MaxAttempts caps the recovery attempts of one fiber without
+	// progress: a step completed or a snapshot changed after a recovery
+	// resets the count (see Stash), as does Stash WithAttempts. Default 5.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the wait before retrying a failed
 	// recovery hook: base, 2*base, 4*base, ... at most max.

@@ -38,7 +38,9 @@
 //     [KindFiberEndedTwice, KindAfterEnd].
 //   - Recovery attempts count up: each fiber.recovered has attempt n+1 where
 //     n is the attempt of the fiber's previous fiber.recovered, or the count
-//     a later fiber.stashed reset it to (attempts), 0 before either. A crash
+//     a later fiber.stashed or op.completed reset it to (attempts: 0 when a
+//     recovered fiber made progress, or a count the fiber keeps), 0 before
+//     either. A crash
 //     during recovery therefore shows as the next attempt, and a hook run
 //     twice for one attempt shows as a repeated number [KindRecoveryAttempt].
 //   - An op completes at most once per (fiber, opId), and only after its
@@ -62,7 +64,9 @@
 //     last has one once its fiber ended (or it is noted).
 //   - A turn's assistant message is appended once (message.appended with the
 //     turn's assistantMessageId at most once; message.updated after it as
-//     often as needed) [KindMessageAppendedTwice].
+//     often as needed). A message.appended too large for one event is
+//     stored as message.part events; the last part of a set counts as the
+//     append [KindMessageAppendedTwice].
 //   - Every stored user message has a turn that answers it: a
 //     message.appended with role user is named as the messageId of a
 //     turn.started, before or after it (a turn.started that carries its

@@ -122,6 +122,24 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.turnEvent(a, e, d)
+	case chat.EventMessagePart:
+		// A message event too large for one event, split: its last part
+		// is where the messages view applies it, so a whole set of parts
+		// of message.appended counts as one append of the message.
+		var p struct {
+			ID    string `json:"id"`
+			Type  string `json:"type"`
+			Part  int    `json:"part"`
+			Parts int    `json:"parts"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+			return
+		}
+		if p.Type == chat.EventMessageAppended && p.Parts > 0 && p.Part == p.Parts-1 {
+			c.turnEvent(a, eventlog.Event{Type: chat.EventMessageAppended, Seq: e.Seq, Agent: e.Agent}, turnData{ID: p.ID})
+		}
 	case eventlog.TypeSnapshot:
 		var s eventlog.Snapshot
 		if err := json.Unmarshal(e.Data, &s); err != nil {

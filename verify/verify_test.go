@@ -102,10 +102,14 @@ func clean(h history) {
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 1})
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 2})
 	h.ev("steps:b", "fiber.abandoned", m{"id": "f2", "attempts": 2, "reason": "no snapshot"})
-	// Chained steps on it: each op.completed starts the next op (fiber.ThenStep).
+	// Chained steps on it: each op.completed starts the next op
+	// (fiber.ThenStep). Recovered, it completes a step, which resets its
+	// attempt count (attempts 0 with no snapshot: progress by default).
 	h.ev("steps:b", "fiber.started", m{"id": "f6", "name": "steps", "opId": "o6", "key": "step-0"})
 	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o6", "result": 0, "nextOpId": "o7", "nextKey": "step-1"})
-	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o7", "result": 1})
+	h.ev("steps:b", "fiber.recovered", m{"id": "f6", "attempt": 1})
+	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o7", "result": 1, "attempts": 0})
+	h.ev("steps:b", "fiber.recovered", m{"id": "f6", "attempt": 1})
 	h.ev("steps:b", "fiber.completed", m{"id": "f6"})
 
 	// Turn r2 on a1: its stream was purged by retention (only the
@@ -234,6 +238,10 @@ func TestViolations(t *testing.T) {
 		}},
 		{"assistant message appended twice", verify.KindMessageAppendedTwice, nil, func(h history) {
 			h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
+		}},
+		{"assistant message appended again in parts", verify.KindMessageAppendedTwice, nil, func(h history) {
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 0, "parts": 2, "b": []byte(`{"id":"m2",`)})
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 1, "parts": 2, "b": []byte(`"role":"assistant"}`)})
 		}},
 		{"chunk gap", verify.KindChunkOrder, nil, func(h history) {
 			h.typed("a1", "s3", 3, "text-start")
