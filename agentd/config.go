@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/replay"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -110,6 +111,11 @@ type Config struct {
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
+	// ScheduleTimeout is how long a schedule callback may run before it is
+	// treated as hung: its context is cancelled and the attempt retried
+	// with backoff. Default keepalive.DefaultCallbackTimeout (30s), as
+	// the Cloudflare design resets a hung callback.
+	ScheduleTimeout time.Duration
 	// CompactEvents and CompactBytes stored since an agent's last snapshot
 	// make the agent's owner compact it (package compaction); an agent
 	// that goes idle is compacted past CompactIdleEvents. Defaults
@@ -265,6 +271,9 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.ScheduleTimeout == 0 {
+		c.ScheduleTimeout = keepalive.DefaultCallbackTimeout
+	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = DefaultMaxTurns
 	}
@@ -328,6 +337,7 @@ func (c *Config) Validate() error {
 		{"js-max-store", c.JetStreamMaxStore},
 		{"chunk-max-age", int64(c.ChunkMaxAge)},
 		{"idle-timeout", int64(c.IdleTimeout)},
+		{"schedule-timeout", int64(c.ScheduleTimeout)},
 		{"compact-bytes", c.CompactBytes},
 		{"compact-idle-events", c.CompactIdleEvents},
 		{"compact-every", int64(c.CompactEvery)},

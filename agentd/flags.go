@@ -108,6 +108,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", cfg.ScheduleTimeout,
+		"how long a schedule callback may run before it is treated as hung: its context is cancelled and the attempt retried with backoff (0: 30s)")
 	fs.Int64Var(&cfg.CompactEvents, "compact-events", cfg.CompactEvents,
 		"events stored since an agent's last snapshot that make its owner compact it (0: 10000, negative: never compact)")
 	fs.Int64Var(&cfg.CompactBytes, "compact-bytes", cfg.CompactBytes,

@@ -296,8 +296,12 @@ type Turn struct {
 	StreamID  string `json:"streamId"`
 	// MessageID is the id of the assistant message the turn writes.
 	MessageID string `json:"messageId"`
-	// Cursor is a chunk sequence to replay the stream after: 0, the stream
-	// is new.
+	// Cursor is a sequence of the chunks stream to follow the turn's
+	// stream after: for a new turn, the agent's last chunk before the
+	// turn's first (so following all of the agent's chunks from it, as
+	// agentd tail --from does, starts at the turn), and 0 when that could
+	// not be read or the Send answered a copy of a command; 0 follows the
+	// stream's own subject from its first chunk.
 	Cursor eventlog.Seq `json:"cursor"`
 }
 
@@ -575,11 +579,16 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err := a.crashPoint(ctx, pointSendStored); err != nil {
 		return Turn{}, err
 	}
+	// The stream's real start: the agent's last chunk before the turn's
+	// first, which cannot be written before the gate opens (one turn runs
+	// at a time). A failed read leaves 0, which follows the stream's own
+	// subject from its first chunk just as well.
+	cursor, _ := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent, Chunks: true})
 	gate <- started{seq: seq}
 	if err := a.store.WaitFor(ctx, seq); err != nil {
 		return Turn{}, err
 	}
-	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
+	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID, Cursor: cursor}, nil
 }
 
 // started is what a turn fiber is told once its command's appends are

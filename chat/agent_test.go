@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 func answer(prompt string) string {
@@ -26,6 +27,12 @@ func TestSendStreamsAndRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.r.Wait()
+		// The reply's cursor is the stream's real start: following the
+		// agent's chunks after it gives the turn's first chunk.
+		next, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: "a1", Chunks: true}, turn.Cursor, 1)
+		if err != nil || len(next) != 1 || next[0].Stream != turn.StreamID || (i > 0 && turn.Cursor == 0) {
+			t.Fatalf("after cursor %d: %+v, %v; want the first chunk of stream %s", turn.Cursor, next, err, turn.StreamID)
+		}
 		msgs := settled(t, e, "a1")
 		if got, want := len(msgs), 2*(i+1); got != want {
 			t.Fatalf("%d messages, want %d", got, want)

@@ -61,7 +61,7 @@ func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessa
 	if !ok {
 		return replay.Turn{}, fmt.Errorf("%w: agent %s is not a chat agent", host.ErrNotFound, agent)
 	}
-	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: replay.Cursor(r.Cursor)}, nil
+	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: r.Cursor}, nil
 }
 
 func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {

@@ -115,6 +115,9 @@ func (h *Host) nodeSubject(node, agent, verb string) string {
 func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, error) {
 	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
 	m.Data = cmd.Data
+	if cmd.RequestID != "" {
+		m.Header.Set(headerRequestID, cmd.RequestID)
+	}
 	resp, err := h.deps.Conn.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -158,7 +161,7 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	var out any
 	_, err := h.TypeOf(agent)
 	if err == nil {
-		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data)})
+		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data), RequestID: m.Header.Get(headerRequestID)})
 	}
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
@@ -117,7 +118,11 @@ func (h *Host) serveCommand(req micro.Request) {
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
-	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data())})
+	id := req.Headers().Get(HeaderIdempotencyKey)
+	if id == "" {
+		id = nuid.Next()
+	}
+	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data()), RequestID: id})
 	if err != nil && base.Err() != nil {
 		// The node is stopping: its partitions go to other nodes.
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
