@@ -10,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/replay"
 )
 
 // tokenVerifier maps a bearer token that is not one of ours (an OIDC JWT)
@@ -23,6 +24,11 @@ type tokenVerifier interface {
 // valid token: 401. The tenant's daemon not running (yet): 503. A request
 // that outlives its token's revocation (a stream, a WebSocket) is ended.
 func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		// The chat page holds no data: it asks for the token itself.
+		replay.ServePage(w, r)
+		return
+	}
 	raw, ok := bearer(r)
 	if !ok {
 		ts.authRefused.WithLabelValues("missing").Inc()
