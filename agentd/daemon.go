@@ -494,6 +494,9 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 	})
 	d.logStarted(r)
 	close(d.started)
+	if cfg.Tenant == nil {
+		go d.logReady(gctx)
+	}
 
 	err := g.Wait()
 	terr := d.teardown(r)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
@@ -199,4 +201,28 @@ func (d *Daemon) frontDoor() http.Handler {
 	front.HandleFunc("GET /readyz", d.handleReadyz)
 	front.Handle("/", h)
 	return front
+}
+
+// logReady logs, once the node is ready, the line that says where to point
+// a browser and a client: the chat page, the NATS URL and the data dir.
+func (d *Daemon) logReady(ctx context.Context) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !d.Ready() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	scheme := "http"
+	if d.certs.Load() != nil {
+		scheme = "https"
+	}
+	page := scheme + "://" + d.HTTPAddr() + "/"
+	dataDir := d.cfg.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	d.logger.Info("agentd ready: chat at "+page, "chat", page, "nats_url", redactURL(d.NATSURL()), "data", dataDir)
 }

@@ -129,6 +129,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 		s.WaitForShutdown()
 		return nil, fmt.Errorf("%w: embedded server started without JetStream", ErrNATS)
 	}
+	jc := s.JetStreamConfig()
+	nl.l.Info("nats server started", "version", server.VERSION, "name", s.Name(), "url", s.ClientURL(),
+		"cluster", cfg.ClusterName, "store", jc.StoreDir, "max_store", jc.MaxStore, "max_memory", jc.MaxMemory, "sync_always", jc.SyncAlways)
 	return s, nil
 }
 
@@ -227,7 +230,11 @@ type serverLogger struct {
 	fatal chan string
 }
 
-func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
+// Noticef logs at DEBUG: the server's notices (its start-up banner, route
+// and leader changes) are many lines per phase; agentd logs one summary
+// line for the server it started, and warnings and errors keep their
+// levels.
+func (s *serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }

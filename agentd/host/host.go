@@ -61,8 +61,9 @@ type Host struct {
 	logger *slog.Logger
 	active prometheus.Gauge
 
-	ready chan struct{} // closed once startup recovery was started
-	wg    sync.WaitGroup
+	ready    chan struct{}   // closed once startup recovery was started
+	stopping <-chan struct{} // the daemon's Stopping, set by start
+	wg       sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -179,6 +180,7 @@ func (h *Host) Attach(d *agentd.Daemon) error {
 func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
 	h.deps = deps
 	h.own = deps.Ownership
+	h.stopping = d.Stopping()
 	d.OnPartition(h.servePartition)
 	d.OnFenced(h.fenced)
 	h.logger = deps.Logger.With("subsystem", "host")

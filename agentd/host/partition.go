@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -79,10 +80,25 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	if ctx.Err() != nil {
 		return
 	}
-	logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
+	// A node's leases, taken at start and handed off when it stops, are a
+	// line each of the lease manager's ("partition leases taken",
+	// "partitions handed off"). A partition is worth a line of its own
+	// when it brings agents to recover (a failover), or when it goes while
+	// the node runs; else it is DEBUG.
+	level := slog.LevelDebug
+	if n > 0 {
+		level = slog.LevelInfo
+	}
+	logger.Log(ctx, level, "partition acquired", "agents_recovering", n, "took", time.Since(start))
 	h.sched.Poke()
 	<-ctx.Done()
-	logger.Info("partition released", "cause", context.Cause(ctx))
+	level = slog.LevelInfo
+	select {
+	case <-h.stopping:
+		level = slog.LevelDebug
+	default:
+	}
+	logger.Log(context.WithoutCancel(ctx), level, "partition released", "cause", context.Cause(ctx))
 }
 
 // recoverPartition catches the runs and schedules views up with the whole
