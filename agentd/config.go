@@ -219,6 +219,19 @@ type Config struct {
 	// it (Deps.Quotas). Not a flag.
 	Quota auth.Quota
 
+	// HTTPReadHeaderTimeout bounds reading a request's headers and a TLS
+	// handshake (--http-read-header-timeout); HTTPBodyTimeout reading its
+	// body, from the end of the headers (--http-body-timeout);
+	// HTTPIdleTimeout how long a kept-alive connection waits for its next
+	// request (--http-idle-timeout). SSE streams and WebSockets are not
+	// bounded by them: they keep their own keepalives. Defaults 10s, 30s,
+	// 2m.
+	HTTPReadHeaderTimeout, HTTPBodyTimeout, HTTPIdleTimeout time.Duration
+	// HTTPMaxConns bounds the HTTP connections open at once
+	// (--http-max-conns): past it a connection is answered 503 with
+	// Retry-After and closed. Default 4096.
+	HTTPMaxConns int
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.
@@ -281,6 +294,7 @@ func (c *Config) SetDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.setHTTPDefaults()
 }
 
 // Validate checks the config after defaults are applied. Errors wrap
@@ -326,6 +340,9 @@ func (c *Config) Validate() error {
 		if f.v < 0 {
 			return configErrorf(f.flag, "%s must not be negative", f.flag)
 		}
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	if err := c.validateCluster(); err != nil {
 		return err

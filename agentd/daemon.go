@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,10 @@ type Daemon struct {
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
 	certs atomic.Pointer[certs]
+	// httpm are the HTTP connection metrics (nil on a tenant's daemon);
+	// httpOpen counts the open connections once the listener is made.
+	httpm    *httpMetrics
+	httpOpen atomic.Pointer[atomic.Int64]
 
 	mu struct {
 		sync.Mutex
@@ -97,6 +102,9 @@ func New(cfg Config) (*Daemon, error) {
 		parts:    partitions{sealed: make(chan struct{})},
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if err := d.registerHTTPMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	if cfg.Quota != (auth.Quota{}) {
@@ -302,15 +310,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	starting := d.startingHandler()
 	d.front.Store(&starting)
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	hs := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
-	}
+	hs := d.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }))
+	hs.BaseContext = func(net.Listener) context.Context { return reqCtx }
+	hs.ErrorLog = slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
 	web := &webServer{hs: hs, cancel: cancelRequests, served: make(chan error, 1)}
 	if ln != nil {
 		web.addr = ln.Addr().String()
+		var serverTLS *tls.Config
+		if tc != nil {
+			serverTLS = tc.serverConfig()
+		}
+		ln = d.limitConns(ln, serverTLS)
 		if tc != nil {
 			hs.TLSConfig = tc.serverConfig()
 			go func() { web.served <- hs.ServeTLS(ln, "", "") }()

@@ -57,6 +57,18 @@
 //     (eventlog.Log.Quarantine), as a JSON array.
 //   - Anything added with Handle or HandleFunc.
 //
+// The server bounds what a client can hold: request headers (and a TLS
+// handshake) must arrive within Config.HTTPReadHeaderTimeout (10s), a
+// request's body within HTTPBodyTimeout (30s) of its headers, and a
+// kept-alive connection is closed after HTTPIdleTimeout (2m) without a
+// request. The body deadline is set per request that has a body and
+// cleared once the body is read, so the SSE stream a POST answers with,
+// and a WebSocket, last as long as their turn (they keep their own
+// keepalives). At most HTTPMaxConns (4096) connections are open at once;
+// past it a connection is answered 503 with Retry-After and closed before
+// any handler runs (forever_http_connections_open,
+// forever_http_connections_refused_total).
+//
 // # Invariants
 //
 //   - Nothing is kept at package level: two Daemons with different data

@@ -159,6 +159,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"audience (`client id`) the OIDC tokens must carry")
 	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
+	httpFlags(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }
