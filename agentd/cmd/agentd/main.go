@@ -49,6 +49,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 
+	restrictUmask()
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	var h slog.Handler = slog.NewTextHandler(stderr, opts)
 	if cfg.LogFormat == agentd.LogJSON {
