@@ -592,6 +592,7 @@ func (d *Daemon) logStarted(r *resources) {
 	case !cfg.Auth:
 		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
 	}
+	d.warnPlaintext()
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +
 			"(the Jepsen analysis of NATS 2.12.1, 2025, showed it); use --sync always for durability")
