@@ -231,6 +231,11 @@ type Config struct {
 	// (--http-max-conns): past it a connection is answered 503 with
 	// Retry-After and closed. Default 4096.
 	HTTPMaxConns int
+	// MetricsListen (--metrics-listen) serves /metrics on a listener of
+	// its own, and no longer on the HTTP port. Empty: with Auth,
+	// DefaultAuthMetricsListen (the series name every tenant, so they are
+	// kept off the tenants' port); without, /metrics on HTTPAddr.
+	MetricsListen string
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
@@ -342,6 +347,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateHTTP(); err != nil {
+		return err
+	}
+	if err := c.validateMetrics(); err != nil {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {

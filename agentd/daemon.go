@@ -53,6 +53,8 @@ type Daemon struct {
 	// httpOpen counts the open connections once the listener is made.
 	httpm    *httpMetrics
 	httpOpen atomic.Pointer[atomic.Int64]
+	// metricsListen is the metrics listener's address, once it listens.
+	metricsListen atomic.Pointer[string]
 
 	mu struct {
 		sync.Mutex
@@ -295,6 +297,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.certs.Store(tc)
+	stopMetrics, err := d.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	// A tenant's daemon has no listener: the daemon serving the tenants
 	// routes its requests (Handler).
 	var ln net.Listener
@@ -583,6 +590,7 @@ func (d *Daemon) logStarted(r *resources) {
 		"nats_embedded", r.srv != nil,
 		"sync", syncMode,
 		"http", d.HTTPAddr(),
+		"metrics", d.MetricsAddr(),
 		"log_level", levelString(cfg.LogLevel),
 	)
 	switch {

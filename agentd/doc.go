@@ -56,6 +56,11 @@
 //   - GET /metrics: Prometheus metrics from Config.Gatherer (the registry
 //     main creates, with the Go and process collectors), including
 //     forever_eventlog_* and forever_agentd_ready, forever_agentd_nats_connected.
+//     With Config.MetricsListen (--metrics-listen), or under Auth, where
+//     the series name every tenant, it moves to a listener of its own
+//     (default under Auth: DefaultAuthMetricsListen, 127.0.0.1:9464) and
+//     the HTTP port answers it 404; without either it stays on the HTTP
+//     port.
 //   - GET /debug/quarantine: the stored events the views skipped as corrupt
 //     (eventlog.Log.Quarantine), as a JSON array.
 //   - Anything added with Handle or HandleFunc.

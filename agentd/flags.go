@@ -160,6 +160,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
 	httpFlags(fs, cfg)
+	metricsFlags(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

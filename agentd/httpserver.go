@@ -89,7 +89,7 @@ func (c *Config) validateHTTP() error {
 func (d *Daemon) newHTTPServer(h http.Handler) *http.Server {
 	cfg := &d.cfg
 	return &http.Server{
-		Handler:           bodyDeadline(h, cfg.HTTPBodyTimeout),
+		Handler:           d.httpFront(bodyDeadline(h, cfg.HTTPBodyTimeout)),
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 	}

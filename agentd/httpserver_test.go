@@ -182,3 +182,25 @@ func TestHTTPMaxConns(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsListener: with --metrics-listen, /metrics is served there and
+// refused on the HTTP port.
+func TestMetricsListener(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.MetricsListen = "127.0.0.1:0"
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	if d.MetricsAddr() == "" {
+		t.Fatal("no metrics address")
+	}
+	code, body := agentdtest.Get(t, "http://"+d.MetricsAddr()+"/metrics")
+	if code != http.StatusOK || !strings.Contains(body, "forever_agentd_ready") {
+		t.Fatalf("metrics listener: %d %.200s", code, body)
+	}
+	if code, body := agentdtest.Get(t, "http://"+d.HTTPAddr()+"/metrics"); code != http.StatusNotFound || !strings.Contains(body, "--metrics-listen") {
+		t.Fatalf("/metrics on the HTTP port: %d %s", code, body)
+	}
+}

@@ -45,3 +45,23 @@ func TestPlaintextWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsAddr: under --auth metrics leave the HTTP port for loopback
+// by default; --metrics-listen moves them anywhere; a tenant's daemon
+// serves none.
+func TestMetricsAddr(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{Auth: true}, DefaultAuthMetricsListen},
+		{Config{Auth: true, MetricsListen: "0.0.0.0:9100"}, "0.0.0.0:9100"},
+		{Config{MetricsListen: "127.0.0.1:0"}, "127.0.0.1:0"},
+		{Config{Auth: true, Tenant: &TenantLink{Name: "t"}}, ""},
+	} {
+		if got := tc.cfg.metricsAddr(); got != tc.want {
+			t.Errorf("%+v: metrics on %q, want %q", tc.cfg, got, tc.want)
+		}
+	}
+}
