@@ -236,6 +236,12 @@ type Config struct {
 	// DefaultAuthMetricsListen (the series name every tenant, so they are
 	// kept off the tenants' port); without, /metrics on HTTPAddr.
 	MetricsListen string
+	// EncryptionKeyFile (--encryption-key-file) names a file holding a key
+	// of at least MinEncryptionKey bytes with which the embedded server
+	// encrypts its JetStream store at rest (JetStreamKey), with
+	// EncryptionCipher (--encryption-cipher: CipherChaCha, the default, or
+	// CipherAES). The Pebble views are not encrypted.
+	EncryptionKeyFile, EncryptionCipher string
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
@@ -350,6 +356,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateMetrics(); err != nil {
+		return err
+	}
+	if err := c.validateEncryption(); err != nil {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {

@@ -77,6 +77,23 @@
 // any handler runs (forever_http_connections_open,
 // forever_http_connections_refused_total).
 //
+// # Encryption at rest
+//
+// With Config.EncryptionKeyFile (--encryption-key-file) the embedded server
+// encrypts its JetStream store (JetStreamKey, JetStreamCipher: ChaCha20-
+// Poly1305 or AES-GCM, --encryption-cipher): every stream's messages and
+// index, the KV buckets (leases, tenant registry), consumers' state and the
+// stream metadata, tenants' included. A store written without a key is
+// encrypted at the next start with one. A start with another key, or with
+// none on an encrypted store, fails with ErrConfig naming the flag, before
+// anything is written (the server would skip the streams it cannot read and
+// agentd would create them anew). Not covered: the Pebble views under
+// <data>/pebble and <data>/tenants/*/pebble (derived from the log, rebuilt
+// from it when deleted: keep --data on an encrypted volume, or delete them
+// and let them rebuild), the key files under <data>/auth and admin.creds
+// (0600), the key itself (keep the file out of --data, on a secret mount),
+// and an external server's store (--nats-url: its own jetstream block).
+//
 // # Invariants
 //
 //   - Nothing is kept at package level: two Daemons with different data

@@ -161,6 +161,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
 	httpFlags(fs, cfg)
 	metricsFlags(fs, cfg)
+	encryptionFlags(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

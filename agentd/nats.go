@@ -72,6 +72,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	if err := clusterOptions(cfg, opts); err != nil {
 		return nil, err
 	}
+	if err := cfg.encryptionOptions(opts); err != nil {
+		return nil, err
+	}
 	if op != nil {
 		if err := op.serverOptions(cfg.DataDir, opts); err != nil {
 			return nil, err
@@ -121,6 +124,10 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	case msg := <-nl.fatal: // e.g. JetStream failed to start but clients are accepted
 		s.Shutdown()
 		s.WaitForShutdown()
+		if strings.Contains(msg, undecryptable) {
+			return nil, configErrorf("encryption-key-file", "the JetStream store under %s cannot be decrypted: it was written with "+
+				"another --encryption-key-file, or with one and this start has none (%s)", cfg.JetStreamDir(), strings.TrimSpace(msg))
+		}
 		return nil, fmt.Errorf("%w: embedded server: %s", ErrNATS, msg)
 	default:
 	}
@@ -228,15 +235,31 @@ type serverLogger struct {
 }
 
 func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Fatalf(format string, v ...any) {
+func (s *serverLogger) Warnf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	s.l.Error(msg, "fatal", true)
+	s.l.Warn(msg)
+	if strings.Contains(msg, undecryptable) {
+		// The server skips a stream it cannot decrypt; agentd would then
+		// create it anew over the data it holds.
+		s.report(msg)
+	}
+}
+
+// undecryptable starts the server's warning about a stream or consumer
+// whose store it cannot decrypt (another key, or none).
+const undecryptable = "Error decrypting our"
+
+func (s *serverLogger) report(msg string) {
 	select {
 	case s.fatal <- msg:
 	default:
 	}
+}
+func (s *serverLogger) Errorf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	s.l.Error(msg, "fatal", true)
+	s.report(msg)
 }
