@@ -55,6 +55,8 @@ type Daemon struct {
 	httpOpen atomic.Pointer[atomic.Int64]
 	// metricsListen is the metrics listener's address, once it listens.
 	metricsListen atomic.Pointer[string]
+	// denials counts the embedded server's refusals and bounds their log.
+	denials *denialLog
 
 	mu struct {
 		sync.Mutex
@@ -108,6 +110,13 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if err := d.registerHTTPMetrics(cfg.Registerer); err != nil {
 		return nil, err
+	}
+	if cfg.Tenant == nil {
+		denials, err := newDenialLog(cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		d.denials = denials
 	}
 	if cfg.Quota != (auth.Quota{}) {
 		var err error
@@ -349,7 +358,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	if cfg.NATSURL == "" {
-		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc); err != nil {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc, d.denials); err != nil {
 			return fail(err)
 		}
 	}

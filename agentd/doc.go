@@ -77,6 +77,16 @@
 // any handler runs (forever_http_connections_open,
 // forever_http_connections_refused_total).
 //
+// # NATS denials
+//
+// The embedded server logs every client it refuses (a permissions
+// violation, a failed or revoked authentication, an account's connection,
+// subscription or payload limit). agentd counts them
+// (forever_nats_denials_total{kind}), passes each to the function given to
+// Daemon.OnNATSDenial (the audit log), and logs at most one line per kind a
+// second, saying how many it left out since the last: a client making
+// 20,000 forbidden publishes in 2 s costs a few lines, not 20,000.
+//
 // # Encryption at rest
 //
 // With Config.EncryptionKeyFile (--encryption-key-file) the embedded server

@@ -47,7 +47,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 // startServer starts the embedded nats-server with JetStream storing under
 // <DataDir>/jetstream and waits until it accepts connections. The caller
 // shuts it down.
-func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Operator, tc *certs) (*server.Server, error) {
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Operator, tc *certs, denials *denialLog) (*server.Server, error) {
 	host, port, err := splitAddr(cfg.NATSListen)
 	if err != nil {
 		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
@@ -92,7 +92,7 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
 	}
-	nl := &serverLogger{l: logger.With("subsystem", "nats-server"), fatal: make(chan string, 1)}
+	nl := &serverLogger{l: logger.With("subsystem", "nats-server"), fatal: make(chan string, 1), denials: denials}
 	s.SetLoggerV2(nl, logger.Enabled(ctx, slog.LevelDebug), false, false)
 	s.Start()
 	deadline := time.Now().Add(serverStartTimeout)
@@ -230,13 +230,17 @@ func redactURL(raw string) string {
 // (after which the server stops starting) are logged at error level and
 // reported on fatal; the process is never exited.
 type serverLogger struct {
-	l     *slog.Logger
-	fatal chan string
+	l       *slog.Logger
+	fatal   chan string
+	denials *denialLog // counts and rate-limits the clients refused
 }
 
 func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Warnf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
+	if s.denials.take(s.l, msg) {
+		return
+	}
 	s.l.Warn(msg)
 	if strings.Contains(msg, undecryptable) {
 		// The server skips a stream it cannot decrypt; agentd would then
@@ -255,7 +259,13 @@ func (s *serverLogger) report(msg string) {
 	default:
 	}
 }
-func (s *serverLogger) Errorf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if s.denials.take(s.l, msg) {
+		return
+	}
+	s.l.Error(msg)
+}
 func (s *serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Fatalf(format string, v ...any) {
