@@ -242,6 +242,16 @@ type Config struct {
 	// EncryptionCipher (--encryption-cipher: CipherChaCha, the default, or
 	// CipherAES). The Pebble views are not encrypted.
 	EncryptionKeyFile, EncryptionCipher string
+	// TenantDefaults is the quota of a tenant whose record leaves a field
+	// zero (--tenant-default-*): with Auth every tenant is bounded unless
+	// created with auth.Unlimited. Zero fields take the built-in defaults
+	// (DefaultTenant*; bytes and memory 1/8 of the node's JetStream
+	// limits). Set the same on every node of a cluster.
+	TenantDefaults auth.Quota
+	// OIDCRoleClaim (--oidc-role-claim) names the OIDC claim holding a
+	// token's role (auth.Role); a token without it is a reader. Empty:
+	// every OIDC token is a writer.
+	OIDCRoleClaim string
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
@@ -306,6 +316,7 @@ func (c *Config) SetDefaults() {
 		c.Logger = slog.Default()
 	}
 	c.setHTTPDefaults()
+	c.setTenantDefaults()
 }
 
 // Validate checks the config after defaults are applied. Errors wrap
@@ -359,6 +370,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateEncryption(); err != nil {
+		return err
+	}
+	if err := c.validateTenantDefaults(); err != nil {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {

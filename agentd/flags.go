@@ -162,6 +162,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	httpFlags(fs, cfg)
 	metricsFlags(fs, cfg)
 	encryptionFlags(fs, cfg)
+	tenantDefaultFlags(fs, cfg)
+	oidcRoleFlag(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
@@ -166,6 +168,11 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if id, ok := auth.IdentityFrom(ctx); ok && !id.Role.AtLeast(auth.RoleWriter) {
+			if err := approvalsOnly(&req, id); err != nil {
+				return nil, err
+			}
+		}
 		var turn chat.Turn
 		if req.Answering != nil {
 			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
@@ -250,6 +257,26 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		return map[string]any{"version": version}, err
 	}
 	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
+}
+
+// approvalsOnly lets a credential below writer (an approver: host lets
+// no other role send chat) answer approvals and nothing else: req must
+// answer an assistant message, and its client tool results are dropped,
+// so only its approval responses count (a tool result is a writer's).
+func approvalsOnly(req *Request, id auth.Identity) error {
+	if req.Answering == nil {
+		return fmt.Errorf("%w: credential %s (role %s) may answer approvals but not start a turn", host.ErrForbidden, id.Cred, id.Role)
+	}
+	m := *req.Answering
+	m.Parts = slices.Clone(m.Parts)
+	for i, p := range m.Parts {
+		if p.State == chat.ToolOutput || p.State == chat.ToolOutputError {
+			p.State, p.Output, p.ErrorText = chat.ToolInputAvailable, nil, ""
+			m.Parts[i] = p
+		}
+	}
+	req.Answering = &m
+	return nil
 }
 
 func chatReply(turn chat.Turn) Reply {

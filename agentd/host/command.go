@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
 )
@@ -54,6 +55,9 @@ func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
+	}
+	if err := checkRole(ctx, cmd.Verb); err != nil {
+		return nil, err
 	}
 	if h.quotas != nil {
 		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb); err != nil {
@@ -165,4 +169,17 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 		}
 	}
 	return st, nil
+}
+
+// checkRole refuses a command whose request carries an identity (an HTTP
+// request through the tenants' front door) whose role may not send verb.
+// An approver's chat is let through: the chat type lets it answer
+// approvals only. A command without an identity came over NATS, where the
+// server enforced the credential's permissions.
+func checkRole(ctx context.Context, verb string) error {
+	id, ok := auth.IdentityFrom(ctx)
+	if !ok || id.Role.Allows(verb) || (verb == "chat" && id.Role == auth.RoleApprover) {
+		return nil
+	}
+	return fmt.Errorf("%w: credential %s (role %s) may not send %s", ErrForbidden, id.Cred, id.Role, verb)
 }

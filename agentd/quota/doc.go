@@ -10,6 +10,9 @@
 //
 //   - A refusal happens before anything is written: a refused request
 //     leaves the log as it was.
+//   - The quota enforced is the tenant's record resolved with the node's
+//     defaults (agentd.Config.TenantQuota): every tenant is bounded unless
+//     created with unlimited.
 //   - A refusal is an *Error (429, with the Retry-After to send); a quota
 //     that could not be checked because JetStream did not answer is a 503
 //     error, never a silent admission.

@@ -42,7 +42,8 @@ const cliUsage = `Usage:
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
-  agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
+  agentd tenant create|revoke|disable|enable|token revoke <name> ...
+                                                 manage tenants of an agentd with --auth (agentd tenant -h)
   agentd auth server-config [--data dir]         print the nats-server config for --auth --nats-url (agentd auth -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
