@@ -41,7 +41,14 @@ type Type struct {
 	registerer prometheus.Registerer
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
+	node       *chat.TurnLimiter // ShareTurns's, else nil
 }
+
+// ShareTurns makes the type's turns also hold slots of node, a limiter
+// shared by every chat type of the process: the tenants' daemons of one
+// agentd share its --max-turns (503 past it), each within its own turns
+// quota (429 past it). Call it before the daemon starts.
+func (ct *Type) ShareTurns(node *chat.TurnLimiter) { ct.node = node }
 
 // NewType returns the chat type over provider. tweak, when not nil, may
 // change each agent's chat.Config (system prompt, recovery hook...).
@@ -61,12 +68,23 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
 		maxTurns := d.Config().MaxTurns
-		if q := deps.Quotas.Quota().Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
+		q := deps.Quotas.Quota().Turns
+		switch {
+		case ct.node != nil:
+			// The node's bound holds across its tenants; the tenant's
+			// quota is its own, refused with 429.
+			var refusal error
+			if q > 0 {
+				refusal = &quota.Error{Quota: "turns", Limit: float64(q)}
+			}
+			ct.turns = ct.node.Sub(q, refusal)
+		case q > 0 && (maxTurns < 0 || q < maxTurns):
 			// The tenant's quota binds before the node's limit: past it,
 			// 429 rather than 503.
-			maxTurns, ct.turnQuota = q, q
+			ct.turns, ct.turnQuota = chat.NewTurnLimiter(q), q
+		default:
+			ct.turns = chat.NewTurnLimiter(maxTurns)
 		}
-		ct.turns = chat.NewTurnLimiter(maxTurns)
 		if deps.Registerer != nil {
 			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "forever_chat_turns_running",
