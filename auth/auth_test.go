@@ -92,7 +92,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 	if ac.Issuer != pub(k.Operator) || ac.Subject != tn.Account || !ac.SigningKeys.Contains(pub(k.Signer)) {
 		t.Fatalf("account claims: issuer %s subject %s", ac.Issuer, ac.Subject)
 	}
-	if ac.Limits.JetStreamLimits.DiskStorage != 1<<20 {
+	if ac.Limits.JetStreamLimits.DiskStorage != tn.Quota.StoreLimit() {
 		t.Fatalf("disk limit %d", ac.Limits.JetStreamLimits.DiskStorage)
 	}
 	for _, u := range []*User{client, runtime} {

@@ -61,7 +61,7 @@ func (k *Keys) TenantAccountJWT(t *Tenant, q Quota) (string, error) {
 	ac.Name = t.Name
 	ac.SigningKeys.Add(pub(k.Signer))
 	js := unlimitedJetStream()
-	js.DiskStorage = limit(q.Bytes)
+	js.DiskStorage = limit(q.StoreLimit())
 	js.MemoryStorage = limit(q.Memory)
 	js.Streams = limit(q.Streams)
 	js.Consumer = limit(q.Consumers)

@@ -134,7 +134,7 @@ func TestCredentialClaims(t *testing.T) {
 	tok, _ := k.TenantAccountJWT(tn, q)
 	ac, _ := jwt.DecodeAccountClaims(tok)
 	js := ac.Limits.JetStreamLimits
-	if ac.Limits.Conn != 8 || js.Streams != 10 || js.Consumer != 50 || js.DiskStorage != 1<<20 || js.MemoryStorage != 1<<16 || ac.IsClaimRevoked(uc) {
+	if ac.Limits.Conn != 8 || js.Streams != 10 || js.Consumer != 50 || js.DiskStorage != 1<<20+128<<10 || js.MemoryStorage != 1<<16 || ac.IsClaimRevoked(uc) {
 		t.Fatalf("account limits %+v %+v", ac.Limits, js)
 	}
 	if live, err := tn.RevokeCred("ro", time.Now()); !live || err != nil {

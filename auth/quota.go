@@ -168,3 +168,16 @@ func parseSize(s string) (int64, error) {
 	}
 	return n << shift, nil
 }
+
+// StoreLimit is the JetStream file storage limit of a tenant's account
+// for a resolved quota: Bytes plus an eighth (at least 64 KiB), 0 (no
+// limit) without a bytes quota. agentd admits a write only while the
+// tenant stays within Bytes; the room above lets the turns it admitted
+// write their replies and their ends, so a turn is never cut halfway by
+// the server's limit.
+func (q Quota) StoreLimit() int64 {
+	if q.Bytes <= 0 {
+		return 0
+	}
+	return q.Bytes + max(q.Bytes/8, 64<<10)
+}

@@ -60,7 +60,7 @@ func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
 		return nil, err
 	}
 	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb); err != nil {
+		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
 			return nil, err
 		}
 		out, err := h.route(ctx, cmd)

@@ -9,7 +9,11 @@
 // # Invariants
 //
 //   - A refusal happens before anything is written: a refused request
-//     leaves the log as it was.
+//     leaves the log as it was. The bytes quota admits a write command
+//     only when the stored bytes plus WriteCost of its payload fit, and the
+//     account's server limit (auth.Quota.StoreLimit) keeps an eighth more,
+//     so the turns it admitted finish instead of stopping halfway with an
+//     active turn.
 //   - The quota enforced is the tenant's record resolved with the node's
 //     defaults (agentd.Config.TenantQuota): every tenant is bounded unless
 //     created with unlimited.
