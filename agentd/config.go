@@ -252,6 +252,16 @@ type Config struct {
 	// token's role (auth.Role); a token without it is a reader. Empty:
 	// every OIDC token is a writer.
 	OIDCRoleClaim string
+	// AuditMaxAge and AuditMaxBytes (--audit-max-age, --audit-max-bytes)
+	// bound the audit log that Auth keeps (package agentd/audit): 30 days,
+	// and by default 1/16 of JetStreamMaxStore, at most 256 MiB
+	// (AuditBytes).
+	AuditMaxAge   time.Duration
+	AuditMaxBytes int64
+	// AuditCommand, when set, receives each command that may change an
+	// agent once answered; package tenancy sets it on its tenants'
+	// daemons to write the audit log. Not a flag.
+	AuditCommand AuditFunc
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
@@ -317,6 +327,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.setHTTPDefaults()
 	c.setTenantDefaults()
+	c.setAuditDefaults()
 }
 
 // Validate checks the config after defaults are applied. Errors wrap
@@ -373,6 +384,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateTenantDefaults(); err != nil {
+		return err
+	}
+	if err := c.validateAudit(); err != nil {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {

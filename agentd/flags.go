@@ -164,6 +164,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	encryptionFlags(fs, cfg)
 	tenantDefaultFlags(fs, cfg)
 	oidcRoleFlag(fs, cfg)
+	auditFlags(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

@@ -48,9 +48,9 @@ type FiberInfo struct {
 //
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
-	_, err := h.TypeOf(cmd.Agent)
-	if err != nil {
+func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
+	defer func() { h.audit(ctx, cmd, err) }()
+	if _, err := h.TypeOf(cmd.Agent); err != nil {
 		return nil, err
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
@@ -182,4 +182,25 @@ func checkRole(ctx context.Context, verb string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: credential %s (role %s) may not send %s", ErrForbidden, id.Cred, id.Role, verb)
+}
+
+// audit hands a command that may change an agent, and its outcome, to
+// Config.AuditCommand: every verb but the reads (status, fibers,
+// schedules, messages, and state without a value).
+func (h *Host) audit(ctx context.Context, cmd Command, err error) {
+	if h.deps == nil || h.deps.Config.AuditCommand == nil {
+		return
+	}
+	switch cmd.Verb {
+	case "status", "fibers", "schedules", "messages":
+		return
+	case "state":
+		var req struct {
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(cmd.Data, &req) != nil || len(req.Value) == 0 || string(req.Value) == "null" {
+			return
+		}
+	}
+	h.deps.Config.AuditCommand(ctx, cmd.Agent, cmd.Verb, err)
 }

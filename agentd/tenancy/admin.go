@@ -103,18 +103,18 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 		return fmt.Errorf("agentd: add admin service: %w", err)
 	}
 	for _, e := range []struct {
-		name, subject string
-		h             func(context.Context, []byte) (any, error)
+		name, action, subject string
+		h                     func(context.Context, []byte) (any, error)
 	}{
-		{"tenant-create", AdminCreateSubject, ts.handleCreate},
-		{"tenant-revoke", AdminRevokeSubject, ts.handleRevoke},
-		{"tenant-disable", AdminDisableSubject, ts.handleDisable},
-		{"tenant-enable", AdminEnableSubject, ts.handleEnable},
-		{"tenant-token-revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
+		{"tenant-create", "tenant.create", AdminCreateSubject, ts.handleCreate},
+		{"tenant-revoke", "tenant.revoke", AdminRevokeSubject, ts.handleRevoke},
+		{"tenant-disable", "tenant.disable", AdminDisableSubject, ts.handleDisable},
+		{"tenant-enable", "tenant.enable", AdminEnableSubject, ts.handleEnable},
+		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
 	} {
-		h := e.h
+		h, action := e.h, e.action
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
-			go ts.serveAdmin(req, h)
+			go ts.serveAdmin(req, action, h)
 		}), micro.WithEndpointSubject(e.subject))
 		if err != nil {
 			return fmt.Errorf("agentd: add admin endpoint: %w", err)
@@ -123,10 +123,11 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	return nil
 }
 
-func (ts *tenantSet) serveAdmin(req micro.Request, h func(context.Context, []byte) (any, error)) {
+func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context.Context, []byte) (any, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), tenantStartTimeout+10*time.Second)
 	defer cancel()
 	reply, err := h(ctx, req.Data())
+	ts.auditAdmin(action, req.Data(), reply, err)
 	if err != nil {
 		code, msg := host.ErrorReply(err)
 		body, _ := json.Marshal(map[string]any{"error": msg, "code": code})

@@ -44,6 +44,16 @@
 // WebSocket's connection closed; revoked users' NATS connections are
 // closed by the server.
 //
+// # Audit
+//
+// Every admin operation, every command that may change an agent (through
+// agentd.Config.AuditCommand, which each tenant's daemon gets: with the
+// HTTP credential's identity, or "nats" for a NATS command) and every
+// auth refusal (the front door's, and the NATS server's denials through
+// agentd.Daemon.OnNATSDenial, mapped to tenant and credential) is
+// appended to the audit log (package agentd/audit), in agentd's own
+// account.
+//
 // # Invariants
 //
 //   - Tenants are kept apart by the NATS server, not by Forever: each is an

@@ -66,6 +66,7 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := run.d.Quotas().Allow(); err != nil {
+		ts.auditQuota(r, id, err)
 		var qe *quota.Error
 		errors.As(err, &qe)
 		w.Header().Set("Retry-After", quota.RetryAfterSeconds(qe.RetryAfter()))
@@ -163,6 +164,7 @@ func (ts *tenantSet) authenticate(r *http.Request) (auth.Identity, requestEnds, 
 // refuse answers a refused request: 401 with WWW-Authenticate, or 403.
 func (ts *tenantSet) refuse(w http.ResponseWriter, r *http.Request, id auth.Identity, ref *refusal) {
 	ts.authRefused.WithLabelValues(ref.reason).Inc()
+	ts.auditRefusal(r, id, ref)
 	if ref.code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="forever"`)
 	}

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/internal/kvwatch"
@@ -51,6 +52,7 @@ type tenantSet struct {
 	kv     jetstream.KeyValue
 	sys    *nats.Conn // system account user: account claim updates
 	verify tokenVerifier
+	audit  *audit.Log // the audit log (nil until open)
 
 	ready chan struct{} // closed once the tenants of the registry at start are ready
 
@@ -123,6 +125,7 @@ func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
 		}
 	}
 	d.AddGatherer(ts)
+	d.OnNATSDenial(ts.natsDenied)
 	return d.OnStart(ts.open)
 }
 
@@ -151,6 +154,19 @@ func (ts *tenantSet) open(ctx context.Context, deps *agentd.Deps) error {
 	})
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
+	}
+	err = agentd.RetryQuorum(ctx, ts.logger, "audit log", deps.Config.Replicas, func(ctx context.Context) (err error) {
+		ts.audit, err = audit.Open(ctx, audit.Config{
+			JS: js, Replicas: deps.Config.Replicas, MaxAge: deps.Config.AuditMaxAge, MaxBytes: deps.Config.AuditBytes(),
+			Node: deps.Config.ServerName, Logger: ts.logger, Registerer: deps.Config.Registerer,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := ts.parent.Add("audit log", agentd.ComponentFunc(ts.audit.Run)); err != nil {
+		return err
 	}
 	sysOpts := []nats.Option{nats.Name("agentd system"), nats.MaxReconnects(-1),
 		nats.UserJWTAndSeed(op.System.JWT, string(op.System.Seed))}
@@ -425,6 +441,10 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user}
 	cfg.Quota = pc.TenantQuota(t.Quota)
+	tenant := t.Name
+	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
+		ts.auditCommand(ctx, tenant, agent, verb, err)
+	}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": t.Name}, reg)
 	cfg.Gatherer = reg

@@ -45,6 +45,7 @@ const cliUsage = `Usage:
   agentd tenant create|revoke|disable|enable|token revoke <name> ...
                                                  manage tenants of an agentd with --auth (agentd tenant -h)
   agentd auth server-config [--data dir]         print the nats-server config for --auth --nats-url (agentd auth -h)
+  agentd audit tail [--follow]                   print the audit log of an agentd with --auth (agentd audit -h)
 
 They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
@@ -60,7 +61,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit":
 	default:
 		return false, 0
 	}
@@ -73,6 +74,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return true, runAuth(args[1:], getenv, stdout, stderr)
+	case "audit":
+		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }
