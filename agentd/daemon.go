@@ -136,7 +136,11 @@ func New(cfg Config) (*Daemon, error) {
 	d.mux.Handle("GET /metrics", d.metricsHandler)
 	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
 	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
-	d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	if !cfg.Auth {
+		// Under auth /debug/ on the HTTP port is the tenants' (their
+		// admins'); the node's quarantine is on the metrics listener.
+		d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
 	return d, nil
 }
 

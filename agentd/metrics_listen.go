@@ -61,6 +61,9 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", d.metricsHandler)
+	if d.cfg.Auth {
+		mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: d.cfg.HTTPReadHeaderTimeout,

@@ -47,7 +47,8 @@ var denialKinds = []struct{ marker, kind string }{
 }
 
 var (
-	denialWho  = regexp.MustCompile(`"(A[A-Z2-7]{55})/(?:jwt|nkey):(U[A-Z2-7]{55})"`)
+	// The server names a client `"<account>[/<account name>]/jwt:<user>"`.
+	denialWho  = regexp.MustCompile(`"(A[A-Z2-7]{55})(?:/[^/"]*)?/(?:jwt|nkey):(U[A-Z2-7]{55})"`)
 	denialFrom = regexp.MustCompile(`^(\S+:\d+) - [a-z]+:\d+`)
 )
 
