@@ -170,13 +170,21 @@ func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jw
 	return &User{PublicKey: pub(ukp), JWT: tok, Seed: seed}, nil
 }
 
+// ClientAPIPrefix is where a tenant's client sends JetStream API requests
+// (jetstream.NewWithAPIPrefix, eventlog.Config.APIPrefix): agentd forwards
+// them to $JS.API in the tenant's account, counting them against the
+// tenant's rate. The client may not reach $JS.API itself, so a flood of
+// API calls cannot fill the server's shared API queue.
+const ClientAPIPrefix = "forever.jsapi"
+
 // ClientPermissions are a tenant client's of role r: send the commands r
 // may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
 // admin), subscribe to chunks and inboxes, and run ordered (or pull)
-// consumers on the chunks stream. Everything else is denied by the server.
+// consumers on the chunks stream through ClientAPIPrefix. Everything else
+// is denied by the server.
 func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
-	api := "$JS.API."
+	api := ClientAPIPrefix + "."
 	if vs := r.Verbs(); vs == nil {
 		p.Pub.Allow.Add("forever.cmd.>")
 	} else {

@@ -95,7 +95,8 @@ const MaxExpiry = 10 * 365 * 24 * time.Hour
 
 // ParseExpiry reads how long a credential lives: a Go duration ("720h",
 // "90m") or a number of days or weeks ("30d", "2w"); "0", "never" or empty
-// is no expiry (0). It must be at least a minute and at most MaxExpiry.
+// is no expiry (0). It must be at least a second (JWTs count in seconds)
+// and at most MaxExpiry.
 func ParseExpiry(s string) (time.Duration, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	switch t {
@@ -122,8 +123,8 @@ func ParseExpiry(s string) (time.Duration, error) {
 			return 0, bad
 		}
 	}
-	if d < time.Minute || d > MaxExpiry {
-		return 0, fmt.Errorf("%w: expiry %s is not between a minute and 10 years", ErrInvalidCredential, d)
+	if d < time.Second || d > MaxExpiry {
+		return 0, fmt.Errorf("%w: expiry %s is not between a second and 10 years", ErrInvalidCredential, d)
 	}
 	return d, nil
 }

@@ -25,7 +25,9 @@
 //   - A tenant's client may publish only the command verbs of its role
 //     (forever.cmd.*.<verb>; forever.cmd.> for a writer or admin),
 //     subscribe only to forever.chunk.> and _INBOX.>, and use only the
-//     JetStream API calls an ordered consumer of the chunks stream needs.
+//     JetStream API calls an ordered consumer of the chunks stream needs,
+//     under ClientAPIPrefix (agentd forwards them to $JS.API, counting
+//     them against the tenant's rate), never $JS.API itself.
 //     It cannot write events or chunks, manage streams, or read another
 //     tenant's subjects, because those live in another account.
 //   - A revoked client credential is in its account's revocation list: the
@@ -34,7 +36,7 @@
 //     its own (the user JWT's exp).
 //   - The parsers of what operators type (ParseRole, ParseExpiry,
 //     ParseLimit, ParseRate) never accept a negative limit, an unknown
-//     role or an expiry outside a minute to 10 years; they are fuzzed.
+//     role or an expiry outside a second to 10 years; they are fuzzed.
 //   - Seeds never leave the key directory (0600 files in a 0700 dir) except
 //     inside a creds file written for its user; no error or log names one.
 //   - An HTTP token is stored only as its SHA-256 hash.

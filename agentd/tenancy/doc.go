@@ -18,7 +18,15 @@
 // enforces what it can, from the tenant's account JWT: connections,
 // JetStream file and memory storage, streams and consumers (agentd's own
 // included); each client credential carries its subscriptions and
-// payload limits. agentd enforces the rest (package agentd/quota).
+// payload limits. agentd enforces the rest (package agentd/quota). A
+// tenant's client reaches JetStream only through agentd: its API requests
+// go to auth.ClientAPIPrefix, where the tenant's daemons (a queue group)
+// forward them to $JS.API in the tenant's account after taking one from
+// the tenant's rate (but a direct get and a pull consumer's next batch,
+// which the stream or consumer answers, not the server's shared API
+// queue). A flood of API calls is refused at the tenant's rate with a
+// JetStream API error 429 instead of filling the queue every account
+// shares.
 //
 // # Credentials
 //

@@ -453,6 +453,9 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { return startJSAPI(d, deps) }); err != nil {
+		return nil, err
+	}
 	if err := ts.setup(d); err != nil {
 		return nil, fmt.Errorf("wire tenant %s: %w", t.Name, err)
 	}

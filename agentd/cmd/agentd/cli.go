@@ -18,6 +18,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
@@ -296,9 +297,15 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
 }
 
-// openClient opens the log bound to agentd's streams, for reading.
+// openClient opens the log bound to agentd's streams, for reading. With
+// creds (a tenant's, of an agentd with --auth) it reaches JetStream
+// through agentd's API prefix: a tenant's client may not use $JS.API.
 func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
-	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	cfg := eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)}
+	if nc.Opts.UserJWT != nil {
+		cfg.APIPrefix = auth.ClientAPIPrefix
+	}
+	lg, err := eventlog.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
