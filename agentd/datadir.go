@@ -14,11 +14,11 @@ import (
 const DataDirPerm = 0o700
 
 // prepareDataDir creates dir when missing and checks that it is a writable
-// directory. The data dir and its jetstream and pebble subdirectories are
-// made (or, when they exist, narrowed to) DataDirPerm; a data dir agentd
-// may not chmod (a volume's root owned by another user) keeps its mode,
-// and the subdirectories still shut everyone else out. Errors wrap
-// ErrDataDir and name --data.
+// directory. The data dir is made (or, when it exists, narrowed to)
+// DataDirPerm, and so are its jetstream and pebble subdirectories when they
+// exist (nats-server and Pebble make them, under the binary's umask); a
+// directory agentd may not chmod (a volume's root owned by another user)
+// keeps its mode. Errors wrap ErrDataDir and name --data.
 func prepareDataDir(dir string) error {
 	fail := func(cause error, format string, args ...any) error {
 		return newFlagError(ErrDataDir, cause, "data", fmt.Sprintf(format, args...))
@@ -46,14 +46,8 @@ func prepareDataDir(dir string) error {
 	narrow(dir)
 	for _, sub := range []string{JetStreamSubdir, PebbleSubdir} {
 		p := filepath.Join(dir, sub)
-		fi, err := os.Stat(p)
-		switch {
-		case err == nil && !fi.IsDir():
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return fail(nil, "data dir %s holds a file %s where a directory belongs", dir, sub)
-		case errors.Is(err, fs.ErrNotExist):
-			if err := os.Mkdir(p, DataDirPerm); err != nil {
-				return fail(err, "data dir %s: %v", dir, unwrapPathError(err))
-			}
 		}
 		narrow(p)
 	}

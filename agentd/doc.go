@@ -23,9 +23,10 @@
 //
 //  1. the data dir: created when missing; an error (ErrDataDir, naming
 //     --data) when it is a file, cannot be created or is not writable.
-//     It and its jetstream and pebble dirs are made (or narrowed to) 0700,
-//     DataDirPerm: they hold conversations, keys and credentials (the
-//     agentd binary also sets the umask to 077, so every file is 0600);
+//     It (and its jetstream and pebble dirs when they exist) is made, or
+//     narrowed to, 0700, DataDirPerm: they hold conversations, keys and
+//     credentials (the agentd binary also sets the umask to 077, so every
+//     file and directory made under it is its user's only);
 //  2. the HTTP listener and the NATS listen port: ErrAddrInUse naming --http
 //     or --nats-listen when taken. HTTP serves from here on: /healthz and
 //     /metrics as usual, every other path 503 {"status":"starting"} with
