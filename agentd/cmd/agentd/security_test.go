@@ -411,6 +411,51 @@ func testSecurityTenants(t *testing.T, bin string) {
 		waitAnswered(t, e.httpAddr, beta.Token, "beta1", "beta after greedy")
 	})
 
+	t.Run("ConnsAndSubs", func(t *testing.T) {
+		// 1,000 connections and 100,000 subscriptions were accepted: the
+		// account's connections and each credential's subscriptions are
+		// bounded by default.
+		conny := e.mint(t, "conny")
+		opened := 0
+		var refusal error
+		for range 1000 {
+			nc, err := nats.Connect(e.natsURL, nats.UserCredentials(conny.Creds), nats.NoReconnect())
+			if err != nil {
+				refusal = err
+				break
+			}
+			defer nc.Close()
+			opened++
+		}
+		if refusal == nil || opened >= agentd.DefaultTenantConns {
+			t.Fatalf("1000 connections: %d opened, then %v", opened, refusal)
+		}
+		t.Logf("a tenant opened %d connections (agentd holds one), then: %v", opened, refusal)
+		subErrs := make(chan error, 1)
+		nc, err := nats.Connect(e.natsURL, nats.UserCredentials(beta.Creds), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case subErrs <- err:
+			default:
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		for i := range agentd.DefaultTenantSubs + 10 {
+			nc.SubscribeSync(fmt.Sprintf("forever.chunk.x%d.>", i))
+		}
+		nc.Flush()
+		select {
+		case err := <-subErrs:
+			if !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions") {
+				t.Errorf("past the subscriptions limit: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%d subscriptions on one connection were accepted", agentd.DefaultTenantSubs+10)
+		}
+	})
+
 	t.Run("JetStreamAPIRate", func(t *testing.T) {
 		// The API counts against the tenant's rate: 2,000 calls at a rate
 		// of 5/s (burst 5) pass a handful; $JS.API itself is refused.
