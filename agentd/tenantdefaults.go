@@ -139,16 +139,16 @@ func (r rateValue) Set(s string) error {
 // tenantDefaultFlags defines the --tenant-default-* flags.
 func tenantDefaultFlags(fs *flag.FlagSet, cfg *Config) {
 	d := &cfg.TenantDefaults
-	const tail = " of a tenant created without its own (0: the built-in default; unlimited: no limit)"
-	fs.Var(rateValue{&d.Rate}, "tenant-default-rate", "`requests` per second (NATS commands, HTTP requests)"+tail)
-	fs.Var(limitValue{n: &d.Burst}, "tenant-default-burst", "`requests` above the rate at once (0: the rate)"+tail)
-	fs.Var(limitValue{n: &d.Turns}, "tenant-default-max-turns", "chat `turns` running at once"+tail)
-	fs.Var(limitValue{n: &d.Agents}, "tenant-default-max-agents", "`agents` with state"+tail)
-	fs.Var(limitValue{p: &d.Bytes, size: true}, "tenant-default-max-bytes", "JetStream file storage (`size`; built-in: 1/8 of --js-max-store)"+tail)
-	fs.Var(limitValue{p: &d.Memory, size: true}, "tenant-default-max-memory", "JetStream memory storage (`size`; built-in: 1/8 of --js-max-memory)"+tail)
-	fs.Var(limitValue{p: &d.Conns}, "tenant-default-max-conns", "NATS `connections` of the tenant's account, agentd's own (one a node) included"+tail)
-	fs.Var(limitValue{p: &d.Subs}, "tenant-default-max-subs", "`subscriptions` of each client connection"+tail)
-	fs.Var(limitValue{p: &d.Payload, size: true}, "tenant-default-max-payload", "largest message a client publishes (`size`)"+tail)
-	fs.Var(limitValue{p: &d.Streams}, "tenant-default-max-streams", "JetStream `streams` of the account, agentd's own included"+tail)
-	fs.Var(limitValue{p: &d.Consumers}, "tenant-default-max-consumers", "JetStream `consumers` of the account, agentd's own (views, stream followers) included"+tail)
+	const head, tail = "default quota of a tenant created without its own: ", " (0: the built-in default; unlimited: no limit)"
+	fs.Var(rateValue{&d.Rate}, "tenant-default-rate", head+"`requests` per second (NATS commands, HTTP requests, JetStream API calls)"+tail)
+	fs.Var(limitValue{n: &d.Burst}, "tenant-default-burst", head+"`requests` above the rate at once (built-in: the rate)"+tail)
+	fs.Var(limitValue{n: &d.Turns}, "tenant-default-max-turns", head+"chat `turns` running at once"+tail)
+	fs.Var(limitValue{n: &d.Agents}, "tenant-default-max-agents", head+"`agents` with state"+tail)
+	fs.Var(limitValue{p: &d.Bytes, size: true}, "tenant-default-max-bytes", head+"JetStream file storage (`size`; built-in: 1/8 of --js-max-store)"+tail)
+	fs.Var(limitValue{p: &d.Memory, size: true}, "tenant-default-max-memory", head+"JetStream memory storage (`size`; built-in: 1/8 of --js-max-memory)"+tail)
+	fs.Var(limitValue{p: &d.Conns}, "tenant-default-max-conns", head+"NATS `connections` of its account, agentd's own (one a node) included"+tail)
+	fs.Var(limitValue{p: &d.Subs}, "tenant-default-max-subs", head+"`subscriptions` of each client connection"+tail)
+	fs.Var(limitValue{p: &d.Payload, size: true}, "tenant-default-max-payload", head+"largest message a client publishes (`size`)"+tail)
+	fs.Var(limitValue{p: &d.Streams}, "tenant-default-max-streams", head+"JetStream `streams` of its account, agentd's own included"+tail)
+	fs.Var(limitValue{p: &d.Consumers}, "tenant-default-max-consumers", head+"JetStream `consumers` of its account, agentd's own (views, stream followers) included"+tail)
 }
