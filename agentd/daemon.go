@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,14 @@ type Daemon struct {
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
 	certs atomic.Pointer[certs]
+	// httpm are the HTTP connection metrics (nil on a tenant's daemon);
+	// httpOpen counts the open connections once the listener is made.
+	httpm    *httpMetrics
+	httpOpen atomic.Pointer[atomic.Int64]
+	// metricsListen is the metrics listener's address, once it listens.
+	metricsListen atomic.Pointer[string]
+	// denials counts the embedded server's refusals and bounds their log.
+	denials *denialLog
 
 	mu struct {
 		sync.Mutex
@@ -99,6 +108,16 @@ func New(cfg Config) (*Daemon, error) {
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	if err := d.registerHTTPMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if cfg.Tenant == nil {
+		denials, err := newDenialLog(cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		d.denials = denials
+	}
 	if cfg.Quota != (auth.Quota{}) {
 		var err error
 		if d.quotas, err = quota.New(cfg.Quota, cfg.Registerer); err != nil {
@@ -117,7 +136,11 @@ func New(cfg Config) (*Daemon, error) {
 	d.mux.Handle("GET /metrics", d.metricsHandler)
 	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
 	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
-	d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	if !cfg.Auth {
+		// Under auth /debug/ on the HTTP port is the tenants' (their
+		// admins'); the node's quarantine is on the metrics listener.
+		d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
 	return d, nil
 }
 
@@ -287,6 +310,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.certs.Store(tc)
+	stopMetrics, err := d.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	// A tenant's daemon has no listener: the daemon serving the tenants
 	// routes its requests (Handler).
 	var ln net.Listener
@@ -302,15 +330,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	starting := d.startingHandler()
 	d.front.Store(&starting)
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	hs := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
-	}
+	hs := d.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }))
+	hs.BaseContext = func(net.Listener) context.Context { return reqCtx }
+	hs.ErrorLog = slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
 	web := &webServer{hs: hs, cancel: cancelRequests, served: make(chan error, 1)}
 	if ln != nil {
 		web.addr = ln.Addr().String()
+		var serverTLS *tls.Config
+		if tc != nil {
+			serverTLS = tc.serverConfig()
+		}
+		ln = d.limitConns(ln, serverTLS)
 		if tc != nil {
 			hs.TLSConfig = tc.serverConfig()
 			go func() { web.served <- hs.ServeTLS(ln, "", "") }()
@@ -332,7 +362,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	if cfg.NATSURL == "" {
-		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc); err != nil {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc, d.denials); err != nil {
 			return fail(err)
 		}
 	}
@@ -576,6 +606,7 @@ func (d *Daemon) logStarted(r *resources) {
 		"nats_embedded", r.srv != nil,
 		"sync", syncMode,
 		"http", d.HTTPAddr(),
+		"metrics", d.MetricsAddr(),
 		"log_level", levelString(cfg.LogLevel),
 	)
 	switch {
@@ -585,6 +616,7 @@ func (d *Daemon) logStarted(r *resources) {
 	case !cfg.Auth:
 		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
 	}
+	d.warnPlaintext()
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +
 			"(the Jepsen analysis of NATS 2.12.1, 2025, showed it); use --sync always for durability")

@@ -70,7 +70,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.Quota.Bytes = 1 << 20
-	client, err := k.TenantClientUser(tn, "FOREVER_CHUNKS")
+	client, err := k.TenantClientUser(tn, "FOREVER_CHUNKS", Credential{Name: "c1", Role: RoleWriter}, tn.Quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 	tn.Clients = append(tn.Clients, client.PublicKey)
 	tn.RevokeAll(time.Now())
 
-	tok, err := k.TenantAccountJWT(tn)
+	tok, err := k.TenantAccountJWT(tn, tn.Quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 	if ac.Issuer != pub(k.Operator) || ac.Subject != tn.Account || !ac.SigningKeys.Contains(pub(k.Signer)) {
 		t.Fatalf("account claims: issuer %s subject %s", ac.Issuer, ac.Subject)
 	}
-	if ac.Limits.JetStreamLimits.DiskStorage != 1<<20 {
+	if ac.Limits.JetStreamLimits.DiskStorage != tn.Quota.StoreLimit() {
 		t.Fatalf("disk limit %d", ac.Limits.JetStreamLimits.DiskStorage)
 	}
 	for _, u := range []*User{client, runtime} {

@@ -97,6 +97,11 @@ type Config struct {
 	// that follows chat streams with a tenant's credential, which may not
 	// read the events stream. Reading events then fails.
 	ChunksOnly bool
+	// APIPrefix, when set, is the JetStream API prefix the Log uses instead
+	// of $JS.API (jetstream.NewWithAPIPrefix): a tenant's client of agentd
+	// with auth reaches the API through agentd, which counts its calls
+	// against the tenant's rate (auth.ClientAPIPrefix).
+	APIPrefix string
 	// Owner, when set, fences every append to an agent's subjects: the
 	// append is refused with ErrNotOwner unless Owner grants a token for
 	// the agent; it carries the token in the Forever-Node and Forever-Epoch
@@ -227,7 +232,13 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	var js jetstream.JetStream
+	var err error
+	if cfg.APIPrefix != "" {
+		js, err = jetstream.NewWithAPIPrefix(cfg.Conn, cfg.APIPrefix, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	} else {
+		js, err = jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}

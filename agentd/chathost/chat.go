@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
@@ -41,7 +43,14 @@ type Type struct {
 	registerer prometheus.Registerer
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
+	node       *chat.TurnLimiter // ShareTurns's, else nil
 }
+
+// ShareTurns makes the type's turns also hold slots of node, a limiter
+// shared by every chat type of the process: the tenants' daemons of one
+// agentd share its --max-turns (503 past it), each within its own turns
+// quota (429 past it). Call it before the daemon starts.
+func (ct *Type) ShareTurns(node *chat.TurnLimiter) { ct.node = node }
 
 // NewType returns the chat type over provider. tweak, when not nil, may
 // change each agent's chat.Config (system prompt, recovery hook...).
@@ -61,12 +70,23 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
 		maxTurns := d.Config().MaxTurns
-		if q := deps.Quotas.Quota().Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
+		q := deps.Quotas.Quota().Turns
+		switch {
+		case ct.node != nil:
+			// The node's bound holds across its tenants; the tenant's
+			// quota is its own, refused with 429.
+			var refusal error
+			if q > 0 {
+				refusal = &quota.Error{Quota: "turns", Limit: float64(q)}
+			}
+			ct.turns = ct.node.Sub(q, refusal)
+		case q > 0 && (maxTurns < 0 || q < maxTurns):
 			// The tenant's quota binds before the node's limit: past it,
 			// 429 rather than 503.
-			maxTurns, ct.turnQuota = q, q
+			ct.turns, ct.turnQuota = chat.NewTurnLimiter(q), q
+		default:
+			ct.turns = chat.NewTurnLimiter(maxTurns)
 		}
-		ct.turns = chat.NewTurnLimiter(maxTurns)
 		if deps.Registerer != nil {
 			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "forever_chat_turns_running",
@@ -177,6 +197,11 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if id, ok := auth.IdentityFrom(ctx); ok && !id.Role.AtLeast(auth.RoleWriter) {
+			if err := approvalsOnly(&req, id); err != nil {
+				return nil, err
+			}
+		}
 		var turn chat.Turn
 		if req.Answering != nil {
 			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
@@ -267,6 +292,26 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
 }
 
+// approvalsOnly lets a credential below writer (an approver: host lets
+// no other role send chat) answer approvals and nothing else: req must
+// answer an assistant message, and its client tool results are dropped,
+// so only its approval responses count (a tool result is a writer's).
+func approvalsOnly(req *Request, id auth.Identity) error {
+	if req.Answering == nil {
+		return fmt.Errorf("%w: credential %s (role %s) may answer approvals but not start a turn", host.ErrForbidden, id.Cred, id.Role)
+	}
+	m := *req.Answering
+	m.Parts = slices.Clone(m.Parts)
+	for i, p := range m.Parts {
+		if p.State == chat.ToolOutput || p.State == chat.ToolOutputError {
+			p.State, p.Output, p.ErrorText = chat.ToolInputAvailable, nil, ""
+			m.Parts[i] = p
+		}
+	}
+	req.Answering = &m
+	return nil
+}
+
 func chatReply(turn chat.Turn) Reply {
 	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: replay.Cursor(turn.Cursor)}
 }
@@ -308,7 +353,8 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", host.ErrBadRequest)
 	}
 	if err := apierror.Decode(data, &req); err != nil {
-		return req, err
+		// A client sees apierror's sentence (host.ClientError finds it).
+		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
 	}
 	req.Body = data
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
@@ -329,7 +375,10 @@ func decodeOptional(data json.RawMessage, v any) error {
 	if len(data) == 0 || strings.TrimSpace(string(data)) == "null" {
 		return nil
 	}
-	return apierror.Decode(data, v)
+	if err := apierror.Decode(data, v); err != nil {
+		return fmt.Errorf("%w: %w", host.ErrBadRequest, err)
+	}
+	return nil
 }
 
 // chatError maps chat's errors to the command codes.

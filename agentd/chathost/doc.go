@@ -26,4 +26,9 @@
 //     what the owner wrote, whichever node it was.
 //   - Over a tenant's turns quota a chat is refused with 429 (a quota.Error)
 //     before anything is written; over the node's --max-turns, with 503.
+//     The node's bound holds across the tenants of one agentd: their chat
+//     types share one limiter (Type.ShareTurns).
+//   - A request whose identity's role is below writer (an approver) may
+//     only answer approvals: a chat that starts a turn is 403, and its
+//     client tool results are dropped.
 package chathost

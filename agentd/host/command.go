@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
 )
@@ -47,16 +48,19 @@ type FiberInfo struct {
 //
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
-	_, err := h.TypeOf(cmd.Agent)
-	if err != nil {
+func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
+	defer func() { h.audit(ctx, cmd, err) }()
+	if _, err := h.TypeOf(cmd.Agent); err != nil {
 		return nil, err
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
 	}
+	if err := checkRole(ctx, cmd.Verb); err != nil {
+		return nil, err
+	}
 	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb); err != nil {
+		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
 			return nil, err
 		}
 		out, err := h.route(ctx, cmd)
@@ -165,4 +169,38 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 		}
 	}
 	return st, nil
+}
+
+// checkRole refuses a command whose request carries an identity (an HTTP
+// request through the tenants' front door) whose role may not send verb.
+// An approver's chat is let through: the chat type lets it answer
+// approvals only. A command without an identity came over NATS, where the
+// server enforced the credential's permissions.
+func checkRole(ctx context.Context, verb string) error {
+	id, ok := auth.IdentityFrom(ctx)
+	if !ok || id.Role.Allows(verb) || (verb == "chat" && id.Role == auth.RoleApprover) {
+		return nil
+	}
+	return fmt.Errorf("%w: credential %s (role %s) may not send %s", ErrForbidden, id.Cred, id.Role, verb)
+}
+
+// audit hands a command that may change an agent, and its outcome, to
+// Config.AuditCommand: every verb but the reads (status, fibers,
+// schedules, messages, and state without a value).
+func (h *Host) audit(ctx context.Context, cmd Command, err error) {
+	if h.deps == nil || h.deps.Config.AuditCommand == nil {
+		return
+	}
+	switch cmd.Verb {
+	case "status", "fibers", "schedules", "messages":
+		return
+	case "state":
+		var req struct {
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(cmd.Data, &req) != nil || len(req.Value) == 0 || string(req.Value) == "null" {
+			return
+		}
+	}
+	h.deps.Config.AuditCommand(ctx, cmd.Agent, cmd.Verb, err)
 }

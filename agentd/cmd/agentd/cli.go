@@ -18,6 +18,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
@@ -42,8 +43,10 @@ const cliUsage = `Usage:
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
-  agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
+  agentd tenant create|revoke|disable|enable|token revoke <name> ...
+                                                 manage tenants of an agentd with --auth (agentd tenant -h)
   agentd auth server-config|admin-creds ...     print the nats-server config for --auth --nats-url, or an admin credential (agentd auth -h)
+  agentd audit tail [--follow]                   print the audit log of an agentd with --auth (agentd audit -h)
   agentd backup --out dir                        snapshot every stream and bucket (agentd backup -h)
   agentd restore --from dir                      restore a backup into a new node or cluster (agentd restore -h)
 
@@ -61,7 +64,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "backup", "restore":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore":
 	default:
 		return false, 0
 	}
@@ -74,6 +77,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return true, runAuth(args[1:], getenv, stdout, stderr)
+	case "audit":
+		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
 	case "backup", "restore":
 		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
 	}
@@ -296,9 +301,15 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
 }
 
-// openClient opens the log bound to agentd's streams, for reading.
+// openClient opens the log bound to agentd's streams, for reading. With
+// creds (a tenant's, of an agentd with --auth) it reaches JetStream
+// through agentd's API prefix: a tenant's client may not use $JS.API.
 func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
-	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	cfg := eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)}
+	if nc.Opts.UserJWT != nil {
+		cfg.APIPrefix = auth.ClientAPIPrefix
+	}
+	lg, err := eventlog.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,7 @@ const clusterTTL = chartargs.DefaultLeaseTTL
 type clusterNode struct {
 	name                     string
 	data, http, nats, routes string
+	metrics                  string // --metrics-listen
 	args, env                []string
 	proc                     *agentdProc
 	outs                     []*agentdtest.SyncBuffer // every run's output, kept for a failure
@@ -50,6 +51,7 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 			name: fmt.Sprintf("forever-%d", i),
 			data: filepath.Join(t.TempDir(), "data"),
 			http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+			metrics: agentdtest.FreeAddr(t),
 		}
 		routes = append(routes, "nats://"+nodes[i].routes)
 	}
@@ -81,6 +83,10 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 		// The local model slowed down, so a turn is still streaming when
 		// its owner is killed.
 		nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+		if pod.AuthSecretFile != "" {
+			// Under --auth /metrics is on a listener of its own.
+			nd.env = append(nd.env, "FOREVER_METRICS_LISTEN="+nd.metrics)
+		}
 	}
 	return nodes
 }
