@@ -290,8 +290,9 @@ func scrapeAgentd(t *testing.T, enough func(*scrape) bool) *scrape {
 	bin := buildAgentd(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
+	// As the chart runs it: auth on, /metrics on a listener of its own.
 	a := startAgentd(t, bin, "--data", data, "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--auth", "--local-rate", "-1", "--log-format", "json")
+		"--metrics-listen", "127.0.0.1:0", "--auth", "--local-rate", "-1", "--log-format", "json")
 
 	// tenant create, as NOTES.txt has it (with a file, not --out -, here).
 	cmd := exec.Command(bin, "tenant", "create", "acme", "--nats-url", a.natsURL,
@@ -336,7 +337,7 @@ func scrapeAgentd(t *testing.T, enough func(*scrape) bool) *scrape {
 
 	var s *scrape
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(a.base + "/metrics")
+		resp, err := http.Get(a.metrics + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,6 +393,7 @@ func buildAgentd(t *testing.T) string {
 // runningAgentd is a running agentd and the addresses it logged.
 type runningAgentd struct {
 	base    string // http://host:port
+	metrics string // http://host:port of /metrics
 	natsURL string
 }
 
@@ -428,12 +430,13 @@ func startAgentd(t *testing.T, bin string, args ...string) runningAgentd {
 			var line struct {
 				Msg     string  `json:"msg"`
 				HTTP    string  `json:"http"`
+				Metrics string  `json:"metrics"`
 				NATSURL string  `json:"nats_url"`
 				Tenant  *string `json:"tenant"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "agentd started" && line.Tenant == nil {
 				select {
-				case started <- runningAgentd{base: "http://" + line.HTTP, natsURL: line.NATSURL}:
+				case started <- runningAgentd{base: "http://" + line.HTTP, metrics: "http://" + line.Metrics, natsURL: line.NATSURL}:
 				default:
 				}
 			}

@@ -72,7 +72,7 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 	})
 	for _, nd := range nodes {
 		pod := chartargs.Pod{
-			Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+			Name: nd.name, Data: nd.data, HTTP: nd.http, MetricsListen: nd.metrics, NATSListen: nd.nats,
 			Cluster: "forever", ClusterListen: nd.routes, Routes: routes,
 			Replicas: chartargs.Replicas(n), LeaseTTL: clusterTTL,
 		}
@@ -83,10 +83,6 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 		// The local model slowed down, so a turn is still streaming when
 		// its owner is killed.
 		nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
-		if pod.AuthSecretFile != "" {
-			// Under --auth /metrics is on a listener of its own.
-			nd.env = append(nd.env, "FOREVER_METRICS_LISTEN="+nd.metrics)
-		}
 	}
 	return nodes
 }
@@ -591,9 +587,10 @@ func extraNode(t *testing.T, nodes []*clusterNode, name string, partitions int) 
 		name: name,
 		data: filepath.Join(t.TempDir(), "data"),
 		http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+		metrics: agentdtest.FreeAddr(t),
 	}
 	pod := chartargs.Pod{
-		Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+		Name: nd.name, Data: nd.data, HTTP: nd.http, MetricsListen: nd.metrics, NATSListen: nd.nats,
 		Cluster: "forever", ClusterListen: nd.routes, Routes: append(routes, "nats://"+nd.routes),
 		Replicas: 3, Partitions: partitions, LeaseTTL: clusterTTL,
 	}
