@@ -12,10 +12,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBucket     = "FOREVER_LEASES"
+	DefaultBucket = "FOREVER_LEASES"
 	// PartitionsKey is the key of the bucket holding the cluster's
 	// partition count, stored when the cluster first starts.
-	PartitionsKey = keyPartitions
+	PartitionsKey     = keyPartitions
 	DefaultPartitions = 64
 	DefaultTTL        = 10 * time.Second
 )
