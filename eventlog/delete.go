@@ -81,7 +81,7 @@ func (l *Log) Delete(ctx context.Context, agent string) (Deleted, error) {
 	if !ValidToken(agent) {
 		return Deleted{}, invalidf("delete: agent id %q is not a valid subject token", agent)
 	}
-	if _, err := l.compactable(); err != nil {
+	if err := l.deletable(); err != nil {
 		return Deleted{}, fmt.Errorf("delete %q: %w", agent, err)
 	}
 	lastEvent, hasEvents, err := l.Last(ctx, Filter{Agent: agent})
@@ -196,6 +196,19 @@ func (l *Log) deleteLeft(ctx context.Context, st jetstream.Stream, stream, subje
 			return fmt.Errorf("eventlog: delete %s message %d before the tombstone at %d: %w", subject, first, seq, err)
 		}
 	}
+}
+
+// deletable checks that every projection of the events stream can drop an
+// agent's rows: each has AgentRows.
+func (l *Log) deletable() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.mu.projections {
+		if r.events && r.p.AgentRows == nil {
+			return invalidf("projection %q has no AgentRows; its rows of the agent could not be removed", r.p.Name)
+		}
+	}
+	return nil
 }
 
 func isCorrupt(err error) bool {
