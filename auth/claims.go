@@ -141,14 +141,22 @@ func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jw
 	return &User{PublicKey: pub(ukp), JWT: tok, Seed: seed}, nil
 }
 
-// ClientPermissions are a tenant client's: send commands, subscribe to
-// chunks and inboxes, and run ordered (or pull) consumers on the chunks
-// stream. Everything else is denied by the server.
+// ClientPermissions are a tenant client's: send commands (but
+// AdminVerbs, see ClientMay) and list agents (forever.list), subscribe to
+// chunks, agents' broadcasts (forever.bcast.>) and inboxes, and run
+// ordered (or pull) consumers on the chunks stream. Everything else is
+// denied by the server.
 func ClientPermissions(chunksStream string) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := "$JS.API."
+	for _, v := range AdminVerbs {
+		if !ClientMay(v) {
+			p.Pub.Deny.Add("forever.cmd.*." + v)
+		}
+	}
 	p.Pub.Allow.Add(
 		"forever.cmd.>",
+		"forever.list",
 		api+"INFO",
 		api+"STREAM.INFO."+chunksStream,
 		api+"CONSUMER.CREATE."+chunksStream+".>",
@@ -161,6 +169,6 @@ func ClientPermissions(chunksStream string) *jwt.Permissions {
 		"$JS.FC."+chunksStream+".>",
 		"$JS.ACK."+chunksStream+".>",
 	)
-	p.Sub.Allow.Add("forever.chunk.>", "_INBOX.>")
+	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", "_INBOX.>")
 	return p
 }

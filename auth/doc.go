@@ -16,8 +16,10 @@
 //     limited to sending commands and reading chunks.
 //
 // Invariants (each tested in this package or in agentd):
-//   - A tenant's client may publish only on forever.cmd.>, subscribe only
-//     to forever.chunk.> and _INBOX.>, and use only the JetStream API calls
+//   - A tenant's client may publish only on forever.cmd.> (but the admin
+//     verbs, forever.cmd.*.delete: ClientMay) and forever.list, subscribe
+//     only to forever.chunk.>, forever.bcast.> and _INBOX.>, and use only
+//     the JetStream API calls
 //     an ordered consumer of the chunks stream needs. It cannot write
 //     events or chunks, manage streams, or read another tenant's subjects,
 //     because those live in another account.

@@ -21,12 +21,6 @@ type DeleteReply struct {
 	Again bool `json:"again,omitempty"`
 }
 
-// AdminVerbs are the verbs only an admin may send. A tenant's client
-// credential cannot publish them (auth.ClientPermissions denies
-// <prefix>.cmd.*.<verb>); without --auth NATS checks nothing, as for
-// every verb.
-var AdminVerbs = []string{"delete"}
-
 // deleteTries bounds the tries of a delete whose tombstone conflicts with
 // a last append of the agent (a compaction's snapshot landing meanwhile).
 const deleteTries = 5

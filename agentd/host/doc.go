@@ -37,9 +37,9 @@
 // retention off it (Serves), and calls eventlog.Log.Delete: its events
 // and chunks are purged, tombstones stay, every view drops its rows, and
 // the id starts a new agent from nothing. Delete is an admin verb
-// (AdminVerbs): a tenant's client credential cannot publish it
-// (auth.ClientPermissions), so under --auth it is reached through the
-// admin service (package tenancy, forever.admin.agent.delete).
+// (auth.AdminVerbs, auth.ClientMay): a tenant's client credential cannot
+// publish it (auth.ClientPermissions), so under --auth it is reached
+// through the admin service (package tenancy, forever.admin.agent.delete).
 //
 // # Broadcast and live state
 //
