@@ -91,7 +91,7 @@ func agentsList(ctx context.Context, env *Env) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	size := fmt.Sprintf("%dk agents", n/1000)
+	size := countLabel(n) + " agents"
 	rows := []Row{}
 	for _, p := range []float64{50, 99} {
 		rows = append(rows, Row{
@@ -131,6 +131,14 @@ func fillAgents(ctx context.Context, lg *eventlog.Log, n int) error {
 		}
 	}
 	return nil
+}
+
+// countLabel is n as a figure shows it: 40k, or 400.
+func countLabel(n int) string {
+	if n >= 1000 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
 }
 
 func timeIt(lat *[]time.Duration, f func() error) error {
@@ -240,7 +248,7 @@ func agentsRebuild(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	return []Row{{
-		Figure: fmt.Sprintf("events/s rebuild of runs+chat views with the agents view, %dk events", n/1000), Value: with.rate(),
+		Figure: fmt.Sprintf("events/s rebuild of runs+chat views with the agents view, %s events", countLabel(n)), Value: with.rate(),
 		Baseline: "without the agents view", BaselineValue: without.rate(),
 	}}, nil
 }
