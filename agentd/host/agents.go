@@ -142,7 +142,8 @@ func payloadMeta(data json.RawMessage) (*agents.MetaPatch, error) {
 
 // firstMeta appends the meta of a command's payload as an Initial patch,
 // once per activation, when the agent has no user context yet: it is the
-// agent's first command that sets it.
+// agent's first command that sets it. It runs after the command
+// succeeded, so a command refused writes nothing.
 func (h *Host) firstMeta(ctx context.Context, inst *instance, p *agents.MetaPatch) error {
 	if p == nil || inst.metaSet.Load() {
 		return nil

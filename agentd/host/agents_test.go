@@ -205,6 +205,14 @@ func TestListAndMeta(t *testing.T) {
 	slices.Sort(wantU1)
 	slices.Sort(wantT0)
 
+	// A command refused writes no meta.
+	if body, code := request(t, nc, "steps:refused", "start", []byte(`{"steps":-1,"meta":{"user":"u9"}}`)); code != "400" {
+		t.Fatalf("bad start: %s %s", code, body)
+	}
+	if body, code := request(t, nc, "steps:refused", "meta", nil); code != "404" {
+		t.Fatalf("the refused command's meta was stored: %s %s", code, body)
+	}
+
 	// The meta of a later command does not change it.
 	must(t, nc, "steps:s00", "start", `{"steps":1,"delayMs":0,"meta":{"user":"mallory"}}`, nil)
 	var e agents.Entry

@@ -126,10 +126,16 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
 		}
-		if err := h.firstMeta(ctx, inst, meta); err != nil {
-			return nil, err
+		out, err := ch.HandleCommand(ctx, cmd)
+		if err == nil && meta != nil {
+			// After the command, so a refused one writes nothing. The
+			// reply stands if this write fails: the agent's next command
+			// that carries the meta sets it.
+			if merr := h.firstMeta(ctx, inst, meta); merr != nil {
+				inst.env.Logger.Warn("store the meta of a command", "verb", cmd.Verb, "err", merr)
+			}
 		}
-		return ch.HandleCommand(ctx, cmd)
+		return out, err
 	})
 }
 

@@ -27,7 +27,7 @@
 // and last activity, user, tags and metadata. The user context is set by
 // the "meta" of an agent's first command (any verb's payload may carry
 // {"meta": {"user", "tags", "metadata"}}; it is appended as an Initial
-// agents.EventMeta before the command runs, and ignored once the agent
+// agents.EventMeta once the command succeeded, and ignored once the agent
 // has one), or by the meta verb. Listing reads the view only:
 // Host.List, the NATS endpoint <prefix>.list (ListSubject) and GET
 // /v1/agents (AttachHTTP) answer agents.Page {"agents": [...], "next"}.
