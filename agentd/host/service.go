@@ -42,7 +42,7 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
 		}
 	}
-	if err := svc.AddEndpoint("list", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
+	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
 	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
