@@ -2,7 +2,6 @@ package agentd
 
 import (
 	"fmt"
-	"github.com/forever-agents/forever/auth"
 	"log/slog"
 	"net"
 	"os"
@@ -10,6 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/keepalive"
+	"github.com/forever-agents/forever/replay"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,6 +111,11 @@ type Config struct {
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
+	// ScheduleTimeout is how long a schedule callback may run before it is
+	// treated as hung: its context is cancelled and the attempt retried
+	// with backoff. Default keepalive.DefaultCallbackTimeout (30s), as
+	// the Cloudflare design resets a hung callback.
+	ScheduleTimeout time.Duration
 	// CompactEvents and CompactBytes stored since an agent's last snapshot
 	// make the agent's owner compact it (package compaction); an agent
 	// that goes idle is compacted past CompactIdleEvents. Defaults
@@ -183,6 +191,15 @@ type Config struct {
 	// origin gets 403.
 	CORSOrigins []string
 
+	// AllowedHosts are the Host headers the HTTP server answers besides
+	// loopback ones (--allowed-host, replay.ParseHostPattern's patterns:
+	// "app.example.com", "*.example.com", "10.0.0.5:8080"). Without Auth
+	// every other Host gets 403 before any handler runs, so a web page on
+	// another site cannot reach a local agentd through DNS rebinding; with
+	// Auth the check applies only when the list is set. /healthz and
+	// /readyz answer any Host: probes address a pod by its IP.
+	AllowedHosts []string
+
 	// TLSCert and TLSKey (--tls-cert, --tls-key) turn TLS on for HTTP, the
 	// embedded server's client port and its routes; they are read again on
 	// SIGHUP (Daemon.ReloadTLS). TLSCA (--tls-ca) verifies the routes' peers
@@ -254,6 +271,9 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.ScheduleTimeout == 0 {
+		c.ScheduleTimeout = keepalive.DefaultCallbackTimeout
+	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = DefaultMaxTurns
 	}
@@ -317,6 +337,7 @@ func (c *Config) Validate() error {
 		{"js-max-store", c.JetStreamMaxStore},
 		{"chunk-max-age", int64(c.ChunkMaxAge)},
 		{"idle-timeout", int64(c.IdleTimeout)},
+		{"schedule-timeout", int64(c.ScheduleTimeout)},
 		{"compact-bytes", c.CompactBytes},
 		{"compact-idle-events", c.CompactIdleEvents},
 		{"compact-every", int64(c.CompactEvery)},
@@ -338,6 +359,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.MCPServers(); err != nil {
 		return err
+	}
+	if _, err := replay.ParseHostPatterns(c.AllowedHosts); err != nil {
+		return configErrorf("allowed-host", "%v", err)
 	}
 	if (c.Registerer == nil) != (c.Gatherer == nil) {
 		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)

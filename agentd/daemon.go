@@ -417,7 +417,7 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 	defer stopComponents()
 	hs, cancelRequests := web.hs, web.cancel
 	defer cancelRequests()
-	var full http.Handler = d.mux
+	full := d.frontDoor()
 	d.front.Store(&full)
 
 	d.mu.Lock()

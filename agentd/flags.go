@@ -108,6 +108,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", cfg.ScheduleTimeout,
+		"how long a schedule callback may run before it is treated as hung: its context is cancelled and the attempt retried with backoff (0: 30s)")
 	fs.Int64Var(&cfg.CompactEvents, "compact-events", cfg.CompactEvents,
 		"events stored since an agent's last snapshot that make its owner compact it (0: 10000, negative: never compact)")
 	fs.Int64Var(&cfg.CompactBytes, "compact-bytes", cfg.CompactBytes,
@@ -139,6 +141,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.Var(&repeatedFlag{list: &cfg.CORSOrigins}, "cors-origin",
 		"browser `origin` besides agentd's own allowed to call the HTTP gateway and open its WebSocket: https://app.example.com, *.example.com, localhost:* or * for any; "+
 			"others get 403; repeatable (in the variable: one per line)")
+	fs.Var(&repeatedFlag{list: &cfg.AllowedHosts}, "allowed-host",
+		"`host` the HTTP server answers besides loopback names and addresses: app.example.com, *.example.com, 10.0.0.5, each with an optional :port (:* any); "+
+			"without --auth every other Host gets 403 (DNS rebinding); with --auth the check applies only when given; repeatable (in the variable: one per line)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert,
 		"PEM certificate `file`: TLS for HTTP, the embedded NATS server's clients and its routes; re-read on SIGHUP")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM private key `file` of --tls-cert; re-read on SIGHUP")

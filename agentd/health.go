@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -176,4 +177,26 @@ func (d *Daemon) startingHandler() http.Handler {
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "starting"})
 	})
 	return mux
+}
+
+// frontDoor is what the HTTP server serves once started: /healthz and
+// /readyz for any Host (probes address a pod by its IP), and everything
+// else behind the Host check (without auth, or with --allowed-host) and,
+// with auth and --cors-origin, behind CORS, which answers a browser's
+// preflight before the bearer token is asked for.
+func (d *Daemon) frontDoor() http.Handler {
+	var h http.Handler = d.mux
+	cfg := &d.cfg
+	if cfg.Auth && len(cfg.CORSOrigins) > 0 {
+		h = replay.CORS(cfg.CORSOrigins, h)
+	}
+	if !cfg.Auth || len(cfg.AllowedHosts) > 0 {
+		hosts, _ := replay.ParseHostPatterns(cfg.AllowedHosts) // Validate parsed them
+		h = replay.HostCheck(hosts, h)
+	}
+	front := http.NewServeMux()
+	front.HandleFunc("GET /healthz", d.handleHealthz)
+	front.HandleFunc("GET /readyz", d.handleReadyz)
+	front.Handle("/", h)
+	return front
 }

@@ -302,17 +302,30 @@ type toolRig struct {
 }
 
 func openToolRig(ctx context.Context, env *Env) (g *toolRig, err error) {
+	return openToolRigWith(ctx, env, nil)
+}
+
+// openToolRigWith is openToolRig on a Log whose config tweak changed (an
+// Owner, to fence it as agentd does); nil: the Env's config.
+func openToolRigWith(ctx context.Context, env *Env, tweak func(*eventlog.Config)) (g *toolRig, err error) {
 	g = &toolRig{env: env}
 	defer func() {
 		if err != nil {
 			g.close()
 		}
 	}()
-	lg, release, err := env.OpenLog(ctx)
+	cfg, err := env.LogConfig()
 	if err != nil {
 		return nil, err
 	}
-	g.lg, g.release = lg, append(g.release, release)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	lg, err := eventlog.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.lg, g.release = lg, append(g.release, func() { lg.Close(); env.DropLog(cfg) })
 	if g.runs, err = openRuns(ctx, lg); err != nil {
 		return nil, err
 	}

@@ -61,9 +61,7 @@ func (l *load) anomaly(format string, args ...any) {
 	l.mu.Unlock()
 }
 
-// request sends one command; busy reports a 409 (a turn is active). It is
-// never retried: a lost reply may have started a turn, which must not be
-// sent twice.
+// request sends one command; busy reports a 409 (a turn is active).
 func (l *load) request(ctx context.Context, agent, verb string, body, out any) (busy bool, err error) {
 	data, _ := json.Marshal(body)
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -78,24 +76,45 @@ func (l *load) request(ctx context.Context, agent, verb string, body, out any) (
 	return false, json.Unmarshal(msg.Data, out)
 }
 
+// chatAttempts bounds the sends of one chat command whose reply was lost
+// or refused as busy.
+const chatAttempts = 30
+
 // chat sends turns to agent one after the other until ctx ends, following
-// each to its end.
+// each to its end. Each command carries its own message id and is sent
+// again with it when its reply is lost (agentd killed, a timeout) or it is
+// refused as busy: a command runs once however often it is sent, and
+// verify finds a message answered by two turns (or none).
 func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
 	for n := 0; ctx.Err() == nil; n++ {
 		text := fmt.Sprintf("Tell me about chaos number %d.", n)
 		if n%2 == 1 {
 			text = "/tool clock {}"
 		}
+		cmd := map[string]any{"message": map[string]any{
+			"id": fmt.Sprintf("%s-m%d-%d", agent, n, rng.Uint32()), "role": "user",
+			"parts": []map[string]string{{"type": "text", "text": text}},
+		}}
 		var reply chathost.Reply
-		busy, err := l.request(ctx, agent, "chat", map[string]string{"text": text}, &reply)
-		switch {
-		case busy:
-			l.count("chat busy")
-			sleep(ctx, 200*time.Millisecond)
-			continue
-		case err != nil:
-			l.count("chat lost")
-			sleep(ctx, 100*time.Millisecond)
+		acked := false
+		for attempt := 0; attempt < chatAttempts && ctx.Err() == nil; attempt++ {
+			if attempt > 0 {
+				l.count("chat resent")
+			}
+			busy, err := l.request(ctx, agent, "chat", cmd, &reply)
+			if err == nil {
+				acked = true
+				break
+			}
+			if busy {
+				l.count("chat busy")
+				sleep(ctx, 200*time.Millisecond)
+			} else {
+				l.count("chat lost")
+				sleep(ctx, 100*time.Millisecond)
+			}
+		}
+		if !acked {
 			continue
 		}
 		l.ack(agent, reply.RequestID)
@@ -103,7 +122,10 @@ func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
 		items, ended := l.follow(ctx, agent, reply.StreamID, replay.Cursor(reply.Cursor))
 		if !ended {
 			if ctx.Err() == nil {
+				// An acknowledged turn's stream must end (finish, error
+				// or abort): its clients would wait forever.
 				l.count("follows unfinished")
+				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s", agent, reply.StreamID, reply.RequestID, followDeadline)
 			}
 			continue
 		}

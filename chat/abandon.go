@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 )
 
@@ -34,9 +35,11 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 //
 // A failure of the log itself (fiber.LogFailed: an append JetStream could
 // not take or confirm) does not end the turn either: the fiber is left for
-// recovery, which continues the turn once the stream answers again.
+// recovery, which continues the turn once the stream answers again. Nor
+// does the loss of the agent (eventlog.OwnerLost): a node that is not the
+// owner writes nothing, and the new owner's recovery ends the turn.
 func (a *Agent) endOnFailure(ctx context.Context, requestID string, err error) error {
-	if err == nil || ctx.Err() != nil || fiber.LogFailed(err) {
+	if err == nil || ctx.Err() != nil || fiber.LogFailed(err) || eventlog.OwnerLost(err) {
 		return err
 	}
 	msg := fmt.Sprintf("chat: turn %s failed: %v", requestID, err)

@@ -1,7 +1,10 @@
 package chat
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -233,6 +236,13 @@ type Agent struct {
 // activeTurn is the in-process handle of the running turn.
 type activeTurn struct {
 	requestID string
+	// pending (guarded by Agent.mu) is set while the command that holds
+	// the slot has not stored its turn: it may yet be refused (a turn
+	// recovering), and a recovery waits for it instead of failing.
+	// resolved is closed once it stored its turn or gave the slot back.
+	pending     bool
+	resolved    chan struct{}
+	resolveOnce sync.Once
 	// ending is set once the turn's terminal chunk is durable: clients
 	// have seen it end, and only its records remain to be appended. A new
 	// turn waits for done (closed by release) instead of refusing.
@@ -268,8 +278,16 @@ type SendRequest struct {
 	// Text is the message text; or set Message.
 	Text string
 	// Message is the user message (role user or empty, text parts). An
-	// empty ID gets a generated one.
+	// empty ID is RequestID, or a generated one without it.
 	Message *Message
+	// RequestID is the command's identity when the client's message has
+	// no id: minted by the first node that received the command, and
+	// passed along wherever the command goes (forwarded, retried,
+	// re-routed across an ownership change). It becomes the turn's request
+	// id, and the message's id when the message has none. At most 128
+	// bytes of letters, digits and "-_.:"; empty: Send mints one (and the
+	// command has no identity beyond this call).
+	RequestID string
 	// Body is the last request body (for example the AI SDK useChat body),
 	// kept with the turn and handed to OnChatRecovery.
 	Body json.RawMessage
@@ -283,36 +301,139 @@ type Turn struct {
 	StreamID  string `json:"streamId"`
 	// MessageID is the id of the assistant message the turn writes.
 	MessageID string `json:"messageId"`
-	// Cursor is a chunk sequence to replay the stream after: 0, the stream
-	// is new.
+	// Cursor is a sequence of the chunks stream to follow the turn's
+	// stream after: for a new turn, the agent's last chunk before the
+	// turn's first (so following all of the agent's chunks from it, as
+	// agentd tail --from does, starts at the turn), and 0 when that could
+	// not be read or the Send answered a copy of a command; 0 follows the
+	// stream's own subject from its first chunk.
 	Cursor eventlog.Seq `json:"cursor"`
 }
 
-// Send appends the user message and starts a turn answering it, as a
-// background fiber named TurnFiberPrefix+requestId. It returns once the
-// fiber, the user message and turn.started are durable: an acknowledged
-// Send is never lost, and a crash from then on is recovered.
+// Send stores the user message and starts a turn answering it, as a
+// background fiber named TurnFiberPrefix+requestId. The message is stored
+// in the turn's turn.started, so neither is ever stored without the other.
+// It returns once the fiber and turn.started are durable: an acknowledged
+// Send is never lost, and a crash from then on is recovered. A Send that
+// fails may have stored its turn (the log did not confirm it); it then
+// runs, or recovery runs it.
 //
-// One turn runs at a time per agent: Send while a turn streams (or waits
-// for recovery) returns ErrTurnActive; it does not queue. A stale "turn"
-// interrupt flag is cleared first, so it cannot abort the new turn.
+// A command runs once: its identity is the message's id, or RequestID
+// (see SendRequest). A Send whose message id, or request id, is already
+// stored with its turn starts nothing and returns that turn (the
+// original's requestId, streamId and messageId, cursor 0), also while the
+// turn runs. The store refuses a second copy: turn.started's event id is
+// derived from the agent and the message id, so JetStream drops a copy
+// appended within its duplicate window (2 minutes) whatever node sends it;
+// after the window the conversation itself (checked after catching up with
+// the log, under the agent's turn slot, by its one fenced owner) finds the
+// original. A message removed by Truncate no longer counts, unless
+// the command carries its RequestID, whose turn stays.
 //
-// Errors: ErrEmptyMessage, ErrInvalidMessage, ErrDuplicateMessage (bad input
-// or retried request), ErrTurnActive, or a log error.
+// One turn runs at a time per agent: Send while another turn streams (or
+// waits for recovery) returns ErrTurnActive; it does not queue. A stale
+// "turn" interrupt flag is cleared first, so it cannot abort the new turn.
+//
+// Errors: ErrEmptyMessage, ErrInvalidMessage (bad input),
+// ErrDuplicateMessage (the message id is another message's, or the request
+// id another message's turn), ErrTurnActive, ErrTooLarge, or a log error.
 func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
+	if req.RequestID != "" && !validRequestID(req.RequestID) {
+		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
+	}
 	msg, err := a.userMessage(req)
 	if err != nil {
 		return Turn{}, err
 	}
-	if _, err := a.store.Message(a.agent, msg.ID); err == nil {
-		return Turn{}, fmt.Errorf("%w: %q", ErrDuplicateMessage, msg.ID)
+	// A retried command whose turn the views already show.
+	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
+		return orig, err
 	}
 	t := turnStarted{
-		RequestID: nuid.Next(), StreamID: nuid.Next(), MessageID: msg.ID,
+		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
 	}
 	msg.RequestID = t.RequestID
-	return a.start(ctx, t, &msg, nil)
+	t.Message = &msg
+	turn, err := a.start(ctx, t, &msg, nil)
+	if errors.Is(err, ErrTurnActive) || errors.Is(err, eventlog.ErrDuplicate) {
+		// Refused while its original runs, or stored by another node
+		// meanwhile: the original's reply, once the views show it.
+		if cerr := a.catchUp(ctx); cerr == nil {
+			if orig, ok, serr := a.sent(msg.ID, req.RequestID); serr == nil && ok {
+				return orig, nil
+			}
+		}
+	}
+	return turn, err
+}
+
+// maxRequestID bounds a caller's request id.
+const maxRequestID = 128
+
+// validRequestID reports whether id can be a request id: it names a fiber
+// and keys the views.
+func validRequestID(id string) bool {
+	if len(id) == 0 || len(id) > maxRequestID {
+		return false
+	}
+	for _, c := range []byte(id) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// sent returns the turn a Send of message msgID (or with request id
+// requestID, when set) started before, if the views show one.
+// ErrDuplicateMessage: the id is taken by another message, or the request
+// id by another message's turn.
+func (a *Agent) sent(msgID, requestID string) (Turn, bool, error) {
+	if requestID != "" {
+		info, err := a.store.Turn(a.agent, requestID)
+		switch {
+		case err == nil && info.MessageID == msgID:
+			return turnOf(info), true, nil
+		case err == nil:
+			return Turn{}, false, fmt.Errorf("%w: request id %q is the turn of message %q, not %q", ErrDuplicateMessage, requestID, info.MessageID, msgID)
+		case !errors.Is(err, ErrNotFound):
+			return Turn{}, false, err
+		}
+	}
+	m, err := a.store.Message(a.agent, msgID)
+	if errors.Is(err, ErrNotFound) {
+		return Turn{}, false, nil
+	}
+	if err != nil {
+		return Turn{}, false, err
+	}
+	if m.Role != RoleUser || m.RequestID == "" {
+		return Turn{}, false, fmt.Errorf("%w: %q is the id of another message", ErrDuplicateMessage, msgID)
+	}
+	info, err := a.store.Turn(a.agent, m.RequestID)
+	if errors.Is(err, ErrNotFound) {
+		return Turn{}, false, fmt.Errorf("%w: message %q is stored without its turn", ErrDuplicateMessage, msgID)
+	}
+	if err != nil {
+		return Turn{}, false, err
+	}
+	return turnOf(info), true, nil
+}
+
+// turnOf is the reply to the command that started the turn info.
+func turnOf(info TurnInfo) Turn {
+	return Turn{RequestID: info.RequestID, StreamID: info.StreamID, MessageID: info.AssistantMessageID}
+}
+
+// sendEventID is the event id (JetStream's Nats-Msg-Id) of the
+// turn.started of the Send of message msgID: the same for every copy of
+// the command, so the stream stores one within its duplicate window.
+func sendEventID(agent, msgID string) string {
+	h := sha256.Sum256([]byte(agent + "\x00send\x00" + msgID))
+	return "send-" + hex.EncodeToString(h[:16])
 }
 
 func (a *Agent) userMessage(req SendRequest) (Message, error) {
@@ -344,7 +465,7 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 		return Message{}, ErrEmptyMessage
 	}
 	if m.ID == "" {
-		m.ID = nuid.Next()
+		m.ID = cmp.Or(req.RequestID, nuid.Next())
 	}
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = a.cfg.Clock.Now().UTC()
@@ -353,9 +474,12 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 }
 
 // start claims the agent's turn slot, starts the turn fiber gated on the
-// appends, appends msg (if any) and turn.started, and opens the gate.
+// appends, appends turn.started (which carries the user message, if any)
+// and then, for readers of the format before turn.started carried it,
+// message.appended, and opens the gate.
 func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
 	at := newActiveTurn(t.RequestID)
+	at.pending = true
 	a.mu.Lock()
 	for a.mu.active != nil {
 		cur := a.mu.active
@@ -378,11 +502,19 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			a.release(at)
 		}
 	}()
+	if err := a.crashPoint(ctx, pointSendBegin); err != nil {
+		return Turn{}, err
+	}
 	if err := a.catchUp(ctx); err != nil {
 		return Turn{}, err
 	}
-	// Check sizes first: the user message without its turn is never
-	// half-written.
+	if msg != nil {
+		// Under the slot, caught up with the log: the check that decides.
+		if orig, ok, err := a.sent(msg.ID, t.RequestID); err != nil || ok {
+			return orig, err
+		}
+	}
+	// Check sizes first: nothing is half-written for being too large.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
 		return Turn{}, err
 	}
@@ -402,15 +534,30 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			return Turn{}, err
 		}
 	}
-	gate := make(chan bool, 1)
-	_, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
+	if err := a.crashPoint(ctx, pointSendChecked); err != nil {
+		return Turn{}, err
+	}
+	// The gate says what the fiber does: run the turn once the views show
+	// seq; end at once (errNotStored: nothing was stored); or stay for
+	// recovery (another error), which finds out from the log whether
+	// turn.started was stored.
+	gate := make(chan started, 1)
+	fid, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
+		var g started
 		select {
-		case open := <-gate:
-			if !open {
-				return nil // nothing was started; the fiber just ends
-			}
+		case g = <-gate:
 		case <-fctx.Done():
 			return fctx.Err()
+		}
+		if errors.Is(g.err, errNotStored) {
+			return nil // nothing was started; the fiber just ends
+		}
+		if g.err == nil {
+			g.err = a.store.WaitFor(fctx, g.seq)
+		}
+		if g.err != nil {
+			a.release(at)
+			return g.err
 		}
 		info, err := a.store.Turn(a.agent, t.RequestID)
 		if err != nil {
@@ -422,26 +569,95 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
 	}
-	if err := a.startAppends(ctx, t, msg); err != nil {
-		gate <- false
+	t.FiberID = fid
+	seq, err := a.startAppends(ctx, t, msg)
+	if err != nil {
+		gate <- started{err: startFailed(err)}
 		return Turn{}, err
 	}
+	// Stored: the turn is the fiber's from here, whatever becomes of ctx.
 	ok = true
-	gate <- true
-	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
+	a.mu.Lock()
+	at.pending = false
+	a.mu.Unlock()
+	at.resolve()
+	if err := a.crashPoint(ctx, pointSendStored); err != nil {
+		return Turn{}, err
+	}
+	// The stream's real start: the agent's last chunk before the turn's
+	// first, which cannot be written before the gate opens (one turn runs
+	// at a time). A failed read leaves 0, which follows the stream's own
+	// subject from its first chunk just as well.
+	cursor, _ := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent, Chunks: true})
+	gate <- started{seq: seq}
+	if err := a.store.WaitFor(ctx, seq); err != nil {
+		return Turn{}, err
+	}
+	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID, Cursor: cursor}, nil
 }
 
-func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) error {
-	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
+// started is what a turn fiber is told once its command's appends are
+// done: the sequence to wait for, or why it must not run.
+type started struct {
+	seq eventlog.Seq
+	err error
+}
+
+// errNotStored marks a failure to start a turn that stored nothing of it.
+var errNotStored = errors.New("chat: the turn was not stored")
+
+// startFailed is what a turn fiber is told when the appends that start
+// its turn failed with err: errNotStored when turn.started cannot have
+// been stored, else an error that leaves the fiber for recovery
+// (fiber.LogFailed), since it may be in the log.
+func startFailed(err error) error {
+	switch {
+	case errors.Is(err, errNotStored), eventlog.Unwritten(err), errors.Is(err, eventlog.ErrDuplicate),
+		errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
+		errors.Is(err, eventlog.ErrTooLarge), errors.Is(err, eventlog.ErrInvalid):
+		return errNotStored
+	case fiber.LogFailed(err):
 		return err
 	}
-	if msg != nil {
-		if _, err := a.append(ctx, EventMessageAppended, msg); err != nil {
-			return err
-		}
+	return fmt.Errorf("%w: start the turn: %w", eventlog.ErrUnconfirmed, err)
+}
+
+// startAppends appends what starts a turn and returns the sequence the
+// views must reach: interrupt.cleared for a stale "turn" interrupt (it
+// must not abort the new turn); turn.started, which carries the user
+// message (msg) of a Send, so that the message and its turn are stored
+// together or not at all; then message.appended with msg, for readers of
+// the format from before turn.started carried the message (a node not yet
+// upgraded), which the messages view ignores, having the id already. An
+// error wraps errNotStored when it came before turn.started was sent.
+func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, error) {
+	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
 	}
-	_, err := a.append(ctx, EventTurnStarted, t)
-	return err
+	e, err := a.event(EventTurnStarted, t)
+	if err != nil {
+		return 0, err
+	}
+	if msg != nil {
+		e.ID = sendEventID(a.agent, msg.ID)
+	}
+	seq, err := a.log.Append(ctx, e)
+	if err != nil {
+		return 0, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
+	}
+	if msg == nil {
+		return seq, nil
+	}
+	if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
+		return 0, err
+	}
+	if s, err := a.append(ctx, EventMessageAppended, msg); err != nil {
+		// The command is stored: turn.started holds the message.
+		a.logger.Warn("user message stored in turn.started only", "request", t.RequestID, "err", err)
+	} else {
+		seq = s
+	}
+	return seq, nil
 }
 
 // waitEnding waits for cur, a turn whose stream has ended, to append its
@@ -488,8 +704,12 @@ func (a *Agent) Settle(ctx context.Context) error { return a.settle(ctx) }
 const endingWait = 10 * time.Second
 
 func newActiveTurn(requestID string) *activeTurn {
-	return &activeTurn{requestID: requestID, done: make(chan struct{})}
+	return &activeTurn{requestID: requestID, done: make(chan struct{}), resolved: make(chan struct{})}
 }
+
+// resolve tells recoveries waiting for the slot that the command holding
+// it stored its turn or gave the slot back.
+func (at *activeTurn) resolve() { at.resolveOnce.Do(func() { close(at.resolved) }) }
 
 // ended marks the turn's stream ended (its terminal chunk durable).
 // A turn ended outside a run (abandoned) has no activeTurn.
@@ -502,6 +722,7 @@ func (at *activeTurn) ended() {
 // release frees the turn slot if at holds it.
 func (a *Agent) release(at *activeTurn) {
 	defer at.endOnce.Do(func() { close(at.done) })
+	defer at.resolve()
 	a.mu.Lock()
 	if a.mu.active == at {
 		a.mu.active = nil
@@ -514,13 +735,27 @@ func (a *Agent) release(at *activeTurn) {
 	}
 }
 
-// claim takes the turn slot for a recovered turn.
-func (a *Agent) claim(requestID string) (*activeTurn, error) {
+// claim takes the turn slot for a recovered turn. A command that holds
+// the slot without having stored its turn is waited for: it finds the
+// recovering turn active and is refused (ErrTurnActive), so a command
+// refused with 409 never fails the turn being recovered. A turn that runs
+// is ErrTurnActive.
+func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error) {
 	at := newActiveTurn(requestID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.mu.active != nil && a.mu.active.requestID != requestID {
-		return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, a.mu.active.requestID, requestID)
+	for cur := a.mu.active; cur != nil && cur.requestID != requestID; cur = a.mu.active {
+		if !cur.pending {
+			return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, cur.requestID, requestID)
+		}
+		a.mu.Unlock()
+		select {
+		case <-cur.resolved:
+		case <-ctx.Done():
+			a.mu.Lock()
+			return nil, ctx.Err()
+		}
+		a.mu.Lock()
 	}
 	// Admitted before the crash: it must complete, past the bound if need be.
 	_ = a.cfg.Turns.acquire(true)

@@ -24,6 +24,17 @@ type env struct {
 	table   *fiber.Table
 	store   *chat.Store
 	batcher *eventlog.Batcher
+
+	// writes and chunks, when set, are what the hosts write through
+	// instead of lg and batcher (a test's crash or fencing double).
+	writes writeLog
+	chunks chat.Batcher
+}
+
+// writeLog is what a host writes through: the chat and fiber logs.
+type writeLog interface {
+	chat.Log
+	fiber.Log
 }
 
 func newEnv(t *testing.T) *env {
@@ -33,7 +44,14 @@ func newEnv(t *testing.T) *env {
 
 func newEnvWith(t *testing.T, cfg eventlog.Config) *env {
 	t.Helper()
-	lg, srv := eventlogtest.Open(t, cfg)
+	return newEnvOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), cfg)
+}
+
+// newEnvOn opens one process's parts on srv: another process than the
+// envs already open on it, with Pebble of its own.
+func newEnvOn(t *testing.T, srv *server.Server, cfg eventlog.Config) *env {
+	t.Helper()
+	lg := eventlogtest.OpenOn(t, srv, cfg)
 	table, pr, err := fiber.OpenTable(lg)
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +77,16 @@ type host struct {
 func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Config)) *host {
 	t.Helper()
 	h := &host{}
+	var lg writeLog = e.lg
+	var chunks chat.Batcher = e.batcher
+	if e.writes != nil {
+		lg = e.writes
+	}
+	if e.chunks != nil {
+		chunks = e.chunks
+	}
 	r, err := fiber.New(fiber.Config{
-		Log: e.lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond,
+		Log: lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond,
 		Hooks: fiber.Hooks{
 			OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
 				handled, err := h.a.OnFiberRecovered(ctx, rec)
@@ -77,7 +103,7 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	}
 	t.Cleanup(func() { r.Close() })
 	cfg := chat.Config{
-		Agent: agent, Log: e.lg, Store: e.store, Batcher: e.batcher, MaxPayload: e.lg.MaxPayload(),
+		Agent: agent, Log: lg, Store: e.store, Batcher: chunks, MaxPayload: e.lg.MaxPayload(),
 		Fibers: r, Provider: p, RetryBackoff: time.Millisecond,
 	}
 	if opt != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 func answer(prompt string) string {
@@ -26,6 +27,12 @@ func TestSendStreamsAndRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.r.Wait()
+		// The reply's cursor is the stream's real start: following the
+		// agent's chunks after it gives the turn's first chunk.
+		next, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: "a1", Chunks: true}, turn.Cursor, 1)
+		if err != nil || len(next) != 1 || next[0].Stream != turn.StreamID || (i > 0 && turn.Cursor == 0) {
+			t.Fatalf("after cursor %d: %+v, %v; want the first chunk of stream %s", turn.Cursor, next, err, turn.StreamID)
+		}
 		msgs := settled(t, e, "a1")
 		if got, want := len(msgs), 2*(i+1); got != want {
 			t.Fatalf("%d messages, want %d", got, want)
@@ -108,14 +115,21 @@ func TestSendBadInput(t *testing.T) {
 	if msgs := settled(t, e, "a1"); len(msgs) != 0 {
 		t.Fatalf("bad input stored %d messages", len(msgs))
 	}
-	// A retried message id is a conflict, not a second turn.
+	// A retried message id is the same command, not a second turn: it
+	// gets the original's reply (TestSendOnce). The id of another kind of
+	// message is a conflict.
 	m := &chat.Message{ID: "m1", Parts: []chat.Part{{Type: chat.PartText, Text: "hi"}}}
-	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); err != nil {
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Message: m})
+	if err != nil {
 		t.Fatal(err)
 	}
 	h.r.Wait()
-	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); !errors.Is(err, chat.ErrDuplicateMessage) {
-		t.Fatalf("retried id: %v", err)
+	if again, err := h.a.Send(t.Context(), chat.SendRequest{Message: m}); err != nil || again != first {
+		t.Fatalf("retried id: %+v, %v; want %+v", again, err, first)
+	}
+	asst := &chat.Message{ID: first.MessageID, Parts: []chat.Part{{Type: chat.PartText, Text: "hi"}}}
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Message: asst}); !errors.Is(err, chat.ErrDuplicateMessage) {
+		t.Fatalf("the assistant message's id: %v, want ErrDuplicateMessage", err)
 	}
 }
 

@@ -9,8 +9,10 @@
 //
 //	message.appended   Message {id, role, parts, requestId, hidden, createdAt}
 //	message.updated    {id, parts}          replaces the parts of a message (a continuation)
+//	message.part       {id, type, part, parts, b} one slice (b, base64) of a message.appended or
+//	                                        message.updated too large for one event
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
-//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?}
+//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?}
 //	turn.completed     {requestId, finishReason}
 //	turn.failed        {requestId, error}
 //	turn.interrupted   {requestId, reason}
@@ -54,20 +56,39 @@
 // turn). Apply functions read only events, so every view is rebuilt exactly
 // from the log.
 //
-// An Agent (New, one per agent id) writes them. Send appends the user
-// message and turn.started, and runs the turn as a background fiber named
-// "__chat_turn:<requestId>" (fiber.Runner.Go, which holds keepalive). The
-// turn builds an llm.Request from the history (hidden messages included),
-// maps provider deltas to chunks, and stashes {streamId, requestId,
-// chunkIndex, responseId, sequenceNumber, textAtSequence, attempts} after
-// flushing the chunks, every StashInterval or StashChunks chunks and when
-// the response id appears. It ends with finish (carrying the usage in its
+// An Agent (New, one per agent id) writes them. Send starts the turn as a
+// background fiber named "__chat_turn:<requestId>" (fiber.Runner.Go, which
+// holds keepalive), appends turn.started carrying the user message
+// (message), then the same message as message.appended for readers of the
+// older format, and lets the turn run. The turn builds an llm.Request from
+// the history (hidden messages included), maps provider deltas to chunks,
+// and stashes {streamId, requestId, chunkIndex, responseId,
+// sequenceNumber, textAtSequence, attempts} after flushing the chunks,
+// every StashInterval or StashChunks chunks and when the response id
+// appears. It ends with finish (carrying the usage in its
 // messageMetadata), the assistant message, usage.recorded and
 // turn.completed; a terminal provider error with an error chunk and
 // turn.failed; a Cancel or the "turn" interrupt with an abort chunk, the
 // partial answer as the assistant message, and turn.interrupted. A
 // retryable provider error continues the answer in process (a Continuation
 // with the text so far), counted against MaxRecoveryAttempts.
+//
+// A chat command is atomic because its user message is stored inside its
+// turn.started (see Invariants). Two other ways were weighed. One atomic
+// batch of fiber.started, message.appended and turn.started was built and
+// measured: nats-server 2.15 stages every atomic batch in a synced store
+// of its own, and a batch of three took 14 ms where one synced append took
+// 0.6 ms (three, 2 ms) on the development machine under load, in both sync
+// modes; go run ./bench -run '^chat-send$' -sync both gave Send a p50 of
+// 24 ms with the batch against 9-11 ms with separate appends. And a
+// recovery that answers a stored user message left without its turn would
+// run that turn without the request's body and client tools, which only
+// turn.started holds. Storing the message in turn.started makes that state
+// impossible instead of repairing it, at no extra write: the same bench,
+// two runs against the code before, alternating, gave Send a p50 of
+// 9.2-9.6 ms against 11.1-13.7 ms under sync always and 5.7-5.9 ms
+// against 8.9-9.1 ms under interval (Send waits for the views once, not
+// after each append).
 //
 // # Steps and tools
 //
@@ -126,23 +147,76 @@
 //
 // # Invariants
 //
-//   - Send returns only after fiber.started, message.appended and
-//     turn.started are durable; a crash after it is recovered.
+//   - A chat command is atomic: the user message is stored in the
+//     turn.started that answers it (its message field), one event, so the
+//     message and its turn are stored together or not at all. Send's writes
+//     are fiber.started, turn.started (with a stale "turn" interrupt's
+//     interrupt.cleared before it), then message.appended with the same
+//     message, which only readers of the format from before turn.started
+//     carried the message need (the messages view ignores it, having the
+//     id). Killed before turn.started, a Send leaves at most a turn fiber
+//     without a turn, which recovery ends without a word (nothing was
+//     acknowledged, nothing is in the conversation); killed after it, the
+//     turn is stored with its question and recovery runs it to its end. So
+//     every stored user message is answered (TestSendCrashPoints kills the
+//     process before each write of Send and of its turn, and a fresh one
+//     recovers). Send returns only once turn.started (and message.appended)
+//     are durable and the views show them; a crash after it is recovered.
+//   - A command runs once, whichever nodes it passes through. Its identity
+//     is the client's message id, or SendRequest.RequestID (minted by the
+//     first node that received the command, and passed along when it is
+//     forwarded, retried or re-routed), which is then the message's id and
+//     the turn's request id. A Send whose identity is stored with its turn
+//     starts nothing and returns that turn (its requestId, streamId,
+//     messageId; cursor 0, so the client replays the stream from its
+//     start), while the turn runs or after. The views are checked twice, at
+//     once and, decisively, under the turn slot after catching up with the
+//     log; a copy that gets past them (another process checked before the
+//     first copy landed) is refused by the store, since turn.started's
+//     event id (JetStream's Nats-Msg-Id) is derived from the agent and the
+//     message id, and gets the original's reply too (TestSendOnce). The
+//     store's refusal lasts the duplicate window (2 minutes); after it the
+//     views alone find the original, which suffices on a fenced log: only
+//     the agent's owner writes, under the slot. A message removed by
+//     Truncate can be sent again, unless its RequestID is reused,
+//     whose turn stays. turn.started names its fiber (fiberId), so the end
+//     of a refused copy's fiber never orphans the original turn.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
 //     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//     A command refused with ErrTurnActive never touches the turn that
+//     runs or is recovered: a recovery that finds the turn slot held by a
+//     command that has not stored its turn waits for it (that command then
+//     finds the recovering turn active and is refused) instead of failing
+//     the recovered turn (TestSendRacingRecovery).
 //     A turn whose finish chunk is stored but whose records are not yet
 //     appended is waited for (bounded): what a client saw in the stream
 //     is what Send, Answer and AnswerMessage act on.
+//   - A node that is not the agent's owner writes nothing for its turns:
+//     once a write is refused with eventlog.ErrNotOwner or ErrFenced
+//     (eventlog.OwnerLost), the turn stops where it is, with no error
+//     chunk, no assistant message, no outcome, no stash and no fiber end,
+//     whatever was refused (a chunk, a stash, a tool call's op) and even if
+//     the next write would pass (a lease renewed late). The new owner's
+//     recovery continues the turn and records its one outcome
+//     (TestNotOwnerWritesNothing, mid-turn and mid-tool-call, on a real
+//     fenced log).
 //   - No failure leaves a turn streaming: a turn fiber that fails (outside
-//     shutdown) first ends its turn with an error chunk and turn.failed;
+//     shutdown, and while this node owns the agent) first ends its turn
+//     with an error chunk and turn.failed;
 //     if even that cannot be written, the turns view marks the turn
 //     Orphaned when fiber.failed (or abandoned) lands, and the next Send
 //     ends it the same way instead of refusing with ErrTurnActive.
 //   - Nothing is half-written for being too large: chunks are split; a
-//     user message or request body too large for one event is refused by
-//     Send (ErrTooLarge) before anything is appended; an answer too large
-//     to store as one message ends its turn with an error chunk saying so
-//     (not finish) and turn.failed.
+//     user message with its request body and tools too large for one event
+//     (turn.started carries all three) is refused by Send (ErrTooLarge)
+//     before anything is appended. An assistant message (message.appended
+//     or message.updated) too large for one event is split into
+//     message.part events appended as one atomic batch; the messages view
+//     applies the whole event when the last part arrives (a set cut short
+//     is never applied) and keeps a large message's JSON in 128 KiB pieces,
+//     so a rebuild and a compaction snapshot hold it whole. Only an answer
+//     over MaxMessageParts events ends its turn with an error chunk saying
+//     so (not finish) and turn.failed.
 //   - Chunk retention purges only ended streams; a turn still streaming
 //     loses chunks only to the chunks stream's safety cap
 //     (eventlog.Config.ChunkSafetyAge). A turn recovered (or ended) after
@@ -150,8 +224,9 @@
 //     turn.failed); it is not continued from, nor stored as, a truncated
 //     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
-//     stored once (message.appended, then message.updated by id); the
-//     messages view ignores a message id it already has.
+//     stored once (message.appended, or one whole set of its message.part
+//     events, then message.updated by id); the messages view ignores a
+//     message id it already has.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash.
 //   - Each recovery, and each retry after a retryable error, that finds no
@@ -172,7 +247,17 @@
 //     so of two concurrent calls with the same expected version exactly one
 //     wins and the other gets ErrVersionConflict; the chatstate view also
 //     applies only version = current+1.
-//   - Usage counts the first usage.recorded of each request id.
+//   - Usage counts the first usage.recorded of each request id, and a
+//     turn's usage.recorded is the sum of every provider call of the turn,
+//     recovered or not: a step's call that finished is counted once (its
+//     usage is stashed before the step's tools run, and rides on the
+//     finish chunk otherwise), and a call cut by a crash or a retryable
+//     error counts what the call resuming it reports. Providers that
+//     resume the same response (OpenAI Responses, the local model) report
+//     the whole response there, so a recovered turn records what the same
+//     turn uncut records (TestRecoveredUsageEqualsUninterrupted); Chat
+//     Completions and Anthropic continue with a new call, and the cut
+//     call, which never reported its usage, is not counted.
 //   - Hidden messages reach the provider and never Store.Messages.
 //   - A completed tool call never runs again: its result is recorded
 //     (op.completed) before its output chunk is written, and a resumed turn
@@ -208,7 +293,8 @@
 //		MaxPayload: lg.MaxPayload(), Fibers: runner, Provider: llm.NewLocal(llm.LocalConfig{})})
 //	err = runner.Recover(ctx) // on activation
 //
-//	turn, err := agent.Send(ctx, chat.SendRequest{Text: "hello"})
+//	turn, err := agent.Send(ctx, chat.SendRequest{Text: "hello", RequestID: reqID}) // reqID: minted at the edge
+//	// the same Send again (a retry) returns the same turn
 //	// clients follow <prefix>.chunk.a1.<turn.StreamID>
 //	ok, err := agent.Cancel(ctx)
 //	msgs, next, err := agent.Messages(chat.Page{Limit: 50})

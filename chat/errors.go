@@ -19,7 +19,9 @@ var (
 	// user, a part of unknown type, a body that is not JSON.
 	ErrInvalidMessage error = &statusError{msg: "chat: invalid message", code: http.StatusBadRequest}
 	// ErrDuplicateMessage (conflict) is returned by Send when the message id
-	// is already in the conversation: a retried request.
+	// is already in the conversation as another message than a user
+	// message sent with its turn, or the request id is the turn of another
+	// message. (A retried Send of a stored message gets its turn back.)
 	ErrDuplicateMessage error = &statusError{msg: "chat: message id already in the conversation", code: http.StatusConflict}
 	// ErrTurnActive (conflict) is returned by Send and ContinueLastTurn while
 	// a turn of the agent is streaming or waits for recovery. One turn runs

@@ -12,7 +12,7 @@ const (
 	EventMessageAppended   = "message.appended"   // Message {id, role, parts, requestId, hidden, createdAt}
 	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
-	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools}
+	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?}: message is the user Message a Send's turn answers, fiberId its fiber
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
 	EventTurnFailed        = "turn.failed"        // {requestId, error}
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
@@ -49,6 +49,14 @@ type turnStarted struct {
 	// resumed, and the answers.
 	Base    []Part       `json:"base,omitempty"`
 	Answers []ToolAnswer `json:"answers,omitempty"`
+	// Message is the user message a Send's turn answers (its id is
+	// MessageID), stored with the turn so that neither is ever stored
+	// without the other; absent from turns stored before it was added,
+	// whose message is only in its message.appended.
+	Message *Message `json:"message,omitempty"`
+	// FiberID is the id of the turn's fiber, started just before; absent
+	// from turns stored before it was added.
+	FiberID string `json:"fiberId,omitempty"`
 }
 
 type turnEnded struct {

@@ -361,6 +361,77 @@ func goldenCases() []goldenCase {
 				checkTakesNext(t, e)
 			},
 		},
+		{
+			// A Send killed after turn.started, which carries the user
+			// message, before the message.appended kept for older
+			// readers: the message is in the conversation, and recovery
+			// answers it.
+			name: "message_in_turn",
+			run: func(t *testing.T, e *env) {
+				h := e.host(t, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+				reached := make(chan struct{})
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "send-turn-stored" {
+						return nil
+					}
+					close(reached)
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					h.a.Send(ctx, chat.SendRequest{Text: "hello there"})
+				}()
+				wait(t, reached)
+				h.r.Close()
+				cancel()
+				<-done
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				if n := countEvents(h, chat.EventMessageAppended); n != 0 {
+					t.Fatalf("%d message.appended in the history, want none", n)
+				}
+				if msgs := settled(t, e, goldenAgent); len(msgs) != 1 || msgs[0].Role != chat.RoleUser || msgs[0].Text() != "hello there" {
+					t.Fatalf("messages before recovery = %+v", msgs)
+				}
+				recoverHost(t, e, goldenAgent, &fake{scripts: []script{passLocal()}}, nil)
+				checkCompleted(t, e, readGoldenLog(t, e), "hello there")
+			},
+		},
+		{
+			// An answer too large for one event: the assistant message is
+			// stored as message.part events (recorded with 2 KiB events so
+			// the file stays small), read back whole.
+			name: "large_answer",
+			run: func(t *testing.T, e *env) {
+				long := strings.Repeat("All work and no play makes a long answer. ", 250)
+				p := &fake{scripts: []script{func(ctx context.Context, _ llm.Request, yield func(llm.Delta, error) bool) {
+					if yield(llm.Delta{Kind: llm.TextDelta, Text: long}, nil) {
+						yield(llm.Delta{Kind: llm.Finish, FinishReason: llm.FinishStop, Usage: &llm.Usage{InputTokens: 3, OutputTokens: 2500}}, nil)
+					}
+				}}}
+				h := e.host(t, goldenAgent, p, func(c *chat.Config) { c.MaxPayload = 2 << 10 })
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"}); err != nil {
+					t.Fatal(err)
+				}
+				h.r.Wait()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				checkCompleted(t, e, h, "say a lot")
+				parts := 0
+				for _, ev := range h.events {
+					if ev.Type == chat.EventMessagePart {
+						parts++
+					}
+				}
+				if parts < 2 {
+					t.Fatalf("%d message.part events in the history", parts)
+				}
+				checkTakesNext(t, e)
+			},
+		},
 	}
 }
 

@@ -26,11 +26,14 @@ type sideEffects struct {
 	// and wait for ctx to end (a process dying while the tool runs).
 	block   map[string]bool
 	reached chan struct{}
+	// hold, when set for a tool name, makes its next run signal reached
+	// and wait until the channel is closed, then complete.
+	hold map[string]chan struct{}
 }
 
 func newSideEffects() *sideEffects {
 	return &sideEffects{started: map[string]int{}, completed: map[string]int{}, keys: map[string]string{},
-		block: map[string]bool{}, reached: make(chan struct{}, 1)}
+		block: map[string]bool{}, reached: make(chan struct{}, 1), hold: map[string]chan struct{}{}}
 }
 
 type echoIn struct {
@@ -56,13 +59,22 @@ func (s *sideEffects) tool(t *testing.T, name string, safety chat.Safety) *chat.
 			return echoOut{}, fmt.Errorf("idempotency key changed: %s then %s", k, call.IdempotencyKey)
 		}
 		s.keys[call.CallID] = call.IdempotencyKey
-		block := s.block[name]
+		block, hold := s.block[name], s.hold[name]
 		s.block[name] = false
+		delete(s.hold, name)
 		s.mu.Unlock()
 		if block {
 			s.reached <- struct{}{}
 			<-ctx.Done()
 			return echoOut{}, ctx.Err()
+		}
+		if hold != nil {
+			s.reached <- struct{}{}
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return echoOut{}, ctx.Err()
+			}
 		}
 		s.mu.Lock()
 		s.completed[call.CallID]++

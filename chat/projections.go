@@ -28,7 +28,10 @@ const (
 // contain no NUL.
 //
 //	messages:   n\0<agent>                 next index (8 bytes, big endian)
-//	            m\0<agent>\0<index>        Message JSON, index 8 bytes BE
+//	            m\0<agent>\0<index>        Message JSON, index 8 bytes BE (or the head
+//	                                       of a message stored in pieces: bigmessage.go)
+//	            x\0<agent>\0<index><piece> a piece of a large message's JSON
+//	            q\0<agent>\0<id>\0<part>   a message.part whose set is not complete
 //	            i\0<agent>\0<id>           index of message id
 //	chatstate:  s\0<agent>                 stateSet JSON
 //	usage:      u\0<agent>                 Usage JSON (roll-up)
@@ -124,41 +127,35 @@ func setJSON(b *eventlog.Batch, key []byte, v any) error {
 // cannot wedge the read side. The envelope was already validated.
 func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v) == nil }
 
-// MessagesProjection projects message.appended, message.updated and
-// messages.truncated into each agent's conversation, indexed by position.
-// A message.appended whose id is already present is ignored, so a retried
-// append never duplicates a message.
+// MessagesProjection projects message.appended, the user message a
+// turn.started carries, message.updated and messages.truncated into each
+// agent's conversation, indexed by position, and the message.part events
+// of a message event too large for one event, applied as that event once
+// the last part arrives. A message whose id is already present is
+// ignored, so a retried append never duplicates a message, and the
+// message.appended that follows a turn.started carrying the same message
+// (for readers of the older format) adds nothing.
 func MessagesProjection() eventlog.Projection {
 	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
-		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i"))}
+		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i", "x", "q"))}
 }
 
 func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case EventMessageAppended:
 		var m Message
-		if !decodeData(e, &m) || m.ID == "" {
+		if !decodeData(e, &m) {
 			return nil
 		}
-		if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
-			return nil // already stored
-		} else if !isNotFound(err) {
-			return err
+		return appendMessage(b, e, m)
+	case EventTurnStarted:
+		var t struct {
+			Message *Message `json:"message"`
 		}
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = e.Time
+		if !decodeData(e, &t) || t.Message == nil {
+			return nil
 		}
-		next, err := nextIndex(b, e.Agent)
-		if err != nil {
-			return err
-		}
-		if err := setJSON(b, msgKey(e.Agent, next), m); err != nil {
-			return err
-		}
-		if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {
-			return err
-		}
-		return b.Set(msgNextKey(e.Agent), encodeIndex(next+1))
+		return appendMessage(b, e, *t.Message)
 	case EventMessageUpdated:
 		var u messageUpdated
 		if !decodeData(e, &u) {
@@ -168,12 +165,12 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil || !ok {
 			return err
 		}
-		var m Message
-		if _, err := getJSON(b, msgKey(e.Agent, idx), &m); err != nil {
+		m, pieces, _, err := getMessage(b, e.Agent, idx)
+		if err != nil {
 			return err
 		}
 		m.Parts = u.Parts
-		return setJSON(b, msgKey(e.Agent, idx), m)
+		return putMessage(b, e.Agent, idx, m, pieces)
 	case EventMessagesTruncated:
 		var tr messagesTruncated
 		if !decodeData(e, &tr) {
@@ -192,21 +189,50 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 			return err
 		}
 		for i := keep; i < next; i++ {
-			var m Message
-			if ok, err := getJSON(b, msgKey(e.Agent, i), &m); err != nil {
+			var row messageRow // the head is enough: its id and pieces
+			if ok, err := getJSON(b, msgKey(e.Agent, i), &row); err != nil {
 				return err
 			} else if ok {
-				if err := b.Delete(msgIDKey(e.Agent, m.ID)); err != nil {
+				if err := b.Delete(msgIDKey(e.Agent, row.ID)); err != nil {
 					return err
 				}
 			}
-			if err := b.Delete(msgKey(e.Agent, i)); err != nil {
+			if err := deleteMessage(b, e.Agent, i, row.Pieces); err != nil {
 				return err
 			}
 		}
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
+	case EventMessagePart:
+		return applyMessagePart(b, e)
 	}
 	return nil
+}
+
+// appendMessage adds m at the end of e's agent's conversation unless a
+// message with its id is there.
+func appendMessage(b *eventlog.Batch, e eventlog.Event, m Message) error {
+	if m.ID == "" {
+		return nil
+	}
+	if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
+		return nil // already stored
+	} else if !isNotFound(err) {
+		return err
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = e.Time
+	}
+	next, err := nextIndex(b, e.Agent)
+	if err != nil {
+		return err
+	}
+	if err := putMessage(b, e.Agent, next, m, 0); err != nil {
+		return err
+	}
+	if err := b.Set(msgIDKey(e.Agent, m.ID), encodeIndex(next)); err != nil {
+		return err
+	}
+	return b.Set(msgNextKey(e.Agent), encodeIndex(next+1))
 }
 
 func nextIndex(g getter, agent string) (uint64, error) {
@@ -360,6 +386,10 @@ type TurnInfo struct {
 	// error or reason.
 	Orphaned   bool   `json:"orphaned,omitempty"`
 	FiberError string `json:"fiberError,omitempty"`
+	// FiberID is the turn's fiber, when its turn.started names it: only
+	// that fiber's end can orphan the turn, not the end of another fiber
+	// of the same name (a copy of the command refused as a duplicate).
+	FiberID string `json:"fiberId,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -406,7 +436,7 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 	}
 	var t TurnInfo
 	ok, err := getJSON(b, turnKey(e.Agent, string(req)), &t)
-	if err != nil || !ok || !t.Active() {
+	if err != nil || !ok || !t.Active() || (t.FiberID != "" && t.FiberID != fe.ID) {
 		return err
 	}
 	t.Orphaned, t.FiberError = true, cmp.Or(fe.Error, fe.Reason, e.Type)
@@ -433,7 +463,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		t := TurnInfo{
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
-			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time,
+			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

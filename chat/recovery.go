@@ -105,7 +105,10 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if !info.Active() {
 		return nil // died after recording the outcome, before fiber.completed
 	}
-	at, err := a.claim(requestID)
+	if err := a.crashPoint(ctx, pointRecoverClaim); err != nil {
+		return err
+	}
+	at, err := a.claim(ctx, requestID)
 	if err != nil {
 		return err
 	}

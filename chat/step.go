@@ -137,6 +137,7 @@ func (st *turnState) endStepUsage(lp *loop, steps int) {
 		st.snap.Steps = append(st.snap.Steps, stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens})
 	}
 	lp.usage = llm.Usage{}
+	st.snap.StepUsage = nil
 }
 
 // turnUsage is the turn's usage: the sum of its steps'.
@@ -202,7 +203,17 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &lp.usage)
 		if err == nil {
 			lp.reason = reason
-			return afterModel(em.b), nil
+			next := afterModel(em.b)
+			if next == phaseTools {
+				// The call's usage is durable before its tools run: a
+				// turn recovered during them counts it (the stream's
+				// finish chunk carries it on the other paths).
+				st.snap.StepUsage = &stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens}
+				if err := a.stash(fctx, f, em, st); err != nil {
+					return 0, fmt.Errorf("%w: %w", errWrite, err)
+				}
+			}
+			return next, nil
 		}
 		if errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled) || fctx.Err() != nil ||
 			errors.Is(err, errWrite) || !llm.IsRetryable(err) {
@@ -266,6 +277,16 @@ const (
 	pointToolRecorded = "tool-recorded" // a tool's result is recorded, its output chunk not written
 	pointStepDone     = "step-done"     // every output is written, the next call not made
 	pointEnded        = "ended"         // the finish chunk is durable, the turn's records not appended
+
+	// Points of a command that starts a turn (Send, Answer,
+	// ContinueLastTurn), called with the command's ctx.
+	pointSendBegin      = "send-begin"       // the command holds the turn slot, nothing is appended
+	pointSendChecked    = "send-checked"     // caught up with the log and checked (not a copy, no turn active), nothing appended
+	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, message.appended not
+	pointSendStored     = "send-stored"      // every append is durable, the command not acknowledged, the turn not running
+
+	// A recovered turn about to take the agent's turn slot.
+	pointRecoverClaim = "recover-claim"
 )
 
 // crashPoint lets a test stop the turn at point; nil otherwise.

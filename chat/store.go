@@ -183,8 +183,7 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 	}
 	var out []Message
 	for i := start; i < next; i++ {
-		var m Message
-		ok, err := getJSON(s.messages, msgKey(agent, i), &m)
+		m, _, ok, err := getMessage(s.messages, agent, i)
 		if err != nil {
 			return out, "", err
 		}
@@ -208,8 +207,7 @@ func (s *Store) History(agent string) ([]Message, error) {
 	}
 	out := make([]Message, 0, next)
 	for i := range next {
-		var m Message
-		ok, err := getJSON(s.messages, msgKey(agent, i), &m)
+		m, _, ok, err := getMessage(s.messages, agent, i)
 		if err != nil {
 			return out, err
 		}
@@ -227,8 +225,8 @@ func (s *Store) Message(agent, id string) (Message, error) {
 		return Message{}, err
 	}
 	if ok {
-		var m Message
-		if ok, err = getJSON(s.messages, msgKey(agent, idx), &m); ok || err != nil {
+		m, _, ok, err := getMessage(s.messages, agent, idx)
+		if ok || err != nil {
 			return m, err
 		}
 	}

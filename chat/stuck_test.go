@@ -9,7 +9,9 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/verify"
 )
 
 // hugeAnswer streams n bytes of text in 32 KiB deltas, then finishes, or,
@@ -32,14 +34,91 @@ func hugeAnswer(n int, block bool, reached chan<- struct{}) script {
 	}
 }
 
-// An answer larger than the server's max payload cannot be stored as one
-// message: the turn ends with an error chunk saying so and turn.failed,
-// nothing is half-written, and the agent takes the next turn (it used to
-// stay "streaming" for good, every later chat refused with 409).
+// An answer larger than the server's max payload is stored across several
+// events (message.part) and read back whole: from the messages view, from
+// views rebuilt from the log in a fresh Pebble, and after the agent was
+// compacted and the views rebuilt again. The turn completes with one
+// assistant message (verify agrees) and the agent takes the next turn. (A
+// 2 MiB answer used to fail its turn and keep no message.)
+func TestHugeAnswerStoredWhole(t *testing.T) {
+	e := newEnv(t)
+	const size = 2 << 20
+	p := &fake{scripts: []script{hugeAnswer(size, false, nil), passLocal()}}
+	h := e.host(t, "a1", p, nil)
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %+v", tr)
+	}
+	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
+	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish || len(text) != size {
+		t.Fatalf("stream ends with %+v after %d bytes of text", last, len(text))
+	}
+	check := func(what string, msgs []chat.Message) {
+		t.Helper()
+		if len(msgs) != 2 || msgs[1].ID != turn.MessageID || msgs[1].Text() != text {
+			n := 0
+			if len(msgs) == 2 {
+				n = len(msgs[1].Text())
+			}
+			t.Fatalf("%s: %d messages, the answer %d bytes; want 2, the answer of %d bytes as streamed", what, len(msgs), n, size)
+		}
+	}
+	check("messages view", settled(t, e, "a1"))
+	if m, err := e.store.Message("a1", turn.MessageID); err != nil || m.Text() != text {
+		t.Fatalf("Message(%s) = %d bytes, %v", turn.MessageID, len(m.Text()), err)
+	}
+	evs, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: "a1"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := 0
+	for _, ev := range evs {
+		switch ev.Type {
+		case chat.EventMessagePart:
+			parts++
+		case chat.EventMessageAppended:
+			if strings.Contains(string(ev.Data), turn.MessageID) {
+				t.Fatalf("the answer in one message.appended of %d bytes", len(ev.Data))
+			}
+		}
+	}
+	if parts < 3 {
+		t.Fatalf("%d message.part events, want the answer in 3 or more", parts)
+	}
+	check("views rebuilt from the log", rebuiltMessages(t, e, "a1"))
+	checkVerify(t, e.lg)
+
+	// Compacted, the message is in the snapshot's rows, in pieces small
+	// enough for its parts.
+	if _, err := e.lg.Compact(t.Context(), "a1"); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+	check("views rebuilt after compaction", rebuiltMessages(t, e, "a1"))
+
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
+		t.Fatalf("send after the huge answer: %v", err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 4 || msgs[1].Text() != text || msgs[3].Text() != answer("hello") {
+		t.Fatalf("messages = %d", len(msgs))
+	}
+	checkVerify(t, e.lg)
+}
+
+// An answer too large even for MaxMessageParts events cannot be stored:
+// the turn ends with an error chunk saying so and turn.failed, nothing is
+// half-written, and the agent takes the next turn (it used to stay
+// "streaming" for good, every later chat refused with 409).
 func TestHugeAnswerRefusedClearly(t *testing.T) {
 	e := newEnv(t)
 	p := &fake{scripts: []script{hugeAnswer(2<<20, false, nil), passLocal()}}
-	h := e.host(t, "a1", p, nil)
+	// 16 KiB events: 64 parts hold under 1 MiB.
+	h := e.host(t, "a1", p, func(c *chat.Config) { c.MaxPayload = 16 << 10 })
 	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +143,45 @@ func TestHugeAnswerRefusedClearly(t *testing.T) {
 	if len(msgs) != 3 || msgs[2].Text() != answer("hello") {
 		t.Fatalf("messages = %+v", msgs)
 	}
+	checkVerify(t, e.lg)
+}
+
+// rebuiltMessages opens the chat views in a fresh Pebble over e's streams,
+// as a process whose data dir was lost, and returns agent's messages once
+// they caught up with the log.
+func rebuiltMessages(t *testing.T, e *env, agent string) []chat.Message {
+	t.Helper()
+	lg := eventlogtest.OpenOn(t, e.srv, eventlog.Config{})
+	store, prs, err := chat.OpenStore(lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range prs {
+		eventlogtest.RunProjector(t, pr)
+	}
+	last, err := lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.WaitFor(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, err := store.Messages(agent, chat.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func checkVerify(t *testing.T, lg *eventlog.Log) {
+	t.Helper()
+	rep, err := verify.Check(t.Context(), lg, verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify:\n%s", rep)
+	}
 }
 
 // A user message too large for one event is refused before anything is
@@ -85,8 +203,8 @@ func TestHugeUserMessageRefused(t *testing.T) {
 }
 
 // Any failure of a turn's fiber ends the turn: here a cancelled huge answer
-// whose partial cannot be stored fails the fiber, and the turn still gets
-// an outcome, so the next Send is taken.
+// (its partial stored in parts) still gets an outcome, so the next Send is
+// taken.
 func TestFiberFailureEndsTurn(t *testing.T) {
 	e := newEnv(t)
 	reached := make(chan struct{}, 1)

@@ -38,6 +38,10 @@ type snapshot struct {
 	// written. Steps holds the usage of the steps completed before it.
 	Step  int         `json:"step,omitempty"`
 	Steps []stepUsage `json:"steps,omitempty"`
+	// StepUsage is the usage the current step's model call reported, once
+	// it finished: stashed before the step's tools run, so a turn
+	// recovered during them still counts the call.
+	StepUsage *stepUsage `json:"stepUsage,omitempty"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -110,6 +114,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		return a.failTurn(fctx, st, em, err)
 	}
 	lp := a.newLoop(tools)
+	if u := st.snap.StepUsage; u != nil && st.snap.Step == st.b.steps {
+		// The current step's model call finished before the crash.
+		lp.usage = llm.Usage{InputTokens: u.Input, OutputTokens: u.Output}
+	}
 	ph, resume := phaseModel, st.resume || len(st.base) > 0
 	if st.resume || resumesCalls(st.info) {
 		ph = resumePhase(st.b)
@@ -143,6 +151,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		}
 		var tf *turnFailure
 		switch {
+		case eventlog.OwnerLost(err):
+			// Another node owns the agent now: write nothing more, not
+			// even the failure. The fiber stays for the new owner.
+			return err
 		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
 			return a.abortTurn(fctx, st, em, true, "cancelled")
 		case fctx.Err() != nil:
@@ -264,7 +276,8 @@ func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) er
 
 // persist stores the assistant message as it stands: message.appended the
 // first time, message.updated (replacing its parts) after that, so a
-// recovered turn never duplicates the message.
+// recovered turn never duplicates the message. Either is split into
+// message.part events when it does not fit one event.
 func (a *Agent) persist(ctx context.Context, st *turnState) error {
 	parts := st.parts()
 	id := st.info.AssistantMessageID
@@ -272,16 +285,14 @@ func (a *Agent) persist(ctx context.Context, st *turnState) error {
 		if equalParts(old.Parts, parts) {
 			return nil
 		}
-		_, err := a.append(ctx, EventMessageUpdated, messageUpdated{ID: id, Parts: parts})
-		return err
+		return a.appendMessage(ctx, EventMessageUpdated, id, messageUpdated{ID: id, Parts: parts})
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	if !hasContent(parts) {
 		return nil
 	}
-	_, err := a.append(ctx, EventMessageAppended, a.assistantMessage(st))
-	return err
+	return a.appendMessage(ctx, EventMessageAppended, id, a.assistantMessage(st))
 }
 
 // assistantMessage is the turn's assistant message as it stands.
@@ -301,9 +312,10 @@ func equalParts(a, b []Part) bool {
 // completeTurn ends the stream with finish and records the message, the
 // usage and turn.completed, in that order.
 func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
-	// An answer too large to store as one message is refused before the
-	// stream claims success: clients see an error chunk saying so.
-	if _, err := a.event(EventMessageAppended, a.assistantMessage(st)); err != nil {
+	// An answer too large to store (over MaxMessageParts events) is
+	// refused before the stream claims success: clients see an error chunk
+	// saying so.
+	if _, err := a.messageEvents(EventMessageAppended, st.info.AssistantMessageID, a.assistantMessage(st)); err != nil {
 		return a.failTurn(ctx, st, em, fmt.Errorf("chat: the answer cannot be stored: %w", err))
 	}
 	if err := em.finish(ctx, reason, usage); err != nil {
@@ -404,14 +416,16 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 // turn into the same stream once it answers (each recovery without progress
 // counts against MaxRecoveryAttempts). Recording the turn failed there
 // would leave its stream without a terminal chunk, since that write fails
-// too, and every replay client of it waiting for good. Any other failure is
-// recorded (the events stream may still work when the chunks stream does
-// not) and returned, so the fiber records it too.
+// too, and every replay client of it waiting for good. The same holds when
+// this process no longer owns the agent (eventlog.OwnerLost): it writes
+// nothing more, and the new owner's recovery decides the turn's outcome.
+// Any other failure is recorded (the events stream may still work when the
+// chunks stream does not) and returned, so the fiber records it too.
 func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if fiber.LogFailed(err) {
+	if fiber.LogFailed(err) || eventlog.OwnerLost(err) {
 		return err
 	}
 	if rerr := a.recordFailed(ctx, st, err.Error()); rerr != nil {

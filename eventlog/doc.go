@@ -25,7 +25,12 @@
 // and cursors go into one batch, and read-your-writes waits on one cursor.
 // A Projector is a Follower of one projection. A projection whose cursor is
 // behind the others' (new, Version changed, Rebuild) catches up alone to
-// them, then the Follower goes on with all of them.
+// them, then the Follower goes on with all of them. A projection with a
+// Bootstrap is not replayed when it starts from nothing: it builds its rows
+// from what it reads of the log (Log.Ends: each subject's first and last
+// event, two gets a subject), commits them with the cursor Ends returned,
+// and follows from there; the chunks stream's streams view does, so its
+// rebuild costs what the chat streams cost, not their chunks.
 //
 // # Invariants
 //
@@ -45,7 +50,9 @@
 //     and once a probe write succeeds Pebble is reopened and following
 //     resumes by itself.
 //   - Deleting the Pebble directory, or changing a projection's Version,
-//     rebuilds the same view from the log.
+//     rebuilds the same view from the log (by replay, or by the
+//     projection's Bootstrap, whose rows equal a replay's and whose Apply
+//     takes an event its rows already reflect as applied).
 //   - Compact keeps the log authoritative: an agent's rows in every view
 //     are the same before and after its compaction, and in a view rebuilt
 //     from an empty Pebble afterwards, also when the compaction stopped
@@ -74,6 +81,11 @@
 //     after Close, I/O errors) are yielded, never taken for the end.
 //   - Projector.WaitFor and Follower.WaitFor never outlive Run: once Run
 //     returned they return Run's error, or ErrStopped after a clean stop.
+//   - Under an Owner, an append to an agent this process does not own, or
+//     after another writer took the agent over, sends nothing and fails
+//     with ErrNotOwner or ErrFenced; OwnerLost classifies both, and callers
+//     (fiber, chat) then write nothing more for the agent, its error
+//     paths included.
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

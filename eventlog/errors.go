@@ -60,6 +60,15 @@ var (
 	ErrUnavailable = errors.New("eventlog: JetStream unavailable, retry")
 )
 
+// OwnerLost reports whether err says this process may not write the
+// agent now: it does not own it (ErrNotOwner) or another writer took it
+// over (ErrFenced). Nothing was written. A writer that gets it stops the
+// agent's work and writes nothing more for it, neither an error nor an
+// outcome: the agent's new owner recovers the work and decides those.
+func OwnerLost(err error) bool {
+	return errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced)
+}
+
 // ErrStorageFull is wrapped by append errors when JetStream has no room
 // left: the server's storage limit (insufficient resources), or a stream's
 // byte or message limit. Nothing was written; reads and replay go on, and

@@ -32,3 +32,20 @@ func TestUnavailable(t *testing.T) {
 		t.Errorf("translate(no stream response) = %v, want ErrUnavailable", err)
 	}
 }
+
+func TestOwnerLost(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{fmt.Errorf("chat: append turn.failed: %w", fmt.Errorf("%w: agent %q", ErrNotOwner, "a1")), true},
+		{fmt.Errorf("x: %w", fmt.Errorf("%w: agent %q: %v", ErrFenced, "a1", ErrConflict)), true},
+		{ErrConflict, false},
+		{ErrUnavailable, false},
+	} {
+		if got := OwnerLost(c.err); got != c.want {
+			t.Errorf("OwnerLost(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -303,6 +303,9 @@ func (f *Follower) follow(ctx context.Context) error {
 	}
 	f.publish()
 	for {
+		if err := f.bootstrap(ctx); err != nil {
+			return err
+		}
 		if err := f.catchUp(ctx); err != nil {
 			return err
 		}
@@ -322,6 +325,55 @@ func (f *Follower) follow(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// bootstrap builds each projection that starts from nothing (cursor 0)
+// and has a Bootstrap from what that reads, instead of a replay: the rows
+// and the cursor go into one synced batch.
+func (f *Follower) bootstrap(ctx context.Context) error {
+	for _, m := range f.members {
+		if m.cursor != 0 || m.p.Bootstrap == nil {
+			continue
+		}
+		start := time.Now()
+		write, upto, err := m.p.Bootstrap(ctx, f.l)
+		if err != nil {
+			return fmt.Errorf("projection %q: bootstrap: %w", m.p.Name, err)
+		}
+		if upto == 0 {
+			continue // an empty stream: nothing to skip
+		}
+		if err := f.commitBootstrap(m, write, upto); err != nil {
+			return err
+		}
+		f.logger.Info("projection bootstrapped", "projection", m.p.Name, "cursor", upto, "took", time.Since(start))
+	}
+	f.publish()
+	return nil
+}
+
+// commitBootstrap writes m's bootstrapped rows and its cursor upto.
+func (f *Follower) commitBootstrap(m *member, write func(b *Batch) error, upto Seq) error {
+	db, release, err := f.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
+	b := db.NewIndexedBatch()
+	defer b.Close()
+	m.batch = Batch{b: b, prefix: m.keys.data}
+	if err := write(&m.batch); err != nil {
+		return fmt.Errorf("projection %q: bootstrap: %w", m.p.Name, err)
+	}
+	if err := b.Set(m.keys.cursor, encodeUint(uint64(upto)), nil); err != nil {
+		return err
+	}
+	if err := f.l.commitView(b); err != nil {
+		return fmt.Errorf("commit bootstrap of projection %q at seq %d: %w", m.p.Name, upto, err)
+	}
+	m.cursor = upto
+	f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(upto))
+	return nil
 }
 
 func (f *Follower) member(name string) *member {

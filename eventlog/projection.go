@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -44,6 +45,18 @@ type Projection struct {
 	// unless it sets MigrateRows for those versions. An error quarantines
 	// the part too. Nil: no migration.
 	MigrateRows func(agent string, from int, rows []KV) ([]KV, error)
+	// Bootstrap, when set, builds the view from what it reads of the log
+	// instead of replaying every event, whenever the view starts from
+	// nothing: new, a changed Version, a lost Pebble, another stream, or
+	// Rebuild. It reads what it needs through lg (Log.Ends: each subject's
+	// first and last event) and returns write, which puts the rows into b,
+	// and upto, a sequence every event at or before which the rows reflect
+	// (Ends's). The Follower commits the rows with the cursor at upto in
+	// one synced batch and follows from upto+1; Apply must therefore take
+	// an event the rows already reflect (read later than upto) as applied.
+	// With Bootstrap a rebuild costs what the stream's subjects cost, not
+	// its events. Nil: replay from sequence 1.
+	Bootstrap func(ctx context.Context, lg *Log) (write func(b *Batch) error, upto Seq, err error)
 }
 
 // Reader reads a projection's rows: a *View, or the *Batch of an Apply.

@@ -10,14 +10,17 @@
 //	fiber.started   {id, name, createdAt}   before the function runs (with
 //	                                        WithSnapshot, the first snapshot; with
 //	                                        FirstStep, the first step's op.started)
-//	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts)
+//	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
+//	                                        or 0 when it is a recovered fiber's first progress)
 //	fiber.completed {id, result?}           function returned nil
 //	fiber.failed    {id, error}             function returned an error or panicked
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
 //	fiber.abandoned {id, attempts, reason}  recovery gave up
 //	op.started      {fiber, opId, key}      before a Step's side effect
 //	op.completed    {fiber, opId, result}   after it, with its result (and,
-//	                                        with ThenStash, the snapshot and
+//	                                        attempts 0 when it is a recovered
+//	                                        fiber's first progress; with
+//	                                        ThenStash, the snapshot and
 //	                                        attempts a fiber.stashed would hold;
 //	                                        with ThenStep, nextOpId and nextKey:
 //	                                        the next step's op.started)
@@ -46,9 +49,19 @@
 //     before the hook sees it. A crash during recovery therefore shows up as
 //     attempt n+2 on the next start, never as a silent second call of the
 //     same attempt nor as a lost fiber; after MaxAttempts the fiber is
-//     abandoned with fiber.abandoned and an *AbandonedError. A stash
-//     WithAttempts(n) sets the count to n: a fiber that makes progress
-//     resets it, so the cap bounds recoveries without progress.
+//     abandoned with fiber.abandoned and an *AbandonedError.
+//   - The cap counts recoveries without progress, for every fiber. Progress
+//     is a step completed in this run (a new op.completed, not a result
+//     answered from its record) or a stash that changes the snapshot; the
+//     first progress after a recovery carries attempts 0 in its event
+//     (op.completed or fiber.stashed), so the count is reset in the log,
+//     where the runs view and package verify read it. A fiber that makes
+//     progress between crashes is never abandoned, however many crashes;
+//     one that makes none (it dies, or stashes the snapshot it resumed
+//     from, or replays recorded steps) is abandoned after MaxAttempts. A
+//     fiber that keeps a budget of its own stashes WithAttempts(n): the
+//     count is then n, and the default reset stays off for the rest of
+//     that run (chat turns do this).
 //   - Steps never silently repeat: a completed op returns its recorded
 //     result; an op started but not completed reruns with the same op ID
 //     (for the upstream's idempotency key) or, if Unsafe, fails with
@@ -67,6 +80,14 @@
 //     re-raised.
 //   - Close cancels running fibers; one that then returns an error is
 //     interrupted: nothing is appended and its row stays for recovery.
+//   - A process that no longer owns the agent writes nothing for it
+//     (eventlog.OwnerLost: ErrNotOwner or ErrFenced from a fenced log). A
+//     fiber that fails with it, or whose end cannot be appended for it, is
+//     interrupted: no fiber.failed, no ErrOrphaned, nothing reported, its
+//     row stays; a recovery that meets it stops (no further attempt, no
+//     fiber.abandoned). The agent's new owner recovers the fiber and
+//     decides its end, also when the old owner's lease looks valid again
+//     just after the refusal (TestOwnerLostWritesNothing).
 //
 // # Usage
 //

@@ -13,13 +13,13 @@ import (
 // the golden history in testdata/.
 const (
 	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?}: WithSnapshot, FirstStep
-	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}
+	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}: attempts 0 for a recovered fiber's first progress, or WithAttempts
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}
 	EventRecovered   = "fiber.recovered" // {id, attempt}
 	EventAbandoned   = "fiber.abandoned" // {id, attempts, reason}
 	EventOpStarted   = "op.started"      // {fiber, opId, key}
-	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?, nextOpId?, nextKey?}: a snapshot (ThenStash) as fiber.stashed; the next step's op.started (ThenStep)
+	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?, nextOpId?, nextKey?}: a snapshot (ThenStash) as fiber.stashed; attempts 0 for a recovered fiber's first progress; the next step's op.started (ThenStep)
 )
 
 // payload is the data of every event of the package; each type uses the

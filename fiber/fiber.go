@@ -1,11 +1,14 @@
 package fiber
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // Fiber is one run of a durable function. It is handed to the function and
@@ -35,6 +38,10 @@ type Fiber struct {
 		// prestarted is the op ID whose op.started fiber.started carried
 		// (FirstStep), until its Step takes it.
 		prestarted string
+		// resetPending is set while a recovered fiber's attempt count is
+		// not yet reset in this run: its first progress (a step completed
+		// or a snapshot changed) records attempts 0 with it.
+		resetPending bool
 	}
 }
 
@@ -42,6 +49,7 @@ func (r *Runner) newFiber(id, name string, createdAt time.Time, attempt int, res
 	f := &Fiber{r: r, id: id, name: name, createdAt: createdAt, attempt: attempt, resumed: resumed, cancel: func() {}}
 	f.mu.snapshot = snapshot
 	f.mu.steps = map[string]int{}
+	f.mu.resetPending = resumed && attempt > 0
 	return f
 }
 
@@ -104,10 +112,11 @@ type stashOpts struct {
 }
 
 // WithAttempts records n (>= 0) as the fiber's recovery attempt count along
-// with the snapshot: the next recovery is attempt n+1. A fiber that made
-// progress since its last recovery stashes WithAttempts(0) (or the count
-// of its own budget), so Config.MaxAttempts caps recoveries without
-// progress, not recoveries in all.
+// with the snapshot: the next recovery is attempt n+1. Without it, the
+// first progress of a recovered fiber resets the count to 0 by itself (see
+// Stash); a fiber that keeps a budget of its own stashes WithAttempts with
+// its count, and from then on in that run its own count is the one
+// recorded (the default reset is off until the next recovery).
 func WithAttempts(n int) StashOpt {
 	return func(o *stashOpts) { o.attempts = &n }
 }
@@ -117,7 +126,12 @@ func WithAttempts(n int) StashOpt {
 // fiber.stashed is durable: if the process dies after Stash returned, the
 // recovery hook sees v (or a later snapshot). Concurrent stashes of one fiber
 // are recorded in call order; each fiber writes only its own snapshot.
-// WithAttempts also resets the fiber's recovery attempt count.
+//
+// A stash that changes the snapshot is progress: the first one of a
+// recovered fiber records attempts 0 with it, so Config.MaxAttempts counts
+// recoveries without progress. Stashing the snapshot the fiber already has
+// (the one it resumed from, or its last) is not progress and resets
+// nothing. WithAttempts(n) records n instead.
 //
 // Errors: ErrInvalid (v cannot be encoded, a negative attempt count),
 // ErrFiberDone, or an append error (the previous snapshot then stays the
@@ -127,13 +141,23 @@ func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
 	if err != nil {
 		return err
 	}
+	return f.stash(ctx, data, attempts, true)
+}
+
+// stash appends fiber.stashed with data; progress says whether a changed
+// snapshot counts as progress (not for a step answered from its record).
+func (f *Fiber) stash(ctx context.Context, data json.RawMessage, attempts *int, progress bool) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	if f.isDone() {
 		return ErrFiberDone
 	}
+	f.mu.Lock()
+	progress = progress && !bytes.Equal(data, f.mu.snapshot)
+	f.mu.Unlock()
 	start := time.Now()
-	if _, err := f.r.append(ctx, EventStashed, payload{ID: f.id, Snapshot: data, Attempts: attempts}); err != nil {
+	p := payload{ID: f.id, Snapshot: data, Attempts: attempts}
+	if _, err := f.appendLocked(ctx, EventStashed, p, progress); err != nil {
 		return fmt.Errorf("fiber: stash %s: %w", f.id, err)
 	}
 	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
@@ -141,6 +165,28 @@ func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
 	f.mu.snapshot = data
 	f.mu.Unlock()
 	return nil
+}
+
+// appendLocked appends one of the fiber's events. progress marks an event
+// that records progress (a step's new result, a changed snapshot): the
+// first one of a recovered fiber carries attempts 0 unless p sets its own
+// count. Once an event with a count is durable, the run's count is
+// recorded and later events carry none of their own.
+// REQUIRES: f.writeMu held.
+func (f *Fiber) appendLocked(ctx context.Context, typ string, p payload, progress bool) (eventlog.Seq, error) {
+	f.mu.Lock()
+	if progress && p.Attempts == nil && f.mu.resetPending {
+		zero := 0
+		p.Attempts = &zero
+	}
+	f.mu.Unlock()
+	seq, err := f.r.append(ctx, typ, p)
+	if err == nil && p.Attempts != nil {
+		f.mu.Lock()
+		f.mu.resetPending = false
+		f.mu.Unlock()
+	}
+	return seq, err
 }
 
 // stashData encodes a snapshot and its options.

@@ -35,7 +35,13 @@ func newEnv(t *testing.T) *env {
 // projection on it. wrap, when set, wraps the View the Table reads.
 func openEnv(t *testing.T, srv *server.Server, wrap func(fiber.View) fiber.View) *env {
 	t.Helper()
-	lg := eventlogtest.OpenOn(t, srv, eventlog.Config{})
+	return openEnvWith(t, srv, eventlog.Config{}, wrap)
+}
+
+// openEnvWith is openEnv with a Log config (an Owner, to fence it).
+func openEnvWith(t *testing.T, srv *server.Server, cfg eventlog.Config, wrap func(fiber.View) fiber.View) *env {
+	t.Helper()
+	lg := eventlogtest.OpenOn(t, srv, cfg)
 	pr, err := lg.NewProjector(fiber.RunsProjection())
 	if err != nil {
 		t.Fatal(err)

@@ -60,14 +60,19 @@ func (rec Recovered) Decode(v any) error {
 //  4. Once an attempt would exceed Config.MaxAttempts, fiber.abandoned is
 //     appended and Hooks.OnError receives an *AbandonedError. With no hook
 //     configured, an orphan is abandoned at once (cause ErrNoHook).
+//  5. When this process turns out not to own the agent (an append, or the
+//     hook, fails with eventlog.OwnerLost), the recovery stops there: no
+//     further attempt, no fiber.abandoned, nothing reported; the owner
+//     recovers the fiber.
 //
 // Because fiber.recovered is durable before the hook runs, a crash during
 // the hook (or during the backoff) leaves the row with that attempt; the next
 // Recover, in this process or another, runs attempt n+2. So each crash costs
 // one attempt, the hook runs at most once per recorded attempt and never
-// more than MaxAttempts times since the fiber last reset its count (a stash
-// WithAttempts, after progress), and an orphan is never silently
-// dropped: it ends resumed, completed, or abandoned with an error.
+// more than MaxAttempts times since the fiber last made progress (a step
+// completed, a snapshot changed, or a stash WithAttempts reset the count),
+// and an orphan is never silently dropped: it ends resumed, completed, or
+// abandoned with an error.
 //
 // A row that cannot be decoded is reported to Hooks.OnError as an error
 // naming the fiber and matching eventlog.ErrCorrupt, and left alone
@@ -224,6 +229,10 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		}
 		if _, err := r.append(ctx, EventRecovered, payload{ID: row.ID, Attempt: attempt}); err != nil {
 			r.settle(row.ID, s)
+			if eventlog.OwnerLost(err) {
+				log.Info("recovery stopped: this process no longer owns the agent", "attempt", attempt, "err", err)
+				return
+			}
 			if ctx.Err() == nil {
 				// Still orphaned: the host restarts the agent to try again.
 				r.report(ctx, fmt.Errorf("%w: recover fiber %s (%q): record attempt %d: %w", ErrOrphaned, row.ID, row.Name, attempt, err))
@@ -235,14 +244,23 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		rec := Recovered{ID: row.ID, Name: row.Name, Snapshot: row.Snapshot, Attempt: attempt, CreatedAt: row.CreatedAt}
 		err := r.callHook(ctx, rec)
 		if r.resumed(s) {
-			if err != nil {
+			if err != nil && !eventlog.OwnerLost(err) {
 				r.report(ctx, fmt.Errorf("fiber: recovery hook of fiber %s (%q) resumed it and then failed: %w", row.ID, row.Name, err))
 			}
 			return
 		}
+		if eventlog.OwnerLost(err) {
+			// The hook found the agent gone: no more attempts here, and
+			// no abandonment; the new owner recovers the fiber.
+			log.Info("recovery stopped: this process no longer owns the agent", "attempt", attempt, "err", err)
+			r.settle(row.ID, s)
+			return
+		}
 		if err == nil {
 			// Handled without resuming: the fiber is over.
-			if _, err := r.append(context.WithoutCancel(ctx), EventCompleted, payload{ID: row.ID}); err != nil {
+			if _, err := r.append(context.WithoutCancel(ctx), EventCompleted, payload{ID: row.ID}); eventlog.OwnerLost(err) {
+				log.Info("recovered fiber not recorded completed: this process no longer owns the agent", "err", err)
+			} else if err != nil {
 				r.report(ctx, fmt.Errorf("%w: recover fiber %s (%q): record completion: %w", ErrOrphaned, row.ID, row.Name, err))
 			} else {
 				r.metrics.completed.WithLabelValues(outcomeCompleted).Inc()
@@ -277,7 +295,10 @@ func (r *Runner) callHook(ctx context.Context, rec Recovered) error {
 func (r *Runner) abandon(ctx context.Context, row Row, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	n := attempts
-	if _, err := r.append(ctx, EventAbandoned, payload{ID: row.ID, Attempts: &n, Reason: cause.Error()}); err != nil {
+	if _, err := r.append(ctx, EventAbandoned, payload{ID: row.ID, Attempts: &n, Reason: cause.Error()}); eventlog.OwnerLost(err) {
+		r.logger.Info("fiber not abandoned: this process no longer owns the agent", "fiber", row.ID, "name", row.Name, "err", err)
+		return
+	} else if err != nil {
 		r.report(ctx, fmt.Errorf("fiber: abandon fiber %s (%q): %w", row.ID, row.Name, err))
 		return
 	}

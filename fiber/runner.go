@@ -78,8 +78,9 @@ type Config struct {
 	KeepAlive KeepAlive
 	// Hooks are the recovery hook and the error sink.
 	Hooks Hooks
-	// MaxAttempts caps the recovery attempts of one fiber since it last
-	// reset the count (Stash WithAttempts). Default 5.
+	// MaxAttempts caps the recovery attempts of one fiber without
+	// progress: a step completed or a snapshot changed after a recovery
+	// resets the count (see Stash), as does Stash WithAttempts. Default 5.
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound the wait before retrying a failed
 	// recovery hook: base, 2*base, 4*base, ... at most max.
@@ -384,6 +385,14 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 		r.disown(f, outcomeInterrupted)
 		return true, runErr
 	}
+	if runErr != nil && eventlog.OwnerLost(runErr) {
+		// This process no longer owns the agent: it writes nothing more
+		// for it, not even the fiber's failure. The row stays for the new
+		// owner, whose recovery decides how the fiber ends.
+		r.logger.Info("fiber stopped: this process no longer owns the agent, its new owner recovers it", "fiber", f.id, "name", f.name, "err", runErr)
+		r.disown(f, outcomeInterrupted)
+		return true, runErr
+	}
 	if runErr != nil && LogFailed(runErr) {
 		// The log, not the fiber, failed (a step's op.started was not
 		// confirmed while a stream elected its leader): the fiber is not
@@ -399,6 +408,15 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 		typ, p, outcome = EventFailed, payload{ID: f.id, Error: runErr.Error()}, outcomeFailed
 	}
 	_, err := r.append(ctx, typ, p)
+	if eventlog.OwnerLost(err) {
+		// The row stays for the new owner; nothing to report here.
+		r.logger.Info("fiber ended after this process lost the agent; its new owner recovers it", "fiber", f.id, "name", f.name, "err", err)
+		r.disown(f, outcomeInterrupted)
+		if runErr != nil {
+			return true, runErr
+		}
+		return true, err
+	}
 	if err != nil {
 		// The row stays: the fiber is an orphan and will be recovered.
 		r.disown(f, "")

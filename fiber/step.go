@@ -115,7 +115,8 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	switch decideStep(recorded, o.unsafe) {
 	case stepCached:
 		if o.stash != nil {
-			if err := f.Stash(ctx, json.RawMessage(snap), o.stash.opts...); err != nil {
+			// Answered from its record: the stash is not progress.
+			if err := f.stash(ctx, snap, attempts, false); err != nil {
 				return nil, err
 			}
 		}
@@ -129,7 +130,7 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 		if f.takePrestarted(id) {
 			break // fiber.started recorded its op.started (FirstStep)
 		}
-		if err := f.appendOp(ctx, EventOpStarted, payload{Fiber: f.id, OpID: id, Key: key}); err != nil {
+		if err := f.appendOp(ctx, EventOpStarted, payload{Fiber: f.id, OpID: id, Key: key}, false); err != nil {
 			return nil, fmt.Errorf("fiber: step %q of fiber %s: %w", key, f.id, err)
 		}
 	case stepRerun:
@@ -149,7 +150,9 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	if o.next != "" {
 		done.NextOpID, done.NextKey = f.peekOp(o.next), o.next
 	}
-	if err := f.appendOp(ctx, EventOpCompleted, done); err != nil {
+	// A new result recorded is progress: a recovered fiber's first one
+	// resets its attempt count (attempts 0) unless ThenStash set one.
+	if err := f.appendOp(ctx, EventOpCompleted, done, true); err != nil {
 		return nil, fmt.Errorf("fiber: step %q of fiber %s: record result: %w", key, f.id, err)
 	}
 	if done.NextOpID != "" {
@@ -217,13 +220,14 @@ func (f *Fiber) peekOp(key string) string {
 	return opID(f.id, key, f.mu.steps[key]+1)
 }
 
-// appendOp appends an op event unless the fiber has ended.
-func (f *Fiber) appendOp(ctx context.Context, typ string, p payload) error {
+// appendOp appends an op event unless the fiber has ended; progress as in
+// appendLocked.
+func (f *Fiber) appendOp(ctx context.Context, typ string, p payload, progress bool) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	if f.isDone() {
 		return ErrFiberDone
 	}
-	_, err := f.r.append(ctx, typ, p)
+	_, err := f.appendLocked(ctx, typ, p, progress)
 	return err
 }

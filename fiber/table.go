@@ -28,7 +28,8 @@ type Row struct {
 	// Snapshot is the data of the last fiber.stashed, nil before the first.
 	Snapshot json.RawMessage `json:"snapshot,omitempty"`
 	// Attempt is the attempt of the last fiber.recovered, 0 before any, or
-	// the count a later fiber.stashed set (WithAttempts).
+	// the count a later fiber.stashed or op.completed set (attempts: 0 for
+	// progress after a recovery, or WithAttempts).
 	Attempt   int       `json:"attempt"`
 	CreatedAt time.Time `json:"createdAt"`
 }
@@ -154,13 +155,17 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		if op.Result == nil {
 			op.Result = json.RawMessage("null")
 		}
-		if p.Snapshot != nil {
+		if p.Snapshot != nil || p.Attempts != nil {
 			// A step completed with ThenStash: its snapshot as fiber.stashed.
+			// With attempts (and with or without a snapshot): the count it
+			// resets to, as progress after a recovery.
 			row, _, err := batchRow(b, e.Agent, p.Fiber)
 			if err != nil {
 				return err
 			}
-			row.Snapshot = p.Snapshot
+			if p.Snapshot != nil {
+				row.Snapshot = p.Snapshot
+			}
 			if p.Attempts != nil && *p.Attempts >= 0 {
 				row.Attempt = *p.Attempts
 			}

@@ -42,7 +42,8 @@
 //   - Nothing waits on a user call without bound. A Heartbeat call running
 //     longer than PoolConfig.HeartbeatTimeout (default Interval), and a
 //     schedule callback running longer than SchedulerConfig.CallbackTimeout
-//     (default 5m), is hung: its ctx is cancelled, it is abandoned (Go cannot
+//     (default 30s, as the Cloudflare design resets an alarm handler), is
+//     hung: its ctx is cancelled, it is abandoned (Go cannot
 //     stop a goroutine; its eventual result is ignored) and an ErrHung error
 //     is reported. So Heartbeat and Fire must honour ctx; one that does not
 //     may still run when the next heartbeat or firing of the same schedule

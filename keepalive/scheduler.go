@@ -22,8 +22,11 @@ const (
 	DefaultBackoffBase = time.Second
 	DefaultBackoffMax  = 5 * time.Minute
 	DefaultMaxInFlight = 16
-	// DefaultCallbackTimeout bounds one run of a schedule's callback.
-	DefaultCallbackTimeout = 5 * time.Minute
+	// DefaultCallbackTimeout bounds one run of a schedule's callback: a
+	// callback still running after it is reset (its ctx cancelled, the
+	// attempt recorded as hung and retried), as the Cloudflare Agents
+	// design resets an alarm handler after 30 s.
+	DefaultCallbackTimeout = 30 * time.Second
 )
 
 // appendTimeout bounds the append of a firing's outcome, which runs even while
@@ -89,7 +92,10 @@ type SchedulerConfig struct {
 	// recorded exactly as a returned error would be (schedule.retrying, or
 	// schedule.failed after MaxAttempts), and
 	// forever_keepalive_callbacks_hung_total counts it. It also bounds how
-	// long Run waits for a callback when it stops. Default 5m.
+	// long Run waits for a callback when it stops. Default 30s
+	// (DefaultCallbackTimeout); a host that runs longer work in a callback
+	// raises it (agentd: --schedule-timeout) or starts a fiber from the
+	// callback instead.
 	CallbackTimeout time.Duration
 	// Views, when set, is the Follower of the events stream the schedules
 	// projection joins (NewScheduler adds it), so the schedules view is fed

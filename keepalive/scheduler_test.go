@@ -646,6 +646,37 @@ func TestSchedulerConfigValidate(t *testing.T) {
 	}
 }
 
+// TestHungCallbackDefaultTimeout: with no CallbackTimeout configured, a
+// hung callback is reset after 30 s, as in the Cloudflare design (it was 5
+// minutes): at 30 s on the clock its ctx is cancelled and the attempt is
+// recorded as hung.
+func TestHungCallbackDefaultTimeout(t *testing.T) {
+	if keepalive.DefaultCallbackTimeout != 30*time.Second {
+		t.Fatalf("DefaultCallbackTimeout = %s, want 30s", keepalive.DefaultCallbackTimeout)
+	}
+	h := newHarness(t)
+	cancelled := make(chan struct{})
+	h.setBlock(func(ctx context.Context, n int) {
+		if n == 1 {
+			<-ctx.Done()
+			close(cancelled)
+		}
+	})
+	h.start(keepalive.SchedulerConfig{})
+	sc := h.schedule("a1", keepalive.Spec{Callback: "tick", Delay: time.Minute})
+	h.clk.Advance(time.Minute)
+	if got := recv(t, h.fires, "first fire"); got.ID != sc.ID {
+		t.Fatalf("fired %s, want %s", got.ID, sc.ID)
+	}
+	h.clk.Advance(30 * time.Second)
+	err := recv(t, h.errs, "OnError after 30s")
+	if !errors.Is(err, keepalive.ErrHung) || !strings.Contains(err.Error(), "callback hung after 30s") {
+		t.Fatalf("OnError(%v), want ErrHung after 30s", err)
+	}
+	recv(t, cancelled, "the callback's ctx cancelled")
+	h.waitEvent("a1", keepalive.EventRetrying, 1)
+}
+
 // TestHungCallbackRetried checks that a callback still running after
 // CallbackTimeout is abandoned: its ctx is cancelled, the attempt is recorded
 // as failed like a returned error, the metric counts it, and the schedule

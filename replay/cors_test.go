@@ -72,7 +72,7 @@ func TestCORS(t *testing.T) {
 
 	for _, method := range []string{"OPTIONS", "POST"} {
 		resp, body := do(t, method, e.srv.URL+"/v1/chat", map[string]string{"Origin": "https://evil.example.net", "Content-Type": "text/plain"}, chatBody)
-		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" || !strings.Contains(body, "not allowed") {
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" || !strings.Contains(body, "may not call this server") {
 			t.Fatalf("%s from another origin: %d %v %s", method, resp.StatusCode, resp.Header, body)
 		}
 	}

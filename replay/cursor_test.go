@@ -1,10 +1,13 @@
 package replay_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 	"testing"
 
+	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -67,6 +70,80 @@ func FuzzParseCursor(f *testing.F) {
 		back, err := replay.ParseCursor(c.String())
 		if err != nil || back != c {
 			t.Fatalf("round trip of %v: %v, %v", c, back, err)
+		}
+	})
+}
+
+// TestCursorJSON: a cursor is a JSON string of digits on the way out, so a
+// JavaScript client reads it exactly past 2^53; on the way in, a string or
+// (for old peers) a number of digits is read, anything else is a 400 that
+// names no Go type.
+func TestCursorJSON(t *testing.T) {
+	type reply struct {
+		Cursor replay.Cursor `json:"cursor"`
+	}
+	big := replay.Cursor(1<<53 + 1)
+	b, err := json.Marshal(reply{big})
+	if err != nil || string(b) != `{"cursor":"9007199254740993"}` {
+		t.Fatalf("Marshal = %s, %v", b, err)
+	}
+	for in, want := range map[string]replay.Cursor{
+		`{"cursor":"9007199254740993"}`:     big,
+		`{"cursor":9007199254740993}`:       big,
+		`{"cursor":"18446744073709551615"}`: 1<<64 - 1,
+		`{"cursor":0}`:                      0,
+		`{"cursor":null}`:                   7,
+	} {
+		r := reply{7}
+		if err := json.Unmarshal([]byte(in), &r); err != nil || r.Cursor != want {
+			t.Errorf("Unmarshal(%s) = %v, %v; want %v", in, r.Cursor, err, want)
+		}
+	}
+	for _, in := range []string{`"abc"`, `"-1"`, `-1`, `1.5`, `1e3`, `"18446744073709551616"`, `18446744073709551616`, `true`, `[]`, `{}`, `""`, `" 1"`} {
+		var r reply
+		err := json.Unmarshal([]byte(`{"cursor":`+in+`}`), &r)
+		var e *apierror.Error
+		if !errors.As(err, &e) || e.Code != 400 || !errors.Is(err, replay.ErrBadCursor) {
+			t.Errorf("Unmarshal(%s) = %v, want a 400 wrapping ErrBadCursor", in, err)
+			continue
+		}
+		apierrortest.CheckMessage(t, in, e.Message)
+	}
+	var c replay.Cursor
+	if err := c.UnmarshalText([]byte("42")); err != nil || c != 42 {
+		t.Fatalf("UnmarshalText = %v, %v", c, err)
+	}
+	if b, _ := c.MarshalText(); string(b) != "42" {
+		t.Fatalf("MarshalText = %s", b)
+	}
+}
+
+// FuzzCursorJSON: any JSON value decodes to a cursor that encodes back to
+// the same digits, or to a 400 naming no Go type; a cursor always encodes
+// as a string of digits.
+func FuzzCursorJSON(f *testing.F) {
+	for _, s := range []string{`"42"`, `42`, `null`, `"x"`, `-1`, `1.5`, `[]`, `"\u0031"`, `18446744073709551616`, `"007"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c replay.Cursor
+		err := c.UnmarshalJSON(data)
+		if err != nil {
+			var e *apierror.Error
+			if !errors.As(err, &e) || e.Code != 400 || !errors.Is(err, replay.ErrBadCursor) {
+				t.Fatalf("UnmarshalJSON(%q) = %v", data, err)
+			}
+			apierrortest.CheckMessage(t, string(data), e.Message)
+			return
+		}
+		out, _ := c.MarshalJSON()
+		var s string
+		if json.Unmarshal(out, &s) != nil || s != c.String() {
+			t.Fatalf("cursor %v encodes as %s", c, out)
+		}
+		var back replay.Cursor
+		if err := back.UnmarshalJSON(out); err != nil || back != c {
+			t.Fatalf("round trip of %s: %v, %v", out, back, err)
 		}
 	})
 }

@@ -27,6 +27,19 @@
 //   - A client going away never stops a turn: only POST .../stop (or a
 //     WebSocket "stop" frame) calls Chats.Stop.
 //
+// # Cursors on the wire
+//
+// A client sees a cursor as a string of decimal digits everywhere: SSE
+// "id:" lines, the "cursor" of WebSocket frames, and any JSON that
+// carries a Cursor (its MarshalJSON writes "42"; a JSON number loses
+// precision in JavaScript past 2^53). Where a client sends one back it is
+// a string too (Last-Event-ID, ?after=); a JSON Cursor also reads a number
+// of digits, for peers that still send one. The cursor of a started turn
+// (Turn.After, the chat reply's "cursor") is the stream's real start: the
+// agent's last chunk sequence when the turn was accepted, so every chunk of
+// the new stream is after it and following after it yields the stream from
+// its first chunk.
+//
 // # HTTP gateway
 //
 // NewGateway returns an http.Handler with the AI SDK's conventions, so a
@@ -45,51 +58,128 @@
 //     tail after the cursor (possibly nothing) and [DONE]. A resume whose
 //     chunks retention removed (the stream is marked expired, or its first
 //     chunks are gone and the cursor is before the first one stored) is 410
-//     Gone {"error":"chunks expired"}; an idle chat without ?after= stays
-//     204.
+//     Gone {"code":410,"error":"chunks expired: ..."}; an idle chat without
+//     ?after= stays 204.
 //   - POST /v1/chat/{id}/stop: Chats.Stop; 200 {"stopped": bool}.
 //   - GET /v1/chat/{id}/messages: Chats.Messages as JSON.
 //   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
 //   - GET /: the chat page (web/index.html).
 //
-// Errors are {"error": "..."} with a 4xx status for bad requests (malformed
-// body, no messages, invalid chat id or cursor) and the status an error
-// carries (a StatusCode() int method, or a known sentinel; see StatusCode).
 // Closing GatewayConfig.Stopping ends every SSE response (without [DONE])
 // and WebSocket (close 1001), so a server can shut down; turns go on.
 //
+// # Errors
+//
+// Every error the gateway sends has the one shape of package
+// internal/apierror, {"code": N, "error": "<sentence>"}, with N the HTTP
+// status (400 bad input, 403 origin refused, 404 unknown chat, stream or
+// endpoint, 409 conflict, 410 chunks expired, 413 body over
+// GatewayConfig.MaxBodyBytes, 429/503 with Retry-After, 500, 504): HTTP
+// bodies, WebSocket error frames ({"type":"error","requestId"?,"code",
+// "error"}), and the AI SDK error chunk that ends an SSE stream whose
+// follow fails for good (404, 410; a transient failure ends the response
+// without [DONE] and the client resumes with Last-Event-ID). Messages name
+// the field, header or parameter as the client sent it (a JSON path such
+// as "body.messages[0].id") and never a Go type or package: errors are
+// translated once, at the edge (apiError). An *apierror.Error from Chats
+// is sent as it is; another error with a StatusCode() int method keeps its
+// code but gets the code's fixed sentence (apierror.Text), since its
+// message was not written for clients; anything else is 500. Unknown
+// paths and methods are 404, as Stripe answers an unrecognized URL.
+//
 // # WebSocket protocol
 //
-// Frames are JSON text messages. The server sends an offer on connect and
-// on each {"type":"resume"} from the client (a client that registers its
-// handler late asks again, so the offer is never lost):
+// GET /v1/chat/{id}/ws follows the resume handshake of Cloudflare's agents
+// (AIChatAgent's ResumableStream: notify, ack, replay), with the chunks in
+// the log instead of SQLite. Frames are JSON text messages; cursors in
+// them are strings of digits.
 //
-//	{"type":"resuming","requestId","streamId","messageId"}  an unfinished turn
-//	{"type":"resuming",...,"status":"error"}                the last turn failed
-//	{"type":"pending","requestId"}                          started, no chunk yet
-//	{"type":"none"}                                         idle
+// Offers. The server sends one offer when the client connects, and one in
+// answer to each {"type":"resume","probeId"?} the client sends (a client
+// sends it once its handler is registered, so an offer sent on connect
+// before that is not lost). Offers are never deduplicated: a client that
+// connects and then asks gets two, and acks one. The answer to a resume
+// echoes its probeId (an opaque string the client uses to match answers to
+// probes); the offer sent on connect has none.
 //
-// The server streams nothing until the client acknowledges the offer with
-// {"type":"ack","requestId"}; an ack for another request id is ignored, and
-// so is a second ack of the turn already streaming. Then it sends the
-// chunks stored when the ack arrived, flagged replay, then replayComplete,
-// then the live chunks, then done:
+//	{"type":"resuming","requestId","streamId","messageId","probeId"?}  a turn streaming
+//	{"type":"resuming",...,"status":"error","probeId"?}                the last turn failed
+//	{"type":"pending","requestId","probeId"?}                         started, no chunk yet
+//	{"type":"none","reason":"idle","probeId"?}                        nothing to resume
+//
+// "idle" is the only reason: no turn runs, waits to write its first chunk,
+// or failed since the last turn started. (Cloudflare's other reason,
+// "continuation-owned", has no counterpart: any connection may resume any
+// turn of its chat.)
+//
+// Ack and replay. Nothing is streamed until the client acks with
+// {"type":"ack","requestId"}:
+//
+//   - the requestId of the turn offered last (resuming, pending, or one
+//     this connection started): whatever the connection was streaming
+//     stops, and the whole buffer of the turn is sent from its start:
+//     the chunks stored when the ack arrived, flagged replay, then
+//     replayComplete, then the live chunks, then done. Every ack does it
+//     again (a client that acks twice gets the buffer twice, so a client
+//     acks once per turn and discards what it had of the turn when it
+//     acks);
+//   - another requestId while a turn is offered: ignored (a stale ack);
+//   - while nothing runs, the requestId of the latest turn (it ended
+//     between offer and ack): replayed whole, then done; any other
+//     requestId: {"type":"done","requestId","replay":true} at once, so the
+//     client's resume does not wait for a timeout.
+//
+// The frames of a replay, in order:
 //
 //	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":true}
 //	{"type":"replayComplete","requestId","cursor":"<last replayed>"}
 //	{"type":"chunk","requestId","cursor":"<n>","chunk":{...},"replay":false}
 //	{"type":"done","requestId","status":"completed|error|aborted"}
 //
-// A turn that ended in error is replayed up to its error chunk and done says
-// "error"; when the latest turn failed, it is offered (resuming with status
-// "error") until another turn starts, so a client that reconnects after the
-// failure learns of it. A client that has seen it need not ack. The client may also send {"type":"chat","body":{AI SDK body}} to
-// start a turn (answered {"type":"started","requestId","streamId",
-// "messageId"}, then its chunks live with replay false, then done) and
-// {"type":"stop"} (answered {"type":"stopped","stopped":bool}). A bad frame
-// is answered {"type":"error","error":"...","code":400}; the connection
-// stays open. An ack of a turn whose chunks retention removed is answered
-// {"type":"error","requestId","error":"chunks expired","code":410}.
+// A turn that ended in error is replayed up to its error chunk and done
+// says "error"; when the latest turn failed, it is offered (resuming with
+// status "error") until another turn starts, so a client that reconnects
+// after the failure learns of it. A client that has seen it need not ack.
+//
+// Other frames. {"type":"chat","body":{AI SDK body}} starts a turn
+// (answered {"type":"started","requestId","streamId","messageId",
+// "cursor"}, cursor being Turn.After, then its chunks live with replay
+// false, then done) and becomes the connection's offer; {"type":"stop"} is answered {"type":"stopped",
+// "stopped":bool}. A bad frame (binary, not JSON, an unknown type, an ack
+// without requestId) is answered {"type":"error","code":400,"error":"..."};
+// the connection stays open. An ack of a turn whose chunks retention
+// removed, or a follow that finds them gone, is answered {"type":"error",
+// "requestId","code":410,"error":"chunks expired: ..."}.
+//
+// # Host check and CORS in front of a server
+//
+// Two handlers go in front of everything a server mounts, outermost first:
+//
+//	hosts, err := replay.ParseHostPatterns(allowedHosts) // --allowed-host
+//	h := replay.HostCheck(hosts, replay.CORS(corsOrigins, auth(mux)))
+//
+// HostCheck serves a request only when its Host is a loopback name or
+// address (localhost or a name under it, 127.0.0.0/8, ::1; any port) or
+// matches a HostPattern ("app.example.com", "*.example.com",
+// "host:8080", "192.168.1.5", "[2001:db8::1]:8080"); anything else, a
+// missing Host included, gets 403 {"code":403,"error":"..."} before any
+// handler runs. That closes DNS rebinding: a page whose name its attacker
+// points at 127.0.0.1 sends its own name as Host. A server without auth
+// must use it; one with auth uses it when hosts are listed.
+//
+// CORS answers a browser's preflight from an allowed origin (204, without
+// credentials) and puts the CORS headers on every answer to that origin, a
+// 401 of the authentication included, so a page on another origin can
+// call a server that authenticates; an origin not allowed gets 403 before
+// the authentication runs. The gateway behind it does not apply the rules
+// a second time.
+//
+// Invariants of the edge:
+//   - No request with a Host other than loopback or a listed pattern
+//     reaches a handler behind HostCheck.
+//   - Every error the gateway sends is {"code","error"} with the HTTP
+//     status as code and a message naming no Go type or package.
+//   - Every cursor a client sees is a JSON string (or SSE id) of digits.
 //
 // # Usage
 //

@@ -2,48 +2,90 @@ package replay
 
 import (
 	"errors"
-	"net/http"
+	"net/url"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 var (
 	// ErrUnknownStream is returned by Client.Follow for a stream with no
 	// chunk stored, and by Client.Latest for an agent without streams. The
 	// gateway answers it with 404. (A stream whose chunks retention removed
-	// is chunk.ErrExpired instead: 410 Gone, {"error":"chunks expired"}.)
+	// is chunk.ErrExpired instead: 410 Gone.)
 	ErrUnknownStream = errors.New("replay: unknown stream")
 	// ErrBadRequest marks a request the gateway cannot serve as sent:
 	// malformed JSON, no messages, an id that is not a valid agent id. 400.
+	// The gateway's errors are *apierror.Error values wrapping it.
 	ErrBadRequest = errors.New("replay: bad request")
 	// ErrInvalidConfig is returned by NewGateway and GatewayConfig.Validate.
 	ErrInvalidConfig = errors.New("replay: invalid config")
 )
 
-// StatusCode returns the HTTP status for err: the code of the first error in
-// its chain with a StatusCode() int method (chat's errors carry theirs),
-// else the code of a known sentinel (this package's, chunk's, eventlog's),
-// else 500.
-func StatusCode(err error) int {
-	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) {
-		if c := sc.StatusCode(); c >= 400 && c <= 599 {
-			return c
-		}
-	}
+// StatusCode returns the HTTP status the gateway answers err with: the
+// code of an *apierror.Error in its chain, else that of a known sentinel
+// (this package's, chunk's, eventlog's), else that of the first error in
+// the chain with a StatusCode() int method (chat's errors carry theirs),
+// else 500. It is the Code of the error the gateway sends (see apiError).
+func StatusCode(err error) int { return apiError(err).Code }
+
+// apiError translates err for a client, once, at the edge: an
+// *apierror.Error in its chain is sent as it is; replay's, chunk's and
+// eventlog's sentinels get a fixed sentence; anything else goes through
+// apierror.From, which keeps the code of a StatusCode() int method but
+// never the message of an error not written for clients.
+func apiError(err error) *apierror.Error {
+	var e *apierror.Error
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrBadCursor),
-		errors.Is(err, eventlog.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, eventlog.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrUnknownStream), errors.Is(err, chunk.ErrUnknownStream):
-		return http.StatusNotFound
-	case errors.Is(err, eventlog.ErrConflict):
-		return http.StatusConflict
+	case errors.As(err, &e):
+		return e
 	case errors.Is(err, chunk.ErrExpired):
-		return http.StatusGone
+		return apierror.New(apierror.Gone, "%s", expiredText).WithCause(err)
+	case errors.Is(err, ErrUnknownStream), errors.Is(err, chunk.ErrUnknownStream):
+		return apierror.New(apierror.NotFound, "this chat has no such stream").WithCause(err)
+	case errors.Is(err, ErrBadCursor):
+		return apierror.New(apierror.BadRequest, "%s", cursorRule).WithCause(err)
+	case errors.Is(err, eventlog.ErrTooLarge):
+		return apierror.New(apierror.TooLarge, "%s", apierror.Text(apierror.TooLarge)).WithCause(err)
+	case errors.Is(err, eventlog.ErrConflict):
+		return apierror.New(apierror.Conflict, "%s", apierror.Text(apierror.Conflict)).WithCause(err)
+	case errors.Is(err, eventlog.ErrInvalid):
+		return apierror.New(apierror.BadRequest, "the request names an agent or stream id that is not valid").WithCause(err)
 	}
-	return http.StatusInternalServerError
+	return apierror.From(err)
+}
+
+// expiredText is the error of a resume whose chunks retention removed.
+const expiredText = "chunks expired: retention removed this turn's chunks; read the conversation from /v1/chat/{id}/messages instead"
+
+// cursorRule says what a cursor is, for the errors of a bad one.
+const cursorRule = `a cursor is a string of digits such as "42" (the id of an event, or the cursor of a frame)`
+
+// agentIDRule says what an agent id is, for the errors of a bad one.
+const agentIDRule = `an agent id is 1 to 256 bytes of UTF-8 without ".", "*", ">", spaces or control characters`
+
+// echo returns s for quoting in an error, cut to 64 bytes.
+func echo(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// badRequest returns a 400 *apierror.Error wrapping ErrBadRequest.
+func badRequest(format string, args ...any) *apierror.Error {
+	return apierror.New(apierror.BadRequest, format, args...).WithCause(ErrBadRequest)
+}
+
+// badAgentID is the error of a chat id that cannot be an agent id; where
+// says where the id was (`chat id`, `"id"`).
+func badAgentID(where, id string) *apierror.Error {
+	return badRequest("%s %q is not a valid agent id: %s", where, echo(id), agentIDRule)
+}
+
+// expiredFor returns the 410 of a chat's expired turn, naming its
+// messages.
+func expiredFor(agent string, cause error) *apierror.Error {
+	return apierror.New(apierror.Gone, "chunks expired: retention removed this turn's chunks; read the conversation from /v1/chat/%s/messages instead", url.PathEscape(agent)).WithCause(cause)
 }

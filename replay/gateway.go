@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"path"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,8 +34,11 @@ type Chats interface {
 // Turn identifies a turn started by Chats.Send.
 type Turn struct {
 	RequestID, StreamID, MessageID string
-	// After is where the turn's chunks start: 0 for a new stream, the
-	// stored last sequence when the turn continues a stream.
+	// After is where the turn's chunks start, the stream's real start: the
+	// agent's last chunk sequence when the turn was accepted (0 for an
+	// agent without chunks), so its first chunk is the first one after it.
+	// 0 also works (a follow filters by stream) but tells a client
+	// nothing; the started frame and the chat reply show it.
 	After Cursor
 }
 
@@ -201,6 +203,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g.mux.HandleFunc("GET /v1/chat/{id}/messages", g.getMessages)
 	g.mux.HandleFunc("GET /v1/chat/{id}/ws", g.getWS)
 	g.mux.HandleFunc("GET /{$}", g.getPage)
+	g.mux.HandleFunc("/", g.notFound)
 	return g, nil
 }
 
@@ -212,41 +215,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mux.ServeHTTP(w, r)
 }
 
-// writeError answers err as {"error": "..."} with its status code.
+// writeError answers err as {"code": N, "error": "..."} (see apiError),
+// with Retry-After for 429 and 503. A 5xx is logged with its cause.
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := StatusCode(err)
-	if code >= 500 {
-		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	e := apiError(err)
+	if e.Code >= 500 {
+		g.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
 	}
-	var ra interface{ RetryAfter() time.Duration }
-	switch {
-	case errors.As(err, &ra):
-		// A quota (429): the error says when a retry may pass.
-		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(ra.RetryAfter().Seconds()))), 10))
-	case code == http.StatusServiceUnavailable:
-		// Nothing ran (an owner moving, JetStream electing, the node at its
-		// turn limit): retry after a second.
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, code, map[string]string{"error": errorText(err)})
-}
-
-// expiredText is the error of a resume whose chunks retention removed.
-const expiredText = "chunks expired"
-
-// errorText is err as the gateway's clients read it: chunk.ErrExpired is
-// the fixed "chunks expired", the rest their message.
-func errorText(err error) string {
-	if errors.Is(err, chunk.ErrExpired) {
-		return expiredText
-	}
-	return err.Error()
+	e.WriteHTTP(w)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		code, body = http.StatusInternalServerError, []byte(`{"error":"replay: encode response"}`)
+		apierror.From(err).WriteHTTP(w)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -254,11 +237,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(append(body, '\n'))
 }
 
+// notFound answers a path or method the gateway does not serve: 404, as
+// Stripe answers an unrecognized request URL.
+func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
+	apierror.New(apierror.NotFound, "no endpoint %s %q here: the gateway serves POST /v1/chat, GET /v1/chat/{id}/stream, POST /v1/chat/{id}/stop, GET /v1/chat/{id}/messages, GET /v1/chat/{id}/ws and the chat page at GET /", echo(r.Method), echo(r.URL.Path)).WriteHTTP(w)
+}
+
 // agentOf returns the {id} path value, checked to be a usable agent id.
 func agentOf(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !eventlog.ValidToken(id) {
-		return "", fmt.Errorf("%w: chat id %q is not a valid agent id (no '.', '*', '>', spaces; 1 to 256 bytes)", ErrBadRequest, id)
+		return "", badAgentID("chat id", id)
 	}
 	return id, nil
 }
@@ -357,15 +346,15 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 }
 
 // stored checks that a resume of info's stream after the cursor can be
-// served: it returns an error wrapping chunk.ErrExpired when retention
-// marked the stream expired, or removed its first chunks (the view's
-// FirstSeq is older than the first chunk still stored) and the cursor is
-// before the first chunk still stored, so chunks the resume needs may be
-// gone. Chunks are removed oldest first, so a cursor at or past the first
+// served: it returns a 410 *apierror.Error wrapping chunk.ErrExpired when
+// retention marked the stream expired, or removed its first chunks (the
+// view's FirstSeq is older than the first chunk still stored) and the
+// cursor is before the first chunk still stored, so chunks the resume
+// needs may be gone. Chunks are removed oldest first, so a cursor at or past the first
 // stored chunk still gets every chunk after it.
 func (g *Gateway) stored(ctx context.Context, info chunk.StreamInfo, after Cursor) error {
 	if info.Expired {
-		return fmt.Errorf("%w: stream %s/%s expired at %s", chunk.ErrExpired, info.Agent, info.Stream, info.ExpiredAt.Format(time.RFC3339))
+		return expiredFor(info.Agent, fmt.Errorf("%w: stream %s/%s expired at %s", chunk.ErrExpired, info.Agent, info.Stream, info.ExpiredAt.Format(time.RFC3339)))
 	}
 	if info.FirstSeq == 0 {
 		return nil
@@ -388,11 +377,11 @@ func (g *Gateway) stored(ctx context.Context, info chunk.StreamInfo, after Curso
 	}
 	switch {
 	case found && first.Type == chunk.EventExpired:
-		return fmt.Errorf("%w: stream %s/%s expired", chunk.ErrExpired, info.Agent, info.Stream)
+		return expiredFor(info.Agent, fmt.Errorf("%w: stream %s/%s expired", chunk.ErrExpired, info.Agent, info.Stream))
 	case found && first.Seq <= info.FirstSeq:
 		return nil
 	case !found || after.Seq() < first.Seq:
-		return fmt.Errorf("%w: stream %s/%s began at %d, its first stored chunk is at %d (0: none)", chunk.ErrExpired, info.Agent, info.Stream, info.FirstSeq, first.Seq)
+		return expiredFor(info.Agent, fmt.Errorf("%w: stream %s/%s began at %d, its first stored chunk is at %d (0: none)", chunk.ErrExpired, info.Agent, info.Stream, info.FirstSeq, first.Seq))
 	}
 	return nil
 }

@@ -11,14 +11,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 )
 
 // FuzzChatBody: a POST /v1/chat body, as the AI SDK sends it or anything
 // else, is accepted with a valid chat id and at least one message, or
-// refused as 400 (ErrBadRequest) or 413 (eventlog.ErrTooLarge); the body
-// accepted is passed on unchanged.
+// refused as 400 (ErrBadRequest) or 413, with a message that names no Go
+// type or package; the body accepted is passed on unchanged.
 func FuzzChatBody(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"a1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"submit-message","messageId":"m1"}`,
@@ -30,13 +33,14 @@ func FuzzChatBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, limit uint16) {
 		req, body, err := readChatBody(bytes.NewReader(data), int64(limit))
 		if err != nil {
-			code := StatusCode(err)
-			if !errors.Is(err, ErrBadRequest) && !errors.Is(err, eventlog.ErrTooLarge) || (code != http.StatusBadRequest && code != http.StatusRequestEntityTooLarge) {
-				t.Fatalf("readChatBody(%q): %v (status %d)", data, err, code)
+			var e *apierror.Error
+			if !errors.As(err, &e) || !(e.Code == http.StatusBadRequest && errors.Is(err, ErrBadRequest) || e.Code == http.StatusRequestEntityTooLarge) {
+				t.Fatalf("readChatBody(%q): %#v", data, err)
 			}
-			if len(data) > int(limit) && !errors.Is(err, eventlog.ErrTooLarge) {
+			if len(data) > int(limit) && e.Code != http.StatusRequestEntityTooLarge {
 				t.Fatalf("readChatBody of %d bytes over a %d limit: %v", len(data), limit, err)
 			}
+			apierrortest.CheckMessage(t, fmt.Sprintf("body %q", data), e.Message)
 			return
 		}
 		if len(data) > int(limit) || !eventlog.ValidToken(req.ID) || len(req.Messages) == 0 || !bytes.Equal(body, data) {
@@ -47,7 +51,7 @@ func FuzzChatBody(f *testing.F) {
 
 // FuzzResumeParams: the Last-Event-ID header and the after parameter of a
 // resume give the later of the two cursors, or an error that is a 400
-// wrapping ErrBadCursor.
+// wrapping ErrBadCursor, naming no Go type or package.
 func FuzzResumeParams(f *testing.F) {
 	for _, p := range [][2]string{{"", ""}, {"42", ""}, {"", "7"}, {"42", "7"}, {"x", "1"}, {"1", "-1"}, {"18446744073709551616", ""}, {" 1", "1 "}} {
 		f.Add(p[0], p[1])
@@ -58,6 +62,7 @@ func FuzzResumeParams(f *testing.F) {
 			if !errors.Is(err, ErrBadCursor) || StatusCode(err) != http.StatusBadRequest {
 				t.Fatalf("resumeAfter(%q, %q): %v", lastEventID, after, err)
 			}
+			apierrortest.CheckMessage(t, fmt.Sprintf("resume %q %q", lastEventID, after), apiError(err).Message)
 			return
 		}
 		if explicit != (after != "") {
@@ -80,12 +85,13 @@ func FuzzResumeParams(f *testing.F) {
 }
 
 // FuzzWSFrame: a WebSocket text frame from the client is a frame {type,
-// ...} or a decode error the connection answers with a 400 error frame
-// (it must not end the connection); the body of a chat frame is checked
-// like a POST /v1/chat body, against the connection's chat.
+// ...} or a 400 the connection answers with an error frame (it must not
+// end the connection), naming no Go type or package; the body of a chat
+// frame is checked like a POST /v1/chat body, against the connection's
+// chat.
 func FuzzWSFrame(f *testing.F) {
 	for _, s := range []string{
-		`{"type":"resume"}`, `{"type":"ack","requestId":"r1"}`, `{"type":"stop"}`,
+		`{"type":"resume"}`, `{"type":"resume","probeId":"p1"}`, `{"type":"resume","probeId":7}`, `{"type":"ack","requestId":"r1"}`, `{"type":"stop"}`,
 		`{"type":"chat","body":{"id":"a1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}}`,
 		`{"type":"chat","body":{"id":"other","messages":[{}]}}`, `{"type":"chat"}`, `{"type":"chat","body":"x"}`,
 		`{"type":7}`, `[]`, `{`, ``, `{"type":"unknown"}`,
@@ -93,12 +99,12 @@ func FuzzWSFrame(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var in wsIn
-		// What wsjson.Read does with a text frame.
-		if err := json.Unmarshal(data, &in); err != nil {
-			if !isBadFrame(fmt.Errorf("failed to unmarshal JSON: %w", err)) {
-				t.Fatalf("frame %q: %v would end the connection", data, err)
+		in, err := decodeFrame(websocket.MessageText, data)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) || StatusCode(err) != http.StatusBadRequest {
+				t.Fatalf("frame %q: %v", data, err)
 			}
+			apierrortest.CheckMessage(t, fmt.Sprintf("frame %q", data), apiError(err).Message)
 			return
 		}
 		if in.Type != "chat" {
@@ -109,6 +115,7 @@ func FuzzWSFrame(f *testing.F) {
 			if !errors.Is(err, ErrBadRequest) || StatusCode(err) != http.StatusBadRequest {
 				t.Fatalf("chat frame %q: %v", data, err)
 			}
+			apierrortest.CheckMessage(t, fmt.Sprintf("chat frame %q", data), apiError(err).Message)
 			return
 		}
 		var req chatRequest

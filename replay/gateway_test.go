@@ -385,25 +385,29 @@ func TestBadRequests(t *testing.T) {
 		status int
 		substr string
 	}{
-		{"malformed json", func() *http.Response { return post(t, e, "/v1/chat", `{"id":`) }, 400, "not an AI SDK chat request"},
-		{"no messages", func() *http.Response { return post(t, e, "/v1/chat", `{"id":"c1","messages":[]}`) }, 400, "no messages"},
-		{"no id", func() *http.Response { return post(t, e, "/v1/chat", `{"messages":[{}]}`) }, 400, "no chat id"},
-		{"bad id", func() *http.Response { return post(t, e, "/v1/chat", `{"id":"a.b","messages":[{}]}`) }, 400, "not a valid agent id"},
-		{"conflict from Chats", func() *http.Response { return post(t, e, "/v1/chat", body("busy")) }, 409, "already active"},
-		{"bad path id", func() *http.Response { return get(t, e, "/v1/chat/a.b/stream") }, 400, "not a valid agent id"},
-		{"bad Last-Event-ID", func() *http.Response { return get(t, e, "/v1/chat/c1/stream", "Last-Event-ID", "abc") }, 400, `invalid cursor "abc"`},
-		{"bad after", func() *http.Response { return get(t, e, "/v1/chat/c1/stream?after=-1") }, 400, "invalid cursor"},
-		{"unknown chat messages", func() *http.Response { return get(t, e, "/v1/chat/missing/messages") }, 404, "not found"},
+		{"malformed json", func() *http.Response { return post(t, e, "/v1/chat", `{"id":`) }, 400, "the body is not valid JSON: it ends early, at byte 6"},
+		{"wrong type", func() *http.Response { return post(t, e, "/v1/chat", `{"id":"c1","messages":"hi"}`) }, 400, `"messages" must be an array, got a string`},
+		{"no messages", func() *http.Response { return post(t, e, "/v1/chat", `{"id":"c1","messages":[]}`) }, 400, `no "messages"`},
+		{"no id", func() *http.Response { return post(t, e, "/v1/chat", `{"messages":[{}]}`) }, 400, `no "id"`},
+		{"bad id", func() *http.Response { return post(t, e, "/v1/chat", `{"id":"a.b","messages":[{}]}`) }, 400, `"id" "a.b" is not a valid agent id`},
+		{"conflict from Chats", func() *http.Response { return post(t, e, "/v1/chat", body("busy")) }, 409, "already running"},
+		{"bad path id", func() *http.Response { return get(t, e, "/v1/chat/a.b/stream") }, 400, `chat id "a.b" is not a valid agent id`},
+		{"bad Last-Event-ID", func() *http.Response { return get(t, e, "/v1/chat/c1/stream", "Last-Event-ID", "abc") }, 400, `the Last-Event-ID header "abc" is not a cursor`},
+		{"bad after", func() *http.Response { return get(t, e, "/v1/chat/c1/stream?after=-1") }, 400, `the after parameter "-1" is not a cursor`},
+		{"unknown chat messages", func() *http.Response { return get(t, e, "/v1/chat/missing/messages") }, 404, `no chat "missing"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := tt.do()
-			var got map[string]string
+			var got struct {
+				Code  int    `json:"code"`
+				Error string `json:"error"`
+			}
 			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 				t.Fatalf("body is not JSON: %v", err)
 			}
-			if resp.StatusCode != tt.status || !strings.Contains(got["error"], tt.substr) {
-				t.Fatalf("status %d error %q; want %d containing %q", resp.StatusCode, got["error"], tt.status, tt.substr)
+			if resp.StatusCode != tt.status || got.Code != tt.status || !strings.Contains(got.Error, tt.substr) {
+				t.Fatalf("status %d body %+v; want %d containing %q", resp.StatusCode, got, tt.status, tt.substr)
 			}
 			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("content-type %q", ct)
@@ -419,8 +423,8 @@ func TestPage(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `id="send"`) || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("page: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	if resp := get(t, e, "/nope"); resp.StatusCode != 404 {
-		t.Fatalf("/nope: %d", resp.StatusCode)
+	if resp := get(t, e, "/nope"); resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/nope: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
 

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +53,7 @@ func (e statusErr) StatusCode() int { return e.code }
 // fakeChats implements replay.Chats on a real log: Send starts a turn whose
 // chunks the test writes through a real Batcher with chat.StreamWriter.
 type fakeChats struct {
+	lg         *eventlog.Log
 	b          *eventlog.Batcher
 	maxPayload int64
 	started    chan *fakeTurn
@@ -62,12 +65,26 @@ type fakeChats struct {
 }
 
 func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
-	if agent == "busy" {
-		return replay.Turn{}, statusErr{http.StatusConflict, "chat: a turn is already active"}
+	switch agent {
+	case "busy":
+		return replay.Turn{}, apierror.New(apierror.Conflict, "a turn is already running in chat %q: wait for it to end, or stop it", agent)
+	case "legacy":
+		// An internal error with a code but a message not meant for
+		// clients: the gateway keeps the code, not the message.
+		return replay.Turn{}, fmt.Errorf("agentd: %w", statusErr{http.StatusConflict, "chat: a turn is already active"})
+	case "broken":
+		return replay.Turn{}, errors.New("eventlog: append: pebble: closed")
 	}
 	n := f.next.Add(1)
+	// The turn's cursor is the stream's real start, as agentd's chat
+	// reply gives it: the agent's last chunk when the turn was accepted,
+	// so every chunk of the new stream is after it.
+	start, err := f.lg.LastSeq(ctx, eventlog.Filter{Agent: agent, Chunks: true})
+	if err != nil {
+		return replay.Turn{}, err
+	}
 	ft := &fakeTurn{
-		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n)},
+		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n), After: replay.Cursor(start)},
 		Agent: agent, Body: body,
 	}
 	ft.w = chat.NewStreamWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)
@@ -88,7 +105,7 @@ func (f *fakeChats) Stop(ctx context.Context, agent string) (bool, error) {
 
 func (f *fakeChats) Messages(ctx context.Context, agent string) (any, error) {
 	if agent == "missing" {
-		return nil, fmt.Errorf("no such chat: %w", chat.ErrNotFound)
+		return nil, apierror.New(apierror.NotFound, "no chat %q", agent).WithCause(chat.ErrNotFound)
 	}
 	return []map[string]any{{"id": "u1", "role": "user", "parts": []map[string]string{{"type": "text", "text": "hi"}}}}, nil
 }
@@ -121,7 +138,7 @@ func newEnv(t *testing.T, opts ...func(*replay.GatewayConfig)) *env {
 	}
 	b, _ := runBatcher(t, lg)
 	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
-	e.chats = &fakeChats{b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
+	e.chats = &fakeChats{lg: lg, b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
 	cfg := replay.GatewayConfig{
 		Log: lg, Chats: e.chats, Streams: replay.ProjectedIndex{Streams: e.streams}, Stopping: e.stopping, Registerer: e.reg,
 	}

@@ -1,10 +1,10 @@
 package replay_test
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -60,16 +61,16 @@ func (e *env) dropFirstChunk(t *testing.T, agent, stream string) {
 	}
 }
 
-// check410 checks a 410 Gone {"error":"chunks expired"} answer.
+// check410 checks a 410 Gone {"code":410,"error":"chunks expired: ..."}
+// answer.
 func check410(t *testing.T, resp *http.Response) {
 	t.Helper()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusGone {
 		t.Fatalf("status %d %s, want 410", resp.StatusCode, b)
 	}
-	var got map[string]string
-	if err := json.Unmarshal(b, &got); err != nil || got["error"] != "chunks expired" {
-		t.Fatalf("body %s, want {\"error\":\"chunks expired\"}", b)
+	if msg := apierrortest.CheckBody(t, "resume", http.StatusGone, b); !strings.HasPrefix(msg, "chunks expired: ") {
+		t.Fatalf("body %s, want {\"code\":410,\"error\":\"chunks expired: ...\"}", b)
 	}
 }
 
@@ -120,7 +121,7 @@ func TestWSResumeExpired(t *testing.T) {
 		t.Fatalf("offer %+v", f)
 	}
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
-	if f := w.expect("error"); f.Code != http.StatusGone || f.Error != "chunks expired" || f.RequestID != ft.RequestID {
+	if f := w.expect("error"); f.Code != http.StatusGone || !strings.HasPrefix(f.Error, "chunks expired: ") || f.RequestID != ft.RequestID {
 		t.Fatalf("frame %+v, want an error with code 410", f)
 	}
 	// The connection goes on.
@@ -142,7 +143,7 @@ func TestResumeFirstChunksGone(t *testing.T) {
 	w := dialWS(t, e, "c1")
 	w.expect("resuming")
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
-	if f := w.expect("error"); f.Code != http.StatusGone || f.Error != "chunks expired" {
+	if f := w.expect("error"); f.Code != http.StatusGone || !strings.HasPrefix(f.Error, "chunks expired: ") {
 		t.Fatalf("frame %+v, want an error with code 410", f)
 	}
 	var got error

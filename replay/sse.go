@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // chatRequest is the part of an AI SDK chat request body the gateway checks;
@@ -20,32 +22,40 @@ type chatRequest struct {
 	Messages []json.RawMessage `json:"messages"`
 }
 
-// readChatBody reads and checks an AI SDK request body. Errors wrap
-// ErrBadRequest or eventlog.ErrTooLarge.
+// readChatBody reads and checks an AI SDK request body. Errors are
+// *apierror.Error: 413 over the limit, 400 wrapping ErrBadRequest else.
 func readChatBody(r io.Reader, limit int64) (chatRequest, json.RawMessage, error) {
-	body, err := io.ReadAll(io.LimitReader(r, limit+1))
+	body, err := apierror.ReadBody(r, limit)
 	if err != nil {
-		return chatRequest{}, nil, fmt.Errorf("%w: read body: %v", ErrBadRequest, err)
+		return chatRequest{}, nil, err
 	}
-	if int64(len(body)) > limit {
-		return chatRequest{}, nil, fmt.Errorf("%w: request body above %d bytes", eventlog.ErrTooLarge, limit)
-	}
-	return parseChatBody(body)
+	return parseChatBody(body, "")
 }
 
-func parseChatBody(body json.RawMessage) (chatRequest, json.RawMessage, error) {
+// parseChatBody checks an AI SDK request body: {id, messages, ...} with a
+// valid agent id and at least one message. within is "" for a request
+// body, or the field holding it ("body" of a WebSocket frame). Errors are
+// 400 *apierror.Error wrapping ErrBadRequest, naming the field as the
+// client sent it.
+func parseChatBody(body json.RawMessage, within string) (chatRequest, json.RawMessage, error) {
+	subject, prefix := "the body", ""
+	opts := []apierror.DecodeOpt{}
+	if within != "" {
+		subject, prefix = strconv.Quote(within), within+"."
+		opts = append(opts, apierror.Within(within))
+	}
 	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return chatRequest{}, nil, fmt.Errorf("%w: body is not an AI SDK chat request {id, messages}: %v", ErrBadRequest, err)
+	if err := apierror.Decode(body, &req, opts...); err != nil {
+		return chatRequest{}, nil, apierror.From(err).WithCause(fmt.Errorf("%w: %w", ErrBadRequest, err))
 	}
 	if req.ID == "" {
-		return chatRequest{}, nil, fmt.Errorf("%w: body has no chat id", ErrBadRequest)
+		return chatRequest{}, nil, badRequest(`%s has no "id": set it to the chat id (the agent's id)`, subject)
 	}
 	if !eventlog.ValidToken(req.ID) {
-		return chatRequest{}, nil, fmt.Errorf("%w: chat id %q is not a valid agent id (no '.', '*', '>', spaces; 1 to 256 bytes)", ErrBadRequest, req.ID)
+		return chatRequest{}, nil, badAgentID(strconv.Quote(prefix+"id"), req.ID)
 	}
 	if len(req.Messages) == 0 {
-		return chatRequest{}, nil, fmt.Errorf("%w: body has no messages", ErrBadRequest)
+		return chatRequest{}, nil, badRequest(`%s has no "messages": send the conversation, ending with the new user message`, subject)
 	}
 	return req, body, nil
 }
@@ -106,17 +116,18 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 // resumeAfter returns where a resume starts: the later of the Last-Event-ID
 // header and the after query parameter, either may be empty. explicit is
 // true when after was given (a finished stream then replays its tail).
-// Errors wrap ErrBadCursor and name the parameter.
+// Errors are 400 *apierror.Error wrapping ErrBadCursor, naming the
+// parameter.
 func resumeAfter(lastEventID, afterParam string) (after Cursor, explicit bool, err error) {
 	if lastEventID != "" {
 		if after, err = ParseCursor(lastEventID); err != nil {
-			return 0, false, fmt.Errorf("Last-Event-ID: %w", err)
+			return 0, false, apierror.New(apierror.BadRequest, "the Last-Event-ID header %q is not a cursor: %s", echo(lastEventID), cursorRule).WithCause(err)
 		}
 	}
 	if afterParam != "" {
 		c, err := ParseCursor(afterParam)
 		if err != nil {
-			return 0, false, fmt.Errorf("after: %w", err)
+			return 0, false, apierror.New(apierror.BadRequest, "the after parameter %q is not a cursor: %s", echo(afterParam), cursorRule).WithCause(err)
 		}
 		after, explicit = max(after, c), true
 	}
@@ -160,6 +171,22 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 				g.logger.Error("skip corrupt chunk", "agent", agent, "stream", stream, "err", err)
 				continue
 			}
+			if e := apiError(err); e.Code == apierror.Gone || e.Code == apierror.NotFound {
+				// For good: the stream ends with an AI SDK error chunk,
+				// so the client shows why instead of resuming in vain.
+				if errors.Is(err, chunk.ErrExpired) {
+					e = expiredFor(agent, err)
+				}
+				_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.WriteTimeout))
+				buf = appendWire(append(buf[:0], "data: "...), chunk.Chunk{Type: chunk.Error, ErrorText: e.Message})
+				buf = append(buf, "\n\ndata: [DONE]\n\n"...)
+				if _, err := w.Write(buf); err == nil {
+					rc.Flush()
+				}
+				return
+			}
+			// Transient: the response ends without [DONE] and the client
+			// resumes from its last id.
 			g.logger.Warn("sse follow", "agent", agent, "stream", stream, "err", err)
 			return
 		}

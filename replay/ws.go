@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // wsSendTimeout bounds a "chat" frame's Chats.Send: the connection's ctx
@@ -20,9 +22,11 @@ const wsSendTimeout = 30 * time.Second
 
 // wsIn is a frame from the client.
 type wsIn struct {
-	Type      string          `json:"type"`
-	RequestID string          `json:"requestId,omitempty"`
-	Body      json.RawMessage `json:"body,omitempty"`
+	Type      string `json:"type"`
+	RequestID string `json:"requestId,omitempty"`
+	// ProbeID is an opaque id of a "resume" request, echoed in its offer.
+	ProbeID string          `json:"probeId,omitempty"`
+	Body    json.RawMessage `json:"body,omitempty"`
 }
 
 // wsOut is a frame to the client; see the package doc for each type.
@@ -36,14 +40,20 @@ type wsOut struct {
 	Replay    *bool      `json:"replay,omitempty"`
 	Status    string     `json:"status,omitempty"`
 	Stopped   *bool      `json:"stopped,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	ProbeID   string     `json:"probeId,omitempty"`
 	Code      int        `json:"code,omitempty"`
+	Error     string     `json:"error,omitempty"`
 }
 
 // getWS serves the WebSocket resume handshake: GET /v1/chat/{id}/ws.
 func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
 	agent, err := agentOf(r)
 	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	if err := checkUpgrade(r); err != nil {
 		g.writeError(w, r, err)
 		return
 	}
@@ -80,6 +90,30 @@ func (g *Gateway) getWS(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// checkUpgrade answers, in the API's error shape, a request to the
+// WebSocket endpoint that is not a WebSocket handshake (websocket.Accept
+// would answer it in plain text).
+func checkUpgrade(r *http.Request) error {
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") ||
+		r.Header.Get("Sec-WebSocket-Version") != "13" || r.Header.Get("Sec-WebSocket-Key") == "" {
+		return badRequest("this endpoint is a WebSocket: open it with a WebSocket client (Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13)")
+	}
+	return nil
+}
+
+// headerHas reports whether header name lists token (comma-separated,
+// case folded).
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // wsSession is one WebSocket connection. Its fields are owned by the read
 // loop (run); the follow goroutine only writes frames.
 type wsSession struct {
@@ -93,18 +127,8 @@ type wsSession struct {
 
 // wsFollow is the goroutine streaming one turn to the connection.
 type wsFollow struct {
-	requestID string
-	cancel    context.CancelFunc
-	done      chan struct{}
-}
-
-func (f *wsFollow) running() bool {
-	select {
-	case <-f.done:
-		return false
-	default:
-		return true
-	}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // write sends one frame, bounded by GatewayConfig.WriteTimeout alone. The connection's
@@ -117,32 +141,39 @@ func (s *wsSession) write(ctx context.Context, v wsOut) error {
 	return wsjson.Write(ctx, s.c, v)
 }
 
-func (s *wsSession) writeErr(ctx context.Context, err error) error {
-	return s.write(ctx, wsOut{Type: "error", Error: errorText(err), Code: StatusCode(err)})
+// writeErr sends err as an error frame, {"type":"error","code":N,
+// "error":"..."} (see apiError), with requestId when it concerns one.
+func (s *wsSession) writeErr(ctx context.Context, requestID string, err error) error {
+	e := apiError(err)
+	if e.Code >= 500 {
+		s.g.logger.Warn("websocket request failed", "agent", s.agent, "code", e.Code, "err", err)
+	}
+	return s.write(ctx, wsOut{Type: "error", RequestID: requestID, Error: e.Message, Code: e.Code})
 }
 
 // run offers the agent's turn, then answers client frames until the
 // connection ends. It returns nil when the client closed normally.
 func (s *wsSession) run(ctx context.Context) error {
-	if err := s.offer(ctx); err != nil {
+	if err := s.offer(ctx, ""); err != nil {
 		return err
 	}
 	for {
-		var in wsIn
 		// Read is not bound to ctx: the closer goroutine ends it on stop,
 		// after sending a proper close frame.
-		err := wsjson.Read(context.WithoutCancel(ctx), s.c, &in)
+		typ, data, err := s.c.Read(context.WithoutCancel(ctx))
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || websocket.CloseStatus(err) == websocket.StatusGoingAway {
 				return nil
 			}
-			if isBadFrame(err) {
-				if err := s.writeErr(ctx, fmt.Errorf("%w: frame is not JSON {type, ...}: %v", ErrBadRequest, err)); err != nil {
-					return err
-				}
-				continue
-			}
 			return err
+		}
+		in, err := decodeFrame(typ, data)
+		if err != nil {
+			// A bad frame is answered; the connection goes on.
+			if err := s.writeErr(ctx, "", err); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := s.handle(ctx, in); err != nil {
 			return err
@@ -150,24 +181,29 @@ func (s *wsSession) run(ctx context.Context) error {
 	}
 }
 
-// isBadFrame reports whether a read error is a frame that is not JSON
-// {type, ...}: it is answered with a 400 error frame and the connection
-// goes on.
-func isBadFrame(err error) bool {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	return errors.As(err, &se) || errors.As(err, &te)
+// decodeFrame decodes a client frame: a text message of JSON {type, ...}.
+// Errors are 400 *apierror.Error wrapping ErrBadRequest, answered with an
+// error frame.
+func decodeFrame(typ websocket.MessageType, data []byte) (wsIn, error) {
+	var in wsIn
+	if typ != websocket.MessageText {
+		return in, badRequest(`the frame is binary: send text frames of JSON {"type": ...}`)
+	}
+	if err := apierror.Decode(data, &in, apierror.Subject("the frame")); err != nil {
+		return in, apierror.From(err).WithCause(fmt.Errorf("%w: %w", ErrBadRequest, err))
+	}
+	return in, nil
 }
 
 // chatFrameBody checks the body of a "chat" frame on agent's connection:
 // an AI SDK request for that chat. Errors wrap ErrBadRequest.
 func chatFrameBody(agent string, body json.RawMessage) (json.RawMessage, error) {
-	req, body, err := parseChatBody(body)
+	req, body, err := parseChatBody(body, "body")
 	if err != nil {
 		return nil, err
 	}
 	if req.ID != agent {
-		return nil, fmt.Errorf("%w: body id %q is not this connection's chat %q", ErrBadRequest, req.ID, agent)
+		return nil, badRequest(`"body.id" %q is not this connection's chat %q: open /v1/chat/{id}/ws for that chat`, echo(req.ID), echo(agent))
 	}
 	return body, nil
 }
@@ -176,61 +212,94 @@ func chatFrameBody(agent string, body json.RawMessage) (json.RawMessage, error) 
 func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 	switch in.Type {
 	case "resume":
-		return s.offer(ctx)
+		return s.offer(ctx, in.ProbeID)
 	case "ack":
-		o := s.offered
-		if (o.kind != "resuming" && o.kind != "pending") || in.RequestID != o.turn.RequestID {
-			return nil // an ack of another request is ignored
-		}
-		if s.follow != nil && s.follow.requestID == in.RequestID && s.follow.running() {
-			return nil // already streaming this turn
-		}
-		if o.kind == "resuming" {
-			if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
-				// 410 for chunks retention removed: nothing to stream.
-				return s.write(ctx, wsOut{Type: "error", RequestID: in.RequestID, Error: errorText(err), Code: StatusCode(err)})
-			}
-		}
-		s.stopFollow()
-		upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
-		if err != nil {
-			return s.writeErr(ctx, err)
-		}
-		s.startFollow(ctx, o.turn, Cursor(upTo), true)
-		return nil
+		return s.ack(ctx, in.RequestID)
 	case "chat":
 		body, err := chatFrameBody(s.agent, in.Body)
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		sctx, cancel := context.WithTimeout(ctx, wsSendTimeout)
 		t, err := s.g.send(sctx, s.agent, body)
 		cancel()
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		s.stopFollow()
-		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID}); err != nil {
+		if err := s.write(ctx, wsOut{Type: "started", RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.MessageID, Cursor: t.After.String()}); err != nil {
 			return err
 		}
+		// The turn is this connection's offer now: an ack of it replays
+		// it from its start, like an ack of a resuming turn.
+		s.offered = offer{kind: "pending", turn: t}
 		s.startFollow(ctx, t, 0, false)
 		return nil
 	case "stop":
 		stopped, err := s.g.cfg.Chats.Stop(ctx, s.agent)
 		if err != nil {
-			return s.writeErr(ctx, err)
+			return s.writeErr(ctx, "", err)
 		}
 		return s.write(ctx, wsOut{Type: "stopped", Stopped: &stopped})
 	default:
-		return s.writeErr(ctx, fmt.Errorf("%w: unknown frame type %q (want resume, ack, chat or stop)", ErrBadRequest, in.Type))
+		return s.writeErr(ctx, "", badRequest(`unknown frame type %q: send "resume", "ack", "chat" or "stop"`, echo(in.Type)))
 	}
 }
 
-// offer sends what a resume would stream: resuming, pending or none.
-func (s *wsSession) offer(ctx context.Context) error {
+// ack answers {"type":"ack","requestId"}, as the Cloudflare agents'
+// handleResumeAck does:
+//
+//   - the turn offered (resuming or pending): whatever this connection was
+//     streaming stops, and the turn's whole buffer is replayed from its
+//     start, then live; every ack does this again;
+//   - another request while a turn is offered: ignored (a stale ack; the
+//     offer of the turn that runs is on its way);
+//   - nothing running: the latest turn, if it is the one acked, is replayed
+//     whole (it ended between offer and ack, or the client wants it
+//     again); any other request gets {"type":"done","requestId",
+//     "replay":true} at once, so the client's resume does not wait.
+func (s *wsSession) ack(ctx context.Context, requestID string) error {
+	if requestID == "" {
+		return s.writeErr(ctx, "", badRequest(`the ack has no "requestId": send the requestId of the offer it answers`))
+	}
+	o := s.offered
+	active := o.kind == "resuming" || o.kind == "pending"
+	switch {
+	case active && requestID != o.turn.RequestID:
+		return nil
+	case !active && (o.turn.RequestID == "" || requestID != o.turn.RequestID):
+		replayed := true
+		return s.write(ctx, wsOut{Type: "done", RequestID: requestID, Replay: &replayed})
+	}
+	if o.kind != "pending" {
+		if err := s.g.stored(ctx, o.info, o.turn.After); err != nil {
+			// 410 for chunks retention removed: nothing to stream.
+			return s.writeErr(ctx, requestID, err)
+		}
+	}
+	s.stopFollow()
+	upTo, err := s.g.cfg.Log.LastSeq(ctx, eventlog.Filter{Agent: s.agent, Stream: o.turn.StreamID})
+	if err != nil {
+		return s.writeErr(ctx, requestID, err)
+	}
+	s.startFollow(ctx, o.turn, Cursor(upTo), true)
+	return nil
+}
+
+// noneIdle is the reason of a "none" offer: no turn is running, pending or
+// failed unseen (the Cloudflare protocol's "idle"; its other reason,
+// "continuation-owned", has no counterpart here: any connection may
+// resume a turn).
+const noneIdle = "idle"
+
+// offer sends what a resume would stream: resuming, pending or none. An
+// offer answering {"type":"resume","probeId"} echoes the probe id; the
+// offer sent on connect has none. Offers are never deduplicated: a client
+// that connects and then asks gets two, and acks one of them.
+func (s *wsSession) offer(ctx context.Context, probeID string) error {
 	o, err := s.g.active(ctx, s.agent)
 	if err != nil {
-		return s.writeErr(ctx, err)
+		return s.writeErr(ctx, "", err)
 	}
 	if o.kind == "none" && o.ended == chunk.StatusError && o.turn.StreamID != "" {
 		// The last turn failed: offer it, so a client that reconnects
@@ -240,11 +309,11 @@ func (s *wsSession) offer(ctx context.Context) error {
 	s.offered = o
 	switch o.kind {
 	case "resuming":
-		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID, Status: o.ended})
+		return s.write(ctx, wsOut{Type: "resuming", RequestID: o.turn.RequestID, StreamID: o.turn.StreamID, MessageID: o.turn.MessageID, Status: o.ended, ProbeID: probeID})
 	case "pending":
-		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID})
+		return s.write(ctx, wsOut{Type: "pending", RequestID: o.turn.RequestID, ProbeID: probeID})
 	default:
-		return s.write(ctx, wsOut{Type: "none"})
+		return s.write(ctx, wsOut{Type: "none", Reason: noneIdle, ProbeID: probeID})
 	}
 }
 
@@ -262,14 +331,25 @@ func (s *wsSession) stopFollow() {
 // by replayComplete; later ones are live.
 func (s *wsSession) startFollow(ctx context.Context, t Turn, upTo Cursor, replay bool) {
 	fctx, cancel := context.WithCancel(ctx)
-	f := &wsFollow{requestID: t.RequestID, cancel: cancel, done: make(chan struct{})}
+	f := &wsFollow{cancel: cancel, done: make(chan struct{})}
 	s.follow = f
 	go func() {
 		defer close(f.done)
-		if err := s.stream(fctx, t, upTo, replay); err != nil && fctx.Err() == nil {
-			s.g.logger.Info("websocket follow", "agent", s.agent, "stream", t.StreamID, "err", err)
-			s.c.Close(websocket.StatusInternalError, "follow failed")
+		err := s.stream(fctx, t, upTo, replay)
+		if err == nil || fctx.Err() != nil {
+			return
 		}
+		if e := apiError(err); e.Code == apierror.Gone || e.Code == apierror.NotFound {
+			// For good (chunks expired, no such stream): say so; the
+			// connection stays open for another turn.
+			if errors.Is(err, chunk.ErrExpired) {
+				e = expiredFor(s.agent, err)
+			}
+			s.writeErr(fctx, t.RequestID, e)
+			return
+		}
+		s.g.logger.Info("websocket follow", "agent", s.agent, "stream", t.StreamID, "err", err)
+		s.c.Close(websocket.StatusInternalError, "internal error; reconnect to resume")
 	}()
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/replay"
 )
 
 // frame is a server frame of the WebSocket protocol.
@@ -22,6 +23,8 @@ type frame struct {
 	Chunk     json.RawMessage `json:"chunk"`
 	Replay    *bool           `json:"replay"`
 	Status    string          `json:"status"`
+	Reason    string          `json:"reason"`
+	ProbeID   string          `json:"probeId"`
 	Error     string          `json:"error"`
 	Code      int             `json:"code"`
 }
@@ -33,7 +36,13 @@ type wsClient struct {
 
 func dialWS(t *testing.T, e *env, chatID string) *wsClient {
 	t.Helper()
-	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/v1/chat/" + chatID + "/ws"
+	return dialURL(t, e.srv.URL, chatID)
+}
+
+// dialURL opens the WebSocket of chatID on the gateway at base.
+func dialURL(t *testing.T, base, chatID string) *wsClient {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(base, "http") + "/v1/chat/" + chatID + "/ws"
 	c, _, err := websocket.Dial(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +101,97 @@ func TestWSNone(t *testing.T) {
 	w.send(map[string]string{"type": "bogus"})
 	if f := w.expect("error"); f.Code != 400 {
 		t.Fatalf("unknown frame: %+v", f)
+	}
+}
+
+// TestWSResumeIdleProbe: a resume request while idle is answered "none"
+// with the reason "idle" and the request's probeId (the offer sent on
+// connect has no probeId); an ack of a request that is not running is
+// answered done with replay true at once, as Cloudflare's replay-done
+// frame, so the client's resume does not wait for a timeout.
+func TestWSResumeIdleProbe(t *testing.T) {
+	e := newEnv(t)
+	w := dialWS(t, e, "c1")
+	if f := w.expect("none"); f.Reason != "idle" || f.ProbeID != "" {
+		t.Fatalf("offer on connect %+v, want reason idle and no probeId", f)
+	}
+	w.send(map[string]string{"type": "resume", "probeId": "p-1"})
+	if f := w.expect("none"); f.Reason != "idle" || f.ProbeID != "p-1" {
+		t.Fatalf("answer to the probe %+v, want reason idle, probeId p-1", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": "gone"})
+	if f := w.expect("done"); f.RequestID != "gone" || f.Replay == nil || !*f.Replay {
+		t.Fatalf("ack of a request not running: %+v, want done replay true", f)
+	}
+	w.send(map[string]string{"type": "ack"})
+	if f := w.expect("error"); f.Code != 400 {
+		t.Fatalf("ack without requestId: %+v", f)
+	}
+}
+
+// TestWSTwoOffersEachAckReplaysAll: a client that connects during a turn
+// and then sends a resume request gets two offers, the second echoing its
+// probeId; each ack replays the whole buffer from the turn's start,
+// flagged replay, then replayComplete, then live chunks: a second ack
+// while the turn streams is not ignored.
+func TestWSTwoOffersEachAckReplaysAll(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	all := script(ft)
+	e.write(t, ft, all[:3]...)
+
+	w := dialWS(t, e, "c1")
+	if f := w.expect("resuming"); f.RequestID != ft.RequestID || f.ProbeID != "" {
+		t.Fatalf("offer on connect %+v", f)
+	}
+	w.send(map[string]string{"type": "resume", "probeId": "p-2"})
+	if f := w.expect("resuming"); f.RequestID != ft.RequestID || f.ProbeID != "p-2" {
+		t.Fatalf("answer to the probe %+v, want the turn with probeId p-2", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	first := w.chunks(3, true, ft.RequestID)
+	w.expect("replayComplete")
+	seq := e.write(t, ft, all[3:5]...)
+	w.chunks(2, false, ft.RequestID)
+
+	// A second ack during the stream replays everything again.
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	again := w.chunks(5, true, ft.RequestID)
+	if again[0].Type != chat.ChunkStart || again[0].MessageID != first[0].MessageID || again[4].Delta != all[4].Delta {
+		t.Fatalf("second replay %+v", again)
+	}
+	if f := w.expect("replayComplete"); f.Cursor != seq.String() {
+		t.Fatalf("replayComplete %+v, want cursor %s", f, seq)
+	}
+	e.write(t, ft, all[5:]...)
+	w.chunks(len(all)-5, false, ft.RequestID)
+	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+		t.Fatalf("done %+v", f)
+	}
+	// Ended: an ack of it now replays it whole and says done.
+	w.send(map[string]string{"type": "resume", "probeId": "p-3"})
+	if f := w.expect("none"); f.ProbeID != "p-3" || f.Reason != "idle" {
+		t.Fatalf("offer after the end %+v", f)
+	}
+	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
+	w.chunks(len(all), true, ft.RequestID)
+	w.expect("replayComplete")
+	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+		t.Fatalf("done %+v", f)
+	}
+}
+
+// TestWSPendingProbe: the pending offer echoes the probe too.
+func TestWSPendingProbe(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	ft := e.turn(t)
+	w := dialWS(t, e, "c1")
+	w.expect("pending")
+	w.send(map[string]string{"type": "resume", "probeId": "p-4"})
+	if f := w.expect("pending"); f.RequestID != ft.RequestID || f.ProbeID != "p-4" {
+		t.Fatalf("pending %+v, want request %s and probeId p-4", f, ft.RequestID)
 	}
 }
 
@@ -227,5 +327,70 @@ func TestWSOffersFailedTurn(t *testing.T) {
 	w.expect("replayComplete")
 	if f := w.expect("done"); f.Status != chat.StatusError {
 		t.Fatalf("done %+v", f)
+	}
+}
+
+// TestWSCursorsAreStrings: every cursor a WebSocket client sees is a JSON
+// string of digits (a JSON number loses precision in JavaScript past
+// 2^53), and the started frame carries the turn's cursor: the stream's
+// real start, before its first chunk and after the agent's last one.
+func TestWSCursorsAreStrings(t *testing.T) {
+	e := newEnv(t)
+	postChat(t, e, t.Context(), body("c1"))
+	first := e.turn(t)
+	prev := e.write(t, first, script(first)...)
+
+	w := dialWS(t, e, "c1")
+	w.expect("none")
+	w.send(map[string]any{"type": "chat", "body": json.RawMessage(body("c1"))})
+	ft := e.turn(t)
+	all := script(ft)
+	e.write(t, ft, all...)
+	var started replay.Cursor
+	var chunkCursors []replay.Cursor
+	for done := false; !done; {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, data, err := w.c.Read(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]json.RawMessage
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		var typ string
+		json.Unmarshal(f["type"], &typ)
+		raw, ok := f["cursor"]
+		switch typ {
+		case "started", "chunk":
+			if !ok {
+				t.Fatalf("%s frame without cursor: %s", typ, data)
+			}
+		case "done":
+			done = true
+		}
+		if !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatalf("cursor %s in %s is not a JSON string", raw, data)
+		}
+		c, err := replay.ParseCursor(s)
+		if err != nil {
+			t.Fatalf("cursor %q in %s: %v", s, data, err)
+		}
+		if typ == "started" {
+			started = c
+		} else {
+			chunkCursors = append(chunkCursors, c)
+		}
+	}
+	if started != replay.Cursor(prev) {
+		t.Fatalf("started cursor %v, want the previous turn's last chunk %v", started, prev)
+	}
+	if len(chunkCursors) != len(all) || chunkCursors[0] <= started {
+		t.Fatalf("chunk cursors %v after start %v", chunkCursors, started)
 	}
 }

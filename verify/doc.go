@@ -45,7 +45,9 @@
 //     [KindFiberEndedTwice, KindAfterEnd].
 //   - Recovery attempts count up: each fiber.recovered has attempt n+1 where
 //     n is the attempt of the fiber's previous fiber.recovered, or the count
-//     a later fiber.stashed reset it to (attempts), 0 before either. A crash
+//     a later fiber.stashed or op.completed reset it to (attempts: 0 when a
+//     recovered fiber made progress, or a count the fiber keeps), 0 before
+//     either. A crash
 //     during recovery therefore shows as the next attempt, and a hook run
 //     twice for one attempt shows as a repeated number [KindRecoveryAttempt].
 //   - An op completes at most once per (fiber, opId), and only after its
@@ -65,9 +67,31 @@
 //     a violation: chat documents that state (a crash between
 //     fiber.abandoned and turn.failed, or an outcome that could not be
 //     written) and that the next Send ends it.
+//   - So every turn but an agent's last has exactly one outcome, and the
+//     last has one once its fiber ended (or it is noted).
 //   - A turn's assistant message is appended once (message.appended with the
 //     turn's assistantMessageId at most once; message.updated after it as
-//     often as needed) [KindMessageAppendedTwice].
+//     often as needed). A message.appended too large for one event is
+//     stored as message.part events; the last part of a set counts as the
+//     append [KindMessageAppendedTwice].
+//   - Every stored user message has a turn that answers it: a
+//     message.appended with role user is named as the messageId of a
+//     turn.started, before or after it (a turn.started that carries its
+//     message in its message field stores both at once). A user message
+//     without one is a question that will never be answered
+//     [KindUserMessageUnanswered]. User messages held only by a snapshot
+//     are not checked.
+//   - A command runs once: no user message is answered by two turns (two
+//     turn.started with its messageId, no messages.truncated of the agent
+//     between them, which lets an id be sent again)
+//     [KindMessageAnsweredTwice]. A turn.started that names its fiber
+//     (fiberId) is checked against that fiber, not another of its name.
+//   - A turn that recorded its outcome has a stream that ended: when its
+//     stream holds chunks (and was not purged by retention), one of them is
+//     terminal. An outcome recorded over a stream left streaming leaves its
+//     clients waiting forever [KindStreamNoTerminal]. With the rule below
+//     (at most one terminal chunk, nothing after it), such a stream has
+//     exactly one terminal chunk, its last.
 //
 // Chat streams (package chat/chunk's events on the chunks stream):
 //

@@ -27,6 +27,8 @@ type fiberData struct {
 type turnData struct {
 	RequestID          string `json:"requestId"`
 	StreamID           string `json:"streamId"`
+	MessageID          string `json:"messageId"` // turn.started: the user message it answers
+	FiberID            string `json:"fiberId"`   // turn.started: its fiber, when named
 	AssistantMessageID string `json:"assistantMessageId"`
 	ID                 string `json:"id"`   // message.appended
 	Role               string `json:"role"` // message.appended
@@ -41,6 +43,15 @@ type agentState struct {
 	order  []string // request ids in turn.started order
 	// appended counts message.appended per message id.
 	appended map[string]int
+	// users holds the user messages appended (message.appended with role
+	// user), by id, with the sequence of the first; answered the message
+	// ids a turn.started answers.
+	users    map[string]eventlog.Seq
+	answered map[string]bool
+	// runs counts the turn.started naming each user message since the
+	// agent's last messages.truncated (which lets a message id be sent
+	// again).
+	runs map[string]int
 	// compacted is set once a snapshot of the agent was read: the history
 	// before it may be gone.
 	compacted bool
@@ -56,6 +67,9 @@ func newAgentState(id string) *agentState {
 		byName:   map[string]string{},
 		turns:    map[string]*turnState{},
 		appended: map[string]int{},
+		users:    map[string]eventlog.Seq{},
+		answered: map[string]bool{},
+		runs:     map[string]int{},
 	}
 }
 
@@ -76,6 +90,7 @@ type turnState struct {
 	seq       eventlog.Seq
 	stream    string
 	assistant string
+	fiber     string // the turn's fiber, "" when it had none
 	outcome   string // outcome event type, "" while none
 }
 
@@ -106,6 +121,8 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.fiberEvent(a, e, d)
+	case chat.EventMessagesTruncated:
+		clear(a.runs)
 	case chat.EventTurnStarted, chat.EventTurnCompleted, chat.EventTurnFailed,
 		chat.EventTurnInterrupted, chat.EventMessageAppended:
 		var d turnData
@@ -115,6 +132,24 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.turnEvent(a, e, d)
+	case chat.EventMessagePart:
+		// A message event too large for one event, split: its last part
+		// is where the messages view applies it, so a whole set of parts
+		// of message.appended counts as one append of the message.
+		var p struct {
+			ID    string `json:"id"`
+			Type  string `json:"type"`
+			Part  int    `json:"part"`
+			Parts int    `json:"parts"`
+		}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+			return
+		}
+		if p.Type == chat.EventMessageAppended && p.Parts > 0 && p.Part == p.Parts-1 {
+			c.turnEvent(a, eventlog.Event{Type: chat.EventMessageAppended, Seq: e.Seq, Agent: e.Agent}, turnData{ID: p.ID})
+		}
 	case eventlog.TypeSnapshot:
 		var s eventlog.Snapshot
 		if err := json.Unmarshal(e.Data, &s); err != nil {
@@ -197,8 +232,12 @@ func (c *checker) snapshot(a *agentState, e eventlog.Event, s eventlog.Snapshot)
 			if _, ok := a.turns[t.RequestID]; ok {
 				continue
 			}
-			a.turns[t.RequestID] = &turnState{seq: t.StartedSeq, stream: t.StreamID, assistant: t.AssistantMessageID, outcome: outcomeOf(t.Status)}
+			a.turns[t.RequestID] = &turnState{seq: t.StartedSeq, stream: t.StreamID, assistant: t.AssistantMessageID,
+				fiber: a.byName[chat.TurnFiberPrefix+t.RequestID], outcome: outcomeOf(t.Status)}
 			a.order = append(a.order, t.RequestID)
+			if t.MessageID != "" {
+				a.answered[t.MessageID] = true
+			}
 		}
 		slices.SortStableFunc(a.order, func(x, y string) int { return cmp.Compare(a.turns[x].seq, a.turns[y].seq) })
 	}
@@ -324,8 +363,12 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 	switch e.Type {
 	case chat.EventMessageAppended:
 		a.appended[d.ID]++
-		// Checked per turn at the end: the turn.started naming it as
-		// its assistant message may come before or after.
+		if _, ok := a.users[d.ID]; d.Role == chat.RoleUser && d.ID != "" && !ok {
+			a.users[d.ID] = e.Seq
+		}
+		// Checked at the end: the turn.started naming it (as its
+		// assistant message, or the user message it answers) may come
+		// before or after.
 		return
 	case chat.EventTurnStarted:
 		c.seen(a.id, d.RequestID)
@@ -344,12 +387,26 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 				c.violate(v)
 			}
 		}
-		if _, ok := a.byName[chat.TurnFiberPrefix+d.RequestID]; !ok {
+		fid, ok := a.byName[chat.TurnFiberPrefix+d.RequestID]
+		if d.FiberID != "" {
+			_, ok = a.fibers[d.FiberID]
+			fid = d.FiberID
+		}
+		if !ok {
 			v.Kind, v.Text = KindTurnNoFiber, "turn.started without its fiber "+chat.TurnFiberPrefix+d.RequestID+" started before it"
 			c.violate(v)
 		}
-		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID}
+		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID, fiber: fid}
 		a.order = append(a.order, d.RequestID)
+		if d.MessageID != "" {
+			// Its user message: stored in this event (message) or in a
+			// message.appended of its own.
+			a.answered[d.MessageID] = true
+			if a.runs[d.MessageID]++; a.runs[d.MessageID] > 1 {
+				v.Kind, v.Text = KindMessageAnsweredTwice, fmt.Sprintf("user message %s is answered by a second turn: one command ran twice", d.MessageID)
+				c.violate(v)
+			}
+		}
 	default: // an outcome
 		t, ok := a.turns[d.RequestID]
 		switch {
@@ -366,11 +423,24 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 	}
 }
 
-// finishAgent checks what needs the agent's whole history: assistant
-// messages, and turns whose fiber ended without an outcome.
+// finishAgent checks what needs the agent's whole history: user messages
+// without a turn, assistant messages, turns whose fiber ended without an
+// outcome, and streams of ended turns that never ended.
 func (c *checker) finishAgent(a *agentState) {
+	ids := sortedKeys(a.users)
+	slices.SortStableFunc(ids, func(x, y string) int { return cmp.Compare(a.users[x], a.users[y]) })
+	for _, id := range ids {
+		if !a.answered[id] {
+			c.violate(Violation{Kind: KindUserMessageUnanswered, Agent: a.id, Seq: a.users[id],
+				Text: fmt.Sprintf("user message %s is stored without a turn that answers it: the question will never be answered", id)})
+		}
+	}
 	for _, rid := range a.order {
 		t := a.turns[rid]
+		if s := c.streams[streamKey{a.id, t.stream}]; t.outcome != "" && s != nil && !s.expired && s.terminal == "" {
+			c.violate(Violation{Kind: KindStreamNoTerminal, Agent: a.id, Request: rid, Stream: t.stream,
+				Text: fmt.Sprintf("the turn recorded %s but its stream has no terminal chunk (finish, error or abort): clients following it wait forever", t.outcome)})
+		}
 		if n := a.appended[t.assistant]; t.assistant != "" && n > 1 {
 			c.violate(Violation{Kind: KindMessageAppendedTwice, Agent: a.id, Request: rid, Stream: t.stream,
 				Text: fmt.Sprintf("the turn's assistant message %s was appended %d times (then it is updated, not appended)", t.assistant, n)})
@@ -378,7 +448,7 @@ func (c *checker) finishAgent(a *agentState) {
 		if t.outcome != "" {
 			continue
 		}
-		fid := a.byName[chat.TurnFiberPrefix+rid]
+		fid := t.fiber
 		if f := a.fibers[fid]; f != nil && f.ended != "" {
 			c.notes = append(c.notes, Violation{Kind: KindTurnOrphaned, Agent: a.id, Fiber: fid, Request: rid, Stream: t.stream, Seq: f.endSeq,
 				Text: fmt.Sprintf("the turn's fiber ended (%s) without the turn's outcome; the agent's next turn ends it", strings.TrimPrefix(f.ended, "fiber."))})

@@ -102,16 +102,22 @@ func clean(h history) {
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 1})
 	h.ev("steps:b", "fiber.recovered", m{"id": "f2", "attempt": 2})
 	h.ev("steps:b", "fiber.abandoned", m{"id": "f2", "attempts": 2, "reason": "no snapshot"})
-	// Chained steps on it: each op.completed starts the next op (fiber.ThenStep).
+	// Chained steps on it: each op.completed starts the next op
+	// (fiber.ThenStep). Recovered, it completes a step, which resets its
+	// attempt count (attempts 0 with no snapshot: progress by default).
 	h.ev("steps:b", "fiber.started", m{"id": "f6", "name": "steps", "opId": "o6", "key": "step-0"})
 	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o6", "result": 0, "nextOpId": "o7", "nextKey": "step-1"})
-	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o7", "result": 1})
+	h.ev("steps:b", "fiber.recovered", m{"id": "f6", "attempt": 1})
+	h.ev("steps:b", "op.completed", m{"fiber": "f6", "opId": "o7", "result": 1, "attempts": 0})
+	h.ev("steps:b", "fiber.recovered", m{"id": "f6", "attempt": 1})
 	h.ev("steps:b", "fiber.completed", m{"id": "f6"})
 
 	// Turn r2 on a1: its stream was purged by retention (only the
-	// marker is left).
+	// marker is left). Its user message is stored in its turn.started
+	// alone (a Send killed before the message.appended that follows).
 	h.ev("a1", "fiber.started", m{"id": "f3", "name": "__chat_turn:r2"})
-	h.ev("a1", "turn.started", m{"requestId": "r2", "streamId": "s2", "assistantMessageId": "m3"})
+	h.ev("a1", "turn.started", m{"requestId": "r2", "streamId": "s2", "messageId": "m5", "assistantMessageId": "m3",
+		"message": m{"id": "m5", "role": "user", "requestId": "r2"}})
 	h.ev("a1", "turn.interrupted", m{"requestId": "r2", "reason": "cancel"})
 	h.ev("a1", "fiber.completed", m{"id": "f3"})
 	if _, err := h.lg.Append(h.t.Context(), eventlog.Event{Agent: "a1", Stream: "s2", Type: "stream.expired", Data: json.RawMessage(`{}`)}); err != nil {
@@ -218,8 +224,24 @@ func TestViolations(t *testing.T) {
 			h.ev("a1", "fiber.started", m{"id": "f5", "name": "__chat_turn:r4"})
 			h.ev("a1", "turn.started", m{"requestId": "r4", "streamId": "s4"})
 		}},
+		{"user message without its turn", verify.KindUserMessageUnanswered, nil, func(h history) {
+			h.ev("a1", "fiber.started", m{"id": "f9", "name": "__chat_turn:r9"})
+			h.ev("a1", "message.appended", m{"id": "m9", "role": "user", "requestId": "r9"})
+			h.ev("a1", "fiber.completed", m{"id": "f9"})
+		}},
+		{"one command run twice", verify.KindMessageAnsweredTwice, nil, func(h history) {
+			h.ev("a1", "fiber.started", m{"id": "f9", "name": "__chat_turn:r9"})
+			h.ev("a1", "turn.started", m{"requestId": "r9", "streamId": "s9", "messageId": "m1", "fiberId": "f9"})
+		}},
+		{"turn ended, its stream not", verify.KindStreamNoTerminal, nil, func(h history) {
+			h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "not the agent's owner"})
+		}},
 		{"assistant message appended twice", verify.KindMessageAppendedTwice, nil, func(h history) {
 			h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
+		}},
+		{"assistant message appended again in parts", verify.KindMessageAppendedTwice, nil, func(h history) {
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 0, "parts": 2, "b": []byte(`{"id":"m2",`)})
+			h.ev("a1", "message.part", m{"id": "m2", "type": "message.appended", "part": 1, "parts": 2, "b": []byte(`"role":"assistant"}`)})
 		}},
 		{"chunk gap", verify.KindChunkOrder, nil, func(h history) {
 			h.typed("a1", "s3", 3, "text-start")
@@ -298,7 +320,9 @@ func TestOrphanedTurnIsANote(t *testing.T) {
 	if !rep.OK() || len(rep.Notes) != 1 || rep.Notes[0].Kind != verify.KindTurnOrphaned || rep.Notes[0].Request != "r3" {
 		t.Fatalf("want one orphaned-turn note and no violation:\n%s", rep)
 	}
-	// The next turn ends it first: clean again.
+	// The next turn ends it first (an error chunk, then turn.failed):
+	// clean again.
+	h.typed("a1", "s3", 2, "error")
 	h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "abandoned"})
 	h.ev("a1", "fiber.started", m{"id": "f5", "name": "__chat_turn:r4"})
 	h.ev("a1", "turn.started", m{"requestId": "r4", "streamId": "s4"})
@@ -345,4 +369,22 @@ func ExampleReport_String() {
 	// Output:
 	// violation: op-completed-twice agent=a1 fiber=f1 seq=3: op o1 of fiber "steps" completed 2 times
 	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 acknowledged
+}
+
+// TestMessageSentAgainAfterTruncation: truncating the conversation lets a
+// message id be sent again; its second turn is not a command run twice.
+func TestMessageSentAgainAfterTruncation(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := newLog(t, s, 0)
+	h := history{t, lg}
+	clean(h)
+	h.typed("a1", "s3", 2, "error")
+	h.ev("a1", "turn.failed", m{"requestId": "r3", "error": "cancelled"})
+	h.ev("a1", "messages.truncated", m{"afterId": ""})
+	h.ev("a1", "fiber.started", m{"id": "f7", "name": "__chat_turn:r7"})
+	h.ev("a1", "turn.started", m{"requestId": "r7", "streamId": "s7", "messageId": "m1", "fiberId": "f7",
+		"message": m{"id": "m1", "role": "user", "requestId": "r7"}})
+	if rep := check(t, lg, verify.Options{}); !rep.OK() {
+		t.Fatalf("a message sent again after a truncation:\n%s", rep)
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/replay"
 )
 
 // Verbs are the command verbs of the chat agent type, besides the host's
@@ -111,23 +113,32 @@ type Agent struct {
 // Request is the payload of the chat command: a text, or a message, or
 // an AI SDK useChat body ({id, messages}) whose last user message is sent.
 type Request struct {
-	Text     string          `json:"text,omitempty"`
-	Message  *chat.Message   `json:"message,omitempty"`
-	Messages []chat.Message  `json:"messages,omitempty"`
-	Tools    []llm.Tool      `json:"tools,omitempty"`
-	Body     json.RawMessage `json:"-"`
+	Text string `json:"text,omitempty"`
+	// RequestID is the command's identity (chat.SendRequest.RequestID):
+	// a chat sent again with it, or with the same message id, runs once
+	// and gets the first one's reply. Without either, the id the command
+	// got where it entered the cluster (host.Command.RequestID) is used.
+	RequestID string          `json:"requestId,omitempty"`
+	Message   *chat.Message   `json:"message,omitempty"`
+	Messages  []chat.Message  `json:"messages,omitempty"`
+	Tools     []llm.Tool      `json:"tools,omitempty"`
+	Body      json.RawMessage `json:"-"`
 	// Answering is set when an AI SDK body's last message is the waiting
 	// assistant message with tool calls answered (an approval response,
 	// a client tool's result): the turn resumes it.
 	Answering *chat.Message `json:"-"`
 }
 
-// Reply is the reply to the chat command.
+// Reply is the reply to the chat command: the turn's request id, its
+// stream, the assistant message it writes, and the cursor to follow the
+// stream after, a string of digits (JSON numbers lose precision in
+// JavaScript past 2^53): the agent's last chunk before the turn's first,
+// or "0" (see chat.Turn.Cursor).
 type Reply struct {
-	RequestID string       `json:"requestId"`
-	StreamID  string       `json:"streamId"`
-	MessageID string       `json:"messageId"`
-	Cursor    eventlog.Seq `json:"cursor"`
+	RequestID string        `json:"requestId"`
+	StreamID  string        `json:"streamId"`
+	MessageID string        `json:"messageId"`
+	Cursor    replay.Cursor `json:"cursor"`
 }
 
 // OnError ends a chat turn whose fiber was abandoned, so its stream is not
@@ -172,7 +183,11 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if req.Answering != nil {
 			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
 		} else {
-			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools})
+			id := req.RequestID
+			if id == "" && (req.Message == nil || req.Message.ID == "") {
+				id = cmd.RequestID
+			}
+			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id})
 		}
 		if err != nil {
 			return nil, err
@@ -255,7 +270,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 }
 
 func chatReply(turn chat.Turn) Reply {
-	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: turn.Cursor}
+	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: replay.Cursor(turn.Cursor)}
 }
 
 // approveRequest is the payload of the approve command.
@@ -294,8 +309,8 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 	if len(data) == 0 {
 		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", host.ErrBadRequest)
 	}
-	if err := json.Unmarshal(data, &req); err != nil {
-		return req, fmt.Errorf("%w: chat: %v", host.ErrBadRequest, err)
+	if err := apierror.Decode(data, &req); err != nil {
+		return req, err
 	}
 	req.Body = data
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
@@ -316,10 +331,7 @@ func decodeOptional(data json.RawMessage, v any) error {
 	if len(data) == 0 || strings.TrimSpace(string(data)) == "null" {
 		return nil
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: %v", host.ErrBadRequest, err)
-	}
-	return nil
+	return apierror.Decode(data, v)
 }
 
 // chatError maps chat's errors to the command codes.

@@ -55,19 +55,19 @@ var (
 func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
 	out, err := g.host.Command(ctx, host.Command{Agent: agent, Verb: "chat", Data: body})
 	if err != nil {
-		return replay.Turn{}, statusError{err}
+		return replay.Turn{}, host.ClientError(err)
 	}
 	r, ok := host.ReplyAs[Reply](out)
 	if !ok {
 		return replay.Turn{}, fmt.Errorf("%w: agent %s is not a chat agent", host.ErrNotFound, agent)
 	}
-	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: replay.Cursor(r.Cursor)}, nil
+	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: r.Cursor}, nil
 }
 
 func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 	out, err := g.host.Command(ctx, host.Command{Agent: agent, Verb: "cancel"})
 	if err != nil {
-		return false, statusError{err}
+		return false, host.ClientError(err)
 	}
 	m, _ := host.ReplyAs[map[string]bool](out)
 	return m["cancelled"], nil
@@ -77,17 +77,17 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 // messages ({id, role, parts}).
 func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
-		return nil, statusError{err}
+		return nil, host.ClientError(err)
 	}
 	if err := g.settle(ctx, agent); err != nil {
-		return nil, err
+		return nil, host.ClientError(err)
 	}
 	var all []chat.Message
 	page := chat.Page{Limit: 500}
 	for {
 		msgs, next, err := g.chats.Store().Messages(agent, page)
 		if err != nil {
-			return nil, err
+			return nil, host.ClientError(err)
 		}
 		all = append(all, msgs...)
 		if next == "" {
@@ -145,12 +145,6 @@ func (g gatewayChats) Active(ctx context.Context, agent string) (replay.Turn, bo
 	}
 	return replay.Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, true, nil
 }
-
-// statusError carries agentd's status code to the gateway.
-type statusError struct{ error }
-
-func (e statusError) StatusCode() int { return host.StatusCode(e.error) }
-func (e statusError) Unwrap() error   { return e.error }
 
 // freshStreams reads stream metadata after the streams view has applied
 // every chunk stored so far, so a resume right after a turn ended sees it

@@ -48,7 +48,24 @@ type Command struct {
 	Agent string
 	Verb  string
 	Data  json.RawMessage
+	// RequestID is the command's identity, given where it entered the
+	// cluster: its Idempotency-Key header when the client sent one, else an
+	// id the receiving node minted. It travels with the command when the
+	// command is forwarded to the agent's owner (header Forever-Request-Id),
+	// so an agent type that stores it (chat does, when the client named
+	// neither a request nor a message) runs the command once, whichever
+	// nodes it passes through and however often routing retries it.
+	RequestID string
 }
+
+// Headers of a command request.
+const (
+	// HeaderIdempotencyKey is a client's identity of a command: the same
+	// key makes a retried command run once (chat's request id).
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// headerRequestID carries Command.RequestID to the owner.
+	headerRequestID = "Forever-Request-Id"
+)
 
 // CommandHandler is implemented by agents that take commands beyond the
 // host's own (status, fibers, schedules). An unknown verb should return an

@@ -237,13 +237,14 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 		return err
 	}
 	h.sched, err = keepalive.NewScheduler(keepalive.SchedulerConfig{
-		Log:        deps.Log,
-		Owns:       h.Serves,
-		Fire:       h.fire,
-		OnError:    h.scheduleFailed,
-		Logger:     deps.Logger,
-		Registerer: deps.Registerer,
-		Views:      deps.Views,
+		Log:             deps.Log,
+		Owns:            h.Serves,
+		Fire:            h.fire,
+		OnError:         h.scheduleFailed,
+		CallbackTimeout: deps.Config.ScheduleTimeout,
+		Logger:          deps.Logger,
+		Registerer:      deps.Registerer,
+		Views:           deps.Views,
 	})
 	if err != nil {
 		return err

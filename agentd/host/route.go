@@ -115,6 +115,9 @@ func (h *Host) nodeSubject(node, agent, verb string) string {
 func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, error) {
 	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
 	m.Data = cmd.Data
+	if cmd.RequestID != "" {
+		m.Header.Set(headerRequestID, cmd.RequestID)
+	}
 	resp, err := h.deps.Conn.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -158,13 +161,16 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	var out any
 	_, err := h.TypeOf(agent)
 	if err == nil {
-		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data)})
+		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data), RequestID: m.Header.Get(headerRequestID)})
 	}
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
 	resp := nats.NewMsg(m.Reply)
 	if err != nil {
+		if StatusCode(err) == http.StatusInternalServerError {
+			h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
+		}
 		code, msg := ErrorReply(err)
 		resp.Header.Set(headerServiceError, msg)
 		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
@@ -180,11 +186,8 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 
 // ErrorReply is the code and one-line message of a command error.
 func ErrorReply(err error) (int, string) {
-	msg := err.Error()
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	return StatusCode(err), msg
+	e := ClientError(err)
+	return e.Code, e.Message
 }
 
 // ReplyAs decodes a command reply into T: the value itself when the command

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
@@ -120,12 +121,19 @@ func (h *Host) serveCommand(req micro.Request) {
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
-	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data())})
+	id := req.Headers().Get(HeaderIdempotencyKey)
+	if id == "" {
+		id = nuid.Next()
+	}
+	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data()), RequestID: id})
 	if err != nil && base.Err() != nil {
 		// The node is stopping: its partitions go to other nodes.
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
 	if err != nil {
+		if StatusCode(err) == http.StatusInternalServerError {
+			h.logger.Error("command failed", "agent", agent, "verb", verb, "err", err)
+		}
 		RespondError(req, err)
 		return
 	}
@@ -148,19 +156,16 @@ func commandSubject(subject string) (agent, verb string, err error) {
 // its code (StatusCode) and one-line message in the headers and as the
 // JSON body {"error","code"}, with Retry-After for 429 and 503.
 func RespondError(req micro.Request, err error) {
-	// The message is for a person; keep the first line.
-	code, msg := ErrorReply(err)
-	body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
-	opts := []micro.RespondOpt{ErrorHeaders(code, msg)}
-	var qe *quota.Error
+	e := ClientError(err)
+	opts := []micro.RespondOpt{ErrorHeaders(e.Code, e.Message)}
 	switch {
-	case errors.As(err, &qe):
-		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(qe.RetryAfter())}}))
-	case code == http.StatusServiceUnavailable:
+	case e.RetryAfter > 0:
+		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(e.RetryAfter)}}))
+	case e.Code == http.StatusServiceUnavailable:
 		// Nothing ran: the client may retry, after this many seconds.
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{RetryAfterSeconds}}))
 	}
-	_ = req.Respond(body, opts...)
+	_ = req.Respond(e.AppendJSON(nil), opts...)
 }
 
 // ErrorHeaders are a micro service error's headers. Handlers answer

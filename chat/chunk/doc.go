@@ -19,7 +19,15 @@
 // an Assembler reads it back from the stored events, in order. The streams
 // projection (StreamsProjection, read through Streams) keeps each stream's
 // metadata: status, request and message id, first and last sequence, chunk
-// count and expiry, and the latest stream of each agent.
+// count and expiry, and the latest stream of each agent. It applies every
+// chunk as it is stored, but a view built from nothing (a lost Pebble, a
+// rebuild) is bootstrapped, not replayed: each stream's row comes from its
+// first and last stored event (eventlog.Log.Ends), two reads a stream
+// however many chunks it holds, and the view follows on from the sequence
+// those reads cover (a chunk already in a row is not applied twice). The
+// rows equal a replay's (TestStreamsBootstrapMatchesReplay), except that
+// a stream's chunk count is its last chunk's index + 1, as the live view
+// counted it, where a replay counts only the chunks still stored.
 //
 // # Retention
 //

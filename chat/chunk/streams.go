@@ -76,14 +76,18 @@ type endedRef struct {
 // StreamsProjection returns the projection of stream metadata: one row per
 // stream (status, request id, first and last sequence, chunk count, expiry),
 // the latest stream of each agent, and the index of ended streams by end
-// time that retention reads (Streams.Ended).
+// time that retention reads (Streams.Ended). It follows every chunk as it
+// is stored, but a view built from nothing is bootstrapped from each
+// stream's first and last stored event (see bootstrapStreams), not
+// replayed: Apply takes a chunk at or before a row's LastSeq as applied.
 func StreamsProjection() eventlog.Projection {
 	return eventlog.Projection{
 		Name: StreamsProjectionName,
 		// 2: the ended index and expiry.
-		Version: 2,
-		Filter:  eventlog.Filter{Chunks: true},
-		Apply:   applyStream,
+		Version:   2,
+		Filter:    eventlog.Filter{Chunks: true},
+		Apply:     applyStream,
+		Bootstrap: bootstrapStreams,
 	}
 }
 
@@ -93,6 +97,10 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	found, err := getJSON(b, key, &info)
 	if err != nil {
 		return err
+	}
+	if found && e.Seq <= info.LastSeq {
+		// Already in the row: a bootstrapped view read past its cursor.
+		return nil
 	}
 	if e.Type == EventExpired {
 		return applyExpired(b, e, info, found)

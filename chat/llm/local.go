@@ -98,7 +98,12 @@ func (l *Local) NextToolCall(req Request) (call ToolCall, ok bool) {
 // FinishStop, or, for a tool call step, the call's input in ToolInputDelta
 // pieces, a ToolCallDone and a Finish with FinishToolCalls. Pieces come at
 // the configured rate; Finish carries Usage (output tokens are the pieces
-// yielded). It stops as soon as ctx is done and yields the context's cause.
+// yielded). A Continuation whose ResponseID is this answer's (a resumed
+// response, as a turn recovered after a crash sends) reports the usage of
+// the whole response, like an OpenAI Responses response resumed after a
+// cut: the cut call reported none, so the turn's usage is the same as
+// without the cut. It stops as soon as ctx is done and yields the context's
+// cause.
 // A PartialText that is not a prefix of the answer (any PartialText, for a
 // tool call step) yields a terminal *Error wrapping ErrContinuation.
 func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
@@ -134,14 +139,20 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 			return nil
 		}
 		var pieces []string
-		prev := start
+		prev, all := start, 0
 		for _, end := range tokenEnds(st.text) {
+			all++
 			if end > start {
 				pieces = append(pieces, st.text[prev:end])
 				prev = end
 			}
 		}
 		usage.OutputTokens = int64(len(pieces))
+		if c := req.Continue; c != nil && c.ResponseID == st.responseID() {
+			// Resuming the same response: its usage is the whole
+			// response's, as a resumed Responses API response reports.
+			usage.OutputTokens = int64(all)
+		}
 		done, err := l.pace(ctx, s, pieces, func(p string) Delta { return Delta{Kind: TextDelta, Text: p} })
 		if err != nil || !done {
 			return err

@@ -90,6 +90,52 @@ func TestLocalContinuation(t *testing.T) {
 	}
 }
 
+// A continuation that resumes the answer's response (its ResponseID)
+// reports the whole response's usage, as a resumed OpenAI Responses
+// response does; one without the id counts what it yields. So a turn cut
+// by a crash and continued records what the uncut turn records.
+func TestLocalContinuationUsage(t *testing.T) {
+	p := fastLocal()
+	req := userReq("Please write a story about the sea.")
+	whole := collect(t, t.Context(), p, req)
+	if whole.err != nil || whole.finish == nil || whole.finish.Usage == nil {
+		t.Fatalf("uncut answer: %v", whole.err)
+	}
+	var id string
+	for _, d := range whole.kinds(llm.ResponseMeta) {
+		id = d.ResponseID
+	}
+	full := whole.text
+	for _, tc := range []struct {
+		name       string
+		responseID string
+		want       int64
+	}{
+		{"same response", id, whole.finish.Usage.OutputTokens},
+		{"no response id", "", int64(len(whole.kinds(llm.TextDelta)) - 7)},
+	} {
+		creq := req
+		cut := 0
+		for i, d := range whole.kinds(llm.TextDelta) {
+			if i == 7 {
+				break
+			}
+			cut += len(d.Text)
+		}
+		creq.Continue = &llm.Continuation{PartialText: full[:cut], ResponseID: tc.responseID}
+		r := collect(t, t.Context(), p, creq)
+		if r.err != nil || r.finish == nil || r.finish.Usage == nil {
+			t.Fatalf("%s: %v", tc.name, r.err)
+		}
+		if got := r.finish.Usage.OutputTokens; got != tc.want {
+			t.Errorf("%s: output tokens %d, want %d", tc.name, got, tc.want)
+		}
+		if got := r.finish.Usage.InputTokens; got != whole.finish.Usage.InputTokens {
+			t.Errorf("%s: input tokens %d, want %d", tc.name, got, whole.finish.Usage.InputTokens)
+		}
+	}
+}
+
 func TestLocalCancellation(t *testing.T) {
 	p := llm.NewLocal(llm.LocalConfig{Rate: 0.5}) // one token every 2 s
 	ctx, cancel := context.WithCancel(t.Context())

@@ -69,6 +69,7 @@ func TestBinary(t *testing.T) {
 	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
 	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
 	t.Run("BackupRestore", func(t *testing.T) { testBinaryBackupRestore(t, bin) })
+	t.Run("DNSRebinding", func(t *testing.T) { testBinaryDNSRebinding(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

@@ -17,10 +17,11 @@ import (
 )
 
 // testBinaryHugeReply: a provider (a local Chat Completions server) answers
-// with 2 MiB, more than the server's max payload. The turn must end with an
-// error chunk saying the answer is too large and an outcome, and the next
-// chat must be taken, also after a restart (it used to stay "streaming" and
-// every later chat got 409).
+// with 2 MiB, more than the server's max payload. The turn completes and
+// its answer is stored whole, across message.part events, and read back
+// whole over HTTP (it used to fail the turn and keep no message, and
+// before that to stay "streaming" so that every later chat got 409). The
+// next chat is taken, also after a restart.
 func testBinaryHugeReply(t *testing.T, bin string) {
 	var calls atomic.Int32
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
@@ -64,8 +65,14 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 	var first chathost.Reply
 	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "say a lot"}), &first)
 	cs := ended(first.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkError || !strings.Contains(last.ErrorText, "too large") {
+	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish {
 		t.Fatalf("huge answer's stream ends with %+v", last)
+	}
+	code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages")
+	var msgs []chat.Message
+	if err := json.Unmarshal([]byte(body), &msgs); code != 200 || err != nil || len(msgs) != 2 ||
+		msgs[1].ID != first.MessageID || msgs[1].Text() != strings.Repeat("x", 64*32<<10) {
+		t.Fatalf("messages after the huge answer: %d, %d messages (%v), want the user's and the whole 2 MiB answer", code, len(msgs), err)
 	}
 	// The agent takes the next chat (command fails the test on 409).
 	var second chathost.Reply

@@ -296,7 +296,7 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 	if !eventlog.ValidToken(r.StreamID) {
 		return fmt.Errorf("agentd replied stream id %q", r.StreamID)
 	}
-	after := replay.Cursor(r.Cursor)
+	after := r.Cursor
 	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
 }
 

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/chartargs"
+)
+
+// upgradeFrom is the release a cluster upgrades from: the previous one that
+// landed on main. Move it to the last landed commit when a release lands,
+// so each release is tested against the one before it (docs/operations.md,
+// "Upgrades").
+const upgradeFrom = "b4d9f339fab1fafc08404aed4f3da8b45742f73e"
+
+// buildRelease builds agentd as it was at commit, from git, into a temp
+// dir. Without git or the commit (a shallow clone) the test is skipped,
+// except in CI.
+func buildRelease(t *testing.T, commit string) string {
+	t.Helper()
+	skip := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("CI") != "" {
+			t.Fatalf(format, args...)
+		}
+		t.Skipf(format, args...)
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		skip("git: %v", err)
+	}
+	src := t.TempDir()
+	archive := exec.Command("git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", commit)
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin, _ = archive.StdoutPipe()
+	var aerr strings.Builder
+	archive.Stderr = &aerr
+	if err := untar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Run(); err != nil {
+		skip("git archive %s: %v: %s", commit, err, aerr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "agentd-old")
+	build := exec.Command("go", "build", "-o", bin, "./agentd/cmd/agentd")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build agentd at %s: %v\n%s", commit, err, out)
+	}
+	return bin
+}
+
+// TestUpgrade rolls a 3-node cluster with auth, as the chart runs it, from
+// the previous release's binary to this one, one node at a time, while a
+// tenant's chats and fibers keep running: every kind of event the old
+// release wrote is read by the new one, every acknowledged chat is
+// answered once, every fiber ends, and the logs verify clean.
+func TestUpgrade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two agentd binaries")
+	}
+	newBin := buildBinary(t)
+	oldBin := buildRelease(t, upgradeFrom)
+
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("u", 48)), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	nodes := newCluster(t, 3, func(p *chartargs.Pod) { p.AuthSecretFile = secret })
+	for _, nd := range nodes {
+		// Compaction every second, so snapshots are among the old events.
+		nd.env = append(nd.env, "FOREVER_COMPACT_EVENTS=40", "FOREVER_COMPACT_EVERY=1s", "FOREVER_LOCAL_RATE=200")
+		nd.start(t, oldBin)
+	}
+	waitReady(t, nodes...)
+	admin := filepath.Join(nodes[0].data, agentd.AdminCredsFile)
+	tc := createTenant(t, oldBin, "nats://"+nodes[0].nats, admin, t.TempDir(), "acme")
+	nc, err := nats.Connect("nats://"+nodes[1].nats, nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.CustomReconnectDelay(func(int) time.Duration { return 100 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Connections to every node, so the load survives each one's restart.
+	var urls []string
+	for _, nd := range nodes {
+		urls = append(urls, "nats://"+nd.nats)
+	}
+	nc.Close()
+	nc, err = nats.Connect(strings.Join(urls, ","), nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cmd := func(agent, verb string, v any) (json.RawMessage, error) {
+		var data []byte
+		if v != nil {
+			data, _ = json.Marshal(v)
+		}
+		var last error
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			msg, err := nc.Request("forever.cmd."+agent+"."+verb, data, 20*time.Second)
+			switch {
+			case err != nil:
+				last = err
+			case msg.Header.Get("Nats-Service-Error-Code") == "503":
+				last = fmt.Errorf("503 %s", msg.Header.Get("Nats-Service-Error"))
+			case msg.Header.Get("Nats-Service-Error-Code") != "":
+				return nil, fmt.Errorf("%s %s: %s %s", agent, verb, msg.Header.Get("Nats-Service-Error-Code"), msg.Header.Get("Nats-Service-Error"))
+			default:
+				return msg.Data, nil
+			}
+		}
+		return nil, fmt.Errorf("%s %s: %v", agent, verb, last)
+	}
+	must := func(agent, verb string, v any) json.RawMessage {
+		t.Helper()
+		out, err := cmd(agent, verb, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	waitIdle := func(agents ...string) {
+		t.Helper()
+		for _, a := range agents {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+				var fibers []host.FiberInfo
+				json.Unmarshal(must(a, "fibers", nil), &fibers)
+				if len(fibers) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s still runs %+v", a, fibers)
+				}
+			}
+		}
+	}
+
+	// Every kind of event, written by the old release.
+	must("old-chat", "chat", map[string]string{"text": "hello before the upgrade"})
+	must("old-tools", "chat", map[string]string{"text": "/tool clock {}"})
+	var ap chathost.Reply
+	json.Unmarshal(must("old-approval", "chat", map[string]string{"text": `/tool note {"text":"please approve this"}`}), &ap)
+	must("old-state", "state", map[string]any{"value": map[string]int{"n": 1}, "expectVersion": 0})
+	must("old-state", "interrupt", map[string]any{"name": "turn"})
+	must("old-state", "interrupt", map[string]any{"name": "turn", "clear": true})
+	must("steps:old", "start", demo.StepsStart{Steps: 5, DelayMS: 10})
+	json.Unmarshal(must("old-cancel", "chat", map[string]string{"text": "Tell me a long story"}), &ap)
+	must("old-cancel", "cancel", nil)
+	for i := range 12 { // past --compact-events: a snapshot, and a purge
+		must("old-compact", "chat", map[string]string{"text": fmt.Sprintf("message %d", i)})
+		waitIdle("old-compact")
+	}
+	waitIdle("old-chat", "old-tools", "old-approval", "steps:old", "old-cancel", "old-compact")
+	var waiting struct {
+		Messages []chat.Message `json:"messages"`
+	}
+	json.Unmarshal(must("old-approval", "messages", nil), &waiting)
+	callID := ""
+	for _, m := range waiting.Messages {
+		for _, p := range m.Parts {
+			if p.ToolCallID != "" {
+				callID = p.ToolCallID
+			}
+		}
+	}
+	if callID == "" {
+		t.Fatalf("no tool call waits for approval: %+v", waiting.Messages)
+	}
+	before := map[string]string{}
+	for _, a := range []string{"old-chat", "old-tools", "old-state", "old-cancel", "old-compact"} {
+		before[a] = string(must(a, "messages", nil))
+	}
+
+	// Load through the roll: chats and fibers, each acknowledged one noted.
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	acked := map[string][]string{} // agent -> assistant message ids
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			agent := fmt.Sprintf("load%d", w)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				out, err := cmd(agent, "chat", map[string]string{"text": fmt.Sprintf("during the upgrade %d", i)})
+				if err != nil {
+					continue // not acknowledged: nothing is owed
+				}
+				var r chathost.Reply
+				json.Unmarshal(out, &r)
+				mu.Lock()
+				acked[agent] = append(acked[agent], r.MessageID)
+				mu.Unlock()
+				waitIdleQuiet := func() {
+					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+						out, err := cmd(agent, "fibers", nil)
+						if err == nil && string(out) == "[]" {
+							return
+						}
+					}
+				}
+				waitIdleQuiet()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cmd(fmt.Sprintf("steps:load%d", i%4), "start", demo.StepsStart{Steps: 20, DelayMS: 20})
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+
+	// The roll, highest ordinal first, as the StatefulSet does it.
+	for i := len(nodes) - 1; i >= 0; i-- {
+		nd := nodes[i]
+		nd.proc.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-nd.proc.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not stop after SIGTERM:\n%s", nd.name, nd.proc.out.String())
+		}
+		nd.start(t, newBin)
+		waitReady(t, nd)
+		time.Sleep(2 * time.Second)
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	// The old conversations read the same on the new release.
+	for a, want := range before {
+		if got := string(must(a, "messages", nil)); got != want {
+			t.Errorf("%s after the upgrade:\n%s\nwant\n%s", a, got, want)
+		}
+	}
+	// The approval the old release asked for is answered by the new one.
+	must("old-approval", "approve", map[string]any{"toolCallId": callID, "approved": true})
+	// Every fiber ends; every acknowledged chat was answered.
+	var agents []string
+	for a := range acked {
+		agents = append(agents, a)
+	}
+	waitIdle(append(agents, "old-approval", "steps:load0", "steps:load1", "steps:load2", "steps:load3")...)
+	total := 0
+	for a, ids := range acked {
+		var page struct {
+			Messages []chat.Message `json:"messages"`
+		}
+		json.Unmarshal(must(a, "messages", map[string]int{"limit": 1000}), &page)
+		// A chat's reply names the assistant message its turn writes: it
+		// is there once, after the user's.
+		answered := map[string]bool{}
+		for i, m := range page.Messages {
+			if m.Role == "assistant" && i > 0 && page.Messages[i-1].Role == "user" {
+				answered[m.ID] = true
+			}
+		}
+		missing := 0
+		for _, id := range ids {
+			total++
+			if !answered[id] {
+				missing++
+				t.Errorf("%s: acknowledged message %s has no answer after the upgrade", a, id)
+			}
+		}
+		if missing > 0 {
+			var roles []string
+			for _, m := range page.Messages {
+				roles = append(roles, m.Role+":"+m.ID)
+			}
+			t.Logf("%s: %d acknowledged, %d messages: %v", a, len(ids), len(page.Messages), roles)
+		}
+	}
+	if total == 0 {
+		t.Error("no chat was acknowledged during the upgrade")
+	}
+	t.Logf("%d chats acknowledged during the roll", total)
+	rep := runAgentdCLI(t, newBin, "verify", "--nats-url", "nats://"+nodes[0].nats, "--creds", admin)
+	if strings.Count(rep, "tenant acme:") != 1 || strings.Contains(rep, "violation") || strings.Count(rep, "\nok:") != 2 {
+		t.Errorf("verify after the upgrade:\n%s", rep)
+	}
+}
