@@ -48,7 +48,10 @@
 // keeping the tombstone's sequence (row x/<agent>), so an expiry marker of
 // one of those streams that lands after it (retention racing the delete)
 // does not bring the stream back; new streams of the id are a new agent's
-// (TestDeletedAgentLeavesTheStreamsView).
+// (TestDeletedAgentLeavesTheStreamsView). A bootstrapped view agrees: it
+// leaves out every stream of an agent whose first stored event (or, for
+// an expiry marker alone, the stream it names) came before the agent's
+// latest tombstone, and keeps the tombstone's sequence.
 //
 // The format is frozen: stored streams must stay readable. Add fields and
 // chunk types; never rename or repurpose one. Package chat keeps golden
