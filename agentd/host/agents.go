@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // The agents view (package agents) and what the host serves from it: the
@@ -65,7 +66,7 @@ type MetaRequest = agents.MetaPatch
 func (h *Host) meta(ctx context.Context, cmd Command) (any, error) {
 	var p agents.MetaPatch
 	if err := decodePayload(cmd.Data, &p); err != nil {
-		return nil, fmt.Errorf("%w: meta: %v", ErrBadRequest, err)
+		return nil, err
 	}
 	p.Initial = false
 	if err := p.Validate(); err != nil {
@@ -164,13 +165,11 @@ func (h *Host) firstMeta(ctx context.Context, inst *instance, p *agents.MetaPatc
 	return nil
 }
 
-// decodePayload decodes an optional JSON payload (empty or null: nothing).
+// decodePayload decodes an optional JSON payload (empty or null:
+// nothing). Errors are 400s naming the field (apierror.Decode).
 func decodePayload(data json.RawMessage, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" {
 		return nil
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return errors.New(jsonProblem(err))
-	}
-	return nil
+	return apierror.Decode(data, v, apierror.Subject("the payload"))
 }

@@ -252,7 +252,7 @@ func TestListAndMeta(t *testing.T) {
 	// Errors, in one shape on both transports.
 	for _, tc := range []struct{ agent, verb, data, code, contains string }{
 		{"steps:s01", "meta", `{"user":"a\nb"}`, "400", "control character"},
-		{"steps:s01", "meta", `{"tags":"x"}`, "400", `field "tags" must be a array`},
+		{"steps:s01", "meta", `{"tags":"x"}`, "400", `"tags" must be`},
 		{"steps:s01", "start", `{"steps":1,"meta":{"tags":[""]}}`, "400", "tag is empty"},
 		{"nobody-yet", "meta", ``, "404", "has no event"},
 	} {

@@ -3,18 +3,16 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/agentd"
-	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -60,11 +58,25 @@ func AttachHTTP(d *agentd.Daemon, h *Host, cfg HTTPConfig) error {
 		cfg.Buffer = 1024
 	}
 	s := &httpAgents{h: h, cfg: cfg, d: d}
-	d.Handle("GET /v1/agents", http.HandlerFunc(s.list))
-	d.Handle("OPTIONS /v1/agents", http.HandlerFunc(s.list))
-	d.Handle("GET /v1/agents/{id}/events", http.HandlerFunc(s.events))
-	d.Handle("OPTIONS /v1/agents/{id}/events", http.HandlerFunc(s.events))
+	origins := d.Config().CORSOrigins
+	d.Handle("GET /v1/agents", cors(origins, http.HandlerFunc(s.list)))
+	d.Handle("OPTIONS /v1/agents", cors(origins, http.HandlerFunc(s.list)))
+	d.Handle("GET /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
+	d.Handle("OPTIONS /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
 	return nil
+}
+
+// cors applies the gateway's cross-origin rules (replay.CORS) unless a
+// handler in front did (a tenant's front door).
+func cors(origins []string, next http.Handler) http.Handler {
+	c := replay.CORS(origins, next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if w.Header().Get("Access-Control-Allow-Origin") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.ServeHTTP(w, r)
+	})
 }
 
 type httpAgents struct {
@@ -74,7 +86,8 @@ type httpAgents struct {
 }
 
 func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
-	if !replay.AllowOrigin(w, r, s.d.Config().CORSOrigins) {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if s.h.deps == nil {
@@ -90,7 +103,7 @@ func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: limit %q is not a number", ErrBadRequest, l))
+			writeError(w, apierror.New(apierror.BadRequest, "the query parameter limit must be a number from 1 to %d, got %q", agents.MaxLimit, l))
 			return
 		}
 		q.Limit = n
@@ -104,7 +117,8 @@ func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
-	if !replay.AllowOrigin(w, r, s.d.Config().CORSOrigins) {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if s.h.deps == nil {
@@ -212,56 +226,17 @@ func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeError answers err as {"code": N, "error": "..."} with its status
-// code, and Retry-After for 429 and 503.
-func writeError(w http.ResponseWriter, err error) {
-	code, msg := ErrorReply(err)
-	var qe *quota.Error
-	switch {
-	case errors.As(err, &qe):
-		w.Header().Set("Retry-After", quota.RetryAfterSeconds(qe.RetryAfter()))
-	case code == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", RetryAfterSeconds)
-	}
-	writeJSON(w, code, map[string]any{"code": code, "error": msg})
-}
+// code, and Retry-After for 429 and 503 (ClientError).
+func writeError(w http.ResponseWriter, err error) { ClientError(err).WriteHTTP(w) }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		code, body = http.StatusInternalServerError, []byte(`{"code":500,"error":"encode the reply"}`)
+		writeError(w, err)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	w.Write(append(body, '\n'))
-}
-
-// jsonProblem says what is wrong with a JSON payload in the payload's
-// terms (a field and the JSON type it wants), never Go's.
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &te):
-		want := "value"
-		switch te.Type.Kind() {
-		case reflect.String:
-			want = "string"
-		case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Float64:
-			want = "number"
-		case reflect.Bool:
-			want = "boolean"
-		case reflect.Slice, reflect.Array:
-			want = "array"
-		case reflect.Map, reflect.Struct, reflect.Pointer:
-			want = "object"
-		}
-		if te.Field == "" {
-			return fmt.Sprintf("the payload must be a JSON object, not a %s", te.Value)
-		}
-		return fmt.Sprintf("field %q must be a %s, not a %s", te.Field, want, te.Value)
-	case errors.As(err, &se):
-		return "the payload is not valid JSON"
-	}
-	return "the payload is not valid JSON"
 }

@@ -43,7 +43,7 @@ func (h *Host) serveList(req micro.Request) {
 	}
 	var q agents.Query
 	if err := decodePayload(req.Data(), &q); err != nil {
-		RespondError(req, fmt.Errorf("%w: list: %v; send {\"user\", \"tag\", \"type\", \"cursor\", \"limit\"}, each optional", ErrBadRequest, err))
+		RespondError(req, err)
 		return
 	}
 	h.mu.Lock()
