@@ -115,8 +115,11 @@ func TestTenantAccountAndUsers(t *testing.T) {
 			t.Errorf("client may publish %q: %s", banned, allowPub)
 		}
 	}
-	if got := strings.Join(uc.Permissions.Sub.Allow, " "); got != "forever.chunk.> _INBOX.>" {
+	if got := strings.Join(uc.Permissions.Sub.Allow, " "); got != "forever.chunk.> forever.bcast.> _INBOX.>" {
 		t.Errorf("client subscribes %q", got)
+	}
+	if got := strings.Join(uc.Permissions.Pub.Deny, " "); got != "forever.cmd.*.delete" || !strings.Contains(allowPub, "forever.list") {
+		t.Errorf("client may not publish %q, may publish %q: want delete denied and forever.list allowed", got, allowPub)
 	}
 	creds, err := client.Creds()
 	if err != nil || !strings.Contains(string(creds), client.JWT) {

@@ -179,20 +179,28 @@ const ClientAPIPrefix = "forever.jsapi"
 
 // ClientPermissions are a tenant client's of role r: send the commands r
 // may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
-// admin), subscribe to chunks and inboxes, and run ordered (or pull)
-// consumers on the chunks stream through ClientAPIPrefix. Everything else
-// is denied by the server.
+// admin, but AdminVerbs for the admin only) and list agents
+// (forever.list), subscribe to chunks, agents' broadcasts
+// (forever.bcast.>) and inboxes, and run ordered (or pull) consumers on
+// the chunks stream through ClientAPIPrefix. Everything else is denied by
+// the server.
 func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := ClientAPIPrefix + "."
 	if vs := r.Verbs(); vs == nil {
 		p.Pub.Allow.Add("forever.cmd.>")
+		for _, v := range AdminVerbs {
+			if !r.Allows(v) {
+				p.Pub.Deny.Add("forever.cmd.*." + v)
+			}
+		}
 	} else {
 		for _, v := range vs {
 			p.Pub.Allow.Add("forever.cmd.*." + v)
 		}
 	}
 	p.Pub.Allow.Add(
+		"forever.list",
 		api+"INFO",
 		api+"STREAM.INFO."+chunksStream,
 		api+"CONSUMER.CREATE."+chunksStream+".>",
@@ -205,6 +213,6 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 		"$JS.FC."+chunksStream+".>",
 		"$JS.ACK."+chunksStream+".>",
 	)
-	p.Sub.Allow.Add("forever.chunk.>", "_INBOX.>")
+	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", "_INBOX.>")
 	return p
 }

@@ -86,6 +86,9 @@ func (r Role) Verbs() []string {
 
 // Allows reports whether r may send the command verb.
 func (r Role) Allows(verb string) bool {
+	if slices.Contains(AdminVerbs, verb) {
+		return r.AtLeast(RoleAdmin)
+	}
 	vs := r.Verbs()
 	return vs == nil && r.Valid() || slices.Contains(vs, verb)
 }

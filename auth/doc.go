@@ -23,13 +23,14 @@
 //
 // Invariants (each tested in this package or in agentd):
 //   - A tenant's client may publish only the command verbs of its role
-//     (forever.cmd.*.<verb>; forever.cmd.> for a writer or admin),
-//     subscribe only to forever.chunk.> and _INBOX.>, and use only the
-//     JetStream API calls an ordered consumer of the chunks stream needs,
-//     under ClientAPIPrefix (agentd forwards them to $JS.API, counting
-//     them against the tenant's rate), never $JS.API itself.
-//     It cannot write events or chunks, manage streams, or read another
-//     tenant's subjects, because those live in another account.
+//     (forever.cmd.*.<verb>; forever.cmd.> for a writer or admin, but
+//     AdminVerbs, forever.cmd.*.delete, for the admin only) and
+//     forever.list, subscribe only to forever.chunk.>, forever.bcast.> and
+//     _INBOX.>, and use only the JetStream API calls an ordered consumer of
+//     the chunks stream needs, under ClientAPIPrefix (agentd forwards them
+//     to $JS.API, counting them against the tenant's rate), never $JS.API
+//     itself. It cannot write events or chunks, manage streams, or read
+//     another tenant's subjects, because those live in another account.
 //   - A revoked client credential is in its account's revocation list: the
 //     server refuses it on connect and closes live connections when the
 //     account JWT is updated. An expired one is refused by the server on

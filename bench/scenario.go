@@ -90,6 +90,7 @@ func scenarios() []Scenario {
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "compaction", Run: compactionScenario},
+		{Name: "agents-list", Run: agentsList},
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "temporal", Run: temporalScenario, Once: true, Requires: "-temporal"},
 		{Name: "failover", Run: failover, Once: true},

@@ -59,6 +59,14 @@
 //     between its snapshot append and its purge (TestCompactKeepsTheView).
 //     The snapshot append expects the agent's last sequence, so a snapshot
 //     never misses an event of the agent.
+//   - Delete removes an agent: after it, the log holds the agent's two
+//     tombstones (TypeDeleted, one on its events subject, one on its
+//     DeletedStream chunks subject) and nothing before them, and no view
+//     with AgentRows holds a row of it, live or rebuilt from an empty
+//     Pebble, also when events before the tombstone survived a purge
+//     (TestDeleteRemovesTheAgent, TestTombstoneSupersedesLeftovers).
+//     Events after the tombstone start a new agent with the same id from
+//     nothing. Apply never sees an events tombstone.
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from

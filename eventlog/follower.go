@@ -719,8 +719,17 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			continue
 		}
 		snap, serr := snapshotOf(e)
+		tomb := e.Type == TypeDeleted && e.Stream == ""
 		for _, m := range group {
 			if !m.matches(e.Subject) {
+				continue
+			}
+			if tomb && m.p.AgentRows != nil {
+				// An agent's tombstone: its rows go, and Apply never sees
+				// it, so no view keeps anything of the deleted agent.
+				if err := f.applyTombstone(m, e.Agent); err != nil {
+					return fmt.Errorf("projection %q: apply tombstone at seq %d: %w", m.p.Name, e.Seq, err)
+				}
 				continue
 			}
 			if err := f.applySnapshotTo(b, m, e, snap, serr); err != nil {

@@ -110,6 +110,10 @@ func (l *Log) compact(ctx context.Context, agent string) (Compacted, error) {
 	if !ok {
 		return Compacted{}, fmt.Errorf("%w: agent %q has no events", ErrNothingToCompact, agent)
 	}
+	if last.Type == TypeDeleted {
+		// A deleted agent: its tombstone stays its only event.
+		return Compacted{}, fmt.Errorf("%w: agent %q is deleted", ErrNothingToCompact, agent)
+	}
 	if last.Type == TypeSnapshot {
 		// A compaction that stopped after its append (a crash) left the
 		// history before the snapshot: purge it now.

@@ -55,6 +55,9 @@ type agentState struct {
 	// compacted is set once a snapshot of the agent was read: the history
 	// before it may be gone.
 	compacted bool
+	// deleted is set once the agent's tombstone was read: its life before
+	// it is gone from the log.
+	deleted bool
 }
 
 func newAgentState(id string) *agentState {
@@ -97,6 +100,13 @@ func (c *checker) event(e eventlog.Event) {
 	c.seen(e.Agent, e.ID)
 	if first, ok := c.latest[e.Agent]; ok && e.Seq < first {
 		c.superseded[e.Agent]++
+		return
+	}
+	if e.Type == eventlog.TypeDeleted {
+		// The agent was deleted here: a new life of the id starts empty.
+		a := newAgentState(e.Agent)
+		a.deleted = true
+		c.agents[e.Agent] = a
 		return
 	}
 	a := c.agent(e.Agent)
@@ -153,6 +163,14 @@ func (c *checker) event(e eventlog.Event) {
 
 // findSnapshot notes where the agent's latest snapshot so far starts.
 func (c *checker) findSnapshot(e eventlog.Event) {
+	if e.Type == eventlog.TypeDeleted && e.Stream == "" {
+		// An agent's tombstone (eventlog.Delete): what came before it is
+		// gone, as from its views.
+		if e.Seq > c.latest[e.Agent] {
+			c.latest[e.Agent], c.tombstone[e.Agent] = e.Seq, e.Seq
+		}
+		return
+	}
 	if e.Type != eventlog.TypeSnapshot || e.Stream != "" {
 		return
 	}

@@ -45,6 +45,9 @@ const (
 	// ended, an event of the purged history); its effect is in the views
 	// the snapshot holds, which the log alone cannot show.
 	KindAckCompacted Kind = "ack-compacted"
+	// KindAckDeleted is a Note: an acknowledged write of an agent that was
+	// deleted (eventlog.Delete) afterwards is not in the log.
+	KindAckDeleted Kind = "ack-deleted"
 	// KindSuperseded is a Note: events of an agent stored before its
 	// latest snapshot. Compaction purges them, but a purge that a crash
 	// undid in part leaves some (seen with nats-server 2.15.2 under

@@ -37,6 +37,7 @@ type Type struct {
 	config   func(*chat.Config) // optional tweaks, for embedding programs
 
 	// Set at start.
+	log        *eventlog.Log
 	store      *chat.Store
 	batcher    *eventlog.Batcher
 	maxPayload int64
@@ -68,7 +69,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		if err := d.AddProjector(streams); err != nil {
 			return err
 		}
-		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
+		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -114,6 +115,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if ct.config != nil {
 		ct.config(&cfg)
 	}
+	cfg.OnState = publishState(env, cfg.OnState)
 	a, err := chat.New(cfg)
 	if err != nil {
 		return nil, err

@@ -38,6 +38,8 @@ type Env struct {
 	// activates the agent and calls its OnSchedule.
 	Schedules *Schedules
 	Logger    *slog.Logger
+
+	pub *publisher // Broadcast and PublishState
 }
 
 // Command is a request routed to an agent: forever.cmd.<agent>.<verb> on

@@ -12,7 +12,7 @@ import (
 
 // Verbs are the verbs the host answers for an agent of any type on
 // forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
-var Verbs = []string{"status", "fibers", "schedules"}
+var Verbs = []string{"status", "fibers", "schedules", "meta", "delete"}
 
 // Status is the reply to the status command.
 type Status struct {
@@ -113,16 +113,33 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 		return list, err
 	case "status":
 		return h.status(ctx, cmd, typ)
+	case "meta":
+		return h.meta(ctx, cmd)
+	case "delete":
+		return h.deleteAgent(ctx, cmd.Agent)
 	}
 	if !h.takes(typ, cmd.Verb) {
 		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
+	}
+	meta, err := payloadMeta(cmd.Data)
+	if err != nil {
+		return nil, err
 	}
 	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
 		ch, ok := inst.agent.(CommandHandler)
 		if !ok {
 			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
 		}
-		return ch.HandleCommand(ctx, cmd)
+		out, err := ch.HandleCommand(ctx, cmd)
+		if err == nil && meta != nil {
+			// After the command, so a refused one writes nothing. The
+			// reply stands if this write fails: the agent's next command
+			// that carries the meta sets it.
+			if merr := h.firstMeta(ctx, inst, meta); merr != nil {
+				inst.env.Logger.Warn("store the meta of a command", "verb", cmd.Verb, "err", merr)
+			}
+		}
+		return out, err
 	})
 }
 

@@ -43,6 +43,9 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
 		}
 	}
+	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
+	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
 		if err != nil {

@@ -42,6 +42,8 @@ const cliUsage = `Usage:
   agentd status <agent>                          show the agent's status
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
+  agentd agents [--user u] [--tag t] [--type x]  list the agents (agentd agents -h)
+  agentd delete <agent> [--tenant name]          delete an agent and its history (agentd delete -h)
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
   agentd tenant create|revoke|disable|enable|token revoke <name> ...
                                                  manage tenants of an agentd with --auth (agentd tenant -h)
@@ -64,7 +66,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete":
 	default:
 		return false, 0
 	}
@@ -81,6 +83,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
 	case "backup", "restore":
 		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
+	case "agents", "delete":
+		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }

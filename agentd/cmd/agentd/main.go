@@ -213,5 +213,8 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	if err := chathost.AttachRetention(d, h, chats); err != nil {
 		return err
 	}
+	if err := host.AttachHTTP(d, h, host.HTTPConfig{State: chats}); err != nil {
+		return err
+	}
 	return chathost.AttachGateway(d, h, chats)
 }

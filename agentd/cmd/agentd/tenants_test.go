@@ -266,6 +266,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 		_, err := probe.Request("$JS.API.STREAM.INFO.KV_"+tenancy.TenantsBucket, nil, 2*time.Second)
 		return err
 	})
+	testTenantAgents(t, bin, natsURL, httpAddr, admin, acme, beta)
 	if code, _ := authedGet(t, "http://"+httpAddr+"/v1/chat/bot/messages", ""); code != 401 {
 		t.Fatalf("no token: %d", code)
 	}
