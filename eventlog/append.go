@@ -203,7 +203,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 		}
 		seq, err := l.commitBatch(ctx, l.cfg.ChunksStream, msgs[off:end], nil)
 		if errors.Is(err, ErrConflict) {
-			stale, serr := l.staleChunks(ctx, fs)
+			stale, _, serr := l.staleChunks(ctx, fs)
 			for _, e := range stale {
 				return last, e
 			}

@@ -21,6 +21,13 @@ func StoredCursor(l *Log, name string) (Seq, error) {
 	return Seq(v), err
 }
 
+// ForceSend fixes how l sends a group of 2 or more messages: "atomic"
+// batches, "pipelined" chains, or "" (by the measured costs).
+func ForceSend(l *Log, how string) {
+	f := map[string]int{"atomic": 1, "pipelined": -1}[how]
+	l.costs[0].force, l.costs[1].force = f, f
+}
+
 // FlushProjections writes Pebble's memtable to sstables, so later reads go
 // to the filesystem.
 func FlushProjections(l *Log) error { return l.db.Flush() }

@@ -184,6 +184,9 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
+	// costs are the measured costs of sending groups to the events stream
+	// (0) and the chunks stream (1); see sendCost.
+	costs [2]sendCost
 	// commitSync is how projection commits are written: pebble.Sync, so a
 	// view never loses an event it applied (the stream may drop applied
 	// events: chunk retention, purges). Only the crash-consistency test
@@ -232,6 +235,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
 	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), commitSync: pebble.Sync}
+	l.costs[0].replicated, l.costs[1].replicated = cfg.Replicas > 1, cfg.Replicas > 1
 	l.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
