@@ -60,12 +60,12 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	}
 	switch {
 	case l.cfg.Owner == nil:
-		return l.publishOne(ctx, m, stream, "single", o.expect, &e)
+		return l.publish(ctx, m, stream, o.expect, &e)
 	case e.Stream != "":
 		return l.appendChunks(ctx, []*Event{&e}, []*nats.Msg{m})
 	}
 	return l.fenced(ctx, e.Agent, m, o.expect, func(expect *Seq) (Seq, error) {
-		return l.publishOne(ctx, m, stream, "single", expect, &e)
+		return l.publish(ctx, m, stream, expect, &e)
 	})
 }
 

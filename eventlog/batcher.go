@@ -468,7 +468,6 @@ func (b *Batcher) stored(p *Pending, seq Seq, fs map[string]*chunkFence) {
 		cf.f.mu.Unlock()
 	}
 	p.seq, p.err = seq, nil
-	b.l.metrics.appended.WithLabelValues(p.stream).Inc()
 	close(p.ready)
 }
 

@@ -33,6 +33,20 @@
 //     JetStream acknowledged it (with sync always, after the fsync).
 //   - AppendBatch stores each atomic batch whole or not at all, with one
 //     acknowledgement and one fsync per batch.
+//   - Group commit: Appends of lifecycle events that come while another is
+//     being sent wait and go out together as the next send, one atomic
+//     batch (one fsync under sync always; stored whole or not at all,
+//     TestGroupCommitCrash SIGKILLs a child process mid-batch) or pipelined,
+//     whichever the measured costs say is cheaper. Each Append still gets
+//     its own answer: a batch refused for one append's expected sequence
+//     (a stale owner) is sent again one by one, so that append fails alone
+//     and the others are stored (TestGroupCommitFencing). An Append that
+//     finds nothing in flight is sent at once: a lone writer never waits.
+//   - A group sent pipelined (a Batcher's chunks) is a chain: every message
+//     after the first expects the one before it to be the stream's last, so
+//     the server stores a prefix of the group in order and refuses the
+//     rest; nothing of another writer lands inside it, and a stale owner's
+//     chunks after its refused first one never land (TestFenceChunksInGroup).
 //   - A projection's rows and its cursor change in one synced Pebble batch,
 //     so after any crash, also one that drops every unsynced write below
 //     the page cache, the view equals the view rebuilt from the log up to

@@ -187,6 +187,9 @@ type Log struct {
 	// costs are the measured costs of sending groups to the events stream
 	// (0) and the chunks stream (1); see sendCost.
 	costs [2]sendCost
+	// committers group-commit single appends to the events stream (0) and
+	// the chunks stream (1).
+	committers [2]committer
 	// commitSync is how projection commits are written: pebble.Sync, so a
 	// view never loses an event it applied (the stream may drop applied
 	// events: chunk retention, purges). Only the crash-consistency test
