@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -58,7 +57,7 @@ func OnGroup(l *Log, f func(ids []string)) {
 func FlushProjections(l *Log) error { return l.db.Flush() }
 
 // SkipCommitSync makes l's projection commits unsynced, as a bug would.
-func SkipCommitSync(l *Log) { l.commitSync = pebble.NoSync }
+func SkipCommitSync(l *Log) { l.syncWAL = false }
 
 // StopCompact makes l's Compact call stop at each crash point.
 func StopCompact(l *Log, stop func(point string) error) { l.stopCompact = stop }
