@@ -28,6 +28,21 @@
 // does; auth-cost) runs under the first selected mode only, and its rows show sync
 // "both".
 //
+// Issue 27's goals each have a row with its target, printed PASS or MISS:
+//
+//	go run ./bench -sync always -run '^(tool-call|tool-turn|tool-agents|chat-chunks|fiber-stash|failover|group-commit)$'
+//
+// tool-call (a tool call within 2x a bare fiber.Step, p50 and p99),
+// tool-turn (a plain turn within 15 synced publishes, a 10-tool turn
+// within 12x a plain turn), tool-agents (100 agents' tool calls/s at least
+// 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s),
+// chat-chunks (100 streams at 6x one-by-one synced publishes, 2x the 3x of
+// before), fiber-stash (within 1.3x of a raw synced publish), group-commit
+// (100 agents' fenced appends at 2x the same writers' raw publishes; a lone
+// writer within 1.2x) and failover (p99 within 3 s; -lease-ttl runs it at
+// another TTL than the chart's, and it counts the lease bucket's writes per
+// node). docs/benchmarks.md has the figures.
+//
 // The temporal scenario compares the steps agent's step with a Temporal
 // regular activity, by the same method, in alternating rounds. It needs
 // -temporal with the path of a Temporal CLI binary (built from the Go

@@ -88,6 +88,7 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "group-commit", Run: groupCommit},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "agents-list", Run: agentsList},

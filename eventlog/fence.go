@@ -310,17 +310,28 @@ func advanceChunks(fs map[string]*chunkFence, seqOf func(i int) Seq) {
 	}
 }
 
-// staleChunks finds, after a conflicting batch, the streams whose chunks
+// staleChunks finds, after a conflicting send, the streams whose chunks
 // another writer appended: it marks their agents fenced and returns their
-// subjects.
-func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[string]error, error) {
-	stale := map[string]error{}
+// subjects. A stream whose last chunk is this writer's own (a chunk whose
+// acknowledgement was lost, a duplicate) is not stale: its fence moves to
+// that chunk, and moved reports it, so the chunks can be sent again.
+func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (stale map[string]error, moved bool, err error) {
+	stale = map[string]error{}
 	for subj, cf := range fs {
-		last, err := l.leaderLastSeq(ctx, l.cfg.ChunksStream, subj)
+		last, w, err := l.leaderLast(ctx, l.cfg.ChunksStream, subj)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if last == cf.expect {
+			continue
+		}
+		if w == cf.tok {
+			cf.f.mu.Lock()
+			if cf.f.mu.tok == cf.tok {
+				cf.f.mu.streams[cf.stream] = last
+				moved = true
+			}
+			cf.f.mu.Unlock()
 			continue
 		}
 		err = fmt.Errorf("%w: chunks of %q/%q: expected last sequence %d, the log has %d", ErrConflict, cf.agent, cf.stream, cf.expect, last)
@@ -332,7 +343,7 @@ func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[s
 		cf.f.mu.Unlock()
 		stale[subj] = fmt.Errorf("%w: agent %q: %v", ErrFenced, cf.agent, err)
 	}
-	return stale, nil
+	return stale, moved, nil
 }
 
 // leaderLastSeq returns the last sequence on subject as the stream's leader

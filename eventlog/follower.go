@@ -57,7 +57,8 @@ type Follower struct {
 		started bool
 		cursor  Seq // the lowest cursor of the projections
 		isReady bool
-		changed chan struct{} // closed and replaced when cursor moves
+		changed chan struct{} // closed and replaced when cursor or life moves
+		life    int           // counts the starts from the stored cursors
 		err     error         // set when Run returned: why it stopped
 	}
 }
@@ -184,6 +185,44 @@ func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
 	}
 }
 
+// WaitDurable is WaitFor, and then makes what every projection applied
+// durable (a Pebble WAL sync, unless the background sync made it already):
+// after a crash, even one that drops every unsynced write below the page
+// cache, the views' stored cursors cover seq. WaitFor alone makes the rows
+// visible; their sync follows within viewSyncDelay.
+func (f *Follower) WaitDurable(ctx context.Context, seq Seq) error {
+	for {
+		if err := f.WaitFor(ctx, seq); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		life := f.mu.life
+		f.mu.Unlock()
+		err := f.l.syncViews(ctx)
+		if !errors.Is(err, ErrViewsStalled) {
+			return err
+		}
+		// Pebble failed: what was applied may be lost with it. Wait until
+		// Run starts over from the stored cursors, then wait again.
+		for {
+			f.mu.Lock()
+			now, ch, rerr := f.mu.life, f.mu.changed, f.mu.err
+			f.mu.Unlock()
+			if now != life {
+				break
+			}
+			if rerr != nil {
+				return rerr
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
 // Rebuild drops the rows and cursor of the projection called name, and
 // replays the log for it alone from sequence 1 up to the others' cursor;
 // then the Follower goes on with all of them. It returns once the drop is
@@ -302,6 +341,11 @@ func (f *Follower) follow(ctx context.Context) error {
 		return err
 	}
 	f.publish()
+	f.mu.Lock()
+	f.mu.life++
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	f.mu.Unlock()
 	for {
 		if err := f.bootstrap(ctx); err != nil {
 			return err
@@ -551,7 +595,8 @@ func (f *Follower) drop(m *member) error {
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
 	}
-	return nil
+	// A Rebuild returns once its drop is durable.
+	return f.l.syncViews(context.Background())
 }
 
 // consume applies to group the events after sequence after. With upto 0 it
@@ -569,6 +614,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		return nil, err
 	}
 	rebuilds := f.rebuildCh
+	breaks := f.l.breaks()
 	if upto > 0 {
 		rebuilds = nil // a catch-up runs to its end
 		// No event matching subject after target exists before upto: new
@@ -603,6 +649,10 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			cancel()
 			wg.Wait()
 			return &req, nil
+		case <-breaks:
+			// A background sync failed: what was applied since the last
+			// one may be lost. Start over from the stored cursors.
+			return nil, fmt.Errorf("%w: %s", ErrViewsStalled, "the views' sync failed")
 		case it, ok := <-ch:
 			if !ok {
 				return nil, ctx.Err()

@@ -32,16 +32,6 @@ const (
 	DefaultMaxBatch = 1000
 )
 
-// walMinSyncInterval is Pebble's group commit for projections: synced
-// commits that come faster than this share one WAL fsync, each still
-// returning only once synced. Every projector commits each event group with
-// its own synced batch; without this, a stream of single events (a fiber
-// stashing in a loop) pays one Pebble fsync per event, which competes on
-// the disk with JetStream's own fsync of the next event (measured with
-// go run ./bench -run '^fiber-stash$': stash p50 0.56-0.70x of a raw
-// publish, 0.71-0.74x with this).
-const walMinSyncInterval = time.Millisecond
-
 // Config configures Open. A zero field means "use the default".
 type Config struct {
 	// Conn is the NATS connection. Required. The Log does not close it.
@@ -189,11 +179,17 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
-	// commitSync is how projection commits are written: pebble.Sync, so a
-	// view never loses an event it applied (the stream may drop applied
-	// events: chunk retention, purges). Only the crash-consistency test
-	// turns it off, to prove it would notice.
-	commitSync *pebble.WriteOptions
+	// costs are the measured costs of sending groups to the events stream
+	// (0) and the chunks stream (1); see sendCost.
+	costs [2]sendCost
+	// committers group-commit single appends to the events stream (0) and
+	// the chunks stream (1).
+	committers [2]committer
+	// syncWAL is whether projection commits are synced (in the background,
+	// see viewSyncDelay). Only the crash-consistency test turns it off, to
+	// prove it would notice.
+	syncWAL bool
+	vsync   viewSync
 	// stopCompact, set only by tests, is called at Compact's crash points
 	// ("appended": the snapshot stored, the history not purged); an error
 	// stops Compact there.
@@ -219,6 +215,8 @@ type Log struct {
 		// broken is set (wrapping ErrViewsStalled) when a Pebble write
 		// failed; cleared when Pebble was reopened.
 		broken error
+		// breaks is closed when broken is set, and replaced when cleared.
+		breaks chan struct{}
 		// swapping is non-nil while Pebble is being reopened: useDB waits
 		// until it is closed.
 		swapping chan struct{}
@@ -242,7 +240,8 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
-	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), commitSync: pebble.Sync}
+	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), syncWAL: true}
+	l.costs[0].replicated, l.costs[1].replicated = cfg.Replicas > 1, cfg.Replicas > 1
 	l.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -265,6 +264,7 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		}
 	}
 	l.mu.projections = map[string]registered{}
+	l.mu.breaks = make(chan struct{})
 	return l, nil
 }
 
@@ -315,10 +315,17 @@ func (l *Log) Close() error {
 	}
 	l.mu.closed = true
 	l.mu.Unlock()
+	l.stopViewSync()
 	l.dbUsers.Wait()
 	l.heal.Lock() // a reopen in progress ends first
 	defer l.heal.Unlock()
 	if l.db != nil {
+		// What the views applied is durable before Pebble closes.
+		if l.syncWAL && l.Stalled() == nil {
+			if err := l.syncDB(l.db); err != nil {
+				l.logger.Warn("views not synced at close; they catch up from the log at the next start", "err", err)
+			}
+		}
 		if err := closeBroken(l.db); err != nil {
 			return fmt.Errorf("eventlog: close pebble: %w", err)
 		}

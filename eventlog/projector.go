@@ -47,6 +47,12 @@ func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 // Log.Stalled). A WaitFor before Run started waits for it.
 func (pr *Projector) WaitFor(ctx context.Context, seq Seq) error { return pr.f.WaitFor(ctx, seq) }
 
+// WaitDurable is WaitFor, then a sync of what the projection applied; see
+// Follower.WaitDurable.
+func (pr *Projector) WaitDurable(ctx context.Context, seq Seq) error {
+	return pr.f.WaitDurable(ctx, seq)
+}
+
 // Rebuild drops the projection's rows and cursor and replays the log from
 // sequence 1. It returns once the drop is committed and the replay started;
 // use WaitFor or Cursor to see it progress. Run must be running.

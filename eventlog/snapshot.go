@@ -236,6 +236,11 @@ func (l *Log) snapshotParts(agent string, upto Seq, views []registered) ([]Snaps
 
 // purgeBefore removes agent's events stored before seq.
 func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
+	// A view that applied these events keeps them across a crash: the
+	// stream will not have them to apply again.
+	if err := l.syncViews(ctx); err != nil {
+		return err
+	}
 	subject := l.EventsSubject(agent)
 	bctx, cancel, _ := l.bound(ctx)
 	defer cancel()

@@ -3,9 +3,10 @@
 // Agents hash to a fixed number of partitions (PartitionOf). A node serves a
 // partition while it holds the partition's lease: a key lease.<p> in a
 // replicated JetStream KV bucket (FOREVER_LEASES) written with a per-key TTL
-// (ADR-48). The key's revision at acquisition is the lease's epoch; the
-// holder renews by compare-and-set on the key's current revision, so a
-// renewal of a lease somebody else took fails instead of overwriting it.
+// (ADR-48). The lease's epoch counts the partition's acquisitions (1, 2,
+// 3, ...; key epoch.<p>, see epoch.go); the holder renews by
+// compare-and-set on the key's current revision, so a renewal of a lease
+// somebody else took fails instead of overwriting it.
 //
 // Every node keeps a node.<name> key alive with the same TTL. The live nodes
 // split the partitions by a balanced rendezvous assignment that every node
@@ -30,6 +31,11 @@
 //   - The partition context handed to Serve is cancelled, with a cause,
 //     whenever the lease is lost, expires or is handed off; Serve's return is
 //     awaited before a handed-off key is deleted.
+//   - Along the leases that serve a partition, epochs only grow: an
+//     acquisition serves only after it moved the partition's epoch counter,
+//     by a compare-and-set on the revision it read before writing its
+//     lease, to its epoch (TestEpochCountedMeanwhile; TestEpochsAfterUpgrade
+//     for a cluster whose epochs were revisions before).
 //   - The partition count is stored in the bucket (config.partitions) when
 //     the cluster first starts; a node started with another count gets
 //     ErrPartitionMismatch and does not start.

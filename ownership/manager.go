@@ -27,6 +27,11 @@ type Manager struct {
 	handoffs sync.WaitGroup
 	started  time.Time
 	renewed  time.Time // when the last renewal round began (Run's goroutine only)
+	// epochBase is where the epoch counters start (see epoch.go).
+	epochBase uint64
+	// afterEpochRead, set only by tests, runs between an acquisition's
+	// read of the epoch counter and its lease write.
+	afterEpochRead func(p int)
 
 	mu struct {
 		sync.Mutex
@@ -56,7 +61,10 @@ type Manager struct {
 		// lastHolder is the node whose lease of a free partition went
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
-		stopping   bool
+		// maxEpoch is the highest epoch seen of each partition's leases,
+		// also of leases since gone.
+		maxEpoch map[int]uint64
+		stopping bool
 	}
 }
 
@@ -148,6 +156,7 @@ func (m *Manager) initState() {
 	m.mu.beatRevs = map[string]uint64{}
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
+	m.mu.maxEpoch = map[int]uint64{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -159,7 +168,7 @@ func (m *Manager) checkPartitions(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ownership: store the partition count: %w", err)
 		}
-		return nil
+		return m.loadEpochBase(ctx, true)
 	}
 	e, err := m.kv.Get(ctx, keyPartitions)
 	if err != nil {
@@ -169,7 +178,7 @@ func (m *Manager) checkPartitions(ctx context.Context) error {
 		return fmt.Errorf("%w: the cluster has %s partitions and this node was started with %s; start it with the cluster's count",
 			ErrPartitionMismatch, got, want)
 	}
-	return nil
+	return m.loadEpochBase(ctx, false)
 }
 
 // Node returns this node's name.
@@ -497,6 +506,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			seen = old.seen // delivered again by a restarted watcher: no renewal
 		}
 		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: seen}
+		m.mu.maxEpoch[p] = max(m.mu.maxEpoch[p], l.Epoch)
 		delete(m.mu.free, p)
 		delete(m.mu.lastHolder, p)
 		return !had || old.lease != l

@@ -232,12 +232,17 @@ func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists)
 }
 
-// acquire creates the lease key of a free partition.
+// acquire creates the lease key of a free partition, with the next epoch
+// (see epoch.go).
 func (m *Manager) acquire(ctx context.Context, p int) {
-	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
+	epoch, crev, ok := m.epochFor(actx, p)
+	if !ok {
+		return
+	}
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
 	rev, err := m.kv.Create(actx, leaseKey(p), b, jetstream.KeyTTL(m.cfg.TTL))
 	if err != nil {
 		if !isConflict(err) {
@@ -245,18 +250,22 @@ func (m *Manager) acquire(ctx context.Context, p int) {
 		}
 		return
 	}
-	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: rev}, rev, sent)
+	m.counted(actx, Lease{Partition: p, Node: m.cfg.Node, Epoch: epoch}, rev, crev, sent)
 }
 
 // takeover replaces a lease by a compare-and-set on its revision: one this
 // node's name held before a restart, or one whose holder stopped renewing
-// it (stale). The new revision is a new epoch, so nothing the old holder
-// still had in flight passes the fence.
+// it (stale). Its epoch is the next one, so nothing the old holder still
+// had in flight passes the fence.
 func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
-	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
+	epoch, crev, ok := m.epochFor(actx, p)
+	if !ok {
+		return
+	}
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
 	ack, err := m.js.PublishMsg(actx, &nats.Msg{Subject: m.subject(leaseKey(p)), Data: b},
 		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
 	if err != nil {
@@ -265,7 +274,37 @@ func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
 		}
 		return
 	}
-	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: ack.Sequence}, ack.Sequence, sent)
+	m.counted(actx, Lease{Partition: p, Node: m.cfg.Node, Epoch: epoch}, ack.Sequence, crev, sent)
+}
+
+// epochFor returns the epoch of an acquisition of partition p and the
+// counter's revision; ok is false when the counter cannot be read.
+func (m *Manager) epochFor(ctx context.Context, p int) (epoch, crev uint64, ok bool) {
+	m.mu.Lock()
+	seen := m.seenEpochLocked(p)
+	m.mu.Unlock()
+	epoch, crev, err := m.nextEpoch(ctx, p, seen)
+	if err != nil {
+		m.log.Warn("read the epoch counter", "partition", p, "err", err)
+		return 0, 0, false
+	}
+	if m.afterEpochRead != nil {
+		m.afterEpochRead(p)
+	}
+	return epoch, crev, true
+}
+
+// counted moves the counter to a lease just written at rev and serves it,
+// or, when another acquisition counted first, deletes it unserved.
+func (m *Manager) counted(ctx context.Context, l Lease, rev, crev uint64, sent time.Time) {
+	if err := m.bumpEpoch(ctx, l.Partition, l.Epoch, crev); err != nil {
+		m.log.Debug("epoch counted by another acquisition; lease dropped unserved", "partition", l.Partition, "epoch", l.Epoch, "err", err)
+		if err := m.release(ctx, l.Partition, l, rev); err != nil {
+			m.log.Warn("delete an unserved lease; it expires by its TTL", "partition", l.Partition, "err", err)
+		}
+		return
+	}
+	m.start(l, rev, sent)
 }
 
 // start serves a lease just written at rev, its write sent at sent.
