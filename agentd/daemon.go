@@ -48,6 +48,8 @@ type Daemon struct {
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
 	certs atomic.Pointer[certs]
+	// guard watches the streams and buckets under the running node.
+	guard *guard
 
 	mu struct {
 		sync.Mutex
@@ -97,6 +99,10 @@ func New(cfg Config) (*Daemon, error) {
 		parts:    partitions{sealed: make(chan struct{})},
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	var err error
+	if d.guard, err = newGuard(cfg.Logger, cfg.Registerer); err != nil {
 		return nil, err
 	}
 	if cfg.Quota != (auth.Quota{}) {
@@ -173,6 +179,7 @@ func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
 	}
 	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
 	d.mu.projectors = append(d.mu.projectors, pr)
+	d.guard.watchView(pr.Name(), pr.Stream(), pr.Cursor)
 	return nil
 }
 
@@ -188,6 +195,7 @@ func (d *Daemon) addViews(views *eventlog.Follower) error {
 			return err
 		}
 	}
+	d.guard.watchView(strings.Join(names, ","), views.Stream(), views.Cursor)
 	return d.Add("projections "+strings.Join(names, ","), views)
 }
 
@@ -385,6 +393,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
+	d.guardStores(r.lg)
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
 		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
@@ -447,6 +456,7 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 		}
 		return nil
 	})
+	g.Go(func() error { return d.guard.run(compCtx, r.nc) })
 	for _, nc := range components {
 		g.Go(func() error {
 			if err := nc.c.Run(compCtx); err != nil {

@@ -151,6 +151,10 @@ func (f *Follower) Names() []string {
 // others, if that was later).
 func (f *Follower) Ready() <-chan struct{} { return f.ready }
 
+// Stream returns the name of the JetStream stream the projections read
+// (empty before Add).
+func (f *Follower) Stream() string { return f.stream }
+
 // Cursor returns the last stream sequence applied by every projection: the
 // lowest of their cursors.
 func (f *Follower) Cursor() Seq {

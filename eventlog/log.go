@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -205,6 +206,10 @@ type Log struct {
 	// write (awaitDB), and by Close.
 	heal sync.Mutex
 
+	// fullAt is when JetStream last refused an append for want of space
+	// (ErrStorageFull), in Unix nanoseconds; 0 never.
+	fullAt atomic.Int64
+
 	mu struct {
 		sync.Mutex
 		closed bool
@@ -343,6 +348,23 @@ func (l *Log) useDB() (db *pebble.DB, release func(), err error) {
 	}
 	l.dbUsers.Add(1)
 	return l.db, l.dbUsers.Done, nil
+}
+
+// EventsStream returns the name of the JetStream stream of the agents'
+// lifecycle events.
+func (l *Log) EventsStream() string { return l.cfg.EventsStream }
+
+// ChunksStream returns the name of the JetStream stream of chat chunks.
+func (l *Log) ChunksStream() string { return l.cfg.ChunksStream }
+
+// StorageFullAt returns when JetStream last refused an append of this Log
+// because it had no room (ErrStorageFull); zero if it never did.
+func (l *Log) StorageFullAt() time.Time {
+	ns := l.fullAt.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Prefix returns the subject prefix.

@@ -57,6 +57,10 @@ type Manager struct {
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
 		stopping   bool
+		// starvedSince is when this node last went from holding a
+		// partition (or being given none) to holding none of those the
+		// assignment gives it; zero while it is not starved.
+		starvedSince time.Time
 	}
 }
 
@@ -178,6 +182,9 @@ func (m *Manager) Node() string { return m.cfg.Node }
 // Partitions returns the partition count.
 func (m *Manager) Partitions() int { return m.cfg.Partitions }
 
+// Bucket returns the name of the lease bucket.
+func (m *Manager) Bucket() string { return m.cfg.Bucket }
+
 // TTL returns the lease TTL.
 func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
 
@@ -230,6 +237,54 @@ func (m *Manager) OwnedCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.mu.held)
+}
+
+// Assigned returns how many partitions the balanced assignment over the
+// live nodes, as this node sees them, gives this node now.
+func (m *Manager) Assigned() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.assignedLocked()
+}
+
+// assignedLocked is Assigned. REQUIRES: m.mu held.
+func (m *Manager) assignedLocked() int {
+	if m.mu.stopping {
+		return 0
+	}
+	n := 0
+	for _, node := range assign(m.cfg.Partitions, m.liveLocked()) {
+		if node == m.cfg.Node {
+			n++
+		}
+	}
+	return n
+}
+
+// Starved returns how long this node has held no partition while the
+// assignment gives it some: 0 when it holds one, or is given none. A node
+// that joins holds none until the others hand its share over (a renewal
+// period or two); one that stays starved for a TTL cannot take leases
+// (the lease bucket refuses its writes, or was lost).
+func (m *Manager) Starved() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noteStarvedLocked(time.Now())
+	if m.mu.starvedSince.IsZero() {
+		return 0
+	}
+	return time.Since(m.mu.starvedSince)
+}
+
+// noteStarvedLocked updates starvedSince. REQUIRES: m.mu held.
+func (m *Manager) noteStarvedLocked(now time.Time) {
+	if len(m.mu.held) > 0 || m.assignedLocked() == 0 {
+		m.mu.starvedSince = time.Time{}
+		return
+	}
+	if m.mu.starvedSince.IsZero() {
+		m.mu.starvedSince = now
+	}
 }
 
 // Nodes returns the live nodes' names, sorted.

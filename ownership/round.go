@@ -57,6 +57,9 @@ func (m *Manager) round(ctx context.Context) {
 			m.handoffs.Go(func() { m.handoff(a.p, a.h) })
 		}
 	}
+	m.mu.Lock()
+	m.noteStarvedLocked(time.Now())
+	m.mu.Unlock()
 }
 
 // plan compares the cache with the assignment.
