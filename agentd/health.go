@@ -154,13 +154,21 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 	if len(behind) > 0 && started {
 		add(ReasonStarting, "catching up with the log: "+strings.Join(behind, ", "))
 	}
+	h.Degraded = d.degraded()
 	if srv != nil && d.cfg.clustered() {
 		hs := srv.Healthz(&server.HealthzOptions{})
 		h.JetStream = hs.Status
 		if hs.Error != "" {
 			h.JetStream = hs.Error
 		}
-		if hs.StatusCode != http.StatusOK {
+		switch {
+		case hs.StatusCode == http.StatusOK:
+		case len(h.Degraded) > 0:
+			// A full store stops the replicas of file streams (nats-server's
+			// followers drop what they cannot store): the node serves reads,
+			// not writes, until space returns.
+			h.Degraded = append(h.Degraded, "JetStream replicas of this server are not current while the store is full: "+h.JetStream)
+		default:
 			add(ReasonReplicas, "JetStream replicas of this server are not current: "+h.JetStream)
 		}
 	}
@@ -181,6 +189,13 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 		add(ReasonStoreMissing, r)
 	}
 	for _, r := range stalled {
+		if len(h.Degraded) > 0 {
+			// A full store in a cluster leaves file streams without a
+			// leader, and their followers deliver nothing: the views serve
+			// what they hold until space returns.
+			h.Degraded = append(h.Degraded, r+" while the store is full")
+			continue
+		}
 		add(ReasonViewsStalled, r)
 	}
 	if lg != nil {
@@ -188,7 +203,6 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 			add(ReasonViewsStalled, "views stalled: Pebble cannot write under "+d.cfg.PebbleDir()+": "+err.Error())
 		}
 	}
-	h.Degraded = d.degraded(lg)
 	select {
 	case <-d.stopping:
 		add(ReasonStopping, "agentd is stopping")
@@ -205,20 +219,39 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 }
 
 // degraded returns what limits the node while it serves: a full JetStream
-// store (refused appends in the last storeFullRecent, or the embedded
-// server's store used up).
-func (d *Daemon) degraded(lg *eventlog.Log) []string {
-	var out []string
-	if st, ok := d.storeUsage(); ok && st.storeMax > 0 && st.store >= st.storeMax-storeFullSlack {
-		out = append(out, fmt.Sprintf("JetStream store full: %s used of %s (--js-max-store): commands that write are refused with 503, reads and replay go on",
-			bytesString(st.store), bytesString(st.storeMax)))
-	} else if lg != nil {
+// store.
+func (d *Daemon) degraded() []string {
+	if err := d.StoreFull(); err != nil {
+		return []string{strings.TrimPrefix(err.Error(), eventlog.ErrStorageFull.Error()+": ") +
+			": commands that write are refused with 503, reads and replay go on"}
+	}
+	return nil
+}
+
+// StoreFull returns an error wrapping eventlog.ErrStorageFull while the
+// JetStream store has no room for more writes: the embedded server's store
+// is used up to --js-max-store, or, without an embedded server to ask, an
+// append was refused for want of space in the last storeFullRecent. Nil
+// otherwise. The host refuses commands that write with it, at once (503),
+// rather than write part of a command.
+func (d *Daemon) StoreFull() error {
+	if st, ok := d.storeUsage(); ok {
+		if st.storeMax > 0 && st.store >= st.storeMax-storeFullSlack {
+			return fmt.Errorf("%w: JetStream store full: %s used of %s (--js-max-store)",
+				eventlog.ErrStorageFull, bytesString(st.store), bytesString(st.storeMax))
+		}
+		return nil
+	}
+	d.mu.Lock()
+	lg := d.mu.lg
+	d.mu.Unlock()
+	if lg != nil {
 		if at := lg.StorageFullAt(); !at.IsZero() && time.Since(at) < storeFullRecent {
-			out = append(out, fmt.Sprintf("JetStream store full: an append was refused for want of space %s ago: commands that write are refused with 503, reads and replay go on",
-				time.Since(at).Round(time.Second)))
+			return fmt.Errorf("%w: JetStream store full: an append was refused for want of space %s ago",
+				eventlog.ErrStorageFull, time.Since(at).Round(time.Second))
 		}
 	}
-	return out
+	return nil
 }
 
 // storeFullSlack is how close to --js-max-store the embedded server's store

@@ -53,6 +53,12 @@ type Config struct {
 	RenewEvery time.Duration
 	// Replicas of the bucket. Default 1.
 	Replicas int
+	// FileStorage keeps a new bucket on JetStream's file store. By default
+	// it is kept in the memory store, so that data filling the file store
+	// never stops lease renewals (see bucket.go). A bucket that exists
+	// keeps its storage.
+	FileStorage bool
+
 	// HandoffTimeout bounds the wait for Serve to return when a partition is
 	// handed off; the key is deleted after it either way. Default TTL.
 	HandoffTimeout time.Duration

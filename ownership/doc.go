@@ -3,7 +3,8 @@
 // Agents hash to a fixed number of partitions (PartitionOf). A node serves a
 // partition while it holds the partition's lease: a key lease.<p> in a
 // replicated JetStream KV bucket (FOREVER_LEASES) written with a per-key TTL
-// (ADR-48). The key's revision at acquisition is the lease's epoch; the
+// (ADR-48). The bucket is in JetStream's memory store, where the agents'
+// data filling the file store cannot stop renewals (bucket.go). The key's revision at acquisition is the lease's epoch; the
 // holder renews by compare-and-set on the key's current revision, so a
 // renewal of a lease somebody else took fails instead of overwriting it.
 //
@@ -30,6 +31,8 @@
 //   - The partition context handed to Serve is cancelled, with a cause,
 //     whenever the lease is lost, expires or is handed off; Serve's return is
 //     awaited before a handed-off key is deleted.
+//   - Epochs of a partition only grow, also across a bucket created again:
+//     a new bucket's first sequence is the current time in microseconds.
 //   - The partition count is stored in the bucket (config.partitions) when
 //     the cluster first starts; a node started with another count gets
 //     ErrPartitionMismatch and does not start.

@@ -112,16 +112,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ownership: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         cfg.Bucket,
-		Description:    "Forever partition leases",
-		History:        1,
-		Replicas:       cfg.Replicas,
-		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: cfg.TTL,
-	})
+	kv, err := openBucket(ctx, js, cfg, 0)
 	if err != nil {
-		return nil, fmt.Errorf("ownership: lease bucket %s: %w", cfg.Bucket, err)
+		return nil, err
 	}
 	m := &Manager{
 		cfg:   cfg,

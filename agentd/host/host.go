@@ -51,6 +51,7 @@ type Host struct {
 	handling sync.WaitGroup // the commands being answered
 
 	// Set by start, before run.
+	daemon *agentd.Daemon
 	deps   *agentd.Deps
 	own    *ownership.Manager
 	table  *fiber.Table
@@ -177,6 +178,7 @@ func (h *Host) Attach(d *agentd.Daemon) error {
 }
 
 func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	h.daemon = d
 	h.deps = deps
 	h.own = deps.Ownership
 	d.OnPartition(h.servePartition)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +30,11 @@ const (
 const (
 	headerServiceError     = "Nats-Service-Error"
 	headerServiceErrorCode = "Nats-Service-Error-Code"
+	// headerNotHere marks a forwarded command's error reply that says the
+	// node does not own the agent (any more): the forwarder waits for the
+	// partition's owner and sends it again. Other errors, 503s included (a
+	// full store, an overloaded node), are relayed as they are.
+	headerNotHere = "Forever-Not-Here"
 )
 
 // RemoteError is an error answered by the node that owns the agent, with
@@ -39,6 +43,9 @@ type RemoteError struct {
 	Node string
 	Code int
 	Msg  string
+	// NotHere says the node did not run the command because it does not
+	// own the agent now: the forwarder tries the next owner.
+	NotHere bool
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
@@ -46,9 +53,10 @@ func (e *RemoteError) Error() string { return e.Msg }
 // StatusCode is the code the owner answered with.
 func (e *RemoteError) StatusCode() int { return e.Code }
 
-// Unwrap makes a 503 match ErrUnavailable, so the forwarder retries it.
+// Unwrap makes an answer "not here" match ErrUnavailable, so the
+// forwarder retries it.
 func (e *RemoteError) Unwrap() error {
-	if e.Code == http.StatusServiceUnavailable {
+	if e.NotHere {
 		return ErrUnavailable
 	}
 	return nil
@@ -126,7 +134,7 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, erro
 	}
 	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
 		n, _ := strconv.Atoi(code)
-		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError)}
+		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
 	}
 	return json.RawMessage(resp.Data), nil
 }
@@ -168,6 +176,9 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 		code, msg := ErrorReply(err)
 		resp.Header.Set(headerServiceError, msg)
 		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
+		if retryable(err) {
+			resp.Header.Set(headerNotHere, "true")
+		}
 		resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
 	} else if resp.Data, err = json.Marshal(out); err != nil {
 		resp.Header.Set(headerServiceError, "encode reply: "+err.Error())

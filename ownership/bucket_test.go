@@ -1,0 +1,67 @@
+package ownership
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+// TestLeasesOutliveAFullStore: data filling the JetStream file store to its
+// limit does not stop lease renewals or heartbeats: the bucket is in the
+// memory store. With the bucket on file storage (the old layout), the same
+// fill makes the node lose every partition.
+func TestLeasesOutliveAFullStore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file bool
+	}{{"memory", false}, {"file", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxStore: 8 << 20})
+			sv := newServing(t)
+			const ttl = 2 * time.Second
+			a := startNode(t, s, Config{Node: "a", Partitions: 8, TTL: ttl, FileStorage: tc.file, Serve: sv.serve("a")})
+			js, _ := jetstream.New(a.nc)
+			info, err := js.Stream(t.Context(), bucketStream(DefaultBucket))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := jetstream.MemoryStorage
+			if tc.file {
+				want = jetstream.FileStorage
+			}
+			if got := info.CachedInfo().Config.Storage; got != want {
+				t.Fatalf("bucket storage %v, want %v", got, want)
+			}
+			// Epochs start at the creation time in microseconds.
+			if l, _, ok := a.m.Owned(0); !ok || l.Epoch < uint64(time.Now().Add(-time.Minute).UnixMicro()) {
+				t.Errorf("lease of partition 0: %+v, want an epoch after the bucket's creation time in microseconds", l)
+			}
+			if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "BALLAST", Subjects: []string{"ballast"}}); err != nil {
+				t.Fatal(err)
+			}
+			big := make([]byte, 256<<10)
+			for i := 0; ; i++ {
+				if _, err := js.Publish(t.Context(), "ballast", big); err != nil {
+					break
+				}
+				if i > 100 {
+					t.Fatal("the store never filled")
+				}
+			}
+			time.Sleep(3 * ttl)
+			got := a.m.OwnedCount()
+			if tc.file {
+				if got != 0 {
+					t.Errorf("on file storage under a full store the node still owns %d partitions; the memory store is then not what keeps them", got)
+				}
+				return
+			}
+			if got != 8 {
+				t.Errorf("owns %d partitions after %s of a full store, want 8", got, 3*ttl)
+			}
+		})
+	}
+}
