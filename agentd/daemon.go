@@ -65,6 +65,7 @@ type Daemon struct {
 		natsURL    string
 		srv        *server.Server // the embedded server, nil with --nats-url
 		lg         *eventlog.Log  // set once started
+		storeLost  []StoreLostFunc
 	}
 }
 
@@ -393,7 +394,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
-	d.guardStores(r.lg)
+	d.guardStores(r.lg, views)
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
 		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {

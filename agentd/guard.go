@@ -305,8 +305,11 @@ func (g *guard) noticed(st *guardState, seen *jetstream.StreamInfo, loss Loss) {
 	if st.g.Heal == nil {
 		next = "it is not healed by agentd: create it again"
 	}
-	g.logger.Error(fmt.Sprintf("%s %s under the running node: %d %s of %d %s lost; %s",
-		st.g.What, what, loss.Msgs, st.g.Unit, loss.Subjects, st.g.Subjects, next),
+	lost := fmt.Sprintf("%d %s", loss.Msgs, st.g.Unit)
+	if loss.Subjects > 0 {
+		lost += fmt.Sprintf(" of %d %s", loss.Subjects, st.g.Subjects)
+	}
+	g.logger.Error(fmt.Sprintf("%s %s under the running node: %s lost; %s", st.g.What, what, lost, next),
 		"store", st.g.Stream, "kind", string(loss.Kind), "lost_msgs", loss.Msgs, "lost_subjects", loss.Subjects)
 	g.faults.WithLabelValues(st.g.Stream, string(loss.Kind)).Inc()
 	g.mu.Lock()
@@ -402,11 +405,97 @@ func (g *guard) reasons() (missing, stalled []string) {
 	return missing, stalled
 }
 
-// guardStores watches the event log's streams and the lease bucket.
-func (d *Daemon) guardStores(lg *eventlog.Log) {
-	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents"})
-	d.Guard(Guarded{Stream: lg.ChunksStream(), What: "stream " + lg.ChunksStream(), Unit: "chunks", Subjects: "chat streams"})
+// StoreLostFunc is told that stream, a stream of the event log, lost its
+// events under the running node (deleted, or purged whole), once the
+// stream exists again and before the views are rebuilt from what it holds
+// now. It stops what ran on the lost history; the resume it returns is
+// called once the views were rebuilt.
+type StoreLostFunc func(ctx context.Context, stream string, loss Loss) (resume func())
+
+// OnStoreLost adds fn to the functions told when the events stream lost
+// its events (package host stops the agents, and ends their turns with an
+// error). Call it before Run or from a StartFunc.
+func (d *Daemon) OnStoreLost(fn StoreLostFunc) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.storeLost = append(d.mu.storeLost, fn)
+}
+
+// guardStores watches the event log's streams and the lease bucket, and
+// heals each when it is lost under the running node.
+func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
+	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents",
+		Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, loss) }})
+	d.Guard(Guarded{Stream: lg.ChunksStream(), What: "stream " + lg.ChunksStream(), Unit: "chunks", Subjects: "chat streams",
+		Heal: func(ctx context.Context, loss Loss) error { return healChunks(ctx, lg, loss) }})
 	if mgr := d.parts.mgr; mgr != nil {
-		d.Guard(Guarded{Stream: "KV_" + mgr.Bucket(), What: "bucket " + mgr.Bucket(), Unit: "keys", Subjects: "keys"})
+		d.Guard(Guarded{Stream: "KV_" + mgr.Bucket(), What: "bucket " + mgr.Bucket(), Unit: "keys", Subjects: "keys",
+			Heal: func(ctx context.Context, _ Loss) error { return mgr.RestoreBucket(ctx) }})
 	}
+}
+
+// healChunks creates the chunks stream again when it is missing. A stream
+// deleted (or created again by someone) is new to the views, which rebuild
+// from it, and to the fences, which read it again. After a purge the
+// views keep their rows (a stream whose chunks went answers 410) and the
+// fences stay: the turns streaming learn of the loss on their next chunk
+// (eventlog.ErrRemoved) and end with an error chunk.
+func healChunks(ctx context.Context, lg *eventlog.Log, loss Loss) error {
+	if err := lg.EnsureStream(ctx, lg.ChunksStream()); err != nil {
+		return err
+	}
+	if loss.Kind != LossPurged {
+		lg.ForgetFences()
+		lg.RestartViews(lg.ChunksStream(), false)
+	}
+	return nil
+}
+
+// healEvents creates the events stream again when it is missing, has the
+// StoreLostFuncs stop what ran on the lost history, makes the appends go on
+// from the stream as it is now, and rebuilds the views from it; it returns
+// once they caught up (or ctx ends).
+func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventlog.Follower, loss Loss) error {
+	stream := lg.EventsStream()
+	if err := lg.EnsureStream(ctx, stream); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	fns := d.mu.storeLost
+	d.mu.Unlock()
+	var resumes []func()
+	defer func() {
+		for _, r := range resumes {
+			r()
+		}
+	}()
+	// What ran on the lost history stops without writing to the new
+	// stream: only the error chunks that end its turns get through.
+	lg.HoldEvents(fmt.Errorf("stream %s was %s: events wait until the views are rebuilt", stream, loss.Kind))
+	for _, fn := range fns {
+		if r := fn(ctx, stream, loss); r != nil {
+			resumes = append(resumes, r)
+		}
+	}
+	lg.ForgetFences()
+	lg.ReleaseEvents()
+	gen := lg.RestartViews(stream, true)
+	if len(views.Names()) == 0 {
+		return nil
+	}
+	for views.Rebuilds() < gen {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("views of %s not rebuilt: %w", stream, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	last, err := lg.LastSeq(ctx, eventlog.Filter{})
+	if err != nil {
+		return err
+	}
+	if err := views.WaitFor(ctx, last); err != nil {
+		return fmt.Errorf("views of %s not rebuilt: %w", stream, err)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -63,5 +64,60 @@ func TestLeasesOutliveAFullStore(t *testing.T) {
 				t.Errorf("owns %d partitions after %s of a full store, want 8", got, 3*ttl)
 			}
 		})
+	}
+}
+
+// TestRestoreBucket: the lease bucket deleted under two running nodes and
+// restored by each (as agentd's guard does): both stop serving at once,
+// nobody serves a partition twice, the partitions are split again after a
+// TTL, and every new epoch is above every old one (the log's writer
+// headers rely on epochs never going back).
+func TestRestoreBucket(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	sv := newServing(t)
+	const ttl = 2 * time.Second
+	cfg := func(name string) Config {
+		return Config{Node: name, Partitions: 8, TTL: ttl, Serve: sv.serve(name)}
+	}
+	a := startNode(t, s, cfg("a"))
+	b := startNode(t, s, cfg("b"))
+	eventually(t, "a and b split 8 partitions", func() bool { return sv.count("a") == 4 && sv.count("b") == 4 })
+	var before uint64
+	for p := range 8 {
+		for _, n := range []*node{a, b} {
+			if l, _, ok := n.m.Owned(p); ok {
+				before = max(before, l.Epoch)
+			}
+		}
+	}
+	sv.mu.Lock()
+	clear(sv.causes)
+	sv.mu.Unlock()
+	js, _ := jetstream.New(a.nc)
+	if err := js.DeleteKeyValue(t.Context(), DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*node{a, b} {
+		if err := n.m.RestoreBucket(t.Context()); err != nil {
+			t.Fatalf("%s: %v", n.m.Node(), err)
+		}
+		if got := n.m.OwnedCount(); got != 0 {
+			t.Errorf("%s owns %d partitions right after the bucket was lost, want 0", n.m.Node(), got)
+		}
+	}
+	eventually(t, "a and b split 8 partitions again", func() bool { return sv.count("a") == 4 && sv.count("b") == 4 })
+	for p := range 8 {
+		for _, n := range []*node{a, b} {
+			if l, _, ok := n.m.Owned(p); ok && l.Epoch <= before {
+				t.Errorf("partition %d: epoch %d after the bucket was restored, not above %d before", p, l.Epoch, before)
+			}
+		}
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	for _, c := range append(sv.causes["a"], sv.causes["b"]...) {
+		if !errors.Is(c, ErrBucketLost) {
+			t.Errorf("a partition stopped with cause %v, want ErrBucketLost", c)
+		}
 	}
 }

@@ -31,6 +31,9 @@ var (
 	// ErrHandoff is the cause of a partition context cancelled because the
 	// partition is handed to another node, or this node is stopping.
 	ErrHandoff = errors.New("ownership: partition handed off")
+	// ErrBucketLost is the cause of a partition context cancelled because
+	// the lease bucket was deleted or purged under the node (RestoreBucket).
+	ErrBucketLost = errors.New("ownership: the lease bucket was lost")
 )
 
 // Config configures a Manager.

@@ -37,6 +37,11 @@
 //     the cluster first starts; a node started with another count gets
 //     ErrPartitionMismatch and does not start.
 //
+// A bucket deleted or purged under a running node is restored with
+// RestoreBucket (agentd's store guard calls it): the node stops serving at
+// once, and takes no lease for one TTL, by when no node can still serve a
+// lease of the lost bucket; epochs go on above the old ones.
+//
 // The lease only says who should write. Writes themselves are fenced by the
 // event log (eventlog.Owner): the epoch goes into every append's writer
 // headers and every append expects the agent's last subject sequence, so a

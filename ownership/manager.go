@@ -23,6 +23,7 @@ type Manager struct {
 	met      *metrics
 	ready    chan struct{}
 	poke     chan struct{}
+	rewatch  chan struct{}  // RestoreBucket asks Run for a new watch
 	serving  sync.WaitGroup // Serve goroutines
 	handoffs sync.WaitGroup
 	started  time.Time
@@ -57,6 +58,10 @@ type Manager struct {
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
 		stopping   bool
+		// quietUntil: no lease is acquired or taken over before it, after
+		// the bucket was lost (RestoreBucket): every holder of the lost
+		// bucket's leases has stopped serving by then.
+		quietUntil time.Time
 		// starvedSince is when this node last went from holding a
 		// partition (or being given none) to holding none of those the
 		// assignment gives it; zero while it is not starved.
@@ -117,12 +122,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:   cfg,
-		js:    js,
-		kv:    kv,
-		log:   cfg.Logger.With("node", cfg.Node),
-		ready: make(chan struct{}),
-		poke:  make(chan struct{}, 1),
+		cfg:     cfg,
+		js:      js,
+		kv:      kv,
+		log:     cfg.Logger.With("node", cfg.Node),
+		ready:   make(chan struct{}),
+		poke:    make(chan struct{}, 1),
+		rewatch: make(chan struct{}, 1),
 	}
 	m.initState()
 	// Register the metrics only for a Manager that will run: a New that
@@ -330,6 +336,56 @@ func (m *Manager) Check(ctx context.Context, p int) error {
 	return nil
 }
 
+// Restoring returns how long, after the lease bucket was lost and restored
+// (RestoreBucket), this node still waits before it takes leases again; 0
+// when it is not waiting.
+func (m *Manager) Restoring() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(0, time.Until(m.mu.quietUntil))
+}
+
+// RestoreBucket is called when the lease bucket was deleted, deleted and
+// created again, or purged under the running Manager (agentd's store guard
+// notices it). Every lease of this node went with it, so the node stops
+// serving its partitions at once (their contexts end with ErrBucketLost);
+// the bucket is created again when it is missing (its first sequence past
+// every revision this node saw, so epochs never go back), the partition
+// count written again and the watch made again. For a TTL from now no
+// lease is taken: by then every node has stopped serving the leases of the
+// lost bucket (each stops TTL minus Margin after its last renewal, which
+// was sent before the loss), so no partition has two holders. Then the
+// partitions are taken as at a start.
+func (m *Manager) RestoreBucket(ctx context.Context) error {
+	m.mu.Lock()
+	var top uint64
+	for _, c := range m.mu.leases {
+		top = max(top, c.rev)
+	}
+	for p, h := range m.mu.held {
+		top = max(top, h.rev)
+		m.loseLocked(p, h, ErrBucketLost)
+	}
+	top = max(top, m.mu.beatAcked, m.mu.ownSeen)
+	clear(m.mu.leases)
+	clear(m.mu.lastHolder)
+	clear(m.mu.free)
+	m.mu.quietUntil = time.Now().Add(m.cfg.TTL)
+	m.mu.Unlock()
+	if _, err := openBucket(ctx, m.js, m.cfg, top+1); err != nil {
+		return err
+	}
+	if err := m.checkPartitions(ctx); err != nil {
+		return err
+	}
+	select {
+	case m.rewatch <- struct{}{}:
+	default:
+	}
+	m.log.Warn("lease bucket restored; partitions are taken again after a lease TTL", "bucket", m.cfg.Bucket, "ttl", m.cfg.TTL)
+	return nil
+}
+
 // loseLocked drops h at once: its context is cancelled with cause, and its
 // Serve goroutine finishes on its own.
 func (m *Manager) loseLocked(p int, h *held, cause error) {
@@ -347,6 +403,8 @@ func causeLabel(err error) string {
 		return "expired"
 	case errors.Is(err, ErrLeaseLost):
 		return "conflict"
+	case errors.Is(err, ErrBucketLost):
+		return "bucket"
 	}
 	return "other"
 }
@@ -404,6 +462,9 @@ func (m *Manager) Run(ctx context.Context) error {
 				w.ended(end)
 			case <-w.retry:
 				w.start(nil)
+			case <-m.rewatch:
+				w.start(nil)
+				waiting = false
 			case <-tick.C:
 				waiting = false
 			case <-check.C:

@@ -141,6 +141,23 @@ func (c *Agent) OnError(ctx context.Context, err error) {
 	c.logger.Error("chat agent error", "err", err)
 }
 
+// OnStoreLost ends the turn the agent was streaming when the log lost its
+// events (the host stopped the agent first): its stream gets an error chunk
+// naming the loss, so clients following it see an error rather than wait.
+// What it cannot record (turn.failed, the partial answer: their history
+// is gone) is logged.
+func (c *Agent) OnStoreLost(ctx context.Context, cause error) {
+	st, err := c.Status()
+	if err != nil || st.ActiveTurn == nil {
+		return
+	}
+	if err := c.AbandonTurn(ctx, chat.TurnFiberPrefix+st.ActiveTurn.RequestID, cause); err != nil {
+		c.logger.Warn("end the turn of a lost history", "request", st.ActiveTurn.RequestID, "err", err)
+	}
+}
+
+var _ host.StoreLostHandler = (*Agent)(nil)
+
 // OnFiberRecovered hands chat turn fibers to the chat agent.
 func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
 	handled, err := c.Agent.OnFiberRecovered(ctx, rec)

@@ -10,7 +10,7 @@
 //
 // An agent is any value built by its type's Factory; it opts into the
 // optional interfaces CommandHandler, FiberRecoverer, ScheduleHandler,
-// ErrorHandler and Deactivator. The host answers status, fibers and
+// ErrorHandler, Deactivator and StoreLostHandler. The host answers status, fibers and
 // schedules itself (Verbs) for every type; a verb a type did not register
 // is 404 before anything is activated.
 //
@@ -33,6 +33,16 @@
 //   - Every request gets an answer: past 1024 commands in flight, a node
 //     that does not own the agent, or a node that is stopping answers 503
 //     with Retry-After, never silence.
+//   - Reads answer: status, fibers and schedules wait at most a second for
+//     the views to apply the agent's last event, then answer from what the
+//     views hold (the log cannot say its last event: a stream without a
+//     leader, a full store in a cluster).
+//   - A forwarded command is sent to the next owner only when the node it
+//     reached says the agent is not there (the Forever-Not-Here header of
+//     its error reply); any other error, 503s included, is relayed as is.
+//   - When the log lost the agents' events (the events stream deleted or
+//     purged), every active agent is stopped, chat turns end with an error
+//     chunk, and nothing is activated until the views were rebuilt.
 //   - Errors leave as micro service errors with a code (StatusCode: 400,
 //     404, 409, 413, 429, 503, 504, 500) and a one-line message.
 //

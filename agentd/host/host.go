@@ -70,6 +70,9 @@ type Host struct {
 		ctx    context.Context // the host's run context, nil until run
 		agents map[string]*instance
 		parts  map[int]*part // partitions this node serves
+		// rebuilding is set while the views are rebuilt after the log lost
+		// the agents' events (storeLost): no agent is activated meanwhile.
+		rebuilding error
 	}
 }
 
@@ -183,6 +186,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	h.own = deps.Ownership
 	d.OnPartition(h.servePartition)
 	d.OnFenced(h.fenced)
+	d.OnStoreLost(h.storeLost)
 	h.logger = deps.Logger.With("subsystem", "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
@@ -307,6 +311,10 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	if pt == nil || pt.ctx.Err() != nil {
 		h.mu.Unlock()
 		return nil, h.notOwner(id, pn)
+	}
+	if err := h.mu.rebuilding; err != nil {
+		h.mu.Unlock()
+		return nil, err
 	}
 	inst, ok := h.mu.agents[id]
 	if !ok {
@@ -472,14 +480,7 @@ func (h *Host) reap() {
 }
 
 func (h *Host) deactivate(inst *instance) {
-	if d, ok := inst.agent.(Deactivator); ok {
-		h.callDeactivate(inst, d)
-	}
-	if err := inst.env.Fibers.Close(); err != nil {
-		inst.env.Logger.Warn("close fibers", "err", err)
-	}
-	h.active.Dec()
-	inst.env.Logger.Debug("agent deactivated")
+	h.stop(inst)
 	h.mu.Lock()
 	ctx := h.mu.ctx
 	h.mu.Unlock()
@@ -490,6 +491,19 @@ func (h *Host) deactivate(inst *instance) {
 			h.compac.Idle(ctx, inst.id)
 		}()
 	}
+}
+
+// stop runs the agent's OnDeactivate and closes its fibers: running ones
+// are interrupted and stay in the runs table.
+func (h *Host) stop(inst *instance) {
+	if d, ok := inst.agent.(Deactivator); ok {
+		h.callDeactivate(inst, d)
+	}
+	if err := inst.env.Fibers.Close(); err != nil {
+		inst.env.Logger.Warn("close fibers", "err", err)
+	}
+	h.active.Dec()
+	inst.env.Logger.Debug("agent deactivated")
 }
 
 // stopAll closes every agent's fibers (running ones are interrupted and stay
