@@ -171,19 +171,26 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
-	resp := nats.NewMsg(m.Reply)
-	if err != nil {
-		code, msg := ErrorReply(err)
-		resp.Header.Set(headerServiceError, msg)
-		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
-		if retryable(err) {
-			resp.Header.Set(headerNotHere, "true")
+	if err == nil {
+		var body []byte
+		if body, err = h.replyBody(out); err == nil {
+			resp := nats.NewMsg(m.Reply)
+			resp.Data = body
+			if err = m.RespondMsg(resp); err == nil {
+				return
+			}
+			h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
+			err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
 		}
-		resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
-	} else if resp.Data, err = json.Marshal(out); err != nil {
-		resp.Header.Set(headerServiceError, "encode reply: "+err.Error())
-		resp.Header.Set(headerServiceErrorCode, "500")
 	}
+	resp := nats.NewMsg(m.Reply)
+	code, msg := ErrorReply(err)
+	resp.Header.Set(headerServiceError, msg)
+	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
+	if retryable(err) {
+		resp.Header.Set(headerNotHere, "true")
+	}
+	resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
 	if err := m.RespondMsg(resp); err != nil {
 		h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
 	}

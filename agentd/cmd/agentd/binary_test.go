@@ -65,6 +65,7 @@ func TestBinary(t *testing.T) {
 	t.Run("PurgeChunks", func(t *testing.T) { testBinaryPurgeChunks(t, bin) })
 	t.Run("DeleteEvents", func(t *testing.T) { testBinaryDeleteEvents(t, bin) })
 	t.Run("DeleteLeases", func(t *testing.T) { testBinaryDeleteLeases(t, bin) })
+	t.Run("CLIReconnect", func(t *testing.T) { testBinaryCLIReconnect(t, bin) })
 	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
 	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
 	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
