@@ -87,6 +87,7 @@ func scenarios() []Scenario {
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "restart-ready", Run: restartReady},
+		{Name: "restart-load", Run: restartLoad},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "temporal", Run: temporalScenario, Once: true, Requires: "-temporal"},

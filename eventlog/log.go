@@ -25,6 +25,9 @@ const (
 	// DefaultChunkSafetyFactor is ChunkSafetyAge's default, in ChunkMaxAges.
 	DefaultChunkSafetyFactor = 10
 	DefaultDuplicates        = 2 * time.Minute
+	// DefaultFencedChunkDuplicates is the chunks stream's dedup window for
+	// a fenced Log (see Config.ChunkDuplicates).
+	DefaultFencedChunkDuplicates = time.Second
 	// DefaultAckTimeout bounds each wait for an acknowledgement that has no
 	// deadline of its own.
 	DefaultAckTimeout = 5 * time.Second
@@ -65,6 +68,15 @@ type Config struct {
 	ChunkSafetyAge time.Duration
 	// Duplicates is the dedup window for message ids. Default 2m.
 	Duplicates time.Duration
+	// ChunkDuplicates is the dedup window of the chunks stream. Default
+	// Duplicates for a Log without Owner, and DefaultFencedChunkDuplicates
+	// for a fenced one: its chunks are fenced by the expected sequence of
+	// their chat stream, never published again under the same id, so the
+	// window only costs: JetStream reloads the ids of every message stored
+	// within it when it restores the stream, which made a restart under
+	// chat load grow with the recent chunk rate (go run ./bench -run
+	// '^restart-load$').
+	ChunkDuplicates time.Duration
 	// Replicas of both streams. Default 1.
 	Replicas int
 	// MaxConsumers caps the consumers of each stream: every Follow (a
@@ -134,7 +146,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxConsumers < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
+	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.ChunkDuplicates < 0 || c.Replicas < 0 || c.MaxConsumers < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -158,6 +170,12 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Duplicates == 0 {
 		c.Duplicates = DefaultDuplicates
+	}
+	if c.ChunkDuplicates == 0 {
+		c.ChunkDuplicates = c.Duplicates
+		if c.Owner != nil {
+			c.ChunkDuplicates = DefaultFencedChunkDuplicates
+		}
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -337,7 +355,7 @@ func (l *Log) streamConfigs() (events, chunks jetstream.StreamConfig) {
 		Subjects:           []string{cfg.Prefix + ".chunk.>"},
 		Storage:            jetstream.FileStorage,
 		Replicas:           cfg.Replicas,
-		Duplicates:         min(cfg.Duplicates, cfg.ChunkSafetyAge),
+		Duplicates:         min(cfg.ChunkDuplicates, cfg.ChunkSafetyAge),
 		MaxAge:             cfg.ChunkSafetyAge,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,

@@ -152,3 +152,28 @@ func TestViewsFollowARestoredStream(t *testing.T) {
 		})
 	}
 }
+
+// TestFencedChunksKeepAShortDedupWindow: a fenced Log creates the chunks
+// stream with a duplicate window of DefaultFencedChunkDuplicates: its
+// chunks carry an expected sequence, so they are never published again
+// under one id (retryable refuses them), and a long window only made
+// JetStream reload the ids of every recent chunk on restart. The events
+// stream keeps its window (message ids dedup retried commands).
+func TestFencedChunksKeepAShortDedupWindow(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	owner := &grants{}
+	eventlogtest.OpenOn(t, s, eventlog.Config{Owner: owner})
+	js, _ := jetstream.New(eventlogtest.Connect(t, s))
+	for stream, want := range map[string]time.Duration{
+		eventlog.DefaultChunksStream: eventlog.DefaultFencedChunkDuplicates,
+		eventlog.DefaultEventsStream: eventlog.DefaultDuplicates,
+	} {
+		st, err := js.Stream(t.Context(), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.Duplicates; got != want {
+			t.Errorf("%s duplicate window %s, want %s", stream, got, want)
+		}
+	}
+}
