@@ -562,7 +562,10 @@ func (d *Daemon) ReloadTLS() error {
 		d.logger.Error("tls reload failed; the old certificate stays in use", "err", err)
 		return err
 	}
-	d.logger.Info("tls certificate reloaded", "cert", tc.certFile)
+	d.logger.Info("tls certificate reloaded", "cert", tc.certFile, "not_after", tc.notAfter())
+	if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+		d.logger.Error("the reloaded TLS certificate has expired already", "cert", tc.certFile, "not_after", na)
+	}
 	return nil
 }
 
@@ -592,6 +595,12 @@ func (d *Daemon) logStarted(r *resources) {
 		d.logger.Warn("auth is off (--insecure): anyone who reaches the NATS and HTTP ports can command every agent and read every chat")
 	case !cfg.Auth:
 		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
+	}
+	if tc := d.certs.Load(); tc != nil {
+		if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+			d.logger.Error("the TLS certificate has expired: clients and routes that verify it refuse it; renew it and send SIGHUP",
+				"cert", tc.certFile, "not_after", na)
+		}
 	}
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +

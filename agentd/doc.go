@@ -62,11 +62,14 @@
 //     store) stays 200 and says why under "degraded". The same conditions
 //     are the metrics forever_agentd_ready_reason{reason} (starting,
 //     stopping, nats, replicas, leases, partitions, store_missing,
-//     views_stalled) and forever_agentd_degraded{reason="store_full"}.
+//     views_stalled) and forever_agentd_degraded{reason} (store_full,
+//     tls_expired: a TLS certificate past its NotAfter, which SIGHUP with
+//     a renewed one heals).
 //   - GET /metrics: Prometheus metrics from Config.Gatherer (the registry
 //     main creates, with the Go and process collectors), including
 //     forever_eventlog_*, forever_agentd_ready, forever_agentd_nats_connected,
-//     forever_agentd_store_faults_total{store,kind} and, with the embedded
+//     forever_agentd_store_faults_total{store,kind},
+//     forever_agentd_tls_cert_not_after_seconds (with --tls-cert) and, with the embedded
 //     server, forever_jetstream_store_bytes, forever_jetstream_store_max_bytes,
 //     forever_jetstream_memory_bytes, forever_jetstream_memory_max_bytes and
 //     forever_jetstream_meta_leader.

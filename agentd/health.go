@@ -56,9 +56,11 @@ const (
 var readyReasons = []string{ReasonStarting, ReasonStopping, ReasonNATS, ReasonReplicas, ReasonLeases,
 	ReasonPartitions, ReasonStoreMissing, ReasonViewsStalled}
 
-// DegradedStoreFull is the label value of forever_agentd_degraded for a
-// full JetStream store.
-const DegradedStoreFull = "store_full"
+// Degradations, the label values of forever_agentd_degraded.
+const (
+	DegradedStoreFull  = "store_full"  // the JetStream store is full
+	DegradedTLSExpired = "tls_expired" // the TLS certificate expired
+)
 
 // storeFullRecent is how long after JetStream last refused an append for
 // want of space the store still counts as full.
@@ -163,7 +165,7 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 		}
 		switch {
 		case hs.StatusCode == http.StatusOK:
-		case len(h.Degraded) > 0:
+		case d.StoreFull() != nil:
 			// A full store stops the replicas of file streams (nats-server's
 			// followers drop what they cannot store): the node serves reads,
 			// not writes, until space returns.
@@ -191,8 +193,9 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 	for _, r := range missing {
 		add(ReasonStoreMissing, r)
 	}
+	full := d.StoreFull() != nil
 	for _, r := range stalled {
-		if len(h.Degraded) > 0 {
+		if full {
 			// A full store in a cluster leaves file streams without a
 			// leader, and their followers deliver nothing: the views serve
 			// what they hold until space returns.
@@ -222,13 +225,20 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 }
 
 // degraded returns what limits the node while it serves: a full JetStream
-// store.
+// store, an expired TLS certificate.
 func (d *Daemon) degraded() []string {
+	var out []string
 	if err := d.StoreFull(); err != nil {
-		return []string{strings.TrimPrefix(err.Error(), eventlog.ErrStorageFull.Error()+": ") +
-			": commands that write are refused with 503, reads and replay go on"}
+		out = append(out, strings.TrimPrefix(err.Error(), eventlog.ErrStorageFull.Error()+": ")+
+			": commands that write are refused with 503, reads and replay go on")
 	}
-	return nil
+	if tc := d.certs.Load(); tc != nil {
+		if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+			out = append(out, fmt.Sprintf("TLS certificate %s expired at %s: clients and routes that verify it refuse it; "+
+				"renew it and send SIGHUP (no restart needed)", tc.certFile, na.UTC().Format(time.RFC3339)))
+		}
+	}
+	return out
 }
 
 // StoreFull returns an error wrapping eventlog.ErrStorageFull while the

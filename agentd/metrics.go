@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -67,12 +68,14 @@ var (
 		"Bytes the embedded server's JetStream memory store holds (the lease buckets live there).", nil, nil)
 	descMemMax = prometheus.NewDesc("forever_jetstream_memory_max_bytes",
 		"The embedded server's JetStream memory store limit (--js-max-memory).", nil, nil)
+	descTLSNotAfter = prometheus.NewDesc("forever_agentd_tls_cert_not_after_seconds",
+		"When the TLS certificate (--tls-cert) in use expires, in Unix seconds: alert well before it.", nil, nil)
 	descMetaLeader = prometheus.NewDesc("forever_jetstream_meta_leader",
 		"1 while the embedded server's JetStream meta group has a leader (a clustered server has quorum; always 1 alone), else 0.", nil, nil)
 )
 
 func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReadyReason, descDegraded, descStore, descStoreMax, descMem, descMemMax, descMetaLeader} {
+	for _, d := range []*prometheus.Desc{descReadyReason, descDegraded, descStore, descStoreMax, descMem, descMemMax, descMetaLeader, descTLSNotAfter} {
 		ch <- d
 	}
 }
@@ -86,11 +89,22 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descReadyReason, prometheus.GaugeValue, v, r)
 	}
-	full := 0.0
-	if len(h.Degraded) > 0 {
-		full = 1
+	full, expired := 0.0, 0.0
+	for _, r := range h.Degraded {
+		switch {
+		case strings.HasPrefix(r, "JetStream store full"):
+			full = 1
+		case strings.HasPrefix(r, "TLS certificate"):
+			expired = 1
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, full, DegradedStoreFull)
+	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, expired, DegradedTLSExpired)
+	if tc := c.d.certs.Load(); tc != nil {
+		if na := tc.notAfter(); !na.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descTLSNotAfter, prometheus.GaugeValue, float64(na.Unix()))
+		}
+	}
 	if u, ok := c.d.storeUsage(); ok {
 		ch <- prometheus.MustNewConstMetric(descStore, prometheus.GaugeValue, float64(u.store))
 		ch <- prometheus.MustNewConstMetric(descStoreMax, prometheus.GaugeValue, float64(u.storeMax))
