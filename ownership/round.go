@@ -57,6 +57,9 @@ func (m *Manager) round(ctx context.Context) {
 			m.handoffs.Go(func() { m.handoff(a.p, a.h) })
 		}
 	}
+	m.mu.Lock()
+	m.noteStarvedLocked(time.Now())
+	m.mu.Unlock()
 }
 
 // plan compares the cache with the assignment.
@@ -64,7 +67,7 @@ func (m *Manager) plan() []action {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.stopping {
+	if m.mu.stopping || now.Before(m.mu.quietUntil) {
 		return nil
 	}
 	live := m.liveLocked()
@@ -109,6 +112,11 @@ func (m *Manager) plan() []action {
 			// to expire too), rather than wait a TTL for a dead node. The
 			// assignment moves it on by handoff once the live set changes.
 			since, ok := m.mu.free[p]
+			// After a lost bucket every partition is free at once: the
+			// other nodes take theirs when their quiet TTL ends, not later.
+			if since.Before(m.mu.quietUntil) {
+				since = m.mu.quietUntil
+			}
 			if ok && (now.Sub(since) > m.cfg.TTL || m.mu.lastHolder[p] == want[p]) {
 				out = append(out, action{kind: acquire, p: p})
 			}
