@@ -66,7 +66,7 @@ type Manager struct {
 		// maxEpoch is the highest epoch seen of each partition's leases,
 		// also of leases since gone.
 		maxEpoch map[int]uint64
-		stopping   bool
+		stopping bool
 		// quietUntil: no lease is acquired or taken over before it, after
 		// the bucket was lost (RestoreBucket): every holder of the lost
 		// bucket's leases has stopped serving by then.
