@@ -21,9 +21,9 @@ const conversationPage = 100
 // show across compactions: every command the load sent is stored at most
 // once, and every acknowledged one exactly once (its marker is in exactly
 // one user message); and each user message is answered by at most one
-// assistant message. It returns the problems found, as sentences, and the
-// number of messages read.
-func (l *load) checkConversations(ctx context.Context, c *client) ([]string, int, error) {
+// assistant message. It returns the problems found, as sentences, and
+// what it read.
+func (l *load) checkConversations(ctx context.Context, c *client) ([]string, conversationStats, error) {
 	l.mu.Lock()
 	sent := map[string][]sentChat{}
 	for agent, s := range l.mu.sent {
@@ -31,13 +31,13 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, int
 	}
 	l.mu.Unlock()
 	var problems []string
-	total := 0
+	var st conversationStats
 	for _, agent := range sortedKeys(sent) {
 		msgs, err := l.conversation(ctx, c, agent)
 		if err != nil {
-			return problems, total, err
+			return problems, st, err
 		}
-		total += len(msgs)
+		st.messages += len(msgs)
 		stored := map[string]int{}
 		replies := 0 // assistant messages since the last user message
 		last := ""   // that user message's id
@@ -47,12 +47,19 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, int
 				for _, mk := range markerRE.FindAllString(m.Text(), -1) {
 					stored[mk]++
 				}
+				if last != "" && replies == 0 {
+					st.unanswered++
+				}
 				replies, last = 0, m.ID
+				st.users++
 			case chat.RoleAssistant:
 				if replies++; replies == 2 {
 					problems = append(problems, fmt.Sprintf("%s: user message %s is answered by more than one assistant message (%s is the second)", agent, last, m.ID))
 				}
 			}
+		}
+		if last != "" && replies == 0 {
+			st.unanswered++
 		}
 		for _, s := range sent[agent] {
 			n := stored[s.marker]
@@ -64,7 +71,16 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, int
 			}
 		}
 	}
-	return problems, total, nil
+	return problems, st, nil
+}
+
+// conversationStats is what checkConversations read.
+type conversationStats struct {
+	messages, users int
+	// unanswered counts user messages with no assistant message after
+	// them: a turn that failed before its answer was stored (verify
+	// checks that each has a turn with an outcome).
+	unanswered int
 }
 
 // conversation reads agent's whole conversation, page by page, retrying a

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -49,7 +50,7 @@ func (d *daemon) start(ctx context.Context) (time.Duration, error) {
 
 // spawn starts the process without waiting for it to be ready.
 func (d *daemon) spawn() (time.Time, error) {
-	fmt.Fprintf(d.log, "--- chaos: start %s\n", time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(d.log, "--- chaos: start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(d.env, " "), strings.Join(d.args, " "))
 	cmd := exec.Command(d.bin, d.args...)
 	cmd.Env = append(os.Environ(), d.env...)
 	cmd.Stdout, cmd.Stderr = d.log, d.log

@@ -183,13 +183,14 @@ func (l *load) chat(ctx context.Context, c *client, agent string, rng *rand.Rand
 		l.mu.Unlock()
 		l.ack(agent, reply.RequestID)
 		l.count("chats")
-		items, ended := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
+		items, ended, lastErr := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
 		if !ended {
 			if ctx.Err() == nil {
 				// An acknowledged turn's stream must end (finish, error
 				// or abort): its clients would wait forever.
 				l.count("follows unfinished")
-				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s", agent, reply.StreamID, reply.RequestID, followDeadline)
+				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s for a follower from the reply's cursor %s: %s",
+					agent, reply.StreamID, reply.RequestID, followDeadline, reply.Cursor, l.streamDiag(ctx, c, agent, reply.StreamID, len(items), lastErr))
 			}
 			continue
 		}
@@ -200,14 +201,17 @@ func (l *load) chat(ctx context.Context, c *client, agent string, rng *rand.Rand
 
 // follow follows a turn's stream from after to its terminal chunk, resuming
 // from the last cursor whenever the follow fails (agentd died under it),
-// and checks that it sees each chunk once, in order.
-func (l *load) follow(ctx context.Context, c *client, agent, stream string, after replay.Cursor) ([]replay.Item, bool) {
+// and checks that it sees each chunk once, in order. It returns the chunks
+// seen, whether the terminal one was among them, and the last error.
+func (l *load) follow(ctx context.Context, c *client, agent, stream string, after replay.Cursor) ([]replay.Item, bool, error) {
 	var items []replay.Item
+	var lastErr error
 	deadline := time.Now().Add(followDeadline)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		fctx, cancel := context.WithTimeout(ctx, followAttempt)
 		for it, err := range c.stream.FollowTurn(fctx, agent, stream, after) {
 			if err != nil {
+				lastErr = err
 				break
 			}
 			if it.Cursor <= after {
@@ -217,13 +221,36 @@ func (l *load) follow(ctx context.Context, c *client, agent, stream string, afte
 			after = it.Cursor
 			if it.Chunk.Terminal() {
 				cancel()
-				return items, true
+				return items, true, nil
 			}
 		}
 		cancel()
 		sleep(ctx, 50*time.Millisecond)
 	}
-	return items, false
+	return items, false, lastErr
+}
+
+// streamDiag says what a follower that did not see a stream end saw, and
+// what the stream holds: its first and last stored events.
+func (l *load) streamDiag(ctx context.Context, c *client, agent, stream string, seen int, lastErr error) string {
+	f := eventlog.Filter{Agent: agent, Stream: stream}
+	describe := func(e eventlog.Event, ok bool, err error) string {
+		switch {
+		case err != nil:
+			return "unread: " + err.Error()
+		case !ok:
+			return "none"
+		}
+		return fmt.Sprintf("seq %d %s by %s", e.Seq, e.ID, e.Writer.Node)
+	}
+	first, ok, err := c.lg.Next(ctx, f, 0)
+	firstText := describe(first, ok, err)
+	last, ok, err := c.lg.Last(ctx, f)
+	lastText := describe(last, ok, err)
+	if ok && err == nil {
+		lastText += " " + string(last.Data)
+	}
+	return fmt.Sprintf("it saw %d chunks (last error: %v); the stream's first stored chunk is %s, its last %s", seen, lastErr, firstText, lastText)
 }
 
 // replayFrom replays an ended stream from a random cursor of it and checks

@@ -55,8 +55,8 @@ type results struct {
 	report       verify.Report
 	anomalies    []string // the readers'
 	conversation []string // checkConversations'
-	messages     int      // messages read by checkConversations
-	dataVerify   string   // output of agentd verify when it failed
+	read         conversationStats
+	dataVerify   string // output of agentd verify when it failed
 }
 
 func (r *results) violations() int {
@@ -243,7 +243,7 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	}
 	// The whole report, notes included, beside the logs.
 	os.WriteFile(filepath.Join(dir, "verify.txt"), []byte(res.report.String()), 0o644)
-	if res.conversation, res.messages, err = l.checkConversations(ctx, checker); err != nil {
+	if res.conversation, res.read, err = l.checkConversations(ctx, checker); err != nil {
 		return res, fmt.Errorf("conversations: %w", err)
 	}
 	res.dataVerify, err = agentdVerify(ctx, bin, ns)
@@ -354,7 +354,8 @@ func printTable(w io.Writer, o options, r *results) {
 		}
 		fmt.Fprintf(w, "verify notes: %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "conversations: %d messages read\n", r.messages)
+	fmt.Fprintf(w, "conversations: %d messages read, %d from users, %d of them without an assistant message after them\n",
+		r.read.messages, r.read.users, r.read.unanswered)
 	for _, a := range r.anomalies {
 		fmt.Fprintln(w, "reader:", a)
 	}
