@@ -73,7 +73,13 @@
 // It prints a table: seed, nodes, kills, stops, operations, violations,
 // restart-to-ready latency (process start to /readyz answering 200) p50
 // and p99, and the duration of the kills; then the operations by kind,
-// verify's summary with its notes counted by kind, and every violation.
+// verify's summary (with the user messages whose answer it checked) and
+// its notes counted by kind, the conversations read (messages, user
+// messages, and user messages with no assistant message after them: turns
+// that failed before storing one, which verify checks have an outcome),
+// and every violation. A follow that never ended says what the follower
+// saw and what the stream holds (its first and last stored chunk, and who
+// wrote them).
 //
 // Flags added to every node: --local-rate=300, and compaction every
 // second (--compact-events=256 --compact-every=1s --compact-idle-events=16
