@@ -884,6 +884,9 @@ type Status struct {
 	LastStream *StreamInfo `json:"lastStream,omitempty"`
 }
 
+// Tools describes the agent's server tools, sorted by name.
+func (a *Agent) Tools() []ToolInfo { return a.cfg.Tools.Infos() }
+
 // Status returns the agent's active and last turn and the last stream.
 func (a *Agent) Status() (Status, error) {
 	st := Status{Agent: a.agent}

@@ -26,7 +26,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -246,7 +246,14 @@ func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error
 	return err
 }
 
-// HandleCommand answers chat, messages, status, cancel, interrupt and state.
+// ToolsReply is the reply of the tools verb: the agent's server tools (the
+// demo tools, the --mcp servers' and the program's own), sorted by name.
+type ToolsReply struct {
+	Tools []chat.ToolInfo `json:"tools"`
+}
+
+// HandleCommand answers chat, messages, status, cancel, interrupt, state
+// and tools.
 func (c *Agent) HandleCommand(ctx context.Context, cmd host.Command) (any, error) {
 	reply, err := c.handle(ctx, cmd)
 	if c.turnQuota > 0 && errors.Is(err, chat.ErrOverloaded) {
@@ -322,6 +329,8 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		return map[string]any{"messages": msgs, "next": next}, err
 	case "status":
 		return c.Status()
+	case "tools":
+		return ToolsReply{Tools: c.Tools()}, nil
 	case "cancel":
 		cancelled, err := c.Cancel(ctx)
 		return map[string]bool{"cancelled": cancelled}, err
@@ -354,7 +363,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
+	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append([]string{"status"}, Verbs...), ", "), cmd.Verb)
 }
 
 // approvalsOnly lets a credential below writer (an approver: host lets

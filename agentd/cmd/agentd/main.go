@@ -42,7 +42,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	cfg, err := agentd.ParseFlags(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		agentd.Usage(stderr)
+		// On stdout, as "agentd help" writes it: the commands, then the
+		// daemon's flags.
+		writeOverview(os.Stdout)
+		fmt.Fprintln(os.Stdout)
+		agentd.Usage(os.Stdout)
 		return 0
 	}
 	if err != nil {
