@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,17 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	}
 	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
+	}
+	// Every other subject under <prefix>.cmd: an unknown verb or a subject
+	// of another shape gets 404, never "no responders". Its queue group is
+	// its own: the server picks one subscriber per queue group name among
+	// all the subscriptions a message matches, so sharing the verbs' group
+	// would take commands away from them.
+	known := h.allVerbs()
+	unknown := func(req micro.Request) { answerUnknown(req, prefix, known) }
+	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(unknown), micro.WithEndpointSubject(prefix+".cmd.>"),
+		micro.WithEndpointQueueGroup("forever-unknown")); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s.cmd.>: %w", prefix, err)
 	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
@@ -183,6 +195,20 @@ func commandSubject(subject string) (agent, verb string, err error) {
 		return "", "", fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, subject)
 	}
 	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
+}
+
+// answerUnknown answers a request on <prefix>.cmd.> that no verb's
+// endpoint takes with 404: a subject that is not <prefix>.cmd.<agent>.<verb>
+// or a verb no agent type has. A command of a known verb is left to its
+// endpoint, which the request reached too.
+func answerUnknown(req micro.Request, prefix string, known []string) {
+	tokens := strings.Split(strings.TrimPrefix(req.Subject(), prefix+".cmd."), ".")
+	switch {
+	case len(tokens) != 2:
+		RespondError(req, fmt.Errorf("%w: subject %q is not %s.cmd.<agent>.<verb> (an agent id has no '.')", ErrNotFound, req.Subject(), prefix))
+	case !slices.Contains(known, tokens[1]):
+		RespondError(req, fmt.Errorf("%w: no verb %q; the verbs are %s", ErrNotFound, tokens[1], strings.Join(known, ", ")))
+	}
 }
 
 // RespondError answers a micro service request with err as an error reply:
