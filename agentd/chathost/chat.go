@@ -442,7 +442,26 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 		}
 		req.Message = &last
 	}
+	if n := newMessageBytes(req); n > host.MaxCommandBytes {
+		return req, fmt.Errorf("%w: %w", host.ErrTooLarge, apierror.OverLimit(int64(n), host.MaxCommandBytes))
+	}
 	return req, nil
+}
+
+// newMessageBytes is the size of the message a chat request adds: its
+// text, or its new user message as JSON. The one size limit
+// (host.MaxCommandBytes) bounds it on every transport: a NATS command's
+// whole payload, and the new message of an HTTP body, whose history the
+// AI SDK sends along (bounded by the gateway's body limit).
+func newMessageBytes(req Request) int {
+	if req.Message == nil {
+		return len(req.Text)
+	}
+	b, err := json.Marshal(req.Message)
+	if err != nil {
+		return 0 // chat.Send refuses it
+	}
+	return len(b)
 }
 
 func decodeOptional(data json.RawMessage, v any) error {

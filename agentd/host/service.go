@@ -16,11 +16,14 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Command service defaults.
 const (
-	// MaxCommandBytes is the largest command payload accepted (413 above).
+	// MaxCommandBytes is the one size limit: the largest command payload
+	// accepted over NATS, and the largest new message of a chat over HTTP
+	// (413 above, apierror.OverLimit's wording on both).
 	MaxCommandBytes = 512 << 10
 	commandTimeout  = 30 * time.Second
 )
@@ -121,7 +124,7 @@ func (h *Host) serveCommand(req micro.Request) {
 		return
 	}
 	if len(req.Data()) > MaxCommandBytes {
-		RespondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
+		RespondError(req, fmt.Errorf("%w: %w", ErrTooLarge, apierror.OverLimit(int64(len(req.Data())), MaxCommandBytes)))
 		return
 	}
 	h.mu.Lock()
