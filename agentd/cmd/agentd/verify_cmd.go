@@ -28,9 +28,18 @@ const verifyUsage = `Usage:
   agentd verify --data dir         check the log stored in a stopped agentd's data dir
 
 Reads every agent's events and chat streams and checks the invariants of
-fibers, turns and streams (package verify). Prints each violation and a
-summary. Exit status: 0 clean, 1 violations (or the log could not be read),
-2 bad usage. --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222.
+fibers, turns and streams (package verify). Prints each violation
+("violation: ..."), each state worth knowing ("note: ..."), then a summary:
+
+  ok: 3 agents, 41 events, 310 chunk events, 4 fibers, 3 turns, 3 streams, 3 user messages
+
+"ok" or "N violations"; then what was read: agents, events (the events
+stream: lifecycle, stashes, turns), chunk events (the chunks stream: the
+model's output), fibers and turns started, chat streams, and user messages,
+each checked for exactly one turn that answers it.
+
+Exit status: 0 clean, 1 violations (or the log could not be read), 2 bad
+usage. --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222.
 `
 
 // verifyServerTimeout bounds the start of the embedded server of --data
