@@ -276,7 +276,11 @@ func TestRunnableBlocks(t *testing.T) {
 		t.Fatal("no block is marked <!-- runnable --> in README.md or docs/")
 	}
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "agentd"), "./agentd/cmd/agentd")
+	args := []string{"build", "-o", filepath.Join(bin, "agentd")}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "./agentd/cmd/agentd")...)
 	build.Dir = dir
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./agentd/cmd/agentd: %v\n%s", err, out)
