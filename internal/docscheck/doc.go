@@ -16,6 +16,9 @@
 //     spaces as '-').
 //   - TestReadmeLength: README.md stays at most 1,700 words, counted as
 //     whitespace-separated fields.
+//   - TestQuickStart: the first ```sh block under README.md's "## Quick
+//     start" is exactly the two set-up commands, and .ci/run runs the
+//     tests as the second one does.
 //   - TestRunnableBlocks: fenced blocks marked runnable run and succeed.
 //
 // # Runnable blocks

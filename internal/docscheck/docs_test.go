@@ -300,3 +300,32 @@ func TestRunnableBlocks(t *testing.T) {
 		})
 	}
 }
+
+// quickStart is the README's set-up, byte for byte: the first ```sh block
+// under "## Quick start". .ci/run runs the second line's tests.
+var quickStart = []string{
+	"GOTOOLCHAIN=go1.27.3 go run ./agentd/cmd/agentd",
+	"GOTOOLCHAIN=go1.27.3 go test -race -timeout 15m ./...",
+}
+
+func TestQuickStart(t *testing.T) {
+	dir := root(t)
+	readme := read(t, filepath.Join(dir, "README.md"))
+	_, after, ok := strings.Cut(readme, "\n## Quick start\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Quick start" section`)
+	}
+	_, block, ok := strings.Cut(after, "```sh\n")
+	if !ok {
+		t.Fatal("README.md's quick start has no ```sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	if got, want := strings.TrimSuffix(block, "\n"), strings.Join(quickStart, "\n"); got != want {
+		t.Errorf("README.md's quick start block is\n%s\nwant\n%s", got, want)
+	}
+	ci := read(t, filepath.Join(dir, ".ci", "run"))
+	toolchain, test, _ := strings.Cut(quickStart[1], " ")
+	if !strings.Contains(ci, "\nexport "+toolchain+"\n") || !strings.Contains(ci, "\n"+test+"\n") {
+		t.Errorf(".ci/run does not run the quick start's tests as the README does: want lines %q and %q", "export "+toolchain, test)
+	}
+}
