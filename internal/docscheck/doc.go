@@ -19,6 +19,8 @@
 //   - TestQuickStart: the first ```sh block under README.md's "## Quick
 //     start" is exactly the two set-up commands, and .ci/run runs the
 //     tests as the second one does.
+//   - TestFlagsDocumented: docs/reference.md's flag table has a row for
+//     every flag that agentd -h prints, and none for another.
 //   - TestRunnableBlocks: fenced blocks marked runnable run and succeed.
 //
 // # Runnable blocks

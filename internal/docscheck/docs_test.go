@@ -3,12 +3,14 @@ package docscheck
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -275,16 +277,7 @@ func TestRunnableBlocks(t *testing.T) {
 	if len(blocks) == 0 {
 		t.Fatal("no block is marked <!-- runnable --> in README.md or docs/")
 	}
-	bin := t.TempDir()
-	args := []string{"build", "-o", filepath.Join(bin, "agentd")}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "./agentd/cmd/agentd")...)
-	build.Dir = dir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./agentd/cmd/agentd: %v\n%s", err, out)
-	}
+	bin := filepath.Dir(buildAgentd(t, dir))
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	for _, b := range blocks {
 		t.Run(b.file+":"+itoa(b.line), func(t *testing.T) {
@@ -329,3 +322,77 @@ func TestQuickStart(t *testing.T) {
 		t.Errorf(".ci/run does not run the quick start's tests as the README does: want lines %q and %q", "export "+toolchain, test)
 	}
 }
+
+var agentdBuild struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildAgentd builds agentd once per test binary (with -race when the tests
+// run with it, reusing the packages the test build compiled) and returns
+// its path.
+func buildAgentd(t *testing.T, root string) string {
+	t.Helper()
+	b := &agentdBuild
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "docscheck-agentd-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, "agentd")
+		args := []string{"build", "-o", b.bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./agentd/cmd/agentd")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./agentd/cmd/agentd: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentdBuild.dir != "" {
+		os.RemoveAll(agentdBuild.dir)
+	}
+	os.Exit(code)
+}
+
+var helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+
+// TestFlagsDocumented checks that docs/reference.md's flag table has a row
+// for every flag agentd -h prints, and none for a flag it does not.
+func TestFlagsDocumented(t *testing.T) {
+	dir := root(t)
+	out, err := exec.Command(buildAgentd(t, dir), "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentd -h: %v\n%s", err, out)
+	}
+	ref := read(t, filepath.Join(dir, "docs", "reference.md"))
+	flags := helpFlag.FindAllStringSubmatch(string(out), -1)
+	if len(flags) == 0 {
+		t.Fatalf("agentd -h printed no flags:\n%s", out)
+	}
+	listed := map[string]bool{}
+	for _, f := range flags {
+		listed[f[1]] = true
+		if !strings.Contains(ref, "| `--"+f[1]+"`") && !strings.Contains(ref, "| `--"+f[1]+" ") {
+			t.Errorf("docs/reference.md has no row for --%s, which agentd -h lists", f[1])
+		}
+	}
+	for _, m := range flagRow.FindAllStringSubmatch(ref, -1) {
+		if !listed[m[1]] {
+			t.Errorf("docs/reference.md has a row for --%s, which agentd -h does not list", m[1])
+		}
+	}
+}
+
+// flagRow is a row of reference.md's flag table: | `--name arg` | `FOREVER_NAME` |.
+var flagRow = regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)[^`]*` \\| `FOREVER_")
