@@ -18,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/compaction"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/keepalive"
@@ -173,7 +174,7 @@ func (h *Host) allVerbs() []string {
 // TypeOf returns the type of an agent id, or ErrNotFound.
 func (h *Host) TypeOf(id string) (string, error) {
 	if !eventlog.ValidToken(id) {
-		return "", fmt.Errorf("%w: agent id %q is not a valid subject token (no '.', '*', '>', spaces)", ErrBadRequest, id)
+		return "", fmt.Errorf("%w: %w", ErrBadRequest, apierror.BadAgentID("agent id", id))
 	}
 	name, _, _ := strings.Cut(id, ":")
 	if _, ok := h.types[name]; ok {
