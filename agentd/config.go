@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/mcptools"
 	"github.com/forever-agents/forever/ownership"
@@ -235,6 +236,18 @@ type Config struct {
 	// Quota is a tenant daemon's quota: its host refuses commands over
 	// it (Deps.Quotas). Not a flag.
 	Quota auth.Quota
+
+	// TracerProvider traces what agentd does with OpenTelemetry: commands,
+	// turns (invoke_agent), provider calls (chat), tool calls
+	// (execute_tool), fiber steps and recoveries, partition moves. Nil:
+	// tracing is off and costs nothing. main builds it from the OTEL_*
+	// variables (package tracing/otelenv). Not a flag.
+	TracerProvider trace.TracerProvider
+	// TraceContent (--trace-content) records message contents in spans:
+	// prompts, answers, tool arguments and results. Off by default: they
+	// hold user data, and spans go to a tracing backend, often a third
+	// party's, with its own retention and access rules.
+	TraceContent bool
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
@@ -41,6 +42,8 @@ type Type struct {
 	registerer prometheus.Registerer
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
+	tp         trace.TracerProvider
+	content    bool // --trace-content
 }
 
 // NewType returns the chat type over provider. tweak, when not nil, may
@@ -60,6 +63,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
+		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		maxTurns := d.Config().MaxTurns
 		if q := deps.Quotas.Quota().Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
 			// The tenant's quota binds before the node's limit: past it,
@@ -89,7 +93,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
-		Turns: ct.turns,
+		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
 	}
 	if ct.config != nil {
 		ct.config(&cfg)

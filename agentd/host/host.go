@@ -20,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/ownership"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // Config configures a Host. Zero fields take the defaults.
@@ -59,6 +60,7 @@ type Host struct {
 	sched  *keepalive.Scheduler
 	compac *compaction.Compactor
 	logger *slog.Logger
+	tracer tracing.Tracer
 	active prometheus.Gauge
 
 	ready chan struct{} // closed once startup recovery was started
@@ -182,6 +184,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	d.OnPartition(h.servePartition)
 	d.OnFenced(h.fenced)
 	h.logger = deps.Logger.With("subsystem", "host")
+	h.tracer = tracing.New(deps.Config.TracerProvider, "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
 	}
@@ -384,7 +387,7 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	runner, err := fiber.New(fiber.Config{
 		Log: w, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
 		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
-		Logger: h.deps.Logger, Registerer: h.deps.Registerer,
+		Logger: h.deps.Logger, Registerer: h.deps.Registerer, TracerProvider: h.deps.Config.TracerProvider,
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/ownership"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // deactivateTimeout bounds an agent's OnDeactivate hook.
@@ -48,6 +50,11 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	h.mu.parts[l.Partition] = pt
 	h.mu.Unlock()
 	defer func() {
+		release := h.startPartitionSpan(spanPartitionRelease, l.Partition, l.Epoch)
+		if c := context.Cause(ctx); c != nil && release.IsRecording() {
+			release.SetAttributes(attribute.String("forever.partition.cause", c.Error()))
+		}
+		defer release.End() // once the partition's agents have stopped
 		h.stopPartition(l.Partition)
 		h.mu.Lock()
 		if h.mu.parts[l.Partition] == pt {
@@ -58,6 +65,7 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	}()
 	logger := h.logger.With("partition", l.Partition, "epoch", l.Epoch)
 	start := time.Now()
+	span := h.startPartitionSpan(spanPartitionAcquire, l.Partition, l.Epoch)
 	// Recovery reads the log's last sequence from the stream leader, which
 	// may be moving (the previous owner's server in lame duck mode): it is
 	// retried until it succeeds or the partition goes, so no agent of the
@@ -76,9 +84,15 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 		}
 	}
 	close(pt.recovered)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("forever.partition.agents_recovering", n))
+	}
 	if ctx.Err() != nil {
+		span.SetStatus(codes.Error, context.Cause(ctx).Error())
+		span.End()
 		return
 	}
+	span.End()
 	logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
 	h.sched.Poke()
 	<-ctx.Done()

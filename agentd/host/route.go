@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // Routing: any node takes a command (the micro service's queue group spreads
@@ -112,12 +113,15 @@ func (h *Host) nodeSubject(node, agent, verb string) string {
 }
 
 // forward sends cmd to node and returns its reply as raw JSON.
-func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, error) {
+func (h *Host) forward(ctx context.Context, node string, cmd Command) (out any, err error) {
+	ctx, span := h.startForwardSpan(ctx, node, cmd)
+	defer func() { endCommandSpan(span, err) }()
 	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
 	m.Data = cmd.Data
 	if cmd.RequestID != "" {
 		m.Header.Set(headerRequestID, cmd.RequestID)
 	}
+	tracing.Inject(ctx, m.Header)
 	resp, err := h.deps.Conn.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -158,6 +162,7 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	base := ctx
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
+	ctx, span := h.startCommandSpan(ctx, m.Header, m.Subject, agent, verb, true)
 	var out any
 	_, err := h.TypeOf(agent)
 	if err == nil {
@@ -166,7 +171,11 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
+	endCommandSpan(span, err)
 	resp := nats.NewMsg(m.Reply)
+	if id := tracing.TraceID(ctx); id != "" {
+		resp.Header.Set(tracing.TraceIDHeader, id)
+	}
 	if err != nil {
 		if StatusCode(err) == http.StatusInternalServerError {
 			h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
