@@ -164,6 +164,12 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"audience (`client id`) the OIDC tokens must carry")
 	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
+	httpFlags(fs, cfg)
+	metricsFlags(fs, cfg)
+	encryptionFlags(fs, cfg)
+	tenantDefaultFlags(fs, cfg)
+	oidcRoleFlag(fs, cfg)
+	auditFlags(fs, cfg)
 	fs.BoolVar(&cfg.TraceContent, "trace-content", cfg.TraceContent,
 		"record message contents (prompts, answers, tool arguments and results) in trace spans; off by default: they hold user data and spans go to a tracing backend "+
 			"(tracing itself is on when OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set)")

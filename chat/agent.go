@@ -126,6 +126,11 @@ type Config struct {
 	// later answer is refused with ErrWaitExpired, and the model is told
 	// the call was not answered. Default 24h; negative: no limit.
 	ToolWaitTimeout time.Duration
+	// OnState, when set, is called after each SetState is stored, with
+	// the new version and value, in version order (SetState calls are
+	// serialized): agentd publishes the change to the agent's clients
+	// (host.Env.PublishState). It must not block.
+	OnState func(ctx context.Context, version int, value json.RawMessage)
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -890,6 +895,9 @@ func (a *Agent) SetState(ctx context.Context, value json.RawMessage, expectVersi
 		}
 		if err != nil {
 			return 0, fmt.Errorf("chat: append %s: %w", EventStateSet, err)
+		}
+		if a.cfg.OnState != nil {
+			a.cfg.OnState(ctx, ver+1, value)
 		}
 		return ver + 1, a.store.WaitFor(ctx, seq)
 	}

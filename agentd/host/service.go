@@ -43,6 +43,9 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
 		}
 	}
+	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
+	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
 		if err != nil {
@@ -128,7 +131,7 @@ func (h *Host) serveCommand(req micro.Request) {
 		// The node is stopping: its partitions go to other nodes.
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
-	endCommandSpan(span, err)
+	defer func() { endCommandSpan(span, err) }()
 	hdr := traceHeaders(ctx)
 	if err != nil {
 		if StatusCode(err) == http.StatusInternalServerError {
@@ -137,9 +140,47 @@ func (h *Host) serveCommand(req micro.Request) {
 		respondError(req, err, hdr)
 		return
 	}
-	if err := req.RespondJSON(reply, micro.WithHeaders(hdr)); err != nil {
-		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+	body, err := h.replyBody(reply)
+	if err != nil {
+		respondError(req, err, hdr)
+		return
 	}
+	var opts []micro.RespondOpt
+	if len(hdr) > 0 {
+		opts = append(opts, micro.WithHeaders(hdr))
+	}
+	if err = req.Respond(body, opts...); err != nil {
+		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+		err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
+		respondError(req, err, hdr)
+	}
+}
+
+// replyHeadroom is what a reply leaves of the server's max payload for its
+// headers and subject.
+const replyHeadroom = 4 << 10
+
+// ReplyLimit returns the largest reply body a command may send on a server
+// whose max payload is maxPayload: that less headroom for headers. A verb
+// whose replies grow with the data (messages) pages them to fit.
+func ReplyLimit(maxPayload int64) int { return int(maxPayload) - replyHeadroom }
+
+// MaxReply is ReplyLimit of the daemon's connection.
+func (h *Host) MaxReply() int { return ReplyLimit(h.deps.Conn.MaxPayload()) }
+
+// replyBody encodes a command's reply, or fails with ErrTooLarge when it
+// does not fit one NATS message: a reply is an answer or an error, never
+// silence.
+func (h *Host) replyBody(reply any) ([]byte, error) {
+	body, err := json.Marshal(reply)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: encode reply: %w", err)
+	}
+	if len(body) > h.MaxReply() {
+		return nil, fmt.Errorf("%w: the reply is %d bytes, more than one NATS message carries (%d, the server's max payload less headers)",
+			ErrTooLarge, len(body), h.MaxReply())
+	}
+	return body, nil
 }
 
 // commandSubject returns the agent and verb of a command subject
