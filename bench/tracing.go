@@ -28,7 +28,7 @@ import (
 //
 // "Off" against the code before tracing is a comparison across builds:
 // run tool-turn and fiber-step at both commits, alternating (see
-// docs/architecture.md, Observability).
+// docs/benchmarks.md, Issue 25).
 func tracingCost(ctx context.Context, env *Env) (Result, error) {
 	n := max(2, env.Count(30, 150)) // turns per series
 	g, err := openToolRig(ctx, env)
