@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
@@ -45,6 +46,8 @@ type Type struct {
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
 	node       *chat.TurnLimiter // ShareTurns's, else nil
+	tp         trace.TracerProvider
+	content    bool // --trace-content
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -70,6 +73,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
+		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -110,7 +114,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
-		Turns: ct.turns,
+		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
 	}
 	if ct.config != nil {
 		ct.config(&cfg)

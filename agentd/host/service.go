@@ -136,6 +136,7 @@ func (h *Host) serveCommand(req micro.Request) {
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
+	ctx, span := h.startCommandSpan(ctx, req.Headers(), req.Subject(), agent, verb, false)
 	id := req.Headers().Get(HeaderIdempotencyKey)
 	if id == "" {
 		id = nuid.Next()
@@ -145,21 +146,28 @@ func (h *Host) serveCommand(req micro.Request) {
 		// The node is stopping: its partitions go to other nodes.
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
+	defer func() { endCommandSpan(span, err) }()
+	hdr := traceHeaders(ctx)
 	if err != nil {
 		if StatusCode(err) == http.StatusInternalServerError {
 			h.logger.Error("command failed", "agent", agent, "verb", verb, "err", err)
 		}
-		RespondError(req, err)
+		respondError(req, err, hdr)
 		return
 	}
 	body, err := h.replyBody(reply)
 	if err != nil {
-		RespondError(req, err)
+		respondError(req, err, hdr)
 		return
 	}
-	if err := req.Respond(body); err != nil {
+	var opts []micro.RespondOpt
+	if len(hdr) > 0 {
+		opts = append(opts, micro.WithHeaders(hdr))
+	}
+	if err = req.Respond(body, opts...); err != nil {
 		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
-		RespondError(req, fmt.Errorf("agentd: the reply could not be sent: %w", err))
+		err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
+		respondError(req, err, hdr)
 	}
 }
 
@@ -217,9 +225,15 @@ func answerUnknown(req micro.Request, prefix string, known []string) {
 // RespondError answers a micro service request with err as an error reply:
 // its code (StatusCode) and one-line message in the headers and as the
 // JSON body {"error","code"}, with Retry-After for 429 and 503.
-func RespondError(req micro.Request, err error) {
+func RespondError(req micro.Request, err error) { respondError(req, err, nil) }
+
+// respondError is RespondError with more headers (the trace id).
+func respondError(req micro.Request, err error, hdr micro.Headers) {
 	e := ClientError(err)
 	opts := []micro.RespondOpt{ErrorHeaders(e.Code, e.Message)}
+	if len(hdr) > 0 {
+		opts = append(opts, micro.WithHeaders(hdr))
+	}
 	switch {
 	case e.RetryAfter > 0:
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(e.RetryAfter)}}))
