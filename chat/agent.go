@@ -914,6 +914,9 @@ type Status struct {
 	// LastStream is the metadata of LastTurn's stream, nil when it has no
 	// chunk yet.
 	LastStream *StreamInfo `json:"lastStream,omitempty"`
+	// PendingApprovals are the tool calls waiting for a person's approval
+	// (Store.PendingApprovals).
+	PendingApprovals []PendingApproval `json:"pendingApprovals"`
 }
 
 // Tools describes the agent's server tools, sorted by name.
@@ -922,6 +925,11 @@ func (a *Agent) Tools() []ToolInfo { return a.cfg.Tools.Infos() }
 // Status returns the agent's active and last turn and the last stream.
 func (a *Agent) Status() (Status, error) {
 	st := Status{Agent: a.agent}
+	pending, err := a.store.PendingApprovals(a.agent)
+	if err != nil {
+		return st, err
+	}
+	st.PendingApprovals = pending
 	if t, ok, err := a.store.ActiveTurn(a.agent); err != nil {
 		return st, err
 	} else if ok {

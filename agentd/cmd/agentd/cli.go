@@ -617,6 +617,26 @@ func printFibers(w io.Writer, rows []host.FiberInfo) error {
 	return tw.Flush()
 }
 
+// pendingApprovals reads a chat agent's pending approvals from its status
+// detail (chat.Status), and takes them out of it: status lists them on
+// lines of their own. ok is false for a detail that has none (an agent of
+// another type).
+func pendingApprovals(detail any) (out []chat.PendingApproval, ok bool) {
+	m, isMap := detail.(map[string]any)
+	if !isMap {
+		return nil, false
+	}
+	raw, ok := m["pendingApprovals"]
+	if !ok {
+		return nil, false
+	}
+	delete(m, "pendingApprovals")
+	if b, err := json.Marshal(raw); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out, true
+}
+
 // printTools prints the tools verb's reply as a table.
 func printTools(w io.Writer, tools []chat.ToolInfo) error {
 	if len(tools) == 0 {
@@ -652,11 +672,18 @@ func printStatus(w io.Writer, st host.Status) error {
 		fmt.Fprintf(tw, "partition\t%d\n", st.Partition)
 		fmt.Fprintf(tw, "owner\t%s (epoch %d)\n", st.Owner, st.Epoch)
 	}
+	pending, chatAgent := pendingApprovals(st.Detail)
 	if st.Detail != nil {
 		d, err := json.Marshal(st.Detail)
 		if err == nil {
 			fmt.Fprintf(tw, "detail\t%s\n", d)
 		}
+	}
+	if chatAgent && len(pending) == 0 {
+		fmt.Fprintf(tw, "approvals\tnone pending\n")
+	}
+	for _, p := range pending {
+		fmt.Fprintf(tw, "approval\t%s %s %s (agentd approve|deny %s %s)\n", p.ToolCallID, p.ToolName, oneLine(string(p.Input), 60), st.Agent, p.ToolCallID)
 	}
 	return tw.Flush()
 }
