@@ -11,8 +11,25 @@
 // An agent is any value built by its type's Factory; it opts into the
 // optional interfaces CommandHandler, FiberRecoverer, ScheduleHandler,
 // ErrorHandler and Deactivator. The host answers status, fibers,
-// schedules, meta and delete itself (Verbs) for every type; a verb a type did not register
-// is 404 before anything is activated.
+// schedules, meta, delete and log itself (Verbs) for every type; a verb a
+// type did not register is 404 before anything is activated.
+//
+// # Reads
+//
+// The reads of one agent, each a verb over NATS and a GET over HTTP
+// (AttachHTTP), are what the console shows and any client may use:
+//
+//   - status: Status, with the agent's listing entry (Entry);
+//   - fibers ({"ops": true}, ?ops=true): the running fibers from the runs
+//     view, with each one's steps (OpInfo);
+//   - schedules: the agent's schedules;
+//   - log ({"after", "limit", "type"}, ?after=&limit=&type=): LogPage,
+//     the agent's events after a cursor (a string of digits), paged, with
+//     each event's writer (node and epoch), a compaction snapshot shown
+//     as a summary; answered by any node from the log, without routing
+//     or activating the agent;
+//   - the cluster (ClusterSubject, <prefix>.cluster, and agentd's GET
+//     /v1/cluster): agentd.ClusterInfo of the node that answers.
 //
 // Each partition this node acquires is served by one goroutine
 // (servePartition): it catches the views up with the whole log, activates

@@ -46,6 +46,9 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
 	}
+	if err := svc.AddEndpoint("cluster", h.handleCluster(d), micro.WithEndpointSubject(ClusterSubject(prefix))); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s: %w", ClusterSubject(prefix), err)
+	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
 		if err != nil {
