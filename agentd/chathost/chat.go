@@ -26,7 +26,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "approvals", "streams", "usage"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -120,12 +120,13 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota}, nil
+	return &Agent{Agent: a, store: ct.store, logger: env.Logger, turnQuota: ct.turnQuota}, nil
 }
 
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
 type Agent struct {
 	*chat.Agent
+	store     *chat.Store // the read side, for approvals and streams
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
 }
@@ -259,6 +260,16 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		return map[string]any{"messages": msgs, "next": next}, err
 	case "status":
 		return c.Status()
+	case "approvals":
+		return c.approvals(ctx)
+	case "streams":
+		var req StreamsRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		return c.streams(req)
+	case "usage":
+		return c.Usage()
 	case "cancel":
 		cancelled, err := c.Cancel(ctx)
 		return map[string]bool{"cancelled": cancelled}, err
@@ -291,7 +302,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
+	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(Verbs, ", "), cmd.Verb)
 }
 
 // approvalsOnly lets a credential below writer (an approver: host lets

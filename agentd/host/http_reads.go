@@ -19,7 +19,10 @@ import (
 //   - GET /v1/agents/{id}/fibers?ops=true: []FiberInfo, with each fiber's
 //     steps when ops is true;
 //   - GET /v1/agents/{id}/schedules: []keepalive.Schedule;
-//   - GET /v1/agents/{id}/log?after=&limit=&type=: LogPage.
+//   - GET /v1/agents/{id}/log?after=&limit=&type=: LogPage;
+//   - GET /v1/agents/{id}/approvals, /usage and /streams?cursor=&limit=:
+//     the verbs of a type that has them (chathost's chat agents), 404 for
+//     the others.
 func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
 	reads := map[string]func(*http.Request) (any, error){
 		"status":    func(*http.Request) (any, error) { return nil, nil },
@@ -27,6 +30,15 @@ func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
 		"fibers": func(r *http.Request) (any, error) {
 			ops, err := queryBool(r, "ops")
 			return FibersRequest{Ops: ops}, err
+		},
+		"approvals": func(*http.Request) (any, error) { return nil, nil },
+		"usage":     func(*http.Request) (any, error) { return nil, nil },
+		"streams": func(r *http.Request) (any, error) {
+			limit, err := queryInt(r, "limit", maxPageLimit)
+			return struct {
+				Cursor string `json:"cursor,omitempty"`
+				Limit  int    `json:"limit,omitempty"`
+			}{r.URL.Query().Get("cursor"), limit}, err
 		},
 		"log": func(r *http.Request) (any, error) {
 			v := r.URL.Query()
@@ -53,6 +65,10 @@ func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
 		d.Handle("OPTIONS /v1/agents/{id}/"+verb, h)
 	}
 }
+
+// maxPageLimit bounds the limit of a page read over HTTP here; the verb
+// checks its own, lower, maximum.
+const maxPageLimit = 10000
 
 // ServeCommand answers an HTTP request with the command verb of the agent
 // named by the path's {id}, payload encoded as its data (nil: none): 200

@@ -216,5 +216,8 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	if err := host.AttachHTTP(d, h, host.HTTPConfig{State: chats}); err != nil {
 		return err
 	}
+	if err := chathost.AttachReads(d, h); err != nil {
+		return err
+	}
 	return chathost.AttachGateway(d, h, chats)
 }
