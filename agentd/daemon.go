@@ -57,6 +57,8 @@ type Daemon struct {
 	metricsListen atomic.Pointer[string]
 	// denials counts the embedded server's refusals and bounds their log.
 	denials *denialLog
+	// guard watches the streams and buckets under the running node.
+	guard *guard
 
 	mu struct {
 		sync.Mutex
@@ -72,6 +74,7 @@ type Daemon struct {
 		natsURL    string
 		srv        *server.Server // the embedded server, nil with --nats-url
 		lg         *eventlog.Log  // set once started
+		storeLost  []StoreLostFunc
 	}
 }
 
@@ -106,6 +109,10 @@ func New(cfg Config) (*Daemon, error) {
 		parts:    partitions{sealed: make(chan struct{})},
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	var err error
+	if d.guard, err = newGuard(cfg.Logger, cfg.Registerer); err != nil {
 		return nil, err
 	}
 	if err := d.registerHTTPMetrics(cfg.Registerer); err != nil {
@@ -199,6 +206,7 @@ func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
 	}
 	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
 	d.mu.projectors = append(d.mu.projectors, pr)
+	d.guard.watchView(pr.Name(), pr.Stream(), pr.Cursor)
 	return nil
 }
 
@@ -214,6 +222,7 @@ func (d *Daemon) addViews(views *eventlog.Follower) error {
 			return err
 		}
 	}
+	d.guard.watchView(strings.Join(names, ","), views.Stream(), views.Cursor)
 	return d.Add("projections "+strings.Join(names, ","), views)
 }
 
@@ -418,6 +427,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
+	d.guardStores(r.lg, views)
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
 		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
@@ -480,6 +490,7 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 		}
 		return nil
 	})
+	g.Go(func() error { return d.guard.run(compCtx, r.nc) })
 	for _, nc := range components {
 		g.Go(func() error {
 			if err := nc.c.Run(compCtx); err != nil {
@@ -587,7 +598,10 @@ func (d *Daemon) ReloadTLS() error {
 		d.logger.Error("tls reload failed; the old certificate stays in use", "err", err)
 		return err
 	}
-	d.logger.Info("tls certificate reloaded", "cert", tc.certFile)
+	d.logger.Info("tls certificate reloaded", "cert", tc.certFile, "not_after", tc.notAfter())
+	if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+		d.logger.Error("the reloaded TLS certificate has expired already", "cert", tc.certFile, "not_after", na)
+	}
 	return nil
 }
 
@@ -620,6 +634,12 @@ func (d *Daemon) logStarted(r *resources) {
 		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
 	}
 	d.warnPlaintext()
+	if tc := d.certs.Load(); tc != nil {
+		if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+			d.logger.Error("the TLS certificate has expired: clients and routes that verify it refuse it; renew it and send SIGHUP",
+				"cert", tc.certFile, "not_after", na)
+		}
+	}
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +
 			"(the Jepsen analysis of NATS 2.12.1, 2025, showed it); use --sync always for durability")

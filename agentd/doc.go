@@ -50,13 +50,33 @@
 //
 // # HTTP
 //
-//   - GET /healthz: 200 while the NATS connection is up, 503 otherwise.
-//   - GET /readyz: 200 once started, connected, and every projector added
-//     with AddProjector is ready (caught up with the log); 503 before and
-//     while stopping. The JSON body lists each projection's readiness.
+//   - GET /healthz: 200 while the NATS connection is up, 503 otherwise. The
+//     liveness probe: it fails only when restarting the process can help.
+//   - GET /readyz: the readiness probe. 200 when the node can serve
+//     commands: started, connected, every view caught up and following its
+//     stream, the first round of leases taken and, a lease TTL after that,
+//     at least one of the partitions the assignment gives it held, every
+//     stream and bucket of Forever present (the guard heals one that was
+//     lost, see Daemon.Guard), Pebble writing and, clustered, the embedded
+//     server's JetStream replicas current. 503 with Retry-After otherwise,
+//     and while stopping. The JSON body (Health) lists each view's
+//     readiness, the partitions owned and assigned, and "reasons": one
+//     sentence per condition that fails, naming the stream, bucket, view or
+//     limit. A node that serves reads but refuses writes (a full JetStream
+//     store) stays 200 and says why under "degraded". The same conditions
+//     are the metrics forever_agentd_ready_reason{reason} (starting,
+//     stopping, nats, replicas, leases, partitions, store_missing,
+//     views_stalled) and forever_agentd_degraded{reason} (store_full,
+//     tls_expired: a TLS certificate past its NotAfter, which SIGHUP with
+//     a renewed one heals).
 //   - GET /metrics: Prometheus metrics from Config.Gatherer (the registry
 //     main creates, with the Go and process collectors), including
-//     forever_eventlog_* and forever_agentd_ready, forever_agentd_nats_connected.
+//     forever_eventlog_*, forever_agentd_ready, forever_agentd_nats_connected,
+//     forever_agentd_store_faults_total{store,kind},
+//     forever_agentd_tls_cert_not_after_seconds (with --tls-cert) and, with the embedded
+//     server, forever_jetstream_store_bytes, forever_jetstream_store_max_bytes,
+//     forever_jetstream_memory_bytes, forever_jetstream_memory_max_bytes and
+//     forever_jetstream_meta_leader.
 //     With Config.MetricsListen (--metrics-listen), or under Auth, where
 //     the series name every tenant, it moves to a listener of its own
 //     (default under Auth: DefaultAuthMetricsListen, 127.0.0.1:9464) and

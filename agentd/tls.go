@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 )
 
 // certs holds the TLS certificate (--tls-cert, --tls-key) and CA
@@ -56,6 +57,16 @@ func (c *certs) Reload() error {
 	c.cert = &pair
 	c.mu.Unlock()
 	return nil
+}
+
+// notAfter returns when the current certificate expires (zero when it
+// cannot be read).
+func (c *certs) notAfter() time.Time {
+	cert := c.current()
+	if cert == nil || cert.Leaf == nil {
+		return time.Time{}
+	}
+	return cert.Leaf.NotAfter
 }
 
 func (c *certs) current() *tls.Certificate {

@@ -16,13 +16,16 @@
 // compared with and the baseline's value, and optionally a target ratio.
 //
 // Some scenarios measure the real agentd process instead of the packages
-// in-process: restart-ready, sync-cost, failover and auth-cost build
+// in-process: restart-ready, restart-load, sync-cost, failover and auth-cost build
 // ./agentd/cmd/agentd once per run (go build, so run the bench from inside
 // the module) and start it on data dirs of their own, driving it over NATS
 // and HTTP as a client would; failover starts a 3-node loopback cluster
 // with the chart's flags (internal/chartargs) and SIGKILLs owners;
 // auth-cost runs one agentd with --auth (its client a tenant's credential)
-// beside one without, in alternating rounds. They do not use the Env's
+// beside one without, in alternating rounds; restart-load SIGKILLs and
+// restarts an agentd under sustained chat load (30 agents chatting on the
+// local model) and an idle one, in alternating rounds, and compares their
+// restart to ready. They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart
 // does; auth-cost) runs under the first selected mode only, and its rows show sync

@@ -90,6 +90,7 @@ func scenarios() []Scenario {
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "group-commit", Run: groupCommit},
 		{Name: "restart-ready", Run: restartReady},
+		{Name: "restart-load", Run: restartLoad},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "agents-list", Run: agentsList},
 		{Name: "sync-cost", Run: syncCost, Once: true},

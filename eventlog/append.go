@@ -350,6 +350,7 @@ func (l *Log) translate(err error, e *Event) error {
 			return fmt.Errorf("%w: %w", ErrDuplicate, err)
 		}
 		if storageFull(apiErr) {
+			l.fullAt.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w: %w", ErrStorageFull, err)
 		}
 	}

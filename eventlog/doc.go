@@ -88,7 +88,15 @@
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from
-//     the stream it now follows, never resumed.
+//     the stream it now follows, never resumed. A stream deleted or purged
+//     under running views is followed again after Log.RestartViews (which
+//     agentd's store guard calls, with EnsureStream to create it again),
+//     rebuilt from what it holds when asked (TestViewsFollowARestoredStream).
+//   - A fenced append never takes the loss of what this process wrote for
+//     another writer: a subject whose last sequence went back (a purge, a
+//     deleted stream) is ErrRemoved, the fence reads the subject again, and
+//     the next append goes on from the log; only a subject moved forward
+//     by another token is ErrFenced (TestPurgeIsNotAnotherWriter).
 //   - Follow yields every matching event after the cursor once and in order,
 //     history then live, through a single ordered consumer.
 //   - No wait for the server is unbounded: one that has no deadline of its

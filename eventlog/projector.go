@@ -37,6 +37,9 @@ func (pr *Projector) Name() string { return pr.name }
 // event stored when Run started.
 func (pr *Projector) Ready() <-chan struct{} { return pr.f.Ready() }
 
+// Stream returns the name of the JetStream stream the projection reads.
+func (pr *Projector) Stream() string { return pr.f.Stream() }
+
 // Cursor returns the last stream sequence applied.
 func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 

@@ -12,8 +12,9 @@ import (
 // Epochs. A lease's epoch is a per-partition counter: the first lease of a
 // partition in a new cluster has epoch 1, and every acquisition (a free
 // partition, a takeover, a restarted node taking its lease back) the next
-// number. It is kept in the key epoch.<p>, without TTL, so it survives the
-// lease key's expiry. (It was the KV revision of the acquiring write, which
+// number. It is kept in the key epoch.<p> of the partitions bucket, on
+// file storage, so it survives the lease key's expiry and the loss of the
+// lease bucket (memory storage). (It was the KV revision of the acquiring write, which
 // grows with every write of the bucket: 57 before a restart, 4412 after.)
 //
 // An acquisition reads the counter (value e, revision r), writes the lease
@@ -39,10 +40,12 @@ const (
 func epochKey(p int) string { return prefixEpoch + strconv.Itoa(p) }
 
 // loadEpochBase reads the counters' start, storing it first if the cluster
-// has none: 0 when fresh (this node created the cluster), else the bucket's
-// last revision. Whatever is stored wins, so every node uses one base.
+// has none: 0 when fresh (this node created the cluster), else the lease
+// bucket's last revision, above every epoch issued as a revision before
+// the counters (or before the partitions bucket was lost). Whatever is
+// stored wins, so every node uses one base.
 func (m *Manager) loadEpochBase(ctx context.Context, fresh bool) error {
-	e, err := m.kv.Get(ctx, keyEpochBase)
+	e, err := m.parts.Get(ctx, keyEpochBase)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		var base uint64
 		if !fresh {
@@ -54,10 +57,10 @@ func (m *Manager) loadEpochBase(ctx context.Context, fresh bool) error {
 				base = s.StreamInfo().State.LastSeq
 			}
 		}
-		if _, err := m.kv.Create(ctx, keyEpochBase, []byte(strconv.FormatUint(base, 10))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := m.parts.Create(ctx, keyEpochBase, []byte(strconv.FormatUint(base, 10))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("ownership: store the epoch base: %w", err)
 		}
-		e, err = m.kv.Get(ctx, keyEpochBase)
+		e, err = m.parts.Get(ctx, keyEpochBase)
 	}
 	if err != nil {
 		return fmt.Errorf("ownership: read the epoch base: %w", err)
@@ -76,7 +79,7 @@ func (m *Manager) loadEpochBase(ctx context.Context, fresh bool) error {
 // no counter yet).
 func (m *Manager) nextEpoch(ctx context.Context, p int, seen uint64) (next, rev uint64, err error) {
 	cur := m.epochBase
-	e, err := m.kv.Get(ctx, epochKey(p))
+	e, err := m.parts.Get(ctx, epochKey(p))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
@@ -96,10 +99,10 @@ func (m *Manager) nextEpoch(ctx context.Context, p int, seen uint64) (next, rev 
 func (m *Manager) bumpEpoch(ctx context.Context, p int, next, rev uint64) error {
 	v := []byte(strconv.FormatUint(next, 10))
 	if rev == 0 {
-		_, err := m.kv.Create(ctx, epochKey(p), v)
+		_, err := m.parts.Create(ctx, epochKey(p), v)
 		return err
 	}
-	_, err := m.kv.Update(ctx, epochKey(p), v, rev)
+	_, err := m.parts.Update(ctx, epochKey(p), v, rev)
 	return err
 }
 
@@ -112,3 +115,9 @@ func (m *Manager) seenEpochLocked(p int) uint64 {
 	}
 	return s
 }
+
+// EpochKeyPrefix starts the keys of the partitions bucket that hold the
+// epoch counters: EpochKeyPrefix + the partition number. A backup keeps
+// them (agentd/backup), so a restored cluster's epochs go on above the
+// log's.
+const EpochKeyPrefix = prefixEpoch

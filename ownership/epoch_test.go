@@ -84,7 +84,7 @@ func TestEpochCountedMeanwhile(t *testing.T) {
 	var once sync.Once
 	m.afterEpochRead = func(p int) {
 		once.Do(func() {
-			if _, err := m.kv.Put(context.Background(), epochKey(p), []byte("7")); err != nil {
+			if _, err := m.parts.Put(context.Background(), epochKey(p), []byte("7")); err != nil {
 				t.Error(err)
 			}
 		})
@@ -103,7 +103,7 @@ func TestEpochCountedMeanwhile(t *testing.T) {
 	if len(served) != 1 || served[0].Epoch != 8 {
 		t.Fatalf("served %+v, want one lease at epoch 8 (the counter was 7)", served)
 	}
-	e, err := m.kv.Get(context.Background(), epochKey(0))
+	e, err := m.parts.Get(context.Background(), epochKey(0))
 	if err != nil || string(e.Value()) != "8" {
 		t.Fatalf("counter %v %v, want 8", e, err)
 	}

@@ -189,6 +189,7 @@ func (c *checker) report() Report {
 		agents[id] = true
 		r.Fibers += len(a.fibers)
 		r.Turns += len(a.turns)
+		r.UserMessages += len(a.stored)
 	}
 	for k := range c.streams {
 		agents[k.agent] = true

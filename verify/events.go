@@ -32,6 +32,10 @@ type turnData struct {
 	AssistantMessageID string `json:"assistantMessageId"`
 	ID                 string `json:"id"`   // message.appended
 	Role               string `json:"role"` // message.appended
+	// Message is turn.started's user message, when it carries it.
+	Message *struct {
+		ID string `json:"id"`
+	} `json:"message"`
 }
 
 type agentState struct {
@@ -48,6 +52,9 @@ type agentState struct {
 	// ids a turn.started answers.
 	users    map[string]eventlog.Seq
 	answered map[string]bool
+	// stored holds every user message id read: appended, or carried by
+	// the turn.started answering it (Report.UserMessages).
+	stored map[string]bool
 	// runs counts the turn.started naming each user message since the
 	// agent's last messages.truncated (which lets a message id be sent
 	// again).
@@ -69,6 +76,7 @@ func newAgentState(id string) *agentState {
 		appended: map[string]int{},
 		users:    map[string]eventlog.Seq{},
 		answered: map[string]bool{},
+		stored:   map[string]bool{},
 		runs:     map[string]int{},
 	}
 }
@@ -365,6 +373,7 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 		a.appended[d.ID]++
 		if _, ok := a.users[d.ID]; d.Role == chat.RoleUser && d.ID != "" && !ok {
 			a.users[d.ID] = e.Seq
+			a.stored[d.ID] = true
 		}
 		// Checked at the end: the turn.started naming it (as its
 		// assistant message, or the user message it answers) may come
@@ -398,6 +407,9 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 		}
 		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID, fiber: fid}
 		a.order = append(a.order, d.RequestID)
+		if d.Message != nil && d.Message.ID != "" {
+			a.stored[d.Message.ID] = true
+		}
 		if d.MessageID != "" {
 			// Its user message: stored in this event (message) or in a
 			// message.appended of its own.

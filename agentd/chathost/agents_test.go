@@ -293,8 +293,15 @@ func TestDeleteChatAgent(t *testing.T) {
 		t.Fatalf("the id's new conversation: %+v", page.Messages)
 	}
 	command(t, nc, "c1", "state", `{"value":{"k":2},"expectVersion":0}`, nil)
+	// The turn's fiber ends just after its stream and messages: the entry
+	// turns idle then.
 	var e agents.Entry
-	command(t, nc, "c1", "meta", ``, &e)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		command(t, nc, "c1", "meta", ``, &e)
+		if e.Status != agents.StatusRunning || time.Now().After(deadline) {
+			break
+		}
+	}
 	if e.User != "" || e.Status != agents.StatusIdle {
 		t.Fatalf("the id's new entry: %+v", e)
 	}

@@ -120,7 +120,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{Agent: a, store: ct.store, logger: env.Logger, turnQuota: ct.turnQuota}, nil
+	return &Agent{Agent: a, store: ct.store, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
 }
 
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
@@ -129,6 +129,52 @@ type Agent struct {
 	store     *chat.Store // the read side, for approvals and streams
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
+	// maxReply is the largest reply a command sends (host.ReplyLimit): a
+	// page of messages stops before it.
+	maxReply int
+}
+
+// pageOverhead is what the messages reply adds around its messages:
+// {"messages":[...],"next":"<id>"}.
+const pageOverhead = 256
+
+// page returns the messages of p, as Messages does, but no more than fit
+// in budget bytes of JSON: a page that would be larger ends early and its
+// next continues it. A single message larger than budget is ErrTooLarge,
+// naming it: it cannot be carried by one reply.
+func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
+	const chunk = 64 // messages read from the view at a time
+	var out []chat.Message
+	size := pageOverhead
+	after := p.After
+	for {
+		lim := chunk
+		if p.Limit > 0 {
+			lim = min(chunk, p.Limit-len(out))
+		}
+		msgs, next, err := c.Messages(chat.Page{After: after, Limit: lim})
+		if err != nil {
+			return out, "", err
+		}
+		for _, m := range msgs {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return out, "", err
+			}
+			if size+len(b)+1 > budget {
+				if len(out) == 0 {
+					return nil, "", fmt.Errorf("%w: message %s is %d bytes, more than one reply carries (%d bytes)", host.ErrTooLarge, m.ID, len(b), budget)
+				}
+				return out, out[len(out)-1].ID, nil
+			}
+			size += len(b) + 1
+			out = append(out, m)
+		}
+		if next == "" || (p.Limit > 0 && len(out) >= p.Limit) {
+			return out, next, nil
+		}
+		after = next
+	}
 }
 
 // Request is the payload of the chat command: a text, or a message, or
@@ -174,6 +220,23 @@ func (c *Agent) OnError(ctx context.Context, err error) {
 	}
 	c.logger.Error("chat agent error", "err", err)
 }
+
+// OnStoreLost ends the turn the agent was streaming when the log lost its
+// events (the host stopped the agent first): its stream gets an error chunk
+// naming the loss, so clients following it see an error rather than wait.
+// What it cannot record (turn.failed, the partial answer: their history
+// is gone) is logged.
+func (c *Agent) OnStoreLost(ctx context.Context, cause error) {
+	st, err := c.Status()
+	if err != nil || st.ActiveTurn == nil {
+		return
+	}
+	if err := c.AbandonTurn(ctx, chat.TurnFiberPrefix+st.ActiveTurn.RequestID, cause); err != nil {
+		c.logger.Warn("end the turn of a lost history", "request", st.ActiveTurn.RequestID, "err", err)
+	}
+}
+
+var _ host.StoreLostHandler = (*Agent)(nil)
 
 // OnFiberRecovered hands chat turn fibers to the chat agent.
 func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
@@ -253,7 +316,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if err := c.Settle(ctx); err != nil && !errors.Is(err, chat.ErrTurnActive) {
 			return nil, err // past the bound the page is read as it is
 		}
-		msgs, next, err := c.Messages(p)
+		msgs, next, err := c.page(p, c.maxReply)
 		if msgs == nil {
 			msgs = []chat.Message{}
 		}

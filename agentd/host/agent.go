@@ -91,6 +91,18 @@ type ErrorHandler interface {
 	OnError(ctx context.Context, err error)
 }
 
+// StoreLostHandler is implemented by agents that must act when the log lost
+// their events under them (the events stream deleted or purged): the host
+// has stopped the agent (its fibers interrupted, nothing recorded for
+// them) and calls OnStoreLost before the views are rebuilt from what the
+// stream holds now, so the views still show what the agent was doing. A
+// chat agent ends the turn it was streaming with an error chunk there, so
+// its clients see an error instead of waiting for good. cause names the
+// stream and the loss.
+type StoreLostHandler interface {
+	OnStoreLost(ctx context.Context, cause error)
+}
+
 // Deactivator is told when the host drops an idle agent.
 type Deactivator interface {
 	OnDeactivate(ctx context.Context)

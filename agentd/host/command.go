@@ -3,7 +3,9 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/auth"
@@ -90,15 +92,42 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 	if !h.Owns(cmd.Agent) {
 		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
 	}
+	out, err := h.runLocal(ctx, cmd, typ)
+	if err != nil && eventlog.Unavailable(err) {
+		// A stream without a leader because the store is full (a cluster's
+		// followers drop what they cannot store): say why.
+		if full := h.daemon.StoreFull(); full != nil {
+			err = fmt.Errorf("%w: %w", full, err)
+		}
+	}
+	return out, err
+}
+
+// readCatchUp bounds how long a read waits for the views to apply the
+// agent's last event before it answers from what they hold.
+const readCatchUp = time.Second
+
+// runLocal is local once the agent's partition is known to be this node's.
+func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, error) {
 	stalled := h.deps.Log.Stalled()
 	switch cmd.Verb {
 	case "fibers", "schedules", "status":
 		// Reads see every write acknowledged before them; while the views
-		// cannot be written (a full disk) they serve what the views hold.
+		// cannot be written (a full disk) they serve what the views hold,
+		// and so they do when JetStream cannot say what the agent's last
+		// event is within readCatchUp (its stream has no leader: an
+		// election, a full store in a cluster), so a read always answers.
 		if stalled != nil {
 			break
 		}
-		if err := h.catchUp(ctx, cmd.Agent); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, readCatchUp)
+		err := h.catchUp(cctx, cmd.Agent)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() == nil && (eventlog.Transient(err) || errors.Is(err, context.DeadlineExceeded)):
+			h.logger.Debug("read answered from the views without catching up", "agent", cmd.Agent, "verb", cmd.Verb, "err", err)
+		default:
 			return nil, err
 		}
 	default:

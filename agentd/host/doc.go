@@ -10,9 +10,9 @@
 //
 // An agent is any value built by its type's Factory; it opts into the
 // optional interfaces CommandHandler, FiberRecoverer, ScheduleHandler,
-// ErrorHandler and Deactivator. The host answers status, fibers,
-// schedules, meta, delete and log itself (Verbs) for every type; a verb a
-// type did not register is 404 before anything is activated.
+// ErrorHandler, Deactivator and StoreLostHandler. The host answers status,
+// fibers, schedules, meta, delete and log itself (Verbs) for every type; a
+// verb a type did not register is 404 before anything is activated.
 //
 // # Reads
 //
@@ -99,6 +99,16 @@
 //   - An events stream starts with the agent's current state, then relays
 //     what is published after it subscribed, in order; state messages
 //     never go back in version.
+//   - Reads answer: status, fibers and schedules wait at most a second for
+//     the views to apply the agent's last event, then answer from what the
+//     views hold (the log cannot say its last event: a stream without a
+//     leader, a full store in a cluster).
+//   - A forwarded command is sent to the next owner only when the node it
+//     reached says the agent is not there (the Forever-Not-Here header of
+//     its error reply); any other error, 503s included, is relayed as is.
+//   - When the log lost the agents' events (the events stream deleted or
+//     purged), every active agent is stopped, chat turns end with an error
+//     chunk, and nothing is activated until the views were rebuilt.
 //   - Errors leave as micro service errors with a code (StatusCode: 400,
 //     404, 409, 413, 429, 503, 504, 500) and a one-line message.
 //

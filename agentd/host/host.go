@@ -53,6 +53,7 @@ type Host struct {
 	handling sync.WaitGroup // the commands being answered
 
 	// Set by start, before run.
+	daemon *agentd.Daemon
 	deps   *agentd.Deps
 	own    *ownership.Manager
 	table  *fiber.Table
@@ -81,6 +82,9 @@ type Host struct {
 		// deleting holds the agents a delete runs for on this node: they
 		// are not activated meanwhile.
 		deleting map[string]bool
+		// rebuilding is set while the views are rebuilt after the log lost
+		// the agents' events (storeLost): no agent is activated meanwhile.
+		rebuilding error
 	}
 }
 
@@ -193,11 +197,13 @@ func (h *Host) Attach(d *agentd.Daemon) error {
 }
 
 func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	h.daemon = d
 	h.deps = deps
 	h.own = deps.Ownership
 	h.stopping = d.Stopping()
 	d.OnPartition(h.servePartition)
 	d.OnFenced(h.fenced)
+	d.OnStoreLost(h.storeLost)
 	h.logger = deps.Logger.With("subsystem", "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
@@ -330,6 +336,10 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	if h.mu.deleting[id] {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, id)
+	}
+	if err := h.mu.rebuilding; err != nil {
+		h.mu.Unlock()
+		return nil, err
 	}
 	inst, ok := h.mu.agents[id]
 	if !ok {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/ownership"
@@ -283,4 +284,40 @@ func (h *Host) restartLater(partCtx context.Context, inst *instance, cause error
 			h.logger.Error("restart agent", "agent", inst.id, "err", err)
 		}
 	}()
+}
+
+// storeLost is the host's agentd.StoreLostFunc: the events stream lost the
+// agents' events under this node. Every active agent is stopped (fibers
+// interrupted; their history is gone, so nothing is recovered), and those
+// that handle it end what they were streaming (StoreLostHandler) while the
+// views still show it. No agent is activated until resume, once the views
+// were rebuilt from the stream as it is now: a command meanwhile is 503.
+func (h *Host) storeLost(ctx context.Context, stream string, loss agentd.Loss) func() {
+	if stream != h.deps.Log.EventsStream() {
+		return nil
+	}
+	cause := fmt.Errorf("agentd: the agent's history is lost: stream %s was %s", stream, loss.Kind)
+	h.mu.Lock()
+	h.mu.rebuilding = fmt.Errorf("%w: %v; the views are being rebuilt", ErrUnavailable, cause)
+	agents := h.mu.agents
+	h.mu.agents = map[string]*instance{}
+	h.mu.Unlock()
+	h.logger.Warn("stopping every agent: the log lost their events", "stream", stream, "agents", len(agents))
+	for _, inst := range agents {
+		<-inst.built
+		if inst.err != nil {
+			continue
+		}
+		h.stop(inst)
+		if sl, ok := inst.agent.(StoreLostHandler); ok {
+			sctx, cancel := context.WithTimeout(ctx, deactivateTimeout)
+			sl.OnStoreLost(sctx, cause)
+			cancel()
+		}
+	}
+	return func() {
+		h.mu.Lock()
+		h.mu.rebuilding = nil
+		h.mu.Unlock()
+	}
 }

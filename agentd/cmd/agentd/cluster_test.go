@@ -251,6 +251,7 @@ func checkWriters(t *testing.T, c *crashClient, agents []string) {
 // TestCluster runs three agentd nodes on loopback, started as the Helm
 // chart starts its pods, with R3 streams, and takes nodes away under load.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	// Three race-instrumented nodes with R3 fsynced streams overload a
 	// 2-core machine until commands time out; the race detector covers the
 	// same code in the in-process and single-binary tests.
@@ -288,19 +289,24 @@ func TestCluster(t *testing.T) {
 		testClusterNATSNodeLost(t, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
+	t.Run("StoreFull", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin, "FOREVER_JS_MAX_STORE=64MiB")
+		testClusterStoreFull(t, c, nodes, agents)
+	})
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 	t.Run("Backup", func(t *testing.T) { testClusterBackup(t, bin) })
 }
 
-// startCluster starts three nodes as the chart starts its pods, waits until
-// they are ready and share the partitions, and checks that 30 agents spread
-// over all three.
-func startCluster(t *testing.T, bin string) ([]*clusterNode, *crashClient, []string) {
+// startCluster starts three nodes as the chart starts its pods (with the
+// environment variables env added), waits until they are ready and share
+// the partitions, and checks that 30 agents spread over all three.
+func startCluster(t *testing.T, bin string, env ...string) ([]*clusterNode, *crashClient, []string) {
 	var nodes []*clusterNode
 	for attempt := 1; ; attempt++ {
 		nodes = newCluster(t, 3)
 		for _, nd := range nodes {
+			nd.env = append(nd.env, env...)
 			nd.start(t, bin)
 		}
 		// A port freeAddr picked may be taken (by an outgoing connection's

@@ -24,7 +24,11 @@ const tenantUsage = `Usage:
       dir/<name>.creds (dir/<name>-<token-name>.creds with --token-name) and
       print {"tenant","cred","role","expires","token","account","created",
       "quota","limits","creds"} as one JSON line; token is the HTTP bearer
-      token, creds and token are one credential
+      token, creds and token are one credential. With --out - the creds
+      file goes to stdout and the JSON line to stderr, for a pod whose
+      image has no shell:
+        kubectl exec forever-0 -- agentd tenant create acme \
+          --creds /data/admin.creds --out - > acme.creds 2> acme.json
   agentd tenant revoke <name> --creds admin.creds
       revoke every credential of the tenant: its NATS connections are closed,
       its tokens refused, and OIDC tokens issued until now refused too; print
@@ -71,7 +75,7 @@ $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
 const tenantRequestTimeout = 90 * time.Second
 
 func runTenant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := tenantCommand(ctx, args, getenv, stdout)
+	err := tenantCommand(ctx, args, getenv, stdout, stderr)
 	var ce *cliError
 	switch {
 	case err == nil:
@@ -91,7 +95,7 @@ func runTenant(ctx context.Context, args []string, getenv func(string) string, s
 	}
 }
 
-func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("missing create, revoke, token, disable or enable")
 	}
@@ -138,7 +142,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	switch verb {
 	case "create":
 		if *out == "" {
-			return usageErr("--out is required: the directory to write %s.creds to", name)
+			return usageErr("--out is required: the directory to write %s.creds to, or - for stdout", name)
 		}
 		if _, err := auth.ParseRole(*role); err != nil {
 			return usageErr("--role: %v", err)
@@ -178,23 +182,32 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	if err := json.Unmarshal(msg.Data, &reply); err != nil {
 		return fmt.Errorf("tenant create: bad reply: %w", err)
 	}
-	if err := os.MkdirAll(*out, 0o700); err != nil {
-		return err
-	}
-	file := name + ".creds"
-	if *credName != "" {
-		file = name + "-" + *credName + ".creds"
-	}
-	path := filepath.Join(*out, file)
-	if err := auth.WriteCreds(path, []byte(reply.Creds)); err != nil {
-		return err
+	path, summary := "-", stderr
+	if *out == "-" {
+		// The creds on stdout, the summary on stderr: kubectl exec ... >
+		// acme.creds keeps them apart.
+		if _, err := io.WriteString(stdout, reply.Creds); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(*out, 0o700); err != nil {
+			return err
+		}
+		file := name + ".creds"
+		if *credName != "" {
+			file = name + "-" + *credName + ".creds"
+		}
+		path, summary = filepath.Join(*out, file), stdout
+		if err := auth.WriteCreds(path, []byte(reply.Creds)); err != nil {
+			return err
+		}
 	}
 	line, _ := json.Marshal(map[string]any{
 		"tenant": reply.Tenant, "token": reply.Token, "account": reply.Account,
 		"created": reply.Created, "quota": reply.Quota, "limits": reply.Limits, "creds": path,
 		"cred": reply.Cred, "role": reply.Role, "expires": reply.Expires,
 	})
-	_, err = fmt.Fprintln(stdout, string(line))
+	_, err = fmt.Fprintln(summary, string(line))
 	return err
 }
 
