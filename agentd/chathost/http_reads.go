@@ -41,7 +41,10 @@ type ChunkItem struct {
 	Chunk  chunk.Chunk `json:"chunk"`
 }
 
-// AttachReads serves GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=
+// AttachReads serves POST /v1/agents/{id}/approvals/{toolCallId} with
+// {"approved": bool, "reason": "..."}: the approve verb for one call that
+// waits (GET /v1/agents/{id}/approvals lists them), its reply as the
+// verb's; and GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=
 // on d's HTTP server: a page of a chat stream replayed from any cursor
 // (after: a cursor, "0" or absent for the start; limit: DefaultChunksLimit
 // when absent, at most MaxChunksLimit). A live stream's page answers with
@@ -65,6 +68,19 @@ func AttachReads(d *agentd.Daemon, h *host.Host) error {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Cache-Control", "no-store")
 			w.Write(append(b, '\n'))
+		}))
+		d.Handle("POST /v1/agents/{id}/approvals/{toolCallId}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var body struct {
+				Approved *bool  `json:"approved"`
+				Reason   string `json:"reason"`
+			}
+			dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+			if err := dec.Decode(&body); err != nil || body.Approved == nil {
+				apierror.New(apierror.BadRequest, "the body must be {\"approved\": true|false, \"reason\": \"...\"}").WriteHTTP(w)
+				return
+			}
+			host.ServeCommand(w, r, h, "approve", approveRequest{ToolCallID: r.PathValue("toolCallId"),
+				Approved: body.Approved, Reason: body.Reason})
 		}))
 		return nil
 	})

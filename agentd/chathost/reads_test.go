@@ -75,7 +75,8 @@ func get(t *testing.T, url string, out any) (int, string) {
 }
 
 // TestConsoleReads: a call that waits for approval is listed by the
-// approvals verb and its GET until it is answered; the streams verb and
+// approvals verb and its GET until it is answered (POST
+// /v1/agents/{id}/approvals/{toolCallId}); the streams verb and
 // GET page the agent's streams newest first; a stream's chunks replay
 // from any cursor in pages that end with done; usage rolls the turns up.
 // Bad cursors and limits are 400, an unknown stream 404.
@@ -95,7 +96,17 @@ func TestConsoleReads(t *testing.T) {
 		len(hap.Approvals) != 1 || hap.Approvals[0].ToolCallID != ap.Approvals[0].ToolCallID {
 		t.Fatalf("approvals: NATS %+v, HTTP %+v", ap, hap)
 	}
-	command(t, nc, "c1", "approve", `{"approvalId":"`+ap.Approvals[0].ApprovalID+`","approved":true}`, nil)
+	for body, want := range map[string]int{`{}`: 400, `nope`: 400, `{"approved":true}`: 200} {
+		resp, err := http.Post(base+"/approvals/"+ap.Approvals[0].ToolCallID, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("POST approval %s: %d %s, want %d", body, resp.StatusCode, b, want)
+		}
+	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		command(t, nc, "c1", "approvals", `{}`, &ap)
 		if len(ap.Approvals) == 0 {
