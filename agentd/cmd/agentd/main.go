@@ -22,6 +22,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/console"
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/tenancy"
@@ -126,6 +127,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err := d.Config().Registerer.Register(running); err != nil {
 		return mcpc, err
 	}
+	d.Handle("GET /console", console.Handler())
 	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
 		tools, err := demo.Tools(d.Config().DataDir)
 		if err == nil {
@@ -159,6 +161,7 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return mcpc, err
 	}
+	d.Handle("GET /console", console.Handler())
 	return mcpc, wireAgents(d, provider, tools, nil)
 }
 

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// screenshot saves a PNG of the page as name under $FOREVER_SCREENSHOTS
+// (the test's temp dir when unset) and logs where.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("FOREVER_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.EmulateViewport(1280, 900), chromedp.Sleep(300*time.Millisecond),
+		chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// postChat starts a chat turn over HTTP with token (none when empty) and
+// reads its stream to the end.
+func postChat(t *testing.T, httpAddr, token, agent, text string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"id": agent, "messages": []any{map[string]any{"id": "u-" + agent + "-" + time.Now().Format("150405.000"),
+		"role": "user", "parts": []any{map[string]string{"type": "text", "text": text}}}}})
+	req, _ := http.NewRequest("POST", "http://"+httpAddr+"/v1/chat", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /v1/chat %s: %d %s", agent, resp.StatusCode, b)
+	}
+}
+
+// testBinaryConsole: the console (GET /console, headless Chromium) lists
+// the agents; shows a steps fiber's steps on its timeline during and after
+// a SIGKILL, with the recovery marked; and approves a tool call waiting
+// for approval, which the agent then runs.
+func testBinaryConsole(t *testing.T, bin string) {
+	chromium := chromiumPath(t)
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "-1")
+	c := dialAgentd(t, natsAddr)
+
+	// A steps fiber, killed mid-run, recovered after a restart.
+	var r struct{ Fiber string }
+	json.Unmarshal(c.command("steps:console", "start", demo.StepsStart{Steps: 10, DelayMS: 150, RecoveryDelayMS: 1500}), &r)
+	agents := []string{"steps:console"}
+	c.waitFor("4 steps", agents, func(evs []eventlog.Event) bool { return count(evs, demo.EventStepExecuted, r.Fiber) >= 4 })
+	p.kill()
+	p = startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "-1")
+	c = dialAgentd(t, natsAddr)
+	c.waitFor("the recovery", agents, func(evs []eventlog.Event) bool { return count(evs, fiber.EventRecovered, r.Fiber) >= 1 })
+
+	postChat(t, httpAddr, "", "chat-hello", "Hello, console.")
+	postChat(t, httpAddr, "", "chat-approve", `/tool note {"text":"please approve me"}`)
+
+	ctx := browser(t, chromium)
+	base := "http://" + httpAddr + "/console"
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(base),
+		chromedp.WaitVisible(`tr[data-agent="steps:console"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-agent="chat-approve"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-agent="chat-hello"]`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("agents list: %v\n%s", err, p.out.String())
+	}
+	screenshot(t, ctx, "console-agents")
+
+	// The timeline during the recovery, then after the fiber completed.
+	var recs string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`tr[data-agent="steps:console"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#timeline .row.fiber[data-recoveries="1"]`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("timeline: %v\n%s", err, p.out.String())
+	}
+	screenshot(t, ctx, "console-fiber-recovering")
+	c.waitFor("the fiber to complete", agents, func(evs []eventlog.Event) bool { return count(evs, fiber.EventCompleted, r.Fiber) == 1 })
+	err = chromedp.Run(ctx,
+		chromedp.Poll(`document.querySelector('#timeline .row.fiber .lbl')?.textContent.includes('completed')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.AttributeValue(`#timeline .row.fiber`, "data-recoveries", &recs, nil, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("timeline after: %v\n%s", err, p.out.String())
+	}
+	var steps, marks, open int
+	chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('#timeline .step').length`, &steps),
+		chromedp.Evaluate(`document.querySelectorAll('#timeline .rec').length`, &marks),
+		chromedp.Evaluate(`document.querySelectorAll('#timeline .step.open').length`, &open))
+	if recs != "1" || marks != 1 || steps < 10 || open != 0 {
+		t.Errorf("timeline after the fiber completed: %s recoveries, %d marks, %d steps (%d open); want 1, 1, >=10, 0", recs, marks, steps, open)
+	}
+	screenshot(t, ctx, "console-fiber")
+
+	// Approve the waiting note from its card.
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(base+"#/agent/chat-approve"),
+		chromedp.WaitVisible(`.approval [data-approve="true"]`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("approval card: %v\n%s", err, p.out.String())
+	}
+	screenshot(t, ctx, "console-approval")
+	err = chromedp.Run(ctx,
+		chromedp.Click(`.approval [data-approve="true"]`, chromedp.ByQuery),
+		chromedp.Poll(`!document.querySelector('.approval [data-approve]') && document.getElementById('conv').textContent.includes('The note tool returned')`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+	)
+	if err != nil {
+		var conv string
+		chromedp.Run(ctx, chromedp.Text(`#conv`, &conv, chromedp.ByQuery))
+		t.Fatalf("approve: %v\nconversation: %s\n%s", err, conv, p.out.String())
+	}
+	notes, _ := os.ReadFile(filepath.Join(data, demo.NotesFile))
+	if strings.Count(string(notes), "please approve me") != 1 {
+		t.Errorf("notes file after the approval: %q, want the note once", notes)
+	}
+	screenshot(t, ctx, "console-approved")
+
+	// The stream view replays the hello turn.
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(base+"#/agent/chat-hello"),
+		chromedp.Click(`tr[data-stream]`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById('sstat')?.textContent.includes('ended') && document.getElementById('text').textContent.includes('Hello, console.')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+	)
+	if err != nil {
+		t.Fatalf("stream view: %v", err)
+	}
+	screenshot(t, ctx, "console-stream")
+}
+
+// testBinaryConsoleTenant: under --auth the console loads without a token,
+// asks for one on the first 401, and with a tenant's token lists only
+// that tenant's agents.
+func testBinaryConsoleTenant(t *testing.T, bin string) {
+	chromium := chromiumPath(t)
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--auth", "--local-rate", "-1")
+	admin := filepath.Join(data, "admin.creds")
+	acme := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "acme")
+	globex := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "globex")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		a, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", acme.Token)
+		g, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", globex.Token)
+		if a == 200 && g == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tenants not served: %d %d\n%s", a, g, p.out.String())
+		}
+	}
+	postChat(t, httpAddr, acme.Token, "acme-one", "hello from acme")
+	postChat(t, httpAddr, globex.Token, "globex-one", "hello from globex")
+
+	ctx := browser(t, chromium)
+	var rows []string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate("http://"+httpAddr+"/console"),
+		chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, acme.Token, chromedp.ByQuery),
+		chromedp.Click(`#token-use`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-agent="acme-one"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`[...document.querySelectorAll('tr[data-agent]')].map(r => r.dataset.agent)`, &rows),
+	)
+	if err != nil {
+		t.Fatalf("console with a token: %v\n%s", err, p.out.String())
+	}
+	if len(rows) != 1 || rows[0] != "acme-one" {
+		t.Errorf("acme's console lists %v, want only acme-one", rows)
+	}
+	screenshot(t, ctx, "console-tenant")
+}
