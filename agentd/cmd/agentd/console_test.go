@@ -203,3 +203,45 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	}
 	screenshot(t, ctx, "console-tenant")
 }
+
+// testClusterConsole: the console's cluster view on the 3-node loopback
+// cluster shows the three nodes live and every partition owned; once a
+// node is SIGKILLed, it shows that node dead and its partitions moved to
+// the two others.
+func testClusterConsole(t *testing.T, bin string) {
+	chromium := chromiumPath(t)
+	nodes, _, _ := startCluster(t, bin)
+	ctx := browser(t, chromium)
+	const live = `document.querySelectorAll('#nodes tr[data-live=true]').length`
+	err := chromedp.Run(ctx,
+		chromedp.Navigate("http://"+nodes[0].http+"/console#/cluster"),
+		chromedp.Poll(live+` === 3`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+	)
+	if err != nil {
+		t.Fatalf("cluster view: %v", err)
+	}
+	var tiles int
+	chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('#leases [data-owner^=forever-]').length`, &tiles))
+	if tiles != 64 {
+		t.Errorf("%d partitions shown owned, want 64", tiles)
+	}
+	screenshot(t, ctx, "console-cluster")
+	dead := nodes[2].name
+	nodes[2].proc.kill()
+	owned := `[...document.querySelectorAll('#leases [data-owner]')].map(e => e.dataset.owner)`
+	err = chromedp.Run(ctx,
+		chromedp.Poll(`document.querySelector('#nodes tr[data-node="`+dead+`"]')?.dataset.live === 'false' && `+
+			live+` === 2 && !`+owned+`.includes('`+dead+`')`, nil, chromedp.WithPollingTimeout(60*time.Second)),
+	)
+	if err != nil {
+		var shown string
+		chromedp.Run(ctx, chromedp.Text(`#cl`, &shown, chromedp.ByQuery))
+		t.Fatalf("cluster view after killing %s: %v\n%.2000s", dead, err, shown)
+	}
+	var moves int
+	chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('#moves tr[data-move]').length`, &moves))
+	if moves == 0 {
+		t.Errorf("no lease move shown after %s died", dead)
+	}
+	screenshot(t, ctx, "console-cluster-node-killed")
+}
