@@ -28,6 +28,9 @@
 //     each event's writer (node and epoch), a compaction snapshot shown
 //     as a summary; answered by any node from the log, without routing
 //     or activating the agent;
+//   - approvals, streams ({"cursor", "limit"}, ?cursor=&limit=) and usage:
+//     verbs of the types that have them (chathost's chat agents; 404 for
+//     the others), served here as GETs too;
 //   - the cluster (ClusterSubject, <prefix>.cluster, and agentd's GET
 //     /v1/cluster): agentd.ClusterInfo of the node that answers.
 //

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +165,9 @@ func testBinaryConsole(t *testing.T, bin string) {
 
 // testBinaryConsoleTenant: under --auth the console loads without a token,
 // asks for one on the first 401, and with a tenant's token lists only
-// that tenant's agents.
+// that tenant's agents; with the admin's HTTP token (agentd auth
+// admin-token) it lists every tenant's, and opens one. GET /v1/tenants is
+// the admin token's only.
 func testBinaryConsoleTenant(t *testing.T, bin string) {
 	chromium := chromiumPath(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -202,7 +206,61 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 		t.Errorf("acme's console lists %v, want only acme-one", rows)
 	}
 	screenshot(t, ctx, "console-tenant")
+
+	// The admin's HTTP token sees every tenant's agents, and opens one.
+	out, stderr, code := tenantCLIAuth(t, bin, "admin-token", "--data", data, "--ttl", "1h")
+	adminTok := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(adminTok, "fvra_") {
+		t.Fatalf("auth admin-token: exit %d: %q %s", code, out, stderr)
+	}
+	if code, body := authedGet(t, "http://"+httpAddr+"/v1/tenants", acme.Token); code != http.StatusForbidden {
+		t.Errorf("GET /v1/tenants with a tenant's token: %d %s, want 403", code, body)
+	}
+	if code, body := authedGet(t, "http://"+httpAddr+"/v1/agents", adminTok); code != http.StatusBadRequest {
+		t.Errorf("GET /v1/agents with the admin token and no tenant: %d %s, want 400", code, body)
+	}
+	var tenants []string
+	err = chromedp.Run(ctx,
+		chromedp.Evaluate(`sessionStorage.setItem("forever.token", `+strconvQuote(adminTok)+`)`, nil),
+		chromedp.Navigate("http://"+httpAddr+"/console#/"),
+		chromedp.Reload(),
+		chromedp.WaitVisible(`tr[data-agent="globex-one"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-agent="acme-one"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`[...document.querySelectorAll('tr[data-agent]')].map(r => r.dataset.tenant + "/" + r.dataset.agent).sort()`, &tenants),
+	)
+	if err != nil {
+		t.Fatalf("console with the admin token: %v\n%s", err, p.out.String())
+	}
+	if strings.Join(tenants, ",") != "acme/acme-one,globex/globex-one" {
+		t.Errorf("the admin's console lists %v, want acme/acme-one and globex/globex-one", tenants)
+	}
+	screenshot(t, ctx, "console-admin")
+	err = chromedp.Run(ctx,
+		chromedp.Click(`tr[data-agent="globex-one"]`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById('conv')?.textContent.includes('hello from globex')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+	)
+	if err != nil {
+		t.Fatalf("the admin opens globex-one: %v", err)
+	}
 }
+
+// tenantCLIAuth runs agentd auth with args.
+func tenantCLIAuth(t *testing.T, bin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"auth"}, args...)...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func strconvQuote(s string) string { return strconv.Quote(s) }
 
 // testClusterConsole: the console's cluster view on the 3-node loopback
 // cluster shows the three nodes live and every partition owned; once a
