@@ -216,6 +216,20 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	if code, body := authedGet(t, "http://"+httpAddr+"/v1/tenants", acme.Token); code != http.StatusForbidden {
 		t.Errorf("GET /v1/tenants with a tenant's token: %d %s, want 403", code, body)
 	}
+	if code, body := authedGet(t, "http://"+httpAddr+"/v1/tenants", "fvra_forged"); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/tenants with a forged admin token: %d %s, want 401", code, body)
+	}
+	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/v1/agents", nil)
+	req.Header.Set("Authorization", "Bearer fvra_forged")
+	req.Header.Set("X-Forever-Tenant", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /v1/agents with a forged admin token: %d, want 401", resp.StatusCode)
+	}
 	if code, body := authedGet(t, "http://"+httpAddr+"/v1/agents", adminTok); code != http.StatusBadRequest {
 		t.Errorf("GET /v1/agents with the admin token and no tenant: %d %s, want 400", code, body)
 	}
