@@ -69,7 +69,7 @@ func (r Role) AtLeast(min Role) bool { return r.Valid() && r.rank() >= min.rank(
 // verb: the same verb sets the state; nor is "meta", which sets the user
 // context. log, approvals, streams and usage are the console's reads.
 var (
-	readVerbs    = []string{"status", "fibers", "schedules", "messages", "log", "approvals", "streams", "usage"}
+	readVerbs    = []string{"status", "fibers", "schedules", "messages", "tools", "log", "approvals", "streams", "usage"}
 	approveVerbs = []string{"approve"}
 )
 

@@ -88,6 +88,7 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "tracing", Run: tracingCost},
 		{Name: "group-commit", Run: groupCommit},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "restart-load", Run: restartLoad},

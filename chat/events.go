@@ -12,7 +12,7 @@ const (
 	EventMessageAppended   = "message.appended"   // Message {id, role, parts, requestId, hidden, createdAt}
 	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
-	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?}: message is the user Message a Send's turn answers, fiberId its fiber
+	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, traceparent and parentSpanId its invoke_agent span
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
 	EventTurnFailed        = "turn.failed"        // {requestId, error}
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
@@ -57,6 +57,12 @@ type turnStarted struct {
 	// FiberID is the id of the turn's fiber, started just before; absent
 	// from turns stored before it was added.
 	FiberID string `json:"fiberId,omitempty"`
+	// TraceParent is the W3C traceparent of the turn's invoke_agent span
+	// and ParentSpanID (16 hex digits) the id of that span's parent, ""
+	// when the turn began its trace: the run that finishes the turn after
+	// a crash resumes the span with them. Absent without tracing.
+	TraceParent  string `json:"traceparent,omitempty"`
+	ParentSpanID string `json:"parentSpanId,omitempty"`
 }
 
 type turnEnded struct {

@@ -390,6 +390,10 @@ type TurnInfo struct {
 	// that fiber's end can orphan the turn, not the end of another fiber
 	// of the same name (a copy of the command refused as a duplicate).
 	FiberID string `json:"fiberId,omitempty"`
+	// TraceParent and ParentSpanID: the turn's invoke_agent span, when
+	// its turn.started carries it (see turnStarted).
+	TraceParent  string `json:"traceparent,omitempty"`
+	ParentSpanID string `json:"parentSpanId,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -464,6 +468,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
 			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
+			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

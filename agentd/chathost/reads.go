@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,19 +22,9 @@ import (
 // is a verb (NATS) and a GET (HTTP, http_reads.go).
 
 // Pending is a tool call of the agent's last assistant message that waits
-// for a user's approval: answer it with the approve verb (or POST
-// /v1/agents/{id}/approvals/{toolCallId}).
-type Pending struct {
-	ToolCallID string          `json:"toolCallId"`
-	ApprovalID string          `json:"approvalId,omitempty"`
-	ToolName   string          `json:"toolName"`
-	Input      json.RawMessage `json:"input,omitempty"`
-	// MessageID is the assistant message that waits, RequestID the turn
-	// that asked, RequestedAt when it ended waiting.
-	MessageID   string    `json:"messageId"`
-	RequestID   string    `json:"requestId,omitempty"`
-	RequestedAt time.Time `json:"requestedAt,omitzero"`
-}
+// for a user's approval (chat.Store.PendingApprovals): answer it with the
+// approve verb (or POST /v1/agents/{id}/approvals/{toolCallId}).
+type Pending = chat.PendingApproval
 
 // Approvals is the reply of the approvals verb.
 type Approvals struct {
@@ -45,42 +34,11 @@ type Approvals struct {
 // approvals lists the calls of the last assistant message that wait for
 // approval, once the agent's turn settled.
 func (c *Agent) approvals(ctx context.Context) (Approvals, error) {
-	out := Approvals{Approvals: []Pending{}}
 	if err := c.Settle(ctx); err != nil && !errors.Is(err, chat.ErrTurnActive) {
-		return out, err
+		return Approvals{Approvals: []Pending{}}, err
 	}
-	history, err := c.store.History(c.ID())
-	if err != nil {
-		return out, err
-	}
-	var last *chat.Message
-	for i := len(history) - 1; i >= 0; i-- {
-		if history[i].Role == chat.RoleAssistant && !history[i].Hidden {
-			last = &history[i]
-			break
-		}
-	}
-	if last == nil {
-		return out, nil
-	}
-	var at time.Time
-	if last.RequestID != "" {
-		if t, err := c.store.Turn(c.ID(), last.RequestID); err == nil {
-			at = t.EndedAt
-		}
-	}
-	for _, p := range last.Parts {
-		if p.Type != chat.PartTool || p.State != chat.ToolApprovalRequested {
-			continue
-		}
-		pd := Pending{ToolCallID: p.ToolCallID, ToolName: p.ToolName, Input: p.Input, MessageID: last.ID,
-			RequestID: last.RequestID, RequestedAt: at}
-		if p.Approval != nil {
-			pd.ApprovalID = p.Approval.ID
-		}
-		out.Approvals = append(out.Approvals, pd)
-	}
-	return out, nil
+	pending, err := c.store.PendingApprovals(c.ID())
+	return Approvals{Approvals: pending}, err
 }
 
 // Stream pages.
