@@ -20,7 +20,7 @@ import (
 //     steps when ops is true;
 //   - GET /v1/agents/{id}/schedules: []keepalive.Schedule;
 //   - GET /v1/agents/{id}/log?after=&limit=&type=: LogPage;
-//   - GET /v1/agents/{id}/approvals, /usage and /streams?cursor=&limit=:
+//   - GET /v1/agents/{id}/approvals, /tools, /usage and /streams?cursor=&limit=:
 //     the verbs of a type that has them (chathost's chat agents), 404 for
 //     the others.
 func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
@@ -32,6 +32,7 @@ func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
 			return FibersRequest{Ops: ops}, err
 		},
 		"approvals": func(*http.Request) (any, error) { return nil, nil },
+		"tools":     func(*http.Request) (any, error) { return nil, nil },
 		"usage":     func(*http.Request) (any, error) { return nil, nil },
 		"streams": func(r *http.Request) (any, error) {
 			limit, err := queryInt(r, "limit", maxPageLimit)
