@@ -69,13 +69,16 @@ func clusterNodes(bin, dir string, n int, ttl time.Duration, withAuth bool) (*no
 	if err := os.WriteFile(secretFile, []byte(hex.EncodeToString(secret)), 0o400); err != nil {
 		return nil, err
 	}
-	addrs, err := freeAddrs(3 * n)
+	// Four loopback ports a node: HTTP, NATS, routes, and /metrics, which
+	// the chart serves on a port of its own (9464 in a pod; here each node
+	// needs its own).
+	addrs, err := freeAddrs(4 * n)
 	if err != nil {
 		return nil, err
 	}
 	var routes []string
 	for i := range n {
-		routes = append(routes, "nats://"+addrs[3*i+2])
+		routes = append(routes, "nats://"+addrs[4*i+2])
 	}
 	ns := &nodes{auth: withAuth}
 	if !withAuth {
@@ -89,8 +92,8 @@ func clusterNodes(bin, dir string, n int, ttl time.Duration, withAuth bool) (*no
 			return nil, err
 		}
 		pod := chartargs.Pod{
-			Name: name, Data: filepath.Join(dir, name), HTTP: addrs[3*i], NATSListen: addrs[3*i+1],
-			Cluster: "forever", ClusterListen: addrs[3*i+2], Routes: routes,
+			Name: name, Data: filepath.Join(dir, name), HTTP: addrs[4*i], NATSListen: addrs[4*i+1],
+			Cluster: "forever", ClusterListen: addrs[4*i+2], Routes: routes, MetricsListen: addrs[4*i+3],
 			Replicas: chartargs.Replicas(n), Partitions: chartargs.DefaultPartitions, LeaseTTL: ttl,
 			AuthSecretFile: secretFile,
 		}
