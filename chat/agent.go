@@ -124,6 +124,16 @@ type Config struct {
 	// later answer is refused with ErrWaitExpired, and the model is told
 	// the call was not answered. Default 24h; negative: no limit.
 	ToolWaitTimeout time.Duration
+	// Peers reaches other agents for sub-agent calls (agent tools:
+	// NewAgentTool, AgentTool) and tells a sub-agent's parent that its
+	// turn ended. Nil: agent tools fail with a tool error, and a
+	// sub-agent's parent learns of its end by polling.
+	Peers Peers
+	// MaxDepth bounds chains of sub-agent calls (DefaultMaxDepth, 5).
+	MaxDepth int
+	// ChildPoll is how often a turn awaiting its children reads their
+	// state besides their notices. Default 10s.
+	ChildPoll time.Duration
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -160,6 +170,12 @@ func (c *Config) ensureDefaults() {
 	if c.ToolWaitTimeout == 0 {
 		c.ToolWaitTimeout = DefaultToolWaitTimeout
 	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = DefaultMaxDepth
+	}
+	if c.ChildPoll == 0 {
+		c.ChildPoll = DefaultChildPoll
+	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
@@ -195,7 +211,7 @@ func (c *Config) Validate() error {
 	case len(missing) > 0:
 		return fmt.Errorf("%w: %s required", ErrInvalidConfig, strings.Join(missing, ", "))
 	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
-		c.MaxSteps < 0 || c.MaxParallelTools < 0:
+		c.MaxSteps < 0 || c.MaxParallelTools < 0 || c.MaxDepth < 0 || c.ChildPoll < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
@@ -225,6 +241,9 @@ type Agent struct {
 	mu struct {
 		sync.Mutex
 		active *activeTurn // the turn this process runs, nil if none
+		// waiters wake the turn waiting for a child turn, by the child's
+		// request id (childWaiter).
+		waiters map[string]chan struct{}
 	}
 }
 
@@ -288,6 +307,11 @@ type SendRequest struct {
 	Body json.RawMessage
 	// Tools are client tool schemas offered to the model.
 	Tools []llm.Tool
+	// Parent is set when a sub-agent call of another agent's turn sends
+	// the message: the turn records it, and tells the parent when it
+	// ends. A parent whose chain of callers holds this agent is refused
+	// (ErrInvalidMessage): a cycle.
+	Parent *ParentRef
 }
 
 // Turn identifies a started turn.
@@ -336,6 +360,9 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if req.RequestID != "" && !validRequestID(req.RequestID) {
 		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
 	}
+	if err := a.checkParent(req.Parent); err != nil {
+		return Turn{}, err
+	}
 	msg, err := a.userMessage(req)
 	if err != nil {
 		return Turn{}, err
@@ -346,7 +373,7 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	}
 	t := turnStarted{
 		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
-		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
+		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
@@ -559,7 +586,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			a.release(at)
 			return a.endOnFailure(fctx, t.RequestID, err)
 		}
-		return a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}}))
+		return a.afterTurn(fctx, t.RequestID, a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}})))
 	})
 	if err != nil {
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
@@ -874,6 +901,8 @@ type Status struct {
 	// LastStream is the metadata of LastTurn's stream, nil when it has no
 	// chunk yet.
 	LastStream *StreamInfo `json:"lastStream,omitempty"`
+	// Children are the sub-agent calls of ActiveTurn in flight.
+	Children []ChildLink `json:"children,omitempty"`
 }
 
 // Status returns the agent's active and last turn and the last stream.
@@ -883,6 +912,15 @@ func (a *Agent) Status() (Status, error) {
 		return st, err
 	} else if ok {
 		st.ActiveTurn = &t
+		links, err := a.store.Links(a.agent, t.RequestID)
+		if err != nil {
+			return st, err
+		}
+		for _, l := range links {
+			if !l.Ended() {
+				st.Children = append(st.Children, l)
+			}
+		}
 	}
 	t, ok, err := a.store.LastTurn(a.agent)
 	if err != nil || !ok {

@@ -140,6 +140,15 @@ func (b *builder) add(c Chunk) {
 	}
 }
 
+// dataPart returns the data part of type typ and id, if the stream has one.
+func (b *builder) dataPart(typ, id string) (Part, bool) {
+	i, ok := b.index["data:"+typ+"\x00"+id]
+	if !ok {
+		return Part{}, false
+	}
+	return b.parts[i], true
+}
+
 // addPart appends p, with a text accumulator unless it is a tool or data
 // part, and returns its index.
 func (b *builder) addPart(p Part) int {
