@@ -96,6 +96,8 @@ type checker struct {
 	// first part); superseded counts the agent's events stored before it.
 	latest     map[string]eventlog.Seq
 	superseded map[string]int
+	// childTurns are the sub-agent turns started by each parent's call.
+	childTurns map[callKey][]childTurn
 }
 
 func newChecker(acked []Ack) *checker {
@@ -106,6 +108,7 @@ func newChecker(acked []Ack) *checker {
 
 		latest:     map[string]eventlog.Seq{},
 		superseded: map[string]int{},
+		childTurns: map[callKey][]childTurn{},
 	}
 	for _, a := range acked {
 		c.acked[a] = false
@@ -149,6 +152,7 @@ func (c *checker) agent(id string) *agentState {
 func (c *checker) finish() {
 	for _, id := range sortedKeys(c.agents) {
 		c.finishAgent(c.agents[id])
+		c.finishLinks(c.agents[id])
 	}
 	for _, id := range sortedKeys(c.superseded) {
 		c.notes = append(c.notes, Violation{Kind: KindSuperseded, Agent: id, Seq: c.latest[id],

@@ -35,6 +35,11 @@ const (
 	KindAfterTerminal         Kind = "stream-after-terminal"
 	KindStreamNoTerminal      Kind = "stream-no-terminal"
 	KindAckMissing            Kind = "ack-missing"
+	KindChildTurnTwice        Kind = "child-turn-twice"
+	KindLinkEndedTwice        Kind = "link-ended-twice"
+	KindLinkNotStarted        Kind = "link-not-started"
+	KindLinkOpen              Kind = "link-open"
+	KindLinkNoChildTurn       Kind = "link-no-child-turn"
 
 	// KindTurnOrphaned is a Note, not a violation: a turn whose fiber
 	// ended without the turn's outcome, which the agent's next turn must
