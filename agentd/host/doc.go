@@ -14,6 +14,10 @@
 // schedules itself (Verbs) for every type; a verb a type did not register
 // is 404 before anything is activated.
 //
+// An agent reaches other agents through Env.Command: the same command
+// path as a client's (Host.Command), routed to each agent's owner on any
+// node; chat's sub-agents start, cancel and notify each other this way.
+//
 // Each partition this node acquires is served by one goroutine
 // (servePartition): it catches the views up with the whole log, activates
 // every agent of the partition with orphaned fibers (activation recovers

@@ -391,7 +391,7 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	}
 	inst.env = &Env{
 		ID: inst.id, Type: inst.typ, Log: w, Fibers: runner, KeepAlive: keeper,
-		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger,
+		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger, Command: h.Command,
 	}
 	inst.agent, err = h.types[inst.typ](ctx, inst.env)
 	if err != nil {
