@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -91,6 +92,9 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns,
 	}
+	if env.Command != nil {
+		cfg.Peers = peers{command: env.Command}
+	}
 	if ct.config != nil {
 		ct.config(&cfg)
 	}
@@ -116,11 +120,14 @@ type Request struct {
 	// a chat sent again with it, or with the same message id, runs once
 	// and gets the first one's reply. Without either, the id the command
 	// got where it entered the cluster (host.Command.RequestID) is used.
-	RequestID string          `json:"requestId,omitempty"`
-	Message   *chat.Message   `json:"message,omitempty"`
-	Messages  []chat.Message  `json:"messages,omitempty"`
-	Tools     []llm.Tool      `json:"tools,omitempty"`
-	Body      json.RawMessage `json:"-"`
+	RequestID string         `json:"requestId,omitempty"`
+	Message   *chat.Message  `json:"message,omitempty"`
+	Messages  []chat.Message `json:"messages,omitempty"`
+	Tools     []llm.Tool     `json:"tools,omitempty"`
+	// Parent is set by a sub-agent call of another agent's turn
+	// (chat.ParentRef): the call, and the chain of its callers.
+	Parent *chat.ParentRef `json:"parent,omitempty"`
+	Body   json.RawMessage `json:"-"`
 	// Answering is set when an AI SDK body's last message is the waiting
 	// assistant message with tool calls answered (an approval response,
 	// a client tool's result): the turn resumes it.
@@ -185,7 +192,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID
 			}
-			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id})
+			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
 		}
 		if err != nil {
 			return nil, err
@@ -233,8 +240,27 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 	case "status":
 		return c.Status()
 	case "cancel":
-		cancelled, err := c.Cancel(ctx)
+		var req cancelRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		var cancelled bool
+		var err error
+		if req.RequestID != "" {
+			cancelled, err = c.CancelTurn(ctx, req.RequestID)
+		} else {
+			cancelled, err = c.Cancel(ctx)
+		}
 		return map[string]bool{"cancelled": cancelled}, err
+	case "child-result":
+		var n chat.ChildNotice
+		if err := decodeOptional(cmd.Data, &n); err != nil {
+			return nil, err
+		}
+		if err := c.ChildEnded(ctx, n); err != nil {
+			return nil, err
+		}
+		return map[string]bool{"ok": true}, nil
 	case "interrupt":
 		var req interruptRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {
@@ -264,7 +290,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take chat, messages, status, cancel, interrupt, state, approve, tool-result; not %q", host.ErrNotFound, cmd.Verb)
+	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append(slices.Clone(Verbs), "status"), ", "), cmd.Verb)
 }
 
 func chatReply(turn chat.Turn) Reply {
@@ -284,6 +310,13 @@ type toolResultRequest struct {
 	ToolCallID string          `json:"toolCallId"`
 	Output     json.RawMessage `json:"output"`
 	ErrorText  string          `json:"errorText"`
+}
+
+// cancelRequest is the payload of the cancel command: without a request
+// id it cancels the active turn; with one, only that turn, if active (a
+// parent cancelling its sub-agent's turn).
+type cancelRequest struct {
+	RequestID string `json:"requestId,omitempty"`
 }
 
 // interruptRequest is the payload of the interrupt command; an empty name
