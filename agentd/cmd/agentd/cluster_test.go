@@ -286,6 +286,11 @@ func TestCluster(t *testing.T) {
 		testClusterNATSNodeLost(t, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
+	t.Run("Subagent", func(t *testing.T) {
+		nodes, c, _ := startCluster(t, bin)
+		testClusterSubagent(t, c, nodes)
+		verifyLog(t, c)
+	})
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 	t.Run("Backup", func(t *testing.T) { testClusterBackup(t, bin) })
