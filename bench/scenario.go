@@ -88,6 +88,8 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "subagent-call", Run: subagentCall},
+		{Name: "subagent-fanout", Run: subagentFanout},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "compaction", Run: compactionScenario},
 		{Name: "sync-cost", Run: syncCost, Once: true},
