@@ -906,13 +906,18 @@ type Status struct {
 }
 
 // Status returns the agent's active and last turn and the last stream.
-func (a *Agent) Status() (Status, error) {
-	st := Status{Agent: a.agent}
-	if t, ok, err := a.store.ActiveTurn(a.agent); err != nil {
+func (a *Agent) Status() (Status, error) { return a.store.Status(a.agent) }
+
+// Status returns agent's active and last turn, the last stream and the
+// active turn's children in flight, as the views hold them: for any agent,
+// whether an Agent of it runs in this process or not.
+func (s *Store) Status(agent string) (Status, error) {
+	st := Status{Agent: agent}
+	if t, ok, err := s.ActiveTurn(agent); err != nil {
 		return st, err
 	} else if ok {
 		st.ActiveTurn = &t
-		links, err := a.store.Links(a.agent, t.RequestID)
+		links, err := s.Links(agent, t.RequestID)
 		if err != nil {
 			return st, err
 		}
@@ -922,12 +927,12 @@ func (a *Agent) Status() (Status, error) {
 			}
 		}
 	}
-	t, ok, err := a.store.LastTurn(a.agent)
+	t, ok, err := s.LastTurn(agent)
 	if err != nil || !ok {
 		return st, err
 	}
 	st.LastTurn = &t
-	info, err := a.store.Streams().Get(a.agent, t.StreamID)
+	info, err := s.Streams().Get(agent, t.StreamID)
 	if errors.Is(err, ErrUnknownStream) {
 		return st, nil
 	}
