@@ -85,6 +85,17 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 // Store returns the chat read side (nil before the daemon started).
 func (ct *Type) Store() *chat.Store { return ct.store }
 
+// StatusDetail is the status detail of a chat agent read from the views
+// (chat.Store.Status: its turns and children in flight), for an agent not
+// active on this node: host.SetStatusDetail("chat", chats.StatusDetail).
+// The host caught the views up with the agent's last event before.
+func (ct *Type) StatusDetail(_ context.Context, agent string) (any, error) {
+	if ct.store == nil {
+		return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+	}
+	return ct.store.Status(agent)
+}
+
 // Factory is the Factory of the chat agent type.
 func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{

@@ -46,6 +46,9 @@ type Host struct {
 	cfg   Config
 	types map[string]Factory  // fixed once the daemon starts
 	verbs map[string][]string // the command verbs of each type
+	// details answer a type's status detail for an agent not active here
+	// (SetStatusDetail); fixed once the daemon starts.
+	details map[string]func(ctx context.Context, agent string) (any, error)
 
 	inflight chan struct{}  // a slot per command being answered
 	handling sync.WaitGroup // the commands being answered
@@ -97,6 +100,7 @@ type instance struct {
 // New returns a Host; register types, then Attach it to a Daemon.
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
+		details: map[string]func(context.Context, string) (any, error){},
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
@@ -127,6 +131,24 @@ func (h *Host) Register(name string, f Factory, verbs ...string) error {
 	}
 	h.types[name] = f
 	h.verbs[name] = slices.Clone(verbs)
+	return nil
+}
+
+// SetStatusDetail sets how the status command details an agent of type typ
+// that is not active on this node: fn reads it from the views (caught up
+// with the agent's last event) without activating it. An active agent
+// answers its status detail itself (CommandHandler). Call it before the
+// daemon starts.
+func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent string) (any, error)) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, ok := h.types[typ]; !ok || fn == nil {
+		return fmt.Errorf("%w: status detail of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+	}
+	h.details[typ] = fn
 	return nil
 }
 

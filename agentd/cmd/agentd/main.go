@@ -212,6 +212,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools) erro
 	if err := h.Register("chat", chats.Factory, chathost.Verbs...); err != nil {
 		return err
 	}
+	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
+		return err
+	}
 	if err := h.Attach(d); err != nil {
 		return err
 	}

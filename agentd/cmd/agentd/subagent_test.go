@@ -220,14 +220,21 @@ func testBinarySubagents(t *testing.T, bin string) {
 			json.Unmarshal(c.command("sleeper", "chat", map[string]string{"text": "/agent dreamer tell me a story"}), &reply)
 			waitLinks(t, c, "sleeper", 1)
 			// The waiting parent holds no keepalive: it is deactivated
-			// while the child still streams.
+			// while the child still streams; its status, read from the
+			// views, still shows the child in flight.
 			deadline := time.Now().Add(20 * time.Second)
 			for {
-				var st host.Status
+				var st struct {
+					Active bool
+					Detail struct{ Children []chat.ChildLink }
+				}
 				json.Unmarshal(c.command("sleeper", "status", nil), &st)
 				var child host.Status
 				json.Unmarshal(c.command("dreamer", "status", nil), &child)
 				if !st.Active && child.Active {
+					if len(st.Detail.Children) != 1 || st.Detail.Children[0].Agent != "dreamer" {
+						t.Errorf("status of the deactivated parent: children %+v, want dreamer", st.Detail.Children)
+					}
 					break
 				}
 				if time.Now().After(deadline) {
