@@ -100,7 +100,7 @@ type instance struct {
 // New returns a Host; register types, then Attach it to a Daemon.
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
-		details: map[string]func(context.Context, string) (any, error){},
+		details:  map[string]func(context.Context, string) (any, error){},
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
