@@ -236,6 +236,50 @@ type Config struct {
 	// it (Deps.Quotas). Not a flag.
 	Quota auth.Quota
 
+	// HTTPReadHeaderTimeout bounds reading a request's headers and a TLS
+	// handshake (--http-read-header-timeout); HTTPBodyTimeout reading its
+	// body, from the end of the headers (--http-body-timeout);
+	// HTTPIdleTimeout how long a kept-alive connection waits for its next
+	// request (--http-idle-timeout). SSE streams and WebSockets are not
+	// bounded by them: they keep their own keepalives. Defaults 10s, 30s,
+	// 2m.
+	HTTPReadHeaderTimeout, HTTPBodyTimeout, HTTPIdleTimeout time.Duration
+	// HTTPMaxConns bounds the HTTP connections open at once
+	// (--http-max-conns): past it a connection is answered 503 with
+	// Retry-After and closed. Default 4096.
+	HTTPMaxConns int
+	// MetricsListen (--metrics-listen) serves /metrics on a listener of
+	// its own, and no longer on the HTTP port. Empty: with Auth,
+	// DefaultAuthMetricsListen (the series name every tenant, so they are
+	// kept off the tenants' port); without, /metrics on HTTPAddr.
+	MetricsListen string
+	// EncryptionKeyFile (--encryption-key-file) names a file holding a key
+	// of at least MinEncryptionKey bytes with which the embedded server
+	// encrypts its JetStream store at rest (JetStreamKey), with
+	// EncryptionCipher (--encryption-cipher: CipherChaCha, the default, or
+	// CipherAES). The Pebble views are not encrypted.
+	EncryptionKeyFile, EncryptionCipher string
+	// TenantDefaults is the quota of a tenant whose record leaves a field
+	// zero (--tenant-default-*): with Auth every tenant is bounded unless
+	// created with auth.Unlimited. Zero fields take the built-in defaults
+	// (DefaultTenant*; bytes and memory 1/8 of the node's JetStream
+	// limits). Set the same on every node of a cluster.
+	TenantDefaults auth.Quota
+	// OIDCRoleClaim (--oidc-role-claim) names the OIDC claim holding a
+	// token's role (auth.Role); a token without it is a reader. Empty:
+	// every OIDC token is a writer.
+	OIDCRoleClaim string
+	// AuditMaxAge and AuditMaxBytes (--audit-max-age, --audit-max-bytes)
+	// bound the audit log that Auth keeps (package agentd/audit): 30 days,
+	// and by default 1/16 of JetStreamMaxStore, at most 256 MiB
+	// (AuditBytes).
+	AuditMaxAge   time.Duration
+	AuditMaxBytes int64
+	// AuditCommand, when set, receives each command that may change an
+	// agent once answered; package tenancy sets it on its tenants'
+	// daemons to write the audit log. Not a flag.
+	AuditCommand AuditFunc
+
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics and Gatherer serves them on /metrics.
@@ -301,6 +345,9 @@ func (c *Config) SetDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.setHTTPDefaults()
+	c.setTenantDefaults()
+	c.setAuditDefaults()
 }
 
 // Validate checks the config after defaults are applied. Errors wrap
@@ -347,6 +394,21 @@ func (c *Config) Validate() error {
 		if f.v < 0 {
 			return configErrorf(f.flag, "%s must not be negative", f.flag)
 		}
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
+	}
+	if err := c.validateMetrics(); err != nil {
+		return err
+	}
+	if err := c.validateEncryption(); err != nil {
+		return err
+	}
+	if err := c.validateTenantDefaults(); err != nil {
+		return err
+	}
+	if err := c.validateAudit(); err != nil {
+		return err
 	}
 	if err := c.validateCluster(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,16 @@ type Daemon struct {
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
 	// before anything listens.
 	certs atomic.Pointer[certs]
+	// httpm are the HTTP connection metrics (nil on a tenant's daemon);
+	// httpOpen counts the open connections once the listener is made.
+	httpm    *httpMetrics
+	httpOpen atomic.Pointer[atomic.Int64]
+	// metricsListen is the metrics listener's address, once it listens.
+	metricsListen atomic.Pointer[string]
+	// denials counts the embedded server's refusals and bounds their log.
+	denials *denialLog
+	// guard watches the streams and buckets under the running node.
+	guard *guard
 
 	mu struct {
 		sync.Mutex
@@ -63,6 +74,7 @@ type Daemon struct {
 		natsURL    string
 		srv        *server.Server // the embedded server, nil with --nats-url
 		lg         *eventlog.Log  // set once started
+		storeLost  []StoreLostFunc
 	}
 }
 
@@ -99,6 +111,20 @@ func New(cfg Config) (*Daemon, error) {
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	var err error
+	if d.guard, err = newGuard(cfg.Logger, cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if err := d.registerHTTPMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if cfg.Tenant == nil {
+		denials, err := newDenialLog(cfg.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		d.denials = denials
+	}
 	if cfg.Quota != (auth.Quota{}) {
 		var err error
 		if d.quotas, err = quota.New(cfg.Quota, cfg.Registerer); err != nil {
@@ -117,7 +143,11 @@ func New(cfg Config) (*Daemon, error) {
 	d.mux.Handle("GET /metrics", d.metricsHandler)
 	d.mux.HandleFunc("GET /healthz", d.handleHealthz)
 	d.mux.HandleFunc("GET /readyz", d.handleReadyz)
-	d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	if !cfg.Auth {
+		// Under auth /debug/ on the HTTP port is the tenants' (their
+		// admins'); the node's quarantine is on the metrics listener.
+		d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
 	return d, nil
 }
 
@@ -173,6 +203,7 @@ func (d *Daemon) AddProjector(pr *eventlog.Projector) error {
 	}
 	d.mu.components = append(d.mu.components, namedComponent{"projection " + pr.Name(), pr})
 	d.mu.projectors = append(d.mu.projectors, pr)
+	d.guard.watchView(pr.Name(), pr.Stream(), pr.Cursor)
 	return nil
 }
 
@@ -188,6 +219,7 @@ func (d *Daemon) addViews(views *eventlog.Follower) error {
 			return err
 		}
 	}
+	d.guard.watchView(strings.Join(names, ","), views.Stream(), views.Cursor)
 	return d.Add("projections "+strings.Join(names, ","), views)
 }
 
@@ -287,6 +319,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.certs.Store(tc)
+	stopMetrics, err := d.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	// A tenant's daemon has no listener: the daemon serving the tenants
 	// routes its requests (Handler).
 	var ln net.Listener
@@ -302,15 +339,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	starting := d.startingHandler()
 	d.front.Store(&starting)
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	hs := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn),
-	}
+	hs := d.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*d.front.Load()).ServeHTTP(w, r) }))
+	hs.BaseContext = func(net.Listener) context.Context { return reqCtx }
+	hs.ErrorLog = slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
 	web := &webServer{hs: hs, cancel: cancelRequests, served: make(chan error, 1)}
 	if ln != nil {
 		web.addr = ln.Addr().String()
+		var serverTLS *tls.Config
+		if tc != nil {
+			serverTLS = tc.serverConfig()
+		}
+		ln = d.limitConns(ln, serverTLS)
 		if tc != nil {
 			hs.TLSConfig = tc.serverConfig()
 			go func() { web.served <- hs.ServeTLS(ln, "", "") }()
@@ -332,7 +371,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	if cfg.NATSURL == "" {
-		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc); err != nil {
+		if r.srv, err = startServer(ctx, cfg, d.cfg.Logger, op, tc, d.denials); err != nil {
 			return fail(err)
 		}
 	}
@@ -385,6 +424,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
+	d.guardStores(r.lg, views)
 	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
 		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
@@ -447,6 +487,7 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 		}
 		return nil
 	})
+	g.Go(func() error { return d.guard.run(compCtx, r.nc) })
 	for _, nc := range components {
 		g.Go(func() error {
 			if err := nc.c.Run(compCtx); err != nil {
@@ -494,6 +535,9 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 	})
 	d.logStarted(r)
 	close(d.started)
+	if cfg.Tenant == nil {
+		go d.logReady(gctx)
+	}
 
 	err := g.Wait()
 	terr := d.teardown(r)
@@ -551,7 +595,10 @@ func (d *Daemon) ReloadTLS() error {
 		d.logger.Error("tls reload failed; the old certificate stays in use", "err", err)
 		return err
 	}
-	d.logger.Info("tls certificate reloaded", "cert", tc.certFile)
+	d.logger.Info("tls certificate reloaded", "cert", tc.certFile, "not_after", tc.notAfter())
+	if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+		d.logger.Error("the reloaded TLS certificate has expired already", "cert", tc.certFile, "not_after", na)
+	}
 	return nil
 }
 
@@ -573,6 +620,7 @@ func (d *Daemon) logStarted(r *resources) {
 		"nats_embedded", r.srv != nil,
 		"sync", syncMode,
 		"http", d.HTTPAddr(),
+		"metrics", d.MetricsAddr(),
 		"log_level", levelString(cfg.LogLevel),
 	)
 	switch {
@@ -581,6 +629,13 @@ func (d *Daemon) logStarted(r *resources) {
 		d.logger.Warn("auth is off (--insecure): anyone who reaches the NATS and HTTP ports can command every agent and read every chat")
 	case !cfg.Auth:
 		d.logger.Info("auth is off: agentd listens on loopback only, and anyone on this machine can command every agent; use --auth for tenants and credentials")
+	}
+	d.warnPlaintext()
+	if tc := d.certs.Load(); tc != nil {
+		if na := tc.notAfter(); !na.IsZero() && time.Now().After(na) {
+			d.logger.Error("the TLS certificate has expired: clients and routes that verify it refuse it; renew it and send SIGHUP",
+				"cert", tc.certFile, "not_after", na)
+		}
 	}
 	if r.srv != nil && cfg.Sync == SyncInterval {
 		d.logger.Warn("JetStream syncs to disk on an interval, not on every write: acknowledged writes can be lost on power failure " +

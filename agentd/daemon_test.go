@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
@@ -77,8 +78,8 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before the projection caught up: got %d %s, want 503", code, body)
 	}
-	if !strings.Contains(body, `"notes":false`) {
-		t.Errorf("/readyz body %s: want notes:false", body)
+	if !strings.Contains(body, `"notes":false`) || !strings.Contains(body, `"reasons":["catching up with the log: notes"]`) {
+		t.Errorf("/readyz body %s: want notes:false and the reason naming it", body)
 	}
 	if d.Ready() {
 		t.Error("Ready() true before the projection caught up")
@@ -86,8 +87,9 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 
 	releaseOnce()
 	body = agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
-	if !strings.Contains(body, `"notes":true`) || !strings.Contains(body, `"status":"ready"`) {
-		t.Errorf("/readyz body %s: want ready with notes:true", body)
+	if !strings.Contains(body, `"notes":true`) || !strings.Contains(body, `"status":"ready"`) ||
+		!strings.Contains(body, `"partitions":64,"assigned":64`) || strings.Contains(body, "reasons") {
+		t.Errorf("/readyz body %s: want ready with notes:true, 64 partitions of 64 and no reasons", body)
 	}
 
 	code, body = agentdtest.Get(t, base+"/metrics")
@@ -99,6 +101,12 @@ func TestRunServesHealthReadyMetrics(t *testing.T) {
 		"forever_eventlog_projection_cursor",
 		"forever_agentd_ready 1",
 		"forever_agentd_nats_connected 1",
+		`forever_agentd_ready_reason{reason="starting"} 0`,
+		`forever_agentd_ready_reason{reason="partitions"} 0`,
+		`forever_agentd_degraded{reason="store_full"} 0`,
+		"forever_jetstream_store_max_bytes 1.073741824e+10",
+		"forever_jetstream_memory_max_bytes 2.68435456e+08",
+		"forever_jetstream_meta_leader 1",
 		"go_goroutines",
 	} {
 		if !strings.Contains(body, want) {
@@ -433,4 +441,67 @@ func TestReadyWhileStarting(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestGuardHealsADeletedStream: a stream of the log deleted under the
+// running daemon is noticed within seconds, logged once at ERROR naming
+// it, counted, and created again; /readyz is 200 again (it is 503 with a
+// reason naming the stream while the heal runs: see TestBinary/DeleteEvents).
+func TestGuardHealsADeletedStream(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	var logs agentdtest.SyncBuffer
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	base := "http://" + d.HTTPAddr()
+	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(t.Context(), "FOREVER_CHUNKS"); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, &logs, `"level":"ERROR","msg":"stream FOREVER_CHUNKS was deleted under the running node`)
+	waitLog(t, &logs, `"msg":"stream created again","subsystem":"eventlog","stream":"FOREVER_CHUNKS"`)
+	if _, err := js.Stream(t.Context(), "FOREVER_CHUNKS"); err != nil {
+		t.Errorf("FOREVER_CHUNKS after the heal: %v", err)
+	}
+	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
+	_, body := agentdtest.Get(t, base+"/metrics")
+	if !strings.Contains(body, `forever_agentd_ready_reason{reason="store_missing"} 0`) ||
+		!strings.Contains(body, `forever_agentd_store_faults_total{kind="deleted",store="FOREVER_CHUNKS"} 1`) {
+		t.Errorf("metrics after the chunks stream was deleted lack the fault:\n%s", grepLines(body, "forever_agentd"))
+	}
+	if n := strings.Count(logs.String(), "FOREVER_CHUNKS was deleted"); n != 1 {
+		t.Errorf("the loss was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// waitLog waits until logs holds want.
+func waitLog(t *testing.T, logs *agentdtest.SyncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log:\n%s", want, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

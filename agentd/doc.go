@@ -22,7 +22,11 @@
 // fails before anything starts:
 //
 //  1. the data dir: created when missing; an error (ErrDataDir, naming
-//     --data) when it is a file, cannot be created or is not writable;
+//     --data) when it is a file, cannot be created or is not writable.
+//     It (and its jetstream and pebble dirs when they exist) is made, or
+//     narrowed to, 0700, DataDirPerm: they hold conversations, keys and
+//     credentials (the agentd binary also sets the umask to 077, so every
+//     file and directory made under it is its user's only);
 //  2. the HTTP listener and the NATS listen port: ErrAddrInUse naming --http
 //     or --nats-listen when taken. HTTP serves from here on: /healthz and
 //     /metrics as usual, every other path 503 {"status":"starting"} with
@@ -46,16 +50,80 @@
 //
 // # HTTP
 //
-//   - GET /healthz: 200 while the NATS connection is up, 503 otherwise.
-//   - GET /readyz: 200 once started, connected, and every projector added
-//     with AddProjector is ready (caught up with the log); 503 before and
-//     while stopping. The JSON body lists each projection's readiness.
+//   - GET /healthz: 200 while the NATS connection is up, 503 otherwise. The
+//     liveness probe: it fails only when restarting the process can help.
+//   - GET /readyz: the readiness probe. 200 when the node can serve
+//     commands: started, connected, every view caught up and following its
+//     stream, the first round of leases taken and, a lease TTL after that,
+//     at least one of the partitions the assignment gives it held, every
+//     stream and bucket of Forever present (the guard heals one that was
+//     lost, see Daemon.Guard), Pebble writing and, clustered, the embedded
+//     server's JetStream replicas current. 503 with Retry-After otherwise,
+//     and while stopping. The JSON body (Health) lists each view's
+//     readiness, the partitions owned and assigned, and "reasons": one
+//     sentence per condition that fails, naming the stream, bucket, view or
+//     limit. A node that serves reads but refuses writes (a full JetStream
+//     store) stays 200 and says why under "degraded". The same conditions
+//     are the metrics forever_agentd_ready_reason{reason} (starting,
+//     stopping, nats, replicas, leases, partitions, store_missing,
+//     views_stalled) and forever_agentd_degraded{reason} (store_full,
+//     tls_expired: a TLS certificate past its NotAfter, which SIGHUP with
+//     a renewed one heals).
 //   - GET /metrics: Prometheus metrics from Config.Gatherer (the registry
 //     main creates, with the Go and process collectors), including
-//     forever_eventlog_* and forever_agentd_ready, forever_agentd_nats_connected.
+//     forever_eventlog_*, forever_agentd_ready, forever_agentd_nats_connected,
+//     forever_agentd_store_faults_total{store,kind},
+//     forever_agentd_tls_cert_not_after_seconds (with --tls-cert) and, with the embedded
+//     server, forever_jetstream_store_bytes, forever_jetstream_store_max_bytes,
+//     forever_jetstream_memory_bytes, forever_jetstream_memory_max_bytes and
+//     forever_jetstream_meta_leader.
+//     With Config.MetricsListen (--metrics-listen), or under Auth, where
+//     the series name every tenant, it moves to a listener of its own
+//     (default under Auth: DefaultAuthMetricsListen, 127.0.0.1:9464) and
+//     the HTTP port answers it 404; without either it stays on the HTTP
+//     port.
 //   - GET /debug/quarantine: the stored events the views skipped as corrupt
 //     (eventlog.Log.Quarantine), as a JSON array.
 //   - Anything added with Handle or HandleFunc.
+//
+// The server bounds what a client can hold: request headers (and a TLS
+// handshake) must arrive within Config.HTTPReadHeaderTimeout (10s), a
+// request's body within HTTPBodyTimeout (30s) of its headers, and a
+// kept-alive connection is closed after HTTPIdleTimeout (2m) without a
+// request. The body deadline is set per request that has a body and
+// cleared once the body is read, so the SSE stream a POST answers with,
+// and a WebSocket, last as long as their turn (they keep their own
+// keepalives). At most HTTPMaxConns (4096) connections are open at once;
+// past it a connection is answered 503 with Retry-After and closed before
+// any handler runs (forever_http_connections_open,
+// forever_http_connections_refused_total).
+//
+// # NATS denials
+//
+// The embedded server logs every client it refuses (a permissions
+// violation, a failed or revoked authentication, an account's connection,
+// subscription or payload limit). agentd counts them
+// (forever_nats_denials_total{kind}), passes each to the function given to
+// Daemon.OnNATSDenial (the audit log), and logs at most one line per kind a
+// second, saying how many it left out since the last: a client making
+// 20,000 forbidden publishes in 2 s costs a few lines, not 20,000.
+//
+// # Encryption at rest
+//
+// With Config.EncryptionKeyFile (--encryption-key-file) the embedded server
+// encrypts its JetStream store (JetStreamKey, JetStreamCipher: ChaCha20-
+// Poly1305 or AES-GCM, --encryption-cipher): every stream's messages and
+// index, the KV buckets (leases, tenant registry), consumers' state and the
+// stream metadata, tenants' included. A store written without a key is
+// encrypted at the next start with one. A start with another key, or with
+// none on an encrypted store, fails with ErrConfig naming the flag, before
+// anything is written (the server would skip the streams it cannot read and
+// agentd would create them anew). Not covered: the Pebble views under
+// <data>/pebble and <data>/tenants/*/pebble (derived from the log, rebuilt
+// from it when deleted: keep --data on an encrypted volume, or delete them
+// and let them rebuild), the key files under <data>/auth and admin.creds
+// (0600), the key itself (keep the file out of --data, on a secret mount),
+// and an external server's store (--nats-url: its own jetstream block).
 //
 // # Invariants
 //

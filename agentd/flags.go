@@ -164,6 +164,12 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"audience (`client id`) the OIDC tokens must carry")
 	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
+	httpFlags(fs, cfg)
+	metricsFlags(fs, cfg)
+	encryptionFlags(fs, cfg)
+	tenantDefaultFlags(fs, cfg)
+	oidcRoleFlag(fs, cfg)
+	auditFlags(fs, cfg)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

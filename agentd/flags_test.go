@@ -35,6 +35,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"idle-timeout", cfg.IdleTimeout, 2 * time.Minute},
 		{"log-level", cfg.LogLevel, slog.LevelInfo},
 		{"log-format", cfg.LogFormat, LogText},
+		{"http-read-header-timeout", cfg.HTTPReadHeaderTimeout, 10 * time.Second},
+		{"http-body-timeout", cfg.HTTPBodyTimeout, 30 * time.Second},
+		{"http-idle-timeout", cfg.HTTPIdleTimeout, 2 * time.Minute},
+		{"http-max-conns", cfg.HTTPMaxConns, 4096},
 		{"jetstream dir", cfg.JetStreamDir(), "data/jetstream"},
 		{"pebble dir", cfg.PebbleDir(), "data/pebble"},
 	} {
@@ -112,6 +116,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"bad nats listen port", []string{"--nats-listen", "127.0.0.1:99999"}, nil, "(set --nats-listen or FOREVER_NATS_LISTEN)"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "log-level"},
 		{"bad log format", nil, map[string]string{"FOREVER_LOG_FORMAT": "xml"}, "FOREVER_LOG_FORMAT"},
+		{"negative body timeout", []string{"--http-body-timeout", "-1s"}, nil, "(set --http-body-timeout or FOREVER_HTTP_BODY_TIMEOUT)"},
+		{"negative max conns", nil, map[string]string{"FOREVER_HTTP_MAX_CONNS": "-5"}, "FOREVER_HTTP_MAX_CONNS"},
 		{"unknown flag", []string{"--nope"}, nil, "nope"},
 		{"stray argument", []string{"serve"}, nil, `"serve"`},
 	}

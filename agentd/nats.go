@@ -47,7 +47,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 // startServer starts the embedded nats-server with JetStream storing under
 // <DataDir>/jetstream and waits until it accepts connections. The caller
 // shuts it down.
-func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Operator, tc *certs) (*server.Server, error) {
+func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Operator, tc *certs, denials *denialLog) (*server.Server, error) {
 	host, port, err := splitAddr(cfg.NATSListen)
 	if err != nil {
 		return nil, configErrorf("nats-listen", "nats listen address %q: %v", cfg.NATSListen, err)
@@ -72,6 +72,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	if err := clusterOptions(cfg, opts); err != nil {
 		return nil, err
 	}
+	if err := cfg.encryptionOptions(opts); err != nil {
+		return nil, err
+	}
 	if op != nil {
 		if err := op.serverOptions(cfg.DataDir, opts); err != nil {
 			return nil, err
@@ -89,7 +92,7 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
 	}
-	nl := &serverLogger{l: logger.With("subsystem", "nats-server"), fatal: make(chan string, 1)}
+	nl := &serverLogger{l: logger.With("subsystem", "nats-server"), fatal: make(chan string, 1), denials: denials}
 	s.SetLoggerV2(nl, logger.Enabled(ctx, slog.LevelDebug), false, false)
 	s.Start()
 	deadline := time.Now().Add(serverStartTimeout)
@@ -121,6 +124,10 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	case msg := <-nl.fatal: // e.g. JetStream failed to start but clients are accepted
 		s.Shutdown()
 		s.WaitForShutdown()
+		if strings.Contains(msg, undecryptable) {
+			return nil, configErrorf("encryption-key-file", "the JetStream store under %s cannot be decrypted: it was written with "+
+				"another --encryption-key-file, or with one and this start has none (%s)", cfg.JetStreamDir(), strings.TrimSpace(msg))
+		}
 		return nil, fmt.Errorf("%w: embedded server: %s", ErrNATS, msg)
 	default:
 	}
@@ -129,6 +136,9 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 		s.WaitForShutdown()
 		return nil, fmt.Errorf("%w: embedded server started without JetStream", ErrNATS)
 	}
+	jc := s.JetStreamConfig()
+	nl.l.Info("nats server started", "version", server.VERSION, "name", s.Name(), "url", s.ClientURL(),
+		"cluster", cfg.ClusterName, "store", jc.StoreDir, "max_store", jc.MaxStore, "max_memory", jc.MaxMemory, "sync_always", jc.SyncAlways)
 	return s, nil
 }
 
@@ -223,20 +233,50 @@ func redactURL(raw string) string {
 // (after which the server stops starting) are logged at error level and
 // reported on fatal; the process is never exited.
 type serverLogger struct {
-	l     *slog.Logger
-	fatal chan string
+	l       *slog.Logger
+	fatal   chan string
+	denials *denialLog // counts and rate-limits the clients refused
 }
 
-func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s *serverLogger) Fatalf(format string, v ...any) {
+// Noticef logs at DEBUG: the server's notices (its start-up banner, route
+// and leader changes) are many lines per phase; agentd logs one summary
+// line for the server it started, and warnings and errors keep their
+// levels.
+func (s *serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Warnf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	s.l.Error(msg, "fatal", true)
+	if s.denials.take(s.l, msg) {
+		return
+	}
+	s.l.Warn(msg)
+	if strings.Contains(msg, undecryptable) {
+		// The server skips a stream it cannot decrypt; agentd would then
+		// create it anew over the data it holds.
+		s.report(msg)
+	}
+}
+
+// undecryptable starts the server's warning about a stream or consumer
+// whose store it cannot decrypt (another key, or none).
+const undecryptable = "Error decrypting our"
+
+func (s *serverLogger) report(msg string) {
 	select {
 	case s.fatal <- msg:
 	default:
 	}
+}
+func (s *serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if s.denials.take(s.l, msg) {
+		return
+	}
+	s.l.Error(msg)
+}
+func (s *serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s *serverLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	s.l.Error(msg, "fatal", true)
+	s.report(msg)
 }

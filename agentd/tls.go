@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
+	"time"
 )
 
 // certs holds the TLS certificate (--tls-cert, --tls-key) and CA
@@ -57,6 +59,16 @@ func (c *certs) Reload() error {
 	return nil
 }
 
+// notAfter returns when the current certificate expires (zero when it
+// cannot be read).
+func (c *certs) notAfter() time.Time {
+	cert := c.current()
+	if cert == nil || cert.Leaf == nil {
+		return time.Time{}
+	}
+	return cert.Leaf.NotAfter
+}
+
 func (c *certs) current() *tls.Certificate {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -103,4 +115,37 @@ func (c *Config) validateTLS() error {
 		return configErrorf("tls-ca", "with --tls-cert the cluster's routes use mutual TLS: set --tls-ca to the CA that signed every node's certificate")
 	}
 	return nil
+}
+
+// publicWithoutTLS returns the flags (http, nats-listen, cluster-listen)
+// listening on a non-loopback address without --tls-cert: their traffic
+// (bearer tokens, chat text, NATS messages) crosses the network in clear.
+func (c *Config) publicWithoutTLS() []string {
+	if c.TLSCert != "" || c.Tenant != nil {
+		return nil
+	}
+	var flags []string
+	for _, l := range []struct{ flag, addr string }{
+		{"http", c.HTTPAddr},
+		{"nats-listen", c.embeddedNATSListen()},
+		{"cluster-listen", c.ClusterListen},
+	} {
+		if l.addr != "" && !isLoopback(l.addr) {
+			flags = append(flags, "--"+l.flag)
+		}
+	}
+	return flags
+}
+
+// warnPlaintext logs a warning when auth is on and a public listener has
+// no TLS: credentials protect nothing an eavesdropper can read.
+func (d *Daemon) warnPlaintext() {
+	if !d.cfg.Auth {
+		return
+	}
+	if flags := d.cfg.publicWithoutTLS(); len(flags) > 0 {
+		d.logger.Warn("auth is on but "+strings.Join(flags, ", ")+" listen on a non-loopback address without TLS: "+
+			"bearer tokens, chat text and NATS messages cross the network in clear; pass --tls-cert and --tls-key "+
+			"(or terminate TLS in front of agentd and keep these ports private)", "listeners", flags)
+	}
 }

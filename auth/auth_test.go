@@ -70,7 +70,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.Quota.Bytes = 1 << 20
-	client, err := k.TenantClientUser(tn, "FOREVER_CHUNKS")
+	client, err := k.TenantClientUser(tn, "FOREVER_CHUNKS", Credential{Name: "c1", Role: RoleWriter}, tn.Quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 	tn.Clients = append(tn.Clients, client.PublicKey)
 	tn.RevokeAll(time.Now())
 
-	tok, err := k.TenantAccountJWT(tn)
+	tok, err := k.TenantAccountJWT(tn, tn.Quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 	if ac.Issuer != pub(k.Operator) || ac.Subject != tn.Account || !ac.SigningKeys.Contains(pub(k.Signer)) {
 		t.Fatalf("account claims: issuer %s subject %s", ac.Issuer, ac.Subject)
 	}
-	if ac.Limits.JetStreamLimits.DiskStorage != 1<<20 {
+	if ac.Limits.JetStreamLimits.DiskStorage != tn.Quota.StoreLimit() {
 		t.Fatalf("disk limit %d", ac.Limits.JetStreamLimits.DiskStorage)
 	}
 	for _, u := range []*User{client, runtime} {
@@ -115,8 +115,11 @@ func TestTenantAccountAndUsers(t *testing.T) {
 			t.Errorf("client may publish %q: %s", banned, allowPub)
 		}
 	}
-	if got := strings.Join(uc.Permissions.Sub.Allow, " "); got != "forever.chunk.> _INBOX.>" {
+	if got := strings.Join(uc.Permissions.Sub.Allow, " "); got != "forever.chunk.> forever.bcast.> _INBOX.>" {
 		t.Errorf("client subscribes %q", got)
+	}
+	if got := strings.Join(uc.Permissions.Pub.Deny, " "); got != "forever.cmd.*.delete" || !strings.Contains(allowPub, "forever.list") {
+		t.Errorf("client may not publish %q, may publish %q: want delete denied and forever.list allowed", got, allowPub)
 	}
 	creds, err := client.Creds()
 	if err != nil || !strings.Contains(string(creds), client.JWT) {

@@ -48,19 +48,27 @@ func (k *Keys) ServiceAccountJWT() (string, error) {
 	return k.encodeAccount(ac)
 }
 
-// TenantAccountJWT returns the account JWT of t: its JetStream limits from
-// t.Quota, the tenant signing key, and t's revocations.
+// TenantAccountJWT returns the account JWT of t: its limits from q, the
+// quota enforced (t.Quota resolved with the node's defaults: 0 is no
+// limit), the tenant signing key, and t's revocations. A disabled tenant's
+// account takes no connection: the server closes those it has.
 // A record whose name or account key is invalid is an error.
-func (k *Keys) TenantAccountJWT(t *Tenant) (string, error) {
+func (k *Keys) TenantAccountJWT(t *Tenant, q Quota) (string, error) {
 	if err := t.Validate(); err != nil {
 		return "", err
 	}
 	ac := jwt.NewAccountClaims(t.Account)
 	ac.Name = t.Name
 	ac.SigningKeys.Add(pub(k.Signer))
-	ac.Limits.JetStreamLimits = unlimitedJetStream()
-	if t.Quota.Bytes > 0 {
-		ac.Limits.JetStreamLimits.DiskStorage = t.Quota.Bytes
+	js := unlimitedJetStream()
+	js.DiskStorage = limit(q.StoreLimit())
+	js.MemoryStorage = limit(q.Memory)
+	js.Streams = limit(q.Streams)
+	js.Consumer = limit(q.Consumers)
+	ac.Limits.JetStreamLimits = js
+	ac.Limits.Conn = limit(q.Conns)
+	if t.Disabled {
+		ac.Limits.Conn = 0
 	}
 	if len(t.Revoked) > 0 {
 		ac.Revocations = make(jwt.RevocationList, len(t.Revoked))
@@ -69,6 +77,14 @@ func (k *Keys) TenantAccountJWT(t *Tenant) (string, error) {
 		ac.Revocations.Revoke(user, unixTime(at))
 	}
 	return k.encodeAccount(ac)
+}
+
+// limit is a resolved quota field as a JWT limit: 0 is no limit.
+func limit(v int64) int64 {
+	if v <= 0 {
+		return jwt.NoLimit
+	}
+	return v
 }
 
 func unlimitedJetStream() jwt.JetStreamLimits {
@@ -116,13 +132,23 @@ func (k *Keys) TenantRuntimeUser(t *Tenant) (*User, error) {
 	return mintUser("agentd", k.Signer, t.Account, nil)
 }
 
-// TenantClientUser mints a client credential of t, limited by
-// ClientPermissions(chunksStream).
-func (k *Keys) TenantClientUser(t *Tenant, chunksStream string) (*User, error) {
-	return mintUser(t.Name+"-client", k.Signer, t.Account, ClientPermissions(chunksStream))
+// TenantClientUser mints the NATS user of t's credential c, limited by
+// ClientPermissions(chunksStream, c.Role), expiring at c.Expires (the
+// server closes its connections then), with q's (resolved) subscriptions
+// and payload limits per connection.
+func (k *Keys) TenantClientUser(t *Tenant, chunksStream string, c Credential, q Quota) (*User, error) {
+	if !c.Role.Valid() {
+		return nil, fmt.Errorf("%w: role %q", ErrInvalidCredential, c.Role)
+	}
+	return mintUser(t.Name+"/"+c.Name, k.Signer, t.Account, ClientPermissions(chunksStream, c.Role), func(uc *jwt.UserClaims) {
+		uc.Expires = c.Expires
+		uc.Limits.Subs = limit(q.Subs)
+		uc.Limits.Payload = limit(q.Payload)
+		uc.Tags.Add("role:" + string(c.Role))
+	})
 }
 
-func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jwt.Permissions) (*User, error) {
+func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jwt.Permissions, opts ...func(*jwt.UserClaims)) (*User, error) {
 	ukp, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, fmt.Errorf("auth: user key: %w", err)
@@ -133,6 +159,9 @@ func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jw
 	if perms != nil {
 		uc.Permissions = *perms
 	}
+	for _, o := range opts {
+		o(uc)
+	}
 	tok, err := uc.Encode(signer)
 	if err != nil {
 		return nil, fmt.Errorf("auth: user %s jwt: %w", name, err)
@@ -141,14 +170,37 @@ func mintUser(name string, signer nkeys.KeyPair, issuerAccount string, perms *jw
 	return &User{PublicKey: pub(ukp), JWT: tok, Seed: seed}, nil
 }
 
-// ClientPermissions are a tenant client's: send commands, subscribe to
-// chunks and inboxes, and run ordered (or pull) consumers on the chunks
-// stream. Everything else is denied by the server.
-func ClientPermissions(chunksStream string) *jwt.Permissions {
+// ClientAPIPrefix is where a tenant's client sends JetStream API requests
+// (jetstream.NewWithAPIPrefix, eventlog.Config.APIPrefix): agentd forwards
+// them to $JS.API in the tenant's account, counting them against the
+// tenant's rate. The client may not reach $JS.API itself, so a flood of
+// API calls cannot fill the server's shared API queue.
+const ClientAPIPrefix = "forever.jsapi"
+
+// ClientPermissions are a tenant client's of role r: send the commands r
+// may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
+// admin, but AdminVerbs for the admin only) and list agents
+// (forever.list), subscribe to chunks, agents' broadcasts
+// (forever.bcast.>) and inboxes, and run ordered (or pull) consumers on
+// the chunks stream through ClientAPIPrefix. Everything else is denied by
+// the server.
+func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
-	api := "$JS.API."
+	api := ClientAPIPrefix + "."
+	if vs := r.Verbs(); vs == nil {
+		p.Pub.Allow.Add("forever.cmd.>")
+		for _, v := range AdminVerbs {
+			if !r.Allows(v) {
+				p.Pub.Deny.Add("forever.cmd.*." + v)
+			}
+		}
+	} else {
+		for _, v := range vs {
+			p.Pub.Allow.Add("forever.cmd.*." + v)
+		}
+	}
 	p.Pub.Allow.Add(
-		"forever.cmd.>",
+		"forever.list",
 		api+"INFO",
 		api+"STREAM.INFO."+chunksStream,
 		api+"CONSUMER.CREATE."+chunksStream+".>",
@@ -161,6 +213,6 @@ func ClientPermissions(chunksStream string) *jwt.Permissions {
 		"$JS.FC."+chunksStream+".>",
 		"$JS.ACK."+chunksStream+".>",
 	)
-	p.Sub.Allow.Add("forever.chunk.>", "_INBOX.>")
+	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", "_INBOX.>")
 	return p
 }

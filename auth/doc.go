@@ -15,15 +15,29 @@
 //     account; a tenant's client credential is a user of the same account
 //     limited to sending commands and reading chunks.
 //
+// A tenant's account carries its limits (Quota, resolved with the node's
+// defaults): connections, JetStream storage, streams and consumers; a
+// disabled tenant's account takes no connection. Each client credential
+// (Credential) has a name, a Role and an optional expiry, carried in its
+// user JWT with its role's permissions and its connections' limits.
+//
 // Invariants (each tested in this package or in agentd):
-//   - A tenant's client may publish only on forever.cmd.>, subscribe only
-//     to forever.chunk.> and _INBOX.>, and use only the JetStream API calls
-//     an ordered consumer of the chunks stream needs. It cannot write
-//     events or chunks, manage streams, or read another tenant's subjects,
-//     because those live in another account.
+//   - A tenant's client may publish only the command verbs of its role
+//     (forever.cmd.*.<verb>; forever.cmd.> for a writer or admin, but
+//     AdminVerbs, forever.cmd.*.delete, for the admin only) and
+//     forever.list, subscribe only to forever.chunk.>, forever.bcast.> and
+//     _INBOX.>, and use only the JetStream API calls an ordered consumer of
+//     the chunks stream needs, under ClientAPIPrefix (agentd forwards them
+//     to $JS.API, counting them against the tenant's rate), never $JS.API
+//     itself. It cannot write events or chunks, manage streams, or read
+//     another tenant's subjects, because those live in another account.
 //   - A revoked client credential is in its account's revocation list: the
 //     server refuses it on connect and closes live connections when the
-//     account JWT is updated.
+//     account JWT is updated. An expired one is refused by the server on
+//     its own (the user JWT's exp).
+//   - The parsers of what operators type (ParseRole, ParseExpiry,
+//     ParseLimit, ParseRate) never accept a negative limit, an unknown
+//     role or an expiry outside a second to 10 years; they are fuzzed.
 //   - Seeds never leave the key directory (0600 files in a 0700 dir) except
 //     inside a creds file written for its user; no error or log names one.
 //   - An HTTP token is stored only as its SHA-256 hash.

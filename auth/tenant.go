@@ -27,15 +27,6 @@ func CheckName(name string) error {
 	return nil
 }
 
-// Quota bounds what a tenant may use; a zero field is no limit.
-type Quota struct {
-	Rate   float64 `json:"rate,omitempty"`   // requests per second
-	Burst  int     `json:"burst,omitempty"`  // requests above Rate at once (default max(1, Rate))
-	Turns  int     `json:"turns,omitempty"`  // concurrent chat turns
-	Agents int     `json:"agents,omitempty"` // agents with state
-	Bytes  int64   `json:"bytes,omitempty"`  // bytes stored in JetStream
-}
-
 // Tenant is the registry record of one tenant, stored as JSON.
 type Tenant struct {
 	Name    string           `json:"name"`
@@ -43,8 +34,66 @@ type Tenant struct {
 	Created time.Time        `json:"created"`           // first creation
 	Clients []string         `json:"clients,omitempty"` // client user keys ever minted
 	Revoked map[string]int64 `json:"revoked,omitempty"` // user key -> unix seconds of revocation
-	Tokens  []string         `json:"tokens,omitempty"`  // SHA-256 (hex) of live HTTP tokens
-	Quota   Quota            `json:"quota"`
+	// Tokens are the SHA-256 (hex) of live HTTP tokens minted before
+	// credentials had names: writers, named "legacy".
+	Tokens []string `json:"tokens,omitempty"`
+	Quota  Quota    `json:"quota"`
+	// Creds are the credentials minted, live, expired and revoked.
+	Creds []Credential `json:"creds,omitempty"`
+	// Disabled refuses the tenant everywhere (its daemon stops, its
+	// account takes no connection) until it is enabled again.
+	Disabled bool `json:"disabled,omitempty"`
+	// RevokedAt is when every credential was last revoked (unix seconds):
+	// an OIDC token issued at or before it is refused.
+	RevokedAt int64 `json:"revokedAt,omitempty"`
+}
+
+// LegacyCredName names the tokens minted before credentials had names.
+const LegacyCredName = "legacy"
+
+// Cred returns the credential named name, nil if there is none.
+func (t *Tenant) Cred(name string) *Credential {
+	for i := range t.Creds {
+		if t.Creds[i].Name == name {
+			return &t.Creds[i]
+		}
+	}
+	return nil
+}
+
+// TokenCred returns the credential whose token hashes to hash, live or
+// not; legacy tokens are writers named LegacyCredName.
+func (t *Tenant) TokenCred(hash string) (Credential, bool) {
+	for _, c := range t.Creds {
+		if c.Token == hash {
+			return c, true
+		}
+	}
+	if t.HasToken(hash) {
+		return Credential{Name: LegacyCredName, Role: RoleWriter, Token: hash}, true
+	}
+	return Credential{}, false
+}
+
+// RevokeCred revokes the credential named name at now: its user joins the
+// account's revocation list, its token is refused. It reports whether it
+// was live.
+func (t *Tenant) RevokeCred(name string, now time.Time) (bool, error) {
+	c := t.Cred(name)
+	if c == nil {
+		return false, fmt.Errorf("%w: tenant %s has no credential %q", ErrInvalidCredential, t.Name, name)
+	}
+	if c.Revoked != 0 {
+		return false, nil
+	}
+	c.Revoked = now.Unix()
+	if c.User != "" {
+		if t.Revoked == nil {
+			t.Revoked = make(map[string]int64)
+		}
+		t.Revoked[c.User] = now.Unix()
+	}
+	return true, nil
 }
 
 // NewTenant creates the record of a new tenant with a fresh account key.
@@ -82,15 +131,42 @@ func (t *Tenant) HasToken(hash string) bool {
 	return false
 }
 
-// RevokeAll revokes every client credential and HTTP token of t at now.
-func (t *Tenant) RevokeAll(now time.Time) {
+// RevokeAll revokes every client credential and HTTP token of t at now,
+// and every OIDC token issued until now. It returns how many were live.
+func (t *Tenant) RevokeAll(now time.Time) int {
 	if t.Revoked == nil {
 		t.Revoked = make(map[string]int64, len(t.Clients))
 	}
+	n := len(t.Tokens)
 	for _, c := range t.Clients {
-		t.Revoked[c] = now.Unix()
+		if _, ok := t.Revoked[c]; !ok {
+			if !t.credUser(c) {
+				n++ // a client user minted before credentials had names
+			}
+			t.Revoked[c] = now.Unix()
+		}
+	}
+	for i := range t.Creds {
+		if c := &t.Creds[i]; c.Revoked == 0 {
+			if c.Live(now) {
+				n++
+			}
+			c.Revoked = now.Unix()
+		}
 	}
 	t.Tokens = nil
+	t.RevokedAt = now.Unix()
+	return n
+}
+
+// credUser reports whether user is the NATS user of a named credential.
+func (t *Tenant) credUser(user string) bool {
+	for _, c := range t.Creds {
+		if c.User == user {
+			return true
+		}
+	}
+	return false
 }
 
 // NewToken returns a fresh HTTP bearer token and the hash stored for it.

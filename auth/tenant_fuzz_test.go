@@ -30,7 +30,7 @@ func FuzzTenantRecord(f *testing.F) {
 		if json.Unmarshal(data, &rec) != nil {
 			return
 		}
-		tok, err := k.TenantAccountJWT(&rec)
+		tok, err := k.TenantAccountJWT(&rec, rec.Quota.Resolve(Quota{}))
 		if err != nil {
 			return
 		}
@@ -38,6 +38,8 @@ func FuzzTenantRecord(f *testing.F) {
 			t.Fatalf("account jwt %q", tok)
 		}
 		_ = rec.HasToken("x")
+		_, _ = rec.TokenCred("x")
+		_ = rec.RevokeAll(time.Unix(200, 0))
 		_ = CheckName(rec.Name)
 	})
 }

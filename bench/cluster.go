@@ -35,6 +35,7 @@ type clusterNode struct {
 	bin       string
 	httpAddr  string
 	natsAddr  string
+	metrics   string // --metrics-listen
 	args, env []string
 	logPath   string // every run's output, appended
 
@@ -88,6 +89,9 @@ func (c *agentdCluster) layout(n int) error {
 		if nd.httpAddr, err = freeAddr(); err != nil {
 			return err
 		}
+		if nd.metrics, err = freeAddr(); err != nil {
+			return err
+		}
 		if nd.natsAddr, err = freeAddr(); err != nil {
 			return err
 		}
@@ -106,7 +110,7 @@ func (c *agentdCluster) layout(n int) error {
 			return fmt.Errorf("bench: %w", err)
 		}
 		pod := chartargs.Pod{
-			Name: nd.name, Data: filepath.Join(ndDir, "data"), HTTP: nd.httpAddr, NATSListen: nd.natsAddr,
+			Name: nd.name, Data: filepath.Join(ndDir, "data"), HTTP: nd.httpAddr, MetricsListen: nd.metrics, NATSListen: nd.natsAddr,
 			Cluster: "forever", ClusterListen: routeAddrs[i], Routes: routes,
 			Replicas: chartargs.Replicas(n), LeaseTTL: c.ttl,
 		}

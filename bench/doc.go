@@ -16,17 +16,35 @@
 // compared with and the baseline's value, and optionally a target ratio.
 //
 // Some scenarios measure the real agentd process instead of the packages
-// in-process: restart-ready, sync-cost, failover and auth-cost build
+// in-process: restart-ready, restart-load, sync-cost, failover and auth-cost build
 // ./agentd/cmd/agentd once per run (go build, so run the bench from inside
 // the module) and start it on data dirs of their own, driving it over NATS
 // and HTTP as a client would; failover starts a 3-node loopback cluster
 // with the chart's flags (internal/chartargs) and SIGKILLs owners;
 // auth-cost runs one agentd with --auth (its client a tenant's credential)
-// beside one without, in alternating rounds. They do not use the Env's
+// beside one without, in alternating rounds; restart-load SIGKILLs and
+// restarts an agentd under sustained chat load (30 agents chatting on the
+// local model) and an idle one, in alternating rounds, and compares their
+// restart to ready. They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart
 // does; auth-cost) runs under the first selected mode only, and its rows show sync
 // "both".
+//
+// Issue 27's goals each have a row with its target, printed PASS or MISS:
+//
+//	go run ./bench -sync always -run '^(tool-call|tool-turn|tool-agents|chat-chunks|fiber-stash|failover|group-commit)$'
+//
+// tool-call (a tool call within 2x a bare fiber.Step, p50 and p99),
+// tool-turn (a plain turn within 15 synced publishes, a 10-tool turn
+// within 12x a plain turn), tool-agents (100 agents' tool calls/s at least
+// 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s),
+// chat-chunks (100 streams at 6x one-by-one synced publishes, 2x the 3x of
+// before), fiber-stash (within 1.3x of a raw synced publish), group-commit
+// (100 agents' fenced appends at 2x the same writers' raw publishes; a lone
+// writer within 1.2x) and failover (p99 within 3 s; -lease-ttl runs it at
+// another TTL than the chart's, and it counts the lease bucket's writes per
+// node). docs/benchmarks.md has the figures.
 //
 // The temporal scenario compares the steps agent's step with a Temporal
 // regular activity, by the same method, in alternating rounds. It needs

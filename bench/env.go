@@ -53,6 +53,9 @@ type EnvConfig struct {
 	// Temporal is the Temporal CLI binary the temporal scenario compares
 	// with; empty skips that scenario.
 	Temporal string
+	// LeaseTTL overrides the chart's lease TTL in the failover scenario;
+	// zero keeps the chart's.
+	LeaseTTL time.Duration
 }
 
 // Validate checks the config after defaults are applied.

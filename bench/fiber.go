@@ -19,8 +19,8 @@ import (
 const (
 	fiberChunk    = 100 // fibers (or stashes) per series per round
 	snapshotSize  = 200 // bytes of the snapshot fiber-stash stashes
-	stashTarget   = 1 / 1.5
-	stashTargetOK = "within 1.5x"
+	stashTarget   = 1 / 1.3
+	stashTargetOK = "within 1.3x"
 )
 
 // fiberRun compares Runner.Run of an empty function (fiber.started, then

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,57 +9,64 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
 
 // readyTimeout bounds one start of agentd.
-const readyTimeout = 60 * time.Second
+const readyTimeout = 90 * time.Second
 
-// daemon is the agentd under test: one process at a time, restarted on the
-// same data dir and addresses.
+// tuning are the flags chaos adds to every agentd it starts: the local
+// model streams fast, and agents compact often, so kills land on
+// compactions too and verify reads snapshots.
+var tuning = []string{
+	"--local-rate=300",
+	"--compact-events=256", "--compact-every=1s", "--compact-idle-events=16", "--idle-timeout=5s",
+}
+
+// daemon is one agentd node under test: one process at a time, restarted
+// on the same data dir, addresses, flags and environment.
 type daemon struct {
+	name               string
 	bin, data          string
 	httpAddr, natsAddr string
+	args, env          []string // env is added to chaos's own
 	log                *os.File // every run's output, appended
 
 	cmd    *exec.Cmd
 	exited chan error
 }
 
-func newDaemon(bin, dir string) (*daemon, error) {
-	httpAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	natsAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	log, err := os.OpenFile(filepath.Join(dir, "agentd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &daemon{bin: bin, data: filepath.Join(dir, "data"), httpAddr: httpAddr, natsAddr: natsAddr, log: log}, nil
-}
-
 // start starts agentd and waits until /readyz answers 200; it returns the
 // time that took.
 func (d *daemon) start(ctx context.Context) (time.Duration, error) {
-	fmt.Fprintf(d.log, "--- chaos: start %s\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(d.bin, "--data", d.data, "--http", d.httpAddr, "--nats-listen", d.natsAddr,
-		"--log-format", "json", "--local-rate", "300",
-		// Compact often, so kills land on compactions too and verify
-		// reads snapshots.
-		"--compact-events", "256", "--compact-every", "1s", "--compact-idle-events", "16", "--idle-timeout", "5s")
-	cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
+	began, err := d.spawn()
+	if err != nil {
+		return 0, err
+	}
+	return d.waitReady(ctx, began)
+}
+
+// spawn starts the process without waiting for it to be ready.
+func (d *daemon) spawn() (time.Time, error) {
+	fmt.Fprintf(d.log, "--- chaos: start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(d.env, " "), strings.Join(d.args, " "))
+	cmd := exec.Command(d.bin, d.args...)
+	cmd.Env = append(os.Environ(), d.env...)
 	cmd.Stdout, cmd.Stderr = d.log, d.log
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return began, err
 	}
 	d.cmd, d.exited = cmd, make(chan error, 1)
 	go func() { d.exited <- cmd.Wait() }()
+	return began, nil
+}
+
+// waitReady waits until /readyz answers 200 (which, clustered, includes the
+// node's JetStream replicas being current) and returns the time since
+// began.
+func (d *daemon) waitReady(ctx context.Context, began time.Time) (time.Duration, error) {
 	deadline := began.Add(readyTimeout)
 	client := &http.Client{Timeout: time.Second}
 	for {
@@ -73,13 +79,13 @@ func (d *daemon) start(ctx context.Context) (time.Duration, error) {
 		select {
 		case err := <-d.exited:
 			d.exited <- err
-			return 0, fmt.Errorf("agentd exited before ready: %v (log %s)", err, d.log.Name())
+			return 0, fmt.Errorf("%s exited before ready: %v (log %s)", d.name, err, d.log.Name())
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("agentd not ready after %s (log %s)", readyTimeout, d.log.Name())
+			return 0, fmt.Errorf("%s not ready after %s (log %s)", d.name, readyTimeout, d.log.Name())
 		}
 	}
 }
@@ -98,13 +104,14 @@ func (d *daemon) kill() {
 
 // freeze stops the process with SIGSTOP for dur, then continues it.
 func (d *daemon) freeze(ctx context.Context, dur time.Duration) {
-	fmt.Fprintf(d.log, "--- chaos: SIGSTOP for %s\n", dur)
+	fmt.Fprintf(d.log, "--- chaos: SIGSTOP for %s %s\n", dur, time.Now().Format(time.RFC3339Nano))
 	d.cmd.Process.Signal(syscall.SIGSTOP)
 	select {
 	case <-time.After(dur):
 	case <-ctx.Done():
 	}
 	d.cmd.Process.Signal(syscall.SIGCONT)
+	fmt.Fprintf(d.log, "--- chaos: SIGCONT %s\n", time.Now().Format(time.RFC3339Nano))
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -112,17 +119,18 @@ func (d *daemon) stop() error {
 	if d.cmd == nil {
 		return nil
 	}
+	fmt.Fprintf(d.log, "--- chaos: SIGTERM %s\n", time.Now().Format(time.RFC3339Nano))
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-d.exited:
 		d.cmd = nil
 		if err != nil {
-			return fmt.Errorf("agentd exit after SIGTERM: %w", err)
+			return fmt.Errorf("%s exit after SIGTERM: %w", d.name, err)
 		}
 		return nil
 	case <-time.After(30 * time.Second):
 		d.kill()
-		return errors.New("agentd still running 30s after SIGTERM")
+		return fmt.Errorf("%s still running 30s after SIGTERM", d.name)
 	}
 }
 
@@ -135,6 +143,19 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// freeAddrs returns n addresses of freeAddr.
+func freeAddrs(n int) ([]string, error) {
+	var out []string
+	for range n {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // buildAgentd builds ./agentd/cmd/agentd into dir.

@@ -2,31 +2,94 @@
 // afterwards, with package verify, that its log kept every invariant.
 //
 //	go run ./chaos -kills 20 [-bin path/to/agentd] [-seed N]
+//	go run ./chaos -nodes 3 -kills 50 -lease-ttl 3s [-auth=false]
 //
-// It builds agentd (unless -bin names one), starts it on a temporary data
-// dir with the embedded NATS server, and drives mixed load over NATS: chat
-// turns on a few chat agents (the local model, alternating a plain message
-// and a /tool clock {} call; each command carries its own message id and
-// is sent again with it when its reply is lost or it is refused as busy,
-// so verify checks that a command runs once), each followed to its end
-// with replay.Client across the crashes (resuming from the last cursor) and
-// then replayed from a random cursor, and steps fibers started on a few
-// steps agents. Meanwhile
-// it SIGKILLs agentd at random intervals and restarts it, and sometimes
-// freezes it with SIGSTOP for a few seconds before SIGCONT instead.
+// It builds agentd (unless -bin names one) and starts it on temporary data
+// dirs with the embedded NATS server: one node, or with -nodes n a cluster
+// of n nodes started as the Helm chart starts its pods with its default
+// values (internal/chartargs: clustered embedded servers routed to each
+// other on loopback, R3 streams, 64 partitions, leases of -lease-ttl, auth
+// on with one secret file every node shares), plus the flags below that
+// make kills land everywhere. With auth, agents live in tenants: chaos
+// creates one (agentd tenant create, with the admin credential the first
+// node wrote) and runs its load in it, with the credential of agentd's own
+// user in it (tenancy.AdminAccessSubject); -auth=false runs the cluster
+// without auth, as the chart's auth.enabled=false does.
 //
-// At the end it stops the load, runs verify.Check over NATS with every chat
-// request id and steps fiber id that was acknowledged (each must be in the
-// log), stops agentd with SIGTERM and runs "agentd verify --data" on the
-// data dir. It prints a table: kills, stops, operations, violations and the
-// restart-to-ready latency (process start to /readyz answering 200), and
-// exits 1 when anything was violated: a verify violation (among them a
-// stored user message without a turn, and a turn that recorded its outcome
-// over a stream that never ended), a reader that saw chunks out of order,
-// an acknowledged chat whose stream did not reach its terminal chunk within
-// 90 s, or a replay that differs from the stream.
+// # Load
+//
+// Mixed load over NATS, each worker on its own connection, the workers'
+// preferred nodes spread over the cluster and every node listed to fail
+// over to (a stalled node is left within seconds, by its pings):
+//
+//   - chat turns on a few chat agents (the local model, alternating a plain
+//     message and a /tool clock {} call), each command's text carrying a
+//     marker unique in the run. Each command gets one of four identities at
+//     random: a message id, a requestId in the payload, an Idempotency-Key
+//     header, or none. One with an identity is sent again with it when its
+//     reply is lost or it is refused as busy (409), and must run once
+//     however often it is sent; one without is sent again only after a
+//     409, and gets the id the node that receives it mints, which must make
+//     it run once however often routing retries it between nodes. Each
+//     acknowledged turn is followed to its end with replay.Client across
+//     the crashes (resuming from the last cursor), then replayed from a
+//     random cursor;
+//   - steps fibers started on a few steps agents.
+//
+// Meanwhile it SIGKILLs a random node at random intervals and restarts it,
+// and sometimes freezes one with SIGSTOP instead, then SIGCONT. On a
+// cluster a killed node stays down for a random part of a lease TTL (its
+// partitions may move meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past
+// one, the node finds its leases gone when it continues), and each kill or
+// freeze first waits until every node is ready (/readyz 200, which on a
+// cluster includes its JetStream replicas being current): the cluster loses
+// one node at a time, as R3 allows. Short leases (-lease-ttl 3s) make
+// ownership change under load often.
+//
+// # Checks
+//
+// At the end it stops the load and checks, exiting 1 when anything was
+// violated:
+//
+//   - verify.Check over NATS, with every chat request id and steps fiber id
+//     that was acknowledged (each must be in the log): among its rules, a
+//     stored user message without a turn (an orphan), a user message
+//     answered by two turns, a request id started twice, and a turn that
+//     recorded its outcome over a stream that never reached its terminal
+//     chunk;
+//   - each chat agent's conversation, read as a client reads it (the
+//     messages command): every command chaos sent is stored at most once
+//     and every acknowledged one exactly once (by its marker), whatever
+//     compaction did to the log, and no user message is answered by two
+//     assistant messages;
+//   - the readers: a follower that saw chunks out of order, an acknowledged
+//     chat whose stream did not reach its terminal chunk within 90 s, a
+//     replay that differs from the stream;
+//   - "agentd verify" as an operator runs it: on a single node, stopped
+//     with SIGTERM, over its data dir (--data); on a cluster, over NATS
+//     (with the admin credential, so the tenant's log too), then the nodes
+//     are stopped with SIGTERM.
+//
+// It prints a table: seed, nodes, kills, stops, operations, violations,
+// restart-to-ready latency (process start to /readyz answering 200) p50
+// and p99, and the duration of the kills; then the operations by kind,
+// verify's summary (with the user messages whose answer it checked) and
+// its notes counted by kind, the conversations read (messages, user
+// messages, and user messages with no assistant message after them: turns
+// that failed before storing one, which verify checks have an outcome),
+// and every violation. A follow that never ended says what the follower
+// saw and what the stream holds (its first and last stored chunk, and who
+// wrote them).
+//
+// Flags added to every node: --local-rate=300, and compaction every
+// second (--compact-events=256 --compact-every=1s --compact-idle-events=16
+// --idle-timeout=5s), so kills land on compactions too and verify reads
+// snapshots.
 //
 // -seed fixes the schedule of kills and the load's choices (not the
-// timings of agentd itself). The data dir and agentd's log are kept when
-// the run fails, or with -keep.
+// timings of agentd itself). Each event of the schedule is printed with
+// its time on stderr, and each node's log marks its starts, SIGKILLs,
+// SIGSTOPs and SIGCONTs. The data dirs, the nodes' logs (agentd.log, or
+// forever-i.log) and verify's whole report (verify.txt) are kept when the
+// run fails, or with -keep.
 package main

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 	"github.com/forever-agents/forever/verify"
@@ -19,27 +20,46 @@ import (
 
 // Timeouts of the load's requests and reads.
 const (
-	requestTimeout = 5 * time.Second
 	followAttempt  = 5 * time.Second  // one Follow before it is resumed
 	followDeadline = 90 * time.Second // a turn must end within this
 )
 
 // load drives agents over NATS and records what was acknowledged.
 type load struct {
-	nc     *nats.Conn
-	client *replay.Client
+	// requestTimeout bounds one command; a cluster's is longer, as a
+	// command may wait for a partition's new owner.
+	requestTimeout time.Duration
 
 	mu struct {
 		sync.Mutex
 		acked     []verify.Ack
+		sent      map[string][]sentChat // per chat agent, in order
 		ops       map[string]int
 		anomalies []string
 	}
 }
 
-func newLoad(nc *nats.Conn, lg *eventlog.Log) *load {
-	l := &load{nc: nc, client: replay.NewClient(lg)}
+// client is one load worker's connection to agentd, and its reader of
+// chat streams over it.
+type client struct {
+	nc     *nats.Conn
+	lg     *eventlog.Log
+	stream *replay.Client
+}
+
+// sentChat is one chat command the load sent: its marker (unique in the
+// run, in its text) and, once acknowledged, its reply's request id.
+type sentChat struct {
+	marker  string
+	mode    string
+	acked   bool
+	request string
+}
+
+func newLoad(requestTimeout time.Duration) *load {
+	l := &load{requestTimeout: requestTimeout}
 	l.mu.ops = map[string]int{}
+	l.mu.sent = map[string][]sentChat{}
 	return l
 }
 
@@ -61,12 +81,18 @@ func (l *load) anomaly(format string, args ...any) {
 	l.mu.Unlock()
 }
 
-// request sends one command; busy reports a 409 (a turn is active).
-func (l *load) request(ctx context.Context, agent, verb string, body, out any) (busy bool, err error) {
+// request sends one command; busy reports a 409 (a turn is active). A
+// non-empty key is sent as the Idempotency-Key header.
+func (l *load) request(ctx context.Context, c *client, agent, verb, key string, body, out any) (busy bool, err error) {
 	data, _ := json.Marshal(body)
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, l.requestTimeout)
 	defer cancel()
-	msg, err := l.nc.RequestWithContext(rctx, "forever.cmd."+agent+"."+verb, data)
+	m := nats.NewMsg("forever.cmd." + agent + "." + verb)
+	m.Data = data
+	if key != "" {
+		m.Header.Set(host.HeaderIdempotencyKey, key)
+	}
+	msg, err := c.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
 		return false, err
 	}
@@ -80,70 +106,112 @@ func (l *load) request(ctx context.Context, agent, verb string, body, out any) (
 // or refused as busy.
 const chatAttempts = 30
 
+// The identities a chat command is sent with, one picked at random for
+// each: a command with one is sent again with it when its reply is lost
+// or it is refused as busy, and must run once however often it is sent;
+// one without (modeNone) is sent once, and gets the id the node that
+// receives it mints, which must make it run once however often routing
+// retries it between nodes.
+const (
+	modeMessage = "message id"      // message.id in the payload
+	modeRequest = "request id"      // requestId in the payload
+	modeKey     = "idempotency key" // the Idempotency-Key header
+	modeNone    = "no identity"
+)
+
+var modes = []string{modeMessage, modeRequest, modeKey, modeNone}
+
 // chat sends turns to agent one after the other until ctx ends, following
-// each to its end. Each command carries its own message id and is sent
-// again with it when its reply is lost (agentd killed, a timeout) or it is
-// refused as busy: a command runs once however often it is sent, and
-// verify finds a message answered by two turns (or none).
-func (l *load) chat(ctx context.Context, agent string, rng *rand.Rand) {
+// each to its end. Each command's text carries a marker unique in the run,
+// so the conversation shows how often it was stored (checkConversations);
+// the command's identity is one of modes. verify then finds a message
+// answered by two turns (or none), and a request id started twice.
+func (l *load) chat(ctx context.Context, c *client, agent string, rng *rand.Rand) {
 	for n := 0; ctx.Err() == nil; n++ {
-		text := fmt.Sprintf("Tell me about chaos number %d.", n)
+		marker := fmt.Sprintf("[%s #%d]", agent, n)
+		text := "Tell me about chaos " + marker + "."
 		if n%2 == 1 {
-			text = "/tool clock {}"
+			text = "Chaos asks the time " + marker + ".\n/tool clock {}"
 		}
-		cmd := map[string]any{"message": map[string]any{
-			"id": fmt.Sprintf("%s-m%d-%d", agent, n, rng.Uint32()), "role": "user",
-			"parts": []map[string]string{{"type": "text", "text": text}},
-		}}
+		mode := modes[rng.IntN(len(modes))]
+		id := fmt.Sprintf("%s-m%d-%d", agent, n, rng.Uint32())
+		var cmd map[string]any
+		key := ""
+		switch mode {
+		case modeMessage:
+			cmd = map[string]any{"message": map[string]any{
+				"id": id, "role": "user", "parts": []map[string]string{{"type": "text", "text": text}},
+			}}
+		case modeRequest:
+			cmd = map[string]any{"text": text, "requestId": id}
+		case modeKey:
+			cmd, key = map[string]any{"text": text}, id
+		default:
+			cmd = map[string]any{"text": text}
+		}
+		l.mu.Lock()
+		l.mu.sent[agent] = append(l.mu.sent[agent], sentChat{marker: marker, mode: mode})
+		l.mu.Unlock()
 		var reply chathost.Reply
 		acked := false
 		for attempt := 0; attempt < chatAttempts && ctx.Err() == nil; attempt++ {
 			if attempt > 0 {
 				l.count("chat resent")
 			}
-			busy, err := l.request(ctx, agent, "chat", cmd, &reply)
+			busy, err := l.request(ctx, c, agent, "chat", key, cmd, &reply)
 			if err == nil {
 				acked = true
 				break
 			}
-			if busy {
+			if busy { // refused: nothing was stored
 				l.count("chat busy")
 				sleep(ctx, 200*time.Millisecond)
-			} else {
-				l.count("chat lost")
-				sleep(ctx, 100*time.Millisecond)
+				continue
 			}
+			l.count("chat lost")
+			if mode == modeNone {
+				break // it may have run: sent again, it would be a second command
+			}
+			sleep(ctx, 100*time.Millisecond)
 		}
 		if !acked {
 			continue
 		}
+		l.mu.Lock()
+		s := l.mu.sent[agent]
+		s[len(s)-1].acked, s[len(s)-1].request = true, reply.RequestID
+		l.mu.Unlock()
 		l.ack(agent, reply.RequestID)
 		l.count("chats")
-		items, ended := l.follow(ctx, agent, reply.StreamID, replay.Cursor(reply.Cursor))
+		items, ended, lastErr := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
 		if !ended {
 			if ctx.Err() == nil {
 				// An acknowledged turn's stream must end (finish, error
 				// or abort): its clients would wait forever.
 				l.count("follows unfinished")
-				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s", agent, reply.StreamID, reply.RequestID, followDeadline)
+				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s for a follower from the reply's cursor %s: %s",
+					agent, reply.StreamID, reply.RequestID, followDeadline, reply.Cursor, l.streamDiag(ctx, c, agent, reply.StreamID, len(items), lastErr))
 			}
 			continue
 		}
 		l.count("follows")
-		l.replayFrom(ctx, agent, reply.StreamID, items, rng)
+		l.replayFrom(ctx, c, agent, reply.StreamID, items, rng)
 	}
 }
 
 // follow follows a turn's stream from after to its terminal chunk, resuming
 // from the last cursor whenever the follow fails (agentd died under it),
-// and checks that it sees each chunk once, in order.
-func (l *load) follow(ctx context.Context, agent, stream string, after replay.Cursor) ([]replay.Item, bool) {
+// and checks that it sees each chunk once, in order. It returns the chunks
+// seen, whether the terminal one was among them, and the last error.
+func (l *load) follow(ctx context.Context, c *client, agent, stream string, after replay.Cursor) ([]replay.Item, bool, error) {
 	var items []replay.Item
+	var lastErr error
 	deadline := time.Now().Add(followDeadline)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		fctx, cancel := context.WithTimeout(ctx, followAttempt)
-		for it, err := range l.client.FollowTurn(fctx, agent, stream, after) {
+		for it, err := range c.stream.FollowTurn(fctx, agent, stream, after) {
 			if err != nil {
+				lastErr = err
 				break
 			}
 			if it.Cursor <= after {
@@ -153,25 +221,48 @@ func (l *load) follow(ctx context.Context, agent, stream string, after replay.Cu
 			after = it.Cursor
 			if it.Chunk.Terminal() {
 				cancel()
-				return items, true
+				return items, true, nil
 			}
 		}
 		cancel()
 		sleep(ctx, 50*time.Millisecond)
 	}
-	return items, false
+	return items, false, lastErr
+}
+
+// streamDiag says what a follower that did not see a stream end saw, and
+// what the stream holds: its first and last stored events.
+func (l *load) streamDiag(ctx context.Context, c *client, agent, stream string, seen int, lastErr error) string {
+	f := eventlog.Filter{Agent: agent, Stream: stream}
+	describe := func(e eventlog.Event, ok bool, err error) string {
+		switch {
+		case err != nil:
+			return "unread: " + err.Error()
+		case !ok:
+			return "none"
+		}
+		return fmt.Sprintf("seq %d %s by %s", e.Seq, e.ID, e.Writer.Node)
+	}
+	first, ok, err := c.lg.Next(ctx, f, 0)
+	firstText := describe(first, ok, err)
+	last, ok, err := c.lg.Last(ctx, f)
+	lastText := describe(last, ok, err)
+	if ok && err == nil {
+		lastText += " " + string(last.Data)
+	}
+	return fmt.Sprintf("it saw %d chunks (last error: %v); the stream's first stored chunk is %s, its last %s", seen, lastErr, firstText, lastText)
 }
 
 // replayFrom replays an ended stream from a random cursor of it and checks
 // that it yields exactly the chunks that followed it.
-func (l *load) replayFrom(ctx context.Context, agent, stream string, items []replay.Item, rng *rand.Rand) {
+func (l *load) replayFrom(ctx context.Context, c *client, agent, stream string, items []replay.Item, rng *rand.Rand) {
 	i := rng.IntN(len(items))
 	want := items[i+1:]
 	for range 5 {
 		rctx, cancel := context.WithTimeout(ctx, followAttempt)
 		var got []replay.Item
 		var err error
-		for it, ferr := range l.client.Follow(rctx, agent, stream, items[i].Cursor) {
+		for it, ferr := range c.stream.Follow(rctx, agent, stream, items[i].Cursor) {
 			if err = ferr; err != nil {
 				break
 			}
@@ -203,11 +294,11 @@ func (l *load) replayFrom(ctx context.Context, agent, stream string, items []rep
 }
 
 // steps starts steps fibers on agent until ctx ends.
-func (l *load) steps(ctx context.Context, agent string, rng *rand.Rand) {
+func (l *load) steps(ctx context.Context, c *client, agent string, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		body := demo.StepsStart{Steps: 2 + rng.IntN(5), DelayMS: 40 + rng.IntN(120)}
 		var reply struct{ Fiber string }
-		if _, err := l.request(ctx, agent, "start", body, &reply); err != nil || reply.Fiber == "" {
+		if _, err := l.request(ctx, c, agent, "start", "", body, &reply); err != nil || reply.Fiber == "" {
 			l.count("starts lost")
 		} else {
 			l.ack(agent, reply.Fiber)

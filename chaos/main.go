@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/replay"
 	"github.com/forever-agents/forever/verify"
 	"github.com/nats-io/nats.go"
 )
@@ -37,6 +40,9 @@ type options struct {
 	kills        int
 	seed         uint64
 	chats, steps int
+	nodes        int
+	leaseTTL     time.Duration
+	auth         bool
 	keep         bool
 }
 
@@ -44,14 +50,17 @@ type options struct {
 type results struct {
 	kills, stops int
 	ready        []time.Duration
+	took         time.Duration // from the first kill's wait to the load's end
 	ops          map[string]int
 	report       verify.Report
-	anomalies    []string
-	dataVerify   string // output of agentd verify --data when it failed
+	anomalies    []string // the readers'
+	conversation []string // checkConversations'
+	read         conversationStats
+	dataVerify   string // output of agentd verify when it failed
 }
 
 func (r *results) violations() int {
-	n := len(r.report.Violations) + len(r.anomalies)
+	n := len(r.report.Violations) + len(r.anomalies) + len(r.conversation)
 	if r.dataVerify != "" {
 		n++
 	}
@@ -64,19 +73,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.bin, "bin", "", "agentd binary (default: build ./agentd/cmd/agentd)")
-	fs.IntVar(&o.kills, "kills", 20, "SIGKILLs (and restarts) of agentd")
+	fs.IntVar(&o.kills, "kills", 20, "SIGKILLs (and restarts) of agentd nodes")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the kill schedule and the load's choices (default: from the clock)")
 	fs.IntVar(&o.chats, "chats", 3, "chat agents")
 	fs.IntVar(&o.steps, "steps", 2, "steps agents")
-	fs.BoolVar(&o.keep, "keep", false, "keep the data dir and agentd's log")
+	fs.IntVar(&o.nodes, "nodes", 1, "agentd nodes: 1 runs one with the embedded server, more a cluster started as the Helm chart starts its pods")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", chartargs.DefaultLeaseTTL, "partition lease TTL of a cluster's nodes (--lease-ttl); shorter ones make ownership change more often")
+	fs.BoolVar(&o.auth, "auth", true, "run a cluster with auth, the chart's default (one shared secret; the load runs in a tenant); false runs it without, as auth.enabled=false does")
+	fs.BoolVar(&o.keep, "keep", false, "keep the data dirs and agentd's logs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if o.kills < 0 || o.chats < 0 || o.steps < 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "chaos: counts must be >= 0 and no arguments are taken")
+	if o.kills < 0 || o.chats < 0 || o.steps < 0 || o.nodes < 1 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "chaos: -kills, -chats and -steps must be >= 0, -nodes >= 1, and no arguments are taken")
+		return 2
+	}
+	if o.nodes > 1 && o.leaseTTL < time.Second {
+		fmt.Fprintln(stderr, "chaos: -lease-ttl must be at least 1s")
 		return 2
 	}
 	if o.seed == 0 {
@@ -96,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "chaos:", err)
 	}
 	if failed || o.keep {
-		fmt.Fprintf(stderr, "chaos: data dir and agentd.log kept in %s\n", dir)
+		fmt.Fprintf(stderr, "chaos: data dirs and agentd logs kept in %s\n", dir)
 	} else {
 		os.RemoveAll(dir)
 	}
@@ -109,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // chaos runs the load and the kills, then verifies.
 func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*results, error) {
 	logf := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "chaos: "+format+"\n", args...)
+		fmt.Fprintf(stderr, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
 	rng := rand.New(rand.NewPCG(o.seed, 1))
 	bin := o.bin
@@ -120,54 +136,104 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 			return nil, err
 		}
 	}
-	d, err := newDaemon(bin, dir)
+	var ns *nodes
+	var err error
+	requestTimeout := 5 * time.Second
+	if o.nodes == 1 {
+		ns, err = singleNode(bin, dir)
+	} else {
+		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth)
+		// A command may wait for the partition's new owner, and JetStream
+		// for a stream's new leader.
+		requestTimeout = 15 * time.Second
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer d.log.Close()
-	defer d.kill()
-	if _, err := d.start(ctx); err != nil {
+	defer ns.closeLogs()
+	defer ns.killAll()
+	logf("starting %d node(s)", len(ns.list))
+	if err := ns.startAll(ctx, dir); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect("nats://"+d.natsAddr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+
+	// Each load worker has its own connection, the workers' preferred
+	// nodes spread over the cluster; checker's is the check's.
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	newClientTo := func(preferred int, name string) (*client, error) {
+		nc, err := ns.connect(preferred, name)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, nc)
+		lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		return &client{nc: nc, stream: replay.NewClient(lg), lg: lg}, nil
+	}
+	checker, err := newClientTo(0, "chaos check")
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, err
-	}
-	defer lg.Close()
+	defer checker.lg.Close()
 
 	res := &results{}
-	l := newLoad(nc, lg)
+	l := newLoad(requestTimeout)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	worker := 0
+	startWorker := func(name string, run func(*client)) error {
+		c, err := newClientTo(worker, name)
+		worker++
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			defer c.lg.Close()
+			run(c)
+		})
+		return nil
+	}
 	for i := range o.chats {
 		r := rand.New(rand.NewPCG(o.seed, uint64(100+i)))
-		wg.Go(func() { l.chat(loadCtx, fmt.Sprintf("chaos-chat-%d", i), r) })
+		agent := fmt.Sprintf("chaos-chat-%d", i)
+		if err = startWorker(agent, func(c *client) { l.chat(loadCtx, c, agent, r) }); err != nil {
+			break
+		}
 	}
 	for i := range o.steps {
 		r := rand.New(rand.NewPCG(o.seed, uint64(200+i)))
-		wg.Go(func() { l.steps(loadCtx, fmt.Sprintf("steps:chaos-%d", i), r) })
+		agent := fmt.Sprintf("steps:chaos-%d", i)
+		if err != nil {
+			break
+		}
+		err = startWorker(agent, func(c *client) { l.steps(loadCtx, c, agent, r) })
 	}
-	began := time.Now()
-	logf("seed %d: %d kills, data in %s", o.seed, o.kills, dir)
-	err = crash(ctx, d, rng, o.kills, res, logf)
+	if err == nil {
+		began := time.Now()
+		logf("seed %d: %d kills of %d node(s), data in %s", o.seed, o.kills, len(ns.list), dir)
+		err = crash(ctx, ns, rng, o, res, logf)
+		res.took = time.Since(began)
+	}
 	stopLoad()
 	wg.Wait()
 	if err != nil {
 		return res, err
 	}
-	logf("%d kills and %d stops in %s; verifying", res.kills, res.stops, time.Since(began).Round(time.Second))
+	logf("%d kills and %d stops in %s; verifying", res.kills, res.stops, res.took.Round(time.Second))
 
 	l.mu.Lock()
 	res.ops, res.anomalies = l.mu.ops, l.mu.anomalies
 	acked := slices.Clone(l.mu.acked)
 	l.mu.Unlock()
 	for range 50 { // agentd may still be recovering its streams
-		if res.report, err = verify.Check(ctx, lg, verify.Options{Acked: acked}); err == nil {
+		if res.report, err = verify.Check(ctx, checker.lg, verify.Options{Acked: acked}); err == nil {
 			break
 		}
 		sleep(ctx, 200*time.Millisecond)
@@ -175,41 +241,84 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	if err != nil {
 		return res, fmt.Errorf("verify: %w", err)
 	}
-	if err := d.stop(); err != nil {
-		return res, err
+	// The whole report, notes included, beside the logs.
+	os.WriteFile(filepath.Join(dir, "verify.txt"), []byte(res.report.String()), 0o644)
+	if res.conversation, res.read, err = l.checkConversations(ctx, checker); err != nil {
+		return res, fmt.Errorf("conversations: %w", err)
 	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "verify", "--data", d.data)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		res.dataVerify = fmt.Sprintf("agentd verify --data: %v\n%s", err, out.String())
-	}
-	return res, nil
+	res.dataVerify, err = agentdVerify(ctx, bin, ns)
+	return res, err
 }
 
-// crash kills (or freezes) agentd at random intervals until it was killed
-// kills times, restarting it after each kill.
-func crash(ctx context.Context, d *daemon, rng *rand.Rand, kills int, res *results, logf func(string, ...any)) error {
-	for res.kills < kills {
+// agentdVerify runs "agentd verify" as an operator would once the run is
+// over, and returns its output when it fails: over NATS on a cluster (with
+// the admin credential, which checks every tenant's log too; its data dirs
+// hold clustered stores, which only the cluster serves), then stops the
+// nodes; on a
+// single node, it stops it first and verifies its data dir.
+func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
+	args := []string{"verify", "--data", ns.list[0].data}
+	if ns.clustered() {
+		args = []string{"verify", "--nats-url", ns.urls()}
+		if ns.auth {
+			args = append(args, "--creds", ns.creds) // and every tenant's log
+		}
+	} else if err := ns.stopAll(); err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	failed := ""
+	if err := cmd.Run(); err != nil {
+		failed = fmt.Sprintf("agentd %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return failed, ns.stopAll()
+}
+
+// crash kills (or freezes) a random node at random intervals until nodes
+// were killed o.kills times, restarting each after its kill. On a cluster
+// a killed node stays down for a random part of a lease TTL (its
+// partitions may move meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past
+// one, the node's leases are gone when it continues), and each kill or
+// freeze waits until every node is ready again, so the cluster loses one
+// node at a time, as JetStream's R3 allows.
+func crash(ctx context.Context, ns *nodes, rng *rand.Rand, o options, res *results, logf func(string, ...any)) error {
+	for res.kills < o.kills {
 		sleep(ctx, time.Duration(800+rng.IntN(2200))*time.Millisecond)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		d := ns.list[rng.IntN(len(ns.list))]
+		if ns.clustered() {
+			if err := ns.waitAllReady(ctx); err != nil {
+				return err
+			}
+		}
 		if rng.IntN(5) == 0 {
 			dur := time.Duration(1000+rng.IntN(2000)) * time.Millisecond
-			d.freeze(ctx, dur)
+			if ns.clustered() {
+				dur = time.Duration(3+rng.IntN(18)) * o.leaseTTL / 10
+			}
 			res.stops++
-			logf("stop %d: SIGSTOP for %s", res.stops, dur.Round(time.Millisecond))
+			logf("stop %d: SIGSTOP %s for %s", res.stops, d.name, dur.Round(time.Millisecond))
+			d.freeze(ctx, dur)
 			continue
 		}
 		d.kill()
 		res.kills++
+		down := time.Duration(0)
+		if ns.clustered() {
+			down = time.Duration(rng.Int64N(int64(o.leaseTTL)))
+		}
+		logf("kill %d: SIGKILL %s, down for %s", res.kills, d.name, down.Round(time.Millisecond))
+		sleep(ctx, down)
 		took, err := d.start(ctx)
 		if err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.kills, err)
 		}
 		res.ready = append(res.ready, took)
-		logf("kill %d: ready again in %s", res.kills, took.Round(time.Millisecond))
+		logf("kill %d: %s ready again in %s", res.kills, d.name, took.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -220,18 +329,38 @@ func printTable(w io.Writer, o options, r *results) {
 	for _, k := range []string{"chats", "follows", "replays", "steps starts"} {
 		ops += r.ops[k]
 	}
-	fmt.Fprintln(tw, "seed\tkills\tstops\toperations\tviolations\tready p50\tready p99")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%s\t%s\n", o.seed, r.kills, r.stops, ops, r.violations(),
-		percentile(r.ready, 50), percentile(r.ready, 99))
+	fmt.Fprintln(tw, "seed\tnodes\tkills\tstops\toperations\tviolations\tready p50\tready p99\tduration")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", o.seed, o.nodes, r.kills, r.stops, ops, r.violations(),
+		percentile(r.ready, 50), percentile(r.ready, 99), r.took.Round(time.Second))
 	tw.Flush()
 	var parts []string
 	for _, k := range sortedOps(r.ops) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, r.ops[k]))
 	}
 	fmt.Fprintf(w, "operations: %s\n", strings.Join(parts, ", "))
-	fmt.Fprint(w, "verify: ", r.report.String())
+	// The violations one by one; the notes (states the log allows) by
+	// kind, as compaction alone makes hundreds.
+	rep := r.report
+	notes := map[string]int{}
+	for _, n := range rep.Notes {
+		notes[string(n.Kind)]++
+	}
+	rep.Notes = nil
+	fmt.Fprint(w, "verify: ", rep.String())
+	if len(notes) > 0 {
+		parts = parts[:0]
+		for _, k := range sortedOps(notes) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, notes[k]))
+		}
+		fmt.Fprintf(w, "verify notes: %s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "conversations: %d messages read, %d from users, %d of them without an assistant message after them\n",
+		r.read.messages, r.read.users, r.read.unanswered)
 	for _, a := range r.anomalies {
 		fmt.Fprintln(w, "reader:", a)
+	}
+	for _, a := range r.conversation {
+		fmt.Fprintln(w, "conversation:", a)
 	}
 	if r.dataVerify != "" {
 		fmt.Fprint(w, r.dataVerify)

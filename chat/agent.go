@@ -134,6 +134,11 @@ type Config struct {
 	// ChildPoll is how often a turn awaiting its children reads their
 	// state besides their notices. Default 10s.
 	ChildPoll time.Duration
+	// OnState, when set, is called after each SetState is stored, with
+	// the new version and value, in version order (SetState calls are
+	// serialized): agentd publishes the change to the agent's clients
+	// (host.Env.PublishState). It must not block.
+	OnState func(ctx context.Context, version int, value json.RawMessage)
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -885,6 +890,9 @@ func (a *Agent) SetState(ctx context.Context, value json.RawMessage, expectVersi
 		}
 		if err != nil {
 			return 0, fmt.Errorf("chat: append %s: %w", EventStateSet, err)
+		}
+		if a.cfg.OnState != nil {
+			a.cfg.OnState(ctx, ver+1, value)
 		}
 		return ver + 1, a.store.WaitFor(ctx, seq)
 	}

@@ -10,3 +10,7 @@ import "context"
 // stop returns nil to go on, or blocks until ctx ends and returns its
 // error, as a process dying there.
 func StopAt(a *Agent, stop func(ctx context.Context, point string) error) { a.stopAt = stop }
+
+// Acquire and Release take and give back a slot of l, as a turn does.
+func (l *TurnLimiter) Acquire(force bool) error { return l.acquire(force) }
+func (l *TurnLimiter) Release()                 { l.release() }

@@ -101,3 +101,36 @@ func TestSendRightAfterTheEnd(t *testing.T) {
 		t.Fatalf("%d messages, want 4", len(msgs))
 	}
 }
+
+// TestTurnLimiterSub: the turns of Subs of one limiter are bounded by it
+// together (a node's --max-turns across its tenants), each Sub also by its
+// own bound, refused with its own error; a refused turn holds no slot.
+func TestTurnLimiterSub(t *testing.T) {
+	node := chat.NewTurnLimiter(2)
+	errQuota := errors.New("over the tenant's quota")
+	a, b := node.Sub(0, nil), node.Sub(1, errQuota)
+	if err := a.Acquire(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Acquire(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Acquire(false); !errors.Is(err, errQuota) {
+		t.Fatalf("past the sub's own bound: %v", err)
+	}
+	if err := a.Acquire(false); !errors.Is(err, chat.ErrOverloaded) {
+		t.Fatalf("past the node's bound: %v", err)
+	}
+	if node.Running() != 2 || a.Running() != 1 || b.Running() != 1 {
+		t.Fatalf("running: node %d a %d b %d", node.Running(), a.Running(), b.Running())
+	}
+	if err := a.Acquire(true); err != nil || node.Running() != 3 {
+		t.Fatalf("a recovered turn: %v, node %d", err, node.Running())
+	}
+	a.Release()
+	a.Release()
+	b.Release()
+	if node.Running() != 0 || a.Running() != 0 || b.Running() != 0 {
+		t.Fatalf("after release: node %d a %d b %d", node.Running(), a.Running(), b.Running())
+	}
+}

@@ -56,6 +56,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.recoveries, err = promreg.Register(reg, m.recoveries); err != nil {
 		return nil, err
 	}
+	// Every path from 0, so increase() counts a first recovery.
+	for _, p := range []string{"finalize", "retry", "persist", "discard", "continue", "abandon"} {
+		m.recoveries.WithLabelValues(p)
+	}
 	if m.tokens, err = promreg.Register(reg, m.tokens); err != nil {
 		return nil, err
 	}

@@ -184,6 +184,40 @@ func TestBatcherLostAck(t *testing.T) {
 	storedOnce(t, lg, 3)
 }
 
+// TestBatcherPipelinedLostAck: a lost ack of a pipelined chain's first
+// chunk is retried with the same message id: every Wait returns nil and
+// each chunk is stored once, in order.
+func TestBatcherPipelinedLostAck(t *testing.T) {
+	lg, dropped := openLossy(t, eventlog.Config{})
+	eventlog.ForceSend(lg, "pipelined")
+	ctx := guard(t)
+	b := lg.NewBatcher(eventlog.BatcherConfig{MaxCount: 3, MaxDelay: time.Hour})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(rctx) }()
+	var ps []*eventlog.Pending
+	for i := range 3 {
+		p, err := b.Add(ctx, chunk(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for i, p := range ps {
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+	}
+	if dropped.Load() != 1 {
+		t.Fatal("no ack was dropped")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	storedOnce(t, lg, 3)
+}
+
 // TestAppendBatchAsyncLostAck: AppendBatch with AsyncBatches returns once
 // a lost ack's retry is acknowledged, the event stored once.
 func TestAppendBatchAsyncLostAck(t *testing.T) {
@@ -204,6 +238,7 @@ func TestAppendBatchAsyncLostAck(t *testing.T) {
 // and its shutdown (which commits under a context without deadline).
 func TestBatcherLostCommitAnswer(t *testing.T) {
 	lg, dropped := openLossy(t, eventlog.Config{})
+	eventlog.ForceSend(lg, "atomic")
 	ctx := guard(t)
 	b := lg.NewBatcher(eventlog.BatcherConfig{MaxCount: 2, MaxDelay: time.Hour})
 	rctx, stop := context.WithCancel(ctx)

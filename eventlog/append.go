@@ -60,12 +60,12 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	}
 	switch {
 	case l.cfg.Owner == nil:
-		return l.publishOne(ctx, m, stream, "single", o.expect, &e)
+		return l.publish(ctx, m, stream, o.expect, &e)
 	case e.Stream != "":
 		return l.appendChunks(ctx, []*Event{&e}, []*nats.Msg{m})
 	}
 	return l.fenced(ctx, e.Agent, m, o.expect, func(expect *Seq) (Seq, error) {
-		return l.publishOne(ctx, m, stream, "single", expect, &e)
+		return l.publish(ctx, m, stream, expect, &e)
 	})
 }
 
@@ -203,7 +203,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 		}
 		seq, err := l.commitBatch(ctx, l.cfg.ChunksStream, msgs[off:end], nil)
 		if errors.Is(err, ErrConflict) {
-			stale, serr := l.staleChunks(ctx, fs)
+			stale, _, serr := l.staleChunks(ctx, fs)
 			for _, e := range stale {
 				return last, e
 			}
@@ -350,6 +350,7 @@ func (l *Log) translate(err error, e *Event) error {
 			return fmt.Errorf("%w: %w", ErrDuplicate, err)
 		}
 		if storageFull(apiErr) {
+			l.fullAt.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w: %w", ErrStorageFull, err)
 		}
 	}

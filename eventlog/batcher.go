@@ -11,22 +11,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Defaults of BatcherConfig.
-const (
-	DefaultBatchCount = 256
-	DefaultBatchDelay = 50 * time.Microsecond
-)
+// DefaultBatchCount is BatcherConfig.MaxCount's default.
+const DefaultBatchCount = 256
 
 // BatcherConfig configures NewBatcher. Zero fields take the defaults.
 type BatcherConfig struct {
 	// MaxCount flushes a batch once it holds this many events (capped at
 	// Config.MaxBatch). Default 256.
 	MaxCount int
-	// MaxDelay flushes a batch this long after its first event arrived.
-	// Default 50us: events arriving while a batch commits already fill the
-	// next one, so a long wait only adds latency (measured with
-	// go run ./bench -run chat-chunks: 2ms gave p99 45ms at 100 streams x
-	// 100 chunks/s under sync always, 50us gives 17ms, both over 10k/s).
+	// MaxDelay, when positive, makes a batch wait this long after its first
+	// event for more before it is sent. Default 0: no wait. A batch is sent
+	// as soon as the one before it is stored, with whatever came meanwhile,
+	// so under load the batches grow by themselves and a lone writer never
+	// waits for company that is not coming (measured with go run ./bench
+	// -run '^(tool-call|chat-chunks)$': a 50us linger cost each of a tool
+	// call's three flushes its wait, and gave no more chunks per second).
 	MaxDelay time.Duration
 }
 
@@ -35,13 +34,16 @@ type BatcherConfig struct {
 // returned because its ctx ended.
 var ErrStopped = errors.New("eventlog: stopped")
 
-// Batcher group-commits events from many writers: it collects events into
-// JetStream atomic batches, flushed by count or after MaxDelay, one batch in
-// flight; while it commits the next one fills, so the batch size adapts to
-// the load. (Several batches in flight measured worse: the stream commits
-// them one at a time anyway, and smaller batches cost more fsyncs.) Events
-// added by one goroutine are stored in the order added. All events of a Batcher must go to the same JetStream stream
-// (chunks, or lifecycle events).
+// Batcher group-commits events from many writers: one batch in flight;
+// while it is stored the next one fills, so the batch size adapts to the
+// load, and a batch is sent as soon as the one before is stored (or by
+// count). A batch is stored as one JetStream atomic batch or pipelined in a
+// chain, whichever the measured costs say is cheaper (see sendCost).
+// (Several batches in flight measured worse: the stream commits them one
+// at a time anyway, and smaller batches cost more fsyncs.) Events added by
+// one goroutine are stored in the order added, without gaps: a batch that
+// fails part way leaves a prefix stored. All events of a Batcher must go to
+// the same JetStream stream (chunks, or lifecycle events).
 //
 // With Config.AsyncBatches (no fsync per write to share) Add publishes at
 // once, pipelined, and Run only collects the acknowledgements.
@@ -95,9 +97,6 @@ func (l *Log) NewBatcher(cfg BatcherConfig) *Batcher {
 		cfg.MaxCount = DefaultBatchCount
 	}
 	cfg.MaxCount = min(cfg.MaxCount, l.cfg.MaxBatch)
-	if cfg.MaxDelay <= 0 {
-		cfg.MaxDelay = DefaultBatchDelay
-	}
 	b := &Batcher{l: l, cfg: cfg, in: make(chan *Pending, cfg.MaxCount), async: l.asyncBatches()}
 	b.mu.quiet = make(chan struct{})
 	return b
@@ -191,19 +190,31 @@ func (b *Batcher) Run(ctx context.Context) error {
 		case p := <-in:
 			group = append(group, p)
 		}
-		timer.Reset(b.cfg.MaxDelay)
-	fill:
+		if b.cfg.MaxDelay > 0 {
+			timer.Reset(b.cfg.MaxDelay)
+		fill:
+			for len(group) < b.cfg.MaxCount {
+				select {
+				case p := <-in:
+					group = append(group, p)
+				case <-timer.C:
+					break fill
+				case <-ctx.Done():
+					break fill
+				}
+			}
+			timer.Stop()
+		}
+		// What came while the last batch was stored, up to MaxCount.
+	drain:
 		for len(group) < b.cfg.MaxCount {
 			select {
 			case p := <-in:
 				group = append(group, p)
-			case <-timer.C:
-				break fill
-			case <-ctx.Done():
-				break fill
+			default:
+				break drain
 			}
 		}
-		timer.Stop()
 		b.commit(context.WithoutCancel(ctx), group)
 	}
 }
@@ -275,111 +286,192 @@ func drain(in chan *Pending, group []*Pending) []*Pending {
 	}
 }
 
-// commit stores group as one atomic batch and resolves its Pendings.
-func (b *Batcher) commit(ctx context.Context, group []*Pending) {
-	if b.l.cfg.Owner != nil {
-		b.commitFenced(ctx, group)
-		return
-	}
-	// The messages were built by Add; a group is at most MaxCount <=
-	// Config.MaxBatch events, so it is one atomic batch.
-	msgs := make([]*nats.Msg, len(group))
-	var err error
-	for i, p := range group {
-		msgs[i] = p.msg
-		if p.stream != group[0].stream {
-			err = invalidf("batcher mixes streams %s and %s", group[0].stream, p.stream)
-		}
-	}
-	var last Seq
-	if err == nil {
-		last, err = b.l.commitBatch(ctx, group[0].stream, msgs, nil)
-	}
-	for i, p := range group {
-		if err == nil {
-			// An atomic batch is stored contiguously.
-			p.seq = last - Seq(len(group)-1-i)
-		}
-		p.err = err
-		close(p.ready)
-	}
-}
-
-// maxFencedRetries bounds how often a fenced batch is sent again without the
-// streams another writer took over.
+// maxFencedRetries bounds how often a group is sent again without the
+// streams another writer took over, or after another writer's message broke
+// a pipelined chain.
 const maxFencedRetries = 3
 
-// commitFenced stores group with each chat stream fenced on its first chunk
-// in the batch. When the batch conflicts, the streams another writer took
-// over fail with ErrFenced and the rest is sent again, so one stale stream
-// never fails the other agents' chunks.
-func (b *Batcher) commitFenced(ctx context.Context, group []*Pending) {
-	resolve := func(p *Pending, seq Seq, err error) {
-		p.seq, p.err = seq, err
-		close(p.ready)
-	}
-	for attempt := 0; len(group) > 0; attempt++ {
-		evs := make([]*Event, len(group))
-		msgs := make([]*nats.Msg, len(group))
-		errs := make([]error, len(group))
-		for i, p := range group {
-			evs[i], msgs[i] = &p.e, p.msg
-		}
-		fs := b.l.fenceChunks(evs, msgs, errs)
-		send := make([]*nats.Msg, 0, len(group))
-		pos := make([]int, len(group))
-		for i, p := range group {
-			if errs[i] != nil {
-				resolve(p, 0, errs[i])
-				continue
+// commit stores group and resolves its Pendings: as one atomic batch, or
+// pipelined in a chain (see sendCost), whichever the measured costs say is
+// cheaper. Under an Owner each chat stream is fenced on its first chunk in
+// the group; when that conflicts, the streams another writer took over fail
+// with ErrFenced and the rest is sent again, so one stale stream never
+// fails the other agents' chunks.
+func (b *Batcher) commit(ctx context.Context, group []*Pending) {
+	stream := group[0].stream
+	for _, p := range group {
+		if p.stream != stream {
+			// The messages were built by Add for this Log: only a caller
+			// mixing events and chunks gets here.
+			err := invalidf("batcher mixes streams %s and %s", stream, p.stream)
+			for _, p := range group {
+				fail(p, err)
 			}
-			pos[i] = len(send)
-			send = append(send, msgs[i])
+			return
 		}
+	}
+	// Each attempt stores at least the first of its chunks unless that one
+	// fails, so only attempts that stored nothing count.
+	for attempt := 0; len(group) > 0; {
+		send, ws, fs := b.fence(group)
 		if len(send) == 0 {
 			return
 		}
-		last, err := b.l.commitBatch(ctx, b.l.cfg.ChunksStream, send, nil)
-		if err == nil {
-			n := Seq(len(send))
-			seqOf := func(i int) Seq { return last - (n - 1 - Seq(pos[i])) }
-			advanceChunks(fs, seqOf)
-			for i, p := range group {
-				if errs[i] == nil {
-					resolve(p, seqOf(i), nil)
-				}
+		var rest []*Pending
+		var err error
+		if len(ws) == 1 || !b.l.cost(stream).atomic(len(ws)) {
+			rest, err = b.pipelined(ctx, stream, send, ws, fs)
+		} else {
+			rest, err = b.atomic(ctx, stream, send, ws, fs)
+		}
+		if len(rest) > 0 && (err != nil || attempt == maxFencedRetries) {
+			if err == nil {
+				err = fmt.Errorf("%w: chunks not stored after %d attempts: other writes kept coming between them", ErrUnavailable, attempt+1)
+			}
+			for _, p := range rest {
+				fail(p, err)
 			}
 			return
 		}
-		var stale map[string]error
-		if errors.Is(err, ErrConflict) && attempt < maxFencedRetries {
-			var serr error
-			if stale, serr = b.l.staleChunks(ctx, fs); serr != nil {
-				err = errors.Join(err, serr)
-				stale = nil
-			}
-		}
-		if len(stale) == 0 {
-			if !errors.Is(err, ErrConflict) {
-				forgetChunks(fs)
-			}
-			for i, p := range group {
-				if errs[i] == nil {
-					resolve(p, 0, err)
-				}
-			}
-			return
-		}
-		rest := group[:0:0]
-		for i, p := range group {
-			switch serr, ok := stale[p.msg.Subject]; {
-			case errs[i] != nil:
-			case ok:
-				resolve(p, 0, serr)
-			default:
-				rest = append(rest, p)
-			}
+		if len(rest) == len(group) {
+			attempt++
 		}
 		group = rest
 	}
+}
+
+// fail resolves p with err.
+func fail(p *Pending, err error) {
+	p.seq, p.err = 0, err
+	close(p.ready)
+}
+
+// fence returns the wires to send for group: under an Owner, each chat
+// stream's first chunk expects the stream's last sequence, and chunks of
+// agents not owned or fenced are resolved with their error and left out.
+// send are the Pendings of the wires.
+func (b *Batcher) fence(group []*Pending) (send []*Pending, ws []*wire, fs map[string]*chunkFence) {
+	if b.l.cfg.Owner == nil {
+		ws = make([]*wire, len(group))
+		for i, p := range group {
+			ws[i] = &wire{msg: p.msg}
+		}
+		return group, ws, nil
+	}
+	evs := make([]*Event, len(group))
+	msgs := make([]*nats.Msg, len(group))
+	errs := make([]error, len(group))
+	for i, p := range group {
+		evs[i], msgs[i] = &p.e, p.msg
+	}
+	fs = b.l.fenceChunks(evs, msgs, errs)
+	for i, p := range group {
+		if errs[i] != nil {
+			fail(p, errs[i])
+			continue
+		}
+		w := &wire{msg: p.msg}
+		if cf := fs[p.msg.Subject]; cf.first == i {
+			w.expect = &cf.expect
+		}
+		send, ws = append(send, p), append(ws, w)
+	}
+	return send, ws, fs
+}
+
+// atomic sends ws (the messages of send) as one atomic batch. It returns
+// the Pendings to send again (the batch conflicted: those of the streams
+// still ours), or an error for all that are left.
+func (b *Batcher) atomic(ctx context.Context, stream string, send []*Pending, ws []*wire, fs map[string]*chunkFence) ([]*Pending, error) {
+	err := b.l.sendAtomic(ctx, stream, ws)
+	if err == nil {
+		for i, p := range send {
+			b.stored(p, ws[i].seq, fs)
+		}
+		return nil, nil
+	}
+	if !errors.Is(err, ErrConflict) || fs == nil {
+		forgetChunks(fs)
+		return send, err
+	}
+	return b.dropStale(ctx, send, fs, err)
+}
+
+// pipelined sends ws (the messages of send) one by one in a chain, so a
+// prefix of them is stored. It resolves the stored ones and returns the
+// Pendings to send again (the first refused one was fenced, or another
+// writer's message broke the chain), or an error for all that are left.
+func (b *Batcher) pipelined(ctx context.Context, stream string, send []*Pending, ws []*wire, fs map[string]*chunkFence) ([]*Pending, error) {
+	b.l.sendPipelined(ctx, stream, ws, true)
+	i := 0
+	for ; i < len(ws) && ws[i].err == nil; i++ {
+		p, w := send[i], ws[i]
+		if w.dup {
+			// Stored before (a retried Add), as in async mode. Its
+			// stream's fence is left as it is: if it is behind, the next
+			// chunk conflicts and dropStale finds the last chunk is ours.
+			p.seq, p.err = w.seq, duplicateErr(p, w.seq)
+			close(p.ready)
+			continue
+		}
+		b.stored(p, w.seq, fs)
+	}
+	if i == len(ws) {
+		return nil, nil
+	}
+	rest, err := send[i:], ws[i].err
+	switch {
+	case brokenChain(err):
+		// Another writer's message, or a duplicate of ours, came between:
+		// nothing after it was stored; send the rest again.
+		return rest, nil
+	case errors.Is(err, ErrConflict) && fs != nil:
+		cf := fs[send[i].msg.Subject]
+		one := map[string]*chunkFence{send[i].msg.Subject: {f: cf.f, tok: cf.tok, agent: cf.agent, stream: cf.stream, expect: *ws[i].expect}}
+		return b.dropStale(ctx, rest, one, err)
+	}
+	// The refused message may be stored (a lost ack): the next chunks of
+	// these streams read the stream's last sequence again.
+	forgetChunks(fs)
+	return rest, err
+}
+
+// dropStale, after a send of rest conflicted (err), checks the streams of
+// fs: the Pendings of streams another writer took over fail with ErrFenced
+// and the others are returned to be sent again.
+func (b *Batcher) dropStale(ctx context.Context, rest []*Pending, fs map[string]*chunkFence, err error) ([]*Pending, error) {
+	stale, moved, serr := b.l.staleChunks(ctx, fs)
+	if serr != nil {
+		return rest, errors.Join(err, serr)
+	}
+	if len(stale) == 0 && !moved {
+		return rest, err
+	}
+	left := rest[:0:0]
+	for _, p := range rest {
+		if serr, ok := stale[p.msg.Subject]; ok {
+			fail(p, serr)
+			continue
+		}
+		left = append(left, p)
+	}
+	return left, nil
+}
+
+// stored resolves p as stored at seq and moves its stream's fence on.
+func (b *Batcher) stored(p *Pending, seq Seq, fs map[string]*chunkFence) {
+	if cf := fs[p.msg.Subject]; cf != nil {
+		cf.f.mu.Lock()
+		if cf.f.mu.tok == cf.tok {
+			cf.f.mu.streams[cf.stream] = seq
+		}
+		cf.f.mu.Unlock()
+	}
+	p.seq, p.err = seq, nil
+	close(p.ready)
+}
+
+// duplicateErr is the error of a Pending whose event was stored before.
+func duplicateErr(p *Pending, seq Seq) error {
+	return fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, p.e.ID, seq)
 }

@@ -41,7 +41,7 @@ func crashFollower(t *testing.T, lg *eventlog.Log) *eventlog.Follower {
 // stream with crashViews while a writer appends and waits for each append
 // to be applied, and crashes at a random moment. It returns the filesystem
 // as a crash left it (every unsynced write dropped, or some of them kept, at
-// random) and the last sequence WaitFor confirmed applied before the crash.
+// random) and the last sequence WaitDurable confirmed before the crash.
 func crashRound(t *testing.T, s *server.Server, fs *vfs.MemFS, rng *rand.Rand, noSync bool) (*vfs.MemFS, eventlog.Seq) {
 	t.Helper()
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Dir: "db", FS: fs})
@@ -84,7 +84,7 @@ func crashRound(t *testing.T, s *server.Server, fs *vfs.MemFS, rng *rand.Rand, n
 				}
 				return
 			}
-			if err := f.WaitFor(ctx, last); err != nil {
+			if err := f.WaitDurable(ctx, last); err != nil {
 				return
 			}
 			if confirmed.Swap(uint64(last)) == 0 {
@@ -94,7 +94,8 @@ func crashRound(t *testing.T, s *server.Server, fs *vfs.MemFS, rng *rand.Rand, n
 	}()
 	<-first
 	time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
-	// The crash: what WaitFor confirmed before this moment must survive it.
+	// The crash: what WaitDurable confirmed before this moment must survive
+	// it.
 	c := eventlog.Seq(confirmed.Load())
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(60), RNG: rng})
 	return crashed, c
@@ -120,7 +121,7 @@ func checkAfterCrash(t *testing.T, s *server.Server, fs *vfs.MemFS, confirmed ev
 			t.Fatal(err)
 		}
 		if cur < confirmed {
-			bad = append(bad, fmt.Sprintf("%s: cursor %d after the crash, but WaitFor had confirmed %d", name, cur, confirmed))
+			bad = append(bad, fmt.Sprintf("%s: cursor %d after the crash, but WaitDurable had confirmed %d", name, cur, confirmed))
 		}
 		var upto []eventlog.Event
 		for _, e := range all {
@@ -138,7 +139,7 @@ func checkAfterCrash(t *testing.T, s *server.Server, fs *vfs.MemFS, confirmed ev
 // TestCrashConsistency crashes Pebble below the page cache at random points
 // (vfs.NewCrashableMem drops every write that was not synced, or keeps a
 // random part of them) while a Follower applies a live stream, then reopens
-// it: every view's cursor still covers every event WaitFor confirmed, and
+// it: every view's cursor still covers every event WaitDurable confirmed, and
 // its rows are exactly the stream's events up to that cursor, none missing
 // and none applied twice. After the last crash the views catch up and
 // equal the whole stream.
@@ -179,7 +180,7 @@ func TestCrashConsistency(t *testing.T) {
 
 // TestCrashConsistencyCatchesMissingSync proves the test above can fail:
 // with projection commits left unsynced (as a bug would leave them), a
-// crash loses events the views had applied and WaitFor had confirmed.
+// crash loses events the views had applied and WaitDurable had confirmed.
 func TestCrashConsistencyCatchesMissingSync(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 	rng := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))

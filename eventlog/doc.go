@@ -19,7 +19,7 @@
 // A Projection is a name, a schema version, a Filter and an Apply function
 // over a Batch. A Projector follows the log from the projection's cursor+1
 // with an ordered consumer and commits each group of events' rows together
-// with the new cursor in one synced Pebble batch. A Follower does the same
+// with the new cursor in one Pebble batch. A Follower does the same
 // for several projections of one stream with one consumer: each event is
 // read once and applied to every projection whose Filter matches, their rows
 // and cursors go into one batch, and read-your-writes waits on one cursor.
@@ -38,11 +38,29 @@
 //     JetStream acknowledged it (with sync always, after the fsync).
 //   - AppendBatch stores each atomic batch whole or not at all, with one
 //     acknowledgement and one fsync per batch.
-//   - A projection's rows and its cursor change in one synced Pebble batch,
-//     so after any crash, also one that drops every unsynced write below
-//     the page cache, the view equals the view rebuilt from the log up to
-//     its cursor, and that cursor covers every sequence WaitFor confirmed
-//     (TestCrashConsistency, on Pebble's crashable filesystem).
+//   - Group commit: Appends of lifecycle events that come while another is
+//     being sent wait and go out together as the next send, one atomic
+//     batch (one fsync under sync always; stored whole or not at all,
+//     TestGroupCommitCrash SIGKILLs a child process mid-batch) or pipelined,
+//     whichever the measured costs say is cheaper. Each Append still gets
+//     its own answer: a batch refused for one append's expected sequence
+//     (a stale owner) is sent again one by one, so that append fails alone
+//     and the others are stored (TestGroupCommitFencing). An Append that
+//     finds nothing in flight is sent at once: a lone writer never waits.
+//   - A group sent pipelined (a Batcher's chunks) is a chain: every message
+//     after the first expects the one before it to be the stream's last, so
+//     the server stores a prefix of the group in order and refuses the
+//     rest; nothing of another writer lands inside it, and a stale owner's
+//     chunks after its refused first one never land (TestFenceChunksInGroup).
+//   - A projection's rows and its cursor change in one Pebble batch; the
+//     WAL is synced within 10 ms of a commit (in the background, once for
+//     every commit made meanwhile), before every purge of a stream, and
+//     before WaitDurable returns. So after any crash, also one that drops
+//     every unsynced write below the page cache, the view equals the view
+//     rebuilt from the log up to its cursor, that cursor covers every
+//     sequence WaitDurable confirmed (TestCrashConsistency, on Pebble's
+//     crashable filesystem), and the stream still holds every event after
+//     it. WaitFor makes rows visible without waiting for the sync.
 //   - A projection write Pebble cannot make (a full or failing disk) loses
 //     nothing: the events stay in the log, the Followers stall (Log.Stalled
 //     says so with ErrViewsStalled, and ErrStorageFull for a full disk, so
@@ -59,10 +77,26 @@
 //     between its snapshot append and its purge (TestCompactKeepsTheView).
 //     The snapshot append expects the agent's last sequence, so a snapshot
 //     never misses an event of the agent.
+//   - Delete removes an agent: after it, the log holds the agent's two
+//     tombstones (TypeDeleted, one on its events subject, one on its
+//     DeletedStream chunks subject) and nothing before them, and no view
+//     with AgentRows holds a row of it, live or rebuilt from an empty
+//     Pebble, also when events before the tombstone survived a purge
+//     (TestDeleteRemovesTheAgent, TestTombstoneSupersedesLeftovers).
+//     Events after the tombstone start a new agent with the same id from
+//     nothing. Apply never sees an events tombstone.
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from
-//     the stream it now follows, never resumed.
+//     the stream it now follows, never resumed. A stream deleted or purged
+//     under running views is followed again after Log.RestartViews (which
+//     agentd's store guard calls, with EnsureStream to create it again),
+//     rebuilt from what it holds when asked (TestViewsFollowARestoredStream).
+//   - A fenced append never takes the loss of what this process wrote for
+//     another writer: a subject whose last sequence went back (a purge, a
+//     deleted stream) is ErrRemoved, the fence reads the subject again, and
+//     the next append goes on from the log; only a subject moved forward
+//     by another token is ErrFenced (TestPurgeIsNotAnotherWriter).
 //   - Follow yields every matching event after the cursor once and in order,
 //     history then live, through a single ordered consumer.
 //   - No wait for the server is unbounded: one that has no deadline of its

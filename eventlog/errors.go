@@ -49,6 +49,15 @@ var (
 	// ErrConflict that revealed it.
 	ErrFenced = errors.New("eventlog: fenced out: another writer took the agent over")
 
+	// ErrRemoved is returned by appends to an agent's subjects when the
+	// log lost what this process wrote there: the subject's last sequence
+	// is below the one its last append left, so its events (or a chat
+	// stream's chunks) were removed under it, by a purge or a deletion of
+	// the stream, not written over by another writer. Nothing was written;
+	// the next append reads the subject again and goes on from what the
+	// log holds. It wraps the ErrConflict that revealed it.
+	ErrRemoved = errors.New("eventlog: events removed from under this writer (the stream was purged or deleted)")
+
 	// ErrNotFound is returned by View.Get when a key is absent.
 	ErrNotFound = errors.New("eventlog: not found")
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,12 +20,44 @@ func StoredCursor(l *Log, name string) (Seq, error) {
 	return Seq(v), err
 }
 
+// ForceSend fixes how l sends a group of 2 or more messages: "atomic"
+// batches, "pipelined" chains, or "" (by the measured costs).
+func ForceSend(l *Log, how string) {
+	f := map[string]int{"atomic": 1, "pipelined": -1}[how]
+	l.costs[0].force, l.costs[1].force = f, f
+}
+
+// HoldAppends makes l's single event appends wait as if a send were in
+// flight, until release, which sends everything queued (as one group) and
+// returns once that send began.
+func HoldAppends(l *Log) (queued func() int, release func()) {
+	c := &l.committers[0]
+	c.mu.Lock()
+	c.busy = true
+	c.mu.Unlock()
+	queued = func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue)
+	}
+	return queued, func() { l.handOff(c) }
+}
+
+// OnGroup tells f the message ids of every group of two or more single
+// event appends l sends, before it is sent.
+func OnGroup(l *Log, f func(ids []string)) {
+	c := &l.committers[0]
+	c.mu.Lock()
+	c.onGroup = f
+	c.mu.Unlock()
+}
+
 // FlushProjections writes Pebble's memtable to sstables, so later reads go
 // to the filesystem.
 func FlushProjections(l *Log) error { return l.db.Flush() }
 
 // SkipCommitSync makes l's projection commits unsynced, as a bug would.
-func SkipCommitSync(l *Log) { l.commitSync = pebble.NoSync }
+func SkipCommitSync(l *Log) { l.syncWAL = false }
 
 // StopCompact makes l's Compact call stop at each crash point.
 func StopCompact(l *Log, stop func(point string) error) { l.stopCompact = stop }

@@ -112,6 +112,9 @@ func (l *Log) claim(agent string) (*fence, Token, error) {
 // (ExpectSeq), checked against the fence before anything is sent.
 func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq,
 	publish func(expect *Seq) (Seq, error)) (Seq, error) {
+	if held := l.held.Load(); held != nil {
+		return 0, fmt.Errorf("%w: agent %q: %v", ErrRemoved, agent, *held)
+	}
 	f, tok, err := l.claim(agent)
 	if err != nil {
 		return 0, err
@@ -154,6 +157,12 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		case lerr != nil:
 			unsure = true
 			err = fmt.Errorf("eventlog: append for %q conflicted and its subject cannot be read now: %w", agent, lerr)
+		case ls < last:
+			// Writers only add: a subject that went back lost events.
+			err = fmt.Errorf("%w: agent %q: %s holds its events up to %d, this process wrote up to %d: %w",
+				ErrRemoved, agent, l.cfg.EventsStream, ls, last, err)
+		case w != tok && w.Node != "":
+			err = fmt.Errorf("%w (node %s, epoch %d, wrote it last; this node holds epoch %d)", err, w.Node, w.Epoch, tok.Epoch)
 		case w == tok && ls > last:
 			l.logger.Info("append after a write of ours whose ack was lost; sending it again",
 				"agent", agent, "expected", last, "last", ls)
@@ -167,7 +176,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		return seq, err // a new lease came meanwhile; it starts from the log
 	}
 	switch {
-	case unsure:
+	case unsure, errors.Is(err, ErrRemoved):
 		f.mu.known = false
 	case err == nil:
 		f.mu.known, f.mu.last = true, seq
@@ -196,6 +205,27 @@ func (l *Log) Unfence(agent string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.dead, f.mu.known = nil, false
+	clear(f.mu.streams)
+}
+
+// ForgetFences makes every agent's next append read its subject's last
+// sequence again, for all agents this process wrote: call it after a
+// stream of the log was created again, so that appends go on from what the
+// new stream holds instead of expecting what the old one held. It does not
+// lift a fence set by another writer (see Unfence).
+func (l *Log) ForgetFences() {
+	l.fences.mu.Lock()
+	all := make([]*fence, 0, len(l.fences.m))
+	for _, f := range l.fences.m {
+		all = append(all, f)
+	}
+	l.fences.mu.Unlock()
+	for _, f := range all {
+		f.mu.Lock()
+		f.mu.known = false
+		clear(f.mu.streams)
+		f.mu.Unlock()
+	}
 }
 
 // reportFenced tells Config.OnFenced, off the caller's goroutine.
@@ -310,20 +340,47 @@ func advanceChunks(fs map[string]*chunkFence, seqOf func(i int) Seq) {
 	}
 }
 
-// staleChunks finds, after a conflicting batch, the streams whose chunks
-// another writer appended: it marks their agents fenced and returns their
-// subjects.
-func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[string]error, error) {
-	stale := map[string]error{}
+// staleChunks finds, after a conflicting send, the streams whose chunks
+// another writer appended (it marks their agents fenced) or that lost
+// chunks under this writer (ErrRemoved; their fences are forgotten), and
+// returns their subjects with the error of each. A stream whose last chunk
+// is this writer's own (a chunk whose acknowledgement was lost, a
+// duplicate) is not stale: its fence moves to that chunk, and moved
+// reports it, so the chunks can be sent again.
+func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (stale map[string]error, moved bool, err error) {
+	stale = map[string]error{}
 	for subj, cf := range fs {
-		last, err := l.leaderLastSeq(ctx, l.cfg.ChunksStream, subj)
+		last, w, err := l.leaderLast(ctx, l.cfg.ChunksStream, subj)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if last == cf.expect {
 			continue
 		}
-		err = fmt.Errorf("%w: chunks of %q/%q: expected last sequence %d, the log has %d", ErrConflict, cf.agent, cf.stream, cf.expect, last)
+		if last < cf.expect {
+			// Writers only add: the stream's chunks were removed (a purge
+			// or a deletion of the chunks stream). Not another writer: the
+			// next chunk reads the subject again.
+			cf.f.mu.Lock()
+			if cf.f.mu.tok == cf.tok {
+				delete(cf.f.mu.streams, cf.stream)
+			}
+			cf.f.mu.Unlock()
+			stale[subj] = fmt.Errorf("%w: chunks of %q/%q: %s holds them up to %d, this process wrote up to %d: %w",
+				ErrRemoved, cf.agent, cf.stream, l.cfg.ChunksStream, last, cf.expect, ErrConflict)
+			continue
+		}
+		if w == cf.tok {
+			cf.f.mu.Lock()
+			if cf.f.mu.tok == cf.tok {
+				cf.f.mu.streams[cf.stream] = last
+				moved = true
+			}
+			cf.f.mu.Unlock()
+			continue
+		}
+		err = fmt.Errorf("%w: chunks of %q/%q: expected last sequence %d, the log has %d (written by node %s at epoch %d; this node holds epoch %d)",
+			ErrConflict, cf.agent, cf.stream, cf.expect, last, w.Node, w.Epoch, cf.tok.Epoch)
 		cf.f.mu.Lock()
 		if cf.f.mu.tok == cf.tok && cf.f.mu.dead == nil {
 			cf.f.mu.dead = err
@@ -332,7 +389,7 @@ func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (map[s
 		cf.f.mu.Unlock()
 		stale[subj] = fmt.Errorf("%w: agent %q: %v", ErrFenced, cf.agent, err)
 	}
-	return stale, nil
+	return stale, moved, nil
 }
 
 // leaderLastSeq returns the last sequence on subject as the stream's leader

@@ -3,9 +3,11 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -374,5 +376,80 @@ func TestFenceAsyncBatches(t *testing.T) {
 		if last := got[len(got)-1]; last.Writer.Node != "b" {
 			t.Errorf("%+v: last event written by %q after b took x over", f, last.Writer.Node)
 		}
+	}
+}
+
+// TestFenceChunksInGroup: a stale owner's chunks inside one group with
+// another agent's chunks fail alone with ErrFenced, and none of them lands,
+// neither the stream's first (fenced by its expected sequence) nor the ones
+// after it; the other agent's chunks are stored, in order. The group goes
+// as one atomic batch and as a pipelined chain, whose chain header keeps
+// the chunks after a refused one out.
+func TestFenceChunksInGroup(t *testing.T) {
+	for _, how := range []string{"atomic", "pipelined"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := t.Context()
+			nodes := openNodes(t, 2)
+			a, b := nodes[0], nodes[1]
+			eventlog.ForceSend(a.lg, how)
+			a.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+			a.owner.set("y", eventlog.Token{Node: "a", Epoch: 1})
+			chunk := func(agent, stream string, i int) eventlog.Event {
+				return eventlog.Event{Agent: agent, Stream: stream, Type: "chunk", ID: stream + "/" + strconv.Itoa(i), Data: []byte(`{"type":"text-delta"}`)}
+			}
+			if _, err := a.lg.AppendBatch(ctx, []eventlog.Event{chunk("x", "s1", 0)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.lg.AppendBatch(ctx, []eventlog.Event{chunk("y", "s2", 0)}); err != nil {
+				t.Fatal(err)
+			}
+			// b takes x over and continues its stream.
+			b.owner.set("x", eventlog.Token{Node: "b", Epoch: 2})
+			if _, err := b.lg.Append(ctx, chunk("x", "s1", 1)); err != nil {
+				t.Fatalf("new owner's chunk: %v", err)
+			}
+			// One group of six, x's and y's interleaved.
+			ab := a.lg.NewBatcher(eventlog.BatcherConfig{MaxCount: 6, MaxDelay: time.Hour})
+			var ps []*eventlog.Pending
+			for i := 1; i <= 3; i++ {
+				for _, e := range []eventlog.Event{chunk("x", "s1", 100+i), chunk("y", "s2", i)} {
+					p, err := ab.Add(ctx, e)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ps = append(ps, p)
+				}
+			}
+			bctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- ab.Run(bctx) }()
+			defer func() { stop(); <-done }()
+			for i, p := range ps {
+				_, err := p.Wait(ctx)
+				if i%2 == 0 && !errors.Is(err, eventlog.ErrFenced) {
+					t.Errorf("stale chunk %d: got %v, want ErrFenced", i, err)
+				}
+				if i%2 == 1 && err != nil {
+					t.Errorf("other agent's chunk %d: %v", i, err)
+				}
+			}
+			for stream, want := range map[string][]string{"s1": {"s1/0", "s1/1"}, "s2": {"s2/0", "s2/1", "s2/2", "s2/3"}} {
+				agent := map[string]string{"s1": "x", "s2": "y"}[stream]
+				evs, err := b.lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for _, e := range evs {
+					ids = append(ids, e.ID)
+				}
+				if fmt.Sprint(ids) != fmt.Sprint(want) {
+					t.Errorf("stream %s = %v, want %v", stream, ids, want)
+				}
+				if err := eventlog.CheckWriters(evs); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxApply is the most events committed in one Pebble batch while catching
@@ -51,14 +52,21 @@ type Follower struct {
 	// Set by Run.
 	logger *slog.Logger
 	origin uint64 // the stream's creation time
+	// reset is closed when RestartViews asks the Follower to start over;
+	// rebuilt is how many rebuilds it has done of those RestartViews asked.
+	reset   <-chan struct{}
+	rebuilt uint64
 
 	mu struct {
 		sync.Mutex
 		started bool
 		cursor  Seq // the lowest cursor of the projections
 		isReady bool
-		changed chan struct{} // closed and replaced when cursor moves
+		changed chan struct{} // closed and replaced when cursor or life moves
+		life    int           // counts the starts from the stored cursors
 		err     error         // set when Run returned: why it stopped
+		// rebuilds counts the rebuilds RestartViews asked that were done.
+		rebuilds uint64
 	}
 }
 
@@ -151,6 +159,19 @@ func (f *Follower) Names() []string {
 // others, if that was later).
 func (f *Follower) Ready() <-chan struct{} { return f.ready }
 
+// Rebuilds returns how many of the rebuilds Log.RestartViews asked for
+// its stream the Follower did (it dropped its views; WaitFor then waits
+// for their replay). It counts from the Log's start, like RestartViews.
+func (f *Follower) Rebuilds() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.rebuilds
+}
+
+// Stream returns the name of the JetStream stream the projections read
+// (empty before Add).
+func (f *Follower) Stream() string { return f.stream }
+
 // Cursor returns the last stream sequence applied by every projection: the
 // lowest of their cursors.
 func (f *Follower) Cursor() Seq {
@@ -180,6 +201,44 @@ func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// WaitDurable is WaitFor, and then makes what every projection applied
+// durable (a Pebble WAL sync, unless the background sync made it already):
+// after a crash, even one that drops every unsynced write below the page
+// cache, the views' stored cursors cover seq. WaitFor alone makes the rows
+// visible; their sync follows within viewSyncDelay.
+func (f *Follower) WaitDurable(ctx context.Context, seq Seq) error {
+	for {
+		if err := f.WaitFor(ctx, seq); err != nil {
+			return err
+		}
+		f.mu.Lock()
+		life := f.mu.life
+		f.mu.Unlock()
+		err := f.l.syncViews(ctx)
+		if !errors.Is(err, ErrViewsStalled) {
+			return err
+		}
+		// Pebble failed: what was applied may be lost with it. Wait until
+		// Run starts over from the stored cursors, then wait again.
+		for {
+			f.mu.Lock()
+			now, ch, rerr := f.mu.life, f.mu.changed, f.mu.err
+			f.mu.Unlock()
+			if now != life {
+				break
+			}
+			if rerr != nil {
+				return rerr
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }
@@ -240,6 +299,10 @@ func (f *Follower) Run(ctx context.Context) error {
 	} else {
 		f.logger = f.l.logger.With("subsystem", "projection", "stream", f.stream, "projections", strings.Join(f.Names(), ","))
 	}
+	_, f.rebuilt = f.l.resetOf(f.stream)
+	f.mu.Lock()
+	f.mu.rebuilds = f.rebuilt
+	f.mu.Unlock()
 	err := f.run(ctx)
 	if err != nil && ctx.Err() != nil {
 		err = nil
@@ -266,12 +329,17 @@ func (f *Follower) run(ctx context.Context) error {
 	for failures := 0; ; {
 		err := f.follow(ctx)
 		switch {
+		case errors.Is(err, errRestart):
+			failures = 0
+			f.logger.Info("projections start over: the stream was restored or purged")
 		case errors.Is(err, ErrViewsStalled):
 			if err := f.l.awaitDB(ctx); err != nil {
 				return err
 			}
 			f.logger.Info("projections resume after Pebble wrote again")
-		case ctx.Err() == nil && Transient(err):
+		case ctx.Err() == nil && (Transient(err) || errors.Is(err, jetstream.ErrStreamNotFound)):
+			// A missing stream is created again by its owner (agentd's
+			// guard), and the views then follow the new one.
 			wait := backoff.Exp(100*time.Millisecond, 5*time.Second, failures)
 			failures++
 			f.logger.Warn("projections wait for JetStream; retrying", "err", err, "in", wait, "attempt", failures)
@@ -296,12 +364,36 @@ func Transient(err error) bool {
 	return Unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
+// errRestart ends a life of the follower when RestartViews asks it to
+// start over.
+var errRestart = errors.New("eventlog: projections asked to start over")
+
 // follow is one life of run, from the stored cursors.
 func (f *Follower) follow(ctx context.Context) error {
+	reset, rebuild := f.l.resetOf(f.stream)
+	f.reset = reset
 	if err := f.open(ctx); err != nil {
 		return err
 	}
+	if rebuild != f.rebuilt {
+		f.logger.Warn("projections rebuilt from the stream as it is now (its events were removed)", "stream", f.stream)
+		for _, m := range f.members {
+			if err := f.drop(m); err != nil {
+				return err
+			}
+			m.cursor = 0
+		}
+		f.rebuilt = rebuild
+		f.mu.Lock()
+		f.mu.rebuilds = rebuild
+		f.mu.Unlock()
+	}
 	f.publish()
+	f.mu.Lock()
+	f.mu.life++
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+	f.mu.Unlock()
 	for {
 		if err := f.bootstrap(ctx); err != nil {
 			return err
@@ -551,7 +643,8 @@ func (f *Follower) drop(m *member) error {
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
 	}
-	return nil
+	// A Rebuild returns once its drop is durable.
+	return f.l.syncViews(context.Background())
 }
 
 // consume applies to group the events after sequence after. With upto 0 it
@@ -569,6 +662,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		return nil, err
 	}
 	rebuilds := f.rebuildCh
+	breaks := f.l.breaks()
 	if upto > 0 {
 		rebuilds = nil // a catch-up runs to its end
 		// No event matching subject after target exists before upto: new
@@ -599,10 +693,16 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		select {
 		case <-ctx.Done():
 			return nil, nil
+		case <-f.reset:
+			return nil, errRestart
 		case req := <-rebuilds:
 			cancel()
 			wg.Wait()
 			return &req, nil
+		case <-breaks:
+			// A background sync failed: what was applied since the last
+			// one may be lost. Start over from the stored cursors.
+			return nil, fmt.Errorf("%w: %s", ErrViewsStalled, "the views' sync failed")
 		case it, ok := <-ch:
 			if !ok {
 				return nil, ctx.Err()
@@ -659,6 +759,7 @@ func allSame(group []*member) bool {
 // ends. The ordered consumer resets itself on gaps and reconnects; if its
 // iterator ends anyway, pump starts a new one after the last delivered event.
 func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<- followed) {
+	var warned string
 	for ctx.Err() == nil {
 		for e, err := range f.l.follow(ctx, f.stream, subject, after) {
 			var ce *CorruptError
@@ -666,9 +767,13 @@ func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<
 				if ctx.Err() != nil {
 					return
 				}
-				f.logger.Warn("follow", "err", err)
+				if msg := err.Error(); msg != warned {
+					f.logger.Warn("follow", "err", err)
+					warned = msg
+				}
 				break
 			}
+			warned = ""
 			select {
 			case ch <- followed{e, err}:
 				after = e.Seq
@@ -719,8 +824,17 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			continue
 		}
 		snap, serr := snapshotOf(e)
+		tomb := e.Type == TypeDeleted && e.Stream == ""
 		for _, m := range group {
 			if !m.matches(e.Subject) {
+				continue
+			}
+			if tomb && m.p.AgentRows != nil {
+				// An agent's tombstone: its rows go, and Apply never sees
+				// it, so no view keeps anything of the deleted agent.
+				if err := f.applyTombstone(m, e.Agent); err != nil {
+					return fmt.Errorf("projection %q: apply tombstone at seq %d: %w", m.p.Name, e.Seq, err)
+				}
 				continue
 			}
 			if err := f.applySnapshotTo(b, m, e, snap, serr); err != nil {

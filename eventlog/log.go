@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -24,6 +25,9 @@ const (
 	// DefaultChunkSafetyFactor is ChunkSafetyAge's default, in ChunkMaxAges.
 	DefaultChunkSafetyFactor = 10
 	DefaultDuplicates        = 2 * time.Minute
+	// DefaultFencedChunkDuplicates is the chunks stream's dedup window for
+	// a fenced Log (see Config.ChunkDuplicates).
+	DefaultFencedChunkDuplicates = time.Second
 	// DefaultAckTimeout bounds each wait for an acknowledgement that has no
 	// deadline of its own.
 	DefaultAckTimeout = 5 * time.Second
@@ -31,16 +35,6 @@ const (
 	// server's default limit is 1,000 messages per batch.
 	DefaultMaxBatch = 1000
 )
-
-// walMinSyncInterval is Pebble's group commit for projections: synced
-// commits that come faster than this share one WAL fsync, each still
-// returning only once synced. Every projector commits each event group with
-// its own synced batch; without this, a stream of single events (a fiber
-// stashing in a loop) pays one Pebble fsync per event, which competes on
-// the disk with JetStream's own fsync of the next event (measured with
-// go run ./bench -run '^fiber-stash$': stash p50 0.56-0.70x of a raw
-// publish, 0.71-0.74x with this).
-const walMinSyncInterval = time.Millisecond
 
 // Config configures Open. A zero field means "use the default".
 type Config struct {
@@ -64,6 +58,15 @@ type Config struct {
 	ChunkSafetyAge time.Duration
 	// Duplicates is the dedup window for message ids. Default 2m.
 	Duplicates time.Duration
+	// ChunkDuplicates is the dedup window of the chunks stream. Default
+	// Duplicates for a Log without Owner, and DefaultFencedChunkDuplicates
+	// for a fenced one: its chunks are fenced by the expected sequence of
+	// their chat stream, never published again under the same id, so the
+	// window only costs: JetStream reloads the ids of every message stored
+	// within it when it restores the stream, which made a restart under
+	// chat load grow with the recent chunk rate (go run ./bench -run
+	// '^restart-load$').
+	ChunkDuplicates time.Duration
 	// Replicas of both streams. Default 1.
 	Replicas int
 	// MaxConsumers caps the consumers of each stream: every Follow (a
@@ -97,6 +100,11 @@ type Config struct {
 	// that follows chat streams with a tenant's credential, which may not
 	// read the events stream. Reading events then fails.
 	ChunksOnly bool
+	// APIPrefix, when set, is the JetStream API prefix the Log uses instead
+	// of $JS.API (jetstream.NewWithAPIPrefix): a tenant's client of agentd
+	// with auth reaches the API through agentd, which counts its calls
+	// against the tenant's rate (auth.ClientAPIPrefix).
+	APIPrefix string
 	// Owner, when set, fences every append to an agent's subjects: the
 	// append is refused with ErrNotOwner unless Owner grants a token for
 	// the agent; it carries the token in the Forever-Node and Forever-Epoch
@@ -133,7 +141,7 @@ func (c *Config) Validate() error {
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
-	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.Replicas < 0 || c.MaxConsumers < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
+	if c.ChunkMaxAge < 0 || c.ChunkSafetyAge < 0 || c.Duplicates < 0 || c.ChunkDuplicates < 0 || c.Replicas < 0 || c.MaxConsumers < 0 || c.MaxBatch < 0 || c.AckTimeout < 0 {
 		return errors.New("eventlog: config: durations and counts must not be negative")
 	}
 	return nil
@@ -157,6 +165,12 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.Duplicates == 0 {
 		c.Duplicates = DefaultDuplicates
+	}
+	if c.ChunkDuplicates == 0 {
+		c.ChunkDuplicates = c.Duplicates
+		if c.Owner != nil {
+			c.ChunkDuplicates = DefaultFencedChunkDuplicates
+		}
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -184,11 +198,17 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
-	// commitSync is how projection commits are written: pebble.Sync, so a
-	// view never loses an event it applied (the stream may drop applied
-	// events: chunk retention, purges). Only the crash-consistency test
-	// turns it off, to prove it would notice.
-	commitSync *pebble.WriteOptions
+	// costs are the measured costs of sending groups to the events stream
+	// (0) and the chunks stream (1); see sendCost.
+	costs [2]sendCost
+	// committers group-commit single appends to the events stream (0) and
+	// the chunks stream (1).
+	committers [2]committer
+	// syncWAL is whether projection commits are synced (in the background,
+	// see viewSyncDelay). Only the crash-consistency test turns it off, to
+	// prove it would notice.
+	syncWAL bool
+	vsync   viewSync
 	// stopCompact, set only by tests, is called at Compact's crash points
 	// ("appended": the snapshot stored, the history not purged); an error
 	// stops Compact there.
@@ -205,6 +225,14 @@ type Log struct {
 	// write (awaitDB), and by Close.
 	heal sync.Mutex
 
+	// held, when set, refuses every event append of a fenced Log with
+	// ErrRemoved (HoldEvents).
+	held atomic.Pointer[error]
+
+	// fullAt is when JetStream last refused an append for want of space
+	// (ErrStorageFull), in Unix nanoseconds; 0 never.
+	fullAt atomic.Int64
+
 	mu struct {
 		sync.Mutex
 		closed bool
@@ -214,10 +242,63 @@ type Log struct {
 		// broken is set (wrapping ErrViewsStalled) when a Pebble write
 		// failed; cleared when Pebble was reopened.
 		broken error
+		// breaks is closed when broken is set, and replaced when cleared.
+		breaks chan struct{}
 		// swapping is non-nil while Pebble is being reopened: useDB waits
 		// until it is closed.
 		swapping chan struct{}
+		// resets are the RestartViews signals, by stream.
+		resets map[string]*viewReset
 	}
+}
+
+// viewReset is how RestartViews tells the Followers of one stream.
+type viewReset struct {
+	ch      chan struct{} // closed and replaced at each RestartViews
+	rebuild uint64        // counts the RestartViews that asked for a rebuild
+}
+
+// RestartViews makes every Follower (and Projector) of stream start over:
+// it opens the stream again, checks that its views were built from it (a
+// stream deleted and created again has another creation time, and its
+// views are rebuilt from it) and follows from the stored cursors. With
+// rebuild, every view of the stream is dropped and replayed from the
+// stream as it is now, whatever its creation time: after a purge that
+// removed the events the views hold. It returns at once, with the count of
+// rebuilds asked for stream so far: a Follower's Rebuilds reaches it once
+// the Follower dropped its views (then WaitFor waits for the replay).
+func (l *Log) RestartViews(stream string, rebuild bool) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.resetLocked(stream)
+	if rebuild {
+		r.rebuild++
+	}
+	close(r.ch)
+	r.ch = make(chan struct{})
+	return r.rebuild
+}
+
+// resetOf returns the signal a Follower of stream waits on, and how many
+// rebuilds were asked so far.
+func (l *Log) resetOf(stream string) (<-chan struct{}, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.resetLocked(stream)
+	return r.ch, r.rebuild
+}
+
+// resetLocked returns stream's viewReset. REQUIRES: l.mu held.
+func (l *Log) resetLocked(stream string) *viewReset {
+	if l.mu.resets == nil {
+		l.mu.resets = map[string]*viewReset{}
+	}
+	r := l.mu.resets[stream]
+	if r == nil {
+		r = &viewReset{ch: make(chan struct{})}
+		l.mu.resets[stream] = r
+	}
+	return r
 }
 
 // Open creates or updates the streams (idempotently) and opens Pebble under
@@ -227,11 +308,18 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	var js jetstream.JetStream
+	var err error
+	if cfg.APIPrefix != "" {
+		js, err = jetstream.NewWithAPIPrefix(cfg.Conn, cfg.APIPrefix, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	} else {
+		js, err = jetstream.New(cfg.Conn, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
-	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), commitSync: pebble.Sync}
+	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), syncWAL: true}
+	l.costs[0].replicated, l.costs[1].replicated = cfg.Replicas > 1, cfg.Replicas > 1
 	l.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -254,14 +342,14 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		}
 	}
 	l.mu.projections = map[string]registered{}
+	l.mu.breaks = make(chan struct{})
 	return l, nil
 }
 
-// createStreams creates or updates both streams to match the config.
-func (l *Log) createStreams(ctx context.Context) error {
+// streamConfigs are the configs of the events and the chunks stream.
+func (l *Log) streamConfigs() (events, chunks jetstream.StreamConfig) {
 	cfg := l.cfg
-	var err error
-	l.events, err = l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	events = jetstream.StreamConfig{
 		Name:               cfg.EventsStream,
 		Description:        "Forever agent lifecycle events",
 		Subjects:           []string{cfg.Prefix + ".evt.>"},
@@ -271,25 +359,68 @@ func (l *Log) createStreams(ctx context.Context) error {
 		AllowAtomicPublish: true,
 		AllowDirect:        true,
 		MaxConsumers:       cfg.MaxConsumers,
-	})
-	if err != nil {
-		return fmt.Errorf("eventlog: create stream %s: %w", cfg.EventsStream, err)
 	}
-	l.chunks, err = l.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	chunks = jetstream.StreamConfig{
 		Name:               cfg.ChunksStream,
 		Description:        "Forever chat stream chunks",
 		Subjects:           []string{cfg.Prefix + ".chunk.>"},
 		Storage:            jetstream.FileStorage,
 		Replicas:           cfg.Replicas,
-		Duplicates:         min(cfg.Duplicates, cfg.ChunkSafetyAge),
+		Duplicates:         min(cfg.ChunkDuplicates, cfg.ChunkSafetyAge),
 		MaxAge:             cfg.ChunkSafetyAge,
 		AllowAtomicPublish: true,
 		AllowDirect:        true,
 		MaxConsumers:       cfg.MaxConsumers,
-	})
-	if err != nil {
-		return fmt.Errorf("eventlog: create stream %s: %w", cfg.ChunksStream, err)
 	}
+	return events, chunks
+}
+
+// createStreams creates or updates both streams to match the config.
+func (l *Log) createStreams(ctx context.Context) error {
+	events, chunks := l.streamConfigs()
+	var err error
+	if l.events, err = l.js.CreateOrUpdateStream(ctx, events); err != nil {
+		return fmt.Errorf("eventlog: create stream %s: %w", events.Name, err)
+	}
+	if l.chunks, err = l.js.CreateOrUpdateStream(ctx, chunks); err != nil {
+		return fmt.Errorf("eventlog: create stream %s: %w", chunks.Name, err)
+	}
+	return nil
+}
+
+// EnsureStream creates the stream called name (the events or the chunks
+// stream) again when it is missing, with the config Open gives it: after
+// it was deleted under the running process. A stream that exists is left
+// as it is. The Log's appends, reads and follows use the new stream at
+// once; its views follow it once RestartViews is called. Errors:
+// ErrInvalid for another name, ErrClosed, or JetStream's.
+func (l *Log) EnsureStream(ctx context.Context, name string) error {
+	if l.closed() {
+		return ErrClosed
+	}
+	if l.cfg.Bind {
+		return invalidf("ensure stream %s: the log is bound to existing streams", name)
+	}
+	events, chunks := l.streamConfigs()
+	cfg := events
+	switch name {
+	case events.Name:
+	case chunks.Name:
+		cfg = chunks
+	default:
+		return invalidf("ensure stream %s: not a stream of the log", name)
+	}
+	_, err := l.js.Stream(ctx, name)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("eventlog: stream %s: %w", name, err)
+	}
+	if _, err := l.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("eventlog: create stream %s again: %w", name, err)
+	}
+	l.logger.Warn("stream created again", "stream", name)
 	return nil
 }
 
@@ -304,10 +435,17 @@ func (l *Log) Close() error {
 	}
 	l.mu.closed = true
 	l.mu.Unlock()
+	l.stopViewSync()
 	l.dbUsers.Wait()
 	l.heal.Lock() // a reopen in progress ends first
 	defer l.heal.Unlock()
 	if l.db != nil {
+		// What the views applied is durable before Pebble closes.
+		if l.syncWAL && l.Stalled() == nil {
+			if err := l.syncDB(l.db); err != nil {
+				l.logger.Warn("views not synced at close; they catch up from the log at the next start", "err", err)
+			}
+		}
 		if err := closeBroken(l.db); err != nil {
 			return fmt.Errorf("eventlog: close pebble: %w", err)
 		}
@@ -343,6 +481,33 @@ func (l *Log) useDB() (db *pebble.DB, release func(), err error) {
 	}
 	l.dbUsers.Add(1)
 	return l.db, l.dbUsers.Done, nil
+}
+
+// EventsStream returns the name of the JetStream stream of the agents'
+// lifecycle events.
+func (l *Log) EventsStream() string { return l.cfg.EventsStream }
+
+// ChunksStream returns the name of the JetStream stream of chat chunks.
+func (l *Log) ChunksStream() string { return l.cfg.ChunksStream }
+
+// HoldEvents refuses every append to the agents' events (chunks are not
+// held) with an error wrapping ErrRemoved and cause, until ReleaseEvents:
+// while the events stream lost the agents' history and what ran on it is
+// being stopped, nothing of that work may land in the stream that
+// replaces it. It applies to a Log with an Owner (agentd's).
+func (l *Log) HoldEvents(cause error) { l.held.Store(&cause) }
+
+// ReleaseEvents ends HoldEvents.
+func (l *Log) ReleaseEvents() { l.held.Store(nil) }
+
+// StorageFullAt returns when JetStream last refused an append of this Log
+// because it had no room (ErrStorageFull); zero if it never did.
+func (l *Log) StorageFullAt() time.Time {
+	ns := l.fullAt.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Prefix returns the subject prefix.

@@ -37,6 +37,9 @@ func (pr *Projector) Name() string { return pr.name }
 // event stored when Run started.
 func (pr *Projector) Ready() <-chan struct{} { return pr.f.Ready() }
 
+// Stream returns the name of the JetStream stream the projection reads.
+func (pr *Projector) Stream() string { return pr.f.Stream() }
+
 // Cursor returns the last stream sequence applied.
 func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 
@@ -46,6 +49,12 @@ func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 // ctx ended. While Pebble cannot write it keeps waiting (see
 // Log.Stalled). A WaitFor before Run started waits for it.
 func (pr *Projector) WaitFor(ctx context.Context, seq Seq) error { return pr.f.WaitFor(ctx, seq) }
+
+// WaitDurable is WaitFor, then a sync of what the projection applied; see
+// Follower.WaitDurable.
+func (pr *Projector) WaitDurable(ctx context.Context, seq Seq) error {
+	return pr.f.WaitDurable(ctx, seq)
+}
 
 // Rebuild drops the projection's rows and cursor and replays the log from
 // sequence 1. It returns once the drop is committed and the replay started;

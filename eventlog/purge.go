@@ -34,6 +34,11 @@ func (l *Log) PurgeChunks(ctx context.Context, agent, stream string) error {
 			return err
 		}
 	}
+	// A view that applied these chunks keeps them across a crash: the
+	// stream will not have them to apply again.
+	if err := l.syncViews(ctx); err != nil {
+		return err
+	}
 	subject := l.ChunksSubject(agent, stream)
 	bctx, cancel, _ := l.bound(ctx)
 	defer cancel()

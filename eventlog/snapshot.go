@@ -110,6 +110,10 @@ func (l *Log) compact(ctx context.Context, agent string) (Compacted, error) {
 	if !ok {
 		return Compacted{}, fmt.Errorf("%w: agent %q has no events", ErrNothingToCompact, agent)
 	}
+	if last.Type == TypeDeleted {
+		// A deleted agent: its tombstone stays its only event.
+		return Compacted{}, fmt.Errorf("%w: agent %q is deleted", ErrNothingToCompact, agent)
+	}
 	if last.Type == TypeSnapshot {
 		// A compaction that stopped after its append (a crash) left the
 		// history before the snapshot: purge it now.
@@ -232,6 +236,11 @@ func (l *Log) snapshotParts(agent string, upto Seq, views []registered) ([]Snaps
 
 // purgeBefore removes agent's events stored before seq.
 func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
+	// A view that applied these events keeps them across a crash: the
+	// stream will not have them to apply again.
+	if err := l.syncViews(ctx); err != nil {
+		return err
+	}
 	subject := l.EventsSubject(agent)
 	bctx, cancel, _ := l.bound(ctx)
 	defer cancel()

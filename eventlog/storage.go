@@ -49,9 +49,8 @@ func (f pebbleFatal) cause() error {
 // openDB opens Pebble on cfg.Dir.
 func (l *Log) openDB() (*pebble.DB, error) {
 	db, err := pebble.Open(l.cfg.Dir, &pebble.Options{
-		FS:                 l.cfg.FS,
-		Logger:             pebbleLogger{l.logger},
-		WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
+		FS:     l.cfg.FS,
+		Logger: pebbleLogger{l.logger},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: open pebble %s: %w", l.cfg.Dir, err)
@@ -59,9 +58,10 @@ func (l *Log) openDB() (*pebble.DB, error) {
 	return db, nil
 }
 
-// commitView commits b as every projection write is committed (synced). A
-// write Pebble cannot make breaks the Log (see broke) and returns an error
-// wrapping ErrViewsStalled, and ErrStorageFull when the store is full.
+// commitView commits b as every projection write is committed: unsynced,
+// with a WAL sync within viewSyncDelay (see there). A write Pebble cannot
+// make breaks the Log (see broke) and returns an error wrapping
+// ErrViewsStalled, and ErrStorageFull when the store is full.
 func (l *Log) commitView(b *pebble.Batch) (err error) {
 	defer func() {
 		r := recover()
@@ -74,7 +74,11 @@ func (l *Log) commitView(b *pebble.Batch) (err error) {
 		}
 		err = l.broke(f.cause())
 	}()
-	return b.Commit(l.commitSync)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	l.committed()
+	return nil
 }
 
 // broke records that Pebble failed to write because of cause, and returns
@@ -88,6 +92,7 @@ func (l *Log) broke(cause error) error {
 	first := l.mu.broken == nil
 	if first {
 		l.mu.broken = err
+		close(l.mu.breaks)
 	}
 	err = l.mu.broken
 	l.mu.Unlock()
@@ -98,6 +103,15 @@ func (l *Log) broke(cause error) error {
 			"dir", l.cfg.Dir, "err", cause.Error())
 	}
 	return err
+}
+
+// breaks returns a channel closed when Pebble fails a write: a Follower
+// then starts over from its stored cursors once Pebble was reopened, since
+// what it applied since the last sync may be lost.
+func (l *Log) breaks() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.breaks
 }
 
 // full reports whether err says the disk (or a quota) is full.
@@ -182,6 +196,7 @@ func (l *Log) reopen() error {
 	l.db = db // nil when the open failed: reads answer l.mu.broken
 	if err == nil {
 		l.mu.broken = nil
+		l.mu.breaks = make(chan struct{})
 		l.metrics.viewsStalled.Set(0)
 	}
 	l.mu.swapping = nil

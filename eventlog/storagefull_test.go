@@ -107,11 +107,13 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	if !strings.Contains(err.Error(), "no space left") {
 		t.Errorf("error %q does not name the cause", err)
 	}
-	// WaitFor waits (the work behind it pauses), bounded by its ctx.
+	// WaitDurable waits (the work behind it pauses), bounded by its ctx:
+	// what the views applied cannot be made durable. (WaitFor may answer:
+	// a commit is visible before its background sync failed.)
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()
-	if err := f.WaitFor(short, 60); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitFor while stalled = %v, want it to wait until its deadline", err)
+	if err := f.WaitDurable(short, 60); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitDurable while stalled = %v, want it to wait until its deadline", err)
 	}
 	// Reads go on, and show a prefix of the log.
 	all, err := lg.Read(ctx, eventlog.Filter{}, 0, 0)
@@ -127,8 +129,8 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // a few failed probes
 	full.Off()
-	if err := f.WaitFor(wctx, 60); err != nil {
-		t.Fatalf("WaitFor after space returned: %v", err)
+	if err := f.WaitDurable(wctx, 60); err != nil {
+		t.Fatalf("WaitDurable after space returned: %v", err)
 	}
 	if err := lg.Stalled(); err != nil {
 		t.Errorf("Stalled after the views resumed: %v", err)

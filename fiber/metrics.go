@@ -59,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.completed, err = promreg.Register(reg, m.completed); err != nil {
 		return nil, err
 	}
+	// Every outcome from 0, so increase() counts a first abandon.
+	for _, o := range []string{outcomeCompleted, outcomeFailed, outcomeInterrupted, outcomeAbandoned} {
+		m.completed.WithLabelValues(o)
+	}
 	if m.recovered, err = promreg.Register(reg, m.recovered); err != nil {
 		return nil, err
 	}

@@ -12,10 +12,14 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBucket     = "FOREVER_LEASES"
-	// PartitionsKey is the key of the bucket holding the cluster's
-	// partition count, stored when the cluster first starts.
-	PartitionsKey = keyPartitions
+	DefaultBucket = "FOREVER_LEASES"
+	// DefaultPartitionsBucket holds what must outlive the leases: the
+	// cluster's partition count and each partition's epoch counter.
+	DefaultPartitionsBucket = "FOREVER_PARTITIONS"
+	// PartitionsKey is the key, in the partitions bucket (in the lease
+	// bucket before it existed), of the cluster's partition count, stored
+	// when the cluster first starts.
+	PartitionsKey     = keyPartitions
 	DefaultPartitions = 64
 	DefaultTTL        = 10 * time.Second
 )
@@ -34,6 +38,9 @@ var (
 	// ErrHandoff is the cause of a partition context cancelled because the
 	// partition is handed to another node, or this node is stopping.
 	ErrHandoff = errors.New("ownership: partition handed off")
+	// ErrBucketLost is the cause of a partition context cancelled because
+	// the lease bucket was deleted or purged under the node (RestoreBucket).
+	ErrBucketLost = errors.New("ownership: the lease bucket was lost")
 )
 
 // Config configures a Manager.
@@ -42,6 +49,9 @@ type Config struct {
 	Conn *nats.Conn
 	// Bucket is the KV bucket of the leases. Default DefaultBucket.
 	Bucket string
+	// PartitionsBucket is the KV bucket, on file storage, of the partition
+	// count and the epoch counters. Default DefaultPartitionsBucket.
+	PartitionsBucket string
 	// Node names this node, unique in the cluster (required). A node that
 	// restarts under the same name takes its old leases back at once.
 	Node string
@@ -56,6 +66,12 @@ type Config struct {
 	RenewEvery time.Duration
 	// Replicas of the bucket. Default 1.
 	Replicas int
+	// FileStorage keeps a new bucket on JetStream's file store. By default
+	// it is kept in the memory store, so that data filling the file store
+	// never stops lease renewals (see bucket.go). A bucket that exists
+	// keeps its storage.
+	FileStorage bool
+
 	// HandoffTimeout bounds the wait for Serve to return when a partition is
 	// handed off; the key is deleted after it either way. Default TTL.
 	HandoffTimeout time.Duration
@@ -78,6 +94,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
+	}
+	if c.PartitionsBucket == "" {
+		c.PartitionsBucket = DefaultPartitionsBucket
 	}
 	if c.Partitions == 0 {
 		c.Partitions = DefaultPartitions

@@ -3,7 +3,10 @@
 // Agents hash to a fixed number of partitions (PartitionOf). A node serves a
 // partition while it holds the partition's lease: a key lease.<p> in a
 // replicated JetStream KV bucket (FOREVER_LEASES) written with a per-key TTL
-// (ADR-48). The key's revision at acquisition is the lease's epoch; the
+// (ADR-48). The bucket is in JetStream's memory store, where the agents'
+// data filling the file store cannot stop renewals (bucket.go). The
+// lease's epoch counts the partition's acquisitions (1, 2, 3, ...; key
+// epoch.<p> of the partitions bucket, on file storage, see epoch.go); the
 // holder renews by compare-and-set on the key's current revision, so a
 // renewal of a lease somebody else took fails instead of overwriting it.
 //
@@ -30,9 +33,21 @@
 //   - The partition context handed to Serve is cancelled, with a cause,
 //     whenever the lease is lost, expires or is handed off; Serve's return is
 //     awaited before a handed-off key is deleted.
+//   - Along the leases that serve a partition, epochs only grow: an
+//     acquisition serves only after it moved the partition's epoch counter,
+//     by a compare-and-set on the revision it read before writing its
+//     lease, to its epoch (TestEpochCountedMeanwhile; TestEpochsAfterUpgrade
+//     for a cluster whose epochs were revisions before). The counters are
+//     on file storage: the lease bucket lost (a whole cluster stopped, an
+//     operator deleting it) keeps them.
 //   - The partition count is stored in the bucket (config.partitions) when
 //     the cluster first starts; a node started with another count gets
 //     ErrPartitionMismatch and does not start.
+//
+// A bucket deleted or purged under a running node is restored with
+// RestoreBucket (agentd's store guard calls it): the node stops serving at
+// once, and takes no lease for one TTL, by when no node can still serve a
+// lease of the lost bucket; epochs go on above the old ones.
 //
 // The lease only says who should write. Writes themselves are fenced by the
 // event log (eventlog.Owner): the epoch goes into every append's writer

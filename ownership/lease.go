@@ -11,13 +11,14 @@ type Lease struct {
 	Partition int
 	// Node is the holder's name.
 	Node string
-	// Epoch is the key's revision when the holder acquired it: it grows with
-	// every acquisition and stays the same across renewals.
+	// Epoch counts the partition's acquisitions: it grows by one with
+	// every acquisition (see epoch.go) and stays the same across renewals.
 	Epoch uint64
 }
 
-// leaseValue is the stored value of a lease key. Epoch is 0 until the first
-// renewal writes it: the revision of the acquiring write is the epoch then.
+// leaseValue is the stored value of a lease key. Epoch 0 is a lease written
+// before epochs were counted, without it until its first renewal: its epoch
+// is the revision of its acquiring write.
 type leaseValue struct {
 	Node  string `json:"node"`
 	Epoch uint64 `json:"epoch,omitempty"`

@@ -19,14 +19,21 @@ type Manager struct {
 	cfg      Config
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
+	parts    jetstream.KeyValue // the partition count and epoch counters
 	log      *slog.Logger
 	met      *metrics
 	ready    chan struct{}
 	poke     chan struct{}
+	rewatch  chan struct{}  // RestoreBucket asks Run for a new watch
 	serving  sync.WaitGroup // Serve goroutines
 	handoffs sync.WaitGroup
 	started  time.Time
 	renewed  time.Time // when the last renewal round began (Run's goroutine only)
+	// epochBase is where the epoch counters start (see epoch.go).
+	epochBase uint64
+	// afterEpochRead, set only by tests, runs between an acquisition's
+	// read of the epoch counter and its lease write.
+	afterEpochRead func(p int)
 
 	mu struct {
 		sync.Mutex
@@ -56,7 +63,18 @@ type Manager struct {
 		// lastHolder is the node whose lease of a free partition went
 		// away (expired, or deleted), while the partition stays free.
 		lastHolder map[int]string
-		stopping   bool
+		// maxEpoch is the highest epoch seen of each partition's leases,
+		// also of leases since gone.
+		maxEpoch map[int]uint64
+		stopping bool
+		// quietUntil: no lease is acquired or taken over before it, after
+		// the bucket was lost (RestoreBucket): every holder of the lost
+		// bucket's leases has stopped serving by then.
+		quietUntil time.Time
+		// starvedSince is when this node last went from holding a
+		// partition (or being given none) to holding none of those the
+		// assignment gives it; zero while it is not starved.
+		starvedSince time.Time
 	}
 }
 
@@ -108,29 +126,28 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ownership: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         cfg.Bucket,
-		Description:    "Forever partition leases",
-		History:        1,
-		Replicas:       cfg.Replicas,
-		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: cfg.TTL,
-	})
+	kv, leasesNew, err := openBucket(ctx, js, cfg, 0)
 	if err != nil {
-		return nil, fmt.Errorf("ownership: lease bucket %s: %w", cfg.Bucket, err)
+		return nil, err
+	}
+	parts, partsNew, err := openPartitionsBucket(ctx, js, cfg)
+	if err != nil {
+		return nil, err
 	}
 	m := &Manager{
-		cfg:   cfg,
-		js:    js,
-		kv:    kv,
-		log:   cfg.Logger.With("node", cfg.Node),
-		ready: make(chan struct{}),
-		poke:  make(chan struct{}, 1),
+		cfg:     cfg,
+		js:      js,
+		kv:      kv,
+		parts:   parts,
+		log:     cfg.Logger.With("node", cfg.Node),
+		ready:   make(chan struct{}),
+		poke:    make(chan struct{}, 1),
+		rewatch: make(chan struct{}, 1),
 	}
 	m.initState()
 	// Register the metrics only for a Manager that will run: a New that
 	// fails (and is retried) must not leave collectors behind.
-	if err := m.checkPartitions(ctx); err != nil {
+	if err := m.checkPartitions(ctx, partsNew && leasesNew); err != nil {
 		return nil, err
 	}
 	if m.met, err = newMetrics(cfg.Registerer); err != nil {
@@ -148,28 +165,31 @@ func (m *Manager) initState() {
 	m.mu.beatRevs = map[string]uint64{}
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
+	m.mu.maxEpoch = map[int]uint64{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
-// on every later one.
-func (m *Manager) checkPartitions(ctx context.Context) error {
+// on every later one, then loads the epoch counters' base. fresh says this
+// node created both buckets now: the cluster's first start. A count the
+// lease bucket holds (a cluster from before the partitions bucket) is the
+// cluster's.
+func (m *Manager) checkPartitions(ctx context.Context, fresh bool) error {
 	want := strconv.Itoa(m.cfg.Partitions)
-	_, err := m.kv.Create(ctx, keyPartitions, []byte(want))
-	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
-		if err != nil {
-			return fmt.Errorf("ownership: store the partition count: %w", err)
-		}
-		return nil
+	if e, err := m.kv.Get(ctx, keyPartitions); err == nil {
+		want = string(e.Value()) // compared below, once stored where it belongs
 	}
-	e, err := m.kv.Get(ctx, keyPartitions)
+	if _, err := m.parts.Create(ctx, keyPartitions, []byte(want)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("ownership: store the partition count: %w", err)
+	}
+	e, err := m.parts.Get(ctx, keyPartitions)
 	if err != nil {
 		return fmt.Errorf("ownership: read the partition count: %w", err)
 	}
-	if got := string(e.Value()); got != want {
-		return fmt.Errorf("%w: the cluster has %s partitions and this node was started with %s; start it with the cluster's count",
-			ErrPartitionMismatch, got, want)
+	if got := string(e.Value()); got != strconv.Itoa(m.cfg.Partitions) {
+		return fmt.Errorf("%w: the cluster has %s partitions and this node was started with %d; start it with the cluster's count",
+			ErrPartitionMismatch, got, m.cfg.Partitions)
 	}
-	return nil
+	return m.loadEpochBase(ctx, fresh)
 }
 
 // Node returns this node's name.
@@ -177,6 +197,9 @@ func (m *Manager) Node() string { return m.cfg.Node }
 
 // Partitions returns the partition count.
 func (m *Manager) Partitions() int { return m.cfg.Partitions }
+
+// Bucket returns the name of the lease bucket.
+func (m *Manager) Bucket() string { return m.cfg.Bucket }
 
 // TTL returns the lease TTL.
 func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
@@ -232,6 +255,54 @@ func (m *Manager) OwnedCount() int {
 	return len(m.mu.held)
 }
 
+// Assigned returns how many partitions the balanced assignment over the
+// live nodes, as this node sees them, gives this node now.
+func (m *Manager) Assigned() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.assignedLocked()
+}
+
+// assignedLocked is Assigned. REQUIRES: m.mu held.
+func (m *Manager) assignedLocked() int {
+	if m.mu.stopping {
+		return 0
+	}
+	n := 0
+	for _, node := range assign(m.cfg.Partitions, m.liveLocked()) {
+		if node == m.cfg.Node {
+			n++
+		}
+	}
+	return n
+}
+
+// Starved returns how long this node has held no partition while the
+// assignment gives it some: 0 when it holds one, or is given none. A node
+// that joins holds none until the others hand its share over (a renewal
+// period or two); one that stays starved for a TTL cannot take leases
+// (the lease bucket refuses its writes, or was lost).
+func (m *Manager) Starved() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noteStarvedLocked(time.Now())
+	if m.mu.starvedSince.IsZero() {
+		return 0
+	}
+	return time.Since(m.mu.starvedSince)
+}
+
+// noteStarvedLocked updates starvedSince. REQUIRES: m.mu held.
+func (m *Manager) noteStarvedLocked(now time.Time) {
+	if len(m.mu.held) > 0 || m.assignedLocked() == 0 {
+		m.mu.starvedSince = time.Time{}
+		return
+	}
+	if m.mu.starvedSince.IsZero() {
+		m.mu.starvedSince = now
+	}
+}
+
 // Nodes returns the live nodes' names, sorted.
 func (m *Manager) Nodes() []string {
 	m.mu.Lock()
@@ -282,6 +353,57 @@ func (m *Manager) Check(ctx context.Context, p int) error {
 	return nil
 }
 
+// Restoring returns how long, after the lease bucket was lost and restored
+// (RestoreBucket), this node still waits before it takes leases again; 0
+// when it is not waiting.
+func (m *Manager) Restoring() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(0, time.Until(m.mu.quietUntil))
+}
+
+// RestoreBucket is called when the lease bucket was deleted, deleted and
+// created again, or purged under the running Manager (agentd's store guard
+// notices it). Every lease of this node went with it, so the node stops
+// serving its partitions at once (their contexts end with ErrBucketLost);
+// the bucket is created again when it is missing (its first sequence past
+// every revision this node saw, so epochs never go back), the partition
+// count written again and the watch made again. For a TTL from now no
+// lease is taken: by then every node has stopped serving the leases of the
+// lost bucket (each stops TTL minus Margin after its last renewal, which
+// was sent before the loss), so no partition has two holders. Then the
+// partitions are taken as at a start.
+func (m *Manager) RestoreBucket(ctx context.Context) error {
+	m.mu.Lock()
+	var top uint64
+	for _, c := range m.mu.leases {
+		top = max(top, c.rev)
+	}
+	for p, h := range m.mu.held {
+		top = max(top, h.rev)
+		m.loseLocked(p, h, ErrBucketLost)
+	}
+	top = max(top, m.mu.beatAcked, m.mu.ownSeen)
+	clear(m.mu.leases)
+	clear(m.mu.lastHolder)
+	clear(m.mu.free)
+	m.mu.quietUntil = time.Now().Add(m.cfg.TTL)
+	m.mu.Unlock()
+	// The KV handle names the bucket: it works on the bucket made again.
+	if _, _, err := openBucket(ctx, m.js, m.cfg, top+1); err != nil {
+		return err
+	}
+	if err := m.checkPartitions(ctx, false); err != nil {
+		return err
+	}
+	select {
+	case m.rewatch <- struct{}{}:
+	default:
+	}
+	m.log.Warn("lease bucket restored; partitions are taken again after a lease TTL", "bucket", m.cfg.Bucket, "ttl", m.cfg.TTL)
+	return nil
+}
+
 // loseLocked drops h at once: its context is cancelled with cause, and its
 // Serve goroutine finishes on its own.
 func (m *Manager) loseLocked(p int, h *held, cause error) {
@@ -299,6 +421,8 @@ func causeLabel(err error) string {
 		return "expired"
 	case errors.Is(err, ErrLeaseLost):
 		return "conflict"
+	case errors.Is(err, ErrBucketLost):
+		return "bucket"
 	}
 	return "other"
 }
@@ -356,6 +480,9 @@ func (m *Manager) Run(ctx context.Context) error {
 				w.ended(end)
 			case <-w.retry:
 				w.start(nil)
+			case <-m.rewatch:
+				w.start(nil)
+				waiting = false
 			case <-tick.C:
 				waiting = false
 			case <-check.C:
@@ -497,6 +624,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			seen = old.seen // delivered again by a restarted watcher: no renewal
 		}
 		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: seen}
+		m.mu.maxEpoch[p] = max(m.mu.maxEpoch[p], l.Epoch)
 		delete(m.mu.free, p)
 		delete(m.mu.lastHolder, p)
 		return !had || old.lease != l

@@ -132,6 +132,11 @@ func TestJoinAndLeave(t *testing.T) {
 	eventually(t, "a and b split 16 partitions", func() bool {
 		return sv.count("a") == 8 && sv.count("b") == 8 && a.m.OwnedCount() == 8 && b.m.OwnedCount() == 8
 	})
+	for _, n := range []*node{a, b} {
+		if got, starved := n.m.Assigned(), n.m.Starved(); got != 8 || starved != 0 {
+			t.Errorf("%s: assigned %d, starved %s; want 8 and 0", n.m.Node(), got, starved)
+		}
+	}
 	a.stop(t)
 	eventually(t, "b serves all 16 after a stopped", func() bool { return sv.count("b") == 16 })
 	for _, c := range sv.causes["a"] {

@@ -15,6 +15,9 @@ type metrics struct {
 	// watchRestarts counts lease watches restarted for lagging this
 	// node's own heartbeat.
 	watchRestarts prometheus.Counter
+	// slowFailovers counts stale takeovers more than TTL+5s after the
+	// holder's last renewal.
+	slowFailovers prometheus.Counter
 }
 
 // newMetrics registers the package's metrics, or takes those already in
@@ -43,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a handoff's start to its lease key deleted.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
+		slowFailovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_ownership_slow_failovers_total",
+			Help: "Partitions this node took over from a node that stopped renewing them, more than the lease TTL and 5 s after that node's last renewal was seen.",
+		}),
 		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_ownership_watch_restarts_total",
 			Help: "Lease bucket watches restarted because they lagged this node's acknowledged heartbeat (their server died).",
@@ -67,9 +74,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if out.handoff, err = promreg.Register(reg, out.handoff); err != nil {
 		return nil, err
 	}
+	if out.slowFailovers, err = promreg.Register(reg, out.slowFailovers); err != nil {
+		return nil, err
+	}
 	if out.watchRestarts, err = promreg.Register(reg, out.watchRestarts); err != nil {
 		return nil, err
 	}
 	out.owned.Set(0)
+	// Every cause from 0, so increase() counts a first loss.
+	for _, c := range []string{"expired", "conflict", "bucket", "other"} {
+		out.lost.WithLabelValues(c)
+	}
 	return out, nil
 }

@@ -14,8 +14,9 @@ import (
 type action struct {
 	kind  actionKind
 	p     int
-	stale bool   // takeover: of another node's lease it stopped renewing
-	rev   uint64 // takeover, drop: the key's revision
+	stale bool      // takeover: of another node's lease it stopped renewing
+	seen  time.Time // stale takeover: when its last renewal was seen
+	rev   uint64    // takeover, drop: the key's revision
 	h     *held  // handoff
 }
 
@@ -48,7 +49,7 @@ func (m *Manager) round(ctx context.Context) {
 		case acquire:
 			m.acquire(ctx, a.p)
 		case takeover:
-			m.takeover(ctx, a.p, a.rev)
+			m.takeover(ctx, a.p, a.rev, a.seen)
 		case drop:
 			if err := m.kv.Delete(ctx, leaseKey(a.p), jetstream.LastRevision(a.rev)); err != nil {
 				m.log.Debug("drop an old lease of this node", "partition", a.p, "err", err)
@@ -57,6 +58,9 @@ func (m *Manager) round(ctx context.Context) {
 			m.handoffs.Go(func() { m.handoff(a.p, a.h) })
 		}
 	}
+	m.mu.Lock()
+	m.noteStarvedLocked(time.Now())
+	m.mu.Unlock()
 }
 
 // plan compares the cache with the assignment.
@@ -64,7 +68,7 @@ func (m *Manager) plan() []action {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.mu.stopping {
+	if m.mu.stopping || now.Before(m.mu.quietUntil) {
 		return nil
 	}
 	live := m.liveLocked()
@@ -89,7 +93,7 @@ func (m *Manager) plan() []action {
 			// compare-and-set on the revision last seen, without waiting
 			// for the server to expire the key. A renewal meanwhile makes
 			// the write fail.
-			out = append(out, action{kind: takeover, p: p, rev: c.rev, stale: true})
+			out = append(out, action{kind: takeover, p: p, rev: c.rev, stale: true, seen: c.seen})
 		case leased && c.lease.Node == me:
 			// A lease of this node's name that this process does not hold:
 			// written before a restart.
@@ -109,6 +113,11 @@ func (m *Manager) plan() []action {
 			// to expire too), rather than wait a TTL for a dead node. The
 			// assignment moves it on by handoff once the live set changes.
 			since, ok := m.mu.free[p]
+			// After a lost bucket every partition is free at once: the
+			// other nodes take theirs when their quiet TTL ends, not later.
+			if since.Before(m.mu.quietUntil) {
+				since = m.mu.quietUntil
+			}
 			if ok && (now.Sub(since) > m.cfg.TTL || m.mu.lastHolder[p] == want[p]) {
 				out = append(out, action{kind: acquire, p: p})
 			}
@@ -232,12 +241,17 @@ func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists)
 }
 
-// acquire creates the lease key of a free partition.
+// acquire creates the lease key of a free partition, with the next epoch
+// (see epoch.go).
 func (m *Manager) acquire(ctx context.Context, p int) {
-	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
+	epoch, crev, ok := m.epochFor(actx, p)
+	if !ok {
+		return
+	}
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
 	rev, err := m.kv.Create(actx, leaseKey(p), b, jetstream.KeyTTL(m.cfg.TTL))
 	if err != nil {
 		if !isConflict(err) {
@@ -245,18 +259,24 @@ func (m *Manager) acquire(ctx context.Context, p int) {
 		}
 		return
 	}
-	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: rev}, rev, sent)
+	m.counted(actx, Lease{Partition: p, Node: m.cfg.Node, Epoch: epoch}, rev, crev, sent)
 }
 
 // takeover replaces a lease by a compare-and-set on its revision: one this
 // node's name held before a restart, or one whose holder stopped renewing
-// it (stale). The new revision is a new epoch, so nothing the old holder
-// still had in flight passes the fence.
-func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
-	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node})
+// it (stale, last seen renewed at seen). Its epoch is the next one, so
+// nothing the old holder still had in flight passes the fence. A stale
+// takeover more than a TTL and 5 s after the last renewal is a slow
+// failover (forever_ownership_slow_failovers_total).
+func (m *Manager) takeover(ctx context.Context, p int, rev uint64, seen time.Time) {
 	sent := time.Now()
 	actx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
+	epoch, crev, ok := m.epochFor(actx, p)
+	if !ok {
+		return
+	}
+	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
 	ack, err := m.js.PublishMsg(actx, &nats.Msg{Subject: m.subject(leaseKey(p)), Data: b},
 		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
 	if err != nil {
@@ -265,7 +285,46 @@ func (m *Manager) takeover(ctx context.Context, p int, rev uint64) {
 		}
 		return
 	}
-	m.start(Lease{Partition: p, Node: m.cfg.Node, Epoch: ack.Sequence}, ack.Sequence, sent)
+	if !seen.IsZero() && time.Since(seen) > m.cfg.TTL+slowFailover {
+		m.met.slowFailovers.Inc()
+	}
+	m.counted(actx, Lease{Partition: p, Node: m.cfg.Node, Epoch: epoch}, ack.Sequence, crev, sent)
+}
+
+// slowFailover is how much later than a lease TTL after its holder's last
+// renewal a takeover counts as slow: a JetStream election (4 to 9 s) on top
+// of the TTL fits in it rarely, a node that fails to see the holder's death
+// never.
+const slowFailover = 5 * time.Second
+
+// epochFor returns the epoch of an acquisition of partition p and the
+// counter's revision; ok is false when the counter cannot be read.
+func (m *Manager) epochFor(ctx context.Context, p int) (epoch, crev uint64, ok bool) {
+	m.mu.Lock()
+	seen := m.seenEpochLocked(p)
+	m.mu.Unlock()
+	epoch, crev, err := m.nextEpoch(ctx, p, seen)
+	if err != nil {
+		m.log.Warn("read the epoch counter", "partition", p, "err", err)
+		return 0, 0, false
+	}
+	if m.afterEpochRead != nil {
+		m.afterEpochRead(p)
+	}
+	return epoch, crev, true
+}
+
+// counted moves the counter to a lease just written at rev and serves it,
+// or, when another acquisition counted first, deletes it unserved.
+func (m *Manager) counted(ctx context.Context, l Lease, rev, crev uint64, sent time.Time) {
+	if err := m.bumpEpoch(ctx, l.Partition, l.Epoch, crev); err != nil {
+		m.log.Debug("epoch counted by another acquisition; lease dropped unserved", "partition", l.Partition, "epoch", l.Epoch, "err", err)
+		if err := m.release(ctx, l.Partition, l, rev); err != nil {
+			m.log.Warn("delete an unserved lease; it expires by its TTL", "partition", l.Partition, "err", err)
+		}
+		return
+	}
+	m.start(l, rev, sent)
 }
 
 // start serves a lease just written at rev, its write sent at sent.

@@ -98,6 +98,9 @@ type checker struct {
 	superseded map[string]int
 	// childTurns are the sub-agent turns started by each parent's call.
 	childTurns map[callKey][]childTurn
+	// tombstone is where each deleted agent's latest tombstone is, when
+	// it is also its latest (see findSnapshot).
+	tombstone map[string]eventlog.Seq
 }
 
 func newChecker(acked []Ack) *checker {
@@ -109,6 +112,7 @@ func newChecker(acked []Ack) *checker {
 		latest:     map[string]eventlog.Seq{},
 		superseded: map[string]int{},
 		childTurns: map[callKey][]childTurn{},
+		tombstone:  map[string]eventlog.Seq{},
 	}
 	for _, a := range acked {
 		c.acked[a] = false
@@ -155,14 +159,21 @@ func (c *checker) finish() {
 		c.finishLinks(c.agents[id])
 	}
 	for _, id := range sortedKeys(c.superseded) {
+		what := "snapshot"
+		if c.tombstone[id] == c.latest[id] {
+			what = "tombstone (it was deleted)"
+		}
 		c.notes = append(c.notes, Violation{Kind: KindSuperseded, Agent: id, Seq: c.latest[id],
-			Text: fmt.Sprintf("%d events before the agent's snapshot at %d are still stored (a purge that a crash undid in part); the snapshot supersedes them, and they were not checked", c.superseded[id], c.latest[id])})
+			Text: fmt.Sprintf("%d events before the agent's %s at %d are still stored (a purge that a crash undid in part); the %s supersedes them, and they were not checked", c.superseded[id], what, c.latest[id], what)})
 	}
 	for _, k := range sortedStreamKeys(c.streams) {
 		c.finishStream(k, c.streams[k])
 	}
 	for _, a := range sortedAcks(c.acked) {
-		if !c.acked[a] && c.agents[a.Agent] != nil && c.agents[a.Agent].compacted {
+		if !c.acked[a] && c.agents[a.Agent] != nil && c.agents[a.Agent].deleted {
+			c.notes = append(c.notes, Violation{Kind: KindAckDeleted, Agent: a.Agent,
+				Text: fmt.Sprintf("%s was acknowledged; the agent was deleted since", a.ID)})
+		} else if !c.acked[a] && c.agents[a.Agent] != nil && c.agents[a.Agent].compacted {
 			c.notes = append(c.notes, Violation{Kind: KindAckCompacted, Agent: a.Agent,
 				Text: fmt.Sprintf("%s was acknowledged; the agent was compacted and the log alone cannot show it", a.ID)})
 		} else if !c.acked[a] {
@@ -182,6 +193,7 @@ func (c *checker) report() Report {
 		agents[id] = true
 		r.Fibers += len(a.fibers)
 		r.Turns += len(a.turns)
+		r.UserMessages += len(a.stored)
 	}
 	for k := range c.streams {
 		agents[k.agent] = true

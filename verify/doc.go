@@ -26,6 +26,13 @@
 // before it) is a Note (KindAckCompacted), not a violation: the log alone
 // cannot show it.
 //
+// A deleted agent's history ends at its tombstone (eventlog.Delete, type
+// eventlog.TypeDeleted): the events after it are a new agent with the same
+// id, checked from nothing, and events a purge left before it are
+// superseded as before a snapshot (KindSuperseded). Its chunks tombstone
+// ends every chat stream of the agent before it, which is not checked. An
+// acknowledged write of the deleted life is a Note (KindAckDeleted).
+//
 // # Invariants checked
 //
 // Fibers (package fiber's events):

@@ -38,6 +38,10 @@ type turnData struct {
 		RequestID string `json:"requestId"`
 		CallID    string `json:"callId"`
 	} `json:"parent"`
+	// Message is turn.started's user message, when it carries it.
+	Message *struct {
+		ID string `json:"id"`
+	} `json:"message"`
 }
 
 type agentState struct {
@@ -54,6 +58,9 @@ type agentState struct {
 	// ids a turn.started answers.
 	users    map[string]eventlog.Seq
 	answered map[string]bool
+	// stored holds every user message id read: appended, or carried by
+	// the turn.started answering it (Report.UserMessages).
+	stored map[string]bool
 	// runs counts the turn.started naming each user message since the
 	// agent's last messages.truncated (which lets a message id be sent
 	// again).
@@ -65,6 +72,9 @@ type agentState struct {
 	// order of their first event.
 	links     map[string]*linkState
 	linkOrder []string
+	// deleted is set once the agent's tombstone was read: its life before
+	// it is gone from the log.
+	deleted bool
 }
 
 func newAgentState(id string) *agentState {
@@ -76,6 +86,7 @@ func newAgentState(id string) *agentState {
 		appended: map[string]int{},
 		users:    map[string]eventlog.Seq{},
 		answered: map[string]bool{},
+		stored:   map[string]bool{},
 		runs:     map[string]int{},
 		links:    map[string]*linkState{},
 	}
@@ -108,6 +119,13 @@ func (c *checker) event(e eventlog.Event) {
 	c.seen(e.Agent, e.ID)
 	if first, ok := c.latest[e.Agent]; ok && e.Seq < first {
 		c.superseded[e.Agent]++
+		return
+	}
+	if e.Type == eventlog.TypeDeleted {
+		// The agent was deleted here: a new life of the id starts empty.
+		a := newAgentState(e.Agent)
+		a.deleted = true
+		c.agents[e.Agent] = a
 		return
 	}
 	a := c.agent(e.Agent)
@@ -166,6 +184,14 @@ func (c *checker) event(e eventlog.Event) {
 
 // findSnapshot notes where the agent's latest snapshot so far starts.
 func (c *checker) findSnapshot(e eventlog.Event) {
+	if e.Type == eventlog.TypeDeleted && e.Stream == "" {
+		// An agent's tombstone (eventlog.Delete): what came before it is
+		// gone, as from its views.
+		if e.Seq > c.latest[e.Agent] {
+			c.latest[e.Agent], c.tombstone[e.Agent] = e.Seq, e.Seq
+		}
+		return
+	}
 	if e.Type != eventlog.TypeSnapshot || e.Stream != "" {
 		return
 	}
@@ -365,6 +391,7 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 		a.appended[d.ID]++
 		if _, ok := a.users[d.ID]; d.Role == chat.RoleUser && d.ID != "" && !ok {
 			a.users[d.ID] = e.Seq
+			a.stored[d.ID] = true
 		}
 		// Checked at the end: the turn.started naming it (as its
 		// assistant message, or the user message it answers) may come
@@ -399,6 +426,9 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID, fiber: fid}
 		a.order = append(a.order, d.RequestID)
 		c.childTurnStarted(a.id, e, d)
+		if d.Message != nil && d.Message.ID != "" {
+			a.stored[d.Message.ID] = true
+		}
 		if d.MessageID != "" {
 			// Its user message: stored in this event (message) or in a
 			// message.appended of its own.

@@ -50,6 +50,9 @@ const (
 	// ended, an event of the purged history); its effect is in the views
 	// the snapshot holds, which the log alone cannot show.
 	KindAckCompacted Kind = "ack-compacted"
+	// KindAckDeleted is a Note: an acknowledged write of an agent that was
+	// deleted (eventlog.Delete) afterwards is not in the log.
+	KindAckDeleted Kind = "ack-deleted"
 	// KindSuperseded is a Note: events of an agent stored before its
 	// latest snapshot. Compaction purges them, but a purge that a crash
 	// undid in part leaves some (seen with nats-server 2.15.2 under
@@ -99,6 +102,10 @@ type Report struct {
 	// What was read.
 	Agents, Events, ChunkEvents   int
 	Fibers, Turns, Streams, Acked int
+	// UserMessages is how many stored user messages were read (appended,
+	// or carried by their turn.started), each checked for one turn that
+	// answers it: those after each agent's latest snapshot.
+	UserMessages int
 	// Violations are the broken invariants, in the order found.
 	Violations []Violation
 	// Notes are states the log allows but that are worth knowing
@@ -137,7 +144,7 @@ func (r Report) String() string {
 	if !r.OK() {
 		verdict = fmt.Sprintf("%d violations", len(r.Violations))
 	}
-	fmt.Fprintf(&b, "%s: %d agents, %d events, %d chunk events, %d fibers, %d turns, %d streams, %d acknowledged\n",
-		verdict, r.Agents, r.Events, r.ChunkEvents, r.Fibers, r.Turns, r.Streams, r.Acked)
+	fmt.Fprintf(&b, "%s: %d agents, %d events, %d chunk events, %d fibers, %d turns, %d streams, %d acknowledged, %d user messages\n",
+		verdict, r.Agents, r.Events, r.ChunkEvents, r.Fibers, r.Turns, r.Streams, r.Acked, r.UserMessages)
 	return b.String()
 }

@@ -32,6 +32,16 @@ type streamState struct {
 func (c *checker) chunk(e eventlog.Event) {
 	c.chunks++
 	c.seen(e.Agent, e.ID)
+	if e.Type == eventlog.TypeDeleted {
+		// The agent's chunks tombstone: its streams before it are gone
+		// (what a crash left of them is not checked).
+		for k := range c.streams {
+			if k.agent == e.Agent {
+				delete(c.streams, k)
+			}
+		}
+		return
+	}
 	k := streamKey{e.Agent, e.Stream}
 	s := c.streams[k]
 	if s == nil {

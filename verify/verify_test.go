@@ -178,8 +178,8 @@ func TestCleanHistory(t *testing.T) {
 	if !rep.OK() || len(rep.Notes) != 0 {
 		t.Fatalf("clean history:\n%s", rep)
 	}
-	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked}, [...]int{4, 9, 7, 3, 2}; got != want {
-		t.Errorf("agents, fibers, turns, streams, acked = %v, want %v", got, want)
+	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked, rep.UserMessages}, [...]int{4, 9, 7, 3, 2, 2}; got != want {
+		t.Errorf("agents, fibers, turns, streams, acked, user messages = %v, want %v", got, want)
 	}
 	// A small page size reads the same.
 	if rep2 := check(t, lg, verify.Options{PageSize: 3}); rep2.Events != rep.Events || rep2.ChunkEvents != rep.ChunkEvents || !rep2.OK() {
@@ -405,7 +405,7 @@ func ExampleReport_String() {
 	fmt.Print(rep)
 	// Output:
 	// violation: op-completed-twice agent=a1 fiber=f1 seq=3: op o1 of fiber "steps" completed 2 times
-	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 acknowledged
+	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 acknowledged, 0 user messages
 }
 
 // TestMessageSentAgainAfterTruncation: truncating the conversation lets a

@@ -9,7 +9,10 @@
 // consumers), grouped by account (agentd's own, then one per tenant), and a
 // manifest written last, holding each stream's config, state, size and
 // SHA-256. The lease bucket is left out: leases say who serves what now.
-// Its partition count goes into the manifest instead.
+// So is the partitions bucket: its partition count and epoch counters go
+// into the manifest instead, and a restore checks the count and raises the
+// target's counters to the backup's, so the epochs of writes after a
+// restore stay above the restored log's.
 //
 // # Consistency
 //

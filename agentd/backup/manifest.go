@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/forever-agents/forever/ownership"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -42,6 +44,11 @@ type Manifest struct {
 type Account struct {
 	Tenant  string   `json:"tenant,omitempty"`
 	Streams []Stream `json:"streams"`
+	// Epochs are the account's partition epoch counters (the partitions
+	// bucket's epoch.<p>), by partition number. A restore raises the
+	// target's to them, so the epochs of writes after it stay above the
+	// restored log's.
+	Epochs map[string]uint64 `json:"epochs,omitempty"`
 }
 
 // Stream is one stream of a backup.
@@ -66,9 +73,14 @@ func (s Stream) Messages() uint64 {
 	return st.Msgs
 }
 
-// LeasesBucket's stream is not backed up: leases are who serves what now,
-// not state to bring back. Its partition count goes in the manifest.
-const leasesStream = "KV_FOREVER_LEASES"
+// The lease bucket's stream is not backed up: leases are who serves what
+// now, not state to bring back. Nor is the partitions bucket's: the target
+// made its own at start, with the partition count (which the manifest
+// keeps and a restore checks) and epoch counters (Account.Epochs, merged).
+var (
+	leasesStream     = "KV_" + ownership.DefaultBucket
+	partitionsStream = "KV_" + ownership.DefaultPartitionsBucket
+)
 
 // Streams lists the account's Forever streams in the order they are backed
 // up and restored: the events stream, then the chunks stream, then the
@@ -81,7 +93,7 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	var names []string
 	l := js.StreamNames(ctx)
 	for name := range l.Name() {
-		if name == leasesStream || !(strings.HasPrefix(name, "FOREVER_") || strings.HasPrefix(name, "KV_FOREVER_")) {
+		if name == leasesStream || name == partitionsStream || !(strings.HasPrefix(name, "FOREVER_") || strings.HasPrefix(name, "KV_FOREVER_")) {
 			continue
 		}
 		names = append(names, name)
@@ -132,7 +144,82 @@ func BackupAccount(ctx context.Context, nc *nats.Conn, dir, sub, tenant string) 
 		st.File = rel
 		acc.Streams = append(acc.Streams, st)
 	}
+	if acc.Epochs, err = readEpochs(ctx, js); err != nil {
+		return acc, err
+	}
 	return acc, nil
+}
+
+// readEpochs reads the account's epoch counters, none when it has no
+// partitions bucket.
+func readEpochs(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	kv, err := js.KeyValue(ctx, ownership.DefaultPartitionsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partitions bucket: %w", err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partitions bucket: %w", err)
+	}
+	out := map[string]uint64{}
+	for k := range keys.Keys() {
+		p, ok := strings.CutPrefix(k, ownership.EpochKeyPrefix)
+		if !ok {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("partitions bucket: %w", err)
+		}
+		if out[p], err = strconv.ParseUint(string(e.Value()), 10, 64); err != nil {
+			return nil, fmt.Errorf("partitions bucket: %s is %q: %w", k, e.Value(), err)
+		}
+	}
+	return out, nil
+}
+
+// mergeEpochs raises the target's epoch counters to the backup's, each by
+// a compare-and-set (tried again when an acquisition moved it meanwhile),
+// never lowering one.
+func mergeEpochs(ctx context.Context, js jetstream.JetStream, epochs map[string]uint64) error {
+	if len(epochs) == 0 {
+		return nil
+	}
+	kv, err := js.KeyValue(ctx, ownership.DefaultPartitionsBucket)
+	if err != nil {
+		return fmt.Errorf("partitions bucket of the target: %w", err)
+	}
+	for p, want := range epochs {
+		key := ownership.EpochKeyPrefix + p
+		for try := 0; ; try++ {
+			e, err := kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				_, err = kv.Create(ctx, key, []byte(strconv.FormatUint(want, 10)))
+			case err != nil:
+			default:
+				have, _ := strconv.ParseUint(string(e.Value()), 10, 64)
+				if have >= want {
+					err = nil
+					break
+				}
+				_, err = kv.Update(ctx, key, []byte(strconv.FormatUint(want, 10)), e.Revision())
+			}
+			if err == nil {
+				break
+			}
+			if try == 5 {
+				return fmt.Errorf("epoch counter %s: %w", key, err)
+			}
+		}
+	}
+	return nil
 }
 
 func snapshotFile(ctx context.Context, nc *nats.Conn, stream, path string) (Stream, error) {
@@ -230,7 +317,7 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 			return err
 		}
 	}
-	return nil
+	return mergeEpochs(ctx, js, acc.Epochs)
 }
 
 // restoreStream deletes the target's empty stream, if any, and restores

@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
@@ -36,13 +37,21 @@ type Type struct {
 	config   func(*chat.Config) // optional tweaks, for embedding programs
 
 	// Set at start.
+	log        *eventlog.Log
 	store      *chat.Store
 	batcher    *eventlog.Batcher
 	maxPayload int64
 	registerer prometheus.Registerer
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
+	node       *chat.TurnLimiter // ShareTurns's, else nil
 }
+
+// ShareTurns makes the type's turns also hold slots of node, a limiter
+// shared by every chat type of the process: the tenants' daemons of one
+// agentd share its --max-turns (503 past it), each within its own turns
+// quota (429 past it). Call it before the daemon starts.
+func (ct *Type) ShareTurns(node *chat.TurnLimiter) { ct.node = node }
 
 // NewType returns the chat type over provider. tweak, when not nil, may
 // change each agent's chat.Config (system prompt, recovery hook...).
@@ -60,14 +69,25 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		if err := d.AddProjector(streams); err != nil {
 			return err
 		}
-		ct.store, ct.maxPayload, ct.registerer = store, deps.Log.MaxPayload(), deps.Registerer
+		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
 		maxTurns := d.Config().MaxTurns
-		if q := deps.Quotas.Quota().Turns; q > 0 && (maxTurns < 0 || q < maxTurns) {
+		q := deps.Quotas.Quota().Turns
+		switch {
+		case ct.node != nil:
+			// The node's bound holds across its tenants; the tenant's
+			// quota is its own, refused with 429.
+			var refusal error
+			if q > 0 {
+				refusal = &quota.Error{Quota: "turns", Limit: float64(q)}
+			}
+			ct.turns = ct.node.Sub(q, refusal)
+		case q > 0 && (maxTurns < 0 || q < maxTurns):
 			// The tenant's quota binds before the node's limit: past it,
 			// 429 rather than 503.
-			maxTurns, ct.turnQuota = q, q
+			ct.turns, ct.turnQuota = chat.NewTurnLimiter(q), q
+		default:
+			ct.turns = chat.NewTurnLimiter(maxTurns)
 		}
-		ct.turns = chat.NewTurnLimiter(maxTurns)
 		if deps.Registerer != nil {
 			running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "forever_chat_turns_running",
@@ -109,11 +129,12 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if ct.config != nil {
 		ct.config(&cfg)
 	}
+	cfg.OnState = publishState(env, cfg.OnState)
 	a, err := chat.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota}, nil
+	return &Agent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
 }
 
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
@@ -121,6 +142,52 @@ type Agent struct {
 	*chat.Agent
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
+	// maxReply is the largest reply a command sends (host.ReplyLimit): a
+	// page of messages stops before it.
+	maxReply int
+}
+
+// pageOverhead is what the messages reply adds around its messages:
+// {"messages":[...],"next":"<id>"}.
+const pageOverhead = 256
+
+// page returns the messages of p, as Messages does, but no more than fit
+// in budget bytes of JSON: a page that would be larger ends early and its
+// next continues it. A single message larger than budget is ErrTooLarge,
+// naming it: it cannot be carried by one reply.
+func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
+	const chunk = 64 // messages read from the view at a time
+	var out []chat.Message
+	size := pageOverhead
+	after := p.After
+	for {
+		lim := chunk
+		if p.Limit > 0 {
+			lim = min(chunk, p.Limit-len(out))
+		}
+		msgs, next, err := c.Messages(chat.Page{After: after, Limit: lim})
+		if err != nil {
+			return out, "", err
+		}
+		for _, m := range msgs {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return out, "", err
+			}
+			if size+len(b)+1 > budget {
+				if len(out) == 0 {
+					return nil, "", fmt.Errorf("%w: message %s is %d bytes, more than one reply carries (%d bytes)", host.ErrTooLarge, m.ID, len(b), budget)
+				}
+				return out, out[len(out)-1].ID, nil
+			}
+			size += len(b) + 1
+			out = append(out, m)
+		}
+		if next == "" || (p.Limit > 0 && len(out) >= p.Limit) {
+			return out, next, nil
+		}
+		after = next
+	}
 }
 
 // Request is the payload of the chat command: a text, or a message, or
@@ -170,6 +237,23 @@ func (c *Agent) OnError(ctx context.Context, err error) {
 	c.logger.Error("chat agent error", "err", err)
 }
 
+// OnStoreLost ends the turn the agent was streaming when the log lost its
+// events (the host stopped the agent first): its stream gets an error chunk
+// naming the loss, so clients following it see an error rather than wait.
+// What it cannot record (turn.failed, the partial answer: their history
+// is gone) is logged.
+func (c *Agent) OnStoreLost(ctx context.Context, cause error) {
+	st, err := c.Status()
+	if err != nil || st.ActiveTurn == nil {
+		return
+	}
+	if err := c.AbandonTurn(ctx, chat.TurnFiberPrefix+st.ActiveTurn.RequestID, cause); err != nil {
+		c.logger.Warn("end the turn of a lost history", "request", st.ActiveTurn.RequestID, "err", err)
+	}
+}
+
+var _ host.StoreLostHandler = (*Agent)(nil)
+
 // OnFiberRecovered hands chat turn fibers to the chat agent.
 func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error {
 	handled, err := c.Agent.OnFiberRecovered(ctx, rec)
@@ -194,6 +278,11 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		req, err := ParseRequest(cmd.Data)
 		if err != nil {
 			return nil, err
+		}
+		if id, ok := auth.IdentityFrom(ctx); ok && !id.Role.AtLeast(auth.RoleWriter) {
+			if err := approvalsOnly(&req, id); err != nil {
+				return nil, err
+			}
 		}
 		var turn chat.Turn
 		if req.Answering != nil {
@@ -243,7 +332,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if err := c.Settle(ctx); err != nil && !errors.Is(err, chat.ErrTurnActive) {
 			return nil, err // past the bound the page is read as it is
 		}
-		msgs, next, err := c.Messages(p)
+		msgs, next, err := c.page(p, c.maxReply)
 		if msgs == nil {
 			msgs = []chat.Message{}
 		}
@@ -304,6 +393,26 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append(slices.Clone(Verbs), "status"), ", "), cmd.Verb)
 }
 
+// approvalsOnly lets a credential below writer (an approver: host lets
+// no other role send chat) answer approvals and nothing else: req must
+// answer an assistant message, and its client tool results are dropped,
+// so only its approval responses count (a tool result is a writer's).
+func approvalsOnly(req *Request, id auth.Identity) error {
+	if req.Answering == nil {
+		return fmt.Errorf("%w: credential %s (role %s) may answer approvals but not start a turn", host.ErrForbidden, id.Cred, id.Role)
+	}
+	m := *req.Answering
+	m.Parts = slices.Clone(m.Parts)
+	for i, p := range m.Parts {
+		if p.State == chat.ToolOutput || p.State == chat.ToolOutputError {
+			p.State, p.Output, p.ErrorText = chat.ToolInputAvailable, nil, ""
+			m.Parts[i] = p
+		}
+	}
+	req.Answering = &m
+	return nil
+}
+
 func chatReply(turn chat.Turn) Reply {
 	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: replay.Cursor(turn.Cursor)}
 }
@@ -352,7 +461,8 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", host.ErrBadRequest)
 	}
 	if err := apierror.Decode(data, &req); err != nil {
-		return req, err
+		// A client sees apierror's sentence (host.ClientError finds it).
+		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
 	}
 	req.Body = data
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
@@ -373,7 +483,10 @@ func decodeOptional(data json.RawMessage, v any) error {
 	if len(data) == 0 || strings.TrimSpace(string(data)) == "null" {
 		return nil
 	}
-	return apierror.Decode(data, v)
+	if err := apierror.Decode(data, v); err != nil {
+		return fmt.Errorf("%w: %w", host.ErrBadRequest, err)
+	}
+	return nil
 }
 
 // chatError maps chat's errors to the command codes.

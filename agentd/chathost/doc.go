@@ -7,6 +7,12 @@
 // stream over SSE, the WebSocket resume handshake and the chat page, any
 // node answering for any agent); and chunk retention (AttachRetention).
 //
+// Each chat state change (the state verb, or chat.Agent.SetState from
+// Go) is published to the agent's clients once stored
+// (host.Env.PublishState on <prefix>.bcast.<agent>), and Type is the
+// host.StateSource of GET /v1/agents/{id}/events. See package host for
+// when to use broadcasts and state rather than the turn's data-* parts.
+//
 // # Usage
 //
 //	chats := chathost.NewType(provider, nil)
@@ -16,6 +22,7 @@
 //	h.Attach(d)
 //	chathost.AttachGateway(d, h, chats)
 //	chathost.AttachRetention(d, h, chats)
+//	host.AttachHTTP(d, h, host.HTTPConfig{State: chats})
 //
 // # Sub-agents
 //
@@ -49,4 +56,9 @@
 //     what the owner wrote, whichever node it was.
 //   - Over a tenant's turns quota a chat is refused with 429 (a quota.Error)
 //     before anything is written; over the node's --max-turns, with 503.
+//     The node's bound holds across the tenants of one agentd: their chat
+//     types share one limiter (Type.ShareTurns).
+//   - A request whose identity's role is below writer (an approver) may
+//     only answer approvals: a chat that starts a turn is 403, and its
+//     client tool results are dropped.
 package chathost

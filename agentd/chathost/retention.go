@@ -23,7 +23,7 @@ func AttachRetention(d *agentd.Daemon, h *host.Host, chats *Type) error {
 			Log:        deps.Log,
 			Streams:    chats.Store().Streams(),
 			MaxAge:     deps.Log.ChunkMaxAge(),
-			Owns:       h.Owns,
+			Owns:       h.Serves,
 			Logger:     deps.Logger,
 			Registerer: deps.Registerer,
 		})

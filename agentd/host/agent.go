@@ -44,6 +44,8 @@ type Env struct {
 	// sub-agents). ctx needs a deadline when the command may be
 	// forwarded to another node.
 	Command func(ctx context.Context, cmd Command) (any, error)
+
+	pub *publisher // Broadcast and PublishState
 }
 
 // Command is a request routed to an agent: forever.cmd.<agent>.<verb> on
@@ -93,6 +95,18 @@ type ScheduleHandler interface {
 // background fiber that failed, a fiber abandoned after its attempts.
 type ErrorHandler interface {
 	OnError(ctx context.Context, err error)
+}
+
+// StoreLostHandler is implemented by agents that must act when the log lost
+// their events under them (the events stream deleted or purged): the host
+// has stopped the agent (its fibers interrupted, nothing recorded for
+// them) and calls OnStoreLost before the views are rebuilt from what the
+// stream holds now, so the views still show what the agent was doing. A
+// chat agent ends the turn it was streaming with an error chunk there, so
+// its clients see an error instead of waiting for good. cause names the
+// stream and the loss.
+type StoreLostHandler interface {
+	OnStoreLost(ctx context.Context, cause error)
 }
 
 // Deactivator is told when the host drops an idle agent.

@@ -3,15 +3,18 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
 )
 
 // Verbs are the verbs the host answers for an agent of any type on
 // forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
-var Verbs = []string{"status", "fibers", "schedules"}
+var Verbs = []string{"status", "fibers", "schedules", "meta", "delete"}
 
 // Status is the reply to the status command.
 type Status struct {
@@ -47,16 +50,19 @@ type FiberInfo struct {
 //
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
-	_, err := h.TypeOf(cmd.Agent)
-	if err != nil {
+func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
+	defer func() { h.audit(ctx, cmd, err) }()
+	if _, err := h.TypeOf(cmd.Agent); err != nil {
 		return nil, err
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
 		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
 	}
+	if err := checkRole(ctx, cmd.Verb); err != nil {
+		return nil, err
+	}
 	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb); err != nil {
+		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
 			return nil, err
 		}
 		out, err := h.route(ctx, cmd)
@@ -75,15 +81,42 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 	if !h.Owns(cmd.Agent) {
 		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
 	}
+	out, err := h.runLocal(ctx, cmd, typ)
+	if err != nil && eventlog.Unavailable(err) {
+		// A stream without a leader because the store is full (a cluster's
+		// followers drop what they cannot store): say why.
+		if full := h.daemon.StoreFull(); full != nil {
+			err = fmt.Errorf("%w: %w", full, err)
+		}
+	}
+	return out, err
+}
+
+// readCatchUp bounds how long a read waits for the views to apply the
+// agent's last event before it answers from what they hold.
+const readCatchUp = time.Second
+
+// runLocal is local once the agent's partition is known to be this node's.
+func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, error) {
 	stalled := h.deps.Log.Stalled()
 	switch cmd.Verb {
 	case "fibers", "schedules", "status":
 		// Reads see every write acknowledged before them; while the views
-		// cannot be written (a full disk) they serve what the views hold.
+		// cannot be written (a full disk) they serve what the views hold,
+		// and so they do when JetStream cannot say what the agent's last
+		// event is within readCatchUp (its stream has no leader: an
+		// election, a full store in a cluster), so a read always answers.
 		if stalled != nil {
 			break
 		}
-		if err := h.catchUp(ctx, cmd.Agent); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, readCatchUp)
+		err := h.catchUp(cctx, cmd.Agent)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() == nil && (eventlog.Transient(err) || errors.Is(err, context.DeadlineExceeded)):
+			h.logger.Debug("read answered from the views without catching up", "agent", cmd.Agent, "verb", cmd.Verb, "err", err)
+		default:
 			return nil, err
 		}
 	default:
@@ -109,16 +142,33 @@ func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
 		return list, err
 	case "status":
 		return h.status(ctx, cmd, typ)
+	case "meta":
+		return h.meta(ctx, cmd)
+	case "delete":
+		return h.deleteAgent(ctx, cmd.Agent)
 	}
 	if !h.takes(typ, cmd.Verb) {
 		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
+	}
+	meta, err := payloadMeta(cmd.Data)
+	if err != nil {
+		return nil, err
 	}
 	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
 		ch, ok := inst.agent.(CommandHandler)
 		if !ok {
 			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
 		}
-		return ch.HandleCommand(ctx, cmd)
+		out, err := ch.HandleCommand(ctx, cmd)
+		if err == nil && meta != nil {
+			// After the command, so a refused one writes nothing. The
+			// reply stands if this write fails: the agent's next command
+			// that carries the meta sets it.
+			if merr := h.firstMeta(ctx, inst, meta); merr != nil {
+				inst.env.Logger.Warn("store the meta of a command", "verb", cmd.Verb, "err", merr)
+			}
+		}
+		return out, err
 	})
 }
 
@@ -172,4 +222,38 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 		}
 	}
 	return st, nil
+}
+
+// checkRole refuses a command whose request carries an identity (an HTTP
+// request through the tenants' front door) whose role may not send verb.
+// An approver's chat is let through: the chat type lets it answer
+// approvals only. A command without an identity came over NATS, where the
+// server enforced the credential's permissions.
+func checkRole(ctx context.Context, verb string) error {
+	id, ok := auth.IdentityFrom(ctx)
+	if !ok || id.Role.Allows(verb) || (verb == "chat" && id.Role == auth.RoleApprover) {
+		return nil
+	}
+	return fmt.Errorf("%w: credential %s (role %s) may not send %s", ErrForbidden, id.Cred, id.Role, verb)
+}
+
+// audit hands a command that may change an agent, and its outcome, to
+// Config.AuditCommand: every verb but the reads (status, fibers,
+// schedules, messages, and state without a value).
+func (h *Host) audit(ctx context.Context, cmd Command, err error) {
+	if h.deps == nil || h.deps.Config.AuditCommand == nil {
+		return
+	}
+	switch cmd.Verb {
+	case "status", "fibers", "schedules", "messages":
+		return
+	case "state":
+		var req struct {
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(cmd.Data, &req) != nil || len(req.Value) == 0 || string(req.Value) == "null" {
+			return
+		}
+	}
+	h.deps.Config.AuditCommand(ctx, cmd.Agent, cmd.Verb, err)
 }

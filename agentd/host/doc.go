@@ -10,8 +10,8 @@
 //
 // An agent is any value built by its type's Factory; it opts into the
 // optional interfaces CommandHandler, FiberRecoverer, ScheduleHandler,
-// ErrorHandler and Deactivator. The host answers status, fibers and
-// schedules itself (Verbs) for every type; a verb a type did not register
+// ErrorHandler, Deactivator and StoreLostHandler. The host answers status,
+// fibers, schedules, meta and delete itself (Verbs) for every type; a verb a type did not register
 // is 404 before anything is activated.
 //
 // An agent reaches other agents through Env.Command: the same command
@@ -23,6 +23,48 @@
 // every agent of the partition with orphaned fibers (activation recovers
 // them), and when the lease goes, deactivates them; their fibers stay in
 // the runs view for the next owner.
+//
+// # Agents: listing, user context, deletion
+//
+// The host keeps the view of every agent (package agents, on Deps.Views):
+// its status (running, waiting, failed, idle: see agents.Status*), first
+// and last activity, user, tags and metadata. The user context is set by
+// the "meta" of an agent's first command (any verb's payload may carry
+// {"meta": {"user", "tags", "metadata"}}; it is appended as an Initial
+// agents.EventMeta once the command succeeded, and ignored once the agent
+// has one), or by the meta verb. Listing reads the view only:
+// Host.List, the NATS endpoint <prefix>.list (ListSubject) and GET
+// /v1/agents (AttachHTTP) answer agents.Page {"agents": [...], "next"}.
+//
+// The delete verb (Host's deleteAgent) stops the agent, refuses its
+// commands meanwhile (409), keeps the compactor, scheduler and chunk
+// retention off it (Serves), and calls eventlog.Log.Delete: its events
+// and chunks are purged, tombstones stay, every view drops its rows, and
+// the id starts a new agent from nothing. Delete is an admin verb
+// (auth.AdminVerbs, auth.Role.Allows): only a credential of the admin role
+// may publish it (auth.ClientPermissions); agentd delete uses the admin
+// credential and reaches a tenant through forever.admin.tenant.access.
+//
+// # Broadcast and live state
+//
+// Env.Broadcast(ctx, v) publishes {"type":"broadcast","data":v}, and
+// Env.PublishState {"type":"state","version":N,"value":...} (chathost
+// calls it for each chat state change, from the state verb or
+// chat.Agent.SetState), on <prefix>.bcast.<agent> (BroadcastSubject) with
+// core NATS: not stored, in the order the owner published, to the
+// clients subscribed now, on any node. GET /v1/agents/{id}/events is the
+// same as Server-Sent Events, after the agent's current state. A NATS
+// client does the same by subscribing first, then reading the state with
+// the state verb, then skipping state messages not newer than it.
+//
+// Which to use, as the Cloudflare Agents design separates them:
+// Broadcast is fire-and-forget progress ("step 3 of 10", a status line)
+// for whoever watches now; a client that connects later learns only the
+// state. State is what a client must see when it connects (it is durable,
+// versioned and compare-and-set), and its changes are broadcast too. A
+// result the user waits for belongs in the chat turn's stream as a
+// data-* part: stored with the turn, replayed from a cursor, part of the
+// assistant message.
 //
 // # Invariants
 //
@@ -37,6 +79,23 @@
 //   - Every request gets an answer: past 1024 commands in flight, a node
 //     that does not own the agent, or a node that is stopping answers 503
 //     with Retry-After, never silence.
+//   - A delete answers once the tombstone is in the log and this node's
+//     views applied it; while it runs the agent is neither activated nor
+//     written by this node's background work, and after it nothing of the
+//     agent is readable on any node that caught up with the log.
+//   - An events stream starts with the agent's current state, then relays
+//     what is published after it subscribed, in order; state messages
+//     never go back in version.
+//   - Reads answer: status, fibers and schedules wait at most a second for
+//     the views to apply the agent's last event, then answer from what the
+//     views hold (the log cannot say its last event: a stream without a
+//     leader, a full store in a cluster).
+//   - A forwarded command is sent to the next owner only when the node it
+//     reached says the agent is not there (the Forever-Not-Here header of
+//     its error reply); any other error, 503s included, is relayed as is.
+//   - When the log lost the agents' events (the events stream deleted or
+//     purged), every active agent is stopped, chat turns end with an error
+//     chunk, and nothing is activated until the views were rebuilt.
 //   - Errors leave as micro service errors with a code (StatusCode: 400,
 //     404, 409, 413, 429, 503, 504, 500) and a one-line message.
 //
@@ -46,4 +105,5 @@
 //	h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...)
 //	h.Register("chat", chats.Factory, chathost.Verbs...)
 //	h.Attach(d) // d is an *agentd.Daemon, not yet running
+//	host.AttachHTTP(d, h, host.HTTPConfig{State: chats}) // GET /v1/agents, /v1/agents/{id}/events
 package host

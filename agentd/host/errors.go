@@ -16,6 +16,9 @@ var (
 	ErrNotFound = errors.New("agentd: not found")
 	// ErrConflict: the request conflicts with the agent's state (409).
 	ErrConflict = errors.New("agentd: conflict")
+	// ErrForbidden: the request's credential may not do this: its role
+	// does not allow the command (403).
+	ErrForbidden = errors.New("agentd: forbidden")
 	// ErrTooLarge: the payload is larger than allowed (413).
 	ErrTooLarge = errors.New("agentd: payload too large")
 	// ErrUnavailable: the agent has no owner that can take the command
@@ -32,8 +35,8 @@ var (
 // packages below agentd can classify errors without importing it.
 type StatusCoder interface{ StatusCode() int }
 
-// StatusCode maps an error to an HTTP-style status code: 400, 404, 409,
-// 413, 503, 504 or 500.
+// StatusCode maps an error to an HTTP-style status code: 400, 403, 404,
+// 409, 413, 503, 504 or 500.
 func StatusCode(err error) int {
 	var sc StatusCoder
 	switch {
@@ -45,6 +48,8 @@ func StatusCode(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, ErrConflict), errors.Is(err, eventlog.ErrConflict):
 		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge), errors.Is(err, eventlog.ErrTooLarge):

@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/compaction"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -54,6 +56,7 @@ type Host struct {
 	handling sync.WaitGroup // the commands being answered
 
 	// Set by start, before run.
+	daemon *agentd.Daemon
 	deps   *agentd.Deps
 	own    *ownership.Manager
 	table  *fiber.Table
@@ -63,15 +66,28 @@ type Host struct {
 	compac *compaction.Compactor
 	logger *slog.Logger
 	active prometheus.Gauge
+	agents *agents.View // the view of every agent
+	// deleted counts deletes; bcast the broadcast and state messages
+	// published; watchers the clients of GET /v1/agents/{id}/events.
+	deleted  prometheus.Counter
+	bcast    *prometheus.CounterVec
+	watchers prometheus.Gauge
 
-	ready chan struct{} // closed once startup recovery was started
-	wg    sync.WaitGroup
+	ready    chan struct{}   // closed once startup recovery was started
+	stopping <-chan struct{} // the daemon's Stopping, set by start
+	wg       sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
 		ctx    context.Context // the host's run context, nil until run
 		agents map[string]*instance
 		parts  map[int]*part // partitions this node serves
+		// deleting holds the agents a delete runs for on this node: they
+		// are not activated meanwhile.
+		deleting map[string]bool
+		// rebuilding is set while the views are rebuilt after the log lost
+		// the agents' events (storeLost): no agent is activated meanwhile.
+		rebuilding error
 	}
 }
 
@@ -95,6 +111,9 @@ type instance struct {
 	// Guarded by Host.mu.
 	inflight   int
 	lastActive time.Time
+	// metaSet: the agent's user context is known to be set, so the meta
+	// of a command's payload is ignored without a look at the view.
+	metaSet atomic.Bool
 }
 
 // New returns a Host; register types, then Attach it to a Daemon.
@@ -104,6 +123,7 @@ func New(cfg Config) *Host {
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
+	h.mu.deleting = map[string]bool{}
 	return h
 }
 
@@ -199,10 +219,13 @@ func (h *Host) Attach(d *agentd.Daemon) error {
 }
 
 func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	h.daemon = d
 	h.deps = deps
 	h.own = deps.Ownership
+	h.stopping = d.Stopping()
 	d.OnPartition(h.servePartition)
 	d.OnFenced(h.fenced)
+	d.OnStoreLost(h.storeLost)
 	h.logger = deps.Logger.With("subsystem", "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
@@ -216,9 +239,12 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	if err := compaction.AddView(deps.Views); err != nil {
 		return err
 	}
+	if err := h.addAgentsView(deps); err != nil {
+		return err
+	}
 	h.compac, err = compaction.New(compaction.Config{
 		Log:        deps.Log,
-		Owns:       h.Owns,
+		Owns:       h.Serves,
 		Events:     deps.Config.CompactEvents,
 		Bytes:      deps.Config.CompactBytes,
 		IdleEvents: deps.Config.CompactIdleEvents,
@@ -242,7 +268,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	}
 	h.sched, err = keepalive.NewScheduler(keepalive.SchedulerConfig{
 		Log:             deps.Log,
-		Owns:            h.Owns,
+		Owns:            h.Serves,
 		Fire:            h.fire,
 		OnError:         h.scheduleFailed,
 		CallbackTimeout: deps.Config.ScheduleTimeout,
@@ -329,6 +355,14 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 		h.mu.Unlock()
 		return nil, h.notOwner(id, pn)
 	}
+	if h.mu.deleting[id] {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, id)
+	}
+	if err := h.mu.rebuilding; err != nil {
+		h.mu.Unlock()
+		return nil, err
+	}
 	inst, ok := h.mu.agents[id]
 	if !ok {
 		inst = &instance{id: id, typ: typ, part: pn, built: make(chan struct{}), lastActive: time.Now()}
@@ -414,6 +448,7 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	inst.env = &Env{
 		ID: inst.id, Type: inst.typ, Log: w, Fibers: runner, KeepAlive: keeper,
 		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger, Command: h.Command,
+		pub: h.publisher(inst.id),
 	}
 	inst.agent, err = h.types[inst.typ](ctx, inst.env)
 	if err != nil {
@@ -493,14 +528,7 @@ func (h *Host) reap() {
 }
 
 func (h *Host) deactivate(inst *instance) {
-	if d, ok := inst.agent.(Deactivator); ok {
-		h.callDeactivate(inst, d)
-	}
-	if err := inst.env.Fibers.Close(); err != nil {
-		inst.env.Logger.Warn("close fibers", "err", err)
-	}
-	h.active.Dec()
-	inst.env.Logger.Debug("agent deactivated")
+	h.stop(inst)
 	h.mu.Lock()
 	ctx := h.mu.ctx
 	h.mu.Unlock()
@@ -511,6 +539,19 @@ func (h *Host) deactivate(inst *instance) {
 			h.compac.Idle(ctx, inst.id)
 		}()
 	}
+}
+
+// stop tells the agent it is deactivated and closes its fibers (running
+// ones are interrupted; their rows stay).
+func (h *Host) stop(inst *instance) {
+	if d, ok := inst.agent.(Deactivator); ok {
+		h.callDeactivate(inst, d)
+	}
+	if err := inst.env.Fibers.Close(); err != nil {
+		inst.env.Logger.Warn("close fibers", "err", err)
+	}
+	h.active.Dec()
+	inst.env.Logger.Debug("agent deactivated")
 }
 
 // stopAll closes every agent's fibers (running ones are interrupted and stay

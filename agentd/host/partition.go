@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/ownership"
@@ -79,10 +81,25 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	if ctx.Err() != nil {
 		return
 	}
-	logger.Info("partition acquired", "agents_recovering", n, "took", time.Since(start))
+	// A node's leases, taken at start and handed off when it stops, are a
+	// line each of the lease manager's ("partition leases taken",
+	// "partitions handed off"). A partition is worth a line of its own
+	// when it brings agents to recover (a failover), or when it goes while
+	// the node runs; else it is DEBUG.
+	level := slog.LevelDebug
+	if n > 0 {
+		level = slog.LevelInfo
+	}
+	logger.Log(ctx, level, "partition acquired", "agents_recovering", n, "took", time.Since(start))
 	h.sched.Poke()
 	<-ctx.Done()
-	logger.Info("partition released", "cause", context.Cause(ctx))
+	level = slog.LevelInfo
+	select {
+	case <-h.stopping:
+		level = slog.LevelDebug
+	default:
+	}
+	logger.Log(context.WithoutCancel(ctx), level, "partition released", "cause", context.Cause(ctx))
 }
 
 // recoverPartition catches the runs and schedules views up with the whole
@@ -267,4 +284,40 @@ func (h *Host) restartLater(partCtx context.Context, inst *instance, cause error
 			h.logger.Error("restart agent", "agent", inst.id, "err", err)
 		}
 	}()
+}
+
+// storeLost is the host's agentd.StoreLostFunc: the events stream lost the
+// agents' events under this node. Every active agent is stopped (fibers
+// interrupted; their history is gone, so nothing is recovered), and those
+// that handle it end what they were streaming (StoreLostHandler) while the
+// views still show it. No agent is activated until resume, once the views
+// were rebuilt from the stream as it is now: a command meanwhile is 503.
+func (h *Host) storeLost(ctx context.Context, stream string, loss agentd.Loss) func() {
+	if stream != h.deps.Log.EventsStream() {
+		return nil
+	}
+	cause := fmt.Errorf("agentd: the agent's history is lost: stream %s was %s", stream, loss.Kind)
+	h.mu.Lock()
+	h.mu.rebuilding = fmt.Errorf("%w: %v; the views are being rebuilt", ErrUnavailable, cause)
+	agents := h.mu.agents
+	h.mu.agents = map[string]*instance{}
+	h.mu.Unlock()
+	h.logger.Warn("stopping every agent: the log lost their events", "stream", stream, "agents", len(agents))
+	for _, inst := range agents {
+		<-inst.built
+		if inst.err != nil {
+			continue
+		}
+		h.stop(inst)
+		if sl, ok := inst.agent.(StoreLostHandler); ok {
+			sctx, cancel := context.WithTimeout(ctx, deactivateTimeout)
+			sl.OnStoreLost(sctx, cause)
+			cancel()
+		}
+	}
+	return func() {
+		h.mu.Lock()
+		h.mu.rebuilding = nil
+		h.mu.Unlock()
+	}
 }

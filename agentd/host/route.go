@@ -31,6 +31,11 @@ const (
 const (
 	headerServiceError     = "Nats-Service-Error"
 	headerServiceErrorCode = "Nats-Service-Error-Code"
+	// headerNotHere marks a forwarded command's error reply that says the
+	// node does not own the agent (any more): the forwarder waits for the
+	// partition's owner and sends it again. Other errors, 503s included (a
+	// full store, an overloaded node), are relayed as they are.
+	headerNotHere = "Forever-Not-Here"
 )
 
 // RemoteError is an error answered by the node that owns the agent, with
@@ -39,6 +44,9 @@ type RemoteError struct {
 	Node string
 	Code int
 	Msg  string
+	// NotHere says the node did not run the command because it does not
+	// own the agent now: the forwarder tries the next owner.
+	NotHere bool
 }
 
 func (e *RemoteError) Error() string { return e.Msg }
@@ -46,9 +54,10 @@ func (e *RemoteError) Error() string { return e.Msg }
 // StatusCode is the code the owner answered with.
 func (e *RemoteError) StatusCode() int { return e.Code }
 
-// Unwrap makes a 503 match ErrUnavailable, so the forwarder retries it.
+// Unwrap makes an answer "not here" match ErrUnavailable, so the
+// forwarder retries it.
 func (e *RemoteError) Unwrap() error {
-	if e.Code == http.StatusServiceUnavailable {
+	if e.NotHere {
 		return ErrUnavailable
 	}
 	return nil
@@ -129,7 +138,7 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, erro
 	}
 	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
 		n, _ := strconv.Atoi(code)
-		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError)}
+		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
 	}
 	return json.RawMessage(resp.Data), nil
 }
@@ -166,19 +175,29 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
-	resp := nats.NewMsg(m.Reply)
-	if err != nil {
-		if StatusCode(err) == http.StatusInternalServerError {
-			h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
+	if err == nil {
+		var body []byte
+		if body, err = h.replyBody(out); err == nil {
+			resp := nats.NewMsg(m.Reply)
+			resp.Data = body
+			if err = m.RespondMsg(resp); err == nil {
+				return
+			}
+			h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
+			err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
 		}
-		code, msg := ErrorReply(err)
-		resp.Header.Set(headerServiceError, msg)
-		resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
-		resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
-	} else if resp.Data, err = json.Marshal(out); err != nil {
-		resp.Header.Set(headerServiceError, "encode reply: "+err.Error())
-		resp.Header.Set(headerServiceErrorCode, "500")
 	}
+	if StatusCode(err) == http.StatusInternalServerError {
+		h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
+	}
+	resp := nats.NewMsg(m.Reply)
+	code, msg := ErrorReply(err)
+	resp.Header.Set(headerServiceError, msg)
+	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
+	if retryable(err) {
+		resp.Header.Set(headerNotHere, "true")
+	}
+	resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
 	if err := m.RespondMsg(resp); err != nil {
 		h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
 	}

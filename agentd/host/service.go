@@ -43,6 +43,9 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
 		}
 	}
+	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
+	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
 		if err != nil {
@@ -134,9 +137,42 @@ func (h *Host) serveCommand(req micro.Request) {
 		RespondError(req, err)
 		return
 	}
-	if err := req.RespondJSON(reply); err != nil {
-		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+	body, err := h.replyBody(reply)
+	if err != nil {
+		RespondError(req, err)
+		return
 	}
+	if err := req.Respond(body); err != nil {
+		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+		RespondError(req, fmt.Errorf("agentd: the reply could not be sent: %w", err))
+	}
+}
+
+// replyHeadroom is what a reply leaves of the server's max payload for its
+// headers and subject.
+const replyHeadroom = 4 << 10
+
+// ReplyLimit returns the largest reply body a command may send on a server
+// whose max payload is maxPayload: that less headroom for headers. A verb
+// whose replies grow with the data (messages) pages them to fit.
+func ReplyLimit(maxPayload int64) int { return int(maxPayload) - replyHeadroom }
+
+// MaxReply is ReplyLimit of the daemon's connection.
+func (h *Host) MaxReply() int { return ReplyLimit(h.deps.Conn.MaxPayload()) }
+
+// replyBody encodes a command's reply, or fails with ErrTooLarge when it
+// does not fit one NATS message: a reply is an answer or an error, never
+// silence.
+func (h *Host) replyBody(reply any) ([]byte, error) {
+	body, err := json.Marshal(reply)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: encode reply: %w", err)
+	}
+	if len(body) > h.MaxReply() {
+		return nil, fmt.Errorf("%w: the reply is %d bytes, more than one NATS message carries (%d, the server's max payload less headers)",
+			ErrTooLarge, len(body), h.MaxReply())
+	}
+	return body, nil
 }
 
 // commandSubject returns the agent and verb of a command subject

@@ -30,7 +30,7 @@ func (e *Error) Error() string {
 	case "rate":
 		return fmt.Sprintf("agentd: over quota: more than %g requests per second, retry in %s", e.Limit, e.Retry.Round(time.Millisecond))
 	case "bytes":
-		return fmt.Sprintf("agentd: over quota: the tenant stores %d bytes or more, its limit", int64(e.Limit))
+		return fmt.Sprintf("agentd: over quota: the tenant's stored bytes and this command's would exceed its limit of %d bytes", int64(e.Limit))
 	}
 	return fmt.Sprintf("agentd: over quota: the tenant has %d %s running or stored, its limit", int64(e.Limit), e.Quota)
 }
@@ -130,10 +130,20 @@ func (qs *Enforcer) Quota() auth.Quota {
 	return qs.q
 }
 
-// Admit refuses the command verb of agent with an *Error when it would go
-// over a quota. The rate quota is Allow's, at the entry points (a NATS
-// command, an HTTP request), so a request is counted once.
-func (qs *Enforcer) Admit(ctx context.Context, agent, verb string) error {
+// WriteCost is what Admit counts a write command of size payload bytes
+// as storing: its payload twice (a chat stores the message, and the
+// request again in its turn's start) and 4 KiB of records around them.
+// What the turn writes next (its reply, its end) fits in the room the
+// account's server limit keeps above the quota (auth.Quota.StoreLimit).
+func WriteCost(payload int) int64 { return 2*int64(payload) + 4<<10 }
+
+// Admit refuses the command verb of agent, whose payload is size bytes,
+// with an *Error when it would go over a quota: the bytes quota when the
+// tenant's stored bytes plus WriteCost(size) exceed it, so a command is
+// refused before it stores anything rather than stopped halfway. The rate
+// quota is Allow's, at the entry points (a NATS command, an HTTP request),
+// so a request is counted once.
+func (qs *Enforcer) Admit(ctx context.Context, agent, verb string, size int) error {
 	if qs == nil || readVerbs[verb] {
 		return nil
 	}
@@ -142,7 +152,7 @@ func (qs *Enforcer) Admit(ctx context.Context, agent, verb string) error {
 		if err != nil {
 			return err
 		}
-		if used >= qs.q.Bytes {
+		if used+WriteCost(size) > qs.q.Bytes {
 			return qs.refuse(&Error{Quota: "bytes", Limit: float64(qs.q.Bytes)})
 		}
 	}

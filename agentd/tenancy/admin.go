@@ -2,6 +2,8 @@ package tenancy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,19 +21,31 @@ import (
 // Admin subjects, in agentd's own account: only the admin credential and
 // agentd reach them.
 const (
-	AdminCreateSubject = "forever.admin.tenant.create"
-	AdminRevokeSubject = "forever.admin.tenant.revoke"
+	AdminCreateSubject      = "forever.admin.tenant.create"
+	AdminRevokeSubject      = "forever.admin.tenant.revoke"
+	AdminDisableSubject     = "forever.admin.tenant.disable"
+	AdminEnableSubject      = "forever.admin.tenant.enable"
+	AdminTokenRevokeSubject = "forever.admin.tenant.token.revoke"
 )
 
-// CreateRequest is the payload of AdminCreateSubject.
+// CreateRequest is the payload of AdminCreateSubject. Role, Expires and
+// Cred describe the credential minted: its role (auth.ParseRole; default
+// writer), how long it lives (auth.ParseExpiry: "720h", "30d"; empty:
+// never) and its name (auth.CheckCredName; default cred-<random>), unique
+// in the tenant.
 type CreateRequest struct {
-	Name  string     `json:"name"`
-	Quota auth.Quota `json:"quota"`
+	Name    string     `json:"name"`
+	Quota   auth.Quota `json:"quota"`
+	Role    string     `json:"role,omitempty"`
+	Expires string     `json:"expires,omitempty"`
+	Cred    string     `json:"cred,omitempty"`
 }
 
-// CreateReply is its reply: a fresh client credential. Creating a
-// tenant that exists mints another credential for it (Created false) and
-// leaves its quota as it was unless the request sets one.
+// CreateReply is its reply: a fresh credential. Creating a tenant that
+// exists mints another credential for it (Created false) and leaves its
+// quota as it was unless the request sets one. Quota is the quota stored
+// (zero fields: the node's defaults, -1 unlimited), Limits the one
+// enforced.
 type CreateReply struct {
 	Tenant  string     `json:"tenant"`
 	Account string     `json:"account"`
@@ -39,9 +53,16 @@ type CreateReply struct {
 	Creds   string     `json:"creds"`
 	Created bool       `json:"created"`
 	Quota   auth.Quota `json:"quota"`
+	Limits  auth.Quota `json:"limits"`
+	Cred    string     `json:"cred"`
+	Role    auth.Role  `json:"role"`
+	// Expires is when the credential stops working (RFC 3339), empty for
+	// never.
+	Expires string `json:"expires,omitempty"`
 }
 
-// RevokeRequest is the payload of AdminRevokeSubject.
+// RevokeRequest is the payload of AdminRevokeSubject, AdminDisableSubject
+// and AdminEnableSubject.
 type RevokeRequest struct {
 	Name string `json:"name"`
 }
@@ -52,26 +73,49 @@ type RevokeReply struct {
 	Revoked int    `json:"revoked"`
 }
 
+// StateReply is the reply of AdminDisableSubject and AdminEnableSubject.
+type StateReply struct {
+	Tenant   string `json:"tenant"`
+	Disabled bool   `json:"disabled"`
+}
+
+// TokenRevokeRequest is the payload of AdminTokenRevokeSubject: the
+// credential Cred of tenant Name.
+type TokenRevokeRequest struct {
+	Name string `json:"name"`
+	Cred string `json:"cred"`
+}
+
+// TokenRevokeReply says whether the credential was live.
+type TokenRevokeReply struct {
+	Tenant  string `json:"tenant"`
+	Cred    string `json:"cred"`
+	Revoked bool   `json:"revoked"`
+}
+
 func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "forever-admin",
-		Version:     "0.1.0",
-		Description: "Forever tenants: create and revoke credentials",
+		Version:     "0.2.0",
+		Description: "Forever tenants: create, revoke, disable and enable tenants and their credentials",
 	})
 	if err != nil {
 		return fmt.Errorf("agentd: add admin service: %w", err)
 	}
 	for _, e := range []struct {
-		name, subject string
-		h             func(context.Context, []byte) (any, error)
+		name, action, subject string
+		h                     func(context.Context, []byte) (any, error)
 	}{
-		{"tenant-create", AdminCreateSubject, ts.handleCreate},
-		{"tenant-revoke", AdminRevokeSubject, ts.handleRevoke},
-		{"tenant-access", AdminAccessSubject, ts.handleAccess},
+		{"tenant-create", "tenant.create", AdminCreateSubject, ts.handleCreate},
+		{"tenant-revoke", "tenant.revoke", AdminRevokeSubject, ts.handleRevoke},
+		{"tenant-disable", "tenant.disable", AdminDisableSubject, ts.handleDisable},
+		{"tenant-enable", "tenant.enable", AdminEnableSubject, ts.handleEnable},
+		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
+		{"tenant-access", "tenant.access", AdminAccessSubject, ts.handleAccess},
 	} {
-		h := e.h
+		h, action := e.h, e.action
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
-			go ts.serveAdmin(req, h)
+			go ts.serveAdmin(req, action, h)
 		}), micro.WithEndpointSubject(e.subject))
 		if err != nil {
 			return fmt.Errorf("agentd: add admin endpoint: %w", err)
@@ -80,10 +124,11 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	return nil
 }
 
-func (ts *tenantSet) serveAdmin(req micro.Request, h func(context.Context, []byte) (any, error)) {
+func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context.Context, []byte) (any, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), tenantStartTimeout+10*time.Second)
 	defer cancel()
 	reply, err := h(ctx, req.Data())
+	ts.auditAdmin(action, req.Data(), reply, err)
 	if err != nil {
 		code, msg := host.ErrorReply(err)
 		body, _ := json.Marshal(map[string]any{"error": msg, "code": code})
@@ -93,9 +138,10 @@ func (ts *tenantSet) serveAdmin(req micro.Request, h func(context.Context, []byt
 	_ = req.RespondJSON(reply)
 }
 
-// handleCreate creates the tenant (or finds it), mints a client credential
-// and an HTTP token, stores them, pushes the account JWT and waits for the
-// tenant's daemon to be ready, so the credential works when it returns.
+// handleCreate creates the tenant (or finds it), mints a credential (a
+// client user and an HTTP token with one name, role and expiry), stores
+// them, pushes the account JWT and waits for the tenant's daemon to be
+// ready, so the credential works when it returns.
 func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error) {
 	var req CreateRequest
 	if err := json.Unmarshal(data, &req); err != nil {
@@ -104,13 +150,44 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 	if err := auth.CheckName(req.Name); err != nil {
 		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
 	}
+	if err := req.Quota.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
+	role, err := auth.ParseRole(req.Role)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v (--role)", host.ErrBadRequest, err)
+	}
+	ttl, err := auth.ParseExpiry(req.Expires)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v (--expires)", host.ErrBadRequest, err)
+	}
+	if req.Cred != "" {
+		if err := auth.CheckCredName(req.Cred); err != nil {
+			return nil, fmt.Errorf("%w: %v (--token-name)", host.ErrBadRequest, err)
+		}
+	}
 	var reply CreateReply
 	t, err := ts.update(ctx, req.Name, true, func(t *auth.Tenant, isNew bool) error {
+		if t.Disabled {
+			return fmt.Errorf("%w: tenant %s is disabled: agentd tenant enable %s first", host.ErrConflict, t.Name, t.Name)
+		}
 		if !isNew && req.Quota == (auth.Quota{}) {
 			req.Quota = t.Quota
 		}
 		t.Quota = req.Quota
-		client, err := ts.op.Keys.TenantClientUser(t, eventlog.DefaultChunksStream)
+		now := time.Now()
+		c := auth.Credential{Name: req.Cred, Role: role, Created: now.Unix()}
+		if c.Name == "" {
+			c.Name = newCredName()
+		}
+		if t.Cred(c.Name) != nil {
+			return fmt.Errorf("%w: tenant %s already has a credential named %s (names are never reused: pick another --token-name)", host.ErrConflict, t.Name, c.Name)
+		}
+		if ttl > 0 {
+			c.Expires = now.Add(ttl).Unix()
+		}
+		limits := ts.parent.Config().TenantQuota(t.Quota)
+		client, err := ts.op.Keys.TenantClientUser(t, eventlog.DefaultChunksStream, c, limits)
 		if err != nil {
 			return err
 		}
@@ -122,10 +199,14 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 		if err != nil {
 			return err
 		}
+		c.User, c.Token = client.PublicKey, hash
 		t.Clients = append(t.Clients, client.PublicKey)
-		t.Tokens = append(t.Tokens, hash)
+		t.Creds = append(t.Creds, c)
 		reply = CreateReply{Tenant: t.Name, Account: t.Account, Token: token,
-			Creds: string(creds), Created: isNew, Quota: t.Quota}
+			Creds: string(creds), Created: isNew, Quota: t.Quota, Limits: limits, Cred: c.Name, Role: c.Role}
+		if c.Expires != 0 {
+			reply.Expires = time.Unix(c.Expires, 0).UTC().Format(time.RFC3339)
+		}
 		return nil
 	})
 	if err != nil {
@@ -136,13 +217,21 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 	if err := ts.waitReady(wctx, t.Name); err != nil {
 		return nil, err
 	}
-	ts.logger.Info("tenant credential minted", "tenant", t.Name, "created", reply.Created)
+	ts.logger.Info("tenant credential minted", "tenant", t.Name, "created", reply.Created, "cred", reply.Cred, "role", reply.Role, "expires", reply.Expires)
 	return reply, nil
+}
+
+// newCredName names a credential minted without --token-name.
+func newCredName() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "cred-" + hex.EncodeToString(b[:])
 }
 
 // handleRevoke revokes every credential of the tenant: its client users
 // join the account's revocation list (the server closes their connections
-// when it gets the update) and its HTTP tokens are dropped.
+// when it gets the update), its HTTP tokens are dropped, OIDC tokens
+// issued until now are refused, and every request it has open is ended.
 func (ts *tenantSet) handleRevoke(ctx context.Context, data []byte) (any, error) {
 	var req RevokeRequest
 	if err := json.Unmarshal(data, &req); err != nil {
@@ -153,13 +242,7 @@ func (ts *tenantSet) handleRevoke(ctx context.Context, data []byte) (any, error)
 	}
 	var n int
 	_, err := ts.update(ctx, req.Name, false, func(t *auth.Tenant, _ bool) error {
-		n = len(t.Tokens)
-		for _, c := range t.Clients {
-			if _, ok := t.Revoked[c]; !ok {
-				n++
-			}
-		}
-		t.RevokeAll(time.Now())
+		n = t.RevokeAll(time.Now())
 		return nil
 	})
 	if err != nil {
@@ -169,10 +252,147 @@ func (ts *tenantSet) handleRevoke(ctx context.Context, data []byte) (any, error)
 	return RevokeReply{Tenant: req.Name, Revoked: n}, nil
 }
 
+// handleDisable disables the tenant: every credential, token and OIDC
+// token is refused, its open requests ended, its daemon stopped, and its
+// account takes no connection (the server closes those it has). Its data
+// and credentials stay, for enable.
+func (ts *tenantSet) handleDisable(ctx context.Context, data []byte) (any, error) {
+	return ts.setDisabled(ctx, data, true)
+}
+
+// handleEnable undoes disable: the credentials that were live work again.
+func (ts *tenantSet) handleEnable(ctx context.Context, data []byte) (any, error) {
+	return ts.setDisabled(ctx, data, false)
+}
+
+func (ts *tenantSet) setDisabled(ctx context.Context, data []byte, disabled bool) (any, error) {
+	var req RevokeRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, fmt.Errorf("%w: tenant state: %v", host.ErrBadRequest, err)
+	}
+	if err := auth.CheckName(req.Name); err != nil {
+		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
+	set := func(t *auth.Tenant, _ bool) error {
+		t.Disabled = disabled
+		return nil
+	}
+	if disabled {
+		// This node's daemon stops before the account refuses its
+		// connection, so it hands its partitions off cleanly.
+		t, rev, err := ts.updateRecord(ctx, req.Name, false, set)
+		if err != nil {
+			return nil, err
+		}
+		if ts.remember(t, rev) {
+			ts.apply(t)
+		}
+		ts.waitStopped(ctx, t.Name)
+		if err := ts.pushLatest(ctx, t.Name); err != nil {
+			return nil, err
+		}
+	} else {
+		t, err := ts.update(ctx, req.Name, false, set)
+		if err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
+		defer cancel()
+		if err := ts.waitStarted(wctx, t.Name); err != nil {
+			return nil, err
+		}
+	}
+	ts.logger.Info("tenant state changed", "tenant", req.Name, "disabled", disabled)
+	return StateReply{Tenant: req.Name, Disabled: disabled}, nil
+}
+
+// waitStopped waits, bounded by ctx and tenantStartTimeout, until tenant
+// name has no daemon on this node.
+func (ts *tenantSet) waitStopped(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
+	defer cancel()
+	for {
+		ts.mu.Lock()
+		run := ts.mu.runs[name]
+		ts.mu.Unlock()
+		if run == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-run.done:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitStarted waits until the tenant has a daemon that is ready: after an
+// enable, the disabled daemon's stop has to finish first.
+func (ts *tenantSet) waitStarted(ctx context.Context, name string) error {
+	for {
+		err := ts.waitReady(ctx, name)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// handleTokenRevoke revokes one credential of the tenant: its user joins
+// the account's revocation list, its token is refused, the requests it
+// has open are ended.
+func (ts *tenantSet) handleTokenRevoke(ctx context.Context, data []byte) (any, error) {
+	var req TokenRevokeRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, fmt.Errorf("%w: tenant token revoke: %v", host.ErrBadRequest, err)
+	}
+	if err := auth.CheckName(req.Name); err != nil {
+		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
+	if err := auth.CheckCredName(req.Cred); err != nil {
+		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
+	var live bool
+	_, err := ts.update(ctx, req.Name, false, func(t *auth.Tenant, _ bool) error {
+		var err error
+		if live, err = t.RevokeCred(req.Cred, time.Now()); err != nil {
+			return fmt.Errorf("%w: %v", host.ErrNotFound, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ts.logger.Info("tenant credential revoked", "tenant", req.Name, "cred", req.Cred, "was_live", live)
+	return TokenRevokeReply{Tenant: req.Name, Cred: req.Cred, Revoked: live}, nil
+}
+
 // update reads tenant name's record (creating it when create is set),
 // applies fn, stores it by compare-and-set (retrying a lost race), pushes
 // the account JWT and applies the record on this node.
 func (ts *tenantSet) update(ctx context.Context, name string, create bool, fn func(t *auth.Tenant, isNew bool) error) (*auth.Tenant, error) {
+	t, rev, err := ts.updateRecord(ctx, name, create, fn)
+	if err != nil {
+		return nil, err
+	}
+	fresh := ts.remember(t, rev)
+	if err := ts.pushLatest(ctx, t.Name); err != nil {
+		return nil, err
+	}
+	if fresh {
+		ts.apply(t)
+	}
+	return t, nil
+}
+
+// updateRecord is update without the push and the apply; it returns the
+// record stored and its revision.
+func (ts *tenantSet) updateRecord(ctx context.Context, name string, create bool, fn func(t *auth.Tenant, isNew bool) error) (*auth.Tenant, uint64, error) {
 	for attempt := 0; ; attempt++ {
 		var t *auth.Tenant
 		var rev uint64
@@ -180,42 +400,39 @@ func (ts *tenantSet) update(ctx context.Context, name string, create bool, fn fu
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			if !create {
-				return nil, fmt.Errorf("%w: tenant %q", host.ErrNotFound, name)
+				return nil, 0, fmt.Errorf("%w: tenant %q", host.ErrNotFound, name)
 			}
 			if t, err = auth.NewTenant(name, time.Now()); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		case err != nil:
-			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, 0, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
 		default:
 			t, rev = &auth.Tenant{}, e.Revision()
 			if err := json.Unmarshal(e.Value(), t); err != nil {
-				return nil, fmt.Errorf("tenant %q: stored record: %w", name, err)
+				return nil, 0, fmt.Errorf("tenant %q: stored record: %w", name, err)
 			}
 		}
 		if err := fn(t, rev == 0); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		b, err := json.Marshal(t)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+		var stored uint64
 		if rev == 0 {
-			_, err = ts.kv.Create(ctx, name, b)
+			stored, err = ts.kv.Create(ctx, name, b)
 		} else {
-			_, err = ts.kv.Update(ctx, name, b, rev)
+			stored, err = ts.kv.Update(ctx, name, b, rev)
 		}
 		if err != nil && attempt < 5 && (errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, 0, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
 		}
-		if err := ts.pushAccount(ctx, t); err != nil {
-			return nil, err
-		}
-		ts.apply(t)
-		return t, nil
+		return t, stored, nil
 	}
 }
 

@@ -3,11 +3,64 @@
 // streams, KV buckets, partition leases and Pebble views under
 // <data>/tenants/<name>; the tenant registry (KV FOREVER_TENANTS, the
 // truth, pushed to the server's account resolver at every start); the admin
-// service that creates and revokes tenants' credentials
-// (forever.admin.tenant.create|revoke, reached only with the admin
-// credential); and the HTTP front door, which routes every request by its
-// bearer token (an API token minted by tenant create, or an OIDC JWT) to
-// its tenant's daemon.
+// service that creates tenants and their credentials, revokes them, and
+// disables and enables tenants (forever.admin.tenant.create|revoke|
+// disable|enable|token.revoke, reached only with the admin credential);
+// and the HTTP front door, which routes every request by its bearer token
+// (an API token minted by tenant create, or an OIDC JWT) to its tenant's
+// daemon.
+//
+// # Limits
+//
+// Every tenant is bounded: its record's quota (auth.Quota) with zero
+// fields taking the node's defaults (agentd.Config.TenantDefaults, the
+// --tenant-default-* flags; auth.Unlimited lifts one). The NATS server
+// enforces what it can, from the tenant's account JWT: connections,
+// JetStream file and memory storage, streams and consumers (agentd's own
+// included); each client credential carries its subscriptions and
+// payload limits. agentd enforces the rest (package agentd/quota). A
+// tenant's client reaches JetStream only through agentd: its API requests
+// go to auth.ClientAPIPrefix, where the tenant's daemons (a queue group)
+// forward them to $JS.API in the tenant's account after taking one from
+// the tenant's rate (but a direct get and a pull consumer's next batch,
+// which the stream or consumer answers, not the server's shared API
+// queue). A flood of API calls is refused at the tenant's rate with a
+// JetStream API error 429 instead of filling the queue every account
+// shares.
+//
+// # Credentials
+//
+// A credential is a NATS user (a creds file) and an HTTP token minted
+// together, with a name unique in the tenant, a role (auth.Role: reader,
+// approver, writer, admin) and an optional expiry. Its role is enforced by
+// the server over NATS (the user's publish permissions name the command
+// verbs it may send) and by agentd over HTTP (the front door puts the
+// identity in the request's context; host.Command checks the verb, the
+// chat type lets an approver answer approvals only, /debug/ needs admin).
+// Its expiry is in the user JWT (the server closes its connections then)
+// and checked on every HTTP request.
+//
+// # Revocation
+//
+// A tenant is live or disabled; each credential is live, expired or
+// revoked. tenant revoke revokes every credential and refuses every OIDC
+// token issued until then ("iat" at or before the revocation); token
+// revoke revokes one credential; disable refuses the tenant everywhere
+// (its account takes no connection, its daemon stops, every token and
+// OIDC token gets 403) until enable. Each change ends the requests it
+// concerns that are open: an SSE stream's context is cancelled, a
+// WebSocket's connection closed; revoked users' NATS connections are
+// closed by the server.
+//
+// # Audit
+//
+// Every admin operation, every command that may change an agent (through
+// agentd.Config.AuditCommand, which each tenant's daemon gets: with the
+// HTTP credential's identity, or "nats" for a NATS command) and every
+// auth refusal (the front door's, and the NATS server's denials through
+// agentd.Daemon.OnNATSDenial, mapped to tenant and credential) is
+// appended to the audit log (package agentd/audit), in agentd's own
+// account.
 //
 // # Invariants
 //
@@ -17,11 +70,16 @@
 //   - A credential works when tenant create returns: the record is written
 //     by compare-and-set, the account pushed, and the tenant's daemon is
 //     ready before the reply.
-//   - Revocation cuts live access at once: the server closes the revoked
-//     users' connections, and a request streaming with a revoked token is
-//     ended.
-//   - Without a valid bearer token an HTTP request gets 401 (403 for an
-//     OIDC token naming a tenant nobody created) before any handler runs.
+//   - Revocation and disabling cut live access at once, on every path:
+//     NATS connections, API tokens, OIDC tokens, open streams and
+//     WebSockets.
+//   - Without a valid bearer token an HTTP request gets 401 (403 for a
+//     disabled tenant, an OIDC token naming a tenant nobody created, or a
+//     path its role does not reach) before any handler runs. A token in
+//     the query (access_token) counts only on the WebSocket endpoint.
+//   - The account JWT pushed is always of the tenant's latest record:
+//     pushes are serialized and read the latest revision, and a disabled
+//     tenant's daemon stops before its account refuses connections.
 //
 // # Usage
 //

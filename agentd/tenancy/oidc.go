@@ -16,7 +16,7 @@ func newOIDCVerifier(ctx context.Context, cfg agentd.Config) (tokenVerifier, err
 	ctx, cancel := context.WithTimeout(ctx, oidcStartTimeout)
 	defer cancel()
 	v, err := oidc.New(ctx, oidc.Config{
-		Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, TenantClaim: cfg.OIDCTenantClaim,
+		Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, TenantClaim: cfg.OIDCTenantClaim, RoleClaim: cfg.OIDCRoleClaim,
 	})
 	if err != nil {
 		return nil, agentd.ConfigErrorf("oidc-issuer", "oidc issuer %s: %v", cfg.OIDCIssuer, err)

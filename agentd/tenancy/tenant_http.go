@@ -1,100 +1,196 @@
 package tenancy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"regexp"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/auth/oidc"
+	"github.com/forever-agents/forever/replay"
 )
 
 // tokenVerifier maps a bearer token that is not one of ours (an OIDC JWT)
-// to a tenant.
+// to its claims.
 type tokenVerifier interface {
-	Tenant(ctx context.Context, raw string) (string, error)
+	Verify(ctx context.Context, raw string) (oidc.Claims, error)
+}
+
+// adminPaths are the paths of a tenant's daemon only its admin
+// credentials reach.
+var adminPaths = []string{"/debug/"}
+
+// refusal is a request the front door refuses: its status, reason (the
+// forever_auth_refused_total label) and message.
+type refusal struct {
+	code   int
+	reason string
+	msg    string
 }
 
 // ServeHTTP routes a request to its tenant's daemon by its bearer token:
-// an API token minted by tenant create, or a JWT of the OIDC issuer. No
-// valid token: 401. The tenant's daemon not running (yet): 503. A request
-// that outlives its token's revocation (a stream, a WebSocket) is ended.
+// an API token minted by tenant create, or a JWT of the OIDC issuer. It
+// refuses, before any handler runs: no token, an unknown, revoked or
+// expired one (401); a disabled tenant, a tenant nobody created, a path
+// the credential's role does not reach (403). The tenant's daemon not
+// running (yet): 503. The request carries the credential's identity
+// (auth.IdentityFrom), which commands check against their verb. A request
+// that outlives its credential (a stream, a WebSocket: revoked, expired,
+// or its tenant disabled or revoked) is ended.
 func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	raw, ok := bearer(r)
-	if !ok {
-		ts.authRefused.WithLabelValues("missing").Inc()
-		unauthorized(w, "missing bearer token: send Authorization: Bearer <token>")
+	if r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		// The chat page holds no data: it asks for the token itself.
+		replay.ServePage(w, r)
 		return
 	}
-	var name string
-	var revoked <-chan struct{}
-	ts.mu.Lock()
-	if e, ok := ts.mu.tokens[auth.HashToken(raw)]; ok {
-		name, revoked = e.tenant, e.revoked
-	}
-	ts.mu.Unlock()
-	if name == "" && ts.verify != nil && strings.Count(raw, ".") == 2 {
-		n, err := ts.verify.Tenant(r.Context(), raw)
-		if err != nil {
-			ts.logger.Debug("oidc token refused", "err", err)
-		}
-		ts.mu.Lock()
-		_, exists := ts.mu.runs[n]
-		ts.mu.Unlock()
-		if err == nil && !exists {
-			// A valid token of the issuer for a tenant nobody created.
-			ts.authRefused.WithLabelValues("unknown-tenant").Inc()
-			writeJSON(w, http.StatusForbidden, map[string]any{"error": "tenant " + n + " does not exist", "code": 403})
-			return
-		}
-		name = n
-	}
-	if name == "" {
-		ts.authRefused.WithLabelValues("invalid").Inc()
-		unauthorized(w, "invalid or revoked bearer token")
+	id, ends, ref := ts.authenticate(r)
+	if ref != nil {
+		ts.refuse(w, r, id, ref)
 		return
 	}
 	ts.mu.Lock()
-	run := ts.mu.runs[name]
+	run := ts.mu.runs[id.Tenant]
 	ts.mu.Unlock()
 	if run == nil {
 		w.Header().Set("Retry-After", host.RetryAfterSeconds)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "tenant " + name + " is not served on this node yet", "code": 503})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "tenant " + id.Tenant + " is not served on this node yet", "code": 503})
 		return
 	}
+	for _, p := range adminPaths {
+		if strings.HasPrefix(r.URL.Path, p) && !id.Role.AtLeast(auth.RoleAdmin) {
+			ts.refuse(w, r, id, &refusal{http.StatusForbidden, "role", "credential " + id.Cred + " (role " + string(id.Role) + ") may not reach " + p + ": it needs the admin role"})
+			return
+		}
+	}
 	if err := run.d.Quotas().Allow(); err != nil {
+		ts.auditQuota(r, id, err)
 		var qe *quota.Error
 		errors.As(err, &qe)
 		w.Header().Set("Retry-After", quota.RetryAfterSeconds(qe.RetryAfter()))
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": err.Error(), "code": 429})
 		return
 	}
-	if revoked != nil {
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		go func() {
-			select {
-			case <-revoked:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		r = r.WithContext(ctx)
-	}
-	run.d.Handler().ServeHTTP(w, r)
+	ctx, cancel := context.WithCancel(auth.WithIdentity(r.Context(), id))
+	defer cancel()
+	cw := &cutWriter{ResponseWriter: w}
+	go func() {
+		var expired <-chan time.Time
+		if !ends.expires.IsZero() {
+			t := time.NewTimer(time.Until(ends.expires))
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-ends.revoked:
+		case <-ends.cut:
+		case <-expired:
+		case <-ctx.Done():
+			return
+		}
+		cancel()
+		cw.cut() // a hijacked connection (a WebSocket) does not watch ctx
+	}()
+	run.d.Handler().ServeHTTP(cw, r.WithContext(ctx))
 }
 
+// requestEnds are what ends a request once admitted: its token revoked,
+// its tenant disabled or revoked, its credential's expiry.
+type requestEnds struct {
+	revoked <-chan struct{} // nil for an OIDC token
+	cut     <-chan struct{}
+	expires time.Time
+}
+
+// authenticate finds the identity of r's bearer token, or why it is
+// refused.
+func (ts *tenantSet) authenticate(r *http.Request) (auth.Identity, requestEnds, *refusal) {
+	id := auth.Identity{From: r.RemoteAddr}
+	var ends requestEnds
+	raw, ok := bearer(r)
+	if !ok {
+		return id, ends, &refusal{http.StatusUnauthorized, "missing", "missing bearer token: send Authorization: Bearer <token>"}
+	}
+	var iat time.Time
+	oidcToken := false
+	ts.mu.Lock()
+	e, ours := ts.mu.tokens[auth.HashToken(raw)]
+	ts.mu.Unlock()
+	switch {
+	case ours:
+		id.Tenant, id.Cred, id.Role = e.tenant, e.cred.Name, e.cred.Role
+		ends.revoked = e.revoked
+		if e.cred.Expires != 0 {
+			ends.expires = time.Unix(e.cred.Expires, 0)
+			if !time.Now().Before(ends.expires) {
+				return id, ends, &refusal{http.StatusUnauthorized, "expired", "credential " + e.cred.Name + " expired at " + ends.expires.UTC().Format(time.RFC3339)}
+			}
+		}
+	case ts.verify != nil && strings.Count(raw, ".") == 2:
+		c, err := ts.verify.Verify(r.Context(), raw)
+		if err != nil {
+			ts.logger.Debug("oidc token refused", "err", err)
+			return id, ends, &refusal{http.StatusUnauthorized, "invalid", "invalid or revoked bearer token"}
+		}
+		id.Tenant, id.Cred, id.Role = c.Tenant, "oidc:"+c.Subject, c.Role
+		ends.expires, iat, oidcToken = c.Expiry, c.IssuedAt, true
+	default:
+		return id, ends, &refusal{http.StatusUnauthorized, "invalid", "invalid or revoked bearer token"}
+	}
+	ts.mu.Lock()
+	st := ts.mu.states[id.Tenant]
+	var disabled bool
+	var revokedAt int64
+	if st != nil {
+		disabled, revokedAt, ends.cut = st.disabled, st.revokedAt, st.cut
+	}
+	ts.mu.Unlock()
+	switch {
+	case st == nil:
+		// A valid token of the issuer for a tenant nobody created.
+		return id, ends, &refusal{http.StatusForbidden, "unknown-tenant", "tenant " + id.Tenant + " does not exist"}
+	case disabled:
+		return id, ends, &refusal{http.StatusForbidden, "disabled", "tenant " + id.Tenant + " is disabled"}
+	case oidcToken && revokedAt != 0 && (iat.IsZero() || iat.Unix() <= revokedAt):
+		// Revocation refuses every token issued until then, OIDC ones
+		// too: the issuer must issue a new one.
+		return id, ends, &refusal{http.StatusUnauthorized, "revoked", "the tenant's credentials were revoked after this token was issued"}
+	}
+	return id, ends, nil
+}
+
+// refuse answers a refused request: 401 with WWW-Authenticate, or 403.
+func (ts *tenantSet) refuse(w http.ResponseWriter, r *http.Request, id auth.Identity, ref *refusal) {
+	ts.authRefused.WithLabelValues(ref.reason).Inc()
+	ts.auditRefusal(r, id, ref)
+	if ref.code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="forever"`)
+	}
+	writeJSON(w, ref.code, map[string]any{"error": ref.msg, "code": ref.code})
+}
+
+// wsPath is the WebSocket endpoint, the only one that takes the token in
+// its query.
+var wsPath = regexp.MustCompile(`^/v1/chat/[^/]+/ws$`)
+
 // bearer returns the request's bearer token: the Authorization header, or
-// for a WebSocket upgrade (browsers cannot set headers on one) the
-// access_token query parameter (RFC 6750 section 2.3).
+// for a WebSocket upgrade of the WebSocket endpoint (browsers cannot set
+// headers on one) the access_token query parameter (RFC 6750 section 2.3).
+// Anywhere else a token in the query is ignored: URLs end up in logs and
+// Referer headers.
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		if r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") && wsPath.MatchString(r.URL.Path) {
 			tok = r.URL.Query().Get("access_token")
 			return tok, tok != ""
 		}
@@ -104,9 +200,42 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-func unauthorized(w http.ResponseWriter, msg string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="forever"`)
-	writeJSON(w, http.StatusUnauthorized, map[string]any{"error": msg, "code": 401})
+// cutWriter lets the front door close a hijacked connection (a WebSocket)
+// whose credential is revoked: the handler of one no longer watches the
+// request's context. It passes Flush and Hijack through.
+type cutWriter struct {
+	http.ResponseWriter
+	mu   sync.Mutex
+	conn net.Conn
+	done bool // cut was called
+}
+
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *cutWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *cutWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return c, rw, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.conn = c
+	if w.done {
+		c.Close()
+	}
+	return c, rw, nil
+}
+
+// cut closes the hijacked connection, now or once there is one.
+func (w *cutWriter) cut() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.conn != nil {
+		w.conn.Close()
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/internal/kvwatch"
@@ -51,6 +52,7 @@ type tenantSet struct {
 	kv     jetstream.KeyValue
 	sys    *nats.Conn // system account user: account claim updates
 	verify tokenVerifier
+	audit  *audit.Log // the audit log (nil until open)
 
 	ready chan struct{} // closed once the tenants of the registry at start are ready
 
@@ -58,25 +60,42 @@ type tenantSet struct {
 		sync.Mutex
 		ctx    context.Context // the component's; nil before Run
 		runs   map[string]*tenantRun
-		tokens map[string]*tokenEntry // token hash -> tenant
+		tokens map[string]*tokenEntry  // token hash -> its credential
+		states map[string]*tenantState // every tenant of the registry
 	}
-	wg sync.WaitGroup
+	wg     sync.WaitGroup
+	pushMu sync.Mutex // serializes account pushes (pushLatest)
 }
 
 // tenantRun is one tenant's daemon.
 type tenantRun struct {
-	name string
-	d    *agentd.Daemon
-	reg  *prometheus.Registry
-	done chan struct{} // closed when d.Run returned
-	err  error         // d.Run's, set before done is closed
+	name   string
+	d      *agentd.Daemon
+	reg    *prometheus.Registry
+	cancel context.CancelFunc // stops d (the tenant was disabled)
+	done   chan struct{}      // closed when d.Run returned
+	err    error              // d.Run's, set before done is closed
 }
 
 // tokenEntry is a live HTTP token; revoked is closed when it is revoked,
 // which ends the requests (streams, WebSockets) it opened.
 type tokenEntry struct {
 	tenant  string
+	cred    auth.Credential
 	revoked chan struct{}
+}
+
+// tenantState is what the HTTP front door checks of a tenant on every
+// request, whatever the token: disabled, and when every credential was
+// last revoked (OIDC tokens issued before are refused). cut is closed,
+// and made again, when the tenant is disabled or all its credentials are
+// revoked: it ends every request the tenant has open.
+type tenantState struct {
+	rec       *auth.Tenant // the latest record (remember)
+	rev       uint64       // its revision in the registry
+	disabled  bool
+	revokedAt int64
+	cut       chan struct{}
 }
 
 // Attach serves tenants from d, which must have Config.Auth: a daemon per
@@ -91,9 +110,10 @@ func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
 	ts := &tenantSet{parent: d, setup: setup, logger: cfg.Logger.With("subsystem", "tenants")}
 	ts.mu.runs = make(map[string]*tenantRun)
 	ts.mu.tokens = make(map[string]*tokenEntry)
+	ts.mu.states = make(map[string]*tenantState)
 	ts.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_auth_refused_total",
-		Help: "HTTP requests refused, by reason: missing or invalid (or revoked) bearer token (401), or an OIDC token naming a tenant that does not exist (403).",
+		Help: "HTTP requests refused, by reason: missing, invalid, expired or revoked bearer token (401); an OIDC token naming a tenant that does not exist (unknown-tenant), a disabled tenant, a path the credential's role does not reach (role) (403).",
 	}, []string{"reason"})
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "forever_tenants_running",
@@ -105,6 +125,7 @@ func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
 		}
 	}
 	d.AddGatherer(ts)
+	d.OnNATSDenial(ts.natsDenied)
 	return d.OnStart(ts.open)
 }
 
@@ -133,6 +154,19 @@ func (ts *tenantSet) open(ctx context.Context, deps *agentd.Deps) error {
 	})
 	if err != nil {
 		return fmt.Errorf("tenant registry: %w", err)
+	}
+	err = agentd.RetryQuorum(ctx, ts.logger, "audit log", deps.Config.Replicas, func(ctx context.Context) (err error) {
+		ts.audit, err = audit.Open(ctx, audit.Config{
+			JS: js, Replicas: deps.Config.Replicas, MaxAge: deps.Config.AuditMaxAge, MaxBytes: deps.Config.AuditBytes(),
+			Node: deps.Config.ServerName, Logger: ts.logger, Registerer: deps.Config.Registerer,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := ts.parent.Add("audit log", agentd.ComponentFunc(ts.audit.Run)); err != nil {
+		return err
 	}
 	sysOpts := []nats.Option{nats.Name("agentd system"), nats.MaxReconnects(-1),
 		nats.UserJWTAndSeed(op.System.JWT, string(op.System.Seed))}
@@ -224,43 +258,120 @@ func (ts *tenantSet) record(ctx context.Context, e jetstream.KeyValueEntry) {
 		ts.logger.Error("tenant record is invalid; skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
 		return
 	}
+	if !ts.remember(&t, e.Revision()) {
+		return // this node stored a later revision itself
+	}
 	// The resolver keeps account JWTs, but the registry is the truth: push
 	// it again (revocations included).
-	if err := ts.pushAccount(ctx, &t); err != nil {
+	if t.Disabled {
+		// The account of a disabled tenant refuses every connection:
+		// stop this node's daemon first, so it hands its partitions off.
+		ts.apply(&t)
+		go func() {
+			ts.waitStopped(ctx, t.Name)
+			if err := ts.pushLatest(ctx, t.Name); err != nil {
+				ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
+			}
+		}()
+		return
+	}
+	if err := ts.pushLatest(ctx, t.Name); err != nil {
 		ts.logger.Error("push tenant account", "tenant", t.Name, "err", err)
 	}
 	ts.apply(&t)
 }
 
-// apply makes the running state match t: its tokens, and a running daemon.
+// remember keeps t, stored at revision rev, as the tenant's latest record
+// unless a later revision is known; it reports whether t is the latest.
+func (ts *tenantSet) remember(t *auth.Tenant, rev uint64) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	st := ts.stateLocked(t.Name)
+	if rev < st.rev {
+		return false
+	}
+	st.rec, st.rev = t, rev
+	return true
+}
+
+// stateLocked returns tenant name's state, made when missing.
+// REQUIRES: ts.mu held.
+func (ts *tenantSet) stateLocked(name string) *tenantState {
+	st := ts.mu.states[name]
+	if st == nil {
+		st = &tenantState{cut: make(chan struct{})}
+		ts.mu.states[name] = st
+	}
+	return st
+}
+
+// pushLatest pushes the account JWT of tenant name's latest record.
+// Pushes are serialized, so the last one pushed is of the latest record.
+func (ts *tenantSet) pushLatest(ctx context.Context, name string) error {
+	ts.pushMu.Lock()
+	defer ts.pushMu.Unlock()
+	ts.mu.Lock()
+	var rec *auth.Tenant
+	if st := ts.mu.states[name]; st != nil {
+		rec = st.rec
+	}
+	ts.mu.Unlock()
+	if rec == nil {
+		return nil
+	}
+	return ts.pushAccount(ctx, rec)
+}
+
+// apply makes the running state match t: its state, its tokens, and a
+// daemon running unless it is disabled.
 func (ts *tenantSet) apply(t *auth.Tenant) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	live := make(map[string]bool, len(t.Tokens))
+	st := ts.stateLocked(t.Name)
+	if (t.Disabled && !st.disabled) || t.RevokedAt > st.revokedAt {
+		close(st.cut) // ends every request the tenant has open
+		st.cut = make(chan struct{})
+	}
+	st.disabled, st.revokedAt = t.Disabled, t.RevokedAt
+	live := make(map[string]auth.Credential, len(t.Tokens)+len(t.Creds))
 	for _, h := range t.Tokens {
-		live[h] = true
+		live[h] = auth.Credential{Name: auth.LegacyCredName, Role: auth.RoleWriter, Token: h}
+	}
+	for _, c := range t.Creds {
+		if c.Token != "" && c.Revoked == 0 {
+			live[c.Token] = c // expiry is checked on each request
+		}
+	}
+	for h, c := range live {
 		if _, ok := ts.mu.tokens[h]; !ok {
-			ts.mu.tokens[h] = &tokenEntry{tenant: t.Name, revoked: make(chan struct{})}
+			ts.mu.tokens[h] = &tokenEntry{tenant: t.Name, cred: c, revoked: make(chan struct{})}
 		}
 	}
 	for h, e := range ts.mu.tokens {
-		if e.tenant == t.Name && !live[h] {
+		if _, ok := live[h]; e.tenant == t.Name && !ok {
 			close(e.revoked)
 			delete(ts.mu.tokens, h)
 		}
 	}
-	if _, ok := ts.mu.runs[t.Name]; ok || ts.mu.ctx == nil || ts.mu.ctx.Err() != nil {
+	run, running := ts.mu.runs[t.Name]
+	switch {
+	case ts.mu.ctx == nil || ts.mu.ctx.Err() != nil:
+		return
+	case t.Disabled && running:
+		ts.stopLocked(run)
+		return
+	case t.Disabled || running:
 		return
 	}
 	run, err := ts.newRun(t)
 	if err != nil {
 		ts.logger.Error("tenant daemon; retrying", "tenant", t.Name, "err", err, "in", tenantRetry)
-		rec := *t
-		time.AfterFunc(tenantRetry, func() { ts.apply(&rec) })
+		time.AfterFunc(tenantRetry, func() { ts.reapply(t.Name) })
 		return
 	}
 	ts.mu.runs[t.Name] = run
-	ctx := ts.mu.ctx
+	ctx, cancel := context.WithCancel(ts.mu.ctx)
+	run.cancel = cancel
 	ts.wg.Add(1)
 	go func() {
 		defer ts.wg.Done()
@@ -270,6 +381,39 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 		}
 		close(run.done)
 	}()
+}
+
+// stopLocked stops a disabled tenant's daemon; once it returned, the
+// tenant's last record is applied again (it may have been enabled
+// meanwhile: its new daemon must not open the data dir before the old one
+// closed it). REQUIRES: ts.mu held.
+func (ts *tenantSet) stopLocked(run *tenantRun) {
+	if run.cancel == nil {
+		return
+	}
+	cancel := run.cancel
+	run.cancel = nil
+	ts.logger.Info("tenant disabled: stopping its daemon", "tenant", run.name)
+	cancel()
+	go func() {
+		<-run.done
+		ts.mu.Lock()
+		if ts.mu.runs[run.name] == run {
+			delete(ts.mu.runs, run.name)
+		}
+		ts.mu.Unlock()
+		ts.reapply(run.name)
+	}()
+}
+
+// reapply applies the last record of tenant name again.
+func (ts *tenantSet) reapply(name string) {
+	ts.mu.Lock()
+	st := ts.mu.states[name]
+	ts.mu.Unlock()
+	if st != nil && st.rec != nil {
+		ts.apply(st.rec)
+	}
 }
 
 // newRun builds the daemon of tenant t: the parent's config, its own data
@@ -296,13 +440,20 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.Auth, cfg.Insecure = false, true
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user}
-	cfg.Quota = t.Quota
+	cfg.Quota = pc.TenantQuota(t.Quota)
+	tenant := t.Name
+	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
+		ts.auditCommand(ctx, tenant, agent, verb, err)
+	}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": t.Name}, reg)
 	cfg.Gatherer = reg
 	cfg.Logger = pc.Logger.With("tenant", t.Name)
 	d, err := agentd.New(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { return startJSAPI(d, deps) }); err != nil {
 		return nil, err
 	}
 	if err := ts.setup(d); err != nil {
@@ -338,7 +489,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	run := ts.mu.runs[name]
 	ts.mu.Unlock()
 	if run == nil {
-		return fmt.Errorf("%w: tenant %s has no daemon on this node", host.ErrUnavailable, name)
+		return fmt.Errorf("%w: tenant %s has no daemon on this node (is it disabled?)", host.ErrUnavailable, name)
 	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -363,7 +514,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 // pushAccount sends t's account JWT to the server's resolver, the way nsc
 // pushes one: a claims update request from the system account.
 func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
-	tok, err := ts.op.Keys.TenantAccountJWT(t)
+	tok, err := ts.op.Keys.TenantAccountJWT(t, ts.parent.Config().TenantQuota(t.Quota))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,10 @@
 //     a tenant: the tenant claim (Config.TenantClaim, default "tenant") is
 //     a string matching ^[a-z0-9][a-z0-9-]{0,62}$.
 //   - Every refusal wraps ErrInvalidToken, and no error quotes the token.
+//   - Verify returns the token's role: writer when Config.RoleClaim is not
+//     set; with it, the claim's role, reader when the claim is absent, and
+//     a refusal when it holds anything but reader, approver, writer or
+//     admin. It also returns "iat", which tenant revocation compares.
 //   - The JWKS URL comes from the issuer's discovery document
 //     (Issuer + "/.well-known/openid-configuration"), fetched once by New.
 //     go-oidc caches the key set and fetches it again when a token names a

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/forever-agents/forever/auth"
 )
 
 const testAudience = "forever"
@@ -494,4 +497,33 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestVerifyClaims: Verify returns the subject and issue time (which
+// tenant revocation compares), and the role: writer without a role claim
+// configured; with one, the claim's role, reader when absent, refused
+// when it is not a role.
+func TestVerifyClaims(t *testing.T) {
+	is := newTestIssuer(t)
+	ctx := context.Background()
+	iat := time.Now().Add(-time.Minute).Truncate(time.Second)
+	c, err := is.verifier(t, "").Verify(ctx, is.token(t, map[string]any{"tenant": "acme", "iat": iat.Unix(), "role": "reader"}))
+	if err != nil || c.Tenant != "acme" || c.Subject != "user-1" || !c.IssuedAt.Equal(iat) || c.Role != auth.RoleWriter {
+		t.Fatalf("claims %+v, %v", c, err)
+	}
+	v, err := New(ctx, Config{Issuer: is.url, Audience: testAudience, RoleClaim: "role", HTTPClient: is.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for role, want := range map[any]auth.Role{"approver": auth.RoleApprover, "ADMIN": auth.RoleAdmin, nil: auth.RoleReader} {
+		c, err := v.Verify(ctx, is.token(t, map[string]any{"tenant": "acme", "role": role}))
+		if err != nil || c.Role != want {
+			t.Errorf("role claim %v: %q %v, want %q", role, c.Role, err, want)
+		}
+	}
+	for _, bad := range []any{"root", "", 3, []string{"admin"}} {
+		raw := is.token(t, map[string]any{"tenant": "acme", "role": bad})
+		_, err := v.Verify(ctx, raw)
+		checkRejected(t, fmt.Sprintf("role %v", bad), raw, err)
+	}
 }

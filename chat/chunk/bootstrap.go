@@ -30,13 +30,16 @@ func bootstrapStreams(ctx context.Context, lg *eventlog.Log) (func(b *eventlog.B
 	}
 	rows := make([]StreamInfo, 0, len(ends))
 	var replays [][]eventlog.Event
+	tombs := tombstones(ends)
 	for _, se := range ends {
-		if se.First.Seq == 0 {
-			continue // emptied since it was listed
+		if se.First.Seq == 0 || isTombstone(se) {
+			continue // emptied since it was listed; a deleted agent's tombstone
 		}
 		info, ok := fromEnds(se)
 		if ok {
-			rows = append(rows, info)
+			if !deletedRow(tombs, info, se.First.Seq) {
+				rows = append(rows, info)
+			}
 			continue
 		}
 		evs, err := readSubject(ctx, lg, se.First)
@@ -55,9 +58,12 @@ func bootstrapStreams(ctx context.Context, lg *eventlog.Log) (func(b *eventlog.B
 			var info StreamInfo
 			if found, err := getJSON(b, streamKey(evs[0].Agent, evs[0].Stream), &info); err != nil {
 				return err
-			} else if found {
+			} else if found && !deletedRow(tombs, info, evs[0].Seq) {
 				rows = append(rows, info)
 			}
+		}
+		if err := writeTombstones(b, tombs); err != nil {
+			return err
 		}
 		latest := map[string]StreamInfo{}
 		for _, info := range rows {

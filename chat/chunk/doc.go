@@ -39,6 +39,20 @@
 // takes an Owns predicate so that in a cluster only the agent's owner
 // purges. Readers answer an expired stream with ErrExpired.
 //
+// # Deleted agents
+//
+// eventlog.Delete appends an agent's chunks tombstone (type
+// eventlog.TypeDeleted on stream eventlog.DeletedStream) and purges every
+// chunk before it. The streams projection applies it by dropping every
+// stream of the agent (rows, the ended index, the latest stream) and
+// keeping the tombstone's sequence (row x/<agent>), so an expiry marker of
+// one of those streams that lands after it (retention racing the delete)
+// does not bring the stream back; new streams of the id are a new agent's
+// (TestDeletedAgentLeavesTheStreamsView). A bootstrapped view agrees: it
+// leaves out every stream of an agent whose first stored event (or, for
+// an expiry marker alone, the stream it names) came before the agent's
+// latest tombstone, and keeps the tombstone's sequence.
+//
 // The format is frozen: stored streams must stay readable. Add fields and
 // chunk types; never rename or repurpose one. Package chat keeps golden
 // histories (chat/testdata/golden) that fail its tests when an old stream

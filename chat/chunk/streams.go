@@ -105,6 +105,9 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	if e.Type == EventExpired {
 		return applyExpired(b, e, info, found)
 	}
+	if e.Type == eventlog.TypeDeleted {
+		return applyDeleted(b, e)
+	}
 	var oldEnded []byte
 	if found {
 		oldEnded = endedKey(info)
@@ -171,6 +174,9 @@ func applyExpired(b *eventlog.Batch, e eventlog.Event, info StreamInfo, found bo
 	} else {
 		if json.Unmarshal(e.Data, &info) != nil {
 			info = StreamInfo{} // a marker that does not decode still marks the stream
+		}
+		if gone, err := deletedBefore(b, e.Agent, info.FirstSeq); err != nil || gone {
+			return err // a stream of the agent's life before its deletion
 		}
 		info.Agent, info.Stream = e.Agent, e.Stream
 		if info.Status == "" {

@@ -28,6 +28,7 @@ const (
 	httpPort    = 8080
 	natsPort    = 4222
 	clusterPort = 6222
+	metricsPort = 9464
 	// gracePeriod is the default terminationGracePeriodSeconds:
 	// leaseTtl 10s + 4 * shutdownTimeout 10s + 10s margin.
 	gracePeriod = 60
@@ -133,13 +134,14 @@ func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
 	for i := range tc.pods {
 		name := fmt.Sprintf("%s-%d", sts.Metadata.Name, i)
 		want := chartargs.Pod{
-			Name:       name,
-			Data:       dataDir,
-			HTTP:       fmt.Sprintf("0.0.0.0:%d", httpPort),
-			NATSURL:    tc.external,
-			Replicas:   tc.replicas,
-			Partitions: chartargs.DefaultPartitions,
-			LeaseTTL:   chartargs.DefaultLeaseTTL,
+			Name:          name,
+			Data:          dataDir,
+			HTTP:          fmt.Sprintf("0.0.0.0:%d", httpPort),
+			MetricsListen: fmt.Sprintf("0.0.0.0:%d", metricsPort),
+			NATSURL:       tc.external,
+			Replicas:      tc.replicas,
+			Partitions:    chartargs.DefaultPartitions,
+			LeaseTTL:      chartargs.DefaultLeaseTTL,
 		}
 		if tc.external == "" {
 			want.NATSListen = fmt.Sprintf("0.0.0.0:%d", natsPort)
@@ -175,7 +177,7 @@ func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	wantPorts := map[string]int{"http": httpPort}
+	wantPorts := map[string]int{"http": httpPort, "metrics": metricsPort}
 	if tc.external == "" {
 		wantPorts["nats"] = natsPort
 	}

@@ -30,6 +30,9 @@ type Pod struct {
 	Data string
 	// HTTP is --http, the HTTP server's host:port.
 	HTTP string
+	// MetricsListen is --metrics-listen, the host:port /metrics is served
+	// on: not the API's port, since the node's metrics name every tenant.
+	MetricsListen string
 	// NATSListen is --nats-listen, the embedded server's client host:port.
 	// Empty with an external NATS.
 	NATSListen string
@@ -67,7 +70,7 @@ const AuthSecretPath = "/etc/forever/auth/secret"
 // The caller owns the returned slice.
 func Flags() []string {
 	return []string{
-		"server-name", "data", "http", "nats-listen",
+		"server-name", "data", "http", "metrics-listen", "nats-listen",
 		"cluster-name", "cluster-listen", "routes",
 		"replicas", "partitions", "lease-ttl",
 	}
@@ -85,6 +88,7 @@ func Args(p Pod) []string {
 	add("server-name", p.Name)
 	add("data", p.Data)
 	add("http", p.HTTP)
+	add("metrics-listen", p.MetricsListen)
 	add("nats-listen", p.NATSListen)
 	if p.Cluster != "" {
 		add("cluster-name", p.Cluster)

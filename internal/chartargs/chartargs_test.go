@@ -14,6 +14,7 @@ func TestArgsClustered(t *testing.T) {
 		Name:          "n0",
 		Data:          "/d",
 		HTTP:          "127.0.0.1:1",
+		MetricsListen: "127.0.0.1:4",
 		NATSListen:    "127.0.0.1:2",
 		Cluster:       "c",
 		ClusterListen: "127.0.0.1:3",
@@ -23,7 +24,7 @@ func TestArgsClustered(t *testing.T) {
 		LeaseTTL:      1500 * time.Millisecond,
 	})
 	want := []string{
-		"--server-name=n0", "--data=/d", "--http=127.0.0.1:1", "--nats-listen=127.0.0.1:2",
+		"--server-name=n0", "--data=/d", "--http=127.0.0.1:1", "--metrics-listen=127.0.0.1:4", "--nats-listen=127.0.0.1:2",
 		"--cluster-name=c", "--cluster-listen=127.0.0.1:3", "--routes=nats://a:3,nats://b:3",
 		"--replicas=3", "--partitions=64", "--lease-ttl=1.5s",
 	}
@@ -49,7 +50,7 @@ func TestArgsUnclustered(t *testing.T) {
 // TestFlags: every flag Args produces is in Flags, in Flags' order.
 func TestFlags(t *testing.T) {
 	args := chartargs.Args(chartargs.Pod{
-		Name: "n", Data: "d", HTTP: "h", NATSListen: "l", Cluster: "c", ClusterListen: "cl",
+		Name: "n", Data: "d", HTTP: "h", MetricsListen: "m", NATSListen: "l", Cluster: "c", ClusterListen: "cl",
 		Routes: []string{"r"}, Replicas: 1, Partitions: 1, LeaseTTL: time.Second,
 	})
 	var names []string

@@ -26,27 +26,7 @@ import (
 // rate() miss the first event of a series that starts at 1).
 // TestObservabilityMetrics skips these and fails when one appears on
 // /metrics, so that it leaves this list: the list only shrinks.
-var pending = map[string]string{
-	// Gauges of the embedded NATS server's JetStream usage (its jsz: store
-	// and memory in use, config max_file_store and max_memory), per node,
-	// without tenant label (the server is the node's). Not exported with an
-	// external NATS (that server's exporter has them).
-	"forever_agentd_jetstream_store_used_bytes":   "bytes the embedded server's JetStream file store holds (all accounts)",
-	"forever_agentd_jetstream_store_limit_bytes":  "the embedded server's JetStream file store limit (--js-max-store)",
-	"forever_agentd_jetstream_memory_used_bytes":  "bytes the embedded server's JetStream memory store holds (all accounts)",
-	"forever_agentd_jetstream_memory_limit_bytes": "the embedded server's JetStream memory store limit (--js-max-memory)",
-	// Quorum, as the node's embedded server sees it.
-	"forever_agentd_jetstream_meta_leader":        "1 while the embedded server knows a JetStream meta leader (itself or a peer), 0 while the meta group has none (it lost its quorum, or this node is cut off from the majority); 1 unclustered",
-	"forever_agentd_jetstream_streams_leaderless": "Forever's streams and KV buckets, over every account the node serves, whose replica group has no leader as the embedded server sees it (stream info's cluster leader empty); 0 unclustered",
-	// Failovers, counted by the node that takes a partition over.
-	"forever_ownership_slow_failovers_total": "partitions this node acquired from a node that did not hand them off (its lease expired), more than leaseTtl + 5s after that node's last renewal of the lease (the lease entry's time)",
-	// These exist, but a CounterVec shows a label value only after its
-	// first event: each must start every label value at 0 when it is made,
-	// so that increase() and rate() count the first event.
-	`forever_fiber_completed_total{outcome="abandoned"}`: "exists; start every outcome (completed, failed, interrupted, abandoned) at 0",
-	"forever_ownership_lost_total":                       "exists; start every cause (expired, conflict, other) at 0",
-	"forever_chat_turn_recoveries_total":                 "exists; start every path (finalize, retry, persist, discard, continue, abandon) at 0",
-}
+var pending = map[string]string{}
 
 // nonAgentd are names the queries use that Prometheus makes, not agentd.
 var nonAgentd = []string{"up"}
@@ -290,8 +270,9 @@ func scrapeAgentd(t *testing.T, enough func(*scrape) bool) *scrape {
 	bin := buildAgentd(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
+	// As the chart runs it: auth on, /metrics on a listener of its own.
 	a := startAgentd(t, bin, "--data", data, "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--auth", "--local-rate", "-1", "--log-format", "json")
+		"--metrics-listen", "127.0.0.1:0", "--auth", "--local-rate", "-1", "--log-format", "json")
 
 	// tenant create, as NOTES.txt has it (with a file, not --out -, here).
 	cmd := exec.Command(bin, "tenant", "create", "acme", "--nats-url", a.natsURL,
@@ -336,7 +317,7 @@ func scrapeAgentd(t *testing.T, enough func(*scrape) bool) *scrape {
 
 	var s *scrape
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(a.base + "/metrics")
+		resp, err := http.Get(a.metrics + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,6 +373,7 @@ func buildAgentd(t *testing.T) string {
 // runningAgentd is a running agentd and the addresses it logged.
 type runningAgentd struct {
 	base    string // http://host:port
+	metrics string // http://host:port of /metrics
 	natsURL string
 }
 
@@ -428,12 +410,13 @@ func startAgentd(t *testing.T, bin string, args ...string) runningAgentd {
 			var line struct {
 				Msg     string  `json:"msg"`
 				HTTP    string  `json:"http"`
+				Metrics string  `json:"metrics"`
 				NATSURL string  `json:"nats_url"`
 				Tenant  *string `json:"tenant"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "agentd started" && line.Tenant == nil {
 				select {
-				case started <- runningAgentd{base: "http://" + line.HTTP, natsURL: line.NATSURL}:
+				case started <- runningAgentd{base: "http://" + line.HTTP, metrics: "http://" + line.Metrics, natsURL: line.NATSURL}:
 				default:
 				}
 			}

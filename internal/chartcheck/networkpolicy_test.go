@@ -20,7 +20,8 @@ type networkPolicy struct {
 }
 
 // TestNetworkPolicy: off by default; on, clients (any, or the peers given)
-// reach HTTP and NATS, and only the release's pods reach the route port.
+// reach HTTP and NATS, the metrics port its own peers (any by default), and
+// only the release's pods reach the route port.
 func TestNetworkPolicy(t *testing.T) {
 	helm := helmBinary(t)
 	if n := len(render(t, helm, "auth.generateSecret=true").byKind("NetworkPolicy")); n != 0 {
@@ -50,9 +51,9 @@ func TestNetworkPolicy(t *testing.T) {
 			if !maps.Equal(np.Spec.PodSelector.MatchLabels, selector) || !slices.Equal(np.Spec.PolicyTypes, []string{"Ingress"}) {
 				t.Errorf("policy selects %v for %v, want the StatefulSet's pods %v for Ingress", np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes, selector)
 			}
-			want := 1
+			want := 2 // clients, metrics
 			if tc.routes {
-				want = 2
+				want = 3
 			}
 			if len(np.Spec.Ingress) != want {
 				t.Fatalf("%d ingress rules, want %d: %+v", len(np.Spec.Ingress), want, np.Spec.Ingress)
@@ -65,10 +66,14 @@ func TestNetworkPolicy(t *testing.T) {
 			if !slices.Equal(ports, tc.clientPorts) || len(client.From) != tc.clients {
 				t.Errorf("client rule: ports %v from %v, want ports %v from %d peers", ports, client.From, tc.clientPorts, tc.clients)
 			}
+			metrics := np.Spec.Ingress[1]
+			if len(metrics.Ports) != 1 || metrics.Ports[0].Port != 9464 || len(metrics.From) != 0 {
+				t.Errorf("metrics rule %+v, want port 9464 from any source", metrics)
+			}
 			if !tc.routes {
 				return
 			}
-			routes := np.Spec.Ingress[1]
+			routes := np.Spec.Ingress[2]
 			if len(routes.Ports) != 1 || routes.Ports[0].Port != 6222 || len(routes.From) != 1 {
 				t.Fatalf("route rule %+v, want port 6222 from the release's pods", routes)
 			}

@@ -51,8 +51,7 @@ func TestNotesCommands(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", create[1], err, stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "BEGIN NATS USER JWT") {
-		// PENDING(issue 23): agentd tenant create --out - (the lead's).
-		t.Skipf("%s printed no creds file on stdout (--out - is not implemented yet): stdout %q", create[1], stdout.String())
+		t.Fatalf("%s printed no creds file on stdout: stdout %q", create[1], stdout.String())
 	}
 	var summary struct{ Tenant, Token string }
 	if err := json.Unmarshal(bytes.TrimSpace(stderr.Bytes()), &summary); err != nil || summary.Tenant != "demo" || summary.Token == "" {

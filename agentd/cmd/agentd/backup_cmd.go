@@ -280,32 +280,35 @@ func withTenant(natsURL string, opts []nats.Option, ta tenancy.TenantAccess, fn 
 	return fn(nc)
 }
 
-// partitionCount reads the partition count agentd stored in its lease
-// bucket, 0 when there is none.
+// partitionCount reads the partition count agentd stored in its partitions
+// bucket (in its lease bucket before that existed), 0 when there is none.
 func partitionCount(ctx context.Context, nc *nats.Conn) (int, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return 0, err
 	}
-	kv, err := js.KeyValue(ctx, ownership.DefaultBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return 0, nil
+	for _, bucket := range []string{ownership.DefaultPartitionsBucket, ownership.DefaultBucket} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+		e, err := kv.Get(ctx, ownership.PartitionsKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bucket %s: %w", bucket, err)
+		}
+		n, err := strconv.Atoi(string(e.Value()))
+		if err != nil {
+			return 0, fmt.Errorf("bucket %s: partition count %q: %w", bucket, e.Value(), err)
+		}
+		return n, nil
 	}
-	if err != nil {
-		return 0, fmt.Errorf("lease bucket: %w", err)
-	}
-	e, err := kv.Get(ctx, ownership.PartitionsKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("lease bucket: %w", err)
-	}
-	n, err := strconv.Atoi(string(e.Value()))
-	if err != nil {
-		return 0, fmt.Errorf("lease bucket: partition count %q: %w", e.Value(), err)
-	}
-	return n, nil
+	return 0, nil
 }
 
 // checkPartitions refuses a target whose partition count is not the

@@ -141,3 +141,45 @@ func assistantText(t *testing.T, httpAddr, chatID string) string {
 	}
 	return b.String()
 }
+
+// testBinaryBrowserAuth: with --auth the chat page loads without a token
+// (it holds no data), asks for the tenant's API token when the API answers
+// 401, keeps it in the tab, and chats with it; a wrong token is refused
+// and asked for again.
+func testBinaryBrowserAuth(t *testing.T, bin string) {
+	chromium := chromiumPath(t)
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--auth", "--local-rate", "-1")
+	tc := createTenant(t, bin, "nats://"+natsAddr, filepath.Join(data, "admin.creds"), t.TempDir(), "acme")
+
+	ctx := browser(t, chromium)
+	url := "http://" + httpAddr + "/?chat=authed"
+	var shown, asked string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(url),
+		// The page loads, reads the history, gets 401 and asks.
+		chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, "fvr_wrong", chromedp.ByQuery),
+		chromedp.Click(`#token-use`, chromedp.ByQuery),
+		chromedp.Poll(`(document.getElementById('auth-error').textContent || '').includes('refused')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text(`#auth-error`, &asked, chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById('token').value = ''`, nil),
+		chromedp.SendKeys(`#token`, tc.Token, chromedp.ByQuery),
+		chromedp.Click(`#token-use`, chromedp.ByQuery),
+		chromedp.WaitNotVisible(`#auth`, chromedp.ByQuery),
+		chromedp.SendKeys(`#input`, "hello with a token", chromedp.ByQuery),
+		chromedp.Click(`#send`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.msg[data-role=assistant][data-status=done]`, chromedp.ByQuery),
+		chromedp.Text(`.msg[data-role=assistant]`, &shown, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("browser: %v\nagentd output:\n%s", err, p.out.String())
+	}
+	if !strings.Contains(shown, "hello with a token") {
+		t.Errorf("the page shows %q, want the reply quoting the message", shown)
+	}
+	if code, _ := authedGet(t, "http://"+httpAddr+"/v1/chat/authed/messages", ""); code != http.StatusUnauthorized {
+		t.Errorf("the API without a token: %d, want 401", code)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
@@ -34,16 +37,34 @@ const (
 // cliRequestTimeout bounds one command request to agentd.
 const cliRequestTimeout = 30 * time.Second
 
+// defaultWait is --wait's default: how long chat and tail wait for a lost
+// connection to agentd to come back before they give up.
+const defaultWait = 5 * time.Minute
+
+// Connection settings of the client commands: a lost server is noticed
+// within about a second (pings every 500 ms, two unanswered), and the
+// client reconnects every 250 ms until it is back or --wait runs out.
+const (
+	cliPingInterval   = 500 * time.Millisecond
+	cliPingsMissed    = 2
+	cliReconnectWait  = 250 * time.Millisecond
+	cliConnectTimeout = 2 * time.Second
+)
+
 const cliUsage = `Usage:
-  agentd chat <agent> "text" [--nats-url url]   send a message and print the reply as it streams
+  agentd chat <agent> "text" [--nats-url url]   send a message and print the reply as it streams (--wait 5m)
   agentd tail <agent> [--from cursor]            follow the agent's latest stream
   agentd fibers <agent>                          list the agent's running fibers
   agentd status <agent>                          show the agent's status
   agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
   agentd deny <agent> <toolCallId>               deny it; the model is told
+  agentd agents [--user u] [--tag t] [--type x]  list the agents (agentd agents -h)
+  agentd delete <agent> [--tenant name]          delete an agent and its history (agentd delete -h)
   agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
-  agentd tenant create|revoke <name> ...         manage tenants of an agentd with --auth (agentd tenant -h)
+  agentd tenant create|revoke|disable|enable|token revoke <name> ...
+                                                 manage tenants of an agentd with --auth (agentd tenant -h)
   agentd auth server-config|admin-creds ...     print the nats-server config for --auth --nats-url, or an admin credential (agentd auth -h)
+  agentd audit tail [--follow]                   print the audit log of an agentd with --auth (agentd audit -h)
   agentd backup --out dir                        snapshot every stream and bucket (agentd backup -h)
   agentd restore --from dir                      restore a backup into a new node or cluster (agentd restore -h)
 
@@ -51,7 +72,10 @@ They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
 or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
 (default $FOREVER_CREDS); with TLS, --tls-ca the CA that signed agentd's
 certificate (default $FOREVER_TLS_CA). On Ctrl-C, chat and tail print the cursor to resume
-from (agentd tail <agent> --from <cursor>); the turn goes on.
+from (agentd tail <agent> --from <cursor>); the turn goes on. When the
+connection is lost they print "connection lost, reconnecting (cursor N)",
+resume by themselves once agentd is back, and give up (exit 1) after
+--wait (default 5m).
 `
 
 // runCLI runs the client commands chat, tail, fibers and status. For any
@@ -61,7 +85,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "backup", "restore":
+	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete":
 	default:
 		return false, 0
 	}
@@ -74,8 +98,12 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
 	case "auth":
 		return true, runAuth(args[1:], getenv, stdout, stderr)
+	case "audit":
+		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
 	case "backup", "restore":
 		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
+	case "agents", "delete":
+		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }
@@ -99,6 +127,7 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 	fs.SetOutput(io.Discard)
 	natsURL, creds, tlsCA := clientFlags(fs, getenv)
 	from := fs.String("from", "", "cursor to follow after (tail)")
+	wait := fs.Duration("wait", defaultWait, "how long chat and tail wait for a lost connection to agentd to come back")
 	pos, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, cliUsage)
@@ -107,8 +136,11 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 	if err == nil {
 		err = checkArgs(cmd, pos, *from)
 	}
+	if err == nil && *wait <= 0 {
+		err = usageErr("--wait must be positive, got %s", *wait)
+	}
 	if err == nil {
-		err = runCommand(ctx, cmd, pos, *natsURL, clientOptions(*creds, *tlsCA), *from, stdout, stderr)
+		err = runCommand(ctx, cmd, pos, *natsURL, clientOptions(*creds, *tlsCA), *from, *wait, stdout, stderr)
 	}
 	var ce *cliError
 	switch {
@@ -201,32 +233,42 @@ func clientOptions(creds, tlsCA string) []nats.Option {
 	return opts
 }
 
-func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, opts []nats.Option, from string, stdout, stderr io.Writer) error {
-	opts = append(opts, nats.Name("agentd "+cmd))
+func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, opts []nats.Option, from string,
+	wait time.Duration, stdout, stderr io.Writer) error {
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
+	ln := &link{stderr: stderr, wait: wait, agent: pos[0], giveUp: giveUp}
+	opts = append(opts, nats.Name("agentd "+cmd), nats.Timeout(cliConnectTimeout),
+		nats.MaxReconnects(-1), nats.ReconnectWait(cliReconnectWait), nats.ReconnectJitter(0, 0),
+		nats.PingInterval(cliPingInterval), nats.MaxPingsOutstanding(cliPingsMissed),
+		nats.DisconnectErrHandler(ln.lost), nats.ReconnectHandler(ln.back))
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
 	}
-	defer nc.Close()
+	defer func() {
+		ln.closing.Store(true)
+		nc.Close()
+	}()
 	agent := pos[0]
 	switch cmd {
 	case "fibers":
 		var rows []host.FiberInfo
 		if err := request(ctx, nc, agent, "fibers", nil, &rows); err != nil {
-			return err
+			return ln.explain(ctx, err)
 		}
 		return printFibers(stdout, rows)
 	case "status":
 		var st host.Status
 		if err := request(ctx, nc, agent, "status", nil, &st); err != nil {
-			return err
+			return ln.explain(ctx, err)
 		}
 		return printStatus(stdout, st)
 	case "chat":
-		return chatCommand(ctx, nc, agent, pos[1], stdout, stderr)
+		return ln.explain(ctx, chatCommand(ctx, nc, ln, agent, pos[1], stdout, stderr))
 	case "approve", "deny":
 		body := map[string]any{"toolCallId": pos[1], "approved": cmd == "approve"}
-		return turnCommand(ctx, nc, agent, "approve", body, stdout, stderr)
+		return ln.explain(ctx, turnCommand(ctx, nc, ln, agent, "approve", body, stdout, stderr))
 	default: // tail
 		var after replay.Cursor
 		if from != "" {
@@ -234,14 +276,80 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, o
 		}
 		client, err := openClient(ctx, nc)
 		if err != nil {
-			return err
+			return ln.explain(ctx, err)
 		}
 		stream, err := client.Latest(ctx, agent)
 		if err != nil {
-			return err
+			return ln.explain(ctx, err)
 		}
-		return printStream(ctx, client.Follow(ctx, agent, stream, after), after, stdout, stderr)
+		return ln.explain(ctx, followStream(ctx, nc, ln, client, agent, stream, after, false, stdout, stderr))
 	}
+}
+
+// link watches a client command's connection to agentd: when it is lost it
+// says so on stderr with the cursor to resume from, and when it stays lost
+// for --wait it gives the command up (errGaveUp through the context).
+type link struct {
+	stderr  io.Writer
+	wait    time.Duration
+	agent   string
+	giveUp  context.CancelCauseFunc
+	cursor  atomic.Uint64 // the last cursor printed
+	closing atomic.Bool   // the command is done: a disconnect is ours
+	lost_   atomic.Uint64 // connections lost so far
+
+	mu    sync.Mutex
+	timer *time.Timer // runs out --wait after the connection was lost
+}
+
+// gaveUp is the cause of a command given up after --wait.
+type gaveUp struct {
+	wait   time.Duration
+	agent  string
+	cursor uint64
+}
+
+func (g *gaveUp) Error() string {
+	return fmt.Sprintf("no connection to agentd for %s (--wait); gave up; the turn goes on: resume with agentd tail %s --from %d",
+		g.wait, g.agent, g.cursor)
+}
+
+// lost is the connection's disconnect handler.
+func (l *link) lost(_ *nats.Conn, _ error) {
+	if l.closing.Load() {
+		return
+	}
+	l.lost_.Add(1)
+	fmt.Fprintf(l.stderr, "connection lost, reconnecting (cursor %d)\n", l.cursor.Load())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer == nil {
+		l.timer = time.AfterFunc(l.wait, func() {
+			l.giveUp(&gaveUp{wait: l.wait, agent: l.agent, cursor: l.cursor.Load()})
+		})
+	}
+}
+
+// back is the connection's reconnect handler.
+func (l *link) back(nc *nats.Conn) {
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.mu.Unlock()
+	fmt.Fprintf(l.stderr, "reconnected to %s\n", nc.ConnectedUrlRedacted())
+}
+
+// explain turns an error after the command was given up into the give-up
+// error (exit 1, naming the cursor), and leaves others as they are.
+func (l *link) explain(ctx context.Context, err error) error {
+	var g *gaveUp
+	if err != nil && errors.As(context.Cause(ctx), &g) {
+		g.cursor = l.cursor.Load()
+		return &cliError{exitFailed, g}
+	}
+	return err
 }
 
 // request sends a command to agentd and decodes its reply into out. A
@@ -274,13 +382,13 @@ func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, o
 	return nil
 }
 
-func chatCommand(ctx context.Context, nc *nats.Conn, agent, text string, stdout, stderr io.Writer) error {
-	return turnCommand(ctx, nc, agent, "chat", map[string]string{"text": text}, stdout, stderr)
+func chatCommand(ctx context.Context, nc *nats.Conn, ln *link, agent, text string, stdout, stderr io.Writer) error {
+	return turnCommand(ctx, nc, ln, agent, "chat", map[string]string{"text": text}, stdout, stderr)
 }
 
 // turnCommand sends a verb that starts a turn (chat, approve) and prints
 // the turn's stream.
-func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body any, stdout, stderr io.Writer) error {
+func turnCommand(ctx context.Context, nc *nats.Conn, ln *link, agent, verb string, body any, stdout, stderr io.Writer) error {
 	client, err := openClient(ctx, nc)
 	if err != nil {
 		return err
@@ -292,13 +400,51 @@ func turnCommand(ctx context.Context, nc *nats.Conn, agent, verb string, body an
 	if !eventlog.ValidToken(r.StreamID) {
 		return fmt.Errorf("agentd replied stream id %q", r.StreamID)
 	}
-	after := r.Cursor
-	return printStream(ctx, client.FollowTurn(ctx, agent, r.StreamID, after), after, stdout, stderr)
+	return followStream(ctx, nc, ln, client, agent, r.StreamID, r.Cursor, true, stdout, stderr)
 }
 
-// openClient opens the log bound to agentd's streams, for reading.
+// followStream prints a stream from after until its end, and resumes from
+// the last cursor printed when the follow fails while the connection was
+// lost (agentd restarted, or the network went away), until the stream ends
+// or ctx does (Ctrl-C, or --wait ran out).
+func followStream(ctx context.Context, nc *nats.Conn, ln *link, client *replay.Client, agent, stream string,
+	after replay.Cursor, turn bool, stdout, stderr io.Writer) error {
+	cursor := after
+	ln.cursor.Store(uint64(cursor))
+	for {
+		lostBefore := ln.lost_.Load()
+		items := client.Follow(ctx, agent, stream, cursor)
+		if turn {
+			items = client.FollowTurn(ctx, agent, stream, cursor)
+		}
+		var err error
+		cursor, err = printStream(ctx, items, cursor, func(c replay.Cursor) { ln.cursor.Store(uint64(c)) }, stdout, stderr)
+		var ce *cliError
+		if err == nil || ctx.Err() != nil || errors.As(err, &ce) ||
+			(ln.lost_.Load() == lostBefore && nc.IsConnected()) {
+			return err
+		}
+		// The follow broke with the connection: wait until it is back,
+		// then resume after the last chunk printed.
+		for !nc.IsConnected() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(cliReconnectWait):
+			}
+		}
+	}
+}
+
+// openClient opens the log bound to agentd's streams, for reading. With
+// creds (a tenant's, of an agentd with --auth) it reaches JetStream
+// through agentd's API prefix: a tenant's client may not use $JS.API.
 func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
-	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	cfg := eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, Logger: slog.New(slog.DiscardHandler)}
+	if nc.Opts.UserJWT != nil {
+		cfg.APIPrefix = auth.ClientAPIPrefix
+	}
+	lg, err := eventlog.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -306,18 +452,22 @@ func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
 }
 
 // printStream prints a followed stream: text to stdout as it arrives, tool
-// calls and errors to stderr; reasoning is skipped. When ctx ends (Ctrl-C)
-// it prints the cursor to resume from and exits 130; the turn goes on.
-func printStream(ctx context.Context, items func(func(replay.Item, error) bool), after replay.Cursor, stdout, stderr io.Writer) error {
+// calls and errors to stderr; reasoning is skipped. It returns the cursor of
+// the last chunk printed (after when none), telling seen each. When ctx ends
+// by Ctrl-C it prints the cursor to resume from and exits 130; the turn
+// goes on.
+func printStream(ctx context.Context, items func(func(replay.Item, error) bool), after replay.Cursor,
+	seen func(replay.Cursor), stdout, stderr io.Writer) (replay.Cursor, error) {
 	cursor := after
 	for it, err := range items {
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			return err
+			return cursor, err
 		}
 		cursor = it.Cursor
+		seen(cursor)
 		c := it.Chunk
 		switch c.Type {
 		case chat.ChunkTextDelta:
@@ -335,17 +485,20 @@ func printStream(ctx context.Context, items func(func(replay.Item, error) bool),
 		case chat.ChunkToolApproval:
 			fmt.Fprintf(stderr, "[call %s waits for approval: agentd approve|deny <agent> %s]\n", c.ToolCallID, c.ToolCallID)
 		case chat.ChunkError:
-			return &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
+			return cursor, &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
 		case chat.ChunkAbort:
-			return &cliError{exitFailed, errors.New("turn aborted")}
+			return cursor, &cliError{exitFailed, errors.New("turn aborted")}
 		}
 	}
 	if ctx.Err() != nil {
+		if context.Cause(ctx) != ctx.Err() {
+			return cursor, context.Cause(ctx) // given up: the caller explains
+		}
 		fmt.Fprintln(stdout)
 		fmt.Fprintf(stderr, "cursor: %s\n", cursor)
-		return &cliError{exitInterrupted, fmt.Errorf("interrupted; the turn goes on; resume with --from %s", cursor)}
+		return cursor, &cliError{exitInterrupted, fmt.Errorf("interrupted; the turn goes on; resume with --from %s", cursor)}
 	}
-	return nil
+	return cursor, nil
 }
 
 func printFibers(w io.Writer, rows []host.FiberInfo) error {

@@ -134,7 +134,7 @@ func testClusterAuth(t *testing.T, bin string) {
 // tenantPartitions returns the partitions of tenant the node owns, from
 // its /metrics (0 when it cannot tell).
 func tenantPartitions(nd *clusterNode, tenant string) int {
-	resp, err := http.Get("http://" + nd.http + "/metrics")
+	resp, err := http.Get("http://" + nd.metrics + "/metrics")
 	if err != nil {
 		return 0
 	}

@@ -34,6 +34,7 @@ const clusterTTL = chartargs.DefaultLeaseTTL
 type clusterNode struct {
 	name                     string
 	data, http, nats, routes string
+	metrics                  string // --metrics-listen
 	args, env                []string
 	proc                     *agentdProc
 	outs                     []*agentdtest.SyncBuffer // every run's output, kept for a failure
@@ -50,6 +51,7 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 			name: fmt.Sprintf("forever-%d", i),
 			data: filepath.Join(t.TempDir(), "data"),
 			http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+			metrics: agentdtest.FreeAddr(t),
 		}
 		routes = append(routes, "nats://"+nodes[i].routes)
 	}
@@ -70,7 +72,7 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 	})
 	for _, nd := range nodes {
 		pod := chartargs.Pod{
-			Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+			Name: nd.name, Data: nd.data, HTTP: nd.http, MetricsListen: nd.metrics, NATSListen: nd.nats,
 			Cluster: "forever", ClusterListen: nd.routes, Routes: routes,
 			Replicas: chartargs.Replicas(n), LeaseTTL: clusterTTL,
 		}
@@ -291,19 +293,24 @@ func TestCluster(t *testing.T) {
 		testClusterSubagent(t, c, nodes)
 		verifyLog(t, c)
 	})
+	t.Run("StoreFull", func(t *testing.T) {
+		nodes, c, agents := startCluster(t, bin, "FOREVER_JS_MAX_STORE=64MiB")
+		testClusterStoreFull(t, c, nodes, agents)
+	})
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 	t.Run("Backup", func(t *testing.T) { testClusterBackup(t, bin) })
 }
 
-// startCluster starts three nodes as the chart starts its pods, waits until
-// they are ready and share the partitions, and checks that 30 agents spread
-// over all three.
-func startCluster(t *testing.T, bin string) ([]*clusterNode, *crashClient, []string) {
+// startCluster starts three nodes as the chart starts its pods (with the
+// environment variables env added), waits until they are ready and share
+// the partitions, and checks that 30 agents spread over all three.
+func startCluster(t *testing.T, bin string, env ...string) ([]*clusterNode, *crashClient, []string) {
 	var nodes []*clusterNode
 	for attempt := 1; ; attempt++ {
 		nodes = newCluster(t, 3)
 		for _, nd := range nodes {
+			nd.env = append(nd.env, env...)
 			nd.start(t, bin)
 		}
 		// A port freeAddr picked may be taken (by an outgoing connection's
@@ -590,9 +597,10 @@ func extraNode(t *testing.T, nodes []*clusterNode, name string, partitions int) 
 		name: name,
 		data: filepath.Join(t.TempDir(), "data"),
 		http: agentdtest.FreeAddr(t), nats: agentdtest.FreeAddr(t), routes: agentdtest.FreeAddr(t),
+		metrics: agentdtest.FreeAddr(t),
 	}
 	pod := chartargs.Pod{
-		Name: nd.name, Data: nd.data, HTTP: nd.http, NATSListen: nd.nats,
+		Name: nd.name, Data: nd.data, HTTP: nd.http, MetricsListen: nd.metrics, NATSListen: nd.nats,
 		Cluster: "forever", ClusterListen: nd.routes, Routes: append(routes, "nats://"+nd.routes),
 		Replicas: 3, Partitions: partitions, LeaseTTL: clusterTTL,
 	}

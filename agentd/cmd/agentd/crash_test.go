@@ -36,6 +36,11 @@ func startAgentd(t *testing.T, bin, data, httpAddr, natsAddr string, extra ...st
 	args := append([]string{"--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json"}, extra...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), "FOREVER_LOG_LEVEL=info")
+	if slices.Contains(extra, "--auth") && !slices.Contains(extra, "--metrics-listen") {
+		// Under --auth /metrics has a listener of its own, by default on
+		// a fixed loopback port: take a free one.
+		p.cmd.Env = append(p.cmd.Env, "FOREVER_METRICS_LISTEN=127.0.0.1:0")
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	return startWith(t, p, httpAddr)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/mcptools"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func main() {
@@ -49,6 +50,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 
+	restrictUmask()
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	var h slog.Handler = slog.NewTextHandler(stderr, opts)
 	if cfg.LogFormat == agentd.LogJSON {
@@ -115,6 +117,15 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return mcpc, err
 	}
+	// --max-turns bounds the node's turns across its tenants.
+	nodeTurns := chat.NewTurnLimiter(d.Config().MaxTurns)
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "forever_chat_node_turns_running",
+		Help: "Chat turns running on this node across its tenants (--max-turns bounds new ones).",
+	}, func() float64 { return float64(nodeTurns.Running()) })
+	if err := d.Config().Registerer.Register(running); err != nil {
+		return mcpc, err
+	}
 	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
 		tools, err := builtinTools(d.Config().DataDir)
 		if err == nil {
@@ -123,7 +134,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 		if err != nil {
 			return err
 		}
-		return wireAgents(d, provider, tools)
+		return wireAgents(d, provider, tools, nodeTurns)
 	})
 }
 
@@ -148,7 +159,7 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return mcpc, err
 	}
-	return mcpc, wireAgents(d, provider, tools)
+	return mcpc, wireAgents(d, provider, tools, nil)
 }
 
 // connectMCP connects to the --mcp servers (nil without). A server that
@@ -199,9 +210,13 @@ func withTools(tools *chat.Tools, more ...*chat.Tool) (*chat.Tools, error) {
 	return chat.NewTools(append(all, more...)...)
 }
 
-// wireAgents registers the agent types, chat with tools.
-func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools) error {
+// wireAgents registers the agent types, chat with tools; nodeTurns, when
+// set, is the node's turn limiter the tenants' chat types share.
+func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, nodeTurns *chat.TurnLimiter) error {
 	chats := chathost.NewType(provider, func(c *chat.Config) { c.Tools = tools })
+	if nodeTurns != nil {
+		chats.ShareTurns(nodeTurns)
+	}
 	if err := chats.Attach(d); err != nil {
 		return err
 	}
@@ -219,6 +234,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools) erro
 		return err
 	}
 	if err := chathost.AttachRetention(d, h, chats); err != nil {
+		return err
+	}
+	if err := host.AttachHTTP(d, h, host.HTTPConfig{State: chats}); err != nil {
 		return err
 	}
 	return chathost.AttachGateway(d, h, chats)

@@ -19,20 +19,51 @@ import (
 )
 
 const tenantUsage = `Usage:
-  agentd tenant create <name> --creds admin.creds --out dir [--nats-url url] [quotas]
+  agentd tenant create <name> --creds admin.creds --out dir [credential] [quotas]
       create the tenant (or, if it exists, mint another credential), write
-      dir/<name>.creds and print {"tenant","token","account","created","quota"}
-      as one JSON line; token is the HTTP bearer token
-  agentd tenant revoke <name> --creds admin.creds [--nats-url url]
-      revoke every credential of the tenant: its NATS connections are closed
-      and its tokens refused; print {"tenant","revoked"}
+      dir/<name>.creds (dir/<name>-<token-name>.creds with --token-name) and
+      print {"tenant","cred","role","expires","token","account","created",
+      "quota","limits","creds"} as one JSON line; token is the HTTP bearer
+      token, creds and token are one credential. With --out - the creds
+      file goes to stdout and the JSON line to stderr, for a pod whose
+      image has no shell:
+        kubectl exec forever-0 -- agentd tenant create acme \
+          --creds /data/admin.creds --out - > acme.creds 2> acme.json
+  agentd tenant revoke <name> --creds admin.creds
+      revoke every credential of the tenant: its NATS connections are closed,
+      its tokens refused, and OIDC tokens issued until now refused too; print
+      {"tenant","revoked"}
+  agentd tenant token revoke <name> <token-name> --creds admin.creds
+      revoke one credential (its creds and its token); print
+      {"tenant","cred","revoked"}
+  agentd tenant disable <name> --creds admin.creds
+      refuse the tenant everywhere (creds, tokens, OIDC tokens, open streams)
+      and stop its agents, keeping its data and credentials; print
+      {"tenant","disabled"}
+  agentd tenant enable <name> --creds admin.creds
+      undo disable
 
-Quotas (create; 0 is no limit):
-  --rate n          commands and HTTP requests per second
-  --burst n         requests above the rate at once
-  --max-turns n     chat turns running at once
-  --max-agents n    agents
-  --max-bytes size  bytes stored (JetStream), e.g. 1GiB
+Credential (create):
+  --role r          reader (reads messages and streams, starts nothing),
+                    approver (also answers approvals), writer (the default:
+                    also chats, stops, sets state, gives tool results) or
+                    admin (also /debug/quarantine)
+  --expires d       how long it works: 720h, 30d, 2w (default never)
+  --token-name n    its name, unique in the tenant, for audit and token
+                    revoke (default cred-<random>)
+
+Quotas (create; 0 or absent: the node's --tenant-default-*; unlimited: no limit):
+  --rate n            commands and HTTP requests per second
+  --burst n           requests above the rate at once
+  --max-turns n       chat turns running at once
+  --max-agents n      agents
+  --max-bytes size    bytes stored (JetStream), e.g. 1GiB
+  --max-memory size   JetStream memory storage
+  --max-conns n       NATS connections (agentd's own, one a node, included)
+  --max-subs n        subscriptions per client connection
+  --max-payload size  largest message a client publishes
+  --max-streams n     JetStream streams (agentd's own included)
+  --max-consumers n   JetStream consumers (agentd's own included)
 
 --nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to
 $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
@@ -44,7 +75,7 @@ $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
 const tenantRequestTimeout = 90 * time.Second
 
 func runTenant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := tenantCommand(ctx, args, getenv, stdout)
+	err := tenantCommand(ctx, args, getenv, stdout, stderr)
 	var ce *cliError
 	switch {
 	case err == nil:
@@ -64,30 +95,40 @@ func runTenant(ctx context.Context, args []string, getenv func(string) string, s
 	}
 }
 
-func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageErr("missing create or revoke")
+		return usageErr("missing create, revoke, token, disable or enable")
 	}
 	verb := args[0]
 	if verb == "-h" || verb == "--help" || verb == "help" {
 		return flag.ErrHelp
 	}
+	args = args[1:]
+	if verb == "token" {
+		if len(args) == 0 || args[0] != "revoke" {
+			return usageErr("tenant token takes revoke: agentd tenant token revoke <name> <token-name>")
+		}
+		verb, args = "token revoke", args[1:]
+	}
 	fs := flag.NewFlagSet("agentd tenant "+verb, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	natsURL, creds, tlsCA := clientFlags(fs, getenv)
 	out := fs.String("out", "", "")
+	role := fs.String("role", "", "")
+	expires := fs.String("expires", "", "")
+	credName := fs.String("token-name", "", "")
 	var q auth.Quota
-	fs.Float64Var(&q.Rate, "rate", 0, "")
-	fs.IntVar(&q.Burst, "burst", 0, "")
-	fs.IntVar(&q.Turns, "max-turns", 0, "")
-	fs.IntVar(&q.Agents, "max-agents", 0, "")
-	maxBytes := fs.String("max-bytes", "0", "")
-	pos, err := parseInterleaved(fs, args[1:])
+	quotaFlags(fs, &q)
+	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErr("tenant %s takes one tenant name, got %d arguments", verb, len(pos))
+	want := 1
+	if verb == "token revoke" {
+		want = 2
+	}
+	if len(pos) != want {
+		return usageErr("tenant %s takes %d arguments, got %d", verb, want, len(pos))
 	}
 	name := pos[0]
 	if err := auth.CheckName(name); err != nil {
@@ -101,29 +142,118 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	switch verb {
 	case "create":
 		if *out == "" {
-			return usageErr("--out is required: the directory to write %s.creds to", name)
+			return usageErr("--out is required: the directory to write %s.creds to, or - for stdout", name)
 		}
-		if q.Bytes, err = agentd.ParseSize(*maxBytes); err != nil {
-			return usageErr("--max-bytes: %v", err)
+		if _, err := auth.ParseRole(*role); err != nil {
+			return usageErr("--role: %v", err)
 		}
-		if q.Rate < 0 || q.Burst < 0 || q.Turns < 0 || q.Agents < 0 {
-			return usageErr("quotas must not be negative")
+		if _, err := auth.ParseExpiry(*expires); err != nil {
+			return usageErr("--expires: %v", err)
 		}
-		subject, payload = tenancy.AdminCreateSubject, tenancy.CreateRequest{Name: name, Quota: q}
+		if *credName != "" {
+			if err := auth.CheckCredName(*credName); err != nil {
+				return usageErr("--token-name: %v", err)
+			}
+		}
+		subject, payload = tenancy.AdminCreateSubject, tenancy.CreateRequest{Name: name, Quota: q, Role: *role, Expires: *expires, Cred: *credName}
 	case "revoke":
 		subject, payload = tenancy.AdminRevokeSubject, tenancy.RevokeRequest{Name: name}
+	case "disable":
+		subject, payload = tenancy.AdminDisableSubject, tenancy.RevokeRequest{Name: name}
+	case "enable":
+		subject, payload = tenancy.AdminEnableSubject, tenancy.RevokeRequest{Name: name}
+	case "token revoke":
+		if err := auth.CheckCredName(pos[1]); err != nil {
+			return usageErr("%v", err)
+		}
+		subject, payload = tenancy.AdminTokenRevokeSubject, tenancy.TokenRevokeRequest{Name: name, Cred: pos[1]}
 	default:
-		return usageErr("unknown tenant command %q: create or revoke", verb)
+		return usageErr("unknown tenant command %q: create, revoke, token revoke, disable or enable", verb)
 	}
+	msg, err := adminRequest(ctx, *natsURL, *creds, *tlsCA, subject, payload)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", verb, err)
+	}
+	if verb != "create" {
+		_, err = fmt.Fprintln(stdout, string(msg.Data))
+		return err
+	}
+	var reply tenancy.CreateReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return fmt.Errorf("tenant create: bad reply: %w", err)
+	}
+	path, summary := "-", stderr
+	if *out == "-" {
+		// The creds on stdout, the summary on stderr: kubectl exec ... >
+		// acme.creds keeps them apart.
+		if _, err := io.WriteString(stdout, reply.Creds); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(*out, 0o700); err != nil {
+			return err
+		}
+		file := name + ".creds"
+		if *credName != "" {
+			file = name + "-" + *credName + ".creds"
+		}
+		path, summary = filepath.Join(*out, file), stdout
+		if err := auth.WriteCreds(path, []byte(reply.Creds)); err != nil {
+			return err
+		}
+	}
+	line, _ := json.Marshal(map[string]any{
+		"tenant": reply.Tenant, "token": reply.Token, "account": reply.Account,
+		"created": reply.Created, "quota": reply.Quota, "limits": reply.Limits, "creds": path,
+		"cred": reply.Cred, "role": reply.Role, "expires": reply.Expires,
+	})
+	_, err = fmt.Fprintln(summary, string(line))
+	return err
+}
+
+// quotaFlags defines tenant create's quota flags on q: a number (or size),
+// 0 for the node's default, or unlimited.
+func quotaFlags(fs *flag.FlagSet, q *auth.Quota) {
+	fs.Func("rate", "", func(s string) (err error) { q.Rate, err = auth.ParseRate(s); return err })
+	for _, f := range []struct {
+		name string
+		i    *int64
+		n    *int
+		size bool
+	}{
+		{name: "burst", n: &q.Burst}, {name: "max-turns", n: &q.Turns}, {name: "max-agents", n: &q.Agents},
+		{name: "max-bytes", i: &q.Bytes, size: true}, {name: "max-memory", i: &q.Memory, size: true},
+		{name: "max-conns", i: &q.Conns}, {name: "max-subs", i: &q.Subs}, {name: "max-payload", i: &q.Payload, size: true},
+		{name: "max-streams", i: &q.Streams}, {name: "max-consumers", i: &q.Consumers},
+	} {
+		fs.Func(f.name, "", func(s string) error {
+			v, err := auth.ParseLimit(s, f.size)
+			if err != nil {
+				return err
+			}
+			if f.i != nil {
+				*f.i = v
+			} else {
+				*f.n = int(v)
+			}
+			return nil
+		})
+	}
+}
+
+// adminRequest sends one request to the admin service with the admin
+// credential and returns its reply; a service error is an error naming
+// its code.
+func adminRequest(ctx context.Context, natsURL, creds, tlsCA, subject string, payload any) (*nats.Msg, error) {
 	// A permissions violation (creds that are not the admin's) arrives
 	// asynchronously; it ends the request at once.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd tenant"),
+	opts := append(clientOptions(creds, tlsCA), nats.Name("agentd tenant"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { cancel(err) }))
-	nc, err := nats.Connect(*natsURL, opts...)
+	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s with %s: %w", *natsURL, *creds, err)
+		return nil, fmt.Errorf("connect to NATS at %s with %s: %w", natsURL, creds, err)
 	}
 	defer nc.Close()
 	body, _ := json.Marshal(payload)
@@ -134,33 +264,13 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 		err = nats.ErrNoResponders // the admin service is not visible with these creds
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("no agentd with --auth answers on %s (is it running with --auth, and is --creds its admin.creds?)", *natsURL)
+		return nil, fmt.Errorf("no agentd with --auth answers on %s (is it running with --auth, and is --creds its admin.creds?)", natsURL)
 	}
 	if err != nil {
-		return fmt.Errorf("tenant %s: %w", verb, err)
+		return nil, err
 	}
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return fmt.Errorf("tenant %s: %s (%s)", verb, msg.Header.Get("Nats-Service-Error"), code)
+		return nil, fmt.Errorf("%s (%s)", msg.Header.Get("Nats-Service-Error"), code)
 	}
-	if verb == "revoke" {
-		_, err = fmt.Fprintln(stdout, string(msg.Data))
-		return err
-	}
-	var reply tenancy.CreateReply
-	if err := json.Unmarshal(msg.Data, &reply); err != nil {
-		return fmt.Errorf("tenant create: bad reply: %w", err)
-	}
-	if err := os.MkdirAll(*out, 0o700); err != nil {
-		return err
-	}
-	path := filepath.Join(*out, name+".creds")
-	if err := auth.WriteCreds(path, []byte(reply.Creds)); err != nil {
-		return err
-	}
-	line, _ := json.Marshal(map[string]any{
-		"tenant": reply.Tenant, "token": reply.Token, "account": reply.Account,
-		"created": reply.Created, "quota": reply.Quota, "creds": path,
-	})
-	_, err = fmt.Fprintln(stdout, string(line))
-	return err
+	return msg, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/tenancy"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 )
@@ -193,7 +194,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 
 	// A tenant's client replays its chunks from a cursor with an ordered
 	// consumer on the chunks stream.
-	lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: acmeNC, Bind: true, ChunksOnly: true})
+	lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: acmeNC, Bind: true, ChunksOnly: true, APIPrefix: auth.ClientAPIPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +266,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 		_, err := probe.Request("$JS.API.STREAM.INFO.KV_"+tenancy.TenantsBucket, nil, 2*time.Second)
 		return err
 	})
+	testTenantAgents(t, bin, natsURL, httpAddr, admin, acme, beta)
 	if code, _ := authedGet(t, "http://"+httpAddr+"/v1/chat/bot/messages", ""); code != 401 {
 		t.Fatalf("no token: %d", code)
 	}

@@ -1,0 +1,299 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Stream and subjects of the audit log: forever.audit.<tenant>, or
+// forever.audit._node for what concerns no tenant.
+const (
+	Stream        = "FOREVER_AUDIT"
+	SubjectPrefix = "forever.audit"
+	NodeSubject   = "_node"
+)
+
+// Defaults and bounds.
+const (
+	DefaultMaxAge   = 30 * 24 * time.Hour
+	MaxDefaultBytes = 256 << 20
+	QueueSize       = 4096
+	RefusalRate     = 20
+	RefusalBurst    = 100
+)
+
+// Outcomes of a Record.
+const (
+	OK      = "ok"
+	Refused = "refused"
+	Failed  = "failed"
+)
+
+// Record is one audit record.
+type Record struct {
+	Time time.Time `json:"time"`
+	Node string    `json:"node"`
+	// Who: the tenant, the credential's name ("admin" for the admin
+	// credential, "oidc:<subject>" for an OIDC token, "nats" for a NATS
+	// command, whose credential the server checked but does not name) and
+	// its role.
+	Tenant string `json:"tenant,omitempty"`
+	Cred   string `json:"cred,omitempty"`
+	Role   string `json:"role,omitempty"`
+	// What: the action (tenant.create, tenant.revoke, tenant.disable,
+	// tenant.enable, tenant.token.revoke, chat, approve, tool-result,
+	// state, cancel, interrupt, auth.refused, nats.denied), its outcome
+	// (ok, refused, failed), its status code and a one-line detail.
+	Action  string `json:"action"`
+	Outcome string `json:"outcome"`
+	Code    int    `json:"code,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+	// Agent is the agent a command was for.
+	Agent string `json:"agent,omitempty"`
+	// From is the client's address, when known (HTTP, NATS denials).
+	From string `json:"from,omitempty"`
+	// Suppressed counts the refusals left out since the last one
+	// recorded.
+	Suppressed int `json:"suppressed,omitempty"`
+}
+
+// Config configures a Log.
+type Config struct {
+	JS       jetstream.JetStream // agentd's own account
+	Replicas int
+	MaxAge   time.Duration // 0: DefaultMaxAge
+	MaxBytes int64         // must be set
+	Node     string        // this node's name, in every record
+	Logger   *slog.Logger
+	// Registerer receives the metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Log appends records to the audit stream. Record and Refused are safe
+// for concurrent use and never block; Run writes them until ctx ends.
+type Log struct {
+	cfg     Config
+	queue   chan Record
+	refuse  *rate.Limiter
+	dropped prometheus.Counter
+	supp    prometheus.Counter
+
+	mu         sync.Mutex
+	suppressed int // refusals left out since the last recorded
+}
+
+// StreamConfig is the audit stream's configuration.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	age := cfg.MaxAge
+	if age == 0 {
+		age = DefaultMaxAge
+	}
+	return jetstream.StreamConfig{
+		Name:        Stream,
+		Description: "Forever audit log (agentd/audit records)",
+		Subjects:    []string{SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+		MaxAge:      age,
+		MaxBytes:    cfg.MaxBytes,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// Open creates (or updates) the audit stream and returns its Log.
+func Open(ctx context.Context, cfg Config) (*Log, error) {
+	if cfg.JS == nil || cfg.MaxBytes <= 0 {
+		return nil, errors.New("audit: Config.JS and MaxBytes are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if _, err := cfg.JS.CreateOrUpdateStream(ctx, StreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("audit: stream %s: %w", Stream, err)
+	}
+	l := &Log{
+		cfg:    cfg,
+		queue:  make(chan Record, QueueSize),
+		refuse: rate.NewLimiter(RefusalRate, RefusalBurst),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_audit_dropped_total",
+			Help: "Audit records dropped because the queue to the audit stream was full.",
+		}),
+		supp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_audit_refusals_suppressed_total",
+			Help: "Auth refusals not recorded one by one (past the audit log's refusal rate); the next one recorded counts them.",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{l.dropped, l.supp} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("audit: register metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// Record queues r for the stream, stamping its time and node. A nil Log
+// records nothing.
+func (l *Log) Record(r Record) {
+	if l == nil {
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now().UTC()
+	}
+	r.Node = l.cfg.Node
+	select {
+	case l.queue <- r:
+	default:
+		l.dropped.Inc()
+	}
+}
+
+// Refused records a refusal, at most RefusalRate a second; the ones left
+// out are counted in the next one recorded.
+func (l *Log) Refused(r Record) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	if !l.refuse.Allow() {
+		l.suppressed++
+		l.mu.Unlock()
+		l.supp.Inc()
+		return
+	}
+	r.Suppressed, l.suppressed = l.suppressed, 0
+	l.mu.Unlock()
+	if r.Outcome == "" {
+		r.Outcome = Refused
+	}
+	l.Record(r)
+}
+
+// Subject is the subject of a record of tenant ("" for the node).
+func Subject(tenant string) string {
+	if tenant == "" {
+		tenant = NodeSubject
+	}
+	return SubjectPrefix + "." + tenant
+}
+
+// Run writes the queued records to the stream until ctx ends, then the
+// ones still queued (bounded by a few seconds). A write that fails is
+// logged, at most once a minute, and the record dropped.
+func (l *Log) Run(ctx context.Context) error {
+	var lastErr time.Time
+	write := func(ctx context.Context, r Record) {
+		b, err := json.Marshal(r)
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = l.cfg.JS.Publish(wctx, Subject(r.Tenant), b)
+			cancel()
+		}
+		if err != nil {
+			l.dropped.Inc()
+			if time.Since(lastErr) > time.Minute {
+				lastErr = time.Now()
+				l.cfg.Logger.Warn("audit record not stored", "action", r.Action, "tenant", r.Tenant, "err", err)
+			}
+		}
+	}
+	for {
+		select {
+		case r := <-l.queue:
+			write(ctx, r)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			for {
+				select {
+				case r := <-l.queue:
+					write(dctx, r)
+				default:
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// Tail reads the audit stream: the last n records (all with n <= 0) of
+// tenant (every tenant when empty), then, with follow, the new ones until
+// ctx ends. fn gets each record in order.
+func Tail(ctx context.Context, js jetstream.JetStream, tenant string, n int, follow bool, fn func(Record) error) error {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return fmt.Errorf("audit: stream %s: %w", Stream, err)
+	}
+	filter := SubjectPrefix + ".>"
+	if tenant != "" {
+		filter = Subject(tenant)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("audit: stream %s: %w", Stream, err)
+	}
+	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	var total uint64
+	for _, c := range info.State.Subjects {
+		total += c
+	}
+	if tenant == "" {
+		total = info.State.Msgs
+	}
+	var skip uint64
+	if n > 0 && total > uint64(n) {
+		skip = total - uint64(n) // deliver all, print the last n
+	}
+	if total == 0 && !follow {
+		return nil
+	}
+	return tailFrom(ctx, st, cc, skip, follow, fn)
+}
+
+// tailFrom delivers the records of the consumer cc after skipping skip,
+// ending after the last one stored unless follow.
+func tailFrom(ctx context.Context, st jetstream.Stream, cc jetstream.OrderedConsumerConfig, skip uint64, follow bool, fn func(Record) error) error {
+	cons, err := st.OrderedConsumer(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("audit: read %s: %w", Stream, err)
+	}
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+				continue // nothing new yet; the stored ones end at last
+			}
+			return fmt.Errorf("audit: read %s: %w", Stream, err)
+		}
+		md, _ := msg.Metadata()
+		if skip > 0 {
+			skip--
+		} else {
+			var r Record
+			if err := json.Unmarshal(msg.Data(), &r); err == nil {
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+		}
+		if !follow && md != nil && md.NumPending == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package chathost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+var _ host.StateSource = (*Type)(nil)
+
+// State reads a chat agent's current state and version (nil and 0 when it
+// never set one) once this node's chat views applied the agent's last
+// event: the first message of its events stream (host.AttachHTTP). While
+// the views are stalled it reads what they hold.
+func (ct *Type) State(ctx context.Context, agent string) (json.RawMessage, int, error) {
+	if ct.store == nil {
+		return nil, 0, fmt.Errorf("%w: the chat type is not started", host.ErrUnavailable)
+	}
+	if ct.log.Stalled() == nil {
+		seq, err := ct.log.LastSeq(ctx, eventlog.Filter{Agent: agent})
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := ct.store.WaitFor(ctx, seq); err != nil {
+			return nil, 0, err
+		}
+	}
+	return ct.store.State(agent)
+}
+
+// publishState returns the chat.Config.OnState of an agent: each stored
+// state change is published to its clients (host.Env.PublishState), then
+// next, if any, is called. A publish that fails is logged: the state is
+// stored, and a client reading it later gets it.
+func publishState(env *host.Env, next func(context.Context, int, json.RawMessage)) func(context.Context, int, json.RawMessage) {
+	return func(ctx context.Context, version int, value json.RawMessage) {
+		if err := env.PublishState(version, value); err != nil {
+			env.Logger.Warn("publish state", "version", version, "err", err)
+		}
+		if next != nil {
+			next(ctx, version, value)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+const agentsUsage = `Usage:
+  agentd agents [--user u] [--tag t] [--type x] [--limit n]
+      list the agents (every page), with their type, status, user, tags and
+      last activity; --limit caps how many are printed (default: all)
+  agentd delete <agent> [--tenant name]
+      delete an agent: its events and chunks are purged, it leaves every
+      view, and its id can be used again by a new agent
+
+They talk to a running agentd over NATS: --nats-url (default
+$FOREVER_NATS_URL or nats://127.0.0.1:4222), --creds (default
+$FOREVER_CREDS), --tls-ca (default $FOREVER_TLS_CA). With --auth, agents
+lists the tenant whose client creds --creds names; delete is an admin
+command: --creds is the admin credential (<data>/admin.creds) and --tenant
+names the tenant whose agent goes (a tenant's own creds cannot delete).
+`
+
+// runAgentsCLI runs "agentd agents" or "agentd delete" and returns the exit
+// code.
+func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := agentsCommand(ctx, cmd, args, getenv, stdout)
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, agentsUsage)
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
+		if ce.code == exitUsage {
+			fmt.Fprint(stderr, "\n"+agentsUsage)
+		}
+		return ce.code
+	default:
+		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
+		return exitFailed
+	}
+}
+
+func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	natsURL, creds, tlsCA := clientFlags(fs, getenv)
+	var q agents.Query
+	var limit int
+	var tenant string
+	if cmd == "agents" {
+		fs.StringVar(&q.User, "user", "", "")
+		fs.StringVar(&q.Tag, "tag", "", "")
+		fs.StringVar(&q.Type, "type", "", "")
+		fs.IntVar(&limit, "limit", 0, "")
+	} else {
+		fs.StringVar(&tenant, "tenant", "", "")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cmd == "agents" && len(pos) > 0:
+		return usageErr("unexpected argument %q", pos[0])
+	case cmd == "agents" && limit < 0:
+		return usageErr("--limit must not be negative")
+	case cmd == "delete" && len(pos) == 0:
+		return usageErr("missing agent id")
+	case cmd == "delete" && len(pos) > 1:
+		return usageErr("unexpected argument %q", pos[1])
+	case cmd == "delete" && !eventlog.ValidToken(pos[0]):
+		return usageErr("agent id %q is not valid (no '.', '*', '>', spaces)", pos[0])
+	}
+	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
+	nc, err := nats.Connect(*natsURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", *natsURL, err)
+	}
+	defer nc.Close()
+	if cmd == "agents" {
+		return listAgents(ctx, nc, q, limit, stdout)
+	}
+	if tenant == "" {
+		return deleteAgent(ctx, nc, pos[0], stdout)
+	}
+	// The admin credential reaches a tenant's agents through the access
+	// the admin service grants: agentd's own user in the tenant's account.
+	access, err := tenantAccess(ctx, nc, []string{tenant})
+	if err != nil {
+		return err
+	}
+	if len(access) != 1 {
+		return fmt.Errorf("no access to tenant %s", tenant)
+	}
+	return withTenant(*natsURL, opts, access[0], func(tnc *nats.Conn) error {
+		return deleteAgent(ctx, tnc, pos[0], stdout)
+	})
+}
+
+// listAgents prints every page of the listing q selects, at most limit
+// agents when limit > 0.
+func listAgents(ctx context.Context, nc *nats.Conn, q agents.Query, limit int, stdout io.Writer) error {
+	subject := host.ListSubject(eventlog.DefaultPrefix)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	n := 0
+	for {
+		if limit > 0 {
+			q.Limit = min(limit-n, agents.MaxLimit)
+		}
+		body, _ := json.Marshal(q)
+		rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
+		msg, err := nc.RequestWithContext(rctx, subject, body)
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
+		case err != nil:
+			return fmt.Errorf("%s: %w", subject, err)
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+		}
+		var p agents.Page
+		if err := json.Unmarshal(msg.Data, &p); err != nil {
+			return fmt.Errorf("decode the listing: %w", err)
+		}
+		for _, e := range p.Agents {
+			if n == 0 {
+				fmt.Fprintln(tw, "AGENT\tTYPE\tSTATUS\tUSER\tTAGS\tLAST ACTIVITY")
+			}
+			n++
+			user := e.User
+			if user == "" {
+				user = "-"
+			}
+			tags := strings.Join(e.Tags, ",")
+			if tags == "" {
+				tags = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Agent, e.Type, e.Status, user, tags, e.LastActivity.UTC().Format(time.RFC3339))
+		}
+		if p.Next == "" || limit > 0 && n >= limit {
+			break
+		}
+		q.Cursor = p.Next
+	}
+	if n == 0 {
+		_, err := fmt.Fprintln(stdout, "no agents")
+		return err
+	}
+	return tw.Flush()
+}
+
+// deleteAgent sends the delete verb and prints what it did.
+func deleteAgent(ctx context.Context, nc *nats.Conn, agent string, stdout io.Writer) error {
+	var rep host.DeleteReply
+	if err := request(ctx, nc, agent, "delete", nil, &rep); err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			return fmt.Errorf("%w: these creds may not delete; delete is an admin command: --creds <data>/admin.creds --tenant <name>", err)
+		}
+		return err
+	}
+	what := "deleted"
+	if rep.Again {
+		what = "already deleted; purged again"
+	}
+	_, err := fmt.Fprintf(stdout, "%s: %s (tombstone at %d)\n", rep.Agent, what, rep.Tombstone)
+	return err
+}

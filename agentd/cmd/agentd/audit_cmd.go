@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/audit"
+	"github.com/forever-agents/forever/auth"
+)
+
+const auditUsage = `Usage:
+  agentd audit tail --creds admin.creds [--tenant name] [-n 50] [--follow]
+      print the audit log's last records (default 50; 0 for all) as JSON
+      lines, oldest first, and with --follow the new ones as they come:
+      {"time","node","tenant","cred","role","action","outcome","code",
+      "detail","agent","from","suppressed"}
+
+The audit log (agentd with --auth) records every admin operation, every
+command that changes an agent and every auth refusal. --nats-url defaults to
+$FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to $FOREVER_CREDS: the
+admin credential agentd wrote to <data>/admin.creds.
+`
+
+func runAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := auditCommand(ctx, args, getenv, stdout)
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, auditUsage)
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd audit:", ce.err)
+		if ce.code == exitUsage {
+			fmt.Fprint(stderr, "\n"+auditUsage)
+		}
+		return ce.code
+	case ctx.Err() != nil:
+		return exitInterrupted
+	default:
+		fmt.Fprintln(stderr, "agentd audit:", err)
+		return exitFailed
+	}
+}
+
+func auditCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("missing tail")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		return flag.ErrHelp
+	}
+	if args[0] != "tail" {
+		return usageErr("unknown audit command %q: tail", args[0])
+	}
+	fs := flag.NewFlagSet("agentd audit tail", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	natsURL, creds, tlsCA := clientFlags(fs, getenv)
+	tenant := fs.String("tenant", "", "")
+	n := fs.Int("n", 50, "")
+	follow := fs.Bool("follow", false, "")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErr("audit tail takes no arguments")
+	}
+	if *tenant != "" {
+		if err := auth.CheckName(*tenant); err != nil {
+			return usageErr("--tenant: %v", err)
+		}
+	}
+	if *n < 0 {
+		return usageErr("-n must not be negative")
+	}
+	if *creds == "" {
+		return usageErr("--creds is required: the admin credential, <data>/%s", agentd.AdminCredsFile)
+	}
+	nc, err := nats.Connect(*natsURL, append(clientOptions(*creds, *tlsCA), nats.Name("agentd audit"))...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s with %s: %w", *natsURL, *creds, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	err = audit.Tail(ctx, js, *tenant, *n, *follow, func(r audit.Record) error { return enc.Encode(r) })
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("no audit log on %s: is agentd running with --auth, and is --creds its admin.creds?", *natsURL)
+	}
+	return err
+}

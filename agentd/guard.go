@@ -1,0 +1,501 @@
+package agentd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/promreg"
+)
+
+// This file is the store guard: it looks at the JetStream streams and KV
+// buckets the daemon depends on every GuardInterval, notices one that was
+// deleted, deleted and created again, or purged whole under the running
+// node (an operator's `nats stream rm` or `nats stream purge`), logs it
+// once at ERROR naming it and what was lost, and runs its heal: the stream
+// is created again and what depends on it rebuilt, live. It also notices
+// views that stopped following their stream. What it finds is a readiness
+// reason (/readyz 503) until healed.
+//
+// A purge is seen in JetStream's API audit advisories ($JS.EVENT.ADVISORY.API,
+// one per API request of the account): a purge without a subject filter is
+// a loss. The purges Forever makes itself (chunk retention, compaction) name
+// one subject each and are not.
+
+// GuardInterval is how often the guard looks at the streams and buckets.
+const GuardInterval = time.Second
+
+// viewStallAfter is how long views may stay behind their stream without
+// applying anything before readiness calls them stalled.
+const viewStallAfter = 10 * time.Second
+
+// LossKind says how a guarded stream lost its messages.
+type LossKind string
+
+// Losses the guard notices.
+const (
+	// LossDeleted: the stream is gone.
+	LossDeleted LossKind = "deleted"
+	// LossRecreated: the stream was deleted and created again by someone
+	// else (its creation time changed).
+	LossRecreated LossKind = "recreated"
+	// LossPurged: every message of the stream was removed.
+	LossPurged LossKind = "purged"
+)
+
+// Loss describes what a guarded stream lost, as the guard last saw it
+// before the loss.
+type Loss struct {
+	Kind LossKind
+	// Msgs and Subjects are how many messages, and on how many subjects,
+	// the stream held when the guard last saw it whole.
+	Msgs, Subjects uint64
+}
+
+// Guarded is a JetStream stream (a KV bucket is the stream KV_<bucket>) the
+// guard watches. Add one with Daemon.Guard.
+type Guarded struct {
+	// Stream is the JetStream stream's name.
+	Stream string
+	// What names it in logs and readiness: "stream FOREVER_EVENTS",
+	// "bucket FOREVER_LEASES".
+	What string
+	// Unit and Subjects name its messages and subjects in the loss's log
+	// line: "events" of "agents".
+	Unit, Subjects string
+	// Heal is called, from the guard's goroutine, once a loss was noticed:
+	// it creates what is missing and rebuilds what depends on it. An error
+	// is logged and Heal is called again on the next look. Nil: the loss is
+	// only reported, until someone creates the stream again.
+	Heal func(ctx context.Context, loss Loss) error
+}
+
+// guardState is what the guard knows of one Guarded.
+type guardState struct {
+	g    Guarded
+	seen *jetstream.StreamInfo // the stream as last seen whole, nil before
+	// loss is the loss being healed, nil when none.
+	loss *Loss
+	// healErr is the last Heal failure, nil when healed.
+	healErr error
+	// healed is when Heal last succeeded, zero before.
+	healed time.Time
+	// purged is a whole-stream purge the advisories reported, not yet
+	// looked at: how many messages it removed.
+	purged *uint64
+}
+
+// watchedView is a follower of a stream whose progress the guard checks.
+type watchedView struct {
+	name   string
+	stream string
+	cursor func() eventlog.Seq
+	last   eventlog.Seq // cursor at the last look
+	moved  time.Time    // when the cursor last moved, or the view was caught up
+	behind eventlog.Seq // how far behind the stream it was at the last look
+}
+
+// guard is the daemon's store guard.
+type guard struct {
+	logger *slog.Logger
+	faults *prometheus.CounterVec
+
+	mu struct {
+		sync.Mutex
+		states []*guardState
+		views  []*watchedView
+	}
+}
+
+func newGuard(logger *slog.Logger, reg prometheus.Registerer) (*guard, error) {
+	g := &guard{logger: logger.With("subsystem", "guard")}
+	faults := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forever_agentd_store_faults_total",
+		Help: "Losses of a JetStream stream or bucket the daemon noticed under it, by store and kind (deleted, recreated, purged).",
+	}, []string{"store", "kind"})
+	var err error
+	if g.faults, err = promreg.Register(reg, faults); err != nil {
+		return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
+	}
+	return g, nil
+}
+
+// add watches s from now on.
+func (g *guard) add(s Guarded) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.mu.states {
+		if st.g.Stream == s.Stream {
+			st.g = s
+			return
+		}
+	}
+	g.mu.states = append(g.mu.states, &guardState{g: s})
+}
+
+// watchView checks that a view of stream keeps following it.
+func (g *guard) watchView(name, stream string, cursor func() eventlog.Seq) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.views = append(g.mu.views, &watchedView{name: name, stream: stream, cursor: cursor, moved: time.Now()})
+}
+
+// Guard adds a stream or bucket to those the daemon's guard watches (the
+// event log's streams and the lease bucket are watched already). It may be
+// called at any time; a Guarded with the same Stream replaces the earlier.
+func (d *Daemon) Guard(g Guarded) { d.guard.add(g) }
+
+// run looks every GuardInterval until ctx ends.
+func (g *guard) run(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("guard: %w", err)
+	}
+	sub, err := nc.Subscribe(jsAPIAudit, g.audit)
+	if err != nil {
+		return fmt.Errorf("guard: subscribe to %s: %w", jsAPIAudit, err)
+	}
+	defer sub.Unsubscribe()
+	t := time.NewTicker(GuardInterval)
+	defer t.Stop()
+	for {
+		g.look(ctx, js)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// jsAPIAudit is the subject of JetStream's API audit advisories.
+const jsAPIAudit = "$JS.EVENT.ADVISORY.API"
+
+// purgePrefix starts the API subject of a stream purge.
+const purgePrefix = "$JS.API.STREAM.PURGE."
+
+// audit takes one API audit advisory: a purge of a guarded stream without
+// a subject filter is recorded for the next look.
+func (g *guard) audit(m *nats.Msg) {
+	if !bytes.Contains(m.Data, []byte(purgePrefix)) {
+		return
+	}
+	var a struct {
+		Subject  string `json:"subject"`
+		Request  string `json:"request"`
+		Response string `json:"response"`
+	}
+	if json.Unmarshal(m.Data, &a) != nil || !strings.HasPrefix(a.Subject, purgePrefix) {
+		return
+	}
+	var req struct {
+		Filter string `json:"filter"`
+	}
+	if a.Request != "" && json.Unmarshal([]byte(a.Request), &req) != nil || req.Filter != "" {
+		return // Forever's own purges name a subject
+	}
+	var resp struct {
+		Success bool   `json:"success"`
+		Purged  uint64 `json:"purged"`
+	}
+	if json.Unmarshal([]byte(a.Response), &resp) != nil || !resp.Success {
+		return
+	}
+	name := strings.TrimPrefix(a.Subject, purgePrefix)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.mu.states {
+		if st.g.Stream == name {
+			n := resp.Purged
+			if st.purged != nil {
+				n += *st.purged
+			}
+			st.purged = &n
+		}
+	}
+}
+
+// look checks every guarded stream and watched view once.
+func (g *guard) look(ctx context.Context, js jetstream.JetStream) {
+	g.mu.Lock()
+	states := append([]*guardState(nil), g.mu.states...)
+	g.mu.Unlock()
+	lasts := map[string]uint64{}
+	for _, st := range states {
+		if ctx.Err() != nil {
+			return
+		}
+		if info := g.lookAt(ctx, js, st); info != nil {
+			lasts[st.g.Stream] = info.State.LastSeq
+		}
+	}
+	g.lookAtViews(lasts)
+}
+
+// lookAt checks one stream: it notices a loss, heals it, and returns the
+// stream's info (nil when it could not be read).
+func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardState) *jetstream.StreamInfo {
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var info *jetstream.StreamInfo
+	s, err := js.Stream(ictx, st.g.Stream)
+	if err == nil {
+		info = s.CachedInfo()
+	}
+	g.mu.Lock()
+	seen, loss, purged := st.seen, st.loss, st.purged
+	if err == nil {
+		st.purged = nil
+	}
+	g.mu.Unlock()
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if loss == nil {
+			g.noticed(st, seen, Loss{Kind: LossDeleted})
+		}
+	case err != nil:
+		// JetStream slow or electing: nothing can be said.
+		return nil
+	case loss != nil:
+	case seen != nil && !info.Created.Equal(seen.Created):
+		g.noticed(st, seen, Loss{Kind: LossRecreated})
+	case purged != nil:
+		l := Loss{Kind: LossPurged}
+		if seen != nil {
+			l.Subjects = seen.State.NumSubjects
+		}
+		l.Msgs = *purged
+		g.noticed(st, nil, l)
+	}
+	g.mu.Lock()
+	loss = st.loss
+	g.mu.Unlock()
+	if loss != nil {
+		info = g.heal(ctx, js, st, *loss)
+	}
+	if info != nil {
+		g.mu.Lock()
+		st.seen = info
+		g.mu.Unlock()
+	}
+	return info
+}
+
+// noticed logs a loss once, counts it and records it to heal.
+func (g *guard) noticed(st *guardState, seen *jetstream.StreamInfo, loss Loss) {
+	if seen != nil {
+		loss.Msgs, loss.Subjects = seen.State.Msgs, seen.State.NumSubjects
+	}
+	what := fmt.Sprintf("was %s", loss.Kind)
+	if loss.Kind == LossRecreated {
+		what = "was deleted and created again"
+	}
+	next := "it is created again and what depends on it rebuilt"
+	if st.g.Heal == nil {
+		next = "it is not healed by agentd: create it again"
+	}
+	lost := fmt.Sprintf("%d %s", loss.Msgs, st.g.Unit)
+	if loss.Subjects > 0 {
+		lost += fmt.Sprintf(" of %d %s", loss.Subjects, st.g.Subjects)
+	}
+	g.logger.Error(fmt.Sprintf("%s %s under the running node: %s lost; %s", st.g.What, what, lost, next),
+		"store", st.g.Stream, "kind", string(loss.Kind), "lost_msgs", loss.Msgs, "lost_subjects", loss.Subjects)
+	g.faults.WithLabelValues(st.g.Stream, string(loss.Kind)).Inc()
+	g.mu.Lock()
+	st.loss, st.healErr = &loss, nil
+	g.mu.Unlock()
+}
+
+// heal runs st's Heal for loss and returns the stream's info once healed,
+// nil while it is not.
+func (g *guard) heal(ctx context.Context, js jetstream.JetStream, st *guardState, loss Loss) *jetstream.StreamInfo {
+	if st.g.Heal == nil {
+		s, err := js.Stream(ctx, st.g.Stream)
+		if err != nil {
+			return nil
+		}
+		g.mu.Lock()
+		st.loss = nil
+		g.mu.Unlock()
+		return s.CachedInfo()
+	}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := st.g.Heal(hctx, loss)
+	var info *jetstream.StreamInfo
+	if err == nil {
+		s, serr := js.Stream(hctx, st.g.Stream)
+		if serr != nil {
+			err = fmt.Errorf("read it after healing: %w", serr)
+		} else {
+			info = s.CachedInfo()
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		if st.healErr == nil || st.healErr.Error() != err.Error() {
+			g.logger.Warn(fmt.Sprintf("healing %s failed; trying again", st.g.What), "store", st.g.Stream, "err", err)
+		}
+		st.healErr = err
+		return nil
+	}
+	g.logger.Info(fmt.Sprintf("%s healed", st.g.What), "store", st.g.Stream, "kind", string(loss.Kind), "took", time.Since(start))
+	st.loss, st.healErr, st.healed = nil, nil, time.Now()
+	return info
+}
+
+// lookAtViews notes how far each watched view is behind its stream's last
+// sequence, from lasts (stream name to last sequence, as just read).
+func (g *guard) lookAtViews(lasts map[string]uint64) {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, v := range g.mu.views {
+		cur := v.cursor()
+		last, ok := lasts[v.stream]
+		switch {
+		case !ok:
+		case cur != v.last || eventlog.Seq(last) <= cur:
+			v.moved, v.behind = now, 0
+		default:
+			v.behind = eventlog.Seq(last) - cur
+		}
+		v.last = cur
+	}
+}
+
+// reasons returns what the guard finds wrong now, as readiness reasons:
+// a stream lost and not yet healed, views that stopped following.
+func (g *guard) reasons() (missing, stalled []string) {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.mu.states {
+		if st.loss == nil {
+			continue
+		}
+		r := fmt.Sprintf("%s was %s and is being healed", st.g.What, st.loss.Kind)
+		switch {
+		case st.g.Heal == nil:
+			r = fmt.Sprintf("%s was %s; agentd does not heal it: create it again", st.g.What, st.loss.Kind)
+		case st.healErr != nil:
+			r = fmt.Sprintf("%s was %s and cannot be healed yet: %v", st.g.What, st.loss.Kind, st.healErr)
+		}
+		missing = append(missing, r)
+	}
+	for _, v := range g.mu.views {
+		if v.behind > 0 && now.Sub(v.moved) > viewStallAfter {
+			stalled = append(stalled, fmt.Sprintf("views %s stalled: %d events of stream %s not applied for %s",
+				v.name, v.behind, v.stream, now.Sub(v.moved).Round(time.Second)))
+		}
+	}
+	return missing, stalled
+}
+
+// StoreLostFunc is told that stream, a stream of the event log, lost its
+// events under the running node (deleted, or purged whole), once the
+// stream exists again and before the views are rebuilt from what it holds
+// now. It stops what ran on the lost history; the resume it returns is
+// called once the views were rebuilt.
+type StoreLostFunc func(ctx context.Context, stream string, loss Loss) (resume func())
+
+// OnStoreLost adds fn to the functions told when the events stream lost
+// its events (package host stops the agents, and ends their turns with an
+// error). Call it before Run or from a StartFunc.
+func (d *Daemon) OnStoreLost(fn StoreLostFunc) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.storeLost = append(d.mu.storeLost, fn)
+}
+
+// guardStores watches the event log's streams and the lease bucket, and
+// heals each when it is lost under the running node.
+func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
+	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents",
+		Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, loss) }})
+	d.Guard(Guarded{Stream: lg.ChunksStream(), What: "stream " + lg.ChunksStream(), Unit: "chunks", Subjects: "chat streams",
+		Heal: func(ctx context.Context, loss Loss) error { return healChunks(ctx, lg, loss) }})
+	if mgr := d.parts.mgr; mgr != nil {
+		d.Guard(Guarded{Stream: "KV_" + mgr.Bucket(), What: "bucket " + mgr.Bucket(), Unit: "keys", Subjects: "keys",
+			Heal: func(ctx context.Context, _ Loss) error { return mgr.RestoreBucket(ctx) }})
+	}
+}
+
+// healChunks creates the chunks stream again when it is missing. A stream
+// deleted (or created again by someone) is new to the views, which rebuild
+// from it, and to the fences, which read it again. After a purge the
+// views keep their rows (a stream whose chunks went answers 410) and the
+// fences stay: the turns streaming learn of the loss on their next chunk
+// (eventlog.ErrRemoved) and end with an error chunk.
+func healChunks(ctx context.Context, lg *eventlog.Log, loss Loss) error {
+	if err := lg.EnsureStream(ctx, lg.ChunksStream()); err != nil {
+		return err
+	}
+	if loss.Kind != LossPurged {
+		lg.ForgetFences()
+		lg.RestartViews(lg.ChunksStream(), false)
+	}
+	return nil
+}
+
+// healEvents creates the events stream again when it is missing, has the
+// StoreLostFuncs stop what ran on the lost history, makes the appends go on
+// from the stream as it is now, and rebuilds the views from it; it returns
+// once they caught up (or ctx ends).
+func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventlog.Follower, loss Loss) error {
+	stream := lg.EventsStream()
+	if err := lg.EnsureStream(ctx, stream); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	fns := d.mu.storeLost
+	d.mu.Unlock()
+	var resumes []func()
+	defer func() {
+		for _, r := range resumes {
+			r()
+		}
+	}()
+	// What ran on the lost history stops without writing to the new
+	// stream: only the error chunks that end its turns get through.
+	lg.HoldEvents(fmt.Errorf("stream %s was %s: events wait until the views are rebuilt", stream, loss.Kind))
+	for _, fn := range fns {
+		if r := fn(ctx, stream, loss); r != nil {
+			resumes = append(resumes, r)
+		}
+	}
+	lg.ForgetFences()
+	lg.ReleaseEvents()
+	gen := lg.RestartViews(stream, true)
+	if len(views.Names()) == 0 {
+		return nil
+	}
+	for views.Rebuilds() < gen {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("views of %s not rebuilt: %w", stream, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	last, err := lg.LastSeq(ctx, eventlog.Filter{})
+	if err != nil {
+		return err
+	}
+	if err := views.WaitFor(ctx, last); err != nil {
+		return fmt.Errorf("views of %s not rebuilt: %w", stream, err)
+	}
+	return nil
+}

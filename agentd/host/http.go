@@ -1,0 +1,242 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/replay"
+)
+
+// StateSource reads an agent's current state for the first message of its
+// events stream; chathost's reads a chat agent's (version 0 and no value
+// for an agent that never set one).
+type StateSource interface {
+	State(ctx context.Context, agent string) (value json.RawMessage, version int, err error)
+}
+
+// HTTPConfig configures AttachHTTP.
+type HTTPConfig struct {
+	// State reads the current state; nil: every stream starts with
+	// version 0 and a null value.
+	State StateSource
+	// Heartbeat is how often an idle events stream sends an SSE comment,
+	// so proxies keep it open. Default 15s.
+	Heartbeat time.Duration
+	// Buffer is how many messages an events stream holds for a slow
+	// client; past it the stream ends (the client reconnects and starts
+	// again from the current state). Default 1024.
+	Buffer int
+}
+
+// AttachHTTP serves, on d's HTTP server (under --auth, each tenant's
+// daemon's, behind the bearer-token front door):
+//
+//   - GET /v1/agents?user=&tag=&type=&cursor=&limit=: one page of the
+//     listing (Host.List), {"agents": [...], "next": "..."};
+//   - GET /v1/agents/{id}/events: the agent's broadcasts and state changes
+//     as Server-Sent Events, each `data: <message>`: first the current
+//     state ({"type":"state","version":N,"value":...}), then every
+//     message published on <prefix>.bcast.<id> from then on, in order
+//     (a state message not newer than the last one sent is skipped).
+//
+// Browsers on other origins follow the gateway's rules (--cors-origin).
+// Errors are {"code": N, "error": "..."}.
+func AttachHTTP(d *agentd.Daemon, h *Host, cfg HTTPConfig) error {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 1024
+	}
+	s := &httpAgents{h: h, cfg: cfg, d: d}
+	origins := d.Config().CORSOrigins
+	d.Handle("GET /v1/agents", cors(origins, http.HandlerFunc(s.list)))
+	d.Handle("OPTIONS /v1/agents", cors(origins, http.HandlerFunc(s.list)))
+	d.Handle("GET /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
+	d.Handle("OPTIONS /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
+	return nil
+}
+
+// cors applies the gateway's cross-origin rules (replay.CORS) unless a
+// handler in front did (a tenant's front door).
+func cors(origins []string, next http.Handler) http.Handler {
+	c := replay.CORS(origins, next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if w.Header().Get("Access-Control-Allow-Origin") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.ServeHTTP(w, r)
+	})
+}
+
+type httpAgents struct {
+	h   *Host
+	d   *agentd.Daemon
+	cfg HTTPConfig
+}
+
+func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if s.h.deps == nil {
+		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		return
+	}
+	if err := s.h.quotas.Allow(); err != nil {
+		writeError(w, err)
+		return
+	}
+	v := r.URL.Query()
+	q := agents.Query{User: v.Get("user"), Tag: v.Get("tag"), Type: v.Get("type"), Cursor: v.Get("cursor")}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			writeError(w, apierror.New(apierror.BadRequest, "the query parameter limit must be a number from 1 to %d, got %q", agents.MaxLimit, l))
+			return
+		}
+		q.Limit = n
+	}
+	page, err := s.h.List(r.Context(), q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if s.h.deps == nil {
+		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		return
+	}
+	agent := r.PathValue("id")
+	if _, err := s.h.TypeOf(agent); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.h.quotas.Allow(); err != nil {
+		writeError(w, err)
+		return
+	}
+	// Subscribe first, then read the state: a change after the read is in
+	// the subscription; one before it is in the state (and skipped when it
+	// arrives, by its version).
+	msgs := make(chan []byte, s.cfg.Buffer)
+	overflow := make(chan struct{})
+	var full bool
+	sub, err := s.h.deps.Conn.Subscribe(BroadcastSubject(s.h.deps.Log.Prefix(), agent), func(m *nats.Msg) {
+		if full {
+			return
+		}
+		select {
+		case msgs <- m.Data:
+		default:
+			full = true // one callback goroutine per subscription: no race
+			close(overflow)
+		}
+	})
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: subscribe: %w", ErrUnavailable, err))
+		return
+	}
+	defer sub.Unsubscribe()
+	var value json.RawMessage
+	version := 0
+	if s.cfg.State != nil {
+		if value, version, err = s.cfg.State.State(r.Context(), agent); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if len(value) == 0 {
+		value = json.RawMessage("null")
+	}
+	first, err := json.Marshal(StateMessage{Type: KindState, Version: version, Value: value})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(b []byte) bool {
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(first) {
+		return
+	}
+	s.h.watchers.Inc()
+	defer s.h.watchers.Dec()
+	beat := time.NewTicker(s.cfg.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case b := <-msgs:
+			var m struct {
+				Type    string `json:"type"`
+				Version int    `json:"version"`
+			}
+			if json.Unmarshal(b, &m) == nil && m.Type == KindState {
+				if m.Version <= version {
+					continue // already sent (the state read, or a repeat)
+				}
+				version = m.Version
+			}
+			if !send(b) {
+				return
+			}
+		case <-beat.C:
+			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-overflow:
+			// The client reads slower than the agent publishes: end the
+			// stream; on reconnect it starts from the current state.
+			fmt.Fprint(w, ": too slow, reconnect\n\n")
+			_ = rc.Flush()
+			return
+		case <-r.Context().Done():
+			return
+		case <-s.d.Stopping():
+			return
+		}
+	}
+}
+
+// writeError answers err as {"code": N, "error": "..."} with its status
+// code, and Retry-After for 429 and 503 (ClientError).
+func writeError(w http.ResponseWriter, err error) { ClientError(err).WriteHTTP(w) }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}

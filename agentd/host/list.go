@@ -1,0 +1,66 @@
+package host
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/forever-agents/forever/agents"
+)
+
+// ListSubject is the subject of the listing on the NATS service:
+// <prefix>.list. Its payload is an agents.Query ({"user", "tag", "type",
+// "cursor", "limit"}, all optional), its reply an agents.Page
+// ({"agents": [...], "next": "..."}). Any node answers it from its own
+// view; a tenant's credential lists its tenant's agents only (its own
+// account).
+func ListSubject(prefix string) string { return prefix + ".list" }
+
+// handleList answers a listing request in its own goroutine, within the
+// node's bound of commands in flight, like a command.
+func (h *Host) handleList(req micro.Request) {
+	select {
+	case h.inflight <- struct{}{}:
+	default:
+		RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
+		return
+	}
+	h.handling.Add(1)
+	go func() {
+		defer func() {
+			<-h.inflight
+			h.handling.Done()
+		}()
+		h.serveList(req)
+	}()
+}
+
+func (h *Host) serveList(req micro.Request) {
+	if err := h.quotas.Allow(); err != nil {
+		RespondError(req, err)
+		return
+	}
+	var q agents.Query
+	if err := decodePayload(req.Data(), &q); err != nil {
+		RespondError(req, err)
+		return
+	}
+	h.mu.Lock()
+	base := h.mu.ctx
+	h.mu.Unlock()
+	if base == nil {
+		RespondError(req, fmt.Errorf("%w: starting up, try again", ErrUnavailable))
+		return
+	}
+	ctx, cancel := context.WithTimeout(base, commandTimeout)
+	defer cancel()
+	page, err := h.List(ctx, q)
+	if err != nil {
+		RespondError(req, err)
+		return
+	}
+	if err := req.RespondJSON(page); err != nil {
+		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+	}
+}

@@ -1,0 +1,206 @@
+package agentd_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
+)
+
+// closedWithin reads c until the server closes it; it fails the test if
+// the connection is still open after limit (a bound far above the
+// configured timeouts: it tells "closed" from "left open", not how fast).
+func closedWithin(t *testing.T, c net.Conn, limit time.Duration, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(limit))
+	_, err := io.Copy(io.Discard, c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: the connection is still open after %s", what, limit)
+	}
+}
+
+// TestHTTPTimeouts: a connection that sends no headers, a body that
+// trickles and an idle kept-alive connection are closed by the server; a
+// response streaming long after its body was read is not cut.
+func TestHTTPTimeouts(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.HTTPReadHeaderTimeout = 300 * time.Millisecond
+	cfg.HTTPBodyTimeout = 300 * time.Millisecond
+	cfg.HTTPIdleTimeout = 500 * time.Millisecond
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HandleFunc("POST /read", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	d.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		for i := range 15 { // 1.5s: past the body and idle timeouts
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			fmt.Fprintf(w, "line %d\n", i)
+			http.NewResponseController(w).Flush()
+		}
+		fmt.Fprintln(w, "end")
+	})
+	agentdtest.Start(t, d)
+	addr := d.HTTPAddr()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	t.Run("NoHeaders", func(t *testing.T) {
+		c := dial()
+		c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")) // never ends
+		closedWithin(t, c, 10*time.Second, "headers never ended")
+	})
+	t.Run("SlowBody", func(t *testing.T) {
+		c := dial()
+		c.Write([]byte("POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc"))
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() { // a byte every 100ms: never idle, never done
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+					if _, err := c.Write([]byte("x")); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		closedWithin(t, c, 10*time.Second, "slow body")
+	})
+	t.Run("Idle", func(t *testing.T) {
+		c := dial()
+		c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		closedWithin(t, c, 10*time.Second, "idle kept-alive connection")
+	})
+	t.Run("StreamOutlivesTimeouts", func(t *testing.T) {
+		resp, err := http.Post("http://"+addr+"/stream", "text/plain", strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || !strings.HasSuffix(string(b), "end\n") {
+			t.Fatalf("the stream was cut: %v %q", err, b)
+		}
+	})
+}
+
+// TestHTTPMaxConns: past --http-max-conns a connection gets 503 with
+// Retry-After; once one closes, the next is served.
+func TestHTTPMaxConns(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.HTTPMaxConns = 2
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	addr := d.HTTPAddr()
+	get := func(c net.Conn) *http.Response {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if resp := get(c); resp.StatusCode != http.StatusOK {
+			t.Fatalf("within the bound: %d", resp.StatusCode)
+		}
+		held = append(held, c)
+	}
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	resp := get(extra)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the bound: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	held[0].Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := get(c).StatusCode
+		c.Close()
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a slot freed by a closed connection was not given back: %d", code)
+		}
+	}
+}
+
+// TestMetricsListener: with --metrics-listen, /metrics is served there and
+// refused on the HTTP port.
+func TestMetricsListener(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.MetricsListen = "127.0.0.1:0"
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	if d.MetricsAddr() == "" {
+		t.Fatal("no metrics address")
+	}
+	code, body := agentdtest.Get(t, "http://"+d.MetricsAddr()+"/metrics")
+	if code != http.StatusOK || !strings.Contains(body, "forever_agentd_ready") {
+		t.Fatalf("metrics listener: %d %.200s", code, body)
+	}
+	if code, body := agentdtest.Get(t, "http://"+d.HTTPAddr()+"/metrics"); code != http.StatusNotFound || !strings.Contains(body, "--metrics-listen") {
+		t.Fatalf("/metrics on the HTTP port: %d %s", code, body)
+	}
+}

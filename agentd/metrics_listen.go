@@ -1,0 +1,112 @@
+package agentd
+
+import (
+	"errors"
+	"flag"
+	"net/http"
+)
+
+// DefaultAuthMetricsListen is where /metrics is served under --auth when
+// --metrics-listen is not set: loopback only, away from the tenants' port.
+const DefaultAuthMetricsListen = "127.0.0.1:9464"
+
+// maxMetricsConns bounds the connections of the metrics listener.
+const maxMetricsConns = 64
+
+// metricsAddr is where /metrics is served: MetricsListen when set; under
+// Auth DefaultAuthMetricsListen (its series name every tenant, so it is
+// not on the tenants' port); else "" for the --http port. A tenant's
+// daemon serves none.
+func (c *Config) metricsAddr() string {
+	switch {
+	case c.Tenant != nil:
+		return ""
+	case c.MetricsListen != "":
+		return c.MetricsListen
+	case c.Auth:
+		return DefaultAuthMetricsListen
+	}
+	return ""
+}
+
+// validateMetrics checks --metrics-listen.
+func (c *Config) validateMetrics() error {
+	if c.MetricsListen == "" {
+		return nil
+	}
+	if _, _, err := splitAddr(c.MetricsListen); err != nil {
+		return configErrorf("metrics-listen", "metrics listen address %q: %v", c.MetricsListen, err)
+	}
+	return nil
+}
+
+// metricsFlags defines --metrics-listen.
+func metricsFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen,
+		"`host:port` serving /metrics on a listener of its own, and no longer on --http (default with --auth: "+
+			DefaultAuthMetricsListen+"; without: /metrics on --http); plain HTTP, keep it on loopback or a private network")
+}
+
+// serveMetrics serves /metrics on Config.metricsAddr when it is set, until
+// the returned stop is called. Errors: ErrAddrInUse or ErrConfig naming
+// --metrics-listen.
+func (d *Daemon) serveMetrics() (stop func(), err error) {
+	addr := d.cfg.metricsAddr()
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := listen("metrics listen address", "metrics-listen", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.metricsHandler)
+	if d.cfg.Auth {
+		mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: d.cfg.HTTPReadHeaderTimeout,
+		IdleTimeout:       d.cfg.HTTPIdleTimeout,
+	}
+	s := ln.Addr().String()
+	d.metricsListen.Store(&s)
+	lim := &connLimiter{Listener: ln, max: maxMetricsConns, refusing: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(lim); !errors.Is(err, http.ErrServerClosed) {
+			d.logger.Error("metrics listener stopped", "addr", s, "err", err)
+		}
+	}()
+	return func() {
+		hs.Close()
+		<-done
+	}, nil
+}
+
+// MetricsAddr returns the address /metrics is served on when it has a
+// listener of its own (--metrics-listen, with its port picked when it was
+// 0), empty when /metrics is on the HTTP port.
+func (d *Daemon) MetricsAddr() string {
+	if p := d.metricsListen.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// httpFront answers what the daemon's HTTP port refuses before any
+// handler: /metrics when metrics have a listener of their own.
+func (d *Daemon) httpFront(h http.Handler) http.Handler {
+	if d.cfg.metricsAddr() == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
+				"error": "metrics are served on the --metrics-listen address, not on --http"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

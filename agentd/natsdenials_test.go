@@ -1,0 +1,53 @@
+package agentd
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestDenialLogBounded: 20,000 denied publishes in a burst are all
+// counted and passed to the hook, and logged in a few lines that say how
+// many were left out; other server lines pass through.
+func TestDenialLogBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	dl, err := newDenialLog(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hooked int
+	var last Denial
+	fn := func(d Denial) { hooked++; last = d }
+	dl.hook.Store(&fn)
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, nil))
+	acc := "A" + strings.Repeat("B", 55)
+	user := "U" + strings.Repeat("C", 55)
+	// As nats-server 2.15 writes it: the account's key and name, then the
+	// user's key.
+	line := fmt.Sprintf(`10.1.2.3:54321 - cid:9 - "v1.55.0:go:probe" - %q - Publish Violation - Subject "forever.evt.bot"`, acc+"/acme/jwt:"+user)
+	for range 20000 {
+		if !dl.take(l, line) {
+			t.Fatal("a publish violation was not taken as a denial")
+		}
+	}
+	if dl.take(l, "JetStream cluster new stream leader") {
+		t.Fatal("an ordinary line was taken as a denial")
+	}
+	if n := strings.Count(buf.String(), "\n"); n > 5 {
+		t.Fatalf("%d log lines for one burst of denials", n)
+	}
+	var m dto.Metric
+	dl.count.WithLabelValues("publish").Write(&m)
+	if got := m.GetCounter().GetValue(); got != 20000 {
+		t.Fatalf("counted %v denials", got)
+	}
+	if hooked != 20000 || last.Kind != "publish" || last.Account != acc || last.User != user || last.From != "10.1.2.3:54321" {
+		t.Fatalf("hook: %d calls, last %+v", hooked, last)
+	}
+}

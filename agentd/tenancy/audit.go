@@ -1,0 +1,127 @@
+package tenancy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/audit"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
+)
+
+// maxDetail bounds what a record quotes of an error or a server line.
+const maxDetail = 300
+
+// NATSCred names the credential of a command that came over NATS: the
+// server checked its credential's permissions, but does not tell which
+// credential sent it.
+const NATSCred = "nats"
+
+// AdminCred names the admin credential in the audit log.
+const AdminCred = "admin"
+
+// auditCommand records a command of tenant that may change an agent.
+func (ts *tenantSet) auditCommand(ctx context.Context, tenant, agent, verb string, err error) {
+	r := audit.Record{Tenant: tenant, Cred: NATSCred, Action: verb, Agent: agent, Outcome: audit.OK}
+	if id, ok := auth.IdentityFrom(ctx); ok {
+		r.Cred, r.Role, r.From = id.Cred, string(id.Role), id.From
+	}
+	if err != nil {
+		r.Code = host.StatusCode(err)
+		r.Outcome, r.Detail = outcome(r.Code), clip(err.Error())
+	}
+	ts.audit.Record(r)
+}
+
+// outcome is a refusal for a 4xx code but a server error's, a failure
+// otherwise.
+func outcome(code int) string {
+	if code >= 400 && code < 500 {
+		return audit.Refused
+	}
+	return audit.Failed
+}
+
+// auditAdmin records an admin operation: action on the tenant (and
+// credential) the request names.
+func (ts *tenantSet) auditAdmin(action string, data []byte, reply any, err error) {
+	var req struct {
+		Name string `json:"name"`
+		Cred string `json:"cred"`
+		Role string `json:"role"`
+	}
+	_ = json.Unmarshal(data, &req)
+	if cr, ok := reply.(CreateReply); ok {
+		req.Cred, req.Role = cr.Cred, string(cr.Role) // the name and role minted
+	}
+	r := audit.Record{Tenant: req.Name, Cred: AdminCred, Action: action, Outcome: audit.OK}
+	if auth.CheckName(req.Name) != nil {
+		r.Tenant = "" // not a usable subject token
+	}
+	var details []string
+	if req.Cred != "" && auth.CheckCredName(req.Cred) == nil {
+		details = append(details, "cred "+req.Cred)
+	}
+	if req.Role != "" {
+		details = append(details, "role "+clip(req.Role))
+	}
+	if err != nil {
+		r.Code, _ = host.ErrorReply(err)
+		r.Outcome = outcome(r.Code)
+		details = append(details, clip(err.Error()))
+	}
+	r.Detail = strings.Join(details, "; ")
+	ts.audit.Record(r)
+}
+
+// auditRefusal records an HTTP request the front door refused.
+func (ts *tenantSet) auditRefusal(r *http.Request, id auth.Identity, ref *refusal) {
+	ts.audit.Refused(audit.Record{Tenant: id.Tenant, Cred: id.Cred, Role: string(id.Role), Action: "auth.refused",
+		Code: ref.code, Detail: ref.reason + ": " + clip(ref.msg) + " (" + r.Method + " " + clip(r.URL.Path) + ")", From: id.From})
+}
+
+// auditQuota records a request refused for its tenant's rate.
+func (ts *tenantSet) auditQuota(r *http.Request, id auth.Identity, err error) {
+	var qe *quota.Error
+	if !errors.As(err, &qe) {
+		return
+	}
+	ts.audit.Refused(audit.Record{Tenant: id.Tenant, Cred: id.Cred, Role: string(id.Role), Action: "quota.refused",
+		Code: http.StatusTooManyRequests, Detail: clip(err.Error()), From: id.From})
+}
+
+// natsDenied records a client the NATS server refused, naming its tenant
+// and credential when the server's line names its account and user.
+func (ts *tenantSet) natsDenied(dn agentd.Denial) {
+	r := audit.Record{Action: "nats.denied", Detail: dn.Kind + ": " + clip(dn.Detail), From: dn.From, Time: dn.Time.UTC()}
+	if dn.Account != "" {
+		ts.mu.Lock()
+		for name, st := range ts.mu.states {
+			if st.rec == nil || st.rec.Account != dn.Account {
+				continue
+			}
+			r.Tenant = name
+			for _, c := range st.rec.Creds {
+				if c.User == dn.User {
+					r.Cred, r.Role = c.Name, string(c.Role)
+				}
+			}
+		}
+		ts.mu.Unlock()
+	}
+	ts.audit.Refused(r)
+}
+
+// clip shortens s to maxDetail bytes on one line.
+func clip(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > maxDetail {
+		return s[:maxDetail] + "..."
+	}
+	return s
+}

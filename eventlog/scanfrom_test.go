@@ -1,0 +1,58 @@
+package eventlog_test
+
+import (
+	"testing"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+// TestScanFrom: ScanFrom yields the rows under a prefix from a key on, and
+// nothing from a key past the prefix.
+func TestScanFrom(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	appendN(t, lg, 100, 10) // agent0..agent9: rows n/agentK and h/agentK
+	pr, err := lg.NewProjector(counter(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventlogtest.RunProjector(t, pr)
+	if err := pr.WaitFor(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	v, err := lg.View("counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(prefix, from string) []string {
+		var out []string
+		for kv, err := range v.ScanFrom([]byte(prefix), []byte(from)) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(kv.Key))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, prefix, from string
+		want               []string
+	}{
+		{"from inside", "n/", "n/agent7", []string{"n/agent7", "n/agent8", "n/agent9"}},
+		{"after a key", "n/", "n/agent8\x00", []string{"n/agent9"}},
+		{"from below the prefix", "n/agent", "a", []string{"n/agent0", "n/agent1", "n/agent2", "n/agent3", "n/agent4", "n/agent5", "n/agent6", "n/agent7", "n/agent8", "n/agent9"}},
+		{"from past the prefix", "h/", "n/", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := keys(tc.prefix, tc.from)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("got %q, want %q", got, tc.want)
+				}
+			}
+		})
+	}
+}
