@@ -107,6 +107,15 @@ func openPartitionsBucket(ctx context.Context, js jetstream.JetStream, cfg Confi
 	return kv, true, nil
 }
 
+// OpenPartitionsBucket binds the account's partitions bucket
+// (DefaultPartitionsBucket), creating it as a node does when it is
+// missing, with replicas copies: a restore into a new node or cluster
+// writes its epoch counters before any node started there.
+func OpenPartitionsBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, _, err := openPartitionsBucket(ctx, js, Config{PartitionsBucket: DefaultPartitionsBucket, Replicas: max(replicas, 1)})
+	return kv, err
+}
+
 // bucketStream is the stream behind a KV bucket.
 func bucketStream(bucket string) string { return "KV_" + bucket }
 

@@ -186,12 +186,13 @@ func readEpochs(ctx context.Context, js jetstream.JetStream) (map[string]uint64,
 
 // mergeEpochs raises the target's epoch counters to the backup's, each by
 // a compare-and-set (tried again when an acquisition moved it meanwhile),
-// never lowering one.
-func mergeEpochs(ctx context.Context, js jetstream.JetStream, epochs map[string]uint64) error {
+// never lowering one. A target no node has started on yet gets its
+// partitions bucket here, with replicas copies.
+func mergeEpochs(ctx context.Context, js jetstream.JetStream, epochs map[string]uint64, replicas int) error {
 	if len(epochs) == 0 {
 		return nil
 	}
-	kv, err := js.KeyValue(ctx, ownership.DefaultPartitionsBucket)
+	kv, err := ownership.OpenPartitionsBucket(ctx, js, replicas)
 	if err != nil {
 		return fmt.Errorf("partitions bucket of the target: %w", err)
 	}
@@ -317,7 +318,25 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 			return err
 		}
 	}
-	return mergeEpochs(ctx, js, acc.Epochs)
+	return mergeEpochs(ctx, js, acc.Epochs, bucketReplicas(acc, replicas))
+}
+
+// bucketReplicas is the replica count of a partitions bucket a restore
+// creates: replicas when given, else the most the backed-up streams had.
+func bucketReplicas(acc Account, replicas int) int {
+	if replicas > 0 {
+		return replicas
+	}
+	n := 1
+	for _, st := range acc.Streams {
+		var cfg struct {
+			Replicas int `json:"num_replicas"`
+		}
+		if json.Unmarshal(st.Config, &cfg) == nil {
+			n = max(n, cfg.Replicas)
+		}
+	}
+	return n
 }
 
 // restoreStream deletes the target's empty stream, if any, and restores

@@ -183,7 +183,8 @@ func testClusterBackup(t *testing.T, bin string) {
 	for _, tc := range tenants {
 		for _, a := range agents {
 			tenantChat(t, src[1].nats, tc, a, "hello from "+tc.Tenant)
-			want[tc.Tenant+"/"+a] = waitAnswered(t, src[2].http, tc.Token, a, "hello from "+tc.Tenant)
+			// The whole answer: the messages view shows a streaming one.
+			want[tc.Tenant+"/"+a] = waitAnswered(t, src[2].http, tc.Token, a, "hello from "+tc.Tenant, "every time you ask.")
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "backup")

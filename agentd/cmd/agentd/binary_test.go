@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,13 +18,33 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 )
 
-// buildBinary builds this package, the agentd command, into a temp dir.
+// buildBinary builds this package, the agentd command, once per test
+// binary (with the race detector when the tests run with it).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	return buildBinaryRace(t, raceEnabled)
 }
 
-// buildBinaryRace builds agentd, with the race detector when race is set.
+// builds holds the agentd binaries built for this package's tests: the
+// top-level tests run in parallel and share them.
+var builds struct {
+	sync.Mutex
+	dir  string
+	bins map[bool]string
+	errs map[bool]error
+}
+
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+	}
+	os.Exit(code)
+}
+
+// buildBinaryRace builds agentd, with the race detector when race is set,
+// once for all of the package's tests.
 func buildBinaryRace(t *testing.T, race bool) string {
 	t.Helper()
 	if testing.Short() {
@@ -35,20 +57,40 @@ func buildBinaryRace(t *testing.T, race bool) string {
 			t.Skip("go command not found")
 		}
 	}
-	bin := filepath.Join(t.TempDir(), "agentd")
-	args := []string{"build", "-o", bin}
+	builds.Lock()
+	defer builds.Unlock()
+	if bin, ok := builds.bins[race]; ok {
+		return bin
+	}
+	if err := builds.errs[race]; err != nil {
+		t.Fatal(err)
+	}
+	if builds.dir == "" {
+		if builds.dir, err = os.MkdirTemp("", "agentd-test-bin-"); err != nil {
+			t.Fatal(err)
+		}
+		builds.bins, builds.errs = map[bool]string{}, map[bool]error{}
+	}
+	bin := filepath.Join(builds.dir, "agentd")
+	args := []string{"build", "-o"}
 	if race {
-		args = append(args, "-race")
+		bin += "-race"
+		args = append(args, bin, "-race")
+	} else {
+		args = append(args, bin)
 	}
 	cmd := exec.Command(goBin, append(args, ".")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		builds.errs[race] = fmt.Errorf("go build: %v\n%s", err, out)
+		t.Fatal(builds.errs[race])
 	}
+	builds.bins[race] = bin
 	return bin
 }
 
 // TestBinary builds agentd once and runs it as a black box.
 func TestBinary(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	t.Run("StopsOnSIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
 	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })

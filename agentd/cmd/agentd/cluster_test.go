@@ -251,6 +251,7 @@ func checkWriters(t *testing.T, c *crashClient, agents []string) {
 // TestCluster runs three agentd nodes on loopback, started as the Helm
 // chart starts its pods, with R3 streams, and takes nodes away under load.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	// Three race-instrumented nodes with R3 fsynced streams overload a
 	// 2-core machine until commands time out; the race detector covers the
 	// same code in the in-process and single-binary tests.

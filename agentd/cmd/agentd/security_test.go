@@ -35,6 +35,7 @@ import (
 // consumers, scoped, expired, revoked and disabled credentials, denied
 // publishes, and checks the audit log saw it all.
 func TestSecurity(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	t.Run("HTTPLimits", func(t *testing.T) { testSecurityHTTPLimits(t, bin) })
 	t.Run("Tenants", func(t *testing.T) { testSecurityTenants(t, bin) })

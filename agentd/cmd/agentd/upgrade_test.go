@@ -74,10 +74,11 @@ func buildRelease(t *testing.T, commit string) string {
 // release wrote is read by the new one, every acknowledged chat is
 // answered once, every fiber ends, and the logs verify clean.
 func TestUpgrade(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds two agentd binaries")
 	}
-	newBin := buildBinary(t)
+	newBin := buildBinaryRace(t, false) // a cluster, as TestCluster runs it
 	oldBin := buildRelease(t, upgradeFrom)
 
 	secret := filepath.Join(t.TempDir(), "secret")
