@@ -337,6 +337,12 @@
 //     link's end (TestSubagentCrashPoints kills the parent at each point of
 //     a step with two children). Every started link ends: with the child's
 //     outcome, or cancelled when the parent's turn ends first.
+//   - A call that would close a cycle (its child is in the chain of
+//     callers) or make a chain deeper than Config.MaxDepth starts no
+//     child turn: the parent gets a tool error ("cycle", "depth") and its
+//     turn goes on (TestSubagentRefused). A child's Send refuses a parent
+//     whose chain holds the child (ErrInvalidMessage), however the call
+//     reached it.
 //   - A turn awaiting its children runs nothing and pins nothing: no
 //     keepalive reference, no TurnLimiter admission; its agent may be
 //     deactivated and it resumes when a child's notice (or a restart)

@@ -440,6 +440,16 @@ func TestSubagentRefused(t *testing.T) {
 	if starts := turnStarts(t, e, "d3"); len(starts) != 0 {
 		t.Errorf("d3 ran %v", starts)
 	}
+	// A child's Send refuses a parent whose chain holds it, however the
+	// call reached it, and a parent that does not name its call.
+	for _, p := range []*chat.ParentRef{
+		{Agent: "q1", RequestID: "rq", CallID: "c1", Mode: chat.ModePersistent, Chain: []string{"self", "q1"}},
+		{Agent: "q1", RequestID: "rq", Mode: chat.ModePersistent, Chain: []string{"q1"}},
+	} {
+		if _, err := m.get("self").a.Send(t.Context(), chat.SendRequest{Text: "hi", Parent: p}); !errors.Is(err, chat.ErrInvalidMessage) {
+			t.Errorf("Send with parent %+v: %v, want ErrInvalidMessage", p, err)
+		}
+	}
 	checkClean(t, e.lg)
 }
 
