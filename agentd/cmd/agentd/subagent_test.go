@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/chat"
 )
 
@@ -126,6 +128,20 @@ func testBinarySubagents(t *testing.T, bin string) {
 		detail, _ := json.Marshal(st.Detail)
 		if strings.Contains(string(detail), `"children"`) {
 			t.Errorf("status after the turn lists children: %s", detail)
+		}
+		// The agents view lists the children (the meta verb answers the
+		// parent's entry).
+		var entry agents.Entry
+		json.Unmarshal(c.command("boss", "meta", nil), &entry)
+		var kids []string
+		for _, k := range entry.Children {
+			if k.Status != chat.LinkCompleted || k.Type != "chat" || k.Mode != chat.ModePersistent {
+				t.Errorf("listed child %+v, want a completed persistent chat agent", k)
+			}
+			kids = append(kids, k.Agent)
+		}
+		if slices.Sort(kids); !slices.Equal(kids, []string{"kid-a", "kid-b", "kid-c"}) {
+			t.Errorf("listed children %v, want kid-a, kid-b, kid-c", kids)
 		}
 		verifyLog(t, c)
 		if t.Failed() {
