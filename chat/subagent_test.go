@@ -386,6 +386,44 @@ func TestSubagentCancel(t *testing.T) {
 	checkClean(t, e.lg)
 }
 
+// TestSubagentCancelDeactivated: a cancel of a parent deactivated while it
+// waits (the cancel activates it, its turn is recovered) stops the child
+// too and records the link cancelled.
+func TestSubagentCancelDeactivated(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	m := newMesh(t, e, func(agent string) llm.Provider {
+		if agent == "slow" {
+			return g
+		}
+		return local(agent)
+	})
+	turn, err := m.get("boss").a.Send(t.Context(), chat.SendRequest{Text: "/agent slow tell me a story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.streaming
+	waitFor(t, "the parent waiting", func() bool {
+		st, err := m.get("boss").a.Status()
+		return err == nil && len(st.Children) == 1
+	})
+	m.deactivate("boss")
+	if ok, err := m.get("boss").a.Cancel(t.Context()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if tr := awaitTurn(t, e, "boss"); tr.Status != chat.TurnInterrupted {
+		t.Fatalf("parent turn %s", tr.Status)
+	}
+	if tr := awaitTurn(t, e, "slow"); tr.Status != chat.TurnInterrupted {
+		t.Fatalf("child turn %s, want interrupted", tr.Status)
+	}
+	links, _ := e.store.Links("boss", turn.RequestID)
+	if len(links) != 1 || links[0].Status != chat.LinkCancelled {
+		t.Fatalf("links %+v", links)
+	}
+	checkClean(t, e.lg)
+}
+
 // TestSubagentRefused: a cycle (an agent calling itself, or an agent that
 // called it) and a chain deeper than MaxDepth end the call with a tool
 // error the model sees; the turns complete.
