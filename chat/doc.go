@@ -187,7 +187,10 @@
 //     subagent.ended with the tool's output (or error, for a child that
 //     failed or was interrupted) and the child's usage, then writes the
 //     output, once: on recovery a call with an ended link is answered from
-//     the link.
+//     the link. A child turn the caught-up views do not hold was deleted
+//     with its agent (the link is recorded after it was durable): the
+//     call fails ("agent X was deleted before it answered") instead of
+//     waiting for an end that never comes.
 //   - Modes. A persistent child is the agent named and keeps its
 //     conversation; an ephemeral child's id is EphemeralChildID(base,
 //     parent, request, call): <base>~<parent, ':' as '_'>~<12 hex>, new

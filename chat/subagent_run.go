@@ -341,14 +341,18 @@ func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, 
 		return link, false, err
 	}
 	info, err := a.store.Turn(link.Agent, link.RequestID)
+	end := link
+	end.EndedAt = a.cfg.Clock.Now().UTC()
 	if errors.Is(err, ErrNotFound) {
-		return link, false, nil
+		// The link is recorded once the child's turn.started is durable,
+		// and the views are caught up with the child's last event: a turn
+		// not found is one whose agent was deleted, and it will never end.
+		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s was deleted before it answered", link.Agent)
+		return end, true, nil
 	}
 	if err != nil || info.Active() {
 		return link, false, err
 	}
-	end := link
-	end.EndedAt = a.cfg.Clock.Now().UTC()
 	switch info.Status {
 	case TurnCompleted:
 		end.Status = LinkCompleted

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/verify"
 )
 
 // mesh hosts agents in one process the way agentd does: an agent is
@@ -422,6 +424,51 @@ func TestSubagentCancelDeactivated(t *testing.T) {
 		t.Fatalf("links %+v", links)
 	}
 	checkClean(t, e.lg)
+}
+
+// TestSubagentChildDeleted: a child deleted while its parent waits (its
+// turn gone with it, no outcome ever) ends the call with a tool error;
+// the parent's turn completes, and verify finds the log clean (the link
+// to the deleted turn is a note).
+func TestSubagentChildDeleted(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	m := newMesh(t, e, func(agent string) llm.Provider {
+		if agent == "slow" {
+			return g
+		}
+		return local(agent)
+	})
+	m.opt = func(c *chat.Config) { c.ChildPoll = 20 * time.Millisecond }
+	if _, err := m.get("boss").a.Send(t.Context(), chat.SendRequest{Text: "/agent slow tell me a story"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.streaming
+	waitFor(t, "the parent waiting", func() bool {
+		st, err := m.get("boss").a.Status()
+		return err == nil && len(st.Children) == 1
+	})
+	m.deactivate("slow") // as agentd's delete stops it first
+	if _, err := e.lg.Delete(t.Context(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	if tr := awaitTurn(t, e, "boss"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("parent turn %s %s", tr.Status, tr.Error)
+	}
+	msgs := settled(t, e, "boss")
+	var errText string
+	for _, p := range msgs[len(msgs)-1].Parts {
+		if p.Type == chat.PartTool && p.State == chat.ToolOutputError {
+			errText = p.ErrorText
+		}
+	}
+	if !strings.Contains(errText, "agent slow was deleted before it answered") {
+		t.Errorf("the call's error %q, want the child deleted", errText)
+	}
+	rep, err := verify.Check(t.Context(), e.lg, verify.Options{})
+	if err != nil || !rep.OK() || !slices.ContainsFunc(rep.Notes, func(v verify.Violation) bool { return v.Kind == verify.KindLinkChildDeleted }) {
+		t.Fatalf("verify: %v\n%s", err, rep)
+	}
 }
 
 // TestSubagentRefused: a cycle (an agent calling itself, or an agent that

@@ -106,7 +106,8 @@
 //     its children is not checked.
 //   - A started link names a child turn that is in the log (its
 //     turn.started is durable before the link is appended), unless the
-//     child was compacted [KindLinkNoChildTurn].
+//     child was compacted [KindLinkNoChildTurn]; a child deleted since is
+//     a Note [KindLinkChildDeleted].
 //
 // Chat streams (package chat/chunk's events on the chunks stream):
 //

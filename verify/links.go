@@ -101,6 +101,11 @@ func (c *checker) finishLinks(a *agentState) {
 			c.violate(v)
 		}
 		if ch := c.agents[ls.child]; ls.started > 0 && (ch == nil || ch.turns[ls.childReq] == nil) && (ch == nil || !ch.compacted) {
+			if ch != nil && ch.deleted {
+				v.Kind, v.Text = KindLinkChildDeleted, fmt.Sprintf("the link of call %s names turn %s of %s, which was deleted since", ls.call, ls.childReq, ls.child)
+				c.notes = append(c.notes, v)
+				continue
+			}
 			v.Kind, v.Text = KindLinkNoChildTurn, fmt.Sprintf("the link of call %s names turn %s of %s, which is not in the log", ls.call, ls.childReq, ls.child)
 			c.violate(v)
 		}

@@ -53,6 +53,9 @@ const (
 	// KindAckDeleted is a Note: an acknowledged write of an agent that was
 	// deleted (eventlog.Delete) afterwards is not in the log.
 	KindAckDeleted Kind = "ack-deleted"
+	// KindLinkChildDeleted is a Note: a parent's link names a child turn
+	// whose agent was deleted since (its turn is gone from the log).
+	KindLinkChildDeleted Kind = "link-child-deleted"
 	// KindSuperseded is a Note: events of an agent stored before its
 	// latest snapshot. Compaction purges them, but a purge that a crash
 	// undid in part leaves some (seen with nats-server 2.15.2 under
