@@ -45,6 +45,7 @@ type Type struct {
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
 	node       *chat.TurnLimiter // ShareTurns's, else nil
+	logger     *slog.Logger
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -70,6 +71,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
+		ct.logger = deps.Logger
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {

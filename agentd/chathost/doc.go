@@ -40,7 +40,12 @@
 //     {child, requestId, parentRequestId, callId}, answered {"ok": true}:
 //     it activates the parent if it was deactivated (its waiting turn is
 //     recovered) and wakes the waiting turn; the parent reads the child's
-//     outcome from the log, never from the notice.
+//     outcome from the log, never from the notice;
+//   - delete: a child deleted (the delete verb) never ends its turn, so
+//     its delete hook (Type.OnDelete, host.SetOnDelete) sends its parent
+//     the notice of its last turn once the delete is done: the parent,
+//     activated if it was not, finds the turn gone and fails the call with
+//     a tool error instead of waiting for ever.
 //
 // Answers 400, 404, 409 and 413 end the call with a tool error
 // (chat.ErrChildRefused); 503, 504 and timeouts are retried with the same

@@ -74,3 +74,30 @@ func refused(err error) error {
 	}
 	return err
 }
+
+// OnDelete is the chat type's delete hook (host.SetOnDelete("chat",
+// chats.OnDelete(h.Command))): a sub-agent deleted while its parent waits
+// for its turn would never tell it that the turn ended, so once it is
+// deleted its parent gets the child-result notice of its last turn (the
+// parent reads that the turn is gone and fails the call). A notice for a
+// call that ended already changes nothing; one that does not get through
+// is logged, and the parent's own poll of its children finds the turn gone
+// when it is active.
+func (ct *Type) OnDelete(command func(ctx context.Context, cmd host.Command) (any, error)) host.OnDelete {
+	return func(_ context.Context, agent string) (func(context.Context), error) {
+		if ct.store == nil {
+			return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+		}
+		t, ok, err := ct.store.LastTurn(agent)
+		if err != nil || !ok || t.Parent == nil {
+			return nil, err
+		}
+		n := chat.ChildNotice{Child: agent, RequestID: t.RequestID, ParentRequestID: t.Parent.RequestID, CallID: t.Parent.CallID}
+		parent := t.Parent.Agent
+		return func(ctx context.Context) {
+			if err := (peers{command: command}).NotifyParent(context.WithoutCancel(ctx), parent, n); err != nil && ct.logger != nil {
+				ct.logger.Warn("tell a deleted sub-agent's parent", "agent", agent, "parent", parent, "err", err)
+			}
+		}, nil
+	}
+}

@@ -51,6 +51,9 @@ type Host struct {
 	// details answer a type's status detail for an agent not active here
 	// (SetStatusDetail); fixed once the daemon starts.
 	details map[string]func(ctx context.Context, agent string) (any, error)
+	// onDelete are the types' delete hooks (SetOnDelete); fixed once the
+	// daemon starts.
+	onDelete map[string]OnDelete
 
 	inflight chan struct{}  // a slot per command being answered
 	handling sync.WaitGroup // the commands being answered
@@ -120,6 +123,7 @@ type instance struct {
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
 		details:  map[string]func(context.Context, string) (any, error){},
+		onDelete: map[string]OnDelete{},
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
@@ -169,6 +173,29 @@ func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent st
 		return fmt.Errorf("%w: status detail of agent type %q: register the type first, with a function", ErrBadRequest, typ)
 	}
 	h.details[typ] = fn
+	return nil
+}
+
+// OnDelete is a type's hook around the delete verb: it is called on the
+// agent's owner once the agent is stopped and the views hold its last
+// event, before its events are deleted, so it can read what it needs of
+// them; the func it returns, if not nil, is called once the delete is
+// done (chat tells a deleted sub-agent's waiting parent). An error
+// refuses the delete, which changed nothing.
+type OnDelete func(ctx context.Context, agent string) (after func(ctx context.Context), err error)
+
+// SetOnDelete sets the delete hook of agent type typ. Call it before the
+// daemon starts.
+func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, ok := h.types[typ]; !ok || fn == nil {
+		return fmt.Errorf("%w: delete hook of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+	}
+	h.onDelete[typ] = fn
 	return nil
 }
 

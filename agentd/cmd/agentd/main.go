@@ -230,6 +230,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
 		return err
 	}
+	if err := h.SetOnDelete("chat", chats.OnDelete(h.Command)); err != nil {
+		return err
+	}
 	if err := h.Attach(d); err != nil {
 		return err
 	}

@@ -231,6 +231,21 @@ func testBinarySubagents(t *testing.T, bin string) {
 			}
 		})
 
+		// A child deleted while its parent waits: the call fails with a
+		// tool error and the parent completes; verify notes the link.
+		t.Run("ChildDeleted", func(t *testing.T) {
+			var reply chathost.Reply
+			json.Unmarshal(c.command("asker", "chat", map[string]string{"text": "/agent goner tell me a story"}), &reply)
+			waitLinks(t, c, "asker", 1)
+			c.command("goner", "delete", nil)
+			waitStreamEnd(t, c, "asker", reply.StreamID)
+			var page struct{ Messages []chat.Message }
+			json.Unmarshal(c.command("asker", "messages", nil), &page)
+			if m := page.Messages[len(page.Messages)-1]; !strings.Contains(m.Text(), "agent goner was deleted before it answered") {
+				t.Errorf("answer %q, want the child deleted", m.Text())
+			}
+		})
+
 		t.Run("Deactivated", func(t *testing.T) {
 			var reply chathost.Reply
 			json.Unmarshal(c.command("sleeper", "chat", map[string]string{"text": "/agent dreamer tell me a story"}), &reply)
