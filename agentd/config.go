@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/mcptools"
 	"github.com/forever-agents/forever/ownership"
@@ -279,6 +280,17 @@ type Config struct {
 	// agent once answered; package tenancy sets it on its tenants'
 	// daemons to write the audit log. Not a flag.
 	AuditCommand AuditFunc
+	// TracerProvider traces what agentd does with OpenTelemetry: commands,
+	// turns (invoke_agent), provider calls (chat), tool calls
+	// (execute_tool), fiber steps and recoveries, partition moves. Nil:
+	// tracing is off and costs nothing. main builds it from the OTEL_*
+	// variables (package tracing/otelenv). Not a flag.
+	TracerProvider trace.TracerProvider
+	// TraceContent (--trace-content) records message contents in spans:
+	// prompts, answers, tool arguments and results. Off by default: they
+	// hold user data, and spans go to a tracing backend, often a third
+	// party's, with its own retention and access rules.
+	TraceContent bool
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger

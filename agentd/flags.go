@@ -170,6 +170,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	tenantDefaultFlags(fs, cfg)
 	oidcRoleFlag(fs, cfg)
 	auditFlags(fs, cfg)
+	fs.BoolVar(&cfg.TraceContent, "trace-content", cfg.TraceContent,
+		"record message contents (prompts, answers, tool arguments and results) in trace spans; off by default: they hold user data and spans go to a tracing backend "+
+			"(tracing itself is on when OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

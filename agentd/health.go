@@ -11,6 +11,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
+	"github.com/forever-agents/forever/tracing"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -348,6 +349,9 @@ func (d *Daemon) frontDoor() http.Handler {
 		hosts, _ := replay.ParseHostPatterns(cfg.AllowedHosts) // Validate parsed them
 		h = replay.HostCheck(hosts, h)
 	}
+	// With tracing, requests under /v1/ get a server span (the child of
+	// their traceparent) and their responses Forever-Trace-Id.
+	h = tracing.Handler(tracing.New(cfg.TracerProvider, "agentd"), h)
 	front := http.NewServeMux()
 	front.HandleFunc("GET /healthz", d.handleHealthz)
 	front.HandleFunc("GET /readyz", d.handleReadyz)

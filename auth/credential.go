@@ -67,7 +67,7 @@ func (r Role) AtLeast(min Role) bool { return r.Valid() && r.rank() >= min.rank(
 // approver may send (forever.cmd.<agent>.<verb>). "state" is not a read
 // verb: the same verb sets the state.
 var (
-	readVerbs    = []string{"status", "fibers", "schedules", "messages"}
+	readVerbs    = []string{"status", "fibers", "schedules", "messages", "tools"}
 	approveVerbs = []string{"approve"}
 )
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	fauth "github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats.go"
@@ -97,13 +98,15 @@ func authCost(ctx context.Context, env *Env) (res Result, err error) {
 
 // authTarget is one agentd and what was measured against it.
 type authTarget struct {
-	proc  *agentdProc
-	url   string
-	opts  []nats.Option // the client's credential, if any
-	nc    *nats.Conn
-	lg    *eventlog.Log
-	agent string
-	last  string // a finished stream of agent
+	proc *agentdProc
+	url  string
+	opts []nats.Option // the client's credential, if any
+	nc   *nats.Conn
+	lg   *eventlog.Log
+	// apiPrefix is the JetStream API prefix of the client: a tenant's.
+	apiPrefix string
+	agent     string
+	last      string // a finished stream of agent
 
 	connects, commands, turns, replays []time.Duration
 	done                               int
@@ -135,12 +138,13 @@ func openAuthTarget(ctx context.Context, env *Env, bin string, auth bool) (*auth
 			return nil, fmt.Errorf("bench: tenant create: %v\n%s", err, out)
 		}
 		t.opts = []nats.Option{nats.UserCredentials(filepath.Join(dir, "bench.creds"))}
+		t.apiPrefix = fauth.ClientAPIPrefix // a tenant's JetStream API goes through agentd
 	}
 	if t.nc, err = nats.Connect(t.url, t.opts...); err != nil {
 		p.kill()
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
-	t.lg, err = eventlog.Open(ctx, eventlog.Config{Conn: t.nc, Bind: true, ChunksOnly: true,
+	t.lg, err = eventlog.Open(ctx, eventlog.Config{Conn: t.nc, Bind: true, ChunksOnly: true, APIPrefix: t.apiPrefix,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
 		err = t.turn(ctx) // the agent exists, and a finished stream to replay

@@ -90,6 +90,7 @@ func scenarios() []Scenario {
 		{Name: "tool-agents", Run: toolAgents},
 		{Name: "subagent-call", Run: subagentCall},
 		{Name: "subagent-fanout", Run: subagentFanout},
+		{Name: "tracing", Run: tracingCost},
 		{Name: "group-commit", Run: groupCommit},
 		{Name: "restart-ready", Run: restartReady},
 		{Name: "restart-load", Run: restartLoad},

@@ -17,6 +17,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -362,6 +363,10 @@ type toolRig struct {
 	agents []string     // every agent that ran a turn
 	mu     sync.Mutex   // guards agents
 	seq    atomic.Int64 // names fresh agents and makes prompts unique
+
+	// tp and content trace the agents built from now on (nil: off).
+	tp      trace.TracerProvider
+	content bool
 }
 
 func openToolRig(ctx context.Context, env *Env) (g *toolRig, err error) {
@@ -428,7 +433,7 @@ func (g *toolRig) close() {
 // runner returns a fiber Runner of agent on the rig's log.
 func (g *toolRig) runner(agent string) (*fiber.Runner, error) {
 	return fiber.New(fiber.Config{Log: g.lg, Table: g.runs.table, Agent: agent, Logger: g.env.Logger,
-		Hooks: fiber.Hooks{OnError: g.sink.add}})
+		Hooks: fiber.Hooks{OnError: g.sink.add}, TracerProvider: g.tp})
 }
 
 // toolHost is one agent: its fiber Runner and chat Agent, wired as agentd
@@ -445,7 +450,8 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 		return nil, err
 	}
 	a, err := chat.New(chat.Config{Agent: agent, Log: g.lg, Store: g.store, Batcher: g.batcher,
-		MaxPayload: g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: g.tools, Logger: g.env.Logger})
+		MaxPayload: g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: g.tools, Logger: g.env.Logger,
+		TracerProvider: g.tp, TraceContent: g.content})
 	if err != nil {
 		r.Close()
 		return nil, err

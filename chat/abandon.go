@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // AbandonTurn ends a turn whose fiber was abandoned (its recovery failed
@@ -22,6 +25,17 @@ func (a *Agent) AbandonTurn(ctx context.Context, fiberName string, cause error) 
 		return nil
 	}
 	a.metrics.recoveries.WithLabelValues("abandon").Inc()
+	if a.tracer.On() {
+		// No run will end the turn's span: this does, as failed.
+		if info, err := a.store.Turn(a.agent, requestID); err == nil && info.Active() {
+			var span trace.Span
+			ctx, span = a.resumeTurnSpan(ctx, info, 0)
+			defer func() {
+				span.SetAttributes(tracing.TurnOutcome.String("abandoned"))
+				failSpan(span, cause)
+			}()
+		}
+	}
 	return a.endTurn(ctx, requestID, fmt.Sprintf("chat: turn %s abandoned: %v", requestID, cause))
 }
 

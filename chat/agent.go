@@ -17,8 +17,10 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/tracing"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Log is the part of the event log an Agent uses. *eventlog.Log satisfies
@@ -145,6 +147,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the forever_chat_* metrics; nil: not registered.
 	Registerer prometheus.Registerer
+	// TracerProvider traces turns (invoke_agent), provider calls (chat)
+	// and tool calls (execute_tool) with the GenAI semantic conventions
+	// (see trace.go); nil: off.
+	TracerProvider trace.TracerProvider
+	// TraceContent records message contents in the spans: the prompts
+	// and answers (gen_ai.input.messages, gen_ai.output.messages,
+	// gen_ai.system_instructions) and tool arguments and results. Off by
+	// default: they hold user data, and spans go to a tracing backend,
+	// often a third party's, with other retention and access rules.
+	TraceContent bool
+	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
+	// "invoke_agent <AgentName>"). Default "chat".
+	AgentName string
 }
 
 func (c *Config) ensureDefaults() {
@@ -236,6 +251,7 @@ type Agent struct {
 	store   *Store
 	logger  *slog.Logger
 	metrics *metrics
+	tracer  tracing.Tracer
 
 	stateMu sync.Mutex // serializes SetState
 
@@ -286,6 +302,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m,
 		logger: cfg.Logger.With("subsystem", "chat", "agent", cfg.Agent),
+		tracer: tracing.New(cfg.TracerProvider, "chat"),
 	}, nil
 }
 
@@ -382,7 +399,7 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
-	turn, err := a.start(ctx, t, &msg, nil)
+	turn, err := a.start(ctx, t, &msg, nil, "")
 	if errors.Is(err, ErrTurnActive) || errors.Is(err, eventlog.ErrDuplicate) {
 		// Refused while its original runs, or stored by another node
 		// meanwhile: the original's reply, once the views show it.
@@ -504,7 +521,12 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 // appends, appends turn.started (which carries the user message, if any)
 // and then, for readers of the format before turn.started carried it,
 // message.appended, and opens the gate.
-func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part) (Turn, error) {
+//
+// The turn's invoke_agent span starts here, under ctx's span or, for a
+// turn answering a waiting call, under follows (the traceparent of the
+// turn that asked), and is recorded in turn.started; the run that records
+// the turn's outcome ends it.
+func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part, follows string) (Turn, error) {
 	at := newActiveTurn(t.RequestID)
 	at.pending = true
 	a.mu.Lock()
@@ -564,6 +586,9 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	if err := a.crashPoint(ctx, pointSendChecked); err != nil {
 		return Turn{}, err
 	}
+	// The turn's span: the fiber records it in fiber.started, turn.started
+	// in its data.
+	ctx, span := a.startTurnSpan(ctx, &t, msg, follows)
 	// The gate says what the fiber does: run the turn once the views show
 	// seq; end at once (errNotStored: nothing was stored); or stay for
 	// recovery (another error), which finds out from the log whether
@@ -577,6 +602,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			return fctx.Err()
 		}
 		if errors.Is(g.err, errNotStored) {
+			a.endTurnSpan(fctx, span, errNotStored)
 			return nil // nothing was started; the fiber just ends
 		}
 		if g.err == nil {
@@ -589,11 +615,17 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		info, err := a.store.Turn(a.agent, t.RequestID)
 		if err != nil {
 			a.release(at)
-			return a.endOnFailure(fctx, t.RequestID, err)
+			err = a.endOnFailure(fctx, t.RequestID, err)
+			a.endTurnSpan(fctx, span, err)
+			return err
 		}
-		return a.afterTurn(fctx, t.RequestID, a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}})))
+		st := &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
+		err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
+		a.endTurnSpan(fctx, span, err)
+		return a.afterTurn(fctx, t.RequestID, err)
 	})
 	if err != nil {
+		failSpan(span, err)
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
 	}
 	t.FiberID = fid
@@ -911,16 +943,28 @@ type Status struct {
 	LastStream *StreamInfo `json:"lastStream,omitempty"`
 	// Children are the sub-agent calls of ActiveTurn in flight.
 	Children []ChildLink `json:"children,omitempty"`
+	// PendingApprovals are the tool calls waiting for a person's approval
+	// (Store.PendingApprovals).
+	PendingApprovals []PendingApproval `json:"pendingApprovals"`
 }
+
+// Tools describes the agent's server tools, sorted by name.
+func (a *Agent) Tools() []ToolInfo { return a.cfg.Tools.Infos() }
 
 // Status returns the agent's active and last turn and the last stream.
 func (a *Agent) Status() (Status, error) { return a.store.Status(a.agent) }
 
-// Status returns agent's active and last turn, the last stream and the
-// active turn's children in flight, as the views hold them: for any agent,
-// whether an Agent of it runs in this process or not.
+// Status returns agent's active and last turn, the last stream, the calls
+// waiting for approval and the active turn's children in flight, as the
+// views hold them: for any agent, whether an Agent of it runs in this
+// process or not.
 func (s *Store) Status(agent string) (Status, error) {
 	st := Status{Agent: agent}
+	pending, err := s.PendingApprovals(agent)
+	if err != nil {
+		return st, err
+	}
+	st.PendingApprovals = pending
 	if t, ok, err := s.ActiveTurn(agent); err != nil {
 		return st, err
 	} else if ok {

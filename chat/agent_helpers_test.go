@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/nats-io/nats-server/v2/server"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // env is one process's worth of shared parts: a log with the runs table and
@@ -29,6 +30,8 @@ type env struct {
 	// instead of lg and batcher (a test's crash or fencing double).
 	writes writeLog
 	chunks chat.Batcher
+	// tp, when set, traces the hosts' fibers and turns.
+	tp trace.TracerProvider
 }
 
 // writeLog is what a host writes through: the chat and fiber logs.
@@ -86,7 +89,7 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 		chunks = e.chunks
 	}
 	r, err := fiber.New(fiber.Config{
-		Log: lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond,
+		Log: lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond, TracerProvider: e.tp,
 		Hooks: fiber.Hooks{
 			OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
 				handled, err := h.a.OnFiberRecovered(ctx, rec)
@@ -104,7 +107,7 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	t.Cleanup(func() { r.Close() })
 	cfg := chat.Config{
 		Agent: agent, Log: lg, Store: e.store, Batcher: chunks, MaxPayload: e.lg.MaxPayload(),
-		Fibers: r, Provider: p, RetryBackoff: time.Millisecond,
+		Fibers: r, Provider: p, RetryBackoff: time.Millisecond, TracerProvider: e.tp,
 	}
 	if opt != nil {
 		opt(&cfg)

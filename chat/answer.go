@@ -121,8 +121,10 @@ func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawM
 	}
 	t := turnStarted{RequestID: nuid.Next(), StreamID: nuid.Next(), AssistantMessageID: last.ID, Continues: last.ID,
 		Body: body, Base: last.Parts, Answers: answers}
+	var follows string // the asking turn's span: this turn continues its trace
 	if last.RequestID != "" {
 		if prev, err := a.store.Turn(a.agent, last.RequestID); err == nil {
+			follows = prev.TraceParent
 			if waited := a.cfg.Clock.Now().Sub(prev.EndedAt); a.cfg.ToolWaitTimeout > 0 && !prev.EndedAt.IsZero() && waited > a.cfg.ToolWaitTimeout {
 				return Turn{}, fmt.Errorf("%w: waited %s, at most %s (Config.ToolWaitTimeout)", ErrWaitExpired, waited.Round(time.Second), a.cfg.ToolWaitTimeout)
 			}
@@ -134,7 +136,7 @@ func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawM
 			}
 		}
 	}
-	return a.start(ctx, t, nil, nil)
+	return a.start(ctx, t, nil, nil, follows)
 }
 
 func (a ToolAnswer) name() string {

@@ -12,7 +12,7 @@
 //	message.part       {id, type, part, parts, b} one slice (b, base64) of a message.appended or
 //	                                        message.updated too large for one event
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
-//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?}
+//	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?, traceparent?, parentSpanId?}
 //	turn.completed     {requestId, finishReason}
 //	turn.failed        {requestId, error}
 //	turn.interrupted   {requestId, reason}
@@ -209,6 +209,61 @@
 //     sub-agents'), apart from input and output, the turn's own; the
 //     roll-up (Usage.Subagents) too. Status lists the active turn's
 //     children in flight.
+//
+// # Tracing
+//
+// With Config.TracerProvider, an Agent traces with the OpenTelemetry GenAI
+// semantic conventions (attribute names in package tracing):
+//
+//	invoke_agent <AgentName>  a turn (internal kind): gen_ai.operation.name, gen_ai.agent.name
+//	                          (the agent type), gen_ai.agent.id and gen_ai.conversation.id
+//	                          (the agent id), gen_ai.provider.name, gen_ai.request.model,
+//	                          forever.turn.request_id and stream_id; at its end
+//	                          forever.turn.outcome (completed, waiting, failed,
+//	                          interrupted, abandoned), gen_ai.response.finish_reasons and
+//	                          the turn's gen_ai.usage.input_tokens and output_tokens
+//	chat <model>              a provider call (client kind): gen_ai.request.model,
+//	                          gen_ai.provider.name, gen_ai.request.stream, gen_ai.response.id,
+//	                          gen_ai.response.finish_reasons, gen_ai.usage.input_tokens and
+//	                          output_tokens of the call, forever.turn.step,
+//	                          forever.chat.continued for a continuation; error.type
+//	execute_tool <tool>       a server tool call: gen_ai.tool.name, gen_ai.tool.call.id,
+//	                          gen_ai.tool.type "extension" (run by the agent),
+//	                          gen_ai.tool.description, forever.tool.outcome (ok, error,
+//	                          replayed, maybe_executed, interrupted); its fiber.step is
+//	                          its child
+//
+// The turn's span is the child of the span in Send's ctx (the command's),
+// and its context is stored in turn.started (traceparent, parentSpanId),
+// as fiber.started stores the fiber's. A turn that answers a waiting call
+// (Answer, AnswerMessage) continues the trace of the turn that asked: its
+// span is the child of that turn's, linked to the answering command's.
+// The span is ended by the run that records the turn's outcome; a run cut
+// off (a crash, a shutdown, another owner) leaves it unended, and the run
+// that recovers the turn resumes it (tracing.Tracer.Resume: same trace,
+// same span id, same parent, the turn's start) with a forever.recovery
+// event for its attempt, so the turn is one span, once, whatever crashed
+// under it, and the chat and execute_tool spans of every run are its
+// children.
+//
+// Contents are recorded only with Config.TraceContent: the user message
+// and the answer (gen_ai.input.messages and gen_ai.output.messages on
+// invoke_agent), each call's messages, system prompt and output
+// (gen_ai.input.messages, gen_ai.system_instructions,
+// gen_ai.output.messages, in the conventions' JSON), and tool arguments
+// and results (gen_ai.tool.call.arguments, gen_ai.tool.call.result). They
+// are off by default because prompts and answers hold user data, and spans
+// go to a tracing backend, often a third party's, with its own retention
+// and access rules, outside what deleting a conversation deletes.
+//
+// Sub-agents: a tool's ctx carries its execute_tool span
+// (trace.SpanFromContext(ctx)). A sub-agent started from it is a child
+// invoke_agent: call its Agent.Send, or host.Command, with that ctx; send
+// its NATS command with tracing.Inject(ctx, msg.Header); or, to start it
+// later from a stored record, store tracing.Format(trace.SpanContextFromContext(ctx))
+// and start it under tracing.ContextWithTraceparent(ctx, stored). A child's
+// answer that resumes the parent's waiting call (Answer) continues the
+// parent turn's trace.
 //
 // # Invariants
 //

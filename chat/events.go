@@ -12,7 +12,7 @@ const (
 	EventMessageAppended   = "message.appended"   // Message {id, role, parts, requestId, hidden, createdAt}
 	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
-	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn
+	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn, traceparent and parentSpanId its invoke_agent span
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
 	EventTurnFailed        = "turn.failed"        // {requestId, error}
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
@@ -59,6 +59,12 @@ type turnStarted struct {
 	FiberID string `json:"fiberId,omitempty"`
 	// Parent is set on a sub-agent's turn: the call that started it.
 	Parent *ParentRef `json:"parent,omitempty"`
+	// TraceParent is the W3C traceparent of the turn's invoke_agent span
+	// and ParentSpanID (16 hex digits) the id of that span's parent, ""
+	// when the turn began its trace: the run that finishes the turn after
+	// a crash resumes the span with them. Absent without tracing.
+	TraceParent  string `json:"traceparent,omitempty"`
+	ParentSpanID string `json:"parentSpanId,omitempty"`
 }
 
 type turnEnded struct {

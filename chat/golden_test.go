@@ -19,6 +19,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/tracing"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden histories in testdata/golden from fresh runs")
@@ -430,6 +431,58 @@ func goldenCases() []goldenCase {
 					t.Fatalf("%d message.part events in the history", parts)
 				}
 				checkTakesNext(t, e)
+			},
+		},
+		{
+			// tool_crash with tracing on: fiber.started and turn.started
+			// carry the turn's span (traceparent, parentSpanId). A
+			// recovery with tracing resumes it: same trace, same span id,
+			// same parent.
+			name: "traced_tool_crash",
+			run: func(t *testing.T, e *env) {
+				tp, _ := newTracerProvider(t)
+				e.tp = tp
+				fx := newSideEffects()
+				h := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, fx))
+				reached := make(chan struct{}, 1)
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "tool-recorded" {
+						return nil
+					}
+					reached <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+				if _, err := h.a.Send(ctx, chat.SendRequest{Text: twoTools}); err != nil {
+					t.Fatal(err)
+				}
+				caller.End()
+				wait(t, reached)
+				h.r.Close()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				tr := lastTurn(t, e, goldenAgent)
+				self, ok := tracing.Parse(tr.TraceParent)
+				if tr.Status != chat.TurnStreaming || !ok || len(tr.ParentSpanID) != 16 {
+					t.Fatalf("turn before recovery = %+v", tr)
+				}
+				tp, exp := newTracerProvider(t)
+				e.tp = tp
+				recoverHost(t, e, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, newSideEffects()))
+				if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnCompleted {
+					t.Fatalf("turn = %+v", tr)
+				}
+				turns := spansNamed(exp.GetSpans(), "invoke_agent")
+				if len(turns) != 1 || turns[0].SpanContext.TraceID() != self.TraceID() || turns[0].SpanContext.SpanID() != self.SpanID() ||
+					turns[0].Parent.SpanID().String() != tr.ParentSpanID {
+					t.Fatalf("invoke_agent spans %+v, want one resuming %s under %s", turns, tr.TraceParent, tr.ParentSpanID)
+				}
+				for _, s := range spansNamed(exp.GetSpans(), "fiber.recover") {
+					if s.Parent.SpanID() != self.SpanID() {
+						t.Errorf("fiber.recover under %s, want the turn's span %s (fiber.started's traceparent)", s.Parent.SpanID(), self.SpanID())
+					}
+				}
 			},
 		},
 	}

@@ -399,6 +399,10 @@ type TurnInfo struct {
 	FiberID string `json:"fiberId,omitempty"`
 	// Parent is set on a sub-agent's turn: the call that started it.
 	Parent *ParentRef `json:"parent,omitempty"`
+	// TraceParent and ParentSpanID: the turn's invoke_agent span, when
+	// its turn.started carries it (see turnStarted).
+	TraceParent  string `json:"traceparent,omitempty"`
+	ParentSpanID string `json:"parentSpanId,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -475,7 +479,8 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
 			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
-			Parent: ts.Parent,
+			Parent:      ts.Parent,
+			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

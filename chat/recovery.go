@@ -10,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Recovery describes a turn interrupted after it streamed something,
@@ -84,12 +85,17 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 		return false, nil
 	}
 	err := a.cfg.Fibers.GoResume(ctx, rec, func(fctx context.Context, f *fiber.Fiber) error {
-		return a.afterTurn(fctx, requestID, a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec)))
+		var span trace.Span
+		err := a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec, &span))
+		a.endTurnSpan(fctx, span, err)
+		return a.afterTurn(fctx, requestID, err)
 	})
 	return true, err
 }
 
-func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered) error {
+// recoverTurn resumes the turn's invoke_agent span into *span once it
+// knows the turn.
+func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered, span *trace.Span) error {
 	if err := retryRead(ctx, a.logger, "catch up", func() error { return a.catchUp(ctx) }); err != nil {
 		return err
 	}
@@ -102,8 +108,12 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if err != nil {
 		return err
 	}
+	ctx, *span = a.resumeTurnSpan(ctx, info, rec.Attempt)
 	if !info.Active() {
-		return nil // died after recording the outcome, before fiber.completed
+		// Died after recording the outcome, before fiber.completed (and
+		// before the span ended).
+		(&turnState{span: *span}).noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
+		return nil
 	}
 	if err := a.crashPoint(ctx, pointRecoverClaim); err != nil {
 		return err
@@ -119,13 +129,13 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	})
 	if errors.Is(err, ErrChunksExpired) {
 		defer a.release(at)
-		return a.failExpired(ctx, &turnState{at: at, info: info, b: b}, err)
+		return a.failExpired(ctx, &turnState{at: at, info: info, b: b, span: *span}, err)
 	}
 	if err != nil {
 		a.release(at)
 		return fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
 	}
-	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}}
+	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}, span: *span}
 	if err := rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
 		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
 	}
@@ -314,5 +324,5 @@ func (a *Agent) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Tur
 			}
 		}
 	}
-	return a.start(ctx, t, nil, last.Parts)
+	return a.start(ctx, t, nil, last.Parts, "")
 }

@@ -203,6 +203,42 @@ func (t *Tool) Def() llm.Tool {
 	return llm.Tool{Name: t.name, Description: t.description, Schema: slices.Clone(t.schema)}
 }
 
+// SourceGo is the source of a tool made without WithSource.
+const SourceGo = "go"
+
+// Approval modes of ToolInfo.
+const (
+	ApprovalNever   = "never"    // no call waits for a person
+	ApprovalAlways  = "always"   // AlwaysNeedsApproval
+	ApprovalByInput = "by-input" // WithApproval: calls whose input says so
+)
+
+// ToolInfo describes a tool for people: what it is called, what it does,
+// whether a call may run again after a crash, when a call waits for
+// approval, and where it comes from.
+type ToolInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Safety is "idempotent" or "unsafe" (Safety.String).
+	Safety string `json:"safety"`
+	// Approval is ApprovalNever, ApprovalAlways or ApprovalByInput.
+	Approval string `json:"approval"`
+	// Source is WithSource's, SourceGo by default.
+	Source string `json:"source"`
+}
+
+// Info describes the tool.
+func (t *Tool) Info() ToolInfo {
+	approval := ApprovalNever
+	switch {
+	case t.opts.always:
+		approval = ApprovalAlways
+	case t.opts.approval != nil:
+		approval = ApprovalByInput
+	}
+	return ToolInfo{Name: t.name, Description: t.description, Safety: t.opts.safety.String(), Approval: approval, Source: t.opts.source}
+}
+
 // Safety returns whether the tool may run again for a call whose outcome
 // is unknown (WithSafety).
 func (t *Tool) Safety() Safety { return t.opts.safety }
@@ -502,6 +538,18 @@ func (ts *Tools) Defs() []llm.Tool {
 		defs[i] = d
 	}
 	return defs
+}
+
+// Infos describes the tools, sorted by name, as the tools verb lists them.
+func (ts *Tools) Infos() []ToolInfo {
+	out := []ToolInfo{}
+	if ts == nil {
+		return out
+	}
+	for _, d := range ts.defs {
+		out = append(out, ts.byName[d.Name].Info())
+	}
+	return out
 }
 
 // Len returns the number of tools.

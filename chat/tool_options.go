@@ -134,7 +134,9 @@ type toolOptions struct {
 	timeout   time.Duration
 	retry     RetryPolicy
 	approval  func(input json.RawMessage) bool
+	always    bool // approval is AlwaysNeedsApproval's
 	maxOutput int
+	source    string
 }
 
 // WithSafety says whether the tool may run again for a call whose outcome
@@ -162,13 +164,23 @@ func WithRetry(p RetryPolicy) ToolOption {
 // asked again for the same call after a restart. If needs panics the call
 // needs approval.
 func WithApproval(needs func(input json.RawMessage) bool) ToolOption {
-	return func(o *toolOptions) { o.approval = needs }
+	return func(o *toolOptions) { o.approval, o.always = needs, false }
 }
 
 // AlwaysNeedsApproval makes every call of the tool wait for a person's
 // approval.
 func AlwaysNeedsApproval() ToolOption {
-	return WithApproval(func(json.RawMessage) bool { return true })
+	return func(o *toolOptions) {
+		o.approval, o.always = func(json.RawMessage) bool { return true }, true
+	}
+}
+
+// WithSource names where the tool comes from, as listings show it (the
+// tools verb): "mcp:<server>" for an MCP server's, "demo" for agentd's demo
+// tools, "agent" for a sub-agent. The default is "go", a tool of the
+// program that embeds Forever.
+func WithSource(source string) ToolOption {
+	return func(o *toolOptions) { o.source = source }
 }
 
 // WithMaxOutput sets the largest JSON output, in bytes, the tool may
@@ -195,6 +207,9 @@ func resolveToolOptions(opts []ToolOption) (toolOptions, error) {
 	}
 	if o.maxOutput < 0 {
 		return o, fmt.Errorf("negative maximum output %d", o.maxOutput)
+	}
+	if o.source == "" {
+		o.source = SourceGo
 	}
 	if o.maxOutput == 0 {
 		o.maxOutput = DefaultMaxToolOutput

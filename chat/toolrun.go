@@ -95,6 +95,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		}
 		jobs = append(jobs, j)
 	}
+	step := em.b.steps // read here: the calls run beside the writes to em.b
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -117,7 +118,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 				return
 			}
 			defer func() { <-sem }()
-			res, err := a.runTool(ctx, st, j.tool, j.call)
+			res, err := a.runTool(ctx, st, step, j.tool, j.call)
 			if err != nil {
 				j.err = err
 				close(j.done)
@@ -189,12 +190,29 @@ func resolved(r toolResult) chan toolResult {
 // ErrTextMaybeExecuted error. A tool's own failure is a recorded result
 // (the model is told); an error is returned only when the turn cannot go
 // on (ctx ended, the log failed).
-func (a *Agent) runTool(ctx context.Context, st *turnState, t *Tool, c Part) (toolResult, error) {
+//
+// The call is an execute_tool span, the child of the turn's; the tool's
+// ctx carries it (trace.SpanFromContext), so what the tool starts (a
+// sub-agent's turn, an instrumented HTTP call) is its child.
+func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c Part) (res toolResult, err error) {
+	ctx, span := a.startToolSpan(ctx, st, step, t, c)
+	ran := false
+	defer func() {
+		outcome := toolOutcome(res, err)
+		switch {
+		case res.ErrorType == "maybe_executed":
+			outcome = "maybe_executed"
+		case err == nil && !ran:
+			outcome = "replayed" // its recorded result: it did not run
+		}
+		a.endToolSpan(span, res, outcome, err)
+	}()
 	var opts []fiber.StepOpt
 	if t.Safety() != Idempotent {
 		opts = append(opts, fiber.Unsafe())
 	}
-	res, err := fiber.StepJSON(ctx, toolStepKey(c.ToolCallID), func(ctx context.Context, _ string) (toolResult, error) {
+	res, err = fiber.StepJSON(ctx, toolStepKey(c.ToolCallID), func(ctx context.Context, _ string) (toolResult, error) {
+		ran = true
 		call := ToolCall{Agent: a.agent, RequestID: st.info.RequestID, CallID: c.ToolCallID, ToolName: c.ToolName,
 			IdempotencyKey: ToolIdempotencyKey(a.agent, st.info.RequestID, c.ToolCallID)}
 		out, err := t.call(withToolCall(ctx, call), c.Input)

@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // snapshot is what a turn fiber stashes: where its stream is and what the
@@ -55,6 +56,9 @@ type turnState struct {
 	snap snapshot
 	// resume: continue the answer after what b (and base) hold.
 	resume bool
+	// span is the turn's invoke_agent span in this run; nil outside a run
+	// (a turn ended by another path).
+	span trace.Span
 }
 
 // countAttempt counts a recovery attempt against the turn's budget, which
@@ -200,7 +204,10 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 
 // streamOnce runs one provider call. It returns the finish reason, or the
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
-func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (string, error) {
+func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (reason string, err error) {
+	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)
+	var callUsage *llm.Usage
+	defer func() { call.end(reason, callUsage, st.snap.ResponseID, err) }()
 	lastStash, chunksAtStash := a.cfg.Clock.Now(), em.b.chunks
 	req.IdempotencyKey = IdempotencyKey(st.info.RequestID, em.b.chunks)
 	for d, err := range a.cfg.Provider.Stream(ctx, req) {
@@ -221,9 +228,11 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 			if d.Usage != nil {
 				usage.InputTokens += d.Usage.InputTokens
 				usage.OutputTokens += d.Usage.OutputTokens
+				callUsage = d.Usage
 			}
 			return d.FinishReason, nil
 		}
+		call.delta(d)
 		if err := em.delta(wctx, d); err != nil {
 			if wctx.Err() != nil {
 				return "", wctx.Err()
@@ -356,6 +365,11 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	if _, err := a.append(ctx, EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason}); err != nil {
 		return err
 	}
+	outcome := "completed"
+	if reason == llm.FinishToolCalls {
+		outcome = "waiting" // for an approval or a client tool's result
+	}
+	st.noteOutcome(outcome, reason, usage, "", a.cfg.TraceContent)
 	a.metrics.turns.WithLabelValues("completed").Inc()
 	return nil
 }
@@ -387,6 +401,7 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg}); err != nil {
 		return err
 	}
+	st.noteOutcome("failed", "", nil, msg, a.cfg.TraceContent)
 	a.metrics.turns.WithLabelValues("failed").Inc()
 	return nil
 }
@@ -416,6 +431,7 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 	if _, err := a.append(ctx, EventTurnInterrupted, turnEnded{RequestID: st.info.RequestID, Reason: reason}); err != nil {
 		return err
 	}
+	st.noteOutcome("interrupted", "", nil, "", a.cfg.TraceContent)
 	a.metrics.turns.WithLabelValues("interrupted").Inc()
 	return a.ClearInterrupt(ctx, InterruptTurn)
 }

@@ -9,7 +9,9 @@
 //
 //	fiber.started   {id, name, createdAt}   before the function runs (with
 //	                                        WithSnapshot, the first snapshot; with
-//	                                        FirstStep, the first step's op.started)
+//	                                        FirstStep, the first step's op.started;
+//	                                        with tracing, traceparent: the span it was
+//	                                        started under)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
 //	                                        or 0 when it is a recovered fiber's first progress)
 //	fiber.completed {id, result?}           function returned nil
@@ -37,6 +39,21 @@
 // Runner persists the matching event, then acts. User code is ordinary Go:
 // it is not replayed. A recovered fiber resumes from its snapshot, and its
 // steps from their recorded results.
+//
+// # Tracing
+//
+// With Config.TracerProvider, each Step is a "fiber.step" span (the child
+// of the span in its ctx; forever.fiber.step.key, forever.fiber.op.id and
+// forever.fiber.step.outcome: run, rerun, replayed or maybe_executed) and
+// each recovery attempt a "fiber.recover" span around the hook
+// (forever.fiber.id, name, attempt, and a forever.recovery event); an
+// abandoned fiber gets a "fiber.abandon" span with the cause. fiber.started
+// records the span the fiber was started under (its W3C traceparent; the
+// runs view keeps it as Row.TraceParent, the hook gets it as
+// Recovered.TraceParent), so a recovery after a crash continues that trace:
+// fiber.recover is its child, and the resumed function runs under it
+// again unless the hook resumed it under a span of its own. Without a
+// provider nothing is traced and fiber.started is as before.
 //
 // # Invariants
 //

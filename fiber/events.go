@@ -12,7 +12,7 @@ import (
 // is JSON; the fields of each are listed next to it. The format is guarded by
 // the golden history in testdata/.
 const (
-	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?}: WithSnapshot, FirstStep
+	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?, traceparent?}: WithSnapshot, FirstStep; the span the fiber was started under
 	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}: attempts 0 for a recovered fiber's first progress, or WithAttempts
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}
@@ -39,6 +39,10 @@ type payload struct {
 	Key       string          `json:"key,omitempty"`
 	NextOpID  string          `json:"nextOpId,omitempty"`
 	NextKey   string          `json:"nextKey,omitempty"`
+	// TraceParent is the W3C traceparent of the span a fiber was started
+	// under (fiber.started, with tracing on): its recovery continues that
+	// trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // event builds one of the package's events for agent.

@@ -19,6 +19,9 @@ type Fiber struct {
 	createdAt time.Time
 	attempt   int
 	resumed   bool // a recovered fiber: steps look up earlier ops
+	// traceParent is the span a resumed fiber was started under
+	// (Recovered.TraceParent).
+	traceParent string
 
 	// slot is set by Runner.own and read by Runner.disown.
 	slot   *slot
@@ -104,7 +107,7 @@ type ctxKey struct{}
 // bind returns the context fn runs under: parent's values and cancellation,
 // cancelled as well when stop is, and carrying f.
 func (f *Fiber) bind(parent, stop context.Context) context.Context {
-	ctx, cancel := context.WithCancel(context.WithValue(parent, ctxKey{}, f))
+	ctx, cancel := context.WithCancel(context.WithValue(f.traceContext(parent), ctxKey{}, f))
 	unhook := context.AfterFunc(stop, cancel)
 	f.cancel = func() { unhook(); cancel() }
 	return ctx

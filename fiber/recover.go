@@ -23,6 +23,12 @@ type Recovered struct {
 	// durable before the hook is called.
 	Attempt   int
 	CreatedAt time.Time
+	// TraceParent is the W3C traceparent of the span the fiber was
+	// started under, "" when it was started without tracing. The hook's
+	// ctx carries a "fiber.recover" span, its child; a resumed fiber's
+	// function runs under it again (unless the hook put a span of its own
+	// in the ctx it resumes with).
+	TraceParent string
 }
 
 // Decode unmarshals the snapshot into v. It returns ErrNoSnapshot when the
@@ -241,8 +247,10 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		}
 		r.metrics.recovered.Inc()
 		log.Info("recovering fiber", "attempt", attempt)
-		rec := Recovered{ID: row.ID, Name: row.Name, Snapshot: row.Snapshot, Attempt: attempt, CreatedAt: row.CreatedAt}
-		err := r.callHook(ctx, rec)
+		rec := Recovered{ID: row.ID, Name: row.Name, Snapshot: row.Snapshot, Attempt: attempt, CreatedAt: row.CreatedAt, TraceParent: row.TraceParent}
+		hctx, span := r.startRecoverSpan(ctx, rec)
+		err := r.callHook(hctx, rec)
+		endSpan(span, err)
 		if r.resumed(s) {
 			if err != nil && !eventlog.OwnerLost(err) {
 				r.report(ctx, fmt.Errorf("fiber: recovery hook of fiber %s (%q) resumed it and then failed: %w", row.ID, row.Name, err))
@@ -294,6 +302,8 @@ func (r *Runner) callHook(ctx context.Context, rec Recovered) error {
 // abandon appends fiber.abandoned and reports an *AbandonedError.
 func (r *Runner) abandon(ctx context.Context, row Row, attempts int, cause error) {
 	ctx = context.WithoutCancel(ctx)
+	_, span := r.startAbandonSpan(ctx, row, attempts, cause)
+	defer endSpan(span, cause)
 	n := attempts
 	if _, err := r.append(ctx, EventAbandoned, payload{ID: row.ID, Attempts: &n, Reason: cause.Error()}); eventlog.OwnerLost(err) {
 		r.logger.Info("fiber not abandoned: this process no longer owns the agent", "fiber", row.ID, "name", row.Name, "err", err)
@@ -341,6 +351,7 @@ func (r *Runner) resume(ctx context.Context, rec Recovered) (*Fiber, error) {
 		return nil, invalidf("resume: empty fiber ID")
 	}
 	f := r.newFiber(rec.ID, rec.Name, rec.CreatedAt, rec.Attempt, true, rec.Snapshot)
+	f.traceParent = rec.TraceParent
 	if err := r.own(f); err != nil {
 		return nil, err
 	}

@@ -11,10 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // Log is the part of the event log a Runner uses. *eventlog.Log satisfies
@@ -92,6 +95,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the package's metrics. Nil: not registered.
 	Registerer prometheus.Registerer
+	// TracerProvider traces steps ("fiber.step") and recoveries
+	// ("fiber.recover"), and fiber.started records the span a fiber was
+	// started under so that its recovery continues that trace. Nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) ensureDefaults() {
@@ -139,6 +146,7 @@ type Runner struct {
 	table   *Table
 	logger  *slog.Logger
 	metrics *metrics
+	tracer  tracing.Tracer
 
 	stop    context.Context // cancelled by Close
 	stopFn  context.CancelFunc
@@ -164,6 +172,7 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{
 		cfg: cfg, log: cfg.Log, table: cfg.Table, metrics: m,
 		logger: cfg.Logger.With("subsystem", "fiber", "agent", cfg.Agent),
+		tracer: tracing.New(cfg.TracerProvider, "fiber"),
 	}
 	r.stop, r.stopFn = context.WithCancel(context.Background())
 	r.mu.book = newBook()
@@ -275,6 +284,9 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	}
 	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, o.snapshot)
 	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot}
+	if r.tracer.On() {
+		p.TraceParent = tracing.Format(trace.SpanContextFromContext(ctx))
+	}
 	if o.first != "" {
 		p.OpID, p.Key = opID(f.id, o.first, 1), o.first
 		f.mu.prestarted = p.OpID

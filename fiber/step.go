@@ -112,7 +112,17 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 			recorded = &op
 		}
 	}
-	switch decideStep(recorded, o.unsafe) {
+	decision := decideStep(recorded, o.unsafe)
+	ctx, span := f.startStepSpan(ctx, key, id, decision.String())
+	res, err := f.step(ctx, key, id, decision, recorded, o, snap, attempts, fn)
+	endSpan(span, err)
+	return res, err
+}
+
+// step is Step once decided.
+func (f *Fiber) step(ctx context.Context, key, id string, decision stepAction, recorded *Op, o stepOpts, snap json.RawMessage, attempts *int,
+	fn func(ctx context.Context, opID string) (json.RawMessage, error)) (json.RawMessage, error) {
+	switch decision {
 	case stepCached:
 		if o.stash != nil {
 			// Answered from its record: the stash is not progress.

@@ -32,6 +32,9 @@ type Row struct {
 	// progress after a recovery, or WithAttempts).
 	Attempt   int       `json:"attempt"`
 	CreatedAt time.Time `json:"createdAt"`
+	// TraceParent is the W3C traceparent of the span the fiber was
+	// started under (fiber.started's), "" without tracing.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Op is one idempotent step of an active fiber: recorded by op.started,
@@ -89,7 +92,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		if p.ID == "" {
 			return nil
 		}
-		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name, Snapshot: p.Snapshot}
+		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name, Snapshot: p.Snapshot, TraceParent: p.TraceParent}
 		if p.CreatedAt != nil {
 			row.CreatedAt = p.CreatedAt.UTC()
 		}

@@ -56,7 +56,7 @@ func (c *conn) chatTool(t *mcp.Tool) (*chat.Tool, error) {
 		schema = nil
 	}
 	safety := Safety(t)
-	opts := []chat.ToolOption{chat.WithSafety(safety)}
+	opts := []chat.ToolOption{chat.WithSafety(safety), chat.WithSource("mcp:" + c.srv.Name)}
 	if c.cfg.ToolTimeout > 0 {
 		opts = append(opts, chat.WithTimeout(c.cfg.ToolTimeout))
 	}

@@ -62,16 +62,8 @@ const expiredText = "chunks expired: retention removed this turn's chunks; read 
 // cursorRule says what a cursor is, for the errors of a bad one.
 const cursorRule = `a cursor is a string of digits such as "42" (the id of an event, or the cursor of a frame)`
 
-// agentIDRule says what an agent id is, for the errors of a bad one.
-const agentIDRule = `an agent id is 1 to 256 bytes of UTF-8 without ".", "*", ">", spaces or control characters`
-
 // echo returns s for quoting in an error, cut to 64 bytes.
-func echo(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
+func echo(s string) string { return apierror.Echo(s) }
 
 // badRequest returns a 400 *apierror.Error wrapping ErrBadRequest.
 func badRequest(format string, args ...any) *apierror.Error {
@@ -81,7 +73,7 @@ func badRequest(format string, args ...any) *apierror.Error {
 // badAgentID is the error of a chat id that cannot be an agent id; where
 // says where the id was (`chat id`, `"id"`).
 func badAgentID(where, id string) *apierror.Error {
-	return badRequest("%s %q is not a valid agent id: %s", where, echo(id), agentIDRule)
+	return apierror.BadAgentID(where, id).WithCause(ErrBadRequest)
 }
 
 // expiredFor returns the 410 of a chat's expired turn, naming its

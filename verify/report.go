@@ -130,7 +130,10 @@ func (r Report) Has(k Kind) bool {
 }
 
 // String formats the report: one line per violation and note, then a
-// summary line.
+// summary line of what was read: agents, events (of the events stream),
+// chunk events (of the chunks stream), fibers and turns started, chat
+// streams, user messages checked for their answer, and, when the caller
+// gave its acknowledged writes (Check's acked), how many were found.
 func (r Report) String() string {
 	var b strings.Builder
 	for _, v := range r.Violations {
@@ -147,7 +150,13 @@ func (r Report) String() string {
 	if !r.OK() {
 		verdict = fmt.Sprintf("%d violations", len(r.Violations))
 	}
-	fmt.Fprintf(&b, "%s: %d agents, %d events, %d chunk events, %d fibers, %d turns, %d streams, %d acknowledged, %d user messages\n",
-		verdict, r.Agents, r.Events, r.ChunkEvents, r.Fibers, r.Turns, r.Streams, r.Acked, r.UserMessages)
+	fmt.Fprintf(&b, "%s: %d agents, %d events, %d chunk events, %d fibers, %d turns, %d streams, %d user messages",
+		verdict, r.Agents, r.Events, r.ChunkEvents, r.Fibers, r.Turns, r.Streams, r.UserMessages)
+	if r.Acked > 0 {
+		// Only a caller that kept its acknowledged writes (the chaos
+		// harness) has them checked.
+		fmt.Fprintf(&b, ", %d acknowledged writes found", r.Acked)
+	}
+	b.WriteByte('\n')
 	return b.String()
 }

@@ -405,7 +405,7 @@ func ExampleReport_String() {
 	fmt.Print(rep)
 	// Output:
 	// violation: op-completed-twice agent=a1 fiber=f1 seq=3: op o1 of fiber "steps" completed 2 times
-	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 acknowledged, 0 user messages
+	// 1 violations: 1 agents, 3 events, 0 chunk events, 0 fibers, 0 turns, 0 streams, 0 user messages
 }
 
 // TestMessageSentAgainAfterTruncation: truncating the conversation lets a

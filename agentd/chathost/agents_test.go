@@ -254,7 +254,7 @@ func TestDeleteChatAgent(t *testing.T) {
 	if len(page.Messages) != 0 {
 		t.Fatalf("messages after delete: %+v", page.Messages)
 	}
-	if code, body := agentdtest.Get(t, base+"/v1/chat/c1/messages"); code != 200 || strings.TrimSpace(body) != "[]" {
+	if code, body := agentdtest.Get(t, base+"/v1/chat/c1/messages"); code != 200 || strings.TrimSpace(body) != `{"messages":[],"next":""}` {
 		t.Fatalf("GET messages after delete: %d %s", code, body)
 	}
 	var st struct{ Version int }

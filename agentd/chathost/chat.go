@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
@@ -26,7 +27,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "child-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -46,6 +47,8 @@ type Type struct {
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
 	node       *chat.TurnLimiter // ShareTurns's, else nil
 	logger     *slog.Logger
+	tp         trace.TracerProvider
+	content    bool // --trace-content
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -72,6 +75,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		}
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
 		ct.logger = deps.Logger
+		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -123,7 +127,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
-		Turns: ct.turns,
+		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
 	}
 	if env.Command != nil {
 		cfg.Peers = peers{command: env.Command}
@@ -265,7 +269,14 @@ func (c *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) error
 	return err
 }
 
-// HandleCommand answers chat, messages, status, cancel, interrupt and state.
+// ToolsReply is the reply of the tools verb: the agent's server tools (the
+// demo tools, the --mcp servers' and the program's own), sorted by name.
+type ToolsReply struct {
+	Tools []chat.ToolInfo `json:"tools"`
+}
+
+// HandleCommand answers chat, messages, status, cancel, interrupt, state
+// and tools.
 func (c *Agent) HandleCommand(ctx context.Context, cmd host.Command) (any, error) {
 	reply, err := c.handle(ctx, cmd)
 	if c.turnQuota > 0 && errors.Is(err, chat.ErrOverloaded) {
@@ -341,6 +352,8 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		return map[string]any{"messages": msgs, "next": next}, err
 	case "status":
 		return c.Status()
+	case "tools":
+		return ToolsReply{Tools: c.Tools()}, nil
 	case "cancel":
 		var req cancelRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {
@@ -392,7 +405,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append(slices.Clone(Verbs), "status"), ", "), cmd.Verb)
+	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append([]string{"status"}, Verbs...), ", "), cmd.Verb)
 }
 
 // approvalsOnly lets a credential below writer (an approver: host lets
@@ -478,7 +491,26 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 		}
 		req.Message = &last
 	}
+	if n := newMessageBytes(req); n > host.MaxCommandBytes {
+		return req, fmt.Errorf("%w: %w", host.ErrTooLarge, apierror.OverLimit(int64(n), host.MaxCommandBytes))
+	}
 	return req, nil
+}
+
+// newMessageBytes is the size of the message a chat request adds: its
+// text, or its new user message as JSON. The one size limit
+// (host.MaxCommandBytes) bounds it on every transport: a NATS command's
+// whole payload, and the new message of an HTTP body, whose history the
+// AI SDK sends along (bounded by the gateway's body limit).
+func newMessageBytes(req Request) int {
+	if req.Message == nil {
+		return len(req.Text)
+	}
+	b, err := json.Marshal(req.Message)
+	if err != nil {
+		return 0 // chat.Send refuses it
+	}
+	return len(b)
 }
 
 func decodeOptional(data json.RawMessage, v any) error {

@@ -73,8 +73,9 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 	return m["cancelled"], nil
 }
 
-// Messages returns the whole visible conversation as an array of UI
-// messages ({id, role, parts}).
+// Messages returns the whole visible conversation as the messages verb's
+// page, {"messages":[{id, role, parts}...],"next":""}: one shape on both
+// transports; over HTTP the page is the whole conversation.
 func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
 		return nil, host.ClientError(err)
@@ -98,7 +99,7 @@ func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
 	if all == nil {
 		all = []chat.Message{}
 	}
-	return all, nil
+	return map[string]any{"messages": all, "next": ""}, nil
 }
 
 // settle catches this node's views up with the agent and, while its

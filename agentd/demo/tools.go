@@ -54,6 +54,9 @@ type NoteOutput struct {
 	Lines int    `json:"lines"`
 }
 
+// Source is the source the tools verb lists the demo tools with.
+const Source = "demo"
+
 // Tools returns the built-in clock and note tools, note writing into
 // dataDir.
 func Tools(dataDir string) (*chat.Tools, error) {
@@ -64,13 +67,13 @@ func Tools(dataDir string) (*chat.Tools, error) {
 			}
 			now := time.Now().UTC()
 			return ClockOutput{Now: now.Format(time.RFC3339Nano), Unix: now.Unix()}, nil
-		}, chat.WithSafety(chat.Idempotent))
+		}, chat.WithSafety(chat.Idempotent), chat.WithSource(Source))
 	if err != nil {
 		return nil, err
 	}
 	n := &notes{path: filepath.Join(dataDir, NotesFile)}
 	note, err := chat.NewTool(ToolNote, "Appends a line of text to the agent's notes file. Needs approval when the text contains \"approve\".",
-		n.write, chat.WithSafety(chat.Unsafe),
+		n.write, chat.WithSafety(chat.Unsafe), chat.WithSource(Source),
 		chat.WithApproval(func(input json.RawMessage) bool {
 			var in NoteInput
 			return json.Unmarshal(input, &in) == nil && strings.Contains(in.Text, "approve")

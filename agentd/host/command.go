@@ -239,13 +239,13 @@ func checkRole(ctx context.Context, verb string) error {
 
 // audit hands a command that may change an agent, and its outcome, to
 // Config.AuditCommand: every verb but the reads (status, fibers,
-// schedules, messages, and state without a value).
+// schedules, messages, tools, and state without a value).
 func (h *Host) audit(ctx context.Context, cmd Command, err error) {
 	if h.deps == nil || h.deps.Config.AuditCommand == nil {
 		return
 	}
 	switch cmd.Verb {
-	case "status", "fibers", "schedules", "messages":
+	case "status", "fibers", "schedules", "messages", "tools":
 		return
 	case "state":
 		var req struct {

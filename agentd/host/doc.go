@@ -102,6 +102,22 @@
 //   - Errors leave as micro service errors with a code (StatusCode: 400,
 //     404, 409, 413, 429, 503, 504, 500) and a one-line message.
 //
+// # Tracing
+//
+// With the daemon's Config.TracerProvider, every command answered is a
+// "command <verb>" server span, the child of the W3C traceparent header of
+// the NATS request when it has one (any case), so a caller's trace
+// continues into the agent; a command forwarded to the agent's owner is a
+// "forward <verb>" client span whose context goes in the forwarded
+// request's traceparent, and the owner's "command <verb>" span
+// (forever.command.forwarded) is its child. Replies (and error replies)
+// carry the trace id in the Forever-Trace-Id header. In a cluster, a
+// partition taken is a "partition.acquire" span and one lost or handed off
+// a "partition.release" span (forever.partition, forever.partition.epoch,
+// forever.node). Agents' fiber runners get the provider: their steps and
+// recoveries are traced (package fiber), and the chat type's turns
+// (package chat, through chathost).
+//
 // # Usage
 //
 //	h := host.New(host.Config{DefaultType: "chat"})

@@ -19,9 +19,11 @@ import (
 	"github.com/forever-agents/forever/compaction"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/ownership"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // Config configures a Host. Zero fields take the defaults.
@@ -68,6 +70,7 @@ type Host struct {
 	sched  *keepalive.Scheduler
 	compac *compaction.Compactor
 	logger *slog.Logger
+	tracer tracing.Tracer
 	active prometheus.Gauge
 	agents *agents.View // the view of every agent
 	// deleted counts deletes; bcast the broadcast and state messages
@@ -222,7 +225,7 @@ func (h *Host) allVerbs() []string {
 // TypeOf returns the type of an agent id, or ErrNotFound.
 func (h *Host) TypeOf(id string) (string, error) {
 	if !eventlog.ValidToken(id) {
-		return "", fmt.Errorf("%w: agent id %q is not a valid subject token (no '.', '*', '>', spaces)", ErrBadRequest, id)
+		return "", fmt.Errorf("%w: %w", ErrBadRequest, apierror.BadAgentID("agent id", id))
 	}
 	name, _, _ := strings.Cut(id, ":")
 	if _, ok := h.types[name]; ok {
@@ -254,6 +257,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	d.OnFenced(h.fenced)
 	d.OnStoreLost(h.storeLost)
 	h.logger = deps.Logger.With("subsystem", "host")
+	h.tracer = tracing.New(deps.Config.TracerProvider, "host")
 	if h.cfg.IdleTimeout <= 0 {
 		h.cfg.IdleTimeout = deps.Config.IdleTimeout
 	}
@@ -467,7 +471,7 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	runner, err := fiber.New(fiber.Config{
 		Log: w, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
 		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
-		Logger: h.deps.Logger, Registerer: h.deps.Registerer,
+		Logger: h.deps.Logger, Registerer: h.deps.Registerer, TracerProvider: h.deps.Config.TracerProvider,
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
@@ -18,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // alarmAgent sets a schedule on "arm" and reports its firing.
@@ -252,5 +255,78 @@ func eventTypes(t *testing.T, js jetstream.JetStream, subject string) map[string
 			return types
 		}
 		types[m.Headers().Get(eventlog.HeaderType)]++
+	}
+}
+
+// TestHostTracesCommands: a command's traceparent header (any case) makes
+// the command's span its child, and the reply (an error reply too) names
+// the trace; a command forwarded by another node continues the forwarding
+// span's trace the same way, marked forwarded; the fiber the command
+// starts traces its steps in that trace.
+func TestHostTracesCommands(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(tracing.IDGenerator{}))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	cfg := agentdtest.Config(t)
+	cfg.TracerProvider = tp
+	d, _, nc, _ := startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	send := func(subject, parent string, data []byte) *nats.Msg {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header["TraceParent"] = []string{"00-" + traceID + "-" + parent + "-01"}
+		resp, err := nc.RequestMsg(m, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Header.Get(tracing.TraceIDHeader); got != traceID {
+			t.Errorf("%s: reply %s = %q, want %s", subject, tracing.TraceIDHeader, got, traceID)
+		}
+		return resp
+	}
+	if resp := send("forever.cmd.steps:x.start", "00f067aa0ba902b7", []byte(`{"steps":2,"delayMs":0}`)); resp.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("start: %s", resp.Data)
+	}
+	if resp := send("forever.cmd.steps:x.start", "00f067aa0ba902b7", []byte(`{"steps":-1}`)); resp.Header.Get("Nats-Service-Error-Code") != "400" {
+		t.Fatalf("bad start: %s", resp.Data)
+	}
+	node := d.Config().ServerName
+	if resp := send("forever.node."+node+".cmd.steps:x.status", "b7ad6b7169203331", nil); resp.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("forwarded status: %s", resp.Data)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	var steps int
+	for ; steps < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		steps = 0
+		for _, s := range exp.GetSpans() {
+			if s.Name == "fiber.step" {
+				steps++
+			}
+		}
+	}
+	var commands []string
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID().String() != traceID {
+			t.Errorf("span %s in trace %s", s.Name, s.SpanContext.TraceID())
+		}
+		if strings.HasPrefix(s.Name, "command ") {
+			fwd := false
+			for _, kv := range s.Attributes {
+				if kv.Key == tracing.Forwarded {
+					fwd = kv.Value.AsBool()
+				}
+			}
+			commands = append(commands, fmt.Sprintf("%s %s %v", s.Name, s.Parent.SpanID(), fwd))
+		}
+	}
+	want := []string{"command start 00f067aa0ba902b7 false", "command start 00f067aa0ba902b7 false", "command status b7ad6b7169203331 true"}
+	if strings.Join(commands, ",") != strings.Join(want, ",") {
+		t.Errorf("command spans %q, want %q", commands, want)
+	}
+	if steps < 2 {
+		t.Errorf("%d fiber.step spans in the trace, want the fiber's 2", steps)
 	}
 }

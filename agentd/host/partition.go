@@ -11,6 +11,8 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/ownership"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // deactivateTimeout bounds an agent's OnDeactivate hook.
@@ -50,6 +52,11 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	h.mu.parts[l.Partition] = pt
 	h.mu.Unlock()
 	defer func() {
+		release := h.startPartitionSpan(spanPartitionRelease, l.Partition, l.Epoch)
+		if c := context.Cause(ctx); c != nil && release.IsRecording() {
+			release.SetAttributes(attribute.String("forever.partition.cause", c.Error()))
+		}
+		defer release.End() // once the partition's agents have stopped
 		h.stopPartition(l.Partition)
 		h.mu.Lock()
 		if h.mu.parts[l.Partition] == pt {
@@ -60,6 +67,7 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	}()
 	logger := h.logger.With("partition", l.Partition, "epoch", l.Epoch)
 	start := time.Now()
+	span := h.startPartitionSpan(spanPartitionAcquire, l.Partition, l.Epoch)
 	// Recovery reads the log's last sequence from the stream leader, which
 	// may be moving (the previous owner's server in lame duck mode): it is
 	// retried until it succeeds or the partition goes, so no agent of the
@@ -78,9 +86,15 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 		}
 	}
 	close(pt.recovered)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("forever.partition.agents_recovering", n))
+	}
 	if ctx.Err() != nil {
+		span.SetStatus(codes.Error, context.Cause(ctx).Error())
+		span.End()
 		return
 	}
+	span.End()
 	// A node's leases, taken at start and handed off when it stops, are a
 	// line each of the lease manager's ("partition leases taken",
 	// "partitions handed off"). A partition is worth a line of its own

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // Routing: any node takes a command (the micro service's queue group spreads
@@ -121,12 +122,15 @@ func (h *Host) nodeSubject(node, agent, verb string) string {
 }
 
 // forward sends cmd to node and returns its reply as raw JSON.
-func (h *Host) forward(ctx context.Context, node string, cmd Command) (any, error) {
+func (h *Host) forward(ctx context.Context, node string, cmd Command) (out any, err error) {
+	ctx, span := h.startForwardSpan(ctx, node, cmd)
+	defer func() { endCommandSpan(span, err) }()
 	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
 	m.Data = cmd.Data
 	if cmd.RequestID != "" {
 		m.Header.Set(headerRequestID, cmd.RequestID)
 	}
+	tracing.Inject(ctx, m.Header)
 	resp, err := h.deps.Conn.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -167,18 +171,24 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	base := ctx
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
+	ctx, span := h.startCommandSpan(ctx, m.Header, m.Subject, agent, verb, true)
 	var out any
 	_, err := h.TypeOf(agent)
+	defer func() { endCommandSpan(span, err) }()
 	if err == nil {
 		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data), RequestID: m.Header.Get(headerRequestID)})
 	}
 	if err != nil && base.Err() != nil {
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
+	traceID := tracing.TraceID(ctx)
 	if err == nil {
 		var body []byte
 		if body, err = h.replyBody(out); err == nil {
 			resp := nats.NewMsg(m.Reply)
+			if traceID != "" {
+				resp.Header.Set(tracing.TraceIDHeader, traceID)
+			}
 			resp.Data = body
 			if err = m.RespondMsg(resp); err == nil {
 				return
@@ -191,6 +201,9 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 		h.logger.Error("forwarded command failed", "agent", agent, "verb", verb, "err", err)
 	}
 	resp := nats.NewMsg(m.Reply)
+	if traceID != "" {
+		resp.Header.Set(tracing.TraceIDHeader, traceID)
+	}
 	code, msg := ErrorReply(err)
 	resp.Header.Set(headerServiceError, msg)
 	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,11 +16,14 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Command service defaults.
 const (
-	// MaxCommandBytes is the largest command payload accepted (413 above).
+	// MaxCommandBytes is the one size limit: the largest command payload
+	// accepted over NATS, and the largest new message of a chat over HTTP
+	// (413 above, apierror.OverLimit's wording on both).
 	MaxCommandBytes = 512 << 10
 	commandTimeout  = 30 * time.Second
 )
@@ -45,6 +49,17 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	}
 	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
+	}
+	// Every other subject under <prefix>.cmd: an unknown verb or a subject
+	// of another shape gets 404, never "no responders". Its queue group is
+	// its own: the server picks one subscriber per queue group name among
+	// all the subscriptions a message matches, so sharing the verbs' group
+	// would take commands away from them.
+	known := h.allVerbs()
+	unknown := func(req micro.Request) { answerUnknown(req, prefix, known) }
+	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(unknown), micro.WithEndpointSubject(prefix+".cmd.>"),
+		micro.WithEndpointQueueGroup("forever-unknown")); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s.cmd.>: %w", prefix, err)
 	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
@@ -109,7 +124,7 @@ func (h *Host) serveCommand(req micro.Request) {
 		return
 	}
 	if len(req.Data()) > MaxCommandBytes {
-		RespondError(req, fmt.Errorf("%w: %s command of %d bytes, the limit is %d", ErrTooLarge, verb, len(req.Data()), MaxCommandBytes))
+		RespondError(req, fmt.Errorf("%w: %w", ErrTooLarge, apierror.OverLimit(int64(len(req.Data())), MaxCommandBytes)))
 		return
 	}
 	h.mu.Lock()
@@ -121,6 +136,7 @@ func (h *Host) serveCommand(req micro.Request) {
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
+	ctx, span := h.startCommandSpan(ctx, req.Headers(), req.Subject(), agent, verb, false)
 	id := req.Headers().Get(HeaderIdempotencyKey)
 	if id == "" {
 		id = nuid.Next()
@@ -130,21 +146,28 @@ func (h *Host) serveCommand(req micro.Request) {
 		// The node is stopping: its partitions go to other nodes.
 		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
 	}
+	defer func() { endCommandSpan(span, err) }()
+	hdr := traceHeaders(ctx)
 	if err != nil {
 		if StatusCode(err) == http.StatusInternalServerError {
 			h.logger.Error("command failed", "agent", agent, "verb", verb, "err", err)
 		}
-		RespondError(req, err)
+		respondError(req, err, hdr)
 		return
 	}
 	body, err := h.replyBody(reply)
 	if err != nil {
-		RespondError(req, err)
+		respondError(req, err, hdr)
 		return
 	}
-	if err := req.Respond(body); err != nil {
+	var opts []micro.RespondOpt
+	if len(hdr) > 0 {
+		opts = append(opts, micro.WithHeaders(hdr))
+	}
+	if err = req.Respond(body, opts...); err != nil {
 		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
-		RespondError(req, fmt.Errorf("agentd: the reply could not be sent: %w", err))
+		err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
+		respondError(req, err, hdr)
 	}
 }
 
@@ -185,12 +208,32 @@ func commandSubject(subject string) (agent, verb string, err error) {
 	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
 }
 
+// answerUnknown answers a request on <prefix>.cmd.> that no verb's
+// endpoint takes with 404: a subject that is not <prefix>.cmd.<agent>.<verb>
+// or a verb no agent type has. A command of a known verb is left to its
+// endpoint, which the request reached too.
+func answerUnknown(req micro.Request, prefix string, known []string) {
+	tokens := strings.Split(strings.TrimPrefix(req.Subject(), prefix+".cmd."), ".")
+	switch {
+	case len(tokens) != 2:
+		RespondError(req, fmt.Errorf("%w: subject %q is not %s.cmd.<agent>.<verb> (an agent id has no '.')", ErrNotFound, req.Subject(), prefix))
+	case !slices.Contains(known, tokens[1]):
+		RespondError(req, fmt.Errorf("%w: no verb %q; the verbs are %s", ErrNotFound, tokens[1], strings.Join(known, ", ")))
+	}
+}
+
 // RespondError answers a micro service request with err as an error reply:
 // its code (StatusCode) and one-line message in the headers and as the
 // JSON body {"error","code"}, with Retry-After for 429 and 503.
-func RespondError(req micro.Request, err error) {
+func RespondError(req micro.Request, err error) { respondError(req, err, nil) }
+
+// respondError is RespondError with more headers (the trace id).
+func respondError(req micro.Request, err error, hdr micro.Headers) {
 	e := ClientError(err)
 	opts := []micro.RespondOpt{ErrorHeaders(e.Code, e.Message)}
+	if len(hdr) > 0 {
+		opts = append(opts, micro.WithHeaders(hdr))
+	}
 	switch {
 	case e.RetryAfter > 0:
 		opts = append(opts, micro.WithHeaders(micro.Headers{"Retry-After": []string{quota.RetryAfterSeconds(e.RetryAfter)}}))

@@ -101,6 +101,10 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 // Name returns "anthropic".
 func (p *Anthropic) Name() string { return "anthropic" }
 
+// Model returns the configured model name (what a Request without Model
+// asks for).
+func (p *Anthropic) Model() string { return p.cfg.Model }
+
 type anthropicBlock struct {
 	toolUse  bool
 	id, name string

@@ -90,6 +90,9 @@ func NewLocal(cfg LocalConfig) *Local {
 // Name returns "local".
 func (l *Local) Name() string { return "local" }
 
+// Model returns "local": the local model has no other name.
+func (l *Local) Model() string { return "local" }
+
 // Answer returns the full deterministic text the model gives to req,
 // ignoring req.Continue: the empty string when this step of req is a tool
 // call. Tests use it to check streamed text.

@@ -71,6 +71,10 @@ func NewChatCompletions(cfg ChatCompletionsConfig) (*ChatCompletions, error) {
 // Name returns "chatcompletions".
 func (p *ChatCompletions) Name() string { return "chatcompletions" }
 
+// Model returns the configured model name (what a Request without Model
+// asks for).
+func (p *ChatCompletions) Model() string { return p.cfg.Model }
+
 type chatCall struct {
 	id, name string
 	args     []byte

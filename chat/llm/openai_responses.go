@@ -66,6 +66,10 @@ func NewOpenAIResponses(cfg OpenAIResponsesConfig) (*OpenAIResponses, error) {
 // Name returns "openai".
 func (p *OpenAIResponses) Name() string { return "openai" }
 
+// Model returns the configured model name (what a Request without Model
+// asks for).
+func (p *OpenAIResponses) Model() string { return p.cfg.Model }
+
 // Stream creates a response and streams it. With req.Continue.ResponseID it
 // recovers that response instead (see Continuation): a background response
 // still running is streamed again from after Continue.SequenceNumber; a

@@ -25,6 +25,27 @@ func SizeText(size, limit int64) string {
 	return fmt.Sprintf("the request is %d bytes; the limit is %d bytes (%s)", size, limit, human(limit))
 }
 
+// AgentIDRule says what an agent id is, for the errors of a bad one, on
+// every transport. It is one NATS subject token (the id is a token of
+// forever.cmd.<agent>.<verb> and of the log's subjects), at most 256 bytes
+// so that every subject built from it stays well within the server's
+// limits.
+const AgentIDRule = `an agent id is 1 to 256 bytes of UTF-8 without ".", "*", ">", spaces or control characters`
+
+// Echo returns s for quoting in an error, cut to 64 bytes.
+func Echo(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// BadAgentID is the 400 of an id that cannot be an agent's; where names
+// it as the client sent it ("agent id", "\"id\"").
+func BadAgentID(where, id string) *Error {
+	return New(BadRequest, "%s %q is not a valid agent id: %s", where, Echo(id), AgentIDRule)
+}
+
 // OverLimit returns the 413 *Error of a request over limit (see SizeText).
 func OverLimit(size, limit int64) *Error { return New(TooLarge, "%s", SizeText(size, limit)) }
 

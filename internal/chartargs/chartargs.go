@@ -109,13 +109,14 @@ func Args(p Pod) []string {
 
 // Env returns the FOREVER_* variables the chart sets with its default
 // values, as "NAME=value" for exec.Cmd.Env: the embedded server's settings,
-// or FOREVER_NATS_URL when p.NATSURL is set, then the settings common to
+// or FOREVER_NATS_URL (and NATS_URL, the commands') when p.NATSURL is set, then the settings common to
 // both. It leaves out POD_NAME, which the chart sets only to build
 // --server-name. The caller owns the returned slice.
 func Env(p Pod) []string {
 	var env []string
 	if p.NATSURL != "" {
-		env = append(env, "FOREVER_NATS_URL="+p.NATSURL)
+		// NATS_URL: the agentd commands run in the pod target it too.
+		env = append(env, "FOREVER_NATS_URL="+p.NATSURL, "NATS_URL="+p.NATSURL)
 	} else {
 		env = append(env,
 			"FOREVER_SYNC=always",

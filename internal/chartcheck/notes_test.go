@@ -17,7 +17,7 @@ import (
 
 // TestNotesCommands follows the install notes as far as they run without a
 // cluster: their exact "agentd tenant create ... --out -" line, run against
-// an agentd with auth as in a pod (FOREVER_NATS_URL standing for the pod's
+// an agentd with auth as in a pod (NATS_URL standing for the pod's
 // own server), gives a creds file on stdout and the token on stderr; their
 // nats request chats with the creds, and the token reads the chat over
 // HTTP.
@@ -44,7 +44,7 @@ func TestNotesCommands(t *testing.T) {
 	args := strings.Fields(strings.ReplaceAll(create[1], "/data/", data+"/"))
 	cmd := exec.Command(bin, args[1:]...)
 	cmd.Dir = dir // a --out that is not "-" writes here, not in the package
-	cmd.Env = append(os.Environ(), "FOREVER_NATS_URL="+a.natsURL)
+	cmd.Env = append(os.Environ(), "NATS_URL="+a.natsURL)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -29,8 +29,8 @@ const agentsUsage = `Usage:
       delete an agent: its events and chunks are purged, it leaves every
       view, and its id can be used again by a new agent
 
-They talk to a running agentd over NATS: --nats-url (default
-$FOREVER_NATS_URL or nats://127.0.0.1:4222), --creds (default
+They talk to a running agentd over NATS: --server (alias --nats-url; default
+$NATS_URL or nats://127.0.0.1:4222), --creds (default
 $FOREVER_CREDS), --tls-ca (default $FOREVER_TLS_CA). With --auth, agents
 lists the tenant whose client creds --creds names; delete is an admin
 command: --creds is the admin credential (<data>/admin.creds) and --tenant
@@ -94,7 +94,7 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
 	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", *natsURL, err)
+		return connectError(*natsURL, opts, err)
 	}
 	defer nc.Close()
 	if cmd == "agents" {

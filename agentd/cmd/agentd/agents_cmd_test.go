@@ -47,7 +47,7 @@ func TestAgentsCLI(t *testing.T) {
 		t.Helper()
 		var out, errb bytes.Buffer
 		getenv := func(k string) string {
-			if k == "FOREVER_NATS_URL" {
+			if k == "NATS_URL" {
 				return d.NATSURL()
 			}
 			return ""

@@ -24,8 +24,8 @@ const auditUsage = `Usage:
       "detail","agent","from","suppressed"}
 
 The audit log (agentd with --auth) records every admin operation, every
-command that changes an agent and every auth refusal. --nats-url defaults to
-$FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to $FOREVER_CREDS: the
+command that changes an agent and every auth refusal. --server (alias --nats-url) defaults to
+$NATS_URL or nats://127.0.0.1:4222, --creds to $FOREVER_CREDS: the
 admin credential agentd wrote to <data>/admin.creds.
 `
 

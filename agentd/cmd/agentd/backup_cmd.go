@@ -22,10 +22,10 @@ import (
 )
 
 const backupUsage = `Usage:
-  agentd backup --out dir [--nats-url url] [--creds admin.creds]
+  agentd backup --out dir [--server url] [--creds admin.creds]
       snapshot every Forever stream and KV bucket of a running agentd (with
       --auth, of every tenant too) into dir, with a manifest
-  agentd restore --from dir [--nats-url url] [--creds admin.creds] [--replicas n]
+  agentd restore --from dir [--server url] [--creds admin.creds] [--replicas n]
       restore a backup into a running agentd whose streams are empty (a new
       node or cluster), then restart agentd on every node
   agentd restore --from dir --data dir
@@ -36,7 +36,7 @@ A backup is consistent per stream, not across streams: each stream is
 snapshotted at its own moment, events before chunks (docs/operations.md).
 The lease bucket is not backed up (leases are who serves what now); its
 partition count is, and a restore refuses a target with another count.
---nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to
+--server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222, --creds to
 $FOREVER_CREDS: with --auth, the admin credential <data>/admin.creds;
 --tls-ca (default $FOREVER_TLS_CA) is the CA of agentd's certificate.
 `
@@ -83,8 +83,7 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	if len(pos) > 0 {
 		return usageErr("unexpected argument %q", pos[0])
 	}
-	urlSet := false
-	fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "nats-url" })
+	urlSet := serverSet(fs)
 	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
 	if cmd == "backup" {
 		if *out == "" {
@@ -98,7 +97,7 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	case *replicas < 0:
 		return usageErr("--replicas must not be negative")
 	case *data != "" && urlSet:
-		return usageErr("give --nats-url or --data, not both")
+		return usageErr("give --server or --data, not both")
 	}
 	m, err := backup.ReadManifest(*from)
 	if err != nil {
@@ -121,7 +120,7 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 	}
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+		return connectError(natsURL, opts, err)
 	}
 	defer nc.Close()
 	m := &backup.Manifest{Format: backup.Format, Created: time.Now().UTC()}
@@ -168,7 +167,7 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 	}
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+		return connectError(natsURL, opts, err)
 	}
 	defer nc.Close()
 	if err := checkPartitions(ctx, nc, m); err != nil {
@@ -198,7 +197,7 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 // JetStream store of the data dir of a stopped agentd.
 func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, stdout io.Writer) error {
 	if len(m.Accounts) > 1 {
-		return usageErr("the backup holds tenants: restore it into a running agentd with --auth (--nats-url and --creds)")
+		return usageErr("the backup holds tenants: restore it into a running agentd with --auth (--server and --creds)")
 	}
 	s, release, err := serveDataDir(data, true)
 	if err != nil {

@@ -118,6 +118,7 @@ func TestBinary(t *testing.T) {
 	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
 	t.Run("BackupRestore", func(t *testing.T) { testBinaryBackupRestore(t, bin) })
 	t.Run("DNSRebinding", func(t *testing.T) { testBinaryDNSRebinding(t, bin) })
+	t.Run("Tracing", func(t *testing.T) { testBinaryTracing(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

@@ -123,15 +123,17 @@ func assistantText(t *testing.T, httpAddr, chatID string) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var msgs []struct {
-		Role  string
-		Parts []struct{ Type, Text string }
+	var page struct {
+		Messages []struct {
+			Role  string
+			Parts []struct{ Type, Text string }
+		}
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&msgs); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	for _, m := range msgs {
+	for _, m := range page.Messages {
 		if m.Role != "assistant" {
 			continue
 		}

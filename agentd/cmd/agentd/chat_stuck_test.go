@@ -69,8 +69,10 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 		t.Fatalf("huge answer's stream ends with %+v", last)
 	}
 	code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages")
-	var msgs []chat.Message
-	if err := json.Unmarshal([]byte(body), &msgs); code != 200 || err != nil || len(msgs) != 2 ||
+	var page struct{ Messages []chat.Message }
+	err := json.Unmarshal([]byte(body), &page)
+	msgs := page.Messages
+	if code != 200 || err != nil || len(msgs) != 2 ||
 		msgs[1].ID != first.MessageID || msgs[1].Text() != strings.Repeat("x", 64*32<<10) {
 		t.Fatalf("messages after the huge answer: %d, %d messages (%v), want the user's and the whole 2 MiB answer", code, len(msgs), err)
 	}

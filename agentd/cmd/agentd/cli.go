@@ -51,31 +51,106 @@ const (
 	cliConnectTimeout = 2 * time.Second
 )
 
-const cliUsage = `Usage:
-  agentd chat <agent> "text" [--nats-url url]   send a message and print the reply as it streams (--wait 5m)
-  agentd tail <agent> [--from cursor]            follow the agent's latest stream
-  agentd fibers <agent>                          list the agent's running fibers
-  agentd status <agent>                          show the agent's status
-  agentd approve <agent> <toolCallId>            approve a waiting tool call and print the resumed reply
-  agentd deny <agent> <toolCallId>               deny it; the model is told
-  agentd agents [--user u] [--tag t] [--type x]  list the agents (agentd agents -h)
-  agentd delete <agent> [--tenant name]          delete an agent and its history (agentd delete -h)
-  agentd verify [--data dir]                     check the log's invariants (agentd verify -h)
-  agentd tenant create|revoke|disable|enable|token revoke <name> ...
-                                                 manage tenants of an agentd with --auth (agentd tenant -h)
-  agentd auth server-config|admin-creds ...     print the nats-server config for --auth --nats-url, or an admin credential (agentd auth -h)
-  agentd audit tail [--follow]                   print the audit log of an agentd with --auth (agentd audit -h)
-  agentd backup --out dir                        snapshot every stream and bucket (agentd backup -h)
-  agentd restore --from dir                      restore a backup into a new node or cluster (agentd restore -h)
+// command is one subcommand of agentd, as help lists it.
+type command struct {
+	name, args, summary string
+	usage               string // its detailed usage (agentd help <name>)
+}
 
-They talk to a running agentd over NATS: --nats-url, default $FOREVER_NATS_URL
-or nats://127.0.0.1:4222; with auth, --creds names a tenant's creds file
-(default $FOREVER_CREDS); with TLS, --tls-ca the CA that signed agentd's
-certificate (default $FOREVER_TLS_CA). On Ctrl-C, chat and tail print the cursor to resume
-from (agentd tail <agent> --from <cursor>); the turn goes on. When the
-connection is lost they print "connection lost, reconnecting (cursor N)",
-resume by themselves once agentd is back, and give up (exit 1) after
---wait (default 5m).
+// commands are agentd's subcommands, in the order help lists them.
+var commands = []command{
+	{"chat", `<agent> "text"`, "send a message and print the reply as it streams", cliUsage},
+	{"tail", "<agent> [--from cursor]", "follow the agent's latest stream, from a cursor", cliUsage},
+	{"status", "<agent>", "show the agent's status and its calls waiting for approval", cliUsage},
+	{"fibers", "<agent>", "list the agent's running fibers", cliUsage},
+	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage},
+	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage},
+	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage},
+	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage},
+	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage},
+	{"verify", "[--data dir]", "check the log's invariants", verifyUsage},
+	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage},
+	{"auth", "server-config|admin-creds ...", "print an external nats-server's config, or an admin credential", authUsage},
+	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage},
+	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage},
+	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage},
+	{"help", "[command]", "show this help, or a command's", ""},
+}
+
+// lookupCommand returns the subcommand named name.
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// writeOverview writes agentd's usage: the daemon, then every subcommand
+// with one line each.
+func writeOverview(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  agentd [flags]                 run the daemon (agentd -h lists its flags)
+  agentd <command> [arguments]   talk to a running agentd
+
+Commands:
+`)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+Run "agentd help <command>" (or "agentd <command> -h") for a command's usage.
+The commands reach agentd over NATS: --server url (alias --nats-url; default
+$NATS_URL, else nats://127.0.0.1:4222), --creds file (default
+$FOREVER_CREDS) with auth, --tls-ca file (default $FOREVER_TLS_CA) with TLS.
+FOREVER_NATS_URL is the daemon's external NATS only: the commands ignore it.
+`)
+}
+
+// runHelp runs "agentd help [command]".
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		writeOverview(stdout)
+		return exitOK
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "agentd help: one command at a time, got %q\n", strings.Join(args, " "))
+		return exitUsage
+	}
+	c, ok := lookupCommand(args[0])
+	switch {
+	case !ok:
+		fmt.Fprintf(stderr, "agentd help: no command %q\n\n", args[0])
+		writeOverview(stderr)
+		return exitUsage
+	case c.usage == "":
+		writeOverview(stdout)
+	default:
+		fmt.Fprint(stdout, c.usage)
+	}
+	return exitOK
+}
+
+const cliUsage = `Usage:
+  agentd chat <agent> "text"                send a message and print the reply as it streams (--wait 5m)
+  agentd tail <agent> [--from cursor]       follow the agent's latest stream
+  agentd status <agent>                     show the agent's status and the calls waiting for approval
+  agentd fibers <agent>                     list the agent's running fibers
+  agentd tools <agent>                      list the agent's tools: name, safety, approval, source
+  agentd approve <agent> <toolCallId>       approve a waiting tool call and print the resumed reply
+  agentd deny <agent> <toolCallId>          deny it; the model is told
+
+They talk to a running agentd over NATS: --server url (alias --nats-url;
+default $NATS_URL, else nats://127.0.0.1:4222); with auth, --creds names a
+tenant's creds file (default $FOREVER_CREDS); with TLS, --tls-ca the CA that
+signed agentd's certificate (default $FOREVER_TLS_CA). On Ctrl-C, chat and
+tail print the cursor to resume from (agentd tail <agent> --from <cursor>);
+the turn goes on. When the connection is lost they print "connection lost,
+reconnecting (cursor N)", resume by themselves once agentd is back, and give
+up (exit 1) after --wait (default 5m). "agentd help" lists every command.
 `
 
 // runCLI runs the client commands chat, tail, fibers and status. For any
@@ -85,7 +160,9 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return false, 0
 	}
 	switch args[0] {
-	case "chat", "tail", "fibers", "status", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete":
+	case "help":
+		return true, runHelp(args[1:], stdout, stderr)
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete":
 	default:
 		return false, 0
 	}
@@ -207,17 +284,37 @@ func checkArgs(cmd string, pos []string, from string) error {
 	return nil
 }
 
-// clientFlags defines the connection flags every client command takes,
-// --nats-url, --creds and --tls-ca, with their FOREVER_* defaults.
+// clientFlags defines the connection flags every client command takes:
+// --server (the nats CLI's name, default $NATS_URL as the nats CLI reads
+// it, else nats://127.0.0.1:4222) with --nats-url as its alias, --creds and
+// --tls-ca with their FOREVER_* defaults. FOREVER_NATS_URL is the daemon's
+// external NATS alone: a client command never reads it, so exporting it
+// for one does not change what the next daemon connects to.
 func clientFlags(fs *flag.FlagSet, getenv func(string) string) (natsURL, creds, tlsCA *string) {
-	url := getenv("FOREVER_NATS_URL")
+	url := getenv("NATS_URL")
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	natsURL = fs.String("nats-url", url, "NATS url of agentd")
-	creds = fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds file (a tenant's with auth, or the admin's)")
-	tlsCA = fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA file that signed agentd's certificate (with --tls-cert)")
+	natsURL = fs.String("server", url, "NATS `url` of agentd (default $NATS_URL, else "+nats.DefaultURL+")")
+	fs.StringVar(natsURL, "nats-url", url, "alias of --server")
+	creds = fs.String("creds", getenv("FOREVER_CREDS"), "NATS creds `file` (a tenant's with auth, or the admin's)")
+	tlsCA = fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA `file` that signed agentd's certificate (with --tls-cert)")
 	return natsURL, creds, tlsCA
+}
+
+// newClientFlagSet is a flag set for a client command's flags.
+func newClientFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// serverSet reports whether fs's --server (or its alias --nats-url) was
+// given.
+func serverSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "server" || f.Name == "nats-url" })
+	return set
 }
 
 // clientOptions are the NATS options of a client command: a creds file and
@@ -244,7 +341,7 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, o
 		nats.DisconnectErrHandler(ln.lost), nats.ReconnectHandler(ln.back))
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (is agentd running?): %w", natsURL, err)
+		return connectError(natsURL, opts, err)
 	}
 	defer func() {
 		ln.closing.Store(true)
@@ -264,6 +361,12 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, o
 			return ln.explain(ctx, err)
 		}
 		return printStatus(stdout, st)
+	case "tools":
+		var reply chathost.ToolsReply
+		if err := request(ctx, nc, agent, "tools", nil, &reply); err != nil {
+			return ln.explain(ctx, err)
+		}
+		return printTools(stdout, reply.Tools)
 	case "chat":
 		return ln.explain(ctx, chatCommand(ctx, nc, ln, agent, pos[1], stdout, stderr))
 	case "approve", "deny":
@@ -514,6 +617,49 @@ func printFibers(w io.Writer, rows []host.FiberInfo) error {
 	return tw.Flush()
 }
 
+// pendingApprovals reads a chat agent's pending approvals from its status
+// detail (chat.Status), and takes them out of it: status lists them on
+// lines of their own. ok is false for a detail that has none (an agent of
+// another type).
+func pendingApprovals(detail any) (out []chat.PendingApproval, ok bool) {
+	m, isMap := detail.(map[string]any)
+	if !isMap {
+		return nil, false
+	}
+	raw, ok := m["pendingApprovals"]
+	if !ok {
+		return nil, false
+	}
+	delete(m, "pendingApprovals")
+	if b, err := json.Marshal(raw); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out, true
+}
+
+// printTools prints the tools verb's reply as a table.
+func printTools(w io.Writer, tools []chat.ToolInfo) error {
+	if len(tools) == 0 {
+		_, err := fmt.Fprintln(w, "no tools")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSAFETY\tAPPROVAL\tSOURCE\tDESCRIPTION")
+	for _, t := range tools {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Safety, t.Approval, t.Source, oneLine(t.Description, 80))
+	}
+	return tw.Flush()
+}
+
+// oneLine is s on one line, cut to at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
 func printStatus(w io.Writer, st host.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent\t%s\n", st.Agent)
@@ -526,11 +672,18 @@ func printStatus(w io.Writer, st host.Status) error {
 		fmt.Fprintf(tw, "partition\t%d\n", st.Partition)
 		fmt.Fprintf(tw, "owner\t%s (epoch %d)\n", st.Owner, st.Epoch)
 	}
+	pending, chatAgent := pendingApprovals(st.Detail)
 	if st.Detail != nil {
 		d, err := json.Marshal(st.Detail)
 		if err == nil {
 			fmt.Fprintf(tw, "detail\t%s\n", d)
 		}
+	}
+	if chatAgent && len(pending) == 0 {
+		fmt.Fprintf(tw, "approvals\tnone pending\n")
+	}
+	for _, p := range pending {
+		fmt.Fprintf(tw, "approval\t%s %s %s (agentd approve|deny %s %s)\n", p.ToolCallID, p.ToolName, oneLine(string(p.Input), 60), st.Agent, p.ToolCallID)
 	}
 	return tw.Flush()
 }

@@ -90,7 +90,7 @@ func cli(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	getenv := func(k string) string {
-		if k == "FOREVER_NATS_URL" {
+		if k == "NATS_URL" {
 			return url
 		}
 		return ""

@@ -28,7 +28,9 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/mcptools"
+	"github.com/forever-agents/forever/tracing/otelenv"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 func main() {
@@ -42,7 +44,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	cfg, err := agentd.ParseFlags(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		agentd.Usage(stderr)
+		// On stdout, as "agentd help" writes it: the commands, then the
+		// daemon's flags.
+		writeOverview(os.Stdout)
+		fmt.Fprintln(os.Stdout)
+		agentd.Usage(os.Stdout)
 		return 0
 	}
 	if err != nil {
@@ -57,6 +63,25 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, opts)
 	}
 	cfg.Logger = slog.New(h)
+
+	// Tracing: on when the OTEL_* variables ask for it, off (nil) else.
+	tp, shutdownTracing, err := otelenv.Setup(context.Background(), otelenv.Config{
+		Attributes: []attribute.KeyValue{attribute.String("service.instance.id", cfg.ServerName)},
+		Getenv:     getenv,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	cfg.TracerProvider = tp
+	defer func() {
+		// The spans not yet exported go out before the process exits.
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			cfg.Logger.Warn("flush traces", "err", err)
+		}
+	}()
 
 	// With auth (--auth, or implied by a non-loopback listen), each tenant
 	// gets the agent types in its own daemon; else the daemon runs them.

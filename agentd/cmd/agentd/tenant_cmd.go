@@ -65,7 +65,7 @@ Quotas (create; 0 or absent: the node's --tenant-default-*; unlimited: no limit)
   --max-streams n     JetStream streams (agentd's own included)
   --max-consumers n   JetStream consumers (agentd's own included)
 
---nats-url defaults to $FOREVER_NATS_URL or nats://127.0.0.1:4222, --creds to
+--server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222, --creds to
 $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
 --tls-ca (default $FOREVER_TLS_CA) is the CA of agentd's certificate with TLS.
 `
@@ -253,7 +253,7 @@ func adminRequest(ctx context.Context, natsURL, creds, tlsCA, subject string, pa
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { cancel(err) }))
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s with %s: %w", natsURL, creds, err)
+		return nil, connectError(natsURL, opts, err)
 	}
 	defer nc.Close()
 	body, _ := json.Marshal(payload)

@@ -177,7 +177,7 @@ function quotes(m, name, output) {
 async function sameAsServer(chat) {
 	const res = await fetch(`${base}/v1/chat/${chat.id}/messages`);
 	if (!res.ok) fail(`GET messages: ${res.status} ${await res.text()}`);
-	const stored = await res.json();
+	const { messages: stored } = await res.json();
 	const norm = (ms) => ms.map((m) => ({
 		id: m.id,
 		role: m.role,

@@ -1,0 +1,179 @@
+package chat_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/tracing"
+)
+
+func newTracerProvider(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(tracing.IDGenerator{}))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tp, exp
+}
+
+func attrOf(s tracetest.SpanStub, key string) string {
+	for _, kv := range s.Attributes {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+func spansNamed(spans tracetest.SpanStubs, prefix string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range spans {
+		if strings.HasPrefix(s.Name, prefix) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestTurnTraceSurvivesCrash: a turn with two tool calls, cut after its
+// first tool's result was recorded and recovered by a new runner, is one
+// trace under the caller's span: one invoke_agent span (ended once, by the
+// recovered run, with the id stored in turn.started, its start, and a
+// forever.recovery event), a chat span per provider call and an
+// execute_tool span per call, all its children, with the GenAI attributes;
+// no message content is recorded unless TraceContent says so.
+func TestTurnTraceSurvivesCrash(t *testing.T) {
+	for _, content := range []bool{false, true} {
+		name := "without content"
+		if content {
+			name = "with TraceContent"
+		}
+		t.Run(name, func(t *testing.T) {
+			tp, exp := newTracerProvider(t)
+			e := newEnv(t)
+			e.tp = tp
+			fx := newSideEffects()
+			tools := withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe))
+			opt := func(c *chat.Config) { tools(c); c.TraceContent = content }
+			local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+			h := e.host(t, "a1", local, opt)
+			chat.StopAt(h.a, func(ctx context.Context, point string) error {
+				if point != "tool-recorded" {
+					return nil
+				}
+				fx.reached <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+			if _, err := h.a.Send(ctx, chat.SendRequest{Text: twoTools}); err != nil {
+				t.Fatal(err)
+			}
+			caller.End()
+			wait(t, fx.reached)
+			h.r.Close() // the process dies after the first tool's result is recorded
+			if n := len(spansNamed(exp.GetSpans(), "invoke_agent")); n != 0 {
+				t.Fatalf("%d invoke_agent spans ended by the run that crashed, want 0", n)
+			}
+
+			recoverHost(t, e, "a1", local, opt)
+			tr := lastTurn(t, e, "a1")
+			if tr.Status != chat.TurnCompleted {
+				t.Fatalf("turn = %s %q", tr.Status, tr.Error)
+			}
+
+			spans := exp.GetSpans()
+			for _, s := range spans {
+				if s.SpanContext.TraceID() != caller.SpanContext().TraceID() {
+					t.Errorf("span %q is in trace %s, not the caller's %s", s.Name, s.SpanContext.TraceID(), caller.SpanContext().TraceID())
+				}
+			}
+			turns := spansNamed(spans, "invoke_agent")
+			if len(turns) != 1 || turns[0].Name != "invoke_agent chat" {
+				t.Fatalf("invoke_agent spans = %d, want one \"invoke_agent chat\"", len(turns))
+			}
+			turn := turns[0]
+			if got, want := tr.TraceParent, tracing.Format(turn.SpanContext); got != want {
+				t.Errorf("turn.started traceparent = %q, want the span's %q", got, want)
+			}
+			if turn.Parent.SpanID() != caller.SpanContext().SpanID() {
+				t.Errorf("invoke_agent's parent = %s, want the caller %s", turn.Parent.SpanID(), caller.SpanContext().SpanID())
+			}
+			if !turn.StartTime.Equal(tr.StartedAt) {
+				t.Errorf("invoke_agent starts at %v, want the turn's start %v", turn.StartTime, tr.StartedAt)
+			}
+			for k, v := range map[string]string{
+				"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "chat", "gen_ai.agent.id": "a1",
+				"gen_ai.conversation.id": "a1", "gen_ai.provider.name": "local", "forever.turn.outcome": "completed",
+				"gen_ai.response.finish_reasons": `["stop"]`,
+			} {
+				if got := attrOf(turn, k); got != v {
+					t.Errorf("invoke_agent %s = %q, want %q", k, got, v)
+				}
+			}
+			if attrOf(turn, "gen_ai.usage.output_tokens") == "" {
+				t.Error("invoke_agent has no gen_ai.usage.output_tokens")
+			}
+			if len(turn.Events) != 1 || turn.Events[0].Name != tracing.EventRecovery {
+				t.Errorf("invoke_agent events = %+v, want one %s", turn.Events, tracing.EventRecovery)
+			}
+
+			chats := spansNamed(spans, "chat ")
+			if len(chats) != 3 {
+				t.Errorf("%d chat spans, want 3 (a call per step)", len(chats))
+			}
+			for _, s := range chats {
+				if s.Name != "chat local" || s.SpanKind != trace.SpanKindClient || s.Parent.SpanID() != turn.SpanContext.SpanID() {
+					t.Errorf("chat span %q kind %s parent %s, want \"chat local\", client, under the turn", s.Name, s.SpanKind, s.Parent.SpanID())
+				}
+				for _, k := range []string{"gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons"} {
+					if attrOf(s, k) == "" {
+						t.Errorf("chat span has no %s", k)
+					}
+				}
+			}
+			var calls []string
+			for _, s := range spansNamed(spans, "execute_tool") {
+				if s.Parent.SpanID() != turn.SpanContext.SpanID() {
+					t.Errorf("%s: parent %s, want the turn", s.Name, s.Parent.SpanID())
+				}
+				if attrOf(s, "gen_ai.tool.call.id") == "" || attrOf(s, "gen_ai.tool.name") == "" {
+					t.Errorf("%s without gen_ai.tool.name or gen_ai.tool.call.id", s.Name)
+				}
+				calls = append(calls, s.Name+" "+attrOf(s, "forever.tool.outcome"))
+			}
+			// safe ran before the crash and was replayed from its record after it.
+			if want := []string{"execute_tool safe ok", "execute_tool safe replayed", "execute_tool risky ok"}; !slices.Equal(calls, want) {
+				t.Errorf("execute_tool spans = %q, want %q", calls, want)
+			}
+			if n := len(spansNamed(spans, "fiber.recover")); n != 1 {
+				t.Errorf("%d fiber.recover spans, want 1", n)
+			}
+
+			for _, s := range spans {
+				for _, kv := range s.Attributes {
+					k := string(kv.Key)
+					recorded := k == "gen_ai.input.messages" || k == "gen_ai.output.messages" || k == "gen_ai.tool.call.arguments" || k == "gen_ai.tool.call.result"
+					if recorded && !content {
+						t.Errorf("span %q records %s without TraceContent", s.Name, k)
+					}
+				}
+			}
+			if content {
+				if in := attrOf(chats[0], "gen_ai.input.messages"); !strings.Contains(in, `"content":"/tool safe`) {
+					t.Errorf("first chat span's input messages = %s, want the prompt", in)
+				}
+				if out := attrOf(turn, "gen_ai.output.messages"); !strings.Contains(out, "The safe tool returned") {
+					t.Errorf("invoke_agent output messages = %s, want the answer", out)
+				}
+			}
+		})
+	}
+}
