@@ -240,6 +240,19 @@ func AdminCreds(cfg Config) ([]byte, error) {
 	return admin.Creds()
 }
 
+// AdminToken mints the admin's HTTP token (auth.Keys.AdminToken) from the
+// operator's keys of cfg (--data or --auth-secret-file), valid for ttl
+// (0: auth.DefaultAdminTokenTTL): with it and an X-Forever-Tenant header,
+// HTTP reaches any tenant as its admin (the console), and GET /v1/tenants
+// lists them.
+func AdminToken(cfg Config, ttl time.Duration) (string, time.Time, error) {
+	keys, _, err := operatorKeys(&cfg)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return keys.AdminToken(time.Now(), ttl)
+}
+
 // connOption is agentd's own credential for its connection.
 func (op *Operator) connOption() nats.Option {
 	return nats.UserJWTAndSeed(op.Self.JWT, string(op.Self.Seed))

@@ -147,6 +147,9 @@ func New(cfg Config) (*Daemon, error) {
 		// Under auth /debug/ on the HTTP port is the tenants' (their
 		// admins'); the node's quarantine is on the metrics listener.
 		d.mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+		// Under auth /v1/ is the tenants' (their daemons serve this); the
+		// admin token reaches the node's (package tenancy).
+		d.mux.HandleFunc("GET /v1/cluster", d.handleCluster)
 	}
 	return d, nil
 }

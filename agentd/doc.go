@@ -84,6 +84,13 @@
 //     port.
 //   - GET /debug/quarantine: the stored events the views skipped as corrupt
 //     (eventlog.Log.Quarantine), as a JSON array.
+//   - GET /v1/cluster (without auth, and on each tenant's daemon): this
+//     node's view of the cluster (ClusterInfo): the nodes and the
+//     partitions each holds, every lease with its epoch, the last lease
+//     moves it saw, the events and chunks streams and the lease bucket
+//     with their leaders and replicas, and the store's use (JetStream's
+//     of the account, the Pebble views, the data dir's disk). Under auth
+//     the admin token reaches the node's (package tenancy).
 //   - Anything added with Handle or HandleFunc.
 //
 // The server bounds what a client can hold: request headers (and a TLS

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -380,5 +381,12 @@ func (d *Daemon) logReady(ctx context.Context) {
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	d.logger.Info("agentd ready: chat at "+page, "chat", page, "nats_url", redactURL(d.NATSURL()), "data", dataDir)
+	attrs := []any{"chat", page}
+	msg := "agentd ready: chat at " + page
+	// The console, when the program serves one (the agentd command does).
+	if _, pattern := d.mux.Handler(&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/console"}}); pattern == "GET /console" {
+		attrs = append(attrs, "console", page+"console")
+		msg += ", console at " + page + "console"
+	}
+	d.logger.Info(msg, append(attrs, "nats_url", redactURL(d.NATSURL()), "data", dataDir)...)
 }

@@ -179,11 +179,11 @@ const ClientAPIPrefix = "forever.jsapi"
 
 // ClientPermissions are a tenant client's of role r: send the commands r
 // may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
-// admin, but AdminVerbs for the admin only) and list agents
-// (forever.list), subscribe to chunks, agents' broadcasts
-// (forever.bcast.>) and inboxes, and run ordered (or pull) consumers on
-// the chunks stream through ClientAPIPrefix. Everything else is denied by
-// the server.
+// admin, but AdminVerbs for the admin only), list agents (forever.list)
+// and read the cluster's view (forever.cluster), subscribe to chunks,
+// agents' broadcasts (forever.bcast.>) and inboxes, and run ordered (or
+// pull) consumers on the chunks stream through ClientAPIPrefix.
+// Everything else is denied by the server.
 func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := ClientAPIPrefix + "."
@@ -201,6 +201,7 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	}
 	p.Pub.Allow.Add(
 		"forever.list",
+		"forever.cluster",
 		api+"INFO",
 		api+"STREAM.INFO."+chunksStream,
 		api+"CONSUMER.CREATE."+chunksStream+".>",

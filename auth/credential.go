@@ -16,7 +16,8 @@ type Role string
 
 // Roles, from the least to the most.
 const (
-	// RoleReader reads: status, fibers, schedules, messages, and follows
+	// RoleReader reads: status, fibers, schedules, messages, the log,
+	// approvals waiting, streams and usage, the cluster, and follows
 	// streams (SSE, WebSocket, replay). It starts nothing and changes
 	// nothing.
 	RoleReader Role = "reader"
@@ -65,9 +66,10 @@ func (r Role) AtLeast(min Role) bool { return r.Valid() && r.rank() >= min.rank(
 
 // readVerbs and approveVerbs are the command verbs a reader and an
 // approver may send (forever.cmd.<agent>.<verb>). "state" is not a read
-// verb: the same verb sets the state.
+// verb: the same verb sets the state; nor is "meta", which sets the user
+// context. log, approvals, streams and usage are the console's reads.
 var (
-	readVerbs    = []string{"status", "fibers", "schedules", "messages", "tools"}
+	readVerbs    = []string{"status", "fibers", "schedules", "messages", "tools", "log", "approvals", "streams", "usage"}
 	approveVerbs = []string{"approve"}
 )
 

@@ -25,7 +25,7 @@
 //   - A tenant's client may publish only the command verbs of its role
 //     (forever.cmd.*.<verb>; forever.cmd.> for a writer or admin, but
 //     AdminVerbs, forever.cmd.*.delete, for the admin only) and
-//     forever.list, subscribe only to forever.chunk.>, forever.bcast.> and
+//     forever.list and forever.cluster, subscribe only to forever.chunk.>, forever.bcast.> and
 //     _INBOX.>, and use only the JetStream API calls an ordered consumer of
 //     the chunks stream needs, under ClientAPIPrefix (agentd forwards them
 //     to $JS.API, counting them against the tenant's rate), never $JS.API
@@ -40,5 +40,8 @@
 //     role or an expiry outside a second to 10 years; they are fuzzed.
 //   - Seeds never leave the key directory (0600 files in a 0700 dir) except
 //     inside a creds file written for its user; no error or log names one.
-//   - An HTTP token is stored only as its SHA-256 hash.
+//   - An HTTP token is stored only as its SHA-256 hash. The admin's HTTP
+//     token (AdminToken) is stored nowhere: it is a claim signed by the
+//     service account's key, verified by any node with the same keys,
+//     and it expires (at most MaxAdminTokenTTL).
 package auth

@@ -49,6 +49,13 @@
 // once, and takes no lease for one TTL, by when no node can still serve a
 // lease of the lost bucket; epochs go on above the old ones.
 //
+// What a node sees of the bucket is readable for operators (the console's
+// cluster view, GET /v1/cluster): Leases (every partition's holder and
+// epoch), NodeInfos (the nodes, live or taken for dead, and what each
+// holds) and Moves (the last 256 changes of holder this node's watch saw,
+// a handoff showing as a release then an acquisition; the leases found at
+// start and renewals are no moves).
+//
 // The lease only says who should write. Writes themselves are fenced by the
 // event log (eventlog.Owner): the epoch goes into every append's writer
 // headers and every append expects the agent's last subject sequence, so a

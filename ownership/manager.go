@@ -66,6 +66,8 @@ type Manager struct {
 		// maxEpoch is the highest epoch seen of each partition's leases,
 		// also of leases since gone.
 		maxEpoch map[int]uint64
+		// moves are the last lease moves seen, oldest first (Moves).
+		moves    []Move
 		stopping bool
 		// quietUntil: no lease is acquired or taken over before it, after
 		// the bucket was lost (RestoreBucket): every holder of the lost
@@ -612,6 +614,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			m.mu.free[p] = time.Now()
 			if had {
 				m.mu.lastHolder[p] = old.lease.Node
+				m.recordMoveLocked(Move{Time: time.Now(), Partition: p, From: old.lease.Node, Epoch: old.lease.Epoch})
 			}
 			return had
 		}
@@ -622,6 +625,13 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		seen := time.Now()
 		if had && old.rev == e.Revision() {
 			seen = old.seen // delivered again by a restarted watcher: no renewal
+		}
+		_, wasFree := m.mu.free[p]
+		switch {
+		case had && old.lease != l:
+			m.recordMoveLocked(Move{Time: seen, Partition: p, From: old.lease.Node, To: l.Node, Epoch: l.Epoch})
+		case !had && wasFree:
+			m.recordMoveLocked(Move{Time: seen, Partition: p, From: m.mu.lastHolder[p], To: l.Node, Epoch: l.Epoch})
 		}
 		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: seen}
 		m.mu.maxEpoch[p] = max(m.mu.maxEpoch[p], l.Epoch)

@@ -27,7 +27,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "child-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -140,12 +140,13 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{Agent: a, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
+	return &Agent{Agent: a, store: ct.store, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
 }
 
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
 type Agent struct {
 	*chat.Agent
+	store     *chat.Store // the read side, for approvals and streams
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
 	// maxReply is the largest reply a command sends (host.ReplyLimit): a
@@ -352,6 +353,16 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		return map[string]any{"messages": msgs, "next": next}, err
 	case "status":
 		return c.Status()
+	case "approvals":
+		return c.approvals(ctx)
+	case "streams":
+		var req StreamsRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		return c.streams(req)
+	case "usage":
+		return c.Usage()
 	case "tools":
 		return ToolsReply{Tools: c.Tools()}, nil
 	case "cancel":

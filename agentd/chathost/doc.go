@@ -2,8 +2,11 @@
 // chat agent type, which opens the chat read side and the shared chunk
 // batcher when the daemon starts and builds one chat.Agent per agent id;
 // its NATS verbs (Verbs: chat, messages, cancel, interrupt, state, approve,
-// tool-result, child-result); the sub-agents' way to other agents (chat.Peers
-// over host.Env.Command); the HTTP gateway (AttachGateway: the AI SDK UI message
+// tool-result, child-result, and the reads approvals, streams and usage,
+// also served as GET /v1/agents/{id}/approvals, /streams and /usage by
+// host.AttachHTTP); the sub-agents' way to other agents (chat.Peers over
+// host.Env.Command); a chat stream's chunks from any cursor (AttachReads:
+// GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=); the HTTP gateway (AttachGateway: the AI SDK UI message
 // stream over SSE, the WebSocket resume handshake and the chat page, any
 // node answering for any agent); and chunk retention (AttachRetention).
 //
@@ -22,6 +25,7 @@
 //	h.Attach(d)
 //	chathost.AttachGateway(d, h, chats)
 //	chathost.AttachRetention(d, h, chats)
+//	chathost.AttachReads(d, h)
 //	host.AttachHTTP(d, h, host.HTTPConfig{State: chats})
 //
 // # Sub-agents

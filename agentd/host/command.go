@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/keepalive"
@@ -14,7 +15,7 @@ import (
 
 // Verbs are the verbs the host answers for an agent of any type on
 // forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
-var Verbs = []string{"status", "fibers", "schedules", "meta", "delete"}
+var Verbs = []string{"status", "fibers", "schedules", "meta", "delete", "log"}
 
 // Status is the reply to the status command.
 type Status struct {
@@ -31,6 +32,9 @@ type Status struct {
 	Epoch     uint64 `json:"epoch"`
 	// Agent is what the agent adds when it handles "status" itself.
 	Detail any `json:"detail,omitempty"`
+	// Entry is the agent's entry in the listing (agents.Entry: status,
+	// user, tags, activity, children), nil for an agent without events.
+	Entry *agents.Entry `json:"entry,omitempty"`
 }
 
 // FiberInfo is one row of the fibers command's reply.
@@ -40,6 +44,9 @@ type FiberInfo struct {
 	Attempt   int             `json:"attempt"`
 	CreatedAt string          `json:"createdAt"`
 	Snapshot  json.RawMessage `json:"snapshot,omitempty"`
+	// Ops are the fiber's steps, when the request asked for them
+	// (FibersRequest).
+	Ops []OpInfo `json:"ops,omitempty"`
 }
 
 // Command runs a command for an agent and returns its reply. status, fibers
@@ -60,6 +67,10 @@ func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
 	}
 	if err := checkRole(ctx, cmd.Verb); err != nil {
 		return nil, err
+	}
+	if cmd.Verb == "log" {
+		// The log is read on any node: nothing to route.
+		return h.readLog(ctx, cmd)
 	}
 	if h.quotas != nil {
 		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
@@ -128,12 +139,7 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 	}
 	switch cmd.Verb {
 	case "fibers":
-		rows, err := h.table.Rows(cmd.Agent)
-		out := make([]FiberInfo, 0, len(rows))
-		for _, r := range rows {
-			out = append(out, FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot})
-		}
-		return out, err
+		return h.fibers(cmd)
 	case "schedules":
 		list, err := h.sched.List(cmd.Agent)
 		if list == nil {
@@ -196,6 +202,11 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 	}
 	st := Status{Agent: cmd.Agent, Type: typ, Active: h.Active(cmd.Agent), Fibers: len(rows), Schedules: len(scheds), KeepAlive: h.pool.Held(cmd.Agent)}
 	st.Partition = h.partitionOf(cmd.Agent)
+	if e, ok, err := h.agents.Get(cmd.Agent, h.Types()); err != nil {
+		return nil, err
+	} else if ok {
+		st.Entry = &e
+	}
 	h.mu.Lock()
 	if pt := h.mu.parts[st.Partition]; pt != nil {
 		st.Owner, st.Epoch = pt.lease.Node, pt.lease.Epoch
@@ -239,13 +250,14 @@ func checkRole(ctx context.Context, verb string) error {
 
 // audit hands a command that may change an agent, and its outcome, to
 // Config.AuditCommand: every verb but the reads (status, fibers,
-// schedules, messages, tools, and state without a value).
+// schedules, messages, tools, log, approvals, streams, usage, and state
+// without a value).
 func (h *Host) audit(ctx context.Context, cmd Command, err error) {
 	if h.deps == nil || h.deps.Config.AuditCommand == nil {
 		return
 	}
 	switch cmd.Verb {
-	case "status", "fibers", "schedules", "messages", "tools":
+	case "status", "fibers", "schedules", "messages", "tools", "log", "approvals", "streams", "usage":
 		return
 	case "state":
 		var req struct {

@@ -11,8 +11,28 @@
 // An agent is any value built by its type's Factory; it opts into the
 // optional interfaces CommandHandler, FiberRecoverer, ScheduleHandler,
 // ErrorHandler, Deactivator and StoreLostHandler. The host answers status,
-// fibers, schedules, meta and delete itself (Verbs) for every type; a verb a type did not register
-// is 404 before anything is activated.
+// fibers, schedules, meta, delete and log itself (Verbs) for every type; a
+// verb a type did not register is 404 before anything is activated.
+//
+// # Reads
+//
+// The reads of one agent, each a verb over NATS and a GET over HTTP
+// (AttachHTTP), are what the console shows and any client may use:
+//
+//   - status: Status, with the agent's listing entry (Entry);
+//   - fibers ({"ops": true}, ?ops=true): the running fibers from the runs
+//     view, with each one's steps (OpInfo);
+//   - schedules: the agent's schedules;
+//   - log ({"after", "limit", "type"}, ?after=&limit=&type=): LogPage,
+//     the agent's events after a cursor (a string of digits), paged, with
+//     each event's writer (node and epoch), a compaction snapshot shown
+//     as a summary; answered by any node from the log, without routing
+//     or activating the agent;
+//   - approvals, streams ({"cursor", "limit"}, ?cursor=&limit=) and usage:
+//     verbs of the types that have them (chathost's chat agents; 404 for
+//     the others), served here as GETs too;
+//   - the cluster (ClusterSubject, <prefix>.cluster, and agentd's GET
+//     /v1/cluster): agentd.ClusterInfo of the node that answers.
 //
 // An agent reaches other agents through Env.Command: the same command
 // path as a client's (Host.Command), routed to each agent's owner on any

@@ -46,7 +46,9 @@ type HTTPConfig struct {
 //     as Server-Sent Events, each `data: <message>`: first the current
 //     state ({"type":"state","version":N,"value":...}), then every
 //     message published on <prefix>.bcast.<id> from then on, in order
-//     (a state message not newer than the last one sent is skipped).
+//     (a state message not newer than the last one sent is skipped);
+//   - GET /v1/agents/{id}/status, /fibers?ops=, /schedules and
+//     /log?after=&limit=&type=: the verbs of the same names (attachReads).
 //
 // Browsers on other origins follow the gateway's rules (--cors-origin).
 // Errors are {"code": N, "error": "..."}.
@@ -63,6 +65,7 @@ func AttachHTTP(d *agentd.Daemon, h *Host, cfg HTTPConfig) error {
 	d.Handle("OPTIONS /v1/agents", cors(origins, http.HandlerFunc(s.list)))
 	d.Handle("GET /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
 	d.Handle("OPTIONS /v1/agents/{id}/events", cors(origins, http.HandlerFunc(s.events)))
+	s.attachReads(d, origins)
 	return nil
 }
 

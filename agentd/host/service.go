@@ -50,6 +50,9 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
 	}
+	if err := svc.AddEndpoint("cluster", h.handleCluster(d), micro.WithEndpointSubject(ClusterSubject(prefix))); err != nil {
+		return fmt.Errorf("agentd: add endpoint %s: %w", ClusterSubject(prefix), err)
+	}
 	// Every other subject under <prefix>.cmd: an unknown verb or a subject
 	// of another shape gets 404, never "no responders". Its queue group is
 	// its own: the server picks one subscriber per queue group name among

@@ -47,7 +47,8 @@ func RetryAfterSeconds(d time.Duration) string {
 }
 
 // readVerbs write nothing, so only the rate quota applies to them.
-var readVerbs = map[string]bool{"status": true, "fibers": true, "schedules": true, "messages": true}
+var readVerbs = map[string]bool{"status": true, "fibers": true, "schedules": true, "messages": true,
+	"log": true, "approvals": true, "streams": true, "usage": true}
 
 // Enforcer enforces a tenant's auth.Quota in its daemon's host, before a
 // command writes anything: the request rate, the number of agents (an

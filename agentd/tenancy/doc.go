@@ -40,6 +40,13 @@
 // Its expiry is in the user JWT (the server closes its connections then)
 // and checked on every HTTP request.
 //
+// The operator's admin has an HTTP token too (agentd auth admin-token,
+// auth.Keys.AdminToken): signed by the operator's keys, expiring, stored
+// nowhere. With it a request names its tenant in the X-Forever-Tenant
+// header (400 without) and reaches that tenant's daemon as its admin; GET
+// /v1/tenants, for it alone, lists the tenants. The console uses it to
+// show every tenant's agents.
+//
 // # Revocation
 //
 // A tenant is live or disabled; each credential is live, expired or

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,10 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		// The chat page holds no data: it asks for the token itself.
 		replay.ServePage(w, r)
+		return
+	}
+	if r.URL.Path == "/v1/tenants" {
+		ts.serveTenants(w, r)
 		return
 	}
 	id, ends, ref := ts.authenticate(r)
@@ -125,6 +130,16 @@ func (ts *tenantSet) authenticate(r *http.Request) (auth.Identity, requestEnds, 
 	e, ours := ts.mu.tokens[auth.HashToken(raw)]
 	ts.mu.Unlock()
 	switch {
+	case auth.IsAdminToken(raw):
+		exp, err := ts.op.Keys.VerifyAdminToken(raw, time.Now())
+		if err != nil {
+			return id, ends, &refusal{http.StatusUnauthorized, "invalid", "invalid or expired admin token"}
+		}
+		id.Tenant, id.Cred, id.Role = r.Header.Get(HeaderTenant), "admin-token", auth.RoleAdmin
+		ends.expires = exp
+		if id.Tenant == "" {
+			return id, ends, &refusal{http.StatusBadRequest, "no-tenant", "the admin token reaches every tenant: name one with the " + HeaderTenant + " header (GET /v1/tenants lists them)"}
+		}
 	case ours:
 		id.Tenant, id.Cred, id.Role = e.tenant, e.cred.Name, e.cred.Role
 		ends.revoked = e.revoked
@@ -165,6 +180,52 @@ func (ts *tenantSet) authenticate(r *http.Request) (auth.Identity, requestEnds, 
 		return id, ends, &refusal{http.StatusUnauthorized, "revoked", "the tenant's credentials were revoked after this token was issued"}
 	}
 	return id, ends, nil
+}
+
+// HeaderTenant names the tenant a request with the admin's HTTP token
+// (auth.AdminToken) is for; other tokens name their tenant themselves and
+// ignore it.
+const HeaderTenant = "X-Forever-Tenant"
+
+// TenantInfo is one tenant of GET /v1/tenants.
+type TenantInfo struct {
+	Name     string `json:"name"`
+	Disabled bool   `json:"disabled"`
+	// Served is whether this node runs the tenant's daemon now.
+	Served bool `json:"served"`
+}
+
+// serveTenants answers GET /v1/tenants, for the admin's HTTP token only:
+// {"tenants": [TenantInfo...]} sorted by name. Any other token is 403.
+func (ts *tenantSet) serveTenants(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "GET /v1/tenants only", "code": 405})
+		return
+	}
+	raw, ok := bearer(r)
+	if !ok {
+		ts.refuse(w, r, auth.Identity{From: r.RemoteAddr}, &refusal{http.StatusUnauthorized, "missing", "missing bearer token: send Authorization: Bearer <token>"})
+		return
+	}
+	if !auth.IsAdminToken(raw) {
+		ts.refuse(w, r, auth.Identity{From: r.RemoteAddr}, &refusal{http.StatusForbidden, "role", "GET /v1/tenants needs the admin's HTTP token (agentd auth admin-token)"})
+		return
+	}
+	if _, err := ts.op.Keys.VerifyAdminToken(raw, time.Now()); err != nil {
+		ts.refuse(w, r, auth.Identity{From: r.RemoteAddr}, &refusal{http.StatusUnauthorized, "invalid", "invalid or expired admin token"})
+		return
+	}
+	ts.mu.Lock()
+	out := make([]TenantInfo, 0, len(ts.mu.states))
+	for name, st := range ts.mu.states {
+		if st.rec == nil {
+			continue
+		}
+		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: ts.mu.runs[name] != nil})
+	}
+	ts.mu.Unlock()
+	slices.SortFunc(out, func(a, b TenantInfo) int { return strings.Compare(a.Name, b.Name) })
+	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
 }
 
 // refuse answers a refused request: 401 with WWW-Authenticate, or 403.

@@ -113,7 +113,7 @@ func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
 	ts.mu.states = make(map[string]*tenantState)
 	ts.authRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_auth_refused_total",
-		Help: "HTTP requests refused, by reason: missing, invalid, expired or revoked bearer token (401); an OIDC token naming a tenant that does not exist (unknown-tenant), a disabled tenant, a path the credential's role does not reach (role) (403).",
+		Help: "HTTP requests refused, by reason: missing, invalid, expired or revoked bearer token (401); an OIDC token naming a tenant that does not exist (unknown-tenant), a disabled tenant, a path the credential's role does not reach (role) (403); the admin token without X-Forever-Tenant (no-tenant, 400).",
 	}, []string{"reason"})
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "forever_tenants_running",

@@ -17,6 +17,12 @@ const authUsage = `Usage:
       a pod whose image has no shell:
         kubectl get secret forever-auth -o jsonpath='{.data.secret}' | base64 -d > secret
         agentd auth admin-creds --auth-secret-file secret > admin.creds
+  agentd auth admin-token [--data dir | --auth-secret-file file] [--ttl 12h]
+      print a new admin HTTP token (fvra_...), minted from the operator's
+      keys, that expires after --ttl (default 12h, at most the maximum of
+      auth.MaxAdminTokenTTL). With it, and the header X-Forever-Tenant, the
+      HTTP API and the console (/console) reach every tenant; GET /v1/tenants
+      lists them. It cannot be revoked one by one: it expires.
   agentd auth server-config [--data dir | --auth-secret-file file] [--jwt-dir dir]
       print the nats-server configuration that makes an external NATS server
       (each server of a cluster) trust agentd's operator: the operator JWT,
@@ -53,13 +59,13 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 
 func authCommand(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageErr("missing server-config or admin-creds")
+		return usageErr("missing server-config, admin-creds or admin-token")
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return flag.ErrHelp
 	}
-	if args[0] != "server-config" && args[0] != "admin-creds" {
-		return usageErr("unknown auth command %q: server-config or admin-creds", args[0])
+	if args[0] != "server-config" && args[0] != "admin-creds" && args[0] != "admin-token" {
+		return usageErr("unknown auth command %q: server-config, admin-creds or admin-token", args[0])
 	}
 	fs := flag.NewFlagSet("agentd auth "+args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -72,12 +78,21 @@ func authCommand(args []string, getenv func(string) string, stdout io.Writer) er
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "")
 	fs.StringVar(&cfg.AuthSecretFile, "auth-secret-file", cfg.AuthSecretFile, "")
 	jwtDir := fs.String("jwt-dir", "jwt", "")
+	ttl := fs.Duration("ttl", 0, "")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		return usageErr("%s takes no arguments", args[0])
+	}
+	if args[0] == "admin-token" {
+		tok, _, err := agentd.AdminToken(cfg, *ttl)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, tok)
+		return err
 	}
 	if args[0] == "admin-creds" {
 		creds, err := agentd.AdminCreds(cfg)

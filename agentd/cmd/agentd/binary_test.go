@@ -100,6 +100,8 @@ func TestBinary(t *testing.T) {
 	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
 	t.Run("BrowserTools", func(t *testing.T) { testBinaryBrowserTools(t, bin) })
 	t.Run("BrowserAuth", func(t *testing.T) { testBinaryBrowserAuth(t, bin) })
+	t.Run("Console", func(t *testing.T) { testBinaryConsole(t, bin) })
+	t.Run("ConsoleTenant", func(t *testing.T) { testBinaryConsoleTenant(t, bin) })
 	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
 	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })

@@ -70,7 +70,7 @@ var commands = []command{
 	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage},
 	{"verify", "[--data dir]", "check the log's invariants", verifyUsage},
 	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage},
-	{"auth", "server-config|admin-creds ...", "print an external nats-server's config, or an admin credential", authUsage},
+	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage},
 	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage},
 	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage},
 	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage},

@@ -301,6 +301,7 @@ func TestCluster(t *testing.T) {
 	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
 	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
 	t.Run("Backup", func(t *testing.T) { testClusterBackup(t, bin) })
+	t.Run("Console", func(t *testing.T) { testClusterConsole(t, bin) })
 }
 
 // startCluster starts three nodes as the chart starts its pods (with the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/console"
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/tenancy"
@@ -151,6 +152,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err := d.Config().Registerer.Register(running); err != nil {
 		return mcpc, err
 	}
+	d.Handle("GET /console", console.Handler())
 	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
 		tools, err := builtinTools(d.Config().DataDir)
 		if err == nil {
@@ -184,6 +186,7 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return mcpc, err
 	}
+	d.Handle("GET /console", console.Handler())
 	return mcpc, wireAgents(d, provider, tools, nil)
 }
 
@@ -265,6 +268,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 		return err
 	}
 	if err := host.AttachHTTP(d, h, host.HTTPConfig{State: chats}); err != nil {
+		return err
+	}
+	if err := chathost.AttachReads(d, h); err != nil {
 		return err
 	}
 	return chathost.AttachGateway(d, h, chats)

@@ -1,0 +1,60 @@
+package agentd_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// TestClusterInfo: GET /v1/cluster on a single node shows the node live
+// with every partition, each lease with its epoch, the streams with
+// string sequences, and the store's use.
+func TestClusterInfo(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	parts := d.Config().Partitions
+	var info agentd.ClusterInfo
+	var body string
+	// The node takes its leases a few at a time.
+	for deadline := time.Now().Add(20 * time.Second); len(info.Leases) < parts && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var code int
+		code, body = agentdtest.Get(t, "http://"+d.HTTPAddr()+"/v1/cluster")
+		if code != http.StatusOK {
+			t.Fatalf("GET /v1/cluster: %d %s", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg = d.Config()
+	if info.Node != cfg.ServerName || info.Partitions != parts || len(info.Leases) != parts {
+		t.Fatalf("node %q, %d partitions, %d leases; want %q, %d, all held", info.Node, info.Partitions, len(info.Leases), cfg.ServerName, parts)
+	}
+	if len(info.Nodes) != 1 || !info.Nodes[0].Live || info.Nodes[0].Owns != parts {
+		t.Errorf("nodes = %+v, want this node live owning every partition", info.Nodes)
+	}
+	for _, l := range info.Leases {
+		if l.Node != cfg.ServerName || l.Epoch == 0 {
+			t.Errorf("lease %+v, want held by %s with an epoch", l, cfg.ServerName)
+		}
+	}
+	if len(info.Streams) != 3 || info.Streams[0].Name != eventlog.DefaultEventsStream || info.Streams[0].Error != "" {
+		t.Errorf("streams = %+v", info.Streams)
+	}
+	if !strings.Contains(body, `"lastSeq":"`) {
+		t.Errorf("sequences are not strings: %s", body)
+	}
+	if info.Store.ViewsBytes <= 0 || info.Store.JetStream.Streams < 2 || info.Store.JetStream.Error != "" {
+		t.Errorf("store = %+v", info.Store)
+	}
+}
