@@ -434,3 +434,54 @@ func TestMetaPatch(t *testing.T) {
 		}
 	}
 }
+
+// TestChildren: sub-agent link events list the parent's children, one per
+// child agent, the last called at the end, with their type, mode and
+// status; a parent keeps at most MaxChildren, dropping the oldest that
+// does not run.
+func TestChildren(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg, f, v := openView(t, s)
+	link := func(parent, typ, child, mode, status string) {
+		t.Helper()
+		data := fmt.Sprintf(`{"agent":%q,"mode":%q,"callId":"c","requestId":"r","status":%q,"output":{"text":"long"}}`, child, mode, status)
+		if status == "" {
+			data = `{"agent":5}` // does not decode: ignored
+		}
+		if _, err := lg.Append(t.Context(), eventlog.Event{Agent: parent, Type: typ, Data: json.RawMessage(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("boss", "subagent.started", "kid-a", "persistent", "running")
+	link("boss", "subagent.started", "steps:k", "ephemeral", "running")
+	link("boss", "subagent.ended", "kid-a", "persistent", "completed")
+	link("boss", "subagent.ended", "steps:k", "ephemeral", "cancelled")
+	link("boss", "subagent.started", "kid-a", "persistent", "running")
+	link("boss", "subagent.ended", "kid-a", "", "")
+	caughtUp(t, lg, f)
+	e, ok, err := v.Get("boss", types)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	want := []agents.Child{
+		{Agent: "steps:k", Type: "steps", Mode: "ephemeral", Status: "cancelled"},
+		{Agent: "kid-a", Type: "chat", Mode: "persistent", Status: "running"},
+	}
+	if !slices.Equal(e.Children, want) {
+		t.Fatalf("children %+v, want %+v", e.Children, want)
+	}
+	p, err := v.List(agents.Query{}, types)
+	if err != nil || len(p.Agents) != 1 || !slices.Equal(p.Agents[0].Children, want) {
+		t.Fatalf("listed %+v %v", p, err)
+	}
+
+	// The bound: kid-a runs, the ended ones go first.
+	for i := range agents.MaxChildren + 5 {
+		link("boss", "subagent.ended", fmt.Sprintf("eph%03d", i), "ephemeral", "completed")
+	}
+	caughtUp(t, lg, f)
+	e, _, _ = v.Get("boss", types)
+	if len(e.Children) != agents.MaxChildren || e.Children[0].Agent != "kid-a" || e.Children[len(e.Children)-1].Agent != fmt.Sprintf("eph%03d", agents.MaxChildren+4) {
+		t.Fatalf("%d children, first %+v, last %+v", len(e.Children), e.Children[0], e.Children[len(e.Children)-1])
+	}
+}

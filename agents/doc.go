@@ -11,7 +11,11 @@
 // an agent updates its row: the time of its first event is its creation,
 // of its latest its last activity; fiber starts and ends say whether it
 // runs, and chat turn outcomes whether it waits for a tool answer or
-// failed (the Status* constants, derived from the log alone). EventMeta's
+// failed (the Status* constants, derived from the log alone); chat's
+// sub-agent link events (subagent.started, subagent.ended) its children:
+// one per child agent with its type, last mode and link status, the one
+// called last at the end, at most MaxChildren (the oldest child not
+// running is dropped first). EventMeta's
 // MetaPatch sets its user context; an Initial patch (the meta of an
 // agent's first command) applies only while none is set.
 //

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -35,13 +36,15 @@ type Entry struct {
 	// its latest.
 	CreatedAt    time.Time `json:"createdAt"`
 	LastActivity time.Time `json:"lastActivity"`
-	// Children are the agent's sub-agents. Sub-agents are not built yet:
-	// it is always empty.
+	// Children are the agent's sub-agents (chat's agent tools), the one
+	// called last at the end, at most MaxChildren.
 	Children []Child `json:"children"`
 }
 
-// Child is one sub-agent of an agent (reserved: sub-agents are not built
-// yet).
+// Child is one sub-agent of an agent: the child agent, its type, the mode
+// of its last call (chat.ModeEphemeral or chat.ModePersistent) and that
+// call's link status (chat.LinkRunning, LinkCompleted, LinkFailed,
+// LinkInterrupted or LinkCancelled).
 type Child struct {
 	Agent  string `json:"agent"`
 	Type   string `json:"type"`
@@ -150,6 +153,12 @@ func (rw *row) entry(agent string, types Types) Entry {
 		Agent: agent, Type: types.Of(agent), Status: rw.status(),
 		User: rw.User, Tags: rw.Tags, Metadata: rw.Metadata,
 		CreatedAt: rw.Created, LastActivity: rw.Last, Children: []Child{},
+	}
+	for _, c := range rw.Children {
+		// The link names the type when its tool does; else the host's
+		// rule of ids does.
+		c.Type = cmp.Or(c.Type, types.Of(c.Agent))
+		e.Children = append(e.Children, c)
 	}
 	if e.Tags == nil {
 		e.Tags = []string{}

@@ -3,6 +3,7 @@ package agents
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
 	"time"
@@ -52,6 +53,31 @@ type row struct {
 	Running []string `json:"running,omitempty"`
 	Waiting bool     `json:"waiting,omitempty"`
 	Failed  bool     `json:"failed,omitempty"`
+	// Children are the agent's sub-agents, one per child agent id, the
+	// one called last at the end; at most MaxChildren.
+	Children []Child `json:"children,omitempty"`
+}
+
+// MaxChildren bounds the children a row keeps: past it, the oldest one
+// that is not running is dropped (the oldest of all when every one runs).
+// Ephemeral children are new agents at every call, so a parent would
+// otherwise collect them without end.
+const MaxChildren = 100
+
+// child records a sub-agent link event (chat.EventSubagentStarted or
+// Ended, data a chat.ChildLink) in r: the child moves to the end with the
+// link's mode and status.
+func (r *row) child(data json.RawMessage) {
+	var l Child
+	if json.Unmarshal(data, &l) != nil || l.Agent == "" {
+		return
+	}
+	r.Children = slices.DeleteFunc(r.Children, func(c Child) bool { return c.Agent == l.Agent })
+	r.Children = append(r.Children, l)
+	if len(r.Children) > MaxChildren {
+		i := slices.IndexFunc(r.Children, func(c Child) bool { return c.Status != chat.LinkRunning })
+		r.Children = slices.Delete(r.Children, max(i, 0), max(i, 0)+1)
+	}
 }
 
 func (r *row) status() string {
@@ -80,16 +106,24 @@ func (r *row) indexKeys(agent string) [][]byte {
 
 // Projection returns the view of every agent: per agent its user context
 // (EventMeta), created and last activity times (its first and latest
-// event), and what its status derives from (running fibers, the outcome
-// of its last turn); with indexes by user and by tag. It reads the events
+// event), what its status derives from (running fibers, the outcome of
+// its last turn), and its sub-agents (chat's link events); with indexes by
+// user and by tag. It reads the events
 // stream; register it on the daemon's Follower (Deps.Views). It has
 // AgentRows, so compaction keeps it and a deleted agent leaves it.
 func Projection() eventlog.Projection {
 	return eventlog.Projection{
 		Name:      ProjectionName,
-		Version:   1,
+		Version:   2, // 2: children
 		Apply:     apply,
 		AgentRows: agentRows,
+		// A version 1 row is a version 2 row without children.
+		MigrateRows: func(_ string, from int, rows []eventlog.KV) ([]eventlog.KV, error) {
+			if from != 1 {
+				return nil, fmt.Errorf("agents: no migration of rows of version %d", from)
+			}
+			return rows, nil
+		},
 	}
 }
 
@@ -178,6 +212,8 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 		rw.Waiting = t.FinishReason == llm.FinishToolCalls
 	case chat.EventTurnFailed:
 		rw.Failed = true
+	case chat.EventSubagentStarted, chat.EventSubagentEnded:
+		rw.child(e.Data)
 	}
 	if len(rw.Running) == 0 {
 		rw.Running = nil

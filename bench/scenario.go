@@ -88,6 +88,8 @@ func scenarios() []Scenario {
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},
 		{Name: "tool-agents", Run: toolAgents},
+		{Name: "subagent-call", Run: subagentCall},
+		{Name: "subagent-fanout", Run: subagentFanout},
 		{Name: "tracing", Run: tracingCost},
 		{Name: "group-commit", Run: groupCommit},
 		{Name: "restart-ready", Run: restartReady},

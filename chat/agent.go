@@ -126,6 +126,16 @@ type Config struct {
 	// later answer is refused with ErrWaitExpired, and the model is told
 	// the call was not answered. Default 24h; negative: no limit.
 	ToolWaitTimeout time.Duration
+	// Peers reaches other agents for sub-agent calls (agent tools:
+	// NewAgentTool, AgentTool) and tells a sub-agent's parent that its
+	// turn ended. Nil: agent tools fail with a tool error, and a
+	// sub-agent's parent learns of its end by polling.
+	Peers Peers
+	// MaxDepth bounds chains of sub-agent calls (DefaultMaxDepth, 5).
+	MaxDepth int
+	// ChildPoll is how often a turn awaiting its children reads their
+	// state besides their notices. Default 10s.
+	ChildPoll time.Duration
 	// OnState, when set, is called after each SetState is stored, with
 	// the new version and value, in version order (SetState calls are
 	// serialized): agentd publishes the change to the agent's clients
@@ -180,6 +190,12 @@ func (c *Config) ensureDefaults() {
 	if c.ToolWaitTimeout == 0 {
 		c.ToolWaitTimeout = DefaultToolWaitTimeout
 	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = DefaultMaxDepth
+	}
+	if c.ChildPoll == 0 {
+		c.ChildPoll = DefaultChildPoll
+	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
@@ -215,7 +231,7 @@ func (c *Config) Validate() error {
 	case len(missing) > 0:
 		return fmt.Errorf("%w: %s required", ErrInvalidConfig, strings.Join(missing, ", "))
 	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
-		c.MaxSteps < 0 || c.MaxParallelTools < 0:
+		c.MaxSteps < 0 || c.MaxParallelTools < 0 || c.MaxDepth < 0 || c.ChildPoll < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
@@ -246,6 +262,9 @@ type Agent struct {
 	mu struct {
 		sync.Mutex
 		active *activeTurn // the turn this process runs, nil if none
+		// waiters wake the turn waiting for a child turn, by the child's
+		// request id (childWaiter).
+		waiters map[string]chan struct{}
 	}
 }
 
@@ -310,6 +329,11 @@ type SendRequest struct {
 	Body json.RawMessage
 	// Tools are client tool schemas offered to the model.
 	Tools []llm.Tool
+	// Parent is set when a sub-agent call of another agent's turn sends
+	// the message: the turn records it, and tells the parent when it
+	// ends. A parent whose chain of callers holds this agent is refused
+	// (ErrInvalidMessage): a cycle.
+	Parent *ParentRef
 }
 
 // Turn identifies a started turn.
@@ -358,6 +382,9 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if req.RequestID != "" && !validRequestID(req.RequestID) {
 		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
 	}
+	if err := a.checkParent(req.Parent); err != nil {
+		return Turn{}, err
+	}
 	msg, err := a.userMessage(req)
 	if err != nil {
 		return Turn{}, err
@@ -368,7 +395,7 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	}
 	t := turnStarted{
 		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
-		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools,
+		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
@@ -595,7 +622,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		st := &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
 		err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
 		a.endTurnSpan(fctx, span, err)
-		return err
+		return a.afterTurn(fctx, t.RequestID, err)
 	})
 	if err != nil {
 		failSpan(span, err)
@@ -914,6 +941,8 @@ type Status struct {
 	// LastStream is the metadata of LastTurn's stream, nil when it has no
 	// chunk yet.
 	LastStream *StreamInfo `json:"lastStream,omitempty"`
+	// Children are the sub-agent calls of ActiveTurn in flight.
+	Children []ChildLink `json:"children,omitempty"`
 	// PendingApprovals are the tool calls waiting for a person's approval
 	// (Store.PendingApprovals).
 	PendingApprovals []PendingApproval `json:"pendingApprovals"`
@@ -923,24 +952,39 @@ type Status struct {
 func (a *Agent) Tools() []ToolInfo { return a.cfg.Tools.Infos() }
 
 // Status returns the agent's active and last turn and the last stream.
-func (a *Agent) Status() (Status, error) {
-	st := Status{Agent: a.agent}
-	pending, err := a.store.PendingApprovals(a.agent)
+func (a *Agent) Status() (Status, error) { return a.store.Status(a.agent) }
+
+// Status returns agent's active and last turn, the last stream, the calls
+// waiting for approval and the active turn's children in flight, as the
+// views hold them: for any agent, whether an Agent of it runs in this
+// process or not.
+func (s *Store) Status(agent string) (Status, error) {
+	st := Status{Agent: agent}
+	pending, err := s.PendingApprovals(agent)
 	if err != nil {
 		return st, err
 	}
 	st.PendingApprovals = pending
-	if t, ok, err := a.store.ActiveTurn(a.agent); err != nil {
+	if t, ok, err := s.ActiveTurn(agent); err != nil {
 		return st, err
 	} else if ok {
 		st.ActiveTurn = &t
+		links, err := s.Links(agent, t.RequestID)
+		if err != nil {
+			return st, err
+		}
+		for _, l := range links {
+			if !l.Ended() {
+				st.Children = append(st.Children, l)
+			}
+		}
 	}
-	t, ok, err := a.store.LastTurn(a.agent)
+	t, ok, err := s.LastTurn(agent)
 	if err != nil || !ok {
 		return st, err
 	}
 	st.LastTurn = &t
-	info, err := a.store.Streams().Get(a.agent, t.StreamID)
+	info, err := s.Streams().Get(agent, t.StreamID)
 	if errors.Is(err, ErrUnknownStream) {
 		return st, nil
 	}

@@ -188,6 +188,9 @@ func (b *builder) preload(base []Part, answers []ToolAnswer) {
 			continue
 		}
 		i := b.addPart(p)
+		if p.IsData() && p.ID != "" {
+			b.index["data:"+p.Type+"\x00"+p.ID] = i
+		}
 		if b.text[i] != nil {
 			b.text[i].WriteString(p.Text)
 		}

@@ -126,14 +126,34 @@ func (b *builder) add(c Chunk) {
 		b.terminal, b.errorText = c.Type, c.ErrorText
 	case ChunkAbort:
 		b.terminal = c.Type
+	default:
+		if c.IsData() {
+			// A data part: one of its type and id is replaced, as the AI
+			// SDK's clients do.
+			key := "data:" + c.Type + "\x00" + c.ID
+			if i, ok := b.index[key]; ok && c.ID != "" {
+				b.parts[i].Data = c.Data
+				return
+			}
+			b.index[key] = b.addPart(Part{Type: c.Type, ID: c.ID, Data: c.Data})
+		}
 	}
 }
 
-// addPart appends p, with a text accumulator unless it is a tool part, and
-// returns its index.
+// dataPart returns the data part of type typ and id, if the stream has one.
+func (b *builder) dataPart(typ, id string) (Part, bool) {
+	i, ok := b.index["data:"+typ+"\x00"+id]
+	if !ok {
+		return Part{}, false
+	}
+	return b.parts[i], true
+}
+
+// addPart appends p, with a text accumulator unless it is a tool or data
+// part, and returns its index.
 func (b *builder) addPart(p Part) int {
 	var t *strings.Builder
-	if p.Type != PartTool {
+	if p.Type != PartTool && !p.IsData() {
 		t = &strings.Builder{}
 	}
 	b.parts, b.text = append(b.parts, p), append(b.text, t)

@@ -26,3 +26,28 @@ func TestFinishChunkCarriesUsage(t *testing.T) {
 		t.Fatalf("usage from nothing: %+v", b.usage)
 	}
 }
+
+// TestDataParts: a data-* chunk becomes a part of its type, id and data; a
+// later one of the same type and id replaces the data in place, as the AI
+// SDK's clients do; one without an id is another part.
+func TestDataParts(t *testing.T) {
+	b := newBuilder()
+	b.add(Chunk{Type: ChunkToolInput, ToolCallID: "c1", ToolName: "agent", Input: json.RawMessage(`{}`)})
+	b.add(Chunk{Type: PartSubagent, ID: "c1", Data: json.RawMessage(`{"status":"running"}`)})
+	b.add(Chunk{Type: "data-note", Data: json.RawMessage(`1`)})
+	b.add(Chunk{Type: PartSubagent, ID: "c1", Data: json.RawMessage(`{"status":"completed"}`)})
+	b.add(Chunk{Type: "data-note", Data: json.RawMessage(`2`)})
+	ps := b.Parts()
+	if len(ps) != 4 {
+		t.Fatalf("parts = %+v, want the call, the subagent part and two notes", ps)
+	}
+	if p := ps[1]; p.Type != PartSubagent || p.ID != "c1" || string(p.Data) != `{"status":"completed"}` || !p.IsData() {
+		t.Errorf("subagent part = %+v", p)
+	}
+	if string(ps[2].Data) != "1" || string(ps[3].Data) != "2" {
+		t.Errorf("notes = %+v, %+v", ps[2], ps[3])
+	}
+	if !hasContent(ps[1:2]) {
+		t.Error("a data part is not content")
+	}
+}

@@ -20,6 +20,10 @@
 //	state.set          {version, value}
 //	interrupt.set      {name}
 //	interrupt.cleared  {name}
+//	subagent.started   ChildLink {agent, type?, mode, callId, requestId, streamId, messageId,
+//	                   status: "running", parentRequestId, startedAt}
+//	subagent.ended     ChildLink {... status: completed|failed|interrupted|cancelled, endedAt,
+//	                   output? (ChildOutput), error?, usage?: {input, output, calls}}
 //
 // and each turn's output is one chat stream on the chunks subject
 // <prefix>.chunk.<agent>.<streamId>: AI SDK UI message stream chunks (start,
@@ -144,6 +148,67 @@
 // partial plus the continuation, appended once and then updated.
 // ContinueLastTurn does the same on demand, in a new stream whose start
 // chunk names the continued message.
+//
+// # Sub-agents
+//
+// A tool can be an agent (NewAgentTool; AgentTool is the built-in "agent"
+// tool, {"agent", "text", "mode"}): a call runs one turn of a child agent,
+// wherever it runs, and its output is the child's final text (a
+// ChildOutput, which names the child's agent, request and stream). The
+// design follows helix-agents' sub-session refs: the link is recorded on
+// the parent, the parent suspends while it awaits its children, and
+// interrupts and usage go through it.
+//
+//   - Start. The call's child turn has the request id ChildRequestID(parent,
+//     request, call), its idempotency key: Config.Peers.StartChild sends
+//     the child a chat command with it (agentd routes it to the child's
+//     owner), and a Send whose request id is stored returns that turn, so
+//     however often a crash makes the parent send it, the child runs it
+//     once. Once the child's turn is durable, the parent appends
+//     subagent.started and names the child in its stream: a data-subagent
+//     chunk {type, id: call id, data: ChildRef}, written again with the
+//     link's final status when it ends (the AI SDK replaces a data part of
+//     the same id), and kept in the stored message's parts.
+//   - Wait. Every call of the step starts at once; the step waits for its
+//     other tools, flushes the stream, and then waits idle: the turn fiber
+//     holds no keepalive reference (fiber.Fiber.Idle) and no TurnLimiter
+//     admission, so the agent may be deactivated, which interrupts the
+//     turn with nothing written. The wait is stored state: the links in
+//     the turns view and the stream. A recovered turn whose link still
+//     runs is resumed without counting an attempt or asking
+//     OnChatRecovery, and waits again.
+//   - End. The waiting turn learns that a child's turn ended from the
+//     child's notice (the child's turn fiber, once the turn's outcome is
+//     stored, calls Peers.NotifyParent, retried, and kept for recovery
+//     until it got through; agentd's child-result verb calls ChildEnded),
+//     or by reading the child's turn every Config.ChildPoll (10 s), or when
+//     recovered: the outcome is always read from the views, caught up with
+//     the child's last event, never taken from the notice. It appends
+//     subagent.ended with the tool's output (or error, for a child that
+//     failed or was interrupted) and the child's usage, then writes the
+//     output, once: on recovery a call with an ended link is answered from
+//     the link. A child turn the caught-up views do not hold was deleted
+//     with its agent (the link is recorded after it was durable): the
+//     call fails ("agent X was deleted before it answered") instead of
+//     waiting for an end that never comes.
+//   - Modes. A persistent child is the agent named and keeps its
+//     conversation; an ephemeral child's id is EphemeralChildID(base,
+//     parent, request, call): <base>~<parent, ':' as '_'>~<12 hex>, new
+//     for every call. A persistent child busy with another turn refuses the
+//     call (a tool error).
+//   - Refusals. A call of an agent in the chain of callers (ParentRef.Chain,
+//     carried in the child's turn.started) is a cycle, and a call that
+//     would make a child deeper than Config.MaxDepth (5) is refused too;
+//     both with a tool error the model sees (types "cycle" and "depth").
+//   - Cancel. A turn that ends without its children's answers (Cancel, the
+//     "turn" interrupt, a failure) tells each running child to cancel its
+//     turn (Peers.CancelChild, by request id) and records the link
+//     cancelled, so every started link ends.
+//   - Usage. usage.recorded of the parent's turn carries subagents {input,
+//     output, calls}: its children's turns' usage (their own and their
+//     sub-agents'), apart from input and output, the turn's own; the
+//     roll-up (Usage.Subagents) too. Status lists the active turn's
+//     children in flight.
 //
 // # Tracing
 //
@@ -324,6 +389,22 @@
 //     (tool-input-error), input the schema refuses, an unknown tool and an
 //     output larger than the tool's limit (256 KiB) reach the model as tool
 //     errors.
+//   - A sub-agent call runs its child's turn at most once, and its output
+//     is written once: the child turn's request id is derived from the
+//     call, the link is recorded before the wait, and the output after the
+//     link's end (TestSubagentCrashPoints kills the parent at each point of
+//     a step with two children). Every started link ends: with the child's
+//     outcome, or cancelled when the parent's turn ends first.
+//   - A call that would close a cycle (its child is in the chain of
+//     callers) or make a chain deeper than Config.MaxDepth starts no
+//     child turn: the parent gets a tool error ("cycle", "depth") and its
+//     turn goes on (TestSubagentRefused). A child's Send refuses a parent
+//     whose chain holds the child (ErrInvalidMessage), however the call
+//     reached it.
+//   - A turn awaiting its children runs nothing and pins nothing: no
+//     keepalive reference, no TurnLimiter admission; its agent may be
+//     deactivated and it resumes when a child's notice (or a restart)
+//     activates the agent again (TestSubagentParentDeactivated).
 //   - A turn's stored tools (turn.started's tools) that do not decode are
 //     corrupt data, with one rule wherever they are needed: running a turn
 //     and recovering it (before the recovery hook) fail the turn with an

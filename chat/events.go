@@ -12,12 +12,12 @@ const (
 	EventMessageAppended   = "message.appended"   // Message {id, role, parts, requestId, hidden, createdAt}
 	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
-	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, traceparent and parentSpanId its invoke_agent span
+	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn, traceparent and parentSpanId its invoke_agent span
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
 	EventTurnFailed        = "turn.failed"        // {requestId, error}
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
 	EventStateSet          = "state.set"          // {version, value}
-	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output}
+	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}}
 	EventInterruptSet      = "interrupt.set"      // {name}
 	EventInterruptCleared  = "interrupt.cleared"  // {name}
 )
@@ -57,6 +57,8 @@ type turnStarted struct {
 	// FiberID is the id of the turn's fiber, started just before; absent
 	// from turns stored before it was added.
 	FiberID string `json:"fiberId,omitempty"`
+	// Parent is set on a sub-agent's turn: the call that started it.
+	Parent *ParentRef `json:"parent,omitempty"`
 	// TraceParent is the W3C traceparent of the turn's invoke_agent span
 	// and ParentSpanID (16 hex digits) the id of that span's parent, ""
 	// when the turn began its trace: the run that finishes the turn after
@@ -84,6 +86,9 @@ type usageRecorded struct {
 	// Steps is the usage of each step of a multi-step turn; Input and
 	// Output are their sums.
 	Steps []stepUsage `json:"steps,omitempty"`
+	// Subagents is the usage of the turn's sub-agents, apart from Input
+	// and Output (the turn's own model calls).
+	Subagents *SubagentUsage `json:"subagents,omitempty"`
 }
 
 type interruptFlag struct {

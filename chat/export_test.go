@@ -5,7 +5,8 @@ import "context"
 // StopAt makes a's turns call stop at each named crash point of a step
 // ("tools-begin", "tool-recorded", "step-done", "ended") and of a command
 // that starts a turn ("send-begin", "send-checked", "send-turn-stored",
-// "send-stored") and of a recovery ("recover-claim");
+// "send-stored"), of a recovery ("recover-claim") and of a sub-agent call
+// ("child-started", "children-wait");
 // stop returns nil to go on, or blocks until ctx ends and returns its
 // error, as a process dying there.
 func StopAt(a *Agent, stop func(ctx context.Context, point string) error) { a.stopAt = stop }

@@ -82,3 +82,18 @@ func (a *Agent) cancelActive() {
 		at.cancel(ErrCancelled)
 	}
 }
+
+// CancelTurn is Cancel of the turn requestID only: it reports false, and
+// does nothing, when another turn or none is active. A parent cancelling
+// its sub-agent's turn uses it, so a persistent child that moved on to
+// another turn is left alone.
+func (a *Agent) CancelTurn(ctx context.Context, requestID string) (bool, error) {
+	if err := a.catchUp(ctx); err != nil {
+		return false, err
+	}
+	cur, active, err := a.store.ActiveTurn(a.agent)
+	if err != nil || !active || cur.RequestID != requestID {
+		return false, err
+	}
+	return a.Cancel(ctx)
+}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 )
 
@@ -22,6 +23,9 @@ const (
 	// PartTool is a tool call (AI SDK "dynamic-tool"): ToolCallID, ToolName,
 	// State, Input, and Output once known.
 	PartTool = "dynamic-tool"
+	// PartSubagent is the data part naming the sub-agent a tool call of
+	// the message runs (ID: the call id; Data: a ChildRef).
+	PartSubagent = chunk.Subagent
 )
 
 // Tool part states.
@@ -71,7 +75,15 @@ type Part struct {
 	ErrorText  string          `json:"errorText,omitempty"`
 	// Approval is set on a tool part whose call needed approval.
 	Approval *ToolApproval `json:"approval,omitempty"`
+	// ID and Data are a data part's (type "data-<name>", IsData): its
+	// id and value, as the AI SDK keeps them.
+	ID   string          `json:"id,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
 }
+
+// IsData reports whether p is a data part (type "data-<name>", such as
+// PartSubagent).
+func (p Part) IsData() bool { return strings.HasPrefix(p.Type, chunk.DataPrefix) }
 
 // Text returns the concatenated text parts of m.
 func (m Message) Text() string { return partsText(m.Parts) }
@@ -89,7 +101,7 @@ func partsText(ps []Part) string {
 // hasContent reports whether ps holds anything worth persisting.
 func hasContent(ps []Part) bool {
 	for _, p := range ps {
-		if p.Text != "" || p.Type == PartTool {
+		if p.Text != "" || p.Type == PartTool || p.IsData() {
 			return true
 		}
 	}

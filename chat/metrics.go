@@ -14,6 +14,9 @@ type metrics struct {
 	tokens     *prometheus.CounterVec // kind: input, output
 	toolCalls  *prometheus.CounterVec // outcome: ok, error, maybe_executed, interrupted
 	steps      prometheus.Counter
+	// subagentCalls: started, refused, and each end (completed, failed,
+	// interrupted, cancelled).
+	subagentCalls *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -38,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_chat_steps_total",
 			Help: "Model calls (steps) of chat turns started.",
 		}),
+		subagentCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_chat_subagent_calls_total",
+			Help: "Sub-agent calls of chat turns: started, refused, and ended by outcome (completed, failed, interrupted, cancelled).",
+		}, []string{"outcome"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -60,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.steps, err = promreg.Register(reg, m.steps); err != nil {
+		return nil, err
+	}
+	if m.subagentCalls, err = promreg.Register(reg, m.subagentCalls); err != nil {
 		return nil, err
 	}
 	return m, nil

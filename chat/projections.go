@@ -41,6 +41,7 @@ const (
 //	            a\0<agent>                 request id of the active turn
 //	            l\0<agent>                 request id of the last turn started
 //	            f\0<agent>\0<fiberId>      request id of a running turn fiber
+//	            k\0<agent>\0<requestId>\0<callId>  ChildLink JSON (subagent_view.go)
 func msgNextKey(agent string) []byte { return []byte("n\x00" + agent) }
 func msgKey(agent string, idx uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("m\x00"+agent+"\x00"), idx)
@@ -297,6 +298,9 @@ type Usage struct {
 	Output int64 `json:"output"`
 	// Turns counts the requests with recorded usage.
 	Turns int `json:"turns"`
+	// Subagents is the usage of the agent's sub-agents (their turns' own
+	// and their sub-agents', recursively), apart from its own.
+	Subagents SubagentUsage `json:"subagents,omitzero"`
 }
 
 // UsageProjection rolls usage.recorded up per agent. Only the first
@@ -326,6 +330,9 @@ func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
 	sum.Input += u.Input
 	sum.Output += u.Output
 	sum.Turns++
+	if u.Subagents != nil {
+		sum.Subagents.add(*u.Subagents)
+	}
 	if err := setJSON(b, usageReqKey(e.Agent, u.RequestID), u); err != nil {
 		return err
 	}
@@ -390,6 +397,8 @@ type TurnInfo struct {
 	// that fiber's end can orphan the turn, not the end of another fiber
 	// of the same name (a copy of the command refused as a duplicate).
 	FiberID string `json:"fiberId,omitempty"`
+	// Parent is set on a sub-agent's turn: the call that started it.
+	Parent *ParentRef `json:"parent,omitempty"`
 	// TraceParent and ParentSpanID: the turn's invoke_agent span, when
 	// its turn.started carries it (see turnStarted).
 	TraceParent  string `json:"traceparent,omitempty"`
@@ -403,7 +412,7 @@ func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
 // active and last turn of each agent.
 func TurnsProjection() eventlog.Projection {
 	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns,
-		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f"))}
+		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f", "k"))}
 }
 
 // fiberEvent is the part of the fiber package's events the turns view reads.
@@ -451,6 +460,8 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
 		return applyTurnFiber(b, e)
+	case EventSubagentStarted, EventSubagentEnded:
+		return applyLink(b, e)
 	case EventTurnStarted:
 		var ts struct {
 			turnStarted
@@ -468,6 +479,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			RequestID: ts.RequestID, StreamID: ts.StreamID, MessageID: ts.MessageID,
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
 			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
+			Parent:      ts.Parent,
 			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {

@@ -88,7 +88,7 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 		var span trace.Span
 		err := a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec, &span))
 		a.endTurnSpan(fctx, span, err)
-		return err
+		return a.afterTurn(fctx, requestID, err)
 	})
 	return true, err
 }
@@ -166,7 +166,14 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, err)
 	}
-	if st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), a.cfg.AttemptWindow) {
+	// A turn awaiting its children was left by design (its agent was
+	// deactivated, or its process stopped, while it waited): resuming it
+	// counts no attempt, and its wait goes on without OnChatRecovery.
+	waiting := b.terminal == "" && a.awaitingChildren(requestID)
+	if waiting {
+		st.snap.Attempts = 0
+	}
+	if !waiting && st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), a.cfg.AttemptWindow) {
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("%w: turn %s was recovered %d times without progress", ErrRecoveryExhausted, requestID, a.cfg.MaxRecoveryAttempts))
 	}
@@ -180,6 +187,11 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	if a.Interrupted(InterruptTurn) {
 		defer a.release(at)
 		return a.abortTurn(ctx, st, em, true, "cancelled")
+	}
+	if waiting {
+		a.metrics.recoveries.WithLabelValues("children").Inc()
+		st.resume = true
+		return a.runTurn(ctx, f, st)
 	}
 	if !hasContent(b.Parts()) {
 		// Nothing reached clients: run the turn again into the same stream.

@@ -287,6 +287,10 @@ const (
 
 	// A recovered turn about to take the agent's turn slot.
 	pointRecoverClaim = "recover-claim"
+
+	// Points of a sub-agent call.
+	pointChildStarted = "child-started" // the child's turn is started, the link not recorded
+	pointChildrenWait = "children-wait" // every child is named in the stream, the turn about to wait idle
 )
 
 // crashPoint lets a test stop the turn at point; nil otherwise.

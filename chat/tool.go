@@ -43,6 +43,9 @@ type Tool struct {
 	resolved    *jsonschema.Resolved
 	run         func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
 	opts        toolOptions
+	// sub is set on an agent tool (NewAgentTool, AgentTool): its calls run
+	// child agents' turns instead of run.
+	sub *agentTool
 }
 
 // NewTool makes a server tool from a typed Go function. The tool's input

@@ -42,7 +42,7 @@ func toolStepKey(callID string) string { return "tool:" + callID }
 // outputs in call order. A call of a tool the server does not have and the
 // turn did not offer as a client tool gets an error output; client tool
 // calls are left for the client.
-func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState, lp *loop) (phase, error) {
+func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, lp *loop) (phase, error) {
 	// What the model streamed is durable before any tool runs.
 	if _, err := em.w.Flush(fctx); err != nil {
 		return 0, fmt.Errorf("%w: %w", errWrite, err)
@@ -59,6 +59,8 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 		// chunk, when set, is what ends the call instead of a result:
 		// an approval request, a denial.
 		chunk *Chunk
+		// child is set for a call of an agent tool (awaitChildren).
+		child *childJob
 	}
 	var jobs []*job
 	clientLeft := false
@@ -76,6 +78,8 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 			j.tool = t // approved: it runs, once
 		case c.State != ToolInputAvailable && c.State != ToolApprovalResponded:
 			j.done = resolved(toolResult{Error: ErrTextInputCut, ErrorType: "input_cut"})
+		case server && t.sub != nil:
+			j.child = newChildJob(c, t)
 		case server && t.needsApproval(c.Input):
 			j.chunk = &Chunk{Type: ChunkToolApproval, ToolCallID: c.ToolCallID, ApprovalID: approvalID(c.ToolCallID)}
 			clientLeft = true
@@ -99,7 +103,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(errWrite)
 	for _, j := range jobs {
-		if j.done != nil || j.chunk != nil {
+		if j.done != nil || j.chunk != nil || j.child != nil {
 			continue
 		}
 		j.done = make(chan toolResult, 1)
@@ -123,10 +127,28 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 			j.done <- res
 		}()
 	}
+	var children []*childJob
+	for _, j := range jobs {
+		if j.child != nil {
+			children = append(children, j.child)
+		}
+	}
+	if len(children) > 0 {
+		// Sub-agent calls: the step waits for them after its other tools.
+		if err := a.awaitChildren(ctx, fctx, f, em, st, children, wg.Wait); err != nil {
+			return 0, err
+		}
+	}
 	for _, j := range jobs {
 		if j.chunk != nil {
 			if err := em.emit(fctx, *j.chunk); err != nil {
 				return 0, fmt.Errorf("%w: %w", errWrite, err)
+			}
+			continue
+		}
+		if j.child != nil {
+			if err := a.endChildCall(fctx, em, j.child); err != nil {
+				return 0, err
 			}
 			continue
 		}
@@ -137,11 +159,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 		if err := a.crashPoint(fctx, pointToolRecorded); err != nil {
 			return 0, err
 		}
-		c := Chunk{Type: ChunkToolOutput, ToolCallID: j.call.ToolCallID, Output: res.Output}
-		if res.Error != "" || len(res.Output) == 0 {
-			c = Chunk{Type: ChunkToolOutputError, ToolCallID: j.call.ToolCallID, ErrorText: res.Error}
-		}
-		if err := em.emit(fctx, c); err != nil {
+		if err := em.emit(fctx, outputChunk(j.call.ToolCallID, res)); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
 	}
@@ -149,6 +167,14 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, em *emitter, st *turnState
 		return phaseClient, nil
 	}
 	return phaseStepDone, nil
+}
+
+// outputChunk is the chunk that ends call callID with res.
+func outputChunk(callID string, res toolResult) Chunk {
+	if res.Error != "" || len(res.Output) == 0 {
+		return Chunk{Type: ChunkToolOutputError, ToolCallID: callID, ErrorText: res.Error}
+	}
+	return Chunk{Type: ChunkToolOutput, ToolCallID: callID, Output: res.Output}
 }
 
 func resolved(r toolResult) chan toolResult {

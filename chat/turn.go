@@ -136,7 +136,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 			ph, err = a.modelPhase(ctx, fctx, f, em, st, lp, resume)
 			resume = false
 		case phaseTools:
-			ph, err = a.toolsPhase(ctx, fctx, em, st, lp)
+			ph, err = a.toolsPhase(ctx, fctx, f, em, st, lp)
 		case phaseStepDone:
 			ph, err = a.stepDone(fctx, f, em, st, lp)
 		case phaseClient:
@@ -351,6 +351,11 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 		if len(st.snap.Steps) > 1 {
 			rec.Steps = st.snap.Steps
 		}
+		sub, err := a.subagentUsage(st.info.RequestID)
+		if err != nil {
+			return err
+		}
+		rec.Subagents = sub
 		if _, err := a.append(ctx, EventUsageRecorded, rec); err != nil {
 			return err
 		}
@@ -384,6 +389,9 @@ func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause 
 }
 
 func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
+	if err := a.endChildren(ctx, st.info.RequestID); err != nil {
+		return err
+	}
 	if err := a.persist(ctx, st); errors.Is(err, ErrTooLarge) {
 		// The partial answer cannot be stored; the failure still is.
 		a.logger.Warn("partial answer of a failed turn not stored", "request", st.info.RequestID, "err", err)
@@ -412,6 +420,9 @@ func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persi
 }
 
 func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bool, reason string) error {
+	if err := a.endChildren(ctx, st.info.RequestID); err != nil {
+		return err
+	}
 	if persist {
 		if err := a.persist(ctx, st); err != nil {
 			return err

@@ -97,6 +97,10 @@
 //     re-raised.
 //   - Close cancels running fibers; one that then returns an error is
 //     interrupted: nothing is appended and its row stays for recovery.
+//   - A running fiber holds a keepalive reference, except while it is Idle
+//     (waiting for work done elsewhere, such as a chat turn awaiting its
+//     sub-agents): its agent may then be deactivated, which closes the
+//     Runner and interrupts the fiber as above (TestIdle).
 //   - A process that no longer owns the agent writes nothing for it
 //     (eventlog.OwnerLost: ErrNotOwner or ErrFenced from a fenced log). A
 //     fiber that fails with it, or whose end cannot be appended for it, is

@@ -23,10 +23,9 @@ type Fiber struct {
 	// (Recovered.TraceParent).
 	traceParent string
 
-	// Set by Runner.own; read by Runner.disown.
-	slot    *slot
-	release func()
-	cancel  context.CancelFunc
+	// slot is set by Runner.own and read by Runner.disown.
+	slot   *slot
+	cancel context.CancelFunc
 
 	// writeMu serializes the fiber's appends with its end, so the log order
 	// of stashes is their call order and nothing of the fiber is appended
@@ -45,6 +44,53 @@ type Fiber struct {
 		// not yet reset in this run: its first progress (a step completed
 		// or a snapshot changed) records attempts 0 with it.
 		resetPending bool
+		// release drops the fiber's keepalive reference: set by
+		// Runner.own, nil while the fiber is Idle and once released.
+		release func()
+	}
+}
+
+// setRelease replaces the fiber's keepalive release and returns the one it
+// had.
+func (f *Fiber) setRelease(rel func()) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.mu.release
+	f.mu.release = rel
+	return old
+}
+
+// Idle releases the fiber's keepalive reference while the fiber waits for
+// work done elsewhere (another agent's turn), so that its agent can be
+// deactivated meanwhile; busy takes a reference again. A fiber that is idle
+// when its Runner closes (the host deactivates the idle agent) has its
+// context cancelled like any other: its function returns, nothing is
+// appended, and its row stays for the next Recover, which resumes it. Idle
+// is for a fiber whose wait is durable (what it waits for is in its
+// snapshot or the log), never for one in the middle of a side effect.
+//
+// Calling busy more than once, or after the fiber ended, does nothing. A
+// Runner without a KeepAlive holds no reference, and Idle does nothing.
+func (f *Fiber) Idle() (busy func()) {
+	if rel := f.setRelease(nil); rel != nil {
+		rel()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if f.r.cfg.KeepAlive == nil || f.isDone() {
+				return
+			}
+			rel := f.r.cfg.KeepAlive.Acquire()
+			f.mu.Lock()
+			if f.mu.done || f.mu.release != nil {
+				f.mu.Unlock()
+				rel()
+				return
+			}
+			f.mu.release = rel
+			f.mu.Unlock()
+		})
 	}
 }
 

@@ -318,7 +318,7 @@ func (r *Runner) own(f *Fiber) error {
 	}
 	f.slot = s
 	if r.cfg.KeepAlive != nil {
-		f.release = r.cfg.KeepAlive.Acquire()
+		f.setRelease(r.cfg.KeepAlive.Acquire())
 	}
 	return nil
 }
@@ -328,8 +328,8 @@ func (r *Runner) disown(f *Fiber, outcome string) {
 	r.mu.Lock()
 	r.mu.book.release(f.id, f.slot)
 	r.mu.Unlock()
-	if f.release != nil {
-		f.release()
+	if rel := f.setRelease(nil); rel != nil {
+		rel()
 	}
 	f.cancel()
 	if outcome != "" {
@@ -343,8 +343,8 @@ func (r *Runner) abort(f *Fiber) {
 	r.mu.Lock()
 	r.mu.book.abort(f.id, f.slot)
 	r.mu.Unlock()
-	if f.release != nil {
-		f.release()
+	if rel := f.setRelease(nil); rel != nil {
+		rel()
 	}
 	r.wg.Done()
 }

@@ -14,3 +14,12 @@ func TestAppendWireUnknownType(t *testing.T) {
 		t.Fatalf("appendWire = %s, want %s", got, want)
 	}
 }
+
+// A data part (data-subagent) reaches clients with its id and data, the
+// fields of the AI SDK's data chunk schema.
+func TestAppendWireDataPart(t *testing.T) {
+	got := string(appendWire(nil, chat.Chunk{Type: chat.PartSubagent, ID: "call_1", Data: []byte(`{"agent":"kid","streamId":"s1"}`), RequestID: "r"}))
+	if want := `{"type":"data-subagent","id":"call_1","data":{"agent":"kid","streamId":"s1"}}`; got != want {
+		t.Fatalf("appendWire = %s, want %s", got, want)
+	}
+}

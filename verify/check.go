@@ -96,6 +96,8 @@ type checker struct {
 	// first part); superseded counts the agent's events stored before it.
 	latest     map[string]eventlog.Seq
 	superseded map[string]int
+	// childTurns are the sub-agent turns started by each parent's call.
+	childTurns map[callKey][]childTurn
 	// tombstone is where each deleted agent's latest tombstone is, when
 	// it is also its latest (see findSnapshot).
 	tombstone map[string]eventlog.Seq
@@ -109,6 +111,7 @@ func newChecker(acked []Ack) *checker {
 
 		latest:     map[string]eventlog.Seq{},
 		superseded: map[string]int{},
+		childTurns: map[callKey][]childTurn{},
 		tombstone:  map[string]eventlog.Seq{},
 	}
 	for _, a := range acked {
@@ -153,6 +156,7 @@ func (c *checker) agent(id string) *agentState {
 func (c *checker) finish() {
 	for _, id := range sortedKeys(c.agents) {
 		c.finishAgent(c.agents[id])
+		c.finishLinks(c.agents[id])
 	}
 	for _, id := range sortedKeys(c.superseded) {
 		what := "snapshot"

@@ -61,3 +61,18 @@ func TestCheckAfterDelete(t *testing.T) {
 		t.Fatalf("notes %v, want steps:b's events before its tombstone superseded", rep.Notes)
 	}
 }
+
+// TestCheckChildDeleted: a parent's links to the turns of a child deleted
+// since are notes, not violations.
+func TestCheckChildDeleted(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := newLog(t, s, 1)
+	clean(history{t, lg})
+	if _, err := lg.Delete(t.Context(), "k1"); err != nil {
+		t.Fatal(err)
+	}
+	rep := check(t, lg, verify.Options{})
+	if !rep.OK() || len(rep.Notes) != 2 || rep.Notes[0].Kind != verify.KindLinkChildDeleted || rep.Notes[0].Agent != "p1" {
+		t.Fatalf("want two links to k1's deleted turns noted:\n%s", rep)
+	}
+}

@@ -93,6 +93,22 @@
 //     (at most one terminal chunk, nothing after it), such a stream has
 //     exactly one terminal chunk, its last.
 //
+// Sub-agents (package chat's subagent.started and subagent.ended on the
+// parent, and the parent a child's turn.started names):
+//
+//   - A call runs its child's turn at most once: at most one turn.started,
+//     of any agent, names a given parent call (parent agent, request id and
+//     call id) [KindChildTurnTwice].
+//   - A link ends at most once, and only after it started
+//     [KindLinkEndedTwice, KindLinkNotStarted].
+//   - Every started link ends: a parent's turn that recorded its outcome
+//     has no link still running [KindLinkOpen]. A turn still waiting for
+//     its children is not checked.
+//   - A started link names a child turn that is in the log (its
+//     turn.started is durable before the link is appended), unless the
+//     child was compacted [KindLinkNoChildTurn]; a child deleted since is
+//     a Note [KindLinkChildDeleted].
+//
 // Chat streams (package chat/chunk's events on the chunks stream):
 //
 //   - Chunk indexes (ids "<stream>/<index>", a split chunk's parts

@@ -32,6 +32,12 @@ type turnData struct {
 	AssistantMessageID string `json:"assistantMessageId"`
 	ID                 string `json:"id"`   // message.appended
 	Role               string `json:"role"` // message.appended
+	// Parent is a sub-agent turn's call (turn.started).
+	Parent *struct {
+		Agent     string `json:"agent"`
+		RequestID string `json:"requestId"`
+		CallID    string `json:"callId"`
+	} `json:"parent"`
 	// Message is turn.started's user message, when it carries it.
 	Message *struct {
 		ID string `json:"id"`
@@ -62,6 +68,10 @@ type agentState struct {
 	// compacted is set once a snapshot of the agent was read: the history
 	// before it may be gone.
 	compacted bool
+	// links are the agent's sub-agent calls by turn and call id, in the
+	// order of their first event.
+	links     map[string]*linkState
+	linkOrder []string
 	// deleted is set once the agent's tombstone was read: its life before
 	// it is gone from the log.
 	deleted bool
@@ -78,6 +88,7 @@ func newAgentState(id string) *agentState {
 		answered: map[string]bool{},
 		stored:   map[string]bool{},
 		runs:     map[string]int{},
+		links:    map[string]*linkState{},
 	}
 }
 
@@ -131,6 +142,8 @@ func (c *checker) event(e eventlog.Event) {
 		c.fiberEvent(a, e, d)
 	case chat.EventMessagesTruncated:
 		clear(a.runs)
+	case chat.EventSubagentStarted, chat.EventSubagentEnded:
+		c.linkEvent(a, e)
 	case chat.EventTurnStarted, chat.EventTurnCompleted, chat.EventTurnFailed,
 		chat.EventTurnInterrupted, chat.EventMessageAppended:
 		var d turnData
@@ -248,6 +261,11 @@ func (c *checker) snapshot(a *agentState, e eventlog.Event, s eventlog.Snapshot)
 			}
 		}
 		slices.SortStableFunc(a.order, func(x, y string) int { return cmp.Compare(a.turns[x].seq, a.turns[y].seq) })
+		links, err := chat.SnapshotLinks(sv)
+		if err != nil {
+			bad(err)
+		}
+		c.snapshotLinks(a, links)
 	}
 	if sv, ok := s.Views[chat.MessagesProjectionName]; ok {
 		for _, id := range chat.SnapshotMessageIDs(sv) {
@@ -407,6 +425,7 @@ func (c *checker) turnEvent(a *agentState, e eventlog.Event, d turnData) {
 		}
 		a.turns[d.RequestID] = &turnState{seq: e.Seq, stream: d.StreamID, assistant: d.AssistantMessageID, fiber: fid}
 		a.order = append(a.order, d.RequestID)
+		c.childTurnStarted(a.id, e, d)
 		if d.Message != nil && d.Message.ID != "" {
 			a.stored[d.Message.ID] = true
 		}

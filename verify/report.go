@@ -35,6 +35,11 @@ const (
 	KindAfterTerminal         Kind = "stream-after-terminal"
 	KindStreamNoTerminal      Kind = "stream-no-terminal"
 	KindAckMissing            Kind = "ack-missing"
+	KindChildTurnTwice        Kind = "child-turn-twice"
+	KindLinkEndedTwice        Kind = "link-ended-twice"
+	KindLinkNotStarted        Kind = "link-not-started"
+	KindLinkOpen              Kind = "link-open"
+	KindLinkNoChildTurn       Kind = "link-no-child-turn"
 
 	// KindTurnOrphaned is a Note, not a violation: a turn whose fiber
 	// ended without the turn's outcome, which the agent's next turn must
@@ -48,6 +53,9 @@ const (
 	// KindAckDeleted is a Note: an acknowledged write of an agent that was
 	// deleted (eventlog.Delete) afterwards is not in the log.
 	KindAckDeleted Kind = "ack-deleted"
+	// KindLinkChildDeleted is a Note: a parent's link names a child turn
+	// whose agent was deleted since (its turn is gone from the log).
+	KindLinkChildDeleted Kind = "link-child-deleted"
 	// KindSuperseded is a Note: events of an agent stored before its
 	// latest snapshot. Compaction purges them, but a purge that a crash
 	// undid in part leaves some (seen with nats-server 2.15.2 under

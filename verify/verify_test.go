@@ -129,6 +129,26 @@ func clean(h history) {
 	h.ev("a1", "turn.started", m{"requestId": "r3", "streamId": "s3", "assistantMessageId": "m4"})
 	h.typed("a1", "s3", 0, "start")
 	h.typed("a1", "s3", 1, "start-step")
+
+	// Turn rp on p1 calls the sub-agent k1 (turn sub1), whose turn ends
+	// and whose link ends; then turn rq on p1 waits for k1's turn sub2.
+	h.ev("p1", "fiber.started", m{"id": "f7", "name": "__chat_turn:rp"})
+	h.ev("p1", "turn.started", m{"requestId": "rp", "streamId": "sp", "assistantMessageId": "mp"})
+	h.ev("k1", "fiber.started", m{"id": "f8", "name": "__chat_turn:sub1"})
+	h.ev("k1", "turn.started", m{"requestId": "sub1", "streamId": "sk", "assistantMessageId": "mk",
+		"parent": m{"agent": "p1", "requestId": "rp", "callId": "c1", "mode": "persistent", "chain": []string{"p1"}}})
+	h.ev("p1", "subagent.started", m{"parentRequestId": "rp", "callId": "c1", "agent": "k1", "requestId": "sub1", "status": "running"})
+	h.ev("k1", "turn.completed", m{"requestId": "sub1"})
+	h.ev("p1", "subagent.ended", m{"parentRequestId": "rp", "callId": "c1", "agent": "k1", "requestId": "sub1", "status": "completed"})
+	h.ev("p1", "turn.completed", m{"requestId": "rp"})
+	h.ev("p1", "fiber.completed", m{"id": "f7"})
+	h.ev("k1", "fiber.completed", m{"id": "f8"})
+	h.ev("p1", "fiber.started", m{"id": "f11", "name": "__chat_turn:rq"})
+	h.ev("p1", "turn.started", m{"requestId": "rq", "streamId": "sq", "assistantMessageId": "mq"})
+	h.ev("k1", "fiber.started", m{"id": "f9", "name": "__chat_turn:sub2"})
+	h.ev("k1", "turn.started", m{"requestId": "sub2", "streamId": "sk2", "assistantMessageId": "mk2",
+		"parent": m{"agent": "p1", "requestId": "rq", "callId": "c3", "mode": "persistent", "chain": []string{"p1"}}})
+	h.ev("p1", "subagent.started", m{"parentRequestId": "rq", "callId": "c3", "agent": "k1", "requestId": "sub2", "status": "running"})
 }
 
 // newLog opens a fresh log with its own streams on s.
@@ -158,7 +178,7 @@ func TestCleanHistory(t *testing.T) {
 	if !rep.OK() || len(rep.Notes) != 0 {
 		t.Fatalf("clean history:\n%s", rep)
 	}
-	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked, rep.UserMessages}, [...]int{2, 5, 3, 3, 2, 2}; got != want {
+	if got, want := [...]int{rep.Agents, rep.Fibers, rep.Turns, rep.Streams, rep.Acked, rep.UserMessages}, [...]int{4, 9, 7, 3, 2, 2}; got != want {
 		t.Errorf("agents, fibers, turns, streams, acked, user messages = %v, want %v", got, want)
 	}
 	// A small page size reads the same.
@@ -272,6 +292,23 @@ func TestViolations(t *testing.T) {
 		}},
 		{"chunk id not an index", verify.KindChunkCorrupt, nil, func(h history) {
 			h.lg.Append(h.t.Context(), eventlog.Event{Agent: "a1", Stream: "s3", Type: "chunk", ID: "elsewhere/2", Data: json.RawMessage(`{"type":"finish"}`)})
+		}},
+		{"a call's child turn started twice", verify.KindChildTurnTwice, nil, func(h history) {
+			h.ev("k2", "fiber.started", m{"id": "f10", "name": "__chat_turn:sub9"})
+			h.ev("k2", "turn.started", m{"requestId": "sub9", "streamId": "s10",
+				"parent": m{"agent": "p1", "requestId": "rp", "callId": "c1", "mode": "ephemeral", "chain": []string{"p1"}}})
+		}},
+		{"link ended twice", verify.KindLinkEndedTwice, nil, func(h history) {
+			h.ev("p1", "subagent.ended", m{"parentRequestId": "rp", "callId": "c1", "agent": "k1", "requestId": "sub1", "status": "cancelled"})
+		}},
+		{"link ended, never started", verify.KindLinkNotStarted, nil, func(h history) {
+			h.ev("p1", "subagent.ended", m{"parentRequestId": "rp", "callId": "c7", "agent": "k1", "requestId": "sub7", "status": "completed"})
+		}},
+		{"turn ended with a link running", verify.KindLinkOpen, nil, func(h history) {
+			h.ev("p1", "turn.interrupted", m{"requestId": "rq"})
+		}},
+		{"link to a turn not in the log", verify.KindLinkNoChildTurn, nil, func(h history) {
+			h.ev("p1", "subagent.started", m{"parentRequestId": "rq", "callId": "c4", "agent": "k3", "requestId": "sub4", "status": "running"})
 		}},
 		{"acknowledged but missing", verify.KindAckMissing, []verify.Ack{{Agent: "a1", ID: "r1"}, {Agent: "a1", ID: "r-lost"}}, func(history) {}},
 		{"ack of another agent's turn", verify.KindAckMissing, []verify.Ack{{Agent: "a2", ID: "r1"}}, func(history) {}},

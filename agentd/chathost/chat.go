@@ -27,7 +27,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -46,6 +46,7 @@ type Type struct {
 	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
 	turnQuota  int               // the tenant's turns quota when it binds, else 0
 	node       *chat.TurnLimiter // ShareTurns's, else nil
+	logger     *slog.Logger
 	tp         trace.TracerProvider
 	content    bool // --trace-content
 }
@@ -73,6 +74,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			return err
 		}
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
+		ct.logger = deps.Logger
 		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
@@ -109,12 +111,26 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 // Store returns the chat read side (nil before the daemon started).
 func (ct *Type) Store() *chat.Store { return ct.store }
 
+// StatusDetail is the status detail of a chat agent read from the views
+// (chat.Store.Status: its turns and children in flight), for an agent not
+// active on this node: host.SetStatusDetail("chat", chats.StatusDetail).
+// The host caught the views up with the agent's last event before.
+func (ct *Type) StatusDetail(_ context.Context, agent string) (any, error) {
+	if ct.store == nil {
+		return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+	}
+	return ct.store.Status(agent)
+}
+
 // Factory is the Factory of the chat agent type.
 func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
+	}
+	if env.Command != nil {
+		cfg.Peers = peers{command: env.Command}
 	}
 	if ct.config != nil {
 		ct.config(&cfg)
@@ -189,11 +205,14 @@ type Request struct {
 	// a chat sent again with it, or with the same message id, runs once
 	// and gets the first one's reply. Without either, the id the command
 	// got where it entered the cluster (host.Command.RequestID) is used.
-	RequestID string          `json:"requestId,omitempty"`
-	Message   *chat.Message   `json:"message,omitempty"`
-	Messages  []chat.Message  `json:"messages,omitempty"`
-	Tools     []llm.Tool      `json:"tools,omitempty"`
-	Body      json.RawMessage `json:"-"`
+	RequestID string         `json:"requestId,omitempty"`
+	Message   *chat.Message  `json:"message,omitempty"`
+	Messages  []chat.Message `json:"messages,omitempty"`
+	Tools     []llm.Tool     `json:"tools,omitempty"`
+	// Parent is set by a sub-agent call of another agent's turn
+	// (chat.ParentRef): the call, and the chain of its callers.
+	Parent *chat.ParentRef `json:"parent,omitempty"`
+	Body   json.RawMessage `json:"-"`
 	// Answering is set when an AI SDK body's last message is the waiting
 	// assistant message with tool calls answered (an approval response,
 	// a client tool's result): the turn resumes it.
@@ -287,7 +306,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID
 			}
-			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id})
+			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
 		}
 		if err != nil {
 			return nil, err
@@ -347,8 +366,27 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 	case "tools":
 		return ToolsReply{Tools: c.Tools()}, nil
 	case "cancel":
-		cancelled, err := c.Cancel(ctx)
+		var req cancelRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		var cancelled bool
+		var err error
+		if req.RequestID != "" {
+			cancelled, err = c.CancelTurn(ctx, req.RequestID)
+		} else {
+			cancelled, err = c.Cancel(ctx)
+		}
 		return map[string]bool{"cancelled": cancelled}, err
+	case "child-result":
+		var n chat.ChildNotice
+		if err := decodeOptional(cmd.Data, &n); err != nil {
+			return nil, err
+		}
+		if err := c.ChildEnded(ctx, n); err != nil {
+			return nil, err
+		}
+		return map[string]bool{"ok": true}, nil
 	case "interrupt":
 		var req interruptRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {
@@ -418,6 +456,13 @@ type toolResultRequest struct {
 	ToolCallID string          `json:"toolCallId"`
 	Output     json.RawMessage `json:"output"`
 	ErrorText  string          `json:"errorText"`
+}
+
+// cancelRequest is the payload of the cancel command: without a request
+// id it cancels the active turn; with one, only that turn, if active (a
+// parent cancelling its sub-agent's turn).
+type cancelRequest struct {
+	RequestID string `json:"requestId,omitempty"`
 }
 
 // interruptRequest is the payload of the interrupt command; an empty name

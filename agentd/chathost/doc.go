@@ -2,10 +2,11 @@
 // chat agent type, which opens the chat read side and the shared chunk
 // batcher when the daemon starts and builds one chat.Agent per agent id;
 // its NATS verbs (Verbs: chat, messages, cancel, interrupt, state, approve,
-// tool-result, and the reads approvals, streams and usage, also served
-// as GET /v1/agents/{id}/approvals, /streams and /usage by host.AttachHTTP);
-// a chat stream's chunks from any cursor (AttachReads: GET
-// /v1/agents/{id}/streams/{stream}/chunks?after=&limit=); the HTTP gateway (AttachGateway: the AI SDK UI message
+// tool-result, child-result, and the reads approvals, streams and usage,
+// also served as GET /v1/agents/{id}/approvals, /streams and /usage by
+// host.AttachHTTP); the sub-agents' way to other agents (chat.Peers over
+// host.Env.Command); a chat stream's chunks from any cursor (AttachReads:
+// GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=); the HTTP gateway (AttachGateway: the AI SDK UI message
 // stream over SSE, the WebSocket resume handshake and the chat page, any
 // node answering for any agent); and chunk retention (AttachRetention).
 //
@@ -26,6 +27,33 @@
 //	chathost.AttachRetention(d, h, chats)
 //	chathost.AttachReads(d, h)
 //	host.AttachHTTP(d, h, host.HTTPConfig{State: chats})
+//
+// # Sub-agents
+//
+// A chat agent's sub-agent calls (chat.AgentTool, chat.NewAgentTool) go
+// through the host's command path, so the child runs on its owner's node
+// and forwarding and ownership apply:
+//
+//   - start: the chat verb to the child, {"text", "requestId": the call's
+//     chat.ChildRequestID, "parent": chat.ParentRef {agent, requestId,
+//     callId, mode, chain}}; a start sent again returns the same turn;
+//   - cancel: the cancel verb, {"requestId": the child turn}: only that
+//     turn is cancelled, if it is the child's active one (without a
+//     request id, cancel stops whatever turn is active, as before);
+//   - notice: the child-result verb to the parent, chat.ChildNotice
+//     {child, requestId, parentRequestId, callId}, answered {"ok": true}:
+//     it activates the parent if it was deactivated (its waiting turn is
+//     recovered) and wakes the waiting turn; the parent reads the child's
+//     outcome from the log, never from the notice;
+//   - delete: a child deleted (the delete verb) never ends its turn, so
+//     its delete hook (Type.OnDelete, host.SetOnDelete) sends its parent
+//     the notice of its last turn once the delete is done: the parent,
+//     activated if it was not, finds the turn gone and fails the call with
+//     a tool error instead of waiting for ever.
+//
+// Answers 400, 404, 409 and 413 end the call with a tool error
+// (chat.ErrChildRefused); 503, 504 and timeouts are retried with the same
+// request id. Each command waits at most 30 s.
 //
 // # Invariants
 //

@@ -38,6 +38,12 @@ type Env struct {
 	// activates the agent and calls its OnSchedule.
 	Schedules *Schedules
 	Logger    *slog.Logger
+	// Command sends a command to any agent, wherever it runs: the host's
+	// command path (Host.Command), routed to the agent's owner like a
+	// client's command. Agents use it to call other agents (chat's
+	// sub-agents). ctx needs a deadline when the command may be
+	// forwarded to another node.
+	Command func(ctx context.Context, cmd Command) (any, error)
 
 	pub *publisher // Broadcast and PublishState
 }

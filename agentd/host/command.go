@@ -225,6 +225,13 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 			}
 		}
 	}
+	if fn := h.details[typ]; st.Detail == nil && fn != nil {
+		// Not active here (deactivated while it waits, say): the views
+		// still tell.
+		if detail, err := fn(ctx, cmd.Agent); err == nil {
+			st.Detail = detail
+		}
+	}
 	return st, nil
 }
 

@@ -31,6 +31,9 @@ const deleteTries = 5
 // (eventlog.Log.Delete: its events and chunks purged, tombstones left, its
 // rows gone from every view), and answers once this node's views applied
 // the tombstone. The id can then be used again: the agent starts empty.
+// The type's delete hook (SetOnDelete), if any, runs before the log
+// delete (the views caught up with the agent) and its after func once the
+// delete is done.
 //
 // Errors: ErrNotFound for an agent with nothing stored, ErrConflict while
 // another delete of it runs, else a log error (retry: a delete that
@@ -57,6 +60,16 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 			return nil, err
 		}
 	}
+	var after func(context.Context)
+	if typ, _ := h.TypeOf(agent); h.onDelete[typ] != nil {
+		if err := h.catchUpViews(ctx, agent); err != nil {
+			return nil, err
+		}
+		var err error
+		if after, err = h.onDelete[typ](ctx, agent); err != nil {
+			return nil, err
+		}
+	}
 	var d eventlog.Deleted
 	var err error
 	for try := 0; try < deleteTries; try++ {
@@ -76,6 +89,9 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 	}
 	if !d.Again {
 		h.deleted.Inc()
+	}
+	if after != nil {
+		after(ctx)
 	}
 	return DeleteReply{Agent: agent, Deleted: true, Tombstone: d.Seq, Again: d.Again}, nil
 }

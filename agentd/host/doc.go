@@ -34,6 +34,10 @@
 //   - the cluster (ClusterSubject, <prefix>.cluster, and agentd's GET
 //     /v1/cluster): agentd.ClusterInfo of the node that answers.
 //
+// An agent reaches other agents through Env.Command: the same command
+// path as a client's (Host.Command), routed to each agent's owner on any
+// node; chat's sub-agents start, cancel and notify each other this way.
+//
 // Each partition this node acquires is served by one goroutine
 // (servePartition): it catches the views up with the whole log, activates
 // every agent of the partition with orphaned fibers (activation recovers
@@ -56,7 +60,10 @@
 // commands meanwhile (409), keeps the compactor, scheduler and chunk
 // retention off it (Serves), and calls eventlog.Log.Delete: its events
 // and chunks are purged, tombstones stay, every view drops its rows, and
-// the id starts a new agent from nothing. Delete is an admin verb
+// the id starts a new agent from nothing. A type's delete hook
+// (SetOnDelete) reads what it needs from the views before the delete and
+// acts after it (chat tells a deleted sub-agent's waiting parent). Delete
+// is an admin verb
 // (auth.AdminVerbs, auth.Role.Allows): only a credential of the admin role
 // may publish it (auth.ClientPermissions); agentd delete uses the admin
 // credential and reaches a tenant through forever.admin.tenant.access.

@@ -50,6 +50,12 @@ type Host struct {
 	cfg   Config
 	types map[string]Factory  // fixed once the daemon starts
 	verbs map[string][]string // the command verbs of each type
+	// details answer a type's status detail for an agent not active here
+	// (SetStatusDetail); fixed once the daemon starts.
+	details map[string]func(ctx context.Context, agent string) (any, error)
+	// onDelete are the types' delete hooks (SetOnDelete); fixed once the
+	// daemon starts.
+	onDelete map[string]OnDelete
 
 	inflight chan struct{}  // a slot per command being answered
 	handling sync.WaitGroup // the commands being answered
@@ -119,6 +125,8 @@ type instance struct {
 // New returns a Host; register types, then Attach it to a Daemon.
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
+		details:  map[string]func(context.Context, string) (any, error){},
+		onDelete: map[string]OnDelete{},
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
@@ -150,6 +158,47 @@ func (h *Host) Register(name string, f Factory, verbs ...string) error {
 	}
 	h.types[name] = f
 	h.verbs[name] = slices.Clone(verbs)
+	return nil
+}
+
+// SetStatusDetail sets how the status command details an agent of type typ
+// that is not active on this node: fn reads it from the views (caught up
+// with the agent's last event) without activating it. An active agent
+// answers its status detail itself (CommandHandler). Call it before the
+// daemon starts.
+func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent string) (any, error)) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, ok := h.types[typ]; !ok || fn == nil {
+		return fmt.Errorf("%w: status detail of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+	}
+	h.details[typ] = fn
+	return nil
+}
+
+// OnDelete is a type's hook around the delete verb: it is called on the
+// agent's owner once the agent is stopped and the views hold its last
+// event, before its events are deleted, so it can read what it needs of
+// them; the func it returns, if not nil, is called once the delete is
+// done (chat tells a deleted sub-agent's waiting parent). An error
+// refuses the delete, which changed nothing.
+type OnDelete func(ctx context.Context, agent string) (after func(ctx context.Context), err error)
+
+// SetOnDelete sets the delete hook of agent type typ. Call it before the
+// daemon starts.
+func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, ok := h.types[typ]; !ok || fn == nil {
+		return fmt.Errorf("%w: delete hook of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+	}
+	h.onDelete[typ] = fn
 	return nil
 }
 
@@ -429,7 +478,7 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 	}
 	inst.env = &Env{
 		ID: inst.id, Type: inst.typ, Log: w, Fibers: runner, KeepAlive: keeper,
-		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger,
+		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger, Command: h.Command,
 		pub: h.publisher(inst.id),
 	}
 	inst.agent, err = h.types[inst.typ](ctx, inst.env)

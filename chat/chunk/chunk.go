@@ -42,6 +42,17 @@ const (
 	Abort            = "abort"
 )
 
+// Data parts: an AI SDK data part is a chunk of type "data-<name>" whose
+// Data holds its value and ID names it; a later data chunk of the same
+// type and ID replaces the part's value, as the AI SDK's clients do.
+const (
+	DataPrefix = "data-"
+	// Subagent is the data part naming the sub-agent a tool call runs:
+	// its agent, request and stream ids (package chat's ChildRef), so a
+	// client can follow the child's own stream.
+	Subagent = "data-subagent"
+)
+
 // Chunk is one piece of a chat stream: one LLM turn's output. Its JSON form is
 // a UI message stream chunk; RequestID is ours, set on the start chunk.
 type Chunk struct {
@@ -61,7 +72,12 @@ type Chunk struct {
 	// carries the turn's usage in it ({"usage":{...}}).
 	MessageMetadata json.RawMessage `json:"messageMetadata,omitempty"`
 	RequestID       string          `json:"requestId,omitempty"`
+	// Data is the value of a data part (type "data-<name>").
+	Data json.RawMessage `json:"data,omitempty"`
 }
+
+// IsData reports whether c is a data part (type "data-<name>").
+func (c Chunk) IsData() bool { return strings.HasPrefix(c.Type, DataPrefix) }
 
 // FinishMetadata is the message metadata of a finish chunk.
 type FinishMetadata struct {

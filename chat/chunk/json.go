@@ -49,6 +49,13 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 		b = append(b, c.MessageMetadata...)
 	}
 	str(`,"requestId":`, c.RequestID)
+	if len(c.Data) > 0 {
+		if !json.Valid(c.Data) {
+			return nil, fmt.Errorf("chunk: chunk %s: data is not valid JSON", c.Type)
+		}
+		b = append(b, `,"data":`...)
+		b = append(b, c.Data...)
+	}
 	return append(b, '}'), nil
 }
 
@@ -83,7 +90,7 @@ func fastChunk(b []byte, c *Chunk) bool {
 		{`,"id":`, &c.ID}, {`,"messageId":`, &c.MessageID}, {`,"delta":`, &c.Delta},
 		{`,"toolCallId":`, &c.ToolCallID}, {`,"approvalId":`, &c.ApprovalID}, {`,"toolName":`, &c.ToolName},
 		{`,"inputTextDelta":`, &c.InputTextDelta},
-		// input, output and messageMetadata are raw JSON: a chunk with one
+		// input, output, messageMetadata and data are raw JSON: a chunk with one
 		// of them stops here and falls back.
 		{`,"errorText":`, &c.ErrorText}, {`,"finishReason":`, &c.FinishReason},
 		{`,"requestId":`, &c.RequestID},

@@ -10,12 +10,13 @@ import (
 // FuzzChunkJSON: the hand encoder's output decodes to the same chunk as
 // encoding/json's, for any field values, and fails where it fails.
 func FuzzChunkJSON(f *testing.F) {
-	f.Add("text-delta", "t0", "", "hé\"llo<", "", "", "", "", "", "", []byte(nil), []byte(nil))
-	f.Add("tool-input-available", "", "m1", "", "c1", "search", "", "", "", "r1", []byte(`{"q": "x"}`), []byte(`{"usage":{"inputTokens":1}}`))
-	f.Fuzz(func(t *testing.T, typ, id, msgID, delta, callID, tool, errText, reason, inDelta, reqID string, input, md []byte) {
+	f.Add("text-delta", "t0", "", "hé\"llo<", "", "", "", "", "", "", []byte(nil), []byte(nil), []byte(nil))
+	f.Add("tool-input-available", "", "m1", "", "c1", "search", "", "", "", "r1", []byte(`{"q": "x"}`), []byte(`{"usage":{"inputTokens":1}}`), []byte(nil))
+	f.Add("data-subagent", "c1", "", "", "", "", "", "", "", "", []byte(nil), []byte(nil), []byte(`{"agent": "a"}`))
+	f.Fuzz(func(t *testing.T, typ, id, msgID, delta, callID, tool, errText, reason, inDelta, reqID string, input, md, data []byte) {
 		c := Chunk{Type: typ, ID: id, MessageID: msgID, Delta: delta, ToolCallID: callID, ToolName: tool,
 			ErrorText: errText, FinishReason: reason, InputTextDelta: inDelta, RequestID: reqID,
-			Input: json.RawMessage(input), MessageMetadata: json.RawMessage(md)}
+			Input: json.RawMessage(input), MessageMetadata: json.RawMessage(md), Data: json.RawMessage(data)}
 		type plain Chunk // the same fields without the MarshalJSON method
 		want, werr := json.Marshal(plain(c))
 		got, gerr := c.MarshalJSON()
@@ -32,8 +33,8 @@ func FuzzChunkJSON(f *testing.F) {
 		if err := json.Unmarshal(want, &b); err != nil {
 			t.Fatal(err)
 		}
-		a.Input, a.MessageMetadata = compact(a.Input), compact(a.MessageMetadata)
-		b.Input, b.MessageMetadata = compact(b.Input), compact(b.MessageMetadata)
+		a.Input, a.MessageMetadata, a.Data = compact(a.Input), compact(a.MessageMetadata), compact(a.Data)
+		b.Input, b.MessageMetadata, b.Data = compact(b.Input), compact(b.MessageMetadata), compact(b.Data)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("ours %s\nwant %s", got, want)
 		}
@@ -57,6 +58,7 @@ func FuzzDecodeChunk(f *testing.F) {
 		`{"type":"text-delta","id":"t0","delta":"h\u00e9\"llo\n"}`,
 		`{"type":"finish","messageMetadata":{"usage":{"inputTokens":1}}}`,
 		`{"type":"start","messageId":"m1","requestId":"r1"}`,
+		`{"type":"data-subagent","id":"c1","data":{"agent":"a"}}`,
 		`{"type":"error","errorText":"boom"}`,
 		`{"type":"x","id":"a","id":"b"}`,
 		`{"type":"x"} `,

@@ -38,11 +38,24 @@ func (c LocalConfig) Validate() error { return nil }
 //
 // asks for one call of tool <name> with the rest of the line, trimmed, as
 // its input ("{}" when nothing follows the name). The input is passed on
-// exactly as written, even when it is not valid JSON. The model makes one
-// call per step, in the order of the lines: with k ToolResult parts in the
-// messages after the user message and k below the number of lines, the step
-// streams the input of line k as ToolInputDelta pieces, then a ToolCallDone
-// and a Finish with FinishToolCalls. Its call id is "call_" and 16 hex
+// exactly as written, even when it is not valid JSON. A line
+//
+//	/agent <child id> <text>
+//
+// is the short form of "/tool agent {"agent": "<child id>", "text":
+// "<text>"}" (LocalAgentTool: a sub-agent call). The model makes one call
+// per step, in the order of the lines, and a line that starts with "+"
+// ("+/tool ...", "+/agent ...") joins the step of the line before it, so
+//
+//	/agent a ask a
+//	+/agent b ask b
+//	/tool clock {}
+//
+// calls a and b in one step, then clock in the next. With k ToolResult
+// parts in the messages after the user message and k below the number of
+// lines, the step streams the input of line k and of the lines joined to
+// it, each as ToolInputDelta pieces and a ToolCallDone, then a Finish with
+// FinishToolCalls. The id of the call of line k is "call_" and 16 hex
 // digits of an FNV-64a hash of the user message and k (see
 // [Local.NextToolCall]). Once every line has a result, the model answers
 // with one sentence per result, in order, joined by a space:
@@ -51,7 +64,7 @@ func (c LocalConfig) Validate() error { return nil }
 //	The <name> tool failed: <output>.     (for IsError results)
 //
 // where <name> is the name of the ToolCall with the result's CallID. That
-// answer streams and continues like any other. A message without /tool
+// answer streams and continues like any other. A message without tool
 // lines is answered as above whatever the history holds.
 //
 // Local is safe for concurrent use.
@@ -85,16 +98,20 @@ func (l *Local) Model() string { return "local" }
 // call. Tests use it to check streamed text.
 func (l *Local) Answer(req Request) string { return planLocal(req.Messages).text }
 
-// NextToolCall returns the tool call the model makes for req, and false
-// when its step answers with text instead. Tests use it to predict call ids
-// and inputs. The caller owns the returned call.
+// NextToolCall returns the (first) tool call the model makes for req, and
+// false when its step answers with text instead. Tests use it to predict
+// call ids and inputs. The caller owns the returned call.
 func (l *Local) NextToolCall(req Request) (call ToolCall, ok bool) {
-	st := planLocal(req.Messages)
-	if st.call == nil {
+	calls := l.NextToolCalls(req)
+	if len(calls) == 0 {
 		return ToolCall{}, false
 	}
-	return *st.call, true
+	return calls[0], true
 }
+
+// NextToolCalls returns the tool calls the model makes in its step for req,
+// in order; none when the step answers with text. The caller owns them.
+func (l *Local) NextToolCalls(req Request) []ToolCall { return planLocal(req.Messages).calls }
 
 // Stream yields a ResponseMeta delta, then either the answer (or its rest
 // after req.Continue.PartialText) one token per TextDelta and a Finish with
@@ -126,18 +143,22 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 			return nil
 		}
 		usage := &Usage{InputTokens: localInputTokens(req)}
-		if c := st.call; c != nil {
-			pieces := argPieces(string(c.Input))
-			usage.OutputTokens = int64(len(pieces))
-			done, err := l.pace(ctx, s, pieces, func(p string) Delta {
-				return Delta{Kind: ToolInputDelta, ToolCallID: c.ID, ToolName: c.Name, Text: p}
-			})
-			if err != nil || !done {
-				return err
+		if len(st.calls) > 0 {
+			var sent int
+			for _, c := range st.calls {
+				pieces := argPieces(string(c.Input))
+				sent += len(pieces)
+				done, err := l.pace(ctx, s, pieces, func(p string) Delta {
+					return Delta{Kind: ToolInputDelta, ToolCallID: c.ID, ToolName: c.Name, Text: p}
+				})
+				if err != nil || !done {
+					return err
+				}
+				if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.ID, ToolName: c.Name, Input: c.Input}) {
+					return nil
+				}
 			}
-			if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.ID, ToolName: c.Name, Input: c.Input}) {
-				return nil
-			}
+			usage.OutputTokens = int64(sent)
 			s.send(Delta{Kind: Finish, FinishReason: FinishToolCalls, Usage: usage})
 			return nil
 		}

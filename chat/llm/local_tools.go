@@ -11,27 +11,51 @@ import (
 )
 
 // localToolPrefix starts a line of a user message that makes the local
-// model call a tool: "/tool <name> <arguments>".
-const localToolPrefix = "/tool"
+// model call a tool: "/tool <name> <arguments>"; localAgentPrefix the short
+// form of a call of the agent tool: "/agent <child id> <text>". A line
+// that starts with localJoin ("+/tool ...", "+/agent ...") is called in
+// the same step as the line before it.
+const (
+	localToolPrefix  = "/tool"
+	localAgentPrefix = "/agent"
+	localJoin        = "+"
+	// LocalAgentTool is the tool the short form "/agent <child id> <text>"
+	// calls, with input {"agent": "<child id>", "text": "<text>"}.
+	LocalAgentTool = "agent"
+)
 
-// localToolLine is one "/tool <name> <arguments>" line of a prompt.
+// localToolLine is one "/tool <name> <arguments>" or "/agent <id> <text>"
+// line of a prompt.
 type localToolLine struct {
 	name string
 	args string // raw, as written; "{}" when missing
+	// join: the line is called in the same step as the one before it.
+	join bool
 }
 
-// localToolLines parses the /tool lines of prompt, in order. The arguments
-// are the rest of the line after the name, trimmed, and are not checked:
-// the model passes invalid JSON through as written.
+// localToolLines parses the /tool and /agent lines of prompt, in order.
+// The arguments of /tool are the rest of the line after the name, trimmed,
+// and are not checked: the model passes invalid JSON through as written.
 func localToolLines(prompt string) []localToolLine {
 	var out []localToolLine
 	for _, line := range strings.Split(prompt, "\n") {
 		line = strings.TrimSpace(line)
-		rest, ok := strings.CutPrefix(line, localToolPrefix)
-		if !ok || rest == "" || !unicode.IsSpace(rune(rest[0])) {
-			continue // not "/tool", or "/toolbox", or "/tool" without a name
+		line, join := strings.CutPrefix(line, localJoin)
+		line = strings.TrimSpace(line)
+		join = join && len(out) > 0
+		if rest, ok := cutCommand(line, localAgentPrefix); ok {
+			id, text := rest, ""
+			if i := strings.IndexFunc(rest, unicode.IsSpace); i >= 0 {
+				id, text = rest[:i], strings.TrimSpace(rest[i:])
+			}
+			args, _ := json.Marshal(map[string]string{"agent": id, "text": text})
+			out = append(out, localToolLine{name: LocalAgentTool, args: string(args), join: join})
+			continue
 		}
-		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
+		rest, ok := cutCommand(line, localToolPrefix)
+		if !ok {
+			continue
+		}
 		name, args := rest, ""
 		if i := strings.IndexFunc(rest, unicode.IsSpace); i >= 0 {
 			name, args = rest[:i], strings.TrimSpace(rest[i:])
@@ -39,26 +63,37 @@ func localToolLines(prompt string) []localToolLine {
 		if args == "" {
 			args = "{}"
 		}
-		out = append(out, localToolLine{name: name, args: args})
+		out = append(out, localToolLine{name: name, args: args, join: join})
 	}
 	return out
 }
 
-// localStep is what the local model does for one request: call a tool, or
-// answer with text.
-type localStep struct {
-	prompt string    // the last user message
-	step   int       // how many tool results follow the prompt
-	lines  int       // how many /tool lines the prompt has
-	call   *ToolCall // the tool call of this step; nil for a text answer
-	text   string    // the full answer when call is nil
+// cutCommand returns what follows the command cmd at the start of line,
+// trimmed: "/tool x" is the command "/tool" with "x", "/toolbox" and a
+// bare "/tool" are not.
+func cutCommand(line, cmd string) (string, bool) {
+	rest, ok := strings.CutPrefix(line, cmd)
+	if !ok || rest == "" || !unicode.IsSpace(rune(rest[0])) {
+		return "", false
+	}
+	return strings.TrimLeftFunc(rest, unicode.IsSpace), true
 }
 
-// planLocal decides the local model's step for msgs. Without /tool lines in
-// the last user message it answers the message (localAnswer). With them, it
-// calls the tool of line k, where k is the number of tool results after the
-// message, and once every line has a result it answers with a sentence per
-// result.
+// localStep is what the local model does for one request: call tools, or
+// answer with text.
+type localStep struct {
+	prompt string     // the last user message
+	step   int        // how many tool results follow the prompt
+	lines  int        // how many tool lines the prompt has
+	calls  []ToolCall // the tool calls of this step; none for a text answer
+	text   string     // the full answer when calls is empty
+}
+
+// planLocal decides the local model's step for msgs. Without tool lines in
+// the last user message it answers the message (localAnswer). With them,
+// it calls the tools of the step holding line k, where k is the number of
+// tool results after the message (line k and the lines joined to it), and
+// once every line has a result it answers with a sentence per result.
 func planLocal(msgs []Message) localStep {
 	ui := lastUserIndex(msgs)
 	if ui < 0 {
@@ -83,7 +118,9 @@ func planLocal(msgs []Message) localStep {
 	}
 	st := localStep{prompt: prompt, step: len(results), lines: len(lines)}
 	if k := len(results); k < len(lines) {
-		st.call = &ToolCall{ID: localCallID(prompt, k), Name: lines[k].name, Input: json.RawMessage(lines[k].args)}
+		for i := k; i < len(lines) && (i == k || lines[i].join); i++ {
+			st.calls = append(st.calls, ToolCall{ID: localCallID(prompt, i), Name: lines[i].name, Input: json.RawMessage(lines[i].args)})
+		}
 		return st
 	}
 	sentences := make([]string, len(results))
@@ -115,8 +152,8 @@ func (st localStep) responseID() string {
 	return fmt.Sprintf("local-%016x", h.Sum64())
 }
 
-// localCallID is the id of the tool call the local model makes at step k
-// for prompt: "call_" and the hex FNV-64a hash of the prompt, a zero byte
+// localCallID is the id of the tool call the local model makes for line k
+// of prompt: "call_" and the hex FNV-64a hash of the prompt, a zero byte
 // and k in decimal.
 func localCallID(prompt string, k int) string {
 	h := fnv.New64a()

@@ -294,3 +294,58 @@ func TestLocalNoToolLinesIgnoresTools(t *testing.T) {
 		t.Errorf("streams differ: %q/%q vs %q/%q", a.deltas[0].ResponseID, a.text, b.deltas[0].ResponseID, b.text)
 	}
 }
+
+// TestLocalAgentLines: "/agent <id> <text>" calls the agent tool, and a
+// line starting with "+" joins the step of the line before it, so one step
+// streams several calls and the answer quotes every result in line order.
+func TestLocalAgentLines(t *testing.T) {
+	p := fastLocal()
+	prompt := "/agent child-a say \"a\" please\n+/agent child-b say b\n+ /tool clock {}\n/agent child-c say c\n+oops, not a call"
+	req := userReq(prompt)
+	calls := p.NextToolCalls(req)
+	if len(calls) != 3 {
+		t.Fatalf("first step calls %+v, want child-a, child-b and clock", calls)
+	}
+	var in struct{ Agent, Text string }
+	if err := json.Unmarshal(calls[0].Input, &in); err != nil || calls[0].Name != llm.LocalAgentTool || in.Agent != "child-a" || in.Text != `say "a" please` {
+		t.Fatalf("first call %s(%s): %v", calls[0].Name, calls[0].Input, err)
+	}
+	if calls[2].Name != "clock" || string(calls[2].Input) != "{}" {
+		t.Errorf("third call %s(%s)", calls[2].Name, calls[2].Input)
+	}
+	r := collect(t, t.Context(), p, req)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	done := r.kinds(llm.ToolCallDone)
+	if len(done) != 3 || r.finish.FinishReason != llm.FinishToolCalls {
+		t.Fatalf("step streamed %d calls, finish %+v", len(done), r.finish)
+	}
+	for i, d := range done {
+		if d.ToolCallID != calls[i].ID || string(d.Input) != string(calls[i].Input) {
+			t.Errorf("call %d streamed as %+v, want %+v", i, d, calls[i])
+		}
+	}
+	if got := r.finish.Usage.OutputTokens; got != int64(len(r.kinds(llm.ToolInputDelta))) {
+		t.Errorf("output tokens %d, want the %d input pieces", got, len(r.kinds(llm.ToolInputDelta)))
+	}
+
+	// The results of the first step's three calls, then child-c alone.
+	req.Messages = append(req.Messages,
+		llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &calls[0]}, {ToolCall: &calls[1]}, {ToolCall: &calls[2]}}},
+		llm.Message{Role: llm.RoleTool, Parts: []llm.Part{
+			{ToolResult: &llm.ToolResult{CallID: calls[0].ID, Output: "A"}},
+			{ToolResult: &llm.ToolResult{CallID: calls[1].ID, Output: "B"}},
+			{ToolResult: &llm.ToolResult{CallID: calls[2].ID, Output: "T"}},
+		}})
+	next := p.NextToolCalls(req)
+	if len(next) != 1 || next[0].Name != llm.LocalAgentTool || !strings.Contains(string(next[0].Input), `"child-c"`) {
+		t.Fatalf("second step calls %+v, want child-c", next)
+	}
+	req.Messages = append(req.Messages,
+		llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &next[0]}}},
+		llm.Message{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &llm.ToolResult{CallID: next[0].ID, Output: "C"}}}})
+	if got, want := p.Answer(req), "The agent tool returned: A. The agent tool returned: B. The clock tool returned: T. The agent tool returned: C."; got != want {
+		t.Errorf("answer %q, want %q", got, want)
+	}
+}

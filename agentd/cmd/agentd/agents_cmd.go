@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,13 +16,15 @@ import (
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 )
 
 const agentsUsage = `Usage:
   agentd agents [--user u] [--tag t] [--type x] [--limit n]
-      list the agents (every page), with their type, status, user, tags and
-      last activity; --limit caps how many are printed (default: all)
+      list the agents (every page), with their type, status, user, tags,
+      last activity and sub-agents (how many, how many running); --limit
+      caps how many are printed (default: all)
   agentd delete <agent> [--tenant name]
       delete an agent: its events and chunks are purged, it leaves every
       view, and its id can be used again by a new agent
@@ -143,7 +146,7 @@ func listAgents(ctx context.Context, nc *nats.Conn, q agents.Query, limit int, s
 		}
 		for _, e := range p.Agents {
 			if n == 0 {
-				fmt.Fprintln(tw, "AGENT\tTYPE\tSTATUS\tUSER\tTAGS\tLAST ACTIVITY")
+				fmt.Fprintln(tw, "AGENT\tTYPE\tSTATUS\tUSER\tTAGS\tLAST ACTIVITY\tCHILDREN")
 			}
 			n++
 			user := e.User
@@ -154,7 +157,7 @@ func listAgents(ctx context.Context, nc *nats.Conn, q agents.Query, limit int, s
 			if tags == "" {
 				tags = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Agent, e.Type, e.Status, user, tags, e.LastActivity.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Agent, e.Type, e.Status, user, tags, e.LastActivity.UTC().Format(time.RFC3339), children(e.Children))
 		}
 		if p.Next == "" || limit > 0 && n >= limit {
 			break
@@ -183,4 +186,22 @@ func deleteAgent(ctx context.Context, nc *nats.Conn, agent string, stdout io.Wri
 	}
 	_, err := fmt.Fprintf(stdout, "%s: %s (tombstone at %d)\n", rep.Agent, what, rep.Tombstone)
 	return err
+}
+
+// children is the CHILDREN column of a listed agent: how many sub-agents
+// it has and how many of them run ("3, 1 running"), or "-".
+func children(cs []agents.Child) string {
+	if len(cs) == 0 {
+		return "-"
+	}
+	running := 0
+	for _, c := range cs {
+		if c.Status == chat.LinkRunning {
+			running++
+		}
+	}
+	if running == 0 {
+		return strconv.Itoa(len(cs))
+	}
+	return fmt.Sprintf("%d, %d running", len(cs), running)
 }

@@ -33,16 +33,18 @@ func nodePaths(t *testing.T) (node, npm string) {
 // aisdkFlows are the flows testdata/aisdk/chat.mjs runs for each major
 // version of the AI SDK ("ai" on npm): tool approvals came with AI SDK 6.
 var aisdkFlows = map[string][]string{
-	"5": {"server", "client", "resume"},
-	"6": {"server", "client", "approval", "resume"},
-	"7": {"server", "client", "approval", "resume"},
+	"5": {"server", "client", "resume", "subagent"},
+	"6": {"server", "client", "approval", "resume", "subagent"},
+	"7": {"server", "client", "approval", "resume", "subagent"},
 }
 
 // testBinaryAISDK: a stock Vercel AI SDK chat client (AbstractChat, the
 // core of useChat, over DefaultChatTransport), for ai 5, 6 and 7, talks to
 // agentd's HTTP gateway: a server tool, a client tool answered with
 // addToolResult, an approval answered with addToolApprovalResponse (6 and
-// later) and a resumeStream from a new client while a tool runs. The
+// later), a resumeStream from a new client while a tool runs, and a
+// sub-agent call whose data-subagent part a second client follows to the
+// child's stream. The
 // script (testdata/aisdk/chat.mjs) checks the messages the client ends
 // with; this test checks the approved note ran once.
 func testBinaryAISDK(t *testing.T, bin string) {

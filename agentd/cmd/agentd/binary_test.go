@@ -105,6 +105,7 @@ func TestBinary(t *testing.T) {
 	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
 	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
+	t.Run("Subagents", func(t *testing.T) { testBinarySubagents(t, bin) })
 	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
 	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
 	t.Run("PurgeChunks", func(t *testing.T) { testBinaryPurgeChunks(t, bin) })

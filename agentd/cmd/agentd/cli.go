@@ -673,6 +673,7 @@ func printStatus(w io.Writer, st host.Status) error {
 		fmt.Fprintf(tw, "owner\t%s (epoch %d)\n", st.Owner, st.Epoch)
 	}
 	pending, chatAgent := pendingApprovals(st.Detail)
+	kids := childrenOf(st.Detail)
 	if st.Detail != nil {
 		d, err := json.Marshal(st.Detail)
 		if err == nil {
@@ -685,5 +686,27 @@ func printStatus(w io.Writer, st host.Status) error {
 	for _, p := range pending {
 		fmt.Fprintf(tw, "approval\t%s %s %s (agentd approve|deny %s %s)\n", p.ToolCallID, p.ToolName, oneLine(string(p.Input), 60), st.Agent, p.ToolCallID)
 	}
+	for _, c := range kids {
+		fmt.Fprintf(tw, "child\t%s (%s, call %s) %s, stream %s\n", c.Agent, c.Mode, c.CallID, c.Status, c.StreamID)
+	}
 	return tw.Flush()
+}
+
+// childrenOf reads a chat agent's sub-agent calls in flight from its
+// status detail (chat.Status's children), and takes them out of it:
+// status lists them on lines of their own.
+func childrenOf(detail any) (out []chat.ChildLink) {
+	m, isMap := detail.(map[string]any)
+	if !isMap {
+		return nil
+	}
+	raw, ok := m["children"]
+	if !ok {
+		return nil
+	}
+	delete(m, "children")
+	if b, err := json.Marshal(raw); err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out
 }

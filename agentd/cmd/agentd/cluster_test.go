@@ -289,6 +289,11 @@ func TestCluster(t *testing.T) {
 		testClusterNATSNodeLost(t, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
+	t.Run("Subagent", func(t *testing.T) {
+		nodes, c, _ := startCluster(t, bin)
+		testClusterSubagent(t, c, nodes)
+		verifyLog(t, c)
+	})
 	t.Run("StoreFull", func(t *testing.T) {
 		nodes, c, agents := startCluster(t, bin, "FOREVER_JS_MAX_STORE=64MiB")
 		testClusterStoreFull(t, c, nodes, agents)

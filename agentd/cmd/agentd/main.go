@@ -154,7 +154,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 	}
 	d.Handle("GET /console", console.Handler())
 	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
-		tools, err := demo.Tools(d.Config().DataDir)
+		tools, err := builtinTools(d.Config().DataDir)
 		if err == nil {
 			tools, err = addTools(tools, mcpc)
 		}
@@ -175,7 +175,7 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	tools, err := demo.Tools(d.Config().DataDir)
+	tools, err := builtinTools(d.Config().DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -204,18 +204,38 @@ func connectMCP(cfg agentd.Config) (*mcptools.Client, error) {
 	})
 }
 
+// builtinTools are the tools every chat agent of agentd has: the demo
+// tools (clock, note, writing into dataDir) and the agent tool, whose
+// calls run other agents' turns (sub-agents).
+func builtinTools(dataDir string) (*chat.Tools, error) {
+	tools, err := demo.Tools(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	agent, err := chat.AgentTool()
+	if err != nil {
+		return nil, err
+	}
+	return withTools(tools, agent)
+}
+
 // addTools returns tools with mcpc's tools added (tools itself without
 // MCP servers).
 func addTools(tools *chat.Tools, mcpc *mcptools.Client) (*chat.Tools, error) {
 	if mcpc == nil {
 		return tools, nil
 	}
+	return withTools(tools, mcpc.Tools()...)
+}
+
+// withTools returns a registry of tools' tools and more.
+func withTools(tools *chat.Tools, more ...*chat.Tool) (*chat.Tools, error) {
 	var all []*chat.Tool
 	for _, def := range tools.Defs() {
 		t, _ := tools.Lookup(def.Name)
 		all = append(all, t)
 	}
-	return chat.NewTools(append(all, mcpc.Tools()...)...)
+	return chat.NewTools(append(all, more...)...)
 }
 
 // wireAgents registers the agent types, chat with tools; nodeTurns, when
@@ -233,6 +253,12 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 		return err
 	}
 	if err := h.Register("chat", chats.Factory, chathost.Verbs...); err != nil {
+		return err
+	}
+	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
+		return err
+	}
+	if err := h.SetOnDelete("chat", chats.OnDelete(h.Command)); err != nil {
 		return err
 	}
 	if err := h.Attach(d); err != nil {

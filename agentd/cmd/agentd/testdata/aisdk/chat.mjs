@@ -10,8 +10,9 @@
 // they match what the gateway stored (GET /v1/chat/{id}/messages).
 //
 // Flows: server tool, client tool (addToolResult), approval
-// (addToolApprovalResponse; AI SDK 6 and later), and resuming a turn while
-// a tool runs (resumeStream on a new client). It prints one line per flow
+// (addToolApprovalResponse; AI SDK 6 and later), resuming a turn while
+// a tool runs (resumeStream on a new client), and a sub-agent (the
+// data-subagent part, and the child's stream followed by another client). It prints one line per flow
 // and exits non-zero when one failed. The caller checks what the tools
 // did on the server (the note's line in <data>/notes.txt).
 
@@ -103,16 +104,20 @@ class Chat extends ai.AbstractChat {
 
 const pickTool = { Name: 'pick', Description: 'Picks a number (answered by the client).', Schema: { type: 'object' } };
 
-function newChat(id, { messages = [], tools, auto } = {}) {
+function newChat(id, { messages = [], tools, auto, onData, after } = {}) {
 	const transport = new ai.DefaultChatTransport({
 		api: `${base}/v1/chat`,
 		...(tools ? { body: { tools } } : {}),
+		// A resume from a cursor: ?after=<cursor> replays the stream after
+		// it, live or ended.
+		...(after !== undefined ? { prepareReconnectToStreamRequest: ({ id }) => ({ api: `${base}/v1/chat/${id}/stream?after=${after}` }) } : {}),
 	});
 	const chat = new Chat({
 		id,
 		messages,
 		transport,
 		sendAutomaticallyWhen: auto,
+		onData,
 		onError: (e) => chat.errors.push(e),
 	});
 	return chat;
@@ -257,6 +262,50 @@ const flows = {
 		await sameAsServer(chat);
 	},
 
+	// A sub-agent: the turn calls the agent tool; while the child answers,
+	// the parent's stream carries a data-subagent part naming the child's
+	// agent and stream, and the client follows the child's stream with a
+	// second stock client (resumeStream from cursor 0 on the child's chat
+	// id). The parent's one message ends holding the data part (completed)
+	// and the tool's output quoting the child's answer, which is the text
+	// the follower saw.
+	async subagent(id) {
+		const kid = `${id}-kid`;
+		let following;
+		const follow = async (ref) => {
+			const child = newChat(ref.agent, { after: '0' });
+			await child.resumeStream();
+			noErrors(child);
+			return child;
+		};
+		const chat = newChat(id, {
+			onData: (part) => {
+				if (part.type === 'data-subagent' && part.data?.status === 'running' && !following) {
+					following = follow(part.data);
+				}
+			},
+		});
+		await chat.sendMessage({ text: `/agent ${kid} tell me a story` });
+		noErrors(chat);
+		const m = assistant(chat);
+		const call = oneTool(m, 'agent');
+		if (call.state !== 'output-available' || call.output?.agent !== kid || call.output?.status !== 'completed' || !call.output?.text) {
+			fail(`agent part ${show(call)}, want output-available with the child's answer`);
+		}
+		const data = m.parts.filter((p) => p.type === 'data-subagent');
+		if (data.length !== 1 || data[0].id !== call.toolCallId || data[0].data?.agent !== kid ||
+			data[0].data?.streamId !== call.output.streamId || data[0].data?.status !== 'completed') {
+			fail(`data-subagent parts ${show(data)}, want one naming ${kid}'s stream, completed`);
+		}
+		if (!following) fail('onData never saw the data-subagent part while the child ran');
+		const child = await following;
+		const cm = child.messages.at(-1);
+		if (child.messages.length !== 1 || cm?.role !== 'assistant' || cm.id !== call.output.messageId || textOf(cm) !== call.output.text) {
+			fail(`the followed child stream gave ${show(child.messages)}, want the child's answer ${JSON.stringify(call.output.text)}`);
+		}
+		await sameAsServer(chat);
+	},
+
 	// Resume: while the clock tool runs, the client is dropped; a new
 	// client with the messages so far resumes the stream and ends with the
 	// whole message, each part once.
@@ -290,7 +339,7 @@ const flows = {
 	},
 };
 
-const run = ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume'];
+const run = ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume', 'subagent'];
 let failed = false;
 for (const name of run) {
 	const id = `${prefix}-${name}`;

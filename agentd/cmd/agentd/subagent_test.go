@@ -1,0 +1,387 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/chat"
+)
+
+// subagentPrompt makes the local model call kid-a and kid-b in one step
+// (a story each: long enough to be killed in) and kid-c in the next.
+const subagentPrompt = "/agent kid-a tell me a story\n+/agent kid-b tell me a story please\n/agent kid-c hello"
+
+// childTurnsByCall counts the child's turn.started events by the parent
+// call that started them.
+func childTurnsByCall(c *crashClient, child string) map[string]int {
+	out := map[string]int{}
+	for _, e := range c.events(child) {
+		if e.Type != chat.EventTurnStarted {
+			continue
+		}
+		var d struct{ Parent *chat.ParentRef }
+		json.Unmarshal(e.Data, &d)
+		if d.Parent != nil {
+			out[d.Parent.Agent+"/"+d.Parent.CallID]++
+		}
+	}
+	return out
+}
+
+// childOutputsOf returns the agent tool's outputs in the parent's one
+// assistant message, checking the history holds just the question and it,
+// and that it names each child in a data-subagent part.
+func childOutputsOf(t *testing.T, c *crashClient, parent string) []chat.ChildOutput {
+	t.Helper()
+	checkOneAssistant(t, c, parent)
+	var page struct{ Messages []chat.Message }
+	json.Unmarshal(c.command(parent, "messages", nil), &page)
+	if len(page.Messages) != 2 {
+		t.FailNow()
+	}
+	var outs []chat.ChildOutput
+	named := map[string]bool{}
+	for _, p := range page.Messages[1].Parts {
+		switch {
+		case p.Type == chat.PartTool && p.ToolName == chat.AgentToolName:
+			if p.State != chat.ToolOutput {
+				t.Errorf("agent call %s: %s %q", p.ToolCallID, p.State, p.ErrorText)
+				continue
+			}
+			var o chat.ChildOutput
+			json.Unmarshal(p.Output, &o)
+			outs = append(outs, o)
+		case p.Type == chat.PartSubagent:
+			named[p.ID] = true
+		}
+	}
+	for _, o := range outs {
+		if !named[o.CallID] {
+			t.Errorf("call %s to %s has no data-subagent part", o.CallID, o.Agent)
+		}
+	}
+	return outs
+}
+
+// checkChildrenOnce checks that each output quotes its child's one
+// answer, and that each child's turn was started once per parent call.
+func checkChildrenOnce(t *testing.T, c *crashClient, parent string, outs []chat.ChildOutput, kids ...string) {
+	t.Helper()
+	if len(outs) != len(kids) {
+		t.Fatalf("%d child outputs, want %d: %+v", len(outs), len(kids), outs)
+	}
+	for i, kid := range kids {
+		o := outs[i]
+		if o.Agent != kid || o.Status != chat.LinkCompleted || o.Text == "" {
+			t.Errorf("output %d = %+v, want %s's answer", i, o, kid)
+		}
+		var page struct{ Messages []chat.Message }
+		json.Unmarshal(c.command(kid, "messages", nil), &page)
+		if len(page.Messages) != 2 || page.Messages[1].Text() != o.Text {
+			t.Errorf("%s answered %d messages; the parent got %q", kid, len(page.Messages), o.Text)
+		}
+		if n := childTurnsByCall(c, kid)[parent+"/"+o.CallID]; n != 1 {
+			t.Errorf("%s: turn.started %d times for call %s, want once", kid, n, o.CallID)
+		}
+	}
+}
+
+// testBinarySubagents: the agent tool through the built binary and the
+// local model.
+func testBinarySubagents(t *testing.T, bin string) {
+	start := func(t *testing.T, data, httpAddr, natsAddr string, extra ...string) *agentdProc {
+		p := &agentdProc{out: &agentdtest.SyncBuffer{}, exited: make(chan error, 1)}
+		args := append([]string{"--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json", "--local-rate", "60"}, extra...)
+		p.cmd = exec.Command(bin, args...)
+		p.cmd.Env = os.Environ()
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		return startWith(t, p, httpAddr)
+	}
+
+	// Two children in one step and one in a later step: one assistant
+	// message holding their answers, each child answering once.
+	t.Run("TwoThenOne", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+		p := start(t, data, httpAddr, natsAddr, "--local-rate", "400")
+		c := dialAgentd(t, natsAddr)
+		var reply chathost.Reply
+		json.Unmarshal(c.command("boss", "chat", map[string]string{"text": subagentPrompt}), &reply)
+		chunks := waitStreamEnd(t, c, "boss", reply.StreamID)
+		if n := countChunks(chunks, chat.PartSubagent); n != 6 {
+			t.Errorf("%d data-subagent chunks, want 6 (each child running, then ended)", n)
+		}
+		checkChildrenOnce(t, c, "boss", childOutputsOf(t, c, "boss"), "kid-a", "kid-b", "kid-c")
+		var st host.Status
+		json.Unmarshal(c.command("boss", "status", nil), &st)
+		detail, _ := json.Marshal(st.Detail)
+		if strings.Contains(string(detail), `"children"`) {
+			t.Errorf("status after the turn lists children: %s", detail)
+		}
+		// The agents view lists the children (the meta verb answers the
+		// parent's entry).
+		var entry agents.Entry
+		json.Unmarshal(c.command("boss", "meta", nil), &entry)
+		var kids []string
+		for _, k := range entry.Children {
+			if k.Status != chat.LinkCompleted || k.Type != "chat" || k.Mode != chat.ModePersistent {
+				t.Errorf("listed child %+v, want a completed persistent chat agent", k)
+			}
+			kids = append(kids, k.Agent)
+		}
+		if slices.Sort(kids); !slices.Equal(kids, []string{"kid-a", "kid-b", "kid-c"}) {
+			t.Errorf("listed children %v, want kid-a, kid-b, kid-c", kids)
+		}
+		verifyLog(t, c)
+		if t.Failed() {
+			t.Logf("agentd output:\n%s", p.out.String())
+		}
+	})
+
+	// SIGKILL while the children of the first step stream, then restart:
+	// the same outcome, each child's turn started once per parent call.
+	t.Run("Crash", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+		p := start(t, data, httpAddr, natsAddr)
+		c := dialAgentd(t, natsAddr)
+		var reply chathost.Reply
+		json.Unmarshal(c.command("boss", "chat", map[string]string{"text": subagentPrompt}), &reply)
+		// status shows the two children of the first step in flight.
+		waitChildren(t, c, "boss", 2)
+		// Wait until a child streams: its stream is named in the parent's.
+		var child chat.ChildRef
+		deadline := time.Now().Add(30 * time.Second)
+		for child.StreamID == "" || len(textOf(c.streamChunks(child.Agent, child.StreamID))) < 40 {
+			for _, ch := range c.streamChunks("boss", reply.StreamID) {
+				if ch.Type == chat.PartSubagent && child.StreamID == "" {
+					json.Unmarshal(ch.Data, &child)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no child streaming:\n%s", p.out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		before := c.streamChunks(child.Agent, child.StreamID)
+		p.kill()
+		if before[len(before)-1].Terminal() {
+			t.Fatal("the child ended before the kill")
+		}
+		p = start(t, data, httpAddr, natsAddr)
+		waitStreamEnd(t, c, "boss", reply.StreamID)
+		checkChildrenOnce(t, c, "boss", childOutputsOf(t, c, "boss"), "kid-a", "kid-b", "kid-c")
+		verifyLog(t, c)
+		if t.Failed() {
+			t.Logf("agentd output:\n%s", p.out.String())
+		}
+	})
+
+	// A cancel of the parent stops its running child; a cycle is refused
+	// with a tool error; the parent waits deactivated and resumes.
+	t.Run("CancelCycleIdle", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+		p := start(t, data, httpAddr, natsAddr, "--idle-timeout", "300ms")
+		c := dialAgentd(t, natsAddr)
+
+		t.Run("Cancel", func(t *testing.T) {
+			var reply chathost.Reply
+			json.Unmarshal(c.command("stopper", "chat", map[string]string{"text": "/agent teller tell me a story"}), &reply)
+			waitLinks(t, c, "stopper", 1)
+			c.command("stopper", "cancel", nil)
+			chunks := c.streamChunks("stopper", reply.StreamID)
+			for deadline := time.Now().Add(30 * time.Second); len(chunks) == 0 || !chunks[len(chunks)-1].Terminal(); chunks = c.streamChunks("stopper", reply.StreamID) {
+				if time.Now().After(deadline) {
+					t.Fatal("the cancelled parent's stream did not end")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if last := chunks[len(chunks)-1]; last.Type != chat.ChunkAbort {
+				t.Errorf("parent ended with %+v, want abort", last)
+			}
+			waitTurnStatus(t, c, "teller", chat.EventTurnInterrupted)
+			for _, e := range c.events("stopper") {
+				if e.Type == chat.EventSubagentEnded && !strings.Contains(string(e.Data), `"status":"cancelled"`) {
+					t.Errorf("link ended %s, want cancelled", e.Data)
+				}
+			}
+		})
+
+		t.Run("Cycle", func(t *testing.T) {
+			var reply chathost.Reply
+			json.Unmarshal(c.command("looper", "chat", map[string]string{"text": "/agent looper hello me"}), &reply)
+			waitStreamEnd(t, c, "looper", reply.StreamID)
+			var page struct{ Messages []chat.Message }
+			json.Unmarshal(c.command("looper", "messages", nil), &page)
+			m := page.Messages[len(page.Messages)-1]
+			if !strings.Contains(m.Text(), "The agent tool failed: cycle: agent looper is already in the chain of calls (looper -> looper)") {
+				t.Errorf("answer %q, want the cycle refused", m.Text())
+			}
+		})
+
+		// A child deleted while its parent waits: the call fails with a
+		// tool error and the parent completes; verify notes the link.
+		t.Run("ChildDeleted", func(t *testing.T) {
+			var reply chathost.Reply
+			json.Unmarshal(c.command("asker", "chat", map[string]string{"text": "/agent goner tell me a story"}), &reply)
+			waitLinks(t, c, "asker", 1)
+			c.command("goner", "delete", nil)
+			waitStreamEnd(t, c, "asker", reply.StreamID)
+			var page struct{ Messages []chat.Message }
+			json.Unmarshal(c.command("asker", "messages", nil), &page)
+			if m := page.Messages[len(page.Messages)-1]; !strings.Contains(m.Text(), "agent goner was deleted before it answered") {
+				t.Errorf("answer %q, want the child deleted", m.Text())
+			}
+		})
+
+		t.Run("Deactivated", func(t *testing.T) {
+			var reply chathost.Reply
+			json.Unmarshal(c.command("sleeper", "chat", map[string]string{"text": "/agent dreamer tell me a story"}), &reply)
+			waitLinks(t, c, "sleeper", 1)
+			// The waiting parent holds no keepalive: it is deactivated
+			// while the child still streams; its status, read from the
+			// views, still shows the child in flight.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				var st struct {
+					Active bool
+					Detail struct{ Children []chat.ChildLink }
+				}
+				json.Unmarshal(c.command("sleeper", "status", nil), &st)
+				var child host.Status
+				json.Unmarshal(c.command("dreamer", "status", nil), &child)
+				if !st.Active && child.Active {
+					if len(st.Detail.Children) != 1 || st.Detail.Children[0].Agent != "dreamer" {
+						t.Errorf("status of the deactivated parent: children %+v, want dreamer", st.Detail.Children)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the waiting parent was not deactivated: %+v\n%s", st, p.out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			waitStreamEnd(t, c, "sleeper", reply.StreamID)
+			checkChildrenOnce(t, c, "sleeper", childOutputsOf(t, c, "sleeper"), "dreamer")
+		})
+		verifyLog(t, c)
+		if t.Failed() {
+			t.Logf("agentd output:\n%s", p.out.String())
+		}
+	})
+}
+
+// waitChildren waits until the parent's status (the parent active) shows
+// n children in flight.
+func waitChildren(t *testing.T, c *crashClient, parent string, n int) []chat.ChildLink {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st struct {
+			Detail struct{ Children []chat.ChildLink }
+		}
+		json.Unmarshal(c.command(parent, "status", nil), &st)
+		if len(st.Detail.Children) == n {
+			return st.Detail.Children
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never had %d children in flight: %+v", parent, n, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitLinks waits until the parent recorded n links (subagent.started)
+// and returns them: the log, whether the parent is active or not.
+func waitLinks(t *testing.T, c *crashClient, parent string, n int) []chat.ChildLink {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var links []chat.ChildLink
+		for _, e := range c.events(parent) {
+			if e.Type == chat.EventSubagentStarted {
+				var l chat.ChildLink
+				json.Unmarshal(e.Data, &l)
+				links = append(links, l)
+			}
+		}
+		if len(links) >= n {
+			return links
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never recorded %d links", parent, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitTurnStatus waits until the agent's log holds the turn outcome event
+// typ (chat.EventTurn*).
+func waitTurnStatus(t *testing.T, c *crashClient, agent, typ string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, e := range c.events(agent) {
+			if e.Type == typ {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never recorded %s", agent, typ)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// testClusterSubagent: on the 3-node cluster, a parent and its child on
+// different nodes; the child's owner is SIGKILLed mid-turn; the parent
+// still completes once, its child's turn started once.
+func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
+	const parent = "chief"
+	pOwner := ownerOf(c, parent).Owner
+	child := ""
+	for i := range 100 {
+		id := fmt.Sprintf("helper%d", i)
+		if ownerOf(c, id).Owner != pOwner {
+			child = id
+			break
+		}
+	}
+	if child == "" {
+		t.Fatal("no agent id owned by another node than the parent's")
+	}
+	victim := nodeNamed(nodes, ownerOf(c, child).Owner)
+	t.Logf("parent %s on %s, child %s on %s", parent, pOwner, child, victim.name)
+	var reply chathost.Reply
+	json.Unmarshal(c.command(parent, "chat", map[string]string{"text": "/agent " + child + " tell me a story"}), &reply)
+	links := waitLinks(t, c, parent, 1)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(textOf(c.streamChunks(child, links[0].StreamID))) < 40 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child did not stream")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := c.streamChunks(child, links[0].StreamID)
+	victim.proc.kill()
+	if before[len(before)-1].Terminal() {
+		t.Fatal("the child ended before its owner was killed")
+	}
+	waitStreamEnd(t, c, parent, reply.StreamID)
+	checkChildrenOnce(t, c, parent, childOutputsOf(t, c, parent), child)
+	if now := ownerOf(c, child).Owner; now == victim.name {
+		t.Errorf("the child is still owned by the killed node")
+	}
+}

@@ -1,0 +1,589 @@
+package chat
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/backoff"
+)
+
+// How long a sub-agent call keeps trying to start its child while the
+// child's owner cannot be reached, and how long a child keeps trying to
+// tell its parent that its turn ended before leaving that to a recovery.
+const (
+	childStartFor = 2 * time.Minute
+	notifyFor     = time.Minute
+	cancelFor     = 15 * time.Second
+)
+
+// childJob is one sub-agent call of a step, run by runChild. The fields
+// before started are set before started closes, the others before done
+// closes.
+type childJob struct {
+	call Part
+	tool *Tool
+
+	started  chan struct{}
+	ref      ChildRef // RequestID "" when the call ended without a child turn
+	startErr error    // the turn cannot go on (ctx ended, the log failed)
+
+	done chan struct{}
+	end  ChildRef   // the link as it ended
+	res  toolResult // what the model is shown
+	err  error      // the turn cannot go on
+}
+
+func newChildJob(call Part, t *Tool) *childJob {
+	return &childJob{call: call, tool: t, started: make(chan struct{}), done: make(chan struct{})}
+}
+
+// chain is the chain of callers of st's turn's children: its own callers'
+// and its agent.
+func (a *Agent) chain(info TurnInfo) []string {
+	var chain []string
+	if info.Parent != nil {
+		chain = slices.Clone(info.Parent.Chain)
+	}
+	return append(chain, a.agent)
+}
+
+// awaitChildren runs a step's sub-agent calls until each has its result:
+// it starts every child at once (runChild), names each in the stream as a
+// data-subagent part in call order once its turn is started, waits for the
+// step's other tools (toolsDone), and then, while children still run,
+// waits idle: the fiber holds no keepalive reference and the turn no
+// TurnLimiter admission, so the agent can be deactivated (which interrupts
+// the turn; recovery resumes it and finds the links in the turns view).
+// It returns an error only when the turn cannot go on: ctx ended (a
+// cancel, shutdown, deactivation) or the log failed.
+func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, jobs []*childJob, toolsDone func()) error {
+	chain := a.chain(st.info)
+	ctx, stop := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stop(errWrite)
+		wg.Wait()
+	}()
+	for _, j := range jobs {
+		wg.Go(func() { a.runChild(ctx, st, chain, j) })
+	}
+	for _, j := range jobs {
+		select {
+		case <-j.started:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if j.startErr != nil {
+			return j.startErr
+		}
+		if j.ref.RequestID == "" {
+			continue
+		}
+		if err := a.nameChild(fctx, em, j.call.ToolCallID, j.ref); err != nil {
+			return err
+		}
+	}
+	toolsDone()
+	waiting := false
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		default:
+			waiting = true
+		}
+	}
+	if waiting {
+		// What clients saw is durable before the agent may go.
+		if _, err := em.w.Flush(fctx); err != nil {
+			return fmt.Errorf("%w: %w", errWrite, err)
+		}
+		if err := a.crashPoint(fctx, pointChildrenWait); err != nil {
+			return err
+		}
+		busy := f.Idle()
+		a.idleTurn(st.at)
+		defer func() {
+			a.busyTurn(st.at)
+			busy()
+		}()
+	}
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if j.err != nil {
+			return j.err
+		}
+	}
+	return nil
+}
+
+// nameChild writes the data-subagent part of call callID with ref, unless
+// the stream shows it already.
+func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref ChildRef) error {
+	if p, ok := em.b.dataPart(PartSubagent, callID); ok {
+		var cur ChildRef
+		if json.Unmarshal(p.Data, &cur) == nil && cur.Status == ref.Status && cur.RequestID == ref.RequestID {
+			return nil
+		}
+	}
+	data, err := json.Marshal(ref)
+	if err != nil {
+		return err
+	}
+	if err := em.emit(ctx, Chunk{Type: PartSubagent, ID: callID, Data: data}); err != nil {
+		return fmt.Errorf("%w: %w", errWrite, err)
+	}
+	return nil
+}
+
+// endChildCall writes the end of a sub-agent call: the data-subagent part
+// with the link's final status, then the call's output.
+func (a *Agent) endChildCall(ctx context.Context, em *emitter, j *childJob) error {
+	if j.end.RequestID != "" {
+		if err := a.nameChild(ctx, em, j.call.ToolCallID, j.end); err != nil {
+			return err
+		}
+	}
+	if err := a.crashPoint(ctx, pointToolRecorded); err != nil {
+		return err
+	}
+	if err := em.emit(ctx, outputChunk(j.call.ToolCallID, j.res)); err != nil {
+		return fmt.Errorf("%w: %w", errWrite, err)
+	}
+	return nil
+}
+
+// runChild runs one sub-agent call: starts the child's turn (unless the
+// turns view holds the call's link: a resumed turn), records the link,
+// waits for the child's turn to end and records that.
+func (a *Agent) runChild(ctx context.Context, st *turnState, chain []string, j *childJob) {
+	var once sync.Once
+	started := func() { once.Do(func() { close(j.started) }) }
+	defer close(j.done)
+	defer started()
+	link, ok, err := a.store.Link(a.agent, st.info.RequestID, j.call.ToolCallID)
+	if err != nil {
+		j.startErr, j.err = err, err
+		return
+	}
+	if !ok {
+		var l *ChildLink
+		l, j.res, err = a.startChild(ctx, st, chain, j)
+		if err != nil || l == nil {
+			j.startErr, j.err = err, err
+			return
+		}
+		link = *l
+	}
+	j.ref = link.ChildRef
+	started()
+	if !link.Ended() {
+		if link, err = a.awaitChild(ctx, link); err != nil {
+			j.err = err
+			return
+		}
+	}
+	j.end, j.res = link.ChildRef, link.result()
+}
+
+// result is what the model is shown for an ended link.
+func (l ChildLink) result() toolResult {
+	if l.Status == LinkCompleted && len(l.Output) > 0 {
+		return toolResult{Output: l.Output}
+	}
+	return toolResult{Error: cmp.Or(l.Error, "the sub-agent ended without an answer"), ErrorType: "subagent_" + l.Status}
+}
+
+// startChild names the call's child, checks the chain of callers, starts
+// the child's turn and records the link (subagent.started). A call that
+// cannot run (bad input, a cycle, too deep, refused by the child) returns
+// no link and its tool error.
+func (a *Agent) startChild(ctx context.Context, st *turnState, chain []string, j *childJob) (*ChildLink, toolResult, error) {
+	req, callID := st.info.RequestID, j.call.ToolCallID
+	c, terr := j.tool.sub.resolve(j.call.Input)
+	if terr == nil {
+		terr = c.childID(j.call.ToolName, a.agent, req, callID)
+	}
+	if terr == nil {
+		terr = checkChain(chain, c.child, a.cfg.MaxDepth)
+	}
+	if terr == nil && a.cfg.Peers == nil {
+		terr = &ToolError{Type: "unavailable", Message: "sub-agents are not available here: the agent has no way to reach other agents"}
+	}
+	if terr != nil {
+		a.metrics.subagentCalls.WithLabelValues("refused").Inc()
+		return nil, toolResult{Error: terr.Error(), ErrorType: terr.Type}, nil
+	}
+	childReq := ChildRequestID(a.agent, req, callID)
+	turn, err := a.sendChild(ctx, c.child, ChildRequest{RequestID: childReq, Text: c.text,
+		Parent: ParentRef{Agent: a.agent, RequestID: req, CallID: callID, Mode: c.mode, Chain: chain}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, toolResult{}, context.Cause(ctx)
+		}
+		a.metrics.subagentCalls.WithLabelValues("refused").Inc()
+		a.logger.Warn("sub-agent call refused", "request", req, "call", callID, "child", c.child, "err", err)
+		return nil, toolResult{Error: fmt.Sprintf("agent %s did not take the call: %v", c.child, err), ErrorType: "refused"}, nil
+	}
+	if err := a.crashPoint(ctx, pointChildStarted); err != nil {
+		return nil, toolResult{}, err
+	}
+	link := ChildLink{
+		ChildRef: ChildRef{Agent: c.child, Type: c.typ, Mode: c.mode, CallID: callID, RequestID: childReq,
+			StreamID: turn.StreamID, MessageID: turn.MessageID, Status: LinkRunning},
+		ParentRequestID: req, StartedAt: a.cfg.Clock.Now().UTC(),
+	}
+	if err := a.appendLink(ctx, EventSubagentStarted, link); err != nil {
+		return nil, toolResult{}, err
+	}
+	a.metrics.subagentCalls.WithLabelValues("started").Inc()
+	return &link, toolResult{}, nil
+}
+
+// sendChild starts the child's turn through Config.Peers, trying again
+// (with the same request id, so at most one turn runs) while the child's
+// owner cannot be reached, for up to childStartFor. ErrChildRefused, or
+// the last error after that, is the caller's to show the model.
+func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (Turn, error) {
+	deadline := a.cfg.Clock.Now().Add(childStartFor)
+	for n := 0; ; n++ {
+		turn, err := a.cfg.Peers.StartChild(ctx, child, req)
+		if err == nil || errors.Is(err, ErrChildRefused) || ctx.Err() != nil || a.cfg.Clock.Now().After(deadline) {
+			return turn, err
+		}
+		wait := backoff.Exp(100*time.Millisecond, 5*time.Second, n)
+		a.logger.Warn("sub-agent start failed; trying again", "child", child, "request", req.RequestID, "err", err, "in", wait)
+		select {
+		case <-a.cfg.Clock.After(wait):
+		case <-ctx.Done():
+			return Turn{}, context.Cause(ctx)
+		}
+	}
+}
+
+// appendLink appends a link event with an id derived from the call and
+// the event type, so a retried append is stored once (within JetStream's
+// duplicate window; the turns view keeps the first one anyway).
+func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
+	e, err := a.event(typ, l)
+	if err != nil {
+		return err
+	}
+	h := sha256.Sum256([]byte(a.agent + "\x00" + typ + "\x00" + l.ParentRequestID + "\x00" + l.CallID))
+	e.ID = "link-" + hex.EncodeToString(h[:16])
+	seq, err := a.log.Append(ctx, e)
+	if errors.Is(err, eventlog.ErrDuplicate) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("chat: append %s: %w", typ, err)
+	}
+	return a.store.WaitFor(ctx, seq)
+}
+
+// awaitChild waits until the child's turn of link has ended, then records
+// the link's end (subagent.ended) and returns it. It wakes on the child's
+// notice (ChildEnded) and reads the child's state every Config.ChildPoll,
+// so a lost notice costs a poll, never the answer.
+func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
+	for {
+		wake, unregister := a.childWaiter(link.RequestID)
+		end, ended, err := a.childEnd(ctx, link)
+		if err == nil && ended {
+			unregister()
+			if err := a.appendLink(ctx, EventSubagentEnded, end); err != nil {
+				return link, err
+			}
+			a.metrics.subagentCalls.WithLabelValues(end.Status).Inc()
+			return end, nil
+		}
+		if err != nil {
+			unregister()
+			return link, err
+		}
+		select {
+		case <-wake:
+		case <-a.cfg.Clock.After(a.cfg.ChildPoll):
+		case <-ctx.Done():
+			unregister()
+			return link, context.Cause(ctx)
+		}
+		unregister()
+	}
+}
+
+// childEnd reads the child's turn of link from the views, caught up with
+// the child's last event, and reports whether it ended; if so it returns
+// the link ended accordingly: its output (the child's final text) or
+// error, and the child turn's usage.
+func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+	err := retryRead(ctx, a.logger, "child turn", func() error {
+		last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
+		if err != nil {
+			return err
+		}
+		return a.store.WaitFor(ctx, last)
+	})
+	if err != nil {
+		return link, false, err
+	}
+	info, err := a.store.Turn(link.Agent, link.RequestID)
+	end := link
+	end.EndedAt = a.cfg.Clock.Now().UTC()
+	if errors.Is(err, ErrNotFound) {
+		// The link is recorded once the child's turn.started is durable,
+		// and the views are caught up with the child's last event: a turn
+		// not found is one whose agent was deleted, and it will never end.
+		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s was deleted before it answered", link.Agent)
+		return end, true, nil
+	}
+	if err != nil || info.Active() {
+		return link, false, err
+	}
+	switch info.Status {
+	case TurnCompleted:
+		end.Status = LinkCompleted
+		m, err := a.store.Message(link.Agent, info.AssistantMessageID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return link, false, err
+		}
+		end.Output, err = childOutput(end.ChildRef, m.Text(), DefaultMaxToolOutput)
+		if err != nil {
+			return link, false, err
+		}
+	case TurnFailed:
+		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s failed: %s", link.Agent, info.Error)
+	default:
+		end.Status, end.Error = LinkInterrupted, fmt.Sprintf("agent %s was interrupted (%s) before it answered", link.Agent, cmp.Or(info.Reason, "cancelled"))
+	}
+	if tu, ok, err := a.store.TurnUsage(link.Agent, link.RequestID); err != nil {
+		return link, false, err
+	} else if ok {
+		end.Usage = &SubagentUsage{Input: tu.Input + tu.Subagents.Input, Output: tu.Output + tu.Subagents.Output, Calls: 1 + tu.Subagents.Calls}
+	}
+	return end, true, nil
+}
+
+// childOutput is the output of a call whose child answered text, cut to
+// fit limit bytes.
+func childOutput(ref ChildRef, text string, limit int) (json.RawMessage, error) {
+	out := ChildOutput{ChildRef: ref, Text: text}
+	b, err := json.Marshal(out)
+	for err == nil && len(b) > limit && out.Text != "" {
+		// JSON escapes may make a byte six: cut by the excess, and more.
+		cut := max(len(out.Text)-(len(b)-limit)-64, 0)
+		for cut > 0 && !utf8RuneStart(out.Text[cut]) {
+			cut--
+		}
+		out.Text, out.Truncated = out.Text[:cut], true
+		b, err = json.Marshal(out)
+	}
+	return b, err
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// childWaiter registers a wake-up for the child turn requestID: a notice
+// of its end (ChildEnded) sends on the channel. The caller unregisters.
+func (a *Agent) childWaiter(requestID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	a.mu.Lock()
+	if a.mu.waiters == nil {
+		a.mu.waiters = map[string]chan struct{}{}
+	}
+	a.mu.waiters[requestID] = ch
+	a.mu.Unlock()
+	return ch, func() {
+		a.mu.Lock()
+		if a.mu.waiters[requestID] == ch {
+			delete(a.mu.waiters, requestID)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// ChildEnded takes a child's notice that its turn ended (the child-result
+// command): a turn of this process waiting for that child reads its
+// outcome now. A notice for a turn not running here is no error: the host
+// activating the agent for the command has it recover its turns, which
+// read the outcome; a notice for a call that ended already changes
+// nothing. The outcome itself is read from the log, never from n.
+func (a *Agent) ChildEnded(_ context.Context, n ChildNotice) error {
+	if n.RequestID == "" {
+		return fmt.Errorf("%w: child-result: requestId is required", ErrInvalidMessage)
+	}
+	a.mu.Lock()
+	ch := a.mu.waiters[n.RequestID]
+	a.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// idleTurn gives back at's TurnLimiter admission while its turn waits for
+// its children, running nothing; busyTurn takes it back, past the bound
+// if need be (the turn was admitted).
+func (a *Agent) idleTurn(at *activeTurn) {
+	a.mu.Lock()
+	admitted := at.admitted
+	at.admitted = false
+	a.mu.Unlock()
+	if admitted {
+		a.cfg.Turns.release()
+	}
+}
+
+func (a *Agent) busyTurn(at *activeTurn) {
+	_ = a.cfg.Turns.acquire(true)
+	a.mu.Lock()
+	at.admitted = true
+	a.mu.Unlock()
+}
+
+// endChildren ends the links of turn requestID that still run, as the turn
+// ends without their answers (cancelled, interrupted, failed): each child
+// is told to stop its turn (best effort: a child that cannot be reached
+// runs on, and its notice is then ignored) and the link is recorded
+// cancelled, so every started link ends.
+func (a *Agent) endChildren(ctx context.Context, requestID string) error {
+	links, err := a.store.Links(a.agent, requestID)
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if l.Ended() {
+			continue
+		}
+		if a.cfg.Peers != nil {
+			cctx, cancel := context.WithTimeout(ctx, cancelFor)
+			if err := a.cfg.Peers.CancelChild(cctx, l.Agent, l.RequestID); err != nil {
+				a.logger.Warn("cancel sub-agent", "request", requestID, "child", l.Agent, "childRequest", l.RequestID, "err", err)
+			}
+			cancel()
+		}
+		l.Status, l.EndedAt = LinkCancelled, a.cfg.Clock.Now().UTC()
+		l.Error = fmt.Sprintf("agent %s was cancelled: the calling turn ended before it answered", l.Agent)
+		if err := a.appendLink(ctx, EventSubagentEnded, l); err != nil {
+			return err
+		}
+		a.metrics.subagentCalls.WithLabelValues(LinkCancelled).Inc()
+	}
+	return nil
+}
+
+// subagentUsage sums the usage of turn requestID's ended links.
+func (a *Agent) subagentUsage(requestID string) (*SubagentUsage, error) {
+	links, err := a.store.Links(a.agent, requestID)
+	if err != nil || len(links) == 0 {
+		return nil, err
+	}
+	var u SubagentUsage
+	for _, l := range links {
+		if l.Usage != nil {
+			u.add(*l.Usage)
+		}
+	}
+	if u == (SubagentUsage{}) {
+		return nil, nil
+	}
+	return &u, nil
+}
+
+// awaitingChildren reports whether st's turn waits for a child: a link of
+// it still runs. Such a turn is resumed by recovery without counting an
+// attempt or asking OnChatRecovery: its wait is by design.
+func (a *Agent) awaitingChildren(requestID string) bool {
+	links, err := a.store.Links(a.agent, requestID)
+	if err != nil {
+		return false
+	}
+	for _, l := range links {
+		if !l.Ended() {
+			return true
+		}
+	}
+	return false
+}
+
+// notifyParent tells the parent of a sub-agent's turn that ended, trying
+// for up to notifyFor. A parent that refuses (no such agent any more) is
+// not told; one that cannot be reached leaves the error, which keeps the
+// turn's fiber for recovery, which tells it again.
+func (a *Agent) notifyParent(ctx context.Context, info TurnInfo) error {
+	p := info.Parent
+	n := ChildNotice{Child: a.agent, RequestID: info.RequestID, ParentRequestID: p.RequestID, CallID: p.CallID}
+	deadline := a.cfg.Clock.Now().Add(notifyFor)
+	for try := 0; ; try++ {
+		err := a.cfg.Peers.NotifyParent(ctx, p.Agent, n)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrChildRefused):
+			a.logger.Warn("the parent refused the notice of a sub-agent turn's end", "parent", p.Agent, "request", info.RequestID, "err", err)
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case a.cfg.Clock.Now().After(deadline):
+			// As a log failure: the fiber stays, and its recovery (the
+			// turn has ended) tells the parent again.
+			return fmt.Errorf("%w: tell parent %s that turn %s ended: %w", eventlog.ErrUnconfirmed, p.Agent, info.RequestID, err)
+		}
+		wait := backoff.Exp(100*time.Millisecond, 5*time.Second, try)
+		select {
+		case <-a.cfg.Clock.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// afterTurn runs when a turn fiber's work is done, err its outcome: a
+// sub-agent's turn that ended tells its parent. During shutdown, after a
+// log failure or the loss of the agent, nothing is told: the fiber stays
+// and its recovery tells.
+func (a *Agent) afterTurn(ctx context.Context, requestID string, err error) error {
+	if ctx.Err() != nil || (err != nil && (fiber.LogFailed(err) || eventlog.OwnerLost(err))) || a.cfg.Peers == nil {
+		return err
+	}
+	info, ierr := a.store.Turn(a.agent, requestID)
+	if ierr != nil || info.Parent == nil || info.Active() {
+		return err
+	}
+	if nerr := a.notifyParent(ctx, info); nerr != nil {
+		return errors.Join(err, nerr)
+	}
+	return err
+}
+
+// checkParent checks the parent of a sub-agent's Send: a call that would
+// make this agent its own caller is a cycle.
+func (a *Agent) checkParent(p *ParentRef) error {
+	switch {
+	case p == nil:
+		return nil
+	case !eventlog.ValidToken(p.Agent) || p.RequestID == "" || p.CallID == "":
+		return fmt.Errorf("%w: parent: agent, requestId and callId are required", ErrInvalidMessage)
+	case p.Mode != ModeEphemeral && p.Mode != ModePersistent:
+		return fmt.Errorf("%w: parent: mode %q, want %q or %q", ErrInvalidMessage, p.Mode, ModeEphemeral, ModePersistent)
+	case slices.Contains(p.Chain, a.agent):
+		return fmt.Errorf("%w: agent %s is already in the chain of calls %v: a cycle", ErrInvalidMessage, a.agent, p.Chain)
+	}
+	return nil
+}
