@@ -250,6 +250,10 @@ func testBinaryApproval(t *testing.T, bin string) {
 			time.Sleep(500 * time.Millisecond) // idle deactivation
 			p.kill()
 			p = startWith(t, start(), httpAddr)
+			// agentd status lists the call that waits, after the restart too.
+			if out := runAgentdCLI(t, bin, "status", agent, "--server", "nats://"+natsAddr); !strings.Contains(out, " "+call.ToolCallID+" note ") {
+				t.Errorf("agentd status does not list the pending approval %s:\n%s", call.ToolCallID, out)
+			}
 
 			var stream string
 			switch via {
