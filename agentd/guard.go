@@ -205,6 +205,11 @@ func (g *guard) audit(m *nats.Msg) {
 	if a.Request != "" && json.Unmarshal([]byte(a.Request), &req) != nil || req.Filter != "" {
 		return // Forever's own purges name a subject
 	}
+	// A clustered server's advisory may carry no request (the leader
+	// answers after the proposal): then only a purge that took at least
+	// every message the last look saw is taken for a whole one, as a
+	// filtered purge (compaction, a delete) never takes them all.
+	unsure := a.Request == ""
 	var resp struct {
 		Success bool   `json:"success"`
 		Purged  uint64 `json:"purged"`
@@ -217,6 +222,9 @@ func (g *guard) audit(m *nats.Msg) {
 	defer g.mu.Unlock()
 	for _, st := range g.mu.states {
 		if st.g.Stream == name {
+			if unsure && (st.seen == nil || st.seen.State.Msgs == 0 || resp.Purged < st.seen.State.Msgs) {
+				continue
+			}
 			n := resp.Purged
 			if st.purged != nil {
 				n += *st.purged

@@ -54,7 +54,7 @@ func (m *Manager) loadEpochBase(ctx context.Context, fresh bool) error {
 				return fmt.Errorf("ownership: read the lease bucket's revision: %w", err)
 			}
 			if s, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-				base = s.StreamInfo().State.LastSeq
+				base = revisionBase(s.StreamInfo())
 			}
 		}
 		if _, err := m.parts.Create(ctx, keyEpochBase, []byte(strconv.FormatUint(base, 10))); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
@@ -71,6 +71,23 @@ func (m *Manager) loadEpochBase(ctx context.Context, fresh bool) error {
 	}
 	m.epochBase = base
 	return nil
+}
+
+// revisionBase is the epoch base a node that did not create the cluster
+// stores: the lease bucket's last revision when it holds anything (a
+// cluster whose leases took their epochs from revisions, still running),
+// else 0. Nodes of a new cluster start at once, so one that did not
+// create the buckets may store the base first; the lease bucket then
+// holds nothing yet, and its last revision (the creation's time-based
+// first sequence, less one) is no epoch anyone issued. (A cluster from
+// before the counters whose lease bucket emptied entirely, every node
+// stopped past the markers' TTL, starts its counters at 0 too; verify's
+// writer rule then reports the old epochs above the new.)
+func revisionBase(info *jetstream.StreamInfo) uint64 {
+	if info.State.Msgs == 0 && info.State.LastSeq < info.State.FirstSeq {
+		return 0
+	}
+	return info.State.LastSeq
 }
 
 // nextEpoch reads partition p's counter and returns the epoch of the next

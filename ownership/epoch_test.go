@@ -148,3 +148,32 @@ func TestEpochsAfterUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochsSmallWhenNodesStartTogether: nodes of a new cluster start at
+// once, so the one that stores the epoch base may not be the one that
+// created the buckets; the lease bucket then holds nothing yet, and the
+// first epochs are still 1 (not the bucket's time-based first revision).
+func TestEpochsSmallWhenNodesStartTogether(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	cfg := Config{Node: "a", Partitions: 4, TTL: 4 * time.Second}
+	// Another node created both buckets and has not stored the base yet.
+	other := cfg
+	other.Node, other.Conn = "b", eventlogtest.Connect(t, s)
+	if err := other.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(other.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := openBucket(t.Context(), js, other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := openPartitionsBucket(t.Context(), js, other); err != nil {
+		t.Fatal(err)
+	}
+	a := startNode(t, s, cfg)
+	if got := epochs(a, 4); got[0] != 1 || got[3] != 1 {
+		t.Fatalf("first epochs %v, want 1 each", got)
+	}
+}

@@ -156,6 +156,21 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 	pr.kill()
 }
 
+// waitStatusTurnEnded waits until the agent's status shows an ended last turn
+// and no active one (GET /v1/agents/{id}/status with the tenant's token).
+func waitStatusTurnEnded(t *testing.T, httpAddr, token, agent string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := authedGet(t, "http://"+httpAddr+"/v1/agents/"+agent+"/status", token)
+		if code == 200 && !strings.Contains(body, `"activeTurn"`) && strings.Contains(body, `"endedAt"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's turn did not end: %d %.400s", agent, code, body)
+		}
+	}
+}
+
 // testClusterBackup: a 3-node cluster with auth and two tenants is backed
 // up with the admin credential and restored, with another node's admin
 // credential, into a new cluster that shares its auth secret: every
@@ -184,7 +199,8 @@ func testClusterBackup(t *testing.T, bin string) {
 		for _, a := range agents {
 			tenantChat(t, src[1].nats, tc, a, "hello from "+tc.Tenant)
 			// The whole answer: the messages view shows a streaming one.
-			want[tc.Tenant+"/"+a] = waitAnswered(t, src[2].http, tc.Token, a, "hello from "+tc.Tenant, "every time you ask.")
+			waitStatusTurnEnded(t, src[2].http, tc.Token, a)
+			want[tc.Tenant+"/"+a] = waitAnswered(t, src[2].http, tc.Token, a, "hello from "+tc.Tenant)
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "backup")
