@@ -17,7 +17,7 @@ type action struct {
 	stale bool      // takeover: of another node's lease it stopped renewing
 	seen  time.Time // stale takeover: when its last renewal was seen
 	rev   uint64    // takeover, drop: the key's revision
-	h     *held  // handoff
+	h     *held     // handoff
 }
 
 type actionKind int
