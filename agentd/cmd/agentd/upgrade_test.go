@@ -325,12 +325,21 @@ func TestUpgrade(t *testing.T) {
 	}
 }
 
-// oldReleaseFault reports whether a verify violation is a turn that the
+// oldReleaseFault reports whether a verify violation is one of the
+// previous release's known faults, fixed since (issue 21). A turn that the
 // previous release failed without a terminal chunk after losing the
 // agent mid-write (its first run's log says so): a fault of that release,
 // which this one fixed (a node that lost the agent writes nothing), not of
 // the upgrade.
+//
+// A user message without a turn is the previous release's too: it
+// appended the message before turn.started, so a command cut between the
+// two left the message alone; this release stores the message inside
+// turn.started and appends nothing before it, so it cannot.
 func oldReleaseFault(violation string, nodes []*clusterNode) bool {
+	if strings.HasPrefix(violation, "violation: user-message-unanswered ") {
+		return true
+	}
 	if !strings.HasPrefix(violation, "violation: stream-no-terminal ") {
 		return false
 	}
