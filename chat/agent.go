@@ -648,6 +648,15 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	// at a time). A failed read leaves 0, which follows the stream's own
 	// subject from its first chunk just as well.
 	cursor, _ := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent, Chunks: true})
+	if cursor > 0 {
+		// Across an ownership change the turn may have run elsewhere
+		// already (this node stored it, then lost the agent, and the new
+		// owner recovered it): a cursor after its chunks would follow
+		// nothing. 0 follows the stream from its first chunk.
+		if own, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent, Stream: t.StreamID, Chunks: true}); err != nil || own > 0 {
+			cursor = 0
+		}
+	}
 	gate <- started{seq: seq}
 	if err := a.store.WaitFor(ctx, seq); err != nil {
 		return Turn{}, err
