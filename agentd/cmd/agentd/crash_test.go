@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/demo"
@@ -113,7 +114,8 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 	var msg *nats.Msg
 	var err error
 	deadline := time.Now().Add(60 * time.Second)
-	for range 50 { // the server may be restarting, the agent moving (503)
+	key := nuid.Next() // one command, however often it is sent
+	for range 50 {     // the server may be restarting, the agent moving (503)
 		if time.Now().After(deadline) {
 			break
 		}
@@ -121,14 +123,18 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 		if timeout == 0 {
 			timeout = 10 * time.Second
 		}
-		msg, err = c.nc.Request(fmt.Sprintf("forever.cmd.%s.%s", agent, verb), data, timeout)
+		req := nats.NewMsg(fmt.Sprintf("forever.cmd.%s.%s", agent, verb))
+		req.Data = data
+		req.Header.Set(host.HeaderIdempotencyKey, key)
+		msg, err = c.nc.RequestMsg(req, timeout)
 		code := ""
 		if err == nil {
 			code = msg.Header.Get("Nats-Service-Error-Code")
 		}
-		// 504 (the owner did not answer a forwarded command in time) is
-		// safe to retry for reads only: the verbs that write nothing.
-		if err == nil && code != "503" && (code != "504" || !readVerbs[verb]) {
+		// 504 (the owner did not answer a forwarded command in time, as
+		// when it just died) may have run: sent again with the same
+		// Idempotency-Key, a chat is stored once; reads write nothing.
+		if err == nil && code != "503" && code != "504" {
 			break
 		}
 		if err != nil {
@@ -381,6 +387,3 @@ func checkRecoveredFiber(t *testing.T, evs []eventlog.Event, id string, steps, c
 		t.Errorf("fiber %s: hook completed %d times, want %d", id, hookCalls, crashes-1)
 	}
 }
-
-// readVerbs are the command verbs that write nothing.
-var readVerbs = map[string]bool{"status": true, "fibers": true, "schedules": true, "messages": true}
