@@ -15,7 +15,8 @@ import (
 
 // RunCluster starts n embedded nats-servers with JetStream clustered on
 // loopback (named s0, s1 ...), each storing under its own temp dir, and
-// waits until JetStream has a meta leader. Each is shut down when the test
+// waits until JetStream has a meta leader that can place a stream on all
+// of them. Each is shut down when the test
 // ends; a test may shut one down before, to lose a node.
 func RunCluster(t testing.TB, n int) []*server.Server {
 	t.Helper()
@@ -68,7 +69,27 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// The meta leader places an R-n stream only on peers whose stats it
+	// has received: wait until it lists every server, or a stream created
+	// at once finds "no suitable peers for placement".
+	for !placeable(out) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the JetStream meta leader does not list %d peers after 30s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return out
+}
+
+// placeable reports whether the meta leader among servers lists all of
+// them as peers with current stats.
+func placeable(servers []*server.Server) bool {
+	for _, s := range servers {
+		if s.JetStreamIsLeader() {
+			return len(s.JetStreamClusterPeers()) == len(servers)
+		}
+	}
+	return false
 }
 
 // ConsumerServers names the servers that hold the consumers of stream, as
