@@ -45,9 +45,16 @@ func compact(raw json.RawMessage) json.RawMessage {
 	if len(raw) == 0 {
 		return nil
 	}
-	var buf bytes.Buffer
-	json.Compact(&buf, raw)
-	return buf.Bytes()
+	// Canonical: the same JSON value however it is written (spaces,
+	// escapes such as \u0026 for &, key order).
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		var buf bytes.Buffer
+		json.Compact(&buf, raw)
+		return buf.Bytes()
+	}
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // FuzzDecodeChunk: whenever the fast path accepts stored bytes, encoding/json
