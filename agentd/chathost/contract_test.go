@@ -53,7 +53,7 @@ func TestErrorContract(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NATS %s: %v", tt.subject, err)
 			}
-			if got := msg.Header.Get("Nats-Service-Error-Code"); got != itoa(tt.code) {
+			if got := msg.Header.Get("Nats-Service-Error-Code"); got != strconv.Itoa(tt.code) {
 				t.Errorf("NATS %s: code header %q, want %d: %s", tt.name, got, tt.code, msg.Data)
 			}
 			t.Logf("NATS: %s", apierrortest.CheckBody(t, "NATS "+tt.name, tt.code, msg.Data))
@@ -75,5 +75,3 @@ func TestErrorContract(t *testing.T) {
 		})
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
