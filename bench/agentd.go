@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forever-agents/forever/internal/freeport"
 	"github.com/nats-io/nats.go"
 )
 
@@ -196,13 +196,12 @@ func agentdEnv() []string {
 	return env
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
+// freeAddr returns a loopback address whose port stays reserved while the
+// bench runs (internal/freeport): a daemon restarts on it.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, _, err := freeport.Reserve()
 	if err != nil {
 		return "", fmt.Errorf("bench: pick a port: %w", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return addr, nil
 }

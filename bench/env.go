@@ -176,12 +176,12 @@ func (e *Env) startServers() ([]*server.Server, error) {
 	var routes []*url.URL
 	if n > 1 {
 		for i := range clusterPorts {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			addr, err := freeAddr()
 			if err != nil {
 				return nil, fmt.Errorf("bench: pick a route port: %w", err)
 			}
-			clusterPorts[i] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			_, p, _ := net.SplitHostPort(addr)
+			clusterPorts[i], _ = strconv.Atoi(p)
 			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", clusterPorts[i])})
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/forever-agents/forever/internal/freeport"
 )
 
 // readyTimeout bounds one start of agentd.
@@ -134,15 +135,11 @@ func (d *daemon) stop() error {
 	}
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
+// freeAddr returns a loopback address whose port stays reserved for this
+// run (internal/freeport): the daemons restart on it many times.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	addr, _, err := freeport.Reserve()
+	return addr, err
 }
 
 // freeAddrs returns n addresses of freeAddr.

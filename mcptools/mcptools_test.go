@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/freeport"
 )
 
 // serverBin is the test MCP server (testdata/mcpserver), built once by
@@ -441,12 +441,12 @@ func TestHTTPKilledMidCall(t *testing.T) {
 }
 
 func TestUnavailableAtStart(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := freeport.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := "http://" + ln.Addr().String() + "/mcp"
-	ln.Close()
+	t.Cleanup(release)
+	closed := "http://" + addr + "/mcp"
 	record := filepath.Join(t.TempDir(), "record")
 	var logs logBuffer
 	c := connect(t, testConfig(&logs,

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/internal/freeport"
 )
 
 // Config is a config on free ports with its data under a temp dir, logging
@@ -124,16 +124,18 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// FreeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago.
+// FreeAddr returns a 127.0.0.1 address for a server started later, often
+// in another process: its port stays reserved until the test ends, so
+// neither another test nor the kernel's :0 hands it out meanwhile
+// (internal/freeport).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := freeport.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Cleanup(release)
+	return addr
 }
 
 // SSEEvent is one Server-Sent Event.

@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/forever-agents/forever/internal/freeport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,12 +25,12 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	ports := make([]int, n)
 	var routes []*url.URL
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, release, err := freeport.Reserve()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		t.Cleanup(release)
+		ports[i] = port(t, addr)
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
 	dir := t.TempDir()
@@ -107,4 +109,18 @@ func ConsumerServers(t testing.TB, js jetstream.JetStream, stream string) []stri
 		}
 	}
 	return out
+}
+
+// port is addr's port number.
+func port(t testing.TB, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/forever-agents/forever/internal/freeport"
 )
 
 // Jaeger is a running Jaeger all-in-one, on loopback ports of its own.
@@ -324,15 +326,16 @@ func listening(addr string) bool {
 	return true
 }
 
-// freeAddr returns a free loopback host:port.
+// freeAddr returns a loopback host:port reserved until the test ends
+// (internal/freeport).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := freeport.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Cleanup(release)
+	return addr
 }
 
 type syncBuffer struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,12 +30,7 @@ func TestMCPBinary(t *testing.T) {
 		t.Fatalf("go build mcpserver: %v\n%s", err, out)
 	}
 	record := filepath.Join(t.TempDir(), "record")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "http://" + ln.Addr().String() + "/mcp"
-	ln.Close()
+	down := "http://" + agentdtest.FreeAddr(t) + "/mcp"
 
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
