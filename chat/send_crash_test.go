@@ -87,14 +87,14 @@ func (d *dying) LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq, e
 
 // Add queues a chunk unless the process is dead; chunks do not count
 // against the budget (Send writes none).
-func (d *dying) Add(ctx context.Context, e eventlog.Event) (*eventlog.Pending, error) {
+func (d *dying) Add(ctx context.Context, e eventlog.Event, opts ...eventlog.AddOption) (*eventlog.Pending, error) {
 	d.mu.Lock()
 	dead := d.dead
 	d.mu.Unlock()
 	if dead {
 		return nil, errDead
 	}
-	return d.chunks.Add(ctx, e)
+	return d.chunks.Add(ctx, e, opts...)
 }
 
 // TestSendCrashPoints: a chat command is atomic. The process is killed

@@ -207,7 +207,13 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 			for _, e := range stale {
 				return last, e
 			}
-			return last, errors.Join(err, serr)
+			if serr != nil {
+				return last, fmt.Errorf("%w: a chunk was refused (%v) and its stream cannot be read to tell why: %w", ErrUnavailable, err, serr)
+			}
+			// Every stream is where this writer left it, or its last
+			// chunk is this writer's own (a lost ack): nothing of this
+			// batch was stored, and the fences now say where to go on.
+			return last, fmt.Errorf("%w: %w", errRefused, err)
 		}
 		if err != nil {
 			forgetChunks(fs)

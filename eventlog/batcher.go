@@ -72,6 +72,7 @@ type Pending struct {
 	msg    *nats.Msg // built and checked once, by Add
 	stream string
 	fut    jetstream.PubAckFuture // async mode
+	after  *Pending               // After: sent only once it is stored; nil once resolved
 	ready  chan struct{}
 	seq    Seq
 	err    error
@@ -102,10 +103,23 @@ func (l *Log) NewBatcher(cfg BatcherConfig) *Batcher {
 	return b
 }
 
+// AddOption is an option of Batcher.Add.
+type AddOption func(*Pending)
+
+// After chains the event behind prev, an event added to the same Batcher
+// before it: the event is sent only if prev was stored, and fails unsent,
+// with prev's error, if prev failed. A writer that chains each event of a
+// sequence to the one before (a chat stream's chunks) never leaves a gap:
+// what is stored is a prefix of what it added. A nil prev chains nothing.
+// (Under Config.AsyncBatches, which publishes in Add, it has no effect.)
+func After(prev *Pending) AddOption {
+	return func(p *Pending) { p.after = prev }
+}
+
 // Add validates e and queues it. Bad input (ErrInvalid, ErrTooLarge) is
 // returned at once and queues nothing. The returned Pending reports when the
 // event is stored.
-func (b *Batcher) Add(ctx context.Context, e Event) (*Pending, error) {
+func (b *Batcher) Add(ctx context.Context, e Event, opts ...AddOption) (*Pending, error) {
 	m, stream, err := b.l.message(&e)
 	if err != nil {
 		return nil, err
@@ -119,6 +133,9 @@ func (b *Batcher) Add(ctx context.Context, e Event) (*Pending, error) {
 		}
 	}
 	p := &Pending{e: e, msg: m, stream: stream, ready: make(chan struct{})}
+	for _, o := range opts {
+		o(p)
+	}
 	b.mu.Lock()
 	if b.mu.stopped {
 		b.mu.Unlock()
@@ -313,6 +330,7 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 	// Each attempt stores at least the first of its chunks unless that one
 	// fails, so only attempts that stored nothing count.
 	for attempt := 0; len(group) > 0; {
+		group = b.unbroken(group)
 		send, ws, fs := b.fence(group)
 		if len(send) == 0 {
 			return
@@ -326,7 +344,7 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 		}
 		if len(rest) > 0 && (err != nil || attempt == maxFencedRetries) {
 			if err == nil {
-				err = fmt.Errorf("%w: chunks not stored after %d attempts: other writes kept coming between them", ErrUnavailable, attempt+1)
+				err = fmt.Errorf("%w: chunks not stored after %d attempts: other writes kept coming between them, or the stream's leader kept refusing them while it changed", ErrUnavailable, attempt+1)
 			}
 			for _, p := range rest {
 				fail(p, err)
@@ -342,8 +360,42 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 
 // fail resolves p with err.
 func fail(p *Pending, err error) {
-	p.seq, p.err = 0, err
+	p.seq, p.err, p.after = 0, err, nil
 	close(p.ready)
+}
+
+// brokenAfter returns the error of the event p is chained behind (After),
+// when that one failed: p must not be sent. A duplicate counts as stored.
+// The chain is cut behind events known stored, so it holds no history.
+func brokenAfter(p *Pending) error {
+	a := p.after
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.ready:
+	default:
+		return nil // ahead of p in this group: sent before it, in order
+	}
+	p.after = nil
+	if a.err == nil || errors.Is(a.err, ErrDuplicate) {
+		return nil
+	}
+	return fmt.Errorf("eventlog: %s not sent: the event before it (%s) was not stored: %w", p.e.ID, a.e.ID, a.err)
+}
+
+// unbroken fails the Pendings of group chained (After) behind one that
+// failed, and returns the others.
+func (b *Batcher) unbroken(group []*Pending) []*Pending {
+	out := group[:0:0]
+	for _, p := range group {
+		if err := brokenAfter(p); err != nil {
+			fail(p, err)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // fence returns the wires to send for group: under an Owner, each chat
@@ -410,7 +462,7 @@ func (b *Batcher) pipelined(ctx context.Context, stream string, send []*Pending,
 			// Stored before (a retried Add), as in async mode. Its
 			// stream's fence is left as it is: if it is behind, the next
 			// chunk conflicts and dropStale finds the last chunk is ours.
-			p.seq, p.err = w.seq, duplicateErr(p, w.seq)
+			p.seq, p.err, p.after = w.seq, duplicateErr(p, w.seq), nil
 			close(p.ready)
 			continue
 		}
@@ -442,10 +494,15 @@ func (b *Batcher) pipelined(ctx context.Context, stream string, send []*Pending,
 func (b *Batcher) dropStale(ctx context.Context, rest []*Pending, fs map[string]*chunkFence, err error) ([]*Pending, error) {
 	stale, moved, serr := b.l.staleChunks(ctx, fs)
 	if serr != nil {
-		return rest, errors.Join(err, serr)
+		// Refused, so not stored; who wrote last cannot be told now.
+		return rest, fmt.Errorf("%w: a chunk was refused (%v) and its stream cannot be read to tell why: %w", ErrUnavailable, err, serr)
 	}
 	if len(stale) == 0 && !moved {
-		return rest, err
+		// Every stream is where this writer left it: the refusal came
+		// from a stream leader that had not caught up with its log (a
+		// leader change). Send again; commit bounds the attempts.
+		b.l.logger.Info("chunks refused by a stream leader behind its log; sending them again", "err", err)
+		return rest, nil
 	}
 	left := rest[:0:0]
 	for _, p := range rest {
@@ -467,7 +524,7 @@ func (b *Batcher) stored(p *Pending, seq Seq, fs map[string]*chunkFence) {
 		}
 		cf.f.mu.Unlock()
 	}
-	p.seq, p.err = seq, nil
+	p.seq, p.err, p.after = seq, nil, nil
 	close(p.ready)
 }
 

@@ -92,6 +92,15 @@
 //     under running views is followed again after Log.RestartViews (which
 //     agentd's store guard calls, with EnsureStream to create it again),
 //     rebuilt from what it holds when asked (TestViewsFollowARestoredStream).
+//   - A Batcher event chained behind another (After) is stored only if that
+//     one was: chained events that fail take the ones queued behind them
+//     down, so a chat stream written in order never has a gap
+//     (TestChainedChunksLeaveNoGap).
+//   - A refusal of a fenced append whose subject is where the writer left
+//     it (a stream leader behind its log during an election refuses with
+//     "wrong last sequence") is not another writer: it fences nobody, is
+//     sent again, and fails, if it keeps coming, as ErrUnavailable and
+//     Unwritten (TestLeaderBehindIsNotAWriter).
 //   - A fenced append never takes the loss of what this process wrote for
 //     another writer: a subject whose last sequence went back (a purge, a
 //     deleted stream) is ErrRemoved, the fence reads the subject again, and

@@ -110,16 +110,27 @@ func storageFull(api *jetstream.APIError) bool {
 	return false
 }
 
+// errRefused marks a conflict that was not another writer: the append
+// was refused and stored nothing, and the subject is where this writer
+// left it (a stream leader that had not caught up with its log refused it,
+// during a leader change) or ends with this writer's own earlier write.
+// Sending it again is safe (Unwritten).
+var errRefused = fmt.Errorf("%w: the append was refused, not by another writer; nothing of it was stored", ErrUnavailable)
+
 // codeClusterUnavailable is JetStream's "system temporarily unavailable",
 // answered while a stream or the cluster elects a leader.
 const codeClusterUnavailable = 10008
 
 // Unwritten reports whether err says for certain that nothing was
 // written: JetStream refused the request while electing a leader (10008),
-// or no server took it (no responders). Unlike Unavailable it excludes a
+// a leader behind its log refused it (errRefused), or no server took it
+// (no responders). Unlike Unavailable it excludes a
 // request whose answer was lost, which may have been stored; an append that
 // failed Unwritten may be sent again as it was.
 func Unwritten(err error) bool {
+	if errors.Is(err, errRefused) {
+		return true
+	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable {
 		return true

@@ -73,3 +73,10 @@ func StreamConfig(l *Log, name string) (jetstream.StreamConfig, error) {
 
 // SkipPurgeOnce makes l's next compaction purge remove nothing.
 func SkipPurgeOnce(l *Log) { l.skipPurge = true }
+
+// SkewExpect makes every fenced send of l of a message (subject, message
+// id) for which refuse returns true expect a last sequence the subject
+// does not have: JetStream refuses it with "wrong last sequence" while the
+// subject is where the writer left it, as a stream leader that has not
+// caught up does during an election. Set it before l is used.
+func SkewExpect(l *Log, refuse func(subject, id string) bool) { l.skewExpect = refuse }

@@ -144,7 +144,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		return 0, fmt.Errorf("%w: expected last sequence %d of %q, it is %d", ErrConflict, *expect, agent, last)
 	}
 	stamp(m, tok)
-	seq, err := publish(&last)
+	seq, err := publish(l.skewed(m, last))
 	unsure := false
 	if errors.Is(err, ErrConflict) {
 		// A write of ours whose acknowledgement was lost (a stream leader
@@ -161,6 +161,12 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 			// Writers only add: a subject that went back lost events.
 			err = fmt.Errorf("%w: agent %q: %s holds its events up to %d, this process wrote up to %d: %w",
 				ErrRemoved, agent, l.cfg.EventsStream, ls, last, err)
+		case ls == last:
+			// The subject is where this writer left it: a stream leader
+			// that had not caught up with its log refused the append (a
+			// leader change). Nobody else wrote; nothing was stored.
+			unsure = true
+			err = fmt.Errorf("%w: agent %q: %w", errRefused, agent, err)
 		case w != tok && w.Node != "":
 			err = fmt.Errorf("%w (node %s, epoch %d, wrote it last; this node holds epoch %d)", err, w.Node, w.Epoch, tok.Epoch)
 		case w == tok && ls > last:
@@ -235,6 +241,34 @@ func (l *Log) reportFenced(agent string, err error) {
 	if l.cfg.OnFenced != nil {
 		go l.cfg.OnFenced(agent, err)
 	}
+}
+
+// skewed returns the expected sequence the event append m sends:
+// last, or, under the test hook skewExpect, one its subject does not have,
+// so JetStream refuses the append as a leader behind its log does.
+func (l *Log) skewed(m *nats.Msg, last Seq) *Seq {
+	if l.skewExpect != nil && l.skewExpect(m.Subject, m.Header.Get(jetstream.MsgIDHeader)) {
+		wrong := last + skew
+		return &wrong
+	}
+	return &last
+}
+
+// skew is how far skewExpect moves an expected sequence.
+const skew = 1 << 20
+
+// skewHeader applies skewExpect to a message sent with an expected last
+// subject sequence header (a chunk send).
+func (l *Log) skewHeader(m *nats.Msg) {
+	v := m.Header.Get(headerExpectedLastSubSeq)
+	if l.skewExpect == nil || v == "" || !l.skewExpect(m.Subject, m.Header.Get(jetstream.MsgIDHeader)) {
+		return
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return
+	}
+	m.Header.Set(headerExpectedLastSubSeq, seqString(Seq(n)+skew))
 }
 
 // stamp sets the writer headers.

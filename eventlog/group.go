@@ -161,6 +161,7 @@ func (l *Log) sendPipelined(ctx context.Context, stream string, ws []*wire, chai
 			prev = nil
 		}
 		w.setHeaders(prev, false)
+		l.skewHeader(w.msg)
 		fut, err := l.js.PublishMsgAsync(w.msg, jetstream.WithStallWait(l.cfg.AckTimeout))
 		if err != nil {
 			w.err = l.translate(err, nil)
@@ -200,6 +201,7 @@ func (l *Log) sendAtomic(ctx context.Context, stream string, ws []*wire) error {
 	msgs := make([]*nats.Msg, len(ws))
 	for i, w := range ws {
 		w.setHeaders(nil, true)
+		l.skewHeader(w.msg)
 		msgs[i] = w.msg
 	}
 	start := time.Now()

@@ -213,6 +213,11 @@ type Log struct {
 	// ("appended": the snapshot stored, the history not purged); an error
 	// stops Compact there.
 	stopCompact func(point string) error
+	// skewExpect, set only by tests, makes a send of a message (subject,
+	// message id) for which it returns true expect a last sequence the
+	// subject does not have, so JetStream refuses it as a stream leader
+	// behind its log does.
+	skewExpect func(subject, id string) bool
 	// skipPurge, set only by tests, makes Compact's next purge remove
 	// nothing, as a purge a crash undid: what deleteLeftBefore cleans up.
 	skipPurge bool

@@ -12,13 +12,16 @@ import (
 
 // Batcher is the part of eventlog.Batcher a stream writer uses.
 type Batcher interface {
-	Add(ctx context.Context, e eventlog.Event) (*eventlog.Pending, error)
+	Add(ctx context.Context, e eventlog.Event, opts ...eventlog.AddOption) (*eventlog.Pending, error)
 }
 
 // Writer publishes the chunks of one chat stream through a shared
 // Batcher. Write queues a chunk (durable later, in a group commit); Flush
 // returns once every chunk written so far is durable. Each chunk's event id
-// is <stream>/<index>, so a retried batch is deduplicated.
+// is <stream>/<index>, so a retried batch is deduplicated. Each chunk is
+// chained behind the one written before it (eventlog.After), so what is
+// stored is always a prefix of what was written: a chunk that fails takes
+// the chunks queued behind it down with it, never leaving a gap.
 //
 // A Writer is safe for concurrent use, but chunks are ordered only per
 // calling goroutine; a turn writes from one goroutine.
@@ -32,6 +35,7 @@ type Writer struct {
 		next int                 // index of the next chunk
 		last *eventlog.Pending   // last event known stored
 		out  []*eventlog.Pending // queued events not yet known stored, in order
+		tail *eventlog.Pending   // last event queued: the next is chained behind it
 		err  error               // first failure; the stream is broken after it
 	}
 }
@@ -85,14 +89,20 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 	return nil
 }
 
-// add queues one event of chunk index.
+// add queues one event of chunk index, chained behind the event queued
+// before it (eventlog.After): if that one is not stored, neither is this,
+// so the stream's stored chunks never have a gap.
 func (w *Writer) add(ctx context.Context, index int, e eventlog.Event) error {
-	p, err := w.b.Add(ctx, e)
+	w.mu.Lock()
+	tail := w.mu.tail
+	w.mu.Unlock()
+	p, err := w.b.Add(ctx, e, eventlog.After(tail))
 	if err != nil {
 		return w.fail(fmt.Errorf("chunk: write chunk %d of %s: %w", index, w.stream, err))
 	}
 	w.mu.Lock()
 	w.mu.out = append(w.mu.out, p)
+	w.mu.tail = p
 	w.mu.Unlock()
 	return nil
 }
