@@ -44,8 +44,9 @@
 // auth.Keys.AdminToken): signed by the operator's keys, expiring, stored
 // nowhere. With it a request names its tenant in the X-Forever-Tenant
 // header (400 without) and reaches that tenant's daemon as its admin; GET
-// /v1/tenants, for it alone, lists the tenants. The console uses it to
-// show every tenant's agents.
+// /v1/tenants, for it alone, lists the tenants with their quotas and what
+// each uses now (read from its account). The console uses it to show
+// every tenant's agents, and the tenants' quotas and use.
 //
 // # Revocation
 //

@@ -193,10 +193,20 @@ type TenantInfo struct {
 	Disabled bool   `json:"disabled"`
 	// Served is whether this node runs the tenant's daemon now.
 	Served bool `json:"served"`
+	// Quota is the quota enforced: the tenant's record resolved with the
+	// node's defaults (0: no limit).
+	Quota auth.Quota `json:"quota"`
+	// Usage is what the tenant uses, read from its account now; absent
+	// when the tenant is not served here or its JetStream did not answer
+	// (UsageError says why).
+	Usage      *quota.Usage `json:"usage,omitempty"`
+	UsageError string       `json:"usageError,omitempty"`
 }
 
 // serveTenants answers GET /v1/tenants, for the admin's HTTP token only:
-// {"tenants": [TenantInfo...]} sorted by name. Any other token is 403.
+// {"tenants": [TenantInfo...]} sorted by name, each with its quota and,
+// when served here, its usage (read from every served tenant's account at
+// once, each within agentd's read bound). Any other token is 403.
 func (ts *tenantSet) serveTenants(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "GET /v1/tenants only", "code": 405})
@@ -215,15 +225,34 @@ func (ts *tenantSet) serveTenants(w http.ResponseWriter, r *http.Request) {
 		ts.refuse(w, r, auth.Identity{From: r.RemoteAddr}, &refusal{http.StatusUnauthorized, "invalid", "invalid or expired admin token"})
 		return
 	}
+	pc := ts.parent.Config()
 	ts.mu.Lock()
 	out := make([]TenantInfo, 0, len(ts.mu.states))
+	var runs []*tenantRun // of out[i], nil when not served
 	for name, st := range ts.mu.states {
 		if st.rec == nil {
 			continue
 		}
-		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: ts.mu.runs[name] != nil})
+		run := ts.mu.runs[name]
+		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: run != nil, Quota: pc.TenantQuota(st.rec.Quota)})
+		runs = append(runs, run)
 	}
 	ts.mu.Unlock()
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		if run == nil {
+			continue
+		}
+		wg.Go(func() {
+			u, err := run.d.Usage(r.Context())
+			if err != nil {
+				out[i].UsageError = err.Error()
+				return
+			}
+			out[i].Usage = &u
+		})
+	}
+	wg.Wait()
 	slices.SortFunc(out, func(a, b TenantInfo) int { return strings.Compare(a.Name, b.Name) })
 	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
 }

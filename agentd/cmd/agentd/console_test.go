@@ -174,7 +174,7 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	p := startAgentd(t, bin, data, httpAddr, natsAddr, "--auth", "--local-rate", "-1")
 	admin := filepath.Join(data, "admin.creds")
-	acme := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "acme")
+	acme := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "acme", "--max-agents", "10", "--max-bytes", "64MiB")
 	globex := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "globex")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		a, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", acme.Token)
@@ -256,6 +256,42 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatalf("the admin opens globex-one: %v", err)
 	}
+
+	// The admin's Tenants view: each tenant's quotas and what it uses of
+	// them, from GET /v1/tenants.
+	code, body := authedGet(t, "http://"+httpAddr+"/v1/tenants", adminTok)
+	var list struct {
+		Tenants []struct {
+			Name  string
+			Quota struct{ Agents, Bytes int64 }
+			Usage *struct{ Agents, Bytes, Streams int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list.Tenants) != 2 {
+		t.Fatalf("GET /v1/tenants: %d %s (%v)", code, body, err)
+	}
+	for _, tn := range list.Tenants {
+		if tn.Usage == nil || tn.Usage.Agents != 1 || tn.Usage.Bytes <= 0 || tn.Usage.Streams == 0 {
+			t.Errorf("tenant %s's usage: %s; want its one agent and the bytes it stores", tn.Name, body)
+		}
+		if tn.Name == "acme" && (tn.Quota.Agents != 10 || tn.Quota.Bytes != 64<<20) {
+			t.Errorf("acme's quota: %s; want 10 agents and 64 MiB", body)
+		}
+	}
+	var acmeAgents string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`a[data-nav="tenants"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-tenant="acme"] .progress`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-tenant="globex"]`, chromedp.ByQuery),
+		chromedp.Text(`tr[data-tenant="acme"] td:nth-child(3)`, &acmeAgents, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("the admin's tenants view: %v", err)
+	}
+	if !strings.Contains(acmeAgents, "1 of 10") {
+		t.Errorf("acme's agents in the tenants view: %q, want 1 of 10", acmeAgents)
+	}
+	screenshot(t, ctx, "console-tenants")
 }
 
 // tenantCLIAuth runs agentd auth with args.
