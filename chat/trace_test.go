@@ -2,9 +2,11 @@ package chat_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -175,5 +177,57 @@ func TestTurnTraceSurvivesCrash(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSubagentTraceNests: a sub-agent call is a child invoke_agent: the
+// child's turn is in the caller's trace, its invoke_agent span the child
+// of the parent turn's invoke_agent, and its model calls under it.
+func TestSubagentTraceNests(t *testing.T) {
+	tp, exp := newTracerProvider(t)
+	e := newEnv(t)
+	e.tp = tp
+	m := newMesh(t, e, local)
+	ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+	if _, err := m.get("boss").a.Send(ctx, chat.SendRequest{Text: "/agent kid-a hello a"}); err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+	if tr := awaitTurn(t, e, "boss"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("parent turn %s: %s", tr.Status, tr.Error)
+	}
+	// Spans end just after their turns do.
+	byAgent := map[string]tracetest.SpanStub{}
+	for deadline := time.Now().Add(10 * time.Second); len(byAgent) < 2; time.Sleep(10 * time.Millisecond) {
+		for _, s := range spansNamed(exp.GetSpans(), "invoke_agent") {
+			byAgent[attrOf(s, "gen_ai.agent.id")] = s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invoke_agent spans of %v, want boss and kid-a", slices.Collect(maps.Keys(byAgent)))
+		}
+	}
+	boss, kid := byAgent["boss"], byAgent["kid-a"]
+	for _, s := range []tracetest.SpanStub{boss, kid} {
+		if s.SpanContext.TraceID() != caller.SpanContext().TraceID() {
+			t.Errorf("span %q of %s is in trace %s, not the caller's %s", s.Name, attrOf(s, "gen_ai.agent.id"), s.SpanContext.TraceID(), caller.SpanContext().TraceID())
+		}
+	}
+	if boss.Parent.SpanID() != caller.SpanContext().SpanID() {
+		t.Errorf("the parent turn's span is under %s, want the caller %s", boss.Parent.SpanID(), caller.SpanContext().SpanID())
+	}
+	if kid.Parent.SpanID() != boss.SpanContext.SpanID() {
+		t.Errorf("the child turn's invoke_agent is under %s, want the parent turn's %s", kid.Parent.SpanID(), boss.SpanContext.SpanID())
+	}
+	kidChats := 0
+	for _, s := range spansNamed(exp.GetSpans(), "chat ") {
+		if attrOf(s, "gen_ai.conversation.id") == "kid-a" {
+			kidChats++
+			if s.Parent.SpanID() != kid.SpanContext.SpanID() {
+				t.Errorf("the child's chat span is under %s, want its invoke_agent %s", s.Parent.SpanID(), kid.SpanContext.SpanID())
+			}
+		}
+	}
+	if kidChats == 0 {
+		t.Error("no chat span of the child's model call")
 	}
 }
