@@ -213,7 +213,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 			// Every stream is where this writer left it, or its last
 			// chunk is this writer's own (a lost ack): nothing of this
 			// batch was stored, and the fences now say where to go on.
-			return last, fmt.Errorf("%w: %w", errRefused, err)
+			return last, fmt.Errorf("%w: %v", errRefused, err) // not ErrConflict: nobody else wrote
 		}
 		if err != nil {
 			forgetChunks(fs)
@@ -260,6 +260,11 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
 			return 0, l.translate(apiErr, nil)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			// Sent, and no answer came (a stream leader changing): the
+			// batch may be stored.
+			return 0, fmt.Errorf("%w: batch commit: %w", ErrUnconfirmed, err)
 		}
 		return 0, fmt.Errorf("eventlog: batch commit: %w", err)
 	}

@@ -166,7 +166,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 			// that had not caught up with its log refused the append (a
 			// leader change). Nobody else wrote; nothing was stored.
 			unsure = true
-			err = fmt.Errorf("%w: agent %q: %w", errRefused, agent, err)
+			err = fmt.Errorf("%w: agent %q: %v", errRefused, agent, err) // not ErrConflict: nobody else wrote
 		case w != tok && w.Node != "":
 			err = fmt.Errorf("%w (node %s, epoch %d, wrote it last; this node holds epoch %d)", err, w.Node, w.Epoch, tok.Epoch)
 		case w == tok && ls > last:

@@ -80,8 +80,8 @@ func TestLeaderBehindIsNotAWriter(t *testing.T) {
 		if refused.Load() != 1 {
 			t.Fatal("no append was refused")
 		}
-		if err == nil || !eventlog.Unavailable(err) || !eventlog.Unwritten(err) || eventlog.OwnerLost(err) {
-			t.Fatalf("refused append: %v; want an Unavailable, Unwritten error that is not OwnerLost", err)
+		if err == nil || !eventlog.Unavailable(err) || !eventlog.Unwritten(err) || eventlog.OwnerLost(err) || errors.Is(err, eventlog.ErrConflict) {
+			t.Fatalf("refused append: %v; want an Unavailable, Unwritten error that is neither OwnerLost nor ErrConflict", err)
 		}
 		if _, err := appendNote(t.Context(), nd.lg, "x"); err != nil {
 			t.Fatalf("the append after the refusal: %v", err)
@@ -126,8 +126,8 @@ func TestLeaderBehindIsNotAWriter(t *testing.T) {
 			switch {
 			case !tc.wantErr && err != nil:
 				t.Fatalf("chunk refused once: %v, want it sent again and stored", err)
-			case tc.wantErr && (err == nil || !eventlog.Unavailable(err) || eventlog.OwnerLost(err)):
-				t.Fatalf("chunk always refused: %v, want an Unavailable error that is not OwnerLost", err)
+			case tc.wantErr && (err == nil || !eventlog.Unavailable(err) || eventlog.OwnerLost(err) || errors.Is(err, eventlog.ErrConflict)):
+				t.Fatalf("chunk always refused: %v, want an Unavailable error that is neither OwnerLost nor ErrConflict", err)
 			}
 			eventlog.SkewExpect(nd.lg, nil)
 			if err := add(2); err != nil {

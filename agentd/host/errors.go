@@ -54,7 +54,8 @@ func StatusCode(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge), errors.Is(err, eventlog.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, ErrTimeout), errors.Is(err, eventlog.ErrUnconfirmed):
+		// No answer in time: the command, or its write, may have run.
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
 		errors.Is(err, eventlog.ErrStorageFull), errors.Is(err, eventlog.ErrViewsStalled),

@@ -28,6 +28,7 @@ func TestStatusCode(t *testing.T) {
 		{fmt.Errorf("x: %w", nats.ErrNoResponders), http.StatusServiceUnavailable},
 		{fmt.Errorf("%w: stopping: %w", ErrUnavailable, context.Canceled), http.StatusServiceUnavailable},
 		{fmt.Errorf("%w: node n1", ErrTimeout), http.StatusGatewayTimeout},
+		{fmt.Errorf("x: %w", eventlog.ErrUnconfirmed), http.StatusGatewayTimeout},
 		{&RemoteError{Code: http.StatusConflict, Msg: "busy"}, http.StatusConflict},
 		{errors.New("boom"), http.StatusInternalServerError},
 	} {
