@@ -47,7 +47,9 @@
 //     (a stale owner) is sent again one by one, so that append fails alone
 //     and the others are stored (TestGroupCommitFencing). An Append that
 //     finds nothing in flight is sent at once: a lone writer never waits.
-//   - A group sent pipelined (a Batcher's chunks) is a chain: every message
+//   - A group sent pipelined (a Batcher's chunks on an R1 stream; a
+//     replicated stream takes every group as an atomic batch,
+//     TestReplicatedGroupsAreAtomic) is a chain: every message
 //     after the first expects the one before it to be the stream's last, so
 //     the server stores a prefix of the group in order and refuses the
 //     rest; nothing of another writer lands inside it, and a stale owner's
