@@ -94,6 +94,12 @@ type guardState struct {
 	// purged is a whole-stream purge the advisories reported, not yet
 	// looked at: how many messages it removed.
 	purged *uint64
+	// purgedSure: an advisory of it named its request, which had no
+	// filter. A clustered server's advisories name none, so without it
+	// the look confirms the purge: every message the last look saw is
+	// gone (a filtered purge, Forever's compaction, leaves the other
+	// agents' events).
+	purgedSure bool
 }
 
 // watchedView is a follower of a stream whose progress the guard checks.
@@ -230,6 +236,7 @@ func (g *guard) audit(m *nats.Msg) {
 				n += *st.purged
 			}
 			st.purged = &n
+			st.purgedSure = st.purgedSure || !unsure
 		}
 	}
 }
@@ -262,9 +269,9 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 		info = s.CachedInfo()
 	}
 	g.mu.Lock()
-	seen, loss, purged := st.seen, st.loss, st.purged
+	seen, loss, purged, sure := st.seen, st.loss, st.purged, st.purgedSure
 	if err == nil {
-		st.purged = nil
+		st.purged, st.purgedSure = nil, false
 	}
 	g.mu.Unlock()
 	switch {
@@ -278,6 +285,9 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 	case loss != nil:
 	case seen != nil && !info.Created.Equal(seen.Created):
 		g.noticed(st, seen, Loss{Kind: LossRecreated})
+	case purged != nil && !sure && seen != nil && info.State.FirstSeq <= seen.State.LastSeq:
+		// Unconfirmed: messages the last look saw are still there, so
+		// it was a filtered purge that took many.
 	case purged != nil:
 		l := Loss{Kind: LossPurged}
 		if seen != nil {

@@ -1,0 +1,96 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+// TestGuardClusteredPurgeAdvisory: a clustered server's purge advisory
+// names no request, so the guard cannot see its filter. A filtered purge
+// that took more messages than the last look saw (compaction of a busy
+// agent) is not a loss: the other agents' messages are still there. A
+// whole purge is.
+func TestGuardClusteredPurgeAdvisory(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subj string, n int) {
+		for range n {
+			if _, err := js.Publish(ctx, subj, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// advise feeds the guard the advisory a clustered server sends for a
+	// purge that removed n messages: no request.
+	advise := func(g *guard, n uint64) {
+		resp, _ := json.Marshal(map[string]any{"success": true, "purged": n})
+		data, _ := json.Marshal(map[string]any{"subject": purgePrefix + "EVS", "response": string(resp)})
+		g.audit(&nats.Msg{Data: data})
+	}
+	for _, tc := range []struct {
+		name  string
+		purge func() uint64
+		loss  bool
+	}{
+		{"filtered", func() uint64 {
+			// The busy agent wrote 50 more since the look; compaction
+			// purges all but its last.
+			publish("evt.busy", 50)
+			if err := st.Purge(ctx, jetstream.WithPurgeSubject("evt.busy"), jetstream.WithPurgeKeep(1)); err != nil {
+				t.Fatal(err)
+			}
+			return 54
+		}, false},
+		{"whole", func() uint64 {
+			if err := st.Purge(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return 7
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := st.Purge(ctx); err != nil {
+				t.Fatal(err)
+			}
+			publish("evt.a", 3)
+			publish("evt.b", 3)
+			publish("evt.busy", 1)
+			g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var healed []Loss
+			g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents",
+				Heal: func(_ context.Context, l Loss) error { healed = append(healed, l); return nil }})
+			state := g.mu.states[0]
+			g.lookAt(ctx, js, state) // the look before: 7 messages
+			advise(g, tc.purge())
+			g.lookAt(ctx, js, state)
+			if got := len(healed) == 1 && healed[0].Kind == LossPurged; got != tc.loss || len(healed) > 1 {
+				t.Fatalf("losses healed: %+v; want a purge: %v", healed, tc.loss)
+			}
+		})
+	}
+}
