@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 )
 
 // Errors of commands. Agents wrap them (fmt.Errorf("%w: ...", ErrBadRequest))
@@ -58,6 +59,7 @@ func StatusCode(err error) int {
 		// No answer in time: the command, or its write, may have run.
 		return http.StatusGatewayTimeout
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
+		errors.Is(err, fiber.ErrStopped), // the agent stopped here (moved, deactivated) as the command came
 		errors.Is(err, eventlog.ErrStorageFull), errors.Is(err, eventlog.ErrViewsStalled),
 		eventlog.Unavailable(err):
 		return http.StatusServiceUnavailable

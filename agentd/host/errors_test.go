@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 )
 
 // TestStatusCode: errors a client may retry (nobody ran the command) are
@@ -29,6 +30,7 @@ func TestStatusCode(t *testing.T) {
 		{fmt.Errorf("%w: stopping: %w", ErrUnavailable, context.Canceled), http.StatusServiceUnavailable},
 		{fmt.Errorf("%w: node n1", ErrTimeout), http.StatusGatewayTimeout},
 		{fmt.Errorf("x: %w", eventlog.ErrUnconfirmed), http.StatusGatewayTimeout},
+		{fmt.Errorf("chat: start turn: %w", fiber.ErrStopped), http.StatusServiceUnavailable},
 		{&RemoteError{Code: http.StatusConflict, Msg: "busy"}, http.StatusConflict},
 		{errors.New("boom"), http.StatusInternalServerError},
 	} {
