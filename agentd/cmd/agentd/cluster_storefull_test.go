@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -65,8 +66,17 @@ func testClusterStoreFull(t *testing.T, c *crashClient, nodes []*clusterNode, ag
 	}
 
 	js, _ := jetstream.New(c.nc)
-	if err := js.DeleteStream(t.Context(), "BALLAST"); err != nil {
-		t.Fatal(err)
+	// With the store full the meta leader may be electing: JetStream
+	// answers "temporarily unavailable" (10008) for a while.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		err := js.DeleteStream(t.Context(), "BALLAST")
+		if err == nil {
+			break
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10008 || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	// The file streams elect their leaders again once their followers can
 	// store (nats-server's election timeout, seconds).
