@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/freeport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -176,12 +176,12 @@ func (e *Env) startServers() ([]*server.Server, error) {
 	var routes []*url.URL
 	if n > 1 {
 		for i := range clusterPorts {
-			addr, err := freeAddr()
+			// Reserved while the bench runs: a server restarts on it.
+			port, _, err := freeport.ReservePort()
 			if err != nil {
 				return nil, fmt.Errorf("bench: pick a route port: %w", err)
 			}
-			_, p, _ := net.SplitHostPort(addr)
-			clusterPorts[i], _ = strconv.Atoi(p)
+			clusterPorts[i] = port
 			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", clusterPorts[i])})
 		}
 	}

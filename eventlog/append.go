@@ -208,7 +208,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 				return last, e
 			}
 			if serr != nil {
-				return last, fmt.Errorf("%w: a chunk was refused (%v) and its stream cannot be read to tell why: %w", ErrUnavailable, err, serr)
+				return last, unreadableRefusal(err, serr)
 			}
 			// Every stream is where this writer left it, or its last
 			// chunk is this writer's own (a lost ack): nothing of this

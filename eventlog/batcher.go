@@ -385,15 +385,24 @@ func brokenAfter(p *Pending) error {
 }
 
 // unbroken fails the Pendings of group chained (After) behind one that
-// failed, and returns the others.
+// failed, and returns the others: group itself, without a copy, when none
+// failed (every commit of the chunk path passes here).
 func (b *Batcher) unbroken(group []*Pending) []*Pending {
-	out := group[:0:0]
-	for _, p := range group {
-		if err := brokenAfter(p); err != nil {
+	var out []*Pending
+	for i, p := range group {
+		err := brokenAfter(p)
+		switch {
+		case err != nil:
+			if out == nil {
+				out = append(make([]*Pending, 0, len(group)), group[:i]...)
+			}
 			fail(p, err)
-			continue
+		case out != nil:
+			out = append(out, p)
 		}
-		out = append(out, p)
+	}
+	if out == nil {
+		return group
 	}
 	return out
 }
@@ -495,7 +504,7 @@ func (b *Batcher) dropStale(ctx context.Context, rest []*Pending, fs map[string]
 	stale, moved, serr := b.l.staleChunks(ctx, fs)
 	if serr != nil {
 		// Refused, so not stored; who wrote last cannot be told now.
-		return rest, fmt.Errorf("%w: a chunk was refused (%v) and its stream cannot be read to tell why: %w", ErrUnavailable, err, serr)
+		return rest, unreadableRefusal(err, serr)
 	}
 	if len(stale) == 0 && !moved {
 		// Every stream is where this writer left it: the refusal came

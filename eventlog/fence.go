@@ -243,11 +243,17 @@ func (l *Log) reportFenced(agent string, err error) {
 	}
 }
 
+// skews reports whether the test hook skewExpect asks to skew m's
+// expected sequence.
+func (l *Log) skews(m *nats.Msg) bool {
+	return l.skewExpect != nil && l.skewExpect(m.Subject, m.Header.Get(jetstream.MsgIDHeader))
+}
+
 // skewed returns the expected sequence the event append m sends:
 // last, or, under the test hook skewExpect, one its subject does not have,
 // so JetStream refuses the append as a leader behind its log does.
 func (l *Log) skewed(m *nats.Msg, last Seq) *Seq {
-	if l.skewExpect != nil && l.skewExpect(m.Subject, m.Header.Get(jetstream.MsgIDHeader)) {
+	if l.skews(m) {
 		wrong := last + skew
 		return &wrong
 	}
@@ -261,7 +267,7 @@ const skew = 1 << 20
 // subject sequence header (a chunk send).
 func (l *Log) skewHeader(m *nats.Msg) {
 	v := m.Header.Get(headerExpectedLastSubSeq)
-	if l.skewExpect == nil || v == "" || !l.skewExpect(m.Subject, m.Header.Get(jetstream.MsgIDHeader)) {
+	if v == "" || !l.skews(m) {
 		return
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
@@ -424,6 +430,13 @@ func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (stale
 		stale[subj] = fmt.Errorf("%w: agent %q: %v", ErrFenced, cf.agent, err)
 	}
 	return stale, moved, nil
+}
+
+// unreadableRefusal is the error of chunk sends refused (err) whose
+// streams could not be read (serr) to tell who wrote last: nothing was
+// stored, and the next try reads them again.
+func unreadableRefusal(err, serr error) error {
+	return fmt.Errorf("%w: a chunk was refused (%v) and its stream cannot be read to tell why: %w", ErrUnavailable, err, serr)
 }
 
 // leaderLastSeq returns the last sequence on subject as the stream's leader

@@ -3,10 +3,8 @@ package eventlogtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -25,12 +23,12 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	ports := make([]int, n)
 	var routes []*url.URL
 	for i := range ports {
-		addr, release, err := freeport.Reserve()
+		port, release, err := freeport.ReservePort()
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(release)
-		ports[i] = port(t, addr)
+		ports[i] = port
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
 	dir := t.TempDir()
@@ -109,18 +107,4 @@ func ConsumerServers(t testing.TB, js jetstream.JetStream, stream string) []stri
 		}
 	}
 	return out
-}
-
-// port is addr's port number.
-func port(t testing.TB, addr string) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

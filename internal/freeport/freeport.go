@@ -24,26 +24,36 @@ const attempts = 200
 // Reserve returns a 127.0.0.1 address whose port is free and stays out of
 // every other Reserve's hands until release is called.
 func Reserve() (addr string, release func(), err error) {
+	port, release, err := ReservePort()
+	if err != nil {
+		return "", nil, err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), release, nil
+}
+
+// ReservePort is Reserve for a caller that needs the port number (a
+// nats-server's cluster port).
+func ReservePort() (port int, release func(), err error) {
 	hi := ephemeralStart()
 	if hi <= lowest {
-		return "", nil, fmt.Errorf("freeport: the ephemeral range starts at %d, below %d", hi, lowest)
+		return 0, nil, fmt.Errorf("freeport: the ephemeral range starts at %d, below %d", hi, lowest)
 	}
 	for range attempts {
 		port := lowest + rand.IntN(hi-lowest)
-		mark, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		mark, err := net.ListenPacket("udp", addr)
 		if err != nil {
 			continue // reserved by another Reserve, or used
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			mark.Close()
 			continue
 		}
-		addr := ln.Addr().String()
 		ln.Close()
-		return addr, func() { mark.Close() }, nil
+		return port, func() { mark.Close() }, nil
 	}
-	return "", nil, errors.New("freeport: no free port found below the ephemeral range")
+	return 0, nil, errors.New("freeport: no free port found below the ephemeral range")
 }
 
 // ephemeralStart is the first port of the kernel's ephemeral range.
