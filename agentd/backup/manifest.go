@@ -353,7 +353,8 @@ func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, d
 			if info.State.Msgs > 0 {
 				return fmt.Errorf("%w: stream %s received %d messages during the restore", ErrNotEmpty, st.Name, info.State.Msgs)
 			}
-			if err := js.DeleteStream(ctx, st.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			err := retryAPI(ctx, func() error { return js.DeleteStream(ctx, st.Name) })
+			if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("restore %s: delete the empty stream: %w", st.Name, err)
 			}
 		}
@@ -371,7 +372,11 @@ func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, d
 }
 
 func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
-	s, err := js.Stream(ctx, name)
+	var s jetstream.Stream
+	err := retryAPI(ctx, func() (err error) {
+		s, err = js.Stream(ctx, name)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
