@@ -64,6 +64,11 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 		micro.WithEndpointQueueGroup("forever-unknown")); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s.cmd.>: %w", prefix, err)
 	}
+	// The server has the endpoints' subscriptions before agentd says it
+	// started: a command sent at once gets an answer, never "no responders".
+	if err := deps.Conn.Flush(); err != nil {
+		return fmt.Errorf("agentd: NATS service: %w", err)
+	}
 	return d.Add("nats service", agentd.ComponentFunc(func(ctx context.Context) error {
 		unsub, err := h.serveNode(ctx)
 		if err != nil {
