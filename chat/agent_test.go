@@ -64,7 +64,13 @@ func TestSendStreamsAndRecords(t *testing.T) {
 			t.Fatalf("turn = %+v", tr)
 		}
 		want.Turns++
-		want.Output += int64(count(cs, chat.ChunkTextDelta))
+		// The local model counts a token per delta; the stream may hold
+		// fewer chunks (a burst is merged), and its finish chunk says.
+		var md chat.FinishMetadata
+		if err := json.Unmarshal(cs[len(cs)-1].MessageMetadata, &md); err != nil || md.Usage == nil {
+			t.Fatalf("finish chunk metadata %s: %v", cs[len(cs)-1].MessageMetadata, err)
+		}
+		want.Output += md.Usage.OutputTokens
 	}
 	u, err := h.a.Usage()
 	if err != nil {

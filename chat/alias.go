@@ -76,8 +76,8 @@ var ErrUnknownStream = chunk.ErrUnknownStream
 func ChunkPart(typ string, data []byte) (part int, split bool) { return chunk.SplitPart(typ, data) }
 
 // NewStreamWriter is chunk.NewWriter.
-func NewStreamWriter(b Batcher, agent, stream string, next int, maxPayload int64) *StreamWriter {
-	return chunk.NewWriter(b, agent, stream, next, maxPayload)
+func NewStreamWriter(b Batcher, agent, stream string, next int, maxPayload int64, opts ...chunk.WriterOption) *StreamWriter {
+	return chunk.NewWriter(b, agent, stream, next, maxPayload, opts...)
 }
 
 // StreamsProjection is chunk.StreamsProjection.

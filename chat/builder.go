@@ -240,7 +240,11 @@ func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builde
 }
 
 // emitter turns provider deltas into chunks: it writes each through the
-// stream writer and folds it into the builder.
+// stream writer and folds it into the builder. The writer merges a burst of
+// deltas into one chunk (chunk.MergeDeltas), so the builder counts the
+// chunks the writer stored, not the deltas: its count is what a recovery
+// rebuilds from the stored stream, and the model call's idempotency key
+// and the snapshot's chunk index are made from it.
 type emitter struct {
 	w *StreamWriter
 	b *builder
@@ -249,7 +253,7 @@ type emitter struct {
 // newEmitter returns an emitter that goes on writing stream after the
 // chunks b holds.
 func (a *Agent) newEmitter(stream string, b *builder) *emitter {
-	return &emitter{w: NewStreamWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload), b: b}
+	return &emitter{w: NewStreamWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
 }
 
 func (em *emitter) emit(ctx context.Context, c Chunk) error {
@@ -257,6 +261,7 @@ func (em *emitter) emit(ctx context.Context, c Chunk) error {
 		return err
 	}
 	em.b.add(c)
+	em.b.chunks = em.w.Written() // a merged delta is no chunk of its own
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package chat_test
 
 import (
+	"strings"
 	"context"
 	"testing"
 	"time"
@@ -14,7 +15,15 @@ import (
 // pauseAfter streams the local model's answer, signalling reached after k
 // words and going on only when resume is closed.
 func pauseAfter(k int, reached chan<- struct{}, resume <-chan struct{}) script {
+	s, _ := pauseAfterText(k, reached, resume)
+	return s
+}
+
+// pauseAfterText is pauseAfter that also returns the text of the deltas
+// yielded before the pause, to read once reached.
+func pauseAfterText(k int, reached chan<- struct{}, resume <-chan struct{}) (script, func() string) {
 	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	var before strings.Builder
 	return func(ctx context.Context, req llm.Request, yield func(llm.Delta, error) bool) {
 		n := 0
 		for d, err := range local.Stream(ctx, req) {
@@ -23,13 +32,16 @@ func pauseAfter(k int, reached chan<- struct{}, resume <-chan struct{}) script {
 					reached <- struct{}{}
 					<-resume
 				}
+				if n < k {
+					before.WriteString(d.Text)
+				}
 				n++
 			}
 			if !yield(d, err) || err != nil {
 				return
 			}
 		}
-	}
+	}, before.String
 }
 
 // chunksOutage makes the chunks stream answer no publish, as while its

@@ -97,6 +97,17 @@ func (d *dying) Add(ctx context.Context, e eventlog.Event, opts ...eventlog.AddO
 	return d.chunks.Add(ctx, e, opts...)
 }
 
+// Replace merges into a queued chunk unless the process is dead.
+func (d *dying) Replace(p *eventlog.Pending, data json.RawMessage) (bool, error) {
+	d.mu.Lock()
+	dead := d.dead
+	d.mu.Unlock()
+	if dead {
+		return false, errDead
+	}
+	return d.chunks.Replace(p, data)
+}
+
 // TestSendCrashPoints: a chat command is atomic. The process is killed
 // before each write in turn, from Send's first to the turn's later ones,
 // and a fresh process on the same server recovers: every stored user

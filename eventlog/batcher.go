@@ -76,6 +76,11 @@ type Pending struct {
 	ready  chan struct{}
 	seq    Seq
 	err    error
+
+	mu struct {
+		sync.Mutex
+		sealed bool // taken into a batch (or published): Replace fails
+	}
 }
 
 // Wait blocks until the event's batch is acknowledged, and returns its
@@ -136,6 +141,7 @@ func (b *Batcher) Add(ctx context.Context, e Event, opts ...AddOption) (*Pending
 	for _, o := range opts {
 		o(p)
 	}
+	p.mu.sealed = b.async // published below, before anyone can Replace it
 	b.mu.Lock()
 	if b.mu.stopped {
 		b.mu.Unlock()
@@ -315,6 +321,9 @@ const maxFencedRetries = 3
 // with ErrFenced and the rest is sent again, so one stale stream never
 // fails the other agents' chunks.
 func (b *Batcher) commit(ctx context.Context, group []*Pending) {
+	for _, p := range group {
+		p.seal()
+	}
 	stream := group[0].stream
 	for _, p := range group {
 		if p.stream != stream {

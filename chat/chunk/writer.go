@@ -2,6 +2,7 @@ package chunk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,7 +14,24 @@ import (
 // Batcher is the part of eventlog.Batcher a stream writer uses.
 type Batcher interface {
 	Add(ctx context.Context, e eventlog.Event, opts ...eventlog.AddOption) (*eventlog.Pending, error)
+	Replace(p *eventlog.Pending, data json.RawMessage) (bool, error)
 }
+
+// mergeLimit bounds the JSON of a chunk that MergeDeltas grows.
+const mergeLimit = 32 << 10
+
+// WriterOption configures NewWriter.
+type WriterOption func(*Writer)
+
+// MergeDeltas makes the Writer fold a delta (text, reasoning or tool input)
+// into the delta of the same block written just before it while that one
+// still waits in the Batcher's queue, behind a batch being stored. A burst
+// of deltas then costs one stored chunk, not one each; a delta written while
+// nothing is queued is stored as it is, as soon as it would have been. The
+// joined text is what a client gets either way (it concatenates deltas), so
+// only the chunk boundaries change: use it where nothing counts on one
+// chunk per delta. A merged delta takes no chunk index (Written).
+func MergeDeltas() WriterOption { return func(w *Writer) { w.merge = true } }
 
 // Writer publishes the chunks of one chat stream through a shared
 // Batcher. Write queues a chunk (durable later, in a group commit); Flush
@@ -29,6 +47,7 @@ type Writer struct {
 	b             Batcher
 	agent, stream string
 	limit         int
+	merge         bool // MergeDeltas
 
 	mu struct {
 		sync.Mutex
@@ -36,16 +55,22 @@ type Writer struct {
 		last *eventlog.Pending   // last event known stored
 		out  []*eventlog.Pending // queued events not yet known stored, in order
 		tail *eventlog.Pending   // last event queued: the next is chained behind it
-		err  error               // first failure; the stream is broken after it
+		// tailDelta is the chunk of tail when it is a delta MergeDeltas
+		// may grow; nil otherwise.
+		tailDelta *Chunk
+		err       error // first failure; the stream is broken after it
 	}
 }
 
 // NewWriter returns a writer for agent's stream, starting at chunk
 // index next (0 for a new stream, the stored count when continuing one).
 // maxPayload is the server's max payload; larger chunks are split.
-func NewWriter(b Batcher, agent, stream string, next int, maxPayload int64) *Writer {
+func NewWriter(b Batcher, agent, stream string, next int, maxPayload int64, opts ...WriterOption) *Writer {
 	w := &Writer{b: b, agent: agent, stream: stream, limit: int(maxPayload) - 1024}
 	w.mu.next = next
+	for _, o := range opts {
+		o(w)
+	}
 	return w
 }
 
@@ -68,13 +93,21 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 		w.mu.Unlock()
 		return err
 	}
+	if w.merge && w.mergeLocked(c) {
+		w.mu.Unlock()
+		return nil
+	}
 	index := w.mu.next
 	w.mu.next++
 	w.mu.Unlock()
 	if len(body) <= w.limit {
 		// The common case: one event, id <stream>/<index>.
 		id := w.stream + "/" + strconv.Itoa(index)
-		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunk, ID: id, Data: body})
+		var delta *Chunk
+		if w.merge && isDelta(c.Type) {
+			delta = &c
+		}
+		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunk, ID: id, Data: body}, delta)
 	}
 	bodies, err := split(body, index, w.limit)
 	if err != nil {
@@ -82,17 +115,55 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 	}
 	for k, b := range bodies {
 		id := fmt.Sprintf("%s/%d.%d", w.stream, index, k)
-		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventPart, ID: id, Data: b}); err != nil {
+		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventPart, ID: id, Data: b}, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// mergeLocked folds c into the queued delta before it (MergeDeltas) and
+// reports whether it did: c is a delta of the same type and block as the
+// last chunk queued, that one is still in the Batcher's queue, and the
+// joined chunk stays small.
+// REQUIRES: w.mu held.
+func (w *Writer) mergeLocked(c Chunk) bool {
+	d := w.mu.tailDelta
+	if d == nil || d.Type != c.Type || d.ID != c.ID || d.ToolCallID != c.ToolCallID {
+		return false
+	}
+	select {
+	case <-w.mu.tail.Done():
+		return false
+	default:
+	}
+	joined := *d
+	joined.Delta += c.Delta
+	joined.InputTextDelta += c.InputTextDelta
+	body, err := joined.MarshalJSON()
+	if err != nil || len(body) > min(w.limit, mergeLimit) {
+		return false
+	}
+	if ok, err := w.b.Replace(w.mu.tail, body); !ok || err != nil {
+		// Taken into a batch already (or refused): c goes as a chunk of
+		// its own, and shows the error, if any, the usual way.
+		w.mu.tailDelta = nil
+		return false
+	}
+	w.mu.tailDelta = &joined
+	return true
+}
+
+// isDelta reports whether chunks of type t are deltas that MergeDeltas joins.
+func isDelta(t string) bool {
+	return t == TextDelta || t == ReasoningDelta || t == ToolInputDelta
+}
+
 // add queues one event of chunk index, chained behind the event queued
 // before it (eventlog.After): if that one is not stored, neither is this,
-// so the stream's stored chunks never have a gap.
-func (w *Writer) add(ctx context.Context, index int, e eventlog.Event) error {
+// so the stream's stored chunks never have a gap. delta is the chunk when it
+// is one MergeDeltas may grow.
+func (w *Writer) add(ctx context.Context, index int, e eventlog.Event, delta *Chunk) error {
 	w.mu.Lock()
 	tail := w.mu.tail
 	w.mu.Unlock()
@@ -102,7 +173,7 @@ func (w *Writer) add(ctx context.Context, index int, e eventlog.Event) error {
 	}
 	w.mu.Lock()
 	w.mu.out = append(w.mu.out, p)
-	w.mu.tail = p
+	w.mu.tail, w.mu.tailDelta = p, delta
 	w.mu.Unlock()
 	return nil
 }
@@ -171,7 +242,8 @@ func (w *Writer) Flush(ctx context.Context) (eventlog.Seq, error) {
 	return seq, err
 }
 
-// Written returns the number of chunks written.
+// Written returns the number of chunks written: the index the next one
+// gets. A delta merged into the one before it (MergeDeltas) takes none.
 func (w *Writer) Written() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

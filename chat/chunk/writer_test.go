@@ -2,6 +2,7 @@ package chunk_test
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -92,4 +93,94 @@ func mustView(t *testing.T, lg *eventlog.Log) *eventlog.View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestMergeDeltas: with MergeDeltas, deltas written while the chunk before
+// them still waits in the Batcher's queue join it, so a burst is stored as
+// one chunk with the same text; a delta of another block, or a chunk of
+// another type, starts a new one. Without it every delta is a chunk.
+func TestMergeDeltas(t *testing.T) {
+	lg := eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
+	written := []chunk.Chunk{
+		{Type: chunk.TextStart, ID: "t1"},
+		{Type: chunk.TextDelta, ID: "t1", Delta: "Hel"},
+		{Type: chunk.TextDelta, ID: "t1", Delta: "lo, "},
+		{Type: chunk.TextDelta, ID: "t1", Delta: "wörld"},
+		{Type: chunk.TextEnd, ID: "t1"},
+		{Type: chunk.ReasoningStart, ID: "r1"},
+		{Type: chunk.ReasoningDelta, ID: "r1", Delta: "a"},
+		{Type: chunk.ReasoningDelta, ID: "r1", Delta: "b"},
+		{Type: chunk.ReasoningEnd, ID: "r1"},
+		{Type: chunk.ToolInputStart, ToolCallID: "c1", ToolName: "x"},
+		{Type: chunk.ToolInputDelta, ToolCallID: "c1", InputTextDelta: `{"q":`},
+		{Type: chunk.ToolInputDelta, ToolCallID: "c1", InputTextDelta: `1}`},
+		{Type: chunk.ToolInputDelta, ToolCallID: "c2", InputTextDelta: `{}`},
+	}
+	merged := []chunk.Chunk{
+		written[0],
+		{Type: chunk.TextDelta, ID: "t1", Delta: "Hello, wörld"},
+		written[4], written[5],
+		{Type: chunk.ReasoningDelta, ID: "r1", Delta: "ab"},
+		written[8], written[9],
+		{Type: chunk.ToolInputDelta, ToolCallID: "c1", InputTextDelta: `{"q":1}`},
+		written[12],
+	}
+	for _, c := range []struct {
+		name string
+		opts []chunk.WriterOption
+		want []chunk.Chunk
+	}{
+		{"merged", []chunk.WriterOption{chunk.MergeDeltas()}, merged},
+		{"each", nil, written},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The Batcher runs only once all is written: every chunk waits
+			// in its queue, as behind a batch being stored.
+			b := lg.NewBatcher(eventlog.BatcherConfig{})
+			w := chunk.NewWriter(b, "a1", c.name, 0, lg.MaxPayload(), c.opts...)
+			for _, ch := range written {
+				if err := w.Write(t.Context(), ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if w.Written() != len(c.want) {
+				t.Errorf("Written() = %d, want %d", w.Written(), len(c.want))
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- b.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			if _, err := w.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			got := readChunks(t, lg, "a1", c.name)
+			if len(got) != len(c.want) {
+				t.Fatalf("stored %d chunks, want %d: %+v", len(got), len(c.want), got)
+			}
+			for i := range got {
+				if !reflect.DeepEqual(got[i], c.want[i]) {
+					t.Errorf("chunk %d = %+v, want %+v", i, got[i], c.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestMergeDeltasAfterSent: a delta written once the one before it was
+// taken into a batch is a chunk of its own; nothing already sent changes.
+func TestMergeDeltasAfterSent(t *testing.T) {
+	lg := eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
+	w := chunk.NewWriter(runBatcher(t, lg), "a1", "s1", 0, lg.MaxPayload(), chunk.MergeDeltas())
+	for _, d := range []string{"a", "b", "c"} {
+		if err := w.Write(t.Context(), chunk.Chunk{Type: chunk.TextDelta, ID: "t1", Delta: d}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readChunks(t, lg, "a1", "s1")
+	if len(got) != 3 || got[0].Delta != "a" || got[1].Delta != "b" || got[2].Delta != "c" {
+		t.Fatalf("stored %+v, want the three deltas as they were", got)
+	}
 }

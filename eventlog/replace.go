@@ -1,0 +1,48 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Replace swaps the data of p, an event this Batcher queued and has not yet
+// taken into a batch, for data, and reports whether it did. Once Run took p
+// into a batch it changes nothing and returns false, and so it always does
+// under Config.AsyncBatches, where Add publishes at once: the caller then
+// adds a new event instead. Bad data (ErrInvalid, ErrTooLarge) is returned
+// with false and changes nothing.
+//
+// A writer that folds each write into the last event it queued while the
+// batch before is being stored (a chat stream merging the text deltas of a
+// burst) stores fewer, larger events under load and exactly the events it
+// would have stored when idle: p is never sent half replaced, because Run
+// takes p (seals it) before it reads it.
+func (b *Batcher) Replace(p *Pending, data json.RawMessage) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.sealed {
+		return false, nil
+	}
+	e := p.e
+	e.Data = data
+	if err := e.validate(); err != nil {
+		return false, err
+	}
+	body, err := e.encode()
+	if err != nil {
+		return false, err
+	}
+	if size, limit := len(body)+len(p.msg.Subject)+256, b.l.nc.MaxPayload(); int64(size) > limit {
+		return false, fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	}
+	p.e.Data, p.msg.Data = data, body
+	return true, nil
+}
+
+// seal marks p taken into a batch: Replace no longer changes it, and what
+// Replace changed before is visible to the caller.
+func (p *Pending) seal() {
+	p.mu.Lock()
+	p.mu.sealed = true
+	p.mu.Unlock()
+}
