@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -83,11 +84,18 @@ func (a *Agent) appendMessage(ctx context.Context, typ, id string, v any) error 
 	if err != nil {
 		return err
 	}
+	return a.appendMessageEvents(ctx, evs)
+}
+
+// appendMessageEvents appends what messageEvents returned: one event, or
+// a set of parts in one atomic batch where the log takes batches.
+func (a *Agent) appendMessageEvents(ctx context.Context, evs []eventlog.Event) error {
 	if len(evs) == 1 {
-		_, err := a.append(ctx, typ, v)
-		return err
+		return a.appendAll(ctx, evs)
 	}
+	typ := evs[0].Type
 	var seq eventlog.Seq
+	var err error
 	if bl, ok := a.log.(batchLog); ok {
 		seq, err = bl.AppendBatch(ctx, evs)
 	} else {
@@ -101,6 +109,42 @@ func (a *Agent) appendMessage(ctx context.Context, typ, id string, v any) error 
 	}
 	if err != nil {
 		return fmt.Errorf("chat: append %s in %d parts: %w", typ, len(evs), err)
+	}
+	return a.store.WaitFor(ctx, seq)
+}
+
+// chainLog is the part of *eventlog.Log that appends several events of
+// an agent at about the cost of one.
+type chainLog interface {
+	AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error)
+}
+
+// appendAll appends evs, the agent's events, in order, and waits until the
+// views show them: in one chain where the log takes one (eventlog.Log's
+// AppendAll: one round trip, and a failure leaves a prefix), else one by
+// one. Each event must be one a retry or a recovery can tell is stored; a
+// set of message parts cut short is never applied, and the next attempt
+// writes a whole set again (part 0 starts over).
+func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) error {
+	var seq eventlog.Seq
+	var err error
+	if cl, ok := a.log.(chainLog); ok {
+		seq, err = cl.AppendAll(ctx, evs)
+	} else {
+		for _, e := range evs {
+			if seq, err = a.log.Append(ctx, e); err != nil {
+				break
+			}
+		}
+	}
+	if errors.Is(err, eventlog.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	switch {
+	case err != nil && len(evs) == 1:
+		return fmt.Errorf("chat: append %s: %w", evs[0].Type, err)
+	case err != nil:
+		return fmt.Errorf("chat: append %s and %d more events: %w", evs[0].Type, len(evs)-1, err)
 	}
 	return a.store.WaitFor(ctx, seq)
 }

@@ -288,20 +288,30 @@ func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) er
 // recovered turn never duplicates the message. Either is split into
 // message.part events when it does not fit one event.
 func (a *Agent) persist(ctx context.Context, st *turnState) error {
+	evs, err := a.persistEvents(st)
+	if err != nil || len(evs) == 0 {
+		return err
+	}
+	return a.appendMessageEvents(ctx, evs)
+}
+
+// persistEvents returns the events persist appends: none when the stored
+// message already shows the answer, or when there is nothing to show.
+func (a *Agent) persistEvents(st *turnState) ([]eventlog.Event, error) {
 	parts := st.parts()
 	id := st.info.AssistantMessageID
 	if old, err := a.store.Message(a.agent, id); err == nil {
 		if equalParts(old.Parts, parts) {
-			return nil
+			return nil, nil
 		}
-		return a.appendMessage(ctx, EventMessageUpdated, id, messageUpdated{ID: id, Parts: parts})
+		return a.messageEvents(EventMessageUpdated, id, messageUpdated{ID: id, Parts: parts})
 	} else if !errors.Is(err, ErrNotFound) {
-		return err
+		return nil, err
 	}
 	if !hasContent(parts) {
-		return nil
+		return nil, nil
 	}
-	return a.appendMessage(ctx, EventMessageAppended, id, a.assistantMessage(st))
+	return a.messageEvents(EventMessageAppended, id, a.assistantMessage(st))
 }
 
 // assistantMessage is the turn's assistant message as it stands.
@@ -341,9 +351,14 @@ func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, re
 }
 
 // recordCompleted appends what follows a stored finish chunk; usage is nil
-// when unknown (a finish chunk stored without it).
+// when unknown (a finish chunk stored without it). The message, usage and
+// turn.completed go in one chain (eventlog.Log.AppendAll): one round trip
+// and one wait for the views, not three. A crash may leave a prefix of
+// them stored, as it could when they went one by one: each is idempotent,
+// and a recovery finds what is stored and completes the rest.
 func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason string, usage *llm.Usage) error {
-	if err := a.persist(ctx, st); err != nil {
+	evs, err := a.persistEvents(st)
+	if err != nil {
 		return err
 	}
 	if usage != nil {
@@ -356,14 +371,22 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 			return err
 		}
 		rec.Subagents = sub
-		if _, err := a.append(ctx, EventUsageRecorded, rec); err != nil {
-			return err
+		e, err := a.event(EventUsageRecorded, rec)
+		if err != nil {
+			return fmt.Errorf("chat: append %s: %w", EventUsageRecorded, err)
 		}
+		evs = append(evs, e)
+	}
+	e, err := a.event(EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason})
+	if err != nil {
+		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+	}
+	if err := a.appendAll(ctx, append(evs, e)); err != nil {
+		return err
+	}
+	if usage != nil {
 		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
 		a.metrics.tokens.WithLabelValues("output").Add(float64(usage.OutputTokens))
-	}
-	if _, err := a.append(ctx, EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason}); err != nil {
-		return err
 	}
 	outcome := "completed"
 	if reason == llm.FinishToolCalls {

@@ -38,6 +38,11 @@
 //     JetStream acknowledged it (with sync always, after the fsync).
 //   - AppendBatch stores each atomic batch whole or not at all, with one
 //     acknowledgement and one fsync per batch.
+//   - AppendAll stores several events of one agent in one round trip, in
+//     order and with nothing of another writer between them; a failure part
+//     way leaves a prefix, never a gap (TestAppendAll).
+//   - Batcher.Replace changes only an event still queued: once Run took it
+//     into a batch it is sent as it was (TestBatcherReplace).
 //   - Group commit: Appends of lifecycle events that come while another is
 //     being sent wait and go out together as the next send, one atomic
 //     batch (one fsync under sync always; stored whole or not at all,

@@ -1,0 +1,89 @@
+package eventlog
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// AppendAll stores evs, events of one agent, in order, and returns the
+// sequence of the last once all are acknowledged. It is Append for several
+// events at about the cost of one round trip: they go pipelined in a chain,
+// or as one atomic batch where the measured costs say that is cheaper (see
+// sendCost), fenced as Append is on the first. Unlike AppendBatch, a
+// failure part way may leave a prefix of evs stored, but never a gap and
+// never another writer's event between them: use it for events each of
+// which a retry or a recovery can tell is stored (a turn's message, usage
+// and turn.completed), and AppendBatch for a set that must be whole.
+//
+// Errors are Append's; ErrDuplicate when every event was stored before.
+func (l *Log) AppendAll(ctx context.Context, evs []Event) (Seq, error) {
+	switch {
+	case len(evs) == 0:
+		return 0, invalidf("no events to append")
+	case len(evs) == 1:
+		return l.Append(ctx, evs[0])
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	var stream string
+	for i := range evs {
+		if evs[i].Stream != "" {
+			return 0, invalidf("AppendAll takes events, not chunks (%s of stream %q)", evs[i].Type, evs[i].Stream)
+		}
+		if evs[i].Agent != evs[0].Agent {
+			return 0, invalidf("AppendAll mixes agents %q and %q", evs[0].Agent, evs[i].Agent)
+		}
+		m, s, err := l.message(&evs[i])
+		if err != nil {
+			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		msgs[i], stream = m, s
+	}
+	send := func(expect *Seq) (Seq, error) {
+		ws := make([]*wire, len(msgs))
+		for i, m := range msgs {
+			ws[i] = &wire{msg: m}
+		}
+		ws[0].expect = expect
+		return l.sendChain(ctx, stream, ws)
+	}
+	if l.cfg.Owner == nil {
+		return send(nil)
+	}
+	return l.fenced(ctx, evs[0].Agent, msgs[0], nil, func(expect *Seq) (Seq, error) {
+		for _, m := range msgs[1:] {
+			stampLike(m, msgs[0])
+		}
+		return send(expect)
+	})
+}
+
+// sendChain sends ws, in order, as an atomic batch or a pipelined chain
+// (whichever is cheaper), and returns the sequence of the last stored and
+// the first error. A chain that stored nothing new (every message a
+// duplicate) is ErrDuplicate.
+func (l *Log) sendChain(ctx context.Context, stream string, ws []*wire) (Seq, error) {
+	if l.cost(stream).atomic(len(ws)) {
+		if err := l.sendAtomic(ctx, stream, ws); err != nil {
+			return 0, err
+		}
+		return ws[len(ws)-1].seq, nil
+	}
+	l.sendPipelined(ctx, stream, ws, true)
+	var last Seq
+	dups := 0
+	for _, w := range ws {
+		if w.err != nil {
+			return last, w.err
+		}
+		if w.dup {
+			dups++
+		}
+		last = w.seq
+	}
+	if dups == len(ws) {
+		return last, fmt.Errorf("%w: %d events already stored, the last at seq %d", ErrDuplicate, len(ws), last)
+	}
+	return last, nil
+}
