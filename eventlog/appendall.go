@@ -12,9 +12,10 @@ import (
 // events at about the cost of one round trip: they go pipelined in a chain,
 // or as one atomic batch where the measured costs say that is cheaper (see
 // sendCost), fenced as Append is on the first. Unlike AppendBatch, a
-// failure part way may leave a prefix of evs stored, but never a gap and
-// never another writer's event between them: use it for events each of
-// which a retry or a recovery can tell is stored (a turn's message, usage
+// failure part way may leave a prefix of evs stored, but never a gap, and
+// under an Owner never another writer's event of the agent between them
+// (other agents' events may come between them on the stream): use it for
+// events each of which a retry or a recovery can tell is stored (a turn's message, usage
 // and turn.completed), and AppendBatch for a set that must be whole.
 //
 // Errors are Append's; ErrDuplicate when every event was stored before.
@@ -63,6 +64,14 @@ func (l *Log) AppendAll(ctx context.Context, evs []Event) (Seq, error) {
 // (whichever is cheaper), and returns the sequence of the last stored and
 // the first error. A chain that stored nothing new (every message a
 // duplicate) is ErrDuplicate.
+//
+// A chain is stream-wide (each message expects the one before it to be the
+// stream's last), so another agent's event published between two of ours
+// breaks it: what is stored is then a prefix, and the rest is sent again
+// after it. Under an Owner the rest's first message
+// expects the agent's subject to end at the prefix's last, so a writer that
+// took the agent over meanwhile fences the rest out instead of being
+// written after.
 func (l *Log) sendChain(ctx context.Context, stream string, ws []*wire) (Seq, error) {
 	if l.cost(stream).atomic(len(ws)) {
 		if err := l.sendAtomic(ctx, stream, ws); err != nil {
@@ -70,20 +79,40 @@ func (l *Log) sendChain(ctx context.Context, stream string, ws []*wire) (Seq, er
 		}
 		return ws[len(ws)-1].seq, nil
 	}
-	l.sendPipelined(ctx, stream, ws, true)
 	var last Seq
-	dups := 0
-	for _, w := range ws {
-		if w.err != nil {
-			return last, w.err
+	stored, dups := 0, 0
+	total := len(ws)
+	// Each round stores at least one more message (a chain breaks only
+	// after its first), so it ends.
+	for {
+		l.sendPipelined(ctx, stream, ws, true)
+		i := 0
+		for ; i < len(ws) && ws[i].err == nil; i++ {
+			stored++
+			if ws[i].dup {
+				dups++
+			}
+			last = ws[i].seq
 		}
-		if w.dup {
-			dups++
+		if i == len(ws) {
+			break
 		}
-		last = w.seq
+		err := ws[i].err
+		if i == 0 || !brokenChain(err) {
+			return last, err
+		}
+		rest := ws[i:]
+		for _, w := range rest {
+			w.seq, w.err, w.dup = 0, nil, false
+		}
+		if l.cfg.Owner != nil {
+			prev := last
+			rest[0].expect = &prev
+		}
+		ws = rest
 	}
-	if dups == len(ws) {
-		return last, fmt.Errorf("%w: %d events already stored, the last at seq %d", ErrDuplicate, len(ws), last)
+	if dups == total && stored == total {
+		return last, fmt.Errorf("%w: %d events already stored, the last at seq %d", ErrDuplicate, total, last)
 	}
 	return last, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
 )
 
 func notes(agent string, n int) []eventlog.Event {
@@ -59,6 +60,57 @@ func TestAppendAll(t *testing.T) {
 			}
 			if _, err := a.lg.AppendAll(ctx, []eventlog.Event{{Agent: "x", Type: "note.added"}, {Agent: "y", Type: "note.added"}}); !errors.Is(err, eventlog.ErrInvalid) {
 				t.Errorf("AppendAll of two agents: %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+// TestAppendAllInterleaved: many agents' AppendAll chains on the shared
+// stream break each other's chains; each still stores all its events, in
+// order, once, fenced or not.
+func TestAppendAllInterleaved(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			ctx := t.Context()
+			nd := openNodes(t, 1)[0]
+			lg := nd.lg
+			if !fenced {
+				lg = eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
+			}
+			eventlog.ForceSend(lg, "pipelined")
+			const agents, rounds, per = 16, 5, 4
+			errs := make(chan error, agents)
+			for a := range agents {
+				agent := fmt.Sprintf("x%d", a)
+				nd.owner.set(agent, eventlog.Token{Node: "a", Epoch: 1})
+				go func() {
+					for range rounds {
+						if _, err := lg.AppendAll(ctx, notes(agent, per)); err != nil {
+							errs <- fmt.Errorf("%s: %w", agent, err)
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range agents {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for a := range agents {
+				evs, err := lg.Read(ctx, eventlog.Filter{Agent: fmt.Sprintf("x%d", a)}, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) != rounds*per {
+					t.Fatalf("x%d: %d events, want %d", a, len(evs), rounds*per)
+				}
+				for i, e := range evs {
+					if want := fmt.Sprintf(`{"i":%d}`, i%per); string(e.Data) != want {
+						t.Fatalf("x%d event %d = %s, want %s", a, i, e.Data, want)
+					}
+				}
 			}
 		})
 	}
