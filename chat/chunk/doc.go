@@ -16,7 +16,10 @@
 // the chunk's JSON, which an Assembler joins. Nothing is dropped.
 //
 // A Writer writes a stream through the process's shared eventlog.Batcher;
-// an Assembler reads it back from the stored events, in order. The streams
+// an Assembler reads it back from the stored events, in order. With
+// MergeDeltas a Writer folds a delta into the queued delta of the same
+// block before it, so a burst of deltas is stored as one chunk with the
+// same text (TestMergeDeltas). The streams
 // projection (StreamsProjection, read through Streams) keeps each stream's
 // metadata: status, request and message id, first and last sequence, chunk
 // count and expiry, and the latest stream of each agent. It applies every
