@@ -99,13 +99,7 @@ func (a *Agent) appendMessageEvents(ctx context.Context, evs []eventlog.Event) e
 	if bl, ok := a.log.(batchLog); ok {
 		seq, err = bl.AppendBatch(ctx, evs)
 	} else {
-		// Parts one by one: a set cut short is never applied, and the
-		// next attempt writes a whole set again (part 0 starts over).
-		for _, e := range evs {
-			if seq, err = a.log.Append(ctx, e); err != nil {
-				break
-			}
-		}
+		seq, err = a.appendEach(ctx, evs)
 	}
 	if err != nil {
 		return fmt.Errorf("chat: append %s in %d parts: %w", typ, len(evs), err)
@@ -122,20 +116,14 @@ type chainLog interface {
 // appendAll appends evs, the agent's events, in order, and waits until the
 // views show them: in one chain where the log takes one (eventlog.Log's
 // AppendAll: one round trip, and a failure leaves a prefix), else one by
-// one. Each event must be one a retry or a recovery can tell is stored; a
-// set of message parts cut short is never applied, and the next attempt
-// writes a whole set again (part 0 starts over).
+// one. Each event must be one a retry or a recovery can tell is stored.
 func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) error {
 	var seq eventlog.Seq
 	var err error
 	if cl, ok := a.log.(chainLog); ok {
 		seq, err = cl.AppendAll(ctx, evs)
 	} else {
-		for _, e := range evs {
-			if seq, err = a.log.Append(ctx, e); err != nil {
-				break
-			}
-		}
+		seq, err = a.appendEach(ctx, evs)
 	}
 	if errors.Is(err, eventlog.ErrTooLarge) {
 		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
@@ -147,6 +135,22 @@ func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) error {
 		return fmt.Errorf("chat: append %s and %d more events: %w", evs[0].Type, len(evs)-1, err)
 	}
 	return a.store.WaitFor(ctx, seq)
+}
+
+// appendEach appends evs one by one, up to the first error, and returns
+// the last sequence stored. A set of message parts cut short is never
+// applied, and the next attempt writes a whole set again (part 0 starts
+// over).
+func (a *Agent) appendEach(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error) {
+	var seq eventlog.Seq
+	for _, e := range evs {
+		s, err := a.log.Append(ctx, e)
+		if err != nil {
+			return seq, err
+		}
+		seq = s
+	}
+	return seq, nil
 }
 
 // Message rows in the messages view: a message whose JSON is over

@@ -1,8 +1,8 @@
 package chat_test
 
 import (
-	"strings"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
