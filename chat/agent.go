@@ -840,14 +840,7 @@ func (a *Agent) append(ctx context.Context, typ string, v any) (eventlog.Seq, er
 	if err != nil {
 		return 0, err
 	}
-	seq, err := a.log.Append(ctx, e)
-	if errors.Is(err, eventlog.ErrTooLarge) {
-		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("chat: append %s: %w", typ, err)
-	}
-	return seq, a.store.WaitFor(ctx, seq)
+	return a.appendAll(ctx, []eventlog.Event{e})
 }
 
 // event encodes one chat event for the agent, or returns ErrTooLarge when

@@ -91,7 +91,8 @@ func (a *Agent) appendMessage(ctx context.Context, typ, id string, v any) error 
 // a set of parts in one atomic batch where the log takes batches.
 func (a *Agent) appendMessageEvents(ctx context.Context, evs []eventlog.Event) error {
 	if len(evs) == 1 {
-		return a.appendAll(ctx, evs)
+		_, err := a.appendAll(ctx, evs)
+		return err
 	}
 	typ := evs[0].Type
 	var seq eventlog.Seq
@@ -113,11 +114,12 @@ type chainLog interface {
 	AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error)
 }
 
-// appendAll appends evs, the agent's events, in order, and waits until the
-// views show them: in one chain where the log takes one (eventlog.Log's
-// AppendAll: one round trip, and a failure leaves a prefix), else one by
-// one. Each event must be one a retry or a recovery can tell is stored.
-func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) error {
+// appendAll appends evs, the agent's events, in order, waits until the
+// views show them, and returns the last one's sequence: in one chain where
+// the log takes one (eventlog.Log's AppendAll: one round trip, and a
+// failure leaves a prefix), else one by one. Each event must be one a
+// retry or a recovery can tell is stored.
+func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error) {
 	var seq eventlog.Seq
 	var err error
 	if cl, ok := a.log.(chainLog); ok {
@@ -130,11 +132,11 @@ func (a *Agent) appendAll(ctx context.Context, evs []eventlog.Event) error {
 	}
 	switch {
 	case err != nil && len(evs) == 1:
-		return fmt.Errorf("chat: append %s: %w", evs[0].Type, err)
+		return 0, fmt.Errorf("chat: append %s: %w", evs[0].Type, err)
 	case err != nil:
-		return fmt.Errorf("chat: append %s and %d more events: %w", evs[0].Type, len(evs)-1, err)
+		return 0, fmt.Errorf("chat: append %s and %d more events: %w", evs[0].Type, len(evs)-1, err)
 	}
-	return a.store.WaitFor(ctx, seq)
+	return seq, a.store.WaitFor(ctx, seq)
 }
 
 // appendEach appends evs one by one, up to the first error, and returns

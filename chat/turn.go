@@ -381,7 +381,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	if err != nil {
 		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
 	}
-	if err := a.appendAll(ctx, append(evs, e)); err != nil {
+	if _, err := a.appendAll(ctx, append(evs, e)); err != nil {
 		return err
 	}
 	if usage != nil {

@@ -339,12 +339,20 @@ func (l *Log) message(e *Event) (*nats.Msg, string, error) {
 	m.Data = body
 	m.Header[HeaderType] = []string{e.Type}
 	m.Header[jetstream.MsgIDHeader] = []string{e.ID}
-	// Headers and subject travel in the same protocol frame; leave room for
-	// the batch headers too.
-	if size, limit := len(body)+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {
-		return nil, "", fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	if err := l.fits(e, subject, body); err != nil {
+		return nil, "", err
 	}
 	return m, stream, nil
+}
+
+// fits returns ErrTooLarge unless e's message body on subject fits the
+// server's max payload. Headers and subject travel in the same protocol
+// frame; it leaves room for the batch headers too.
+func (l *Log) fits(e *Event, subject string, body []byte) error {
+	if size, limit := len(body)+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {
+		return fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	}
+	return nil
 }
 
 // translate maps JetStream errors to the package's sentinels, keeping the

@@ -1,9 +1,6 @@
 package eventlog
 
-import (
-	"encoding/json"
-	"fmt"
-)
+import "encoding/json"
 
 // Replace swaps the data of p, an event this Batcher queued and has not yet
 // taken into a batch, for data, and reports whether it did. Once Run took p
@@ -32,8 +29,8 @@ func (b *Batcher) Replace(p *Pending, data json.RawMessage) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if size, limit := len(body)+len(p.msg.Subject)+256, b.l.nc.MaxPayload(); int64(size) > limit {
-		return false, fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	if err := b.l.fits(&e, p.msg.Subject, body); err != nil {
+		return false, err
 	}
 	p.e.Data, p.msg.Data = data, body
 	return true, nil

@@ -2,21 +2,15 @@ package backup
 
 import (
 	"context"
-	"errors"
 	"time"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/backoff"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // apiPatience bounds how long a restore retries one JetStream API call
 // that failed transiently.
 const apiPatience = time.Minute
-
-// errCodeUnavailable is JetStream's "temporarily unavailable" (10008):
-// the stream's group has no leader yet.
-const errCodeUnavailable jetstream.ErrorCode = 10008
 
 // retryAPI runs call until it succeeds, fails for good, or apiPatience
 // passes. A cluster that just started, or that is creating a replicated
@@ -38,18 +32,8 @@ func retryAPI(ctx context.Context, call func() error) error {
 	}
 }
 
-// transient reports whether err is a JetStream API call's timeout or a
-// cluster's "try again", rather than an answer, while ctx is still alive.
+// transient reports whether err is JetStream being slow or electing
+// (eventlog.Transient) while ctx is still alive.
 func transient(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == 503 || apiErr.ErrorCode == errCodeUnavailable
-	}
-	return false
+	return ctx.Err() == nil && eventlog.Transient(err)
 }
