@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -121,5 +122,48 @@ func TestRestoreBucket(t *testing.T) {
 		if !errors.Is(c, ErrBucketLost) {
 			t.Errorf("a partition stopped with cause %v, want ErrBucketLost", c)
 		}
+	}
+}
+
+// TestFirstWatchWaits: a node whose first watch of the lease bucket fails
+// (here the bucket is gone; in TestCluster/Join a joining node's JetStream
+// had not caught up with the meta leader and the watch timed out) keeps
+// trying, holds nothing meanwhile, and takes its leases once the bucket
+// can be watched. Run used to return the error, and agentd exited.
+func TestFirstWatchWaits(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	sv := newServing(t)
+	cfg := Config{Node: "a", Partitions: 8, TTL: 2 * time.Second, RenewEvery: 200 * time.Millisecond, Serve: sv.serve("a")}
+	nc := eventlogtest.Connect(t, s)
+	cfg.Conn = nc
+	m, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteKeyValue(t.Context(), DefaultBucket); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while the bucket could not be watched; want it to keep trying", err)
+	case <-m.Ready():
+		t.Fatal("ready without a lease bucket")
+	case <-time.After(time.Second):
+	}
+	if got := m.OwnedCount(); got != 0 {
+		t.Fatalf("owns %d partitions without a bucket", got)
+	}
+	// Another node's start makes the bucket again.
+	if _, err := New(t.Context(), Config{Conn: eventlogtest.Connect(t, s), Node: "b", Partitions: 8, TTL: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a takes its 8 partitions", func() bool { return sv.count("a") == 8 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forever-agents/forever/internal/backoff"
+
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -437,20 +439,13 @@ func (m *Manager) pokeLoop() {
 }
 
 // Run keeps this node's key alive, renews, acquires and hands off leases
-// until ctx ends, then hands every partition off and returns. It returns an
-// error only if it cannot watch the bucket at all.
+// until ctx ends, then hands every partition off and returns nil.
 func (m *Manager) Run(ctx context.Context) error {
 	m.started = time.Now()
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	w := newWatcher(m, wctx)
-	synced := make(chan struct{})
-	w.start(synced)
-	select {
-	case <-synced:
-	case end := <-w.ends:
-		return end.err
-	case <-ctx.Done():
+	if !m.firstWatch(ctx, w) {
 		return nil
 	}
 	dogDone := make(chan struct{})
@@ -493,6 +488,37 @@ func (m *Manager) Run(ctx context.Context) error {
 			case <-m.poke:
 				waiting = false
 			}
+		}
+	}
+}
+
+// firstWatch starts w and waits until the bucket's current keys are in.
+// A watch that fails is made again with backoff, logged, until ctx ends:
+// a node joining a cluster whose JetStream has not caught up with the meta
+// leader sees its first watch time out (TestCluster/Join), and a bucket an
+// operator deleted is made again by agentd's guard. Until then the node
+// holds no lease and its health says so. It reports false when ctx ended.
+func (m *Manager) firstWatch(ctx context.Context, w *watcher) bool {
+	synced := make(chan struct{})
+	w.start(synced)
+	for failures := 0; ; failures++ {
+		select {
+		case <-synced:
+			return true
+		case <-ctx.Done():
+			return false
+		case end := <-w.ends:
+			wait := backoff.Exp(100*time.Millisecond, m.cfg.RenewEvery, failures)
+			m.log.Warn("the lease bucket cannot be watched yet; retrying",
+				"err", end.err, "in", wait, "attempt", failures+1)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+			w.start(synced)
 		}
 	}
 }
