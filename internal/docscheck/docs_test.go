@@ -298,7 +298,7 @@ func TestRunnableBlocks(t *testing.T) {
 // under "## Quick start". .ci/run runs the second line's tests.
 var quickStart = []string{
 	"GOTOOLCHAIN=go1.27.3 go run ./agentd/cmd/agentd",
-	"GOTOOLCHAIN=go1.27.3 go test -race -timeout 15m ./...",
+	"GOTOOLCHAIN=go1.27.3 go test -race -timeout 20m ./...",
 }
 
 func TestQuickStart(t *testing.T) {
