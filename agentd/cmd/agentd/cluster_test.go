@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -175,6 +176,17 @@ func waitBalanced(t *testing.T, nodes []*clusterNode) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// readyz returns the node's /readyz body, or the error getting it.
+func (nd *clusterNode) readyz() string {
+	resp, err := http.Get("http://" + nd.http + "/readyz")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status + " " + string(b)
 }
 
 // partitions returns how many partitions the node owns, from /readyz.
@@ -538,6 +550,21 @@ func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
 }
 
 // waitStreamEnd waits for the stream's terminal chunk and returns its chunks.
+// streamEnded polls agent's stream until its last chunk is terminal, for
+// up to within (a bound that only keeps a broken run from hanging).
+func streamEnded(c *crashClient, agent, stream string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if chunks := c.streamChunks(agent, stream); len(chunks) > 0 && chunks[len(chunks)-1].Terminal() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chat.Chunk {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)

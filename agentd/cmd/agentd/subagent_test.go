@@ -379,6 +379,22 @@ func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
 	if before[len(before)-1].Terminal() {
 		t.Fatal("the child ended before its owner was killed")
 	}
+	if !streamEnded(c, parent, reply.StreamID, 3*time.Minute) {
+		// What each side reached, for the next run that gets here: the
+		// failover, the child's recovered turn, or the parent's wait.
+		for _, a := range []string{parent, child} {
+			t.Logf("%s: status %s", a, c.command(a, "status", nil))
+			for _, e := range c.events(a) {
+				t.Logf("  %s seq %d %s by %s/%d", e.Time.Format("15:04:05.000"), e.Seq, e.Type, e.Writer.Node, e.Writer.Epoch)
+			}
+		}
+		for _, nd := range nodes {
+			if nd != victim {
+				t.Logf("%s /readyz: %s", nd.name, nd.readyz())
+			}
+		}
+		t.Fatalf("stream %s of %s did not end within 3 minutes of the child's owner's SIGKILL", reply.StreamID, parent)
+	}
 	waitStreamEnd(t, c, parent, reply.StreamID)
 	checkChildrenOnce(t, c, parent, childOutputsOf(t, c, parent), child)
 	if now := ownerOf(c, child).Owner; now == victim.name {
