@@ -40,6 +40,11 @@ const GuardInterval = time.Second
 // applying anything before readiness calls them stalled.
 const viewStallAfter = 10 * time.Second
 
+// viewRestartAfter is how long views may stay stalled before the guard
+// makes their stream's followers start over (eventlog.Log.RestartViews),
+// and how long it then waits before doing so again.
+const viewRestartAfter = 2 * viewStallAfter
+
 // LossKind says how a guarded stream lost its messages.
 type LossKind string
 
@@ -110,12 +115,23 @@ type watchedView struct {
 	last   eventlog.Seq // cursor at the last look
 	moved  time.Time    // when the cursor last moved, or the view was caught up
 	behind eventlog.Seq // how far behind the stream it was at the last look
+	// caughtUp: the view reached its stream's end at a look. Only such a
+	// view, one that followed and stopped, is restarted: one still
+	// replaying since its start (a bootstrap, a catch-up) would start
+	// that work over.
+	caughtUp bool
+	// restarted is when the guard last made the view start over.
+	restarted time.Time
 }
 
 // guard is the daemon's store guard.
 type guard struct {
 	logger *slog.Logger
 	faults *prometheus.CounterVec
+	// restartViews makes the followers of a stream start over (nil
+	// until the event log is open); restartAfter is viewRestartAfter.
+	restartViews func(stream string)
+	restartAfter time.Duration
 
 	mu struct {
 		sync.Mutex
@@ -125,7 +141,7 @@ type guard struct {
 }
 
 func newGuard(logger *slog.Logger, reg prometheus.Registerer) (*guard, error) {
-	g := &guard{logger: logger.With("subsystem", "guard")}
+	g := &guard{logger: logger.With("subsystem", "guard"), restartAfter: viewRestartAfter}
 	faults := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_agentd_store_faults_total",
 		Help: "Losses of a JetStream stream or bucket the daemon noticed under it, by store and kind (deleted, recreated, purged).",
@@ -376,22 +392,38 @@ func (g *guard) heal(ctx context.Context, js jetstream.JetStream, st *guardState
 }
 
 // lookAtViews notes how far each watched view is behind its stream's last
-// sequence, from lasts (stream name to last sequence, as just read).
+// sequence, from lasts (stream name to last sequence, as just read). Views
+// stalled for restartAfter are made to start over: a follower whose
+// consumer stopped delivering without an error (its server died, and the
+// client's own recreation of it never got through) opens a new one from
+// its stored cursor. Until then readiness names them stalled (reasons).
 func (g *guard) lookAtViews(lasts map[string]uint64) {
 	now := time.Now()
+	restart := map[string]string{}
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	restartViews := g.restartViews
 	for _, v := range g.mu.views {
 		cur := v.cursor()
 		last, ok := lasts[v.stream]
 		switch {
 		case !ok:
-		case cur != v.last || eventlog.Seq(last) <= cur:
+		case eventlog.Seq(last) <= cur:
+			v.moved, v.behind, v.caughtUp = now, 0, true
+		case cur != v.last:
 			v.moved, v.behind = now, 0
 		default:
 			v.behind = eventlog.Seq(last) - cur
+			if restartViews != nil && v.caughtUp && now.Sub(v.moved) > g.restartAfter && now.Sub(v.restarted) > g.restartAfter {
+				v.restarted = now
+				restart[v.stream] = fmt.Sprintf("views %s: %d events not applied for %s", v.name, v.behind, now.Sub(v.moved).Round(time.Second))
+			}
 		}
 		v.last = cur
+	}
+	g.mu.Unlock()
+	for stream, why := range restart {
+		g.logger.Warn("views stalled; making them follow their stream again", "stream", stream, "why", why)
+		restartViews(stream)
 	}
 }
 
@@ -442,6 +474,9 @@ func (d *Daemon) OnStoreLost(fn StoreLostFunc) {
 // guardStores watches the event log's streams and the lease bucket, and
 // heals each when it is lost under the running node.
 func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
+	d.guard.mu.Lock()
+	d.guard.restartViews = func(stream string) { lg.RestartViews(stream, false) }
+	d.guard.mu.Unlock()
 	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents",
 		Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, loss) }})
 	d.Guard(Guarded{Stream: lg.ChunksStream(), What: "stream " + lg.ChunksStream(), Unit: "chunks", Subjects: "chat streams",

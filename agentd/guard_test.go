@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 )
 
@@ -92,5 +95,48 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 				t.Fatalf("losses healed: %+v; want a purge: %v", healed, tc.loss)
 			}
 		})
+	}
+}
+
+// TestGuardRestartsStalledViews: views that followed their stream and
+// then stay behind it, their cursor still, for restartAfter are made to
+// start over, once per restartAfter. Views that move, are caught up, or
+// are still replaying since their start (never caught up) are left alone.
+func TestGuardRestartsStalledViews(t *testing.T) {
+	g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.restartAfter = 50 * time.Millisecond
+	var restarted []string
+	g.restartViews = func(stream string) { restarted = append(restarted, stream) }
+	var stuck, moving, done, replaying eventlog.Seq = 10, 5, 10, 3
+	g.watchView("stuck", "A", func() eventlog.Seq { return stuck })
+	g.watchView("moving", "B", func() eventlog.Seq { moving++; return moving })
+	g.watchView("done", "C", func() eventlog.Seq { return done })
+	g.watchView("replaying", "D", func() eventlog.Seq { return replaying })
+	lasts := map[string]uint64{"A": 10, "B": 1000, "C": 10, "D": 1000}
+	g.lookAtViews(lasts) // A caught up
+	lasts["A"] = 20      // and then no longer follows
+	g.lookAtViews(lasts)
+	if len(restarted) != 0 {
+		t.Fatalf("restarted %v at once", restarted)
+	}
+	time.Sleep(60 * time.Millisecond)
+	g.lookAtViews(lasts)
+	g.lookAtViews(lasts) // within restartAfter of the restart: not again
+	if want := []string{"A"}; !slices.Equal(restarted, want) {
+		t.Fatalf("restarted %v, want %v", restarted, want)
+	}
+	time.Sleep(60 * time.Millisecond)
+	g.lookAtViews(lasts)
+	if len(restarted) != 2 {
+		t.Errorf("restarted %v; a view still stalled a restartAfter later is restarted again", restarted)
+	}
+	stuck = 20 // caught up
+	time.Sleep(60 * time.Millisecond)
+	g.lookAtViews(lasts)
+	if len(restarted) != 2 {
+		t.Errorf("restarted %v after the views caught up", restarted)
 	}
 }
