@@ -128,9 +128,10 @@ type watchedView struct {
 type guard struct {
 	logger *slog.Logger
 	faults *prometheus.CounterVec
-	// restartViews makes the followers of a stream start over (nil
-	// until the event log is open); restartAfter is viewRestartAfter.
-	restartViews func(stream string)
+	// restartViews makes the followers of a stream start over, unless
+	// they wait for Pebble (it reports whether it did); nil until the
+	// event log is open. restartAfter is viewRestartAfter.
+	restartViews func(stream string) bool
 	restartAfter time.Duration
 
 	mu struct {
@@ -422,8 +423,9 @@ func (g *guard) lookAtViews(lasts map[string]uint64) {
 	}
 	g.mu.Unlock()
 	for stream, why := range restart {
-		g.logger.Warn("views stalled; making them follow their stream again", "stream", stream, "why", why)
-		restartViews(stream)
+		if restartViews(stream) {
+			g.logger.Warn("views stalled; making them follow their stream again", "stream", stream, "why", why)
+		}
 	}
 }
 
@@ -475,7 +477,13 @@ func (d *Daemon) OnStoreLost(fn StoreLostFunc) {
 // heals each when it is lost under the running node.
 func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
 	d.guard.mu.Lock()
-	d.guard.restartViews = func(stream string) { lg.RestartViews(stream, false) }
+	d.guard.restartViews = func(stream string) bool {
+		if lg.Stalled() != nil {
+			return false // Pebble cannot write: the views resume once it can
+		}
+		lg.RestartViews(stream, false)
+		return true
+	}
 	d.guard.mu.Unlock()
 	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents",
 		Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, loss) }})

@@ -109,7 +109,7 @@ func TestGuardRestartsStalledViews(t *testing.T) {
 	}
 	g.restartAfter = 50 * time.Millisecond
 	var restarted []string
-	g.restartViews = func(stream string) { restarted = append(restarted, stream) }
+	g.restartViews = func(stream string) bool { restarted = append(restarted, stream); return true }
 	var stuck, moving, done, replaying eventlog.Seq = 10, 5, 10, 3
 	g.watchView("stuck", "A", func() eventlog.Seq { return stuck })
 	g.watchView("moving", "B", func() eventlog.Seq { moving++; return moving })

@@ -331,7 +331,7 @@ func (f *Follower) run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errRestart):
 			failures = 0
-			f.logger.Info("projections start over: the stream was restored or purged")
+			f.logger.Info("projections start over from their cursors: the stream was restored or purged, or they had stalled")
 		case errors.Is(err, ErrViewsStalled):
 			if err := f.l.awaitDB(ctx); err != nil {
 				return err
