@@ -94,8 +94,10 @@ type guardState struct {
 	loss *Loss
 	// healErr is the last Heal failure, nil when healed.
 	healErr error
-	// healed is when Heal last succeeded, zero before.
-	healed time.Time
+	// healed is when Heal last succeeded, zero before; healedLoss is
+	// the loss it healed then.
+	healed     time.Time
+	healedLoss Loss
 	// purged is a whole-stream purge the advisories reported, not yet
 	// looked at: how many messages it removed.
 	purged *uint64
@@ -388,6 +390,7 @@ func (g *guard) heal(ctx context.Context, js jetstream.JetStream, st *guardState
 		return nil
 	}
 	g.logger.Info(fmt.Sprintf("%s healed", st.g.What), "store", st.g.Stream, "kind", string(loss.Kind), "took", time.Since(start))
+	st.healedLoss = loss
 	st.loss, st.healErr, st.healed = nil, nil, time.Now()
 	return info
 }
@@ -427,6 +430,29 @@ func (g *guard) lookAtViews(lasts map[string]uint64) {
 			g.logger.Warn("views stalled; making them follow their stream again", "stream", stream, "why", why)
 		}
 	}
+}
+
+// lossShown is how long /readyz lists a healed loss under degraded: a
+// heal may take milliseconds, shorter than any probe's period, and the
+// loss of data it followed is what an operator must still learn of.
+const lossShown = time.Minute
+
+// healedLosses returns the losses healed in the last lossShown, for
+// /readyz's degraded list (the node serves; the data is gone).
+func (g *guard) healedLosses() []string {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, st := range g.mu.states {
+		if st.healed.IsZero() || now.Sub(st.healed) >= lossShown {
+			continue
+		}
+		l := st.healedLoss
+		out = append(out, fmt.Sprintf("%s was %s (%d %s of %d %s lost) and was healed %s ago",
+			st.g.What, l.Kind, l.Msgs, st.g.Unit, l.Subjects, st.g.Subjects, now.Sub(st.healed).Round(time.Second)))
+	}
+	return out
 }
 
 // reasons returns what the guard finds wrong now, as readiness reasons:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,11 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 			g.lookAt(ctx, js, state)
 			if got := len(healed) == 1 && healed[0].Kind == LossPurged; got != tc.loss || len(healed) > 1 {
 				t.Fatalf("losses healed: %+v; want a purge: %v", healed, tc.loss)
+			}
+			// A healed loss stays listed for /readyz's degraded.
+			shown := strings.Join(g.healedLosses(), "; ")
+			if want := "stream EVS was purged (7 events of 3 agents lost) and was healed"; strings.Contains(shown, want) != tc.loss {
+				t.Errorf("healed losses shown: %q; want %q: %v", shown, want, tc.loss)
 			}
 		})
 	}

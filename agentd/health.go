@@ -229,7 +229,8 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 }
 
 // degraded returns what limits the node while it serves: a full JetStream
-// store, an expired TLS certificate.
+// store, an expired TLS certificate; and a stream or bucket lost and healed
+// in the last minute.
 func (d *Daemon) degraded() []string {
 	var out []string
 	if err := d.StoreFull(); err != nil {
@@ -242,7 +243,7 @@ func (d *Daemon) degraded() []string {
 				"renew it and send SIGHUP (no restart needed)", tc.certFile, na.UTC().Format(time.RFC3339)))
 		}
 	}
-	return out
+	return append(out, d.guard.healedLosses()...)
 }
 
 // StoreFull returns an error wrapping eventlog.ErrStorageFull while the

@@ -137,7 +137,9 @@ func (tc *turnClients) ended(t *testing.T) (sse []string, tailCode int, tailErr 
 }
 
 // watchReady polls /readyz every 50 ms until stop is closed, and returns
-// every distinct 503 reason it saw.
+// every distinct 503 reason it saw, and every distinct degradation (a
+// healed loss is listed there for a minute: a heal may end between two
+// polls).
 func (n *faultNode) watchReady(stop <-chan struct{}) <-chan []string {
 	out := make(chan []string, 1)
 	go func() {
@@ -151,10 +153,11 @@ func (n *faultNode) watchReady(stop <-chan struct{}) <-chan []string {
 			case <-time.After(50 * time.Millisecond):
 			}
 			h := readyz(n.t, n.httpAddr)
-			if h.code != http.StatusServiceUnavailable {
-				continue
+			var rs []string
+			if h.code == http.StatusServiceUnavailable {
+				rs = h.Reasons
 			}
-			for _, r := range h.Reasons {
+			for _, r := range append(rs, h.Degraded...) {
 				if !seen[r] {
 					seen[r] = true
 					reasons = append(reasons, r)
