@@ -95,6 +95,14 @@ func (m *mesh) StartChild(ctx context.Context, child string, req chat.ChildReque
 	m.mu.Lock()
 	m.sent[req.RequestID]++
 	m.mu.Unlock()
+	// As over NATS in agentd, the child's node handles the command with
+	// a context of its own: a caller that dies (a crash point cancels the
+	// parent's) does not cancel the child's start halfway. Cancelled, it
+	// could leave the child's turn fiber orphaned after fiber.started,
+	// which agentd's host recovers by restarting the agent, and nothing
+	// here does (TestSubagentCrashPoints/child-started failed so once).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	turn, err := m.get(child).a.Send(ctx, chat.SendRequest{Text: req.Text, RequestID: req.RequestID, Parent: &req.Parent})
 	if errors.Is(err, chat.ErrInvalidMessage) || errors.Is(err, chat.ErrTurnActive) {
 		err = fmt.Errorf("%w: %w", chat.ErrChildRefused, err)
