@@ -202,7 +202,7 @@ func TestUpgrade(t *testing.T) {
 	// Load through the roll: chats and fibers, each acknowledged one noted.
 	stop := make(chan struct{})
 	var mu sync.Mutex
-	acked := map[string][]string{} // agent -> assistant message ids
+	acked := map[string][]chathost.Reply{} // agent -> the replies to its acknowledged chats
 	var wg sync.WaitGroup
 	for w := range 3 {
 		wg.Go(func() {
@@ -220,7 +220,7 @@ func TestUpgrade(t *testing.T) {
 				var r chathost.Reply
 				json.Unmarshal(out, &r)
 				mu.Lock()
-				acked[agent] = append(acked[agent], r.MessageID)
+				acked[agent] = append(acked[agent], r)
 				mu.Unlock()
 				waitIdleQuiet := func() {
 					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -279,7 +279,7 @@ func TestUpgrade(t *testing.T) {
 	}
 	waitIdle(append(agents, "old-approval", "steps:load0", "steps:load1", "steps:load2", "steps:load3")...)
 	total := 0
-	for a, ids := range acked {
+	for a, replies := range acked {
 		var page struct {
 			Messages []chat.Message `json:"messages"`
 		}
@@ -293,11 +293,19 @@ func TestUpgrade(t *testing.T) {
 			}
 		}
 		missing := 0
-		for _, id := range ids {
+		for _, r := range replies {
 			total++
-			if !answered[id] {
+			switch {
+			case answered[r.MessageID]:
+			case failedOnOldRelease(nodes, r.RequestID):
+				// The previous release failed a turn whose chunk write was
+				// refused in an election (issue 21's chunk gap, fixed in
+				// this one): its message has an outcome, failed, and no
+				// answer. verify tolerates the same (oldReleaseFault).
+				t.Logf("%s: the turn of acknowledged message %s failed on the previous release", a, r.MessageID)
+			default:
 				missing++
-				t.Errorf("%s: acknowledged message %s has no answer after the upgrade", a, id)
+				t.Errorf("%s: acknowledged message %s has no answer after the upgrade", a, r.MessageID)
 			}
 		}
 		if missing > 0 {
@@ -305,7 +313,7 @@ func TestUpgrade(t *testing.T) {
 			for _, m := range page.Messages {
 				roles = append(roles, m.Role+":"+m.ID)
 			}
-			t.Logf("%s: %d acknowledged, %d messages: %v", a, len(ids), len(page.Messages), roles)
+			t.Logf("%s: %d acknowledged, %d messages: %v", a, len(replies), len(page.Messages), roles)
 		}
 	}
 	if total == 0 {
@@ -324,6 +332,18 @@ func TestUpgrade(t *testing.T) {
 	if strings.Count(rep, "tenant acme:") != 1 || len(mine) > 0 || strings.Count(rep, "\nok:")+strings.Count(rep, "violations:") != 2 {
 		t.Errorf("verify after the upgrade (%d violations not the previous release's):\n%s", len(mine), rep)
 	}
+}
+
+// failedOnOldRelease reports whether a node running the previous release
+// (each node's first run) logged the turn fiber of request failed.
+func failedOnOldRelease(nodes []*clusterNode, request string) bool {
+	failed := `(\"__chat_turn:` + request + `\") failed`
+	for _, nd := range nodes {
+		if len(nd.outs) > 0 && strings.Contains(nd.outs[0].String(), failed) {
+			return true
+		}
+	}
+	return false
 }
 
 // oldReleaseFault reports whether a verify violation is of a kind the
