@@ -551,36 +551,32 @@ func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
 
 // waitStreamEnd waits for the stream's terminal chunk and returns its chunks.
 // streamEnded polls agent's stream until its last chunk is terminal, for
-// up to within (a bound that only keeps a broken run from hanging).
-func streamEnded(c *crashClient, agent, stream string, within time.Duration) bool {
+// up to within (a bound that only keeps a broken run from hanging), and
+// returns its chunks and whether it ended.
+func streamEnded(c *crashClient, agent, stream string, within time.Duration) ([]chat.Chunk, bool) {
 	deadline := time.Now().Add(within)
 	for {
 		if chunks := c.streamChunks(agent, stream); len(chunks) > 0 && chunks[len(chunks)-1].Terminal() {
-			return true
+			return chunks, true
 		}
 		if time.Now().After(deadline) {
-			return false
+			return nil, false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
+// waitStreamEnd waits up to 90 s for the stream to end, with a finish.
 func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chat.Chunk {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		chunks := c.streamChunks(agent, stream)
-		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
-			if chunks[n-1].Type != chat.ChunkFinish {
-				t.Errorf("stream %s ended with %+v, want finish", stream, chunks[n-1])
-			}
-			return chunks
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s of %s did not end", stream, agent)
-		}
-		time.Sleep(50 * time.Millisecond)
+	chunks, ok := streamEnded(c, agent, stream, 90*time.Second)
+	if !ok {
+		t.Fatalf("stream %s of %s did not end", stream, agent)
 	}
+	if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+		t.Errorf("stream %s ended with %+v, want finish", stream, last)
+	}
+	return chunks
 }
 
 // checkOneAssistant checks the history: one user message, one assistant

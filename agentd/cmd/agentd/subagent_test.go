@@ -379,7 +379,7 @@ func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
 	if before[len(before)-1].Terminal() {
 		t.Fatal("the child ended before its owner was killed")
 	}
-	if !streamEnded(c, parent, reply.StreamID, 3*time.Minute) {
+	if _, ok := streamEnded(c, parent, reply.StreamID, 3*time.Minute); !ok {
 		// What each side reached, for the next run that gets here: the
 		// failover, the child's recovered turn, or the parent's wait.
 		for _, a := range []string{parent, child} {
