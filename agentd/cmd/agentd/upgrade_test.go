@@ -27,7 +27,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (docs/operations.md,
 // "Upgrades").
-const upgradeFrom = "b4d9f339fab1fafc08404aed4f3da8b45742f73e"
+const upgradeFrom = "d8f208fd33a690d4b1d20a6e885890acc0bd4ec3"
 
 // buildRelease builds agentd as it was at commit, from git, into a temp
 // dir. Without git or the commit (a shallow clone) the test is skipped,
