@@ -518,9 +518,8 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 }
 
 // start claims the agent's turn slot, starts the turn fiber gated on the
-// appends, appends turn.started (which carries the user message, if any)
-// and then, for readers of the format before turn.started carried it,
-// message.appended, and opens the gate.
+// appends, appends turn.started (which carries the user message, if any),
+// and opens the gate.
 //
 // The turn's invoke_agent span starts here, under ctx's span or, for a
 // turn answering a waiting call, under follows (the traceparent of the
@@ -566,11 +565,6 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	// Check sizes first: nothing is half-written for being too large.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
 		return Turn{}, err
-	}
-	if msg != nil {
-		if _, err := a.event(EventMessageAppended, msg); err != nil {
-			return Turn{}, err
-		}
 	}
 	if cur, active, err := a.store.ActiveTurn(a.agent); err != nil {
 		return Turn{}, err
@@ -692,12 +686,14 @@ func startFailed(err error) error {
 
 // startAppends appends what starts a turn and returns the sequence the
 // views must reach: interrupt.cleared for a stale "turn" interrupt (it
-// must not abort the new turn); turn.started, which carries the user
+// must not abort the new turn), then turn.started, which carries the user
 // message (msg) of a Send, so that the message and its turn are stored
-// together or not at all; then message.appended with msg, for readers of
-// the format from before turn.started carried the message (a node not yet
-// upgraded), which the messages view ignores, having the id already. An
-// error wraps errNotStored when it came before turn.started was sent.
+// together or not at all. The release before this one also wrote the
+// message as a message.appended of its own, for nodes of the format from
+// before turn.started carried it; every node of a cluster upgraded from
+// that release reads it from turn.started, so that write is gone (one
+// synced write fewer per chat). An error wraps errNotStored when it came
+// before turn.started was sent.
 func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, error) {
 	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
 		return 0, fmt.Errorf("%w: %w", errNotStored, err)
@@ -718,12 +714,6 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	}
 	if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
 		return 0, err
-	}
-	if s, err := a.append(ctx, EventMessageAppended, msg); err != nil {
-		// The command is stored: turn.started holds the message.
-		a.logger.Warn("user message stored in turn.started only", "request", t.RequestID, "err", err)
-	} else {
-		seq = s
 	}
 	return seq, nil
 }

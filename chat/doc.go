@@ -63,8 +63,7 @@
 // An Agent (New, one per agent id) writes them. Send starts the turn as a
 // background fiber named "__chat_turn:<requestId>" (fiber.Runner.Go, which
 // holds keepalive), appends turn.started carrying the user message
-// (message), then the same message as message.appended for readers of the
-// older format, and lets the turn run. The turn builds an llm.Request from
+// (message), and lets the turn run. The turn builds an llm.Request from
 // the history (hidden messages included), maps provider deltas to chunks,
 // and stashes {streamId, requestId, chunkIndex, responseId,
 // sequenceNumber, textAtSequence, attempts} after flushing the chunks,
@@ -270,18 +269,19 @@
 //   - A chat command is atomic: the user message is stored in the
 //     turn.started that answers it (its message field), one event, so the
 //     message and its turn are stored together or not at all. Send's writes
-//     are fiber.started, turn.started (with a stale "turn" interrupt's
-//     interrupt.cleared before it), then message.appended with the same
-//     message, which only readers of the format from before turn.started
-//     carried the message need (the messages view ignores it, having the
-//     id). Killed before turn.started, a Send leaves at most a turn fiber
+//     are fiber.started and turn.started (with a stale "turn" interrupt's
+//     interrupt.cleared before it). Releases before the one of 2026-11-26
+//     (the second) also wrote message.appended with the same message, for
+//     readers of the format from before turn.started carried it; the
+//     messages view ignores that copy, having the id, and verify counts it
+//     as the same message. Killed before turn.started, a Send leaves at most a turn fiber
 //     without a turn, which recovery ends without a word (nothing was
 //     acknowledged, nothing is in the conversation); killed after it, the
 //     turn is stored with its question and recovery runs it to its end. So
 //     every stored user message is answered (TestSendCrashPoints kills the
 //     process before each write of Send and of its turn, and a fresh one
-//     recovers). Send returns only once turn.started (and message.appended)
-//     are durable and the views show them; a crash after it is recovered.
+//     recovers). Send returns only once turn.started is durable and the
+//     views show it; a crash after it is recovered.
 //   - A command runs once, whichever nodes it passes through. Its identity
 //     is the client's message id, or SendRequest.RequestID (minted by the
 //     first node that received the command, and passed along when it is

@@ -282,7 +282,7 @@ const (
 	// ContinueLastTurn), called with the command's ctx.
 	pointSendBegin      = "send-begin"       // the command holds the turn slot, nothing is appended
 	pointSendChecked    = "send-checked"     // caught up with the log and checked (not a copy, no turn active), nothing appended
-	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, message.appended not
+	pointSendTurnStored = "send-turn-stored" // turn.started (with the user message) is durable, Send has not returned
 	pointSendStored     = "send-stored"      // every append is durable, the command not acknowledged, the turn not running
 
 	// A recovered turn about to take the agent's turn slot.
