@@ -25,8 +25,8 @@ import (
 
 // upgradeFrom is the release a cluster upgrades from: the previous one that
 // landed on main. Move it to the last landed commit when a release lands,
-// so each release is tested against the one before it (docs/operations.md,
-// "Upgrades").
+// so each release is tested against the one before it (helm/forever/README.md,
+// "Upgrade").
 const upgradeFrom = "d8f208fd33a690d4b1d20a6e885890acc0bd4ec3"
 
 // buildRelease builds agentd as it was at commit, from git, into a temp
