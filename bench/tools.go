@@ -558,6 +558,9 @@ func newStepTimer() *stepTimer { return &stepTimer{local: llm.NewLocal(llm.Local
 // Name returns "local".
 func (p *stepTimer) Name() string { return "local" }
 
+// ResumesByID reports what the local model does (false).
+func (p *stepTimer) ResumesByID() bool { return p.local.ResumesByID() }
+
 // newTurn forgets the last call, so that the next is a turn's first.
 func (p *stepTimer) newTurn() {
 	p.mu.Lock()

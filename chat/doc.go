@@ -67,8 +67,9 @@
 // the history (hidden messages included), maps provider deltas to chunks,
 // and stashes {streamId, requestId, chunkIndex, responseId,
 // sequenceNumber, textAtSequence, attempts} after flushing the chunks,
-// every StashInterval or StashChunks chunks and when the response id
-// appears. It ends with finish (carrying the usage in its
+// every StashInterval or StashChunks chunks and, for a provider that
+// resumes a response by its id (llm.ResumesByID: OpenAI Responses), when
+// the response id appears. It ends with finish (carrying the usage in its
 // messageMetadata), the assistant message, usage.recorded and
 // turn.completed; a terminal provider error with an error chunk and
 // turn.failed; a Cancel or the "turn" interrupt with an abort chunk, the

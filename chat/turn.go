@@ -217,7 +217,9 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 			}
 			return "", err
 		}
-		newID := d.ResponseID != "" && d.ResponseID != st.snap.ResponseID
+		// A new response id is stashed at once only for a provider that
+		// resumes by it; for the others it goes with the next stash.
+		newID := d.ResponseID != "" && d.ResponseID != st.snap.ResponseID && llm.ResumesByID(a.cfg.Provider)
 		if d.ResponseID != "" {
 			st.snap.ResponseID = d.ResponseID
 		}

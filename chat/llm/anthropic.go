@@ -101,6 +101,9 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 // Name returns "anthropic".
 func (p *Anthropic) Name() string { return "anthropic" }
 
+// ResumesByID reports false: Anthropic continues from the text so far.
+func (p *Anthropic) ResumesByID() bool { return false }
+
 // Model returns the configured model name (what a Request without Model
 // asks for).
 func (p *Anthropic) Model() string { return p.cfg.Model }

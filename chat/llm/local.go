@@ -90,6 +90,9 @@ func NewLocal(cfg LocalConfig) *Local {
 // Name returns "local".
 func (l *Local) Name() string { return "local" }
 
+// ResumesByID reports false: the local model continues from the text so far.
+func (l *Local) ResumesByID() bool { return false }
+
 // Model returns "local": the local model has no other name.
 func (l *Local) Model() string { return "local" }
 

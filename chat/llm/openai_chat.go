@@ -71,6 +71,9 @@ func NewChatCompletions(cfg ChatCompletionsConfig) (*ChatCompletions, error) {
 // Name returns "chatcompletions".
 func (p *ChatCompletions) Name() string { return "chatcompletions" }
 
+// ResumesByID reports false: Chat Completions continue from the text so far.
+func (p *ChatCompletions) ResumesByID() bool { return false }
+
 // Model returns the configured model name (what a Request without Model
 // asks for).
 func (p *ChatCompletions) Model() string { return p.cfg.Model }

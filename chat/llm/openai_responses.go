@@ -66,6 +66,9 @@ func NewOpenAIResponses(cfg OpenAIResponsesConfig) (*OpenAIResponses, error) {
 // Name returns "openai".
 func (p *OpenAIResponses) Name() string { return "openai" }
 
+// ResumesByID reports true: the Responses API retrieves a response by its id.
+func (p *OpenAIResponses) ResumesByID() bool { return true }
+
 // Model returns the configured model name (what a Request without Model
 // asks for).
 func (p *OpenAIResponses) Model() string { return p.cfg.Model }

@@ -25,6 +25,25 @@ type Provider interface {
 	Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 }
 
+// IDResumer is implemented by a Provider that says whether it continues a
+// response by its id ([Continuation].ResponseID) after a crash. The chat
+// layer makes a new response id durable the moment it appears (a stash:
+// one synced write, and a wait for the chunks before it, per model call)
+// for a provider that does, and for one that does not say (a wrapper, a
+// provider of the embedder's); for the others the id is kept with the
+// turn's next periodic stash. OpenAIResponses resumes by id; Anthropic,
+// ChatCompletions and Local continue from the text so far.
+type IDResumer interface {
+	ResumesByID() bool
+}
+
+// ResumesByID reports whether p continues a response by its id: true
+// unless p implements [IDResumer] and says otherwise.
+func ResumesByID(p Provider) bool {
+	r, ok := p.(IDResumer)
+	return !ok || r.ResumesByID()
+}
+
 // Role is the author of a Message.
 type Role string
 
