@@ -83,6 +83,11 @@ func fakeAgentd(t *testing.T) string {
 			w.Flush(context.Background())
 		}()
 	})
+	// The endpoints' subscriptions are in the client's buffer until it
+	// flushes: a CLI command sent at once would get "no responders".
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return s.ClientURL()
 }
 
