@@ -330,17 +330,29 @@ func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, erro
 // the link ended accordingly: its output (the child's final text) or
 // error, and the child turn's usage.
 func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
-	err := retryRead(ctx, a.logger, "child turn", func() error {
-		last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
-		if err != nil {
-			return err
-		}
-		return a.store.WaitFor(ctx, last)
-	})
-	if err != nil {
+	caughtUp := func() error {
+		return retryRead(ctx, a.logger, "child turn", func() error {
+			last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
+			if err != nil {
+				return err
+			}
+			return a.store.WaitFor(ctx, last)
+		})
+	}
+	if err := caughtUp(); err != nil {
 		return link, false, err
 	}
 	info, err := a.store.Turn(link.Agent, link.RequestID)
+	if err == nil && !info.Active() {
+		// Each view follows the log at its own pace: the turns view may
+		// show an outcome stored after the sequence waited for above,
+		// while the messages and usage views have not reached the
+		// child's answer and usage stored just before it. Wait again for
+		// the child's log as it is now, which holds the outcome.
+		if err := caughtUp(); err != nil {
+			return link, false, err
+		}
+	}
 	end := link
 	end.EndedAt = a.cfg.Clock.Now().UTC()
 	if errors.Is(err, ErrNotFound) {
