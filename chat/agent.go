@@ -688,12 +688,10 @@ func startFailed(err error) error {
 // views must reach: interrupt.cleared for a stale "turn" interrupt (it
 // must not abort the new turn), then turn.started, which carries the user
 // message (msg) of a Send, so that the message and its turn are stored
-// together or not at all. The release before this one also wrote the
-// message as a message.appended of its own, for nodes of the format from
-// before turn.started carried it; every node of a cluster upgraded from
-// that release reads it from turn.started, so that write is gone (one
-// synced write fewer per chat). An error wraps errNotStored when it came
-// before turn.started was sent.
+// together or not at all. (Earlier releases also wrote the message as a
+// message.appended of its own, for nodes that did not read it from
+// turn.started yet.) An error wraps errNotStored when it came before
+// turn.started was sent.
 func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, error) {
 	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
 		return 0, fmt.Errorf("%w: %w", errNotStored, err)
@@ -709,11 +707,10 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	if err != nil {
 		return 0, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
 	}
-	if msg == nil {
-		return seq, nil
-	}
-	if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
-		return 0, err
+	if msg != nil {
+		if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
+			return 0, err
+		}
 	}
 	return seq, nil
 }

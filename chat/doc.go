@@ -271,11 +271,10 @@
 //     turn.started that answers it (its message field), one event, so the
 //     message and its turn are stored together or not at all. Send's writes
 //     are fiber.started and turn.started (with a stale "turn" interrupt's
-//     interrupt.cleared before it). Releases before the one of 2026-11-26
-//     (the second) also wrote message.appended with the same message, for
-//     readers of the format from before turn.started carried it; the
-//     messages view ignores that copy, having the id, and verify counts it
-//     as the same message. Killed before turn.started, a Send leaves at most a turn fiber
+//     interrupt.cleared before it). Earlier releases also wrote
+//     message.appended with the same message; the messages view ignores
+//     that copy, having the id, and verify counts it as the same message.
+//     Killed before turn.started, a Send leaves at most a turn fiber
 //     without a turn, which recovery ends without a word (nothing was
 //     acknowledged, nothing is in the conversation); killed after it, the
 //     turn is stored with its question and recovery runs it to its end. So
