@@ -20,7 +20,6 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/internal/chartargs"
-	"github.com/forever-agents/forever/verify"
 )
 
 // upgradeFrom is the release a cluster upgrades from: the previous one that
@@ -202,7 +201,7 @@ func TestUpgrade(t *testing.T) {
 	// Load through the roll: chats and fibers, each acknowledged one noted.
 	stop := make(chan struct{})
 	var mu sync.Mutex
-	acked := map[string][]chathost.Reply{} // agent -> the replies to its acknowledged chats
+	acked := map[string][]string{} // agent -> assistant message ids
 	var wg sync.WaitGroup
 	for w := range 3 {
 		wg.Go(func() {
@@ -220,7 +219,7 @@ func TestUpgrade(t *testing.T) {
 				var r chathost.Reply
 				json.Unmarshal(out, &r)
 				mu.Lock()
-				acked[agent] = append(acked[agent], r)
+				acked[agent] = append(acked[agent], r.MessageID)
 				mu.Unlock()
 				waitIdleQuiet := func() {
 					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -279,7 +278,7 @@ func TestUpgrade(t *testing.T) {
 	}
 	waitIdle(append(agents, "old-approval", "steps:load0", "steps:load1", "steps:load2", "steps:load3")...)
 	total := 0
-	for a, replies := range acked {
+	for a, ids := range acked {
 		var page struct {
 			Messages []chat.Message `json:"messages"`
 		}
@@ -293,19 +292,11 @@ func TestUpgrade(t *testing.T) {
 			}
 		}
 		missing := 0
-		for _, r := range replies {
+		for _, id := range ids {
 			total++
-			switch {
-			case answered[r.MessageID]:
-			case failedOnOldRelease(nodes, r.RequestID):
-				// The previous release failed a turn whose chunk write was
-				// refused in an election (issue 21's chunk gap, fixed in
-				// this one): its message has an outcome, failed, and no
-				// answer. verify tolerates the same (oldReleaseFault).
-				t.Logf("%s: the turn of acknowledged message %s failed on the previous release", a, r.MessageID)
-			default:
+			if !answered[id] {
 				missing++
-				t.Errorf("%s: acknowledged message %s has no answer after the upgrade", a, r.MessageID)
+				t.Errorf("%s: acknowledged message %s has no answer after the upgrade", a, id)
 			}
 		}
 		if missing > 0 {
@@ -313,7 +304,7 @@ func TestUpgrade(t *testing.T) {
 			for _, m := range page.Messages {
 				roles = append(roles, m.Role+":"+m.ID)
 			}
-			t.Logf("%s: %d acknowledged, %d messages: %v", a, len(replies), len(page.Messages), roles)
+			t.Logf("%s: %d acknowledged, %d messages: %v", a, len(ids), len(page.Messages), roles)
 		}
 	}
 	if total == 0 {
@@ -325,45 +316,13 @@ func TestUpgrade(t *testing.T) {
 	rep := string(out)
 	var mine []string
 	for _, line := range strings.Split(rep, "\n") {
-		if strings.HasPrefix(line, "violation: ") && !oldReleaseFault(line) {
+		if strings.HasPrefix(line, "violation: ") {
 			mine = append(mine, line)
 		}
 	}
 	if strings.Count(rep, "tenant acme:") != 1 || len(mine) > 0 || strings.Count(rep, "\nok:")+strings.Count(rep, "violations:") != 2 {
-		t.Errorf("verify after the upgrade (%d violations not the previous release's):\n%s", len(mine), rep)
+		t.Errorf("verify after the upgrade (%d violations):\n%s", len(mine), rep)
 	}
-}
-
-// failedOnOldRelease reports whether a node running the previous release
-// (each node's first run) logged the turn fiber of request failed.
-func failedOnOldRelease(nodes []*clusterNode, request string) bool {
-	failed := `(\"__chat_turn:` + request + `\") failed`
-	for _, nd := range nodes {
-		if len(nd.outs) > 0 && strings.Contains(nd.outs[0].String(), failed) {
-			return true
-		}
-	}
-	return false
-}
-
-// oldReleaseFault reports whether a verify violation is of a kind the
-// previous release is known to leave under node kills and handoffs, all
-// fixed since (issue 21), so not a fault of the upgrade: a user message
-// stored before its turn.started and cut from it (this release stores it
-// inside turn.started); a command stored twice across an ownership change,
-// its first copy unanswered (this release gives it one identity at the
-// edge); and a node that lost the agent mid-write still recording an
-// outcome or an error chunk, so a turn with two outcomes, chunks after its
-// terminal one, or a failed turn without a terminal chunk (this release's
-// node that lost the agent writes nothing). Every other kind counts.
-func oldReleaseFault(violation string) bool {
-	for _, k := range []verify.Kind{verify.KindUserMessageUnanswered, verify.KindMessageAnsweredTwice,
-		verify.KindTurnOutcomeTwice, verify.KindAfterTerminal, verify.KindStreamNoTerminal} {
-		if strings.HasPrefix(violation, "violation: "+string(k)+" ") {
-			return true
-		}
-	}
-	return false
 }
 
 // knownFlags returns the flags of args that bin knows (its -h lists them):
