@@ -197,8 +197,14 @@ func RetryQuorum(ctx context.Context, logger *slog.Logger, what string, replicas
 			return fmt.Errorf("%w: %s: no JetStream quorum for %d replicas after %s: %w",
 				ErrNATS, what, replicas, serverStartTimeout, err)
 		}
-		logger.Warn("waiting for the JetStream cluster (are the other nodes up?)",
-			"for", what, "replicas", replicas, "attempt", attempt+1, "err", err)
+		msg := "waiting for the JetStream cluster (are the other nodes up?)"
+		if errors.Is(err, nats.ErrNoResponders) {
+			// Nothing serves the JetStream API in this account: JetStream
+			// is off on the server, or the server could not reserve the
+			// account's limits (its log says so).
+			msg = "waiting for JetStream: no JetStream API answers in this account (is JetStream enabled on the server, and could it reserve the account's limits?)"
+		}
+		logger.Warn(msg, "for", what, "replicas", replicas, "attempt", attempt+1, "err", err)
 		select {
 		case <-time.After(backoff.Exp(250*time.Millisecond, 5*time.Second, attempt)):
 		case <-ctx.Done():

@@ -380,6 +380,19 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 			ts.logger.Error("tenant daemon stopped", "tenant", run.name, "err", run.err)
 		}
 		close(run.done)
+		if ctx.Err() != nil {
+			return // disabled (stopLocked takes over) or the node stops
+		}
+		// It stopped on its own (its JetStream never answered, say): a new
+		// daemon is started after tenantRetry, so the tenant heals once the
+		// cause is gone, without a restart of the node.
+		ts.mu.Lock()
+		if ts.mu.runs[run.name] == run {
+			delete(ts.mu.runs, run.name)
+		}
+		ts.mu.Unlock()
+		ts.logger.Warn("tenant daemon; retrying", "tenant", run.name, "in", tenantRetry)
+		time.AfterFunc(tenantRetry, func() { ts.reapply(run.name) })
 	}()
 }
 
@@ -483,21 +496,33 @@ func (ts *tenantSet) markReady(ctx context.Context) {
 }
 
 // waitReady waits until tenant name's daemon is ready, it stopped, or ctx
-// ends.
+// ends. Once the daemon has been not ready for jsDiagAfter, the server is
+// asked whether the tenant's account has JetStream at all: when it says
+// twice in a row that it has none, waitReady returns that reason at once
+// rather than time out (see jsDiagnose).
 func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	ts.mu.Lock()
 	run := ts.mu.runs[name]
+	var rec *auth.Tenant
+	if st := ts.mu.states[name]; st != nil {
+		rec = st.rec
+	}
 	ts.mu.Unlock()
 	if run == nil {
 		return fmt.Errorf("%w: tenant %s has no daemon on this node (is it disabled?)", host.ErrUnavailable, name)
 	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
+	nextDiag := time.Now().Add(jsDiagAfter)
+	var noJS error // the last diagnosis, when the one before said the same
 	for {
 		select {
 		case <-run.done:
 			return fmt.Errorf("tenant %s stopped: %w", name, run.err)
 		case <-ctx.Done():
+			if noJS != nil {
+				return noJS
+			}
 			return fmt.Errorf("%w: tenant %s not ready: %w", host.ErrUnavailable, name, ctx.Err())
 		case <-t.C:
 			select {
@@ -507,6 +532,15 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 				}
 			default:
 			}
+			if time.Now().Before(nextDiag) {
+				continue
+			}
+			nextDiag = time.Now().Add(jsDiagEvery)
+			err := ts.jsDiagnose(ctx, rec)
+			if err != nil && noJS != nil {
+				return err
+			}
+			noJS = err
 		}
 	}
 }

@@ -32,7 +32,10 @@ func testBinaryExternalAuth(t *testing.T, bin string) {
 	natsAddr := agentdtest.FreeAddr(t)
 	host, port, _ := strings.Cut(natsAddr, ":")
 	conf := filepath.Join(dir, "nats.conf")
-	body := "host: " + host + "\nport: " + port + "\njetstream { store_dir: " + filepath.Join(dir, "js") + " }\n" + string(out)
+	// The store's size is set, as an operator sets it: by default the
+	// server takes 3/4 of the disk's free space, and a busy test machine's
+	// may be less than the tenant's default quota (1/8 of 10 GiB).
+	body := "host: " + host + "\nport: " + port + "\njetstream { store_dir: " + filepath.Join(dir, "js") + ", max_file_store: 4GB }\n" + string(out)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +60,12 @@ func testBinaryExternalAuth(t *testing.T, bin string) {
 	}
 
 	data, httpAddr := filepath.Join(dir, "data"), agentdtest.FreeAddr(t)
-	startAgentd(t, bin, data, httpAddr, agentdtest.FreeAddr(t), "--auth", "--nats-url", url, "--auth-secret-file", secret, "--local-rate", "-1")
+	p := startAgentd(t, bin, data, httpAddr, agentdtest.FreeAddr(t), "--auth", "--nats-url", url, "--auth-secret-file", secret, "--local-rate", "-1")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agentd's log:\n%s", p.out.String())
+		}
+	})
 	acme := createTenant(t, bin, url, filepath.Join(data, agentd.AdminCredsFile), filepath.Join(dir, "out"), "acme")
 	nc, err := nats.Connect(url, nats.UserCredentials(acme.Creds))
 	if err != nil {

@@ -138,6 +138,18 @@ func testBinaryTenants(t *testing.T, bin string) {
 	}
 	acme := createTenant(t, bin, natsURL, admin, out, "acme")
 	beta := createTenant(t, bin, natsURL, admin, out, "beta")
+	// A quota the server cannot reserve: the server leaves the account
+	// without JetStream; create says so at once, not after its timeout.
+	start := time.Now()
+	if _, stderr, code := tenantCLI(t, bin, "create", "huge", "--max-bytes", "64GiB", "--nats-url", natsURL, "--creds", admin, "--out", out); code != 1 ||
+		!strings.Contains(stderr, "did not enable JetStream") || !strings.Contains(stderr, "max bytes 65536 MiB") || time.Since(start) > 30*time.Second {
+		t.Fatalf("a quota over the server's store: exit %d after %s: %s", code, time.Since(start), stderr)
+	}
+	// A smaller quota heals it, without a restart.
+	createTenant(t, bin, natsURL, admin, out, "huge", "--max-bytes", "64MiB")
+	if _, stderr, code := tenantCLI(t, bin, "disable", "huge", "--nats-url", natsURL, "--creds", admin); code != 0 {
+		t.Fatalf("disable huge: exit %d %s", code, stderr)
+	}
 	if _, stderr, code := tenantCLI(t, bin, "create", "evil", "--nats-url", natsURL, "--creds", acme.Creds, "--out", out); code != 1 || !strings.Contains(stderr, "no agentd with --auth answers") {
 		t.Fatalf("tenant creds as admin: exit %d %s", code, stderr)
 	}
