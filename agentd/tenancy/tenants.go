@@ -1,8 +1,10 @@
 package tenancy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -94,6 +96,7 @@ type tenantState struct {
 	rec       *auth.Tenant // the latest record (remember)
 	rev       uint64       // its revision in the registry
 	disabled  bool
+	stopErr   error // why its last daemon stopped on its own; nil while one runs
 	revokedAt int64
 	cut       chan struct{}
 }
@@ -370,6 +373,7 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 		return
 	}
 	ts.mu.runs[t.Name] = run
+	st.stopErr = nil
 	ctx, cancel := context.WithCancel(ts.mu.ctx)
 	run.cancel = cancel
 	ts.wg.Add(1)
@@ -390,6 +394,7 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 		if ts.mu.runs[run.name] == run {
 			delete(ts.mu.runs, run.name)
 		}
+		ts.stateLocked(run.name).stopErr = cmp.Or(run.err, errors.New("it returned"))
 		ts.mu.Unlock()
 		ts.logger.Warn("tenant daemon; retrying", "tenant", run.name, "in", tenantRetry)
 		time.AfterFunc(tenantRetry, func() { ts.reapply(run.name) })
@@ -495,6 +500,14 @@ func (ts *tenantSet) markReady(ctx context.Context) {
 	}
 }
 
+// disabled reports whether tenant name is disabled.
+func (ts *tenantSet) disabled(name string) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	st := ts.mu.states[name]
+	return st != nil && st.disabled
+}
+
 // waitReady waits until tenant name's daemon is ready, it stopped, or ctx
 // ends. Once the daemon has been not ready for jsDiagAfter, the server is
 // asked whether the tenant's account has JetStream at all: when it says
@@ -504,11 +517,19 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	ts.mu.Lock()
 	run := ts.mu.runs[name]
 	var rec *auth.Tenant
+	var stopped error // the daemon stopped on its own, and is started again
 	if st := ts.mu.states[name]; st != nil {
 		rec = st.rec
+		if !st.disabled && st.stopErr != nil {
+			stopped = fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
+				host.ErrUnavailable, name, st.stopErr, tenantRetry)
+		}
 	}
 	ts.mu.Unlock()
-	if run == nil {
+	switch {
+	case run == nil && stopped != nil:
+		return stopped
+	case run == nil:
 		return fmt.Errorf("%w: tenant %s has no daemon on this node (is it disabled?)", host.ErrUnavailable, name)
 	}
 	t := time.NewTicker(20 * time.Millisecond)
@@ -518,6 +539,10 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	for {
 		select {
 		case <-run.done:
+			if run.err != nil && !ts.disabled(name) {
+				return fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
+					host.ErrUnavailable, name, run.err, tenantRetry)
+			}
 			return fmt.Errorf("tenant %s stopped: %w", name, run.err)
 		case <-ctx.Done():
 			if noJS != nil {

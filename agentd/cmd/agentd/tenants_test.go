@@ -147,9 +147,40 @@ func testBinaryTenants(t *testing.T, bin string) {
 	}
 	// A smaller quota heals it, without a restart.
 	createTenant(t, bin, natsURL, admin, out, "huge", "--max-bytes", "64MiB")
-	if _, stderr, code := tenantCLI(t, bin, "disable", "huge", "--nats-url", natsURL, "--creds", admin); code != 0 {
-		t.Fatalf("disable huge: exit %d %s", code, stderr)
+	disableHuge := func() {
+		t.Helper()
+		if _, stderr, code := tenantCLI(t, bin, "disable", "huge", "--nats-url", natsURL, "--creds", admin); code != 0 {
+			t.Fatalf("disable huge: exit %d %s", code, stderr)
+		}
 	}
+	disableHuge()
+	// A tenant's daemon that stops on its own (here its data dir is a
+	// file) is started again, so the tenant heals once the cause is gone:
+	// enable answers once it has.
+	hugeDir := filepath.Join(data, agentd.TenantsSubdir, "huge")
+	if err := os.Rename(hugeDir, hugeDir+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hugeDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	enabled := make(chan string, 1)
+	go func() {
+		_, stderr, code := tenantCLI(t, bin, "enable", "huge", "--nats-url", natsURL, "--creds", admin)
+		enabled <- fmt.Sprintf("exit %d %s", code, stderr)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.out.String(), "data dir "+hugeDir+" is a file"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's daemon did not fail on its data dir:\n%s", p.out.String())
+		}
+	}
+	if err := errors.Join(os.Remove(hugeDir), os.Rename(hugeDir+".aside", hugeDir)); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-enabled; got != "exit 0 " {
+		t.Fatalf("enable huge once its data dir is back: %s\n%s", got, p.out.String())
+	}
+	disableHuge()
 	if _, stderr, code := tenantCLI(t, bin, "create", "evil", "--nats-url", natsURL, "--creds", acme.Creds, "--out", out); code != 1 || !strings.Contains(stderr, "no agentd with --auth answers") {
 		t.Fatalf("tenant creds as admin: exit %d %s", code, stderr)
 	}
