@@ -500,6 +500,13 @@ func (ts *tenantSet) markReady(ctx context.Context) {
 	}
 }
 
+// daemonStopped is the answer of a wait for tenant name whose daemon
+// stopped on its own with err (and is started again).
+func daemonStopped(name string, err error) error {
+	return fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
+		host.ErrUnavailable, name, err, tenantRetry)
+}
+
 // disabled reports whether tenant name is disabled.
 func (ts *tenantSet) disabled(name string) bool {
 	ts.mu.Lock()
@@ -521,8 +528,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	if st := ts.mu.states[name]; st != nil {
 		rec = st.rec
 		if !st.disabled && st.stopErr != nil {
-			stopped = fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
-				host.ErrUnavailable, name, st.stopErr, tenantRetry)
+			stopped = daemonStopped(name, st.stopErr)
 		}
 	}
 	ts.mu.Unlock()
@@ -535,13 +541,12 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	nextDiag := time.Now().Add(jsDiagAfter)
-	var noJS error // the last diagnosis, when the one before said the same
+	var noJS error // the last diagnosis; a second one in a row ends the wait
 	for {
 		select {
 		case <-run.done:
 			if run.err != nil && !ts.disabled(name) {
-				return fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
-					host.ErrUnavailable, name, run.err, tenantRetry)
+				return daemonStopped(name, run.err)
 			}
 			return fmt.Errorf("tenant %s stopped: %w", name, run.err)
 		case <-ctx.Done():
