@@ -450,6 +450,7 @@ func startAgentd(t *testing.T, bin string, args ...string) runningAgentd {
 	select {
 	case a = <-started:
 	case err := <-exited:
+		exited <- err // for the cleanup, which waits for it
 		t.Fatalf("agentd exited before it started: %v\n%s", err, logText())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("agentd did not start in 60s:\n%s", logText())

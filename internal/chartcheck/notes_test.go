@@ -39,8 +39,10 @@ func TestNotesCommands(t *testing.T) {
 	bin := buildAgentd(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
+	// Under --auth /metrics has a listener of its own, by default on a
+	// fixed loopback port another test or agentd may hold: take a free one.
 	a := startAgentd(t, bin, "--data", data, "--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--auth", "--local-rate", "-1", "--log-format", "json")
+		"--metrics-listen", "127.0.0.1:0", "--auth", "--local-rate", "-1", "--log-format", "json")
 	args := strings.Fields(strings.ReplaceAll(create[1], "/data/", data+"/"))
 	cmd := exec.Command(bin, args[1:]...)
 	cmd.Dir = dir // a --out that is not "-" writes here, not in the package
