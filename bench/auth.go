@@ -120,7 +120,9 @@ func openAuthTarget(ctx context.Context, env *Env, bin string, auth bool) (*auth
 	}
 	args := []string{"--local-rate", "-1", "--log-level", "warn"}
 	if auth {
-		args = append(args, "--auth")
+		// Under --auth /metrics has a listener of its own, by default on
+		// a fixed loopback port a local agentd may hold: take a free one.
+		args = append(args, "--auth", "--metrics-listen", "127.0.0.1:0")
 	}
 	p, err := newAgentdProc(bin, dir, SyncAlways, args...)
 	if err != nil {
@@ -131,7 +133,9 @@ func openAuthTarget(ctx context.Context, env *Env, bin string, auth bool) (*auth
 	}
 	t := &authTarget{proc: p, url: "nats://" + p.natsAddr, agent: "bench"}
 	if auth {
-		out, err := exec.CommandContext(ctx, bin, "tenant", "create", "bench", "--nats-url", t.url,
+		// The scenario measures what auth costs, not the tenant's quota:
+		// its default rate (100/s) would refuse a fast run with 429.
+		out, err := exec.CommandContext(ctx, bin, "tenant", "create", "bench", "--rate", "unlimited", "--nats-url", t.url,
 			"--creds", filepath.Join(p.data, "admin.creds"), "--out", dir).CombinedOutput()
 		if err != nil {
 			p.kill()
