@@ -16,9 +16,10 @@
 // acquires the free partitions assigned to it (up to 16 acquisitions in
 // flight at once, so a restarted node takes its 64 partitions in the time
 // of a few), and hands off the partitions assigned to another live node:
-// it cancels the partition's context, waits for what runs under it to stop, and deletes the key, so the new owner
-// acquires it at once. On Run's exit every partition is handed off, so a
-// rolling restart never waits for a TTL.
+// it cancels the partition's context, waits for what runs under it to
+// stop, and deletes the key, so the new owner acquires it at once. On
+// Run's exit every partition is handed off, so a rolling restart never
+// waits for a TTL.
 //
 // Invariants:
 //
