@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
-	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/chat/llm/openai"
 )
 
 // TestProviderIdempotencyKey: every provider call of a turn carries an
@@ -29,7 +29,7 @@ func TestProviderIdempotencyKey(t *testing.T) {
 			return llmtest.Stream(llmtest.NewChat("c3", "m").Text(" a time").Finish("stop").Done().Events())
 		}
 	})
-	p, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{BaseURL: srv.URL + "/v1", Model: "m"})
+	p, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{BaseURL: srv.URL + "/v1", Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,22 @@
 // Package llm is the model-provider layer of the chat feature: one small
-// streaming interface, [Provider], and four implementations.
+// streaming interface, [Provider], the built-in [Local] model, and what a
+// provider package builds on ([NewStream], [Sink], [EnvSecret],
+// [MissingKey], [RetryableStatus]).
 //
 //   - [Local]: a deterministic built-in model without network, for demos
 //     and tests. A story for prompts that mention "story", a short reply
 //     otherwise, paced at a configurable token rate. Lines of the form
 //     "/tool <name> <arguments>" in the user message make it call those
 //     tools, one per step, and then answer by quoting their results.
-//   - [OpenAIResponses]: the OpenAI Responses API (openai-go/v3), optionally
-//     in background mode.
-//   - [ChatCompletions]: any OpenAI-compatible Chat Completions endpoint
-//     (OpenAI, Ollama, llama.cpp, vLLM).
-//   - [Anthropic]: the Anthropic Messages API (anthropic-sdk-go).
+//   - chat/llm/openai: the OpenAI Responses API (openai-go/v3), optionally
+//     in background mode, and any OpenAI-compatible Chat Completions
+//     endpoint (OpenAI, Ollama, llama.cpp, vLLM).
+//   - chat/llm/anthropic: the Anthropic Messages API (anthropic-sdk-go).
+//
+// The vendor SDKs are compiled only by a program that imports one of those
+// packages (agentd's binary builds the provider its flags name), so the
+// chat layer and everything else that imports llm stays free of them, as
+// litestream keeps each storage backend in a package of its own.
 //
 // # Model
 //
@@ -52,13 +58,14 @@
 // and appends the text it yields to textSoFar. Each provider does what its
 // API allows:
 //
-//   - OpenAIResponses with a ResponseID retrieves the response. A background
+//   - openai.Responses with a ResponseID retrieves the response. A background
 //     response still running is streamed again with
 //     GET /responses/{id}?stream=true&starting_after=<SequenceNumber>; a
 //     finished (or non-background) one yields its stored text beyond
 //     PartialText and its function calls. A non-background response still
 //     running is a retryable error ([ErrNotReady]).
-//   - Anthropic, ChatCompletions, and OpenAIResponses without a ResponseID
+//   - anthropic.Provider, openai.ChatCompletions, and openai.Responses
+//     without a ResponseID
 //     send the partial answer as an assistant message followed by the user
 //     message [ContinuePrompt] (current models reject a final assistant
 //     prefill). The hidden prompt is part of the request only; keeping it out

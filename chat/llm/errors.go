@@ -1,11 +1,7 @@
 package llm
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"iter"
-	"net/http"
 	"strconv"
 	"strings"
 )
@@ -98,73 +94,6 @@ func (e *Error) Is(target error) bool {
 func IsRetryable(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Retryable
-}
-
-// retryableStatus classifies an HTTP status: 408, 409, 425, 429 and 5xx
-// (including Anthropic's 529) may succeed later; other 4xx will not.
-func retryableStatus(code int) bool {
-	switch {
-	case code == http.StatusRequestTimeout, code == http.StatusConflict,
-		code == http.StatusTooEarly, code == http.StatusTooManyRequests:
-		return true
-	case code >= 500:
-		return true
-	case code >= 400:
-		return false
-	}
-	return true
-}
-
-// missingKeyError is the construction error for a missing API key.
-type missingKeyError struct{ provider, env string }
-
-func (e *missingKeyError) Error() string {
-	return "llm: " + e.provider + ": " + e.env + " is not set"
-}
-
-func (e *missingKeyError) Is(target error) bool { return target == ErrMissingAPIKey }
-
-func configError(provider, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, provider, fmt.Sprintf(format, args...))
-}
-
-// ctxErr returns the cause of ctx when it is done, else nil. A stream that
-// fails because its context ended yields this error, not an *Error.
-func ctxErr(ctx context.Context) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return nil
-}
-
-// sink wraps the yield function of an iterator and remembers when the
-// consumer stopped.
-type sink struct {
-	yield   func(Delta, error) bool
-	stopped bool
-}
-
-// send yields d and reports whether the consumer wants more.
-func (s *sink) send(d Delta) bool {
-	if s.stopped {
-		return false
-	}
-	if !s.yield(d, nil) {
-		s.stopped = true
-	}
-	return !s.stopped
-}
-
-// stream adapts run to an iterator: run sends deltas through the sink and
-// returns the error that ends the stream, yielded once unless the consumer
-// already stopped, with secret (the provider's API key) redacted from it.
-func stream(secret string, run func(s *sink) error) iter.Seq2[Delta, error] {
-	return func(yield func(Delta, error) bool) {
-		s := &sink{yield: yield}
-		if err := run(s); err != nil && !s.stopped {
-			yield(Delta{}, redact(secret, err))
-		}
-	}
 }
 
 // redact returns err with every occurrence of secret in its text replaced by

@@ -130,8 +130,8 @@ func (l *Local) NextToolCalls(req Request) []ToolCall { return planLocal(req.Mes
 // A PartialText that is not a prefix of the answer (any PartialText, for a
 // tool call step) yields a terminal *Error wrapping ErrContinuation.
 func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream("", func(s *sink) error {
-		if err := ctxErr(ctx); err != nil {
+	return NewStream("", func(s *Sink) error {
+		if err := ContextErr(ctx); err != nil {
 			return err
 		}
 		st := planLocal(req.Messages)
@@ -142,7 +142,7 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 			}
 			start = len(c.PartialText)
 		}
-		if !s.send(Delta{Kind: ResponseMeta, ResponseID: st.responseID()}) {
+		if !s.Send(Delta{Kind: ResponseMeta, ResponseID: st.responseID()}) {
 			return nil
 		}
 		usage := &Usage{InputTokens: localInputTokens(req)}
@@ -157,12 +157,12 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 				if err != nil || !done {
 					return err
 				}
-				if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.ID, ToolName: c.Name, Input: c.Input}) {
+				if !s.Send(Delta{Kind: ToolCallDone, ToolCallID: c.ID, ToolName: c.Name, Input: c.Input}) {
 					return nil
 				}
 			}
 			usage.OutputTokens = int64(sent)
-			s.send(Delta{Kind: Finish, FinishReason: FinishToolCalls, Usage: usage})
+			s.Send(Delta{Kind: Finish, FinishReason: FinishToolCalls, Usage: usage})
 			return nil
 		}
 		var pieces []string
@@ -184,7 +184,7 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 		if err != nil || !done {
 			return err
 		}
-		s.send(Delta{Kind: Finish, FinishReason: FinishStop, Usage: usage})
+		s.Send(Delta{Kind: Finish, FinishReason: FinishStop, Usage: usage})
 		return nil
 	})
 }
@@ -192,7 +192,7 @@ func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error]
 // pace sends delta(p) for each piece, one every l.interval after the
 // first. It reports false when the consumer stopped, and returns the
 // context's cause when ctx ends first.
-func (l *Local) pace(ctx context.Context, s *sink, pieces []string, delta func(string) Delta) (bool, error) {
+func (l *Local) pace(ctx context.Context, s *Sink, pieces []string, delta func(string) Delta) (bool, error) {
 	var timer *time.Timer
 	t0 := time.Now()
 	for i, p := range pieces {
@@ -210,10 +210,10 @@ func (l *Local) pace(ctx context.Context, s *sink, pieces []string, delta func(s
 			case <-timer.C:
 			}
 		}
-		if err := ctxErr(ctx); err != nil {
+		if err := ContextErr(ctx); err != nil {
 			return false, err
 		}
-		if !s.send(delta(p)) {
+		if !s.Send(delta(p)) {
 			return false, nil
 		}
 	}
@@ -224,7 +224,7 @@ func (l *Local) pace(ctx context.Context, s *sink, pieces []string, delta func(s
 // ContinuePrompt, or -1.
 func lastUserIndex(msgs []Message) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == RoleUser && messageText(msgs[i]) != ContinuePrompt {
+		if msgs[i].Role == RoleUser && msgs[i].PlainText() != ContinuePrompt {
 			return i
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/chat/llm/llmtest"
 )
 
 func fastLocal() *llm.Local { return llm.NewLocal(llm.LocalConfig{Rate: -1}) }
@@ -24,47 +25,47 @@ func TestLocalDeterministic(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := fastLocal()
-			a := collect(t, t.Context(), p, userReq(tt.prompt))
-			b := collect(t, t.Context(), p, userReq(tt.prompt))
-			if a.err != nil || b.err != nil {
-				t.Fatalf("errs %v, %v", a.err, b.err)
+			a := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest(tt.prompt))
+			b := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest(tt.prompt))
+			if a.Err != nil || b.Err != nil {
+				t.Fatalf("errs %v, %v", a.Err, b.Err)
 			}
-			if a.text != b.text {
-				t.Fatalf("not deterministic:\n%q\n%q", a.text, b.text)
+			if a.Text != b.Text {
+				t.Fatalf("not deterministic:\n%q\n%q", a.Text, b.Text)
 			}
-			if got, want := a.text, p.Answer(userReq(tt.prompt)); got != want {
+			if got, want := a.Text, p.Answer(llmtest.UserRequest(tt.prompt)); got != want {
 				t.Fatalf("streamed text != Answer:\n%q\n%q", got, want)
 			}
-			n := len(strings.Fields(a.text))
+			n := len(strings.Fields(a.Text))
 			if n < tt.minWords || n > tt.maxWds {
-				t.Errorf("%d words, want %d..%d: %q", n, tt.minWords, tt.maxWds, a.text)
+				t.Errorf("%d words, want %d..%d: %q", n, tt.minWords, tt.maxWds, a.Text)
 			}
-			if a.finish == nil || a.finish.Usage == nil {
-				t.Fatalf("no Finish with usage: %+v", a.finish)
+			if a.Finish == nil || a.Finish.Usage == nil {
+				t.Fatalf("no Finish with usage: %+v", a.Finish)
 			}
-			if got, want := a.finish.Usage.OutputTokens, int64(len(a.kinds(llm.TextDelta))); got != want {
+			if got, want := a.Finish.Usage.OutputTokens, int64(len(a.Kinds(llm.TextDelta))); got != want {
 				t.Errorf("OutputTokens = %d, want %d", got, want)
 			}
-			if got, want := a.finish.FinishReason, llm.FinishStop; got != want {
+			if got, want := a.Finish.FinishReason, llm.FinishStop; got != want {
 				t.Errorf("FinishReason = %q, want %q", got, want)
 			}
-			if got := a.deltas[0].Kind; got != llm.ResponseMeta {
+			if got := a.Deltas[0].Kind; got != llm.ResponseMeta {
 				t.Errorf("first delta %v, want ResponseMeta", got)
 			}
 		})
 	}
 	p := fastLocal()
-	if p.Answer(userReq("a story about cats")) == p.Answer(userReq("a story about dogs")) {
+	if p.Answer(llmtest.UserRequest("a story about cats")) == p.Answer(llmtest.UserRequest("a story about dogs")) {
 		t.Error("different prompts gave the same story")
 	}
-	if !strings.Contains(p.Answer(userReq("What is the capital of France?")), "capital of France") {
+	if !strings.Contains(p.Answer(llmtest.UserRequest("What is the capital of France?")), "capital of France") {
 		t.Error("reply does not address the message")
 	}
 }
 
 func TestLocalContinuation(t *testing.T) {
 	p := fastLocal()
-	req := userReq("Please write a story about the sea.")
+	req := llmtest.UserRequest("Please write a story about the sea.")
 	full := p.Answer(req)
 	for _, cut := range []int{1, 7, len(full) / 3, len(full) / 2, len(full) - 1, len(full)} {
 		partial := full[:cut]
@@ -74,19 +75,19 @@ func TestLocalContinuation(t *testing.T) {
 		creq.Messages = append(append([]llm.Message(nil), req.Messages...),
 			llm.Text(llm.RoleAssistant, partial), llm.Text(llm.RoleUser, llm.ContinuePrompt))
 		creq.Continue = &llm.Continuation{PartialText: partial}
-		r := collect(t, t.Context(), p, creq)
-		if r.err != nil {
-			t.Fatalf("cut %d: %v", cut, r.err)
+		r := llmtest.Collect(t, t.Context(), p, creq)
+		if r.Err != nil {
+			t.Fatalf("cut %d: %v", cut, r.Err)
 		}
-		if got := partial + r.text; got != full {
+		if got := partial + r.Text; got != full {
 			t.Fatalf("cut %d: partial+continuation != full\n got %q\nwant %q", cut, got, full)
 		}
 	}
 	req.Continue = &llm.Continuation{PartialText: "Something else entirely"}
-	r := collect(t, t.Context(), p, req)
-	e := wantErr(t, r.err, false)
+	r := llmtest.Collect(t, t.Context(), p, req)
+	e := llmtest.WantError(t, r.Err, false)
 	if !errors.Is(e, llm.ErrContinuation) {
-		t.Errorf("err = %v, want ErrContinuation", r.err)
+		t.Errorf("err = %v, want ErrContinuation", r.Err)
 	}
 }
 
@@ -96,42 +97,42 @@ func TestLocalContinuation(t *testing.T) {
 // by a crash and continued records what the uncut turn records.
 func TestLocalContinuationUsage(t *testing.T) {
 	p := fastLocal()
-	req := userReq("Please write a story about the sea.")
-	whole := collect(t, t.Context(), p, req)
-	if whole.err != nil || whole.finish == nil || whole.finish.Usage == nil {
-		t.Fatalf("uncut answer: %v", whole.err)
+	req := llmtest.UserRequest("Please write a story about the sea.")
+	whole := llmtest.Collect(t, t.Context(), p, req)
+	if whole.Err != nil || whole.Finish == nil || whole.Finish.Usage == nil {
+		t.Fatalf("uncut answer: %v", whole.Err)
 	}
 	var id string
-	for _, d := range whole.kinds(llm.ResponseMeta) {
+	for _, d := range whole.Kinds(llm.ResponseMeta) {
 		id = d.ResponseID
 	}
-	full := whole.text
+	full := whole.Text
 	for _, tc := range []struct {
 		name       string
 		responseID string
 		want       int64
 	}{
-		{"same response", id, whole.finish.Usage.OutputTokens},
-		{"no response id", "", int64(len(whole.kinds(llm.TextDelta)) - 7)},
+		{"same response", id, whole.Finish.Usage.OutputTokens},
+		{"no response id", "", int64(len(whole.Kinds(llm.TextDelta)) - 7)},
 	} {
 		creq := req
 		cut := 0
-		for i, d := range whole.kinds(llm.TextDelta) {
+		for i, d := range whole.Kinds(llm.TextDelta) {
 			if i == 7 {
 				break
 			}
 			cut += len(d.Text)
 		}
 		creq.Continue = &llm.Continuation{PartialText: full[:cut], ResponseID: tc.responseID}
-		r := collect(t, t.Context(), p, creq)
-		if r.err != nil || r.finish == nil || r.finish.Usage == nil {
-			t.Fatalf("%s: %v", tc.name, r.err)
+		r := llmtest.Collect(t, t.Context(), p, creq)
+		if r.Err != nil || r.Finish == nil || r.Finish.Usage == nil {
+			t.Fatalf("%s: %v", tc.name, r.Err)
 		}
-		if got := r.finish.Usage.OutputTokens; got != tc.want {
+		if got := r.Finish.Usage.OutputTokens; got != tc.want {
 			t.Errorf("%s: output tokens %d, want %d", tc.name, got, tc.want)
 		}
-		if got := r.finish.Usage.InputTokens; got != whole.finish.Usage.InputTokens {
-			t.Errorf("%s: input tokens %d, want %d", tc.name, got, whole.finish.Usage.InputTokens)
+		if got := r.Finish.Usage.InputTokens; got != whole.Finish.Usage.InputTokens {
+			t.Errorf("%s: input tokens %d, want %d", tc.name, got, whole.Finish.Usage.InputTokens)
 		}
 	}
 }
@@ -142,7 +143,7 @@ func TestLocalCancellation(t *testing.T) {
 	defer cancel()
 	var texts int
 	var err error
-	for d, e := range p.Stream(ctx, userReq("tell me a story")) {
+	for d, e := range p.Stream(ctx, llmtest.UserRequest("tell me a story")) {
 		if e != nil {
 			err = e
 			break
@@ -160,15 +161,15 @@ func TestLocalCancellation(t *testing.T) {
 	}
 
 	// A cancelled context fails before anything is yielded.
-	r := collect(t, ctx, fastLocal(), userReq("hi"))
-	if !errors.Is(r.err, context.Canceled) || len(r.deltas) != 0 {
-		t.Errorf("pre-cancelled: %d deltas, err %v", len(r.deltas), r.err)
+	r := llmtest.Collect(t, ctx, fastLocal(), llmtest.UserRequest("hi"))
+	if !errors.Is(r.Err, context.Canceled) || len(r.Deltas) != 0 {
+		t.Errorf("pre-cancelled: %d deltas, err %v", len(r.Deltas), r.Err)
 	}
 }
 
 func TestLocalBreakStops(t *testing.T) {
 	n := 0
-	for range fastLocal().Stream(t.Context(), userReq("a story")) {
+	for range fastLocal().Stream(t.Context(), llmtest.UserRequest("a story")) {
 		n++
 		if n == 3 {
 			break

@@ -99,7 +99,7 @@ func planLocal(msgs []Message) localStep {
 	if ui < 0 {
 		return localStep{text: localAnswer("")}
 	}
-	prompt := messageText(msgs[ui])
+	prompt := msgs[ui].PlainText()
 	lines := localToolLines(prompt)
 	if len(lines) == 0 {
 		return localStep{prompt: prompt, text: localAnswer(prompt)}
@@ -198,7 +198,7 @@ func argPieces(s string) []string {
 func localInputTokens(req Request) int64 {
 	n := countWords(req.System)
 	for _, m := range req.Messages {
-		n += countWords(messageText(m))
+		n += countWords(m.PlainText())
 		for _, p := range m.Parts {
 			if p.ToolResult != nil {
 				n += countWords(p.ToolResult.Output)

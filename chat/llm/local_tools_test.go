@@ -7,28 +7,29 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/chat/llm/llmtest"
 )
 
 // toolStep checks that r is one tool call step (ResponseMeta, two or more
 // ToolInputDelta pieces, ToolCallDone, Finish with FinishToolCalls, and no
 // text) and returns the call.
-func toolStep(t *testing.T, r result) llm.ToolCall {
+func toolStep(t *testing.T, r llmtest.Result) llm.ToolCall {
 	t.Helper()
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.text != "" {
-		t.Errorf("text %q before a tool call, want none", r.text)
+	if r.Text != "" {
+		t.Errorf("text %q before a tool call, want none", r.Text)
 	}
-	if got := r.deltas[0].Kind; got != llm.ResponseMeta {
+	if got := r.Deltas[0].Kind; got != llm.ResponseMeta {
 		t.Errorf("first delta %v, want ResponseMeta", got)
 	}
-	calls := r.kinds(llm.ToolCallDone)
+	calls := r.Kinds(llm.ToolCallDone)
 	if len(calls) != 1 {
-		t.Fatalf("%d ToolCallDone deltas, want 1: %+v", len(calls), r.deltas)
+		t.Fatalf("%d ToolCallDone deltas, want 1: %+v", len(calls), r.Deltas)
 	}
 	done := calls[0]
-	pieces := r.kinds(llm.ToolInputDelta)
+	pieces := r.Kinds(llm.ToolInputDelta)
 	if len(pieces) < 2 {
 		t.Errorf("%d ToolInputDelta pieces, want 2 or more", len(pieces))
 	}
@@ -42,13 +43,13 @@ func toolStep(t *testing.T, r result) llm.ToolCall {
 	if in != string(done.Input) {
 		t.Errorf("pieces give %q, ToolCallDone.Input %q", in, done.Input)
 	}
-	n := len(r.deltas)
-	if r.deltas[n-2].Kind != llm.ToolCallDone || r.deltas[n-1].Kind != llm.Finish {
-		t.Errorf("stream does not end with ToolCallDone, Finish: %+v", r.deltas[n-2:])
+	n := len(r.Deltas)
+	if r.Deltas[n-2].Kind != llm.ToolCallDone || r.Deltas[n-1].Kind != llm.Finish {
+		t.Errorf("stream does not end with ToolCallDone, Finish: %+v", r.Deltas[n-2:])
 	}
-	if r.finish.FinishReason != llm.FinishToolCalls || r.finish.Usage == nil ||
-		r.finish.Usage.OutputTokens != int64(len(pieces)) {
-		t.Errorf("finish = %+v usage %+v, want tool_calls with %d output tokens", r.finish, r.finish.Usage, len(pieces))
+	if r.Finish.FinishReason != llm.FinishToolCalls || r.Finish.Usage == nil ||
+		r.Finish.Usage.OutputTokens != int64(len(pieces)) {
+		t.Errorf("finish = %+v usage %+v, want tool_calls with %d output tokens", r.Finish, r.Finish.Usage, len(pieces))
 	}
 	return llm.ToolCall{ID: done.ToolCallID, Name: done.ToolName, Input: done.Input}
 }
@@ -65,7 +66,7 @@ func withResults(req llm.Request, call llm.ToolCall, output string, isError bool
 
 func TestLocalToolThenAnswer(t *testing.T) {
 	p := fastLocal()
-	req := userReq("What is the weather?\n/tool get_weather {\"city\": \"Paris\"}")
+	req := llmtest.UserRequest("What is the weather?\n/tool get_weather {\"city\": \"Paris\"}")
 	req.System = "be brief"
 	want, ok := p.NextToolCall(req)
 	if !ok {
@@ -74,7 +75,7 @@ func TestLocalToolThenAnswer(t *testing.T) {
 	if got := p.Answer(req); got != "" {
 		t.Errorf("Answer of a tool step = %q, want empty", got)
 	}
-	r := collect(t, t.Context(), p, req)
+	r := llmtest.Collect(t, t.Context(), p, req)
 	call := toolStep(t, r)
 	if call.ID != want.ID || call.Name != "get_weather" || string(call.Input) != `{"city": "Paris"}` || string(want.Input) != string(call.Input) {
 		t.Errorf("call = %+v (%s), NextToolCall = %+v", call, call.Input, want)
@@ -83,31 +84,31 @@ func TestLocalToolThenAnswer(t *testing.T) {
 		t.Errorf("call id %q, want call_ and 16 hex digits", call.ID)
 	}
 	// "What is the weather? /tool get_weather {"city": "Paris"}" + "be brief"
-	if got, want := r.finish.Usage.InputTokens, int64(10); got != want {
+	if got, want := r.Finish.Usage.InputTokens, int64(10); got != want {
 		t.Errorf("InputTokens = %d, want %d", got, want)
 	}
 
 	req = withResults(req, call, "sunny, 21 °C", false)
 	if _, ok := p.NextToolCall(req); ok {
-		t.Error("NextToolCall after the result: a call, want none")
+		t.Error("NextToolCall after the llmtest.Result: a call, want none")
 	}
-	r = collect(t, t.Context(), p, req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r = llmtest.Collect(t, t.Context(), p, req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if got, want := r.text, "The get_weather tool returned: sunny, 21 °C."; got != want {
+	if got, want := r.Text, "The get_weather tool returned: sunny, 21 °C."; got != want {
 		t.Errorf("answer %q, want %q", got, want)
 	}
-	if got := p.Answer(req); got != r.text {
-		t.Errorf("Answer = %q, streamed %q", got, r.text)
+	if got := p.Answer(req); got != r.Text {
+		t.Errorf("Answer = %q, streamed %q", got, r.Text)
 	}
-	if n := len(r.kinds(llm.TextDelta)); n < 2 || r.finish.FinishReason != llm.FinishStop || r.finish.Usage.OutputTokens != int64(n) {
-		t.Errorf("%d text deltas, finish %+v usage %+v", n, r.finish, r.finish.Usage)
+	if n := len(r.Kinds(llm.TextDelta)); n < 2 || r.Finish.FinishReason != llm.FinishStop || r.Finish.Usage.OutputTokens != int64(n) {
+		t.Errorf("%d text deltas, finish %+v usage %+v", n, r.Finish, r.Finish.Usage)
 	}
-	if got, want := r.finish.Usage.InputTokens, int64(10+3); got != want { // + the output's words
+	if got, want := r.Finish.Usage.InputTokens, int64(10+3); got != want { // + the output's words
 		t.Errorf("InputTokens = %d, want %d", got, want)
 	}
-	if len(r.kinds(llm.ToolInputDelta)) != 0 || len(r.kinds(llm.ToolCallDone)) != 0 {
+	if len(r.Kinds(llm.ToolInputDelta)) != 0 || len(r.Kinds(llm.ToolCallDone)) != 0 {
 		t.Error("tool deltas in the answer step")
 	}
 }
@@ -118,14 +119,14 @@ func TestLocalToolThenAnswer(t *testing.T) {
 func TestLocalTwoTools(t *testing.T) {
 	p := fastLocal()
 	prompt := "Plan my trip.\n/tool get_weather {\"city\":\"Oslo\"}\n  /tool get_time   {\"tz\": \"Europe/Oslo\"}  \nThanks."
-	req := userReq(prompt)
+	req := llmtest.UserRequest(prompt)
 
-	first := toolStep(t, collect(t, t.Context(), p, req))
+	first := toolStep(t, llmtest.Collect(t, t.Context(), p, req))
 	if first.Name != "get_weather" || string(first.Input) != `{"city":"Oslo"}` {
 		t.Fatalf("first call %+v (%s)", first, first.Input)
 	}
 	req2 := withResults(req, first, "snow", false)
-	r2 := collect(t, t.Context(), p, req2)
+	r2 := llmtest.Collect(t, t.Context(), p, req2)
 	second := toolStep(t, r2)
 	if second.Name != "get_time" || string(second.Input) != `{"tz": "Europe/Oslo"}` {
 		t.Fatalf("second call %+v (%s)", second, second.Input)
@@ -133,11 +134,11 @@ func TestLocalTwoTools(t *testing.T) {
 	if first.ID == second.ID {
 		t.Errorf("both calls have id %q", first.ID)
 	}
-	if r2.deltas[0].ResponseID == collect(t, t.Context(), p, req).deltas[0].ResponseID {
+	if r2.Deltas[0].ResponseID == llmtest.Collect(t, t.Context(), p, req).Deltas[0].ResponseID {
 		t.Error("both steps report the same response id")
 	}
 
-	req3 := userReq(prompt)
+	req3 := llmtest.UserRequest(prompt)
 	req3.Messages = append(req3.Messages,
 		llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{Text: "Let me check."}, {ToolCall: &first}, {ToolCall: &second}}},
 		llm.Message{Role: llm.RoleTool, Parts: []llm.Part{
@@ -148,15 +149,15 @@ func TestLocalTwoTools(t *testing.T) {
 	if _, ok := p.NextToolCall(req3); ok {
 		t.Error("a third call")
 	}
-	r3 := collect(t, t.Context(), p, req3)
-	if r3.err != nil {
-		t.Fatal(r3.err)
+	r3 := llmtest.Collect(t, t.Context(), p, req3)
+	if r3.Err != nil {
+		t.Fatal(r3.Err)
 	}
-	if got, want := r3.text, "The get_weather tool returned: snow. The get_time tool failed: clock unavailable."; got != want {
+	if got, want := r3.Text, "The get_weather tool returned: snow. The get_time tool failed: clock unavailable."; got != want {
 		t.Errorf("answer %q, want %q", got, want)
 	}
-	if r3.finish.FinishReason != llm.FinishStop {
-		t.Errorf("finish %+v", r3.finish)
+	if r3.Finish.FinishReason != llm.FinishStop {
+		t.Errorf("finish %+v", r3.Finish)
 	}
 }
 
@@ -174,7 +175,7 @@ func TestLocalToolInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := fastLocal()
-			call := toolStep(t, collect(t, t.Context(), p, userReq(tt.prompt)))
+			call := toolStep(t, llmtest.Collect(t, t.Context(), p, llmtest.UserRequest(tt.prompt)))
 			if call.Name != tt.name2 || string(call.Input) != tt.input {
 				t.Errorf("call %s(%s), want %s(%s)", call.Name, call.Input, tt.name2, tt.input)
 			}
@@ -182,7 +183,7 @@ func TestLocalToolInput(t *testing.T) {
 	}
 	// Lines that only look like /tool lines are not calls.
 	for _, prompt := range []string{"/toolbox {}", "/tool", "use /tool x {} inline", "/TOOL x"} {
-		if call, ok := fastLocal().NextToolCall(userReq(prompt)); ok {
+		if call, ok := fastLocal().NextToolCall(llmtest.UserRequest(prompt)); ok {
 			t.Errorf("%q: call %+v, want none", prompt, call)
 		}
 	}
@@ -192,9 +193,9 @@ func TestLocalToolInput(t *testing.T) {
 func TestLocalToolIDs(t *testing.T) {
 	p := fastLocal()
 	prompt := "/tool a {}\n/tool a {}"
-	req := userReq(prompt)
+	req := llmtest.UserRequest(prompt)
 	c0, _ := p.NextToolCall(req)
-	again := toolStep(t, collect(t, t.Context(), llm.NewLocal(llm.LocalConfig{Rate: -1}), req))
+	again := toolStep(t, llmtest.Collect(t, t.Context(), llm.NewLocal(llm.LocalConfig{Rate: -1}), req))
 	if again.ID != c0.ID {
 		t.Errorf("ids %q and %q for the same request", c0.ID, again.ID)
 	}
@@ -207,7 +208,7 @@ func TestLocalToolIDs(t *testing.T) {
 	if !ok || c1.ID == c0.ID {
 		t.Errorf("second step: %+v ok %v, want a new id", c1, ok)
 	}
-	if c, _ := p.NextToolCall(userReq(prompt + " ")); c.ID == c0.ID {
+	if c, _ := p.NextToolCall(llmtest.UserRequest(prompt + " ")); c.ID == c0.ID {
 		t.Error("a different prompt gave the same id")
 	}
 	for _, id := range []string{c0.ID, c1.ID} {
@@ -221,7 +222,7 @@ func TestLocalToolIDs(t *testing.T) {
 // text.
 func TestLocalToolAnswerContinuation(t *testing.T) {
 	p := fastLocal()
-	req := userReq("/tool lookup {\"id\": 7}")
+	req := llmtest.UserRequest("/tool lookup {\"id\": 7}")
 	call, _ := p.NextToolCall(req)
 	req = withResults(req, call, "a long record with several words in it", false)
 	full := p.Answer(req)
@@ -234,25 +235,25 @@ func TestLocalToolAnswerContinuation(t *testing.T) {
 		creq.Messages = append(append([]llm.Message(nil), req.Messages...),
 			llm.Text(llm.RoleAssistant, partial), llm.Text(llm.RoleUser, llm.ContinuePrompt))
 		creq.Continue = &llm.Continuation{PartialText: partial}
-		r := collect(t, t.Context(), p, creq)
-		if r.err != nil {
-			t.Fatalf("cut %d: %v", cut, r.err)
+		r := llmtest.Collect(t, t.Context(), p, creq)
+		if r.Err != nil {
+			t.Fatalf("cut %d: %v", cut, r.Err)
 		}
-		if got := partial + r.text; got != full {
+		if got := partial + r.Text; got != full {
 			t.Fatalf("cut %d: partial+continuation = %q, want %q", cut, got, full)
 		}
-		if r.finish.FinishReason != llm.FinishStop || r.finish.Usage.OutputTokens != int64(len(r.kinds(llm.TextDelta))) {
-			t.Errorf("cut %d: finish %+v usage %+v", cut, r.finish, r.finish.Usage)
+		if r.Finish.FinishReason != llm.FinishStop || r.Finish.Usage.OutputTokens != int64(len(r.Kinds(llm.TextDelta))) {
+			t.Errorf("cut %d: finish %+v usage %+v", cut, r.Finish, r.Finish.Usage)
 		}
 	}
 	req.Continue = &llm.Continuation{PartialText: "The lookup tool failed"}
-	if e := wantErr(t, collect(t, t.Context(), p, req).err, false); !errors.Is(e, llm.ErrContinuation) {
+	if e := llmtest.WantError(t, llmtest.Collect(t, t.Context(), p, req).Err, false); !errors.Is(e, llm.ErrContinuation) {
 		t.Errorf("err = %v, want ErrContinuation", e)
 	}
 	// A tool call step has no text to continue.
-	tool := userReq("/tool lookup {}")
+	tool := llmtest.UserRequest("/tool lookup {}")
 	tool.Continue = &llm.Continuation{PartialText: "x"}
-	if e := wantErr(t, collect(t, t.Context(), p, tool).err, false); !errors.Is(e, llm.ErrContinuation) {
+	if e := llmtest.WantError(t, llmtest.Collect(t, t.Context(), p, tool).Err, false); !errors.Is(e, llm.ErrContinuation) {
 		t.Errorf("err = %v, want ErrContinuation", e)
 	}
 }
@@ -261,8 +262,8 @@ func TestLocalToolAnswerContinuation(t *testing.T) {
 // it with an error; the model then sees its own raw input in the history.
 func TestLocalToolInvalidInputRoundTrip(t *testing.T) {
 	p := fastLocal()
-	req := userReq("/tool f not-json")
-	call := toolStep(t, collect(t, t.Context(), p, req))
+	req := llmtest.UserRequest("/tool f not-json")
+	call := toolStep(t, llmtest.Collect(t, t.Context(), p, req))
 	if json.Valid(call.Input) {
 		t.Fatalf("input %q is valid JSON", call.Input)
 	}
@@ -275,7 +276,7 @@ func TestLocalToolInvalidInputRoundTrip(t *testing.T) {
 // Without /tool lines the history of tools changes nothing.
 func TestLocalNoToolLinesIgnoresTools(t *testing.T) {
 	p := fastLocal()
-	plain := userReq("What is the capital of France?")
+	plain := llmtest.UserRequest("What is the capital of France?")
 	withTools := plain
 	withTools.Tools = []llm.Tool{{Name: "search"}}
 	withTools.Messages = append([]llm.Message{
@@ -289,9 +290,9 @@ func TestLocalNoToolLinesIgnoresTools(t *testing.T) {
 	if _, ok := p.NextToolCall(withTools); ok {
 		t.Error("a call without /tool lines")
 	}
-	a, b := collect(t, t.Context(), p, plain), collect(t, t.Context(), p, withTools)
-	if a.deltas[0].ResponseID != b.deltas[0].ResponseID || a.text != b.text {
-		t.Errorf("streams differ: %q/%q vs %q/%q", a.deltas[0].ResponseID, a.text, b.deltas[0].ResponseID, b.text)
+	a, b := llmtest.Collect(t, t.Context(), p, plain), llmtest.Collect(t, t.Context(), p, withTools)
+	if a.Deltas[0].ResponseID != b.Deltas[0].ResponseID || a.Text != b.Text {
+		t.Errorf("streams differ: %q/%q vs %q/%q", a.Deltas[0].ResponseID, a.Text, b.Deltas[0].ResponseID, b.Text)
 	}
 }
 
@@ -301,7 +302,7 @@ func TestLocalNoToolLinesIgnoresTools(t *testing.T) {
 func TestLocalAgentLines(t *testing.T) {
 	p := fastLocal()
 	prompt := "/agent child-a say \"a\" please\n+/agent child-b say b\n+ /tool clock {}\n/agent child-c say c\n+oops, not a call"
-	req := userReq(prompt)
+	req := llmtest.UserRequest(prompt)
 	calls := p.NextToolCalls(req)
 	if len(calls) != 3 {
 		t.Fatalf("first step calls %+v, want child-a, child-b and clock", calls)
@@ -313,21 +314,21 @@ func TestLocalAgentLines(t *testing.T) {
 	if calls[2].Name != "clock" || string(calls[2].Input) != "{}" {
 		t.Errorf("third call %s(%s)", calls[2].Name, calls[2].Input)
 	}
-	r := collect(t, t.Context(), p, req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), p, req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	done := r.kinds(llm.ToolCallDone)
-	if len(done) != 3 || r.finish.FinishReason != llm.FinishToolCalls {
-		t.Fatalf("step streamed %d calls, finish %+v", len(done), r.finish)
+	done := r.Kinds(llm.ToolCallDone)
+	if len(done) != 3 || r.Finish.FinishReason != llm.FinishToolCalls {
+		t.Fatalf("step streamed %d calls, finish %+v", len(done), r.Finish)
 	}
 	for i, d := range done {
 		if d.ToolCallID != calls[i].ID || string(d.Input) != string(calls[i].Input) {
 			t.Errorf("call %d streamed as %+v, want %+v", i, d, calls[i])
 		}
 	}
-	if got := r.finish.Usage.OutputTokens; got != int64(len(r.kinds(llm.ToolInputDelta))) {
-		t.Errorf("output tokens %d, want the %d input pieces", got, len(r.kinds(llm.ToolInputDelta)))
+	if got := r.Finish.Usage.OutputTokens; got != int64(len(r.Kinds(llm.ToolInputDelta))) {
+		t.Errorf("output tokens %d, want the %d input pieces", got, len(r.Kinds(llm.ToolInputDelta)))
 	}
 
 	// The results of the first step's three calls, then child-c alone.

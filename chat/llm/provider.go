@@ -31,7 +31,7 @@ type Provider interface {
 // one synced write, and a wait for the chunks before it, per model call)
 // for a provider that does, and for one that does not say (a wrapper, a
 // provider of the embedder's); for the others the id is kept with the
-// turn's next periodic stash. OpenAIResponses resumes by id; Anthropic,
+// turn's next periodic stash. openai.Responses resumes by id; Anthropic,
 // ChatCompletions and Local continue from the text so far.
 type IDResumer interface {
 	ResumesByID() bool
@@ -81,10 +81,10 @@ type Request struct {
 // Continuation is what the chat layer persisted of an interrupted turn.
 // Providers use the parts they understand:
 //
-//   - OpenAIResponses with ResponseID: resume the background stream after
+//   - openai.Responses with ResponseID: resume the background stream after
 //     SequenceNumber, or read the stored response and yield its text beyond
 //     PartialText.
-//   - Anthropic, ChatCompletions, and OpenAIResponses without ResponseID: send
+//   - Anthropic, Chat Completions, and openai.Responses without ResponseID: send
 //     PartialText as an assistant message followed by a user message
 //     [ContinuePrompt]; the model's answer is the rest of the text.
 //   - Local: yield the rest of the same deterministic answer after PartialText.
@@ -162,35 +162,3 @@ func Text(r Role, text string) Message {
 // ContinuePrompt is the hidden user message that asks a remote model to
 // continue an interrupted answer. The chat layer never shows it.
 const ContinuePrompt = "Continue exactly where you left off. Do not repeat anything you already wrote; output only the rest of your answer."
-
-// withContinuation returns req.Messages, followed, when req.Continue has
-// PartialText, by the partial assistant text and a user [ContinuePrompt].
-// Current models reject assistant prefill, so the partial answer is never the
-// last message.
-func withContinuation(req Request) []Message {
-	c := req.Continue
-	if c == nil || c.PartialText == "" {
-		return req.Messages
-	}
-	msgs := make([]Message, 0, len(req.Messages)+2)
-	msgs = append(msgs, req.Messages...)
-	msgs = append(msgs, Text(RoleAssistant, c.PartialText), Text(RoleUser, ContinuePrompt))
-	return msgs
-}
-
-// messageText concatenates the text parts of m.
-func messageText(m Message) string {
-	var s string
-	for _, p := range m.Parts {
-		s += p.Text
-	}
-	return s
-}
-
-// model returns the request's model, or def.
-func (r Request) model(def string) string {
-	if r.Model != "" {
-		return r.Model
-	}
-	return def
-}

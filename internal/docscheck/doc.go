@@ -22,6 +22,9 @@
 //   - TestFlagsDocumented: docs/reference.md's flag table has a row for
 //     every flag that agentd -h prints, and none for another.
 //   - TestRunnableBlocks: fenced blocks marked runnable run and succeed.
+//   - TestVendorsAtTheEdge: `go list -deps` of the library packages the
+//     architecture names (agentd, agentd/host, chat, agents, verify) holds
+//     no model-vendor SDK: only the binary compiles one.
 //
 // # Runnable blocks
 //

@@ -135,7 +135,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 // the tenant's data dir and the --mcp servers' tools shared by all
 // tenants.
 func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
-	provider, err := agentd.NewProvider(d.Config())
+	provider, err := newProvider(d.Config())
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 // MCP client (nil without --mcp) for the caller to close after Run, also
 // when wire fails.
 func wire(d *agentd.Daemon) (*mcptools.Client, error) {
-	provider, err := agentd.NewProvider(d.Config())
+	provider, err := newProvider(d.Config())
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@
 //		return llmtest.Stream(llmtest.NewAnthropic("msg_1", "m", 10).
 //			Text("Hel", "lo").Stop("end_turn", 2).Events())
 //	})
-//	p, _ := llm.NewAnthropic(llm.AnthropicConfig{APIKey: "k", BaseURL: srv.URL, Model: "m"})
+//	p, _ := anthropic.New(anthropic.Config{APIKey: "k", BaseURL: srv.URL, Model: "m"})
 //
 // Nothing here is safe for production; the package has no state outside
 // the values it returns.

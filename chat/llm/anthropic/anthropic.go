@@ -1,4 +1,4 @@
-package llm
+package anthropic
 
 import (
 	"context"
@@ -8,24 +8,26 @@ import (
 	"iter"
 	"net/http"
 
-	"github.com/anthropics/anthropic-sdk-go"
+	sdk "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/forever-agents/forever/chat/llm"
 )
 
-// DefaultAnthropicMaxTokens is the output cap when neither
-// AnthropicConfig.MaxTokens nor Request.MaxTokens is set (the Messages API
+// DefaultMaxTokens is the output cap when neither
+// Config.MaxTokens nor Request.MaxTokens is set (the Messages API
 // requires one).
-const DefaultAnthropicMaxTokens = 4096
+const DefaultMaxTokens = 4096
 
-// AnthropicConfig configures the Anthropic Messages API provider.
-type AnthropicConfig struct {
+// Config configures the Anthropic Messages API provider.
+type Config struct {
 	// APIKey defaults to the ANTHROPIC_API_KEY environment variable.
 	APIKey string
 	// BaseURL defaults to https://api.anthropic.com.
 	BaseURL string
 	// Model is the default model; Request.Model overrides it. Required.
 	Model string
-	// MaxTokens is the default output cap; 0 means DefaultAnthropicMaxTokens.
+	// MaxTokens is the default output cap; 0 means DefaultMaxTokens.
 	MaxTokens int
 	// ThinkingBudget enables extended thinking with this many budget tokens
 	// (at least 1024, below the max tokens); 0 disables it.
@@ -35,15 +37,15 @@ type AnthropicConfig struct {
 }
 
 // Validate reports a missing model or a bad thinking budget.
-func (c AnthropicConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.Model == "" {
-		return configError("anthropic", "Model is required")
+		return llm.InvalidConfig("anthropic", "Model is required")
 	}
 	if c.MaxTokens < 0 {
-		return configError("anthropic", "MaxTokens %d is negative", c.MaxTokens)
+		return llm.InvalidConfig("anthropic", "MaxTokens %d is negative", c.MaxTokens)
 	}
 	if c.ThinkingBudget != 0 && c.ThinkingBudget < 1024 {
-		return configError("anthropic", "ThinkingBudget %d is below 1024", c.ThinkingBudget)
+		return llm.InvalidConfig("anthropic", "ThinkingBudget %d is below 1024", c.ThinkingBudget)
 	}
 	return nil
 }
@@ -53,31 +55,31 @@ func (c AnthropicConfig) Validate() error {
 // PartialText appends the partial answer as an assistant message and a user
 // ContinuePrompt, since current models reject assistant prefill. Safe for
 // concurrent use.
-type Anthropic struct {
-	cfg AnthropicConfig
-	svc anthropic.MessageService
+type Provider struct {
+	cfg Config
+	svc sdk.MessageService
 }
 
-var _ Provider = (*Anthropic)(nil)
+var _ llm.Provider = (*Provider)(nil)
 
-// NewAnthropic returns the provider. It fails with ErrMissingAPIKey
+// New returns the provider. It fails with ErrMissingAPIKey
 // ("llm: anthropic: ANTHROPIC_API_KEY is not set") when no key is configured
 // or in the environment, and with ErrInvalidConfig when Validate fails.
-func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
+func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey == "" {
 		var err error
-		if cfg.APIKey, err = envSecret("ANTHROPIC_API_KEY"); err != nil {
+		if cfg.APIKey, err = llm.EnvSecret("ANTHROPIC_API_KEY"); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.APIKey == "" {
-		return nil, &missingKeyError{provider: "anthropic", env: "ANTHROPIC_API_KEY"}
+		return nil, llm.MissingKey("anthropic", "ANTHROPIC_API_KEY")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxTokens == 0 {
-		cfg.MaxTokens = DefaultAnthropicMaxTokens
+		cfg.MaxTokens = DefaultMaxTokens
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -95,18 +97,18 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	return &Anthropic{cfg: cfg, svc: anthropic.NewMessageService(opts...)}, nil
+	return &Provider{cfg: cfg, svc: sdk.NewMessageService(opts...)}, nil
 }
 
 // Name returns "anthropic".
-func (p *Anthropic) Name() string { return "anthropic" }
+func (p *Provider) Name() string { return "anthropic" }
 
 // ResumesByID reports false: Anthropic continues from the text so far.
-func (p *Anthropic) ResumesByID() bool { return false }
+func (p *Provider) ResumesByID() bool { return false }
 
 // Model returns the configured model name (what a Request without Model
 // asks for).
-func (p *Anthropic) Model() string { return p.cfg.Model }
+func (p *Provider) Model() string { return p.cfg.Model }
 
 type anthropicBlock struct {
 	toolUse  bool
@@ -118,11 +120,11 @@ type anthropicBlock struct {
 // tool_use block yields ToolInputDelta fragments and a ToolCallDone at its
 // content_block_stop; message_stop yields Finish with the usage from
 // message_start and message_delta.
-func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(p.cfg.APIKey, func(s *sink) error {
+func (p *Provider) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Delta, error] {
+	return llm.NewStream(p.cfg.APIKey, func(s *llm.Sink) error {
 		params, err := p.params(req)
 		if err != nil {
-			return &Error{Provider: p.Name(), Err: err}
+			return &llm.Error{Provider: p.Name(), Err: err}
 		}
 		var opts []option.RequestOption
 		if req.IdempotencyKey != "" {
@@ -132,19 +134,19 @@ func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, er
 		defer st.Close()
 		blocks := map[int64]*anthropicBlock{}
 		var (
-			usage  Usage
+			usage  llm.Usage
 			reason string
 			id     string
 		)
 		for st.Next() {
 			ev := st.Current()
-			var d Delta
+			var d llm.Delta
 			switch ev.Type {
 			case "message_start":
 				id = ev.Message.ID
 				usage.InputTokens = ev.Message.Usage.InputTokens + ev.Message.Usage.CacheReadInputTokens + ev.Message.Usage.CacheCreationInputTokens
 				usage.OutputTokens = ev.Message.Usage.OutputTokens
-				d = Delta{Kind: ResponseMeta, ResponseID: id}
+				d = llm.Delta{Kind: llm.ResponseMeta, ResponseID: id}
 			case "content_block_start":
 				b := &anthropicBlock{}
 				if ev.ContentBlock.Type == "tool_use" {
@@ -155,16 +157,16 @@ func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, er
 			case "content_block_delta":
 				switch ev.Delta.Type {
 				case "text_delta":
-					d = Delta{Kind: TextDelta, Text: ev.Delta.Text}
+					d = llm.Delta{Kind: llm.TextDelta, Text: ev.Delta.Text}
 				case "thinking_delta":
-					d = Delta{Kind: ReasoningDelta, Text: ev.Delta.Thinking}
+					d = llm.Delta{Kind: llm.ReasoningDelta, Text: ev.Delta.Thinking}
 				case "input_json_delta":
 					b := blocks[ev.Index]
 					if b == nil || ev.Delta.PartialJSON == "" {
 						continue // the API may open the input with an empty fragment
 					}
 					b.input = append(b.input, ev.Delta.PartialJSON...)
-					d = Delta{Kind: ToolInputDelta, ToolCallID: b.id, ToolName: b.name, Text: ev.Delta.PartialJSON}
+					d = llm.Delta{Kind: llm.ToolInputDelta, ToolCallID: b.id, ToolName: b.name, Text: ev.Delta.PartialJSON}
 				default:
 					continue
 				}
@@ -173,7 +175,7 @@ func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, er
 				if b == nil || !b.toolUse {
 					continue
 				}
-				d = Delta{Kind: ToolCallDone, ToolCallID: b.id, ToolName: b.name, Input: json.RawMessage(rawInput(b.input))}
+				d = llm.Delta{Kind: llm.ToolCallDone, ToolCallID: b.id, ToolName: b.name, Input: json.RawMessage(llm.RawInput(b.input))}
 			case "message_delta":
 				reason = anthropicFinishReason(string(ev.Delta.StopReason))
 				if ev.Usage.OutputTokens > 0 {
@@ -185,111 +187,111 @@ func (p *Anthropic) Stream(ctx context.Context, req Request) iter.Seq2[Delta, er
 				continue
 			case "message_stop":
 				u := usage
-				s.send(Delta{Kind: Finish, FinishReason: reason, Usage: &u, ResponseID: id})
+				s.Send(llm.Delta{Kind: llm.Finish, FinishReason: reason, Usage: &u, ResponseID: id})
 				return nil
 			default:
 				continue
 			}
-			if !s.send(d) {
+			if !s.Send(d) {
 				return nil
 			}
 		}
 		if err := st.Err(); err != nil {
 			return p.classify(ctx, err)
 		}
-		if err := ctxErr(ctx); err != nil {
+		if err := llm.ContextErr(ctx); err != nil {
 			return err
 		}
-		return &Error{Provider: p.Name(), Retryable: true, Err: ErrStreamCut}
+		return &llm.Error{Provider: p.Name(), Retryable: true, Err: llm.ErrStreamCut}
 	})
 }
 
 // classify turns an SDK error into an *Error. An error event inside the
 // stream arrives as an *anthropic.Error with the 200 status of the stream
 // and the error type from its body.
-func (p *Anthropic) classify(ctx context.Context, err error) error {
-	if cerr := ctxErr(ctx); cerr != nil {
+func (p *Provider) classify(ctx context.Context, err error) error {
+	if cerr := llm.ContextErr(ctx); cerr != nil {
 		return cerr
 	}
-	var apiErr *anthropic.Error
+	var apiErr *sdk.Error
 	if !errors.As(err, &apiErr) {
-		return &Error{Provider: p.Name(), Retryable: true, Err: err}
+		return &llm.Error{Provider: p.Name(), Retryable: true, Err: err}
 	}
 	status := apiErr.StatusCode
 	if status == http.StatusOK {
 		status = 0
 	}
 	typ := apiErr.Type()
-	retry := retryableStatus(status)
+	retry := llm.RetryableStatus(status)
 	switch typ {
-	case anthropic.ErrorTypeRateLimitError, anthropic.ErrorTypeOverloadedError,
-		anthropic.ErrorTypeAPIError, anthropic.ErrorTypeTimeoutError:
+	case sdk.ErrorTypeRateLimitError, sdk.ErrorTypeOverloadedError,
+		sdk.ErrorTypeAPIError, sdk.ErrorTypeTimeoutError:
 		retry = true
-	case anthropic.ErrorTypeInvalidRequestError, anthropic.ErrorTypeAuthenticationError,
-		anthropic.ErrorTypePermissionError, anthropic.ErrorTypeNotFoundError,
-		anthropic.ErrorTypeBillingError:
+	case sdk.ErrorTypeInvalidRequestError, sdk.ErrorTypeAuthenticationError,
+		sdk.ErrorTypePermissionError, sdk.ErrorTypeNotFoundError,
+		sdk.ErrorTypeBillingError:
 		retry = false
 	}
-	return &Error{Provider: p.Name(), Retryable: retry, Status: status, Code: string(typ), Err: err}
+	return &llm.Error{Provider: p.Name(), Retryable: retry, Status: status, Code: string(typ), Err: err}
 }
 
 func anthropicFinishReason(r string) string {
 	switch r {
 	case "end_turn", "stop_sequence":
-		return FinishStop
+		return llm.FinishStop
 	case "tool_use":
-		return FinishToolCalls
+		return llm.FinishToolCalls
 	case "max_tokens":
-		return FinishLength
+		return llm.FinishLength
 	}
 	return r
 }
 
-func (p *Anthropic) params(req Request) (anthropic.MessageNewParams, error) {
+func (p *Provider) params(req llm.Request) (sdk.MessageNewParams, error) {
 	maxTokens := p.cfg.MaxTokens
 	if req.MaxTokens > 0 {
 		maxTokens = req.MaxTokens
 	}
-	params := anthropic.MessageNewParams{
-		Model:     anthropic.Model(req.model(p.cfg.Model)),
+	params := sdk.MessageNewParams{
+		Model:     sdk.Model(req.ModelOr(p.cfg.Model)),
 		MaxTokens: int64(maxTokens),
 	}
 	if req.System != "" {
-		params.System = []anthropic.TextBlockParam{{Text: req.System}}
+		params.System = []sdk.TextBlockParam{{Text: req.System}}
 	}
 	if p.cfg.ThinkingBudget > 0 {
-		params.Thinking = anthropic.ThinkingConfigParamOfEnabled(int64(p.cfg.ThinkingBudget))
+		params.Thinking = sdk.ThinkingConfigParamOfEnabled(int64(p.cfg.ThinkingBudget))
 	}
-	for _, m := range withContinuation(req) {
-		var blocks []anthropic.ContentBlockParamUnion
+	for _, m := range req.Input() {
+		var blocks []sdk.ContentBlockParamUnion
 		for _, part := range m.Parts {
 			switch {
 			case part.ToolCall != nil:
-				blocks = append(blocks, anthropic.NewToolUseBlock(part.ToolCall.ID, json.RawMessage(sentInput(part.ToolCall.Input)), part.ToolCall.Name))
+				blocks = append(blocks, sdk.NewToolUseBlock(part.ToolCall.ID, json.RawMessage(llm.SentInput(part.ToolCall.Input)), part.ToolCall.Name))
 			case part.ToolResult != nil:
-				blocks = append(blocks, anthropic.NewToolResultBlock(part.ToolResult.CallID, part.ToolResult.Output, part.ToolResult.IsError))
+				blocks = append(blocks, sdk.NewToolResultBlock(part.ToolResult.CallID, part.ToolResult.Output, part.ToolResult.IsError))
 			case part.Text != "":
-				blocks = append(blocks, anthropic.NewTextBlock(part.Text))
+				blocks = append(blocks, sdk.NewTextBlock(part.Text))
 			}
 		}
 		if len(blocks) == 0 {
 			continue
 		}
 		switch m.Role {
-		case RoleUser, RoleTool: // tool results travel in user messages
-			params.Messages = append(params.Messages, anthropic.NewUserMessage(blocks...))
-		case RoleAssistant:
-			params.Messages = append(params.Messages, anthropic.NewAssistantMessage(blocks...))
+		case llm.RoleUser, llm.RoleTool: // tool results travel in user messages
+			params.Messages = append(params.Messages, sdk.NewUserMessage(blocks...))
+		case llm.RoleAssistant:
+			params.Messages = append(params.Messages, sdk.NewAssistantMessage(blocks...))
 		default:
 			return params, fmt.Errorf("unknown role %q", m.Role)
 		}
 	}
 	for _, t := range req.Tools {
-		schema, err := toolSchema(t)
+		schema, err := t.SchemaMap()
 		if err != nil {
 			return params, fmt.Errorf("tool %q schema: %w", t.Name, err)
 		}
-		in := anthropic.ToolInputSchemaParam{ExtraFields: map[string]any{}}
+		in := sdk.ToolInputSchemaParam{ExtraFields: map[string]any{}}
 		for k, v := range schema {
 			switch k {
 			case "type":
@@ -307,11 +309,11 @@ func (p *Anthropic) params(req Request) (anthropic.MessageNewParams, error) {
 				in.ExtraFields[k] = v
 			}
 		}
-		tool := anthropic.ToolParam{Name: t.Name, InputSchema: in}
+		tool := sdk.ToolParam{Name: t.Name, InputSchema: in}
 		if t.Description != "" {
-			tool.Description = anthropic.String(t.Description)
+			tool.Description = sdk.String(t.Description)
 		}
-		params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &tool})
+		params.Tools = append(params.Tools, sdk.ToolUnionParam{OfTool: &tool})
 	}
 	return params, nil
 }

@@ -1,4 +1,4 @@
-package llm
+package openai
 
 import (
 	"context"
@@ -7,9 +7,11 @@ import (
 	"iter"
 	"net/http"
 
-	"github.com/openai/openai-go/v3"
+	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/forever-agents/forever/chat/llm"
 )
 
 // ChatCompletionsConfig configures an OpenAI-compatible Chat Completions
@@ -32,7 +34,7 @@ type ChatCompletionsConfig struct {
 // Validate reports a missing model.
 func (c ChatCompletionsConfig) Validate() error {
 	if c.Model == "" {
-		return configError("chatcompletions", "Model is required")
+		return llm.InvalidConfig("chatcompletions", "Model is required")
 	}
 	return nil
 }
@@ -43,10 +45,10 @@ func (c ChatCompletionsConfig) Validate() error {
 // sends the partial text and a ContinuePrompt. Safe for concurrent use.
 type ChatCompletions struct {
 	cfg ChatCompletionsConfig
-	svc openai.ChatCompletionService
+	svc sdk.ChatCompletionService
 }
 
-var _ Provider = (*ChatCompletions)(nil)
+var _ llm.Provider = (*ChatCompletions)(nil)
 
 // NewChatCompletions returns the provider. It fails with ErrMissingAPIKey
 // ("llm: chatcompletions: OPENAI_API_KEY is not set") when BaseURL is
@@ -59,13 +61,13 @@ func NewChatCompletions(cfg ChatCompletionsConfig) (*ChatCompletions, error) {
 			return nil, err
 		}
 		if cfg.APIKey == "" {
-			return nil, &missingKeyError{provider: "chatcompletions", env: "OPENAI_API_KEY"}
+			return nil, llm.MissingKey("chatcompletions", "OPENAI_API_KEY")
 		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &ChatCompletions{cfg: cfg, svc: openai.NewChatCompletionService(openAIOptions(cfg.APIKey, cfg.BaseURL, cfg.HTTPClient)...)}, nil
+	return &ChatCompletions{cfg: cfg, svc: sdk.NewChatCompletionService(openAIOptions(cfg.APIKey, cfg.BaseURL, cfg.HTTPClient)...)}, nil
 }
 
 // Name returns "chatcompletions".
@@ -87,11 +89,11 @@ type chatCall struct {
 // they stream and as ToolCallDone deltas, in the order they started, when
 // the choice finishes; a choice that finishes with "stop" after tool calls
 // finishes with FinishToolCalls. The Finish delta follows the usage chunk.
-func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
-	return stream(p.cfg.APIKey, func(s *sink) error {
+func (p *ChatCompletions) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Delta, error] {
+	return llm.NewStream(p.cfg.APIKey, func(s *llm.Sink) error {
 		params, err := p.params(req)
 		if err != nil {
-			return &Error{Provider: p.Name(), Err: err}
+			return &llm.Error{Provider: p.Name(), Err: err}
 		}
 		st := p.svc.NewStreaming(ctx, params, requestOptions(req)...)
 		defer st.Close()
@@ -102,31 +104,31 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 		byIndex := map[int64]*chatCall{}
 		var (
 			finish string
-			usage  *Usage
+			usage  *llm.Usage
 			metaID string
 		)
 		for st.Next() {
 			chunk := st.Current()
 			if metaID == "" && chunk.ID != "" {
 				metaID = chunk.ID
-				if !s.send(Delta{Kind: ResponseMeta, ResponseID: metaID}) {
+				if !s.Send(llm.Delta{Kind: llm.ResponseMeta, ResponseID: metaID}) {
 					return nil
 				}
 			}
 			if chunk.JSON.Usage.Valid() && chunk.Usage.JSON.CompletionTokens.Valid() {
-				usage = &Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+				usage = &llm.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
 			}
 			for _, ch := range chunk.Choices {
 				if ch.Index != 0 {
 					continue
 				}
 				if r := reasoningField(ch.Delta); r != "" {
-					if !s.send(Delta{Kind: ReasoningDelta, Text: r}) {
+					if !s.Send(llm.Delta{Kind: llm.ReasoningDelta, Text: r}) {
 						return nil
 					}
 				}
 				if ch.Delta.Content != "" {
-					if !s.send(Delta{Kind: TextDelta, Text: ch.Delta.Content}) {
+					if !s.Send(llm.Delta{Kind: llm.TextDelta, Text: ch.Delta.Content}) {
 						return nil
 					}
 				}
@@ -145,20 +147,20 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 					}
 					c.args = append(c.args, tc.Function.Arguments...)
 					if tc.Function.Arguments != "" {
-						if !s.send(Delta{Kind: ToolInputDelta, ToolCallID: c.id, ToolName: c.name, Text: tc.Function.Arguments}) {
+						if !s.Send(llm.Delta{Kind: llm.ToolInputDelta, ToolCallID: c.id, ToolName: c.name, Text: tc.Function.Arguments}) {
 							return nil
 						}
 					}
 				}
 				if ch.FinishReason != "" && finish == "" {
 					finish = ch.FinishReason
-					if finish == FinishStop && len(calls) > 0 {
+					if finish == llm.FinishStop && len(calls) > 0 {
 						// Some compatible servers report a turn that
 						// ends in tool calls as "stop".
-						finish = FinishToolCalls
+						finish = llm.FinishToolCalls
 					}
 					for _, c := range calls {
-						if !s.send(Delta{Kind: ToolCallDone, ToolCallID: c.id, ToolName: c.name, Input: json.RawMessage(rawInput(c.args))}) {
+						if !s.Send(llm.Delta{Kind: llm.ToolCallDone, ToolCallID: c.id, ToolName: c.name, Input: json.RawMessage(llm.RawInput(c.args))}) {
 							return nil
 						}
 					}
@@ -168,13 +170,13 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 		if err := st.Err(); err != nil {
 			return openAIError(ctx, p.Name(), err)
 		}
-		if err := ctxErr(ctx); err != nil {
+		if err := llm.ContextErr(ctx); err != nil {
 			return err
 		}
 		if finish == "" {
-			return &Error{Provider: p.Name(), Retryable: true, Err: ErrStreamCut}
+			return &llm.Error{Provider: p.Name(), Retryable: true, Err: llm.ErrStreamCut}
 		}
-		s.send(Delta{Kind: Finish, FinishReason: finish, Usage: usage, ResponseID: metaID})
+		s.Send(llm.Delta{Kind: llm.Finish, FinishReason: finish, Usage: usage, ResponseID: metaID})
 		return nil
 	})
 }
@@ -182,7 +184,7 @@ func (p *ChatCompletions) Stream(ctx context.Context, req Request) iter.Seq2[Del
 // reasoningField reads the non-standard reasoning text of compatible
 // servers: reasoning_content (vLLM, llama.cpp, DeepSeek) or reasoning
 // (Ollama).
-func reasoningField(d openai.ChatCompletionChunkChoiceDelta) string {
+func reasoningField(d sdk.ChatCompletionChunkChoiceDelta) string {
 	for _, name := range []string{"reasoning_content", "reasoning"} {
 		// Extra fields are never Valid (they have no declared type); read
 		// the raw JSON.
@@ -198,10 +200,10 @@ func reasoningField(d openai.ChatCompletionChunkChoiceDelta) string {
 	return ""
 }
 
-func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, error) {
-	params := openai.ChatCompletionNewParams{
-		Model:         shared.ChatModel(req.model(p.cfg.Model)),
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+func (p *ChatCompletions) params(req llm.Request) (sdk.ChatCompletionNewParams, error) {
+	params := sdk.ChatCompletionNewParams{
+		Model:         shared.ChatModel(req.ModelOr(p.cfg.Model)),
+		StreamOptions: sdk.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
 	}
 	if req.MaxTokens > 0 {
 		// max_tokens rather than max_completion_tokens: every compatible
@@ -209,32 +211,32 @@ func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, e
 		params.MaxTokens = param.NewOpt(int64(req.MaxTokens))
 	}
 	if req.System != "" {
-		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
+		params.Messages = append(params.Messages, sdk.SystemMessage(req.System))
 	}
-	for _, m := range withContinuation(req) {
+	for _, m := range req.Input() {
 		switch m.Role {
-		case RoleUser:
-			params.Messages = append(params.Messages, openai.UserMessage(messageText(m)))
-		case RoleAssistant:
-			var a openai.ChatCompletionAssistantMessageParam
-			if t := messageText(m); t != "" {
+		case llm.RoleUser:
+			params.Messages = append(params.Messages, sdk.UserMessage(m.PlainText()))
+		case llm.RoleAssistant:
+			var a sdk.ChatCompletionAssistantMessageParam
+			if t := m.PlainText(); t != "" {
 				a.Content.OfString = param.NewOpt(t)
 			}
 			for _, part := range m.Parts {
 				if tc := part.ToolCall; tc != nil {
-					a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-						OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					a.ToolCalls = append(a.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
+						OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
 							ID:       tc.ID,
-							Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: sentInput(tc.Input)},
+							Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: llm.SentInput(tc.Input)},
 						},
 					})
 				}
 			}
-			params.Messages = append(params.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
-		case RoleTool:
+			params.Messages = append(params.Messages, sdk.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case llm.RoleTool:
 			for _, part := range m.Parts {
 				if tr := part.ToolResult; tr != nil {
-					params.Messages = append(params.Messages, openai.ToolMessage(tr.Output, tr.CallID))
+					params.Messages = append(params.Messages, sdk.ToolMessage(tr.Output, tr.CallID))
 				}
 			}
 		default:
@@ -242,7 +244,7 @@ func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, e
 		}
 	}
 	for _, t := range req.Tools {
-		schema, err := toolSchema(t)
+		schema, err := t.SchemaMap()
 		if err != nil {
 			return params, fmt.Errorf("tool %q schema: %w", t.Name, err)
 		}
@@ -250,7 +252,7 @@ func (p *ChatCompletions) params(req Request) (openai.ChatCompletionNewParams, e
 		if t.Description != "" {
 			fd.Description = param.NewOpt(t.Description)
 		}
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
+		params.Tools = append(params.Tools, sdk.ChatCompletionFunctionTool(fd))
 	}
 	return params, nil
 }

@@ -1,4 +1,4 @@
-package llm
+package openai
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/forever-agents/forever/chat/llm"
 )
 
 // recover continues the response req.Continue.ResponseID. It first
@@ -16,7 +18,7 @@ import (
 // streamed again from after Continue.SequenceNumber (GET
 // /responses/{id}?stream=true&starting_after=N); any other response is
 // finished from its stored output.
-func (p *OpenAIResponses) recover(ctx context.Context, req Request, s *sink) error {
+func (p *Responses) recover(ctx context.Context, req llm.Request, s *llm.Sink) error {
 	c := req.Continue
 	resp, err := p.svc.Get(ctx, c.ResponseID, responses.ResponseGetParams{}, requestOptions(req)...)
 	if err != nil {
@@ -48,32 +50,32 @@ func (p *OpenAIResponses) recover(ctx context.Context, req Request, s *sink) err
 		return p.finishStored(resp, c, s)
 	case responses.ResponseStatusFailed:
 		code := string(resp.Error.Code)
-		return &Error{Provider: p.Name(), Retryable: retryableOpenAICode(code), Code: code,
+		return &llm.Error{Provider: p.Name(), Retryable: retryableOpenAICode(code), Code: code,
 			Err: fmt.Errorf("response %s failed: %s", resp.ID, resp.Error.Message)}
 	case responses.ResponseStatusQueued, responses.ResponseStatusInProgress:
-		return &Error{Provider: p.Name(), Retryable: true, Err: fmt.Errorf("%w: %s is %s", ErrNotReady, resp.ID, resp.Status)}
+		return &llm.Error{Provider: p.Name(), Retryable: true, Err: fmt.Errorf("%w: %s is %s", llm.ErrNotReady, resp.ID, resp.Status)}
 	default:
-		return &Error{Provider: p.Name(), Err: fmt.Errorf("%w: response %s is %s", ErrContinuation, resp.ID, resp.Status)}
+		return &llm.Error{Provider: p.Name(), Err: fmt.Errorf("%w: response %s is %s", llm.ErrContinuation, resp.ID, resp.Status)}
 	}
 }
 
 // finishStored yields the stored response's text after c.PartialText, its
 // function calls, and a Finish delta.
-func (p *OpenAIResponses) finishStored(resp *responses.Response, c *Continuation, s *sink) error {
+func (p *Responses) finishStored(resp *responses.Response, c *llm.Continuation, s *llm.Sink) error {
 	text := resp.OutputText()
 	if !strings.HasPrefix(text, c.PartialText) {
-		return &Error{Provider: p.Name(), Err: fmt.Errorf("%w: partial text is not a prefix of stored response %s", ErrContinuation, resp.ID)}
+		return &llm.Error{Provider: p.Name(), Err: fmt.Errorf("%w: partial text is not a prefix of stored response %s", llm.ErrContinuation, resp.ID)}
 	}
-	base := Delta{ResponseID: resp.ID, SequenceNumber: c.SequenceNumber}
+	base := llm.Delta{ResponseID: resp.ID, SequenceNumber: c.SequenceNumber}
 	meta := base
-	meta.Kind = ResponseMeta
-	if !s.send(meta) {
+	meta.Kind = llm.ResponseMeta
+	if !s.Send(meta) {
 		return nil
 	}
 	if rest := text[len(c.PartialText):]; rest != "" {
 		d := base
-		d.Kind, d.Text = TextDelta, rest
-		if !s.send(d) {
+		d.Kind, d.Text = llm.TextDelta, rest
+		if !s.Send(d) {
 			return nil
 		}
 	}
@@ -82,34 +84,34 @@ func (p *OpenAIResponses) finishStored(resp *responses.Response, c *Continuation
 			continue
 		}
 		d := base
-		d.Kind, d.ToolCallID, d.ToolName = ToolCallDone, item.CallID, item.Name
-		d.Input = json.RawMessage(rawInput(json.RawMessage(item.Arguments.OfString)))
-		if !s.send(d) {
+		d.Kind, d.ToolCallID, d.ToolName = llm.ToolCallDone, item.CallID, item.Name
+		d.Input = json.RawMessage(llm.RawInput(json.RawMessage(item.Arguments.OfString)))
+		if !s.Send(d) {
 			return nil
 		}
 	}
 	fin := base
-	fin.Kind = Finish
+	fin.Kind = llm.Finish
 	fin.FinishReason = responseFinishReason(*resp, false)
-	fin.Usage = &Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
-	s.send(fin)
+	fin.Usage = &llm.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
+	s.Send(fin)
 	return nil
 }
 
 // skipText returns a sink over s that drops the first n bytes of text
 // deltas.
-func skipText(s *sink, n int) *sink {
-	return &sink{yield: func(d Delta, err error) bool {
-		if d.Kind == TextDelta && n > 0 {
+func skipText(s *llm.Sink, n int) *llm.Sink {
+	return llm.NewSink(func(d llm.Delta, err error) bool {
+		if d.Kind == llm.TextDelta && n > 0 {
 			if len(d.Text) <= n {
 				n -= len(d.Text)
 				return true
 			}
 			d.Text, n = d.Text[n:], 0
 		}
-		if !s.send(d) {
+		if !s.Send(d) {
 			return false
 		}
 		return true
-	}}
+	})
 }

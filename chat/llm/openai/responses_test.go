@@ -1,4 +1,4 @@
-package llm_test
+package openai_test
 
 import (
 	"encoding/json"
@@ -10,11 +10,12 @@ import (
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/chat/llm/openai"
 )
 
-func newResponses(t *testing.T, srv *llmtest.Server, background bool) *llm.OpenAIResponses {
+func newResponses(t *testing.T, srv *llmtest.Server, background bool) *openai.Responses {
 	t.Helper()
-	p, err := llm.NewOpenAIResponses(llm.OpenAIResponsesConfig{APIKey: "sk-test", BaseURL: srv.URL + "/v1", Model: "gpt-test", Background: background})
+	p, err := openai.NewResponses(openai.ResponsesConfig{APIKey: "sk-test", BaseURL: srv.URL + "/v1", Model: "gpt-test", Background: background})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,32 +31,32 @@ func TestOpenAIResponsesStream(t *testing.T) {
 	srv := llmtest.NewServer(t, func(r llmtest.Request) llmtest.Reply { return llmtest.Stream(b.Events()) })
 	p := newResponses(t, srv, false)
 
-	req := userReq("hi")
+	req := llmtest.UserRequest("hi")
 	req.System = "be brief"
 	req.IdempotencyKey = "turn-1"
 	req.Tools = []llm.Tool{{Name: "get_weather", Description: "weather", Schema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)}}
-	r := collect(t, t.Context(), p, req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), p, req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if got, want := r.text, "Hello, world."; got != want {
+	if got, want := r.Text, "Hello, world."; got != want {
 		t.Errorf("text = %q, want %q", got, want)
 	}
-	if got, want := r.reasoning, "Thinking hard."; got != want {
+	if got, want := r.Reasoning, "Thinking hard."; got != want {
 		t.Errorf("reasoning = %q, want %q", got, want)
 	}
-	if d := r.deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "resp_1" || d.SequenceNumber != 0 {
+	if d := r.Deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "resp_1" || d.SequenceNumber != 0 {
 		t.Errorf("first delta = %+v, want ResponseMeta resp_1 seq 0", d)
 	}
 	var last int64 = -1
-	for _, d := range r.deltas {
+	for _, d := range r.Deltas {
 		if d.ResponseID != "resp_1" || d.SequenceNumber <= last {
 			t.Fatalf("delta %+v: want response id and increasing sequence numbers (last %d)", d, last)
 		}
 		last = d.SequenceNumber
 	}
 	var args string
-	for _, d := range r.kinds(llm.ToolInputDelta) {
+	for _, d := range r.Kinds(llm.ToolInputDelta) {
 		if d.ToolCallID != "call_1" || d.ToolName != "get_weather" {
 			t.Errorf("tool input delta %+v", d)
 		}
@@ -64,12 +65,12 @@ func TestOpenAIResponsesStream(t *testing.T) {
 	if args != `{"city":"Paris"}` {
 		t.Errorf("tool input deltas = %q", args)
 	}
-	calls := r.kinds(llm.ToolCallDone)
+	calls := r.Kinds(llm.ToolCallDone)
 	if len(calls) != 1 || calls[0].ToolCallID != "call_1" || calls[0].ToolName != "get_weather" || string(calls[0].Input) != `{"city":"Paris"}` {
 		t.Errorf("tool calls = %+v", calls)
 	}
-	if r.finish == nil || *r.finish.Usage != (llm.Usage{InputTokens: 11, OutputTokens: 22}) || r.finish.FinishReason != llm.FinishToolCalls {
-		t.Errorf("finish = %+v", r.finish)
+	if r.Finish == nil || *r.Finish.Usage != (llm.Usage{InputTokens: 11, OutputTokens: 22}) || r.Finish.FinishReason != llm.FinishToolCalls {
+		t.Errorf("finish = %+v", r.Finish)
 	}
 
 	reqs := srv.Requests()
@@ -126,19 +127,19 @@ func TestOpenAIResponsesFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return tt.reply })
-			r := collect(t, t.Context(), newResponses(t, srv, false), userReq("hi"))
-			t.Logf("err: %v", r.err)
-			e := wantErr(t, r.err, tt.retryable)
+			r := llmtest.Collect(t, t.Context(), newResponses(t, srv, false), llmtest.UserRequest("hi"))
+			t.Logf("err: %v", r.Err)
+			e := llmtest.WantError(t, r.Err, tt.retryable)
 			if e.Status != tt.status || e.Code != tt.code || e.Provider != "openai" {
 				t.Errorf("err = %#v, want status %d code %q", e, tt.status, tt.code)
 			}
-			if r.text != tt.text {
-				t.Errorf("text before error = %q, want %q", r.text, tt.text)
+			if r.Text != tt.text {
+				t.Errorf("text before error = %q, want %q", r.Text, tt.text)
 			}
-			if tt.cause != nil && !errors.Is(r.err, tt.cause) {
-				t.Errorf("err = %v, want cause %v", r.err, tt.cause)
+			if tt.cause != nil && !errors.Is(r.Err, tt.cause) {
+				t.Errorf("err = %v, want cause %v", r.Err, tt.cause)
 			}
-			if r.finish != nil {
+			if r.Finish != nil {
 				t.Error("Finish delta on a failed stream")
 			}
 		})
@@ -147,15 +148,15 @@ func TestOpenAIResponsesFailures(t *testing.T) {
 
 func TestOpenAIResponsesMissingKey(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "")
-	_, err := llm.NewOpenAIResponses(llm.OpenAIResponsesConfig{Model: "m"})
+	_, err := openai.NewResponses(openai.ResponsesConfig{Model: "m"})
 	if err == nil || err.Error() != "llm: openai: OPENAI_API_KEY is not set" || !errors.Is(err, llm.ErrMissingAPIKey) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("OPENAI_API_KEY", "sk-env")
-	if _, err := llm.NewOpenAIResponses(llm.OpenAIResponsesConfig{Model: "m"}); err != nil {
+	if _, err := openai.NewResponses(openai.ResponsesConfig{Model: "m"}); err != nil {
 		t.Fatalf("key from env: %v", err)
 	}
-	if _, err := llm.NewOpenAIResponses(llm.OpenAIResponsesConfig{}); !errors.Is(err, llm.ErrInvalidConfig) {
+	if _, err := openai.NewResponses(openai.ResponsesConfig{}); !errors.Is(err, llm.ErrInvalidConfig) {
 		t.Fatalf("no model: err = %v", err)
 	}
 }
@@ -184,12 +185,12 @@ func TestOpenAIResponsesBackgroundResume(t *testing.T) {
 	})
 	p := newResponses(t, srv, true)
 
-	r1 := collect(t, t.Context(), p, userReq("count"))
-	wantErr(t, r1.err, true)
-	if got, want := r1.text, "One two "; got != want {
+	r1 := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("count"))
+	llmtest.WantError(t, r1.Err, true)
+	if got, want := r1.Text, "One two "; got != want {
 		t.Fatalf("first attempt text = %q, want %q", got, want)
 	}
-	lastSeq := r1.deltas[len(r1.deltas)-1].SequenceNumber
+	lastSeq := r1.Deltas[len(r1.Deltas)-1].SequenceNumber
 	var post struct {
 		Background bool `json:"background"`
 		Store      bool `json:"store"`
@@ -198,22 +199,22 @@ func TestOpenAIResponsesBackgroundResume(t *testing.T) {
 		t.Fatalf("create request: background=%v store=%v err=%v", post.Background, post.Store, err)
 	}
 
-	req := userReq("count")
-	req.Continue = &llm.Continuation{ResponseID: r1.deltas[0].ResponseID, SequenceNumber: lastSeq, PartialText: r1.text}
-	r2 := collect(t, t.Context(), p, req)
-	if r2.err != nil {
-		t.Fatal(r2.err)
+	req := llmtest.UserRequest("count")
+	req.Continue = &llm.Continuation{ResponseID: r1.Deltas[0].ResponseID, SequenceNumber: lastSeq, PartialText: r1.Text}
+	r2 := llmtest.Collect(t, t.Context(), p, req)
+	if r2.Err != nil {
+		t.Fatal(r2.Err)
 	}
-	if got, want := r1.text+r2.text, "One two three four."; got != want {
+	if got, want := r1.Text+r2.Text, "One two three four."; got != want {
 		t.Fatalf("resumed text = %q, want %q", got, want)
 	}
-	for _, d := range r2.deltas {
+	for _, d := range r2.Deltas {
 		if d.SequenceNumber <= lastSeq {
 			t.Errorf("resumed delta with sequence %d <= %d", d.SequenceNumber, lastSeq)
 		}
 	}
-	if r2.finish == nil || r2.finish.Usage.OutputTokens != 4 {
-		t.Errorf("finish = %+v", r2.finish)
+	if r2.Finish == nil || r2.Finish.Usage.OutputTokens != 4 {
+		t.Errorf("finish = %+v", r2.Finish)
 	}
 	reqs := srv.Requests()
 	if got := reqs[len(reqs)-1].Query.Get("starting_after"); got != strconv.FormatInt(lastSeq, 10) {
@@ -223,19 +224,19 @@ func TestOpenAIResponsesBackgroundResume(t *testing.T) {
 	// The caller recorded the sequence number after "One " but stored
 	// "One two " (a stash lags the stored chunks): the overlap "two " is
 	// skipped, so no text comes twice.
-	seqAtOne := r1.deltas[len(r1.deltas)-2].SequenceNumber
+	seqAtOne := r1.Deltas[len(r1.Deltas)-2].SequenceNumber
 	req.Continue = &llm.Continuation{ResponseID: "resp_bg", SequenceNumber: seqAtOne, PartialText: "One two ", TextAtSequence: len("One ")}
-	r4 := collect(t, t.Context(), p, req)
-	if r4.err != nil || "One two "+r4.text != "One two three four." {
-		t.Fatalf("resume with a stored overlap: text %q err %v", r4.text, r4.err)
+	r4 := llmtest.Collect(t, t.Context(), p, req)
+	if r4.Err != nil || "One two "+r4.Text != "One two three four." {
+		t.Fatalf("resume with a stored overlap: text %q err %v", r4.Text, r4.Err)
 	}
 
 	// Only response.created (sequence 0) was received: starting_after=0 is
 	// still sent and the whole text follows.
 	req.Continue = &llm.Continuation{ResponseID: "resp_bg", SequenceNumber: 0}
-	r3 := collect(t, t.Context(), p, req)
-	if r3.err != nil || r3.text != "One two three four." {
-		t.Fatalf("resume from 0: text %q err %v", r3.text, r3.err)
+	r3 := llmtest.Collect(t, t.Context(), p, req)
+	if r3.Err != nil || r3.Text != "One two three four." {
+		t.Fatalf("resume from 0: text %q err %v", r3.Text, r3.Err)
 	}
 }
 
@@ -255,29 +256,29 @@ func TestOpenAIResponsesStoredRetrieval(t *testing.T) {
 		return llmtest.OpenAIError(400, "invalid_request_error", "", "unexpected "+r.Method+" "+r.Path+"?"+r.Query.Encode())
 	})
 	p := newResponses(t, srv, false)
-	r1 := collect(t, t.Context(), p, userReq("letters"))
-	wantErr(t, r1.err, true)
-	if r1.text != "Alpha " {
-		t.Fatalf("first attempt text = %q", r1.text)
+	r1 := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("letters"))
+	llmtest.WantError(t, r1.Err, true)
+	if r1.Text != "Alpha " {
+		t.Fatalf("first attempt text = %q", r1.Text)
 	}
-	req := userReq("letters")
-	req.Continue = &llm.Continuation{ResponseID: "resp_st", SequenceNumber: r1.deltas[len(r1.deltas)-1].SequenceNumber, PartialText: r1.text}
-	r2 := collect(t, t.Context(), p, req)
-	if r2.err != nil {
-		t.Fatal(r2.err)
+	req := llmtest.UserRequest("letters")
+	req.Continue = &llm.Continuation{ResponseID: "resp_st", SequenceNumber: r1.Deltas[len(r1.Deltas)-1].SequenceNumber, PartialText: r1.Text}
+	r2 := llmtest.Collect(t, t.Context(), p, req)
+	if r2.Err != nil {
+		t.Fatal(r2.Err)
 	}
-	if got, want := r1.text+r2.text, "Alpha beta gamma."; got != want {
+	if got, want := r1.Text+r2.Text, "Alpha beta gamma."; got != want {
 		t.Fatalf("recovered text = %q, want %q", got, want)
 	}
-	if r2.finish == nil || *r2.finish.Usage != (llm.Usage{InputTokens: 5, OutputTokens: 3}) || r2.finish.FinishReason != llm.FinishStop {
-		t.Errorf("finish = %+v", r2.finish)
+	if r2.Finish == nil || *r2.Finish.Usage != (llm.Usage{InputTokens: 5, OutputTokens: 3}) || r2.Finish.FinishReason != llm.FinishStop {
+		t.Errorf("finish = %+v", r2.Finish)
 	}
 
 	// A partial text that the stored response does not start with is refused.
 	req.Continue.PartialText = "Omega"
-	r3 := collect(t, t.Context(), p, req)
-	if e := wantErr(t, r3.err, false); !errors.Is(e, llm.ErrContinuation) {
-		t.Errorf("err = %v, want ErrContinuation", r3.err)
+	r3 := llmtest.Collect(t, t.Context(), p, req)
+	if e := llmtest.WantError(t, r3.Err, false); !errors.Is(e, llm.ErrContinuation) {
+		t.Errorf("err = %v, want ErrContinuation", r3.Err)
 	}
 }
 
@@ -287,11 +288,11 @@ func TestOpenAIResponsesContinueWithoutID(t *testing.T) {
 	srv := llmtest.NewServer(t, func(r llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewResponses("r2", "m", false).Text(" rest.").Completed(1, 1).Events())
 	})
-	req := userReq("go")
+	req := llmtest.UserRequest("go")
 	req.Continue = &llm.Continuation{PartialText: "The start"}
-	r := collect(t, t.Context(), newResponses(t, srv, false), req)
-	if r.err != nil || r.text != " rest." {
-		t.Fatalf("text %q err %v", r.text, r.err)
+	r := llmtest.Collect(t, t.Context(), newResponses(t, srv, false), req)
+	if r.Err != nil || r.Text != " rest." {
+		t.Fatalf("text %q err %v", r.Text, r.Err)
 	}
 	var body struct {
 		Input []struct{ Role, Content string } `json:"input"`

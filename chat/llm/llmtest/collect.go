@@ -1,25 +1,27 @@
-package llm_test
+package llmtest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
 )
 
-// result is everything one stream produced.
-type result struct {
-	deltas    []llm.Delta
-	text      string
-	reasoning string
-	finish    *llm.Delta
-	err       error
+// Result is everything one provider stream produced.
+type Result struct {
+	Deltas    []llm.Delta
+	Text      string
+	Reasoning string
+	Finish    *llm.Delta
+	Err       error
 }
 
-func (r result) kinds(k llm.DeltaKind) []llm.Delta {
+// Kinds returns the deltas of kind k, in order.
+func (r Result) Kinds(k llm.DeltaKind) []llm.Delta {
 	var out []llm.Delta
-	for _, d := range r.deltas {
+	for _, d := range r.Deltas {
 		if d.Kind == k {
 			out = append(out, d)
 		}
@@ -27,16 +29,18 @@ func (r result) kinds(k llm.DeltaKind) []llm.Delta {
 	return out
 }
 
-func collect(t *testing.T, ctx context.Context, p llm.Provider, req llm.Request) result {
+// Collect runs p's stream for req to its end and returns what it produced;
+// the first error ends it.
+func Collect(t testing.TB, ctx context.Context, p llm.Provider, req llm.Request) Result {
 	t.Helper()
-	var r result
+	var r Result
 	var text, reasoning strings.Builder
 	for d, err := range p.Stream(ctx, req) {
 		if err != nil {
-			r.err = err
+			r.Err = err
 			break
 		}
-		r.deltas = append(r.deltas, d)
+		r.Deltas = append(r.Deltas, d)
 		switch d.Kind {
 		case llm.TextDelta:
 			text.WriteString(d.Text)
@@ -44,25 +48,27 @@ func collect(t *testing.T, ctx context.Context, p llm.Provider, req llm.Request)
 			reasoning.WriteString(d.Text)
 		case llm.Finish:
 			f := d
-			r.finish = &f
+			r.Finish = &f
 		}
 	}
-	r.text, r.reasoning = text.String(), reasoning.String()
+	r.Text, r.Reasoning = text.String(), reasoning.String()
 	return r
 }
 
-func userReq(text string) llm.Request {
+// UserRequest is a request of one user message.
+func UserRequest(text string) llm.Request {
 	return llm.Request{Messages: []llm.Message{llm.Text(llm.RoleUser, text)}}
 }
 
-// wantErr checks that err is an *llm.Error of the given class.
-func wantErr(t *testing.T, err error, retryable bool) *llm.Error {
+// WantError fails t unless err is an *llm.Error of the given class, and
+// returns it.
+func WantError(t testing.TB, err error, retryable bool) *llm.Error {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("err = nil, want an *llm.Error (retryable=%v)", retryable)
 	}
-	e, ok := asError(err)
-	if !ok {
+	var e *llm.Error
+	if !errors.As(err, &e) {
 		t.Fatalf("err = %v (%T), want *llm.Error", err, err)
 	}
 	if got := e.Retryable; got != retryable {

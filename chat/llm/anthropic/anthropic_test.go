@@ -1,4 +1,4 @@
-package llm_test
+package anthropic_test
 
 import (
 	"encoding/json"
@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/chat/llm/anthropic"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
 )
 
-func newAnthropic(t *testing.T, srv *llmtest.Server) *llm.Anthropic {
+func newAnthropic(t *testing.T, srv *llmtest.Server) *anthropic.Provider {
 	t.Helper()
-	p, err := llm.NewAnthropic(llm.AnthropicConfig{APIKey: "ak-test", BaseURL: srv.URL, Model: "claude-test"})
+	p, err := anthropic.New(anthropic.Config{APIKey: "ak-test", BaseURL: srv.URL, Model: "claude-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,22 +26,22 @@ func TestAnthropicStream(t *testing.T) {
 		ToolUse("toolu_1", "search", `{"q": `, `"go"}`).
 		Stop("tool_use", 42).Events()
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return llmtest.Stream(events) })
-	req := userReq("hi")
+	req := llmtest.UserRequest("hi")
 	req.System = "sys"
 	req.IdempotencyKey = "k1"
 	req.Tools = []llm.Tool{{Name: "search", Description: "web", Schema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`)}}
-	r := collect(t, t.Context(), newAnthropic(t, srv), req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newAnthropic(t, srv), req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.text != "Hello there." || r.reasoning != "Hmm, ok." {
-		t.Errorf("text %q reasoning %q", r.text, r.reasoning)
+	if r.Text != "Hello there." || r.Reasoning != "Hmm, ok." {
+		t.Errorf("text %q reasoning %q", r.Text, r.Reasoning)
 	}
-	if d := r.deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "msg_1" {
+	if d := r.Deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "msg_1" {
 		t.Errorf("first delta %+v", d)
 	}
 	var args string
-	for _, d := range r.kinds(llm.ToolInputDelta) {
+	for _, d := range r.Kinds(llm.ToolInputDelta) {
 		if d.ToolCallID != "toolu_1" || d.ToolName != "search" {
 			t.Errorf("tool input delta %+v", d)
 		}
@@ -49,12 +50,12 @@ func TestAnthropicStream(t *testing.T) {
 	if args != `{"q": "go"}` {
 		t.Errorf("tool input = %q", args)
 	}
-	calls := r.kinds(llm.ToolCallDone)
+	calls := r.Kinds(llm.ToolCallDone)
 	if len(calls) != 1 || calls[0].ToolCallID != "toolu_1" || string(calls[0].Input) != `{"q": "go"}` {
 		t.Errorf("calls = %+v", calls)
 	}
-	if r.finish == nil || r.finish.FinishReason != llm.FinishToolCalls || *r.finish.Usage != (llm.Usage{InputTokens: 25, OutputTokens: 42}) {
-		t.Errorf("finish = %+v", r.finish)
+	if r.Finish == nil || r.Finish.FinishReason != llm.FinishToolCalls || *r.Finish.Usage != (llm.Usage{InputTokens: 25, OutputTokens: 42}) {
+		t.Errorf("finish = %+v", r.Finish)
 	}
 	rq := srv.Requests()[0]
 	if rq.Path != "/v1/messages" || rq.Header.Get("X-Api-Key") != "ak-test" || rq.Header.Get("Idempotency-Key") != "k1" {
@@ -76,7 +77,7 @@ func TestAnthropicStream(t *testing.T) {
 	if err := rq.Decode(&body); err != nil {
 		t.Fatal(err)
 	}
-	if body.Model != "claude-test" || body.MaxTokens != llm.DefaultAnthropicMaxTokens || !body.Stream ||
+	if body.Model != "claude-test" || body.MaxTokens != anthropic.DefaultMaxTokens || !body.Stream ||
 		len(body.System) != 1 || body.System[0].Text != "sys" || len(body.Tools) != 1 ||
 		body.Tools[0].InputSchema.Type != "object" || len(body.Tools[0].InputSchema.Required) != 1 {
 		t.Errorf("body = %s", rq.Body)
@@ -106,17 +107,17 @@ func TestAnthropicContinuationRequest(t *testing.T) {
 		}
 		return llmtest.Stream(llmtest.NewAnthropic("msg_2", "m", 9).Text(" time.").Stop("end_turn", 2).Events())
 	})
-	req := userReq("Tell a story")
+	req := llmtest.UserRequest("Tell a story")
 	req.Continue = &llm.Continuation{PartialText: "Once upon a"}
-	r := collect(t, t.Context(), newAnthropic(t, srv), req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newAnthropic(t, srv), req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if got, want := req.Continue.PartialText+r.text, "Once upon a time."; got != want {
+	if got, want := req.Continue.PartialText+r.Text, "Once upon a time."; got != want {
 		t.Errorf("text = %q, want %q", got, want)
 	}
-	if r.finish.FinishReason != llm.FinishStop {
-		t.Errorf("finish = %+v", r.finish)
+	if r.Finish.FinishReason != llm.FinishStop {
+		t.Errorf("finish = %+v", r.Finish)
 	}
 }
 
@@ -140,11 +141,11 @@ func TestAnthropicFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return tt.reply })
-			r := collect(t, t.Context(), newAnthropic(t, srv), userReq("x"))
-			t.Logf("err: %v", r.err)
-			e := wantErr(t, r.err, tt.retryable)
-			if e.Status != tt.status || e.Code != tt.code || r.text != tt.text || e.Provider != "anthropic" {
-				t.Errorf("err %#v (%v) text %q", e, e, r.text)
+			r := llmtest.Collect(t, t.Context(), newAnthropic(t, srv), llmtest.UserRequest("x"))
+			t.Logf("err: %v", r.Err)
+			e := llmtest.WantError(t, r.Err, tt.retryable)
+			if e.Status != tt.status || e.Code != tt.code || r.Text != tt.text || e.Provider != "anthropic" {
+				t.Errorf("err %#v (%v) text %q", e, e, r.Text)
 			}
 		})
 	}
@@ -152,16 +153,16 @@ func TestAnthropicFailures(t *testing.T) {
 
 func TestAnthropicConfig(t *testing.T) {
 	t.Setenv("ANTHROPIC_API_KEY", "")
-	_, err := llm.NewAnthropic(llm.AnthropicConfig{Model: "m"})
+	_, err := anthropic.New(anthropic.Config{Model: "m"})
 	if err == nil || err.Error() != "llm: anthropic: ANTHROPIC_API_KEY is not set" || !errors.Is(err, llm.ErrMissingAPIKey) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("ANTHROPIC_API_KEY", "from-env")
-	if _, err := llm.NewAnthropic(llm.AnthropicConfig{Model: "m"}); err != nil {
+	if _, err := anthropic.New(anthropic.Config{Model: "m"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []llm.AnthropicConfig{{}, {Model: "m", ThinkingBudget: 10}, {Model: "m", MaxTokens: -1}} {
-		if _, err := llm.NewAnthropic(c); !errors.Is(err, llm.ErrInvalidConfig) {
+	for _, c := range []anthropic.Config{{}, {Model: "m", ThinkingBudget: 10}, {Model: "m", MaxTokens: -1}} {
+		if _, err := anthropic.New(c); !errors.Is(err, llm.ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig", c, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package llm_test
+package openai_test
 
 import (
 	"encoding/json"
@@ -7,11 +7,12 @@ import (
 
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/chat/llm/openai"
 )
 
-func newChat(t *testing.T, srv *llmtest.Server) *llm.ChatCompletions {
+func newChat(t *testing.T, srv *llmtest.Server) *openai.ChatCompletions {
 	t.Helper()
-	p, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{BaseURL: srv.URL + "/v1", Model: "llama3"})
+	p, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{BaseURL: srv.URL + "/v1", Model: "llama3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,22 +30,22 @@ func TestChatCompletionsStream(t *testing.T) {
 		Usage(7, 9).
 		Done().Events()
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return llmtest.Stream(events) })
-	req := userReq("hello")
+	req := llmtest.UserRequest("hello")
 	req.System = "sys"
 	req.MaxTokens = 100
 	req.Tools = []llm.Tool{{Name: "lookup"}, {Name: "other"}}
-	r := collect(t, t.Context(), newChat(t, srv), req)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newChat(t, srv), req)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.text != "Hi there" || r.reasoning != "Let me think." {
-		t.Errorf("text %q reasoning %q", r.text, r.reasoning)
+	if r.Text != "Hi there" || r.Reasoning != "Let me think." {
+		t.Errorf("text %q reasoning %q", r.Text, r.Reasoning)
 	}
-	if d := r.deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "chatcmpl-1" {
+	if d := r.Deltas[0]; d.Kind != llm.ResponseMeta || d.ResponseID != "chatcmpl-1" {
 		t.Errorf("first delta %+v", d)
 	}
 	var args string
-	for _, d := range r.kinds(llm.ToolInputDelta) {
+	for _, d := range r.Kinds(llm.ToolInputDelta) {
 		if d.ToolCallID != "call_a" || d.ToolName != "lookup" {
 			t.Errorf("tool input delta %+v", d)
 		}
@@ -53,13 +54,13 @@ func TestChatCompletionsStream(t *testing.T) {
 	if args != `{"q":"x"}` {
 		t.Errorf("tool input = %q", args)
 	}
-	calls := r.kinds(llm.ToolCallDone)
+	calls := r.Kinds(llm.ToolCallDone)
 	if len(calls) != 2 || calls[0].ToolCallID != "call_a" || string(calls[0].Input) != `{"q":"x"}` ||
 		calls[1].ToolCallID != "call_b" || calls[1].ToolName != "other" || string(calls[1].Input) != `{}` {
 		t.Errorf("tool calls = %+v", calls)
 	}
-	if r.finish == nil || r.finish.FinishReason != llm.FinishToolCalls || r.finish.Usage == nil || *r.finish.Usage != (llm.Usage{InputTokens: 7, OutputTokens: 9}) {
-		t.Errorf("finish = %+v", r.finish)
+	if r.Finish == nil || r.Finish.FinishReason != llm.FinishToolCalls || r.Finish.Usage == nil || *r.Finish.Usage != (llm.Usage{InputTokens: 7, OutputTokens: 9}) {
+		t.Errorf("finish = %+v", r.Finish)
 	}
 	rq := srv.Requests()[0]
 	if rq.Path != "/v1/chat/completions" {
@@ -100,8 +101,8 @@ func TestChatCompletionsHistory(t *testing.T) {
 		{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c1", Name: "w", Input: json.RawMessage(`{"city":"Oslo"}`)}}}},
 		{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &llm.ToolResult{CallID: "c1", Output: "cold"}}}},
 	}, Continue: &llm.Continuation{PartialText: "It is"}}
-	r := collect(t, t.Context(), newChat(t, srv), req)
-	if r.err != nil || r.text != "ok" || r.finish.FinishReason != llm.FinishStop {
+	r := llmtest.Collect(t, t.Context(), newChat(t, srv), req)
+	if r.Err != nil || r.Text != "ok" || r.Finish.FinishReason != llm.FinishStop {
 		t.Fatalf("r = %+v", r)
 	}
 	var body struct {
@@ -145,11 +146,11 @@ func TestChatCompletionsFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return tt.reply })
-			r := collect(t, t.Context(), newChat(t, srv), userReq("x"))
-			t.Logf("err: %v", r.err)
-			e := wantErr(t, r.err, tt.retryable)
-			if e.Status != tt.status || r.text != tt.text || e.Provider != "chatcompletions" {
-				t.Errorf("err %#v text %q", e, r.text)
+			r := llmtest.Collect(t, t.Context(), newChat(t, srv), llmtest.UserRequest("x"))
+			t.Logf("err: %v", r.Err)
+			e := llmtest.WantError(t, r.Err, tt.retryable)
+			if e.Status != tt.status || r.Text != tt.text || e.Provider != "chatcompletions" {
+				t.Errorf("err %#v text %q", e, r.Text)
 			}
 		})
 	}
@@ -157,26 +158,26 @@ func TestChatCompletionsFailures(t *testing.T) {
 
 func TestChatCompletionsKey(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "")
-	_, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{Model: "gpt"})
+	_, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{Model: "gpt"})
 	if err == nil || err.Error() != "llm: chatcompletions: OPENAI_API_KEY is not set" || !errors.Is(err, llm.ErrMissingAPIKey) {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt"}); !errors.Is(err, llm.ErrMissingAPIKey) {
+	if _, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{BaseURL: "https://api.openai.com/v1", Model: "gpt"}); !errors.Is(err, llm.ErrMissingAPIKey) {
 		t.Fatalf("explicit openai URL: err = %v", err)
 	}
-	if _, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{BaseURL: "http://localhost:11434/v1", Model: "llama3"}); err != nil {
+	if _, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{BaseURL: "http://localhost:11434/v1", Model: "llama3"}); err != nil {
 		t.Fatalf("ollama without key: %v", err)
 	}
 
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewChat("c", "m").Text("ok").Finish("stop").Done().Events())
 	})
-	p, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{APIKey: "local-key", BaseURL: srv.URL + "/v1", Model: "m"})
+	p, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{APIKey: "local-key", BaseURL: srv.URL + "/v1", Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := collect(t, t.Context(), p, userReq("x"))
-	if r.err != nil || r.finish == nil || r.finish.Usage != nil {
+	r := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("x"))
+	if r.Err != nil || r.Finish == nil || r.Finish.Usage != nil {
 		t.Fatalf("r = %+v (usage must be nil when the server sends none)", r)
 	}
 	if got := srv.Requests()[0].Header.Get("Authorization"); got != "Bearer local-key" {

@@ -1,4 +1,4 @@
-package llm
+package openai
 
 import (
 	"context"
@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/openai/openai-go/v3"
+	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/forever-agents/forever/chat/llm"
 )
 
 // openAIKey resolves the API key: the configured one, else OPENAI_API_KEY,
@@ -19,7 +21,7 @@ func openAIKey(configured string) (string, error) {
 	if configured != "" {
 		return configured, nil
 	}
-	return envSecret("OPENAI_API_KEY")
+	return llm.EnvSecret("OPENAI_API_KEY")
 }
 
 // isOpenAIHost reports whether baseURL is empty (the default endpoint) or
@@ -53,7 +55,7 @@ func openAIOptions(apiKey, baseURL string, hc *http.Client) []option.RequestOpti
 	return opts
 }
 
-func requestOptions(req Request) []option.RequestOption {
+func requestOptions(req llm.Request) []option.RequestOption {
 	if req.IdempotencyKey == "" {
 		return nil
 	}
@@ -63,16 +65,16 @@ func requestOptions(req Request) []option.RequestOption {
 // openAIError classifies an error from the OpenAI SDK. It returns the
 // context's cause when ctx is done.
 func openAIError(ctx context.Context, provider string, err error) error {
-	if cerr := ctxErr(ctx); cerr != nil {
+	if cerr := llm.ContextErr(ctx); cerr != nil {
 		return cerr
 	}
-	var apiErr *openai.Error
+	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
 		code := apiErr.Code
 		if code == "" {
 			code = apiErr.Type
 		}
-		return &Error{Provider: provider, Retryable: retryableStatus(apiErr.StatusCode), Status: apiErr.StatusCode, Code: code, Err: err}
+		return &llm.Error{Provider: provider, Retryable: llm.RetryableStatus(apiErr.StatusCode), Status: apiErr.StatusCode, Code: code, Err: err}
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {
@@ -89,11 +91,11 @@ func openAIError(ctx context.Context, provider string, err error) error {
 		if c, ok := body.Error.Code.(string); ok && c != "" {
 			code = c
 		}
-		return &Error{Provider: provider, Retryable: retryableOpenAICode(code), Code: code, Err: err}
+		return &llm.Error{Provider: provider, Retryable: retryableOpenAICode(code), Code: code, Err: err}
 	}
 	// Transport failures, a cut connection (unexpected EOF), undecodable
 	// events: the request may succeed when tried again.
-	return &Error{Provider: provider, Retryable: true, Err: err}
+	return &llm.Error{Provider: provider, Retryable: true, Err: err}
 }
 
 // retryableOpenAICode classifies the code of an error event or a failed
@@ -111,45 +113,4 @@ func retryableOpenAICode(code string) bool {
 		return false
 	}
 	return true
-}
-
-// toolSchema decodes a tool's JSON Schema into a map; nil schema is an
-// empty object schema.
-func toolSchema(t Tool) (map[string]any, error) {
-	if len(t.Schema) == 0 {
-		return map[string]any{"type": "object", "properties": map[string]any{}}, nil
-	}
-	var m map[string]any
-	if err := json.Unmarshal(t.Schema, &m); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// rawInput returns the tool input, "{}" when empty.
-func rawInput(in json.RawMessage) string {
-	if len(in) == 0 {
-		return "{}"
-	}
-	return string(in)
-}
-
-// rawInputKey names the one field of the object that carries a tool input
-// that is not a JSON object back to a model.
-const rawInputKey = "_raw_input"
-
-// sentInput is a tool call's input as it is sent back in a request: a JSON
-// object. A model may have written anything (the chat layer answers such a
-// call with an error result), but Anthropic and some Chat Completions
-// servers (Ollama) reject a request whose history holds a call with input
-// that is not an object, so other input is wrapped as {"_raw_input": text}
-// where the model can still see what it wrote.
-func sentInput(in json.RawMessage) string {
-	s := rawInput(in)
-	var obj map[string]json.RawMessage
-	if json.Unmarshal([]byte(s), &obj) == nil && obj != nil {
-		return s
-	}
-	b, _ := json.Marshal(map[string]string{rawInputKey: s}) // a string map always marshals
-	return string(b)
 }

@@ -1,4 +1,4 @@
-package llm_test
+package llmtest_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/chat/llm/anthropic"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/chat/llm/openai"
 )
 
 // agentHistory is a request as the chat layer builds it in the second step
@@ -37,9 +39,9 @@ func TestOpenAIResponsesToolHistory(t *testing.T) {
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewResponses("r", "m", false).Text("ok").Completed(1, 1).Events())
 	})
-	r := collect(t, t.Context(), newResponses(t, srv, false), agentHistory())
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newResponses(t, srv, false), agentHistory())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	var body struct {
 		Input []map[string]any `json:"input"`
@@ -71,9 +73,9 @@ func TestChatCompletionsToolHistory(t *testing.T) {
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewChat("c", "m").Text("ok").Finish("stop").Done().Events())
 	})
-	r := collect(t, t.Context(), newChat(t, srv), agentHistory())
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newChat(t, srv), agentHistory())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	type call struct {
 		ID       string `json:"id"`
@@ -118,9 +120,9 @@ func TestAnthropicToolHistory(t *testing.T) {
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewAnthropic("msg", "m", 1).Text("ok").Stop("end_turn", 1).Events())
 	})
-	r := collect(t, t.Context(), newAnthropic(t, srv), agentHistory())
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newAnthropic(t, srv), agentHistory())
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	var body struct {
 		Messages []struct {
@@ -154,7 +156,7 @@ func TestAnthropicToolHistory(t *testing.T) {
 		}
 	}
 	if e, ok := m[2].Content[0]["is_error"]; ok && e != false {
-		t.Errorf("is_error of a good result = %v", e)
+		t.Errorf("is_error of a good llmtest.Result = %v", e)
 	}
 }
 
@@ -182,13 +184,13 @@ func TestToolCallStreams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return tt.reply })
-			r := collect(t, t.Context(), tt.p(t, srv), userReq("weather?"))
-			if r.err != nil {
-				t.Fatal(r.err)
+			r := llmtest.Collect(t, t.Context(), tt.p(t, srv), llmtest.UserRequest("weather?"))
+			if r.Err != nil {
+				t.Fatal(r.Err)
 			}
 			var kinds []llm.DeltaKind
 			var pieces []string
-			for _, d := range r.deltas {
+			for _, d := range r.Deltas {
 				if d.Kind == llm.ToolInputDelta {
 					if d.ToolCallID != "call_w" || d.ToolName != "weather" {
 						t.Errorf("piece %+v without the call's id and name", d)
@@ -205,12 +207,12 @@ func TestToolCallStreams(t *testing.T) {
 			if !reflect.DeepEqual(pieces, args) {
 				t.Errorf("pieces %q, want %q", pieces, args)
 			}
-			done := r.kinds(llm.ToolCallDone)
+			done := r.Kinds(llm.ToolCallDone)
 			if len(done) != 1 || done[0].ToolCallID != "call_w" || done[0].ToolName != "weather" || string(done[0].Input) != `{"city": "Oslo"}` {
 				t.Errorf("ToolCallDone = %+v", done)
 			}
-			if r.finish.FinishReason != llm.FinishToolCalls {
-				t.Errorf("FinishReason = %q, want %q", r.finish.FinishReason, llm.FinishToolCalls)
+			if r.Finish.FinishReason != llm.FinishToolCalls {
+				t.Errorf("FinishReason = %q, want %q", r.Finish.FinishReason, llm.FinishToolCalls)
 			}
 		})
 	}
@@ -234,16 +236,16 @@ func TestChatCompletionsToolCallsWithoutIndex(t *testing.T) {
 		{Seq: -1, Data: "[DONE]"},
 	}
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply { return llmtest.Stream(events) })
-	r := collect(t, t.Context(), newChat(t, srv), userReq("x"))
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := llmtest.Collect(t, t.Context(), newChat(t, srv), llmtest.UserRequest("x"))
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	done := r.kinds(llm.ToolCallDone)
+	done := r.Kinds(llm.ToolCallDone)
 	if len(done) != 2 || done[0].ToolCallID != "call_a" || done[0].ToolName != "weather" || string(done[0].Input) != `{"city":"Oslo"}` ||
 		done[1].ToolCallID != "call_b" || done[1].ToolName != "time" || string(done[1].Input) != `{}` {
 		t.Errorf("ToolCallDone = %+v", done)
 	}
-	for _, d := range r.kinds(llm.ToolInputDelta) {
+	for _, d := range r.Kinds(llm.ToolInputDelta) {
 		if (d.ToolCallID == "call_a") != (d.ToolName == "weather") {
 			t.Errorf("piece %+v names the wrong call", d)
 		}
@@ -277,15 +279,15 @@ func TestOpenAIResponsesResumeInsideToolCall(t *testing.T) {
 		}
 	})
 	p := newResponses(t, srv, true)
-	r1 := collect(t, t.Context(), p, userReq("weather?"))
-	wantErr(t, r1.err, true)
-	req := userReq("weather?")
-	req.Continue = &llm.Continuation{ResponseID: "resp_t", SequenceNumber: r1.deltas[len(r1.deltas)-1].SequenceNumber}
-	r2 := collect(t, t.Context(), p, req)
-	if r2.err != nil {
-		t.Fatal(r2.err)
+	r1 := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("weather?"))
+	llmtest.WantError(t, r1.Err, true)
+	req := llmtest.UserRequest("weather?")
+	req.Continue = &llm.Continuation{ResponseID: "resp_t", SequenceNumber: r1.Deltas[len(r1.Deltas)-1].SequenceNumber}
+	r2 := llmtest.Collect(t, t.Context(), p, req)
+	if r2.Err != nil {
+		t.Fatal(r2.Err)
 	}
-	pieces := r2.kinds(llm.ToolInputDelta)
+	pieces := r2.Kinds(llm.ToolInputDelta)
 	if len(pieces) != 2 {
 		t.Fatalf("resumed pieces %+v", pieces)
 	}
@@ -294,8 +296,35 @@ func TestOpenAIResponsesResumeInsideToolCall(t *testing.T) {
 			t.Errorf("resumed piece %+v without the call's id and name", d)
 		}
 	}
-	done := r2.kinds(llm.ToolCallDone)
-	if len(done) != 1 || string(done[0].Input) != `{"city": "Oslo"}` || r2.finish.FinishReason != llm.FinishToolCalls {
-		t.Errorf("done %+v finish %+v", done, r2.finish)
+	done := r2.Kinds(llm.ToolCallDone)
+	if len(done) != 1 || string(done[0].Input) != `{"city": "Oslo"}` || r2.Finish.FinishReason != llm.FinishToolCalls {
+		t.Errorf("done %+v finish %+v", done, r2.Finish)
 	}
+}
+
+func newResponses(t *testing.T, srv *llmtest.Server, background bool) *openai.Responses {
+	t.Helper()
+	p, err := openai.NewResponses(openai.ResponsesConfig{APIKey: "sk-test", BaseURL: srv.URL + "/v1", Model: "gpt-test", Background: background})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newChat(t *testing.T, srv *llmtest.Server) *openai.ChatCompletions {
+	t.Helper()
+	p, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{BaseURL: srv.URL + "/v1", Model: "llama3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newAnthropic(t *testing.T, srv *llmtest.Server) *anthropic.Provider {
+	t.Helper()
+	p, err := anthropic.New(anthropic.Config{APIKey: "ak-test", BaseURL: srv.URL, Model: "claude-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,4 +1,4 @@
-package llm_test
+package anthropic_test
 
 import (
 	"errors"
@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/chat/llm/anthropic"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/chat/llm/openai"
 )
 
 // A key can come from the file named by <VAR>_FILE (Docker and Kubernetes
@@ -23,25 +25,25 @@ func TestKeyFromFile(t *testing.T) {
 	}
 	t.Setenv("ANTHROPIC_API_KEY", "")
 	t.Setenv("ANTHROPIC_API_KEY_FILE", path)
-	p, err := llm.NewAnthropic(llm.AnthropicConfig{BaseURL: srv.URL, Model: "claude"})
+	p, err := anthropic.New(anthropic.Config{BaseURL: srv.URL, Model: "claude"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := collect(t, t.Context(), p, userReq("x")); r.err != nil {
-		t.Fatal(r.err)
+	if r := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("x")); r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	if got := srv.Requests()[0].Header.Get("X-Api-Key"); got != "ak-from-file" {
 		t.Fatalf("key sent = %q, want the file's, trimmed", got)
 	}
 
 	t.Setenv("ANTHROPIC_API_KEY_FILE", filepath.Join(t.TempDir(), "missing"))
-	_, err = llm.NewAnthropic(llm.AnthropicConfig{BaseURL: srv.URL, Model: "claude"})
+	_, err = anthropic.New(anthropic.Config{BaseURL: srv.URL, Model: "claude"})
 	if !errors.Is(err, llm.ErrInvalidConfig) || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY_FILE") {
 		t.Fatalf("missing key file: %v", err)
 	}
 	t.Setenv("OPENAI_API_KEY", "")
 	t.Setenv("OPENAI_API_KEY_FILE", path)
-	if _, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{Model: "gpt"}); err != nil {
+	if _, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{Model: "gpt"}); err != nil {
 		t.Fatalf("OpenAI key from file: %v", err)
 	}
 }
@@ -54,16 +56,16 @@ func TestKeyRedactedFromErrors(t *testing.T) {
 	srv := llmtest.NewServer(t, func(llmtest.Request) llmtest.Reply {
 		return llmtest.Stream(llmtest.NewChat("c", "m").Text("pa").Error("invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+key+".").Events())
 	})
-	p, err := llm.NewChatCompletions(llm.ChatCompletionsConfig{APIKey: key, BaseURL: srv.URL + "/v1", Model: "m"})
+	p, err := openai.NewChatCompletions(openai.ChatCompletionsConfig{APIKey: key, BaseURL: srv.URL + "/v1", Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := collect(t, t.Context(), p, userReq("x"))
+	r := llmtest.Collect(t, t.Context(), p, llmtest.UserRequest("x"))
 	var e *llm.Error
-	if !errors.As(r.err, &e) || e.Provider != "chatcompletions" {
-		t.Fatalf("err = %v, want an *llm.Error", r.err)
+	if !errors.As(r.Err, &e) || e.Provider != "chatcompletions" {
+		t.Fatalf("err = %v, want an *llm.Error", r.Err)
 	}
-	if strings.Contains(r.err.Error(), key) || !strings.Contains(r.err.Error(), "Incorrect API key provided: [redacted]") {
-		t.Fatalf("error text %q, want the key redacted", r.err.Error())
+	if strings.Contains(r.Err.Error(), key) || !strings.Contains(r.Err.Error(), "Incorrect API key provided: [redacted]") {
+		t.Fatalf("error text %q, want the key redacted", r.Err.Error())
 	}
 }
