@@ -61,7 +61,8 @@
 //     Gone {"code":410,"error":"chunks expired: ..."}; an idle chat without
 //     ?after= stays 204.
 //   - POST /v1/chat/{id}/stop: Chats.Stop; 200 {"stopped": bool}.
-//   - GET /v1/chat/{id}/messages: Chats.Messages as JSON.
+//   - GET /v1/chat/{id}/messages[?limit=N&after=<message id>]:
+//     Chats.Messages as JSON, a page when the query asks for one.
 //   - GET /v1/chat/{id}/ws: the WebSocket protocol below.
 //   - GET /: the chat page (web/index.html).
 //

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,9 +28,22 @@ type Chats interface {
 	Send(ctx context.Context, agent string, body json.RawMessage) (Turn, error)
 	// Stop stops the agent's running turn; stopped is false when none ran.
 	Stop(ctx context.Context, agent string) (stopped bool, err error)
-	// Messages returns the conversation, encoded as JSON as it is.
-	Messages(ctx context.Context, agent string) (any, error)
+	// Messages returns a page of the conversation, encoded as JSON as it
+	// is: {"messages":[...],"next":"<message id>"}. A zero q asks for the
+	// whole conversation.
+	Messages(ctx context.Context, agent string, q MessagesQuery) (any, error)
 }
+
+// MessagesQuery is a page of a conversation: the messages after the one
+// with id After ("" for the first), at most Limit of them (0: the
+// implementation's page). GET /v1/chat/{id}/messages?limit=N&after=<id>.
+type MessagesQuery struct {
+	After string
+	Limit int
+}
+
+// MaxMessagesLimit is the largest limit a messages query takes.
+const MaxMessagesLimit = 1000
 
 // Turn identifies a turn started by Chats.Send.
 type Turn struct {
@@ -244,6 +258,26 @@ func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // agentOf returns the {id} path value, checked to be a usable agent id.
+// messagesQuery reads ?limit=N&after=<message id>.
+func messagesQuery(r *http.Request) (MessagesQuery, error) {
+	var q MessagesQuery
+	v := r.URL.Query()
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxMessagesLimit {
+			return q, badRequest("limit %q is not a whole number from 1 to %d", s, MaxMessagesLimit)
+		}
+		q.Limit = n
+	}
+	if s := v.Get("after"); s != "" {
+		if !eventlog.ValidToken(s) {
+			return q, badRequest("after %q is not a message id", s)
+		}
+		q.After = s
+	}
+	return q, nil
+}
+
 func agentOf(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !eventlog.ValidToken(id) {
@@ -406,7 +440,12 @@ func (g *Gateway) getMessages(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	msgs, err := g.cfg.Chats.Messages(r.Context(), agent)
+	q, err := messagesQuery(r)
+	if err != nil {
+		g.writeError(w, r, err)
+		return
+	}
+	msgs, err := g.cfg.Chats.Messages(r.Context(), agent, q)
 	if err != nil {
 		g.writeError(w, r, err)
 		return

@@ -103,7 +103,7 @@ func (f *fakeChats) Stop(ctx context.Context, agent string) (bool, error) {
 	return true, nil
 }
 
-func (f *fakeChats) Messages(ctx context.Context, agent string) (any, error) {
+func (f *fakeChats) Messages(ctx context.Context, agent string, _ replay.MessagesQuery) (any, error) {
 	if agent == "missing" {
 		return nil, apierror.New(apierror.NotFound, "no chat %q", agent).WithCause(chat.ErrNotFound)
 	}

@@ -159,10 +159,17 @@ type Agent struct {
 const pageOverhead = 256
 
 // page returns the messages of p, as Messages does, but no more than fit
-// in budget bytes of JSON: a page that would be larger ends early and its
-// next continues it. A single message larger than budget is ErrTooLarge,
-// naming it: it cannot be carried by one reply.
+// in budget bytes of JSON (pageMessages).
 func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
+	return pageMessages(c.Messages, p, budget)
+}
+
+// pageMessages reads p's messages through read, but no more than fit in
+// budget bytes of JSON: a page that would be larger ends early and its
+// next continues it. A single message larger than budget is ErrTooLarge,
+// naming it: it cannot be carried by one reply. The messages verb and GET
+// /v1/chat/{id}/messages page alike.
+func pageMessages(read func(chat.Page) ([]chat.Message, string, error), p chat.Page, budget int) ([]chat.Message, string, error) {
 	const chunk = 64 // messages read from the view at a time
 	var out []chat.Message
 	size := pageOverhead
@@ -172,7 +179,7 @@ func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
 		if p.Limit > 0 {
 			lim = min(chunk, p.Limit-len(out))
 		}
-		msgs, next, err := c.Messages(chat.Page{After: after, Limit: lim})
+		msgs, next, err := read(chat.Page{After: after, Limit: lim})
 		if err != nil {
 			return out, "", err
 		}

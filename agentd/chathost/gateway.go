@@ -73,20 +73,33 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 	return m["cancelled"], nil
 }
 
-// Messages returns the whole visible conversation as the messages verb's
-// page, {"messages":[{id, role, parts}...],"next":""}: one shape on both
-// transports; over HTTP the page is the whole conversation.
-func (g gatewayChats) Messages(ctx context.Context, agent string) (any, error) {
+// Messages returns a page of the visible conversation as the messages
+// verb's page, {"messages":[{id, role, parts}...],"next":"<id>"}: one shape
+// on both transports. With a limit or an after it pages as the verb does,
+// by count and by bytes; a zero q is the whole conversation in one page
+// (the AI SDK and the chat page read it so), with "next":"".
+func (g gatewayChats) Messages(ctx context.Context, agent string, q replay.MessagesQuery) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
 		return nil, host.ClientError(err)
 	}
 	if err := g.settle(ctx, agent); err != nil {
 		return nil, host.ClientError(err)
 	}
+	read := func(p chat.Page) ([]chat.Message, string, error) { return g.chats.Store().Messages(agent, p) }
+	if q != (replay.MessagesQuery{}) {
+		msgs, next, err := pageMessages(read, chat.Page{After: q.After, Limit: q.Limit}, g.host.MaxReply())
+		if err != nil {
+			return nil, host.ClientError(err)
+		}
+		if msgs == nil {
+			msgs = []chat.Message{}
+		}
+		return map[string]any{"messages": msgs, "next": next}, nil
+	}
 	var all []chat.Message
 	page := chat.Page{Limit: 500}
 	for {
-		msgs, next, err := g.chats.Store().Messages(agent, page)
+		msgs, next, err := read(page)
 		if err != nil {
 			return nil, host.ClientError(err)
 		}
