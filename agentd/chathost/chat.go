@@ -219,7 +219,10 @@ type Request struct {
 	// Parent is set by a sub-agent call of another agent's turn
 	// (chat.ParentRef): the call, and the chain of its callers.
 	Parent *chat.ParentRef `json:"parent,omitempty"`
-	Body   json.RawMessage `json:"-"`
+	// Body is the request context the turn keeps: the payload without
+	// its messages (requestContext), so a turn's events do not grow with
+	// the conversation a client sends along.
+	Body json.RawMessage `json:"-"`
 	// Answering is set when an AI SDK body's last message is the waiting
 	// assistant message with tool calls answered (an approval response,
 	// a client tool's result): the turn resumes it.
@@ -497,7 +500,7 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 		// A client sees apierror's sentence (host.ClientError finds it).
 		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
 	}
-	req.Body = data
+	req.Body = requestContext(data)
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
 		last := req.Messages[len(req.Messages)-1]
 		if last.Role == chat.RoleAssistant {
