@@ -46,7 +46,12 @@ const (
 	DefaultJetStreamMaxMemory = 256 << 20 // 256 MiB
 	DefaultJetStreamMaxStore  = 10 << 30  // 10 GiB
 	DefaultChunkMaxAge        = 24 * time.Hour
-	DefaultIdleTimeout        = 2 * time.Minute
+	// DefaultAgentEventsMax and DefaultAgentEventsMaxAge bound what the
+	// agent events stream keeps of each agent's broadcasts and state
+	// changes: its newest 1,000, for a day.
+	DefaultAgentEventsMax    = 1000
+	DefaultAgentEventsMaxAge = 24 * time.Hour
+	DefaultIdleTimeout       = 2 * time.Minute
 	// DefaultMaxTurns bounds the chat turns running at once on a node.
 	DefaultMaxTurns = 1000
 
@@ -105,6 +110,13 @@ type Config struct {
 	// stream's MaxAge is a safety cap at eventlog.DefaultChunkSafetyFactor
 	// times this. Default 24h.
 	ChunkMaxAge time.Duration
+	// AgentEventsMax and AgentEventsMaxAge bound the stored agent events
+	// (broadcasts and state changes, resumable from a cursor on GET
+	// /v1/agents/{id}/events): at most AgentEventsMax per agent, none older
+	// than AgentEventsMaxAge. Defaults DefaultAgentEventsMax and
+	// DefaultAgentEventsMaxAge.
+	AgentEventsMax    int
+	AgentEventsMaxAge time.Duration
 	// MaxTurns bounds the chat turns running at once on this node: past
 	// it a new turn is refused with 503 and Retry-After (recovered turns are
 	// always admitted). Default 1000; negative: no limit.
@@ -324,6 +336,12 @@ func (c *Config) SetDefaults() {
 	if c.ChunkMaxAge == 0 {
 		c.ChunkMaxAge = DefaultChunkMaxAge
 	}
+	if c.AgentEventsMax == 0 {
+		c.AgentEventsMax = DefaultAgentEventsMax
+	}
+	if c.AgentEventsMaxAge == 0 {
+		c.AgentEventsMaxAge = DefaultAgentEventsMaxAge
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -395,6 +413,8 @@ func (c *Config) Validate() error {
 		{"js-max-memory", c.JetStreamMaxMemory},
 		{"js-max-store", c.JetStreamMaxStore},
 		{"chunk-max-age", int64(c.ChunkMaxAge)},
+		{"agent-events-max", int64(c.AgentEventsMax)},
+		{"agent-events-max-age", int64(c.AgentEventsMaxAge)},
 		{"idle-timeout", int64(c.IdleTimeout)},
 		{"schedule-timeout", int64(c.ScheduleTimeout)},
 		{"compact-bytes", c.CompactBytes},

@@ -106,6 +106,10 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"partition lease TTL: how long agents of a dead node wait before another node takes them")
 	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,
 		"how long a chat stream's chunks are kept after the stream ended (10x this caps even a streaming turn)")
+	fs.IntVar(&cfg.AgentEventsMax, "agent-events-max", cfg.AgentEventsMax,
+		"how many of each agent's broadcasts and state changes are kept, resumable from a cursor on /v1/agents/{id}/events")
+	fs.DurationVar(&cfg.AgentEventsMaxAge, "agent-events-max-age", cfg.AgentEventsMaxAge,
+		"how long an agent's broadcasts and state changes are kept")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
 	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", cfg.ScheduleTimeout,

@@ -492,6 +492,13 @@ func (l *Log) useDB() (db *pebble.DB, release func(), err error) {
 // lifecycle events.
 func (l *Log) EventsStream() string { return l.cfg.EventsStream }
 
+// Replicas returns the replicas of the log's streams.
+func (l *Log) Replicas() int { return l.cfg.Replicas }
+
+// JetStream returns the log's JetStream context, for a stream of the
+// daemon's own beside the log's two (the agent events).
+func (l *Log) JetStream() jetstream.JetStream { return l.js }
+
 // ChunksStream returns the name of the JetStream stream of chat chunks.
 func (l *Log) ChunksStream() string { return l.cfg.ChunksStream }
 

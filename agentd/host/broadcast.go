@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/agentd"
@@ -38,21 +38,22 @@ type StateMessage struct {
 // changes are published on: <prefix>.bcast.<agent>.
 func BroadcastSubject(prefix, agent string) string { return prefix + ".bcast." + agent }
 
-// publisher publishes one agent's messages on its broadcast subject with
-// core NATS: no history, no acknowledgement, in order from this process.
+// publisher publishes one agent's messages on its broadcast subject, stored
+// in the agent events stream: a publish returns once the message is
+// stored, in order from this process.
 type publisher struct {
-	conn    *nats.Conn
+	js      jetstream.JetStream
 	subject string
 	max     int64
 	counted *prometheus.CounterVec
 }
 
 func (h *Host) publisher(agent string) *publisher {
-	return &publisher{conn: h.deps.Conn, subject: BroadcastSubject(h.deps.Log.Prefix(), agent),
+	return &publisher{js: h.deps.Log.JetStream(), subject: BroadcastSubject(h.deps.Log.Prefix(), agent),
 		max: h.deps.Log.MaxPayload(), counted: h.bcast}
 }
 
-func (p *publisher) publish(kind string, msg any) error {
+func (p *publisher) publish(ctx context.Context, kind string, msg any) error {
 	if p == nil {
 		return fmt.Errorf("%w: this agent was not built by a host", ErrUnavailable)
 	}
@@ -63,7 +64,9 @@ func (p *publisher) publish(kind string, msg any) error {
 	if int64(len(data)) > p.max {
 		return fmt.Errorf("%w: %s message of %d bytes, the server takes %d", ErrTooLarge, kind, len(data), p.max)
 	}
-	if err := p.conn.Publish(p.subject, data); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, agentEventsPublishTimeout)
+	defer cancel()
+	if _, err := p.js.Publish(ctx, p.subject, data); err != nil {
 		return fmt.Errorf("%w: publish %s: %w", ErrUnavailable, kind, err)
 	}
 	p.counted.WithLabelValues(kind).Inc()
@@ -72,19 +75,20 @@ func (p *publisher) publish(kind string, msg any) error {
 
 // Broadcast sends v, any value that encodes to JSON, to the agent's
 // clients: {"type":"broadcast","data":v} on <prefix>.bcast.<agent> and on
-// GET /v1/agents/{id}/events. It is fire-and-forget progress: not stored,
-// not replayed, seen only by the clients connected now, in the order this
-// agent published. A turn's awaited results belong in its chat stream
-// (data-* parts), which is durable and resumable.
+// GET /v1/agents/{id}/events. It returns once the message is stored in the
+// agent events stream, where a client resumes from its cursor; the stream
+// keeps the agent's newest --agent-events-max messages for
+// --agent-events-max-age. A turn's answer belongs in its chat stream
+// (data-* parts), which keeps every chunk of the turn.
 //
 // Errors wrap ErrBadRequest (v does not encode), ErrTooLarge (over the
-// server's max payload) or ErrUnavailable (the connection is closed).
+// server's max payload) or ErrUnavailable (not stored).
 func (e *Env) Broadcast(ctx context.Context, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("%w: broadcast: %v", ErrBadRequest, err)
 	}
-	return e.pub.publish(KindBroadcast, BroadcastMessage{Type: KindBroadcast, Data: data})
+	return e.pub.publish(ctx, KindBroadcast, BroadcastMessage{Type: KindBroadcast, Data: data})
 }
 
 // PublishState tells the agent's clients its state changed:
@@ -96,7 +100,7 @@ func (e *Env) PublishState(version int, value json.RawMessage) error {
 	if len(value) == 0 {
 		value = json.RawMessage("null")
 	}
-	return e.pub.publish(KindState, StateMessage{Type: KindState, Version: version, Value: value})
+	return e.pub.publish(context.Background(), KindState, StateMessage{Type: KindState, Version: version, Value: value})
 }
 
 // addAgentsView adds the view of every agent to deps.Views and the

@@ -78,6 +78,14 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 			break
 		}
 	}
+	// Its stored broadcasts go too, even when its log held nothing; a
+	// failure leaves them to their age limit, and a delete sent again
+	// purges them again.
+	if err == nil || errors.Is(err, eventlog.ErrNothingToDelete) {
+		if perr := h.purgeAgentEvents(ctx, agent); perr != nil {
+			h.logger.Warn("delete: the agent's stored events stay until they age out", "agent", agent, "err", perr)
+		}
+	}
 	switch {
 	case errors.Is(err, eventlog.ErrNothingToDelete):
 		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/agentd"
@@ -75,9 +76,12 @@ type Host struct {
 	agents *agents.View // the view of every agent
 	// deleted counts deletes; bcast the broadcast and state messages
 	// published; watchers the clients of GET /v1/agents/{id}/events.
-	deleted  prometheus.Counter
-	bcast    *prometheus.CounterVec
-	watchers prometheus.Gauge
+	deleted prometheus.Counter
+	bcast   *prometheus.CounterVec
+	// agentEvents is the stream of the agents' broadcasts and state
+	// changes (agentevents.go).
+	agentEvents jetstream.Stream
+	watchers    prometheus.Gauge
 
 	ready    chan struct{}   // closed once startup recovery was started
 	stopping <-chan struct{} // the daemon's Stopping, set by start
@@ -271,6 +275,9 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 		return err
 	}
 	if err := h.addAgentsView(deps); err != nil {
+		return err
+	}
+	if err := h.addAgentEventsStream(ctx, deps); err != nil {
 		return err
 	}
 	h.compac, err = compaction.New(compaction.Config{

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/internal/apierror"
@@ -31,10 +29,6 @@ type HTTPConfig struct {
 	// Heartbeat is how often an idle events stream sends an SSE comment,
 	// so proxies keep it open. Default 15s.
 	Heartbeat time.Duration
-	// Buffer is how many messages an events stream holds for a slow
-	// client; past it the stream ends (the client reconnects and starts
-	// again from the current state). Default 1024.
-	Buffer int
 }
 
 // AttachHTTP serves, on d's HTTP server (under --auth, each tenant's
@@ -42,11 +36,14 @@ type HTTPConfig struct {
 //
 //   - GET /v1/agents?user=&tag=&type=&cursor=&limit=: one page of the
 //     listing (Host.List), {"agents": [...], "next": "..."};
-//   - GET /v1/agents/{id}/events: the agent's broadcasts and state changes
-//     as Server-Sent Events, each `data: <message>`: first the current
-//     state ({"type":"state","version":N,"value":...}), then every
-//     message published on <prefix>.bcast.<id> from then on, in order
-//     (a state message not newer than the last one sent is skipped);
+//   - GET /v1/agents/{id}/events[?after=<cursor>]: the agent's broadcasts
+//     and state changes as Server-Sent Events, each `id: <cursor>` and
+//     `data: <message>`. Without a cursor: first the current state
+//     ({"type":"state","version":N,"value":...}), then every message
+//     published on <prefix>.bcast.<id> from then on, in order (a state
+//     message not newer than the last one sent is skipped). With one (or
+//     a Last-Event-ID header): every stored message after it, then on
+//     live, each once (agentevents.go);
 //   - GET /v1/agents/{id}/status, /fibers?ops=, /schedules and
 //     /log?after=&limit=&type=: the verbs of the same names (attachReads).
 //
@@ -55,9 +52,6 @@ type HTTPConfig struct {
 func AttachHTTP(d *agentd.Daemon, h *Host, cfg HTTPConfig) error {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 15 * time.Second
-	}
-	if cfg.Buffer <= 0 {
-		cfg.Buffer = 1024
 	}
 	s := &httpAgents{h: h, cfg: cfg, d: d}
 	origins := d.Config().CORSOrigins
@@ -117,115 +111,6 @@ func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
-}
-
-func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodOptions {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if s.h.deps == nil {
-		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
-		return
-	}
-	agent := r.PathValue("id")
-	if _, err := s.h.TypeOf(agent); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := s.h.quotas.Allow(); err != nil {
-		writeError(w, err)
-		return
-	}
-	// Subscribe first, then read the state: a change after the read is in
-	// the subscription; one before it is in the state (and skipped when it
-	// arrives, by its version).
-	msgs := make(chan []byte, s.cfg.Buffer)
-	overflow := make(chan struct{})
-	var full bool
-	sub, err := s.h.deps.Conn.Subscribe(BroadcastSubject(s.h.deps.Log.Prefix(), agent), func(m *nats.Msg) {
-		if full {
-			return
-		}
-		select {
-		case msgs <- m.Data:
-		default:
-			full = true // one callback goroutine per subscription: no race
-			close(overflow)
-		}
-	})
-	if err != nil {
-		writeError(w, fmt.Errorf("%w: subscribe: %w", ErrUnavailable, err))
-		return
-	}
-	defer sub.Unsubscribe()
-	var value json.RawMessage
-	version := 0
-	if s.cfg.State != nil {
-		if value, version, err = s.cfg.State.State(r.Context(), agent); err != nil {
-			writeError(w, err)
-			return
-		}
-	}
-	if len(value) == 0 {
-		value = json.RawMessage("null")
-	}
-	first, err := json.Marshal(StateMessage{Type: KindState, Version: version, Value: value})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	send := func(b []byte) bool {
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !send(first) {
-		return
-	}
-	s.h.watchers.Inc()
-	defer s.h.watchers.Dec()
-	beat := time.NewTicker(s.cfg.Heartbeat)
-	defer beat.Stop()
-	for {
-		select {
-		case b := <-msgs:
-			var m struct {
-				Type    string `json:"type"`
-				Version int    `json:"version"`
-			}
-			if json.Unmarshal(b, &m) == nil && m.Type == KindState {
-				if m.Version <= version {
-					continue // already sent (the state read, or a repeat)
-				}
-				version = m.Version
-			}
-			if !send(b) {
-				return
-			}
-		case <-beat.C:
-			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil || rc.Flush() != nil {
-				return
-			}
-		case <-overflow:
-			// The client reads slower than the agent publishes: end the
-			// stream; on reconnect it starts from the current state.
-			fmt.Fprint(w, ": too slow, reconnect\n\n")
-			_ = rc.Flush()
-			return
-		case <-r.Context().Done():
-			return
-		case <-s.d.Stopping():
-			return
-		}
-	}
 }
 
 // writeError answers err as {"code": N, "error": "..."} with its status

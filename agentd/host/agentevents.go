@@ -1,0 +1,111 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd"
+)
+
+// Agent events: an agent's broadcasts and state changes are stored in a
+// stream of their own, <prefix>.bcast.<agent> in AgentEventsStream, kept
+// per agent by count and by age (--agent-events-max, --agent-events-max-age).
+// A publish returns once the message is stored, so a client that follows an
+// agent's events from a cursor (its stream sequence) gets every message
+// after it once, with no gap and no duplicate, across a reconnect, like a
+// chat stream. A client that subscribes to the subject with core NATS
+// still sees each message live.
+
+// AgentEventsStream returns the name of the agent events stream beside
+// the events stream eventsStream: FOREVER_EVENTS has FOREVER_AGENT_EVENTS.
+func AgentEventsStream(eventsStream string) string {
+	return strings.TrimSuffix(eventsStream, "_EVENTS") + "_AGENT_EVENTS"
+}
+
+// agentEventsPublishTimeout bounds one stored publish.
+const agentEventsPublishTimeout = 10 * time.Second
+
+// addAgentEventsStream creates (or updates to the config) the agent events
+// stream, replicated as the log's streams are.
+func (h *Host) addAgentEventsStream(ctx context.Context, deps *agentd.Deps) error {
+	cfg := jetstream.StreamConfig{
+		Name:              AgentEventsStream(deps.Log.EventsStream()),
+		Description:       "Forever agents' broadcasts and state changes, resumable from a cursor",
+		Subjects:          []string{BroadcastSubject(deps.Log.Prefix(), ">")},
+		Storage:           jetstream.FileStorage,
+		Replicas:          max(deps.Log.Replicas(), 1),
+		MaxMsgsPerSubject: int64(deps.Config.AgentEventsMax),
+		MaxAge:            deps.Config.AgentEventsMaxAge,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+	}
+	if deps.Config.MaxStreamConsumers > 0 {
+		cfg.MaxConsumers = deps.Config.MaxStreamConsumers
+	}
+	s, err := deps.Log.JetStream().CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("agentd: create stream %s: %w", cfg.Name, err)
+	}
+	h.agentEvents = s
+	return nil
+}
+
+// purgeAgentEvents drops a deleted agent's stored events.
+func (h *Host) purgeAgentEvents(ctx context.Context, agent string) error {
+	if h.agentEvents == nil {
+		return nil
+	}
+	if err := h.agentEvents.Purge(ctx, jetstream.WithPurgeSubject(BroadcastSubject(h.deps.Log.Prefix(), agent))); err != nil {
+		return fmt.Errorf("purge the agent events of %s: %w", agent, err)
+	}
+	return nil
+}
+
+// followAgentEvents follows agent's stored events after the cursor after:
+// an ordered consumer, so a slow reader only reads slower, and a message
+// lost in flight is fetched again rather than skipped. after 0 follows
+// from the agent's first kept event.
+func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64) (jetstream.MessagesContext, error) {
+	if h.agentEvents == nil {
+		return nil, fmt.Errorf("%w: the agent events stream is not open", ErrUnavailable)
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{BroadcastSubject(h.deps.Log.Prefix(), agent)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	c, err := h.agentEvents.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: follow the agent events of %s: %w", ErrUnavailable, agent, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("%w: follow the agent events of %s: %w", ErrUnavailable, agent, err)
+	}
+	return it, nil
+}
+
+// lastAgentEvent returns the stream sequence of agent's newest stored
+// event, 0 when it has none: a client that starts from now resumes after
+// it.
+func (h *Host) lastAgentEvent(ctx context.Context, agent string) (uint64, error) {
+	if h.agentEvents == nil {
+		return 0, fmt.Errorf("%w: the agent events stream is not open", ErrUnavailable)
+	}
+	m, err := h.agentEvents.GetLastMsgForSubject(ctx, BroadcastSubject(h.deps.Log.Prefix(), agent))
+	switch {
+	case err == nil:
+		return m.Sequence, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("%w: read the agent events of %s: %w", ErrUnavailable, agent, err)
+	}
+}

@@ -1,0 +1,166 @@
+package host
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/forever-agents/forever/internal/apierror"
+)
+
+// events serves GET /v1/agents/{id}/events[?after=<cursor>]: the agent's
+// stored broadcasts and state changes as Server-Sent Events, each with its
+// cursor as the event id, so a client that reconnects with Last-Event-ID
+// (or ?after=) gets every message after it once.
+func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if s.h.deps == nil {
+		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		return
+	}
+	agent := r.PathValue("id")
+	if _, err := s.h.TypeOf(agent); err != nil {
+		writeError(w, err)
+		return
+	}
+	after, resume, err := eventsCursor(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.h.quotas.Allow(); err != nil {
+		writeError(w, err)
+		return
+	}
+	// From now: the cursor is the agent's newest stored message, read
+	// before the state, so a change after the read is followed and one
+	// before it is in the state (and skipped when it arrives, by its
+	// version).
+	var first []byte
+	version := 0
+	if !resume {
+		if after, err = s.h.lastAgentEvent(r.Context(), agent); err != nil {
+			writeError(w, err)
+			return
+		}
+		var value json.RawMessage
+		if s.cfg.State != nil {
+			if value, version, err = s.cfg.State.State(r.Context(), agent); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		if len(value) == 0 {
+			value = json.RawMessage("null")
+		}
+		if first, err = json.Marshal(StateMessage{Type: KindState, Version: version, Value: value}); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	it, err := s.h.followAgentEvents(r.Context(), agent, after)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer it.Stop()
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(seq uint64, b []byte) bool {
+		if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", seq, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if first != nil && !send(after, first) {
+		return
+	}
+	s.h.watchers.Inc()
+	defer s.h.watchers.Dec()
+
+	// The iterator blocks; a goroutine hands its messages over so the
+	// loop can also beat, and end with the request or the daemon.
+	type event struct {
+		seq  uint64
+		data []byte
+	}
+	msgs := make(chan event)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return // stopped, or the stream is gone: the client reconnects
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			select {
+			case msgs <- event{md.Sequence.Stream, m.Data()}:
+			case <-done:
+				return
+			}
+		}
+	}()
+	beat := time.NewTicker(s.cfg.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case ev, ok := <-msgs:
+			if !ok {
+				return
+			}
+			var m struct {
+				Type    string `json:"type"`
+				Version int    `json:"version"`
+			}
+			if !resume && json.Unmarshal(ev.data, &m) == nil && m.Type == KindState {
+				if m.Version <= version {
+					continue // already sent (the state read, or a repeat)
+				}
+				version = m.Version
+			}
+			if !send(ev.seq, ev.data) {
+				return
+			}
+		case <-beat.C:
+			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-s.d.Stopping():
+			return
+		}
+	}
+}
+
+// eventsCursor reads the cursor to resume after: ?after=, else the
+// Last-Event-ID header an EventSource sends when it reconnects. resume is
+// false when there is neither: the stream starts from now.
+func eventsCursor(r *http.Request) (after uint64, resume bool, err error) {
+	v := r.URL.Query().Get("after")
+	if v == "" {
+		v = r.Header.Get("Last-Event-ID")
+	}
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, false, apierror.New(apierror.BadRequest, "the cursor %q is not a stream sequence: resume after the id of the last event read", v)
+	}
+	return n, true, nil
+}
