@@ -43,7 +43,18 @@ type ClusterInfo struct {
 	// Store is what this node stores: JetStream's use of the account,
 	// the views' Pebble and the data dir's disk.
 	Store StoreUse `json:"store"`
+	// Format is the record format the cluster writes and what each live
+	// node reads (ownership's format switch); absent when it could not be
+	// read.
+	Format *ownership.FormatInfo `json:"format,omitempty"`
 }
+
+// RecordFormat is the highest format of stored records this release reads,
+// announced to the cluster (ownership.Config.Format). A release that adds
+// a kind of record raises it, and writes the new kind only once the
+// cluster's active format reached it: after every node runs a release that
+// reads it.
+const RecordFormat = ownership.FormatBase
 
 // LeaseInfo is one partition's lease.
 type LeaseInfo struct {
@@ -127,6 +138,11 @@ func (d *Daemon) ClusterInfo(ctx context.Context) (ClusterInfo, error) {
 	for _, l := range mgr.Leases() {
 		info.Leases = append(info.Leases, LeaseInfo{Partition: l.Partition, Node: l.Node, Epoch: l.Epoch})
 	}
+	fctx, cancel := context.WithTimeout(ctx, clusterReadTimeout)
+	if f, err := mgr.Formats(fctx); err == nil {
+		info.Format = &f
+	}
+	cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return info, err

@@ -57,4 +57,7 @@ func TestClusterInfo(t *testing.T) {
 	if info.Store.ViewsBytes <= 0 || info.Store.JetStream.Streams < 2 || info.Store.JetStream.Error != "" {
 		t.Errorf("store = %+v", info.Store)
 	}
+	if f := info.Format; f == nil || f.Active != agentd.RecordFormat || f.Reads != agentd.RecordFormat || f.Nodes[cfg.ServerName] != agentd.RecordFormat {
+		t.Errorf("format = %+v, want format %d active and read by this node", f, agentd.RecordFormat)
+	}
 }

@@ -148,6 +148,7 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		Partitions: cfg.Partitions,
 		TTL:        cfg.LeaseTTL,
 		Replicas:   cfg.Replicas,
+		Format:     RecordFormat,
 		Serve:      p.serve,
 		Logger:     cfg.Logger,
 		Registerer: cfg.Registerer,
@@ -156,6 +157,9 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		mgr, err := ownership.New(ctx, ocfg)
 		if errors.Is(err, ownership.ErrPartitionMismatch) {
 			return permanent{newFlagError(ErrConfig, err, "partitions", err.Error())}
+		}
+		if errors.Is(err, ownership.ErrFormatTooNew) {
+			return permanent{err}
 		}
 		p.mgr = mgr
 		if mgr != nil {

@@ -79,6 +79,9 @@ type Config struct {
 	// ctx is cancelled; it must stop everything it started for the partition
 	// before it returns. Nil waits for ctx.
 	Serve func(ctx context.Context, l Lease)
+	// Format is the highest record format this node's release reads,
+	// announced in its node key (format.go). Default FormatBase.
+	Format int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the forever_ownership_* metrics. Nil: none.
@@ -97,6 +100,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.PartitionsBucket == "" {
 		c.PartitionsBucket = DefaultPartitionsBucket
+	}
+	if c.Format < FormatBase {
+		c.Format = FormatBase
 	}
 	if c.Partitions == 0 {
 		c.Partitions = DefaultPartitions

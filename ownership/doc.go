@@ -58,6 +58,15 @@
 // a handoff showing as a release then an acquisition; the leases found at
 // start and renewals are no moves).
 //
+// Record formats (format.go): each node announces in its node key the
+// highest format of stored records its release reads (Config.Format). The
+// cluster's active format, kept in the partitions bucket, is raised by
+// Activate only once every live node reads it, and never goes back; a node
+// that cannot read the active format does not start (ErrFormatTooNew), and
+// a running one that finds it raised stops serving. A release that adds a
+// kind of record reads it at once and writes it once the format is active,
+// so a rolling upgrade brings it in one release.
+//
 // The lease only says who should write. Writes themselves are fenced by the
 // event log (eventlog.Owner): the epoch goes into every append's writer
 // headers and every append expects the agent's last subject sequence, so a

@@ -49,6 +49,11 @@ type Manager struct {
 		// restarted watcher delivers every key again, and an unchanged
 		// revision is no new heartbeat.
 		beatRevs map[string]uint64
+		// reads is the record format each node announces it reads;
+		// behind, once set, the active format this node found past its
+		// own (format.go).
+		reads  map[string]int
+		behind int
 		// ownSeen is the newest revision of this node's own key the
 		// watcher delivered; beatAcked the newest the server acknowledged,
 		// at beatAckedAt. A watcher that lags an acknowledged heartbeat is
@@ -154,6 +159,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.checkPartitions(ctx, partsNew && leasesNew); err != nil {
 		return nil, err
 	}
+	if err := m.checkFormat(ctx); err != nil {
+		return nil, err
+	}
 	if m.met, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
@@ -167,6 +175,7 @@ func (m *Manager) initState() {
 	m.mu.nodes = map[string]time.Time{}
 	m.mu.beats = map[string]time.Time{}
 	m.mu.beatRevs = map[string]uint64{}
+	m.mu.reads = map[string]int{}
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
 	m.mu.maxEpoch = map[int]uint64{}
@@ -460,6 +469,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer check.Stop()
 	for {
 		m.round(ctx)
+		if err := m.behindErr(); err != nil {
+			m.log.Error("this node cannot read the cluster's record format; it stops serving", "err", err)
+			m.stop()
+			stopWatch()
+			<-dogDone
+			return err
+		}
 		select {
 		case <-m.ready:
 		default:
@@ -616,6 +632,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			delete(m.mu.nodes, node)
 			delete(m.mu.beats, node)
 			delete(m.mu.beatRevs, node)
+			delete(m.mu.reads, node)
 			return known
 		}
 		if node == m.cfg.Node {
@@ -624,6 +641,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		if !known {
 			m.mu.nodes[node] = time.Now()
 		}
+		m.mu.reads[node] = readsOf(e.Value())
 		if !known || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()

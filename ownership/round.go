@@ -44,6 +44,7 @@ func (m *Manager) round(ctx context.Context) {
 	if time.Since(m.renewed) >= m.cfg.RenewEvery {
 		m.renewed = time.Now()
 		m.heartbeat(ctx)
+		m.formatBehind(ctx)
 		m.renew(ctx)
 	}
 	// The writes of different partitions are independent, so they go
@@ -165,7 +166,8 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	}
 	b, _ := json.Marshal(struct {
 		Started time.Time `json:"started"`
-	}{m.started})
+		Reads   int       `json:"reads"`
+	}{m.started, m.cfg.Format})
 	pctx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
 	defer cancel()
 	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.cfg.TTL))
