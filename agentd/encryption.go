@@ -69,7 +69,7 @@ func ReadEncryptionKey(path string) ([]byte, error) {
 	}
 	key := bytes.TrimSpace(b)
 	if len(key) < MinEncryptionKey {
-		return nil, fmt.Errorf("encryption key file %s holds %d bytes, fewer than %d (head -c 48 /dev/urandom | base64 > key)",
+		return nil, fmt.Errorf("encryption key file %s holds %d bytes, fewer than %d (umask 077; head -c 48 /dev/urandom | base64 > key)",
 			path, len(key), MinEncryptionKey)
 	}
 	return key, nil
