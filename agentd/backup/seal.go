@@ -24,6 +24,22 @@ type Keys struct {
 	// SignedBy names the secret Sign was derived from, as the manifest
 	// records it: SignedByAuthSecret or SignedByEncryptionKey.
 	SignedBy string
+	// verify are the signing keys a restore may check with, by the secret
+	// they derive from: a backup signed with the encryption key (made
+	// without the auth secret) verifies with it even when the restore is
+	// given both.
+	verify map[string][]byte
+}
+
+// verifyKey is the key that checks a signature made with the secret by.
+func (k Keys) verifyKey(by string) []byte {
+	if key := k.verify[by]; key != nil {
+		return key
+	}
+	if k.SignedBy == by {
+		return k.Sign
+	}
+	return nil
 }
 
 // The secrets a manifest may be signed with.
@@ -49,7 +65,13 @@ const (
 // encryptionKey. Both are trimmed of surrounding white space, as agentd
 // reads them. With neither, the keys are empty: the backup is unsigned.
 func NewKeys(authSecret, encryptionKey []byte) Keys {
-	var k Keys
+	k := Keys{verify: map[string][]byte{}}
+	if len(authSecret) > 0 {
+		k.verify[SignedByAuthSecret] = derive(authSecret, nil, infoSign)
+	}
+	if len(encryptionKey) > 0 {
+		k.verify[SignedByEncryptionKey] = derive(encryptionKey, nil, infoSign)
+	}
 	switch {
 	case len(authSecret) > 0:
 		k.Sign, k.SignedBy = derive(authSecret, nil, infoSign), SignedByAuthSecret

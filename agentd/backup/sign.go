@@ -82,9 +82,9 @@ func (m *Manifest) Verify(keys Keys, allowUnsigned bool) error {
 	case s == nil:
 	case s.Alg != signAlg:
 		return fmt.Errorf("%w: it is signed with %q, this agentd checks %s", ErrSignature, s.Alg, signAlg)
-	case keys.Sign == nil || keys.SignedBy != s.Key:
+	case keys.verifyKey(s.Key) == nil:
 		return fmt.Errorf("%w: it is signed with a key derived from --%s: give the restore that file", ErrNoKey, s.Key)
-	case !hmac.Equal([]byte(m.mac(keys.Sign)), []byte(s.MAC)):
+	case !hmac.Equal([]byte(m.mac(keys.verifyKey(s.Key))), []byte(s.MAC)):
 		return fmt.Errorf("%w: the manifest was changed after the backup, or --%s is not the one the backup was made with; nothing was restored", ErrSignature, s.Key)
 	}
 	switch {

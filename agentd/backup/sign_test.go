@@ -198,6 +198,11 @@ func TestSealedBackup(t *testing.T) {
 	if err := check(dir, keys, false); err != nil {
 		t.Fatal(err)
 	}
+	// A restore given the auth secret too checks with the encryption key,
+	// which signed.
+	if err := check(dir, backup.NewKeys(secret, encKey), false); err != nil {
+		t.Fatalf("with both keys: %v", err)
+	}
 	m, _ = backup.ReadManifest(dir)
 	_, dstSrv := eventlogtest.Open(t, eventlog.Config{})
 	if err := backup.RestoreAccount(ctx, eventlogtest.Connect(t, dstSrv), dir, m.Accounts[0], 0, keys.Seal); err != nil {
@@ -234,6 +239,13 @@ func TestRestoreUndo(t *testing.T) {
 	}
 	if err := backup.RestoreAccount(ctx, dnc, dir, acc, 0, nil); err != nil {
 		t.Fatalf("the retry after a failed restore: %v", err)
+	}
+	// An account restored before another failed is undone whole.
+	if err := backup.UndoAccount(ctx, dnc, acc); err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.RestoreAccount(ctx, dnc, dir, acc, 0, nil); err != nil {
+		t.Fatalf("the retry after an undone restore: %v", err)
 	}
 	lg := eventlogtest.OpenOn(t, dstSrv, eventlog.Config{Bind: true})
 	if got := readAll(t, lg); len(got) != len(want) {
