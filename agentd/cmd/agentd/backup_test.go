@@ -19,6 +19,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/backup"
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/internal/chartargs"
 	"github.com/klauspost/compress/s2"
@@ -323,8 +324,9 @@ func waitStatusTurnEnded(t *testing.T, httpAddr, token, agent string) {
 }
 
 // testClusterBackup: a 3-node cluster with auth and two tenants is backed
-// up with the admin credential and restored, with another node's admin
-// credential, into a new cluster that shares its auth secret: every
+// up with the admin credential, signed with the cluster's auth secret, and
+// restored, with another node's admin credential, into a new cluster that
+// shares its auth secret, after a restore that failed half-way was undone: every
 // tenant's conversations are back, its token still works there, and the
 // logs of agentd and of every tenant verify clean.
 func testClusterBackup(t *testing.T, bin string) {
@@ -367,6 +369,27 @@ func testClusterBackup(t *testing.T, bin string) {
 	dstAdmin := filepath.Join(t.TempDir(), "admin.creds")
 	if err := os.WriteFile(dstAdmin, []byte(runAgentdCLI(t, bin, "auth", "admin-creds", "--auth-secret-file", secret)), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// A restore that fails at the last tenant's last stream (a config the
+	// server refuses, in a manifest signed with the secret) is undone
+	// whole, agentd's account and the tenants before it: the good restore
+	// after it finds the new cluster empty.
+	broken := copyDir(t, dir, filepath.Join(t.TempDir(), "broken"))
+	m, err := backup.ReadManifest(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := m.Accounts[len(m.Accounts)-1].Streams
+	last[len(last)-1].Config = json.RawMessage(`{"name":"` + last[len(last)-1].Name + `","subjects":"not a list"}`)
+	m.Seal(backup.NewKeys([]byte(strings.Repeat("s", 48)), nil))
+	os.Remove(filepath.Join(broken, backup.ManifestFile))
+	if err := backup.WriteManifest(broken, m); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "restore", "--from", broken, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin, "--auth-secret-file", secret)
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "tenant "+m.Accounts[len(m.Accounts)-1].Tenant+": ") ||
+		!strings.Contains(string(b), "the restore was undone") {
+		t.Fatalf("a restore failing at its last tenant: %v %s", err, b)
 	}
 	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin, "--auth-secret-file", secret)
 	for _, tc := range tenants {
