@@ -120,3 +120,34 @@ func TestEncryptionAtRest(t *testing.T) {
 		t.Fatalf("a short key: %v", err)
 	}
 }
+
+// TestEncryptionKeyFileMode: a key file that group or others may read is
+// refused at start with a sentence saying how to fix it; at 0600 (and
+// 0400) it is taken.
+func TestEncryptionKeyFileMode(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		if err := os.Chmod(keyFile, mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg := agentdtest.Config(t)
+		cfg.EncryptionKeyFile = keyFile
+		d, err := agentd.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.Run(t.Context())
+		if !errors.Is(err, agentd.ErrConfig) || !strings.Contains(err.Error(), "chmod 600 "+keyFile) || strings.Contains(err.Error(), "kkkk") {
+			t.Fatalf("mode %04o: %v, want a config error saying chmod 600 %s", mode, err, keyFile)
+		}
+	}
+	for _, mode := range []os.FileMode{0o600, 0o400} {
+		os.Chmod(keyFile, mode)
+		if _, err := agentd.ReadEncryptionKey(keyFile); err != nil {
+			t.Fatalf("mode %04o: %v", mode, err)
+		}
+	}
+}

@@ -14,6 +14,16 @@
 // target's counters to the backup's, so the epochs of writes after a
 // restore stay above the restored log's.
 //
+// # Keys
+//
+// The manifest is signed (HMAC-SHA256, Manifest.Seal) with a key derived
+// by HKDF from the cluster's auth secret or, without one, from the
+// encryption key; with the encryption key every snapshot file is sealed
+// (AES-256-GCM in 128 KiB records whose nonces count them and mark the
+// last, with the file's path as additional data: seal.go). A restore runs
+// Manifest.Verify and CheckFiles before it changes anything; an unsigned
+// manifest passes Verify only when the caller allows it.
+//
 // # Consistency
 //
 // Each stream is snapshotted at one moment, and streams one after the
@@ -31,8 +41,12 @@
 //     messages stops it (ErrNotEmpty) before anything of that account is
 //     changed. agentd creates its streams at start, so an empty one is
 //     deleted and replaced.
-//   - A snapshot file whose size or checksum differs from the manifest is
-//     refused before anything is changed.
+//   - A snapshot file whose size or checksum differs from the manifest, a
+//     manifest whose signature does not match, and a sealed file that does
+//     not open are refused before anything is changed (Verify, CheckFiles).
+//   - A restore is all or nothing: RestoreAccount deletes the streams it
+//     restored when a later one fails, and UndoAccount those of an account
+//     restored before another failed, so the target is empty again.
 //   - A dir without a manifest is not a backup: an interrupted backup is
 //     never restored.
 package backup

@@ -37,6 +37,10 @@ type Manifest struct {
 	Partitions int `json:"partitions,omitempty"`
 	// Accounts are agentd's own account first, then one per tenant.
 	Accounts []Account `json:"accounts"`
+	// Sealed is set when the files are encrypted (Keys.Seal).
+	Sealed *Sealed `json:"sealed,omitempty"`
+	// Signature is the manifest's, none on an unsigned backup (Seal).
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // Account is the streams of one NATS account: agentd's own (Tenant empty)
@@ -120,9 +124,10 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 }
 
 // BackupAccount snapshots every Forever stream of the account nc is
-// connected to into dir/<sub>/<stream>.snap, each file synced, and returns
-// the account's part of the manifest.
-func BackupAccount(ctx context.Context, nc *nats.Conn, dir, sub, tenant string) (Account, error) {
+// connected to into dir/<sub>/<stream>.snap, each file synced and, with a
+// seal key (Keys.Seal), encrypted, and returns the account's part of the
+// manifest.
+func BackupAccount(ctx context.Context, nc *nats.Conn, dir, sub, tenant string, seal []byte) (Account, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return Account{}, err
@@ -137,7 +142,7 @@ func BackupAccount(ctx context.Context, nc *nats.Conn, dir, sub, tenant string) 
 	acc := Account{Tenant: tenant, Streams: []Stream{}}
 	for _, name := range names {
 		rel := filepath.Join(sub, name+".snap")
-		st, err := snapshotFile(ctx, nc, name, filepath.Join(dir, rel))
+		st, err := snapshotFile(ctx, nc, name, dir, rel, seal)
 		if err != nil {
 			return acc, err
 		}
@@ -223,13 +228,28 @@ func mergeEpochs(ctx context.Context, js jetstream.JetStream, epochs map[string]
 	return nil
 }
 
-func snapshotFile(ctx context.Context, nc *nats.Conn, stream, path string) (Stream, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+// snapshotFile writes stream's snapshot to dir/rel, sealed with seal when
+// it is not nil; the Size and SHA256 it returns are the file's.
+func snapshotFile(ctx context.Context, nc *nats.Conn, stream, dir, rel string, seal []byte) (Stream, error) {
+	f, err := os.OpenFile(filepath.Join(dir, rel), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return Stream{}, err
 	}
 	h := sha256.New()
-	st, err := Snapshot(ctx, nc, stream, io.MultiWriter(f, h))
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	var st Stream
+	if seal == nil {
+		st, err = Snapshot(ctx, nc, stream, cw)
+	} else {
+		var s *sealer
+		if s, err = newSealer(cw, seal, rel); err == nil {
+			st, err = Snapshot(ctx, nc, stream, s)
+			if err == nil {
+				err = s.Close()
+			}
+		}
+	}
+	st.Size = cw.n
 	if err == nil {
 		err = f.Sync()
 	}
@@ -238,6 +258,17 @@ func snapshotFile(ctx context.Context, nc *nats.Conn, stream, path string) (Stre
 	}
 	st.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return st, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // WriteManifest writes m as dir/manifest.json, synced, after every
@@ -265,8 +296,9 @@ func WriteManifest(dir string, m *Manifest) error {
 	return os.Rename(tmp, filepath.Join(dir, ManifestFile))
 }
 
-// ReadManifest reads dir's manifest. A dir without one is not a finished
-// backup.
+// ReadManifest reads and validates dir's manifest (ParseManifest). A dir
+// without one is not a finished backup. Its signature is checked by
+// Verify.
 func ReadManifest(dir string) (*Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -275,14 +307,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	if m.Format != Format {
-		return nil, fmt.Errorf("%s: format %d, this agentd reads format %d", ManifestFile, m.Format, Format)
-	}
-	return &m, nil
+	return ParseManifest(b)
 }
 
 // ErrNotEmpty is returned by RestoreAccount when a stream of the target
@@ -290,21 +315,24 @@ func ReadManifest(dir string) (*Manifest, error) {
 var ErrNotEmpty = errors.New("backup: the target is not empty")
 
 // RestoreAccount restores acc's streams from dir into the account nc is
-// connected to, in the manifest's order. A stream the target already has
-// must be empty (agentd creates its streams at start): it is deleted and
+// connected to, in the manifest's order, opening sealed files with seal. It
+// does not check the files: CheckFiles checks every file of the backup
+// before anything of it is restored. A stream the target already has must
+// be empty (agentd creates its streams at start): it is deleted and
 // replaced; one with messages stops the restore with ErrNotEmpty before
 // anything of the account was changed. replicas, when not 0, overrides the
-// backed-up streams' replica count. Each snapshot's checksum is checked
-// first.
-func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account, replicas int) error {
+// backed-up streams' replica count.
+//
+// A restore is all or nothing: when one stream fails, the streams restored
+// before it are deleted again (agentd creates them empty), so the target is
+// empty as before and a retry, with this backup or another, can restore.
+// UndoAccount does the same for an account restored before another failed.
+func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account, replicas int, seal []byte) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
 	for _, st := range acc.Streams {
-		if err := checkFile(dir, st); err != nil {
-			return err
-		}
 		info, err := streamInfo(ctx, js, st.Name)
 		if err != nil {
 			return err
@@ -313,12 +341,48 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 			return fmt.Errorf("%w: stream %s holds %d messages; restore into a new node or cluster", ErrNotEmpty, st.Name, info.State.Msgs)
 		}
 	}
+	var done []string
 	for _, st := range acc.Streams {
-		if err := restoreStream(ctx, nc, js, dir, st, replicas); err != nil {
+		if err := restoreStream(ctx, nc, js, dir, st, replicas, seal); err != nil {
+			if uerr := deleteStreams(ctx, js, done); uerr != nil {
+				return fmt.Errorf("%w; undoing the streams restored before it: %w", err, uerr)
+			}
 			return err
 		}
+		done = append(done, st.Name)
 	}
 	return mergeEpochs(ctx, js, acc.Epochs, bucketReplicas(acc, replicas))
+}
+
+// UndoAccount deletes acc's streams from the account nc is connected to,
+// after RestoreAccount restored them and a later account of the same
+// backup failed: the target is then empty again (agentd creates its
+// streams again, empty). The raised epoch counters stay: they only rise.
+func UndoAccount(ctx context.Context, nc *nats.Conn, acc Account) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, st := range acc.Streams {
+		names = append(names, st.Name)
+	}
+	return deleteStreams(ctx, js, names)
+}
+
+// deleteStreams deletes the named streams, even when ctx is done (a
+// restore cancelled half-way is undone too).
+func deleteStreams(ctx context.Context, js jetstream.JetStream, names []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, name := range names {
+		err := retryAPI(ctx, func() error { return js.DeleteStream(ctx, name) })
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // bucketReplicas is the replica count of a partitions bucket a restore
@@ -342,7 +406,7 @@ func bucketReplicas(acc Account, replicas int) int {
 // restoreStream deletes the target's empty stream, if any, and restores
 // st in its place. A running agentd may create the stream again between
 // the two (it heals a deleted stream): then it tries again.
-func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, dir string, st Stream, replicas int) error {
+func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, dir string, st Stream, replicas int, seal []byte) error {
 	const tries = 5
 	for try := 1; ; try++ {
 		info, err := streamInfo(ctx, js, st.Name)
@@ -362,7 +426,14 @@ func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, d
 		if err != nil {
 			return err
 		}
-		err = Restore(ctx, nc, st, replicas, f)
+		var r io.Reader = f
+		if seal != nil {
+			if r, err = newOpener(f, seal, st.File); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		err = Restore(ctx, nc, st, replicas, r)
 		f.Close()
 		var ae *apiError
 		if err == nil || try == tries || !errors.As(err, &ae) || !strings.Contains(ae.Description, "already in use") {
@@ -386,19 +457,51 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (*jets
 	return s.CachedInfo(), nil
 }
 
+// CheckFiles checks every snapshot file of m, of every account, before
+// anything of it is restored: its size and SHA-256 against the manifest's
+// and, when the backup is sealed, that it opens with seal to its end.
+// Against a signed manifest (Verify) that refuses a file changed, swapped
+// or cut short; against an unsigned one, damage only.
+func CheckFiles(dir string, m *Manifest, seal []byte) error {
+	if m.Sealed == nil {
+		seal = nil
+	}
+	for _, acc := range m.Accounts {
+		for _, st := range acc.Streams {
+			if err := checkFile(dir, st, seal); err != nil {
+				return fmt.Errorf("%w; nothing was restored", err)
+			}
+		}
+	}
+	return nil
+}
+
 // checkFile checks the snapshot file of st against its size and checksum.
-func checkFile(dir string, st Stream) error {
+func checkFile(dir string, st Stream, seal []byte) error {
 	f, err := os.Open(filepath.Join(dir, st.File))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
+	cr := &countWriter{w: h}
+	r := io.TeeReader(f, cr)
+	if seal != nil {
+		or, err := newOpener(r, seal, st.File)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, or); err != nil {
+			return err
+		}
+		// What the opener's buffer did not ask for, if anything.
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return err
+		}
+	} else if _, err := io.Copy(io.Discard, r); err != nil {
 		return err
 	}
-	if n != st.Size || hex.EncodeToString(h.Sum(nil)) != st.SHA256 {
+	if n := cr.n; n != st.Size || hex.EncodeToString(h.Sum(nil)) != st.SHA256 {
 		return fmt.Errorf("%s: %d bytes with checksum %s, the manifest says %d bytes with %s: the backup is damaged",
 			st.File, n, hex.EncodeToString(h.Sum(nil)), st.Size, st.SHA256)
 	}

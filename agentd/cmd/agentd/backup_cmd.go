@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,21 +18,37 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/backup"
 	"github.com/forever-agents/forever/agentd/tenancy"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/ownership"
 )
 
 const backupUsage = `Usage:
-  agentd backup --out dir [--server url] [--creds admin.creds]
+  agentd backup --out dir [--server url] [--creds admin.creds] [keys]
       snapshot every Forever stream and KV bucket of a running agentd (with
-      --auth, of every tenant too) into dir, with a manifest
-  agentd restore --from dir [--server url] [--creds admin.creds] [--replicas n]
+      --auth, of every tenant too) into dir, with a signed manifest
+  agentd restore --from dir [--server url] [--creds admin.creds] [--replicas n] [keys]
       restore a backup into a running agentd whose streams are empty (a new
       node or cluster), then restart agentd on every node
-  agentd restore --from dir --data dir
+  agentd restore --from dir --data dir [keys]
       restore a backup without tenants into the data dir of a stopped (or
       never started) agentd
+
+Keys (the same for the backup and its restore):
+  --auth-secret-file file     the secret the cluster's nodes share (default
+                              $FOREVER_AUTH_SECRET_FILE): signs the manifest
+  --encryption-key-file file  a key of at least 32 bytes, mode 0600 (default
+                              $FOREVER_ENCRYPTION_KEY_FILE): encrypts every
+                              file of the backup (AES-256-GCM), and signs the
+                              manifest when there is no --auth-secret-file
+  --allow-unsigned            restore a backup made with neither (its files
+                              are then checked against checksums only)
+
+Every file is checked against the manifest before anything is restored,
+and a restore that fails half-way deletes what it restored: the target is
+empty again, ready for a retry.
 
 A backup is consistent per stream, not across streams: each stream is
 snapshotted at its own moment, events before chunks (docs/operations.md).
@@ -48,7 +66,7 @@ const accessTimeout = 2 * time.Minute
 // runBackup runs "agentd backup" or "agentd restore" and returns the exit
 // code.
 func runBackup(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := backupCommand(ctx, cmd, args, getenv, stdout)
+	err := backupCommand(ctx, cmd, args, getenv, stdout, stderr)
 	var ce *cliError
 	switch {
 	case err == nil:
@@ -68,7 +86,7 @@ func runBackup(ctx context.Context, cmd string, args []string, getenv func(strin
 	}
 }
 
-func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	natsURL, creds, tlsCA := clientFlags(fs, getenv)
@@ -76,6 +94,9 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	from := fs.String("from", "", "")
 	data := fs.String("data", "", "")
 	replicas := fs.Int("replicas", 0, "")
+	secretFile := fs.String("auth-secret-file", getenv("FOREVER_AUTH_SECRET_FILE"), "")
+	keyFile := fs.String("encryption-key-file", getenv("FOREVER_ENCRYPTION_KEY_FILE"), "")
+	allowUnsigned := fs.Bool("allow-unsigned", false, "")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -85,11 +106,18 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	}
 	urlSet := serverSet(fs)
 	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
+	keys, err := backupKeys(*secretFile, *keyFile)
+	if err != nil {
+		return err
+	}
 	if cmd == "backup" {
 		if *out == "" {
 			return usageErr("--out is required: the directory to write the backup to")
 		}
-		return runBackupTo(ctx, *natsURL, opts, *creds != "", *out, stdout)
+		if *allowUnsigned {
+			return usageErr("--allow-unsigned is a flag of restore")
+		}
+		return runBackupTo(ctx, *natsURL, opts, *creds != "", *out, keys, stdout, stderr)
 	}
 	switch {
 	case *from == "":
@@ -99,19 +127,62 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	case *data != "" && urlSet:
 		return usageErr("give --server or --data, not both")
 	}
+	// The whole backup is checked before anything of it is restored: the
+	// manifest's signature and key, then every file against it.
 	m, err := backup.ReadManifest(*from)
 	if err != nil {
 		return err
 	}
-	if *data != "" {
-		return restoreDataDir(ctx, *data, *from, m, stdout)
+	if err := m.Verify(keys, *allowUnsigned); err != nil {
+		return err
 	}
-	return runRestoreFrom(ctx, *natsURL, opts, *creds != "", *from, m, *replicas, stdout)
+	if m.Signature == nil {
+		fmt.Fprintf(stderr, "agentd restore: %s is not signed: its files are checked against its checksums only (--allow-unsigned)\n", *from)
+	}
+	if err := backup.CheckFiles(*from, m, keys.Seal); err != nil {
+		return err
+	}
+	if *data != "" {
+		return restoreDataDir(ctx, *data, *from, m, keys.Seal, stdout)
+	}
+	return runRestoreFrom(ctx, *natsURL, opts, *creds != "", *from, m, *replicas, keys.Seal, stdout)
+}
+
+// backupKeys derives the keys of a backup from the files of
+// --auth-secret-file and --encryption-key-file, either or both empty.
+func backupKeys(secretFile, keyFile string) (backup.Keys, error) {
+	var secret, key []byte
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return backup.Keys{}, usageErr("--auth-secret-file: %v", unwrapPath(err))
+		}
+		if secret = bytes.TrimSpace(b); len(secret) < auth.MinSecret {
+			return backup.Keys{}, usageErr("--auth-secret-file %s holds %d bytes, fewer than %d: it is not the cluster's auth secret", secretFile, len(secret), auth.MinSecret)
+		}
+	}
+	if keyFile != "" {
+		var err error
+		if key, err = agentd.ReadEncryptionKey(keyFile); err != nil {
+			return backup.Keys{}, usageErr("--encryption-key-file: %v", err)
+		}
+	}
+	return backup.NewKeys(secret, key), nil
+}
+
+// unwrapPath is the cause of a file error, without the operation and path
+// the caller names itself.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
 }
 
 // runBackupTo backs up the agentd at natsURL into dir, which must not hold
 // a backup already.
-func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, stdout io.Writer) error {
+func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, keys backup.Keys, stdout, stderr io.Writer) error {
 	if _, err := os.Stat(filepath.Join(dir, backup.ManifestFile)); err == nil {
 		return usageErr("%s already holds a backup; give a new directory", dir)
 	}
@@ -127,7 +198,7 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 	if m.Partitions, err = partitionCount(ctx, nc); err != nil {
 		return err
 	}
-	acc, err := backup.BackupAccount(ctx, nc, dir, "agentd", "")
+	acc, err := backup.BackupAccount(ctx, nc, dir, "agentd", "", keys.Seal)
 	if err != nil {
 		return err
 	}
@@ -139,7 +210,7 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 		}
 		for _, ta := range access {
 			err := withTenant(natsURL, opts, ta, func(tnc *nats.Conn) error {
-				acc, err := backup.BackupAccount(ctx, tnc, dir, filepath.Join("tenants", ta.Tenant), ta.Tenant)
+				acc, err := backup.BackupAccount(ctx, tnc, dir, filepath.Join("tenants", ta.Tenant), ta.Tenant, keys.Seal)
 				m.Accounts = append(m.Accounts, acc)
 				return err
 			})
@@ -148,8 +219,12 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 			}
 		}
 	}
+	m.Seal(keys)
 	if err := backup.WriteManifest(dir, m); err != nil {
 		return err
+	}
+	if m.Signature == nil {
+		fmt.Fprintf(stderr, "agentd backup: %s is not signed (no --auth-secret-file or --encryption-key-file): its restore needs --allow-unsigned\n", dir)
 	}
 	return printSummary(stdout, "backup", dir, m)
 }
@@ -157,7 +232,11 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 // runRestoreFrom restores m into the running agentd at natsURL: its own
 // account, which holds the tenant registry, then each tenant's once the
 // nodes serve it.
-func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, m *backup.Manifest, replicas int, stdout io.Writer) error {
+//
+// It is all or nothing: when an account fails, the accounts restored
+// before it are undone (backup.UndoAccount), so a retry finds the target
+// empty.
+func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, m *backup.Manifest, replicas int, seal []byte, stdout io.Writer) error {
 	var tenants []string
 	for _, acc := range m.Accounts[1:] {
 		tenants = append(tenants, acc.Tenant)
@@ -173,20 +252,36 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 	if err := checkPartitions(ctx, nc, m); err != nil {
 		return err
 	}
-	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], replicas); err != nil {
+	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], replicas, seal); err != nil {
 		return err
 	}
+	var access []tenancy.TenantAccess
+	// undo deletes the accounts restored before a failure: the tenants'
+	// first, then agentd's own.
+	undo := func(cause error, restored int) error {
+		errs := []error{cause}
+		for i := restored - 1; i >= 0; i-- {
+			errs = append(errs, withTenant(natsURL, opts, access[i], func(tnc *nats.Conn) error {
+				return backup.UndoAccount(ctx, tnc, m.Accounts[i+1])
+			}))
+		}
+		errs = append(errs, backup.UndoAccount(ctx, nc, m.Accounts[0]))
+		if err := errors.Join(errs[1:]...); err != nil {
+			return fmt.Errorf("%w; undoing the restore: %w", cause, err)
+		}
+		return fmt.Errorf("%w; the restore was undone", cause)
+	}
 	if len(tenants) > 0 {
-		access, err := tenantAccess(ctx, nc, tenants)
+		access, err = tenantAccess(ctx, nc, tenants)
 		if err != nil {
-			return err
+			return undo(err, 0)
 		}
 		for i, ta := range access {
 			err := withTenant(natsURL, opts, ta, func(tnc *nats.Conn) error {
-				return backup.RestoreAccount(ctx, tnc, dir, m.Accounts[i+1], replicas)
+				return backup.RestoreAccount(ctx, tnc, dir, m.Accounts[i+1], replicas, seal)
 			})
 			if err != nil {
-				return fmt.Errorf("tenant %s: %w", ta.Tenant, err)
+				return undo(fmt.Errorf("tenant %s: %w", ta.Tenant, err), i)
 			}
 		}
 	}
@@ -195,7 +290,7 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 
 // restoreDataDir restores m, which must hold no tenants, into the
 // JetStream store of the data dir of a stopped agentd.
-func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, stdout io.Writer) error {
+func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, seal []byte, stdout io.Writer) error {
 	if len(m.Accounts) > 1 {
 		return usageErr("the backup holds tenants: restore it into a running agentd with --auth (--server and --creds)")
 	}
@@ -209,7 +304,7 @@ func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, s
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	defer nc.Close()
-	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], 0); err != nil {
+	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], 0, seal); err != nil {
 		return err
 	}
 	return printSummary(stdout, "restore", dir, m)

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +19,10 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/backup"
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
 )
 
@@ -53,9 +61,14 @@ func viewOf(c *crashClient, agent string) agentView {
 // step restores into a new node whose log verify finds clean, and whose
 // recovery ends every turn and fiber; a backup of the quiet node restores,
 // offline into a data dir and online into a running node, to the same
-// messages, fibers and schedules for every agent.
+// messages, fibers and schedules for every agent. The live backup is
+// signed with an auth secret; the quiet one is sealed with an encryption
+// key and holds no chat text in clear (subtests of their own: Sealed,
+// Refused).
 func testBinaryBackupRestore(t *testing.T, bin string) {
 	tmp := t.TempDir()
+	secret := writeKeyFile(t, filepath.Join(tmp, "secret"), "s")
+	key := writeKeyFile(t, filepath.Join(tmp, "key"), "k")
 	httpA, natsA := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	startAgentd(t, bin, filepath.Join(tmp, "a"), httpA, natsA, "--local-rate", "300")
 	urlA := "nats://" + natsA
@@ -82,14 +95,14 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 	// The live backup, while turns stream and fibers step.
 	time.Sleep(700 * time.Millisecond)
 	live := filepath.Join(tmp, "live")
-	runAgentdCLI(t, bin, "backup", "--out", live, "--nats-url", urlA)
+	runAgentdCLI(t, bin, "backup", "--out", live, "--nats-url", urlA, "--auth-secret-file", secret)
 	wg.Wait()
 	waitFibersDone(t, c, agents)
 
 	// The live backup: every turn and fiber in flight is recovered to its
 	// end on the new node, and the log is clean.
 	dirL := filepath.Join(tmp, "l")
-	runAgentdCLI(t, bin, "restore", "--from", live, "--data", dirL)
+	runAgentdCLI(t, bin, "restore", "--from", live, "--data", dirL, "--auth-secret-file", secret)
 	httpL, natsL := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	pl := startAgentd(t, bin, dirL, httpL, natsL, "--local-rate", "-1")
 	cl := dialAgentd(t, natsL)
@@ -111,13 +124,29 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 	}
 	pl.kill()
 
+	// A chat with words found nowhere else, for the sealed backup to hide.
+	said := "the vault opens with " + rand.Text()
+	runAgentdCLI(t, bin, "chat", "bk0", said, "--nats-url", urlA)
+
 	// The quiet backup restores to the same views, offline and online.
 	want := map[string]agentView{}
 	for _, a := range agents {
 		want[a] = viewOf(c, a)
 	}
 	quiet := filepath.Join(tmp, "quiet")
-	runAgentdCLI(t, bin, "backup", "--out", quiet, "--nats-url", urlA)
+	runAgentdCLI(t, bin, "backup", "--out", quiet, "--nats-url", urlA, "--encryption-key-file", key)
+	plain := filepath.Join(tmp, "plain")
+	runAgentdCLI(t, bin, "backup", "--out", plain, "--nats-url", urlA)
+	t.Run("Sealed", func(t *testing.T) {
+		// The user's words of a chat: the plain backup holds them, the
+		// sealed one does not.
+		if !dirHolds(t, plain, said) {
+			t.Fatalf("the plain backup does not hold %q: the check proves nothing", said)
+		}
+		if dirHolds(t, quiet, said) {
+			t.Errorf("the sealed backup holds %q in clear", said)
+		}
+	})
 	check := func(name string, c *crashClient) {
 		t.Helper()
 		for _, a := range agents {
@@ -127,7 +156,7 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 		}
 	}
 	dirQ := filepath.Join(tmp, "q")
-	runAgentdCLI(t, bin, "restore", "--from", quiet, "--data", dirQ)
+	runAgentdCLI(t, bin, "restore", "--from", quiet, "--data", dirQ, "--encryption-key-file", key)
 	httpQ, natsQ := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	pq := startAgentd(t, bin, dirQ, httpQ, natsQ)
 	check("offline", dialAgentd(t, natsQ))
@@ -139,21 +168,144 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 	dirR := filepath.Join(tmp, "r")
 	httpR, natsR := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	pr := startAgentd(t, bin, dirR, httpR, natsR)
+	t.Run("Refused", func(t *testing.T) {
+		testRestoreRefused(t, bin, "nats://"+natsR, live, plain, quiet, secret, key)
+	})
 	var sum struct {
 		Done     string
 		Accounts []struct{ Streams []struct{ Name string } }
 	}
-	out := runAgentdCLI(t, bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR)
+	out := runAgentdCLI(t, bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR, "--encryption-key-file", key)
 	if err := json.Unmarshal([]byte(out), &sum); err != nil || sum.Done != "restore" || len(sum.Accounts) != 1 || len(sum.Accounts[0].Streams) < 2 {
 		t.Fatalf("restore printed %q (%v)", out, err)
 	}
 	// A second restore finds the target full and changes nothing.
-	cmd := exec.Command(bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR)
+	cmd := exec.Command(bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR, "--encryption-key-file", key)
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "not empty") {
 		t.Errorf("a restore into a full node: %v %s", err, b)
 	}
 	check("online", dialAgentd(t, natsR))
 	pr.kill()
+}
+
+// testRestoreRefused: into the empty running node at url, each broken
+// restore is refused before anything is restored: a tampered manifest, a
+// snapshot swapped for another node's with the manifest's checksums
+// recomputed, a truncated file, an unsigned backup without
+// --allow-unsigned, a sealed one with another key or none. After them the
+// node is still empty, so the caller's good restore succeeds.
+func testRestoreRefused(t *testing.T, bin, url, signed, plain, sealed, secret, key string) {
+	tmp := t.TempDir()
+	other := writeKeyFile(t, filepath.Join(tmp, "other"), "o")
+	open := writeKeyFile(t, filepath.Join(tmp, "open"), "p")
+	os.Chmod(open, 0o644)
+
+	tampered := copyDir(t, sealed, filepath.Join(tmp, "tampered"))
+	editManifestJSON(t, tampered, func(m map[string]any) { m["partitions"] = m["partitions"].(float64) + 1 })
+
+	// The issue's attack: an older snapshot (here the plain backup's) in
+	// place of the signed backup's events, its size and checksum written
+	// into the manifest.
+	swapped := copyDir(t, signed, filepath.Join(tmp, "swapped"))
+	editManifestJSON(t, swapped, func(m map[string]any) {
+		st := m["accounts"].([]any)[0].(map[string]any)["streams"].([]any)[0].(map[string]any)
+		b, err := os.ReadFile(filepath.Join(plain, st["file"].(string)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(swapped, st["file"].(string)), b, 0o600)
+		sum := sha256.Sum256(b)
+		st["size"], st["sha256"] = len(b), hex.EncodeToString(sum[:])
+	})
+
+	truncated := copyDir(t, sealed, filepath.Join(tmp, "truncated"))
+	chunks := filepath.Join(truncated, "agentd", "FOREVER_CHUNKS.snap")
+	b, err := os.ReadFile(chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(chunks, b[:len(b)/2], 0o600)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"TamperedManifest", []string{"--from", tampered, "--encryption-key-file", key}, "signature does not match"},
+		{"SwappedSnapshot", []string{"--from", swapped, "--auth-secret-file", secret}, "signature does not match"},
+		{"TruncatedFile", []string{"--from", truncated, "--encryption-key-file", key}, "nothing was restored"},
+		{"Unsigned", []string{"--from", plain}, "--allow-unsigned"},
+		{"WrongKey", []string{"--from", sealed, "--encryption-key-file", other}, "not the one the backup was made with"},
+		{"NoKey", []string{"--from", sealed}, "--encryption-key-file"},
+		{"KeyFileMode", []string{"--from", sealed, "--encryption-key-file", open}, "chmod 600 " + open},
+	} {
+		cmd := exec.Command(bin, append([]string{"restore", "--nats-url", url}, tc.args...)...)
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v %s, want a refusal saying %q", tc.name, err, out, tc.want)
+		}
+	}
+}
+
+// writeKeyFile writes a 48-byte key of c at path, mode 0600.
+func writeKeyFile(t *testing.T, path, c string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.Repeat(c, 48)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dirHolds reports whether a file under dir holds text, as it is or
+// decompressed: a plain snapshot is the server's s2-compressed archive.
+func dirHolds(t *testing.T, dir, text string) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || found {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		// What decompresses before an error, if anything (a sealed file
+		// is no s2 stream).
+		clear, _ := io.ReadAll(s2.NewReader(bytes.NewReader(b)))
+		found = bytes.Contains(b, []byte(text)) || bytes.Contains(clear, []byte(text))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// copyDir copies the backup src to dst.
+func copyDir(t *testing.T, src, dst string) string {
+	t.Helper()
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// editManifestJSON rewrites dir's manifest through edit, its signature
+// kept: what someone without the key can do.
+func editManifestJSON(t *testing.T, dir string, edit func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(dir, "manifest.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitStatusTurnEnded waits until the agent's status shows an ended last turn
@@ -172,8 +324,9 @@ func waitStatusTurnEnded(t *testing.T, httpAddr, token, agent string) {
 }
 
 // testClusterBackup: a 3-node cluster with auth and two tenants is backed
-// up with the admin credential and restored, with another node's admin
-// credential, into a new cluster that shares its auth secret: every
+// up with the admin credential, signed with the cluster's auth secret, and
+// restored, with another node's admin credential, into a new cluster that
+// shares its auth secret, after a restore that failed half-way was undone: every
 // tenant's conversations are back, its token still works there, and the
 // logs of agentd and of every tenant verify clean.
 func testClusterBackup(t *testing.T, bin string) {
@@ -204,7 +357,7 @@ func testClusterBackup(t *testing.T, bin string) {
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "backup")
-	runAgentdCLI(t, bin, "backup", "--out", dir, "--nats-url", "nats://"+src[0].nats, "--creds", admin)
+	runAgentdCLI(t, bin, "backup", "--out", dir, "--nats-url", "nats://"+src[0].nats, "--creds", admin, "--auth-secret-file", secret)
 
 	dst := newCluster(t, 3, withSecret)
 	for _, nd := range dst {
@@ -217,7 +370,28 @@ func testClusterBackup(t *testing.T, bin string) {
 	if err := os.WriteFile(dstAdmin, []byte(runAgentdCLI(t, bin, "auth", "admin-creds", "--auth-secret-file", secret)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin)
+	// A restore that fails at the last tenant's last stream (a config the
+	// server refuses, in a manifest signed with the secret) is undone
+	// whole, agentd's account and the tenants before it: the good restore
+	// after it finds the new cluster empty.
+	broken := copyDir(t, dir, filepath.Join(t.TempDir(), "broken"))
+	m, err := backup.ReadManifest(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := m.Accounts[len(m.Accounts)-1].Streams
+	last[len(last)-1].Config = json.RawMessage(`{"name":"` + last[len(last)-1].Name + `","subjects":"not a list"}`)
+	m.Seal(backup.NewKeys([]byte(strings.Repeat("s", 48)), nil))
+	os.Remove(filepath.Join(broken, backup.ManifestFile))
+	if err := backup.WriteManifest(broken, m); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "restore", "--from", broken, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin, "--auth-secret-file", secret)
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "tenant "+m.Accounts[len(m.Accounts)-1].Tenant+": ") ||
+		!strings.Contains(string(b), "the restore was undone") {
+		t.Fatalf("a restore failing at its last tenant: %v %s", err, b)
+	}
+	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin, "--auth-secret-file", secret)
 	for _, tc := range tenants {
 		for _, a := range agents {
 			got := waitAnswered(t, dst[0].http, tc.Token, a, "hello from "+tc.Tenant)
