@@ -335,9 +335,9 @@ func testSecurityTenants(t *testing.T, bin string) {
 
 	t.Run("NodeTurns", func(t *testing.T) {
 		// --max-turns 2 holds across tenants: of four slow turns, two in
-		// each tenant, two start at once; the others wait for a slot (a
-		// refused turn is retried for up to 10 s) or get 503, and the
-		// node never runs more than two.
+		// each tenant, two start at once; the others are refused at once
+		// with 429 and Retry-After (not retried for 10 s into a 503), and
+		// the node never runs more than two.
 		var mu sync.Mutex
 		var atOnce, later int
 		var wg sync.WaitGroup
@@ -365,7 +365,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 				switch took := time.Since(t0); {
 				case errCode(m) == "" && took < 2*time.Second:
 					atOnce++
-				case errCode(m) == "503" || took >= 2*time.Second:
+				case errCode(m) == "429" && m.Header.Get("Retry-After") != "" && took < 2*time.Second:
 					later++
 				default:
 					t.Errorf("turn %d: %v after %s", i, m.Header, took)
@@ -377,7 +377,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		close(done)
 		peak := <-peaked
 		if atOnce != 2 || later != 2 || peak > 2 {
-			t.Errorf("four turns against --max-turns 2: %d started at once, %d waited or refused, at most %v running", atOnce, later, peak)
+			t.Errorf("four turns against --max-turns 2: %d started at once, %d refused at once, at most %v running", atOnce, later, peak)
 		}
 		for i := range 4 { // let the admitted ones end
 			waitTurnEnded(t, e, []cred{acme, acme, beta, beta}[i], fmt.Sprintf("slow%d", i))
@@ -516,7 +516,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		n := 0
 		for ; n < 200; n++ {
 			last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
-			for tries := 0; errCode(last) == "503" && tries < 100; tries++ { // --max-turns 2
+			for tries := 0; errCode(last) == "429" && strings.Contains(last.Header.Get("Nats-Service-Error"), "too many turns") && tries < 100; tries++ { // --max-turns 2
 				time.Sleep(50 * time.Millisecond)
 				last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
 			}
