@@ -118,6 +118,7 @@ func testSecurityHTTPLimits(t *testing.T, bin string) {
 	resp.Body.Close()
 	check("idle kept-alive connection", 3*time.Second, idle)
 	wg.Wait()
+	t.Run("Frames", func(t *testing.T) { testFramesForbidden(t, httpAddr) })
 }
 
 // cred is what agentd tenant create printed.
@@ -239,6 +240,26 @@ func testSecurityTenants(t *testing.T, bin string) {
 			t.Errorf("metrics listener: %v", v)
 		}
 	})
+
+	t.Run("Frames", func(t *testing.T) { testFramesForbidden(t, e.httpAddr) })
+	t.Run("MetricsHost", func(t *testing.T) {
+		// The metrics listener answers loopback and address Hosts; a
+		// DNS-rebinding name gets 403, as on --http.
+		for host, want := range map[string]int{"localhost": http.StatusOK, "10.0.0.7:9464": http.StatusOK, "rebind.example:9464": http.StatusForbidden} {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+e.metricsAddr+"/metrics", nil)
+			req.Host = host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("/metrics with Host %s: %d, want %d", host, resp.StatusCode, want)
+			}
+		}
+	})
+	t.Run("ProbesPastConnCap", func(t *testing.T) { testProbesPastConnCap(t, e.httpAddr) })
 
 	acme := e.mint(t, "acme")
 	beta := e.mint(t, "beta")
