@@ -118,7 +118,7 @@ type Config struct {
 	AgentEventsMax    int
 	AgentEventsMaxAge time.Duration
 	// MaxTurns bounds the chat turns running at once on this node: past
-	// it a new turn is refused with 503 and Retry-After (recovered turns are
+	// it a new turn is refused at once with 429 and Retry-After (recovered turns are
 	// always admitted). Default 1000; negative: no limit.
 	MaxTurns int
 	// IdleTimeout is how long an agent stays active without work before the
@@ -212,6 +212,13 @@ type Config struct {
 	// Auth the check applies only when the list is set. /healthz and
 	// /readyz answer any Host: probes address a pod by its IP.
 	AllowedHosts []string
+	// FrameAncestors (--frame-ancestors) are the origins whose pages may
+	// frame agentd's ("https://portal.example.com", "https://*.example.com"),
+	// besides its own: every response says so in Content-Security-Policy
+	// frame-ancestors. Empty: only agentd's own pages may, and responses
+	// also carry X-Frame-Options: DENY for browsers without CSP (see
+	// frames.go).
+	FrameAncestors []string
 
 	// TLSCert and TLSKey (--tls-cert, --tls-key) turn TLS on for HTTP, the
 	// embedded server's client port and its routes; they are read again on
@@ -303,6 +310,13 @@ type Config struct {
 	// hold user data, and spans go to a tracing backend, often a third
 	// party's, with its own retention and access rules.
 	TraceContent bool
+	// TrustTraceparent (--trust-traceparent) makes the W3C traceparent of
+	// a client's request (an HTTP request, a NATS command) the parent of
+	// the span agentd starts for it. Off by default: the span starts a
+	// trace of its own with a link to the client's span, so a client can
+	// neither pick the trace its work is recorded in nor force sampling.
+	// Turn it on when the clients are the operator's own services.
+	TrustTraceparent bool
 
 	// Logger receives all log lines. Default slog.Default().
 	Logger *slog.Logger
@@ -428,6 +442,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateHTTP(); err != nil {
+		return err
+	}
+	if err := c.validateFrameAncestors(); err != nil {
 		return err
 	}
 	if err := c.validateMetrics(); err != nil {

@@ -352,7 +352,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if tc != nil {
 			serverTLS = tc.serverConfig()
 		}
-		ln = d.limitConns(ln, serverTLS)
+		ln = d.limitConns(ln, serverTLS, hs.Handler)
 		if tc != nil {
 			hs.TLSConfig = tc.serverConfig()
 			go func() { web.served <- hs.ServeTLS(ln, "", "") }()

@@ -103,7 +103,11 @@
 // keepalives). At most HTTPMaxConns (4096) connections are open at once;
 // past it a connection is answered 503 with Retry-After and closed before
 // any handler runs (forever_http_connections_open,
-// forever_http_connections_refused_total).
+// forever_http_connections_refused_total), except a probe (GET /healthz or
+// /readyz), which is answered, so idle connections cannot fail a liveness
+// probe. Every response carries the framing headers (frames.go):
+// Content-Security-Policy frame-ancestors 'self' plus FrameAncestors, and
+// X-Frame-Options: DENY without them.
 //
 // # NATS denials
 //

@@ -125,7 +125,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxStreamConsumers, "max-stream-consumers", cfg.MaxStreamConsumers,
 		"consumers each of the log's streams may hold; every client following a chat stream holds one (0: the server's default, 1000)")
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
-		"chat turns running at once on this node; past it new turns get 503 with Retry-After (negative: no limit)")
+		"chat turns running at once on this node; past it new turns get 429 with Retry-After at once (negative: no limit)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
 		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY, or the files named by OPENAI_API_KEY_FILE, ANTHROPIC_API_KEY_FILE)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")
@@ -169,6 +169,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.OIDCTenantClaim, "oidc-tenant-claim", cfg.OIDCTenantClaim,
 		"OIDC token `claim` that names the tenant (default \"tenant\")")
 	httpFlags(fs, cfg)
+	frameFlags(fs, cfg)
 	metricsFlags(fs, cfg)
 	encryptionFlags(fs, cfg)
 	tenantDefaultFlags(fs, cfg)
@@ -177,6 +178,9 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.BoolVar(&cfg.TraceContent, "trace-content", cfg.TraceContent,
 		"record message contents (prompts, answers, tool arguments and results) in trace spans; off by default: they hold user data and spans go to a tracing backend "+
 			"(tracing itself is on when OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER is set)")
+	fs.BoolVar(&cfg.TrustTraceparent, "trust-traceparent", cfg.TrustTraceparent,
+		"make a client's W3C traceparent (HTTP or NATS header) the parent of agentd's span for its request; off by default: the span starts a trace of its own "+
+			"and links to the client's, so clients cannot choose the trace their requests are recorded in or force sampling; turn on when the clients are your own services")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += "; env " + envName(f.Name) })
 	return fs
 }

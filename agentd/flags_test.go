@@ -118,6 +118,11 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"bad log format", nil, map[string]string{"FOREVER_LOG_FORMAT": "xml"}, "FOREVER_LOG_FORMAT"},
 		{"negative body timeout", []string{"--http-body-timeout", "-1s"}, nil, "(set --http-body-timeout or FOREVER_HTTP_BODY_TIMEOUT)"},
 		{"negative max conns", nil, map[string]string{"FOREVER_HTTP_MAX_CONNS": "-5"}, "FOREVER_HTTP_MAX_CONNS"},
+		{"frame ancestor without scheme", []string{"--frame-ancestors", "portal.example.com"}, nil, "(set --frame-ancestors or FOREVER_FRAME_ANCESTORS)"},
+		{"frame ancestor with a path", []string{"--frame-ancestors", "https://a.example/x"}, nil, "without path"},
+		{"frame ancestor any", nil, map[string]string{"FOREVER_FRAME_ANCESTORS": "https://*"}, "FOREVER_FRAME_ANCESTORS"},
+		{"frame ancestor header injection", []string{"--frame-ancestors", "https://a.example;script-src *"}, nil, "frame-ancestors"},
+		{"frame ancestor bad port", []string{"--frame-ancestors", "https://a.example:0"}, nil, "port"},
 		{"unknown flag", []string{"--nope"}, nil, "nope"},
 		{"stray argument", []string{"serve"}, nil, `"serve"`},
 	}

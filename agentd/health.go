@@ -348,17 +348,24 @@ func (d *Daemon) frontDoor() http.Handler {
 		h = replay.CORS(cfg.CORSOrigins, h)
 	}
 	if !cfg.Auth || len(cfg.AllowedHosts) > 0 {
-		hosts, _ := replay.ParseHostPatterns(cfg.AllowedHosts) // Validate parsed them
-		h = replay.HostCheck(hosts, h)
+		h = cfg.hostCheck(h)
 	}
 	// With tracing, requests under /v1/ get a server span (the child of
-	// their traceparent) and their responses Forever-Trace-Id.
-	h = tracing.Handler(tracing.New(cfg.TracerProvider, "agentd"), h)
+	// their traceparent with --trust-traceparent, else linked to it) and
+	// their responses Forever-Trace-Id.
+	h = tracing.Handler(tracing.New(cfg.TracerProvider, "agentd"), cfg.TrustTraceparent, h)
 	front := http.NewServeMux()
 	front.HandleFunc("GET /healthz", d.handleHealthz)
 	front.HandleFunc("GET /readyz", d.handleReadyz)
 	front.Handle("/", h)
 	return front
+}
+
+// hostCheck is h behind the DNS-rebinding Host check: loopback hosts and
+// --allowed-host pass, any other Host gets 403 (replay.HostCheck).
+func (c *Config) hostCheck(h http.Handler) http.Handler {
+	hosts, _ := replay.ParseHostPatterns(c.AllowedHosts) // Validate parsed them
+	return replay.HostCheck(hosts, h)
 }
 
 // logReady logs, once the node is ready, the line that says where to point

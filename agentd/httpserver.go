@@ -2,6 +2,8 @@ package agentd
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -9,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,13 +84,14 @@ func (c *Config) validateHTTP() error {
 
 // newHTTPServer is agentd's HTTP server around h: headers within
 // HTTPReadHeaderTimeout, bodies within HTTPBodyTimeout (bodyDeadline),
-// kept-alive connections closed after HTTPIdleTimeout. No write timeout:
+// kept-alive connections closed after HTTPIdleTimeout, every response
+// with the framing headers (frameHeaders). No write timeout:
 // SSE streams and WebSockets last as long as their turn, with keepalives
 // of their own.
 func (d *Daemon) newHTTPServer(h http.Handler) *http.Server {
 	cfg := &d.cfg
 	return &http.Server{
-		Handler:           d.httpFront(bodyDeadline(h, cfg.HTTPBodyTimeout)),
+		Handler:           frameHeaders(cfg, d.httpFront(bodyDeadline(h, cfg.HTTPBodyTimeout))),
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 	}
@@ -147,19 +149,23 @@ func (b *deadlineBody) clear() {
 
 // connLimiter is a listener that holds at most max connections open.
 // Past it, a connection is answered 503 with Retry-After (over TLS when
-// tlsConfig is set) and closed, without reaching the server.
+// tlsConfig is set) and closed, without reaching the server; but a probe
+// (GET /healthz or /readyz) is answered by probes, once, so that idle
+// connections from anyone cannot fail a pod's liveness probe.
 type connLimiter struct {
 	net.Listener
 	max       int
 	tlsConfig *tls.Config
+	probes    http.Handler // nil: probes are refused too
 	open      atomic.Int64
 	refusing  chan struct{} // a slot per connection being answered 503
 	refused   prometheus.Counter
 }
 
-// limitConns wraps ln with the HTTPMaxConns bound.
-func (d *Daemon) limitConns(ln net.Listener, tlsConfig *tls.Config) net.Listener {
-	l := &connLimiter{Listener: ln, max: d.cfg.HTTPMaxConns, refusing: make(chan struct{}, maxRefusing)}
+// limitConns wraps ln with the HTTPMaxConns bound; probes answers /healthz
+// and /readyz past it.
+func (d *Daemon) limitConns(ln net.Listener, tlsConfig *tls.Config, probes http.Handler) net.Listener {
+	l := &connLimiter{Listener: ln, max: d.cfg.HTTPMaxConns, probes: probes, refusing: make(chan struct{}, maxRefusing)}
 	if tlsConfig != nil {
 		l.tlsConfig = tlsConfig.Clone()
 		l.tlsConfig.NextProtos = []string{"http/1.1"}
@@ -181,9 +187,6 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			return &limitedConn{Conn: c, l: l}, nil
 		}
 		l.open.Add(-1)
-		if l.refused != nil {
-			l.refused.Inc()
-		}
 		select {
 		case l.refusing <- struct{}{}:
 			go func() {
@@ -191,6 +194,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 				l.refuse(c)
 			}()
 		default:
+			l.countRefused()
 			c.Close()
 		}
 	}
@@ -199,8 +203,20 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 // refusedBody is the 503 a connection past the bound gets.
 const refusedBody = `{"code":503,"error":"agentd: too many HTTP connections open, retry later"}` + "\n"
 
+func (l *connLimiter) countRefused() {
+	if l.refused != nil {
+		l.refused.Inc()
+	}
+}
+
+// isProbe reports whether r is a liveness or readiness probe.
+func isProbe(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
 // refuse reads c's request head (so closing does not reset the
-// connection under the client's feet), answers 503 and closes c.
+// connection under the client's feet), answers a probe with l.probes and
+// anything else 503, and closes c.
 func (l *connLimiter) refuse(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(refusedConnTimeout))
@@ -213,14 +229,48 @@ func (l *connLimiter) refuse(c net.Conn) {
 		conn = tc
 	}
 	br := bufio.NewReaderSize(io.LimitReader(conn, 16<<10), 4096)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil || strings.TrimSpace(line) == "" {
-			break
-		}
+	if req, err := http.ReadRequest(br); err == nil && l.probes != nil && isProbe(req) {
+		ctx, cancel := context.WithTimeout(context.Background(), refusedConnTimeout)
+		defer cancel()
+		req.RemoteAddr = c.RemoteAddr().String()
+		answerOnce(conn, l.probes, req.WithContext(ctx))
+		return
 	}
+	l.countRefused()
 	fmt.Fprintf(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"+
 		"Connection: close\r\nContent-Length: %d\r\n\r\n%s", len(refusedBody), refusedBody)
+}
+
+// answerOnce serves req with h and writes the answer to conn, closing.
+func answerOnce(conn io.Writer, h http.Handler, req *http.Request) {
+	w := &onceWriter{header: http.Header{}}
+	h.ServeHTTP(w, req)
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	resp := &http.Response{StatusCode: w.code, ProtoMajor: 1, ProtoMinor: 1, Header: w.header, Close: true,
+		ContentLength: int64(w.body.Len()), Body: io.NopCloser(&w.body), Request: req}
+	_ = resp.Write(conn)
+}
+
+// onceWriter gathers a probe's answer (a small JSON body).
+type onceWriter struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (w *onceWriter) Header() http.Header { return w.header }
+
+func (w *onceWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *onceWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
 }
 
 // limitedConn gives its slot back when closed.
@@ -253,7 +303,7 @@ func (d *Daemon) registerHTTPMetrics(reg prometheus.Registerer) error {
 		}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_http_connections_refused_total",
-			Help: "HTTP connections answered 503 and closed because --http-max-conns were open.",
+			Help: "HTTP connections answered 503 and closed because --http-max-conns were open (probes answered past it are not counted).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.open, m.refused} {
@@ -274,5 +324,5 @@ func httpFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", cfg.HTTPIdleTimeout,
 		"how long a kept-alive HTTP connection waits for its next request before it is closed")
 	fs.IntVar(&cfg.HTTPMaxConns, "http-max-conns", cfg.HTTPMaxConns,
-		"HTTP connections open at once; past it a connection is answered 503 with Retry-After and closed")
+		"HTTP connections open at once; past it a connection is answered 503 with Retry-After and closed, except GET /healthz and /readyz, which are answered")
 }

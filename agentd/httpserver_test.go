@@ -121,7 +121,8 @@ func TestHTTPTimeouts(t *testing.T) {
 }
 
 // TestHTTPMaxConns: past --http-max-conns a connection gets 503 with
-// Retry-After; once one closes, the next is served.
+// Retry-After, except a probe (/healthz, /readyz), which is answered; once
+// a connection closes, the next is served.
 func TestHTTPMaxConns(t *testing.T) {
 	cfg := agentdtest.Config(t)
 	cfg.HTTPMaxConns = 2
@@ -131,10 +132,15 @@ func TestHTTPMaxConns(t *testing.T) {
 	}
 	agentdtest.Start(t, d)
 	addr := d.HTTPAddr()
-	get := func(c net.Conn) *http.Response {
+	get := func(path string) (*http.Response, net.Conn) {
 		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -143,51 +149,55 @@ func TestHTTPMaxConns(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp
+		c.SetDeadline(time.Time{})
+		return resp, c
 	}
+	agentdtest.WaitStatus(t, "http://"+addr+"/readyz", http.StatusOK)
+	http.DefaultClient.CloseIdleConnections()
+	// Hold both slots with kept-alive connections; a probe answered past
+	// the bound (the server has yet to see an earlier connection closed)
+	// comes back with Connection: close and does not count.
 	var held []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if resp := get(c); resp.StatusCode != http.StatusOK {
+	for deadline := time.Now().Add(10 * time.Second); len(held) < 2; {
+		resp, c := get("/healthz")
+		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("within the bound: %d", resp.StatusCode)
 		}
-		held = append(held, c)
+		if !resp.Close {
+			held = append(held, c)
+		} else if time.Now().After(deadline) {
+			t.Fatal("no slot came free")
+		}
 	}
-	extra, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
-	resp := get(extra)
+	resp, _ := get("/nothing")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("past the bound: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
 	}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		if resp, _ := get(probe); resp.StatusCode != http.StatusOK || !resp.Close {
+			t.Errorf("%s past the bound: %d (close %v), want 200 and the connection closed", probe, resp.StatusCode, resp.Close)
+		}
+	}
 	held[0].Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		code := get(c).StatusCode
+		resp, c := get("/nothing")
 		c.Close()
-		if code == http.StatusOK {
+		if resp.StatusCode != http.StatusServiceUnavailable {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a slot freed by a closed connection was not given back: %d", code)
+			t.Fatal("a slot freed by a closed connection was not given back")
 		}
 	}
 }
 
 // TestMetricsListener: with --metrics-listen, /metrics is served there and
-// refused on the HTTP port.
+// refused on the HTTP port; the listener answers loopback hosts, IP
+// addresses and --allowed-host, and refuses other names (DNS rebinding).
 func TestMetricsListener(t *testing.T) {
 	cfg := agentdtest.Config(t)
 	cfg.MetricsListen = "127.0.0.1:0"
+	cfg.AllowedHosts = []string{"metrics.example.com"}
 	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +212,77 @@ func TestMetricsListener(t *testing.T) {
 	}
 	if code, body := agentdtest.Get(t, "http://"+d.HTTPAddr()+"/metrics"); code != http.StatusNotFound || !strings.Contains(body, "--metrics-listen") {
 		t.Fatalf("/metrics on the HTTP port: %d %s", code, body)
+	}
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"localhost:9464", http.StatusOK},
+		{"10.1.2.3:9464", http.StatusOK},
+		{"[fd00::1]:9464", http.StatusOK},
+		{"metrics.example.com", http.StatusOK},
+		{"evil.example:9464", http.StatusForbidden},
+		{"metrics.example.com.evil.example", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+d.MetricsAddr()+"/metrics", nil)
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Host %s: %d, want %d", tc.host, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestFrameHeaders: every response forbids framing by other origins
+// (CSP frame-ancestors 'self', X-Frame-Options DENY); with
+// --frame-ancestors, CSP lists them and X-Frame-Options is left out; a
+// page's own CSP is kept beside it.
+func TestFrameHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ancestors []string
+		wantCSP   string
+		wantXFO   string
+	}{
+		{"default", nil, "frame-ancestors 'self'", "DENY"},
+		{"listed", []string{"https://Portal.example.com/", "https://*.example.org:8443"}, "frame-ancestors 'self' https://portal.example.com https://*.example.org:8443", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := agentdtest.Config(t)
+			cfg.FrameAncestors = tc.ancestors
+			d, err := agentd.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.HandleFunc("GET /page", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Add("Content-Security-Policy", "default-src 'self'")
+				w.Header().Set("Content-Type", "text/html")
+				io.WriteString(w, "<p>hi</p>")
+			})
+			agentdtest.Start(t, d)
+			for _, path := range []string{"/page", "/healthz", "/nothing"} {
+				resp, err := http.Get("http://" + d.HTTPAddr() + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				csp := resp.Header.Values("Content-Security-Policy")
+				if len(csp) == 0 || csp[0] != tc.wantCSP {
+					t.Errorf("%s: Content-Security-Policy %q, want %q first", path, csp, tc.wantCSP)
+				}
+				if path == "/page" && (len(csp) != 2 || csp[1] != "default-src 'self'") {
+					t.Errorf("%s: Content-Security-Policy %q, want the page's own kept", path, csp)
+				}
+				if got := resp.Header.Get("X-Frame-Options"); got != tc.wantXFO {
+					t.Errorf("%s: X-Frame-Options %q, want %q", path, got, tc.wantXFO)
+				}
+			}
+		})
 	}
 }

@@ -3,7 +3,9 @@ package agentd
 import (
 	"errors"
 	"flag"
+	"net"
 	"net/http"
+	"net/netip"
 )
 
 // DefaultAuthMetricsListen is where /metrics is served under --auth when
@@ -44,7 +46,8 @@ func (c *Config) validateMetrics() error {
 func metricsFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen,
 		"`host:port` serving /metrics on a listener of its own, and no longer on --http (default with --auth: "+
-			DefaultAuthMetricsListen+"; without: /metrics on --http); plain HTTP, keep it on loopback or a private network")
+			DefaultAuthMetricsListen+"; without: /metrics on --http); plain HTTP, keep it on loopback or a private network; "+
+			"it answers a Host that is loopback, an IP address or an --allowed-host, others get 403 (DNS rebinding)")
 }
 
 // serveMetrics serves /metrics on Config.metricsAddr when it is set, until
@@ -65,7 +68,7 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 		mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
 	}
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           d.cfg.metricsHostCheck(mux),
 		ReadHeaderTimeout: d.cfg.HTTPReadHeaderTimeout,
 		IdleTimeout:       d.cfg.HTTPIdleTimeout,
 	}
@@ -83,6 +86,32 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 		hs.Close()
 		<-done
 	}, nil
+}
+
+// metricsHostCheck is --http's Host check (Config.hostCheck: loopback and
+// --allowed-host) on the metrics listener, with or without --auth: it asks
+// for no token, and its series name every tenant. A Host that is an IP
+// address passes too: Prometheus scrapes a pod at its address, and a DNS
+// rebinding page's requests carry the attacker's name, never an address.
+func (c *Config) metricsHostCheck(h http.Handler) http.Handler {
+	check := c.hostCheck(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isAddrHost(r.Host) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		check.ServeHTTP(w, r)
+	})
+}
+
+// isAddrHost reports whether host, a Request.Host, is an IP address with
+// an optional port.
+func isAddrHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Zone() == ""
 }
 
 // MetricsAddr returns the address /metrics is served on when it has a

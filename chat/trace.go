@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,19 +280,29 @@ func (a *Agent) startToolSpan(ctx context.Context, st *turnState, step int, t *T
 	return ctx, span
 }
 
-// endToolSpan ends a tool call's span with its outcome.
+// endToolSpan ends a tool call's span with its outcome: on error, the
+// status says the error's type, and its text too with TraceContent.
 func (a *Agent) endToolSpan(span trace.Span, res toolResult, outcome string, err error) {
 	if !span.IsRecording() {
 		span.End()
 		return
 	}
 	span.SetAttributes(tracing.ToolOutcome.String(outcome))
+	// A tool's error text can quote what the user or the model gave it:
+	// the status carries it only with TraceContent, its type otherwise.
 	switch {
-	case err != nil:
+	case err != nil && a.cfg.TraceContent:
 		span.SetStatus(codes.Error, err.Error())
+	case err != nil:
+		span.SetStatus(codes.Error, errorType(err))
 	case res.Error != "":
-		span.SetStatus(codes.Error, res.Error)
-		span.SetAttributes(tracing.ErrorType.String(res.ErrorType))
+		typ := cmp.Or(res.ErrorType, "error")
+		if a.cfg.TraceContent {
+			span.SetStatus(codes.Error, res.Error)
+		} else {
+			span.SetStatus(codes.Error, typ)
+		}
+		span.SetAttributes(tracing.ErrorType.String(typ))
 	}
 	if a.cfg.TraceContent {
 		if res.Error != "" {

@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -229,5 +230,45 @@ func TestSubagentTraceNests(t *testing.T) {
 	}
 	if kidChats == 0 {
 		t.Error("no chat span of the child's model call")
+	}
+}
+
+// TestToolErrorSpanStatus: a tool's error text, which can quote user
+// input, is the execute_tool span's status only with TraceContent;
+// without, the status and error.type carry the error's type alone.
+func TestToolErrorSpanStatus(t *testing.T) {
+	const secret = "no city named Secretville"
+	for _, content := range []bool{false, true} {
+		t.Run(fmt.Sprintf("content=%v", content), func(t *testing.T) {
+			tp, exp := newTracerProvider(t)
+			e := newEnv(t)
+			e.tp = tp
+			leaky := chat.MustTool("leaky", "fails quoting its input", func(context.Context, struct{}) (int, error) {
+				return 0, &chat.ToolError{Type: "not_found", Message: secret}
+			})
+			tools := withTools(t, leaky)
+			h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), func(c *chat.Config) { tools(c); c.TraceContent = content })
+			if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "/tool leaky {}"}); err != nil {
+				t.Fatal(err)
+			}
+			awaitTurn(t, e, "a1")
+			var calls []tracetest.SpanStub
+			for deadline := time.Now().Add(10 * time.Second); len(calls) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				calls = spansNamed(exp.GetSpans(), "execute_tool leaky")
+			}
+			if len(calls) != 1 {
+				t.Fatalf("%d execute_tool leaky spans, want 1", len(calls))
+			}
+			s := calls[0]
+			if got := attrOf(s, "error.type"); got != "not_found" {
+				t.Errorf("error.type = %q, want not_found", got)
+			}
+			if got := strings.Contains(s.Status.Description, secret); got != content {
+				t.Errorf("status %q quotes the error text: %v, want %v", s.Status.Description, got, content)
+			}
+			if !content && s.Status.Description != "not_found" {
+				t.Errorf("status %q, want the error's type alone", s.Status.Description)
+			}
+		})
 	}
 }

@@ -32,8 +32,10 @@
 // # On the wire
 //
 // A NATS command or an HTTP request that carries a traceparent header
-// (any case) is a child of it (Extract, ExtractHTTP); a command forwarded
-// to another node carries the forwarding span's (Inject). Replies carry
+// (any case) starts a trace of its own with a link to it, or, when the
+// operator trusts the clients (agentd --trust-traceparent), is its child
+// (FromClient, FromClientHTTP); a command forwarded to another node carries
+// the forwarding span's (Inject) and is its child. Replies carry
 // the trace id in TraceIDHeader (Forever-Trace-Id) when tracing is on.
 //
 // # Invariants

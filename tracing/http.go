@@ -12,11 +12,12 @@ import (
 // Handler traces the requests of next whose path is under /v1/ (the API;
 // probes, metrics and pages are not traced) with a server span named
 // "<METHOD> <route>" (for example "POST /v1/chat" or "GET
-// /v1/chat/{id}/stream"), the child of the request's W3C traceparent
-// when it has one. Every traced response carries the trace id in the
+// /v1/chat/{id}/stream") that, when the request has a W3C traceparent,
+// is its child with trustParent, and otherwise links to it (FromClientHTTP).
+// Every traced response carries the trace id in the
 // Forever-Trace-Id header, set before next writes anything. Off, it
 // returns next.
-func Handler(t Tracer, next http.Handler) http.Handler {
+func Handler(t Tracer, trustParent bool, next http.Handler) http.Handler {
 	if !t.On() {
 		return next
 	}
@@ -25,8 +26,8 @@ func Handler(t Tracer, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ctx := ExtractHTTP(r.Context(), r.Header)
-		ctx, span := t.Start(ctx, r.Method+" "+Route(r.URL.Path), trace.WithSpanKind(trace.SpanKindServer))
+		ctx, opts := FromClientHTTP(r.Context(), r.Header, trustParent)
+		ctx, span := t.Start(ctx, r.Method+" "+Route(r.URL.Path), append(opts, trace.WithSpanKind(trace.SpanKindServer))...)
 		defer span.End()
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))

@@ -72,6 +72,41 @@ func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
 	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
+// FromClient returns what a server span for a client's request starts
+// from, given the W3C traceparent (and tracestate) in its headers. With
+// trust the client's span context is the parent, as Extract makes it.
+// Without, ctx is returned as it is and the options start a new root with
+// a link to the client's span: the client cannot choose the trace agentd
+// records its work in (nor join another's), nor force sampling through a
+// sampled parent, yet the backend still leads from its span to agentd's.
+// Headers without a valid traceparent give ctx and no options.
+func FromClient(ctx context.Context, headers map[string][]string, trust bool) (context.Context, []trace.SpanStartOption) {
+	if len(headers) == 0 {
+		return ctx, nil
+	}
+	return fromClient(ctx, Headers(headers), trust)
+}
+
+// FromClientHTTP is FromClient for an HTTP request's headers.
+func FromClientHTTP(ctx context.Context, h http.Header, trust bool) (context.Context, []trace.SpanStartOption) {
+	if len(h) == 0 {
+		return ctx, nil
+	}
+	return fromClient(ctx, propagation.HeaderCarrier(h), trust)
+}
+
+func fromClient(ctx context.Context, c propagation.TextMapCarrier, trust bool) (context.Context, []trace.SpanStartOption) {
+	remote := propagator.Extract(ctx, c)
+	if trust {
+		return remote, nil
+	}
+	sc := trace.SpanContextFromContext(remote)
+	if !sc.IsValid() || sc.Equal(trace.SpanContextFromContext(ctx)) {
+		return ctx, nil
+	}
+	return ctx, []trace.SpanStartOption{trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc})}
+}
+
 // Inject writes ctx's span context into headers as traceparent (and
 // tracestate); nothing when ctx carries no valid span context.
 func Inject(ctx context.Context, headers map[string][]string) {

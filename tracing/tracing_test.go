@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -119,30 +120,75 @@ func TestResume(t *testing.T) {
 }
 
 // TestHandler: an API request is a server span, the child of its
-// traceparent, and the response names the trace; probes are not traced.
+// traceparent when the handler trusts it and otherwise the root of a trace
+// of its own linked to it, and the response names the trace; probes are
+// not traced.
 func TestHandler(t *testing.T) {
-	tp, exp := newProvider(t)
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
-	h := tracing.Handler(tracing.New(tp, "test"), inner)
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/a1/stop", nil)
-	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if got := rec.Header().Get(tracing.TraceIDHeader); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
-		t.Errorf("%s = %q", tracing.TraceIDHeader, got)
+	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, trust := range []bool{true, false} {
+		t.Run(fmt.Sprintf("trust=%v", trust), func(t *testing.T) {
+			tp, exp := newProvider(t)
+			inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+			h := tracing.Handler(tracing.New(tp, "test"), trust, inner)
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/a1/stop", nil)
+			req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			spans := exp.GetSpans()
+			if len(spans) != 1 || spans[0].Name != "POST /v1/chat/{id}/stop" || spans[0].SpanKind != trace.SpanKindServer {
+				t.Fatalf("spans = %+v", spans)
+			}
+			s := spans[0]
+			if got, want := rec.Header().Get(tracing.TraceIDHeader), s.SpanContext.TraceID().String(); got != want {
+				t.Errorf("%s = %q, want the span's trace %s", tracing.TraceIDHeader, got, want)
+			}
+			if trust {
+				if s.SpanContext.TraceID().String() != clientTrace || s.Parent.SpanID().String() != clientSpan || len(s.Links) != 0 {
+					t.Errorf("trusted: span in %s under %s with links %v, want the child of %s/%s", s.SpanContext.TraceID(), s.Parent.SpanID(), s.Links, clientTrace, clientSpan)
+				}
+			} else if s.SpanContext.TraceID().String() == clientTrace || s.Parent.IsValid() || len(s.Links) != 1 ||
+				s.Links[0].SpanContext.TraceID().String() != clientTrace || s.Links[0].SpanContext.SpanID().String() != clientSpan {
+				t.Errorf("untrusted: span in %s under %v with links %v, want a root of its own linked to %s/%s", s.SpanContext.TraceID(), s.Parent, s.Links, clientTrace, clientSpan)
+			}
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			if len(exp.GetSpans()) != 1 || rec.Header().Get(tracing.TraceIDHeader) != "" {
+				t.Error("a probe was traced")
+			}
+			rec = httptest.NewRecorder()
+			tracing.Handler(tracing.Tracer{}, trust, inner).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat", nil))
+			if len(exp.GetSpans()) != 1 || rec.Header().Get(tracing.TraceIDHeader) != "" {
+				t.Error("an off Handler traced")
+			}
+		})
 	}
-	spans := exp.GetSpans()
-	if len(spans) != 1 || spans[0].Name != "POST /v1/chat/{id}/stop" || spans[0].Parent.SpanID().String() != "00f067aa0ba902b7" || spans[0].SpanKind != trace.SpanKindServer {
-		t.Fatalf("spans = %+v", spans)
-	}
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-	if len(exp.GetSpans()) != 1 || rec.Header().Get(tracing.TraceIDHeader) != "" {
-		t.Error("a probe was traced")
-	}
-	rec = httptest.NewRecorder()
-	tracing.Handler(tracing.Tracer{}, inner).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat", nil))
-	if len(exp.GetSpans()) != 1 || rec.Header().Get(tracing.TraceIDHeader) != "" {
-		t.Error("an off Handler traced")
+}
+
+// TestFromClient: without a valid traceparent nothing changes; with one,
+// trust makes it the parent, and distrust a link from a new root.
+func TestFromClient(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tc := range []struct {
+		name      string
+		headers   map[string][]string
+		trust     bool
+		wantCtx   bool // ctx carries the client's span context
+		wantLinks bool
+	}{
+		{"none", nil, false, false, false},
+		{"garbled", map[string][]string{"traceparent": {"00-zz-01"}}, false, false, false},
+		{"trusted", map[string][]string{"Traceparent": {tp}}, true, true, false},
+		{"untrusted", map[string][]string{"traceparent": {tp}}, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, opts := tracing.FromClient(context.Background(), tc.headers, tc.trust)
+			if got := trace.SpanContextFromContext(ctx).IsValid(); got != tc.wantCtx {
+				t.Errorf("ctx has a span context: %v, want %v", got, tc.wantCtx)
+			}
+			cfg := trace.NewSpanStartConfig(opts...)
+			if got := len(cfg.Links()) == 1 && cfg.NewRoot(); got != tc.wantLinks {
+				t.Errorf("options link a new root: %v (links %v), want %v", got, cfg.Links(), tc.wantLinks)
+			}
+		})
 	}
 }

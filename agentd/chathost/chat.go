@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -53,7 +55,7 @@ type Type struct {
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
 // shared by every chat type of the process: the tenants' daemons of one
-// agentd share its --max-turns (503 past it), each within its own turns
+// agentd share its --max-turns (429 past it), each within its own turns
 // quota (429 past it). Call it before the daemon starts.
 func (ct *Type) ShareTurns(node *chat.TurnLimiter) { ct.node = node }
 
@@ -558,7 +560,24 @@ func chatError(err error) error {
 	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
 		return fmt.Errorf("%w: %w", host.ErrNotFound, err)
 	case errors.Is(err, chat.ErrOverloaded):
-		return fmt.Errorf("%w: %w", host.ErrUnavailable, err)
+		return &overloadedError{err}
 	}
 	return err
 }
+
+// overloadedError is a turn refused by the node's --max-turns, as the
+// client gets it: 429 with Retry-After, at once. It is not a 503
+// (host.ErrUnavailable), which the router retries for its handoff wait:
+// a full node has no more room a moment later, and the client is better
+// told now to come back.
+type overloadedError struct{ err error }
+
+func (e *overloadedError) Error() string { return e.err.Error() }
+
+func (e *overloadedError) Unwrap() error { return e.err }
+
+// StatusCode is 429.
+func (e *overloadedError) StatusCode() int { return http.StatusTooManyRequests }
+
+// RetryAfter is a second: turns end and free their slots all the time.
+func (e *overloadedError) RetryAfter() time.Duration { return time.Second }

@@ -64,7 +64,7 @@
 //     the log's last event of the agent, so any node answers a read with
 //     what the owner wrote, whichever node it was.
 //   - Over a tenant's turns quota a chat is refused with 429 (a quota.Error)
-//     before anything is written; over the node's --max-turns, with 503.
+//     before anything is written; over the node's --max-turns, with 429 and Retry-After at once.
 //     The node's bound holds across the tenants of one agentd: their chat
 //     types share one limiter (Type.ShareTurns).
 //   - A request whose identity's role is below writer (an approver) may

@@ -17,7 +17,9 @@ func Handler() http.Handler {
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'")
+		// Added: the daemon's own, frame-ancestors (--frame-ancestors),
+		// holds too; the browser enforces each.
+		h.Add("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'")
 		w.Write(page)
 	})
 }

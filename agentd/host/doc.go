@@ -125,9 +125,10 @@
 // # Tracing
 //
 // With the daemon's Config.TracerProvider, every command answered is a
-// "command <verb>" server span, the child of the W3C traceparent header of
-// the NATS request when it has one (any case), so a caller's trace
-// continues into the agent; a command forwarded to the agent's owner is a
+// "command <verb>" server span. When the NATS request has a W3C
+// traceparent header (any case), the span links to it and starts a trace
+// of its own, or, with Config.TrustTraceparent, is its child, so a
+// trusted caller's trace continues into the agent; a command forwarded to the agent's owner is a
 // "forward <verb>" client span whose context goes in the forwarded
 // request's traceparent, and the owner's "command <verb>" span
 // (forever.command.forwarded) is its child. Replies (and error replies)

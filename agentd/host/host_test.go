@@ -258,8 +258,8 @@ func eventTypes(t *testing.T, js jetstream.JetStream, subject string) map[string
 	}
 }
 
-// TestHostTracesCommands: a command's traceparent header (any case) makes
-// the command's span its child, and the reply (an error reply too) names
+// TestHostTracesCommands: with Config.TrustTraceparent, a command's
+// traceparent header (any case) makes the command's span its child, and the reply (an error reply too) names
 // the trace; a command forwarded by another node continues the forwarding
 // span's trace the same way, marked forwarded; the fiber the command
 // starts traces its steps in that trace.
@@ -269,6 +269,7 @@ func TestHostTracesCommands(t *testing.T) {
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	cfg := agentdtest.Config(t)
 	cfg.TracerProvider = tp
+	cfg.TrustTraceparent = true
 	d, _, nc, _ := startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -328,5 +329,48 @@ func TestHostTracesCommands(t *testing.T) {
 	}
 	if steps < 2 {
 		t.Errorf("%d fiber.step spans in the trace, want the fiber's 2", steps)
+	}
+}
+
+// TestHostLinksClientTraceparent: without Config.TrustTraceparent, a
+// client's traceparent does not parent the command's span: the span starts
+// a trace of its own, links to the client's span, and the reply names the
+// new trace.
+func TestHostLinksClientTraceparent(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithIDGenerator(tracing.IDGenerator{}))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	cfg := agentdtest.Config(t)
+	cfg.TracerProvider = tp
+	_, _, nc, _ := startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
+
+	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	m := nats.NewMsg("forever.cmd.steps:x.start")
+	m.Data = []byte(`{"steps":1,"delayMs":0}`)
+	m.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+	resp, err := nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.Header.Get(tracing.TraceIDHeader)
+	if got == "" || got == clientTrace {
+		t.Errorf("reply %s = %q, want a trace of agentd's own", tracing.TraceIDHeader, got)
+	}
+	var command *tracetest.SpanStub
+	for deadline := time.Now().Add(10 * time.Second); command == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, s := range exp.GetSpans() {
+			if s.Name == "command start" {
+				command = &s
+			}
+		}
+	}
+	if command == nil {
+		t.Fatal("no command span")
+	}
+	if command.SpanContext.TraceID().String() != got || command.Parent.IsValid() {
+		t.Errorf("command span in %s under %v, want the root of trace %s", command.SpanContext.TraceID(), command.Parent, got)
+	}
+	if len(command.Links) != 1 || command.Links[0].SpanContext.TraceID().String() != clientTrace || command.Links[0].SpanContext.SpanID().String() != clientSpan {
+		t.Errorf("command span links %+v, want the client's span %s/%s", command.Links, clientTrace, clientSpan)
 	}
 }

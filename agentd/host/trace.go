@@ -15,10 +15,11 @@ import (
 
 // Spans of the host (the daemon's Config.TracerProvider):
 //
-//	command <verb>    a command answered by this node (server kind), the child
-//	                  of the traceparent header of the NATS request (or of the
-//	                  forwarding node's span); forever.command.forwarded when
-//	                  another node forwarded it
+//	command <verb>    a command answered by this node (server kind): the child
+//	                  of the forwarding node's span when another node forwarded
+//	                  it (forever.command.forwarded), else of the traceparent
+//	                  header of the client's NATS request with
+//	                  --trust-traceparent, else a new trace linked to it
 //	forward <verb>    a command sent on to the agent's owner (client kind)
 //	partition.acquire a partition taken: its views caught up, its agents
 //	                  activated (their recovery started)
@@ -32,12 +33,15 @@ const (
 )
 
 // startCommandSpan starts the server span of a command that arrived with
-// headers; ctx gets the span (the child of their traceparent, if any).
+// headers; ctx gets the span. A forwarded command's traceparent is a
+// node's, its parent; a client's is one with Config.TrustTraceparent, and
+// a link otherwise (tracing.FromClient).
 func (h *Host) startCommandSpan(ctx context.Context, headers map[string][]string, subject, agent, verb string, forwarded bool) (context.Context, trace.Span) {
 	if !h.tracer.On() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	ctx, span := h.tracer.Start(tracing.Extract(ctx, headers), "command "+verb, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, opts := tracing.FromClient(ctx, headers, forwarded || h.deps.Config.TrustTraceparent)
+	ctx, span := h.tracer.Start(ctx, "command "+verb, append(opts, trace.WithSpanKind(trace.SpanKindServer))...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AgentID.String(agent), tracing.Verb.String(verb), tracing.Node.String(h.own.Node()),
 			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject))

@@ -20,7 +20,7 @@ import (
 )
 
 // testBinaryOverload: 2,000 chats at once against --max-turns: the turns
-// past the limit are refused at once with 503 and Retry-After (nothing
+// past the limit are refused at once with 429 and Retry-After (nothing
 // stored for them), every admitted turn completes, memory stays bounded,
 // and the goroutines come back down once they have.
 func testBinaryOverload(t *testing.T, bin string) {
@@ -67,13 +67,14 @@ func testBinaryOverload(t *testing.T, bin string) {
 		switch {
 		case r.code == "" && r.errMsg == "":
 			admitted = append(admitted, r)
-		case r.code == "503" && r.retry != "" && (strings.Contains(r.errMsg, "too many turns") || strings.Contains(r.errMsg, "commands in flight")):
+		case r.code == "429" && r.retry != "" && strings.Contains(r.errMsg, "too many turns"),
+			r.code == "503" && r.retry != "" && strings.Contains(r.errMsg, "commands in flight"):
 			refused = append(refused, r)
 		default:
 			t.Errorf("%s: code %q retry %q: %s", r.agent, r.code, r.retry, r.errMsg)
 		}
 	}
-	t.Logf("%d chats: %d admitted, %d refused with 503", chats, len(admitted), len(refused))
+	t.Logf("%d chats: %d admitted, %d refused with 429 or 503", chats, len(admitted), len(refused))
 	if len(admitted) < limit || len(refused) == 0 {
 		t.Fatalf("%d admitted, %d refused; want at least %d admitted and some refused", len(admitted), len(refused), limit)
 	}

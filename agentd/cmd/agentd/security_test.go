@@ -118,6 +118,7 @@ func testSecurityHTTPLimits(t *testing.T, bin string) {
 	resp.Body.Close()
 	check("idle kept-alive connection", 3*time.Second, idle)
 	wg.Wait()
+	t.Run("Frames", func(t *testing.T) { testFramesForbidden(t, httpAddr) })
 }
 
 // cred is what agentd tenant create printed.
@@ -240,6 +241,26 @@ func testSecurityTenants(t *testing.T, bin string) {
 		}
 	})
 
+	t.Run("Frames", func(t *testing.T) { testFramesForbidden(t, e.httpAddr) })
+	t.Run("MetricsHost", func(t *testing.T) {
+		// The metrics listener answers loopback and address Hosts; a
+		// DNS-rebinding name gets 403, as on --http.
+		for host, want := range map[string]int{"localhost": http.StatusOK, "10.0.0.7:9464": http.StatusOK, "rebind.example:9464": http.StatusForbidden} {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+e.metricsAddr+"/metrics", nil)
+			req.Host = host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("/metrics with Host %s: %d, want %d", host, resp.StatusCode, want)
+			}
+		}
+	})
+	t.Run("ProbesPastConnCap", func(t *testing.T) { testProbesPastConnCap(t, e.httpAddr) })
+
 	acme := e.mint(t, "acme")
 	beta := e.mint(t, "beta")
 	reader := e.mint(t, "acme", "--role", "reader", "--token-name", "ro")
@@ -335,9 +356,9 @@ func testSecurityTenants(t *testing.T, bin string) {
 
 	t.Run("NodeTurns", func(t *testing.T) {
 		// --max-turns 2 holds across tenants: of four slow turns, two in
-		// each tenant, two start at once; the others wait for a slot (a
-		// refused turn is retried for up to 10 s) or get 503, and the
-		// node never runs more than two.
+		// each tenant, two start at once; the others are refused at once
+		// with 429 and Retry-After (not retried for 10 s into a 503), and
+		// the node never runs more than two.
 		var mu sync.Mutex
 		var atOnce, later int
 		var wg sync.WaitGroup
@@ -365,7 +386,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 				switch took := time.Since(t0); {
 				case errCode(m) == "" && took < 2*time.Second:
 					atOnce++
-				case errCode(m) == "503" || took >= 2*time.Second:
+				case errCode(m) == "429" && m.Header.Get("Retry-After") != "" && took < 2*time.Second:
 					later++
 				default:
 					t.Errorf("turn %d: %v after %s", i, m.Header, took)
@@ -377,7 +398,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		close(done)
 		peak := <-peaked
 		if atOnce != 2 || later != 2 || peak > 2 {
-			t.Errorf("four turns against --max-turns 2: %d started at once, %d waited or refused, at most %v running", atOnce, later, peak)
+			t.Errorf("four turns against --max-turns 2: %d started at once, %d refused at once, at most %v running", atOnce, later, peak)
 		}
 		for i := range 4 { // let the admitted ones end
 			waitTurnEnded(t, e, []cred{acme, acme, beta, beta}[i], fmt.Sprintf("slow%d", i))
@@ -516,7 +537,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		n := 0
 		for ; n < 200; n++ {
 			last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
-			for tries := 0; errCode(last) == "503" && tries < 100; tries++ { // --max-turns 2
+			for tries := 0; errCode(last) == "429" && strings.Contains(last.Header.Get("Nats-Service-Error"), "too many turns") && tries < 100; tries++ { // --max-turns 2
 				time.Sleep(50 * time.Millisecond)
 				last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
 			}

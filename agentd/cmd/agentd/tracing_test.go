@@ -23,7 +23,7 @@ import (
 // the second slow enough to be killed in, then answer.
 const tracedPrompt = "/tool clock {}\n/tool clock {\"delayMs\":3000}"
 
-// testBinaryTracing: agentd exporting to the real Jaeger all-in-one over
+// testBinaryTracing: agentd (with --trust-traceparent) exporting to the real Jaeger all-in-one over
 // OTLP runs a chat command sent over NATS with a W3C traceparent header: a
 // turn with two tool calls, SIGKILLed while the second runs and recovered
 // by a new process. Jaeger then holds one trace, the caller's: the
@@ -39,7 +39,8 @@ func testBinaryTracing(t *testing.T, bin string) {
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
 	start := func() *agentdProc {
 		p := &agentdProc{out: &agentdtest.SyncBuffer{}, exited: make(chan error, 1)}
-		p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json", "--local-rate", "40")
+		p.cmd = exec.Command(bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--log-format", "json", "--local-rate", "40",
+			"--trust-traceparent") // the caller's span parents agentd's
 		p.cmd.Env = append(os.Environ(), j.Env(service)...)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		return p
