@@ -122,9 +122,12 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 	select {
 	case f.sem <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, notSent(ctx.Err())
 	}
 	defer func() { <-f.sem }()
+	if err := ctx.Err(); err != nil {
+		return 0, notSent(err)
+	}
 
 	f.mu.Lock()
 	f.syncTokenLocked(tok)
