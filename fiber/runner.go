@@ -296,12 +296,67 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	}
 	created := f.createdAt
 	p.CreatedAt = &created
-	if _, err := r.append(ctx, EventStarted, p); err != nil {
+	e, err := event(r.cfg.Agent, EventStarted, p)
+	if err != nil {
 		r.abort(f)
-		return nil, fmt.Errorf("fiber: start %q: %w", name, err)
+		return nil, err
+	}
+	e.ID = nuid.Next() // the same for a copy that settles an unknown fate
+	if _, err := r.appendEvent(ctx, e); err != nil {
+		if startUnknown(err) {
+			// Sent, and no answer came: fiber.started may be stored, now
+			// or later. Letting the name go now could leave a second live
+			// fiber of the same name in the log (its caller sends the
+			// command again), so the fiber holds its name until the log
+			// says whether it started.
+			err = r.settleStart(ctx, f, e, err)
+		}
+		if err != nil {
+			r.abort(f)
+			return nil, fmt.Errorf("fiber: start %q: %w", name, err)
+		}
 	}
 	r.metrics.started.Inc()
 	return f, nil
+}
+
+// startUnknown reports whether err, an append's, leaves its fate
+// unknown: not a refusal, nor a context that ended before the event was
+// sent.
+func startUnknown(err error) bool {
+	switch {
+	case eventlog.Unwritten(err), eventlog.OwnerLost(err),
+		errors.Is(err, eventlog.ErrInvalid), errors.Is(err, eventlog.ErrTooLarge),
+		errors.Is(err, eventlog.ErrClosed), errors.Is(err, eventlog.ErrRemoved),
+		errors.Is(err, eventlog.ErrStorageFull):
+		return false
+	}
+	return true
+}
+
+// settleWithin bounds the settling of an append whose fate is unknown:
+// well within JetStream's duplicate window (2 minutes by default), which
+// makes the copies Settle sends harmless.
+const settleWithin = time.Minute
+
+// settleStart settles fiber.started (e) of f after its append failed with
+// err, an unknown fate, under a context that outlives the caller's (whose
+// deadline passed) but not the Runner. It returns nil when fiber.started
+// is stored, and an error when it is not, or still unknown (the caller
+// aborts f; a fiber.started that lands later is recovered as an orphan).
+func (r *Runner) settleStart(ctx context.Context, f *Fiber, e eventlog.Event, err error) error {
+	r.logger.Warn("fiber.started not confirmed; settling it before the fiber's name is let go", "fiber", f.id, "name", f.name, "err", err)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWithin)
+	defer cancel()
+	stop := context.AfterFunc(r.stop, cancel)
+	defer stop()
+	seq, serr := eventlog.Settle(sctx, r.log, e)
+	if serr != nil {
+		return errors.Join(err, serr)
+	}
+	r.noteSeq(seq)
+	r.logger.Info("fiber.started settled: stored", "fiber", f.id, "name", f.name, "seq", seq)
+	return nil
 }
 
 // own registers f as running, takes a keepalive reference and counts it in
@@ -457,6 +512,11 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	if err != nil {
 		return 0, err
 	}
+	return r.appendEvent(ctx, e)
+}
+
+// appendEvent is append of an encoded event.
+func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event) (eventlog.Seq, error) {
 	seq, err := r.log.Append(ctx, e)
 	// A stream electing a leader refuses appends for a moment: wait it out
 	// (bounded) rather than fail the fiber. Only refusals that wrote
@@ -473,13 +533,18 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	if err != nil {
 		return 0, err
 	}
+	r.noteSeq(seq)
+	return seq, nil
+}
+
+// noteSeq remembers seq if it is the highest this Runner appended.
+func (r *Runner) noteSeq(seq eventlog.Seq) {
 	for {
 		cur := r.lastSeq.Load()
 		if uint64(seq) <= cur || r.lastSeq.CompareAndSwap(cur, uint64(seq)) {
-			break
+			return
 		}
 	}
-	return seq, nil
 }
 
 // unwrittenRetries bounds the resends of an append JetStream refused while
