@@ -248,6 +248,14 @@ type runOpts struct {
 	snapshot json.RawMessage
 	err      error
 	first    string
+	unique   bool
+}
+
+// Unique makes the fiber's name name one unit of work (a chat turn): the
+// Runner refuses to start or resume it, with ErrNameTaken and an error in
+// its log, while a live fiber of the same name started Unique runs.
+func Unique() RunOpt {
+	return func(o *runOpts) { o.unique = true }
 }
 
 // WithSnapshot starts the fiber with v as its snapshot: fiber.started
@@ -283,6 +291,7 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 		return nil, o.err
 	}
 	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, o.snapshot)
+	f.unique = o.unique
 	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot}
 	if r.tracer.On() {
 		p.TraceParent = tracing.Format(trace.SpanContextFromContext(ctx))
@@ -368,6 +377,10 @@ func (r *Runner) own(f *Fiber) error {
 		r.wg.Add(1)
 	}
 	r.mu.Unlock()
+	if errors.Is(err, ErrNameTaken) {
+		// An invariant broken by the caller: say so loudly.
+		r.logger.Error("refused a second live fiber of one unit of work", "fiber", f.id, "name", f.name, "err", err)
+	}
 	if err != nil {
 		return err
 	}
