@@ -629,7 +629,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
 		a.endTurnSpan(fctx, span, err)
 		return a.afterTurn(fctx, t.RequestID, err)
-	})
+	}, fiber.Unique())
 	if err != nil {
 		failSpan(span, err)
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
@@ -854,15 +854,21 @@ func (a *Agent) release(at *activeTurn) {
 }
 
 // claim takes the turn slot for a recovered turn. A command that holds
-// the slot without having stored its turn is waited for: it finds the
-// recovering turn active and is refused (ErrTurnActive), so a command
-// refused with 409 never fails the turn being recovered. A turn that runs
-// is ErrTurnActive.
+// the slot without having stored its turn is waited for, whatever its
+// identity: a command of another finds the recovering turn active and is
+// refused (ErrTurnActive), so a command refused with 409 never fails the
+// turn being recovered; a copy of the recovered turn's own command is
+// answered with it (Send), and never runs it beside the recovery. A turn
+// that runs is ErrTurnActive, or errRunsHere when it is the recovered
+// turn itself: another fiber of this process runs it already.
 func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error) {
 	at := newActiveTurn(requestID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for cur := a.mu.active; cur != nil && cur.requestID != requestID; cur = a.mu.active {
+	for cur := a.mu.active; cur != nil; cur = a.mu.active {
+		if !cur.pending && cur.requestID == requestID {
+			return nil, fmt.Errorf("%w: turn %s", errRunsHere, requestID)
+		}
 		if !cur.pending {
 			return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, cur.requestID, requestID)
 		}
@@ -881,6 +887,11 @@ func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error
 	a.mu.active = at
 	return at, nil
 }
+
+// errRunsHere is claim's answer to the recovery of a turn that a fiber of
+// this process runs already: the recovering fiber (a second fiber of the
+// turn, whose fiber.started landed late) ends and leaves the turn alone.
+var errRunsHere = errors.New("chat: the turn runs in another fiber of this process")
 
 // append appends one chat event for the agent and waits until the store
 // shows it. An event too large for the log is refused before it is sent

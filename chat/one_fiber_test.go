@@ -1,0 +1,86 @@
+package chat_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/verify"
+)
+
+// TestOneFiberPerTurn: a turn has one fiber on any node. The turn's node
+// stops mid-stream (a handoff) with a second fiber.started of the turn's
+// name in the log beside the turn's own (one that landed after its command
+// gave up). The new owner recovers both rows at once, and a chat of the
+// turn's own identity comes to it while the recovery waits to claim the
+// turn: the chat is answered with the turn, one fiber runs the turn, the
+// other ends without touching it, and the stream ends once.
+func TestOneFiberPerTurn(t *testing.T) {
+	e1 := newEnv(t)
+	reached := make(chan struct{}, 1)
+	h1 := e1.host(t, "a1", &fake{scripts: []script{cutAfter(2, reached)}}, nil)
+	req := chat.SendRequest{Text: "tell me a story", RequestID: "edge-9"}
+	first, err := h1.a.Send(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	late := eventlog.Event{Agent: "a1", Type: fiber.EventStarted,
+		Data: []byte(fmt.Sprintf(`{"id":"late-fiber","name":%q,"createdAt":%q}`, chat.TurnFiberPrefix+"edge-9", time.Now().UTC().Format(time.RFC3339Nano)))}
+	if _, err := e1.lg.Append(t.Context(), late); err != nil {
+		t.Fatal(err)
+	}
+	h1.r.Close() // handed off: the fiber is left for recovery
+
+	e2 := newEnvOn(t, e1.srv, eventlog.Config{})
+	h2 := e2.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+	claiming, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	chat.StopAt(h2.a, func(ctx context.Context, point string) error {
+		if point == "recover-claim" {
+			once.Do(func() { close(claiming) })
+			select {
+			case <-goOn:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	if err := h2.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, claiming)
+	again, err := h2.a.Send(t.Context(), req)
+	if err != nil || !sameTurn(again, first) {
+		t.Fatalf("chat of the turn's identity during its recovery: %+v, %v; want %+v", again, err, first)
+	}
+	close(goOn)
+	h2.r.Wait()
+
+	if got := turnsOf(t, e2.lg, "a1"); len(got) != 1 || got["edge-9"] != 1 {
+		t.Fatalf("turns per message = %v, want one", got)
+	}
+	if tr := lastTurn(t, e2, "a1"); tr.RequestID != "edge-9" || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %+v, want edge-9 completed", tr)
+	}
+	cs, _ := streamOf(t, e2.lg, "a1", first.StreamID)
+	if n := count(cs, chat.ChunkFinish) + count(cs, chat.ChunkError) + count(cs, chat.ChunkAbort); n != 1 {
+		t.Fatalf("%d terminal chunks in the turn's stream, want 1: %+v", n, cs)
+	}
+	if n := count(cs, chat.ChunkStart); n != 1 {
+		t.Fatalf("%d start chunks, want 1", n)
+	}
+	if rows := runs(t, e2, "a1"); len(rows) != 0 {
+		t.Fatalf("fibers left in the runs table: %+v", rows)
+	}
+	rep, err := verify.Check(t.Context(), e2.lg, verify.Options{Acked: []verify.Ack{{Agent: "a1", ID: "edge-9"}}})
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify: %v\n%s", err, rep)
+	}
+}
