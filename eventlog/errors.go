@@ -118,6 +118,13 @@ func storageFull(api *jetstream.APIError) bool {
 // Sending it again is safe (Unwritten).
 var errRefused = fmt.Errorf("%w: the append was refused, not by another writer; nothing of it was stored", ErrUnavailable)
 
+// errUnfenced marks a chunk whose stream's fence was reset between its
+// Add and its send (forgetChunks after a send of unknown fate, a new
+// token): it is not sent, since the expected sequence is not known; the
+// stream's next chunk reads the stream again (prepareChunks), so its writer
+// goes on from what the stream holds. Nothing was written (Unwritten).
+var errUnfenced = fmt.Errorf("%w: chunk not sent", ErrUnavailable)
+
 // errNotSent marks an append that ended before its event was sent: the
 // caller's context was done first (while it waited for the agent's fence).
 // Nothing was written (Unwritten).
@@ -156,7 +163,7 @@ const codeClusterUnavailable = 10008
 // request whose answer was lost, which may have been stored; an append that
 // failed Unwritten may be sent again as it was.
 func Unwritten(err error) bool {
-	if errors.Is(err, errRefused) || errors.Is(err, errNotSent) {
+	if errors.Is(err, errRefused) || errors.Is(err, errNotSent) || errors.Is(err, errUnfenced) {
 		return true
 	}
 	var api *jetstream.APIError

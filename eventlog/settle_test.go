@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,5 +79,40 @@ func TestUnknownFate(t *testing.T) {
 	}
 	if got, want := strings.Join(ids, ","), "first,second"; got != want {
 		t.Fatalf("stored %s, want %s", got, want)
+	}
+}
+
+// TestChunkFenceReset: a chunk queued while its stream's fence was reset
+// (after a send of unknown fate, or under a new lease) is not sent, and its
+// error says so: Unwritten and Unavailable, so its writer is left to go on
+// from what the stream holds, not abandoned. The stream's next chunk reads
+// the stream again and is stored.
+func TestChunkFenceReset(t *testing.T) {
+	nodes := openNodes(t, 1)
+	nd := nodes[0]
+	nd.owner.set("x", eventlog.Token{Node: "n1", Epoch: 1})
+	ctx := t.Context()
+	b := nd.lg.NewBatcher(eventlog.BatcherConfig{})
+	chunk := func(i int) eventlog.Event {
+		return eventlog.Event{Agent: "x", Stream: "s1", Type: "chunk", Data: []byte(strconv.Itoa(i))}
+	}
+	p, err := b.Add(ctx, chunk(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.lg.ForgetFences() // reset between the Add and the send
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	if _, err := p.Wait(ctx); !eventlog.Unwritten(err) || !eventlog.Unavailable(err) {
+		t.Fatalf("chunk queued across a fence reset: %v; want Unwritten and Unavailable", err)
+	}
+	p, err = b.Add(ctx, chunk(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := p.Wait(ctx); err != nil || seq == 0 {
+		t.Fatalf("next chunk: %d, %v", seq, err)
 	}
 }
