@@ -630,6 +630,13 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		a.endTurnSpan(fctx, span, err)
 		return a.afterTurn(fctx, t.RequestID, err)
 	}, fiber.Unique())
+	if errors.Is(err, fiber.ErrNameTaken) {
+		// A fiber of this turn's name is left for recovery, or being
+		// recovered: the command waits for it (busy), and Send answers a
+		// copy with the turn once the recovery shows it stored.
+		failSpan(span, err)
+		return Turn{}, fmt.Errorf("%w: turn %s is being recovered: %w", ErrTurnActive, t.RequestID, err)
+	}
 	if err != nil {
 		failSpan(span, err)
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)

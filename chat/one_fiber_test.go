@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -85,4 +86,41 @@ func TestOneFiberPerTurn(t *testing.T) {
 	if err != nil || len(rep.Violations) != 1 || rep.Violations[0].Kind != verify.KindTurnTwoFibers || rep.Violations[0].Fiber != "late-fiber" {
 		t.Fatalf("verify: %v\n%s\nwant only the injected fiber's %s", err, rep, verify.KindTurnTwoFibers)
 	}
+}
+
+// TestCommandWaitsForItsRecovery: a command of a turn whose fiber is left
+// for recovery (its fiber.started stored, its turn.started not, as when the
+// node stopped between them) starts no second fiber beside it: it is
+// refused as busy until the recovery ended that fiber, then runs once.
+func TestCommandWaitsForItsRecovery(t *testing.T) {
+	e := newEnv(t)
+	left := eventlog.Event{Agent: "a1", Type: fiber.EventStarted,
+		Data: []byte(fmt.Sprintf(`{"id":"left-fiber","name":%q,"createdAt":%q}`, chat.TurnFiberPrefix+"edge-7", time.Now().UTC().Format(time.RFC3339Nano)))}
+	if _, err := e.lg.Append(t.Context(), left); err != nil {
+		t.Fatal(err)
+	}
+	h := e.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+	req := chat.SendRequest{Text: "hello there", RequestID: "edge-7"}
+	if rows := runs(t, e, "a1"); len(rows) != 1 {
+		t.Fatalf("runs table = %+v, want the fiber left for recovery", rows)
+	}
+	if _, err := h.a.Send(t.Context(), req); !errors.Is(err, chat.ErrTurnActive) {
+		t.Fatalf("command while its fiber is left for recovery: %v, want ErrTurnActive", err)
+	}
+	if err := h.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	turn, err := h.a.Send(t.Context(), req)
+	if err != nil || turn.RequestID != "edge-7" {
+		t.Fatalf("command after the recovery: %+v, %v", turn, err)
+	}
+	h.r.Wait()
+	if tr := lastTurn(t, e, "a1"); tr.RequestID != "edge-7" || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %+v", tr)
+	}
+	if _, live := fibersNamed(t, e.lg, "a1", chat.TurnFiberPrefix+"edge-7"); live != 1 {
+		t.Fatalf("%d fibers of the turn live at once, want 1", live)
+	}
+	checkClean(t, e.lg)
 }

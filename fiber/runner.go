@@ -303,6 +303,12 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	if err := r.own(f); err != nil {
 		return nil, err
 	}
+	if f.unique {
+		if err := r.leftForRecovery(ctx, f); err != nil {
+			r.abort(f)
+			return nil, err
+		}
+	}
 	created := f.createdAt
 	p.CreatedAt = &created
 	e, err := event(r.cfg.Agent, EventStarted, p)
@@ -327,6 +333,35 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	}
 	r.metrics.started.Inc()
 	return f, nil
+}
+
+// leftForRecovery returns ErrNameTaken when the runs table holds a fiber
+// of f's name that this Runner does not run: one left for recovery, or
+// being recovered, whose unit of work f would run a second time beside it.
+// The table is read once it shows what this Runner appended (a recovered
+// fiber's end); it may lag behind other writers' events by a few: it
+// refuses what it shows, and the book refuses the rest of this Runner's own.
+func (r *Runner) leftForRecovery(ctx context.Context, f *Fiber) error {
+	if err := r.table.WaitFor(ctx, eventlog.Seq(r.lastSeq.Load())); err != nil {
+		return err
+	}
+	for row, err := range r.table.scan(r.cfg.Agent) {
+		if err != nil {
+			return nil // unreadable rows: the book's check stands alone
+		}
+		if row.Name != f.name || row.ID == f.id {
+			continue
+		}
+		r.mu.Lock()
+		s := r.mu.book.slots[row.ID]
+		r.mu.Unlock()
+		if s != nil && s.state == slotRunning {
+			continue // a fiber of ours not started Unique: the caller's choice
+		}
+		r.logger.Warn("refused a fiber whose name a fiber left for recovery holds", "fiber", f.id, "name", f.name, "recovering", row.ID)
+		return fmt.Errorf("%w: fiber %s of %q is left for recovery", ErrNameTaken, row.ID, f.name)
+	}
+	return nil
 }
 
 // startUnknown reports whether err, an append's, leaves its fate
