@@ -635,7 +635,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		// recovered: the command waits for it (busy), and Send answers a
 		// copy with the turn once the recovery shows it stored.
 		failSpan(span, err)
-		return Turn{}, fmt.Errorf("%w: turn %s is being recovered: %w", ErrTurnActive, t.RequestID, err)
+		return Turn{}, fmt.Errorf("%w: turn %s is being recovered; send the command again", ErrTurnActive, t.RequestID)
 	}
 	if err != nil {
 		failSpan(span, err)
@@ -657,8 +657,9 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		// caller learns the write is unconfirmed; a copy sent meanwhile
 		// is refused as busy, and answered with this turn once stored.
 		ok = true
+		a.logger.Warn("turn.started not confirmed; the turn keeps its slot while its fiber settles the write", "request", t.RequestID, "err", err)
 		gate <- started{settle: &e}
-		return Turn{}, fmt.Errorf("%w: %w", eventlog.ErrUnconfirmed, err)
+		return Turn{}, fmt.Errorf("%w: turn %s is being confirmed; send the command again for its answer", eventlog.ErrUnconfirmed, t.RequestID)
 	}
 	// Stored: the turn is the fiber's from here, whatever becomes of ctx.
 	ok = true
@@ -708,7 +709,6 @@ type started struct {
 // reads the log, and the slot stays taken until the agent restarts, so
 // nothing starts beside a turn that may yet land.
 func (a *Agent) settleStart(ctx context.Context, at *activeTurn, e eventlog.Event) started {
-	a.logger.Warn("turn.started not confirmed; the turn keeps its slot while the write settles", "request", at.requestID)
 	sctx, cancel := context.WithTimeout(ctx, settleWithin)
 	defer cancel()
 	seq, err := eventlog.Settle(sctx, a.log, e)
