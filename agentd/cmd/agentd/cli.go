@@ -610,9 +610,10 @@ func printFibers(w io.Writer, rows []host.FiberInfo) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// ATTEMPT is the fiber's run: 1 for the first, n+1 after n recoveries.
 	fmt.Fprintln(tw, "ID\tNAME\tATTEMPT\tCREATED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Attempt, r.CreatedAt)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Recoveries+1, r.CreatedAt)
 	}
 	return tw.Flush()
 }

@@ -52,8 +52,8 @@ func fakeAgentd(t *testing.T) string {
 	}
 	add("fibers", func(agent string, req micro.Request) {
 		req.RespondJSON([]host.FiberInfo{
-			{ID: "f1", Name: "turn-r1", Attempt: 1, CreatedAt: "2025-01-01T00:00:00.000Z"},
-			{ID: "fiber-long-id-2", Name: "x", Attempt: 12, CreatedAt: "2025-01-01T00:00:01.000Z"},
+			{ID: "f1", Name: "turn-r1", Attempt: 1, Recoveries: 1, CreatedAt: "2025-01-01T00:00:00.000Z"},
+			{ID: "fiber-long-id-2", Name: "x", Attempt: 12, Recoveries: 11, CreatedAt: "2025-01-01T00:00:01.000Z"},
 		})
 	})
 	add("status", func(agent string, req micro.Request) {
@@ -116,7 +116,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"fibers table", []string{"fibers", "a1"}, 0,
 			"ID               NAME     ATTEMPT  CREATED\n" +
-				"f1               turn-r1  1        2025-01-01T00:00:00.000Z\n" +
+				"f1               turn-r1  2        2025-01-01T00:00:00.000Z\n" +
 				"fiber-long-id-2  x        12       2025-01-01T00:00:01.000Z\n", ""},
 		{"status", []string{"status", "a1"}, 0,
 			"agent      a1\ntype       chat\nactive     true\nfibers     2\nschedules  1\nkeepalive  0\n", ""},
