@@ -22,6 +22,13 @@
 //   - TestFlagsDocumented: docs/reference.md's flag table has a row for
 //     every flag that agentd -h prints, and none for another.
 //   - TestRunnableBlocks: fenced blocks marked runnable run and succeed.
+//   - TestNoPlaceholders: no line of README.md or docs/ holds a
+//     placeholder ("stub", "being added", "on another branch", TBD, TODO,
+//     FIXME).
+//   - TestTourBinary: the README tour's build line, run as written, puts
+//     the binary where the next line runs it, as a file git ignores;
+//     docs/operations.md builds it the same way, and every command in the
+//     docs runs that path.
 //
 // # Runnable blocks
 //
