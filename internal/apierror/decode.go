@@ -43,8 +43,15 @@ func Echo(s string) string {
 // BadAgentID is the 400 of an id that cannot be an agent's; where names
 // it as the client sent it ("agent id", "\"id\"").
 func BadAgentID(where, id string) *Error {
+	if len(id) > MaxAgentID {
+		// The length is what is wrong, whatever the bytes: say so first.
+		return New(BadRequest, "%s %q is %d bytes, over the limit of %d: %s", where, Echo(id), len(id), MaxAgentID, AgentIDRule)
+	}
 	return New(BadRequest, "%s %q is not a valid agent id: %s", where, Echo(id), AgentIDRule)
 }
+
+// MaxAgentID is the longest agent id, in bytes (AgentIDRule).
+const MaxAgentID = 256
 
 // OverLimit returns the 413 *Error of a request over limit (see SizeText).
 func OverLimit(size, limit int64) *Error { return New(TooLarge, "%s", SizeText(size, limit)) }

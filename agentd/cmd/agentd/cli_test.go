@@ -126,9 +126,10 @@ func TestCLI(t *testing.T) {
 		{"missing agent", []string{"status"}, 2, "", "missing agent id"},
 		{"missing text", []string{"chat", "a1"}, 2, "", "missing message text"},
 		{"extra arg", []string{"fibers", "a1", "b"}, 2, "", `unexpected argument "b"`},
-		{"bad agent", []string{"fibers", "a.b"}, 2, "", "not valid"},
+		{"bad agent", []string{"fibers", "a.b"}, 2, "", "is not a valid agent id"},
+		{"long agent", []string{"fibers", strings.Repeat("a", 300)}, 2, "", "is 300 bytes, over the limit of 256"},
 		{"bad cursor", []string{"tail", "a1", "--from", "abc"}, 2, "", `invalid cursor "abc"`},
-		{"unknown flag", []string{"status", "--nope", "a1"}, 2, "", "flag provided but not defined"},
+		{"unknown flag", []string{"status", "--nope", "a1"}, 2, "", "agentd status: unknown flag --nope\nrun 'agentd help status' for its usage\n"},
 		{"no responders", []string{"status", "a1", "--nats-url", eventlogtest.RunServer(t, eventlogtest.ServerOptions{}).ClientURL()}, 1, "", "no agentd answers on forever.cmd.a1.status"},
 	}
 	for _, tt := range tests {
@@ -163,6 +164,31 @@ func TestCLIInterruptPrintsCursor(t *testing.T) {
 	}
 	if strings.Contains(errb.String(), "cursor: 0\n") {
 		t.Fatalf("cursor not advanced: %q", errb.String())
+	}
+}
+
+// TestUsageErrors: a usage error is one line naming what is wrong, then a
+// line saying where the usage is; never the whole usage page, never Go's
+// flag wording.
+func TestUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frob"}, "agentd: unknown command \"frob\" (run 'agentd help' for the commands)\n"},
+		{[]string{"--bogus"}, "agentd: unknown flag --bogus (run 'agentd -h' for the flags)\n"},
+		{[]string{"-bogus"}, "agentd: unknown flag --bogus (run 'agentd -h' for the flags)\n"},
+		{[]string{"--data", "x", "frob"}, "agentd: unexpected argument \"frob\": the daemon takes flags only (run 'agentd help' for the commands)\n"},
+		{[]string{"status"}, "agentd status: missing agent id\nrun 'agentd help status' for its usage\n"},
+		{[]string{"tail", "a1", "--from", "x"}, "agentd tail: invalid cursor \"x\" for --from: a cursor is a stream sequence, a string of digits\nrun 'agentd help tail' for its usage\n"},
+		{[]string{"verify", "--nope"}, "agentd verify: unknown flag --nope\nrun 'agentd help verify' for its usage\n"},
+		{[]string{"agents", "--nope"}, "agentd agents: unknown flag --nope\nrun 'agentd help agents' for its usage\n"},
+	} {
+		var errb strings.Builder
+		code := run(tt.args, func(string) string { return "" }, &errb)
+		if code != exitUsage || errb.String() != tt.want {
+			t.Errorf("agentd %s: exit %d\n%s\nwant exit %d\n%s", strings.Join(tt.args, " "), code, errb.String(), exitUsage, tt.want)
+		}
 	}
 }
 
