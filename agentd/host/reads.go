@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // The reads the console needs, also for every other client: the log verb
@@ -92,7 +93,7 @@ func ParseCursor(field, s string) (eventlog.Seq, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s must be a cursor (a string of digits), got %q", ErrBadRequest, field, truncateText(s, 40))
+		return 0, fmt.Errorf("%w: the %s parameter %q is not a cursor: %s", ErrBadRequest, field, truncateText(s, 64), apierror.CursorRule)
 	}
 	return eventlog.Seq(n), nil
 }

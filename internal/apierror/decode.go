@@ -32,6 +32,11 @@ func SizeText(size, limit int64) string {
 // limits.
 const AgentIDRule = `an agent id is 1 to 256 bytes of UTF-8 without ".", "*", ">", spaces or control characters`
 
+// CursorRule says what a cursor (a stream or log sequence) is, for the
+// errors of a bad one, on every transport and the CLI: each says "<where>
+// %q is not a cursor: " and then this.
+const CursorRule = `a cursor is a string of digits such as "42" (the id of an event, or the cursor of a frame)`
+
 // Echo returns s for quoting in an error, cut to 64 bytes.
 func Echo(s string) string {
 	if len(s) > 64 {

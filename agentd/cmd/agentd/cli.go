@@ -293,7 +293,7 @@ func checkArgs(cmd string, pos []string, from string) error {
 	}
 	if from != "" {
 		if _, err := replay.ParseCursor(from); err != nil {
-			return usageErr("invalid cursor %q for --from: a cursor is a stream sequence, a string of digits", from)
+			return usageErr("--from %q is not a cursor: %s", apierror.Echo(from), apierror.CursorRule)
 		}
 	}
 	return nil

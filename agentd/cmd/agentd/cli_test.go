@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // fakeAgentd answers fibers, status and chat like agentd's micro service,
@@ -128,7 +129,7 @@ func TestCLI(t *testing.T) {
 		{"extra arg", []string{"fibers", "a1", "b"}, 2, "", `unexpected argument "b"`},
 		{"bad agent", []string{"fibers", "a.b"}, 2, "", "is not a valid agent id"},
 		{"long agent", []string{"fibers", strings.Repeat("a", 300)}, 2, "", "is 300 bytes, over the limit of 256"},
-		{"bad cursor", []string{"tail", "a1", "--from", "abc"}, 2, "", `invalid cursor "abc"`},
+		{"bad cursor", []string{"tail", "a1", "--from", "abc"}, 2, "", `--from "abc" is not a cursor`},
 		{"unknown flag", []string{"status", "--nope", "a1"}, 2, "", "agentd status: unknown flag --nope\nrun 'agentd help status' for its usage\n"},
 		{"no responders", []string{"status", "a1", "--nats-url", eventlogtest.RunServer(t, eventlogtest.ServerOptions{}).ClientURL()}, 1, "", "no agentd answers on forever.cmd.a1.status"},
 	}
@@ -180,7 +181,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-bogus"}, "agentd: unknown flag --bogus (run 'agentd -h' for the flags)\n"},
 		{[]string{"--data", "x", "frob"}, "agentd: unexpected argument \"frob\": the daemon takes flags only (run 'agentd help' for the commands)\n"},
 		{[]string{"status"}, "agentd status: missing agent id\nrun 'agentd help status' for its usage\n"},
-		{[]string{"tail", "a1", "--from", "x"}, "agentd tail: invalid cursor \"x\" for --from: a cursor is a stream sequence, a string of digits\nrun 'agentd help tail' for its usage\n"},
+		{[]string{"tail", "a1", "--from", "x"}, "agentd tail: --from \"x\" is not a cursor: " + apierror.CursorRule + "\nrun 'agentd help tail' for its usage\n"},
 		{[]string{"verify", "--nope"}, "agentd verify: unknown flag --nope\nrun 'agentd help verify' for its usage\n"},
 		{[]string{"agents", "--nope"}, "agentd agents: unknown flag --nope\nrun 'agentd help agents' for its usage\n"},
 	} {
