@@ -119,8 +119,16 @@ func clusterOptions(cfg *Config, opts *server.Options) error {
 	opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: port,
 		PingInterval: routePing, MaxPingsOut: routeMaxPingsOut}
 	opts.Routes = routes
+	// A dead peer is retried every second on each of its routes; the
+	// server reports the first failure and then one in routeErrorReports
+	// (about once a minute), not every attempt.
+	opts.ReconnectErrorReports = routeErrorReports
 	return nil
 }
+
+// routeErrorReports is how many failed attempts to reach a lost route
+// peer make one line in the log (the server's ReconnectErrorReports).
+const routeErrorReports = 60
 
 // replicasFor returns the replicas of the streams and buckets: cfg.Replicas,
 // or 3 when clustered and 1 otherwise.

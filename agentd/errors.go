@@ -66,3 +66,25 @@ func ConfigErrorf(flag, format string, args ...any) error {
 func configErrorf(flag, format string, args ...any) error {
 	return newFlagError(ErrConfig, nil, flag, fmt.Sprintf(format, args...))
 }
+
+// FlagError words an error of the standard flag package as agentd words
+// its own: the flag with the two dashes its help shows ("unknown flag
+// --bogus", "flag --wait needs a value"), never Go's "flag provided but
+// not defined: -bogus". Other errors are returned as they are.
+func FlagError(err error) error {
+	msg := err.Error()
+	name := func(s string) string { return "--" + strings.TrimLeft(s, "-") }
+	switch {
+	case strings.HasPrefix(msg, "flag provided but not defined: "):
+		return fmt.Errorf("unknown flag %s", name(strings.TrimPrefix(msg, "flag provided but not defined: ")))
+	case strings.HasPrefix(msg, "flag needs an argument: "):
+		return fmt.Errorf("flag %s needs a value", name(strings.TrimPrefix(msg, "flag needs an argument: ")))
+	case strings.HasPrefix(msg, "invalid value ") || strings.HasPrefix(msg, "invalid boolean value "):
+		// invalid value "x" for flag -name: why
+		if i := strings.Index(msg, " for flag "); i >= 0 {
+			flag, why, _ := strings.Cut(msg[i+len(" for flag "):], ": ")
+			return fmt.Errorf("%s for %s: %s", msg[:i], name(flag), why)
+		}
+	}
+	return err
+}

@@ -48,10 +48,10 @@ func ParseFlags(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, err
 		}
-		return Config{}, fmt.Errorf("%w: %v (see agentd -h)", ErrConfig, err)
+		return Config{}, &flagError{msg: fmt.Sprintf("agentd: %v (run 'agentd -h' for the flags)", FlagError(err)), kind: ErrConfig, cause: err}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("%w: unexpected argument %q (see agentd -h)", ErrConfig, fs.Arg(0))
+		return Config{}, &flagError{msg: fmt.Sprintf("agentd: unexpected argument %q: the daemon takes flags only (run 'agentd help' for the commands)", fs.Arg(0)), kind: ErrConfig}
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

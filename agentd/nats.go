@@ -271,8 +271,20 @@ func (s *serverLogger) Errorf(format string, v ...any) {
 	if s.denials.take(s.l, msg) {
 		return
 	}
+	if strings.HasPrefix(msg, routeConnectError) {
+		// A peer that is down or not up yet: the cluster goes on without
+		// it (its partitions move), so this is a warning, not an error
+		// of this node; ReconnectErrorReports spaces the lines out.
+		s.l.Warn(msg)
+		return
+	}
 	s.l.Error(msg)
 }
+
+// routeConnectError starts the server's line about a route peer it cannot
+// reach.
+const routeConnectError = "Error trying to connect to route"
+
 func (s *serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Fatalf(format string, v ...any) {

@@ -51,3 +51,21 @@ func TestDenialLogBounded(t *testing.T) {
 		t.Fatalf("hook: %d calls, last %+v", hooked, last)
 	}
 }
+
+// TestRouteConnectErrorIsAWarning: the server's line about a route peer it
+// cannot reach (a dead or not yet started node) is a warning; other error
+// lines stay errors.
+func TestRouteConnectErrorIsAWarning(t *testing.T) {
+	dl, err := newDenialLog(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	s := &serverLogger{l: slog.New(slog.NewTextHandler(&buf, nil)), denials: dl}
+	s.Errorf("Error trying to connect to route (attempt %v): %v", 1, "dial tcp 127.0.0.1:6223: connect: connection refused")
+	s.Errorf("JetStream failed to store a msg on stream %q", "FOREVER_EVENTS")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[1], "level=ERROR") {
+		t.Fatalf("logged:\n%s\nwant the route line at WARN, the other at ERROR", buf.String())
+	}
+}

@@ -53,6 +53,10 @@ type Recovery struct {
 //     message is stored whole when the turn ends.
 //   - {}: leave the history untouched (the hook handles it, for example by
 //     retrieving the provider's stored response); the stream ends with abort.
+//
+// Whatever Persist says, a partial answer that holds settled tool results
+// (a call's output, error or denial) is stored: those calls ran, and a
+// conversation that forgot them would run them again (persistPartial).
 type RecoveryDecision struct {
 	Persist  bool
 	Continue bool
@@ -231,24 +235,40 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, fmt.Errorf("chat: recovery hook: %w", err))
 	}
-	if dec.Persist {
+	persist := persistPartial(dec, b.Parts())
+	if persist {
 		if err := a.persist(ctx, st); err != nil {
 			a.release(at)
 			return err
 		}
 	}
 	if !dec.Continue {
-		if dec.Persist {
+		if persist {
 			a.metrics.recoveries.WithLabelValues("persist").Inc()
 		} else {
 			a.metrics.recoveries.WithLabelValues("discard").Inc()
 		}
 		defer a.release(at)
-		return a.abortTurn(ctx, st, em, dec.Persist, "recovered without continuing")
+		return a.abortTurn(ctx, st, em, persist, "recovered without continuing")
 	}
 	a.metrics.recoveries.WithLabelValues("continue").Inc()
 	st.resume = true
 	return a.runTurn(ctx, f, st)
+}
+
+// persistPartial decides whether a recovered turn's partial answer is
+// stored: when the decision says so, or when the partial holds settled
+// tool results, which are stored whatever the decision.
+func persistPartial(dec RecoveryDecision, partial []Part) bool {
+	if dec.Persist {
+		return true
+	}
+	for _, p := range partial {
+		if p.Type == PartTool && (p.State == ToolOutput || p.State == ToolOutputError || p.State == ToolOutputDenied) {
+			return true
+		}
+	}
+	return false
 }
 
 // loadBase sets st.base to the parts the continued message had before the

@@ -250,3 +250,49 @@ func TestContinueLastTurn(t *testing.T) {
 		t.Fatalf("continuation stream %+v ... %+v", cs[0], cs[len(cs)-1])
 	}
 }
+
+// TestRecoverEmptyDecisionKeepsToolResults: a {} decision leaves the
+// history alone, except that a partial holding settled tool results is
+// stored anyway: the calls ran, and the conversation says so.
+func TestRecoverEmptyDecisionKeepsToolResults(t *testing.T) {
+	e := newEnv(t)
+	fx := newSideEffects()
+	tools := withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe))
+	reached := make(chan struct{}, 1)
+	h := e.host(t, "a1", &fake{scripts: []script{passLocal(), passLocal(), cutAfter(3, reached)}}, tools)
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: twoTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	h.r.Close()
+
+	hooks := &hookLog{dec: chat.RecoveryDecision{}}
+	p := &fake{scripts: []script{failWith(errNotCalled)}}
+	recoverHost(t, e, "a1", p, func(c *chat.Config) {
+		tools(c)
+		c.OnChatRecovery = hooks.hook
+	})
+	if len(hooks.recs) != 1 {
+		t.Fatalf("hook called %d times, want 1", len(hooks.recs))
+	}
+	if p.Calls() != 0 {
+		t.Fatal("provider called without Continue")
+	}
+	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {
+		t.Fatalf("turn = %s, want interrupted", tr.Status)
+	}
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 2 || msgs[1].Role != chat.RoleAssistant || msgs[1].ID != turn.MessageID {
+		t.Fatalf("messages = %+v, want the user's and the partial answer", msgs)
+	}
+	parts := toolParts(msgs[1])
+	if len(parts) != 2 {
+		t.Fatalf("stored tool parts = %+v, want the two calls", parts)
+	}
+	for _, part := range parts {
+		if part.State != chat.ToolOutput || len(part.Output) == 0 {
+			t.Errorf("stored %s call: state %q output %s, want its output", part.ToolName, part.State, part.Output)
+		}
+	}
+}

@@ -173,7 +173,7 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 			return nil, "", err
 		}
 		if !ok {
-			return nil, "", fmt.Errorf("%w: message %q of agent %s", ErrNotFound, p.After, agent)
+			return nil, "", fmt.Errorf("%w: unknown cursor %q: no message of agent %s has that id (after takes a message id, such as a page's next)", ErrNotFound, p.After, agent)
 		}
 		start = idx + 1
 	}

@@ -473,13 +473,18 @@ func (a *Agent) busyTurn(at *activeTurn) {
 // ends without their answers (cancelled, interrupted, failed): each child
 // is told to stop its turn (best effort: a child that cannot be reached
 // runs on, and its notice is then ignored) and the link is recorded
-// cancelled, so every started link ends.
-func (a *Agent) endChildren(ctx context.Context, requestID string) error {
+// cancelled, so every started link ends. The turn's message (st.b) then
+// shows every ended link as it ended (showEnded), so the message stored
+// next carries each child's final status.
+func (a *Agent) endChildren(ctx context.Context, st *turnState) error {
+	requestID := st.info.RequestID
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil {
 		return err
 	}
-	for _, l := range links {
+	defer func() { showEnded(st.b, links) }()
+	for i := range links {
+		l := &links[i]
 		if l.Ended() {
 			continue
 		}
@@ -492,12 +497,43 @@ func (a *Agent) endChildren(ctx context.Context, requestID string) error {
 		}
 		l.Status, l.EndedAt = LinkCancelled, a.cfg.Clock.Now().UTC()
 		l.Error = fmt.Sprintf("agent %s was cancelled: the calling turn ended before it answered", l.Agent)
-		if err := a.appendLink(ctx, EventSubagentEnded, l); err != nil {
+		if err := a.appendLink(ctx, EventSubagentEnded, *l); err != nil {
 			return err
 		}
 		a.metrics.subagentCalls.WithLabelValues(LinkCancelled).Inc()
 	}
 	return nil
+}
+
+// showEnded brings a turn's parts up to date with its ended links, after
+// its stream ended: each link's data-subagent part carries the link's
+// final status, and a call still waiting on its child shows the link's
+// error (output-error). It changes the parts only, not the stream, whose
+// terminal chunk is written.
+func showEnded(b *builder, links []ChildLink) {
+	for _, l := range links {
+		if !l.Ended() {
+			continue
+		}
+		if i, ok := b.index["data:"+PartSubagent+"\x00"+l.CallID]; ok {
+			var cur ChildRef
+			if json.Unmarshal(b.parts[i].Data, &cur) == nil && cur.Status != l.Status {
+				if data, err := json.Marshal(l.ChildRef); err == nil {
+					b.parts[i].Data = data
+				}
+			}
+		}
+		if i, ok := b.index["tool:"+l.CallID]; ok {
+			if st := b.parts[i].State; st == ToolInputStreaming || st == ToolInputAvailable {
+				r := l.result()
+				if r.Error != "" {
+					b.parts[i].State, b.parts[i].ErrorText = ToolOutputError, r.Error
+				} else {
+					b.parts[i].State, b.parts[i].Output = ToolOutput, r.Output
+				}
+			}
+		}
+	}
 }
 
 // subagentUsage sums the usage of turn requestID's ended links.

@@ -393,7 +393,43 @@ func TestSubagentCancel(t *testing.T) {
 	if len(links) != 1 || links[0].Status != chat.LinkCancelled {
 		t.Fatalf("links %+v", links)
 	}
+	storedCancelled(t, e, "boss", turn)
 	checkClean(t, e.lg)
+}
+
+// storedCancelled checks that the stored message of a parent's cancelled
+// turn carries its child's final status: the data-subagent part says
+// cancelled and the call ended with an error, not input-available.
+func storedCancelled(t *testing.T, e *env, parent string, turn chat.Turn) {
+	t.Helper()
+	var msg *chat.Message
+	for _, m := range settled(t, e, parent) {
+		if m.ID == turn.MessageID {
+			msg = &m
+		}
+	}
+	if msg == nil {
+		t.Fatalf("no stored message %s of %s", turn.MessageID, parent)
+	}
+	var subs, calls int
+	for _, p := range msg.Parts {
+		switch p.Type {
+		case chat.PartSubagent:
+			subs++
+			var ref chat.ChildRef
+			if err := json.Unmarshal(p.Data, &ref); err != nil || ref.Status != chat.LinkCancelled {
+				t.Errorf("stored data-subagent part %s: status %q (%v), want %q", p.Data, ref.Status, err, chat.LinkCancelled)
+			}
+		case chat.PartTool:
+			calls++
+			if p.State != chat.ToolOutputError || p.ErrorText == "" {
+				t.Errorf("stored call %s: state %q error %q, want %q with the link's error", p.ToolCallID, p.State, p.ErrorText, chat.ToolOutputError)
+			}
+		}
+	}
+	if subs != 1 || calls != 1 {
+		t.Errorf("stored message has %d data-subagent and %d tool parts, want 1 and 1: %+v", subs, calls, msg.Parts)
+	}
 }
 
 // TestSubagentCancelDeactivated: a cancel of a parent deactivated while it
@@ -431,6 +467,7 @@ func TestSubagentCancelDeactivated(t *testing.T) {
 	if len(links) != 1 || links[0].Status != chat.LinkCancelled {
 		t.Fatalf("links %+v", links)
 	}
+	storedCancelled(t, e, "boss", turn)
 	checkClean(t, e.lg)
 }
 

@@ -414,7 +414,7 @@ func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause 
 }
 
 func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
-	if err := a.endChildren(ctx, st.info.RequestID); err != nil {
+	if err := a.endChildren(ctx, st); err != nil {
 		return err
 	}
 	if err := a.persist(ctx, st); errors.Is(err, ErrTooLarge) {
@@ -445,7 +445,7 @@ func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persi
 }
 
 func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bool, reason string) error {
-	if err := a.endChildren(ctx, st.info.RequestID); err != nil {
+	if err := a.endChildren(ctx, st); err != nil {
 		return err
 	}
 	if persist {

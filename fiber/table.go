@@ -17,7 +17,7 @@ const RunsName = "runs"
 
 // runsVersion is the schema version of the runs projection; changing it
 // rebuilds the view from the log.
-const runsVersion = 1
+const runsVersion = 2
 
 // Row is one active fiber in the runs table: a fiber.started not yet
 // followed by fiber.completed, fiber.failed or fiber.abandoned.
@@ -30,8 +30,11 @@ type Row struct {
 	// Attempt is the attempt of the last fiber.recovered, 0 before any, or
 	// the count a later fiber.stashed or op.completed set (attempts: 0 for
 	// progress after a recovery, or WithAttempts).
-	Attempt   int       `json:"attempt"`
-	CreatedAt time.Time `json:"createdAt"`
+	Attempt int `json:"attempt"`
+	// Recoveries counts every fiber.recovered of the fiber; unlike Attempt
+	// progress never resets it.
+	Recoveries int       `json:"recoveries,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
 	// TraceParent is the W3C traceparent of the span the fiber was
 	// started under (fiber.started's), "" without tracing.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -114,6 +117,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			}
 		} else {
 			row.Attempt = p.Attempt
+			row.Recoveries++
 		}
 		return putJSON(b, rowKey(e.Agent, p.ID), row)
 	case EventCompleted, EventFailed, EventAbandoned:

@@ -3,6 +3,8 @@ package ownership
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -127,11 +129,18 @@ func TestJoinAndLeave(t *testing.T) {
 	cfg := func(name string) Config {
 		return Config{Node: name, Partitions: 16, TTL: 60 * time.Second, RenewEvery: 200 * time.Millisecond, Serve: sv.serve(name)}
 	}
-	a := startNode(t, s, cfg("a"))
+	logs := &infoLog{}
+	ac := cfg("a")
+	ac.Logger = slog.New(logs)
+	a := startNode(t, s, ac)
 	b := startNode(t, s, cfg("b"))
 	eventually(t, "a and b split 16 partitions", func() bool {
 		return sv.count("a") == 8 && sv.count("b") == 8 && a.m.OwnedCount() == 8 && b.m.OwnedCount() == 8
 	})
+	// The rebalance is one INFO line of a's, not one per partition.
+	if got := logs.messages(); len(got) != 2 || got[0] != "partition leases taken" || got[1] != "partitions rebalanced" {
+		t.Errorf("a's INFO lines while b joined: %q, want the leases taken, then one rebalance", got)
+	}
 	for _, n := range []*node{a, b} {
 		if got, starved := n.m.Assigned(), n.m.Starved(); got != 8 || starved != 0 {
 			t.Errorf("%s: assigned %d, starved %s; want 8 and 0", n.m.Node(), got, starved)
@@ -279,4 +288,29 @@ func TestMetricsOfASecondManager(t *testing.T) {
 	if got := owned(); got != 4 {
 		t.Fatalf("forever_ownership_partitions_owned = %v, want the second manager's 4", got)
 	}
+}
+
+// infoLog is a slog.Handler keeping the messages of INFO lines.
+type infoLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *infoLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
+func (l *infoLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Level != slog.LevelInfo {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+func (l *infoLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *infoLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *infoLog) messages() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
 }

@@ -53,9 +53,20 @@ func (m *Manager) round(ctx context.Context) {
 	// (each reads and bumps its epoch counter, a synced write).
 	var g errgroup.Group
 	g.SetLimit(roundWorkers)
+	// What the round moves that is news: partitions handed to other nodes
+	// (a node joined), or taken from a node that stopped renewing (one was
+	// lost). Acquiring a free partition is the other half of a handoff
+	// and spreads over rounds as keys are deleted: DEBUG only.
+	var handing, takingOver int
 	for _, a := range m.plan() {
 		if ctx.Err() != nil {
 			break
+		}
+		switch {
+		case a.kind == handoff:
+			handing++
+		case a.kind == takeover && a.stale:
+			takingOver++
 		}
 		switch a.kind {
 		case acquire:
@@ -80,6 +91,16 @@ func (m *Manager) round(ctx context.Context) {
 	m.mu.Lock()
 	m.noteStarvedLocked(time.Now())
 	m.mu.Unlock()
+	select {
+	case <-m.ready:
+		// A rebalance (a node joined or was lost) is one line, however
+		// many partitions move; each partition's own lines are DEBUG. The
+		// first round's are "partition leases taken".
+		if handing > 0 || takingOver > 0 {
+			m.log.Info("partitions rebalanced", "handing_off", handing, "taking_over", takingOver, "nodes", m.Nodes())
+		}
+	default:
+	}
 }
 
 // plan compares the cache with the assignment.

@@ -60,7 +60,7 @@ func apiError(err error) *apierror.Error {
 const expiredText = "chunks expired: retention removed this turn's chunks; read the conversation from /v1/chat/{id}/messages instead"
 
 // cursorRule says what a cursor is, for the errors of a bad one.
-const cursorRule = `a cursor is a string of digits such as "42" (the id of an event, or the cursor of a frame)`
+const cursorRule = apierror.CursorRule
 
 // echo returns s for quoting in an error, cut to 64 bytes.
 func echo(s string) string { return apierror.Echo(s) }

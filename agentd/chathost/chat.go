@@ -31,6 +31,10 @@ import (
 // chathost.Verbs...).
 var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "child-result"}
 
+// InternalVerbs are the Verbs chat agents send one another, not clients:
+// child-result, a sub-agent's notice to its parent (host.SetUnlisted).
+var InternalVerbs = []string{"child-result"}
+
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
 // shared chunk batcher when the daemon starts, and builds one chat.Agent per

@@ -107,7 +107,7 @@ func readChunks(r *http.Request, h *host.Host, client *replay.Client) (ChunksPag
 	if s := q.Get("after"); s != "" {
 		c, err := replay.ParseCursor(s)
 		if err != nil {
-			return ChunksPage{}, apierror.New(apierror.BadRequest, "after must be a cursor (a string of digits), got %q", s)
+			return ChunksPage{}, apierror.New(apierror.BadRequest, "the after parameter %q is not a cursor: %s", apierror.Echo(s), apierror.CursorRule)
 		}
 		after = c
 	}

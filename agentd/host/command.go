@@ -39,11 +39,15 @@ type Status struct {
 
 // FiberInfo is one row of the fibers command's reply.
 type FiberInfo struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Attempt   int             `json:"attempt"`
-	CreatedAt string          `json:"createdAt"`
-	Snapshot  json.RawMessage `json:"snapshot,omitempty"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Attempt is the recovery attempt since the fiber last made progress
+	// (0 while it progresses), the count Config.MaxAttempts bounds.
+	Attempt int `json:"attempt"`
+	// Recoveries is how many times the fiber was recovered, ever.
+	Recoveries int             `json:"recoveries"`
+	CreatedAt  string          `json:"createdAt"`
+	Snapshot   json.RawMessage `json:"snapshot,omitempty"`
 	// Ops are the fiber's steps, when the request asked for them
 	// (FibersRequest).
 	Ops []OpInfo `json:"ops,omitempty"`

@@ -51,6 +51,9 @@ type Host struct {
 	cfg   Config
 	types map[string]Factory  // fixed once the daemon starts
 	verbs map[string][]string // the command verbs of each type
+	// unlisted are verbs agents send one another (SetUnlisted): served,
+	// but never offered to a client in an unknown verb's answer.
+	unlisted map[string]bool
 	// details answer a type's status detail for an agent not active here
 	// (SetStatusDetail); fixed once the daemon starts.
 	details map[string]func(ctx context.Context, agent string) (any, error)
@@ -130,7 +133,7 @@ type instance struct {
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
 		details:  map[string]func(context.Context, string) (any, error){},
-		onDelete: map[string]OnDelete{},
+		onDelete: map[string]OnDelete{}, unlisted: map[string]bool{},
 		inflight: make(chan struct{}, MaxCommandsInFlight)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
@@ -204,6 +207,28 @@ func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 	}
 	h.onDelete[typ] = fn
 	return nil
+}
+
+// SetUnlisted marks verbs as internal: agents send them one another (a
+// child's notice to its parent), so the answer to an unknown verb does not
+// list them among the verbs a client may send. Call it before the daemon
+// starts.
+func (h *Host) SetUnlisted(verbs ...string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	for _, v := range verbs {
+		h.unlisted[v] = true
+	}
+	return nil
+}
+
+// listedVerbs are allVerbs but the unlisted ones: the verbs a client may
+// send.
+func (h *Host) listedVerbs() []string {
+	return slices.DeleteFunc(h.allVerbs(), func(v string) bool { return h.unlisted[v] })
 }
 
 // takes reports whether agent type typ answers verb: the host's verbs, and

@@ -57,6 +57,10 @@ func startHost(t *testing.T, cfg agentd.Config, hc host.Config, fired chan keepa
 	}, "start", "snooze"); err != nil {
 		t.Fatal(err)
 	}
+	// snooze stands for an internal verb: served, not listed.
+	if err := h.SetUnlisted("snooze"); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.Attach(d); err != nil {
 		t.Fatal(err)
 	}

@@ -107,11 +107,17 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	logger.Log(ctx, level, "partition acquired", "agents_recovering", n, "took", time.Since(start))
 	h.sched.Poke()
 	<-ctx.Done()
+	// A partition handed off by a rebalance is in the lease manager's one
+	// line ("partitions rebalanced"), as are those of a stopping node;
+	// one lost otherwise (its lease could not be renewed) is a line.
 	level = slog.LevelInfo
 	select {
 	case <-h.stopping:
 		level = slog.LevelDebug
 	default:
+		if errors.Is(context.Cause(ctx), ownership.ErrHandoff) {
+			level = slog.LevelDebug
+		}
 	}
 	logger.Log(context.WithoutCancel(ctx), level, "partition released", "cause", context.Cause(ctx))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // The reads the console needs, also for every other client: the log verb
@@ -92,7 +93,7 @@ func ParseCursor(field, s string) (eventlog.Seq, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s must be a cursor (a string of digits), got %q", ErrBadRequest, field, truncateText(s, 40))
+		return 0, fmt.Errorf("%w: the %s parameter %q is not a cursor: %s", ErrBadRequest, field, truncateText(s, 64), apierror.CursorRule)
 	}
 	return eventlog.Seq(n), nil
 }
@@ -230,7 +231,7 @@ func (h *Host) fibers(cmd Command) (any, error) {
 	}
 	out := make([]FiberInfo, 0, len(rows))
 	for _, r := range rows {
-		fi := FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot}
+		fi := FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, Recoveries: r.Recoveries, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot}
 		if req.Ops {
 			ops, err := h.table.Ops(cmd.Agent, r.ID)
 			if err != nil {

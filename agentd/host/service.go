@@ -58,8 +58,8 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	// its own: the server picks one subscriber per queue group name among
 	// all the subscriptions a message matches, so sharing the verbs' group
 	// would take commands away from them.
-	known := h.allVerbs()
-	unknown := func(req micro.Request) { answerUnknown(req, prefix, known) }
+	known, listed := h.allVerbs(), h.listedVerbs()
+	unknown := func(req micro.Request) { answerUnknown(req, prefix, known, listed) }
 	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(unknown), micro.WithEndpointSubject(prefix+".cmd.>"),
 		micro.WithEndpointQueueGroup("forever-unknown")); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s.cmd.>: %w", prefix, err)
@@ -220,13 +220,13 @@ func commandSubject(subject string) (agent, verb string, err error) {
 // endpoint takes with 404: a subject that is not <prefix>.cmd.<agent>.<verb>
 // or a verb no agent type has. A command of a known verb is left to its
 // endpoint, which the request reached too.
-func answerUnknown(req micro.Request, prefix string, known []string) {
+func answerUnknown(req micro.Request, prefix string, known, listed []string) {
 	tokens := strings.Split(strings.TrimPrefix(req.Subject(), prefix+".cmd."), ".")
 	switch {
 	case len(tokens) != 2:
 		RespondError(req, fmt.Errorf("%w: subject %q is not %s.cmd.<agent>.<verb> (an agent id has no '.')", ErrNotFound, req.Subject(), prefix))
 	case !slices.Contains(known, tokens[1]):
-		RespondError(req, fmt.Errorf("%w: no verb %q; the verbs are %s", ErrNotFound, tokens[1], strings.Join(known, ", ")))
+		RespondError(req, fmt.Errorf("%w: no verb %q; the verbs are %s", ErrNotFound, tokens[1], strings.Join(listed, ", ")))
 	}
 }
 

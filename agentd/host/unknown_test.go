@@ -33,6 +33,10 @@ func TestUnknownCommandIs404(t *testing.T) {
 		if err := json.Unmarshal(msg.Data, &body); err != nil || code != tt.code || body.Code != 404 || !strings.Contains(body.Error, tt.text) {
 			t.Errorf("%s: %s %s, want %s with %q", tt.subject, code, msg.Data, tt.code, tt.text)
 		}
+		// An unlisted verb (an internal one) is never offered to a client.
+		if strings.Contains(body.Error, "the verbs are") && (strings.Contains(body.Error, "snooze") || !strings.Contains(body.Error, "start")) {
+			t.Errorf("%s: %s lists an unlisted verb, or not the listed ones", tt.subject, body.Error)
+		}
 	}
 	// Each of many: the catch-all must never take a known verb's command.
 	for range 20 {

@@ -32,6 +32,11 @@ func SizeText(size, limit int64) string {
 // limits.
 const AgentIDRule = `an agent id is 1 to 256 bytes of UTF-8 without ".", "*", ">", spaces or control characters`
 
+// CursorRule says what a cursor (a stream or log sequence) is, for the
+// errors of a bad one, on every transport and the CLI: each says "<where>
+// %q is not a cursor: " and then this.
+const CursorRule = `a cursor is a string of digits such as "42" (the id of an event, or the cursor of a frame)`
+
 // Echo returns s for quoting in an error, cut to 64 bytes.
 func Echo(s string) string {
 	if len(s) > 64 {
@@ -43,8 +48,15 @@ func Echo(s string) string {
 // BadAgentID is the 400 of an id that cannot be an agent's; where names
 // it as the client sent it ("agent id", "\"id\"").
 func BadAgentID(where, id string) *Error {
+	if len(id) > MaxAgentID {
+		// The length is what is wrong, whatever the bytes: say so first.
+		return New(BadRequest, "%s %q is %d bytes, over the limit of %d: %s", where, Echo(id), len(id), MaxAgentID, AgentIDRule)
+	}
 	return New(BadRequest, "%s %q is not a valid agent id: %s", where, Echo(id), AgentIDRule)
 }
+
+// MaxAgentID is the longest agent id, in bytes (AgentIDRule).
+const MaxAgentID = 256
 
 // OverLimit returns the 413 *Error of a request over limit (see SizeText).
 func OverLimit(size, limit int64) *Error { return New(TooLarge, "%s", SizeText(size, limit)) }

@@ -218,3 +218,17 @@ func mustMarshal(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestBadAgentID: an id over the length limit is blamed on the limit, not
+// on characters it may not even hold.
+func TestBadAgentID(t *testing.T) {
+	for _, tt := range []struct{ id, want string }{
+		{"a.b", `agent id "a.b" is not a valid agent id: ` + apierror.AgentIDRule},
+		{strings.Repeat("a", 300), `agent id "` + strings.Repeat("a", 64) + `..." is 300 bytes, over the limit of 256: ` + apierror.AgentIDRule},
+	} {
+		e := apierror.BadAgentID("agent id", tt.id)
+		if e.Code != apierror.BadRequest || e.Message != tt.want {
+			t.Errorf("BadAgentID(%.10q...) = %d %q, want 400 %q", tt.id, e.Code, e.Message, tt.want)
+		}
+	}
+}

@@ -25,6 +25,13 @@
 //   - TestVendorsAtTheEdge: `go list -deps` of the library packages the
 //     architecture names (agentd, agentd/host, chat, agents, verify) holds
 //     no model-vendor SDK: only the binary compiles one.
+//   - TestNoPlaceholders: no line of README.md or docs/ holds a
+//     placeholder ("stub", "being added", "on another branch", TBD, TODO,
+//     FIXME).
+//   - TestTourBinary: the README tour's build line, run as written, puts
+//     the binary where the next line runs it, as a file git ignores;
+//     docs/operations.md builds it the same way, and every command in the
+//     docs runs that path.
 //
 // # Runnable blocks
 //

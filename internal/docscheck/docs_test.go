@@ -396,3 +396,113 @@ func TestFlagsDocumented(t *testing.T) {
 
 // flagRow is a row of reference.md's flag table: | `--name arg` | `FOREVER_NAME` |.
 var flagRow = regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)[^`]*` \\| `FOREVER_")
+
+// placeholder matches words that mark a page as unfinished.
+var placeholder = regexp.MustCompile(`(?i)\bstubs?\b|\bbeing added\b|\bon another branch\b|\bTBD\b|\bTODO\b|\bFIXME\b`)
+
+// TestNoPlaceholders fails on a placeholder left in README.md or docs/: a
+// reader gets a section that says nothing.
+func TestNoPlaceholders(t *testing.T) {
+	dir := root(t)
+	for _, f := range mdFiles(t, dir) {
+		for i, line := range strings.Split(read(t, filepath.Join(dir, f)), "\n") {
+			if m := placeholder.FindString(line); m != "" {
+				t.Errorf("%s:%d: placeholder %q: write the section or drop it: %s", f, i+1, m, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// tourBuild matches the README tour's build line.
+var tourBuild = regexp.MustCompile(`^go build -o (\S+) \./agentd/cmd/agentd$`)
+
+// TestTourBinary runs the build line of README.md's tour as written, from
+// the repository root, and checks that the binary lands where the next
+// line runs it, as a file git ignores; that docs/operations.md builds it
+// the same way; and that every command of README.md and docs/ runs that
+// path. Without -race the build is the reader's own; under -race it is
+// built with -race, to reuse the packages the test build compiled. A
+// binary already at the path (the reader's) is left alone and only
+// checked.
+func TestTourBinary(t *testing.T) {
+	dir := root(t)
+	readme := read(t, filepath.Join(dir, "README.md"))
+	_, tour, ok := strings.Cut(readme, "\n## A five-minute tour\n")
+	if !ok {
+		t.Fatal(`README.md has no "## A five-minute tour" section`)
+	}
+	_, block, ok := strings.Cut(tour, "```sh\n")
+	if !ok {
+		t.Fatal("README.md's tour has no ```sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("README.md's tour's first block is %q, want a build line and the line that runs it", block)
+	}
+	m := tourBuild.FindStringSubmatch(lines[0])
+	if m == nil {
+		t.Fatalf("README.md's tour builds with %q, want go build -o <path> ./agentd/cmd/agentd", lines[0])
+	}
+	bin := m[1]
+	run := "./" + strings.TrimPrefix(bin, "./")
+	if got := strings.TrimSpace(lines[1]); got != run {
+		t.Errorf("README.md's tour runs %q after building %s, want %q", got, bin, run)
+	}
+	if ops := read(t, filepath.Join(dir, "docs", "operations.md")); !strings.Contains(ops, "\n"+lines[0]+"\n") {
+		t.Errorf("docs/operations.md does not build agentd as README.md's tour does (%q)", lines[0])
+	}
+	// Every command of the docs that runs a local agentd binary runs this one.
+	local := regexp.MustCompile(`(?m)^(\./\S*agentd)\s`)
+	for _, f := range mdFiles(t, dir) {
+		for _, c := range local.FindAllStringSubmatch(read(t, filepath.Join(dir, f)), -1) {
+			if c[1] != run {
+				t.Errorf("%s runs %s, but the tour builds %s", f, c[1], run)
+			}
+		}
+	}
+
+	path := filepath.Join(dir, filepath.FromSlash(bin))
+	if out, err := exec.Command("git", "-C", dir, "check-ignore", "-q", "--no-index", bin).CombinedOutput(); err != nil {
+		t.Errorf("git does not ignore the tour's binary %s (add it to .gitignore): %v %s", bin, err, out)
+	}
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			t.Fatalf("the tour's binary %s is a directory of the repository", bin)
+		}
+		return // the reader's own build: leave it
+	}
+	made := filepath.Dir(path)
+	for made != dir {
+		if _, err := os.Stat(filepath.Dir(made)); err == nil {
+			break
+		}
+		made = filepath.Dir(made)
+	}
+	_, statErr := os.Stat(made)
+	t.Cleanup(func() {
+		os.Remove(path)
+		if os.IsNotExist(statErr) && made != dir {
+			os.RemoveAll(made)
+		}
+	})
+	args := strings.Fields(lines[0])[1:]
+	if raceEnabled {
+		args = append([]string{args[0], "-race"}, args[1:]...)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("after %q, %s is not a file: %v", lines[0], bin, err)
+	}
+	out, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git status: %v %s", err, out)
+	}
+	if len(out) > 0 {
+		t.Errorf("after the tour's build, git status shows %s", out)
+	}
+}

@@ -50,6 +50,24 @@ import (
 // the message names the variable.
 var ErrConfig = errors.New("otelenv: bad OpenTelemetry configuration")
 
+// ConfigError is every error of a variable otelenv cannot use, or of an
+// exporter that cannot start; errors.Is(err, ErrConfig) holds for it.
+type ConfigError struct {
+	// Message is the sentence a user reads: the variable, its value and
+	// what it takes, or the exporter and why it did not start.
+	Message string
+	// Err is the cause, when there is one.
+	Err error
+}
+
+func (e *ConfigError) Error() string        { return ErrConfig.Error() + ": " + e.Message }
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+func (e *ConfigError) Unwrap() error        { return e.Err }
+
+func configErrorf(format string, a ...any) error {
+	return &ConfigError{Message: fmt.Sprintf(format, a...)}
+}
+
 // Config is what the program adds to the environment's configuration.
 type Config struct {
 	// ServiceName is service.name when OTEL_SERVICE_NAME does not set it.
@@ -89,7 +107,7 @@ func Setup(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.
 		resource.WithAttributes(append([]attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}, cfg.Attributes...)...),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil && res == nil {
-		return nil, nothing, fmt.Errorf("%w: OTEL_RESOURCE_ATTRIBUTES: %w", ErrConfig, err)
+		return nil, nothing, &ConfigError{Message: fmt.Sprintf("OTEL_RESOURCE_ATTRIBUTES: %v", err), Err: err}
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(tracing.IDGenerator{})}
 	for _, name := range exporters {
@@ -100,8 +118,12 @@ func Setup(ctx context.Context, cfg Config) (trace.TracerProvider, func(context.
 		case "otlp":
 			exp, err = otlp(ctx, cfg.Getenv)
 		}
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return nil, nothing, ce
+		}
 		if err != nil {
-			return nil, nothing, fmt.Errorf("otelenv: %s exporter: %w", name, err)
+			return nil, nothing, &ConfigError{Message: fmt.Sprintf("the %s trace exporter cannot start: %v", name, err), Err: err}
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
@@ -132,7 +154,7 @@ func Exporters(getenv func(string) string) ([]string, error) {
 				out = append(out, name)
 			}
 		default:
-			return nil, fmt.Errorf("%w: OTEL_TRACES_EXPORTER=%q: want otlp, console or none", ErrConfig, v)
+			return nil, configErrorf("OTEL_TRACES_EXPORTER=%q: want otlp, console or none", v)
 		}
 	}
 	return out, nil
@@ -151,7 +173,7 @@ func Protocol(getenv func(string) string) (string, error) {
 	case "grpc":
 		return "grpc", nil
 	}
-	return "", fmt.Errorf("%w: %s=%q: want http/protobuf or grpc (http/json is not supported)", ErrConfig, name, v)
+	return "", configErrorf("%s=%q: want http/protobuf or grpc (http/json is not supported)", name, v)
 }
 
 // otlp returns the OTLP exporter of the protocol the environment names;

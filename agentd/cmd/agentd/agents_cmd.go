@@ -18,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 const agentsUsage = `Usage:
@@ -49,10 +50,11 @@ func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(st
 		fmt.Fprint(stdout, agentsUsage)
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+agentsUsage)
+			printUsageErr(stderr, cmd, ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		return ce.code
 	default:
 		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
@@ -89,7 +91,7 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	case cmd == "delete" && len(pos) > 1:
 		return usageErr("unexpected argument %q", pos[1])
 	case cmd == "delete" && !eventlog.ValidToken(pos[0]):
-		return usageErr("agent id %q is not valid (no '.', '*', '>', spaces)", pos[0])
+		return usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
 	}
 	opts := append(clientOptions(*creds, *tlsCA), nats.Name("agentd "+cmd))
 	nc, err := nats.Connect(*natsURL, opts...)

@@ -103,7 +103,7 @@ func TestAgentsCLI(t *testing.T) {
 		{[]string{"delete", "steps:ghost"}, 1, "404"},
 		{[]string{"delete"}, 2, "missing agent id"},
 		{[]string{"delete", "a", "b"}, 2, "unexpected argument"},
-		{[]string{"delete", "a.b"}, 2, "not valid"},
+		{[]string{"delete", "a.b"}, 2, "is not a valid agent id"},
 		{[]string{"agents", "x"}, 2, "unexpected argument"},
 		{[]string{"agents", "--limit", "-1"}, 2, "--limit"},
 		{[]string{"agents", "--bogus"}, 2, "bogus"},

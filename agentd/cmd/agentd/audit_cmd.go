@@ -39,10 +39,11 @@ func runAudit(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprint(stdout, auditUsage)
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd audit:", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+auditUsage)
+			printUsageErr(stderr, "audit", ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd audit:", ce.err)
 		return ce.code
 	case ctx.Err() != nil:
 		return exitInterrupted

@@ -46,10 +46,11 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		fmt.Fprint(stdout, authUsage)
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd auth:", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+authUsage)
+			printUsageErr(stderr, "auth", ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd auth:", ce.err)
 		return ce.code
 	default:
 		fmt.Fprintln(stderr, "agentd auth:", err)

@@ -75,10 +75,11 @@ func runBackup(ctx context.Context, cmd string, args []string, getenv func(strin
 		fmt.Fprint(stdout, backupUsage)
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+backupUsage)
+			printUsageErr(stderr, cmd, ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		return ce.code
 	default:
 		fmt.Fprintln(stderr, "agentd "+cmd+":", err)

@@ -18,11 +18,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -197,6 +199,18 @@ func usageErr(format string, a ...any) error {
 	return &cliError{exitUsage, fmt.Errorf(format, a...)}
 }
 
+// printUsageErr prints a usage error of command cmd ("status", "tenant
+// create") as one line, and then where its usage is: not the whole page.
+func printUsageErr(w io.Writer, cmd string, err error) {
+	fmt.Fprintf(w, "agentd %s: %v\n", cmd, err)
+	top, _, _ := strings.Cut(cmd, " ")
+	fmt.Fprintf(w, "run 'agentd help %s' for its usage\n", top)
+}
+
+// flagErr words an error of the flag package as agentd does
+// (agentd.FlagError): "unknown flag --x", not Go's "-x".
+func flagErr(err error) error { return agentd.FlagError(err) }
+
 // runCLIContext is runCLI for a known command, interrupted when ctx ends.
 func runCLIContext(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cmd := args[0]
@@ -224,10 +238,11 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+cliUsage)
+			printUsageErr(stderr, cmd, ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
 		return ce.code
 	default:
 		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
@@ -244,7 +259,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, usageErr("%v", err)
+			return nil, usageErr("%v", flagErr(err))
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -270,7 +285,7 @@ func checkArgs(cmd string, pos []string, from string) error {
 	case len(pos) > want:
 		return usageErr("unexpected argument %q (quote the message text)", pos[want])
 	case !eventlog.ValidToken(pos[0]):
-		return usageErr("agent id %q is not valid (no '.', '*', '>', spaces)", pos[0])
+		return usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
 	case cmd == "chat" && strings.TrimSpace(pos[1]) == "":
 		return usageErr("empty message text")
 	case from != "" && cmd != "tail":
@@ -278,7 +293,7 @@ func checkArgs(cmd string, pos []string, from string) error {
 	}
 	if from != "" {
 		if _, err := replay.ParseCursor(from); err != nil {
-			return &cliError{exitUsage, fmt.Errorf("--from: %w", err)}
+			return usageErr("--from %q is not a cursor: %s", apierror.Echo(from), apierror.CursorRule)
 		}
 	}
 	return nil
@@ -382,6 +397,9 @@ func runCommand(ctx context.Context, cmd string, pos []string, natsURL string, o
 			return ln.explain(ctx, err)
 		}
 		stream, err := client.Latest(ctx, agent)
+		if errors.Is(err, replay.ErrUnknownStream) {
+			return &cliError{exitFailed, fmt.Errorf("agent %s has no stream yet: nothing to follow until it answers a message", agent)}
+		}
 		if err != nil {
 			return ln.explain(ctx, err)
 		}
@@ -521,7 +539,7 @@ func followStream(ctx context.Context, nc *nats.Conn, ln *link, client *replay.C
 			items = client.FollowTurn(ctx, agent, stream, cursor)
 		}
 		var err error
-		cursor, err = printStream(ctx, items, cursor, func(c replay.Cursor) { ln.cursor.Store(uint64(c)) }, stdout, stderr)
+		cursor, err = printStream(ctx, agent, items, cursor, func(c replay.Cursor) { ln.cursor.Store(uint64(c)) }, stdout, stderr)
 		var ce *cliError
 		if err == nil || ctx.Err() != nil || errors.As(err, &ce) ||
 			(ln.lost_.Load() == lostBefore && nc.IsConnected()) {
@@ -554,12 +572,12 @@ func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
 	return replay.NewClient(lg), nil
 }
 
-// printStream prints a followed stream: text to stdout as it arrives, tool
+// printStream prints a followed stream of agent: text to stdout as it arrives, tool
 // calls and errors to stderr; reasoning is skipped. It returns the cursor of
 // the last chunk printed (after when none), telling seen each. When ctx ends
 // by Ctrl-C it prints the cursor to resume from and exits 130; the turn
 // goes on.
-func printStream(ctx context.Context, items func(func(replay.Item, error) bool), after replay.Cursor,
+func printStream(ctx context.Context, agent string, items func(func(replay.Item, error) bool), after replay.Cursor,
 	seen func(replay.Cursor), stdout, stderr io.Writer) (replay.Cursor, error) {
 	cursor := after
 	for it, err := range items {
@@ -586,7 +604,7 @@ func printStream(ctx context.Context, items func(func(replay.Item, error) bool),
 		case chat.ChunkToolDenied:
 			fmt.Fprintf(stderr, "[tool call %s denied]\n", c.ToolCallID)
 		case chat.ChunkToolApproval:
-			fmt.Fprintf(stderr, "[call %s waits for approval: agentd approve|deny <agent> %s]\n", c.ToolCallID, c.ToolCallID)
+			fmt.Fprintf(stderr, "[call %s waits for approval: agentd approve|deny %s %s]\n", c.ToolCallID, agent, c.ToolCallID)
 		case chat.ChunkError:
 			return cursor, &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
 		case chat.ChunkAbort:
@@ -610,9 +628,10 @@ func printFibers(w io.Writer, rows []host.FiberInfo) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// ATTEMPT is the fiber's run: 1 for the first, n+1 after n recoveries.
 	fmt.Fprintln(tw, "ID\tNAME\tATTEMPT\tCREATED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Attempt, r.CreatedAt)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.ID, r.Name, r.Recoveries+1, r.CreatedAt)
 	}
 	return tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // fakeAgentd answers fibers, status and chat like agentd's micro service,
@@ -52,8 +53,8 @@ func fakeAgentd(t *testing.T) string {
 	}
 	add("fibers", func(agent string, req micro.Request) {
 		req.RespondJSON([]host.FiberInfo{
-			{ID: "f1", Name: "turn-r1", Attempt: 1, CreatedAt: "2025-01-01T00:00:00.000Z"},
-			{ID: "fiber-long-id-2", Name: "x", Attempt: 12, CreatedAt: "2025-01-01T00:00:01.000Z"},
+			{ID: "f1", Name: "turn-r1", Attempt: 1, Recoveries: 1, CreatedAt: "2025-01-01T00:00:00.000Z"},
+			{ID: "fiber-long-id-2", Name: "x", Attempt: 12, Recoveries: 11, CreatedAt: "2025-01-01T00:00:01.000Z"},
 		})
 	})
 	add("status", func(agent string, req micro.Request) {
@@ -116,7 +117,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"fibers table", []string{"fibers", "a1"}, 0,
 			"ID               NAME     ATTEMPT  CREATED\n" +
-				"f1               turn-r1  1        2025-01-01T00:00:00.000Z\n" +
+				"f1               turn-r1  2        2025-01-01T00:00:00.000Z\n" +
 				"fiber-long-id-2  x        12       2025-01-01T00:00:01.000Z\n", ""},
 		{"status", []string{"status", "a1"}, 0,
 			"agent      a1\ntype       chat\nactive     true\nfibers     2\nschedules  1\nkeepalive  0\n", ""},
@@ -126,9 +127,10 @@ func TestCLI(t *testing.T) {
 		{"missing agent", []string{"status"}, 2, "", "missing agent id"},
 		{"missing text", []string{"chat", "a1"}, 2, "", "missing message text"},
 		{"extra arg", []string{"fibers", "a1", "b"}, 2, "", `unexpected argument "b"`},
-		{"bad agent", []string{"fibers", "a.b"}, 2, "", "not valid"},
-		{"bad cursor", []string{"tail", "a1", "--from", "abc"}, 2, "", `invalid cursor "abc"`},
-		{"unknown flag", []string{"status", "--nope", "a1"}, 2, "", "flag provided but not defined"},
+		{"bad agent", []string{"fibers", "a.b"}, 2, "", "is not a valid agent id"},
+		{"long agent", []string{"fibers", strings.Repeat("a", 300)}, 2, "", "is 300 bytes, over the limit of 256"},
+		{"bad cursor", []string{"tail", "a1", "--from", "abc"}, 2, "", `--from "abc" is not a cursor`},
+		{"unknown flag", []string{"status", "--nope", "a1"}, 2, "", "agentd status: unknown flag --nope\nrun 'agentd help status' for its usage\n"},
 		{"no responders", []string{"status", "a1", "--nats-url", eventlogtest.RunServer(t, eventlogtest.ServerOptions{}).ClientURL()}, 1, "", "no agentd answers on forever.cmd.a1.status"},
 	}
 	for _, tt := range tests {
@@ -163,6 +165,31 @@ func TestCLIInterruptPrintsCursor(t *testing.T) {
 	}
 	if strings.Contains(errb.String(), "cursor: 0\n") {
 		t.Fatalf("cursor not advanced: %q", errb.String())
+	}
+}
+
+// TestUsageErrors: a usage error is one line naming what is wrong, then a
+// line saying where the usage is; never the whole usage page, never Go's
+// flag wording.
+func TestUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frob"}, "agentd: unknown command \"frob\" (run 'agentd help' for the commands)\n"},
+		{[]string{"--bogus"}, "agentd: unknown flag --bogus (run 'agentd -h' for the flags)\n"},
+		{[]string{"-bogus"}, "agentd: unknown flag --bogus (run 'agentd -h' for the flags)\n"},
+		{[]string{"--data", "x", "frob"}, "agentd: unexpected argument \"frob\": the daemon takes flags only (run 'agentd help' for the commands)\n"},
+		{[]string{"status"}, "agentd status: missing agent id\nrun 'agentd help status' for its usage\n"},
+		{[]string{"tail", "a1", "--from", "x"}, "agentd tail: --from \"x\" is not a cursor: " + apierror.CursorRule + "\nrun 'agentd help tail' for its usage\n"},
+		{[]string{"verify", "--nope"}, "agentd verify: unknown flag --nope\nrun 'agentd help verify' for its usage\n"},
+		{[]string{"agents", "--nope"}, "agentd agents: unknown flag --nope\nrun 'agentd help agents' for its usage\n"},
+	} {
+		var errb strings.Builder
+		code := run(tt.args, func(string) string { return "" }, &errb)
+		if code != exitUsage || errb.String() != tt.want {
+			t.Errorf("agentd %s: exit %d\n%s\nwant exit %d\n%s", strings.Join(tt.args, " "), code, errb.String(), exitUsage, tt.want)
+		}
 	}
 }
 

@@ -333,6 +333,7 @@ func testClusterConsole(t *testing.T, bin string) {
 	if tiles != 64 {
 		t.Errorf("%d partitions shown owned, want 64", tiles)
 	}
+	checkStoreFigures(t, ctx, "http://"+nodes[0].http+"/v1/cluster")
 	screenshot(t, ctx, "console-cluster")
 	dead := nodes[2].name
 	nodes[2].proc.kill()
@@ -352,4 +353,61 @@ func testClusterConsole(t *testing.T, bin string) {
 		t.Errorf("no lease move shown after %s died", dead)
 	}
 	screenshot(t, ctx, "console-cluster-node-killed")
+}
+
+// checkStoreFigures checks that the cluster view's Store line shows what
+// GET /v1/cluster's store says (read again until the page, which polls,
+// catches up): the same streams, and consumers, store and views sizes
+// within a factor of two (they move meanwhile), free disk when the API
+// has it.
+func checkStoreFigures(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	type figures struct {
+		Streams, Consumers       int
+		Storage, Views, DiskFree uint64
+	}
+	var api, page figures
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Store struct {
+				JetStream struct {
+					Storage            uint64
+					Streams, Consumers int
+				} `json:"jetstream"`
+				ViewsBytes    uint64 `json:"viewsBytes"`
+				DiskFreeBytes uint64 `json:"diskFreeBytes"`
+			} `json:"store"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		api = figures{c.Store.JetStream.Streams, c.Store.JetStream.Consumers, c.Store.JetStream.Storage, c.Store.ViewsBytes, c.Store.DiskFreeBytes}
+		var ds map[string]string
+		if err := chromedp.Run(ctx, chromedp.Evaluate(`Object.assign({}, document.querySelector('#store')?.dataset)`, &ds)); err != nil {
+			t.Fatal(err)
+		}
+		num := func(k string) uint64 { n, _ := strconv.ParseUint(ds[k], 10, 64); return n }
+		page = figures{int(num("streams")), int(num("consumers")), num("storage"), num("views"), num("diskFree")}
+		// Streams are fixed; the sizes and consumers move between the
+		// page's poll and this read, so they agree within a factor of two.
+		near := func(a, b uint64) bool { return a > 0 && b > 0 && a <= 2*b && b <= 2*a }
+		if page.Streams == api.Streams && near(uint64(page.Consumers), uint64(api.Consumers)) && near(page.Storage, api.Storage) &&
+			near(page.Views, api.Views) && (page.DiskFree > 0) == (api.DiskFree > 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster view's store shows %+v, GET /v1/cluster says %+v", page, api)
+		}
+		chromedp.Run(ctx, chromedp.Sleep(500*time.Millisecond))
+	}
+	if api.Streams == 0 || api.Storage == 0 {
+		t.Errorf("GET /v1/cluster's store is empty: %+v", api)
+	}
 }

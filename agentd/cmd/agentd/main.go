@@ -43,6 +43,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if handled, code := runCLI(args, getenv, os.Stdout, stderr); handled {
 		return code
 	}
+	if len(args) > 0 && args[0] != "" && !strings.HasPrefix(args[0], "-") {
+		// Not a flag and not one of ours: a mistyped or unknown command.
+		fmt.Fprintf(stderr, "agentd: unknown command %q (run 'agentd help' for the commands)\n", args[0])
+		return 2
+	}
 	cfg, err := agentd.ParseFlags(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		// On stdout, as "agentd help" writes it: the commands, then the
@@ -64,6 +69,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, opts)
 	}
 	cfg.Logger = slog.New(h)
+	if v := getenv("FOREVER_NATS_URL"); v != "" && cfg.NATSURL == v && !flagGiven(args, "nats-url") {
+		// A variable exported for another shell's daemon turns this one
+		// into an external-NATS node: say so where it shows.
+		cfg.Logger.Warn("using external NATS from FOREVER_NATS_URL: no embedded server starts (unset the variable for one)", "url", v)
+	}
 
 	// Tracing: on when the OTEL_* variables ask for it, off (nil) else.
 	tp, shutdownTracing, err := otelenv.Setup(context.Background(), otelenv.Config{
@@ -71,7 +81,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Getenv:     getenv,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		var ce *otelenv.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "agentd: tracing: %s\n", ce.Message)
+		} else {
+			fmt.Fprintf(stderr, "agentd: tracing: %v\n", err)
+		}
 		return 2
 	}
 	cfg.TracerProvider = tp
@@ -255,6 +270,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	if err := h.Register("chat", chats.Factory, chathost.Verbs...); err != nil {
 		return err
 	}
+	if err := h.SetUnlisted(chathost.InternalVerbs...); err != nil {
+		return err
+	}
 	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
 		return err
 	}
@@ -274,4 +292,19 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 		return err
 	}
 	return chathost.AttachGateway(d, h, chats)
+}
+
+// flagGiven reports whether args set the flag name on the command line
+// (-name, --name, with or without =value).
+func flagGiven(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }

@@ -84,10 +84,11 @@ func runTenant(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprint(stdout, tenantUsage)
 		return exitOK
 	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd tenant:", ce.err)
 		if ce.code == exitUsage {
-			fmt.Fprint(stderr, "\n"+tenantUsage)
+			printUsageErr(stderr, "tenant", ce.err)
+			return ce.code
 		}
+		fmt.Fprintln(stderr, "agentd tenant:", ce.err)
 		return ce.code
 	default:
 		fmt.Fprintln(stderr, "agentd tenant:", err)

@@ -59,15 +59,15 @@ func runVerify(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprint(stdout, verifyUsage)
 		return exitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "agentd verify: %v\n\n%s", err, verifyUsage)
+		printUsageErr(stderr, "verify", flagErr(err))
 		return exitUsage
 	case fset.NArg() > 0:
-		fmt.Fprintf(stderr, "agentd verify: unexpected argument %q\n\n%s", fset.Arg(0), verifyUsage)
+		printUsageErr(stderr, "verify", fmt.Errorf("unexpected argument %q", fset.Arg(0)))
 		return exitUsage
 	}
 	urlSet := serverSet(fset)
 	if *data != "" && urlSet {
-		fmt.Fprintf(stderr, "agentd verify: give --server or --data, not both\n\n%s", verifyUsage)
+		printUsageErr(stderr, "verify", errors.New("give --server or --data, not both"))
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
