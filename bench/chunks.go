@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,8 +54,8 @@ func chatChunks(ctx context.Context, env *Env) (Result, error) {
 	return res, nil
 }
 
-func textDelta(i int) chat.Chunk {
-	return chat.Chunk{Type: chat.ChunkTextDelta, ID: "t0", Delta: chunkDelta + strconv.Itoa(i)}
+func textDelta(i int) chunk.Chunk {
+	return chunk.Chunk{Type: chunk.TextDelta, ID: "t0", Delta: chunkDelta + strconv.Itoa(i)}
 }
 
 // startBatcher runs a Batcher on lg until the returned stop is called.
@@ -83,7 +83,7 @@ func chunkThroughput(ctx context.Context, env *Env, streams, n int) ([]Row, erro
 		g, gctx := errgroup.WithContext(ctx)
 		stream++
 		for s := range streams {
-			w := chat.NewStreamWriter(b, fmt.Sprintf("agent%d", s), fmt.Sprintf("s%d-%d", stream, s), 0, lg.MaxPayload())
+			w := chunk.NewWriter(b, fmt.Sprintf("agent%d", s), fmt.Sprintf("s%d-%d", stream, s), 0, lg.MaxPayload())
 			g.Go(func() error {
 				for i := range split(k, streams, s) {
 					if err := w.Write(gctx, textDelta(i)); err != nil {
@@ -186,7 +186,7 @@ func chunkLatency(ctx context.Context, env *Env, streams int) ([]Row, error) {
 	defer cancel()
 	got := make(chan struct{}, total)
 	go func() {
-		var a chat.Assembler
+		var a chunk.Assembler
 		for e, err := range lg.Follow(fctx, eventlog.Filter{Chunks: true}, 0) {
 			if err != nil {
 				return
@@ -206,7 +206,7 @@ func chunkLatency(ctx context.Context, env *Env, streams int) ([]Row, error) {
 	tick := time.Second / chunkPacedRate
 	g, gctx := errgroup.WithContext(ctx)
 	for s := range streams {
-		w := chat.NewStreamWriter(b, fmt.Sprintf("agent%d", s), fmt.Sprintf("lat%d", s), 0, lg.MaxPayload())
+		w := chunk.NewWriter(b, fmt.Sprintf("agent%d", s), fmt.Sprintf("lat%d", s), 0, lg.MaxPayload())
 		g.Go(func() error {
 			// Spread the streams' ticks over one period.
 			time.Sleep(tick * time.Duration(s) / time.Duration(streams))
@@ -214,7 +214,7 @@ func chunkLatency(ctx context.Context, env *Env, streams int) ([]Row, error) {
 			defer t.Stop()
 			for range per {
 				<-t.C
-				c := chat.Chunk{Type: chat.ChunkTextDelta, ID: "t0", Delta: strconv.FormatInt(time.Now().UnixNano(), 10)}
+				c := chunk.Chunk{Type: chunk.TextDelta, ID: "t0", Delta: strconv.FormatInt(time.Now().UnixNano(), 10)}
 				if err := w.Write(gctx, c); err != nil {
 					return err
 				}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats.go/jetstream"
@@ -132,7 +132,7 @@ func replayScenario(ctx context.Context, env *Env) (Result, error) {
 }
 
 // fillStream appends a stream of n chunks (start, deltas, finish) as chunk
-// events in atomic batches, as chat.StreamWriter stores them, and returns
+// events in atomic batches, as chunk.Writer stores them, and returns
 // the sequence of the first.
 func fillStream(ctx context.Context, lg *eventlog.Log, agent, stream string, n int) (eventlog.Seq, error) {
 	delta := strings.Repeat("x", replayDeltaSize)
@@ -141,12 +141,12 @@ func fillStream(ctx context.Context, lg *eventlog.Log, agent, stream string, n i
 		evs := make([]eventlog.Event, min(fillBatch, n-off))
 		for i := range evs {
 			k := off + i
-			c := chat.Chunk{Type: chat.ChunkTextDelta, ID: "t1", Delta: delta}
+			c := chunk.Chunk{Type: chunk.TextDelta, ID: "t1", Delta: delta}
 			switch k {
 			case 0:
-				c = chat.Chunk{Type: chat.ChunkStart, MessageID: "m1", RequestID: "r1"}
+				c = chunk.Chunk{Type: chunk.Start, MessageID: "m1", RequestID: "r1"}
 			case n - 1:
-				c = chat.Chunk{Type: chat.ChunkFinish}
+				c = chunk.Chunk{Type: chunk.Finish}
 			}
 			data, err := json.Marshal(c)
 			if err != nil {

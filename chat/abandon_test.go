@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // A turn whose fiber is abandoned is ended with a stored error, not left
@@ -24,10 +25,10 @@ func TestAbandonTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkError || !strings.Contains(last.ErrorText, "abandoned") || text != partial {
+	if last := cs[len(cs)-1]; last.Type != chunk.Error || !strings.Contains(last.ErrorText, "abandoned") || text != partial {
 		t.Fatalf("stream ends with %+v, text %q (partial %q)", last, text, partial)
 	}
-	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusError {
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusError {
 		t.Fatalf("stream = %+v", info)
 	}
 	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnFailed {

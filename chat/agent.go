@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -73,7 +74,7 @@ type Config struct {
 	Store *Store
 	// Batcher commits chunks (a running eventlog.Batcher on the log, shared
 	// by the process). Required.
-	Batcher Batcher
+	Batcher chunk.Batcher
 	// MaxPayload is the server's max payload; larger chunks are split.
 	// Default 1 MiB.
 	MaxPayload int64
@@ -1010,7 +1011,7 @@ type Status struct {
 	LastTurn *TurnInfo `json:"lastTurn,omitempty"`
 	// LastStream is the metadata of LastTurn's stream, nil when it has no
 	// chunk yet.
-	LastStream *StreamInfo `json:"lastStream,omitempty"`
+	LastStream *chunk.StreamInfo `json:"lastStream,omitempty"`
 	// Children are the sub-agent calls of ActiveTurn in flight.
 	Children []ChildLink `json:"children,omitempty"`
 	// PendingApprovals are the tool calls waiting for a person's approval
@@ -1055,7 +1056,7 @@ func (s *Store) Status(agent string) (Status, error) {
 	}
 	st.LastTurn = &t
 	info, err := s.Streams().Get(agent, t.StreamID)
-	if errors.Is(err, ErrUnknownStream) {
+	if errors.Is(err, chunk.ErrUnknownStream) {
 		return st, nil
 	}
 	if err != nil {

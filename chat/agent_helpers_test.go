@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -29,7 +30,7 @@ type env struct {
 	// writes and chunks, when set, are what the hosts write through
 	// instead of lg and batcher (a test's crash or fencing double).
 	writes writeLog
-	chunks chat.Batcher
+	chunks chunk.Batcher
 	// tp, when set, traces the hosts' fibers and turns.
 	tp trace.TracerProvider
 }
@@ -81,7 +82,7 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	t.Helper()
 	h := &host{}
 	var lg writeLog = e.lg
-	var chunks chat.Batcher = e.batcher
+	var chunks chunk.Batcher = e.batcher
 	if e.writes != nil {
 		lg = e.writes
 	}
@@ -205,19 +206,19 @@ func wait(t *testing.T, ch <-chan struct{}) {
 }
 
 // streamOf returns the chunks of a stream and the text their deltas build.
-func streamOf(t *testing.T, lg *eventlog.Log, agent, stream string) ([]chat.Chunk, string) {
+func streamOf(t *testing.T, lg *eventlog.Log, agent, stream string) ([]chunk.Chunk, string) {
 	t.Helper()
 	cs := readChunks(t, lg, agent, stream)
 	var text string
 	for _, c := range cs {
-		if c.Type == chat.ChunkTextDelta {
+		if c.Type == chunk.TextDelta {
 			text += c.Delta
 		}
 	}
 	return cs, text
 }
 
-func count(cs []chat.Chunk, typ string) int {
+func count(cs []chunk.Chunk, typ string) int {
 	n := 0
 	for _, c := range cs {
 		if c.Type == typ {
@@ -254,7 +255,7 @@ func lastTurn(t *testing.T, e *env, agent string) chat.TurnInfo {
 	return tr
 }
 
-func streamInfo(t *testing.T, e *env, agent, stream string) chat.StreamInfo {
+func streamInfo(t *testing.T, e *env, agent, stream string) chunk.StreamInfo {
 	t.Helper()
 	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent, Stream: stream})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -56,7 +57,7 @@ func TestSendStreamsAndRecords(t *testing.T) {
 			t.Fatalf("start chunk = %+v", cs[0])
 		}
 		info := streamInfo(t, e, "a1", turn.StreamID)
-		if info.Status != chat.StatusCompleted {
+		if info.Status != chunk.StatusCompleted {
 			t.Fatalf("stream status %s", info.Status)
 		}
 		tr := lastTurn(t, e, "a1")
@@ -66,7 +67,7 @@ func TestSendStreamsAndRecords(t *testing.T) {
 		want.Turns++
 		// The local model counts a token per delta; the stream may hold
 		// fewer chunks (a burst is merged), and its finish chunk says.
-		var md chat.FinishMetadata
+		var md chunk.FinishMetadata
 		if err := json.Unmarshal(cs[len(cs)-1].MessageMetadata, &md); err != nil || md.Usage == nil {
 			t.Fatalf("finish chunk metadata %s: %v", cs[len(cs)-1].MessageMetadata, err)
 		}
@@ -83,7 +84,7 @@ func TestSendStreamsAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.ActiveTurn != nil || st.LastTurn == nil || st.LastStream == nil || st.LastStream.Status != chat.StatusCompleted {
+	if st.ActiveTurn != nil || st.LastTurn == nil || st.LastStream == nil || st.LastStream.Status != chunk.StatusCompleted {
 		t.Fatalf("status = %+v", st)
 	}
 	// Pagination over the visible conversation.
@@ -157,7 +158,7 @@ func TestTerminalProviderError(t *testing.T) {
 	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "bad key") {
 		t.Fatalf("turn = %+v", tr)
 	}
-	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusError || !strings.Contains(info.Error, "bad key") {
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusError || !strings.Contains(info.Error, "bad key") {
 		t.Fatalf("stream = %+v", info)
 	}
 	// The agent takes the next message.
@@ -256,10 +257,10 @@ func TestCancelAndInterrupt(t *testing.T) {
 			if len(msgs) != 2 || msgs[1].Text() != text || text == "" || !strings.HasPrefix(answer(prompt), text) {
 				t.Fatalf("messages %+v, streamed %q", msgs, text)
 			}
-			if cs[len(cs)-1].Type != chat.ChunkAbort {
+			if cs[len(cs)-1].Type != chunk.Abort {
 				t.Fatalf("last chunk %+v", cs[len(cs)-1])
 			}
-			if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusAborted {
+			if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusAborted {
 				t.Fatalf("stream status %s", info.Status)
 			}
 			if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // manualClock is a chat.Clock whose Now moves only when the test says.
@@ -104,7 +105,7 @@ func TestRecoveriesInWindowCountOnce(t *testing.T) {
 	if tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "recovery attempts exhausted") {
 		t.Fatalf("turn = %+v", tr)
 	}
-	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusError {
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusError {
 		t.Fatalf("stream = %+v", info)
 	}
 }

@@ -42,78 +42,78 @@ type builder struct {
 func newBuilder() *builder { return &builder{index: map[string]int{}} }
 
 // add applies one chunk.
-func (b *builder) add(c Chunk) {
+func (b *builder) add(c chunk.Chunk) {
 	b.chunks++
 	switch c.Type {
-	case ChunkStart:
+	case chunk.Start:
 		b.started = true
-	case ChunkStartStep:
+	case chunk.StartStep:
 		b.stepOpen = true
 		b.steps++
 		b.stepFirst = len(b.parts)
-	case ChunkFinishStep:
+	case chunk.FinishStep:
 		b.stepOpen = false
-	case ChunkTextStart:
+	case chunk.TextStart:
 		b.blocks++
 		b.textOpen = c.ID
 		b.index[c.ID] = b.addPart(Part{Type: PartText})
-	case ChunkTextDelta:
+	case chunk.TextDelta:
 		if i, ok := b.index[c.ID]; ok {
 			b.text[i].WriteString(c.Delta)
 		}
-	case ChunkTextEnd:
+	case chunk.TextEnd:
 		if b.textOpen == c.ID {
 			b.textOpen = ""
 		}
-	case ChunkReasoningStart:
+	case chunk.ReasoningStart:
 		b.blocks++
 		b.reasOpen = c.ID
 		b.index[c.ID] = b.addPart(Part{Type: PartReasoning})
-	case ChunkReasoningDelta:
+	case chunk.ReasoningDelta:
 		if i, ok := b.index[c.ID]; ok {
 			b.text[i].WriteString(c.Delta)
 		}
-	case ChunkReasoningEnd:
+	case chunk.ReasoningEnd:
 		if b.reasOpen == c.ID {
 			b.reasOpen = ""
 		}
-	case ChunkToolInputStart:
+	case chunk.ToolInputStart:
 		b.index["tool:"+c.ToolCallID] = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName, State: ToolInputStreaming})
-	case ChunkToolInputDelta:
+	case chunk.ToolInputDelta:
 		// The input text is kept only once complete (tool-input-available).
-	case ChunkToolInput:
+	case chunk.ToolInput:
 		i, ok := b.index["tool:"+c.ToolCallID]
 		if !ok {
 			i = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
 			b.index["tool:"+c.ToolCallID] = i
 		}
 		b.parts[i].State, b.parts[i].Input = ToolInputAvailable, c.Input
-	case ChunkToolOutput:
+	case chunk.ToolOutput:
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State, b.parts[i].Output = ToolOutput, c.Output
 		}
-	case ChunkToolOutputError:
+	case chunk.ToolOutputError:
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State, b.parts[i].ErrorText = ToolOutputError, c.ErrorText
 		}
-	case ChunkToolApproval:
+	case chunk.ToolApprovalRequest:
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State, b.parts[i].Approval = ToolApprovalRequested, &ToolApproval{ID: c.ApprovalID}
 		}
-	case ChunkToolDenied:
+	case chunk.ToolOutputDenied:
 		if i, ok := b.index["tool:"+c.ToolCallID]; ok {
 			b.parts[i].State = ToolOutputDenied
 		}
-	case ChunkToolInputError:
+	case chunk.ToolInputError:
 		i, ok := b.index["tool:"+c.ToolCallID]
 		if !ok {
 			i = b.addPart(Part{Type: PartTool, ToolCallID: c.ToolCallID, ToolName: c.ToolName})
 			b.index["tool:"+c.ToolCallID] = i
 		}
 		b.parts[i].State, b.parts[i].Input, b.parts[i].ErrorText = ToolOutputError, c.Input, c.ErrorText
-	case ChunkFinish:
+	case chunk.Finish:
 		b.terminal, b.finish = c.Type, c.FinishReason
-		var md FinishMetadata
+		var md chunk.FinishMetadata
 		if len(c.MessageMetadata) > 0 && json.Unmarshal(c.MessageMetadata, &md) == nil {
 			if md.Usage != nil {
 				b.usage = &llm.Usage{InputTokens: md.Usage.InputTokens, OutputTokens: md.Usage.OutputTokens}
@@ -122,9 +122,9 @@ func (b *builder) add(c Chunk) {
 				b.finish = md.FinishReason
 			}
 		}
-	case ChunkError:
+	case chunk.Error:
 		b.terminal, b.errorText = c.Type, c.ErrorText
-	case ChunkAbort:
+	case chunk.Abort:
 		b.terminal = c.Type
 	default:
 		if c.IsData() {
@@ -219,7 +219,7 @@ func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builde
 		return nil, 0, err
 	}
 	var first eventlog.Seq
-	var asm Assembler
+	var asm chunk.Assembler
 	for _, e := range evs {
 		if e.Type == chunk.EventExpired {
 			// Retention's marker: the chunks before it were purged.
@@ -246,17 +246,17 @@ func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builde
 // rebuilds from the stored stream, and the model call's idempotency key
 // and the snapshot's chunk index are made from it.
 type emitter struct {
-	w *StreamWriter
+	w *chunk.Writer
 	b *builder
 }
 
 // newEmitter returns an emitter that goes on writing stream after the
 // chunks b holds.
 func (a *Agent) newEmitter(stream string, b *builder) *emitter {
-	return &emitter{w: NewStreamWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
+	return &emitter{w: chunk.NewWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
 }
 
-func (em *emitter) emit(ctx context.Context, c Chunk) error {
+func (em *emitter) emit(ctx context.Context, c chunk.Chunk) error {
 	if err := em.w.Write(ctx, c); err != nil {
 		return err
 	}
@@ -271,19 +271,19 @@ func (em *emitter) ensureStep(ctx context.Context) error {
 	if em.b.stepOpen {
 		return nil
 	}
-	return em.emit(ctx, Chunk{Type: ChunkStartStep})
+	return em.emit(ctx, chunk.Chunk{Type: chunk.StartStep})
 }
 
 func (em *emitter) closeText(ctx context.Context) error {
 	if id := em.b.textOpen; id != "" {
-		return em.emit(ctx, Chunk{Type: ChunkTextEnd, ID: id})
+		return em.emit(ctx, chunk.Chunk{Type: chunk.TextEnd, ID: id})
 	}
 	return nil
 }
 
 func (em *emitter) closeReasoning(ctx context.Context) error {
 	if id := em.b.reasOpen; id != "" {
-		return em.emit(ctx, Chunk{Type: ChunkReasoningEnd, ID: id})
+		return em.emit(ctx, chunk.Chunk{Type: chunk.ReasoningEnd, ID: id})
 	}
 	return nil
 }
@@ -311,11 +311,11 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			return err
 		}
 		if em.b.textOpen == "" {
-			if err := em.emit(ctx, Chunk{Type: ChunkTextStart, ID: em.blockID("txt")}); err != nil {
+			if err := em.emit(ctx, chunk.Chunk{Type: chunk.TextStart, ID: em.blockID("txt")}); err != nil {
 				return err
 			}
 		}
-		return em.emit(ctx, Chunk{Type: ChunkTextDelta, ID: em.b.textOpen, Delta: d.Text})
+		return em.emit(ctx, chunk.Chunk{Type: chunk.TextDelta, ID: em.b.textOpen, Delta: d.Text})
 	case llm.ReasoningDelta:
 		if d.Text == "" {
 			return nil
@@ -327,11 +327,11 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			return err
 		}
 		if em.b.reasOpen == "" {
-			if err := em.emit(ctx, Chunk{Type: ChunkReasoningStart, ID: em.blockID("rsn")}); err != nil {
+			if err := em.emit(ctx, chunk.Chunk{Type: chunk.ReasoningStart, ID: em.blockID("rsn")}); err != nil {
 				return err
 			}
 		}
-		return em.emit(ctx, Chunk{Type: ChunkReasoningDelta, ID: em.b.reasOpen, Delta: d.Text})
+		return em.emit(ctx, chunk.Chunk{Type: chunk.ReasoningDelta, ID: em.b.reasOpen, Delta: d.Text})
 	case llm.ToolInputDelta, llm.ToolCallDone:
 		if err := em.ensureStep(ctx); err != nil {
 			return err
@@ -340,7 +340,7 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			return err
 		}
 		if _, ok := em.b.index["tool:"+d.ToolCallID]; !ok {
-			if err := em.emit(ctx, Chunk{Type: ChunkToolInputStart, ToolCallID: d.ToolCallID, ToolName: d.ToolName}); err != nil {
+			if err := em.emit(ctx, chunk.Chunk{Type: chunk.ToolInputStart, ToolCallID: d.ToolCallID, ToolName: d.ToolName}); err != nil {
 				return err
 			}
 		}
@@ -348,7 +348,7 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			if d.Text == "" {
 				return nil
 			}
-			return em.emit(ctx, Chunk{Type: ChunkToolInputDelta, ToolCallID: d.ToolCallID, InputTextDelta: d.Text})
+			return em.emit(ctx, chunk.Chunk{Type: chunk.ToolInputDelta, ToolCallID: d.ToolCallID, InputTextDelta: d.Text})
 		}
 		input := d.Input
 		if len(bytes.TrimSpace(input)) == 0 {
@@ -358,10 +358,10 @@ func (em *emitter) delta(ctx context.Context, d llm.Delta) error {
 			// The model's arguments are not JSON: the call ends with an
 			// error the model is shown, and the turn goes on.
 			raw, _ := json.Marshal(string(input))
-			return em.emit(ctx, Chunk{Type: ChunkToolInputError, ToolCallID: d.ToolCallID, ToolName: d.ToolName,
+			return em.emit(ctx, chunk.Chunk{Type: chunk.ToolInputError, ToolCallID: d.ToolCallID, ToolName: d.ToolName,
 				Input: raw, ErrorText: "invalid tool input: the arguments are not valid JSON"})
 		}
-		return em.emit(ctx, Chunk{Type: ChunkToolInput, ToolCallID: d.ToolCallID, ToolName: d.ToolName, Input: input})
+		return em.emit(ctx, chunk.Chunk{Type: chunk.ToolInput, ToolCallID: d.ToolCallID, ToolName: d.ToolName, Input: input})
 	}
 	return nil
 }
@@ -372,14 +372,14 @@ func (em *emitter) finish(ctx context.Context, reason string, usage llm.Usage) e
 		return err
 	}
 	if em.b.stepOpen {
-		if err := em.emit(ctx, Chunk{Type: ChunkFinishStep}); err != nil {
+		if err := em.emit(ctx, chunk.Chunk{Type: chunk.FinishStep}); err != nil {
 			return err
 		}
 	}
 	// The usage rides on the finish chunk, so a turn finalized after a crash
 	// between this chunk and usage.recorded still records it; so does the
 	// turn's own finish reason when the AI SDK's differs from it.
-	fm := FinishMetadata{Usage: &UsageMetadata{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}}
+	fm := chunk.FinishMetadata{Usage: &chunk.UsageMetadata{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}}
 	ui := uiFinishReason(reason)
 	if ui != reason {
 		fm.FinishReason = reason
@@ -388,7 +388,7 @@ func (em *emitter) finish(ctx context.Context, reason string, usage llm.Usage) e
 	if err != nil {
 		return err
 	}
-	return em.emit(ctx, Chunk{Type: ChunkFinish, FinishReason: ui, MessageMetadata: md})
+	return em.emit(ctx, chunk.Chunk{Type: chunk.Finish, FinishReason: ui, MessageMetadata: md})
 }
 
 // uiFinishReason maps a turn's finish reason to the AI SDK's finish

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -38,14 +39,14 @@ func TestToolInputDurableBeforeToolRuns(t *testing.T) {
 		if err != nil {
 			return echoOut{}, err
 		}
-		var a chat.Assembler
+		var a chunk.Assembler
 		found := false
 		for _, ev := range evs {
 			c, ok, err := a.Add(ev.Type, ev.Data)
 			if err != nil {
 				return echoOut{}, err
 			}
-			if ok && c.Type == chat.ChunkToolInput && c.ToolCallID == call.CallID {
+			if ok && c.Type == chunk.ToolInput && c.ToolCallID == call.CallID {
 				found = true
 			}
 		}

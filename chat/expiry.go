@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -26,7 +27,7 @@ func (a *Agent) loadTurnStream(ctx context.Context, info TurnInfo) (*builder, er
 		return nil, err
 	}
 	meta, err := a.store.Streams().Get(a.agent, info.StreamID)
-	if errors.Is(err, ErrUnknownStream) {
+	if errors.Is(err, chunk.ErrUnknownStream) {
 		return b, nil // nothing was ever stored
 	}
 	if err != nil {
@@ -47,7 +48,7 @@ func (a *Agent) loadTurnStream(ctx context.Context, info TurnInfo) (*builder, er
 func (a *Agent) failExpired(ctx context.Context, st *turnState, cause error) error {
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
 	em := a.newEmitter(st.info.StreamID, st.b)
-	err := em.emit(ctx, Chunk{Type: ChunkError, ErrorText: cause.Error()})
+	err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()})
 	if err == nil {
 		_, err = em.w.Flush(ctx)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -36,7 +37,7 @@ func TestRecoverAfterChunksExpired(t *testing.T) {
 		t.Fatalf("turn = %+v", tr)
 	}
 	cs := readChunks(t, e.lg, "a1", turn.StreamID)
-	if len(cs) != 1 || cs[0].Type != chat.ChunkError || !strings.Contains(cs[0].ErrorText, "expired") {
+	if len(cs) != 1 || cs[0].Type != chunk.Error || !strings.Contains(cs[0].ErrorText, "expired") {
 		t.Fatalf("stream = %+v", cs)
 	}
 	if msgs := settled(t, e, "a1"); len(msgs) != 1 {

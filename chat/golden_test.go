@@ -118,7 +118,7 @@ func goldenCases() []goldenCase {
 				if partial == "" {
 					t.Fatal("the history holds no text")
 				}
-				if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chat.StatusStreaming || info.Chunks != len(h.chunks[tr.StreamID]) {
+				if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chunk.StatusStreaming || info.Chunks != len(h.chunks[tr.StreamID]) {
 					t.Fatalf("stream before recovery = %+v", info)
 				}
 				p := &fake{scripts: []script{passLocal()}}
@@ -531,7 +531,7 @@ func checkCompleted(t *testing.T, e *env, h golden, prompt string) chat.TurnInfo
 		t.Fatalf("chunks = %+v", cs)
 	}
 	info := streamInfo(t, e, goldenAgent, tr.StreamID)
-	if info.Status != chat.StatusCompleted || info.Chunks != len(cs) || info.RequestID != tr.RequestID || info.MessageID != tr.AssistantMessageID {
+	if info.Status != chunk.StatusCompleted || info.Chunks != len(cs) || info.RequestID != tr.RequestID || info.MessageID != tr.AssistantMessageID {
 		t.Fatalf("stream = %+v (%d chunks)", info, len(cs))
 	}
 	if got := readChunks(t, e.lg, goldenAgent, tr.StreamID); !reflect.DeepEqual(got, cs) {
@@ -556,7 +556,7 @@ func checkFailed(t *testing.T, e *env, h golden, want string) chat.TurnInfo {
 	if last := cs[len(cs)-1]; last.Type != chunk.Error || !strings.Contains(last.ErrorText, want) {
 		t.Fatalf("stream ends with %+v", last)
 	}
-	if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chat.StatusError || !strings.Contains(info.Error, want) || info.Chunks != len(cs) {
+	if info := streamInfo(t, e, goldenAgent, tr.StreamID); info.Status != chunk.StatusError || !strings.Contains(info.Error, want) || info.Chunks != len(cs) {
 		t.Fatalf("stream = %+v", info)
 	}
 	return tr

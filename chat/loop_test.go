@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 )
 
@@ -127,27 +128,27 @@ func toolParts(m chat.Message) []chat.Part {
 // checkStream checks the chunks of a finished multi-step stream: every
 // tool call has exactly one input and one output chunk, outputs follow
 // their inputs in call order, steps are framed, one terminal chunk.
-func checkStream(t *testing.T, cs []chat.Chunk) {
+func checkStream(t *testing.T, cs []chunk.Chunk) {
 	t.Helper()
 	inputs, outputs := map[string]int{}, map[string]int{}
 	var order []string
 	open := false
 	for i, c := range cs {
 		switch c.Type {
-		case chat.ChunkStartStep:
+		case chunk.StartStep:
 			if open {
 				t.Errorf("chunk %d: start-step inside a step", i)
 			}
 			open = true
-		case chat.ChunkFinishStep:
+		case chunk.FinishStep:
 			if !open {
 				t.Errorf("chunk %d: finish-step outside a step", i)
 			}
 			open = false
-		case chat.ChunkToolInput, chat.ChunkToolInputError:
+		case chunk.ToolInput, chunk.ToolInputError:
 			inputs[c.ToolCallID]++
 			order = append(order, c.ToolCallID)
-		case chat.ChunkToolOutput, chat.ChunkToolOutputError:
+		case chunk.ToolOutput, chunk.ToolOutputError:
 			if inputs[c.ToolCallID] == 0 {
 				t.Errorf("chunk %d: output of %s before its input", i, c.ToolCallID)
 			}
@@ -162,7 +163,7 @@ func checkStream(t *testing.T, cs []chat.Chunk) {
 			t.Errorf("call %s: %d inputs, %d outputs", id, n, outputs[id])
 		}
 	}
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish {
+	if last := cs[len(cs)-1]; last.Type != chunk.Finish {
 		t.Errorf("stream ends with %s, want finish", last.Type)
 	}
 }
@@ -200,7 +201,7 @@ func TestToolLoopRunsStepsAndTools(t *testing.T) {
 	}
 	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
 	checkStream(t, cs)
-	if n := count(cs, chat.ChunkStartStep); n != 3 {
+	if n := count(cs, chunk.StartStep); n != 3 {
 		t.Errorf("%d steps, want 3", n)
 	}
 	_, completed := fx.counts()
@@ -388,7 +389,7 @@ func TestToolLoopStepLimit(t *testing.T) {
 	if last := cs[len(cs)-1]; last.FinishReason != "tool-calls" {
 		t.Errorf("finish chunk says %q, want the AI SDK's tool-calls", last.FinishReason)
 	}
-	if n := count(cs, chat.ChunkStartStep); n != 2 {
+	if n := count(cs, chunk.StartStep); n != 2 {
 		t.Errorf("%d steps, want 2", n)
 	}
 }
@@ -426,7 +427,7 @@ func TestToolBadCalls(t *testing.T) {
 	}
 	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
 	checkStream(t, cs)
-	if count(cs, chat.ChunkToolInputError) != 1 {
+	if count(cs, chunk.ToolInputError) != 1 {
 		t.Errorf("want one tool-input-error for the arguments that are not JSON")
 	}
 }
@@ -504,7 +505,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 				t.Fatalf("call = %+v, want approval-requested", call)
 			}
 			cs, _ := streamOf(t, e.lg, "a1", first.StreamID)
-			if count(cs, chat.ChunkToolApproval) != 1 || cs[len(cs)-1].FinishReason != "tool-calls" {
+			if count(cs, chunk.ToolApprovalRequest) != 1 || cs[len(cs)-1].FinishReason != "tool-calls" {
 				t.Fatalf("stream = %+v", cs)
 			}
 			if _, done := fx.counts(); len(done) != 0 {
@@ -543,7 +544,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 				}
 			}
 			cs, _ = streamOf(t, e.lg, "a1", next.StreamID)
-			if cs[0].Type != chat.ChunkStart || cs[0].MessageID != msgs[1].ID {
+			if cs[0].Type != chunk.Start || cs[0].MessageID != msgs[1].ID {
 				t.Errorf("the resumed stream starts with %+v, want the waiting message's id", cs[0])
 			}
 			if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: got.ToolCallID, Approved: approved(true)}}, nil); !errors.Is(err, chat.ErrAlreadyAnswered) {
@@ -573,9 +574,9 @@ func TestAnswerRightAfterFinish(t *testing.T) {
 	}
 	wait(t, reached)
 	cs, _ := streamOf(t, e.lg, "a1", first.StreamID)
-	var req chat.Chunk
+	var req chunk.Chunk
 	for _, c := range cs {
-		if c.Type == chat.ChunkToolApproval {
+		if c.Type == chunk.ToolApprovalRequest {
 			req = c
 		}
 	}

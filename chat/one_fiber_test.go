@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/verify"
@@ -71,10 +72,10 @@ func TestOneFiberPerTurn(t *testing.T) {
 		t.Fatalf("turn = %+v, want edge-9 completed", tr)
 	}
 	cs, _ := streamOf(t, e2.lg, "a1", first.StreamID)
-	if n := count(cs, chat.ChunkFinish) + count(cs, chat.ChunkError) + count(cs, chat.ChunkAbort); n != 1 {
+	if n := count(cs, chunk.Finish) + count(cs, chunk.Error) + count(cs, chunk.Abort); n != 1 {
 		t.Fatalf("%d terminal chunks in the turn's stream, want 1: %+v", n, cs)
 	}
-	if n := count(cs, chat.ChunkStart); n != 1 {
+	if n := count(cs, chunk.Start); n != 1 {
 		t.Fatalf("%d start chunks, want 1", n)
 	}
 	if rows := runs(t, e2, "a1"); len(rows) != 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,8 +104,8 @@ func TestChunksOutageLeavesTurnForRecovery(t *testing.T) {
 
 	recoverHost(t, e, "a1", &fake{scripts: []script{passLocal()}}, nil)
 	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish || count(cs, chat.ChunkFinish) != 1 {
-		t.Fatalf("stream ends with %+v, %d finish chunks", last, count(cs, chat.ChunkFinish))
+	if last := cs[len(cs)-1]; last.Type != chunk.Finish || count(cs, chunk.Finish) != 1 {
+		t.Fatalf("stream ends with %+v, %d finish chunks", last, count(cs, chunk.Finish))
 	}
 	if text != answer(prompt) {
 		t.Fatalf("stream text %q, want %q", text, answer(prompt))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/verify"
@@ -117,7 +118,7 @@ func TestNotOwnerWritesNothing(t *testing.T) {
 			}
 			hB.r.Wait()
 			turns := everyUserMessageAnswered(t, eB.lg, "a1")
-			if tr := turns[turn.RequestID]; tr == nil || tr.outcome != chat.EventTurnCompleted || tr.terminal != chat.ChunkFinish {
+			if tr := turns[turn.RequestID]; tr == nil || tr.outcome != chat.EventTurnCompleted || tr.terminal != chunk.Finish {
 				t.Fatalf("turn = %+v, want completed once, its stream ended by finish", tr)
 			}
 			if evs := writtenBy(t, eB.lg, "a1", "A", evMark, chMark); len(evs) != 0 {

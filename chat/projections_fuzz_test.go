@@ -3,11 +3,11 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	wire "github.com/forever-agents/forever/chat/chunk"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 )
@@ -15,8 +15,8 @@ import (
 // The stored chunk event types and the split-part record, as chat/chunk
 // writes them (spelled out here: the fuzz targets feed raw stored events).
 const (
-	evChunk     = wire.EventChunk
-	evChunkPart = wire.EventPart
+	evChunk     = chunk.EventChunk
+	evChunkPart = chunk.EventPart
 )
 
 type chunkPart struct {
@@ -34,7 +34,7 @@ var fuzzTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // is valid JSON.
 func FuzzProjections(f *testing.F) {
 	enc := func(v any) []byte { b, _ := json.Marshal(v); return b }
-	chunk := func(c Chunk) []byte { b, _ := c.MarshalJSON(); return b }
+	encChunk := func(c chunk.Chunk) []byte { b, _ := c.MarshalJSON(); return b }
 	msg := Message{ID: "m1", Role: RoleUser, Parts: []Part{{Type: PartText, Text: "hi"}}, CreatedAt: fuzzTime}
 	f.Add(EventMessageAppended, enc(msg),
 		EventMessageUpdated, enc(messageUpdated{ID: "m1", Parts: []Part{{Type: PartTool, ToolCallID: "c1", Input: json.RawMessage(`{}`)}}}),
@@ -48,16 +48,16 @@ func FuzzProjections(f *testing.F) {
 		EventUsageRecorded, enc(usageRecorded{RequestID: "r1", Input: 3, Output: 4}),
 		EventInterruptSet, enc(interruptFlag{Name: InterruptTurn}),
 		EventInterruptCleared, enc(interruptFlag{Name: InterruptTurn}))
-	f.Add(evChunk, chunk(Chunk{Type: ChunkStart, MessageID: "m2", RequestID: "r1"}),
-		evChunk, chunk(Chunk{Type: ChunkTextDelta, ID: "t0", Delta: "hé"}),
+	f.Add(evChunk, encChunk(chunk.Chunk{Type: chunk.Start, MessageID: "m2", RequestID: "r1"}),
+		evChunk, encChunk(chunk.Chunk{Type: chunk.TextDelta, ID: "t0", Delta: "hé"}),
 		evChunkPart, enc(chunkPart{Index: 2, Part: 0, Parts: 2, Bytes: []byte(`{"type":"err`)}),
-		evChunk, chunk(Chunk{Type: ChunkError, ErrorText: "boom"}))
+		evChunk, encChunk(chunk.Chunk{Type: chunk.Error, ErrorText: "boom"}))
 	f.Add(EventTurnStarted, []byte(`{"requestId":"r1","tools":{"not":"a list"}}`),
 		EventTurnFailed, []byte(`{"requestId":"r1","error":7}`),
 		EventMessagesTruncated, []byte(`{"afterId":""}`),
 		EventStateSet, []byte(`{"version":1}`))
 	projections := []eventlog.Projection{MessagesProjection(), StateProjection(), UsageProjection(),
-		InterruptsProjection(), TurnsProjection(), StreamsProjection()}
+		InterruptsProjection(), TurnsProjection(), chunk.StreamsProjection()}
 	f.Fuzz(func(t *testing.T, t1 string, d1 []byte, t2 string, d2 []byte, t3 string, d3 []byte, t4 string, d4 []byte) {
 		for _, p := range projections {
 			var evs []eventlog.Event
@@ -94,7 +94,7 @@ func jsonRow(name string, key []byte) bool {
 		return true
 	case TurnsProjectionName:
 		return bytes.HasPrefix(key, []byte("t\x00"))
-	case StreamsProjectionName:
+	case chunk.StreamsProjectionName:
 		return bytes.HasPrefix(key, []byte("s/"))
 	}
 	return false
@@ -104,12 +104,12 @@ func jsonRow(name string, key []byte) bool {
 // panic; every chunk it yields round-trips through the stored encoding.
 func FuzzAssembler(f *testing.F) {
 	enc := func(v any) []byte { b, _ := json.Marshal(v); return b }
-	body, _ := Chunk{Type: ChunkToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q": "x"}`)}.MarshalJSON()
+	body, _ := chunk.Chunk{Type: chunk.ToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q": "x"}`)}.MarshalJSON()
 	f.Add(evChunk, body, evChunkPart, enc(chunkPart{Index: 1, Part: 0, Parts: 2, Bytes: body[:10]}), evChunkPart, enc(chunkPart{Index: 1, Part: 1, Parts: 2, Bytes: body[10:]}))
 	f.Add(evChunkPart, enc(chunkPart{Index: 1, Part: 1, Parts: 2, Bytes: body}), evChunkPart, []byte(`{"i":0,"part":0,"parts":-1}`), "other", []byte(`{}`))
 	f.Add(evChunk, []byte(`{"type":"text-delta","id":"t0","delta":"h\u00e9"}`), evChunk, []byte(`{"type":`), evChunkPart, []byte(`{"i":0,"part":0,"parts":1,"b":"eyJ0eXBlIjoiZmluaXNoIn0="}`))
 	f.Fuzz(func(t *testing.T, t1 string, d1 []byte, t2 string, d2 []byte, t3 string, d3 []byte) {
-		var a Assembler
+		var a chunk.Assembler
 		for _, ev := range []struct {
 			typ  string
 			data []byte
@@ -122,12 +122,12 @@ func FuzzAssembler(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encode %+v: %v", c, err)
 			}
-			var back Chunk
+			var back chunk.Chunk
 			err = json.Unmarshal(b, &back)
 			if err != nil || !reflect.DeepEqual(back, c) {
 				t.Fatalf("round trip of %s: %+v, %v; want %+v", b, back, err, c)
 			}
-			ChunkPart(ev.typ, ev.data)
+			chunk.SplitPart(ev.typ, ev.data)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -58,7 +59,7 @@ func TestSendRacingRecovery(t *testing.T) {
 		t.Fatalf("recovered turn = %+v, want %s completed", tr, turn.RequestID)
 	}
 	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
-	if text != answer(prompt) || count(cs, chat.ChunkFinish) != 1 || count(cs, chat.ChunkError) != 0 || cs[len(cs)-1].Type != chat.ChunkFinish {
+	if text != answer(prompt) || count(cs, chunk.Finish) != 1 || count(cs, chunk.Error) != 0 || cs[len(cs)-1].Type != chunk.Finish {
 		t.Fatalf("stream %q, last chunk %s", text, cs[len(cs)-1].Type)
 	}
 	if msgs := settled(t, e, "a1"); len(msgs) != 2 {

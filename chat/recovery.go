@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/nats-io/nuid"
@@ -169,9 +170,9 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		at.ended()
 		defer a.release(at)
 		switch b.terminal {
-		case ChunkFinish:
+		case chunk.Finish:
 			return a.recordCompleted(ctx, st, b.finish, b.usage)
-		case ChunkError:
+		case chunk.Error:
 			return a.recordFailed(ctx, st, b.errorText)
 		default:
 			return a.recordInterrupted(ctx, st, true, "cancelled")

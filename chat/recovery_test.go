@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 )
 
@@ -86,10 +87,10 @@ func TestRecoverContinuesPartial(t *testing.T) {
 	if text != answer(prompt) {
 		t.Fatalf("stream text %q", text)
 	}
-	if count(cs, chat.ChunkStart) != 1 || count(cs, chat.ChunkTextStart) != 1 || count(cs, chat.ChunkFinish) != 1 {
-		t.Fatalf("stream chunks: %d start, %d text-start, %d finish", count(cs, chat.ChunkStart), count(cs, chat.ChunkTextStart), count(cs, chat.ChunkFinish))
+	if count(cs, chunk.Start) != 1 || count(cs, chunk.TextStart) != 1 || count(cs, chunk.Finish) != 1 {
+		t.Fatalf("stream chunks: %d start, %d text-start, %d finish", count(cs, chunk.Start), count(cs, chunk.TextStart), count(cs, chunk.Finish))
 	}
-	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusCompleted || info.Chunks != len(cs) {
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusCompleted || info.Chunks != len(cs) {
 		t.Fatalf("stream = %+v", info)
 	}
 	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnCompleted {
@@ -120,7 +121,7 @@ func TestRecoverRetriesWhenNothingStreamed(t *testing.T) {
 		t.Fatalf("messages = %+v", msgs)
 	}
 	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
-	if text != answer(prompt) || count(cs, chat.ChunkStart) != 1 || cs[len(cs)-1].Type != chat.ChunkFinish {
+	if text != answer(prompt) || count(cs, chunk.Start) != 1 || cs[len(cs)-1].Type != chunk.Finish {
 		t.Fatalf("stream %q with %d chunks", text, len(cs))
 	}
 }
@@ -154,7 +155,7 @@ func TestRecoverDecisions(t *testing.T) {
 				t.Fatalf("history changed: %+v", msgs)
 			}
 			cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
-			if cs[len(cs)-1].Type != chat.ChunkAbort {
+			if cs[len(cs)-1].Type != chunk.Abort {
 				t.Fatalf("stream ends with %s", cs[len(cs)-1].Type)
 			}
 			if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {
@@ -190,11 +191,11 @@ func TestRecoveryBudgetExhausted(t *testing.T) {
 		t.Fatalf("turn = %+v", tr)
 	}
 	info := streamInfo(t, e, "a1", turn.StreamID)
-	if info.Status != chat.StatusError || !strings.Contains(info.Error, "recovery attempts exhausted") {
+	if info.Status != chunk.StatusError || !strings.Contains(info.Error, "recovery attempts exhausted") {
 		t.Fatalf("stream = %+v", info)
 	}
 	st, err := e.host(t, "a1", p, nil).a.Status()
-	if err != nil || st.ActiveTurn != nil || st.LastStream == nil || st.LastStream.Status != chat.StatusError {
+	if err != nil || st.ActiveTurn != nil || st.LastStream == nil || st.LastStream.Status != chunk.StatusError {
 		t.Fatalf("status = %+v %v", st, err)
 	}
 	if rows := runs(t, e, "a1"); len(rows) != 0 {
@@ -217,7 +218,7 @@ func TestRecoverHonoursCancel(t *testing.T) {
 	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnInterrupted {
 		t.Fatalf("turn = %+v", tr)
 	}
-	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chat.StatusAborted {
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusAborted {
 		t.Fatalf("stream = %+v", info)
 	}
 }
@@ -246,7 +247,7 @@ func TestContinueLastTurn(t *testing.T) {
 		t.Fatalf("messages = %+v", msgs)
 	}
 	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
-	if cs[0].Type != chat.ChunkStart || cs[0].MessageID != msgs[1].ID || cs[len(cs)-1].Type != chat.ChunkFinish {
+	if cs[0].Type != chunk.Start || cs[0].MessageID != msgs[1].ID || cs[len(cs)-1].Type != chunk.Finish {
 		t.Fatalf("continuation stream %+v ... %+v", cs[0], cs[len(cs)-1])
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
 )
@@ -23,7 +24,7 @@ var errDead = errors.New("test: the process is dead")
 // included, fails with errDead and stores nothing. Reads go through.
 type dying struct {
 	lg     *eventlog.Log
-	chunks chat.Batcher
+	chunks chunk.Batcher
 
 	mu      sync.Mutex
 	budget  int  // writes still allowed
@@ -33,7 +34,7 @@ type dying struct {
 	once    sync.Once
 }
 
-func newDying(lg *eventlog.Log, chunks chat.Batcher, budget int) *dying {
+func newDying(lg *eventlog.Log, chunks chunk.Batcher, budget int) *dying {
 	return &dying{lg: lg, chunks: chunks, budget: budget, blocked: make(chan struct{}), killed: make(chan struct{})}
 }
 

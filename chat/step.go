@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
 )
@@ -190,7 +191,7 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		return 0, err
 	}
 	if !em.b.stepOpen {
-		if err := em.emit(fctx, Chunk{Type: ChunkStartStep}); err != nil {
+		if err := em.emit(fctx, chunk.Chunk{Type: chunk.StartStep}); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
 		st.snap.Step = em.b.steps
@@ -245,7 +246,7 @@ func (a *Agent) stepDone(fctx context.Context, f *fiber.Fiber, em *emitter, st *
 		if err := em.closeBlocks(fctx); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
-		if err := em.emit(fctx, Chunk{Type: ChunkFinishStep}); err != nil {
+		if err := em.emit(fctx, chunk.Chunk{Type: chunk.FinishStep}); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
 	}

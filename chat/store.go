@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -12,7 +13,7 @@ import (
 // by every Agent: the projections of stream metadata, messages, agent state,
 // usage, interrupt flags and turns. It is safe for concurrent use.
 type Store struct {
-	streams    *Streams
+	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
 	usage      *eventlog.View
@@ -63,15 +64,15 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 // newStore returns a Store with the streams projection of the chunks
 // stream on a Projector of its own, and no views of the events stream yet.
 func newStore(lg *eventlog.Log) (*Store, error) {
-	pr, err := lg.NewProjector(StreamsProjection())
+	pr, err := lg.NewProjector(chunk.StreamsProjection())
 	if err != nil {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
-	v, err := lg.View(StreamsProjectionName)
+	v, err := lg.View(chunk.StreamsProjectionName)
 	if err != nil {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
-	return &Store{chunkPr: pr, streams: NewStreams(v)}, nil
+	return &Store{chunkPr: pr, streams: chunk.NewStreams(v)}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -152,7 +153,7 @@ func (s *Store) WaitForChunks(ctx context.Context, seq eventlog.Seq) error {
 }
 
 // Streams returns the stream metadata reader.
-func (s *Store) Streams() *Streams { return s.streams }
+func (s *Store) Streams() *chunk.Streams { return s.streams }
 
 // Page selects messages: those after the message with id After ("" for the
 // first), at most Limit of them (0 for all).

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
 )
@@ -15,7 +16,7 @@ import (
 // err: a stream writer whose state broke under it (as a chunk queued
 // without its stream's fence), once.
 type breakingBatcher struct {
-	chat.Batcher
+	chunk.Batcher
 	mu  sync.Mutex
 	n   int
 	err error
@@ -46,7 +47,7 @@ func TestEveryTurnEndsItsStream(t *testing.T) {
 	}
 	h.r.Wait()
 	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
-	if n := count(cs, chat.ChunkFinish) + count(cs, chat.ChunkError) + count(cs, chat.ChunkAbort); n != 1 || cs[len(cs)-1].Type != chat.ChunkError {
+	if n := count(cs, chunk.Finish) + count(cs, chunk.Error) + count(cs, chunk.Abort); n != 1 || cs[len(cs)-1].Type != chunk.Error {
 		t.Fatalf("stream %+v: want it to end with one error chunk", cs)
 	}
 	if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnFailed {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -54,7 +55,7 @@ func TestHugeAnswerStoredWhole(t *testing.T) {
 		t.Fatalf("turn = %+v", tr)
 	}
 	cs, text := streamOf(t, e.lg, "a1", turn.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish || len(text) != size {
+	if last := cs[len(cs)-1]; last.Type != chunk.Finish || len(text) != size {
 		t.Fatalf("stream ends with %+v after %d bytes of text", last, len(text))
 	}
 	check := func(what string, msgs []chat.Message) {
@@ -129,10 +130,10 @@ func TestHugeAnswerRefusedClearly(t *testing.T) {
 		t.Fatalf("turn = %+v", tr)
 	}
 	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkError || !strings.Contains(last.ErrorText, "too large") {
+	if last := cs[len(cs)-1]; last.Type != chunk.Error || !strings.Contains(last.ErrorText, "too large") {
 		t.Fatalf("stream ends with %+v", last)
 	}
-	if n := count(cs, chat.ChunkFinish); n != 0 {
+	if n := count(cs, chunk.Finish); n != 0 {
 		t.Fatalf("stream has %d finish chunks and an error", n)
 	}
 	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello"}); err != nil {
@@ -265,7 +266,7 @@ func TestOrphanedTurnEndedBySend(t *testing.T) {
 		t.Fatalf("orphaned turn = %+v, %v", tr, err)
 	}
 	cs, _ := streamOf(t, e.lg, "a1", "S1")
-	if len(cs) != 1 || cs[0].Type != chat.ChunkError {
+	if len(cs) != 1 || cs[0].Type != chunk.Error {
 		t.Fatalf("orphaned stream = %+v", cs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/backoff"
@@ -143,7 +144,7 @@ func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref C
 	if err != nil {
 		return err
 	}
-	if err := em.emit(ctx, Chunk{Type: PartSubagent, ID: callID, Data: data}); err != nil {
+	if err := em.emit(ctx, chunk.Chunk{Type: PartSubagent, ID: callID, Data: data}); err != nil {
 		return fmt.Errorf("%w: %w", errWrite, err)
 	}
 	return nil

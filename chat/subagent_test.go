@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
@@ -665,7 +666,7 @@ func TestSubagentCrashPoints(t *testing.T) {
 			cs, _ := streamOf(t, e.lg, "boss", turn.StreamID)
 			outputs := map[string]int{}
 			for _, c := range cs {
-				if c.Type == chat.ChunkToolOutput || c.Type == chat.ChunkToolOutputError {
+				if c.Type == chunk.ToolOutput || c.Type == chunk.ToolOutputError {
 					outputs[c.ToolCallID]++
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/fiber"
 )
 
@@ -58,7 +59,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		err  error
 		// chunk, when set, is what ends the call instead of a result:
 		// an approval request, a denial.
-		chunk *Chunk
+		chunk *chunk.Chunk
 		// child is set for a call of an agent tool (awaitChildren).
 		child *childJob
 	}
@@ -73,7 +74,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 			clientLeft = true // still waiting for its approval
 			continue
 		case c.State == ToolApprovalResponded && (c.Approval == nil || c.Approval.Approved == nil || !*c.Approval.Approved):
-			j.chunk = &Chunk{Type: ChunkToolDenied, ToolCallID: c.ToolCallID}
+			j.chunk = &chunk.Chunk{Type: chunk.ToolOutputDenied, ToolCallID: c.ToolCallID}
 		case c.State == ToolApprovalResponded && server:
 			j.tool = t // approved: it runs, once
 		case c.State != ToolInputAvailable && c.State != ToolApprovalResponded:
@@ -81,7 +82,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		case server && t.sub != nil:
 			j.child = newChildJob(c, t)
 		case server && t.needsApproval(c.Input):
-			j.chunk = &Chunk{Type: ChunkToolApproval, ToolCallID: c.ToolCallID, ApprovalID: approvalID(c.ToolCallID)}
+			j.chunk = &chunk.Chunk{Type: chunk.ToolApprovalRequest, ToolCallID: c.ToolCallID, ApprovalID: approvalID(c.ToolCallID)}
 			clientLeft = true
 		case server:
 			j.tool = t
@@ -170,11 +171,11 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 }
 
 // outputChunk is the chunk that ends call callID with res.
-func outputChunk(callID string, res toolResult) Chunk {
+func outputChunk(callID string, res toolResult) chunk.Chunk {
 	if res.Error != "" || len(res.Output) == 0 {
-		return Chunk{Type: ChunkToolOutputError, ToolCallID: callID, ErrorText: res.Error}
+		return chunk.Chunk{Type: chunk.ToolOutputError, ToolCallID: callID, ErrorText: res.Error}
 	}
-	return Chunk{Type: ChunkToolOutput, ToolCallID: callID, Output: res.Output}
+	return chunk.Chunk{Type: chunk.ToolOutput, ToolCallID: callID, Output: res.Output}
 }
 
 func resolved(r toolResult) chan toolResult {

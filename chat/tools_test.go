@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 )
@@ -31,11 +32,11 @@ func orphanWithBadTools(t *testing.T, e *env, agent string) {
 	appendJSON(chat.EventTurnStarted, map[string]any{"requestId": "r1", "streamId": "s1", "messageId": "u1",
 		"assistantMessageId": "m1", "tools": "not a list of tools"})
 	appendJSON(fiber.EventStarted, map[string]any{"id": "f1", "name": "__chat_turn:r1"})
-	w := chat.NewStreamWriter(e.batcher, agent, "s1", 0, e.lg.MaxPayload())
-	for _, c := range []chat.Chunk{
-		{Type: chat.ChunkStart, MessageID: "m1", RequestID: "r1"},
-		{Type: chat.ChunkTextStart, ID: "t1"},
-		{Type: chat.ChunkTextDelta, ID: "t1", Delta: "Hello"},
+	w := chunk.NewWriter(e.batcher, agent, "s1", 0, e.lg.MaxPayload())
+	for _, c := range []chunk.Chunk{
+		{Type: chunk.Start, MessageID: "m1", RequestID: "r1"},
+		{Type: chunk.TextStart, ID: "t1"},
+		{Type: chunk.TextDelta, ID: "t1", Delta: "Hello"},
 	} {
 		if err := w.Write(ctx, c); err != nil {
 			t.Fatal(err)
@@ -71,7 +72,7 @@ func TestStoredToolsThatDoNotDecode(t *testing.T) {
 		t.Fatalf("turn = %s %q, want failed naming its tools", tr.Status, tr.Error)
 	}
 	cs, _ := streamOf(t, e.lg, "a1", "s1")
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkError {
+	if last := cs[len(cs)-1]; last.Type != chunk.Error {
 		t.Fatalf("stream ends with %s, want an error chunk", last.Type)
 	}
 	if _, err := h.a.ContinueLastTurn(t.Context(), nil); !errors.Is(err, eventlog.ErrCorrupt) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -109,7 +110,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
 	if !st.b.started {
-		if err := em.emit(fctx, Chunk{Type: ChunkStart, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
+		if err := em.emit(fctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
 			return a.writeFailed(fctx, st, em, err)
 		}
 	}
@@ -403,7 +404,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 // partial answer (if any) as the assistant message, and turn.failed.
 func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause error) error {
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
-	if err := em.emit(ctx, Chunk{Type: ChunkError, ErrorText: cause.Error()}); err != nil {
+	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()}); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
@@ -434,7 +435,7 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 // abortTurn ends the stream with abort, persists the partial answer when
 // persist is set, records turn.interrupted and clears the "turn" interrupt.
 func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persist bool, reason string) error {
-	if err := em.emit(ctx, Chunk{Type: ChunkAbort}); err != nil {
+	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Abort}); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {

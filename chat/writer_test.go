@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -17,14 +17,14 @@ func runBatcher(t *testing.T, lg *eventlog.Log) *eventlog.Batcher {
 	return b
 }
 
-func readChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []chat.Chunk {
+func readChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []chunk.Chunk {
 	t.Helper()
 	evs, err := lg.Read(t.Context(), eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a chat.Assembler
-	var out []chat.Chunk
+	var a chunk.Assembler
+	var out []chunk.Chunk
 	for _, e := range evs {
 		c, ok, err := a.Add(e.Type, e.Data)
 		if err != nil {

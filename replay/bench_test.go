@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/replay"
@@ -16,12 +16,12 @@ func BenchmarkFollow(b *testing.B) {
 	s := eventlogtest.RunServer(b, eventlogtest.ServerOptions{})
 	lg := eventlogtest.OpenOn(b, s, eventlog.Config{})
 	bt, _ := runBatcher(b, lg)
-	w := chat.NewStreamWriter(bt, "a", "s", 0, lg.MaxPayload())
+	w := chunk.NewWriter(bt, "a", "s", 0, lg.MaxPayload())
 	ctx := b.Context()
 	for i := range n {
-		c := chat.Chunk{Type: chat.ChunkTextDelta, ID: "t", Delta: strings.Repeat("x", 64)}
+		c := chunk.Chunk{Type: chunk.TextDelta, ID: "t", Delta: strings.Repeat("x", 64)}
 		if i == n-1 {
-			c = chat.Chunk{Type: chat.ChunkFinish}
+			c = chunk.Chunk{Type: chunk.Finish}
 		}
 		if err := w.Write(ctx, c); err != nil {
 			b.Fatal(err)

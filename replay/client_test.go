@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/replay"
 )
 
-func writeAll(t *testing.T, w *chat.StreamWriter, chunks ...chat.Chunk) eventlog.Seq {
+func writeAll(t *testing.T, w *chunk.Writer, chunks ...chunk.Chunk) eventlog.Seq {
 	t.Helper()
 	for _, c := range chunks {
 		if err := w.Write(t.Context(), c); err != nil {
@@ -47,17 +47,17 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: 64 << 10})
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
 	b, _ := runBatcher(t, lg)
-	w := chat.NewStreamWriter(b, "a1", "s1", 0, lg.MaxPayload())
+	w := chunk.NewWriter(b, "a1", "s1", 0, lg.MaxPayload())
 	big := strings.Repeat("x", 150<<10)
-	chunks := []chat.Chunk{
-		{Type: chat.ChunkStart, MessageID: "m1"},
-		{Type: chat.ChunkTextDelta, ID: "t", Delta: "a"},
-		{Type: chat.ChunkTextDelta, ID: "t", Delta: big},
-		{Type: chat.ChunkFinish},
+	chunks := []chunk.Chunk{
+		{Type: chunk.Start, MessageID: "m1"},
+		{Type: chunk.TextDelta, ID: "t", Delta: "a"},
+		{Type: chunk.TextDelta, ID: "t", Delta: big},
+		{Type: chunk.Finish},
 	}
 	writeAll(t, w, chunks...)
 	// Another stream of the same agent, interleaved after, must not show.
-	writeAll(t, chat.NewStreamWriter(b, "a1", "s2", 0, lg.MaxPayload()), chat.Chunk{Type: chat.ChunkStart, MessageID: "m2"})
+	writeAll(t, chunk.NewWriter(b, "a1", "s2", 0, lg.MaxPayload()), chunk.Chunk{Type: chunk.Start, MessageID: "m2"})
 
 	client := replay.NewClient(eventlogtest.OpenOn(t, s, eventlog.Config{Bind: true}))
 	got := collect(t, client.Follow(t.Context(), "a1", "s1", 0))
@@ -74,12 +74,12 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 	}
 	// From the middle: the tail only.
 	tail := collect(t, client.Follow(t.Context(), "a1", "s1", got[1].Cursor))
-	if len(tail) != 2 || tail[0].Chunk.Delta != big || tail[1].Chunk.Type != chat.ChunkFinish {
+	if len(tail) != 2 || tail[0].Chunk.Delta != big || tail[1].Chunk.Type != chunk.Finish {
 		t.Fatalf("tail = %d chunks", len(tail))
 	}
 	// From inside the split chunk: skips to the next whole chunk.
 	mid := collect(t, client.Follow(t.Context(), "a1", "s1", got[1].Cursor+1))
-	if len(mid) != 1 || mid[0].Chunk.Type != chat.ChunkFinish {
+	if len(mid) != 1 || mid[0].Chunk.Type != chunk.Finish {
 		t.Fatalf("from inside a split chunk: %d chunks", len(mid))
 	}
 	// At the end: nothing, and it ends.
@@ -103,24 +103,24 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 
 // chunkN is the i-th chunk of the property test's stream: every 17th is
 // larger than the server's max payload, so it is stored in parts.
-func chunkN(i, n int) chat.Chunk {
+func chunkN(i, n int) chunk.Chunk {
 	switch {
 	case i == 0:
-		return chat.Chunk{Type: chat.ChunkStart, MessageID: "m"}
+		return chunk.Chunk{Type: chunk.Start, MessageID: "m"}
 	case i == n-1:
-		return chat.Chunk{Type: chat.ChunkFinish}
+		return chunk.Chunk{Type: chunk.Finish}
 	case i%17 == 5:
-		return chat.Chunk{Type: chat.ChunkTextDelta, ID: "t", Delta: strconv.Itoa(i) + ":" + strings.Repeat("é", 50<<10)}
+		return chunk.Chunk{Type: chunk.TextDelta, ID: "t", Delta: strconv.Itoa(i) + ":" + strings.Repeat("é", 50<<10)}
 	default:
-		return chat.Chunk{Type: chat.ChunkTextDelta, ID: "t", Delta: strconv.Itoa(i) + ":"}
+		return chunk.Chunk{Type: chunk.TextDelta, ID: "t", Delta: strconv.Itoa(i) + ":"}
 	}
 }
 
-func indexOf(t *testing.T, c chat.Chunk, n int) int {
+func indexOf(t *testing.T, c chunk.Chunk, n int) int {
 	switch c.Type {
-	case chat.ChunkStart:
+	case chunk.Start:
 		return 0
-	case chat.ChunkFinish:
+	case chunk.Finish:
 		return n - 1
 	}
 	s, _, ok := strings.Cut(c.Delta, ":")
@@ -149,7 +149,7 @@ func TestFollowResumeExactlyOnce(t *testing.T) {
 			client := replay.NewClient(eventlogtest.OpenOn(t, s, eventlog.Config{Bind: true}))
 			// The first chunk exists before readers start (Follow needs it).
 			b, stopB := runBatcher(t, lg)
-			w := chat.NewStreamWriter(b, "a", "s", 0, lg.MaxPayload())
+			w := chunk.NewWriter(b, "a", "s", 0, lg.MaxPayload())
 			writeAll(t, w, chunkN(0, n))
 
 			var wg sync.WaitGroup
@@ -211,7 +211,7 @@ func TestFollowResumeExactlyOnce(t *testing.T) {
 					lg.Close()
 					lg = eventlogtest.OpenOn(t, s, eventlog.Config{})
 					b, stopB = runBatcher(t, lg)
-					w = chat.NewStreamWriter(b, "a", "s", next, lg.MaxPayload())
+					w = chunk.NewWriter(b, "a", "s", next, lg.MaxPayload())
 				}
 				if err := w.Write(t.Context(), chunkN(i, n)); err != nil {
 					t.Fatal(err)

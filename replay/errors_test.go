@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/forever-agents/forever/replay"
 )
@@ -19,17 +19,17 @@ import (
 // log, to reach the errors a follow meets after the resume was accepted.
 type ghostIndex struct {
 	replay.StreamIndex
-	info chat.StreamInfo
+	info chunk.StreamInfo
 }
 
-func (g ghostIndex) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+func (g ghostIndex) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {
 	if agent == g.info.Agent {
 		return g.info, nil
 	}
 	return g.StreamIndex.Latest(ctx, agent)
 }
 
-func (g ghostIndex) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+func (g ghostIndex) Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error) {
 	if agent == g.info.Agent && stream == g.info.Stream {
 		return g.info, nil
 	}
@@ -53,9 +53,9 @@ func TestEveryErrorShape(t *testing.T) {
 	e.write(t, ft, script(ft)...)
 	e.expire(t, 1)
 	ghost := newGateway(t, e, ghostIndex{replay.ProjectedIndex{Streams: e.streams},
-		chat.StreamInfo{Agent: "gone", Stream: ft.StreamID, RequestID: ft.RequestID, MessageID: ft.MessageID, Status: chat.StatusStreaming}})
+		chunk.StreamInfo{Agent: "gone", Stream: ft.StreamID, RequestID: ft.RequestID, MessageID: ft.MessageID, Status: chunk.StatusStreaming}})
 	nowhere := newGateway(t, e, ghostIndex{replay.ProjectedIndex{Streams: e.streams},
-		chat.StreamInfo{Agent: "nowhere", Stream: "s0", RequestID: "r0", Status: chat.StatusStreaming}})
+		chunk.StreamInfo{Agent: "nowhere", Stream: "s0", RequestID: "r0", Status: chunk.StatusStreaming}})
 
 	chatBody := body("c1")
 	big := fmt.Sprintf(`{"id":"c1","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":%q}]}]}`, strings.Repeat("x", 4096))

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/apierror/apierrortest"
@@ -129,13 +129,13 @@ func FuzzWSFrame(f *testing.F) {
 // of the same type with the fields that type carries, both in SSE data
 // lines and in WebSocket frames.
 func FuzzWire(f *testing.F) {
-	for _, c := range []chat.Chunk{
-		{Type: chat.ChunkStart, MessageID: "m1", RequestID: "r1"},
-		{Type: chat.ChunkTextDelta, ID: "t0", Delta: "h\u00e9\"<"},
-		{Type: chat.ChunkToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q": "x"}`)},
-		{Type: chat.ChunkToolOutput, ToolCallID: "c1"},
-		{Type: chat.ChunkFinish, MessageMetadata: json.RawMessage(`{"usage":{"inputTokens":1}}`)},
-		{Type: chat.ChunkError, ErrorText: "boom"},
+	for _, c := range []chunk.Chunk{
+		{Type: chunk.Start, MessageID: "m1", RequestID: "r1"},
+		{Type: chunk.TextDelta, ID: "t0", Delta: "h\u00e9\"<"},
+		{Type: chunk.ToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q": "x"}`)},
+		{Type: chunk.ToolOutput, ToolCallID: "c1"},
+		{Type: chunk.Finish, MessageMetadata: json.RawMessage(`{"usage":{"inputTokens":1}}`)},
+		{Type: chunk.Error, ErrorText: "boom"},
 		{Type: "data-x", ID: "d", Output: json.RawMessage(`[1]`), RequestID: "r1"},
 	} {
 		b, _ := c.MarshalJSON()
@@ -143,7 +143,7 @@ func FuzzWire(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"finish","messageMetadata":null}`))
 	f.Fuzz(func(t *testing.T, stored []byte) {
-		var c chat.Chunk
+		var c chunk.Chunk
 		if json.Unmarshal(stored, &c) != nil {
 			return // not a chunk: the reader skips it as corrupt
 		}
@@ -152,7 +152,7 @@ func FuzzWire(f *testing.F) {
 		if !ok || !json.Valid(wire) {
 			t.Fatalf("chunk %q written as %q", stored, out)
 		}
-		var got chat.Chunk
+		var got chunk.Chunk
 		if err := json.Unmarshal(wire, &got); err != nil || got.Type != c.Type || got.RequestID != "" {
 			t.Fatalf("chunk %q written as %s: %+v, %v", stored, wire, got, err)
 		}

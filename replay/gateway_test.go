@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -117,13 +117,13 @@ var allowed = map[string][]string{
 
 // checkChunk checks one data payload against the strict schema of its type
 // and returns the decoded chunk.
-func checkChunk(t *testing.T, data string) chat.Chunk {
+func checkChunk(t *testing.T, data string) chunk.Chunk {
 	t.Helper()
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(data), &fields); err != nil {
 		t.Fatalf("data %q: %v", data, err)
 	}
-	var c chat.Chunk
+	var c chunk.Chunk
 	json.Unmarshal([]byte(data), &c)
 	keys, ok := allowed[c.Type]
 	if !ok {
@@ -189,12 +189,12 @@ func body(id string) string {
 
 // checkSequence checks a whole SSE turn: start first, balanced text ids,
 // finish last, then [DONE]; increasing cursors; only allowed fields.
-func checkSequence(t *testing.T, evs []sseEvent, messageID string) []chat.Chunk {
+func checkSequence(t *testing.T, evs []sseEvent, messageID string) []chunk.Chunk {
 	t.Helper()
 	if len(evs) < 3 || evs[len(evs)-1].Data != "[DONE]" || evs[len(evs)-1].ID != "" {
 		t.Fatalf("stream does not end with data: [DONE]: %+v", evs)
 	}
-	var chunks []chat.Chunk
+	var chunks []chunk.Chunk
 	var last replay.Cursor
 	open := map[string]bool{}
 	for i, ev := range evs[:len(evs)-1] {
@@ -222,7 +222,7 @@ func checkSequence(t *testing.T, evs []sseEvent, messageID string) []chat.Chunk 
 		}
 		chunks = append(chunks, c)
 	}
-	if chunks[0].Type != chat.ChunkStart || chunks[0].MessageID != messageID {
+	if chunks[0].Type != chunk.Start || chunks[0].MessageID != messageID {
 		t.Errorf("first chunk = %+v, want start of %s", chunks[0], messageID)
 	}
 	if !chunks[len(chunks)-1].Terminal() {
@@ -435,14 +435,14 @@ type blockingIndex struct {
 	ended   chan error
 }
 
-func (b blockingIndex) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+func (b blockingIndex) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {
 	close(b.entered)
 	<-ctx.Done()
 	b.ended <- ctx.Err()
-	return chat.StreamInfo{}, ctx.Err()
+	return chunk.StreamInfo{}, ctx.Err()
 }
 
-func (b blockingIndex) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+func (b blockingIndex) Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error) {
 	return b.Latest(ctx, agent)
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/apierror"
@@ -38,7 +39,7 @@ type fakeTurn struct {
 	replay.Turn
 	Agent string
 	Body  json.RawMessage
-	w     *chat.StreamWriter
+	w     *chunk.Writer
 }
 
 // statusErr is an error with an HTTP status, as the lead's Chats returns.
@@ -51,7 +52,7 @@ func (e statusErr) Error() string   { return e.msg }
 func (e statusErr) StatusCode() int { return e.code }
 
 // fakeChats implements replay.Chats on a real log: Send starts a turn whose
-// chunks the test writes through a real Batcher with chat.StreamWriter.
+// chunks the test writes through a real Batcher with chunk.Writer.
 type fakeChats struct {
 	lg         *eventlog.Log
 	b          *eventlog.Batcher
@@ -87,7 +88,7 @@ func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage
 		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n), After: replay.Cursor(start)},
 		Agent: agent, Body: body,
 	}
-	ft.w = chat.NewStreamWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)
+	ft.w = chunk.NewWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)
 	f.mu.Lock()
 	f.turns[agent] = ft
 	f.mu.Unlock()
@@ -115,7 +116,7 @@ type env struct {
 	s        *server.Server
 	lg       *eventlog.Log
 	pr       *eventlog.Projector
-	streams  *chat.Streams
+	streams  *chunk.Streams
 	chats    *fakeChats
 	gw       *replay.Gateway
 	srv      *httptest.Server
@@ -127,17 +128,17 @@ func newEnv(t *testing.T, opts ...func(*replay.GatewayConfig)) *env {
 	t.Helper()
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: 64 << 10})
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
-	pr, err := lg.NewProjector(chat.StreamsProjection())
+	pr, err := lg.NewProjector(chunk.StreamsProjection())
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventlogtest.RunProjector(t, pr)
-	v, err := lg.View(chat.StreamsProjectionName)
+	v, err := lg.View(chunk.StreamsProjectionName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := runBatcher(t, lg)
-	e := &env{s: s, lg: lg, pr: pr, streams: chat.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
+	e := &env{s: s, lg: lg, pr: pr, streams: chunk.NewStreams(v), reg: prometheus.NewRegistry(), stopping: make(chan struct{})}
 	e.chats = &fakeChats{lg: lg, b: b, maxPayload: lg.MaxPayload(), started: make(chan *fakeTurn, 16), turns: map[string]*fakeTurn{}}
 	cfg := replay.GatewayConfig{
 		Log: lg, Chats: e.chats, Streams: replay.ProjectedIndex{Streams: e.streams}, Stopping: e.stopping, Registerer: e.reg,
@@ -156,7 +157,7 @@ func newEnv(t *testing.T, opts ...func(*replay.GatewayConfig)) *env {
 
 // write writes chunks to ft's stream, waits until they are durable and
 // projected, and returns the last one's sequence.
-func (e *env) write(t *testing.T, ft *fakeTurn, chunks ...chat.Chunk) eventlog.Seq {
+func (e *env) write(t *testing.T, ft *fakeTurn, chunks ...chunk.Chunk) eventlog.Seq {
 	t.Helper()
 	for _, c := range chunks {
 		if err := ft.w.Write(t.Context(), c); err != nil {
@@ -219,17 +220,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // script is a typical turn: start, text, a tool call, finish.
-func script(ft *fakeTurn) []chat.Chunk {
-	return []chat.Chunk{
-		{Type: chat.ChunkStart, MessageID: ft.MessageID, RequestID: ft.RequestID},
-		{Type: chat.ChunkStartStep},
-		{Type: chat.ChunkTextStart, ID: "t1"},
-		{Type: chat.ChunkTextDelta, ID: "t1", Delta: "Hello"},
-		{Type: chat.ChunkTextDelta, ID: "t1", Delta: ", world"},
-		{Type: chat.ChunkTextEnd, ID: "t1"},
-		{Type: chat.ChunkToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q":"x"}`)},
-		{Type: chat.ChunkToolOutput, ToolCallID: "c1", Output: json.RawMessage(`{"hits":1}`)},
-		{Type: chat.ChunkFinishStep},
-		{Type: chat.ChunkFinish, FinishReason: "stop"},
+func script(ft *fakeTurn) []chunk.Chunk {
+	return []chunk.Chunk{
+		{Type: chunk.Start, MessageID: ft.MessageID, RequestID: ft.RequestID},
+		{Type: chunk.StartStep},
+		{Type: chunk.TextStart, ID: "t1"},
+		{Type: chunk.TextDelta, ID: "t1", Delta: "Hello"},
+		{Type: chunk.TextDelta, ID: "t1", Delta: ", world"},
+		{Type: chunk.TextEnd, ID: "t1"},
+		{Type: chunk.ToolInput, ToolCallID: "c1", ToolName: "search", Input: json.RawMessage(`{"q":"x"}`)},
+		{Type: chunk.ToolOutput, ToolCallID: "c1", Output: json.RawMessage(`{"hits":1}`)},
+		{Type: chunk.FinishStep},
+		{Type: chunk.Finish, FinishReason: "stop"},
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -113,7 +112,7 @@ func TestWSResumeExpired(t *testing.T) {
 	postChat(t, e, t.Context(), body("c1"))
 	ft := e.turn(t)
 	e.write(t, ft, script(ft)[:4]...)
-	e.write(t, ft, chat.Chunk{Type: chat.ChunkError, ErrorText: "provider down"})
+	e.write(t, ft, chunk.Chunk{Type: chunk.Error, ErrorText: "provider down"})
 	e.expire(t, 1)
 
 	w := dialWS(t, e, "c1")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -31,11 +31,11 @@ func TestSSESlowClient(t *testing.T) {
 
 	// The turn writes far more than the socket buffers hold.
 	delta := strings.Repeat("x", 48<<10)
-	cs := []chat.Chunk{{Type: chat.ChunkStart, MessageID: ft.MessageID}, {Type: chat.ChunkTextStart, ID: "t"}}
+	cs := []chunk.Chunk{{Type: chunk.Start, MessageID: ft.MessageID}, {Type: chunk.TextStart, ID: "t"}}
 	for range 400 {
-		cs = append(cs, chat.Chunk{Type: chat.ChunkTextDelta, ID: "t", Delta: delta})
+		cs = append(cs, chunk.Chunk{Type: chunk.TextDelta, ID: "t", Delta: delta})
 	}
-	cs = append(cs, chat.Chunk{Type: chat.ChunkTextEnd, ID: "t"}, chat.Chunk{Type: chat.ChunkFinish})
+	cs = append(cs, chunk.Chunk{Type: chunk.TextEnd, ID: "t"}, chunk.Chunk{Type: chunk.Finish})
 	start := time.Now()
 	e.write(t, ft, cs...)
 	t.Logf("the turn wrote %d chunks (%d MiB) in %v with a client not reading", len(cs), len(cs)*len(delta)>>20, time.Since(start))

@@ -21,7 +21,7 @@ func TestStatusCodeOfChatErrors(t *testing.T) {
 		{chat.ErrEmptyMessage, http.StatusBadRequest},
 		{chat.ErrInvalidMessage, http.StatusBadRequest},
 		{chat.ErrNotFound, http.StatusNotFound},
-		{chat.ErrUnknownStream, http.StatusNotFound},
+		{chunk.ErrUnknownStream, http.StatusNotFound},
 		{chunk.ErrUnknownStream, http.StatusNotFound},
 		{chat.ErrTurnActive, http.StatusConflict},
 		{chat.ErrDuplicateMessage, http.StatusConflict},

@@ -9,7 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/coder/websocket/wsjson"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -79,9 +79,9 @@ func (w *wsClient) expect(typ string) frame {
 }
 
 // chunks reads n chunk frames, checking their replay flag and request.
-func (w *wsClient) chunks(n int, replay bool, requestID string) []chat.Chunk {
+func (w *wsClient) chunks(n int, replay bool, requestID string) []chunk.Chunk {
 	w.t.Helper()
-	var out []chat.Chunk
+	var out []chunk.Chunk
 	for range n {
 		f := w.expect("chunk")
 		if f.Replay == nil || *f.Replay != replay || f.RequestID != requestID || f.Cursor == "" {
@@ -158,7 +158,7 @@ func TestWSTwoOffersEachAckReplaysAll(t *testing.T) {
 	// A second ack during the stream replays everything again.
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
 	again := w.chunks(5, true, ft.RequestID)
-	if again[0].Type != chat.ChunkStart || again[0].MessageID != first[0].MessageID || again[4].Delta != all[4].Delta {
+	if again[0].Type != chunk.Start || again[0].MessageID != first[0].MessageID || again[4].Delta != all[4].Delta {
 		t.Fatalf("second replay %+v", again)
 	}
 	if f := w.expect("replayComplete"); f.Cursor != seq.String() {
@@ -166,7 +166,7 @@ func TestWSTwoOffersEachAckReplaysAll(t *testing.T) {
 	}
 	e.write(t, ft, all[5:]...)
 	w.chunks(len(all)-5, false, ft.RequestID)
-	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+	if f := w.expect("done"); f.Status != chunk.StatusCompleted {
 		t.Fatalf("done %+v", f)
 	}
 	// Ended: an ack of it now replays it whole and says done.
@@ -177,7 +177,7 @@ func TestWSTwoOffersEachAckReplaysAll(t *testing.T) {
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
 	w.chunks(len(all), true, ft.RequestID)
 	w.expect("replayComplete")
-	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+	if f := w.expect("done"); f.Status != chunk.StatusCompleted {
 		t.Fatalf("done %+v", f)
 	}
 }
@@ -211,7 +211,7 @@ func TestWSPending(t *testing.T) {
 	if got[0].MessageID != ft.MessageID {
 		t.Fatalf("start %+v", got[0])
 	}
-	if f := w.expect("done"); f.Status != chat.StatusCompleted {
+	if f := w.expect("done"); f.Status != chunk.StatusCompleted {
 		t.Fatalf("done %+v", f)
 	}
 }
@@ -235,7 +235,7 @@ func TestWSResumeHandshake(t *testing.T) {
 	w.expect("resuming")
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
 	got := w.chunks(3, true, ft.RequestID)
-	if got[0].Type != chat.ChunkStart || got[0].MessageID != ft.MessageID {
+	if got[0].Type != chunk.Start || got[0].MessageID != ft.MessageID {
 		t.Fatalf("first replayed chunk %+v", got[0])
 	}
 	if f := w.expect("replayComplete"); f.Cursor != seq.String() {
@@ -243,7 +243,7 @@ func TestWSResumeHandshake(t *testing.T) {
 	}
 	e.write(t, ft, all[3:]...)
 	w.chunks(len(all)-3, false, ft.RequestID)
-	if f := w.expect("done"); f.Status != chat.StatusCompleted || f.RequestID != ft.RequestID {
+	if f := w.expect("done"); f.Status != chunk.StatusCompleted || f.RequestID != ft.RequestID {
 		t.Fatalf("done %+v", f)
 	}
 	// Finished: nothing to resume.
@@ -259,14 +259,14 @@ func TestWSErrorTurnReplaysThenError(t *testing.T) {
 	w := dialWS(t, e, "c1")
 	w.expect("resuming")
 	// The turn fails before the client acknowledges.
-	e.write(t, ft, chat.Chunk{Type: chat.ChunkError, ErrorText: "provider down"})
+	e.write(t, ft, chunk.Chunk{Type: chunk.Error, ErrorText: "provider down"})
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
 	got := w.chunks(5, true, ft.RequestID)
-	if last := got[4]; last.Type != chat.ChunkError || last.ErrorText != "provider down" {
+	if last := got[4]; last.Type != chunk.Error || last.ErrorText != "provider down" {
 		t.Fatalf("last replayed chunk %+v", last)
 	}
 	w.expect("replayComplete")
-	if f := w.expect("done"); f.Status != chat.StatusError {
+	if f := w.expect("done"); f.Status != chunk.StatusError {
 		t.Fatalf("done %+v", f)
 	}
 }
@@ -313,19 +313,19 @@ func TestWSOffersFailedTurn(t *testing.T) {
 	postChat(t, e, t.Context(), body("c1"))
 	ft := e.turn(t)
 	e.write(t, ft, script(ft)[:4]...)
-	e.write(t, ft, chat.Chunk{Type: chat.ChunkError, ErrorText: "provider down"})
+	e.write(t, ft, chunk.Chunk{Type: chunk.Error, ErrorText: "provider down"})
 	w := dialWS(t, e, "c1")
 	f := w.expect("resuming")
-	if f.RequestID != ft.RequestID || f.StreamID != ft.StreamID || f.Status != chat.StatusError {
+	if f.RequestID != ft.RequestID || f.StreamID != ft.StreamID || f.Status != chunk.StatusError {
 		t.Fatalf("offer %+v, want the failed turn %s", f, ft.RequestID)
 	}
 	w.send(map[string]string{"type": "ack", "requestId": ft.RequestID})
 	got := w.chunks(5, true, ft.RequestID)
-	if got[0].Type != chat.ChunkStart || got[4].Type != chat.ChunkError || got[4].ErrorText != "provider down" {
+	if got[0].Type != chunk.Start || got[4].Type != chunk.Error || got[4].ErrorText != "provider down" {
 		t.Fatalf("replayed %+v", got)
 	}
 	w.expect("replayComplete")
-	if f := w.expect("done"); f.Status != chat.StatusError {
+	if f := w.expect("done"); f.Status != chunk.StatusError {
 		t.Fatalf("done %+v", f)
 	}
 }

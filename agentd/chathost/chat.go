@@ -19,6 +19,7 @@ import (
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -561,7 +562,7 @@ func chatError(err error) error {
 		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage),
 		errors.Is(err, chat.ErrAlreadyAnswered):
 		return fmt.Errorf("%w: %w", host.ErrConflict, err)
-	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chunk.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
 		return fmt.Errorf("%w: %w", host.ErrNotFound, err)
 	case errors.Is(err, chat.ErrOverloaded):
 		return &overloadedError{err}

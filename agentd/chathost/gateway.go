@@ -9,6 +9,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 )
@@ -179,12 +180,12 @@ func (f freshStreams) catchUp(ctx context.Context, filter eventlog.Filter) {
 	}
 }
 
-func (f freshStreams) Latest(ctx context.Context, agent string) (chat.StreamInfo, error) {
+func (f freshStreams) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {
 	f.catchUp(ctx, eventlog.Filter{Agent: agent, Chunks: true})
 	return f.store.Streams().Latest(agent)
 }
 
-func (f freshStreams) Get(ctx context.Context, agent, stream string) (chat.StreamInfo, error) {
+func (f freshStreams) Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error) {
 	f.catchUp(ctx, eventlog.Filter{Agent: agent, Stream: stream})
 	return f.store.Streams().Get(agent, stream)
 }

@@ -13,18 +13,19 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/replay"
 )
 
 // streamChunks reads one chat stream's chunks from the log.
-func (c *crashClient) streamChunks(agent, stream string) []chat.Chunk {
+func (c *crashClient) streamChunks(agent, stream string) []chunk.Chunk {
 	return c.streamChunksBefore(agent, stream, time.Time{})
 }
 
 // streamChunksBefore reads the chunks stored before t (all when t is zero).
-func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []chat.Chunk {
+func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []chunk.Chunk {
 	c.t.Helper()
 	var evs []eventlog.Event
 	var err error
@@ -37,8 +38,8 @@ func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []ch
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var a chat.Assembler
-	var out []chat.Chunk
+	var a chunk.Assembler
+	var out []chunk.Chunk
 	for _, e := range evs {
 		if !t.IsZero() && !e.Time.Before(t) {
 			break
@@ -54,10 +55,10 @@ func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []ch
 	return out
 }
 
-func textOf(chunks []chat.Chunk) string {
+func textOf(chunks []chunk.Chunk) string {
 	var b strings.Builder
 	for _, ch := range chunks {
-		if ch.Type == chat.ChunkTextDelta {
+		if ch.Type == chunk.TextDelta {
 			b.WriteString(ch.Delta)
 		}
 	}
@@ -106,7 +107,7 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 
 	p = startWith(t, start(), httpAddr)
 	deadline = time.Now().Add(60 * time.Second)
-	var chunks []chat.Chunk
+	var chunks []chunk.Chunk
 	for {
 		chunks = c.streamChunks(agent, reply.StreamID)
 		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
@@ -117,12 +118,12 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+	if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 		t.Fatalf("stream ended with %+v, want finish", last)
 	}
 	starts := 0
 	for _, ch := range chunks {
-		if ch.Type == chat.ChunkStart {
+		if ch.Type == chunk.Start {
 			starts++
 		}
 	}
@@ -176,7 +177,7 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	}
 }
 
-func sameChunk(a, b chat.Chunk) bool {
+func sameChunk(a, b chunk.Chunk) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)

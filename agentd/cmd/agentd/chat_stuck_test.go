@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
 )
 
@@ -48,7 +49,7 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 	p := start()
 	c := dialAgentd(t, natsAddr)
 	const agent = "big"
-	ended := func(stream string) []chat.Chunk {
+	ended := func(stream string) []chunk.Chunk {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -65,7 +66,7 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 	var first chathost.Reply
 	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "say a lot"}), &first)
 	cs := ended(first.StreamID)
-	if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish {
+	if last := cs[len(cs)-1]; last.Type != chunk.Finish {
 		t.Fatalf("huge answer's stream ends with %+v", last)
 	}
 	code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages")
@@ -79,7 +80,7 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 	// The agent takes the next chat (command fails the test on 409).
 	var second chathost.Reply
 	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "hello"}), &second)
-	if cs := ended(second.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish || textOf(cs) != "Hello again" {
+	if cs := ended(second.StreamID); cs[len(cs)-1].Type != chunk.Finish || textOf(cs) != "Hello again" {
 		t.Fatalf("next turn's stream %+v", cs)
 	}
 	// And after a restart.

@@ -23,6 +23,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
@@ -591,23 +592,23 @@ func printStream(ctx context.Context, agent string, items func(func(replay.Item,
 		seen(cursor)
 		c := it.Chunk
 		switch c.Type {
-		case chat.ChunkTextDelta:
+		case chunk.TextDelta:
 			fmt.Fprint(stdout, c.Delta)
-		case chat.ChunkTextEnd:
+		case chunk.TextEnd:
 			fmt.Fprintln(stdout)
-		case chat.ChunkToolInput:
+		case chunk.ToolInput:
 			fmt.Fprintf(stderr, "[tool %s %s (call %s)]\n", c.ToolName, c.Input, c.ToolCallID)
-		case chat.ChunkToolOutput:
+		case chunk.ToolOutput:
 			fmt.Fprintf(stderr, "[tool output %s]\n", c.Output)
-		case chat.ChunkToolOutputError, chat.ChunkToolInputError:
+		case chunk.ToolOutputError, chunk.ToolInputError:
 			fmt.Fprintf(stderr, "[tool error: %s]\n", c.ErrorText)
-		case chat.ChunkToolDenied:
+		case chunk.ToolOutputDenied:
 			fmt.Fprintf(stderr, "[tool call %s denied]\n", c.ToolCallID)
-		case chat.ChunkToolApproval:
+		case chunk.ToolApprovalRequest:
 			fmt.Fprintf(stderr, "[call %s waits for approval: agentd approve|deny %s %s]\n", c.ToolCallID, agent, c.ToolCallID)
-		case chat.ChunkError:
+		case chunk.Error:
 			return cursor, &cliError{exitFailed, fmt.Errorf("turn failed: %s", c.ErrorText)}
-		case chat.ChunkAbort:
+		case chunk.Abort:
 			return cursor, &cliError{exitFailed, errors.New("turn aborted")}
 		}
 	}

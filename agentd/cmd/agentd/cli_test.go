@@ -12,7 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/apierror"
@@ -65,14 +65,14 @@ func fakeAgentd(t *testing.T) string {
 		json.Unmarshal(req.Data(), &in)
 		req.RespondJSON(map[string]any{"requestId": "r1", "streamId": "s1", "cursor": 0})
 		go func() {
-			w := chat.NewStreamWriter(b, agent, "s1", 0, lg.MaxPayload())
-			chunks := []chat.Chunk{
-				{Type: chat.ChunkStart, MessageID: "m1"},
-				{Type: chat.ChunkTextStart, ID: "t"},
-				{Type: chat.ChunkTextDelta, ID: "t", Delta: "echo: "},
-				{Type: chat.ChunkTextDelta, ID: "t", Delta: in.Text},
-				{Type: chat.ChunkTextEnd, ID: "t"},
-				{Type: chat.ChunkFinish},
+			w := chunk.NewWriter(b, agent, "s1", 0, lg.MaxPayload())
+			chunks := []chunk.Chunk{
+				{Type: chunk.Start, MessageID: "m1"},
+				{Type: chunk.TextStart, ID: "t"},
+				{Type: chunk.TextDelta, ID: "t", Delta: "echo: "},
+				{Type: chunk.TextDelta, ID: "t", Delta: in.Text},
+				{Type: chunk.TextEnd, ID: "t"},
+				{Type: chunk.Finish},
 			}
 			if agent == "slow" {
 				chunks = chunks[:3] // a turn that is still running

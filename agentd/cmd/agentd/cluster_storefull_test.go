@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd/chathost"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // testClusterStoreFull: three nodes, each with a small JetStream store
@@ -96,7 +96,7 @@ func testClusterStoreFull(t *testing.T, c *crashClient, nodes []*clusterNode, ag
 	t.Logf("every node ready and nothing degraded %s after space returned", time.Since(start).Round(time.Millisecond))
 	var after chathost.Reply
 	json.Unmarshal(c.command("chat3", "chat", map[string]string{"text": "hello again"}), &after)
-	if cs := waitStreamEnd(t, c, "chat3", after.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish {
+	if cs := waitStreamEnd(t, c, "chat3", after.StreamID); cs[len(cs)-1].Type != chunk.Finish {
 		t.Errorf("chat after space returned ended with %+v", cs[len(cs)-1])
 	}
 	for _, nd := range nodes {

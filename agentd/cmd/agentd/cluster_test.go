@@ -20,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/chartargs"
 	"github.com/forever-agents/forever/replay"
@@ -553,7 +554,7 @@ func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
 // streamEnded polls agent's stream until its last chunk is terminal, for
 // up to within (a bound that only keeps a broken run from hanging), and
 // returns its chunks and whether it ended.
-func streamEnded(c *crashClient, agent, stream string, within time.Duration) ([]chat.Chunk, bool) {
+func streamEnded(c *crashClient, agent, stream string, within time.Duration) ([]chunk.Chunk, bool) {
 	deadline := time.Now().Add(within)
 	for {
 		if chunks := c.streamChunks(agent, stream); len(chunks) > 0 && chunks[len(chunks)-1].Terminal() {
@@ -567,13 +568,13 @@ func streamEnded(c *crashClient, agent, stream string, within time.Duration) ([]
 }
 
 // waitStreamEnd waits up to 90 s for the stream to end, with a finish.
-func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chat.Chunk {
+func waitStreamEnd(t *testing.T, c *crashClient, agent, stream string) []chunk.Chunk {
 	t.Helper()
 	chunks, ok := streamEnded(c, agent, stream, 90*time.Second)
 	if !ok {
 		t.Fatalf("stream %s of %s did not end", stream, agent)
 	}
-	if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+	if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 		t.Errorf("stream %s ended with %+v, want finish", stream, last)
 	}
 	return chunks
@@ -592,7 +593,7 @@ func checkOneAssistant(t *testing.T, c *crashClient, agent string) {
 
 // checkFollowed checks that a reader saw every chunk of the stream once and
 // in order.
-func checkFollowed(t *testing.T, items []replay.Item, chunks []chat.Chunk) {
+func checkFollowed(t *testing.T, items []replay.Item, chunks []chunk.Chunk) {
 	t.Helper()
 	if len(items) != len(chunks) {
 		t.Errorf("the reader saw %d chunks, the stream has %d", len(items), len(chunks))

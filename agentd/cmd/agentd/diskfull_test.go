@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // readAnswer is how long a read command may take from any node under a
@@ -95,7 +96,7 @@ func testBinaryDiskFull(t *testing.T, bin string) {
 	}
 	var after chathost.Reply
 	json.Unmarshal(c.command("during", "chat", map[string]string{"text": "hello again"}), &after)
-	if cs := waitTerminal(t, c, p, "during", after.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish {
+	if cs := waitTerminal(t, c, p, "during", after.StreamID); cs[len(cs)-1].Type != chunk.Finish {
 		t.Errorf("chat after space returned ended with %+v", cs[len(cs)-1])
 	}
 	if h := readyz(t, httpAddr); h.code != http.StatusOK || len(h.Degraded) != 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // clientBound is how long a client following a turn may wait after an
@@ -190,7 +191,7 @@ func (n *faultNode) chatCompletes(agent string) {
 	n.t.Helper()
 	var r chathost.Reply
 	json.Unmarshal(n.c.command(agent, "chat", map[string]string{"text": "hello"}), &r)
-	if cs := waitTerminal(n.t, n.c, n.p, agent, r.StreamID); cs[len(cs)-1].Type != chat.ChunkFinish {
+	if cs := waitTerminal(n.t, n.c, n.p, agent, r.StreamID); cs[len(cs)-1].Type != chunk.Finish {
 		n.t.Errorf("chat of %s after the fault ended with %+v", agent, cs[len(cs)-1])
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -56,7 +56,7 @@ func testBinaryLongStop(t *testing.T, bin string) {
 
 	for _, a := range chats {
 		cs := waitTerminal(t, c, p, a, streams[a])
-		if last := cs[len(cs)-1]; last.Type != chat.ChunkFinish {
+		if last := cs[len(cs)-1]; last.Type != chunk.Finish {
 			t.Errorf("%s: turn ended with %+v", a, last)
 		}
 	}

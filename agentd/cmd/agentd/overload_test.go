@@ -17,6 +17,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // testBinaryOverload: 2,000 chats at once against --max-turns: the turns
@@ -80,7 +81,7 @@ func testBinaryOverload(t *testing.T, bin string) {
 	}
 	for _, r := range admitted {
 		chunks := waitTerminal(t, c, p, r.agent, r.reply.StreamID)
-		if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+		if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 			t.Errorf("%s: admitted turn ended with %+v", r.agent, last)
 		}
 	}

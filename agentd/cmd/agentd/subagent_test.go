@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // subagentPrompt makes the local model call kid-a and kid-b in one step
@@ -208,7 +209,7 @@ func testBinarySubagents(t *testing.T, bin string) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if last := chunks[len(chunks)-1]; last.Type != chat.ChunkAbort {
+			if last := chunks[len(chunks)-1]; last.Type != chunk.Abort {
 				t.Errorf("parent ended with %+v, want abort", last)
 			}
 			waitTurnStatus(t, c, "teller", chat.EventTurnInterrupted)

@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -32,18 +33,18 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 	cases := []struct {
 		name string
 		// at reports, from the stream so far, whether to kill now.
-		at func(cs []chat.Chunk) bool
+		at func(cs []chunk.Chunk) bool
 		// noteCut: the note was running when killed.
 		noteCut bool
 	}{
-		{name: "while the idempotent clock runs", at: func(cs []chat.Chunk) bool {
-			return hasChunk(cs, chat.ChunkToolInput, "clock") && !hasOutput(cs, 0)
+		{name: "while the idempotent clock runs", at: func(cs []chunk.Chunk) bool {
+			return hasChunk(cs, chunk.ToolInput, "clock") && !hasOutput(cs, 0)
 		}},
-		{name: "while the unsafe note runs", noteCut: true, at: func(cs []chat.Chunk) bool {
-			return hasChunk(cs, chat.ChunkToolInput, "note") && !hasOutput(cs, 1)
+		{name: "while the unsafe note runs", noteCut: true, at: func(cs []chunk.Chunk) bool {
+			return hasChunk(cs, chunk.ToolInput, "note") && !hasOutput(cs, 1)
 		}},
-		{name: "while the model streams the answer", at: func(cs []chat.Chunk) bool {
-			return countChunks(cs, chat.ChunkStartStep) == 3 && len(textOf(cs)) > 20
+		{name: "while the model streams the answer", at: func(cs []chunk.Chunk) bool {
+			return countChunks(cs, chunk.StartStep) == 3 && len(textOf(cs)) > 20
 		}},
 	}
 	for _, tc := range cases {
@@ -81,7 +82,7 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 			p.kill()
 			p = startWith(t, start(), httpAddr)
 
-			var chunks []chat.Chunk
+			var chunks []chunk.Chunk
 			deadline = time.Now().Add(60 * time.Second)
 			for {
 				chunks = c.streamChunks(agent, reply.StreamID)
@@ -93,7 +94,7 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+			if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 				t.Fatalf("stream ended with %+v, want finish", last)
 			}
 			var page struct{ Messages []chat.Message }
@@ -137,9 +138,9 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 			inputs, outputs := map[string]int{}, map[string]int{}
 			for _, ch := range chunks {
 				switch ch.Type {
-				case chat.ChunkToolInput:
+				case chunk.ToolInput:
 					inputs[ch.ToolCallID]++
-				case chat.ChunkToolOutput, chat.ChunkToolOutputError:
+				case chunk.ToolOutput, chunk.ToolOutputError:
 					outputs[ch.ToolCallID]++
 				}
 			}
@@ -170,7 +171,7 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 	}
 }
 
-func hasChunk(cs []chat.Chunk, typ, tool string) bool {
+func hasChunk(cs []chunk.Chunk, typ, tool string) bool {
 	for _, c := range cs {
 		if c.Type == typ && c.ToolName == tool {
 			return true
@@ -180,21 +181,21 @@ func hasChunk(cs []chat.Chunk, typ, tool string) bool {
 }
 
 // hasOutput reports whether the i-th tool call of the stream has an output.
-func hasOutput(cs []chat.Chunk, i int) bool {
+func hasOutput(cs []chunk.Chunk, i int) bool {
 	var ids []string
 	out := map[string]bool{}
 	for _, c := range cs {
 		switch c.Type {
-		case chat.ChunkToolInput:
+		case chunk.ToolInput:
 			ids = append(ids, c.ToolCallID)
-		case chat.ChunkToolOutput, chat.ChunkToolOutputError:
+		case chunk.ToolOutput, chunk.ToolOutputError:
 			out[c.ToolCallID] = true
 		}
 	}
 	return i < len(ids) && out[ids[i]]
 }
 
-func countChunks(cs []chat.Chunk, typ string) int {
+func countChunks(cs []chunk.Chunk, typ string) int {
 	n := 0
 	for _, c := range cs {
 		if c.Type == typ {
@@ -229,7 +230,7 @@ func testBinaryApproval(t *testing.T, bin string) {
 			var reply chathost.Reply
 			json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "/tool note {\"text\":\"please approve me\"}"}), &reply)
 			chunks := waitTerminal(t, c, p, agent, reply.StreamID)
-			if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish || last.FinishReason != "tool-calls" {
+			if last := chunks[len(chunks)-1]; last.Type != chunk.Finish || last.FinishReason != "tool-calls" {
 				t.Fatalf("waiting turn ended with %+v", last)
 			}
 			var page struct{ Messages []chat.Message }
@@ -278,7 +279,7 @@ func testBinaryApproval(t *testing.T, bin string) {
 			}
 			if stream != "" {
 				chunks = waitTerminal(t, c, p, agent, stream)
-				if last := chunks[len(chunks)-1]; last.Type != chat.ChunkFinish {
+				if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 					t.Fatalf("resumed turn ended with %+v", last)
 				}
 			}
@@ -312,7 +313,7 @@ func testBinaryApproval(t *testing.T, bin string) {
 }
 
 // waitTerminal waits for a stream's terminal chunk and returns its chunks.
-func waitTerminal(t *testing.T, c *crashClient, p *agentdProc, agent, stream string) []chat.Chunk {
+func waitTerminal(t *testing.T, c *crashClient, p *agentdProc, agent, stream string) []chunk.Chunk {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
-	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/tracing"
 	"github.com/forever-agents/forever/tracing/tracingtest"
 )
@@ -69,7 +69,7 @@ func testBinaryTracing(t *testing.T, bin string) {
 	// Kill while the second clock runs: the first call's spans are
 	// exported by then (OTEL_BSP_SCHEDULE_DELAY=100), the turn's span not.
 	deadline := time.Now().Add(30 * time.Second)
-	for cs := c.streamChunks(agent, reply.StreamID); !(countChunks(cs, chat.ChunkToolInput) == 2 && !hasOutput(cs, 1)); cs = c.streamChunks(agent, reply.StreamID) {
+	for cs := c.streamChunks(agent, reply.StreamID); !(countChunks(cs, chunk.ToolInput) == 2 && !hasOutput(cs, 1)); cs = c.streamChunks(agent, reply.StreamID) {
 		if time.Now().After(deadline) || hasOutput(cs, 1) {
 			t.Fatalf("second tool call not caught running:\n%s", p.out.String())
 		}
