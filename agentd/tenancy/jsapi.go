@@ -27,16 +27,17 @@ const jsAPIQueue = "forever-jsapi"
 // the server's shared API queue: a direct get, and a pull consumer's next
 // batch (an ordered consumer pulls as it goes). They are forwarded without
 // taking from the tenant's rate.
-var uncounted = []string{"DIRECT.GET.", "CONSUMER.MSG.NEXT."}
+var uncounted = []string{"DIRECT.GET.", pullPrefix}
+
+// pullPrefix starts a pull consumer's next-batch request.
+const pullPrefix = "CONSUMER.MSG.NEXT."
 
 // Bounds of the relay of API answers (jsRelay).
 const (
-	// relayTTL is how long an API call's answer is waited for; a pull's
-	// (CONSUMER.MSG.NEXT) or a batched direct get's answers are relayed
-	// until its own expiry and relaySlack, at most relayMax.
+	// relayTTL is how long an API call's answer is waited for; a batched
+	// direct get's answers are relayed for relayTTL and relaySlack.
 	relayTTL   = 10 * time.Second
 	relaySlack = 5 * time.Second
-	relayMax   = 2 * time.Minute
 	// relayPending bounds the calls waiting for answers; past it a call
 	// is answered 503.
 	relayPending = 4096
@@ -50,6 +51,9 @@ const (
 // its reply subject is an inbox (auth.CheckReply), and the API answers
 // agentd's own inbox, from which the answers are relayed to the client's
 // (jsRelay): the server never publishes on a subject the client chose.
+// A pull (CONSUMER.MSG.NEXT) is the exception: the consumer delivers each
+// message with the subject it was stored on, which a relay cannot keep,
+// so it delivers to the client's inbox itself.
 // A request refused for its reply subject is not answered, takes one
 // request from the tenant's rate, and is logged and audited
 // (Config.AuditCommand). Call it from a StartFunc of the tenant's daemon.
@@ -78,6 +82,17 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 				respondAPIError(m, err)
 				return
 			}
+		}
+		if strings.HasPrefix(rest, pullPrefix) {
+			// A pull's messages are delivered with their own subjects,
+			// which a relay's publish cannot keep: the consumer
+			// delivers them to the client's inbox, checked above.
+			out := &nats.Msg{Subject: "$JS.API." + rest, Reply: m.Reply, Data: m.Data, Header: m.Header}
+			if out.Header != nil {
+				out.Header.Del("Nats-Request-Info")
+			}
+			_ = nc.PublishMsg(out)
+			return
 		}
 		if err := r.forward("$JS.API."+rest, m); err != nil {
 			respondAPIError(m, err)
@@ -117,8 +132,9 @@ func refuseJSAPI(deps *agentd.Deps, limit *rate.Limiter, m *nats.Msg, err error)
 // jsRelay relays the JetStream API's answers from agentd's own inbox to
 // the clients' inboxes: each forwarded call gets a token under inbox, and
 // the answers to it go to the client's reply subject (checked) until the
-// call is done (its first answer; a pull's or a batched get's last) or
-// its time is up.
+// call is done (its first answer; a batched get's last) or its time is
+// up. Answers are published on the token's subject (a pull's deliveries
+// are not: they keep their stored subjects, and go to the client itself).
 type jsRelay struct {
 	nc    *nats.Conn
 	inbox string // agentd's own, ending in '.'
@@ -131,7 +147,7 @@ type jsRelay struct {
 type relayTo struct {
 	reply    string
 	deadline time.Time
-	stream   bool // several answers: a pull, a batched direct get
+	stream   bool // several answers: a batched direct get
 }
 
 // errRelayFull refuses a call while relayPending calls wait.
@@ -165,26 +181,15 @@ func (r *jsRelay) forward(subject string, m *nats.Msg) error {
 }
 
 // answers says whether a call to subject with payload data is answered
-// by several messages, and then for how long: a pull (CONSUMER.MSG.NEXT)
-// until its expiry, a direct get of a batch or of several subjects' last
-// messages.
+// by several messages, and then for how long: a direct get of a batch or
+// of several subjects' last messages.
 func answers(subject string, data []byte) (time.Duration, bool) {
 	var req struct {
-		Expires   int64    `json:"expires"` // nanoseconds
 		Batch     int      `json:"batch"`
 		MultiLast []string `json:"multi_last"`
 	}
-	err := json.Unmarshal(data, &req)
-	switch {
-	case strings.HasPrefix(subject, "$JS.API.CONSUMER.MSG.NEXT."):
-		if err != nil || req.Expires <= 0 {
-			return relayMax, true
-		}
-		return min(time.Duration(req.Expires)+relaySlack, relayMax), true
-	case strings.HasPrefix(subject, "$JS.API.DIRECT.GET."):
-		if err == nil && (req.Batch > 1 || len(req.MultiLast) > 0) {
-			return relayTTL + relaySlack, true
-		}
+	if strings.HasPrefix(subject, "$JS.API.DIRECT.GET.") && json.Unmarshal(data, &req) == nil && (req.Batch > 1 || len(req.MultiLast) > 0) {
+		return relayTTL + relaySlack, true
 	}
 	return 0, false
 }
@@ -194,9 +199,8 @@ func (r *jsRelay) answer(m *nats.Msg) {
 	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	r.mu.Lock()
 	to, ok := r.pending[token]
-	// A call is done at its first answer, a pull or a batch at a status
-	// other than a heartbeat (100): a timeout (408), a conflict (409), no
-	// messages (404), the end of a batch (204).
+	// A call is done at its first answer, a batch at a status: the end of
+	// the batch (204), no messages (404).
 	if ok && (!to.stream || done(m)) {
 		delete(r.pending, token)
 	}
@@ -207,7 +211,7 @@ func (r *jsRelay) answer(m *nats.Msg) {
 	_ = r.nc.PublishMsg(&nats.Msg{Subject: to.reply, Reply: m.Reply, Header: m.Header, Data: m.Data})
 }
 
-// done reports whether m ends a pull or a batch: a status other than 100.
+// done reports whether m ends a batch: a status other than 100.
 func done(m *nats.Msg) bool {
 	s := m.Header.Get("Status")
 	return s != "" && s != "100"
