@@ -122,9 +122,12 @@ func testSecurityReaderMeta(t *testing.T, e *secEnv, writer, reader cred) {
 
 // testSecurityReadsCountNoAgent (issue 34): under a tenant with
 // --max-agents 2, a reader's reads of tools and status of 5 unseen agents
-// count none, and the tenant's writer then chats on 2 new agents.
+// count none, and the tenant's writer then chats on 2 new agents (a
+// third is refused: the quota holds).
 func testSecurityReadsCountNoAgent(t *testing.T, e *secEnv) {
-	writer := e.mint(t, "few2", "--max-agents", "2")
+	// Small storage quotas: the node's JetStream memory is shared by the
+	// subtests' tenants (BytesAdmission creates one more after this).
+	writer := e.mint(t, "few2", "--max-agents", "2", "--max-memory", "8MiB", "--max-bytes", "4MiB")
 	reader := e.mint(t, "few2", "--role", "reader", "--token-name", "few2ro")
 	for i := range 5 {
 		for _, read := range []string{"tools", "status"} {
@@ -138,6 +141,9 @@ func testSecurityReadsCountNoAgent(t *testing.T, e *secEnv) {
 		if code, body := e.post(t, writer.Token, agent, "within the quota"); code != 200 {
 			t.Fatalf("writer chat on %s after the reader's reads: %d %.200s", agent, code, body)
 		}
+	}
+	if code, body := e.post(t, writer.Token, "counted2", "past the quota"); code != 429 {
+		t.Errorf("a third agent under --max-agents 2: %d %.200s", code, body)
 	}
 }
 
