@@ -228,3 +228,46 @@ func TestGarbledEpochRepaired(t *testing.T) {
 		t.Fatalf("counter %q %v, want %d", e.Value(), err, served[0].Epoch)
 	}
 }
+
+// TestGarbledLeaseRepaired: a lease key that holds no lease (issue 32: a
+// reply published on it) makes its holder stop serving at its next
+// renewal; a TTL after the write the key is deleted and the partition
+// acquired again, at a higher epoch, not left to nobody.
+func TestGarbledLeaseRepaired(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	m, err := New(context.Background(), Config{Conn: nc, Node: "a", Partitions: 1, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var served []Lease
+	m.cfg.Serve = func(ctx context.Context, l Lease) {
+		mu.Lock()
+		served = append(served, l)
+		mu.Unlock()
+		<-ctx.Done()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(served)
+	}
+	eventually(t, "a serves the partition", func() bool { return count() == 1 })
+	if _, err := m.kv.Put(context.Background(), leaseKey(0), []byte(`{"type":"io.nats.micro.v1.info_response"}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a serves the partition again", func() bool { return count() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if served[1].Epoch <= served[0].Epoch {
+		t.Fatalf("served %+v: the lease after the repair has no higher epoch", served)
+	}
+	if l, ok, err := m.Lookup(context.Background(), 0); err != nil || !ok || l != served[1] {
+		t.Fatalf("the lease key holds %+v %v %v, want %+v", l, ok, err, served[1])
+	}
+}
