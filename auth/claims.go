@@ -214,6 +214,6 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 		"$JS.FC."+chunksStream+".>",
 		"$JS.ACK."+chunksStream+".>",
 	)
-	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", "_INBOX.>")
+	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", InboxPrefix+">")
 	return p
 }

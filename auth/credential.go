@@ -65,12 +65,11 @@ func (r Role) rank() int { return slices.Index(Roles, r) }
 func (r Role) AtLeast(min Role) bool { return r.Valid() && r.rank() >= min.rank() }
 
 // readVerbs and approveVerbs are the command verbs a reader and an
-// approver may send (forever.cmd.<agent>.<verb>). "state" is not a read
-// verb: the same verb sets the state; nor is "meta", which sets the user
-// context. log, approvals, streams and usage are the console's reads.
+// approver may send (forever.cmd.<agent>.<verb>), from the verb table
+// (VerbAccess).
 var (
-	readVerbs    = []string{"status", "fibers", "schedules", "messages", "tools", "log", "approvals", "streams", "usage"}
-	approveVerbs = []string{"approve"}
+	readVerbs    = VerbsOf(AccessRead)
+	approveVerbs = VerbsOf(AccessApprove)
 )
 
 // Verbs returns the command verbs r may send, nil for every verb.

@@ -51,6 +51,13 @@
 // once, and takes no lease for one TTL, by when no node can still serve a
 // lease of the lost bucket; epochs go on above the old ones.
 //
+// A key whose value does not parse (a stray write on it) is repaired, not
+// left a partition nobody serves: a garbled epoch counter is overwritten
+// by the next acquisition with an epoch above any it may have counted
+// (TestGarbledEpochRepaired); a garbled lease key fails its holder's next
+// renewal and is deleted a TTL after its write, then the partition is
+// acquired again (TestGarbledLeaseRepaired).
+//
 // What a node sees of the bucket is readable for operators (the console's
 // cluster view, GET /v1/cluster): Leases (every partition's holder and
 // epoch), NodeInfos (the nodes, live or taken for dead, and what each

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -93,7 +94,8 @@ func revisionBase(info *jetstream.StreamInfo) uint64 {
 // nextEpoch reads partition p's counter and returns the epoch of the next
 // acquisition, above the counter, the base and seen (an epoch of the
 // partition this node saw), and the counter's revision for bumpEpoch (0:
-// no counter yet).
+// no counter yet). A counter that does not parse is taken as garbledFloor,
+// so the acquisition repairs it.
 func (m *Manager) nextEpoch(ctx context.Context, p int, seen uint64) (next, rev uint64, err error) {
 	cur := m.epochBase
 	e, err := m.parts.Get(ctx, epochKey(p))
@@ -104,11 +106,35 @@ func (m *Manager) nextEpoch(ctx context.Context, p int, seen uint64) (next, rev 
 	default:
 		v, perr := strconv.ParseUint(string(e.Value()), 10, 64)
 		if perr != nil {
-			return 0, 0, fmt.Errorf("ownership: epoch counter of partition %d is %q: %w", p, e.Value(), perr)
+			// A garbled counter is repaired, not a partition nobody can
+			// acquire: the acquisition's compare-and-set on its revision
+			// overwrites it with an epoch above any it can have held
+			// (garbledFloor).
+			m.log.Warn("the epoch counter does not parse; the next acquisition overwrites it", "partition", p, "value", clipValue(e.Value()))
+			v = garbledFloor(m.epochBase, e.Revision(), time.Now())
 		}
 		cur, rev = max(cur, v), e.Revision()
 	}
 	return max(cur, seen) + 1, rev, nil
+}
+
+// garbledFloor is an epoch above every acquisition a garbled counter at
+// revision rev of the partitions bucket may have counted. The counters
+// start at base and each acquisition counted is one write of the bucket,
+// so none of them went past base plus the bucket's revisions; a counter
+// restored from a backup may have, so the floor is at least now in
+// microseconds too, which counting by one per acquisition never reaches
+// (and which a client's JSON number still holds exactly).
+func garbledFloor(base, rev uint64, now time.Time) uint64 {
+	return max(base+rev, uint64(now.UnixMicro()))
+}
+
+// clipValue quotes at most 64 bytes of a stored value in a log line.
+func clipValue(v []byte) string {
+	if len(v) > 64 {
+		return strconv.Quote(string(v[:64])) + "..."
+	}
+	return strconv.Quote(string(v))
 }
 
 // bumpEpoch moves partition p's counter to next, expecting it at revision

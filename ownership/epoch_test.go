@@ -177,3 +177,97 @@ func TestEpochsSmallWhenNodesStartTogether(t *testing.T) {
 		t.Fatalf("first epochs %v, want 1 each", got)
 	}
 }
+
+// TestGarbledEpochRepaired: a counter that does not parse (issue 32: a
+// reply published on its key) is repaired by the next acquisition, with
+// an epoch above any it may have counted, not left a partition nobody
+// serves.
+func TestGarbledEpochRepaired(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := OpenPartitionsBucket(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parts.Put(t.Context(), epochKey(0), []byte(`{"type":"io.nats.micro.v1.info_response"}`)); err != nil {
+		t.Fatal(err)
+	}
+	before := uint64(time.Now().UnixMicro())
+	m, err := New(context.Background(), Config{Conn: nc, Node: "a", Partitions: 1, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var served []Lease
+	m.cfg.Serve = func(ctx context.Context, l Lease) {
+		mu.Lock()
+		served = append(served, l)
+		mu.Unlock()
+		<-ctx.Done()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "a serves the partition", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(served) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if got := served[0].Epoch; got <= before {
+		t.Fatalf("served at epoch %d, want above %d (the floor of a garbled counter)", got, before)
+	}
+	e, err := m.parts.Get(context.Background(), epochKey(0))
+	if err != nil || string(e.Value()) != strconv.FormatUint(served[0].Epoch, 10) {
+		t.Fatalf("counter %q %v, want %d", e.Value(), err, served[0].Epoch)
+	}
+}
+
+// TestGarbledLeaseRepaired: a lease key that holds no lease (issue 32: a
+// reply published on it) makes its holder stop serving at its next
+// renewal; a TTL after the write the key is deleted and the partition
+// acquired again, at a higher epoch, not left to nobody.
+func TestGarbledLeaseRepaired(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	m, err := New(context.Background(), Config{Conn: nc, Node: "a", Partitions: 1, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var served []Lease
+	m.cfg.Serve = func(ctx context.Context, l Lease) {
+		mu.Lock()
+		served = append(served, l)
+		mu.Unlock()
+		<-ctx.Done()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(served)
+	}
+	eventually(t, "a serves the partition", func() bool { return count() == 1 })
+	if _, err := m.kv.Put(context.Background(), leaseKey(0), []byte(`{"type":"io.nats.micro.v1.info_response"}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a serves the partition again", func() bool { return count() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if served[1].Epoch <= served[0].Epoch {
+		t.Fatalf("served %+v: the lease after the repair has no higher epoch", served)
+	}
+	if l, ok, err := m.Lookup(context.Background(), 0); err != nil || !ok || l != served[1] {
+		t.Fatalf("the lease key holds %+v %v %v, want %+v", l, ok, err, served[1])
+	}
+}

@@ -73,6 +73,11 @@ type Manager struct {
 		// maxEpoch is the highest epoch seen of each partition's leases,
 		// also of leases since gone.
 		maxEpoch map[int]uint64
+		// garbled holds the lease keys whose value does not parse (a
+		// write that was no lease's, issue 32), with their revision and
+		// when seen: no lease, but no free partition either, until the
+		// key is deleted (plan) a TTL after it was written.
+		garbled map[int]cached
 		// moves are the last lease moves seen, oldest first (Moves).
 		moves    []Move
 		stopping bool
@@ -179,6 +184,7 @@ func (m *Manager) initState() {
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
 	m.mu.maxEpoch = map[int]uint64{}
+	m.mu.garbled = map[int]cached{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -398,6 +404,7 @@ func (m *Manager) RestoreBucket(ctx context.Context) error {
 	}
 	top = max(top, m.mu.beatAcked, m.mu.ownSeen)
 	clear(m.mu.leases)
+	clear(m.mu.garbled)
 	clear(m.mu.lastHolder)
 	clear(m.mu.free)
 	m.mu.quietUntil = time.Now().Add(m.cfg.TTL)
@@ -653,6 +660,8 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			return false
 		}
 		old, had := m.mu.leases[p]
+		g, wasGarbled := m.mu.garbled[p]
+		delete(m.mu.garbled, p)
 		if gone {
 			delete(m.mu.leases, p)
 			m.mu.free[p] = time.Now()
@@ -664,7 +673,18 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		}
 		l, ok := parseLease(key, e.Value(), e.Revision())
 		if !ok {
-			return false
+			// Not a lease: the partition has no holder, and its key is
+			// deleted a TTL after this write (plan), by then no holder
+			// serves it (a holder's renewal fails on it).
+			seen := time.Now()
+			if wasGarbled && g.rev == e.Revision() {
+				seen = g.seen
+			} else {
+				m.log.Warn("a lease key holds no lease; it is deleted after a TTL", "partition", p, "value", clipValue(e.Value()))
+			}
+			m.mu.garbled[p] = cached{lease: Lease{Partition: p}, rev: e.Revision(), seen: seen}
+			delete(m.mu.leases, p)
+			return had
 		}
 		seen := time.Now()
 		if had && old.rev == e.Revision() {

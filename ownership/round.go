@@ -28,7 +28,8 @@ const (
 	acquire actionKind = iota
 	// takeover a lease this node's name held before a restart.
 	takeover
-	// drop such a lease that is meant for another node now.
+	// drop such a lease that is meant for another node now, or a lease
+	// key that holds no lease (garbled).
 	drop
 	// handoff a held partition to the node it is assigned to.
 	handoff
@@ -76,7 +77,7 @@ func (m *Manager) round(ctx context.Context) {
 		case drop:
 			g.Go(func() error {
 				if err := m.kv.Delete(ctx, leaseKey(a.p), jetstream.LastRevision(a.rev)); err != nil {
-					m.log.Debug("drop an old lease of this node", "partition", a.p, "err", err)
+					m.log.Debug("drop an old lease of this node, or a key that holds no lease", "partition", a.p, "err", err)
 				}
 				return nil
 			})
@@ -143,6 +144,14 @@ func (m *Manager) plan() []action {
 				out = append(out, action{kind: drop, p: p, rev: c.rev})
 			}
 		case leased:
+		case m.mu.garbled[p].rev != 0:
+			// A key that holds no lease: deleted by a compare-and-set
+			// on its revision once a TTL passed since it was written,
+			// so no holder of the lease it replaced serves any more;
+			// then the partition is free.
+			if g := m.mu.garbled[p]; want[p] == me && m.staleLocked(g.seen, now) {
+				out = append(out, action{kind: drop, p: p, rev: g.rev})
+			}
 		case want[p] == me:
 			out = append(out, action{kind: acquire, p: p})
 		default:

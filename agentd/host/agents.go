@@ -143,8 +143,9 @@ func payloadMeta(data json.RawMessage) (*agents.MetaPatch, error) {
 
 // firstMeta appends the meta of a command's payload as an Initial patch,
 // once per activation, when the agent has no user context yet: it is the
-// agent's first command that sets it. It runs after the command
-// succeeded, so a command refused writes nothing.
+// agent's first command that sets it. It runs after the command (a write:
+// runLocal) succeeded, so a command refused writes nothing; the write is
+// audited as the verb meta (Config.AuditCommand).
 func (h *Host) firstMeta(ctx context.Context, inst *instance, p *agents.MetaPatch) error {
 	if p == nil || inst.metaSet.Load() {
 		return nil
@@ -157,7 +158,11 @@ func (h *Host) firstMeta(ctx context.Context, inst *instance, p *agents.MetaPatc
 		return err
 	}
 	if !set {
-		if err := h.appendMeta(ctx, inst.id, *p); err != nil {
+		err := h.appendMeta(ctx, inst.id, *p)
+		if h.deps.Config.AuditCommand != nil {
+			h.deps.Config.AuditCommand(ctx, inst.id, "meta", err)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -16,43 +16,30 @@ import (
 // leases and streams).
 func ClusterSubject(prefix string) string { return prefix + ".cluster" }
 
-// handleCluster answers a cluster request in its own goroutine, within
-// the node's bound of commands in flight.
-func (h *Host) handleCluster(d *agentd.Daemon) micro.HandlerFunc {
+// serveCluster answers a cluster request, admitted (admit) like a
+// command.
+func (h *Host) serveCluster(d *agentd.Daemon) func(micro.Request) {
 	return func(req micro.Request) {
-		select {
-		case h.inflight <- struct{}{}:
-		default:
-			RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
+		if err := h.quotas.Allow(); err != nil {
+			RespondError(req, err)
 			return
 		}
-		h.handling.Add(1)
-		go func() {
-			defer func() {
-				<-h.inflight
-				h.handling.Done()
-			}()
-			if err := h.quotas.Allow(); err != nil {
-				RespondError(req, err)
-				return
-			}
-			h.mu.Lock()
-			base := h.mu.ctx
-			h.mu.Unlock()
-			if base == nil {
-				RespondError(req, fmt.Errorf("%w: starting up, try again", ErrUnavailable))
-				return
-			}
-			ctx, cancel := context.WithTimeout(base, commandTimeout)
-			defer cancel()
-			info, err := d.ClusterInfo(ctx)
-			if err != nil {
-				RespondError(req, err)
-				return
-			}
-			if err := req.RespondJSON(info); err != nil {
-				h.logger.Warn("respond", "subject", req.Subject(), "err", err)
-			}
-		}()
+		h.mu.Lock()
+		base := h.mu.ctx
+		h.mu.Unlock()
+		if base == nil {
+			RespondError(req, fmt.Errorf("%w: starting up, try again", ErrUnavailable))
+			return
+		}
+		ctx, cancel := context.WithTimeout(base, commandTimeout)
+		defer cancel()
+		info, err := d.ClusterInfo(ctx)
+		if err != nil {
+			RespondError(req, err)
+			return
+		}
+		if err := req.RespondJSON(info); err != nil {
+			h.logger.Warn("respond", "subject", req.Subject(), "err", err)
+		}
 	}
 }

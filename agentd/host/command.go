@@ -160,9 +160,14 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 	if !h.takes(typ, cmd.Verb) {
 		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
 	}
-	meta, err := payloadMeta(cmd.Data)
-	if err != nil {
-		return nil, err
+	// The meta of a payload rides on writes only: a read (or an approve)
+	// neither creates an agent nor sets its user context.
+	var meta *agents.MetaPatch
+	if a := auth.VerbAccess(cmd.Verb); a == auth.AccessWrite || a == auth.AccessAdmin {
+		var err error
+		if meta, err = payloadMeta(cmd.Data); err != nil {
+			return nil, err
+		}
 	}
 	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
 		ch, ok := inst.agent.(CommandHandler)
@@ -253,17 +258,13 @@ func checkRole(ctx context.Context, verb string) error {
 }
 
 // audit hands a command that may change an agent, and its outcome, to
-// Config.AuditCommand: every verb but the reads (status, fibers,
-// schedules, messages, tools, log, approvals, streams, usage, and state
-// without a value).
+// Config.AuditCommand: every verb but the reads (auth.IsRead), and state
+// without a value.
 func (h *Host) audit(ctx context.Context, cmd Command, err error) {
-	if h.deps == nil || h.deps.Config.AuditCommand == nil {
+	if h.deps == nil || h.deps.Config.AuditCommand == nil || auth.IsRead(cmd.Verb) {
 		return
 	}
-	switch cmd.Verb {
-	case "status", "fibers", "schedules", "messages", "tools", "log", "approvals", "streams", "usage":
-		return
-	case "state":
+	if cmd.Verb == "state" {
 		var req struct {
 			Value json.RawMessage `json:"value"`
 		}

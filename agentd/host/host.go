@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
@@ -61,8 +62,11 @@ type Host struct {
 	// daemon starts.
 	onDelete map[string]OnDelete
 
-	inflight chan struct{}  // a slot per command being answered
-	handling sync.WaitGroup // the commands being answered
+	inflight chan struct{} // a slot per command being answered
+	// refusalLog bounds the log lines of requests refused for their
+	// reply subject (replyAdmitted).
+	refusalLog *rate.Limiter
+	handling   sync.WaitGroup // the commands being answered
 
 	// Set by start, before run.
 	daemon *agentd.Daemon
@@ -134,7 +138,8 @@ func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
 		details:  map[string]func(context.Context, string) (any, error){},
 		onDelete: map[string]OnDelete{}, unlisted: map[string]bool{},
-		inflight: make(chan struct{}, MaxCommandsInFlight)}
+		inflight:   make(chan struct{}, MaxCommandsInFlight),
+		refusalLog: rate.NewLimiter(1, 10)}
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
 	h.mu.deleting = map[string]bool{}

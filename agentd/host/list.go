@@ -17,25 +17,7 @@ import (
 // account).
 func ListSubject(prefix string) string { return prefix + ".list" }
 
-// handleList answers a listing request in its own goroutine, within the
-// node's bound of commands in flight, like a command.
-func (h *Host) handleList(req micro.Request) {
-	select {
-	case h.inflight <- struct{}{}:
-	default:
-		RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
-		return
-	}
-	h.handling.Add(1)
-	go func() {
-		defer func() {
-			<-h.inflight
-			h.handling.Done()
-		}()
-		h.serveList(req)
-	}()
-}
-
+// serveList answers a listing request, admitted (admit) like a command.
 func (h *Host) serveList(req micro.Request) {
 	if err := h.quotas.Allow(); err != nil {
 		RespondError(req, err)

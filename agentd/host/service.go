@@ -43,14 +43,14 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	}
 	for _, verb := range h.allVerbs() {
 		subject := prefix + ".cmd.*." + verb
-		if err := svc.AddEndpoint(verb, micro.HandlerFunc(h.handle), micro.WithEndpointSubject(subject)); err != nil {
+		if err := svc.AddEndpoint(verb, h.admit(h.serveCommand), micro.WithEndpointSubject(subject)); err != nil {
 			return fmt.Errorf("agentd: add endpoint %s: %w", subject, err)
 		}
 	}
-	if err := svc.AddEndpoint("list-agents", micro.HandlerFunc(h.handleList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
+	if err := svc.AddEndpoint("list-agents", h.admit(h.serveList), micro.WithEndpointSubject(ListSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ListSubject(prefix), err)
 	}
-	if err := svc.AddEndpoint("cluster", h.handleCluster(d), micro.WithEndpointSubject(ClusterSubject(prefix))); err != nil {
+	if err := svc.AddEndpoint("cluster", h.admit(h.serveCluster(d)), micro.WithEndpointSubject(ClusterSubject(prefix))); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s: %w", ClusterSubject(prefix), err)
 	}
 	// Every other subject under <prefix>.cmd: an unknown verb or a subject
@@ -59,7 +59,11 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	// all the subscriptions a message matches, so sharing the verbs' group
 	// would take commands away from them.
 	known, listed := h.allVerbs(), h.listedVerbs()
-	unknown := func(req micro.Request) { answerUnknown(req, prefix, known, listed) }
+	unknown := func(req micro.Request) {
+		if unknownVerb(req.Subject(), prefix, known) && h.replyAdmitted(req) {
+			answerUnknown(req, prefix, known, listed)
+		}
+	}
 	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(unknown), micro.WithEndpointSubject(prefix+".cmd.>"),
 		micro.WithEndpointQueueGroup("forever-unknown")); err != nil {
 		return fmt.Errorf("agentd: add endpoint %s.cmd.>: %w", prefix, err)
@@ -96,29 +100,6 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 // MaxCommandsInFlight bounds the commands a node runs at once; past it a
 // command is refused with 503 and Retry-After.
 const MaxCommandsInFlight = 1024
-
-// handle answers one command request in its own goroutine: the micro
-// service calls an endpoint's handler one request at a time, and a command
-// may wait (an activation, a catch-up, a forwarded command), so running
-// them in place would queue every agent's commands behind the slowest.
-// Commands sent concurrently are not ordered, as with any NATS requests;
-// a client that needs order waits for each reply.
-func (h *Host) handle(req micro.Request) {
-	select {
-	case h.inflight <- struct{}{}:
-	default:
-		RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
-		return
-	}
-	h.handling.Add(1)
-	go func() {
-		defer func() {
-			<-h.inflight
-			h.handling.Done()
-		}()
-		h.serveCommand(req)
-	}()
-}
 
 // serveCommand answers one command request.
 func (h *Host) serveCommand(req micro.Request) {
@@ -216,10 +197,17 @@ func commandSubject(subject string) (agent, verb string, err error) {
 	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
 }
 
-// answerUnknown answers a request on <prefix>.cmd.> that no verb's
-// endpoint takes with 404: a subject that is not <prefix>.cmd.<agent>.<verb>
+// unknownVerb reports whether a request on <prefix>.cmd.> is one no
+// verb's endpoint takes: a subject that is not <prefix>.cmd.<agent>.<verb>
 // or a verb no agent type has. A command of a known verb is left to its
 // endpoint, which the request reached too.
+func unknownVerb(subject, prefix string, known []string) bool {
+	tokens := strings.Split(strings.TrimPrefix(subject, prefix+".cmd."), ".")
+	return len(tokens) != 2 || !slices.Contains(known, tokens[1])
+}
+
+// answerUnknown answers a request on <prefix>.cmd.> that no verb's
+// endpoint takes (unknownVerb) with 404.
 func answerUnknown(req micro.Request, prefix string, known, listed []string) {
 	tokens := strings.Split(strings.TrimPrefix(req.Subject(), prefix+".cmd."), ".")
 	switch {

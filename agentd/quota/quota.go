@@ -46,10 +46,6 @@ func RetryAfterSeconds(d time.Duration) string {
 	return fmt.Sprint(max(1, int64(math.Ceil(d.Seconds()))))
 }
 
-// readVerbs write nothing, so only the rate quota applies to them.
-var readVerbs = map[string]bool{"status": true, "fibers": true, "schedules": true, "messages": true,
-	"log": true, "approvals": true, "streams": true, "usage": true}
-
 // Enforcer enforces a tenant's auth.Quota in its daemon's host, before a
 // command writes anything: the request rate, the number of agents (an
 // agent is counted from its first write command), and the bytes stored
@@ -145,7 +141,9 @@ func WriteCost(payload int) int64 { return 2*int64(payload) + 4<<10 }
 // quota is Allow's, at the entry points (a NATS command, an HTTP request),
 // so a request is counted once.
 func (qs *Enforcer) Admit(ctx context.Context, agent, verb string, size int) error {
-	if qs == nil || readVerbs[verb] {
+	if qs == nil || auth.IsRead(verb) {
+		// A read writes nothing: only the rate quota applies, and an
+		// agent it names is not counted.
 		return nil
 	}
 	if qs.q.Bytes > 0 {

@@ -25,8 +25,15 @@ const NATSCred = "nats"
 // AdminCred names the admin credential in the audit log.
 const AdminCred = "admin"
 
-// auditCommand records a command of tenant that may change an agent.
+// auditCommand records a command of tenant that may change an agent,
+// and a request refused for its reply subject (auth.ErrReplySubject) as
+// a refusal, "reply.refused", within the audit log's refusal rate.
 func (ts *tenantSet) auditCommand(ctx context.Context, tenant, agent, verb string, err error) {
+	if errors.Is(err, auth.ErrReplySubject) {
+		ts.audit.Refused(audit.Record{Tenant: tenant, Cred: NATSCred, Action: "reply.refused", Agent: agent,
+			Code: http.StatusForbidden, Detail: clip(verb + ": " + err.Error())})
+		return
+	}
 	r := audit.Record{Tenant: tenant, Cred: NATSCred, Action: verb, Agent: agent, Outcome: audit.OK}
 	if id, ok := auth.IdentityFrom(ctx); ok {
 		r.Cred, r.Role, r.From = id.Cred, string(id.Role), id.From

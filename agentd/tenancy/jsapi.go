@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"golang.org/x/time/rate"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
@@ -22,18 +27,51 @@ const jsAPIQueue = "forever-jsapi"
 // the server's shared API queue: a direct get, and a pull consumer's next
 // batch (an ordered consumer pulls as it goes). They are forwarded without
 // taking from the tenant's rate.
-var uncounted = []string{"DIRECT.GET.", "CONSUMER.MSG.NEXT."}
+var uncounted = []string{"DIRECT.GET.", pullPrefix}
+
+// pullPrefix starts a pull consumer's next-batch request.
+const pullPrefix = "CONSUMER.MSG.NEXT."
+
+// Bounds of the relay of API answers (jsRelay).
+const (
+	// relayTTL is how long an API call's answer is waited for; a batched
+	// direct get's answers are relayed for relayTTL and relaySlack.
+	relayTTL   = 10 * time.Second
+	relaySlack = 5 * time.Second
+	// relayPending bounds the calls waiting for answers; past it a call
+	// is answered 503.
+	relayPending = 4096
+)
 
 // startJSAPI forwards the tenant's clients' JetStream API requests, sent
 // to auth.ClientAPIPrefix, to $JS.API in the tenant's account, each
 // through the tenant's rate quota (Allow): past it the client gets a
 // JetStream API error 429. The client's permissions already limited the
-// subjects to its chunk stream's reads; the reply goes straight to the
-// client's inbox. Call it from a StartFunc of the tenant's daemon.
+// subjects to its chunk stream's reads. A request is forwarded only when
+// its reply subject is an inbox (auth.CheckReply), and the API answers
+// agentd's own inbox, from which the answers are relayed to the client's
+// (jsRelay): the server never publishes on a subject the client chose.
+// A pull (CONSUMER.MSG.NEXT) is the exception: the consumer delivers each
+// message with the subject it was stored on, which a relay cannot keep,
+// so it delivers to the client's inbox itself.
+// A request refused for its reply subject is not answered, takes one
+// request from the tenant's rate, and is logged and audited
+// (Config.AuditCommand). Call it from a StartFunc of the tenant's daemon.
 func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 	nc := deps.Conn
 	prefix := auth.ClientAPIPrefix + "."
+	r := &jsRelay{nc: nc, inbox: nc.NewInbox() + ".", pending: map[string]relayTo{}}
+	rsub, err := nc.Subscribe(r.inbox+"*", r.answer)
+	if err != nil {
+		return fmt.Errorf("tenant jetstream api: %w", err)
+	}
+	logLimit := rate.NewLimiter(1, 10)
 	sub, err := nc.QueueSubscribe(prefix+">", jsAPIQueue, func(m *nats.Msg) {
+		if err := auth.CheckReply(m.Reply); err != nil {
+			_ = deps.Quotas.Allow() // counted; nothing is answered either way
+			refuseJSAPI(deps, logLimit, m, err)
+			return
+		}
 		rest := strings.TrimPrefix(m.Subject, prefix)
 		counted := true
 		for _, u := range uncounted {
@@ -45,27 +83,155 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 				return
 			}
 		}
-		out := &nats.Msg{Subject: "$JS.API." + rest, Reply: m.Reply, Data: m.Data, Header: m.Header}
-		if out.Header != nil {
-			out.Header.Del("Nats-Request-Info") // the server says who asks, not the client
+		if strings.HasPrefix(rest, pullPrefix) {
+			// A pull's messages are delivered with their own subjects,
+			// which a relay's publish cannot keep: the consumer
+			// delivers them to the client's inbox, checked above.
+			out := &nats.Msg{Subject: "$JS.API." + rest, Reply: m.Reply, Data: m.Data, Header: m.Header}
+			if out.Header != nil {
+				out.Header.Del("Nats-Request-Info")
+			}
+			_ = nc.PublishMsg(out)
+			return
 		}
-		_ = nc.PublishMsg(out)
+		if err := r.forward("$JS.API."+rest, m); err != nil {
+			respondAPIError(m, err)
+		}
 	})
 	if err != nil {
+		_ = rsub.Unsubscribe()
 		return fmt.Errorf("tenant jetstream api: %w", err)
 	}
 	return d.Add("jetstream api", agentd.ComponentFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		return sub.Unsubscribe()
+		tick := time.NewTicker(relaySlack)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return errors.Join(sub.Unsubscribe(), rsub.Unsubscribe())
+			case now := <-tick.C:
+				r.sweep(now)
+			}
+		}
 	}))
 }
 
-// respondAPIError answers a request refused for the tenant's rate as the
-// JetStream API answers an error, so clients read it as one.
-func respondAPIError(m *nats.Msg, err error) {
-	if m.Reply == "" {
+// refuseJSAPI logs (at most as often as limit allows) and audits an API
+// request refused for its reply subject.
+func refuseJSAPI(deps *agentd.Deps, limit *rate.Limiter, m *nats.Msg, err error) {
+	err = fmt.Errorf("%w (request on %s)", err, m.Subject)
+	if limit.Allow() {
+		deps.Logger.Warn("jetstream api request refused: its reply subject is not an inbox",
+			slog.String("subject", m.Subject), slog.String("reply", m.Reply))
+	}
+	if deps.Config.AuditCommand != nil {
+		deps.Config.AuditCommand(context.Background(), "", m.Subject, err)
+	}
+}
+
+// jsRelay relays the JetStream API's answers from agentd's own inbox to
+// the clients' inboxes: each forwarded call gets a token under inbox, and
+// the answers to it go to the client's reply subject (checked) until the
+// call is done (its first answer; a batched get's last) or its time is
+// up. Answers are published on the token's subject (a pull's deliveries
+// are not: they keep their stored subjects, and go to the client itself).
+type jsRelay struct {
+	nc    *nats.Conn
+	inbox string // agentd's own, ending in '.'
+
+	mu      sync.Mutex
+	pending map[string]relayTo
+}
+
+// relayTo is where a forwarded call's answers go.
+type relayTo struct {
+	reply    string
+	deadline time.Time
+	stream   bool // several answers: a batched direct get
+}
+
+// errRelayFull refuses a call while relayPending calls wait.
+var errRelayFull = errors.New("agentd: too many JetStream API calls waiting for answers, retry later")
+
+// forward sends m (reply checked) to subject, answering agentd's inbox.
+func (r *jsRelay) forward(subject string, m *nats.Msg) error {
+	to := relayTo{reply: m.Reply, deadline: time.Now().Add(relayTTL)}
+	if ttl, stream := answers(subject, m.Data); stream {
+		to.stream, to.deadline = true, time.Now().Add(ttl)
+	}
+	token := nuid.Next()
+	r.mu.Lock()
+	if len(r.pending) >= relayPending {
+		r.mu.Unlock()
+		return errRelayFull
+	}
+	r.pending[token] = to
+	r.mu.Unlock()
+	out := &nats.Msg{Subject: subject, Reply: r.inbox + token, Data: m.Data, Header: m.Header}
+	if out.Header != nil {
+		out.Header.Del("Nats-Request-Info") // the server says who asks, not the client
+	}
+	if err := r.nc.PublishMsg(out); err != nil {
+		r.mu.Lock()
+		delete(r.pending, token)
+		r.mu.Unlock()
+		return fmt.Errorf("agentd: forward the JetStream API call: %w", err)
+	}
+	return nil
+}
+
+// answers says whether a call to subject with payload data is answered
+// by several messages, and then for how long: a direct get of a batch or
+// of several subjects' last messages.
+func answers(subject string, data []byte) (time.Duration, bool) {
+	var req struct {
+		Batch     int      `json:"batch"`
+		MultiLast []string `json:"multi_last"`
+	}
+	if strings.HasPrefix(subject, "$JS.API.DIRECT.GET.") && json.Unmarshal(data, &req) == nil && (req.Batch > 1 || len(req.MultiLast) > 0) {
+		return relayTTL + relaySlack, true
+	}
+	return 0, false
+}
+
+// answer relays one answer from agentd's inbox to its call's client.
+func (r *jsRelay) answer(m *nats.Msg) {
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	r.mu.Lock()
+	to, ok := r.pending[token]
+	// A call is done at its first answer, a batch at a status: the end of
+	// the batch (204), no messages (404).
+	if ok && (!to.stream || done(m)) {
+		delete(r.pending, token)
+	}
+	r.mu.Unlock()
+	if !ok {
 		return
 	}
+	_ = r.nc.PublishMsg(&nats.Msg{Subject: to.reply, Reply: m.Reply, Header: m.Header, Data: m.Data})
+}
+
+// done reports whether m ends a batch: a status other than 100.
+func done(m *nats.Msg) bool {
+	s := m.Header.Get("Status")
+	return s != "" && s != "100"
+}
+
+// sweep drops the calls whose time is up.
+func (r *jsRelay) sweep(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for token, to := range r.pending {
+		if now.After(to.deadline) {
+			delete(r.pending, token)
+		}
+	}
+}
+
+// respondAPIError answers a request refused for the tenant's rate as the
+// JetStream API answers an error, so clients read it as one. Its reply
+// subject was checked (auth.CheckReply).
+func respondAPIError(m *nats.Msg, err error) {
 	code := 503
 	var qe *quota.Error
 	if errors.As(err, &qe) {

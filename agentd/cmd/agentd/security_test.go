@@ -316,6 +316,10 @@ func testSecurityTenants(t *testing.T, bin string) {
 		}
 	})
 
+	t.Run("ReplySubjects", func(t *testing.T) { testSecurityReplySubjects(t, e, acme, reader) })
+	t.Run("ReaderMeta", func(t *testing.T) { testSecurityReaderMeta(t, e, acme, reader) })
+	t.Run("ReadsCountNoAgent", func(t *testing.T) { testSecurityReadsCountNoAgent(t, e) })
+
 	t.Run("Expiry", func(t *testing.T) {
 		short := e.mint(t, "acme", "--expires", "3s", "--token-name", "short")
 		if short.Expires == "" {
