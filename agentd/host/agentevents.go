@@ -47,12 +47,16 @@ func (h *Host) addAgentEventsStream(ctx context.Context, deps *agentd.Deps) erro
 	if deps.Config.MaxStreamConsumers > 0 {
 		cfg.MaxConsumers = deps.Config.MaxStreamConsumers
 	}
-	s, err := deps.Log.JetStream().CreateOrUpdateStream(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("agentd: create stream %s: %w", cfg.Name, err)
-	}
-	h.agentEvents = s
-	return nil
+	// A cluster whose JetStream has no quorum yet (its nodes starting)
+	// cannot create it: waited for, as the event log's streams are.
+	return agentd.RetryQuorum(ctx, deps.Logger, "agent events", deps.Config.Replicas, func(ctx context.Context) error {
+		s, err := deps.Log.JetStream().CreateOrUpdateStream(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("agentd: create stream %s: %w", cfg.Name, err)
+		}
+		h.agentEvents = s
+		return nil
+	})
 }
 
 // purgeAgentEvents drops a deleted agent's stored events.
