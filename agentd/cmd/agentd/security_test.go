@@ -565,9 +565,10 @@ func testSecurityTenants(t *testing.T, bin string) {
 
 	t.Run("BytesAdmission", func(t *testing.T) {
 		tiny := e.mint(t, "tiny", "--max-bytes", "1MiB")
-		// Words: the local model echoes the first few, not 250 KiB.
-		if m := e.natsChat(t, tiny, "t1", "first "+strings.Repeat("ab ", 250<<10/3)); errCode(m) != "" {
-			t.Fatalf("the first 250 KiB: %v", m.Header)
+		// Words: the local model echoes the first few, not 450 KiB. A turn
+		// stores its message once (its request context holds no copy).
+		if m := e.natsChat(t, tiny, "t1", "first "+strings.Repeat("ab ", 450<<10/3)); errCode(m) != "" {
+			t.Fatalf("the first 450 KiB: %v", m.Header)
 		}
 		waitAnswered(t, e.httpAddr, tiny.Token, "t1")
 		time.Sleep(1200 * time.Millisecond) // the stored bytes are read once a second
