@@ -67,6 +67,7 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	turns := env.Count(conversationTurns, conversationTurns)
 	window := min(conversationWindow, max(1, turns/3))
 	early := min(max(conversationEarly, window/2+1), turns-window/2) // centre of the early window
+	eFrom, eTo := early-window/2, early-window/2+window-1
 	bin, err := env.AgentdBinary(ctx)
 	if err != nil {
 		return Result{}, err
@@ -119,7 +120,7 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	began := time.Now()
 	var refused *refusedTurn
 	for i := 1; i <= turns; i++ {
-		if err := c.turn(ctx, i); errors.As(err, &refused) && refused.status == http.StatusRequestEntityTooLarge && i > 2*window {
+		if err := c.turn(ctx, i); errors.As(err, &refused) && refused.status == http.StatusRequestEntityTooLarge && i > eTo+window {
 			// The body outgrew the gateway's limit: the figures are those
 			// of the turns answered, and a row says how many that was.
 			env.Logger.Warn("conversation-growth: stopped", "error", err)
@@ -142,7 +143,6 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	}
 	events := func(s sample) uint64 { return s.events }
 	chunks := func(s sample) uint64 { return s.chunks }
-	eFrom, eTo := early-window/2, early-window/2+window-1
 	answered := len(samples) - 1
 	lFrom, lTo := answered-window+1, answered
 	content, err := c.contentBytes(ctx)
