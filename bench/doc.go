@@ -25,10 +25,15 @@
 // beside one without, in alternating rounds; restart-load SIGKILLs and
 // restarts an agentd under sustained chat load (30 agents chatting on the
 // local model) and an idle one, in alternating rounds, and compares their
-// restart to ready. They do not use the Env's
+// restart to ready; conversation-growth posts 1,000 turns of one agent to
+// POST /v1/chat, each body the whole history as the AI SDK's useChat sends
+// it, and compares the events stream's bytes per turn late and early and
+// the conversation's stored bytes with its content (-n 0.1: 100 turns).
+// They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart
-// does; auth-cost) runs under the first selected mode only, and its rows show sync
+// does; auth-cost; conversation-growth, whose figures are bytes) runs under
+// the first selected mode only, and its rows show sync
 // "both".
 //
 // Issue 27's goals each have a row with its target, printed PASS or MISS:

@@ -101,6 +101,7 @@ func scenarios() []Scenario {
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
+		{Name: "conversation-growth", Run: conversationGrowth, Once: true},
 	}
 }
 
