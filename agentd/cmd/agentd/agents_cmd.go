@@ -29,6 +29,10 @@ const agentsUsage = `Usage:
   agentd delete <agent> [--tenant name]
       delete an agent: its events and chunks are purged, it leaves every
       view, and its id can be used again by a new agent
+  agentd cluster [--json]
+      show the cluster as the answering node sees it: its nodes (live or
+      not, partitions owned, record format read), the active record
+      format, and the streams; --json prints GET /v1/cluster's document
 
 They talk to a running agentd over NATS: --server (alias --nats-url; default
 $NATS_URL or nats://127.0.0.1:4222), --creds (default
@@ -69,7 +73,10 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	var q agents.Query
 	var limit int
 	var tenant string
-	if cmd == "agents" {
+	var asJSON bool
+	if cmd == "cluster" {
+		fs.BoolVar(&asJSON, "json", false, "")
+	} else if cmd == "agents" {
 		fs.StringVar(&q.User, "user", "", "")
 		fs.StringVar(&q.Tag, "tag", "", "")
 		fs.StringVar(&q.Type, "type", "", "")
@@ -82,7 +89,7 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 		return err
 	}
 	switch {
-	case cmd == "agents" && len(pos) > 0:
+	case (cmd == "agents" || cmd == "cluster") && len(pos) > 0:
 		return usageErr("unexpected argument %q", pos[0])
 	case cmd == "agents" && limit < 0:
 		return usageErr("--limit must not be negative")
@@ -101,6 +108,9 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	defer nc.Close()
 	if cmd == "agents" {
 		return listAgents(ctx, nc, q, limit, stdout)
+	}
+	if cmd == "cluster" {
+		return showCluster(ctx, nc, asJSON, stdout)
 	}
 	if tenant == "" {
 		return deleteAgent(ctx, nc, pos[0], stdout)

@@ -95,11 +95,20 @@ func TestAgentsCLI(t *testing.T) {
 	if code, out, _ := cli("agents", "--user", "nobody"); code != 0 || strings.TrimSpace(out) != "no agents" {
 		t.Fatalf("empty listing: %d %q", code, out)
 	}
+	// agentd cluster: the node, its partitions and the record format.
+	if code, out, errs := cli("cluster"); code != 0 || !strings.Contains(out, "answered by "+d.Config().ServerName) ||
+		!strings.Contains(out, "record format 1 active") || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
+		t.Fatalf("cluster: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":1`) {
+		t.Fatalf("cluster --json: exit %d %s", code, out)
+	}
 	for _, tc := range []struct {
 		args     []string
 		code     int
 		contains string
 	}{
+		{[]string{"cluster", "x"}, 2, "unexpected argument"},
 		{[]string{"delete", "steps:ghost"}, 1, "404"},
 		{[]string{"delete"}, 2, "missing agent id"},
 		{[]string{"delete", "a", "b"}, 2, "unexpected argument"},

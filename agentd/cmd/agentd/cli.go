@@ -71,6 +71,7 @@ var commands = []command{
 	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage},
 	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage},
 	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage},
+	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage},
 	{"verify", "[--data dir]", "check the log's invariants", verifyUsage},
 	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage},
 	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage},
@@ -165,7 +166,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	switch args[0] {
 	case "help":
 		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete":
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster":
 	default:
 		return false, 0
 	}
@@ -182,7 +183,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
 	case "backup", "restore":
 		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
-	case "agents", "delete":
+	case "agents", "delete", "cluster":
 		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)

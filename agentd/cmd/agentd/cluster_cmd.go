@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// showCluster prints the answer of <prefix>.cluster: the node that
+// answered, its nodes and partitions, the record format, and the streams;
+// asJSON prints the document as it came.
+func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writer) error {
+	subject := host.ClusterSubject(eventlog.DefaultPrefix)
+	rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
+	case err != nil:
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+	}
+	if asJSON {
+		_, err := fmt.Fprintf(stdout, "%s\n", msg.Data)
+		return err
+	}
+	var info agentd.ClusterInfo
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		return fmt.Errorf("decode the cluster's answer: %w", err)
+	}
+	name := info.Cluster
+	if name == "" {
+		name = "(one node)"
+	}
+	fmt.Fprintf(stdout, "cluster %s, answered by %s: %d partitions, lease TTL %s\n", name, info.Node, info.Partitions, info.LeaseTTL)
+	if f := info.Format; f != nil {
+		fmt.Fprintf(stdout, "record format %d active; every live node reads up to %d\n", f.Active, f.Ready)
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tLIVE\tOWNS\tREADS FORMAT")
+	for _, n := range info.Nodes {
+		reads := "-"
+		if info.Format != nil {
+			if r, ok := info.Format.Nodes[n.Name]; ok {
+				reads = fmt.Sprint(r)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", n.Name, n.Live, n.Owns, reads)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tLEADER\tREPLICAS\tMESSAGES\tBYTES\tLAST SEQ")
+	sort.Slice(info.Streams, func(i, j int) bool { return info.Streams[i].Name < info.Streams[j].Name })
+	for _, s := range info.Streams {
+		if s.Error != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", s.Name, s.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, dash(s.Leader), s.Replicas, s.Messages, s.Bytes, s.LastSeq)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
