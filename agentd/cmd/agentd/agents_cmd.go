@@ -62,25 +62,39 @@ func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(st
 	}
 }
 
-func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+// agentsOpts are the flags of agents and delete.
+type agentsOpts struct {
+	natsURL, creds, tlsCA *string
+	q                     agents.Query
+	limit                 int
+	tenant                string
+}
+
+// agentsFlagSet defines the flags of agents or delete (cmd).
+func agentsFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *agentsOpts) {
 	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	var q agents.Query
-	var limit int
-	var tenant string
+	var o agentsOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
 	if cmd == "agents" {
-		fs.StringVar(&q.User, "user", "", "")
-		fs.StringVar(&q.Tag, "tag", "", "")
-		fs.StringVar(&q.Type, "type", "", "")
-		fs.IntVar(&limit, "limit", 0, "")
+		fs.StringVar(&o.q.User, "user", "", "only the agents of this `user`")
+		fs.StringVar(&o.q.Tag, "tag", "", "only the agents with this `tag`")
+		fs.StringVar(&o.q.Type, "type", "", "only the agents of this `type`")
+		fs.IntVar(&o.limit, "limit", 0, "print at most `n` agents (0: all)")
 	} else {
-		fs.StringVar(&tenant, "tenant", "", "")
+		fs.StringVar(&o.tenant, "tenant", "", "the `name` of the tenant whose agent it is (admin, with --auth)")
 	}
+	return fs, &o
+}
+
+func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs, o := agentsFlagSet(cmd, getenv)
+	natsURL, creds, tlsCA := o.natsURL, o.creds, o.tlsCA
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
+	q, limit, tenant := o.q, o.limit, o.tenant
 	switch {
 	case cmd == "agents" && len(pos) > 0:
 		return usageErr("unexpected argument %q", pos[0])

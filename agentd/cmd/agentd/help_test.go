@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"log/slog"
 	"strings"
 	"testing"
@@ -137,5 +138,39 @@ func TestLogTracing(t *testing.T) {
 				t.Errorf("log shows a secret: %s", got)
 			}
 		})
+	}
+}
+
+// TestHelpListsFlags: agentd help <command> lists every flag the command
+// parses, read from its own flag set, so the two cannot drift.
+func TestHelpListsFlags(t *testing.T) {
+	for _, c := range commands {
+		if c.flags == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := runHelp([]string{c.name}, &out, &errb); code != exitOK {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			n := 0
+			c.flags(func(string) string { return "" }).VisitAll(func(f *flag.Flag) {
+				n++
+				if !strings.Contains(out.String(), "\n  --"+f.Name+" ") {
+					t.Errorf("agentd help %s does not list --%s:\n%s", c.name, f.Name, out.String())
+				}
+			})
+			if n == 0 {
+				t.Errorf("%s has a flag set without flags", c.name)
+			}
+		})
+	}
+	// chat's flags are those runCLIContext parses: --wait among them.
+	var out bytes.Buffer
+	runHelp([]string{"chat"}, &out, &bytes.Buffer{})
+	for _, want := range []string{"Flags of agentd chat:", "--wait duration", "--server url"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("agentd help chat lacks %q:\n%s", want, out.String())
+		}
 	}
 }
