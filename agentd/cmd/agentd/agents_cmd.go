@@ -24,7 +24,8 @@ import (
 const agentsUsage = `Usage:
   agentd agents [--user u] [--tag t] [--type x] [--limit n]
       list the agents (every page), with their type, status, user, tags,
-      last activity and sub-agents (how many, how many running); --limit
+      last activity and sub-agents (how many, how many running, how many
+      ephemeral: new agents of one call each, kept until deleted); --limit
       caps how many are printed (default: all)
   agentd delete <agent> [--tenant name]
       delete an agent: its events and chunks are purged, it leaves every
@@ -205,19 +206,27 @@ func deleteAgent(ctx context.Context, nc *nats.Conn, agent string, stdout io.Wri
 }
 
 // children is the CHILDREN column of a listed agent: how many sub-agents
-// it has and how many of them run ("3, 1 running"), or "-".
+// it has, how many of them run and how many are ephemeral (new agents of
+// one call each, kept until deleted): "3, 1 running, 2 ephemeral", or "-".
 func children(cs []agents.Child) string {
 	if len(cs) == 0 {
 		return "-"
 	}
-	running := 0
+	running, ephemeral := 0, 0
 	for _, c := range cs {
 		if c.Status == chat.LinkRunning {
 			running++
 		}
+		if c.Mode == chat.ModeEphemeral {
+			ephemeral++
+		}
 	}
-	if running == 0 {
-		return strconv.Itoa(len(cs))
+	out := strconv.Itoa(len(cs))
+	if running > 0 {
+		out += fmt.Sprintf(", %d running", running)
 	}
-	return fmt.Sprintf("%d, %d running", len(cs), running)
+	if ephemeral > 0 {
+		out += fmt.Sprintf(", %d ephemeral", ephemeral)
+	}
+	return out
 }
