@@ -63,6 +63,11 @@ func (c LocalConfig) Validate() error { return nil }
 //	The <name> tool returned: <output>.
 //	The <name> tool failed: <output>.     (for IsError results)
 //
+// except a sub-agent's result (an output {"agent": ..., "text": ...}),
+// whose text is quoted as text, not as its JSON: "The <name> tool returned
+// the answer of <agent>: <text>", only its beginning past 240 bytes (the
+// tool's output, which clients show, holds it whole).
+//
 // where <name> is the name of the ToolCall with the result's CallID. That
 // answer streams and continues like any other. A message without tool
 // lines is answered as above whatever the history holds.

@@ -133,6 +133,10 @@ func planLocal(msgs []Message) localStep {
 		if r.IsError {
 			verb = "failed"
 		}
+		if agent, text, ok := subagentAnswer(r); ok {
+			sentences[i] = fmt.Sprintf("The %s tool returned the answer of %s: %s", name, agent, quoteAnswer(text))
+			continue
+		}
 		sentences[i] = fmt.Sprintf("The %s tool %s: %s.", name, verb, r.Output)
 	}
 	st.text = strings.Join(sentences, " ")
@@ -206,4 +210,58 @@ func localInputTokens(req Request) int64 {
 		}
 	}
 	return n
+}
+
+// subagentAnswer returns the child agent and its final text when r is the
+// result of a sub-agent call that completed (chat's ChildOutput: a JSON
+// object with "agent" and "text").
+func subagentAnswer(r *ToolResult) (agent, text string, ok bool) {
+	if r.IsError || !strings.HasPrefix(strings.TrimSpace(r.Output), "{") {
+		return "", "", false
+	}
+	var o struct {
+		Agent string  `json:"agent"`
+		Text  *string `json:"text"`
+	}
+	if json.Unmarshal([]byte(r.Output), &o) != nil || o.Agent == "" || o.Text == nil {
+		return "", "", false
+	}
+	return o.Agent, strings.TrimSpace(*o.Text), true
+}
+
+// maxQuote bounds how much of a sub-agent's answer the local model quotes:
+// the whole answer is the tool's output, which a client already shows.
+const maxQuote = 240
+
+// quoteAnswer quotes a sub-agent's answer as a sentence a person reads: the
+// text itself (not its JSON encoding), whole when short, else its
+// beginning up to the end of a sentence (or a word) and how long it is.
+func quoteAnswer(text string) string {
+	if text == "" {
+		return "an empty answer."
+	}
+	if len(text) <= maxQuote {
+		return endSentence(text)
+	}
+	n := maxQuote
+	for n > 0 && !utf8.RuneStart(text[n]) {
+		n-- // not inside a character
+	}
+	cut := text[:n]
+	if i := strings.LastIndexAny(cut, ".!?"); i >= maxQuote/4 {
+		cut = cut[:i+1]
+	} else if i := strings.LastIndexAny(cut, " \n"); i > 0 {
+		cut = cut[:i] + "…"
+	} else {
+		cut += "…"
+	}
+	return fmt.Sprintf("%s (the beginning of %d words; the whole answer is the tool's output).", strings.TrimSpace(cut), len(strings.Fields(text)))
+}
+
+// endSentence ends s with a full stop unless it ends with punctuation.
+func endSentence(s string) string {
+	if r, _ := utf8.DecodeLastRuneInString(s); strings.ContainsRune(".!?…", r) {
+		return s
+	}
+	return s + "."
 }

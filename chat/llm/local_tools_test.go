@@ -350,3 +350,47 @@ func TestLocalAgentLines(t *testing.T) {
 		t.Errorf("answer %q, want %q", got, want)
 	}
 }
+
+// TestLocalQuotesSubagentAnswer: after a sub-agent call the local model
+// quotes the child's text as text, not its JSON escaped; a long answer
+// only by its beginning (the tool's output holds it whole). Other results
+// and a failed call are quoted as they are.
+func TestLocalQuotesSubagentAnswer(t *testing.T) {
+	p := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	story := strings.Repeat("The keeper climbed the \"stairs\" again. ", 20)
+	out := func(text string) string {
+		b, _ := json.Marshal(map[string]any{"agent": "kid", "mode": "persistent", "callId": "c", "requestId": "r", "status": "completed", "text": text})
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name   string
+		result llm.ToolResult
+		want   string
+	}{
+		{"short", llm.ToolResult{Output: out("Hello!\nI am \"kid\".")}, "The agent tool returned the answer of kid: Hello!\nI am \"kid\"."},
+		{"no full stop", llm.ToolResult{Output: out("yes")}, "The agent tool returned the answer of kid: yes."},
+		{"long", llm.ToolResult{Output: out(story)}, "The agent tool returned the answer of kid: " + strings.Repeat("The keeper climbed the \"stairs\" again. ", 6)[:6*39-1] + " (the beginning of 120 words; the whole answer is the tool's output)."},
+		{"failed", llm.ToolResult{Output: "cycle: agent kid is already in the chain", IsError: true}, "The agent tool failed: cycle: agent kid is already in the chain."},
+		{"not a child's", llm.ToolResult{Output: `{"echo":"x"}`}, `The agent tool returned: {"echo":"x"}.`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := llmtest.UserRequest("/agent kid say hello")
+			calls := p.NextToolCalls(req)
+			if len(calls) != 1 {
+				t.Fatalf("calls %+v", calls)
+			}
+			r := tt.result
+			r.CallID = calls[0].ID
+			req.Messages = append(req.Messages,
+				llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &calls[0]}}},
+				llm.Message{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &r}}})
+			got := p.Answer(req)
+			if got != tt.want {
+				t.Errorf("answer\n%q\nwant\n%q", got, tt.want)
+			}
+			if strings.Contains(got, `\"`) || strings.Contains(got, `\n`) {
+				t.Errorf("answer holds escaped JSON: %q", got)
+			}
+		})
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -187,4 +188,87 @@ func otlp(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporte
 		return otlptracegrpc.New(ctx)
 	}
 	return otlptracehttp.New(ctx)
+}
+
+// Export is where one exporter the environment asks for sends spans, as
+// agentd's start-up log line shows it.
+type Export struct {
+	// Exporter is "otlp" or "console".
+	Exporter string
+	// Protocol is the OTLP protocol ("http/protobuf" or "grpc"); empty
+	// for the console exporter.
+	Protocol string
+	// Endpoint is the URL the OTLP exporter sends to, without its user
+	// information, query or fragment (they may hold credentials), or
+	// "stdout" for the console exporter. Headers are never shown.
+	Endpoint string
+}
+
+// Describe returns where the environment's exporters send spans, none
+// when tracing is off, or the error Setup would return for a variable it
+// cannot use. The OTLP endpoint is the one the exporter uses: the
+// _TRACES_ variable as given, else OTEL_EXPORTER_OTLP_ENDPOINT (with
+// /v1/traces appended for http/protobuf), else the exporter's default.
+func Describe(getenv func(string) string) ([]Export, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	names, err := Exporters(getenv)
+	if err != nil {
+		return nil, err
+	}
+	var out []Export
+	for _, name := range names {
+		if name == "console" {
+			out = append(out, Export{Exporter: name, Endpoint: "stdout"})
+			continue
+		}
+		proto, err := Protocol(getenv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Export{Exporter: name, Protocol: proto, Endpoint: redactEndpoint(otlpEndpoint(getenv, proto))})
+	}
+	return out, nil
+}
+
+// otlpEndpoint is the traces endpoint the OTLP exporter of proto uses.
+func otlpEndpoint(getenv func(string) string, proto string) string {
+	if v := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); v != "" {
+		return v
+	}
+	base := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	if proto == "grpc" {
+		if base == "" {
+			return "http://localhost:4317"
+		}
+		return base
+	}
+	if base == "" {
+		return "http://localhost:4318/v1/traces"
+	}
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		u.Path = strings.TrimRight(u.Path, "/") + "/v1/traces"
+		return u.String()
+	}
+	return strings.TrimRight(base, "/") + "/v1/traces"
+}
+
+// redactEndpoint drops what may hold a credential from an endpoint URL:
+// its user information, query and fragment.
+func redactEndpoint(v string) string {
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" {
+		// Not a URL (a bare host:port, say): keep what precedes any '@',
+		// '?' or '#' out of caution.
+		if i := strings.LastIndex(v, "@"); i >= 0 {
+			v = v[i+1:]
+		}
+		if i := strings.IndexAny(v, "?#"); i >= 0 {
+			v = v[:i]
+		}
+		return v
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }

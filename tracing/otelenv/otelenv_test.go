@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +122,46 @@ func TestSetupOTLP(t *testing.T) {
 			spans := j.WaitTrace(t, id, func(s []tracingtest.Span) bool { return len(s) > 0 })
 			if spans[0].OperationName != "over "+proto {
 				t.Fatalf("Jaeger has %q", spans[0].OperationName)
+			}
+		})
+	}
+}
+
+// TestDescribe: what agentd's start-up line says about tracing: off, or
+// each exporter with its protocol and endpoint, credentials left out.
+func TestDescribe(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    []otelenv.Export
+		wantErr bool
+	}{
+		{name: "off"},
+		{name: "disabled", env: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}},
+		{name: "base endpoint over http", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: "http://c:4318/v1/traces"}}},
+		{name: "traces endpoint as given", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://b/otlp/traces"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: "https://b/otlp/traces"}}},
+		{name: "grpc", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "grpc", Endpoint: "http://c:4317"}}},
+		{name: "default endpoint", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp,console"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: "http://localhost:4318/v1/traces"}, {Exporter: "console", Endpoint: "stdout"}}},
+		{name: "credentials left out", env: map[string]string{
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://user:s3cret@c:4318/v1/traces?api_key=s3cret#s3cret",
+			"OTEL_EXPORTER_OTLP_HEADERS":         "authorization=Bearer s3cret"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "http/protobuf", Endpoint: "https://c:4318/v1/traces"}}},
+		{name: "bare host credentials left out", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "u:s3cret@c:4317?k=s3cret", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			want: []otelenv.Export{{Exporter: "otlp", Protocol: "grpc", Endpoint: "c:4317"}}},
+		{name: "bad protocol", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, wantErr: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := otelenv.Describe(env(c.env))
+			if (err != nil) != c.wantErr || !slices.Equal(got, c.want) {
+				t.Fatalf("Describe = %+v, %v; want %+v (error %v)", got, err, c.want, c.wantErr)
+			}
+			if s := fmt.Sprint(got); strings.Contains(s, "s3cret") {
+				t.Errorf("Describe shows a credential: %s", s)
 			}
 		})
 	}

@@ -24,7 +24,8 @@ import (
 const agentsUsage = `Usage:
   agentd agents [--user u] [--tag t] [--type x] [--limit n]
       list the agents (every page), with their type, status, user, tags,
-      last activity and sub-agents (how many, how many running); --limit
+      last activity and sub-agents (how many, how many running, how many
+      ephemeral: new agents of one call each, kept until deleted); --limit
       caps how many are printed (default: all)
   agentd delete <agent> [--tenant name]
       delete an agent: its events and chunks are purged, it leaves every
@@ -66,28 +67,42 @@ func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(st
 	}
 }
 
-func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+// agentsOpts are the flags of agents and delete.
+type agentsOpts struct {
+	natsURL, creds, tlsCA *string
+	q                     agents.Query
+	limit                 int
+	tenant                string
+	json                  bool
+}
+
+// agentsFlagSet defines the flags of agents or delete (cmd).
+func agentsFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *agentsOpts) {
 	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	var q agents.Query
-	var limit int
-	var tenant string
-	var asJSON bool
+	var o agentsOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
 	if cmd == "cluster" {
-		fs.BoolVar(&asJSON, "json", false, "")
+		fs.BoolVar(&o.json, "json", false, "print the answer as GET /v1/cluster's JSON document")
 	} else if cmd == "agents" {
-		fs.StringVar(&q.User, "user", "", "")
-		fs.StringVar(&q.Tag, "tag", "", "")
-		fs.StringVar(&q.Type, "type", "", "")
-		fs.IntVar(&limit, "limit", 0, "")
+		fs.StringVar(&o.q.User, "user", "", "only the agents of this `user`")
+		fs.StringVar(&o.q.Tag, "tag", "", "only the agents with this `tag`")
+		fs.StringVar(&o.q.Type, "type", "", "only the agents of this `type`")
+		fs.IntVar(&o.limit, "limit", 0, "print at most `n` agents (0: all)")
 	} else {
-		fs.StringVar(&tenant, "tenant", "", "")
+		fs.StringVar(&o.tenant, "tenant", "", "the `name` of the tenant whose agent it is (admin, with --auth)")
 	}
+	return fs, &o
+}
+
+func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs, o := agentsFlagSet(cmd, getenv)
+	natsURL, creds, tlsCA := o.natsURL, o.creds, o.tlsCA
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
+	q, limit, tenant, asJSON := o.q, o.limit, o.tenant, o.json
 	switch {
 	case (cmd == "agents" || cmd == "cluster") && len(pos) > 0:
 		return usageErr("unexpected argument %q", pos[0])
@@ -201,19 +216,27 @@ func deleteAgent(ctx context.Context, nc *nats.Conn, agent string, stdout io.Wri
 }
 
 // children is the CHILDREN column of a listed agent: how many sub-agents
-// it has and how many of them run ("3, 1 running"), or "-".
+// it has, how many of them run and how many are ephemeral (new agents of
+// one call each, kept until deleted): "3, 1 running, 2 ephemeral", or "-".
 func children(cs []agents.Child) string {
 	if len(cs) == 0 {
 		return "-"
 	}
-	running := 0
+	running, ephemeral := 0, 0
 	for _, c := range cs {
 		if c.Status == chat.LinkRunning {
 			running++
 		}
+		if c.Mode == chat.ModeEphemeral {
+			ephemeral++
+		}
 	}
-	if running == 0 {
-		return strconv.Itoa(len(cs))
+	out := strconv.Itoa(len(cs))
+	if running > 0 {
+		out += fmt.Sprintf(", %d running", running)
 	}
-	return fmt.Sprintf("%d, %d running", len(cs), running)
+	if ephemeral > 0 {
+		out += fmt.Sprintf(", %d ephemeral", ephemeral)
+	}
+	return out
 }

@@ -53,6 +53,25 @@ func runAudit(ctx context.Context, args []string, getenv func(string) string, st
 	}
 }
 
+// auditOpts are the flags of audit tail.
+type auditOpts struct {
+	natsURL, creds, tlsCA, tenant *string
+	n                             *int
+	follow                        *bool
+}
+
+// auditFlagSet defines the flags of audit tail.
+func auditFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *auditOpts) {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o auditOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
+	o.tenant = fs.String("tenant", "", "only the records of this tenant `name`")
+	o.n = fs.Int("n", 50, "print the last `n` records (0: all)")
+	o.follow = fs.Bool("follow", false, "then print the new records as they come")
+	return fs, &o
+}
+
 func auditCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("missing tail")
@@ -63,12 +82,8 @@ func auditCommand(ctx context.Context, args []string, getenv func(string) string
 	if args[0] != "tail" {
 		return usageErr("unknown audit command %q: tail", args[0])
 	}
-	fs := flag.NewFlagSet("agentd audit tail", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	tenant := fs.String("tenant", "", "")
-	n := fs.Int("n", 50, "")
-	follow := fs.Bool("follow", false, "")
+	fs, o := auditFlagSet("audit tail", getenv)
+	natsURL, creds, tlsCA, tenant, n, follow := o.natsURL, o.creds, o.tlsCA, o.tenant, o.n, o.follow
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err

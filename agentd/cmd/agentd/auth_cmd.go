@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/forever-agents/forever/agentd"
 )
@@ -58,6 +59,31 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 	}
 }
 
+// authOpts are the flags of the auth commands.
+type authOpts struct {
+	cfg    agentd.Config // DataDir and AuthSecretFile
+	jwtDir *string
+	ttl    *time.Duration
+}
+
+// authFlagSet defines the flags of auth server-config, admin-creds and
+// admin-token.
+func authFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *authOpts) {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o authOpts
+	o.cfg.DataDir = getenv("FOREVER_DATA")
+	if o.cfg.DataDir == "" {
+		o.cfg.DataDir = agentd.DefaultDataDir
+	}
+	o.cfg.AuthSecretFile = getenv("FOREVER_AUTH_SECRET_FILE")
+	fs.StringVar(&o.cfg.DataDir, "data", o.cfg.DataDir, "the data `dir` whose auth/ holds the operator's keys (default $FOREVER_DATA, else ./data)")
+	fs.StringVar(&o.cfg.AuthSecretFile, "auth-secret-file", o.cfg.AuthSecretFile, "the `file` of the secret the cluster's nodes share, instead of --data (default $FOREVER_AUTH_SECRET_FILE)")
+	o.jwtDir = fs.String("jwt-dir", "jwt", "the `dir` the external server's account resolver stores under (server-config)")
+	o.ttl = fs.Duration("ttl", 0, "how long the admin token works (admin-token; 0: 12h)")
+	return fs, &o
+}
+
 func authCommand(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("missing server-config, admin-creds or admin-token")
@@ -68,22 +94,12 @@ func authCommand(args []string, getenv func(string) string, stdout io.Writer) er
 	if args[0] != "server-config" && args[0] != "admin-creds" && args[0] != "admin-token" {
 		return usageErr("unknown auth command %q: server-config, admin-creds or admin-token", args[0])
 	}
-	fs := flag.NewFlagSet("agentd auth "+args[0], flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg agentd.Config
-	cfg.DataDir = getenv("FOREVER_DATA")
-	if cfg.DataDir == "" {
-		cfg.DataDir = agentd.DefaultDataDir
-	}
-	cfg.AuthSecretFile = getenv("FOREVER_AUTH_SECRET_FILE")
-	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "")
-	fs.StringVar(&cfg.AuthSecretFile, "auth-secret-file", cfg.AuthSecretFile, "")
-	jwtDir := fs.String("jwt-dir", "jwt", "")
-	ttl := fs.Duration("ttl", 0, "")
+	fs, o := authFlagSet("auth "+args[0], getenv)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
+	cfg, jwtDir, ttl := o.cfg, o.jwtDir, o.ttl
 	if len(pos) != 0 {
 		return usageErr("%s takes no arguments", args[0])
 	}

@@ -87,17 +87,33 @@ func runBackup(ctx context.Context, cmd string, args []string, getenv func(strin
 	}
 }
 
-func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// backupOpts are the flags of backup and restore.
+type backupOpts struct {
+	natsURL, creds, tlsCA, out, from, data, secretFile, keyFile *string
+	replicas                                                    *int
+	allowUnsigned                                               *bool
+}
+
+// backupFlagSet defines the flags of backup or restore (cmd).
+func backupFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *backupOpts) {
 	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	out := fs.String("out", "", "")
-	from := fs.String("from", "", "")
-	data := fs.String("data", "", "")
-	replicas := fs.Int("replicas", 0, "")
-	secretFile := fs.String("auth-secret-file", getenv("FOREVER_AUTH_SECRET_FILE"), "")
-	keyFile := fs.String("encryption-key-file", getenv("FOREVER_ENCRYPTION_KEY_FILE"), "")
-	allowUnsigned := fs.Bool("allow-unsigned", false, "")
+	var o backupOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
+	o.out = fs.String("out", "", "the `dir` the backup is written to (backup)")
+	o.from = fs.String("from", "", "the backup's `dir` (restore)")
+	o.data = fs.String("data", "", "restore into the data `dir` of a stopped agentd, not over NATS (restore)")
+	o.replicas = fs.Int("replicas", 0, "replicas of the restored streams (restore; 0: as backed up)")
+	o.secretFile = fs.String("auth-secret-file", getenv("FOREVER_AUTH_SECRET_FILE"), "the `file` of the secret the cluster's nodes share: signs the manifest (default $FOREVER_AUTH_SECRET_FILE)")
+	o.keyFile = fs.String("encryption-key-file", getenv("FOREVER_ENCRYPTION_KEY_FILE"), "a key `file` (32 bytes or more, mode 0600) that encrypts the backup (default $FOREVER_ENCRYPTION_KEY_FILE)")
+	o.allowUnsigned = fs.Bool("allow-unsigned", false, "restore a backup made with neither key (restore)")
+	return fs, &o
+}
+
+func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, o := backupFlagSet(cmd, getenv)
+	natsURL, creds, tlsCA, out, from, data := o.natsURL, o.creds, o.tlsCA, o.out, o.from, o.data
+	replicas, secretFile, keyFile, allowUnsigned := o.replicas, o.secretFile, o.keyFile, o.allowUnsigned
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

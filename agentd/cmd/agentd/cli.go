@@ -58,27 +58,30 @@ const (
 type command struct {
 	name, args, summary string
 	usage               string // its detailed usage (agentd help <name>)
+	// flags returns the flag set the command parses (the defaults as
+	// getenv makes them), for help to list; nil for none.
+	flags func(getenv func(string) string) *flag.FlagSet
 }
 
 // commands are agentd's subcommands, in the order help lists them.
 var commands = []command{
-	{"chat", `<agent> "text"`, "send a message and print the reply as it streams", cliUsage},
-	{"tail", "<agent> [--from cursor]", "follow the agent's latest stream, from a cursor", cliUsage},
-	{"status", "<agent>", "show the agent's status and its calls waiting for approval", cliUsage},
-	{"fibers", "<agent>", "list the agent's running fibers", cliUsage},
-	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage},
-	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage},
-	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage},
-	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage},
-	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage},
-	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage},
-	{"verify", "[--data dir]", "check the log's invariants", verifyUsage},
-	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage},
-	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage},
-	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage},
-	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage},
-	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage},
-	{"help", "[command]", "show this help, or a command's", ""},
+	{"chat", `<agent> "text"`, "send a message and print the reply as it streams", cliUsage, flagsOf(clientCmdFlagSet, "chat")},
+	{"tail", "<agent> [--from cursor]", "follow the agent's latest stream, from a cursor", cliUsage, flagsOf(clientCmdFlagSet, "tail")},
+	{"status", "<agent>", "show the agent's status and its calls waiting for approval", cliUsage, flagsOf(clientCmdFlagSet, "status")},
+	{"fibers", "<agent>", "list the agent's running fibers", cliUsage, flagsOf(clientCmdFlagSet, "fibers")},
+	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage, flagsOf(clientCmdFlagSet, "tools")},
+	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage, flagsOf(clientCmdFlagSet, "approve")},
+	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage, flagsOf(clientCmdFlagSet, "deny")},
+	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage, flagsOf(agentsFlagSet, "agents")},
+	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage, flagsOf(agentsFlagSet, "delete")},
+	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster")},
+	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify")},
+	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant")},
+	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage, flagsOf(authFlagSet, "auth")},
+	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit")},
+	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup")},
+	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage, flagsOf(backupFlagSet, "restore")},
+	{"help", "[command]", "show this help, or a command's", "", nil},
 }
 
 // lookupCommand returns the subcommand named name.
@@ -134,8 +137,38 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		writeOverview(stdout)
 	default:
 		fmt.Fprint(stdout, c.usage)
+		if c.flags != nil {
+			// From the flag set the command parses: they cannot drift.
+			fmt.Fprintf(stdout, "\nFlags of agentd %s:\n", c.name)
+			writeFlags(stdout, c.flags(func(string) string { return "" }))
+		}
 	}
 	return exitOK
+}
+
+// flagsOf makes a command's flag-set constructor the help table's.
+func flagsOf[T any](newFlags func(cmd string, getenv func(string) string) (*flag.FlagSet, T), cmd string) func(func(string) string) *flag.FlagSet {
+	return func(getenv func(string) string) *flag.FlagSet {
+		fs, _ := newFlags(cmd, getenv)
+		return fs
+	}
+}
+
+// writeFlags lists fs's flags as the CLI spells them, one a line:
+// --name value, what it does, and its default when it has one.
+func writeFlags(w io.Writer, fs *flag.FlagSet) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		if name != "" {
+			name = " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && !strings.Contains(usage, "(default") {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(tw, "  --%s%s\t%s\n", f.Name, name, usage)
+	})
+	tw.Flush()
 }
 
 const cliUsage = `Usage:
@@ -216,11 +249,8 @@ func flagErr(err error) error { return agentd.FlagError(err) }
 // runCLIContext is runCLI for a known command, interrupted when ctx ends.
 func runCLIContext(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cmd := args[0]
-	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	from := fs.String("from", "", "cursor to follow after (tail)")
-	wait := fs.Duration("wait", defaultWait, "how long chat and tail wait for a lost connection to agentd to come back")
+	fs, o := clientCmdFlagSet(cmd, getenv)
+	natsURL, creds, tlsCA, from, wait := o.natsURL, o.creds, o.tlsCA, o.from, o.wait
 	pos, err := parseInterleaved(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, cliUsage)
@@ -250,6 +280,24 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
 		return exitFailed
 	}
+}
+
+// clientCmdOpts are the flags of chat, tail, status, fibers, tools,
+// approve and deny.
+type clientCmdOpts struct {
+	natsURL, creds, tlsCA, from *string
+	wait                        *time.Duration
+}
+
+// clientCmdFlagSet defines the flags of the client command cmd.
+func clientCmdFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *clientCmdOpts) {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o clientCmdOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
+	o.from = fs.String("from", "", "`cursor` to follow after (tail only)")
+	o.wait = fs.Duration("wait", defaultWait, "how long chat and tail wait for a lost connection to agentd to come back")
+	return fs, &o
 }
 
 // parseInterleaved parses flags placed before, between or after the

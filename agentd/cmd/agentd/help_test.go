@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +104,73 @@ func TestConnectErrorNamesCredentials(t *testing.T) {
 	}
 	if err := connectError("nats://127.0.0.1:1", nil, nats.ErrNoServers); !strings.Contains(err.Error(), "is agentd running?") {
 		t.Errorf("no server: %v", err)
+	}
+}
+
+// TestLogTracing: the start-up line says whether tracing is on and where
+// it exports, and never shows a header or a credential of the URL.
+func TestLogTracing(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"off", nil, []string{`level=INFO msg="tracing is off`}},
+		{"otlp", map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://u:s3cret@collector:4318?k=s3cret",
+			"OTEL_EXPORTER_OTLP_HEADERS":  "authorization=Bearer s3cret",
+		}, []string{`level=INFO msg="tracing is on" exporter=otlp endpoint=https://collector:4318/v1/traces protocol=http/protobuf`}},
+		{"console", map[string]string{"OTEL_TRACES_EXPORTER": "console"}, []string{`msg="tracing is on" exporter=console endpoint=stdout`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			logTracing(slog.New(slog.NewTextHandler(&buf, nil)), func(k string) string { return tt.env[k] })
+			got := buf.String()
+			if n := strings.Count(got, "\n"); n != 1 {
+				t.Errorf("%d lines, want 1:\n%s", n, got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("log %q lacks %q", got, w)
+				}
+			}
+			if strings.Contains(got, "s3cret") {
+				t.Errorf("log shows a secret: %s", got)
+			}
+		})
+	}
+}
+
+// TestHelpListsFlags: agentd help <command> lists every flag the command
+// parses, read from its own flag set, so the two cannot drift.
+func TestHelpListsFlags(t *testing.T) {
+	for _, c := range commands {
+		if c.flags == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := runHelp([]string{c.name}, &out, &errb); code != exitOK {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			n := 0
+			c.flags(func(string) string { return "" }).VisitAll(func(f *flag.Flag) {
+				n++
+				if !strings.Contains(out.String(), "\n  --"+f.Name+" ") {
+					t.Errorf("agentd help %s does not list --%s:\n%s", c.name, f.Name, out.String())
+				}
+			})
+			if n == 0 {
+				t.Errorf("%s has a flag set without flags", c.name)
+			}
+		})
+	}
+	// chat's flags are those runCLIContext parses: --wait among them.
+	var out bytes.Buffer
+	runHelp([]string{"chat"}, &out, &bytes.Buffer{})
+	for _, want := range []string{"Flags of agentd chat:", "--wait duration", "--server url"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("agentd help chat lacks %q:\n%s", want, out.String())
+		}
 	}
 }

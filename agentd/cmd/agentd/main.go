@@ -90,6 +90,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.TracerProvider = tp
+	logTracing(cfg.Logger, getenv)
 	defer func() {
 		// The spans not yet exported go out before the process exits.
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -307,4 +308,30 @@ func flagGiven(args []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// logTracing says at start, in one INFO line, whether tracing is on and
+// where its spans go: each exporter with its protocol and endpoint (no
+// headers, no credentials of the URL).
+func logTracing(logger *slog.Logger, getenv func(string) string) {
+	exports, err := otelenv.Describe(getenv)
+	if err != nil {
+		return // otelenv.Setup refused the same variables first
+	}
+	if len(exports) == 0 {
+		logger.Info("tracing is off (set OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER to turn it on)")
+		return
+	}
+	var names, protos, endpoints []string
+	for _, e := range exports {
+		names, endpoints = append(names, e.Exporter), append(endpoints, e.Endpoint)
+		if e.Protocol != "" {
+			protos = append(protos, e.Protocol)
+		}
+	}
+	attrs := []any{"exporter", strings.Join(names, ","), "endpoint", strings.Join(endpoints, ",")}
+	if len(protos) > 0 {
+		attrs = append(attrs, "protocol", strings.Join(protos, ","))
+	}
+	logger.Info("tracing is on", attrs...)
 }

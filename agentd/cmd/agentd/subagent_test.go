@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
@@ -198,9 +200,24 @@ func testBinarySubagents(t *testing.T, bin string) {
 		c := dialAgentd(t, natsAddr)
 
 		t.Run("Cancel", func(t *testing.T) {
+			// The console, started first: it shows the waiting parent's
+			// child, then the parent's row links to its children.
+			ctx := browser(t, chromiumPath(t))
+			console := "http://" + httpAddr + "/console"
+			if err := chromedp.Run(ctx, chromedp.Navigate(console)); err != nil {
+				t.Fatalf("console: %v", err)
+			}
 			var reply chathost.Reply
 			json.Unmarshal(c.command("stopper", "chat", map[string]string{"text": "/agent teller tell me a story"}), &reply)
 			waitLinks(t, c, "stopper", 1)
+			err := chromedp.Run(ctx,
+				chromedp.Navigate(console+"#/agent/stopper"),
+				chromedp.WaitVisible(`#childcard tr[data-child="teller"][data-waiting] a[href="#/agent/teller"]`, chromedp.ByQuery),
+				chromedp.WaitVisible(`#waiting a[href="#/agent/teller"]`, chromedp.ByQuery),
+			)
+			if err != nil {
+				t.Errorf("console: the waiting parent's child: %v", err)
+			}
 			c.command("stopper", "cancel", nil)
 			chunks := c.streamChunks("stopper", reply.StreamID)
 			for deadline := time.Now().Add(30 * time.Second); len(chunks) == 0 || !chunks[len(chunks)-1].Terminal(); chunks = c.streamChunks("stopper", reply.StreamID) {
@@ -213,6 +230,17 @@ func testBinarySubagents(t *testing.T, bin string) {
 				t.Errorf("parent ended with %+v, want abort", last)
 			}
 			waitTurnStatus(t, c, "teller", chat.EventTurnInterrupted)
+			err = chromedp.Run(ctx,
+				chromedp.Navigate(console+"#/"),
+				chromedp.Click(`a[data-children="stopper"]`, chromedp.ByQuery),
+				chromedp.WaitVisible(`#parent`, chromedp.ByQuery),
+				chromedp.WaitVisible(`tr[data-agent="teller"]`, chromedp.ByQuery),
+			)
+			var rows int
+			chromedp.Run(ctx, chromedp.Evaluate(`document.querySelectorAll('tr[data-agent]').length`, &rows))
+			if err != nil || rows != 1 {
+				t.Errorf("console: the parent's children list: %v, %d rows, want teller alone", err, rows)
+			}
 			for _, e := range c.events("stopper") {
 				if e.Type == chat.EventSubagentEnded && !strings.Contains(string(e.Data), `"status":"cancelled"`) {
 					t.Errorf("link ended %s, want cancelled", e.Data)

@@ -111,19 +111,13 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		verb, args = "token revoke", args[1:]
 	}
-	fs := flag.NewFlagSet("agentd tenant "+verb, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fs, getenv)
-	out := fs.String("out", "", "")
-	role := fs.String("role", "", "")
-	expires := fs.String("expires", "", "")
-	credName := fs.String("token-name", "", "")
-	var q auth.Quota
-	quotaFlags(fs, &q)
+	fs, o := tenantFlagSet("tenant "+verb, getenv)
+	natsURL, creds, tlsCA, out, role, expires, credName := o.natsURL, o.creds, o.tlsCA, o.out, o.role, o.expires, o.credName
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
+	q := o.q
 	want := 1
 	if verb == "token revoke" {
 		want = 2
@@ -212,22 +206,50 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	return err
 }
 
+// tenantOpts are the flags of the tenant commands.
+type tenantOpts struct {
+	natsURL, creds, tlsCA, out, role, expires, credName *string
+	q                                                   auth.Quota
+}
+
+// tenantFlagSet defines the flags of the tenant commands (cmd: "tenant
+// create", ...).
+func tenantFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *tenantOpts) {
+	fs := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o tenantOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fs, getenv)
+	o.out = fs.String("out", "", "the `dir` to write <name>.creds to, or - for stdout (create)")
+	o.role = fs.String("role", "", "the credential's `role`: reader, approver, writer (the default) or admin (create)")
+	o.expires = fs.String("expires", "", "how `long` the credential works: 720h, 30d, 2w (create; default never)")
+	o.credName = fs.String("token-name", "", "the credential's `name`, unique in the tenant (create; default cred-<random>)")
+	quotaFlags(fs, &o.q)
+	return fs, &o
+}
+
 // quotaFlags defines tenant create's quota flags on q: a number (or size),
 // 0 for the node's default, or unlimited.
 func quotaFlags(fs *flag.FlagSet, q *auth.Quota) {
-	fs.Func("rate", "", func(s string) (err error) { q.Rate, err = auth.ParseRate(s); return err })
+	fs.Func("rate", "at most `n` commands and HTTP requests per second (create; 0: the node's default; unlimited)", func(s string) (err error) { q.Rate, err = auth.ParseRate(s); return err })
 	for _, f := range []struct {
-		name string
-		i    *int64
-		n    *int
-		size bool
+		name  string
+		i     *int64
+		n     *int
+		size  bool
+		usage string
 	}{
-		{name: "burst", n: &q.Burst}, {name: "max-turns", n: &q.Turns}, {name: "max-agents", n: &q.Agents},
-		{name: "max-bytes", i: &q.Bytes, size: true}, {name: "max-memory", i: &q.Memory, size: true},
-		{name: "max-conns", i: &q.Conns}, {name: "max-subs", i: &q.Subs}, {name: "max-payload", i: &q.Payload, size: true},
-		{name: "max-streams", i: &q.Streams}, {name: "max-consumers", i: &q.Consumers},
+		{name: "burst", n: &q.Burst, usage: "allow `n` requests above the rate at once"},
+		{name: "max-turns", n: &q.Turns, usage: "at most `n` chat turns running at once"},
+		{name: "max-agents", n: &q.Agents, usage: "at most `n` agents"},
+		{name: "max-bytes", i: &q.Bytes, size: true, usage: "at most `size` bytes stored (JetStream), e.g. 1GiB"},
+		{name: "max-memory", i: &q.Memory, size: true, usage: "at most `size` of JetStream memory storage"},
+		{name: "max-conns", i: &q.Conns, usage: "at most `n` NATS connections (agentd's own, one a node, included)"},
+		{name: "max-subs", i: &q.Subs, usage: "at most `n` subscriptions per client connection"},
+		{name: "max-payload", i: &q.Payload, size: true, usage: "at most `size` for the largest message a client publishes"},
+		{name: "max-streams", i: &q.Streams, usage: "at most `n` JetStream streams (agentd's own included)"},
+		{name: "max-consumers", i: &q.Consumers, usage: "at most `n` JetStream consumers (agentd's own included)"},
 	} {
-		fs.Func(f.name, "", func(s string) error {
+		fs.Func(f.name, f.usage+" (create; 0: the node's default; unlimited)", func(s string) error {
 			v, err := auth.ParseLimit(s, f.size)
 			if err != nil {
 				return err

@@ -46,13 +46,27 @@ usage. --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:422
 // (JetStream recovers the streams first).
 const verifyServerTimeout = 2 * time.Minute
 
+// verifyOpts are the flags of verify.
+type verifyOpts struct {
+	natsURL, creds, tlsCA, data *string
+	timeout                     *time.Duration
+}
+
+// verifyFlagSet defines the flags of verify.
+func verifyFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *verifyOpts) {
+	fset := flag.NewFlagSet("agentd "+cmd, flag.ContinueOnError)
+	fset.SetOutput(io.Discard)
+	var o verifyOpts
+	o.natsURL, o.creds, o.tlsCA = clientFlags(fset, getenv)
+	o.data = fset.String("data", "", "data `dir` of a stopped agentd")
+	o.timeout = fset.Duration("timeout", 5*time.Minute, "give up reading after this long")
+	return fset, &o
+}
+
 // runVerify runs "agentd verify" and returns the exit code.
 func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("agentd verify", flag.ContinueOnError)
-	fset.SetOutput(io.Discard)
-	natsURL, creds, tlsCA := clientFlags(fset, getenv)
-	data := fset.String("data", "", "data dir of a stopped agentd")
-	timeout := fset.Duration("timeout", 5*time.Minute, "give up reading after this long")
+	fset, o := verifyFlagSet("verify", getenv)
+	natsURL, creds, tlsCA, data, timeout := o.natsURL, o.creds, o.tlsCA, o.data, o.timeout
 	err := fset.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
