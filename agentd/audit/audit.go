@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -28,8 +29,19 @@ const (
 	DefaultMaxAge   = 30 * 24 * time.Hour
 	MaxDefaultBytes = 256 << 20
 	QueueSize       = 4096
-	RefusalRate     = 20
-	RefusalBurst    = 100
+	// RefusalRate and RefusalBurst bound the refusals recorded for one
+	// tenant from one source (the client's host); NodeRefusalRate and
+	// NodeRefusalBurst all of them, so that many sources together cannot
+	// push the other records out of the stream either.
+	RefusalRate      = 20
+	RefusalBurst     = 100
+	NodeRefusalRate  = 10 * RefusalRate
+	NodeRefusalBurst = 10 * RefusalBurst
+	// MaxRefusalKeys bounds the (tenant, source) pairs whose refusals are
+	// limited one by one; past it, the pairs idle long enough to have
+	// their whole burst back are forgotten, and while none is, new pairs
+	// share one limit.
+	MaxRefusalKeys = 4096
 )
 
 // Outcomes of a Record.
@@ -44,15 +56,18 @@ type Record struct {
 	Time time.Time `json:"time"`
 	Node string    `json:"node"`
 	// Who: the tenant, the credential's name ("admin" for the admin
-	// credential, "oidc:<subject>" for an OIDC token, "nats" for a NATS
+	// credential, also on a NATS command it sent with its actor token,
+	// "oidc:<subject>" for an OIDC token, "nats" for another NATS
 	// command, whose credential the server checked but does not name) and
 	// its role.
 	Tenant string `json:"tenant,omitempty"`
 	Cred   string `json:"cred,omitempty"`
 	Role   string `json:"role,omitempty"`
 	// What: the action (tenant.create, tenant.revoke, tenant.disable,
-	// tenant.enable, tenant.token.revoke, chat, approve, tool-result,
-	// state, cancel, interrupt, auth.refused, nats.denied), its outcome
+	// tenant.enable, tenant.token.revoke, tenant.access, admin.creds,
+	// admin.token, restore, chat, approve, tool-result, state, cancel,
+	// interrupt, delete, meta, auth.refused, quota.refused,
+	// reply.refused, nats.denied, refusals.suppressed), its outcome
 	// (ok, refused, failed), its status code and a one-line detail.
 	Action  string `json:"action"`
 	Outcome string `json:"outcome"`
@@ -84,12 +99,24 @@ type Config struct {
 type Log struct {
 	cfg     Config
 	queue   chan Record
-	refuse  *rate.Limiter
 	dropped prometheus.Counter
 	supp    prometheus.Counter
 
-	mu         sync.Mutex
-	suppressed int // refusals left out since the last recorded
+	mu       sync.Mutex
+	node     *rate.Limiter // every refusal's
+	refusals map[refusalKey]*refusalBucket
+	overflow refusalBucket // new pairs', while refusals is full
+}
+
+// refusalKey is whose refusals one limit counts: a tenant's ("" for the
+// node's) from one source, the client's host ("" when unknown).
+type refusalKey struct{ tenant, source string }
+
+// refusalBucket limits one refusalKey's records and counts those left
+// out since the last one recorded.
+type refusalBucket struct {
+	lim        *rate.Limiter
+	suppressed int
 }
 
 // StreamConfig is the audit stream's configuration.
@@ -122,9 +149,11 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("audit: stream %s: %w", Stream, err)
 	}
 	l := &Log{
-		cfg:    cfg,
-		queue:  make(chan Record, QueueSize),
-		refuse: rate.NewLimiter(RefusalRate, RefusalBurst),
+		cfg:      cfg,
+		queue:    make(chan Record, QueueSize),
+		node:     rate.NewLimiter(NodeRefusalRate, NodeRefusalBurst),
+		refusals: map[refusalKey]*refusalBucket{},
+		overflow: refusalBucket{lim: rate.NewLimiter(RefusalRate, RefusalBurst)},
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_audit_dropped_total",
 			Help: "Audit records dropped because the queue to the audit stream was full.",
@@ -161,25 +190,67 @@ func (l *Log) Record(r Record) {
 	}
 }
 
-// Refused records a refusal, at most RefusalRate a second; the ones left
-// out are counted in the next one recorded.
+// Refused records a refusal, at most RefusalRate a second for its tenant
+// and source (Record.From's host) and NodeRefusalRate for the node; the
+// ones left out are counted in the next one recorded for the same tenant
+// and source, so one tenant's flood, or one client's, never hides
+// another's refusals.
 func (l *Log) Refused(r Record) {
 	if l == nil {
 		return
 	}
+	now := time.Now()
+	key := refusalKey{r.Tenant, source(r.From)}
 	l.mu.Lock()
-	if !l.refuse.Allow() {
-		l.suppressed++
+	b := l.bucket(key, now)
+	if !b.lim.AllowN(now, 1) || !l.node.AllowN(now, 1) {
+		b.suppressed++
 		l.mu.Unlock()
 		l.supp.Inc()
 		return
 	}
-	r.Suppressed, l.suppressed = l.suppressed, 0
+	r.Suppressed, b.suppressed = b.suppressed, 0
 	l.mu.Unlock()
 	if r.Outcome == "" {
 		r.Outcome = Refused
 	}
 	l.Record(r)
+}
+
+// bucket returns key's limit, making one; when MaxRefusalKeys are held,
+// it first forgets the idle ones (their burst back whole), recording for
+// each what it left out, and while none is idle, returns the overflow's.
+// l.mu is held.
+func (l *Log) bucket(key refusalKey, now time.Time) *refusalBucket {
+	if b, ok := l.refusals[key]; ok {
+		return b
+	}
+	if len(l.refusals) >= MaxRefusalKeys {
+		for k, b := range l.refusals {
+			if b.lim.TokensAt(now) < RefusalBurst {
+				continue
+			}
+			delete(l.refusals, k)
+			if b.suppressed > 0 {
+				l.Record(Record{Tenant: k.tenant, From: k.source, Action: "refusals.suppressed", Outcome: Refused, Suppressed: b.suppressed})
+			}
+		}
+		if len(l.refusals) >= MaxRefusalKeys {
+			return &l.overflow
+		}
+	}
+	b := &refusalBucket{lim: rate.NewLimiter(RefusalRate, RefusalBurst)}
+	l.refusals[key] = b
+	return b
+}
+
+// source is the host of a client's address (host:port), or the address
+// as it is when it has no port.
+func source(from string) string {
+	if host, _, err := net.SplitHostPort(from); err == nil {
+		return host
+	}
+	return from
 }
 
 // Subject is the subject of a record of tenant ("" for the node).

@@ -71,19 +71,69 @@ func TestAuditRecordsAndTail(t *testing.T) {
 }
 
 // TestAuditRefusalsBounded: a flood of refusals is recorded at a bounded
-// rate, the next record saying how many were left out.
+// rate, the records saying how many were left out in between: the
+// records and the ones they count left out add up to the flood.
 func TestAuditRefusalsBounded(t *testing.T) {
 	l, js := openLog(t)
 	for range 5000 {
 		l.Refused(audit.Record{Action: "auth.refused", Detail: "invalid token", From: "10.0.0.1:1234"})
 	}
-	time.Sleep(1100 * time.Millisecond) // the refusal rate refills
-	l.Refused(audit.Record{Action: "auth.refused", Detail: "invalid token"})
-	got := tail(t, js, "", 0, audit.RefusalBurst+1)
-	if len(got) > audit.RefusalBurst+2*audit.RefusalRate+1 {
+	time.Sleep(1100 * time.Millisecond)                                                       // the refusal rate refills
+	l.Refused(audit.Record{Action: "auth.refused", Detail: "the last", From: "10.0.0.1:999"}) // same host
+	var got []audit.Record
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got = tail(t, js, "", 0, 1)
+		if len(got) > 0 && got[len(got)-1].Detail == "the last" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last refusal was not recorded among %d", len(got))
+		}
+	}
+	sum := 0
+	for _, r := range got {
+		sum += 1 + r.Suppressed
+	}
+	if len(got) > 2500 {
 		t.Fatalf("%d refusals recorded of 5001", len(got))
 	}
-	if s := got[len(got)-1].Suppressed; s < 5000-audit.RefusalBurst-2*audit.RefusalRate {
-		t.Fatalf("the record after the flood counts %d suppressed", s)
+	if sum != 5001 {
+		t.Fatalf("%d records count %d refusals, not 5001", len(got), sum)
+	}
+	if got[len(got)-1].Suppressed == 0 {
+		t.Fatal("the record after the flood counts none suppressed")
+	}
+}
+
+// TestAuditRefusalsPerTenantAndSource: one tenant's flood from one
+// source leaves the refusals of another tenant, and of the same tenant
+// from another source, recorded at once, with nothing suppressed.
+func TestAuditRefusalsPerTenantAndSource(t *testing.T) {
+	l, js := openLog(t)
+	for range 5000 {
+		l.Refused(audit.Record{Tenant: "acme", Action: "auth.refused", Detail: "flood", From: "10.0.0.1:1234"})
+	}
+	l.Refused(audit.Record{Tenant: "beta", Action: "auth.refused", Detail: "beta's failed login", From: "10.0.0.1:1235"})
+	l.Refused(audit.Record{Tenant: "acme", Action: "auth.refused", Detail: "acme from elsewhere", From: "10.0.0.2:1"})
+	l.Refused(audit.Record{Action: "nats.denied", Detail: "the node's", From: "10.0.0.1:1236"})
+	for _, c := range []struct{ tenant, detail string }{{"beta", "beta's failed login"}, {"acme", "acme from elsewhere"}, {audit.NodeSubject, "the node's"}} {
+		t.Run(c.detail, func(t *testing.T) {
+			want := 1
+			if c.tenant == "acme" {
+				want = audit.RefusalBurst + 1
+			}
+			var found bool
+			for _, r := range tail(t, js, c.tenant, 0, want) {
+				if r.Detail == c.detail {
+					found = true
+					if r.Suppressed != 0 {
+						t.Errorf("%q counts %d suppressed", r.Detail, r.Suppressed)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%q was not recorded", c.detail)
+			}
+		})
 	}
 }
