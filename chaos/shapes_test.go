@@ -81,10 +81,11 @@ func TestOneTurnPerCommand(t *testing.T) {
 
 func TestStreamProblems(t *testing.T) {
 	sent := []sentChat{
-		{marker: "#0", acked: true, request: "r0"},
-		{marker: "#1", acked: true, request: "r1"},
-		{marker: "#2", acked: true, request: "r2"},
-		{marker: "#3", acked: true, request: "r3"},
+		{marker: "#0", acked: true, request: "r0", acks: []turnID{{"r0", "s0"}}},
+		{marker: "#1", acked: true, request: "r1", acks: []turnID{{"r1", "s1"}}},
+		{marker: "#2", acked: true, request: "r2", acks: []turnID{{"r2", "s2"}}},
+		{marker: "#3", acked: true, request: "r3", acks: []turnID{{"r3", "s3"}}},
+		{marker: "#5", acked: true, request: "r5", acks: []turnID{{"r5", "sx"}}},
 		{marker: "#4", request: ""}, // never acknowledged: nothing to check
 	}
 	streams := []chathost.Stream{
@@ -95,9 +96,12 @@ func TestStreamProblems(t *testing.T) {
 		{Stream: "sx", Status: chunk.StatusError}, // no start chunk: verify's stream-start
 	}
 	problems := streamProblems("a", sent, streams)
-	want := []string{"#1", "#2", "#3"} // two streams, never ended, none
+	want := []string{"#1", "#2", "#3", "#5"} // two streams, never ended, none, one without its start
 	if len(problems) != len(want) {
 		t.Fatalf("problems %q, want one for each of %v", problems, want)
+	}
+	if !strings.Contains(problems[3], "stream sx has no start chunk") {
+		t.Errorf("problem %q, want it to name the stream without its start", problems[3])
 	}
 	for i, w := range want {
 		if !strings.Contains(problems[i], w) {

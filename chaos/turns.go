@@ -89,7 +89,9 @@ func oneTurnPerCommand(sent map[string][]sentChat) ([]string, turnStats) {
 // exactly one stream of its request id among streams, and that it ended.
 func streamProblems(agent string, sent []sentChat, streams []chathost.Stream) []string {
 	byRequest := map[string][]chathost.Stream{}
+	byID := map[string]chathost.Stream{}
 	for _, s := range streams {
+		byID[s.Stream] = s
 		if s.RequestID != "" {
 			byRequest[s.RequestID] = append(byRequest[s.RequestID], s)
 		}
@@ -102,8 +104,12 @@ func streamProblems(agent string, sent []sentChat, streams []chathost.Stream) []
 		got := byRequest[s.request]
 		switch {
 		case len(got) == 0:
-			problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, %d times) was acknowledged as request %s, which has no stream: no turn answers it",
-				agent, s.marker, s.mode, s.sends, s.request))
+			what := "no stream is stored under its reply's stream id either: no turn answers it"
+			if st, ok := byID[s.acks[0].stream]; ok {
+				what = fmt.Sprintf("its reply's stream %s has no start chunk naming it (%s, %d chunks)", st.Stream, st.Status, st.Chunks)
+			}
+			problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, %d times) was acknowledged as request %s, which has no stream: %s",
+				agent, s.marker, s.mode, s.sends, s.request, what))
 		case len(got) > 1:
 			var ids []string
 			for _, g := range got {
