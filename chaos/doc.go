@@ -28,7 +28,8 @@
 //     marker unique in the run. Each command gets one of four identities at
 //     random: a message id, a requestId in the payload, an Idempotency-Key
 //     header, or none. One with an identity is sent again with it when its
-//     reply is lost or it is refused as busy (409), and must run once
+//     reply is lost, it is refused as busy (409) or its turn is being
+//     confirmed (504, counted as "chat unconfirmed"), and must run once
 //     however often it is sent; one without is sent again only after a
 //     409, and gets the id the node that receives it mints, which must make
 //     it run once however often routing retries it between nodes. Each

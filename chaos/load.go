@@ -254,15 +254,20 @@ func (l *load) chatOnce(ctx context.Context, c *client, agent string, idx int, k
 			l.count("chat resent")
 		}
 		l.sent(agent, idx)
-		busy, err := l.request(ctx, c, agent, "chat", key, cmd, &reply)
+		code, err := send(ctx, c.nc, l.requestTimeout, agent, "chat", key, cmd, &reply)
 		if err == nil {
 			acked = true
 			break
 		}
-		if busy { // refused: nothing was stored
+		if code == "409" { // refused: nothing was stored
 			l.count("chat busy")
 			sleep(ctx, 200*time.Millisecond)
 			continue
+		}
+		if code == "504" {
+			// Its turn is being confirmed (a write whose fate is
+			// unknown): sent again, it gets the turn's ids.
+			l.count("chat unconfirmed")
 		}
 		l.count("chat lost")
 		if mode == modeNone {
