@@ -195,3 +195,27 @@ func TestResendRecordsEachAnswer(t *testing.T) {
 		t.Errorf("problems %q, want none", problems)
 	}
 }
+
+// TestShapesUsage refuses the shapes where they cannot run, before
+// building or starting anything.
+func TestShapesUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{name: "stepdowns on one node", args: []string{"-stepdowns", "1"}},
+		{name: "handoffs on one node", args: []string{"-kills", "0", "-handoffs", "2"}},
+		{name: "negative", args: []string{"-nodes", "3", "-stepdowns", "-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			if got, want := run(t.Context(), tt.args, &stdout, &stderr), 2; got != want {
+				t.Fatalf("exit %d, want %d (stderr %q)", got, want, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "-stepdowns and -handoffs") {
+				t.Errorf("stderr %q, want it to name the flags", stderr.String())
+			}
+		})
+	}
+}
