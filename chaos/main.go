@@ -315,12 +315,12 @@ func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
 
 // crash kills (or freezes) a random node at random intervals until nodes
 // were killed o.kills times, restarting each after its kill, and runs the
-// shapes sh placed between them (shapes.go). On a cluster
-// a killed node stays down for a random part of a lease TTL (its
-// partitions may move meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past
-// one, the node's leases are gone when it continues), and each kill or
-// freeze waits until every node is ready again, so the cluster loses one
-// node at a time, as JetStream's R3 allows.
+// shapes sh placed between them (shapes.go). On a cluster a killed node
+// stays down for a random part of a lease TTL (its partitions may move
+// meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past one, the node's
+// leases are gone when it continues), and each kill or freeze waits until
+// every node is ready again, so the cluster loses one node at a time, as
+// JetStream's R3 allows.
 func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, o options, res *results, logf func(string, ...any)) error {
 	for res.kills < o.kills {
 		if err := sh.runGap(ctx, res.kills, res, logf); err != nil {
