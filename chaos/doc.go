@@ -55,22 +55,25 @@
 // for, so CI's runs are as before:
 //
 //   - -stepdowns N: N times, just after a chat command is sent (its turn's
-//     first writes in flight), the events stream's JetStream leader is
-//     made to step down ($JS.API.STREAM.LEADER.STEPDOWN.FOREVER_EVENTS, in
-//     the load's account), so appends stall in the election past their
-//     callers' deadlines; meanwhile every chat command in flight that has
-//     an identity (from its first send until its turn's stream ended) is
-//     sent again with it, each attempt giving up after 1 s and sent again
-//     after that, a 504 or a 409, up to 10 times, as a client whose reply
+//     first writes in flight; after 10 s without one, at once), the events
+//     stream's JetStream leader is made to step down
+//     ($JS.API.STREAM.LEADER.STEPDOWN.FOREVER_EVENTS, in the load's
+//     account), so appends stall in the election past their callers'
+//     deadlines; meanwhile every chat command in flight that has an
+//     identity (from its first send until its turn's stream ended) is sent
+//     again with it, each attempt giving up after 1 s and sent again after
+//     that, a 409, a 503 or a 504, up to 10 times, as a client whose reply
 //     is late does;
-//   - -handoffs N: N times, just after a chat command is sent, the node
-//     that holds its agent's partition lease (the cluster subject's
-//     leases) is stopped with SIGTERM, which hands off its partitions to
-//     the others without a kill; every chat command in flight is sent
-//     again over a connection to another node meanwhile (3 s attempts),
-//     and once more when the node, restarted after a random part of a
-//     lease TTL, is ready and takes its partitions back. A node that does
-//     not exit 0 within 30 s of SIGTERM is a violation.
+//   - -handoffs N: N times, just after a chat command is sent (after 10 s
+//     without one, as when every turn waits for a moved partition, any
+//     chat in flight will do), the node that holds its agent's partition
+//     lease (the cluster subject's leases) is stopped with SIGTERM, which
+//     hands off its partitions to the others without a kill; every chat
+//     command in flight is sent again over a connection to another node
+//     meanwhile (3 s attempts), and once more when the node, restarted
+//     after a random part of a lease TTL, is ready and takes its
+//     partitions back. A node that does not exit 0 within 30 s of SIGTERM
+//     is a violation.
 //
 // Every reply a command gets, from its client or a resend, is recorded.
 //

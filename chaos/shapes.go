@@ -38,6 +38,9 @@ const (
 	stepdownResendTimeout = time.Second
 	handoffResendTimeout  = 3 * time.Second
 	resendAttempts        = 10
+	// sendWait bounds the wait for a chat command's send before a shape:
+	// right after a kill or a handoff every turn may stall for a lease TTL.
+	sendWait = 10 * time.Second
 )
 
 // planShapes places stepdowns and handoffs between kills: each goes into
@@ -105,16 +108,26 @@ func (sh *shaper) runGap(ctx context.Context, kills int, res *results, logf func
 // leader to step down at once, and sends every chat command in flight
 // again with a short timeout while the stream elects its next leader.
 func (sh *shaper) stepdown(ctx context.Context, res *results, logf func(string, ...any)) {
-	agent := sh.l.nextSend(ctx, 3*time.Second)
+	began := time.Now()
+	agent := sh.l.nextSend(ctx, sendWait)
+	waited := time.Since(began)
 	res.stepdowns++
 	err := stepdownLeader(ctx, sh.admin, eventlog.DefaultEventsStream)
 	n := sh.l.resendInFlight(ctx, sh.pool, "", stepdownResendTimeout)
 	if err != nil {
 		res.stepdownsRefused++
-		logf("stepdown %d: %s refused (%v), just after a chat to %q; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, err, agent, n)
+		logf("stepdown %d: %s refused (%v), %s; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, err, sentWhen(agent, waited), n)
 		return
 	}
-	logf("stepdown %d: %s leader stepped down just after a chat to %q; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, agent, n)
+	logf("stepdown %d: %s leader stepped down, %s; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, sentWhen(agent, waited), n)
+}
+
+// sentWhen says which chat a shape followed.
+func sentWhen(agent string, waited time.Duration) string {
+	if agent == "" {
+		return fmt.Sprintf("no chat sent within %s", waited.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("just after a chat to %s (sent %s into the wait)", agent, waited.Round(time.Millisecond))
 }
 
 // stepdownLeader asks JetStream to move stream's leader to another
@@ -152,7 +165,13 @@ func stepdownLeader(ctx context.Context, nc *nats.Conn, stream string) error {
 // restarts the node after a random part of a lease TTL, which moves
 // partitions back to it: chats in flight are sent again then too.
 func (sh *shaper) handoff(ctx context.Context, res *results, logf func(string, ...any)) error {
-	agent := sh.l.nextSend(ctx, 3*time.Second)
+	began := time.Now()
+	agent := sh.l.nextSend(ctx, sendWait)
+	when := sentWhen(agent, time.Since(began))
+	if agent == "" {
+		// The agent of a chat in flight, whose turn runs or waits.
+		agent = sh.l.inFlight(sh.rng)
+	}
 	d, owner := sh.ns.list[sh.rng.IntN(len(sh.ns.list))], "a random node"
 	if agent != "" {
 		if name, err := ownerOf(ctx, sh.admin, sh.prefix, agent); err != nil {
@@ -166,7 +185,7 @@ func (sh *shaper) handoff(ctx context.Context, res *results, logf func(string, .
 		}
 	}
 	res.handoffs++
-	logf("handoff %d: SIGTERM %s, %s", res.handoffs, d.name, owner)
+	logf("handoff %d: SIGTERM %s, %s, %s", res.handoffs, d.name, owner, when)
 	d.terminate()
 	sleep(ctx, time.Duration(sh.rng.IntN(300))*time.Millisecond)
 	n := sh.l.resendInFlight(ctx, sh.pool, d.url(), handoffResendTimeout)
@@ -218,8 +237,8 @@ func ownerOf(ctx context.Context, nc *nats.Conn, prefix, agent string) (string, 
 // identity, whose turn has not ended) again, each from its own goroutine,
 // as a client whose reply is late sends it: over a connection of pool to
 // another node than its client's and than avoid's (a node stopping), each
-// attempt waiting up to timeout, again after a timeout, a 409 or a 504,
-// up to resendAttempts times. Every reply is recorded: each must name the
+// attempt waiting up to timeout, again after a timeout, a 409, a 503 or a
+// 504, up to resendAttempts times. Every reply is recorded: each must name the
 // command's one turn (checkTurns). It returns how many it resends.
 func (l *load) resendInFlight(ctx context.Context, pool []*nats.Conn, avoid string, timeout time.Duration) int {
 	l.mu.Lock()
@@ -233,6 +252,18 @@ func (l *load) resendInFlight(ctx context.Context, pool []*nats.Conn, avoid stri
 		l.resends.Go(func() { l.resend(ctx, nc, f, timeout) })
 	}
 	return len(flights)
+}
+
+// inFlight returns the agent of a random chat command in flight, "" when
+// none is.
+func (l *load) inFlight(rng *rand.Rand) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	agents := sortedKeys(l.mu.flights)
+	if len(agents) == 0 {
+		return ""
+	}
+	return agents[rng.IntN(len(agents))]
 }
 
 // pickConn returns a connection of pool connected to neither avoid nor
@@ -269,7 +300,7 @@ func (l *load) resend(ctx context.Context, nc *nats.Conn, f *flight, timeout tim
 			return
 		case code == "":
 			l.count("chat resend attempts lost")
-		case code == "409" || code == "504":
+		case code == "409" || code == "503" || code == "504":
 			l.count("chat resend attempts " + code)
 		default:
 			// A sentence a client reads; not a broken invariant by

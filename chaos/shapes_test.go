@@ -150,8 +150,9 @@ func TestStepdownLeader(t *testing.T) {
 }
 
 // TestResendRecordsEachAnswer resends a command in flight over a real NATS
-// server whose responder answers 504, then 409, then the turn's ids: the
-// resend goes on past both, and its answer is recorded with the client's.
+// server whose responder answers 504, 503 and 409, then the turn's ids:
+// the resend goes on past each, and its answer is recorded with the
+// client's.
 func TestResendRecordsEachAnswer(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 	nc := eventlogtest.Connect(t, s)
@@ -163,6 +164,8 @@ func TestResendRecordsEachAnswer(t *testing.T) {
 			reply.Header.Set("Nats-Service-Error-Code", "504")
 			reply.Header.Set("Nats-Service-Error", "turn r1 is being confirmed; send the command again for its answer")
 		case 2:
+			reply.Header.Set("Nats-Service-Error-Code", "503")
+		case 3:
 			reply.Header.Set("Nats-Service-Error-Code", "409")
 		default:
 			if m.Header.Get("Idempotency-Key") != "k1" {
@@ -180,13 +183,16 @@ func TestResendRecordsEachAnswer(t *testing.T) {
 	l.mu.flights[agent] = &flight{agent: agent, idx: 0, key: "k1", cmd: map[string]any{"text": "hi"}, via: &client{nc: nc}}
 	l.recordAck(agent, 0, chathost.Reply{RequestID: "r1", StreamID: "s1"}) // its client's answer
 
+	if got := l.inFlight(rand.New(rand.NewPCG(1, 1))); got != agent {
+		t.Errorf("in flight: %q, want %q", got, agent)
+	}
 	if n := l.resendInFlight(context.Background(), []*nats.Conn{nc}, "", time.Second); n != 1 {
 		t.Fatalf("resent %d commands, want 1", n)
 	}
 	l.resends.Wait()
 	got := l.mu.sent[agent][0]
-	if got.sends != 3 || len(got.acks) != 2 || got.acks[1] != (turnID{"r1", "s1"}) {
-		t.Errorf("sent %d times with answers %v, want 3 sends and the answer r1/s1 twice", got.sends, got.acks)
+	if got.sends != 4 || len(got.acks) != 2 || got.acks[1] != (turnID{"r1", "s1"}) {
+		t.Errorf("sent %d times with answers %v, want 4 sends and the answer r1/s1 twice", got.sends, got.acks)
 	}
 	if len(l.mu.acked) != 1 {
 		t.Errorf("acknowledged writes %v, want r1 once", l.mu.acked)
