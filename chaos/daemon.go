@@ -120,8 +120,20 @@ func (d *daemon) stop() error {
 	if d.cmd == nil {
 		return nil
 	}
+	d.terminate()
+	return d.waitExit(30 * time.Second)
+}
+
+// terminate sends SIGTERM, the orderly stop: a node of a cluster hands
+// off its partitions on its way out.
+func (d *daemon) terminate() {
 	fmt.Fprintf(d.log, "--- chaos: SIGTERM %s\n", time.Now().Format(time.RFC3339Nano))
 	d.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// waitExit waits up to timeout for the process to exit after terminate,
+// and kills it past that; an exit status other than 0 is an error.
+func (d *daemon) waitExit(timeout time.Duration) error {
 	select {
 	case err := <-d.exited:
 		d.cmd = nil
@@ -129,11 +141,14 @@ func (d *daemon) stop() error {
 			return fmt.Errorf("%s exit after SIGTERM: %w", d.name, err)
 		}
 		return nil
-	case <-time.After(30 * time.Second):
+	case <-time.After(timeout):
 		d.kill()
-		return fmt.Errorf("%s still running 30s after SIGTERM", d.name)
+		return fmt.Errorf("%s still running %s after SIGTERM", d.name, timeout)
 	}
 }
+
+// url is the node's NATS client URL.
+func (d *daemon) url() string { return "nats://" + d.natsAddr }
 
 // freeAddr returns a loopback address whose port stays reserved for this
 // run (internal/freeport): the daemons restart on it many times.

@@ -3,6 +3,7 @@
 //
 //	go run ./chaos -kills 20 [-bin path/to/agentd] [-seed N]
 //	go run ./chaos -nodes 3 -kills 50 -lease-ttl 3s [-auth=false]
+//	go run ./chaos -nodes 3 -kills 50 -lease-ttl 3s -stepdowns 20 -handoffs 5 [-seed N]
 //
 // It builds agentd (unless -bin names one) and starts it on temporary data
 // dirs with the embedded NATS server: one node, or with -nodes n a cluster
@@ -27,7 +28,8 @@
 //     marker unique in the run. Each command gets one of four identities at
 //     random: a message id, a requestId in the payload, an Idempotency-Key
 //     header, or none. One with an identity is sent again with it when its
-//     reply is lost or it is refused as busy (409), and must run once
+//     reply is lost, it is refused as busy (409) or its turn is being
+//     confirmed (504, counted as "chat unconfirmed"), and must run once
 //     however often it is sent; one without is sent again only after a
 //     409, and gets the id the node that receives it mints, which must make
 //     it run once however often routing retries it between nodes. Each
@@ -46,6 +48,35 @@
 // one node at a time, as R3 allows. Short leases (-lease-ttl 3s) make
 // ownership change under load often.
 //
+// # Stepdowns and handoffs
+//
+// On a cluster, two more shapes (shapes.go) are placed at random between
+// the kills, each after every node is ready; both are off unless asked
+// for, so CI's runs are as before:
+//
+//   - -stepdowns N: N times, just after a chat command is sent (its turn's
+//     first writes in flight; after 10 s without one, at once), the events
+//     stream's JetStream leader is made to step down
+//     ($JS.API.STREAM.LEADER.STEPDOWN.FOREVER_EVENTS, in the load's
+//     account), so appends stall in the election past their callers'
+//     deadlines; meanwhile every chat command in flight that has an
+//     identity (from its first send until its turn's stream ended) is sent
+//     again with it, each attempt giving up after 1 s and sent again after
+//     that, a 409, a 503 or a 504, up to 10 times, as a client whose reply
+//     is late does;
+//   - -handoffs N: N times, just after a chat command is sent (after 10 s
+//     without one, as when every turn waits for a moved partition, any
+//     chat in flight will do), the node that holds its agent's partition
+//     lease (the cluster subject's leases) is stopped with SIGTERM, which
+//     hands off its partitions to the others without a kill; every chat
+//     command in flight is sent again over a connection to another node
+//     meanwhile (3 s attempts), and once more when the node, restarted
+//     after a random part of a lease TTL, is ready and takes its
+//     partitions back. A node that does not exit 0 within 30 s of SIGTERM
+//     is a violation.
+//
+// Every reply a command gets, from its client or a resend, is recorded.
+//
 // # Checks
 //
 // At the end it stops the load and checks, exiting 1 when anything was
@@ -62,6 +93,12 @@
 //     and every acknowledged one exactly once (by its marker), whatever
 //     compaction did to the log, and no user message is answered by two
 //     assistant messages;
+//   - each acknowledged chat command got exactly one outcome: every reply
+//     it got, however often and wherever it was sent, names the same turn
+//     (request id and stream), and the agent's streams (the streams verb,
+//     as a client reads them) hold exactly one stream of that request id,
+//     which ended (waiting up to 90 s for turns still running when the load
+//     stopped);
 //   - the readers: a follower that saw chunks out of order, an acknowledged
 //     chat whose stream did not reach its terminal chunk within 90 s, a
 //     replay that differs from the stream;
@@ -77,19 +114,26 @@
 // its notes counted by kind, the conversations read (messages, user
 // messages, and user messages with no assistant message after them: turns
 // that failed before storing one, which verify checks have an outcome),
-// and every violation. A follow that never ended says what the follower
-// saw and what the stream holds (its first and last stored chunk, and who
-// wrote them).
+// a line "one turn at a time" with verify's checks of one turn per request
+// and one request per turn by name (turn-overlap, turn-two-fibers,
+// turn-started-twice, message-answered-twice, stream-start,
+// stream-no-terminal) and what each found, with how many acknowledged chats
+// were sent more than once or answered more than once; with shapes, how
+// many stepdowns (and refused) and handoffs ran; and every violation. A
+// follow that never ended says what the follower saw and what the stream
+// holds (its first and last stored chunk, and who wrote them).
 //
 // Flags added to every node: --local-rate=300, and compaction every
 // second (--compact-events=256 --compact-every=1s --compact-idle-events=16
 // --idle-timeout=5s), so kills land on compactions too and verify reads
 // snapshots.
 //
-// -seed fixes the schedule of kills and the load's choices (not the
-// timings of agentd itself). Each event of the schedule is printed with
-// its time on stderr, and each node's log marks its starts, SIGKILLs,
-// SIGSTOPs and SIGCONTs. The data dirs, the nodes' logs (agentd.log, or
+// -seed fixes the schedule of kills, stepdowns and handoffs and the load's
+// choices (not the timings of agentd itself); the stepdowns and handoffs
+// draw from random streams of their own, so a seed kills the same nodes
+// with them as without. Each event of the schedule is printed with its
+// time on stderr, and each node's log marks its starts, SIGKILLs,
+// SIGSTOPs, SIGCONTs and SIGTERMs. The data dirs, the nodes' logs (agentd.log, or
 // forever-i.log) and verify's whole report (verify.txt) are kept when the
 // run fails, or with -keep.
 package main

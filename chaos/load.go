@@ -29,11 +29,18 @@ type load struct {
 	// requestTimeout bounds one command; a cluster's is longer, as a
 	// command may wait for a partition's new owner.
 	requestTimeout time.Duration
+	// sends carries the agent of each chat command just sent, dropped
+	// when nobody waits (nextSend): a stepdown or handoff aims at a turn
+	// whose first writes are in flight.
+	sends chan string
+	// resends are the sends of resendInFlight, awaited before the checks.
+	resends sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
 		acked     []verify.Ack
 		sent      map[string][]sentChat // per chat agent, in order
+		flights   map[string]*flight    // per chat agent: its command in flight
 		ops       map[string]int
 		anomalies []string
 	}
@@ -48,19 +55,83 @@ type client struct {
 }
 
 // sentChat is one chat command the load sent: its marker (unique in the
-// run, in its text) and, once acknowledged, its reply's request id.
+// run, in its text) and, once acknowledged, its first reply's request id
+// and every reply's ids (acks). sends counts how often it was sent, by
+// its client and by resendInFlight.
 type sentChat struct {
 	marker  string
 	mode    string
 	acked   bool
 	request string
+	acks    []turnID
+	sends   int
+}
+
+// turnID is what a chat command's reply names: its turn's request id and
+// stream.
+type turnID struct{ request, stream string }
+
+// flight is a chat command with an identity from its first send until
+// its turn's stream ended (or its client gave up): resendInFlight sends
+// it again meanwhile.
+type flight struct {
+	agent string
+	idx   int // in load.mu.sent[agent]
+	key   string
+	cmd   map[string]any
+	via   *client // its client's connection
 }
 
 func newLoad(requestTimeout time.Duration) *load {
-	l := &load{requestTimeout: requestTimeout}
+	l := &load{requestTimeout: requestTimeout, sends: make(chan string)}
 	l.mu.ops = map[string]int{}
 	l.mu.sent = map[string][]sentChat{}
+	l.mu.flights = map[string]*flight{}
 	return l
+}
+
+// recordAck records a reply of the command idx of agent, from its client
+// or a resend: the first makes it acknowledged; each request id it names
+// must then be in the log (verify's acknowledged writes).
+func (l *load) recordAck(agent string, idx int, r chathost.Reply) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := &l.mu.sent[agent][idx]
+	seen := false
+	for _, a := range s.acks {
+		seen = seen || a.request == r.RequestID
+	}
+	s.acks = append(s.acks, turnID{request: r.RequestID, stream: r.StreamID})
+	if !s.acked {
+		s.acked, s.request = true, r.RequestID
+	}
+	if !seen {
+		l.mu.acked = append(l.mu.acked, verify.Ack{Agent: agent, ID: r.RequestID})
+	}
+}
+
+// sent notes one send of the command idx of agent, and offers agent to
+// a nextSend waiting for it.
+func (l *load) sent(agent string, idx int) {
+	l.mu.Lock()
+	l.mu.sent[agent][idx].sends++
+	l.mu.Unlock()
+	select {
+	case l.sends <- agent:
+	default:
+	}
+}
+
+// nextSend waits up to d for the next chat command's send and returns its
+// agent, "" when none came.
+func (l *load) nextSend(ctx context.Context, d time.Duration) string {
+	select {
+	case agent := <-l.sends:
+		return agent
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	return ""
 }
 
 func (l *load) count(op string) {
@@ -84,22 +155,30 @@ func (l *load) anomaly(format string, args ...any) {
 // request sends one command; busy reports a 409 (a turn is active). A
 // non-empty key is sent as the Idempotency-Key header.
 func (l *load) request(ctx context.Context, c *client, agent, verb, key string, body, out any) (busy bool, err error) {
+	code, err := send(ctx, c.nc, l.requestTimeout, agent, verb, key, body, out)
+	return code == "409", err
+}
+
+// send sends one command over nc and waits up to timeout for its reply.
+// code is the error code agentd answered with ("" for a reply, or no
+// reply). A non-empty key is sent as the Idempotency-Key header.
+func send(ctx context.Context, nc *nats.Conn, timeout time.Duration, agent, verb, key string, body, out any) (code string, err error) {
 	data, _ := json.Marshal(body)
-	rctx, cancel := context.WithTimeout(ctx, l.requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	m := nats.NewMsg("forever.cmd." + agent + "." + verb)
 	m.Data = data
 	if key != "" {
 		m.Header.Set(host.HeaderIdempotencyKey, key)
 	}
-	msg, err := c.nc.RequestMsgWithContext(rctx, m)
+	msg, err := nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return code == "409", fmt.Errorf("%s %s: %s %s", agent, verb, code, msg.Header.Get("Nats-Service-Error"))
+		return code, fmt.Errorf("%s %s: %s %s", agent, verb, code, msg.Header.Get("Nats-Service-Error"))
 	}
-	return false, json.Unmarshal(msg.Data, out)
+	return "", json.Unmarshal(msg.Data, out)
 }
 
 // chatAttempts bounds the sends of one chat command whose reply was lost
@@ -151,52 +230,69 @@ func (l *load) chat(ctx context.Context, c *client, agent string, rng *rand.Rand
 		}
 		l.mu.Lock()
 		l.mu.sent[agent] = append(l.mu.sent[agent], sentChat{marker: marker, mode: mode})
+		idx := len(l.mu.sent[agent]) - 1
+		if mode != modeNone {
+			// Sent again by resendInFlight in a stepdown or a handoff
+			// until its turn's stream ended.
+			l.mu.flights[agent] = &flight{agent: agent, idx: idx, key: key, cmd: cmd, via: c}
+		}
 		l.mu.Unlock()
-		var reply chathost.Reply
-		acked := false
-		for attempt := 0; attempt < chatAttempts && ctx.Err() == nil; attempt++ {
-			if attempt > 0 {
-				l.count("chat resent")
-			}
-			busy, err := l.request(ctx, c, agent, "chat", key, cmd, &reply)
-			if err == nil {
-				acked = true
-				break
-			}
-			if busy { // refused: nothing was stored
-				l.count("chat busy")
-				sleep(ctx, 200*time.Millisecond)
-				continue
-			}
-			l.count("chat lost")
-			if mode == modeNone {
-				break // it may have run: sent again, it would be a second command
-			}
-			sleep(ctx, 100*time.Millisecond)
-		}
-		if !acked {
-			continue
-		}
+		l.chatOnce(ctx, c, agent, idx, key, mode, cmd, rng)
 		l.mu.Lock()
-		s := l.mu.sent[agent]
-		s[len(s)-1].acked, s[len(s)-1].request = true, reply.RequestID
+		delete(l.mu.flights, agent)
 		l.mu.Unlock()
-		l.ack(agent, reply.RequestID)
-		l.count("chats")
-		items, ended, lastErr := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
-		if !ended {
-			if ctx.Err() == nil {
-				// An acknowledged turn's stream must end (finish, error
-				// or abort): its clients would wait forever.
-				l.count("follows unfinished")
-				l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s for a follower from the reply's cursor %s: %s",
-					agent, reply.StreamID, reply.RequestID, followDeadline, reply.Cursor, l.streamDiag(ctx, c, agent, reply.StreamID, len(items), lastErr))
-			}
+	}
+}
+
+// chatOnce sends the command idx of agent until it is acknowledged (or
+// given up), then follows its turn's stream and replays it.
+func (l *load) chatOnce(ctx context.Context, c *client, agent string, idx int, key, mode string, cmd map[string]any, rng *rand.Rand) {
+	var reply chathost.Reply
+	acked := false
+	for attempt := 0; attempt < chatAttempts && ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			l.count("chat resent")
+		}
+		l.sent(agent, idx)
+		code, err := send(ctx, c.nc, l.requestTimeout, agent, "chat", key, cmd, &reply)
+		if err == nil {
+			acked = true
+			break
+		}
+		if code == "409" { // refused: nothing was stored
+			l.count("chat busy")
+			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
-		l.count("follows")
-		l.replayFrom(ctx, c, agent, reply.StreamID, items, rng)
+		if code == "504" {
+			// Its turn is being confirmed (a write whose fate is
+			// unknown): sent again, it gets the turn's ids.
+			l.count("chat unconfirmed")
+		}
+		l.count("chat lost")
+		if mode == modeNone {
+			break // it may have run: sent again, it would be a second command
+		}
+		sleep(ctx, 100*time.Millisecond)
 	}
+	if !acked {
+		return
+	}
+	l.recordAck(agent, idx, reply)
+	l.count("chats")
+	items, ended, lastErr := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
+	if !ended {
+		if ctx.Err() == nil {
+			// An acknowledged turn's stream must end (finish, error
+			// or abort): its clients would wait forever.
+			l.count("follows unfinished")
+			l.anomaly("%s/%s: the stream of acknowledged request %s did not end within %s for a follower from the reply's cursor %s: %s",
+				agent, reply.StreamID, reply.RequestID, followDeadline, reply.Cursor, l.streamDiag(ctx, c, agent, reply.StreamID, len(items), lastErr))
+		}
+		return
+	}
+	l.count("follows")
+	l.replayFrom(ctx, c, agent, reply.StreamID, items, rng)
 }
 
 // follow follows a turn's stream from after to its terminal chunk, resuming

@@ -44,6 +44,9 @@ type options struct {
 	leaseTTL     time.Duration
 	auth         bool
 	keep         bool
+	// stepdowns and handoffs are the shapes of shapes.go, placed at
+	// random between kills.
+	stepdowns, handoffs int
 }
 
 // results is what one run found.
@@ -56,11 +59,20 @@ type results struct {
 	anomalies    []string // the readers'
 	conversation []string // checkConversations'
 	read         conversationStats
+	turns        []string // checkTurns'
+	turnStats    turnStats
 	dataVerify   string // output of agentd verify when it failed
+
+	// stepdowns and handoffs done (shapes.go); stepdownsRefused of the
+	// stepdowns JetStream refused (no leader to step down).
+	stepdowns, stepdownsRefused, handoffs int
+	// shapeProblems are what the shapes found themselves: a node that did
+	// not stop cleanly on SIGTERM.
+	shapeProblems []string
 }
 
 func (r *results) violations() int {
-	n := len(r.report.Violations) + len(r.anomalies) + len(r.conversation)
+	n := len(r.report.Violations) + len(r.anomalies) + len(r.conversation) + len(r.turns) + len(r.shapeProblems)
 	if r.dataVerify != "" {
 		n++
 	}
@@ -81,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", chartargs.DefaultLeaseTTL, "partition lease TTL of a cluster's nodes (--lease-ttl); shorter ones make ownership change more often")
 	fs.BoolVar(&o.auth, "auth", true, "run a cluster with auth, the chart's default (one shared secret; the load runs in a tenant); false runs it without, as auth.enabled=false does")
 	fs.BoolVar(&o.keep, "keep", false, "keep the data dirs and agentd's logs")
+	fs.IntVar(&o.stepdowns, "stepdowns", 0, "times the events stream's JetStream leader is made to step down, at random points between kills, just after a chat is sent, while every chat in flight is sent again (needs -nodes 2 or more)")
+	fs.IntVar(&o.handoffs, "handoffs", 0, "orderly stops (SIGTERM) and restarts of the node that owns the agent of a chat just sent, at random points between kills, so partitions move without a kill while every chat in flight is sent again to another node (needs -nodes 2 or more)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -89,6 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.kills < 0 || o.chats < 0 || o.steps < 0 || o.nodes < 1 || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "chaos: -kills, -chats and -steps must be >= 0, -nodes >= 1, and no arguments are taken")
+		return 2
+	}
+	if o.stepdowns < 0 || o.handoffs < 0 || (o.nodes == 1 && o.stepdowns+o.handoffs > 0) {
+		fmt.Fprintln(stderr, "chaos: -stepdowns and -handoffs must be >= 0, and need -nodes 2 or more")
 		return 2
 	}
 	if o.nodes > 1 && o.leaseTTL < time.Second {
@@ -215,18 +233,34 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 		}
 		err = startWorker(agent, func(c *client) { l.steps(loadCtx, c, agent, r) })
 	}
+	// The shapes' resends go over connections of their own, one
+	// preferring each node; their schedule has its own random stream, so
+	// a seed's kills are the same with and without them.
+	sh := &shaper{plan: planShapes(rand.New(rand.NewPCG(o.seed, 3)), o.kills, o.stepdowns, o.handoffs),
+		rng: rand.New(rand.NewPCG(o.seed, 4)), l: l, ns: ns, admin: checker.nc, prefix: checker.lg.Prefix(), ttl: o.leaseTTL}
+	for i := range ns.list {
+		if err != nil || o.stepdowns+o.handoffs == 0 {
+			break
+		}
+		var nc *nats.Conn
+		if nc, err = ns.connect(i, fmt.Sprintf("chaos resend %d", i)); err == nil {
+			conns = append(conns, nc)
+			sh.pool = append(sh.pool, nc)
+		}
+	}
 	if err == nil {
 		began := time.Now()
-		logf("seed %d: %d kills of %d node(s), data in %s", o.seed, o.kills, len(ns.list), dir)
-		err = crash(ctx, ns, rng, o, res, logf)
+		logf("seed %d: %d kills of %d node(s), %d stepdowns, %d handoffs, data in %s", o.seed, o.kills, len(ns.list), o.stepdowns, o.handoffs, dir)
+		err = crash(ctx, ns, rng, sh, o, res, logf)
 		res.took = time.Since(began)
 	}
 	stopLoad()
 	wg.Wait()
+	l.resends.Wait()
 	if err != nil {
 		return res, err
 	}
-	logf("%d kills and %d stops in %s; verifying", res.kills, res.stops, res.took.Round(time.Second))
+	logf("%d kills, %d stops, %d stepdowns and %d handoffs in %s; verifying", res.kills, res.stops, res.stepdowns, res.handoffs, res.took.Round(time.Second))
 
 	l.mu.Lock()
 	res.ops, res.anomalies = l.mu.ops, l.mu.anomalies
@@ -245,6 +279,9 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	os.WriteFile(filepath.Join(dir, "verify.txt"), []byte(res.report.String()), 0o644)
 	if res.conversation, res.read, err = l.checkConversations(ctx, checker); err != nil {
 		return res, fmt.Errorf("conversations: %w", err)
+	}
+	if res.turns, res.turnStats, err = l.checkTurns(ctx, checker); err != nil {
+		return res, fmt.Errorf("turns: %w", err)
 	}
 	res.dataVerify, err = agentdVerify(ctx, bin, ns)
 	return res, err
@@ -277,14 +314,18 @@ func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
 }
 
 // crash kills (or freezes) a random node at random intervals until nodes
-// were killed o.kills times, restarting each after its kill. On a cluster
-// a killed node stays down for a random part of a lease TTL (its
-// partitions may move meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past
-// one, the node's leases are gone when it continues), and each kill or
-// freeze waits until every node is ready again, so the cluster loses one
-// node at a time, as JetStream's R3 allows.
-func crash(ctx context.Context, ns *nodes, rng *rand.Rand, o options, res *results, logf func(string, ...any)) error {
+// were killed o.kills times, restarting each after its kill, and runs the
+// shapes sh placed between them (shapes.go). On a cluster a killed node
+// stays down for a random part of a lease TTL (its partitions may move
+// meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past one, the node's
+// leases are gone when it continues), and each kill or freeze waits until
+// every node is ready again, so the cluster loses one node at a time, as
+// JetStream's R3 allows.
+func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, o options, res *results, logf func(string, ...any)) error {
 	for res.kills < o.kills {
+		if err := sh.runGap(ctx, res.kills, res, logf); err != nil {
+			return err
+		}
 		sleep(ctx, time.Duration(800+rng.IntN(2200))*time.Millisecond)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -320,7 +361,7 @@ func crash(ctx context.Context, ns *nodes, rng *rand.Rand, o options, res *resul
 		res.ready = append(res.ready, took)
 		logf("kill %d: %s ready again in %s", res.kills, d.name, took.Round(time.Millisecond))
 	}
-	return nil
+	return sh.runGap(ctx, o.kills, res, logf)
 }
 
 func printTable(w io.Writer, o options, r *results) {
@@ -356,15 +397,50 @@ func printTable(w io.Writer, o options, r *results) {
 	}
 	fmt.Fprintf(w, "conversations: %d messages read, %d from users, %d of them without an assistant message after them\n",
 		r.read.messages, r.read.users, r.read.unanswered)
+	// The checks of one turn per request and one request per turn, by
+	// name, so a clean run shows they ran.
+	parts = parts[:0]
+	for _, k := range oneTurnKinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, countKind(r.report, k)))
+	}
+	fmt.Fprintf(w, "one turn at a time: %s; %d acknowledged chats, %d sent more than once, %d answered more than once, %d of them not with exactly one turn that ended\n",
+		strings.Join(parts, ", "), r.turnStats.acked, r.turnStats.resent, r.turnStats.answered, len(r.turns))
+	if o.stepdowns+o.handoffs > 0 {
+		fmt.Fprintf(w, "shapes: %d stepdowns (%d refused), %d handoffs\n", r.stepdowns, r.stepdownsRefused, r.handoffs)
+	}
 	for _, a := range r.anomalies {
 		fmt.Fprintln(w, "reader:", a)
 	}
 	for _, a := range r.conversation {
 		fmt.Fprintln(w, "conversation:", a)
 	}
+	for _, a := range r.turns {
+		fmt.Fprintln(w, "turns:", a)
+	}
+	for _, a := range r.shapeProblems {
+		fmt.Fprintln(w, "shape:", a)
+	}
 	if r.dataVerify != "" {
 		fmt.Fprint(w, r.dataVerify)
 	}
+}
+
+// oneTurnKinds are verify's checks of one turn per request and one
+// request per turn, which the table names even when they found nothing.
+var oneTurnKinds = []verify.Kind{
+	verify.KindTurnOverlap, verify.KindTurnTwoFibers, verify.KindTurnStartedTwice,
+	verify.KindMessageAnsweredTwice, verify.KindStreamStart, verify.KindStreamNoTerminal,
+}
+
+// countKind counts r's violations of kind k.
+func countKind(r verify.Report, k verify.Kind) int {
+	n := 0
+	for _, v := range r.Violations {
+		if v.Kind == k {
+			n++
+		}
+	}
+	return n
 }
 
 func sortedOps(m map[string]int) []string {
