@@ -400,7 +400,15 @@ func testClusterBackup(t *testing.T, bin string) {
 			}
 		}
 	}
-	rep := runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+dst[2].nats, "--creds", filepath.Join(dst[2].data, agentd.AdminCredsFile))
+	// The node asked learns the restored tenants from its watch of the
+	// tenants bucket, which may lag the chats answered on another node.
+	var rep string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		rep = runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+dst[2].nats, "--creds", filepath.Join(dst[2].data, agentd.AdminCredsFile))
+		if strings.Contains(rep, "tenant acme:") && strings.Contains(rep, "tenant zeta:") || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, name := range []string{"agentd:", "tenant acme:", "tenant zeta:"} {
 		if !strings.Contains(rep, name) {
 			t.Errorf("verify did not check %s\n%s", name, rep)

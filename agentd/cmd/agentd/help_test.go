@@ -115,7 +115,7 @@ func TestLogTracing(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"off", nil, []string{`level=INFO msg="tracing is off`}},
+		{"off", nil, []string{`level=DEBUG msg="tracing is off`}},
 		{"otlp", map[string]string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT": "https://u:s3cret@collector:4318?k=s3cret",
 			"OTEL_EXPORTER_OTLP_HEADERS":  "authorization=Bearer s3cret",
@@ -124,7 +124,7 @@ func TestLogTracing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			logTracing(slog.New(slog.NewTextHandler(&buf, nil)), func(k string) string { return tt.env[k] })
+			logTracing(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), func(k string) string { return tt.env[k] })
 			got := buf.String()
 			if n := strings.Count(got, "\n"); n != 1 {
 				t.Errorf("%d lines, want 1:\n%s", n, got)

@@ -310,8 +310,8 @@ func flagGiven(args []string, name string) bool {
 	return false
 }
 
-// logTracing says at start, in one INFO line, whether tracing is on and
-// where its spans go: each exporter with its protocol and endpoint (no
+// logTracing says at start, in one line, whether tracing is on (INFO) or
+// off (DEBUG) and where its spans go: each exporter with its protocol and endpoint (no
 // headers, no credentials of the URL).
 func logTracing(logger *slog.Logger, getenv func(string) string) {
 	exports, err := otelenv.Describe(getenv)
@@ -319,7 +319,9 @@ func logTracing(logger *slog.Logger, getenv func(string) string) {
 		return // otelenv.Setup refused the same variables first
 	}
 	if len(exports) == 0 {
-		logger.Info("tracing is off (set OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER to turn it on)")
+		// At debug: a daemon that fails at start (a port in use) says
+		// only why, and the default needs no line.
+		logger.Debug("tracing is off (set OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER to turn it on)")
 		return
 	}
 	var names, protos, endpoints []string
