@@ -742,9 +742,11 @@ var errNotStored = errors.New("chat: the turn was not stored")
 // (fiber.LogFailed), since it may be in the log.
 func startFailed(err error) error {
 	switch {
-	case errors.Is(err, errNotStored), eventlog.Unwritten(err), errors.Is(err, eventlog.ErrDuplicate),
-		errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
-		errors.Is(err, eventlog.ErrTooLarge), errors.Is(err, eventlog.ErrInvalid):
+	case errors.Is(err, errNotStored), errors.Is(err, eventlog.ErrDuplicate), eventlog.Refused(err):
+		// Refused (JetStream answered: over the tenant's storage, a
+		// limit; or the log did not send it): nothing of it is stored,
+		// now or later, so the slot goes at once and the caller gets the
+		// refusal (429 over quota, 503), not an unknown fate (504).
 		return errNotStored
 	case fiber.LogFailed(err):
 		return err
@@ -766,7 +768,7 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	}
 	e, err := a.event(EventTurnStarted, t)
 	if err != nil {
-		return 0, e, err
+		return 0, e, fmt.Errorf("%w: %w", errNotStored, err) // not sent
 	}
 	// The id is fixed before the append, so a copy that settles an
 	// unknown fate is the same event to JetStream.

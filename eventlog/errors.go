@@ -152,6 +152,26 @@ func unanswered(err error) bool {
 // was stored.
 func Unknown(err error) bool { return errors.Is(err, ErrUnconfirmed) }
 
+// Refused reports whether err says the append was answered, and refused:
+// JetStream sent an error back (an API error: over the account's storage,
+// a stream's limit, a wrong expected sequence, a leader electing), or the
+// log refused it before sending (invalid, too large, not the owner,
+// fenced, closed). Nothing of it was stored, unlike an append that got no
+// answer (Unknown), which may be stored now or later: a refusal claims
+// nothing, so whoever started something with the append lets it go at
+// once. A batch refused as a duplicate is stored, and not a refusal.
+func Refused(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrDuplicate):
+		return false
+	case Unwritten(err), errors.Is(err, ErrStorageFull), errors.Is(err, ErrInvalid), errors.Is(err, ErrTooLarge),
+		OwnerLost(err), errors.Is(err, ErrConflict), errors.Is(err, ErrClosed), errors.Is(err, ErrRemoved):
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api)
+}
+
 // codeClusterUnavailable is JetStream's "system temporarily unavailable",
 // answered while a stream or the cluster elects a leader.
 const codeClusterUnavailable = 10008
@@ -170,7 +190,9 @@ func Unwritten(err error) bool {
 	if errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable {
 		return true
 	}
-	return errors.Is(err, nats.ErrNoResponders)
+	// No responders: no server took the request (the jetstream client
+	// says it as ErrNoStreamResponse).
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // Unavailable reports whether err only says JetStream could not answer now

@@ -369,10 +369,9 @@ func (r *Runner) leftForRecovery(ctx context.Context, f *Fiber) error {
 // sent.
 func startUnknown(err error) bool {
 	switch {
-	case eventlog.Unwritten(err), eventlog.OwnerLost(err),
-		errors.Is(err, eventlog.ErrInvalid), errors.Is(err, eventlog.ErrTooLarge),
-		errors.Is(err, eventlog.ErrClosed), errors.Is(err, eventlog.ErrRemoved),
-		errors.Is(err, eventlog.ErrStorageFull):
+	case eventlog.Refused(err):
+		// Answered: JetStream refused it (over the account's storage,
+		// among others) or it was never sent. Nothing lands later.
 		return false
 	}
 	return true
