@@ -532,7 +532,24 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	a.mu.Lock()
 	for a.mu.active != nil {
 		cur := a.mu.active
+		pending := cur.pending
 		a.mu.Unlock()
+		if pending {
+			// The turn that holds the slot has not stored its turn.started
+			// yet (its fate may be unknown, being settled): a copy of its
+			// command waits to be answered with it, and another command to
+			// learn whether it runs, rather than be refused while it may
+			// yet be refused itself.
+			if err := waitResolved(ctx, cur); err != nil {
+				return Turn{}, err
+			}
+			a.mu.Lock()
+			if a.mu.active == cur {
+				a.mu.Unlock()
+				return Turn{}, fmt.Errorf("%w: turn %s runs", ErrTurnActive, cur.requestID)
+			}
+			continue
+		}
 		if err := waitEnding(ctx, cur); err != nil {
 			return Turn{}, err
 		}
@@ -656,7 +673,8 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		// or another one, start a second turn beside it; so the turn
 		// holds it (pending) and its fiber settles the write. The
 		// caller learns the write is unconfirmed; a copy sent meanwhile
-		// is refused as busy, and answered with this turn once stored.
+		// waits for it (waitResolved), and is answered with this turn once
+		// stored.
 		ok = true
 		a.logger.Warn("turn.started not confirmed; the turn keeps its slot while its fiber settles the write", "request", t.RequestID, "err", err)
 		gate <- started{settle: &e}
@@ -803,6 +821,21 @@ func waitEnding(ctx context.Context, cur *activeTurn) error {
 		return ctx.Err()
 	case <-time.After(endingWait):
 		return fmt.Errorf("%w: turn %s is still recording its end", ErrTurnActive, cur.requestID)
+	}
+}
+
+// waitResolved waits, bounded by endingWait, for cur, a turn that holds
+// the slot without having stored its turn.started, to store it or give the
+// slot back: a few ms, or as long as an append of unknown fate takes to
+// settle. Past the bound it is ErrTurnActive.
+func waitResolved(ctx context.Context, cur *activeTurn) error {
+	select {
+	case <-cur.resolved:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(endingWait):
+		return fmt.Errorf("%w: turn %s is being confirmed", ErrTurnActive, cur.requestID)
 	}
 }
 

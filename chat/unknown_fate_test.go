@@ -123,8 +123,8 @@ func fibersNamed(t *testing.T, lg *eventlog.Log, agent, name string) (started, l
 // A Send's turn.started (or its fiber's fiber.started) is sent and not
 // answered before the caller's deadline, while JetStream elects a leader;
 // the client sends the command again meanwhile. The turn keeps its slot
-// until the write is settled, so the copy starts nothing (it is refused
-// as busy, and answered with the original once that is stored): one fiber,
+// until the write is settled, so the copy starts nothing (it waits, and is
+// answered with the original once that is stored): one fiber,
 // one turn, one outcome, and verify is clean.
 func TestUnknownFate(t *testing.T) {
 	for _, typ := range []string{chat.EventTurnStarted, fiber.EventStarted} {
@@ -150,17 +150,31 @@ func TestUnknownFate(t *testing.T) {
 					t.Fatalf("Send whose turn.started was not answered: %v, want ErrUnconfirmed", err)
 				}
 			}
-			// The client sends it again while the write is unsettled: a
-			// retryable refusal (409), never a second turn. (Bounded only
-			// so that a second turn, whose own write would wait for the
-			// server, fails the test instead of hanging it.)
-			rctx, rcancel := context.WithTimeout(t.Context(), 10*time.Second)
-			_, err := h.a.Send(rctx, req)
-			rcancel()
-			if !errors.Is(err, chat.ErrTurnActive) {
-				t.Fatalf("copy sent while the write is unsettled: %v, want ErrTurnActive", err)
+			// The client sends it again while the write is unsettled: the
+			// copy waits for the write to settle, never starts a second
+			// turn, and is answered with the original once it is stored (a
+			// copy of a command whose fiber.started was unsettled may also
+			// be refused as busy, 409, retryable). (Bounded only so that a
+			// second turn, whose own write would wait for the server, fails
+			// the test instead of hanging it.)
+			type reply struct {
+				turn chat.Turn
+				err  error
 			}
+			copied := make(chan reply, 1)
+			go func() {
+				rctx, rcancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer rcancel()
+				turn, err := h.a.Send(rctx, req)
+				copied <- reply{turn, err}
+			}()
 			close(late.release) // the election ends
+			switch r := <-copied; {
+			case r.err == nil && r.turn.RequestID == "edge-1":
+			case typ == fiber.EventStarted && errors.Is(r.err, chat.ErrTurnActive):
+			default:
+				t.Fatalf("copy sent while the write is unsettled: %+v, %v; want the original turn", r.turn, r.err)
+			}
 			if typ == fiber.EventStarted {
 				// Its fiber started, and the caller, gone, stored no turn.
 				if err := <-sent; err == nil {
