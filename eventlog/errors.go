@@ -190,9 +190,7 @@ func Unwritten(err error) bool {
 	if errors.As(err, &api) && api.ErrorCode == codeClusterUnavailable {
 		return true
 	}
-	// No responders: no server took the request (the jetstream client
-	// says it as ErrNoStreamResponse).
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+	return errors.Is(err, nats.ErrNoResponders)
 }
 
 // Unavailable reports whether err only says JetStream could not answer now
