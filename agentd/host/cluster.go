@@ -24,14 +24,11 @@ func (h *Host) serveCluster(d *agentd.Daemon) func(micro.Request) {
 			RespondError(req, err)
 			return
 		}
-		h.mu.Lock()
-		base := h.mu.ctx
-		h.mu.Unlock()
-		if base == nil {
-			RespondError(req, fmt.Errorf("%w: starting up, try again", ErrUnavailable))
+		ctx, cancel, err := h.requestContext()
+		if err != nil {
+			RespondError(req, err)
 			return
 		}
-		ctx, cancel := context.WithTimeout(base, commandTimeout)
 		defer cancel()
 		info, err := d.ClusterInfo(ctx)
 		if err != nil {
@@ -42,4 +39,18 @@ func (h *Host) serveCluster(d *agentd.Daemon) func(micro.Request) {
 			h.logger.Warn("respond", "subject", req.Subject(), "err", err)
 		}
 	}
+}
+
+// requestContext is the context a listing or cluster request runs under:
+// the host's, bounded by commandTimeout. ErrUnavailable before the host
+// started.
+func (h *Host) requestContext() (context.Context, context.CancelFunc, error) {
+	h.mu.Lock()
+	base := h.mu.ctx
+	h.mu.Unlock()
+	if base == nil {
+		return nil, nil, fmt.Errorf("%w: starting up, try again", ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(base, commandTimeout)
+	return ctx, cancel, nil
 }

@@ -1,9 +1,6 @@
 package host
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/forever-agents/forever/agents"
@@ -28,14 +25,11 @@ func (h *Host) serveList(req micro.Request) {
 		RespondError(req, err)
 		return
 	}
-	h.mu.Lock()
-	base := h.mu.ctx
-	h.mu.Unlock()
-	if base == nil {
-		RespondError(req, fmt.Errorf("%w: starting up, try again", ErrUnavailable))
+	ctx, cancel, err := h.requestContext()
+	if err != nil {
+		RespondError(req, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
 	page, err := h.List(ctx, q)
 	if err != nil {

@@ -155,17 +155,9 @@ func listAgents(ctx context.Context, nc *nats.Conn, q agents.Query, limit int, s
 			q.Limit = min(limit-n, agents.MaxLimit)
 		}
 		body, _ := json.Marshal(q)
-		rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
-		msg, err := nc.RequestWithContext(rctx, subject, body)
-		cancel()
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
-		case err != nil:
-			return fmt.Errorf("%s: %w", subject, err)
-		}
-		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-			return fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+		msg, err := requestAgentd(ctx, nc, subject, body)
+		if err != nil {
+			return err
 		}
 		var p agents.Page
 		if err := json.Unmarshal(msg.Data, &p); err != nil {
@@ -239,4 +231,23 @@ func children(cs []agents.Child) string {
 		out += fmt.Sprintf(", %d ephemeral", ephemeral)
 	}
 	return out
+}
+
+// requestAgentd sends one request to agentd's service on subject and
+// returns its answer; no responder, a lost request and an error answer are
+// errors that say which.
+func requestAgentd(ctx context.Context, nc *nats.Conn, subject string, body []byte) (*nats.Msg, error) {
+	rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+	}
+	return msg, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -21,17 +20,9 @@ import (
 // asJSON prints the document as it came.
 func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writer) error {
 	subject := host.ClusterSubject(eventlog.DefaultPrefix)
-	rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
-	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subject, nil)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
-	case err != nil:
-		return fmt.Errorf("%s: %w", subject, err)
-	}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return fmt.Errorf("agentd answered %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+	msg, err := requestAgentd(ctx, nc, subject, nil)
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		_, err := fmt.Fprintf(stdout, "%s\n", msg.Data)
