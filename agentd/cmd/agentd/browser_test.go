@@ -19,11 +19,12 @@ import (
 // browser starts headless Chromium for one test and returns the context
 // that drives it, bounded to 90 s; the test's end stops it.
 func browser(t *testing.T, chromium string) context.Context {
+	profile := browserProfile(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
@@ -34,6 +35,32 @@ func browser(t *testing.T, chromium string) context.Context {
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
 	return ctx
+}
+
+// browserProfile makes Chromium's profile directory. It is not
+// t.TempDir: Chromium's helper processes may still write to the profile
+// for a moment after the browser is stopped, and t.TempDir fails the
+// test when its directory is not empty at removal. The profile is
+// removed with retries, and a leftover is only logged.
+func browserProfile(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "forever-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; ; i++ {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if i == 20 {
+				t.Logf("chromium profile %s left behind: %v", dir, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 // chromiumPath finds Debian's chromium (installed by .ci/run).
