@@ -45,6 +45,15 @@ type Projection struct {
 	// unless it sets MigrateRows for those versions. An error quarantines
 	// the part too. Nil: no migration.
 	MigrateRows func(agent string, from int, rows []KV) ([]KV, error)
+	// RowsReadableFrom, when set, is the oldest Version whose Apply and
+	// readers take this Version's rows as they are: a change that only
+	// adds a field older readers ignore (omitempty JSON). Snapshots label
+	// their rows with it, not with Version, so a node of the previous
+	// release applies the snapshots a node of this one writes during a
+	// rolling upgrade instead of quarantining them; and a part labelled
+	// with any version from it up to Version is applied as it is. 0: only
+	// Version's own rows are read as they are.
+	RowsReadableFrom int
 	// Bootstrap, when set, builds the view from what it reads of the log
 	// instead of replaying every event, whenever the view starts from
 	// nothing: new, a changed Version, a lost Pebble, another stream, or

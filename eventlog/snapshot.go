@@ -207,7 +207,7 @@ func (l *Log) snapshotParts(agent string, upto Seq, views []registered) ([]Snaps
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		parts[0].Views[r.p.Name] = SnapshotView{Version: r.p.Version}
+		parts[0].Views[r.p.Name] = SnapshotView{Version: r.p.rowsLabel()}
 		for kv, err := range r.p.AgentRows(v, agent) {
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("compact %q: read view %s: %w", agent, r.p.Name, err)
@@ -223,7 +223,7 @@ func (l *Log) snapshotParts(agent string, upto Seq, views []registered) ([]Snaps
 				cur, used = &parts[len(parts)-1], 0
 			}
 			sv := cur.Views[r.p.Name]
-			sv.Version = r.p.Version
+			sv.Version = r.p.rowsLabel()
 			sv.Rows = append(sv.Rows, kv)
 			cur.Views[r.p.Name] = sv
 			used += n
@@ -285,6 +285,21 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 	}
 }
 
+// rowsLabel is the version a snapshot labels p's rows with: the oldest
+// Version that reads them as they are (RowsReadableFrom), else Version.
+func (p *Projection) rowsLabel() int {
+	if p.RowsReadableFrom > 0 && p.RowsReadableFrom < p.Version {
+		return p.RowsReadableFrom
+	}
+	return p.Version
+}
+
+// readsRowsOf reports whether p takes snapshot rows labelled version v as
+// they are: v is Version, or between RowsReadableFrom and Version.
+func (p *Projection) readsRowsOf(v int) bool {
+	return v == p.Version || (p.RowsReadableFrom > 0 && p.RowsReadableFrom <= v && v <= p.Version)
+}
+
 // snapshotOf decodes e when it is a snapshot part (nil otherwise).
 func snapshotOf(e Event) (*Snapshot, error) {
 	if e.Type != TypeSnapshot || e.Stream != "" {
@@ -321,7 +336,7 @@ func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (qua
 		return "", nil
 	}
 	rows := sv.Rows
-	if sv.Version != m.p.Version {
+	if !m.p.readsRowsOf(sv.Version) {
 		if m.p.MigrateRows == nil || sv.Version > m.p.Version {
 			return fmt.Sprintf("snapshot rows of view %s are at version %d, the view is at %d and cannot migrate them", m.p.Name, sv.Version, m.p.Version), nil
 		}

@@ -382,3 +382,72 @@ func TestCompactDeletesWhatAPurgeLeft(t *testing.T) {
 		t.Fatalf("rows changed:\n%v\n%v", before, after)
 	}
 }
+
+// TestSnapshotRowsReadableFrom: a view whose new Version only adds to its
+// rows (RowsReadableFrom) labels its snapshots with the older version, so
+// in a rolling upgrade a node of the release before applies a snapshot a
+// node of this release compacted, instead of quarantining it and missing
+// the agent's compacted history; and a node of this release applies it as
+// it is. Without RowsReadableFrom the older node quarantines the part (the
+// defect TestUpgrade met when the runs view went to version 2).
+func TestSnapshotRowsReadableFrom(t *testing.T) {
+	for _, compat := range []bool{true, false} {
+		t.Run(fmt.Sprintf("readable=%v", compat), func(t *testing.T) {
+			s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+			newer := compactableCounter()
+			newer.Version = 2
+			if compat {
+				newer.RowsReadableFrom = 1
+			}
+			lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+			pr, err := lg.NewProjector(newer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventlogtest.RunProjector(t, pr)
+			appendN(t, lg, 300, 2)
+			waitAll(t, lg)
+			before := dump(t, lg, "counter")
+			if _, err := lg.Compact(t.Context(), "agent0"); err != nil {
+				t.Fatal(err)
+			}
+			// A node of the release before: the view at version 1.
+			older := openCounter(t, s, eventlog.Config{})
+			waitAll(t, older)
+			quarantined := 0
+			for q, err := range older.Quarantine() {
+				if err != nil {
+					t.Fatal(err)
+				}
+				quarantined++
+				if compat {
+					t.Errorf("the older view quarantined %+v", q)
+				}
+			}
+			got := dump(t, older, "counter")
+			switch {
+			case compat && !equalMaps(before, got):
+				t.Fatalf("the older view read the snapshot as\n%v\nwant\n%v", got, before)
+			case !compat && quarantined == 0:
+				t.Fatal("the older view applied rows labelled with a version it does not know")
+			}
+			if !compat {
+				return
+			}
+			// A node of this release, rebuilt: it reads the label as is.
+			same := eventlogtest.OpenOn(t, s, eventlog.Config{})
+			pr, err = same.NewProjector(newer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventlogtest.RunProjector(t, pr)
+			waitAll(t, same)
+			if got := dump(t, same, "counter"); !equalMaps(before, got) {
+				t.Fatalf("this release rebuilt\n%v\nwant\n%v", got, before)
+			}
+			for q, err := range same.Quarantine() {
+				t.Fatalf("this release quarantined %+v %v", q, err)
+			}
+		})
+	}
+}

@@ -19,6 +19,12 @@ const RunsName = "runs"
 // rebuilds the view from the log.
 const runsVersion = 2
 
+// runsReadableFrom is the oldest runs version that reads version 2's rows
+// as they are: version 2 only added Recoveries (omitempty), which version
+// 1 ignores. Snapshots label the rows with it, so in a rolling upgrade a
+// node of the release before applies what a node of this one compacted.
+const runsReadableFrom = 1
+
 // Row is one active fiber in the runs table: a fiber.started not yet
 // followed by fiber.completed, fiber.failed or fiber.abandoned.
 type Row struct {
@@ -74,7 +80,7 @@ func opPrefix(agent, fiber string) []byte { return []byte("o\x00" + agent + "\x0
 // per Log (OpenTable does) and share the Table among all the Runners of the
 // process.
 func RunsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: RunsName, Version: runsVersion, Filter: eventlog.Filter{}, Apply: applyRuns,
+	return eventlog.Projection{Name: RunsName, Version: runsVersion, RowsReadableFrom: runsReadableFrom, Filter: eventlog.Filter{}, Apply: applyRuns,
 		AgentRows: func(r eventlog.Reader, agent string) iter.Seq2[eventlog.KV, error] {
 			return eventlog.Rows(r, nil, [][]byte{rowPrefix(agent), []byte("o\x00" + agent + "\x00")})
 		}}
