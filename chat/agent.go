@@ -532,7 +532,24 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	a.mu.Lock()
 	for a.mu.active != nil {
 		cur := a.mu.active
+		pending := cur.pending
 		a.mu.Unlock()
+		if pending {
+			// The turn that holds the slot has not stored its turn.started
+			// yet (its fate may be unknown, being settled): a copy of its
+			// command waits to be answered with it, and another command to
+			// learn whether it runs, rather than be refused while it may
+			// yet be refused itself.
+			if err := waitResolved(ctx, cur); err != nil {
+				return Turn{}, err
+			}
+			a.mu.Lock()
+			if a.mu.active == cur {
+				a.mu.Unlock()
+				return Turn{}, fmt.Errorf("%w: turn %s runs", ErrTurnActive, cur.requestID)
+			}
+			continue
+		}
 		if err := waitEnding(ctx, cur); err != nil {
 			return Turn{}, err
 		}
@@ -596,7 +613,19 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		case <-fctx.Done():
 			return fctx.Err()
 		}
+		if g.settle != nil {
+			// The command's turn.started may be stored, now or later: the
+			// turn keeps its slot until the log says which.
+			g = a.settleStart(fctx, at, *g.settle)
+			if g.err != nil && !errors.Is(g.err, errNotStored) {
+				// Still unknown: left for recovery (the host restarts the
+				// agent), holding the slot meanwhile.
+				a.endTurnSpan(fctx, span, g.err)
+				return g.err
+			}
+		}
 		if errors.Is(g.err, errNotStored) {
+			a.release(at)
 			a.endTurnSpan(fctx, span, errNotStored)
 			return nil // nothing was started; the fiber just ends
 		}
@@ -618,16 +647,38 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
 		a.endTurnSpan(fctx, span, err)
 		return a.afterTurn(fctx, t.RequestID, err)
-	})
+	}, fiber.Unique())
+	if errors.Is(err, fiber.ErrNameTaken) {
+		// A fiber of this turn's name is left for recovery, or being
+		// recovered: the command waits for it (busy), and Send answers a
+		// copy with the turn once the recovery shows it stored.
+		failSpan(span, err)
+		return Turn{}, fmt.Errorf("%w: turn %s is being recovered; send the command again", ErrTurnActive, t.RequestID)
+	}
 	if err != nil {
 		failSpan(span, err)
 		return Turn{}, fmt.Errorf("chat: start turn: %w", err)
 	}
 	t.FiberID = fid
-	seq, err := a.startAppends(ctx, t, msg)
+	seq, e, err := a.startAppends(ctx, t, msg)
 	if err != nil {
-		gate <- started{err: startFailed(err)}
-		return Turn{}, err
+		ferr := startFailed(err)
+		if errors.Is(ferr, errNotStored) {
+			gate <- started{err: ferr}
+			return Turn{}, err
+		}
+		// Sent, and no answer came: turn.started may be stored, now or
+		// later (JetStream answers late while a stream elects its
+		// leader). Letting the slot go would let a copy of the command,
+		// or another one, start a second turn beside it; so the turn
+		// holds it (pending) and its fiber settles the write. The
+		// caller learns the write is unconfirmed; a copy sent meanwhile
+		// waits for it (waitResolved), and is answered with this turn once
+		// stored.
+		ok = true
+		a.logger.Warn("turn.started not confirmed; the turn keeps its slot while its fiber settles the write", "request", t.RequestID, "err", err)
+		gate <- started{settle: &e}
+		return Turn{}, fmt.Errorf("%w: turn %s is being confirmed; send the command again for its answer", eventlog.ErrUnconfirmed, t.RequestID)
 	}
 	// Stored: the turn is the fiber's from here, whatever becomes of ctx.
 	ok = true
@@ -664,7 +715,41 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 type started struct {
 	seq eventlog.Seq
 	err error
+	// settle, when set, is the turn.started whose append's fate is
+	// unknown: the fiber settles it (settleStart) before anything else.
+	settle *eventlog.Event
 }
+
+// settleStart settles e, the turn.started of the turn at holds the slot
+// for, whose append's fate is unknown: the slot stays pending until the
+// log says where, or whether, it is stored. Stored: the turn is the
+// fiber's and runs. Refused: nothing was started. Still unknown (the
+// bound or the Runner ended first): the fiber is left for recovery, which
+// reads the log, and the slot stays taken until the agent restarts, so
+// nothing starts beside a turn that may yet land.
+func (a *Agent) settleStart(ctx context.Context, at *activeTurn, e eventlog.Event) started {
+	sctx, cancel := context.WithTimeout(ctx, settleWithin)
+	defer cancel()
+	seq, err := eventlog.Settle(sctx, a.log, e)
+	switch {
+	case err == nil:
+		a.logger.Info("turn.started settled: stored", "request", at.requestID, "seq", seq)
+		a.mu.Lock()
+		at.pending = false
+		a.mu.Unlock()
+		at.resolve()
+		return started{seq: seq}
+	case errors.Is(startFailed(err), errNotStored):
+		a.logger.Info("turn.started settled: not stored", "request", at.requestID, "err", err)
+		return started{err: errNotStored}
+	}
+	return started{err: fmt.Errorf("%w: start turn %s: %w", eventlog.ErrUnconfirmed, at.requestID, err)}
+}
+
+// settleWithin bounds the settling of a turn.started whose fate is
+// unknown: well within JetStream's duplicate window (2 minutes by
+// default), which makes the copies Settle sends harmless.
+const settleWithin = time.Minute
 
 // errNotStored marks a failure to start a turn that stored nothing of it.
 var errNotStored = errors.New("chat: the turn was not stored")
@@ -675,9 +760,11 @@ var errNotStored = errors.New("chat: the turn was not stored")
 // (fiber.LogFailed), since it may be in the log.
 func startFailed(err error) error {
 	switch {
-	case errors.Is(err, errNotStored), eventlog.Unwritten(err), errors.Is(err, eventlog.ErrDuplicate),
-		errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
-		errors.Is(err, eventlog.ErrTooLarge), errors.Is(err, eventlog.ErrInvalid):
+	case errors.Is(err, errNotStored), errors.Is(err, eventlog.ErrDuplicate), eventlog.Refused(err):
+		// Refused (JetStream answered: over the tenant's storage, a
+		// limit; or the log did not send it): nothing of it is stored,
+		// now or later, so the slot goes at once and the caller gets the
+		// refusal (429 over quota, 503), not an unknown fate (504).
 		return errNotStored
 	case fiber.LogFailed(err):
 		return err
@@ -693,27 +780,30 @@ func startFailed(err error) error {
 // message.appended of its own, for nodes that did not read it from
 // turn.started yet.) An error wraps errNotStored when it came before
 // turn.started was sent.
-func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, error) {
+func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, eventlog.Event, error) {
 	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
-		return 0, fmt.Errorf("%w: %w", errNotStored, err)
+		return 0, eventlog.Event{}, fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	e, err := a.event(EventTurnStarted, t)
 	if err != nil {
-		return 0, err
+		return 0, e, fmt.Errorf("%w: %w", errNotStored, err) // not sent
 	}
+	// The id is fixed before the append, so a copy that settles an
+	// unknown fate is the same event to JetStream.
+	e.ID = nuid.Next()
 	if msg != nil {
 		e.ID = sendEventID(a.agent, msg.ID)
 	}
 	seq, err := a.log.Append(ctx, e)
 	if err != nil {
-		return 0, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
+		return 0, e, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
 	}
 	if msg != nil {
 		if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
-			return 0, err
+			return 0, e, err
 		}
 	}
-	return seq, nil
+	return seq, e, nil
 }
 
 // waitEnding waits for cur, a turn whose stream has ended, to append its
@@ -731,6 +821,21 @@ func waitEnding(ctx context.Context, cur *activeTurn) error {
 		return ctx.Err()
 	case <-time.After(endingWait):
 		return fmt.Errorf("%w: turn %s is still recording its end", ErrTurnActive, cur.requestID)
+	}
+}
+
+// waitResolved waits, bounded by endingWait, for cur, a turn that holds
+// the slot without having stored its turn.started, to store it or give the
+// slot back: a few ms, or as long as an append of unknown fate takes to
+// settle. Past the bound it is ErrTurnActive.
+func waitResolved(ctx context.Context, cur *activeTurn) error {
+	select {
+	case <-cur.resolved:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(endingWait):
+		return fmt.Errorf("%w: turn %s is being confirmed", ErrTurnActive, cur.requestID)
 	}
 }
 
@@ -792,15 +897,21 @@ func (a *Agent) release(at *activeTurn) {
 }
 
 // claim takes the turn slot for a recovered turn. A command that holds
-// the slot without having stored its turn is waited for: it finds the
-// recovering turn active and is refused (ErrTurnActive), so a command
-// refused with 409 never fails the turn being recovered. A turn that runs
-// is ErrTurnActive.
+// the slot without having stored its turn is waited for, whatever its
+// identity: a command of another finds the recovering turn active and is
+// refused (ErrTurnActive), so a command refused with 409 never fails the
+// turn being recovered; a copy of the recovered turn's own command is
+// answered with it (Send), and never runs it beside the recovery. A turn
+// that runs is ErrTurnActive, or errRunsHere when it is the recovered
+// turn itself: another fiber of this process runs it already.
 func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error) {
 	at := newActiveTurn(requestID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for cur := a.mu.active; cur != nil && cur.requestID != requestID; cur = a.mu.active {
+	for cur := a.mu.active; cur != nil; cur = a.mu.active {
+		if !cur.pending && cur.requestID == requestID {
+			return nil, fmt.Errorf("%w: turn %s", errRunsHere, requestID)
+		}
 		if !cur.pending {
 			return nil, fmt.Errorf("%w: %s runs while %s is recovered", ErrTurnActive, cur.requestID, requestID)
 		}
@@ -819,6 +930,11 @@ func (a *Agent) claim(ctx context.Context, requestID string) (*activeTurn, error
 	a.mu.active = at
 	return at, nil
 }
+
+// errRunsHere is claim's answer to the recovery of a turn that a fiber of
+// this process runs already: the recovering fiber (a second fiber of the
+// turn, whose fiber.started landed late) ends and leaves the turn alone.
+var errRunsHere = errors.New("chat: the turn runs in another fiber of this process")
 
 // append appends one chat event for the agent and waits until the store
 // shows it. An event too large for the log is refused before it is sent

@@ -94,7 +94,13 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 		err := a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec, &span))
 		a.endTurnSpan(fctx, span, err)
 		return a.afterTurn(fctx, requestID, err)
-	})
+	}, fiber.Unique())
+	if errors.Is(err, fiber.ErrNameTaken) {
+		// One fiber per turn: a fiber of this turn runs here already, and
+		// rec is a second one (its fiber.started landed after its command
+		// gave up). Returning nil ends it; the turn is left to the other.
+		return true, nil
+	}
 	return true, err
 }
 
@@ -124,6 +130,14 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		return err
 	}
 	at, err := a.claim(ctx, requestID)
+	if errors.Is(err, errRunsHere) {
+		// One fiber per turn: this one is a second (its fiber.started
+		// landed after its command gave up, and a copy of the command
+		// started the turn's fiber); it ends without touching the turn.
+		a.logger.Error("a second fiber of a running turn was recovered; it ends and leaves the turn to the fiber that runs it",
+			"request", requestID, "fiber", rec.ID)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -472,26 +472,19 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 // too, and every replay client of it waiting for good. The same holds when
 // this process no longer owns the agent (eventlog.OwnerLost): it writes
 // nothing more, and the new owner's recovery decides the turn's outcome.
-// Any other failure is recorded (the events stream may still work when the
-// chunks stream does not) and returned, so the fiber records it too; but a
+// Any other failure is returned and recorded by no one here: a turn's
+// outcome is recorded only after its terminal chunk, so that every failed
+// turn ends its stream once. The fiber's endOnFailure ends the turn from
+// the log: it rebuilds the stream's writer from the stored stream (this
+// one may be broken) and writes the error chunk, then turn.failed. A
 // stream that lost its chunks under the turn (eventlog.ErrRemoved) is ended
-// by endOnFailure, which writes the error chunk the stream still takes.
+// the same way, with an error chunk the stream still takes (failExpired).
 func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if fiber.LogFailed(err) || eventlog.OwnerLost(err) {
-		return err
-	}
-	if errors.Is(err, eventlog.ErrRemoved) {
-		// The stream lost its chunks under the turn (purged or deleted):
-		// nothing is recorded here, the fiber fails, and endOnFailure
-		// ends the turn from the log, with an error chunk the stream can
-		// still take (failExpired), so its clients see the error.
-		return err
-	}
-	if rerr := a.recordFailed(ctx, st, err.Error()); rerr != nil {
-		return errors.Join(err, rerr)
+	if !fiber.LogFailed(err) && !eventlog.OwnerLost(err) && !errors.Is(err, eventlog.ErrRemoved) {
+		a.logger.Warn("turn's stream not written; the turn is ended from the log", "request", st.info.RequestID, "err", err)
 	}
 	return err
 }

@@ -15,8 +15,11 @@ import (
 const maxAckRetries = 3
 
 // ErrUnconfirmed marks an append whose acknowledgement never came: it may or
-// may not be stored. Callers that cannot tell must treat the write as
-// unknown (fiber leaves such a fiber for recovery).
+// may not be stored, now or later. Append returns it when the ack timeout
+// ran out, and when the caller's deadline passed after the event was sent
+// (wrapping context.DeadlineExceeded). It is not a refusal: callers that
+// cannot tell must treat the write as unknown (see Unknown and Settle;
+// fiber leaves such a fiber for recovery).
 var ErrUnconfirmed = errors.New("eventlog: no acknowledgement within the ack timeout (the event may be stored)")
 
 // bound returns ctx bounded by Config.AckTimeout when it has no deadline of

@@ -81,10 +81,19 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 	var err error
 	opts := expectOpts(expect)
 	retried := false
+	if err := ctx.Err(); err != nil {
+		return 0, notSent(err)
+	}
 	for attempt := 0; ; attempt++ {
 		bctx, cancel, own := l.bound(ctx)
 		ack, err = l.js.PublishMsg(bctx, m, opts...)
 		cancel()
+		if err != nil && !own && unanswered(err) {
+			// Sent, and the caller's deadline came first (a stream
+			// electing its leader answers late): it may still be stored.
+			err = fmt.Errorf("%w: %w", ErrUnconfirmed, err)
+			break
+		}
 		if err == nil || !own || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			break
 		}

@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/nats-io/nats.go"
@@ -117,6 +118,60 @@ func storageFull(api *jetstream.APIError) bool {
 // Sending it again is safe (Unwritten).
 var errRefused = fmt.Errorf("%w: the append was refused, not by another writer; nothing of it was stored", ErrUnavailable)
 
+// errUnfenced marks a chunk whose stream's fence was reset between its
+// Add and its send (forgetChunks after a send of unknown fate, a new
+// token): it is not sent, since the expected sequence is not known; the
+// stream's next chunk reads the stream again (prepareChunks), so its writer
+// goes on from what the stream holds. Nothing was written (Unwritten).
+var errUnfenced = fmt.Errorf("%w: chunk not sent", ErrUnavailable)
+
+// errNotSent marks an append that ended before its event was sent: the
+// caller's context was done first (while it waited for the agent's fence).
+// Nothing was written (Unwritten).
+var errNotSent = errors.New("eventlog: not sent")
+
+// notSent is the error of an append that did not send its event because
+// ctx ended with cause.
+func notSent(cause error) error {
+	return fmt.Errorf("%w: %w", errNotSent, cause)
+}
+
+// unanswered reports whether err says a request was sent and no answer
+// came in time: the caller's deadline passed, or the client library's own
+// timeout did. What was sent may be stored. (A cancelled context is left
+// as it is: a fiber cancelled on purpose is not a log failure.)
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// Unknown reports whether err says an append's fate is unknown: it was
+// sent and no answer came (ErrUnconfirmed), so it may be stored now or
+// later, as JetStream answers a stream's writes late while it elects a
+// leader. Whoever claimed something with the append (a turn's slot, a
+// fiber's name) holds it until Settle says where, or whether, the event
+// was stored.
+func Unknown(err error) bool { return errors.Is(err, ErrUnconfirmed) }
+
+// Refused reports whether err says the append was answered, and refused:
+// JetStream sent an error back (an API error: over the account's storage,
+// a stream's limit, a wrong expected sequence, a leader electing), or the
+// log refused it before sending (invalid, too large, not the owner,
+// fenced, closed). Nothing of it was stored, unlike an append that got no
+// answer (Unknown), which may be stored now or later: a refusal claims
+// nothing, so whoever started something with the append lets it go at
+// once. A batch refused as a duplicate is stored, and not a refusal.
+func Refused(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrDuplicate):
+		return false
+	case Unwritten(err), errors.Is(err, ErrStorageFull), errors.Is(err, ErrInvalid), errors.Is(err, ErrTooLarge),
+		OwnerLost(err), errors.Is(err, ErrConflict), errors.Is(err, ErrClosed), errors.Is(err, ErrRemoved):
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api)
+}
+
 // codeClusterUnavailable is JetStream's "system temporarily unavailable",
 // answered while a stream or the cluster elects a leader.
 const codeClusterUnavailable = 10008
@@ -128,7 +183,7 @@ const codeClusterUnavailable = 10008
 // request whose answer was lost, which may have been stored; an append that
 // failed Unwritten may be sent again as it was.
 func Unwritten(err error) bool {
-	if errors.Is(err, errRefused) {
+	if errors.Is(err, errRefused) || errors.Is(err, errNotSent) || errors.Is(err, errUnfenced) {
 		return true
 	}
 	var api *jetstream.APIError

@@ -122,9 +122,12 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 	select {
 	case f.sem <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, notSent(ctx.Err())
 	}
 	defer func() { <-f.sem }()
+	if err := ctx.Err(); err != nil {
+		return 0, notSent(err)
+	}
 
 	f.mu.Lock()
 	f.syncTokenLocked(tok)
@@ -360,7 +363,7 @@ func (l *Log) fenceChunks(evs []*Event, msgs []*nats.Msg, errs []error) map[stri
 		last, known := f.mu.streams[e.Stream]
 		f.mu.Unlock()
 		if !known {
-			errs[i] = fmt.Errorf("eventlog: chunk of %q/%q queued without its stream's fence", e.Agent, e.Stream)
+			errs[i] = fmt.Errorf("%w: chunk of %q/%q queued without its stream's fence (reset meanwhile, after a send of unknown fate or under a new lease)", errUnfenced, e.Agent, e.Stream)
 			continue
 		}
 		msgs[i].Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(last), 10))

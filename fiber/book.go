@@ -3,6 +3,7 @@ package fiber
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 )
 
@@ -14,6 +15,7 @@ import (
 type book struct {
 	closed bool
 	slots  map[string]*slot
+	names  map[string]string // name of a live Unique fiber -> its id
 }
 
 // slotState is what a Runner is doing with a fiber it owns.
@@ -31,15 +33,22 @@ type slot struct {
 	state   slotState
 	fiber   *Fiber // set while running
 	resumed bool   // set when a recovering slot was resumed by the hook
+	name    string // set while it holds names[name] (a Unique fiber)
 }
 
-func newBook() book { return book{slots: map[string]*slot{}} }
+func newBook() book { return book{slots: map[string]*slot{}, names: map[string]string{}} }
 
 // start claims id for a new or resumed run. A recovering slot (the hook
-// resuming its fiber) turns into a running one.
+// resuming its fiber) turns into a running one. A Unique fiber also claims
+// its name: ErrNameTaken while another live fiber holds it.
 func (b *book) start(id string, f *Fiber) (*slot, error) {
 	if b.closed {
 		return nil, ErrStopped
+	}
+	if f.unique {
+		if other, ok := b.names[f.name]; ok && other != id {
+			return nil, fmt.Errorf("%w: fiber %s (%q) runs, %s may not start beside it", ErrNameTaken, other, f.name, id)
+		}
 	}
 	s, ok := b.slots[id]
 	switch {
@@ -52,7 +61,18 @@ func (b *book) start(id string, f *Fiber) (*slot, error) {
 		return nil, ErrRunning
 	}
 	s.state, s.fiber = slotRunning, f
+	if f.unique {
+		b.names[f.name], s.name = id, f.name
+	}
 	return s, nil
+}
+
+// unname lets s's name go, if s holds it.
+func (b *book) unname(id string, s *slot) {
+	if s.name != "" && b.names[s.name] == id {
+		delete(b.names, s.name)
+	}
+	s.name = ""
 }
 
 // claim marks the orphan id as being recovered. It reports false when the
@@ -72,6 +92,7 @@ func (b *book) claim(id string) (*slot, bool) {
 
 // release drops s if it still holds id.
 func (b *book) release(id string, s *slot) {
+	b.unname(id, s)
 	if b.slots[id] == s {
 		delete(b.slots, id)
 	}
@@ -80,6 +101,7 @@ func (b *book) release(id string, s *slot) {
 // abort undoes a start whose fiber never ran: a resumed recovering slot
 // goes back to recovering, a new one is dropped.
 func (b *book) abort(id string, s *slot) {
+	b.unname(id, s)
 	if s.resumed {
 		s.state, s.fiber, s.resumed = slotRecovering, nil, false
 		return

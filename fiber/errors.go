@@ -23,6 +23,13 @@ var (
 	// runs the fiber.
 	ErrRunning = errors.New("fiber: fiber already running")
 
+	// ErrNameTaken is returned by Run, Go, Resume and GoResume of a fiber
+	// started Unique when a live fiber of the same name runs in the agent
+	// (in this Runner): one unit of work, such as a chat turn, has one
+	// fiber at a time. The Runner logs it as an error too: it means a
+	// caller let a second fiber of one unit of work start.
+	ErrNameTaken = errors.New("fiber: a live fiber of the same name runs in this agent")
+
 	// ErrNoSnapshot is returned by Recovered.Decode when the fiber never
 	// stashed a snapshot (or stashed null).
 	ErrNoSnapshot = errors.New("fiber: no snapshot")

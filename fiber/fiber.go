@@ -19,6 +19,7 @@ type Fiber struct {
 	createdAt time.Time
 	attempt   int
 	resumed   bool // a recovered fiber: steps look up earlier ops
+	unique    bool // at most one live fiber of its name (Unique)
 	// traceParent is the span a resumed fiber was started under
 	// (Recovered.TraceParent).
 	traceParent string

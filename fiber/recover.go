@@ -325,9 +325,10 @@ func (r *Runner) abandon(ctx context.Context, row Row, attempts int, cause error
 // visible.
 //
 // Errors: fn's error; ErrRunning if this Runner already runs the fiber;
-// eventlog.ErrNotFound if the fiber is no longer active; ErrStopped.
-func (r *Runner) Resume(ctx context.Context, rec Recovered, fn func(ctx context.Context, f *Fiber) error) error {
-	f, err := r.resume(ctx, rec)
+// eventlog.ErrNotFound if the fiber is no longer active; ErrStopped;
+// ErrNameTaken for a Unique fiber whose name a live fiber holds.
+func (r *Runner) Resume(ctx context.Context, rec Recovered, fn func(ctx context.Context, f *Fiber) error, opts ...RunOpt) error {
+	f, err := r.resume(ctx, rec, opts)
 	if err != nil {
 		return err
 	}
@@ -337,8 +338,8 @@ func (r *Runner) Resume(ctx context.Context, rec Recovered, fn func(ctx context.
 // GoResume is Resume in a background goroutine owned by the Runner, like Go:
 // it returns once the fiber is claimed, fn's error reaches Hooks.OnError as
 // a *FailedError, and Close cancels and waits for it.
-func (r *Runner) GoResume(ctx context.Context, rec Recovered, fn func(ctx context.Context, f *Fiber) error) error {
-	f, err := r.resume(ctx, rec)
+func (r *Runner) GoResume(ctx context.Context, rec Recovered, fn func(ctx context.Context, f *Fiber) error, opts ...RunOpt) error {
+	f, err := r.resume(ctx, rec, opts)
 	if err != nil {
 		return err
 	}
@@ -346,11 +347,16 @@ func (r *Runner) GoResume(ctx context.Context, rec Recovered, fn func(ctx contex
 	return nil
 }
 
-func (r *Runner) resume(ctx context.Context, rec Recovered) (*Fiber, error) {
+func (r *Runner) resume(ctx context.Context, rec Recovered, opts []RunOpt) (*Fiber, error) {
 	if rec.ID == "" {
 		return nil, invalidf("resume: empty fiber ID")
 	}
+	var o runOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
 	f := r.newFiber(rec.ID, rec.Name, rec.CreatedAt, rec.Attempt, true, rec.Snapshot)
+	f.unique = o.unique
 	f.traceParent = rec.TraceParent
 	if err := r.own(f); err != nil {
 		return nil, err

@@ -248,6 +248,14 @@ type runOpts struct {
 	snapshot json.RawMessage
 	err      error
 	first    string
+	unique   bool
+}
+
+// Unique makes the fiber's name name one unit of work (a chat turn): the
+// Runner refuses to start or resume it, with ErrNameTaken and an error in
+// its log, while a live fiber of the same name started Unique runs.
+func Unique() RunOpt {
+	return func(o *runOpts) { o.unique = true }
 }
 
 // WithSnapshot starts the fiber with v as its snapshot: fiber.started
@@ -283,6 +291,7 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 		return nil, o.err
 	}
 	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, o.snapshot)
+	f.unique = o.unique
 	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot}
 	if r.tracer.On() {
 		p.TraceParent = tracing.Format(trace.SpanContextFromContext(ctx))
@@ -294,14 +303,103 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	if err := r.own(f); err != nil {
 		return nil, err
 	}
+	if f.unique {
+		if err := r.leftForRecovery(ctx, f); err != nil {
+			r.abort(f)
+			return nil, err
+		}
+	}
 	created := f.createdAt
 	p.CreatedAt = &created
-	if _, err := r.append(ctx, EventStarted, p); err != nil {
+	e, err := event(r.cfg.Agent, EventStarted, p)
+	if err != nil {
 		r.abort(f)
-		return nil, fmt.Errorf("fiber: start %q: %w", name, err)
+		return nil, err
+	}
+	e.ID = nuid.Next() // the same for a copy that settles an unknown fate
+	if _, err := r.appendEvent(ctx, e); err != nil {
+		if startUnknown(err) {
+			// Sent, and no answer came: fiber.started may be stored, now
+			// or later. Letting the name go now could leave a second live
+			// fiber of the same name in the log (its caller sends the
+			// command again), so the fiber holds its name until the log
+			// says whether it started.
+			err = r.settleStart(ctx, f, e, err)
+		}
+		if err != nil {
+			r.abort(f)
+			return nil, fmt.Errorf("fiber: start %q: %w", name, err)
+		}
 	}
 	r.metrics.started.Inc()
 	return f, nil
+}
+
+// leftForRecovery returns ErrNameTaken when the runs table holds a fiber
+// of f's name that this Runner does not run: one left for recovery, or
+// being recovered, whose unit of work f would run a second time beside it.
+// The table is read once it shows what this Runner appended (a recovered
+// fiber's end); it may lag behind other writers' events by a few: it
+// refuses what it shows, and the book refuses the rest of this Runner's own.
+func (r *Runner) leftForRecovery(ctx context.Context, f *Fiber) error {
+	if err := r.table.WaitFor(ctx, eventlog.Seq(r.lastSeq.Load())); err != nil {
+		return err
+	}
+	for row, err := range r.table.scan(r.cfg.Agent) {
+		if err != nil {
+			return nil // unreadable rows: the book's check stands alone
+		}
+		if row.Name != f.name || row.ID == f.id {
+			continue
+		}
+		r.mu.Lock()
+		s := r.mu.book.slots[row.ID]
+		r.mu.Unlock()
+		if s != nil && s.state == slotRunning {
+			continue // a fiber of ours not started Unique: the caller's choice
+		}
+		r.logger.Warn("refused a fiber whose name a fiber left for recovery holds", "fiber", f.id, "name", f.name, "recovering", row.ID)
+		return fmt.Errorf("%w: fiber %s of %q is left for recovery", ErrNameTaken, row.ID, f.name)
+	}
+	return nil
+}
+
+// startUnknown reports whether err, an append's, leaves its fate
+// unknown: not a refusal, nor a context that ended before the event was
+// sent.
+func startUnknown(err error) bool {
+	switch {
+	case eventlog.Refused(err):
+		// Answered: JetStream refused it (over the account's storage,
+		// among others) or it was never sent. Nothing lands later.
+		return false
+	}
+	return true
+}
+
+// settleWithin bounds the settling of an append whose fate is unknown:
+// well within JetStream's duplicate window (2 minutes by default), which
+// makes the copies Settle sends harmless.
+const settleWithin = time.Minute
+
+// settleStart settles fiber.started (e) of f after its append failed with
+// err, an unknown fate, under a context that outlives the caller's (whose
+// deadline passed) but not the Runner. It returns nil when fiber.started
+// is stored, and an error when it is not, or still unknown (the caller
+// aborts f; a fiber.started that lands later is recovered as an orphan).
+func (r *Runner) settleStart(ctx context.Context, f *Fiber, e eventlog.Event, err error) error {
+	r.logger.Warn("fiber.started not confirmed; settling it before the fiber's name is let go", "fiber", f.id, "name", f.name, "err", err)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWithin)
+	defer cancel()
+	stop := context.AfterFunc(r.stop, cancel)
+	defer stop()
+	seq, serr := eventlog.Settle(sctx, r.log, e)
+	if serr != nil {
+		return errors.Join(err, serr)
+	}
+	r.noteSeq(seq)
+	r.logger.Info("fiber.started settled: stored", "fiber", f.id, "name", f.name, "seq", seq)
+	return nil
 }
 
 // own registers f as running, takes a keepalive reference and counts it in
@@ -313,6 +411,10 @@ func (r *Runner) own(f *Fiber) error {
 		r.wg.Add(1)
 	}
 	r.mu.Unlock()
+	if errors.Is(err, ErrNameTaken) {
+		// An invariant broken by the caller: say so loudly.
+		r.logger.Error("refused a second live fiber of one unit of work", "fiber", f.id, "name", f.name, "err", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -457,6 +559,11 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	if err != nil {
 		return 0, err
 	}
+	return r.appendEvent(ctx, e)
+}
+
+// appendEvent is append of an encoded event.
+func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event) (eventlog.Seq, error) {
 	seq, err := r.log.Append(ctx, e)
 	// A stream electing a leader refuses appends for a moment: wait it out
 	// (bounded) rather than fail the fiber. Only refusals that wrote
@@ -473,13 +580,18 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	if err != nil {
 		return 0, err
 	}
+	r.noteSeq(seq)
+	return seq, nil
+}
+
+// noteSeq remembers seq if it is the highest this Runner appended.
+func (r *Runner) noteSeq(seq eventlog.Seq) {
 	for {
 		cur := r.lastSeq.Load()
 		if uint64(seq) <= cur || r.lastSeq.CompareAndSwap(cur, uint64(seq)) {
-			break
+			return
 		}
 	}
-	return seq, nil
 }
 
 // unwrittenRetries bounds the resends of an append JetStream refused while

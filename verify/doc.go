@@ -57,6 +57,8 @@
 //
 //   - turn.started is recorded once per request id, after the turn's fiber
 //     started [KindTurnStartedTwice, KindTurnNoFiber].
+//   - A turn has one fiber at a time: a fiber of a turn's name starts only
+//     once every earlier fiber of that name ended [KindTurnTwoFibers].
 //   - A turn records at most one outcome (turn.completed, turn.failed or
 //     turn.interrupted), never one for a turn that did not start
 //     [KindTurnOutcomeTwice, KindTurnOutcomeUnknown].

@@ -303,6 +303,13 @@ func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
 			c.violate(v)
 			return
 		}
+		if prev, ok := a.byName[d.Name]; ok && strings.HasPrefix(d.Name, chat.TurnFiberPrefix) {
+			if pf := a.fibers[prev]; pf != nil && pf.ended == "" {
+				v.Request = strings.TrimPrefix(d.Name, chat.TurnFiberPrefix)
+				v.Kind, v.Text = KindTurnTwoFibers, fmt.Sprintf("fiber %s of turn %q started while its fiber %s runs: a turn has one fiber at a time", id, d.Name, prev)
+				c.violate(v)
+			}
+		}
 		f := &fiberState{name: d.Name, ops: map[string]*opState{}}
 		a.fibers[id] = f
 		if d.Name != "" {

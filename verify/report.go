@@ -26,6 +26,7 @@ const (
 	KindTurnOutcomeTwice      Kind = "turn-outcome-twice"
 	KindTurnOutcomeUnknown    Kind = "turn-outcome-unknown"
 	KindTurnOverlap           Kind = "turn-overlap"
+	KindTurnTwoFibers         Kind = "turn-two-fibers"
 	KindMessageAppendedTwice  Kind = "message-appended-twice"
 	KindUserMessageUnanswered Kind = "user-message-unanswered"
 	KindMessageAnsweredTwice  Kind = "message-answered-twice"

@@ -235,6 +235,9 @@ func TestViolations(t *testing.T) {
 		{"outcome of no turn", verify.KindTurnOutcomeUnknown, nil, func(h history) {
 			h.ev("a1", "turn.completed", m{"requestId": "r8"})
 		}},
+		{"two fibers of one turn", verify.KindTurnTwoFibers, nil, func(h history) {
+			h.ev("a1", "fiber.started", m{"id": "f6", "name": "__chat_turn:r3"})
+		}},
 		{"turn while another runs", verify.KindTurnOverlap, nil, func(h history) {
 			h.ev("a1", "fiber.started", m{"id": "f5", "name": "__chat_turn:r4"})
 			h.ev("a1", "turn.started", m{"requestId": "r4", "streamId": "s4"})
