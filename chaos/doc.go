@@ -115,7 +115,7 @@
 // messages, and user messages with no assistant message after them: turns
 // that failed before storing one, which verify checks have an outcome),
 // a line "one turn at a time" with verify's checks of one turn per request
-// and one request per turn by name (turn-overlap,
+// and one request per turn by name (turn-overlap, turn-two-fibers,
 // turn-started-twice, message-answered-twice, stream-start,
 // stream-no-terminal) and what each found, with how many acknowledged chats
 // were sent more than once or answered more than once; with shapes, how

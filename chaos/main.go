@@ -428,7 +428,7 @@ func printTable(w io.Writer, o options, r *results) {
 // oneTurnKinds are verify's checks of one turn per request and one
 // request per turn, which the table names even when they found nothing.
 var oneTurnKinds = []verify.Kind{
-	verify.KindTurnOverlap, verify.KindTurnStartedTwice,
+	verify.KindTurnOverlap, verify.KindTurnTwoFibers, verify.KindTurnStartedTwice,
 	verify.KindMessageAnsweredTwice, verify.KindStreamStart, verify.KindStreamNoTerminal,
 }
 
