@@ -1,12 +1,17 @@
 package chathost
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -93,5 +98,64 @@ func TestReconcile(t *testing.T) {
 				t.Fatalf("reconcile = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestHTTPHistoryConflict: over HTTP, a request whose earlier messages do
+// not match the stored conversation before the point it continues from is
+// a 409 that says what to do, and stores nothing; the same request with
+// the stored history drops the messages after that point and continues.
+func TestHTTPHistoryConflict(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	d, _ := newChatDaemon(t, cfg, -1, AttachGateway)
+	agentdtest.Start(t, d)
+	base := "http://" + d.HTTPAddr()
+	agentdtest.WaitStatus(t, base+"/readyz", 200)
+	conversation := func() []chat.Message {
+		t.Helper()
+		code, body := agentdtest.Get(t, base+"/v1/chat/c1/messages")
+		if code != 200 {
+			t.Fatalf("messages: %d %s", code, body)
+		}
+		var page struct{ Messages []chat.Message }
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			t.Fatal(err)
+		}
+		return page.Messages
+	}
+	post := func(msgs []chat.Message) (int, string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"id": "c1", "trigger": "submit-message", "messages": msgs})
+		resp := agentdtest.Post(t, t.Context(), base+"/v1/chat", string(body))
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, m := range []chat.Message{textMessage("u1", "user", "one"), textMessage("u2", "user", "two")} {
+		if code, body := post(append(conversation(), m)); code != 200 {
+			t.Fatalf("send %s: %d %s", m.ID, code, body)
+		}
+	}
+	stored := conversation()
+	if len(stored) != 4 {
+		t.Fatalf("%d messages, want 4", len(stored))
+	}
+	// The client dropped u2 and its answer, and has u1 with other text.
+	changed := append([]chat.Message{textMessage("u1", "user", "ONE")}, stored[1])
+	code, body := post(append(changed, textMessage("u3", "user", "three")))
+	if code != http.StatusConflict || !strings.Contains(body, "GET /v1/chat/{id}/messages") {
+		t.Fatalf("a history that differs: %d %s", code, body)
+	}
+	apierrortest.CheckMessage(t, "conflict", body)
+	if got := conversation(); len(got) != 4 {
+		t.Fatalf("after a 409: %d messages, want 4", len(got))
+	}
+	// The stored history up to a1: u2 and its answer are dropped.
+	if code, body := post(append(stored[:2:2], textMessage("u3", "user", "three"))); code != 200 {
+		t.Fatalf("after dropping: %d %s", code, body)
+	}
+	got := conversation()
+	if len(got) != 4 || got[1].ID != stored[1].ID || got[2].ID != "u3" || got[3].Role != chat.RoleAssistant {
+		t.Fatalf("after dropping u2: %+v", got)
 	}
 }
