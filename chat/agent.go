@@ -335,6 +335,10 @@ type SendRequest struct {
 	// ends. A parent whose chain of callers holds this agent is refused
 	// (ErrInvalidMessage): a cycle.
 	Parent *ParentRef
+	// rewrite is set by Rewrite: the sequence of its truncation, which
+	// makes the turn's event id differ from an earlier send of the same
+	// message id.
+	rewrite string
 }
 
 // Turn identifies a started turn.
@@ -397,6 +401,7 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	t := turnStarted{
 		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
+		rewrite: req.rewrite,
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
@@ -793,6 +798,9 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	e.ID = nuid.Next()
 	if msg != nil {
 		e.ID = sendEventID(a.agent, msg.ID)
+		if t.rewrite != "" {
+			e.ID = sendEventID(a.agent, msg.ID+"\x00rewrite\x00"+t.rewrite)
+		}
 	}
 	seq, err := a.log.Append(ctx, e)
 	if err != nil {

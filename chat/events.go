@@ -65,6 +65,8 @@ type turnStarted struct {
 	// a crash resumes the span with them. Absent without tracing.
 	TraceParent  string `json:"traceparent,omitempty"`
 	ParentSpanID string `json:"parentSpanId,omitempty"`
+	// rewrite is SendRequest.rewrite, for the event id; not stored.
+	rewrite string
 }
 
 type turnEnded struct {

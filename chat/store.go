@@ -291,3 +291,23 @@ func (s *Store) turnAt(agent string, key []byte) (TurnInfo, bool, error) {
 	t, err := s.Turn(agent, string(id))
 	return t, err == nil, err
 }
+
+// LastMessageID returns the id of agent's last visible message, "" when
+// its conversation has none.
+func (s *Store) LastMessageID(agent string) (string, error) {
+	next, err := nextIndex(s.messages, agent)
+	if err != nil {
+		return "", err
+	}
+	for i := next; i > 0; i-- {
+		var head messageHead // a whole message's row decodes into it too
+		ok, err := getJSON(s.messages, msgKey(agent, i-1), &head)
+		if err != nil {
+			return "", err
+		}
+		if ok && !head.Hidden {
+			return head.ID, nil
+		}
+	}
+	return "", nil
+}

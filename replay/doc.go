@@ -74,8 +74,8 @@
 // Every error the gateway sends has the one shape of package
 // internal/apierror, {"code": N, "error": "<sentence>"}, with N the HTTP
 // status (400 bad input, 403 origin refused, 404 unknown chat, stream or
-// endpoint, 409 conflict, 410 chunks expired, 413 body over
-// GatewayConfig.MaxBodyBytes, 429/503 with Retry-After, 500, 504): HTTP
+// endpoint, 409 conflict, 410 chunks expired, 413 a body's new message
+// and other fields over GatewayConfig.MaxBodyBytes, 429/503 with Retry-After, 500, 504): HTTP
 // bodies, WebSocket error frames ({"type":"error","requestId"?,"code",
 // "error"}), and the AI SDK error chunk that ends an SSE stream whose
 // follow fails for good (404, 410; a transient failure ends the response

@@ -23,8 +23,10 @@ import (
 // status through a StatusCode() int method or a known sentinel (see
 // StatusCode); anything else is 500.
 type Chats interface {
-	// Send starts a turn from an AI SDK request body ({id, messages, ...});
-	// it returns after the user message is durable.
+	// Send starts a turn from an AI SDK request body as the gateway
+	// passes it on: {id, messages: [the last one], history, ...} (readBody:
+	// the earlier messages summed up as History); it returns after the
+	// user message is durable.
 	Send(ctx context.Context, agent string, body json.RawMessage) (Turn, error)
 	// Stop stops the agent's running turn; stopped is false when none ran.
 	Stop(ctx context.Context, agent string) (stopped bool, err error)
@@ -95,7 +97,8 @@ func (p ProjectedIndex) Get(ctx context.Context, agent, stream string) (chunk.St
 	return p.Streams.Get(agent, stream)
 }
 
-// DefaultMaxBodyBytes is the largest POST /v1/chat body accepted by default.
+// DefaultMaxBodyBytes bounds, by default, what a POST /v1/chat body keeps:
+// its last message and its other fields, not its earlier messages.
 const DefaultMaxBodyBytes = 4 << 20
 
 // pendingTTL bounds how long a turn started through the gateway counts as
@@ -117,7 +120,9 @@ type GatewayConfig struct {
 	// Stopping, when closed, ends every long-lived response (SSE streams,
 	// WebSockets): close it when the server shuts down. Turns go on.
 	Stopping <-chan struct{}
-	// MaxBodyBytes caps POST bodies. Default DefaultMaxBodyBytes.
+	// MaxBodyBytes caps what a POST body keeps (its last message and
+	// other fields; its earlier messages are not held) and a WebSocket
+	// frame. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// WriteTimeout bounds each write to a streaming client (an SSE event, a
 	// WebSocket frame). A client that reads too slowly for it is

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,34 +21,120 @@ import (
 )
 
 // FuzzChatBody: a POST /v1/chat body, as the AI SDK sends it or anything
-// else, is accepted with a valid chat id and at least one message, or
-// refused as 400 (ErrBadRequest) or 413, with a message that names no Go
-// type or package; the body accepted is passed on unchanged.
+// else, is read as a stream and accepted with a valid chat id and at least
+// one message, or refused as 400 (ErrBadRequest) or 413, with a message
+// that names no Go type or package. It agrees with encoding/json reading
+// the whole body: the body passed on has the same fields, the last message
+// alone, and the others summed up (their count); the limit bounds what is
+// kept, never the earlier messages.
 func FuzzChatBody(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"a1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"submit-message","messageId":"m1"}`,
-		`{"id":"a1","messages":[]}`, `{"id":"a.b","messages":[{}]}`, `{"id":"","messages":[{}]}`,
+		`{"id":"a1","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"` + strings.Repeat("long ", 400) + `"}]},{"id":"m2","role":"assistant","parts":[{"type":"step-start"},{"type":"text","text":"ok"}]},{"id":"m3","role":"user","parts":[{"text":"hi","type":"text"}],"metadata":{"n":1.50}}],"trigger":"submit-message","x":[1,null,true]}`,
+		`{"messages":[{"id":"m1"},2,"x",null,[{}]],"id":"a1"}`, `{"id":"a1","messages":[{"id":"m1"}],"messages":[]}`, `{"id":"a1","messages":[{}]} {}`,
+		`{"id":"a1","messages":[]}`, `{"id":"a.b","messages":[{}]}`, `{"id":"","messages":[{}]}`, `{"id":"a1","messages":{}}`,
 		`{"id":7}`, `{"messages":null}`, `null`, `[]`, `{`, ``, "{\"id\":\"\xff\",\"messages\":[1]}",
 	} {
 		f.Add([]byte(s), uint16(1024))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, limit uint16) {
+		ref, kept, refOK := referenceChatBody(data)
 		req, body, err := readChatBody(bytes.NewReader(data), int64(limit))
 		if err != nil {
 			var e *apierror.Error
 			if !errors.As(err, &e) || !(e.Code == http.StatusBadRequest && errors.Is(err, ErrBadRequest) || e.Code == http.StatusRequestEntityTooLarge) {
 				t.Fatalf("readChatBody(%q): %#v", data, err)
 			}
-			if len(data) > int(limit) && e.Code != http.StatusRequestEntityTooLarge {
-				t.Fatalf("readChatBody of %d bytes over a %d limit: %v", len(data), limit, err)
-			}
 			apierrortest.CheckMessage(t, fmt.Sprintf("body %q", data), e.Message)
+			switch {
+			case e.Code == http.StatusBadRequest && refOK:
+				t.Fatalf("readChatBody(%q) refused a body encoding/json reads: %v", data, err)
+			case e.Code == http.StatusRequestEntityTooLarge && (!refOK || 2*len(kept) <= int(limit)):
+				t.Fatalf("readChatBody(%q) refused %d bytes kept as over %d: %v", data, len(kept), limit, err)
+			}
 			return
 		}
-		if len(data) > int(limit) || !eventlog.ValidToken(req.ID) || len(req.Messages) == 0 || !bytes.Equal(body, data) {
-			t.Fatalf("readChatBody(%q) accepted %+v, body %q", data, req, body)
+		if !refOK {
+			t.Fatalf("readChatBody(%q) accepted a body encoding/json refuses: %+v", data, req)
+		}
+		var got map[string]any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("readChatBody(%q) passed on %q: %v", data, body, err)
+		}
+		msgs, _ := ref["messages"].([]any)
+		want := map[string]any{}
+		for k, v := range ref {
+			want[k] = v
+		}
+		want["messages"] = msgs[len(msgs)-1:]
+		delete(want, "history")
+		if h, ok := got["history"].(map[string]any); ok {
+			if n, _ := h["count"].(json.Number); n.String() != strconv.Itoa(len(msgs)-1) {
+				t.Fatalf("readChatBody(%q): history %v, want %d messages", data, h, len(msgs)-1)
+			}
+			delete(got, "history")
+		} else if len(msgs) > 1 {
+			t.Fatalf("readChatBody(%q) passed on %s without a history", data, body)
+		}
+		if !reflect.DeepEqual(got, want) || req.ID != ref["id"] || len(req.Messages) != 1 {
+			t.Fatalf("readChatBody(%q) passed on %s, want %v", data, body, want)
 		}
 	})
+}
+
+// referenceChatBody reads data as encoding/json does: ok when it is an
+// object with a valid "id" and a non-empty "messages" array; kept is what
+// the limit bounds, the body with its last message only.
+func referenceChatBody(data []byte) (body map[string]any, kept []byte, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if dec.Decode(&body) != nil || body == nil {
+		return nil, nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, false
+	}
+	id, _ := body["id"].(string)
+	msgs, _ := body["messages"].([]any)
+	if !eventlog.ValidToken(id) || len(msgs) == 0 {
+		return nil, nil, false
+	}
+	k := map[string]any{}
+	for f, v := range body {
+		k[f] = v
+	}
+	k["messages"] = msgs[len(msgs)-1:]
+	delete(k, "history")
+	kept, _ = json.Marshal(k)
+	return body, kept, true
+}
+
+// TestChatBodyHistoryNotBounded: a body whose earlier messages are far
+// over the limit is read, as long as its last message fits, and a last
+// message over the limit is a 413 that says so.
+func TestChatBodyHistoryNotBounded(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`{"id":"a1","trigger":"submit-message","messages":[`)
+	for i := range 3000 {
+		fmt.Fprintf(&b, `{"id":"m%d","role":"user","parts":[{"type":"text","text":%q}]},`, i, strings.Repeat("x", 1000))
+	}
+	head := b.Len()
+	b.WriteString(`{"id":"new","role":"user","parts":[{"type":"text","text":"the new one"}]}]}`)
+	req, body, err := readChatBody(bytes.NewReader(b.Bytes()), 64<<10)
+	if err != nil {
+		t.Fatalf("a %d-byte body with a small new message: %v", b.Len(), err)
+	}
+	if len(body) > 2<<10 || req.ID != "a1" || !strings.Contains(string(req.Messages[0]), `"the new one"`) || !strings.Contains(string(body), `"count":3000`) {
+		t.Fatalf("passed on %s", body)
+	}
+	b.Truncate(head)
+	fmt.Fprintf(&b, `{"id":"new","role":"user","parts":[{"type":"text","text":%q}]}]}`, strings.Repeat("y", 70<<10))
+	_, _, err = readChatBody(bytes.NewReader(b.Bytes()), 64<<10)
+	if got := StatusCode(err); got != http.StatusRequestEntityTooLarge || !strings.Contains(apiError(err).Message, "new message") {
+		t.Fatalf("a new message over the limit: %d %v", got, err)
+	}
 }
 
 // FuzzResumeParams: the Last-Event-ID header and the after parameter of a

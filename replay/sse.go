@@ -1,9 +1,9 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,49 +15,27 @@ import (
 	"github.com/forever-agents/forever/internal/apierror"
 )
 
-// chatRequest is the part of an AI SDK chat request body the gateway checks;
-// the whole body goes to Chats.Send.
+// chatRequest is the part of an AI SDK chat request body the gateway checks:
+// the chat id and the body's last message.
 type chatRequest struct {
 	ID       string            `json:"id"`
 	Messages []json.RawMessage `json:"messages"`
 }
 
-// readChatBody reads and checks an AI SDK request body. Errors are
+// readChatBody reads and checks an AI SDK request body as a stream
+// (readBody): limit bounds the new message and the other fields, not the
+// earlier messages. It returns the body a turn is sent: the last message,
+// the other fields, and the history summed up. Errors are
 // *apierror.Error: 413 over the limit, 400 wrapping ErrBadRequest else.
 func readChatBody(r io.Reader, limit int64) (chatRequest, json.RawMessage, error) {
-	body, err := apierror.ReadBody(r, limit)
-	if err != nil {
-		return chatRequest{}, nil, err
-	}
-	return parseChatBody(body, "")
+	return readBody(r, limit, "")
 }
 
-// parseChatBody checks an AI SDK request body: {id, messages, ...} with a
-// valid agent id and at least one message. within is "" for a request
-// body, or the field holding it ("body" of a WebSocket frame). Errors are
-// 400 *apierror.Error wrapping ErrBadRequest, naming the field as the
-// client sent it.
+// parseChatBody checks an AI SDK request body held whole (the "body" of
+// a WebSocket frame, within), as readChatBody does, with no limit but the
+// frame's.
 func parseChatBody(body json.RawMessage, within string) (chatRequest, json.RawMessage, error) {
-	subject, prefix := "the body", ""
-	opts := []apierror.DecodeOpt{}
-	if within != "" {
-		subject, prefix = strconv.Quote(within), within+"."
-		opts = append(opts, apierror.Within(within))
-	}
-	var req chatRequest
-	if err := apierror.Decode(body, &req, opts...); err != nil {
-		return chatRequest{}, nil, apierror.From(err).WithCause(fmt.Errorf("%w: %w", ErrBadRequest, err))
-	}
-	if req.ID == "" {
-		return chatRequest{}, nil, badRequest(`%s has no "id": set it to the chat id (the agent's id)`, subject)
-	}
-	if !eventlog.ValidToken(req.ID) {
-		return chatRequest{}, nil, badAgentID(strconv.Quote(prefix+"id"), req.ID)
-	}
-	if len(req.Messages) == 0 {
-		return chatRequest{}, nil, badRequest(`%s has no "messages": send the conversation, ending with the new user message`, subject)
-	}
-	return req, body, nil
+	return readBody(bytes.NewReader(body), 1<<50, within)
 }
 
 // postChat starts a turn and streams it: POST /v1/chat.

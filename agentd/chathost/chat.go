@@ -226,6 +226,14 @@ type Request struct {
 	// Parent is set by a sub-agent call of another agent's turn
 	// (chat.ParentRef): the call, and the chain of its callers.
 	Parent *chat.ParentRef `json:"parent,omitempty"`
+	// Trigger and MessageID are the AI SDK's: "submit-message" or
+	// "regenerate-message", and the id of the message edited or
+	// regenerated. History sums up the messages before the last one,
+	// which the HTTP gateway does not pass on (ParseRequest sums up those
+	// of a body that has them). See reconcile.
+	Trigger   string          `json:"trigger,omitempty"`
+	MessageID string          `json:"messageId,omitempty"`
+	History   *replay.History `json:"history,omitempty"`
 	// Body is the request context the turn keeps: the payload without
 	// its messages (requestContext), so a turn's events do not grow with
 	// the conversation a client sends along.
@@ -323,7 +331,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID
 			}
-			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
+			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
 		}
 		if err != nil {
 			return nil, err
@@ -510,6 +518,10 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 	req.Body = requestContext(data)
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {
 		last := req.Messages[len(req.Messages)-1]
+		if earlier := req.Messages[:len(req.Messages)-1]; req.History == nil && len(earlier) > 0 {
+			h := digestOf(earlier)
+			req.History = &h
+		}
 		if last.Role == chat.RoleAssistant {
 			req.Answering = &last
 			return req, nil

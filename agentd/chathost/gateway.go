@@ -54,7 +54,7 @@ var (
 )
 
 func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessage) (replay.Turn, error) {
-	out, err := g.host.Command(ctx, host.Command{Agent: agent, Verb: "chat", Data: lastMessageOnly(body)})
+	out, err := g.host.Command(ctx, host.Command{Agent: agent, Verb: "chat", Data: body})
 	if err != nil {
 		return replay.Turn{}, host.ClientError(err)
 	}

@@ -17,9 +17,9 @@ import (
 // TestHistoryStoredOnce: a client that sends the whole conversation with
 // every request, as the AI SDK's useChat does, makes each turn store only
 // what is new. The log's growth per turn at turn 20 is that of turn 2
-// (within 1.2x), not 10 times it; a body whose history is 3 MB, more than
-// one event holds, gets its answer and adds one user and one assistant
-// message.
+// (within 1.2x), not 10 times it; a body whose history is 5 MB, more than
+// one event holds and more than the body limit, gets its answer and adds
+// one user and one assistant message.
 func TestHistoryStoredOnce(t *testing.T) {
 	cfg := agentdtest.Config(t)
 	d, _ := newChatDaemon(t, cfg, -1, AttachGateway)
@@ -93,20 +93,21 @@ func TestHistoryStoredOnce(t *testing.T) {
 		t.Fatalf("turns 16-20 stored %.0f bytes each, turns 2-6 %.0f: more than 1.5x (all: %v)", late, early, growth)
 	}
 
-	// A 3 MB history the server never stored (a client's own), then the new
-	// message: answered, and only the new message and its answer stored.
+	// A 5 MB history, past the 4 MiB body limit, that the server never
+	// stored (a client's own), then the new message: answered, and only
+	// the new message and its answer stored.
 	history := conversation()
 	pad, _ := json.Marshal(strings.Repeat("h", 100<<10))
-	for i := range 30 {
+	for i := range 50 {
 		history = append(history, json.RawMessage(fmt.Sprintf(`{"id":"old%d","role":"user","parts":[{"type":"text","text":%s}]}`, i, pad)))
 	}
 	n := len(conversation())
 	before := stored()
 	turn(history, 21)
 	if got := len(conversation()); got != n+2 {
-		t.Fatalf("after a 3 MB history: %d messages, want %d", got, n+2)
+		t.Fatalf("after a 5 MB history: %d messages, want %d", got, n+2)
 	}
 	if grew := stored() - before; float64(grew) > 4*mean(growth) {
-		t.Fatalf("a turn with a 3 MB history stored %d bytes, a plain one %.0f", grew, mean(growth))
+		t.Fatalf("a turn with a 5 MB history stored %d bytes, a plain one %.0f", grew, mean(growth))
 	}
 }

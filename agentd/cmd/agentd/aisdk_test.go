@@ -33,9 +33,9 @@ func nodePaths(t *testing.T) (node, npm string) {
 // aisdkFlows are the flows testdata/aisdk/chat.mjs runs for each major
 // version of the AI SDK ("ai" on npm): tool approvals came with AI SDK 6.
 var aisdkFlows = map[string][]string{
-	"5": {"server", "client", "resume", "subagent"},
-	"6": {"server", "client", "approval", "resume", "subagent"},
-	"7": {"server", "client", "approval", "resume", "subagent"},
+	"5": {"server", "client", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
+	"6": {"server", "client", "approval", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
+	"7": {"server", "client", "approval", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light", "long"},
 }
 
 // testBinaryAISDK: a stock Vercel AI SDK chat client (AbstractChat, the
@@ -44,9 +44,12 @@ var aisdkFlows = map[string][]string{
 // addToolResult, an approval answered with addToolApprovalResponse (6 and
 // later), a resumeStream from a new client while a tool runs, and a
 // sub-agent call whose data-subagent part a second client follows to the
-// child's stream. The
-// script (testdata/aisdk/chat.mjs) checks the messages the client ends
-// with; this test checks the approved note ran once.
+// child's stream, a regenerate and an edit of an earlier message (with
+// the whole conversation in each request, and with only the new message,
+// as docs/reference.md's setup sends it), and (ai 7) a request whose
+// history is more than 3 MB. The script (testdata/aisdk/chat.mjs) checks
+// the messages the client ends with against the stored conversation; this
+// test checks the approved note ran once.
 func testBinaryAISDK(t *testing.T, bin string) {
 	node, npm := nodePaths(t)
 	dir, err := filepath.Abs(filepath.Join("testdata", "aisdk"))

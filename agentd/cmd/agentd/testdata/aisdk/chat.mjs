@@ -11,8 +11,11 @@
 //
 // Flows: server tool, client tool (addToolResult), approval
 // (addToolApprovalResponse; AI SDK 6 and later), resuming a turn while
-// a tool runs (resumeStream on a new client), and a sub-agent (the
-// data-subagent part, and the child's stream followed by another client). It prints one line per flow
+// a tool runs (resumeStream on a new client), a sub-agent (the
+// data-subagent part, and the child's stream followed by another client),
+// regenerate and an edit of an earlier message (sending the whole
+// conversation, and only the new message), and (AI SDK 7) a history of
+// more than 3 MB sent whole. FLOWS=a,b runs only those. It prints one line per flow
 // and exits non-zero when one failed. The caller checks what the tools
 // did on the server (the note's line in <data>/notes.txt).
 
@@ -104,10 +107,17 @@ class Chat extends ai.AbstractChat {
 
 const pickTool = { Name: 'pick', Description: 'Picks a number (answered by the client).', Schema: { type: 'object' } };
 
-function newChat(id, { messages = [], tools, auto, onData, after } = {}) {
+function newChat(id, { messages = [], tools, auto, onData, after, light } = {}) {
 	const transport = new ai.DefaultChatTransport({
 		api: `${base}/v1/chat`,
 		...(tools ? { body: { tools } } : {}),
+		// light: only the new message, as docs/reference.md's useChat setup
+		// sends it.
+		...(light ? {
+			prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
+				body: { ...body, id, trigger, messageId, messages: messages.slice(-1) },
+			}),
+		} : {}),
 		// A resume from a cursor: ?after=<cursor> replays the stream after
 		// it, live or ended.
 		...(after !== undefined ? { prepareReconnectToStreamRequest: ({ id }) => ({ api: `${base}/v1/chat/${id}/stream?after=${after}` }) } : {}),
@@ -197,7 +207,73 @@ async function sameAsServer(chat) {
 	}
 }
 
+// ids returns the ids of messages, for comparing conversations.
+const ids = (ms) => ms.map((m) => m.id).join(',');
+
 const flows = {
+	// Regenerate: the client asks again for the last answer; it ends with
+	// the same user messages and a new last assistant message, which is
+	// what the server stored in place of the old one.
+	async regenerate(id, light) {
+		const chat = newChat(id, { light });
+		await chat.sendMessage({ text: 'first question' });
+		await chat.sendMessage({ text: 'second question' });
+		noErrors(chat);
+		const before = chat.messages;
+		await chat.regenerate();
+		noErrors(chat);
+		const ms = chat.messages;
+		if (ms.length !== 4 || ids(ms.slice(0, 3)) !== ids(before.slice(0, 3)) || ms[3].role !== 'assistant' || ms[3].id === before[3].id) {
+			fail(`after regenerate: ${show(ms)}, want the first three of ${show(before)} and a new answer`);
+		}
+		await sameAsServer(chat);
+	},
+
+	// Edit: the client changes its first message (sendMessage with the
+	// message's id); the SDK drops everything after it, and so does the
+	// server, which answers the edited text under the same id.
+	async edit(id, light) {
+		const chat = newChat(id, { light });
+		await chat.sendMessage({ text: 'one' });
+		await chat.sendMessage({ text: 'two' });
+		noErrors(chat);
+		const first = chat.messages[0];
+		await chat.sendMessage({ text: 'one, edited', messageId: first.id });
+		noErrors(chat);
+		const ms = chat.messages;
+		if (ms.length !== 2 || ms[0].id !== first.id || textOf(ms[0]) !== 'one, edited' || ms[1].role !== 'assistant') {
+			fail(`after the edit: ${show(ms)}, want the edited message and its answer`);
+		}
+		await sameAsServer(chat);
+	},
+
+	// The same, sending only the new message.
+	'regenerate-light': (id) => flows.regenerate(id, true),
+	'edit-light': (id) => flows.edit(id, true),
+
+	// Long: a conversation whose history is more than 3 MB (user messages
+	// of 450 KiB, under the 512 KiB a new message may take), sent whole in
+	// every request, as useChat does: the last request, a body of more
+	// than 3 MB, gets its answer, one new assistant message.
+	async long(id) {
+		const chat = newChat(id);
+		const big = (i) => `message ${i} ` + 'x'.repeat(450 << 10);
+		for (let i = 0; i < 7; i++) {
+			await chat.sendMessage({ text: big(i) });
+			noErrors(chat);
+		}
+		const size = JSON.stringify(chat.messages).length;
+		if (size < 3_000_000) fail(`the history is ${size} bytes, want more than 3 MB`);
+		const before = chat.messages.length;
+		await chat.sendMessage({ text: 'and one more' });
+		noErrors(chat);
+		const ms = chat.messages;
+		if (ms.length !== before + 2 || ms.at(-1).role !== 'assistant' || textOf(ms.at(-1)).length === 0) {
+			fail(`after a request of more than ${size} bytes: ${ms.length} messages (want ${before + 2}), last ${show(ms.at(-1))}`);
+		}
+		await sameAsServer(chat);
+	},
+
 	// A server tool: the turn calls clock, agentd runs it, the answer
 	// quotes its output.
 	async server(id) {
@@ -339,7 +415,7 @@ const flows = {
 	},
 };
 
-const run = ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume', 'subagent'];
+const run = process.env.FLOWS ? process.env.FLOWS.split(',') : ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume', 'subagent', 'regenerate', 'edit', 'regenerate-light', 'edit-light', ...(version === '7' ? ['long'] : [])];
 let failed = false;
 for (const name of run) {
 	const id = `${prefix}-${name}`;
