@@ -155,6 +155,11 @@ type Config struct {
 	// LocalRate is the local model's speed in tokens/s: 0 means the default
 	// (30), negative as fast as possible.
 	LocalRate float64
+	// Prices is a JSON file of model prices set over the built-in ones
+	// (chat/cost): {"<provider>": {"<model>": {"input": "2.50",
+	// "output": "10.00", "cached": "1.25"}}}, dollars per million tokens.
+	// Empty: the built-in prices.
+	Prices string
 	// ShutdownTimeout bounds each step of the graceful shutdown (HTTP
 	// requests in flight, NATS drain). Default 10s.
 	ShutdownTimeout time.Duration

@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 )
 
@@ -72,6 +73,9 @@ type turnEnded struct {
 	FinishReason string `json:"finishReason,omitempty"`
 	Error        string `json:"error,omitempty"`
 	Reason       string `json:"reason,omitempty"`
+	// Code is the failure's code when it has one a client reads (402: a
+	// budget is spent).
+	Code int `json:"code,omitempty"`
 }
 
 type stateSet struct {
@@ -89,6 +93,9 @@ type usageRecorded struct {
 	// Subagents is the usage of the turn's sub-agents, apart from Input
 	// and Output (the turn's own model calls).
 	Subagents *SubagentUsage `json:"subagents,omitempty"`
+	// Cost is what Input and Output cost at the agent's price when the
+	// turn ended (Config.Price); absent without a price.
+	Cost cost.Micros `json:"cost,omitempty"`
 }
 
 type interruptFlag struct {

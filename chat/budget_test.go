@@ -1,0 +1,139 @@
+package chat_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/cost"
+	"github.com/forever-agents/forever/chat/llm"
+)
+
+// localPrice is the local model's default price.
+var localPrice = cost.Default()["local"]["*"]
+
+func priced(opts ...func(*chat.Config)) func(*chat.Config) {
+	return func(c *chat.Config) {
+		p := localPrice
+		c.Price = &p
+		for _, o := range opts {
+			o(c)
+		}
+	}
+}
+
+// TestBudgetRefusesPastHardLimit: usage carries its cost; the budget's
+// spend is the sum of the usage.recorded events of the period; once it
+// reaches the token limit a new turn is refused with 402 until the reset.
+func TestBudgetRefusesPastHardLimit(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), priced())
+	ctx := t.Context()
+	if _, err := h.a.Send(ctx, chat.SendRequest{Text: "hello there"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	settled(t, e, "a1")
+	u, err := h.a.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := u.Cost, localPrice.Of(u.Input, u.Output, 0); got != want || got == 0 {
+		t.Fatalf("usage cost = %s, want %s (nonzero)", got, want)
+	}
+	tokens := u.Input + u.Output
+	soft := 1.0
+	st, err := h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &tokens, Soft: &soft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.Spent, (chat.BudgetSpend{Tokens: tokens, Cost: u.Cost}); got != want {
+		t.Fatalf("spent = %+v, want the usage %+v", got, want)
+	}
+	if got, want := st.Period, "24h"; got != want {
+		t.Fatalf("period = %q, want %q", got, want)
+	}
+	if st.Exceeded != "tokens" || !st.ResetsAt.After(st.PeriodStart) {
+		t.Fatalf("budget = %+v, want tokens exceeded", st)
+	}
+	err = h.a.BudgetRefusal()
+	var be *chat.BudgetError
+	if !errors.As(err, &be) || be.StatusCode() != http.StatusPaymentRequired || be.RetryAfter() <= 0 {
+		t.Fatalf("refusal = %v, want a 402 BudgetError", err)
+	}
+	t.Log(err)
+
+	// A higher limit (only tokens changed: the rest is kept) lets turns in.
+	more := tokens + 1
+	st, err = h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &more})
+	if err != nil || st.Exceeded != "" || st.Soft != 1 {
+		t.Fatalf("budget = %+v, %v; want not exceeded, soft kept", st, err)
+	}
+	if err := h.a.BudgetRefusal(); err != nil {
+		t.Fatal(err)
+	}
+	// A cost limit binds as well.
+	c := u.Cost
+	if st, err = h.a.SetBudget(ctx, chat.BudgetUpdate{Cost: &c}); err != nil || st.Exceeded != "cost" {
+		t.Fatalf("budget = %+v, %v; want cost exceeded", st, err)
+	}
+
+	for _, bad := range []chat.BudgetUpdate{{Tokens: ptr(int64(-1))}, {Period: ptr("1s")}, {Period: ptr("day")}, {Soft: ptr(1.5)}} {
+		if _, err := h.a.SetBudget(ctx, bad); !errors.Is(err, chat.ErrInvalidBudget) {
+			t.Errorf("SetBudget(%+v) = %v, want ErrInvalidBudget", bad, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestBudgetStopsRunawayTurn: a turn calling tools step after step stops
+// before the first model call past the limit (within one model call of
+// it): an error chunk, turn.failed with code 402, and the usage of the
+// calls it made recorded, so the spend stays the sum of usage.
+func TestBudgetStopsRunawayTurn(t *testing.T) {
+	e := newEnv(t)
+	fx := newSideEffects()
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), priced(withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe))))
+	ctx := t.Context()
+	one := int64(1)
+	if _, err := h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &one}); err != nil {
+		t.Fatal(err)
+	}
+	turn, err := h.a.Send(ctx, chat.SendRequest{Text: twoTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	settled(t, e, "a1")
+	tr := lastTurn(t, e, "a1")
+	if tr.Status != chat.TurnFailed || tr.ErrorCode != http.StatusPaymentRequired {
+		t.Fatalf("turn = %s code %d (%s), want failed with 402", tr.Status, tr.ErrorCode, tr.Error)
+	}
+	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
+	if count(cs, chunk.Error) != 1 {
+		t.Fatalf("stream has %d error chunks, want 1", count(cs, chunk.Error))
+	}
+	fx.mu.Lock()
+	ran := len(fx.started)
+	fx.mu.Unlock()
+	if got := ran; got != 1 {
+		t.Fatalf("%d tools ran, want 1: the turn stops before its second model call", got)
+	}
+	u, err := h.a.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.a.Budget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Input+u.Output == 0 || st.Spent.Tokens != u.Input+u.Output || st.Spent.Cost != u.Cost {
+		t.Fatalf("spent %+v, usage %+v: want equal and nonzero", st.Spent, u)
+	}
+	if err := h.a.BudgetRefusal(); err == nil {
+		t.Fatal("a new turn is let in past the limit")
+	}
+}
