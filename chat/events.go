@@ -15,10 +15,10 @@ const (
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
 	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn, traceparent and parentSpanId its invoke_agent span
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
-	EventTurnFailed        = "turn.failed"        // {requestId, error}
+	EventTurnFailed        = "turn.failed"        // {requestId, error, code?}: code 402 for a spent budget
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
 	EventStateSet          = "state.set"          // {version, value}
-	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}}
+	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}, cost?: "0.0042"}
 	EventInterruptSet      = "interrupt.set"      // {name}
 	EventInterruptCleared  = "interrupt.cleared"  // {name}
 )

@@ -126,15 +126,100 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 		t.Fatalf("chat after raising the budget: %s %s", code, body)
 	}
 
+	testRunawayBudget(t, nc)
+
 	mresp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_sets_total 2`, `forever_chat_cost_dollars_total`} {
+	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 3`, `forever_chat_cost_dollars_total`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// testRunawayBudget: a runaway agent, the local model calling the clock
+// tool step after step, under a token budget stops before the first model
+// call past the limit: turn.failed with code 402 while tool calls remain,
+// with the spend (the usage of the calls made) past the limit by less than
+// the last call used.
+func testRunawayBudget(t *testing.T, nc *nats.Conn) {
+	const agent = "budget-runaway"
+	req := func(verb string, payload any, out any) {
+		t.Helper()
+		var data []byte
+		if payload != nil {
+			data, _ = json.Marshal(payload)
+		}
+		m, err := nc.Request("forever.cmd."+agent+"."+verb, data, 20*time.Second)
+		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("%s: %v %s", verb, err, m.Data)
+		}
+		if out != nil {
+			if err := json.Unmarshal(m.Data, out); err != nil {
+				t.Fatalf("%s reply %s: %v", verb, m.Data, err)
+			}
+		}
+	}
+	const limit = 300
+	req("budget", map[string]any{"tokens": limit}, nil)
+	const calls = 19 // one step each: a turn has at most 20
+	req("chat", map[string]string{"text": strings.Repeat("/tool clock {}\n", calls)}, nil)
+
+	type logPage struct {
+		Events []struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"events"`
+	}
+	var failed struct {
+		Error string `json:"error"`
+		Code  int    `json:"code"`
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var page logPage
+		req("log", map[string]any{"type": "turn.", "limit": 100}, &page)
+		if n := len(page.Events); n > 0 && page.Events[n-1].Type != "turn.started" {
+			if got := page.Events[n-1].Type; got != "turn.failed" {
+				t.Fatalf("the runaway turn ended with %s, want turn.failed", got)
+			}
+			if err := json.Unmarshal(page.Events[n-1].Data, &failed); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the runaway turn did not end")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if failed.Code != http.StatusPaymentRequired || !strings.Contains(failed.Error, "token budget of 300 tokens per 24h") {
+		t.Fatalf("turn.failed = %+v, want code 402 naming the budget", failed)
+	}
+	var msgs struct {
+		Messages []chat.Message `json:"messages"`
+	}
+	req("messages", nil, &msgs)
+	ran := 0
+	for _, m := range msgs.Messages {
+		for _, p := range m.Parts {
+			if p.Type == chat.PartTool && p.State == chat.ToolOutput {
+				ran++
+			}
+		}
+	}
+	if ran == 0 || ran >= calls {
+		t.Fatalf("%d clock calls ran, want some but fewer than the %d asked: the budget stops the loop", ran, calls)
+	}
+	var u chathost.UsageReply
+	req("usage", nil, &u)
+	spent := u.Input + u.Output
+	t.Logf("stopped after %d tool calls at %d tokens of %d", ran, spent, limit)
+	if spent < limit || u.Budget == nil || u.Budget.Spent.Tokens != spent {
+		t.Fatalf("usage %+v: want at least %d tokens, the budget's spend", u, limit)
 	}
 }
