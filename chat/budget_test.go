@@ -1,6 +1,7 @@
 package chat_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -135,5 +136,64 @@ func TestBudgetStopsRunawayTurn(t *testing.T) {
 	}
 	if err := h.a.BudgetRefusal(); err == nil {
 		t.Fatal("a new turn is let in past the limit")
+	}
+}
+
+// TestBudgetExactAcrossCrash: a turn killed between a model call and the
+// next one is recovered by a new incarnation, whose check before that next
+// call counts the calls made before the crash: the turn fails with 402
+// and the spend is the usage recorded once, as without the crash.
+func TestBudgetExactAcrossCrash(t *testing.T) {
+	run := func(t *testing.T, crash bool) (chat.Usage, chat.BudgetStatus) {
+		e := newEnv(t)
+		local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+		fx := newSideEffects()
+		opt := priced(withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe)))
+		h := e.host(t, "a1", local, opt)
+		one := int64(1)
+		if _, err := h.a.SetBudget(t.Context(), chat.BudgetUpdate{Tokens: &one}); err != nil {
+			t.Fatal(err)
+		}
+		reached := make(chan struct{}, 1)
+		if crash {
+			chat.StopAt(h.a, func(ctx context.Context, point string) error {
+				if point != "step-done" {
+					return nil
+				}
+				reached <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}
+		if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: twoTools}); err != nil {
+			t.Fatal(err)
+		}
+		if crash {
+			wait(t, reached)
+			h.r.Close()
+			h = recoverHost(t, e, "a1", local, opt)
+		}
+		h.r.Wait()
+		settled(t, e, "a1")
+		if tr := lastTurn(t, e, "a1"); tr.Status != chat.TurnFailed || tr.ErrorCode != http.StatusPaymentRequired {
+			t.Fatalf("turn = %s code %d (%s), want failed with 402", tr.Status, tr.ErrorCode, tr.Error)
+		}
+		u, err := h.a.Usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := h.a.Budget()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u, st
+	}
+	wantU, wantSt := run(t, false)
+	gotU, gotSt := run(t, true)
+	if gotU != wantU || gotU.Turns != 1 {
+		t.Fatalf("usage after a crash = %+v, without = %+v", gotU, wantU)
+	}
+	if gotSt.Spent != wantSt.Spent || gotSt.Spent.Tokens != gotU.Input+gotU.Output || gotSt.Spent.Cost != gotU.Cost {
+		t.Fatalf("spent after a crash = %+v, without = %+v, usage %+v", gotSt.Spent, wantSt.Spent, gotU)
 	}
 }
