@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/replay"
 
@@ -416,6 +417,9 @@ func (c *Config) Validate() error {
 	case ProviderLocal, ProviderOpenAI, ProviderChatCompletions, ProviderAnthropic:
 	default:
 		return configErrorf("provider", "provider %q is not one of local, openai, chatcompletions, anthropic", c.Provider)
+	}
+	if _, err := cost.Load(c.Prices); err != nil {
+		return configErrorf("prices", "prices file %s: %s", c.Prices, strings.TrimPrefix(err.Error(), "cost: "))
 	}
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)

@@ -87,7 +87,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		prices, err := cost.Load(deps.Config.Prices)
 		if err != nil {
-			return agentd.ConfigErrorf("prices", "--prices %s: %s", deps.Config.Prices, strings.TrimPrefix(err.Error(), "cost: "))
+			return agentd.ConfigErrorf("prices", "prices file %s: %s", deps.Config.Prices, strings.TrimPrefix(err.Error(), "cost: "))
 		}
 		price, model, ok := priceOf(prices, ct.provider)
 		if !ok {
@@ -328,14 +328,12 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			}
 		}
 		var turn chat.Turn
-		if req.Answering == nil {
-			if err := c.BudgetRefusal(); err != nil {
-				return nil, err // 402 until the budget's period resets
-			}
-		}
 		if req.Answering != nil {
 			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
 		} else {
+			if err := c.BudgetRefusal(); err != nil {
+				return nil, err // 402 until the budget's period resets
+			}
 			id := req.RequestID
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID

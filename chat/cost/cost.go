@@ -215,9 +215,9 @@ func Parse(data []byte) (Table, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil {
 		if errors.Is(err, ErrAmount) {
-			return nil, fmt.Errorf("cost: prices: %w", err)
+			return nil, err
 		}
-		return nil, fmt.Errorf("cost: prices: want {\"<provider>\": {\"<model>\": {\"input\": \"2.50\", \"output\": \"10.00\", \"cached\": \"1.25\"}}} (dollars per million tokens): %s", jsonReason(err))
+		return nil, fmt.Errorf("cost: want {\"<provider>\": {\"<model>\": {\"input\": \"2.50\", \"output\": \"10.00\", \"cached\": \"1.25\"}}} (dollars per million tokens): %s", jsonReason(err))
 	}
 	return t, nil
 }
@@ -248,7 +248,7 @@ func Load(path string) (Table, error) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("cost: read prices: %w", err)
+		return nil, fmt.Errorf("cost: read: %w", err)
 	}
 	t, err := Parse(data)
 	if err != nil {
