@@ -204,21 +204,31 @@ func (a *Agent) budgetStatus(l BudgetLimits, extra llm.Usage) (BudgetStatus, *Bu
 }
 
 // BudgetRefusal returns a *BudgetError when a hard limit of the agent's
-// budget is reached (a new turn is refused with it), else nil.
-func (a *Agent) BudgetRefusal() error {
+// budget is reached, else nil: a new turn is refused with it. A request
+// sent again, whose request id or message id (either may be empty) is a
+// stored turn's, is let through: Send answers it with its first turn,
+// which is no new work.
+func (a *Agent) BudgetRefusal(requestID, messageID string) error {
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil || !l.Limited() {
 		return err
 	}
 	_, be, err := a.budgetStatus(l, llm.Usage{})
-	if err != nil {
+	if err != nil || be == nil {
 		return err
 	}
-	if be != nil {
-		a.budgetM.refused.WithLabelValues("turn").Inc()
-		return be
+	if requestID != "" {
+		if _, err := a.store.Turn(a.agent, requestID); err == nil {
+			return nil
+		}
 	}
-	return nil
+	if messageID != "" {
+		if _, err := a.store.Message(a.agent, messageID); err == nil {
+			return nil
+		}
+	}
+	a.budgetM.refused.WithLabelValues("turn").Inc()
+	return be
 }
 
 // checkBudgetAtCall runs before each model call of st: when a hard limit

@@ -32,7 +32,8 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	e := newEnv(t)
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), priced())
 	ctx := t.Context()
-	if _, err := h.a.Send(ctx, chat.SendRequest{Text: "hello there"}); err != nil {
+	first, err := h.a.Send(ctx, chat.SendRequest{Text: "hello there", RequestID: "r1"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	h.r.Wait()
@@ -59,12 +60,20 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	if st.Exceeded != "tokens" || !st.ResetsAt.After(st.PeriodStart) {
 		t.Fatalf("budget = %+v, want tokens exceeded", st)
 	}
-	err = h.a.BudgetRefusal()
+	err = h.a.BudgetRefusal("r2", "")
 	var be *chat.BudgetError
 	if !errors.As(err, &be) || be.StatusCode() != http.StatusPaymentRequired || be.RetryAfter() <= 0 {
 		t.Fatalf("refusal = %v, want a 402 BudgetError", err)
 	}
 	t.Log(err)
+	// The first chat sent again is no new turn: it is let through, and
+	// Send answers it with its turn.
+	if err := h.a.BudgetRefusal("r1", ""); err != nil {
+		t.Fatalf("the first chat sent again is refused: %v", err)
+	}
+	if again, err := h.a.Send(ctx, chat.SendRequest{Text: "hello there", RequestID: "r1"}); err != nil || again.StreamID != first.StreamID {
+		t.Fatalf("the first chat sent again = %+v, %v; want its turn %+v", again, err, first)
+	}
 
 	// A higher limit (only tokens changed: the rest is kept) lets turns in.
 	more := tokens + 1
@@ -72,7 +81,7 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	if err != nil || st.Exceeded != "" || st.Soft != 1 {
 		t.Fatalf("budget = %+v, %v; want not exceeded, soft kept", st, err)
 	}
-	if err := h.a.BudgetRefusal(); err != nil {
+	if err := h.a.BudgetRefusal("r3", ""); err != nil {
 		t.Fatal(err)
 	}
 	// A cost limit binds as well.
@@ -134,7 +143,7 @@ func TestBudgetStopsRunawayTurn(t *testing.T) {
 	if u.Input+u.Output == 0 || st.Spent.Tokens != u.Input+u.Output || st.Spent.Cost != u.Cost {
 		t.Fatalf("spent %+v, usage %+v: want equal and nonzero", st.Spent, u)
 	}
-	if err := h.a.BudgetRefusal(); err == nil {
+	if err := h.a.BudgetRefusal("", ""); err == nil {
 		t.Fatal("a new turn is let in past the limit")
 	}
 }

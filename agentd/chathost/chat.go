@@ -331,12 +331,16 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if req.Answering != nil {
 			turn, err = c.AnswerMessage(ctx, *req.Answering, req.Body)
 		} else {
-			if err := c.BudgetRefusal(); err != nil {
-				return nil, err // 402 until the budget's period resets
-			}
 			id := req.RequestID
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID
+			}
+			var msgID string
+			if req.Message != nil {
+				msgID = req.Message.ID
+			}
+			if err := c.BudgetRefusal(id, msgID); err != nil {
+				return nil, err // 402 until the budget's period resets
 			}
 			turn, err = c.Send(ctx, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
 		}
