@@ -113,6 +113,27 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 		t.Fatalf("GET budget: %d %+v %v", hr.StatusCode, hst, err)
 	}
 
+	// PUT sets it over HTTP (a field left out keeps its value); a body
+	// that sets nothing is 400.
+	for _, tc := range []struct {
+		body string
+		code int
+	}{{`{"soft":0.9}`, 200}, {`{}`, 400}, {`{"cost":"1.5.0"}`, 400}} {
+		preq, _ := http.NewRequest(http.MethodPut, "http://"+httpAddr+"/v1/agents/"+agent+"/budget", strings.NewReader(tc.body))
+		presp, err := http.DefaultClient.Do(preq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, _ := io.ReadAll(presp.Body)
+		presp.Body.Close()
+		if presp.StatusCode != tc.code {
+			t.Fatalf("PUT budget %s: %d %s, want %d", tc.body, presp.StatusCode, pb, tc.code)
+		}
+		if tc.code == 200 && (!strings.Contains(string(pb), `"soft":0.9`) || !strings.Contains(string(pb), `"tokens":600`)) {
+			t.Fatalf("PUT budget %s: %s", tc.body, pb)
+		}
+	}
+
 	// The CLI prints it, and raising the limit lets chats in again.
 	out, err := exec.Command(bin, "budget", agent, "--server", "nats://"+natsAddr).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "of 600") || !strings.Contains(string(out), "tokens limit is reached") {
@@ -134,7 +155,7 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 	}
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 3`, `forever_chat_cost_dollars_total`} {
+	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 4`, `forever_chat_cost_dollars_total`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
