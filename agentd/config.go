@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/replay"
 
@@ -155,6 +156,11 @@ type Config struct {
 	// LocalRate is the local model's speed in tokens/s: 0 means the default
 	// (30), negative as fast as possible.
 	LocalRate float64
+	// Prices is a JSON file of model prices set over the built-in ones
+	// (chat/cost): {"<provider>": {"<model>": {"input": "2.50",
+	// "output": "10.00", "cached": "1.25"}}}, dollars per million tokens.
+	// Empty: the built-in prices.
+	Prices string
 	// ShutdownTimeout bounds each step of the graceful shutdown (HTTP
 	// requests in flight, NATS drain). Default 10s.
 	ShutdownTimeout time.Duration
@@ -411,6 +417,9 @@ func (c *Config) Validate() error {
 	case ProviderLocal, ProviderOpenAI, ProviderChatCompletions, ProviderAnthropic:
 	default:
 		return configErrorf("provider", "provider %q is not one of local, openai, chatcompletions, anthropic", c.Provider)
+	}
+	if _, err := cost.Load(c.Prices); err != nil {
+		return configErrorf("prices", "prices file %s: %s", c.Prices, strings.TrimPrefix(err.Error(), "cost: "))
 	}
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)

@@ -133,6 +133,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"provider base `url` (for chatcompletions: the Ollama, llama.cpp or vLLM server)")
 	fs.Float64Var(&cfg.LocalRate, "local-rate", cfg.LocalRate,
 		"local model speed in tokens/s (0: 30, negative: unlimited)")
+	fs.StringVar(&cfg.Prices, "prices", cfg.Prices,
+		"JSON `file` of model prices over the built-in ones: {\"<provider>\": {\"<model>\": {\"input\": \"2.50\", \"output\": \"10.00\", \"cached\": \"1.25\"}}}, dollars per million tokens")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
 		"time allowed to each graceful shutdown step (HTTP requests, NATS drain)")
 	fs.TextVar(&cfg.LogLevel, "log-level", cfg.LogLevel,

@@ -23,13 +23,15 @@ const (
 // (Role.Verbs, ClientPermissions), quotas (agentd/quota) and the audit
 // (agentd/host) read it; a test of agentd/host checks that every verb a
 // type of the binary registers is in it. "state" is a write: the same
-// verb sets the state; so is "meta", which sets the user context.
+// verb sets the state; so is "meta", which sets the user context, and
+// "budget", which sets an agent's budget (and, without limits, reads it:
+// a reader sees the budget in usage's reply).
 var verbAccess = map[string]Access{
 	"status": AccessRead, "fibers": AccessRead, "schedules": AccessRead, "log": AccessRead,
 	"messages": AccessRead, "tools": AccessRead, "approvals": AccessRead, "streams": AccessRead, "usage": AccessRead,
 	"approve": AccessApprove,
 	"meta":    AccessWrite, "chat": AccessWrite, "cancel": AccessWrite, "interrupt": AccessWrite, "state": AccessWrite,
-	"tool-result": AccessWrite, "child-result": AccessWrite, "start": AccessWrite,
+	"tool-result": AccessWrite, "child-result": AccessWrite, "start": AccessWrite, "budget": AccessWrite,
 	"delete": AccessAdmin,
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -161,6 +162,10 @@ type Config struct {
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string
+	// Price, when set, prices the turns' usage: usage.recorded and the
+	// usage view carry a cost, and the chat spans a forever.usage.cost.
+	// Nil: no cost is recorded.
+	Price *cost.Price
 }
 
 func (c *Config) ensureDefaults() {
@@ -252,6 +257,7 @@ type Agent struct {
 	store   *Store
 	logger  *slog.Logger
 	metrics *metrics
+	budgetM *budgetMetrics
 	tracer  tracing.Tracer
 
 	stateMu sync.Mutex // serializes SetState
@@ -300,8 +306,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	bm, err := newBudgetMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return &Agent{
-		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m,
+		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m, budgetM: bm,
 		logger: cfg.Logger.With("subsystem", "chat", "agent", cfg.Agent),
 		tracer: tracing.New(cfg.TracerProvider, "chat"),
 	}, nil

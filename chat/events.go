@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 )
 
@@ -14,10 +15,10 @@ const (
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
 	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn, traceparent and parentSpanId its invoke_agent span
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
-	EventTurnFailed        = "turn.failed"        // {requestId, error}
+	EventTurnFailed        = "turn.failed"        // {requestId, error, code?}: code 402 for a spent budget
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
 	EventStateSet          = "state.set"          // {version, value}
-	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}}
+	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}, cost?: "0.0042"}
 	EventInterruptSet      = "interrupt.set"      // {name}
 	EventInterruptCleared  = "interrupt.cleared"  // {name}
 )
@@ -74,6 +75,9 @@ type turnEnded struct {
 	FinishReason string `json:"finishReason,omitempty"`
 	Error        string `json:"error,omitempty"`
 	Reason       string `json:"reason,omitempty"`
+	// Code is the failure's code when it has one a client reads (402: a
+	// budget is spent).
+	Code int `json:"code,omitempty"`
 }
 
 type stateSet struct {
@@ -91,6 +95,9 @@ type usageRecorded struct {
 	// Subagents is the usage of the turn's sub-agents, apart from Input
 	// and Output (the turn's own model calls).
 	Subagents *SubagentUsage `json:"subagents,omitempty"`
+	// Cost is what Input and Output cost at the agent's price when the
+	// turn ended (Config.Price); absent without a price.
+	Cost cost.Micros `json:"cost,omitempty"`
 }
 
 type interruptFlag struct {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 )
@@ -301,6 +302,9 @@ type Usage struct {
 	// Subagents is the usage of the agent's sub-agents (their turns' own
 	// and their sub-agents', recursively), apart from its own.
 	Subagents SubagentUsage `json:"subagents,omitzero"`
+	// Cost is the sum of the turns' recorded costs (their own model
+	// calls'), in dollars ("0.0042").
+	Cost cost.Micros `json:"cost"`
 }
 
 // UsageProjection rolls usage.recorded up per agent. Only the first
@@ -330,6 +334,7 @@ func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
 	sum.Input += u.Input
 	sum.Output += u.Output
 	sum.Turns++
+	sum.Cost += u.Cost
 	if u.Subagents != nil {
 		sum.Subagents.add(*u.Subagents)
 	}
@@ -383,6 +388,7 @@ type TurnInfo struct {
 	Status       string          `json:"status"`
 	FinishReason string          `json:"finishReason,omitempty"`
 	Error        string          `json:"error,omitempty"`
+	ErrorCode    int             `json:"errorCode,omitempty"`
 	Reason       string          `json:"reason,omitempty"`
 	StartedSeq   eventlog.Seq    `json:"startedSeq"`
 	StartedAt    time.Time       `json:"startedAt"`
@@ -503,7 +509,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		case EventTurnCompleted:
 			t.Status, t.FinishReason = TurnCompleted, te.FinishReason
 		case EventTurnFailed:
-			t.Status, t.Error = TurnFailed, te.Error
+			t.Status, t.Error, t.ErrorCode = TurnFailed, te.Error, te.Code
 		default:
 			t.Status, t.Reason = TurnInterrupted, te.Reason
 		}

@@ -19,6 +19,7 @@ type Store struct {
 	usage      *eventlog.View
 	interrupts *eventlog.View
 	turns      *eventlog.View
+	budget     *eventlog.View
 
 	chunkPr  *eventlog.Projector // streams
 	eventPrs []waiter            // the others, all on the events stream
@@ -34,7 +35,7 @@ type waiter interface {
 func eventProjections() []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
-		InterruptsProjection(), TurnsProjection(),
+		InterruptsProjection(), TurnsProjection(), BudgetProjection(),
 	}
 }
 
@@ -91,6 +92,8 @@ func (s *Store) setView(lg *eventlog.Log, name string) error {
 		s.interrupts = v
 	case TurnsProjectionName:
 		s.turns = v
+	case BudgetProjectionName:
+		s.budget = v
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -161,7 +162,8 @@ func (st *turnState) noteOutcome(outcome, reason string, usage *llm.Usage, errMs
 // chatCall is the chat span of one provider call and what it gathers.
 type chatCall struct {
 	span    trace.Span
-	content bool // gather the output
+	price   *cost.Price // prices the call's usage (forever.usage.cost)
+	content bool        // gather the output
 	text    strings.Builder
 	calls   []llm.Part
 }
@@ -173,7 +175,7 @@ func (a *Agent) startChatSpan(ctx context.Context, st *turnState, step int, req 
 		model = a.modelName()
 	}
 	ctx, span := a.tracer.Start(ctx, tracing.OpChat+" "+model, trace.WithSpanKind(trace.SpanKindClient))
-	c := &chatCall{span: span}
+	c := &chatCall{span: span, price: a.cfg.Price}
 	if !span.IsRecording() {
 		return ctx, c
 	}
@@ -233,6 +235,9 @@ func (c *chatCall) end(reason string, usage *llm.Usage, responseID string, err e
 	}
 	if usage != nil {
 		span.SetAttributes(tracing.GenAIUsageInputTokens.Int64(usage.InputTokens), tracing.GenAIUsageOutputTokens.Int64(usage.OutputTokens))
+		if c.price != nil {
+			span.SetAttributes(tracing.UsageCost.String(c.price.Of(usage.InputTokens, usage.OutputTokens, 0).String()))
+		}
 	}
 	if c.content {
 		m := llm.Message{Role: llm.RoleAssistant}

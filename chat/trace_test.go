@@ -64,7 +64,7 @@ func TestTurnTraceSurvivesCrash(t *testing.T) {
 			e.tp = tp
 			fx := newSideEffects()
 			tools := withTools(t, fx.tool(t, "safe", chat.Idempotent), fx.tool(t, "risky", chat.Unsafe))
-			opt := func(c *chat.Config) { tools(c); c.TraceContent = content }
+			opt := priced(tools, func(c *chat.Config) { c.TraceContent = content })
 			local := llm.NewLocal(llm.LocalConfig{Rate: -1})
 			h := e.host(t, "a1", local, opt)
 			chat.StopAt(h.a, func(ctx context.Context, point string) error {
@@ -121,8 +121,10 @@ func TestTurnTraceSurvivesCrash(t *testing.T) {
 					t.Errorf("invoke_agent %s = %q, want %q", k, got, v)
 				}
 			}
-			if attrOf(turn, "gen_ai.usage.output_tokens") == "" {
-				t.Error("invoke_agent has no gen_ai.usage.output_tokens")
+			for _, k := range []string{"gen_ai.usage.output_tokens", "forever.usage.cost"} {
+				if attrOf(turn, k) == "" {
+					t.Errorf("invoke_agent has no %s", k)
+				}
 			}
 			if len(turn.Events) != 1 || turn.Events[0].Name != tracing.EventRecovery {
 				t.Errorf("invoke_agent events = %+v, want one %s", turn.Events, tracing.EventRecovery)
@@ -136,7 +138,7 @@ func TestTurnTraceSurvivesCrash(t *testing.T) {
 				if s.Name != "chat local" || s.SpanKind != trace.SpanKindClient || s.Parent.SpanID() != turn.SpanContext.SpanID() {
 					t.Errorf("chat span %q kind %s parent %s, want \"chat local\", client, under the turn", s.Name, s.SpanKind, s.Parent.SpanID())
 				}
-				for _, k := range []string{"gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons"} {
+				for _, k := range []string{"gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "forever.usage.cost", "gen_ai.response.finish_reasons"} {
 					if attrOf(s, k) == "" {
 						t.Errorf("chat span has no %s", k)
 					}

@@ -60,6 +60,8 @@ type turnState struct {
 	// span is the turn's invoke_agent span in this run; nil outside a run
 	// (a turn ended by another path).
 	span trace.Span
+	// failCode is the code turn.failed records (budget.go), 0 for none.
+	failCode int
 }
 
 // countAttempt counts a recovery attempt against the turn's budget, which
@@ -206,6 +208,9 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 // streamOnce runs one provider call. It returns the finish reason, or the
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
 func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (reason string, err error) {
+	if err := a.checkBudgetAtCall(wctx, st, *usage); err != nil {
+		return "", err
+	}
 	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)
 	var callUsage *llm.Usage
 	defer func() { call.end(reason, callUsage, st.snap.ResponseID, err) }()
@@ -374,6 +379,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 			return err
 		}
 		rec.Subagents = sub
+		rec.Cost = a.costOf(*usage)
 		e, err := a.event(EventUsageRecorded, rec)
 		if err != nil {
 			return fmt.Errorf("chat: append %s: %w", EventUsageRecorded, err)
@@ -390,6 +396,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	if usage != nil {
 		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
 		a.metrics.tokens.WithLabelValues("output").Add(float64(usage.OutputTokens))
+		a.noteCost(st, *usage)
 	}
 	outcome := "completed"
 	if reason == llm.FinishToolCalls {
@@ -424,7 +431,7 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 	} else if err != nil {
 		return err
 	}
-	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg}); err != nil {
+	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg, Code: st.failCode}); err != nil {
 		return err
 	}
 	st.noteOutcome("failed", "", nil, msg, a.cfg.TraceContent)

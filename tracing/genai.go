@@ -50,6 +50,10 @@ const (
 	// TurnOutcome is how a turn ended: completed, failed, interrupted,
 	// waiting (for a tool answer) or abandoned.
 	TurnOutcome = attribute.Key("forever.turn.outcome")
+	// UsageCost is the cost of the usage on the span (a provider call's,
+	// or a turn's), in dollars as a decimal string ("0.0042"), priced by
+	// the daemon's price table (--prices).
+	UsageCost = attribute.Key("forever.usage.cost")
 	// Step is the step of a turn a chat or execute_tool span belongs to,
 	// from 1.
 	Step = attribute.Key("forever.turn.step")

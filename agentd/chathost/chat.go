@@ -20,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -30,7 +31,7 @@ import (
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, host.Register("chat", t.Factory,
 // chathost.Verbs...).
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "child-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "budget", "child-result"}
 
 // InternalVerbs are the Verbs chat agents send one another, not clients:
 // child-result, a sub-agent's notice to its parent (host.SetUnlisted).
@@ -55,7 +56,8 @@ type Type struct {
 	node       *chat.TurnLimiter // ShareTurns's, else nil
 	logger     *slog.Logger
 	tp         trace.TracerProvider
-	content    bool // --trace-content
+	content    bool        // --trace-content
+	price      *cost.Price // the provider's model's, from --prices
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -83,6 +85,15 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
 		ct.logger = deps.Logger
 		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
+		prices, err := cost.Load(deps.Config.Prices)
+		if err != nil {
+			return agentd.ConfigErrorf("prices", "prices file %s: %s", deps.Config.Prices, strings.TrimPrefix(err.Error(), "cost: "))
+		}
+		price, model, ok := priceOf(prices, ct.provider)
+		if !ok {
+			deps.Logger.Warn("no price for the chat model: its usage costs 0 (set one with --prices)", "provider", ct.provider.Name(), "model", model)
+		}
+		ct.price = &price
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -135,6 +146,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
+		Price: ct.price,
 	}
 	if env.Command != nil {
 		cfg.Peers = peers{command: env.Command}
@@ -331,6 +343,13 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if id == "" && (req.Message == nil || req.Message.ID == "") {
 				id = cmd.RequestID
 			}
+			var msgID string
+			if req.Message != nil {
+				msgID = req.Message.ID
+			}
+			if err := c.BudgetRefusal(id, msgID); err != nil {
+				return nil, err // 402 until the budget's period resets
+			}
 			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
 		}
 		if err != nil {
@@ -387,7 +406,9 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		}
 		return c.streams(req)
 	case "usage":
-		return c.Usage()
+		return c.usage()
+	case "budget":
+		return c.budget(ctx, cmd.Data)
 	case "tools":
 		return ToolsReply{Tools: c.Tools()}, nil
 	case "cancel":
@@ -568,7 +589,7 @@ func chatError(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage):
+	case errors.Is(err, chat.ErrEmptyMessage), errors.Is(err, chat.ErrInvalidMessage), errors.Is(err, chat.ErrInvalidBudget):
 		return fmt.Errorf("%w: %w", host.ErrBadRequest, err)
 	case errors.Is(err, chat.ErrTurnActive), errors.Is(err, chat.ErrDuplicateMessage),
 		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage),

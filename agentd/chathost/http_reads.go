@@ -41,7 +41,9 @@ type ChunkItem struct {
 	Chunk  chunk.Chunk `json:"chunk"`
 }
 
-// AttachReads serves POST /v1/agents/{id}/approvals/{toolCallId} with
+// AttachReads serves GET and PUT /v1/agents/{id}/budget (the budget verb:
+// read, or set with a BudgetRequest body); POST
+// /v1/agents/{id}/approvals/{toolCallId} with
 // {"approved": bool, "reason": "..."}: the approve verb for one call that
 // waits (GET /v1/agents/{id}/approvals lists them), its reply as the
 // verb's; and GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=
@@ -69,6 +71,8 @@ func AttachReads(d *agentd.Daemon, h *host.Host) error {
 			w.Header().Set("Cache-Control", "no-store")
 			w.Write(append(b, '\n'))
 		}))
+		d.Handle("GET /v1/agents/{id}/budget", serveBudget(h))
+		d.Handle("PUT /v1/agents/{id}/budget", serveBudget(h))
 		d.Handle("POST /v1/agents/{id}/approvals/{toolCallId}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var body struct {
 				Approved *bool  `json:"approved"`

@@ -258,8 +258,8 @@ func checkRole(ctx context.Context, verb string) error {
 }
 
 // audit hands a command that may change an agent, and its outcome, to
-// Config.AuditCommand: every verb but the reads (auth.IsRead), and state
-// without a value.
+// Config.AuditCommand: every verb but the reads (auth.IsRead), state
+// without a value and budget without limits (both read).
 func (h *Host) audit(ctx context.Context, cmd Command, err error) {
 	if h.deps == nil || h.deps.Config.AuditCommand == nil || auth.IsRead(cmd.Verb) {
 		return
@@ -269,6 +269,12 @@ func (h *Host) audit(ctx context.Context, cmd Command, err error) {
 			Value json.RawMessage `json:"value"`
 		}
 		if json.Unmarshal(cmd.Data, &req) != nil || len(req.Value) == 0 || string(req.Value) == "null" {
+			return
+		}
+	}
+	if cmd.Verb == "budget" {
+		var req map[string]json.RawMessage
+		if json.Unmarshal(cmd.Data, &req) != nil || len(req) == 0 {
 			return
 		}
 	}

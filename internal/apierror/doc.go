@@ -23,6 +23,10 @@
 //	                       not retry it as is.
 //	401   unauthorized     no credential, or one that is unknown, expired or
 //	                       revoked. Send a valid token or creds.
+//	402   over budget      the agent's token or cost budget for the period
+//	                       is spent (the budget verb). Retry after
+//	                       Retry-After seconds (the period's reset), or
+//	                       raise the budget.
 //	403   forbidden        the credential may not do this, or the request's
 //	                       Host or Origin is not allowed. Do not retry.
 //	404   not found        unknown agent, verb, stream, endpoint or subject.

@@ -17,6 +17,7 @@ import (
 const (
 	BadRequest   = http.StatusBadRequest            // 400
 	Unauthorized = http.StatusUnauthorized          // 401
+	OverBudget   = http.StatusPaymentRequired       // 402
 	Forbidden    = http.StatusForbidden             // 403
 	NotFound     = http.StatusNotFound              // 404
 	Conflict     = http.StatusConflict              // 409
@@ -31,7 +32,7 @@ const (
 // Codes returns the documented codes in increasing order. The caller owns
 // the slice.
 func Codes() []int {
-	return []int{BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, TooLarge, OverQuota, Internal, Unavailable, Timeout}
+	return []int{BadRequest, Unauthorized, OverBudget, Forbidden, NotFound, Conflict, Gone, TooLarge, OverQuota, Internal, Unavailable, Timeout}
 }
 
 // Error is an error as a client reads it: a code from Codes and a sentence.
@@ -162,6 +163,8 @@ func Text(code int) string {
 		return "the request is not valid"
 	case Unauthorized:
 		return "authentication required: send a valid token or credentials"
+	case OverBudget:
+		return "over budget: the agent's budget for this period is spent; retry after the time in Retry-After"
 	case Forbidden:
 		return "this credential may not do that"
 	case NotFound:
@@ -186,7 +189,7 @@ func Text(code int) string {
 // 500 for anything else.
 func Known(code int) int {
 	switch code {
-	case BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, TooLarge, OverQuota, Internal, Unavailable, Timeout:
+	case BadRequest, Unauthorized, OverBudget, Forbidden, NotFound, Conflict, Gone, TooLarge, OverQuota, Internal, Unavailable, Timeout:
 		return code
 	}
 	if code >= 400 && code < 500 {

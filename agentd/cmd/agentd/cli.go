@@ -72,6 +72,7 @@ var commands = []command{
 	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage, flagsOf(clientCmdFlagSet, "tools")},
 	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage, flagsOf(clientCmdFlagSet, "approve")},
 	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage, flagsOf(clientCmdFlagSet, "deny")},
+	{"budget", "<agent> [--tokens n] [--cost x] [--period 24h]", "show or set the agent's token and cost budget", budgetUsage, flagsOf(budgetFlagSet, "budget")},
 	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage, flagsOf(agentsFlagSet, "agents")},
 	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage, flagsOf(agentsFlagSet, "delete")},
 	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster")},
@@ -199,13 +200,15 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	switch args[0] {
 	case "help":
 		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster":
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster":
 	default:
 		return false, 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	switch args[0] {
+	case "budget":
+		return true, runBudget(ctx, args[1:], getenv, stdout, stderr)
 	case "verify":
 		return true, runVerify(ctx, args[1:], getenv, stdout, stderr)
 	case "tenant":

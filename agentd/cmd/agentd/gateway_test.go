@@ -131,4 +131,5 @@ func testBinaryGateway(t *testing.T, bin string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Run("Budget", func(t *testing.T) { testGatewayBudget(t, bin, httpAddr, natsAddr) })
 }

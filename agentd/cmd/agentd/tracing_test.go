@@ -122,7 +122,7 @@ func testBinaryTracing(t *testing.T, bin string) {
 			t.Errorf("chat span under %s, want the turn %s", s.Parent(), turn.SpanID)
 		}
 		wantTags(t, s, map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": "local", "gen_ai.provider.name": "local"})
-		for _, k := range []string{"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons"} {
+		for _, k := range []string{"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "forever.usage.cost", "gen_ai.response.finish_reasons"} {
 			if _, ok := s.Tag(k); !ok {
 				t.Errorf("chat span without %s", k)
 			}

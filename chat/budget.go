@@ -1,0 +1,419 @@
+package chat
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/forever-agents/forever/chat/cost"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/promreg"
+	"github.com/forever-agents/forever/tracing"
+)
+
+// An agent's budget: limits on the tokens and the cost of its turns' model
+// calls within a period, set by budget.set events on its log and checked
+// against what its usage.recorded events say it spent (the budget view),
+// so the spend is exact after a crash or an ownership move: there is no
+// counter apart from the log.
+//
+// Periods are fixed windows aligned to the Unix epoch: a 24h budget
+// resets at 00:00 UTC, a 1h one on the hour. A turn is counted in the
+// period its usage.recorded falls in (when it ended).
+//
+// The check runs before every model call of a turn (checkBudgetAtCall):
+// the spend of the period plus what the running turn has used so far. At
+// or past a hard limit the turn records its usage so far and fails with a
+// *BudgetError (code 402, turn.failed's code); BudgetRefusal refuses new
+// turns the same way until the period resets. The soft fraction is kept
+// and reported but not enforced yet.
+
+// EventBudgetSet sets some of an agent's budget limits: {tokens?, cost?,
+// period?, soft?}; a field left out keeps its value.
+const EventBudgetSet = "budget.set"
+
+// BudgetProjectionName is the name of the budget view.
+const BudgetProjectionName = "budget"
+
+// DefaultBudgetPeriod is the period of a budget set without one.
+const DefaultBudgetPeriod = 24 * time.Hour
+
+// DefaultBudgetSoft is the soft fraction of a budget set without one.
+const DefaultBudgetSoft = 0.8
+
+// ErrInvalidBudget is returned by SetBudget for limits out of range.
+var ErrInvalidBudget = errors.New("chat: invalid budget")
+
+// BudgetUpdate sets some of an agent's budget limits; nil fields keep
+// their value. A zero Tokens or Cost is no limit on it.
+type BudgetUpdate struct {
+	Tokens *int64       `json:"tokens,omitempty"`
+	Cost   *cost.Micros `json:"cost,omitempty"`
+	// Period is a Go duration of at least a minute ("24h", "1h30m").
+	Period *string `json:"period,omitempty"`
+	// Soft is the fraction of a limit past which a turn should ask for
+	// approval, in (0, 1]; 1 is no soft stop.
+	Soft *float64 `json:"soft,omitempty"`
+}
+
+// BudgetLimits are an agent's budget limits. Zero Tokens or Cost: no
+// limit on it.
+type BudgetLimits struct {
+	Tokens int64       `json:"tokens"`
+	Cost   cost.Micros `json:"cost"`
+	Period string      `json:"period"`
+	Soft   float64     `json:"soft"`
+}
+
+// Limited reports whether l limits anything.
+func (l BudgetLimits) Limited() bool { return l.Tokens > 0 || l.Cost > 0 }
+
+// period returns l's period, DefaultBudgetPeriod when unset or invalid.
+func (l BudgetLimits) period() time.Duration {
+	d, err := time.ParseDuration(l.Period)
+	if err != nil || d < time.Minute {
+		return DefaultBudgetPeriod
+	}
+	return d
+}
+
+// BudgetSpend is what an agent spent in a period.
+type BudgetSpend struct {
+	Tokens int64       `json:"tokens"`
+	Cost   cost.Micros `json:"cost"`
+}
+
+// BudgetStatus is the reply of the budget verb: the limits, what the
+// agent spent in the current period, when the period began and when it
+// resets, and which limit is reached, if one is.
+type BudgetStatus struct {
+	BudgetLimits
+	Spent       BudgetSpend `json:"spent"`
+	PeriodStart time.Time   `json:"periodStart"`
+	ResetsAt    time.Time   `json:"resetsAt"`
+	// Exceeded names the hard limit reached, "tokens" or "cost"; empty
+	// while the agent may call its model.
+	Exceeded string `json:"exceeded,omitempty"`
+	// SoftEnforced is false: the soft fraction is not enforced yet.
+	SoftEnforced bool `json:"softEnforced"`
+}
+
+// BudgetError is a turn refused or ended because a hard budget limit is
+// reached: code 402, with Retry-After until the period resets.
+type BudgetError struct {
+	Agent    string
+	Limit    string // "tokens" or "cost"
+	Status   BudgetStatus
+	Now      time.Time
+	spentTok int64
+	spentUSD cost.Micros
+}
+
+func (e *BudgetError) Error() string {
+	l := e.Status.BudgetLimits
+	var what string
+	if e.Limit == "tokens" {
+		what = fmt.Sprintf("token budget of %d tokens per %s is spent (%d used)", l.Tokens, l.Period, e.spentTok)
+	} else {
+		what = fmt.Sprintf("cost budget of $%s per %s is spent ($%s used)", l.Cost, l.Period, e.spentUSD)
+	}
+	return fmt.Sprintf("over budget: agent %s's %s; it resets at %s", e.Agent, what, e.Status.ResetsAt.UTC().Format(time.RFC3339))
+}
+
+// StatusCode is 402 (Payment Required).
+func (e *BudgetError) StatusCode() int { return http.StatusPaymentRequired }
+
+// RetryAfter is the time left until the period resets.
+func (e *BudgetError) RetryAfter() time.Duration {
+	return max(e.Status.ResetsAt.Sub(e.Now), time.Second)
+}
+
+// budgetWindow returns the period of length d that holds now: its start
+// and its end, aligned to the Unix epoch.
+func budgetWindow(now time.Time, d time.Duration) (start, end time.Time) {
+	n := now.UnixNano()
+	s := n - n%int64(d)
+	start = time.Unix(0, s).UTC()
+	return start, start.Add(d)
+}
+
+// SetBudget stores u over the agent's budget limits and returns its
+// budget as it then stands.
+func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, error) {
+	switch {
+	case u.Tokens != nil && *u.Tokens < 0:
+		return BudgetStatus{}, fmt.Errorf("%w: tokens must be 0 (no limit) or more, got %d", ErrInvalidBudget, *u.Tokens)
+	case u.Cost != nil && *u.Cost < 0:
+		return BudgetStatus{}, fmt.Errorf("%w: cost must be \"0\" (no limit) or more, got %s", ErrInvalidBudget, *u.Cost)
+	case u.Soft != nil && (*u.Soft <= 0 || *u.Soft > 1):
+		return BudgetStatus{}, fmt.Errorf("%w: soft must be a fraction in (0, 1], got %g", ErrInvalidBudget, *u.Soft)
+	}
+	if u.Period != nil {
+		d, err := time.ParseDuration(*u.Period)
+		if err != nil || d < time.Minute {
+			return BudgetStatus{}, fmt.Errorf("%w: period must be a duration of at least 1m, like \"24h\", got %q", ErrInvalidBudget, *u.Period)
+		}
+	}
+	if _, err := a.append(ctx, EventBudgetSet, u); err != nil {
+		return BudgetStatus{}, err
+	}
+	a.budgetM.sets.Inc()
+	return a.Budget()
+}
+
+// Budget returns the agent's budget: its limits, what it spent in the
+// current period (its recorded turns'), and which limit is reached.
+func (a *Agent) Budget() (BudgetStatus, error) {
+	l, err := a.store.BudgetLimits(a.agent)
+	if err != nil {
+		return BudgetStatus{}, err
+	}
+	st, _, err := a.budgetStatus(l, llm.Usage{})
+	return st, err
+}
+
+// budgetStatus is the budget of limits l now, with extra (a running
+// turn's usage not recorded yet) counted as spent; err is a *BudgetError
+// when a hard limit is reached.
+func (a *Agent) budgetStatus(l BudgetLimits, extra llm.Usage) (BudgetStatus, *BudgetError, error) {
+	now := a.cfg.Clock.Now()
+	start, end := budgetWindow(now, l.period())
+	spent, err := a.store.BudgetSpend(a.agent, start)
+	if err != nil {
+		return BudgetStatus{}, nil, err
+	}
+	st := BudgetStatus{BudgetLimits: l, Spent: spent, PeriodStart: start, ResetsAt: end}
+	tok := spent.Tokens + extra.InputTokens + extra.OutputTokens
+	usd := spent.Cost + a.costOf(extra)
+	switch {
+	case l.Tokens > 0 && tok >= l.Tokens:
+		st.Exceeded = "tokens"
+	case l.Cost > 0 && usd >= l.Cost:
+		st.Exceeded = "cost"
+	default:
+		return st, nil, nil
+	}
+	return st, &BudgetError{Agent: a.agent, Limit: st.Exceeded, Status: st, Now: now, spentTok: tok, spentUSD: usd}, nil
+}
+
+// BudgetRefusal returns a *BudgetError when a hard limit of the agent's
+// budget is reached, else nil: a new turn is refused with it. A request
+// sent again, whose request id or message id (either may be empty) is a
+// stored turn's, is let through: Send answers it with its first turn,
+// which is no new work.
+func (a *Agent) BudgetRefusal(requestID, messageID string) error {
+	l, err := a.store.BudgetLimits(a.agent)
+	if err != nil || !l.Limited() {
+		return err
+	}
+	_, be, err := a.budgetStatus(l, llm.Usage{})
+	if err != nil || be == nil {
+		return err
+	}
+	if requestID != "" {
+		if _, err := a.store.Turn(a.agent, requestID); err == nil {
+			return nil
+		}
+	}
+	if messageID != "" {
+		if _, err := a.store.Message(a.agent, messageID); err == nil {
+			return nil
+		}
+	}
+	a.budgetM.refused.WithLabelValues("turn").Inc()
+	return be
+}
+
+// checkBudgetAtCall runs before each model call of st: when a hard limit
+// is reached, counting the turn's usage so far (its ended steps' and
+// step, the current step's calls'), it records that usage (usage.recorded,
+// so the spend stays exact) and returns a turnFailure with the
+// *BudgetError, which ends the turn with code 402.
+func (a *Agent) checkBudgetAtCall(ctx context.Context, st *turnState, step llm.Usage) error {
+	l, err := a.store.BudgetLimits(a.agent)
+	if err != nil || !l.Limited() {
+		return err
+	}
+	used := st.turnUsage()
+	used.InputTokens += step.InputTokens
+	used.OutputTokens += step.OutputTokens
+	_, be, err := a.budgetStatus(l, used)
+	if err != nil || be == nil {
+		return err
+	}
+	rec := usageRecorded{RequestID: st.info.RequestID, Input: used.InputTokens, Output: used.OutputTokens, Cost: a.costOf(used)}
+	if used != (llm.Usage{}) {
+		if _, err := a.append(ctx, EventUsageRecorded, rec); err != nil {
+			return fmt.Errorf("%w: %w", errWrite, err)
+		}
+	}
+	a.budgetM.refused.WithLabelValues("model_call").Inc()
+	st.failCode = http.StatusPaymentRequired
+	return &turnFailure{be}
+}
+
+// costOf is what u costs at the agent's price, 0 without one.
+func (a *Agent) costOf(u llm.Usage) cost.Micros {
+	if a.cfg.Price == nil {
+		return 0
+	}
+	return a.cfg.Price.Of(u.InputTokens, u.OutputTokens, 0)
+}
+
+// noteCost counts the cost of a turn's recorded usage in the metrics and
+// on its span.
+func (a *Agent) noteCost(st *turnState, u llm.Usage) {
+	if a.cfg.Price == nil {
+		return
+	}
+	c := a.costOf(u)
+	a.budgetM.cost.Add(float64(c) / 1e6)
+	if st.span != nil && st.span.IsRecording() {
+		st.span.SetAttributes(tracing.UsageCost.String(c.String()))
+	}
+}
+
+// budgetMetrics are the metrics of costs and budgets, shared by every
+// Agent on one Registerer.
+type budgetMetrics struct {
+	cost    prometheus.Counter
+	sets    prometheus.Counter
+	refused *prometheus.CounterVec // at: turn, model_call
+}
+
+func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
+	m := &budgetMetrics{
+		cost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_chat_cost_dollars_total",
+			Help: "Cost of the model usage of completed turns, in dollars at the daemon's prices (--prices).",
+		}),
+		sets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_budget_sets_total",
+			Help: "Agent budgets set (budget verb with limits).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_budget_refusals_total",
+			Help: "Work refused because an agent's hard budget limit is reached (402): a new turn (at=turn), or a turn ended before a model call (at=model_call).",
+		}, []string{"at"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.cost, err = promreg.Register(reg, m.cost); err != nil {
+		return nil, err
+	}
+	if m.sets, err = promreg.Register(reg, m.sets); err != nil {
+		return nil, err
+	}
+	if m.refused, err = promreg.Register(reg, m.refused); err != nil {
+		return nil, err
+	}
+	for _, at := range []string{"turn", "model_call"} {
+		m.refused.WithLabelValues(at)
+	}
+	return m, nil
+}
+
+// The budget view's rows:
+//
+//	b\0<agent>                       BudgetLimits JSON
+//	d\0<agent>\0<requestId>          "1": the request's usage is counted
+//	p\0<agent>\0<time><requestId>    budgetSpendRow JSON, time the
+//	                                 usage.recorded's, 8 bytes BE ns
+func budgetKey(agent string) []byte { return []byte("b\x00" + agent) }
+func budgetDoneKey(agent, req string) []byte {
+	return []byte("d\x00" + agent + "\x00" + req)
+}
+func budgetSpendPrefix(agent string) []byte { return []byte("p\x00" + agent + "\x00") }
+func budgetSpendKey(agent string, at time.Time, req string) []byte {
+	return append(binary.BigEndian.AppendUint64(budgetSpendPrefix(agent), uint64(max(at.UnixNano(), 0))), req...)
+}
+
+type budgetSpendRow struct {
+	Tokens int64       `json:"t"`
+	Cost   cost.Micros `json:"c,omitempty"`
+}
+
+// BudgetProjection keeps each agent's budget limits (budget.set, merged)
+// and its spend in time order (the first usage.recorded of each request:
+// its own tokens and cost), so the spend of any period is a range read.
+func BudgetProjection() eventlog.Projection {
+	return eventlog.Projection{Name: BudgetProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyBudget,
+		AgentRows: agentRows(keys(budgetKey), prefixes("d", "p"))}
+}
+
+func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
+	switch e.Type {
+	case EventBudgetSet:
+		var u BudgetUpdate
+		if !decodeData(e, &u) {
+			return nil
+		}
+		l := BudgetLimits{Period: "24h", Soft: DefaultBudgetSoft}
+		if _, err := getJSON(b, budgetKey(e.Agent), &l); err != nil {
+			return err
+		}
+		if u.Tokens != nil {
+			l.Tokens = *u.Tokens
+		}
+		if u.Cost != nil {
+			l.Cost = *u.Cost
+		}
+		if u.Period != nil {
+			l.Period = *u.Period
+		}
+		if u.Soft != nil {
+			l.Soft = *u.Soft
+		}
+		return setJSON(b, budgetKey(e.Agent), l)
+	case EventUsageRecorded:
+		var u usageRecorded
+		if !decodeData(e, &u) || u.RequestID == "" {
+			return nil
+		}
+		if _, err := b.Get(budgetDoneKey(e.Agent, u.RequestID)); err == nil {
+			return nil
+		} else if !isNotFound(err) {
+			return err
+		}
+		if err := b.Set(budgetDoneKey(e.Agent, u.RequestID), []byte("1")); err != nil {
+			return err
+		}
+		return setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost})
+	}
+	return nil
+}
+
+// BudgetLimits returns agent's budget limits: the defaults (no limit, a
+// 24h period, soft 0.8) until a budget is set.
+func (s *Store) BudgetLimits(agent string) (BudgetLimits, error) {
+	l := BudgetLimits{Period: "24h", Soft: DefaultBudgetSoft}
+	_, err := getJSON(s.budget, budgetKey(agent), &l)
+	return l, err
+}
+
+// BudgetSpend returns what agent's recorded turns spent since since.
+func (s *Store) BudgetSpend(agent string, since time.Time) (BudgetSpend, error) {
+	var sp BudgetSpend
+	from := budgetSpendKey(agent, since, "")
+	for kv, err := range s.budget.ScanFrom(budgetSpendPrefix(agent), from) {
+		if err != nil {
+			return sp, err
+		}
+		var r budgetSpendRow
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return sp, err
+		}
+		sp.Tokens += r.Tokens
+		sp.Cost += r.Cost
+	}
+	return sp, nil
+}
