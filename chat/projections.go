@@ -33,6 +33,7 @@ const (
 //	            x\0<agent>\0<index><piece> a piece of a large message's JSON
 //	            q\0<agent>\0<id>\0<part>   a message.part whose set is not complete
 //	            i\0<agent>\0<id>           index of message id
+//	            F\0<agent>\0<fork>         a fork's agent.forked sequence (fork.go)
 //	chatstate:  s\0<agent>                 stateSet JSON
 //	usage:      u\0<agent>                 Usage JSON (roll-up)
 //	            r\0<agent>\0<requestId>    usageRecorded JSON (one per request)
@@ -138,7 +139,7 @@ func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v)
 // (for readers of the older format) adds nothing.
 func MessagesProjection() eventlog.Projection {
 	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
-		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i", "x", "q"))}
+		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i", "x", "q", "F"))}
 }
 
 func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
@@ -205,6 +206,8 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
 	case EventMessagePart:
 		return applyMessagePart(b, e)
+	case eventlog.TypeForked:
+		return applyForked(b, e)
 	}
 	return nil
 }
