@@ -75,18 +75,28 @@ func (s *Store) ForkPoint(parent, at string) (uint64, error) {
 	return idx + 1, nil
 }
 
-// Forks returns the ids of the agents forked from parent, as the messages
-// view knows them (a fork deleted since is still named).
-func (s *Store) Forks(parent string) ([]string, error) {
-	var out []string
+// Fork names an agent forked from another, and the sequence of its
+// agent.forked event.
+type Fork struct {
+	Agent string
+	Seq   eventlog.Seq
+}
+
+// Forks returns the agents forked from parent, as the messages view knows
+// them (a fork deleted since is still named), ordered by id.
+func (s *Store) Forks(parent string) ([]Fork, error) {
+	var out []Fork
 	pre := forkPrefix(parent)
 	for kv, err := range s.messages.Scan(pre) {
 		if err != nil {
 			return nil, err
 		}
-		if id, ok := strings.CutPrefix(string(kv.Key), string(pre)); ok && id != "" {
-			out = append(out, id)
+		id, ok := strings.CutPrefix(string(kv.Key), string(pre))
+		seq, ok8 := decodeIndex(kv.Value)
+		if !ok || id == "" || !ok8 {
+			continue
 		}
+		out = append(out, Fork{Agent: id, Seq: eventlog.Seq(seq)})
 	}
 	return out, nil
 }

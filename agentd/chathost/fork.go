@@ -30,11 +30,16 @@ func (ct *Type) Forking() host.Forking {
 			}
 			return n, err
 		},
-		Forks: func(parent string) ([]string, error) {
+		Forks: func(parent string) ([]host.ForkRef, error) {
 			if ct.store == nil {
 				return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
 			}
-			return ct.store.Forks(parent)
+			forks, err := ct.store.Forks(parent)
+			out := make([]host.ForkRef, len(forks))
+			for i, f := range forks {
+				out[i] = host.ForkRef(f)
+			}
+			return out, err
 		},
 	}
 }

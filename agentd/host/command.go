@@ -77,7 +77,7 @@ func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
 		return h.readLog(ctx, cmd)
 	}
 	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
+		if err := h.quotas.Admit(ctx, quotaAgent(cmd), cmd.Verb, len(cmd.Data)); err != nil {
 			return nil, err
 		}
 		out, err := h.routeCommand(ctx, cmd)

@@ -55,8 +55,15 @@ type Forking struct {
 	// message id at inherits (every message for at ""); a message the
 	// parent does not have is an error wrapping ErrBadRequest.
 	Point func(ctx context.Context, parent, at string) (uint64, error)
-	// Forks returns the ids of the agents forked from parent.
-	Forks func(parent string) ([]string, error)
+	// Forks returns the agents forked from parent.
+	Forks func(parent string) ([]ForkRef, error)
+}
+
+// ForkRef names an agent forked from another, and the sequence of its
+// agent.forked event.
+type ForkRef struct {
+	Agent string
+	Seq   eventlog.Seq
 }
 
 // SetForking sets how agents of type typ are forked. A type without it
@@ -112,6 +119,19 @@ func (h *Host) routeCommand(ctx context.Context, cmd Command) (any, error) {
 		return nil, err
 	}
 	return h.route(ctx, Command{Agent: req.To, Verb: "fork", Data: data, RequestID: cmd.RequestID})
+}
+
+// quotaAgent is the agent a command counts against the agents quota as:
+// its own, or for a fork the new agent it makes.
+func quotaAgent(cmd Command) string {
+	if cmd.Verb != "fork" {
+		return cmd.Agent
+	}
+	var req ForkRequest
+	if json.Unmarshal(cmd.Data, &req) != nil || !eventlog.ValidToken(req.To) {
+		return cmd.Agent
+	}
+	return req.To
 }
 
 // forkHere carries out a forkOrder on the owner of cmd.Agent, the fork.
@@ -186,10 +206,12 @@ func (h *Host) forkExists(fork string) error {
 	return fmt.Errorf("%w: agent %q already exists: a fork needs a new agent id (choose another, or delete that agent first)", ErrConflict, fork)
 }
 
-// detachForks has every fork of parent that still exists compacted by its
-// owner, before parent's history leaves the log: the forks then no longer
-// need it (a view rebuilt from the log finds their whole conversations in
-// their snapshots).
+// detachForks has every fork of parent whose log still starts with its
+// agent.forked event compacted by its owner, before parent's history
+// leaves the log (a delete, a compaction): the forks then no longer need
+// it, and a view rebuilt from the log finds their whole conversations in
+// their snapshots. A fork compacted or deleted since it was made is
+// passed over (its first event is after its agent.forked).
 func (h *Host) detachForks(ctx context.Context, parent string) error {
 	typ, err := h.TypeOf(parent)
 	if err != nil {
@@ -204,24 +226,30 @@ func (h *Host) detachForks(ctx context.Context, parent string) error {
 		return err
 	}
 	for _, fork := range forks {
-		if _, ok, err := h.agents.Get(fork, h.Types()); err != nil {
+		ends, _, err := h.deps.Log.Ends(ctx, eventlog.Filter{Agent: fork.Agent})
+		if err != nil {
 			return err
-		} else if !ok {
-			continue // deleted since
+		}
+		if len(ends) == 0 || ends[0].First.Seq == 0 || ends[0].First.Seq > fork.Seq {
+			continue
 		}
 		data, err := json.Marshal(forkOrder{Parent: parent, Detach: true})
 		if err != nil {
 			return err
 		}
-		if _, err := h.route(ctx, Command{Agent: fork, Verb: "fork", Data: data}); err != nil {
-			return fmt.Errorf("detach fork %s of %s before the delete: %w", fork, parent, err)
+		if _, err := h.route(ctx, Command{Agent: fork.Agent, Verb: "fork", Data: data}); err != nil {
+			return fmt.Errorf("detach fork %s of %s: %w", fork.Agent, parent, err)
 		}
 	}
 	return nil
 }
 
-// detachHere compacts fork on its owner (forkHere).
+// detachHere compacts fork on its owner (forkHere), once its own forks
+// are detached: their logs read the history the compaction purges.
 func (h *Host) detachHere(ctx context.Context, fork string) error {
+	if err := h.detachForks(ctx, fork); err != nil {
+		return err
+	}
 	var err error
 	for try := 0; try < deleteTries; try++ {
 		if _, err = h.deps.Log.Compact(ctx, fork); !errors.Is(err, eventlog.ErrConflict) {

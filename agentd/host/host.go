@@ -322,6 +322,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 		Every:      deps.Config.CompactEvery,
 		Logger:     deps.Logger,
 		Registerer: deps.Registerer,
+		Before:     h.detachForks,
 	})
 	if err != nil {
 		return err
