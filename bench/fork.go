@@ -19,7 +19,8 @@ const (
 	// scaled by -n: the target compares these two sizes).
 	forkSmall = 100
 	forkLarge = 10_000
-	// forkRounds is how many forks of each parent are timed, alternating.
+	// forkRounds is how many forks of each parent are timed, alternating
+	// (scaled by -n, at least 2).
 	forkRounds = 20
 	// forkTarget: a fork of the large parent within 2x of one of the small.
 	forkTarget = 1 / 2.0
@@ -100,7 +101,7 @@ func forkScenario(ctx context.Context, env *Env) (res Result, err error) {
 	if err := errors.Join(fork(forkSmall, nil, -1), fork(forkLarge, nil, -2)); err != nil {
 		return Result{}, fmt.Errorf("warm up: %w", err)
 	}
-	if err := alternate(forkRounds,
+	if err := alternate(max(2, env.Count(forkRounds, forkRounds)),
 		func(r int) error { return fork(forkSmall, &small, r) },
 		func(r int) error { return fork(forkLarge, &large, r) }); err != nil {
 		return Result{}, err

@@ -10,9 +10,11 @@ import (
 
 // A fork's messages are its parent's up to the cut, from one agent.forked
 // event; its model input holds them; new chats on each diverge; the view
-// rebuilt from the log agrees; and once the fork is compacted (as agentd
-// does before the parent's delete), the parent's delete leaves the fork
-// whole, in the live view and in a rebuilt one, and the log verifies.
+// rebuilt from the log agrees; the parent's rewrites of what the forks
+// inherited leave the forks as they were; and once the fork is compacted
+// (as agentd does before the parent's delete), the parent's delete leaves
+// the fork whole, in the live view and in a rebuilt one, and the log
+// verifies.
 func TestFork(t *testing.T) {
 	e := newEnv(t)
 	parent := e.host(t, "p1", &fake{scripts: []script{passLocal()}}, nil)
@@ -95,6 +97,40 @@ func TestFork(t *testing.T) {
 
 	checkVerify(t, e.lg)
 
+	// The parent rewrites what the forks inherited (a message's parts
+	// replaced, a rollback's truncation): the forks keep what they had.
+	f2msgs := settled(t, e, "f2")
+	for _, ev := range []struct {
+		typ  string
+		data any
+	}{
+		{chat.EventMessageUpdated, map[string]any{"id": pmsgs[1].ID, "parts": []map[string]string{{"type": "text", "text": "rewritten"}}}},
+		{chat.EventMessagesTruncated, map[string]string{"afterId": pmsgs[0].ID}},
+	} {
+		ev, err := eventlog.NewEvent("p1", ev.typ, ev.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.lg.Append(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := settled(t, e, "p1"); len(got) != 1 {
+		t.Fatalf("parent after its truncation: %v", ids(got))
+	}
+	for _, f := range []struct {
+		id   string
+		want []chat.Message
+	}{{"f1", fmsgs}, {"f2", f2msgs}} {
+		got := settled(t, e, f.id)
+		if !slices.Equal(ids(got), ids(f.want)) || got[1].Text() != f.want[1].Text() {
+			t.Fatalf("fork %s after its parent's rewrite: %v, want %v", f.id, ids(got), ids(f.want))
+		}
+		if rebuilt := rebuiltMessages(t, e, f.id); !slices.Equal(ids(rebuilt), ids(f.want)) || rebuilt[1].Text() != f.want[1].Text() {
+			t.Fatalf("fork %s rebuilt after its parent's rewrite: %v, want %v", f.id, ids(rebuilt), ids(f.want))
+		}
+	}
+
 	for _, id := range []string{"f1", "f2"} {
 		if _, err := e.lg.Compact(t.Context(), id); err != nil {
 			t.Fatalf("compact %s: %v", id, err)
@@ -112,7 +148,7 @@ func TestFork(t *testing.T) {
 	if got, want := ids(rebuiltMessages(t, e, "f1")), ids(fmsgs); !slices.Equal(got, want) {
 		t.Fatalf("fork rebuilt after the parent's delete: %v, want %v", got, want)
 	}
-	if got, want := ids(rebuiltMessages(t, e, "f2")), ids(pmsgs); !slices.Equal(got, want) {
+	if got, want := ids(rebuiltMessages(t, e, "f2")), ids(f2msgs); !slices.Equal(got, want) {
 		t.Fatalf("whole fork rebuilt after the parent's delete: %v, want %v", got, want)
 	}
 	checkVerify(t, e.lg)
