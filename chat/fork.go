@@ -313,4 +313,3 @@ func (s *Store) Forks(parent string) ([]Fork, error) {
 	}
 	return out, nil
 }
-
