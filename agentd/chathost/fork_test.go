@@ -2,6 +2,7 @@ package chathost
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -176,5 +177,74 @@ func TestFork(t *testing.T) {
 	}
 	if got := messages("f"); len(got) != 6 {
 		t.Fatalf("fork after a chat: %v", ids(got))
+	}
+}
+
+// TestForkAcrossNodes: two nodes share one JetStream; a fork of an agent
+// the first node owns onto an id the second owns is made and owned there,
+// its messages are the parent's, and the parent's delete on the first node
+// has the second detach it (its log then starts with its snapshot).
+func TestForkAcrossNodes(t *testing.T) {
+	forking := func(d *agentd.Daemon, h *host.Host, ct *Type) error { return h.SetForking("chat", ct.Forking()) }
+	c1 := agentdtest.Config(t)
+	c1.ServerName, c1.LeaseTTL = "n1", 3*time.Second
+	d1, chats1 := newChatDaemon(t, c1, -1, forking)
+	agentdtest.Start(t, d1)
+	agentdtest.WaitStatus(t, "http://"+d1.HTTPAddr()+"/readyz", 200)
+	c2 := agentdtest.Config(t)
+	c2.ServerName, c2.NATSListen, c2.NATSURL, c2.LeaseTTL = "n2", "", d1.NATSURL(), 3*time.Second
+	d2, chats2 := newChatDaemon(t, c2, -1, forking)
+	agentdtest.Start(t, d2)
+	agentdtest.WaitStatus(t, "http://"+d2.HTTPAddr()+"/readyz", 200)
+	nc, err := nats.Connect(d1.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	owners := map[string]string{} // node: an agent id it owns
+	for deadline := time.Now().Add(30 * time.Second); owners["n1"] == "" || owners["n2"] == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the partitions never spread over both nodes: %v", owners)
+		}
+		for i := range 16 {
+			id := fmt.Sprintf("x%d", i)
+			var st host.Status
+			command(t, nc, id, "status", ``, &st)
+			owners[st.Owner] = id
+		}
+	}
+	parent, fork := owners["n1"], owners["n2"]
+	chatDone(t, nc, parent, "hello")
+	pmsgs, _, err := chats1.Store().Messages(parent, chat.Page{})
+	if err != nil || len(pmsgs) != 2 {
+		t.Fatalf("parent's messages: %d, %v", len(pmsgs), err)
+	}
+	var rep host.ForkReply
+	command(t, nc, parent, "fork", `{"to":"`+fork+`"}`, &rep)
+	if rep.Messages != 2 {
+		t.Fatalf("fork reply %+v", rep)
+	}
+	var st host.Status
+	command(t, nc, fork, "status", ``, &st)
+	if st.Owner != "n2" {
+		t.Errorf("the fork is owned by %s, want n2 (its own id's owner)", st.Owner)
+	}
+	var page struct{ Messages []chat.Message }
+	command(t, nc, fork, "messages", ``, &page)
+	if len(page.Messages) != 2 || page.Messages[0].ID != pmsgs[0].ID || page.Messages[1].ID != pmsgs[1].ID {
+		t.Fatalf("the fork's messages %+v, want the parent's", page.Messages)
+	}
+	command(t, nc, parent, "delete", ``, nil)
+	var log host.LogPage
+	command(t, nc, fork, "log", `{"limit":1}`, &log)
+	if len(log.Events) != 1 || log.Events[0].Type != "log.snapshot" {
+		t.Errorf("the fork's log after the parent's delete starts with %+v, want its snapshot", log.Events)
+	}
+	for _, s := range []*Type{chats1, chats2} {
+		msgs, _, err := s.Store().Messages(fork, chat.Page{})
+		if err != nil || len(msgs) != 2 {
+			t.Errorf("the fork's messages on a node after the parent's delete: %d, %v", len(msgs), err)
+		}
 	}
 }
