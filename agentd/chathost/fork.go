@@ -16,8 +16,8 @@ import (
 // Forking is the chat type's part of the fork verb:
 // host.SetForking("chat", chats.Forking()). A fork inherits the parent's
 // messages up to the message at (chat.Store.ForkPoint), which the
-// messages view copies when it applies the fork's agent.forked event; an
-// at the parent does not have is a 400.
+// messages view reads through the parent's rows (chat/fork.go); an at the
+// parent does not have is a 400.
 func (ct *Type) Forking() host.Forking {
 	return host.Forking{
 		Point: func(_ context.Context, parent, at string) (uint64, error) {

@@ -15,16 +15,20 @@ import (
 // it for at ""). The new agent's log starts with one eventlog.TypeForked
 // event naming the parent, the parent's last sequence and the cut; the
 // parent's events and chunks are not copied. The type's views resolve the
-// inherited prefix (chat's messages view copies the parent's messages,
-// bounded by messages, when it applies the event). The fork lives where
-// its own id's partition does: the node that takes the command routes it
-// to the fork's owner, which checks the parent in its views (every node
-// holds every agent's) and appends the event there, fenced.
+// inherited prefix (chat's messages view reads it from the parent's rows,
+// which copy a row into their forks before they rewrite it). The fork
+// lives where its own id's partition does: the node that takes the
+// command routes it to the fork's owner, which checks the parent in its
+// views (every node holds every agent's) and appends the event there,
+// fenced.
 //
-// Deleting the parent must not break a fork whose log still names it: the
-// parent's owner first has each of its forks compacted by the fork's
-// owner (detach), so the fork's snapshot holds its whole conversation and
-// its agent.forked event is purged; then the parent goes.
+// Deleting or compacting the parent must not break a fork whose log still
+// names it: the parent's owner first has each such fork compacted by the
+// fork's owner (detach), so the fork's snapshot holds its whole
+// conversation and its agent.forked event is purged; then the parent goes
+// (or is compacted). A fork made on another node while its parent is
+// being deleted can miss the detach and lose what it inherited: the
+// delete does not fence forks off.
 
 // ForkRequest is the payload of the fork verb.
 type ForkRequest struct {
