@@ -19,7 +19,7 @@ const (
 
 // verbAccess is the one table of the command verbs' access classes
 // (forever.cmd.<agent>.<verb>): the host's (status, fibers, schedules,
-// log, meta, delete), the chat type's and the steps type's. Roles
+// log, meta, delete, fork), the chat type's and the steps type's. Roles
 // (Role.Verbs, ClientPermissions), quotas (agentd/quota) and the audit
 // (agentd/host) read it; a test of agentd/host checks that every verb a
 // type of the binary registers is in it. "state" is a write: the same
@@ -31,7 +31,7 @@ var verbAccess = map[string]Access{
 	"messages": AccessRead, "tools": AccessRead, "approvals": AccessRead, "streams": AccessRead, "usage": AccessRead,
 	"approve": AccessApprove,
 	"meta":    AccessWrite, "chat": AccessWrite, "cancel": AccessWrite, "interrupt": AccessWrite, "state": AccessWrite,
-	"tool-result": AccessWrite, "child-result": AccessWrite, "start": AccessWrite, "budget": AccessWrite,
+	"tool-result": AccessWrite, "child-result": AccessWrite, "start": AccessWrite, "budget": AccessWrite, "fork": AccessWrite,
 	"delete": AccessAdmin,
 }
 

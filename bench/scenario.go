@@ -102,6 +102,7 @@ func scenarios() []Scenario {
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
 		{Name: "conversation-growth", Run: conversationGrowth, Once: true},
+		{Name: "fork", Run: forkScenario, Once: true},
 	}
 }
 

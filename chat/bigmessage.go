@@ -192,9 +192,10 @@ type messageRow struct {
 	Pieces int `json:"pieces,omitempty"`
 }
 
-// getMessage reads the message at idx of agent's conversation, joining its
-// pieces; ok is false when there is none.
-func getMessage(g getter, agent string, idx uint64) (m Message, pieces int, ok bool, err error) {
+// getOwnMessage reads the message at idx of agent's own rows, joining its
+// pieces; ok is false when there is none. getMessage (fork.go) also
+// resolves a fork's inherited messages.
+func getOwnMessage(g getter, agent string, idx uint64) (m Message, pieces int, ok bool, err error) {
 	var row messageRow
 	if ok, err := getJSON(g, msgKey(agent, idx), &row); !ok || err != nil {
 		return Message{}, 0, ok, err

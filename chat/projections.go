@@ -34,6 +34,8 @@ const (
 //	            x\0<agent>\0<index><piece> a piece of a large message's JSON
 //	            q\0<agent>\0<id>\0<part>   a message.part whose set is not complete
 //	            i\0<agent>\0<id>           index of message id
+//	            b\0<agent>                 a fork's parent and inherited count (fork.go)
+//	            F\0<agent>\0<fork>         a fork's agent.forked sequence and inherited count
 //	chatstate:  s\0<agent>                 stateSet JSON
 //	usage:      u\0<agent>                 Usage JSON (roll-up)
 //	            r\0<agent>\0<requestId>    usageRecorded JSON (one per request)
@@ -139,7 +141,7 @@ func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v)
 // (for readers of the older format) adds nothing.
 func MessagesProjection() eventlog.Projection {
 	return eventlog.Projection{Name: MessagesProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyMessages,
-		AgentRows: agentRows(keys(msgNextKey), prefixes("m", "i", "x", "q"))}
+		AgentRows: messagesAgentRows}
 }
 
 func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
@@ -167,12 +169,20 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil || !ok {
 			return err
 		}
+		if err := copyOnWrite(b, e.Agent, idx, idx+1); err != nil {
+			return err
+		}
 		m, pieces, _, err := getMessage(b, e.Agent, idx)
 		if err != nil {
 			return err
 		}
 		m.Parts = u.Parts
-		return putMessage(b, e.Agent, idx, m, pieces)
+		if err := putMessage(b, e.Agent, idx, m, pieces); err != nil {
+			return err
+		}
+		// The message is now in the agent's own rows, even when a fork
+		// inherited it: so is its index.
+		return b.Set(msgIDKey(e.Agent, u.ID), encodeIndex(idx))
 	case EventMessagesTruncated:
 		var tr messagesTruncated
 		if !decodeData(e, &tr) {
@@ -188,6 +198,12 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		next, err := nextIndex(b, e.Agent)
 		if err != nil {
+			return err
+		}
+		if err := copyOnWrite(b, e.Agent, keep, next); err != nil {
+			return err
+		}
+		if err := cutInherited(b, e.Agent, keep); err != nil {
 			return err
 		}
 		for i := keep; i < next; i++ {
@@ -206,6 +222,8 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
 	case EventMessagePart:
 		return applyMessagePart(b, e)
+	case eventlog.TypeForked:
+		return applyForked(b, e)
 	}
 	return nil
 }
@@ -216,10 +234,10 @@ func appendMessage(b *eventlog.Batch, e eventlog.Event, m Message) error {
 	if m.ID == "" {
 		return nil
 	}
-	if _, err := b.Get(msgIDKey(e.Agent, m.ID)); err == nil {
-		return nil // already stored
-	} else if !isNotFound(err) {
+	if _, ok, err := messageIndex(b, e.Agent, m.ID); err != nil {
 		return err
+	} else if ok {
+		return nil // already stored
 	}
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = e.Time
@@ -252,7 +270,8 @@ func nextIndex(g getter, agent string) (uint64, error) {
 	return v, nil
 }
 
-func messageIndex(g getter, agent, id string) (uint64, bool, error) {
+// ownMessageIndex is messageIndex in agent's own rows only.
+func ownMessageIndex(g getter, agent, id string) (uint64, bool, error) {
 	raw, err := g.Get(msgIDKey(agent, id))
 	if isNotFound(err) {
 		return 0, false, nil

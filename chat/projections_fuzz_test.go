@@ -56,6 +56,12 @@ func FuzzProjections(f *testing.F) {
 		EventTurnFailed, []byte(`{"requestId":"r1","error":7}`),
 		EventMessagesTruncated, []byte(`{"afterId":""}`),
 		EventStateSet, []byte(`{"version":1}`))
+	// A fork (of an agent with no rows here) that appends, truncates
+	// below its inherited count and updates.
+	f.Add(eventlog.TypeForked, []byte(`{"parent":"a0","messages":3}`),
+		EventMessageAppended, enc(msg),
+		EventMessagesTruncated, enc(messagesTruncated{AfterID: "m1"}),
+		EventMessageUpdated, enc(messageUpdated{ID: "m1", Parts: []Part{{Type: PartText, Text: "edited"}}}))
 	projections := []eventlog.Projection{MessagesProjection(), StateProjection(), UsageProjection(),
 		InterruptsProjection(), TurnsProjection(), chunk.StreamsProjection()}
 	f.Fuzz(func(t *testing.T, t1 string, d1 []byte, t2 string, d2 []byte, t3 string, d3 []byte, t4 string, d4 []byte) {

@@ -43,6 +43,10 @@ type Config struct {
 	Every      time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Before, if set, runs before each compaction of an agent, which an
+	// error puts off to a later sweep: agentd's host detaches the agent's
+	// forks there, since the agent's history they read leaves the log.
+	Before func(ctx context.Context, agent string) error
 }
 
 // Compactor runs compactions by the policy of the package doc.
@@ -184,6 +188,13 @@ func (c *Compactor) compact(ctx context.Context, agent, trigger string) {
 		res eventlog.Compacted
 		err error
 	)
+	if c.cfg.Before != nil {
+		if err := c.cfg.Before(ctx, agent); err != nil {
+			c.logger.Warn("compaction put off: what must run before it failed", "agent", agent, "trigger", trigger, "err", fmt.Sprint(err))
+			c.runs.WithLabelValues(trigger, "error").Inc()
+			return
+		}
+	}
 	for range conflictTries {
 		if res, err = c.cfg.Log.Compact(ctx, agent); !errors.Is(err, eventlog.ErrConflict) {
 			break

@@ -52,10 +52,12 @@ type ChunkItem struct {
 // when absent, at most MaxChunksLimit). A live stream's page answers with
 // the chunks written so far (after waiting briefly for the first). Unknown
 // agent or stream: 404; chunks removed by retention: 410. Any node
-// answers, from the log. The console replays streams with it.
+// answers, from the log. The console replays streams with it. It also
+// serves POST /v1/chat/{id}/fork (fork.go).
 func AttachReads(d *agentd.Daemon, h *host.Host) error {
 	return d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
 		client := replay.NewClient(deps.Log)
+		attachFork(d, h)
 		d.Handle("GET /v1/agents/{id}/streams/{stream}/chunks", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			page, err := readChunks(r, h, client)
 			if err != nil {

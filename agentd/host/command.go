@@ -15,7 +15,7 @@ import (
 
 // Verbs are the verbs the host answers for an agent of any type on
 // forever.cmd.<agent>.<verb>; each type registers its own (Host.Register).
-var Verbs = []string{"status", "fibers", "schedules", "meta", "delete", "log"}
+var Verbs = []string{"status", "fibers", "schedules", "meta", "delete", "log", "fork"}
 
 // Status is the reply to the status command.
 type Status struct {
@@ -77,13 +77,13 @@ func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
 		return h.readLog(ctx, cmd)
 	}
 	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, cmd.Agent, cmd.Verb, len(cmd.Data)); err != nil {
+		if err := h.quotas.Admit(ctx, quotaAgent(cmd), cmd.Verb, len(cmd.Data)); err != nil {
 			return nil, err
 		}
-		out, err := h.route(ctx, cmd)
+		out, err := h.routeCommand(ctx, cmd)
 		return out, h.quotas.OverStorage(err)
 	}
-	return h.route(ctx, cmd)
+	return h.routeCommand(ctx, cmd)
 }
 
 // local runs cmd on this node, which must own the agent's partition
@@ -156,6 +156,8 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 		return h.meta(ctx, cmd)
 	case "delete":
 		return h.deleteAgent(ctx, cmd.Agent)
+	case "fork":
+		return h.forkHere(ctx, cmd)
 	}
 	if !h.takes(typ, cmd.Verb) {
 		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)

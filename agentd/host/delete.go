@@ -70,6 +70,9 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 			return nil, err
 		}
 	}
+	if err := h.detachForks(ctx, agent); err != nil {
+		return nil, err
+	}
 	var d eventlog.Deleted
 	var err error
 	for try := 0; try < deleteTries; try++ {

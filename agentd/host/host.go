@@ -61,6 +61,9 @@ type Host struct {
 	// onDelete are the types' delete hooks (SetOnDelete); fixed once the
 	// daemon starts.
 	onDelete map[string]OnDelete
+	// forking are the types' fork hooks (SetForking); fixed once the
+	// daemon starts.
+	forking map[string]Forking
 
 	inflight chan struct{} // a slot per command being answered
 	// refusalLog bounds the log lines of requests refused for their
@@ -137,7 +140,7 @@ type instance struct {
 func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
 		details:  map[string]func(context.Context, string) (any, error){},
-		onDelete: map[string]OnDelete{}, unlisted: map[string]bool{},
+		onDelete: map[string]OnDelete{}, forking: map[string]Forking{}, unlisted: map[string]bool{},
 		inflight:   make(chan struct{}, MaxCommandsInFlight),
 		refusalLog: rate.NewLimiter(1, 10)}
 	h.mu.agents = map[string]*instance{}
@@ -319,6 +322,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 		Every:      deps.Config.CompactEvery,
 		Logger:     deps.Logger,
 		Registerer: deps.Registerer,
+		Before:     h.detachForks,
 	})
 	if err != nil {
 		return err

@@ -75,6 +75,7 @@ var commands = []command{
 	{"budget", "<agent> [--tokens n] [--cost x] [--period 24h]", "show or set the agent's token and cost budget", budgetUsage, flagsOf(budgetFlagSet, "budget")},
 	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage, flagsOf(agentsFlagSet, "agents")},
 	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage, flagsOf(agentsFlagSet, "delete")},
+	{"fork", "<agent> --to <new> [--at <message id>]", "fork an agent's conversation into a new agent", forkUsage, flagsOf(forkFlagSet, "fork")},
 	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster")},
 	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify")},
 	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant")},
@@ -200,7 +201,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	switch args[0] {
 	case "help":
 		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster":
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork":
 	default:
 		return false, 0
 	}
@@ -221,6 +222,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
 	case "agents", "delete", "cluster":
 		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
+	case "fork":
+		return true, runFork(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }

@@ -280,6 +280,9 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	if err := h.SetOnDelete("chat", chats.OnDelete(h.Command)); err != nil {
 		return err
 	}
+	if err := h.SetForking("chat", chats.Forking()); err != nil {
+		return err
+	}
 	if err := h.Attach(d); err != nil {
 		return err
 	}

@@ -69,6 +69,8 @@ func TestBinaryVerify(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 2 agents") {
 		t.Errorf("verify --nats-url: exit %d\n%s", code, out)
 	}
+	t.Run("Fork", func(t *testing.T) { testBinaryFork(t, bin, c, p, httpAddr, natsAddr) })
+
 	// --data is refused while agentd holds the data dir.
 	if out, code := runVerifyCmd(t, bin, "verify", "--data", data); code != 1 || !strings.Contains(out, "agentd is running on") {
 		t.Errorf("verify --data of a running agentd: exit %d\n%s", code, out)
@@ -82,7 +84,10 @@ func TestBinaryVerify(t *testing.T) {
 	}
 	p.exited <- nil
 	out, code = runVerifyCmd(t, bin, "verify", "--data", data)
-	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 2 agents") || !strings.Contains(out, "2 fibers, 1 turns, 1 streams") {
+	// The agents: demo, steps:v, and Fork's fork-child and deleted
+	// fork-parent (its tombstone); the turns and streams: demo's and
+	// fork-child's own.
+	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 4 agents") || !strings.Contains(out, "2 fibers, 2 turns, 2 streams") {
 		t.Errorf("verify --data: exit %d\n%s", code, out)
 	}
 
