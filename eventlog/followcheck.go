@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,6 +25,10 @@ func consumerLimit(err error) error {
 	return err
 }
 
+// checkFollowTimeout bounds CheckFollow's reads: past it, the follow is
+// tried.
+const checkFollowTimeout = 2 * time.Second
+
 // CheckFollow reports, before a Follow of f, whether one more consumer
 // can be created on its stream: ErrConsumerLimit when the account or the
 // stream already holds as many as its limit allows. Without it, a follow
@@ -36,6 +41,8 @@ func (l *Log) CheckFollow(ctx context.Context, f Filter) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, checkFollowTimeout)
+	defer cancel()
 	if ai, err := l.js.AccountInfo(ctx); err == nil && ai.Limits.MaxConsumers > 0 && ai.Consumers >= ai.Limits.MaxConsumers {
 		return fmt.Errorf("%w: the account holds %d consumers, its limit", ErrConsumerLimit, ai.Consumers)
 	}
