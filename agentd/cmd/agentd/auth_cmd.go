@@ -100,7 +100,7 @@ func authFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *authOp
 	if url == "" {
 		url = nats.DefaultURL
 	}
-	o.natsURL = fs.String("server", url, "NATS `url` of the agentd whose audit log records the minting (admin-creds, admin-token; default $NATS_URL, else "+nats.DefaultURL+")")
+	o.natsURL = fs.String("server", url, "NATS `url` of the agentd whose audit log records the minting, for admin-creds and admin-token (default $NATS_URL, else "+nats.DefaultURL+")")
 	fs.StringVar(o.natsURL, "nats-url", url, "alias of --server")
 	o.tlsCA = fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA `file` that signed agentd's certificate, for --server (default $FOREVER_TLS_CA)")
 	return fs, &o
