@@ -136,3 +136,23 @@ func TestCheckFollow(t *testing.T) {
 	<-done
 	waitCheck(nil)
 }
+
+// BenchmarkCheckFollow: a check that reads (the stream's limit of one
+// consumer leaves no headroom to keep) against one that passes on the
+// headroom an earlier read found.
+func BenchmarkCheckFollow(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		max  int
+	}{{"read", 1}, {"headroom", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			lg, _ := eventlogtest.Open(b, eventlog.Config{MaxConsumers: c.max})
+			f := eventlog.Filter{Agent: "agent0", Chunks: true}
+			for b.Loop() {
+				if err := lg.CheckFollow(b.Context(), f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
