@@ -403,9 +403,15 @@ func testClusterBackup(t *testing.T, bin string) {
 		}
 	}
 	// Both restores are audited as the admin, in each tenant's records.
+	// The node asked reaches a restored tenant's audit stream once its
+	// watch of the tenants bucket has caught up: until then audit tail
+	// fails ("no responders"), and is asked again.
 	for _, tc := range tenants {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			out := runAgentdCLI(t, bin, "audit", "tail", "-n", "0", "--tenant", tc.Tenant, "--nats-url", "nats://"+dst[0].nats, "--creds", dstAdmin)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			cmd := exec.Command(bin, "audit", "tail", "-n", "0", "--tenant", tc.Tenant, "--nats-url", "nats://"+dst[0].nats, "--creds", dstAdmin)
+			cmd.Env = os.Environ()
+			o, err := cmd.CombinedOutput()
+			out := string(o)
 			var failed, ok bool
 			for line := range strings.Lines(out) {
 				var r audit.Record
@@ -418,7 +424,7 @@ func testClusterBackup(t *testing.T, bin string) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("tenant %s's audit lacks the failed and the good restore:\n%s", tc.Tenant, out)
+				t.Fatalf("tenant %s's audit lacks the failed and the good restore (%v):\n%s", tc.Tenant, err, out)
 			}
 		}
 	}
