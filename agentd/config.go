@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/replay"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -305,6 +306,11 @@ type Config struct {
 	// agent once answered; package tenancy sets it on its tenants'
 	// daemons to write the audit log. Not a flag.
 	AuditCommand AuditFunc
+	// CommandActor, when set, names who sent a NATS command from its
+	// headers (a verified auth.HeaderActor), for the audit log and the
+	// verb's role check; package tenancy sets it on its tenants' daemons.
+	// Not a flag.
+	CommandActor func(nats.Header) (auth.Identity, bool)
 	// TracerProvider traces what agentd does with OpenTelemetry: commands,
 	// turns (invoke_agent), provider calls (chat), tool calls
 	// (execute_tool), fiber steps and recoveries, partition moves. Nil:

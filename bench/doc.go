@@ -16,7 +16,7 @@
 // compared with and the baseline's value, and optionally a target ratio.
 //
 // Some scenarios measure the real agentd process instead of the packages
-// in-process: restart-ready, restart-load, sync-cost, failover and auth-cost build
+// in-process: restart-ready, restart-load, sync-cost, failover, auth-cost and chat-post build
 // ./agentd/cmd/agentd once per run (go build, so run the bench from inside
 // the module) and start it on data dirs of their own, driving it over NATS
 // and HTTP as a client would; failover starts a 3-node loopback cluster
@@ -29,6 +29,9 @@
 // POST /v1/chat, each body the whole history as the AI SDK's useChat sends
 // it, and compares the events stream's bytes per turn late and early and
 // the conversation's stored bytes with its content (-n 0.1: 100 turns).
+// chat-post times POST /v1/chat to data: [DONE] beside the two JetStream
+// reads of the gateway's follow check (built from main, its POST figure is
+// the one before the check).
 // They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart

@@ -84,6 +84,7 @@ func scenarios() []Scenario {
 		{Name: "fiber-recovery", Run: fiberRecovery},
 		{Name: "chat-chunks", Run: chatChunks},
 		{Name: "chat-send", Run: chatSend},
+		{Name: "chat-post", Run: chatPost},
 		{Name: "replay", Run: replayScenario},
 		{Name: "tool-call", Run: toolCall},
 		{Name: "tool-turn", Run: toolTurn},

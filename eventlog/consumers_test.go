@@ -56,7 +56,7 @@ func TestMaxConsumers(t *testing.T) {
 	var refused int
 	for range 3 {
 		if err := <-started; err != nil {
-			if !strings.Contains(err.Error(), "maximum consumers") {
+			if !strings.Contains(err.Error(), "maximum consumers") || !errors.Is(err, eventlog.ErrConsumerLimit) {
 				t.Fatalf("follow over the cap: %v", err)
 			}
 			refused++
@@ -99,5 +99,60 @@ func TestTimedOutReadIsUnavailable(t *testing.T) {
 	ccancel()
 	if _, err := lg.LastSeq(cctx, f); eventlog.Unavailable(err) {
 		t.Errorf("cancelled read: %v, want no ErrUnavailable: the caller gave up", err)
+	}
+}
+
+// TestCheckFollow: with every consumer a stream allows in use, CheckFollow
+// says ErrConsumerLimit before a follow is tried (a chat then answers
+// 429, not an empty stream), and says nothing once one ends.
+func TestCheckFollow(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{MaxConsumers: 1})
+	f := eventlog.Filter{Agent: "agent0", Stream: "s1", Chunks: true}
+	if err := lg.CheckFollow(t.Context(), f); err != nil {
+		t.Fatalf("check with no consumer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range lg.Follow(ctx, f, 0) {
+			return
+		}
+	}()
+	waitCheck := func(want error) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			err := lg.CheckFollow(t.Context(), f)
+			if errors.Is(err, want) || (want == nil && err == nil) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("check: %v, want %v", err, want)
+			}
+		}
+	}
+	waitCheck(eventlog.ErrConsumerLimit)
+	cancel()
+	<-done
+	waitCheck(nil)
+}
+
+// BenchmarkCheckFollow: a check that reads (the stream's limit of one
+// consumer leaves no headroom to keep) against one that passes on the
+// headroom an earlier read found.
+func BenchmarkCheckFollow(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		max  int
+	}{{"read", 1}, {"headroom", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			lg, _ := eventlogtest.Open(b, eventlog.Config{MaxConsumers: c.max})
+			f := eventlog.Filter{Agent: "agent0", Chunks: true}
+			for b.Loop() {
+				if err := lg.CheckFollow(b.Context(), f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -201,6 +201,9 @@ type Log struct {
 	// costs are the measured costs of sending groups to the events stream
 	// (0) and the chunks stream (1); see sendCost.
 	costs [2]sendCost
+	// headroom spares CheckFollow its reads while a stream has room
+	// (followcheck.go).
+	headroom headroom
 	// committers group-commit single appends to the events stream (0) and
 	// the chunks stream (1).
 	committers [2]committer

@@ -259,12 +259,12 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 			OptStartSeq:    uint64(after) + 1,
 		})
 		if err != nil {
-			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
 		msgs, err := cons.Messages(jetstream.PullMaxMessages(512))
 		if err != nil {
-			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
 		defer msgs.Stop()

@@ -53,6 +53,14 @@ func (c *Client) FollowTurn(ctx context.Context, agent, stream string, after Cur
 	return c.follow(ctx, agent, stream, after, false)
 }
 
+// CheckFollow reports whether a Follow of agent's stream can start now:
+// an error wrapping eventlog.ErrConsumerLimit when no consumer can be
+// created for it (eventlog.Log.CheckFollow). An empty stream stands for
+// the turn about to start.
+func (c *Client) CheckFollow(ctx context.Context, agent, stream string) error {
+	return c.lg.CheckFollow(ctx, eventlog.Filter{Agent: agent, Stream: stream, Chunks: true})
+}
+
 // follow is Follow; without mustExist a stream with no chunk yet is
 // awaited (a turn that was just started).
 func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor, mustExist bool) iter.Seq2[Item, error] {

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"net/url"
+	"time"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
@@ -50,11 +51,21 @@ func apiError(err error) *apierror.Error {
 		return apierror.New(apierror.TooLarge, "%s", apierror.Text(apierror.TooLarge)).WithCause(err)
 	case errors.Is(err, eventlog.ErrConflict):
 		return apierror.New(apierror.Conflict, "%s", apierror.Text(apierror.Conflict)).WithCause(err)
+	case errors.Is(err, eventlog.ErrConsumerLimit):
+		return apierror.New(apierror.OverQuota, "%s", consumerLimitText).WithCause(err).WithRetryAfter(consumerLimitRetry)
 	case errors.Is(err, eventlog.ErrInvalid):
 		return apierror.New(apierror.BadRequest, "the request names an agent or stream id that is not valid").WithCause(err)
 	}
 	return apierror.From(err)
 }
+
+// consumerLimitText is the error of a chat that cannot follow its stream
+// because its tenant's (or the stream's) consumers are all in use;
+// consumerLimitRetry is when to retry.
+const (
+	consumerLimitText  = "this chat cannot follow its stream now: every consumer the tenant's quota allows is in use (readers of the chunk stream); retry when some end, or raise the tenant's consumer limit"
+	consumerLimitRetry = 5 * time.Second
+)
 
 // expiredText is the error of a resume whose chunks retention removed.
 const expiredText = "chunks expired: retention removed this turn's chunks; read the conversation from /v1/chat/{id}/messages instead"

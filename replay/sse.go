@@ -45,6 +45,12 @@ func (g *Gateway) postChat(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
+	// A turn whose stream could not be followed would answer an empty
+	// 200: refuse it before it starts (429, eventlog.ErrConsumerLimit).
+	if err := g.client.CheckFollow(r.Context(), req.ID, ""); err != nil {
+		g.writeError(w, r, err)
+		return
+	}
 	t, err := g.send(r.Context(), req.ID, body)
 	if err != nil {
 		g.writeError(w, r, err)
@@ -69,6 +75,12 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		g.writeError(w, r, err)
 		return
+	}
+	if off.turn.StreamID != "" {
+		if err := g.client.CheckFollow(r.Context(), agent, off.turn.StreamID); err != nil {
+			g.writeError(w, r, err)
+			return
+		}
 	}
 	switch {
 	case off.kind == "pending":
@@ -149,9 +161,11 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 				g.logger.Error("skip corrupt chunk", "agent", agent, "stream", stream, "err", err)
 				continue
 			}
-			if e := apiError(err); e.Code == apierror.Gone || e.Code == apierror.NotFound {
+			if e := apiError(err); e.Code == apierror.Gone || e.Code == apierror.NotFound || errors.Is(err, eventlog.ErrConsumerLimit) {
 				// For good: the stream ends with an AI SDK error chunk,
-				// so the client shows why instead of resuming in vain.
+				// so the client shows why instead of resuming in vain
+				// (or, past the consumer limit, instead of an empty
+				// answer: it retries later).
 				if errors.Is(err, chunk.ErrExpired) {
 					e = expiredFor(agent, err)
 				}

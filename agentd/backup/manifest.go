@@ -82,7 +82,12 @@ func (s Stream) Messages() uint64 {
 // made its own at start, with the partition count (which the manifest
 // keeps and a restore checks) and epoch counters (Account.Epochs, merged).
 var (
-	leasesStream     = "KV_" + ownership.DefaultBucket
+	leasesStream = "KV_" + ownership.DefaultBucket
+	// auditStream is agentd's audit log (package agentd/audit). A
+	// restore keeps the target's when it holds records (the ones written
+	// while the target ran: an admin credential minted, a restore that
+	// failed), and never undoes it, so those records are not lost.
+	auditStream      = "FOREVER_AUDIT"
 	partitionsStream = "KV_" + ownership.DefaultPartitionsBucket
 )
 
@@ -332,10 +337,15 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 	if err != nil {
 		return err
 	}
+	keep := map[string]bool{}
 	for _, st := range acc.Streams {
 		info, err := streamInfo(ctx, js, st.Name)
 		if err != nil {
 			return err
+		}
+		if info != nil && info.State.Msgs > 0 && st.Name == auditStream {
+			keep[st.Name] = true // the target's records stay; the backup's are not restored
+			continue
 		}
 		if info != nil && info.State.Msgs > 0 {
 			return fmt.Errorf("%w: stream %s holds %d messages; restore into a new node or cluster", ErrNotEmpty, st.Name, info.State.Msgs)
@@ -343,8 +353,11 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 	}
 	var done []string
 	for _, st := range acc.Streams {
+		if keep[st.Name] {
+			continue
+		}
 		if err := restoreStream(ctx, nc, js, dir, st, replicas, seal); err != nil {
-			if uerr := deleteStreams(ctx, js, done); uerr != nil {
+			if uerr := deleteStreams(ctx, js, slices.DeleteFunc(done, func(n string) bool { return n == auditStream })); uerr != nil {
 				return fmt.Errorf("%w; undoing the streams restored before it: %w", err, uerr)
 			}
 			return err
@@ -357,7 +370,9 @@ func RestoreAccount(ctx context.Context, nc *nats.Conn, dir string, acc Account,
 // UndoAccount deletes acc's streams from the account nc is connected to,
 // after RestoreAccount restored them and a later account of the same
 // backup failed: the target is then empty again (agentd creates its
-// streams again, empty). The raised epoch counters stay: they only rise.
+// streams again, empty), but for its audit log, which keeps the records
+// written since (the failed restore's). The raised epoch counters stay:
+// they only rise.
 func UndoAccount(ctx context.Context, nc *nats.Conn, acc Account) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -365,7 +380,9 @@ func UndoAccount(ctx context.Context, nc *nats.Conn, acc Account) error {
 	}
 	var names []string
 	for _, st := range acc.Streams {
-		names = append(names, st.Name)
+		if st.Name != auditStream { // it keeps the failed restore's record
+			names = append(names, st.Name)
+		}
 	}
 	return deleteStreams(ctx, js, names)
 }

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/internal/apierror"
 )
 
@@ -125,6 +127,13 @@ func (h *Host) serveCommand(req micro.Request) {
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	defer cancel()
+	if h.deps != nil && h.deps.Config.CommandActor != nil {
+		// The admin through agentd's own user (agentd delete --tenant):
+		// audited as the admin, not as a tenant's NATS credential.
+		if id, ok := h.deps.Config.CommandActor(nats.Header(req.Headers())); ok {
+			ctx = auth.WithIdentity(ctx, id)
+		}
+	}
 	ctx, span := h.startCommandSpan(ctx, req.Headers(), req.Subject(), agent, verb, false)
 	id := req.Headers().Get(HeaderIdempotencyKey)
 	if id == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -35,6 +36,10 @@ type AccessReply struct {
 type TenantAccess struct {
 	Tenant string `json:"tenant"`
 	Creds  string `json:"creds"`
+	// Actor is an actor token (auth.ActorToken) naming the admin: a
+	// command sent with these creds carries it in auth.HeaderActor so
+	// that the audit log names the admin, not agentd's user.
+	Actor string `json:"actor,omitempty"`
 }
 
 // handleAccess mints the credentials AccessRequest asks for. A named
@@ -92,7 +97,11 @@ func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error)
 		if err != nil {
 			return nil, err
 		}
-		reply.Tenants = append(reply.Tenants, TenantAccess{Tenant: name, Creds: string(creds)})
+		actor, err := ts.op.Keys.ActorToken(name, AdminCred, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		reply.Tenants = append(reply.Tenants, TenantAccess{Tenant: name, Creds: string(creds), Actor: actor})
 	}
 	ts.logger.Info("tenant access granted to the admin", "tenants", len(reply.Tenants))
 	return reply, nil

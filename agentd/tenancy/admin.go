@@ -112,6 +112,7 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 		{"tenant-enable", "tenant.enable", AdminEnableSubject, ts.handleEnable},
 		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
 		{"tenant-access", "tenant.access", AdminAccessSubject, ts.handleAccess},
+		{"audit-record", "", AdminAuditSubject, ts.handleAuditRecord}, // records itself
 	} {
 		h, action := e.h, e.action
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
@@ -128,7 +129,9 @@ func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context
 	ctx, cancel := context.WithTimeout(context.Background(), tenantStartTimeout+10*time.Second)
 	defer cancel()
 	reply, err := h(ctx, req.Data())
-	ts.auditAdmin(action, req.Data(), reply, err)
+	if action != "" {
+		ts.auditAdmin(action, req.Data(), reply, err)
+	}
 	if err != nil {
 		code, msg := host.ErrorReply(err)
 		body, _ := json.Marshal(map[string]any{"error": msg, "code": code})

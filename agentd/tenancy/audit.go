@@ -6,6 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/audit"
@@ -43,6 +46,23 @@ func (ts *tenantSet) auditCommand(ctx context.Context, tenant, agent, verb strin
 		r.Outcome, r.Detail = outcome(r.Code), clip(err.Error())
 	}
 	ts.audit.Record(r)
+}
+
+// commandActor names the sender of a NATS command of tenant from its
+// actor token (auth.HeaderActor), when these keys minted it for tenant
+// and it has not expired: the admin, who reaches the tenant through
+// agentd's own user (handleAccess). Without one, or with one that does
+// not verify, the command is audited as NATSCred.
+func (ts *tenantSet) commandActor(tenant string, h nats.Header) (auth.Identity, bool) {
+	tok := h.Get(auth.HeaderActor)
+	if tok == "" {
+		return auth.Identity{}, false
+	}
+	cred, err := ts.op.Keys.VerifyActorToken(tok, tenant, time.Now())
+	if err != nil || cred != AdminCred {
+		return auth.Identity{}, false
+	}
+	return auth.Identity{Tenant: tenant, Cred: AdminCred, Role: auth.RoleAdmin}, true
 }
 
 // outcome is a refusal for a 4xx code but a server error's, a failure

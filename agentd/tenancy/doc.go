@@ -64,11 +64,14 @@
 //
 // Every admin operation, every command that may change an agent (through
 // agentd.Config.AuditCommand, which each tenant's daemon gets: with the
-// HTTP credential's identity, or "nats" for a NATS command) and every
-// auth refusal (the front door's, and the NATS server's denials through
+// HTTP credential's identity; for a NATS command "admin" when it carries
+// the actor token the admin service granted with tenant access
+// (agentd.Config.CommandActor), else "nats") and every auth refusal (the
+// front door's, and the NATS server's denials through
 // agentd.Daemon.OnNATSDenial, mapped to tenant and credential) is
 // appended to the audit log (package agentd/audit), in agentd's own
-// account.
+// account. The admin's own command reports what it did outside agentd
+// (AdminAuditSubject): minting admin credentials, restores.
 //
 // # Invariants
 //

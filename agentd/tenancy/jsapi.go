@@ -83,6 +83,10 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 				return
 			}
 		}
+		if err := checkConsumer(rest, m.Data); err != nil {
+			respondAPIError(m, err)
+			return
+		}
 		if strings.HasPrefix(rest, pullPrefix) {
 			// A pull's messages are delivered with their own subjects,
 			// which a relay's publish cannot keep: the consumer
@@ -228,14 +232,67 @@ func (r *jsRelay) sweep(now time.Time) {
 	}
 }
 
-// respondAPIError answers a request refused for the tenant's rate as the
-// JetStream API answers an error, so clients read it as one. Its reply
+// MaxClientInactive bounds the inactivity threshold of a client's
+// consumer: the client library's default for an ordered consumer.
+const MaxClientInactive = 5 * time.Minute
+
+// errConsumerRefused refuses a consumer a tenant's client may not
+// create through the forwarder (checkConsumer).
+type errConsumerRefused struct{ why string }
+
+func (e *errConsumerRefused) Error() string {
+	return "a client may create only ephemeral pull consumers of the chunk stream, which end when unused: " + e.why
+}
+
+// checkConsumer refuses the consumers a tenant's client asks for that
+// would outlive it or publish where it chose: a durable one (a durable
+// name, or the durable create call) or one kept past MaxClientInactive
+// unused, which would hold the tenant's consumer quota and leave its own
+// chats unable to follow their streams, and a push one (a deliver subject), on whose subject
+// the server would publish in the tenant's account. rest is the API
+// call's subject after $JS.API.; a payload that does not parse is left
+// to the server, which refuses it.
+func checkConsumer(rest string, data []byte) error {
+	if strings.HasPrefix(rest, "CONSUMER.DURABLE.CREATE.") {
+		return &errConsumerRefused{"this one is durable (CONSUMER.DURABLE.CREATE)"}
+	}
+	if !strings.HasPrefix(rest, "CONSUMER.CREATE.") {
+		return nil
+	}
+	var req struct {
+		Config struct {
+			Durable        string        `json:"durable_name"`
+			DeliverSubject string        `json:"deliver_subject"`
+			Inactive       time.Duration `json:"inactive_threshold"`
+		} `json:"config"`
+	}
+	if json.Unmarshal(data, &req) != nil {
+		return nil
+	}
+	switch {
+	case req.Config.Durable != "":
+		return &errConsumerRefused{"durable_name is set"}
+	case req.Config.DeliverSubject != "":
+		return &errConsumerRefused{"deliver_subject is set (a push consumer)"}
+	case req.Config.Inactive > MaxClientInactive:
+		return &errConsumerRefused{fmt.Sprintf("inactive_threshold is %s, more than %s", req.Config.Inactive, MaxClientInactive)}
+	}
+	return nil
+}
+
+// respondAPIError answers a request refused for the tenant's rate (429),
+// or a consumer refused (checkConsumer, 403), as the JetStream API
+// answers an error, so clients read it as one. Its reply
 // subject was checked (auth.CheckReply).
 func respondAPIError(m *nats.Msg, err error) {
 	code := 503
 	var qe *quota.Error
-	if errors.As(err, &qe) {
+	var ce *errConsumerRefused
+	switch {
+	case errors.As(err, &qe):
 		code = qe.StatusCode()
+	case errors.As(err, &ce):
+		code = 403
 	}
 	b, _ := json.Marshal(map[string]any{
 		"type":  "io.nats.jetstream.api.v1.error",

@@ -463,6 +463,9 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
 		ts.auditCommand(ctx, tenant, agent, verb, err)
 	}
+	cfg.CommandActor = func(h nats.Header) (auth.Identity, bool) {
+		return ts.commandActor(tenant, h)
+	}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"tenant": t.Name}, reg)
 	cfg.Gatherer = reg

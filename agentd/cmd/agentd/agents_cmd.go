@@ -16,6 +16,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agents"
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
@@ -128,7 +129,7 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 		return showCluster(ctx, nc, asJSON, stdout)
 	}
 	if tenant == "" {
-		return deleteAgent(ctx, nc, pos[0], stdout)
+		return deleteAgent(ctx, nc, pos[0], "", stdout)
 	}
 	// The admin credential reaches a tenant's agents through the access
 	// the admin service grants: agentd's own user in the tenant's account.
@@ -140,7 +141,7 @@ func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(s
 		return fmt.Errorf("no access to tenant %s", tenant)
 	}
 	return withTenant(*natsURL, opts, access[0], func(tnc *nats.Conn) error {
-		return deleteAgent(ctx, tnc, pos[0], stdout)
+		return deleteAgent(ctx, tnc, pos[0], access[0].Actor, stdout)
 	})
 }
 
@@ -190,10 +191,16 @@ func listAgents(ctx context.Context, nc *nats.Conn, q agents.Query, limit int, s
 	return tw.Flush()
 }
 
-// deleteAgent sends the delete verb and prints what it did.
-func deleteAgent(ctx context.Context, nc *nats.Conn, agent string, stdout io.Writer) error {
+// deleteAgent sends the delete verb and prints what it did. actor, when
+// set, is the admin's actor token (tenancy.TenantAccess): the audit log
+// then names the admin.
+func deleteAgent(ctx context.Context, nc *nats.Conn, agent, actor string, stdout io.Writer) error {
 	var rep host.DeleteReply
-	if err := request(ctx, nc, agent, "delete", nil, &rep); err != nil {
+	var hdr nats.Header
+	if actor != "" {
+		hdr = nats.Header{auth.HeaderActor: []string{actor}}
+	}
+	if err := requestWith(ctx, nc, agent, "delete", nil, hdr, &rep); err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 			return fmt.Errorf("%w: these creds may not delete; delete is an admin command: --creds <data>/admin.creds --tenant <name>", err)
 		}

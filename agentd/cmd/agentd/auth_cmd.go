@@ -1,24 +1,29 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/tenancy"
 )
 
 const authUsage = `Usage:
-  agentd auth admin-creds [--data dir | --auth-secret-file file]
+  agentd auth admin-creds [--data dir | --auth-secret-file file] [--server url]
       print a new admin credential (a creds file, as <data>/admin.creds) on
       stdout, minted from the operator's keys: the secret every node of a
       cluster shares, or <data>/auth. It is how the admin credential leaves
       a pod whose image has no shell:
         kubectl get secret forever-auth -o jsonpath='{.data.secret}' | base64 -d > secret
         agentd auth admin-creds --auth-secret-file secret > admin.creds
-  agentd auth admin-token [--data dir | --auth-secret-file file] [--ttl 12h]
+  agentd auth admin-token [--data dir | --auth-secret-file file] [--ttl 12h] [--server url]
       print a new admin HTTP token (fvra_...), minted from the operator's
       keys, that expires after --ttl (default 12h, at most the maximum of
       auth.MaxAdminTokenTTL). With it, and the header X-Forever-Tenant, the
@@ -35,10 +40,18 @@ const authUsage = `Usage:
 
 --data defaults to $FOREVER_DATA or ./data (the keys are in <data>/auth),
 --auth-secret-file to $FOREVER_AUTH_SECRET_FILE.
+
+admin-creds and admin-token record the minting, as the admin, in the audit
+log of the agentd at --server (default $NATS_URL, else
+nats://127.0.0.1:4222; --tls-ca as for every client command), reached
+with an admin credential of the same keys; when none answers, they say so
+on stderr and print the credential all the same. Whoever holds the keys
+can sign a credential without agentd, so the record covers what agentd's
+own command minted against a running agentd, not every credential.
 `
 
 func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := authCommand(args, getenv, stdout)
+	err := authCommand(args, getenv, stdout, stderr)
 	var ce *cliError
 	switch {
 	case err == nil:
@@ -61,9 +74,11 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 
 // authOpts are the flags of the auth commands.
 type authOpts struct {
-	cfg    agentd.Config // DataDir and AuthSecretFile
-	jwtDir *string
-	ttl    *time.Duration
+	cfg     agentd.Config // DataDir and AuthSecretFile
+	jwtDir  *string
+	ttl     *time.Duration
+	natsURL *string // the agentd whose audit log records a minting
+	tlsCA   *string
 }
 
 // authFlagSet defines the flags of auth server-config, admin-creds and
@@ -81,10 +96,17 @@ func authFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *authOp
 	fs.StringVar(&o.cfg.AuthSecretFile, "auth-secret-file", o.cfg.AuthSecretFile, "the `file` of the secret the cluster's nodes share, instead of --data (default $FOREVER_AUTH_SECRET_FILE)")
 	o.jwtDir = fs.String("jwt-dir", "jwt", "the `dir` the external server's account resolver stores under (server-config)")
 	o.ttl = fs.Duration("ttl", 0, "how long the admin token works (admin-token; 0: 12h)")
+	url := getenv("NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	o.natsURL = fs.String("server", url, "NATS `url` of the agentd whose audit log records the minting, for admin-creds and admin-token (default $NATS_URL, else "+nats.DefaultURL+")")
+	fs.StringVar(o.natsURL, "nats-url", url, "alias of --server")
+	o.tlsCA = fs.String("tls-ca", getenv("FOREVER_TLS_CA"), "CA `file` that signed agentd's certificate, for --server (default $FOREVER_TLS_CA)")
 	return fs, &o
 }
 
-func authCommand(args []string, getenv func(string) string, stdout io.Writer) error {
+func authCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageErr("missing server-config, admin-creds or admin-token")
 	}
@@ -99,25 +121,31 @@ func authCommand(args []string, getenv func(string) string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	cfg, jwtDir, ttl := o.cfg, o.jwtDir, o.ttl
+	cfg, jwtDir, ttl, natsURL, tlsCA := o.cfg, o.jwtDir, o.ttl, *o.natsURL, o.tlsCA
 	if len(pos) != 0 {
 		return usageErr("%s takes no arguments", args[0])
 	}
 	if args[0] == "admin-token" {
-		tok, _, err := agentd.AdminToken(cfg, *ttl)
+		tok, exp, err := agentd.AdminToken(cfg, *ttl)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintln(stdout, tok)
-		return err
+		if _, err = fmt.Fprintln(stdout, tok); err != nil {
+			return err
+		}
+		recordMinting(cfg, natsURL, *tlsCA, "admin.token", "admin HTTP token minted by agentd auth admin-token, expires "+exp.UTC().Format(time.RFC3339), stderr)
+		return nil
 	}
 	if args[0] == "admin-creds" {
 		creds, err := agentd.AdminCreds(cfg)
 		if err != nil {
 			return err
 		}
-		_, err = stdout.Write(creds)
-		return err
+		if _, err = stdout.Write(creds); err != nil {
+			return err
+		}
+		recordMinting(cfg, natsURL, *tlsCA, "admin.creds", "admin credential minted by agentd auth admin-creds", stderr)
+		return nil
 	}
 	conf, err := agentd.ServerConfig(cfg, *jwtDir)
 	if err != nil {
@@ -125,4 +153,56 @@ func authCommand(args []string, getenv func(string) string, stdout io.Writer) er
 	}
 	_, err = fmt.Fprint(stdout, conf)
 	return err
+}
+
+// mintRecordTimeout bounds recordMinting's connect and request.
+const mintRecordTimeout = 2 * time.Second
+
+// recordMinting records a minting in the audit log of the agentd at
+// natsURL, reached with an admin credential of the same keys; when none
+// answers, it says so on stderr. Whoever holds the operator's keys can
+// sign a credential without agentd at all, so no record can be forced:
+// this one records the minting done with agentd's own command against a
+// running agentd.
+func recordMinting(cfg agentd.Config, natsURL, tlsCA, action, detail string, stderr io.Writer) {
+	err := func() error {
+		creds, err := agentd.AdminCreds(cfg)
+		if err != nil {
+			return err
+		}
+		tok, err := jwt.ParseDecoratedJWT(creds)
+		if err != nil {
+			return err
+		}
+		kp, err := jwt.ParseDecoratedUserNKey(creds)
+		if err != nil {
+			return err
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return err
+		}
+		opts := []nats.Option{nats.UserJWTAndSeed(tok, string(seed)), nats.Name("agentd auth " + action),
+			nats.Timeout(mintRecordTimeout), nats.NoReconnect()}
+		if tlsCA != "" {
+			opts = append(opts, nats.RootCAs(tlsCA))
+		}
+		nc, err := nats.Connect(natsURL, opts...)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		body, _ := json.Marshal(tenancy.AuditRecordRequest{Action: action, Detail: detail})
+		msg, err := nc.Request(tenancy.AdminAuditSubject, body, mintRecordTimeout)
+		if err != nil {
+			return err
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return fmt.Errorf("%s (%s)", msg.Header.Get("Nats-Service-Error"), code)
+		}
+		return nil
+	}()
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd auth: no audit log recorded this: no agentd with --auth and these keys answered at %s (%v); give --server to record it in a running agentd's audit log\n", natsURL, err)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/backup"
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
@@ -162,7 +163,7 @@ func backupCommand(ctx context.Context, cmd string, args []string, getenv func(s
 	if *data != "" {
 		return restoreDataDir(ctx, *data, *from, m, keys.Seal, stdout)
 	}
-	return runRestoreFrom(ctx, *natsURL, opts, *creds != "", *from, m, *replicas, keys.Seal, stdout)
+	return runRestoreFrom(ctx, *natsURL, opts, *creds != "", *from, m, *replicas, keys.Seal, stdout, stderr)
 }
 
 // backupKeys derives the keys of a backup from the files of
@@ -253,7 +254,7 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 // It is all or nothing: when an account fails, the accounts restored
 // before it are undone (backup.UndoAccount), so a retry finds the target
 // empty.
-func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, m *backup.Manifest, replicas int, seal []byte, stdout io.Writer) error {
+func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, admin bool, dir string, m *backup.Manifest, replicas int, seal []byte, stdout, stderr io.Writer) error {
 	var tenants []string
 	for _, acc := range m.Accounts[1:] {
 		tenants = append(tenants, acc.Tenant)
@@ -266,6 +267,29 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 		return connectError(natsURL, opts, err)
 	}
 	defer nc.Close()
+	err = restoreAccounts(ctx, nc, natsURL, opts, dir, m, tenants, replicas, seal)
+	if admin {
+		// The admin's restore is audited as the admin, in each tenant's
+		// record (or the node's), whether it took or was undone.
+		rec := tenancy.AuditRecordRequest{Action: "restore", Tenants: tenants, Outcome: audit.OK,
+			Detail: fmt.Sprintf("restore of %s (%d accounts, made %s)", filepath.Base(dir), len(m.Accounts), m.Created.UTC().Format(time.RFC3339))}
+		if err != nil {
+			rec.Outcome, rec.Detail = audit.Failed, rec.Detail+": "+err.Error()
+		}
+		body, _ := json.Marshal(rec)
+		if msg, rerr := nc.Request(tenancy.AdminAuditSubject, body, accessTimeout); rerr != nil || msg.Header.Get("Nats-Service-Error-Code") != "" {
+			fmt.Fprintln(stderr, "agentd restore: the target agentd did not record this restore in its audit log")
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return printSummary(stdout, "restore", dir, m)
+}
+
+// restoreAccounts restores m's accounts through nc (the admin's, or
+// agentd's own without --auth), undoing them all when one fails.
+func restoreAccounts(ctx context.Context, nc *nats.Conn, natsURL string, opts []nats.Option, dir string, m *backup.Manifest, tenants []string, replicas int, seal []byte) error {
 	if err := checkPartitions(ctx, nc, m); err != nil {
 		return err
 	}
@@ -289,6 +313,7 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 		return fmt.Errorf("%w; the restore was undone", cause)
 	}
 	if len(tenants) > 0 {
+		var err error
 		access, err = tenantAccess(ctx, nc, tenants)
 		if err != nil {
 			return undo(err, 0)
@@ -302,7 +327,7 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 			}
 		}
 	}
-	return printSummary(stdout, "restore", dir, m)
+	return nil
 }
 
 // restoreDataDir restores m, which must hold no tenants, into the

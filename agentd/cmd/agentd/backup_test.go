@@ -19,8 +19,10 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/backup"
 	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/internal/chartargs"
 	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
@@ -397,6 +399,32 @@ func testClusterBackup(t *testing.T, bin string) {
 			got := waitAnswered(t, dst[0].http, tc.Token, a, "hello from "+tc.Tenant)
 			if got != want[tc.Tenant+"/"+a] {
 				t.Errorf("%s/%s restored as\n%s\nwant\n%s", tc.Tenant, a, got, want[tc.Tenant+"/"+a])
+			}
+		}
+	}
+	// Both restores are audited as the admin, in each tenant's records.
+	// The node asked reaches a restored tenant's audit stream once its
+	// watch of the tenants bucket has caught up: until then audit tail
+	// fails ("no responders"), and is asked again.
+	for _, tc := range tenants {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			cmd := exec.Command(bin, "audit", "tail", "-n", "0", "--tenant", tc.Tenant, "--nats-url", "nats://"+dst[0].nats, "--creds", dstAdmin)
+			cmd.Env = os.Environ()
+			o, err := cmd.CombinedOutput()
+			out := string(o)
+			var failed, ok bool
+			for line := range strings.Lines(out) {
+				var r audit.Record
+				if json.Unmarshal([]byte(line), &r) == nil && r.Action == "restore" && r.Cred == tenancy.AdminCred {
+					failed = failed || r.Outcome == audit.Failed
+					ok = ok || r.Outcome == audit.OK
+				}
+			}
+			if failed && ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("tenant %s's audit lacks the failed and the good restore (%v):\n%s", tc.Tenant, err, out)
 			}
 		}
 	}

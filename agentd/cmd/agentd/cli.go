@@ -533,6 +533,11 @@ func (l *link) explain(ctx context.Context, err error) error {
 // micro service error (headers Nats-Service-Error-Code and
 // Nats-Service-Error) comes back as an error naming both.
 func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, out any) error {
+	return requestWith(ctx, nc, agent, verb, body, nil, out)
+}
+
+// requestWith is request with headers hdr (nil: none).
+func requestWith(ctx context.Context, nc *nats.Conn, agent, verb string, body any, hdr nats.Header, out any) error {
 	subject := eventlog.DefaultPrefix + ".cmd." + agent + "." + verb
 	var data []byte
 	if body != nil {
@@ -543,7 +548,7 @@ func request(ctx context.Context, nc *nats.Conn, agent, verb string, body any, o
 	}
 	rctx, cancel := context.WithTimeout(ctx, cliRequestTimeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subject, data)
+	msg, err := nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: subject, Data: data, Header: hdr})
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("no agentd answers on %s (is agentd running and connected to %s?)", subject, nc.ConnectedUrlRedacted())
 	}

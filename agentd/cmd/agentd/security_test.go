@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -417,10 +419,26 @@ func testSecurityTenants(t *testing.T, bin string) {
 		}
 		defer nc.Close()
 		js, _ := jetstream.NewWithAPIPrefix(nc, auth.ClientAPIPrefix)
+		// Durable and push consumers are refused, saying why.
+		for name, cc := range map[string]jetstream.ConsumerConfig{
+			"durable_name":    {Durable: "d1", AckPolicy: jetstream.AckNonePolicy},
+			"deliver_subject": {Name: "p1", AckPolicy: jetstream.AckNonePolicy},
+		} {
+			raw := map[string]any{"stream_name": eventlog.DefaultChunksStream, "config": cc}
+			if name == "deliver_subject" {
+				raw["config"] = map[string]any{"name": "p1", "deliver_subject": "forever.evt.bot", "ack_policy": "none"}
+			}
+			body, _ := json.Marshal(raw)
+			m, err := nc.Request(auth.ClientAPIPrefix+".CONSUMER.CREATE."+eventlog.DefaultChunksStream+"."+cc.Name+cc.Durable, body, 5*time.Second)
+			if err != nil || !strings.Contains(string(m.Data), `"code":403`) || !strings.Contains(string(m.Data), name) {
+				t.Fatalf("a %s consumer: %v %s", name, err, m.Data)
+			}
+		}
+		// Ephemeral ones, held 5 minutes unused, fill the tenant's quota.
 		made, refusal := 0, error(nil)
 		for i, waits := 0, 0; i < 1000; {
 			_, err := js.CreateConsumer(t.Context(), eventlog.DefaultChunksStream, jetstream.ConsumerConfig{
-				Name: fmt.Sprintf("c%d", i), Durable: fmt.Sprintf("c%d", i), AckPolicy: jetstream.AckNonePolicy})
+				Name: fmt.Sprintf("c%d", i), InactiveThreshold: tenancy.MaxClientInactive, AckPolicy: jetstream.AckNonePolicy})
 			if err != nil && strings.Contains(err.Error(), "over quota: more than") && waits < 1000 {
 				// The tenant's API rate (its requests pass through
 				// agentd): a client waits and goes on.
@@ -437,6 +455,10 @@ func testSecurityTenants(t *testing.T, bin string) {
 		}
 		if refusal == nil || !strings.Contains(refusal.Error(), "maximum consumers") || made >= agentd.DefaultTenantConsumers {
 			t.Fatalf("1000 consumers: %d made, then %v", made, refusal)
+		}
+		// greedy's own chat cannot follow its stream: 429, not an empty 200.
+		if code, body := e.post(t, greedy.Token, "g1", "hello"); code != http.StatusTooManyRequests || !strings.Contains(body, `"code":429`) {
+			t.Errorf("greedy's chat past its consumers: %d %q", code, body)
 		}
 		t.Logf("a tenant made %d consumers, then: %v", made, refusal)
 		if m := e.natsChat(t, beta, "beta1", "beta after greedy"); errCode(m) != "" {
@@ -789,6 +811,8 @@ func testSecurityTenants(t *testing.T, bin string) {
 		t.Logf("%d audit records", len(recs))
 	})
 
+	t.Run("AuditActors", func(t *testing.T) { testSecurityAuditActors(t, e) })
+
 	t.Run("DataDirPerms", func(t *testing.T) {
 		n := 0
 		err := filepath.WalkDir(e.data, func(p string, d fs.DirEntry, err error) error {
@@ -852,6 +876,54 @@ func drain(errs chan error) []error {
 			out = append(out, err)
 		case <-time.After(500 * time.Millisecond):
 			return out
+		}
+	}
+}
+
+// testSecurityAuditActors: the admin's delete of a tenant's agent is
+// audited as the admin (not as the tenant's NATS credential), and an
+// admin credential minted with agentd auth admin-creds against the
+// running agentd is audited as the admin.
+func testSecurityAuditActors(t *testing.T, e *secEnv) {
+	if out, err := exec.Command(e.bin, "delete", "beta1", "--tenant", "beta", "--server", e.natsURL, "--creds", e.admin).CombinedOutput(); err != nil {
+		t.Fatalf("delete beta1 --tenant beta: %v\n%s", err, out)
+	}
+	cmd := exec.Command(e.bin, "auth", "admin-creds", "--data", e.data, "--server", e.natsURL)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err != nil || !strings.Contains(string(out), "NATS USER JWT") {
+		t.Fatalf("auth admin-creds: %v\n%s", err, stderr.String())
+	}
+	if stderr.Len() != 0 {
+		t.Fatalf("auth admin-creds against the running agentd said: %s", stderr.String())
+	}
+	want := map[string]func(audit.Record) bool{
+		"delete as admin": func(r audit.Record) bool {
+			return r.Action == "delete" && r.Tenant == "beta" && r.Agent == "beta1" && r.Cred == tenancy.AdminCred && r.Role == "admin" && r.Outcome == audit.OK
+		},
+		"admin.creds": func(r audit.Record) bool {
+			return r.Action == "admin.creds" && r.Tenant == "" && r.Cred == tenancy.AdminCred && r.Outcome == audit.OK
+		},
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err := exec.Command(e.bin, "audit", "tail", "-n", "0", "--nats-url", e.natsURL, "--creds", e.admin).Output()
+		if err != nil {
+			t.Fatalf("audit tail: %v", err)
+		}
+		for name, w := range want {
+			for line := range strings.Lines(string(out)) {
+				var r audit.Record
+				if json.Unmarshal([]byte(line), &r) == nil && w(r) {
+					delete(want, name)
+					break
+				}
+			}
+		}
+		if len(want) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit log lacks %v:\n%s", slices.Collect(maps.Keys(want)), out)
 		}
 	}
 }
