@@ -161,6 +161,9 @@ type Config struct {
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string
+	// Multitask is the policy of a Send that names none (multitask.go):
+	// "" is MultitaskReject.
+	Multitask Multitask
 }
 
 func (c *Config) ensureDefaults() {
@@ -234,6 +237,8 @@ func (c *Config) Validate() error {
 	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
 		c.MaxSteps < 0 || c.MaxParallelTools < 0 || c.MaxDepth < 0 || c.ChildPoll < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	case c.Multitask != "" && !isMultitask(c.Multitask):
+		return fmt.Errorf("%w: Multitask %q: %w", ErrInvalidConfig, c.Multitask, ErrMultitask)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
 	case c.MaxRecoveryAttempts > c.Fibers.MaxAttempts():
@@ -255,6 +260,7 @@ type Agent struct {
 	tracer  tracing.Tracer
 
 	stateMu sync.Mutex // serializes SetState
+	mt      multitaskState
 
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).
@@ -330,6 +336,9 @@ type SendRequest struct {
 	Body json.RawMessage
 	// Tools are client tool schemas offered to the model.
 	Tools []llm.Tool
+	// Multitask is what to do if a turn of the agent runs (or messages
+	// wait in its queue): "" is Config.Multitask.
+	Multitask Multitask
 	// Parent is set when a sub-agent call of another agent's turn sends
 	// the message: the turn records it, and tells the parent when it
 	// ends. A parent whose chain of callers holds this agent is refused
@@ -394,6 +403,11 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
 		return orig, err
 	}
+	return a.admit(ctx, req, msg) // the multitask policy: multitask.go
+}
+
+// sendNow starts msg's turn, or returns ErrTurnActive.
+func (a *Agent) sendNow(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
 	t := turnStarted{
 		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
@@ -777,6 +791,7 @@ func (at *activeTurn) ended() {
 
 // release frees the turn slot if at holds it.
 func (a *Agent) release(at *activeTurn) {
+	defer a.mt.notify() // queued messages and interrupting Sends look again
 	defer at.endOnce.Do(func() { close(at.done) })
 	defer at.resolve()
 	a.mu.Lock()

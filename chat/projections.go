@@ -42,6 +42,7 @@ const (
 //	            l\0<agent>                 request id of the last turn started
 //	            f\0<agent>\0<fiberId>      request id of a running turn fiber
 //	            k\0<agent>\0<requestId>\0<callId>  ChildLink JSON (subagent_view.go)
+//	            w, v, y: the queue of queued messages (queue_view.go)
 func msgNextKey(agent string) []byte { return []byte("n\x00" + agent) }
 func msgKey(agent string, idx uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("m\x00"+agent+"\x00"), idx)
@@ -412,7 +413,7 @@ func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
 // active and last turn of each agent.
 func TurnsProjection() eventlog.Projection {
 	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns,
-		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f", "k"))}
+		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f", "k", "w", "v", "y"))}
 }
 
 // fiberEvent is the part of the fiber package's events the turns view reads.
@@ -459,6 +460,9 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
+		if err := applyQueue(b, e); err != nil {
+			return err
+		}
 		return applyTurnFiber(b, e)
 	case EventSubagentStarted, EventSubagentEnded:
 		return applyLink(b, e)
@@ -483,6 +487,9 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
+			return err
+		}
+		if err := dequeue(b, e.Agent, t.RequestID); err != nil {
 			return err
 		}
 		if err := b.Set(activeTurnKey(e.Agent), []byte(t.RequestID)); err != nil {
