@@ -39,13 +39,14 @@ func lastMessageOnly(body json.RawMessage) json.RawMessage {
 
 // requestContext is what a turn keeps of its request body: every field but
 // the message ones (text, message, messages), which the turn stores as
-// messages of the conversation. nil when nothing else is left.
+// messages of the conversation, and multitask, which is the command's.
+// nil when nothing else is left.
 func requestContext(body json.RawMessage) json.RawMessage {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil || fields == nil {
 		return body
 	}
-	for _, k := range []string{"text", "message", "messages"} {
+	for _, k := range []string{"text", "message", "messages", "multitask"} {
 		delete(fields, k)
 	}
 	if len(fields) == 0 {

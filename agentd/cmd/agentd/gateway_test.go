@@ -131,4 +131,5 @@ func testBinaryGateway(t *testing.T, bin string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Run("Multitask", func(t *testing.T) { testBinaryMultitask(t, httpAddr, natsAddr) })
 }
