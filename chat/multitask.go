@@ -37,14 +37,21 @@ const (
 	// log's: a crash or an ownership move recovers the queue fibers, which
 	// start the queued turns in order.
 	MultitaskEnqueue Multitask = "enqueue"
+	// MultitaskSteer adds the message to the running turn's context at its
+	// next model call, after the current tool calls finish (steer.go): the
+	// turn goes on in the same stream, and the reply names it. When the
+	// turn's answer was its last, it makes one more step (within
+	// Config.MaxSteps) to read the message. A message that comes when no
+	// turn streams, or as the turn records its end, is enqueued.
+	MultitaskSteer Multitask = "steer"
 )
 
 // Policies issue 37 names that are not built yet: asking for one is
 // ErrMultitask with a sentence naming the supported ones.
-var unbuiltMultitask = []Multitask{"rollback", "steer", "merge", "debounce"}
+var unbuiltMultitask = []Multitask{"rollback", "merge", "debounce"}
 
 // Multitasks are the supported policies, in the order the docs list them.
-var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue}
+var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue, MultitaskSteer}
 
 // ErrMultitask (bad input) is returned by Send and Config.Validate for a
 // multitask policy that is not one of Multitasks.
@@ -94,6 +101,10 @@ type multitaskState struct {
 	// enqueue serializes enqueueing Sends of the agent (a command runs on
 	// its owner only): a retried command finds its queued copy.
 	enqueue sync.Mutex
+	// steering counts the steering Sends in flight by turn; closed is the
+	// turn that closed to steering (guarded by mu): steer.go.
+	steering map[string]int
+	closed   string
 }
 
 // changed returns a channel closed at the next notify.
@@ -139,6 +150,8 @@ func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, 
 		return a.sendInterrupting(ctx, req, msg)
 	case MultitaskEnqueue:
 		return a.sendQueued(ctx, req, msg)
+	case MultitaskSteer:
+		return a.sendSteering(ctx, req, msg)
 	}
 	if n, err := a.waitingCount(); err != nil {
 		return Turn{}, err

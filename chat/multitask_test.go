@@ -28,8 +28,8 @@ func TestMultitaskReject(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ policy, want string }{
-		{"rollback", `"rollback" is not supported yet; use one of reject, interrupt, enqueue`},
-		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue`},
+		{"rollback", `"rollback" is not supported yet; use one of reject, interrupt, enqueue, steer`},
+		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue, steer`},
 	} {
 		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "second", Multitask: chat.Multitask(tc.policy)})
 		if !errors.Is(err, chat.ErrMultitask) || !strings.Contains(err.Error(), tc.want) {
@@ -192,4 +192,51 @@ func TestMultitaskEnqueueRecovered(t *testing.T) {
 	}
 	recoverHost(t, e, "a1", &fake{scripts: []script{passLocal()}}, nil)
 	checkQueued(t, e, "a1", 3, turns)
+}
+
+// TestMultitaskSteer: a message sent with "steer" while a turn streams its
+// final answer reaches the turn's next model call, one more step in the
+// same stream (the local model echoes it), and the turn ends once; with no
+// turn running, "steer" starts a turn.
+func TestMultitaskSteer(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	h := e.host(t, "a1", g, nil)
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "first question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.streaming
+	steered, err := h.a.Send(t.Context(), chat.SendRequest{Text: "and a second thought", Multitask: chat.MultitaskSteer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steered != (chat.Turn{RequestID: first.RequestID, StreamID: first.StreamID, MessageID: first.MessageID}) {
+		t.Fatalf("steer reply %+v, want the running turn %+v", steered, first)
+	}
+	close(g.release)
+	h.r.Wait()
+	cs, text := streamOf(t, e.lg, "a1", first.StreamID)
+	if count(cs, chunk.Finish) != 1 || count(cs, chunk.StartStep) != 2 || text != answer("first question")+answer("and a second thought") {
+		t.Fatalf("stream: %d finish, %d steps, text %q", count(cs, chunk.Finish), count(cs, chunk.StartStep), text)
+	}
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 3 || msgs[0].Text() != "first question" || msgs[1].Text() != "and a second thought" || msgs[2].Role != chat.RoleAssistant {
+		t.Fatalf("messages %+v", msgs)
+	}
+	if tr := lastTurn(t, e, "a1"); tr.RequestID != first.RequestID || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn %+v", tr)
+	}
+	if n := len(turnStarts(t, e, "a1")); n != 1 {
+		t.Fatalf("%d turns", n)
+	}
+	// Idle: the message starts its own turn.
+	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "later", Multitask: chat.MultitaskSteer})
+	if err != nil || turn.RequestID == first.RequestID {
+		t.Fatalf("steer when idle: %+v %v", turn, err)
+	}
+	h.r.Wait()
+	if msgs := settled(t, e, "a1"); len(msgs) != 5 {
+		t.Fatalf("%d messages", len(msgs))
+	}
 }

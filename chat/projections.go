@@ -150,7 +150,7 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 			return nil
 		}
 		return appendMessage(b, e, m)
-	case EventTurnStarted:
+	case EventTurnStarted, EventTurnSteered:
 		var t struct {
 			Message *Message `json:"message"`
 		}
@@ -404,6 +404,8 @@ type TurnInfo struct {
 	// its turn.started carries it (see turnStarted).
 	TraceParent  string `json:"traceparent,omitempty"`
 	ParentSpanID string `json:"parentSpanId,omitempty"`
+	// Steered counts the messages steered into the turn (turn.steered).
+	Steered int `json:"steered,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -466,6 +468,8 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 		return applyTurnFiber(b, e)
 	case EventSubagentStarted, EventSubagentEnded:
 		return applyLink(b, e)
+	case EventTurnSteered:
+		return applySteered(b, e)
 	case EventTurnStarted:
 		var ts struct {
 			turnStarted
