@@ -10,11 +10,6 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 )
 
-// EventTurnSteered adds a user message to a running turn (MultitaskSteer):
-// {requestId, message}. The messages view applies the message as a user
-// message of the conversation; the turn's next model call reads it.
-const EventTurnSteered = "turn.steered"
-
 // turnSteered is the data of turn.steered.
 type turnSteered struct {
 	RequestID string   `json:"requestId"`

@@ -87,6 +87,21 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		if len(st) != 4 {
 			t.Fatalf("streams %v", st)
 		}
+		// steer: the second message joins the running turn, whose next
+		// model call echoes it; one turn, one stream.
+		first = chat("mt-s", map[string]string{"text": "first question"})
+		time.Sleep(50 * time.Millisecond)
+		second = chat("mt-s", map[string]string{"text": "a second thought", "multitask": "steer"})
+		if second["streamId"] != first["streamId"] {
+			t.Fatalf("steer reply %v, want the running turn %v", second, first)
+		}
+		msgs = waitMessages(t, base, "mt-s", 3)
+		if msgs[0] != "user:first question" || msgs[1] != "user:a second thought" || !strings.Contains(msgs[2], `"a second thought"`) {
+			t.Fatalf("messages %q", msgs)
+		}
+		if st = streamStatuses(t, cmd, "mt-s"); len(st) != 1 || st[first["streamId"].(string)] != "completed" {
+			t.Fatalf("streams %v", st)
+		}
 	})
 
 	t.Run("HTTP", func(t *testing.T) {
@@ -132,6 +147,18 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		}
 		if msgs := waitMessages(t, base, "mt-hq", 4); msgs[0] != "user:m0" || msgs[2] != "user:m1" {
 			t.Fatalf("messages %q", msgs)
+		}
+		// steer: both responses stream the one turn, which reads the
+		// second message.
+		resp = agentdtest.Post(t, t.Context(), base, body("mt-hs", "u1", "first question", ""))
+		go func() { defer resp.Body.Close(); firstDone <- agentdtest.ReadSSE(t, resp.Body, 0) }()
+		time.Sleep(50 * time.Millisecond)
+		resp2 = agentdtest.Post(t, t.Context(), base, body("mt-hs", "u2", "a second thought", "steer"))
+		second = agentdtest.ReadSSE(t, resp2.Body, 0)
+		resp2.Body.Close()
+		first = <-firstDone
+		if lastChunkType(t, second) != "finish" || sseText(t, first) != sseText(t, second) || !strings.Contains(sseText(t, second), `"a second thought"`) {
+			t.Fatalf("streams %q / %q", sseText(t, first), sseText(t, second))
 		}
 	})
 }
