@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/chathost"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/nats-io/nats.go"
 )
 
@@ -236,4 +239,59 @@ func sseText(t *testing.T, evs []agentdtest.SSEEvent) string {
 		}
 	}
 	return text
+}
+
+// queueBeforeKill starts a long turn on agent and enqueues n messages
+// behind it ("m1".."mn"), on ChatCrashRecovery's daemon before its SIGKILL.
+func queueBeforeKill(t *testing.T, c *crashClient, agent string, n int) []chathost.Reply {
+	t.Helper()
+	c.command(agent, "chat", map[string]string{"text": "Tell me a story about a queue."})
+	var out []chathost.Reply
+	for i := 1; i <= n; i++ {
+		var r chathost.Reply
+		if err := json.Unmarshal(c.command(agent, "chat", map[string]string{"text": fmt.Sprintf("m%d", i), "multitask": "enqueue"}), &r); err != nil || r.StreamID == "" {
+			t.Fatalf("enqueue m%d: %+v %v", i, r, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// checkQueueAfterKill checks, after the restart, that the n queued
+// messages were each answered once, in order, each in its own stream.
+func checkQueueAfterKill(t *testing.T, c *crashClient, agent string, queued []chathost.Reply) {
+	t.Helper()
+	want := 2 * (len(queued) + 1)
+	deadline := time.Now().Add(60 * time.Second)
+	var page struct{ Messages []chat.Message }
+	for {
+		page.Messages = nil
+		json.Unmarshal(c.command(agent, "messages", nil), &page)
+		if n := len(page.Messages); n >= want && page.Messages[n-1].Role == chat.RoleAssistant {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued messages not answered after the restart: %d messages", len(page.Messages))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(page.Messages) != want {
+		t.Fatalf("%d messages, want %d", len(page.Messages), want)
+	}
+	for i, r := range queued {
+		u, a := page.Messages[2*(i+1)], page.Messages[2*(i+1)+1]
+		if u.Text() != fmt.Sprintf("m%d", i+1) || a.ID != r.MessageID || !strings.Contains(a.Text(), fmt.Sprintf("m%d", i+1)) {
+			t.Fatalf("message %d: %q then %q (%s), want m%d answered in %s", 2*(i+1), u.Text(), a.Text(), a.ID, i+1, r.MessageID)
+		}
+		chunks := c.streamChunks(agent, r.StreamID)
+		starts := 0
+		for _, ch := range chunks {
+			if ch.Type == chunk.Start {
+				starts++
+			}
+		}
+		if n := len(chunks); n == 0 || chunks[n-1].Type != chunk.Finish || starts != 1 {
+			t.Fatalf("stream of m%d: %d chunks, %d starts", i+1, len(chunks), starts)
+		}
+	}
 }
