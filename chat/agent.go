@@ -382,12 +382,14 @@ type Turn struct {
 // the command carries its RequestID, whose turn stays.
 //
 // One turn runs at a time per agent: Send while another turn streams (or
-// waits for recovery) returns ErrTurnActive; it does not queue. A stale
-// "turn" interrupt flag is cleared first, so it cannot abort the new turn.
+// waits for recovery) follows req.Multitask (multitask.go); by default it
+// returns ErrTurnActive and does not queue. A stale "turn" interrupt flag
+// is cleared first, so it cannot abort the new turn.
 //
 // Errors: ErrEmptyMessage, ErrInvalidMessage (bad input),
 // ErrDuplicateMessage (the message id is another message's, or the request
-// id another message's turn), ErrTurnActive, ErrTooLarge, or a log error.
+// id another message's turn), ErrTurnActive, ErrTooLarge, ErrMultitask, or
+// a log error.
 func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if req.RequestID != "" && !validRequestID(req.RequestID) {
 		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
