@@ -309,7 +309,9 @@
 //     and the queue fibers (recovered like turn fibers) start the queued
 //     turns in order, each once (TestMultitaskEnqueueRecovered);
 //     MultitaskSteer adds it to the running turn (turn.steered), whose next
-//     model call, or one more step, reads it (TestMultitaskSteer).
+//     model call, or one more step, reads it (TestMultitaskSteer);
+//     MultitaskRollback cancels the turn, truncates the conversation
+//     before it once it has ended, and then sends.
 //     A command refused with ErrTurnActive never touches the turn that
 //     runs or is recovered: a recovery that finds the turn slot held by a
 //     command that has not stored its turn waits for it (that command then

@@ -44,14 +44,20 @@ const (
 	// Config.MaxSteps) to read the message. A message that comes when no
 	// turn streams, or as the turn records its end, is enqueued.
 	MultitaskSteer Multitask = "steer"
+	// MultitaskRollback ends the running turn as MultitaskInterrupt does,
+	// then removes it from the conversation (its user message and all
+	// after it: its partial answer, messages steered into it), and starts
+	// a turn answering the message (rollback.go). The turn's events and
+	// stream stay in the log; only the conversation forgets it.
+	MultitaskRollback Multitask = "rollback"
 )
 
 // Policies issue 37 names that are not built yet: asking for one is
 // ErrMultitask with a sentence naming the supported ones.
-var unbuiltMultitask = []Multitask{"rollback", "merge", "debounce"}
+var unbuiltMultitask = []Multitask{"merge", "debounce"}
 
 // Multitasks are the supported policies, in the order the docs list them.
-var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue, MultitaskSteer}
+var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue, MultitaskSteer, MultitaskRollback}
 
 // ErrMultitask (bad input) is returned by Send and Config.Validate for a
 // multitask policy that is not one of Multitasks.
@@ -152,6 +158,8 @@ func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, 
 		return a.sendQueued(ctx, req, msg)
 	case MultitaskSteer:
 		return a.sendSteering(ctx, req, msg)
+	case MultitaskRollback:
+		return a.sendRollingBack(ctx, req, msg)
 	}
 	if n, err := a.waitingCount(); err != nil {
 		return Turn{}, err

@@ -28,8 +28,8 @@ func TestMultitaskReject(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ policy, want string }{
-		{"rollback", `"rollback" is not supported yet; use one of reject, interrupt, enqueue, steer`},
-		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue, steer`},
+		{"merge", `"merge" is not supported yet; use one of reject, interrupt, enqueue, steer, rollback`},
+		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue, steer, rollback`},
 	} {
 		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "second", Multitask: chat.Multitask(tc.policy)})
 		if !errors.Is(err, chat.ErrMultitask) || !strings.Contains(err.Error(), tc.want) {
@@ -238,5 +238,52 @@ func TestMultitaskSteer(t *testing.T) {
 	h.r.Wait()
 	if msgs := settled(t, e, "a1"); len(msgs) != 5 {
 		t.Fatalf("%d messages", len(msgs))
+	}
+}
+
+// TestMultitaskRollback: a message sent with "rollback" ends the running
+// turn (one abort chunk in its stream, turn.interrupted) and removes its
+// messages from the conversation, earlier ones kept; the new message is
+// answered by a turn of its own.
+func TestMultitaskRollback(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	h := e.host(t, "a1", g, nil)
+	close(g.release) // the first exchange runs through
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "zero"}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	<-g.streaming
+	g.release = make(chan struct{})
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "tell me a story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.streaming
+	second, err := h.a.Send(t.Context(), chat.SendRequest{Text: "hello", Multitask: chat.MultitaskRollback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	h.r.Wait()
+	cs, _ := streamOf(t, e.lg, "a1", first.StreamID)
+	if count(cs, chunk.Abort) != 1 || cs[len(cs)-1].Type != chunk.Abort {
+		t.Fatalf("first stream: %d chunks, last %+v", len(cs), cs[len(cs)-1])
+	}
+	if tr, err := e.store.Turn("a1", first.RequestID); err != nil || tr.Status != chat.TurnInterrupted {
+		t.Fatalf("first turn %+v %v", tr, err)
+	}
+	if cs, text := streamOf(t, e.lg, "a1", second.StreamID); count(cs, chunk.Finish) != 1 || text != answer("hello") {
+		t.Fatalf("second stream %q", text)
+	}
+	msgs := settled(t, e, "a1")
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Role+":"+m.Text())
+	}
+	want := []string{"user:zero", "assistant:" + answer("zero"), "user:hello", "assistant:" + answer("hello")}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages\n got %q\nwant %q", got, want)
 	}
 }

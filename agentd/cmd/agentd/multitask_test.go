@@ -52,8 +52,8 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		if out, code := cmd("mt-r", "chat", map[string]string{"text": "second"}); code != "409" {
 			t.Fatalf("second chat without multitask: %s %v", code, out)
 		}
-		if out, code := cmd("mt-r", "chat", map[string]string{"text": "x", "multitask": "rollback"}); code != "400" || !strings.Contains(fmt.Sprint(out["error"]), "use one of reject, interrupt, enqueue") {
-			t.Fatalf("rollback: %s %v", code, out)
+		if out, code := cmd("mt-r", "chat", map[string]string{"text": "x", "multitask": "merge"}); code != "400" || !strings.Contains(fmt.Sprint(out["error"]), "use one of reject, interrupt, enqueue, steer, rollback") {
+			t.Fatalf("merge: %s %v", code, out)
 		}
 		// interrupt: the first turn ends aborted with its partial kept.
 		first := chat("mt-i", map[string]string{"text": "Tell me a story"})
@@ -103,6 +103,18 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 			t.Fatalf("messages %q", msgs)
 		}
 		if st = streamStatuses(t, cmd, "mt-s"); len(st) != 1 || st[first["streamId"].(string)] != "completed" {
+			t.Fatalf("streams %v", st)
+		}
+		// rollback: the first turn ends aborted and leaves the
+		// conversation; the second message is answered.
+		first = chat("mt-b", map[string]string{"text": "Tell me a story"})
+		time.Sleep(50 * time.Millisecond)
+		second = chat("mt-b", map[string]string{"text": "hello", "multitask": "rollback"})
+		if msgs = waitMessages(t, base, "mt-b", 2); msgs[0] != "user:hello" || !strings.Contains(msgs[1], `"hello"`) {
+			t.Fatalf("messages %q", msgs)
+		}
+		st = streamStatuses(t, cmd, "mt-b")
+		if st[first["streamId"].(string)] != "aborted" || st[second["streamId"].(string)] != "completed" || len(st) != 2 {
 			t.Fatalf("streams %v", st)
 		}
 	})
