@@ -166,6 +166,9 @@ type Config struct {
 	// usage view carry a cost, and the chat spans a forever.usage.cost.
 	// Nil: no cost is recorded.
 	Price *cost.Price
+	// Multitask is the policy of a Send that names none (multitask.go):
+	// "" is MultitaskReject.
+	Multitask Multitask
 }
 
 func (c *Config) ensureDefaults() {
@@ -239,6 +242,8 @@ func (c *Config) Validate() error {
 	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
 		c.MaxSteps < 0 || c.MaxParallelTools < 0 || c.MaxDepth < 0 || c.ChildPoll < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	case c.Multitask != "" && !isMultitask(c.Multitask):
+		return fmt.Errorf("%w: Multitask %q: %w", ErrInvalidConfig, c.Multitask, ErrMultitask)
 	case c.Fibers.Agent() != c.Agent:
 		return fmt.Errorf("%w: Fibers runs agent %q, not %q", ErrInvalidConfig, c.Fibers.Agent(), c.Agent)
 	case c.MaxRecoveryAttempts > c.Fibers.MaxAttempts():
@@ -261,6 +266,7 @@ type Agent struct {
 	tracer  tracing.Tracer
 
 	stateMu sync.Mutex // serializes SetState
+	mt      multitaskState
 
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).
@@ -340,6 +346,9 @@ type SendRequest struct {
 	Body json.RawMessage
 	// Tools are client tool schemas offered to the model.
 	Tools []llm.Tool
+	// Multitask is what to do if a turn of the agent runs (or messages
+	// wait in its queue): "" is Config.Multitask.
+	Multitask Multitask
 	// Parent is set when a sub-agent call of another agent's turn sends
 	// the message: the turn records it, and tells the parent when it
 	// ends. A parent whose chain of callers holds this agent is refused
@@ -387,12 +396,14 @@ type Turn struct {
 // the command carries its RequestID, whose turn stays.
 //
 // One turn runs at a time per agent: Send while another turn streams (or
-// waits for recovery) returns ErrTurnActive; it does not queue. A stale
-// "turn" interrupt flag is cleared first, so it cannot abort the new turn.
+// waits for recovery) follows req.Multitask (multitask.go); by default it
+// returns ErrTurnActive and does not queue. A stale "turn" interrupt flag
+// is cleared first, so it cannot abort the new turn.
 //
 // Errors: ErrEmptyMessage, ErrInvalidMessage (bad input),
 // ErrDuplicateMessage (the message id is another message's, or the request
-// id another message's turn), ErrTurnActive, ErrTooLarge, or a log error.
+// id another message's turn), ErrTurnActive, ErrTooLarge, ErrMultitask, or
+// a log error.
 func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if req.RequestID != "" && !validRequestID(req.RequestID) {
 		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
@@ -408,6 +419,11 @@ func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
 		return orig, err
 	}
+	return a.admit(ctx, req, msg) // the multitask policy: multitask.go
+}
+
+// sendNow starts msg's turn, or returns ErrTurnActive.
+func (a *Agent) sendNow(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
 	t := turnStarted{
 		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
@@ -900,6 +916,7 @@ func (at *activeTurn) ended() {
 
 // release frees the turn slot if at holds it.
 func (a *Agent) release(at *activeTurn) {
+	defer a.mt.notify() // queued messages and interrupting Sends look again
 	defer at.endOnce.Do(func() { close(at.done) })
 	defer at.resolve()
 	a.mu.Lock()

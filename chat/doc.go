@@ -302,7 +302,16 @@
 //     whose turn stays. turn.started names its fiber (fiberId), so the end
 //     of a refused copy's fiber never orphans the original turn.
 //   - One turn per agent at a time: Send during a turn (or while a crashed
-//     turn waits for recovery) returns ErrTurnActive; nothing is queued.
+//     turn waits for recovery) follows its Multitask policy (multitask.go):
+//     MultitaskReject, the default, returns ErrTurnActive and stores
+//     nothing; MultitaskInterrupt cancels the turn and then sends;
+//     MultitaskEnqueue stores the message in a queue fiber's fiber.started,
+//     and the queue fibers (recovered like turn fibers) start the queued
+//     turns in order, each once (TestMultitaskEnqueueRecovered);
+//     MultitaskSteer adds it to the running turn (turn.steered), whose next
+//     model call, or one more step, reads it (TestMultitaskSteer);
+//     MultitaskRollback cancels the turn, truncates the conversation
+//     before it once it has ended, and then sends.
 //     A command refused with ErrTurnActive never touches the turn that
 //     runs or is recovered: a recovery that finds the turn slot held by a
 //     command that has not stored its turn waits for it (that command then

@@ -24,8 +24,9 @@ var (
 	// message. (A retried Send of a stored message gets its turn back.)
 	ErrDuplicateMessage error = &statusError{msg: "chat: message id already in the conversation", code: http.StatusConflict}
 	// ErrTurnActive (conflict) is returned by Send and ContinueLastTurn while
-	// a turn of the agent is streaming or waits for recovery. One turn runs
-	// at a time per agent; Send does not queue.
+	// a turn of the agent is streaming or waits for recovery (Send: with
+	// the MultitaskReject policy, the default). One turn runs at a time per
+	// agent.
 	ErrTurnActive error = &statusError{msg: "chat: a turn is already active", code: http.StatusConflict}
 	// ErrVersionConflict (conflict) is returned by SetState when the state's
 	// version is not the expected one: another writer set it first.

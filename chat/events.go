@@ -17,6 +17,7 @@ const (
 	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
 	EventTurnFailed        = "turn.failed"        // {requestId, error, code?}: code 402 for a spent budget
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
+	EventTurnSteered       = "turn.steered"       // {requestId, message}: a user message added to the running turn (MultitaskSteer); the messages view stores the message, the turn's next model call reads it
 	EventStateSet          = "state.set"          // {version, value}
 	EventUsageRecorded     = "usage.recorded"     // {requestId, input, output, steps?, subagents?: {input, output, calls}, cost?: "0.0042"}
 	EventInterruptSet      = "interrupt.set"      // {name}

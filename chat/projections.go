@@ -45,6 +45,7 @@ const (
 //	            l\0<agent>                 request id of the last turn started
 //	            f\0<agent>\0<fiberId>      request id of a running turn fiber
 //	            k\0<agent>\0<requestId>\0<callId>  ChildLink JSON (subagent_view.go)
+//	            w, v, y: the queue of queued messages (queue_view.go)
 func msgNextKey(agent string) []byte { return []byte("n\x00" + agent) }
 func msgKey(agent string, idx uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte("m\x00"+agent+"\x00"), idx)
@@ -152,7 +153,7 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 			return nil
 		}
 		return appendMessage(b, e, m)
-	case EventTurnStarted:
+	case EventTurnStarted, EventTurnSteered:
 		var t struct {
 			Message *Message `json:"message"`
 		}
@@ -428,6 +429,8 @@ type TurnInfo struct {
 	// its turn.started carries it (see turnStarted).
 	TraceParent  string `json:"traceparent,omitempty"`
 	ParentSpanID string `json:"parentSpanId,omitempty"`
+	// Steered counts the messages steered into the turn (turn.steered).
+	Steered int `json:"steered,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -437,7 +440,7 @@ func (t TurnInfo) Active() bool { return t.Status == TurnStreaming }
 // active and last turn of each agent.
 func TurnsProjection() eventlog.Projection {
 	return eventlog.Projection{Name: TurnsProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyTurns,
-		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f", "k"))}
+		AgentRows: agentRows(keys(activeTurnKey, lastTurnKey), prefixes("t", "f", "k", "w", "v", "y"))}
 }
 
 // fiberEvent is the part of the fiber package's events the turns view reads.
@@ -484,9 +487,14 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
+		if err := applyQueue(b, e); err != nil {
+			return err
+		}
 		return applyTurnFiber(b, e)
 	case EventSubagentStarted, EventSubagentEnded:
 		return applyLink(b, e)
+	case EventTurnSteered:
+		return applySteered(b, e)
 	case EventTurnStarted:
 		var ts struct {
 			turnStarted
@@ -508,6 +516,9 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
+			return err
+		}
+		if err := dequeue(b, e.Agent, t.RequestID); err != nil {
 			return err
 		}
 		if err := b.Set(activeTurnKey(e.Agent), []byte(t.RequestID)); err != nil {

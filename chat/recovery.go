@@ -85,6 +85,9 @@ func DefaultRecovery(context.Context, Recovery) (RecoveryDecision, error) {
 // MaxRecoveryAttempts; beyond it the turn fails with an error chunk and
 // turn.failed. A set "turn" interrupt aborts the turn instead.
 func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool, error) {
+	if strings.HasPrefix(rec.Name, QueueFiberPrefix) {
+		return true, a.recoverQueued(ctx, rec)
+	}
 	requestID, ok := strings.CutPrefix(rec.Name, TurnFiberPrefix)
 	if !ok {
 		return false, nil

@@ -161,10 +161,12 @@ func (a *Agent) request(st *turnState, lp *loop, history []Message, resume bool)
 			msgs = append(msgs, m)
 		}
 	}
+	msgs, steered := steeredLast(st, msgs, resume)
 	earlier, _ := st.split()
 	if len(earlier) > 0 {
 		msgs = append(msgs, Message{Role: RoleAssistant, Parts: earlier})
 	}
+	msgs = append(msgs, steered...)
 	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: toLLM(msgs), Tools: lp.tools}
 	if resume {
 		req.Continue = a.continuation(st)

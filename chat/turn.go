@@ -44,6 +44,9 @@ type snapshot struct {
 	// it finished: stashed before the step's tools run, so a turn
 	// recovered during them still counts the call.
 	StepUsage *stepUsage `json:"stepUsage,omitempty"`
+	// Steered are the ids of the messages steered into the turn that a
+	// model call has read (steer.go).
+	Steered []string `json:"steered,omitempty"`
 }
 
 // turnState is one run of a turn: fresh, retried or continued.
@@ -146,6 +149,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 			st.endStepUsage(lp, st.b.steps)
 			return a.completeTurn(fctx, st, em, llm.FinishToolCalls, st.turnUsage())
 		case phaseFinish:
+			if a.steerAgain(fctx, st) {
+				ph = phaseStepDone // messages steered in: one more step
+				continue
+			}
 			reason := lp.reason
 			if reason == "" {
 				reason = llm.FinishStop

@@ -51,7 +51,7 @@ func (g *Gateway) postChat(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, err)
 		return
 	}
-	t, err := g.send(r.Context(), req.ID, body)
+	t, err := g.send(r.Context(), req.ID, withMultitaskHeader(r, body))
 	if err != nil {
 		g.writeError(w, r, err)
 		return

@@ -235,6 +235,11 @@ type Request struct {
 	Message   *chat.Message  `json:"message,omitempty"`
 	Messages  []chat.Message `json:"messages,omitempty"`
 	Tools     []llm.Tool     `json:"tools,omitempty"`
+	// Multitask is what to do when a turn of the agent runs: "reject"
+	// (409), "interrupt" or "enqueue" (chat.Multitask); "" is the agent
+	// type's default. The HTTP gateway also takes it from the
+	// Forever-Multitask header.
+	Multitask string `json:"multitask,omitempty"`
 	// Parent is set by a sub-agent call of another agent's turn
 	// (chat.ParentRef): the call, and the chain of its callers.
 	Parent *chat.ParentRef `json:"parent,omitempty"`
@@ -350,7 +355,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if err := c.BudgetRefusal(id, msgID); err != nil {
 				return nil, err // 402 until the budget's period resets
 			}
-			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent})
+			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent, Multitask: chat.Multitask(req.Multitask)})
 		}
 		if err != nil {
 			return nil, err
@@ -534,6 +539,9 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 	}
 	if err := apierror.Decode(data, &req); err != nil {
 		// A client sees apierror's sentence (host.ClientError finds it).
+		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
+	}
+	if _, err := chat.ParseMultitask(req.Multitask); err != nil {
 		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
 	}
 	req.Body = requestContext(data)

@@ -93,6 +93,9 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	// in order.
 	followed := make(chan []replay.Item, 1)
 	go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
+	// Another agent's turn with 5 messages queued behind it (enqueue):
+	// after the kill, all 5 are answered once, in order.
+	queued := queueBeforeKill(t, c, "queue", 5)
 
 	// Kill once the stream holds a good part of the answer.
 	deadline := time.Now().Add(30 * time.Second)
@@ -171,6 +174,7 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	case <-time.After(30 * time.Second):
 		t.Error("the reader did not reach the end of the stream")
 	}
+	checkQueueAfterKill(t, c, "queue", queued)
 	verifyLog(t, c)
 	if t.Failed() {
 		t.Logf("agentd output:\n%s", p.out.String())

@@ -132,4 +132,5 @@ func testBinaryGateway(t *testing.T, bin string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Run("Budget", func(t *testing.T) { testGatewayBudget(t, bin, httpAddr, natsAddr) })
+	t.Run("Multitask", func(t *testing.T) { testBinaryMultitask(t, httpAddr, natsAddr) })
 }
