@@ -105,7 +105,7 @@ func testClusterNoQuorum(t *testing.T, bin string) {
 // path without a new kind of line), then stopped in order by SIGTERM one
 // node after another, the last one alone without a JetStream quorum: no
 // node logs an ERROR line, and each stops within 30 s (the last one, in
-// about 5 s: it does not wait out each lease write to a lost quorum).
+// 5 to 6 s: it does not wait out each lease write to a lost quorum).
 func quietStop(t *testing.T, nodes []*clusterNode) {
 	t.Helper()
 	c := clusterClient(t, nodes)
