@@ -169,10 +169,31 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 	})
 }
 
-// quorumAttempt bounds one attempt of retryQuorum. A JetStream API request
-// sent before the cluster elected its meta leader is not answered: short
-// attempts notice the leader sooner.
-const quorumAttempt = 3 * time.Second
+// quorumAttempt bounds the first attempts of retryQuorum. A JetStream API
+// request sent before the cluster elected its meta leader is not
+// answered: short attempts notice the leader sooner, which is what a node
+// waiting for its peers to start wants. From the fourth attempt on, each
+// gets twice the time of the one before, up to maxQuorumAttempt: on a
+// loaded machine (a load average of 4 per core), creating a fresh
+// cluster's R3 streams and reading them back can take longer than 3 s,
+// and attempts that never grew would each be cut short and start over
+// until the start timeout.
+const (
+	quorumAttempt    = 3 * time.Second
+	maxQuorumAttempt = 12 * time.Second
+)
+
+// attemptBudget is the time retryQuorum gives attempt n (from 0): 3 s for
+// the first three, then 6 s, then 12 s.
+func attemptBudget(n int) time.Duration {
+	d := quorumAttempt
+	for i := 3; i <= n; i++ {
+		if d *= 2; d >= maxQuorumAttempt {
+			return maxQuorumAttempt
+		}
+	}
+	return d
+}
 
 // permanent marks an error retryQuorum must not retry.
 type permanent struct{ error }
@@ -181,12 +202,13 @@ func (p permanent) Unwrap() error { return p.error }
 
 // RetryQuorum runs fn until it succeeds: streams and buckets of a cluster
 // whose JetStream has no quorum yet (its nodes are still starting) cannot
-// be created. Each attempt gets quorumAttempt; fn is retried with backoff, logged,
-// for up to serverStartTimeout, then its error is returned.
+// be created. Each attempt gets attemptBudget (3 s, growing to 12 s);
+// fn is retried with backoff, logged, for up to serverStartTimeout, then
+// its error is returned.
 func RetryQuorum(ctx context.Context, logger *slog.Logger, what string, replicas int, fn func(context.Context) error) error {
 	deadline := time.Now().Add(serverStartTimeout)
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, quorumAttempt)
+		actx, cancel := context.WithTimeout(ctx, attemptBudget(attempt))
 		err := fn(actx)
 		cancel()
 		var perm permanent

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -401,12 +403,21 @@ func (m *Manager) start(l Lease, rev uint64, sent time.Time) {
 }
 
 // handoff stops serving h's partition, waits for Serve (bounded), and
-// deletes the key so the next owner acquires it at once.
+// deletes the key so the next owner acquires it at once; a key it could
+// not delete expires by its TTL, and the failure is logged.
 func (m *Manager) handoff(p int, h *held) {
+	if err := m.handoffKeep(p, h, true); err != nil {
+		m.log.Warn("delete handed-off lease; it expires by its TTL", "partition", p, "err", err)
+	}
+}
+
+// handoffKeep is handoff, returning the error deleting the key rather than
+// logging it; with release false, the key is left to expire by its TTL.
+func (m *Manager) handoffKeep(p int, h *held, release bool) error {
 	m.mu.Lock()
 	if h.releasing {
 		m.mu.Unlock()
-		return
+		return nil
 	}
 	h.releasing = true
 	m.mu.Unlock()
@@ -427,17 +438,25 @@ func (m *Manager) handoff(p int, h *held) {
 		m.met.owned.Set(float64(len(m.mu.held)))
 	}
 	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
-	defer cancel()
-	if err := m.release(ctx, p, h.lease, rev); err != nil {
-		m.log.Warn("delete handed-off lease; it expires by its TTL", "partition", p, "err", err)
+	var err error
+	if release {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
+		err = m.release(ctx, p, h.lease, rev)
+		cancel()
 	}
 	m.met.handoff.Observe(time.Since(start).Seconds())
 	m.log.Debug("partition handed off", "partition", p, "took", time.Since(start))
+	return err
 }
 
 // stop hands every partition off: first this node's key goes, so the others
 // plan without it, then every partition stops and its key is deleted.
+//
+// When the node key cannot be deleted, the lease bucket has no quorum (the
+// last nodes of a cluster stopping, peers gone): every other write would
+// wait out its timeout and fail the same way, so the partitions stop
+// without deleting their keys, which expire by their TTL, and one INFO
+// line says so. An orderly stop logs no line per partition.
 func (m *Manager) stop() {
 	m.mu.Lock()
 	m.mu.stopping = true
@@ -447,14 +466,32 @@ func (m *Manager) stop() {
 	}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
-	if err := m.kv.Delete(ctx, prefixNode+m.cfg.Node); err != nil {
-		m.log.Warn("delete node key", "err", err)
-	}
+	nerr := m.kv.Delete(ctx, prefixNode+m.cfg.Node)
 	cancel()
+	if nerr != nil {
+		m.log.Info("the lease bucket does not answer (no JetStream quorum?): partitions stop without deleting their leases, which expire by their TTL",
+			"count", len(hs), "err", nerr)
+	}
+	var mu sync.Mutex
+	var failed []int
+	var first error
 	for p, h := range hs {
-		m.handoffs.Go(func() { m.handoff(p, h) })
+		m.handoffs.Go(func() {
+			if err := m.handoffKeep(p, h, nerr == nil); err != nil {
+				mu.Lock()
+				failed = append(failed, p)
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
 	}
 	m.handoffs.Wait()
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		m.log.Warn("handed-off leases not deleted; they expire by their TTL", "partitions", failed, "err", first)
+	}
 	m.log.Info("partitions handed off", "count", len(hs))
 }
 

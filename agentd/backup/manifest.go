@@ -59,7 +59,8 @@ type Account struct {
 type Stream struct {
 	Name string `json:"name"`
 	// File is the snapshot's path, relative to the backup dir.
-	File   string `json:"file"`
+	File string `json:"file"`
+	// Size is the snapshot file's size, in bytes.
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	// Config and State are the stream's, as the server reported them when
@@ -75,6 +76,16 @@ func (s Stream) Messages() uint64 {
 	}
 	_ = json.Unmarshal(s.State, &st)
 	return st.Msgs
+}
+
+// Bytes is the size of the messages the stream held, as the server counts
+// it (its state's bytes); Size is the snapshot file's.
+func (s Stream) Bytes() uint64 {
+	var st struct {
+		Bytes uint64 `json:"bytes"`
+	}
+	_ = json.Unmarshal(s.State, &st)
+	return st.Bytes
 }
 
 // The lease bucket's stream is not backed up: leases are who serves what

@@ -498,8 +498,14 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 			return fr.OnFiberRecovered(ctx, rec)
 		},
 		OnError: func(ctx context.Context, err error) {
-			if errors.Is(err, fiber.ErrOrphaned) {
+			// An orphaned fiber is routine when the log is briefly
+			// unavailable (a peer died, a stream elects its leader): the
+			// agent restarts to recover it and says so at WARN, or its
+			// next owner recovers it. It is not the agent's error.
+			var ab *fiber.AbandonedError
+			if errors.Is(err, fiber.ErrOrphaned) && !errors.As(err, &ab) {
 				h.restartLater(partCtx, inst, err)
+				return
 			}
 			if eh, ok := inst.agent.(ErrorHandler); ok {
 				eh.OnError(ctx, err)

@@ -463,10 +463,13 @@ func checkPartitions(ctx context.Context, nc *nats.Conn, m *backup.Manifest) err
 
 // printSummary prints what a backup or restore moved as one JSON line.
 func printSummary(stdout io.Writer, what, dir string, m *backup.Manifest) error {
+	// bytes is the stream's (its messages as the server stores them),
+	// snapshotBytes the size of its snapshot file in the backup dir.
 	type stream struct {
-		Name     string `json:"name"`
-		Messages uint64 `json:"messages"`
-		Bytes    int64  `json:"bytes"`
+		Name          string `json:"name"`
+		Messages      uint64 `json:"messages"`
+		Bytes         uint64 `json:"bytes"`
+		SnapshotBytes int64  `json:"snapshotBytes"`
 	}
 	type account struct {
 		Tenant  string   `json:"tenant,omitempty"`
@@ -481,7 +484,7 @@ func printSummary(stdout io.Writer, what, dir string, m *backup.Manifest) error 
 	for _, a := range m.Accounts {
 		acc := account{Tenant: a.Tenant, Streams: []stream{}}
 		for _, s := range a.Streams {
-			acc.Streams = append(acc.Streams, stream{s.Name, s.Messages(), s.Size})
+			acc.Streams = append(acc.Streams, stream{s.Name, s.Messages(), s.Bytes(), s.Size})
 		}
 		out.Accounts = append(out.Accounts, acc)
 	}

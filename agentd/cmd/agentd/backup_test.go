@@ -175,11 +175,28 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 	})
 	var sum struct {
 		Done     string
-		Accounts []struct{ Streams []struct{ Name string } }
+		Accounts []struct {
+			Streams []struct {
+				Name          string
+				Bytes         uint64
+				SnapshotBytes int64
+			}
+		}
 	}
 	out := runAgentdCLI(t, bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR, "--encryption-key-file", key)
 	if err := json.Unmarshal([]byte(out), &sum); err != nil || sum.Done != "restore" || len(sum.Accounts) != 1 || len(sum.Accounts[0].Streams) < 2 {
 		t.Fatalf("restore printed %q (%v)", out, err)
+	}
+	// bytes is the stream's, as its state says, not the snapshot file's.
+	if m, err := backup.ReadManifest(quiet); err != nil {
+		t.Errorf("read the manifest of %s: %v", quiet, err)
+	} else {
+		for i, s := range sum.Accounts[0].Streams {
+			ms := m.Accounts[0].Streams[i]
+			if s.Name != ms.Name || s.Bytes != ms.Bytes() || s.SnapshotBytes != ms.Size {
+				t.Errorf("restore summary stream %+v, want bytes %d and snapshotBytes %d of %s", s, ms.Bytes(), ms.Size, ms.Name)
+			}
+		}
 	}
 	// A second restore finds the target full and changes nothing.
 	cmd := exec.Command(bin, "restore", "--from", quiet, "--nats-url", "nats://"+natsR, "--encryption-key-file", key)

@@ -85,6 +85,8 @@ func testBinaryConsole(t *testing.T, bin string) {
 	c.waitFor("the recovery", agents, func(evs []eventlog.Event) bool { return count(evs, fiber.EventRecovered, r.Fiber) >= 1 })
 
 	postChat(t, httpAddr, "", "chat-hello", "Hello, console.")
+	// 50 KB without a space: a long message must not widen the page.
+	postChat(t, httpAddr, "", "chat-long", strings.Repeat("x", 50<<10))
 	postChat(t, httpAddr, "", "chat-approve", `/tool note {"text":"please approve me"}`)
 
 	ctx := browser(t, chromium)
@@ -161,6 +163,25 @@ func testBinaryConsole(t *testing.T, bin string) {
 		t.Fatalf("stream view: %v", err)
 	}
 	screenshot(t, ctx, "console-stream")
+
+	// At 1400 px, a 50 KB message wraps in the conversation column and the
+	// status panel stays on screen, beside it.
+	const onScreen = `(() => { const r = document.getElementById('info')?.getBoundingClientRect();
+		return !!r && r.width > 0 && r.left >= 0 && r.right <= window.innerWidth &&
+			document.documentElement.scrollWidth <= window.innerWidth &&
+			document.getElementById('conv').textContent.includes('xxxxxxxxxx'); })()`
+	err = chromedp.Run(ctx,
+		chromedp.EmulateViewport(1400, 900),
+		chromedp.Navigate(base+"#/agent/chat-long"),
+		chromedp.Poll(onScreen, nil, chromedp.WithPollingTimeout(10*time.Second)),
+	)
+	if err != nil {
+		var geo string
+		chromedp.Run(ctx, chromedp.Evaluate(`JSON.stringify({info: document.getElementById('info')?.getBoundingClientRect(),
+			inner: window.innerWidth, scroll: document.documentElement.scrollWidth})`, &geo))
+		t.Fatalf("status panel with a 50 KB message at 1400 px: %v\n%s", err, geo)
+	}
+	screenshot(t, ctx, "console-long-message")
 }
 
 // testBinaryConsoleTenant: under --auth the console loads without a token,
