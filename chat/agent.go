@@ -158,6 +158,15 @@ type Config struct {
 	// default: they hold user data, and spans go to a tracing backend,
 	// often a third party's, with other retention and access rules.
 	TraceContent bool
+	// Blobs stores payloads by reference: a message part's text, tool
+	// input or output, or data over BlobThreshold bytes, and a tool
+	// result over it, is stored once by its digest and the event holds
+	// the reference. Nil: payloads stay inline (split into message.part
+	// events when over one event).
+	Blobs Blobs
+	// BlobThreshold is the size above which a payload is stored by
+	// reference. Default blob.DefaultThreshold (256 KiB).
+	BlobThreshold int
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

@@ -18,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
@@ -56,6 +57,8 @@ type Type struct {
 	logger     *slog.Logger
 	tp         trace.TracerProvider
 	content    bool // --trace-content
+	blobs      *blob.Store
+	blobTh     int // --blob-threshold
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -110,6 +113,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 				return err
 			}
 		}
+		if err := ct.openBlobs(ctx, deps); err != nil {
+			return err
+		}
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
 		return d.Add("chunk batcher", ct.batcher)
 	})
@@ -135,6 +141,10 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
+		BlobThreshold: ct.blobTh,
+	}
+	if ct.blobs != nil {
+		cfg.Blobs = ct.blobs
 	}
 	if env.Command != nil {
 		cfg.Peers = peers{command: env.Command}
@@ -168,6 +178,7 @@ const pageOverhead = 256
 // page returns the messages of p, as Messages does, but no more than fit
 // in budget bytes of JSON (pageMessages).
 func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
+	p.Inline = inlineLimit(budget)
 	return pageMessages(c.Messages, p, budget)
 }
 
@@ -186,7 +197,7 @@ func pageMessages(read func(chat.Page) ([]chat.Message, string, error), p chat.P
 		if p.Limit > 0 {
 			lim = min(chunk, p.Limit-len(out))
 		}
-		msgs, next, err := read(chat.Page{After: after, Limit: lim})
+		msgs, next, err := read(chat.Page{After: after, Limit: lim, Inline: p.Inline})
 		if err != nil {
 			return out, "", err
 		}
