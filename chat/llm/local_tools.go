@@ -1,9 +1,9 @@
 package llm
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"crypto/sha256"
 	"hash/fnv"
 	"strconv"
 	"strings"
