@@ -197,3 +197,23 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	}
 	return context.WithTimeout(ctx, s.timeout)
 }
+
+// ErrNoBucket is returned by Bind when the bucket does not exist (nothing
+// was ever stored by reference).
+var ErrNoBucket = errors.New("blob: no bucket")
+
+// Bind returns the Store of an existing bucket (Bucket when empty),
+// without creating it: ErrNoBucket when there is none.
+func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	if bucket == "" {
+		bucket = Bucket
+	}
+	os, err := js.ObjectStore(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w %s", ErrNoBucket, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob: bind bucket %s: %w", bucket, err)
+	}
+	return &Store{os: os, timeout: 2 * time.Minute}, nil
+}

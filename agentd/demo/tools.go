@@ -112,7 +112,7 @@ func Tools(dataDir string) (*chat.Tools, error) {
 	}
 	blob, err := chat.NewTool(ToolBlob, "Returns the number of bytes of text asked for, to try large outputs.",
 		func(_ context.Context, in BlobInput) (BlobOutput, error) { return Blob(in) },
-		chat.WithSafety(chat.Idempotent), chat.WithSource(Source))
+		chat.WithSafety(chat.Idempotent), chat.WithSource(Source), chat.WithMaxOutput(MaxBlobBytes+1024))
 	if err != nil {
 		return nil, err
 	}

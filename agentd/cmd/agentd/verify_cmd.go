@@ -15,8 +15,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
 )
@@ -226,5 +228,15 @@ func checkConn(ctx context.Context, nc *nats.Conn) (verify.Report, error) {
 		return verify.Report{}, err
 	}
 	defer lg.Close()
-	return verify.Check(ctx, lg, verify.Options{})
+	opts := verify.Options{}
+	if js, err := jetstream.New(nc); err == nil {
+		bs, err := blob.Bind(ctx, js, "")
+		switch {
+		case err == nil:
+			opts.Blobs = bs
+		case !errors.Is(err, blob.ErrNoBucket):
+			return verify.Report{}, err
+		}
+	}
+	return verify.Check(ctx, lg, opts)
 }
