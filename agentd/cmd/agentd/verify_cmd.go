@@ -38,7 +38,9 @@ fibers, turns and streams (package verify). Prints each violation
 "ok" or "N violations"; then what was read: agents, events (the events
 stream: lifecycle, stashes, turns), chunk events (the chunks stream: the
 model's output), fibers and turns started, chat streams, and user messages,
-each checked for exactly one turn that answers it.
+each checked for exactly one turn that answers it. When events hold
+payloads by reference (--blob-threshold), the summary ends with how many
+were read from the FOREVER_BLOBS bucket and checked against their digest.
 
 Exit status: 0 clean, 1 violations (or the log could not be read), 2 bad
 usage. --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222.
