@@ -17,11 +17,12 @@ import (
 // blobAgent is the agent of the large tool output in TestBinaryVerify.
 const blobAgent = "blob"
 
-// blobBytes is the size the blob tool is asked for. The issue's 50 MB
-// (52428800) completes in about 11 s with a binary built without -race
-// (measured by hand: `agentd chat blob '/tool blob {"bytes": 52428800}'`,
-// then `messages` over HTTP and `agentd verify`); under -race the JSON of
-// the output is read about 25 times slower, so the test asks for 4 MiB.
+// blobBytes is the size the blob tool is asked for: the issue's 50 MB
+// (52428800) without -race, where it completes in about 11 s (measured by
+// hand too: `agentd chat blob '/tool blob {"bytes": 52428800}'`, then GET
+// /messages in 2.5 s and `agentd verify` in 2.7 s). Under -race the JSON of
+// the output is read about 25 times slower: 4 MiB adds about 2 s to
+// TestBinaryVerify (26.6 s without the blob turn), 16 MiB about 38 s.
 func blobBytes() int {
 	if raceEnabled {
 		return 4 << 20
