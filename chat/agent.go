@@ -706,6 +706,10 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
 		return 0, fmt.Errorf("%w: %w", errNotStored, err)
 	}
+	t, err := a.offloadTurnStarted(ctx, t)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errNotStored, err)
+	}
 	e, err := a.event(EventTurnStarted, t)
 	if err != nil {
 		return 0, err

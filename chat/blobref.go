@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/forever-agents/forever/blob"
 )
@@ -258,4 +259,72 @@ func (a *Agent) resolveResult(ctx context.Context, res toolResult) (toolResult, 
 	}
 	res.Output, res.OutputRef = data, nil
 	return res, nil
+}
+
+// offloadTurnStarted stores by reference what a turn.started carries over
+// the threshold: the user message's parts, the parts of the message a
+// resumed turn continues (Base) and client tool results (Answers). The
+// request Body is left as it is.
+func (a *Agent) offloadTurnStarted(ctx context.Context, t turnStarted) (turnStarted, error) {
+	th := a.blobThreshold()
+	if th == 0 {
+		return t, nil
+	}
+	var err error
+	if t.Message != nil {
+		m := *t.Message
+		if m.Parts, err = offloadParts(ctx, a.cfg.Blobs, th, m.Parts); err != nil {
+			return t, err
+		}
+		t.Message = &m
+	}
+	if t.Base, err = offloadParts(ctx, a.cfg.Blobs, th, t.Base); err != nil {
+		return t, err
+	}
+	var answers []ToolAnswer
+	for i, ans := range t.Answers {
+		if len(ans.Output) <= th {
+			continue
+		}
+		r, err := a.cfg.Blobs.Put(ctx, ans.Output)
+		if err != nil {
+			return t, fmt.Errorf("chat: store a tool result of %d bytes by reference: %w", len(ans.Output), err)
+		}
+		if answers == nil {
+			answers = slices.Clone(t.Answers)
+		}
+		answers[i].Output, answers[i].OutputRef = nil, &r
+	}
+	if answers != nil {
+		t.Answers = answers
+	}
+	return t, nil
+}
+
+// resolveTurn reads back what a stored turn.started holds by reference.
+func (s *Store) resolveTurn(t TurnInfo) (TurnInfo, error) {
+	ctx := context.Background()
+	ps, err := resolveParts(ctx, s.blobs, t.Base, 0)
+	if err != nil {
+		return t, fmt.Errorf("%w (turn %q)", err, t.RequestID)
+	}
+	t.Base = ps
+	var answers []ToolAnswer
+	for i, ans := range t.Answers {
+		if ans.OutputRef == nil || s.blobs == nil {
+			continue
+		}
+		data, err := s.blobs.Get(ctx, *ans.OutputRef)
+		if err != nil {
+			return t, fmt.Errorf("chat: read a tool result stored by reference (turn %q): %w", t.RequestID, err)
+		}
+		if answers == nil {
+			answers = slices.Clone(t.Answers)
+		}
+		answers[i].Output, answers[i].OutputRef = data, nil
+	}
+	if answers != nil {
+		t.Answers = answers
+	}
+	return t, nil
 }

@@ -170,3 +170,45 @@ func checkVerifyBlobs(t *testing.T, lg *eventlog.Log, bs *blob.Store) {
 		t.Fatalf("verify (%d payloads checked):\n%s", rep.Blobs, rep)
 	}
 }
+
+// A user message and a client tool result over the threshold are stored
+// by reference in their turn.started: the log holds neither's bytes, the
+// model and the messages view get both whole.
+func TestClientResultByReference(t *testing.T) {
+	e := newEnv(t)
+	bs := openBlobs(t, e)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), func(c *chat.Config) {
+		c.Blobs, c.BlobThreshold = bs, 1024
+	})
+	long := strings.Repeat("y", 4000)
+	prompt := "/tool pick {\"n\":1}\n" + long
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: prompt,
+		Tools: []llm.Tool{{Name: "pick", Schema: json.RawMessage(`{"type":"object"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	call := waitingCall(t, e)
+	picked := strings.Repeat("z", 3000)
+	out := json.RawMessage(`{"picked":"` + picked + `"}`)
+	if _, err := h.a.Answer(t.Context(), []chat.ToolAnswer{{CallID: call.ToolCallID, Output: out}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if got := msgs[0].Text(); got != prompt {
+		t.Errorf("user message of %d bytes, want %d", len(got), len(prompt))
+	}
+	if want := "The pick tool returned: " + string(out) + "."; msgs[len(msgs)-1].Text() != want {
+		t.Errorf("answer %.80q, want %.80q", msgs[len(msgs)-1].Text(), want)
+	}
+	evs, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: "a1"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if strings.Contains(string(ev.Data), long) || strings.Contains(string(ev.Data), picked) {
+			t.Errorf("%s holds a payload over the threshold", ev.Type)
+		}
+	}
+	checkVerifyBlobs(t, e.lg, bs)
+}

@@ -282,6 +282,9 @@ func (s *Store) Turn(agent, requestID string) (TurnInfo, error) {
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: turn %q of agent %s", ErrNotFound, requestID, agent)
 	}
+	if err == nil {
+		t, err = s.resolveTurn(t)
+	}
 	return t, err
 }
 
