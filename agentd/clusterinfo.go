@@ -54,7 +54,17 @@ type ClusterInfo struct {
 // a kind of record raises it, and writes the new kind only once the
 // cluster's active format reached it: after every node runs a release that
 // reads it.
-const RecordFormat = ownership.FormatBase
+const RecordFormat = FormatBlobRefs
+
+// Record formats of agentd's releases (ownership's format switch).
+const (
+	// FormatBlobRefs: chat payloads over --blob-threshold are stored in
+	// the FOREVER_BLOBS object store and events hold their references
+	// (package blob). A release before it reads a reference as an empty
+	// field, so references are written only once the cluster's active
+	// format reached it; until then payloads stay inline.
+	FormatBlobRefs = ownership.FormatBase + 1
+)
 
 // LeaseInfo is one partition's lease.
 type LeaseInfo struct {

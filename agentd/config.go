@@ -123,6 +123,12 @@ type Config struct {
 	// it a new turn is refused at once with 429 and Retry-After (recovered turns are
 	// always admitted). Default 1000; negative: no limit.
 	MaxTurns int
+	// BlobThreshold is the size in bytes above which a chat payload (a
+	// message part's text, a tool input or output, a data part) is
+	// stored once in the FOREVER_BLOBS Object Store bucket by its SHA-256
+	// digest and the event holds the reference. 0: 256 KiB; negative:
+	// never (payloads stay in the events, split in parts).
+	BlobThreshold int
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration

@@ -126,6 +126,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"consumers each of the log's streams may hold; every client following a chat stream holds one (0: the server's default, 1000)")
 	fs.IntVar(&cfg.MaxTurns, "max-turns", cfg.MaxTurns,
 		"chat turns running at once on this node; past it new turns get 429 with Retry-After at once (negative: no limit)")
+	fs.IntVar(&cfg.BlobThreshold, "blob-threshold", cfg.BlobThreshold,
+		"`bytes` above which a chat payload (message part, tool input or output) is stored once in the FOREVER_BLOBS object store and the event holds its reference (0: 262144, negative: never)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
 		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY, or the files named by OPENAI_API_KEY_FILE, ANTHROPIC_API_KEY_FILE)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")

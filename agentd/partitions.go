@@ -149,9 +149,12 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		TTL:        cfg.LeaseTTL,
 		Replicas:   cfg.Replicas,
 		Format:     RecordFormat,
-		Serve:      p.serve,
-		Logger:     cfg.Logger,
-		Registerer: cfg.Registerer,
+		// A rolling upgrade raises the format once its last node runs
+		// this release, with no step of the operator's.
+		AutoActivate: true,
+		Serve:        p.serve,
+		Logger:       cfg.Logger,
+		Registerer:   cfg.Registerer,
 	}
 	return RetryQuorum(ctx, d.logger, "partition leases", cfg.Replicas, func(ctx context.Context) error {
 		mgr, err := ownership.New(ctx, ocfg)

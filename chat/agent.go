@@ -159,6 +159,20 @@ type Config struct {
 	// default: they hold user data, and spans go to a tracing backend,
 	// often a third party's, with other retention and access rules.
 	TraceContent bool
+	// Blobs stores payloads by reference: a message part's text, tool
+	// input or output, or data over BlobThreshold bytes, and a tool
+	// result over it, is stored once by its digest and the event holds
+	// the reference. Nil: payloads stay inline (split into message.part
+	// events when over one event).
+	Blobs Blobs
+	// BlobThreshold is the size above which a payload is stored by
+	// reference. Default blob.DefaultThreshold (256 KiB).
+	BlobThreshold int
+	// BlobRefsWritable, when set, says whether references may be written
+	// now: in a cluster, only once every node reads them (agentd's record
+	// format switch); before, payloads stay inline. References already
+	// stored are read either way. Nil: always.
+	BlobRefsWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string
@@ -813,6 +827,10 @@ func startFailed(err error) error {
 // turn.started was sent.
 func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (eventlog.Seq, eventlog.Event, error) {
 	if err := a.ClearInterrupt(ctx, InterruptTurn); err != nil {
+		return 0, eventlog.Event{}, fmt.Errorf("%w: %w", errNotStored, err)
+	}
+	t, err := a.offloadTurnStarted(ctx, t)
+	if err != nil {
 		return 0, eventlog.Event{}, fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	e, err := a.event(EventTurnStarted, t)

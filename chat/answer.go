@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nuid"
+
+	"github.com/forever-agents/forever/blob"
 )
 
 // Tool errors the model is shown for calls that did not run.
@@ -50,6 +52,9 @@ type ToolAnswer struct {
 	// Output (JSON) or ErrorText is a client tool's result.
 	Output    json.RawMessage `json:"output,omitempty"`
 	ErrorText string          `json:"errorText,omitempty"`
+	// OutputRef holds an Output over Config.BlobThreshold in the stored
+	// turn.started (Config.Blobs); readers get Output back.
+	OutputRef *blob.Ref `json:"outputRef,omitempty"`
 }
 
 // approval reports whether a answers an approval request.

@@ -43,8 +43,15 @@ type batchLog interface {
 // messageEvents encodes a message event (typ is message.appended or
 // message.updated, about message id) as the events that store it: the event
 // itself when it fits one event, or its message.part events. More than
-// MaxMessageParts is ErrTooLarge.
+// MaxMessageParts is ErrTooLarge. With Config.Blobs, a part's payload over
+// Config.BlobThreshold is stored first (durable before the event that
+// names it) and the event holds its reference (blobref.go), so only a
+// message of many payloads each under the threshold is split.
 func (a *Agent) messageEvents(typ, id string, v any) ([]eventlog.Event, error) {
+	v, err := a.offloadMessageEvent(v)
+	if err != nil {
+		return nil, err
+	}
 	e, err := eventlog.NewEvent(a.agent, typ, v)
 	if err != nil {
 		return nil, err

@@ -79,6 +79,12 @@ type Part struct {
 	// id and value, as the AI SDK keeps them.
 	ID   string          `json:"id,omitempty"`
 	Data json.RawMessage `json:"data,omitempty"`
+	// Blobs names the fields stored by reference (Config.Blobs): a
+	// payload over Config.BlobThreshold is stored once in the blob store
+	// and the stored part holds its reference; readers get the bytes
+	// back (a messages page over NATS keeps a reference to a payload too
+	// large for its reply).
+	Blobs *PartBlobs `json:"blobs,omitempty"`
 }
 
 // IsData reports whether p is a data part (type "data-<name>", such as

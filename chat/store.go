@@ -13,6 +13,8 @@ import (
 // by every Agent: the projections of stream metadata, messages, agent state,
 // usage, interrupt flags and turns. It is safe for concurrent use.
 type Store struct {
+	// blobs resolves the references of stored parts (SetBlobs).
+	blobs      Blobs
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -163,6 +165,10 @@ func (s *Store) Streams() *chunk.Streams { return s.streams }
 type Page struct {
 	After string
 	Limit int
+	// Inline, when positive, leaves a payload stored by reference of more
+	// than Inline bytes as its reference (Part.Blobs): a page that must
+	// fit one reply. Zero: every payload is read back.
+	Inline int64 `json:"-"`
 }
 
 // Messages returns a page of agent's visible conversation (hidden messages
@@ -197,6 +203,9 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 		if p.Limit > 0 && len(out) == p.Limit {
 			return out, out[len(out)-1].ID, nil
 		}
+		if m, err = s.resolve(m, p.Inline); err != nil {
+			return out, "", err
+		}
 		out = append(out, m)
 	}
 	return out, "", nil
@@ -216,6 +225,9 @@ func (s *Store) History(agent string) ([]Message, error) {
 			return out, err
 		}
 		if ok {
+			if m, err = s.resolve(m, 0); err != nil {
+				return out, err
+			}
 			out = append(out, m)
 		}
 	}
@@ -230,8 +242,11 @@ func (s *Store) Message(agent, id string) (Message, error) {
 	}
 	if ok {
 		m, _, ok, err := getMessage(s.messages, agent, idx)
-		if ok || err != nil {
+		if err != nil {
 			return m, err
+		}
+		if ok {
+			return s.resolve(m, 0)
 		}
 	}
 	return Message{}, fmt.Errorf("%w: message %q of agent %s", ErrNotFound, id, agent)
@@ -269,6 +284,9 @@ func (s *Store) Turn(agent, requestID string) (TurnInfo, error) {
 	ok, err := getJSON(s.turns, turnKey(agent, requestID), &t)
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: turn %q of agent %s", ErrNotFound, requestID, agent)
+	}
+	if err == nil {
+		t, err = s.resolveTurn(t)
 	}
 	return t, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/fiber"
 )
@@ -29,9 +30,12 @@ const (
 // result): the output, or the error text the model is shown. A recorded
 // result is never computed again.
 type toolResult struct {
-	Output    json.RawMessage `json:"output,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	ErrorType string          `json:"errorType,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	// OutputRef holds an output over Config.BlobThreshold, stored by
+	// reference (Config.Blobs) before the step records it.
+	OutputRef *blob.Ref `json:"outputRef,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	ErrorType string    `json:"errorType,omitempty"`
 }
 
 // toolStepKey is the fiber.Step key of a tool call: the call id names the
@@ -229,8 +233,11 @@ func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c
 			}
 			return toolResult{Error: err.Error(), ErrorType: "error"}, nil
 		}
-		return toolResult{Output: out}, nil
+		return a.offloadResult(ctx, toolResult{Output: out})
 	}, opts...)
+	if err == nil {
+		res, err = a.resolveResult(ctx, res)
+	}
 	a.metrics.toolCalls.WithLabelValues(toolOutcome(res, err)).Inc()
 	if errors.Is(err, fiber.ErrMaybeExecuted) {
 		a.logger.Warn("unsafe tool call cut off by a crash, not run again", "request", st.info.RequestID, "tool", c.ToolName, "call", c.ToolCallID)

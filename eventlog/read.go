@@ -183,8 +183,15 @@ func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event
 	return out, nil
 }
 
-// readBatch is how many events one batched direct get asks for.
-const readBatch = 256
+// readBatch is how many events one batched direct get asks for, and
+// readBatchBytes how many bytes: a run of events near the max payload (the
+// parts of a large chunk) is read in several batches, each answered well
+// within the request's stall timeout, instead of one the client gives up
+// on while the server still sends it.
+const (
+	readBatch      = 256
+	readBatchBytes = 8 << 20
+)
 
 // readDirect reads with batched direct gets what Read returns, and reports
 // done once it has all of it; otherwise the events up to next are read and
@@ -197,7 +204,8 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 			batch = min(batch, limit-len(out))
 		}
 		msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, batch,
-			jetstreamext.GetBatchSeq(uint64(next)+1), jetstreamext.GetBatchSubject(subject))
+			jetstreamext.GetBatchSeq(uint64(next)+1), jetstreamext.GetBatchSubject(subject),
+			jetstreamext.GetBatchMaxBytes(readBatchBytes))
 		if err != nil {
 			return out, next, false, readFailed("read "+subject, err)
 		}
@@ -226,11 +234,17 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 				return out, next, true, nil
 			}
 		}
-		if n < batch {
+		if n == 0 {
 			return out, next, false, nil // ended before last: a lagging replica, or removed events
 		}
 	}
 }
+
+// followMaxBytes bounds the bytes one pull of Follow's consumer asks
+// for: under the client's pending limit (64 MiB), so a run of events each
+// near the max payload (the parts of a chunk of tens of MiB) is read in
+// several pulls instead of overflowing the subscription.
+const followMaxBytes = 16 << 20
 
 // Follow yields every event matching f stored after sequence after, in order
 // and once each: first the stored ones, then live ones as they are appended,
@@ -262,7 +276,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessages(512))
+		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
 		if err != nil {
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return

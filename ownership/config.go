@@ -82,6 +82,11 @@ type Config struct {
 	// Format is the highest record format this node's release reads,
 	// announced in its node key (format.go). Default FormatBase.
 	Format int
+	// AutoActivate raises the active format after a heartbeat to the
+	// highest every live node reads, up to Format: a rolling upgrade
+	// starts writing a release's new records once its last node runs it,
+	// without an operator's step. False: only Activate raises it.
+	AutoActivate bool
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the forever_ownership_* metrics. Nil: none.

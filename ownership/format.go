@@ -92,6 +92,7 @@ func (m *Manager) checkFormat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.noteActive(active)
 	if active > m.cfg.Format {
 		return fmt.Errorf("%w: the cluster writes record format %d and this release reads up to %d; run a release that reads it",
 			ErrFormatTooNew, active, m.cfg.Format)
@@ -158,19 +159,61 @@ func (m *Manager) Activate(ctx context.Context, n int) (int, error) {
 		return active, fmt.Errorf("ownership: raise the record format to %d: %w", n, err)
 	}
 	m.log.Info("record format raised", "from", active, "to", n)
+	m.noteActive(n)
 	return n, nil
 }
 
+// ActiveFormat returns the cluster's active record format as this node
+// last read it (at New, then after each heartbeat), without I/O: a
+// writer of a record format newer than FormatBase checks it before each
+// such write. It only grows.
+func (m *Manager) ActiveFormat() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(m.mu.active, FormatBase)
+}
+
+// noteActive remembers active as the format last read; a format never
+// goes back, so a stale read leaves a newer one in place.
+func (m *Manager) noteActive(active int) {
+	m.mu.Lock()
+	m.mu.active = max(m.mu.active, active)
+	m.mu.Unlock()
+}
+
 // formatBehind checks, after a heartbeat, that this node still reads the
-// active format, and remembers the format when it does not.
+// active format, and remembers the format when it does not. With
+// AutoActivate it raises the format once every live node reads a higher
+// one this node reads too.
 func (m *Manager) formatBehind(ctx context.Context) {
 	active, _, err := m.activeFormat(ctx)
-	if err != nil || active <= m.cfg.Format {
+	if err != nil {
 		return
 	}
-	m.mu.Lock()
-	m.mu.behind = active
-	m.mu.Unlock()
+	if active > m.cfg.Format {
+		m.mu.Lock()
+		m.mu.behind = active
+		m.mu.Unlock()
+		return
+	}
+	if m.cfg.AutoActivate && active < m.cfg.Format {
+		// Run's rounds begin once the first watch brought every node key
+		// in, so a node that just started sees the live nodes it joins.
+		ready := m.cfg.Format
+		for _, r := range m.liveReads() {
+			ready = min(ready, r)
+		}
+		if ready > active {
+			// Another node raising it at the same time wins the race;
+			// the next heartbeat reads what it wrote.
+			if n, err := m.Activate(ctx, ready); err == nil {
+				active = n
+			} else {
+				m.log.Debug("record format not raised", "to", ready, "err", err)
+			}
+		}
+	}
+	m.noteActive(active)
 }
 
 // behindErr returns ErrFormatTooNew once a heartbeat found the active

@@ -69,3 +69,33 @@ func TestFormatSwitch(t *testing.T) {
 		t.Fatalf("a stopped still owning %d partitions", a.m.OwnedCount())
 	}
 }
+
+// TestFormatAutoActivate: with AutoActivate the active format follows the
+// live nodes on its own: it stays while a node of the previous release
+// lives, rises once the last one is upgraded, and ActiveFormat, which
+// writers consult without I/O, shows it on every node.
+func TestFormatAutoActivate(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	cfg := func(name string, reads int) Config {
+		return Config{Node: name, Partitions: 4, TTL: 2 * time.Second, RenewEvery: 100 * time.Millisecond, Format: reads, AutoActivate: true}
+	}
+	// The previous release runs first; a node of this release joins it.
+	b := startNode(t, s, cfg("b", FormatBase))
+	a := startNode(t, s, cfg("a", 2))
+	eventually(t, "a sees b announce format 1", func() bool {
+		info, err := a.m.Formats(context.Background())
+		return err == nil && info.Nodes["b"] == FormatBase
+	})
+	// Several heartbeats with b alive: nothing is raised.
+	for range 5 {
+		time.Sleep(150 * time.Millisecond) // heartbeats of 100 ms; a stop here is a wait for them
+		if got := a.m.ActiveFormat(); got != FormatBase {
+			t.Fatalf("active format %d while a node reads only %d", got, FormatBase)
+		}
+	}
+	b.stop(t)
+	b = startNode(t, s, cfg("b", 2))
+	eventually(t, "the format raised to 2 on both nodes", func() bool {
+		return a.m.ActiveFormat() == 2 && b.m.ActiveFormat() == 2
+	})
+}

@@ -54,6 +54,9 @@ type Manager struct {
 		// own (format.go).
 		reads  map[string]int
 		behind int
+		// active is the cluster's active format as last read (New, then
+		// each heartbeat): what ActiveFormat answers without I/O.
+		active int
 		// ownSeen is the newest revision of this node's own key the
 		// watcher delivered; beatAcked the newest the server acknowledged,
 		// at beatAckedAt. A watcher that lags an acknowledged heartbeat is

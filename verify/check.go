@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -15,6 +16,10 @@ type Options struct {
 	Acked []Ack
 	// PageSize is how many events one read returns. Default 4096.
 	PageSize int
+	// Blobs, when set, is the blob store the events' references are
+	// checked against: each payload stored by reference must be there and
+	// match its digest (KindBlobMissing, KindBlobMismatch).
+	Blobs Blobs
 }
 
 // Ack is one acknowledged write: ID is an event id of Agent, the request id
@@ -48,6 +53,9 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 	}
 	if err == nil {
 		c.finish()
+	}
+	if err == nil && opts.Blobs != nil {
+		err = c.checkBlobs(ctx, opts.Blobs)
 	}
 	return c.report(), err
 }
@@ -101,6 +109,10 @@ type checker struct {
 	// tombstone is where each deleted agent's latest tombstone is, when
 	// it is also its latest (see findSnapshot).
 	tombstone map[string]eventlog.Seq
+	// refs are the payload references the events hold (blobs.go), and
+	// blobs how many were checked.
+	refs  map[blob.Ref]refSite
+	blobs int
 }
 
 func newChecker(acked []Ack) *checker {
@@ -113,6 +125,7 @@ func newChecker(acked []Ack) *checker {
 		superseded: map[string]int{},
 		childTurns: map[callKey][]childTurn{},
 		tombstone:  map[string]eventlog.Seq{},
+		refs:       map[blob.Ref]refSite{},
 	}
 	for _, a := range acked {
 		c.acked[a] = false
@@ -185,7 +198,7 @@ func (c *checker) finish() {
 
 func (c *checker) report() Report {
 	r := Report{
-		Events: c.events, ChunkEvents: c.chunks, Streams: len(c.streams), Acked: len(c.acked),
+		Events: c.events, ChunkEvents: c.chunks, Streams: len(c.streams), Acked: len(c.acked), Blobs: c.blobs,
 		Violations: c.out, Notes: c.notes,
 	}
 	agents := map[string]bool{}

@@ -128,6 +128,7 @@ func (c *checker) event(e eventlog.Event) {
 		c.agents[e.Agent] = a
 		return
 	}
+	c.collectRefs(e)
 	a := c.agent(e.Agent)
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventStashed, fiber.EventRecovered,

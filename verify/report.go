@@ -41,6 +41,8 @@ const (
 	KindLinkNotStarted        Kind = "link-not-started"
 	KindLinkOpen              Kind = "link-open"
 	KindLinkNoChildTurn       Kind = "link-no-child-turn"
+	KindBlobMissing           Kind = "blob-missing"
+	KindBlobMismatch          Kind = "blob-mismatch"
 
 	// KindTurnOrphaned is a Note, not a violation: a turn whose fiber
 	// ended without the turn's outcome, which the agent's next turn must
@@ -110,6 +112,9 @@ type Report struct {
 	// or carried by their turn.started), each checked for one turn that
 	// answers it: those after each agent's latest snapshot.
 	UserMessages int
+	// Blobs is how many payloads stored by reference were checked
+	// (Options.Blobs).
+	Blobs int
 	// Violations are the broken invariants, in the order found.
 	Violations []Violation
 	// Notes are states the log allows but that are worth knowing
@@ -157,6 +162,9 @@ func (r Report) String() string {
 		// Only a caller that kept its acknowledged writes (the chaos
 		// harness) has them checked.
 		fmt.Fprintf(&b, ", %d acknowledged writes found", r.Acked)
+	}
+	if r.Blobs > 0 {
+		fmt.Fprintf(&b, ", %d payloads stored by reference checked", r.Blobs)
 	}
 	b.WriteByte('\n')
 	return b.String()

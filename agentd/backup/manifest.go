@@ -104,8 +104,10 @@ var (
 
 // Streams lists the account's Forever streams in the order they are backed
 // up and restored: the events stream, then the chunks stream, then the
-// rest by name (KV buckets, as streams KV_<bucket>), leaving out the lease
-// bucket. Snapshots are per stream, at different moments: events before
+// rest by name (KV buckets, as streams KV_<bucket>, and the Object Store
+// bucket of payloads stored by reference, OBJ_FOREVER_BLOBS), leaving out
+// the lease bucket. The events stream goes before the blob bucket, which
+// only grows: every payload an event of the backup names is in it. Snapshots are per stream, at different moments: events before
 // chunks means every turn the events know has its chunks, and a restore
 // may hold chunks of turns whose events came later (their stream is then
 // finished by recovery or stands alone; docs/operations.md).
@@ -113,7 +115,7 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	var names []string
 	l := js.StreamNames(ctx)
 	for name := range l.Name() {
-		if name == leasesStream || name == partitionsStream || !(strings.HasPrefix(name, "FOREVER_") || strings.HasPrefix(name, "KV_FOREVER_")) {
+		if name == leasesStream || name == partitionsStream || !validStreamName(name) {
 			continue
 		}
 		names = append(names, name)

@@ -139,10 +139,11 @@ func (m *Manifest) validate() error {
 	return nil
 }
 
-// validStreamName: a Forever stream (FOREVER_* or KV_FOREVER_*) whose name
-// holds no subject token separator, wildcard or white space.
+// validStreamName: a Forever stream (FOREVER_*, KV_FOREVER_* or
+// OBJ_FOREVER_*) whose name holds no subject token separator, wildcard or
+// white space.
 func validStreamName(n string) bool {
-	if !strings.HasPrefix(n, "FOREVER_") && !strings.HasPrefix(n, "KV_FOREVER_") || len(n) > 255 {
+	if !strings.HasPrefix(n, "FOREVER_") && !strings.HasPrefix(n, "KV_FOREVER_") && !strings.HasPrefix(n, "OBJ_FOREVER_") || len(n) > 255 {
 		return false
 	}
 	return !strings.ContainsAny(n, ". *>\t\r\n\x00/\\")

@@ -18,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/cost"
@@ -58,6 +59,11 @@ type Type struct {
 	tp         trace.TracerProvider
 	content    bool        // --trace-content
 	price      *cost.Price // the provider's model's, from --prices
+	blobs      *blob.Store
+	blobTh     int // --blob-threshold
+	// refsWritable reports whether the cluster's record format lets
+	// references be written (agentd.FormatBlobRefs).
+	refsWritable func() bool
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -121,6 +127,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 				return err
 			}
 		}
+		if err := ct.openBlobs(ctx, deps); err != nil {
+			return err
+		}
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
 		return d.Add("chunk batcher", ct.batcher)
 	})
@@ -146,7 +155,11 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
-		Price: ct.price,
+		Price:         ct.price,
+		BlobThreshold: ct.blobTh,
+	}
+	if ct.blobs != nil {
+		cfg.Blobs, cfg.BlobRefsWritable = ct.blobs, ct.refsWritable
 	}
 	if env.Command != nil {
 		cfg.Peers = peers{command: env.Command}
@@ -180,6 +193,7 @@ const pageOverhead = 256
 // page returns the messages of p, as Messages does, but no more than fit
 // in budget bytes of JSON (pageMessages).
 func (c *Agent) page(p chat.Page, budget int) ([]chat.Message, string, error) {
+	p.Inline = inlineLimit(budget)
 	return pageMessages(c.Messages, p, budget)
 }
 
@@ -198,7 +212,7 @@ func pageMessages(read func(chat.Page) ([]chat.Message, string, error), p chat.P
 		if p.Limit > 0 {
 			lim = min(chunk, p.Limit-len(out))
 		}
-		msgs, next, err := read(chat.Page{After: after, Limit: lim})
+		msgs, next, err := read(chat.Page{After: after, Limit: lim, Inline: p.Inline})
 		if err != nil {
 			return out, "", err
 		}

@@ -88,7 +88,7 @@ func (g gatewayChats) Messages(ctx context.Context, agent string, q replay.Messa
 	}
 	read := func(p chat.Page) ([]chat.Message, string, error) { return g.chats.Store().Messages(agent, p) }
 	if q != (replay.MessagesQuery{}) {
-		msgs, next, err := pageMessages(read, chat.Page{After: q.After, Limit: q.Limit}, g.host.MaxReply())
+		msgs, next, err := pageMessages(read, chat.Page{After: q.After, Limit: q.Limit, Inline: inlineLimit(g.host.MaxReply())}, g.host.MaxReply())
 		if err != nil {
 			return nil, host.ClientError(err)
 		}

@@ -24,6 +24,12 @@ const (
 	ToolNote = "note"
 	// NotesFile is the note tool's file in the data dir.
 	NotesFile = "notes.txt"
+	// ToolBlob returns a text of the bytes asked for, to try large
+	// outputs (stored by reference over --blob-threshold). Idempotent:
+	// the same input gives the same text.
+	ToolBlob = "blob"
+	// MaxBlobBytes caps the blob tool's bytes input (64 MiB).
+	MaxBlobBytes = 64 << 20
 )
 
 // maxDemoDelay caps the delayMs input of the demo tools.
@@ -54,10 +60,33 @@ type NoteOutput struct {
 	Lines int    `json:"lines"`
 }
 
+// BlobInput is the blob tool's input.
+type BlobInput struct {
+	Bytes int `json:"bytes" jsonschema:"how many bytes of text to return, at most 67108864"`
+}
+
+// BlobOutput is the blob tool's output.
+type BlobOutput struct {
+	Bytes int    `json:"bytes"`
+	Text  string `json:"text"`
+}
+
+// blobText is the text the blob tool repeats.
+const blobText = "Forever keeps large payloads once, by reference. "
+
+// Blob returns the blob tool's output for in: Bytes bytes of text.
+func Blob(in BlobInput) (BlobOutput, error) {
+	if in.Bytes < 0 || in.Bytes > MaxBlobBytes {
+		return BlobOutput{}, &chat.ToolError{Type: "invalid_input", Message: fmt.Sprintf("bytes must be between 0 and %d", MaxBlobBytes)}
+	}
+	text := strings.Repeat(blobText, in.Bytes/len(blobText)+1)[:in.Bytes]
+	return BlobOutput{Bytes: in.Bytes, Text: text}, nil
+}
+
 // Source is the source the tools verb lists the demo tools with.
 const Source = "demo"
 
-// Tools returns the built-in clock and note tools, note writing into
+// Tools returns the built-in clock, note and blob tools, note writing into
 // dataDir.
 func Tools(dataDir string) (*chat.Tools, error) {
 	clock, err := chat.NewTool(ToolClock, "Tells the current time (UTC).",
@@ -81,7 +110,13 @@ func Tools(dataDir string) (*chat.Tools, error) {
 	if err != nil {
 		return nil, err
 	}
-	return chat.NewTools(clock, note)
+	blob, err := chat.NewTool(ToolBlob, "Returns the number of bytes of text asked for, to try large outputs.",
+		func(_ context.Context, in BlobInput) (BlobOutput, error) { return Blob(in) },
+		chat.WithSafety(chat.Idempotent), chat.WithSource(Source), chat.WithMaxOutput(MaxBlobBytes+1024))
+	if err != nil {
+		return nil, err
+	}
+	return chat.NewTools(clock, note, blob)
 }
 
 // notes is the note tool's file; lines are "<call id>\t<text>".

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -137,7 +138,7 @@ func planLocal(msgs []Message) localStep {
 			sentences[i] = fmt.Sprintf("The %s tool returned the answer of %s: %s", name, agent, quoteAnswer(text))
 			continue
 		}
-		sentences[i] = fmt.Sprintf("The %s tool %s: %s.", name, verb, r.Output)
+		sentences[i] = fmt.Sprintf("The %s tool %s: %s.", name, verb, quoteOutput(r.Output))
 	}
 	st.text = strings.Join(sentences, " ")
 	return st
@@ -264,4 +265,22 @@ func endSentence(s string) string {
 		return s
 	}
 	return s + "."
+}
+
+// maxQuoteOutput bounds the tool output the local model quotes whole: a
+// longer one (a large payload) is quoted by its size, its SHA-256 and its
+// beginning, so the answer shows the model read all of it without
+// streaming it back.
+const maxQuoteOutput = 16 << 10
+
+// quoteOutput is a tool output as the local model's answer quotes it.
+func quoteOutput(out string) string {
+	if len(out) <= maxQuoteOutput {
+		return out
+	}
+	n := maxQuote
+	for n > 0 && !utf8.RuneStart(out[n]) {
+		n--
+	}
+	return fmt.Sprintf("%d bytes of sha256 %x, beginning %s…", len(out), sha256.Sum256([]byte(out)), out[:n])
 }

@@ -15,8 +15,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
 )
@@ -36,7 +38,9 @@ fibers, turns and streams (package verify). Prints each violation
 "ok" or "N violations"; then what was read: agents, events (the events
 stream: lifecycle, stashes, turns), chunk events (the chunks stream: the
 model's output), fibers and turns started, chat streams, and user messages,
-each checked for exactly one turn that answers it.
+each checked for exactly one turn that answers it. When events hold
+payloads by reference (--blob-threshold), the summary ends with how many
+were read from the FOREVER_BLOBS bucket and checked against their digest.
 
 Exit status: 0 clean, 1 violations (or the log could not be read), 2 bad
 usage. --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222.
@@ -226,5 +230,15 @@ func checkConn(ctx context.Context, nc *nats.Conn) (verify.Report, error) {
 		return verify.Report{}, err
 	}
 	defer lg.Close()
-	return verify.Check(ctx, lg, verify.Options{})
+	opts := verify.Options{}
+	if js, err := jetstream.New(nc); err == nil {
+		bs, err := blob.Bind(ctx, js, "")
+		switch {
+		case err == nil:
+			opts.Blobs = bs
+		case !errors.Is(err, blob.ErrNoBucket):
+			return verify.Report{}, err
+		}
+	}
+	return verify.Check(ctx, lg, opts)
 }

@@ -40,7 +40,8 @@ func verifyLog(t *testing.T, c *crashClient) {
 }
 
 // TestBinaryVerify: "agentd verify --data" checks a stopped agentd's data
-// dir (a chat turn and a steps fiber across a SIGKILL and a restart) and
+// dir (two chat turns, one with a large tool output stored by reference,
+// and a steps fiber across a SIGKILL and a restart) and
 // exits 0; it refuses the data dir of a running agentd; "agentd verify"
 // over NATS checks the running one.
 func TestBinaryVerify(t *testing.T) {
@@ -56,6 +57,9 @@ func TestBinaryVerify(t *testing.T) {
 	if reply.RequestID == "" || started.Fiber == "" {
 		t.Fatalf("chat reply %+v, start reply %+v", reply, started)
 	}
+	// A tool output over --blob-threshold, stored by reference, across
+	// the same SIGKILL (blob_test.go).
+	blobReply := startBlobTurn(t, c)
 	time.Sleep(150 * time.Millisecond)
 	p.kill()
 	p = startAgentd(t, bin, data, httpAddr, natsAddr)
@@ -63,10 +67,11 @@ func TestBinaryVerify(t *testing.T) {
 		return count(evs, "fiber.completed", started.Fiber) == 1
 	})
 	waitTerminal(t, c, p, "demo", reply.StreamID)
+	checkBlobTurn(t, c, p, httpAddr, blobReply)
 
 	// Over NATS, while it runs.
 	out, code := runVerifyCmd(t, bin, "verify", "--nats-url", "nats://"+natsAddr)
-	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 2 agents") {
+	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 3 agents") || !strings.Contains(out, "payloads stored by reference checked") {
 		t.Errorf("verify --nats-url: exit %d\n%s", code, out)
 	}
 	t.Run("Fork", func(t *testing.T) { testBinaryFork(t, bin, c, p, httpAddr, natsAddr) })
@@ -84,10 +89,11 @@ func TestBinaryVerify(t *testing.T) {
 	}
 	p.exited <- nil
 	out, code = runVerifyCmd(t, bin, "verify", "--data", data)
-	// The agents: demo, steps:v, and Fork's fork-child and deleted
-	// fork-parent (its tombstone); the turns and streams: demo's and
-	// fork-child's own.
-	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 4 agents") || !strings.Contains(out, "2 fibers, 2 turns, 2 streams") {
+	// The agents: demo, steps:v, the blob turn's, and Fork's fork-child
+	// and deleted fork-parent (its tombstone); the turns and streams:
+	// demo's, the blob turn's and fork-child's own.
+	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 5 agents") || !strings.Contains(out, "3 fibers, 3 turns, 3 streams") ||
+		!strings.Contains(out, "payloads stored by reference checked") {
 		t.Errorf("verify --data: exit %d\n%s", code, out)
 	}
 

@@ -1,0 +1,46 @@
+package chathost
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/blob"
+)
+
+// openBlobs opens the FOREVER_BLOBS Object Store bucket the chat payloads
+// over --blob-threshold go to, and gives the read side its references to
+// resolve. A negative threshold stores every payload inline; the bucket is
+// still opened so that what an earlier configuration stored reads back.
+func (ct *Type) openBlobs(ctx context.Context, deps *agentd.Deps) error {
+	js, err := jetstream.New(deps.Conn)
+	if err != nil {
+		return err
+	}
+	var bs *blob.Store
+	err = agentd.RetryQuorum(ctx, deps.Logger, "blob bucket", deps.Config.Replicas, func(ctx context.Context) (err error) {
+		bs, err = blob.Open(ctx, js, blob.Config{Replicas: deps.Config.Replicas, Storage: jetstream.FileStorage})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ct.store.SetBlobs(bs)
+	ct.blobs, ct.blobTh = bs, deps.Config.BlobThreshold
+	if own := deps.Ownership; own != nil {
+		// A node of the previous release would read a reference as an
+		// empty field: references wait until every node reads them.
+		ct.refsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBlobRefs }
+	}
+	if ct.blobTh < 0 {
+		ct.blobs = nil // new payloads inline
+	}
+	return nil
+}
+
+// inlineLimit is the largest payload stored by reference a messages page
+// of budget bytes reads back; a larger one stays its reference
+// ({"blobs":{"output":{"digest","size"}}}), to be read from the
+// FOREVER_BLOBS bucket by the digest's hex.
+func inlineLimit(budget int) int64 { return int64(budget / 2) }
