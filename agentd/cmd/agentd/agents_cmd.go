@@ -48,24 +48,7 @@ names the tenant whose agent goes (a tenant's own creds cannot delete).
 // code.
 func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := agentsCommand(ctx, cmd, args, getenv, stdout)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, agentsUsage)
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, cmd, ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
-		return exitFailed
-	}
+	return exitFor(ctx, cmd, agentsUsage, err, stdout, stderr)
 }
 
 // agentsOpts are the flags of agents and delete.

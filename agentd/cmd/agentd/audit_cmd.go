@@ -31,26 +31,7 @@ admin credential agentd wrote to <data>/admin.creds.
 
 func runAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := auditCommand(ctx, args, getenv, stdout)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, auditUsage)
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, "audit", ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd audit:", ce.err)
-		return ce.code
-	case ctx.Err() != nil:
-		return exitInterrupted
-	default:
-		fmt.Fprintln(stderr, "agentd audit:", err)
-		return exitFailed
-	}
+	return exitFor(ctx, "audit", auditUsage, err, stdout, stderr)
 }
 
 // auditOpts are the flags of audit tail.

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,24 +52,7 @@ own command minted against a running agentd, not every credential.
 
 func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := authCommand(args, getenv, stdout, stderr)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, authUsage)
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, "auth", ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd auth:", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd auth:", err)
-		return exitFailed
-	}
+	return exitFor(context.Background(), "auth", authUsage, err, stdout, stderr)
 }
 
 // authOpts are the flags of the auth commands.

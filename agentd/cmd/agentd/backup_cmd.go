@@ -68,24 +68,7 @@ const accessTimeout = 2 * time.Minute
 // code.
 func runBackup(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := backupCommand(ctx, cmd, args, getenv, stdout, stderr)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, backupUsage)
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, cmd, ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
-		return exitFailed
-	}
+	return exitFor(ctx, cmd, backupUsage, err, stdout, stderr)
 }
 
 // backupOpts are the flags of backup and restore.

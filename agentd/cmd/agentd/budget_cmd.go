@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,20 +57,7 @@ func budgetFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *budg
 // runBudget runs "agentd budget" and returns the exit code.
 func runBudget(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := budgetCommand(ctx, args, getenv, stdout)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, budgetUsage)
-		return exitOK
-	case errors.As(err, &ce) && ce.code == exitUsage:
-		printUsageErr(stderr, "budget", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd budget:", err)
-		return exitFailed
-	}
+	return exitFor(ctx, "budget", budgetUsage, err, stdout, stderr)
 }
 
 func budgetCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {

@@ -248,6 +248,33 @@ func printUsageErr(w io.Writer, cmd string, err error) {
 	fmt.Fprintf(w, "run 'agentd help %s' for its usage\n", top)
 }
 
+// exitFor prints what err of command cmd says and returns the exit code:
+// the one mapping of the subcommands' errors. --help prints usage and is
+// success; a usage error is one line and where the usage is; another
+// cliError its sentence and its code; an interrupted command (ctx ended)
+// exits as interrupted; anything else is a failure, said on one line.
+func exitFor(ctx context.Context, cmd, usage string, err error, stdout, stderr io.Writer) int {
+	var ce *cliError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case errors.As(err, &ce) && ce.code == exitUsage:
+		printUsageErr(stderr, cmd, ce.err)
+		return ce.code
+	case errors.As(err, &ce):
+		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
+		return ce.code
+	case ctx.Err() != nil:
+		return exitInterrupted
+	default:
+		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
+		return exitFailed
+	}
+}
+
 // flagErr words an error of the flag package as agentd does
 // (agentd.FlagError): "unknown flag --x", not Go's "-x".
 func flagErr(err error) error { return agentd.FlagError(err) }

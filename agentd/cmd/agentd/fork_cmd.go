@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,23 +45,7 @@ func forkFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *forkOp
 // runFork runs "agentd fork" and returns the exit code.
 func runFork(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := forkCommand(ctx, args, getenv, stdout)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, forkUsage)
-		return exitOK
-	case errors.As(err, &ce) && ce.code == exitUsage:
-		printUsageErr(stderr, "fork", ce.err)
-		return ce.code
-	case errors.As(err, &ce):
-		fmt.Fprintln(stderr, "agentd fork:", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd fork:", err)
-		return exitFailed
-	}
+	return exitFor(ctx, "fork", forkUsage, err, stdout, stderr)
 }
 
 func forkCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {

@@ -76,24 +76,7 @@ const tenantRequestTimeout = 90 * time.Second
 
 func runTenant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	err := tenantCommand(ctx, args, getenv, stdout, stderr)
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, tenantUsage)
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, "tenant", ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd tenant:", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd tenant:", err)
-		return exitFailed
-	}
+	return exitFor(ctx, "tenant", tenantUsage, err, stdout, stderr)
 }
 
 func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
