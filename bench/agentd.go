@@ -205,3 +205,27 @@ func freeAddr() (string, error) {
 	}
 	return addr, nil
 }
+
+// runAgentd builds agentd (once per run), starts one in a new temp dir
+// under the Env's sync mode with args, and connects to it. stop stops the
+// connection and the process; its error is the process's.
+func (e *Env) runAgentd(ctx context.Context, args ...string) (p *agentdProc, nc *nats.Conn, stop func() error, err error) {
+	bin, err := e.AgentdBinary(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dir, err := e.TempDir()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if p, err = newAgentdProc(bin, dir, e.Mode, args...); err != nil {
+		return nil, nil, nil, err
+	}
+	if _, err := p.start(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	if nc, err = p.connect(); err != nil {
+		return nil, nil, nil, errors.Join(err, p.stop())
+	}
+	return p, nc, func() error { nc.Close(); return p.stop() }, nil
+}

@@ -31,27 +31,11 @@ const (
 // without the check for the POST's figure before it.
 func chatPost(ctx context.Context, env *Env) (res Result, err error) {
 	turns, reads := env.Count(chatPostTurns, chatPostTurns), env.Count(chatPostReads, chatPostReads)
-	bin, err := env.AgentdBinary(ctx)
+	p, nc, stop, err := env.runAgentd(ctx, "--local-rate", "-1", "--log-level", "warn")
 	if err != nil {
 		return Result{}, err
 	}
-	dir, err := env.TempDir()
-	if err != nil {
-		return Result{}, err
-	}
-	p, err := newAgentdProc(bin, dir, env.Mode, "--local-rate", "-1", "--log-level", "warn")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := p.start(ctx); err != nil {
-		return Result{}, err
-	}
-	defer func() { err = errors.Join(err, p.stop()) }()
-	nc, err := p.connect()
-	if err != nil {
-		return Result{}, err
-	}
-	defer nc.Close()
+	defer func() { err = errors.Join(err, stop()) }()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)

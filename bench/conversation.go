@@ -68,27 +68,11 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	window := min(conversationWindow, max(1, turns/3))
 	early := min(max(conversationEarly, window/2+1), turns-window/2) // centre of the early window
 	eFrom, eTo := early-window/2, early-window/2+window-1
-	bin, err := env.AgentdBinary(ctx)
+	p, nc, stop, err := env.runAgentd(ctx, "--local-rate", "-1", "--log-level", "warn")
 	if err != nil {
 		return Result{}, err
 	}
-	dir, err := env.TempDir()
-	if err != nil {
-		return Result{}, err
-	}
-	p, err := newAgentdProc(bin, dir, env.Mode, "--local-rate", "-1", "--log-level", "warn")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := p.start(ctx); err != nil {
-		return Result{}, err
-	}
-	defer func() { err = errors.Join(err, p.stop()) }()
-	nc, err := p.connect()
-	if err != nil {
-		return Result{}, err
-	}
-	defer nc.Close()
+	defer func() { err = errors.Join(err, stop()) }()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)

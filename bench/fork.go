@@ -40,27 +40,15 @@ const (
 // agent.forked event appended, and the views' apply of it awaited). The
 // figure is the median fork of the large parent against the small's.
 func forkScenario(ctx context.Context, env *Env) (res Result, err error) {
-	bin, err := env.AgentdBinary(ctx)
+	_, nc, stop, err := env.runAgentd(ctx, "--local-rate", "-1", "--log-level", "warn", "--compact-events", "-1")
 	if err != nil {
 		return Result{}, err
 	}
+	defer func() { err = errors.Join(err, stop()) }()
 	dir, err := env.TempDir()
 	if err != nil {
 		return Result{}, err
 	}
-	p, err := newAgentdProc(bin, dir, env.Mode, "--local-rate", "-1", "--log-level", "warn", "--compact-events", "-1")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := p.start(ctx); err != nil {
-		return Result{}, err
-	}
-	defer func() { err = errors.Join(err, p.stop()) }()
-	nc, err := p.connect()
-	if err != nil {
-		return Result{}, err
-	}
-	defer nc.Close()
 	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Dir: dir + "/bench-pebble"})
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)
