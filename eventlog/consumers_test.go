@@ -121,7 +121,9 @@ func TestCheckFollow(t *testing.T) {
 	}()
 	waitCheck := func(want error) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// The follower's consumer is deleted in the background when it
+		// ends (dropConsumer); on a loaded machine that takes seconds.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			err := lg.CheckFollow(t.Context(), f)
 			if errors.Is(err, want) || (want == nil && err == nil) {
 				return

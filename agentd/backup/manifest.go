@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forever-agents/forever/internal/backoff"
 	"io"
 	"os"
 	"path/filepath"
@@ -207,6 +208,10 @@ func readEpochs(ctx context.Context, js jetstream.JetStream) (map[string]uint64,
 	return out, nil
 }
 
+// epochTries bounds the compare-and-sets of one epoch counter: about 10 s
+// with the pauses between them.
+const epochTries = 16
+
 // mergeEpochs raises the target's epoch counters to the backup's, each by
 // a compare-and-set (tried again when an acquisition moved it meanwhile),
 // never lowering one. A target no node has started on yet gets its
@@ -238,8 +243,16 @@ func mergeEpochs(ctx context.Context, js jetstream.JetStream, epochs map[string]
 			if err == nil {
 				break
 			}
-			if try == 5 {
+			if try == epochTries-1 {
 				return fmt.Errorf("epoch counter %s: %w", key, err)
+			}
+			// A live target's nodes move the counters as they acquire
+			// partitions, and a read may come from a replica a write
+			// behind: read again after a pause.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff.Exp(20*time.Millisecond, time.Second, try)):
 			}
 		}
 	}
