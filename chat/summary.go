@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -218,4 +219,22 @@ func (a *Agent) summarize(ctx context.Context, msgs []Message) (string, llm.Usag
 		return "", usage, context.Cause(ctx)
 	}
 	return "", usage, &llm.Error{Provider: a.cfg.Provider.Name(), Retryable: true, Err: llm.ErrStreamCut}
+}
+
+// SnapshotSummaries decodes the summaries in one agent snapshot part of the
+// context view (eventlog.Snapshot.Views[ContextProjectionName]): for
+// readers of the log alone (package verify).
+func SnapshotSummaries(sv eventlog.SnapshotView) ([]Summary, error) {
+	var out []Summary
+	for _, kv := range sv.Rows {
+		if !strings.HasPrefix(string(kv.Key), "c\x00") {
+			continue
+		}
+		var s Summary
+		if err := json.Unmarshal(kv.Value, &s); err != nil {
+			return nil, corrupt("summary row in a snapshot", err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
