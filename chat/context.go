@@ -50,7 +50,7 @@ type contextPlan struct {
 // tokens, budget the agent's context budget (0 or less: no limit), and
 // upto the message id the stored summary covers ("" for none).
 func planContext(budget, system int, tokens []int, msgs []Message, upto string) contextPlan {
-	if budget <= 0 {
+	if budget <= 0 || len(msgs) == 0 {
 		return contextPlan{whole: true}
 	}
 	total := system

@@ -30,6 +30,8 @@ func TestPlanContext(t *testing.T) {
 		want   contextPlan
 	}{
 		{name: "no budget", n: 7, budget: 0, want: contextPlan{whole: true}},
+		{name: "no messages", n: 0, budget: 10, system: 20, want: contextPlan{whole: true}},
+		{name: "one message over the budget", n: 1, budget: 5, want: contextPlan{}},
 		{name: "fits", n: 7, budget: 75, system: 5, want: contextPlan{whole: true}},
 		{name: "just over: a summary of all but the newest quarter", n: 7, budget: 70, system: 5, want: contextPlan{cut: 6}},
 		{name: "a larger budget keeps more", n: 13, budget: 120, want: contextPlan{cut: 10}},
