@@ -129,6 +129,13 @@ type Config struct {
 	// digest and the event holds the reference. 0: 256 KiB; negative:
 	// never (payloads stay in the events, split in parts).
 	BlobThreshold int
+	// ContextTokens is the chat agents' context budget in tokens
+	// (estimated at four bytes a token): past it, a model call gets the
+	// system prompt, a summary of the older messages and the newest
+	// messages that fit (chat.Config.ContextTokens). 0: the provider's
+	// default (100000 for openai and chatcompletions, 150000 for
+	// anthropic, none for local); negative: none, the whole conversation.
+	ContextTokens int
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration

@@ -128,6 +128,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"chat turns running at once on this node; past it new turns get 429 with Retry-After at once (negative: no limit)")
 	fs.IntVar(&cfg.BlobThreshold, "blob-threshold", cfg.BlobThreshold,
 		"`bytes` above which a chat payload (message part, tool input or output) is stored once in the FOREVER_BLOBS object store and the event holds its reference (0: 262144, negative: never)")
+	fs.IntVar(&cfg.ContextTokens, "context-tokens", cfg.ContextTokens,
+		"chat context budget in `tokens` (4 bytes each): past it the model gets the system prompt, a summary of the older messages and the newest that fit; the conversation stays whole (0: the provider's default, 100000 for openai and chatcompletions, 150000 for anthropic, none for local; negative: none)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,
 		"chat model `provider`: local, openai, chatcompletions or anthropic (keys from OPENAI_API_KEY, ANTHROPIC_API_KEY, or the files named by OPENAI_API_KEY_FILE, ANTHROPIC_API_KEY_FILE)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "provider's model `name`")

@@ -183,6 +183,18 @@ type Config struct {
 	// Multitask is the policy of a Send that names none (multitask.go):
 	// "" is MultitaskReject.
 	Multitask Multitask
+	// ContextTokens is the context budget of a model call, in tokens
+	// (estimated at four bytes a token, llm.EstimateTokens): past it, the
+	// model gets the system prompt, a summary of the older messages and
+	// the newest messages that fit, and the conversation stays whole
+	// (context.go). 0: the provider's default (llm.ContextTokensOf; none
+	// for the local model); negative: no budget, the whole conversation.
+	ContextTokens int
+	// Summarize, when set, makes the summaries instead of the agent's
+	// model: it gets the messages to summarise (the previous summary
+	// first, as a user message, when there is one) and returns the text.
+	// It runs as a fiber step, once per summary, like the model's.
+	Summarize func(ctx context.Context, msgs []Message) (string, error)
 }
 
 func (c *Config) ensureDefaults() {

@@ -149,6 +149,19 @@
 // ContinueLastTurn does the same on demand, in a new stream whose start
 // chunk names the continued message.
 //
+// # Context budget
+//
+// A model call gets the whole stored conversation while it fits
+// Config.ContextTokens (estimated, llm.EstimateTokens). Past it, it gets
+// the system prompt with a summary of the messages up to one of them and
+// the newest messages after it that fit (context.go decides, summary.go
+// does). A summary that is due is made before the call as a fiber step
+// keyed "summary:<message id>", by the provider asked with
+// llm.SummarizePrompt or by Config.Summarize, and stored as
+// context.summarized, which the context view keeps and later calls reuse;
+// a turn recovered after the step completed reuses its recorded result.
+// The conversation is never changed by it.
+//
 // # Sub-agents
 //
 // A tool can be an agent (NewAgentTool; AgentTool is the built-in "agent"

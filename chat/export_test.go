@@ -14,3 +14,9 @@ func StopAt(a *Agent, stop func(ctx context.Context, point string) error) { a.st
 // Acquire and Release take and give back a slot of l, as a turn does.
 func (l *TurnLimiter) Acquire(force bool) error { return l.acquire(force) }
 func (l *TurnLimiter) Release()                 { l.release() }
+
+// MessageTokens is the estimate of m's tokens a context budget counts.
+func MessageTokens(m Message) int { return messageTokens(m) }
+
+// SummaryHeader introduces the summary in a model call's system prompt.
+const SummaryHeader = summaryHeader

@@ -434,6 +434,61 @@ func goldenCases() []goldenCase {
 			},
 		},
 		{
+			// A conversation past its context budget of 300 tokens: the
+			// third turn's summary was made, the process died before it
+			// was stored (context.summarized), and the recovered turn
+			// stored the recorded summary without making it again.
+			name: "context_summarized",
+			run: func(t *testing.T, e *env) {
+				h := e.host(t, goldenAgent, &fake{scripts: []script{passLocal()}}, withBudget(300))
+				talk(t, h, 0, 2)
+				reached := make(chan struct{}, 1)
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "summary-recorded" {
+						return nil
+					}
+					reached <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: longMessage(2)}); err != nil {
+					t.Fatal(err)
+				}
+				wait(t, reached)
+				h.r.Close()
+				recoverHost(t, e, goldenAgent, &fake{scripts: []script{passLocal()}}, withBudget(300))
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				if msgs := settled(t, e, goldenAgent); len(msgs) != 6 {
+					t.Fatalf("%d messages, want 6", len(msgs))
+				}
+				if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnCompleted {
+					t.Fatalf("turn = %+v", tr)
+				}
+				var stored []chat.Summary
+				for _, ev := range h.events {
+					if ev.Type == chat.EventContextSummarized {
+						var s chat.Summary
+						if err := json.Unmarshal(ev.Data, &s); err != nil {
+							t.Fatal(err)
+						}
+						stored = append(stored, s)
+					}
+				}
+				sum, ok, err := e.store.Summary(goldenAgent)
+				if err != nil || !ok || len(stored) != 1 || sum != stored[0] {
+					t.Fatalf("summary view %+v (%v, %v), history's %+v", sum, ok, err, stored)
+				}
+				// The next turn builds on the stored summary.
+				p := &fake{scripts: []script{passLocal()}}
+				hn := recoverHost(t, e, goldenAgent, p, withBudget(300))
+				talk(t, hn, 3, 4)
+				if len(p.reqs) == 0 || !strings.Contains(p.reqs[0].System+p.reqs[0].Messages[0].PlainText(), sum.Text) {
+					t.Fatalf("the next turn's first request does not hold the stored summary %q", sum.Text)
+				}
+			},
+		},
+		{
 			// tool_crash with tracing on: fiber.started and turn.started
 			// carry the turn's span (traceparent, parentSpanId). A
 			// recovery with tracing resumes it: same trace, same span id,

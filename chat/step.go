@@ -198,7 +198,12 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		}
 		st.snap.Step = em.b.steps
 	}
+	history, system, err := a.modelInput(ctx, st, lp, history)
+	if err != nil {
+		return 0, err
+	}
 	req := a.request(st, lp, history, resume)
+	req.System = system
 	for {
 		if a.Interrupted(InterruptTurn) {
 			return 0, ErrCancelled

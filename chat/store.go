@@ -22,6 +22,7 @@ type Store struct {
 	interrupts *eventlog.View
 	turns      *eventlog.View
 	budget     *eventlog.View
+	context    *eventlog.View
 
 	chunkPr  *eventlog.Projector // streams
 	eventPrs []waiter            // the others, all on the events stream
@@ -38,6 +39,7 @@ func eventProjections() []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
 		InterruptsProjection(), TurnsProjection(), BudgetProjection(),
+		ContextProjection(),
 	}
 }
 
@@ -96,6 +98,8 @@ func (s *Store) setView(lg *eventlog.Log, name string) error {
 		s.turns = v
 	case BudgetProjectionName:
 		s.budget = v
+	case ContextProjectionName:
+		s.context = v
 	}
 	return nil
 }

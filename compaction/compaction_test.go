@@ -26,7 +26,7 @@ import (
 // snapshot resets.
 var views = []string{
 	fiber.RunsName, chat.MessagesProjectionName, chat.StateProjectionName, chat.UsageProjectionName,
-	chat.InterruptsProjectionName, chat.TurnsProjectionName, keepalive.ProjectionName,
+	chat.InterruptsProjectionName, chat.TurnsProjectionName, chat.ContextProjectionName, keepalive.ProjectionName,
 }
 
 // node is one process's log with agentd's views of the events stream on
@@ -51,7 +51,7 @@ func openLog(t *testing.T, s *server.Server, cfg eventlog.Config) *node {
 		t.Fatal(err)
 	}
 	for _, p := range []eventlog.Projection{chat.MessagesProjection(), chat.StateProjection(), chat.UsageProjection(),
-		chat.InterruptsProjection(), chat.TurnsProjection(), compaction.View()} {
+		chat.InterruptsProjection(), chat.TurnsProjection(), chat.ContextProjection(), compaction.View()} {
 		if err := f.Add(p); err != nil {
 			t.Fatal(err)
 		}

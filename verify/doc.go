@@ -83,6 +83,10 @@
 //     without one is a question that will never be answered
 //     [KindUserMessageUnanswered]. User messages held only by a snapshot
 //     are not checked.
+//   - A summary is made once: at most one context.summarized names a given
+//     message as the end of what it covers (upto), since the agent's last
+//     messages.truncated; a snapshot's context view counts as one
+//     [KindSummaryTwice].
 //   - A command runs once: no user message is answered by two turns (two
 //     turn.started with its messageId, no messages.truncated of the agent
 //     between them, which lets an id be sent again)

@@ -75,6 +75,9 @@ type agentState struct {
 	// deleted is set once the agent's tombstone was read: its life before
 	// it is gone from the log.
 	deleted bool
+	// summaries counts context.summarized per message id it covers up to,
+	// since the agent's last messages.truncated.
+	summaries map[string]int
 }
 
 func newAgentState(id string) *agentState {
@@ -89,6 +92,8 @@ func newAgentState(id string) *agentState {
 		stored:   map[string]bool{},
 		runs:     map[string]int{},
 		links:    map[string]*linkState{},
+
+		summaries: map[string]int{},
 	}
 }
 
@@ -143,6 +148,9 @@ func (c *checker) event(e eventlog.Event) {
 		c.fiberEvent(a, e, d)
 	case chat.EventMessagesTruncated:
 		clear(a.runs)
+		clear(a.summaries)
+	case chat.EventContextSummarized:
+		c.summaryEvent(a, e)
 	case chat.EventSubagentStarted, chat.EventSubagentEnded:
 		c.linkEvent(a, e)
 	case chat.EventTurnStarted, chat.EventTurnCompleted, chat.EventTurnFailed,
@@ -241,6 +249,17 @@ func (c *checker) snapshot(a *agentState, e eventlog.Event, s eventlog.Snapshot)
 						op.completed = 1
 					}
 				}
+			}
+		}
+	}
+	if sv, ok := s.Views[chat.ContextProjectionName]; ok {
+		sums, err := chat.SnapshotSummaries(sv)
+		if err != nil {
+			bad(err)
+		}
+		for _, sum := range sums {
+			if a.summaries[sum.Upto] == 0 {
+				a.summaries[sum.Upto] = 1
 			}
 		}
 	}
@@ -492,5 +511,22 @@ func (c *checker) finishAgent(a *agentState) {
 			c.notes = append(c.notes, Violation{Kind: KindTurnOrphaned, Agent: a.id, Fiber: fid, Request: rid, Stream: t.stream, Seq: f.endSeq,
 				Text: fmt.Sprintf("the turn's fiber ended (%s) without the turn's outcome; the agent's next turn ends it", strings.TrimPrefix(f.ended, "fiber."))})
 		}
+	}
+}
+
+// summaryEvent checks a context.summarized: a summary of the conversation
+// up to a message is made once (a turn recovered after making it reuses
+// the recorded result), so one message is named by at most one
+// context.summarized since the agent's last messages.truncated.
+func (c *checker) summaryEvent(a *agentState, e eventlog.Event) {
+	var s chat.Summary
+	if err := json.Unmarshal(e.Data, &s); err != nil {
+		c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
+			Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
+		return
+	}
+	if a.summaries[s.Upto]++; a.summaries[s.Upto] > 1 {
+		c.violate(Violation{Kind: KindSummaryTwice, Agent: e.Agent, Request: s.RequestID, Seq: e.Seq,
+			Text: fmt.Sprintf("the conversation up to message %s was summarized %d times", s.Upto, a.summaries[s.Upto])})
 	}
 }

@@ -43,6 +43,7 @@ const (
 	KindLinkNoChildTurn       Kind = "link-no-child-turn"
 	KindBlobMissing           Kind = "blob-missing"
 	KindBlobMismatch          Kind = "blob-mismatch"
+	KindSummaryTwice          Kind = "summary-twice"
 
 	// KindTurnOrphaned is a Note, not a violation: a turn whose fiber
 	// ended without the turn's outcome, which the agent's next turn must

@@ -92,6 +92,7 @@ func clean(h history) {
 	h.typed("a1", "s1", 6, "finish")
 	h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
 	h.ev("a1", "message.updated", m{"id": "m2", "parts": []m{}})
+	h.ev("a1", "context.summarized", m{"upto": "m2", "text": "Summary of 2 messages.", "tokens": 6, "requestId": "r1"})
 	h.ev("a1", "usage.recorded", m{"requestId": "r1", "input": 1, "output": 2})
 	h.ev("a1", "turn.completed", m{"requestId": "r1", "finishReason": "stop"})
 	h.ev("a1", "fiber.completed", m{"id": "f1"})
@@ -300,6 +301,9 @@ func TestViolations(t *testing.T) {
 			h.ev("k2", "fiber.started", m{"id": "f10", "name": "__chat_turn:sub9"})
 			h.ev("k2", "turn.started", m{"requestId": "sub9", "streamId": "s10",
 				"parent": m{"agent": "p1", "requestId": "rp", "callId": "c1", "mode": "ephemeral", "chain": []string{"p1"}}})
+		}},
+		{"summary made twice", verify.KindSummaryTwice, nil, func(h history) {
+			h.ev("a1", "context.summarized", m{"upto": "m2", "text": "Summary of 2 messages.", "tokens": 6, "requestId": "r3"})
 		}},
 		{"link ended twice", verify.KindLinkEndedTwice, nil, func(h history) {
 			h.ev("p1", "subagent.ended", m{"parentRequestId": "rp", "callId": "c1", "agent": "k1", "requestId": "sub1", "status": "cancelled"})

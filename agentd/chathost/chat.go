@@ -47,20 +47,21 @@ type Type struct {
 	config   func(*chat.Config) // optional tweaks, for embedding programs
 
 	// Set at start.
-	log        *eventlog.Log
-	store      *chat.Store
-	batcher    *eventlog.Batcher
-	maxPayload int64
-	registerer prometheus.Registerer
-	turns      *chat.TurnLimiter // --max-turns, shared by the node's chat agents
-	turnQuota  int               // the tenant's turns quota when it binds, else 0
-	node       *chat.TurnLimiter // ShareTurns's, else nil
-	logger     *slog.Logger
-	tp         trace.TracerProvider
-	content    bool        // --trace-content
-	price      *cost.Price // the provider's model's, from --prices
-	blobs      *blob.Store
-	blobTh     int // --blob-threshold
+	log           *eventlog.Log
+	store         *chat.Store
+	batcher       *eventlog.Batcher
+	maxPayload    int64
+	registerer    prometheus.Registerer
+	turns         *chat.TurnLimiter // --max-turns, shared by the node's chat agents
+	turnQuota     int               // the tenant's turns quota when it binds, else 0
+	node          *chat.TurnLimiter // ShareTurns's, else nil
+	logger        *slog.Logger
+	tp            trace.TracerProvider
+	content       bool        // --trace-content
+	price         *cost.Price // the provider's model's, from --prices
+	blobs         *blob.Store
+	blobTh        int // --blob-threshold
+	contextTokens int // --context-tokens
 	// refsWritable reports whether the cluster's record format lets
 	// references be written (agentd.FormatBlobRefs).
 	refsWritable func() bool
@@ -91,6 +92,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		ct.store, ct.maxPayload, ct.registerer, ct.log = store, deps.Log.MaxPayload(), deps.Registerer, deps.Log
 		ct.logger = deps.Logger
 		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
+		ct.contextTokens = deps.Config.ContextTokens
 		prices, err := cost.Load(deps.Config.Prices)
 		if err != nil {
 			return agentd.ConfigErrorf("prices", "prices file %s: %s", deps.Config.Prices, strings.TrimPrefix(err.Error(), "cost: "))
@@ -157,6 +159,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
 		Price:         ct.price,
 		BlobThreshold: ct.blobTh,
+		ContextTokens: ct.contextTokens,
 	}
 	if ct.blobs != nil {
 		cfg.Blobs, cfg.BlobRefsWritable = ct.blobs, ct.refsWritable

@@ -96,6 +96,9 @@ type localStep struct {
 // tool results after the message (line k and the lines joined to it), and
 // once every line has a result it answers with a sentence per result.
 func planLocal(msgs []Message) localStep {
+	if isSummaryRequest(msgs) {
+		return localStep{prompt: SummarizePrompt, text: LocalSummary(msgs[:len(msgs)-1])}
+	}
 	ui := lastUserIndex(msgs)
 	if ui < 0 {
 		return localStep{text: localAnswer("")}

@@ -317,3 +317,7 @@ func (p *Provider) params(req llm.Request) (sdk.MessageNewParams, error) {
 	}
 	return params, nil
 }
+
+// ContextTokens returns llm.DefaultAnthropicContextTokens: the context
+// budget a chat agent on this provider has unless it sets its own.
+func (p *Provider) ContextTokens() int { return llm.DefaultAnthropicContextTokens }

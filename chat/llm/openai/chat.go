@@ -256,3 +256,7 @@ func (p *ChatCompletions) params(req llm.Request) (sdk.ChatCompletionNewParams, 
 	}
 	return params, nil
 }
+
+// ContextTokens returns llm.DefaultOpenAIContextTokens: the context budget
+// a chat agent on this provider has unless it sets its own.
+func (p *ChatCompletions) ContextTokens() int { return llm.DefaultOpenAIContextTokens }

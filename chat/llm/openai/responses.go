@@ -233,3 +233,7 @@ func responseFinishReason(r responses.Response, sawCall bool) string {
 	}
 	return llm.FinishStop
 }
+
+// ContextTokens returns llm.DefaultOpenAIContextTokens: the context budget
+// a chat agent on this provider has unless it sets its own.
+func (p *Responses) ContextTokens() int { return llm.DefaultOpenAIContextTokens }
