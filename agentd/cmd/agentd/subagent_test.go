@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,7 +192,8 @@ func testBinarySubagents(t *testing.T, bin string) {
 		}
 	})
 
-	// A cancel of the parent stops its running child; a cycle is refused
+	// A stop of the parent (POST /v1/chat/{id}/stop) stops its running
+	// child, which ends interrupted, and its stream gets one abort; a cycle is refused
 	// with a tool error; the parent waits deactivated and resumes.
 	t.Run("CancelCycleIdle", func(t *testing.T) {
 		data := filepath.Join(t.TempDir(), "data")
@@ -218,7 +220,17 @@ func testBinarySubagents(t *testing.T, bin string) {
 			if err != nil {
 				t.Errorf("console: the waiting parent's child: %v", err)
 			}
-			c.command("stopper", "cancel", nil)
+			// The chat page's and useChat's Stop: POST /v1/chat/{id}/stop.
+			resp, err := http.Post("http://"+httpAddr+"/v1/chat/stopper/stop", "application/json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stopped struct{ Stopped bool }
+			json.NewDecoder(resp.Body).Decode(&stopped)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !stopped.Stopped {
+				t.Errorf("POST stop: %d %+v, want 200 and stopped", resp.StatusCode, stopped)
+			}
 			chunks := c.streamChunks("stopper", reply.StreamID)
 			for deadline := time.Now().Add(30 * time.Second); len(chunks) == 0 || !chunks[len(chunks)-1].Terminal(); chunks = c.streamChunks("stopper", reply.StreamID) {
 				if time.Now().After(deadline) {
@@ -226,10 +238,13 @@ func testBinarySubagents(t *testing.T, bin string) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if last := chunks[len(chunks)-1]; last.Type != chunk.Abort {
-				t.Errorf("parent ended with %+v, want abort", last)
+			if got := terminals(chunks); len(got) != 1 || got[0] != chunk.Abort {
+				t.Errorf("the parent's stream's terminal chunks are %v, want one abort", got)
 			}
 			waitTurnStatus(t, c, "teller", chat.EventTurnInterrupted)
+			if got := terminals(onlyStreamEnd(t, c, "teller")); len(got) != 1 || got[0] != chunk.Abort {
+				t.Errorf("the child's stream's terminal chunks are %v, want one abort", got)
+			}
 			err = chromedp.Run(ctx,
 				chromedp.Navigate(console+"#/"),
 				chromedp.Click(`a[data-children="stopper"]`, chromedp.ByQuery),
