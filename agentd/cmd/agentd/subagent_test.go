@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -245,6 +247,14 @@ func testBinarySubagents(t *testing.T, bin string) {
 			if got := terminals(onlyStreamEnd(t, c, "teller")); len(got) != 1 || got[0] != chunk.Abort {
 				t.Errorf("the child's stream's terminal chunks are %v, want one abort", got)
 			}
+			// The parent's watchers got the child's progress, stored: a
+			// watcher that comes now reads it from the start.
+			links := subagentBroadcasts(t, httpAddr, "stopper", 2)
+			if len(links) != 2 || links[0].Event != chat.EventSubagentStarted || links[0].Status != chat.LinkRunning ||
+				links[1].Event != chat.EventSubagentEnded || links[1].Status != chat.LinkCancelled ||
+				links[0].Agent != "teller" || links[1].StreamID == "" || links[1].ParentRequestID != reply.RequestID {
+				t.Errorf("the parent's sub-agent broadcasts: %+v, want teller started (running) then ended (cancelled) in turn %s", links, reply.RequestID)
+			}
 			err = chromedp.Run(ctx,
 				chromedp.Navigate(console+"#/"),
 				chromedp.Click(`a[data-children="stopper"]`, chromedp.ByQuery),
@@ -444,4 +454,39 @@ func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
 	if now := ownerOf(c, child).Owner; now == victim.name {
 		t.Errorf("the child is still owned by the killed node")
 	}
+}
+
+// subagentBroadcasts reads an agent's events from the start (GET
+// /v1/agents/{id}/events?after=0) until n sub-agent progress broadcasts
+// came (or 20 s passed), and returns them.
+func subagentBroadcasts(t *testing.T, httpAddr, agent string, n int) []chathost.SubagentLink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/agents/"+agent+"/events?after=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []chathost.SubagentLink
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for len(out) < n && sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var msg struct {
+			Type string
+			Data chathost.SubagentProgress
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(data)), &msg) == nil && msg.Type == "broadcast" && msg.Data.Subagent.Event != "" {
+			out = append(out, msg.Data.Subagent)
+		}
+	}
+	return out
 }
