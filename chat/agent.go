@@ -143,6 +143,12 @@ type Config struct {
 	// serialized): agentd publishes the change to the agent's clients
 	// (host.Env.PublishState). It must not block.
 	OnState func(ctx context.Context, version int, value json.RawMessage)
+	// OnLink, when set, is called after each sub-agent link event
+	// (EventSubagentStarted, then EventSubagentEnded) is stored, with its
+	// type and the link: agentd broadcasts it to the agent's watchers, so
+	// a sub-agent's progress reaches them. A link appended again (a retry,
+	// a recovered turn) is reported again. It must not block for long.
+	OnLink func(ctx context.Context, typ string, l ChildLink)
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().

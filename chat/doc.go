@@ -217,6 +217,9 @@
 //     "turn" interrupt, a failure) tells each running child to cancel its
 //     turn (Peers.CancelChild, by request id) and records the link
 //     cancelled, so every started link ends.
+//   - Progress. Config.OnLink is told of every stored link event
+//     (subagent.started, subagent.ended); agentd broadcasts it to the
+//     parent's watchers, who resume it from a cursor.
 //   - Usage. usage.recorded of the parent's turn carries subagents {input,
 //     output, calls}: its children's turns' usage (their own and their
 //     sub-agents'), apart from input and output, the turn's own; the

@@ -277,7 +277,8 @@ func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (
 
 // appendLink appends a link event with an id derived from the call and
 // the event type, so a retried append is stored once (within JetStream's
-// duplicate window; the turns view keeps the first one anyway).
+// duplicate window; the turns view keeps the first one anyway), and
+// reports it to Config.OnLink.
 func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
 	e, err := a.event(typ, l)
 	if err != nil {
@@ -292,7 +293,13 @@ func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
 	if err != nil {
 		return fmt.Errorf("chat: append %s: %w", typ, err)
 	}
-	return a.store.WaitFor(ctx, seq)
+	if err := a.store.WaitFor(ctx, seq); err != nil {
+		return err
+	}
+	if a.cfg.OnLink != nil {
+		a.cfg.OnLink(ctx, typ, l)
+	}
+	return nil
 }
 
 // awaitChild waits until the child's turn of link has ended, then records

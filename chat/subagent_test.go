@@ -362,7 +362,8 @@ func TestSubagentParentDeactivated(t *testing.T) {
 }
 
 // TestSubagentCancel: cancelling a parent that waits for its child stops
-// the child's turn too (interrupted), and records the link cancelled.
+// the child's turn too (interrupted), and records the link cancelled;
+// Config.OnLink is told of the link's start and of its end.
 func TestSubagentCancel(t *testing.T) {
 	e := newEnv(t)
 	g := newGate()
@@ -372,6 +373,18 @@ func TestSubagentCancel(t *testing.T) {
 		}
 		return local(agent)
 	})
+	var linkMu sync.Mutex
+	var reported []string
+	m.opt = func(c *chat.Config) {
+		if c.Agent != "boss" {
+			return
+		}
+		c.OnLink = func(_ context.Context, typ string, l chat.ChildLink) {
+			linkMu.Lock()
+			defer linkMu.Unlock()
+			reported = append(reported, typ+" "+l.Agent+" "+l.Status)
+		}
+	}
 	boss := m.get("boss")
 	turn, err := boss.a.Send(t.Context(), chat.SendRequest{Text: "/agent slow tell me a story"})
 	if err != nil {
@@ -396,6 +409,12 @@ func TestSubagentCancel(t *testing.T) {
 		t.Fatalf("links %+v", links)
 	}
 	storedCancelled(t, e, "boss", turn)
+	linkMu.Lock()
+	got := strings.Join(reported, ", ")
+	linkMu.Unlock()
+	if want := chat.EventSubagentStarted + " slow running, " + chat.EventSubagentEnded + " slow cancelled"; got != want {
+		t.Errorf("OnLink reported %q, want %q", got, want)
+	}
 	checkClean(t, e.lg)
 }
 

@@ -33,16 +33,17 @@ func nodePaths(t *testing.T) (node, npm string) {
 // aisdkFlows are the flows testdata/aisdk/chat.mjs runs for each major
 // version of the AI SDK ("ai" on npm): tool approvals came with AI SDK 6.
 var aisdkFlows = map[string][]string{
-	"5": {"server", "client", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
-	"6": {"server", "client", "approval", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
-	"7": {"server", "client", "approval", "resume", "subagent", "regenerate", "edit", "regenerate-light", "edit-light", "long"},
+	"5": {"server", "client", "resume", "stop", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
+	"6": {"server", "client", "approval", "resume", "stop", "subagent", "regenerate", "edit", "regenerate-light", "edit-light"},
+	"7": {"server", "client", "approval", "resume", "stop", "subagent", "regenerate", "edit", "regenerate-light", "edit-light", "long"},
 }
 
 // testBinaryAISDK: a stock Vercel AI SDK chat client (AbstractChat, the
 // core of useChat, over DefaultChatTransport), for ai 5, 6 and 7, talks to
 // agentd's HTTP gateway: a server tool, a client tool answered with
 // addToolResult, an approval answered with addToolApprovalResponse (6 and
-// later), a resumeStream from a new client while a tool runs, and a
+// later), a resumeStream from a new client while a tool runs, a Stop as
+// docs/reference.md wires it (the turn aborted, the partial kept), and a
 // sub-agent call whose data-subagent part a second client follows to the
 // child's stream, a regenerate and an edit of an earlier message (with
 // the whole conversation in each request, and with only the new message,

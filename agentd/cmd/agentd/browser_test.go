@@ -82,6 +82,8 @@ func chromiumPath(t *testing.T) string {
 
 // testBinaryBrowserReload: in headless Chromium the chat page sends a
 // message, the page is reloaded mid-turn, and the full reply is shown once.
+// On the same daemon and browser, Stop ends a turn and a closed tab does
+// not (testBrowserStop, testBrowserCloseTab).
 func testBinaryBrowserReload(t *testing.T, bin string) {
 	chromium := chromiumPath(t)
 	data := filepath.Join(t.TempDir(), "data")
@@ -101,7 +103,7 @@ func testBinaryBrowserReload(t *testing.T, bin string) {
 	err := chromedp.Run(ctx,
 		chromedp.Navigate(url),
 		chromedp.WaitVisible(`#input`, chromedp.ByQuery),
-		chromedp.SendKeys(`#input`, "Tell me a story about a lighthouse.", chromedp.ByQuery),
+		chromedp.SendKeys(`#input`, storyPrompt, chromedp.ByQuery),
 		chromedp.Click(`#send`, chromedp.ByQuery),
 		chromedp.WaitVisible(assistant+`[data-status=streaming]`, chromedp.ByQuery),
 		chromedp.Poll(`(document.querySelector('.msg[data-role=assistant]')?.textContent || '').length > 80`, nil, chromedp.WithPollingTimeout(30*time.Second)),
@@ -124,12 +126,7 @@ func testBinaryBrowserReload(t *testing.T, bin string) {
 	}
 	// The page is done at the finish chunk; the turn stores the assistant
 	// message just after it, so wait for the stored reply to appear.
-	var want string
-	for deadline := time.Now().Add(10 * time.Second); want == "" && time.Now().Before(deadline); {
-		if want = assistantText(t, httpAddr, chatID); want == "" {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	want := storedReply(t, httpAddr, chatID)
 	if n != 1 {
 		t.Errorf("%d assistant messages shown, want 1", n)
 	}
@@ -140,6 +137,9 @@ func testBinaryBrowserReload(t *testing.T, bin string) {
 		t.Errorf("the reload did not happen mid-turn (%d of %d bytes shown before it)", len(partial), len(want))
 	}
 	t.Logf("reloaded after %d of %d bytes", len(partial), len(want))
+
+	t.Run("Stop", func(t *testing.T) { testBrowserStop(t, ctx, dialAgentd(t, natsAddr), httpAddr, len(want)) })
+	t.Run("CloseTab", func(t *testing.T) { testBrowserCloseTab(t, ctx, dialAgentd(t, natsAddr), httpAddr, len(want)) })
 }
 
 // assistantText is the stored assistant reply of a chat.

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,7 +194,8 @@ func testBinarySubagents(t *testing.T, bin string) {
 		}
 	})
 
-	// A cancel of the parent stops its running child; a cycle is refused
+	// A stop of the parent (POST /v1/chat/{id}/stop) stops its running
+	// child, which ends interrupted, and its stream gets one abort; a cycle is refused
 	// with a tool error; the parent waits deactivated and resumes.
 	t.Run("CancelCycleIdle", func(t *testing.T) {
 		data := filepath.Join(t.TempDir(), "data")
@@ -218,7 +222,17 @@ func testBinarySubagents(t *testing.T, bin string) {
 			if err != nil {
 				t.Errorf("console: the waiting parent's child: %v", err)
 			}
-			c.command("stopper", "cancel", nil)
+			// The chat page's and useChat's Stop: POST /v1/chat/{id}/stop.
+			resp, err := http.Post("http://"+httpAddr+"/v1/chat/stopper/stop", "application/json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stopped struct{ Stopped bool }
+			json.NewDecoder(resp.Body).Decode(&stopped)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !stopped.Stopped {
+				t.Errorf("POST stop: %d %+v, want 200 and stopped", resp.StatusCode, stopped)
+			}
 			chunks := c.streamChunks("stopper", reply.StreamID)
 			for deadline := time.Now().Add(30 * time.Second); len(chunks) == 0 || !chunks[len(chunks)-1].Terminal(); chunks = c.streamChunks("stopper", reply.StreamID) {
 				if time.Now().After(deadline) {
@@ -226,10 +240,21 @@ func testBinarySubagents(t *testing.T, bin string) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if last := chunks[len(chunks)-1]; last.Type != chunk.Abort {
-				t.Errorf("parent ended with %+v, want abort", last)
+			if got := terminals(chunks); len(got) != 1 || got[0] != chunk.Abort {
+				t.Errorf("the parent's stream's terminal chunks are %v, want one abort", got)
 			}
 			waitTurnStatus(t, c, "teller", chat.EventTurnInterrupted)
+			if got := terminals(onlyStreamEnd(t, c, "teller")); len(got) != 1 || got[0] != chunk.Abort {
+				t.Errorf("the child's stream's terminal chunks are %v, want one abort", got)
+			}
+			// The parent's watchers got the child's progress, stored: a
+			// watcher that comes now reads it from the start.
+			links := subagentBroadcasts(t, httpAddr, "stopper", 2)
+			if len(links) != 2 || links[0].Event != chat.EventSubagentStarted || links[0].Status != chat.LinkRunning ||
+				links[1].Event != chat.EventSubagentEnded || links[1].Status != chat.LinkCancelled ||
+				links[0].Agent != "teller" || links[1].StreamID == "" || links[1].ParentRequestID != reply.RequestID {
+				t.Errorf("the parent's sub-agent broadcasts: %+v, want teller started (running) then ended (cancelled) in turn %s", links, reply.RequestID)
+			}
 			err = chromedp.Run(ctx,
 				chromedp.Navigate(console+"#/"),
 				chromedp.Click(`a[data-children="stopper"]`, chromedp.ByQuery),
@@ -429,4 +454,39 @@ func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
 	if now := ownerOf(c, child).Owner; now == victim.name {
 		t.Errorf("the child is still owned by the killed node")
 	}
+}
+
+// subagentBroadcasts reads an agent's events from the start (GET
+// /v1/agents/{id}/events?after=0) until n sub-agent progress broadcasts
+// came (or 20 s passed), and returns them.
+func subagentBroadcasts(t *testing.T, httpAddr, agent string, n int) []chathost.SubagentLink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/agents/"+agent+"/events?after=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []chathost.SubagentLink
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for len(out) < n && sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var msg struct {
+			Type string
+			Data chathost.SubagentProgress
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(data)), &msg) == nil && msg.Type == "broadcast" && msg.Data.Subagent.Event != "" {
+			out = append(out, msg.Data.Subagent)
+		}
+	}
+	return out
 }

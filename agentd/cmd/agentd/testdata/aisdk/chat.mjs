@@ -11,7 +11,8 @@
 //
 // Flows: server tool, client tool (addToolResult), approval
 // (addToolApprovalResponse; AI SDK 6 and later), resuming a turn while
-// a tool runs (resumeStream on a new client), a sub-agent (the
+// a tool runs (resumeStream on a new client), Stop (the stop endpoint,
+// the partial answer kept), a sub-agent (the
 // data-subagent part, and the child's stream followed by another client),
 // regenerate and an edit of an earlier message (sending the whole
 // conversation, and only the new message), and (AI SDK 7) a history of
@@ -131,6 +132,14 @@ function newChat(id, { messages = [], tools, auto, onData, after, light } = {}) 
 		onError: (e) => chat.errors.push(e),
 	});
 	return chat;
+}
+
+// stopTurn is docs/reference.md's Stop: POST the stop endpoint, and let
+// the stream end by its abort chunk; only a stop that did not reach the
+// server aborts the fetch (chat.stop(), a disconnect).
+async function stopTurn(chat) {
+	const res = await fetch(`${base}/v1/chat/${chat.id}/stop`, { method: 'POST' }).catch(() => null);
+	if (!res?.ok) await chat.stop();
 }
 
 function fail(msg) {
@@ -382,6 +391,41 @@ const flows = {
 		await sameAsServer(chat);
 	},
 
+	// Stop: docs/reference.md's stopTurn in the middle of an answer. The
+	// stop endpoint ends the turn, whose stream ends with its one abort
+	// chunk (the stream's status aborted); the client, whose fetch was not
+	// aborted, reads the stream to that end and keeps the partial answer,
+	// which is the stored assistant message.
+	async stop(id) {
+		const chat = newChat(id);
+		const sent = chat.sendMessage({ text: 'Tell me a story about a lighthouse.' });
+		await chat.st.until('some of the answer', () => {
+			const m = chat.messages.at(-1);
+			return m?.role === 'assistant' && textOf(m).length > 20;
+		});
+		await stopTurn(chat);
+		await sent;
+		noErrors(chat);
+		if (chat.status !== 'ready') fail(`status ${chat.status} after the stop`);
+		const m = assistant(chat);
+		const res = await fetch(`${base}/v1/agents/${id}/streams`);
+		const { streams } = await res.json();
+		if (streams?.length !== 1 || streams[0].status !== 'aborted' || streams[0].messageId !== m.id) {
+			fail(`streams ${show(streams)}, want the one stream of message ${m.id}, aborted`);
+		}
+		if (!textOf(m)) fail(`the partial answer is lost: ${show(m)}`);
+		// The partial answer is stored just after the abort chunk.
+		for (let tries = 0; ; tries++) {
+			try {
+				await sameAsServer(chat);
+				break;
+			} catch (e) {
+				if (tries >= 50) throw e;
+				await new Promise((r) => setTimeout(r, 100));
+			}
+		}
+	},
+
 	// Resume: while the clock tool runs, the client is dropped; a new
 	// client with the messages so far resumes the stream and ends with the
 	// whole message, each part once.
@@ -415,7 +459,7 @@ const flows = {
 	},
 };
 
-const run = process.env.FLOWS ? process.env.FLOWS.split(',') : ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume', 'subagent', 'regenerate', 'edit', 'regenerate-light', 'edit-light', ...(version === '7' ? ['long'] : [])];
+const run = process.env.FLOWS ? process.env.FLOWS.split(',') : ['server', 'client', ...(hasApproval ? ['approval'] : []), 'resume', 'stop', 'subagent', 'regenerate', 'edit', 'regenerate-light', 'edit-light', ...(version === '7' ? ['long'] : [])];
 let failed = false;
 for (const name of run) {
 	const id = `${prefix}-${name}`;
