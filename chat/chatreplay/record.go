@@ -1,0 +1,206 @@
+package chatreplay
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+)
+
+// started is what a replay reads of a recorded turn.started.
+type started struct {
+	RequestID string          `json:"requestId"`
+	StreamID  string          `json:"streamId"`
+	MessageID string          `json:"messageId"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	Tools     []llm.Tool      `json:"tools,omitempty"`
+	Continues string          `json:"continues,omitempty"`
+	Answers   json.RawMessage `json:"answers,omitempty"`
+	Message   *chat.Message   `json:"message,omitempty"`
+}
+
+// turn is one recorded turn: its start, the user message it answers, its
+// comparable events, and what the model and the tools answered.
+type turn struct {
+	start   started
+	message *chat.Message
+	// skip says why the turn cannot be replayed; "" when it can.
+	skip   string
+	events []eventlog.Event
+	chunks []chunk.Chunk
+	steps  [][]llm.Delta
+	calls  map[string]*recordedCall
+}
+
+// recordedCall is a server tool call of a recorded turn and its result.
+type recordedCall struct {
+	name   string
+	input  json.RawMessage
+	output json.RawMessage
+	errMsg string
+	ran    bool
+}
+
+// turnEnds are the event types that end a turn.
+var turnEnds = map[string]bool{"turn.completed": true, "turn.failed": true, "turn.interrupted": true}
+
+// comparable reports whether e is compared: the turn's own facts, not the
+// bookkeeping of its fibers and steps (fiber.*, op.*), whose stashes
+// depend on timing.
+func comparable(e eventlog.Event) bool {
+	return !strings.HasPrefix(e.Type, "fiber.") && !strings.HasPrefix(e.Type, "op.")
+}
+
+// requestOf is the requestId of an event's data, "" without one.
+func requestOf(e eventlog.Event) string {
+	var v struct {
+		RequestID string `json:"requestId"`
+	}
+	_ = json.Unmarshal(e.Data, &v)
+	return v.RequestID
+}
+
+// turns splits rec into its turns, in the order they started.
+func turns(rec *Recording) []*turn {
+	chunks := map[string][]chunk.Chunk{}
+	for _, e := range rec.Chunks {
+		var c chunk.Chunk
+		if e.Type != "chunk" || json.Unmarshal(e.Data, &c) != nil {
+			continue
+		}
+		chunks[e.Stream] = append(chunks[e.Stream], c)
+	}
+	userMessages := map[string]*chat.Message{}
+	var out []*turn
+	for i, e := range rec.Events {
+		switch e.Type {
+		case "message.appended":
+			var m chat.Message
+			if json.Unmarshal(e.Data, &m) == nil && m.Role == "user" {
+				userMessages[m.ID] = &m
+			}
+			continue
+		case "turn.started":
+		default:
+			continue
+		}
+		t := &turn{}
+		if err := json.Unmarshal(e.Data, &t.start); err != nil {
+			continue
+		}
+		t.message = t.start.Message
+		if t.message == nil {
+			t.message = userMessages[t.start.MessageID]
+		}
+		switch {
+		case t.start.Continues != "":
+			t.skip = "it continues an earlier answer"
+		case len(t.start.Answers) > 0:
+			t.skip = "it answers tool calls (approvals or client results)"
+		case t.message == nil:
+			t.skip = "its user message is not in the log"
+		}
+		ended := false
+		for _, f := range rec.Events[i:] {
+			if comparable(f) {
+				t.events = append(t.events, f)
+			}
+			if turnEnds[f.Type] && requestOf(f) == t.start.RequestID {
+				ended = true
+				break
+			}
+		}
+		if !ended && t.skip == "" {
+			t.skip = "it has not ended"
+		}
+		t.chunks = chunks[t.start.StreamID]
+		t.steps, t.calls = modelOutputs(t.chunks)
+		out = append(out, t)
+	}
+	return out
+}
+
+// modelOutputs reads a turn's stream back into what the model streamed in
+// each step (the deltas a provider gave) and the server tool calls' results.
+func modelOutputs(cs []chunk.Chunk) ([][]llm.Delta, map[string]*recordedCall) {
+	var steps [][]llm.Delta
+	calls := map[string]*recordedCall{}
+	var cur []llm.Delta
+	open, hasCalls := false, false
+	reason := llm.FinishStop
+	var usage *llm.Usage
+	names := map[string]string{} // tool call id -> name, from tool-input-start
+	end := func() {
+		if !open {
+			return
+		}
+		steps = append(steps, cur)
+		cur, open, hasCalls = nil, false, false
+	}
+	for _, c := range cs {
+		switch c.Type {
+		case chunk.StartStep:
+			end()
+			open = true
+		case chunk.TextDelta:
+			cur = append(cur, llm.Delta{Kind: llm.TextDelta, Text: c.Delta})
+		case chunk.ReasoningDelta:
+			cur = append(cur, llm.Delta{Kind: llm.ReasoningDelta, Text: c.Delta})
+		case chunk.ToolInputStart:
+			names[c.ToolCallID] = c.ToolName
+		case chunk.ToolInputDelta:
+			cur = append(cur, llm.Delta{Kind: llm.ToolInputDelta, ToolCallID: c.ToolCallID, ToolName: names[c.ToolCallID], Text: c.InputTextDelta})
+		case chunk.ToolInput:
+			cur = append(cur, llm.Delta{Kind: llm.ToolCallDone, ToolCallID: c.ToolCallID, ToolName: c.ToolName, Input: c.Input})
+			calls[c.ToolCallID] = &recordedCall{name: c.ToolName, input: c.Input}
+			hasCalls = true
+		case chunk.ToolOutput:
+			if rc := calls[c.ToolCallID]; rc != nil {
+				rc.output, rc.ran = c.Output, true
+			}
+		case chunk.ToolOutputError:
+			if rc := calls[c.ToolCallID]; rc != nil {
+				rc.errMsg, rc.ran = c.ErrorText, true
+			}
+		case chunk.FinishStep:
+			r := reason
+			if hasCalls {
+				r = llm.FinishToolCalls
+			}
+			cur = append(cur, llm.Delta{Kind: llm.Finish, FinishReason: r})
+			end()
+		case chunk.Finish:
+			end()
+			if c.FinishReason != "" && c.FinishReason != llm.FinishToolCalls {
+				reason = c.FinishReason
+			}
+			var md chunk.FinishMetadata
+			if json.Unmarshal(c.MessageMetadata, &md) == nil && md.Usage != nil {
+				usage = &llm.Usage{InputTokens: md.Usage.InputTokens, OutputTokens: md.Usage.OutputTokens}
+			}
+		}
+	}
+	end()
+	// The stream holds the turn's usage, not each step's: the last step
+	// reports it all, and a step without calls finishes as the turn did.
+	for i, st := range steps {
+		last := i == len(steps)-1
+		for j := range st {
+			d := &st[j]
+			if d.Kind != llm.Finish {
+				continue
+			}
+			if d.FinishReason != llm.FinishToolCalls {
+				d.FinishReason = reason
+			}
+			if last && usage != nil {
+				u := *usage
+				d.Usage = &u
+			}
+		}
+	}
+	return steps, calls
+}
