@@ -8,10 +8,11 @@
 // A Recording is an agent's stored events and chunks (Read from a log, or
 // Load from a file written by Write, one stored event per line). Run takes
 // its turns in order. For each, it sends the recorded user message, with
-// the same request id, body and client tools, to a fresh chat.Agent of the
-// same id, configured by Options.Configure (the agent type's code under
-// test), on a throwaway log: an embedded nats-server and Pebble in a
-// temporary directory, real parts, removed afterwards. There:
+// the same request id, body and client tools (or, for a turn that answered
+// tool calls, the recorded answers: approvals, client results), to a fresh
+// chat.Agent of the same id, configured by Options.Configure (the agent
+// type's code under test), on a throwaway log: an embedded nats-server and
+// Pebble in a temporary directory, real parts, removed afterwards. There:
 //
 //   - the model is the recording: call k of the turn streams what the
 //     recorded model streamed in step k (its text, reasoning and tool
@@ -19,8 +20,9 @@
 //     turn's usage on its last step;
 //   - each server tool keeps its name, schema, safety and approval rule,
 //     but a call is answered with its recorded result (the stream's
-//     tool-output-available or tool-output-error), never run: nothing
-//     reaches a model, runs a tool, or is written to the recorded log.
+//     tool-output-available or tool-output-error, in whichever of the
+//     agent's streams it was written), never run: nothing reaches a
+//     model, runs a tool, or is written to the recorded log.
 //
 // The turns before a turn run the same way, so its conversation is built
 // by the code under test from the recorded outputs.
@@ -29,12 +31,13 @@
 //
 //  1. The tool runner: a call the recording did not run, or with another
 //     tool name or input (JSON values compared), is a difference.
-//  2. The model: a recorded step calling a tool the new code does not
-//     offer (a renamed or removed tool), or a call beyond the recorded
-//     steps (the new code called the model more often).
+//  2. The model's input: a recorded step calling a tool the new code
+//     does not offer (a renamed or removed tool).
 //  3. The tool calls of the stream in order: each call's id, tool and
 //     input, and its outcome (output, error, approval request, denial).
-//  4. The turn's events, without the fibers' and steps' bookkeeping
+//  4. The model calls: a call beyond the recorded steps (the new code
+//     called the model more often).
+//  5. The turn's events, without the fibers' and steps' bookkeeping
 //     (fiber.*, op.*, whose stashes depend on timing): each event's type,
 //     a message's role and parts, a turn's finish reason, the usage.
 //
@@ -42,9 +45,8 @@
 //
 // # Limits
 //
-// Turns that continue an earlier answer (ContinueLastTurn) or answer
-// tool calls (approvals, client results) are reported as skipped, as is
-// a turn that has not ended. Sub-agent calls are answered from the
+// Turns that continue an earlier answer (ContinueLastTurn) are reported
+// as skipped, as is a turn that has not ended. Sub-agent calls are answered from the
 // recording like any tool (no child runs). Payloads stored by reference
 // (blobs) and a fork's history shared from its parent are not read: replay
 // an agent whose events hold them inline.

@@ -18,7 +18,7 @@ type started struct {
 	Body      json.RawMessage `json:"body,omitempty"`
 	Tools     []llm.Tool      `json:"tools,omitempty"`
 	Continues string          `json:"continues,omitempty"`
-	Answers   json.RawMessage `json:"answers,omitempty"`
+	Answers   []chat.ToolAnswer `json:"answers,omitempty"`
 	Message   *chat.Message   `json:"message,omitempty"`
 }
 
@@ -66,12 +66,23 @@ func requestOf(e eventlog.Event) string {
 // turns splits rec into its turns, in the order they started.
 func turns(rec *Recording) []*turn {
 	chunks := map[string][]chunk.Chunk{}
+	var order []string // stream ids, in the order they began
 	for _, e := range rec.Chunks {
 		var c chunk.Chunk
 		if e.Type != "chunk" || json.Unmarshal(e.Data, &c) != nil {
 			continue
 		}
+		if chunks[e.Stream] == nil {
+			order = append(order, e.Stream)
+		}
 		chunks[e.Stream] = append(chunks[e.Stream], c)
+	}
+	// A call's input and its result may be in two streams: a call waiting
+	// for approval runs in the stream of the turn that answers it. Call
+	// ids are the model's, unique within the agent's turns.
+	calls := map[string]*recordedCall{}
+	for _, id := range order {
+		recordCalls(chunks[id], calls)
 	}
 	userMessages := map[string]*chat.Message{}
 	var out []*turn
@@ -96,10 +107,11 @@ func turns(rec *Recording) []*turn {
 			t.message = userMessages[t.start.MessageID]
 		}
 		switch {
+		case len(t.start.Answers) > 0:
+			// Answers (approvals, client results) resume a waiting
+			// message: no user message.
 		case t.start.Continues != "":
 			t.skip = "it continues an earlier answer"
-		case len(t.start.Answers) > 0:
-			t.skip = "it answers tool calls (approvals or client results)"
 		case t.message == nil:
 			t.skip = "its user message is not in the log"
 		}
@@ -117,17 +129,35 @@ func turns(rec *Recording) []*turn {
 			t.skip = "it has not ended"
 		}
 		t.chunks = chunks[t.start.StreamID]
-		t.steps, t.calls = modelOutputs(t.chunks)
+		t.steps = modelOutputs(t.chunks)
+		t.calls = calls
 		out = append(out, t)
 	}
 	return out
 }
 
+// recordCalls adds the tool calls of a stream, and their results, to calls.
+func recordCalls(cs []chunk.Chunk, calls map[string]*recordedCall) {
+	for _, c := range cs {
+		switch c.Type {
+		case chunk.ToolInput:
+			calls[c.ToolCallID] = &recordedCall{name: c.ToolName, input: c.Input}
+		case chunk.ToolOutput:
+			if rc := calls[c.ToolCallID]; rc != nil {
+				rc.output, rc.ran = c.Output, true
+			}
+		case chunk.ToolOutputError:
+			if rc := calls[c.ToolCallID]; rc != nil {
+				rc.errMsg, rc.ran = c.ErrorText, true
+			}
+		}
+	}
+}
+
 // modelOutputs reads a turn's stream back into what the model streamed in
-// each step (the deltas a provider gave) and the server tool calls' results.
-func modelOutputs(cs []chunk.Chunk) ([][]llm.Delta, map[string]*recordedCall) {
+// each step: the deltas a provider gave.
+func modelOutputs(cs []chunk.Chunk) [][]llm.Delta {
 	var steps [][]llm.Delta
-	calls := map[string]*recordedCall{}
 	var cur []llm.Delta
 	open, hasCalls := false, false
 	reason := llm.FinishStop
@@ -141,6 +171,12 @@ func modelOutputs(cs []chunk.Chunk) ([][]llm.Delta, map[string]*recordedCall) {
 		cur, open, hasCalls = nil, false, false
 	}
 	for _, c := range cs {
+		if !open && c.Type != chunk.StartStep && c.Type != chunk.Finish {
+			// Outside a step: the start, and the end of a step of an
+			// earlier stream continued here (a turn answering tool
+			// calls), which is not a model call.
+			continue
+		}
 		switch c.Type {
 		case chunk.StartStep:
 			end()
@@ -155,16 +191,7 @@ func modelOutputs(cs []chunk.Chunk) ([][]llm.Delta, map[string]*recordedCall) {
 			cur = append(cur, llm.Delta{Kind: llm.ToolInputDelta, ToolCallID: c.ToolCallID, ToolName: names[c.ToolCallID], Text: c.InputTextDelta})
 		case chunk.ToolInput:
 			cur = append(cur, llm.Delta{Kind: llm.ToolCallDone, ToolCallID: c.ToolCallID, ToolName: c.ToolName, Input: c.Input})
-			calls[c.ToolCallID] = &recordedCall{name: c.ToolName, input: c.Input}
 			hasCalls = true
-		case chunk.ToolOutput:
-			if rc := calls[c.ToolCallID]; rc != nil {
-				rc.output, rc.ran = c.Output, true
-			}
-		case chunk.ToolOutputError:
-			if rc := calls[c.ToolCallID]; rc != nil {
-				rc.errMsg, rc.ran = c.ErrorText, true
-			}
 		case chunk.FinishStep:
 			r := reason
 			if hasCalls {
@@ -202,5 +229,5 @@ func modelOutputs(cs []chunk.Chunk) ([][]llm.Delta, map[string]*recordedCall) {
 			}
 		}
 	}
-	return steps, calls
+	return steps
 }

@@ -163,11 +163,16 @@ func replayTurn(ctx context.Context, sb *sandbox, a *chat.Agent, fr *fiber.Runne
 	}
 	model.set(t.steps)
 	calls.set(t.calls)
-	msg := *t.message
-	msg.Role = "user"
-	turn, err := a.Send(ctx, chat.SendRequest{Message: &msg, RequestID: t.start.RequestID, Body: t.start.Body, Tools: t.start.Tools})
+	var turn chat.Turn
+	if len(t.start.Answers) > 0 {
+		turn, err = a.Answer(ctx, t.start.Answers, t.start.Body)
+	} else {
+		msg := *t.message
+		msg.Role = "user"
+		turn, err = a.Send(ctx, chat.SendRequest{Message: &msg, RequestID: t.start.RequestID, Body: t.start.Body, Tools: t.start.Tools})
+	}
 	if err != nil {
-		return "the turn did not start: " + err.Error(), nil
+		return notStarted(err), nil
 	}
 	waited := make(chan struct{})
 	go func() { fr.Wait(); close(waited) }()
@@ -200,13 +205,29 @@ func replayTurn(ctx context.Context, sb *sandbox, a *chat.Agent, fr *fiber.Runne
 	if d := calls.first(); d != "" {
 		return d, nil
 	}
-	if d := model.first(); d != "" {
-		return d, nil
+	unoffered, extra := model.diffs()
+	if unoffered != "" {
+		return unoffered, nil
 	}
 	if d := diffToolCalls(t.chunks, chunks); d != "" {
 		return d, nil
 	}
+	if extra != "" {
+		return extra, nil
+	}
 	return diffEvents(t.events, got), nil
+}
+
+// notStarted is the difference of a recorded turn the new code did not
+// start.
+func notStarted(err error) string {
+	switch {
+	case errors.Is(err, chat.ErrAlreadyAnswered), errors.Is(err, chat.ErrUnknownToolCall):
+		return "the recorded answers do not fit the calls the replayed turns left waiting"
+	case errors.Is(err, chat.ErrTurnActive):
+		return "the replayed turn before it had not ended"
+	}
+	return "the turn did not start: " + err.Error()
 }
 
 // recordedModel is the model of a replay: each call of a turn streams what
@@ -215,19 +236,21 @@ type recordedModel struct {
 	mu    sync.Mutex
 	steps [][]llm.Delta
 	next  int
-	diff  string
+	// unoffered is a recorded call of a tool the new code does not offer;
+	// extra a model call beyond the recorded ones.
+	unoffered, extra string
 }
 
 func (m *recordedModel) set(steps [][]llm.Delta) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.steps, m.next, m.diff = steps, 0, ""
+	m.steps, m.next, m.unoffered, m.extra = steps, 0, "", ""
 }
 
-func (m *recordedModel) first() string {
+func (m *recordedModel) diffs() (unoffered, extra string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.diff
+	return m.unoffered, m.extra
 }
 
 // Name is "replay".
@@ -244,11 +267,11 @@ func (m *recordedModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[l
 	var step []llm.Delta
 	if n < len(m.steps) {
 		step = m.steps[n]
-	} else if m.diff == "" {
-		m.diff = fmt.Sprintf("model call %d: the recorded turn called the model %d times", n+1, len(m.steps))
+	} else if m.extra == "" {
+		m.extra = fmt.Sprintf("model call %d: the recorded turn called the model %d times only", n+1, len(m.steps))
 	}
-	if step != nil && m.diff == "" {
-		m.diff = unoffered(n+1, step, req.Tools)
+	if step != nil && m.unoffered == "" {
+		m.unoffered = unoffered(n+1, step, req.Tools)
 	}
 	m.mu.Unlock()
 	return func(yield func(llm.Delta, error) bool) {
@@ -396,7 +419,8 @@ func diffEvents(recorded, replayed []eventlog.Event) string {
 			g = describe(replayed[i])
 		}
 		if w != g {
-			return fmt.Sprintf("event %d: recorded %s, replayed %s", i+1, clip(w), clip(g))
+			w, g = around(w, g)
+			return fmt.Sprintf("event %d: recorded %s, replayed %s", i+1, w, g)
 		}
 	}
 	return ""
@@ -445,11 +469,28 @@ func sameJSON(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// clip shortens s for a one-line report.
-func clip(s string) string {
-	const n = 200
-	if len(s) <= n {
-		return s
+// around shortens two different descriptions for a one-line report: the
+// start (the event type) and what surrounds the first differing byte.
+func around(a, b string) (string, string) {
+	const head, before, after = 40, 60, 100
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
 	}
-	return strings.ToValidUTF8(s[:n], "") + "..."
+	cut := func(s string) string {
+		if len(s) <= head+before+after {
+			return s
+		}
+		from, to := max(i-before, head), min(i+after, len(s))
+		out := s[:head]
+		if from > head {
+			out += "..."
+		}
+		out += s[min(from, len(s)):to]
+		if to < len(s) {
+			out += "..."
+		}
+		return strings.ToValidUTF8(out, "")
+	}
+	return cut(a), cut(b)
 }

@@ -87,6 +87,41 @@ var conversation = []string{
 // tools) on a real embedded nats-server and returns the log's recording.
 func record(t *testing.T, agent string, configure func(*chat.Config), texts ...string) *chatreplay.Recording {
 	t.Helper()
+	var steps []func(context.Context, *chat.Agent) error
+	for _, text := range texts {
+		steps = append(steps, func(ctx context.Context, a *chat.Agent) error {
+			_, err := a.Send(ctx, chat.SendRequest{Text: text})
+			return err
+		})
+	}
+	return recordSteps(t, agent, configure, steps...)
+}
+
+// approveWaiting approves the calls waiting for approval in the last
+// message of a.
+func approveWaiting(ctx context.Context, a *chat.Agent) error {
+	msgs, _, err := a.Messages(chat.Page{})
+	if err != nil {
+		return err
+	}
+	yes := true
+	var answers []chat.ToolAnswer
+	for _, p := range msgs[len(msgs)-1].Parts {
+		if p.State == chat.ToolApprovalRequested {
+			answers = append(answers, chat.ToolAnswer{CallID: p.ToolCallID, Approved: &yes})
+		}
+	}
+	if len(answers) == 0 {
+		return errors.New("no call waits for approval")
+	}
+	_, err = a.Answer(ctx, answers, nil)
+	return err
+}
+
+// recordSteps runs steps (sends, answers) on agent, each turn to its end,
+// and returns the log's recording.
+func recordSteps(t *testing.T, agent string, configure func(*chat.Config), steps ...func(context.Context, *chat.Agent) error) *chatreplay.Recording {
+	t.Helper()
 	ctx := t.Context()
 	lg := eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
 	table, tpr, err := fiber.OpenTable(lg)
@@ -118,8 +153,8 @@ func record(t *testing.T, agent string, configure func(*chat.Config), texts ...s
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, text := range texts {
-		if _, err := a.Send(ctx, chat.SendRequest{Text: text}); err != nil {
+	for _, step := range steps {
+		if err := step(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		r.Wait()
@@ -206,4 +241,32 @@ func TestReplayFile(t *testing.T) {
 	if _, err := chatreplay.Run(t.Context(), loaded, chatreplay.Options{Turn: "nope"}); !errors.Is(err, chatreplay.ErrNoTurn) {
 		t.Fatalf("Run(Turn: nope) = %v, want ErrNoTurn", err)
 	}
+}
+
+// TestReplayAnswers: a call that waited for approval and ran once approved
+// (a turn answering it) replays the same, and without the approval rule
+// the first turn runs the call itself and the answer differs.
+func TestReplayAnswers(t *testing.T) {
+	send := func(text string) func(context.Context, *chat.Agent) error {
+		return func(ctx context.Context, a *chat.Agent) error {
+			_, err := a.Send(ctx, chat.SendRequest{Text: text})
+			return err
+		}
+	}
+	rec := recordSteps(t, "w3", weatherAgent(t, false, true), send(conversation[1]), approveWaiting, send("thanks"))
+	got, err := chatreplay.Run(t.Context(), rec, chatreplay.Options{Configure: weatherAgent(t, false, true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !got[0].Same() || !got[1].Same() || !got[2].Same() {
+		t.Fatalf("same code: %v", got)
+	}
+	got, err = chatreplay.Run(t.Context(), rec, chatreplay.Options{Configure: weatherAgent(t, false, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !strings.HasPrefix(got[0].String(), "differs: tool event 3: recorded approval request of call_") {
+		t.Fatalf("without approval: %v", got)
+	}
+	t.Logf("without approval: %v", got)
 }
