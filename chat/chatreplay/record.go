@@ -12,14 +12,14 @@ import (
 
 // started is what a replay reads of a recorded turn.started.
 type started struct {
-	RequestID string          `json:"requestId"`
-	StreamID  string          `json:"streamId"`
-	MessageID string          `json:"messageId"`
-	Body      json.RawMessage `json:"body,omitempty"`
-	Tools     []llm.Tool      `json:"tools,omitempty"`
-	Continues string          `json:"continues,omitempty"`
+	RequestID string            `json:"requestId"`
+	StreamID  string            `json:"streamId"`
+	MessageID string            `json:"messageId"`
+	Body      json.RawMessage   `json:"body,omitempty"`
+	Tools     []llm.Tool        `json:"tools,omitempty"`
+	Continues string            `json:"continues,omitempty"`
 	Answers   []chat.ToolAnswer `json:"answers,omitempty"`
-	Message   *chat.Message   `json:"message,omitempty"`
+	Message   *chat.Message     `json:"message,omitempty"`
 }
 
 // turn is one recorded turn: its start, the user message it answers, its
