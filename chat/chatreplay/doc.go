@@ -16,8 +16,8 @@
 //
 //   - the model is the recording: call k of the turn streams what the
 //     recorded model streamed in step k (its text, reasoning and tool
-//     calls, read back from the turn's stream), the step's finish, and the
-//     turn's usage on its last step;
+//     calls, read back from the turn's stream), the step's finish (or the
+//     recorded error), and the turn's usage on its last step;
 //   - each server tool keeps its name, schema, safety and approval rule,
 //     but a call is answered with its recorded result (the stream's
 //     tool-output-available or tool-output-error, in whichever of the
@@ -45,8 +45,10 @@
 //
 // # Limits
 //
-// Turns that continue an earlier answer (ContinueLastTurn) are reported
-// as skipped, as is a turn that has not ended. Sub-agent calls are answered from the
+// A turn the model failed fails again: the recorded error ends the step it
+// ended. Turns that continue an earlier answer (ContinueLastTurn), turns
+// interrupted from outside (cancel, stop, a double-texting policy) and
+// turns that have not ended are reported as skipped. Sub-agent calls are answered from the
 // recording like any tool (no child runs). Payloads stored by reference
 // (blobs) and a fork's history shared from its parent are not read: replay
 // an agent whose events hold them inline.

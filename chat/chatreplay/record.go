@@ -31,8 +31,15 @@ type turn struct {
 	skip   string
 	events []eventlog.Event
 	chunks []chunk.Chunk
-	steps  [][]llm.Delta
+	steps  []recordedStep
 	calls  map[string]*recordedCall
+}
+
+// recordedStep is one model call of a recorded turn: what the model
+// streamed, and the error that ended it ("" when it finished).
+type recordedStep struct {
+	deltas []llm.Delta
+	err    string
 }
 
 // recordedCall is a server tool call of a recorded turn and its result.
@@ -115,18 +122,22 @@ func turns(rec *Recording) []*turn {
 		case t.message == nil:
 			t.skip = "its user message is not in the log"
 		}
-		ended := false
+		ended := "" // the type of the event that ended the turn
 		for _, f := range rec.Events[i:] {
 			if comparable(f) {
 				t.events = append(t.events, f)
 			}
 			if turnEnds[f.Type] && requestOf(f) == t.start.RequestID {
-				ended = true
+				ended = f.Type
 				break
 			}
 		}
-		if !ended && t.skip == "" {
+		switch {
+		case t.skip != "":
+		case ended == "":
 			t.skip = "it has not ended"
+		case ended == "turn.interrupted":
+			t.skip = "it was interrupted (cancelled, stopped or superseded) from outside the turn"
 		}
 		t.chunks = chunks[t.start.StreamID]
 		t.steps = modelOutputs(t.chunks)
@@ -155,9 +166,10 @@ func recordCalls(cs []chunk.Chunk, calls map[string]*recordedCall) {
 }
 
 // modelOutputs reads a turn's stream back into what the model streamed in
-// each step: the deltas a provider gave.
-func modelOutputs(cs []chunk.Chunk) [][]llm.Delta {
-	var steps [][]llm.Delta
+// each step: the deltas a provider gave, and the error that failed the
+// turn.
+func modelOutputs(cs []chunk.Chunk) []recordedStep {
+	var steps []recordedStep
 	var cur []llm.Delta
 	open, hasCalls := false, false
 	reason := llm.FinishStop
@@ -167,11 +179,11 @@ func modelOutputs(cs []chunk.Chunk) [][]llm.Delta {
 		if !open {
 			return
 		}
-		steps = append(steps, cur)
+		steps = append(steps, recordedStep{deltas: cur})
 		cur, open, hasCalls = nil, false, false
 	}
 	for _, c := range cs {
-		if !open && c.Type != chunk.StartStep && c.Type != chunk.Finish {
+		if !open && c.Type != chunk.StartStep && c.Type != chunk.Finish && c.Type != chunk.Error {
 			// Outside a step: the start, and the end of a step of an
 			// earlier stream continued here (a turn answering tool
 			// calls), which is not a model call.
@@ -199,6 +211,13 @@ func modelOutputs(cs []chunk.Chunk) [][]llm.Delta {
 			}
 			cur = append(cur, llm.Delta{Kind: llm.Finish, FinishReason: r})
 			end()
+		case chunk.Error:
+			if !open {
+				steps = append(steps, recordedStep{})
+			} else {
+				end()
+			}
+			steps[len(steps)-1].err = c.ErrorText
 		case chunk.Finish:
 			end()
 			if c.FinishReason != "" && c.FinishReason != llm.FinishToolCalls {
@@ -215,8 +234,8 @@ func modelOutputs(cs []chunk.Chunk) [][]llm.Delta {
 	// reports it all, and a step without calls finishes as the turn did.
 	for i, st := range steps {
 		last := i == len(steps)-1
-		for j := range st {
-			d := &st[j]
+		for j := range st.deltas {
+			d := &st.deltas[j]
 			if d.Kind != llm.Finish {
 				continue
 			}

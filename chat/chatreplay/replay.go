@@ -234,14 +234,14 @@ func notStarted(err error) string {
 // the recorded model streamed in that step.
 type recordedModel struct {
 	mu    sync.Mutex
-	steps [][]llm.Delta
+	steps []recordedStep
 	next  int
 	// unoffered is a recorded call of a tool the new code does not offer;
 	// extra a model call beyond the recorded ones.
 	unoffered, extra string
 }
 
-func (m *recordedModel) set(steps [][]llm.Delta) {
+func (m *recordedModel) set(steps []recordedStep) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.steps, m.next, m.unoffered, m.extra = steps, 0, "", ""
@@ -264,14 +264,14 @@ func (m *recordedModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[l
 	m.mu.Lock()
 	n := m.next
 	m.next++
-	var step []llm.Delta
+	var step *recordedStep
 	if n < len(m.steps) {
-		step = m.steps[n]
+		step = &m.steps[n]
 	} else if m.extra == "" {
 		m.extra = fmt.Sprintf("model call %d: the recorded turn called the model %d times only", n+1, len(m.steps))
 	}
 	if step != nil && m.unoffered == "" {
-		m.unoffered = unoffered(n+1, step, req.Tools)
+		m.unoffered = unoffered(n+1, step.deltas, req.Tools)
 	}
 	m.mu.Unlock()
 	return func(yield func(llm.Delta, error) bool) {
@@ -279,7 +279,7 @@ func (m *recordedModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[l
 			yield(llm.Delta{}, &llm.Error{Provider: "replay", Err: errors.New("no recorded model output for this call")})
 			return
 		}
-		for _, d := range step {
+		for _, d := range step.deltas {
 			if ctx.Err() != nil {
 				yield(llm.Delta{}, ctx.Err())
 				return
@@ -287,6 +287,10 @@ func (m *recordedModel) Stream(ctx context.Context, req llm.Request) iter.Seq2[l
 			if !yield(d, nil) {
 				return
 			}
+		}
+		if step.err != "" {
+			// The recorded failure, terminal as it was.
+			yield(llm.Delta{}, &llm.Error{Provider: "replay", Err: errors.New(step.err)})
 		}
 	}
 }

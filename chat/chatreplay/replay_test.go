@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -269,4 +271,34 @@ func TestReplayAnswers(t *testing.T) {
 		t.Fatalf("without approval: %v", got)
 	}
 	t.Logf("without approval: %v", got)
+}
+
+// failing is a model that fails, terminally, every call whose last message
+// asks it to ("/fail"), and otherwise is p.
+type failing struct{ llm.Provider }
+
+func (f failing) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Delta, error] {
+	if n := len(req.Messages); n > 0 && len(req.Messages[n-1].Parts) > 0 && req.Messages[n-1].Parts[0].Text == "/fail" {
+		return func(yield func(llm.Delta, error) bool) {
+			yield(llm.Delta{}, &llm.Error{Provider: "failing", Err: errors.New("the model is down")})
+		}
+	}
+	return f.Provider.Stream(ctx, req)
+}
+
+// TestReplayFailed: a turn the model failed replays its recorded failure,
+// without the failing model.
+func TestReplayFailed(t *testing.T) {
+	agent := weatherAgent(t, false, false)
+	rec := record(t, "w4", func(c *chat.Config) { agent(c); c.Provider = failing{c.Provider} }, "/fail", "/tool clock {}")
+	if !slices.ContainsFunc(rec.Events, func(e eventlog.Event) bool { return e.Type == "turn.failed" }) {
+		t.Fatal("the recording holds no failed turn")
+	}
+	got, err := chatreplay.Run(t.Context(), rec, chatreplay.Options{Configure: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got[0].Same() || !got[1].Same() {
+		t.Fatalf("results = %v", got)
+	}
 }

@@ -42,7 +42,7 @@ finish reason, usage). Prints one line per turn, then a summary:
 --turn reports only that turn (the turns before it are replayed too: they
 build its conversation). A turn that answered tool calls (approve, deny, a
 client's result) is replayed with the recorded answers; one that continued
-an earlier answer is skipped. Calls of MCP tools (--mcp) are differences:
+an earlier answer, was interrupted (cancel, stop) or still runs is skipped. Calls of MCP tools (--mcp) are differences:
 the replay offers the built-in tools only.
 
 Exit status: 0 when no replayed turn differs, 1 when one does (or the log
