@@ -41,7 +41,10 @@
 //     (fiber.*, op.*, whose stashes depend on timing): each event's type,
 //     a message's role and parts, a turn's finish reason, the usage.
 //
-// Each turn's Result is the first difference, or none (Same).
+// Each turn's Result is the first difference, or none (Same). The model's
+// input is not compared: the log does not hold it, so a new system prompt
+// alone is no difference; what the new code does with the recorded output
+// is.
 //
 // # Limits
 //

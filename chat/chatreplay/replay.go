@@ -84,7 +84,7 @@ const turnTimeout = time.Minute
 // ErrNoTurn).
 func Run(ctx context.Context, rec *Recording, opts Options) ([]Result, error) {
 	ts := turns(rec)
-	if opts.Turn != "" && !slicesContainsTurn(ts, opts.Turn) {
+	if opts.Turn != "" && !hasTurn(ts, opts.Turn) {
 		return nil, fmt.Errorf("%w: %q", ErrNoTurn, opts.Turn)
 	}
 	logger := opts.Logger
@@ -143,7 +143,8 @@ func Run(ctx context.Context, rec *Recording, opts Options) ([]Result, error) {
 	return out, nil
 }
 
-func slicesContainsTurn(ts []*turn, id string) bool {
+// hasTurn reports whether ts holds the turn of request id.
+func hasTurn(ts []*turn, id string) bool {
 	for _, t := range ts {
 		if t.start.RequestID == id {
 			return true
@@ -372,7 +373,8 @@ func (rt *recordedTools) answer(ctx context.Context, name string, input json.Raw
 	return rc.output, nil
 }
 
-// toolStep is one tool fact of a stream, as compared.
+// toolFacts are a stream's tool calls and their outcomes, in order, as
+// compared.
 func toolFacts(cs []chunk.Chunk) []string {
 	var out []string
 	for _, c := range cs {
