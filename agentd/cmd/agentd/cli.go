@@ -78,6 +78,7 @@ var commands = []command{
 	{"fork", "<agent> --to <new> [--at <message id>]", "fork an agent's conversation into a new agent", forkUsage, flagsOf(forkFlagSet, "fork")},
 	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster")},
 	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify")},
+	{"replay", "<agent> [--turn <requestId>] [--data dir]", "replay recorded turns through this binary's agent code", replayUsage, flagsOf(replayFlagSet, "replay")},
 	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant")},
 	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage, flagsOf(authFlagSet, "auth")},
 	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit")},
@@ -201,7 +202,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	switch args[0] {
 	case "help":
 		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork":
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork", "replay":
 	default:
 		return false, 0
 	}
@@ -224,6 +225,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
 	case "fork":
 		return true, runFork(ctx, args[1:], getenv, stdout, stderr)
+	case "replay":
+		return true, runReplay(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }

@@ -305,6 +305,15 @@ func testBinaryApproval(t *testing.T, bin string) {
 			if err != nil || msg.Header.Get("Nats-Service-Error-Code") != "409" {
 				t.Errorf("a second approval = %v %v %s, want 409", err, msg.Header, msg.Data)
 			}
+			// agentd replay runs both turns (the call, then its approval)
+			// through this binary's code with the recorded outputs: the
+			// same, and the note is not written again.
+			if out := runAgentdCLI(t, bin, "replay", agent, "--server", "nats://"+natsAddr); !strings.HasSuffix(out, "2 turns: 2 same, 0 differs, 0 skipped\n") {
+				t.Errorf("agentd replay:\n%s", out)
+			}
+			if again, _ := os.ReadFile(filepath.Join(data, demo.NotesFile)); string(again) != string(notes) {
+				t.Errorf("agentd replay wrote a note: %q, was %q", again, notes)
+			}
 			if t.Failed() {
 				t.Logf("agentd output:\n%s", p.out.String())
 			}
