@@ -225,6 +225,19 @@ func (h *Host) detachForks(ctx context.Context, parent string) error {
 	if !ok {
 		return nil
 	}
+	// A fork's agent.forked is on the fork's subject, often appended by
+	// another node: the views learn of the fork only once they applied
+	// it, so they catch up with the whole events stream, not only with
+	// the parent's subject.
+	if h.deps.Log.Stalled() == nil {
+		seq, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
+		if err != nil {
+			return err
+		}
+		if err := h.deps.Views.WaitFor(ctx, seq); err != nil {
+			return err
+		}
+	}
 	forks, err := f.Forks(parent)
 	if err != nil {
 		return err
