@@ -408,10 +408,16 @@ const flows = {
 		noErrors(chat);
 		if (chat.status !== 'ready') fail(`status ${chat.status} after the stop`);
 		const m = assistant(chat);
-		const res = await fetch(`${base}/v1/agents/${id}/streams`);
-		const { streams } = await res.json();
-		if (streams?.length !== 1 || streams[0].status !== 'aborted' || streams[0].messageId !== m.id) {
-			fail(`streams ${show(streams)}, want the one stream of message ${m.id}, aborted`);
+		// The streams view follows the chunks a moment after the client
+		// read the abort chunk: read it until it shows the end.
+		for (let tries = 0; ; tries++) {
+			const res = await fetch(`${base}/v1/agents/${id}/streams`);
+			const { streams } = await res.json();
+			if (streams?.length === 1 && streams[0].status === 'aborted' && streams[0].messageId === m.id) break;
+			if (tries === 100 || (streams?.length === 1 && streams[0].status !== 'streaming')) {
+				fail(`streams ${show(streams)}, want the one stream of message ${m.id}, aborted`);
+			}
+			await new Promise((r) => setTimeout(r, 100));
 		}
 		if (!textOf(m)) fail(`the partial answer is lost: ${show(m)}`);
 		// The partial answer is stored just after the abort chunk.
