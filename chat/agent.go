@@ -143,6 +143,11 @@ type Config struct {
 	// serialized): agentd publishes the change to the agent's clients
 	// (host.Env.PublishState). It must not block.
 	OnState func(ctx context.Context, version int, value json.RawMessage)
+	// OnBudget, when set, is called when a turn parks at the soft budget
+	// limit and when the park is approved or denied (budget_soft.go):
+	// agentd broadcasts it and records it in the audit log. It must not
+	// block for long.
+	OnBudget func(ctx context.Context, n BudgetNotice)
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -281,6 +286,7 @@ type Agent struct {
 
 	stateMu sync.Mutex // serializes SetState
 	mt      multitaskState
+	soft    softWait // turns parked at the soft budget limit
 
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).
