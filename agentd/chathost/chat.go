@@ -168,6 +168,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		ct.config(&cfg)
 	}
 	cfg.OnState = publishState(env, cfg.OnState)
+	cfg.OnBudget = budgetNotice(env, cfg.OnBudget)
 	a, err := chat.New(cfg)
 	if err != nil {
 		return nil, err
