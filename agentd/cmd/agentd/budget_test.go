@@ -148,7 +148,7 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 	}
 
 	testRunawayBudget(t, nc)
-	testSoftBudget(t, nc)
+	testSoftBudget(t, nc, bin, natsAddr)
 
 	mresp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -249,10 +249,10 @@ func testRunawayBudget(t *testing.T, nc *nats.Conn) {
 
 // testSoftBudget: an agent given {"tokens":600,"soft":0.5} answers chats
 // until its spend reaches 300 tokens; the next turn parks before its model
-// call: a broadcast says why, approvals lists it (kind budget), approve
-// with its id continues the same turn to its answer, and the spend is the
-// sum of usage.
-func testSoftBudget(t *testing.T, nc *nats.Conn) {
+// call: a broadcast says why, approvals lists it (kind budget), agentd
+// approve with its id continues the same turn to its answer, and the spend
+// is the sum of usage.
+func testSoftBudget(t *testing.T, nc *nats.Conn, bin, natsAddr string) {
 	const agent = "budget-soft"
 	start := time.Now()
 	send := func(verb string, payload any, out any) {
@@ -316,10 +316,11 @@ func testSoftBudget(t *testing.T, nc *nats.Conn) {
 	if err != nil || !strings.Contains(string(m.Data), `"kind":"budget.parked"`) || !strings.Contains(string(m.Data), p.ApprovalID) {
 		t.Fatalf("broadcast of the park: %v %s", err, m.Data)
 	}
-	var r chathost.Reply
-	send("approve", map[string]any{"approvalId": p.ApprovalID, "approved": true}, &r)
-	if r.RequestID != parked.RequestID || r.StreamID != parked.StreamID {
-		t.Fatalf("approve = %+v, want the parked turn %+v", r, parked)
+	// agentd approve names the park where a tool call id goes, and prints
+	// the parked turn's stream to its end.
+	out, err := exec.Command(bin, "approve", agent, p.ApprovalID, "--server", "nats://"+natsAddr).CombinedOutput()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("agentd approve %s: %v\n%s", p.ApprovalID, err, out)
 	}
 	turns := u.Turns + 1
 	deadline := time.Now().Add(15 * time.Second)
