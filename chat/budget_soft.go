@@ -479,3 +479,10 @@ func (s *Store) budgetApprovedPeriod(agent string) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// parkedOnBudget reports whether turn requestID is parked at the soft
+// budget limit, waiting for its decision.
+func (a *Agent) parkedOnBudget(requestID string) bool {
+	p, ok, err := a.store.PendingBudget(a.agent)
+	return err == nil && ok && p.RequestID == requestID
+}
