@@ -115,6 +115,7 @@ func TestBudgetSoftParks(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(pending) != 1 || pending[0].Kind != chat.ApprovalKindBudget || !strings.HasPrefix(pending[0].ApprovalID, chat.BudgetApprovalPrefix) ||
+				pending[0].ToolCallID != pending[0].ApprovalID ||
 				pending[0].RequestID != turn.RequestID || !strings.Contains(pending[0].Reason, "token budget") {
 				t.Fatalf("pending approvals = %+v, want the budget park of turn %s", pending, turn.RequestID)
 			}

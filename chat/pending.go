@@ -19,8 +19,8 @@ type PendingApproval struct {
 	RequestID   string    `json:"requestId,omitempty"`
 	RequestedAt time.Time `json:"requestedAt,omitzero"`
 	// Kind is "budget" (ApprovalKindBudget) for a turn parked at a soft
-	// budget limit, which has no tool call: approve it by ApprovalID;
-	// Reason says which limit. Empty for a tool call.
+	// budget limit, which has no tool call: its ToolCallID is its
+	// ApprovalID, and Reason says which limit. Empty for a tool call.
 	Kind   string `json:"kind,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -35,7 +35,9 @@ func (s *Store) PendingApprovals(agent string) ([]PendingApproval, error) {
 	if p, ok, err := s.PendingBudget(agent); err != nil {
 		return out, err
 	} else if ok {
-		pa := PendingApproval{ApprovalID: p.ApprovalID, ToolName: "budget", RequestID: p.RequestID,
+		// The approval id stands in for the call id too, so a client that
+		// answers by call id (POST .../approvals/{toolCallId}) answers it.
+		pa := PendingApproval{ToolCallID: p.ApprovalID, ApprovalID: p.ApprovalID, ToolName: "budget", RequestID: p.RequestID,
 			RequestedAt: p.ParkedAt, Kind: ApprovalKindBudget, Reason: p.Reason}
 		if t, err := s.Turn(agent, p.RequestID); err == nil {
 			pa.MessageID = t.AssistantMessageID
