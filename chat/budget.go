@@ -174,6 +174,7 @@ func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, er
 		return BudgetStatus{}, err
 	}
 	a.budgetM.sets.Inc()
+	a.soft.wakeAll() // a parked turn may be let go by the new limits
 	return a.Budget()
 }
 

@@ -32,7 +32,10 @@ import (
 // again until the period resets (the hard limit still ends it); denied,
 // the turn ends with its usage recorded, an error chunk and turn.failed
 // with code 402 naming the denial. A turn cancelled while parked ends as
-// any cancelled turn, and its park is no longer pending.
+// any cancelled turn, and its park is no longer pending. A park is also
+// released by its own turn when the period resets, or when new limits
+// (SetBudget) no longer put the spend at the soft limit; a release
+// leaves the period open to parks.
 //
 // Crash safety: the park is an event, the decision another; the usage is
 // recorded once, when the turn ends (the budget view counts the first
@@ -88,6 +91,9 @@ type budgetDecision struct {
 	Approved    bool      `json:"approved"`
 	Reason      string    `json:"reason,omitempty"`
 	PeriodStart time.Time `json:"periodStart"`
+	// Released: the turn let itself go (the period reset, or the limits
+	// changed); the period stays open to parks.
+	Released bool `json:"released,omitempty"`
 }
 
 // BudgetNotice is what Config.OnBudget is told: a park ("budget.parked")
@@ -169,6 +175,18 @@ func (w *softWait) register(id string) (chan struct{}, func()) {
 	}
 }
 
+// wakeAll wakes every parked turn: the budget was set.
+func (w *softWait) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.waiters {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (w *softWait) wake(id string) {
 	w.mu.Lock()
 	ch := w.waiters[id]
@@ -222,7 +240,19 @@ func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *e
 		if err := a.showPark(wctx, em, park, "waiting"); err != nil {
 			return err
 		}
-		if dec, err = a.awaitBudgetDecision(ctx, wctx, f, st, park, st0.ResetsAt); err != nil {
+		reached := func() (bool, error) {
+			l, err := a.store.BudgetLimits(a.agent)
+			if err != nil {
+				return true, err
+			}
+			now, be, err := a.budgetStatus(l, tok, usd)
+			if err != nil || be != nil {
+				return true, err // past a hard limit now: the answer decides
+			}
+			_, still := softReached(a.agent, l, now.Spent.Tokens+tok, now.Spent.Cost+usd)
+			return still, nil
+		}
+		if dec, err = a.awaitBudgetDecision(ctx, wctx, f, st, park, st0.ResetsAt, reached); err != nil {
 			return err
 		}
 	}
@@ -264,9 +294,11 @@ func (a *Agent) showPark(ctx context.Context, em *emitter, park BudgetPark, stat
 
 // awaitBudgetDecision waits idle for the decision on park: the fiber
 // holds no keepalive reference and the turn no TurnLimiter admission
-// meanwhile. When the period resets first, the turn approves its own
-// park (the spend it was parked for is of a past period).
-func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, st *turnState, park BudgetPark, resets time.Time) (budgetDecision, error) {
+// meanwhile. The turn releases its own park (an approval that leaves the
+// period open to parks) when the period resets first (the spend it was
+// parked for is of a past period), and when the budget is set again so
+// that the soft limit is no longer reached (reached says whether it is).
+func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, st *turnState, park BudgetPark, resets time.Time, reached func() (bool, error)) (budgetDecision, error) {
 	id := park.ApprovalID
 	ch, done := a.soft.register(id)
 	defer done()
@@ -276,6 +308,15 @@ func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, s
 		a.busyTurn(st.at)
 		busy()
 	}()
+	release := func(why string) error {
+		dec := budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: true, Released: true, Reason: why, PeriodStart: park.PeriodStart}
+		if _, err := a.append(wctx, EventBudgetDecided, dec); err != nil {
+			return fmt.Errorf("%w: %w", errWrite, err)
+		}
+		a.budgetM.parks.WithLabelValues("approved").Inc()
+		a.noteBudget(wctx, "budget.approved", park)
+		return nil
+	}
 	for {
 		dec, ok, err := a.store.budgetDecision(a.agent, id)
 		if err != nil || ok {
@@ -283,13 +324,17 @@ func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, s
 		}
 		select {
 		case <-ch:
-		case <-a.cfg.Clock.After(max(resets.Sub(a.cfg.Clock.Now()), 0)):
-			dec = budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: true, Reason: "the budget's period reset", PeriodStart: park.PeriodStart}
-			if _, err := a.append(wctx, EventBudgetDecided, dec); err != nil {
-				return dec, fmt.Errorf("%w: %w", errWrite, err)
+			if still, err := reached(); err != nil {
+				return dec, err
+			} else if !still {
+				if err := release("the budget was changed and its soft limit is no longer reached"); err != nil {
+					return dec, err
+				}
 			}
-			a.budgetM.parks.WithLabelValues("approved").Inc()
-			a.noteBudget(wctx, "budget.approved", park)
+		case <-a.cfg.Clock.After(max(resets.Sub(a.cfg.Clock.Now()), 0)):
+			if err := release("the budget's period reset"); err != nil {
+				return dec, err
+			}
 		case <-ctx.Done():
 			return dec, context.Cause(ctx)
 		case <-wctx.Done():
@@ -420,7 +465,7 @@ func applySoftBudget(b *eventlog.Batch, agent, typ string, data json.RawMessage)
 		if err := setJSON(b, budgetDecisionKey(agent, d.ApprovalID), d); err != nil {
 			return err
 		}
-		if d.Approved {
+		if d.Approved && !d.Released {
 			if err := b.Set(budgetApprovedKey(agent), []byte(d.PeriodStart.UTC().Format(time.RFC3339Nano))); err != nil {
 				return err
 			}

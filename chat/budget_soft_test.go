@@ -235,3 +235,55 @@ func TestBudgetSoftDenied(t *testing.T) {
 		t.Fatalf("spent %+v, usage %+v: want equal", st.Spent, u)
 	}
 }
+
+// TestBudgetSoftReleasedByRaise: a budget raised past the spend lets a
+// parked turn go without an answer, and the period stays open to parks.
+func TestBudgetSoftReleasedByRaise(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), priced())
+	ctx := t.Context()
+	softSetup(t, h, e)
+	parked := parkedAt(h, false)
+	turn, err := h.a.Send(ctx, chat.SendRequest{Text: "hello again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, parked)
+	more := int64(1_000_000)
+	if _, err := h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &more}); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	settled(t, e, "a1")
+	if tr := lastTurn(t, e, "a1"); tr.RequestID != turn.RequestID || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %s %s (%s), want %s completed", tr.RequestID, tr.Status, tr.Error, turn.RequestID)
+	}
+	if pending, _ := e.store.PendingApprovals("a1"); len(pending) != 0 {
+		t.Fatalf("pending approvals after the raise = %+v", pending)
+	}
+	// The period stays open to parks: lowered again, the next turn parks.
+	st, err := h.a.Budget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := 4 * st.Spent.Tokens
+	if _, err := h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &low}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.a.Send(ctx, chat.SendRequest{Text: "once more"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, parked)
+	pending, err := e.store.PendingApprovals("a1")
+	if err != nil || len(pending) != 1 {
+		t.Fatalf("pending = %+v, %v; want the second park", pending, err)
+	}
+	if _, err := h.a.Answer(ctx, []chat.ToolAnswer{{ApprovalID: pending[0].ApprovalID, Approved: ptr(false)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	settled(t, e, "a1")
+	if got := len(eventsOf(t, e, chat.EventBudgetParked)); got != 2 {
+		t.Fatalf("%d parks, want 2", got)
+	}
+}
