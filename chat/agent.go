@@ -149,6 +149,12 @@ type Config struct {
 	// a sub-agent's progress reaches them. A link appended again (a retry,
 	// a recovered turn) is reported again. It must not block for long.
 	OnLink func(ctx context.Context, typ string, l ChildLink)
+
+	// OnBudget, when set, is called when a turn parks at the soft budget
+	// limit and when the park is approved or denied (budget_soft.go):
+	// agentd broadcasts it and records it in the audit log. It must not
+	// block for long.
+	OnBudget func(ctx context.Context, n BudgetNotice)
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -299,6 +305,7 @@ type Agent struct {
 
 	stateMu sync.Mutex // serializes SetState
 	mt      multitaskState
+	soft    softWait // turns parked at the soft budget limit
 
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).

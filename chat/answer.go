@@ -80,6 +80,9 @@ func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawM
 	if body != nil && !json.Valid(body) {
 		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
 	}
+	if t, ok, err := a.answerBudget(ctx, answers); ok {
+		return t, err // a budget park: its turn waits, running
+	}
 	if err := a.settle(ctx); err != nil {
 		return Turn{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/forever-agents/forever/tracing"
 )
@@ -32,8 +33,15 @@ import (
 // the spend of the period plus what the running turn has used so far. At
 // or past a hard limit the turn records its usage so far and fails with a
 // *BudgetError (code 402, turn.failed's code); BudgetRefusal refuses new
-// turns the same way until the period resets. The soft fraction is kept
-// and reported but not enforced yet.
+// turns the same way until the period resets. At the soft fraction of a
+// limit the turn parks for an approval (budget_soft.go).
+//
+// A sub-agent's spend counts against its parent's budget as well as its
+// own: the parent's usage.recorded carries the usage of its turn's ended
+// sub-agent calls (Subagents, from the child notices recorded on the
+// parent's log), and the budget view counts it with the turn's own
+// tokens, once per request. Sub-agent spend is counted in tokens; a
+// child's cost counts against the child's own cost budget.
 
 // EventBudgetSet sets some of an agent's budget limits: {tokens?, cost?,
 // period?, soft?}; a field left out keeps its value.
@@ -101,7 +109,8 @@ type BudgetStatus struct {
 	// Exceeded names the hard limit reached, "tokens" or "cost"; empty
 	// while the agent may call its model.
 	Exceeded string `json:"exceeded,omitempty"`
-	// SoftEnforced is false: the soft fraction is not enforced yet.
+	// SoftEnforced is true: a turn reaching the soft fraction of a limit
+	// parks for an approval (budget_soft.go).
 	SoftEnforced bool `json:"softEnforced"`
 }
 
@@ -165,6 +174,7 @@ func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, er
 		return BudgetStatus{}, err
 	}
 	a.budgetM.sets.Inc()
+	a.soft.wakeAll() // a parked turn may be let go by the new limits
 	return a.Budget()
 }
 
@@ -175,23 +185,24 @@ func (a *Agent) Budget() (BudgetStatus, error) {
 	if err != nil {
 		return BudgetStatus{}, err
 	}
-	st, _, err := a.budgetStatus(l, llm.Usage{})
+	st, _, err := a.budgetStatus(l, 0, 0)
 	return st, err
 }
 
-// budgetStatus is the budget of limits l now, with extra (a running
-// turn's usage not recorded yet) counted as spent; err is a *BudgetError
-// when a hard limit is reached.
-func (a *Agent) budgetStatus(l BudgetLimits, extra llm.Usage) (BudgetStatus, *BudgetError, error) {
+// budgetStatus is the budget of limits l now, with extraTok tokens and
+// extraCost (a running turn's usage not recorded yet, its sub-agents'
+// included) counted as spent; err is a *BudgetError when a hard limit is
+// reached.
+func (a *Agent) budgetStatus(l BudgetLimits, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
 	now := a.cfg.Clock.Now()
 	start, end := budgetWindow(now, l.period())
 	spent, err := a.store.BudgetSpend(a.agent, start)
 	if err != nil {
 		return BudgetStatus{}, nil, err
 	}
-	st := BudgetStatus{BudgetLimits: l, Spent: spent, PeriodStart: start, ResetsAt: end}
-	tok := spent.Tokens + extra.InputTokens + extra.OutputTokens
-	usd := spent.Cost + a.costOf(extra)
+	st := BudgetStatus{BudgetLimits: l, Spent: spent, PeriodStart: start, ResetsAt: end, SoftEnforced: true}
+	tok := spent.Tokens + extraTok
+	usd := spent.Cost + extraCost
 	switch {
 	case l.Tokens > 0 && tok >= l.Tokens:
 		st.Exceeded = "tokens"
@@ -213,7 +224,7 @@ func (a *Agent) BudgetRefusal(requestID, messageID string) error {
 	if err != nil || !l.Limited() {
 		return err
 	}
-	_, be, err := a.budgetStatus(l, llm.Usage{})
+	_, be, err := a.budgetStatus(l, 0, 0)
 	if err != nil || be == nil {
 		return err
 	}
@@ -233,10 +244,12 @@ func (a *Agent) BudgetRefusal(requestID, messageID string) error {
 
 // checkBudgetAtCall runs before each model call of st: when a hard limit
 // is reached, counting the turn's usage so far (its ended steps' and
-// step, the current step's calls'), it records that usage (usage.recorded,
-// so the spend stays exact) and returns a turnFailure with the
-// *BudgetError, which ends the turn with code 402.
-func (a *Agent) checkBudgetAtCall(ctx context.Context, st *turnState, step llm.Usage) error {
+// step, the current step's calls', and its ended sub-agent calls'), it
+// records that usage (usage.recorded, so the spend stays exact) and
+// returns a turnFailure with the *BudgetError, which ends the turn with
+// code 402. Below it, the soft limit may park the turn first
+// (checkSoftBudget). ctx is the turn's, wctx the one its writes go under.
+func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, step llm.Usage) error {
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil || !l.Limited() {
 		return err
@@ -244,19 +257,24 @@ func (a *Agent) checkBudgetAtCall(ctx context.Context, st *turnState, step llm.U
 	used := st.turnUsage()
 	used.InputTokens += step.InputTokens
 	used.OutputTokens += step.OutputTokens
-	_, be, err := a.budgetStatus(l, used)
-	if err != nil || be == nil {
+	// The turn's sub-agents' spend counts against this budget too.
+	sub, err := a.subagentUsage(st.info.RequestID)
+	if err != nil {
 		return err
 	}
-	rec := usageRecorded{RequestID: st.info.RequestID, Input: used.InputTokens, Output: used.OutputTokens, Cost: a.costOf(used)}
-	if used != (llm.Usage{}) {
-		if _, err := a.append(ctx, EventUsageRecorded, rec); err != nil {
-			return fmt.Errorf("%w: %w", errWrite, err)
-		}
+	tok, usd := used.InputTokens+used.OutputTokens, a.costOf(used)
+	if sub != nil {
+		tok, usd = tok+sub.Input+sub.Output, usd+sub.Cost
+	}
+	bs, be, err := a.budgetStatus(l, tok, usd)
+	if err != nil {
+		return err
+	}
+	if be == nil {
+		return a.checkSoftBudget(ctx, wctx, f, em, st, l, bs, used, tok, usd)
 	}
 	a.budgetM.refused.WithLabelValues("model_call").Inc()
-	st.failCode = http.StatusPaymentRequired
-	return &turnFailure{be}
+	return a.failForBudget(wctx, st, used, be)
 }
 
 // costOf is what u costs at the agent's price, 0 without one.
@@ -286,6 +304,7 @@ type budgetMetrics struct {
 	cost    prometheus.Counter
 	sets    prometheus.Counter
 	refused *prometheus.CounterVec // at: turn, model_call
+	parks   *prometheus.CounterVec // event: parked, approved, denied
 }
 
 func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
@@ -302,6 +321,10 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 			Name: "forever_budget_refusals_total",
 			Help: "Work refused because an agent's hard budget limit is reached (402): a new turn (at=turn), or a turn ended before a model call (at=model_call).",
 		}, []string{"at"}),
+		parks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_budget_parks_total",
+			Help: "Turns parked at an agent's soft budget limit (event=parked), and parks approved or denied (event=approved, denied).",
+		}, []string{"event"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -316,8 +339,14 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 	if m.refused, err = promreg.Register(reg, m.refused); err != nil {
 		return nil, err
 	}
+	if m.parks, err = promreg.Register(reg, m.parks); err != nil {
+		return nil, err
+	}
 	for _, at := range []string{"turn", "model_call"} {
 		m.refused.WithLabelValues(at)
+	}
+	for _, ev := range []string{"parked", "approved", "denied"} {
+		m.parks.WithLabelValues(ev)
 	}
 	return m, nil
 }
@@ -346,8 +375,8 @@ type budgetSpendRow struct {
 // and its spend in time order (the first usage.recorded of each request:
 // its own tokens and cost), so the spend of any period is a range read.
 func BudgetProjection() eventlog.Projection {
-	return eventlog.Projection{Name: BudgetProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyBudget,
-		AgentRows: agentRows(keys(budgetKey), prefixes("d", "p"))}
+	return eventlog.Projection{Name: BudgetProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyBudget,
+		AgentRows: agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a"))}
 }
 
 func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
@@ -387,9 +416,14 @@ func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
 		if err := b.Set(budgetDoneKey(e.Agent, u.RequestID), []byte("1")); err != nil {
 			return err
 		}
-		return setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost})
+		row := budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost}
+		if u.Subagents != nil {
+			row.Tokens += u.Subagents.Input + u.Subagents.Output
+			row.Cost += u.Subagents.Cost
+		}
+		return setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row)
 	}
-	return nil
+	return applySoftBudget(b, e.Agent, e.Type, e.Data)
 }
 
 // BudgetLimits returns agent's budget limits: the defaults (no limit, a

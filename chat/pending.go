@@ -18,14 +18,32 @@ type PendingApproval struct {
 	MessageID   string    `json:"messageId"`
 	RequestID   string    `json:"requestId,omitempty"`
 	RequestedAt time.Time `json:"requestedAt,omitzero"`
+	// Kind is "budget" (ApprovalKindBudget) for a turn parked at a soft
+	// budget limit, which has no tool call: its ToolCallID is its
+	// ApprovalID, and Reason says which limit. Empty for a tool call.
+	Kind   string `json:"kind,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // PendingApprovals lists the calls of the agent's last assistant message
 // that wait for approval, in the message's order; none while no turn
 // asked. Only the last assistant message can wait: a new user message
-// ends the wait (its calls are then denied to the model).
+// ends the wait (its calls are then denied to the model). A turn parked
+// at a soft budget limit (PendingBudget) comes first, kind "budget".
 func (s *Store) PendingApprovals(agent string) ([]PendingApproval, error) {
 	out := []PendingApproval{}
+	if p, ok, err := s.PendingBudget(agent); err != nil {
+		return out, err
+	} else if ok {
+		// The approval id stands in for the call id too, so a client that
+		// answers by call id (POST .../approvals/{toolCallId}) answers it.
+		pa := PendingApproval{ToolCallID: p.ApprovalID, ApprovalID: p.ApprovalID, ToolName: "budget", RequestID: p.RequestID,
+			RequestedAt: p.ParkedAt, Kind: ApprovalKindBudget, Reason: p.Reason}
+		if t, err := s.Turn(agent, p.RequestID); err == nil {
+			pa.MessageID = t.AssistantMessageID
+		}
+		out = append(out, pa)
+	}
 	history, err := s.History(agent)
 	if err != nil {
 		return out, err

@@ -188,10 +188,12 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, err)
 	}
-	// A turn awaiting its children was left by design (its agent was
-	// deactivated, or its process stopped, while it waited): resuming it
-	// counts no attempt, and its wait goes on without OnChatRecovery.
-	waiting := b.terminal == "" && a.awaitingChildren(requestID)
+	// A turn awaiting its children, or parked at its soft budget limit,
+	// was left by design (its agent was deactivated, or its process
+	// stopped, while it waited): resuming it counts no attempt, and its
+	// wait goes on without OnChatRecovery.
+	parked := b.terminal == "" && a.parkedOnBudget(requestID)
+	waiting := b.terminal == "" && (parked || a.awaitingChildren(requestID))
 	if waiting {
 		st.snap.Attempts = 0
 	}
@@ -211,7 +213,7 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		return a.abortTurn(ctx, st, em, true, "cancelled")
 	}
 	if waiting {
-		a.metrics.recoveries.WithLabelValues("children").Inc()
+		a.metrics.recoveries.WithLabelValues(map[bool]string{false: "children", true: "budget"}[parked]).Inc()
 		st.resume = true
 		return a.runTurn(ctx, f, st)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -171,12 +172,15 @@ type SubagentUsage struct {
 	Output int64 `json:"output"`
 	// Calls counts the child turns.
 	Calls int `json:"calls"`
+	// Cost is what the child turns cost, each at its agent's price.
+	Cost cost.Micros `json:"cost,omitempty"`
 }
 
 func (u *SubagentUsage) add(v SubagentUsage) {
 	u.Input += v.Input
 	u.Output += v.Output
 	u.Calls += v.Calls
+	u.Cost += v.Cost
 }
 
 // ChildRequestID is the request id of the child turn that the tool call

@@ -392,7 +392,8 @@ func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, 
 	if tu, ok, err := a.store.TurnUsage(link.Agent, link.RequestID); err != nil {
 		return link, false, err
 	} else if ok {
-		end.Usage = &SubagentUsage{Input: tu.Input + tu.Subagents.Input, Output: tu.Output + tu.Subagents.Output, Calls: 1 + tu.Subagents.Calls}
+		end.Usage = &SubagentUsage{Input: tu.Input + tu.Subagents.Input, Output: tu.Output + tu.Subagents.Output, Calls: 1 + tu.Subagents.Calls,
+			Cost: tu.Cost + tu.Subagents.Cost}
 	}
 	return end, true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -95,7 +96,7 @@ func (s *Store) TurnUsage(agent, requestID string) (TurnUsage, bool, error) {
 	if err != nil || !ok {
 		return TurnUsage{}, false, err
 	}
-	tu := TurnUsage{Input: u.Input, Output: u.Output}
+	tu := TurnUsage{Input: u.Input, Output: u.Output, Cost: u.Cost}
 	if u.Subagents != nil {
 		tu.Subagents = *u.Subagents
 	}
@@ -108,6 +109,8 @@ type TurnUsage struct {
 	Input     int64         `json:"input"`
 	Output    int64         `json:"output"`
 	Subagents SubagentUsage `json:"subagents,omitzero"`
+	// Cost is what Input and Output cost at the agent's price.
+	Cost cost.Micros `json:"cost,omitempty"`
 }
 
 // SnapshotLinks decodes the sub-agent links in one agent snapshot part

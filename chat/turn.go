@@ -215,7 +215,7 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 // streamOnce runs one provider call. It returns the finish reason, or the
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
 func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (reason string, err error) {
-	if err := a.checkBudgetAtCall(wctx, st, *usage); err != nil {
+	if err := a.checkBudgetAtCall(ctx, wctx, f, em, st, *usage); err != nil {
 		return "", err
 	}
 	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)

@@ -172,6 +172,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	}
 	cfg.OnState = publishState(env, cfg.OnState)
 	cfg.OnLink = broadcastLinks(env, cfg.OnLink)
+	cfg.OnBudget = budgetNotice(env, cfg.OnBudget)
 	a, err := chat.New(cfg)
 	if err != nil {
 		return nil, err

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -45,3 +47,32 @@ func publishState(env *host.Env, next func(context.Context, int, json.RawMessage
 		}
 	}
 }
+
+// budgetNotice returns the chat.Config.OnBudget of an agent: a turn parked
+// at its soft budget limit, and the park's decision, are broadcast to its
+// clients ({"type":"broadcast","data":{"kind":"budget.parked","park":...}})
+// and recorded in the audit log (action budget.parked with code 402 and
+// the reason, budget.approved or budget.denied); then next, if any, is
+// called. A broadcast that fails is logged: the park is stored, and the
+// approvals verb lists it.
+func budgetNotice(env *host.Env, next func(context.Context, chat.BudgetNotice)) func(context.Context, chat.BudgetNotice) {
+	return func(ctx context.Context, n chat.BudgetNotice) {
+		if err := env.Broadcast(ctx, n); err != nil {
+			env.Logger.Warn("broadcast budget notice", "kind", n.Kind, "err", err)
+		}
+		var why error
+		if n.Kind == "budget.parked" {
+			why = &parkNotice{reason: "the turn " + n.Park.RequestID + " waits for approval " + n.Park.ApprovalID + " at " + n.Park.Reason}
+		}
+		env.Audit(ctx, n.Kind, why)
+		if next != nil {
+			next(ctx, n)
+		}
+	}
+}
+
+// parkNotice is the audit record's reason of a park: code 402.
+type parkNotice struct{ reason string }
+
+func (p *parkNotice) Error() string   { return p.reason }
+func (p *parkNotice) StatusCode() int { return http.StatusPaymentRequired }

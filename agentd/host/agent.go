@@ -46,6 +46,18 @@ type Env struct {
 	Command func(ctx context.Context, cmd Command) (any, error)
 
 	pub *publisher // Broadcast and PublishState
+	// audit is Config.AuditCommand for this agent, nil without one.
+	audit func(ctx context.Context, action string, err error)
+}
+
+// Audit records something the agent did on its own in the audit log, as
+// a command that changes the agent is (Config.AuditCommand): action names
+// it ("budget.parked"), err, when not nil, its code and why. Without an
+// audit log (no tenancy) it does nothing.
+func (e *Env) Audit(ctx context.Context, action string, err error) {
+	if e.audit != nil {
+		e.audit(ctx, action, err)
+	}
 }
 
 // Command is a request routed to an agent: forever.cmd.<agent>.<verb> on

@@ -528,6 +528,10 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 		Schedules: &Schedules{s: h.sched, agent: inst.id}, Logger: logger, Command: h.Command,
 		pub: h.publisher(inst.id),
 	}
+	if h.deps.Config.AuditCommand != nil {
+		id := inst.id
+		inst.env.audit = func(ctx context.Context, action string, err error) { h.deps.Config.AuditCommand(ctx, id, action, err) }
+	}
 	inst.agent, err = h.types[inst.typ](ctx, inst.env)
 	if err != nil {
 		runner.Close()

@@ -148,6 +148,7 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 	}
 
 	testRunawayBudget(t, nc)
+	testSoftBudget(t, nc, bin, natsAddr)
 
 	mresp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -155,7 +156,8 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 	}
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 4`, `forever_chat_cost_dollars_total`} {
+	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 5`, `forever_chat_cost_dollars_total`,
+		`forever_budget_parks_total{event="parked"} 1`, `forever_budget_parks_total{event="approved"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -186,7 +188,7 @@ func testRunawayBudget(t *testing.T, nc *nats.Conn) {
 		}
 	}
 	const limit = 300
-	req("budget", map[string]any{"tokens": limit}, nil)
+	req("budget", map[string]any{"tokens": limit, "soft": 1}, nil)
 	const calls = 19 // one step each: a turn has at most 20
 	req("chat", map[string]string{"text": strings.Repeat("/tool clock {}\n", calls)}, nil)
 
@@ -243,4 +245,97 @@ func testRunawayBudget(t *testing.T, nc *nats.Conn) {
 	if spent < limit || u.Budget == nil || u.Budget.Spent.Tokens != spent {
 		t.Fatalf("usage %+v: want at least %d tokens, the budget's spend", u, limit)
 	}
+}
+
+// testSoftBudget: an agent given {"tokens":600,"soft":0.5} answers chats
+// until its spend reaches 300 tokens; the next turn parks before its model
+// call: a broadcast says why, approvals lists it (kind budget), agentd
+// approve with its id continues the same turn to its answer, and the spend
+// is the sum of usage.
+func testSoftBudget(t *testing.T, nc *nats.Conn, bin, natsAddr string) {
+	const agent = "budget-soft"
+	start := time.Now()
+	send := func(verb string, payload any, out any) {
+		t.Helper()
+		var data []byte
+		if payload != nil {
+			data, _ = json.Marshal(payload)
+		}
+		m, err := nc.Request("forever.cmd."+agent+"."+verb, data, 20*time.Second)
+		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("%s: %v %s", verb, err, m.Data)
+		}
+		if out != nil {
+			if err := json.Unmarshal(m.Data, out); err != nil {
+				t.Fatalf("%s reply %s: %v", verb, m.Data, err)
+			}
+		}
+	}
+	bcast, err := nc.SubscribeSync("forever.bcast." + agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bcast.Unsubscribe()
+	var st chat.BudgetStatus
+	send("budget", map[string]any{"tokens": 600, "soft": 0.5}, &st)
+	if !st.SoftEnforced || st.Soft != 0.5 {
+		t.Fatalf("budget = %+v, want soft 0.5 enforced", st)
+	}
+	var (
+		u       chathost.UsageReply
+		pending chathost.Approvals
+		parked  chathost.Reply
+	)
+	for i := 0; len(pending.Approvals) == 0; i++ {
+		if i == 40 {
+			t.Fatalf("40 chats used %d tokens without a park", u.Input+u.Output)
+		}
+		var r chathost.Reply
+		send("chat", map[string]string{"text": "hello, this is message number " + string(rune('a'+i%26))}, &r)
+		deadline := time.Now().Add(15 * time.Second)
+		for u.Turns != i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("turn %d neither recorded nor parked: %+v", i, u)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if send("approvals", nil, &pending); len(pending.Approvals) > 0 {
+				parked = r
+				break
+			}
+			send("usage", nil, &u)
+		}
+	}
+	p := pending.Approvals[0]
+	if len(pending.Approvals) != 1 || p.Kind != chat.ApprovalKindBudget || p.RequestID != parked.RequestID || !strings.Contains(p.Reason, "50% of agent budget-soft's token budget of 600 tokens") {
+		t.Fatalf("approvals = %+v, want the park of turn %s", pending, parked.RequestID)
+	}
+	if u.Input+u.Output < 300 {
+		t.Fatalf("parked at %d tokens, below the soft limit of 300", u.Input+u.Output)
+	}
+	m, err := bcast.NextMsg(10 * time.Second)
+	if err != nil || !strings.Contains(string(m.Data), `"kind":"budget.parked"`) || !strings.Contains(string(m.Data), p.ApprovalID) {
+		t.Fatalf("broadcast of the park: %v %s", err, m.Data)
+	}
+	// agentd approve names the park where a tool call id goes, and prints
+	// the parked turn's stream to its end.
+	out, err := exec.Command(bin, "approve", agent, p.ApprovalID, "--server", "nats://"+natsAddr).CombinedOutput()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("agentd approve %s: %v\n%s", p.ApprovalID, err, out)
+	}
+	turns := u.Turns + 1
+	deadline := time.Now().Add(15 * time.Second)
+	for u.Turns != turns {
+		if time.Now().After(deadline) {
+			t.Fatalf("the approved turn did not complete: %+v", u)
+		}
+		time.Sleep(20 * time.Millisecond)
+		send("usage", nil, &u)
+	}
+	send("approvals", nil, &pending)
+	st = chat.BudgetStatus{}
+	send("budget", nil, &st)
+	if len(pending.Approvals) != 0 || st.Spent.Tokens != u.Input+u.Output || st.Spent.Cost != u.Cost {
+		t.Fatalf("after the approval: approvals %+v, budget spent %+v, usage %d+%d tokens %s", pending, st.Spent, u.Input, u.Output, u.Cost)
+	}
+	t.Logf("parked at turn %d, %d tokens spent after it, in %s", turns, st.Spent.Tokens, time.Since(start).Round(time.Millisecond))
 }
