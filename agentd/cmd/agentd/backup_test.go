@@ -413,7 +413,10 @@ func testClusterBackup(t *testing.T, bin string) {
 	runAgentdCLI(t, bin, "restore", "--from", dir, "--nats-url", "nats://"+dst[1].nats, "--creds", dstAdmin, "--auth-secret-file", secret)
 	for _, tc := range tenants {
 		for _, a := range agents {
-			got := waitAnswered(t, dst[0].http, tc.Token, a, "hello from "+tc.Tenant)
+			// A node whose server missed a restored account's update
+			// (the undone restore removed it a moment before) learns it
+			// at the resolver's next sync, within a minute.
+			got := waitAnsweredWithin(t, 90*time.Second, dst[0].http, tc.Token, a, "hello from "+tc.Tenant)
 			if got != want[tc.Tenant+"/"+a] {
 				t.Errorf("%s/%s restored as\n%s\nwant\n%s", tc.Tenant, a, got, want[tc.Tenant+"/"+a])
 			}

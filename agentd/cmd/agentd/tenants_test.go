@@ -91,7 +91,13 @@ func authedGet(t *testing.T, url, token string) (int, string) {
 // assistant message is there and the page holds every one of want.
 func waitAnswered(t *testing.T, httpAddr, token, agent string, want ...string) string {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	return waitAnsweredWithin(t, 30*time.Second, httpAddr, token, agent, want...)
+}
+
+// waitAnsweredWithin is waitAnswered with its own bound.
+func waitAnsweredWithin(t *testing.T, d time.Duration, httpAddr, token, agent string, want ...string) string {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
 		ok := code == 200 && strings.Contains(body, `"role":"assistant"`)
 		for _, w := range want {
