@@ -25,8 +25,8 @@ type BudgetRequest struct {
 	Cost *string `json:"cost,omitempty"`
 	// Period is the budget's period ("24h"), at least 1m.
 	Period *string `json:"period,omitempty"`
-	// Soft is the fraction of a limit past which a turn would park for
-	// approval (not enforced yet), in (0, 1].
+	// Soft is the fraction of a limit at which a turn parks for approval,
+	// in (0, 1].
 	Soft *float64 `json:"soft,omitempty"`
 }
 

@@ -11,8 +11,6 @@ import (
 
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
-	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/internal/apierror"
 )
 
 const budgetUsage = `Usage:
@@ -23,7 +21,7 @@ const budgetUsage = `Usage:
       set some of its limits (the others keep their values): tokens and
       cost per period (0: no limit), the period (at least 1m; periods are
       windows aligned to the Unix epoch, so 24h resets at 00:00 UTC), the
-      soft fraction (accepted, not enforced yet)
+      soft fraction (at it a turn parks until approved: agentd approve)
 
 At a hard limit the agent's turn ends before its next model call with an
 error chunk and turn.failed code 402, and new chats get 402 until the
@@ -50,7 +48,7 @@ func budgetFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *budg
 	fs.Int64Var(&o.tokens, "tokens", 0, "token limit per period, input and output (0: no limit)")
 	fs.StringVar(&o.cost, "cost", "", "cost limit per period in `dollars`, like 1.50 (0: no limit)")
 	fs.StringVar(&o.period, "period", "", "the budget's `period`, like 24h (default 24h)")
-	fs.Float64Var(&o.soft, "soft", 0, "soft limit, a `fraction` of the limits in (0, 1] (not enforced yet; default 0.8)")
+	fs.Float64Var(&o.soft, "soft", 0, "soft limit, a `fraction` of the limits in (0, 1] at which a turn parks for approval (default 0.8)")
 	return fs, &o
 }
 
@@ -66,13 +64,8 @@ func budgetCommand(ctx context.Context, args []string, getenv func(string) strin
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) == 0:
-		return usageErr("missing agent id")
-	case len(pos) > 1:
-		return usageErr("unexpected argument %q", pos[1])
-	case !eventlog.ValidToken(pos[0]):
-		return usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
+	if _, err := oneAgent(pos); err != nil {
+		return err
 	}
 	var req chathost.BudgetRequest
 	fs.Visit(func(f *flag.Flag) {
@@ -112,7 +105,7 @@ func printBudget(w io.Writer, agent string, st chat.BudgetStatus) error {
 		st.PeriodStart.UTC().Format(time.RFC3339), st.ResetsAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "  tokens  %d spent of %s\n", st.Spent.Tokens, limit(st.Tokens > 0, fmt.Sprint(st.Tokens)))
 	fmt.Fprintf(w, "  cost    $%s spent of %s\n", st.Spent.Cost, limit(st.Cost > 0, "$"+st.Cost.String()))
-	fmt.Fprintf(w, "  soft    %g (not enforced yet)\n", st.Soft)
+	fmt.Fprintf(w, "  soft    %g (a turn parks for approval there)\n", st.Soft)
 	if st.Exceeded != "" {
 		fmt.Fprintf(w, "the %s limit is reached: new turns get 402 until %s\n", st.Exceeded, st.ResetsAt.UTC().Format(time.RFC3339))
 	}

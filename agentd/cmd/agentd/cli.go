@@ -243,6 +243,20 @@ func usageErr(format string, a ...any) error {
 	return &cliError{exitUsage, fmt.Errorf(format, a...)}
 }
 
+// oneAgent returns the one positional argument of a command that takes
+// an agent id and nothing else, or its usage error.
+func oneAgent(pos []string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", usageErr("missing agent id")
+	case len(pos) > 1:
+		return "", usageErr("unexpected argument %q", pos[1])
+	case !eventlog.ValidToken(pos[0]):
+		return "", usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
+	}
+	return pos[0], nil
+}
+
 // printUsageErr prints a usage error of command cmd ("status", "tenant
 // create") as one line, and then where its usage is: not the whole page.
 func printUsageErr(w io.Writer, cmd string, err error) {

@@ -54,13 +54,10 @@ func forkCommand(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
+	if _, err := oneAgent(pos); err != nil {
+		return err
+	}
 	switch {
-	case len(pos) == 0:
-		return usageErr("missing agent id")
-	case len(pos) > 1:
-		return usageErr("unexpected argument %q", pos[1])
-	case !eventlog.ValidToken(pos[0]):
-		return usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
 	case o.to == "":
 		return usageErr("--to is required: the new agent's id")
 	case !eventlog.ValidToken(o.to):

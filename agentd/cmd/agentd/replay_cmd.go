@@ -15,7 +15,6 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chatreplay"
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/internal/apierror"
 )
 
 const replayUsage = `Usage:
@@ -82,13 +81,10 @@ func replayCommand(ctx context.Context, args []string, getenv func(string) strin
 	if err != nil {
 		return err
 	}
+	if _, err := oneAgent(pos); err != nil {
+		return err
+	}
 	switch {
-	case len(pos) == 0:
-		return usageErr("missing agent id")
-	case len(pos) > 1:
-		return usageErr("unexpected argument %q", pos[1])
-	case !eventlog.ValidToken(pos[0]):
-		return usageErr("%s", apierror.BadAgentID("agent id", pos[0]).Message)
 	case o.data != "" && serverSet(fs):
 		return usageErr("give --server or --data, not both")
 	case o.timeout <= 0:
