@@ -271,10 +271,11 @@ func (s *serverLogger) Errorf(format string, v ...any) {
 	if s.denials.take(s.l, msg) {
 		return
 	}
-	if strings.HasPrefix(msg, routeConnectError) {
-		// A peer that is down or not up yet: the cluster goes on without
-		// it (its partitions move), so this is a warning, not an error
-		// of this node; ReconnectErrorReports spaces the lines out.
+	if peerGone(msg) {
+		// A peer that is down, not up yet, or went away mid-write (it
+		// stopped or was killed): the cluster goes on without it (its
+		// partitions move), so this is a warning, not an error of this
+		// node; ReconnectErrorReports spaces the connect lines out.
 		s.l.Warn(msg)
 		return
 	}
@@ -284,6 +285,21 @@ func (s *serverLogger) Errorf(format string, v ...any) {
 // routeConnectError starts the server's line about a route peer it cannot
 // reach.
 const routeConnectError = "Error trying to connect to route"
+
+// peerGone reports whether an error line of the server is about a route
+// peer that cannot be reached or whose connection dropped under a write:
+// "<addr> - rid:<n> - Error flushing: ... connection reset by peer" (or a
+// broken pipe) when the peer's process ended. Client connections ("cid")
+// keep their error level.
+func peerGone(msg string) bool {
+	if strings.HasPrefix(msg, routeConnectError) {
+		return true
+	}
+	if !strings.Contains(msg, " - rid:") {
+		return false
+	}
+	return strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "broken pipe")
+}
 
 func (s *serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s *serverLogger) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }

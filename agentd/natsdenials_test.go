@@ -53,8 +53,9 @@ func TestDenialLogBounded(t *testing.T) {
 }
 
 // TestRouteConnectErrorIsAWarning: the server's line about a route peer it
-// cannot reach (a dead or not yet started node) is a warning; other error
-// lines stay errors.
+// cannot reach (a dead or not yet started node) or whose connection reset
+// under a write (a peer that stopped) is a warning; a client connection's
+// reset and other error lines stay errors.
 func TestRouteConnectErrorIsAWarning(t *testing.T) {
 	dl, err := newDenialLog(prometheus.NewRegistry())
 	if err != nil {
@@ -63,9 +64,17 @@ func TestRouteConnectErrorIsAWarning(t *testing.T) {
 	var buf bytes.Buffer
 	s := &serverLogger{l: slog.New(slog.NewTextHandler(&buf, nil)), denials: dl}
 	s.Errorf("Error trying to connect to route (attempt %v): %v", 1, "dial tcp 127.0.0.1:6223: connect: connection refused")
+	s.Errorf("%s - rid:%d - Error flushing: %v", "127.0.0.1:41446", 17, "writev tcp 127.0.0.1:30925->127.0.0.1:41446: writev: connection reset by peer")
+	s.Errorf("%s - cid:%d - Error flushing: %v", "127.0.0.1:41447", 9, "writev: connection reset by peer")
 	s.Errorf("JetStream failed to store a msg on stream %q", "FOREVER_EVENTS")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[1], "level=ERROR") {
-		t.Fatalf("logged:\n%s\nwant the route line at WARN, the other at ERROR", buf.String())
+	want := []string{"level=WARN", "level=WARN", "level=ERROR", "level=ERROR"}
+	if len(lines) != len(want) {
+		t.Fatalf("logged:\n%s\nwant %d lines", buf.String(), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d %q, want %s", i, lines[i], w)
+		}
 	}
 }
