@@ -298,6 +298,7 @@ const (
 
 	// Points of a sub-agent call.
 	pointChildStarted = "child-started" // the child's turn is started, the link not recorded
+	pointChildLinked  = "child-linked"  // the link is recorded, the child not named in the stream
 	pointChildrenWait = "children-wait" // every child is named in the stream, the turn about to wait idle
 )
 

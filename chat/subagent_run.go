@@ -90,6 +90,9 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 		if j.ref.RequestID == "" {
 			continue
 		}
+		if err := a.crashPoint(fctx, pointChildLinked); err != nil {
+			return err
+		}
 		if err := a.nameChild(fctx, em, j.call.ToolCallID, j.ref); err != nil {
 			return err
 		}
@@ -146,6 +149,29 @@ func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref C
 	}
 	if err := em.emit(ctx, chunk.Chunk{Type: PartSubagent, ID: callID, Data: data}); err != nil {
 		return fmt.Errorf("%w: %w", errWrite, err)
+	}
+	return nil
+}
+
+// nameLinked names, before a turn's terminal chunk, every child the turn
+// linked that its stream does not name yet: a turn stopped between a
+// link's record and its data-subagent part (deactivated, crashed, then
+// cancelled or failed in recovery) would otherwise end with a call whose
+// child its stream and stored message never name. A link the view cannot
+// read is logged and left: the turn still ends.
+func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) error {
+	links, err := a.store.Links(a.agent, st.info.RequestID)
+	if err != nil {
+		a.logger.Warn("read the turn's sub-agent links", "request", st.info.RequestID, "err", err)
+		return nil
+	}
+	for _, l := range links {
+		if _, ok := em.b.dataPart(PartSubagent, l.CallID); ok || l.RequestID == "" {
+			continue
+		}
+		if err := a.nameChild(ctx, em, l.CallID, l.ChildRef); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -502,6 +502,51 @@ func TestSubagentCancelDeactivated(t *testing.T) {
 	checkClean(t, e.lg)
 }
 
+// TestSubagentCancelLinkedUnnamed: a parent that stopped after recording
+// a child's link but before naming the child in its stream, then was
+// cancelled in recovery, names the child before its stream ends: the
+// stored message has the data-subagent part, cancelled (it failed CI once
+// when a deactivation fell in that window).
+func TestSubagentCancelLinkedUnnamed(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	m := newMesh(t, e, func(agent string) llm.Provider {
+		if agent == "slow" {
+			return g
+		}
+		return local(agent)
+	})
+	m.crash["boss"] = "child-linked"
+	turn, err := m.get("boss").a.Send(t.Context(), chat.SendRequest{Text: "/agent slow tell me a story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.crashed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("crash point not reached")
+	}
+	m.deactivate("boss")
+	if ok, err := m.get("boss").a.Cancel(t.Context()); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if tr := awaitTurn(t, e, "boss"); tr.Status != chat.TurnInterrupted {
+		t.Fatalf("parent turn %s", tr.Status)
+	}
+	cs, _ := streamOf(t, e.lg, "boss", turn.StreamID)
+	named := 0
+	for _, c := range cs {
+		if c.Type == chunk.Subagent {
+			named++
+		}
+	}
+	if named != 1 {
+		t.Errorf("the parent's stream names %d children, want 1", named)
+	}
+	storedCancelled(t, e, "boss", turn)
+	checkClean(t, e.lg)
+}
+
 // TestSubagentChildDeleted: a child deleted while its parent waits (its
 // turn gone with it, no outcome ever) ends the call with a tool error;
 // the parent's turn completes, and verify finds the log clean (the link

@@ -418,6 +418,9 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 // partial answer (if any) as the assistant message, and turn.failed.
 func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause error) error {
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
+	if err := a.nameLinked(ctx, st, em); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()}); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
@@ -449,6 +452,9 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 // abortTurn ends the stream with abort, persists the partial answer when
 // persist is set, records turn.interrupted and clears the "turn" interrupt.
 func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persist bool, reason string) error {
+	if err := a.nameLinked(ctx, st, em); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Abort}); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
