@@ -74,15 +74,19 @@
 // Env.PublishState {"type":"state","version":N,"value":...} (chathost
 // calls it for each chat state change, from the state verb or
 // chat.Agent.SetState), on <prefix>.bcast.<agent> (BroadcastSubject) with
-// core NATS: not stored, in the order the owner published, to the
-// clients subscribed now, on any node. GET /v1/agents/{id}/events is the
-// same as Server-Sent Events, after the agent's current state. A NATS
-// client does the same by subscribing first, then reading the state with
-// the state verb, then skipping state messages not newer than it.
+// a stored publish into the agent events stream (agentevents.go), kept
+// per agent by count and age: a publish returns once the message is
+// stored, and core NATS subscribers on any node still see it live. GET
+// /v1/agents/{id}/events is the same as Server-Sent Events, after the
+// agent's current state, and ?after=<cursor> resumes from a stream
+// sequence with no gap and no duplicate. A NATS client does the same by
+// subscribing first, then reading the state with the state verb, then
+// skipping state messages not newer than it.
 //
 // Which to use, as the Cloudflare Agents design separates them:
-// Broadcast is fire-and-forget progress ("step 3 of 10", a status line)
-// for whoever watches now; a client that connects later learns only the
+// Broadcast is progress ("step 3 of 10", a status line) for whoever
+// watches, kept for a while so a client that reconnects catches up from
+// its cursor; one that comes later than the retention learns only the
 // state. State is what a client must see when it connects (it is durable,
 // versioned and compare-and-set), and its changes are broadcast too. A
 // result the user waits for belongs in the chat turn's stream as a
