@@ -317,20 +317,29 @@ func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, s
 		a.noteBudget(wctx, "budget.approved", park)
 		return nil
 	}
+	// Registered, the turn reads the decision and the limits once before
+	// it waits: a decision or a budget set between the park and the
+	// registration woke no one (both are in the views before they wake).
+	check := true
 	for {
 		dec, ok, err := a.store.budgetDecision(a.agent, id)
 		if err != nil || ok {
 			return dec, err
 		}
-		select {
-		case <-ch:
+		if check {
+			check = false
 			if still, err := reached(); err != nil {
 				return dec, err
 			} else if !still {
 				if err := release("the budget was changed and its soft limit is no longer reached"); err != nil {
 					return dec, err
 				}
+				continue
 			}
+		}
+		select {
+		case <-ch:
+			check = true
 		case <-a.cfg.Clock.After(max(resets.Sub(a.cfg.Clock.Now()), 0)):
 			if err := release("the budget's period reset"); err != nil {
 				return dec, err

@@ -287,3 +287,40 @@ func TestBudgetSoftReleasedByRaise(t *testing.T) {
 		t.Fatalf("%d parks, want 2", got)
 	}
 }
+
+// TestBudgetSoftRaisedBeforeWait: a budget raised after a turn parked but
+// before the turn began to wait for its decision (no one to wake yet) still
+// lets the turn go on: the turn reads the limits once it waits. (The raise
+// in TestBudgetSoftReleasedByRaise fell in that window once and the turn
+// waited for the period's reset.)
+func TestBudgetSoftRaisedBeforeWait(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), priced())
+	ctx := t.Context()
+	softSetup(t, h, e)
+	parked, goOn := make(chan struct{}, 1), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "budget-parked" {
+			parked <- struct{}{}
+			<-goOn
+		}
+		return nil
+	})
+	turn, err := h.a.Send(ctx, chat.SendRequest{Text: "hello again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, parked)
+	more := int64(1_000_000)
+	if _, err := h.a.SetBudget(ctx, chat.BudgetUpdate{Tokens: &more}); err != nil {
+		t.Fatal(err)
+	}
+	close(goOn)
+	done := make(chan struct{})
+	go func() { h.r.Wait(); close(done) }()
+	wait(t, done)
+	settled(t, e, "a1")
+	if tr := lastTurn(t, e, "a1"); tr.RequestID != turn.RequestID || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %s %s (%s), want %s completed", tr.RequestID, tr.Status, tr.Error, turn.RequestID)
+	}
+}
