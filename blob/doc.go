@@ -35,6 +35,9 @@
 //     kept while any agent names it.
 //
 // Rows are released only by a delete: an object an agent named once stays
-// until that agent (and every fork made of it since) is deleted, even
-// after a compaction or an edit of the conversation dropped the event.
+// until that agent, and every fork that inherited it, is deleted, even
+// after a compaction or an edit of the conversation dropped the event
+// (conservative: the view never reads what a snapshot's rows mean). A
+// fork inherits every object its parent named when it was made, not only
+// those before its cut.
 package blob

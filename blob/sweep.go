@@ -8,8 +8,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/tracing"
 )
 
 // DefaultGrace is how long an object no event names is kept after its
@@ -55,6 +59,8 @@ type SweeperConfig struct {
 	Now        func() time.Time
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// TracerProvider traces each sweep (a "blob sweep" span); nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports a config NewSweeper refuses.
@@ -73,6 +79,7 @@ func (c *SweeperConfig) Validate() error {
 type Sweeper struct {
 	cfg    SweeperConfig
 	logger *slog.Logger
+	tracer tracing.Tracer
 	swept  prometheus.Counter
 	bytes  prometheus.Counter
 	kept   prometheus.Counter
@@ -101,6 +108,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	s := &Sweeper{
 		cfg:    cfg,
 		logger: cfg.Logger.With("subsystem", "blob sweeper"),
+		tracer: tracing.New(cfg.TracerProvider, "blob"),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_blobs_swept_total",
 			Help: "Objects of the blob bucket deleted because no stored event names them any more.",
@@ -140,7 +148,11 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		if !s.cfg.Sweeps() {
 			continue
 		}
-		sw, err := s.Sweep(ctx)
+		// A sweep waits for the views: bounded, so that a stalled view
+		// does not hold the loop (the next tick tries again).
+		sctx, cancel := context.WithTimeout(ctx, max(s.cfg.Interval, time.Minute))
+		sw, err := s.Sweep(sctx)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -178,7 +190,25 @@ func (s *Sweeper) Sweep(ctx context.Context) (Swept, error) {
 
 // SweepAt is Sweep as if the time were now: it deletes what was last put
 // before now minus the grace period.
-func (s *Sweeper) SweepAt(ctx context.Context, now time.Time) (Swept, error) {
+func (s *Sweeper) SweepAt(ctx context.Context, now time.Time) (sw Swept, err error) {
+	ctx, span := s.tracer.Start(ctx, "blob sweep")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("forever.blobs.objects", sw.Objects),
+				attribute.Int("forever.blobs.referenced", sw.Referenced),
+				attribute.Int("forever.blobs.deleted", sw.Deleted),
+				attribute.Int("forever.blobs.kept", sw.Kept))
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End()
+	}()
+	return s.sweep(ctx, now)
+}
+
+func (s *Sweeper) sweep(ctx context.Context, now time.Time) (Swept, error) {
 	cutoff := now.Add(-s.cfg.Grace)
 	lg := s.cfg.Log
 	if err := lg.Stalled(); err != nil {

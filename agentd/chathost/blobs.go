@@ -46,7 +46,7 @@ func (ct *Type) openBlobs(ctx context.Context, d *agentd.Daemon, deps *agentd.De
 		}
 		ct.sweeper, err = blob.NewSweeper(blob.SweeperConfig{
 			Store: bs, Log: deps.Log, Views: deps.Views, Grace: deps.Config.BlobGrace, Sweeps: sweeps,
-			Logger: deps.Logger, Registerer: deps.Registerer,
+			Logger: deps.Logger, Registerer: deps.Registerer, TracerProvider: deps.Config.TracerProvider,
 		})
 		if err != nil {
 			return err
