@@ -129,6 +129,11 @@ type Config struct {
 	// digest and the event holds the reference. 0: 256 KiB; negative:
 	// never (payloads stay in the events, split in parts).
 	BlobThreshold int
+	// BlobGrace is how long an object of the FOREVER_BLOBS bucket that
+	// no stored event names any more (its agents were deleted) is kept
+	// after it was last stored; then the blob sweeper, on the owner of
+	// partition 0, deletes it. 0: 1h; negative: never delete.
+	BlobGrace time.Duration
 	// ContextTokens is the chat agents' context budget in tokens
 	// (estimated at four bytes a token): past it, a model call gets the
 	// system prompt, a summary of the older messages and the newest

@@ -128,6 +128,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"chat turns running at once on this node; past it new turns get 429 with Retry-After at once (negative: no limit)")
 	fs.IntVar(&cfg.BlobThreshold, "blob-threshold", cfg.BlobThreshold,
 		"`bytes` above which a chat payload (message part, tool input or output) is stored once in the FOREVER_BLOBS object store and the event holds its reference (0: 262144, negative: never)")
+	fs.DurationVar(&cfg.BlobGrace, "blob-grace", cfg.BlobGrace,
+		"how long an object of the FOREVER_BLOBS object store that no stored event names any more (its agents deleted) is kept after it was last stored, before the sweeper deletes it (0: 1h, negative: never delete)")
 	fs.IntVar(&cfg.ContextTokens, "context-tokens", cfg.ContextTokens,
 		"chat context budget in `tokens` (4 bytes each): past it the model gets the system prompt, a summary of the older messages and the newest that fit; the conversation stays whole (0: the provider's default, 100000 for openai and chatcompletions, 150000 for anthropic, none for local; negative: none)")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider,

@@ -1,12 +1,3 @@
-// Package blob stores large payloads once, by their SHA-256 digest, in a
-// JetStream Object Store bucket, and gives back a reference (a claim
-// check) an event holds instead of the bytes.
-//
-// An object is named by its digest, so identical payloads are stored once
-// and an object never changes: a reference read on any node, at any time,
-// names the same bytes. Put returns only once the object is stored (the
-// bucket's stream acknowledged every chunk), so an event appended after
-// Put never names an object that is not there.
 package blob
 
 import (
@@ -70,7 +61,10 @@ func (r Ref) Name() (string, error) {
 
 // Store is a bucket of payloads. It is safe for concurrent use.
 type Store struct {
-	os jetstream.ObjectStore
+	os     jetstream.ObjectStore
+	js     jetstream.JetStream
+	stream jetstream.Stream // the bucket's stream, for its meta messages
+	bucket string
 	// timeout bounds a read or write made without a deadline of its own.
 	timeout time.Duration
 }
@@ -104,21 +98,30 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("blob: open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Store{os: os, timeout: 2 * time.Minute}, nil
+	return newStore(ctx, js, os, cfg.Bucket)
+}
+
+func newStore(ctx context.Context, js jetstream.JetStream, os jetstream.ObjectStore, bucket string) (*Store, error) {
+	st, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("blob: open bucket %s: %w", bucket, err)
+	}
+	return &Store{os: os, js: js, stream: st, bucket: bucket, timeout: 2 * time.Minute}, nil
 }
 
 // Put stores data once and returns its reference: an object with the same
-// digest already stored is not written again. The object is durable when
-// Put returns.
+// digest already stored is not written again, but touched (its meta
+// message stored again), so that its age, which Sweeper reads, counts from
+// this Put. The object is durable when Put returns.
 func (s *Store) Put(ctx context.Context, data []byte) (Ref, error) {
 	r := RefOf(data)
 	name, _ := r.Name()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if info, err := s.os.GetInfo(ctx, name); err == nil && !info.Deleted && int64(info.Size) == r.Size {
-		return r, nil
-	} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if ok, err := s.touch(ctx, name, r.Size); err != nil {
 		return Ref{}, fmt.Errorf("blob: put %s: %w", r.Digest, err)
+	} else if ok {
+		return r, nil
 	}
 	if _, err := s.os.PutBytes(ctx, name, data); err != nil {
 		return Ref{}, fmt.Errorf("blob: put %s (%d bytes): %w", r.Digest, r.Size, err)
@@ -215,5 +218,5 @@ func Bind(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	if err != nil {
 		return nil, fmt.Errorf("blob: bind bucket %s: %w", bucket, err)
 	}
-	return &Store{os: os, timeout: 2 * time.Minute}, nil
+	return newStore(ctx, js, os, bucket)
 }

@@ -13,7 +13,13 @@ import (
 // over --blob-threshold go to, and gives the read side its references to
 // resolve. A negative threshold stores every payload inline; the bucket is
 // still opened so that what an earlier configuration stored reads back.
-func (ct *Type) openBlobs(ctx context.Context, deps *agentd.Deps) error {
+// It adds the references view (blob.RefsView) to the views, and the blob
+// sweeper to d unless --blob-grace is negative: only the owner of
+// partition 0 sweeps (any node could: two sweeps at once are safe).
+func (ct *Type) openBlobs(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) error {
+	if err := deps.Views.Add(blob.RefsView()); err != nil {
+		return err
+	}
 	js, err := jetstream.New(deps.Conn)
 	if err != nil {
 		return err
@@ -32,6 +38,22 @@ func (ct *Type) openBlobs(ctx context.Context, deps *agentd.Deps) error {
 		// A node of the previous release would read a reference as an
 		// empty field: references wait until every node reads them.
 		ct.refsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBlobRefs }
+	}
+	if deps.Config.BlobGrace >= 0 {
+		sweeps := func() bool { return true }
+		if own := deps.Ownership; own != nil {
+			sweeps = func() bool { _, _, ok := own.Owned(0); return ok }
+		}
+		ct.sweeper, err = blob.NewSweeper(blob.SweeperConfig{
+			Store: bs, Log: deps.Log, Views: deps.Views, Grace: deps.Config.BlobGrace, Sweeps: sweeps,
+			Logger: deps.Logger, Registerer: deps.Registerer, TracerProvider: deps.Config.TracerProvider,
+		})
+		if err != nil {
+			return err
+		}
+		if err := d.Add("blob sweeper", ct.sweeper); err != nil {
+			return err
+		}
 	}
 	if ct.blobTh < 0 {
 		ct.blobs = nil // new payloads inline

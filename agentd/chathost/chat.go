@@ -61,6 +61,7 @@ type Type struct {
 	price         *cost.Price // the provider's model's, from --prices
 	blobs         *blob.Store
 	blobTh        int // --blob-threshold
+	sweeper       *blob.Sweeper
 	contextTokens int // --context-tokens
 	// refsWritable reports whether the cluster's record format lets
 	// references be written (agentd.FormatBlobRefs).
@@ -129,7 +130,7 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 				return err
 			}
 		}
-		if err := ct.openBlobs(ctx, deps); err != nil {
+		if err := ct.openBlobs(ctx, d, deps); err != nil {
 			return err
 		}
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})

@@ -121,6 +121,7 @@ func TestBinary(t *testing.T) {
 	t.Run("BackupRestore", func(t *testing.T) { testBinaryBackupRestore(t, bin) })
 	t.Run("DNSRebinding", func(t *testing.T) { testBinaryDNSRebinding(t, bin) })
 	t.Run("Tracing", func(t *testing.T) { testBinaryTracing(t, bin) })
+	t.Run("ContextTokens", func(t *testing.T) { testBinaryContextTokens(t, bin) })
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {
