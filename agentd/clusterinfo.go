@@ -54,7 +54,7 @@ type ClusterInfo struct {
 // a kind of record raises it, and writes the new kind only once the
 // cluster's active format reached it: after every node runs a release that
 // reads it.
-const RecordFormat = FormatBlobRefs
+const RecordFormat = FormatBlobSweep
 
 // Record formats of agentd's releases (ownership's format switch).
 const (
@@ -64,6 +64,12 @@ const (
 	// field, so references are written only once the cluster's active
 	// format reached it; until then payloads stay inline.
 	FormatBlobRefs = ownership.FormatBase + 1
+	// FormatBlobSweep: a node's Put of an object already stored touches
+	// it (blob/meta.go), so the sweep's compare-and-set delete never
+	// takes an object a Put just reused. A release before it reuses an
+	// object without a touch: the sweep runs only once every node
+	// touches. It adds no kind of record.
+	FormatBlobSweep = ownership.FormatBase + 2
 )
 
 // LeaseInfo is one partition's lease.

@@ -42,7 +42,13 @@ func (ct *Type) openBlobs(ctx context.Context, d *agentd.Daemon, deps *agentd.De
 	if deps.Config.BlobGrace >= 0 {
 		sweeps := func() bool { return true }
 		if own := deps.Ownership; own != nil {
-			sweeps = func() bool { _, _, ok := own.Owned(0); return ok }
+			// One node sweeps (partition 0's owner), and only once every
+			// node touches an object it reuses (a release before would
+			// reuse one the sweep is about to delete).
+			sweeps = func() bool {
+				_, _, ok := own.Owned(0)
+				return ok && own.ActiveFormat() >= agentd.FormatBlobSweep
+			}
 		}
 		ct.sweeper, err = blob.NewSweeper(blob.SweeperConfig{
 			Store: bs, Log: deps.Log, Views: deps.Views, Grace: deps.Config.BlobGrace, Sweeps: sweeps,
