@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/fiber"
@@ -85,6 +86,35 @@ func BuildVersion() string {
 		rev += "+dirty"
 	}
 	return rev
+}
+
+// agentsOfVersion returns the agents with a fiber started by version v,
+// from this node's runs view (every agent's fibers).
+func (h *Host) agentsOfVersion(v string) (map[string]bool, error) {
+	rows, err := h.table.Rows("")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rows {
+		if r.Version == v {
+			out[r.Agent] = true
+		}
+	}
+	return out, nil
+}
+
+// runningVersions returns the versions that started rows, sorted, once
+// each; nil when none is versioned.
+func runningVersions(rows []fiber.Row) []string {
+	var out []string
+	for _, r := range rows {
+		if r.Version != "" && !slices.Contains(out, r.Version) {
+			out = append(out, r.Version)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // VersionFailer is implemented by agents that end a fiber its type's
