@@ -9,7 +9,16 @@ import (
 	"testing"
 
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/verify"
 )
+
+// clean checks the log with package verify.
+func clean(t *testing.T, e *env) {
+	t.Helper()
+	if rep, err := verify.Check(t.Context(), e.lg, verify.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}
 
 // startedBy leaves a fiber started by version v in the log, interrupted
 // mid-run after stashing snap: a Runner of version v runs it and closes
@@ -94,6 +103,7 @@ func TestVersionPolicy(t *testing.T) {
 		if rows := e.rows(t); len(rows) != 0 {
 			t.Fatalf("rows after completion: %+v", rows)
 		}
+		clean(t, e)
 	})
 
 	t.Run("Restart", func(t *testing.T) {
@@ -154,6 +164,7 @@ func TestVersionPolicy(t *testing.T) {
 		if n := len(e.events(t, fiber.EventCompleted)); n != 1 {
 			t.Fatalf("%d fiber.completed", n)
 		}
+		clean(t, e)
 	})
 
 	t.Run("Fail", func(t *testing.T) {
@@ -188,6 +199,7 @@ func TestVersionPolicy(t *testing.T) {
 		if rows := e.rows(t); len(rows) != 0 {
 			t.Fatalf("rows: %+v", rows)
 		}
+		clean(t, e)
 	})
 
 	t.Run("FailedMigrationFails", func(t *testing.T) {
@@ -221,6 +233,7 @@ func TestVersionPolicy(t *testing.T) {
 		if n := len(e.events(t, fiber.EventFailed)); n != 1 {
 			t.Fatalf("%d fiber.failed", n)
 		}
+		clean(t, e)
 	})
 
 	t.Run("SameOrUnversioned", func(t *testing.T) {
