@@ -62,6 +62,10 @@ type VersionError struct {
 }
 
 func (e *VersionError) Error() string {
+	var verr *fiber.VersionError
+	if errors.As(e.Err, &verr) && verr.Err != nil {
+		return fmt.Sprintf("chat: turn %s was started by version %q of the agent and cannot go on under version %q: %v", e.RequestID, e.From, e.To, verr.Err)
+	}
 	return fmt.Sprintf("chat: turn %s was started by version %q of the agent and cannot go on under version %q (its version policy is fail); send the message again", e.RequestID, e.From, e.To)
 }
 
