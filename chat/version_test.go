@@ -155,3 +155,16 @@ func TestVersionErrorIs(t *testing.T) {
 		t.Fatal("chat.VersionError is not fiber.ErrVersionChanged")
 	}
 }
+
+// A queued message keeps its fiber whatever the type's policy: no
+// version has started answering it, and its snapshot is the message.
+func TestQueueFibersAlwaysContinue(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+	if p := h.a.FiberVersionPolicy(chat.QueueFiberPrefix + "r1"); p != fiber.VersionContinue {
+		t.Fatalf("queue fiber policy %q", p)
+	}
+	if p := h.a.FiberVersionPolicy(chat.TurnFiberPrefix + "r1"); p != "" {
+		t.Fatalf("turn fiber policy %q, want the type's", p)
+	}
+}
