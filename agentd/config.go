@@ -144,6 +144,11 @@ type Config struct {
 	// IdleTimeout is how long an agent stays active without work before the
 	// host deactivates it. Default 2m.
 	IdleTimeout time.Duration
+	// AgentVersion is the version of the built-in agent types' code
+	// ("": the binary's build), and VersionPolicy what a node does with
+	// a turn or fiber another version started: continue (""), restart or
+	// fail (host.SetVersion).
+	AgentVersion, VersionPolicy string
 	// ScheduleTimeout is how long a schedule callback may run before it is
 	// treated as hung: its context is cancelled and the attempt retried
 	// with backoff. Default keepalive.DefaultCallbackTimeout (30s), as
@@ -447,6 +452,11 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)
+	}
+	switch c.VersionPolicy {
+	case "", "continue", "restart", "fail":
+	default:
+		return configErrorf("version-policy", "version policy %q: want continue, restart or fail", c.VersionPolicy)
 	}
 	if c.NATSURL == "" {
 		if _, _, err := splitAddr(c.NATSListen); err != nil {

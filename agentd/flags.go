@@ -112,6 +112,10 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"how long an agent's broadcasts and state changes are kept")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout,
 		"how long an agent stays active without work")
+	fs.StringVar(&cfg.AgentVersion, "agent-version", cfg.AgentVersion,
+		"the `version` of the agent types' code that turns and fibers started here record (empty: the binary's build)")
+	fs.StringVar(&cfg.VersionPolicy, "version-policy", cfg.VersionPolicy,
+		"what this node does with a turn or fiber another agent version started: continue, restart (the turn answers again from its last message) or fail (empty: continue)")
 	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", cfg.ScheduleTimeout,
 		"how long a schedule callback may run before it is treated as hung: its context is cancelled and the attempt retried with backoff (0: 30s)")
 	fs.Int64Var(&cfg.CompactEvents, "compact-events", cfg.CompactEvents,

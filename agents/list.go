@@ -64,6 +64,15 @@ type Query struct {
 	User string `json:"user,omitempty"`
 	Tag  string `json:"tag,omitempty"`
 	Type string `json:"type,omitempty"`
+	// Version selects the agents with work (a fiber, such as a chat
+	// turn, running or left for recovery) started by that version of
+	// their type's code; the host answers it from the runs view by
+	// setting Only. An operator reads it to know when an old version has
+	// drained.
+	Version string `json:"version,omitempty"`
+	// Only, when not nil, keeps only these agents (the host sets it for
+	// Version). Never sent.
+	Only map[string]bool `json:"-"`
 	// Cursor is a Page's Next: the page after it.
 	Cursor string `json:"cursor,omitempty"`
 	// Limit is the most agents of the page: DefaultLimit when 0, at most
@@ -271,6 +280,8 @@ func (q Query) matches(rw *row, agent string, types Types) bool {
 	case q.Tag != "" && !slices.Contains(rw.Tags, q.Tag):
 		return false
 	case q.Type != "" && types.Of(agent) != q.Type:
+		return false
+	case q.Only != nil && !q.Only[agent]:
 		return false
 	}
 	return true

@@ -597,6 +597,9 @@ func (a *Agent) userMessage(req SendRequest) (Message, error) {
 // turn that asked), and is recorded in turn.started; the run that records
 // the turn's outcome ends it.
 func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []Part, follows string) (Turn, error) {
+	if t.Version == "" {
+		t.Version = a.cfg.Fibers.Version()
+	}
 	at := newActiveTurn(t.RequestID)
 	at.pending = true
 	a.mu.Lock()

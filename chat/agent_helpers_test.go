@@ -33,6 +33,10 @@ type env struct {
 	chunks chunk.Batcher
 	// tp, when set, traces the hosts' fibers and turns.
 	tp trace.TracerProvider
+	// version and policy, when set, are the hosts' code version and
+	// version policy (fiber.Config).
+	version string
+	policy  fiber.VersionPolicy
 }
 
 // writeLog is what a host writes through: the chat and fiber logs.
@@ -91,7 +95,13 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	}
 	r, err := fiber.New(fiber.Config{
 		Log: lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond, TracerProvider: e.tp,
+		Version: e.version, VersionPolicy: e.policy,
+		VersionPolicyOf: func(name string) fiber.VersionPolicy { return h.a.FiberVersionPolicy(name) },
 		Hooks: fiber.Hooks{
+			OnVersionFailed: func(ctx context.Context, rec fiber.Recovered, cause error) error {
+				_, err := h.a.OnFiberVersionFailed(ctx, rec, cause)
+				return err
+			},
 			OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
 				handled, err := h.a.OnFiberRecovered(ctx, rec)
 				if !handled {

@@ -126,6 +126,12 @@ func (b *builder) add(c chunk.Chunk) {
 		b.terminal, b.errorText = c.Type, c.ErrorText
 	case chunk.Abort:
 		b.terminal = c.Type
+	case chunk.Restart:
+		// The answer starts again: what came before is dropped. Block
+		// ids go on counting, so the new blocks' ids are new.
+		b.stepOpen, b.steps, b.stepFirst = false, 0, 0
+		b.textOpen, b.reasOpen = "", ""
+		b.parts, b.text, b.index = nil, nil, map[string]int{}
 	default:
 		if c.IsData() {
 			// A data part: one of its type and id is replaced, as the AI

@@ -149,6 +149,18 @@
 // ContinueLastTurn does the same on demand, in a new stream whose start
 // chunk names the continued message.
 //
+// A turn records the version of the code that started it (turn.started's
+// version: its fiber Runner's fiber.Config.Version). When a Runner of
+// another version recovers it, the Runner's version policy applies first:
+// continue is the recovery above; restart (fiber.Recovered.Restarted)
+// closes the open blocks, writes a data-restart chunk ({"from","to"}) that
+// drops what the stream showed from the message (the builder drops it on
+// every replay too) and answers again from the last message into the same
+// stream, one outcome; fail (Agent.OnFiberVersionFailed, wired to
+// fiber.Hooks.OnVersionFailed) ends the stream with an error chunk and
+// turn.failed, a *VersionError naming both versions. Queued messages
+// (FiberVersionPolicy) are always continued (TestRollingUpgradeTurn).
+//
 // # Context budget
 //
 // A model call gets the whole stored conversation while it fits

@@ -67,6 +67,9 @@ type turnStarted struct {
 	// a crash resumes the span with them. Absent without tracing.
 	TraceParent  string `json:"traceparent,omitempty"`
 	ParentSpanID string `json:"parentSpanId,omitempty"`
+	// Version is the version of the code that started the turn (its
+	// fiber runner's, fiber.Config.Version); absent when unversioned.
+	Version string `json:"version,omitempty"`
 	// rewrite is SendRequest.rewrite, for the event id; not stored.
 	rewrite string
 }

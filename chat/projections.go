@@ -431,6 +431,9 @@ type TurnInfo struct {
 	ParentSpanID string `json:"parentSpanId,omitempty"`
 	// Steered counts the messages steered into the turn (turn.steered).
 	Steered int `json:"steered,omitempty"`
+	// Version is the version of the code that started the turn (its
+	// turn.started's), "" when unversioned.
+	Version string `json:"version,omitempty"`
 }
 
 // Active reports whether the turn has not ended.
@@ -513,7 +516,7 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			AssistantMessageID: ts.AssistantMessageID, Continues: ts.Continues, Base: ts.Base, Answers: ts.Answers,
 			Body: ts.Body, Tools: ts.Tools, Status: TurnStreaming, StartedSeq: e.Seq, StartedAt: e.Time, FiberID: ts.FiberID,
 			Parent:      ts.Parent,
-			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID,
+			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID, Version: ts.Version,
 		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err

@@ -94,7 +94,7 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 	}
 	err := a.cfg.Fibers.GoResume(ctx, rec, func(fctx context.Context, f *fiber.Fiber) error {
 		var span trace.Span
-		err := a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec, &span))
+		err := a.endOnFailure(fctx, requestID, a.recoverTurn(fctx, f, requestID, rec, &span, nil))
 		a.endTurnSpan(fctx, span, err)
 		return a.afterTurn(fctx, requestID, err)
 	}, fiber.Unique())
@@ -108,8 +108,10 @@ func (a *Agent) OnFiberRecovered(ctx context.Context, rec fiber.Recovered) (bool
 }
 
 // recoverTurn resumes the turn's invoke_agent span into *span once it
-// knows the turn.
-func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered, span *trace.Span) error {
+// knows the turn. fail, when set, is why the turn's version policy fails
+// it (OnFiberVersionFailed); rec.Restarted starts its answer again
+// (restartAnswer).
+func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered, span *trace.Span, fail error) error {
 	if err := retryRead(ctx, a.logger, "catch up", func() error { return a.catchUp(ctx) }); err != nil {
 		return err
 	}
@@ -188,6 +190,11 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		defer a.release(at)
 		return a.failTurn(ctx, st, em, err)
 	}
+	if fail != nil {
+		a.metrics.recoveries.WithLabelValues("version_fail").Inc()
+		defer a.release(at)
+		return a.failTurn(ctx, st, em, fail)
+	}
 	// A turn awaiting its children, or parked at its soft budget limit,
 	// was left by design (its agent was deactivated, or its process
 	// stopped, while it waited): resuming it counts no attempt, and its
@@ -196,6 +203,16 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	waiting := b.terminal == "" && (parked || a.awaitingChildren(requestID))
 	if waiting {
 		st.snap.Attempts = 0
+	}
+	if rec.Restarted && !waiting {
+		// The restart policy: the answer starts again from the turn's
+		// last message (a waiting turn's wait goes on: its children run).
+		a.metrics.recoveries.WithLabelValues("version_restart").Inc()
+		if err := a.restartAnswer(ctx, em, rec); err != nil {
+			a.release(at)
+			return err
+		}
+		st.snap = snapshot{StreamID: info.StreamID, RequestID: requestID}
 	}
 	if !waiting && st.countAttempt(b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), a.cfg.AttemptWindow) {
 		defer a.release(at)

@@ -11,12 +11,16 @@
 //	                                        WithSnapshot, the first snapshot; with
 //	                                        FirstStep, the first step's op.started;
 //	                                        with tracing, traceparent: the span it was
-//	                                        started under)
+//	                                        started under; with Config.Version,
+//	                                        version: the code that started it)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
 //	                                        or 0 when it is a recovered fiber's first progress)
 //	fiber.completed {id, result?}           function returned nil
 //	fiber.failed    {id, error}             function returned an error or panicked
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
+//	                                        (under another version: version, the
+//	                                        Runner's, and the snapshot its policy
+//	                                        set; restart: true for VersionRestart)
 //	fiber.abandoned {id, attempts, reason}  recovery gave up
 //	op.started      {fiber, opId, key}      before a Step's side effect
 //	op.completed    {fiber, opId, result}   after it, with its result (and,
@@ -92,6 +96,17 @@
 //     step's position among this run's calls with that key. A resumed
 //     function that skips work it finished (per its snapshot) must use keys
 //     that name the work (e.g. "llm-3"), not rely on positions alone.
+//   - A fiber that last ran under another version than the Runner's
+//     (Config.Version; Row.RanUnder) is recovered under its
+//     VersionPolicy, decided before the hook runs: continue (after
+//     Hooks.MigrateSnapshot), restart (no snapshot, Recovered.Restarted
+//     until the fiber next stashes) or fail (fiber.failed with a
+//     *VersionError, after Hooks.OnVersionFailed). A continue or restart
+//     is recorded in the attempt's fiber.recovered with the new version
+//     and the snapshot it set, so a crash after it neither migrates nor
+//     restarts again; a fail records nothing before the fiber's end, so
+//     a crash before it decides again, the same way (TestVersionPolicy).
+//     Fibers started unversioned, and unversioned Runners, see no policy.
 //   - A fiber that panics ends as fiber.failed and its caller (Run, Resume)
 //     or Hooks.OnError (Go, GoResume) gets a *PanicError; the panic is not
 //     re-raised.

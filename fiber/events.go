@@ -12,11 +12,11 @@ import (
 // is JSON; the fields of each are listed next to it. The format is guarded by
 // the golden history in testdata/.
 const (
-	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?, traceparent?}: WithSnapshot, FirstStep; the span the fiber was started under
+	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?, traceparent?, version?}: WithSnapshot, FirstStep; the span the fiber was started under; Config.Version
 	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}: attempts 0 for a recovered fiber's first progress, or WithAttempts
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}
-	EventRecovered   = "fiber.recovered" // {id, attempt}
+	EventRecovered   = "fiber.recovered" // {id, attempt, version?, snapshot?}: under another version, the Runner's and the snapshot its policy set (migrated, or null and restart for a restart)
 	EventAbandoned   = "fiber.abandoned" // {id, attempts, reason}
 	EventOpStarted   = "op.started"      // {fiber, opId, key}
 	EventOpCompleted = "op.completed"    // {fiber, opId, result, snapshot?, attempts?, nextOpId?, nextKey?}: a snapshot (ThenStash) as fiber.stashed; attempts 0 for a recovered fiber's first progress; the next step's op.started (ThenStep)
@@ -43,6 +43,13 @@ type payload struct {
 	// under (fiber.started, with tracing on): its recovery continues that
 	// trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Version is the version of the code that started the fiber
+	// (fiber.started) or that recovered it under another version than it
+	// last ran under (fiber.recovered; Config.Version).
+	Version string `json:"version,omitempty"`
+	// Restart marks the fiber.recovered of a VersionRestart: the fiber
+	// runs again from its beginning, until it next stashes.
+	Restart bool `json:"restart,omitempty"`
 }
 
 // event builds one of the package's events for agent.

@@ -23,6 +23,9 @@ type metrics struct {
 	// appendRetries counts appends sent again after JetStream refused them
 	// while electing a leader.
 	appendRetries prometheus.Counter
+	// versioned counts recoveries of fibers that last ran under another
+	// version, by the policy applied: continue, restart, fail.
+	versioned *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_fiber_append_retries_total",
 			Help: "Fiber events sent again after JetStream refused them unwritten (a stream electing its leader).",
 		}),
+		versioned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_fiber_version_recoveries_total",
+			Help: "Recoveries of fibers that last ran under another version of their agent type's code, by the version policy applied (continue, restart, fail).",
+		}, []string{"policy"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -71,6 +78,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if m.appendRetries, err = promreg.Register(reg, m.appendRetries); err != nil {
 		return nil, err
+	}
+	if m.versioned, err = promreg.Register(reg, m.versioned); err != nil {
+		return nil, err
+	}
+	for _, p := range []VersionPolicy{VersionContinue, VersionRestart, VersionFail} {
+		m.versioned.WithLabelValues(string(p))
 	}
 	return m, nil
 }

@@ -29,6 +29,16 @@ type Recovered struct {
 	// function runs under it again (unless the hook put a span of its own
 	// in the ctx it resumes with).
 	TraceParent string
+	// Version is the version that started the fiber, From the one it
+	// last ran under (Version, or a later recovery's), "" when
+	// unversioned. When From is not the Runner's Config.Version, the
+	// Runner's VersionPolicy applied: Snapshot is then the migrated one
+	// (Hooks.MigrateSnapshot), or nil with Restarted.
+	Version, From string
+	// Restarted: VersionRestart dropped the snapshot; the fiber's
+	// function should run again from its beginning. It stays set on
+	// later recoveries until the fiber stashes a snapshot.
+	Restarted bool
 }
 
 // Decode unmarshals the snapshot into v. It returns ErrNoSnapshot when the
@@ -233,7 +243,20 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 				return
 			}
 		}
-		if _, err := r.append(ctx, EventRecovered, payload{ID: row.ID, Attempt: attempt}); err != nil {
+		rec := Recovered{ID: row.ID, Name: row.Name, Snapshot: row.Snapshot, Attempt: attempt, CreatedAt: row.CreatedAt, TraceParent: row.TraceParent,
+			Version: row.Version, From: row.RanUnder(), Restarted: row.Restarted}
+		if rec.Restarted {
+			rec.Snapshot = nil
+		}
+		p := payload{ID: row.ID, Attempt: attempt}
+		var verr *VersionError
+		if vc, ok := r.versionChange(row); ok {
+			log.Info("recovering a fiber that ran under another version", "from", vc.from, "to", vc.to, "policy", vc.policy)
+			if err := r.applyVersion(ctx, vc, &p, &rec); err != nil {
+				errors.As(err, &verr)
+			}
+		}
+		if _, err := r.append(ctx, EventRecovered, p); err != nil {
 			r.settle(row.ID, s)
 			if eventlog.OwnerLost(err) {
 				log.Info("recovery stopped: this process no longer owns the agent", "attempt", attempt, "err", err)
@@ -247,7 +270,23 @@ func (r *Runner) recoverOne(ctx context.Context, row Row, s *slot) {
 		}
 		r.metrics.recovered.Inc()
 		log.Info("recovering fiber", "attempt", attempt)
-		rec := Recovered{ID: row.ID, Name: row.Name, Snapshot: row.Snapshot, Attempt: attempt, CreatedAt: row.CreatedAt, TraceParent: row.TraceParent}
+		if verr != nil {
+			settled, err := r.failVersion(ctx, row, s, rec, verr)
+			if settled {
+				return
+			}
+			if ctx.Err() != nil || eventlog.OwnerLost(err) {
+				r.settle(row.ID, s)
+				return
+			}
+			log.Warn("version failure hook failed", "attempt", attempt, "err", err)
+			last, cause = attempt, err
+			continue
+		}
+		if p.Version != "" {
+			// Recorded: a retry of this recovery runs under this version.
+			row.LastVersion, row.Snapshot = p.Version, rec.Snapshot
+		}
 		hctx, span := r.startRecoverSpan(ctx, rec)
 		err := r.callHook(hctx, rec)
 		endSpan(span, err)

@@ -58,6 +58,24 @@ type Hooks struct {
 	// background fibers, *AbandonedError, corrupt rows found by Recover,
 	// failures to record an event. Nil logs them.
 	OnError func(ctx context.Context, err error)
+	// MigrateSnapshot, when set, converts the snapshot of a fiber that
+	// last ran under another version (rec.From) into the format of the
+	// Runner's version, under VersionContinue, before OnFiberRecovered:
+	// the result is recorded in fiber.recovered with the new version and
+	// is the Snapshot OnFiberRecovered gets. It is called once per
+	// version change: a crash after the record recovers the migrated
+	// snapshot under the new version, with no second migration. An error
+	// (or panic) fails the fiber as VersionFail does, with a
+	// *VersionError wrapping it. Not called for a fiber without snapshot.
+	MigrateSnapshot func(ctx context.Context, rec Recovered) (json.RawMessage, error)
+	// OnVersionFailed is called, instead of OnFiberRecovered, for a fiber
+	// that VersionFail (or a failed migration) ends; err is the
+	// *VersionError. It may resume the fiber (Resume, GoResume) to end it
+	// its own way: a chat turn ends its stream with an error chunk and
+	// records turn.failed, and its function's error is recorded as
+	// fiber.failed. Returning nil without resuming, or a nil hook:
+	// fiber.failed records err. An error is retried as a recovery attempt.
+	OnVersionFailed func(ctx context.Context, rec Recovered, err error) error
 }
 
 // Defaults for Config fields left zero.
@@ -89,6 +107,20 @@ type Config struct {
 	// recovery hook: base, 2*base, 4*base, ... at most max.
 	// Defaults 1s and 1m.
 	BackoffBase, BackoffMax time.Duration
+	// Version is the version of the code the Runner runs (its agent
+	// type's): fiber.started records it, and Recover applies
+	// VersionPolicy to a fiber that last ran under another version. "":
+	// unversioned; nothing is recorded and no policy applies (nor to a
+	// fiber started unversioned).
+	Version string
+	// VersionPolicy is what Recover does with a fiber that last ran
+	// under another version: VersionContinue (the default),
+	// VersionRestart or VersionFail.
+	VersionPolicy VersionPolicy
+	// VersionPolicyOf, when set, is the policy of the fibers of a name
+	// (VersionPolicy when it returns "" or an unknown policy): chat keeps
+	// its queued messages whatever a turn's policy says.
+	VersionPolicyOf func(name string) VersionPolicy
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -111,6 +143,9 @@ func (c *Config) ensureDefaults() {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = max(DefaultBackoffMax, c.BackoffBase)
 	}
+	if c.VersionPolicy == "" {
+		c.VersionPolicy = VersionContinue
+	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
@@ -132,6 +167,9 @@ func (c *Config) Validate() error {
 		return invalidf("config: MaxAttempts must not be negative")
 	case c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
 		return invalidf("config: need 0 <= BackoffBase <= BackoffMax")
+	}
+	if _, err := ParseVersionPolicy(string(c.VersionPolicy)); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }
@@ -292,7 +330,7 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	}
 	f := r.newFiber(nuid.Next(), name, r.cfg.Clock.Now().UTC(), 0, false, o.snapshot)
 	f.unique = o.unique
-	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot}
+	p := payload{ID: f.id, Name: name, Snapshot: o.snapshot, Version: r.cfg.Version}
 	if r.tracer.On() {
 		p.TraceParent = tracing.Format(trace.SpanContextFromContext(ctx))
 	}

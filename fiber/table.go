@@ -44,6 +44,27 @@ type Row struct {
 	// TraceParent is the W3C traceparent of the span the fiber was
 	// started under (fiber.started's), "" without tracing.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Version is the version of the code that started the fiber
+	// (fiber.started's), "" when unversioned. LastVersion is the version
+	// a later recovery moved it to (fiber.recovered's), "" while it runs
+	// under Version. Both were added without changing runsVersion: only
+	// events of this release carry them, so a rebuild gives the same
+	// rows, and older readers ignore them.
+	Version     string `json:"version,omitempty"`
+	LastVersion string `json:"lastVersion,omitempty"`
+	// Restarted is set by the fiber.recovered of a VersionRestart and
+	// cleared by the fiber's next snapshot: until then, every recovery
+	// hands the fiber over as Restarted again.
+	Restarted bool `json:"restarted,omitempty"`
+}
+
+// RanUnder returns the version the fiber last ran under: LastVersion when
+// a recovery moved it, else Version.
+func (r Row) RanUnder() string {
+	if r.LastVersion != "" {
+		return r.LastVersion
+	}
+	return r.Version
 }
 
 // Op is one idempotent step of an active fiber: recorded by op.started,
@@ -101,7 +122,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		if p.ID == "" {
 			return nil
 		}
-		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name, Snapshot: p.Snapshot, TraceParent: p.TraceParent}
+		row := Row{ID: p.ID, Agent: e.Agent, Name: p.Name, Snapshot: p.Snapshot, TraceParent: p.TraceParent, Version: p.Version}
 		if p.CreatedAt != nil {
 			row.CreatedAt = p.CreatedAt.UTC()
 		}
@@ -117,13 +138,21 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			return err
 		}
 		if e.Type == EventStashed {
-			row.Snapshot = p.Snapshot
+			row.Snapshot, row.Restarted = p.Snapshot, false
 			if p.Attempts != nil && *p.Attempts >= 0 {
 				row.Attempt = *p.Attempts // progress reset the count
 			}
 		} else {
 			row.Attempt = p.Attempt
 			row.Recoveries++
+			if p.Version != "" {
+				// Recovered under another version: the snapshot its
+				// policy set (migrated, or null for a restart) with it.
+				row.LastVersion, row.Restarted = p.Version, p.Restart
+				if p.Snapshot != nil {
+					row.Snapshot = p.Snapshot
+				}
+			}
 		}
 		return putJSON(b, rowKey(e.Agent, p.ID), row)
 	case EventCompleted, EventFailed, EventAbandoned:
@@ -177,7 +206,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 				return err
 			}
 			if p.Snapshot != nil {
-				row.Snapshot = p.Snapshot
+				row.Snapshot, row.Restarted = p.Snapshot, false
 			}
 			if p.Attempts != nil && *p.Attempts >= 0 {
 				row.Attempt = *p.Attempts

@@ -48,6 +48,13 @@ func (h *Host) List(ctx context.Context, q agents.Query) (agents.Page, error) {
 			return agents.Page{}, err
 		}
 	}
+	if q.Version != "" {
+		only, err := h.agentsOfVersion(q.Version)
+		if err != nil {
+			return agents.Page{}, err
+		}
+		q.Only = only
+	}
 	p, err := h.agents.List(q, h.Types())
 	if errors.Is(err, agents.ErrBadCursor) || errors.Is(err, agents.ErrInvalid) {
 		return p, fmt.Errorf("%w: %w", ErrBadRequest, err)

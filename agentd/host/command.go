@@ -10,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/keepalive"
 )
 
@@ -35,6 +36,15 @@ type Status struct {
 	// Entry is the agent's entry in the listing (agents.Entry: status,
 	// user, tags, activity, children), nil for an agent without events.
 	Entry *agents.Entry `json:"entry,omitempty"`
+	// Version is the version of the agent type's code on the node that
+	// answered, and VersionPolicy what that node does with work another
+	// version started (SetVersion). WorkVersions are the versions that
+	// started the agent's running work (its fibers: chat turns and the
+	// like), sorted; an old version has drained once it is gone from
+	// every agent's (agentd agents --version).
+	Version       string              `json:"version"`
+	VersionPolicy fiber.VersionPolicy `json:"versionPolicy"`
+	WorkVersions  []string            `json:"workVersions,omitempty"`
 }
 
 // FiberInfo is one row of the fibers command's reply.
@@ -45,9 +55,14 @@ type FiberInfo struct {
 	// (0 while it progresses), the count Config.MaxAttempts bounds.
 	Attempt int `json:"attempt"`
 	// Recoveries is how many times the fiber was recovered, ever.
-	Recoveries int             `json:"recoveries"`
-	CreatedAt  string          `json:"createdAt"`
-	Snapshot   json.RawMessage `json:"snapshot,omitempty"`
+	Recoveries int `json:"recoveries"`
+	// Version is the version of the code that started the fiber, ""
+	// when unversioned; LastVersion the version a recovery moved it to,
+	// when another.
+	Version     string          `json:"version,omitempty"`
+	LastVersion string          `json:"lastVersion,omitempty"`
+	CreatedAt   string          `json:"createdAt"`
+	Snapshot    json.RawMessage `json:"snapshot,omitempty"`
 	// Ops are the fiber's steps, when the request asked for them
 	// (FibersRequest).
 	Ops []OpInfo `json:"ops,omitempty"`
@@ -213,6 +228,8 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 	}
 	st := Status{Agent: cmd.Agent, Type: typ, Active: h.Active(cmd.Agent), Fibers: len(rows), Schedules: len(scheds), KeepAlive: h.pool.Held(cmd.Agent)}
 	st.Partition = h.partitionOf(cmd.Agent)
+	tv := h.VersionOf(typ)
+	st.Version, st.VersionPolicy, st.WorkVersions = tv.Version, tv.Policy, runningVersions(rows)
 	if e, ok, err := h.agents.Get(cmd.Agent, h.Types()); err != nil {
 		return nil, err
 	} else if ok {

@@ -64,6 +64,9 @@ type Host struct {
 	// forking are the types' fork hooks (SetForking); fixed once the
 	// daemon starts.
 	forking map[string]Forking
+	// versions are the types' versions and policies (SetVersion); fixed
+	// once the daemon starts.
+	versions map[string]TypeVersion
 
 	inflight chan struct{} // a slot per command being answered
 	// refusalLog bounds the log lines of requests refused for their
@@ -141,6 +144,7 @@ func New(cfg Config) *Host {
 	h := &Host{cfg: cfg, types: map[string]Factory{}, verbs: map[string][]string{}, ready: make(chan struct{}),
 		details:  map[string]func(context.Context, string) (any, error){},
 		onDelete: map[string]OnDelete{}, forking: map[string]Forking{}, unlisted: map[string]bool{},
+		versions:   map[string]TypeVersion{},
 		inflight:   make(chan struct{}, MaxCommandsInFlight),
 		refusalLog: rate.NewLimiter(1, 10)}
 	h.mu.agents = map[string]*instance{}
@@ -514,9 +518,12 @@ func (h *Host) build(ctx, partCtx context.Context, inst *instance) error {
 			logger.Error("agent error", "err", err)
 		},
 	}
+	versionHooks(&hooks, inst)
+	tv := h.VersionOf(inst.typ)
 	w := h.deps.Log.Writer(inst.id)
 	runner, err := fiber.New(fiber.Config{
 		Log: w, Table: h.table, Agent: inst.id, KeepAlive: keeper, Hooks: hooks,
+		Version: tv.Version, VersionPolicy: tv.Policy, VersionPolicyOf: policyOf(inst),
 		MaxAttempts: h.cfg.MaxAttempts, BackoffBase: h.cfg.BackoffBase,
 		Logger: h.deps.Logger, Registerer: h.deps.Registerer, TracerProvider: h.deps.Config.TracerProvider,
 	})

@@ -96,7 +96,7 @@ func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := r.URL.Query()
-	q := agents.Query{User: v.Get("user"), Tag: v.Get("tag"), Type: v.Get("type"), Cursor: v.Get("cursor")}
+	q := agents.Query{User: v.Get("user"), Tag: v.Get("tag"), Type: v.Get("type"), Version: v.Get("version"), Cursor: v.Get("cursor")}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {

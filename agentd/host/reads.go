@@ -231,7 +231,8 @@ func (h *Host) fibers(cmd Command) (any, error) {
 	}
 	out := make([]FiberInfo, 0, len(rows))
 	for _, r := range rows {
-		fi := FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, Recoveries: r.Recoveries, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot}
+		fi := FiberInfo{ID: r.ID, Name: r.Name, Attempt: r.Attempt, Recoveries: r.Recoveries, CreatedAt: r.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), Snapshot: r.Snapshot,
+			Version: r.Version, LastVersion: r.LastVersion}
 		if req.Ops {
 			ops, err := h.table.Ops(cmd.Agent, r.ID)
 			if err != nil {

@@ -51,6 +51,12 @@ const (
 	// its agent, request and stream ids (package chat's ChildRef), so a
 	// client can follow the child's own stream.
 	Subagent = "data-subagent"
+	// Restart is the data part that starts a turn's answer again: a
+	// version of the agent whose policy is restart recovered the turn
+	// (data: {"from": version, "to": version}). What the stream showed
+	// before it is dropped from the message; a client showing the stream
+	// clears the answer there.
+	Restart = "data-restart"
 )
 
 // Chunk is one piece of a chat stream: one LLM turn's output. Its JSON form is

@@ -23,11 +23,13 @@ import (
 )
 
 const agentsUsage = `Usage:
-  agentd agents [--user u] [--tag t] [--type x] [--limit n]
+  agentd agents [--user u] [--tag t] [--type x] [--version v] [--limit n]
       list the agents (every page), with their type, status, user, tags,
       last activity and sub-agents (how many, how many running, how many
       ephemeral: new agents of one call each, kept until deleted); --limit
-      caps how many are printed (default: all)
+      caps how many are printed (default: all); --version keeps the agents
+      with work (a turn, a fiber) started by that version of their type's
+      code: none left means the version has drained
   agentd delete <agent> [--tenant name]
       delete an agent: its events and chunks are purged, it leaves every
       view, and its id can be used again by a new agent
@@ -72,6 +74,7 @@ func agentsFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *agen
 		fs.StringVar(&o.q.User, "user", "", "only the agents of this `user`")
 		fs.StringVar(&o.q.Tag, "tag", "", "only the agents with this `tag`")
 		fs.StringVar(&o.q.Type, "type", "", "only the agents of this `type`")
+		fs.StringVar(&o.q.Version, "version", "", "only the agents with work started by this `version` of their type's code")
 		fs.IntVar(&o.limit, "limit", 0, "print at most `n` agents (0: all)")
 	} else {
 		fs.StringVar(&o.tenant, "tenant", "", "the `name` of the tenant whose agent it is (admin, with --auth)")

@@ -96,6 +96,7 @@ func TestBinary(t *testing.T) {
 	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })
 	t.Run("CrashRecovery", func(t *testing.T) { testBinaryCrashRecovery(t, bin) })
 	t.Run("ChatCrashRecovery", func(t *testing.T) { testBinaryChatCrash(t, bin) })
+	t.Run("RollingUpgrade", func(t *testing.T) { testBinaryRollingUpgrade(t, bin) })
 	t.Run("Gateway", func(t *testing.T) { testBinaryGateway(t, bin) })
 	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
 	t.Run("BrowserTools", func(t *testing.T) { testBinaryBrowserTools(t, bin) })

@@ -28,6 +28,7 @@ import (
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/mcptools"
 	"github.com/forever-agents/forever/tracing/otelenv"
 	"github.com/prometheus/client_golang/prometheus"
@@ -276,6 +277,12 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 	}
 	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
 		return err
+	}
+	tv := host.TypeVersion{Version: d.Config().AgentVersion, Policy: fiber.VersionPolicy(d.Config().VersionPolicy)}
+	for _, typ := range []string{"steps", "chat"} {
+		if err := h.SetVersion(typ, tv); err != nil {
+			return err
+		}
 	}
 	if err := h.SetOnDelete("chat", chats.OnDelete(h.Command)); err != nil {
 		return err
