@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/forever-agents/forever/chat/cost"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // Shared budgets: limits on the spend of several agents together, checked
@@ -206,38 +208,30 @@ func (a *Agent) scopeSpend(s budgetScope, since time.Time) (BudgetSpend, error) 
 }
 
 // BudgetSpendAll returns what every agent of the log spent since since on
-// its own model calls (its sub-agents' are on their own rows): one seek
-// per agent with spend, and the rows of the period.
+// its own model calls (its sub-agents' are on their own rows): one
+// iterator, one seek per agent with rows before the period, and the rows
+// of the period.
 func (s *Store) BudgetSpendAll(since time.Time) (BudgetSpend, error) {
 	var sp BudgetSpend
 	all := []byte("p\x00")
-	from := all
-	for {
-		var next []byte
-		for kv, err := range s.budget.ScanFrom(all, from) {
-			if err != nil {
-				return sp, err
-			}
-			rest := kv.Key[len(all):]
-			n := bytes.IndexByte(rest, 0)
-			if n < 0 {
-				continue
-			}
-			agent := string(rest[:n])
-			if seek := budgetSpendKey(agent, since, ""); bytes.Compare(kv.Key, seek) < 0 {
-				next = seek // skip the agent's rows before the period
-				break
-			}
-			var r budgetSpendRow
-			if err := json.Unmarshal(kv.Value, &r); err != nil {
-				return sp, err
-			}
-			sp.Tokens += r.Tokens - r.SubTokens
-			sp.Cost += r.Cost - r.SubCost
+	var bad error
+	err := s.budget.ScanSeek(all, func(kv eventlog.KV) ([]byte, bool) {
+		rest := kv.Key[len(all):]
+		n := bytes.IndexByte(rest, 0)
+		if n < 0 {
+			return nil, false
 		}
-		if next == nil {
-			return sp, nil
+		if seek := budgetSpendKey(string(rest[:n]), since, ""); bytes.Compare(kv.Key, seek) < 0 {
+			return seek, false // skip the agent's rows before the period
 		}
-		from = next
-	}
+		var r budgetSpendRow
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			bad = corrupt("budget spend row", err)
+			return nil, true
+		}
+		sp.Tokens += r.Tokens - r.SubTokens
+		sp.Cost += r.Cost - r.SubCost
+		return nil, false
+	})
+	return sp, errors.Join(err, bad)
 }

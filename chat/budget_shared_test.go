@@ -3,10 +3,12 @@ package chat_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
@@ -167,4 +169,89 @@ func TestTenantBudgetCountsEveryAgent(t *testing.T) {
 	if st, err := a2.a.Budget(ctx); err != nil || st.Shared[0].Spent.Tokens != t1+t2+t3 {
 		t.Fatalf("shared = %+v, %v; want %d tokens", st.Shared, err, t1+t2+t3)
 	}
+}
+
+// appendUsage appends a usage.recorded of agent at when, with sub tokens
+// of sub-agents among its tokens.
+func appendUsage(t testing.TB, e *env, agent, req string, when time.Time, tokens, sub int64) {
+	t.Helper()
+	data := map[string]any{"requestId": req, "input": tokens - sub, "output": 0}
+	if sub > 0 {
+		data["subagents"] = map[string]any{"input": sub, "output": 0, "calls": 1}
+	}
+	ev, err := eventlog.NewEvent(agent, chat.EventUsageRecorded, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Time = when
+	if _, err := e.lg.Append(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBudgetSpendAllSkipsOtherPeriods: the tenant's spend counts the rows
+// of the period only, of every agent, each agent's own tokens (its
+// sub-agents' are on their own rows), whatever the agents' rows before
+// the period.
+func TestBudgetSpendAllSkipsOtherPeriods(t *testing.T) {
+	e := newEnv(t)
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	old, now := start.Add(-time.Hour), start.Add(time.Hour)
+	appendUsage(t, e, "a1", "r1", old, 1000, 0)
+	appendUsage(t, e, "a1", "r2", now, 10, 0)
+	appendUsage(t, e, "a2", "r1", old, 1000, 0) // only before the period
+	appendUsage(t, e, "a3", "r1", now, 100, 40) // 40 of its sub-agents'
+	appendUsage(t, e, "a3", "r1", now, 100, 40) // the same request again: once
+	appendUsage(t, e, "a4", "r1", old, 1000, 0)
+	appendUsage(t, e, "a4", "r2", now.Add(time.Minute), 1, 0)
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WaitFor(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := e.store.BudgetSpendAll(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sp.Tokens, int64(10+60+1); got != want {
+		t.Fatalf("tenant spend = %d tokens, want %d", got, want)
+	}
+	if sp, err := e.store.BudgetSpendAll(old.Add(-time.Hour)); err != nil || sp.Tokens != 3000+10+60+1 {
+		t.Fatalf("spend over both periods = %+v, %v", sp, err)
+	}
+}
+
+// TestBudgetSpendAllCost logs what the tenant's spend costs to read with
+// many agents, rows of several periods each (a figure, not a bound).
+func TestBudgetSpendAllCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measure")
+	}
+	const agents, rows = 300, 6
+	e := newEnv(t)
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	for a := range agents {
+		for r := range rows {
+			when := start.Add(time.Duration(r-rows/2) * time.Hour) // half before the period
+			appendUsage(t, e, fmt.Sprintf("agent-%03d", a), fmt.Sprintf("r%d", r), when, 10, 0)
+		}
+	}
+	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WaitFor(t.Context(), last); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	begin := time.Now()
+	for range n {
+		sp, err := e.store.BudgetSpendAll(start)
+		if err != nil || sp.Tokens != agents*rows/2*10 {
+			t.Fatalf("spend = %+v, %v", sp, err)
+		}
+	}
+	t.Logf("tenant spend over %d agents x %d rows (half in the period): %s a read", agents, rows, time.Since(begin)/n)
 }
