@@ -14,8 +14,9 @@ import (
 // sharedBudgets is the chat.SharedBudgets of a tenant's chat agents: the
 // tenant's budget and its per-user budget, from the tenant's record
 // (agentd.TenantLink.Budget, read at every check so tenant create changes
-// them for running agents), and the agents of a user from the agents
-// view.
+// them for running agents) over the node's per-user budget
+// (Config.UserBudget, also a daemon's without tenants), and the agents of
+// a user from the agents view.
 //
 // The spend is read from this node's views, which follow the tenant's
 // whole events stream: before answering, BudgetsOf waits until they
@@ -36,15 +37,25 @@ var _ chat.SharedBudgets = (*sharedBudgets)(nil)
 // newSharedBudgets returns the shared budgets of a tenant's daemon; nil
 // for a daemon that serves no tenant.
 func newSharedBudgets(deps *agentd.Deps) (*sharedBudgets, error) {
-	link := deps.Config.Tenant
-	if link == nil || link.Budget == nil {
+	cfg := deps.Config
+	s := &sharedBudgets{log: deps.Log, views: deps.Views}
+	switch link := cfg.Tenant; {
+	case link != nil && link.Budget != nil:
+		s.tenant = link.Name
+		s.budget = func() auth.Budget { return cfg.UserBudgetOf(link.Budget()) }
+	case !cfg.UserBudget.IsZero():
+		// A daemon of no tenant: the node's per-user budget only.
+		user := auth.Budget{UserTokens: cfg.UserBudget.UserTokens, UserCost: cfg.UserBudget.UserCost}
+		s.budget = func() auth.Budget { return user }
+	default:
 		return nil, nil
 	}
 	v, err := deps.Log.View(agents.ProjectionName)
 	if err != nil {
 		return nil, err
 	}
-	return &sharedBudgets{tenant: link.Name, budget: link.Budget, log: deps.Log, views: deps.Views, agents: agents.NewView(v)}, nil
+	s.agents = agents.NewView(v)
+	return s, nil
 }
 
 // limitsOf turns a token and a cost limit into chat budget limits: one

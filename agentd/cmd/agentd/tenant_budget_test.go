@@ -99,6 +99,35 @@ func TestBinaryTenantBudget(t *testing.T) {
 	})
 }
 
+// TestBinaryUserBudget: a daemon without --auth given --user-token-budget
+// 600/24h refuses the chats of a user's agents once their usage together
+// passes 600 tokens, with 402 naming the user's budget; another user's
+// agent goes on.
+func TestBinaryUserBudget(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
+	startAgentd(t, bin, data, httpAddr, natsAddr, "--local-rate", "-1", "--user-token-budget", "600/24h")
+	nc, err := nats.Connect("nats://" + natsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	used := chatUntil(t, nc, []string{"u1", "u2"}, "alice", 600)
+	code, body := budgetCmd(t, nc, "u1", "chat", `{"text":"one more"}`, nil)
+	if code != "402" || !strings.Contains(body, "user alice's token budget of 600 tokens per 24h") {
+		t.Fatalf("chat of u1 past alice's budget: %s %s", code, body)
+	}
+	if code, body := budgetCmd(t, nc, "v1", "chat", `{"text":"hello","meta":{"user":"bob"}}`, nil); code != "" {
+		t.Fatalf("bob's agent refused: %s %s", code, body)
+	}
+	var st chat.BudgetStatus
+	if code, body := budgetCmd(t, nc, "u2", "budget", "", &st); code != "" || len(st.Shared) != 1 || st.Shared[0].Spent.Tokens != used {
+		t.Fatalf("budget of u2 = %s %s, want alice's with %d tokens spent", code, body, used)
+	}
+}
+
 func connectCreds(t *testing.T, url, creds string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.UserCredentials(creds))
