@@ -169,6 +169,14 @@ func TestTenantBudgetCountsEveryAgent(t *testing.T) {
 	if st, err := a2.a.Budget(ctx); err != nil || st.Shared[0].Spent.Tokens != t1+t2+t3 {
 		t.Fatalf("shared = %+v, %v; want %d tokens", st.Shared, err, t1+t2+t3)
 	}
+	// A figure, not a bound: what the check costs (a stream info request,
+	// the views' wait, the spend's read).
+	const n = 100
+	begin := time.Now()
+	for range n {
+		_ = a1.a.BudgetRefusal(ctx, "", "")
+	}
+	t.Logf("a check of the tenant's budget: %s", time.Since(begin)/n)
 }
 
 // appendUsage appends a usage.recorded of agent at when, with sub tokens
@@ -254,4 +262,64 @@ func TestBudgetSpendAllCost(t *testing.T) {
 		}
 	}
 	t.Logf("tenant spend over %d agents x %d rows (half in the period): %s a read", agents, rows, time.Since(begin)/n)
+}
+
+// TestTenantBudgetSoftParks: at the soft fraction of a tenant's budget a
+// turn of another agent parks as the agent budget's parks do, with an
+// approval id of the tenant's budget and a reason naming it; approved, it
+// completes, and the agent's turns do not park again on that budget in
+// the period.
+func TestTenantBudgetSoftParks(t *testing.T) {
+	e := newEnv(t)
+	sb := &sharedBudgets{e: e, users: map[string]string{}}
+	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
+	a1 := e.host(t, "a1", local, withShared(sb))
+	a2 := e.host(t, "a2", local, withShared(sb))
+	ctx := t.Context()
+	t1 := spentTokens(t, e, a1, "a1", "r1")
+	sb.set(chat.BudgetLimits{}, chat.BudgetLimits{Tokens: 4 * t1, Period: "24h", Soft: 0.25})
+	parked := parkedAt(a2, false)
+	turn, err := a2.a.Send(ctx, chat.SendRequest{Text: "hello there", RequestID: "r2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, parked)
+	pending, err := e.store.PendingApprovals("a2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].Kind != chat.ApprovalKindBudget || !strings.HasPrefix(pending[0].ApprovalID, chat.BudgetApprovalPrefix+"tenant-") ||
+		!strings.Contains(pending[0].Reason, "25% of tenant acme's token budget") {
+		t.Fatalf("pending approvals = %+v, want the park on the tenant's budget", pending)
+	}
+	if _, err := a2.a.Answer(ctx, []chat.ToolAnswer{{ApprovalID: pending[0].ApprovalID, Approved: ptr(true)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a2.r.Wait()
+	settled(t, e, "a2")
+	if tr := lastTurn(t, e, "a2"); tr.RequestID != turn.RequestID || tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn = %s %s (%s), want %s completed", tr.RequestID, tr.Status, tr.Error, turn.RequestID)
+	}
+	spentTokens(t, e, a2, "a2", "r3")
+	if tr := lastTurn(t, e, "a2"); tr.Status != chat.TurnCompleted {
+		t.Fatalf("turn after the approval = %s (%s), want completed", tr.Status, tr.Error)
+	}
+	if n := len(eventsOfAgent(t, e, "a2", chat.EventBudgetParked)); n != 1 {
+		t.Fatalf("%d budget.parked events, want 1", n)
+	}
+}
+
+func eventsOfAgent(t *testing.T, e *env, agent, typ string) []eventlog.Event {
+	t.Helper()
+	evs, err := e.lg.Read(t.Context(), eventlog.Filter{Agent: agent}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []eventlog.Event
+	for _, ev := range evs {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
