@@ -264,4 +264,7 @@ type TenantLink struct {
 	Name   string
 	Server *server.Server // the embedded server, nil with --nats-url
 	User   *auth.User     // agentd's user in the tenant's account
+	// Budget returns the tenant's spend limits as its record now holds
+	// them (tenant create's budget flags); nil: none.
+	Budget func() auth.Budget
 }

@@ -185,6 +185,11 @@ type Config struct {
 	// "output": "10.00", "cached": "1.25"}}}, dollars per million tokens.
 	// Empty: the built-in prices.
 	Prices string
+	// UserBudget is the node's per-user budget (its UserTokens and
+	// UserCost; --user-token-budget, --user-cost-budget): a limit on the
+	// spend of each user's chat agents together. Under Auth it is the
+	// default of a tenant whose record sets none.
+	UserBudget auth.Budget
 	// ShutdownTimeout bounds each step of the graceful shutdown (HTTP
 	// requests in flight, NATS drain). Default 10s.
 	ShutdownTimeout time.Duration
@@ -449,6 +454,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := cost.Load(c.Prices); err != nil {
 		return configErrorf("prices", "prices file %s: %s", c.Prices, strings.TrimPrefix(err.Error(), "cost: "))
+	}
+	if err := c.UserBudget.Validate(); err != nil {
+		return configErrorf("user-token-budget", "%s", strings.TrimPrefix(err.Error(), "auth: "))
 	}
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)

@@ -185,6 +185,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	metricsFlags(fs, cfg)
 	encryptionFlags(fs, cfg)
 	tenantDefaultFlags(fs, cfg)
+	userBudgetFlags(fs, cfg)
 	oidcRoleFlag(fs, cfg)
 	auditFlags(fs, cfg)
 	fs.BoolVar(&cfg.TraceContent, "trace-content", cfg.TraceContent,

@@ -140,6 +140,23 @@ func (v *View) Get(agent string, types Types) (Entry, bool, error) {
 	return rw.entry(agent, types), true, nil
 }
 
+// UserAgents returns the agents whose user is user, in id order (the
+// user index); none for an empty user.
+func (v *View) UserAgents(user string) ([]string, error) {
+	if user == "" {
+		return nil, nil
+	}
+	prefix := userKey(user, "")
+	var out []string
+	for kv, err := range v.v.Scan(prefix) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, string(kv.Key[len(prefix):]))
+	}
+	return out, nil
+}
+
 // MetaSet reports whether agent's user context was set (an Initial patch
 // would change nothing).
 func (v *View) MetaSet(agent string) (bool, error) {

@@ -38,6 +38,8 @@ type Tenant struct {
 	// credentials had names: writers, named "legacy".
 	Tokens []string `json:"tokens,omitempty"`
 	Quota  Quota    `json:"quota"`
+	// Budget is the tenant's spend limits (tenant create's budget flags).
+	Budget Budget `json:"budget,omitzero"`
 	// Creds are the credentials minted, live, expired and revoked.
 	Creds []Credential `json:"creds,omitempty"`
 	// Disabled refuses the tenant everywhere (its daemon stops, its

@@ -155,6 +155,9 @@ type Config struct {
 	// agentd broadcasts it and records it in the audit log. It must not
 	// block for long.
 	OnBudget func(ctx context.Context, n BudgetNotice)
+	// SharedBudgets, when set, gives the budgets of the agent's user and
+	// tenant, checked with its own (budget_shared.go). Nil: its own only.
+	SharedBudgets SharedBudgets
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Logger defaults to slog.Default().

@@ -112,12 +112,20 @@ type BudgetStatus struct {
 	// SoftEnforced is true: a turn reaching the soft fraction of a limit
 	// parks for an approval (budget_soft.go).
 	SoftEnforced bool `json:"softEnforced"`
+	// Shared are the budgets of the agent's user and tenant that limit
+	// something (budget_shared.go), each with its spend; only on the
+	// agent's own status.
+	Shared []SharedBudgetStatus `json:"shared,omitempty"`
 }
 
 // BudgetError is a turn refused or ended because a hard budget limit is
 // reached: code 402, with Retry-After until the period resets.
 type BudgetError struct {
-	Agent    string
+	Agent string
+	// Scope is the budget's: ScopeAgent (also when empty), ScopeUser or
+	// ScopeTenant; Name the user or tenant it is of.
+	Scope    string
+	Name     string
 	Limit    string // "tokens" or "cost"
 	Status   BudgetStatus
 	Now      time.Time
@@ -133,7 +141,7 @@ func (e *BudgetError) Error() string {
 	} else {
 		what = fmt.Sprintf("cost budget of $%s per %s is spent ($%s used)", l.Cost, l.Period, e.spentUSD)
 	}
-	return fmt.Sprintf("over budget: agent %s's %s; it resets at %s", e.Agent, what, e.Status.ResetsAt.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("over budget: %s's %s; it resets at %s", scopeWho(e.Scope, e.Name, e.Agent), what, e.Status.ResetsAt.UTC().Format(time.RFC3339))
 }
 
 // StatusCode is 402 (Payment Required).
@@ -175,28 +183,45 @@ func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, er
 	}
 	a.budgetM.sets.Inc()
 	a.soft.wakeAll() // a parked turn may be let go by the new limits
-	return a.Budget()
+	return a.Budget(ctx)
 }
 
 // Budget returns the agent's budget: its limits, what it spent in the
-// current period (its recorded turns'), and which limit is reached.
-func (a *Agent) Budget() (BudgetStatus, error) {
+// current period (its recorded turns'), and which limit is reached; and
+// the shared budgets (its user's, its tenant's) that limit something,
+// each with its spend (Config.SharedBudgets).
+func (a *Agent) Budget(ctx context.Context) (BudgetStatus, error) {
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil {
 		return BudgetStatus{}, err
 	}
-	st, _, err := a.budgetStatus(l, 0, 0)
-	return st, err
+	st, _, err := a.budgetStatus(a.agentScope(l), 0, 0)
+	if err != nil {
+		return st, err
+	}
+	shared, err := a.sharedScopes(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, s := range shared {
+		sst, _, err := a.budgetStatus(s, 0, 0)
+		if err != nil {
+			return st, err
+		}
+		st.Shared = append(st.Shared, SharedBudgetStatus{Scope: s.scope, Name: s.name, BudgetStatus: sst})
+	}
+	return st, nil
 }
 
-// budgetStatus is the budget of limits l now, with extraTok tokens and
+// budgetStatus is the budget of scope s now, with extraTok tokens and
 // extraCost (a running turn's usage not recorded yet, its sub-agents'
-// included) counted as spent; err is a *BudgetError when a hard limit is
-// reached.
-func (a *Agent) budgetStatus(l BudgetLimits, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+// included where s counts them) counted as spent; err is a *BudgetError
+// when a hard limit is reached.
+func (a *Agent) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+	l := s.limits
 	now := a.cfg.Clock.Now()
 	start, end := budgetWindow(now, l.period())
-	spent, err := a.store.BudgetSpend(a.agent, start)
+	spent, err := a.scopeSpend(s, start)
 	if err != nil {
 		return BudgetStatus{}, nil, err
 	}
@@ -211,22 +236,30 @@ func (a *Agent) budgetStatus(l BudgetLimits, extraTok int64, extraCost cost.Micr
 	default:
 		return st, nil, nil
 	}
-	return st, &BudgetError{Agent: a.agent, Limit: st.Exceeded, Status: st, Now: now, spentTok: tok, spentUSD: usd}, nil
+	return st, &BudgetError{Agent: a.agent, Scope: s.scope, Name: s.name, Limit: st.Exceeded, Status: st, Now: now, spentTok: tok, spentUSD: usd}, nil
 }
 
 // BudgetRefusal returns a *BudgetError when a hard limit of the agent's
-// budget is reached, else nil: a new turn is refused with it. A request
-// sent again, whose request id or message id (either may be empty) is a
-// stored turn's, is let through: Send answers it with its first turn,
-// which is no new work.
-func (a *Agent) BudgetRefusal(requestID, messageID string) error {
-	l, err := a.store.BudgetLimits(a.agent)
-	if err != nil || !l.Limited() {
+// budget, or of a shared budget it counts against (its user's, its
+// tenant's), is reached, else nil: a new turn is refused with it. A
+// request sent again, whose request id or message id (either may be
+// empty) is a stored turn's, is let through: Send answers it with its
+// first turn, which is no new work.
+func (a *Agent) BudgetRefusal(ctx context.Context, requestID, messageID string) error {
+	scopes, err := a.budgetScopes(ctx)
+	if err != nil || len(scopes) == 0 {
 		return err
 	}
-	_, be, err := a.budgetStatus(l, 0, 0)
-	if err != nil || be == nil {
-		return err
+	var be *BudgetError
+	for _, s := range scopes {
+		if _, be, err = a.budgetStatus(s, 0, 0); err != nil {
+			return err
+		} else if be != nil {
+			break
+		}
+	}
+	if be == nil {
+		return nil
 	}
 	if requestID != "" {
 		if _, err := a.store.Turn(a.agent, requestID); err == nil {
@@ -238,7 +271,7 @@ func (a *Agent) BudgetRefusal(requestID, messageID string) error {
 			return nil
 		}
 	}
-	a.budgetM.refused.WithLabelValues("turn").Inc()
+	a.budgetM.refused.WithLabelValues(be.scope(), "turn").Inc()
 	return be
 }
 
@@ -250,8 +283,8 @@ func (a *Agent) BudgetRefusal(requestID, messageID string) error {
 // code 402. Below it, the soft limit may park the turn first
 // (checkSoftBudget). ctx is the turn's, wctx the one its writes go under.
 func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, step llm.Usage) error {
-	l, err := a.store.BudgetLimits(a.agent)
-	if err != nil || !l.Limited() {
+	scopes, err := a.budgetScopes(ctx)
+	if err != nil || len(scopes) == 0 {
 		return err
 	}
 	used := st.turnUsage()
@@ -262,19 +295,31 @@ func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em 
 	if err != nil {
 		return err
 	}
-	tok, usd := used.InputTokens+used.OutputTokens, a.costOf(used)
+	own := turnSpend{tok: used.InputTokens + used.OutputTokens, usd: a.costOf(used)}
+	all := own
 	if sub != nil {
-		tok, usd = tok+sub.Input+sub.Output, usd+sub.Cost
+		all.tok, all.usd = all.tok+sub.Input+sub.Output, all.usd+sub.Cost
 	}
-	bs, be, err := a.budgetStatus(l, tok, usd)
-	if err != nil {
-		return err
+	statuses := make([]BudgetStatus, len(scopes))
+	for i, s := range scopes {
+		x := s.extra(own, all)
+		bs, be, err := a.budgetStatus(s, x.tok, x.usd)
+		if err != nil {
+			return err
+		}
+		if be != nil {
+			a.budgetM.refused.WithLabelValues(be.scope(), "model_call").Inc()
+			return a.failForBudget(wctx, st, used, be)
+		}
+		statuses[i] = bs
 	}
-	if be == nil {
-		return a.checkSoftBudget(ctx, wctx, f, em, st, l, bs, used, tok, usd)
+	for i, s := range scopes {
+		x := s.extra(own, all)
+		if err := a.checkSoftBudget(ctx, wctx, f, em, st, s, statuses[i], used, x.tok, x.usd); err != nil {
+			return err
+		}
 	}
-	a.budgetM.refused.WithLabelValues("model_call").Inc()
-	return a.failForBudget(wctx, st, used, be)
+	return nil
 }
 
 // costOf is what u costs at the agent's price, 0 without one.
@@ -303,7 +348,7 @@ func (a *Agent) noteCost(st *turnState, u llm.Usage) {
 type budgetMetrics struct {
 	cost    prometheus.Counter
 	sets    prometheus.Counter
-	refused *prometheus.CounterVec // at: turn, model_call
+	refused *prometheus.CounterVec // scope: agent, user, tenant; at: turn, model_call
 	parks   *prometheus.CounterVec // event: parked, approved, denied
 }
 
@@ -319,8 +364,8 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forever_budget_refusals_total",
-			Help: "Work refused because an agent's hard budget limit is reached (402): a new turn (at=turn), or a turn ended before a model call (at=model_call).",
-		}, []string{"at"}),
+			Help: "Work refused because a hard budget limit is reached (402), by the budget's scope (agent, user, tenant): a new turn (at=turn), or a turn ended before a model call (at=model_call).",
+		}, []string{"scope", "at"}),
 		parks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forever_budget_parks_total",
 			Help: "Turns parked at an agent's soft budget limit (event=parked), and parks approved or denied (event=approved, denied).",
@@ -342,8 +387,10 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 	if m.parks, err = promreg.Register(reg, m.parks); err != nil {
 		return nil, err
 	}
-	for _, at := range []string{"turn", "model_call"} {
-		m.refused.WithLabelValues(at)
+	for _, scope := range []string{ScopeAgent, ScopeUser, ScopeTenant} {
+		for _, at := range []string{"turn", "model_call"} {
+			m.refused.WithLabelValues(scope, at)
+		}
 	}
 	for _, ev := range []string{"parked", "approved", "denied"} {
 		m.parks.WithLabelValues(ev)
@@ -369,6 +416,10 @@ func budgetSpendKey(agent string, at time.Time, req string) []byte {
 type budgetSpendRow struct {
 	Tokens int64       `json:"t"`
 	Cost   cost.Micros `json:"c,omitempty"`
+	// SubTokens and SubCost are the part of Tokens and Cost that is the
+	// request's sub-agents' (counted again on their own rows).
+	SubTokens int64       `json:"st,omitempty"`
+	SubCost   cost.Micros `json:"sc,omitempty"`
 }
 
 // BudgetProjection keeps each agent's budget limits (budget.set, merged)
@@ -376,7 +427,7 @@ type budgetSpendRow struct {
 // its own tokens and cost), so the spend of any period is a range read.
 func BudgetProjection() eventlog.Projection {
 	return eventlog.Projection{Name: BudgetProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyBudget,
-		AgentRows: agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a"))}
+		AgentRows: agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a", "s"))}
 }
 
 func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
@@ -418,8 +469,9 @@ func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		row := budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost}
 		if u.Subagents != nil {
-			row.Tokens += u.Subagents.Input + u.Subagents.Output
-			row.Cost += u.Subagents.Cost
+			row.SubTokens, row.SubCost = u.Subagents.Input+u.Subagents.Output, u.Subagents.Cost
+			row.Tokens += row.SubTokens
+			row.Cost += row.SubCost
 		}
 		return setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row)
 	}

@@ -73,7 +73,11 @@ type BudgetPark struct {
 	// Limit is "tokens" or "cost"; Threshold is the soft fraction of it
 	// (tokens, or micro-dollars), Spent what was spent at the park, with
 	// the turn's own usage so far.
-	Limit       string    `json:"limit"`
+	Limit string `json:"limit"`
+	// Scope is whose budget it is: ScopeUser or ScopeTenant, empty for
+	// the agent's own (budget_shared.go); Name the user or tenant.
+	Scope       string    `json:"scope,omitempty"`
+	Name        string    `json:"name,omitempty"`
 	Threshold   int64     `json:"threshold"`
 	Spent       int64     `json:"spent"`
 	PeriodStart time.Time `json:"periodStart"`
@@ -94,6 +98,8 @@ type budgetDecision struct {
 	// Released: the turn let itself go (the period reset, or the limits
 	// changed); the period stays open to parks.
 	Released bool `json:"released,omitempty"`
+	// Scope is the park's (BudgetPark.Scope): empty for the agent's own.
+	Scope string `json:"scope,omitempty"`
 }
 
 // BudgetNotice is what Config.OnBudget is told: a park ("budget.parked")
@@ -123,15 +129,21 @@ func (e *BudgetDeniedError) Error() string {
 func (e *BudgetDeniedError) StatusCode() int { return http.StatusPaymentRequired }
 
 // budgetApprovalID is the approval id of the park of turn requestID in
-// the period starting at start: the same for every run of the turn.
-func budgetApprovalID(requestID string, start time.Time) string {
-	return BudgetApprovalPrefix + requestID + "-" + strconv.FormatInt(start.Unix(), 10)
+// the period starting at start, on the budget of scope (the agent's own:
+// ScopeAgent or empty): the same for every run of the turn.
+func budgetApprovalID(scope, requestID string, start time.Time) string {
+	s := BudgetApprovalPrefix
+	if scope != "" && scope != ScopeAgent {
+		s += scope + "-"
+	}
+	return s + requestID + "-" + strconv.FormatInt(start.Unix(), 10)
 }
 
 // softReached returns the park of a turn whose spend (tok tokens, usd
 // micro-dollars, the turn's usage counted) reached l's soft fraction; ok
-// false below it, or without a soft stop (Soft 1).
-func softReached(agent string, l BudgetLimits, tok int64, usd cost.Micros) (p BudgetPark, ok bool) {
+// false below it, or without a soft stop (Soft 1). who names the budget's
+// owner ("agent a1", "user alice").
+func softReached(who string, l BudgetLimits, tok int64, usd cost.Micros) (p BudgetPark, ok bool) {
 	if l.Soft <= 0 || l.Soft >= 1 {
 		return p, false
 	}
@@ -142,10 +154,10 @@ func softReached(agent string, l BudgetLimits, tok int64, usd cost.Micros) (p Bu
 	switch {
 	case l.Tokens > 0 && tok >= th(l.Tokens):
 		return BudgetPark{Limit: "tokens", Threshold: th(l.Tokens), Spent: tok,
-			Reason: fmt.Sprintf("%s%% of agent %s's token budget of %d tokens per %s (%d used)", pct, agent, l.Tokens, l.Period, tok)}, true
+			Reason: fmt.Sprintf("%s%% of %s's token budget of %d tokens per %s (%d used)", pct, who, l.Tokens, l.Period, tok)}, true
 	case l.Cost > 0 && int64(usd) >= th(int64(l.Cost)):
 		return BudgetPark{Limit: "cost", Threshold: th(int64(l.Cost)), Spent: int64(usd),
-			Reason: fmt.Sprintf("%s%% of agent %s's cost budget of $%s per %s ($%s used)", pct, agent, l.Cost, l.Period, usd)}, true
+			Reason: fmt.Sprintf("%s%% of %s's cost budget of $%s per %s ($%s used)", pct, who, l.Cost, l.Period, usd)}, true
 	}
 	return p, false
 }
@@ -206,15 +218,18 @@ func (w *softWait) wake(id string) {
 // so far is used, and tok and usd count it with its sub-agents'. ctx is
 // the turn's
 // (a cancel ends the wait), wctx the one its writes go under.
-func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, l BudgetLimits, st0 BudgetStatus, used llm.Usage, tok int64, usd cost.Micros) error {
-	park, ok := softReached(a.agent, l, st0.Spent.Tokens+tok, st0.Spent.Cost+usd)
+func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, s budgetScope, st0 BudgetStatus, used llm.Usage, tok int64, usd cost.Micros) error {
+	park, ok := softReached(s.who(a.agent), s.limits, st0.Spent.Tokens+tok, st0.Spent.Cost+usd)
 	if !ok {
 		return nil
 	}
-	if at, err := a.store.budgetApprovedPeriod(a.agent); err != nil || at.Equal(st0.PeriodStart) {
+	if at, err := a.store.budgetApprovedPeriod(a.agent, s.scope); err != nil || at.Equal(st0.PeriodStart) {
 		return err
 	}
-	park.ApprovalID, park.RequestID, park.PeriodStart = budgetApprovalID(st.info.RequestID, st0.PeriodStart), st.info.RequestID, st0.PeriodStart
+	if s.scope != ScopeAgent {
+		park.Scope, park.Name = s.scope, s.name
+	}
+	park.ApprovalID, park.RequestID, park.PeriodStart = budgetApprovalID(s.scope, st.info.RequestID, st0.PeriodStart), st.info.RequestID, st0.PeriodStart
 	park.ParkedAt = a.cfg.Clock.Now()
 	dec, decided, err := a.store.budgetDecision(a.agent, park.ApprovalID)
 	if err != nil {
@@ -241,15 +256,18 @@ func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *e
 			return err
 		}
 		reached := func() (bool, error) {
-			l, err := a.store.BudgetLimits(a.agent)
+			s, ok, err := a.scopeNow(ctx, s)
 			if err != nil {
 				return true, err
 			}
-			now, be, err := a.budgetStatus(l, tok, usd)
+			if !ok {
+				return false, nil
+			}
+			now, be, err := a.budgetStatus(s, tok, usd)
 			if err != nil || be != nil {
 				return true, err // past a hard limit now: the answer decides
 			}
-			_, still := softReached(a.agent, l, now.Spent.Tokens+tok, now.Spent.Cost+usd)
+			_, still := softReached(s.who(a.agent), s.limits, now.Spent.Tokens+tok, now.Spent.Cost+usd)
 			return still, nil
 		}
 		if dec, err = a.awaitBudgetDecision(ctx, wctx, f, st, park, st0.ResetsAt, reached); err != nil {
@@ -309,7 +327,7 @@ func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, s
 		busy()
 	}()
 	release := func(why string) error {
-		dec := budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: true, Released: true, Reason: why, PeriodStart: park.PeriodStart}
+		dec := budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: true, Released: true, Reason: why, PeriodStart: park.PeriodStart, Scope: park.Scope}
 		if _, err := a.append(wctx, EventBudgetDecided, dec); err != nil {
 			return fmt.Errorf("%w: %w", errWrite, err)
 		}
@@ -408,7 +426,7 @@ func (a *Agent) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, b
 	if !ok || park.ApprovalID != id {
 		return Turn{}, true, fmt.Errorf("%w: budget approval %s", ErrUnknownToolCall, id)
 	}
-	dec := budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: *ans.Approved, Reason: ans.Reason, PeriodStart: park.PeriodStart}
+	dec := budgetDecision{ApprovalID: id, RequestID: park.RequestID, Approved: *ans.Approved, Reason: ans.Reason, PeriodStart: park.PeriodStart, Scope: park.Scope}
 	if _, err := a.append(ctx, EventBudgetDecided, dec); err != nil {
 		return Turn{}, true, err
 	}
@@ -440,8 +458,15 @@ func (a *Agent) noteBudget(ctx context.Context, kind string, park BudgetPark) {
 //	a\0<agent>\0<approvalId>    budgetDecision JSON
 //	o\0<agent>                  the start of the period whose park was
 //	                            approved, RFC 3339
+//	s\0<agent>\0<scope>         the same for a shared budget's parks
 func budgetWaitKey(agent string) []byte     { return []byte("w\x00" + agent) }
 func budgetApprovedKey(agent string) []byte { return []byte("o\x00" + agent) }
+func budgetScopeApprovedKey(agent, scope string) []byte {
+	if scope == "" || scope == ScopeAgent {
+		return budgetApprovedKey(agent)
+	}
+	return []byte("s\x00" + agent + "\x00" + scope)
+}
 func budgetDecisionKey(agent, id string) []byte {
 	return []byte("a\x00" + agent + "\x00" + id)
 }
@@ -475,7 +500,7 @@ func applySoftBudget(b *eventlog.Batch, agent, typ string, data json.RawMessage)
 			return err
 		}
 		if d.Approved && !d.Released {
-			if err := b.Set(budgetApprovedKey(agent), []byte(d.PeriodStart.UTC().Format(time.RFC3339Nano))); err != nil {
+			if err := b.Set(budgetScopeApprovedKey(agent, d.Scope), []byte(d.PeriodStart.UTC().Format(time.RFC3339Nano))); err != nil {
 				return err
 			}
 		}
@@ -519,9 +544,9 @@ func (s *Store) budgetDecision(agent, id string) (budgetDecision, bool, error) {
 }
 
 // budgetApprovedPeriod is the start of the period in which a park of
-// agent was last approved; zero if none was.
-func (s *Store) budgetApprovedPeriod(agent string) (time.Time, error) {
-	v, err := s.budget.Get(budgetApprovedKey(agent))
+// agent on the budget of scope was last approved; zero if none was.
+func (s *Store) budgetApprovedPeriod(agent, scope string) (time.Time, error) {
+	v, err := s.budget.Get(budgetScopeApprovedKey(agent, scope))
 	if isNotFound(err) {
 		return time.Time{}, nil
 	} else if err != nil {

@@ -168,7 +168,7 @@ func TestBudgetSoftParks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := h.a.Budget()
+			st, err := h.a.Budget(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +227,7 @@ func TestBudgetSoftDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := h.a.Budget()
+	st, err := h.a.Budget(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestBudgetSoftReleasedByRaise(t *testing.T) {
 		t.Fatalf("pending approvals after the raise = %+v", pending)
 	}
 	// The period stays open to parks: lowered again, the next turn parks.
-	st, err := h.a.Budget()
+	st, err := h.a.Budget(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	if st.Exceeded != "tokens" || !st.ResetsAt.After(st.PeriodStart) {
 		t.Fatalf("budget = %+v, want tokens exceeded", st)
 	}
-	err = h.a.BudgetRefusal("r2", "")
+	err = h.a.BudgetRefusal(t.Context(), "r2", "")
 	var be *chat.BudgetError
 	if !errors.As(err, &be) || be.StatusCode() != http.StatusPaymentRequired || be.RetryAfter() <= 0 {
 		t.Fatalf("refusal = %v, want a 402 BudgetError", err)
@@ -68,7 +68,7 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	t.Log(err)
 	// The first chat sent again is no new turn: it is let through, and
 	// Send answers it with its turn.
-	if err := h.a.BudgetRefusal("r1", ""); err != nil {
+	if err := h.a.BudgetRefusal(t.Context(), "r1", ""); err != nil {
 		t.Fatalf("the first chat sent again is refused: %v", err)
 	}
 	if again, err := h.a.Send(ctx, chat.SendRequest{Text: "hello there", RequestID: "r1"}); err != nil || again.StreamID != first.StreamID {
@@ -81,7 +81,7 @@ func TestBudgetRefusesPastHardLimit(t *testing.T) {
 	if err != nil || st.Exceeded != "" || st.Soft != 1 {
 		t.Fatalf("budget = %+v, %v; want not exceeded, soft kept", st, err)
 	}
-	if err := h.a.BudgetRefusal("r3", ""); err != nil {
+	if err := h.a.BudgetRefusal(t.Context(), "r3", ""); err != nil {
 		t.Fatal(err)
 	}
 	// A cost limit binds as well.
@@ -136,14 +136,14 @@ func TestBudgetStopsRunawayTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := h.a.Budget()
+	st, err := h.a.Budget(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u.Input+u.Output == 0 || st.Spent.Tokens != u.Input+u.Output || st.Spent.Cost != u.Cost {
 		t.Fatalf("spent %+v, usage %+v: want equal and nonzero", st.Spent, u)
 	}
-	if err := h.a.BudgetRefusal("", ""); err == nil {
+	if err := h.a.BudgetRefusal(t.Context(), "", ""); err == nil {
 		t.Fatal("a new turn is let in past the limit")
 	}
 }
@@ -191,7 +191,7 @@ func TestBudgetExactAcrossCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := h.a.Budget()
+		st, err := h.a.Budget(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -415,6 +415,12 @@
 //     turn uncut records (TestRecoveredUsageEqualsUninterrupted); Chat
 //     Completions and Anthropic continue with a new call, and the cut
 //     call, which never reported its usage, is not counted.
+//   - A budget's spend (an agent's, its user's, its tenant's: budget.go,
+//     budget_shared.go) is a sum over the usage.recorded events of the
+//     period, never a counter: a tenant's counts each agent's own calls
+//     once (TestTenantBudgetCountsEveryAgent), a user's its agents'
+//     together, and past a hard limit of any of them every agent it
+//     counts is refused with 402 (TestUserBudgetSharedByAgents).
 //   - Hidden messages reach the provider and never Store.Messages.
 //   - A completed tool call never runs again: its result is recorded
 //     (op.completed) before its output chunk is written, and a resumed turn

@@ -270,12 +270,12 @@ func TestSubagents(t *testing.T) {
 	}
 	// The children's spend counts against the parent's budget as well as
 	// against each child's own.
-	if bs, err := parent.a.Budget(); err != nil || bs.Spent.Tokens != tu.Input+tu.Output+want.Input+want.Output {
+	if bs, err := parent.a.Budget(t.Context()); err != nil || bs.Spent.Tokens != tu.Input+tu.Output+want.Input+want.Output {
 		t.Errorf("parent's budget spend %+v, %v; want its own %d and its children's %d tokens", bs.Spent, err, tu.Input+tu.Output, want.Input+want.Output)
 	}
 	if u, _ := e.store.Usage("kid-a"); u.Input+u.Output == 0 {
 		t.Errorf("kid-a usage %+v", u)
-	} else if bs, err := m.get("kid-a").a.Budget(); err != nil || bs.Spent.Tokens != u.Input+u.Output {
+	} else if bs, err := m.get("kid-a").a.Budget(t.Context()); err != nil || bs.Spent.Tokens != u.Input+u.Output {
 		t.Errorf("kid-a's budget spend %+v, %v; want its usage %+v", bs.Spent, err, u)
 	}
 	st, err := parent.a.Status()

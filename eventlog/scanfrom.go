@@ -55,3 +55,38 @@ func scanFrom(r pebble.Reader, base, prefix, from []byte) iter.Seq2[KV, error] {
 		}
 	}
 }
+
+// ScanSeek visits the rows under prefix in key order (keys relative to
+// the projection) through one iterator, and lets visit skip ahead: visit
+// returns the key to go on from, at least the next row's (nil: the next
+// row), or stop to end the scan. It is how a reader sums a range of each
+// of many groups of rows (one seek a group) without an iterator per
+// group. The KV visit gets is valid only during the call.
+func (v *View) ScanSeek(prefix []byte, visit func(kv KV) (next []byte, stop bool)) error {
+	db, release, err := v.l.useDB()
+	if err != nil {
+		return err
+	}
+	defer release()
+	start := joinKey(v.prefix, prefix)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+	if err != nil {
+		return fmt.Errorf("eventlog: scan: %w", err)
+	}
+	base := len(v.prefix)
+	for ok := it.First(); ok; {
+		next, stop := visit(KV{Key: it.Key()[base:], Value: it.Value()})
+		if stop {
+			break
+		}
+		if next == nil {
+			ok = it.Next()
+		} else {
+			ok = it.SeekGE(joinKey(v.prefix, next))
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("eventlog: scan: %w", err)
+	}
+	return nil
+}

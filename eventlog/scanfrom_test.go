@@ -56,3 +56,40 @@ func TestScanFrom(t *testing.T) {
 		})
 	}
 }
+
+// TestScanSeek: ScanSeek visits the rows under a prefix in order, goes on
+// from the key visit returns, skipping the rows before it, and ends when
+// visit stops it.
+func TestScanSeek(t *testing.T) {
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	appendN(t, lg, 100, 10) // agent0..agent9: rows n/agentK and h/agentK
+	pr, err := lg.NewProjector(counter(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventlogtest.RunProjector(t, pr)
+	if err := pr.WaitFor(t.Context(), 100); err != nil {
+		t.Fatal(err)
+	}
+	v, err := lg.View("counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = v.ScanSeek([]byte("n/"), func(kv eventlog.KV) ([]byte, bool) {
+		got = append(got, string(kv.Key))
+		switch string(kv.Key) {
+		case "n/agent1":
+			return []byte("n/agent5"), false
+		case "n/agent7":
+			return nil, true
+		}
+		return nil, false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"n/agent0", "n/agent1", "n/agent5", "n/agent6", "n/agent7"}; len(got) != len(want) || got[0] != want[0] || got[2] != want[2] || got[4] != want[4] {
+		t.Fatalf("visited %q, want %q", got, want)
+	}
+}

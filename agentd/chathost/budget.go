@@ -42,7 +42,7 @@ func (c *Agent) budget(ctx context.Context, data json.RawMessage) (any, error) {
 		return nil, err
 	}
 	if req.empty() {
-		return c.Budget()
+		return c.Budget(ctx)
 	}
 	u := chat.BudgetUpdate{Tokens: req.Tokens, Period: req.Period, Soft: req.Soft}
 	if req.Cost != nil {
@@ -62,17 +62,17 @@ type UsageReply struct {
 	Budget *chat.BudgetStatus `json:"budget,omitempty"`
 }
 
-func (c *Agent) usage() (UsageReply, error) {
+func (c *Agent) usage(ctx context.Context) (UsageReply, error) {
 	u, err := c.Usage()
 	if err != nil {
 		return UsageReply{}, err
 	}
-	b, err := c.Budget()
+	b, err := c.Budget(ctx)
 	if err != nil {
 		return UsageReply{}, err
 	}
 	r := UsageReply{Usage: u}
-	if b.Limited() {
+	if b.Limited() || len(b.Shared) > 0 {
 		r.Budget = &b
 	}
 	return r, nil

@@ -66,6 +66,8 @@ type Type struct {
 	// refsWritable reports whether the cluster's record format lets
 	// references be written (agentd.FormatBlobRefs).
 	refsWritable func() bool
+	// shared gives the tenant's and its users' budgets (nil: none).
+	shared *sharedBudgets
 }
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
@@ -94,6 +96,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		ct.logger = deps.Logger
 		ct.tp, ct.content = deps.Config.TracerProvider, deps.Config.TraceContent
 		ct.contextTokens = deps.Config.ContextTokens
+		if ct.shared, err = newSharedBudgets(deps); err != nil {
+			return err
+		}
 		prices, err := cost.Load(deps.Config.Prices)
 		if err != nil {
 			return agentd.ConfigErrorf("prices", "prices file %s: %s", deps.Config.Prices, strings.TrimPrefix(err.Error(), "cost: "))
@@ -161,6 +166,9 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Price:         ct.price,
 		BlobThreshold: ct.blobTh,
 		ContextTokens: ct.contextTokens,
+	}
+	if ct.shared != nil {
+		cfg.SharedBudgets = ct.shared
 	}
 	if ct.blobs != nil {
 		cfg.Blobs, cfg.BlobRefsWritable = ct.blobs, ct.refsWritable
@@ -372,7 +380,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if req.Message != nil {
 				msgID = req.Message.ID
 			}
-			if err := c.BudgetRefusal(id, msgID); err != nil {
+			if err := c.BudgetRefusal(ctx, id, msgID); err != nil {
 				return nil, err // 402 until the budget's period resets
 			}
 			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent, Multitask: chat.Multitask(req.Multitask)})
@@ -431,7 +439,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		}
 		return c.streams(req)
 	case "usage":
-		return c.usage()
+		return c.usage(ctx)
 	case "budget":
 		return c.budget(ctx, cmd.Data)
 	case "tools":

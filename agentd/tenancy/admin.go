@@ -34,11 +34,14 @@ const (
 // never) and its name (auth.CheckCredName; default cred-<random>), unique
 // in the tenant.
 type CreateRequest struct {
-	Name    string     `json:"name"`
-	Quota   auth.Quota `json:"quota"`
-	Role    string     `json:"role,omitempty"`
-	Expires string     `json:"expires,omitempty"`
-	Cred    string     `json:"cred,omitempty"`
+	Name  string     `json:"name"`
+	Quota auth.Quota `json:"quota"`
+	// Budget sets the tenant's spend limits: each limit it sets replaces
+	// the stored one (0 removes it), the others stay.
+	Budget  auth.Budget `json:"budget,omitzero"`
+	Role    string      `json:"role,omitempty"`
+	Expires string      `json:"expires,omitempty"`
+	Cred    string      `json:"cred,omitempty"`
 }
 
 // CreateReply is its reply: a fresh credential. Creating a tenant that
@@ -54,8 +57,10 @@ type CreateReply struct {
 	Created bool       `json:"created"`
 	Quota   auth.Quota `json:"quota"`
 	Limits  auth.Quota `json:"limits"`
-	Cred    string     `json:"cred"`
-	Role    auth.Role  `json:"role"`
+	// Budget is the tenant's spend limits as stored.
+	Budget auth.Budget `json:"budget,omitzero"`
+	Cred   string      `json:"cred"`
+	Role   auth.Role   `json:"role"`
 	// Expires is when the credential stops working (RFC 3339), empty for
 	// never.
 	Expires string `json:"expires,omitempty"`
@@ -156,6 +161,9 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 	if err := req.Quota.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
 	}
+	if err := req.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+	}
 	role, err := auth.ParseRole(req.Role)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v (--role)", host.ErrBadRequest, err)
@@ -178,6 +186,7 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 			req.Quota = t.Quota
 		}
 		t.Quota = req.Quota
+		t.Budget = t.Budget.Merge(req.Budget)
 		now := time.Now()
 		c := auth.Credential{Name: req.Cred, Role: role, Created: now.Unix()}
 		if c.Name == "" {
@@ -206,7 +215,7 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 		t.Clients = append(t.Clients, client.PublicKey)
 		t.Creds = append(t.Creds, c)
 		reply = CreateReply{Tenant: t.Name, Account: t.Account, Token: token,
-			Creds: string(creds), Created: isNew, Quota: t.Quota, Limits: limits, Cred: c.Name, Role: c.Role}
+			Creds: string(creds), Created: isNew, Quota: t.Quota, Limits: limits, Budget: t.Budget, Cred: c.Name, Role: c.Role}
 		if c.Expires != 0 {
 			reply.Expires = time.Unix(c.Expires, 0).UTC().Format(time.RFC3339)
 		}

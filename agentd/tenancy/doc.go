@@ -28,6 +28,13 @@
 // JetStream API error 429 instead of filling the queue every account
 // shares.
 //
+// A tenant's record also holds its budgets (auth.Budget: tenant create's
+// --token-budget, --cost-budget, --user-token-budget, --user-cost-budget),
+// which its daemon's chat agents read from the latest record before every
+// model call (agentd.TenantLink.Budget), so a create that changes them
+// binds at once; the spend is summed from the tenant's own log (package
+// chat, budget_shared.go).
+//
 // # Credentials
 //
 // A credential is a NATS user (a creds file) and an HTTP token minted

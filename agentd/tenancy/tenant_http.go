@@ -196,6 +196,9 @@ type TenantInfo struct {
 	// Quota is the quota enforced: the tenant's record resolved with the
 	// node's defaults (0: no limit).
 	Quota auth.Quota `json:"quota"`
+	// Budget is the tenant's spend limits (its record's over the node's
+	// per-user budget); absent without any.
+	Budget auth.Budget `json:"budget,omitzero"`
 	// Usage is what the tenant uses, read from its account now; absent
 	// when the tenant is not served here or its JetStream did not answer
 	// (UsageError says why).
@@ -234,7 +237,7 @@ func (ts *tenantSet) serveTenants(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		run := ts.mu.runs[name]
-		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: run != nil, Quota: pc.TenantQuota(st.rec.Quota)})
+		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: run != nil, Quota: pc.TenantQuota(st.rec.Quota), Budget: pc.UserBudgetOf(st.rec.Budget)})
 		runs = append(runs, run)
 	}
 	ts.mu.Unlock()

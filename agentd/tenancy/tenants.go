@@ -424,6 +424,19 @@ func (ts *tenantSet) stopLocked(run *tenantRun) {
 	}()
 }
 
+// budget returns the spend limits of tenant name's latest record: a
+// tenant's daemon reads them before every model call, so tenant create
+// changes them for the running daemons (this node's record is the
+// registry's, through its watch).
+func (ts *tenantSet) budget(name string) auth.Budget {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if st := ts.mu.states[name]; st != nil && st.rec != nil {
+		return st.rec.Budget
+	}
+	return auth.Budget{}
+}
+
 // reapply applies the last record of tenant name again.
 func (ts *tenantSet) reapply(name string) {
 	ts.mu.Lock()
@@ -457,9 +470,10 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	}
 	cfg.Auth, cfg.Insecure = false, true
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
-	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user}
-	cfg.Quota = pc.TenantQuota(t.Quota)
+	name := t.Name
+	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Budget: func() auth.Budget { return ts.budget(name) }}
 	tenant := t.Name
+	cfg.Quota = pc.TenantQuota(t.Quota)
 	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
 		ts.auditCommand(ctx, tenant, agent, verb, err)
 	}

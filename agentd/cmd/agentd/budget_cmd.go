@@ -16,7 +16,8 @@ import (
 const budgetUsage = `Usage:
   agentd budget <agent>
       show the agent's budget: its limits, what it spent in the current
-      period and when the period resets
+      period and when the period resets; and the budgets of its tenant and
+      its user that limit it (agentd tenant create --token-budget ...)
   agentd budget <agent> [--tokens n] [--cost dollars] [--period 24h] [--soft f]
       set some of its limits (the others keep their values): tokens and
       cost per period (0: no limit), the period (at least 1m; periods are
@@ -108,6 +109,14 @@ func printBudget(w io.Writer, agent string, st chat.BudgetStatus) error {
 	fmt.Fprintf(w, "  soft    %g (a turn parks for approval there)\n", st.Soft)
 	if st.Exceeded != "" {
 		fmt.Fprintf(w, "the %s limit is reached: new turns get 402 until %s\n", st.Exceeded, st.ResetsAt.UTC().Format(time.RFC3339))
+	}
+	for _, sh := range st.Shared {
+		fmt.Fprintf(w, "budget of %s %s (shared): period %s, resets at %s\n", sh.Scope, sh.Name, sh.Period, sh.ResetsAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "  tokens  %d spent of %s\n", sh.Spent.Tokens, limit(sh.Tokens > 0, fmt.Sprint(sh.Tokens)))
+		fmt.Fprintf(w, "  cost    $%s spent of %s\n", sh.Spent.Cost, limit(sh.Cost > 0, "$"+sh.Cost.String()))
+		if sh.Exceeded != "" {
+			fmt.Fprintf(w, "the %s %s's %s limit is reached: new turns get 402 until %s\n", sh.Scope, sh.Name, sh.Exceeded, sh.ResetsAt.UTC().Format(time.RFC3339))
+		}
 	}
 	return nil
 }

@@ -156,7 +156,7 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 	}
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, want := range []string{`forever_budget_refusals_total{at="turn"} 2`, `forever_budget_refusals_total{at="model_call"} 1`, `forever_budget_sets_total 5`, `forever_chat_cost_dollars_total`,
+	for _, want := range []string{`forever_budget_refusals_total{at="turn",scope="agent"} 2`, `forever_budget_refusals_total{at="model_call",scope="agent"} 1`, `forever_budget_sets_total 5`, `forever_chat_cost_dollars_total`,
 		`forever_budget_parks_total{event="parked"} 1`, `forever_budget_parks_total{event="approved"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,14 +17,15 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/chat/cost"
 )
 
 const tenantUsage = `Usage:
-  agentd tenant create <name> --creds admin.creds --out dir [credential] [quotas]
+  agentd tenant create <name> --creds admin.creds --out dir [credential] [quotas] [budgets]
       create the tenant (or, if it exists, mint another credential), write
       dir/<name>.creds (dir/<name>-<token-name>.creds with --token-name) and
       print {"tenant","cred","role","expires","token","account","created",
-      "quota","limits","creds"} as one JSON line; token is the HTTP bearer
+      "quota","limits","budget","creds"} as one JSON line; token is the HTTP bearer
       token, creds and token are one credential. With --out - the creds
       file goes to stdout and the JSON line to stderr, for a pod whose
       image has no shell:
@@ -64,6 +66,14 @@ Quotas (create; 0 or absent: the node's --tenant-default-*; unlimited: no limit)
   --max-payload size  largest message a client publishes
   --max-streams n     JetStream streams (agentd's own included)
   --max-consumers n   JetStream consumers (agentd's own included)
+
+Budgets (create; each <amount>/<period>[/<soft>], period at least 1m; 0/<period> removes
+the limit; absent: kept as it was; checked before every model call, 402 past it):
+  --token-budget n/p       tokens of all the tenant's agents together, e.g. 1000000/24h
+  --cost-budget $/p        dollars of all its agents together, e.g. 5.00/24h
+  --user-token-budget n/p  tokens of each user's agents together (the agent's meta user)
+  --user-cost-budget $/p   dollars of each user's agents together
+  soft, a fraction in (0, 1), parks a turn for an approval at it (default: no soft stop)
 
 --server (alias --nats-url) defaults to $NATS_URL or nats://127.0.0.1:4222, --creds to
 $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
@@ -133,7 +143,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 				return usageErr("--token-name: %v", err)
 			}
 		}
-		subject, payload = tenancy.AdminCreateSubject, tenancy.CreateRequest{Name: name, Quota: q, Role: *role, Expires: *expires, Cred: *credName}
+		subject, payload = tenancy.AdminCreateSubject, tenancy.CreateRequest{Name: name, Quota: q, Budget: o.budget, Role: *role, Expires: *expires, Cred: *credName}
 	case "revoke":
 		subject, payload = tenancy.AdminRevokeSubject, tenancy.RevokeRequest{Name: name}
 	case "disable":
@@ -182,7 +192,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 	}
 	line, _ := json.Marshal(map[string]any{
 		"tenant": reply.Tenant, "token": reply.Token, "account": reply.Account,
-		"created": reply.Created, "quota": reply.Quota, "limits": reply.Limits, "creds": path,
+		"created": reply.Created, "quota": reply.Quota, "limits": reply.Limits, "budget": reply.Budget, "creds": path,
 		"cred": reply.Cred, "role": reply.Role, "expires": reply.Expires,
 	})
 	_, err = fmt.Fprintln(summary, string(line))
@@ -193,6 +203,7 @@ func tenantCommand(ctx context.Context, args []string, getenv func(string) strin
 type tenantOpts struct {
 	natsURL, creds, tlsCA, out, role, expires, credName *string
 	q                                                   auth.Quota
+	budget                                              auth.Budget
 }
 
 // tenantFlagSet defines the flags of the tenant commands (cmd: "tenant
@@ -207,7 +218,35 @@ func tenantFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *tena
 	o.expires = fs.String("expires", "", "how `long` the credential works: 720h, 30d, 2w (create; default never)")
 	o.credName = fs.String("token-name", "", "the credential's `name`, unique in the tenant (create; default cred-<random>)")
 	quotaFlags(fs, &o.q)
+	budgetFlags(fs, &o.budget)
 	return fs, &o
+}
+
+// budgetFlags defines tenant create's budget flags on b:
+// <amount>/<period>[/<soft>].
+func budgetFlags(fs *flag.FlagSet, b *auth.Budget) {
+	tokens := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	dollars := func(s string) (int64, error) { m, err := cost.ParseMicros(s); return int64(m), err }
+	for _, f := range []struct {
+		name   string
+		dst    **auth.BudgetLimit
+		amount func(string) (int64, error)
+		usage  string
+	}{
+		{"token-budget", &b.Tokens, tokens, "at most `n/period` tokens of all the tenant's agents, e.g. 1000000/24h"},
+		{"cost-budget", &b.Cost, dollars, "at most `dollars/period` of all the tenant's agents, e.g. 5.00/24h"},
+		{"user-token-budget", &b.UserTokens, tokens, "at most `n/period` tokens of each user's agents, e.g. 100000/24h"},
+		{"user-cost-budget", &b.UserCost, dollars, "at most `dollars/period` of each user's agents, e.g. 1.00/24h"},
+	} {
+		fs.Func(f.name, f.usage+" (create; /soft after the period parks at that fraction; 0/period removes it)", func(s string) error {
+			l, err := auth.ParseBudgetLimit(s, f.amount)
+			if err != nil {
+				return err
+			}
+			*f.dst = &l
+			return nil
+		})
+	}
 }
 
 // quotaFlags defines tenant create's quota flags on q: a number (or size),
