@@ -62,8 +62,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		runtime.SetMutexProfileFraction(5)
 		defer writeProfile("mutex", *mutexProfile, stderr)
 	}
+	blockRate := 0
 	if *blockProfile != "" {
-		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+		blockRate = int(10 * time.Microsecond)
+		runtime.SetBlockProfileRate(blockRate)
 		defer writeProfile("block", *blockProfile, stderr)
 	}
 	if fs.NArg() > 0 {
@@ -125,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL}, inMode, stderr)
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, BlockProfileRate: blockRate, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL}, inMode, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {
