@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -127,6 +128,79 @@ func TestAppendAllInterleaved(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestAppendAllFencedInGroup: a stale owner's AppendAll in one atomic
+// group with other agents' AppendAlls and Appends fails alone with
+// ErrFenced and stores none of its events; the others' are all stored, in
+// order (the group is refused whole, then sent again one by one).
+func TestAppendAllFencedInGroup(t *testing.T) {
+	ctx := t.Context()
+	nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	eventlog.ForceSend(a.lg, "atomic")
+	a.owner.set("stale", eventlog.Token{Node: "a", Epoch: 1})
+	if _, err := appendNote(ctx, a.lg, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	b.owner.set("stale", eventlog.Token{Node: "b", Epoch: 2})
+	if _, err := appendNote(ctx, b.lg, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	const agents, per = 4, 3
+	for i := range agents {
+		a.owner.set(fmt.Sprintf("y%d", i), eventlog.Token{Node: "a", Epoch: 1})
+	}
+	queued, release := eventlog.HoldAppends(a.lg)
+	errs := make(chan error, agents+1)
+	for i := range agents {
+		agent := fmt.Sprintf("y%d", i)
+		go func() {
+			var err error
+			if i%2 == 0 {
+				_, err = appendNote(ctx, a.lg, agent)
+			} else {
+				_, err = a.lg.AppendAll(ctx, notes(agent, per))
+			}
+			errs <- err
+		}()
+	}
+	go func() {
+		_, err := a.lg.AppendAll(ctx, notes("stale", per))
+		if !errors.Is(err, eventlog.ErrFenced) {
+			err = fmt.Errorf("stale AppendAll: %v, want ErrFenced", err)
+		} else {
+			err = nil
+		}
+		errs <- err
+	}()
+	for queued() < agents+1 {
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	for range agents + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs, err := b.lg.Read(ctx, eventlog.Filter{Agent: "stale"}, 0, 0); err != nil || len(evs) != 2 {
+		t.Fatalf("stale agent: %d events, %v; want the 2 from before the stale AppendAll", len(evs), err)
+	}
+	for i := range agents {
+		want := 1
+		if i%2 == 1 {
+			want = per
+		}
+		evs, err := a.lg.Read(ctx, eventlog.Filter{Agent: fmt.Sprintf("y%d", i)}, 0, 0)
+		if err != nil || len(evs) != want {
+			t.Fatalf("y%d: %d events, %v; want %d", i, len(evs), err, want)
+		}
+		for j, e := range evs {
+			if want > 1 && string(e.Data) != fmt.Sprintf(`{"i":%d}`, j) {
+				t.Fatalf("y%d event %d = %s", i, j, e.Data)
+			}
 		}
 	}
 }
