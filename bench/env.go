@@ -46,6 +46,9 @@ type EnvConfig struct {
 	Nodes int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// BlockProfileRate is the servers' runtime.SetBlockProfileRate, which
+	// an embedded nats-server sets on start (-blockprofile); 0: off.
+	BlockProfileRate int
 	// Agentd builds the agentd binary for the scenarios that run it, once
 	// per run when the Envs of every mode share it. Nil: the Env builds
 	// its own under its temp dir on first use.
@@ -196,6 +199,7 @@ func (e *Env) startServers() ([]*server.Server, error) {
 			JetStreamMaxMemory: 64 << 20,
 			NoSigs:             true,
 			SyncAlways:         e.Mode == SyncAlways,
+			ProfBlockRate:      e.cfg.BlockProfileRate,
 		}
 		if n > 1 {
 			opts.Cluster = server.ClusterOpts{Name: "bench", Host: "127.0.0.1", Port: clusterPorts[i]}

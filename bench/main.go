@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"time"
 )
@@ -40,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	temporal := fs.String("temporal", "", "the Temporal CLI binary for the temporal scenario (skipped without it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
+	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
 	leaseTTL := fs.Duration("lease-ttl", 0, "the failover scenario's --lease-ttl instead of the chart's default")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,6 +57,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+		defer writeProfile("mutex", *mutexProfile, stderr)
+	}
+	blockRate := 0
+	if *blockProfile != "" {
+		blockRate = int(10 * time.Microsecond)
+		runtime.SetBlockProfileRate(blockRate)
+		defer writeProfile("block", *blockProfile, stderr)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -114,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL}, inMode, stderr)
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, BlockProfileRate: blockRate, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL}, inMode, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {
@@ -166,4 +179,16 @@ func runMode(ctx context.Context, cfg EnvConfig, selected []Scenario, progress i
 		}
 	}
 	return rows, errs, nil
+}
+
+// writeProfile writes the named runtime profile to path; a failure is
+// reported on stderr, the run's results stand.
+func writeProfile(name, path string, stderr io.Writer) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = errors.Join(pprof.Lookup(name).WriteTo(f, 0), f.Close())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %s profile: %v\n", name, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
@@ -141,6 +142,26 @@ func (st *turnState) endStepUsage(lp *loop, steps int) {
 	st.snap.StepUsage = nil
 }
 
+// afterStep returns the snapshot stepDone stashes when the current step
+// (steps) ends with the stream at chunks, every one of them stored: the
+// step's usage added (endStepUsage), its provider data cleared. st.snap is
+// left as it is.
+func (st *turnState) afterStep(lp *loop, steps, chunks int) *snapshot {
+	s := st.snap
+	s.Steps, s.Steered = slices.Clone(st.snap.Steps), slices.Clone(st.snap.Steered)
+	if steps > len(s.Steps) {
+		s.Steps = append(s.Steps, stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens})
+	}
+	s.StepUsage = nil
+	s.ResponseID, s.SequenceNumber = "", 0
+	_, current := st.split()
+	s.ChunkIndex, s.TextAtSequence = chunks, len(partsText(current))
+	if s.ChunkIndex > s.ChunksAtAttempt {
+		s.Attempts = 0 // progress, as stashSnap counts it
+	}
+	return &s
+}
+
 // turnUsage is the turn's usage: the sum of its steps'.
 func (st *turnState) turnUsage() llm.Usage {
 	var u llm.Usage
@@ -264,6 +285,11 @@ func (a *Agent) stepDone(fctx context.Context, f *fiber.Fiber, em *emitter, st *
 	}
 	// The next step's provider data starts afresh.
 	st.snap.ResponseID, st.snap.SequenceNumber, st.snap.TextAtSequence = "", 0, 0
+	if st.stashedStep == em.b.steps {
+		// The step's one tool call recorded this snapshot with its
+		// result (toolsPhase); the chunks since go with the next stash.
+		return phaseModel, nil
+	}
 	if err := a.stash(fctx, f, em, st); err != nil {
 		return 0, fmt.Errorf("%w: %w", errWrite, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
 )
 
@@ -66,6 +67,11 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		chunk *chunk.Chunk
 		// child is set for a call of an agent tool (awaitChildren).
 		child *childJob
+		// then, when set, is the snapshot of the step after it, which the
+		// call's op.completed carries (fiber.ThenStash); stashed reports
+		// that it did. Read once done delivered a result.
+		then    *snapshot
+		stashed bool
 	}
 	var jobs []*job
 	clientLeft := false
@@ -101,6 +107,11 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		jobs = append(jobs, j)
 	}
 	step := em.b.steps // read here: the calls run beside the writes to em.b
+	if len(jobs) == 1 && jobs[0].tool != nil && !clientLeft {
+		// The step's only call: its completion also records the snapshot
+		// stepDone would stash, one synced write for both.
+		jobs[0].then = st.afterStep(lp, em.b.steps, em.b.chunks)
+	}
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -123,7 +134,8 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 				return
 			}
 			defer func() { <-sem }()
-			res, err := a.runTool(ctx, st, step, j.tool, j.call)
+			res, stashed, err := a.runTool(ctx, st, step, j.tool, j.call, j.then)
+			j.stashed = stashed
 			if err != nil {
 				j.err = err
 				close(j.done)
@@ -160,6 +172,10 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		res, ok := <-j.done
 		if !ok {
 			return 0, j.err
+		}
+		if j.stashed {
+			st.snap, lp.usage = *j.then, llm.Usage{}
+			st.stashedStep = step
 		}
 		if err := a.crashPoint(fctx, pointToolRecorded); err != nil {
 			return 0, err
@@ -199,7 +215,11 @@ func resolved(r toolResult) chan toolResult {
 // The call is an execute_tool span, the child of the turn's; the tool's
 // ctx carries it (trace.SpanFromContext), so what the tool starts (a
 // sub-agent's turn, an instrumented HTTP call) is its child.
-func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c Part) (res toolResult, err error) {
+//
+// With then set, the call's completion records then as the turn fiber's
+// snapshot (fiber.ThenStash) and stashed reports that it did; a result
+// recorded by an earlier run is answered with then stashed on its own.
+func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c Part, then *snapshot) (res toolResult, stashed bool, err error) {
 	ctx, span := a.startToolSpan(ctx, st, step, t, c)
 	ran := false
 	defer func() {
@@ -215,6 +235,9 @@ func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c
 	var opts []fiber.StepOpt
 	if t.Safety() != Idempotent {
 		opts = append(opts, fiber.Unsafe())
+	}
+	if then != nil {
+		opts = append(opts, fiber.ThenStash(*then, fiber.WithAttempts(then.Attempts)))
 	}
 	res, err = fiber.StepJSON(ctx, toolStepKey(c.ToolCallID), func(ctx context.Context, _ string) (toolResult, error) {
 		ran = true
@@ -236,14 +259,15 @@ func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c
 		return a.offloadResult(ctx, toolResult{Output: out})
 	}, opts...)
 	if err == nil {
+		stashed = then != nil
 		res, err = a.resolveResult(ctx, res)
 	}
 	a.metrics.toolCalls.WithLabelValues(toolOutcome(res, err)).Inc()
 	if errors.Is(err, fiber.ErrMaybeExecuted) {
 		a.logger.Warn("unsafe tool call cut off by a crash, not run again", "request", st.info.RequestID, "tool", c.ToolName, "call", c.ToolCallID)
-		return toolResult{Error: ErrTextMaybeExecuted, ErrorType: "maybe_executed"}, nil
+		return toolResult{Error: ErrTextMaybeExecuted, ErrorType: "maybe_executed"}, false, nil
 	}
-	return res, err
+	return res, stashed, err
 }
 
 func toolOutcome(r toolResult, err error) string {

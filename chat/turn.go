@@ -65,6 +65,10 @@ type turnState struct {
 	span trace.Span
 	// failCode is the code turn.failed records (budget.go), 0 for none.
 	failCode int
+	// stashedStep is the step whose snapshot after it its tool call's
+	// completion recorded (toolsPhase), 0 for none: stepDone stashes it
+	// no more.
+	stashedStep int
 }
 
 // countAttempt counts a recovery attempt against the turn's budget, which

@@ -32,6 +32,7 @@ func TestRecoveredUsageEqualsUninterrupted(t *testing.T) {
 		{name: "before the first tool runs", prompt: twoTools, cut: -1, point: "tools-begin"},
 		{name: "after the first result is recorded", prompt: twoTools, cut: -1, point: "tool-recorded"},
 		{name: "after the first step", prompt: twoTools, cut: -1, point: "step-done"},
+		{name: "after the second result is recorded", prompt: twoTools, cut: -1, point: "tool-recorded", skip: 1},
 		{name: "before the second tool runs", prompt: twoTools, cut: -1, point: "tools-begin", skip: 1},
 		{name: "after the second step", prompt: twoTools, cut: -1, point: "step-done", skip: 1},
 	}

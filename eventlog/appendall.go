@@ -11,7 +11,9 @@ import (
 // sequence of the last once all are acknowledged. It is Append for several
 // events at about the cost of one round trip: they go pipelined in a chain,
 // or as one atomic batch where the measured costs say that is cheaper (see
-// sendCost), fenced as Append is on the first. Unlike AppendBatch, a
+// sendCost), fenced as Append is on the first. Like Append's, they share
+// the stream's group commit (committer) with the appends of other agents
+// made meanwhile. Unlike AppendBatch, a
 // failure part way may leave a prefix of evs stored, but never a gap, and
 // under an Owner never another writer's event of the agent between them
 // (other agents' events may come between them on the stream): use it for
@@ -42,12 +44,7 @@ func (l *Log) AppendAll(ctx context.Context, evs []Event) (Seq, error) {
 		msgs[i], stream = m, s
 	}
 	send := func(expect *Seq) (Seq, error) {
-		ws := make([]*wire, len(msgs))
-		for i, m := range msgs {
-			ws[i] = &wire{msg: m}
-		}
-		ws[0].expect = expect
-		return l.sendChain(ctx, stream, ws)
+		return l.publishChain(ctx, stream, msgs, expect)
 	}
 	if l.cfg.Owner == nil {
 		return send(nil)

@@ -10,12 +10,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// committer group-commits the single-event appends of one stream (Append of
-// lifecycle events, fenced or not): one send in flight; the appends that
-// come meanwhile wait and go together as the next send, one atomic batch
-// (one fsync under sync always) or pipelined, as sendCost says. An append
-// that finds nothing in flight is published at once, alone, exactly as
-// without the committer: a lone writer never waits for company.
+// committer group-commits the appends of one stream (Append of lifecycle
+// events, fenced or not, and AppendAll's chains of one agent's events): one
+// send in flight; the appends that come meanwhile wait and go together as
+// the next send, one atomic batch (one fsync under sync always) or
+// pipelined, as sendCost says. An append that finds nothing in flight is
+// published at once, alone, exactly as without the committer: a lone writer
+// never waits for company.
+//
+// A chain (AppendAll) shares the group's atomic batch, its events side by
+// side in order, so that a hundred turns ending together cost one batch,
+// not a hundred: on an R1 stream each atomic batch is staged in a store of
+// its own, whatever its size (group.go). A group sent pipelined sends each
+// chain on its own (sendChain) beside the single appends.
 //
 // Leader and followers, no goroutine of its own: the append that finds
 // the committer idle sends; when its send is done it hands the next send
@@ -31,8 +38,11 @@ type committer struct {
 
 // write is one append waiting in a committer.
 type write struct {
-	ctx    context.Context
-	m      *nats.Msg
+	ctx context.Context
+	m   *nats.Msg
+	// more are the events of an AppendAll after m, stored after it in
+	// order, without a gap; nil for an Append.
+	more   []*nats.Msg
 	expect *Seq
 	e      *Event
 	seq    Seq
@@ -42,9 +52,35 @@ type write struct {
 	leader bool          // lead was (or is being) signalled; guarded by committer.mu
 }
 
+// size is the number of messages w stores.
+func (w *write) size() int { return 1 + len(w.more) }
+
+// wires returns fresh wires of w's messages, the first with w's expected
+// sequence.
+func (w *write) wires() []*wire {
+	ws := make([]*wire, 0, w.size())
+	ws = append(ws, &wire{msg: w.m, expect: w.expect})
+	for _, m := range w.more {
+		ws = append(ws, &wire{msg: m})
+	}
+	return ws
+}
+
 // publish appends m, expecting expect on its subject when not nil, and
 // returns its sequence as publishOne does; concurrent calls share sends.
 func (l *Log) publish(ctx context.Context, m *nats.Msg, stream string, expect *Seq, e *Event) (Seq, error) {
+	return l.commit(ctx, stream, &write{ctx: ctx, m: m, expect: expect, e: e})
+}
+
+// publishChain appends msgs in order, the first expecting expect on its
+// subject when not nil, as sendChain does, and returns the sequence of the
+// last; concurrent calls and publish share sends.
+func (l *Log) publishChain(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
+	return l.commit(ctx, stream, &write{ctx: ctx, m: msgs[0], more: msgs[1:], expect: expect})
+}
+
+// commit stores w through stream's committer and returns its outcome.
+func (l *Log) commit(ctx context.Context, stream string, w *write) (Seq, error) {
 	c := &l.committers[0]
 	if stream == l.cfg.ChunksStream {
 		c = &l.committers[1]
@@ -53,11 +89,11 @@ func (l *Log) publish(ctx context.Context, m *nats.Msg, stream string, expect *S
 	if !c.busy {
 		c.busy = true
 		c.mu.Unlock()
-		seq, err := l.publishOne(ctx, m, stream, "single", expect, e)
+		l.sendWrites(stream, []*write{w})
 		l.handOff(c)
-		return seq, err
+		return w.seq, w.err
 	}
-	w := &write{ctx: ctx, m: m, expect: expect, e: e, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	w.done, w.lead = make(chan struct{}), make(chan struct{}, 1)
 	c.queue = append(c.queue, w)
 	c.mu.Unlock()
 	select {
@@ -103,11 +139,16 @@ func (l *Log) handOff(c *committer) {
 	next.lead <- struct{}{}
 }
 
-// lead sends what waits in c (at most Config.MaxBatch appends, the caller's
-// own first), resolves each, and hands off.
+// lead sends what waits in c (the caller's own append first, then others
+// while the group holds at most Config.MaxBatch messages), resolves each,
+// and hands off.
 func (l *Log) lead(c *committer, stream string) {
 	c.mu.Lock()
-	n := min(len(c.queue), l.cfg.MaxBatch)
+	n, size := 1, c.queue[0].size()
+	for n < len(c.queue) && size+c.queue[n].size() <= l.cfg.MaxBatch {
+		size += c.queue[n].size()
+		n++
+	}
 	group := c.queue[:n:n]
 	c.queue = c.queue[n:]
 	onGroup := c.onGroup
@@ -131,25 +172,35 @@ func (l *Log) lead(c *committer, stream string) {
 // did not hold: a stale owner, a lost compare-and-set; a duplicate id),
 // nothing of it was stored, and every write is sent again on its own, so
 // the others are stored and only the failing one gets its error.
+//
+// A chain (AppendAll) keeps sendChain's contract: its events in order,
+// a prefix stored on failure, never a gap. In an atomic batch its events
+// are side by side; sent pipelined, each chain goes on its own.
 func (l *Log) sendWrites(stream string, group []*write) {
 	if len(group) == 1 {
 		w := group[0]
+		if len(w.more) > 0 {
+			w.seq, w.err = l.sendChain(w.ctx, stream, w.wires())
+			return
+		}
 		w.seq, w.err = l.publishOne(w.ctx, w.m, stream, "single", w.expect, w.e)
 		return
 	}
 	// Sent for several callers: no one caller's cancellation stops it; each
 	// wait for the server is bounded by Config.AckTimeout.
 	ctx := context.WithoutCancel(group[0].ctx)
-	ws := make([]*wire, len(group))
-	for i, w := range group {
-		ws[i] = &wire{msg: w.m, expect: w.expect}
+	var ws []*wire
+	for _, w := range group {
+		ws = append(ws, w.wires()...)
 	}
 	retried := false
 	if l.cost(stream).atomic(len(ws)) {
 		err := l.sendAtomic(ctx, stream, ws)
 		if err == nil {
-			for i, w := range group {
-				w.seq = ws[i].seq
+			i := 0
+			for _, w := range group {
+				i += w.size()
+				w.seq = ws[i-1].seq
 			}
 			return
 		}
@@ -159,12 +210,31 @@ func (l *Log) sendWrites(stream string, group []*write) {
 		// of a write sent again below is that batch's.
 		retried = !errors.As(err, &apiErr)
 	}
-	l.sendPipelined(ctx, stream, ws, false)
-	for i, w := range group {
+	var singles []*write
+	ws = ws[:0]
+	for _, w := range group {
+		if len(w.more) == 0 {
+			singles = append(singles, w)
+			ws = append(ws, w.wires()...)
+		}
+	}
+	if len(ws) > 0 {
+		l.sendPipelined(ctx, stream, ws, false)
+	}
+	for i, w := range singles {
 		wi := ws[i]
 		w.seq, w.err = wi.seq, wi.err
 		if wi.err == nil && wi.dup && !retried {
 			w.err = fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, w.m.Header.Get(jetstream.MsgIDHeader), wi.seq)
+		}
+	}
+	for _, w := range group {
+		if len(w.more) == 0 {
+			continue
+		}
+		w.seq, w.err = l.sendChain(ctx, stream, w.wires())
+		if retried && errors.Is(w.err, ErrDuplicate) {
+			w.err = nil // stored by the batch whose answer was lost
 		}
 	}
 }

@@ -40,7 +40,9 @@
 //     acknowledgement and one fsync per batch.
 //   - AppendAll stores several events of one agent in one round trip, in
 //     order and with nothing of another writer between them; a failure part
-//     way leaves a prefix, never a gap (TestAppendAll).
+//     way leaves a prefix, never a gap (TestAppendAll). Concurrent
+//     AppendAlls share the stream's group commit; in an atomic batch each
+//     one's events are side by side (TestAppendAllInterleaved).
 //   - Batcher.Replace changes only an event still queued: once Run took it
 //     into a batch it is sent as it was (TestBatcherReplace).
 //   - Group commit: Appends of lifecycle events that come while another is
