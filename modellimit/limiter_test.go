@@ -21,7 +21,9 @@ type manualClock struct {
 	timers []chan time.Time
 }
 
-func newManualClock() *manualClock { return &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func newManualClock() *manualClock {
+	return &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
 
 func (c *manualClock) Now() time.Time {
 	c.mu.Lock()
