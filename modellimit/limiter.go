@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/forever-agents/forever/chat/llm"
@@ -13,8 +14,9 @@ import (
 // Limiter shares the rate limits of a node's models between its tenants
 // (see the package doc). It is safe for concurrent use.
 type Limiter struct {
-	cfg Config
-	m   *metrics
+	cfg     Config
+	m       *metrics
+	shareFn atomic.Pointer[func() float64] // SetShare's, else cfg.Share
 
 	mu struct {
 		sync.Mutex
@@ -66,6 +68,13 @@ func (l *Limiter) Tenant(name string, weight int) *Tenant {
 		l.mu.tenants[name] = t
 	}
 	t.weight = float64(weight)
+	if !ok {
+		// The series exist before the first call, for increase() and rate().
+		l.m.granted.WithLabelValues(name)
+		l.m.tokens.WithLabelValues(name)
+		l.m.waiting.WithLabelValues(name)
+		l.m.wait.WithLabelValues(name)
+	}
 	return t
 }
 
@@ -237,12 +246,27 @@ func (l *Limiter) done(m *model, w *waiter, u llm.Usage, err error) {
 		"model", m.name, "tenant", w.tenant.name, "for", d, "retry_after", ra, "err", err)
 }
 
+// SetShare replaces Config.Share: share returns this node's part of the
+// cluster's bounds, read at every refill. Safe to call at any time.
+func (l *Limiter) SetShare(share func() float64) { l.shareFn.Store(&share) }
+
+// ShareAmong makes this node's share 1 / the nodes nodes returns (at
+// least one): the live nodes serving tenants, such as an ownership
+// manager's Nodes.
+func (l *Limiter) ShareAmong(nodes func() []string) {
+	l.SetShare(func() float64 { return 1 / float64(max(1, len(nodes()))) })
+}
+
 // share is the node's part of the cluster's bounds, in (0, 1].
 func (l *Limiter) share() float64 {
-	if l.cfg.Share == nil {
+	f := l.cfg.Share
+	if p := l.shareFn.Load(); p != nil {
+		f = *p
+	}
+	if f == nil {
 		return 1
 	}
-	s := l.cfg.Share()
+	s := f()
 	if s <= 0 || s > 1 || math.IsNaN(s) {
 		return 1
 	}
@@ -266,6 +290,8 @@ func (l *Limiter) modelLocked(name string, now time.Time) *model {
 		queues:  map[*Tenant]*queue{},
 	}
 	l.mu.models[name] = m
+	l.m.throttled.WithLabelValues(name)
+	l.m.paused.WithLabelValues(name)
 	return m
 }
 

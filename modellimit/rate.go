@@ -82,3 +82,16 @@ func (r Rate) PerSecond() float64 {
 	}
 	return r.N / r.Per.Seconds()
 }
+
+// MarshalText writes r as String does, for flags and JSON.
+func (r Rate) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads r as ParseRate does.
+func (r *Rate) UnmarshalText(b []byte) error {
+	v, err := ParseRate(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}

@@ -19,6 +19,9 @@ func RateLimited(err error) bool {
 	if !errors.As(err, &e) || !e.Retryable {
 		return false
 	}
+	if e.Code == "insufficient_quota" { // OpenAI's 429 for a spent balance: no wait helps
+		return false
+	}
 	switch e.Status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, 529:
 		return true

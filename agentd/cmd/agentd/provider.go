@@ -20,7 +20,8 @@ func newProvider(cfg agentd.Config) (llm.Provider, error) {
 	)
 	switch cfg.Provider {
 	case agentd.ProviderLocal, "":
-		return llm.NewLocal(llm.LocalConfig{Rate: cfg.LocalRate}), nil
+		return llm.NewLocal(llm.LocalConfig{Rate: cfg.LocalRate,
+			Limit: llm.LocalLimit{Calls: int(cfg.LocalModelLimit.N), Per: cfg.LocalModelLimit.Per}}), nil
 	case agentd.ProviderOpenAI:
 		p, err = openai.NewResponses(openai.ResponsesConfig{BaseURL: cfg.ProviderURL, Model: cfg.Model})
 	case agentd.ProviderChatCompletions:
