@@ -341,3 +341,24 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// Each node takes its share of the cluster's bound: with two live nodes,
+// 5 of the 10 calls a second.
+func TestShareAmongNodes(t *testing.T) {
+	clk := newManualClock()
+	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 10, Per: time.Second}, Clock: clk})
+	l.ShareAmong(func() []string { return []string{"n1", "n2"} })
+	a := l.Tenant("a", 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	const n = 8
+	callers(ctx, &wg, n, a)
+	granted := func() int64 { return a.Stats().Granted }
+	waiting := func() int64 { return a.Stats().Waiting }
+	eventually(t, "the burst", func() bool { return granted() == 5 })
+	rounds(t, clk, 4, 5, n, granted, waiting)
+	if got := a.Stats().Granted; got != 25 {
+		t.Fatalf("granted %d in 4 s after the burst, want 25 (5/s, half of 10/s)", got)
+	}
+}
