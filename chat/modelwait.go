@@ -38,9 +38,7 @@ type ModelWait struct {
 func (a *Agent) modelKey(req llm.Request) string {
 	m := req.Model
 	if m == "" {
-		if p, ok := a.cfg.Provider.(interface{ Model() string }); ok {
-			m = p.Model()
-		}
+		m = a.modelName()
 	}
 	return a.cfg.Provider.Name() + "/" + m
 }
@@ -64,11 +62,12 @@ func requestTokens(req llm.Request) int64 {
 }
 
 // waitModel waits for the limiter before a model call (a no-op without
-// one), showing the wait in Status meanwhile; last is the error of the
+// one), showing the wait in Status meanwhile, and returns how long it
+// waited; last is the error of the
 // turn's previous call of this step, nil for none.
-func (a *Agent) waitModel(ctx context.Context, req llm.Request, last error) (func(llm.Usage, error), error) {
+func (a *Agent) waitModel(ctx context.Context, req llm.Request, last error) (done func(llm.Usage, error), waited time.Duration, err error) {
 	if a.cfg.Limiter == nil {
-		return func(llm.Usage, error) {}, nil
+		return func(llm.Usage, error) {}, 0, nil
 	}
 	w := &ModelWait{Since: a.cfg.Clock.Now(), Model: a.modelKey(req)}
 	if llm.RateLimited(last) {
@@ -82,7 +81,8 @@ func (a *Agent) waitModel(ctx context.Context, req llm.Request, last error) (fun
 		a.mu.modelWait = nil
 		a.mu.Unlock()
 	}()
-	return a.cfg.Limiter.Wait(ctx, w.Model, requestTokens(req))
+	done, err = a.cfg.Limiter.Wait(ctx, w.Model, requestTokens(req))
+	return done, a.cfg.Clock.Now().Sub(w.Since), err
 }
 
 // modelWaiting returns the turn's wait for the limiter, nil when it is

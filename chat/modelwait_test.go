@@ -53,7 +53,7 @@ func TestRateLimitedTurnWaitsAndCompletes(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if seen == nil || seen.Model != "fake/" {
+	if seen == nil || seen.Model != "fake/fake" {
 		t.Fatalf("status never showed the turn waiting for the rate limit: %+v", seen)
 	}
 	h.r.Wait()

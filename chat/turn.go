@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/tracing"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -218,11 +219,14 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 	if err := a.checkBudgetAtCall(ctx, wctx, f, em, st, *usage); err != nil {
 		return "", err
 	}
-	limited, err := a.waitModel(ctx, req, last)
+	limited, waited, err := a.waitModel(ctx, req, last)
 	if err != nil {
 		return "", err
 	}
 	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)
+	if a.cfg.Limiter != nil {
+		call.span.SetAttributes(tracing.ModelLimiterWait.Float64(waited.Seconds()))
+	}
 	var callUsage *llm.Usage
 	defer func() {
 		var u llm.Usage
