@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/forever-agents/forever/mcptools"
+	"github.com/forever-agents/forever/modellimit"
 	"github.com/forever-agents/forever/ownership"
 )
 
@@ -180,6 +181,16 @@ type Config struct {
 	// LocalRate is the local model's speed in tokens/s: 0 means the default
 	// (30), negative as fast as possible.
 	LocalRate float64
+	// ModelLimit and ModelTokenLimit bound the chat model's calls and
+	// tokens, cluster-wide (each node takes its share: 1 / the live
+	// nodes), shared between the tenants by their model weight
+	// (auth.Quota.ModelWeight) with package modellimit. Zero: no bound;
+	// a provider's 429 still pauses every tenant's calls.
+	ModelLimit, ModelTokenLimit modellimit.Rate
+	// LocalModelLimit makes the local model answer 429 with Retry-After
+	// past this many calls per period, as a provider over its limit does
+	// (demos and tests of the limiter). Zero: no limit.
+	LocalModelLimit modellimit.Rate
 	// Prices is a JSON file of model prices set over the built-in ones
 	// (chat/cost): {"<provider>": {"<model>": {"input": "2.50",
 	// "output": "10.00", "cached": "1.25"}}}, dollars per million tokens.

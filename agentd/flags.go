@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+
+	"github.com/forever-agents/forever/modellimit"
 )
 
 // ParseFlags builds a Config from command-line arguments (without the
@@ -143,6 +145,15 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"provider base `url` (for chatcompletions: the Ollama, llama.cpp or vLLM server)")
 	fs.Float64Var(&cfg.LocalRate, "local-rate", cfg.LocalRate,
 		"local model speed in tokens/s (0: 30, negative: unlimited)")
+	rateFlag := func(r *modellimit.Rate, name, usage string) {
+		fs.Func(name, usage, func(v string) error { return r.UnmarshalText([]byte(v)) })
+	}
+	rateFlag(&cfg.ModelLimit, "model-limit",
+		"chat model calls allowed across the cluster, a `rate` such as 10/s or 500/m, shared between tenants by --model-weight (0: no bound)")
+	rateFlag(&cfg.ModelTokenLimit, "model-token-limit",
+		"chat model tokens allowed across the cluster, a `rate` such as 90000/m, shared between tenants by --model-weight (0: no bound)")
+	rateFlag(&cfg.LocalModelLimit, "local-model-limit",
+		"the `rate` of calls past which the local model answers 429 with Retry-After, as a provider over its limit does, such as 5/s (0: none)")
 	fs.StringVar(&cfg.Prices, "prices", cfg.Prices,
 		"JSON `file` of model prices over the built-in ones: {\"<provider>\": {\"<model>\": {\"input\": \"2.50\", \"output\": \"10.00\", \"cached\": \"1.25\"}}}, dollars per million tokens")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,

@@ -12,6 +12,9 @@ import (
 // default (Quota.Resolve).
 const Unlimited = -1
 
+// MaxModelWeight is the largest Quota.ModelWeight.
+const MaxModelWeight = 1000
+
 // ErrInvalidQuota is returned by Quota.Validate and ParseLimit for a
 // negative limit other than Unlimited, or one that is not a number.
 var ErrInvalidQuota = errors.New("auth: invalid quota")
@@ -38,7 +41,16 @@ type Quota struct {
 	Payload   int64 `json:"payload,omitempty"`   // bytes of a message a client publishes
 	Streams   int64 `json:"streams,omitempty"`   // JetStream streams (agentd's: events, chunks, KV buckets)
 	Consumers int64 `json:"consumers,omitempty"` // JetStream consumers, agentd's own (views, followers) included
+
+	// ModelWeight is the tenant's weight in the sharing of the model's
+	// rate limits (agentd --model-limit, package modellimit): under
+	// contention a tenant of weight 3 gets three times the calls of one
+	// of weight 1. Not a limit: 0 is weight 1, and no default applies.
+	ModelWeight int `json:"modelWeight,omitempty"`
 }
+
+// Weight is q's model weight, at least 1.
+func (q Quota) Weight() int { return max(q.ModelWeight, 1) }
 
 // quotaFields lists Quota's limits by the name tenant create's flag
 // gives them, for Validate and Resolve.
@@ -64,6 +76,9 @@ func (q *Quota) fields() []struct {
 func (q Quota) Validate() error {
 	if math.IsNaN(q.Rate) || math.IsInf(q.Rate, 0) || (q.Rate < 0 && q.Rate != Unlimited) {
 		return fmt.Errorf("%w: --rate %v: give a number of requests per second, 0 for the node's default or unlimited", ErrInvalidQuota, q.Rate)
+	}
+	if q.ModelWeight < 0 || q.ModelWeight > MaxModelWeight {
+		return fmt.Errorf("%w: --model-weight %d: give a weight from 1 to %d (0: 1)", ErrInvalidQuota, q.ModelWeight, MaxModelWeight)
 	}
 	for _, f := range q.fields() {
 		v := int64(0)

@@ -150,6 +150,13 @@ type Config struct {
 	// a recovered turn) is reported again. It must not block for long.
 	OnLink func(ctx context.Context, typ string, l ChildLink)
 
+	// Limiter, when set, is waited for before every model call: it
+	// shares the model's rate limits between tenants, and a provider's
+	// rate-limited answer waits there (honouring its Retry-After) rather
+	// than counting as a failed attempt (ModelLimiter). Nil: calls go at
+	// once.
+	Limiter ModelLimiter
+
 	// OnBudget, when set, is called when a turn parks at the soft budget
 	// limit and when the park is approved or denied (budget_soft.go):
 	// agentd broadcasts it and records it in the audit log. It must not
@@ -320,6 +327,8 @@ type Agent struct {
 		// waiters wake the turn waiting for a child turn, by the child's
 		// request id (childWaiter).
 		waiters map[string]chan struct{}
+		// modelWait is set while the turn waits for Config.Limiter.
+		modelWait *ModelWait
 	}
 }
 
@@ -1136,13 +1145,20 @@ type Status struct {
 	// PendingApprovals are the tool calls waiting for a person's approval
 	// (Store.PendingApprovals).
 	PendingApprovals []PendingApproval `json:"pendingApprovals"`
+	// ModelWait is set while the active turn, running on this node,
+	// waits for the model's rate limit (Config.Limiter).
+	ModelWait *ModelWait `json:"modelWait,omitempty"`
 }
 
 // Tools describes the agent's server tools, sorted by name.
 func (a *Agent) Tools() []ToolInfo { return a.cfg.Tools.Infos() }
 
 // Status returns the agent's active and last turn and the last stream.
-func (a *Agent) Status() (Status, error) { return a.store.Status(a.agent) }
+func (a *Agent) Status() (Status, error) {
+	st, err := a.store.Status(a.agent)
+	st.ModelWait = a.modelWaiting()
+	return st, err
+}
 
 // Status returns agent's active and last turn, the last stream, the calls
 // waiting for approval and the active turn's children in flight, as the

@@ -386,6 +386,12 @@
 //     message id it already has.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash.
+//   - With a Limiter, every model call waits in it first (Status shows
+//     ModelWait meanwhile), and a rate-limited answer (llm.RateLimited)
+//     is retried through it, after the pause it sets for its
+//     Retry-After, counting no attempt: the provider's limit is not the
+//     turn's failure. Without one, such a retry waits at least the
+//     Retry-After, as an attempt.
 //   - Each recovery, and each retry after a retryable error, that finds no
 //     new chunk since the previous one counts one attempt (kept in the
 //     stash, stashed before the attempt acts); beyond MaxRecoveryAttempts

@@ -225,11 +225,13 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 	}
 	req := a.request(st, lp, history, resume)
 	req.System = system
+	var last error // the step's previous call's
 	for {
 		if a.Interrupted(InterruptTurn) {
 			return 0, ErrCancelled
 		}
-		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &lp.usage)
+		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &lp.usage, last)
+		last = err
 		if err == nil {
 			lp.reason = reason
 			next := afterModel(em.b)
@@ -248,6 +250,17 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 			errors.Is(err, errWrite) || !llm.IsRetryable(err) {
 			return 0, err
 		}
+		if a.cfg.Limiter != nil && llm.RateLimited(err) {
+			// The provider is over its limit: the limiter holds every
+			// tenant's calls for its Retry-After, this turn's next one
+			// among them. Not the turn's failure: no attempt counted.
+			a.logger.Info("model rate limited, the turn waits for the limiter", "request", st.info.RequestID, "step", st.snap.Step, "retry_after", llm.RetryAfterOf(err), "err", err)
+			if err := a.stash(fctx, f, em, st); err != nil {
+				return 0, fmt.Errorf("%w: %w", errWrite, err)
+			}
+			req.Continue = a.continuation(st)
+			continue
+		}
 		if st.countAttempt(em.b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), 0) {
 			return 0, &turnFailure{fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err)}
 		}
@@ -255,8 +268,9 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		if err := a.stash(fctx, f, em, st); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
+		// At least what the provider asked for (its Retry-After).
 		select {
-		case <-a.cfg.Clock.After(a.cfg.RetryBackoff << min(st.snap.Attempts-1, 6)):
+		case <-a.cfg.Clock.After(max(a.cfg.RetryBackoff<<min(st.snap.Attempts-1, 6), llm.RetryAfterOf(err))):
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		}

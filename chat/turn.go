@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/tracing"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -218,13 +219,27 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 
 // streamOnce runs one provider call. It returns the finish reason, or the
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
-func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage) (reason string, err error) {
+func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage, last error) (reason string, err error) {
 	if err := a.checkBudgetAtCall(ctx, wctx, f, em, st, *usage); err != nil {
 		return "", err
 	}
+	limited, waited, err := a.waitModel(ctx, req, last)
+	if err != nil {
+		return "", err
+	}
 	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)
+	if a.cfg.Limiter != nil {
+		call.span.SetAttributes(tracing.ModelLimiterWait.Float64(waited.Seconds()))
+	}
 	var callUsage *llm.Usage
-	defer func() { call.end(reason, callUsage, st.snap.ResponseID, err) }()
+	defer func() {
+		var u llm.Usage
+		if callUsage != nil {
+			u = *callUsage
+		}
+		limited(u, err)
+		call.end(reason, callUsage, st.snap.ResponseID, err)
+	}()
 	lastStash, chunksAtStash := a.cfg.Clock.Now(), em.b.chunks
 	req.IdempotencyKey = IdempotencyKey(st.info.RequestID, em.b.chunks)
 	for d, err := range a.cfg.Provider.Stream(ctx, req) {

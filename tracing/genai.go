@@ -60,6 +60,9 @@ const (
 	// Continued is set on a chat span that continues an answer cut off
 	// (a crash, a retryable provider error).
 	Continued = attribute.Key("forever.chat.continued")
+	// ModelLimiterWait is the seconds a chat span's call waited for the
+	// model's rate limit (package modellimit) before it started.
+	ModelLimiterWait = attribute.Key("forever.model_limiter.wait_seconds")
 	// ToolOutcome is how a tool call ended: ok, error, replayed (its
 	// recorded result, it did not run), maybe_executed (an unsafe call cut
 	// off by a crash, not run again), interrupted.

@@ -26,6 +26,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/modellimit"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -67,8 +68,21 @@ type Type struct {
 	// references be written (agentd.FormatBlobRefs).
 	refsWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
-	shared *sharedBudgets
+	shared  *sharedBudgets
+	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
+	limit   *modellimit.Tenant  // this tenant's handle on it, set at start
 }
+
+// ShareModelLimiter makes the type's turns wait for l before each model
+// call, as the tenant the daemon serves (DefaultTenant without tenancy)
+// with its quota's model weight: l is shared by every chat type of the
+// process, so its tenants share the model's rate limits fairly, and its
+// share of the cluster's bounds follows the live nodes. Call it before
+// the daemon starts.
+func (ct *Type) ShareModelLimiter(l *modellimit.Limiter) { ct.limiter = l }
+
+// DefaultTenant is the limiter's name for a daemon without tenancy.
+const DefaultTenant = "default"
 
 // ShareTurns makes the type's turns also hold slots of node, a limiter
 // shared by every chat type of the process: the tenants' daemons of one
@@ -108,6 +122,16 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			deps.Logger.Warn("no price for the chat model: its usage costs 0 (set one with --prices)", "provider", ct.provider.Name(), "model", model)
 		}
 		ct.price = &price
+		if ct.limiter != nil {
+			name := DefaultTenant
+			if deps.Config.Tenant != nil {
+				name = deps.Config.Tenant.Name
+			}
+			ct.limit = ct.limiter.Tenant(name, deps.Quotas.Quota().Weight())
+			if deps.Ownership != nil {
+				ct.limiter.ShareAmong(deps.Ownership.Nodes)
+			}
+		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -172,6 +196,9 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	}
 	if ct.blobs != nil {
 		cfg.Blobs, cfg.BlobRefsWritable = ct.blobs, ct.refsWritable
+	}
+	if ct.limit != nil {
+		cfg.Limiter = ct.limit
 	}
 	if env.Command != nil {
 		cfg.Peers = peers{command: env.Command}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Error classes and causes. Every error a Stream yields for a provider
@@ -52,6 +53,9 @@ type Error struct {
 	// Code is the provider's error code or type when it sent one, such as
 	// "overloaded_error" or "server_error".
 	Code string
+	// RetryAfter is the wait the provider asked for (its Retry-After
+	// header), 0 when it asked for none.
+	RetryAfter time.Duration
 	// Err is the cause.
 	Err error
 }

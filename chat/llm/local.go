@@ -2,9 +2,11 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -16,7 +18,24 @@ type LocalConfig struct {
 	// Rate is the output speed in tokens (words) per second. 0 means
 	// DefaultLocalRate; a negative rate means as fast as possible (tests).
 	Rate float64
+	// Limit, when set, makes the model behave like a provider over its
+	// rate limit: at most Limit.Calls calls start per Limit.Per (fixed
+	// windows from the first call); a call past it fails at once with a
+	// retryable *Error of status 429, code "rate_limit_exceeded", and a
+	// RetryAfter of the time left in the window rounded up to whole
+	// seconds, as a Retry-After header would say it. Zero: no limit.
+	Limit LocalLimit
 }
+
+// LocalLimit is a number of calls per period (LocalConfig.Limit).
+type LocalLimit struct {
+	Calls int
+	Per   time.Duration
+}
+
+// ErrRateLimited is the cause of the 429 the local model answers past
+// its LocalConfig.Limit.
+var ErrRateLimited = errors.New("llm: rate limit exceeded")
 
 // Validate reports a bad config; every LocalConfig is valid.
 func (c LocalConfig) Validate() error { return nil }
@@ -75,6 +94,12 @@ func (c LocalConfig) Validate() error { return nil }
 // Local is safe for concurrent use.
 type Local struct {
 	interval time.Duration // 0: no pacing
+	limit    LocalLimit
+	mu       struct {
+		sync.Mutex
+		window time.Time // start of the limit's current window
+		calls  int       // calls started in it
+	}
 }
 
 var _ Provider = (*Local)(nil)
@@ -89,7 +114,27 @@ func NewLocal(cfg LocalConfig) *Local {
 	if rate > 0 {
 		iv = time.Duration(float64(time.Second) / rate)
 	}
-	return &Local{interval: iv}
+	return &Local{interval: iv, limit: cfg.Limit}
+}
+
+// admit takes one call of the limit at now, or returns the 429 to answer.
+func (l *Local) admit(now time.Time) error {
+	if l.limit.Calls <= 0 || l.limit.Per <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.window.IsZero() || now.Sub(l.mu.window) >= l.limit.Per {
+		l.mu.window, l.mu.calls = now, 0
+	}
+	if l.mu.calls < l.limit.Calls {
+		l.mu.calls++
+		return nil
+	}
+	left := l.mu.window.Add(l.limit.Per).Sub(now)
+	wait := (left + time.Second - 1).Truncate(time.Second)
+	return &Error{Provider: l.Name(), Retryable: true, Status: 429, Code: "rate_limit_exceeded", RetryAfter: wait,
+		Err: fmt.Errorf("%w: %d calls per %s", ErrRateLimited, l.limit.Calls, l.limit.Per)}
 }
 
 // Name returns "local".
@@ -137,6 +182,9 @@ func (l *Local) NextToolCalls(req Request) []ToolCall { return planLocal(req.Mes
 func (l *Local) Stream(ctx context.Context, req Request) iter.Seq2[Delta, error] {
 	return NewStream("", func(s *Sink) error {
 		if err := ContextErr(ctx); err != nil {
+			return err
+		}
+		if err := l.admit(time.Now()); err != nil {
 			return err
 		}
 		st := planLocal(req.Messages)

@@ -108,6 +108,7 @@ func TestBinary(t *testing.T) {
 	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
 	t.Run("Subagents", func(t *testing.T) { testBinarySubagents(t, bin) })
 	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
+	t.Run("ModelRateLimit", func(t *testing.T) { testBinaryModelRateLimit(t, bin) })
 	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
 	t.Run("PurgeChunks", func(t *testing.T) { testBinaryPurgeChunks(t, bin) })
 	t.Run("DeleteEvents", func(t *testing.T) { testBinaryDeleteEvents(t, bin) })

@@ -30,6 +30,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/mcptools"
+	"github.com/forever-agents/forever/modellimit"
 	"github.com/forever-agents/forever/tracing/otelenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -169,6 +170,11 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err := d.Config().Registerer.Register(running); err != nil {
 		return mcpc, err
 	}
+	// --model-limit is shared by the node's tenants by their weights.
+	lim, err := newModelLimiter(d.Config())
+	if err != nil {
+		return mcpc, err
+	}
 	d.Handle("GET /console", console.Handler())
 	return mcpc, tenancy.Attach(d, func(d *agentd.Daemon) error {
 		tools, err := builtinTools(d.Config().DataDir)
@@ -178,7 +184,7 @@ func wireTenants(d *agentd.Daemon) (*mcptools.Client, error) {
 		if err != nil {
 			return err
 		}
-		return wireAgents(d, provider, tools, nodeTurns)
+		return wireAgents(d, provider, tools, nodeTurns, lim)
 	})
 }
 
@@ -203,8 +209,27 @@ func wire(d *agentd.Daemon) (*mcptools.Client, error) {
 	if err != nil {
 		return mcpc, err
 	}
+	lim, err := newModelLimiter(d.Config())
+	if err != nil {
+		return mcpc, err
+	}
 	d.Handle("GET /console", console.Handler())
-	return mcpc, wireAgents(d, provider, tools, nil)
+	return mcpc, wireAgents(d, provider, tools, nil, lim)
+}
+
+// newModelLimiter builds the node's model limiter of --model-limit and
+// --model-token-limit (package modellimit): the chat types of its tenants
+// share it. Without bounds it still pauses every tenant's calls when the
+// provider answers 429.
+func newModelLimiter(cfg agentd.Config) (*modellimit.Limiter, error) {
+	lim, err := modellimit.New(modellimit.Config{
+		Calls: cfg.ModelLimit, Tokens: cfg.ModelTokenLimit,
+		Logger: cfg.Logger, Registerer: cfg.Registerer,
+	})
+	if err != nil {
+		return nil, agentd.ConfigErrorf("model-limit", "%s", strings.TrimPrefix(err.Error(), "modellimit: "))
+	}
+	return lim, nil
 }
 
 // connectMCP connects to the --mcp servers (nil without). A server that
@@ -257,11 +282,12 @@ func withTools(tools *chat.Tools, more ...*chat.Tool) (*chat.Tools, error) {
 
 // wireAgents registers the agent types, chat with tools; nodeTurns, when
 // set, is the node's turn limiter the tenants' chat types share.
-func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, nodeTurns *chat.TurnLimiter) error {
+func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, nodeTurns *chat.TurnLimiter, lim *modellimit.Limiter) error {
 	chats := chathost.NewType(provider, func(c *chat.Config) { c.Tools = tools })
 	if nodeTurns != nil {
 		chats.ShareTurns(nodeTurns)
 	}
+	chats.ShareModelLimiter(lim)
 	if err := chats.Attach(d); err != nil {
 		return err
 	}

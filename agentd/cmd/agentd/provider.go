@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/chat/llm"
@@ -20,7 +21,11 @@ func newProvider(cfg agentd.Config) (llm.Provider, error) {
 	)
 	switch cfg.Provider {
 	case agentd.ProviderLocal, "":
-		return llm.NewLocal(llm.LocalConfig{Rate: cfg.LocalRate}), nil
+		if r := cfg.LocalModelLimit; r.N != math.Trunc(r.N) {
+			return nil, agentd.ConfigErrorf("local-model-limit", "--local-model-limit %s: give a whole number of calls per period, such as 5/s or 1/2s", r)
+		}
+		return llm.NewLocal(llm.LocalConfig{Rate: cfg.LocalRate,
+			Limit: llm.LocalLimit{Calls: int(cfg.LocalModelLimit.N), Per: cfg.LocalModelLimit.Per}}), nil
 	case agentd.ProviderOpenAI:
 		p, err = openai.NewResponses(openai.ResponsesConfig{BaseURL: cfg.ProviderURL, Model: cfg.Model})
 	case agentd.ProviderChatCompletions:

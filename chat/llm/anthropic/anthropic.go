@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -232,7 +233,11 @@ func (p *Provider) classify(ctx context.Context, err error) error {
 		sdk.ErrorTypeBillingError:
 		retry = false
 	}
-	return &llm.Error{Provider: p.Name(), Retryable: retry, Status: status, Code: string(typ), Err: err}
+	e := &llm.Error{Provider: p.Name(), Retryable: retry, Status: status, Code: string(typ), Err: err}
+	if apiErr.Response != nil {
+		e.RetryAfter = llm.ParseRetryAfter(apiErr.Response.Header, time.Now())
+	}
+	return e
 }
 
 func anthropicFinishReason(r string) string {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -74,7 +75,11 @@ func openAIError(ctx context.Context, provider string, err error) error {
 		if code == "" {
 			code = apiErr.Type
 		}
-		return &llm.Error{Provider: provider, Retryable: llm.RetryableStatus(apiErr.StatusCode), Status: apiErr.StatusCode, Code: code, Err: err}
+		e := &llm.Error{Provider: provider, Retryable: llm.RetryableStatus(apiErr.StatusCode), Status: apiErr.StatusCode, Code: code, Err: err}
+		if apiErr.Response != nil {
+			e.RetryAfter = llm.ParseRetryAfter(apiErr.Response.Header, time.Now())
+		}
+		return e
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {
