@@ -264,4 +264,9 @@ type TenantLink struct {
 	Name   string
 	Server *server.Server // the embedded server, nil with --nats-url
 	User   *auth.User     // agentd's user in the tenant's account
+	// Replier is agentd's replier in the tenant's account
+	// (auth.TenantReplierUser): the daemon answers its clients through a
+	// connection of this user, which may publish only under _INBOX.
+	// (Deps.Reply). Nil: answers go out on the daemon's connection.
+	Replier *auth.User
 }

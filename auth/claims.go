@@ -132,6 +132,29 @@ func (k *Keys) TenantRuntimeUser(t *Tenant) (*User, error) {
 	return mintUser("agentd", k.Signer, t.Account, nil)
 }
 
+// TenantReplierUser mints agentd's replier in t's account: a user that
+// may only publish under InboxPrefix and subscribe to nothing
+// (ReplierPermissions). A tenant's daemon sends every answer to a client
+// through a connection of this user (agentd.Deps.Reply).
+func (k *Keys) TenantReplierUser(t *Tenant) (*User, error) {
+	return mintUser("agentd-replier", k.Signer, t.Account, ReplierPermissions())
+}
+
+// ReplierPermissions are agentd's replier's: publish only under
+// InboxPrefix (_INBOX.>), subscribe to nothing. NATS does not check a
+// request's reply subject against its sender's permissions; it checks
+// what the answering user may publish. An answer sent as this user can
+// therefore never land in a stream or a KV bucket of the account (an
+// event, a chunk, a lease, an epoch), whatever reply subject a client set
+// and whether or not agentd's own check (CheckReply) caught it: the
+// server refuses the publish.
+func ReplierPermissions() *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(InboxPrefix + ">")
+	p.Sub.Deny.Add(">")
+	return p
+}
+
 // TenantClientUser mints the NATS user of t's credential c, limited by
 // ClientPermissions(chunksStream, c.Role), expiring at c.Expires (the
 // server closes its connections then), with q's (resolved) subscriptions
