@@ -204,9 +204,11 @@ const ClientAPIPrefix = "forever.jsapi"
 // may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
 // admin, but AdminVerbs for the admin only), list agents (forever.list)
 // and read the cluster's view (forever.cluster), subscribe to chunks,
-// agents' broadcasts (forever.bcast.>) and inboxes, and run ordered (or
-// pull) consumers on the chunks stream through ClientAPIPrefix.
-// Everything else is denied by the server.
+// agents' broadcasts (forever.bcast.>) and inboxes, and run ordered
+// consumers (pull, ack none) on the chunks stream through
+// ClientAPIPrefix. It may not ack ($JS.ACK): the server publishes an
+// ack's answer on the reply subject the acker chose, from inside the
+// account. Everything else is denied by the server.
 func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := ClientAPIPrefix + "."
@@ -235,7 +237,6 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 		api+"DIRECT.GET."+chunksStream,
 		api+"DIRECT.GET."+chunksStream+".>",
 		"$JS.FC."+chunksStream+".>",
-		"$JS.ACK."+chunksStream+".>",
 	)
 	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", InboxPrefix+">")
 	return p

@@ -251,8 +251,10 @@ func (e *errConsumerRefused) Error() string {
 // would outlive it or publish where it chose: a durable one (a durable
 // name, or the durable create call) or one kept past MaxClientInactive
 // unused, which would hold the tenant's consumer quota and leave its own
-// chats unable to follow their streams, and a push one (a deliver subject), on whose subject
-// the server would publish in the tenant's account. rest is the API
+// chats unable to follow their streams, a push one (a deliver subject), on whose subject
+// the server would publish in the tenant's account, and one that is
+// acked (ack_policy other than none), whose acks' reply subjects the
+// server would publish on. rest is the API
 // call's subject after $JS.API.; a payload that does not parse is left
 // to the server, which refuses it.
 func checkConsumer(rest string, data []byte) error {
@@ -267,6 +269,7 @@ func checkConsumer(rest string, data []byte) error {
 			Durable        string        `json:"durable_name"`
 			DeliverSubject string        `json:"deliver_subject"`
 			Inactive       time.Duration `json:"inactive_threshold"`
+			AckPolicy      string        `json:"ack_policy"`
 		} `json:"config"`
 	}
 	if json.Unmarshal(data, &req) != nil {
@@ -279,6 +282,11 @@ func checkConsumer(rest string, data []byte) error {
 		return &errConsumerRefused{"deliver_subject is set (a push consumer)"}
 	case req.Config.Inactive > MaxClientInactive:
 		return &errConsumerRefused{fmt.Sprintf("inactive_threshold is %s, more than %s", req.Config.Inactive, MaxClientInactive)}
+	case req.Config.AckPolicy != "none":
+		// The server answers an ack's reply subject itself, from inside
+		// the account: an acked consumer would let the client choose
+		// where the server publishes (an event subject, a KV key).
+		return &errConsumerRefused{fmt.Sprintf("ack_policy is %q, not \"none\" (an ordered consumer's)", req.Config.AckPolicy)}
 	}
 	return nil
 }

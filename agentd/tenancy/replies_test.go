@@ -3,6 +3,7 @@ package tenancy_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,63 +30,8 @@ import (
 // let it through, is refused by the server (counted in
 // forever_agentd_replies_refused_total) and lands nowhere.
 func TestRepliesOnlyToInboxes(t *testing.T) {
-	cfg := agentdtest.Config(t)
-	cfg.Auth = true
-	cfg.MetricsListen = "127.0.0.1:0"
-	d, err := agentd.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var node *server.Server
-	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { node = deps.Server; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	tenantDeps := make(chan *agentd.Deps, 1)
-	err = tenancy.Attach(d, func(td *agentd.Daemon) error {
-		h := host.New(host.Config{})
-		if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
-			return err
-		}
-		if err := h.Attach(td); err != nil {
-			return err
-		}
-		return td.OnStart(func(_ context.Context, deps *agentd.Deps) error {
-			select {
-			case tenantDeps <- deps:
-			default:
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentdtest.Start(t, d)
-	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
-
-	admin, err := nats.Connect(d.NATSURL(), nats.UserCredentials(filepath.Join(cfg.DataDir, agentd.AdminCredsFile)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	m, err := admin.Request(tenancy.AdminCreateSubject, []byte(`{"name":"acme","role":"reader"}`), 60*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var created tenancy.CreateReply
-	if err := json.Unmarshal(m.Data, &created); err != nil || created.Creds == "" {
-		t.Fatalf("tenant create: %v %.300s", err, m.Data)
-	}
-	credsFile := filepath.Join(t.TempDir(), "acme.creds")
-	if err := os.WriteFile(credsFile, []byte(created.Creds), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	client, err := nats.Connect(d.NATSURL(), nats.UserCredentials(credsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	deps := <-tenantDeps
+	e := startTenant(t)
+	d, node, created, client, deps := e.d, e.node, e.created, e.client, e.deps
 	if deps.Replies == nil || deps.Replies == deps.Conn {
 		t.Fatal("the tenant's daemon has no replier connection of its own")
 	}
@@ -176,4 +122,144 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestClientConsumersAreNotAcked (issue 32): the server answers an ack's
+// reply subject itself, from inside the account, so an acked consumer
+// would let a client store a message on any subject of its account (an
+// empty one on forever.evt.<agent>, tried: it landed in FOREVER_EVENTS).
+// Through the forwarder a client creates ordered consumers (ack none)
+// only: one with explicit acks is refused with a 403 saying why, and its
+// credential may not publish an ack; an ordered consumer still reads its
+// chunks.
+func TestClientConsumersAreNotAcked(t *testing.T) {
+	e := startTenant(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	own, err := jetstream.New(e.deps.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.Publish(ctx, "forever.chunk.zz.s1", []byte(`{"type":"text-delta","delta":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.NewWithAPIPrefix(e.client, auth.ClientAPIPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = js.CreateConsumer(ctx, "FOREVER_CHUNKS", jetstream.ConsumerConfig{Name: "acked", AckPolicy: jetstream.AckExplicitPolicy, InactiveThreshold: time.Minute})
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != 403 || !strings.Contains(apiErr.Description, "ack_policy") {
+		t.Fatalf("an explicitly acked consumer: %v, want 403 naming ack_policy", err)
+	}
+	// An ack published anyway, with an event subject as its reply, is
+	// refused by the server (the client's credential may not ack).
+	denied := make(chan error, 1)
+	e.client.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case denied <- err:
+		default:
+		}
+	})
+	if err := e.client.PublishMsg(&nats.Msg{Subject: "$JS.ACK.FOREVER_CHUNKS.acked.1.1.1.1.0", Reply: "forever.evt.yy"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-denied:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("an ack: %v, want a permissions violation", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("an ack by the client was not refused")
+	}
+	s, err := own.Stream(ctx, "FOREVER_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.GetLastMsgForSubject(ctx, "forever.evt.yy"); err == nil {
+		t.Errorf("stored on forever.evt.yy: %q %v", m.Data, m.Header)
+	}
+	// What clients use still works: an ordered consumer reads the chunk.
+	oc, err := js.OrderedConsumer(ctx, "FOREVER_CHUNKS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"forever.chunk.zz.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := oc.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil || !strings.Contains(string(m.Data()), "hi") {
+		t.Fatalf("an ordered consumer's first chunk: %v", err)
+	}
+}
+
+// tenantEnv is a node with --auth serving one tenant, acme, whose
+// daemon hosts the steps agent type, and a client of acme with a
+// reader's credential.
+type tenantEnv struct {
+	d       *agentd.Daemon
+	node    *server.Server      // the node's embedded server
+	created tenancy.CreateReply // acme's creation: its account and creds
+	client  *nats.Conn          // acme's reader
+	deps    *agentd.Deps        // of acme's daemon
+}
+
+// startTenant starts a tenantEnv that lasts until the test ends.
+func startTenant(t *testing.T) *tenantEnv {
+	t.Helper()
+	cfg := agentdtest.Config(t)
+	cfg.Auth = true
+	cfg.MetricsListen = "127.0.0.1:0"
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node *server.Server
+	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { node = deps.Server; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tenantDeps := make(chan *agentd.Deps, 1)
+	err = tenancy.Attach(d, func(td *agentd.Daemon) error {
+		h := host.New(host.Config{})
+		if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
+			return err
+		}
+		if err := h.Attach(td); err != nil {
+			return err
+		}
+		return td.OnStart(func(_ context.Context, deps *agentd.Deps) error {
+			select {
+			case tenantDeps <- deps:
+			default:
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+
+	admin, err := nats.Connect(d.NATSURL(), nats.UserCredentials(filepath.Join(cfg.DataDir, agentd.AdminCredsFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	m, err := admin.Request(tenancy.AdminCreateSubject, []byte(`{"name":"acme","role":"reader"}`), 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created tenancy.CreateReply
+	if err := json.Unmarshal(m.Data, &created); err != nil || created.Creds == "" {
+		t.Fatalf("tenant create: %v %.300s", err, m.Data)
+	}
+	credsFile := filepath.Join(t.TempDir(), "acme.creds")
+	if err := os.WriteFile(credsFile, []byte(created.Creds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client, err := nats.Connect(d.NATSURL(), nats.UserCredentials(credsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return &tenantEnv{d: d, node: node, created: created, client: client, deps: <-tenantDeps}
+
 }
