@@ -579,8 +579,9 @@ func (d *Daemon) teardown(r *resources) error {
 		t.Stop()
 	}
 	if r.rc != nil {
-		// Answers were sent before nc drained: commands in flight answer
-		// before the components return.
+		// Answers were sent before nc drained (commands in flight answer
+		// before the components return); the last ones leave now.
+		_ = r.rc.FlushTimeout(time.Second)
 		r.rc.Close()
 	}
 	if r.lg != nil {
