@@ -267,4 +267,9 @@ type TenantLink struct {
 	// Budget returns the tenant's spend limits as its record now holds
 	// them (tenant create's budget flags); nil: none.
 	Budget func() auth.Budget
+	// Replier is agentd's replier in the tenant's account
+	// (auth.TenantReplierUser): the daemon answers its clients through a
+	// connection of this user, which may publish only under _INBOX.
+	// (Deps.Reply). Nil: answers go out on the daemon's connection.
+	Replier *auth.User
 }

@@ -36,6 +36,10 @@ type Deps struct {
 	Config Config
 	// Conn is the daemon's NATS connection (drained at shutdown).
 	Conn *nats.Conn
+	// Replies is the connection answers to clients go out on
+	// (Reply): a tenant's daemon's replier (TenantLink.Replier), which
+	// may publish only under _INBOX.; else Conn.
+	Replies *nats.Conn
 	// Log is the event log, with Pebble under <DataDir>/pebble.
 	Log *eventlog.Log
 	// Server is the embedded nats-server, nil with an external NATS.

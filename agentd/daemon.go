@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -44,6 +45,8 @@ type Daemon struct {
 	// metricsHandler serves /metrics, also while starting.
 	metricsHandler http.Handler
 	parts          partitions // partition leases and their handlers
+	// repliesRefused counts the answers the server refused (replies.go).
+	repliesRefused prometheus.Counter
 	// quotas enforces a tenant daemon's quotas, else nil.
 	quotas *quota.Enforcer
 	// certs is the TLS certificate with --tls-cert, else nil; set by Run
@@ -109,6 +112,9 @@ func New(cfg Config) (*Daemon, error) {
 		parts:    partitions{sealed: make(chan struct{})},
 	}
 	if err := d.registerMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if err := d.registerReplyMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	var err error
@@ -384,6 +390,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.mu.nc = r.nc
 	d.mu.Unlock()
+	if r.rc, err = d.connectReplier(cfg); err != nil {
+		return fail(err)
+	}
 	if d.quotas != nil {
 		js, err := jetstream.New(r.nc)
 		if err != nil {
@@ -428,7 +437,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
 	d.guardStores(r.lg, views)
-	deps := &Deps{Config: *cfg, Conn: r.nc, Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
+	deps := &Deps{Config: *cfg, Conn: r.nc, Replies: cmp.Or(r.rc, r.nc), Log: r.lg, Server: r.srv, Ownership: d.parts.mgr,
 		Views: views, Operator: op, Quotas: d.quotas, Logger: d.cfg.Logger, Registerer: cfg.Registerer}
 	for _, fn := range hooks {
 		if err := fn(ctx, deps); err != nil {
@@ -446,6 +455,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 type resources struct {
 	srv    *server.Server
 	nc     *nats.Conn
+	rc     *nats.Conn    // the replier's (Deps.Replies), nil without one
 	closed chan struct{} // closed when nc is closed
 	lg     *eventlog.Log
 }
@@ -567,6 +577,12 @@ func (d *Daemon) teardown(r *resources) error {
 			r.nc.Close()
 		}
 		t.Stop()
+	}
+	if r.rc != nil {
+		// Answers were sent before nc drained (commands in flight answer
+		// before the components return); the last ones leave now.
+		_ = r.rc.FlushTimeout(time.Second)
+		r.rc.Close()
 	}
 	if r.lg != nil {
 		if err := r.lg.Close(); err != nil {

@@ -146,7 +146,7 @@ func tenantDefaultFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.Var(limitValue{n: &d.Agents}, "tenant-default-max-agents", head+"`agents` with state"+tail)
 	fs.Var(limitValue{p: &d.Bytes, size: true}, "tenant-default-max-bytes", head+"JetStream file storage (`size`; built-in: 1/8 of --js-max-store)"+tail)
 	fs.Var(limitValue{p: &d.Memory, size: true}, "tenant-default-max-memory", head+"JetStream memory storage (`size`; built-in: 1/8 of --js-max-memory)"+tail)
-	fs.Var(limitValue{p: &d.Conns}, "tenant-default-max-conns", head+"NATS `connections` of its account, agentd's own (one a node) included"+tail)
+	fs.Var(limitValue{p: &d.Conns}, "tenant-default-max-conns", head+"NATS `connections` of its account, agentd's own (two a node) included"+tail)
 	fs.Var(limitValue{p: &d.Subs}, "tenant-default-max-subs", head+"`subscriptions` of each client connection"+tail)
 	fs.Var(limitValue{p: &d.Payload, size: true}, "tenant-default-max-payload", head+"largest message a client publishes (`size`)"+tail)
 	fs.Var(limitValue{p: &d.Streams}, "tenant-default-max-streams", head+"JetStream `streams` of its account, agentd's own included"+tail)

@@ -183,3 +183,42 @@ func TestDeriveKeys(t *testing.T) {
 }
 
 func nkeysPrefix(pub string) nkeys.PrefixByte { return nkeys.Prefix(pub) }
+
+// TestTenantReplierUser: agentd's replier in a tenant's account may
+// publish only under InboxPrefix and subscribe to nothing; it is not
+// the runtime user (which may publish anywhere there).
+func TestTenantReplierUser(t *testing.T) {
+	k, _, err := LoadKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := NewTenant("acme", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := k.TenantReplierUser(tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := jwt.DecodeUserClaims(r.JWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc.IssuerAccount != tn.Account || uc.Issuer != pub(k.Signer) {
+		t.Fatalf("replier: issuer %s account %s", uc.Issuer, uc.IssuerAccount)
+	}
+	p := uc.Permissions
+	if got := strings.Join(p.Pub.Allow, " "); got != InboxPrefix+">" || len(p.Pub.Deny) != 0 {
+		t.Errorf("replier publishes %q (deny %q), want only %s>", got, p.Pub.Deny, InboxPrefix)
+	}
+	if len(p.Sub.Allow) != 0 || strings.Join(p.Sub.Deny, " ") != ">" || p.Resp != nil {
+		t.Errorf("replier subscribes %q, deny %q, responses %+v: want none", p.Sub.Allow, p.Sub.Deny, p.Resp)
+	}
+	rt, err := k.TenantRuntimeUser(tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.PublicKey == r.PublicKey {
+		t.Error("the replier is the runtime user")
+	}
+}

@@ -132,6 +132,29 @@ func (k *Keys) TenantRuntimeUser(t *Tenant) (*User, error) {
 	return mintUser("agentd", k.Signer, t.Account, nil)
 }
 
+// TenantReplierUser mints agentd's replier in t's account: a user that
+// may only publish under InboxPrefix and subscribe to nothing
+// (ReplierPermissions). A tenant's daemon sends every answer to a client
+// through a connection of this user (agentd.Deps.Reply).
+func (k *Keys) TenantReplierUser(t *Tenant) (*User, error) {
+	return mintUser("agentd-replier", k.Signer, t.Account, ReplierPermissions())
+}
+
+// ReplierPermissions are agentd's replier's: publish only under
+// InboxPrefix (_INBOX.>), subscribe to nothing. NATS does not check a
+// request's reply subject against its sender's permissions; it checks
+// what the answering user may publish. An answer sent as this user can
+// therefore never land in a stream or a KV bucket of the account (an
+// event, a chunk, a lease, an epoch), whatever reply subject a client set
+// and whether or not agentd's own check (CheckReply) caught it: the
+// server refuses the publish.
+func ReplierPermissions() *jwt.Permissions {
+	p := &jwt.Permissions{}
+	p.Pub.Allow.Add(InboxPrefix + ">")
+	p.Sub.Deny.Add(">")
+	return p
+}
+
 // TenantClientUser mints the NATS user of t's credential c, limited by
 // ClientPermissions(chunksStream, c.Role), expiring at c.Expires (the
 // server closes its connections then), with q's (resolved) subscriptions
@@ -181,9 +204,11 @@ const ClientAPIPrefix = "forever.jsapi"
 // may (Role.Verbs: forever.cmd.*.<verb>, or forever.cmd.> for a writer or
 // admin, but AdminVerbs for the admin only), list agents (forever.list)
 // and read the cluster's view (forever.cluster), subscribe to chunks,
-// agents' broadcasts (forever.bcast.>) and inboxes, and run ordered (or
-// pull) consumers on the chunks stream through ClientAPIPrefix.
-// Everything else is denied by the server.
+// agents' broadcasts (forever.bcast.>) and inboxes, and run ordered
+// consumers (pull, ack none) on the chunks stream through
+// ClientAPIPrefix. It may not ack ($JS.ACK): the server publishes an
+// ack's answer on the reply subject the acker chose, from inside the
+// account. Everything else is denied by the server.
 func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := ClientAPIPrefix + "."
@@ -212,7 +237,6 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 		api+"DIRECT.GET."+chunksStream,
 		api+"DIRECT.GET."+chunksStream+".>",
 		"$JS.FC."+chunksStream+".>",
-		"$JS.ACK."+chunksStream+".>",
 	)
 	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", InboxPrefix+">")
 	return p

@@ -31,6 +31,12 @@
 //     to $JS.API, counting them against the tenant's rate), never $JS.API
 //     itself. It cannot write events or chunks, manage streams, or read
 //     another tenant's subjects, because those live in another account.
+//   - agentd answers a tenant's clients as its replier in the tenant's
+//     account (TenantReplierUser), which may publish only under
+//     InboxPrefix and subscribe to nothing: the server refuses an answer
+//     on any other subject, so a reply subject a client chose cannot make
+//     an answer a write into the account's streams or KV buckets, even
+//     one CheckReply let through.
 //   - A revoked client credential is in its account's revocation list: the
 //     server refuses it on connect and closes live connections when the
 //     account JWT is updated. An expired one is refused by the server on

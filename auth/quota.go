@@ -36,7 +36,7 @@ type Quota struct {
 	Bytes  int64   `json:"bytes,omitempty"`  // bytes stored in JetStream (file storage)
 
 	Memory    int64 `json:"memory,omitempty"`    // bytes of JetStream memory storage
-	Conns     int64 `json:"conns,omitempty"`     // connections to the account, agentd's own (one a node) included
+	Conns     int64 `json:"conns,omitempty"`     // connections to the account, agentd's own (two a node) included
 	Subs      int64 `json:"subs,omitempty"`      // subscriptions of each client connection
 	Payload   int64 `json:"payload,omitempty"`   // bytes of a message a client publishes
 	Streams   int64 `json:"streams,omitempty"`   // JetStream streams (agentd's: events, chunks, KV buckets)

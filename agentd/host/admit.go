@@ -12,7 +12,9 @@ import (
 // admit is the one admission of every endpoint of the NATS service a
 // client reaches (a command, the listing, the cluster's view): a request
 // whose reply subject is not an inbox (auth.CheckReply) is refused
-// unanswered (refuseReply); otherwise it takes one of the node's
+// unanswered (replyAdmitted); otherwise it is answered through the
+// replier (viaReplier: on a tenant's daemon, a user that may publish only
+// under _INBOX.), and it takes one of the node's
 // MaxCommandsInFlight slots, or is answered 503, and serve answers it in
 // a goroutine of its own (the micro service calls an endpoint's handler
 // one request at a time, and a command may wait: an activation, a
@@ -24,6 +26,7 @@ func (h *Host) admit(serve func(micro.Request)) micro.HandlerFunc {
 		if !h.replyAdmitted(req) {
 			return
 		}
+		req = viaReplier(req, h.deps)
 		select {
 		case h.inflight <- struct{}{}:
 		default:

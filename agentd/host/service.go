@@ -63,7 +63,7 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 	known, listed := h.allVerbs(), h.listedVerbs()
 	unknown := func(req micro.Request) {
 		if unknownVerb(req.Subject(), prefix, known) && h.replyAdmitted(req) {
-			answerUnknown(req, prefix, known, listed)
+			answerUnknown(viaReplier(req, h.deps), prefix, known, listed)
 		}
 	}
 	if err := svc.AddEndpoint("unknown", micro.HandlerFunc(unknown), micro.WithEndpointSubject(prefix+".cmd.>"),

@@ -85,6 +85,14 @@
 //   - Tenants are kept apart by the NATS server, not by Forever: each is an
 //     account, so a tenant's credential reaches its own agents and chunk
 //     stream only, and two tenants may use the same agent id.
+//   - A tenant's daemon answers its clients only on reply subjects under
+//     _INBOX. (auth.CheckReply: others are refused, counted and audited),
+//     and only as agentd's replier, a user of the account that may publish
+//     nowhere else (auth.TenantReplierUser, agentd.Deps.Reply): an answer
+//     the check let through is refused by the server, never stored
+//     (TestRepliesOnlyToInboxes). A client's consumers are ordered ones
+//     (ack none) and it may not ack: the server answers an ack on the
+//     acker's reply subject (TestClientConsumersAreNotAcked).
 //   - A credential works when tenant create returns: the record is written
 //     by compare-and-set, the account pushed, and the tenant's daemon is
 //     ready before the reply.

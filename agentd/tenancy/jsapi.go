@@ -50,7 +50,9 @@ const (
 // subjects to its chunk stream's reads. A request is forwarded only when
 // its reply subject is an inbox (auth.CheckReply), and the API answers
 // agentd's own inbox, from which the answers are relayed to the client's
-// (jsRelay): the server never publishes on a subject the client chose.
+// (jsRelay) through the replier (agentd.Deps.Reply, a user that may
+// publish only under _INBOX.): the server never publishes on a subject
+// the client chose, and agentd never does but as the replier.
 // A pull (CONSUMER.MSG.NEXT) is the exception: the consumer delivers each
 // message with the subject it was stored on, which a relay cannot keep,
 // so it delivers to the client's inbox itself.
@@ -60,7 +62,7 @@ const (
 func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 	nc := deps.Conn
 	prefix := auth.ClientAPIPrefix + "."
-	r := &jsRelay{nc: nc, inbox: nc.NewInbox() + ".", pending: map[string]relayTo{}}
+	r := &jsRelay{nc: nc, reply: deps.Reply, inbox: nc.NewInbox() + ".", pending: map[string]relayTo{}}
 	rsub, err := nc.Subscribe(r.inbox+"*", r.answer)
 	if err != nil {
 		return fmt.Errorf("tenant jetstream api: %w", err)
@@ -79,12 +81,12 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 		}
 		if counted {
 			if err := deps.Quotas.Allow(); err != nil {
-				respondAPIError(m, err)
+				respondAPIError(deps, m, err)
 				return
 			}
 		}
 		if err := checkConsumer(rest, m.Data); err != nil {
-			respondAPIError(m, err)
+			respondAPIError(deps, m, err)
 			return
 		}
 		if strings.HasPrefix(rest, pullPrefix) {
@@ -99,7 +101,7 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 			return
 		}
 		if err := r.forward("$JS.API."+rest, m); err != nil {
-			respondAPIError(m, err)
+			respondAPIError(deps, m, err)
 		}
 	})
 	if err != nil {
@@ -140,8 +142,9 @@ func refuseJSAPI(deps *agentd.Deps, limit *rate.Limiter, m *nats.Msg, err error)
 // up. Answers are published on the token's subject (a pull's deliveries
 // are not: they keep their stored subjects, and go to the client itself).
 type jsRelay struct {
-	nc    *nats.Conn
-	inbox string // agentd's own, ending in '.'
+	nc    *nats.Conn            // agentd's own: calls and their answers
+	reply func(*nats.Msg) error // to a client: agentd.Deps.Reply
+	inbox string                // agentd's own, ending in '.'
 
 	mu      sync.Mutex
 	pending map[string]relayTo
@@ -212,7 +215,7 @@ func (r *jsRelay) answer(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	_ = r.nc.PublishMsg(&nats.Msg{Subject: to.reply, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	_ = r.reply(&nats.Msg{Subject: to.reply, Reply: m.Reply, Header: m.Header, Data: m.Data})
 }
 
 // done reports whether m ends a batch: a status other than 100.
@@ -248,8 +251,10 @@ func (e *errConsumerRefused) Error() string {
 // would outlive it or publish where it chose: a durable one (a durable
 // name, or the durable create call) or one kept past MaxClientInactive
 // unused, which would hold the tenant's consumer quota and leave its own
-// chats unable to follow their streams, and a push one (a deliver subject), on whose subject
-// the server would publish in the tenant's account. rest is the API
+// chats unable to follow their streams, a push one (a deliver subject), on whose subject
+// the server would publish in the tenant's account, and one that is
+// acked (ack_policy other than none), whose acks' reply subjects the
+// server would publish on. rest is the API
 // call's subject after $JS.API.; a payload that does not parse is left
 // to the server, which refuses it.
 func checkConsumer(rest string, data []byte) error {
@@ -264,6 +269,7 @@ func checkConsumer(rest string, data []byte) error {
 			Durable        string        `json:"durable_name"`
 			DeliverSubject string        `json:"deliver_subject"`
 			Inactive       time.Duration `json:"inactive_threshold"`
+			AckPolicy      string        `json:"ack_policy"`
 		} `json:"config"`
 	}
 	if json.Unmarshal(data, &req) != nil {
@@ -276,6 +282,11 @@ func checkConsumer(rest string, data []byte) error {
 		return &errConsumerRefused{"deliver_subject is set (a push consumer)"}
 	case req.Config.Inactive > MaxClientInactive:
 		return &errConsumerRefused{fmt.Sprintf("inactive_threshold is %s, more than %s", req.Config.Inactive, MaxClientInactive)}
+	case req.Config.AckPolicy != "none":
+		// The server answers an ack's reply subject itself, from inside
+		// the account: an acked consumer would let the client choose
+		// where the server publishes (an event subject, a KV key).
+		return &errConsumerRefused{fmt.Sprintf("ack_policy is %q, not \"none\" (an ordered consumer's)", req.Config.AckPolicy)}
 	}
 	return nil
 }
@@ -283,8 +294,9 @@ func checkConsumer(rest string, data []byte) error {
 // respondAPIError answers a request refused for the tenant's rate (429),
 // or a consumer refused (checkConsumer, 403), as the JetStream API
 // answers an error, so clients read it as one. Its reply
-// subject was checked (auth.CheckReply).
-func respondAPIError(m *nats.Msg, err error) {
+// subject was checked (auth.CheckReply); the answer goes out through the
+// replier (agentd.Deps.Reply).
+func respondAPIError(deps *agentd.Deps, m *nats.Msg, err error) {
 	code := 503
 	var qe *quota.Error
 	var ce *errConsumerRefused
@@ -298,5 +310,5 @@ func respondAPIError(m *nats.Msg, err error) {
 		"type":  "io.nats.jetstream.api.v1.error",
 		"error": map[string]any{"code": code, "err_code": 0, "description": err.Error()},
 	})
-	_ = m.Respond(b)
+	_ = deps.Reply(&nats.Msg{Subject: m.Reply, Data: b})
 }

@@ -448,10 +448,15 @@ func (ts *tenantSet) reapply(name string) {
 }
 
 // newRun builds the daemon of tenant t: the parent's config, its own data
-// dir, an in-process connection as agentd's user in t's account, and its
+// dir, an in-process connection as agentd's user in t's account (and one
+// as agentd's replier there, which answers t's clients), and its
 // own metrics registry whose series carry tenant=<name>.
 func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	user, err := ts.op.Keys.TenantRuntimeUser(t)
+	if err != nil {
+		return nil, err
+	}
+	replier, err := ts.op.Keys.TenantReplierUser(t)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +476,8 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.Auth, cfg.Insecure = false, true
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
 	name := t.Name
-	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Budget: func() auth.Budget { return ts.budget(name) }}
+	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Replier: replier,
+		Budget: func() auth.Budget { return ts.budget(name) }}
 	tenant := t.Name
 	cfg.Quota = pc.TenantQuota(t.Quota)
 	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
@@ -21,8 +22,8 @@ import (
 // are an agent's event or chunk subject or a partition's epoch or lease
 // key, change nothing. They are not answered (the reader's own
 // subscription on the chunk subject gets nothing), the agents' logs stay
-// empty, the writer still chats (every partition served), agentd backup
-// works, and the audit log shows each refusal.
+// empty, every partition is still leased and the writer still chats,
+// agentd backup works, and the audit log shows each refusal.
 func testSecurityReplySubjects(t *testing.T, e *secEnv, writer, reader cred) {
 	nc, err := nats.Connect(e.natsURL, nats.UserCredentials(reader.Creds))
 	if err != nil {
@@ -75,6 +76,20 @@ func testSecurityReplySubjects(t *testing.T, e *secEnv, writer, reader cred) {
 	var page host.LogPage
 	if err := json.Unmarshal([]byte(body), &page); code != 200 || err != nil || len(page.Events) != 0 {
 		t.Errorf("log of zz after the refused requests: %d %.300s", code, body)
+	}
+	// Every partition is still leased, partition 0 (whose epoch and
+	// lease keys were the reply subjects) included.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := nc.Request(host.ClusterSubject("forever"), nil, 10*time.Second)
+		var info agentd.ClusterInfo
+		if err == nil && errCode(m) == "" && json.Unmarshal(m.Data, &info) == nil && info.Partitions > 0 && len(info.Leases) == info.Partitions {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions leased after the refused requests: %d of %d (%v)", len(info.Leases), info.Partitions, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for i := range 4 { // a few agents, so more than one partition is asked
 		agent := fmt.Sprintf("after-reply-%d", i)

@@ -486,7 +486,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		if refusal == nil || opened >= agentd.DefaultTenantConns {
 			t.Fatalf("1000 connections: %d opened, then %v", opened, refusal)
 		}
-		t.Logf("a tenant opened %d connections (agentd holds one), then: %v", opened, refusal)
+		t.Logf("a tenant opened %d connections (agentd holds two: its user and its replier), then: %v", opened, refusal)
 		subErrs := make(chan error, 1)
 		nc, err := nats.Connect(e.natsURL, nats.UserCredentials(beta.Creds), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {

@@ -62,7 +62,7 @@ Quotas (create; 0 or absent: the node's --tenant-default-*; unlimited: no limit)
   --max-agents n      agents
   --max-bytes size    bytes stored (JetStream), e.g. 1GiB
   --max-memory size   JetStream memory storage
-  --max-conns n       NATS connections (agentd's own, one a node, included)
+  --max-conns n       NATS connections (agentd's own, two a node, included)
   --max-subs n        subscriptions per client connection
   --max-payload size  largest message a client publishes
   --max-streams n     JetStream streams (agentd's own included)
@@ -276,7 +276,7 @@ func quotaFlags(fs *flag.FlagSet, q *auth.Quota) {
 		{name: "max-agents", n: &q.Agents, usage: "at most `n` agents"},
 		{name: "max-bytes", i: &q.Bytes, size: true, usage: "at most `size` bytes stored (JetStream), e.g. 1GiB"},
 		{name: "max-memory", i: &q.Memory, size: true, usage: "at most `size` of JetStream memory storage"},
-		{name: "max-conns", i: &q.Conns, usage: "at most `n` NATS connections (agentd's own, one a node, included)"},
+		{name: "max-conns", i: &q.Conns, usage: "at most `n` NATS connections (agentd's own, two a node, included)"},
 		{name: "max-subs", i: &q.Subs, usage: "at most `n` subscriptions per client connection"},
 		{name: "max-payload", i: &q.Payload, size: true, usage: "at most `size` for the largest message a client publishes"},
 		{name: "max-streams", i: &q.Streams, usage: "at most `n` JetStream streams (agentd's own included)"},
