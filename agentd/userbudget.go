@@ -8,31 +8,42 @@ import (
 	"github.com/forever-agents/forever/chat/cost"
 )
 
+// BudgetFlag defines a budget flag, <amount>/<period>[/<soft>], on fs:
+// an amount of tokens, or of dollars when money; set gets each limit
+// parsed.
+func BudgetFlag(fs *flag.FlagSet, name, usage string, money bool, set func(auth.BudgetLimit)) {
+	amount := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	if money {
+		amount = func(s string) (int64, error) { m, err := cost.ParseMicros(s); return int64(m), err }
+	}
+	fs.Func(name, usage, func(s string) error {
+		l, err := auth.ParseBudgetLimit(s, amount)
+		if err != nil {
+			return err
+		}
+		set(l)
+		return nil
+	})
+}
+
 // userBudgetFlags defines --user-token-budget and --user-cost-budget:
-// Config.UserBudget.
+// Config.UserBudget. A limit of 0 is none.
 func userBudgetFlags(fs *flag.FlagSet, cfg *Config) {
-	tokens := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-	dollars := func(s string) (int64, error) { m, err := cost.ParseMicros(s); return int64(m), err }
 	for _, f := range []struct {
-		name   string
-		dst    **auth.BudgetLimit
-		amount func(string) (int64, error)
-		usage  string
+		name  string
+		dst   **auth.BudgetLimit
+		money bool
+		usage string
 	}{
-		{"user-token-budget", &cfg.UserBudget.UserTokens, tokens, "at most `n/period[/soft]` tokens of each user's agents together (the agent's meta user), e.g. 100000/24h; under --auth the default of a tenant whose record sets none"},
-		{"user-cost-budget", &cfg.UserBudget.UserCost, dollars, "at most `dollars/period[/soft]` of each user's agents together, e.g. 1.00/24h; under --auth the default of a tenant whose record sets none"},
+		{"user-token-budget", &cfg.UserBudget.UserTokens, false, "at most `n/period[/soft]` tokens of each user's agents together (the agent's meta user), e.g. 100000/24h; under --auth the default of a tenant whose record sets none"},
+		{"user-cost-budget", &cfg.UserBudget.UserCost, true, "at most `dollars/period[/soft]` of each user's agents together, e.g. 1.00/24h; under --auth the default of a tenant whose record sets none"},
 	} {
-		fs.Func(f.name, f.usage, func(s string) error {
-			l, err := auth.ParseBudgetLimit(s, f.amount)
-			if err != nil {
-				return err
-			}
+		BudgetFlag(fs, f.name, f.usage, f.money, func(l auth.BudgetLimit) {
 			if l.N == 0 {
 				*f.dst = nil
-				return nil
+				return
 			}
 			*f.dst = &l
-			return nil
 		})
 	}
 }

@@ -175,23 +175,12 @@ func (s *Store) Delete(ctx context.Context, r Ref) error {
 
 // List returns the references of every object in the bucket.
 func (s *Store) List(ctx context.Context) ([]Ref, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	infos, err := s.os.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
+	objs, err := s.Objects(ctx)
+	refs := make([]Ref, len(objs))
+	for i, o := range objs {
+		refs[i] = o.Ref
 	}
-	if err != nil {
-		return nil, fmt.Errorf("blob: list: %w", err)
-	}
-	out := make([]Ref, 0, len(infos))
-	for _, in := range infos {
-		if in.Deleted {
-			continue
-		}
-		out = append(out, Ref{Digest: DigestPrefix + in.Name, Size: int64(in.Size)})
-	}
-	return out, nil
+	return refs, err
 }
 
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -18,7 +18,6 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
-	"github.com/forever-agents/forever/chat/cost"
 )
 
 const tenantUsage = `Usage:
@@ -226,28 +225,22 @@ func tenantFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *tena
 }
 
 // budgetFlags defines tenant create's budget flags on b:
-// <amount>/<period>[/<soft>].
+// <amount>/<period>[/<soft>]. A limit of 0 is kept: it removes the
+// record's limit.
 func budgetFlags(fs *flag.FlagSet, b *auth.Budget) {
-	tokens := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
-	dollars := func(s string) (int64, error) { m, err := cost.ParseMicros(s); return int64(m), err }
 	for _, f := range []struct {
-		name   string
-		dst    **auth.BudgetLimit
-		amount func(string) (int64, error)
-		usage  string
+		name  string
+		dst   **auth.BudgetLimit
+		money bool
+		usage string
 	}{
-		{"token-budget", &b.Tokens, tokens, "at most `n/period` tokens of all the tenant's agents, e.g. 1000000/24h"},
-		{"cost-budget", &b.Cost, dollars, "at most `dollars/period` of all the tenant's agents, e.g. 5.00/24h"},
-		{"user-token-budget", &b.UserTokens, tokens, "at most `n/period` tokens of each user's agents, e.g. 100000/24h"},
-		{"user-cost-budget", &b.UserCost, dollars, "at most `dollars/period` of each user's agents, e.g. 1.00/24h"},
+		{"token-budget", &b.Tokens, false, "at most `n/period` tokens of all the tenant's agents, e.g. 1000000/24h"},
+		{"cost-budget", &b.Cost, true, "at most `dollars/period` of all the tenant's agents, e.g. 5.00/24h"},
+		{"user-token-budget", &b.UserTokens, false, "at most `n/period` tokens of each user's agents, e.g. 100000/24h"},
+		{"user-cost-budget", &b.UserCost, true, "at most `dollars/period` of each user's agents, e.g. 1.00/24h"},
 	} {
-		fs.Func(f.name, f.usage+" (create; /soft after the period parks at that fraction; 0/period removes it)", func(s string) error {
-			l, err := auth.ParseBudgetLimit(s, f.amount)
-			if err != nil {
-				return err
-			}
+		agentd.BudgetFlag(fs, f.name, f.usage+" (create; /soft after the period parks at that fraction; 0/period removes it)", f.money, func(l auth.BudgetLimit) {
 			*f.dst = &l
-			return nil
 		})
 	}
 }
