@@ -424,7 +424,9 @@
 //   - A budget's spend (an agent's, its user's, its tenant's: budget.go,
 //     budget_shared.go) is a sum over the usage.recorded events of the
 //     period, never a counter: a tenant's counts each agent's own calls
-//     once (TestTenantBudgetCountsEveryAgent), a user's its agents'
+//     once (TestTenantBudgetCountsEveryAgent), read from totals that
+//     equal the sum of the agents' rows through compactions, deletions
+//     and rebuilds (TestTenantTotalsFollowRows), a user's its agents'
 //     together, and past a hard limit of any of them every agent it
 //     counts is refused with 402 (TestUserBudgetSharedByAgents).
 //   - Hidden messages reach the provider and never Store.Messages.

@@ -219,17 +219,20 @@ func isCorrupt(err error) bool {
 // applyTombstone removes every row agent's events wrote to m's view (its
 // AgentRows), as part 0 of a snapshot without rows would.
 func (f *Follower) applyTombstone(m *member, agent string) error {
-	var old [][]byte
+	var old []KV
 	for kv, err := range m.p.AgentRows(&m.batch, agent) {
 		if err != nil {
 			return err
 		}
-		old = append(old, kv.Key)
+		old = append(old, kv)
 	}
-	for _, k := range old {
-		if err := m.batch.Delete(k); err != nil {
+	for _, kv := range old {
+		if err := m.batch.Delete(kv.Key); err != nil {
 			return err
 		}
+	}
+	if m.p.RowsChanged != nil {
+		return m.p.RowsChanged(&m.batch, agent, old, nil)
 	}
 	return nil
 }

@@ -93,7 +93,10 @@
 //     Pebble, also when events before the tombstone survived a purge
 //     (TestDeleteRemovesTheAgent, TestTombstoneSupersedesLeftovers).
 //     Events after the tombstone start a new agent with the same id from
-//     nothing. Apply never sees an events tombstone.
+//     nothing. Apply never sees an events tombstone; a view that keeps a
+//     figure over every agent's rows (chat's tenant totals) is told of
+//     the rows a tombstone or a snapshot removes and sets
+//     (Projection.RowsChanged).
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from

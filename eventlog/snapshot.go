@@ -344,22 +344,34 @@ func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (qua
 			return fmt.Sprintf("snapshot rows of view %s at version %d: migrating them to version %d: %v", m.p.Name, sv.Version, m.p.Version, err), nil
 		}
 	}
+	var removed []KV
 	if s.Part == 0 {
-		var old [][]byte
 		for kv, err := range m.p.AgentRows(b, e.Agent) {
 			if err != nil {
 				return "", err
 			}
-			old = append(old, kv.Key)
+			removed = append(removed, kv)
 		}
-		for _, k := range old {
-			if err := b.Delete(k); err != nil {
+		for _, kv := range removed {
+			if err := b.Delete(kv.Key); err != nil {
 				return "", err
 			}
 		}
 	}
 	for _, kv := range rows {
+		if s.Part > 0 && m.p.RowsChanged != nil {
+			if v, err := b.Get(kv.Key); err == nil {
+				removed = append(removed, KV{Key: kv.Key, Value: v})
+			} else if !errors.Is(err, ErrNotFound) {
+				return "", err
+			}
+		}
 		if err := b.Set(kv.Key, kv.Value); err != nil {
+			return "", err
+		}
+	}
+	if m.p.RowsChanged != nil {
+		if err := m.p.RowsChanged(b, e.Agent, removed, rows); err != nil {
 			return "", err
 		}
 	}
