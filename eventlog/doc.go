@@ -96,7 +96,8 @@
 //     nothing. Apply never sees an events tombstone; a view that keeps a
 //     figure over every agent's rows (chat's tenant totals) is told of
 //     the rows a tombstone or a snapshot removes and sets
-//     (Projection.RowsChanged).
+//     (Projection.RowsChanged), so such a figure stays what a rebuild
+//     gives (TestRowsChangedKeepsTotals).
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from
