@@ -320,6 +320,9 @@ type Agent struct {
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).
 	stopAt func(ctx context.Context, point string) error
+	// onSlotMisuse, set only by tests, is told of a turn slot released
+	// twice or not released by its owner (slotMisuse).
+	onSlotMisuse func(requestID, what string)
 
 	mu struct {
 		sync.Mutex
@@ -348,6 +351,7 @@ type activeTurn struct {
 	ending    atomic.Bool
 	done      chan struct{}
 	endOnce   sync.Once
+	hold      slotHold                // released once, or kept (slot.go)
 	admitted  bool                    // holds a slot of Config.Turns until released
 	cancel    context.CancelCauseFunc // nil until the turn runs
 	cancelled bool                    // Cancel came before the turn ran
@@ -698,6 +702,13 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		case <-fctx.Done():
 			return fctx.Err()
 		}
+		if g.settle == nil && errors.Is(g.err, errNotStored) {
+			// The command stored nothing and gives the slot back itself.
+			a.endTurnSpan(fctx, span, errNotStored)
+			return nil
+		}
+		// The slot is the fiber's from here: released once, or kept.
+		defer a.checkSlot(at, "turn fiber")
 		if g.settle != nil {
 			// The command's turn.started may be stored, now or later: the
 			// turn keeps its slot until the log says which.
@@ -705,6 +716,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			if g.err != nil && !errors.Is(g.err, errNotStored) {
 				// Still unknown: left for recovery (the host restarts the
 				// agent), holding the slot meanwhile.
+				a.keepSlot(at, "its turn.started's fate is unknown")
 				a.endTurnSpan(fctx, span, g.err)
 				return g.err
 			}
@@ -972,8 +984,13 @@ func (at *activeTurn) ended() {
 	}
 }
 
-// release frees the turn slot if at holds it.
+// release frees the turn slot if at holds it. Its owner calls it once: a
+// second call is reported (slotMisuse) and changes nothing.
 func (a *Agent) release(at *activeTurn) {
+	if !at.hold.release() {
+		a.slotMisuse(at, "released twice")
+		return
+	}
 	defer a.mt.notify() // queued messages and interrupting Sends look again
 	defer at.endOnce.Do(func() { close(at.done) })
 	defer at.resolve()

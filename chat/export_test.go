@@ -29,3 +29,7 @@ const SummaryHeader = summaryHeader
 func (s *Store) BudgetSpendAllRows(since time.Time) (BudgetSpend, error) {
 	return s.budgetSpendAllRows(since)
 }
+
+// OnSlotMisuse makes a call f when a turn slot is released twice or not
+// released by its owner.
+func OnSlotMisuse(a *Agent, f func(requestID, what string)) { a.onSlotMisuse = f }

@@ -40,6 +40,8 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		fail: fail, restart: rec.Restarted,
 		max: a.cfg.MaxRecoveryAttempts, window: a.cfg.AttemptWindow,
 	}}
+	// The recovery owns the slot it claims until runTurn takes it over.
+	defer func() { a.checkSlot(r.at, "recovery") }()
 	ctx, err := r.gather(ctx, span)
 	for err == nil {
 		act := decideRecovery(r.in)
