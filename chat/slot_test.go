@@ -24,6 +24,20 @@ func take(a *Agent, at *activeTurn) {
 	a.mu.Unlock()
 }
 
+// holder is the turn that holds the agent's slot, nil if none.
+func holder(a *Agent) *activeTurn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mu.active
+}
+
+func wantMisuse(t *testing.T, misuse *[]string, want ...string) {
+	t.Helper()
+	if !slices.Equal(*misuse, want) {
+		t.Errorf("misuse = %q, want %q", *misuse, want)
+	}
+}
+
 func TestSlotReleasedTwiceIsCaught(t *testing.T) {
 	a, misuse := slotAgent(t)
 	first := newActiveTurn("r1")
@@ -34,13 +48,8 @@ func TestSlotReleasedTwiceIsCaught(t *testing.T) {
 	next := newActiveTurn("r2")
 	take(a, next)
 	a.release(first)
-	if got, want := *misuse, []string{"r1: released twice"}; !slices.Equal(got, want) {
-		t.Errorf("misuse = %q, want %q", got, want)
-	}
-	a.mu.Lock()
-	active := a.mu.active
-	a.mu.Unlock()
-	if active != next {
+	wantMisuse(t, misuse, "r1: released twice")
+	if holder(a) != next {
 		t.Errorf("a second release of r1 freed the slot of r2")
 	}
 }
@@ -50,13 +59,8 @@ func TestSlotNotReleasedIsCaught(t *testing.T) {
 	at := newActiveTurn("r1")
 	take(a, at)
 	a.checkSlot(at, "turn fiber")
-	if got, want := *misuse, []string{"r1: not released by turn fiber"}; !slices.Equal(got, want) {
-		t.Errorf("misuse = %q, want %q", got, want)
-	}
-	a.mu.Lock()
-	active := a.mu.active
-	a.mu.Unlock()
-	if active != nil {
+	wantMisuse(t, misuse, "r1: not released by turn fiber")
+	if holder(a) != nil {
 		t.Errorf("a slot its owner did not release is still taken")
 	}
 	select {
@@ -77,19 +81,12 @@ func TestSlotReleasedOrKeptPasses(t *testing.T) {
 	take(a, kept)
 	a.keepSlot(kept, "its turn.started's fate is unknown")
 	a.checkSlot(kept, "turn fiber")
-	if len(*misuse) > 0 {
-		t.Errorf("misuse = %q, want none", *misuse)
-	}
-	a.mu.Lock()
-	active := a.mu.active
-	a.mu.Unlock()
-	if active != kept {
+	wantMisuse(t, misuse)
+	if holder(a) != kept {
 		t.Errorf("a kept slot was freed")
 	}
 	// A kept slot is still released once when its owner does.
 	a.release(kept)
 	a.release(kept)
-	if got, want := *misuse, []string{"r2: released twice"}; !slices.Equal(got, want) {
-		t.Errorf("misuse = %q, want %q", got, want)
-	}
+	wantMisuse(t, misuse, "r2: released twice")
 }
