@@ -107,7 +107,7 @@ func (l *Log) fillEnds(ctx context.Context, stream string, se *SubjectEnds, lead
 		if err != nil {
 			return Event{}, readFailed("ends of "+se.Subject, err)
 		}
-		e, _, err := decodeRaw(m)
+		e, _, err := l.decodeRaw(stream, m)
 		if err != nil {
 			se.Err = err
 		}
