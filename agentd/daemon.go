@@ -412,6 +412,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Conn:         r.nc,
 		Replicas:     cfg.Replicas,
 		MaxConsumers: cfg.MaxStreamConsumers,
+		Shards:       cfg.logShards(),
+		Partitions:   cfg.Partitions,
 		Owner:        &d.parts,
 		OnFenced:     d.parts.onFenced,
 		Dir:          cfg.PebbleDir(),

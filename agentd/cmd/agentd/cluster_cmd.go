@@ -37,6 +37,9 @@ func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writ
 		name = "(one node)"
 	}
 	fmt.Fprintf(stdout, "cluster %s, answered by %s: %d partitions, lease TTL %s\n", name, info.Node, info.Partitions, info.LeaseTTL)
+	if info.Shards > 0 {
+		fmt.Fprintf(stdout, "%d stream shards: partition p in shard p mod %d\n", info.Shards, info.Shards)
+	}
 	if f := info.Format; f != nil {
 		fmt.Fprintf(stdout, "record format %d active; every live node reads up to %d\n", f.Active, f.Ready)
 	}

@@ -1,0 +1,49 @@
+package agentd
+
+import "github.com/forever-agents/forever/eventlog"
+
+// FormatShards: the partition is in the subjects and partition p's events
+// and chunks are in the streams of shard p mod --shards (eventlog's
+// shards). A cluster created with --shards above 1 starts at this format,
+// so a release that cannot read the shards never joins it and writes the
+// unsharded layout beside them. The lead may renumber it when other
+// formats land first.
+const FormatShards = FormatBlobSweep + 3
+
+// logShards returns the shard count of the log and of the ownership's
+// stored layout: 0 (unsharded) for --shards 0 or 1.
+func (c *Config) logShards() int {
+	if c.Shards <= 1 {
+		return 0
+	}
+	return c.Shards
+}
+
+// validateShards checks --shards against --partitions.
+func (c *Config) validateShards() error {
+	switch {
+	case c.Shards < 0:
+		return configErrorf("shards", "shards must not be negative")
+	case c.Shards > eventlog.MaxShards:
+		return configErrorf("shards", "shards %d: at most %d", c.Shards, eventlog.MaxShards)
+	case c.Shards > 1 && c.Partitions%c.Shards != 0:
+		return configErrorf("shards", "shards %d does not divide the partition count %d: --partitions must be a multiple of --shards", c.Shards, c.Partitions)
+	}
+	return nil
+}
+
+// logStreams returns the names of the log's streams with shards (0 for
+// the unsharded layout): each shard's events stream, then each one's
+// chunks stream.
+func logStreams(shards int) []string {
+	if shards == 0 {
+		return []string{eventlog.DefaultEventsStream, eventlog.DefaultChunksStream}
+	}
+	var out []string
+	for _, base := range []string{eventlog.DefaultEventsStream, eventlog.DefaultChunksStream} {
+		for k := range shards {
+			out = append(out, eventlog.ShardStreamName(base, k))
+		}
+	}
+	return out
+}
