@@ -57,7 +57,11 @@ type ClusterInfo struct {
 // a kind of record raises it, and writes the new kind only once the
 // cluster's active format reached it: after every node runs a release that
 // reads it.
-const RecordFormat = FormatShards
+//
+// FormatShards is not in it yet: a node of a cluster created with shards
+// announces it (Config.recordFormat), and an unsharded cluster has no use
+// for it until its data can move into shards.
+const RecordFormat = FormatBlobSweep
 
 // Record formats of agentd's releases (ownership's format switch).
 const (

@@ -151,7 +151,7 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		ShardsFormat: FormatShards,
 		TTL:          cfg.LeaseTTL,
 		Replicas:     cfg.Replicas,
-		Format:       RecordFormat,
+		Format:       cfg.recordFormat(),
 		// A rolling upgrade raises the format once its last node runs
 		// this release, with no step of the operator's.
 		AutoActivate: true,

@@ -19,6 +19,16 @@ func (c *Config) logShards() int {
 	return c.Shards
 }
 
+// recordFormat is the record format this node announces it reads:
+// RecordFormat, and FormatShards with --shards above 1 (the format its
+// cluster was created at).
+func (c *Config) recordFormat() int {
+	if c.logShards() > 0 {
+		return max(RecordFormat, FormatShards)
+	}
+	return RecordFormat
+}
+
 // validateShards checks --shards against --partitions.
 func (c *Config) validateShards() error {
 	switch {
