@@ -603,7 +603,7 @@ func (f *Follower) open(ctx context.Context) error {
 		return fmt.Errorf("%s: stream info: %w", f.what(), err)
 	}
 	f.origin = uint64(info.Created.UnixNano())
-	last := Seq(info.State.LastSeq)
+	last := f.l.seqOf(f.stream, info.State.LastSeq)
 	db, release, err := f.l.useDB()
 	if err != nil {
 		return err

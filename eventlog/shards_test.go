@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -294,13 +295,23 @@ func TestShardsViews(t *testing.T) {
 			appendEach(lg, 2)
 			lg.Close()
 			lg = eventlogtest.OpenOn(t, s, cfg)
-			f = newFollower(t, lg, p)
+			var applied atomic.Int64
+			counted := p
+			counted.Apply = func(b *eventlog.Batch, e eventlog.Event) error {
+				applied.Add(1)
+				return p.Apply(b, e)
+			}
+			f = newFollower(t, lg, counted)
 			eventlogtest.RunFollower(t, f)
 			appendEach(lg, 3)
 			if err := f.WaitFor(ctx, eventlog.SeqEnds); err != nil {
 				t.Fatal(err)
 			}
 			checkFold(t, lg, p.Name)
+			// Resumed, not rebuilt: only the events after the cursors.
+			if got, want := applied.Load(), int64(2*len(agents)); got != want {
+				t.Errorf("after the restart the view applied %d events, want the %d appended since", got, want)
+			}
 			for _, a := range agents {
 				if got := dump(t, lg, p.Name)["n/"+a]; got != "4" {
 					t.Errorf("%s counts %q, want 4", a, got)
