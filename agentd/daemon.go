@@ -449,6 +449,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.addViews(views); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
+	if err := d.addLeaderSpread(r.lg); err != nil {
+		return fail(fmt.Errorf("agentd: start: %w", err))
+	}
 	d.parts.seal()
 	return d.serve(ctx, web, &r)
 }

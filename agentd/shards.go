@@ -1,6 +1,11 @@
 package agentd
 
-import "github.com/forever-agents/forever/eventlog"
+import (
+	"context"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+)
 
 // FormatShards: the partition is in the subjects and partition p's events
 // and chunks are in the streams of shard p mod --shards (eventlog's
@@ -56,4 +61,36 @@ func logStreams(shards int) []string {
 		}
 	}
 	return out
+}
+
+// leaderSpreadEvery is how often the owner of partition 0 spreads the
+// shard streams' leaders over the servers (eventlog.Log.SpreadLeaders).
+const leaderSpreadEvery = 30 * time.Second
+
+// addLeaderSpread adds, for a replicated sharded log, the component that
+// keeps its streams' Raft leaders spread over the servers: the node that
+// owns partition 0 checks every leaderSpreadEvery, so one node does it
+// and another takes over with the lease, and a server that returned gets
+// its share of leaders back at the next check.
+func (d *Daemon) addLeaderSpread(lg *eventlog.Log) error {
+	if lg.Shards() == 0 || lg.Replicas() < 2 || d.parts.mgr == nil {
+		return nil
+	}
+	return d.Add("shard leaders", ComponentFunc(func(ctx context.Context) error {
+		t := time.NewTicker(leaderSpreadEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if _, _, ok := d.parts.mgr.Owned(0); !ok {
+				continue
+			}
+			if _, err := lg.SpreadLeaders(ctx); err != nil && ctx.Err() == nil {
+				d.logger.Warn("spreading the shard streams' leaders", "err", err)
+			}
+		}
+	}))
 }

@@ -45,7 +45,15 @@ func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writ
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tOWNS\tREADS FORMAT")
+	// LEADS: how many of the streams listed each node leads (a sharded
+	// cluster spreads its shards' leaders over the nodes).
+	leads := map[string]int{}
+	for _, s := range info.Streams {
+		if s.Leader != "" {
+			leads[s.Leader]++
+		}
+	}
+	fmt.Fprintln(tw, "NODE\tLIVE\tOWNS\tREADS FORMAT\tLEADS")
 	for _, n := range info.Nodes {
 		reads := "-"
 		if info.Format != nil {
@@ -53,7 +61,7 @@ func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writ
 				reads = fmt.Sprint(r)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", n.Name, n.Live, n.Owns, reads)
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%d\n", n.Name, n.Live, n.Owns, reads, leads[n.Name])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
