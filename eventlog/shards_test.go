@@ -443,3 +443,66 @@ func TestShardsBind(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A view's row over every agent (a total) stays the sum of the agents'
+// rows when their events come from several shards, through a compaction
+// and a deletion, live and rebuilt: the shards' commits take turns.
+func TestShardsRowsChangedKeepsTotals(t *testing.T) {
+	ctx := t.Context()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	cfg := eventlog.Config{Shards: 4, Partitions: 8}
+	open := func() (*eventlog.Log, *eventlog.Projector) {
+		lg := eventlogtest.OpenOn(t, s, cfg)
+		pr, err := lg.NewProjector(totalled())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventlogtest.RunProjector(t, pr)
+		return lg, pr
+	}
+	check := func(lg *eventlog.Log, pr *eventlog.Projector, want int, when string) {
+		t.Helper()
+		if err := pr.WaitFor(ctx, eventlog.SeqEnds); err != nil {
+			t.Fatal(err)
+		}
+		rows := dump(t, lg, "totalled")
+		sum := 0
+		for k, v := range rows {
+			if len(k) > 2 && k[:2] == "n/" {
+				n, _ := strconv.Atoi(v)
+				sum += n
+			}
+		}
+		if total, _ := strconv.Atoi(rows["total"]); total != sum || total != want {
+			t.Fatalf("%s: total %d, the agents' counts sum to %d, want %d", when, total, sum, want)
+		}
+	}
+	lg, pr := open()
+	agents := agentsOverShards(t, 8, 8, 4)
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Go(func() {
+			for i := range 25 {
+				if _, err := lg.Append(ctx, eventlog.Event{Agent: a, Type: "tick", Data: json.RawMessage(strconv.Itoa(i))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	check(lg, pr, 200, "live")
+	if _, err := lg.Compact(ctx, agents[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: agents[0], Type: "tick", Data: []byte(`"more"`)}); err != nil {
+		t.Fatal(err)
+	}
+	check(lg, pr, 201, "after a compaction")
+	if _, err := lg.Delete(ctx, agents[1]); err != nil {
+		t.Fatal(err)
+	}
+	check(lg, pr, 176, "after a deletion")
+	lg2, pr2 := open()
+	check(lg2, pr2, 176, "rebuilt")
+}
