@@ -246,7 +246,7 @@ func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
 	defer cancel()
 	if l.skipPurge {
 		l.skipPurge = false // a test's purge that removed nothing
-	} else if err := l.events.Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(uint64(seq))); err != nil {
+	} else if err := l.stream(l.streamFor(agent, false)).Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq))); err != nil {
 		return fmt.Errorf("eventlog: purge %s before %d: %w", subject, seq, err)
 	}
 	return l.deleteLeftBefore(ctx, agent, seq)
@@ -262,7 +262,7 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 	subject := l.EventsSubject(agent)
 	var last Seq
 	for n := 0; ; n++ {
-		first, err := l.leaderFirstSeq(ctx, l.cfg.EventsStream, subject)
+		first, err := l.leaderFirstSeq(ctx, l.streamFor(agent, false), subject)
 		if err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 		}
 		last = first
 		bctx, cancel, _ := l.bound(ctx)
-		err = l.events.DeleteMsg(bctx, uint64(first))
+		err = l.stream(l.streamFor(agent, false)).DeleteMsg(bctx, rawSeq(first))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("eventlog: delete %s event %d before the snapshot at %d: %w", subject, first, seq, err)
