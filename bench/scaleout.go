@@ -62,8 +62,9 @@ const (
 //   - per node of each cluster: events applied per second (the advance of
 //     forever_eventlog_projection_cursor{projection="runs"}, a stream
 //     sequence: every event of the events stream the node's views went
-//     through) and CPU used (utime+stime), each next to its cluster's
-//     mean, within 1.5x (no hot node).
+//     through; the window starts once every node publishes it) and CPU
+//     used (utime+stime), each next to its cluster's mean, within 1.5x
+//     (no hot node).
 //
 // The bench process itself, which drives the load, is in no cgroup: on a
 // machine with fewer free cores than the nodes' quotas add up to, the
@@ -218,11 +219,21 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		return scaleOutRun{}, err
 	}
 	r := scaleOutRun{nodes: n}
-	load0 := loadAvg()
-	before, err := nodeSnapshots(c)
-	if err != nil {
-		return scaleOutRun{}, err
+	// The window starts once every node's views have applied an event
+	// since it started: a node publishes its runs cursor only then.
+	var before []nodeSnapshot
+	for deadline := time.Now().Add(time.Minute); ; {
+		if before, err = nodeSnapshots(c); err != nil {
+			return scaleOutRun{}, err
+		}
+		if everyHasRuns(before) || time.Now().After(deadline) {
+			break
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return scaleOutRun{}, err
+		}
 	}
+	load0 := loadAvg()
 	t0, d0, f0 := time.Now(), done.Load(), failed.Load()
 	if err := sleepCtx(ctx, window); err != nil {
 		return scaleOutRun{}, err
@@ -237,8 +248,8 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		return scaleOutRun{}, fmt.Errorf("bench: %d turns failed, %d completed; the last: %v", r.failed, r.turns, lastErr.Load())
 	}
 	for i, nd := range c.nodes {
-		env.Logger.Info("scale-out: node", "nodes", n, "node", nd.name, "cursors before", before[i].cursors,
-			"after", after[i].cursors, "cpu ticks", after[i].ticks-before[i].ticks)
+		env.Logger.Info("scale-out: node", "nodes", n, "node", nd.name, "runs cursor before", before[i].cursors["runs"],
+			"after", after[i].cursors["runs"], "lag after", after[i].cursors["lag:runs"], "cpu ticks", after[i].ticks-before[i].ticks)
 		r.names = append(r.names, nd.name)
 		r.events = append(r.events, after[i].applied(before[i])/r.window.Seconds())
 		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
@@ -254,21 +265,25 @@ type nodeSnapshot struct {
 }
 
 // applied is how many stream sequences the node's views went through since
-// b: the "runs" projection's (a view of the events stream), or where there
-// is none the largest advance of any projection.
+// b: the "runs" projection's, a view of the events stream (the chunks
+// stream's views have cursors of their own, in another sequence); 0 when
+// either snapshot has none.
 func (s nodeSnapshot) applied(b nodeSnapshot) float64 {
-	if x, ok := s.cursors["runs"]; ok {
-		if y, ok := b.cursors["runs"]; ok {
-			return x - y
+	x, ok1 := s.cursors["runs"]
+	y, ok2 := b.cursors["runs"]
+	if !ok1 || !ok2 {
+		return 0
+	}
+	return x - y
+}
+
+func everyHasRuns(snaps []nodeSnapshot) bool {
+	for _, s := range snaps {
+		if _, ok := s.cursors["runs"]; !ok {
+			return false
 		}
 	}
-	best := 0.0
-	for k, x := range s.cursors {
-		if y, ok := b.cursors[k]; ok && !strings.HasPrefix(k, "lag:") {
-			best = max(best, x-y)
-		}
-	}
-	return best
+	return true
 }
 
 func nodeSnapshots(c *agentdCluster) ([]nodeSnapshot, error) {
