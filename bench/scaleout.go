@@ -249,7 +249,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	}
 	for i, nd := range c.nodes {
 		env.Logger.Info("scale-out: node", "nodes", n, "node", nd.name, "runs cursor before", before[i].cursors["runs"],
-			"after", after[i].cursors["runs"], "lag after", after[i].cursors["lag:runs"], "cpu ticks", after[i].ticks-before[i].ticks)
+			"lag before", before[i].cursors["lag:runs"], "after", after[i].cursors["runs"], "lag after", after[i].cursors["lag:runs"], "cpu ticks", after[i].ticks-before[i].ticks)
 		r.names = append(r.names, nd.name)
 		r.events = append(r.events, after[i].applied(before[i])/r.window.Seconds())
 		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
