@@ -97,8 +97,8 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 	r3, r6 := runs[0], runs[1]
 	q := fmt.Sprintf("%g CPU/node, %d agents, %s", quota, agents, window)
 	rows := []Row{
-		{Figure: fmt.Sprintf("turns/s, 6 nodes (%s; load %s)", q, r6.load), Value: r6.turnsPerSec(),
-			Baseline: fmt.Sprintf("turns/s, 3 nodes (load %s)", r3.load), BaselineValue: r3.turnsPerSec(),
+		{Figure: fmt.Sprintf("turns/s, 6 nodes (%s; load %s; %d failed)", q, r6.load, r6.failed), Value: r6.turnsPerSec(),
+			Baseline: fmt.Sprintf("turns/s, 3 nodes (load %s; %d failed)", r3.load, r3.failed), BaselineValue: r3.turnsPerSec(),
 			Target: scaleOutGoal, TargetNote: "6 nodes >= 1.8x 3 nodes"},
 		{Figure: "ms CPU per turn, summed over 6 nodes", Value: r6.cpuPerTurn(), LowerIsBetter: true,
 			Baseline: "summed over 3 nodes", BaselineValue: r3.cpuPerTurn()},
@@ -244,6 +244,9 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	}
 	r.window, r.turns, r.failed = time.Since(t0), done.Load()-d0, failed.Load()-f0
 	r.load = load0 + "-" + loadAvg()
+	if r.failed > 0 {
+		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "last", lastErr.Load())
+	}
 	if r.failed > r.turns {
 		return scaleOutRun{}, fmt.Errorf("bench: %d turns failed, %d completed; the last: %v", r.failed, r.turns, lastErr.Load())
 	}
@@ -286,21 +289,35 @@ func everyHasRuns(snaps []nodeSnapshot) bool {
 	return true
 }
 
+// nodeSnapshots reads every node at once: a node held to its quota may
+// take a while to answer /metrics, and one after the other the nodes'
+// readings would be seconds apart.
 func nodeSnapshots(c *agentdCluster) ([]nodeSnapshot, error) {
 	out := make([]nodeSnapshot, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
 	for i, nd := range c.nodes {
 		if nd.cmd == nil {
 			return nil, fmt.Errorf("bench: %s is not running", nd.name)
 		}
-		t, err := procTicks(nd.cmd.Process.Pid)
-		if err != nil {
-			return nil, err
-		}
-		cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", nd.name, err)
-		}
-		out[i] = nodeSnapshot{cursors: cur, ticks: t}
+		pid := nd.cmd.Process.Pid
+		wg.Go(func() {
+			t, err := procTicks(pid)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
+			if err != nil {
+				errs[i] = fmt.Errorf("bench: %s: %w", nd.name, err)
+				return
+			}
+			out[i] = nodeSnapshot{cursors: cur, ticks: t}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
