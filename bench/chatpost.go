@@ -105,10 +105,16 @@ var errTurnActive = errors.New("the agent's turn is still active")
 // postTurn sends user message i to chatPostAgent and reads the answer's
 // stream to data: [DONE].
 func postTurn(ctx context.Context, hc *http.Client, base string, i int) error {
+	return postTurnTo(ctx, hc, base, chatPostAgent, i)
+}
+
+// postTurnTo sends user message i to agent and reads the answer's stream
+// to data: [DONE].
+func postTurnTo(ctx context.Context, hc *http.Client, base, agent string, i int) error {
 	user, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("u%d", i), "role": "user",
 		"parts": []map[string]string{{"type": "text", "text": fmt.Sprintf("bench post %d", i)}}})
 	var body bytes.Buffer
-	fmt.Fprintf(&body, `{"id":%q,"trigger":"submit-message","messages":[%s]}`, chatPostAgent, user)
+	fmt.Fprintf(&body, `{"id":%q,"trigger":"submit-message","messages":[%s]}`, agent, user)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", &body)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

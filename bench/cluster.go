@@ -27,6 +27,11 @@ type agentdCluster struct {
 	dir   string
 	ttl   time.Duration
 	nodes []*clusterNode
+	// extra are flags appended to every node's chart flags.
+	extra []string
+	// started, when set, is called with each node right after its process
+	// started (scale-out puts it in its cgroup); an error stops the start.
+	started func(nd *clusterNode) error
 }
 
 // clusterNode is one agentd of an agentdCluster.
@@ -54,7 +59,12 @@ const clusterStartAttempts = 3
 // node binds it (an outgoing connection's ephemeral port): the cluster
 // then starts over on new ports and fresh data dirs.
 func startAgentdCluster(ctx context.Context, bin, dir string, n int, ttl, timeout time.Duration) (*agentdCluster, error) {
-	c := &agentdCluster{bin: bin, dir: dir, ttl: ttl}
+	return (&agentdCluster{bin: bin, dir: dir, ttl: ttl}).start(ctx, n, timeout)
+}
+
+// start lays out and starts n nodes of c as startAgentdCluster does, with
+// c's extra flags and started hook.
+func (c *agentdCluster) start(ctx context.Context, n int, timeout time.Duration) (*agentdCluster, error) {
 	for attempt := 1; ; attempt++ {
 		if err := c.layout(n); err != nil {
 			return nil, err
@@ -63,6 +73,12 @@ func startAgentdCluster(ctx context.Context, bin, dir string, n int, ttl, timeou
 			if err := nd.start(); err != nil {
 				c.close()
 				return nil, err
+			}
+			if c.started != nil {
+				if err := c.started(nd); err != nil {
+					c.close()
+					return nil, err
+				}
 			}
 		}
 		err := c.waitHealthy(ctx, timeout)
@@ -114,7 +130,7 @@ func (c *agentdCluster) layout(n int) error {
 			Cluster: "forever", ClusterListen: routeAddrs[i], Routes: routes,
 			Replicas: chartargs.Replicas(n), LeaseTTL: c.ttl,
 		}
-		nd.args = chartargs.Args(pod)
+		nd.args = append(chartargs.Args(pod), c.extra...)
 		nd.env = append(agentdEnv(), chartargs.Env(pod)...)
 		nd.logPath = filepath.Join(ndDir, "agentd.log")
 	}

@@ -31,7 +31,14 @@
 // the conversation's stored bytes with its content (-n 0.1: 100 turns).
 // chat-post times POST /v1/chat to data: [DONE] beside the two JetStream
 // reads of the gateway's follow check (built from main, its POST figure is
-// the one before the check).
+// the one before the check). scale-out (issue 36's scale model) starts
+// a 3-node and then a 6-node cluster with the chart's flags, each node's
+// process in a cgroup v1 cpu cgroup of its own with the same quota
+// (-cpu-quota, 0.25 CPU), drives 400 agents' chats in a closed loop and
+// prints the turns/s ratio (goal 1.8x) and each node's events applied/s
+// and CPU next to its cluster's mean (within 1.5x); -agentd-flags adds
+// flags to every node; without a writable cgroup v1 cpu controller it
+// prints one SKIP row. docs/scaling.md has its figures.
 // They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart

@@ -59,6 +59,12 @@ type EnvConfig struct {
 	// LeaseTTL overrides the chart's lease TTL in the failover scenario;
 	// zero keeps the chart's.
 	LeaseTTL time.Duration
+	// CPUQuota is the CPU each node of the scale-out scenario may use (its
+	// cgroup's cpu.cfs_quota_us over cpu.cfs_period_us); zero: 0.25.
+	CPUQuota float64
+	// AgentdFlags are flags the scale-out scenario adds to every node's
+	// chart flags, such as --shards 6.
+	AgentdFlags []string
 }
 
 // Validate checks the config after defaults are applied.

@@ -104,6 +104,7 @@ func scenarios() []Scenario {
 		{Name: "scale", Run: scaleScenario, Once: true},
 		{Name: "conversation-growth", Run: conversationGrowth, Once: true},
 		{Name: "fork", Run: forkScenario, Once: true},
+		{Name: "scale-out", Run: scaleOut, Once: true},
 	}
 }
 

@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/forever-agents/forever/internal/chartargs"
+)
+
+// Scale-out scenario parameters, before -n scales them.
+const (
+	scaleOutQuota   = 0.25 // CPUs per node (-cpu-quota)
+	scaleOutAgents  = 400  // agents chatting in a closed loop
+	scaleOutWindow  = 30 * time.Second
+	scaleOutWarmup  = 10 * time.Second
+	scaleOutHealthy = 5 * time.Minute
+	// scaleOutGoal is issue 36's goal: 6 nodes at least this many times
+	// the turns/s of 3.
+	scaleOutGoal = 1.8
+	// scaleOutHot bounds a node's events applied/s and CPU over the mean
+	// of its cluster: no hot node.
+	scaleOutHot = 1.5
+	// cpuCgroupRoot is where cgroup v1's cpu controller is mounted.
+	cpuCgroupRoot = "/sys/fs/cgroup/cpu"
+	cfsPeriodUS   = 100_000
+	// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times
+	// (100 on every Linux this runs on).
+	clockTicks = 100
+)
+
+// scaleOut is issue 36's scale model: does a cluster do more work with
+// more nodes? It starts a cluster of 3 real agentd processes, then one of
+// 6, each node started as the chart starts its pods (internal/chartargs,
+// as the failover scenario does), plus --local-rate=-1 (the local model
+// answers at once: the model is not what is measured) and -agentd-flags.
+// Each node's process is put in a cgroup v1 cpu cgroup of its own,
+// forever-bench-<run>-<node>, with the same cpu.cfs_quota_us (-cpu-quota
+// CPUs, 0.25 by default), right after it starts; the cgroups are removed
+// at the end. Where cgroup v1's cpu controller is not writable (not
+// mounted, not root, cgroup v2 only) the scenario prints why and returns
+// one SKIP row.
+//
+// On each cluster, scaleOutAgents agents (times -n) chat in a closed loop:
+// each agent's goroutine POSTs /v1/chat (through node i mod N's gateway,
+// as a Service spreads clients) and reads the answer to data: [DONE], then
+// sends the next. After a warm-up, it counts the turns completed in the
+// window and reads each node's /metrics and /proc/<pid>/stat at its start
+// and end. Rows:
+//
+//   - turns/s of 6 nodes next to 3 nodes, goal >= 1.8x;
+//   - CPU per turn summed over the nodes, 6 next to 3;
+//   - per node of each cluster: events applied per second (the advance of
+//     forever_eventlog_projection_cursor{projection="runs"}, a stream
+//     sequence: every event of the events stream the node's views went
+//     through; the window starts once every node publishes it) and CPU
+//     used (utime+stime), each next to its cluster's mean, within 1.5x
+//     (no hot node).
+//
+// The bench process itself, which drives the load, is in no cgroup: on a
+// machine with fewer free cores than the nodes' quotas add up to, the
+// nodes get less than their quota and the ratio says less.
+func scaleOut(ctx context.Context, env *Env) (Result, error) {
+	if why := cpuCgroupsUnusable(); why != "" {
+		env.Logger.Warn("scale-out: skipped", "why", why)
+		return Result{Rows: []Row{{Figure: "SKIP: " + why, Baseline: "cgroup v1 cpu controller writable at " + cpuCgroupRoot}}}, nil
+	}
+	quota := env.cfg.CPUQuota
+	if quota <= 0 {
+		quota = scaleOutQuota
+	}
+	bin, err := env.AgentdBinary(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	agents := env.Count(scaleOutAgents, scaleOutAgents)
+	warm := max(3*time.Second, time.Duration(float64(scaleOutWarmup)*env.cfg.Scale))
+	window := max(5*time.Second, time.Duration(float64(scaleOutWindow)*env.cfg.Scale))
+	var runs []scaleOutRun
+	for _, n := range []int{3, 6} {
+		r, err := scaleOutCluster(ctx, env, bin, n, quota, agents, warm, window)
+		if err != nil {
+			return Result{}, fmt.Errorf("%d nodes: %w", n, err)
+		}
+		env.Logger.Info("scale-out", "nodes", n, "turns/s", r.turnsPerSec(), "failed", r.failed, "load", r.load)
+		runs = append(runs, r)
+	}
+	r3, r6 := runs[0], runs[1]
+	q := fmt.Sprintf("%g CPU/node, %d agents, %s", quota, agents, window)
+	rows := []Row{
+		{Figure: fmt.Sprintf("turns/s, 6 nodes (%s; load %s; %d failed)", q, r6.load, r6.failed), Value: r6.turnsPerSec(),
+			Baseline: fmt.Sprintf("turns/s, 3 nodes (load %s; %d failed)", r3.load, r3.failed), BaselineValue: r3.turnsPerSec(),
+			Target: scaleOutGoal, TargetNote: "6 nodes >= 1.8x 3 nodes"},
+		{Figure: "ms CPU per turn, summed over 6 nodes", Value: r6.cpuPerTurn(), LowerIsBetter: true,
+			Baseline: "summed over 3 nodes", BaselineValue: r3.cpuPerTurn()},
+	}
+	for _, r := range runs {
+		rows = append(rows, r.nodeRows()...)
+	}
+	return Result{Rows: rows}, nil
+}
+
+// scaleOutRun is what one cluster did in the window.
+type scaleOutRun struct {
+	nodes  int
+	turns  int64
+	failed int64 // turns that ended in an error other than a busy agent
+	window time.Duration
+	names  []string
+	events []float64 // per node: events applied per second
+	cpu    []float64 // per node: CPUs used (1 = one core)
+	load   string    // /proc/loadavg's 1-minute figure, at the start and end
+}
+
+func (r scaleOutRun) turnsPerSec() float64 { return float64(r.turns) / r.window.Seconds() }
+
+// cpuPerTurn is the CPU of every node in the window over its turns, in ms.
+func (r scaleOutRun) cpuPerTurn() float64 {
+	if r.turns == 0 {
+		return 0
+	}
+	var sum float64
+	for _, c := range r.cpu {
+		sum += c
+	}
+	return sum * r.window.Seconds() * 1000 / float64(r.turns)
+}
+
+// nodeRows are each node's events applied/s and CPU next to the mean of
+// its cluster, within scaleOutHot.
+func (r scaleOutRun) nodeRows() []Row {
+	var rows []Row
+	for _, m := range []struct {
+		what string
+		v    []float64
+	}{{"events applied/s", r.events}, {"CPU % of a core", r.cpu}} {
+		mean := 0.0
+		for _, x := range m.v {
+			mean += x
+		}
+		mean /= float64(len(m.v))
+		scale := 1.0
+		if m.what != "events applied/s" {
+			scale = 100
+		}
+		for i, x := range m.v {
+			rows = append(rows, Row{
+				Figure: fmt.Sprintf("%s, %s of %d nodes", m.what, r.names[i], r.nodes), Value: x * scale, LowerIsBetter: true,
+				Baseline: fmt.Sprintf("mean of the %d nodes", r.nodes), BaselineValue: mean * scale,
+				Target: 1 / scaleOutHot, TargetNote: "within 1.5x of the mean",
+			})
+		}
+	}
+	return rows
+}
+
+// scaleOutCluster starts n nodes in cgroups of quota CPUs each, drives
+// agents chats until warm and then for window, and stops them.
+func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota float64, agents int, warm, window time.Duration) (_ scaleOutRun, err error) {
+	dir, err := env.TempDir()
+	if err != nil {
+		return scaleOutRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			err = keepLogs(err, dir, env.cfg.Dir)
+		}
+	}()
+	cg := &cpuCgroups{run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6), quota: quota}
+	defer func() { err = errors.Join(err, cg.remove()) }()
+	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL,
+		extra:   append([]string{"--local-rate=-1"}, env.cfg.AgentdFlags...),
+		started: func(nd *clusterNode) error { return cg.add(nd.name, nd.cmd.Process.Pid) }}
+	if _, err := c.start(ctx, n, scaleOutHealthy); err != nil {
+		return scaleOutRun{}, err
+	}
+	defer c.close()
+
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: agents, MaxIdleConns: agents}}
+	defer hc.CloseIdleConnections()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var done, failed atomic.Int64
+	var lastErr atomic.Value
+	var wg sync.WaitGroup
+	for i := range agents {
+		base := "http://" + c.nodes[i%n].httpAddr
+		agent := fmt.Sprintf("scale-%d", i)
+		wg.Go(func() {
+			for k := 0; lctx.Err() == nil; k++ {
+				err := postTurnTo(lctx, hc, base, agent, k)
+				switch {
+				case err == nil:
+					done.Add(1)
+				case lctx.Err() != nil:
+				case errors.Is(err, errTurnActive):
+					time.Sleep(2 * time.Millisecond)
+				default:
+					failed.Add(1)
+					lastErr.Store(err.Error())
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+	if err := sleepCtx(ctx, warm); err != nil {
+		return scaleOutRun{}, err
+	}
+	r := scaleOutRun{nodes: n}
+	// The window starts once every node's views have applied an event
+	// since it started: a node publishes its runs cursor only then.
+	var before []nodeSnapshot
+	for deadline := time.Now().Add(time.Minute); ; {
+		if before, err = nodeSnapshots(c); err != nil {
+			return scaleOutRun{}, err
+		}
+		if everyHasRuns(before) || time.Now().After(deadline) {
+			break
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return scaleOutRun{}, err
+		}
+	}
+	load0 := loadAvg()
+	t0, d0, f0 := time.Now(), done.Load(), failed.Load()
+	if err := sleepCtx(ctx, window); err != nil {
+		return scaleOutRun{}, err
+	}
+	after, err := nodeSnapshots(c)
+	if err != nil {
+		return scaleOutRun{}, err
+	}
+	r.window, r.turns, r.failed = time.Since(t0), done.Load()-d0, failed.Load()-f0
+	r.load = load0 + "-" + loadAvg()
+	if r.failed > 0 {
+		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "last", lastErr.Load())
+	}
+	if r.failed > r.turns {
+		return scaleOutRun{}, fmt.Errorf("bench: %d turns failed, %d completed; the last: %v", r.failed, r.turns, lastErr.Load())
+	}
+	for i, nd := range c.nodes {
+		env.Logger.Info("scale-out: node", "nodes", n, "node", nd.name, "runs cursor before", before[i].cursors["runs"],
+			"lag before", before[i].cursors["lag:runs"], "after", after[i].cursors["runs"], "lag after", after[i].cursors["lag:runs"], "cpu ticks", after[i].ticks-before[i].ticks)
+		r.names = append(r.names, nd.name)
+		r.events = append(r.events, after[i].applied(before[i])/r.window.Seconds())
+		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
+	}
+	return r, nil
+}
+
+// nodeSnapshot is what a node's /metrics and /proc/<pid>/stat say at one
+// moment.
+type nodeSnapshot struct {
+	cursors map[string]float64 // forever_eventlog_projection_cursor by projection
+	ticks   int64              // utime+stime
+}
+
+// applied is how many stream sequences the node's views went through since
+// b: the "runs" projection's, a view of the events stream (the chunks
+// stream's views have cursors of their own, in another sequence); 0 when
+// either snapshot has none.
+func (s nodeSnapshot) applied(b nodeSnapshot) float64 {
+	x, ok1 := s.cursors["runs"]
+	y, ok2 := b.cursors["runs"]
+	if !ok1 || !ok2 {
+		return 0
+	}
+	return x - y
+}
+
+func everyHasRuns(snaps []nodeSnapshot) bool {
+	for _, s := range snaps {
+		if _, ok := s.cursors["runs"]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeSnapshots reads every node at once: a node held to its quota may
+// take a while to answer /metrics, and one after the other the nodes'
+// readings would be seconds apart.
+func nodeSnapshots(c *agentdCluster) ([]nodeSnapshot, error) {
+	out := make([]nodeSnapshot, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, nd := range c.nodes {
+		if nd.cmd == nil {
+			return nil, fmt.Errorf("bench: %s is not running", nd.name)
+		}
+		pid := nd.cmd.Process.Pid
+		wg.Go(func() {
+			t, err := procTicks(pid)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
+			if err != nil {
+				errs[i] = fmt.Errorf("bench: %s: %w", nd.name, err)
+				return
+			}
+			out[i] = nodeSnapshot{cursors: cur, ticks: t}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// projectionCursors reads every forever_eventlog_projection_cursor of a
+// /metrics page.
+func projectionCursors(url string) (map[string]float64, error) {
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	const prefix, lag = `forever_eventlog_projection_cursor{projection="`, `forever_eventlog_projection_lag_events{projection="`
+	cur := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+		if !ok {
+			// The lag too, under "lag:<projection>", for the log.
+			if rest, ok = strings.CutPrefix(strings.TrimSpace(line), lag); !ok {
+				continue
+			}
+			rest = "lag:" + rest
+		}
+		name, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			cur[name] = v
+		}
+	}
+	return cur, nil
+}
+
+// procTicks is a process's utime+stime, in clock ticks.
+func procTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	// Fields after the command, which is in parentheses: state is field 3,
+	// utime 14 and stime 15.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("bench: /proc/%d/stat: unexpected %q", pid, b)
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("bench: /proc/%d/stat: %w", pid, err)
+	}
+	return u + s, nil
+}
+
+// loadAvg is the 1-minute load average, "?" where unknown.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cpuCgroupsUnusable says why cgroup v1 cpu cgroups cannot be made here,
+// or "" when they can: it creates one, sets its quota and removes it.
+func cpuCgroupsUnusable() string {
+	if _, err := os.Stat(filepath.Join(cpuCgroupRoot, "cpu.cfs_quota_us")); err != nil {
+		return "no cgroup v1 cpu controller at " + cpuCgroupRoot + " (" + err.Error() + ")"
+	}
+	probe := filepath.Join(cpuCgroupRoot, fmt.Sprintf("forever-bench-probe-%d", os.Getpid()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return "cannot create a cpu cgroup: " + err.Error()
+	}
+	defer os.Remove(probe)
+	if err := os.WriteFile(filepath.Join(probe, "cpu.cfs_quota_us"), []byte("50000"), 0o644); err != nil {
+		return "cannot set a cpu cgroup's quota: " + err.Error()
+	}
+	return ""
+}
+
+// cpuCgroups are the cgroups of one cluster's nodes, one per node, each
+// with quota CPUs.
+type cpuCgroups struct {
+	run   string
+	quota float64
+	dirs  map[string]string // by node name
+}
+
+// add puts pid in node's cgroup, creating it with its quota on first use.
+func (g *cpuCgroups) add(node string, pid int) error {
+	if g.dirs == nil {
+		g.dirs = map[string]string{}
+	}
+	dir, ok := g.dirs[node]
+	if !ok {
+		dir = filepath.Join(cpuCgroupRoot, "forever-bench-"+g.run+"-"+node)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("bench: cgroup: %w", err)
+		}
+		g.dirs[node] = dir
+		quota := strconv.Itoa(int(g.quota * cfsPeriodUS))
+		if err := errors.Join(
+			os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.Itoa(cfsPeriodUS)), 0o644),
+			os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(quota), 0o644),
+		); err != nil {
+			return fmt.Errorf("bench: cgroup %s: %w", dir, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return fmt.Errorf("bench: cgroup %s: add %d: %w", dir, pid, err)
+	}
+	return nil
+}
+
+// remove removes every cgroup once its processes are gone, retrying for a
+// few seconds while the kernel still counts an exiting one.
+func (g *cpuCgroups) remove() error {
+	var errs []error
+	for _, dir := range g.dirs {
+		var err error
+		for range 50 {
+			if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bench: remove cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
