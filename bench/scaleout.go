@@ -70,6 +70,9 @@ const (
 // machine with fewer free cores than the nodes' quotas add up to, the
 // nodes get less than their quota and the ratio says less.
 func scaleOut(ctx context.Context, env *Env) (Result, error) {
+	if env.cfg.CPUQuota < 0 {
+		return Result{Rows: []Row{{Figure: "SKIP: -cpu-quota below 0", Baseline: "a quota per node"}}}, nil
+	}
 	if why := cpuCgroupsUnusable(); why != "" {
 		env.Logger.Warn("scale-out: skipped", "why", why)
 		return Result{Rows: []Row{{Figure: "SKIP: " + why, Baseline: "cgroup v1 cpu controller writable at " + cpuCgroupRoot}}}, nil
