@@ -54,7 +54,7 @@ type ClusterInfo struct {
 // a kind of record raises it, and writes the new kind only once the
 // cluster's active format reached it: after every node runs a release that
 // reads it.
-const RecordFormat = FormatBlobSweep
+const RecordFormat = FormatChunkRefs
 
 // Record formats of agentd's releases (ownership's format switch).
 const (
@@ -70,6 +70,14 @@ const (
 	// object without a touch: the sweep runs only once every node
 	// touches. It adds no kind of record.
 	FormatBlobSweep = ownership.FormatBase + 2
+	// FormatChunkRefs: a chunk's payload over --blob-threshold (a tool's
+	// input or output, a data part) is stored in FOREVER_BLOBS and the
+	// chunk on FOREVER_CHUNKS holds its reference (chunk.Blobs). A
+	// release before it reads such a chunk with the field empty (a
+	// recovered turn would lose the output, its gateway would send none),
+	// so chunks hold references only once the cluster's active format
+	// reached it; until then they carry their payloads inline.
+	FormatChunkRefs = ownership.FormatBase + 3
 )
 
 // LeaseInfo is one partition's lease.

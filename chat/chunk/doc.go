@@ -1,6 +1,6 @@
 // Package chunk is the wire format of chat streams: the chunks a turn
 // writes, how they are stored as events, and how readers get them back. It
-// imports only eventlog and the standard library, so readers of streams
+// imports only eventlog, blob and the standard library, so readers of streams
 // (the replay gateway, Go clients) do not compile the provider SDKs that
 // package chat needs.
 //
