@@ -32,6 +32,19 @@
 // a stream's chunk count is its last chunk's index + 1, as the live view
 // counted it, where a replay counts only the chunks still stored.
 //
+// # References
+//
+// A chunk's raw payload (input, output, data) over the blob threshold is
+// stored once in the blob store and the chunk holds its reference under
+// Blobs (Offload), a claim check, so the chunks stream never holds the
+// bytes; Resolve reads them back. Text and reasoning deltas are never
+// offloaded. Invariants: a chunk holds a reference only to an object
+// stored before it was written (Offload stores first), and Resolve gives
+// the chunk as it was before Offload (TestOffloadResolve). Readers that
+// resolve are the edge: the replay gateway and replay.Client with
+// WithBlobs, and package chat's recovery; a reader that does not gets the
+// chunk with the field empty and Blobs set.
+//
 // # Retention
 //
 // A Sweeper purges the chunks of streams that ended (finish, error, abort)
