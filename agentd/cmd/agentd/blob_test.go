@@ -24,8 +24,13 @@ const blobAgent = "blob"
 // blobBytes is the size the blob tool is asked for: the issue's 50 MB
 // (52428800) without -race; under -race 4 MiB unless
 // FOREVER_TEST_BLOB_BYTES says otherwise (52428800 runs the issue's size
-// there too). Measured in TestBinaryVerify on 2 shared cores, see
-// docs/operations.md and the commit that set these.
+// there too, with a longer wait than waitTerminal's). Measured by hand on
+// 2 busy shared cores (load ~18), `agentd chat blob '/tool blob {"bytes":
+// 52428800}'` then GET /messages, GET /stream?after=0 and `agentd verify`:
+// without -race 9.3 s, 2.6 s, 2.6 s, 1.7 s (FOREVER_CHUNKS 24 KB; before
+// chunks held references 15.8 s, 2.2 s, 2.9 s, 5.6 s and 70 MB); with
+// -race 95 s for the turn alone (the output's JSON and digest are read
+// byte by byte under the race detector), too slow for CI.
 func blobBytes() int {
 	if s := os.Getenv("FOREVER_TEST_BLOB_BYTES"); s != "" {
 		if n, err := strconv.Atoi(s); err == nil && n > 0 {
