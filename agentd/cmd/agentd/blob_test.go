@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
@@ -43,6 +44,15 @@ func blobBytes() int {
 	return 50 << 20
 }
 
+// blobWait bounds the waits for the blob turn: a minute, and under -race
+// 3 s more per MiB (the 50 MB turn alone took 95 s there).
+func blobWait() time.Duration {
+	if !raceEnabled {
+		return time.Minute
+	}
+	return time.Minute + time.Duration(blobBytes()>>20)*3*time.Second
+}
+
 // startBlobTurn asks the blob agent's local model to call the blob tool.
 func startBlobTurn(t *testing.T, c *crashClient) chathost.Reply {
 	t.Helper()
@@ -60,7 +70,7 @@ func startBlobTurn(t *testing.T, c *crashClient) chathost.Reply {
 // NATS message, returns its reference ({digest, size}) instead.
 func checkBlobTurn(t *testing.T, c *crashClient, p *agentdProc, httpAddr string, reply chathost.Reply) {
 	t.Helper()
-	if cs := waitTerminal(t, c, p, blobAgent, reply.StreamID); cs[len(cs)-1].Type != "finish" {
+	if cs := waitTerminalFor(t, c, p, blobAgent, reply.StreamID, blobWait()); cs[len(cs)-1].Type != "finish" {
 		t.Fatalf("blob turn's stream ends with %+v", cs[len(cs)-1])
 	}
 	want, err := demo.Blob(demo.BlobInput{Bytes: blobBytes()})
@@ -88,10 +98,18 @@ func checkBlobTurn(t *testing.T, c *crashClient, p *agentdProc, httpAddr string,
 		t.Fatalf("%s: no blob call in %+v", what, msgs[1].Parts)
 		return chat.Part{}
 	}
-	code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+blobAgent+"/messages")
 	var page struct{ Messages []chat.Message }
-	if err := json.Unmarshal([]byte(body), &page); code != 200 || err != nil {
-		t.Fatalf("GET messages: %d, %v", code, err)
+	for deadline := time.Now().Add(blobWait()); ; {
+		// The answer is appended after the finish chunk: GET waits for it
+		// 10 s, which a 50 MB turn under -race outlasts.
+		code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+blobAgent+"/messages")
+		if err := json.Unmarshal([]byte(body), &page); code != 200 || err != nil {
+			t.Fatalf("GET messages: %d, %v", code, err)
+		}
+		if len(page.Messages) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if part := toolPart("GET messages", page.Messages); string(part.Output) != string(out) || part.Blobs != nil {
 		t.Fatalf("GET messages: blob output of %d bytes (blobs %+v), want %d bytes", len(part.Output), part.Blobs, len(out))
