@@ -64,6 +64,23 @@ func startBlobTurn(t *testing.T, c *crashClient) chathost.Reply {
 	return reply
 }
 
+// waitBlobCall waits until the blob turn's stream holds the call's
+// complete input (tool-input-available): the tool runs from then on.
+func waitBlobCall(t *testing.T, c *crashClient, p *agentdProc, reply chathost.Reply) {
+	t.Helper()
+	for deadline := time.Now().Add(blobWait()); ; {
+		for _, ch := range c.streamChunks(blobAgent, reply.StreamID) {
+			if ch.Type == chunk.ToolInput {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the blob call's input was not stored:\n%s", p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // checkBlobTurn checks the blob agent's turn, ended: the model saw the
 // whole output (the local model quotes a large one by size and SHA-256),
 // GET /messages returns it whole, and the messages verb, whose reply is one

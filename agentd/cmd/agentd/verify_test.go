@@ -61,6 +61,9 @@ func TestBinaryVerify(t *testing.T) {
 	// the same SIGKILL (blob_test.go).
 	blobReply := startBlobTurn(t, c)
 	time.Sleep(150 * time.Millisecond)
+	// Mid-call: the blob call's input is complete (a kill before would
+	// end the call unrun, by design), its output not yet stored.
+	waitBlobCall(t, c, p, blobReply)
 	p.kill()
 	p = startAgentd(t, bin, data, httpAddr, natsAddr)
 	c.waitFor("the steps fiber to complete", []string{"steps:v"}, func(evs []eventlog.Event) bool {
