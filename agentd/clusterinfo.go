@@ -61,7 +61,7 @@ type ClusterInfo struct {
 // FormatShards is not in it yet: a node of a cluster created with shards
 // announces it (Config.recordFormat), and an unsharded cluster has no use
 // for it until its data can move into shards.
-const RecordFormat = FormatBlobSweep
+const RecordFormat = FormatChunkRefs
 
 // Record formats of agentd's releases (ownership's format switch).
 const (
@@ -77,6 +77,14 @@ const (
 	// object without a touch: the sweep runs only once every node
 	// touches. It adds no kind of record.
 	FormatBlobSweep = ownership.FormatBase + 2
+	// FormatChunkRefs: a chunk's payload over --blob-threshold (a tool's
+	// input or output, a data part) is stored in FOREVER_BLOBS and the
+	// chunk on FOREVER_CHUNKS holds its reference (chunk.Blobs). A
+	// release before it reads such a chunk with the field empty (a
+	// recovered turn would lose the output, its gateway would send none),
+	// so chunks hold references only once the cluster's active format
+	// reached it; until then they carry their payloads inline.
+	FormatChunkRefs = ownership.FormatBase + 3
 )
 
 // LeaseInfo is one partition's lease.

@@ -11,9 +11,8 @@ import (
 // and chunks are in the streams of shard p mod --shards (eventlog's
 // shards). A cluster created with --shards above 1 starts at this format,
 // so a release that cannot read the shards never joins it and writes the
-// unsharded layout beside them. The lead may renumber it when other
-// formats land first.
-const FormatShards = FormatBlobSweep + 3
+// unsharded layout beside them.
+const FormatShards = FormatChunkRefs + 1
 
 // logShards returns the shard count of the log and of the ownership's
 // stored layout: 0 (unsharded) for --shards 0 or 1.

@@ -194,6 +194,12 @@ type Config struct {
 	// format switch); before, payloads stay inline. References already
 	// stored are read either way. Nil: always.
 	BlobRefsWritable func() bool
+	// ChunkRefsWritable, when set, says whether a chunk may hold a
+	// reference (chunk.Blobs) instead of a payload over the threshold: in
+	// a cluster, only once every node reads them (agentd's
+	// FormatChunkRefs); before, chunks carry their payloads inline. It
+	// applies only while BlobRefsWritable does. Nil: always.
+	ChunkRefsWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

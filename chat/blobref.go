@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/forever-agents/forever/blob"
+	"github.com/forever-agents/forever/chat/chunk"
 )
 
 // Blobs stores payloads by reference (a claim check): *blob.Store, on the
@@ -60,6 +61,25 @@ func (a *Agent) blobThreshold() int {
 		return blob.DefaultThreshold
 	}
 	return a.cfg.BlobThreshold
+}
+
+// blobGetter is the store chunks' references are read back from; nil
+// when none is configured.
+func (a *Agent) blobGetter() chunk.Getter {
+	if a.cfg.Blobs == nil {
+		return nil
+	}
+	return a.cfg.Blobs
+}
+
+// chunkBlobThreshold is the size above which a chunk's payload goes to
+// the blob store, the chunk holding its reference; 0 when chunks carry
+// their payloads inline.
+func (a *Agent) chunkBlobThreshold() int {
+	if a.cfg.ChunkRefsWritable != nil && !a.cfg.ChunkRefsWritable() {
+		return 0
+	}
+	return a.blobThreshold()
 }
 
 // offloadParts returns ps with every field over threshold stored in bs
@@ -245,7 +265,9 @@ func (a *Agent) offloadResult(ctx context.Context, res toolResult) (toolResult, 
 	return toolResult{OutputRef: &r}, nil
 }
 
-// resolveResult reads back a tool output a step recorded by reference.
+// resolveResult reads back a tool output a step recorded by reference. It
+// keeps OutputRef, so the output's chunk can hold the reference without
+// storing the bytes again.
 func (a *Agent) resolveResult(ctx context.Context, res toolResult) (toolResult, error) {
 	if res.OutputRef == nil {
 		return res, nil
@@ -257,7 +279,7 @@ func (a *Agent) resolveResult(ctx context.Context, res toolResult) (toolResult, 
 	if err != nil {
 		return res, fmt.Errorf("chat: read a tool output stored by reference: %w", err)
 	}
-	res.Output, res.OutputRef = data, nil
+	res.Output = data
 	return res, nil
 }
 

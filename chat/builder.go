@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
@@ -214,12 +217,14 @@ func loadStream(ctx context.Context, lg Log, agent, stream string) (*builder, er
 // readStream is loadStream that also returns the stored chunk events'
 // first sequence (0 when none is stored), skipping a retention marker.
 func readStream(ctx context.Context, lg Log, agent, stream string) (*builder, eventlog.Seq, error) {
-	return readStreamInto(ctx, lg, agent, stream, newBuilder())
+	return readStreamInto(ctx, lg, nil, agent, stream, newBuilder())
 }
 
 // readStreamInto is readStream onto b (a builder preloaded with a waiting
-// message, for a turn that resumes it).
-func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builder) (*builder, eventlog.Seq, error) {
+// message, for a turn that resumes it). A chunk holding a payload by
+// reference is read back through bs, so the builder holds the bytes as
+// the live turn did.
+func readStreamInto(ctx context.Context, lg Log, bs chunk.Getter, agent, stream string, b *builder) (*builder, eventlog.Seq, error) {
 	evs, err := lg.Read(ctx, eventlog.Filter{Agent: agent, Stream: stream}, 0, 0)
 	if err != nil {
 		return nil, 0, err
@@ -238,9 +243,18 @@ func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builde
 		if err != nil {
 			return nil, 0, err
 		}
-		if ok {
-			b.add(c)
+		if !ok {
+			continue
 		}
+		if c.Blobs != nil {
+			if bs == nil {
+				return nil, 0, fmt.Errorf("chat: chunk %d of stream %s holds a payload by reference and no blob store is configured", e.Seq, stream)
+			}
+			if c, err = chunk.Resolve(ctx, bs, c); err != nil {
+				return nil, 0, err
+			}
+		}
+		b.add(c)
 	}
 	return b, first, nil
 }
@@ -251,21 +265,43 @@ func readStreamInto(ctx context.Context, lg Log, agent, stream string, b *builde
 // chunks the writer stored, not the deltas: its count is what a recovery
 // rebuilds from the stored stream, and the model call's idempotency key
 // and the snapshot's chunk index are made from it.
+//
+// A payload over the blob threshold (a tool's input or output, a data
+// part) is stored by reference in the chunk (chunk.Offload) when chunks
+// may hold references (Config.ChunkRefsWritable): the builder keeps the
+// bytes, the chunks stream only the reference.
 type emitter struct {
 	w *chunk.Writer
 	b *builder
+	// blobs and threshold are chunk.Offload's: nil and 0 when chunks
+	// carry their payloads inline.
+	blobs     chunk.Putter
+	threshold int
+	refs      prometheus.Counter // forever_chat_chunk_refs_total
 }
 
 // newEmitter returns an emitter that goes on writing stream after the
 // chunks b holds.
 func (a *Agent) newEmitter(stream string, b *builder) *emitter {
-	return &emitter{w: chunk.NewWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
+	em := &emitter{w: chunk.NewWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
+	if th := a.chunkBlobThreshold(); th > 0 {
+		em.blobs, em.threshold, em.refs = a.cfg.Blobs, th, a.metrics.chunkRefs
+	}
+	return em
 }
 
 func (em *emitter) emit(ctx context.Context, c chunk.Chunk) error {
-	if err := em.w.Write(ctx, c); err != nil {
+	stored, err := chunk.Offload(ctx, em.blobs, em.threshold, c)
+	if err != nil {
 		return err
 	}
+	if err := em.w.Write(ctx, stored); err != nil {
+		return err
+	}
+	if stored.Blobs != nil && em.refs != nil {
+		em.refs.Inc()
+	}
+	c.Blobs = nil // the builder keeps the bytes
 	em.b.add(c)
 	em.b.chunks = em.w.Written() // a merged delta is no chunk of its own
 	return nil

@@ -15,7 +15,7 @@ import (
 // builder holding nothing but the chunk count, so chunks written after it
 // keep their indexes.
 func (a *Agent) loadTurnStream(ctx context.Context, info TurnInfo) (*builder, error) {
-	b, first, err := readStreamInto(ctx, a.log, a.agent, info.StreamID, turnBuilder(info))
+	b, first, err := readStreamInto(ctx, a.log, a.blobGetter(), a.agent, info.StreamID, turnBuilder(info))
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,8 @@ type metrics struct {
 	// subagentCalls: started, refused, and each end (completed, failed,
 	// interrupted, cancelled).
 	subagentCalls *prometheus.CounterVec
+	// chunkRefs counts chunks stored holding a payload by reference.
+	chunkRefs prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +47,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_chat_subagent_calls_total",
 			Help: "Sub-agent calls of chat turns: started, refused, and ended by outcome (completed, failed, interrupted, cancelled).",
 		}, []string{"outcome"}),
+		chunkRefs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_chat_chunk_refs_total",
+			Help: "Chunks stored holding a payload over the blob threshold by reference (a tool input or output, a data part) instead of its bytes.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -70,6 +76,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.subagentCalls, err = promreg.Register(reg, m.subagentCalls); err != nil {
+		return nil, err
+	}
+	if m.chunkRefs, err = promreg.Register(reg, m.chunkRefs); err != nil {
 		return nil, err
 	}
 	return m, nil

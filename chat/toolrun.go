@@ -190,12 +190,19 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 	return phaseStepDone, nil
 }
 
-// outputChunk is the chunk that ends call callID with res.
+// outputChunk is the chunk that ends call callID with res. An output its
+// step recorded by reference keeps that reference in the chunk's Blobs
+// (the emitter stores the chunk with the reference alone when chunks may
+// hold references).
 func outputChunk(callID string, res toolResult) chunk.Chunk {
 	if res.Error != "" || len(res.Output) == 0 {
 		return chunk.Chunk{Type: chunk.ToolOutputError, ToolCallID: callID, ErrorText: res.Error}
 	}
-	return chunk.Chunk{Type: chunk.ToolOutput, ToolCallID: callID, Output: res.Output}
+	c := chunk.Chunk{Type: chunk.ToolOutput, ToolCallID: callID, Output: res.Output}
+	if res.OutputRef != nil {
+		c.Blobs = &chunk.Blobs{Output: res.OutputRef}
+	}
+	return c
 }
 
 func resolved(r toolResult) chan toolResult {

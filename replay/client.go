@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -22,11 +23,30 @@ type Item struct {
 // Log opened with eventlog.Config{Bind: true} (a client process) as well as
 // on the server's own Log. A Client is safe for concurrent use.
 type Client struct {
-	lg *eventlog.Log
+	lg    *eventlog.Log
+	blobs chunk.Getter
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithBlobs makes a Client read back the payloads chunks hold by reference
+// (chunk.Blobs) through g, the FOREVER_BLOBS bucket (*blob.Store, or
+// blob.NewReader for a client process): Follow then yields each chunk as
+// it was written. Without it, such a chunk is yielded as stored: its
+// field empty and Chunk.Blobs naming the object.
+func WithBlobs(g chunk.Getter) ClientOption {
+	return func(c *Client) { c.blobs = g }
 }
 
 // NewClient returns a Client reading lg. The caller keeps ownership of lg.
-func NewClient(lg *eventlog.Log) *Client { return &Client{lg: lg} }
+func NewClient(lg *eventlog.Log, opts ...ClientOption) *Client {
+	c := &Client{lg: lg}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
 
 // Follow yields every chunk of agent's stream stored after the cursor, once
 // each and in order: first the stored ones, then live ones as they are
@@ -40,7 +60,8 @@ func NewClient(lg *eventlog.Log) *Client { return &Client{lg: lg} }
 // stream with no chunk stored is ErrUnknownStream. A stream whose chunks
 // retention purged (its chunk.EventExpired marker), or, from cursor 0, one
 // whose first chunks are gone, yields an error wrapping chunk.ErrExpired
-// and ends. A chunk that cannot be decoded is yielded as an error, and
+// and ends. A chunk that cannot be decoded, or whose payload stored by
+// reference cannot be read back (WithBlobs), is yielded as an error, and
 // ranging may go on past it.
 func (c *Client) Follow(ctx context.Context, agent, stream string, after Cursor) iter.Seq2[Item, error] {
 	return c.follow(ctx, agent, stream, after, true)
@@ -137,6 +158,12 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			if !ok {
 				return true
 			}
+			if ch.Blobs != nil && c.blobs != nil {
+				var err error
+				if ch, err = chunk.Resolve(ctx, c.blobs, ch); err != nil {
+					return yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
+				}
+			}
 			return yield(Item{Cursor: Cursor(e.Seq), Chunk: ch}, nil) && !ch.Terminal()
 		}
 		from := after.Seq()
@@ -213,4 +240,12 @@ func (c *Client) Latest(ctx context.Context, agent string) (string, error) {
 		return "", errors.New("replay: latest stream of " + agent + ": last chunk has no stream")
 	}
 	return last.Stream, nil
+}
+
+// lostPayload reports whether err is a chunk's payload stored by reference
+// that could not be read back because its object is gone or does not match
+// (verify reports both): the gateway skips that chunk, as a corrupt one,
+// rather than end the stream for a client that would resume into it again.
+func lostPayload(err error) bool {
+	return errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrMismatch)
 }

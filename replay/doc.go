@@ -27,6 +27,17 @@
 //   - A client going away never stops a turn: only POST .../stop (or a
 //     WebSocket "stop" frame) calls Chats.Stop.
 //
+// # Payloads by reference
+//
+// A chunk may hold a payload over the blob threshold by reference
+// (chunk.Blobs: a tool's input or output, a data part). A Client made with
+// WithBlobs, and the gateway given GatewayConfig.Blobs, read it back, so
+// every client sees each chunk as it was written, never the reference
+// (TestSSEResolvesChunkReferences); resolving changes neither which chunks
+// are yielded nor their cursors. A chunk whose object is missing is an
+// error item of the Client, and the gateway skips it
+// (forever_replay_lost_payloads_total) as it skips a corrupt chunk.
+//
 // # Cursors on the wire
 //
 // A client sees a cursor as a string of decimal digits everywhere: SSE
@@ -184,7 +195,7 @@
 //
 // # Usage
 //
-//	c := replay.NewClient(lg) // lg opened with eventlog.Config{Bind: true}
+//	c := replay.NewClient(lg, replay.WithBlobs(blob.NewReader(js, ""))) // lg opened with eventlog.Config{Bind: true}
 //	for it, err := range c.Follow(ctx, agent, stream, after) {
 //		if err != nil { /* ctx done, or a chunk that does not decode */ }
 //		after = it.Cursor // resume here after a disconnect

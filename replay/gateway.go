@@ -117,6 +117,11 @@ type GatewayConfig struct {
 	Chats Chats
 	// Streams is the stream metadata projection. Required.
 	Streams StreamIndex
+	// Blobs reads back the payloads chunks hold by reference (chunk.Blobs,
+	// the FOREVER_BLOBS bucket), so SSE streams, GET replays and the
+	// WebSocket send each chunk as it was written (WithBlobs). Nil: such a
+	// chunk is sent with the field empty.
+	Blobs chunk.Getter
 	// Stopping, when closed, ends every long-lived response (SSE streams,
 	// WebSockets): close it when the server shuts down. Turns go on.
 	Stopping <-chan struct{}
@@ -210,7 +215,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg:     cfg,
-		client:  NewClient(cfg.Log),
+		client:  NewClient(cfg.Log, WithBlobs(cfg.Blobs)),
 		mux:     http.NewServeMux(),
 		logger:  cfg.Logger.With("subsystem", "replay"),
 		metrics: m,

@@ -12,6 +12,9 @@ type metrics struct {
 	slow      prometheus.Counter
 	// refusedOrigins counts browser requests from origins not allowed.
 	refusedOrigins prometheus.Counter
+	// lostPayloads counts chunks skipped because the payload they hold
+	// by reference could not be read back.
+	lostPayloads prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_replay_refused_origins_total",
 			Help: "Browser requests (HTTP and WebSocket) refused with 403 because their Origin is not allowed.",
 		}),
+		lostPayloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_replay_lost_payloads_total",
+			Help: "Chunks not sent to gateway clients because the payload they hold by reference is missing from, or does not match, the blob store.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -48,6 +55,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.refusedOrigins, err = promreg.Register(reg, m.refusedOrigins); err != nil {
+		return nil, err
+	}
+	if m.lostPayloads, err = promreg.Register(reg, m.lostPayloads); err != nil {
 		return nil, err
 	}
 	return m, nil

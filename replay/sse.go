@@ -157,7 +157,10 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 				return
 			}
 			var ce *eventlog.CorruptError
-			if errors.As(err, &ce) {
+			if lostPayload(err) {
+				g.metrics.lostPayloads.Inc()
+			}
+			if errors.As(err, &ce) || lostPayload(err) {
 				g.logger.Error("skip corrupt chunk", "agent", agent, "stream", stream, "err", err)
 				continue
 			}

@@ -66,7 +66,7 @@ func appendWire(b []byte, c chunk.Chunk) []byte {
 	case chunk.Error:
 		str("errorText", c.ErrorText)
 	default:
-		c.RequestID = ""
+		c.RequestID, c.Blobs = "", nil
 		full, err := json.Marshal(c)
 		if err != nil {
 			return b

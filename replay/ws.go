@@ -371,7 +371,10 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 				return nil
 			}
 			var ce *eventlog.CorruptError
-			if errors.As(err, &ce) {
+			if lostPayload(err) {
+				s.g.metrics.lostPayloads.Inc()
+			}
+			if errors.As(err, &ce) || lostPayload(err) {
 				s.g.logger.Error("skip corrupt chunk", "agent", s.agent, "stream", t.StreamID, "err", err)
 				continue
 			}

@@ -133,8 +133,9 @@
 //   - Everything the caller saw acknowledged (Options.Acked: an event id, a
 //     turn's request id or a fiber id, per agent) is in the log
 //     [KindAckMissing].
-//   - With Options.Blobs, every payload an event holds by reference
-//     ({"digest":"sha256:<hex>","size":N}, package blob) is in the blob
+//   - With Options.Blobs, every payload an event or a chunk holds by
+//     reference ({"digest":"sha256:<hex>","size":N}, package blob; a
+//     chunk's chunk.Blobs) is in the blob
 //     store [KindBlobMissing] and its bytes match the digest and size
 //     [KindBlobMismatch]. References inside a compaction snapshot's rows
 //     are not read.

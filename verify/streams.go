@@ -53,6 +53,7 @@ func (c *checker) chunk(e eventlog.Event) {
 		s.expired = true
 		return
 	}
+	c.collectRefs(e) // a chunk's payload held by reference (chunk.Blobs)
 	idx, ok := chunk.IndexOf(e)
 	if !ok {
 		v.Kind, v.Text = KindChunkCorrupt, fmt.Sprintf("chunk event id %q is not <stream>/<index>", e.ID)

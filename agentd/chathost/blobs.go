@@ -38,6 +38,9 @@ func (ct *Type) openBlobs(ctx context.Context, d *agentd.Daemon, deps *agentd.De
 		// A node of the previous release would read a reference as an
 		// empty field: references wait until every node reads them.
 		ct.refsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBlobRefs }
+		// So would it read a chunk holding a reference: chunks carry
+		// their payloads until every node reads those.
+		ct.chunkRefsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatChunkRefs }
 	}
 	if deps.Config.BlobGrace >= 0 {
 		sweeps := func() bool { return true }

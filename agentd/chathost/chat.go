@@ -67,6 +67,9 @@ type Type struct {
 	// refsWritable reports whether the cluster's record format lets
 	// references be written (agentd.FormatBlobRefs).
 	refsWritable func() bool
+	// chunkRefsWritable reports whether chunks may hold references
+	// (agentd.FormatChunkRefs).
+	chunkRefsWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -195,7 +198,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		cfg.SharedBudgets = ct.shared
 	}
 	if ct.blobs != nil {
-		cfg.Blobs, cfg.BlobRefsWritable = ct.blobs, ct.refsWritable
+		cfg.Blobs, cfg.BlobRefsWritable, cfg.ChunkRefsWritable = ct.blobs, ct.refsWritable, ct.chunkRefsWritable
 	}
 	if ct.limit != nil {
 		cfg.Limiter = ct.limit

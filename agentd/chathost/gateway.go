@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
@@ -23,8 +26,13 @@ func AttachGateway(d *agentd.Daemon, h *host.Host, chats *Type) error {
 		if chats.Store() == nil {
 			return fmt.Errorf("agentd: attach the chat type before the gateway")
 		}
+		js, err := jetstream.New(deps.Conn)
+		if err != nil {
+			return err
+		}
 		gw, err := replay.NewGateway(replay.GatewayConfig{
 			Log:            deps.Log,
+			Blobs:          blob.NewReader(js, ""),
 			Chats:          gatewayChats{host: h, log: deps.Log, chats: chats},
 			Streams:        freshStreams{log: deps.Log, store: chats.Store()},
 			Stopping:       d.Stopping(),

@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/replay"
@@ -56,7 +59,11 @@ type ChunkItem struct {
 // serves POST /v1/chat/{id}/fork (fork.go).
 func AttachReads(d *agentd.Daemon, h *host.Host) error {
 	return d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
-		client := replay.NewClient(deps.Log)
+		js, err := jetstream.New(deps.Conn)
+		if err != nil {
+			return err
+		}
+		client := replay.NewClient(deps.Log, replay.WithBlobs(blob.NewReader(js, "")))
 		attachFork(d, h)
 		d.Handle("GET /v1/agents/{id}/streams/{stream}/chunks", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			page, err := readChunks(r, h, client)

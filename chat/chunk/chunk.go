@@ -80,6 +80,10 @@ type Chunk struct {
 	RequestID       string          `json:"requestId,omitempty"`
 	// Data is the value of a data part (type "data-<name>").
 	Data json.RawMessage `json:"data,omitempty"`
+	// Blobs names the fields stored by reference (Offload), read back
+	// with Resolve. It is ours, like RequestID: the gateway resolves it
+	// and never sends it to an AI SDK client.
+	Blobs *Blobs `json:"blobs,omitempty"`
 }
 
 // IsData reports whether c is a data part (type "data-<name>").

@@ -1,6 +1,6 @@
 // Package chunk is the wire format of chat streams: the chunks a turn
 // writes, how they are stored as events, and how readers get them back. It
-// imports only eventlog and the standard library, so readers of streams
+// imports only eventlog, blob and the standard library, so readers of streams
 // (the replay gateway, Go clients) do not compile the provider SDKs that
 // package chat needs.
 //
@@ -31,6 +31,19 @@
 // rows equal a replay's (TestStreamsBootstrapMatchesReplay), except that
 // a stream's chunk count is its last chunk's index + 1, as the live view
 // counted it, where a replay counts only the chunks still stored.
+//
+// # References
+//
+// A chunk's raw payload (input, output, data) over the blob threshold is
+// stored once in the blob store and the chunk holds its reference under
+// Blobs (Offload), a claim check, so the chunks stream never holds the
+// bytes; Resolve reads them back. Text and reasoning deltas are never
+// offloaded. Invariants: a chunk holds a reference only to an object
+// stored before it was written (Offload stores first), and Resolve gives
+// the chunk as it was before Offload (TestOffloadResolve). Readers that
+// resolve are the edge: the replay gateway and replay.Client with
+// WithBlobs, and package chat's recovery; a reader that does not gets the
+// chunk with the field empty and Blobs set.
 //
 // # Retention
 //

@@ -56,6 +56,14 @@ func (c Chunk) MarshalJSON() ([]byte, error) {
 		b = append(b, `,"data":`...)
 		b = append(b, c.Data...)
 	}
+	if c.Blobs != nil && c.Blobs.Refs() != nil {
+		bl, err := json.Marshal(c.Blobs)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"blobs":`...)
+		b = append(b, bl...)
+	}
 	return append(b, '}'), nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
@@ -677,6 +678,16 @@ func openClient(ctx context.Context, nc *nats.Conn) (*replay.Client, error) {
 	return replay.NewClient(lg), nil
 }
 
+// byRef is what printStream shows of a chunk's payload: the payload, or,
+// for one the chunk holds by reference, where to read it.
+func byRef(v []byte, r *blob.Ref) string {
+	if r == nil {
+		return string(v)
+	}
+	name, _ := r.Name()
+	return fmt.Sprintf("stored by reference, %d bytes: nats object get %s %s", r.Size, blob.Bucket, name)
+}
+
 // printStream prints a followed stream of agent: text to stdout as it arrives, tool
 // calls and errors to stderr; reasoning is skipped. It returns the cursor of
 // the last chunk printed (after when none), telling seen each. When ctx ends
@@ -701,9 +712,9 @@ func printStream(ctx context.Context, agent string, items func(func(replay.Item,
 		case chunk.TextEnd:
 			fmt.Fprintln(stdout)
 		case chunk.ToolInput:
-			fmt.Fprintf(stderr, "[tool %s %s (call %s)]\n", c.ToolName, c.Input, c.ToolCallID)
+			fmt.Fprintf(stderr, "[tool %s %s (call %s)]\n", c.ToolName, byRef(c.Input, c.Blobs.Ref("input")), c.ToolCallID)
 		case chunk.ToolOutput:
-			fmt.Fprintf(stderr, "[tool output %s]\n", c.Output)
+			fmt.Fprintf(stderr, "[tool output %s]\n", byRef(c.Output, c.Blobs.Ref("output")))
 		case chunk.ToolOutputError, chunk.ToolInputError:
 			fmt.Fprintf(stderr, "[tool error: %s]\n", c.ErrorText)
 		case chunk.ToolOutputDenied:

@@ -324,7 +324,13 @@ func testBinaryApproval(t *testing.T, bin string) {
 // waitTerminal waits for a stream's terminal chunk and returns its chunks.
 func waitTerminal(t *testing.T, c *crashClient, p *agentdProc, agent, stream string) []chunk.Chunk {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	return waitTerminalFor(t, c, p, agent, stream, 60*time.Second)
+}
+
+// waitTerminalFor is waitTerminal waiting up to d.
+func waitTerminalFor(t *testing.T, c *crashClient, p *agentdProc, agent, stream string, d time.Duration) []chunk.Chunk {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		chunks := c.streamChunks(agent, stream)
 		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {

@@ -61,6 +61,9 @@ func TestBinaryVerify(t *testing.T) {
 	// the same SIGKILL (blob_test.go).
 	blobReply := startBlobTurn(t, c)
 	time.Sleep(150 * time.Millisecond)
+	// Mid-call: the blob call's input is complete (a kill before would
+	// end the call unrun, by design), its output not yet stored.
+	waitBlobCall(t, c, p, blobReply)
 	p.kill()
 	p = startAgentd(t, bin, data, httpAddr, natsAddr)
 	c.waitFor("the steps fiber to complete", []string{"steps:v"}, func(evs []eventlog.Event) bool {
@@ -102,6 +105,19 @@ func TestBinaryVerify(t *testing.T) {
 	}
 	if out, code := runVerifyCmd(t, bin, "verify", "--data", t.TempDir()); code != 1 || !strings.Contains(out, "no JetStream store") {
 		t.Errorf("verify --data of an empty dir: exit %d\n%s", code, out)
+	}
+
+	// The views rebuilt from an empty Pebble: the blob turn reads back
+	// whole, and verify is clean.
+	if err := os.RemoveAll(filepath.Join(data, "pebble")); err != nil {
+		t.Fatal(err)
+	}
+	p = startAgentd(t, bin, data, httpAddr, natsAddr)
+	c = dialAgentd(t, natsAddr)
+	checkBlobTurn(t, c, p, httpAddr, blobReply)
+	verifyLog(t, c)
+	if out, code := runVerifyCmd(t, bin, "verify", "--nats-url", "nats://"+natsAddr); code != 0 || !strings.Contains(out, "payloads stored by reference checked") {
+		t.Errorf("verify --nats-url after the rebuild: exit %d\n%s", code, out)
 	}
 }
 
