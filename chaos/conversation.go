@@ -39,13 +39,15 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, con
 		}
 		st.messages += len(msgs)
 		stored := map[string]int{}
-		replies := 0 // assistant messages since the last user message
-		last := ""   // that user message's id
+		requestOf := map[string]string{} // marker -> its user message's turn
+		replies := 0                     // assistant messages since the last user message
+		last := ""                       // that user message's id
 		for _, m := range msgs {
 			switch m.Role {
 			case chat.RoleUser:
 				for _, mk := range markerRE.FindAllString(m.Text(), -1) {
 					stored[mk]++
+					requestOf[mk] = m.RequestID
 				}
 				if last != "" && replies == 0 {
 					st.unanswered++
@@ -66,6 +68,14 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, con
 			switch {
 			case n > 1:
 				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, acknowledged %v, request %s) is stored %d times", agent, s.marker, s.mode, s.acked, s.request, n))
+			case n == 0 && s.acked && s.mayBeRolledBack:
+				st.rolledBack++
+			case n == 1 && s.acked && requestOf[s.marker] != s.request:
+				// Each message is answered by the turn its reply named: its
+				// own (enqueue, interrupt, rollback), the running one it
+				// was steered into, or its batch's (merge, debounce).
+				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, multitask %q) was acknowledged with turn %s but is stored in turn %s",
+					agent, s.marker, s.mode, s.policy, s.request, requestOf[s.marker]))
 			case n == 0 && s.acked:
 				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, request %s) was acknowledged but is not in the conversation", agent, s.marker, s.mode, s.request))
 			}
@@ -81,6 +91,9 @@ type conversationStats struct {
 	// them: a turn that failed before its answer was stored (verify
 	// checks that each has a turn with an outcome).
 	unanswered int
+	// rolledBack counts acknowledged commands a later "rollback" of their
+	// round removed from the conversation, as that policy does.
+	rolledBack int
 }
 
 // conversation reads agent's whole conversation, page by page, retrying a

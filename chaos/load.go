@@ -59,12 +59,17 @@ type client struct {
 // and every reply's ids (acks). sends counts how often it was sent, by
 // its client and by resendInFlight.
 type sentChat struct {
-	marker  string
-	mode    string
-	acked   bool
-	request string
-	acks    []turnID
-	sends   int
+	marker string
+	mode   string
+	// policy is the command's multitask policy ("" is reject, the
+	// default); mayBeRolledBack is set once a later command of its round
+	// was sent with "rollback", which may remove it from the conversation.
+	policy          string
+	mayBeRolledBack bool
+	acked           bool
+	request         string
+	acks            []turnID
+	sends           int
 }
 
 // turnID is what a chat command's reply names: its turn's request id and
@@ -200,53 +205,100 @@ const (
 
 var modes = []string{modeMessage, modeRequest, modeKey, modeNone}
 
-// chat sends turns to agent one after the other until ctx ends, following
-// each to its end. Each command's text carries a marker unique in the run,
-// so the conversation shows how often it was stored (checkConversations);
-// the command's identity is one of modes. verify then finds a message
-// answered by two turns (or none), and a request id started twice.
+// chat sends turns to agent one round after the other until ctx ends,
+// following each round's turns to their ends. A round is one command, or,
+// one time in three, a double text: a first command and one or two more
+// sent at once after it, each with a multitask policy of policies (the
+// first sometimes "debounce"). Each command's text carries a marker unique
+// in the run, so the conversation shows how often it was stored
+// (checkConversations); the command's identity is one of modes. verify
+// then finds a message answered by two turns (or none), and a request id
+// started twice; checkPolicies that each message is answered by the turn
+// its reply named.
 func (l *load) chat(ctx context.Context, c *client, agent string, rng *rand.Rand) {
-	for n := 0; ctx.Err() == nil; n++ {
-		marker := fmt.Sprintf("[%s #%d]", agent, n)
-		text := "Tell me about chaos " + marker + "."
-		if n%2 == 1 {
-			text = "Chaos asks the time " + marker + ".\n/tool clock {}"
+	for n := 0; ctx.Err() == nil; {
+		cmds := 1
+		if rng.IntN(3) == 0 {
+			cmds += 1 + rng.IntN(2)
 		}
-		mode := modes[rng.IntN(len(modes))]
-		id := fmt.Sprintf("%s-m%d-%d", agent, n, rng.Uint32())
-		var cmd map[string]any
-		key := ""
-		switch mode {
-		case modeMessage:
-			cmd = map[string]any{"message": map[string]any{
-				"id": id, "role": "user", "parts": []map[string]string{{"type": "text", "text": text}},
-			}}
-		case modeRequest:
-			cmd = map[string]any{"text": text, "requestId": id}
-		case modeKey:
-			cmd, key = map[string]any{"text": text}, id
-		default:
-			cmd = map[string]any{"text": text}
+		var replies []chathost.Reply
+		var round []int // the round's commands, in l.mu.sent[agent]
+		for k := 0; k < cmds && ctx.Err() == nil; k, n = k+1, n+1 {
+			policy := ""
+			switch {
+			case k > 0:
+				policy = policies[rng.IntN(len(policies))]
+			case cmds > 1 && rng.IntN(4) == 0:
+				policy = "debounce"
+			}
+			marker := fmt.Sprintf("[%s #%d]", agent, n)
+			text := "Tell me about chaos " + marker + "."
+			if n%2 == 1 {
+				text = "Chaos asks the time " + marker + ".\n/tool clock {}"
+			}
+			mode := modes[rng.IntN(len(modes))]
+			id := fmt.Sprintf("%s-m%d-%d", agent, n, rng.Uint32())
+			var cmd map[string]any
+			key := ""
+			switch mode {
+			case modeMessage:
+				cmd = map[string]any{"message": map[string]any{
+					"id": id, "role": "user", "parts": []map[string]string{{"type": "text", "text": text}},
+				}}
+			case modeRequest:
+				cmd = map[string]any{"text": text, "requestId": id}
+			case modeKey:
+				cmd, key = map[string]any{"text": text}, id
+			default:
+				cmd = map[string]any{"text": text}
+			}
+			if policy != "" {
+				cmd["multitask"] = policy
+				if policy == "debounce" && rng.IntN(2) == 0 {
+					cmd["debounceMs"] = 50 + rng.IntN(500)
+				}
+			}
+			l.mu.Lock()
+			if policy == "rollback" {
+				for _, i := range round {
+					l.mu.sent[agent][i].mayBeRolledBack = true
+				}
+			}
+			l.mu.sent[agent] = append(l.mu.sent[agent], sentChat{marker: marker, mode: mode, policy: policy})
+			idx := len(l.mu.sent[agent]) - 1
+			round = append(round, idx)
+			if mode != modeNone {
+				// Sent again by resendInFlight in a stepdown or a handoff
+				// until its turn's stream ended.
+				l.mu.flights[agent] = &flight{agent: agent, idx: idx, key: key, cmd: cmd, via: c}
+			}
+			l.mu.Unlock()
+			if reply, ok := l.sendChat(ctx, c, agent, idx, key, mode, cmd); ok {
+				replies = append(replies, reply)
+			}
+			if k == 0 && cmds > 1 {
+				sleep(ctx, time.Duration(rng.IntN(100))*time.Millisecond) // the double text's gap
+			}
 		}
-		l.mu.Lock()
-		l.mu.sent[agent] = append(l.mu.sent[agent], sentChat{marker: marker, mode: mode})
-		idx := len(l.mu.sent[agent]) - 1
-		if mode != modeNone {
-			// Sent again by resendInFlight in a stepdown or a handoff
-			// until its turn's stream ended.
-			l.mu.flights[agent] = &flight{agent: agent, idx: idx, key: key, cmd: cmd, via: c}
+		followed := map[string]bool{}
+		for _, reply := range replies {
+			if !followed[reply.StreamID] {
+				followed[reply.StreamID] = true
+				l.followReply(ctx, c, agent, reply, rng)
+			}
 		}
-		l.mu.Unlock()
-		l.chatOnce(ctx, c, agent, idx, key, mode, cmd, rng)
 		l.mu.Lock()
 		delete(l.mu.flights, agent)
 		l.mu.Unlock()
 	}
 }
 
-// chatOnce sends the command idx of agent until it is acknowledged (or
-// given up), then follows its turn's stream and replays it.
-func (l *load) chatOnce(ctx context.Context, c *client, agent string, idx int, key, mode string, cmd map[string]any, rng *rand.Rand) {
+// policies are the multitask policies of a round's later commands.
+var policies = []string{"enqueue", "interrupt", "rollback", "steer", "merge", "debounce"}
+
+// sendChat sends the command idx of agent until it is acknowledged (or
+// given up) and records its reply.
+func (l *load) sendChat(ctx context.Context, c *client, agent string, idx int, key, mode string, cmd map[string]any) (chathost.Reply, bool) {
 	var reply chathost.Reply
 	acked := false
 	for attempt := 0; attempt < chatAttempts && ctx.Err() == nil; attempt++ {
@@ -276,10 +328,19 @@ func (l *load) chatOnce(ctx context.Context, c *client, agent string, idx int, k
 		sleep(ctx, 100*time.Millisecond)
 	}
 	if !acked {
-		return
+		return reply, false
 	}
 	l.recordAck(agent, idx, reply)
 	l.count("chats")
+	if p, _ := cmd["multitask"].(string); p != "" {
+		l.count("chats " + p)
+	}
+	return reply, true
+}
+
+// followReply follows an acknowledged command's turn's stream to its end,
+// then replays it.
+func (l *load) followReply(ctx context.Context, c *client, agent string, reply chathost.Reply, rng *rand.Rand) {
 	items, ended, lastErr := l.follow(ctx, c, agent, reply.StreamID, reply.Cursor)
 	if !ended {
 		if ctx.Err() == nil {

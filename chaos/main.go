@@ -395,8 +395,8 @@ func printTable(w io.Writer, o options, r *results) {
 		}
 		fmt.Fprintf(w, "verify notes: %s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "conversations: %d messages read, %d from users, %d of them without an assistant message after them\n",
-		r.read.messages, r.read.users, r.read.unanswered)
+	fmt.Fprintf(w, "conversations: %d messages read, %d from users, %d of them without an assistant message after them (merged or steered ones among them), %d acknowledged commands removed by a rollback\n",
+		r.read.messages, r.read.users, r.read.unanswered, r.read.rolledBack)
 	// The checks of one turn per request and one request per turn, by
 	// name, so a clean run shows they ran.
 	parts = parts[:0]

@@ -210,6 +210,10 @@ type Config struct {
 	// Multitask is the policy of a Send that names none (multitask.go):
 	// "" is MultitaskReject.
 	Multitask Multitask
+	// DebounceWindow is the quiet window of MultitaskDebounce: a batch's
+	// turn starts once no message joined it for this long. 0 is
+	// DefaultDebounceWindow; SendRequest.Debounce overrides it.
+	DebounceWindow time.Duration
 	// ContextTokens is the context budget of a model call, in tokens
 	// (estimated at four bytes a token, llm.EstimateTokens): past it, the
 	// model gets the system prompt, a summary of the older messages and
@@ -245,6 +249,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.MaxSteps == 0 {
 		c.MaxSteps = DefaultMaxSteps
+	}
+	if c.DebounceWindow == 0 {
+		c.DebounceWindow = DefaultDebounceWindow
 	}
 	if c.MaxParallelTools == 0 {
 		c.MaxParallelTools = DefaultMaxParallelTools
@@ -295,6 +302,8 @@ func (c *Config) Validate() error {
 	case c.MaxRecoveryAttempts < 0 || c.StashChunks < 0 || c.StashInterval < 0 || c.RetryBackoff < 0 ||
 		c.MaxSteps < 0 || c.MaxParallelTools < 0 || c.MaxDepth < 0 || c.ChildPoll < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	case c.DebounceWindow < 0:
+		return fmt.Errorf("%w: negative DebounceWindow", ErrInvalidConfig)
 	case c.Multitask != "" && !isMultitask(c.Multitask):
 		return fmt.Errorf("%w: Multitask %q: %w", ErrInvalidConfig, c.Multitask, ErrMultitask)
 	case c.Fibers.Agent() != c.Agent:
@@ -328,6 +337,9 @@ type Agent struct {
 	// onSlotMisuse, set only by tests, is told of a turn slot released
 	// twice or not released by its owner (slotMisuse).
 	onSlotMisuse func(requestID, what string)
+	// maxMerged, when positive, is a test's bound on a batch's merged
+	// messages instead of maxMerged (batch.go).
+	maxMerged int
 
 	mu struct {
 		sync.Mutex
@@ -387,6 +399,10 @@ type SendRequest struct {
 	// Multitask is what to do if a turn of the agent runs (or messages
 	// wait in its queue): "" is Config.Multitask.
 	Multitask Multitask
+	// Debounce, when positive, is the quiet window of a MultitaskDebounce
+	// message's batch, instead of Config.DebounceWindow (at most
+	// MaxDebounceWindow).
+	Debounce time.Duration
 	// Parent is set when a sub-agent call of another agent's turn sends
 	// the message: the turn records it, and tells the parent when it
 	// ends. A parent whose chain of callers holds this agent is refused

@@ -364,7 +364,13 @@
 //     MultitaskSteer adds it to the running turn (turn.steered), whose next
 //     model call, or one more step, reads it (TestMultitaskSteer);
 //     MultitaskRollback cancels the turn, truncates the conversation
-//     before it once it has ended, and then sends.
+//     before it once it has ended, and then sends; MultitaskMerge and
+//     MultitaskDebounce queue the message in a batch (batch.go), whose
+//     one turn answers every message of it, each exactly once, after the
+//     batch's quiet window: its turn.started stores them and takes them
+//     out of the queue in one event, and a message that turn did not take
+//     gets its own (TestMultitaskMergeCrash, TestMultitaskMergeOverflow,
+//     TestMultitaskDebounce).
 //     A command refused with ErrTurnActive never touches the turn that
 //     runs or is recovered: a recovery that finds the turn slot held by a
 //     command that has not stored its turn waits for it (that command then

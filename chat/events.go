@@ -70,6 +70,20 @@ type turnStarted struct {
 	// Version is the version of the code that started the turn (its
 	// fiber runner's, fiber.Config.Version); absent when unversioned.
 	Version string `json:"version,omitempty"`
+	// Batch, Window and QueuedAt are set on a queued message of a
+	// MultitaskMerge or MultitaskDebounce batch (its queue fiber's
+	// snapshot, batch.go): Batch is the request id of the batch's turn
+	// (the first message's own), Window the batch's quiet window in ms
+	// (on the first message), QueuedAt when the message was queued (unix
+	// ms).
+	Batch    string `json:"batch,omitempty"`
+	Window   int64  `json:"windowMs,omitempty"`
+	QueuedAt int64  `json:"queuedAt,omitempty"`
+	// Merged are the messages a batch's turn answers after Message, in
+	// the order they came, and MergedFrom their queued request ids: stored
+	// with the turn, as Message is.
+	Merged     []Message `json:"merged,omitempty"`
+	MergedFrom []string  `json:"mergedFrom,omitempty"`
 	// rewrite is SendRequest.rewrite, for the event id; not stored.
 	rewrite string
 }

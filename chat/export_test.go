@@ -14,6 +14,10 @@ import (
 // error, as a process dying there.
 func StopAt(a *Agent, stop func(ctx context.Context, point string) error) { a.stopAt = stop }
 
+// SetMaxMerged bounds the messages a batch's turn takes (merge, debounce)
+// at n instead of 100.
+func SetMaxMerged(a *Agent, n int) { a.maxMerged = n }
+
 // Acquire and Release take and give back a slot of l, as a turn does.
 func (l *TurnLimiter) Acquire(force bool) error { return l.acquire(force) }
 func (l *TurnLimiter) Release()                 { l.release() }

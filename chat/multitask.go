@@ -50,14 +50,22 @@ const (
 	// a turn answering the message (rollback.go). The turn's events and
 	// stream stay in the log; only the conversation forgets it.
 	MultitaskRollback Multitask = "rollback"
+	// MultitaskMerge stores the message at once, as MultitaskEnqueue does,
+	// and answers every message that came while the running turn ran (or
+	// while the batch waited) in one next turn, whose input holds them all
+	// in the order they came (batch.go). The reply names that turn. With
+	// no turn running and nothing queued, the message starts its turn at
+	// once.
+	MultitaskMerge Multitask = "merge"
+	// MultitaskDebounce is MultitaskMerge whose turn starts only after a
+	// quiet window (Config.DebounceWindow, or SendRequest.Debounce) in
+	// which no message joined the batch, also when no turn runs: messages
+	// sent within the window become one turn.
+	MultitaskDebounce Multitask = "debounce"
 )
 
-// Policies issue 37 names that are not built yet: asking for one is
-// ErrMultitask with a sentence naming the supported ones.
-var unbuiltMultitask = []Multitask{"merge", "debounce"}
-
 // Multitasks are the supported policies, in the order the docs list them.
-var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue, MultitaskSteer, MultitaskRollback}
+var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnqueue, MultitaskSteer, MultitaskRollback, MultitaskMerge, MultitaskDebounce}
 
 // ErrMultitask (bad input) is returned by Send and Config.Validate for a
 // multitask policy that is not one of Multitasks.
@@ -80,11 +88,6 @@ func ParseMultitask(s string) (Multitask, error) {
 		names[i] = string(p)
 	}
 	supported := strings.Join(names, ", ")
-	for _, u := range unbuiltMultitask {
-		if m == u {
-			return "", fmt.Errorf("%w: %q is not supported yet; use one of %s", ErrMultitask, s, supported)
-		}
-	}
 	return "", fmt.Errorf("%w: %q is not a multitask policy; use one of %s", ErrMultitask, s, supported)
 }
 
@@ -147,6 +150,9 @@ func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, 
 	if _, err := ParseMultitask(string(req.Multitask)); err != nil {
 		return Turn{}, err
 	}
+	if err := checkDebounce(req.Debounce); err != nil {
+		return Turn{}, err
+	}
 	policy := cmpOr(req.Multitask, a.cfg.Multitask, MultitaskReject)
 	if orig, ok, err := a.queuedSend(msg.ID, req.RequestID); err != nil || ok {
 		return orig, err
@@ -160,6 +166,10 @@ func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, 
 		return a.sendSteering(ctx, req, msg)
 	case MultitaskRollback:
 		return a.sendRollingBack(ctx, req, msg)
+	case MultitaskMerge:
+		return a.sendBatched(ctx, req, msg, 0)
+	case MultitaskDebounce:
+		return a.sendBatched(ctx, req, msg, a.debounceWindow(req))
 	}
 	if n, err := a.waitingCount(); err != nil {
 		return Turn{}, err
@@ -254,6 +264,15 @@ func (a *Agent) sendQueued(ctx context.Context, req SendRequest, msg Message) (T
 	if orig, ok, err := a.queuedSend(msg.ID, req.RequestID); err != nil || ok {
 		return orig, err
 	}
+	t := queuedTurn(req, msg)
+	if err := a.queue(ctx, t); err != nil {
+		return Turn{}, err
+	}
+	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
+}
+
+// queuedTurn is the turn.started of a queued message.
+func queuedTurn(req SendRequest, msg Message) turnStarted {
 	t := turnStarted{
 		RequestID: req.RequestID, StreamID: nuid.Next(), MessageID: msg.ID,
 		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
@@ -263,19 +282,22 @@ func (a *Agent) sendQueued(ctx context.Context, req SendRequest, msg Message) (T
 	}
 	msg.RequestID = t.RequestID
 	t.Message = &msg
+	return t
+}
+
+// queue stores t in a queue fiber's fiber.started and waits for the views
+// to show it queued.
+func (a *Agent) queue(ctx context.Context, t turnStarted) error {
 	// Too large for its turn.started is refused now, not when it runs.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
-		return Turn{}, err
+		return err
 	}
 	if _, err := a.cfg.Fibers.Go(ctx, QueueFiberPrefix+t.RequestID, func(fctx context.Context, _ *fiber.Fiber) error {
 		return a.runQueued(fctx, t)
 	}, fiber.WithSnapshot(t)); err != nil {
-		return Turn{}, fmt.Errorf("chat: queue the message: %w", err)
+		return fmt.Errorf("chat: queue the message: %w", err)
 	}
-	if err := a.catchUp(ctx); err != nil {
-		return Turn{}, err
-	}
-	return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, nil
+	return a.catchUp(ctx)
 }
 
 // runQueued is a queue fiber: it starts the queued turn t once t is the
@@ -284,16 +306,22 @@ func (a *Agent) sendQueued(ctx context.Context, req SendRequest, msg Message) (T
 func (a *Agent) runQueued(ctx context.Context, t turnStarted) error {
 	for {
 		wake := a.mt.changed()
-		done, err := a.tryQueued(ctx, t)
+		done, wait, err := a.tryQueued(ctx, t)
 		if done {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
 			a.logger.Warn("start a queued turn", "request", t.RequestID, "err", err)
 		}
+		if poll := queuePoll; wait <= 0 || wait > poll {
+			if t.joined() {
+				poll = joinedPoll
+			}
+			wait = poll
+		}
 		select {
 		case <-wake:
-		case <-time.After(queuePoll):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -302,42 +330,60 @@ func (a *Agent) runQueued(ctx context.Context, t turnStarted) error {
 
 // tryQueued starts t's turn if it is its time; done reports that the
 // queue fiber has nothing left to do.
-func (a *Agent) tryQueued(ctx context.Context, t turnStarted) (done bool, err error) {
+// A message of a merge or debounce batch (batch.go) that joined another's
+// is done once its batch's turn took it, and starts a turn of its own, as
+// an enqueued message does, if that turn started without it; wait is
+// what is left of a batch's quiet window.
+func (a *Agent) tryQueued(ctx context.Context, t turnStarted) (done bool, wait time.Duration, err error) {
 	if err := a.catchUp(ctx); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if _, err := a.store.Turn(a.agent, t.RequestID); err == nil {
-		return true, nil // started (a run before a crash)
+		return true, 0, nil // started (a run before a crash)
 	} else if !errors.Is(err, ErrNotFound) {
-		return false, err
+		return false, 0, err
+	}
+	if t.joined() {
+		done, waiting, err := a.joinedDone(t)
+		if done || waiting || err != nil {
+			return done, 0, err
+		}
 	}
 	head, ok, err := a.store.queueHead(a.agent)
 	if err != nil || (ok && head.RequestID != t.RequestID) {
-		return false, err
+		return false, 0, err
 	}
 	if a.mt.priority.Load() > 0 {
-		return false, nil
+		return false, 0, nil
 	}
 	a.mu.Lock()
 	busy := a.mu.active != nil
 	a.mu.Unlock()
 	if busy {
-		return false, nil
+		return false, 0, nil
 	}
-	msg := *t.Message
-	_, err = a.start(ctx, t, &msg, nil, "")
+	if t.Batch == t.RequestID {
+		wait, err = a.startBatch(ctx, t)
+		if wait > 0 && err == nil {
+			return false, wait, nil
+		}
+	} else {
+		msg := *t.Message
+		_, err = a.start(ctx, t, &msg, nil, "")
+	}
 	switch {
 	case err == nil:
-		return true, nil
+		return true, 0, nil
 	case errors.Is(err, ErrTurnActive), errors.Is(err, ErrOverloaded):
-		return false, nil
+		return false, 0, nil
 	case errors.Is(err, ErrDuplicateMessage), errors.Is(err, ErrInvalidMessage), errors.Is(err, ErrTooLarge):
 		// It can never start (its message id was taken meanwhile): the
-		// fiber ends and takes it out of the queue.
+		// fiber ends and takes it out of the queue. Messages that joined
+		// its batch then start turns of their own.
 		a.logger.Error("queued message dropped", "request", t.RequestID, "message", t.MessageID, "err", err)
-		return true, nil
+		return true, 0, nil
 	}
-	return false, err
+	return false, 0, err
 }
 
 // recoverQueued resumes a queue fiber after a crash or an ownership move.
@@ -363,6 +409,9 @@ func (a *Agent) queuedSend(msgID, requestID string) (Turn, bool, error) {
 		if t.MessageID == msgID || (requestID != "" && t.RequestID == requestID) {
 			if t.MessageID != msgID {
 				return Turn{}, false, fmt.Errorf("%w: request id %q is the turn of message %q, not %q", ErrDuplicateMessage, requestID, t.MessageID, msgID)
+			}
+			if head, ok := findQueued(q, t.Batch); t.joined() && ok {
+				t = head // the batch's turn answers it
 			}
 			return Turn{RequestID: t.RequestID, StreamID: t.StreamID, MessageID: t.AssistantMessageID}, true, nil
 		}

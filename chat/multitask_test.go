@@ -12,8 +12,8 @@ import (
 )
 
 // TestMultitaskReject: the default policy, and "reject", refuse a message
-// sent while a turn runs and store nothing of it; unknown and unbuilt
-// policies are bad input.
+// sent while a turn runs and store nothing of it; an unknown
+// policy is bad input.
 func TestMultitaskReject(t *testing.T) {
 	e := newEnv(t)
 	g := newGate()
@@ -28,8 +28,7 @@ func TestMultitaskReject(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ policy, want string }{
-		{"merge", `"merge" is not supported yet; use one of reject, interrupt, enqueue, steer, rollback`},
-		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue, steer, rollback`},
+		{"later", `"later" is not a multitask policy; use one of reject, interrupt, enqueue, steer, rollback, merge, debounce`},
 	} {
 		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "second", Multitask: chat.Multitask(tc.policy)})
 		if !errors.Is(err, chat.ErrMultitask) || !strings.Contains(err.Error(), tc.want) {

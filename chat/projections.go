@@ -155,12 +155,21 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		return appendMessage(b, e, m)
 	case EventTurnStarted, EventTurnSteered:
 		var t struct {
-			Message *Message `json:"message"`
+			Message *Message  `json:"message"`
+			Merged  []Message `json:"merged"`
 		}
 		if !decodeData(e, &t) || t.Message == nil {
 			return nil
 		}
-		return appendMessage(b, e, *t.Message)
+		if err := appendMessage(b, e, *t.Message); err != nil {
+			return err
+		}
+		for _, m := range t.Merged {
+			if err := appendMessage(b, e, m); err != nil {
+				return err
+			}
+		}
+		return nil
 	case EventMessageUpdated:
 		var u messageUpdated
 		if !decodeData(e, &u) {
@@ -431,6 +440,9 @@ type TurnInfo struct {
 	ParentSpanID string `json:"parentSpanId,omitempty"`
 	// Steered counts the messages steered into the turn (turn.steered).
 	Steered int `json:"steered,omitempty"`
+	// Merged are the ids of the messages a merged or debounced batch's
+	// turn answers after its MessageID (MultitaskMerge), in order.
+	Merged []string `json:"merged,omitempty"`
 	// Version is the version of the code that started the turn (its
 	// turn.started's), "" when unversioned.
 	Version string `json:"version,omitempty"`
@@ -518,11 +530,19 @@ func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 			Parent:      ts.Parent,
 			TraceParent: ts.TraceParent, ParentSpanID: ts.ParentSpanID, Version: ts.Version,
 		}
+		for _, m := range ts.Merged {
+			t.Merged = append(t.Merged, m.ID)
+		}
 		if err := setJSON(b, turnKey(e.Agent, t.RequestID), t); err != nil {
 			return err
 		}
 		if err := dequeue(b, e.Agent, t.RequestID); err != nil {
 			return err
+		}
+		for _, req := range ts.MergedFrom {
+			if err := dequeue(b, e.Agent, req); err != nil {
+				return err
+			}
 		}
 		if err := b.Set(activeTurnKey(e.Agent), []byte(t.RequestID)); err != nil {
 			return err

@@ -147,7 +147,7 @@ func (a *Agent) steerAgain(ctx context.Context, st *turnState) bool {
 
 // steeredInto reports whether m was steered into st's turn.
 func steeredInto(st *turnState, m Message) bool {
-	return m.Role == RoleUser && m.RequestID == st.info.RequestID && m.ID != st.info.MessageID
+	return m.Role == RoleUser && m.RequestID == st.info.RequestID && m.ID != st.info.MessageID && !slices.Contains(st.info.Merged, m.ID)
 }
 
 // steeredLast moves the messages steered into st's turn after the turn's

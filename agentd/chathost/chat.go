@@ -294,10 +294,13 @@ type Request struct {
 	Messages  []chat.Message `json:"messages,omitempty"`
 	Tools     []llm.Tool     `json:"tools,omitempty"`
 	// Multitask is what to do when a turn of the agent runs: "reject"
-	// (409), "interrupt" or "enqueue" (chat.Multitask); "" is the agent
-	// type's default. The HTTP gateway also takes it from the
-	// Forever-Multitask header.
+	// (409), "interrupt", "enqueue", "steer", "rollback", "merge" or
+	// "debounce" (chat.Multitask); "" is the agent type's default. The
+	// HTTP gateway also takes it from the Forever-Multitask header.
 	Multitask string `json:"multitask,omitempty"`
+	// DebounceMs is the quiet window of a "debounce" message's batch in
+	// milliseconds (chat.SendRequest.Debounce); 0 is the agent type's.
+	DebounceMs int64 `json:"debounceMs,omitempty"`
 	// Parent is set by a sub-agent call of another agent's turn
 	// (chat.ParentRef): the call, and the chain of its callers.
 	Parent *chat.ParentRef `json:"parent,omitempty"`
@@ -413,7 +416,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			if err := c.BudgetRefusal(ctx, id, msgID); err != nil {
 				return nil, err // 402 until the budget's period resets
 			}
-			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent, Multitask: chat.Multitask(req.Multitask)})
+			turn, err = c.send(ctx, req, chat.SendRequest{Text: req.Text, Message: req.Message, Body: req.Body, Tools: req.Tools, RequestID: id, Parent: req.Parent, Multitask: chat.Multitask(req.Multitask), Debounce: time.Duration(req.DebounceMs) * time.Millisecond})
 		}
 		if err != nil {
 			return nil, err
@@ -601,6 +604,9 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 	}
 	if _, err := chat.ParseMultitask(req.Multitask); err != nil {
 		return req, fmt.Errorf("%w: %w", host.ErrBadRequest, err)
+	}
+	if req.DebounceMs < 0 || req.DebounceMs > chat.MaxDebounceWindow.Milliseconds() {
+		return req, fmt.Errorf("%w: debounceMs %d is outside 0 to %d", host.ErrBadRequest, req.DebounceMs, chat.MaxDebounceWindow.Milliseconds())
 	}
 	req.Body = requestContext(data)
 	if req.Text == "" && req.Message == nil && len(req.Messages) > 0 {

@@ -1,6 +1,7 @@
 package chathost
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/verify"
 )
 
 // TestFork: the fork verb over NATS and POST /v1/chat/{id}/fork gives a new
@@ -246,5 +249,89 @@ func TestForkAcrossNodes(t *testing.T) {
 		if err != nil || len(msgs) != 2 {
 			t.Errorf("the fork's messages on a node after the parent's delete: %d, %v", len(msgs), err)
 		}
+	}
+}
+
+// TestForkParentDeletedMeanwhile: a fork whose agent.forked is stored after
+// its parent's delete listed the forks (here: the fork command holds, past
+// its checks, until the delete is done) must not be left reading a history
+// that is gone. It is undone and answered 409, the fork's id stays free,
+// and verify is clean; a fork made after the delete is 404.
+func TestForkParentDeletedMeanwhile(t *testing.T) {
+	hold, deleted := make(chan struct{}), make(chan struct{})
+	d, chats := newChatDaemon(t, agentdtest.Config(t), -1, func(d *agentd.Daemon, h *host.Host, ct *Type) error {
+		f := ct.Forking()
+		point := f.Point
+		f.Point = func(ctx context.Context, parent, at string) (uint64, error) {
+			n, err := point(ctx, parent, at)
+			if parent == "p" {
+				close(hold) // checked the parent, read its sequence
+				<-deleted
+			}
+			return n, err
+		}
+		if err := h.SetForking("chat", f); err != nil {
+			return err
+		}
+		return AttachReads(d, h)
+	})
+	agentdtest.Start(t, d)
+	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cmd := func(agent, verb, payload string) (string, []byte) {
+		resp, err := nc.Request("forever.cmd."+agent+"."+verb, []byte(payload), 20*time.Second)
+		if err != nil {
+			return "error", []byte(err.Error())
+		}
+		return resp.Header.Get("Nats-Service-Error-Code"), []byte(resp.Header.Get("Nats-Service-Error") + string(resp.Data))
+	}
+	if code, body := cmd("p", "chat", `{"text":"one"}`); code != "" {
+		t.Fatalf("chat: %s %s", code, body)
+	}
+	for {
+		if _, active, err := chats.Store().ActiveTurn("p"); err == nil && !active {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	type result struct {
+		code string
+		body []byte
+	}
+	forked := make(chan result, 1)
+	go func() {
+		code, body := cmd("p", "fork", `{"to":"f"}`)
+		forked <- result{code, body}
+	}()
+	<-hold
+	if code, body := cmd("p", "delete", ``); code != "" {
+		t.Fatalf("delete the parent: %s %s", code, body)
+	}
+	close(deleted)
+	r := <-forked
+	if r.code != "409" || !strings.Contains(string(r.body), "was being deleted while it was forked") {
+		msgs, _, _ := chats.Store().Messages("f", chat.Page{})
+		t.Fatalf("fork racing the parent's delete: %q %s; the fork holds %d messages", r.code, r.body, len(msgs))
+	}
+	if msgs, _, err := chats.Store().Messages("f", chat.Page{}); err != nil || len(msgs) != 0 {
+		t.Fatalf("the undone fork's messages: %d %v", len(msgs), err)
+	}
+	if code, body := cmd("p", "fork", `{"to":"f2"}`); code != "404" {
+		t.Fatalf("fork of the deleted parent: %s %s", code, body)
+	}
+	// The fork's id is free: a new agent starts empty there.
+	if code, body := cmd("f", "chat", `{"text":"again"}`); code != "" {
+		t.Fatalf("chat on the undone fork's id: %s %s", code, body)
+	}
+	lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := verify.Check(t.Context(), lg, verify.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("verify: %v\n%s", err, rep)
 	}
 }

@@ -17,7 +17,9 @@ func TestParseRequestMultitask(t *testing.T) {
 		{"none", `{"text":"hi"}`, "", ""},
 		{"enqueue", `{"text":"hi","multitask":"enqueue"}`, "enqueue", ""},
 		{"ai sdk body", `{"id":"a","multitask":"interrupt","messages":[{"id":"m","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, "interrupt", ""},
-		{"unbuilt", `{"text":"hi","multitask":"debounce"}`, "", `"debounce" is not supported yet; use one of reject, interrupt, enqueue`},
+		{"debounce", `{"text":"hi","multitask":"debounce","debounceMs":250}`, "debounce", ""},
+		{"merge", `{"text":"hi","multitask":"merge"}`, "merge", ""},
+		{"debounce too long", `{"text":"hi","multitask":"debounce","debounceMs":600000}`, "", `debounceMs 600000 is outside 0 to 60000`},
 		{"unknown", `{"text":"hi","multitask":"queue"}`, "", `"queue" is not a multitask policy`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestParseRequestMultitask(t *testing.T) {
 			if err != nil || req.Multitask != tc.want {
 				t.Fatalf("multitask %q, %v; want %q", req.Multitask, err, tc.want)
 			}
-			if strings.Contains(string(req.Body), "multitask") {
+			if strings.Contains(string(req.Body), "multitask") || strings.Contains(string(req.Body), "debounce") {
 				t.Fatalf("request context keeps it: %s", req.Body)
 			}
 		})

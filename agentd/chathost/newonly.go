@@ -19,14 +19,14 @@ import (
 // requestContext is what a turn keeps of its request body: every field but
 // the message ones (text, message, messages), which the turn stores as
 // messages of the conversation, the summary of the earlier ones
-// (history), and multitask, which is the command's. nil when nothing
+// (history), and multitask and debounceMs, which are the command's. nil when nothing
 // else is left.
 func requestContext(body json.RawMessage) json.RawMessage {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil || fields == nil {
 		return body
 	}
-	for _, k := range []string{"text", "message", "messages", "history", "multitask"} {
+	for _, k := range []string{"text", "message", "messages", "history", "multitask", "debounceMs"} {
 		delete(fields, k)
 	}
 	if len(fields) == 0 {

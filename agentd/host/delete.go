@@ -70,6 +70,13 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 			return nil, err
 		}
 	}
+	// The intent goes before the forks are listed: a fork made meanwhile
+	// on another node either is listed (its agent.forked came first) or
+	// finds the intent after the parent's sequence it forked at, and
+	// undoes itself (forkHere).
+	if err := h.markDeleting(ctx, agent); err != nil {
+		return nil, err
+	}
 	if err := h.detachForks(ctx, agent); err != nil {
 		return nil, err
 	}

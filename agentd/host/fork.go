@@ -27,8 +27,13 @@ import (
 // fork's owner (detach), so the fork's snapshot holds its whole
 // conversation and its agent.forked event is purged; then the parent goes
 // (or is compacted). A fork made on another node while its parent is
-// being deleted can miss the detach and lose what it inherited: the
-// delete does not fence forks off.
+// being deleted must not miss the detach: the delete first appends
+// agent.deleting (TypeDeleting) to the parent's log, then lists the forks;
+// a fork, once its agent.forked is stored, reads the parent's log after
+// the sequence it forked at. One of the two comes first in the events
+// stream: the fork is listed and detached, or it finds the intent (or the
+// tombstone) and deletes itself, answering 409. A fork that answered is
+// whole after its parent's delete (TestForkParentDeletedMeanwhile).
 
 // ForkRequest is the payload of the fork verb.
 type ForkRequest struct {
@@ -203,6 +208,9 @@ func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 	if err := h.deps.Views.WaitFor(ctx, seq); err != nil {
 		return nil, err
 	}
+	if err := h.forkRaced(ctx, fork, parent, upto); err != nil {
+		return nil, err
+	}
 	return ForkReply{Agent: fork, Parent: parent, At: o.At, Upto: upto, Seq: seq, Messages: n}, nil
 }
 
@@ -277,4 +285,70 @@ func (h *Host) detachHere(ctx context.Context, fork string) error {
 		return nil
 	}
 	return err
+}
+
+// TypeDeleting is the type of the event the delete verb appends to an
+// agent's log before it lists the agent's forks: a fork stored after it
+// may have been missed, and undoes itself.
+const TypeDeleting = "agent.deleting"
+
+// markDeleting appends agent.deleting to agent's log (deleteAgent), unless
+// it has nothing stored or is deleted already: an intent must not make an
+// agent of its own.
+func (h *Host) markDeleting(ctx context.Context, agent string) error {
+	last, ok, err := h.deps.Log.Last(ctx, eventlog.Filter{Agent: agent})
+	if err != nil || !ok || last.Type == eventlog.TypeDeleted {
+		return err
+	}
+	e, err := eventlog.NewEvent(agent, TypeDeleting, struct{}{})
+	if err != nil {
+		return err
+	}
+	if _, err := h.deps.Log.Writer(agent).Append(ctx, e); err != nil {
+		return fmt.Errorf("delete %s: append %s: %w", agent, TypeDeleting, err)
+	}
+	return nil
+}
+
+// forkRaced reads parent's log after upto, the sequence fork was forked
+// at, once fork's agent.forked is stored: a delete of parent that began
+// meanwhile (agent.deleting, or its tombstone) may have listed the forks
+// before this one, and purge what it inherited. The fork is then deleted
+// and the command answered ErrConflict.
+func (h *Host) forkRaced(ctx context.Context, fork, parent string, upto eventlog.Seq) error {
+	after := upto
+	for {
+		evs, err := h.deps.Log.Read(ctx, eventlog.Filter{Agent: parent}, after, 256)
+		if err != nil {
+			return fmt.Errorf("fork %s from %s: read the parent's log: %w", fork, parent, err)
+		}
+		for _, e := range evs {
+			if e.Type == TypeDeleting || e.Type == eventlog.TypeDeleted {
+				return h.undoFork(ctx, fork, parent)
+			}
+		}
+		if len(evs) < 256 {
+			return nil
+		}
+		after = evs[len(evs)-1].Seq
+	}
+}
+
+// undoFork deletes fork, whose parent is being deleted.
+func (h *Host) undoFork(ctx context.Context, fork, parent string) error {
+	h.logger.Warn("fork undone: its parent is being deleted", "fork", fork, "parent", parent)
+	var err error
+	var d eventlog.Deleted
+	for try := 0; try < deleteTries; try++ {
+		if d, err = h.deps.Log.Delete(ctx, fork); !errors.Is(err, eventlog.ErrConflict) {
+			break
+		}
+	}
+	if err == nil {
+		err = h.deps.Views.WaitFor(ctx, d.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("fork %s from %s: its parent is being deleted, and deleting the fork failed (delete it): %w", fork, parent, err)
+	}
+	return fmt.Errorf("%w: agent %q was being deleted while it was forked to %q; the fork was undone", ErrConflict, parent, fork)
 }

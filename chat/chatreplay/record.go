@@ -20,6 +20,9 @@ type started struct {
 	Continues string            `json:"continues,omitempty"`
 	Answers   []chat.ToolAnswer `json:"answers,omitempty"`
 	Message   *chat.Message     `json:"message,omitempty"`
+	// Merged are the messages a merge or debounce batch's turn answers
+	// after Message.
+	Merged []chat.Message `json:"merged,omitempty"`
 }
 
 // turn is one recorded turn: its start, the user message it answers, its
@@ -119,6 +122,8 @@ func turns(rec *Recording) []*turn {
 			// message: no user message.
 		case t.start.Continues != "":
 			t.skip = "it continues an earlier answer"
+		case len(t.start.Merged) > 0:
+			t.skip = "it answers merged messages (merge, debounce)"
 		case t.message == nil:
 			t.skip = "its user message is not in the log"
 		}

@@ -52,8 +52,8 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		if out, code := cmd("mt-r", "chat", map[string]string{"text": "second"}); code != "409" {
 			t.Fatalf("second chat without multitask: %s %v", code, out)
 		}
-		if out, code := cmd("mt-r", "chat", map[string]string{"text": "x", "multitask": "merge"}); code != "400" || !strings.Contains(fmt.Sprint(out["error"]), "use one of reject, interrupt, enqueue, steer, rollback") {
-			t.Fatalf("merge: %s %v", code, out)
+		if out, code := cmd("mt-r", "chat", map[string]string{"text": "x", "multitask": "later"}); code != "400" || !strings.Contains(fmt.Sprint(out["error"]), "use one of reject, interrupt, enqueue, steer, rollback, merge, debounce") {
+			t.Fatalf("an unknown policy: %s %v", code, out)
 		}
 		// interrupt: the first turn ends aborted with its partial kept.
 		first := chat("mt-i", map[string]string{"text": "Tell me a story"})
@@ -117,6 +117,38 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		if st[first["streamId"].(string)] != "aborted" || st[second["streamId"].(string)] != "completed" || len(st) != 2 {
 			t.Fatalf("streams %v", st)
 		}
+		// merge: two chats 50 ms apart while a turn runs are acknowledged
+		// with one next turn, which answers both.
+		first = chat("mt-m", map[string]string{"text": "Tell me a story"})
+		time.Sleep(50 * time.Millisecond)
+		second = chat("mt-m", map[string]string{"text": "m1", "multitask": "merge"})
+		time.Sleep(50 * time.Millisecond)
+		third := chat("mt-m", map[string]string{"text": "m2", "multitask": "merge"})
+		if second["streamId"] != third["streamId"] || second["streamId"] == first["streamId"] {
+			t.Fatalf("merge replies %v / %v, want one next turn", second, third)
+		}
+		msgs = waitMessages(t, base, "mt-m", 5)
+		if msgs[0] != "user:Tell me a story" || msgs[2] != "user:m1" || msgs[3] != "user:m2" || !strings.Contains(msgs[4], `"m2"`) {
+			t.Fatalf("messages %q", msgs)
+		}
+		if st = streamStatuses(t, cmd, "mt-m"); len(st) != 2 || st[third["streamId"].(string)] != "completed" {
+			t.Fatalf("streams %v", st)
+		}
+		// debounce: two chats 50 ms apart to an idle agent become one
+		// turn (the first names a 2 s quiet window).
+		first = chat("mt-d", map[string]any{"text": "m1", "multitask": "debounce", "debounceMs": 2000})
+		time.Sleep(50 * time.Millisecond)
+		second = chat("mt-d", map[string]string{"text": "m2", "multitask": "debounce"})
+		if second["streamId"] != first["streamId"] {
+			t.Fatalf("debounce replies %v / %v, want one turn", first, second)
+		}
+		msgs = waitMessages(t, base, "mt-d", 3)
+		if msgs[0] != "user:m1" || msgs[1] != "user:m2" || !strings.Contains(msgs[2], `"m2"`) {
+			t.Fatalf("messages %q", msgs)
+		}
+		if st = streamStatuses(t, cmd, "mt-d"); len(st) != 1 {
+			t.Fatalf("streams %v", st)
+		}
 	})
 
 	t.Run("HTTP", func(t *testing.T) {
@@ -174,6 +206,51 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		first = <-firstDone
 		if lastChunkType(t, second) != "finish" || sseText(t, first) != sseText(t, second) || !strings.Contains(sseText(t, second), `"a second thought"`) {
 			t.Fatalf("streams %q / %q", sseText(t, first), sseText(t, second))
+		}
+		// merge, from the body: the two responses sent while the first
+		// turn runs stream the one turn that answers both.
+		post := func(agent, msgID, text, multitask string, header bool) <-chan []agentdtest.SSEEvent {
+			b := body(agent, msgID, text, multitask)
+			if header {
+				// The policy from the header, a 2 s window from the body.
+				b = strings.Replace(body(agent, msgID, text, ""), `"multitask":""`, `"multitask":"","debounceMs":2000`, 1)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", base, strings.NewReader(b))
+			req.Header.Set("content-type", "application/json")
+			if header {
+				req.Header.Set("Forever-Multitask", multitask)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("POST %s %s: %v %v", agent, text, resp, err)
+			}
+			done := make(chan []agentdtest.SSEEvent, 1)
+			go func() { defer resp.Body.Close(); done <- agentdtest.ReadSSE(t, resp.Body, 0) }()
+			return done
+		}
+		r0 := post("mt-hm", "u0", "Tell me a story", "", false)
+		time.Sleep(50 * time.Millisecond)
+		r1 := post("mt-hm", "u1", "m1", "merge", false)
+		time.Sleep(50 * time.Millisecond)
+		r2 := post("mt-hm", "u2", "m2", "merge", false)
+		s0, s1, s2 := <-r0, <-r1, <-r2
+		if lastChunkType(t, s0) != "finish" || lastChunkType(t, s2) != "finish" || sseText(t, s1) != sseText(t, s2) || !strings.Contains(sseText(t, s2), `"m2"`) {
+			t.Fatalf("merge streams %q / %q / %q", sseText(t, s0), sseText(t, s1), sseText(t, s2))
+		}
+		if msgs := waitMessages(t, base, "mt-hm", 5); msgs[2] != "user:m1" || msgs[3] != "user:m2" {
+			t.Fatalf("messages %q", msgs)
+		}
+		// debounce, from the Forever-Multitask header: two POSTs 50 ms
+		// apart to an idle agent stream one turn.
+		r1 = post("mt-hd", "u1", "m1", "debounce", true)
+		time.Sleep(50 * time.Millisecond)
+		r2 = post("mt-hd", "u2", "m2", "debounce", true)
+		s1, s2 = <-r1, <-r2
+		if lastChunkType(t, s1) != "finish" || sseText(t, s1) != sseText(t, s2) || !strings.Contains(sseText(t, s2), `"m2"`) {
+			t.Fatalf("debounce streams %q / %q", sseText(t, s1), sseText(t, s2))
+		}
+		if msgs := waitMessages(t, base, "mt-hd", 3); msgs[0] != "user:m1" || msgs[1] != "user:m2" {
+			t.Fatalf("messages %q", msgs)
 		}
 	})
 }
