@@ -61,7 +61,7 @@ type ClusterInfo struct {
 // FormatShards is not in it yet: a node of a cluster created with shards
 // announces it (Config.recordFormat), and an unsharded cluster has no use
 // for it until its data can move into shards.
-const RecordFormat = FormatChunkRefs
+const RecordFormat = FormatBatches
 
 // Record formats of agentd's releases (ownership's format switch).
 const (
@@ -85,6 +85,13 @@ const (
 	// so chunks hold references only once the cluster's active format
 	// reached it; until then they carry their payloads inline.
 	FormatChunkRefs = ownership.FormatBase + 3
+	// FormatBatches: the merge and debounce policies store a batch's
+	// messages in its first message's turn.started (merged, mergedFrom).
+	// A release before it reads that turn as its first message's only,
+	// and recovering the batch's other queue fibers would answer their
+	// messages a second time: until every node reads batches, the two
+	// policies queue each message as enqueue does.
+	FormatBatches = ownership.FormatBase + 4
 )
 
 // LeaseInfo is one partition's lease.

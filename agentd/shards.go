@@ -12,7 +12,7 @@ import (
 // shards). A cluster created with --shards above 1 starts at this format,
 // so a release that cannot read the shards never joins it and writes the
 // unsharded layout beside them.
-const FormatShards = FormatChunkRefs + 1
+const FormatShards = FormatBatches + 1
 
 // logShards returns the shard count of the log and of the ownership's
 // stored layout: 0 (unsharded) for --shards 0 or 1.

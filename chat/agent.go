@@ -200,6 +200,13 @@ type Config struct {
 	// FormatChunkRefs); before, chunks carry their payloads inline. It
 	// applies only while BlobRefsWritable does. Nil: always.
 	ChunkRefsWritable func() bool
+	// BatchesWritable, when set, says whether merge and debounce may
+	// batch messages into one turn.started (its merged messages): in a
+	// cluster, only once every node reads them (agentd's FormatBatches).
+	// Before, a node of the previous release recovering a batch's queue
+	// fibers would answer a joined message a second time, so the two
+	// policies queue each message as enqueue does. Nil: always.
+	BatchesWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

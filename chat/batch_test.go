@@ -343,3 +343,46 @@ func TestMultitaskMergeOverflow(t *testing.T) {
 	}
 	checkClean(t, e.lg)
 }
+
+// TestMultitaskBatchesWaitForFormat: while Config.BatchesWritable says no
+// (in a cluster, a node of the previous release does not read a batch),
+// "merge" and "debounce" queue each message as "enqueue" does: two
+// messages sent while a turn runs get two turns, answered in order, and
+// no turn.started carries merged messages.
+func TestMultitaskBatchesWaitForFormat(t *testing.T) {
+	for _, policy := range []chat.Multitask{chat.MultitaskMerge, chat.MultitaskDebounce} {
+		t.Run(string(policy), func(t *testing.T) {
+			e := newEnv(t)
+			g := newGate()
+			h := e.host(t, "a1", g, func(c *chat.Config) { c.BatchesWritable = func() bool { return false } })
+			first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "m0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-g.streaming
+			var turns []chat.Turn
+			for i := 1; i <= 2; i++ {
+				turn, err := h.a.Send(t.Context(), chat.SendRequest{Message: textMsg(fmt.Sprintf("q%d", i), fmt.Sprintf("m%d", i)), Multitask: policy})
+				if err != nil {
+					t.Fatal(err)
+				}
+				turns = append(turns, turn)
+			}
+			if turns[0].RequestID == first.RequestID || turns[1].RequestID == turns[0].RequestID {
+				t.Fatalf("replies %+v, want a turn of its own for each", turns)
+			}
+			close(g.release)
+			h.r.Wait()
+			want := []string{"m0", "answer", "m1", "answer", "m2", "answer"}
+			if got := conversation(t, e, "a1"); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("messages\n got %q\nwant %q", got, want)
+			}
+			for _, turn := range turns {
+				if tr, err := e.store.Turn("a1", turn.RequestID); err != nil || tr.Status != chat.TurnCompleted || len(tr.Merged) != 0 {
+					t.Fatalf("turn %+v %v, want completed with nothing merged", tr, err)
+				}
+			}
+			checkClean(t, e.lg)
+		})
+	}
+}

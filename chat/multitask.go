@@ -166,9 +166,15 @@ func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, 
 		return a.sendSteering(ctx, req, msg)
 	case MultitaskRollback:
 		return a.sendRollingBack(ctx, req, msg)
-	case MultitaskMerge:
-		return a.sendBatched(ctx, req, msg, 0)
-	case MultitaskDebounce:
+	case MultitaskMerge, MultitaskDebounce:
+		if a.cfg.BatchesWritable != nil && !a.cfg.BatchesWritable() {
+			// Not every node reads a batch yet: each message its own
+			// turn, in order, as enqueue answers it.
+			return a.sendQueued(ctx, req, msg)
+		}
+		if policy == MultitaskMerge {
+			return a.sendBatched(ctx, req, msg, 0)
+		}
 		return a.sendBatched(ctx, req, msg, a.debounceWindow(req))
 	}
 	if n, err := a.waitingCount(); err != nil {

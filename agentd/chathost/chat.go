@@ -70,6 +70,9 @@ type Type struct {
 	// chunkRefsWritable reports whether chunks may hold references
 	// (agentd.FormatChunkRefs).
 	chunkRefsWritable func() bool
+	// batchesWritable reports whether merge and debounce may batch
+	// messages into one turn (agentd.FormatBatches).
+	batchesWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -135,6 +138,11 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 				ct.limiter.ShareAmong(deps.Ownership.Nodes)
 			}
 		}
+		if own := deps.Ownership; own != nil {
+			// A node of the previous release recovering a batch's
+			// queue fibers would answer a joined message again.
+			ct.batchesWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBatches }
+		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
 		switch {
@@ -193,6 +201,8 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		Price:         ct.price,
 		BlobThreshold: ct.blobTh,
 		ContextTokens: ct.contextTokens,
+
+		BatchesWritable: ct.batchesWritable,
 	}
 	if ct.shared != nil {
 		cfg.SharedBudgets = ct.shared

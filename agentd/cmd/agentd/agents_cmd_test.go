@@ -100,7 +100,7 @@ func TestAgentsCLI(t *testing.T) {
 		!strings.Contains(out, "record format 4 active") || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
 		t.Fatalf("cluster: exit %d\n%s%s", code, out, errs)
 	}
-	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":4`) {
+	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":5`) {
 		t.Fatalf("cluster --json: exit %d %s", code, out)
 	}
 	for _, tc := range []struct {
