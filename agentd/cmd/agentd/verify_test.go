@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/verify"
 )
@@ -45,6 +46,7 @@ func verifyLog(t *testing.T, c *crashClient) {
 // exits 0; it refuses the data dir of a running agentd; "agentd verify"
 // over NATS checks the running one.
 func TestBinaryVerify(t *testing.T) {
+	parallel(t, light, 55)
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
@@ -60,7 +62,14 @@ func TestBinaryVerify(t *testing.T) {
 	// A tool output over --blob-threshold, stored by reference, across
 	// the same SIGKILL (blob_test.go).
 	blobReply := startBlobTurn(t, c)
-	time.Sleep(150 * time.Millisecond)
+	// Killed once the model's call of the blob tool (idempotent: run again
+	// after the restart) is whole: a kill before would cut its input, and
+	// the tool would not run. A fixed 150 ms was too short on a busy CPU.
+	for deadline := time.Now().Add(30 * time.Second); !hasChunk(c.streamChunks(blobAgent, blobReply.StreamID), chunk.ToolInput, demo.ToolBlob); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the blob tool not called after 30s:\n%s", p.out.String())
+		}
+	}
 	p.kill()
 	p = startAgentd(t, bin, data, httpAddr, natsAddr)
 	c.waitFor("the steps fiber to complete", []string{"steps:v"}, func(evs []eventlog.Event) bool {
