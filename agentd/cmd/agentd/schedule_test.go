@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The black-box tests start agentd processes (and Chromium, and clusters)
@@ -14,7 +15,7 @@ import (
 // 2 on CI, which left the CPU idle while one test waited on its agentd):
 // each holds a share of a fixed budget, its load, while it runs, and the
 // longest of those waiting starts first, so that the last to end is a
-// short one.
+// short one. The time go test prints for each counts its wait.
 //
 // A black-box test or subtest:
 //   - calls parallel(t, load, secs) first, or is a row of a runBlackBoxes
@@ -42,10 +43,12 @@ const (
 	// the budget. With two more, on a busy machine, a starved node's
 	// failover broke one of its invariants (a turn's second fiber started
 	// while the first was being recovered).
-	cluster load = 3
-	// maxLoad is the budget: four light tests at once keep a 2-core runner
-	// busy under -race without starving the timing-sensitive ones.
-	maxLoad load = 4
+	cluster load = 2
+	// maxLoad is the budget: three light tests at once. Four race-built
+	// agentds at once on a busy 2-core machine starved single nodes until
+	// they lost their own partitions' leases (TestBinary/Overload,
+	// DiskFull).
+	maxLoad load = 3
 )
 
 // running admits the package's black-box tests.
@@ -58,10 +61,15 @@ var running = newScheduler(maxLoad)
 func parallel(t *testing.T, l load, secs int) {
 	t.Helper()
 	t.Parallel()
+	asked := time.Now()
 	if err := running.acquire(t, l, secs); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { running.release(l) })
+	// go test's time for t counts this wait too.
+	if waited := time.Since(asked); waited > time.Second {
+		t.Logf("started after %s waiting for the load budget", waited.Round(time.Second))
+	}
 }
 
 // blackBox is one black-box subtest.
@@ -87,6 +95,7 @@ func runBlackBoxes(t *testing.T, bin string, cases []blackBox) {
 // waiting first; a long one that does not fit yet is not overtaken, so a
 // cluster test is not starved by light ones.
 type scheduler struct {
+	budget  load
 	mu      sync.Mutex
 	free    load
 	waiting []*waiter // longest first, then in arrival order
@@ -98,7 +107,7 @@ type waiter struct {
 	ready chan struct{}
 }
 
-func newScheduler(budget load) *scheduler { return &scheduler{free: budget} }
+func newScheduler(budget load) *scheduler { return &scheduler{budget: budget, free: budget} }
 
 // acquire waits until t may run with load l, or t's context ends.
 func (s *scheduler) acquire(t *testing.T, l load, secs int) error {
@@ -122,7 +131,7 @@ func (s *scheduler) acquire(t *testing.T, l load, secs int) error {
 
 // enqueue queues a waiter for load l, admitted when its ready is closed.
 func (s *scheduler) enqueue(l load, secs int) *waiter {
-	w := &waiter{load: min(l, maxLoad), secs: secs, ready: make(chan struct{})}
+	w := &waiter{load: min(l, s.budget), secs: secs, ready: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(s.waiting, secs, func(w *waiter, secs int) int {
@@ -140,7 +149,7 @@ func (s *scheduler) enqueue(l load, secs int) *waiter {
 func (s *scheduler) release(l load) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.free += min(l, maxLoad)
+	s.free += min(l, s.budget)
 	s.admit()
 }
 
