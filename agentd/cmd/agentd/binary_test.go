@@ -99,7 +99,8 @@ func TestBinary(t *testing.T) {
 }
 
 // binaryCases are TestBinary's subtests. A new case takes a row: its name,
-// its load (light: one agentd; withBrowser: and Chromium) and about how many
+// its load (light: one agentd; withBrowser: and Chromium; alone: timings
+// that company breaks) and about how many
 // seconds it takes (go test -v prints it), so the longest start first.
 var binaryCases = []blackBox{
 	{"StopsOnSIGTERM", light, 2, testBinarySIGTERM},
@@ -117,9 +118,9 @@ var binaryCases = []blackBox{
 	{"ToolCrash", light, 17, testBinaryToolCrash},
 	{"Approval", light, 12, testBinaryApproval},
 	{"Subagents", light, 32, testBinarySubagents},
-	{"Overload", light, 18, testBinaryOverload},
+	{"Overload", alone, 18, testBinaryOverload},
 	{"ModelRateLimit", light, 3, testBinaryModelRateLimit},
-	{"DiskFull", light, 9, testBinaryDiskFull},
+	{"DiskFull", alone, 9, testBinaryDiskFull},
 	{"PurgeChunks", light, 5, testBinaryPurgeChunks},
 	{"DeleteEvents", light, 5, testBinaryDeleteEvents},
 	{"DeleteLeases", light, 31, testBinaryDeleteLeases},

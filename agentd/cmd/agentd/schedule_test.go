@@ -44,6 +44,11 @@ const (
 	// failover broke one of its invariants (a turn's second fiber started
 	// while the first was being recovered).
 	cluster load = 2
+	// alone: one agentd that, starved, loses its own partitions' leases
+	// (TestBinary/DiskFull, with --lease-ttl 3s, failed twice in company
+	// and never alone; TestBinary/Overload once, four at once): no other
+	// parallel test beside it.
+	alone load = maxLoad
 	// maxLoad is the budget: three light tests at once. Four race-built
 	// agentds at once on a busy 2-core machine starved single nodes until
 	// they lost their own partitions' leases (TestBinary/Overload,
