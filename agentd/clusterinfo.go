@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/ownership"
 )
@@ -30,6 +29,10 @@ type ClusterInfo struct {
 	// Partitions is the partition count, LeaseTTL the leases' TTL.
 	Partitions int    `json:"partitions"`
 	LeaseTTL   string `json:"leaseTtl"`
+	// Shards is the stream shard count of a cluster created with
+	// --shards above 1 (each shard's events and chunks streams are in
+	// Streams); absent for the unsharded layout.
+	Shards int `json:"shards,omitempty"`
 	// Nodes are the nodes of the lease bucket, with the partitions each
 	// holds; a node taken for dead (no heartbeat for a TTL) is not live.
 	Nodes []ownership.NodeInfo `json:"nodes"`
@@ -54,6 +57,10 @@ type ClusterInfo struct {
 // a kind of record raises it, and writes the new kind only once the
 // cluster's active format reached it: after every node runs a release that
 // reads it.
+//
+// FormatShards is not in it yet: a node of a cluster created with shards
+// announces it (Config.recordFormat), and an unsharded cluster has no use
+// for it until its data can move into shards.
 const RecordFormat = FormatBlobSweep
 
 // Record formats of agentd's releases (ownership's format switch).
@@ -146,7 +153,8 @@ func (d *Daemon) ClusterInfo(ctx context.Context) (ClusterInfo, error) {
 	}
 	info := ClusterInfo{
 		Node: mgr.Node(), Cluster: nc.ConnectedClusterName(), Partitions: mgr.Partitions(), LeaseTTL: mgr.TTL().String(),
-		Nodes: mgr.NodeInfos(), Moves: mgr.Moves(), Leases: []LeaseInfo{}, Streams: []StreamUse{},
+		Shards: mgr.Shards(),
+		Nodes:  mgr.NodeInfos(), Moves: mgr.Moves(), Leases: []LeaseInfo{}, Streams: []StreamUse{},
 	}
 	if info.Moves == nil {
 		info.Moves = []ownership.Move{}
@@ -163,7 +171,7 @@ func (d *Daemon) ClusterInfo(ctx context.Context) (ClusterInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	for _, name := range []string{eventlog.DefaultEventsStream, eventlog.DefaultChunksStream, "KV_" + ownership.DefaultBucket} {
+	for _, name := range append(logStreams(mgr.Shards()), "KV_"+ownership.DefaultBucket) {
 		info.Streams = append(info.Streams, streamUse(ctx, js, name))
 	}
 	actx, cancel := context.WithTimeout(ctx, clusterReadTimeout)

@@ -231,6 +231,13 @@ type Config struct {
 	// Partitions is the number of agent partitions, fixed when the cluster
 	// is first started. Default DefaultPartitions.
 	Partitions int
+	// Shards is the number of stream shards of each kind (events, chunks),
+	// fixed when the cluster is first started: partition p's events and
+	// chunks go to shard p mod Shards, each shard a stream of its own (its
+	// own Raft group). 0 and 1 are the unsharded layout of earlier
+	// releases (one stream of each kind); above 1, Partitions must be a
+	// multiple (docs/architecture.md, "Shards").
+	Shards int
 	// LeaseTTL is the partition lease TTL: how long a dead owner keeps its
 	// agents before another node takes them. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -502,6 +509,9 @@ func (c *Config) Validate() error {
 		if f.v < 0 {
 			return configErrorf(f.flag, "%s must not be negative", f.flag)
 		}
+	}
+	if err := c.validateShards(); err != nil {
+		return err
 	}
 	if err := c.validateHTTP(); err != nil {
 		return err

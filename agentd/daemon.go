@@ -412,6 +412,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Conn:         r.nc,
 		Replicas:     cfg.Replicas,
 		MaxConsumers: cfg.MaxStreamConsumers,
+		Shards:       cfg.logShards(),
+		Partitions:   cfg.Partitions,
 		Owner:        &d.parts,
 		OnFenced:     d.parts.onFenced,
 		Dir:          cfg.PebbleDir(),
@@ -445,6 +447,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	if err := d.addViews(views); err != nil {
+		return fail(fmt.Errorf("agentd: start: %w", err))
+	}
+	if err := d.addLeaderSpread(r.lg); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
 	d.parts.seal()

@@ -511,10 +511,16 @@ func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
 		return true
 	}
 	d.guard.mu.Unlock()
-	d.Guard(Guarded{Stream: lg.EventsStream(), What: "stream " + lg.EventsStream(), Unit: "events", Subjects: "agents",
-		Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, loss) }})
-	d.Guard(Guarded{Stream: lg.ChunksStream(), What: "stream " + lg.ChunksStream(), Unit: "chunks", Subjects: "chat streams",
-		Heal: func(ctx context.Context, loss Loss) error { return healChunks(ctx, lg, loss) }})
+	// A sharded log has a stream of each kind per shard: each is guarded,
+	// and a loss of one is healed as a loss of its kind.
+	for _, name := range lg.EventsStreams() {
+		d.Guard(Guarded{Stream: name, What: "stream " + name, Unit: "events", Subjects: "agents",
+			Heal: func(ctx context.Context, loss Loss) error { return d.healEvents(ctx, lg, views, name, loss) }})
+	}
+	for _, name := range lg.ChunksStreams() {
+		d.Guard(Guarded{Stream: name, What: "stream " + name, Unit: "chunks", Subjects: "chat streams",
+			Heal: func(ctx context.Context, loss Loss) error { return healChunks(ctx, lg, name, loss) }})
+	}
 	if mgr := d.parts.mgr; mgr != nil {
 		d.Guard(Guarded{Stream: "KV_" + mgr.Bucket(), What: "bucket " + mgr.Bucket(), Unit: "keys", Subjects: "keys",
 			Heal: func(ctx context.Context, _ Loss) error { return mgr.RestoreBucket(ctx) }})
@@ -527,13 +533,13 @@ func (d *Daemon) guardStores(lg *eventlog.Log, views *eventlog.Follower) {
 // views keep their rows (a stream whose chunks went answers 410) and the
 // fences stay: the turns streaming learn of the loss on their next chunk
 // (eventlog.ErrRemoved) and end with an error chunk.
-func healChunks(ctx context.Context, lg *eventlog.Log, loss Loss) error {
-	if err := lg.EnsureStream(ctx, lg.ChunksStream()); err != nil {
+func healChunks(ctx context.Context, lg *eventlog.Log, name string, loss Loss) error {
+	if err := lg.EnsureStream(ctx, name); err != nil {
 		return err
 	}
 	if loss.Kind != LossPurged {
 		lg.ForgetFences()
-		lg.RestartViews(lg.ChunksStream(), false)
+		lg.RestartViews(name, false)
 	}
 	return nil
 }
@@ -541,12 +547,14 @@ func healChunks(ctx context.Context, lg *eventlog.Log, loss Loss) error {
 // healEvents creates the events stream again when it is missing, has the
 // StoreLostFuncs stop what ran on the lost history, makes the appends go on
 // from the stream as it is now, and rebuilds the views from it; it returns
-// once they caught up (or ctx ends).
-func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventlog.Follower, loss Loss) error {
-	stream := lg.EventsStream()
-	if err := lg.EnsureStream(ctx, stream); err != nil {
+// once they caught up (or ctx ends). name is the stream lost: of a
+// sharded log, one shard's, whose loss stops every agent as a loss of the
+// events stream (lg.EventsStream, the name the StoreLostFuncs get).
+func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventlog.Follower, name string, loss Loss) error {
+	if err := lg.EnsureStream(ctx, name); err != nil {
 		return err
 	}
+	stream := lg.EventsStream()
 	d.mu.Lock()
 	fns := d.mu.storeLost
 	d.mu.Unlock()
@@ -558,7 +566,7 @@ func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventl
 	}()
 	// What ran on the lost history stops without writing to the new
 	// stream: only the error chunks that end its turns get through.
-	lg.HoldEvents(fmt.Errorf("stream %s was %s: events wait until the views are rebuilt", stream, loss.Kind))
+	lg.HoldEvents(fmt.Errorf("stream %s was %s: events wait until the views are rebuilt", name, loss.Kind))
 	for _, fn := range fns {
 		if r := fn(ctx, stream, loss); r != nil {
 			resumes = append(resumes, r)

@@ -146,9 +146,12 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		Conn:       nc,
 		Node:       cfg.ServerName,
 		Partitions: cfg.Partitions,
-		TTL:        cfg.LeaseTTL,
-		Replicas:   cfg.Replicas,
-		Format:     RecordFormat,
+		Shards:     cfg.logShards(),
+		// A cluster created with shards starts at their format.
+		ShardsFormat: FormatShards,
+		TTL:          cfg.LeaseTTL,
+		Replicas:     cfg.Replicas,
+		Format:       cfg.recordFormat(),
 		// A rolling upgrade raises the format once its last node runs
 		// this release, with no step of the operator's.
 		AutoActivate: true,
@@ -160,6 +163,9 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		mgr, err := ownership.New(ctx, ocfg)
 		if errors.Is(err, ownership.ErrPartitionMismatch) {
 			return permanent{newFlagError(ErrConfig, err, "partitions", err.Error())}
+		}
+		if errors.Is(err, ownership.ErrShardsMismatch) {
+			return permanent{newFlagError(ErrConfig, err, "shards", err.Error())}
 		}
 		if errors.Is(err, ownership.ErrFormatTooNew) {
 			return permanent{err}

@@ -43,7 +43,9 @@
 //
 //	go run ./bench -sync always -run '^(tool-call|tool-turn|tool-agents|chat-chunks|fiber-stash|failover|group-commit)$'
 //
-// tool-call (a tool call within 2x a bare fiber.Step, p50 and p99),
+// tool-call (a tool call within 2x a bare fiber.Step, p50 and p99; and
+// the records a tool call stores in each stream beside a bare step's,
+// each its own fsync under sync always unless an atomic batch carries it),
 // tool-turn (a plain turn within 15 synced publishes, a 10-tool turn
 // within 12x a plain turn), tool-agents (100 agents' tool calls/s at least
 // 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s),

@@ -85,6 +85,7 @@ func toolCall(ctx context.Context, env *Env) (Result, error) {
 
 	noTools, withTools := newStepTimer(), newStepTimer()
 	var zero, kTools, step series
+	var zeroRecs, kRecs, stepRecs storedRecords
 	err = bare.Run(ctx, "bare", func(ctx context.Context, _ *fiber.Fiber) error {
 		i := 0
 		bareStep := func() error {
@@ -102,6 +103,20 @@ func toolCall(ctx context.Context, env *Env) (Result, error) {
 			}
 			return nil
 		}
+		// counted runs f and adds the records it stored to c.
+		counted := func(c *storedRecords, f func() error) error {
+			before, err := g.stored(ctx)
+			if err != nil {
+				return err
+			}
+			if err := f(); err != nil {
+				return err
+			}
+			after, err := g.stored(ctx)
+			c.events += after.events - before.events
+			c.chunks += after.chunks - before.chunks
+			return err
+		}
 		var w series
 		if err := errors.Join(turns(&w, newStepTimer(), 0, toolWarmup), turns(&w, newStepTimer(), toolCallSteps, toolWarmup),
 			(&series{}).sequential(warmup, bareStep)); err != nil {
@@ -110,9 +125,15 @@ func toolCall(ctx context.Context, env *Env) (Result, error) {
 		rounds := roundsOf(n, toolChunk)
 		// Bare steps are many times faster: toolCallSteps per turn.
 		return alternate(rounds,
-			func(r int) error { return step.sequential(toolCallSteps*split(n, rounds, r), bareStep) },
-			func(r int) error { return turns(&zero, noTools, 0, split(n, rounds, r)) },
-			func(r int) error { return turns(&kTools, withTools, toolCallSteps, split(n, rounds, r)) },
+			func(r int) error {
+				return counted(&stepRecs, func() error { return step.sequential(toolCallSteps*split(n, rounds, r), bareStep) })
+			},
+			func(r int) error {
+				return counted(&zeroRecs, func() error { return turns(&zero, noTools, 0, split(n, rounds, r)) })
+			},
+			func(r int) error {
+				return counted(&kRecs, func() error { return turns(&kTools, withTools, toolCallSteps, split(n, rounds, r)) })
+			},
 		)
 	})
 	if err = errors.Join(err, g.check(ctx)); err != nil {
@@ -141,7 +162,44 @@ func toolCall(ctx context.Context, env *Env) (Result, error) {
 			Target: toolCallTarget, TargetNote: toolCallTargetOK},
 		{Figure: k + "-tool turn p50 us", Value: micros(percentile(kTools.lat, 50)),
 			Baseline: "0-tool turn p50 us", BaselineValue: micros(percentile(zero.lat, 50)), LowerIsBetter: true},
+		// Every record is its own fsync under sync always unless an atomic
+		// batch carries it: what a tool call waits for beyond its writes.
+		{Figure: "records stored per tool call, events", Value: perCallRecs(kRecs.events, zeroRecs.events, kTools.ops, zero.ops),
+			Baseline: "records per bare fiber.Step", BaselineValue: perStep(stepRecs.events, step.ops), LowerIsBetter: true},
+		{Figure: "records stored per tool call, chunks", Value: perCallRecs(kRecs.chunks, zeroRecs.chunks, kTools.ops, zero.ops),
+			Baseline: "records per bare fiber.Step", BaselineValue: perStep(stepRecs.events, step.ops), LowerIsBetter: true},
 	}}, nil
+}
+
+// storedRecords counts records stored in the events and chunks streams.
+type storedRecords struct{ events, chunks int64 }
+
+// stored returns the last sequences of the rig's events and chunks
+// streams: nothing deletes during a scenario, so their differences are
+// the records stored between two calls.
+func (g *toolRig) stored(ctx context.Context) (storedRecords, error) {
+	ev, err := g.lg.LastSeq(ctx, eventlog.Filter{})
+	if err != nil {
+		return storedRecords{}, err
+	}
+	ch, err := g.lg.LastSeq(ctx, eventlog.Filter{Chunks: true})
+	return storedRecords{events: int64(ev), chunks: int64(ch)}, err
+}
+
+// perCallRecs is the records a tool call adds: (k-tool turns' per turn -
+// 0-tool turns' per turn) / toolCallSteps.
+func perCallRecs(k, zero int64, kTurns, zeroTurns int) float64 {
+	if kTurns == 0 || zeroTurns == 0 {
+		return 0
+	}
+	return (float64(k)/float64(kTurns) - float64(zero)/float64(zeroTurns)) / toolCallSteps
+}
+
+func perStep(recs int64, steps int) float64 {
+	if steps == 0 {
+		return 0
+	}
+	return float64(recs) / float64(steps)
 }
 
 // toolTurn times a turn of toolTurnSteps no-op tool calls and the answer

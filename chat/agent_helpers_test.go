@@ -80,11 +80,23 @@ func newEnvOn(t *testing.T, srv *server.Server, cfg eventlog.Config) *env {
 type host struct {
 	r *fiber.Runner
 	a *chat.Agent
+
+	mu     sync.Mutex
+	misuse []string // turn slots released twice or not released (chat.OnSlotMisuse)
 }
 
 func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Config)) *host {
 	t.Helper()
 	h := &host{}
+	// Runs after the Runner is closed (cleanups run last first): every
+	// turn slot was released once, or kept on purpose.
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, m := range h.misuse {
+			t.Errorf("turn slot misused: %s", m)
+		}
+	})
 	var lg writeLog = e.lg
 	var chunks chunk.Batcher = e.batcher
 	if e.writes != nil {
@@ -127,6 +139,11 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	if err != nil {
 		t.Fatal(err)
 	}
+	chat.OnSlotMisuse(a, func(requestID, what string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.misuse = append(h.misuse, requestID+": "+what)
+	})
 	h.r, h.a = r, a
 	return h
 }

@@ -404,6 +404,10 @@ func newBudgetMetrics(reg prometheus.Registerer) (*budgetMetrics, error) {
 //	d\0<agent>\0<requestId>          "1": the request's usage is counted
 //	p\0<agent>\0<time><requestId>    budgetSpendRow JSON, time the
 //	                                 usage.recorded's, 8 bytes BE ns
+//	T\0<level><start>                budgetSpendRow JSON: every agent's
+//	                                 own spend (Tokens-SubTokens) in the
+//	                                 minute, hour or day (level m, h, d)
+//	                                 from start, 8 bytes BE ns
 func budgetKey(agent string) []byte { return []byte("b\x00" + agent) }
 func budgetDoneKey(agent, req string) []byte {
 	return []byte("d\x00" + agent + "\x00" + req)
@@ -425,9 +429,17 @@ type budgetSpendRow struct {
 // BudgetProjection keeps each agent's budget limits (budget.set, merged)
 // and its spend in time order (the first usage.recorded of each request:
 // its own tokens and cost), so the spend of any period is a range read.
+//
+// It also keeps the tenant's totals (budget_total.go): every agent's own
+// spend per minute, hour and day, kept as usage is applied and as the
+// Follower removes or replaces an agent's rows (RowsChanged), so a
+// tenant's budget check reads a few rows whatever its agents. Version 3
+// added them; its rows of an agent are version 2's, so snapshots stay
+// readable both ways (RowsReadableFrom).
 func BudgetProjection() eventlog.Projection {
-	return eventlog.Projection{Name: BudgetProjectionName, Version: 2, Filter: eventlog.Filter{}, Apply: applyBudget,
-		AgentRows: agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a", "s"))}
+	return eventlog.Projection{Name: BudgetProjectionName, Version: 3, RowsReadableFrom: 2, Filter: eventlog.Filter{}, Apply: applyBudget,
+		AgentRows:   agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a", "s")),
+		RowsChanged: budgetRowsChanged}
 }
 
 func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
@@ -473,7 +485,10 @@ func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
 			row.Tokens += row.SubTokens
 			row.Cost += row.SubCost
 		}
-		return setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row)
+		if err := setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row); err != nil {
+			return err
+		}
+		return addTenantTotal(b, e.Time, row, 1)
 	}
 	return applySoftBudget(b, e.Agent, e.Type, e.Data)
 }

@@ -207,11 +207,10 @@ func (a *Agent) scopeSpend(s budgetScope, since time.Time) (BudgetSpend, error) 
 	return a.store.BudgetSpend(a.agent, since)
 }
 
-// BudgetSpendAll returns what every agent of the log spent since since on
-// its own model calls (its sub-agents' are on their own rows): one
+// budgetSpendAllRows is BudgetSpendAll read from every agent's rows: one
 // iterator, one seek per agent with rows before the period, and the rows
-// of the period.
-func (s *Store) BudgetSpendAll(since time.Time) (BudgetSpend, error) {
+// of the period. It costs a seek per agent (budget_total.go).
+func (s *Store) budgetSpendAllRows(since time.Time) (BudgetSpend, error) {
 	var sp BudgetSpend
 	all := []byte("p\x00")
 	var bad error

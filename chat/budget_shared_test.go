@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
 )
 
 // sharedBudgets is the test's chat.SharedBudgets: a user budget for each
@@ -231,37 +232,40 @@ func TestBudgetSpendAllSkipsOtherPeriods(t *testing.T) {
 	}
 }
 
-// TestBudgetSpendAllCost logs what the tenant's spend costs to read with
-// many agents, rows of several periods each (a figure, not a bound).
+// TestBudgetSpendAllCost logs what the tenant's spend costs to read at
+// two agent counts, rows of several periods each (figures, not bounds:
+// the read must not grow with the agents; docs/benchmarks.md).
 func TestBudgetSpendAllCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a measure")
 	}
-	const agents, rows = 300, 6
-	e := newEnv(t)
-	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-	for a := range agents {
-		for r := range rows {
-			when := start.Add(time.Duration(r-rows/2) * time.Hour) // half before the period
-			appendUsage(t, e, fmt.Sprintf("agent-%03d", a), fmt.Sprintf("r%d", r), when, 10, 0)
+	for _, agents := range []int{30, 300} {
+		const rows = 6
+		e := newEnv(t)
+		start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+		for a := range agents {
+			for r := range rows {
+				when := start.Add(time.Duration(r-rows/2) * time.Hour) // half before the period
+				appendUsage(t, e, fmt.Sprintf("agent-%03d", a), fmt.Sprintf("r%d", r), when, 10, 0)
+			}
 		}
-	}
-	last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.WaitFor(t.Context(), last); err != nil {
-		t.Fatal(err)
-	}
-	const n = 50
-	begin := time.Now()
-	for range n {
-		sp, err := e.store.BudgetSpendAll(start)
-		if err != nil || sp.Tokens != agents*rows/2*10 {
-			t.Fatalf("spend = %+v, %v", sp, err)
+		last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{})
+		if err != nil {
+			t.Fatal(err)
 		}
+		if err := e.store.WaitFor(t.Context(), last); err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		begin := time.Now()
+		for range n {
+			sp, err := e.store.BudgetSpendAll(start)
+			if err != nil || sp.Tokens != int64(agents*rows/2*10) {
+				t.Fatalf("spend = %+v, %v", sp, err)
+			}
+		}
+		t.Logf("tenant spend over %d agents x %d rows (half in the period): %s a read", agents, rows, time.Since(begin)/n)
 	}
-	t.Logf("tenant spend over %d agents x %d rows (half in the period): %s a read", agents, rows, time.Since(begin)/n)
 }
 
 // TestTenantBudgetSoftParks: at the soft fraction of a tenant's budget a
@@ -322,4 +326,93 @@ func eventsOfAgent(t *testing.T, e *env, agent, typ string) []eventlog.Event {
 		}
 	}
 	return out
+}
+
+// TestTenantTotalsFollowRows: the tenant's spend read from the totals
+// equals the sum of every agent's spend rows, for periods starting on a
+// day, an hour and a minute (and off the minute, read from the rows),
+// after an agent's compaction (its snapshot replaces its rows), usage
+// after it, and another agent's deletion (its spend leaves the tenant's
+// with its rows); and a view rebuilt from the log (the snapshot, not the
+// purged events) has the same totals.
+func TestTenantTotalsFollowRows(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	own := map[string][]struct {
+		at  time.Time
+		tok int64
+	}{}
+	add := func(agent, req string, at time.Time, tok, sub int64) {
+		appendUsage(t, e, agent, req, at, tok, sub)
+		own[agent] = append(own[agent], struct {
+			at  time.Time
+			tok int64
+		}{at, tok - sub})
+	}
+	for i, agent := range []string{"a1", "a2", "a3", "a4"} {
+		k := int64(i + 1)
+		add(agent, "r1", start.Add(-25*time.Hour), 1000*k, 0)
+		add(agent, "r2", start.Add(-90*time.Minute), 100*k, 0)
+		add(agent, "r3", start.Add(30*time.Second), 10*k, 3)
+		add(agent, "r4", start.Add(61*time.Minute+15*time.Second), k, 0)
+	}
+	appendUsage(t, e, "a1", "r2", start, 77, 0) // a request again: counted once
+	sinces := []time.Time{start.Add(-48 * time.Hour), start.Add(-2 * time.Hour), start.Add(-time.Hour),
+		start, start.Add(time.Minute), start.Add(45 * time.Second), start.Add(time.Hour), start.Add(62 * time.Minute)}
+	check := func(store *chat.Store, lg *eventlog.Log, when string) {
+		t.Helper()
+		last, err := lg.LastSeq(ctx, eventlog.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		for _, since := range sinces {
+			var want int64
+			for _, us := range own {
+				for _, u := range us {
+					if !u.at.Before(since) {
+						want += u.tok
+					}
+				}
+			}
+			got, err := store.BudgetSpendAll(since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := store.BudgetSpendAllRows(since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Tokens != want || rows.Tokens != want {
+				t.Fatalf("%s, since %s: totals %d tokens, rows %d, want %d", when, since.Sub(start), got.Tokens, rows.Tokens, want)
+			}
+		}
+	}
+	check(e.store, e.lg, "live")
+
+	if _, err := e.lg.Compact(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	add("a2", "r5", start.Add(2*time.Hour), 5000, 0)
+	appendUsage(t, e, "a2", "r3", start.Add(2*time.Hour), 9999, 0) // counted before the snapshot: once
+	check(e.store, e.lg, "after a compaction")
+
+	if _, err := e.lg.Delete(ctx, "a3"); err != nil {
+		t.Fatal(err)
+	}
+	delete(own, "a3")
+	check(e.store, e.lg, "after a deletion")
+
+	lg := eventlogtest.OpenOn(t, e.srv, eventlog.Config{})
+	store, prs, err := chat.OpenStore(lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range prs {
+		eventlogtest.RunProjector(t, pr)
+	}
+	check(store, lg, "rebuilt")
 }

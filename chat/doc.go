@@ -2,6 +2,23 @@
 // fibers streaming model output as chunks into the event log, recovered
 // after a crash by continuing the interrupted answer.
 //
+// # Roles
+//
+// An Agent's methods fall in three roles, each in files of its own:
+//
+//   - The conversation's commands (agent.go, multitask.go, answer.go,
+//     steer.go, truncate.go, rollback.go, interrupt.go, fork.go): each
+//     checks its input and, to start a turn, calls start (turn_start.go),
+//     in steps: takeSlot, admitStart, goTurn, startAppends, then the gate
+//     tells the turn's fiber what became of the appends.
+//   - The turn run (turn.go, step.go, toolrun.go, subagent_run.go): the
+//     turn's fiber (runStarted, or a recovery) owns the agent's turn slot
+//     (slot.go) once its command handed it over, and runTurn releases it
+//     once.
+//   - Recovery (recovery.go, recovery_decide.go, recovery_run.go,
+//     version.go, abandon.go): a turn fiber found after a crash is
+//     gathered, decided (decideRecovery, no I/O) and carried out.
+//
 // # Model
 //
 // Everything is an event. An agent's conversation and bookkeeping are
@@ -139,7 +156,15 @@
 // Agent.OnFiberRecovered, which resumes it under the same fiber id. It reads
 // the stream's stored chunks back (what clients saw) and then: finalizes a
 // stream that already ended; retries a turn that streamed nothing; or asks
-// Config.OnChatRecovery (default: persist and continue). Continuing calls
+// Config.OnChatRecovery (default: persist and continue). The choice is
+// decideRecovery's, a function of the turn, its stream, its snapshot, the
+// attempts and the clock that does no I/O (its cases, in order of
+// precedence, are the recoveryKind constants: no turn, outcome recorded,
+// runs here, expired, finalize, tools corrupt, version fail, restart,
+// exhausted, stash, interrupted, wait, retry, ask, hook failed, abort,
+// continue); turnRecovery (recovery_run.go) gathers its input and carries
+// out its answer, feeding back what the steps (restart, stash, ask)
+// learn. Continuing calls
 // the provider with llm.Continuation{PartialText, ResponseID,
 // SequenceNumber, TextAtSequence} (a provider resuming after SequenceNumber
 // skips the text stored after the stash) and writes its chunks into the same stream after the
@@ -402,6 +427,15 @@
 //     (fiber.WithAttempts), so the fiber's MaxAttempts and
 //     MaxRecoveryAttempts (at most, and by default, the fiber's) are one
 //     budget, and progress resets both.
+//   - The turn slot (slot.go) is released once, by whoever holds it: the
+//     command until its turn.started is stored (or known not to be), the
+//     turn's fiber from then on; a recovery holds the slot it claims until
+//     runTurn takes it over. The one hold kept on purpose is a turn.started
+//     whose fate is unknown: the slot stays taken until the agent
+//     restarts, so no turn starts beside one that may yet land. A second
+//     release, or an owner that ends holding the slot, is a defect that
+//     slotMisuse reports (TestSlotReleasedTwiceIsCaught,
+//     TestSlotNotReleasedIsCaught; every chat test's agent fails on one).
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
 //     ends, and by Send (a stale flag never aborts a new turn).
@@ -424,7 +458,9 @@
 //   - A budget's spend (an agent's, its user's, its tenant's: budget.go,
 //     budget_shared.go) is a sum over the usage.recorded events of the
 //     period, never a counter: a tenant's counts each agent's own calls
-//     once (TestTenantBudgetCountsEveryAgent), a user's its agents'
+//     once (TestTenantBudgetCountsEveryAgent), read from totals that
+//     equal the sum of the agents' rows through compactions, deletions
+//     and rebuilds (TestTenantTotalsFollowRows), a user's its agents'
 //     together, and past a hard limit of any of them every agent it
 //     counts is refused with 402 (TestUserBudgetSharedByAgents).
 //   - Hidden messages reach the provider and never Store.Messages.

@@ -1,6 +1,9 @@
 package chat
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // StopAt makes a's turns call stop at each named crash point of a step
 // ("tools-begin", "tool-recorded", "step-done", "ended") and of a command
@@ -20,3 +23,13 @@ func MessageTokens(m Message) int { return messageTokens(m) }
 
 // SummaryHeader introduces the summary in a model call's system prompt.
 const SummaryHeader = summaryHeader
+
+// BudgetSpendAllRows is the tenant's spend read from every agent's rows,
+// not from the totals.
+func (s *Store) BudgetSpendAllRows(since time.Time) (BudgetSpend, error) {
+	return s.budgetSpendAllRows(since)
+}
+
+// OnSlotMisuse makes a call f when a turn slot is released twice or not
+// released by its owner.
+func OnSlotMisuse(a *Agent, f func(requestID, what string)) { a.onSlotMisuse = f }

@@ -78,17 +78,22 @@ type turnState struct {
 // within window of the last counted one is that same attempt (a burst of
 // restarts is one recovery); window 0 counts every attempt.
 func (st *turnState) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
-	if chunks > st.snap.ChunksAtAttempt {
-		st.snap.Attempts = 0
+	return st.snap.countAttempt(chunks, max, now, window)
+}
+
+// countAttempt is turnState.countAttempt on the snapshot alone.
+func (s *snapshot) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
+	if chunks > s.ChunksAtAttempt {
+		s.Attempts = 0
 	}
-	st.snap.ChunksAtAttempt = chunks
-	if since := now.Sub(st.snap.AttemptAt); st.snap.Attempts > 0 && window > 0 &&
-		!st.snap.AttemptAt.IsZero() && since >= 0 && since < window {
-		return st.snap.Attempts > max
+	s.ChunksAtAttempt = chunks
+	if since := now.Sub(s.AttemptAt); s.Attempts > 0 && window > 0 &&
+		!s.AttemptAt.IsZero() && since >= 0 && since < window {
+		return s.Attempts > max
 	}
-	st.snap.Attempts++
-	st.snap.AttemptAt = now
-	return st.snap.Attempts > max
+	s.Attempts++
+	s.AttemptAt = now
+	return s.Attempts > max
 }
 
 // parts returns the assistant message as it stands.

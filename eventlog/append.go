@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,7 +61,7 @@ func (l *Log) Append(ctx context.Context, e Event, opts ...AppendOpt) (Seq, erro
 	case l.cfg.Owner == nil:
 		return l.publish(ctx, m, stream, o.expect, &e)
 	case e.Stream != "":
-		return l.appendChunks(ctx, []*Event{&e}, []*nats.Msg{m})
+		return l.appendChunks(ctx, stream, []*Event{&e}, []*nats.Msg{m})
 	}
 	return l.fenced(ctx, e.Agent, m, o.expect, func(expect *Seq) (Seq, error) {
 		return l.publish(ctx, m, stream, expect, &e)
@@ -116,9 +115,9 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 		if e != nil {
 			what = fmt.Sprintf("id %q", e.ID)
 		}
-		return Seq(ack.Sequence), fmt.Errorf("%w: %s already stored at seq %d", ErrDuplicate, what, ack.Sequence)
+		return l.seqOf(stream, ack.Sequence), fmt.Errorf("%w: %s already stored at seq %d", ErrDuplicate, what, l.seqOf(stream, ack.Sequence))
 	}
-	return Seq(ack.Sequence), nil
+	return l.seqOf(stream, ack.Sequence), nil
 }
 
 // expectOpts is the publish option of an expected last subject sequence.
@@ -126,7 +125,7 @@ func expectOpts(expect *Seq) []jetstream.PublishOpt {
 	if expect == nil {
 		return nil
 	}
-	return []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(uint64(*expect))}
+	return []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rawSeq(*expect))}
 }
 
 // AppendBatch stores evs, in order, as JetStream atomic batches of at most
@@ -178,7 +177,7 @@ func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (
 		for i := range evs {
 			ptrs[i] = &evs[i]
 		}
-		return l.appendChunks(ctx, ptrs, msgs)
+		return l.appendChunks(ctx, stream, ptrs, msgs)
 	}
 	for i := range evs {
 		if evs[i].Agent != evs[0].Agent {
@@ -196,7 +195,7 @@ func (l *Log) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt) (
 // appendChunks stores chunks under their agents' fences, in atomic batches
 // of at most MaxBatch (a caller's ExpectSeq does not apply: each stream is
 // fenced on its own).
-func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) (Seq, error) {
+func (l *Log) appendChunks(ctx context.Context, stream string, evs []*Event, msgs []*nats.Msg) (Seq, error) {
 	for i, e := range evs {
 		if err := l.prepareChunks(ctx, e.Agent, e.Stream, msgs[i]); err != nil {
 			return 0, err
@@ -210,7 +209,7 @@ func (l *Log) appendChunks(ctx context.Context, evs []*Event, msgs []*nats.Msg) 
 		if err := errors.Join(errs...); err != nil {
 			return last, err
 		}
-		seq, err := l.commitBatch(ctx, l.cfg.ChunksStream, msgs[off:end], nil)
+		seq, err := l.commitBatch(ctx, stream, msgs[off:end], nil)
 		if errors.Is(err, ErrConflict) {
 			stale, _, serr := l.staleChunks(ctx, fs)
 			for _, e := range stale {
@@ -251,7 +250,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		return l.publishAsync(ctx, stream, msgs, expect, start)
 	}
 	if expect != nil {
-		msgs[0].Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(*expect), 10))
+		msgs[0].Header.Set(headerExpectedLastSubSeq, seqString(*expect))
 	}
 	// Synadia's atomic batch publish: every message but the last without
 	// a reply, the last a request with Nats-Batch-Commit; no ack awaited
@@ -278,7 +277,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		return 0, fmt.Errorf("eventlog: batch commit: %w", err)
 	}
 	l.metrics.observeAppend(stream, "batch", len(msgs), time.Since(start))
-	return Seq(ack.Sequence), nil
+	return l.seqOf(stream, ack.Sequence), nil
 }
 
 // publishAsync publishes msgs without waiting in between, then waits for
@@ -309,7 +308,7 @@ func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg,
 				firstErr = l.translate(err, nil)
 			}
 		default:
-			last = Seq(ack.Sequence)
+			last = l.seqOf(stream, ack.Sequence)
 			if ack.Duplicate && !retried {
 				dups++
 			}

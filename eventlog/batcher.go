@@ -287,9 +287,9 @@ func (b *Batcher) await(ctx context.Context, p *Pending) {
 	case err != nil:
 		p.err = b.l.translate(err, &p.e)
 	default:
-		p.seq = Seq(ack.Sequence)
+		p.seq = b.l.seqOf(p.stream, ack.Sequence)
 		if ack.Duplicate && !retried {
-			p.err = fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, p.e.ID, ack.Sequence)
+			p.err = fmt.Errorf("%w: id %q already stored at seq %d", ErrDuplicate, p.e.ID, p.seq)
 		}
 	}
 	if p.err == nil {
@@ -325,8 +325,12 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 		p.seal()
 	}
 	stream := group[0].stream
+	var byStream map[string][]*Pending // of a sharded log: the group of each shard
 	for _, p := range group {
-		if p.stream != stream {
+		if p.stream == stream {
+			continue
+		}
+		if h, h0 := b.l.handleOf(p.stream), b.l.handleOf(stream); h == nil || h0 == nil || h.chunks != h0.chunks {
 			// The messages were built by Add for this Log: only a caller
 			// mixing events and chunks gets here.
 			err := invalidf("batcher mixes streams %s and %s", stream, p.stream)
@@ -335,7 +339,28 @@ func (b *Batcher) commit(ctx context.Context, group []*Pending) {
 			}
 			return
 		}
+		byStream = map[string][]*Pending{}
 	}
+	if byStream != nil {
+		// Shards of one kind: each shard's events in the order added,
+		// one shard's send after the other.
+		var order []string
+		for _, p := range group {
+			if byStream[p.stream] == nil {
+				order = append(order, p.stream)
+			}
+			byStream[p.stream] = append(byStream[p.stream], p)
+		}
+		for _, s := range order {
+			b.commitStream(ctx, s, byStream[s])
+		}
+		return
+	}
+	b.commitStream(ctx, stream, group)
+}
+
+// commitStream is commit of a group whose events all go to stream.
+func (b *Batcher) commitStream(ctx context.Context, stream string, group []*Pending) {
 	// Each attempt stores at least the first of its chunks unless that one
 	// fails, so only attempts that stored nothing count.
 	for attempt := 0; len(group) > 0; {

@@ -81,10 +81,11 @@ func (l *Log) publishChain(ctx context.Context, stream string, msgs []*nats.Msg,
 
 // commit stores w through stream's committer and returns its outcome.
 func (l *Log) commit(ctx context.Context, stream string, w *write) (Seq, error) {
-	c := &l.committers[0]
-	if stream == l.cfg.ChunksStream {
-		c = &l.committers[1]
+	h := l.handleOf(stream)
+	if h == nil {
+		return 0, invalidf("append to %s: not a stream of the log", stream)
 	}
+	c := &h.commit
 	c.mu.Lock()
 	if !c.busy {
 		c.busy = true

@@ -145,14 +145,15 @@ func (l *Log) deleteChunks(ctx context.Context, agent string, last Event, has bo
 			return 0, fmt.Errorf("delete %q: append the chunks tombstone: %w", agent, err)
 		}
 	}
-	subject := l.cfg.Prefix + ".chunk." + agent + ".>"
+	subject := l.cfg.Prefix + ".chunk." + l.partToken(agent) + agent + ".>"
+	chunks := l.streamFor(agent, true)
 	bctx, cancel, _ := l.bound(ctx)
-	err := l.chunks.Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(uint64(seq)))
+	err := l.stream(chunks).Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq)))
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: purge %s before %d: %w", subject, seq, err)
 	}
-	if err := l.deleteLeft(ctx, l.chunks, l.cfg.ChunksStream, subject, seq); err != nil {
+	if err := l.deleteLeft(ctx, l.stream(chunks), chunks, subject, seq); err != nil {
 		return 0, err
 	}
 	if l.cfg.Owner != nil {
@@ -190,7 +191,7 @@ func (l *Log) deleteLeft(ctx context.Context, st jetstream.Stream, stream, subje
 		}
 		last = first
 		bctx, cancel, _ := l.bound(ctx)
-		err = st.DeleteMsg(bctx, uint64(first))
+		err = st.DeleteMsg(bctx, rawSeq(first))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("eventlog: delete %s message %d before the tombstone at %d: %w", subject, first, seq, err)
@@ -219,17 +220,20 @@ func isCorrupt(err error) bool {
 // applyTombstone removes every row agent's events wrote to m's view (its
 // AgentRows), as part 0 of a snapshot without rows would.
 func (f *Follower) applyTombstone(m *member, agent string) error {
-	var old [][]byte
+	var old []KV
 	for kv, err := range m.p.AgentRows(&m.batch, agent) {
 		if err != nil {
 			return err
 		}
-		old = append(old, kv.Key)
+		old = append(old, kv)
 	}
-	for _, k := range old {
-		if err := m.batch.Delete(k); err != nil {
+	for _, kv := range old {
+		if err := m.batch.Delete(kv.Key); err != nil {
 			return err
 		}
+	}
+	if m.p.RowsChanged != nil {
+		return m.p.RowsChanged(&m.batch, agent, old, nil)
 	}
 	return nil
 }

@@ -12,6 +12,14 @@
 //   - FOREVER_CHUNKS, subjects <prefix>.chunk.<agent>.<stream>: the chunks of
 //     one chat stream, removed by age (default 24 h).
 //
+// Sharded (Config.Shards K, shards.go), the partition p of the agent is in
+// both subjects (<prefix>.evt.<p>.<agent>, <prefix>.chunk.<p>.<agent>.<stream>)
+// and each kind has K streams, FOREVER_EVENTS_<k> and FOREVER_CHUNKS_<k>,
+// shard k holding the partitions p mod K = k: each shard its own Raft
+// group. A Seq of shard k is k<<SeqShardShift | its stream sequence, so
+// every Seq names its stream. A Follower follows every shard, one ordered
+// consumer each, with a cursor per shard and view.
+//
 // An Event is an envelope {agent, stream, type, id, time, data}; the type and
 // agent are also headers. The id is the JetStream message id, so a retried
 // append within the duplicate window stores nothing new.
@@ -93,7 +101,11 @@
 //     Pebble, also when events before the tombstone survived a purge
 //     (TestDeleteRemovesTheAgent, TestTombstoneSupersedesLeftovers).
 //     Events after the tombstone start a new agent with the same id from
-//     nothing. Apply never sees an events tombstone.
+//     nothing. Apply never sees an events tombstone; a view that keeps a
+//     figure over every agent's rows (chat's tenant totals) is told of
+//     the rows a tombstone or a snapshot removes and sets
+//     (Projection.RowsChanged), so such a figure stays what a rebuild
+//     gives (TestRowsChangedKeepsTotals).
 //   - A view follows one stream: when that stream was deleted and created
 //     again, or the stored cursor is past its last sequence (a replaced
 //     store, or writes lost under sync interval), the view is rebuilt from
@@ -130,6 +142,17 @@
 //     with ErrNotOwner or ErrFenced; OwnerLost classifies both, and callers
 //     (fiber, chat) then write nothing more for the agent, its error
 //     paths included.
+//   - Sharded, everything of one agent is in one shard: its events, its
+//     chunks, its fences and its Seqs; an agent's Seqs grow as its stream
+//     sequences do (TestShardsAppendRead, TestShardsFence).
+//   - Sharded, a view is the fold of every shard's events: each shard's
+//     events are applied once and in order from that shard's stored
+//     cursor, committed with it; the shards' commits take turns, so a
+//     view's rows are never written by two at once; a view dropped (a new
+//     Version, a rebuild) is replayed by every shard (TestShardsViews,
+//     TestShardsViewsUnderLoad).
+//   - Sharded, WaitFor(seq) waits for the shard seq names; WaitFor(SeqEnds)
+//     (LastSeq of the whole log) waits for each shard's last event.
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

@@ -57,7 +57,7 @@ func (l *Log) Ends(ctx context.Context, f Filter) ([]SubjectEnds, Seq, error) {
 	if err != nil {
 		return nil, 0, readFailed("subjects of "+subject, err)
 	}
-	last := Seq(info.State.LastSeq)
+	last := l.seqOf(stream, info.State.LastSeq)
 	out := make([]SubjectEnds, 0, len(info.State.Subjects))
 	for s, n := range info.State.Subjects {
 		out = append(out, SubjectEnds{Subject: s, Count: n})
@@ -107,7 +107,7 @@ func (l *Log) fillEnds(ctx context.Context, stream string, se *SubjectEnds, lead
 		if err != nil {
 			return Event{}, readFailed("ends of "+se.Subject, err)
 		}
-		e, _, err := decodeRaw(m)
+		e, _, err := l.decodeRaw(stream, m)
 		if err != nil {
 			se.Err = err
 		}

@@ -24,14 +24,16 @@ func StoredCursor(l *Log, name string) (Seq, error) {
 // batches, "pipelined" chains, or "" (by the measured costs).
 func ForceSend(l *Log, how string) {
 	f := map[string]int{"atomic": 1, "pipelined": -1}[how]
-	l.costs[0].force, l.costs[1].force = f, f
+	for _, h := range l.handles {
+		h.cost.force = f
+	}
 }
 
 // HoldAppends makes l's single event appends wait as if a send were in
 // flight, until release, which sends everything queued (as one group) and
 // returns once that send began.
 func HoldAppends(l *Log) (queued func() int, release func()) {
-	c := &l.committers[0]
+	c := &l.handles[l.cfg.EventsStream].commit
 	c.mu.Lock()
 	c.busy = true
 	c.mu.Unlock()
@@ -46,7 +48,7 @@ func HoldAppends(l *Log) (queued func() int, release func()) {
 // OnGroup tells f the message ids of every group of two or more single
 // event appends l sends, before it is sent.
 func OnGroup(l *Log, f func(ids []string)) {
-	c := &l.committers[0]
+	c := &l.handles[l.cfg.EventsStream].commit
 	c.mu.Lock()
 	c.onGroup = f
 	c.mu.Unlock()

@@ -137,7 +137,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		return 0, fmt.Errorf("%w: agent %q: %v", ErrFenced, agent, dead)
 	}
 	if !known {
-		if last, err = l.leaderLastSeq(ctx, l.cfg.EventsStream, l.EventsSubject(agent)); err != nil {
+		if last, err = l.leaderLastSeq(ctx, l.streamFor(agent, false), l.EventsSubject(agent)); err != nil {
 			return 0, err
 		}
 	}
@@ -155,7 +155,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		// message is ours, this append was refused and nothing else wrote:
 		// send it again after that message. If the subject cannot be read,
 		// nobody is fenced yet: the next append reads it again.
-		ls, w, lerr := l.leaderLast(ctx, l.cfg.EventsStream, l.EventsSubject(agent))
+		ls, w, lerr := l.leaderLast(ctx, l.streamFor(agent, false), l.EventsSubject(agent))
 		switch {
 		case lerr != nil:
 			unsure = true
@@ -163,7 +163,7 @@ func (l *Log) fenced(ctx context.Context, agent string, m *nats.Msg, expect *Seq
 		case ls < last:
 			// Writers only add: a subject that went back lost events.
 			err = fmt.Errorf("%w: agent %q: %s holds its events up to %d, this process wrote up to %d: %w",
-				ErrRemoved, agent, l.cfg.EventsStream, ls, last, err)
+				ErrRemoved, agent, l.streamFor(agent, false), ls, last, err)
 		case ls == last:
 			// The subject is where this writer left it: a stream leader
 			// that had not caught up with its log refused the append (a
@@ -311,7 +311,7 @@ func (l *Log) prepareChunks(ctx context.Context, agent, stream string, m *nats.M
 	_, known := f.mu.streams[stream]
 	f.mu.Unlock()
 	if !known {
-		last, err := l.leaderLastSeq(ctx, l.cfg.ChunksStream, l.ChunksSubject(agent, stream))
+		last, err := l.leaderLastSeq(ctx, l.streamFor(agent, true), l.ChunksSubject(agent, stream))
 		if err != nil {
 			return err
 		}
@@ -366,7 +366,7 @@ func (l *Log) fenceChunks(evs []*Event, msgs []*nats.Msg, errs []error) map[stri
 			errs[i] = fmt.Errorf("%w: chunk of %q/%q queued without its stream's fence (reset meanwhile, after a send of unknown fate or under a new lease)", errUnfenced, e.Agent, e.Stream)
 			continue
 		}
-		msgs[i].Header.Set(headerExpectedLastSubSeq, strconv.FormatUint(uint64(last), 10))
+		msgs[i].Header.Set(headerExpectedLastSubSeq, seqString(last))
 		out[subj] = &chunkFence{f: f, tok: tok, agent: e.Agent, stream: e.Stream, expect: last, first: i, last: i}
 	}
 	return out
@@ -393,7 +393,7 @@ func advanceChunks(fs map[string]*chunkFence, seqOf func(i int) Seq) {
 func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (stale map[string]error, moved bool, err error) {
 	stale = map[string]error{}
 	for subj, cf := range fs {
-		last, w, err := l.leaderLast(ctx, l.cfg.ChunksStream, subj)
+		last, w, err := l.leaderLast(ctx, l.streamFor(cf.agent, true), subj)
 		if err != nil {
 			return nil, false, err
 		}
@@ -410,7 +410,7 @@ func (l *Log) staleChunks(ctx context.Context, fs map[string]*chunkFence) (stale
 			}
 			cf.f.mu.Unlock()
 			stale[subj] = fmt.Errorf("%w: chunks of %q/%q: %s holds them up to %d, this process wrote up to %d: %w",
-				ErrRemoved, cf.agent, cf.stream, l.cfg.ChunksStream, last, cf.expect, ErrConflict)
+				ErrRemoved, cf.agent, cf.stream, l.streamFor(cf.agent, true), last, cf.expect, ErrConflict)
 			continue
 		}
 		if w == cf.tok {
@@ -515,7 +515,7 @@ func (l *Log) leaderGet(ctx context.Context, stream string, req map[string]any) 
 			tok, _ = WriterOf(h)
 		}
 	}
-	return Seq(r.Message.Seq), tok, nil
+	return l.seqOf(stream, r.Message.Seq), tok, nil
 }
 
 // stampLike copies the writer headers of from onto m.

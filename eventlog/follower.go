@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,20 @@ type Follower struct {
 	stream  string    // the JetStream stream every projection reads
 	wide    string    // every subject of stream
 	members []*member // in Add order
+	// Of a log with several shards (followshards.go): shards are the
+	// Follower's shard followers, one per shard stream, each with its own
+	// copy of the members; parent is a shard follower's Follower; shard is
+	// its shard.
+	shards []*Follower
+	parent *Follower
+	shard  int
+	// applyMu, of a Follower with shards, makes its shard followers'
+	// commits one at a time: a view's rows are never read and written by
+	// two commits at once.
+	applyMu sync.Mutex
+	// drops counts the drops of a Follower with shards (open's pass
+	// starts over when a shard dropped a view). Owned by Run's goroutine.
+	drops int
 	// Set by Run.
 	logger *slog.Logger
 	origin uint64 // the stream's creation time
@@ -100,6 +115,13 @@ func (l *Log) NewFollower() (*Follower, error) {
 	}
 	f := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq)}
 	f.mu.changed = make(chan struct{})
+	if l.cfg.Shards > 0 {
+		for k := range l.cfg.Shards {
+			s := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq), parent: f, shard: k}
+			s.mu.changed = make(chan struct{})
+			f.shards = append(f.shards, s)
+		}
+	}
 	return f, nil
 }
 
@@ -116,7 +138,15 @@ func (f *Follower) Add(p Projection) error {
 	if err != nil {
 		return fmt.Errorf("projection %q: %w", p.Name, err)
 	}
-	wide, _, _ := f.l.filter(Filter{Chunks: stream == f.l.cfg.ChunksStream})
+	chunks := f.l.handleOf(stream).chunks
+	wide, _, _ := f.l.filter(Filter{Chunks: chunks})
+	if f.shards != nil {
+		// Every shard's stream: the Follower is named by their base.
+		stream = f.l.cfg.EventsStream
+		if chunks {
+			stream = f.l.cfg.ChunksStream
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.started {
@@ -130,16 +160,28 @@ func (f *Follower) Add(p Projection) error {
 	if _, dup := f.l.mu.projections[p.Name]; dup {
 		return invalidf("projection %q registered twice", p.Name)
 	}
-	f.l.mu.projections[p.Name] = registered{p: p, f: f, events: stream == f.l.cfg.EventsStream}
+	f.l.mu.projections[p.Name] = registered{p: p, f: f, events: !chunks}
+	f.stream, f.wide = stream, wide
+	f.members = append(f.members, newMember(p, subject, wide, ""))
+	for k, s := range f.shards {
+		s.stream, s.wide = f.l.streamNames(chunks)[k], wide
+		s.members = append(s.members, newMember(p, subject, wide, strconv.Itoa(k)))
+	}
+	return nil
+}
+
+// newMember returns the member of projection p that reads subject of a
+// stream whose every subject is wide. A shard follower's member keeps its
+// cursor and origin under keys of its shard (suffix): the shards share
+// the view's rows and version.
+func newMember(p Projection, subject, wide, suffix string) *member {
 	m := &member{p: p, subject: subject, all: subject == wide}
 	base := projPrefix(p.Name)
-	m.keys.cursor = append(append([]byte{}, base...), 'c')
+	m.keys.cursor = append(append(append([]byte{}, base...), 'c'), suffix...)
 	m.keys.version = append(append([]byte{}, base...), 'v')
-	m.keys.origin = append(append([]byte{}, base...), 'o')
+	m.keys.origin = append(append(append([]byte{}, base...), 'o'), suffix...)
 	m.keys.data = append(append([]byte{}, base...), 'd')
-	f.stream, f.wide = stream, wide
-	f.members = append(f.members, m)
-	return nil
+	return m
 }
 
 // Names returns the names of the projections added, in Add order. The caller
@@ -173,8 +215,13 @@ func (f *Follower) Rebuilds() uint64 {
 func (f *Follower) Stream() string { return f.stream }
 
 // Cursor returns the last stream sequence applied by every projection: the
-// lowest of their cursors.
+// lowest of their cursors. Of a log with several shards, it is shard 0's
+// (each shard has its own; WaitFor takes a Seq of any, and Changed tells
+// when any moves).
 func (f *Follower) Cursor() Seq {
+	if f.shards != nil {
+		return f.shards[0].Cursor()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mu.cursor
@@ -187,6 +234,9 @@ func (f *Follower) Cursor() Seq {
 // waits pauses until the views resume): a caller that must not wait checks
 // Log.Stalled first. A WaitFor before Run started waits for it.
 func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
+	if f.shards != nil {
+		return f.waitShards(ctx, seq)
+	}
 	for {
 		f.mu.Lock()
 		cur, ch, err := f.mu.cursor, f.mu.changed, f.mu.err
@@ -303,7 +353,12 @@ func (f *Follower) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.mu.rebuilds = f.rebuilt
 	f.mu.Unlock()
-	err := f.run(ctx)
+	var err error
+	if f.shards != nil {
+		err = f.runShards(ctx)
+	} else {
+		err = f.run(ctx)
+	}
 	if err != nil && ctx.Err() != nil {
 		err = nil
 	}
@@ -311,6 +366,7 @@ func (f *Follower) Run(ctx context.Context) error {
 	if err != nil {
 		stopped = fmt.Errorf("%s stopped: %w", f.what(), err)
 	}
+	f.stopShards(stopped)
 	f.mu.Lock()
 	f.mu.err = stopped
 	close(f.mu.changed)
@@ -327,7 +383,12 @@ func (f *Follower) Run(ctx context.Context) error {
 // instead of stopping the daemon.
 func (f *Follower) run(ctx context.Context) error {
 	for failures := 0; ; {
-		err := f.follow(ctx)
+		var err error
+		if f.shards != nil {
+			err = f.followShards(ctx)
+		} else {
+			err = f.follow(ctx)
+		}
 		switch {
 		case errors.Is(err, errRestart):
 			failures = 0
@@ -542,7 +603,7 @@ func (f *Follower) open(ctx context.Context) error {
 		return fmt.Errorf("%s: stream info: %w", f.what(), err)
 	}
 	f.origin = uint64(info.Created.UnixNano())
-	last := Seq(info.State.LastSeq)
+	last := f.l.seqOf(f.stream, info.State.LastSeq)
 	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
@@ -642,6 +703,9 @@ func (f *Follower) drop(m *member) error {
 	}
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("drop projection %q: %w", m.p.Name, err)
+	}
+	if f.parent != nil {
+		f.parent.drops++ // in the parent's goroutine: see openShards
 	}
 	// A Rebuild returns once its drop is durable.
 	return f.l.syncViews(context.Background())
@@ -791,6 +855,10 @@ func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<
 // commit applies items to every projection of group whose Filter matches
 // them and sets their cursors to cursor, in one synced batch.
 func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
+	if f.parent != nil {
+		f.parent.applyMu.Lock()
+		defer f.parent.applyMu.Unlock()
+	}
 	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
@@ -929,6 +997,9 @@ func (f *Follower) publish() {
 	f.mu.cursor = cur
 	close(f.mu.changed)
 	f.mu.changed = make(chan struct{})
+	if f.parent != nil {
+		f.parent.bump()
+	}
 }
 
 func (f *Follower) markReady() {
@@ -938,5 +1009,8 @@ func (f *Follower) markReady() {
 		f.mu.isReady = true
 		close(f.ready)
 		f.logger.Info("projection ready", "cursor", f.mu.cursor)
+	}
+	if f.parent != nil {
+		f.parent.shardReady() // locks: a shard follower's, then its parent's
 	}
 }

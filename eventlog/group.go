@@ -100,10 +100,10 @@ func (c *sendCost) observe(atomic bool, k int, d time.Duration) {
 
 // cost returns the send costs of stream.
 func (l *Log) cost(stream string) *sendCost {
-	if stream == l.cfg.ChunksStream {
-		return &l.costs[1]
+	if h := l.handleOf(stream); h != nil {
+		return &h.cost
 	}
-	return &l.costs[0]
+	return &sendCost{} // not a stream of the log: a send to it fails
 }
 
 // wire is one message of a group send and its outcome.
@@ -186,7 +186,7 @@ func (l *Log) sendPipelined(ctx context.Context, stream string, ws []*wire, chai
 			w.err = l.translate(err, nil)
 			continue
 		}
-		w.seq, w.dup = Seq(ack.Sequence), ack.Duplicate && !retried
+		w.seq, w.dup = l.seqOf(stream, ack.Sequence), ack.Duplicate && !retried
 		if !w.dup {
 			ok++
 		}
@@ -229,4 +229,4 @@ func brokenChain(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeWrongLastMsgID
 }
 
-func seqString(s Seq) string { return strconv.FormatUint(uint64(s), 10) }
+func seqString(s Seq) string { return strconv.FormatUint(rawSeq(s), 10) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,19 @@ type Config struct {
 	// Prefix is the first subject token: events go to <Prefix>.evt.<agent>,
 	// chunks to <Prefix>.chunk.<agent>.<stream>. Default "forever".
 	Prefix string
-	// EventsStream and ChunksStream name the JetStream streams.
+	// EventsStream and ChunksStream name the JetStream streams; with
+	// Shards, the base of each shard's stream name (<name>_<k>).
 	EventsStream, ChunksStream string
+	// Shards, when above 0, shards the log (shards.go): the partition is
+	// in every subject, and partition p's events and chunks are in the
+	// streams of shard p mod Shards. 0 is the unsharded layout: one events
+	// and one chunks stream, subjects without the partition. It is fixed
+	// for the streams' life, as Partitions is. At most MaxShards.
+	Shards int
+	// Partitions is the partition count agents are placed by, the
+	// ownership's (FNV-1a of the id modulo Partitions). Required with
+	// Shards, and a multiple of it.
+	Partitions int
 	// ChunkMaxAge is how long an ended chat stream's chunks are kept: a
 	// retention sweep (chat/chunk.Sweeper) purges them with PurgeChunks once
 	// the stream ended longer ago than this. The Log itself removes nothing
@@ -138,6 +150,12 @@ func (c *Config) Validate() error {
 	if !ValidToken(c.Prefix) {
 		return fmt.Errorf("eventlog: config: prefix %q is not a valid subject token", c.Prefix)
 	}
+	if c.Shards < 0 || c.Shards > MaxShards {
+		return fmt.Errorf("eventlog: config: shards %d: want 0 (unsharded) to %d", c.Shards, MaxShards)
+	}
+	if c.Shards > 0 && (c.Partitions < 1 || c.Partitions%c.Shards != 0) {
+		return fmt.Errorf("eventlog: config: partitions %d must be a positive multiple of shards %d", c.Partitions, c.Shards)
+	}
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
@@ -189,24 +207,21 @@ func (c *Config) ensureDefaults() {
 // Log is the event log: two JetStream streams and the Pebble database that
 // holds the projections. It is safe for concurrent use.
 type Log struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	events  jetstream.Stream
-	chunks  jetstream.Stream
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// handles are the log's streams by name, each with its group commit
+	// and send costs: the events and the chunks stream, or each shard's
+	// (shards.go). Set by Open, then read-only; a stream of the map may
+	// be missing for a ChunksOnly log (its events streams).
+	handles map[string]*handle
 	db      *pebble.DB // nil without Dir
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
-	// costs are the measured costs of sending groups to the events stream
-	// (0) and the chunks stream (1); see sendCost.
-	costs [2]sendCost
 	// headroom spares CheckFollow its reads while a stream has room
 	// (followcheck.go).
 	headroom headroom
-	// committers group-commit single appends to the events stream (0) and
-	// the chunks stream (1).
-	committers [2]committer
 	// syncWAL is whether projection commits are synced (in the background,
 	// see viewSyncDelay). Only the crash-consistency test turns it off, to
 	// prove it would notice.
@@ -296,8 +311,16 @@ func (l *Log) resetOf(stream string) (<-chan struct{}, uint64) {
 	return r.ch, r.rebuild
 }
 
-// resetLocked returns stream's viewReset. REQUIRES: l.mu held.
+// resetLocked returns stream's viewReset. REQUIRES: l.mu held. Of a
+// sharded log, every shard's stream of one kind has its base's: the
+// Follower of the kind follows them all.
 func (l *Log) resetLocked(stream string) *viewReset {
+	if h := l.handleOf(stream); h != nil && l.sharded() {
+		stream = l.cfg.EventsStream
+		if h.chunks {
+			stream = l.cfg.ChunksStream
+		}
+	}
 	if l.mu.resets == nil {
 		l.mu.resets = map[string]*viewReset{}
 	}
@@ -327,19 +350,13 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("eventlog: jetstream: %w", err)
 	}
 	l := &Log{cfg: cfg, nc: cfg.Conn, js: js, logger: cfg.Logger.With("subsystem", "eventlog"), syncWAL: true}
-	l.costs[0].replicated, l.costs[1].replicated = cfg.Replicas > 1, cfg.Replicas > 1
 	l.metrics, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Bind {
-		if cfg.ChunksOnly {
-			// l.events stays nil; stream() refuses events reads.
-		} else if l.events, err = js.Stream(ctx, cfg.EventsStream); err != nil {
-			return nil, fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", cfg.EventsStream, err)
-		}
-		if l.chunks, err = js.Stream(ctx, cfg.ChunksStream); err != nil {
-			return nil, fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", cfg.ChunksStream, err)
+		if err := l.bindStreams(ctx); err != nil {
+			return nil, err
 		}
 	} else if err := l.createStreams(ctx); err != nil {
 		return nil, err
@@ -354,7 +371,8 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 	return l, nil
 }
 
-// streamConfigs are the configs of the events and the chunks stream.
+// streamConfigs are the configs of the events and the chunks stream; of
+// a sharded log, the base its shards' configs are made from (shardConfig).
 func (l *Log) streamConfigs() (events, chunks jetstream.StreamConfig) {
 	cfg := l.cfg
 	events = jetstream.StreamConfig{
@@ -383,15 +401,98 @@ func (l *Log) streamConfigs() (events, chunks jetstream.StreamConfig) {
 	return events, chunks
 }
 
-// createStreams creates or updates both streams to match the config.
-func (l *Log) createStreams(ctx context.Context) error {
+// configOf returns the config of the log's stream called name; ok is
+// false for a name that is not one of the log's streams.
+func (l *Log) configOf(name string) (cfg jetstream.StreamConfig, ok bool) {
 	events, chunks := l.streamConfigs()
-	var err error
-	if l.events, err = l.js.CreateOrUpdateStream(ctx, events); err != nil {
-		return fmt.Errorf("eventlog: create stream %s: %w", events.Name, err)
+	for _, chunk := range []bool{false, true} {
+		base := events
+		if chunk {
+			base = chunks
+		}
+		for k, n := range l.streamNames(chunk) {
+			if n != name {
+				continue
+			}
+			if !l.sharded() {
+				return base, true
+			}
+			base.Name = n
+			base.Subjects = l.shardSubjects(k, chunk)
+			base.Description += fmt.Sprintf(", shard %d of %d", k, l.cfg.Shards)
+			base.Metadata = map[string]string{
+				metaShards:     strconv.Itoa(l.cfg.Shards),
+				metaPartitions: strconv.Itoa(l.cfg.Partitions),
+			}
+			return base, true
+		}
 	}
-	if l.chunks, err = l.js.CreateOrUpdateStream(ctx, chunks); err != nil {
-		return fmt.Errorf("eventlog: create stream %s: %w", chunks.Name, err)
+	return jetstream.StreamConfig{}, false
+}
+
+// newHandles fills l.handles with every stream of the log, without their
+// jetstream.Stream.
+func (l *Log) newHandles() {
+	l.handles = map[string]*handle{}
+	for _, chunk := range []bool{false, true} {
+		for k, n := range l.streamNames(chunk) {
+			h := &handle{name: n, shard: k, chunks: chunk}
+			h.cost.replicated = l.cfg.Replicas > 1
+			l.handles[n] = h
+		}
+	}
+}
+
+// createStreams creates or updates every stream to match the config.
+func (l *Log) createStreams(ctx context.Context) error {
+	l.newHandles()
+	for _, chunk := range []bool{false, true} {
+		for _, n := range l.streamNames(chunk) {
+			cfg, _ := l.configOf(n)
+			st, err := l.js.CreateOrUpdateStream(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("eventlog: create stream %s: %w", n, err)
+			}
+			l.handles[n].st = st
+		}
+	}
+	return nil
+}
+
+// bindStreams binds the existing streams. A log whose config says no
+// shards learns them from the streams: when the unsharded events (or
+// chunks) stream is missing and shard 0's exists, the log takes that
+// stream's shard and partition counts (its metadata).
+func (l *Log) bindStreams(ctx context.Context) error {
+	if !l.sharded() {
+		probe := l.cfg.EventsStream
+		if l.cfg.ChunksOnly {
+			probe = l.cfg.ChunksStream
+		}
+		if _, err := l.js.Stream(ctx, probe); errors.Is(err, jetstream.ErrStreamNotFound) {
+			if st, serr := l.js.Stream(ctx, ShardStreamName(probe, 0)); serr == nil {
+				md := st.CachedInfo().Config.Metadata
+				k, _ := strconv.Atoi(md[metaShards])
+				p, _ := strconv.Atoi(md[metaPartitions])
+				if k < 1 || k > MaxShards || p < 1 || p%k != 0 {
+					return fmt.Errorf("eventlog: bind stream %s: bad shard metadata %v", st.CachedInfo().Config.Name, md)
+				}
+				l.cfg.Shards, l.cfg.Partitions = k, p
+			}
+		}
+	}
+	l.newHandles()
+	for _, chunk := range []bool{false, true} {
+		if !chunk && l.cfg.ChunksOnly {
+			continue // their handles stay without a stream: events reads are refused
+		}
+		for _, n := range l.streamNames(chunk) {
+			st, err := l.js.Stream(ctx, n)
+			if err != nil {
+				return fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", n, err)
+			}
+			l.handles[n].st = st
+		}
 	}
 	return nil
 }
@@ -409,13 +510,8 @@ func (l *Log) EnsureStream(ctx context.Context, name string) error {
 	if l.cfg.Bind {
 		return invalidf("ensure stream %s: the log is bound to existing streams", name)
 	}
-	events, chunks := l.streamConfigs()
-	cfg := events
-	switch name {
-	case events.Name:
-	case chunks.Name:
-		cfg = chunks
-	default:
+	cfg, ok := l.configOf(name)
+	if !ok {
 		return invalidf("ensure stream %s: not a stream of the log", name)
 	}
 	_, err := l.js.Stream(ctx, name)
@@ -492,7 +588,8 @@ func (l *Log) useDB() (db *pebble.DB, release func(), err error) {
 }
 
 // EventsStream returns the name of the JetStream stream of the agents'
-// lifecycle events.
+// lifecycle events; of a sharded log, the base of its shards' names
+// (EventsStreams lists them).
 func (l *Log) EventsStream() string { return l.cfg.EventsStream }
 
 // Replicas returns the replicas of the log's streams.
@@ -535,20 +632,25 @@ func (l *Log) ChunkMaxAge() time.Duration { return l.cfg.ChunkMaxAge }
 // MaxPayload returns the largest message the server accepts, in bytes.
 func (l *Log) MaxPayload() int64 { return l.nc.MaxPayload() }
 
-// EventsSubject returns the subject of an agent's events.
-func (l *Log) EventsSubject(agent string) string { return l.cfg.Prefix + ".evt." + agent }
+// EventsSubject returns the subject of an agent's events:
+// <prefix>.evt.<agent>, or <prefix>.evt.<partition>.<agent> sharded.
+func (l *Log) EventsSubject(agent string) string {
+	return l.cfg.Prefix + ".evt." + l.partToken(agent) + agent
+}
 
-// ChunksSubject returns the subject of the chunks of one chat stream.
+// ChunksSubject returns the subject of the chunks of one chat stream:
+// <prefix>.chunk.<agent>.<stream>, or with the partition before the agent
+// sharded.
 func (l *Log) ChunksSubject(agent, stream string) string {
-	return l.cfg.Prefix + ".chunk." + agent + "." + stream
+	return l.cfg.Prefix + ".chunk." + l.partToken(agent) + agent + "." + stream
 }
 
 // subject returns where e is stored and which JetStream stream holds it.
 func (l *Log) subject(e *Event) (subject, stream string) {
 	if e.Stream != "" {
-		return l.ChunksSubject(e.Agent, e.Stream), l.cfg.ChunksStream
+		return l.ChunksSubject(e.Agent, e.Stream), l.streamFor(e.Agent, true)
 	}
-	return l.EventsSubject(e.Agent), l.cfg.EventsStream
+	return l.EventsSubject(e.Agent), l.streamFor(e.Agent, false)
 }
 
 // pebbleLogger routes Pebble's log lines to slog.

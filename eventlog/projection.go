@@ -38,6 +38,16 @@ type Projection struct {
 	// Apply still sees each snapshot part (TypeSnapshot), after its rows
 	// are in place: a view that counts events skips them.
 	AgentRows func(r Reader, agent string) iter.Seq2[KV, error]
+	// RowsChanged, when set, is called when the Follower itself removes
+	// or sets rows of agent, which Apply does not see: an agent's
+	// tombstone (removed: every row of the agent) and a snapshot part
+	// (part 0 removes the agent's rows and sets its own, a later part
+	// sets its own; removed also holds a row a part overwrote, with its
+	// old value). It runs after the change, in the same batch, so a view
+	// that keeps a figure over every agent's rows (a total, not a row of
+	// one agent) keeps it equal to what a rebuild gives. Rows are
+	// relative to the view.
+	RowsChanged func(b *Batch, agent string, removed, added []KV) error
 	// MigrateRows turns the rows of a snapshot part stored by an older
 	// Version of this projection (from) into rows of this Version. A
 	// projection that changes Version loses the compacted history of every

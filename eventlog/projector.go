@@ -43,6 +43,9 @@ func (pr *Projector) Stream() string { return pr.f.Stream() }
 // Cursor returns the last stream sequence applied.
 func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 
+// Changed is Follower.Changed.
+func (pr *Projector) Changed() <-chan struct{} { return pr.f.Changed() }
+
 // WaitFor blocks until the projection has applied sequence seq (an event that
 // matches its filter), ctx is done (ctx's error), or Run returned: with
 // Run's error, or an error wrapping ErrStopped when Run stopped because its

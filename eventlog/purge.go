@@ -42,7 +42,7 @@ func (l *Log) PurgeChunks(ctx context.Context, agent, stream string) error {
 	subject := l.ChunksSubject(agent, stream)
 	bctx, cancel, _ := l.bound(ctx)
 	defer cancel()
-	if err := l.chunks.Purge(bctx, jetstream.WithPurgeSubject(subject)); err != nil {
+	if err := l.stream(l.streamFor(agent, true)).Purge(bctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return fmt.Errorf("eventlog: purge %s: %w", subject, err)
 	}
 	if f != nil {

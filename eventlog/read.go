@@ -24,6 +24,9 @@ type Filter struct {
 	Chunks bool
 }
 
+// filter returns the subject f selects and the stream that holds it. Of a
+// sharded log, a filter without an agent spans every shard: stream is then
+// shard 0's, and the subject, every partition's (see shardsOf).
 func (l *Log) filter(f Filter) (subject, stream string, err error) {
 	tok := func(s string) (string, error) {
 		if s == "" {
@@ -38,25 +41,44 @@ func (l *Log) filter(f Filter) (subject, stream string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	part := ""
+	if l.sharded() {
+		part = "*."
+		if f.Agent != "" {
+			part = l.partToken(f.Agent)
+		}
+	}
 	if f.Stream == "" && !f.Chunks {
-		if l.events == nil {
+		stream := l.streamFor(f.Agent, false)
+		if l.handleOf(stream).st == nil {
 			return "", "", invalidf("this log was opened with ChunksOnly: it reads chunks only")
 		}
-		return l.cfg.Prefix + ".evt." + agent, l.cfg.EventsStream, nil
+		return l.cfg.Prefix + ".evt." + part + agent, stream, nil
 	}
 	s, err := tok(f.Stream)
 	if err != nil {
 		return "", "", err
 	}
-	return l.cfg.Prefix + ".chunk." + agent + "." + s, l.cfg.ChunksStream, nil
+	return l.cfg.Prefix + ".chunk." + part + agent + "." + s, l.streamFor(f.Agent, true), nil
+}
+
+// shardsOf reports whether f spans several streams: a filter without an
+// agent, of a sharded log with more than one shard. Then f's streams are
+// l.streamNames(chunks).
+func (l *Log) shardsOf(f Filter) (spans, chunks bool) {
+	return l.cfg.Shards > 1 && f.Agent == "", f.Chunks || f.Stream != ""
 }
 
 // LastSeq returns the stream sequence of the last event matching f, or 0 when
-// there is none.
+// there is none. Of a sharded log with several shards, a filter without an
+// agent spans them: LastSeq returns SeqEnds, which no one sequence is.
 func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
 	subject, stream, err := l.filter(f)
 	if err != nil {
 		return 0, err
+	}
+	if spans, _ := l.shardsOf(f); spans {
+		return SeqEnds, nil
 	}
 	return l.lastSeq(ctx, stream, subject)
 }
@@ -74,7 +96,7 @@ func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) 
 	if err != nil {
 		return 0, readFailed("last sequence of "+subject, err)
 	}
-	return Seq(m.Sequence), nil
+	return l.seqOf(stream, m.Sequence), nil
 }
 
 // Last returns the last event matching f, with one direct get; ok is false
@@ -95,7 +117,7 @@ func (l *Log) Last(ctx context.Context, f Filter) (e Event, ok bool, err error) 
 	if err != nil {
 		return Event{}, false, readFailed("last event of "+subject, err)
 	}
-	return decodeRaw(m)
+	return l.decodeRaw(stream, m)
 }
 
 // Next returns the first event matching f stored after sequence after, with
@@ -111,20 +133,20 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 	if l.closed() {
 		return Event{}, false, ErrClosed
 	}
-	m, err := l.stream(stream).GetMsg(ctx, uint64(after)+1, jetstream.WithGetMsgSubject(subject))
+	m, err := l.stream(stream).GetMsg(ctx, rawSeq(after)+1, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Event{}, false, nil
 	}
 	if err != nil {
 		return Event{}, false, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
 	}
-	return decodeRaw(m)
+	return l.decodeRaw(stream, m)
 }
 
-// decodeRaw decodes a message read with a direct get, as Next and Last
-// return it.
-func decodeRaw(m *jetstream.RawStreamMsg) (Event, bool, error) {
-	seq := Seq(m.Sequence)
+// decodeRaw decodes a message of stream read with a direct get, as Next
+// and Last return it.
+func (l *Log) decodeRaw(stream string, m *jetstream.RawStreamMsg) (Event, bool, error) {
+	seq := l.seqOf(stream, m.Sequence)
 	e, err := decodeMsg(seq, m.Subject, m.Data)
 	if err != nil {
 		return Event{Seq: seq, Subject: m.Subject}, true, err
@@ -133,12 +155,13 @@ func decodeRaw(m *jetstream.RawStreamMsg) (Event, bool, error) {
 	return e, true, nil
 }
 
-// stream returns the handle of the events or the chunks stream by name.
+// stream returns the log's stream called name (nil for none, or an
+// events stream of a ChunksOnly log).
 func (l *Log) stream(name string) jetstream.Stream {
-	if name == l.cfg.ChunksStream {
-		return l.chunks
+	if h := l.handleOf(name); h != nil {
+		return h.st
 	}
-	return l.events
+	return nil
 }
 
 // Read returns the events matching f stored after sequence after, up to the
@@ -152,6 +175,11 @@ func (l *Log) stream(name string) jetstream.Stream {
 // answered by a replica behind the last sequence; when the batches end
 // before it, Read goes on through an ordered consumer on the leader (as
 // when events between were removed: chunks age out).
+//
+// Of a sharded log, a filter without an agent reads the shards in order:
+// every Seq of shard k is below those of shard k+1, so after names the
+// shard to go on in, and a read that finds nothing more in it goes on in
+// the next.
 func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
 	subject, stream, err := l.filter(f)
 	if err != nil {
@@ -160,6 +188,25 @@ func (l *Log) Read(ctx context.Context, f Filter, after Seq, limit int) ([]Event
 	if l.closed() {
 		return nil, ErrClosed
 	}
+	if spans, chunks := l.shardsOf(f); spans {
+		names := l.streamNames(chunks)
+		for k, _ := ShardOf(after); k < len(names); k++ {
+			from := after
+			if k0, _ := ShardOf(after); k0 != k {
+				from = shardSeq(k, 0)
+			}
+			out, err := l.read(ctx, names[k], subject, from, limit)
+			if err != nil || len(out) > 0 {
+				return out, err
+			}
+		}
+		return nil, nil
+	}
+	return l.read(ctx, stream, subject, after, limit)
+}
+
+// read is Read of one stream.
+func (l *Log) read(ctx context.Context, stream, subject string, after Seq, limit int) ([]Event, error) {
 	last, err := l.lastSeq(ctx, stream, subject)
 	if err != nil || last <= after {
 		return nil, err
@@ -204,7 +251,7 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 			batch = min(batch, limit-len(out))
 		}
 		msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, batch,
-			jetstreamext.GetBatchSeq(uint64(next)+1), jetstreamext.GetBatchSubject(subject),
+			jetstreamext.GetBatchSeq(rawSeq(next)+1), jetstreamext.GetBatchSubject(subject),
 			jetstreamext.GetBatchMaxBytes(readBatchBytes))
 		if err != nil {
 			return out, next, false, readFailed("read "+subject, err)
@@ -221,7 +268,7 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 				return out, next, false, readFailed("read "+subject, err)
 			}
 			n++
-			e, _, err := decodeRaw(m)
+			e, _, err := l.decodeRaw(stream, m)
 			if err != nil {
 				return out, next, true, err
 			}
@@ -253,8 +300,15 @@ const followMaxBytes = 16 << 20
 //
 // A stored event that cannot be decoded is yielded as a *CorruptError (with
 // Seq and Subject set on the event); ranging may go on past it.
+//
+// Of a sharded log with several shards, a filter without an agent is
+// refused (ErrInvalid): follow an agent, or use a Follower, which follows
+// every shard.
 func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, error] {
 	subject, stream, err := l.filter(f)
+	if spans, _ := l.shardsOf(f); spans && err == nil {
+		err = invalidf("follow %s: a filter without an agent spans the shards of the log; follow an agent, or use a Follower", subject)
+	}
 	if err != nil {
 		return func(yield func(Event, error) bool) { yield(Event{}, err) }
 	}
@@ -270,7 +324,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 		cons, err := l.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{subject},
 			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:    uint64(after) + 1,
+			OptStartSeq:    rawSeq(after) + 1,
 		})
 		if err != nil {
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
@@ -314,7 +368,7 @@ func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) ite
 				}
 				continue
 			}
-			seq := Seq(md.Sequence.Stream)
+			seq := l.seqOf(stream, md.Sequence.Stream)
 			e, err := decodeMsg(seq, m.Subject(), m.Data())
 			if err != nil {
 				e = Event{Seq: seq, Subject: m.Subject()}

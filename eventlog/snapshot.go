@@ -246,7 +246,7 @@ func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
 	defer cancel()
 	if l.skipPurge {
 		l.skipPurge = false // a test's purge that removed nothing
-	} else if err := l.events.Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(uint64(seq))); err != nil {
+	} else if err := l.stream(l.streamFor(agent, false)).Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq))); err != nil {
 		return fmt.Errorf("eventlog: purge %s before %d: %w", subject, seq, err)
 	}
 	return l.deleteLeftBefore(ctx, agent, seq)
@@ -262,7 +262,7 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 	subject := l.EventsSubject(agent)
 	var last Seq
 	for n := 0; ; n++ {
-		first, err := l.leaderFirstSeq(ctx, l.cfg.EventsStream, subject)
+		first, err := l.leaderFirstSeq(ctx, l.streamFor(agent, false), subject)
 		if err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 		}
 		last = first
 		bctx, cancel, _ := l.bound(ctx)
-		err = l.events.DeleteMsg(bctx, uint64(first))
+		err = l.stream(l.streamFor(agent, false)).DeleteMsg(bctx, rawSeq(first))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("eventlog: delete %s event %d before the snapshot at %d: %w", subject, first, seq, err)
@@ -344,22 +344,34 @@ func (f *Follower) applySnapshot(b *Batch, m *member, e Event, s *Snapshot) (qua
 			return fmt.Sprintf("snapshot rows of view %s at version %d: migrating them to version %d: %v", m.p.Name, sv.Version, m.p.Version, err), nil
 		}
 	}
+	var removed []KV
 	if s.Part == 0 {
-		var old [][]byte
 		for kv, err := range m.p.AgentRows(b, e.Agent) {
 			if err != nil {
 				return "", err
 			}
-			old = append(old, kv.Key)
+			removed = append(removed, kv)
 		}
-		for _, k := range old {
-			if err := b.Delete(k); err != nil {
+		for _, kv := range removed {
+			if err := b.Delete(kv.Key); err != nil {
 				return "", err
 			}
 		}
 	}
 	for _, kv := range rows {
+		if s.Part > 0 && m.p.RowsChanged != nil {
+			if v, err := b.Get(kv.Key); err == nil {
+				removed = append(removed, KV{Key: kv.Key, Value: v})
+			} else if !errors.Is(err, ErrNotFound) {
+				return "", err
+			}
+		}
 		if err := b.Set(kv.Key, kv.Value); err != nil {
+			return "", err
+		}
+	}
+	if m.p.RowsChanged != nil {
+		if err := m.p.RowsChanged(b, e.Agent, removed, rows); err != nil {
 			return "", err
 		}
 	}

@@ -58,7 +58,7 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 	for {
 		now := s.cfg.Clock.Now()
 		next := s.dispatch(ctx, now)
-		cursor := s.views.Cursor()
+		changed := s.views.Changed()
 		var timer Timer
 		var due <-chan time.Time
 		if !next.IsZero() {
@@ -72,14 +72,6 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 		}
 		// Wake when the view changes: a schedule set or cancelled, by this
 		// Scheduler or any writer of the log.
-		wctx, wcancel := context.WithCancel(ctx)
-		changed, watched := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(watched)
-			if s.views.WaitFor(wctx, cursor+1) == nil {
-				close(changed)
-			}
-		}()
 		select {
 		case <-due:
 		case <-s.wake:
@@ -88,8 +80,6 @@ func (s *Scheduler) loop(ctx context.Context, prDone <-chan error) (prErr error,
 			prReturned = true
 		case <-ctx.Done():
 		}
-		wcancel()
-		<-watched
 		if timer != nil {
 			timer.Stop()
 		}

@@ -226,7 +226,7 @@ func (s *Scheduler) Projection() eventlog.Projection { return projection(s.logge
 // SchedulerConfig.Views.
 type views interface {
 	Ready() <-chan struct{}
-	Cursor() eventlog.Seq
+	Changed() <-chan struct{}
 	WaitFor(ctx context.Context, seq eventlog.Seq) error
 }
 

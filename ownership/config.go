@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -29,6 +30,9 @@ var (
 	// ErrPartitionMismatch: the cluster was created with another partition
 	// count than this node's.
 	ErrPartitionMismatch = errors.New("ownership: partition count differs from the cluster's")
+	// ErrShardsMismatch: the cluster was created with another shard count
+	// than this node's (Config.Shards).
+	ErrShardsMismatch = errors.New("ownership: shard count differs from the cluster's")
 	// ErrLeaseExpired is the cause of a partition context cancelled because
 	// the lease was not renewed in time.
 	ErrLeaseExpired = errors.New("ownership: lease expired before it was renewed")
@@ -57,6 +61,17 @@ type Config struct {
 	Node string
 	// Partitions is the partition count. Default DefaultPartitions.
 	Partitions int
+	// Shards is the shard count of the cluster's log (eventlog's
+	// Config.Shards), stored beside the partition count when the cluster
+	// is created and compared as it is on every later start
+	// (ErrShardsMismatch). 0, and the count of a cluster created before
+	// shards, is the unsharded layout. Partitions must be a multiple.
+	Shards int
+	// ShardsFormat, with Shards, is the record format a cluster created
+	// with shards starts at: a release that cannot read it refuses to
+	// join (ErrFormatTooNew), so it never writes the unsharded layout
+	// beside the shards. At most Format.
+	ShardsFormat int
 	// TTL is the lease and node-key TTL. Default DefaultTTL; at least 1s.
 	TTL time.Duration
 	// Margin is how long before the server expires a lease its holder stops
@@ -114,6 +129,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Partitions < 1 {
 		return errors.New("ownership: Config.Partitions must be positive")
+	}
+	if c.Shards < 0 || (c.Shards > 0 && c.Partitions%c.Shards != 0) {
+		return fmt.Errorf("ownership: Config.Shards %d must be 0 or divide the partition count %d", c.Shards, c.Partitions)
+	}
+	if c.Shards > 0 && c.ShardsFormat > c.Format {
+		return fmt.Errorf("ownership: Config.ShardsFormat %d is past the format this node reads (%d)", c.ShardsFormat, c.Format)
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL

@@ -197,8 +197,24 @@ func (m *Manager) initState() {
 // cluster's.
 func (m *Manager) checkPartitions(ctx context.Context, fresh bool) error {
 	want := strconv.Itoa(m.cfg.Partitions)
+	existed := false
 	if e, err := m.kv.Get(ctx, keyPartitions); err == nil {
 		want = string(e.Value()) // compared below, once stored where it belongs
+		existed = true
+	}
+	switch _, err := m.parts.Get(ctx, keyPartitions); {
+	case err == nil:
+		existed = true
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("ownership: read the partition count: %w", err)
+	}
+	if !existed {
+		// A new cluster: its shard count is stored before its partition
+		// count, so a node that finds the partition count finds the
+		// shard count too, or the cluster is older than shards.
+		if err := m.createShards(ctx); err != nil {
+			return err
+		}
 	}
 	if _, err := m.parts.Create(ctx, keyPartitions, []byte(want)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("ownership: store the partition count: %w", err)
@@ -210,6 +226,9 @@ func (m *Manager) checkPartitions(ctx context.Context, fresh bool) error {
 	if got := string(e.Value()); got != strconv.Itoa(m.cfg.Partitions) {
 		return fmt.Errorf("%w: the cluster has %s partitions and this node was started with %d; start it with the cluster's count",
 			ErrPartitionMismatch, got, m.cfg.Partitions)
+	}
+	if err := m.checkShards(ctx); err != nil {
+		return err
 	}
 	return m.loadEpochBase(ctx, fresh)
 }

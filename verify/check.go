@@ -137,9 +137,13 @@ func (c *checker) violate(v Violation) { c.out = append(c.out, v) }
 
 func (c *checker) corrupt(ce *eventlog.CorruptError) {
 	agent := ""
-	// <prefix>.evt.<agent> or <prefix>.chunk.<agent>.<stream>
+	// <prefix>.evt.<agent> or <prefix>.chunk.<agent>.<stream>; sharded,
+	// with the partition before the agent.
 	if parts := strings.Split(ce.Subject, "."); len(parts) >= 3 {
-		agent = parts[2]
+		agent = parts[len(parts)-1]
+		if parts[1] == "chunk" {
+			agent = parts[len(parts)-2]
+		}
 	}
 	c.violate(Violation{Kind: KindCorrupt, Agent: agent, Seq: ce.Seq,
 		Text: fmt.Sprintf("the event on %s does not decode: %v", ce.Subject, ce.Err)})

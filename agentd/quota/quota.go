@@ -212,18 +212,36 @@ func (qs *Enforcer) admitAgent(ctx context.Context, agent string) error {
 
 // loadAgents lists the agents with events: the subjects of the events
 // stream, one per agent.
+//
+// A sharded log (eventlog's shards) has an events stream per shard, on
+// subjects <prefix>.evt.<partition>.<agent>: every shard's subjects are
+// listed.
 func (qs *Enforcer) loadAgents(ctx context.Context) (map[string]bool, error) {
-	s, err := qs.js.Stream(ctx, eventlog.DefaultEventsStream)
-	if err != nil {
-		return nil, unavailable("agents quota", err)
+	names := []string{eventlog.DefaultEventsStream}
+	filter := qs.prefix + ".evt.*"
+	if _, err := qs.js.Stream(ctx, eventlog.DefaultEventsStream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		names, filter = nil, qs.prefix+".evt.*.*"
+		for k := 0; ; k++ {
+			name := eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)
+			if _, err := qs.js.Stream(ctx, name); err != nil {
+				break
+			}
+			names = append(names, name)
+		}
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(qs.prefix+".evt.*"))
-	if err != nil {
-		return nil, unavailable("agents quota", err)
-	}
-	known := make(map[string]bool, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
-		known[strings.TrimPrefix(subj, qs.prefix+".evt.")] = true
+	known := map[string]bool{}
+	for _, name := range names {
+		s, err := qs.js.Stream(ctx, name)
+		if err != nil {
+			return nil, unavailable("agents quota", err)
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return nil, unavailable("agents quota", err)
+		}
+		for subj := range info.State.Subjects {
+			known[subj[strings.LastIndexByte(subj, '.')+1:]] = true
+		}
 	}
 	return known, nil
 }

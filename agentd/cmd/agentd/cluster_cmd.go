@@ -37,12 +37,23 @@ func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writ
 		name = "(one node)"
 	}
 	fmt.Fprintf(stdout, "cluster %s, answered by %s: %d partitions, lease TTL %s\n", name, info.Node, info.Partitions, info.LeaseTTL)
+	if info.Shards > 0 {
+		fmt.Fprintf(stdout, "%d stream shards: partition p in shard p mod %d\n", info.Shards, info.Shards)
+	}
 	if f := info.Format; f != nil {
 		fmt.Fprintf(stdout, "record format %d active; every live node reads up to %d\n", f.Active, f.Ready)
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tOWNS\tREADS FORMAT")
+	// LEADS: how many of the streams listed each node leads (a sharded
+	// cluster spreads its shards' leaders over the nodes).
+	leads := map[string]int{}
+	for _, s := range info.Streams {
+		if s.Leader != "" {
+			leads[s.Leader]++
+		}
+	}
+	fmt.Fprintln(tw, "NODE\tLIVE\tOWNS\tREADS FORMAT\tLEADS")
 	for _, n := range info.Nodes {
 		reads := "-"
 		if info.Format != nil {
@@ -50,7 +61,7 @@ func showCluster(ctx context.Context, nc *nats.Conn, asJSON bool, stdout io.Writ
 				reads = fmt.Sprint(r)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", n.Name, n.Live, n.Owns, reads)
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%d\n", n.Name, n.Live, n.Owns, reads, leads[n.Name])
 	}
 	if err := tw.Flush(); err != nil {
 		return err

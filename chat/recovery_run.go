@@ -1,0 +1,257 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/fiber"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// turnRecovery carries out the recovery of one turn: gather reads what
+// decideRecovery needs, and each action it returns is done here, by step
+// (what a step learns goes into in, and decideRecovery is asked again) or
+// by finish, which ends the recovery. The turn slot, once claimed, is
+// released once: by finish, by recoverTurn when a read or a step fails, or
+// by runTurn when the turn runs on.
+type turnRecovery struct {
+	a         *Agent
+	f         *fiber.Fiber
+	rec       fiber.Recovered
+	requestID string
+	in        recoveryInput
+
+	span  trace.Span
+	at    *activeTurn // the slot, once claimed
+	st    *turnState  // once the stream is read
+	em    *emitter    // made when first needed
+	tools []llm.Tool
+}
+
+// recoverTurn resumes the turn's invoke_agent span into *span once it
+// knows the turn. fail, when set, is why the turn's version policy fails
+// it (OnFiberVersionFailed); rec.Restarted starts its answer again
+// (restartAnswer).
+func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID string, rec fiber.Recovered, span *trace.Span, fail error) error {
+	r := &turnRecovery{a: a, f: f, rec: rec, requestID: requestID, in: recoveryInput{
+		fail: fail, restart: rec.Restarted,
+		max: a.cfg.MaxRecoveryAttempts, window: a.cfg.AttemptWindow,
+	}}
+	// The recovery owns the slot it claims until runTurn takes it over.
+	defer func() { a.checkSlot(r.at, "recovery") }()
+	ctx, err := r.gather(ctx, span)
+	for err == nil {
+		act := decideRecovery(r.in)
+		if act.kind != recoverRestart && act.kind != recoverStash && act.kind != recoverAsk {
+			return r.finish(ctx, act)
+		}
+		err = r.step(ctx, act)
+	}
+	if r.at != nil {
+		a.release(r.at)
+	}
+	return err
+}
+
+// gather reads the turn and, when it is active, claims its slot and reads
+// its stream, snapshot and waits into r.in. An error is a read that
+// failed; the caller releases a slot gather claimed.
+func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Context, error) {
+	a, requestID := r.a, r.requestID
+	if err := retryRead(ctx, a.logger, "catch up", func() error { return a.catchUp(ctx) }); err != nil {
+		return ctx, err
+	}
+	info, err := a.store.Turn(a.agent, requestID)
+	if errors.Is(err, ErrNotFound) {
+		return ctx, nil
+	}
+	if err != nil {
+		return ctx, err
+	}
+	r.in.found, r.in.info = true, info
+	ctx, *span = a.resumeTurnSpan(ctx, info, r.rec.Attempt)
+	r.span = *span
+	if !info.Active() {
+		return ctx, nil
+	}
+	if err := a.crashPoint(ctx, pointRecoverClaim); err != nil {
+		return ctx, err
+	}
+	at, err := a.claim(ctx, requestID)
+	if errors.Is(err, errRunsHere) {
+		r.in.runsHere = true
+		return ctx, nil
+	}
+	if err != nil {
+		return ctx, err
+	}
+	r.at = at
+	var b *builder
+	err = retryRead(ctx, a.logger, "turn stream", func() (err error) {
+		b, err = a.loadTurnStream(ctx, info)
+		return err
+	})
+	if errors.Is(err, ErrChunksExpired) {
+		r.in.expired = err
+		r.st = &turnState{at: at, info: info, b: b, span: r.span}
+		return ctx, nil
+	}
+	if err != nil {
+		return ctx, fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
+	}
+	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}, span: r.span}
+	if err := r.rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
+		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
+	}
+	if info.Continues != "" && !resumesCalls(info) {
+		if err := a.loadBase(st); err != nil {
+			return ctx, err
+		}
+	}
+	r.st = st
+	r.in.snap = st.snap
+	r.observe()
+	if b.terminal != "" {
+		return ctx, nil
+	}
+	r.tools, r.in.toolsErr = storedTools(info)
+	// A turn awaiting its children, or parked at its soft budget limit,
+	// was left by design (its agent was deactivated, or its process
+	// stopped, while it waited).
+	r.in.parked = a.parkedOnBudget(requestID)
+	r.in.children = !r.in.parked && a.awaitingChildren(requestID)
+	r.in.now = a.cfg.Clock.Now()
+	return ctx, nil
+}
+
+// observe reads what the stream shows into r.in.
+func (r *turnRecovery) observe() {
+	b := r.st.b
+	r.in.terminal, r.in.chunks, r.in.parts = b.terminal, b.chunks, b.Parts()
+}
+
+// emitter returns the writer of the turn's stream, after its stored
+// chunks.
+func (r *turnRecovery) emitter() *emitter {
+	if r.em == nil {
+		r.em = r.a.newEmitter(r.st.info.StreamID, r.st.b)
+	}
+	return r.em
+}
+
+func (r *turnRecovery) count(act recoveryAction) {
+	if act.metric != "" {
+		r.a.metrics.recoveries.WithLabelValues(act.metric).Inc()
+	}
+}
+
+// step carries out a step (recoverRestart, recoverStash, recoverAsk) and
+// records what it learned in r.in.
+func (r *turnRecovery) step(ctx context.Context, act recoveryAction) error {
+	a, st := r.a, r.st
+	r.count(act)
+	switch act.kind {
+	case recoverRestart:
+		if err := a.restartAnswer(ctx, r.emitter(), r.rec); err != nil {
+			return err
+		}
+		st.snap = snapshot{StreamID: st.info.StreamID, RequestID: st.info.RequestID}
+		r.in.snap, r.in.restart = st.snap, false
+		r.observe()
+	case recoverStash:
+		st.snap = act.snap
+		if err := a.stashSnap(ctx, r.f, st); err != nil {
+			return err
+		}
+		r.in.snap, r.in.stashed = st.snap, true
+		r.in.interrupted = a.Interrupted(InterruptTurn)
+	case recoverAsk:
+		msgs, _, err := a.store.Messages(a.agent, Page{})
+		if err != nil {
+			return err
+		}
+		info := st.info
+		if info.Continues != "" {
+			msgs = withoutMessage(msgs, info.Continues)
+		}
+		dec, err := a.cfg.OnChatRecovery(ctx, Recovery{
+			StreamID: info.StreamID, RequestID: info.RequestID, MessageID: info.AssistantMessageID,
+			PartialText: st.b.Text(), PartialParts: st.b.Parts(),
+			RecoveryData: r.rec.Snapshot, ResponseID: st.snap.ResponseID, SequenceNumber: st.snap.SequenceNumber,
+			Messages: msgs, LastBody: info.Body, LastTools: r.tools, Attempt: st.snap.Attempts,
+		})
+		r.in.hook = &hookAnswer{dec: dec, err: err}
+	default:
+		return fmt.Errorf("chat: recover turn %s: %s is no step", r.requestID, act.kind)
+	}
+	return nil
+}
+
+// finish carries out an action that ends the recovery. The slot, if
+// claimed, is released here, or by runTurn when the turn runs on.
+func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
+	a, st := r.a, r.st
+	switch act.kind {
+	case recoverNoTurn:
+		a.logger.Info("turn fiber without turn.started, ending it", "request", r.requestID)
+		return nil
+	case recoverRecorded:
+		// Died after recording the outcome, before fiber.completed (and
+		// before the span ended).
+		info := r.in.info
+		(&turnState{span: r.span}).noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
+		return nil
+	case recoverRunsHere:
+		// One fiber per turn: this one is a second (its fiber.started
+		// landed after its command gave up, and a copy of the command
+		// started the turn's fiber); it ends without touching the turn.
+		a.logger.Error("a second fiber of a running turn was recovered; it ends and leaves the turn to the fiber that runs it",
+			"request", r.requestID, "fiber", r.rec.ID)
+		return nil
+	case recoverWait, recoverRetry, recoverContinue:
+		if act.persist {
+			if err := a.persist(ctx, st); err != nil {
+				a.release(r.at)
+				return err
+			}
+		}
+		r.count(act)
+		// runTurn owns the slot from here, and releases it.
+		st.snap, st.resume = act.snap, act.resume
+		return a.runTurn(ctx, r.f, st)
+	}
+	defer a.release(r.at)
+	st.snap = act.snap
+	switch act.kind {
+	case recoverExpired:
+		return a.failExpired(ctx, st, act.err)
+	case recoverFinalize:
+		r.count(act)
+		r.at.ended()
+		switch st.b.terminal {
+		case chunk.Finish:
+			return a.recordCompleted(ctx, st, st.b.finish, st.b.usage)
+		case chunk.Error:
+			return a.recordFailed(ctx, st, st.b.errorText)
+		default:
+			return a.recordInterrupted(ctx, st, true, "cancelled")
+		}
+	case recoverToolsCorrupt, recoverVersionFail, recoverExhausted, recoverHookFailed:
+		r.count(act)
+		return a.failTurn(ctx, st, r.emitter(), act.err)
+	case recoverInterrupted:
+		return a.abortTurn(ctx, st, r.emitter(), true, "cancelled")
+	case recoverAbort:
+		if act.persist {
+			if err := a.persist(ctx, st); err != nil {
+				return err
+			}
+		}
+		r.count(act)
+		return a.abortTurn(ctx, st, r.emitter(), act.persist, "recovered without continuing")
+	}
+	return fmt.Errorf("chat: recover turn %s: unknown action %s", r.requestID, act.kind)
+}

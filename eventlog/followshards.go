@@ -1,0 +1,244 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// A Follower of a log with several shards follows each shard's stream with
+// a shard follower of its own: one ordered consumer per shard, a cursor per
+// shard and view in Pebble (the member keys of its shard), committed with
+// the rows. The shard followers' commits take turns (applyMu), so a view's
+// rows are read and written by one commit at a time, as with one stream.
+//
+// A Seq names its shard (shards.go), so WaitFor waits for the shard
+// follower of that shard; WaitFor(SeqEnds) waits for every shard's last
+// event as it is when WaitFor reads it.
+//
+// Opening (versions, origins, cursors) and the drops it makes run in the
+// Follower's goroutine while no shard follower consumes; a view dropped by
+// one shard (its rows are shared) is replayed by every shard: the pass
+// over the shards starts again, and finds the other shards' cursors gone
+// with the rows. A rebuild (Rebuild, RestartViews) stops every shard
+// follower, drops, and starts them all again. Bootstrap is not used: the
+// views replay their shards.
+
+// waitShards is WaitFor of a Follower with shards.
+func (f *Follower) waitShards(ctx context.Context, seq Seq) error {
+	if seq != SeqEnds {
+		k, _ := ShardOf(seq)
+		if k >= len(f.shards) {
+			return invalidf("wait for seq %d: it names shard %d of a log with %d", seq, k, len(f.shards))
+		}
+		return f.shards[k].WaitFor(ctx, seq)
+	}
+	for _, s := range f.shards {
+		last, err := f.l.lastSeq(ctx, s.stream, s.wide)
+		if err != nil {
+			return err
+		}
+		if err := s.WaitFor(ctx, last); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changed returns a channel closed the next time a cursor of f moves (any
+// shard's) or f starts over or stops: a reader that keeps what it read of
+// the views waits on it to read them again.
+func (f *Follower) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.changed
+}
+
+// bump tells WaitFor and Changed of f that something moved.
+func (f *Follower) bump() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+}
+
+// shardReady is told by a shard follower that it caught up: f is ready
+// once every shard is.
+func (f *Follower) shardReady() {
+	for _, s := range f.shards {
+		select {
+		case <-s.ready:
+		default:
+			return
+		}
+	}
+	f.markReady()
+}
+
+// stopShards sets every shard follower's Run error (their WaitFor then
+// returns it).
+func (f *Follower) stopShards(stopped error) {
+	for _, s := range f.shards {
+		s.mu.Lock()
+		s.mu.err = stopped
+		close(s.mu.changed)
+		s.mu.changed = make(chan struct{})
+		s.mu.Unlock()
+	}
+}
+
+// runShards is run of a Follower with shards.
+func (f *Follower) runShards(ctx context.Context) error {
+	for _, s := range f.shards {
+		s.mu.Lock()
+		s.mu.started, s.mu.err = true, nil
+		s.mu.Unlock()
+		s.logger = f.logger.With("shard", s.shard)
+	}
+	return f.run(ctx)
+}
+
+// openShards opens every shard follower from the stored cursors, dropping
+// what open finds stale, until a pass over the shards drops nothing: a
+// drop removed the view's rows and every shard's cursor, so the shards
+// opened before it must read theirs again. With rebuild, every view is
+// dropped first.
+func (f *Follower) openShards(ctx context.Context, rebuild bool) error {
+	if rebuild {
+		for _, m := range f.shards[0].members {
+			if err := f.shards[0].drop(m); err != nil {
+				return err
+			}
+		}
+	}
+	for pass := 0; ; pass++ {
+		drops := f.drops
+		for _, s := range f.shards {
+			if err := s.open(ctx); err != nil {
+				return err
+			}
+		}
+		if f.drops == drops {
+			break
+		}
+		if pass > len(f.shards) {
+			return fmt.Errorf("%s: the shards keep dropping the views while they open", f.what())
+		}
+	}
+	for _, s := range f.shards {
+		s.publish()
+	}
+	return nil
+}
+
+// followShards is one life of a Follower with shards, as follow is of one
+// stream.
+func (f *Follower) followShards(ctx context.Context) error {
+	reset, rebuild := f.l.resetOf(f.stream)
+	for _, s := range f.shards {
+		s.reset = reset
+	}
+	rebuilding := rebuild != f.rebuilt
+	if rebuilding {
+		f.logger.Warn("projections rebuilt from the streams as they are now (their events were removed)", "stream", f.stream)
+	}
+	if err := f.openShards(ctx, rebuilding); err != nil {
+		return err
+	}
+	if rebuilding {
+		f.rebuilt = rebuild
+		f.mu.Lock()
+		f.mu.rebuilds = rebuild
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	f.mu.life++
+	f.mu.Unlock()
+	f.bump()
+	for {
+		req, err := f.consumeShards(ctx)
+		if err != nil || req == nil {
+			return err
+		}
+		// A rebuild asked by Rebuild: drop the view (every shard's cursor
+		// goes with its rows) and open again, before replying, so a WaitFor
+		// after Rebuild waits for the replay.
+		err = f.shards[0].drop(f.shards[0].member(req.name))
+		if err == nil {
+			err = f.openShards(ctx, false)
+		}
+		req.done <- err
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// consumeShards runs every shard follower (each catches its views up,
+// then follows live) until ctx ends (nil, nil), one of them fails, or
+// Rebuild asks for a rebuild, returned once every shard follower stopped.
+func (f *Follower) consumeShards(ctx context.Context) (*rebuildReq, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(f.shards))
+	var wg sync.WaitGroup
+	for _, s := range f.shards {
+		wg.Go(func() {
+			err := s.followShard(sctx)
+			if err != nil && sctx.Err() == nil {
+				errs <- fmt.Errorf("shard %d: %w", s.shard, err)
+				return
+			}
+			errs <- nil
+		})
+	}
+	var req *rebuildReq
+	var err error
+	select {
+	case <-ctx.Done():
+	case r := <-f.rebuildCh:
+		req = &r
+	case err = <-errs:
+	}
+	cancel()
+	wg.Wait()
+	if err == nil {
+		// One that failed while the others were stopped.
+		for range len(f.shards) {
+			select {
+			case e := <-errs:
+				if e != nil && !errors.Is(e, context.Canceled) {
+					err = e
+				}
+			default:
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// followShard is what a shard follower does in each life of its Follower:
+// catch the views behind up, then follow its stream live.
+func (f *Follower) followShard(ctx context.Context) error {
+	for {
+		if err := f.catchUp(ctx); err != nil {
+			return err
+		}
+		req, err := f.consume(ctx, f.members, f.head(), 0)
+		if err != nil || req == nil {
+			return err
+		}
+		// A shard follower is never asked for a rebuild itself.
+		req.done <- invalidf("rebuild through the Follower, not a shard of it")
+	}
+}
+
+// shardsWhat names a Follower with shards in its logger.
+func (f *Follower) shardsWhat() string {
+	return fmt.Sprintf("%d shards of %s, projections %s", len(f.shards), f.stream, strings.Join(f.Names(), ","))
+}
