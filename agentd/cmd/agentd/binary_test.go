@@ -121,7 +121,7 @@ var binaryCases = []blackBox{
 	{"Overload", alone, 18, testBinaryOverload},
 	{"ModelRateLimit", light, 3, testBinaryModelRateLimit},
 	{"DiskFull", alone, 9, testBinaryDiskFull},
-	{"PurgeChunks", light, 5, testBinaryPurgeChunks},
+	{"PurgeChunks", alone, 5, testBinaryPurgeChunks},
 	{"DeleteEvents", light, 5, testBinaryDeleteEvents},
 	{"DeleteLeases", light, 31, testBinaryDeleteLeases},
 	{"CLIReconnect", light, 60, testBinaryCLIReconnect},

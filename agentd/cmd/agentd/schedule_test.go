@@ -46,7 +46,8 @@ const (
 	cluster load = 2
 	// alone: one agentd that, starved, loses its own partitions' leases
 	// (TestBinary/DiskFull, with --lease-ttl 3s, failed twice in company
-	// and never alone; TestBinary/Overload once, four at once): no other
+	// and never alone; TestBinary/Overload once, four at once;
+	// TestBinary/PurgeChunks's clients in two runs of three): no other
 	// parallel test beside it.
 	alone load = maxLoad
 	// maxLoad is the budget: three light tests at once. Four race-built
