@@ -34,8 +34,10 @@ var builds struct {
 	errs map[bool]error
 }
 
-// TestMain removes the binaries the tests built.
+// TestMain runs the black-box tests in parallel within the load budget
+// (raiseParallel) and removes the binaries they built.
 func TestMain(m *testing.M) {
+	raiseParallel()
 	code := m.Run()
 	if builds.dir != "" {
 		os.RemoveAll(builds.dir)
@@ -88,42 +90,51 @@ func buildBinaryRace(t *testing.T, race bool) string {
 	return bin
 }
 
-// TestBinary builds agentd once and runs it as a black box.
+// TestBinary builds agentd once and runs it as a black box: each case of
+// binaryCases starts its own agentd (or several), in parallel with the
+// others within the package's load budget (schedule_test.go).
 func TestBinary(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
-	t.Run("StopsOnSIGTERM", func(t *testing.T) { testBinarySIGTERM(t, bin) })
-	t.Run("PortInUse", func(t *testing.T) { testBinaryPortInUse(t, bin) })
-	t.Run("CrashRecovery", func(t *testing.T) { testBinaryCrashRecovery(t, bin) })
-	t.Run("ChatCrashRecovery", func(t *testing.T) { testBinaryChatCrash(t, bin) })
-	t.Run("RollingUpgrade", func(t *testing.T) { testBinaryRollingUpgrade(t, bin) })
-	t.Run("Gateway", func(t *testing.T) { testBinaryGateway(t, bin) })
-	t.Run("BrowserReload", func(t *testing.T) { testBinaryBrowserReload(t, bin) })
-	t.Run("BrowserTools", func(t *testing.T) { testBinaryBrowserTools(t, bin) })
-	t.Run("BrowserAuth", func(t *testing.T) { testBinaryBrowserAuth(t, bin) })
-	t.Run("Console", func(t *testing.T) { testBinaryConsole(t, bin) })
-	t.Run("ConsoleTenant", func(t *testing.T) { testBinaryConsoleTenant(t, bin) })
-	t.Run("HugeReply", func(t *testing.T) { testBinaryHugeReply(t, bin) })
-	t.Run("ToolCrash", func(t *testing.T) { testBinaryToolCrash(t, bin) })
-	t.Run("Approval", func(t *testing.T) { testBinaryApproval(t, bin) })
-	t.Run("Subagents", func(t *testing.T) { testBinarySubagents(t, bin) })
-	t.Run("Overload", func(t *testing.T) { testBinaryOverload(t, bin) })
-	t.Run("ModelRateLimit", func(t *testing.T) { testBinaryModelRateLimit(t, bin) })
-	t.Run("DiskFull", func(t *testing.T) { testBinaryDiskFull(t, bin) })
-	t.Run("PurgeChunks", func(t *testing.T) { testBinaryPurgeChunks(t, bin) })
-	t.Run("DeleteEvents", func(t *testing.T) { testBinaryDeleteEvents(t, bin) })
-	t.Run("DeleteLeases", func(t *testing.T) { testBinaryDeleteLeases(t, bin) })
-	t.Run("CLIReconnect", func(t *testing.T) { testBinaryCLIReconnect(t, bin) })
-	t.Run("LongStop", func(t *testing.T) { testBinaryLongStop(t, bin) })
-	t.Run("AISDK", func(t *testing.T) { testBinaryAISDK(t, bin) })
-	t.Run("Tenants", func(t *testing.T) { testBinaryTenants(t, bin) })
-	t.Run("TLS", func(t *testing.T) { testBinaryTLS(t, bin) })
-	t.Run("OIDC", func(t *testing.T) { testBinaryOIDC(t, bin) })
-	t.Run("ExternalAuth", func(t *testing.T) { testBinaryExternalAuth(t, bin) })
-	t.Run("BackupRestore", func(t *testing.T) { testBinaryBackupRestore(t, bin) })
-	t.Run("DNSRebinding", func(t *testing.T) { testBinaryDNSRebinding(t, bin) })
-	t.Run("Tracing", func(t *testing.T) { testBinaryTracing(t, bin) })
-	t.Run("ContextTokens", func(t *testing.T) { testBinaryContextTokens(t, bin) })
+	runBlackBoxes(t, buildBinary(t), binaryCases)
+}
+
+// binaryCases are TestBinary's subtests. A new case takes a row: its name,
+// its load (light: one agentd; withBrowser: and Chromium; alone: timings
+// that company breaks) and about how many
+// seconds it takes (go test -v prints it), so the longest start first.
+var binaryCases = []blackBox{
+	{"StopsOnSIGTERM", light, 2, testBinarySIGTERM},
+	{"PortInUse", light, 1, testBinaryPortInUse},
+	{"CrashRecovery", light, 12, testBinaryCrashRecovery},
+	{"ChatCrashRecovery", light, 12, testBinaryChatCrash},
+	{"RollingUpgrade", light, 4, testBinaryRollingUpgrade},
+	{"Gateway", light, 12, testBinaryGateway},
+	{"BrowserReload", withBrowser, 22, testBinaryBrowserReload},
+	{"BrowserTools", withBrowser, 10, testBinaryBrowserTools},
+	{"BrowserAuth", withBrowser, 8, testBinaryBrowserAuth},
+	{"Console", withBrowser, 17, testBinaryConsole},
+	{"ConsoleTenant", withBrowser, 15, testBinaryConsoleTenant},
+	{"HugeReply", light, 10, testBinaryHugeReply},
+	{"ToolCrash", light, 17, testBinaryToolCrash},
+	{"Approval", light, 12, testBinaryApproval},
+	{"Subagents", light, 32, testBinarySubagents},
+	{"Overload", alone, 18, testBinaryOverload},
+	{"ModelRateLimit", light, 3, testBinaryModelRateLimit},
+	{"DiskFull", alone, 9, testBinaryDiskFull},
+	{"PurgeChunks", alone, 5, testBinaryPurgeChunks},
+	{"DeleteEvents", light, 5, testBinaryDeleteEvents},
+	{"DeleteLeases", light, 31, testBinaryDeleteLeases},
+	{"CLIReconnect", light, 60, testBinaryCLIReconnect},
+	{"LongStop", light, 49, testBinaryLongStop},
+	{"AISDK", light, 100, testBinaryAISDK},
+	{"Tenants", light, 80, testBinaryTenants},
+	{"TLS", light, 4, testBinaryTLS},
+	{"OIDC", light, 4, testBinaryOIDC},
+	{"ExternalAuth", light, 25, testBinaryExternalAuth},
+	{"BackupRestore", light, 55, testBinaryBackupRestore},
+	{"DNSRebinding", light, 1, testBinaryDNSRebinding},
+	{"Tracing", light, 1, testBinaryTracing},
+	{"ContextTokens", light, 2, testBinaryContextTokens},
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

@@ -24,6 +24,7 @@ import (
 // key reaches the server in _meta, an isError result is a tool error the
 // model sees, and SIGTERM ends the server's process.
 func TestMCPBinary(t *testing.T) {
+	parallel(t, light, 70)
 	bin := buildBinary(t)
 	srvBin := filepath.Join(t.TempDir(), "mcpserver")
 	if out, err := exec.Command("go", "build", "-o", srvBin, "../../../mcptools/testdata/mcpserver").CombinedOutput(); err != nil {

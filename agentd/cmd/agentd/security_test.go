@@ -38,9 +38,10 @@ import (
 // publishes, and checks the audit log saw it all.
 func TestSecurity(t *testing.T) {
 	t.Parallel()
-	bin := buildBinary(t)
-	t.Run("HTTPLimits", func(t *testing.T) { testSecurityHTTPLimits(t, bin) })
-	t.Run("Tenants", func(t *testing.T) { testSecurityTenants(t, bin) })
+	runBlackBoxes(t, buildBinary(t), []blackBox{
+		{"Tenants", light, 290, testSecurityTenants},
+		{"HTTPLimits", light, 6, testSecurityHTTPLimits},
+	})
 }
 
 // closedWithin waits for the server to close c; it fails the test when c

@@ -23,6 +23,7 @@ import (
 // is refused, naming the flag, and with the same count serves the same
 // history.
 func TestBinaryShards(t *testing.T) {
+	parallel(t, light, 30)
 	bin := buildBinary(t)
 	data := t.TempDir()
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)

@@ -26,7 +26,7 @@ import (
 // usage. A tenant with --user-token-budget 600/24h does the same for two
 // agents of one user, while another user's agent goes on.
 func TestBinaryTenantBudget(t *testing.T) {
-	t.Parallel()
+	parallel(t, light, 15)
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	data, out := filepath.Join(dir, "data"), filepath.Join(dir, "out")
@@ -104,7 +104,7 @@ func TestBinaryTenantBudget(t *testing.T) {
 // passes 600 tokens, with 402 naming the user's budget; another user's
 // agent goes on.
 func TestBinaryUserBudget(t *testing.T) {
-	t.Parallel()
+	parallel(t, light, 2)
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)

@@ -74,7 +74,7 @@ func buildRelease(t *testing.T, commit string) string {
 // release wrote is read by the new one, every acknowledged chat is
 // answered once, every fiber ends, and the logs verify clean.
 func TestUpgrade(t *testing.T) {
-	t.Parallel()
+	parallel(t, cluster, 340)
 	if testing.Short() {
 		t.Skip("builds two agentd binaries")
 	}

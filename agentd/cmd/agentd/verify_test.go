@@ -45,6 +45,7 @@ func verifyLog(t *testing.T, c *crashClient) {
 // exits 0; it refuses the data dir of a running agentd; "agentd verify"
 // over NATS checks the running one.
 func TestBinaryVerify(t *testing.T) {
+	parallel(t, light, 55)
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
@@ -60,7 +61,6 @@ func TestBinaryVerify(t *testing.T) {
 	// A tool output over --blob-threshold, stored by reference, across
 	// the same SIGKILL (blob_test.go).
 	blobReply := startBlobTurn(t, c)
-	time.Sleep(150 * time.Millisecond)
 	// Mid-call: the blob call's input is complete (a kill before would
 	// end the call unrun, by design), its output not yet stored.
 	waitBlobCall(t, c, p, blobReply)
