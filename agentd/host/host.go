@@ -160,11 +160,11 @@ func New(cfg Config) *Host {
 // is activated.
 func (h *Host) Register(name string, f Factory, verbs ...string) error {
 	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
-		return fmt.Errorf("%w: agent type %q: need a token name without ':' and a factory", ErrBadRequest, name)
+		return ErrBadRequest.Wrapf("agent type %q: need a token name without ':' and a factory", name)
 	}
 	for _, v := range verbs {
 		if !eventlog.ValidToken(v) || slices.Contains(Verbs, v) {
-			return fmt.Errorf("%w: agent type %q: verb %q is not a subject token, or is one of the host's (%s)", ErrBadRequest, name, v, strings.Join(Verbs, ", "))
+			return ErrBadRequest.Wrapf("agent type %q: verb %q is not a subject token, or is one of the host's (%s)", name, v, strings.Join(Verbs, ", "))
 		}
 	}
 	h.mu.Lock()
@@ -173,7 +173,7 @@ func (h *Host) Register(name string, f Factory, verbs ...string) error {
 		return agentd.ErrStarted
 	}
 	if _, dup := h.types[name]; dup {
-		return fmt.Errorf("%w: agent type %q registered twice", ErrConflict, name)
+		return ErrConflict.Wrapf("agent type %q registered twice", name)
 	}
 	h.types[name] = f
 	h.verbs[name] = slices.Clone(verbs)
@@ -192,7 +192,7 @@ func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent st
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok || fn == nil {
-		return fmt.Errorf("%w: status detail of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("status detail of agent type %q: register the type first, with a function", typ)
 	}
 	h.details[typ] = fn
 	return nil
@@ -215,7 +215,7 @@ func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok || fn == nil {
-		return fmt.Errorf("%w: delete hook of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("delete hook of agent type %q: register the type first, with a function", typ)
 	}
 	h.onDelete[typ] = fn
 	return nil
@@ -266,7 +266,7 @@ func (h *Host) allVerbs() []string {
 // TypeOf returns the type of an agent id, or ErrNotFound.
 func (h *Host) TypeOf(id string) (string, error) {
 	if !eventlog.ValidToken(id) {
-		return "", fmt.Errorf("%w: %w", ErrBadRequest, apierror.BadAgentID("agent id", id))
+		return "", apierror.BadAgentID("agent id", id)
 	}
 	name, _, _ := strings.Cut(id, ":")
 	if _, ok := h.types[name]; ok {
@@ -275,7 +275,7 @@ func (h *Host) TypeOf(id string) (string, error) {
 	if h.cfg.DefaultType != "" {
 		return h.cfg.DefaultType, nil
 	}
-	return "", fmt.Errorf("%w: no agent type claims %q (ids look like <type>:<name>)", ErrNotFound, id)
+	return "", ErrNotFound.Wrapf("no agent type claims %q (ids look like <type>:<name>)", id)
 }
 
 // Attach wires the host into d: the runs table, the keepalive pool, the
@@ -424,7 +424,7 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	hostCtx := h.mu.ctx
 	if hostCtx == nil || hostCtx.Err() != nil {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: host is not running", ErrUnavailable)
+		return nil, ErrUnavailable.Wrapf("host is not running")
 	}
 	pt := h.mu.parts[pn]
 	if pt == nil || pt.ctx.Err() != nil {
@@ -433,7 +433,7 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	}
 	if h.mu.deleting[id] {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, id)
+		return nil, ErrConflict.Wrapf("agent %q is being deleted", id)
 	}
 	if err := h.mu.rebuilding; err != nil {
 		h.mu.Unlock()

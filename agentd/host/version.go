@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"runtime/debug"
 	"slices"
 
@@ -34,11 +33,11 @@ func (h *Host) SetVersion(typ string, v TypeVersion) error {
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok {
-		return fmt.Errorf("%w: version of agent type %q: register the type first", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("version of agent type %q: register the type first", typ)
 	}
 	p, err := fiber.ParseVersionPolicy(string(v.Policy))
 	if err != nil {
-		return fmt.Errorf("%w: version of agent type %q: %w", ErrBadRequest, typ, err)
+		return ErrBadRequest.Wrapf("version of agent type %q: %w", typ, err)
 	}
 	v.Policy = p
 	h.versions[typ] = v
