@@ -31,12 +31,11 @@ import (
 )
 
 // Verbs are the command verbs of the chat agent type, besides the host's
-// (host.Verbs): register it with them, host.Register("chat", t.Factory,
-// chathost.Verbs...).
+// (host.Verbs): register it with them, in its host.TypeSpec.
 var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "budget", "child-result"}
 
 // InternalVerbs are the Verbs chat agents send one another, not clients:
-// child-result, a sub-agent's notice to its parent (host.SetUnlisted).
+// child-result, a sub-agent's notice to its parent (host.TypeSpec.Internal).
 var InternalVerbs = []string{"child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the

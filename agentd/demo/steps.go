@@ -24,8 +24,8 @@ const (
 )
 
 // StepsVerbs are the command verbs of the steps agent type, besides the
-// host's: register it with host.Register("steps", demo.NewStepsAgent,
-// demo.StepsVerbs...).
+// host's: register it with host.TypeSpec{Name: "steps", Factory:
+// demo.NewStepsAgent, Verbs: demo.StepsVerbs}.
 var StepsVerbs = []string{"start"}
 
 // StepsStart is the payload of the steps agent's "start" command.

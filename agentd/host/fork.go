@@ -70,9 +70,10 @@ type ForkRef struct {
 	Seq   eventlog.Seq
 }
 
-// SetForking sets how agents of type typ are forked. A type without it
-// forks with nothing inherited but the reference, and refuses an at. Call
-// it before the daemon starts.
+// SetForking sets TypeSpec.Forking of a type registered before: how its
+// agents are forked. A type without it forks with nothing inherited but
+// the reference, and refuses an at. Kept for programs that register in
+// several calls. Call it before the daemon starts.
 func (h *Host) SetForking(typ string, f Forking) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -153,37 +153,15 @@ func New(cfg Config) *Host {
 	return h
 }
 
-// Register adds an agent type and the command verbs it answers (besides
-// the host's own, Verbs). The name must be a subject token without
-// ':'. The NATS service has one endpoint per verb of any type; a command
-// with a verb the agent's type did not register is 404, before the agent
-// is activated.
+// Register adds an agent type and the command verbs it answers: it is
+// RegisterType(TypeSpec{Name: name, Factory: f, Verbs: verbs}), kept for
+// programs that embed the host and register in several calls.
 func (h *Host) Register(name string, f Factory, verbs ...string) error {
-	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
-		return ErrBadRequest.Wrapf("agent type %q: need a token name without ':' and a factory", name)
-	}
-	for _, v := range verbs {
-		if !eventlog.ValidToken(v) || slices.Contains(Verbs, v) {
-			return ErrBadRequest.Wrapf("agent type %q: verb %q is not a subject token, or is one of the host's (%s)", name, v, strings.Join(Verbs, ", "))
-		}
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, dup := h.types[name]; dup {
-		return ErrConflict.Wrapf("agent type %q registered twice", name)
-	}
-	h.types[name] = f
-	h.verbs[name] = slices.Clone(verbs)
-	return nil
+	return h.RegisterType(TypeSpec{Name: name, Factory: f, Verbs: verbs})
 }
 
-// SetStatusDetail sets how the status command details an agent of type typ
-// that is not active on this node: fn reads it from the views (caught up
-// with the agent's last event) without activating it. An active agent
-// answers its status detail itself (CommandHandler). Call it before the
+// SetStatusDetail sets TypeSpec.StatusDetail of a type registered before;
+// kept for programs that register in several calls. Call it before the
 // daemon starts.
 func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent string) (any, error)) error {
 	h.mu.Lock()
@@ -206,8 +184,9 @@ func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent st
 // refuses the delete, which changed nothing.
 type OnDelete func(ctx context.Context, agent string) (after func(ctx context.Context), err error)
 
-// SetOnDelete sets the delete hook of agent type typ. Call it before the
-// daemon starts.
+// SetOnDelete sets TypeSpec.OnDelete of a type registered before; kept
+// for programs that register in several calls. Call it before the daemon
+// starts.
 func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -221,9 +200,10 @@ func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 	return nil
 }
 
-// SetUnlisted marks verbs as internal: agents send them one another (a
-// child's notice to its parent), so the answer to an unknown verb does not
-// list them among the verbs a client may send. Call it before the daemon
+// SetUnlisted marks verbs as internal (TypeSpec.Internal): agents send
+// them one another (a child's notice to its parent), so the answer to an
+// unknown verb does not list them among the verbs a client may send. Kept
+// for programs that register in several calls. Call it before the daemon
 // starts.
 func (h *Host) SetUnlisted(verbs ...string) error {
 	h.mu.Lock()

@@ -22,10 +22,11 @@ type TypeVersion struct {
 	Policy fiber.VersionPolicy
 }
 
-// SetVersion sets the version of agent type typ and its policy for work
-// another version started. Call it before the daemon starts; a type
-// without one has the binary's build as its version and the continue
-// policy.
+// SetVersion sets TypeSpec.Version of a type registered before: its
+// version and its policy for work another version started. Kept for
+// programs that register in several calls. Call it before the daemon
+// starts; a type without one has the binary's build as its version and
+// the continue policy.
 func (h *Host) SetVersion(typ string, v TypeVersion) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
