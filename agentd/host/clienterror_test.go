@@ -101,21 +101,24 @@ func (newpkgError) StatusCode() int { return 409 }
 // declares none gets its code's fixed sentence, so no package's prefix
 // leaks, the ones of tomorrow included.
 func TestClientErrorSentences(t *testing.T) {
+	type answer struct {
+		code int
+		want string
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
-		code int
-		want string
+		answer
 	}{
-		{"a class's Wrapf", host.ErrBadRequest.Wrapf("limit must be from 1 to %d, got %d", 100, 0), 400, "limit must be from 1 to 100, got 0"},
-		{"a class wrapped", fmt.Errorf("%w: steps must be 1..100000", host.ErrBadRequest), 400, "steps must be 1..100000"},
-		{"chat's sentinel in a class", fmt.Errorf("%w: %w", host.ErrConflict, fmt.Errorf("%w: turn r1 waits for recovery", chat.ErrTurnActive)), 409, "a turn is already active: turn r1 waits for recovery"},
-		{"eventlog's declared 503", fmt.Errorf("agentd: append: %w", fmt.Errorf("%w: JetStream store full: 48.0 MiB used of 48.0 MiB (--js-max-store)", eventlog.ErrStorageFull)), 503, "storage full: JetStream store full: 48.0 MiB used of 48.0 MiB (--js-max-store)"},
-		{"a remote answer", &host.RemoteError{Node: "n2", Code: 409, Msg: "a turn is already active"}, 409, "a turn is already active"},
-		{"tomorrow's package", fmt.Errorf("agentd: op: %w", newpkgError{}), 409, apierror.Text(409)},
-		{"tomorrow's package in a class", fmt.Errorf("%w: %w", host.ErrConflict, newpkgError{}), 409, apierror.Text(409)},
-		{"eventlog's undeclared sentinel", fmt.Errorf("newpkg: write: %w", eventlog.ErrConflict), 409, apierror.Text(409)},
-		{"an internal error", errors.New("newpkg: internal words"), 500, apierror.Text(500)},
+		{"a class's Wrapf", host.ErrBadRequest.Wrapf("limit must be from 1 to %d, got %d", 100, 0), answer{400, "limit must be from 1 to 100, got 0"}},
+		{"a class wrapped", fmt.Errorf("%w: steps must be 1..100000", host.ErrBadRequest), answer{400, "steps must be 1..100000"}},
+		{"chat's sentinel in a class", fmt.Errorf("%w: %w", host.ErrConflict, fmt.Errorf("%w: turn r1 waits for recovery", chat.ErrTurnActive)), answer{409, "a turn is already active: turn r1 waits for recovery"}},
+		{"eventlog's declared 503", fmt.Errorf("agentd: append: %w", fmt.Errorf("%w: JetStream store full: 48.0 MiB used of 48.0 MiB (--js-max-store)", eventlog.ErrStorageFull)), answer{503, "storage full: JetStream store full: 48.0 MiB used of 48.0 MiB (--js-max-store)"}},
+		{"a remote answer", &host.RemoteError{Node: "n2", Code: 409, Msg: "a turn is already active"}, answer{409, "a turn is already active"}},
+		{"tomorrow's package", fmt.Errorf("agentd: op: %w", newpkgError{}), answer{409, apierror.Text(409)}},
+		{"tomorrow's package in a class", fmt.Errorf("%w: %w", host.ErrConflict, newpkgError{}), answer{409, apierror.Text(409)}},
+		{"eventlog's undeclared sentinel", fmt.Errorf("newpkg: write: %w", eventlog.ErrConflict), answer{409, apierror.Text(409)}},
+		{"an internal error", errors.New("newpkg: internal words"), answer{500, apierror.Text(500)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := host.ClientError(tc.err)
