@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Page sizes of a listing.
@@ -21,7 +22,7 @@ const (
 )
 
 // ErrBadCursor is returned by List for a cursor it did not make.
-var ErrBadCursor = errors.New("agents: bad cursor")
+var ErrBadCursor error = apierror.Declare("agents", apierror.BadRequest, "bad cursor")
 
 // Entry is one agent of a listing, and the reply of the meta verb.
 type Entry struct {

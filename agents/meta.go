@@ -3,10 +3,11 @@ package agents
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // EventMeta is the event that sets an agent's user context; its data is a
@@ -23,7 +24,7 @@ const (
 )
 
 // ErrInvalid marks user context that the limits or the rules refuse.
-var ErrInvalid = errors.New("agents: invalid")
+var ErrInvalid error = apierror.Declare("agents", apierror.BadRequest, "invalid")
 
 // Meta is an agent's user context: who it works for, tags to find it by,
 // and free-form metadata (a JSON object).

@@ -1,15 +1,16 @@
 package auth
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // ErrInvalidBudget is returned by Budget.Validate and ParseBudgetLimit.
-var ErrInvalidBudget = errors.New("auth: invalid budget")
+var ErrInvalidBudget error = apierror.Declare("auth", apierror.BadRequest, "invalid budget")
 
 // Budget is a tenant's spend limits, in its record: on the tokens and the
 // cost of the model calls of all its agents together (Tokens, Cost), and

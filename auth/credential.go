@@ -2,12 +2,13 @@ package auth
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Role scopes a credential: what its holder may do with the tenant's
@@ -40,7 +41,7 @@ var Roles = []Role{RoleReader, RoleApprover, RoleWriter, RoleAdmin}
 
 // ErrInvalidCredential is returned for a role, expiry or credential name
 // that cannot be read.
-var ErrInvalidCredential = errors.New("auth: invalid credential")
+var ErrInvalidCredential error = apierror.Declare("auth", apierror.BadRequest, "invalid credential")
 
 // ParseRole reads a role: reader, approver, writer or admin (case
 // insensitive); empty is DefaultRole.

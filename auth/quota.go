@@ -1,11 +1,12 @@
 package auth
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Unlimited in a Quota field means no limit; zero means the node's
@@ -17,7 +18,7 @@ const MaxModelWeight = 1000
 
 // ErrInvalidQuota is returned by Quota.Validate and ParseLimit for a
 // negative limit other than Unlimited, or one that is not a number.
-var ErrInvalidQuota = errors.New("auth: invalid quota")
+var ErrInvalidQuota error = apierror.Declare("auth", apierror.BadRequest, "invalid quota")
 
 // Quota bounds what a tenant may use. As stored in a tenant's record a
 // zero field is the node's default (agentd's --tenant-default-* flags) and

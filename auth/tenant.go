@@ -5,16 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // ErrInvalidName is returned for a tenant name that is not a DNS label.
-var ErrInvalidName = errors.New("auth: invalid tenant name")
+var ErrInvalidName error = apierror.Declare("auth", apierror.BadRequest, "invalid tenant name")
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 

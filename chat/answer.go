@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/blob"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Tool errors the model is shown for calls that did not run.
@@ -27,14 +27,14 @@ const (
 var (
 	// ErrUnknownToolCall (not found) is returned by Answer for a tool call
 	// or approval id the last assistant message does not have.
-	ErrUnknownToolCall error = &statusError{msg: "chat: no such tool call waits for an answer", code: http.StatusNotFound}
+	ErrUnknownToolCall error = apierror.Declare("chat", apierror.NotFound, "no such tool call waits for an answer")
 	// ErrWaitExpired (gone) is returned by Answer when the calls waited
 	// longer than Config.ToolWaitTimeout: the model is told they were not
 	// answered when the conversation goes on.
-	ErrWaitExpired error = &statusError{msg: "chat: the tool call waited too long for its answer", code: http.StatusGone}
+	ErrWaitExpired error = apierror.Declare("chat", apierror.Gone, "the tool call waited too long for its answer")
 	// ErrAlreadyAnswered (conflict) is returned by Answer for a call that
 	// was answered (or run) before: an answer never runs a call twice.
-	ErrAlreadyAnswered error = &statusError{msg: "chat: the tool call was already answered", code: http.StatusConflict}
+	ErrAlreadyAnswered error = apierror.Declare("chat", apierror.Conflict, "the tool call was already answered")
 )
 
 // ToolAnswer answers a call the last turn left waiting: an approval

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/forever-agents/forever/tracing"
 )
@@ -57,7 +57,7 @@ const DefaultBudgetPeriod = 24 * time.Hour
 const DefaultBudgetSoft = 0.8
 
 // ErrInvalidBudget is returned by SetBudget for limits out of range.
-var ErrInvalidBudget = errors.New("chat: invalid budget")
+var ErrInvalidBudget error = apierror.Declare("chat", apierror.BadRequest, "invalid budget")
 
 // BudgetUpdate sets some of an agent's budget limits; nil fields keep
 // their value. A zero Tokens or Cost is no limit on it.
@@ -146,6 +146,12 @@ func (e *BudgetError) Error() string {
 
 // StatusCode is 402 (Payment Required).
 func (e *BudgetError) StatusCode() int { return http.StatusPaymentRequired }
+
+// APIError is the 402 a client reads: the sentence of Error, which names
+// no package, and the Retry-After of the period's reset.
+func (e *BudgetError) APIError() *apierror.Error {
+	return apierror.New(apierror.OverBudget, "%s", e.Error()).WithRetryAfter(e.RetryAfter()).WithCause(e)
+}
 
 // RetryAfter is the time left until the period resets.
 func (e *BudgetError) RetryAfter() time.Duration {

@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // The soft limit. Before a model call, when the spend of the period (with
@@ -127,6 +128,12 @@ func (e *BudgetDeniedError) Error() string {
 
 // StatusCode is 402 (Payment Required).
 func (e *BudgetDeniedError) StatusCode() int { return http.StatusPaymentRequired }
+
+// APIError is the 402 a client reads: the sentence of Error, which names
+// no package.
+func (e *BudgetDeniedError) APIError() *apierror.Error {
+	return apierror.New(apierror.OverBudget, "%s", e.Error()).WithCause(e)
+}
 
 // budgetApprovalID is the approval id of the park of turn requestID in
 // the period starting at start, on the budget of scope (the agent's own:

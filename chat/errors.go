@@ -2,43 +2,45 @@ package chat
 
 import (
 	"errors"
-	"net/http"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Errors of the chat agent. The ones marked "bad input" are the caller's
 // fault and map to 400, the "conflict" ones to 409, ErrNotFound to 404:
-// they carry that code in a StatusCode() int method (ErrTooLarge does not:
-// it matches eventlog.ErrTooLarge, 413), so gateways (replay, agentd)
-// classify them without importing chat.
+// each is declared with its code and the sentence a client reads
+// (apierror.Declare; its Go text starts "chat: "), so gateways (replay,
+// agentd) answer them without importing chat (ErrTooLarge is not: it
+// matches eventlog.ErrTooLarge, 413).
 var (
 	// ErrEmptyMessage (bad input) is returned by Send for a request without
 	// text: no Text, and no Message or a Message without any non-empty part.
-	ErrEmptyMessage error = &statusError{msg: "chat: empty message", code: http.StatusBadRequest}
+	ErrEmptyMessage error = apierror.Declare("chat", apierror.BadRequest, "empty message")
 	// ErrInvalidMessage (bad input) is returned by Send for a request that
 	// cannot be sent: both Text and Message set, a Message role other than
 	// user, a part of unknown type, a body that is not JSON.
-	ErrInvalidMessage error = &statusError{msg: "chat: invalid message", code: http.StatusBadRequest}
+	ErrInvalidMessage error = apierror.Declare("chat", apierror.BadRequest, "invalid message")
 	// ErrDuplicateMessage (conflict) is returned by Send when the message id
 	// is already in the conversation as another message than a user
 	// message sent with its turn, or the request id is the turn of another
 	// message. (A retried Send of a stored message gets its turn back.)
-	ErrDuplicateMessage error = &statusError{msg: "chat: message id already in the conversation", code: http.StatusConflict}
+	ErrDuplicateMessage error = apierror.Declare("chat", apierror.Conflict, "message id already in the conversation")
 	// ErrTurnActive (conflict) is returned by Send and ContinueLastTurn while
 	// a turn of the agent is streaming or waits for recovery (Send: with
 	// the MultitaskReject policy, the default). One turn runs at a time per
 	// agent.
-	ErrTurnActive error = &statusError{msg: "chat: a turn is already active", code: http.StatusConflict}
+	ErrTurnActive error = apierror.Declare("chat", apierror.Conflict, "a turn is already active")
 	// ErrVersionConflict (conflict) is returned by SetState when the state's
 	// version is not the expected one: another writer set it first.
-	ErrVersionConflict error = &statusError{msg: "chat: state version conflict", code: http.StatusConflict}
+	ErrVersionConflict error = apierror.Declare("chat", apierror.Conflict, "state version conflict")
 	// ErrNoAssistantMessage (conflict) is returned by ContinueLastTurn when
 	// the conversation has no assistant message to continue.
-	ErrNoAssistantMessage error = &statusError{msg: "chat: no assistant message to continue", code: http.StatusConflict}
+	ErrNoAssistantMessage error = apierror.Declare("chat", apierror.Conflict, "no assistant message to continue")
 	// ErrInvalidConfig is returned by New and Config.Validate.
 	ErrInvalidConfig = errors.New("chat: invalid config")
 	// ErrNotFound is returned by Store reads of a message or turn that does
 	// not exist.
-	ErrNotFound error = &statusError{msg: "chat: not found", code: http.StatusNotFound}
+	ErrNotFound error = apierror.Declare("chat", apierror.NotFound, "not found")
 	// ErrRecoveryExhausted is the cause recorded (error chunk, turn.failed)
 	// when a turn was recovered more than MaxRecoveryAttempts times without
 	// progress, or failed with retryable provider errors that often.
@@ -59,14 +61,3 @@ var (
 	// "turn" interrupt.
 	ErrCancelled = errors.New("chat: turn cancelled")
 )
-
-// statusError is a sentinel that carries the HTTP status of its class.
-type statusError struct {
-	msg  string
-	code int
-}
-
-func (e *statusError) Error() string { return e.msg }
-
-// StatusCode returns the HTTP status the error maps to.
-func (e *statusError) StatusCode() int { return e.code }

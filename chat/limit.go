@@ -2,15 +2,16 @@ package chat
 
 import (
 	"fmt"
-	"net/http"
 	"sync"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // ErrOverloaded (unavailable, 503) is returned by Send, ContinueLastTurn
 // and Answer when the process already runs its TurnLimiter's maximum of
 // turns: the new turn is refused at once, before anything is appended,
 // rather than slowing every turn down. Retry later.
-var ErrOverloaded error = &statusError{msg: "chat: too many turns running on this node, retry later", code: http.StatusServiceUnavailable}
+var ErrOverloaded error = apierror.Declare("chat", apierror.Unavailable, "too many turns running on this node, retry later")
 
 // TurnLimiter bounds the turns that run at once in one process, across
 // its agents (Config.Turns). New turns past the bound are refused with

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/nats-io/nuid"
 )
 
@@ -69,7 +70,7 @@ var Multitasks = []Multitask{MultitaskReject, MultitaskInterrupt, MultitaskEnque
 
 // ErrMultitask (bad input) is returned by Send and Config.Validate for a
 // multitask policy that is not one of Multitasks.
-var ErrMultitask error = &statusError{msg: "chat: unsupported multitask policy", code: 400}
+var ErrMultitask error = apierror.Declare("chat", apierror.BadRequest, "unsupported multitask policy")
 
 // QueueFiberPrefix starts the name of the fiber that holds a queued
 // message (MultitaskEnqueue): QueueFiberPrefix+requestId. Its fiber.started

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // TypeDeleted is the type of an agent's tombstone, which Delete appends: on
@@ -42,7 +44,7 @@ type Deleted struct {
 
 // ErrNothingToDelete is returned by Delete for an agent that has neither
 // an event nor a chunk stored.
-var ErrNothingToDelete = errors.New("eventlog: nothing to delete")
+var ErrNothingToDelete error = apierror.Declare("eventlog", apierror.NotFound, "nothing to delete")
 
 // Delete removes an agent from the log and from every view, leaving
 // tombstones so that its id can be used again by a new agent that starts

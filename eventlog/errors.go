@@ -7,6 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"strings"
+
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 var (
@@ -83,15 +85,16 @@ func OwnerLost(err error) bool {
 // left: the server's storage limit (insufficient resources), or a stream's
 // byte or message limit. Nothing was written; reads and replay go on, and
 // appends succeed again once space returns (no restart needed). It is also
-// wrapped, beside ErrViewsStalled, when Pebble's disk is full.
-var ErrStorageFull = errors.New("eventlog: storage full")
+// wrapped, beside ErrViewsStalled, when Pebble's disk is full. It carries
+// its answer to clients (503, "storage full"), as ErrViewsStalled does.
+var ErrStorageFull error = apierror.Declare("eventlog", apierror.Unavailable, "storage full")
 
 // ErrViewsStalled is returned by Log.Stalled while the projections cannot
 // write to Pebble (a full or failing disk): the events are in the log, but
 // the views do not show them yet, and WaitFor waits until they do. Reads
 // of the views go on, and following resumes by itself once Pebble writes
 // again. Callers refuse new work with it meanwhile.
-var ErrViewsStalled = errors.New("eventlog: projections stalled: Pebble cannot write")
+var ErrViewsStalled error = apierror.Declare("eventlog", apierror.Unavailable, "projections stalled: Pebble cannot write")
 
 // JetStream error codes of a full store.
 const (

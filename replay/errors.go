@@ -18,8 +18,10 @@ var (
 	ErrUnknownStream = errors.New("replay: unknown stream")
 	// ErrBadRequest marks a request the gateway cannot serve as sent:
 	// malformed JSON, no messages, an id that is not a valid agent id. 400.
-	// The gateway's errors are *apierror.Error values wrapping it.
-	ErrBadRequest = errors.New("replay: bad request")
+	// It is apierror.ErrBadRequest, the one bad-request sentinel (as
+	// host.ErrBadRequest is): errors.Is(err, ErrBadRequest) holds for every
+	// 400 *apierror.Error.
+	ErrBadRequest = apierror.ErrBadRequest
 	// ErrInvalidConfig is returned by NewGateway and GatewayConfig.Validate.
 	ErrInvalidConfig = errors.New("replay: invalid config")
 )
@@ -31,16 +33,16 @@ var (
 // else 500. It is the Code of the error the gateway sends (see apiError).
 func StatusCode(err error) int { return apiError(err).Code }
 
-// apiError translates err for a client, once, at the edge: an
-// *apierror.Error in its chain is sent as it is; replay's, chunk's and
+// apiError translates err for a client, once, at the edge: an error that
+// carries its answer (apierror.Declared) is sent as it says; replay's, chunk's and
 // eventlog's sentinels get a fixed sentence; anything else goes through
 // apierror.From, which keeps the code of a StatusCode() int method but
 // never the message of an error not written for clients.
 func apiError(err error) *apierror.Error {
-	var e *apierror.Error
-	switch {
-	case errors.As(err, &e):
+	if e := apierror.Declared(err); e != nil {
 		return e
+	}
+	switch {
 	case errors.Is(err, chunk.ErrExpired):
 		return apierror.New(apierror.Gone, "%s", expiredText).WithCause(err)
 	case errors.Is(err, ErrUnknownStream), errors.Is(err, chunk.ErrUnknownStream):

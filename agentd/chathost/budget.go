@@ -3,7 +3,6 @@ package chathost
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -48,7 +47,7 @@ func (c *Agent) budget(ctx context.Context, data json.RawMessage) (any, error) {
 	if req.Cost != nil {
 		m, err := cost.ParseMicros(*req.Cost)
 		if err != nil {
-			return nil, fmt.Errorf("%w: budget: \"cost\" must be dollars like \"1.50\" (at most six decimals), got %q", host.ErrBadRequest, apierror.Echo(*req.Cost))
+			return nil, host.ErrBadRequest.Wrapf("budget: \"cost\" must be dollars like \"1.50\" (at most six decimals), got %q", apierror.Echo(*req.Cost))
 		}
 		u.Cost = &m
 	}

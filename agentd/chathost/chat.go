@@ -31,12 +31,11 @@ import (
 )
 
 // Verbs are the command verbs of the chat agent type, besides the host's
-// (host.Verbs): register it with them, host.Register("chat", t.Factory,
-// chathost.Verbs...).
+// (host.Verbs): register it with them, in its host.TypeSpec.
 var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "budget", "child-result"}
 
 // InternalVerbs are the Verbs chat agents send one another, not clients:
-// child-result, a sub-agent's notice to its parent (host.SetUnlisted).
+// child-result, a sub-agent's notice to its parent (host.TypeSpec.Internal).
 var InternalVerbs = []string{"child-result"}
 
 // Type is the chat agent type: it opens the chat read side (the
@@ -187,7 +186,7 @@ func (ct *Type) Store() *chat.Store { return ct.store }
 // The host caught the views up with the agent's last event before.
 func (ct *Type) StatusDetail(_ context.Context, agent string) (any, error) {
 	if ct.store == nil {
-		return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+		return nil, host.ErrUnavailable.Wrapf("the chat views are not open yet")
 	}
 	return ct.store.Status(agent)
 }
@@ -277,7 +276,7 @@ func pageMessages(read func(chat.Page) ([]chat.Message, string, error), p chat.P
 			}
 			if size+len(b)+1 > budget {
 				if len(out) == 0 {
-					return nil, "", fmt.Errorf("%w: message %s is %d bytes, more than one reply carries (%d bytes)", host.ErrTooLarge, m.ID, len(b), budget)
+					return nil, "", host.ErrTooLarge.Wrapf("message %s is %d bytes, more than one reply carries (%d bytes)", m.ID, len(b), budget)
 				}
 				return out, out[len(out)-1].ID, nil
 			}
@@ -438,7 +437,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			return nil, err
 		}
 		if req.Approved == nil || (req.ToolCallID == "" && req.ApprovalID == "") {
-			return nil, fmt.Errorf("%w: approve: send {\"toolCallId\" or \"approvalId\", \"approved\": true|false, \"reason\"?}", host.ErrBadRequest)
+			return nil, host.ErrBadRequest.Wrapf("approve: send {\"toolCallId\" or \"approvalId\", \"approved\": true|false, \"reason\"?}")
 		}
 		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, ApprovalID: req.ApprovalID, Approved: req.Approved, Reason: req.Reason}}, nil)
 		if err != nil {
@@ -451,7 +450,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			return nil, err
 		}
 		if req.ToolCallID == "" || (len(req.Output) == 0 && req.ErrorText == "") {
-			return nil, fmt.Errorf("%w: tool-result: send {\"toolCallId\", \"output\" (JSON) or \"errorText\"}", host.ErrBadRequest)
+			return nil, host.ErrBadRequest.Wrapf("tool-result: send {\"toolCallId\", \"output\" (JSON) or \"errorText\"}")
 		}
 		turn, err := c.Answer(ctx, []chat.ToolAnswer{{CallID: req.ToolCallID, Output: req.Output, ErrorText: req.ErrorText}}, nil)
 		if err != nil {
@@ -533,12 +532,12 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			return map[string]any{"value": v, "version": version}, err
 		}
 		if req.ExpectVersion == nil {
-			return nil, fmt.Errorf("%w: state: set expectVersion (0 for the first write)", host.ErrBadRequest)
+			return nil, host.ErrBadRequest.Wrapf("state: set expectVersion (0 for the first write)")
 		}
 		version, err := c.SetState(ctx, req.Value, *req.ExpectVersion)
 		return map[string]any{"version": version}, err
 	}
-	return nil, fmt.Errorf("%w: chat agents take %s; not %q", host.ErrNotFound, strings.Join(append([]string{"status"}, Verbs...), ", "), cmd.Verb)
+	return nil, host.ErrNotFound.Wrapf("chat agents take %s; not %q", strings.Join(append([]string{"status"}, Verbs...), ", "), cmd.Verb)
 }
 
 // approvalsOnly lets a credential below writer (an approver: host lets
@@ -547,7 +546,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 // so only its approval responses count (a tool result is a writer's).
 func approvalsOnly(req *Request, id auth.Identity) error {
 	if req.Answering == nil {
-		return fmt.Errorf("%w: credential %s (role %s) may answer approvals but not start a turn", host.ErrForbidden, id.Cred, id.Role)
+		return host.ErrForbidden.Wrapf("credential %s (role %s) may answer approvals but not start a turn", id.Cred, id.Role)
 	}
 	m := *req.Answering
 	m.Parts = slices.Clone(m.Parts)
@@ -606,7 +605,7 @@ type stateRequest struct {
 func ParseRequest(data json.RawMessage) (Request, error) {
 	var req Request
 	if len(data) == 0 {
-		return req, fmt.Errorf("%w: chat: empty payload, send {\"text\": \"...\"}", host.ErrBadRequest)
+		return req, host.ErrBadRequest.Wrapf("empty payload, send {\"text\": \"...\"}")
 	}
 	if err := apierror.Decode(data, &req); err != nil {
 		// A client sees apierror's sentence (host.ClientError finds it).
@@ -630,12 +629,12 @@ func ParseRequest(data json.RawMessage) (Request, error) {
 			return req, nil
 		}
 		if last.Role != "user" {
-			return req, fmt.Errorf("%w: chat: the last message has role %q, want user", host.ErrBadRequest, last.Role)
+			return req, host.ErrBadRequest.Wrapf("the last message has role %q, want user", last.Role)
 		}
 		req.Message = &last
 	}
 	if n := newMessageBytes(req); n > host.MaxCommandBytes {
-		return req, fmt.Errorf("%w: %w", host.ErrTooLarge, apierror.OverLimit(int64(n), host.MaxCommandBytes))
+		return req, apierror.OverLimit(int64(n), host.MaxCommandBytes)
 	}
 	return req, nil
 }
@@ -666,7 +665,10 @@ func decodeOptional(data json.RawMessage, v any) error {
 	return nil
 }
 
-// chatError maps chat's errors to the command codes.
+// chatError maps chat's errors to the command codes, keeping chat's error
+// as the cause: chat's sentinels carry their sentence (apierror.Declare),
+// which the client reads with its detail. A stream the chunk store does
+// not know is a 404, and a full node's --max-turns a 429.
 func chatError(err error) error {
 	switch {
 	case err == nil:
@@ -677,8 +679,10 @@ func chatError(err error) error {
 		errors.Is(err, chat.ErrVersionConflict), errors.Is(err, chat.ErrNoAssistantMessage),
 		errors.Is(err, chat.ErrAlreadyAnswered):
 		return fmt.Errorf("%w: %w", host.ErrConflict, err)
-	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chunk.ErrUnknownStream), errors.Is(err, chat.ErrUnknownToolCall):
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, chat.ErrUnknownToolCall):
 		return fmt.Errorf("%w: %w", host.ErrNotFound, err)
+	case errors.Is(err, chunk.ErrUnknownStream):
+		return apierror.New(apierror.NotFound, "this agent has no such stream").WithCause(err)
 	case errors.Is(err, chat.ErrOverloaded):
 		return &overloadedError{err}
 	}
@@ -698,6 +702,11 @@ func (e *overloadedError) Unwrap() error { return e.err }
 
 // StatusCode is 429.
 func (e *overloadedError) StatusCode() int { return http.StatusTooManyRequests }
+
+// APIError is chat.ErrOverloaded's sentence (and its detail), as a 429.
+func (e *overloadedError) APIError() *apierror.Error {
+	return apierror.New(apierror.OverQuota, "%s", apierror.Declared(e.err).Message).WithRetryAfter(e.RetryAfter()).WithCause(e)
+}
 
 // RetryAfter is a second: turns end and free their slots all the time.
 func (e *overloadedError) RetryAfter() time.Duration { return time.Second }

@@ -20,7 +20,11 @@
 //
 //	chats := chathost.NewType(provider, nil)
 //	h := host.New(host.Config{DefaultType: "chat"})
-//	h.Register("chat", chats.Factory, chathost.Verbs...)
+//	forking := chats.Forking()
+//	h.RegisterType(host.TypeSpec{Name: "chat", Factory: chats.Factory,
+//		Verbs: chathost.Verbs, Internal: chathost.InternalVerbs,
+//		StatusDetail: chats.StatusDetail, OnDelete: chats.OnDelete(h.Command),
+//		Forking: &forking})
 //	chats.Attach(d)
 //	h.Attach(d)
 //	chathost.AttachGateway(d, h, chats)

@@ -3,7 +3,6 @@ package chathost
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -22,17 +21,17 @@ func (ct *Type) Forking() host.Forking {
 	return host.Forking{
 		Point: func(_ context.Context, parent, at string) (uint64, error) {
 			if ct.store == nil {
-				return 0, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+				return 0, host.ErrUnavailable.Wrapf("the chat views are not open yet")
 			}
 			n, err := ct.store.ForkPoint(parent, at)
 			if errors.Is(err, chat.ErrNotFound) {
-				return 0, fmt.Errorf("%w: fork: agent %s has no message %q to fork at (at takes a message id, as in its messages)", host.ErrBadRequest, parent, at)
+				return 0, host.ErrBadRequest.Wrapf("fork: agent %s has no message %q to fork at (at takes a message id, as in its messages)", parent, at)
 			}
 			return n, err
 		},
 		Forks: func(parent string) ([]host.ForkRef, error) {
 			if ct.store == nil {
-				return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+				return nil, host.ErrUnavailable.Wrapf("the chat views are not open yet")
 			}
 			forks, err := ct.store.Forks(parent)
 			out := make([]host.ForkRef, len(forks))

@@ -68,7 +68,7 @@ func (g gatewayChats) Send(ctx context.Context, agent string, body json.RawMessa
 	}
 	r, ok := host.ReplyAs[Reply](out)
 	if !ok {
-		return replay.Turn{}, fmt.Errorf("%w: agent %s is not a chat agent", host.ErrNotFound, agent)
+		return replay.Turn{}, host.ErrNotFound.Wrapf("agent %s is not a chat agent", agent)
 	}
 	return replay.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID, After: r.Cursor}, nil
 }

@@ -86,7 +86,7 @@ func refused(err error) error {
 func (ct *Type) OnDelete(command func(ctx context.Context, cmd host.Command) (any, error)) host.OnDelete {
 	return func(_ context.Context, agent string) (func(context.Context), error) {
 		if ct.store == nil {
-			return nil, fmt.Errorf("%w: the chat views are not open yet", host.ErrUnavailable)
+			return nil, host.ErrUnavailable.Wrapf("the chat views are not open yet")
 		}
 		t, ok, err := ct.store.LastTurn(agent)
 		if err != nil || !ok || t.Parent == nil {

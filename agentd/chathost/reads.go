@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,7 +108,7 @@ func (c *Agent) streams(req StreamsRequest) (StreamsPage, error) {
 	case limit == 0:
 		limit = DefaultStreamsLimit
 	case limit < 0 || limit > MaxStreamsLimit:
-		return StreamsPage{}, fmt.Errorf("%w: limit must be from 1 to %d, got %d", host.ErrBadRequest, MaxStreamsLimit, limit)
+		return StreamsPage{}, host.ErrBadRequest.Wrapf("limit must be from 1 to %d, got %d", MaxStreamsLimit, limit)
 	}
 	var at int64
 	var after string
@@ -118,7 +117,7 @@ func (c *Agent) streams(req StreamsRequest) (StreamsPage, error) {
 		ts, id, ok := strings.Cut(string(b), "/")
 		n, perr := strconv.ParseInt(ts, 10, 64)
 		if err != nil || !ok || perr != nil {
-			return StreamsPage{}, fmt.Errorf("%w: cursor %q is not a cursor of a streams page", host.ErrBadRequest, req.Cursor)
+			return StreamsPage{}, host.ErrBadRequest.Wrapf("cursor %q is not a cursor of a streams page", req.Cursor)
 		}
 		at, after = n, id
 	}

@@ -3,7 +3,6 @@ package chathost
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
@@ -69,7 +68,7 @@ func reconcile(req Request, conv storedConversation) (plan, error) {
 	switch req.Trigger {
 	case "", triggerSubmit, triggerRegenerate:
 	default:
-		return plan{}, fmt.Errorf("%w: \"trigger\" is %q: want %q or %q", host.ErrBadRequest, req.Trigger, triggerSubmit, triggerRegenerate)
+		return plan{}, host.ErrBadRequest.Wrapf("\"trigger\" is %q: want %q or %q", req.Trigger, triggerSubmit, triggerRegenerate)
 	}
 	if msg.ID == "" {
 		return plan{}, nil
@@ -147,7 +146,7 @@ func digestOf(msgs []chat.Message) replay.History {
 }
 
 func historyConflict(stored []chat.Message, h replay.History) error {
-	return fmt.Errorf("%w: the request's %d earlier messages do not match the %d stored before the point it continues from (compared by id, role and user text): read the conversation (GET /v1/chat/{id}/messages) and send the request again from it", host.ErrConflict, h.Count, len(stored))
+	return host.ErrConflict.Wrapf("the request's %d earlier messages do not match the %d stored before the point it continues from (compared by id, role and user text): read the conversation (GET /v1/chat/{id}/messages) and send the request again from it", h.Count, len(stored))
 }
 
 func indexOf(msgs []chat.Message, id string) int {

@@ -3,12 +3,12 @@ package chathost
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 var _ host.StateSource = (*Type)(nil)
@@ -19,7 +19,7 @@ var _ host.StateSource = (*Type)(nil)
 // the views are stalled it reads what they hold.
 func (ct *Type) State(ctx context.Context, agent string) (json.RawMessage, int, error) {
 	if ct.store == nil {
-		return nil, 0, fmt.Errorf("%w: the chat type is not started", host.ErrUnavailable)
+		return nil, 0, host.ErrUnavailable.Wrapf("the chat type is not started")
 	}
 	if ct.log.Stalled() == nil {
 		seq, err := ct.log.LastSeq(ctx, eventlog.Filter{Agent: agent})
@@ -76,3 +76,8 @@ type parkNotice struct{ reason string }
 
 func (p *parkNotice) Error() string   { return p.reason }
 func (p *parkNotice) StatusCode() int { return http.StatusPaymentRequired }
+
+// APIError is the reason, as a 402.
+func (p *parkNotice) APIError() *apierror.Error {
+	return apierror.New(apierror.OverBudget, "%s", p.reason).WithCause(p)
+}

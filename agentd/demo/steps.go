@@ -24,8 +24,8 @@ const (
 )
 
 // StepsVerbs are the command verbs of the steps agent type, besides the
-// host's: register it with host.Register("steps", demo.NewStepsAgent,
-// demo.StepsVerbs...).
+// host's: register it with host.TypeSpec{Name: "steps", Factory:
+// demo.NewStepsAgent, Verbs: demo.StepsVerbs}.
 var StepsVerbs = []string{"start"}
 
 // StepsStart is the payload of the steps agent's "start" command.
@@ -104,7 +104,7 @@ func (a *StepsAgent) HandleCommand(ctx context.Context, cmd host.Command) (any, 
 	case "status":
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%w: steps agent takes start, not %q", host.ErrNotFound, cmd.Verb)
+	return nil, host.ErrNotFound.Wrapf("steps agent takes start, not %q", cmd.Verb)
 }
 
 // parseStepsStart decodes and checks a start payload; empty means the
@@ -113,16 +113,16 @@ func parseStepsStart(data json.RawMessage) (StepsStart, error) {
 	req := StepsStart{Steps: 10, DelayMS: 500}
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &req); err != nil {
-			return StepsStart{}, fmt.Errorf("%w: start: %v", host.ErrBadRequest, err)
+			return StepsStart{}, host.ErrBadRequest.Wrapf("start: %v", err)
 		}
 	}
 	if req.Steps <= 0 || req.Steps > 100000 || req.DelayMS < 0 || req.RecoveryDelayMS < 0 {
-		return StepsStart{}, fmt.Errorf("%w: start: steps must be 1..100000 and delays >= 0", host.ErrBadRequest)
+		return StepsStart{}, host.ErrBadRequest.Wrapf("start: steps must be 1..100000 and delays >= 0")
 	}
 	switch req.Effect {
 	case "", StepEffectEvent, StepEffectNone:
 	default:
-		return StepsStart{}, fmt.Errorf("%w: start: effect must be %q or %q, not %q", host.ErrBadRequest, StepEffectEvent, StepEffectNone, req.Effect)
+		return StepsStart{}, host.ErrBadRequest.Wrapf("start: effect must be %q or %q, not %q", StepEffectEvent, StepEffectNone, req.Effect)
 	}
 	return req, nil
 }

@@ -30,7 +30,7 @@ func (h *Host) admit(serve func(micro.Request)) micro.HandlerFunc {
 		select {
 		case h.inflight <- struct{}{}:
 		default:
-			RespondError(req, fmt.Errorf("%w: %d commands in flight on node %s, retry later", ErrUnavailable, cap(h.inflight), h.own.Node()))
+			RespondError(req, ErrUnavailable.Wrapf("%d commands in flight on node %s, retry later", cap(h.inflight), h.own.Node()))
 			return
 		}
 		h.handling.Add(1)

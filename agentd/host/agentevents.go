@@ -76,7 +76,7 @@ func (h *Host) purgeAgentEvents(ctx context.Context, agent string) error {
 // from the agent's first kept event.
 func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64) (jetstream.MessagesContext, error) {
 	if h.agentEvents == nil {
-		return nil, fmt.Errorf("%w: the agent events stream is not open", ErrUnavailable)
+		return nil, ErrUnavailable.Wrapf("the agent events stream is not open")
 	}
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{BroadcastSubject(h.deps.Log.Prefix(), agent)},
@@ -87,11 +87,11 @@ func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64
 	}
 	c, err := h.agentEvents.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: follow the agent events of %s: %w", ErrUnavailable, agent, err)
+		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
 	it, err := c.Messages()
 	if err != nil {
-		return nil, fmt.Errorf("%w: follow the agent events of %s: %w", ErrUnavailable, agent, err)
+		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
 	return it, nil
 }
@@ -101,7 +101,7 @@ func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64
 // it.
 func (h *Host) lastAgentEvent(ctx context.Context, agent string) (uint64, error) {
 	if h.agentEvents == nil {
-		return 0, fmt.Errorf("%w: the agent events stream is not open", ErrUnavailable)
+		return 0, ErrUnavailable.Wrapf("the agent events stream is not open")
 	}
 	m, err := h.agentEvents.GetLastMsgForSubject(ctx, BroadcastSubject(h.deps.Log.Prefix(), agent))
 	switch {
@@ -110,6 +110,6 @@ func (h *Host) lastAgentEvent(ctx context.Context, agent string) (uint64, error)
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, nil
 	default:
-		return 0, fmt.Errorf("%w: read the agent events of %s: %w", ErrUnavailable, agent, err)
+		return 0, ErrUnavailable.Wrapf("read the agent events of %s: %w", agent, err)
 	}
 }

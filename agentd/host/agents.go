@@ -37,7 +37,7 @@ func (h *Host) Types() agents.Types {
 // or view error.
 func (h *Host) List(ctx context.Context, q agents.Query) (agents.Page, error) {
 	if h.agents == nil {
-		return agents.Page{}, fmt.Errorf("%w: host is not running", ErrUnavailable)
+		return agents.Page{}, ErrUnavailable.Wrapf("host is not running")
 	}
 	if h.deps.Log.Stalled() == nil {
 		last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
@@ -77,7 +77,7 @@ func (h *Host) meta(ctx context.Context, cmd Command) (any, error) {
 	}
 	p.Initial = false
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: meta: %w", ErrBadRequest, err)
+		return nil, ErrBadRequest.Wrapf("meta: %s", apierror.Declared(err).Message).WithCause(err)
 	}
 	if !p.Empty() {
 		if err := h.appendMeta(ctx, cmd.Agent, p); err != nil {
@@ -92,7 +92,7 @@ func (h *Host) meta(ctx context.Context, cmd Command) (any, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: agent %q has no event yet", ErrNotFound, cmd.Agent)
+		return nil, ErrNotFound.Wrapf("agent %q has no event yet", cmd.Agent)
 	}
 	return e, nil
 }
@@ -100,7 +100,7 @@ func (h *Host) meta(ctx context.Context, cmd Command) (any, error) {
 // appendMeta appends p for agent, unless the agent is being deleted.
 func (h *Host) appendMeta(ctx context.Context, agent string, p agents.MetaPatch) error {
 	if h.isDeleting(agent) {
-		return fmt.Errorf("%w: agent %q is being deleted", ErrConflict, agent)
+		return ErrConflict.Wrapf("agent %q is being deleted", agent)
 	}
 	e, err := eventlog.NewEvent(agent, agents.EventMeta, p)
 	if err != nil {
@@ -140,7 +140,7 @@ func payloadMeta(data json.RawMessage) (*agents.MetaPatch, error) {
 	}
 	p.Meta.Merge, p.Meta.Initial = false, true
 	if err := p.Meta.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: meta: %w", ErrBadRequest, err)
+		return nil, ErrBadRequest.Wrapf("meta: %s", apierror.Declared(err).Message).WithCause(err)
 	}
 	if p.Meta.Empty() {
 		return nil, nil

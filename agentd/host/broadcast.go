@@ -55,19 +55,19 @@ func (h *Host) publisher(agent string) *publisher {
 
 func (p *publisher) publish(ctx context.Context, kind string, msg any) error {
 	if p == nil {
-		return fmt.Errorf("%w: this agent was not built by a host", ErrUnavailable)
+		return ErrUnavailable.Wrapf("this agent was not built by a host")
 	}
 	data, err := json.Marshal(msg)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadRequest, kind, err)
+		return ErrBadRequest.Wrapf("%s: %v", kind, err)
 	}
 	if int64(len(data)) > p.max {
-		return fmt.Errorf("%w: %s message of %d bytes, the server takes %d", ErrTooLarge, kind, len(data), p.max)
+		return ErrTooLarge.Wrapf("%s message of %d bytes, the server takes %d", kind, len(data), p.max)
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentEventsPublishTimeout)
 	defer cancel()
 	if _, err := p.js.Publish(ctx, p.subject, data); err != nil {
-		return fmt.Errorf("%w: publish %s: %w", ErrUnavailable, kind, err)
+		return ErrUnavailable.Wrapf("publish %s: %w", kind, err)
 	}
 	p.counted.WithLabelValues(kind).Inc()
 	return nil
@@ -86,7 +86,7 @@ func (p *publisher) publish(ctx context.Context, kind string, msg any) error {
 func (e *Env) Broadcast(ctx context.Context, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("%w: broadcast: %v", ErrBadRequest, err)
+		return ErrBadRequest.Wrapf("broadcast: %v", err)
 	}
 	return e.pub.publish(ctx, KindBroadcast, BroadcastMessage{Type: KindBroadcast, Data: data})
 }

@@ -2,62 +2,31 @@ package host
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/forever-agents/forever/internal/apierror"
 )
 
-// ClientError is err as a client sees it, over NATS and HTTP alike: an
-// *apierror.Error with err's code (StatusCode) and err's sentence without
-// the prefixes that only name where in the process it came from ("agentd:
-// bad request: ", "chat: ", "eventlog: "). An *apierror.Error in the chain
-// is used as it is. A 500 never carries err's text, which was not written
-// for clients: it gets apierror's fixed sentence, and the caller logs err.
+// ClientError is err as a client sees it, over NATS and HTTP alike. An
+// error that carries its answer (apierror.Declared: an *apierror.Error
+// declared where it was born, with its code and sentence, or an
+// apierror.Answerer) is sent as it says. Any other error gets its code
+// (StatusCode) and that code's fixed sentence (apierror.Text): its text
+// was written for the process, not for clients, and is never cut up into
+// a sentence. The caller logs err when it matters (a 500).
 // A RetryAfter() method in the chain sets the Retry-After to send.
 func ClientError(err error) *apierror.Error {
 	if err == nil {
 		return nil
 	}
-	var ae *apierror.Error
-	if errors.As(err, &ae) {
-		return ae
+	if e := apierror.Declared(err); e != nil {
+		return e
 	}
 	code := apierror.Known(StatusCode(err))
-	msg := apierror.Text(code)
-	if code != apierror.Internal {
-		if s := clientSentence(err.Error()); s != "" {
-			msg = s
-		}
-	}
-	e := apierror.New(code, "%s", msg).WithCause(err)
+	e := apierror.New(code, "%s", apierror.Text(code)).WithCause(err)
 	var ra interface{ RetryAfter() time.Duration }
 	if errors.As(err, &ra) {
 		e = e.WithRetryAfter(ra.RetryAfter())
 	}
 	return e
-}
-
-// internalPrefixes are the texts packages put before an error's sentence:
-// their own names and their sentinels', in the order they nest.
-var internalPrefixes = []string{
-	"agentd: ", "host: ", "chathost: ", "tenancy: ", "quota: ", "demo: ",
-	"chat: ", "fiber: ", "eventlog: ", "keepalive: ", "replay: ", "ownership: ", "auth: ",
-	"bad request: ", "not found: ", "conflict: ", "payload too large: ",
-	"unavailable, retry: ", "the owner did not answer in time: ",
-}
-
-// clientSentence is msg's first line without its internal prefixes.
-func clientSentence(msg string) string {
-	msg, _, _ = strings.Cut(msg, "\n")
-	for {
-		trimmed := msg
-		for _, p := range internalPrefixes {
-			trimmed = strings.TrimPrefix(trimmed, p)
-		}
-		if trimmed == msg {
-			return strings.TrimSpace(msg)
-		}
-		msg = trimmed
-	}
 }

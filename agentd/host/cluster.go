@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -49,7 +48,7 @@ func (h *Host) requestContext() (context.Context, context.CancelFunc, error) {
 	base := h.mu.ctx
 	h.mu.Unlock()
 	if base == nil {
-		return nil, nil, fmt.Errorf("%w: starting up, try again", ErrUnavailable)
+		return nil, nil, ErrUnavailable.Wrapf("starting up, try again")
 	}
 	ctx, cancel := context.WithTimeout(base, commandTimeout)
 	return ctx, cancel, nil

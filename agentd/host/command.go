@@ -82,7 +82,7 @@ func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
 		return nil, err
 	}
 	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
-		return nil, fmt.Errorf("%w: command %s: payload is not valid JSON", ErrBadRequest, cmd.Verb)
+		return nil, ErrBadRequest.Wrapf("command %s: payload is not valid JSON", cmd.Verb)
 	}
 	if err := checkRole(ctx, cmd.Verb); err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 		return h.forkHere(ctx, cmd)
 	}
 	if !h.takes(typ, cmd.Verb) {
-		return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, typ, cmd.Verb)
+		return nil, ErrNotFound.Wrapf("agent type %s takes no command %q", typ, cmd.Verb)
 	}
 	// The meta of a payload rides on writes only: a read (or an approve)
 	// neither creates an agent nor sets its user context.
@@ -189,7 +189,7 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 	return h.use(ctx, cmd.Agent, func(inst *instance) (any, error) {
 		ch, ok := inst.agent.(CommandHandler)
 		if !ok {
-			return nil, fmt.Errorf("%w: agent type %s takes no command %q", ErrNotFound, inst.typ, cmd.Verb)
+			return nil, ErrNotFound.Wrapf("agent type %s takes no command %q", inst.typ, cmd.Verb)
 		}
 		out, err := ch.HandleCommand(ctx, cmd)
 		if err == nil && meta != nil {
@@ -273,7 +273,7 @@ func checkRole(ctx context.Context, verb string) error {
 	if !ok || id.Role.Allows(verb) || (verb == "chat" && id.Role == auth.RoleApprover) {
 		return nil
 	}
-	return fmt.Errorf("%w: credential %s (role %s) may not send %s", ErrForbidden, id.Cred, id.Role, verb)
+	return ErrForbidden.Wrapf("credential %s (role %s) may not send %s", id.Cred, id.Role, verb)
 }
 
 // audit hands a command that may change an agent, and its outcome, to

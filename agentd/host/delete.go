@@ -42,7 +42,7 @@ func (h *Host) deleteAgent(ctx context.Context, agent string) (any, error) {
 	h.mu.Lock()
 	if h.mu.deleting[agent] {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, agent)
+		return nil, ErrConflict.Wrapf("agent %q is being deleted", agent)
 	}
 	h.mu.deleting[agent] = true
 	inst := h.mu.agents[agent]
@@ -121,7 +121,7 @@ func (h *Host) quiesce(ctx context.Context, inst *instance) error {
 	select {
 	case <-inst.built:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w (waiting for agent %s to be built)", ErrUnavailable, ctx.Err(), inst.id)
+		return ErrUnavailable.Wrapf("%w (waiting for agent %s to be built)", ctx.Err(), inst.id)
 	}
 	if inst.err != nil {
 		return nil
@@ -136,7 +136,7 @@ func (h *Host) quiesce(ctx context.Context, inst *instance) error {
 		select {
 		case <-time.After(10 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w (waiting for %d commands of agent %s)", ErrUnavailable, ctx.Err(), busy, inst.id)
+			return ErrUnavailable.Wrapf("%w (waiting for %d commands of agent %s)", ctx.Err(), busy, inst.id)
 		}
 	}
 	h.stop(inst)

@@ -146,8 +146,9 @@
 // # Usage
 //
 //	h := host.New(host.Config{DefaultType: "chat"})
-//	h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...)
-//	h.Register("chat", chats.Factory, chathost.Verbs...)
+//	h.RegisterType(host.TypeSpec{Name: "steps", Factory: demo.NewStepsAgent, Verbs: demo.StepsVerbs})
+//	h.RegisterType(host.TypeSpec{Name: "chat", Factory: chats.Factory, Verbs: chathost.Verbs,
+//		StatusDetail: chats.StatusDetail, OnDelete: chats.OnDelete(h.Command)})
 //	h.Attach(d) // d is an *agentd.Daemon, not yet running
 //	host.AttachHTTP(d, h, host.HTTPConfig{State: chats}) // GET /v1/agents, /v1/agents/{id}/events
 package host

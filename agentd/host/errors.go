@@ -6,30 +6,40 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
-// Errors of commands. Agents wrap them (fmt.Errorf("%w: ...", ErrBadRequest))
-// so the NATS service and the HTTP gateway answer with the right code.
+// Errors of commands: the classes of apierror, one per code. An agent
+// says what is wrong with Wrapf, which is the sentence the client reads:
+//
+//	return nil, host.ErrBadRequest.Wrapf("steps must be 1..100000, got %d", n)
+//
+// so the NATS service and the HTTP gateway answer with the code and that
+// sentence. errors.Is(err, ErrBadRequest) holds for every 400 *Error. An
+// error that only wraps one with ErrBadRequest.Wrapf("...") gets
+// the right code but the class's fixed sentence (apierror.Text): the edge
+// never cuts text out of an error message.
 var (
-	// ErrBadRequest: malformed or invalid input (400).
-	ErrBadRequest = errors.New("agentd: bad request")
+	// ErrBadRequest: malformed or invalid input (400). It is the one
+	// bad-request sentinel (replay.ErrBadRequest is the same value).
+	ErrBadRequest = apierror.ErrBadRequest
 	// ErrNotFound: unknown agent type, command or stream (404).
-	ErrNotFound = errors.New("agentd: not found")
+	ErrNotFound = apierror.ErrNotFound
 	// ErrConflict: the request conflicts with the agent's state (409).
-	ErrConflict = errors.New("agentd: conflict")
+	ErrConflict = apierror.ErrConflict
 	// ErrForbidden: the request's credential may not do this: its role
 	// does not allow the command (403).
-	ErrForbidden = errors.New("agentd: forbidden")
+	ErrForbidden = apierror.ErrForbidden
 	// ErrTooLarge: the payload is larger than allowed (413).
-	ErrTooLarge = errors.New("agentd: payload too large")
+	ErrTooLarge = apierror.ErrTooLarge
 	// ErrUnavailable: the agent has no owner that can take the command
 	// now (a partition handoff or failover in progress, or the node is
 	// stopping); retry (503).
-	ErrUnavailable = errors.New("agentd: unavailable, retry")
+	ErrUnavailable = apierror.ErrUnavailable
 	// ErrTimeout: the node that owns the agent did not answer a forwarded
 	// command in time; it may have run it (504). Retry only what is safe to
 	// repeat (a chat with its message id is).
-	ErrTimeout = errors.New("agentd: the owner did not answer in time")
+	ErrTimeout = apierror.ErrTimeout
 )
 
 // StatusCoder is implemented by errors that carry their own status code, so

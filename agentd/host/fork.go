@@ -75,9 +75,10 @@ type ForkRef struct {
 	Seq   eventlog.Seq
 }
 
-// SetForking sets how agents of type typ are forked. A type without it
-// forks with nothing inherited but the reference, and refuses an at. Call
-// it before the daemon starts.
+// SetForking sets TypeSpec.Forking of a type registered before: how its
+// agents are forked. A type without it forks with nothing inherited but
+// the reference, and refuses an at. Kept for programs that register in
+// several calls. Call it before the daemon starts.
 func (h *Host) SetForking(typ string, f Forking) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -85,7 +86,7 @@ func (h *Host) SetForking(typ string, f Forking) error {
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok || f.Point == nil || f.Forks == nil {
-		return fmt.Errorf("%w: forking of agent type %q: register the type first, with both functions", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("forking of agent type %q: register the type first, with both functions", typ)
 	}
 	h.forking[typ] = f
 	return nil
@@ -111,17 +112,17 @@ func (h *Host) routeCommand(ctx context.Context, cmd Command) (any, error) {
 		return nil, err
 	}
 	if req.To == "" {
-		return nil, fmt.Errorf("%w: fork: the payload's to names the new agent's id, and it is missing", ErrBadRequest)
+		return nil, ErrBadRequest.Wrapf("fork: the payload's to names the new agent's id, and it is missing")
 	}
 	typ, err := h.TypeOf(req.To)
 	if err != nil {
 		return nil, err
 	}
 	if req.To == cmd.Agent {
-		return nil, fmt.Errorf("%w: fork: to is the parent's own id %q; a fork needs a new agent id", ErrBadRequest, req.To)
+		return nil, ErrBadRequest.Wrapf("fork: to is the parent's own id %q; a fork needs a new agent id", req.To)
 	}
 	if ptyp, _ := h.TypeOf(cmd.Agent); ptyp != typ {
-		return nil, fmt.Errorf("%w: fork: %q is an agent of type %s and %q of type %s; a fork has its parent's type", ErrBadRequest, cmd.Agent, ptyp, req.To, typ)
+		return nil, ErrBadRequest.Wrapf("fork: %q is an agent of type %s and %q of type %s; a fork has its parent's type", cmd.Agent, ptyp, req.To, typ)
 	}
 	data, err := json.Marshal(forkOrder{Parent: cmd.Agent, At: req.At})
 	if err != nil {
@@ -147,14 +148,14 @@ func quotaAgent(cmd Command) string {
 func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 	var o forkOrder
 	if err := json.Unmarshal(cmd.Data, &o); err != nil || !eventlog.ValidToken(o.Parent) {
-		return nil, fmt.Errorf("%w: fork: the order for %q names no parent", ErrBadRequest, cmd.Agent)
+		return nil, ErrBadRequest.Wrapf("fork: the order for %q names no parent", cmd.Agent)
 	}
 	if o.Detach {
 		return nil, h.detachHere(ctx, cmd.Agent)
 	}
 	fork, parent := cmd.Agent, o.Parent
 	if h.isDeleting(fork) {
-		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, fork)
+		return nil, ErrConflict.Wrapf("agent %q is being deleted", fork)
 	}
 	if err := h.catchUpViews(ctx, parent); err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 	if _, ok, err := h.agents.Get(parent, h.Types()); err != nil {
 		return nil, err
 	} else if !ok {
-		return nil, fmt.Errorf("%w: agent %q does not exist: there is nothing to fork", ErrNotFound, parent)
+		return nil, ErrNotFound.Wrapf("agent %q does not exist: there is nothing to fork", parent)
 	}
 	upto, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: parent})
 	if err != nil {
@@ -178,7 +179,7 @@ func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 			return nil, err
 		}
 	} else if o.At != "" {
-		return nil, fmt.Errorf("%w: fork: agents of type %s have no messages to fork at; leave at empty", ErrBadRequest, typ)
+		return nil, ErrBadRequest.Wrapf("fork: agents of type %s have no messages to fork at; leave at empty", typ)
 	}
 	last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{Agent: fork})
 	if err != nil {
@@ -215,7 +216,7 @@ func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 }
 
 func (h *Host) forkExists(fork string) error {
-	return fmt.Errorf("%w: agent %q already exists: a fork needs a new agent id (choose another, or delete that agent first)", ErrConflict, fork)
+	return ErrConflict.Wrapf("agent %q already exists: a fork needs a new agent id (choose another, or delete that agent first)", fork)
 }
 
 // detachForks has every fork of parent whose log still starts with its

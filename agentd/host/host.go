@@ -153,37 +153,15 @@ func New(cfg Config) *Host {
 	return h
 }
 
-// Register adds an agent type and the command verbs it answers (besides
-// the host's own, Verbs). The name must be a subject token without
-// ':'. The NATS service has one endpoint per verb of any type; a command
-// with a verb the agent's type did not register is 404, before the agent
-// is activated.
+// Register adds an agent type and the command verbs it answers: it is
+// RegisterType(TypeSpec{Name: name, Factory: f, Verbs: verbs}), kept for
+// programs that embed the host and register in several calls.
 func (h *Host) Register(name string, f Factory, verbs ...string) error {
-	if !eventlog.ValidToken(name) || strings.Contains(name, ":") || f == nil {
-		return fmt.Errorf("%w: agent type %q: need a token name without ':' and a factory", ErrBadRequest, name)
-	}
-	for _, v := range verbs {
-		if !eventlog.ValidToken(v) || slices.Contains(Verbs, v) {
-			return fmt.Errorf("%w: agent type %q: verb %q is not a subject token, or is one of the host's (%s)", ErrBadRequest, name, v, strings.Join(Verbs, ", "))
-		}
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, dup := h.types[name]; dup {
-		return fmt.Errorf("%w: agent type %q registered twice", ErrConflict, name)
-	}
-	h.types[name] = f
-	h.verbs[name] = slices.Clone(verbs)
-	return nil
+	return h.RegisterType(TypeSpec{Name: name, Factory: f, Verbs: verbs})
 }
 
-// SetStatusDetail sets how the status command details an agent of type typ
-// that is not active on this node: fn reads it from the views (caught up
-// with the agent's last event) without activating it. An active agent
-// answers its status detail itself (CommandHandler). Call it before the
+// SetStatusDetail sets TypeSpec.StatusDetail of a type registered before;
+// kept for programs that register in several calls. Call it before the
 // daemon starts.
 func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent string) (any, error)) error {
 	h.mu.Lock()
@@ -192,7 +170,7 @@ func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent st
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok || fn == nil {
-		return fmt.Errorf("%w: status detail of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("status detail of agent type %q: register the type first, with a function", typ)
 	}
 	h.details[typ] = fn
 	return nil
@@ -206,8 +184,9 @@ func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent st
 // refuses the delete, which changed nothing.
 type OnDelete func(ctx context.Context, agent string) (after func(ctx context.Context), err error)
 
-// SetOnDelete sets the delete hook of agent type typ. Call it before the
-// daemon starts.
+// SetOnDelete sets TypeSpec.OnDelete of a type registered before; kept
+// for programs that register in several calls. Call it before the daemon
+// starts.
 func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -215,15 +194,16 @@ func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok || fn == nil {
-		return fmt.Errorf("%w: delete hook of agent type %q: register the type first, with a function", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("delete hook of agent type %q: register the type first, with a function", typ)
 	}
 	h.onDelete[typ] = fn
 	return nil
 }
 
-// SetUnlisted marks verbs as internal: agents send them one another (a
-// child's notice to its parent), so the answer to an unknown verb does not
-// list them among the verbs a client may send. Call it before the daemon
+// SetUnlisted marks verbs as internal (TypeSpec.Internal): agents send
+// them one another (a child's notice to its parent), so the answer to an
+// unknown verb does not list them among the verbs a client may send. Kept
+// for programs that register in several calls. Call it before the daemon
 // starts.
 func (h *Host) SetUnlisted(verbs ...string) error {
 	h.mu.Lock()
@@ -266,7 +246,7 @@ func (h *Host) allVerbs() []string {
 // TypeOf returns the type of an agent id, or ErrNotFound.
 func (h *Host) TypeOf(id string) (string, error) {
 	if !eventlog.ValidToken(id) {
-		return "", fmt.Errorf("%w: %w", ErrBadRequest, apierror.BadAgentID("agent id", id))
+		return "", apierror.BadAgentID("agent id", id)
 	}
 	name, _, _ := strings.Cut(id, ":")
 	if _, ok := h.types[name]; ok {
@@ -275,7 +255,7 @@ func (h *Host) TypeOf(id string) (string, error) {
 	if h.cfg.DefaultType != "" {
 		return h.cfg.DefaultType, nil
 	}
-	return "", fmt.Errorf("%w: no agent type claims %q (ids look like <type>:<name>)", ErrNotFound, id)
+	return "", ErrNotFound.Wrapf("no agent type claims %q (ids look like <type>:<name>)", id)
 }
 
 // Attach wires the host into d: the runs table, the keepalive pool, the
@@ -424,7 +404,7 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	hostCtx := h.mu.ctx
 	if hostCtx == nil || hostCtx.Err() != nil {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: host is not running", ErrUnavailable)
+		return nil, ErrUnavailable.Wrapf("host is not running")
 	}
 	pt := h.mu.parts[pn]
 	if pt == nil || pt.ctx.Err() != nil {
@@ -433,7 +413,7 @@ func (h *Host) get(ctx context.Context, id string, busy bool) (*instance, error)
 	}
 	if h.mu.deleting[id] {
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: agent %q is being deleted", ErrConflict, id)
+		return nil, ErrConflict.Wrapf("agent %q is being deleted", id)
 	}
 	if err := h.mu.rebuilding; err != nil {
 		h.mu.Unlock()

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -88,7 +87,7 @@ func (s *httpAgents) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.h.deps == nil {
-		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		writeError(w, ErrUnavailable.Wrapf("starting up"))
 		return
 	}
 	if err := s.h.quotas.Allow(); err != nil {

@@ -20,7 +20,7 @@ func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.h.deps == nil {
-		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		writeError(w, ErrUnavailable.Wrapf("starting up"))
 		return
 	}
 	agent := r.PathValue("id")

@@ -2,7 +2,6 @@ package host
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -79,7 +78,7 @@ const maxPageLimit = 10000
 // The tenants' front door took the request from the rate quota already.
 func ServeCommand(w http.ResponseWriter, r *http.Request, h *Host, verb string, payload any) {
 	if h.deps == nil {
-		writeError(w, fmt.Errorf("%w: starting up", ErrUnavailable))
+		writeError(w, ErrUnavailable.Wrapf("starting up"))
 		return
 	}
 	var data json.RawMessage

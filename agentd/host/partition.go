@@ -34,8 +34,8 @@ func (h *Host) Owns(agent string) bool {
 // notOwner is the error of a command for an agent whose partition this node
 // does not serve: retryable, 503.
 func (h *Host) notOwner(id string, p int) error {
-	return fmt.Errorf("%w: %w: agent %q is in partition %d, which node %s does not own now",
-		ErrUnavailable, eventlog.ErrNotOwner, id, p, h.own.Node())
+	return ErrUnavailable.Wrapf("not the agent's owner: agent %q is in partition %d, which node %s does not own now",
+		id, p, h.own.Node()).WithCause(eventlog.ErrNotOwner)
 }
 
 // servePartition runs for as long as this node holds the lease of partition
@@ -318,7 +318,7 @@ func (h *Host) storeLost(ctx context.Context, stream string, loss agentd.Loss) f
 	}
 	cause := fmt.Errorf("agentd: the agent's history is lost: stream %s was %s", stream, loss.Kind)
 	h.mu.Lock()
-	h.mu.rebuilding = fmt.Errorf("%w: %v; the views are being rebuilt", ErrUnavailable, cause)
+	h.mu.rebuilding = ErrUnavailable.Wrapf("the agent's history is lost: stream %s was %s; the views are being rebuilt", stream, loss.Kind).WithCause(cause)
 	agents := h.mu.agents
 	h.mu.agents = map[string]*instance{}
 	h.mu.Unlock()

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +92,7 @@ func ParseCursor(field, s string) (eventlog.Seq, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: the %s parameter %q is not a cursor: %s", ErrBadRequest, field, truncateText(s, 64), apierror.CursorRule)
+		return 0, ErrBadRequest.Wrapf("the %s parameter %q is not a cursor: %s", field, truncateText(s, 64), apierror.CursorRule)
 	}
 	return eventlog.Seq(n), nil
 }
@@ -121,7 +120,7 @@ func (h *Host) readLog(ctx context.Context, cmd Command) (any, error) {
 	case limit == 0:
 		limit = DefaultLogLimit
 	case limit < 0 || limit > MaxLogLimit:
-		return nil, fmt.Errorf("%w: limit must be from 1 to %d, got %d", ErrBadRequest, MaxLogLimit, limit)
+		return nil, ErrBadRequest.Wrapf("limit must be from 1 to %d, got %d", MaxLogLimit, limit)
 	}
 	var prefixes []string
 	for p := range strings.SplitSeq(req.Type, ",") {
@@ -130,7 +129,7 @@ func (h *Host) readLog(ctx context.Context, cmd Command) (any, error) {
 		}
 	}
 	if h.deps == nil {
-		return nil, fmt.Errorf("%w: starting up", ErrUnavailable)
+		return nil, ErrUnavailable.Wrapf("starting up")
 	}
 	lg := h.deps.Log
 	f := eventlog.Filter{Agent: cmd.Agent}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/tracing"
 )
 
@@ -54,6 +55,11 @@ func (e *RemoteError) Error() string { return e.Msg }
 
 // StatusCode is the code the owner answered with.
 func (e *RemoteError) StatusCode() int { return e.Code }
+
+// APIError is the owner's answer, as it sent it.
+func (e *RemoteError) APIError() *apierror.Error {
+	return apierror.New(apierror.Known(e.Code), "%s", e.Msg).WithCause(e)
+}
 
 // Unwrap makes an answer "not here" match ErrUnavailable, so the
 // forwarder retries it.
@@ -97,14 +103,14 @@ func (h *Host) route(ctx context.Context, cmd Command) (any, error) {
 			return out, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: no node took partition %d of agent %q within %s: %v", ErrUnavailable, p, cmd.Agent, handoffWait, err)
+			return nil, ErrUnavailable.Wrapf("no node took partition %d of agent %q within %s: %v", p, cmd.Agent, handoffWait, err)
 		}
 		t := time.NewTimer(routeBackoff)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: %w (waiting for the owner of partition %d)", ErrUnavailable, ctx.Err(), p)
+			return nil, ErrUnavailable.Wrapf("%w (waiting for the owner of partition %d)", ctx.Err(), p)
 		}
 	}
 }
@@ -138,7 +144,7 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (out any, 
 		}
 		// The owner may have run it: the client decides (a chat retried
 		// with the same message id is a duplicate).
-		return nil, fmt.Errorf("%w: node %s, forwarding %s for %q: %v", ErrTimeout, node, cmd.Verb, cmd.Agent, err)
+		return nil, ErrTimeout.Wrapf("node %s, forwarding %s for %q: %v", node, cmd.Verb, cmd.Agent, err)
 	}
 	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
 		n, _ := strconv.Atoi(code)
@@ -179,7 +185,7 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 		out, err = h.local(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(m.Data), RequestID: m.Header.Get(headerRequestID)})
 	}
 	if err != nil && base.Err() != nil {
-		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
+		err = ErrUnavailable.Wrapf("node %s is stopping: %w", h.own.Node(), err)
 	}
 	traceID := tracing.TraceID(ctx)
 	if err == nil {

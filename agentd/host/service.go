@@ -115,7 +115,7 @@ func (h *Host) serveCommand(req micro.Request) {
 		return
 	}
 	if len(req.Data()) > MaxCommandBytes {
-		RespondError(req, fmt.Errorf("%w: %w", ErrTooLarge, apierror.OverLimit(int64(len(req.Data())), MaxCommandBytes)))
+		RespondError(req, apierror.OverLimit(int64(len(req.Data())), MaxCommandBytes))
 		return
 	}
 	h.mu.Lock()
@@ -142,7 +142,7 @@ func (h *Host) serveCommand(req micro.Request) {
 	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data()), RequestID: id})
 	if err != nil && base.Err() != nil {
 		// The node is stopping: its partitions go to other nodes.
-		err = fmt.Errorf("%w: node %s is stopping: %w", ErrUnavailable, h.own.Node(), err)
+		err = ErrUnavailable.Wrapf("node %s is stopping: %w", h.own.Node(), err)
 	}
 	defer func() { endCommandSpan(span, err) }()
 	hdr := traceHeaders(ctx)
@@ -190,8 +190,7 @@ func (h *Host) replyBody(reply any) ([]byte, error) {
 		return nil, fmt.Errorf("agentd: encode reply: %w", err)
 	}
 	if len(body) > h.MaxReply() {
-		return nil, fmt.Errorf("%w: the reply is %d bytes, more than one NATS message carries (%d, the server's max payload less headers)",
-			ErrTooLarge, len(body), h.MaxReply())
+		return nil, ErrTooLarge.Wrapf("the reply is %d bytes, more than one NATS message carries (%d, the server's max payload less headers)", len(body), h.MaxReply())
 	}
 	return body, nil
 }
@@ -201,7 +200,7 @@ func (h *Host) replyBody(reply any) ([]byte, error) {
 func commandSubject(subject string) (agent, verb string, err error) {
 	tokens := strings.Split(subject, ".")
 	if len(tokens) < 4 {
-		return "", "", fmt.Errorf("%w: subject %q is not <prefix>.cmd.<agent>.<verb>", ErrBadRequest, subject)
+		return "", "", ErrBadRequest.Wrapf("subject %q is not <prefix>.cmd.<agent>.<verb>", subject)
 	}
 	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
 }
@@ -221,9 +220,9 @@ func answerUnknown(req micro.Request, prefix string, known, listed []string) {
 	tokens := strings.Split(strings.TrimPrefix(req.Subject(), prefix+".cmd."), ".")
 	switch {
 	case len(tokens) != 2:
-		RespondError(req, fmt.Errorf("%w: subject %q is not %s.cmd.<agent>.<verb> (an agent id has no '.')", ErrNotFound, req.Subject(), prefix))
+		RespondError(req, ErrNotFound.Wrapf("subject %q is not %s.cmd.<agent>.<verb> (an agent id has no '.')", req.Subject(), prefix))
 	case !slices.Contains(known, tokens[1]):
-		RespondError(req, fmt.Errorf("%w: no verb %q; the verbs are %s", ErrNotFound, tokens[1], strings.Join(listed, ", ")))
+		RespondError(req, ErrNotFound.Wrapf("no verb %q; the verbs are %s", tokens[1], strings.Join(listed, ", ")))
 	}
 }
 

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"runtime/debug"
 	"slices"
 
@@ -23,10 +22,11 @@ type TypeVersion struct {
 	Policy fiber.VersionPolicy
 }
 
-// SetVersion sets the version of agent type typ and its policy for work
-// another version started. Call it before the daemon starts; a type
-// without one has the binary's build as its version and the continue
-// policy.
+// SetVersion sets TypeSpec.Version of a type registered before: its
+// version and its policy for work another version started. Kept for
+// programs that register in several calls. Call it before the daemon
+// starts; a type without one has the binary's build as its version and
+// the continue policy.
 func (h *Host) SetVersion(typ string, v TypeVersion) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -34,11 +34,11 @@ func (h *Host) SetVersion(typ string, v TypeVersion) error {
 		return agentd.ErrStarted
 	}
 	if _, ok := h.types[typ]; !ok {
-		return fmt.Errorf("%w: version of agent type %q: register the type first", ErrBadRequest, typ)
+		return ErrBadRequest.Wrapf("version of agent type %q: register the type first", typ)
 	}
 	p, err := fiber.ParseVersionPolicy(string(v.Policy))
 	if err != nil {
-		return fmt.Errorf("%w: version of agent type %q: %w", ErrBadRequest, typ, err)
+		return ErrBadRequest.Wrapf("version of agent type %q: %w", typ, err)
 	}
 	v.Policy = p
 	h.versions[typ] = v

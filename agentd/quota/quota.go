@@ -12,6 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -25,14 +26,22 @@ type Error struct {
 	Retry time.Duration // when a retry may succeed (0: after usage drops)
 }
 
-func (e *Error) Error() string {
+func (e *Error) Error() string { return "agentd: " + e.sentence() }
+
+// sentence is what the client reads.
+func (e *Error) sentence() string {
 	switch e.Quota {
 	case "rate":
-		return fmt.Sprintf("agentd: over quota: more than %g requests per second, retry in %s", e.Limit, e.Retry.Round(time.Millisecond))
+		return fmt.Sprintf("over quota: more than %g requests per second, retry in %s", e.Limit, e.Retry.Round(time.Millisecond))
 	case "bytes":
-		return fmt.Sprintf("agentd: over quota: the tenant's stored bytes and this command's would exceed its limit of %d bytes", int64(e.Limit))
+		return fmt.Sprintf("over quota: the tenant's stored bytes and this command's would exceed its limit of %d bytes", int64(e.Limit))
 	}
-	return fmt.Sprintf("agentd: over quota: the tenant has %d %s running or stored, its limit", int64(e.Limit), e.Quota)
+	return fmt.Sprintf("over quota: the tenant has %d %s running or stored, its limit", int64(e.Limit), e.Quota)
+}
+
+// APIError is the 429 a client reads, with its Retry-After.
+func (e *Error) APIError() *apierror.Error {
+	return apierror.New(apierror.OverQuota, "%s", e.sentence()).WithRetryAfter(e.RetryAfter()).WithCause(e)
 }
 
 // StatusCode is 429.
@@ -299,6 +308,11 @@ func unavailable(what string, err error) error { return &unavailableError{what, 
 
 func (e *unavailableError) Error() string {
 	return "agentd: unavailable, retry: " + e.what + ": " + e.err.Error()
+}
+
+// APIError is the 503 a client reads: what could not be checked, and why.
+func (e *unavailableError) APIError() *apierror.Error {
+	return apierror.New(apierror.Unavailable, "%s: %v", e.what, e.err).WithCause(e)
 }
 
 func (e *unavailableError) Unwrap() error { return e.err }

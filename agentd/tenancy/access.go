@@ -49,14 +49,14 @@ func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error)
 	var req AccessRequest
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &req); err != nil {
-			return nil, fmt.Errorf("%w: tenant access: %v", host.ErrBadRequest, err)
+			return nil, host.ErrBadRequest.Wrapf("tenant access: %v", err)
 		}
 	}
 	names, wait := req.Tenants, len(req.Tenants) > 0
 	if !wait {
 		keys, err := ts.kv.ListKeys(ctx)
 		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, host.ErrUnavailable.Wrapf("tenant registry: %w", err)
 		}
 		if err == nil {
 			for k := range keys.Keys() {
@@ -68,14 +68,14 @@ func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error)
 	reply := AccessReply{Tenants: []TenantAccess{}}
 	for _, name := range names {
 		if err := auth.CheckName(name); err != nil {
-			return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+			return nil, refused(host.ErrBadRequest, err, "%s")
 		}
 		e, err := ts.kv.Get(ctx, name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("%w: tenant %q", host.ErrNotFound, name)
+			return nil, host.ErrNotFound.Wrapf("tenant %q", name)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, host.ErrUnavailable.Wrapf("tenant registry: %w", err)
 		}
 		var t auth.Tenant
 		if err := json.Unmarshal(e.Value(), &t); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Admin subjects, in agentd's own account: only the admin credential and
@@ -146,6 +147,17 @@ func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context
 	_ = req.RespondJSON(reply)
 }
 
+// refused is err, which auth returned, as an error of class (a 400, a
+// 404) that says format with auth's sentence for its %s (auth's errors
+// declare one), as in "%s (--role)".
+func refused(class *apierror.Error, err error, format string) error {
+	msg := apierror.Text(class.Code)
+	if e := apierror.Declared(err); e != nil {
+		msg = e.Message
+	}
+	return class.Wrapf(format, msg).WithCause(err)
+}
+
 // handleCreate creates the tenant (or finds it), mints a credential (a
 // client user and an HTTP token with one name, role and expiry), stores
 // them, pushes the account JWT and waits for the tenant's daemon to be
@@ -153,34 +165,34 @@ func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context
 func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error) {
 	var req CreateRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: tenant create: %v", host.ErrBadRequest, err)
+		return nil, host.ErrBadRequest.Wrapf("tenant create: %v", err)
 	}
 	if err := auth.CheckName(req.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	if err := req.Quota.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	if err := req.Budget.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	role, err := auth.ParseRole(req.Role)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v (--role)", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s (--role)")
 	}
 	ttl, err := auth.ParseExpiry(req.Expires)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v (--expires)", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s (--expires)")
 	}
 	if req.Cred != "" {
 		if err := auth.CheckCredName(req.Cred); err != nil {
-			return nil, fmt.Errorf("%w: %v (--token-name)", host.ErrBadRequest, err)
+			return nil, refused(host.ErrBadRequest, err, "%s (--token-name)")
 		}
 	}
 	var reply CreateReply
 	t, err := ts.update(ctx, req.Name, true, func(t *auth.Tenant, isNew bool) error {
 		if t.Disabled {
-			return fmt.Errorf("%w: tenant %s is disabled: agentd tenant enable %s first", host.ErrConflict, t.Name, t.Name)
+			return host.ErrConflict.Wrapf("tenant %s is disabled: agentd tenant enable %s first", t.Name, t.Name)
 		}
 		if !isNew && req.Quota == (auth.Quota{}) {
 			req.Quota = t.Quota
@@ -193,7 +205,7 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 			c.Name = newCredName()
 		}
 		if t.Cred(c.Name) != nil {
-			return fmt.Errorf("%w: tenant %s already has a credential named %s (names are never reused: pick another --token-name)", host.ErrConflict, t.Name, c.Name)
+			return host.ErrConflict.Wrapf("tenant %s already has a credential named %s (names are never reused: pick another --token-name)", t.Name, c.Name)
 		}
 		if ttl > 0 {
 			c.Expires = now.Add(ttl).Unix()
@@ -247,10 +259,10 @@ func newCredName() string {
 func (ts *tenantSet) handleRevoke(ctx context.Context, data []byte) (any, error) {
 	var req RevokeRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: tenant revoke: %v", host.ErrBadRequest, err)
+		return nil, host.ErrBadRequest.Wrapf("tenant revoke: %v", err)
 	}
 	if err := auth.CheckName(req.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	var n int
 	_, err := ts.update(ctx, req.Name, false, func(t *auth.Tenant, _ bool) error {
@@ -280,10 +292,10 @@ func (ts *tenantSet) handleEnable(ctx context.Context, data []byte) (any, error)
 func (ts *tenantSet) setDisabled(ctx context.Context, data []byte, disabled bool) (any, error) {
 	var req RevokeRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: tenant state: %v", host.ErrBadRequest, err)
+		return nil, host.ErrBadRequest.Wrapf("tenant state: %v", err)
 	}
 	if err := auth.CheckName(req.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	set := func(t *auth.Tenant, _ bool) error {
 		t.Disabled = disabled
@@ -361,19 +373,19 @@ func (ts *tenantSet) waitStarted(ctx context.Context, name string) error {
 func (ts *tenantSet) handleTokenRevoke(ctx context.Context, data []byte) (any, error) {
 	var req TokenRevokeRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: tenant token revoke: %v", host.ErrBadRequest, err)
+		return nil, host.ErrBadRequest.Wrapf("tenant token revoke: %v", err)
 	}
 	if err := auth.CheckName(req.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	if err := auth.CheckCredName(req.Cred); err != nil {
-		return nil, fmt.Errorf("%w: %v", host.ErrBadRequest, err)
+		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	var live bool
 	_, err := ts.update(ctx, req.Name, false, func(t *auth.Tenant, _ bool) error {
 		var err error
 		if live, err = t.RevokeCred(req.Cred, time.Now()); err != nil {
-			return fmt.Errorf("%w: %v", host.ErrNotFound, err)
+			return refused(host.ErrNotFound, err, "%s")
 		}
 		return nil
 	})
@@ -412,13 +424,13 @@ func (ts *tenantSet) updateRecord(ctx context.Context, name string, create bool,
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			if !create {
-				return nil, 0, fmt.Errorf("%w: tenant %q", host.ErrNotFound, name)
+				return nil, 0, host.ErrNotFound.Wrapf("tenant %q", name)
 			}
 			if t, err = auth.NewTenant(name, time.Now()); err != nil {
 				return nil, 0, err
 			}
 		case err != nil:
-			return nil, 0, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, 0, host.ErrUnavailable.Wrapf("tenant registry: %w", err)
 		default:
 			t, rev = &auth.Tenant{}, e.Revision()
 			if err := json.Unmarshal(e.Value(), t); err != nil {
@@ -442,7 +454,7 @@ func (ts *tenantSet) updateRecord(ctx context.Context, name string, create bool,
 			continue
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: tenant registry: %w", host.ErrUnavailable, err)
+			return nil, 0, host.ErrUnavailable.Wrapf("tenant registry: %w", err)
 		}
 		return t, stored, nil
 	}

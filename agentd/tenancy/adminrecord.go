@@ -3,7 +3,6 @@ package tenancy
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	"github.com/forever-agents/forever/agentd/audit"
@@ -36,20 +35,20 @@ var AdminAuditActions = []string{"admin.creds", "admin.token", "restore"}
 func (ts *tenantSet) handleAuditRecord(_ context.Context, data []byte) (any, error) {
 	var req AuditRecordRequest
 	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: audit record: %v", host.ErrBadRequest, err)
+		return nil, host.ErrBadRequest.Wrapf("audit record: %v", err)
 	}
 	if !slices.Contains(AdminAuditActions, req.Action) {
-		return nil, fmt.Errorf("%w: audit record: action %q is none of %v", host.ErrBadRequest, req.Action, AdminAuditActions)
+		return nil, host.ErrBadRequest.Wrapf("audit record: action %q is none of %v", req.Action, AdminAuditActions)
 	}
 	if req.Outcome == "" {
 		req.Outcome = audit.OK
 	}
 	if req.Outcome != audit.OK && req.Outcome != audit.Failed {
-		return nil, fmt.Errorf("%w: audit record: outcome %q is neither %s nor %s", host.ErrBadRequest, req.Outcome, audit.OK, audit.Failed)
+		return nil, host.ErrBadRequest.Wrapf("audit record: outcome %q is neither %s nor %s", req.Outcome, audit.OK, audit.Failed)
 	}
 	for _, t := range req.Tenants {
 		if err := auth.CheckName(t); err != nil {
-			return nil, fmt.Errorf("%w: audit record: %v", host.ErrBadRequest, err)
+			return nil, refused(host.ErrBadRequest, err, "audit record: %s")
 		}
 	}
 	tenants := req.Tenants

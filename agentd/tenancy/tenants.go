@@ -530,8 +530,7 @@ func (ts *tenantSet) markReady(ctx context.Context) {
 // daemonStopped is the answer of a wait for tenant name whose daemon
 // stopped on its own with err (and is started again).
 func daemonStopped(name string, err error) error {
-	return fmt.Errorf("%w: tenant %s: its daemon stopped: %w (it is started again every %s)",
-		host.ErrUnavailable, name, err, tenantRetry)
+	return host.ErrUnavailable.Wrapf("tenant %s: its daemon stopped: %w (it is started again every %s)", name, err, tenantRetry)
 }
 
 // disabled reports whether tenant name is disabled.
@@ -563,7 +562,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 	case run == nil && stopped != nil:
 		return stopped
 	case run == nil:
-		return fmt.Errorf("%w: tenant %s has no daemon on this node (is it disabled?)", host.ErrUnavailable, name)
+		return host.ErrUnavailable.Wrapf("tenant %s has no daemon on this node (is it disabled?)", name)
 	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -580,7 +579,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 			if noJS != nil {
 				return noJS
 			}
-			return fmt.Errorf("%w: tenant %s not ready: %w", host.ErrUnavailable, name, ctx.Err())
+			return host.ErrUnavailable.Wrapf("tenant %s not ready: %w", name, ctx.Err())
 		case <-t.C:
 			select {
 			case <-run.d.Started():

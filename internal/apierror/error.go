@@ -50,6 +50,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// Err is the cause, for logs and errors.Is; it is never sent.
 	Err error
+
+	pkg   string // the package that declared it (Declare), for Error()
+	class bool   // a class of errors (ErrBadRequest, ...): Is matches by code
 }
 
 // New returns an *Error with code and the message fmt.Sprintf(format,
@@ -78,8 +81,14 @@ func (e *Error) WithRetryAfter(d time.Duration) *Error {
 	return &c
 }
 
-// Error returns the message.
-func (e *Error) Error() string { return e.Message }
+// Error returns the message, after "pkg: " for an error a package
+// declared (Declare): the Go text; clients read Message.
+func (e *Error) Error() string {
+	if e.pkg != "" {
+		return e.pkg + ": " + e.Message
+	}
+	return e.Message
+}
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
@@ -89,10 +98,20 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) StatusCode() int { return e.Code }
 
 // Is reports whether target is an *Error with the same code and message,
-// so a sentinel *Error matches its copies (WithCause, WithRetryAfter).
+// so a sentinel *Error matches its copies (WithCause, WithRetryAfter), or
+// the class (ErrBadRequest, ...) of e's code when no package declared e
+// (New, Wrapf of a class): a package's sentinel matches only itself and
+// what wraps it, so chat's 503 of a full node is not ErrUnavailable, the
+// retry of a command nobody ran.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code && t.Message == e.Message
+	if !ok || t.Code != e.Code {
+		return false
+	}
+	if t.class {
+		return e.pkg == ""
+	}
+	return t.Message == e.Message && t.pkg == e.pkg
 }
 
 // MarshalJSON encodes e as {"code":N,"error":"..."}.
@@ -200,7 +219,8 @@ func Known(code int) int {
 
 // From translates err for a client:
 //
-//   - the first *Error in err's chain, as it is;
+//   - the answer of the first error in err's chain that carries one
+//     (Declared: an *Error, as it is, or an Answerer);
 //   - context.DeadlineExceeded: 504;
 //   - an error with a StatusCode() int method: that code (Known), with the
 //     code's fixed sentence (Text): its own message was not written for
@@ -213,8 +233,7 @@ func From(err error) *Error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
-	if errors.As(err, &e) {
+	if e := Declared(err); e != nil {
 		return e
 	}
 	code := Internal
@@ -225,7 +244,7 @@ func From(err error) *Error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = Timeout
 	}
-	e = &Error{Code: code, Message: Text(code), Err: err}
+	e := &Error{Code: code, Message: Text(code), Err: err}
 	var ra interface{ RetryAfter() time.Duration }
 	if errors.As(err, &ra) {
 		e.RetryAfter = ra.RetryAfter()

@@ -292,28 +292,19 @@ func wireAgents(d *agentd.Daemon, provider llm.Provider, tools *chat.Tools, node
 		return err
 	}
 	h := host.New(host.Config{DefaultType: "chat"})
-	if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
-		return err
-	}
-	if err := h.Register("chat", chats.Factory, chathost.Verbs...); err != nil {
-		return err
-	}
-	if err := h.SetUnlisted(chathost.InternalVerbs...); err != nil {
-		return err
-	}
-	if err := h.SetStatusDetail("chat", chats.StatusDetail); err != nil {
-		return err
-	}
 	tv := host.TypeVersion{Version: d.Config().AgentVersion, Policy: fiber.VersionPolicy(d.Config().VersionPolicy)}
-	for _, typ := range []string{"steps", "chat"} {
-		if err := h.SetVersion(typ, tv); err != nil {
-			return err
-		}
-	}
-	if err := h.SetOnDelete("chat", chats.OnDelete(h.Command)); err != nil {
+	if err := h.RegisterType(host.TypeSpec{Name: "steps", Factory: demo.NewStepsAgent, Verbs: demo.StepsVerbs, Version: &tv}); err != nil {
 		return err
 	}
-	if err := h.SetForking("chat", chats.Forking()); err != nil {
+	forking := chats.Forking()
+	if err := h.RegisterType(host.TypeSpec{
+		Name: "chat", Factory: chats.Factory,
+		Verbs: chathost.Verbs, Internal: chathost.InternalVerbs,
+		StatusDetail: chats.StatusDetail,
+		OnDelete:     chats.OnDelete(h.Command),
+		Forking:      &forking,
+		Version:      &tv,
+	}); err != nil {
 		return err
 	}
 	if err := h.Attach(d); err != nil {
