@@ -67,27 +67,8 @@ func checkDebounce(d time.Duration) error {
 func (a *Agent) sendBatched(ctx context.Context, req SendRequest, msg Message, window time.Duration) (Turn, error) {
 	a.mt.enqueue.Lock()
 	defer a.mt.enqueue.Unlock()
-	if window == 0 {
-		n, err := a.waitingCount()
-		if err != nil {
-			return Turn{}, err
-		}
-		if n == 0 {
-			turn, err := a.sendNow(ctx, req, msg)
-			if !errors.Is(err, ErrTurnActive) {
-				return turn, err
-			}
-		}
-	}
-	// Under the lock, caught up: the check that decides.
-	if err := a.catchUp(ctx); err != nil {
-		return Turn{}, err
-	}
-	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
-		return orig, err
-	}
-	if orig, ok, err := a.queuedSend(msg.ID, req.RequestID); err != nil || ok {
-		return orig, err
+	if turn, done, err := a.startOrFind(ctx, req, msg, window == 0); done {
+		return turn, err
 	}
 	q, err := a.store.Queue(a.agent)
 	if err != nil {

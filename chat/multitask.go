@@ -245,31 +245,44 @@ func (a *Agent) activeRequest(ctx context.Context) (string, bool, error) {
 	return info.RequestID, active, err
 }
 
+// startOrFind begins a queued send, under the enqueue lock: with tryNow,
+// an idle agent with nothing queued starts msg's turn at once; else, caught
+// up, a copy of a message already sent or queued gets its turn back. done
+// says the answer is given (turn, or err); else msg is to be queued.
+func (a *Agent) startOrFind(ctx context.Context, req SendRequest, msg Message, tryNow bool) (turn Turn, done bool, err error) {
+	if tryNow {
+		n, err := a.waitingCount()
+		if err != nil {
+			return Turn{}, true, err
+		}
+		if n == 0 {
+			turn, err := a.sendNow(ctx, req, msg)
+			if !errors.Is(err, ErrTurnActive) {
+				return turn, true, err
+			}
+		}
+	}
+	// Under the lock, caught up: the check that decides.
+	if err := a.catchUp(ctx); err != nil {
+		return Turn{}, true, err
+	}
+	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
+		return orig, true, err
+	}
+	if orig, ok, err := a.queuedSend(msg.ID, req.RequestID); err != nil || ok {
+		return orig, true, err
+	}
+	return Turn{}, false, nil
+}
+
 // sendQueued starts msg's turn at once when the agent is idle and nothing
 // waits in its queue, and else queues it: a queue fiber, whose fiber.started
 // carries the turn's turn.started, starts the turn in its order.
 func (a *Agent) sendQueued(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
 	a.mt.enqueue.Lock()
 	defer a.mt.enqueue.Unlock()
-	n, err := a.waitingCount()
-	if err != nil {
-		return Turn{}, err
-	}
-	if n == 0 {
-		turn, err := a.sendNow(ctx, req, msg)
-		if !errors.Is(err, ErrTurnActive) {
-			return turn, err
-		}
-	}
-	// Under the lock, caught up: the check that decides.
-	if err := a.catchUp(ctx); err != nil {
-		return Turn{}, err
-	}
-	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
-		return orig, err
-	}
-	if orig, ok, err := a.queuedSend(msg.ID, req.RequestID); err != nil || ok {
-		return orig, err
+	if turn, done, err := a.startOrFind(ctx, req, msg, true); done {
+		return turn, err
 	}
 	t := queuedTurn(req, msg)
 	if err := a.queue(ctx, t); err != nil {
