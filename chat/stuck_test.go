@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
@@ -42,7 +43,10 @@ func hugeAnswer(n int, block bool, reached chan<- struct{}) script {
 // assistant message (verify agrees) and the agent takes the next turn. (A
 // 2 MiB answer used to fail its turn and keep no message.)
 func TestHugeAnswerStoredWhole(t *testing.T) {
-	e := newEnv(t)
+	// The compaction appends a 2 MiB snapshot as one atomic batch, which
+	// the server stages on disk: on a loaded machine it took longer than
+	// the default 5 s ack timeout, which this test does not measure.
+	e := newEnvWith(t, eventlog.Config{AckTimeout: time.Minute})
 	const size = 2 << 20
 	p := &fake{scripts: []script{hugeAnswer(size, false, nil), passLocal()}}
 	h := e.host(t, "a1", p, nil)
