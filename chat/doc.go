@@ -345,9 +345,13 @@
 //     start), while the turn runs or after. The views are checked twice, at
 //     once and, decisively, under the turn slot after catching up with the
 //     log; a copy that gets past them (another process checked before the
-//     first copy landed) is refused by the store, since turn.started's
-//     event id (JetStream's Nats-Msg-Id) is derived from the agent and the
-//     message id, and gets the original's reply too (TestSendOnce). The
+//     first copy landed) is refused by the store and gets the original's
+//     reply too (TestSendOnce): its fiber.started is conditional on the
+//     agent's last event being the one the checks read (fiber.AfterSeq),
+//     so it starts no second fiber of the turn beside the original's, even
+//     when its runs table does not show that fiber yet (it checks again,
+//     and finds the original); and turn.started's event id (JetStream's
+//     Nats-Msg-Id) is derived from the agent and the message id. The
 //     store's refusal lasts the duplicate window (2 minutes); after it the
 //     views alone find the original, which suffices on a fenced log: only
 //     the agent's owner writes, under the slot. A message removed by

@@ -3,11 +3,13 @@ package chat_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -169,6 +171,50 @@ func TestSendOnce(t *testing.T) {
 		checkClean(t, e1.lg)
 	})
 
+	// The copy goes on while the original's fiber still runs, and its
+	// runs table has not shown that fiber yet (it lags behind another
+	// process's writes): the copy's fiber.started is conditional on the log
+	// it checked, so it lands nothing beside the original (a second fiber
+	// of the turn, which verify reports as turn-two-fibers), and the copy
+	// is answered with the original.
+	t.Run("copy past the views and the runs table starts no fiber", func(t *testing.T) {
+		e1 := newEnv(t)
+		e2 := newEnvOn(t, e1.srv, eventlog.Config{})
+		held := &holdLog{Log: e2.lg, typ: fiber.EventStarted, held: make(chan struct{}), release: make(chan struct{})}
+		e2.writes = held
+		reached, resume := make(chan struct{}, 1), make(chan struct{})
+		h1 := e1.host(t, "a1", &fake{scripts: []script{pauseAfter(2, reached, resume)}}, nil)
+		h2 := e2.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
+		req := chat.SendRequest{Text: "hello there", RequestID: "edge-6"}
+		copied := make(chan error, 1)
+		var copyTurn chat.Turn
+		go func() {
+			var err error
+			copyTurn, err = h2.a.Send(t.Context(), req)
+			copied <- err
+		}()
+		wait(t, held.held) // the copy checked the views and the runs table, and appends its fiber.started
+		first, err := h1.a.Send(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, reached) // the original's fiber runs
+		close(held.release)
+		if err := <-copied; err != nil || !sameTurn(copyTurn, first) {
+			t.Fatalf("the copy: %+v, %v; want the original %+v", copyTurn, err, first)
+		}
+		close(resume)
+		h1.r.Wait()
+		h2.r.Wait()
+		if got := turnsOf(t, e1.lg, "a1"); len(got) != 1 || got["edge-6"] != 1 {
+			t.Fatalf("turns per message = %v", got)
+		}
+		if tr := lastTurn(t, e1, "a1"); tr.Status != chat.TurnCompleted || tr.Orphaned {
+			t.Fatalf("turn = %+v", tr)
+		}
+		checkClean(t, e1.lg)
+	})
+
 	t.Run("past the duplicate window", func(t *testing.T) {
 		e := newEnvWith(t, eventlog.Config{Duplicates: 100 * time.Millisecond})
 		h := e.host(t, "a1", &fake{scripts: []script{passLocal()}}, nil)
@@ -194,4 +240,27 @@ func TestSendOnce(t *testing.T) {
 func sameTurn(a, b chat.Turn) bool {
 	a.Cursor, b.Cursor = 0, 0
 	return a == b
+}
+
+// holdLog holds the first append of an event of type typ until release is
+// closed (closing held when it is reached), then sends it as it was: what
+// a process does between checking and writing, slowed down.
+type holdLog struct {
+	*eventlog.Log
+	typ     string
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (l *holdLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	if e.Type == l.typ {
+		first := false
+		l.once.Do(func() { first = true })
+		if first {
+			close(l.held)
+			<-l.release
+		}
+	}
+	return l.Log.Append(ctx, e, opts...)
 }

@@ -41,21 +41,42 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 			a.release(at)
 		}
 	}()
-	if orig, done, err := a.admitStart(ctx, t, msg); err != nil || done {
-		return orig, err
-	}
-	// The turn's span: the fiber records it in fiber.started, turn.started
-	// in its data.
-	ctx, span := a.startTurnSpan(ctx, &t, msg, follows)
 	// The gate says what the fiber does: run the turn once the views show
 	// seq; end at once (errNotStored: nothing was stored); or stay for
 	// recovery (another error), which finds out from the log whether
 	// turn.started was stored.
 	gate := make(chan started, 1)
-	fid, err := a.goTurn(ctx, t, at, base, span, gate)
-	if err != nil {
-		return Turn{}, err
+	var (
+		fid  string
+		span trace.Span
+		tctx context.Context
+	)
+	for n := 0; ; n++ {
+		orig, done, checked, err := a.admitStart(ctx, t, msg)
+		if err != nil || done {
+			return orig, err
+		}
+		// The turn's span: the fiber records it in fiber.started,
+		// turn.started in its data.
+		tctx, span = a.startTurnSpan(ctx, &t, msg, follows)
+		// The fiber starts only if the log is still where the checks read
+		// it: another process may have started this very turn meanwhile
+		// (a copy of the command), and this Runner's runs table may not
+		// show its fiber yet. Anything written since: check again.
+		fid, err = a.goTurn(tctx, t, at, base, span, gate, checked)
+		if errors.Is(err, eventlog.ErrConflict) {
+			failSpan(span, err)
+			if n+1 < maxStartTries {
+				a.logger.Info("the agent's log moved between a turn's checks and its fiber's start; checking again", "request", t.RequestID, "err", err)
+				continue
+			}
+		}
+		if err != nil {
+			return Turn{}, err
+		}
+		break
 	}
+	ctx = tctx
 	t.FiberID = fid
 	seq, e, err := a.startAppends(ctx, t, msg)
 	if err != nil {
@@ -149,49 +170,67 @@ func (a *Agent) stored(at *activeTurn) {
 // turn (done); a turn.started too large is refused before anything is
 // written; a turn that waits for recovery refuses it, and an orphaned one
 // (its fiber ended without an outcome) is ended first.
-func (a *Agent) admitStart(ctx context.Context, t turnStarted, msg *Message) (orig Turn, done bool, err error) {
+//
+// checked is the agent's last event sequence the checks read the log up
+// to; an orphaned turn ended here moves the log past it, so the fiber's
+// conditional start fails and the checks run again.
+func (a *Agent) admitStart(ctx context.Context, t turnStarted, msg *Message) (orig Turn, done bool, checked eventlog.Seq, err error) {
 	if err := a.crashPoint(ctx, pointSendBegin); err != nil {
-		return Turn{}, false, err
+		return Turn{}, false, 0, err
 	}
-	if err := a.catchUp(ctx); err != nil {
-		return Turn{}, false, err
+	checked, err = a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent})
+	if err != nil {
+		return Turn{}, false, 0, err
+	}
+	if err := a.store.WaitFor(ctx, checked); err != nil {
+		return Turn{}, false, 0, err
 	}
 	if msg != nil {
 		// Under the slot, caught up with the log: the check that decides.
 		if orig, ok, err := a.sent(msg.ID, t.RequestID); err != nil || ok {
-			return orig, true, err
+			return orig, true, 0, err
 		}
 	}
 	// Check sizes first: nothing is half-written for being too large.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
-		return Turn{}, false, err
+		return Turn{}, false, 0, err
 	}
 	if cur, active, err := a.store.ActiveTurn(a.agent); err != nil {
-		return Turn{}, false, err
+		return Turn{}, false, 0, err
 	} else if active && !cur.Orphaned {
-		return Turn{}, false, fmt.Errorf("%w: turn %s waits for recovery", ErrTurnActive, cur.RequestID)
+		return Turn{}, false, 0, fmt.Errorf("%w: turn %s waits for recovery", ErrTurnActive, cur.RequestID)
 	} else if active {
 		// Its fiber ended without recording the outcome (the log failed
 		// then): end it now rather than refuse every later turn.
 		if err := a.endTurn(ctx, cur.RequestID, fmt.Sprintf("chat: turn %s ended without an outcome: its fiber ended (%s)", cur.RequestID, cur.FiberError)); err != nil {
-			return Turn{}, false, err
+			return Turn{}, false, 0, err
 		}
 	}
-	return Turn{}, false, a.crashPoint(ctx, pointSendChecked)
+	return Turn{}, false, checked, a.crashPoint(ctx, pointSendChecked)
 }
+
+// maxStartTries bounds how often a turn's start checks the log again when
+// the agent's log moved between its checks and its fiber.started.
+const maxStartTries = 16
 
 // goTurn starts the fiber of turn t, which waits at gate (runStarted).
 // A fiber of the turn's name that runs already is ErrTurnActive.
-func (a *Agent) goTurn(ctx context.Context, t turnStarted, at *activeTurn, base []Part, span trace.Span, gate <-chan started) (string, error) {
+// Its fiber.started is appended only if the agent's last event is still
+// checked: anything written since is an error wrapping
+// eventlog.ErrConflict, with nothing appended.
+func (a *Agent) goTurn(ctx context.Context, t turnStarted, at *activeTurn, base []Part, span trace.Span, gate <-chan started, checked eventlog.Seq) (string, error) {
 	fid, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
 		return a.runStarted(fctx, f, t, at, base, span, gate)
-	}, fiber.Unique())
+	}, fiber.Unique(), fiber.AfterSeq(checked))
 	if errors.Is(err, fiber.ErrNameTaken) {
 		// A fiber of this turn's name is left for recovery, or being
 		// recovered: the command waits for it (busy), and Send answers a
 		// copy with the turn once the recovery shows it stored.
 		failSpan(span, err)
 		return "", fmt.Errorf("%w: turn %s is being recovered; send the command again", ErrTurnActive, t.RequestID)
+	}
+	if errors.Is(err, eventlog.ErrConflict) {
+		return "", fmt.Errorf("chat: start turn: the log moved since it was checked: %w", err)
 	}
 	if err != nil {
 		failSpan(span, err)

@@ -287,6 +287,7 @@ type runOpts struct {
 	err      error
 	first    string
 	unique   bool
+	after    *eventlog.Seq
 }
 
 // Unique makes the fiber's name name one unit of work (a chat turn): the
@@ -294,6 +295,17 @@ type runOpts struct {
 // its log, while a live fiber of the same name started Unique runs.
 func Unique() RunOpt {
 	return func(o *runOpts) { o.unique = true }
+}
+
+// AfterSeq makes the fiber's start conditional on the agent's log: its
+// fiber.started is appended only if the agent's last event is still seq
+// (eventlog.ExpectSeq), the one its caller read the log up to before
+// deciding to start it. If anything of the agent was written since (another
+// process that started the same unit of work, whose fiber this Runner's
+// runs table may not show yet), nothing is appended and Go or Run returns
+// an error wrapping eventlog.ErrConflict: the caller reads the log again.
+func AfterSeq(seq eventlog.Seq) RunOpt {
+	return func(o *runOpts) { o.after = &seq }
 }
 
 // WithSnapshot starts the fiber with v as its snapshot: fiber.started
@@ -355,7 +367,11 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 		return nil, err
 	}
 	e.ID = nuid.Next() // the same for a copy that settles an unknown fate
-	if _, err := r.appendEvent(ctx, e); err != nil {
+	var cond []eventlog.AppendOpt
+	if o.after != nil {
+		cond = append(cond, eventlog.ExpectSeq(*o.after))
+	}
+	if _, err := r.appendEvent(ctx, e, cond...); err != nil {
 		if startUnknown(err) {
 			// Sent, and no answer came: fiber.started may be stored, now
 			// or later. Letting the name go now could leave a second live
@@ -601,8 +617,8 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 }
 
 // appendEvent is append of an encoded event.
-func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event) (eventlog.Seq, error) {
-	seq, err := r.log.Append(ctx, e)
+func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	seq, err := r.log.Append(ctx, e, opts...)
 	// A stream electing a leader refuses appends for a moment: wait it out
 	// (bounded) rather than fail the fiber. Only refusals that wrote
 	// nothing are sent again.
@@ -613,7 +629,7 @@ func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event) (eventlog.Se
 		case <-time.After(backoff.Exp(50*time.Millisecond, 2*time.Second, n)):
 		}
 		r.metrics.appendRetries.Inc()
-		seq, err = r.log.Append(ctx, e)
+		seq, err = r.log.Append(ctx, e, opts...)
 	}
 	if err != nil {
 		return 0, err

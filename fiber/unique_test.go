@@ -41,3 +41,35 @@ func TestUnique(t *testing.T) {
 		t.Fatalf("Unique fiber after the first ended: %v", err)
 	}
 }
+
+// TestAfterSeq: a fiber started AfterSeq(seq) appends its fiber.started
+// only while the agent's last event is seq: after any other write of the
+// agent it is refused with eventlog.ErrConflict and appends nothing, and
+// started after the last event it runs.
+func TestAfterSeq(t *testing.T) {
+	e := newEnv(t)
+	r, err := fiber.New(fiber.Config{Log: e.lg, Table: e.table, Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	noop := func(context.Context, *fiber.Fiber) error { return nil }
+	if err := r.Run(t.Context(), "other", noop); err != nil {
+		t.Fatal(err)
+	}
+	checked, _ := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent})
+	if err := r.Run(t.Context(), "another", noop); err != nil { // the log moves on
+		t.Fatal(err)
+	}
+	before, _ := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent})
+	if _, err := r.Go(t.Context(), "turn-1", noop, fiber.Unique(), fiber.AfterSeq(checked)); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("fiber after a stale sequence: %v, want ErrConflict", err)
+	}
+	if after, _ := e.lg.LastSeq(t.Context(), eventlog.Filter{Agent: agent}); after != before {
+		t.Fatalf("the refused fiber appended %d events", after-before)
+	}
+	if _, err := r.Go(t.Context(), "turn-1", noop, fiber.Unique(), fiber.AfterSeq(before)); err != nil {
+		t.Fatalf("fiber after the last sequence: %v", err)
+	}
+	r.Wait()
+}
