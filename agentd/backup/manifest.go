@@ -448,9 +448,11 @@ func bucketReplicas(acc Account, replicas int) int {
 
 // restoreStream deletes the target's empty stream, if any, and restores
 // st in its place. A running agentd may create the stream again between
-// the two (it heals a deleted stream): then it tries again.
+// the two (it heals a deleted stream): then it tries again. Each node's
+// guard heals at once, so on a loaded cluster the restore request lost
+// that race five times in a row (TestCluster/Backup): it tries 20 times.
 func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, dir string, st Stream, replicas int, seal []byte) error {
-	const tries = 5
+	const tries = 20
 	for try := 1; ; try++ {
 		info, err := streamInfo(ctx, js, st.Name)
 		if err != nil {
