@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -80,16 +79,10 @@ type ForkRef struct {
 // the reference, and refuses an at. Kept for programs that register in
 // several calls. Call it before the daemon starts.
 func (h *Host) SetForking(typ string, f Forking) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, ok := h.types[typ]; !ok || f.Point == nil || f.Forks == nil {
-		return ErrBadRequest.Wrapf("forking of agent type %q: register the type first, with both functions", typ)
-	}
-	h.forking[typ] = f
-	return nil
+	return h.amend(typ, f.Point != nil && f.Forks != nil, "forking of agent type %q: register the type first, with both functions", func() error {
+		h.forking[typ] = f
+		return nil
+	})
 }
 
 // forkOrder is what the node that took a fork sends the fork's owner, on

@@ -164,16 +164,10 @@ func (h *Host) Register(name string, f Factory, verbs ...string) error {
 // kept for programs that register in several calls. Call it before the
 // daemon starts.
 func (h *Host) SetStatusDetail(typ string, fn func(ctx context.Context, agent string) (any, error)) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, ok := h.types[typ]; !ok || fn == nil {
-		return ErrBadRequest.Wrapf("status detail of agent type %q: register the type first, with a function", typ)
-	}
-	h.details[typ] = fn
-	return nil
+	return h.amend(typ, fn != nil, "status detail of agent type %q: register the type first, with a function", func() error {
+		h.details[typ] = fn
+		return nil
+	})
 }
 
 // OnDelete is a type's hook around the delete verb: it is called on the
@@ -188,16 +182,10 @@ type OnDelete func(ctx context.Context, agent string) (after func(ctx context.Co
 // for programs that register in several calls. Call it before the daemon
 // starts.
 func (h *Host) SetOnDelete(typ string, fn OnDelete) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, ok := h.types[typ]; !ok || fn == nil {
-		return ErrBadRequest.Wrapf("delete hook of agent type %q: register the type first, with a function", typ)
-	}
-	h.onDelete[typ] = fn
-	return nil
+	return h.amend(typ, fn != nil, "delete hook of agent type %q: register the type first, with a function", func() error {
+		h.onDelete[typ] = fn
+		return nil
+	})
 }
 
 // SetUnlisted marks verbs as internal (TypeSpec.Internal): agents send

@@ -43,6 +43,23 @@ type TypeSpec struct {
 	Version *TypeVersion
 }
 
+// amend sets one part of the spec of a type registered before, for the
+// Set* calls kept for programs that register in several calls: before the
+// daemon starts (agentd.ErrStarted after), for a registered type with a
+// valid part (else a 400 of refusal, a format of the type's name), under
+// the host's lock.
+func (h *Host) amend(typ string, valid bool, refusal string, set func() error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.ctx != nil {
+		return agentd.ErrStarted
+	}
+	if _, ok := h.types[typ]; !ok || !valid {
+		return ErrBadRequest.Wrapf(refusal, typ)
+	}
+	return set()
+}
+
 // RegisterType adds an agent type with everything the host knows of it,
 // before the daemon starts. It checks the whole spec first: on an error
 // nothing is registered. Errors are 400 (ErrBadRequest) for a bad name,

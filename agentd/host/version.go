@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"slices"
 
-	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/fiber"
 )
 
@@ -28,21 +27,15 @@ type TypeVersion struct {
 // starts; a type without one has the binary's build as its version and
 // the continue policy.
 func (h *Host) SetVersion(typ string, v TypeVersion) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.mu.ctx != nil {
-		return agentd.ErrStarted
-	}
-	if _, ok := h.types[typ]; !ok {
-		return ErrBadRequest.Wrapf("version of agent type %q: register the type first", typ)
-	}
-	p, err := fiber.ParseVersionPolicy(string(v.Policy))
-	if err != nil {
-		return ErrBadRequest.Wrapf("version of agent type %q: %w", typ, err)
-	}
-	v.Policy = p
-	h.versions[typ] = v
-	return nil
+	return h.amend(typ, true, "version of agent type %q: register the type first", func() error {
+		p, err := fiber.ParseVersionPolicy(string(v.Policy))
+		if err != nil {
+			return ErrBadRequest.Wrapf("version of agent type %q: %w", typ, err)
+		}
+		v.Policy = p
+		h.versions[typ] = v
+		return nil
+	})
 }
 
 // VersionOf returns the version and policy of agent type typ.
