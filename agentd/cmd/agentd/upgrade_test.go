@@ -26,7 +26,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "f122bcd7d4f2022cda7c7fd3188bae850e8dd62a"
+const upgradeFrom = "cf4fe508f6564919917e7ff198839d2e0cb5cd5d"
 
 // buildRelease builds agentd as it was at commit, from git, into a temp
 // dir. Without git or the commit (a shallow clone) the test is skipped,
