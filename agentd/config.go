@@ -392,55 +392,25 @@ type Config struct {
 // every field as one or the other.
 func (c *Config) SetDefaults() {
 	// Storage and the embedded server.
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
-	}
-	if c.NATSListen == "" {
-		c.NATSListen = DefaultNATSListen
-	}
-	if c.Sync == "" {
-		c.Sync = DefaultSync
-	}
-	if c.JetStreamMaxMemory == 0 {
-		c.JetStreamMaxMemory = DefaultJetStreamMaxMemory
-	}
-	if c.JetStreamMaxStore == 0 {
-		c.JetStreamMaxStore = DefaultJetStreamMaxStore
-	}
-	if c.ChunkMaxAge == 0 {
-		c.ChunkMaxAge = DefaultChunkMaxAge
-	}
-	if c.AgentEventsMax == 0 {
-		c.AgentEventsMax = DefaultAgentEventsMax
-	}
-	if c.AgentEventsMaxAge == 0 {
-		c.AgentEventsMaxAge = DefaultAgentEventsMaxAge
-	}
+	setDefault(&c.DataDir, DefaultDataDir)
+	setDefault(&c.NATSListen, DefaultNATSListen)
+	setDefault(&c.Sync, DefaultSync)
+	setDefault(&c.JetStreamMaxMemory, DefaultJetStreamMaxMemory)
+	setDefault(&c.JetStreamMaxStore, DefaultJetStreamMaxStore)
+	setDefault(&c.ChunkMaxAge, DefaultChunkMaxAge)
+	setDefault(&c.AgentEventsMax, DefaultAgentEventsMax)
+	setDefault(&c.AgentEventsMaxAge, DefaultAgentEventsMaxAge)
 
 	// Agents and chat.
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.ScheduleTimeout == 0 {
-		c.ScheduleTimeout = keepalive.DefaultCallbackTimeout
-	}
-	if c.MaxTurns == 0 {
-		c.MaxTurns = DefaultMaxTurns
-	}
-	if c.Provider == "" {
-		c.Provider = ProviderLocal
-	}
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.ScheduleTimeout, keepalive.DefaultCallbackTimeout)
+	setDefault(&c.MaxTurns, DefaultMaxTurns)
+	setDefault(&c.Provider, ProviderLocal)
 
 	// The process.
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = DefaultLogFormat
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.LogFormat, DefaultLogFormat)
+	setDefault(&c.Logger, slog.Default())
 
 	// The cluster.
 	if c.ServerName == "" {
@@ -449,61 +419,38 @@ func (c *Config) SetDefaults() {
 	if c.ClusterName == "" && c.ClusterListen != "" {
 		c.ClusterName = DefaultClusterName
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
+	setDefault(&c.Partitions, DefaultPartitions)
+	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
 
 	// The HTTP server and its limits (httpserver.go).
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = DefaultHTTPAddr
-	}
-	if c.HTTPReadHeaderTimeout == 0 {
-		c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
-	}
-	if c.HTTPBodyTimeout == 0 {
-		c.HTTPBodyTimeout = DefaultHTTPBodyTimeout
-	}
-	if c.HTTPIdleTimeout == 0 {
-		c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
-	}
-	if c.HTTPMaxConns == 0 {
-		c.HTTPMaxConns = DefaultHTTPMaxConns
-	}
+	setDefault(&c.HTTPAddr, DefaultHTTPAddr)
+	setDefault(&c.HTTPReadHeaderTimeout, DefaultHTTPReadHeaderTimeout)
+	setDefault(&c.HTTPBodyTimeout, DefaultHTTPBodyTimeout)
+	setDefault(&c.HTTPIdleTimeout, DefaultHTTPIdleTimeout)
+	setDefault(&c.HTTPMaxConns, DefaultHTTPMaxConns)
 
 	// A tenant's quota (tenantdefaults.go), but for bytes and memory,
 	// which follow the node's JetStream limits (TenantQuota).
 	d := &c.TenantDefaults
-	if d.Rate == 0 {
-		d.Rate = DefaultTenantRate
-	}
-	if d.Turns == 0 {
-		d.Turns = DefaultTenantTurns
-	}
-	if d.Agents == 0 {
-		d.Agents = DefaultTenantAgents
-	}
-	for _, f := range []struct {
-		v   *int64
-		def int64
-	}{
-		{&d.Conns, DefaultTenantConns},
-		{&d.Subs, DefaultTenantSubs},
-		{&d.Payload, DefaultTenantPayload},
-		{&d.Streams, DefaultTenantStreams},
-		{&d.Consumers, DefaultTenantConsumers},
-	} {
-		if *f.v == 0 {
-			*f.v = f.def
-		}
-	}
+	setDefault(&d.Rate, DefaultTenantRate)
+	setDefault(&d.Turns, DefaultTenantTurns)
+	setDefault(&d.Agents, DefaultTenantAgents)
+	setDefault(&d.Conns, DefaultTenantConns)
+	setDefault(&d.Subs, DefaultTenantSubs)
+	setDefault(&d.Payload, DefaultTenantPayload)
+	setDefault(&d.Streams, DefaultTenantStreams)
+	setDefault(&d.Consumers, DefaultTenantConsumers)
 
 	// The audit log (auditconfig.go); its byte bound follows
 	// JetStreamMaxStore (AuditBytes).
-	if c.AuditMaxAge == 0 {
-		c.AuditMaxAge = DefaultAuditMaxAge
+	setDefault(&c.AuditMaxAge, DefaultAuditMaxAge)
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
