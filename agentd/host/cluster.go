@@ -17,18 +17,8 @@ func ClusterSubject(prefix string) string { return prefix + ".cluster" }
 
 // serveCluster answers a cluster request, admitted (admit) like a
 // command.
-func (h *Host) serveCluster(d *agentd.Daemon) func(micro.Request) {
-	return func(req micro.Request) {
-		if err := h.quotas.Allow(); err != nil {
-			RespondError(req, err)
-			return
-		}
-		ctx, cancel, err := h.requestContext()
-		if err != nil {
-			RespondError(req, err)
-			return
-		}
-		defer cancel()
+func (h *Host) serveCluster(d *agentd.Daemon) endpoint {
+	return func(ctx context.Context, req micro.Request) {
 		info, err := d.ClusterInfo(ctx)
 		if err != nil {
 			RespondError(req, err)
@@ -38,18 +28,4 @@ func (h *Host) serveCluster(d *agentd.Daemon) func(micro.Request) {
 			h.logger.Warn("respond", "subject", req.Subject(), "err", err)
 		}
 	}
-}
-
-// requestContext is the context a listing or cluster request runs under:
-// the host's, bounded by commandTimeout. ErrUnavailable before the host
-// started.
-func (h *Host) requestContext() (context.Context, context.CancelFunc, error) {
-	h.mu.Lock()
-	base := h.mu.ctx
-	h.mu.Unlock()
-	if base == nil {
-		return nil, nil, ErrUnavailable.Wrapf("starting up, try again")
-	}
-	ctx, cancel := context.WithTimeout(base, commandTimeout)
-	return ctx, cancel, nil
 }

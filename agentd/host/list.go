@@ -1,6 +1,8 @@
 package host
 
 import (
+	"context"
+
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/forever-agents/forever/agents"
@@ -15,22 +17,12 @@ import (
 func ListSubject(prefix string) string { return prefix + ".list" }
 
 // serveList answers a listing request, admitted (admit) like a command.
-func (h *Host) serveList(req micro.Request) {
-	if err := h.quotas.Allow(); err != nil {
-		RespondError(req, err)
-		return
-	}
+func (h *Host) serveList(ctx context.Context, req micro.Request) {
 	var q agents.Query
 	if err := decodePayload(req.Data(), &q); err != nil {
 		RespondError(req, err)
 		return
 	}
-	ctx, cancel, err := h.requestContext()
-	if err != nil {
-		RespondError(req, err)
-		return
-	}
-	defer cancel()
 	page, err := h.List(ctx, q)
 	if err != nil {
 		RespondError(req, err)

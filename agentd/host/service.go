@@ -11,14 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
-	"github.com/forever-agents/forever/auth"
-	"github.com/forever-agents/forever/internal/apierror"
 )
 
 // Command service defaults.
@@ -102,72 +98,6 @@ func (h *Host) startService(_ context.Context, d *agentd.Daemon, deps *agentd.De
 // MaxCommandsInFlight bounds the commands a node runs at once; past it a
 // command is refused with 503 and Retry-After.
 const MaxCommandsInFlight = 1024
-
-// serveCommand answers one command request.
-func (h *Host) serveCommand(req micro.Request) {
-	agent, verb, err := commandSubject(req.Subject())
-	if err != nil {
-		RespondError(req, err)
-		return
-	}
-	if err := h.quotas.Allow(); err != nil {
-		RespondError(req, err)
-		return
-	}
-	if len(req.Data()) > MaxCommandBytes {
-		RespondError(req, apierror.OverLimit(int64(len(req.Data())), MaxCommandBytes))
-		return
-	}
-	h.mu.Lock()
-	base := h.mu.ctx
-	h.mu.Unlock()
-	if base == nil {
-		RespondError(req, fmt.Errorf("agentd: starting up, try again"))
-		return
-	}
-	ctx, cancel := context.WithTimeout(base, commandTimeout)
-	defer cancel()
-	if h.deps != nil && h.deps.Config.CommandActor != nil {
-		// The admin through agentd's own user (agentd delete --tenant):
-		// audited as the admin, not as a tenant's NATS credential.
-		if id, ok := h.deps.Config.CommandActor(nats.Header(req.Headers())); ok {
-			ctx = auth.WithIdentity(ctx, id)
-		}
-	}
-	ctx, span := h.startCommandSpan(ctx, req.Headers(), req.Subject(), agent, verb, false)
-	id := req.Headers().Get(HeaderIdempotencyKey)
-	if id == "" {
-		id = nuid.Next()
-	}
-	reply, err := h.Command(ctx, Command{Agent: agent, Verb: verb, Data: json.RawMessage(req.Data()), RequestID: id})
-	if err != nil && base.Err() != nil {
-		// The node is stopping: its partitions go to other nodes.
-		err = ErrUnavailable.Wrapf("node %s is stopping: %w", h.own.Node(), err)
-	}
-	defer func() { endCommandSpan(span, err) }()
-	hdr := traceHeaders(ctx)
-	if err != nil {
-		if StatusCode(err) == http.StatusInternalServerError {
-			h.logger.Error("command failed", "agent", agent, "verb", verb, "err", err)
-		}
-		respondError(req, err, hdr)
-		return
-	}
-	body, err := h.replyBody(reply)
-	if err != nil {
-		respondError(req, err, hdr)
-		return
-	}
-	var opts []micro.RespondOpt
-	if len(hdr) > 0 {
-		opts = append(opts, micro.WithHeaders(hdr))
-	}
-	if err = req.Respond(body, opts...); err != nil {
-		h.logger.Warn("respond", "subject", req.Subject(), "err", err)
-		err = fmt.Errorf("agentd: the reply could not be sent: %w", err)
-		respondError(req, err, hdr)
-	}
-}
 
 // replyHeadroom is what a reply leaves of the server's max payload for its
 // headers and subject.
