@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/forever-agents/forever/agents"
@@ -68,7 +67,8 @@ type FiberInfo struct {
 	Ops []OpInfo `json:"ops,omitempty"`
 }
 
-// Command runs a command for an agent and returns its reply. status, fibers
+// Command runs a command for an agent and returns its reply, down the
+// command path (pipeline.go): access, route, dispatch. status, fibers
 // and schedules are answered by the host from the projections without
 // activating the agent (status adds the agent's own answer when it is
 // active and handles "status"); other verbs activate the agent and go to its
@@ -76,50 +76,20 @@ type FiberInfo struct {
 //
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (out any, err error) {
-	defer func() { h.audit(ctx, cmd, err) }()
-	if _, err := h.TypeOf(cmd.Agent); err != nil {
-		return nil, err
-	}
-	if len(cmd.Data) > 0 && !json.Valid(cmd.Data) {
-		return nil, ErrBadRequest.Wrapf("command %s: payload is not valid JSON", cmd.Verb)
-	}
-	if err := checkRole(ctx, cmd.Verb); err != nil {
-		return nil, err
-	}
-	if cmd.Verb == "log" {
-		// The log is read on any node: nothing to route.
-		return h.readLog(ctx, cmd)
-	}
-	if h.quotas != nil {
-		if err := h.quotas.Admit(ctx, quotaAgent(cmd), cmd.Verb, len(cmd.Data)); err != nil {
-			return nil, err
-		}
-		out, err := h.routeCommand(ctx, cmd)
-		return out, h.quotas.OverStorage(err)
-	}
-	return h.routeCommand(ctx, cmd)
+func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
+	return h.path.command(ctx, cmd)
 }
 
-// local runs cmd on this node, which must own the agent's partition
-// (otherwise it fails with a retryable 503).
-func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
+// dispatch runs cmd here: the host's verbs, then the type's.
+func (h *Host) dispatch(ctx context.Context, cmd Command) (any, error) {
+	if cmd.Verb == "log" {
+		return h.readLog(ctx, cmd)
+	}
 	typ, err := h.TypeOf(cmd.Agent)
 	if err != nil {
 		return nil, err
 	}
-	if !h.Owns(cmd.Agent) {
-		return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
-	}
-	out, err := h.runLocal(ctx, cmd, typ)
-	if err != nil && eventlog.Unavailable(err) {
-		// A stream without a leader because the store is full (a cluster's
-		// followers drop what they cannot store): say why.
-		if full := h.daemon.StoreFull(); full != nil {
-			err = fmt.Errorf("%w: %w", full, err)
-		}
-	}
-	return out, err
+	return h.runLocal(ctx, cmd, typ)
 }
 
 // readCatchUp bounds how long a read waits for the views to apply the
@@ -261,41 +231,4 @@ func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error)
 		}
 	}
 	return st, nil
-}
-
-// checkRole refuses a command whose request carries an identity (an HTTP
-// request through the tenants' front door) whose role may not send verb.
-// An approver's chat is let through: the chat type lets it answer
-// approvals only. A command without an identity came over NATS, where the
-// server enforced the credential's permissions.
-func checkRole(ctx context.Context, verb string) error {
-	id, ok := auth.IdentityFrom(ctx)
-	if !ok || id.Role.Allows(verb) || (verb == "chat" && id.Role == auth.RoleApprover) {
-		return nil
-	}
-	return ErrForbidden.Wrapf("credential %s (role %s) may not send %s", id.Cred, id.Role, verb)
-}
-
-// audit hands a command that may change an agent, and its outcome, to
-// Config.AuditCommand: every verb but the reads (auth.IsRead), state
-// without a value and budget without limits (both read).
-func (h *Host) audit(ctx context.Context, cmd Command, err error) {
-	if h.deps == nil || h.deps.Config.AuditCommand == nil || auth.IsRead(cmd.Verb) {
-		return
-	}
-	if cmd.Verb == "state" {
-		var req struct {
-			Value json.RawMessage `json:"value"`
-		}
-		if json.Unmarshal(cmd.Data, &req) != nil || len(req.Value) == 0 || string(req.Value) == "null" {
-			return
-		}
-	}
-	if cmd.Verb == "budget" {
-		var req map[string]json.RawMessage
-		if json.Unmarshal(cmd.Data, &req) != nil || len(req) == 0 {
-			return
-		}
-	}
-	h.deps.Config.AuditCommand(ctx, cmd.Agent, cmd.Verb, err)
 }

@@ -68,6 +68,7 @@ type Host struct {
 	// once the daemon starts.
 	versions map[string]TypeVersion
 
+	path     path          // the command path (pipeline.go), built by New
 	inflight chan struct{} // a slot per command being answered
 	// refusalLog bounds the log lines of requests refused for their
 	// reply subject (replyAdmitted).
@@ -150,6 +151,7 @@ func New(cfg Config) *Host {
 	h.mu.agents = map[string]*instance{}
 	h.mu.parts = map[int]*part{}
 	h.mu.deleting = map[string]bool{}
+	h.buildPath()
 	return h
 }
 
