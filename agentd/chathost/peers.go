@@ -22,12 +22,12 @@ const peerTimeout = 30 * time.Second
 // and a child's notice the child-result verb, each routed to the agent's
 // owner on whatever node.
 type peers struct {
-	command func(ctx context.Context, cmd host.Command) (any, error)
+	command func(ctx context.Context, cmd host.Command) (json.RawMessage, error)
 }
 
 var _ chat.Peers = peers{}
 
-func (p peers) send(ctx context.Context, agent, verb, requestID string, v any) (any, error) {
+func (p peers) send(ctx context.Context, agent, verb, requestID string, v any) (json.RawMessage, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (p peers) StartChild(ctx context.Context, child string, req chat.ChildReque
 	}
 	r, ok := host.ReplyAs[Reply](out)
 	if !ok || r.RequestID == "" {
-		return chat.Turn{}, fmt.Errorf("%w: agent %s answered the chat command with %v", chat.ErrChildRefused, child, out)
+		return chat.Turn{}, fmt.Errorf("%w: agent %s answered the chat command with %s", chat.ErrChildRefused, child, out)
 	}
 	return chat.Turn{RequestID: r.RequestID, StreamID: r.StreamID, MessageID: r.MessageID}, nil
 }
@@ -83,7 +83,7 @@ func refused(err error) error {
 // call that ended already changes nothing; one that does not get through
 // is logged, and the parent's own poll of its children finds the turn gone
 // when it is active.
-func (ct *Type) OnDelete(command func(ctx context.Context, cmd host.Command) (any, error)) host.OnDelete {
+func (ct *Type) OnDelete(command func(ctx context.Context, cmd host.Command) (json.RawMessage, error)) host.OnDelete {
 	return func(_ context.Context, agent string) (func(context.Context), error) {
 		if ct.store == nil {
 			return nil, host.ErrUnavailable.Wrapf("the chat views are not open yet")

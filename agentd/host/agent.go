@@ -43,7 +43,7 @@ type Env struct {
 	// client's command. Agents use it to call other agents (chat's
 	// sub-agents). ctx needs a deadline when the command may be
 	// forwarded to another node.
-	Command func(ctx context.Context, cmd Command) (any, error)
+	Command func(ctx context.Context, cmd Command) (json.RawMessage, error)
 
 	pub *publisher // Broadcast and PublishState
 	// audit is Config.AuditCommand for this agent, nil without one.

@@ -71,7 +71,7 @@ type FiberInfo struct {
 //
 // Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
 // the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (any, error) {
+func (h *Host) Command(ctx context.Context, cmd Command) (json.RawMessage, error) {
 	return h.path.command(ctx, cmd)
 }
 

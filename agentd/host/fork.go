@@ -96,7 +96,7 @@ type forkOrder struct {
 
 // routeCommand routes cmd to the owner of its agent; a fork goes to the
 // owner of the new agent.
-func (h *Host) routeCommand(ctx context.Context, cmd Command) (any, error) {
+func (h *Host) routeCommand(ctx context.Context, cmd Command) (json.RawMessage, error) {
 	if cmd.Verb != "fork" {
 		return h.route(ctx, cmd)
 	}

@@ -1,10 +1,15 @@
 package host
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+)
 
-// handler runs one command and returns its reply: the shape of every
-// stage of the command path.
-type handler func(ctx context.Context, cmd Command) (any, error)
+// handler runs one command and returns its reply as JSON: the shape of
+// every stage of the command path. A reply is JSON from dispatch on,
+// whether the command ran here or on another node, so the edges (NATS,
+// HTTP, an agent's Env.Command) take one type.
+type handler func(ctx context.Context, cmd Command) (json.RawMessage, error)
 
 // stage is one step of the command path: it does its part and hands the
 // command to next, or answers it itself (a refusal, a forward).

@@ -71,12 +71,12 @@ func (e *RemoteError) Unwrap() error {
 }
 
 // route runs cmd on the node that owns the agent: here, or forwarded.
-func (h *Host) route(ctx context.Context, cmd Command) (any, error) {
+func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) {
 	deadline := time.Now().Add(handoffWait)
 	p := h.partitionOf(cmd.Agent)
 	for attempt := 0; ; attempt++ {
 		var err error
-		var out any
+		var out json.RawMessage
 		owner, known := h.own.Owner(p)
 		if !h.Owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
 			// The cache says nobody, or a node that left: during a
@@ -128,7 +128,7 @@ func (h *Host) nodeSubject(node, agent, verb string) string {
 }
 
 // forward sends cmd to node and returns its reply as raw JSON.
-func (h *Host) forward(ctx context.Context, node string, cmd Command) (out any, err error) {
+func (h *Host) forward(ctx context.Context, node string, cmd Command) (out json.RawMessage, err error) {
 	ctx, span := h.startForwardSpan(ctx, node, cmd)
 	defer func() { endCommandSpan(span, err) }()
 	m := nats.NewMsg(h.nodeSubject(node, cmd.Agent, cmd.Verb))
@@ -150,7 +150,7 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (out any, 
 		n, _ := strconv.Atoi(code)
 		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
 	}
-	return json.RawMessage(resp.Data), nil
+	return resp.Data, nil
 }
 
 // serveNode answers the commands other nodes forward to this one. They run
@@ -178,7 +178,7 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	ctx, span := h.startCommandSpan(ctx, m.Header, m.Subject, agent, verb, true)
-	var out any
+	var out json.RawMessage
 	_, err := h.TypeOf(agent)
 	defer func() { endCommandSpan(span, err) }()
 	if err == nil {
@@ -228,16 +228,9 @@ func ErrorReply(err error) (int, string) {
 	return e.Code, e.Message
 }
 
-// ReplyAs decodes a command reply into T: the value itself when the command
-// ran here, its JSON when an owner answered it.
-func ReplyAs[T any](out any) (T, bool) {
-	switch v := out.(type) {
-	case T:
-		return v, true
-	case json.RawMessage:
-		var t T
-		return t, json.Unmarshal(v, &t) == nil
-	}
-	var zero T
-	return zero, false
+// ReplyAs decodes a command reply into T: JSON, whether the command ran
+// here or an owner answered it.
+func ReplyAs[T any](out json.RawMessage) (T, bool) {
+	var t T
+	return t, json.Unmarshal(out, &t) == nil
 }

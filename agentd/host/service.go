@@ -111,14 +111,10 @@ func ReplyLimit(maxPayload int64) int { return int(maxPayload) - replyHeadroom }
 // MaxReply is ReplyLimit of the daemon's connection.
 func (h *Host) MaxReply() int { return ReplyLimit(h.deps.Conn.MaxPayload()) }
 
-// replyBody encodes a command's reply, or fails with ErrTooLarge when it
-// does not fit one NATS message: a reply is an answer or an error, never
-// silence.
-func (h *Host) replyBody(reply any) ([]byte, error) {
-	body, err := json.Marshal(reply)
-	if err != nil {
-		return nil, fmt.Errorf("agentd: encode reply: %w", err)
-	}
+// replyBody is a command's reply as one NATS message's body, or
+// ErrTooLarge when it does not fit one: a reply is an answer or an
+// error, never silence.
+func (h *Host) replyBody(body json.RawMessage) ([]byte, error) {
 	if len(body) > h.MaxReply() {
 		return nil, ErrTooLarge.Wrapf("the reply is %d bytes, more than one NATS message carries (%d, the server's max payload less headers)", len(body), h.MaxReply())
 	}

@@ -13,7 +13,7 @@ import (
 // audited hands the command's outcome, whatever stage refused it or ran
 // it, to the audit (audit).
 func (h *Host) audited(next handler) handler {
-	return func(ctx context.Context, cmd Command) (out any, err error) {
+	return func(ctx context.Context, cmd Command) (out json.RawMessage, err error) {
 		defer func() { h.audit(ctx, cmd, err) }()
 		return next(ctx, cmd)
 	}
@@ -22,7 +22,7 @@ func (h *Host) audited(next handler) handler {
 // checked refuses a command for an agent id no type claims (404, or 400
 // for an id that is not one) or with a payload that is not JSON (400).
 func (h *Host) checked(next handler) handler {
-	return func(ctx context.Context, cmd Command) (any, error) {
+	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if _, err := h.TypeOf(cmd.Agent); err != nil {
 			return nil, err
 		}
@@ -36,7 +36,7 @@ func (h *Host) checked(next handler) handler {
 // roleChecked refuses a command its identity's role may not send
 // (checkRole): 403.
 func (h *Host) roleChecked(next handler) handler {
-	return func(ctx context.Context, cmd Command) (any, error) {
+	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if err := checkRole(ctx, cmd.Verb); err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ func (h *Host) roleChecked(next handler) handler {
 // it runs (a read never counts), and the server's refusal of a write over
 // the account's storage becomes the bytes quota's error.
 func (h *Host) quotaAdmitted(next handler) handler {
-	return func(ctx context.Context, cmd Command) (any, error) {
+	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if h.quotas == nil {
 			return next(ctx, cmd)
 		}

@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/forever-agents/forever/agents"
@@ -16,15 +18,32 @@ import (
 // anywhere, on the node that took it).
 
 // dispatch runs cmd here: the host's verbs, then the type's (runLocal).
-func (h *Host) dispatch(ctx context.Context, cmd Command) (any, error) {
-	if cmd.Verb == "log" {
-		return h.readLog(ctx, cmd)
+// Its reply is encoded here, once: as JSON it goes back up the path,
+// local or forwarded alike.
+func (h *Host) dispatch(ctx context.Context, cmd Command) (json.RawMessage, error) {
+	var out any
+	var err error
+	if runsAnywhere(cmd.Verb) {
+		out, err = h.readLog(ctx, cmd)
+	} else {
+		var typ string
+		if typ, err = h.TypeOf(cmd.Agent); err == nil {
+			out, err = h.runLocal(ctx, cmd, typ)
+		}
 	}
-	typ, err := h.TypeOf(cmd.Agent)
 	if err != nil {
 		return nil, err
 	}
-	return h.runLocal(ctx, cmd, typ)
+	return encodeReply(out)
+}
+
+// encodeReply is a reply as JSON.
+func encodeReply(out any) (json.RawMessage, error) {
+	body, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: encode reply: %w", err)
+	}
+	return body, nil
 }
 
 // readCatchUp bounds how long a read waits for the views to apply the

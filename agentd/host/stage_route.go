@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -23,7 +24,7 @@ func runsAnywhere(verb string) bool { return verb == "log" }
 // routed is the route stage: next is dispatch, reached here at once for
 // a verb that runs anywhere, or on the owner through route and local.
 func (h *Host) routed(next handler) handler {
-	return func(ctx context.Context, cmd Command) (any, error) {
+	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if runsAnywhere(cmd.Verb) {
 			return next(ctx, cmd)
 		}
@@ -35,7 +36,7 @@ func (h *Host) routed(next handler) handler {
 // partition (otherwise it fails with a retryable 503): the owner's side
 // of the route, for a command routed here or forwarded by another node.
 func (h *Host) owned(next handler) handler {
-	return func(ctx context.Context, cmd Command) (any, error) {
+	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if !h.Owns(cmd.Agent) {
 			return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
 		}
@@ -53,6 +54,6 @@ func (h *Host) owned(next handler) handler {
 
 // local runs cmd on this node, which must own the agent's partition
 // (owned, then dispatch): route's "here", and every forwarded command.
-func (h *Host) local(ctx context.Context, cmd Command) (any, error) {
+func (h *Host) local(ctx context.Context, cmd Command) (json.RawMessage, error) {
 	return h.path.local(ctx, cmd)
 }
