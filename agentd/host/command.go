@@ -62,19 +62,6 @@ type FiberInfo struct {
 	Ops []OpInfo `json:"ops,omitempty"`
 }
 
-// Command runs a command for an agent and returns its reply, down the
-// command path (pipeline.go): access, route, dispatch. status, fibers
-// and schedules are answered by the host from the projections without
-// activating the agent (status adds the agent's own answer when it is
-// active and handles "status"); other verbs activate the agent and go to its
-// CommandHandler.
-//
-// Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
-// the caller can act on them; StatusCode maps them to codes.
-func (h *Host) Command(ctx context.Context, cmd Command) (json.RawMessage, error) {
-	return h.path.command(ctx, cmd)
-}
-
 func (h *Host) status(ctx context.Context, cmd Command, typ string) (any, error) {
 	rows, err := h.table.Rows(cmd.Agent)
 	if err != nil {

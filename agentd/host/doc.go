@@ -14,6 +14,29 @@
 // fibers, schedules, meta, delete and log itself (Verbs) for every type; a
 // verb a type did not register is 404 before anything is activated.
 //
+// # The command path
+//
+// A command walks forward through four stages, each a func(next) handler
+// in a file of its own, composed once (pipeline.go, buildPath); no stage
+// calls back into one it left:
+//
+//   - edge (stage_edge.go): admit, for every endpoint of the NATS
+//     service (commands, the listing, the cluster's view): the reply
+//     subject, an in-flight slot, the tenant's rate, the request's
+//     context; then serveCommand: subject, size, actor, span, request id;
+//   - access (stage_access.go): the audit of the outcome, an agent id of
+//     a type and a JSON payload, the identity's role, the tenant's quotas;
+//   - route (stage_route.go, route.go): a verb that runs anywhere (log)
+//     runs here; any other on its agent's owner (a fork's: the new
+//     agent's): here (owned), forwarded to the owner's node, or once an
+//     owner took the partition;
+//   - dispatch (stage_dispatch.go): the host's verbs, then the type's.
+//
+// Host.Command enters at access: HTTP (ServeCommand, chathost's gateway)
+// and an agent's Env.Command. A forwarded command enters at the owner's
+// part of route (answerForwarded: owned, then dispatch). The reply is
+// JSON from dispatch on (json.RawMessage), here or forwarded alike.
+//
 // # Reads
 //
 // The reads of one agent, each a verb over NATS and a GET over HTTP

@@ -26,6 +26,19 @@ func chain(stages ...stage) stage {
 	}
 }
 
+// Command runs a command for an agent and returns its reply, down the
+// command path (pipeline.go): access, route, dispatch. status, fibers
+// and schedules are answered by the host from the projections without
+// activating the agent (status adds the agent's own answer when it is
+// active and handles "status"); other verbs activate the agent and go to its
+// CommandHandler.
+//
+// Errors wrap ErrBadRequest, ErrNotFound, ErrConflict or ErrTooLarge where
+// the caller can act on them; StatusCode maps them to codes.
+func (h *Host) Command(ctx context.Context, cmd Command) (json.RawMessage, error) {
+	return h.path.command(ctx, cmd)
+}
+
 // path is the command path, built once (New) by buildPath.
 type path struct {
 	// command is what Host.Command runs: a command from a client (the

@@ -121,16 +121,6 @@ func (h *Host) replyBody(body json.RawMessage) ([]byte, error) {
 	return body, nil
 }
 
-// commandSubject returns the agent and verb of a command subject
-// <prefix>.cmd.<agent>.<verb>. Errors wrap ErrBadRequest.
-func commandSubject(subject string) (agent, verb string, err error) {
-	tokens := strings.Split(subject, ".")
-	if len(tokens) < 4 {
-		return "", "", ErrBadRequest.Wrapf("subject %q is not <prefix>.cmd.<agent>.<verb>", subject)
-	}
-	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
-}
-
 // unknownVerb reports whether a request on <prefix>.cmd.> is one no
 // verb's endpoint takes: a subject that is not <prefix>.cmd.<agent>.<verb>
 // or a verb no agent type has. A command of a known verb is left to its

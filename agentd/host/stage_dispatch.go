@@ -21,16 +21,11 @@ import (
 // Its reply is encoded here, once: as JSON it goes back up the path,
 // local or forwarded alike.
 func (h *Host) dispatch(ctx context.Context, cmd Command) (json.RawMessage, error) {
-	var out any
-	var err error
-	if runsAnywhere(cmd.Verb) {
-		out, err = h.readLog(ctx, cmd)
-	} else {
-		var typ string
-		if typ, err = h.TypeOf(cmd.Agent); err == nil {
-			out, err = h.runLocal(ctx, cmd, typ)
-		}
+	typ, err := h.TypeOf(cmd.Agent)
+	if err != nil {
+		return nil, err
 	}
+	out, err := h.runLocal(ctx, cmd, typ)
 	if err != nil {
 		return nil, err
 	}
@@ -50,10 +45,14 @@ func encodeReply(out any) (json.RawMessage, error) {
 // agent's last event before it answers from what they hold.
 const readCatchUp = time.Second
 
-// runLocal is local once the agent's partition is known to be this node's.
+// runLocal runs cmd for an agent of type typ here: the host's verbs,
+// then the type's, through its CommandHandler.
 func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, error) {
 	stalled := h.deps.Log.Stalled()
 	switch cmd.Verb {
+	case "log":
+		// Read from the log itself, on any node (runsAnywhere): no view
+		// to wait for, and it reads on while the views are stalled.
 	case "fibers", "schedules", "status":
 		// Reads see every write acknowledged before them; while the views
 		// cannot be written (a full disk) they serve what the views hold,
@@ -81,6 +80,8 @@ func (h *Host) runLocal(ctx context.Context, cmd Command, typ string) (any, erro
 		}
 	}
 	switch cmd.Verb {
+	case "log":
+		return h.readLog(ctx, cmd)
 	case "fibers":
 		return h.fibers(cmd)
 	case "schedules":

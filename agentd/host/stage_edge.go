@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -123,6 +124,16 @@ func (h *Host) replyAdmitted(req micro.Request) bool {
 		h.deps.Config.AuditCommand(context.Background(), agent, verb, err)
 	}
 	return false
+}
+
+// commandSubject returns the agent and verb of a command subject
+// <prefix>.cmd.<agent>.<verb>. Errors wrap ErrBadRequest.
+func commandSubject(subject string) (agent, verb string, err error) {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) < 4 {
+		return "", "", ErrBadRequest.Wrapf("subject %q is not <prefix>.cmd.<agent>.<verb>", subject)
+	}
+	return tokens[len(tokens)-2], tokens[len(tokens)-1], nil
 }
 
 // serveCommand answers one admitted command request: its subject names
