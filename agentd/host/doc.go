@@ -26,10 +26,10 @@
 //     context; then serveCommand: subject, size, actor, span, request id;
 //   - access (stage_access.go): the audit of the outcome, an agent id of
 //     a type and a JSON payload, the identity's role, the tenant's quotas;
-//   - route (stage_route.go, route.go): a verb that runs anywhere (log)
-//     runs here; any other on its agent's owner (a fork's: the new
-//     agent's): here (owned), forwarded to the owner's node, or once an
-//     owner took the partition;
+//   - route (stage_route.go; forward in route.go): a verb that runs
+//     anywhere (log) runs here; any other on its agent's owner (a fork's:
+//     the new agent's): here (owned), forwarded to the owner's node, or
+//     once an owner took the partition;
 //   - dispatch (stage_dispatch.go): the host's verbs, then the type's.
 //
 // Host.Command enters at access: HTTP (ServeCommand, chathost's gateway)

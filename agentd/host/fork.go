@@ -94,36 +94,6 @@ type forkOrder struct {
 	Detach bool   `json:"detach,omitempty"`
 }
 
-// routeCommand routes cmd to the owner of its agent; a fork goes to the
-// owner of the new agent.
-func (h *Host) routeCommand(ctx context.Context, cmd Command) (json.RawMessage, error) {
-	if cmd.Verb != "fork" {
-		return h.route(ctx, cmd)
-	}
-	var req ForkRequest
-	if err := decodePayload(cmd.Data, &req); err != nil {
-		return nil, err
-	}
-	if req.To == "" {
-		return nil, ErrBadRequest.Wrapf("fork: the payload's to names the new agent's id, and it is missing")
-	}
-	typ, err := h.TypeOf(req.To)
-	if err != nil {
-		return nil, err
-	}
-	if req.To == cmd.Agent {
-		return nil, ErrBadRequest.Wrapf("fork: to is the parent's own id %q; a fork needs a new agent id", req.To)
-	}
-	if ptyp, _ := h.TypeOf(cmd.Agent); ptyp != typ {
-		return nil, ErrBadRequest.Wrapf("fork: %q is an agent of type %s and %q of type %s; a fork has its parent's type", cmd.Agent, ptyp, req.To, typ)
-	}
-	data, err := json.Marshal(forkOrder{Parent: cmd.Agent, At: req.At})
-	if err != nil {
-		return nil, err
-	}
-	return h.route(ctx, Command{Agent: req.To, Verb: "fork", Data: data, RequestID: cmd.RequestID})
-}
-
 // quotaAgent is the agent a command counts against the agents quota as:
 // its own, or for a fork the new agent it makes.
 func quotaAgent(cmd Command) string {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,51 +67,6 @@ func (e *RemoteError) Unwrap() error {
 		return ErrUnavailable
 	}
 	return nil
-}
-
-// route runs cmd on the node that owns the agent: here, or forwarded.
-func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) {
-	deadline := time.Now().Add(handoffWait)
-	p := h.partitionOf(cmd.Agent)
-	for attempt := 0; ; attempt++ {
-		var err error
-		var out json.RawMessage
-		owner, known := h.own.Owner(p)
-		if !h.Owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
-			// The cache says nobody, or a node that left: during a
-			// handoff the lease bucket's watcher can lag seconds behind
-			// (its stream changes leader), so ask the server.
-			if l, ok, err := h.own.Lookup(ctx, p); err == nil {
-				owner, known = l, ok
-			}
-		}
-		switch {
-		case h.Owns(cmd.Agent):
-			out, err = h.local(ctx, cmd)
-		case known && owner.Node != h.own.Node() && slices.Contains(h.own.Nodes(), owner.Node):
-			out, err = h.forward(ctx, owner.Node, cmd)
-		case known && owner.Node != h.own.Node():
-			// The owner's node key is gone: it is handing off (SIGTERM) or
-			// dead. A forward could hang on a draining connection; wait for
-			// the partition's next owner instead, as between owners.
-			err = fmt.Errorf("%w: owner %s of partition %d is leaving", eventlog.ErrNotOwner, owner.Node, p)
-		default:
-			err = h.notOwner(cmd.Agent, p)
-		}
-		if err == nil || !retryable(err) {
-			return out, err
-		}
-		if time.Now().After(deadline) {
-			return nil, ErrUnavailable.Wrapf("no node took partition %d of agent %q within %s: %v", p, cmd.Agent, handoffWait, err)
-		}
-		t := time.NewTimer(routeBackoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ErrUnavailable.Wrapf("%w (waiting for the owner of partition %d)", ctx.Err(), p)
-		}
-	}
 }
 
 // retryable reports whether a command may be sent again: nobody ran it (no

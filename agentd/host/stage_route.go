@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -29,6 +31,81 @@ func (h *Host) routed(next handler) handler {
 			return next(ctx, cmd)
 		}
 		return h.routeCommand(ctx, cmd)
+	}
+}
+
+// routeCommand routes cmd to the owner of its agent; a fork goes to the
+// owner of the new agent.
+func (h *Host) routeCommand(ctx context.Context, cmd Command) (json.RawMessage, error) {
+	if cmd.Verb != "fork" {
+		return h.route(ctx, cmd)
+	}
+	var req ForkRequest
+	if err := decodePayload(cmd.Data, &req); err != nil {
+		return nil, err
+	}
+	if req.To == "" {
+		return nil, ErrBadRequest.Wrapf("fork: the payload's to names the new agent's id, and it is missing")
+	}
+	typ, err := h.TypeOf(req.To)
+	if err != nil {
+		return nil, err
+	}
+	if req.To == cmd.Agent {
+		return nil, ErrBadRequest.Wrapf("fork: to is the parent's own id %q; a fork needs a new agent id", req.To)
+	}
+	if ptyp, _ := h.TypeOf(cmd.Agent); ptyp != typ {
+		return nil, ErrBadRequest.Wrapf("fork: %q is an agent of type %s and %q of type %s; a fork has its parent's type", cmd.Agent, ptyp, req.To, typ)
+	}
+	data, err := json.Marshal(forkOrder{Parent: cmd.Agent, At: req.At})
+	if err != nil {
+		return nil, err
+	}
+	return h.route(ctx, Command{Agent: req.To, Verb: "fork", Data: data, RequestID: cmd.RequestID})
+}
+
+// route runs cmd on the node that owns the agent: here, or forwarded.
+func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) {
+	deadline := time.Now().Add(handoffWait)
+	p := h.partitionOf(cmd.Agent)
+	for attempt := 0; ; attempt++ {
+		var err error
+		var out json.RawMessage
+		owner, known := h.own.Owner(p)
+		if !h.Owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
+			// The cache says nobody, or a node that left: during a
+			// handoff the lease bucket's watcher can lag seconds behind
+			// (its stream changes leader), so ask the server.
+			if l, ok, err := h.own.Lookup(ctx, p); err == nil {
+				owner, known = l, ok
+			}
+		}
+		switch {
+		case h.Owns(cmd.Agent):
+			out, err = h.local(ctx, cmd)
+		case known && owner.Node != h.own.Node() && slices.Contains(h.own.Nodes(), owner.Node):
+			out, err = h.forward(ctx, owner.Node, cmd)
+		case known && owner.Node != h.own.Node():
+			// The owner's node key is gone: it is handing off (SIGTERM) or
+			// dead. A forward could hang on a draining connection; wait for
+			// the partition's next owner instead, as between owners.
+			err = fmt.Errorf("%w: owner %s of partition %d is leaving", eventlog.ErrNotOwner, owner.Node, p)
+		default:
+			err = h.notOwner(cmd.Agent, p)
+		}
+		if err == nil || !retryable(err) {
+			return out, err
+		}
+		if time.Now().After(deadline) {
+			return nil, ErrUnavailable.Wrapf("no node took partition %d of agent %q within %s: %v", p, cmd.Agent, handoffWait, err)
+		}
+		t := time.NewTimer(routeBackoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ErrUnavailable.Wrapf("%w (waiting for the owner of partition %d)", ctx.Err(), p)
+		}
 	}
 }
 
