@@ -24,10 +24,13 @@ func (h *Host) partitionOf(id string) int {
 }
 
 // Owns reports whether this node serves agent's partition now.
-func (h *Host) Owns(agent string) bool {
+func (h *Host) Owns(agent string) bool { return h.ownsPartition(h.partitionOf(agent)) }
+
+// ownsPartition reports whether this node serves partition p now.
+func (h *Host) ownsPartition(p int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	pt := h.mu.parts[h.partitionOf(agent)]
+	pt := h.mu.parts[p]
 	return pt != nil && pt.ctx.Err() == nil
 }
 

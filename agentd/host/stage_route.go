@@ -72,7 +72,7 @@ func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) 
 		var err error
 		var out json.RawMessage
 		owner, known := h.own.Owner(p)
-		if !h.Owns(cmd.Agent) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
+		if !h.ownsPartition(p) && (!known || !slices.Contains(h.own.Nodes(), owner.Node)) {
 			// The cache says nobody, or a node that left: during a
 			// handoff the lease bucket's watcher can lag seconds behind
 			// (its stream changes leader), so ask the server.
@@ -81,7 +81,7 @@ func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) 
 			}
 		}
 		switch {
-		case h.Owns(cmd.Agent):
+		case h.ownsPartition(p):
 			out, err = h.local(ctx, cmd)
 		case known && owner.Node != h.own.Node() && slices.Contains(h.own.Nodes(), owner.Node):
 			out, err = h.forward(ctx, owner.Node, cmd)
