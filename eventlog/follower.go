@@ -96,7 +96,7 @@ type member struct {
 	p       Projection
 	subject string // the subject its Filter selects
 	all     bool   // subject is every subject of the stream
-	part    int // of an owned-views member, its partition
+	part    int    // of an owned-views member, its partition
 	keys    struct{ cursor, version, origin, data []byte }
 	cursor  Seq   // owned by Run's goroutine
 	batch   Batch // reused by commit
