@@ -45,7 +45,7 @@ import (
 // ownedParts is the set of partitions an OwnedViews log follows.
 type ownedParts struct {
 	mu      sync.Mutex
-	parts   map[int]bool
+	parts   map[int]int // FollowPartitions not yet undone, by partition
 	gen     uint64        // counts the changes of parts
 	changed chan struct{} // closed and replaced when parts changes
 }
@@ -66,19 +66,26 @@ func (o *ownedParts) state() ([]int, uint64, <-chan struct{}) {
 	return out, o.gen, o.changed
 }
 
-// set adds or removes p; it reports whether the set changed.
+// set counts a FollowPartition (on) or an UnfollowPartition of p.
 func (o *ownedParts) set(p int, on bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.parts == nil {
-		o.parts = map[int]bool{}
+		o.parts = map[int]int{}
 	}
-	if o.parts[p] == on {
+	n := o.parts[p]
+	switch {
+	case on:
+		o.parts[p] = n + 1
+		if n > 0 {
+			return
+		}
+	case n == 0:
 		return
-	}
-	if on {
-		o.parts[p] = true
-	} else {
+	case n > 1:
+		o.parts[p] = n - 1
+		return
+	default:
 		delete(o.parts, p)
 	}
 	o.gen++
@@ -89,7 +96,9 @@ func (o *ownedParts) set(p int, on bool) {
 }
 
 // FollowPartition makes the Followers of an OwnedViews log apply partition
-// p's events too. It returns at once: a WaitFor that starts after it (for
+// p's events too, until as many UnfollowPartition(p) (so an owner's
+// release of p that ends after its next acquisition began does not stop
+// the views of that one). It returns at once: a WaitFor that starts after it (for
 // example WaitFor of LastSeq) waits until the views caught p up. Errors:
 // ErrInvalid for a log without OwnedViews or p out of range.
 func (l *Log) FollowPartition(p int) error {
@@ -100,8 +109,8 @@ func (l *Log) FollowPartition(p int) error {
 	return nil
 }
 
-// UnfollowPartition stops applying partition p's events; its rows and
-// cursors stay, and FollowPartition later resumes from them. Errors as
+// UnfollowPartition undoes one FollowPartition(p); the last one stops
+// applying partition p's events. Its rows and cursors stay, and FollowPartition later resumes from them. Errors as
 // FollowPartition's.
 func (l *Log) UnfollowPartition(p int) error {
 	if err := l.checkPart(p); err != nil {
@@ -271,7 +280,9 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 				continue
 			}
 			for _, t := range f.members {
-				subjects = append(subjects, f.l.partSubject(t.subject, p))
+				if s := f.l.partSubject(t.subject, p); !slices.Contains(subjects, s) {
+					subjects = append(subjects, s)
+				}
 			}
 		}
 		if len(subjects) == 0 {
