@@ -45,7 +45,7 @@ import (
 // ownedParts is the set of partitions an OwnedViews log follows.
 type ownedParts struct {
 	mu      sync.Mutex
-	parts   map[int]int // FollowPartitions not yet undone, by partition
+	parts   map[int]int   // FollowPartitions not yet undone, by partition
 	gen     uint64        // counts the changes of parts
 	changed chan struct{} // closed and replaced when parts changes
 }
