@@ -270,4 +270,27 @@ func TestOwnedViewsConfig(t *testing.T) {
 			t.Errorf("FollowPartition(%d) of 4 partitions: no error", p)
 		}
 	}
+	// Follows are counted: a release that ends after the next acquisition
+	// began leaves the partition followed.
+	for _, step := range []struct {
+		follow bool
+		want   []int
+	}{{true, []int{1}}, {true, []int{1}}, {false, []int{1}}, {false, []int{}}, {false, []int{}}} {
+		var err error
+		if step.follow {
+			err = lg.FollowPartition(1)
+		} else {
+			err = lg.UnfollowPartition(1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lg.FollowedPartitions(); !slices.Equal(got, step.want) {
+			t.Fatalf("followed %v, want %v", got, step.want)
+		}
+	}
+	unsharded := eventlogtest.OpenOn(t, s, eventlog.Config{EventsStream: "E2", ChunksStream: "C2", Prefix: "other"})
+	if err := unsharded.FollowPartition(0); err == nil {
+		t.Error("FollowPartition of a log without owned views: no error")
+	}
 }
