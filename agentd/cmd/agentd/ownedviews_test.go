@@ -39,16 +39,17 @@ func TestClusterOwnedViews(t *testing.T) {
 			})
 		}
 	}
-	// Reads of an agent's views on every node: routed to its owner.
+	// Reads of an agent's views on every node (a chat's streams, from the
+	// chunks stream's views): routed to its owner.
 	for _, nd := range nodes {
 		for _, a := range ids {
-			if !strings.HasPrefix(a, "steps:") {
+			if strings.HasPrefix(a, "steps:") {
 				continue
 			}
-			var fibers []struct{ Name string }
-			getJSON(t, "http://"+nd.http+"/v1/agents/"+a+"/fibers", &fibers)
-			if len(fibers) == 0 {
-				t.Errorf("fibers of %s on %s: none", a, nd.name)
+			var page struct{ Streams []json.RawMessage }
+			getJSON(t, "http://"+nd.http+"/v1/agents/"+a+"/streams", &page)
+			if len(page.Streams) != 1 {
+				t.Errorf("streams of %s on %s: %d, want 1", a, nd.name, len(page.Streams))
 			}
 		}
 	}
