@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,7 +22,9 @@ import (
 // partitions' events only (the nodes' runs views together applied far
 // fewer events than three times the log's), reads of an agent's views
 // answer on any node (routed to the owner), the listing on any node has
-// every agent once, also paged, and verify is clean.
+// every agent once, also paged; so they do after a node's partitions moved
+// to the others (which caught them up) and back (it resumed them), and
+// verify is clean.
 func TestClusterOwnedViews(t *testing.T) {
 	parallel(t, cluster, 90)
 	bin := buildBinary(t)
@@ -39,21 +43,66 @@ func TestClusterOwnedViews(t *testing.T) {
 			})
 		}
 	}
-	// Reads of an agent's views on every node (a chat's streams, from the
-	// chunks stream's views): routed to its owner.
+	checkReads(t, nodes, ids, 1)
+	checkOwnedViewsStats(t, c, nodes)
+	// A handover: node 2 stops, its partitions go to the others, which
+	// catch them up from nothing; then it comes back and takes its share
+	// again, resuming from the rows and cursors it kept.
+	if err := nodes[2].proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-nodes[2].proc.exited; err != nil {
+		t.Fatalf("%s exit: %v", nodes[2].name, err)
+	}
+	nodes[2].proc.exited <- nil
+	waitBalanced(t, nodes[:2])
+	sayAgain := func(round string) {
+		for _, a := range ids {
+			if !strings.HasPrefix(a, "steps:") {
+				c.command(a, "chat", map[string]string{"text": round + " " + a})
+			}
+		}
+	}
+	sayAgain("again")
+	checkReads(t, nodes[:2], ids, 2)
+	nodes[2].start(t, bin)
+	waitReady(t, nodes...)
+	waitBalanced(t, nodes)
+	sayAgain("once more")
+	checkReads(t, nodes, ids, 3)
+	checkWriters(t, c, ids)
+	out, code := runVerifyCmd(t, bin, "verify", "--nats-url", "nats://"+nodes[0].nats)
+	if code != 0 || !strings.HasPrefix(lastLine(out), "ok:") {
+		t.Errorf("verify: exit %d\n%s", code, out)
+	}
+}
+
+// checkReads reads, on every node of nodes, each chat agent's streams (a
+// view of the chunks stream: answered by its owner) and the listing (from
+// every partition's owner): each chat has streams, and the listing has
+// every agent once, in one page and paged.
+func checkReads(t *testing.T, nodes []*clusterNode, ids []string, streams int) {
+	t.Helper()
 	for _, nd := range nodes {
 		for _, a := range ids {
 			if strings.HasPrefix(a, "steps:") {
 				continue
 			}
+			// A chat's reply comes before its stream's first chunk is
+			// stored and projected: wait for it.
 			var page struct{ Streams []json.RawMessage }
-			getJSON(t, "http://"+nd.http+"/v1/agents/"+a+"/streams", &page)
-			if len(page.Streams) != 1 {
-				t.Errorf("streams of %s on %s: %d, want 1", a, nd.name, len(page.Streams))
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				getJSON(t, "http://"+nd.http+"/v1/agents/"+a+"/streams", &page)
+				if len(page.Streams) == streams || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if len(page.Streams) != streams {
+				t.Errorf("streams of %s on %s: %d, want %d", a, nd.name, len(page.Streams), streams)
 			}
 		}
 	}
-	// The listing on every node: every agent once, in one page and paged.
 	for _, nd := range nodes {
 		var page agents.Page
 		getJSON(t, "http://"+nd.http+"/v1/agents?limit=100", &page)
@@ -74,6 +123,12 @@ func TestClusterOwnedViews(t *testing.T) {
 			t.Errorf("listing on %s by pages of 7: %v, want each of %v once", nd.name, all, ids)
 		}
 	}
+}
+
+// checkOwnedViewsStats checks that the nodes' runs views, together,
+// applied about the log's events, not one time each.
+func checkOwnedViewsStats(t *testing.T, c *crashClient, nodes []*clusterNode) {
+	t.Helper()
 	// Each node applied its own partitions' events: together about the
 	// log's events, not three times them.
 	js, err := jetstream.New(c.nc)
@@ -101,11 +156,6 @@ func TestClusterOwnedViews(t *testing.T) {
 	t.Logf("the nodes applied %g events, the log holds %d", applied, stored)
 	if applied >= 2*float64(stored) {
 		t.Errorf("the nodes' runs views applied %g events, the log holds %d: each node applied others' partitions", applied, stored)
-	}
-	checkWriters(t, c, ids)
-	out, code := runVerifyCmd(t, bin, "verify", "--nats-url", "nats://"+nodes[0].nats)
-	if code != 0 || !strings.HasPrefix(lastLine(out), "ok:") {
-		t.Errorf("verify: exit %d\n%s", code, out)
 	}
 }
 
