@@ -236,6 +236,9 @@ func (f *Follower) lastSeqOf(ctx context.Context, subjects []string) (Seq, error
 // when it delivered its last one (an owned-views shard follower), and
 // tells WaitFor when that changes.
 func (f *Follower) setIdle(idle bool) {
+	if !f.owning() {
+		return // only waitShardOwned reads it
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.idle == idle {
@@ -274,19 +277,24 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 		shards = f.shards[k : k+1]
 	}
 	for _, s := range shards {
-		var subjects []string
-		for _, p := range parts {
-			if p%len(f.shards) != s.shard {
-				continue
-			}
-			for _, t := range f.members {
-				if s := f.l.partSubject(t.subject, p); !slices.Contains(subjects, s) {
-					subjects = append(subjects, s)
+		if !slices.ContainsFunc(parts, func(p int) bool { return p%len(f.shards) == s.shard }) {
+			continue // nothing of this shard is followed
+		}
+		// The subjects of the followed partitions of s, for a lookup of
+		// their last sequence (made only when needed).
+		subjects := func() []string {
+			var out []string
+			for _, p := range parts {
+				if p%len(f.shards) != s.shard {
+					continue
+				}
+				for _, t := range f.members {
+					if sub := f.l.partSubject(t.subject, p); !slices.Contains(out, sub) {
+						out = append(out, sub)
+					}
 				}
 			}
-		}
-		if len(subjects) == 0 {
-			continue
+			return out
 		}
 		if err := s.waitShardOwned(ctx, seq, subjects); err != nil {
 			return err
@@ -297,10 +305,10 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 
 // waitShardOwned waits until shard follower s applied every event of
 // subjects up to seq (SeqEnds: up to their last one now).
-func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects []string) error {
+func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() []string) error {
 	queried := false
 	if seq == SeqEnds {
-		last, err := s.lastSeqOf(ctx, subjects)
+		last, err := s.lastSeqOf(ctx, subjects())
 		if err != nil {
 			return err
 		}
@@ -321,7 +329,7 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects []strin
 			// hold every event stored before it once they applied their
 			// last event stored now.
 			queried = true
-			last, err := s.lastSeqOf(ctx, subjects)
+			last, err := s.lastSeqOf(ctx, subjects())
 			if err != nil {
 				return err
 			}
