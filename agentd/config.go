@@ -238,6 +238,13 @@ type Config struct {
 	// releases (one stream of each kind); above 1, Partitions must be a
 	// multiple (docs/architecture.md, "Shards").
 	Shards int
+	// OwnedViews makes a node of a sharded cluster (Shards above 1)
+	// project only the partitions it owns (eventlog.Config.OwnedViews):
+	// its views follow a partition from its acquisition, catching it up
+	// first, to its release. Reads of an agent's views go to its owner;
+	// the agents listing asks the owners (docs/architecture.md, "Views of
+	// a sharded cluster"). Experimental: off by default.
+	OwnedViews bool
 	// LeaseTTL is the partition lease TTL: how long a dead owner keeps its
 	// agents before another node takes them. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration

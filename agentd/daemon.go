@@ -414,6 +414,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		MaxConsumers: cfg.MaxStreamConsumers,
 		Shards:       cfg.logShards(),
 		Partitions:   cfg.Partitions,
+		OwnedViews:   cfg.OwnedViews && cfg.logShards() > 0,
 		Owner:        &d.parts,
 		OnFenced:     d.parts.onFenced,
 		Dir:          cfg.PebbleDir(),

@@ -106,6 +106,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"number of agent partitions, fixed when the cluster is first started")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards,
 		"number of stream shards of events and chunks, each its own Raft group, fixed when the cluster is first started (1: one stream each; --partitions must be a multiple)")
+	fs.BoolVar(&cfg.OwnedViews, "owned-views", cfg.OwnedViews,
+		"with --shards above 1, each node projects only the partitions it owns (experimental)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL,
 		"partition lease TTL: how long agents of a dead node wait before another node takes them")
 	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,

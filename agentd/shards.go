@@ -33,9 +33,16 @@ func (c *Config) recordFormat() int {
 	return RecordFormat
 }
 
-// validateShards checks --shards against --partitions.
+// validateShards checks --shards against --partitions, and
+// --owned-views.
 func (c *Config) validateShards() error {
 	switch {
+	case c.OwnedViews && c.Shards <= 1:
+		return configErrorf("owned-views", "--owned-views needs a sharded cluster: --shards above 1")
+	case c.OwnedViews && !c.UserBudget.IsZero():
+		// The per-user spend is read from the node's views, which hold
+		// its own partitions only.
+		return configErrorf("owned-views", "--owned-views does not take a per-user budget (--user-token-budget, --user-cost-budget): a node's views hold its own partitions' spend only")
 	case c.Shards < 0:
 		return configErrorf("shards", "shards must not be negative")
 	case c.Shards > eventlog.MaxShards:

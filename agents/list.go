@@ -74,6 +74,10 @@ type Query struct {
 	// Only, when not nil, keeps only these agents (the host sets it for
 	// Version). Never sent.
 	Only map[string]bool `json:"-"`
+	// Keep, when not nil, keeps only the agents it returns true for (the
+	// host of a node that projects its own partitions sets it to them).
+	// Never sent.
+	Keep func(agent string) bool `json:"-"`
 	// Cursor is a Page's Next: the page after it.
 	Cursor string `json:"cursor,omitempty"`
 	// Limit is the most agents of the page: DefaultLimit when 0, at most
@@ -300,6 +304,8 @@ func (q Query) matches(rw *row, agent string, types Types) bool {
 	case q.Type != "" && types.Of(agent) != q.Type:
 		return false
 	case q.Only != nil && !q.Only[agent]:
+		return false
+	case q.Keep != nil && !q.Keep(agent):
 		return false
 	}
 	return true

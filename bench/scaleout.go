@@ -105,6 +105,8 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 			Target: scaleOutGoal, TargetNote: "6 nodes >= 1.8x 3 nodes"},
 		{Figure: "ms CPU per turn, summed over 6 nodes", Value: r6.cpuPerTurn(), LowerIsBetter: true,
 			Baseline: "summed over 3 nodes", BaselineValue: r3.cpuPerTurn()},
+		{Figure: "events applied per turn of the cluster, mean of 6 nodes", Value: r6.eventsPerTurn(), LowerIsBetter: true,
+			Baseline: "mean of 3 nodes", BaselineValue: r3.eventsPerTurn()},
 	}
 	for _, r := range runs {
 		rows = append(rows, r.nodeRows()...)
@@ -136,6 +138,20 @@ func (r scaleOutRun) cpuPerTurn() float64 {
 		sum += c
 	}
 	return sum * r.window.Seconds() * 1000 / float64(r.turns)
+}
+
+// eventsPerTurn is the events a node's views applied, the mean of the
+// nodes, for each turn the cluster completed: about 6 when every node
+// applies every event, about 6/n when each applies its own partitions'.
+func (r scaleOutRun) eventsPerTurn() float64 {
+	if r.turns == 0 || len(r.events) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, e := range r.events {
+		sum += e
+	}
+	return sum / float64(len(r.events)) * r.window.Seconds() / float64(r.turns)
 }
 
 // nodeRows are each node's events applied/s and CPU next to the mean of
@@ -270,11 +286,17 @@ type nodeSnapshot struct {
 	ticks   int64              // utime+stime
 }
 
-// applied is how many stream sequences the node's views went through since
-// b: the "runs" projection's, a view of the events stream (the chunks
-// stream's views have cursors of their own, in another sequence); 0 when
-// either snapshot has none.
+// applied is how many events the node's views applied since b: the "runs"
+// projection's forever_eventlog_projection_events_applied_total, or where
+// a node has none (a release before it) how many stream sequences its
+// cursor went through (of an unsharded log: a sharded one's cursor names
+// its shard); 0 when either snapshot has neither.
 func (s nodeSnapshot) applied(b nodeSnapshot) float64 {
+	if x, ok := s.cursors["applied:runs"]; ok {
+		if y, ok := b.cursors["applied:runs"]; ok {
+			return x - y
+		}
+	}
 	x, ok1 := s.cursors["runs"]
 	y, ok2 := b.cursors["runs"]
 	if !ok1 || !ok2 {
@@ -338,15 +360,20 @@ func projectionCursors(url string) (map[string]float64, error) {
 		return nil, err
 	}
 	const prefix, lag = `forever_eventlog_projection_cursor{projection="`, `forever_eventlog_projection_lag_events{projection="`
+	const applied = `forever_eventlog_projection_events_applied_total{projection="`
 	cur := map[string]float64{}
 	for line := range strings.Lines(string(body)) {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
 		if !ok {
-			// The lag too, under "lag:<projection>", for the log.
-			if rest, ok = strings.CutPrefix(strings.TrimSpace(line), lag); !ok {
+			// The lag too, under "lag:<projection>", for the log, and the
+			// events applied under "applied:<projection>".
+			if rest, ok = strings.CutPrefix(strings.TrimSpace(line), lag); ok {
+				rest = "lag:" + rest
+			} else if rest, ok = strings.CutPrefix(strings.TrimSpace(line), applied); ok {
+				rest = "applied:" + rest
+			} else {
 				continue
 			}
-			rest = "lag:" + rest
 		}
 		name, val, ok := strings.Cut(rest, `"} `)
 		if !ok {

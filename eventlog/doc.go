@@ -18,7 +18,9 @@
 // shard k holding the partitions p mod K = k: each shard its own Raft
 // group. A Seq of shard k is k<<SeqShardShift | its stream sequence, so
 // every Seq names its stream. A Follower follows every shard, one ordered
-// consumer each, with a cursor per shard and view.
+// consumer each, with a cursor per shard and view; with Config.OwnedViews,
+// only the partitions given to FollowPartition, with a cursor per
+// partition and view.
 //
 // An Event is an envelope {agent, stream, type, id, time, data}; the type and
 // agent are also headers. The id is the JetStream message id, so a retried
@@ -153,6 +155,14 @@
 //     TestShardsViewsUnderLoad).
 //   - Sharded, WaitFor(seq) waits for the shard seq names; WaitFor(SeqEnds)
 //     (LastSeq of the whole log) waits for each shard's last event.
+//   - With OwnedViews (ownedviews.go), a view applies the events of the
+//     partitions given to FollowPartition only, each partition's once and
+//     in order from its own stored cursor; a partition newly followed
+//     catches up from its cursor before WaitFor returns, one no longer
+//     followed keeps its rows and resumes from its cursor when followed
+//     again; a WaitFor of a partition not followed returns (TestOwnedViews).
+//     A view switched between the two ways applies nothing twice
+//     (TestOwnedViewsSwitch).
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

@@ -82,6 +82,12 @@ type Follower struct {
 		err     error         // set when Run returned: why it stopped
 		// rebuilds counts the rebuilds RestartViews asked that were done.
 		rebuilds uint64
+		// idle, of an owned-views shard follower, is set while its
+		// consumer delivered every event stored when it sent its last;
+		// gen, of an owned-views Follower, is the generation of the
+		// followed partitions it took (ownedviews.go).
+		idle bool
+		gen  uint64
 	}
 }
 
@@ -90,14 +96,19 @@ type member struct {
 	p       Projection
 	subject string // the subject its Filter selects
 	all     bool   // subject is every subject of the stream
+	part    int    // of an owned-views member, its partition
 	keys    struct{ cursor, version, origin, data []byte }
 	cursor  Seq   // owned by Run's goroutine
 	batch   Batch // reused by commit
+	applied int   // events applied by the commit in progress
 }
 
 type rebuildReq struct {
 	name string
 	done chan error
+	// owned, of a Follower with shards, is no rebuild: the followed
+	// partitions changed (ownedviews.go).
+	owned bool
 }
 
 // followed is an event the follow goroutine hands to the apply loop, with
@@ -165,7 +176,11 @@ func (f *Follower) Add(p Projection) error {
 	f.members = append(f.members, newMember(p, subject, wide, ""))
 	for k, s := range f.shards {
 		s.stream, s.wide = f.l.streamNames(chunks)[k], wide
-		s.members = append(s.members, newMember(p, subject, wide, strconv.Itoa(k)))
+		if !f.l.cfg.OwnedViews {
+			// With owned views, Run gives each shard follower its
+			// members from the followed partitions (takeParts).
+			s.members = append(s.members, newMember(p, subject, wide, strconv.Itoa(k)))
+		}
 	}
 	return nil
 }
@@ -234,6 +249,9 @@ func (f *Follower) Cursor() Seq {
 // waits pauses until the views resume): a caller that must not wait checks
 // Log.Stalled first. A WaitFor before Run started waits for it.
 func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
+	if f.shards != nil && f.owning() {
+		return f.waitOwned(ctx, seq)
+	}
 	if f.shards != nil {
 		return f.waitShards(ctx, seq)
 	}
@@ -598,6 +616,9 @@ func names(ms []*member) string {
 // interval). Kept, such a view would hold events the log no longer has and
 // skip the new events that reuse their sequences.
 func (f *Follower) open(ctx context.Context) error {
+	if len(f.members) == 0 {
+		return nil // an owned-views shard follower with no partition
+	}
 	info, err := f.l.stream(f.stream).Info(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: stream info: %w", f.what(), err)
@@ -631,6 +652,16 @@ func (f *Follower) openMember(db *pebble.DB, m *member, last Seq) (Seq, error) {
 	stored, derr := decodeUint("schema version of "+m.p.Name, v)
 	if derr != nil || stored != uint64(m.p.Version) {
 		logger.Info("projection schema changed, rebuilding from the log", "stored", stored, "version", m.p.Version)
+		return 0, f.drop(m)
+	}
+	if f.owning() {
+		if err := f.markOwned(db, m); err != nil {
+			return 0, err
+		}
+	} else if owned, err := markedOwned(db, m); err != nil {
+		return 0, err
+	} else if owned {
+		logger.Info("projection was kept with owned views (each partition at its own point), rebuilding from the log")
 		return 0, f.drop(m)
 	}
 	cur, err := m.loadCursor(db)
@@ -717,13 +748,13 @@ func (f *Follower) drop(m *member) error {
 // set it stops once every event up to upto was applied, and leaves group's
 // cursors at upto.
 func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq) (*rebuildReq, error) {
-	subject := f.wide
-	if len(group) == 1 || allSame(group) {
-		subject = group[0].subject
-	}
-	target, err := f.l.lastSeq(ctx, f.stream, subject)
+	subjects := f.subjectsOf(group)
+	target, err := f.lastSeqOf(ctx, subjects)
 	if err != nil {
 		return nil, err
+	}
+	if upto == 0 {
+		f.setIdle(after >= target)
 	}
 	rebuilds := f.rebuildCh
 	breaks := f.l.breaks()
@@ -746,7 +777,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	go func() {
 		defer wg.Done()
 		defer close(ch)
-		f.pump(fctx, subject, after, ch)
+		f.pump(fctx, subjects, after, ch)
 	}()
 	defer wg.Wait()
 	defer cancel()
@@ -807,6 +838,9 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		if upto == 0 && (last.Seq >= target || last.Pending == 0) {
 			f.markReady()
 		}
+		if upto == 0 {
+			f.setIdle(last.Pending == 0)
+		}
 	}
 }
 
@@ -822,10 +856,10 @@ func allSame(group []*member) bool {
 // pump sends the events of subject after sequence after to ch until ctx
 // ends. The ordered consumer resets itself on gaps and reconnects; if its
 // iterator ends anyway, pump starts a new one after the last delivered event.
-func (f *Follower) pump(ctx context.Context, subject string, after Seq, ch chan<- followed) {
+func (f *Follower) pump(ctx context.Context, subjects []string, after Seq, ch chan<- followed) {
 	var warned string
 	for ctx.Err() == nil {
-		for e, err := range f.l.follow(ctx, f.stream, subject, after) {
+		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after) {
 			var ce *CorruptError
 			if err != nil && !errors.As(err, &ce) {
 				if ctx.Err() != nil {
@@ -868,6 +902,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 	defer b.Close()
 	for _, m := range group {
 		m.batch = Batch{b: b, prefix: m.keys.data}
+		m.applied = 0
 	}
 	for _, it := range items {
 		e := it.e
@@ -914,6 +949,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 				}
 				return fmt.Errorf("apply %s at seq %d: %w", e.Type, e.Seq, err)
 			}
+			m.applied++
 		}
 	}
 	c := encodeUint(uint64(cursor))
@@ -928,6 +964,9 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 	for _, m := range group {
 		m.cursor = cursor
 		f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(cursor))
+		if m.applied > 0 {
+			f.l.metrics.applied.WithLabelValues(m.p.Name).Add(float64(m.applied))
+		}
 	}
 	f.publish()
 	return nil
@@ -985,6 +1024,9 @@ func subjectMatch(pattern, subject string) bool {
 // publish makes the lowest cursor visible to WaitFor and Cursor.
 // REQUIRES: called from Run's goroutine (it reads the members' cursors).
 func (f *Follower) publish() {
+	if len(f.members) == 0 {
+		return // an owned-views shard follower with no partition
+	}
 	cur := f.members[0].cursor
 	for _, m := range f.members[1:] {
 		cur = min(cur, m.cursor)

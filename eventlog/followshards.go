@@ -107,8 +107,8 @@ func (f *Follower) runShards(ctx context.Context) error {
 // dropped first.
 func (f *Follower) openShards(ctx context.Context, rebuild bool) error {
 	if rebuild {
-		for _, m := range f.shards[0].members {
-			if err := f.shards[0].drop(m); err != nil {
+		for _, m := range f.members {
+			if err := f.dropView(m.p.Name); err != nil {
 				return err
 			}
 		}
@@ -144,6 +144,11 @@ func (f *Follower) followShards(ctx context.Context) error {
 	if rebuilding {
 		f.logger.Warn("projections rebuilt from the streams as they are now (their events were removed)", "stream", f.stream)
 	}
+	var gen uint64
+	var owned <-chan struct{}
+	if f.owning() {
+		gen, owned = f.takeParts()
+	}
 	if err := f.openShards(ctx, rebuilding); err != nil {
 		return err
 	}
@@ -155,17 +160,31 @@ func (f *Follower) followShards(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	f.mu.life++
+	f.mu.gen = gen
 	f.mu.Unlock()
 	f.bump()
 	for {
-		req, err := f.consumeShards(ctx)
+		req, err := f.consumeShards(ctx, owned)
 		if err != nil || req == nil {
 			return err
+		}
+		if req.owned {
+			// The followed partitions changed: take them, open the new
+			// ones' cursors, and let catchUp bring them up to the others.
+			gen, owned = f.takeParts()
+			if err := f.openShards(ctx, false); err != nil {
+				return err
+			}
+			f.mu.Lock()
+			f.mu.gen = gen
+			f.mu.Unlock()
+			f.bump()
+			continue
 		}
 		// A rebuild asked by Rebuild: drop the view (every shard's cursor
 		// goes with its rows) and open again, before replying, so a WaitFor
 		// after Rebuild waits for the replay.
-		err = f.shards[0].drop(f.shards[0].member(req.name))
+		err = f.dropView(req.name)
 		if err == nil {
 			err = f.openShards(ctx, false)
 		}
@@ -179,7 +198,7 @@ func (f *Follower) followShards(ctx context.Context) error {
 // consumeShards runs every shard follower (each catches its views up,
 // then follows live) until ctx ends (nil, nil), one of them fails, or
 // Rebuild asks for a rebuild, returned once every shard follower stopped.
-func (f *Follower) consumeShards(ctx context.Context) (*rebuildReq, error) {
+func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*rebuildReq, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(f.shards))
@@ -200,6 +219,8 @@ func (f *Follower) consumeShards(ctx context.Context) (*rebuildReq, error) {
 	case <-ctx.Done():
 	case r := <-f.rebuildCh:
 		req = &r
+	case <-owned:
+		req = &rebuildReq{owned: true}
 	case err = <-errs:
 	}
 	cancel()
@@ -225,6 +246,16 @@ func (f *Follower) consumeShards(ctx context.Context) (*rebuildReq, error) {
 // followShard is what a shard follower does in each life of its Follower:
 // catch the views behind up, then follow its stream live.
 func (f *Follower) followShard(ctx context.Context) error {
+	if len(f.members) == 0 {
+		// An owned-views shard follower with no partition followed.
+		f.markReady()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.reset:
+			return errRestart
+		}
+	}
 	for {
 		if err := f.catchUp(ctx); err != nil {
 			return err
@@ -241,4 +272,17 @@ func (f *Follower) followShard(ctx context.Context) error {
 // shardsWhat names a Follower with shards in its logger.
 func (f *Follower) shardsWhat() string {
 	return fmt.Sprintf("%d shards of %s, projections %s", len(f.shards), f.stream, strings.Join(f.Names(), ","))
+}
+
+// dropView drops the view called name (its rows, and every shard's and
+// partition's cursor) through a shard follower.
+func (f *Follower) dropView(name string) error {
+	s := f.shards[0]
+	m := s.member(name)
+	if m == nil {
+		// An owned-views shard follower without the partitions: a member
+		// of its own, whose cursor and origin keys nothing reads.
+		m = newMember(f.member(name).p, "", "", "x")
+	}
+	return s.drop(m)
 }

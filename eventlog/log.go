@@ -57,6 +57,12 @@ type Config struct {
 	// ownership's (FNV-1a of the id modulo Partitions). Required with
 	// Shards, and a multiple of it.
 	Partitions int
+	// OwnedViews, with Shards, makes the log's Followers (and Projectors)
+	// apply only the partitions given to FollowPartition, each partition
+	// from a cursor of its own (ownedviews.go): a node's views then cost
+	// its own partitions' events. Without it every Follower applies every
+	// partition. A view kept one way and then opened the other is rebuilt.
+	OwnedViews bool
 	// ChunkMaxAge is how long an ended chat stream's chunks are kept: a
 	// retention sweep (chat/chunk.Sweeper) purges them with PurgeChunks once
 	// the stream ended longer ago than this. The Log itself removes nothing
@@ -156,6 +162,9 @@ func (c *Config) Validate() error {
 	if c.Shards > 0 && (c.Partitions < 1 || c.Partitions%c.Shards != 0) {
 		return fmt.Errorf("eventlog: config: partitions %d must be a positive multiple of shards %d", c.Partitions, c.Shards)
 	}
+	if c.OwnedViews && c.Shards == 0 {
+		return errors.New("eventlog: config: owned views need a sharded log (shards above 0)")
+	}
 	if c.EventsStream == c.ChunksStream {
 		return fmt.Errorf("eventlog: config: events and chunks streams must differ (both %q)", c.EventsStream)
 	}
@@ -251,6 +260,9 @@ type Log struct {
 	// held, when set, refuses every event append of a fenced Log with
 	// ErrRemoved (HoldEvents).
 	held atomic.Pointer[error]
+
+	// owned are the partitions the Followers of an OwnedViews log apply.
+	owned ownedParts
 
 	// fullAt is when JetStream last refused an append for want of space
 	// (ErrStorageFull), in Unix nanoseconds; 0 never.

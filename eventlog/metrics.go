@@ -14,6 +14,7 @@ type metrics struct {
 	appendSeconds  *prometheus.HistogramVec
 	lag            *prometheus.GaugeVec
 	cursor         *prometheus.GaugeVec
+	applied        *prometheus.CounterVec
 	corrupt        *prometheus.CounterVec
 	ackRetries     prometheus.Counter
 	viewStalls     prometheus.Counter
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		cursor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "forever_eventlog_projection_cursor",
 			Help: "Last stream sequence applied to the projection.",
+		}, []string{"projection"}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_eventlog_projection_events_applied_total",
+			Help: "Events applied to the projection (those its filter and, with owned views, its followed partitions select).",
 		}, []string{"projection"}),
 		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forever_eventlog_corrupt_events_total",
@@ -83,6 +88,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.cursor, err = promreg.Register(reg, m.cursor); err != nil {
+		return nil, err
+	}
+	if m.applied, err = promreg.Register(reg, m.applied); err != nil {
 		return nil, err
 	}
 	if m.corrupt, err = promreg.Register(reg, m.corrupt); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -316,13 +317,20 @@ func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, 
 }
 
 func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
+	return l.followSubjects(ctx, stream, []string{subject}, after)
+}
+
+// followSubjects is follow of several subjects of stream, which must not
+// overlap (one ordered consumer with several filters).
+func (l *Log) followSubjects(ctx context.Context, stream string, subjects []string, after Seq) iter.Seq2[Event, error] {
+	subject := strings.Join(subjects, ",")
 	return func(yield func(Event, error) bool) {
 		if l.closed() {
 			yield(Event{}, ErrClosed)
 			return
 		}
 		cons, err := l.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{subject},
+			FilterSubjects: subjects,
 			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 			OptStartSeq:    rawSeq(after) + 1,
 		})

@@ -48,9 +48,11 @@ func (ct *Type) openBlobs(ctx context.Context, d *agentd.Daemon, deps *agentd.De
 			// One node sweeps (partition 0's owner), and only once every
 			// node touches an object it reuses (a release before would
 			// reuse one the sweep is about to delete).
+			// Not with owned views: the node's references view holds its
+			// own partitions' only (to come: a sweep that asks every node).
 			sweeps = func() bool {
 				_, _, ok := own.Owned(0)
-				return ok && own.ActiveFormat() >= agentd.FormatBlobSweep
+				return ok && own.ActiveFormat() >= agentd.FormatBlobSweep && !deps.Log.OwnedViews()
 			}
 		}
 		ct.sweeper, err = blob.NewSweeper(blob.SweeperConfig{

@@ -39,6 +39,15 @@ func (h *Host) List(ctx context.Context, q agents.Query) (agents.Page, error) {
 	if h.agents == nil {
 		return agents.Page{}, ErrUnavailable.Wrapf("host is not running")
 	}
+	if h.deps.Log.OwnedViews() {
+		// This node's views hold its own partitions: ask the owners.
+		return h.listOwners(ctx, q)
+	}
+	return h.listHere(ctx, q)
+}
+
+// listHere is List from this node's agents view.
+func (h *Host) listHere(ctx context.Context, q agents.Query) (agents.Page, error) {
 	if h.deps.Log.Stalled() == nil {
 		last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
 		if err != nil {

@@ -54,6 +54,9 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	h.mu.Lock()
 	h.mu.parts[l.Partition] = pt
 	h.mu.Unlock()
+	// With owned views the views follow the partition from now on, and
+	// recovery (WaitFor of the log's end) waits for them to catch it up.
+	following := h.followPartition(l.Partition)
 	defer func() {
 		release := h.startPartitionSpan(spanPartitionRelease, l.Partition, l.Epoch)
 		if c := context.Cause(ctx); c != nil && release.IsRecording() {
@@ -61,6 +64,10 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 		}
 		defer release.End() // once the partition's agents have stopped
 		h.stopPartition(l.Partition)
+		if following {
+			// Once its agents stopped: the views keep its rows.
+			_ = h.deps.Log.UnfollowPartition(l.Partition)
+		}
 		h.mu.Lock()
 		if h.mu.parts[l.Partition] == pt {
 			delete(h.mu.parts, l.Partition)
@@ -144,6 +151,13 @@ func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
 	}
 	if err := h.sched.WaitFor(ctx, last); err != nil {
 		return 0, err
+	}
+	if h.deps.Log.OwnedViews() {
+		// Every view caught the partition up, not only those recovery
+		// reads: the agents' reads are answered here from now on.
+		if err := h.deps.Views.WaitFor(ctx, last); err != nil {
+			return 0, err
+		}
 	}
 	rows, err := h.table.Rows("")
 	switch {
@@ -343,4 +357,17 @@ func (h *Host) storeLost(ctx context.Context, stream string, loss agentd.Loss) f
 		h.mu.rebuilding = nil
 		h.mu.Unlock()
 	}
+}
+
+// followPartition makes the views of a log with owned views
+// (--owned-views) follow partition p; it reports whether they do.
+func (h *Host) followPartition(p int) bool {
+	if h.deps == nil || !h.deps.Log.OwnedViews() {
+		return false
+	}
+	if err := h.deps.Log.FollowPartition(p); err != nil {
+		h.logger.Error("follow the partition's views", "partition", p, "err", err)
+		return false
+	}
+	return true
 }

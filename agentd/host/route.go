@@ -122,7 +122,12 @@ func (h *Host) serveNode(ctx context.Context) (func() error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentd: subscribe to forwarded commands: %w", err)
 	}
-	return sub.Unsubscribe, nil
+	lsub, err := h.serveNodeList(ctx)
+	if err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	return func() error { return errors.Join(sub.Unsubscribe(), lsub.Unsubscribe()) }, nil
 }
 
 func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
