@@ -128,12 +128,12 @@ func TestChunksHoldReferences(t *testing.T) {
 		return items
 	}
 	withBlobs := replay.NewClient(e.lg, replay.WithBlobs(bs))
-	all := follow(withBlobs, 0)
+	all := follow(withBlobs, replay.Cursor{})
 	if len(all) != len(evs) {
 		t.Fatalf("replay yields %d chunks, %d stored", len(all), len(evs))
 	}
 	for i, it := range all {
-		if it.Cursor != replay.Cursor(evs[i].Seq) {
+		if it.Cursor != replay.CursorAt(evs[i].Seq) {
 			t.Fatalf("item %d at cursor %d, want %d", i, it.Cursor, evs[i].Seq)
 		}
 		if it.Chunk.Blobs != nil {
@@ -147,7 +147,7 @@ func TestChunksHoldReferences(t *testing.T) {
 			t.Fatalf("after cursor %d: %d chunks, want %d", it.Cursor, len(rest), len(all)-i-1)
 		}
 	}
-	for _, it := range follow(replay.NewClient(e.lg), 0) {
+	for _, it := range follow(replay.NewClient(e.lg), replay.Cursor{}) {
 		if it.Chunk.Type == chunk.ToolOutput && (len(it.Chunk.Output) != 0 || it.Chunk.Blobs.Ref("output") == nil) {
 			t.Fatalf("without blobs: output chunk %+v, want the reference", it.Chunk)
 		}
@@ -159,7 +159,7 @@ func TestChunksHoldReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	var missing, items int
-	for it, err := range withBlobs.Follow(t.Context(), "a1", turn.StreamID, 0) {
+	for it, err := range withBlobs.Follow(t.Context(), "a1", turn.StreamID, replay.Cursor{}) {
 		if errors.Is(err, blob.ErrNotFound) {
 			missing++
 			continue

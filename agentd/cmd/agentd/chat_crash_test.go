@@ -166,7 +166,7 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 				t.Errorf("reader chunk %d = %+v, stream has %+v", i, items[i].Chunk, chunks[i])
 				break
 			}
-			if i > 0 && items[i].Cursor <= items[i-1].Cursor {
+			if i > 0 && items[i].Cursor.Compare(items[i-1].Cursor) <= 0 {
 				t.Errorf("reader cursors not increasing at %d: %v after %v", i, items[i].Cursor, items[i-1].Cursor)
 				break
 			}
