@@ -199,12 +199,14 @@ func TestChunkRefsWaitForFormat(t *testing.T) {
 			if ev.Type == chunk.EventPart {
 				parts++
 			}
-			c, ok, err := a.Add(ev.Type, ev.Data)
+			cs, err := a.Chunks(ev.Type, ev.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok && c.Type == chunk.ToolOutput {
-				return c, parts
+			for _, c := range cs {
+				if c.Type == chunk.ToolOutput {
+					return c, parts
+				}
 			}
 		}
 		t.Fatal("no output chunk")

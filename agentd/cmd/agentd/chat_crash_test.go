@@ -44,13 +44,11 @@ func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []ch
 		if !t.IsZero() && !e.Time.Before(t) {
 			break
 		}
-		ch, ok, err := a.Add(e.Type, e.Data)
+		chs, err := a.Chunks(e.Type, e.Data) // a packed record holds several
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if ok {
-			out = append(out, ch)
-		}
+		out = append(out, chs...)
 	}
 	return out
 }
