@@ -14,6 +14,16 @@ import (
 // unsharded layout beside them.
 const FormatShards = FormatBatches + 1
 
+// FormatChunkBatches: a turn stores the chunks it writes together (queued
+// behind a batch being stored) as one packed record (chunk.EventChunks),
+// one message where each chunk was one, and replay cursors may point
+// inside a record ("<seq>.<k>"). A release before it reads no such record
+// (its recovery, replay and verify would miss those chunks), so turns
+// pack only once the cluster's active format reached it. It adds no
+// layout: whether a cluster is sharded is its stored shard count
+// (--shards), never its format.
+const FormatChunkBatches = FormatShards + 1
+
 // logShards returns the shard count of the log and of the ownership's
 // stored layout: 0 (unsharded) for --shards 0 or 1.
 func (c *Config) logShards() int {
@@ -24,8 +34,10 @@ func (c *Config) logShards() int {
 }
 
 // recordFormat is the record format this node announces it reads:
-// RecordFormat, and FormatShards with --shards above 1 (the format its
-// cluster was created at).
+// RecordFormat, which is past FormatShards (a cluster created with shards
+// starts at it), so a node reads both layouts' records. An unsharded
+// cluster's format passes FormatShards too; its layout stays its stored
+// shard count.
 func (c *Config) recordFormat() int {
 	if c.logShards() > 0 {
 		return max(RecordFormat, FormatShards)

@@ -252,7 +252,7 @@ func (t *authTarget) follow(ctx context.Context, stream string) error {
 	n := 0
 	// Right after the chat reply the stream may have no chunk yet.
 	for n == 0 {
-		for _, err := range replay.NewClient(t.lg).Follow(ctx, t.agent, stream, replay.Cursor(0)) {
+		for _, err := range replay.NewClient(t.lg).Follow(ctx, t.agent, stream, replay.Cursor{}) {
 			if errors.Is(err, replay.ErrUnknownStream) && n == 0 && ctx.Err() == nil {
 				time.Sleep(time.Millisecond)
 				break

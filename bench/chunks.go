@@ -191,15 +191,17 @@ func chunkLatency(ctx context.Context, env *Env, streams int) ([]Row, error) {
 			if err != nil {
 				return
 			}
-			c, ok, err := a.Add(e.Type, e.Data)
-			if err != nil || !ok {
+			cs, err := a.Chunks(e.Type, e.Data)
+			if err != nil {
 				continue
 			}
-			if ns, err := strconv.ParseInt(c.Delta, 10, 64); err == nil {
-				mu.Lock()
-				ours = append(ours, time.Since(time.Unix(0, ns)))
-				mu.Unlock()
-				got <- struct{}{}
+			for _, c := range cs {
+				if ns, err := strconv.ParseInt(c.Delta, 10, 64); err == nil {
+					mu.Lock()
+					ours = append(ours, time.Since(time.Unix(0, ns)))
+					mu.Unlock()
+					got <- struct{}{}
+				}
 			}
 		}
 	}()

@@ -86,7 +86,7 @@ func replayScenario(ctx context.Context, env *Env) (Result, error) {
 	var base, sub series
 	err = alternate(replayRuns,
 		func(int) error { return base.timed(n, func() error { return raw(first, n) }) },
-		func(int) error { return sub.timed(n, func() error { return ours(0, n) }) },
+		func(int) error { return sub.timed(n, func() error { return ours(replay.Cursor{}, n) }) },
 	)
 	if err != nil {
 		return Result{}, err
@@ -98,7 +98,7 @@ func replayScenario(ctx context.Context, env *Env) (Result, error) {
 	err = alternate(roundsOf(replayStarts, 20),
 		func(int) error { return baseFirst.sequential(20, func() error { return raw(mid, 1) }) },
 		func(int) error {
-			return subFirst.sequential(20, func() error { return ours(replay.Cursor(mid-1), 1) })
+			return subFirst.sequential(20, func() error { return ours(replay.CursorAt(mid-1), 1) })
 		},
 	)
 	if err != nil {

@@ -519,6 +519,10 @@ type toolHost struct {
 	p *stepTimer
 }
 
+// packChunks is the bench's chat.Config.ChunkBatchesWritable: on, as in a
+// cluster whose record format reached agentd.FormatChunkBatches.
+func packChunks() bool { return true }
+
 func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	r, err := g.runner(agent)
 	if err != nil {
@@ -526,7 +530,10 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	}
 	a, err := chat.New(chat.Config{Agent: agent, Log: g.lg, Store: g.store, Batcher: g.batcher,
 		MaxPayload: g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: g.tools, Logger: g.env.Logger,
-		TracerProvider: g.tp, TraceContent: g.content})
+		TracerProvider: g.tp, TraceContent: g.content,
+		// As agentd at record format 7 (FormatChunkBatches): the chunks
+		// written together are one record.
+		ChunkBatchesWritable: packChunks})
 	if err != nil {
 		r.Close()
 		return nil, err

@@ -371,7 +371,7 @@ func (l *load) follow(ctx context.Context, c *client, agent, stream string, afte
 				lastErr = err
 				break
 			}
-			if it.Cursor <= after {
+			if it.Cursor.Compare(after) <= 0 {
 				l.anomaly("%s/%s: reader got cursor %v after %v", agent, stream, it.Cursor, after)
 			}
 			items = append(items, it)

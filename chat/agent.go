@@ -207,6 +207,15 @@ type Config struct {
 	// fibers would answer a joined message a second time, so the two
 	// policies queue each message as enqueue does. Nil: always.
 	BatchesWritable func() bool
+	// ChunkBatchesWritable, when set and true, lets a turn store the
+	// chunks it writes together (while the record before them waits to
+	// be stored) as one packed record (chunk.PackChunks, chunk.EventChunks):
+	// one message and one fsync instead of one each. In a cluster, only
+	// once every node reads them (agentd's FormatChunkBatches). It is
+	// asked when a turn's stream writer is made. Nil: never, unlike the
+	// other switches: a packed record is read only by releases that know
+	// it, so a program that embeds package chat turns it on itself.
+	ChunkBatchesWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"iter"
 	"sync"
 	"testing"
@@ -132,6 +133,9 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 		Agent: agent, Log: lg, Store: e.store, Batcher: chunks, MaxPayload: e.lg.MaxPayload(),
 		Fibers: r, Provider: p, RetryBackoff: time.Millisecond, TracerProvider: e.tp,
 	}
+	if *packChunks {
+		cfg.ChunkBatchesWritable = func() bool { return true }
+	}
 	if opt != nil {
 		opt(&cfg)
 	}
@@ -147,6 +151,10 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	h.r, h.a = r, a
 	return h
 }
+
+// packChunks runs the tests' chat agents with packed chunk records
+// (Config.ChunkBatchesWritable, record format 7): go test ./chat -args -pack.
+var packChunks = flag.Bool("pack", false, "the chat agents pack the chunks they write together into one record (chunk.PackChunks)")
 
 // fake is a scripted provider: each call runs the next script (the last
 // one repeats).

@@ -239,22 +239,23 @@ func readStreamInto(ctx context.Context, lg Log, bs chunk.Getter, agent, stream 
 		if first == 0 {
 			first = e.Seq
 		}
-		c, ok, err := asm.Add(e.Type, e.Data)
+		// An event completes no chunk (a part), one, or several (a
+		// packed record).
+		cs, err := asm.Chunks(e.Type, e.Data)
 		if err != nil {
 			return nil, 0, err
 		}
-		if !ok {
-			continue
-		}
-		if c.Blobs != nil {
-			if bs == nil {
-				return nil, 0, fmt.Errorf("chat: chunk %d of stream %s holds a payload by reference and no blob store is configured", e.Seq, stream)
+		for _, c := range cs {
+			if c.Blobs != nil {
+				if bs == nil {
+					return nil, 0, fmt.Errorf("chat: chunk %d of stream %s holds a payload by reference and no blob store is configured", e.Seq, stream)
+				}
+				if c, err = chunk.Resolve(ctx, bs, c); err != nil {
+					return nil, 0, err
+				}
 			}
-			if c, err = chunk.Resolve(ctx, bs, c); err != nil {
-				return nil, 0, err
-			}
+			b.add(c)
 		}
-		b.add(c)
 	}
 	return b, first, nil
 }
@@ -283,7 +284,11 @@ type emitter struct {
 // newEmitter returns an emitter that goes on writing stream after the
 // chunks b holds.
 func (a *Agent) newEmitter(stream string, b *builder) *emitter {
-	em := &emitter{w: chunk.NewWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, chunk.MergeDeltas()), b: b}
+	opts := []chunk.WriterOption{chunk.MergeDeltas()}
+	if a.cfg.ChunkBatchesWritable != nil && a.cfg.ChunkBatchesWritable() {
+		opts = append(opts, chunk.PackChunks())
+	}
+	em := &emitter{w: chunk.NewWriter(a.cfg.Batcher, a.agent, stream, b.chunks, a.cfg.MaxPayload, opts...), b: b}
 	if th := a.chunkBlobThreshold(); th > 0 {
 		em.blobs, em.threshold, em.refs = a.cfg.Blobs, th, a.metrics.chunkRefs
 	}

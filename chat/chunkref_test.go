@@ -91,18 +91,21 @@ func TestChunksHoldReferences(t *testing.T) {
 
 	evs := storedChunks(t, e.lg, "a1", turn.StreamID)
 	outputs := 0
+	var asm chunk.Assembler
 	for _, ev := range evs {
 		if len(ev.Data) > 64<<10 || ev.Type == chunk.EventPart {
 			t.Fatalf("chunk %s (%s) of %d bytes on the chunks stream", ev.ID, ev.Type, len(ev.Data))
 		}
-		var c chunk.Chunk
-		if err := json.Unmarshal(ev.Data, &c); err != nil {
+		cs, err := asm.Chunks(ev.Type, ev.Data) // one, or a packed record's
+		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Type == chunk.ToolOutput {
-			outputs++
-			if len(c.Output) != 0 || c.Blobs.Ref("output") == nil || *c.Blobs.Output != ref {
-				t.Fatalf("output chunk %s, want only the reference %+v", ev.Data, ref)
+		for _, c := range cs {
+			if c.Type == chunk.ToolOutput {
+				outputs++
+				if len(c.Output) != 0 || c.Blobs.Ref("output") == nil || *c.Blobs.Output != ref {
+					t.Fatalf("output chunk %s, want only the reference %+v", ev.Data, ref)
+				}
 			}
 		}
 	}
@@ -128,12 +131,12 @@ func TestChunksHoldReferences(t *testing.T) {
 		return items
 	}
 	withBlobs := replay.NewClient(e.lg, replay.WithBlobs(bs))
-	all := follow(withBlobs, 0)
+	all := follow(withBlobs, replay.Cursor{})
 	if len(all) != len(evs) {
 		t.Fatalf("replay yields %d chunks, %d stored", len(all), len(evs))
 	}
 	for i, it := range all {
-		if it.Cursor != replay.Cursor(evs[i].Seq) {
+		if it.Cursor != replay.CursorAt(evs[i].Seq) {
 			t.Fatalf("item %d at cursor %d, want %d", i, it.Cursor, evs[i].Seq)
 		}
 		if it.Chunk.Blobs != nil {
@@ -147,7 +150,7 @@ func TestChunksHoldReferences(t *testing.T) {
 			t.Fatalf("after cursor %d: %d chunks, want %d", it.Cursor, len(rest), len(all)-i-1)
 		}
 	}
-	for _, it := range follow(replay.NewClient(e.lg), 0) {
+	for _, it := range follow(replay.NewClient(e.lg), replay.Cursor{}) {
 		if it.Chunk.Type == chunk.ToolOutput && (len(it.Chunk.Output) != 0 || it.Chunk.Blobs.Ref("output") == nil) {
 			t.Fatalf("without blobs: output chunk %+v, want the reference", it.Chunk)
 		}
@@ -159,7 +162,7 @@ func TestChunksHoldReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	var missing, items int
-	for it, err := range withBlobs.Follow(t.Context(), "a1", turn.StreamID, 0) {
+	for it, err := range withBlobs.Follow(t.Context(), "a1", turn.StreamID, replay.Cursor{}) {
 		if errors.Is(err, blob.ErrNotFound) {
 			missing++
 			continue
@@ -199,12 +202,14 @@ func TestChunkRefsWaitForFormat(t *testing.T) {
 			if ev.Type == chunk.EventPart {
 				parts++
 			}
-			c, ok, err := a.Add(ev.Type, ev.Data)
+			cs, err := a.Chunks(ev.Type, ev.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok && c.Type == chunk.ToolOutput {
-				return c, parts
+			for _, c := range cs {
+				if c.Type == chunk.ToolOutput {
+					return c, parts
+				}
 			}
 		}
 		t.Fatal("no output chunk")

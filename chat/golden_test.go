@@ -714,13 +714,11 @@ func (h *golden) assemble(t *testing.T) {
 			a = &chunk.Assembler{}
 			asm[stream] = a
 		}
-		c, ok, err := a.Add(ev.Type, ev.Data)
+		cs, err := a.Chunks(ev.Type, ev.Data)
 		if err != nil {
 			t.Fatalf("chunk %s of %s: %v", ev.ID, stream, err)
 		}
-		if ok {
-			h.chunks[stream] = append(h.chunks[stream], c)
-		}
+		h.chunks[stream] = append(h.chunks[stream], cs...)
 	}
 }
 

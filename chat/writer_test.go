@@ -26,13 +26,11 @@ func readChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []chunk.Ch
 	var a chunk.Assembler
 	var out []chunk.Chunk
 	for _, e := range evs {
-		c, ok, err := a.Add(e.Type, e.Data)
+		cs, err := a.Chunks(e.Type, e.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			out = append(out, c)
-		}
+		out = append(out, cs...)
 	}
 	return out
 }

@@ -34,7 +34,7 @@ func BenchmarkFollow(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		got := 0
-		for _, err := range client.Follow(ctx, "a", "s", 0) {
+		for _, err := range client.Follow(ctx, "a", "s", replay.Cursor{}) {
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -90,7 +90,14 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 		// The first chunk after the cursor comes from one direct get, so a
 		// resuming client sees it without waiting for a consumer to be
 		// created; the ordered consumer then starts right after it.
-		first, found, err := c.lg.Next(ctx, f, after.Seq())
+		// After a cursor inside a packed record, the record itself comes
+		// first, less its chunks up to the cursor's.
+		skipK, inside := after.Inside()
+		from := after.Seq()
+		if inside && from > 0 {
+			from--
+		}
+		first, found, err := c.lg.Next(ctx, f, from)
 		if err != nil && !found {
 			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
 			return
@@ -109,7 +116,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			// chunk at or before the cursor can say the stream ended with
 			// nothing more to show.
 			last, stored, err := c.lg.Last(ctx, f)
-			atCursor := stored && Cursor(last.Seq) <= after
+			atCursor := stored && CursorAt(last.Seq).Compare(after) <= 0
 			if err != nil && (!stored || atCursor) {
 				yield(Item{}, fmt.Errorf("replay: last chunk of %s/%s: %w", agent, stream, err))
 				return
@@ -147,7 +154,7 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 				}
 				aligned = true
 			}
-			ch, ok, err := a.Add(e.Type, e.Data)
+			chs, err := a.Chunks(e.Type, e.Data)
 			if errors.Is(err, chunk.ErrExpired) {
 				yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
 				return false
@@ -155,18 +162,35 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			if err != nil {
 				return yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
 			}
-			if !ok {
-				return true
-			}
-			if ch.Blobs != nil && c.blobs != nil {
-				var err error
-				if ch, err = chunk.Resolve(ctx, c.blobs, ch); err != nil {
-					return yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err))
+			for k, ch := range chs {
+				if inside && e.Seq == after.Seq() && k <= skipK {
+					// Seen before the cursor; a terminal one ended the
+					// stream there.
+					if ch.Terminal() {
+						return false
+					}
+					continue
+				}
+				if ch.Blobs != nil && c.blobs != nil {
+					var err error
+					if ch, err = chunk.Resolve(ctx, c.blobs, ch); err != nil {
+						if !yield(Item{}, fmt.Errorf("replay: %s/%s at %d: %w", agent, stream, e.Seq, err)) {
+							return false
+						}
+						continue
+					}
+				}
+				cur := CursorAt(e.Seq)
+				if k < len(chs)-1 {
+					cur = CursorIn(e.Seq, k)
+				}
+				if !yield(Item{Cursor: cur, Chunk: ch}, nil) || ch.Terminal() {
+					return false
 				}
 			}
-			return yield(Item{Cursor: Cursor(e.Seq), Chunk: ch}, nil) && !ch.Terminal()
+			return true
 		}
-		from := after.Seq()
+		from = after.Seq()
 		if found {
 			if !handle(first, err) {
 				return
@@ -191,7 +215,7 @@ func expired(first eventlog.Event, after Cursor) error {
 	if first.Type == chunk.EventExpired {
 		return fmt.Errorf("%w: %s/%s was purged by retention", chunk.ErrExpired, first.Agent, first.Stream)
 	}
-	if after == 0 {
+	if after.IsZero() {
 		if i, ok := chunk.IndexOf(first); ok && i > 0 {
 			return fmt.Errorf("%w: %s/%s: its first stored chunk is chunk %d", chunk.ErrExpired, first.Agent, first.Stream, i)
 		}
@@ -210,11 +234,19 @@ func (c *Client) ended(ctx context.Context, f eventlog.Filter, last eventlog.Eve
 		var a chunk.Assembler
 		var lastChunk chunk.Chunk
 		for _, e := range evs {
-			if ch, ok, err := a.Add(e.Type, e.Data); err == nil && ok {
-				lastChunk = ch
+			if chs, err := a.Chunks(e.Type, e.Data); err == nil && len(chs) > 0 {
+				lastChunk = chs[len(chs)-1]
 			}
 		}
 		return lastChunk.Terminal(), nil
+	}
+	if last.Type == chunk.EventChunks {
+		var a chunk.Assembler
+		chs, err := a.Chunks(last.Type, last.Data)
+		if err != nil {
+			return false, nil
+		}
+		return chs[len(chs)-1].Terminal(), nil
 	}
 	var ch struct {
 		Type string `json:"type"`

@@ -60,7 +60,7 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 	writeAll(t, chunk.NewWriter(b, "a1", "s2", 0, lg.MaxPayload()), chunk.Chunk{Type: chunk.Start, MessageID: "m2"})
 
 	client := replay.NewClient(eventlogtest.OpenOn(t, s, eventlog.Config{Bind: true}))
-	got := collect(t, client.Follow(t.Context(), "a1", "s1", 0))
+	got := collect(t, client.Follow(t.Context(), "a1", "s1", replay.Cursor{}))
 	if len(got) != len(chunks) {
 		t.Fatalf("got %d chunks, want %d", len(got), len(chunks))
 	}
@@ -68,7 +68,7 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 		if got[i].Chunk.Type != chunks[i].Type || got[i].Chunk.Delta != chunks[i].Delta {
 			t.Fatalf("chunk %d = %+v", i, got[i].Chunk.Type)
 		}
-		if i > 0 && got[i].Cursor <= got[i-1].Cursor {
+		if i > 0 && got[i].Cursor.Compare(got[i-1].Cursor) <= 0 {
 			t.Fatalf("cursors not increasing: %v after %v", got[i].Cursor, got[i-1].Cursor)
 		}
 	}
@@ -78,7 +78,7 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 		t.Fatalf("tail = %d chunks", len(tail))
 	}
 	// From inside the split chunk: skips to the next whole chunk.
-	mid := collect(t, client.Follow(t.Context(), "a1", "s1", got[1].Cursor+1))
+	mid := collect(t, client.Follow(t.Context(), "a1", "s1", replay.CursorAt(got[1].Cursor.Seq()+1)))
 	if len(mid) != 1 || mid[0].Chunk.Type != chunk.Finish {
 		t.Fatalf("from inside a split chunk: %d chunks", len(mid))
 	}
@@ -87,7 +87,7 @@ func TestFollowCompletedStreamReplaysAndEnds(t *testing.T) {
 		t.Fatalf("after the terminal chunk: %d chunks", len(end))
 	}
 	// Unknown stream.
-	for _, err := range client.Follow(t.Context(), "a1", "nope", 0) {
+	for _, err := range client.Follow(t.Context(), "a1", "nope", replay.Cursor{}) {
 		if !errors.Is(err, replay.ErrUnknownStream) {
 			t.Fatalf("unknown stream: err = %v", err)
 		}
@@ -178,7 +178,7 @@ func TestFollowResumeExactlyOnce(t *testing.T) {
 								}
 								break
 							}
-							if it.Cursor <= cursor {
+							if it.Cursor.Compare(cursor) <= 0 {
 								t.Errorf("reader %d: cursor %v not after %v", r, it.Cursor, cursor)
 							}
 							cursor = it.Cursor

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/apierror/apierrortest"
 	"github.com/forever-agents/forever/replay"
@@ -18,17 +20,24 @@ func TestParseCursor(t *testing.T) {
 		want replay.Cursor
 		ok   bool
 	}{
-		{"zero", "0", 0, true},
-		{"small", "42", 42, true},
-		{"max", "18446744073709551615", 1<<64 - 1, true},
-		{"leading zeros", "007", 7, true},
-		{"empty", "", 0, false},
-		{"letters", "abc", 0, false},
-		{"sign", "+1", 0, false},
-		{"negative", "-1", 0, false},
-		{"space", " 1", 0, false},
-		{"overflow", "18446744073709551616", 0, false},
-		{"hex", "0x10", 0, false},
+		{"zero", "0", replay.CursorAt(0), true},
+		{"small", "42", replay.CursorAt(42), true},
+		{"max", "18446744073709551615", replay.CursorAt(1<<64 - 1), true},
+		{"leading zeros", "007", replay.CursorAt(7), true},
+		{"inside a record", "42.0", replay.CursorIn(42, 0), true},
+		{"inside a record, later", "42.17", replay.CursorIn(42, 17), true},
+		{"empty", "", replay.Cursor{}, false},
+		{"letters", "abc", replay.Cursor{}, false},
+		{"sign", "+1", replay.Cursor{}, false},
+		{"negative", "-1", replay.Cursor{}, false},
+		{"space", " 1", replay.Cursor{}, false},
+		{"overflow", "18446744073709551616", replay.Cursor{}, false},
+		{"hex", "0x10", replay.Cursor{}, false},
+		{"dot alone", "42.", replay.Cursor{}, false},
+		{"no sequence", ".1", replay.Cursor{}, false},
+		{"two dots", "42.1.2", replay.Cursor{}, false},
+		{"negative place", "42.-1", replay.Cursor{}, false},
+		{"place too large", "42.99999999999", replay.Cursor{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,7 +60,7 @@ func TestParseCursor(t *testing.T) {
 }
 
 func FuzzParseCursor(f *testing.F) {
-	for _, s := range []string{"0", "1", "18446744073709551615", "18446744073709551616", "", "abc", "-1", "1e3", " 7"} {
+	for _, s := range []string{"0", "1", "18446744073709551615", "18446744073709551616", "", "abc", "-1", "1e3", " 7", "5.0", "5.3", "5.", ".5"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -62,10 +71,20 @@ func FuzzParseCursor(f *testing.F) {
 			}
 			return
 		}
-		// A parsed cursor formats back to the same number.
-		n, perr := strconv.ParseUint(s, 10, 64)
-		if perr != nil || replay.Cursor(n) != c {
+		// A parsed cursor formats back to the same numbers.
+		seq, in, inside := strings.Cut(s, ".")
+		n, perr := strconv.ParseUint(seq, 10, 64)
+		if perr != nil || c.Seq() != eventlog.Seq(n) {
 			t.Fatalf("ParseCursor(%q) = %v, strconv says %d, %v", s, c, n, perr)
+		}
+		k, ok := c.Inside()
+		if ok != inside {
+			t.Fatalf("ParseCursor(%q) = %v: inside %v", s, c, ok)
+		}
+		if inside {
+			if m, err := strconv.ParseUint(in, 10, 32); err != nil || uint64(k) != m {
+				t.Fatalf("ParseCursor(%q) = %v, strconv says %d, %v", s, c, m, err)
+			}
 		}
 		back, err := replay.ParseCursor(c.String())
 		if err != nil || back != c {
@@ -82,7 +101,7 @@ func TestCursorJSON(t *testing.T) {
 	type reply struct {
 		Cursor replay.Cursor `json:"cursor"`
 	}
-	big := replay.Cursor(1<<53 + 1)
+	big := replay.CursorAt(1<<53 + 1)
 	b, err := json.Marshal(reply{big})
 	if err != nil || string(b) != `{"cursor":"9007199254740993"}` {
 		t.Fatalf("Marshal = %s, %v", b, err)
@@ -90,11 +109,12 @@ func TestCursorJSON(t *testing.T) {
 	for in, want := range map[string]replay.Cursor{
 		`{"cursor":"9007199254740993"}`:     big,
 		`{"cursor":9007199254740993}`:       big,
-		`{"cursor":"18446744073709551615"}`: 1<<64 - 1,
-		`{"cursor":0}`:                      0,
-		`{"cursor":null}`:                   7,
+		`{"cursor":"18446744073709551615"}`: replay.CursorAt(1<<64 - 1),
+		`{"cursor":0}`:                      replay.CursorAt(0),
+		`{"cursor":null}`:                   replay.CursorAt(7),
+		`{"cursor":"12.3"}`:                 replay.CursorIn(12, 3),
 	} {
-		r := reply{7}
+		r := reply{replay.CursorAt(7)}
 		if err := json.Unmarshal([]byte(in), &r); err != nil || r.Cursor != want {
 			t.Errorf("Unmarshal(%s) = %v, %v; want %v", in, r.Cursor, err, want)
 		}
@@ -110,11 +130,41 @@ func TestCursorJSON(t *testing.T) {
 		apierrortest.CheckMessage(t, in, e.Message)
 	}
 	var c replay.Cursor
-	if err := c.UnmarshalText([]byte("42")); err != nil || c != 42 {
+	if err := c.UnmarshalText([]byte("42")); err != nil || c != replay.CursorAt(42) {
 		t.Fatalf("UnmarshalText = %v, %v", c, err)
 	}
 	if b, _ := c.MarshalText(); string(b) != "42" {
 		t.Fatalf("MarshalText = %s", b)
+	}
+}
+
+// TestCursorOrder: cursors order by record, and inside a record by chunk,
+// the whole record (its last chunk's cursor) after every chunk in it; a
+// plain cursor reads as it did before records were packed.
+func TestCursorOrder(t *testing.T) {
+	in := []replay.Cursor{{}, replay.CursorAt(1), replay.CursorIn(2, 0), replay.CursorIn(2, 1), replay.CursorAt(2), replay.CursorIn(3, 5), replay.CursorAt(3)}
+	for i, a := range in {
+		for j, b := range in {
+			want := 0
+			switch {
+			case i < j:
+				want = -1
+			case i > j:
+				want = 1
+			}
+			if got := a.Compare(b); got != want {
+				t.Errorf("%v.Compare(%v) = %d, want %d", a, b, got, want)
+			}
+		}
+	}
+	if s := replay.CursorIn(2, 1).String(); s != "2.1" {
+		t.Errorf("String = %q", s)
+	}
+	if s := replay.CursorAt(2).String(); s != "2" {
+		t.Errorf("String = %q", s)
+	}
+	if k, ok := replay.CursorAt(2).Inside(); ok {
+		t.Errorf("CursorAt(2).Inside() = %d, true", k)
 	}
 }
 

@@ -8,7 +8,10 @@
 // A chat stream is the chunks of one LLM turn, stored on the chunks stream
 // under <prefix>.chunk.<agent>.<stream> (see chunk.Writer). A Cursor is
 // a chunk's stream sequence there (the sequence of its last part when the
-// chunk was split). Replay is a consumer replay: following after cursor N
+// chunk was split), and, for a chunk inside a packed record
+// (chunk.EventChunks) that is not the record's last, its place in the
+// record: a follow after it reads that record again and skips the chunks
+// up to it. Replay is a consumer replay: following after cursor N
 // reads the first chunk after N with one direct get (eventlog.Log.Next), so
 // it shows without waiting for a consumer, then opens one JetStream ordered
 // consumer filtered to the stream's subject, started right after that chunk,
@@ -43,7 +46,11 @@
 // A client sees a cursor as a string of decimal digits everywhere: SSE
 // "id:" lines, the "cursor" of WebSocket frames, and any JSON that
 // carries a Cursor (its MarshalJSON writes "42"; a JSON number loses
-// precision in JavaScript past 2^53). Where a client sends one back it is
+// precision in JavaScript past 2^53). A chunk inside a packed record that
+// is not its last has "<seq>.<k>" ("42.1": after chunk 1 of the record
+// at 42); the record's last chunk has the plain "42", which means what it
+// meant before records were packed (after the whole record), so old
+// cursors resume exactly (TestResumeInsidePackedRecord). Where a client sends one back it is
 // a string too (Last-Event-ID, ?after=); a JSON Cursor also reads a number
 // of digits, for peers that still send one. The cursor of a started turn
 // (Turn.After, the chat reply's "cursor") is the stream's real start: the
@@ -191,7 +198,8 @@
 //     reaches a handler behind HostCheck.
 //   - Every error the gateway sends is {"code","error"} with the HTTP
 //     status as code and a message naming no Go type or package.
-//   - Every cursor a client sees is a JSON string (or SSE id) of digits.
+//   - Every cursor a client sees is a JSON string (or SSE id) of digits,
+//     with ".<k>" inside a packed record.
 //
 // # Usage
 //

@@ -381,7 +381,7 @@ func (g *Gateway) active(ctx context.Context, agent string) (offer, error) {
 	}
 	var after Cursor
 	if info.FirstSeq > 0 {
-		after = Cursor(info.FirstSeq - 1)
+		after = CursorAt(info.FirstSeq - 1)
 	}
 	if info.Done() {
 		return offer{kind: "none", ended: info.Status, info: info, turn: Turn{RequestID: info.RequestID, StreamID: info.Stream, MessageID: info.MessageID, After: after}}, nil

@@ -202,7 +202,7 @@ func checkSequence(t *testing.T, evs []sseEvent, messageID string) []chunk.Chunk
 		if err != nil {
 			t.Fatalf("event %d id: %v", i, err)
 		}
-		if cur <= last {
+		if cur.Compare(last) <= 0 {
 			t.Fatalf("event %d cursor %v not after %v", i, cur, last)
 		}
 		last = cur

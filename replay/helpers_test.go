@@ -85,7 +85,7 @@ func (f *fakeChats) Send(ctx context.Context, agent string, body json.RawMessage
 		return replay.Turn{}, err
 	}
 	ft := &fakeTurn{
-		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n), After: replay.Cursor(start)},
+		Turn:  replay.Turn{RequestID: fmt.Sprintf("r%d", n), StreamID: fmt.Sprintf("s%d", n), MessageID: fmt.Sprintf("m%d", n), After: replay.CursorAt(start)},
 		Agent: agent, Body: body,
 	}
 	ft.w = chunk.NewWriter(f.b, agent, ft.StreamID, 0, f.maxPayload)

@@ -94,7 +94,7 @@ func TestSSEResumeExpired(t *testing.T) {
 	}
 
 	c := replay.NewClient(e.lg)
-	for _, after := range []replay.Cursor{0, 5, 1 << 40} {
+	for _, after := range []replay.Cursor{{}, replay.CursorAt(5), replay.CursorAt(1 << 40)} {
 		var got error
 		for _, err := range c.Follow(t.Context(), "c1", ft.StreamID, after) {
 			got = err
@@ -146,7 +146,7 @@ func TestResumeFirstChunksGone(t *testing.T) {
 		t.Fatalf("frame %+v, want an error with code 410", f)
 	}
 	var got error
-	for _, err := range replay.NewClient(e.lg).Follow(t.Context(), "c1", ft.StreamID, 0) {
+	for _, err := range replay.NewClient(e.lg).Follow(t.Context(), "c1", ft.StreamID, replay.Cursor{}) {
 		got = err
 		break
 	}
@@ -160,7 +160,7 @@ func TestResumeFirstChunksGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := get(t, e, "/v1/chat/c1/stream", "Last-Event-ID", replay.Cursor(last).String())
+	resp := get(t, e, "/v1/chat/c1/stream", "Last-Event-ID", replay.CursorAt(last).String())
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("resume after the gap: %d, want 200", resp.StatusCode)
 	}

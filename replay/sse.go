@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/forever-agents/forever/chat/chunk"
@@ -84,9 +83,9 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case off.kind == "pending":
-		g.streamSSE(w, r, agent, off.turn.StreamID, max(after, off.turn.After), false)
+		g.streamSSE(w, r, agent, off.turn.StreamID, maxCursor(after, off.turn.After), false)
 	case off.kind == "resuming":
-		from := max(after, off.turn.After)
+		from := maxCursor(after, off.turn.After)
 		if err := g.stored(r.Context(), off.info, from); err != nil {
 			g.writeError(w, r, err)
 			return
@@ -111,15 +110,15 @@ func (g *Gateway) getStream(w http.ResponseWriter, r *http.Request) {
 func resumeAfter(lastEventID, afterParam string) (after Cursor, explicit bool, err error) {
 	if lastEventID != "" {
 		if after, err = ParseCursor(lastEventID); err != nil {
-			return 0, false, apierror.New(apierror.BadRequest, "the Last-Event-ID header %q is not a cursor: %s", echo(lastEventID), cursorRule).WithCause(err)
+			return Cursor{}, false, apierror.New(apierror.BadRequest, "the Last-Event-ID header %q is not a cursor: %s", echo(lastEventID), cursorRule).WithCause(err)
 		}
 	}
 	if afterParam != "" {
 		c, err := ParseCursor(afterParam)
 		if err != nil {
-			return 0, false, apierror.New(apierror.BadRequest, "the after parameter %q is not a cursor: %s", echo(afterParam), cursorRule).WithCause(err)
+			return Cursor{}, false, apierror.New(apierror.BadRequest, "the after parameter %q is not a cursor: %s", echo(afterParam), cursorRule).WithCause(err)
 		}
-		after, explicit = max(after, c), true
+		after, explicit = maxCursor(after, c), true
 	}
 	return after, explicit, nil
 }
@@ -186,7 +185,7 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 			return
 		}
 		buf = append(buf[:0], "id: "...)
-		buf = strconv.AppendUint(buf, uint64(it.Cursor), 10)
+		buf = it.Cursor.AppendText(buf)
 		buf = append(buf, "\ndata: "...)
 		buf = appendWire(buf, it.Chunk)
 		buf = append(buf, "\n\n"...)

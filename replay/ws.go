@@ -233,7 +233,7 @@ func (s *wsSession) handle(ctx context.Context, in wsIn) error {
 		// The turn is this connection's offer now: an ack of it replays
 		// it from its start, like an ack of a resuming turn.
 		s.offered = offer{kind: "pending", turn: t}
-		s.startFollow(ctx, t, 0, false)
+		s.startFollow(ctx, t, Cursor{}, false)
 		return nil
 	case "stop":
 		stopped, err := s.g.cfg.Chats.Stop(ctx, s.agent)
@@ -282,7 +282,7 @@ func (s *wsSession) ack(ctx context.Context, requestID string) error {
 	if err != nil {
 		return s.writeErr(ctx, requestID, err)
 	}
-	s.startFollow(ctx, o.turn, Cursor(upTo), true)
+	s.startFollow(ctx, o.turn, CursorAt(upTo), true)
 	return nil
 }
 
@@ -360,7 +360,7 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 		replaying = false
 		return s.write(ctx, wsOut{Type: "replayComplete", RequestID: t.RequestID, Cursor: last.String()})
 	}
-	if replaying && upTo <= t.After {
+	if replaying && upTo.Compare(t.After) <= 0 {
 		if err := complete(); err != nil {
 			return err
 		}
@@ -380,7 +380,7 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 			}
 			return err
 		}
-		isReplay := replaying && it.Cursor <= upTo
+		isReplay := replaying && it.Cursor.Compare(upTo) <= 0
 		if replaying && !isReplay {
 			if err := complete(); err != nil {
 				return err
@@ -392,7 +392,7 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 		}
 		sent.Inc()
 		last = it.Cursor
-		if replaying && it.Cursor >= upTo {
+		if replaying && it.Cursor.Compare(upTo) >= 0 {
 			if err := complete(); err != nil {
 				return err
 			}

@@ -387,10 +387,10 @@ func TestWSCursorsAreStrings(t *testing.T) {
 			chunkCursors = append(chunkCursors, c)
 		}
 	}
-	if started != replay.Cursor(prev) {
+	if started != replay.CursorAt(prev) {
 		t.Fatalf("started cursor %v, want the previous turn's last chunk %v", started, prev)
 	}
-	if len(chunkCursors) != len(all) || chunkCursors[0] <= started {
+	if len(chunkCursors) != len(all) || chunkCursors[0].Compare(started) <= 0 {
 		t.Fatalf("chunk cursors %v after start %v", chunkCursors, started)
 	}
 }

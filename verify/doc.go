@@ -118,9 +118,10 @@
 // Chat streams (package chat/chunk's events on the chunks stream):
 //
 //   - Chunk indexes (ids "<stream>/<index>", a split chunk's parts
-//     "<stream>/<index>.<part>" joined by chunk.Assembler) run 0, 1, 2, ...
-//     without gap or repeat [KindChunkOrder]; every stored chunk decodes
-//     [KindChunkCorrupt].
+//     "<stream>/<index>.<part>" joined by chunk.Assembler, a packed
+//     record "<stream>/<index of its first>" holding its chunks in order)
+//     run 0, 1, 2, ... without gap or repeat [KindChunkOrder]; every
+//     stored chunk decodes [KindChunkCorrupt].
 //   - A stream starts with a start chunk, and has one [KindStreamStart].
 //   - A stream has at most one terminal chunk (finish, error or abort) and
 //     nothing after it [KindAfterTerminal].

@@ -81,7 +81,7 @@ func (c *checker) chunk(e eventlog.Event) {
 	if isPart && s.split < 0 {
 		s.split = idx
 	}
-	ch, done, err := s.asm.Add(e.Type, e.Data)
+	chs, err := s.asm.Chunks(e.Type, e.Data) // a packed record holds several
 	if err != nil {
 		v.Kind, v.Text = KindChunkCorrupt, fmt.Sprintf("chunk %s: %v", e.ID, err)
 		c.violate(v)
@@ -89,10 +89,18 @@ func (c *checker) chunk(e eventlog.Event) {
 		s.next = idx + 1
 		return
 	}
-	if !done {
+	if len(chs) == 0 {
 		return
 	}
-	s.split, s.next = -1, idx+1
+	s.split, s.next = -1, idx+len(chs)
+	for k, ch := range chs {
+		s.check(c, v, idx+k, ch, e.Seq)
+	}
+}
+
+// check checks chunk idx of the stream, stored at seq, against the chunks
+// before it.
+func (s *streamState) check(c *checker, v Violation, idx int, ch chunk.Chunk, seq eventlog.Seq) {
 	if s.terminal != "" {
 		v.Kind, v.Text = KindAfterTerminal, fmt.Sprintf("%s chunk %d after the stream's %s at seq %d", ch.Type, idx, s.terminal, s.termSeq)
 		c.violate(v)
@@ -110,7 +118,7 @@ func (c *checker) chunk(e eventlog.Event) {
 		}
 	}
 	if ch.Terminal() {
-		s.terminal, s.termSeq = ch.Type, e.Seq
+		s.terminal, s.termSeq = ch.Type, seq
 	}
 }
 

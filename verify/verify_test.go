@@ -58,6 +58,17 @@ func (h history) split(agent, stream string, index int, body string) {
 	}
 }
 
+// packed appends chunks index, index+1, ... of stream as one packed record
+// (chunk.EventChunks).
+func (h history) packed(agent, stream string, index int, bodies ...string) {
+	h.t.Helper()
+	data := fmt.Sprintf(`{"i":%d,"c":[%s]}`, index, strings.Join(bodies, ","))
+	e := eventlog.Event{Agent: agent, Stream: stream, Type: "chunks", ID: fmt.Sprintf("%s/%d", stream, index), Data: json.RawMessage(data)}
+	if _, err := h.lg.Append(h.t.Context(), e); err != nil {
+		h.t.Fatalf("append packed chunks %d: %v", index, err)
+	}
+}
+
 func (h history) typed(agent, stream string, index int, typ string) {
 	h.t.Helper()
 	h.chunk(agent, stream, index, `{"type":"`+typ+`"}`)
@@ -88,8 +99,7 @@ func clean(h history) {
 	h.ev("a1", "op.started", m{"fiber": "f1", "opId": "o1", "key": "tool:c1"}) // a rerun
 	h.ev("a1", "op.completed", m{"fiber": "f1", "opId": "o1", "result": 1})
 	h.chunk("a1", "s1", 4, `{"type":"text-end","id":"t"}`)
-	h.typed("a1", "s1", 5, "finish-step")
-	h.typed("a1", "s1", 6, "finish")
+	h.packed("a1", "s1", 5, `{"type":"finish-step"}`, `{"type":"finish"}`)
 	h.ev("a1", "message.appended", m{"id": "m2", "role": "assistant", "requestId": "r1"})
 	h.ev("a1", "message.updated", m{"id": "m2", "parts": []m{}})
 	h.ev("a1", "context.summarized", m{"upto": "m2", "text": "Summary of 2 messages.", "tokens": 6, "requestId": "r1"})
@@ -273,6 +283,13 @@ func TestViolations(t *testing.T) {
 		{"chunk repeated", verify.KindChunkOrder, nil, func(h history) {
 			// Written again after the dedup window: another message id.
 			h.lg.Append(h.t.Context(), eventlog.Event{Agent: "a1", Stream: "s3", Type: "chunk", ID: "s3/01", Data: json.RawMessage(`{"type":"start-step"}`)})
+		}},
+		{"gap after a packed record", verify.KindChunkOrder, nil, func(h history) {
+			h.packed("a1", "s3", 2, `{"type":"text-start","id":"t"}`, `{"type":"text-end","id":"t"}`)
+			h.typed("a1", "s3", 5, "finish-step")
+		}},
+		{"packed chunk after the terminal one", verify.KindAfterTerminal, nil, func(h history) {
+			h.packed("a1", "s1", 7, `{"type":"text-start","id":"t"}`)
 		}},
 		{"split chunk cut short", verify.KindChunkOrder, nil, func(h history) {
 			data, _ := json.Marshal(m{"i": 2, "part": 0, "parts": 2, "b": []byte(`{"type":`)})

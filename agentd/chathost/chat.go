@@ -72,6 +72,9 @@ type Type struct {
 	// batchesWritable reports whether merge and debounce may batch
 	// messages into one turn (agentd.FormatBatches).
 	batchesWritable func() bool
+	// chunkBatchesWritable reports whether a turn may pack the chunks it
+	// writes together into one record (agentd.FormatChunkBatches).
+	chunkBatchesWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -141,6 +144,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			// A node of the previous release recovering a batch's
 			// queue fibers would answer a joined message again.
 			ct.batchesWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBatches }
+			// A node of the previous release reads no packed record:
+			// its recovery, gateway and verify would miss the chunks.
+			ct.chunkBatchesWritable = func() bool { return own.ActiveFormat() >= agentd.FormatChunkBatches }
 		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
@@ -201,7 +207,8 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		BlobThreshold: ct.blobTh,
 		ContextTokens: ct.contextTokens,
 
-		BatchesWritable: ct.batchesWritable,
+		BatchesWritable:      ct.batchesWritable,
+		ChunkBatchesWritable: ct.chunkBatchesWritable,
 	}
 	if ct.shared != nil {
 		cfg.SharedBudgets = ct.shared
@@ -561,7 +568,7 @@ func approvalsOnly(req *Request, id auth.Identity) error {
 }
 
 func chatReply(turn chat.Turn) Reply {
-	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: replay.Cursor(turn.Cursor)}
+	return Reply{RequestID: turn.RequestID, StreamID: turn.StreamID, MessageID: turn.MessageID, Cursor: replay.CursorAt(turn.Cursor)}
 }
 
 // approveRequest is the payload of the approve command.

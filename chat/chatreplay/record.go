@@ -77,15 +77,24 @@ func requestOf(e eventlog.Event) string {
 func turns(rec *Recording) []*turn {
 	chunks := map[string][]chunk.Chunk{}
 	var order []string // stream ids, in the order they began
+	asm := map[string]*chunk.Assembler{}
 	for _, e := range rec.Chunks {
-		var c chunk.Chunk
-		if e.Type != "chunk" || json.Unmarshal(e.Data, &c) != nil {
+		if e.Type != chunk.EventChunk && e.Type != chunk.EventChunks {
+			continue
+		}
+		a := asm[e.Stream]
+		if a == nil {
+			a = new(chunk.Assembler)
+			asm[e.Stream] = a
+		}
+		cs, err := a.Chunks(e.Type, e.Data) // one, or a packed record's
+		if err != nil {
 			continue
 		}
 		if chunks[e.Stream] == nil {
 			order = append(order, e.Stream)
 		}
-		chunks[e.Stream] = append(chunks[e.Stream], c)
+		chunks[e.Stream] = append(chunks[e.Stream], cs...)
 	}
 	// A call's input and its result may be in two streams: a call waiting
 	// for approval runs in the stream of the turn that answers it. Call

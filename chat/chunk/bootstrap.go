@@ -125,9 +125,16 @@ func fromEnds(se eventlog.SubjectEnds) (StreamInfo, bool) {
 	}
 	info := StreamInfo{Agent: first.Agent, Stream: first.Stream, Status: StatusStreaming,
 		FirstSeq: first.Seq, StartedAt: first.Time, LastSeq: last.Seq, UpdatedAt: last.Time}
-	if first.Type == EventChunk {
+	switch first.Type {
+	case EventChunk:
 		if c, err := decode(first.Data); err == nil && c.Type == Start {
 			info.MessageID, info.RequestID = c.MessageID, c.RequestID
+		}
+	case EventChunks:
+		if _, bodies, err := unpack(first.Data); err == nil {
+			if c, err := decode(bodies[0]); err == nil && c.Type == Start {
+				info.MessageID, info.RequestID = c.MessageID, c.RequestID
+			}
 		}
 	}
 	idx, ok := IndexOf(last)
@@ -146,6 +153,19 @@ func fromEnds(se eventlog.SubjectEnds) (StreamInfo, bool) {
 		}
 		if c.Type == Error {
 			info.Error = c.ErrorText
+		}
+	case EventChunks:
+		i, bodies, err := unpack(last.Data)
+		if err != nil || i != idx {
+			return StreamInfo{}, false
+		}
+		info.Chunks = idx + len(bodies)
+		for _, b := range bodies {
+			c, err := decode(b)
+			if err != nil {
+				return StreamInfo{}, false
+			}
+			info.see(c) // as the projection applies them
 		}
 	case EventPart:
 		var p chunkPart

@@ -210,9 +210,20 @@ type Assembler struct {
 }
 
 // Add takes one chunk event. It returns the chunk and true when one is
-// complete. A malformed event or a part out of order is an error.
+// complete. A malformed event or a part out of order is an error, and so is
+// a packed record (EventChunks) of more than one chunk: read those with
+// Chunks.
 func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 	switch typ {
+	case EventChunks:
+		cs, err := a.Chunks(typ, data)
+		if err != nil {
+			return Chunk{}, false, err
+		}
+		if len(cs) != 1 {
+			return Chunk{}, false, fmt.Errorf("chunk: a packed record of %d chunks: read it with Assembler.Chunks", len(cs))
+		}
+		return cs[0], true, nil
 	case EventChunk:
 		c, err := decode(data)
 		if err != nil {
@@ -249,4 +260,31 @@ func (a *Assembler) Add(typ string, data []byte) (Chunk, bool, error) {
 	default:
 		return Chunk{}, false, fmt.Errorf("chunk: unknown chunk event type %q", typ)
 	}
+}
+
+// Chunks takes one chunk event and returns the chunks it completes, in
+// order: one for an EventChunk or a split chunk's last part, none for
+// another part, all of them for a packed record (EventChunks). A malformed
+// event or a part out of order is an error. The caller owns the slice.
+func (a *Assembler) Chunks(typ string, data []byte) ([]Chunk, error) {
+	if typ != EventChunks {
+		c, ok, err := a.Add(typ, data)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []Chunk{c}, nil
+	}
+	first, bodies, err := unpack(data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Chunk, 0, len(bodies))
+	for k, b := range bodies {
+		c, err := decode(b)
+		if err != nil {
+			return nil, fmt.Errorf("chunk: decode chunk %d: %w", first+k, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

@@ -15,6 +15,21 @@
 // stored as EventPart events <stream>/<index>.<k>, each holding a slice of
 // the chunk's JSON, which an Assembler joins. Nothing is dropped.
 //
+// With PackChunks (agentd's record format 7, FormatChunkBatches, once every
+// node reads it) several consecutive chunks are stored as one EventChunks
+// event, id <stream>/<index of its first>, data {"i": <that index>, "c":
+// [<chunk JSON>, ...]}: a Writer appends a chunk to the record it queued
+// last while that record still waits in the Batcher's queue (behind a batch
+// being stored), so the chunks written together cost one message and one
+// fsync. Invariants: a stream's stored records hold its chunks 0, 1, 2, ...
+// in order, each once, whatever their kinds (Span; TestPackChunks); a
+// record is stored whole or not at all, so a recovery that reads the
+// stored chunks and writes on from their count neither repeats nor loses
+// one (TestPackedRecordRecovery); a record stays within the max payload
+// (a chunk over it is split into parts as without packing). Readers take
+// every chunk an event holds with Assembler.Chunks. Without PackChunks the
+// records are exactly those of earlier releases.
+//
 // A Writer writes a stream through the process's shared eventlog.Batcher;
 // an Assembler reads it back from the stored events, in order. With
 // MergeDeltas a Writer folds a delta into the queued delta of the same
@@ -82,7 +97,7 @@
 //
 //	var a chunk.Assembler
 //	for e, err := range lg.Follow(ctx, eventlog.Filter{Agent: "a1", Stream: "s1"}, 0) {
-//		c, ok, err := a.Add(e.Type, e.Data)
-//		if ok && c.Terminal() { break }
+//		cs, err := a.Chunks(e.Type, e.Data) // none (a part), one, or a packed record's
+//		if len(cs) > 0 && cs[len(cs)-1].Terminal() { break }
 //	}
 package chunk

@@ -126,14 +126,17 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 		if err != nil {
 			break // counted; a chunk that does not decode carries no status
 		}
-		if c.Type == Start {
-			info.MessageID, info.RequestID = c.MessageID, c.RequestID
+		info.see(c)
+	case EventChunks:
+		_, bodies, err := unpack(e.Data)
+		if err != nil {
+			break // a record that does not decode is no chunk
 		}
-		if st := c.EndStatus(); st != "" {
-			info.Status = st
-		}
-		if c.Type == Error {
-			info.Error = c.ErrorText
+		info.Chunks += len(bodies)
+		for _, b := range bodies {
+			if c, err := decode(b); err == nil {
+				info.see(c)
+			}
 		}
 	case EventPart:
 		var p chunkPart
@@ -145,6 +148,20 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 		return err
 	}
 	return setJSON(b, key, info)
+}
+
+// see takes what a stored chunk tells of its stream: the ids of its start,
+// the status and error of its end.
+func (s *StreamInfo) see(c Chunk) {
+	if c.Type == Start {
+		s.MessageID, s.RequestID = c.MessageID, c.RequestID
+	}
+	if st := c.EndStatus(); st != "" {
+		s.Status = st
+	}
+	if c.Type == Error {
+		s.Error = c.ErrorText
+	}
 }
 
 // reindexEnded moves info's entry in the ended index from old (nil: none).

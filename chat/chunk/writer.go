@@ -33,6 +33,18 @@ type WriterOption func(*Writer)
 // chunk per delta. A merged delta takes no chunk index (Written).
 func MergeDeltas() WriterOption { return func(w *Writer) { w.merge = true } }
 
+// PackChunks makes the Writer store the chunks written while the record
+// before them still waits in the Batcher's queue (behind a batch being
+// stored) in that record: a packed record (EventChunks) of several chunks,
+// one message and one fsync where EventChunk events cost one each. A
+// chunk written while nothing is queued starts a record of its own, sent
+// as soon as an EventChunk would have been; a chunk over the max payload
+// is split into EventPart events as without it, and a record never grows
+// past the max payload. Each chunk keeps its index. Only a reader that
+// knows EventChunks reads such a stream: in a cluster, use it once every
+// node reads them (agentd's FormatChunkBatches).
+func PackChunks() WriterOption { return func(w *Writer) { w.pack = true } }
+
 // Writer publishes the chunks of one chat stream through a shared
 // Batcher. Write queues a chunk (durable later, in a group commit); Flush
 // returns once every chunk written so far is durable. Each chunk's event id
@@ -48,6 +60,7 @@ type Writer struct {
 	agent, stream string
 	limit         int
 	merge         bool // MergeDeltas
+	pack          bool // PackChunks
 
 	mu struct {
 		sync.Mutex
@@ -55,10 +68,13 @@ type Writer struct {
 		last *eventlog.Pending   // last event known stored
 		out  []*eventlog.Pending // queued events not yet known stored, in order
 		tail *eventlog.Pending   // last event queued: the next is chained behind it
-		// tailDelta is the chunk of tail when it is a delta MergeDeltas
-		// may grow; nil otherwise.
+		// tailDelta is the chunk of tail (with PackChunks, tail's last
+		// chunk) when it is a delta MergeDeltas may grow; nil otherwise.
 		tailDelta *Chunk
-		err       error // first failure; the stream is broken after it
+		// tailPack is what tail holds when it is a packed record
+		// (PackChunks) that may still grow; nil otherwise.
+		tailPack *packRec
+		err      error // first failure; the stream is broken after it
 	}
 }
 
@@ -97,17 +113,25 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 		w.mu.Unlock()
 		return nil
 	}
+	var delta *Chunk
+	if w.merge && isDelta(c.Type) {
+		delta = &c
+	}
+	if w.pack && len(body) <= w.limit && w.packLocked(body, delta) {
+		w.mu.Unlock()
+		return nil
+	}
 	index := w.mu.next
 	w.mu.next++
 	w.mu.Unlock()
 	if len(body) <= w.limit {
 		// The common case: one event, id <stream>/<index>.
 		id := w.stream + "/" + strconv.Itoa(index)
-		var delta *Chunk
-		if w.merge && isDelta(c.Type) {
-			delta = &c
+		if w.pack {
+			rec := &packRec{first: index, bodies: [][]byte{body}}
+			return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunks, ID: id, Data: encodePacked(index, rec.bodies)}, delta, rec)
 		}
-		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunk, ID: id, Data: body}, delta)
+		return w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventChunk, ID: id, Data: body}, delta, nil)
 	}
 	bodies, err := split(body, index, w.limit)
 	if err != nil {
@@ -115,11 +139,65 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 	}
 	for k, b := range bodies {
 		id := fmt.Sprintf("%s/%d.%d", w.stream, index, k)
-		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventPart, ID: id, Data: b}, nil); err != nil {
+		if err := w.add(ctx, index, eventlog.Event{Agent: w.agent, Stream: w.stream, Type: EventPart, ID: id, Data: b}, nil, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// packRec is a packed record being filled (PackChunks): the index of its
+// first chunk and each chunk's JSON. Its slices are replaced, never
+// changed in place, so a failed Replace leaves it as stored.
+type packRec struct {
+	first  int
+	bodies [][]byte
+}
+
+// packLocked appends body, the next chunk, to the packed record queued
+// last, and reports whether it did: that record is still in the Batcher's
+// queue and stays within the max payload. delta is the chunk when
+// MergeDeltas may grow it.
+// REQUIRES: w.mu held.
+func (w *Writer) packLocked(body []byte, delta *Chunk) bool {
+	rec := w.mu.tailPack
+	if rec == nil {
+		return false
+	}
+	bodies := append(rec.bodies[:len(rec.bodies):len(rec.bodies)], body)
+	if !w.replaceTailLocked(rec, bodies) {
+		return false
+	}
+	w.mu.next++
+	w.mu.tailDelta = delta
+	return true
+}
+
+// replaceTailLocked makes the packed record queued last (rec) hold bodies
+// instead, and reports whether it could: the record is still in the
+// Batcher's queue and bodies fit the max payload. Once it could not, the
+// record is sealed for the Writer too.
+// REQUIRES: w.mu held.
+func (w *Writer) replaceTailLocked(rec *packRec, bodies [][]byte) bool {
+	select {
+	case <-w.mu.tail.Done():
+		w.mu.tailPack = nil
+		return false
+	default:
+	}
+	data := encodePacked(rec.first, bodies)
+	if len(data) > w.limit {
+		w.mu.tailPack = nil
+		return false
+	}
+	if ok, err := w.b.Replace(w.mu.tail, data); !ok || err != nil {
+		// Taken into a batch already (or refused): the chunk starts a
+		// record of its own, and shows the error, if any, the usual way.
+		w.mu.tailPack = nil
+		return false
+	}
+	rec.bodies = bodies
+	return true
 }
 
 // mergeLocked folds c into the queued delta before it (MergeDeltas) and
@@ -144,6 +222,16 @@ func (w *Writer) mergeLocked(c Chunk) bool {
 	if err != nil || len(body) > min(w.limit, mergeLimit) {
 		return false
 	}
+	if rec := w.mu.tailPack; rec != nil {
+		// The delta is the packed record's last chunk.
+		bodies := append(rec.bodies[:len(rec.bodies)-1:len(rec.bodies)-1], body)
+		if !w.replaceTailLocked(rec, bodies) {
+			w.mu.tailDelta = nil
+			return false
+		}
+		w.mu.tailDelta = &joined
+		return true
+	}
 	if ok, err := w.b.Replace(w.mu.tail, body); !ok || err != nil {
 		// Taken into a batch already (or refused): c goes as a chunk of
 		// its own, and shows the error, if any, the usual way.
@@ -162,8 +250,9 @@ func isDelta(t string) bool {
 // add queues one event of chunk index, chained behind the event queued
 // before it (eventlog.After): if that one is not stored, neither is this,
 // so the stream's stored chunks never have a gap. delta is the chunk when it
-// is one MergeDeltas may grow.
-func (w *Writer) add(ctx context.Context, index int, e eventlog.Event, delta *Chunk) error {
+// is one MergeDeltas may grow; rec what e holds when it is a packed record
+// (PackChunks).
+func (w *Writer) add(ctx context.Context, index int, e eventlog.Event, delta *Chunk, rec *packRec) error {
 	w.mu.Lock()
 	tail := w.mu.tail
 	w.mu.Unlock()
@@ -173,7 +262,7 @@ func (w *Writer) add(ctx context.Context, index int, e eventlog.Event, delta *Ch
 	}
 	w.mu.Lock()
 	w.mu.out = append(w.mu.out, p)
-	w.mu.tail, w.mu.tailDelta = p, delta
+	w.mu.tail, w.mu.tailDelta, w.mu.tailPack = p, delta, rec
 	w.mu.Unlock()
 	return nil
 }

@@ -29,13 +29,11 @@ func readChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []chunk.Ch
 	var a chunk.Assembler
 	var out []chunk.Chunk
 	for _, e := range evs {
-		c, ok, err := a.Add(e.Type, e.Data)
+		cs, err := a.Chunks(e.Type, e.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			out = append(out, c)
-		}
+		out = append(out, cs...)
 	}
 	return out
 }
@@ -132,6 +130,8 @@ func TestMergeDeltas(t *testing.T) {
 	}{
 		{"merged", []chunk.WriterOption{chunk.MergeDeltas()}, merged},
 		{"each", nil, written},
+		{"packed", []chunk.WriterOption{chunk.MergeDeltas(), chunk.PackChunks()}, merged},
+		{"packed-each", []chunk.WriterOption{chunk.PackChunks()}, written},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// The Batcher runs only once all is written: every chunk waits

@@ -97,10 +97,10 @@ func TestAgentsCLI(t *testing.T) {
 	}
 	// agentd cluster: the node, its partitions and the record format.
 	if code, out, errs := cli("cluster"); code != 0 || !strings.Contains(out, "answered by "+d.Config().ServerName) ||
-		!strings.Contains(out, "record format 5 active") || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
+		!strings.Contains(out, "record format 7 active") || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
 		t.Fatalf("cluster: exit %d\n%s%s", code, out, errs)
 	}
-	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":5`) {
+	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":7`) {
 		t.Fatalf("cluster --json: exit %d %s", code, out)
 	}
 	for _, tc := range []struct {

@@ -526,9 +526,9 @@ type link struct {
 	wait    time.Duration
 	agent   string
 	giveUp  context.CancelCauseFunc
-	cursor  atomic.Uint64 // the last cursor printed
-	closing atomic.Bool   // the command is done: a disconnect is ours
-	lost_   atomic.Uint64 // connections lost so far
+	cursor  atomic.Pointer[replay.Cursor] // the last cursor printed
+	closing atomic.Bool                   // the command is done: a disconnect is ours
+	lost_   atomic.Uint64                 // connections lost so far
 
 	mu    sync.Mutex
 	timer *time.Timer // runs out --wait after the connection was lost
@@ -538,11 +538,11 @@ type link struct {
 type gaveUp struct {
 	wait   time.Duration
 	agent  string
-	cursor uint64
+	cursor replay.Cursor
 }
 
 func (g *gaveUp) Error() string {
-	return fmt.Sprintf("no connection to agentd for %s (--wait); gave up; the turn goes on: resume with agentd tail %s --from %d",
+	return fmt.Sprintf("no connection to agentd for %s (--wait); gave up; the turn goes on: resume with agentd tail %s --from %s",
 		g.wait, g.agent, g.cursor)
 }
 
@@ -552,14 +552,22 @@ func (l *link) lost(_ *nats.Conn, _ error) {
 		return
 	}
 	l.lost_.Add(1)
-	fmt.Fprintf(l.stderr, "connection lost, reconnecting (cursor %d)\n", l.cursor.Load())
+	fmt.Fprintf(l.stderr, "connection lost, reconnecting (cursor %s)\n", l.lastCursor())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.timer == nil {
 		l.timer = time.AfterFunc(l.wait, func() {
-			l.giveUp(&gaveUp{wait: l.wait, agent: l.agent, cursor: l.cursor.Load()})
+			l.giveUp(&gaveUp{wait: l.wait, agent: l.agent, cursor: l.lastCursor()})
 		})
 	}
+}
+
+// lastCursor returns the last cursor printed (the zero cursor before any).
+func (l *link) lastCursor() replay.Cursor {
+	if c := l.cursor.Load(); c != nil {
+		return *c
+	}
+	return replay.Cursor{}
 }
 
 // back is the connection's reconnect handler.
@@ -578,7 +586,7 @@ func (l *link) back(nc *nats.Conn) {
 func (l *link) explain(ctx context.Context, err error) error {
 	var g *gaveUp
 	if err != nil && errors.As(context.Cause(ctx), &g) {
-		g.cursor = l.cursor.Load()
+		g.cursor = l.lastCursor()
 		return &cliError{exitFailed, g}
 	}
 	return err
@@ -647,7 +655,7 @@ func turnCommand(ctx context.Context, nc *nats.Conn, ln *link, agent, verb strin
 func followStream(ctx context.Context, nc *nats.Conn, ln *link, client *replay.Client, agent, stream string,
 	after replay.Cursor, turn bool, stdout, stderr io.Writer) error {
 	cursor := after
-	ln.cursor.Store(uint64(cursor))
+	ln.cursor.Store(&cursor)
 	for {
 		lostBefore := ln.lost_.Load()
 		items := client.Follow(ctx, agent, stream, cursor)
@@ -655,7 +663,7 @@ func followStream(ctx context.Context, nc *nats.Conn, ln *link, client *replay.C
 			items = client.FollowTurn(ctx, agent, stream, cursor)
 		}
 		var err error
-		cursor, err = printStream(ctx, agent, items, cursor, func(c replay.Cursor) { ln.cursor.Store(uint64(c)) }, stdout, stderr)
+		cursor, err = printStream(ctx, agent, items, cursor, func(c replay.Cursor) { ln.cursor.Store(&c) }, stdout, stderr)
 		var ce *cliError
 		if err == nil || ctx.Err() != nil || errors.As(err, &ce) ||
 			(ln.lost_.Load() == lostBefore && nc.IsConnected()) {

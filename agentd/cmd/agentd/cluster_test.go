@@ -603,7 +603,7 @@ func checkFollowed(t *testing.T, items []replay.Item, chunks []chunk.Chunk) {
 			t.Errorf("reader chunk %d = %+v, stream has %+v", i, items[i].Chunk, chunks[i])
 			return
 		}
-		if i > 0 && items[i].Cursor <= items[i-1].Cursor {
+		if i > 0 && items[i].Cursor.Compare(items[i-1].Cursor) <= 0 {
 			t.Errorf("reader cursors not increasing at %d", i)
 			return
 		}

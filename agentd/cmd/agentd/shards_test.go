@@ -74,7 +74,7 @@ func TestBinaryShards(t *testing.T) {
 	}
 	out, code = runVerifyCmd(t, bin, "cluster", "--nats-url", "nats://"+natsAddr)
 	if code != 0 || !strings.Contains(out, "4 stream shards") || !strings.Contains(out, "FOREVER_EVENTS_3") || !strings.Contains(out, "FOREVER_CHUNKS_0") ||
-		!strings.Contains(out, fmt.Sprintf("record format %d active", 6)) {
+		!strings.Contains(out, fmt.Sprintf("record format %d active", 7)) {
 		t.Errorf("agentd cluster: exit %d\n%s", code, out)
 	}
 

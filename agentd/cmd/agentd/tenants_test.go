@@ -248,7 +248,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	var text strings.Builder
-	for it, err := range replay.NewClient(lg).Follow(t.Context(), "bot", ar.StreamID, replay.Cursor(0)) {
+	for it, err := range replay.NewClient(lg).Follow(t.Context(), "bot", ar.StreamID, replay.CursorAt(0)) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 	if !strings.Contains(text.String(), "acme secret plans") {
 		t.Fatalf("replayed %q", text.String())
 	}
-	for it, err := range replay.NewClient(lg).Follow(t.Context(), "bot", br.StreamID, replay.Cursor(0)) {
+	for it, err := range replay.NewClient(lg).Follow(t.Context(), "bot", br.StreamID, replay.CursorAt(0)) {
 		if err == nil {
 			t.Fatalf("acme replayed beta's stream: %+v", it)
 		}
