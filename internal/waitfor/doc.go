@@ -13,7 +13,8 @@
 //
 // Invariants:
 //   - the condition is checked at once, so a condition that already holds
-//     costs no wait;
+//     costs no wait; then again every 10 ms, the interval growing to
+//     100 ms, so a long wait does not load the machine it waits on;
 //   - a condition that never holds fails the test with its description (or
 //     its last error) once the bound passes, and never earlier;
 //   - the functions call t.Fatal, so, as with t.Fatal, call them from the

@@ -8,8 +8,14 @@ import (
 // Bound is how long True and NoError wait before failing the test.
 const Bound = 30 * time.Second
 
-// every is how often a condition is checked again.
-const every = 10 * time.Millisecond
+// A condition is checked again after first, then after each wait grown by
+// half, up to most: a condition that holds soon is seen soon, and one that
+// takes seconds (often a JetStream API call each time) is not asked a
+// hundred times a second on a loaded machine.
+const (
+	first = 10 * time.Millisecond
+	most  = 100 * time.Millisecond
+)
 
 // True waits until cond returns true, or fails the test after Bound with
 // what, a description of the condition.
@@ -39,9 +45,7 @@ func NoError(t testing.TB, f func() error) {
 func Within(t testing.TB, d time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
+	for wait := first; ; wait = min(wait*3/2, most) {
 		err := f()
 		if err == nil {
 			return
@@ -50,7 +54,7 @@ func Within(t testing.TB, d time.Duration, f func() error) {
 			t.Fatalf("waited %v in vain: %v", d, err)
 			return
 		}
-		<-tick.C
+		time.Sleep(wait) // the poll's interval, the one sleep of the waits
 	}
 }
 
