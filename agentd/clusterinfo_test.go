@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestClusterInfo: GET /v1/cluster on a single node shows the node live
@@ -26,7 +26,7 @@ func TestClusterInfo(t *testing.T) {
 	var info agentd.ClusterInfo
 	var body string
 	// The node takes its leases a few at a time.
-	for deadline := time.Now().Add(20 * time.Second); len(info.Leases) < parts && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	waitfor.True(t, "the node to hold every lease", func() bool {
 		var code int
 		code, body = agentdtest.Get(t, "http://"+d.HTTPAddr()+"/v1/cluster")
 		if code != http.StatusOK {
@@ -35,7 +35,8 @@ func TestClusterInfo(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &info); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return len(info.Leases) >= parts
+	})
 	cfg = d.Config()
 	if info.Node != cfg.ServerName || info.Partitions != parts || len(info.Leases) != parts {
 		t.Fatalf("node %q, %d partitions, %d leases; want %q, %d, all held", info.Node, info.Partitions, len(info.Leases), cfg.ServerName, parts)

@@ -22,6 +22,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 func TestRunServesHealthReadyMetrics(t *testing.T) {
@@ -486,13 +487,12 @@ func TestGuardHealsADeletedStream(t *testing.T) {
 // waitLog waits until logs holds want.
 func waitLog(t *testing.T, logs *agentdtest.SyncBuffer, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(logs.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log:\n%s", want, logs.String())
+	waitfor.NoError(t, func() error {
+		if s := logs.String(); !strings.Contains(s, want) {
+			return fmt.Errorf("%q in the log:\n%s", want, s)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // grepLines returns the lines of s that contain sub.

@@ -135,6 +135,8 @@ type guard struct {
 	// event log is open. restartAfter is viewRestartAfter.
 	restartViews func(stream string) bool
 	restartAfter time.Duration
+	// now is the guard's clock (time.Now; tests step it by hand).
+	now func() time.Time
 
 	mu struct {
 		sync.Mutex
@@ -144,7 +146,7 @@ type guard struct {
 }
 
 func newGuard(logger *slog.Logger, reg prometheus.Registerer) (*guard, error) {
-	g := &guard{logger: logger.With("subsystem", "guard"), restartAfter: viewRestartAfter}
+	g := &guard{logger: logger.With("subsystem", "guard"), restartAfter: viewRestartAfter, now: time.Now}
 	faults := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_agentd_store_faults_total",
 		Help: "Losses of a JetStream stream or bucket the daemon noticed under it, by store and kind (deleted, recreated, purged).",
@@ -173,7 +175,7 @@ func (g *guard) add(s Guarded) {
 func (g *guard) watchView(name, stream string, cursor func() eventlog.Seq) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.mu.views = append(g.mu.views, &watchedView{name: name, stream: stream, cursor: cursor, moved: time.Now()})
+	g.mu.views = append(g.mu.views, &watchedView{name: name, stream: stream, cursor: cursor, moved: g.now()})
 }
 
 // Guard adds a stream or bucket to those the daemon's guard watches (the
@@ -391,7 +393,7 @@ func (g *guard) heal(ctx context.Context, js jetstream.JetStream, st *guardState
 	}
 	g.logger.Info(fmt.Sprintf("%s healed", st.g.What), "store", st.g.Stream, "kind", string(loss.Kind), "took", time.Since(start))
 	st.healedLoss = loss
-	st.loss, st.healErr, st.healed = nil, nil, time.Now()
+	st.loss, st.healErr, st.healed = nil, nil, g.now()
 	return info
 }
 
@@ -402,7 +404,7 @@ func (g *guard) heal(ctx context.Context, js jetstream.JetStream, st *guardState
 // client's own recreation of it never got through) opens a new one from
 // its stored cursor. Until then readiness names them stalled (reasons).
 func (g *guard) lookAtViews(lasts map[string]uint64) {
-	now := time.Now()
+	now := g.now()
 	restart := map[string]string{}
 	g.mu.Lock()
 	restartViews := g.restartViews
@@ -440,7 +442,7 @@ const lossShown = time.Minute
 // healedLosses returns the losses healed in the last lossShown, for
 // /readyz's degraded list (the node serves; the data is gone).
 func (g *guard) healedLosses() []string {
-	now := time.Now()
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []string
@@ -458,7 +460,7 @@ func (g *guard) healedLosses() []string {
 // reasons returns what the guard finds wrong now, as readiness reasons:
 // a stream lost and not yet healed, views that stopped following.
 func (g *guard) reasons() (missing, stalled []string) {
-	now := time.Now()
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, st := range g.mu.states {

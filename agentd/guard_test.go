@@ -113,7 +113,9 @@ func TestGuardRestartsStalledViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.restartAfter = 50 * time.Millisecond
+	g.restartAfter = time.Minute
+	now := time.Now()
+	g.now = func() time.Time { return now }
 	var restarted []string
 	g.restartViews = func(stream string) bool { restarted = append(restarted, stream); return true }
 	var stuck, moving, done, replaying eventlog.Seq = 10, 5, 10, 3
@@ -128,19 +130,19 @@ func TestGuardRestartsStalledViews(t *testing.T) {
 	if len(restarted) != 0 {
 		t.Fatalf("restarted %v at once", restarted)
 	}
-	time.Sleep(60 * time.Millisecond)
+	now = now.Add(61 * time.Second)
 	g.lookAtViews(lasts)
 	g.lookAtViews(lasts) // within restartAfter of the restart: not again
 	if want := []string{"A"}; !slices.Equal(restarted, want) {
 		t.Fatalf("restarted %v, want %v", restarted, want)
 	}
-	time.Sleep(60 * time.Millisecond)
+	now = now.Add(61 * time.Second)
 	g.lookAtViews(lasts)
 	if len(restarted) != 2 {
 		t.Errorf("restarted %v; a view still stalled a restartAfter later is restarted again", restarted)
 	}
 	stuck = 20 // caught up
-	time.Sleep(60 * time.Millisecond)
+	now = now.Add(61 * time.Second)
 	g.lookAtViews(lasts)
 	if len(restarted) != 2 {
 		t.Errorf("restarted %v after the views caught up", restarted)

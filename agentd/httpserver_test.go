@@ -12,6 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // closedWithin reads c until the server closes it; it fails the test if
@@ -179,16 +180,11 @@ func TestHTTPMaxConns(t *testing.T) {
 		}
 	}
 	held[0].Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.True(t, "a slot freed by a closed connection to be given back", func() bool {
 		resp, c := get("/nothing")
 		c.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a slot freed by a closed connection was not given back")
-		}
-	}
+		return resp.StatusCode != http.StatusServiceUnavailable
+	})
 }
 
 // TestMetricsListener: with --metrics-listen, /metrics is served there and

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 valid
@@ -72,17 +74,21 @@ func TestReadyzNamesAnExpiredCertificate(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	get := func(path string) (int, string) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var code int
+		var body string
+		waitfor.NoError(t, func() error {
 			resp, err := client.Get("https://" + d.HTTPAddr() + path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || time.Now().After(deadline) {
-				return resp.StatusCode, string(b)
+			if code, body = resp.StatusCode, string(b); code != http.StatusOK {
+				return fmt.Errorf("200 from %s: %d %s", path, code, body)
 			}
-		}
+			return nil
+		})
+		return code, body
 	}
 	code, body := get("/readyz")
 	var h agentd.Health

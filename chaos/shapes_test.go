@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 func TestPlanShapes(t *testing.T) {
@@ -126,24 +127,24 @@ func TestStepdownLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := func() string {
-		for {
+		var name string
+		waitfor.True(t, "the stream to have a leader", func() bool {
 			info, err := st.Info(ctx)
-			if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
-				return info.Cluster.Leader
-			}
 			if ctx.Err() != nil {
 				t.Fatal(ctx.Err())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			if err == nil && info.Cluster != nil {
+				name = info.Cluster.Leader
+			}
+			return name != ""
+		})
+		return name
 	}
 	before := leader()
 	if err := stepdownLeader(ctx, nc, eventlog.DefaultEventsStream); err != nil {
 		t.Fatalf("stepdown: %v", err)
 	}
-	for leader() == before {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "a new leader", func() bool { return leader() != before })
 	if err := stepdownLeader(ctx, nc, "NO_SUCH_STREAM"); err == nil {
 		t.Error("stepdown of a stream that does not exist: no error")
 	}

@@ -177,7 +177,9 @@ func TestMultitaskDebounce(t *testing.T) {
 		t.Fatalf("third reply %+v, want %+v", turn, first)
 	}
 	clock.Advance(29 * time.Second)
-	time.Sleep(500 * time.Millisecond) // more than a queue poll: nothing may start
+	// Not a synchronisation: more than a queue poll passes, to show that
+	// nothing starts within the window.
+	time.Sleep(500 * time.Millisecond)
 	queued(3)
 	if n := len(turnStarts(t, e, "a1")); n != 0 {
 		t.Fatalf("%d turns started within the window", n)

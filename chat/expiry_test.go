@@ -1,6 +1,7 @@
 package chat_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // A turn recovered after the chunks stream's safety cap
@@ -20,13 +22,15 @@ func TestRecoverAfterChunksExpired(t *testing.T) {
 	e := newEnvWith(t, eventlog.Config{ChunkSafetyAge: time.Second})
 	turn := crash(t, e, "a1", "tell me a story", 3)
 	streamInfo(t, e, "a1", turn.StreamID) // the view saw the chunks
-	deadline := time.Now().Add(30 * time.Second)
-	for len(readChunks(t, e.lg, "a1", turn.StreamID)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("chunks did not expire")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.True(t, "the chunks to expire", func() bool {
+		// Each read is bounded: one whose events expire under it waits
+		// for them past its end (eventlog's read follows up to the last
+		// sequence it saw).
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		evs, err := e.lg.Read(ctx, eventlog.Filter{Agent: "a1", Stream: turn.StreamID}, 0, 0)
+		return err == nil && len(evs) == 0
+	})
 	p := &fake{scripts: []script{failWith(errNotCalled)}}
 	h := recoverHost(t, e, "a1", p, nil)
 	if p.Calls() != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/modellimit"
 )
 
@@ -39,8 +40,7 @@ func TestRateLimitedTurnWaitsAndCompletes(t *testing.T) {
 	}
 	// While the limiter holds it, the turn says so in its status.
 	var seen *chat.ModelWait
-	deadline := time.Now().Add(10 * time.Second)
-	for seen == nil && time.Now().Before(deadline) {
+	waitfor.True(t, "the status to show the turn waiting for the rate limit", func() bool {
 		st, err := h.a.Status()
 		if err != nil {
 			t.Fatal(err)
@@ -51,9 +51,9 @@ func TestRateLimitedTurnWaitsAndCompletes(t *testing.T) {
 			}
 			seen = w
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if seen == nil || seen.Model != "fake/fake" {
+		return seen != nil
+	})
+	if seen.Model != "fake/fake" {
 		t.Fatalf("status never showed the turn waiting for the rate limit: %+v", seen)
 	}
 	h.r.Wait()
@@ -113,14 +113,15 @@ func TestTenantsShareModelLimitByWeight(t *testing.T) {
 	chatter(ctx, light, 4)
 	chatter(heavyCtx, heavy, 10)
 	total := func() int64 { return light.Stats().Granted + heavy.Stats().Granted }
-	deadline := time.Now().Add(2 * time.Minute)
+	// The bound is for the load's 180 calls at a shared rate limit.
+	const bound = 2 * time.Minute
 	until := func(n int64) {
-		for total() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("only %d calls granted", total())
+		waitfor.Within(t, bound, func() error {
+			if got := total(); got < n {
+				return fmt.Errorf("%d calls granted, have %d", n, got)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	until(20) // every agent is chatting
 	l0, h0 := light.Stats().Granted, heavy.Stats().Granted
@@ -136,12 +137,7 @@ func TestTenantsShareModelLimitByWeight(t *testing.T) {
 	// The heavy tenant goes idle (its turns in flight end): the light one
 	// gets every call of the limit, not its quarter.
 	stopHeavy()
-	for heavy.Stats().Waiting > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("heavy's calls still waiting")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, "heavy's calls to stop waiting", func() bool { return heavy.Stats().Waiting == 0 })
 	l2, h2 := light.Stats().Granted, heavy.Stats().Granted
 	until(l2 + h2 + 30)
 	if got, hgot := light.Stats().Granted-l2, heavy.Stats().Granted-h2; got < 29 {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -88,12 +88,7 @@ func TestChunksOutageLeavesTurnForRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, reached)
-	for deadline := time.Now().Add(10 * time.Second); len(readChunks(t, e.lg, "a1", turn.StreamID)) < 3; {
-		if time.Now().After(deadline) {
-			t.Fatal("the first words were not stored")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, "the first words to be stored", func() bool { return len(readChunks(t, e.lg, "a1", turn.StreamID)) >= 3 })
 	end := chunksOutage(t, e)
 	close(resume)
 	h.r.Wait()

@@ -2,12 +2,12 @@ package chat_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -85,13 +85,10 @@ func TestNotOwnerWritesNothing(t *testing.T) {
 			if tc.name == "mid-turn" {
 				// The deltas before the pause are queued (merged into fewer
 				// chunks, maybe); let them land.
-				deadline := time.Now().Add(10 * time.Second)
-				for _, text := streamOf(t, eA.lg, "a1", turn.StreamID); text != before(); _, text = streamOf(t, eA.lg, "a1", turn.StreamID) {
-					if time.Now().After(deadline) {
-						t.Fatal("the chunks before the pause did not land")
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+				waitfor.True(t, "the chunks before the pause to land", func() bool {
+					_, text := streamOf(t, eA.lg, "a1", turn.StreamID)
+					return text == before()
+				})
 			}
 			evMark, err := eA.lg.LastSeq(t.Context(), eventlog.Filter{Agent: "a1"})
 			if err != nil {

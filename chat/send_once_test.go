@@ -224,7 +224,9 @@ func TestSendOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.r.Wait()
-		time.Sleep(300 * time.Millisecond) // JetStream forgot the id
+		// Not a synchronisation: the duplicate window passes, and
+		// JetStream forgets the id.
+		time.Sleep(300 * time.Millisecond)
 		if again, err := h.a.Send(t.Context(), req); err != nil || !sameTurn(again, first) {
 			t.Fatalf("past the window: %+v, %v; want %+v", again, err, first)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -126,17 +127,15 @@ func local(string) llm.Provider { return llm.NewLocal(llm.LocalConfig{Rate: -1})
 // awaitTurn waits until agent's last turn has ended and returns it.
 func awaitTurn(t *testing.T, e *env, agent string) chat.TurnInfo {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var tr chat.TurnInfo
+	waitfor.True(t, "the turn of "+agent+" to end", func() bool {
 		settled(t, e, agent)
-		if tr, ok, err := e.store.LastTurn(agent); err == nil && ok && !tr.Active() {
-			return tr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn of %s did not end", agent)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		var ok bool
+		var err error
+		tr, ok, err = e.store.LastTurn(agent)
+		return err == nil && ok && !tr.Active()
+	})
+	return tr
 }
 
 // turnStarts counts agent's turn.started events by request id.
@@ -343,7 +342,7 @@ func TestSubagentParentDeactivated(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.streaming
-	waitFor(t, "the parent waiting", func() bool {
+	waitfor.True(t, "the parent waiting", func() bool {
 		st, err := m.get("boss").a.Status()
 		return err == nil && len(st.Children) == 1 && st.Children[0].Agent == "slow"
 	})
@@ -401,7 +400,7 @@ func TestSubagentCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.streaming
-	waitFor(t, "the parent waiting", func() bool {
+	waitfor.True(t, "the parent waiting", func() bool {
 		st, err := boss.a.Status()
 		return err == nil && len(st.Children) == 1
 	})
@@ -480,7 +479,7 @@ func TestSubagentCancelDeactivated(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.streaming
-	waitFor(t, "the parent waiting", func() bool {
+	waitfor.True(t, "the parent waiting", func() bool {
 		st, err := m.get("boss").a.Status()
 		return err == nil && len(st.Children) == 1
 	})
@@ -565,7 +564,7 @@ func TestSubagentChildDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-g.streaming
-	waitFor(t, "the parent waiting", func() bool {
+	waitfor.True(t, "the parent waiting", func() bool {
 		st, err := m.get("boss").a.Status()
 		return err == nil && len(st.Children) == 1
 	})
@@ -685,17 +684,6 @@ func TestSubagentEphemeral(t *testing.T) {
 		t.Errorf("the persistent child has %d messages, want two turns' worth", len(msgs))
 	}
 	checkClean(t, e.lg)
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestSubagentCrashPoints: the parent dies at each point of a step with

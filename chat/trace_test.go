@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/tracing"
 )
 
@@ -201,14 +201,15 @@ func TestSubagentTraceNests(t *testing.T) {
 	}
 	// Spans end just after their turns do.
 	byAgent := map[string]tracetest.SpanStub{}
-	for deadline := time.Now().Add(10 * time.Second); len(byAgent) < 2; time.Sleep(10 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		for _, s := range spansNamed(exp.GetSpans(), "invoke_agent") {
 			byAgent[attrOf(s, "gen_ai.agent.id")] = s
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("invoke_agent spans of %v, want boss and kid-a", slices.Collect(maps.Keys(byAgent)))
+		if len(byAgent) < 2 {
+			return fmt.Errorf("invoke_agent spans of boss and kid-a, have %v", slices.Collect(maps.Keys(byAgent)))
 		}
-	}
+		return nil
+	})
 	boss, kid := byAgent["boss"], byAgent["kid-a"]
 	for _, s := range []tracetest.SpanStub{boss, kid} {
 		if s.SpanContext.TraceID() != caller.SpanContext().TraceID() {
@@ -255,9 +256,10 @@ func TestToolErrorSpanStatus(t *testing.T) {
 			}
 			awaitTurn(t, e, "a1")
 			var calls []tracetest.SpanStub
-			for deadline := time.Now().Add(10 * time.Second); len(calls) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			waitfor.True(t, "an execute_tool leaky span", func() bool {
 				calls = spansNamed(exp.GetSpans(), "execute_tool leaky")
-			}
+				return len(calls) > 0
+			})
 			if len(calls) != 1 {
 				t.Fatalf("%d execute_tool leaky spans, want 1", len(calls))
 			}

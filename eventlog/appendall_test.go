@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 func notes(agent string, n int) []eventlog.Event {
@@ -176,9 +176,7 @@ func TestAppendAllFencedInGroup(t *testing.T) {
 		}
 		errs <- err
 	}()
-	for queued() < agents+1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "every append to queue", func() bool { return queued() >= agents+1 })
 	release()
 	for range agents + 1 {
 		if err := <-errs; err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // holdAndSend queues one append per agent while l's appends are held,
@@ -35,12 +36,12 @@ func holdAndSend(t *testing.T, lg *eventlog.Log, agents []string) map[string]err
 			mu.Unlock()
 		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); queued() < len(agents); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d appends queued", queued(), len(agents))
+	waitfor.NoError(t, func() error {
+		if n := queued(); n < len(agents) {
+			return fmt.Errorf("%d appends to queue, have %d", len(agents), n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	release()
 	wg.Wait()
 	return errs
@@ -155,16 +156,9 @@ func TestGroupCommitCancel(t *testing.T) {
 	gone := make(chan error, 1)
 	go func() { _, err := appendNote(cctx, lg, "gone"); gone <- err }()
 	kept := make(chan error, 1)
-	go func() {
-		for queued() < 1 {
-			time.Sleep(time.Millisecond)
-		}
-		_, err := appendNote(t.Context(), lg, "kept")
-		kept <- err
-	}()
-	for queued() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, "the first append to queue", func() bool { return queued() >= 1 })
+	go func() { _, err := appendNote(t.Context(), lg, "kept"); kept <- err }()
+	waitfor.True(t, "the second append to queue", func() bool { return queued() >= 2 })
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled append: %v", err)
@@ -230,6 +224,7 @@ func TestGroupCommitCrash(t *testing.T) {
 		if !running {
 			t.Fatal("child ended before running")
 		}
+		// Not a synchronisation: the kill lands at a random point.
 		time.Sleep(time.Duration(200+rand.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		for l := range lines {

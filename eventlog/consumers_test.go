@@ -3,12 +3,14 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestReadsLeaveNoConsumers: every Read and Follow runs on an ordered
@@ -123,15 +125,13 @@ func TestCheckFollow(t *testing.T) {
 		t.Helper()
 		// The follower's consumer is deleted in the background when it
 		// ends (dropConsumer); on a loaded machine that takes seconds.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		waitfor.NoError(t, func() error {
 			err := lg.CheckFollow(t.Context(), f)
 			if errors.Is(err, want) || (want == nil && err == nil) {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("check: %v, want %v", err, want)
-			}
-		}
+			return fmt.Errorf("check %v, have %v", want, err)
+		})
 	}
 	waitCheck(eventlog.ErrConsumerLimit)
 	cancel()

@@ -93,6 +93,7 @@ func crashRound(t *testing.T, s *server.Server, fs *vfs.MemFS, rng *rand.Rand, n
 		}
 	}()
 	<-first
+	// Not a synchronisation: the crash lands at a random point.
 	time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
 	// The crash: what WaitDurable confirmed before this moment must survive
 	// it.

@@ -44,6 +44,8 @@ func TestSpreadLeaders(t *testing.T) {
 				t.Logf("append during a move: %v", err)
 			}
 		}
+		// Not a synchronisation: paces the spread's retries, as each asks
+		// for stepdowns and an election takes a while.
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, a := range agents {

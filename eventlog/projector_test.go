@@ -385,6 +385,7 @@ func TestProjectionCrash(t *testing.T) {
 		for sc.Scan() && !strings.Contains(sc.Text(), "child: running") {
 		}
 		if !last {
+			// Not a synchronisation: the kill lands at a random point.
 			time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
 			cmd.Process.Signal(syscall.SIGKILL)
 		}

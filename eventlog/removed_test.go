@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestPurgeIsNotAnotherWriter: a stream purged or deleted under a fenced
@@ -134,7 +136,7 @@ func TestViewsFollowARestoredStream(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			for {
+			waitfor.NoError(t, func() error {
 				evs, err := lg.Read(ctx, p.Filter, 0, 0)
 				if err != nil {
 					t.Fatal(err)
@@ -142,13 +144,11 @@ func TestViewsFollowARestoredStream(t *testing.T) {
 				if err := f.WaitFor(ctx, seq); err != nil {
 					t.Fatal(err)
 				}
-				if got, want := dump(t, lg, p.Name), fold(evs); equalMaps(got, want) {
-					break
-				} else if ctx.Err() != nil {
-					t.Fatalf("view %s = %v, want %v (the stream as it is now)", p.Name, got, want)
+				if got, want := dump(t, lg, p.Name), fold(evs); !equalMaps(got, want) {
+					return fmt.Errorf("view %s = %v, want %v (the stream as it is now)", p.Name, got, want)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return nil
+			})
 		})
 	}
 }

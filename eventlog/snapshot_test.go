@@ -214,6 +214,7 @@ func TestCompactionCrash(t *testing.T) {
 		for sc.Scan() && !strings.Contains(sc.Text(), "child: appended") {
 		}
 		if !last {
+			// Not a synchronisation: the kill lands at a random point.
 			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 			cmd.Process.Signal(syscall.SIGKILL)
 		}
@@ -270,7 +271,7 @@ func TestCompactionChild(t *testing.T) {
 	eventlog.StopCompact(lg, func(point string) error {
 		fmt.Println("child: " + point)
 		if os.Getenv("EVENTLOG_COMPACT_HOLD") == "true" {
-			time.Sleep(time.Minute) // the parent kills it here
+			time.Sleep(time.Minute) // not a synchronisation: the parent kills it here
 		}
 		return nil
 	})

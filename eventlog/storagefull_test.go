@@ -14,6 +14,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -97,9 +98,7 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	appendN(t, lg, 30, 3) // the log itself has room
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	for lg.Stalled() == nil && wctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, "the views to stall", func() bool { return lg.Stalled() != nil })
 	err := lg.Stalled()
 	if !errors.Is(err, eventlog.ErrViewsStalled) || !errors.Is(err, eventlog.ErrStorageFull) {
 		t.Fatalf("Stalled with Pebble full = %v, want ErrViewsStalled and ErrStorageFull", err)
@@ -127,7 +126,9 @@ func TestViewsStallWhenPebbleIsFull(t *testing.T) {
 	if got, want := dump(t, lg, "count_a"), fold(all[:cur]); cur < 30 || !equalMaps(got, want) {
 		t.Errorf("views while stalled, cursor %d: got %v, want %v", cur, got, want)
 	}
-	time.Sleep(2 * time.Second) // a few failed probes
+	// Not a synchronisation: a few probes fail while the disk is full, and
+	// the stall must outlast them.
+	time.Sleep(2 * time.Second)
 	full.Off()
 	if err := f.WaitDurable(wctx, 60); err != nil {
 		t.Fatalf("WaitDurable after space returned: %v", err)

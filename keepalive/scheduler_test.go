@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/keepalive/keepalivetest"
 	"github.com/nats-io/nats-server/v2/server"
@@ -216,11 +218,11 @@ func TestScheduleKinds(t *testing.T) {
 		t.Fatalf("List after both fired = %+v, want empty", l)
 	}
 	// The counter moves just after the fired event is appended.
-	got := metricValue(t, h.reg, "forever_keepalive_schedules_fired_total", "ok")
-	for deadline := time.Now().Add(10 * time.Second); got != 2 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
+	var got float64
+	waitfor.True(t, "two schedules counted as fired", func() bool {
 		got = metricValue(t, h.reg, "forever_keepalive_schedules_fired_total", "ok")
-	}
+		return got == 2
+	})
 	if got != 2 {
 		t.Fatalf("fired_total{ok} = %v, want 2", got)
 	}
@@ -596,13 +598,12 @@ func TestProjectionDeterministic(t *testing.T) {
 		}
 		// Rebuild replies before the replay resets the in-memory cursor, so
 		// WaitFor cannot be trusted here: wait for the rows instead.
-		deadline := time.Now().Add(10 * time.Second)
-		for got := rows(t, h.lg); !maps.Equal(got, want); got = rows(t, h.lg) {
-			if time.Now().After(deadline) {
-				t.Fatalf("rows after Rebuild:\n%v\nwant\n%v", got, want)
+		waitfor.NoError(t, func() error {
+			if got := rows(t, h.lg); !maps.Equal(got, want) {
+				return fmt.Errorf("rows after Rebuild:\n%v\nwant\n%v", got, want)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 
 	t.Run("drop pebble", func(t *testing.T) {

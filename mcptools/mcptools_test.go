@@ -21,6 +21,7 @@ import (
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/internal/freeport"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // serverBin is the test MCP server (testdata/mcpserver), built once by
@@ -176,16 +177,12 @@ func records(t *testing.T, record, kind string) []string {
 // returns it.
 func waitRecord(t *testing.T, record, kind string, n int) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if got := records(t, record, kind); len(got) >= n {
-			return got[n-1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d %q records after 30s", n, kind)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var got []string
+	waitfor.True(t, fmt.Sprintf("%d %q records", n, kind), func() bool {
+		got = records(t, record, kind)
+		return len(got) >= n
+	})
+	return got[n-1]
 }
 
 func TestParseServer(t *testing.T) {
@@ -375,19 +372,11 @@ func TestStdioExitWhileIdle(t *testing.T) {
 	}
 	// The watcher drops the session once the process is gone.
 	cn := c.conns[0]
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.True(t, "the session of the killed server to be dropped", func() bool {
 		cn.mu.Lock()
-		gone := cn.mu.cs == nil
-		cn.mu.Unlock()
-		if gone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("session of the killed server not dropped after 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer cn.mu.Unlock()
+		return cn.mu.cs == nil
+	})
 	if _, err := callTool(t, c, "t__echo", "k", `{"text":"x"}`); err != nil {
 		t.Fatalf("first call after the server exited: %v", err)
 	}
@@ -421,23 +410,19 @@ func TestHTTPKilledMidCall(t *testing.T) {
 
 	// Back on the same address, a later call reconnects (after the backoff).
 	startHTTP(t, p.addr, record)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		out, err := callTool(t, c, "web__echo", "k-back", `{"text":"back"}`)
 		if err == nil {
 			if string(out) != `"back"` {
 				t.Errorf("echo output %s", out)
 			}
-			break
+			return nil
 		}
 		if te := toolError(t, err); te.Type != ErrorTypeUnavailable {
 			t.Fatalf("call after restart: %+v", te)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnection after 30s: %v\n%s", err, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("a reconnection: %v\n%s", err, logs.String())
+	})
 }
 
 func TestUnavailableAtStart(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/modellimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,13 +62,7 @@ func (c *manualClock) pending() int {
 // goroutines to settle, it measures no time.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.True(t, what, cond)
 }
 
 const model = "local/local"

@@ -54,7 +54,7 @@ func TestLeasesOutliveAFullStore(t *testing.T) {
 					t.Fatal("the store never filled")
 				}
 			}
-			time.Sleep(3 * ttl)
+			time.Sleep(3 * ttl) // not a synchronisation: three lease TTLs pass on a full store
 			got := a.m.OwnedCount()
 			if tc.file {
 				if got != 0 {

@@ -88,7 +88,7 @@ func TestFormatAutoActivate(t *testing.T) {
 	})
 	// Several heartbeats with b alive: nothing is raised.
 	for range 5 {
-		time.Sleep(150 * time.Millisecond) // heartbeats of 100 ms; a stop here is a wait for them
+		time.Sleep(150 * time.Millisecond) // not a synchronisation: heartbeats of 100 ms pass, and nothing may be raised
 		if got := a.m.ActiveFormat(); got != FormatBase {
 			t.Fatalf("active format %d while a node reads only %d", got, FormatBase)
 		}

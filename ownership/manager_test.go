@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,13 +93,7 @@ func (n *node) stop(t *testing.T) {
 // only keeps a broken test from hanging).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, what, cond)
 }
 
 func TestOneNodeTakesAll(t *testing.T) {

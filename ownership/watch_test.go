@@ -2,11 +2,13 @@ package ownership
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -64,12 +66,12 @@ func TestWatchOutlivesItsServer(t *testing.T) {
 	// A bound, not a timing: far above a working restart (about a second),
 	// far below the library's own detection.
 	const bound = 10 * time.Second
-	for !slices.Contains(a.m.Nodes(), "probe") {
-		if time.Since(killed) > bound {
-			t.Fatalf("the watch delivered nothing for %s after its server died", bound)
+	waitfor.Within(t, bound, func() error {
+		if !slices.Contains(a.m.Nodes(), "probe") {
+			return errors.New("the watch to deliver the probe after its server died")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("the watch delivered the probe %s after its server died", time.Since(killed).Round(time.Millisecond))
 }
 

@@ -220,7 +220,7 @@ func TestFollowResumeExactlyOnce(t *testing.T) {
 					if _, err := w.Flush(t.Context()); err != nil {
 						t.Fatal(err)
 					}
-					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // not a synchronisation: a random pace
 				}
 			}
 			if _, err := w.Flush(t.Context()); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -207,16 +208,10 @@ func (e *env) gauge(t *testing.T, transport string) float64 {
 	return 0
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor polls cond until it holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.True(t, what, cond)
 }
 
 // script is a typical turn: start, text, a tool call, finish.

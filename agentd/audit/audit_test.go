@@ -11,6 +11,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 func openLog(t *testing.T) (*audit.Log, jetstream.JetStream) {
@@ -34,16 +35,19 @@ func openLog(t *testing.T) (*audit.Log, jetstream.JetStream) {
 // tail returns the records Tail prints, waiting until there are want.
 func tail(t *testing.T, js jetstream.JetStream, tenant string, n, want int) []audit.Record {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var got []audit.Record
+	var got []audit.Record
+	waitfor.NoError(t, func() error {
+		got = nil
 		err := audit.Tail(t.Context(), js, tenant, n, false, func(r audit.Record) error { got = append(got, r); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) >= want || time.Now().After(deadline) {
-			return got
+		if len(got) < want {
+			return fmt.Errorf("%d records of %q, have %d", want, tenant, len(got))
 		}
-	}
+		return nil
+	})
+	return got
 }
 
 // TestAuditRecordsAndTail: records reach the stream with their node and
@@ -78,18 +82,16 @@ func TestAuditRefusalsBounded(t *testing.T) {
 	for range 5000 {
 		l.Refused(audit.Record{Action: "auth.refused", Detail: "invalid token", From: "10.0.0.1:1234"})
 	}
-	time.Sleep(1100 * time.Millisecond)                                                       // the refusal rate refills
+	time.Sleep(1100 * time.Millisecond)                                                       // not a synchronisation: the refusal rate refills
 	l.Refused(audit.Record{Action: "auth.refused", Detail: "the last", From: "10.0.0.1:999"}) // same host
 	var got []audit.Record
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		got = tail(t, js, "", 0, 1)
-		if len(got) > 0 && got[len(got)-1].Detail == "the last" {
-			break
+		if len(got) == 0 || got[len(got)-1].Detail != "the last" {
+			return fmt.Errorf("the last refusal to be recorded among %d", len(got))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the last refusal was not recorded among %d", len(got))
-		}
-	}
+		return nil
+	})
 	sum := 0
 	for _, r := range got {
 		sum += 1 + r.Suppressed

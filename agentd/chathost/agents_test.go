@@ -19,6 +19,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -95,18 +96,12 @@ func chatDone(t *testing.T, nc *nats.Conn, agent, text string) {
 func chatDoneWith(t *testing.T, nc *nats.Conn, agent, payload string) {
 	t.Helper()
 	command(t, nc, agent, "chat", payload, nil)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.True(t, "the turn of "+agent+" to end", func() bool {
 		var page struct{ Messages []chat.Message }
 		command(t, nc, agent, "messages", `{}`, &page)
-		if n := len(page.Messages); n > 0 && page.Messages[n-1].Role == chat.RoleAssistant {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn of %s never ended", agent)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		n := len(page.Messages)
+		return n > 0 && page.Messages[n-1].Role == chat.RoleAssistant
+	})
 }
 
 func sseData(t *testing.T, url string) <-chan string {
@@ -169,24 +164,7 @@ func TestStateAndBroadcastAcrossNodes(t *testing.T) {
 	defer nc.Close()
 
 	// An agent n1 owns, once n2 took its share of the partitions.
-	agent := ""
-	deadline := time.Now().Add(30 * time.Second)
-	for agent == "" {
-		owners := map[string]string{}
-		for i := range 16 {
-			id := fmt.Sprintf("o%d", i)
-			var st host.Status
-			command(t, nc, id, "status", ``, &st)
-			owners[st.Owner] = id
-		}
-		if owners["n1"] != "" && owners["n2"] != "" {
-			agent = owners["n1"]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the partitions never spread over both nodes: %v", owners)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	agent := spreadOwners(t, nc, "o")["n1"]
 	events := "http://" + d2.HTTPAddr() + "/v1/agents/" + agent + "/events"
 	early := sseData(t, events)
 	if got, want := nextData(t, early), `{"type":"state","version":0,"value":null}`; got != want {
@@ -228,17 +206,13 @@ func TestDeleteChatAgent(t *testing.T) {
 	}
 	defer nc.Close()
 	chatDoneWith(t, nc, "c1", `{"text":"first","meta":{"user":"ann","tags":["x"]}}`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		list, err := chats.Store().Streams().List("c1")
 		if err == nil && len(list) > 0 && list[0].Expired {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the first stream never expired: %+v %v", list, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the first stream to expire: %+v %v", list, err)
+	})
 	chatDone(t, nc, "c1", "second")
 	command(t, nc, "c1", "state", `{"value":{"k":1},"expectVersion":0}`, nil)
 	chatDone(t, nc, "c2", "another agent")
@@ -296,12 +270,10 @@ func TestDeleteChatAgent(t *testing.T) {
 	// The turn's fiber ends just after its stream and messages: the entry
 	// turns idle then.
 	var e agents.Entry
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.True(t, "c1's entry to leave running", func() bool {
 		command(t, nc, "c1", "meta", ``, &e)
-		if e.Status != agents.StatusRunning || time.Now().After(deadline) {
-			break
-		}
-	}
+		return e.Status != agents.StatusRunning
+	})
 	if e.User != "" || e.Status != agents.StatusIdle {
 		t.Fatalf("the id's new entry: %+v", e)
 	}

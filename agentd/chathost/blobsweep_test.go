@@ -2,6 +2,7 @@ package chathost
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -71,18 +73,14 @@ func TestBlobSweep(t *testing.T) {
 	turn := func(agent, fill string) {
 		t.Helper()
 		command(t, nc, agent, "chat", `{"text":"/tool big {\"fill\":\"`+fill+`\",\"size\":4000}"}`, nil)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		waitfor.NoError(t, func() error {
 			msgs, _, err := chats.Store().Messages(agent, chat.Page{})
 			_, active, aerr := chats.Store().ActiveTurn(agent)
 			if err == nil && aerr == nil && !active && len(msgs) >= 2 {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the turn of %s never ended: %v %v", agent, err, aerr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("the turn of %s to end: %v %v", agent, err, aerr)
+		})
 	}
 	objects := func() map[string]int64 {
 		t.Helper()

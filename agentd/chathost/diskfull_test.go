@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestPebbleDiskFull: when Pebble's disk is full (ENOSPC injected through
@@ -109,34 +110,26 @@ func TestPebbleDiskFull(t *testing.T) {
 	}
 
 	full.Off()
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	waitfor.True(t, "chats to be taken again once space returned", func() bool {
 		resp := agentdtest.Post(t, t.Context(), base+"/v1/chat", chatBody("c5"))
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			finish(resp)
-			break
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			resp.Body.Close()
+			return false
 		}
-		resp.Body.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("chats still refused 20 s after space returned")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		finish(resp)
+		return true
+	})
 	code, body := agentdtest.Get(t, base+"/v1/chat/c1/messages")
 	if code != 200 || !strings.Contains(body, `"role":"assistant"`) {
 		t.Errorf("c1's messages after the disk filled and emptied: %d %s", code, body)
 	}
 	// The turn that was streaming as the disk filled completed once it
 	// emptied.
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		code, body := agentdtest.Get(t, base+"/v1/chat/c2/messages")
 		if code == 200 && strings.Contains(body, `"role":"assistant"`) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the chat paused by the full disk did not complete: %d %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("the chat paused by the full disk to complete: %d %s", code, body)
+	})
 }

@@ -3,7 +3,6 @@ package chathost
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -52,16 +51,7 @@ func TestFork(t *testing.T) {
 	}
 	messages := func(agent string) []chat.Message {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if _, active, err := chats.Store().ActiveTurn(agent); err == nil && !active {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: turn still active", agent)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitTurnEnded(t, chats, agent)
 		msgs, _, err := chats.Store().Messages(agent, chat.Page{})
 		if err != nil {
 			t.Fatal(err)
@@ -205,18 +195,7 @@ func TestForkAcrossNodes(t *testing.T) {
 	}
 	defer nc.Close()
 
-	owners := map[string]string{} // node: an agent id it owns
-	for deadline := time.Now().Add(30 * time.Second); owners["n1"] == "" || owners["n2"] == ""; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the partitions never spread over both nodes: %v", owners)
-		}
-		for i := range 16 {
-			id := fmt.Sprintf("x%d", i)
-			var st host.Status
-			command(t, nc, id, "status", ``, &st)
-			owners[st.Owner] = id
-		}
-	}
+	owners := spreadOwners(t, nc, "x") // node: an agent id it owns
 	parent, fork := owners["n1"], owners["n2"]
 	chatDone(t, nc, parent, "hello")
 	pmsgs, _, err := chats1.Store().Messages(parent, chat.Page{})
@@ -292,12 +271,7 @@ func TestForkParentDeletedMeanwhile(t *testing.T) {
 	if code, body := cmd("p", "chat", `{"text":"one"}`); code != "" {
 		t.Fatalf("chat: %s %s", code, body)
 	}
-	for {
-		if _, active, err := chats.Store().ActiveTurn("p"); err == nil && !active {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitTurnEnded(t, chats, "p")
 	type result struct {
 		code string
 		body []byte

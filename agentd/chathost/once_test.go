@@ -43,16 +43,7 @@ func TestChatRunsOnce(t *testing.T) {
 	}
 	turns := func(agent string) int {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if _, active, err := chats.Store().ActiveTurn(agent); err == nil && !active {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: turn still active", agent)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitTurnEnded(t, chats, agent)
 		msgs, _, err := chats.Store().Messages(agent, chat.Page{})
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestMessagesPagesByBytes: the messages verb over NATS pages by bytes as
@@ -44,20 +45,13 @@ func TestMessagesPagesByBytes(t *testing.T) {
 		var r Reply
 		json.Unmarshal(request("chat", map[string]string{"text": text}).Data, &r)
 		// The next chat waits for this turn (409 while it streams).
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitfor.True(t, "the turn to end", func() bool {
 			var st struct {
 				Detail struct{ ActiveTurn *chat.TurnInfo }
 			}
 			json.Unmarshal(request("status", nil).Data, &st)
-			if st.Detail.ActiveTurn == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("turn did not end")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return st.Detail.ActiveTurn == nil
+		})
 	}
 	var all []chat.Message
 	pages := 0
@@ -156,21 +150,18 @@ func TestHTTPMessagesPagesByCount(t *testing.T) {
 	defer nc.Close()
 	for i := range 50 {
 		// The next chat waits for this turn (409 while it streams).
-		for {
+		waitfor.True(t, "the agent to take the next chat", func() bool {
 			data, _ := json.Marshal(map[string]string{"text": "hello " + strings.Repeat("x", i)})
 			msg, err := nc.Request("forever.cmd.pages.chat", data, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			code := msg.Header.Get("Nats-Service-Error-Code")
-			if code == "" {
-				break
-			}
-			if code != "409" {
+			if code != "" && code != "409" {
 				t.Fatalf("chat %d: %s %s", i, code, msg.Data)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return code == ""
+		})
 	}
 	var whole struct {
 		Messages []chat.Message
@@ -178,17 +169,13 @@ func TestHTTPMessagesPagesByCount(t *testing.T) {
 	}
 	var all []chat.Message
 	// The last turn may still be writing its answer: page once it is there.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.True(t, "the whole conversation's 100 messages", func() bool {
 		_, body := agentdtest.Get(t, base+"/v1/chat/pages/messages")
 		if err := json.Unmarshal([]byte(body), &whole); err != nil {
 			t.Fatal(err)
 		}
-		if len(whole.Messages) == 100 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(whole.Messages) == 100
+	})
 	if len(whole.Messages) != 100 || whole.Next == nil || *whole.Next != "" {
 		t.Fatalf("whole conversation: %d messages, next %v; want 100 and \"\"", len(whole.Messages), whole.Next)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // A stored event no view can decode never stops agentd: the views skip it,
@@ -34,8 +35,7 @@ func TestQuarantineCorruptEvent(t *testing.T) {
 	json.Unmarshal(ack.Data, &pub)
 
 	var qs []eventlog.Quarantined
-	deadline := time.Now().Add(10 * time.Second)
-	for len(qs) == 0 {
+	waitfor.True(t, "the corrupt event in the quarantine", func() bool {
 		code, body := agentdtest.Get(t, base+"/debug/quarantine")
 		if code != 200 {
 			t.Fatalf("GET /debug/quarantine: %d %s", code, body)
@@ -43,11 +43,8 @@ func TestQuarantineCorruptEvent(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &qs); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the corrupt event never reached the quarantine")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(qs) > 0
+	})
 	if q := qs[0]; len(qs) != 1 || q.Seq != pub.Seq || q.Stream != "FOREVER_EVENTS" || q.Subject != "forever.evt.broken" || len(q.Views) == 0 {
 		t.Fatalf("quarantine = %+v, want the forged event at seq %d", qs, pub.Seq)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 type echoInput struct {
@@ -107,15 +107,10 @@ func TestConsoleReads(t *testing.T) {
 			t.Fatalf("POST approval %s: %d %s, want %d", body, resp.StatusCode, b, want)
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitfor.True(t, "no approval pending after approve", func() bool {
 		command(t, nc, "c1", "approvals", `{}`, &ap)
-		if len(ap.Approvals) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still pending after approve: %+v", ap)
-		}
-	}
+		return len(ap.Approvals) == 0
+	})
 
 	var all StreamsPage
 	command(t, nc, "c1", "streams", `{}`, &all)

@@ -2,6 +2,7 @@ package chathost
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // The daemon runs chunk retention on the agent's owner: a chat stream that
@@ -29,17 +31,13 @@ func TestRetentionExpiresEndedStreams(t *testing.T) {
 		t.Fatalf("turn did not finish: %+v", evs)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		info, err := chats.Store().Streams().Latest("c1")
 		if err == nil && info.Expired {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream not expired: %+v, %v", info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the stream to expire: %+v, %v", info, err)
+	})
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/chat/c1/stream?after=0", nil)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -395,7 +395,9 @@ func TestDeleteAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // a stopped fiber writes nothing more
+	// Not a synchronisation: time for a write the stopped fiber should not
+	// make to show up, so that the read below can prove it never came.
+	time.Sleep(200 * time.Millisecond)
 	evs, err := lg.Read(t.Context(), eventlog.Filter{Agent: "steps:d"}, 0, 0)
 	if err != nil || len(evs) != 1 || evs[0].Type != eventlog.TypeDeleted || evs[0].Seq != rep.Tombstone {
 		t.Fatalf("events of steps:d after delete: %v %v", evs, err)

@@ -1,12 +1,14 @@
 package host_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/keepalive"
 )
 
@@ -33,26 +35,23 @@ func TestHostCompactsIdleAgents(t *testing.T) {
 	var prev eventlog.Seq
 	compacted := func() {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			evs := events()
+		var evs []eventlog.Event
+		waitfor.NoError(t, func() error {
+			evs = events()
 			if len(evs) == 1 && evs[0].Type == eventlog.TypeSnapshot && evs[0].Seq > prev {
-				var s eventlog.Snapshot
-				if err := evs[0].Decode(&s); err != nil {
-					t.Fatal(err)
-				}
-				// 10 steps: at least an effect and an op.completed each.
-				if s.Upto < prev+20 {
-					t.Fatalf("the snapshot covers up to %d, the previous one was at %d", s.Upto, prev)
-				}
-				prev = evs[0].Seq
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("agent not compacted: %d events, active %v", len(evs), h.Active("steps:c"))
-			}
-			time.Sleep(20 * time.Millisecond)
+			return fmt.Errorf("the agent to be compacted: %d events, active %v", len(evs), h.Active("steps:c"))
+		})
+		var s eventlog.Snapshot
+		if err := evs[0].Decode(&s); err != nil {
+			t.Fatal(err)
 		}
+		// 10 steps: at least an effect and an op.completed each.
+		if s.Upto < prev+20 {
+			t.Fatalf("the snapshot covers up to %d, the previous one was at %d", s.Upto, prev)
+		}
+		prev = evs[0].Seq
 	}
 	for round := range 2 {
 		if _, code := request(t, nc, "steps:c", "start", []byte(`{"steps":10,"delayMs":0}`)); code != "" {

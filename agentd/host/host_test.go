@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/keepalive"
 	"github.com/forever-agents/forever/tracing"
 )
@@ -96,17 +98,7 @@ func TestHostCommands(t *testing.T) {
 	if started.Fiber == "" {
 		t.Fatalf("start reply %s", body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body, _ = request(t, nc, "steps:x", "fibers", nil)
-		if string(body) == "[]" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fiber still listed: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFibersDone(t, nc, "steps:x")
 	body, code = request(t, nc, "steps:x", "status", nil)
 	var st host.Status
 	if err := json.Unmarshal(body, &st); err != nil || code != "" || st.Type != "steps" || st.Agent != "steps:x" {
@@ -150,17 +142,13 @@ func TestHostIdleDeactivation(t *testing.T) {
 		t.Fatal(code)
 	}
 	// Held active by the fiber's keepalive for ~450ms, well past the timeout.
+	// Not a synchronisation: three idle timeouts pass, to show that none
+	// deactivates the agent while its fiber runs.
 	time.Sleep(300 * time.Millisecond)
 	if !h.Active("steps:idle") {
 		t.Fatal("agent deactivated while its fiber runs")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for h.Active("steps:idle") {
-		if time.Now().After(deadline) {
-			t.Fatal("agent still active long after its fiber finished")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "the agent to go idle after its fiber finished", func() bool { return !h.Active("steps:idle") })
 	// Used again, it is activated again.
 	if _, code := request(t, nc, "steps:idle", "start", []byte(`{"steps":1,"delayMs":0}`)); code != "" {
 		t.Fatal(code)
@@ -191,23 +179,32 @@ func TestHostRecoversAfterRestart(t *testing.T) {
 	if _, code := request(t, nc, "steps:r", "start", []byte(`{"steps":5,"delayMs":100}`)); code != "" {
 		t.Fatal(code)
 	}
-	time.Sleep(250 * time.Millisecond)
+	// Stop once a step is done, so the next start resumes mid-way.
+	waitfor.True(t, "a step of steps:r to complete", func() bool {
+		var p host.LogPage
+		body, code := request(t, nc, "steps:r", "log", []byte(`{"limit":1000}`))
+		if err := json.Unmarshal(body, &p); err != nil || code != "" {
+			t.Fatalf("log: %s %s", code, body)
+		}
+		return slices.ContainsFunc(p.Events, func(e host.LogEvent) bool { return e.Type == "op.completed" })
+	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
 	_, _, nc, _ = startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body, _ := request(t, nc, "steps:r", "fibers", nil)
-		if string(body) == "[]" {
-			break
+	waitFibersDone(t, nc, "steps:r")
+}
+
+// waitFibersDone waits until agent lists no fiber: its fibers finished.
+func waitFibersDone(t *testing.T, nc *nats.Conn, agent string) {
+	t.Helper()
+	waitfor.NoError(t, func() error {
+		if body, _ := request(t, nc, agent, "fibers", nil); string(body) != "[]" {
+			return fmt.Errorf("the fibers of %s to finish: %s", agent, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fiber not recovered and finished: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestStepsEffectNone: a steps fiber started with "effect": "none" runs
@@ -230,15 +227,13 @@ func TestStepsEffectNone(t *testing.T) {
 		if body, code := request(t, nc, tc.agent, "start", []byte(tc.payload)); code != "" {
 			t.Fatalf("%s start: %s %s", tc.agent, code, body)
 		}
-		types := map[string]int{}
-		deadline := time.Now().Add(10 * time.Second)
-		for types["fiber.completed"] == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: fiber did not complete: %v", tc.agent, types)
+		var types map[string]int
+		waitfor.NoError(t, func() error {
+			if types = eventTypes(t, js, "forever.evt."+tc.agent); types["fiber.completed"] == 0 {
+				return fmt.Errorf("%s: the fiber to complete: %v", tc.agent, types)
 			}
-			time.Sleep(20 * time.Millisecond)
-			types = eventTypes(t, js, "forever.evt."+tc.agent)
-		}
+			return nil
+		})
 		if types[demo.EventStepExecuted] != tc.executed || types["op.completed"] != 3 {
 			t.Errorf("%s: events %v, want %d %s and 3 op.completed", tc.agent, types, tc.executed, demo.EventStepExecuted)
 		}
@@ -302,16 +297,16 @@ func TestHostTracesCommands(t *testing.T) {
 		t.Fatalf("forwarded status: %s", resp.Data)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
 	var steps int
-	for ; steps < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	waitfor.True(t, "the fiber's two fiber.step spans", func() bool {
 		steps = 0
 		for _, s := range exp.GetSpans() {
 			if s.Name == "fiber.step" {
 				steps++
 			}
 		}
-	}
+		return steps >= 2
+	})
 	var commands []string
 	for _, s := range exp.GetSpans() {
 		if s.SpanContext.TraceID().String() != traceID {
@@ -361,16 +356,14 @@ func TestHostLinksClientTraceparent(t *testing.T) {
 		t.Errorf("reply %s = %q, want a trace of agentd's own", tracing.TraceIDHeader, got)
 	}
 	var command *tracetest.SpanStub
-	for deadline := time.Now().Add(10 * time.Second); command == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	waitfor.True(t, "a command span", func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.Name == "command start" {
 				command = &s
 			}
 		}
-	}
-	if command == nil {
-		t.Fatal("no command span")
-	}
+		return command != nil
+	})
 	if command.SpanContext.TraceID().String() != got || command.Parent.IsValid() {
 		t.Errorf("command span in %s under %v, want the root of trace %s", command.SpanContext.TraceID(), command.Parent, got)
 	}

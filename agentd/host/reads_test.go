@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/keepalive"
 )
 
@@ -44,15 +46,13 @@ func TestLogPages(t *testing.T) {
 	base := "http://" + d.HTTPAddr() + "/v1/agents/steps:log"
 	must(t, nc, "steps:log", "start", `{"steps":4,"delayMs":0}`, nil)
 	var all host.LogPage
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		must(t, nc, "steps:log", "log", `{"limit":1000}`, &all)
 		if n := len(all.Events); n > 0 && all.Events[n-1].Type == fiber.EventCompleted {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no fiber.completed in %+v", all.Events)
-		}
-	}
+		return fmt.Errorf("a fiber.completed in %+v", all.Events)
+	})
 	if all.More || all.Next != all.Events[len(all.Events)-1].Seq {
 		t.Fatalf("whole log: more %v, next %q, last %q", all.More, all.Next, all.Events[len(all.Events)-1].Seq)
 	}
@@ -114,17 +114,15 @@ func TestFibersWithOps(t *testing.T) {
 	base := "http://" + d.HTTPAddr() + "/v1/agents/steps:ops"
 	must(t, nc, "steps:ops", "start", `{"steps":50,"delayMs":100}`, nil)
 	var fibers []host.FiberInfo
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		if code, body := getJSON(t, base+"/fibers?ops=true", &fibers); code != 200 {
 			t.Fatalf("GET fibers: %d %s", code, body)
 		}
 		if len(fibers) == 1 && len(fibers[0].Ops) >= 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fibers = %+v, want one with 2 steps", fibers)
-		}
-	}
+		return fmt.Errorf("one fiber with 2 steps, have %+v", fibers)
+	})
 	// Ops come ordered by op id (random), not by step: look for a done one.
 	if !slices.ContainsFunc(fibers[0].Ops, func(o host.OpInfo) bool { return o.Completed && o.Key != "" }) {
 		t.Errorf("steps %+v, want one completed with its key", fibers[0].Ops)
@@ -168,15 +166,13 @@ func TestLogShowsCompaction(t *testing.T) {
 	_, _, nc, _ := startHost(t, cfg, host.Config{IdleTimeout: 100 * time.Millisecond}, make(chan keepalive.Schedule, 1))
 	must(t, nc, "steps:cpt", "start", `{"steps":10,"delayMs":0}`, nil)
 	var p host.LogPage
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		must(t, nc, "steps:cpt", "log", "", &p)
 		if len(p.Events) == 1 && p.Events[0].Type == eventlog.TypeSnapshot {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not compacted: %d events", len(p.Events))
-		}
-	}
+		return fmt.Errorf("the agent to be compacted: %d events", len(p.Events))
+	})
 	var sum struct {
 		Upto  string
 		Parts int

@@ -14,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // counterAgent runs one fiber, "count", that stashes {"n":1} (version 1's
@@ -142,11 +143,5 @@ func TestHostRollingUpgrade(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("not recovered")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(listVersion(t, nc, "1")) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("version 1 never drained")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "version 1 to drain", func() bool { return len(listVersion(t, nc, "1")) == 0 })
 }

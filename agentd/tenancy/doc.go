@@ -84,7 +84,8 @@
 //
 //   - Tenants are kept apart by the NATS server, not by Forever: each is an
 //     account, so a tenant's credential reaches its own agents and chunk
-//     stream only, and two tenants may use the same agent id.
+//     stream only, and two tenants may use the same agent id
+//     (TestTenantsApart).
 //   - A tenant's daemon answers its clients only on reply subjects under
 //     _INBOX. (auth.CheckReply: others are refused, counted and audited),
 //     and only as agentd's replier, a user of the account that may publish
@@ -95,14 +96,21 @@
 //     acker's reply subject (TestClientConsumersAreNotAcked).
 //   - A credential works when tenant create returns: the record is written
 //     by compare-and-set, the account pushed, and the tenant's daemon is
-//     ready before the reply.
+//     ready before the reply (TestTenantsApart, TestFrontDoorRefusals,
+//     TestAccess).
 //   - Revocation and disabling cut live access at once, on every path:
 //     NATS connections, API tokens, OIDC tokens, open streams and
-//     WebSockets.
+//     WebSockets (TestRevocationCutsAccess: NATS connections, API
+//     tokens, streams).
 //   - Without a valid bearer token an HTTP request gets 401 (403 for a
 //     disabled tenant, an OIDC token naming a tenant nobody created, or a
 //     path its role does not reach) before any handler runs. A token in
-//     the query (access_token) counts only on the WebSocket endpoint.
+//     the query (access_token) counts only on the WebSocket endpoint
+//     (TestFrontDoorRefusals).
+//   - Every admin request gets an answer: bad input a 400 saying what is
+//     wrong, a tenant or credential nobody created a 404
+//     (TestAdminBadRequests); every admin operation, refused ones too, is
+//     in the audit log (TestAdminAudited).
 //   - The account JWT pushed is always of the tenant's latest record:
 //     pushes are serialized and read the latest revision, and a disabled
 //     tenant's daemon stops before its account refuses connections.

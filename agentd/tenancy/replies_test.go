@@ -2,10 +2,8 @@ package tenancy_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +14,10 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
-	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestRepliesOnlyToInboxes (issue 32): a tenant's daemon answers its
@@ -110,18 +108,14 @@ func TestRepliesOnlyToInboxes(t *testing.T) {
 	}
 	// Each refusal is counted (the server's -ERR arrives asynchronously).
 	want := `forever_agentd_replies_refused_total{tenant="acme"} 4`
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		_, body := agentdtest.Get(t, "http://"+d.MetricsAddr()+"/metrics")
-		if strings.Contains(body, want) {
-			break
-		}
-		if time.Now().After(deadline) {
+		if !strings.Contains(body, want) {
 			i := strings.Index(body, "forever_agentd_replies_refused_total{")
-			t.Fatalf("metrics lack %q; have %.200s", want, body[max(i, 0):])
+			return fmt.Errorf("metrics with %q; have %.200s", want, body[max(i, 0):])
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestClientConsumersAreNotAcked (issue 32): the server answers an ack's
@@ -204,62 +198,7 @@ type tenantEnv struct {
 // startTenant starts a tenantEnv that lasts until the test ends.
 func startTenant(t *testing.T) *tenantEnv {
 	t.Helper()
-	cfg := agentdtest.Config(t)
-	cfg.Auth = true
-	cfg.MetricsListen = "127.0.0.1:0"
-	d, err := agentd.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var node *server.Server
-	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { node = deps.Server; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	tenantDeps := make(chan *agentd.Deps, 1)
-	err = tenancy.Attach(d, func(td *agentd.Daemon) error {
-		h := host.New(host.Config{})
-		if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
-			return err
-		}
-		if err := h.Attach(td); err != nil {
-			return err
-		}
-		return td.OnStart(func(_ context.Context, deps *agentd.Deps) error {
-			select {
-			case tenantDeps <- deps:
-			default:
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentdtest.Start(t, d)
-	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
-
-	admin, err := nats.Connect(d.NATSURL(), nats.UserCredentials(filepath.Join(cfg.DataDir, agentd.AdminCredsFile)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	m, err := admin.Request(tenancy.AdminCreateSubject, []byte(`{"name":"acme","role":"reader"}`), 60*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var created tenancy.CreateReply
-	if err := json.Unmarshal(m.Data, &created); err != nil || created.Creds == "" {
-		t.Fatalf("tenant create: %v %.300s", err, m.Data)
-	}
-	credsFile := filepath.Join(t.TempDir(), "acme.creds")
-	if err := os.WriteFile(credsFile, []byte(created.Creds), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	client, err := nats.Connect(d.NATSURL(), nats.UserCredentials(credsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	return &tenantEnv{d: d, node: node, created: created, client: client, deps: <-tenantDeps}
-
+	n := startNode(t)
+	created := n.create(t, tenancy.CreateRequest{Name: "acme", Role: "reader"})
+	return &tenantEnv{d: n.d, node: n.server, created: created, client: n.connect(t, created.Creds), deps: <-n.deps}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 const testAudience = "forever"
@@ -344,11 +345,12 @@ func TestKeyRotation(t *testing.T) {
 	// fetched key set (jwks.go, keysFromRemote), so for a moment after a
 	// rotation the cache still holds the retired key: allow it a moment.
 	var err error
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, err = v.Tenant(ctx, old); err != nil || time.Now().After(deadline) {
-			break
+	waitfor.Within(t, 2*time.Second, func() error {
+		if _, err = v.Tenant(ctx, old); err == nil {
+			return errors.New("the retired key's token to be rejected")
 		}
-	}
+		return nil
+	})
 	checkRejected(t, "token of the retired key", old, err)
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // buildBinary builds this package, the agentd command, once per test
@@ -156,13 +157,12 @@ func testBinarySIGTERM(t *testing.T, bin string) {
 		}
 	})
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.NoError(t, func() error {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return nil
 			}
 		}
 		select {
@@ -170,11 +170,8 @@ func testBinarySIGTERM(t *testing.T, bin string) {
 			t.Fatalf("agentd exited before ready: %v\n%s", err, out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agentd not ready after 30s:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("agentd to be ready:\n%s", out.String())
+	})
 	if !strings.Contains(out.String(), `"msg":"agentd started"`) {
 		t.Errorf("no start line in the log:\n%s", out.String())
 	}

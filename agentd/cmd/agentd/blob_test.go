@@ -17,6 +17,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // blobAgent is the agent of the large tool output in TestBinaryVerify.
@@ -68,17 +69,14 @@ func startBlobTurn(t *testing.T, c *crashClient) chathost.Reply {
 // complete input (tool-input-available): the tool runs from then on.
 func waitBlobCall(t *testing.T, c *crashClient, p *agentdProc, reply chathost.Reply) {
 	t.Helper()
-	for deadline := time.Now().Add(blobWait()); ; {
+	waitfor.Within(t, blobWait(), func() error {
 		for _, ch := range c.streamChunks(blobAgent, reply.StreamID) {
 			if ch.Type == chunk.ToolInput {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the blob call's input was not stored:\n%s", p.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("the blob call's input to be stored:\n%s", p.out.String())
+	})
 }
 
 // checkBlobTurn checks the blob agent's turn, ended: the model saw the
@@ -116,18 +114,18 @@ func checkBlobTurn(t *testing.T, c *crashClient, p *agentdProc, httpAddr string,
 		return chat.Part{}
 	}
 	var page struct{ Messages []chat.Message }
-	for deadline := time.Now().Add(blobWait()); ; {
-		// The answer is appended after the finish chunk: GET waits for it
-		// 10 s, which a 50 MB turn under -race outlasts.
+	// The answer is appended after the finish chunk: GET waits for it
+	// 10 s, which a 50 MB turn under -race outlasts.
+	waitfor.Within(t, blobWait(), func() error {
 		code, body := agentdtest.Get(t, "http://"+httpAddr+"/v1/chat/"+blobAgent+"/messages")
 		if err := json.Unmarshal([]byte(body), &page); code != 200 || err != nil {
 			t.Fatalf("GET messages: %d, %v", code, err)
 		}
-		if len(page.Messages) == 2 || time.Now().After(deadline) {
-			break
+		if len(page.Messages) != 2 {
+			return fmt.Errorf("the answer in GET messages: %d messages", len(page.Messages))
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	if part := toolPart("GET messages", page.Messages); string(part.Output) != string(out) || part.Blobs != nil {
 		t.Fatalf("GET messages: blob output of %d bytes (blobs %+v), want %d bytes", len(part.Output), part.Blobs, len(out))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testGatewayBudget runs on testBinaryGateway's agentd: an agent given the
@@ -66,14 +68,12 @@ func testGatewayBudget(t *testing.T, bin, httpAddr, natsAddr string) {
 		if code, body := send("chat", `{"text":"hello, this is message number `+string(rune('a'+i%26))+`"}`, nil); code != "" {
 			t.Fatalf("chat %d with %d tokens used: %s %s", i, u.Input+u.Output, code, body)
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for u.Turns != i+1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("turn %d not recorded in usage: %+v", i, u)
+		waitfor.NoError(t, func() error {
+			if send("usage", "", &u); u.Turns != i+1 {
+				return fmt.Errorf("turn %d to be recorded in usage: %+v", i, u)
 			}
-			time.Sleep(20 * time.Millisecond)
-			send("usage", "", &u)
-		}
+			return nil
+		})
 	}
 	if u.Cost == 0 || u.Budget == nil || u.Budget.Exceeded != "tokens" {
 		t.Fatalf("usage = %+v, want a cost and the budget exceeded", u)
@@ -202,23 +202,19 @@ func testRunawayBudget(t *testing.T, nc *nats.Conn) {
 		Error string `json:"error"`
 		Code  int    `json:"code"`
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var page logPage
+	var page logPage
+	waitfor.True(t, "the runaway turn to end", func() bool {
+		page = logPage{}
 		req("log", map[string]any{"type": "turn.", "limit": 100}, &page)
-		if n := len(page.Events); n > 0 && page.Events[n-1].Type != "turn.started" {
-			if got := page.Events[n-1].Type; got != "turn.failed" {
-				t.Fatalf("the runaway turn ended with %s, want turn.failed", got)
-			}
-			if err := json.Unmarshal(page.Events[n-1].Data, &failed); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the runaway turn did not end")
-		}
-		time.Sleep(50 * time.Millisecond)
+		n := len(page.Events)
+		return n > 0 && page.Events[n-1].Type != "turn.started"
+	})
+	last := page.Events[len(page.Events)-1]
+	if last.Type != "turn.failed" {
+		t.Fatalf("the runaway turn ended with %s, want turn.failed", last.Type)
+	}
+	if err := json.Unmarshal(last.Data, &failed); err != nil {
+		t.Fatal(err)
 	}
 	if failed.Code != http.StatusPaymentRequired || !strings.Contains(failed.Error, "token budget of 300 tokens per 24h") {
 		t.Fatalf("turn.failed = %+v, want code 402 naming the budget", failed)
@@ -292,18 +288,16 @@ func testSoftBudget(t *testing.T, nc *nats.Conn, bin, natsAddr string) {
 		}
 		var r chathost.Reply
 		send("chat", map[string]string{"text": "hello, this is message number " + string(rune('a'+i%26))}, &r)
-		deadline := time.Now().Add(15 * time.Second)
-		for u.Turns != i+1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("turn %d neither recorded nor parked: %+v", i, u)
-			}
-			time.Sleep(20 * time.Millisecond)
+		waitfor.NoError(t, func() error {
 			if send("approvals", nil, &pending); len(pending.Approvals) > 0 {
 				parked = r
-				break
+				return nil
 			}
-			send("usage", nil, &u)
-		}
+			if send("usage", nil, &u); u.Turns != i+1 {
+				return fmt.Errorf("turn %d to be recorded or parked: %+v", i, u)
+			}
+			return nil
+		})
 	}
 	p := pending.Approvals[0]
 	if len(pending.Approvals) != 1 || p.Kind != chat.ApprovalKindBudget || p.RequestID != parked.RequestID || !strings.Contains(p.Reason, "50% of agent budget-soft's token budget of 600 tokens") {
@@ -323,14 +317,12 @@ func testSoftBudget(t *testing.T, nc *nats.Conn, bin, natsAddr string) {
 		t.Fatalf("agentd approve %s: %v\n%s", p.ApprovalID, err, out)
 	}
 	turns := u.Turns + 1
-	deadline := time.Now().Add(15 * time.Second)
-	for u.Turns != turns {
-		if time.Now().After(deadline) {
-			t.Fatalf("the approved turn did not complete: %+v", u)
+	waitfor.NoError(t, func() error {
+		if send("usage", nil, &u); u.Turns != turns {
+			return fmt.Errorf("the approved turn to complete: %+v", u)
 		}
-		time.Sleep(20 * time.Millisecond)
-		send("usage", nil, &u)
-	}
+		return nil
+	})
 	send("approvals", nil, &pending)
 	st = chat.BudgetStatus{}
 	send("budget", nil, &st)

@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -33,7 +34,7 @@ func (c *crashClient) streamChunksBefore(agent, stream string, t time.Time) []ch
 		if evs, err = c.lg.Read(c.t.Context(), eventlog.Filter{Agent: agent, Stream: stream}, 0, 0); err == nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: a retry's backoff
 	}
 	if err != nil {
 		c.t.Fatal(err)
@@ -96,29 +97,12 @@ func testBinaryChatCrash(t *testing.T, bin string) {
 	queued := queueBeforeKill(t, c, "queue", 5)
 
 	// Kill once the stream holds a good part of the answer.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(c.streamChunks(agent, reply.StreamID)) < 25 {
-		if time.Now().After(deadline) {
-			t.Fatalf("stream did not grow:\n%s", p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "the stream to grow to 25 chunks", func() bool { return len(c.streamChunks(agent, reply.StreamID)) >= 25 })
 	p.kill()
 	killedAt := time.Now()
 
 	p = startWith(t, start(), httpAddr)
-	deadline = time.Now().Add(60 * time.Second)
-	var chunks []chunk.Chunk
-	for {
-		chunks = c.streamChunks(agent, reply.StreamID)
-		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn not completed after restart:\n%s", p.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	chunks := waitTerminalFor(t, c, p, agent, reply.StreamID, 60*time.Second)
 	if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 		t.Fatalf("stream ended with %+v, want finish", last)
 	}
@@ -207,7 +191,7 @@ func followAcrossRestarts(t *testing.T, c *crashClient, agent, stream string) []
 			}
 		}
 		cancel()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: a reconnect's backoff
 	}
 	return items
 }

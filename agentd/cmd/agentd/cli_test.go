@@ -78,7 +78,7 @@ func fakeAgentd(t *testing.T) string {
 				chunks = chunks[:3] // a turn that is still running
 			}
 			for _, c := range chunks {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // not a synchronisation: the fake's pace
 				w.Write(context.Background(), c)
 			}
 			w.Flush(context.Background())

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // contextTurnText is the user message of turn i of testBinaryContextTokens:
@@ -70,8 +70,7 @@ func testBinaryContextTokens(t *testing.T, bin string) {
 	// What the last turn's model call got, from its span.
 	last := contextTurnText(turns - 1)[:len("turnN word")]
 	var input string // its system instructions, then its messages
-	deadline := time.Now().Add(20 * time.Second)
-	for input == "" {
+	waitfor.True(t, "a chat span with the last turn's input on stdout", func() bool {
 		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
 		sc.Buffer(nil, 16<<20)
 		for sc.Scan() {
@@ -96,11 +95,8 @@ func testBinaryContextTokens(t *testing.T, bin string) {
 				input = attrs["gen_ai.system_instructions"] + "\n" + in
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no chat span with the last turn's input on stdout:\n%s", p.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return input != ""
+	})
 	if !strings.Contains(input, "Summary of the earlier conversation") || !strings.Contains(input, " messages, from ") || !strings.Contains(input, last) {
 		t.Errorf("the last turn's model input holds no summary: %s", input)
 	}

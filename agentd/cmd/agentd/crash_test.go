@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // agentdProc is a running agentd binary.
@@ -54,12 +56,11 @@ func startWith(t *testing.T, p *agentdProc, httpAddr string) *agentdProc {
 	}
 	go func() { p.exited <- p.cmd.Wait() }()
 	t.Cleanup(func() { p.kill() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitfor.Within(t, 60*time.Second, func() error {
 		if resp, err := http.Get("http://" + httpAddr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return nil
 			}
 		}
 		select {
@@ -68,11 +69,9 @@ func startWith(t *testing.T, p *agentdProc, httpAddr string) *agentdProc {
 			t.Fatalf("agentd exited before ready: %v\n%s", err, p.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agentd not ready after 60s:\n%s", p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("agentd to be ready:\n%s", p.out.String())
+	})
+	return p
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -142,7 +141,7 @@ func (c *crashClient) command(agent, verb string, v any) json.RawMessage {
 		} else {
 			c.t.Logf("%s %s: %s; retrying", agent, verb, msg.Data)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: a retry's backoff
 	}
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", agent, verb, err)
@@ -160,7 +159,7 @@ func (c *crashClient) events(agent string) []eventlog.Event {
 		if err == nil {
 			return evs
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: a retry's backoff
 	}
 	c.t.Fatalf("read events of %s", agent)
 	return nil
@@ -169,18 +168,16 @@ func (c *crashClient) events(agent string) []eventlog.Event {
 // waitFor polls the agents' events until cond holds.
 func (c *crashClient) waitFor(what string, agents []string, cond func([]eventlog.Event) bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	waitfor.Within(c.t, 60*time.Second, func() error {
 		var all []eventlog.Event
 		for _, a := range agents {
 			all = append(all, c.events(a)...)
 		}
-		if cond(all) {
-			return
+		if !cond(all) {
+			return errors.New(what)
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	c.t.Fatalf("timed out waiting for %s", what)
+		return nil
+	})
 }
 
 type fiberEvent struct {

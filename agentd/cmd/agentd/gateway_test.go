@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testBinaryGateway runs the HTTP gateway against a running agentd: the SSE
@@ -117,20 +117,14 @@ func testBinaryGateway(t *testing.T, bin string) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.True(t, "the stopped turn to be no longer resumable", func() bool {
 		resp, err := http.Get(base + "/g2/stream")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("stopped turn still resumable")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusNoContent
+	})
 	t.Run("Budget", func(t *testing.T) { testGatewayBudget(t, bin, httpAddr, natsAddr) })
 	t.Run("Multitask", func(t *testing.T) { testBinaryMultitask(t, httpAddr, natsAddr) })
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testBinaryModelRateLimit: with --local-model-limit 1/2s the local model
@@ -56,21 +57,19 @@ func testBinaryModelRateLimit(t *testing.T, bin string) {
 	}
 	turns := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		var u chathost.UsageReply
-		for send("usage", "", &u); u.Turns < n; send("usage", "", &u) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d turns recorded, want %d", u.Turns, n)
+		waitfor.NoError(t, func() error {
+			var u chathost.UsageReply
+			if send("usage", "", &u); u.Turns < n {
+				return fmt.Errorf("%d turns recorded, have %d", n, u.Turns)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	send("chat", `{"text":"hello"}`, nil)
 	turns(1)
 	send("chat", `{"text":"hello again"}`, nil) // within the local model's 2 s window
 	var wait *chat.ModelWait
-	deadline := time.Now().Add(10 * time.Second)
-	for wait == nil {
+	waitfor.True(t, "the status to show the turn waiting for the model's rate limit", func() bool {
 		var st struct {
 			Detail chat.Status `json:"detail"`
 		}
@@ -78,11 +77,8 @@ func testBinaryModelRateLimit(t *testing.T, bin string) {
 		if w := st.Detail.ModelWait; w != nil && w.RateLimited {
 			wait = w
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("status never showed the turn waiting for the model's rate limit")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return wait != nil
+	})
 	if wait.Model != "local/local" || wait.RetryAfter < time.Second || wait.RetryAfter > 2*time.Second || wait.RetryAfter%time.Second != 0 {
 		t.Fatalf("modelWait %+v, want local/local with a Retry-After of 1 or 2 s", wait)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,6 +25,10 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	// gap is the 50 ms between two messages that the multitask issue
+	// names: the scenario, not a synchronisation (a chat's reply already
+	// says that its turn started).
+	gap := func() { time.Sleep(50 * time.Millisecond) }
 	cmd := func(agent, verb string, v any) (map[string]any, string) {
 		t.Helper()
 		body, _ := json.Marshal(v)
@@ -48,7 +53,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 	t.Run("NATS", func(t *testing.T) {
 		// reject (the default): 409, nothing stored.
 		chat("mt-r", map[string]string{"text": "first"})
-		time.Sleep(50 * time.Millisecond) // the gap the issue names, not a sync
+		gap()
 		if out, code := cmd("mt-r", "chat", map[string]string{"text": "second"}); code != "409" {
 			t.Fatalf("second chat without multitask: %s %v", code, out)
 		}
@@ -57,7 +62,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		}
 		// interrupt: the first turn ends aborted with its partial kept.
 		first := chat("mt-i", map[string]string{"text": "Tell me a story"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		second := chat("mt-i", map[string]string{"text": "hello", "multitask": "interrupt"})
 		msgs := waitMessages(t, base, "mt-i", 4)
 		if msgs[0] != "user:Tell me a story" || !strings.HasPrefix(msgs[1], "assistant:") || msgs[1] == "assistant:" ||
@@ -70,7 +75,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		}
 		// enqueue: acknowledged at once, answered in order, once each.
 		chat("mt-q", map[string]string{"text": "m0"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		var queued []string
 		for _, text := range []string{"m1", "m2", "m3"} {
 			queued = append(queued, chat("mt-q", map[string]string{"text": text, "multitask": "enqueue"})["streamId"].(string))
@@ -93,7 +98,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// steer: the second message joins the running turn, whose next
 		// model call echoes it; one turn, one stream.
 		first = chat("mt-s", map[string]string{"text": "first question"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		second = chat("mt-s", map[string]string{"text": "a second thought", "multitask": "steer"})
 		if second["streamId"] != first["streamId"] {
 			t.Fatalf("steer reply %v, want the running turn %v", second, first)
@@ -108,7 +113,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// rollback: the first turn ends aborted and leaves the
 		// conversation; the second message is answered.
 		first = chat("mt-b", map[string]string{"text": "Tell me a story"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		second = chat("mt-b", map[string]string{"text": "hello", "multitask": "rollback"})
 		if msgs = waitMessages(t, base, "mt-b", 2); msgs[0] != "user:hello" || !strings.Contains(msgs[1], `"hello"`) {
 			t.Fatalf("messages %q", msgs)
@@ -120,9 +125,9 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// merge: two chats 50 ms apart while a turn runs are acknowledged
 		// with one next turn, which answers both.
 		first = chat("mt-m", map[string]string{"text": "Tell me a story"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		second = chat("mt-m", map[string]string{"text": "m1", "multitask": "merge"})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		third := chat("mt-m", map[string]string{"text": "m2", "multitask": "merge"})
 		if second["streamId"] != third["streamId"] || second["streamId"] == first["streamId"] {
 			t.Fatalf("merge replies %v / %v, want one next turn", second, third)
@@ -137,7 +142,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// debounce: two chats 50 ms apart to an idle agent become one
 		// turn (the first names a 2 s quiet window).
 		first = chat("mt-d", map[string]any{"text": "m1", "multitask": "debounce", "debounceMs": 2000})
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		second = chat("mt-d", map[string]string{"text": "m2", "multitask": "debounce"})
 		if second["streamId"] != first["streamId"] {
 			t.Fatalf("debounce replies %v / %v, want one turn", first, second)
@@ -161,7 +166,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		firstDone := make(chan []agentdtest.SSEEvent, 1)
 		resp := agentdtest.Post(t, t.Context(), base, body("mt-hi", "u1", "Tell me a story", ""))
 		go func() { defer resp.Body.Close(); firstDone <- agentdtest.ReadSSE(t, resp.Body, 0) }()
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", base, strings.NewReader(body("mt-hi", "u2", "hello", "")))
 		req.Header.Set("content-type", "application/json")
 		req.Header.Set("Forever-Multitask", "interrupt")
@@ -184,7 +189,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// enqueue, from the body: both streams complete, in order.
 		resp = agentdtest.Post(t, t.Context(), base, body("mt-hq", "u1", "m0", ""))
 		go func() { defer resp.Body.Close(); firstDone <- agentdtest.ReadSSE(t, resp.Body, 0) }()
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		resp2 = agentdtest.Post(t, t.Context(), base, body("mt-hq", "u2", "m1", "enqueue"))
 		second = agentdtest.ReadSSE(t, resp2.Body, 0)
 		resp2.Body.Close()
@@ -199,7 +204,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// second message.
 		resp = agentdtest.Post(t, t.Context(), base, body("mt-hs", "u1", "first question", ""))
 		go func() { defer resp.Body.Close(); firstDone <- agentdtest.ReadSSE(t, resp.Body, 0) }()
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		resp2 = agentdtest.Post(t, t.Context(), base, body("mt-hs", "u2", "a second thought", "steer"))
 		second = agentdtest.ReadSSE(t, resp2.Body, 0)
 		resp2.Body.Close()
@@ -229,9 +234,9 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 			return done
 		}
 		r0 := post("mt-hm", "u0", "Tell me a story", "", false)
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		r1 := post("mt-hm", "u1", "m1", "merge", false)
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		r2 := post("mt-hm", "u2", "m2", "merge", false)
 		s0, s1, s2 := <-r0, <-r1, <-r2
 		if lastChunkType(t, s0) != "finish" || lastChunkType(t, s2) != "finish" || sseText(t, s1) != sseText(t, s2) || !strings.Contains(sseText(t, s2), `"m2"`) {
@@ -243,7 +248,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 		// debounce, from the Forever-Multitask header: two POSTs 50 ms
 		// apart to an idle agent stream one turn.
 		r1 = post("mt-hd", "u1", "m1", "debounce", true)
-		time.Sleep(50 * time.Millisecond)
+		gap()
 		r2 = post("mt-hd", "u2", "m2", "debounce", true)
 		s1, s2 = <-r1, <-r2
 		if lastChunkType(t, s1) != "finish" || sseText(t, s1) != sseText(t, s2) || !strings.Contains(sseText(t, s2), `"m2"`) {
@@ -259,8 +264,8 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 // and its last is an answer, and returns them as "role:text".
 func waitMessages(t *testing.T, base, agent string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var out []string
+	waitfor.NoError(t, func() error {
 		var page struct {
 			Messages []struct {
 				Role  string `json:"role"`
@@ -271,7 +276,7 @@ func waitMessages(t *testing.T, base, agent string, n int) []string {
 		}
 		code, body := agentdtest.Get(t, base+"/"+agent+"/messages")
 		if code == 200 && json.Unmarshal([]byte(body), &page) == nil && len(page.Messages) >= n && page.Messages[len(page.Messages)-1].Role == "assistant" {
-			var out []string
+			out = nil
 			for _, m := range page.Messages {
 				var text string
 				for _, p := range m.Parts {
@@ -282,13 +287,11 @@ func waitMessages(t *testing.T, base, agent string, n int) []string {
 			if len(out) != n {
 				t.Fatalf("%d messages, want %d: %q", len(out), n, out)
 			}
-			return out
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d %s", agent, code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("%s to hold %d messages, the last an answer: %d %s", agent, n, code, body)
+	})
+	return out
 }
 
 // streamStatuses is the agent's streams' statuses by stream id.
@@ -351,19 +354,15 @@ func queueBeforeKill(t *testing.T, c *crashClient, agent string, n int) []chatho
 func checkQueueAfterKill(t *testing.T, c *crashClient, agent string, queued []chathost.Reply) {
 	t.Helper()
 	want := 2 * (len(queued) + 1)
-	deadline := time.Now().Add(60 * time.Second)
 	var page struct{ Messages []chat.Message }
-	for {
+	waitfor.Within(t, 60*time.Second, func() error {
 		page.Messages = nil
 		json.Unmarshal(c.command(agent, "messages", nil), &page)
-		if n := len(page.Messages); n >= want && page.Messages[n-1].Role == chat.RoleAssistant {
-			break
+		if n := len(page.Messages); n < want || page.Messages[n-1].Role != chat.RoleAssistant {
+			return fmt.Errorf("the queued messages to be answered after the restart: %d messages", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queued messages not answered after the restart: %d messages", len(page.Messages))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(page.Messages) != want {
 		t.Fatalf("%d messages, want %d", len(page.Messages), want)
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // subagentPrompt makes the local model call kid-a and kid-b in one step
@@ -168,18 +170,14 @@ func testBinarySubagents(t *testing.T, bin string) {
 		waitChildren(t, c, "boss", 2)
 		// Wait until a child streams: its stream is named in the parent's.
 		var child chat.ChildRef
-		deadline := time.Now().Add(30 * time.Second)
-		for child.StreamID == "" || len(textOf(c.streamChunks(child.Agent, child.StreamID))) < 40 {
+		waitfor.True(t, "a child streaming", func() bool {
 			for _, ch := range c.streamChunks("boss", reply.StreamID) {
 				if ch.Type == chat.PartSubagent && child.StreamID == "" {
 					json.Unmarshal(ch.Data, &child)
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no child streaming:\n%s", p.out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return child.StreamID != "" && len(textOf(c.streamChunks(child.Agent, child.StreamID))) >= 40
+		})
 		before := c.streamChunks(child.Agent, child.StreamID)
 		p.kill()
 		if before[len(before)-1].Terminal() {
@@ -233,13 +231,7 @@ func testBinarySubagents(t *testing.T, bin string) {
 			if resp.StatusCode != http.StatusOK || !stopped.Stopped {
 				t.Errorf("POST stop: %d %+v, want 200 and stopped", resp.StatusCode, stopped)
 			}
-			chunks := c.streamChunks("stopper", reply.StreamID)
-			for deadline := time.Now().Add(30 * time.Second); len(chunks) == 0 || !chunks[len(chunks)-1].Terminal(); chunks = c.streamChunks("stopper", reply.StreamID) {
-				if time.Now().After(deadline) {
-					t.Fatal("the cancelled parent's stream did not end")
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			chunks := waitTerminalFor(t, c, p, "stopper", reply.StreamID, waitfor.Bound)
 			if got := terminals(chunks); len(got) != 1 || got[0] != chunk.Abort {
 				t.Errorf("the parent's stream's terminal chunks are %v, want one abort", got)
 			}
@@ -307,25 +299,22 @@ func testBinarySubagents(t *testing.T, bin string) {
 			// The waiting parent holds no keepalive: it is deactivated
 			// while the child still streams; its status, read from the
 			// views, still shows the child in flight.
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				var st struct {
-					Active bool
-					Detail struct{ Children []chat.ChildLink }
-				}
+			var st struct {
+				Active bool
+				Detail struct{ Children []chat.ChildLink }
+			}
+			waitfor.NoError(t, func() error {
+				st.Detail.Children = nil
 				json.Unmarshal(c.command("sleeper", "status", nil), &st)
 				var child host.Status
 				json.Unmarshal(c.command("dreamer", "status", nil), &child)
-				if !st.Active && child.Active {
-					if len(st.Detail.Children) != 1 || st.Detail.Children[0].Agent != "dreamer" {
-						t.Errorf("status of the deactivated parent: children %+v, want dreamer", st.Detail.Children)
-					}
-					break
+				if st.Active || !child.Active {
+					return fmt.Errorf("the waiting parent to be deactivated, its child active: %+v\n%s", st, p.out.String())
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the waiting parent was not deactivated: %+v\n%s", st, p.out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+			if len(st.Detail.Children) != 1 || st.Detail.Children[0].Agent != "dreamer" {
+				t.Errorf("status of the deactivated parent: children %+v, want dreamer", st.Detail.Children)
 			}
 			waitStreamEnd(t, c, "sleeper", reply.StreamID)
 			checkChildrenOnce(t, c, "sleeper", childOutputsOf(t, c, "sleeper"), "dreamer")
@@ -341,29 +330,27 @@ func testBinarySubagents(t *testing.T, bin string) {
 // n children in flight.
 func waitChildren(t *testing.T, c *crashClient, parent string, n int) []chat.ChildLink {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var st struct {
-			Detail struct{ Children []chat.ChildLink }
-		}
-		json.Unmarshal(c.command(parent, "status", nil), &st)
-		if len(st.Detail.Children) == n {
-			return st.Detail.Children
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never had %d children in flight: %+v", parent, n, st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st struct {
+		Detail struct{ Children []chat.ChildLink }
 	}
+	waitfor.NoError(t, func() error {
+		st.Detail.Children = nil
+		json.Unmarshal(c.command(parent, "status", nil), &st)
+		if len(st.Detail.Children) != n {
+			return fmt.Errorf("%s to have %d children in flight: %+v", parent, n, st)
+		}
+		return nil
+	})
+	return st.Detail.Children
 }
 
 // waitLinks waits until the parent recorded n links (subagent.started)
 // and returns them: the log, whether the parent is active or not.
 func waitLinks(t *testing.T, c *crashClient, parent string, n int) []chat.ChildLink {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var links []chat.ChildLink
+	var links []chat.ChildLink
+	waitfor.True(t, fmt.Sprintf("%s to record %d links", parent, n), func() bool {
+		links = nil
 		for _, e := range c.events(parent) {
 			if e.Type == chat.EventSubagentStarted {
 				var l chat.ChildLink
@@ -371,32 +358,18 @@ func waitLinks(t *testing.T, c *crashClient, parent string, n int) []chat.ChildL
 				links = append(links, l)
 			}
 		}
-		if len(links) >= n {
-			return links
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never recorded %d links", parent, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(links) >= n
+	})
+	return links
 }
 
 // waitTurnStatus waits until the agent's log holds the turn outcome event
 // typ (chat.EventTurn*).
 func waitTurnStatus(t *testing.T, c *crashClient, agent, typ string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, e := range c.events(agent) {
-			if e.Type == typ {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never recorded %s", agent, typ)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.True(t, agent+" to record "+typ, func() bool {
+		return slices.ContainsFunc(c.events(agent), func(e eventlog.Event) bool { return e.Type == typ })
+	})
 }
 
 // testClusterSubagent: on the 3-node cluster, a parent and its child on
@@ -421,13 +394,7 @@ func testClusterSubagent(t *testing.T, c *crashClient, nodes []*clusterNode) {
 	var reply chathost.Reply
 	json.Unmarshal(c.command(parent, "chat", map[string]string{"text": "/agent " + child + " tell me a story"}), &reply)
 	links := waitLinks(t, c, parent, 1)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(textOf(c.streamChunks(child, links[0].StreamID))) < 40 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the child did not stream")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "the child to stream", func() bool { return len(textOf(c.streamChunks(child, links[0].StreamID))) >= 40 })
 	before := c.streamChunks(child, links[0].StreamID)
 	victim.proc.kill()
 	if before[len(before)-1].Terminal() {

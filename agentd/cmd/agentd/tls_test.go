@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testCA is a CA that signs loopback certificates for TLS tests.
@@ -106,16 +108,14 @@ func testBinaryTLS(t *testing.T, bin string) {
 	go func() { p.exited <- p.cmd.Wait() }()
 	t.Cleanup(p.kill)
 	var resp *http.Response
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitfor.Within(t, 60*time.Second, func() error {
 		var err error
 		if resp, err = client.Get("https://" + httpAddr + "/readyz"); err == nil && resp.StatusCode == 200 {
 			resp.Body.Close()
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready over https: %v\n%s", err, p.out.String())
-		}
-	}
+		return fmt.Errorf("ready over https: %v\n%s", err, p.out.String())
+	})
 	if serialOf(resp) != 100 {
 		t.Fatalf("serial %d", serialOf(resp))
 	}
@@ -157,18 +157,16 @@ func testBinaryTLS(t *testing.T, bin string) {
 	// one is refused and the renewed one stays.
 	ca.issue(t, 200, certFile, keyFile)
 	p.cmd.Process.Signal(syscall.SIGHUP)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		resp, err := client.Get("https://" + httpAddr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if serialOf(resp) == 200 {
-				break
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still the old certificate after SIGHUP:\n%s", p.out.String())
-		}
-	}
+		return fmt.Errorf("the new certificate after SIGHUP:\n%s", p.out.String())
+	})
 	if s := natsSerial(); s != 200 {
 		t.Fatalf("NATS serial after SIGHUP %d", s)
 	}
@@ -176,11 +174,7 @@ func testBinaryTLS(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	p.cmd.Process.Signal(syscall.SIGHUP)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.out.String(), "tls reload failed"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload failure logged:\n%s", p.out.String())
-		}
-	}
+	waitfor.True(t, "a reload failure in the log", func() bool { return strings.Contains(p.out.String(), "tls reload failed") })
 	if strings.Contains(p.out.String(), "not a key") {
 		t.Fatal("the key file's content was logged")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,8 +14,10 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -69,31 +72,14 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 			followed := make(chan []replay.Item, 1)
 			go func() { followed <- followAcrossRestarts(t, c, agent, reply.StreamID) }()
 
-			deadline := time.Now().Add(30 * time.Second)
-			for !tc.at(c.streamChunks(agent, reply.StreamID)) {
-				if time.Now().After(deadline) {
-					t.Fatalf("crash point not reached:\n%s", p.out.String())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitfor.True(t, "the crash point", func() bool { return tc.at(c.streamChunks(agent, reply.StreamID)) })
 			// The tool's op.started lands right after its input chunk:
 			// let it, well within the tool's delay.
 			time.Sleep(300 * time.Millisecond)
 			p.kill()
 			p = startWith(t, start(), httpAddr)
 
-			var chunks []chunk.Chunk
-			deadline = time.Now().Add(60 * time.Second)
-			for {
-				chunks = c.streamChunks(agent, reply.StreamID)
-				if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("turn not completed after restart:\n%s", p.out.String())
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			chunks := waitTerminalFor(t, c, p, agent, reply.StreamID, 60*time.Second)
 			if last := chunks[len(chunks)-1]; last.Type != chunk.Finish {
 				t.Fatalf("stream ended with %+v, want finish", last)
 			}
@@ -248,7 +234,11 @@ func testBinaryApproval(t *testing.T, bin string) {
 			if call.State != chat.ToolApprovalRequested || call.Approval == nil {
 				t.Fatalf("call = %+v, want approval-requested", call)
 			}
-			time.Sleep(500 * time.Millisecond) // idle deactivation
+			waitfor.True(t, "the waiting agent to be deactivated", func() bool {
+				var st host.Status
+				json.Unmarshal(c.command(agent, "status", nil), &st)
+				return !st.Active
+			})
 			p.kill()
 			p = startWith(t, start(), httpAddr)
 			// agentd status lists the call that waits, after the restart too.
@@ -283,17 +273,13 @@ func testBinaryApproval(t *testing.T, bin string) {
 					t.Fatalf("resumed turn ended with %+v", last)
 				}
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			waitfor.NoError(t, func() error {
 				json.Unmarshal(c.command(agent, "messages", nil), &page)
-				if m := page.Messages[len(page.Messages)-1]; strings.Contains(m.Text(), "The note tool returned") {
-					break
+				if m := page.Messages[len(page.Messages)-1]; !strings.Contains(m.Text(), "The note tool returned") {
+					return fmt.Errorf("the approved note's answer: %+v\n%s", page.Messages, p.out.String())
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the approved note's answer never came: %+v\n%s", page.Messages, p.out.String())
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return nil
+			})
 			if len(page.Messages) != 2 {
 				t.Errorf("history has %d messages, want the user's and one assistant message", len(page.Messages))
 			}
@@ -330,15 +316,13 @@ func waitTerminal(t *testing.T, c *crashClient, p *agentdProc, agent, stream str
 // waitTerminalFor is waitTerminal waiting up to d.
 func waitTerminalFor(t *testing.T, c *crashClient, p *agentdProc, agent, stream string, d time.Duration) []chunk.Chunk {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		chunks := c.streamChunks(agent, stream)
+	var chunks []chunk.Chunk
+	waitfor.Within(t, d, func() error {
+		chunks = c.streamChunks(agent, stream)
 		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
-			return chunks
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s did not end:\n%s", stream, p.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("stream %s to end:\n%s", stream, p.out.String())
+	})
+	return chunks
 }

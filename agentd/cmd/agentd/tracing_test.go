@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/tracing"
 	"github.com/forever-agents/forever/tracing/tracingtest"
 )
@@ -68,14 +69,17 @@ func testBinaryTracing(t *testing.T, bin string) {
 
 	// Kill while the second clock runs: the first call's spans are
 	// exported by then (OTEL_BSP_SCHEDULE_DELAY=100), the turn's span not.
-	deadline := time.Now().Add(30 * time.Second)
-	for cs := c.streamChunks(agent, reply.StreamID); !(countChunks(cs, chunk.ToolInput) == 2 && !hasOutput(cs, 1)); cs = c.streamChunks(agent, reply.StreamID) {
-		if time.Now().After(deadline) || hasOutput(cs, 1) {
+	waitfor.True(t, "the second tool call to run", func() bool {
+		cs := c.streamChunks(agent, reply.StreamID)
+		if hasOutput(cs, 1) {
 			t.Fatalf("second tool call not caught running:\n%s", p.out.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(700 * time.Millisecond)
+		return countChunks(cs, chunk.ToolInput) == 2
+	})
+	waitfor.True(t, "the first call's span in Jaeger", func() bool {
+		spans, _ := j.Trace(t.Context(), traceID)
+		return len(named(spans, "execute_tool clock")) > 0
+	})
 	p.kill()
 	if spans, _ := j.Trace(t.Context(), traceID); len(named(spans, "execute_tool clock")) != 1 || len(named(spans, "invoke_agent chat")) != 0 {
 		t.Fatalf("before recovery Jaeger has %q; want the first execute_tool clock and no invoke_agent", names(spans))

@@ -29,7 +29,7 @@ func verifyLog(t *testing.T, c *crashClient) {
 		if rep, err = verify.Check(t.Context(), c.lg, verify.Options{}); err == nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: a retry's backoff
 	}
 	if err != nil {
 		t.Fatalf("verify: %v", err)

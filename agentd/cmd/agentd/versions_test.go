@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testBinaryRollingUpgrade: a turn started by agentd --agent-version 1 is
@@ -47,13 +48,7 @@ func testBinaryRollingUpgrade(t *testing.T, bin string) {
 	if reply.StreamID == "" {
 		t.Fatalf("chat reply %+v", reply)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(c.streamChunks(agent, reply.StreamID)) < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("stream did not grow:\n%s", p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.True(t, "the stream to grow to 10 chunks", func() bool { return len(c.streamChunks(agent, reply.StreamID)) >= 10 })
 	var st host.Status
 	json.Unmarshal(c.command(agent, "status", nil), &st)
 	if st.Version != "1" || strings.Join(st.WorkVersions, ",") != "1" {
@@ -65,29 +60,12 @@ func testBinaryRollingUpgrade(t *testing.T, bin string) {
 	p.kill()
 
 	p = startWith(t, start("--agent-version", "2", "--version-policy", "fail"), httpAddr)
-	deadline = time.Now().Add(60 * time.Second)
-	var chunks []chunk.Chunk
-	for {
-		chunks = c.streamChunks(agent, reply.StreamID)
-		if n := len(chunks); n > 0 && chunks[n-1].Terminal() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn not ended after the upgrade:\n%s", p.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	chunks := waitTerminalFor(t, c, p, agent, reply.StreamID, 60*time.Second)
 	last := chunks[len(chunks)-1]
 	if last.Type != chunk.Error || !strings.Contains(last.ErrorText, `version "1"`) || !strings.Contains(last.ErrorText, `version "2"`) {
 		t.Fatalf("stream ended with %+v", last)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for strings.Contains(listed("1"), agent) {
-		if time.Now().After(deadline) {
-			t.Fatalf("version 1 never drained:\n%s", listed("1"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.True(t, "version 1 to drain", func() bool { return !strings.Contains(listed("1"), agent) })
 	st = host.Status{}
 	json.Unmarshal(c.command(agent, "status", nil), &st)
 	if st.Version != "2" || st.VersionPolicy != "fail" || len(st.WorkVersions) != 0 {
