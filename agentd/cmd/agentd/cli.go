@@ -85,6 +85,7 @@ var commands = []command{
 	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit")},
 	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup")},
 	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage, flagsOf(backupFlagSet, "restore")},
+	{"shards", "move --shards K [--data dir]", "move a stopped cluster's agents into K shard streams", shardsUsage, flagsOf(shardsFlagSet, "shards move")},
 	{"help", "[command]", "show this help, or a command's", "", nil},
 }
 
@@ -203,7 +204,7 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	switch args[0] {
 	case "help":
 		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork", "replay":
+	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork", "replay", "shards":
 	default:
 		return false, 0
 	}
@@ -228,6 +229,8 @@ func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return true, runFork(ctx, args[1:], getenv, stdout, stderr)
 	case "replay":
 		return true, runReplay(ctx, args[1:], getenv, stdout, stderr)
+	case "shards":
+		return true, runShards(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
 }
