@@ -23,7 +23,8 @@ import (
 // --shards 4, and with it every agent's history, messages, fibers and
 // schedules are what they were, each agent's events in its shard; the
 // running fiber resumes and completes, a chat resumes, and verify is
-// clean.
+// clean. A backup of the moved node restores, into a new data dir, every
+// shard, and the restored node refuses to start without --shards 4.
 func testBinaryShardsMove(t *testing.T, bin string) {
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
@@ -140,9 +141,35 @@ func testBinaryShardsMove(t *testing.T, bin string) {
 	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 12 agents") {
 		t.Errorf("verify --nats-url after the move: exit %d\n%s", code, out)
 	}
+	// A backup of the sharded node holds every shard stream, and its
+	// restore into a new data dir records the shards.
+	bk := filepath.Join(t.TempDir(), "bk")
+	runAgentdCLI(t, bin, "backup", "--out", bk, "--nats-url", url)
+	wantAfter := viewOf(c, chats[1])
 	stop()
 	out = runAgentdCLI(t, bin, "shards", "move", "--shards", "4", "--data", data)
 	if !strings.Contains(out, "already moved into 4 shards") {
 		t.Errorf("a second move printed:\n%s", out)
 	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	out = runAgentdCLI(t, bin, "restore", "--from", bk, "--data", restored, "--allow-unsigned")
+	for k := range 4 {
+		if !strings.Contains(out, fmt.Sprintf(`"FOREVER_EVENTS_%d"`, k)) || !strings.Contains(out, fmt.Sprintf(`"FOREVER_CHUNKS_%d"`, k)) {
+			t.Errorf("the restore of the sharded backup misses shard %d:\n%s", k, out)
+		}
+	}
+	out, code = runVerifyCmd(t, bin, "--data", restored, "--http", httpAddr, "--nats-listen", natsAddr, "--partitions", "8")
+	if code == 0 || !strings.Contains(out, "4 shards") {
+		t.Errorf("start without --shards on the restored backup: exit %d\n%s", code, out)
+	}
+	p = startAgentd(t, bin, restored, httpAddr, natsAddr, "--partitions", "8", "--shards", "4")
+	c = dialShards(t, natsAddr)
+	if got := viewOf(c, chats[1]); got != wantAfter {
+		t.Errorf("%s restored from the sharded backup:\n%+v\nwant\n%+v", chats[1], got, wantAfter)
+	}
+	out, code = runVerifyCmd(t, bin, "verify", "--nats-url", url)
+	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 12 agents") {
+		t.Errorf("verify after restoring the sharded backup: exit %d\n%s", code, out)
+	}
+	stop()
 }
