@@ -23,6 +23,15 @@ func (c *Config) logShards() int {
 	return c.Shards
 }
 
+// logShards returns the shard count the node's log opens with: the
+// cluster's, as the lease manager checked or took it (--shards unset).
+func (d *Daemon) logShards(cfg *Config) int {
+	if d.parts.mgr != nil {
+		return d.parts.mgr.Shards()
+	}
+	return cfg.logShards()
+}
+
 // recordFormat is the record format this node announces it reads:
 // RecordFormat, and FormatShards with --shards above 1 (the format its
 // cluster was created at).

@@ -13,7 +13,8 @@ import (
 // A move's tool sees the live nodes (none once they stopped), reads the
 // stored layout, and RecordShards makes every node of the old layout
 // refuse: one of this release without the shard count, one of a release
-// that cannot read the format; a node with the recorded count starts.
+// that cannot read the format; a node with the recorded count starts, and
+// one that adopts the stored count (AdoptShards) takes it.
 func TestRecordShardsFencesTheOldLayout(t *testing.T) {
 	ctx := t.Context()
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
@@ -46,4 +47,10 @@ func TestRecordShardsFencesTheOldLayout(t *testing.T) {
 		t.Fatalf("older release after the move: %v, want ErrFormatTooNew", err)
 	}
 	startNode(t, s, Config{Node: "a", Partitions: 8, Shards: 4, Format: 6, ShardsFormat: 6})
+	// Without a count, with AdoptShards, a node takes the cluster's and
+	// reads the format of shards.
+	b := startNode(t, s, Config{Node: "b", Partitions: 8, Format: 5, ShardsFormat: 6, AdoptShards: true})
+	if b.m.Shards() != 4 {
+		t.Fatalf("adopted %d shards, want 4", b.m.Shards())
+	}
 }

@@ -19,12 +19,12 @@ import (
 // testBinaryShardsMove: agents of an unsharded node (chats, a fork, a
 // finished and a running steps fiber, a schedule) are moved into 4 shards
 // by "agentd shards move" on the stopped data dir: the move is refused
-// while the node runs; after it the node refuses to start without
-// --shards 4, and with it every agent's history, messages, fibers and
+// while the node runs; after it the node refuses to start with --shards
+// 1, and without --shards takes the 4 shards, where every agent's history, messages, fibers and
 // schedules are what they were, each agent's events in its shard; the
 // running fiber resumes and completes, a chat resumes, and verify is
 // clean. A backup of the moved node restores, into a new data dir, every
-// shard, and the restored node refuses to start without --shards 4.
+// shard, and the restored node refuses to start with another count.
 func testBinaryShardsMove(t *testing.T, bin string) {
 	data := filepath.Join(t.TempDir(), "data")
 	httpAddr, natsAddr := agentdtest.FreeAddr(t), agentdtest.FreeAddr(t)
@@ -99,12 +99,13 @@ func testBinaryShardsMove(t *testing.T, bin string) {
 	if !strings.Contains(out, "moved 12 agents into 4 shards of 8 partitions") || !strings.Contains(out, "--shards 4") {
 		t.Errorf("move printed:\n%s", out)
 	}
-	out, code = runVerifyCmd(t, bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--partitions", "8")
+	out, code = runVerifyCmd(t, bin, "--data", data, "--http", httpAddr, "--nats-listen", natsAddr, "--partitions", "8", "--shards", "1")
 	if code == 0 || !strings.Contains(out, "--shards") || !strings.Contains(out, "4 shards") {
-		t.Errorf("restart without --shards after the move: exit %d\n%s", code, out)
+		t.Errorf("restart with --shards 1 after the move: exit %d\n%s", code, out)
 	}
 
-	p = startAgentd(t, bin, data, httpAddr, natsAddr, "--partitions", "8", "--shards", "4")
+	// Restarted with its usual flags (no --shards): it takes the 4 shards.
+	p = startAgentd(t, bin, data, httpAddr, natsAddr, "--partitions", "8")
 	c = dialShards(t, natsAddr)
 	if c.lg.Shards() != 4 {
 		t.Fatalf("the log binds %d shards after the move", c.lg.Shards())
@@ -158,9 +159,9 @@ func testBinaryShardsMove(t *testing.T, bin string) {
 			t.Errorf("the restore of the sharded backup misses shard %d:\n%s", k, out)
 		}
 	}
-	out, code = runVerifyCmd(t, bin, "--data", restored, "--http", httpAddr, "--nats-listen", natsAddr, "--partitions", "8")
+	out, code = runVerifyCmd(t, bin, "--data", restored, "--http", httpAddr, "--nats-listen", natsAddr, "--partitions", "8", "--shards", "2")
 	if code == 0 || !strings.Contains(out, "4 shards") {
-		t.Errorf("start without --shards on the restored backup: exit %d\n%s", code, out)
+		t.Errorf("start with --shards 2 on the restored backup: exit %d\n%s", code, out)
 	}
 	p = startAgentd(t, bin, restored, httpAddr, natsAddr, "--partitions", "8", "--shards", "4")
 	c = dialShards(t, natsAddr)
