@@ -153,9 +153,9 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		// restarted with its usual flags after agentd shards move (or
 		// a pod of the chart without a shards value) joins the layout.
 		AdoptShards: cfg.Shards == 0,
-		TTL:          cfg.LeaseTTL,
-		Replicas:     cfg.Replicas,
-		Format:       cfg.recordFormat(),
+		TTL:         cfg.LeaseTTL,
+		Replicas:    cfg.Replicas,
+		Format:      cfg.recordFormat(),
 		// A rolling upgrade raises the format once its last node runs
 		// this release, with no step of the operator's.
 		AutoActivate: true,
