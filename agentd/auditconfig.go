@@ -30,13 +30,6 @@ func (c Config) AuditBytes() int64 {
 	return min(c.JetStreamMaxStore/16, DefaultAuditMaxBytes)
 }
 
-// setAuditDefaults fills AuditMaxAge.
-func (c *Config) setAuditDefaults() {
-	if c.AuditMaxAge == 0 {
-		c.AuditMaxAge = DefaultAuditMaxAge
-	}
-}
-
 // validateAudit refuses negative audit bounds.
 func (c *Config) validateAudit() error {
 	switch {

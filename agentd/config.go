@@ -386,76 +386,114 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 }
 
-// SetDefaults fills the zero fields with their defaults.
+// SetDefaults fills the zero fields with their defaults. It is the one
+// place a Config field gets a default; a field it leaves zero either has
+// no default (off, empty) or its zero value means something its package
+// decides ("0: 256 KiB"), as the field's doc says. config_test.go lists
+// every field as one or the other.
 func (c *Config) SetDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
-	}
-	if c.NATSListen == "" {
-		c.NATSListen = DefaultNATSListen
-	}
-	if c.Sync == "" {
-		c.Sync = DefaultSync
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = DefaultHTTPAddr
-	}
-	if c.JetStreamMaxMemory == 0 {
-		c.JetStreamMaxMemory = DefaultJetStreamMaxMemory
-	}
-	if c.JetStreamMaxStore == 0 {
-		c.JetStreamMaxStore = DefaultJetStreamMaxStore
-	}
-	if c.ChunkMaxAge == 0 {
-		c.ChunkMaxAge = DefaultChunkMaxAge
-	}
-	if c.AgentEventsMax == 0 {
-		c.AgentEventsMax = DefaultAgentEventsMax
-	}
-	if c.AgentEventsMaxAge == 0 {
-		c.AgentEventsMaxAge = DefaultAgentEventsMaxAge
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.ScheduleTimeout == 0 {
-		c.ScheduleTimeout = keepalive.DefaultCallbackTimeout
-	}
-	if c.MaxTurns == 0 {
-		c.MaxTurns = DefaultMaxTurns
-	}
-	if c.Provider == "" {
-		c.Provider = ProviderLocal
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = DefaultLogFormat
-	}
+	// Storage and the embedded server.
+	setDefault(&c.DataDir, DefaultDataDir)
+	setDefault(&c.NATSListen, DefaultNATSListen)
+	setDefault(&c.Sync, DefaultSync)
+	setDefault(&c.JetStreamMaxMemory, DefaultJetStreamMaxMemory)
+	setDefault(&c.JetStreamMaxStore, DefaultJetStreamMaxStore)
+	setDefault(&c.ChunkMaxAge, DefaultChunkMaxAge)
+	setDefault(&c.AgentEventsMax, DefaultAgentEventsMax)
+	setDefault(&c.AgentEventsMaxAge, DefaultAgentEventsMaxAge)
+
+	// Agents and chat.
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.ScheduleTimeout, keepalive.DefaultCallbackTimeout)
+	setDefault(&c.MaxTurns, DefaultMaxTurns)
+	setDefault(&c.Provider, ProviderLocal)
+
+	// The process.
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.LogFormat, DefaultLogFormat)
+	setDefault(&c.Logger, slog.Default())
+
+	// The cluster.
 	if c.ServerName == "" {
 		c.ServerName, _ = os.Hostname()
 	}
 	if c.ClusterName == "" && c.ClusterListen != "" {
 		c.ClusterName = DefaultClusterName
 	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
+	setDefault(&c.Partitions, DefaultPartitions)
+	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+
+	// The HTTP server and its limits (httpserver.go).
+	setDefault(&c.HTTPAddr, DefaultHTTPAddr)
+	setDefault(&c.HTTPReadHeaderTimeout, DefaultHTTPReadHeaderTimeout)
+	setDefault(&c.HTTPBodyTimeout, DefaultHTTPBodyTimeout)
+	setDefault(&c.HTTPIdleTimeout, DefaultHTTPIdleTimeout)
+	setDefault(&c.HTTPMaxConns, DefaultHTTPMaxConns)
+
+	// A tenant's quota (tenantdefaults.go), but for bytes and memory,
+	// which follow the node's JetStream limits (TenantQuota).
+	d := &c.TenantDefaults
+	setDefault(&d.Rate, DefaultTenantRate)
+	setDefault(&d.Turns, DefaultTenantTurns)
+	setDefault(&d.Agents, DefaultTenantAgents)
+	setDefault(&d.Conns, DefaultTenantConns)
+	setDefault(&d.Subs, DefaultTenantSubs)
+	setDefault(&d.Payload, DefaultTenantPayload)
+	setDefault(&d.Streams, DefaultTenantStreams)
+	setDefault(&d.Consumers, DefaultTenantConsumers)
+
+	// The audit log (auditconfig.go); its byte bound follows
+	// JetStreamMaxStore (AuditBytes).
+	setDefault(&c.AuditMaxAge, DefaultAuditMaxAge)
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	c.setHTTPDefaults()
-	c.setTenantDefaults()
-	c.setAuditDefaults()
 }
 
 // Validate checks the config after defaults are applied. Errors wrap
-// ErrConfig and name the flag to change.
+// ErrConfig and name the flag to change. It runs checks in their order
+// and returns the first error, so a config with several mistakes is told
+// of the same one each time.
 func (c *Config) Validate() error {
+	for _, check := range c.checks() {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checks are Validate's checks, one per concern, in the order they run;
+// the comment names the file each lives in and the flags it checks.
+func (c *Config) checks() []func() error {
+	return []func() error{
+		c.validateModes,           // config.go: --sync, --log-format, --provider
+		c.validateSpend,           // config.go: --prices, --user-token-budget
+		c.validateAddrs,           // config.go: --http, --version-policy, --nats-listen
+		c.validateNonNegative,     // config.go: sizes, counts and durations
+		c.validateShards,          // shards.go: --shards
+		c.validateHTTP,            // httpserver.go: --http-* limits
+		c.validateFrameAncestors,  // frames.go: --frame-ancestors
+		c.validateMetrics,         // metrics_listen.go: --metrics-listen
+		c.validateEncryption,      // encryption.go: --encryption-*
+		c.validateTenantDefaults,  // tenantdefaults.go: --tenant-default-*
+		c.validateAudit,           // auditconfig.go: --audit-*
+		c.validateCluster,         // cluster.go: --server-name, --cluster-*, --routes, --replicas, --partitions, --lease-ttl
+		c.validateAuth,            // auth.go: --auth, --insecure, --nats-creds, --oidc-*
+		c.validateTLS,             // tls.go: --tls-*
+		c.validateMCP,             // config.go: --mcp
+		c.validateHosts,           // config.go: --allowed-host
+		c.validateMetricsRegistry, // config.go: Registerer and Gatherer
+	}
+}
+
+// validateModes checks the fields that take one of a few words.
+func (c *Config) validateModes() error {
 	switch c.Sync {
 	case SyncAlways, SyncInterval:
 	default:
@@ -471,12 +509,23 @@ func (c *Config) Validate() error {
 	default:
 		return configErrorf("provider", "provider %q is not one of local, openai, chatcompletions, anthropic", c.Provider)
 	}
+	return nil
+}
+
+// validateSpend checks the prices file and the per-user budget.
+func (c *Config) validateSpend() error {
 	if _, err := cost.Load(c.Prices); err != nil {
 		return configErrorf("prices", "prices file %s: %s", c.Prices, strings.TrimPrefix(err.Error(), "cost: "))
 	}
 	if err := c.UserBudget.Validate(); err != nil {
 		return configErrorf("user-token-budget", "%s", strings.TrimPrefix(err.Error(), "auth: "))
 	}
+	return nil
+}
+
+// validateAddrs checks the HTTP address, the version policy and, for the
+// embedded server, its listen address.
+func (c *Config) validateAddrs() error {
 	if _, _, err := splitAddr(c.HTTPAddr); err != nil {
 		return configErrorf("http", "http address %q: %v", c.HTTPAddr, err)
 	}
@@ -490,6 +539,12 @@ func (c *Config) Validate() error {
 			return configErrorf("nats-listen", "nats listen address %q: %v", c.NATSListen, err)
 		}
 	}
+	return nil
+}
+
+// validateNonNegative refuses a negative size, count or duration where
+// only zero (the default) has a meaning below one.
+func (c *Config) validateNonNegative() error {
 	for _, f := range []struct {
 		flag string
 		v    int64
@@ -511,42 +566,26 @@ func (c *Config) Validate() error {
 			return configErrorf(f.flag, "%s must not be negative", f.flag)
 		}
 	}
-	if err := c.validateShards(); err != nil {
-		return err
-	}
-	if err := c.validateHTTP(); err != nil {
-		return err
-	}
-	if err := c.validateFrameAncestors(); err != nil {
-		return err
-	}
-	if err := c.validateMetrics(); err != nil {
-		return err
-	}
-	if err := c.validateEncryption(); err != nil {
-		return err
-	}
-	if err := c.validateTenantDefaults(); err != nil {
-		return err
-	}
-	if err := c.validateAudit(); err != nil {
-		return err
-	}
-	if err := c.validateCluster(); err != nil {
-		return err
-	}
-	if err := c.validateAuth(); err != nil {
-		return err
-	}
-	if err := c.validateTLS(); err != nil {
-		return err
-	}
-	if _, err := c.MCPServers(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateMCP checks the --mcp specs (MCPServers).
+func (c *Config) validateMCP() error {
+	_, err := c.MCPServers()
+	return err
+}
+
+// validateHosts checks the --allowed-host patterns.
+func (c *Config) validateHosts() error {
 	if _, err := replay.ParseHostPatterns(c.AllowedHosts); err != nil {
 		return configErrorf("allowed-host", "%v", err)
 	}
+	return nil
+}
+
+// validateMetricsRegistry refuses a Registerer without a Gatherer, or
+// the other way round.
+func (c *Config) validateMetricsRegistry() error {
 	if (c.Registerer == nil) != (c.Gatherer == nil) {
 		return fmt.Errorf("%w: Registerer and Gatherer must be set together", ErrConfig)
 	}

@@ -144,6 +144,11 @@
 //     every resource it opened is closed; the data dir can be opened again.
 //   - With SyncAlways (the default) an acknowledged JetStream write survives
 //     power failure; with SyncInterval it may not, and Run logs a warning.
+//   - A Config field gets its default in one place, Config.SetDefaults, or
+//     has none, or a zero with a meaning of its own that its doc states
+//     (TestConfigFieldsListed lists each field as one of the three).
+//     Validate runs one table of checks (Config.checks, config.go) in a
+//     fixed order: a config with several mistakes names the same one first.
 //
 // # Usage
 //

@@ -48,22 +48,6 @@ type httpMetrics struct {
 	refused prometheus.Counter
 }
 
-// setHTTPDefaults fills the zero HTTP limits with their defaults.
-func (c *Config) setHTTPDefaults() {
-	if c.HTTPReadHeaderTimeout == 0 {
-		c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
-	}
-	if c.HTTPBodyTimeout == 0 {
-		c.HTTPBodyTimeout = DefaultHTTPBodyTimeout
-	}
-	if c.HTTPIdleTimeout == 0 {
-		c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
-	}
-	if c.HTTPMaxConns == 0 {
-		c.HTTPMaxConns = DefaultHTTPMaxConns
-	}
-}
-
 // validateHTTP refuses negative HTTP limits.
 func (c *Config) validateHTTP() error {
 	for _, f := range []struct {

@@ -25,32 +25,6 @@ const (
 	DefaultTenantStoreShare = 8
 )
 
-// setTenantDefaults fills the zero fields of TenantDefaults, but for
-// bytes and memory, which follow the node's JetStream limits
-// (TenantQuota).
-func (c *Config) setTenantDefaults() {
-	d := &c.TenantDefaults
-	set := func(v *int64, def int64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	if d.Rate == 0 {
-		d.Rate = DefaultTenantRate
-	}
-	if d.Turns == 0 {
-		d.Turns = DefaultTenantTurns
-	}
-	if d.Agents == 0 {
-		d.Agents = DefaultTenantAgents
-	}
-	set(&d.Conns, DefaultTenantConns)
-	set(&d.Subs, DefaultTenantSubs)
-	set(&d.Payload, DefaultTenantPayload)
-	set(&d.Streams, DefaultTenantStreams)
-	set(&d.Consumers, DefaultTenantConsumers)
-}
-
 // validateTenantDefaults refuses negative defaults (other than
 // unlimited).
 func (c *Config) validateTenantDefaults() error {

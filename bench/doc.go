@@ -55,7 +55,9 @@
 // each its own fsync under sync always unless an atomic batch carries it),
 // tool-turn (a plain turn within 15 synced publishes, a 10-tool turn
 // within 12x a plain turn), tool-agents (100 agents' tool calls/s at least
-// 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s),
+// 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s;
+// and the process's CPU per tool call, with the rate that CPU allows on
+// all of the machine's cores),
 // chat-chunks (100 streams at 6x one-by-one synced publishes, 2x the 3x of
 // before), fiber-stash (within 1.3x of a raw synced publish), group-commit
 // (100 agents' fenced appends at 2x the same writers' raw publishes; a lone

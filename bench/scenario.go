@@ -147,6 +147,18 @@ type series struct {
 	ops     int
 	elapsed time.Duration
 	lat     []time.Duration
+	// cpu is the process's CPU time during timed (processCPU): every
+	// goroutine's, the embedded servers' included.
+	cpu time.Duration
+}
+
+// cpuPerOp returns the process's CPU time per operation of timed, in
+// microseconds; 0 when not measured.
+func (s *series) cpuPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return float64(s.cpu.Microseconds()) / float64(s.ops)
 }
 
 // rate returns operations per second over the time spent.
@@ -159,9 +171,10 @@ func (s *series) rate() float64 {
 
 // timed runs f, adding ops and the time it took to s.
 func (s *series) timed(ops int, f func() error) error {
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	err := f()
 	s.elapsed += time.Since(start)
+	s.cpu += processCPU() - cpu
 	s.ops += ops
 	return err
 }

@@ -96,13 +96,24 @@ func ownerOf(g getter, agent string, idx uint64) (string, bool, error) {
 }
 
 // getMessage reads the message at idx of agent's conversation, its own or
-// inherited; pieces is the pieces of the row it was read from.
+// inherited; pieces is the pieces of the row it was read from. It walks
+// the ancestors as ownerOf does, reading each row once: History reads
+// every message of the conversation before each model call, and a Get
+// to find the owner and another to read the row were 10% of a tool
+// call's CPU at 100 agents (docs/benchmarks.md, "What bounds 100 agents").
 func getMessage(g getter, agent string, idx uint64) (Message, int, bool, error) {
-	owner, ok, err := ownerOf(g, agent, idx)
-	if err != nil || !ok {
-		return Message{}, 0, false, err
+	for range maxForkDepth {
+		m, pieces, ok, err := getOwnMessage(g, agent, idx)
+		if err != nil || ok {
+			return m, pieces, ok, err
+		}
+		base, ok, err := getBase(g, agent)
+		if err != nil || !ok || idx >= base.N {
+			return Message{}, 0, false, err
+		}
+		agent = base.Parent
 	}
-	return getOwnMessage(g, owner, idx)
+	return Message{}, 0, false, nil
 }
 
 // messageIndex returns the position of message id in agent's

@@ -46,13 +46,6 @@ command: --creds is the admin credential (<data>/admin.creds) and --tenant
 names the tenant whose agent goes (a tenant's own creds cannot delete).
 `
 
-// runAgentsCLI runs "agentd agents" or "agentd delete" and returns the exit
-// code.
-func runAgentsCLI(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := agentsCommand(ctx, cmd, args, getenv, stdout)
-	return exitFor(ctx, cmd, agentsUsage, err, stdout, stderr)
-}
-
 // agentsOpts are the flags of agents and delete.
 type agentsOpts struct {
 	natsURL, creds, tlsCA *string
@@ -82,7 +75,10 @@ func agentsFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *agen
 	return fs, &o
 }
 
-func agentsCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout io.Writer) error {
+// agentsCommand runs "agentd agents", "agentd delete" or "agentd cluster"
+// (in.cmd).
+func agentsCommand(ctx context.Context, in invocation, args []string) error {
+	cmd, getenv, stdout := in.cmd, in.getenv, in.stdout
 	fs, o := agentsFlagSet(cmd, getenv)
 	natsURL, creds, tlsCA := o.natsURL, o.creds, o.tlsCA
 	pos, err := parseInterleaved(fs, args)

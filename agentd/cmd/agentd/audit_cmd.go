@@ -29,11 +29,6 @@ $NATS_URL or nats://127.0.0.1:4222, --creds to $FOREVER_CREDS: the
 admin credential agentd wrote to <data>/admin.creds.
 `
 
-func runAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := auditCommand(ctx, args, getenv, stdout)
-	return exitFor(ctx, "audit", auditUsage, err, stdout, stderr)
-}
-
 // auditOpts are the flags of audit tail.
 type auditOpts struct {
 	natsURL, creds, tlsCA, tenant *string
@@ -53,7 +48,9 @@ func auditFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *audit
 	return fs, &o
 }
 
-func auditCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// auditCommand runs "agentd audit".
+func auditCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout := in.getenv, in.stdout
 	if len(args) == 0 {
 		return usageErr("missing tail")
 	}

@@ -50,11 +50,6 @@ can sign a credential without agentd, so the record covers what agentd's
 own command minted against a running agentd, not every credential.
 `
 
-func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := authCommand(args, getenv, stdout, stderr)
-	return exitFor(context.Background(), "auth", authUsage, err, stdout, stderr)
-}
-
 // authOpts are the flags of the auth commands.
 type authOpts struct {
 	cfg     agentd.Config // DataDir and AuthSecretFile
@@ -89,7 +84,11 @@ func authFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *authOp
 	return fs, &o
 }
 
-func authCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// authCommand runs "agentd auth". It reads local files and does not stop
+// on Ctrl-C: what fails is a failure (failed).
+func authCommand(_ context.Context, in invocation, args []string) (err error) {
+	defer func() { err = failed(err) }()
+	getenv, stdout, stderr := in.getenv, in.stdout, in.stderr
 	if len(args) == 0 {
 		return usageErr("missing server-config, admin-creds or admin-token")
 	}

@@ -64,13 +64,6 @@ $FOREVER_CREDS: with --auth, the admin credential <data>/admin.creds;
 // until the nodes serve the tenants of the restored registry.
 const accessTimeout = 2 * time.Minute
 
-// runBackup runs "agentd backup" or "agentd restore" and returns the exit
-// code.
-func runBackup(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := backupCommand(ctx, cmd, args, getenv, stdout, stderr)
-	return exitFor(ctx, cmd, backupUsage, err, stdout, stderr)
-}
-
 // backupOpts are the flags of backup and restore.
 type backupOpts struct {
 	natsURL, creds, tlsCA, out, from, data, secretFile, keyFile *string
@@ -94,7 +87,9 @@ func backupFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *back
 	return fs, &o
 }
 
-func backupCommand(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// backupCommand runs "agentd backup" or "agentd restore" (in.cmd).
+func backupCommand(ctx context.Context, in invocation, args []string) error {
+	cmd, getenv, stdout, stderr := in.cmd, in.getenv, in.stdout, in.stderr
 	fs, o := backupFlagSet(cmd, getenv)
 	natsURL, creds, tlsCA, out, from, data := o.natsURL, o.creds, o.tlsCA, o.out, o.from, o.data
 	replicas, secretFile, keyFile, allowUnsigned := o.replicas, o.secretFile, o.keyFile, o.allowUnsigned

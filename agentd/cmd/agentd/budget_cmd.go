@@ -53,13 +53,9 @@ func budgetFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *budg
 	return fs, &o
 }
 
-// runBudget runs "agentd budget" and returns the exit code.
-func runBudget(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := budgetCommand(ctx, args, getenv, stdout)
-	return exitFor(ctx, "budget", budgetUsage, err, stdout, stderr)
-}
-
-func budgetCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// budgetCommand runs "agentd budget".
+func budgetCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout := in.getenv, in.stdout
 	fs, o := budgetFlagSet("budget", getenv)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

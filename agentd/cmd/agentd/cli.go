@@ -55,38 +55,52 @@ const (
 	cliConnectTimeout = 2 * time.Second
 )
 
-// command is one subcommand of agentd, as help lists it.
+// command is one subcommand of agentd: what help lists of it and what
+// runs it.
 type command struct {
 	name, args, summary string
 	usage               string // its detailed usage (agentd help <name>)
 	// flags returns the flag set the command parses (the defaults as
 	// getenv makes them), for help to list; nil for none.
 	flags func(getenv func(string) string) *flag.FlagSet
+	// run runs the command on the arguments after its name; exitFor
+	// turns what it returns into output and the exit code. Nil for help,
+	// which runs from this table (runHelp).
+	run func(ctx context.Context, in invocation, args []string) error
+}
+
+// invocation is what a command runs with: the name it was called by
+// (commands that share a run tell theirs apart by it), the environment
+// and its output.
+type invocation struct {
+	cmd            string
+	getenv         func(string) string
+	stdout, stderr io.Writer
 }
 
 // commands are agentd's subcommands, in the order help lists them.
 var commands = []command{
-	{"chat", `<agent> "text"`, "send a message and print the reply as it streams", cliUsage, flagsOf(clientCmdFlagSet, "chat")},
-	{"tail", "<agent> [--from cursor]", "follow the agent's latest stream, from a cursor", cliUsage, flagsOf(clientCmdFlagSet, "tail")},
-	{"status", "<agent>", "show the agent's status and its calls waiting for approval", cliUsage, flagsOf(clientCmdFlagSet, "status")},
-	{"fibers", "<agent>", "list the agent's running fibers", cliUsage, flagsOf(clientCmdFlagSet, "fibers")},
-	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage, flagsOf(clientCmdFlagSet, "tools")},
-	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage, flagsOf(clientCmdFlagSet, "approve")},
-	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage, flagsOf(clientCmdFlagSet, "deny")},
-	{"budget", "<agent> [--tokens n] [--cost x] [--period 24h]", "show or set the agent's token and cost budget", budgetUsage, flagsOf(budgetFlagSet, "budget")},
-	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage, flagsOf(agentsFlagSet, "agents")},
-	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage, flagsOf(agentsFlagSet, "delete")},
-	{"fork", "<agent> --to <new> [--at <message id>]", "fork an agent's conversation into a new agent", forkUsage, flagsOf(forkFlagSet, "fork")},
-	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster")},
-	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify")},
-	{"replay", "<agent> [--turn <requestId>] [--data dir]", "replay recorded turns through this binary's agent code", replayUsage, flagsOf(replayFlagSet, "replay")},
-	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant")},
-	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage, flagsOf(authFlagSet, "auth")},
-	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit")},
-	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup")},
-	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage, flagsOf(backupFlagSet, "restore")},
-	{"shards", "move --shards K [--data dir]", "move a stopped cluster's agents into K shard streams", shardsUsage, flagsOf(shardsFlagSet, "shards move")},
-	{"help", "[command]", "show this help, or a command's", "", nil},
+	{"chat", `<agent> "text"`, "send a message and print the reply as it streams", cliUsage, flagsOf(clientCmdFlagSet, "chat"), clientCommand},
+	{"tail", "<agent> [--from cursor]", "follow the agent's latest stream, from a cursor", cliUsage, flagsOf(clientCmdFlagSet, "tail"), clientCommand},
+	{"status", "<agent>", "show the agent's status and its calls waiting for approval", cliUsage, flagsOf(clientCmdFlagSet, "status"), clientCommand},
+	{"fibers", "<agent>", "list the agent's running fibers", cliUsage, flagsOf(clientCmdFlagSet, "fibers"), clientCommand},
+	{"tools", "<agent>", "list the agent's tools: safety, approval and source", cliUsage, flagsOf(clientCmdFlagSet, "tools"), clientCommand},
+	{"approve", "<agent> <toolCallId>", "approve a waiting tool call and print the resumed reply", cliUsage, flagsOf(clientCmdFlagSet, "approve"), clientCommand},
+	{"deny", "<agent> <toolCallId>", "deny a waiting tool call; the model is told", cliUsage, flagsOf(clientCmdFlagSet, "deny"), clientCommand},
+	{"budget", "<agent> [--tokens n] [--cost x] [--period 24h]", "show or set the agent's token and cost budget", budgetUsage, flagsOf(budgetFlagSet, "budget"), budgetCommand},
+	{"agents", "[--user u] [--tag t] [--type x]", "list the agents", agentsUsage, flagsOf(agentsFlagSet, "agents"), agentsCommand},
+	{"delete", "<agent>", "delete an agent and its history (admin)", agentsUsage, flagsOf(agentsFlagSet, "delete"), agentsCommand},
+	{"fork", "<agent> --to <new> [--at <message id>]", "fork an agent's conversation into a new agent", forkUsage, flagsOf(forkFlagSet, "fork"), forkCommand},
+	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster"), agentsCommand},
+	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify"), verifyCommand},
+	{"replay", "<agent> [--turn <requestId>] [--data dir]", "replay recorded turns through this binary's agent code", replayUsage, flagsOf(replayFlagSet, "replay"), replayCommand},
+	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant"), tenantCommand},
+	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage, flagsOf(authFlagSet, "auth"), authCommand},
+	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit"), auditCommand},
+	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup"), backupCommand},
+	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage, flagsOf(backupFlagSet, "restore"), backupCommand},
+	{"shards", "move --shards K [--data dir]", "move a stopped cluster's agents into K shard streams", shardsUsage, flagsOf(shardsFlagSet, "shards move"), shardsCommand},
+	{"help", "[command]", "show this help, or a command's", "", nil, nil},
 }
 
 // lookupCommand returns the subcommand named name.
@@ -195,44 +209,30 @@ reconnecting (cursor N)", resume by themselves once agentd is back, and give
 up (exit 1) after --wait (default 5m). "agentd help" lists every command.
 `
 
-// runCLI runs the client commands chat, tail, fibers and status. For any
-// other first argument it returns handled false and the daemon runs.
+// runCLI runs the command args[0] names, one of commands. For any other
+// first argument it returns handled false and the daemon runs.
 func runCLI(args []string, getenv func(string) string, stdout, stderr io.Writer) (handled bool, code int) {
 	if len(args) == 0 {
 		return false, 0
 	}
-	switch args[0] {
-	case "help":
-		return true, runHelp(args[1:], stdout, stderr)
-	case "chat", "tail", "fibers", "status", "tools", "approve", "deny", "budget", "verify", "tenant", "auth", "audit", "backup", "restore", "agents", "delete", "cluster", "fork", "replay", "shards":
-	default:
+	if _, ok := lookupCommand(args[0]); !ok {
 		return false, 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	switch args[0] {
-	case "budget":
-		return true, runBudget(ctx, args[1:], getenv, stdout, stderr)
-	case "verify":
-		return true, runVerify(ctx, args[1:], getenv, stdout, stderr)
-	case "tenant":
-		return true, runTenant(ctx, args[1:], getenv, stdout, stderr)
-	case "auth":
-		return true, runAuth(args[1:], getenv, stdout, stderr)
-	case "audit":
-		return true, runAudit(ctx, args[1:], getenv, stdout, stderr)
-	case "backup", "restore":
-		return true, runBackup(ctx, args[0], args[1:], getenv, stdout, stderr)
-	case "agents", "delete", "cluster":
-		return true, runAgentsCLI(ctx, args[0], args[1:], getenv, stdout, stderr)
-	case "fork":
-		return true, runFork(ctx, args[1:], getenv, stdout, stderr)
-	case "replay":
-		return true, runReplay(ctx, args[1:], getenv, stdout, stderr)
-	case "shards":
-		return true, runShards(ctx, args[1:], getenv, stdout, stderr)
-	}
 	return true, runCLIContext(ctx, args, getenv, stdout, stderr)
+}
+
+// runCLIContext runs the command args[0] names on the rest, interrupted
+// when ctx ends, and returns its exit code: every command's error goes
+// through exitFor.
+func runCLIContext(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c, ok := lookupCommand(args[0])
+	if !ok || c.run == nil {
+		return runHelp(args[1:], stdout, stderr)
+	}
+	err := c.run(ctx, invocation{cmd: c.name, getenv: getenv, stdout: stdout, stderr: stderr}, args[1:])
+	return exitFor(ctx, c.name, c.usage, err, stdout, stderr)
 }
 
 // cliError is a failure with its exit code.
@@ -241,7 +241,29 @@ type cliError struct {
 	err  error
 }
 
-func (e *cliError) Error() string { return e.err.Error() }
+func (e *cliError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+// exitSaid is the exit code of a command that has said all it had to
+// (verify's report of violations): exitFor prints nothing more.
+func exitSaid(code int) error { return &cliError{code: code} }
+
+// failed makes err a failure, said on one line with exit 1, also when
+// the command was interrupted (exitFor exits 130 silently for an error
+// after Ctrl-C); an error that carries its own code keeps it. The client
+// commands, verify and auth say why they stopped; of them only an
+// interrupted stream exits 130.
+func failed(err error) error {
+	var ce *cliError
+	if err == nil || errors.Is(err, flag.ErrHelp) || errors.As(err, &ce) {
+		return err
+	}
+	return &cliError{exitFailed, err}
+}
 
 func usageErr(format string, a ...any) error {
 	return &cliError{exitUsage, fmt.Errorf(format, a...)}
@@ -272,8 +294,9 @@ func printUsageErr(w io.Writer, cmd string, err error) {
 // exitFor prints what err of command cmd says and returns the exit code:
 // the one mapping of the subcommands' errors. --help prints usage and is
 // success; a usage error is one line and where the usage is; another
-// cliError its sentence and its code; an interrupted command (ctx ended)
-// exits as interrupted; anything else is a failure, said on one line.
+// cliError its sentence (none from exitSaid) and its code; an interrupted
+// command (ctx ended) exits as interrupted; anything else is a failure,
+// said on one line.
 func exitFor(ctx context.Context, cmd, usage string, err error, stdout, stderr io.Writer) int {
 	var ce *cliError
 	switch {
@@ -282,6 +305,8 @@ func exitFor(ctx context.Context, cmd, usage string, err error, stdout, stderr i
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case errors.As(err, &ce) && ce.err == nil:
+		return ce.code
 	case errors.As(err, &ce) && ce.code == exitUsage:
 		printUsageErr(stderr, cmd, ce.err)
 		return ce.code
@@ -300,16 +325,13 @@ func exitFor(ctx context.Context, cmd, usage string, err error, stdout, stderr i
 // (agentd.FlagError): "unknown flag --x", not Go's "-x".
 func flagErr(err error) error { return agentd.FlagError(err) }
 
-// runCLIContext is runCLI for a known command, interrupted when ctx ends.
-func runCLIContext(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cmd := args[0]
-	fs, o := clientCmdFlagSet(cmd, getenv)
+// clientCommand runs chat, tail, status, fibers, tools, approve or deny
+// (in.cmd).
+func clientCommand(ctx context.Context, in invocation, args []string) error {
+	cmd := in.cmd
+	fs, o := clientCmdFlagSet(cmd, in.getenv)
 	natsURL, creds, tlsCA, from, wait := o.natsURL, o.creds, o.tlsCA, o.from, o.wait
-	pos, err := parseInterleaved(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, cliUsage)
-		return exitOK
-	}
+	pos, err := parseInterleaved(fs, args)
 	if err == nil {
 		err = checkArgs(cmd, pos, *from)
 	}
@@ -317,23 +339,9 @@ func runCLIContext(ctx context.Context, args []string, getenv func(string) strin
 		err = usageErr("--wait must be positive, got %s", *wait)
 	}
 	if err == nil {
-		err = runCommand(ctx, cmd, pos, *natsURL, clientOptions(*creds, *tlsCA), *from, *wait, stdout, stderr)
+		err = runCommand(ctx, cmd, pos, *natsURL, clientOptions(*creds, *tlsCA), *from, *wait, in.stdout, in.stderr)
 	}
-	var ce *cliError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.As(err, &ce):
-		if ce.code == exitUsage {
-			printUsageErr(stderr, cmd, ce.err)
-			return ce.code
-		}
-		fmt.Fprintln(stderr, "agentd "+cmd+":", ce.err)
-		return ce.code
-	default:
-		fmt.Fprintln(stderr, "agentd "+cmd+":", err)
-		return exitFailed
-	}
+	return failed(err)
 }
 
 // clientCmdOpts are the flags of chat, tail, status, fibers, tools,

@@ -42,13 +42,9 @@ func forkFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *forkOp
 	return fs, &o
 }
 
-// runFork runs "agentd fork" and returns the exit code.
-func runFork(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := forkCommand(ctx, args, getenv, stdout)
-	return exitFor(ctx, "fork", forkUsage, err, stdout, stderr)
-}
-
-func forkCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// forkCommand runs "agentd fork".
+func forkCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout := in.getenv, in.stdout
 	fs, o := forkFlagSet("fork", getenv)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -165,7 +165,7 @@ func TestHelpListsFlags(t *testing.T) {
 			}
 		})
 	}
-	// chat's flags are those runCLIContext parses: --wait among them.
+	// chat's flags are those clientCommand parses: --wait among them.
 	var out bytes.Buffer
 	runHelp([]string{"chat"}, &out, &bytes.Buffer{})
 	for _, want := range []string{"Flags of agentd chat:", "--wait duration", "--server url"} {

@@ -6,6 +6,11 @@
 //
 // agentd stops gracefully on SIGINT or SIGTERM and exits 0; it exits 1 with
 // a one-line error when it cannot start or fails, and 2 on bad flags.
+//
+// Its subcommands (agentd help lists them) are one table, commands in
+// cli.go: each entry's run returns an error and one function, exitFor,
+// turns it into output and the exit code: 0 success (and -h), 1 failure,
+// 2 bad usage, 130 interrupted.
 package main
 
 import (

@@ -69,13 +69,9 @@ func replayFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *repl
 	return fs, &o
 }
 
-// runReplay runs "agentd replay" and returns the exit code.
-func runReplay(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := replayCommand(ctx, args, getenv, stdout)
-	return exitFor(ctx, "replay", replayUsage, err, stdout, stderr)
-}
-
-func replayCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+// replayCommand runs "agentd replay".
+func replayCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout := in.getenv, in.stdout
 	fs, o := replayFlagSet("replay", getenv)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -62,13 +62,9 @@ func shardsFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *shar
 	return fset, &o
 }
 
-// runShards runs "agentd shards" and returns the exit code.
-func runShards(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := shardsCommand(ctx, args, getenv, stdout, stderr)
-	return exitFor(ctx, "shards", shardsUsage, err, stdout, stderr)
-}
-
-func shardsCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// shardsCommand runs "agentd shards".
+func shardsCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout, stderr := in.getenv, in.stdout, in.stderr
 	if len(args) == 0 {
 		return usageErr("missing subcommand: move")
 	}

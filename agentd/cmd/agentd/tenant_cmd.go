@@ -86,12 +86,9 @@ $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
 // tenant's daemon to start.
 const tenantRequestTimeout = 90 * time.Second
 
-func runTenant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	err := tenantCommand(ctx, args, getenv, stdout, stderr)
-	return exitFor(ctx, "tenant", tenantUsage, err, stdout, stderr)
-}
-
-func tenantCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// tenantCommand runs "agentd tenant".
+func tenantCommand(ctx context.Context, in invocation, args []string) error {
+	getenv, stdout, stderr := in.getenv, in.stdout, in.stderr
 	if len(args) == 0 {
 		return usageErr("missing create, revoke, token, disable or enable")
 	}

@@ -67,50 +67,45 @@ func verifyFlagSet(cmd string, getenv func(string) string) (*flag.FlagSet, *veri
 	return fset, &o
 }
 
-// runVerify runs "agentd verify" and returns the exit code.
-func runVerify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fset, o := verifyFlagSet("verify", getenv)
+// verifyCommand runs "agentd verify". Violations exit 1 after the
+// report; a log that cannot be read is a failure even when interrupted.
+func verifyCommand(ctx context.Context, in invocation, args []string) error {
+	fset, o := verifyFlagSet("verify", in.getenv)
 	natsURL, creds, tlsCA, data, timeout := o.natsURL, o.creds, o.tlsCA, o.data, o.timeout
 	err := fset.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, verifyUsage)
-		return exitOK
+		return err
 	case err != nil:
-		printUsageErr(stderr, "verify", flagErr(err))
-		return exitUsage
+		return usageErr("%v", flagErr(err))
 	case fset.NArg() > 0:
-		printUsageErr(stderr, "verify", fmt.Errorf("unexpected argument %q", fset.Arg(0)))
-		return exitUsage
+		return usageErr("unexpected argument %q", fset.Arg(0))
 	}
 	urlSet := serverSet(fset)
 	if *data != "" && urlSet {
-		printUsageErr(stderr, "verify", errors.New("give --server or --data, not both"))
-		return exitUsage
+		return usageErr("give --server or --data, not both")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	if *data != "" {
 		rep, err := verifyDataDir(ctx, *data)
 		if err != nil {
-			fmt.Fprintln(stderr, "agentd verify:", err)
-			return exitFailed
+			return failed(err)
 		}
-		fmt.Fprint(stdout, rep)
+		fmt.Fprint(in.stdout, rep)
 		if !rep.OK() {
-			return exitFailed
+			return exitSaid(exitFailed)
 		}
-		return exitOK
+		return nil
 	}
-	ok, err := verifyURL(ctx, *natsURL, clientOptions(*creds, *tlsCA), *creds != "", stdout)
+	ok, err := verifyURL(ctx, *natsURL, clientOptions(*creds, *tlsCA), *creds != "", in.stdout)
 	if err != nil {
-		fmt.Fprintln(stderr, "agentd verify:", err)
-		return exitFailed
+		return failed(err)
 	}
 	if !ok {
-		return exitFailed
+		return exitSaid(exitFailed)
 	}
-	return exitOK
+	return nil
 }
 
 // verifyURL checks the log of the agentd serving natsURL and prints the
