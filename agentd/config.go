@@ -234,8 +234,9 @@ type Config struct {
 	// Shards is the number of stream shards of each kind (events, chunks),
 	// fixed when the cluster is first started: partition p's events and
 	// chunks go to shard p mod Shards, each shard a stream of its own (its
-	// own Raft group). 0 and 1 are the unsharded layout of earlier
-	// releases (one stream of each kind); above 1, Partitions must be a
+	// own Raft group). 1 is the unsharded layout of earlier releases (one
+	// stream of each kind); 0 takes the count the cluster stored (the
+	// unsharded layout for a new cluster); above 1, Partitions must be a
 	// multiple (docs/architecture.md, "Shards").
 	Shards int
 	// OwnedViews makes a node of a sharded cluster (Shards above 1)

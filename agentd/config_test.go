@@ -71,7 +71,7 @@ var configFields = map[string]fieldDefault{
 	"Routes":                noDefault,
 	"Replicas":              zeroMeans, // 3 clustered, 1 else, at Run
 	"Partitions":            byDefaults,
-	"Shards":                zeroMeans, // unsharded
+	"Shards":                zeroMeans, // the count the cluster stored (unsharded for a new one)
 	"LeaseTTL":              byDefaults,
 	"MCP":                   noDefault,
 	"CORSOrigins":           noDefault,

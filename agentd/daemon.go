@@ -412,7 +412,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Conn:         r.nc,
 		Replicas:     cfg.Replicas,
 		MaxConsumers: cfg.MaxStreamConsumers,
-		Shards:       cfg.logShards(),
+		Shards:       d.logShards(cfg),
 		Partitions:   cfg.Partitions,
 		OwnedViews:   cfg.OwnedViews && cfg.logShards() > 0,
 		Owner:        &d.parts,

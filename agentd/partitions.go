@@ -149,9 +149,13 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		Shards:     cfg.logShards(),
 		// A cluster created with shards starts at their format.
 		ShardsFormat: FormatShards,
-		TTL:          cfg.LeaseTTL,
-		Replicas:     cfg.Replicas,
-		Format:       cfg.recordFormat(),
+		// No --shards (0): the count the cluster stored, so a node
+		// restarted with its usual flags after agentd shards move (or
+		// a pod of the chart without a shards value) joins the layout.
+		AdoptShards: cfg.Shards == 0,
+		TTL:         cfg.LeaseTTL,
+		Replicas:    cfg.Replicas,
+		Format:      cfg.recordFormat(),
 		// A rolling upgrade raises the format once its last node runs
 		// this release, with no step of the operator's.
 		AutoActivate: true,

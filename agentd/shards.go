@@ -33,6 +33,15 @@ func (c *Config) logShards() int {
 	return c.Shards
 }
 
+// logShards returns the shard count the node's log opens with: the
+// cluster's, as the lease manager checked or took it (--shards unset).
+func (d *Daemon) logShards(cfg *Config) int {
+	if d.parts.mgr != nil {
+		return d.parts.mgr.Shards()
+	}
+	return cfg.logShards()
+}
+
 // recordFormat is the record format this node announces it reads:
 // RecordFormat, which is past FormatShards (a cluster created with shards
 // starts at it), so a node reads both layouts' records. An unsharded

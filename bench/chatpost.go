@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // Chat-post scenario parameters, at -n 1.
@@ -40,6 +42,11 @@ func chatPost(ctx context.Context, env *Env) (res Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)
 	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: %w", err)
+	}
+	chunksStream := ls.ChunksOf(chatPostAgent) // its shard's, when sharded
 	hc := &http.Client{Timeout: time.Minute}
 	base := "http://" + p.httpAddr
 	i := 0
@@ -51,7 +58,7 @@ func chatPost(ctx context.Context, env *Env) (res Result, err error) {
 		if _, err := js.AccountInfo(ctx); err != nil {
 			return fmt.Errorf("bench: account info: %w", err)
 		}
-		s, err := js.Stream(ctx, "FOREVER_CHUNKS")
+		s, err := js.Stream(ctx, chunksStream)
 		if err != nil {
 			return fmt.Errorf("bench: stream info: %w", err)
 		}

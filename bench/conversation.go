@@ -77,6 +77,12 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)
 	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: %w", err)
+	}
+	// The one agent's streams: of a sharded agentd, its shard's.
+	eventsStream, chunksStream := ls.EventsOf(conversationAgent), ls.ChunksOf(conversationAgent)
 	c := &conversationClient{base: "http://" + p.httpAddr, http: &http.Client{Timeout: 2 * time.Minute}}
 
 	type sample struct {
@@ -84,11 +90,11 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 		lastSeq        uint64 // FOREVER_EVENTS' last sequence
 	}
 	measure := func() (sample, error) {
-		ev, err := streamState(ctx, js, "FOREVER_EVENTS")
+		ev, err := streamState(ctx, js, eventsStream)
 		if err != nil {
 			return sample{}, err
 		}
-		ch, err := streamState(ctx, js, "FOREVER_CHUNKS")
+		ch, err := streamState(ctx, js, chunksStream)
 		if err != nil {
 			return sample{}, err
 		}
@@ -135,7 +141,7 @@ func conversationGrowth(ctx context.Context, env *Env) (res Result, err error) {
 	}
 	stored := float64(samples[answered].events - samples[0].events)
 	if env.Logger.Enabled(ctx, slog.LevelInfo) {
-		logEventTypes(ctx, env, js, samples[lFrom-1].lastSeq, samples[lTo].lastSeq, lTo-lFrom+1)
+		logEventTypes(ctx, env, js, eventsStream, samples[lFrom-1].lastSeq, samples[lTo].lastSeq, lTo-lFrom+1)
 	}
 	env.Logger.Info("conversation-growth: done", "turns", answered, "took", time.Since(began).Round(time.Second),
 		"content bytes", content, "events bytes", uint64(stored), "last body bytes", c.lastBody)
@@ -178,8 +184,8 @@ var directGetHeader = map[string]bool{
 // in sequences (from, to] and their bytes per turn (subject, headers and
 // data, as the file store counts them less its 30 or so bytes of framing per
 // record): what a turn stores.
-func logEventTypes(ctx context.Context, env *Env, js jetstream.JetStream, from, to uint64, turns int) {
-	s, err := js.Stream(ctx, "FOREVER_EVENTS")
+func logEventTypes(ctx context.Context, env *Env, js jetstream.JetStream, stream string, from, to uint64, turns int) {
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return
 	}

@@ -206,7 +206,7 @@ type failoverKill struct {
 	owner     string        // the new owner's name
 	took      time.Duration // SIGKILL to the new owner's first event stored
 	leased    time.Duration // SIGKILL to lease acquired; 0 when unknown
-	ledEvents bool          // the victim led the events stream
+	ledEvents bool          // the victim led the agent's events stream (its shard's)
 	ledLeases bool          // the victim led the lease bucket's stream
 }
 
@@ -265,7 +265,7 @@ func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *n
 		logger.Warn("failover: owner not seen writing; trying another agent", "err", err)
 	}
 	defer f.close()
-	k.ledEvents = streamLeader(ctx, nc, eventlog.DefaultEventsStream) == target.name
+	k.ledEvents = streamLeader(ctx, nc, eventsStreamOf(ctx, nc, k.agent)) == target.name
 	k.ledLeases = streamLeader(ctx, nc, "KV_"+ownership.DefaultBucket) == target.name
 	killed := time.Now()
 	target.kill()
@@ -424,6 +424,20 @@ func streamLeader(ctx context.Context, nc *nats.Conn, stream string) string {
 	return s.CachedInfo().Cluster.Leader
 }
 
+// eventsStreamOf returns the name of the stream of agent's events: the
+// events stream, or of a sharded cluster the agent's shard's.
+func eventsStreamOf(ctx context.Context, nc *nats.Conn, agent string) string {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return eventlog.DefaultEventsStream
+	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return eventlog.DefaultEventsStream
+	}
+	return ls.EventsOf(agent)
+}
+
 // failoverFollow reads an agent's new events with an ordered consumer
 // through one node's connection.
 type failoverFollow struct {
@@ -450,8 +464,13 @@ func followAgent(ctx context.Context, nd *clusterNode, agent string) (*failoverF
 		nc.Close()
 		return nil, fmt.Errorf("bench: jetstream: %w", err)
 	}
-	cons, err := js.OrderedConsumer(ctx, eventlog.DefaultEventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{eventlog.DefaultPrefix + ".evt." + agent},
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: the log's streams through %s: %w", nd.name, err)
+	}
+	cons, err := js.OrderedConsumer(ctx, ls.EventsOf(agent), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ls.EventsSubject(eventlog.DefaultPrefix, agent)},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})
 	if err != nil {

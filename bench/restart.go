@@ -287,8 +287,8 @@ func serverAlone(ctx context.Context, env *Env, data string, want int) (took tim
 		return 0, err
 	}
 	for {
-		st, err := js.Stream(ctx, eventlog.DefaultEventsStream)
-		if err == nil && st.CachedInfo().State.Msgs >= uint64(want) {
+		n, err := eventMessages(ctx, js)
+		if err == nil && n >= uint64(want) {
 			return time.Since(began), nil
 		}
 		if time.Since(began) > agentdReadyTimeout {
@@ -311,4 +311,22 @@ func sizeLabel(n int) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return fmt.Sprint(n)
+}
+
+// eventMessages returns the messages of the events stream (of a sharded
+// log, of every shard).
+func eventMessages(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, name := range ls.Events {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		n += st.CachedInfo().State.Msgs
+	}
+	return n, nil
 }

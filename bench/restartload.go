@@ -197,7 +197,8 @@ func (l *chatLoad) chat(ctx context.Context, agent string) {
 	}
 }
 
-// lastChunk returns the last sequence of agentd p's chunks stream.
+// lastChunk returns the last sequence of agentd p's chunks stream (the sum
+// of its shards').
 func (p *agentdProc) lastChunk(ctx context.Context) (uint64, error) {
 	nc, err := p.connect()
 	if err != nil {
@@ -208,9 +209,19 @@ func (p *agentdProc) lastChunk(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s, err := js.Stream(ctx, eventlog.DefaultChunksStream)
+	ls, err := eventlog.ReadStreams(ctx, js)
 	if err != nil {
 		return 0, fmt.Errorf("bench: chunks stream: %w", err)
 	}
-	return s.CachedInfo().State.LastSeq, nil
+	// Of a sharded cluster, the sum of the shards' last sequences: it
+	// grows as any shard's does.
+	var last uint64
+	for _, name := range ls.Chunks {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("bench: chunks stream: %w", err)
+		}
+		last += s.CachedInfo().State.LastSeq
+	}
+	return last, nil
 }

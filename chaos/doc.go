@@ -57,8 +57,9 @@
 //   - -stepdowns N: N times, just after a chat command is sent (its turn's
 //     first writes in flight; after 10 s without one, at once), the events
 //     stream's JetStream leader is made to step down
-//     ($JS.API.STREAM.LEADER.STEPDOWN.FOREVER_EVENTS, in the load's
-//     account), so appends stall in the election past their callers'
+//     ($JS.API.STREAM.LEADER.STEPDOWN.FOREVER_EVENTS, or on a cluster
+//     with --shards that chat's agent's shard FOREVER_EVENTS_<k>, in the
+//     load's account), so appends stall in the election past their callers'
 //     deadlines; meanwhile every chat command in flight that has an
 //     identity (from its first send until its turn's stream ended) is sent
 //     again with it, each attempt giving up after 1 s and sent again after

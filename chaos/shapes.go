@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/chathost"
@@ -112,14 +113,35 @@ func (sh *shaper) stepdown(ctx context.Context, res *results, logf func(string, 
 	agent := sh.l.nextSend(ctx, sendWait)
 	waited := time.Since(began)
 	res.stepdowns++
-	err := stepdownLeader(ctx, sh.admin, eventlog.DefaultEventsStream)
+	stream := eventsStreamOf(ctx, sh.admin, agent)
+	err := stepdownLeader(ctx, sh.admin, stream)
 	n := sh.l.resendInFlight(ctx, sh.pool, "", stepdownResendTimeout)
 	if err != nil {
 		res.stepdownsRefused++
-		logf("stepdown %d: %s refused (%v), %s; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, err, sentWhen(agent, waited), n)
+		logf("stepdown %d: %s refused (%v), %s; %d chats in flight resent", res.stepdowns, stream, err, sentWhen(agent, waited), n)
 		return
 	}
-	logf("stepdown %d: %s leader stepped down, %s; %d chats in flight resent", res.stepdowns, eventlog.DefaultEventsStream, sentWhen(agent, waited), n)
+	logf("stepdown %d: %s leader stepped down, %s; %d chats in flight resent", res.stepdowns, stream, sentWhen(agent, waited), n)
+}
+
+// eventsStreamOf returns the events stream whose leader a stepdown moves:
+// FOREVER_EVENTS, or of a sharded cluster (--shards) the shard of the
+// agent just sent to (shard 0's without one).
+func eventsStreamOf(ctx context.Context, nc *nats.Conn, agent string) string {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return eventlog.DefaultEventsStream
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ls, err := eventlog.ReadStreams(rctx, js)
+	if err != nil {
+		return eventlog.DefaultEventsStream
+	}
+	if agent == "" {
+		return ls.Events[0]
+	}
+	return ls.EventsOf(agent)
 }
 
 // sentWhen says which chat a shape followed.

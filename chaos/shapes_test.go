@@ -226,3 +226,22 @@ func TestShapesUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestEventsStreamOf: the stepdown moves FOREVER_EVENTS's leader, and on a
+// sharded cluster that of the shard of the agent just sent to.
+func TestEventsStreamOf(t *testing.T) {
+	for _, shards := range []int{0, 4} {
+		lg, s := eventlogtest.Open(t, eventlog.Config{Shards: shards, Partitions: 8})
+		nc := eventlogtest.Connect(t, s)
+		want := lg.EventsStreams()[0]
+		if shards > 0 {
+			want = eventlog.ShardStreamName(eventlog.DefaultEventsStream, eventlog.PartitionOf("chat7", 8)%shards)
+		}
+		if got := eventsStreamOf(t.Context(), nc, "chat7"); got != want {
+			t.Errorf("shards %d: stream of chat7 %q, want %q", shards, got, want)
+		}
+		if got := eventsStreamOf(t.Context(), nc, ""); got != lg.EventsStreams()[0] {
+			t.Errorf("shards %d: stream without an agent %q", shards, got)
+		}
+	}
+}

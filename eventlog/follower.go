@@ -230,16 +230,30 @@ func (f *Follower) Rebuilds() uint64 {
 func (f *Follower) Stream() string { return f.stream }
 
 // Cursor returns the last stream sequence applied by every projection: the
-// lowest of their cursors. Of a log with several shards, it is shard 0's
-// (each shard has its own; WaitFor takes a Seq of any, and Changed tells
-// when any moves).
+// lowest of their cursors. A log with several shards has no one cursor:
+// Cursor returns 0 there, and Cursors each shard's (WaitFor takes a Seq
+// of any shard, and Changed tells when any moves).
 func (f *Follower) Cursor() Seq {
 	if f.shards != nil {
-		return f.shards[0].Cursor()
+		return 0
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.mu.cursor
+}
+
+// Cursors returns the cursor of each shard, in shard order (each a Seq
+// naming its shard, ShardOf): Cursor alone for an unsharded log. The
+// caller owns the slice.
+func (f *Follower) Cursors() []Seq {
+	if f.shards == nil {
+		return []Seq{f.Cursor()}
+	}
+	out := make([]Seq, len(f.shards))
+	for k, s := range f.shards {
+		out[k] = s.Cursor()
+	}
+	return out
 }
 
 // WaitFor blocks until every projection has applied sequence seq (an event

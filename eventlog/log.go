@@ -377,6 +377,12 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 		if l.db, err = l.openDB(); err != nil {
 			return nil, err
 		}
+		if names, err := l.dropOtherLayout(l.db); err != nil {
+			l.db.Close()
+			return nil, err
+		} else if len(names) > 0 {
+			l.logger.Warn("views built from the other stream layout (a move into shards): rebuilding them from the log", "views", names, "shards", cfg.Shards)
+		}
 	}
 	l.mu.projections = map[string]registered{}
 	l.mu.breaks = make(chan struct{})

@@ -43,6 +43,9 @@ func (pr *Projector) Stream() string { return pr.f.Stream() }
 // Cursor returns the last stream sequence applied.
 func (pr *Projector) Cursor() Seq { return pr.f.Cursor() }
 
+// Cursors is Follower.Cursors.
+func (pr *Projector) Cursors() []Seq { return pr.f.Cursors() }
+
 // Changed is Follower.Changed.
 func (pr *Projector) Changed() <-chan struct{} { return pr.f.Changed() }
 

@@ -61,6 +61,14 @@ func (m *Manager) checkShards(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if got != m.cfg.Shards && m.cfg.AdoptShards && m.cfg.Shards == 0 {
+		m.cfg.Shards = got
+		if got > 0 {
+			m.cfg.Format = max(m.cfg.Format, m.cfg.ShardsFormat)
+		}
+		m.log.Info("started without a shard count: taking the cluster's", "shards", got)
+		return nil
+	}
 	if got != m.cfg.Shards {
 		what := func(n int) string {
 			if n == 0 {
@@ -75,5 +83,5 @@ func (m *Manager) checkShards(ctx context.Context) error {
 }
 
 // Shards returns the cluster's shard count (Config.Shards, which New
-// checked against the stored one).
+// checked against the stored one, or took from it with AdoptShards).
 func (m *Manager) Shards() int { return m.cfg.Shards }

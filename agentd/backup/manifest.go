@@ -36,6 +36,12 @@ type Manifest struct {
 	// (its lease bucket's config.partitions), 0 when it had none yet. A
 	// restore refuses a target started with another count.
 	Partitions int `json:"partitions,omitempty"`
+	// Shards is the stream shard count of the backed-up cluster (its
+	// partitions bucket's config.shards), 0 for the unsharded layout. Its
+	// shard streams (FOREVER_EVENTS_<k>, FOREVER_CHUNKS_<k>) are among
+	// the accounts' streams; a restore refuses a target with another
+	// count, and records it in a target that has none.
+	Shards int `json:"shards,omitempty"`
 	// Accounts are agentd's own account first, then one per tenant.
 	Accounts []Account `json:"accounts"`
 	// Sealed is set when the files are encrypted (Keys.Seal).
@@ -107,7 +113,8 @@ var (
 // up and restored: the events stream, then the chunks stream, then the
 // rest by name (KV buckets, as streams KV_<bucket>, and the Object Store
 // bucket of payloads stored by reference, OBJ_FOREVER_BLOBS), leaving out
-// the lease bucket. The events stream goes before the blob bucket, which
+// the lease bucket. A sharded log's streams are its shards, in shard order
+// within each kind. The events stream goes before the blob bucket, which
 // only grows: every payload an event of the backup names is in it. Snapshots are per stream, at different moments: events before
 // chunks means every turn the events know has its chunks, and a restore
 // may hold chunks of turns whose events came later (their stream is then
@@ -124,22 +131,35 @@ func Streams(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	if err := l.Err(); err != nil {
 		return nil, fmt.Errorf("list streams: %w", err)
 	}
-	rank := func(n string) int {
-		switch n {
-		case "FOREVER_EVENTS":
-			return 0
-		case "FOREVER_CHUNKS":
-			return 1
-		}
-		return 2
-	}
 	slices.SortFunc(names, func(a, b string) int {
-		if d := rank(a) - rank(b); d != 0 {
+		ra, ka := rank(a)
+		rb, kb := rank(b)
+		if d := ra - rb; d != 0 {
+			return d
+		}
+		if d := ka - kb; d != 0 {
 			return d
 		}
 		return strings.Compare(a, b)
 	})
 	return names, nil
+}
+
+// rank orders the streams of a backup: the events stream (of a sharded
+// log, each shard's, in shard order: k), then the chunks stream (or
+// shards), then the rest.
+func rank(name string) (r, k int) {
+	for i, base := range []string{"FOREVER_EVENTS", "FOREVER_CHUNKS"} {
+		if name == base {
+			return i, 0
+		}
+		if n, ok := strings.CutPrefix(name, base+"_"); ok {
+			if k, err := strconv.Atoi(n); err == nil && k >= 0 && strconv.Itoa(k) == n {
+				return i, k
+			}
+		}
+	}
+	return 2, 0
 }
 
 // BackupAccount snapshots every Forever stream of the account nc is

@@ -478,7 +478,7 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	// A tenant's log stays unsharded: its account's stream quota, its
 	// clients' permissions (the chunks stream by name) and its usage read
 	// one stream of each kind (issue 36 leaves tenants' shards for later).
-	cfg.Shards = 0
+	cfg.Shards = 1 // 1, not 0: not the count the tenant's account stored
 	cfg.OwnedViews = false
 	name := t.Name
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Replier: replier,

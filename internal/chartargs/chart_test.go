@@ -46,6 +46,7 @@ type chartCase struct {
 	external  string // external NATS URL, or ""
 	replicas  int
 	noAuth    bool // auth.enabled=false
+	shards    int  // agentd.shards
 }
 
 // The cases with auth set auth.generateSecret: helm template has no
@@ -58,6 +59,8 @@ var chartCases = []chartCase{
 		fullname: "forever", pods: 1, replicas: 1},
 	{name: "five replicas", release: "demo", namespace: "ai", set: []string{"auth.generateSecret=true", "replicaCount=5"},
 		fullname: "demo-forever", pods: 5, clustered: true, replicas: 3},
+	{name: "shards", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true", "agentd.shards=8"},
+		fullname: "forever", pods: 3, clustered: true, replicas: 3, shards: 8},
 	{name: "auth off", release: "forever", namespace: "agents", set: []string{"auth.enabled=false"},
 		fullname: "forever", pods: 3, clustered: true, replicas: 3, noAuth: true},
 	{name: "external NATS", release: "forever", namespace: "agents",
@@ -141,6 +144,7 @@ func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
 			NATSURL:       tc.external,
 			Replicas:      tc.replicas,
 			Partitions:    chartargs.DefaultPartitions,
+			Shards:        tc.shards,
 			LeaseTTL:      chartargs.DefaultLeaseTTL,
 		}
 		if tc.external == "" {

@@ -54,6 +54,9 @@ type Pod struct {
 	Replicas int
 	// Partitions is --partitions, the number of agent partitions.
 	Partitions int
+	// Shards is --shards, the stream shards of events and chunks (the
+	// chart's agentd.shards; 0, its default, passes no flag).
+	Shards int
 	// LeaseTTL is --lease-ttl, a partition lease's time to live.
 	LeaseTTL time.Duration
 	// AuthSecretFile is FOREVER_AUTH_SECRET_FILE, with FOREVER_AUTH=true:
@@ -72,7 +75,7 @@ func Flags() []string {
 	return []string{
 		"server-name", "data", "http", "metrics-listen", "nats-listen",
 		"cluster-name", "cluster-listen", "routes",
-		"replicas", "partitions", "lease-ttl",
+		"replicas", "partitions", "shards", "lease-ttl",
 	}
 }
 
@@ -100,6 +103,9 @@ func Args(p Pod) []string {
 	}
 	if p.Partitions > 0 {
 		add("partitions", strconv.Itoa(p.Partitions))
+	}
+	if p.Shards > 0 {
+		add("shards", strconv.Itoa(p.Shards))
 	}
 	if p.LeaseTTL > 0 {
 		add("lease-ttl", p.LeaseTTL.String())

@@ -21,12 +21,13 @@ func TestArgsClustered(t *testing.T) {
 		Routes:        []string{"nats://a:3", "nats://b:3"},
 		Replicas:      3,
 		Partitions:    64,
+		Shards:        8,
 		LeaseTTL:      1500 * time.Millisecond,
 	})
 	want := []string{
 		"--server-name=n0", "--data=/d", "--http=127.0.0.1:1", "--metrics-listen=127.0.0.1:4", "--nats-listen=127.0.0.1:2",
 		"--cluster-name=c", "--cluster-listen=127.0.0.1:3", "--routes=nats://a:3,nats://b:3",
-		"--replicas=3", "--partitions=64", "--lease-ttl=1.5s",
+		"--replicas=3", "--partitions=64", "--shards=8", "--lease-ttl=1.5s",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args:\n got %q\nwant %q", got, want)
@@ -51,7 +52,7 @@ func TestArgsUnclustered(t *testing.T) {
 func TestFlags(t *testing.T) {
 	args := chartargs.Args(chartargs.Pod{
 		Name: "n", Data: "d", HTTP: "h", MetricsListen: "m", NATSListen: "l", Cluster: "c", ClusterListen: "cl",
-		Routes: []string{"r"}, Replicas: 1, Partitions: 1, LeaseTTL: time.Second,
+		Routes: []string{"r"}, Replicas: 1, Partitions: 1, Shards: 1, LeaseTTL: time.Second,
 	})
 	var names []string
 	for _, a := range args {

@@ -41,6 +41,8 @@ func TestSchema(t *testing.T) {
 		{"fractional lease TTL", []string{"agentd.leaseTtl=1.5s"}, []string{"/agentd/leaseTtl"}, false},
 		{"lease TTL below 1s", []string{"agentd.leaseTtl=500ms"}, []string{"agentd.leaseTtl 500ms is below 1s"}, true},
 		{"no partitions", []string{"agentd.partitions=0"}, []string{"/agentd/partitions"}, false},
+		{"negative shards", []string{"agentd.shards=-1"}, []string{"/agentd/shards"}, false},
+		{"shards not dividing partitions", []string{"agentd.shards=5"}, []string{"agentd.shards 5 does not divide agentd.partitions 64"}, true},
 		{"volume below the store", []string{"persistence.size=5Gi"}, []string{"persistence.size 5Gi is smaller than agentd.jetstream.maxStore 10GiB"}, true},
 		{"volume size lots", []string{"persistence.size=lots"}, []string{"/persistence/size"}, false},
 		{"unknown value", []string{"agentd.synk=always"}, []string{"additional properties 'synk' not allowed"}, false},

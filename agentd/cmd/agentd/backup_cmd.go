@@ -194,6 +194,9 @@ func runBackupTo(ctx context.Context, natsURL string, opts []nats.Option, admin 
 	if m.Partitions, err = partitionCount(ctx, nc); err != nil {
 		return err
 	}
+	if m.Shards, err = backupShards(ctx, nc); err != nil {
+		return err
+	}
 	acc, err := backup.BackupAccount(ctx, nc, dir, "agentd", "", keys.Seal)
 	if err != nil {
 		return err
@@ -268,11 +271,17 @@ func runRestoreFrom(ctx context.Context, natsURL string, opts []nats.Option, adm
 // restoreAccounts restores m's accounts through nc (the admin's, or
 // agentd's own without --auth), undoing them all when one fails.
 func restoreAccounts(ctx context.Context, nc *nats.Conn, natsURL string, opts []nats.Option, dir string, m *backup.Manifest, tenants []string, replicas int, seal []byte) error {
-	if err := checkPartitions(ctx, nc, m); err != nil {
+	fresh, err := checkLayout(ctx, nc, m)
+	if err != nil {
 		return err
 	}
 	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], replicas, seal); err != nil {
 		return err
+	}
+	if fresh {
+		if err := recordLayout(ctx, nc, m, replicas); err != nil {
+			return errors.Join(err, backup.UndoAccount(ctx, nc, m.Accounts[0]))
+		}
 	}
 	var access []tenancy.TenantAccess
 	// undo deletes the accounts restored before a failure: the tenants'
@@ -324,8 +333,17 @@ func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, s
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	defer nc.Close()
+	fresh, err := checkLayout(ctx, nc, m)
+	if err != nil {
+		return err
+	}
 	if err := backup.RestoreAccount(ctx, nc, dir, m.Accounts[0], 0, seal); err != nil {
 		return err
+	}
+	if fresh {
+		if err := recordLayout(ctx, nc, m, 0); err != nil {
+			return errors.Join(err, backup.UndoAccount(ctx, nc, m.Accounts[0]))
+		}
 	}
 	return printSummary(stdout, "restore", dir, m)
 }

@@ -136,6 +136,7 @@ var binaryCases = []blackBox{
 	{"DNSRebinding", light, 1, testBinaryDNSRebinding},
 	{"Tracing", light, 1, testBinaryTracing},
 	{"ContextTokens", light, 2, testBinaryContextTokens},
+	{"ShardsMove", light, 20, testBinaryShardsMove},
 }
 
 func testBinarySIGTERM(t *testing.T, bin string) {

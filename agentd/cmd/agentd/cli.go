@@ -99,6 +99,7 @@ var commands = []command{
 	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit"), auditCommand},
 	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup"), backupCommand},
 	{"restore", "--from dir", "restore a backup into a new node or cluster", backupUsage, flagsOf(backupFlagSet, "restore"), backupCommand},
+	{"shards", "move --shards K [--data dir]", "move a stopped cluster's agents into K shard streams", shardsUsage, flagsOf(shardsFlagSet, "shards move"), shardsCommand},
 	{"help", "[command]", "show this help, or a command's", "", nil, nil},
 }
 

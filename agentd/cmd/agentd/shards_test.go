@@ -93,7 +93,8 @@ func TestBinaryShards(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(lastLine(out), "ok: 17 agents") {
 		t.Errorf("verify --data: exit %d\n%s", code, out)
 	}
-	for _, other := range [][]string{{"--shards", "2", "--partitions", "8"}, {"--partitions", "8"}} {
+	// Without --shards a node takes the cluster's count (TestBinary/ShardsMove).
+	for _, other := range [][]string{{"--shards", "2", "--partitions", "8"}, {"--shards", "1", "--partitions", "8"}} {
 		out, code := runVerifyCmd(t, bin, append([]string{"--data", data, "--http", httpAddr, "--nats-listen", natsAddr}, other...)...)
 		if code == 0 || !strings.Contains(out, "--shards") || !strings.Contains(out, "4 shards") {
 			t.Errorf("restart with %v: exit %d\n%s", other, code, out)

@@ -164,10 +164,15 @@ argument is a dict: value, and name for the message.
 {{- end }}
 
 {{/*
-Checks the values a schema cannot: JetStream limits above 0, a volume that
-holds the JetStream store, a lease TTL of at least 1s.
+Checks the values a schema cannot: shards dividing partitions, JetStream
+limits above 0, a volume that holds the JetStream store, a lease TTL of at
+least 1s.
 */}}
 {{- define "forever.validate" -}}
+{{- $shards := int .Values.agentd.shards }}
+{{- if and (gt $shards 1) (ne (mod (int .Values.agentd.partitions) $shards) 0) }}
+{{- fail (printf "agentd.shards %d does not divide agentd.partitions %d: partitions must be a multiple of shards" $shards (int .Values.agentd.partitions)) }}
+{{- end }}
 {{- if lt (int (include "forever.millis" .Values.agentd.leaseTtl)) 1000 }}
 {{- fail (printf "agentd.leaseTtl %s is below 1s, the granularity of NATS's TTLs" .Values.agentd.leaseTtl) }}
 {{- end }}
