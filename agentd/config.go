@@ -246,6 +246,14 @@ type Config struct {
 	// the agents listing asks the owners (docs/architecture.md, "Views of
 	// a sharded cluster"). Experimental: off by default.
 	OwnedViews bool
+	// PackChunks lets a turn store the chunks it writes together as one
+	// record (chunk.EventChunks), once the cluster's active format reached
+	// FormatChunkBatches: fewer fsyncs a tool call, and chunk cursors
+	// inside such a record read "<sequence>.<k>" where they were digits
+	// only. Every node of this release reads packed records whether or
+	// not it writes them. Experimental: off by default, so the wire's
+	// cursors stay digits until clients take the dotted form.
+	PackChunks bool
 	// LeaseTTL is the partition lease TTL: how long a dead owner keeps its
 	// agents before another node takes them. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration

@@ -73,6 +73,7 @@ var configFields = map[string]fieldDefault{
 	"Partitions":            byDefaults,
 	"Shards":                zeroMeans, // the count the cluster stored (unsharded for a new one)
 	"OwnedViews":            noDefault,
+	"PackChunks":            noDefault,
 	"LeaseTTL":              byDefaults,
 	"MCP":                   noDefault,
 	"CORSOrigins":           noDefault,

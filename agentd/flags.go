@@ -108,6 +108,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"number of stream shards of events and chunks, each its own Raft group, fixed when the cluster is first started (0: the cluster's stored count, one stream each for a new cluster; 1: one stream each; --partitions must be a multiple)")
 	fs.BoolVar(&cfg.OwnedViews, "owned-views", cfg.OwnedViews,
 		"with --shards above 1, each node projects only the partitions it owns (experimental)")
+	fs.BoolVar(&cfg.PackChunks, "pack-chunks", cfg.PackChunks,
+		"store the chunks a turn writes together as one record once every node reads them (record format 7); chunk cursors may then read <sequence>.<k> (experimental)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL,
 		"partition lease TTL: how long agents of a dead node wait before another node takes them")
 	fs.DurationVar(&cfg.ChunkMaxAge, "chunk-max-age", cfg.ChunkMaxAge,

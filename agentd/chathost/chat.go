@@ -146,7 +146,10 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			ct.batchesWritable = func() bool { return own.ActiveFormat() >= agentd.FormatBatches }
 			// A node of the previous release reads no packed record:
 			// its recovery, gateway and verify would miss the chunks.
-			ct.chunkBatchesWritable = func() bool { return own.ActiveFormat() >= agentd.FormatChunkBatches }
+			// Opt-in (--pack-chunks): packed records make chunk cursors
+			// "<sequence>.<k>", where clients had digits only.
+			pack := deps.Config.PackChunks
+			ct.chunkBatchesWritable = func() bool { return pack && own.ActiveFormat() >= agentd.FormatChunkBatches }
 		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns

@@ -20,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // upgradeFrom is the release a cluster upgrades from: the previous one that
@@ -259,9 +260,31 @@ func TestUpgrade(t *testing.T) {
 		waitReady(t, nd)
 		time.Sleep(2 * time.Second)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // not a synchronisation: the load runs on the new release a while
 	close(stop)
 	wg.Wait()
+
+	// Through the format switch: once every node runs this release the
+	// cluster's active format reaches this release's (agentd.RecordFormat),
+	// and a chat after it is stored in the new records (packed chunks)
+	// and answered; verify below reads both kinds.
+	wantFormat := fmt.Sprintf("record format %d active", agentd.RecordFormat)
+	waitfor.Within(t, 90*time.Second, func() error {
+		out, _ := exec.Command(newBin, "cluster", "--server", "nats://"+nodes[0].nats, "--creds", admin).CombinedOutput()
+		if !strings.Contains(string(out), wantFormat) {
+			return fmt.Errorf("no %q after the roll:\n%s", wantFormat, out)
+		}
+		return nil
+	})
+	must("after-switch", "chat", map[string]string{"text": "/tool clock {}"})
+	waitIdle("after-switch")
+	var afterSwitch struct {
+		Messages []chat.Message `json:"messages"`
+	}
+	json.Unmarshal(must("after-switch", "messages", nil), &afterSwitch)
+	if n := len(afterSwitch.Messages); n != 2 || afterSwitch.Messages[1].Role != "assistant" {
+		t.Errorf("a chat after the format switch: %d messages %+v", n, afterSwitch.Messages)
+	}
 
 	// The old conversations read the same on the new release.
 	for a, want := range before {
