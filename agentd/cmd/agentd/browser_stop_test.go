@@ -123,6 +123,6 @@ func storedReply(t *testing.T, httpAddr, chatID string) string {
 		if s := assistantText(t, httpAddr, chatID); s != "" || time.Now().After(deadline) {
 			return s
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // not a synchronisation: the interval of a poll on the stored assistant message
 	}
 }

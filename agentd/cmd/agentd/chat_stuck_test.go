@@ -60,7 +60,7 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 			if time.Now().After(deadline) {
 				t.Fatalf("stream %s not ended:\n%s", stream, p.out.String())
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the stream's terminal chunk
 		}
 	}
 	var first chathost.Reply

@@ -49,7 +49,7 @@ func (r *cliRun) waitOutput(t *testing.T, stderr bool, want string, within time.
 		if time.Since(start) > within {
 			t.Fatalf("no %q within %s; stdout:\n%s\nstderr:\n%s", want, within, r.out.String(), r.err.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // not a synchronisation: the interval of a poll on the run's output
 	}
 	return time.Since(start)
 }
@@ -91,7 +91,7 @@ func testBinaryCLIReconnect(t *testing.T, bin string) {
 	p := startAgentd(t, bin, data, httpAddr, natsAddr, args...)
 	chat := startCLI(t, bin, "chat", "r1", "Tell me a long story about a lighthouse keeper.", "--nats-url", url, "--wait", "60s")
 	chat.waitOutput(t, false, " ", 30*time.Second)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // not a synchronisation: the point, the chat's stream runs on so tail starts mid-stream
 	tail := startCLI(t, bin, "tail", "r1", "--nats-url", url, "--wait", "60s")
 	tail.waitOutput(t, false, " ", 30*time.Second)
 	p.kill()
@@ -99,7 +99,7 @@ func testBinaryCLIReconnect(t *testing.T, bin string) {
 		took := r.waitOutput(t, true, "connection lost, reconnecting (cursor ", lostNotice)
 		t.Logf("%s said the connection was lost %s after the kill: %s", name, took.Round(time.Millisecond), strings.TrimSpace(r.err.String()))
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // not a synchronisation: the point, agentd stays down a while so both clients retry
 	p = startAgentd(t, bin, data, httpAddr, natsAddr, args...)
 	c := dialAgentd(t, natsAddr)
 	for name, r := range map[string]*cliRun{"chat": chat, "tail": tail} {

@@ -197,7 +197,7 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	admin := filepath.Join(data, "admin.creds")
 	acme := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "acme", "--max-agents", "10", "--max-bytes", "64MiB")
 	globex := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "globex")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on both tenants' /v1/agents answering
 		a, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", acme.Token)
 		g, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", globex.Token)
 		if a == 200 && g == 200 {

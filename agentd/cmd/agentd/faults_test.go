@@ -103,7 +103,7 @@ func (n *faultNode) startTurn(agent string) *turnClients {
 	}
 	t.Cleanup(func() { tc.tail.Process.Kill() })
 	go func() { tc.tailRes <- tc.tail.Wait() }()
-	time.Sleep(500 * time.Millisecond) // tail catches up with the stream
+	time.Sleep(500 * time.Millisecond) // not a synchronisation: tail is subscribed before the fault, no observable condition (its output is read after it exits)
 	return tc
 }
 
@@ -181,7 +181,7 @@ func (n *faultNode) waitReady() time.Duration {
 		if time.Since(start) > 60*time.Second {
 			n.t.Fatalf("/readyz after the fault: %d %+v", h.code, h.Health)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the node's /readyz
 	}
 }
 

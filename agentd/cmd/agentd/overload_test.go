@@ -111,7 +111,7 @@ func testBinaryOverload(t *testing.T, bin string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the load: %.0f goroutines, %.0f turns running", g, running)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: the interval of a poll on the turns and goroutines winding down
 	}
 	if t.Failed() {
 		t.Logf("agentd output:\n%s", p.out.String())

@@ -182,7 +182,7 @@ func chatUntil(t *testing.T, nc *nats.Conn, agents []string, user string, limit 
 		}
 		turns[agent]++
 		var u chathost.UsageReply
-		for deadline := time.Now().Add(20 * time.Second); u.Turns != turns[agent]; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); u.Turns != turns[agent]; time.Sleep(20 * time.Millisecond) { // not a synchronisation: the interval of a poll on the agent's usage
 			if time.Now().After(deadline) {
 				t.Fatalf("turn %d of %s not recorded in usage: %+v", i, agent, u)
 			}
