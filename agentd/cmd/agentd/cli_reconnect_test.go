@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // lostNotice is how soon after losing agentd the CLI must say so.
@@ -45,12 +47,12 @@ func (r *cliRun) waitOutput(t *testing.T, stderr bool, want string, within time.
 	if stderr {
 		buf = r.err
 	}
-	for !strings.Contains(buf.String(), want) {
-		if time.Since(start) > within {
-			t.Fatalf("no %q within %s; stdout:\n%s\nstderr:\n%s", want, within, r.out.String(), r.err.String())
+	waitfor.Within(t, within, func() error {
+		if strings.Contains(buf.String(), want) {
+			return nil
 		}
-		time.Sleep(10 * time.Millisecond) // not a synchronisation: the interval of a poll on the run's output
-	}
+		return fmt.Errorf("no %q; stdout:\n%s\nstderr:\n%s", want, r.out.String(), r.err.String())
+	})
 	return time.Since(start)
 }
 
