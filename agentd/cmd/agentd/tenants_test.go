@@ -23,6 +23,7 @@ import (
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -97,19 +98,20 @@ func waitAnswered(t *testing.T, httpAddr, token, agent string, want ...string) s
 // waitAnsweredWithin is waitAnswered with its own bound.
 func waitAnsweredWithin(t *testing.T, d time.Duration, httpAddr, token, agent string, want ...string) string {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the assistant's answer
-		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
+	var body string
+	waitfor.Within(t, d, func() error {
+		var code int
+		code, body = authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
 		ok := code == 200 && strings.Contains(body, `"role":"assistant"`)
 		for _, w := range want {
 			ok = ok && strings.Contains(body, w)
 		}
 		if ok {
-			return body
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not answered: %d %.300s", agent, code, body)
-		}
-	}
+		return fmt.Errorf("%s was not answered: %d %.300s", agent, code, body)
+	})
+	return body
 }
 
 // testBinaryTenants: with --auth, two tenants use the same agent id without
@@ -175,11 +177,12 @@ func testBinaryTenants(t *testing.T, bin string) {
 		_, stderr, code := tenantCLI(t, bin, "enable", "huge", "--nats-url", natsURL, "--creds", admin)
 		enabled <- fmt.Sprintf("exit %d %s", code, stderr)
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.out.String(), "data dir "+hugeDir+" is a file"); time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the 'is a file' log line
-		if time.Now().After(deadline) {
-			t.Fatalf("the tenant's daemon did not fail on its data dir:\n%s", p.out.String())
+	waitfor.NoError(t, func() error {
+		if strings.Contains(p.out.String(), "data dir "+hugeDir+" is a file") {
+			return nil
 		}
-	}
+		return fmt.Errorf("the tenant's daemon did not fail on its data dir:\n%s", p.out.String())
+	})
 	if err := errors.Join(os.Remove(hugeDir), os.Rename(hugeDir+".aside", hugeDir)); err != nil {
 		t.Fatal(err)
 	}
