@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // clientBound is how long a client following a turn may wait after an
@@ -173,16 +175,14 @@ func (n *faultNode) watchReady(stop <-chan struct{}) <-chan []string {
 // it took.
 func (n *faultNode) waitReady() time.Duration {
 	start := time.Now()
-	for {
+	waitfor.Within(n.t, 60*time.Second, func() error {
 		h := readyz(n.t, n.httpAddr)
 		if h.code == http.StatusOK && h.Partitions == 64 {
-			return time.Since(start)
+			return nil
 		}
-		if time.Since(start) > 60*time.Second {
-			n.t.Fatalf("/readyz after the fault: %d %+v", h.code, h.Health)
-		}
-		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the node's /readyz
-	}
+		return fmt.Errorf("/readyz after the fault: %d %+v", h.code, h.Health)
+	})
+	return time.Since(start)
 }
 
 // chatCompletes sends a chat to agent (retrying 503s, as a client does) and
