@@ -95,7 +95,7 @@ func testBinaryBackupRestore(t *testing.T, bin string) {
 		})
 	}
 	// The live backup, while turns stream and fibers step.
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // not a synchronisation: the point, a live backup taken while the turns stream
 	live := filepath.Join(tmp, "live")
 	runAgentdCLI(t, bin, "backup", "--out", live, "--nats-url", urlA, "--auth-secret-file", secret)
 	wg.Wait()
@@ -331,7 +331,7 @@ func editManifestJSON(t *testing.T, dir string, edit func(map[string]any)) {
 // and no active one (GET /v1/agents/{id}/status with the tenant's token).
 func waitStatusTurnEnded(t *testing.T, httpAddr, token, agent string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the agent's status showing its turn ended
 		code, body := authedGet(t, "http://"+httpAddr+"/v1/agents/"+agent+"/status", token)
 		if code == 200 && !strings.Contains(body, `"activeTurn"`) && strings.Contains(body, `"endedAt"`) {
 			return
@@ -427,7 +427,7 @@ func testClusterBackup(t *testing.T, bin string) {
 	// watch of the tenants bucket has caught up: until then audit tail
 	// fails ("no responders"), and is asked again.
 	for _, tc := range tenants {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) { // not a synchronisation: the interval of a poll on each tenant's audit tail answering
 			cmd := exec.Command(bin, "audit", "tail", "-n", "0", "--tenant", tc.Tenant, "--nats-url", "nats://"+dst[0].nats, "--creds", dstAdmin)
 			cmd.Env = os.Environ()
 			o, err := cmd.CombinedOutput()
@@ -451,7 +451,7 @@ func testClusterBackup(t *testing.T, bin string) {
 	// The node asked learns the restored tenants from its watch of the
 	// tenants bucket, which may lag the chats answered on another node.
 	var rep string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) { // not a synchronisation: the interval of a poll on verify naming both tenants
 		rep = runAgentdCLI(t, bin, "verify", "--nats-url", "nats://"+dst[2].nats, "--creds", filepath.Join(dst[2].data, agentd.AdminCredsFile))
 		if strings.Contains(rep, "tenant acme:") && strings.Contains(rep, "tenant zeta:") || time.Now().After(deadline) {
 			break
@@ -483,7 +483,7 @@ func tenantChat(t *testing.T, natsAddr string, tc tenantCred, agent, text string
 	}
 	defer nc.Close()
 	body, _ := json.Marshal(map[string]string{"text": text})
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on a chat being answered
 		msg, err := nc.Request("forever.cmd."+agent+".chat", body, 30*time.Second)
 		if err == nil && msg.Header.Get("Nats-Service-Error-Code") == "" {
 			return

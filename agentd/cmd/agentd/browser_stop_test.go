@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // storyPrompt is the message of the chat page tests whose answer is long
@@ -118,11 +120,12 @@ func terminals(chunks []chunk.Chunk) []string {
 // after its stream's terminal chunk) and returns its text.
 func storedReply(t *testing.T, httpAddr, chatID string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if s := assistantText(t, httpAddr, chatID); s != "" || time.Now().After(deadline) {
-			return s
+	var s string
+	waitfor.Within(t, 10*time.Second, func() error {
+		if s = assistantText(t, httpAddr, chatID); s != "" {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("no stored assistant message in chat %s", chatID)
+	})
+	return s
 }

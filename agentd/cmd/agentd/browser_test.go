@@ -57,7 +57,7 @@ func browserProfile(t *testing.T) string {
 				t.Logf("chromium profile %s left behind: %v", dir, err)
 				return
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // not a synchronisation: a retry's backoff (chromium still writing its profile)
 		}
 	})
 	return dir

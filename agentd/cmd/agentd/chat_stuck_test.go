@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm/llmtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testBinaryHugeReply: a provider (a local Chat Completions server) answers
@@ -51,17 +53,24 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 	const agent = "big"
 	ended := func(stream string) []chunk.Chunk {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			cs := c.streamChunks(agent, stream)
+		var cs []chunk.Chunk
+		waitfor.Within(t, 60*time.Second, func() error {
+			cs = c.streamChunks(agent, stream)
 			if n := len(cs); n > 0 && cs[n-1].Terminal() {
-				return cs
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stream %s not ended:\n%s", stream, p.out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return fmt.Errorf("stream %s not ended:\n%s", stream, p.out.String())
+		})
+		return cs
+	}
+	// A turn ends (its status says so) just after its stream's terminal
+	// chunk: a kill in between leaves a turn that waits for recovery.
+	idle := func() {
+		t.Helper()
+		waitfor.True(t, "no active turn", func() bool {
+			var s chat.Status
+			return json.Unmarshal(c.command(agent, "status", nil), &s) == nil && s.ActiveTurn == nil
+		})
 	}
 	var first chathost.Reply
 	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "say a lot"}), &first)
@@ -78,12 +87,14 @@ func testBinaryHugeReply(t *testing.T, bin string) {
 		t.Fatalf("messages after the huge answer: %d, %d messages (%v), want the user's and the whole 2 MiB answer", code, len(msgs), err)
 	}
 	// The agent takes the next chat (command fails the test on 409).
+	idle()
 	var second chathost.Reply
 	json.Unmarshal(c.command(agent, "chat", map[string]string{"text": "hello"}), &second)
 	if cs := ended(second.StreamID); cs[len(cs)-1].Type != chunk.Finish || textOf(cs) != "Hello again" {
 		t.Fatalf("next turn's stream %+v", cs)
 	}
 	// And after a restart.
+	idle()
 	p.kill()
 	p = start()
 	var third chathost.Reply

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // lostNotice is how soon after losing agentd the CLI must say so.
@@ -45,12 +47,12 @@ func (r *cliRun) waitOutput(t *testing.T, stderr bool, want string, within time.
 	if stderr {
 		buf = r.err
 	}
-	for !strings.Contains(buf.String(), want) {
-		if time.Since(start) > within {
-			t.Fatalf("no %q within %s; stdout:\n%s\nstderr:\n%s", want, within, r.out.String(), r.err.String())
+	waitfor.Within(t, within, func() error {
+		if strings.Contains(buf.String(), want) {
+			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("no %q; stdout:\n%s\nstderr:\n%s", want, r.out.String(), r.err.String())
+	})
 	return time.Since(start)
 }
 
@@ -91,7 +93,7 @@ func testBinaryCLIReconnect(t *testing.T, bin string) {
 	p := startAgentd(t, bin, data, httpAddr, natsAddr, args...)
 	chat := startCLI(t, bin, "chat", "r1", "Tell me a long story about a lighthouse keeper.", "--nats-url", url, "--wait", "60s")
 	chat.waitOutput(t, false, " ", 30*time.Second)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // not a synchronisation: the point, the chat's stream runs on so tail starts mid-stream
 	tail := startCLI(t, bin, "tail", "r1", "--nats-url", url, "--wait", "60s")
 	tail.waitOutput(t, false, " ", 30*time.Second)
 	p.kill()
@@ -99,7 +101,7 @@ func testBinaryCLIReconnect(t *testing.T, bin string) {
 		took := r.waitOutput(t, true, "connection lost, reconnecting (cursor ", lostNotice)
 		t.Logf("%s said the connection was lost %s after the kill: %s", name, took.Round(time.Millisecond), strings.TrimSpace(r.err.String()))
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // not a synchronisation: the point, agentd stays down a while so both clients retry
 	p = startAgentd(t, bin, data, httpAddr, natsAddr, args...)
 	c := dialAgentd(t, natsAddr)
 	for name, r := range map[string]*cliRun{"chat": chat, "tail": tail} {

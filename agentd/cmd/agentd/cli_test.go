@@ -155,7 +155,7 @@ func TestCLIInterruptPrintsCursor(t *testing.T) {
 	defer cancel()
 	go func() {
 		for !strings.Contains(out.String(), "echo: ") {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // not a synchronisation: the interval of a poll on the chat's first output (in a goroutine, no t.Fatal)
 		}
 		cancel()
 	}()

@@ -38,7 +38,7 @@ func testClusterAuth(t *testing.T, bin string) {
 	acme := createTenant(t, bin, "nats://"+nodes[0].nats, filepath.Join(nodes[0].data, agentd.AdminCredsFile), out, "acme")
 
 	// Every node runs the tenant and takes its share of its partitions.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on every node owning its share of the tenant
 		var owned []int
 		for _, nd := range nodes {
 			owned = append(owned, tenantPartitions(nd, "acme"))
@@ -78,7 +78,7 @@ func testClusterAuth(t *testing.T, bin string) {
 		if time.Now().After(deadline) { // 503 while the tenant's leases settle
 			t.Fatalf("status %s: %v %v", agent, err, msg.Header)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the agent's status (503 while leases settle)
 	}
 	if len(owners) != 3 {
 		t.Errorf("12 agents of the tenant are owned by %v, want all 3 nodes", owners)
@@ -86,7 +86,7 @@ func testClusterAuth(t *testing.T, bin string) {
 	// Node 2's gateway serves the chat of an agent another node owns.
 	for i := range 12 {
 		agent := fmt.Sprintf("bot%d", i)
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the agent's assistant message
 			code, body := authedGet(t, "http://"+nodes[2].http+"/v1/chat/"+agent+"/messages", acme.Token)
 			if code == 200 && strings.Contains(body, `"role":"assistant"`) {
 				break
@@ -119,7 +119,7 @@ func testClusterAuth(t *testing.T, bin string) {
 		t.Fatal("the revoked credential's connection to node 0 is still open")
 	}
 	for _, nd := range nodes {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on a 401 on every node
 			code, _ := authedGet(t, "http://"+nd.http+"/v1/chat/bot0/messages", acme.Token)
 			if code == 401 {
 				break

@@ -22,7 +22,7 @@ func testClusterJoin(t *testing.T, bin string, c *crashClient, nodes []*clusterN
 			steps = append(steps, a)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // not a synchronisation: the point, the fibers step before the join
 	joiner := extraNode(t, nodes, "forever-3", 0)
 	joined := time.Now()
 	joiner.start(t, bin)
@@ -73,7 +73,7 @@ func testClusterNoQuorum(t *testing.T, bin string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a node without quorum said nothing about it in 20 s:\n%s", lone.proc.out.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the node's 'waiting for the JetStream cluster'
 	}
 	// Probes get answers, not a hang: alive, not ready, starting.
 	hc := &http.Client{Timeout: 2 * time.Second}
@@ -129,7 +129,7 @@ func quietStop(t *testing.T, nodes []*clusterNode) {
 		if time.Since(killed) > 4*clusterTTL+20*time.Second {
 			t.Fatalf("the dead peer's partitions were not taken over")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the dead peer's partitions taken over
 	}
 	t.Logf("dead peer for %s until its partitions were taken over", time.Since(killed).Round(time.Millisecond))
 	for _, nd := range rest {

@@ -105,6 +105,6 @@ func chatAfterRecovery(t *testing.T, c *crashClient, agent, text string) chathos
 		if !retry || time.Now().After(deadline) {
 			t.Fatalf("%s chat: error %s: %s", agent, code, msg.Data)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: a retry's backoff
 	}
 }

@@ -39,7 +39,7 @@ func testClusterStoreFull(t *testing.T, c *crashClient, nodes []*clusterNode, ag
 	_, before := owned()
 
 	fillStore(t, c.nc, 3)
-	time.Sleep(clusterTTL + clusterTTL/2)
+	time.Sleep(clusterTTL + clusterTTL/2) // not a synchronisation: the point, time passing (1.5 lease TTLs) to show no partition moves
 	if sum, each := owned(); sum != 64 || !equalInts(each, before) {
 		t.Errorf("partitions owned after %s of a full store: %v, before %v: want them all kept", clusterTTL+clusterTTL/2, each, before)
 	}
@@ -68,7 +68,7 @@ func testClusterStoreFull(t *testing.T, c *crashClient, nodes []*clusterNode, ag
 	js, _ := jetstream.New(c.nc)
 	// With the store full the meta leader may be electing: JetStream
 	// answers "temporarily unavailable" (10008) for a while.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) { // not a synchronisation: the interval of a poll on the ballast stream deleted
 		err := js.DeleteStream(t.Context(), "BALLAST")
 		if err == nil {
 			break
@@ -90,7 +90,7 @@ func testClusterStoreFull(t *testing.T, c *crashClient, nodes []*clusterNode, ag
 			if time.Since(start) > 90*time.Second {
 				t.Fatalf("%s after space returned: %d %+v", nd.name, h.code, h.Health)
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // not a synchronisation: the interval of a poll on every node ready and not degraded
 		}
 	}
 	t.Logf("every node ready and nothing degraded %s after space returned", time.Since(start).Round(time.Millisecond))

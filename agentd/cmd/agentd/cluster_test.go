@@ -129,7 +129,7 @@ func waitReady(t *testing.T, nodes ...*clusterNode) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s not ready:\n%s", nd.name, nd.proc.out.String())
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the node's /readyz
 		}
 	}
 }
@@ -150,7 +150,7 @@ func portTaken(nodes []*clusterNode) *clusterNode {
 			default:
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on a node exiting on a port in use
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func waitBalanced(t *testing.T, nodes []*clusterNode) {
 		if time.Now().After(deadline) {
 			t.Fatalf("partitions never balanced: %v", owned)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the partitions balanced
 	}
 }
 
@@ -391,7 +391,7 @@ func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clu
 		if time.Now().After(deadline) {
 			t.Fatalf("stream did not grow:\n%s", victim.proc.out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // not a synchronisation: the interval of a poll on the stream's growth
 	}
 	victim.proc.kill()
 	killedAt := time.Now()
@@ -410,7 +410,7 @@ func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clu
 		if time.Since(killedAt) > 4*clusterTTL+10*time.Second {
 			t.Fatalf("no other node wrote %s after its owner died", agent)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on another node's first event
 	}
 	t.Logf("owner %s killed; failover to the first event of the new owner: %s (lease TTL %s)",
 		victim.name, firstNew.Sub(killedAt).Round(time.Millisecond), clusterTTL)
@@ -436,7 +436,7 @@ func testClusterOwnerDies(t *testing.T, bin string, c *crashClient, nodes []*clu
 		if time.Now().After(deadline) {
 			t.Fatalf("%s rejoined but owns no agent", victim.name)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: the interval of a poll on the rejoined node owning an agent
 	}
 	waitFibersDone(t, c, agents)
 }
@@ -467,7 +467,7 @@ func testClusterSIGTERM(t *testing.T, bin string, c *crashClient, nodes []*clust
 		if time.Since(sent) > 30*time.Second {
 			t.Fatalf("%s not taken over after SIGTERM of %s", agent, owner.name)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // not a synchronisation: the interval of a poll on the agent's new owner
 	}
 	t.Logf("SIGTERM of %s: %s owned elsewhere after %s (lease TTL %s)", owner.name, agent, took.Round(time.Millisecond), clusterTTL)
 	select {
@@ -500,7 +500,7 @@ func testClusterStaleOwner(t *testing.T, bin string, c *crashClient, nodes []*cl
 	const agent = "steps:stale"
 	owner := nodeNamed(nodes, ownerOf(c, agent).Owner)
 	c.command(agent, "start", map[string]int{"steps": 40, "delayMs": 100})
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // not a synchronisation: the point, the fibers step before the owner is stopped
 	if err := owner.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -518,13 +518,13 @@ func testClusterStaleOwner(t *testing.T, bin string, c *crashClient, nodes []*cl
 		if time.Since(stoppedAt) > 4*clusterTTL+10*time.Second {
 			t.Fatalf("nobody took %s over from the stopped %s", agent, owner.name)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on a newer writer's event
 	}
 	if err := owner.proc.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	waitFibersDone(t, c, []string{agent})
-	time.Sleep(clusterTTL) // give the woken node time to try to write
+	time.Sleep(clusterTTL) // not a synchronisation: the point, a lease TTL for the woken node to try to write (no write is the proof)
 	if err := eventlog.CheckWriters(c.events(agent)); err != nil {
 		t.Errorf("the stale owner's writes landed after the takeover: %v", err)
 	}
@@ -545,7 +545,7 @@ func waitFibersDone(t *testing.T, c *crashClient, agents []string) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s still has fibers: %+v", a, fibers)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the agents' fibers done
 		}
 	}
 }
@@ -563,7 +563,7 @@ func streamEnded(c *crashClient, agent, stream string, within time.Duration) ([]
 		if time.Now().After(deadline) {
 			return nil, false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the stream's terminal chunk
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // screenshot saves a PNG of the page as name under $FOREVER_SCREENSHOTS
@@ -197,16 +199,14 @@ func testBinaryConsoleTenant(t *testing.T, bin string) {
 	admin := filepath.Join(data, "admin.creds")
 	acme := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "acme", "--max-agents", "10", "--max-bytes", "64MiB")
 	globex := createTenant(t, bin, "nats://"+natsAddr, admin, t.TempDir(), "globex")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	waitfor.NoError(t, func() error {
 		a, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", acme.Token)
 		g, _ := authedGet(t, "http://"+httpAddr+"/v1/agents", globex.Token)
 		if a == 200 && g == 200 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tenants not served: %d %d\n%s", a, g, p.out.String())
-		}
-	}
+		return fmt.Errorf("tenants not served: %d %d\n%s", a, g, p.out.String())
+	})
 	postChat(t, httpAddr, acme.Token, "acme-one", "hello from acme")
 	postChat(t, httpAddr, globex.Token, "globex-one", "hello from globex")
 

@@ -54,7 +54,7 @@ func testBinaryDiskFull(t *testing.T, bin string) {
 	fillStore(t, c.nc, 1)
 	// Longer than a lease TTL: a lease the full store could not renew is
 	// gone by now.
-	time.Sleep(2 * storeFullTTL)
+	time.Sleep(2 * storeFullTTL) // not a synchronisation: the point, longer than a lease TTL so an unrenewed lease is gone
 	h := readyz(t, httpAddr)
 	t.Logf("/readyz with the store full: %+v", h)
 	if h.code != http.StatusOK || h.Partitions != 64 || len(h.Degraded) == 0 || !strings.Contains(h.Degraded[0], "JetStream store full") {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // clientBound is how long a client following a turn may wait after an
@@ -103,7 +105,7 @@ func (n *faultNode) startTurn(agent string) *turnClients {
 	}
 	t.Cleanup(func() { tc.tail.Process.Kill() })
 	go func() { tc.tailRes <- tc.tail.Wait() }()
-	time.Sleep(500 * time.Millisecond) // tail catches up with the stream
+	time.Sleep(500 * time.Millisecond) // not a synchronisation: tail is subscribed before the fault, no observable condition (its output is read after it exits)
 	return tc
 }
 
@@ -173,16 +175,14 @@ func (n *faultNode) watchReady(stop <-chan struct{}) <-chan []string {
 // it took.
 func (n *faultNode) waitReady() time.Duration {
 	start := time.Now()
-	for {
+	waitfor.Within(n.t, 60*time.Second, func() error {
 		h := readyz(n.t, n.httpAddr)
 		if h.code == http.StatusOK && h.Partitions == 64 {
-			return time.Since(start)
+			return nil
 		}
-		if time.Since(start) > 60*time.Second {
-			n.t.Fatalf("/readyz after the fault: %d %+v", h.code, h.Health)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("/readyz after the fault: %d %+v", h.code, h.Health)
+	})
+	return time.Since(start)
 }
 
 // chatCompletes sends a chat to agent (retrying 503s, as a client does) and

@@ -141,7 +141,7 @@ func testProbesPastConnCap(t *testing.T, httpAddr string) {
 	}
 	conns = nil
 	mu.Unlock()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on /v1/agents no longer 503
 		resp, _, c, err := rawGet(httpAddr, "/v1/agents")
 		if err == nil {
 			c.Close()

@@ -45,11 +45,11 @@ func testBinaryLongStop(t *testing.T, bin string) {
 	for _, a := range steppers {
 		c.command(a, "start", map[string]int{"steps": 30, "delayMs": 100})
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // not a synchronisation: the point, the fibers and chats run before the freeze
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * ttl)
+	time.Sleep(3 * ttl) // not a synchronisation: the point, frozen longer than a lease TTL
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

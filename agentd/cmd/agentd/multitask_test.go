@@ -28,7 +28,7 @@ func testBinaryMultitask(t *testing.T, httpAddr, natsAddr string) {
 	// gap is the 50 ms between two messages that the multitask issue
 	// names: the scenario, not a synchronisation (a chat's reply already
 	// says that its turn started).
-	gap := func() { time.Sleep(50 * time.Millisecond) }
+	gap := func() { time.Sleep(50 * time.Millisecond) } // not a synchronisation: the scenario's 50 ms gap
 	cmd := func(agent, verb string, v any) (map[string]any, string) {
 		t.Helper()
 		body, _ := json.Marshal(v)

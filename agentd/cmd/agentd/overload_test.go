@@ -18,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // testBinaryOverload: 2,000 chats at once against --max-turns: the turns
@@ -101,18 +102,14 @@ func testBinaryOverload(t *testing.T, bin string) {
 	}
 	// Goroutines come back down (idle agents are deactivated after 2m;
 	// the turns' own goroutines end with them).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitfor.Within(t, 20*time.Second, func() error {
 		g, running := metric(t, httpAddr, "go_goroutines"), metric(t, httpAddr, "forever_chat_turns_running")
 		if running == 0 && g < 1500 {
 			t.Logf("after the load: %.0f goroutines, %.0f turns running", g, running)
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the load: %.0f goroutines, %.0f turns running", g, running)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("after the load: %.0f goroutines, %.0f turns running", g, running)
+	})
 	if t.Failed() {
 		t.Logf("agentd output:\n%s", p.out.String())
 	}

@@ -96,7 +96,7 @@ func checkReads(t *testing.T, nodes []*clusterNode, ids []string, streams int) {
 				if len(page.Streams) == streams || time.Now().After(deadline) {
 					break
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on the projected streams
 			}
 			if len(page.Streams) != streams {
 				t.Errorf("streams of %s on %s: %d, want %d", a, nd.name, len(page.Streams), streams)

@@ -89,7 +89,7 @@ func testSecurityReplySubjects(t *testing.T, e *secEnv, writer, reader cred) {
 		if time.Now().After(deadline) {
 			t.Fatalf("partitions leased after the refused requests: %d of %d (%v)", len(info.Leases), info.Partitions, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // not a synchronisation: the interval of a poll on every partition leased
 	}
 	for i := range 4 { // a few agents, so more than one partition is asked
 		agent := fmt.Sprintf("after-reply-%d", i)
@@ -165,7 +165,7 @@ func testSecurityReadsCountNoAgent(t *testing.T, e *secEnv) {
 // waitAudit waits (20 s at most) until the audit log's records satisfy ok.
 func waitAudit(t *testing.T, e *secEnv, ok func([]audit.Record) bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) { // not a synchronisation: the interval of a poll on the audit records
 		out, err := exec.Command(e.bin, "audit", "tail", "-n", "0", "--nats-url", e.natsURL, "--creds", e.admin).Output()
 		if err != nil {
 			t.Fatalf("audit tail: %v", err)

@@ -332,7 +332,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 			t.Fatalf("a fresh short credential: %d", code)
 		}
 		exp, _ := time.Parse(time.RFC3339, short.Expires)
-		time.Sleep(time.Until(exp) + 1500*time.Millisecond)
+		time.Sleep(time.Until(exp) + 1500*time.Millisecond) // not a synchronisation: the point, the token's expiry passing
 		if code, body := e.get(t, "/v1/chat/bot/messages", short.Token); code != http.StatusUnauthorized || !strings.Contains(body, "expired") {
 			t.Errorf("an expired token: %d %s", code, body)
 		}
@@ -401,7 +401,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 			}()
 		}
 		wg.Wait()
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a synchronisation: the peak sampler's last looks after the turns
 		close(done)
 		peak := <-peaked
 		if atOnce != 2 || later != 2 || peak > 2 {
@@ -444,7 +444,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 				// The tenant's API rate (its requests pass through
 				// agentd): a client waits and goes on.
 				waits++
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // not a synchronisation: a client's backoff on the tenant's API rate
 				continue
 			}
 			if err != nil {
@@ -555,7 +555,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 
 	t.Run("FillShare", func(t *testing.T) {
 		parts0 := 0
-		for deadline := time.Now().Add(30 * time.Second); parts0 == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); parts0 == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on the node's ready partitions
 			_, parts0 = e.readyPartitions(t)
 		}
 		filler := e.mint(t, "filler")
@@ -565,7 +565,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		for ; n < 200; n++ {
 			last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
 			for tries := 0; errCode(last) == "429" && strings.Contains(last.Header.Get("Nats-Service-Error"), "too many turns") && tries < 100; tries++ { // --max-turns 2
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // not a synchronisation: a client's backoff on too many turns
 				last = e.natsChat(t, filler, fmt.Sprintf("fill%d", n), fmt.Sprintf("fill %d %s", n, pad))
 			}
 			if errCode(last) != "" {
@@ -594,7 +594,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 			t.Fatalf("the first 450 KiB: %v", m.Header)
 		}
 		waitAnswered(t, e.httpAddr, tiny.Token, "t1")
-		time.Sleep(1200 * time.Millisecond) // the stored bytes are read once a second
+		time.Sleep(1200 * time.Millisecond) // not a synchronisation: the stored bytes are read once a second, no observable condition
 		big := "second-marker " + strings.Repeat("bc ", 320<<10/3)
 		m := e.natsChat(t, tiny, "t1", big)
 		if errCode(m) != "429" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "bytes") {
@@ -638,7 +638,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		nc.Flush()
 		nc.Close()
 		var denials float64
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) { // not a synchronisation: the interval of a poll on the denials metric
 			if denials = labelled(t, e.metricsAddr, `forever_nats_denials_total{kind="publish"}`); denials >= 20000 {
 				break
 			}
@@ -725,7 +725,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 		}
 
 		// Everything: tokens and OIDC tokens issued until now.
-		time.Sleep(1100 * time.Millisecond) // iat counts in seconds
+		time.Sleep(1100 * time.Millisecond) // not a synchronisation: iat counts in seconds, time must pass
 		if out := e.admin1(t, "revoke", "acme"); !strings.Contains(out, `"revoked":`) {
 			t.Fatalf("revoke: %s", out)
 		}
@@ -734,7 +734,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 				t.Errorf("%s after revoke: %d", name, code)
 			}
 		}
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond) // not a synchronisation: iat counts in seconds, time must pass
 		if code, body := e.get(t, path, e.issuer.token(t, map[string]any{"org": "acme"}, nil)); code != 200 {
 			t.Errorf("an OIDC token issued after the revocation: %d %s", code, body)
 		}
@@ -772,7 +772,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 			func(r audit.Record) bool { return r.Action == "tenant.revoke" && r.Tenant == "acme" },
 			func(r audit.Record) bool { return r.Action == "tenant.create" && r.Tenant == "neg" && r.Code == 400 },
 		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) { // not a synchronisation: the interval of a poll on the audit records
 			out, err := exec.Command(bin, "audit", "tail", "-n", "0", "--nats-url", e.natsURL, "--creds", e.admin).Output()
 			if err != nil {
 				t.Fatalf("audit tail: %v", err)
@@ -841,7 +841,7 @@ func testSecurityTenants(t *testing.T, bin string) {
 // says so, or a chat is no longer 409).
 func waitTurnEnded(t *testing.T, e *secEnv, c cred, agent string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on the turn's assistant message
 		code, body := e.get(t, "/v1/chat/"+agent+"/messages", c.Token)
 		if code == 200 && (strings.Count(body, `"role":"assistant"`) >= strings.Count(body, `"role":"user"`)) {
 			return
@@ -906,7 +906,7 @@ func testSecurityAuditActors(t *testing.T, e *secEnv) {
 			return r.Action == "admin.creds" && r.Tenant == "" && r.Cred == tenancy.AdminCred && r.Outcome == audit.OK
 		},
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) { // not a synchronisation: the interval of a poll on the audit records
 		out, err := exec.Command(e.bin, "audit", "tail", "-n", "0", "--nats-url", e.natsURL, "--creds", e.admin).Output()
 		if err != nil {
 			t.Fatalf("audit tail: %v", err)

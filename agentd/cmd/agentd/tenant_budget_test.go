@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestBinaryTenantBudget: under --auth, a tenant created with
@@ -182,12 +183,12 @@ func chatUntil(t *testing.T, nc *nats.Conn, agents []string, user string, limit 
 		}
 		turns[agent]++
 		var u chathost.UsageReply
-		for deadline := time.Now().Add(20 * time.Second); u.Turns != turns[agent]; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("turn %d of %s not recorded in usage: %+v", i, agent, u)
+		waitfor.Within(t, 20*time.Second, func() error {
+			if budgetCmd(t, nc, agent, "usage", "", &u); u.Turns == turns[agent] {
+				return nil
 			}
-			budgetCmd(t, nc, agent, "usage", "", &u)
-		}
+			return fmt.Errorf("turn %d of %s not recorded in usage: %+v", i, agent, u)
+		})
 		usage[agent] = u.Input + u.Output
 	}
 	if len(usage) != len(agents) {

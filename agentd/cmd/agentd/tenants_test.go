@@ -23,6 +23,7 @@ import (
 	"github.com/forever-agents/forever/agentd/tenancy"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
 )
 
@@ -97,19 +98,20 @@ func waitAnswered(t *testing.T, httpAddr, token, agent string, want ...string) s
 // waitAnsweredWithin is waitAnswered with its own bound.
 func waitAnsweredWithin(t *testing.T, d time.Duration, httpAddr, token, agent string, want ...string) string {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
-		code, body := authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
+	var body string
+	waitfor.Within(t, d, func() error {
+		var code int
+		code, body = authedGet(t, "http://"+httpAddr+"/v1/chat/"+agent+"/messages", token)
 		ok := code == 200 && strings.Contains(body, `"role":"assistant"`)
 		for _, w := range want {
 			ok = ok && strings.Contains(body, w)
 		}
 		if ok {
-			return body
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not answered: %d %.300s", agent, code, body)
-		}
-	}
+		return fmt.Errorf("%s was not answered: %d %.300s", agent, code, body)
+	})
+	return body
 }
 
 // testBinaryTenants: with --auth, two tenants use the same agent id without
@@ -175,11 +177,12 @@ func testBinaryTenants(t *testing.T, bin string) {
 		_, stderr, code := tenantCLI(t, bin, "enable", "huge", "--nats-url", natsURL, "--creds", admin)
 		enabled <- fmt.Sprintf("exit %d %s", code, stderr)
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.out.String(), "data dir "+hugeDir+" is a file"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the tenant's daemon did not fail on its data dir:\n%s", p.out.String())
+	waitfor.NoError(t, func() error {
+		if strings.Contains(p.out.String(), "data dir "+hugeDir+" is a file") {
+			return nil
 		}
-	}
+		return fmt.Errorf("the tenant's daemon did not fail on its data dir:\n%s", p.out.String())
+	})
 	if err := errors.Join(os.Remove(hugeDir), os.Rename(hugeDir+".aside", hugeDir)); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +224,7 @@ func testBinaryTenants(t *testing.T, bin string) {
 			if strings.Count(body, `"role":"assistant"`) >= strings.Count(body, `"role":"user"`) || time.Now().After(deadline) {
 				return body
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // not a synchronisation: the interval of a poll on the assistant's answers
 		}
 	}
 
@@ -408,7 +411,7 @@ func testTenantQuotas(t *testing.T, bin, natsURL, httpAddr, admin, out string) {
 	few := createTenant(t, bin, natsURL, admin, out, "few", "--max-agents", "1")
 	ok(chat(few, "a1", "first"))
 	refused(chat(few, "a2", "second"), "agents")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the first turn's end (409 while it runs)
 		m := chat(few, "a1", "again") // 409 while the first turn runs
 		if m.Header.Get("Nats-Service-Error-Code") != "409" || time.Now().After(deadline) {
 			ok(m)

@@ -75,7 +75,7 @@ func testBinaryToolCrash(t *testing.T, bin string) {
 			waitfor.True(t, "the crash point", func() bool { return tc.at(c.streamChunks(agent, reply.StreamID)) })
 			// The tool's op.started lands right after its input chunk:
 			// let it, well within the tool's delay.
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // not a synchronisation: the kill point, after op.started lands, no observable condition
 			p.kill()
 			p = startWith(t, start(), httpAddr)
 

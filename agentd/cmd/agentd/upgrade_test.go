@@ -124,7 +124,7 @@ func TestUpgrade(t *testing.T) {
 			data, _ = json.Marshal(v)
 		}
 		var last error
-		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on a command answered (not 503)
 			msg, err := nc.Request("forever.cmd."+agent+"."+verb, data, 20*time.Second)
 			switch {
 			case err != nil:
@@ -150,7 +150,7 @@ func TestUpgrade(t *testing.T) {
 	waitIdle := func(agents ...string) {
 		t.Helper()
 		for _, a := range agents {
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on the agents' fibers done
 				var fibers []host.FiberInfo
 				json.Unmarshal(must(a, "fibers", nil), &fibers)
 				if len(fibers) == 0 {
@@ -223,7 +223,7 @@ func TestUpgrade(t *testing.T) {
 				acked[agent] = append(acked[agent], r.MessageID)
 				mu.Unlock()
 				waitIdleQuiet := func() {
-					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) { // not a synchronisation: the interval of a poll on the agent's fibers done
 						out, err := cmd(agent, "fibers", nil)
 						if err == nil && string(out) == "[]" {
 							return
@@ -242,7 +242,7 @@ func TestUpgrade(t *testing.T) {
 			default:
 			}
 			cmd(fmt.Sprintf("steps:load%d", i%4), "start", demo.StepsStart{Steps: 20, DelayMS: 20})
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // not a synchronisation: pacing the load
 		}
 	})
 
@@ -258,7 +258,7 @@ func TestUpgrade(t *testing.T) {
 		nd.args = newArgs[nd]
 		nd.start(t, newBin)
 		waitReady(t, nd)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // not a synchronisation: the point, the upgraded node serves a while before the next
 	}
 	time.Sleep(2 * time.Second) // not a synchronisation: the load runs on the new release a while
 	close(stop)
