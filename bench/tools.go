@@ -519,7 +519,7 @@ type toolHost struct {
 	p *stepTimer
 }
 
-// packChunks is the bench's chat.Config.ChunkBatchesWritable: on, as in a
+// packChunks is the bench's chat.Config.ChunkBatchesWritable: on, as agentd with --pack-chunks in a
 // cluster whose record format reached agentd.FormatChunkBatches.
 func packChunks() bool { return true }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -93,7 +94,8 @@ func TestUpgrade(t *testing.T) {
 		nd.env = append(nd.env, "FOREVER_COMPACT_EVENTS=40", "FOREVER_COMPACT_EVERY=1s", "FOREVER_LOCAL_RATE=200")
 		// The old release runs with the flags it knows, as the old chart
 		// started it; the new binary gets this chart's.
-		newArgs[nd] = nd.args
+		// The new release packs chunks once the format switch allows it.
+		newArgs[nd] = append(slices.Clone(nd.args), "--pack-chunks")
 		nd.args = knownFlags(t, oldBin, nd.args)
 		nd.start(t, oldBin)
 	}
@@ -265,16 +267,21 @@ func TestUpgrade(t *testing.T) {
 	wg.Wait()
 
 	// Through the format switch: once every node runs this release the
-	// cluster's active format reaches this release's (agentd.RecordFormat),
-	// and a chat after it is stored in the new records (packed chunks)
-	// and answered; verify below reads both kinds.
-	wantFormat := fmt.Sprintf("record format %d active", agentd.RecordFormat)
+	// cluster's active format (the tenant's too) reaches this release's,
+	// agentd.RecordFormat, and a chat after it is stored in the new
+	// records (packed chunks, --pack-chunks) and answered; verify below
+	// reads both kinds. The nodes log the raise; the admin's credential
+	// does not reach the cluster endpoint.
+	raised := fmt.Sprintf(`"to":%d}`, agentd.RecordFormat)
 	waitfor.Within(t, 90*time.Second, func() error {
-		out, _ := exec.Command(newBin, "cluster", "--server", "nats://"+nodes[0].nats, "--creds", admin).CombinedOutput()
-		if !strings.Contains(string(out), wantFormat) {
-			return fmt.Errorf("no %q after the roll:\n%s", wantFormat, out)
+		for _, nd := range nodes {
+			for _, line := range strings.Split(nd.proc.out.String(), "\n") {
+				if strings.Contains(line, `"record format raised","tenant":"acme"`) && strings.Contains(line, raised) {
+					return nil
+				}
+			}
 		}
-		return nil
+		return fmt.Errorf("no node logged the tenant's record format raised to %d after the roll", agentd.RecordFormat)
 	})
 	must("after-switch", "chat", map[string]string{"text": "/tool clock {}"})
 	waitIdle("after-switch")
