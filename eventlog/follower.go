@@ -269,11 +269,18 @@ func (f *Follower) WaitFor(ctx context.Context, seq Seq) error {
 	if f.shards != nil {
 		return f.waitShards(ctx, seq)
 	}
+	return f.await(ctx, func() bool { return f.mu.cursor >= seq })
+}
+
+// await waits until done, called with f.mu held, holds. It returns nil
+// then, f's error if f stopped first, or ctx's; it looks again each time
+// something of f moves (f.mu.changed).
+func (f *Follower) await(ctx context.Context, done func() bool) error {
 	for {
 		f.mu.Lock()
-		cur, ch, err := f.mu.cursor, f.mu.changed, f.mu.err
+		ok, ch, err := done(), f.mu.changed, f.mu.err
 		f.mu.Unlock()
-		if cur >= seq {
+		if ok {
 			return nil
 		}
 		if err != nil {
@@ -306,21 +313,8 @@ func (f *Follower) WaitDurable(ctx context.Context, seq Seq) error {
 		}
 		// Pebble failed: what was applied may be lost with it. Wait until
 		// Run starts over from the stored cursors, then wait again.
-		for {
-			f.mu.Lock()
-			now, ch, rerr := f.mu.life, f.mu.changed, f.mu.err
-			f.mu.Unlock()
-			if now != life {
-				break
-			}
-			if rerr != nil {
-				return rerr
-			}
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := f.await(ctx, func() bool { return f.mu.life != life }); err != nil {
+			return err
 		}
 	}
 }
@@ -401,8 +395,7 @@ func (f *Follower) Run(ctx context.Context) error {
 	f.stopShards(stopped)
 	f.mu.Lock()
 	f.mu.err = stopped
-	close(f.mu.changed)
-	f.mu.changed = make(chan struct{})
+	f.bumpLocked()
 	f.mu.Unlock()
 	return err
 }
@@ -484,8 +477,7 @@ func (f *Follower) follow(ctx context.Context) error {
 	f.publish()
 	f.mu.Lock()
 	f.mu.life++
-	close(f.mu.changed)
-	f.mu.changed = make(chan struct{})
+	f.bumpLocked()
 	f.mu.Unlock()
 	for {
 		if err := f.bootstrap(ctx); err != nil {
@@ -1051,8 +1043,7 @@ func (f *Follower) publish() {
 		return
 	}
 	f.mu.cursor = cur
-	close(f.mu.changed)
-	f.mu.changed = make(chan struct{})
+	f.bumpLocked()
 	if f.parent != nil {
 		f.parent.bump()
 	}

@@ -29,11 +29,11 @@ import (
 // waitShards is WaitFor of a Follower with shards.
 func (f *Follower) waitShards(ctx context.Context, seq Seq) error {
 	if seq != SeqEnds {
-		k, _ := ShardOf(seq)
-		if k >= len(f.shards) {
-			return invalidf("wait for seq %d: it names shard %d of a log with %d", seq, k, len(f.shards))
+		s, err := f.shardOf(seq)
+		if err != nil {
+			return err
 		}
-		return f.shards[k].WaitFor(ctx, seq)
+		return s.WaitFor(ctx, seq)
 	}
 	for _, s := range f.shards {
 		last, err := f.l.lastSeq(ctx, s.stream, s.wide)
@@ -56,10 +56,24 @@ func (f *Follower) Changed() <-chan struct{} {
 	return f.mu.changed
 }
 
+// shardOf returns the shard follower of seq's shard.
+func (f *Follower) shardOf(seq Seq) (*Follower, error) {
+	k, _ := ShardOf(seq)
+	if k >= len(f.shards) {
+		return nil, invalidf("wait for seq %d: it names shard %d of a log with %d", seq, k, len(f.shards))
+	}
+	return f.shards[k], nil
+}
+
 // bump tells WaitFor and Changed of f that something moved.
 func (f *Follower) bump() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.bumpLocked()
+}
+
+// bumpLocked is bump with f.mu held.
+func (f *Follower) bumpLocked() {
 	close(f.mu.changed)
 	f.mu.changed = make(chan struct{})
 }

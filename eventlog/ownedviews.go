@@ -245,36 +245,22 @@ func (f *Follower) setIdle(idle bool) {
 		return
 	}
 	f.mu.idle = idle
-	close(f.mu.changed)
-	f.mu.changed = make(chan struct{})
+	f.bumpLocked()
 }
 
 // waitOwned is WaitFor of an owned-views Follower.
 func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 	parts, gen, _ := f.l.owned.state()
-	for {
-		f.mu.Lock()
-		took, ch, err := f.mu.gen, f.mu.changed, f.mu.err
-		f.mu.Unlock()
-		if took >= gen {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := f.await(ctx, func() bool { return f.mu.gen >= gen }); err != nil {
+		return err
 	}
 	shards := f.shards
 	if seq != SeqEnds {
-		k, _ := ShardOf(seq)
-		if k >= len(f.shards) {
-			return invalidf("wait for seq %d: it names shard %d of a log with %d", seq, k, len(f.shards))
+		s, err := f.shardOf(seq)
+		if err != nil {
+			return err
 		}
-		shards = f.shards[k : k+1]
+		shards = []*Follower{s}
 	}
 	for _, s := range shards {
 		if !slices.ContainsFunc(parts, func(p int) bool { return p%len(f.shards) == s.shard }) {
