@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -96,12 +95,7 @@ func (h *Host) answerNodeList(ctx context.Context, m *nats.Msg) {
 			return
 		}
 	}
-	code, msg := ErrorReply(err)
-	resp.Header.Set(headerServiceError, msg)
-	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
-	if retryable(err) {
-		resp.Header.Set(headerNotHere, "true")
-	}
+	setErrorHeaders(resp, err)
 	if err := m.RespondMsg(resp); err != nil {
 		h.logger.Warn("respond to a node listing", "err", err)
 	}
@@ -244,9 +238,8 @@ func (h *Host) askList(ctx context.Context, node string, q agents.Query, parts [
 		}
 		return agents.Page{}, ErrTimeout.Wrapf("node %s, listing its partitions: %v", node, err)
 	}
-	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
-		n, _ := strconv.Atoi(code)
-		return agents.Page{}, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
+	if err := remoteError(node, resp); err != nil {
+		return agents.Page{}, err
 	}
 	var page agents.Page
 	if err := json.Unmarshal(resp.Data, &page); err != nil {

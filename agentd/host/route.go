@@ -100,11 +100,34 @@ func (h *Host) forward(ctx context.Context, node string, cmd Command) (out json.
 		// with the same message id is a duplicate).
 		return nil, ErrTimeout.Wrapf("node %s, forwarding %s for %q: %v", node, cmd.Verb, cmd.Agent, err)
 	}
-	if code := resp.Header.Get(headerServiceErrorCode); code != "" {
-		n, _ := strconv.Atoi(code)
-		return nil, &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
+	if err := remoteError(node, resp); err != nil {
+		return nil, err
 	}
 	return resp.Data, nil
+}
+
+// remoteError is the error node answered in resp (its service error
+// headers, setErrorHeaders), or nil when it answered a result.
+func remoteError(node string, resp *nats.Msg) error {
+	code := resp.Header.Get(headerServiceErrorCode)
+	if code == "" {
+		return nil
+	}
+	n, _ := strconv.Atoi(code)
+	return &RemoteError{Node: node, Code: n, Msg: resp.Header.Get(headerServiceError), NotHere: resp.Header.Get(headerNotHere) != ""}
+}
+
+// setErrorHeaders writes err into resp, a reply to another node, as
+// remoteError reads it: its code and sentence, and whether another node
+// may serve the request (retryable). It returns the code and sentence.
+func setErrorHeaders(resp *nats.Msg, err error) (int, string) {
+	code, msg := ErrorReply(err)
+	resp.Header.Set(headerServiceError, msg)
+	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
+	if retryable(err) {
+		resp.Header.Set(headerNotHere, "true")
+	}
+	return code, msg
 }
 
 // serveNode answers the commands other nodes forward to this one. They run
@@ -169,12 +192,7 @@ func (h *Host) answerForwarded(ctx context.Context, m *nats.Msg) {
 	if traceID != "" {
 		resp.Header.Set(tracing.TraceIDHeader, traceID)
 	}
-	code, msg := ErrorReply(err)
-	resp.Header.Set(headerServiceError, msg)
-	resp.Header.Set(headerServiceErrorCode, strconv.Itoa(code))
-	if retryable(err) {
-		resp.Header.Set(headerNotHere, "true")
-	}
+	code, msg := setErrorHeaders(resp, err)
 	resp.Data, _ = json.Marshal(map[string]any{"error": msg, "code": code})
 	if err := m.RespondMsg(resp); err != nil {
 		h.logger.Warn("respond to forwarded command", "subject", m.Subject, "err", err)
