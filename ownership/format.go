@@ -72,16 +72,30 @@ type FormatInfo struct {
 
 // activeFormat reads the active format and its revision (0: never set).
 func (m *Manager) activeFormat(ctx context.Context) (int, uint64, error) {
-	e, err := m.parts.Get(ctx, keyFormat)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	n, rev, err := storedInt(ctx, m.parts, keyFormat, "record format", "format number", FormatBase)
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case rev == 0:
 		return FormatBase, 0, nil
 	}
+	return n, rev, nil
+}
+
+// storedInt reads the number stored at key of kv (the what of the
+// cluster, a kind of at least least) and its revision: 0 and 0 when none
+// is stored.
+func storedInt(ctx context.Context, kv jetstream.KeyValue, key, what, kind string, least int) (int, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, 0, nil
+	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("ownership: read the record format: %w", err)
+		return 0, 0, fmt.Errorf("ownership: read the %s: %w", what, err)
 	}
 	n, err := strconv.Atoi(string(e.Value()))
-	if err != nil || n < FormatBase {
-		return 0, 0, fmt.Errorf("ownership: the stored record format %q is not a format number", e.Value())
+	if err != nil || n < least {
+		return 0, 0, fmt.Errorf("ownership: the stored %s %q is not a %s", what, e.Value(), kind)
 	}
 	return n, e.Revision(), nil
 }

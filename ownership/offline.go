@@ -65,18 +65,8 @@ func ReadLayout(ctx context.Context, js jetstream.JetStream) (Layout, error) {
 
 // storedCount reads the partition count of kv, 0 when it has none.
 func storedCount(ctx context.Context, kv jetstream.KeyValue) (int, error) {
-	e, err := kv.Get(ctx, keyPartitions)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("ownership: read the partition count: %w", err)
-	}
-	n, err := strconv.Atoi(string(e.Value()))
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("ownership: the stored partition count %q is not a count", e.Value())
-	}
-	return n, nil
+	n, _, err := storedInt(ctx, kv, keyPartitions, "partition count", "count", 1)
+	return n, err
 }
 
 // LiveNodes returns the names of the nodes whose heartbeat key is in the

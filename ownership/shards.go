@@ -40,18 +40,8 @@ func (m *Manager) createShards(ctx context.Context) error {
 
 // storedShards returns the cluster's shard count: 0 when none is stored.
 func (m *Manager) storedShards(ctx context.Context) (int, error) {
-	e, err := m.parts.Get(ctx, keyShards)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("ownership: read the shard count: %w", err)
-	}
-	n, err := strconv.Atoi(string(e.Value()))
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("ownership: the stored shard count %q is not a count", e.Value())
-	}
-	return n, nil
+	n, _, err := storedInt(ctx, m.parts, keyShards, "shard count", "count", 0)
+	return n, err
 }
 
 // checkShards refuses a node started with another shard count than the
