@@ -323,16 +323,11 @@ func restoreDataDir(ctx context.Context, data, dir string, m *backup.Manifest, s
 	if len(m.Accounts) > 1 {
 		return usageErr("the backup holds tenants: restore it into a running agentd with --auth (--server and --creds)")
 	}
-	s, release, err := serveDataDir(data, true)
+	nc, release, err := connectDataDir(data, true, "agentd restore")
 	if err != nil {
 		return err
 	}
 	defer release()
-	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd restore"))
-	if err != nil {
-		return fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	defer nc.Close()
 	fresh, err := checkLayout(ctx, nc, m)
 	if err != nil {
 		return err

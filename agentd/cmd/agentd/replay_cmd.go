@@ -147,16 +147,11 @@ func recordingOfURL(ctx context.Context, natsURL string, opts []nats.Option, age
 // recordingOfDataDir reads agent's recording from a stopped agentd's data
 // dir (see serveDataDir).
 func recordingOfDataDir(ctx context.Context, dir, agent string) (*chatreplay.Recording, error) {
-	s, release, err := serveDataDir(dir, false)
+	nc, release, err := connectDataDir(dir, false, "agentd replay")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd replay"))
-	if err != nil {
-		return nil, fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	defer nc.Close()
 	return recordingOf(ctx, nc, agent)
 }
 

@@ -94,21 +94,18 @@ func shardsCommand(ctx context.Context, in invocation, args []string) error {
 	var nc *nats.Conn
 	var err error
 	if *o.data != "" {
-		s, release, err := serveDataDir(*o.data, false)
-		if err != nil {
+		var release func()
+		if nc, release, err = connectDataDir(*o.data, false, "agentd shards move"); err != nil {
 			return err
 		}
 		defer release()
-		if nc, err = nats.Connect(s.ClientURL(), nats.Name("agentd shards move")); err != nil {
-			return fmt.Errorf("connect to the embedded server: %w", err)
-		}
 	} else {
 		opts := append(clientOptions(*o.creds, *o.tlsCA), nats.Name("agentd shards move"))
 		if nc, err = nats.Connect(*o.natsURL, opts...); err != nil {
 			return connectError(*o.natsURL, opts, err)
 		}
+		defer nc.Close()
 	}
-	defer nc.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	mv, err := agentd.MoveToShards(ctx, nc, *o.shards, *o.partitions, logger)
 	if err != nil {

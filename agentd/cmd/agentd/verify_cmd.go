@@ -154,17 +154,27 @@ func verifyURL(ctx context.Context, natsURL string, opts []nats.Option, admin bo
 // and a running one is refused, and serves the store with an embedded
 // nats-server on a random loopback port.
 func verifyDataDir(ctx context.Context, dir string) (verify.Report, error) {
-	s, release, err := serveDataDir(dir, false)
+	nc, release, err := connectDataDir(dir, false, "agentd verify")
 	if err != nil {
 		return verify.Report{}, err
 	}
 	defer release()
-	nc, err := nats.Connect(s.ClientURL(), nats.Name("agentd verify"))
-	if err != nil {
-		return verify.Report{}, fmt.Errorf("connect to the embedded server: %w", err)
-	}
-	defer nc.Close()
 	return checkConn(ctx, nc)
+}
+
+// connectDataDir serves dir (serveDataDir) and connects to it as name;
+// release closes the connection, then stops the server and drops the lock.
+func connectDataDir(dir string, create bool, name string) (*nats.Conn, func(), error) {
+	s, stop, err := serveDataDir(dir, create)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.Name(name))
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	return nc, func() { nc.Close(); stop() }, nil
 }
 
 // serveDataDir serves the JetStream store of a stopped agentd's data dir
