@@ -235,13 +235,14 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{Agent: a, store: ct.store, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
+	return &Agent{Agent: a, store: ct.store, log: ct.log, logger: env.Logger, turnQuota: ct.turnQuota, maxReply: host.ReplyLimit(ct.maxPayload)}, nil
 }
 
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
 type Agent struct {
 	*chat.Agent
 	store     *chat.Store // the read side, for approvals and streams
+	log       *eventlog.Log
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
 	// maxReply is the largest reply a command sends (host.ReplyLimit): a
@@ -489,7 +490,7 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 		if err := decodeOptional(cmd.Data, &req); err != nil {
 			return nil, err
 		}
-		return c.streams(req)
+		return c.streams(ctx, req)
 	case "usage":
 		return c.usage(ctx)
 	case "budget":

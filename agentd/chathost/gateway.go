@@ -34,7 +34,7 @@ func AttachGateway(d *agentd.Daemon, h *host.Host, chats *Type) error {
 			Log:            deps.Log,
 			Blobs:          blob.NewReader(js, ""),
 			Chats:          gatewayChats{host: h, log: deps.Log, chats: chats},
-			Streams:        freshStreams{log: deps.Log, store: chats.Store()},
+			Streams:        freshStreams{log: deps.Log, store: chats.Store(), host: h},
 			Stopping:       d.Stopping(),
 			AllowedOrigins: d.Config().CORSOrigins,
 			Logger:         deps.Logger,
@@ -90,6 +90,9 @@ func (g gatewayChats) Stop(ctx context.Context, agent string) (bool, error) {
 func (g gatewayChats) Messages(ctx context.Context, agent string, q replay.MessagesQuery) (any, error) {
 	if _, err := g.host.TypeOf(agent); err != nil {
 		return nil, host.ClientError(err)
+	}
+	if g.host.ReadsOnOwner(agent) {
+		return ownerReads{g.host}.messages(ctx, agent, q)
 	}
 	if err := g.settle(ctx, agent); err != nil {
 		return nil, host.ClientError(err)
@@ -159,6 +162,9 @@ const (
 )
 
 func (g gatewayChats) Active(ctx context.Context, agent string) (replay.Turn, bool, error) {
+	if g.host.ReadsOnOwner(agent) {
+		return ownerReads{g.host}.active(ctx, agent)
+	}
 	if err := g.catchUp(ctx, agent); err != nil {
 		return replay.Turn{}, false, err
 	}
@@ -171,10 +177,13 @@ func (g gatewayChats) Active(ctx context.Context, agent string) (replay.Turn, bo
 
 // freshStreams reads stream metadata after the streams view has applied
 // every chunk stored so far, so a resume right after a turn ended sees it
-// ended (204) instead of replaying it again.
+// ended (204) instead of replaying it again. With host set, an agent
+// whose views this node does not hold (host.ReadsOnOwner) is read on its
+// owner (ownerReads), whose views wait the same way.
 type freshStreams struct {
 	log   *eventlog.Log
 	store *chat.Store
+	host  *host.Host // nil: this node's views only
 }
 
 var _ replay.StreamIndex = freshStreams{}
@@ -189,11 +198,17 @@ func (f freshStreams) catchUp(ctx context.Context, filter eventlog.Filter) {
 }
 
 func (f freshStreams) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {
+	if f.host != nil && f.host.ReadsOnOwner(agent) {
+		return ownerReads{f.host}.stream(ctx, agent, "")
+	}
 	f.catchUp(ctx, eventlog.Filter{Agent: agent, Chunks: true})
 	return f.store.Streams().Latest(agent)
 }
 
 func (f freshStreams) Get(ctx context.Context, agent, stream string) (chunk.StreamInfo, error) {
+	if f.host != nil && f.host.ReadsOnOwner(agent) {
+		return ownerReads{f.host}.stream(ctx, agent, stream)
+	}
 	f.catchUp(ctx, eventlog.Filter{Agent: agent, Stream: stream})
 	return f.store.Streams().Get(agent, stream)
 }

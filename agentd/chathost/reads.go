@@ -53,6 +53,9 @@ type StreamsRequest struct {
 	Cursor string `json:"cursor,omitempty"`
 	// Limit: DefaultStreamsLimit when 0, at most MaxStreamsLimit.
 	Limit int `json:"limit,omitempty"`
+	// Stream, when set, selects that one stream: the page holds it, or
+	// nothing when the agent has no such stream.
+	Stream string `json:"stream,omitempty"`
 }
 
 // StreamsPage is the reply of the streams verb: the agent's chat streams,
@@ -101,8 +104,10 @@ func olderThan(s chunk.StreamInfo, at int64, id string) bool {
 	return t < at || (t == at && s.Stream < id)
 }
 
-// streams pages the agent's streams, newest first.
-func (c *Agent) streams(req StreamsRequest) (StreamsPage, error) {
+// streams pages the agent's streams, newest first, once the streams view
+// applied the agent's chunks stored when it is called (as the gateway's
+// reads do: freshStreams).
+func (c *Agent) streams(ctx context.Context, req StreamsRequest) (StreamsPage, error) {
 	limit := req.Limit
 	switch {
 	case limit == 0:
@@ -121,6 +126,7 @@ func (c *Agent) streams(req StreamsRequest) (StreamsPage, error) {
 		}
 		at, after = n, id
 	}
+	freshStreams{log: c.log, store: c.store}.catchUp(ctx, eventlog.Filter{Agent: c.ID(), Chunks: true})
 	all, err := c.store.Streams().List(c.ID())
 	if err != nil {
 		return StreamsPage{}, err
@@ -131,7 +137,7 @@ func (c *Agent) streams(req StreamsRequest) (StreamsPage, error) {
 	page := StreamsPage{Streams: []Stream{}}
 	var last chunk.StreamInfo
 	for _, s := range all {
-		if req.Cursor != "" && !olderThan(s, at, after) {
+		if req.Cursor != "" && !olderThan(s, at, after) || req.Stream != "" && s.Stream != req.Stream {
 			continue
 		}
 		if len(page.Streams) == limit {

@@ -1,9 +1,11 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -50,7 +52,7 @@ func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
 		}
 		var value json.RawMessage
 		if s.cfg.State != nil {
-			if value, version, err = s.cfg.State.State(r.Context(), agent); err != nil {
+			if value, version, err = s.state(r.Context(), agent); err != nil {
 				writeError(w, err)
 				return
 			}
@@ -163,4 +165,27 @@ func eventsCursor(r *http.Request) (after uint64, resume bool, err error) {
 		return 0, false, apierror.New(apierror.BadRequest, "the cursor %q is not a stream sequence: resume after the id of the last event read", v)
 	}
 	return n, true, nil
+}
+
+// state reads agent's current state for the first message of its events
+// stream: from this node's views (HTTPConfig.State), or, when they do not
+// hold the agent (ReadsOnOwner), with the state verb on its owner, for a
+// type that has one ({"value", "version"}).
+func (s *httpAgents) state(ctx context.Context, agent string) (json.RawMessage, int, error) {
+	typ, _ := s.h.TypeOf(agent)
+	if !s.h.ReadsOnOwner(agent) || !slices.Contains(s.h.verbs[typ], "state") {
+		return s.cfg.State.State(ctx, agent)
+	}
+	out, err := s.h.Command(ctx, Command{Agent: agent, Verb: "state"})
+	if err != nil {
+		return nil, 0, err
+	}
+	st, ok := ReplyAs[struct {
+		Value   json.RawMessage `json:"value"`
+		Version int             `json:"version"`
+	}](out)
+	if !ok {
+		return nil, 0, fmt.Errorf("agentd: the state of %s from its owner is not {value, version}: %.200s", agent, out)
+	}
+	return st.Value, st.Version, nil
 }

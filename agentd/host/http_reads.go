@@ -19,7 +19,7 @@ import (
 //     steps when ops is true;
 //   - GET /v1/agents/{id}/schedules: []keepalive.Schedule;
 //   - GET /v1/agents/{id}/log?after=&limit=&type=: LogPage;
-//   - GET /v1/agents/{id}/approvals, /tools, /usage and /streams?cursor=&limit=:
+//   - GET /v1/agents/{id}/approvals, /tools, /usage and /streams?cursor=&limit=&stream=:
 //     the verbs of a type that has them (chathost's chat agents), 404 for
 //     the others.
 func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
@@ -38,7 +38,8 @@ func (s *httpAgents) attachReads(d *agentd.Daemon, origins []string) {
 			return struct {
 				Cursor string `json:"cursor,omitempty"`
 				Limit  int    `json:"limit,omitempty"`
-			}{r.URL.Query().Get("cursor"), limit}, err
+				Stream string `json:"stream,omitempty"`
+			}{r.URL.Query().Get("cursor"), limit, r.URL.Query().Get("stream")}, err
 		},
 		"log": func(r *http.Request) (any, error) {
 			v := r.URL.Query()

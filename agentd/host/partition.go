@@ -26,6 +26,16 @@ func (h *Host) partitionOf(id string) int {
 // Owns reports whether this node serves agent's partition now.
 func (h *Host) Owns(agent string) bool { return h.ownsPartition(h.partitionOf(agent)) }
 
+// ReadsOnOwner reports whether a read of agent's views must go to its
+// owner: with owned views (eventlog.Config.OwnedViews) this node's views
+// hold only the partitions it owns, and it does not own agent's now. A
+// command is routed there anyway; a read served outside the command path
+// (the AI SDK gateway's, the events stream's first state) asks the owner
+// with the read verb instead of reading this node's views.
+func (h *Host) ReadsOnOwner(agent string) bool {
+	return h.deps != nil && h.deps.Log.OwnedViews() && !h.Owns(agent)
+}
+
 // ownsPartition reports whether this node serves partition p now.
 func (h *Host) ownsPartition(p int) bool {
 	h.mu.Lock()

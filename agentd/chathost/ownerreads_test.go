@@ -1,0 +1,110 @@
+package chathost
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/agentdtest"
+	"github.com/forever-agents/forever/agentd/host"
+)
+
+// TestGatewayReadsOnOwner: three nodes of a sharded cluster with owned
+// views, each node's views holding only its own partitions. A chat posted
+// to the gateway of a node that does not own the agent streams to
+// [DONE]; on the third node, which neither owns it nor started the turn,
+// the gateway's reads (the resume of the stream, the messages), the
+// streams verb's one-stream read and the events stream's first state
+// answer what the owner's views hold (host.ReadsOnOwner).
+func TestGatewayReadsOnOwner(t *testing.T) {
+	withHTTP := func(d *agentd.Daemon, h *host.Host, ct *Type) error {
+		return host.AttachHTTP(d, h, host.HTTPConfig{State: ct})
+	}
+	var ds []*agentd.Daemon
+	for i, name := range []string{"n1", "n2", "n3"} {
+		c := agentdtest.Config(t)
+		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions, c.OwnedViews = name, 3*time.Second, 4, 8, true
+		if i > 0 {
+			c.NATSListen, c.NATSURL = "", ds[0].NATSURL()
+		}
+		d, _ := newChatDaemon(t, c, -1, AttachGateway, withHTTP)
+		agentdtest.Start(t, d)
+		agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+		ds = append(ds, d)
+	}
+	nc, err := nats.Connect(ds[0].NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	agent := spreadOwners(t, nc, "g")["n1"]
+	var st host.Status
+	command(t, nc, agent, "status", ``, &st)
+	if st.Owner != "n1" {
+		t.Fatalf("agent %s is owned by %s, want n1", agent, st.Owner)
+	}
+	n2, n3 := "http://"+ds[1].HTTPAddr(), "http://"+ds[2].HTTPAddr()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := agentdtest.Post(t, ctx, n2+"/v1/chat", `{"id":"`+agent+`","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"hello"}]}]}`)
+	evs := agentdtest.ReadSSE(t, resp.Body, 0)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(evs) == 0 || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("chat posted to n2 (not the owner): %d, %d events, want 200 ending with [DONE]: %+v", resp.StatusCode, len(evs), evs)
+	}
+
+	// n3's resume of the ended stream from its start replays it.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n3+"/v1/chat/"+agent+"/stream?after=0", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := agentdtest.ReadSSE(t, resp.Body, 0)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(replayed) != len(evs) || replayed[len(replayed)-1].Data != "[DONE]" {
+		t.Fatalf("n3's resume after 0: %d, %d events, want 200 and the %d events of the chat", resp.StatusCode, len(replayed), len(evs))
+	}
+	// Without a cursor: the turn ended, nothing to resume.
+	if code, body := agentdtest.Get(t, n3+"/v1/chat/"+agent+"/stream"); code != http.StatusNoContent {
+		t.Fatalf("n3's resume without a cursor: %d %s, want 204", code, body)
+	}
+
+	code, body := agentdtest.Get(t, n3+"/v1/chat/"+agent+"/messages")
+	var msgs struct {
+		Messages []struct{ ID, Role string }
+		Next     string
+	}
+	if err := json.Unmarshal([]byte(body), &msgs); code != 200 || err != nil || len(msgs.Messages) != 2 || msgs.Messages[0].ID != "u1" {
+		t.Fatalf("n3's messages: %d %s, want the user message and the answer", code, body)
+	}
+	code, body = agentdtest.Get(t, n3+"/v1/chat/"+agent+"/messages?limit=1")
+	if err := json.Unmarshal([]byte(body), &msgs); code != 200 || err != nil || len(msgs.Messages) != 1 || msgs.Next != "u1" {
+		t.Fatalf("n3's first page of messages: %d %s, want u1 and next u1", code, body)
+	}
+
+	var page StreamsPage
+	command(t, nc, agent, "streams", `{"limit":1}`, &page)
+	if len(page.Streams) != 1 || page.Streams[0].Status == "" {
+		t.Fatalf("streams: %+v", page)
+	}
+	id := page.Streams[0].Stream
+	command(t, nc, agent, "streams", `{"stream":"`+id+`"}`, &page)
+	if len(page.Streams) != 1 || page.Streams[0].Stream != id {
+		t.Fatalf("streams of stream %s: %+v", id, page)
+	}
+	command(t, nc, agent, "streams", `{"stream":"none"}`, &page)
+	if len(page.Streams) != 0 {
+		t.Fatalf("streams of an unknown stream: %+v, want none", page)
+	}
+
+	command(t, nc, agent, "state", `{"value":{"step":1},"expectVersion":0}`, nil)
+	if got, want := nextData(t, sseData(t, n3+"/v1/agents/"+agent+"/events")), `{"type":"state","version":1,"value":{"step":1}}`; got != want {
+		t.Fatalf("n3's events of %s start with %s, want %s", agent, got, want)
+	}
+}
