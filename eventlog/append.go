@@ -234,6 +234,26 @@ func (l *Log) appendChunks(ctx context.Context, stream string, evs []*Event, msg
 	return last, nil
 }
 
+// A batch commit that no server answered (nats.ErrNoResponders: a stream
+// between leaders) is sent again after noResponderWait, doubling, while
+// the wait is at most noResponderMaxWait (about 1.5 s in all).
+const (
+	noResponderWait    = 50 * time.Millisecond
+	noResponderMaxWait = 800 * time.Millisecond
+)
+
+// sleepCtx waits d, or until ctx is done: it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // commitBatch sends one atomic batch (jetstreamext.PublishMsgBatch).
 func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq) (Seq, error) {
 	if len(msgs) == 1 {
@@ -258,9 +278,21 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	// events wants. It checks the commit's answer names this batch and
 	// its size. Not retried when the answer is lost: the batch id is new
 	// per send and a batch holding a stored id is refused whole.
-	bctx, cancel, _ := l.bound(ctx)
-	ack, err := jetstreamext.PublishMsgBatch(bctx, l.js, msgs, jetstreamext.BatchFlowControl{})
-	cancel()
+	var ack *jetstreamext.BatchAck
+	var err error
+	for wait := noResponderWait; ; wait *= 2 {
+		bctx, cancel, _ := l.bound(ctx)
+		ack, err = jetstreamext.PublishMsgBatch(bctx, l.js, msgs, jetstreamext.BatchFlowControl{})
+		cancel()
+		// No server took the commit: nothing of the batch is stored
+		// (its id is new per send), and a stream whose leader steps
+		// down (the leaders' spread, a node leaving) answers again
+		// within moments: wait and send it again, as nats.go's
+		// PublishMsg does for a plain publish.
+		if !errors.Is(err, nats.ErrNoResponders) || wait > noResponderMaxWait || !sleepCtx(ctx, wait) {
+			break
+		}
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, fmt.Errorf("%w: batch commit: no stream answers (is JetStream up?): %w", ErrUnavailable, err)
