@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/chat/chunk"
@@ -80,6 +81,62 @@ func (c *Client) FollowTurn(ctx context.Context, agent, stream string, after Cur
 // the turn about to start.
 func (c *Client) CheckFollow(ctx context.Context, agent, stream string) error {
 	return c.lg.CheckFollow(ctx, eventlog.Filter{Agent: agent, Stream: stream, Chunks: true})
+}
+
+// A gateway's follow (followOn) that failed for a moment (the consumer not
+// created within the JetStream API's timeout on a busy server, a stream
+// leader moving) follows again from the last chunk it yielded, at most
+// followRetries times, followRetryWait apart, so the client's stream does
+// not end without its terminal chunk for a hiccup of the server.
+const (
+	followRetries   = 3
+	followRetryWait = 250 * time.Millisecond
+)
+
+// followOn is follow, followed again after a transient error (see
+// followRetries): an error for good (a 4xx: no such stream, chunks
+// expired, too many consumers), a chunk that cannot be read (yielded, and
+// ranging goes on) or ctx's end is yielded as follow yields it.
+func (c *Client) followOn(ctx context.Context, agent, stream string, after Cursor, mustExist bool) iter.Seq2[Item, error] {
+	return func(yield func(Item, error) bool) {
+		for attempt := 0; ; attempt++ {
+			again := false
+			for it, err := range c.follow(ctx, agent, stream, after, mustExist) {
+				if err != nil && attempt < followRetries && ctx.Err() == nil && transientFollow(err) {
+					again = true
+					break
+				}
+				if err == nil {
+					after = it.Cursor
+				}
+				if !yield(it, err) {
+					return
+				}
+			}
+			if !again {
+				return
+			}
+			t := time.NewTimer(followRetryWait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				yield(Item{}, ctx.Err())
+				return
+			}
+		}
+	}
+}
+
+// transientFollow reports whether a follow's error may pass when it is
+// followed again: not a chunk that cannot be read (ranging goes on past
+// it), not a refusal for good (apiError's 4xx).
+func transientFollow(err error) bool {
+	var ce *eventlog.CorruptError
+	if errors.As(err, &ce) || lostPayload(err) || errors.Is(err, eventlog.ErrConsumerLimit) {
+		return false
+	}
+	return apiError(err).Code >= 500
 }
 
 // follow is Follow; without mustExist a stream with no chunk yet is

@@ -150,7 +150,7 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 		return
 	}
 	buf := make([]byte, 0, 512)
-	for it, err := range g.client.follow(ctx, agent, stream, after, mustExist) {
+	for it, err := range g.client.followOn(ctx, agent, stream, after, mustExist) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -179,8 +179,8 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 				}
 				return
 			}
-			// Transient: the response ends without [DONE] and the client
-			// resumes from its last id.
+			// Transient, still after followOn's tries: the response ends
+			// without [DONE] and the client resumes from its last id.
 			g.logger.Warn("sse follow", "agent", agent, "stream", stream, "err", err)
 			return
 		}

@@ -365,7 +365,7 @@ func (s *wsSession) stream(ctx context.Context, t Turn, upTo Cursor, replaying b
 			return err
 		}
 	}
-	for it, err := range s.g.client.follow(ctx, s.agent, t.StreamID, t.After, false) {
+	for it, err := range s.g.client.followOn(ctx, s.agent, t.StreamID, t.After, false) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
