@@ -414,7 +414,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		MaxConsumers: cfg.MaxStreamConsumers,
 		Shards:       d.logShards(cfg),
 		Partitions:   cfg.Partitions,
-		OwnedViews:   cfg.OwnedViews && cfg.logShards() > 0,
+		OwnedViews:   cfg.ownedViews(d.logShards(cfg)),
 		Owner:        &d.parts,
 		OnFenced:     d.parts.onFenced,
 		Dir:          cfg.PebbleDir(),
@@ -427,6 +427,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		AsyncBatches: cfg.Sync == SyncInterval && cfg.NATSURL == "",
 		Logger:       d.cfg.Logger,
 		Registerer:   cfg.Registerer,
+	}
+	if lcfg.Shards > 1 && !lcfg.OwnedViews && !cfg.AllViews {
+		d.logger.Warn("every node projects every partition of this sharded cluster: a per-user budget (--user-token-budget, --user-cost-budget) reads the spend of a user's agents from every partition")
 	}
 	err = RetryQuorum(ctx, d.logger, "event log", cfg.Replicas, func(ctx context.Context) (err error) {
 		r.lg, err = eventlog.Open(ctx, lcfg)

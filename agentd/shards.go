@@ -54,16 +54,17 @@ func (c *Config) recordFormat() int {
 	return RecordFormat
 }
 
-// validateShards checks --shards against --partitions, and
-// --owned-views.
+// ownedViews reports whether a node of a log of shards shards (0:
+// unsharded) projects only the partitions it owns: in a sharded cluster,
+// unless --owned-views=false (AllViews) or a per-user budget, whose spend
+// of a user's agents is read from the node's views (every partition's).
+func (c *Config) ownedViews(shards int) bool {
+	return shards > 1 && !c.AllViews && c.UserBudget.IsZero()
+}
+
+// validateShards checks --shards against --partitions.
 func (c *Config) validateShards() error {
 	switch {
-	case c.OwnedViews && c.Shards <= 1:
-		return configErrorf("owned-views", "--owned-views needs a sharded cluster: --shards above 1")
-	case c.OwnedViews && !c.UserBudget.IsZero():
-		// The per-user spend is read from the node's views, which hold
-		// its own partitions only.
-		return configErrorf("owned-views", "--owned-views does not take a per-user budget (--user-token-budget, --user-cost-budget): a node's views hold its own partitions' spend only")
 	case c.Shards < 0:
 		return configErrorf("shards", "shards must not be negative")
 	case c.Shards > eventlog.MaxShards:

@@ -28,7 +28,7 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 	var ds []*agentd.Daemon
 	for i, name := range []string{"n1", "n2", "n3"} {
 		c := agentdtest.Config(t)
-		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions, c.OwnedViews = name, 3*time.Second, 4, 8, true
+		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions = name, 3*time.Second, 4, 8 // owned views by default
 		if i > 0 {
 			c.NATSListen, c.NATSURL = "", ds[0].NATSURL()
 		}

@@ -18,7 +18,8 @@ import (
 )
 
 // TestClusterOwnedViews: three nodes started as the chart starts its pods,
-// sharded (--shards 4) with --owned-views. Each node's views apply its own
+// sharded (--shards 4), which gives owned views by default (no
+// --owned-views). Each node's views apply its own
 // partitions' events only (the nodes' runs views together applied far
 // fewer events than three times the log's), reads of an agent's views
 // answer on any node (routed to the owner), the listing on any node has
@@ -28,7 +29,7 @@ import (
 func TestClusterOwnedViews(t *testing.T) {
 	parallel(t, cluster, 90)
 	bin := buildBinary(t)
-	nodes, c, ids := startCluster(t, bin, "FOREVER_SHARDS=4", "FOREVER_OWNED_VIEWS=true")
+	nodes, c, ids := startCluster(t, bin, "FOREVER_SHARDS=4")
 	for _, a := range ids {
 		if strings.HasPrefix(a, "steps:") {
 			c.command(a, "start", map[string]int{"steps": 2, "delayMs": 10})
