@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,8 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	agent := spreadOwners(t, nc, "g")["n1"]
+	owners := spreadOwners(t, nc, "g")
+	agent := owners["n1"]
 	var st host.Status
 	command(t, nc, agent, "status", ``, &st)
 	if st.Owner != "n1" {
@@ -101,6 +103,16 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 	command(t, nc, agent, "streams", `{"stream":"none"}`, &page)
 	if len(page.Streams) != 0 {
 		t.Fatalf("streams of an unknown stream: %+v, want none", page)
+	}
+
+	// A fork onto another partition's id is refused, saying why: its
+	// owner's views would not hold the parent's rows.
+	m, err := nc.Request("forever.cmd."+agent+".fork", []byte(`{"to":"`+owners["n2"]+`"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "--owned-views=false") {
+		t.Fatalf("fork across partitions: %v %s, want a 400 naming --owned-views=false", m.Header, m.Data)
 	}
 
 	command(t, nc, agent, "state", `{"value":{"step":1},"expectVersion":0}`, nil)
