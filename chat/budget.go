@@ -13,7 +13,6 @@ import (
 	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/forever-agents/forever/tracing"
@@ -288,7 +287,8 @@ func (a *Agent) BudgetRefusal(ctx context.Context, requestID, messageID string) 
 // returns a turnFailure with the *BudgetError, which ends the turn with
 // code 402. Below it, the soft limit may park the turn first
 // (checkSoftBudget). ctx is the turn's, wctx the one its writes go under.
-func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, step llm.Usage) error {
+func (st *turnRun) checkBudgetAtCall(ctx, wctx context.Context, step llm.Usage) error {
+	a := st.a
 	scopes, err := a.budgetScopes(ctx)
 	if err != nil || len(scopes) == 0 {
 		return err
@@ -315,13 +315,13 @@ func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em 
 		}
 		if be != nil {
 			a.budgetM.refused.WithLabelValues(be.scope(), "model_call").Inc()
-			return a.failForBudget(wctx, st, used, be)
+			return st.failForBudget(wctx, used, be)
 		}
 		statuses[i] = bs
 	}
 	for i, s := range scopes {
 		x := s.extra(own, all)
-		if err := a.checkSoftBudget(ctx, wctx, f, em, st, s, statuses[i], used, x.tok, x.usd); err != nil {
+		if err := st.checkSoftBudget(ctx, wctx, s, statuses[i], used, x.tok, x.usd); err != nil {
 			return err
 		}
 	}
@@ -338,7 +338,8 @@ func (a *Agent) costOf(u llm.Usage) cost.Micros {
 
 // noteCost counts the cost of a turn's recorded usage in the metrics and
 // on its span.
-func (a *Agent) noteCost(st *turnState, u llm.Usage) {
+func (st *turnRun) noteCost(u llm.Usage) {
+	a := st.a
 	if a.cfg.Price == nil {
 		return
 	}

@@ -124,7 +124,8 @@ func persistPartial(dec RecoveryDecision, partial []Part) bool {
 // loadBase sets st.base to the parts the continued message had before the
 // turn's stream: the stored message minus what the stream added (a
 // recovered ContinueLastTurn may have persisted part of its stream).
-func (a *Agent) loadBase(st *turnState) error {
+func (st *turnRun) loadBase() error {
+	a := st.a
 	m, err := a.store.Message(a.agent, st.info.Continues)
 	if err != nil {
 		return err

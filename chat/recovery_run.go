@@ -26,8 +26,7 @@ type turnRecovery struct {
 
 	span  trace.Span
 	at    *activeTurn // the slot, once claimed
-	st    *turnState  // once the stream is read
-	em    *emitter    // made when first needed
+	st    *turnRun    // once the stream is read
 	tools []llm.Tool
 }
 
@@ -96,18 +95,18 @@ func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Co
 	})
 	if errors.Is(err, ErrChunksExpired) {
 		r.in.expired = err
-		r.st = &turnState{at: at, info: info, b: b, span: r.span}
+		r.st = &turnRun{a: a, f: r.f, at: at, info: info, b: b, span: r.span}
 		return ctx, nil
 	}
 	if err != nil {
 		return ctx, fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
 	}
-	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}, span: r.span}
+	st := &turnRun{a: a, f: r.f, at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}, span: r.span}
 	if err := r.rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
 		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
 	}
 	if info.Continues != "" && !resumesCalls(info) {
-		if err := a.loadBase(st); err != nil {
+		if err := st.loadBase(); err != nil {
 			return ctx, err
 		}
 	}
@@ -135,12 +134,7 @@ func (r *turnRecovery) observe() {
 
 // emitter returns the writer of the turn's stream, after its stored
 // chunks.
-func (r *turnRecovery) emitter() *emitter {
-	if r.em == nil {
-		r.em = r.a.newEmitter(r.st.info.StreamID, r.st.b)
-	}
-	return r.em
-}
+func (r *turnRecovery) emitter() *emitter { return r.st.emitter() }
 
 func (r *turnRecovery) count(act recoveryAction) {
 	if act.metric != "" {
@@ -163,7 +157,7 @@ func (r *turnRecovery) step(ctx context.Context, act recoveryAction) error {
 		r.observe()
 	case recoverStash:
 		st.snap = act.snap
-		if err := a.stashSnap(ctx, r.f, st); err != nil {
+		if err := st.stashSnap(ctx); err != nil {
 			return err
 		}
 		r.in.snap, r.in.stashed = st.snap, true
@@ -202,7 +196,7 @@ func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 		// Died after recording the outcome, before fiber.completed (and
 		// before the span ended).
 		info := r.in.info
-		(&turnState{span: r.span}).noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
+		(&turnRun{span: r.span}).noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
 		return nil
 	case recoverRunsHere:
 		// One fiber per turn: this one is a second (its fiber.started
@@ -213,7 +207,7 @@ func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 		return nil
 	case recoverWait, recoverRetry, recoverContinue:
 		if act.persist {
-			if err := a.persist(ctx, st); err != nil {
+			if err := st.persist(ctx); err != nil {
 				a.release(r.at)
 				return err
 			}
@@ -221,37 +215,37 @@ func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 		r.count(act)
 		// runTurn owns the slot from here, and releases it.
 		st.snap, st.resume = act.snap, act.resume
-		return a.runTurn(ctx, r.f, st)
+		return st.runTurn(ctx)
 	}
 	defer a.release(r.at)
 	st.snap = act.snap
 	switch act.kind {
 	case recoverExpired:
-		return a.failExpired(ctx, st, act.err)
+		return st.failExpired(ctx, act.err)
 	case recoverFinalize:
 		r.count(act)
 		r.at.ended()
 		switch st.b.terminal {
 		case chunk.Finish:
-			return a.recordCompleted(ctx, st, st.b.finish, st.b.usage)
+			return st.recordCompleted(ctx, st.b.finish, st.b.usage)
 		case chunk.Error:
-			return a.recordFailed(ctx, st, st.b.errorText)
+			return st.recordFailed(ctx, st.b.errorText)
 		default:
-			return a.recordInterrupted(ctx, st, true, "cancelled")
+			return st.recordInterrupted(ctx, true, "cancelled")
 		}
 	case recoverToolsCorrupt, recoverVersionFail, recoverExhausted, recoverHookFailed:
 		r.count(act)
-		return a.failTurn(ctx, st, r.emitter(), act.err)
+		return st.failTurn(ctx, act.err)
 	case recoverInterrupted:
-		return a.abortTurn(ctx, st, r.emitter(), true, "cancelled")
+		return st.abortTurn(ctx, true, "cancelled")
 	case recoverAbort:
 		if act.persist {
-			if err := a.persist(ctx, st); err != nil {
+			if err := st.persist(ctx); err != nil {
 				return err
 			}
 		}
 		r.count(act)
-		return a.abortTurn(ctx, st, r.emitter(), act.persist, "recovered without continuing")
+		return st.abortTurn(ctx, act.persist, "recovered without continuing")
 	}
 	return fmt.Errorf("chat: recover turn %s: unknown action %s", r.requestID, act.kind)
 }

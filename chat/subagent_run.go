@@ -67,7 +67,8 @@ func (a *Agent) chain(info TurnInfo) []string {
 // the turn; recovery resumes it and finds the links in the turns view).
 // It returns an error only when the turn cannot go on: ctx ended (a
 // cancel, shutdown, deactivation) or the log failed.
-func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, jobs []*childJob, toolsDone func()) error {
+func (st *turnRun) awaitChildren(ctx, fctx context.Context, jobs []*childJob, toolsDone func()) error {
+	a, f, em := st.a, st.f, st.emitter()
 	chain := a.chain(st.info)
 	ctx, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
@@ -76,7 +77,7 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 		wg.Wait()
 	}()
 	for _, j := range jobs {
-		wg.Go(func() { a.runChild(ctx, st, chain, j) })
+		wg.Go(func() { st.runChild(ctx, chain, j) })
 	}
 	for _, j := range jobs {
 		select {
@@ -93,7 +94,7 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 		if err := a.crashPoint(fctx, pointChildLinked); err != nil {
 			return err
 		}
-		if err := a.nameChild(fctx, em, j.call.ToolCallID, j.ref); err != nil {
+		if err := st.nameChild(fctx, j.call.ToolCallID, j.ref); err != nil {
 			return err
 		}
 	}
@@ -136,7 +137,8 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 
 // nameChild writes the data-subagent part of call callID with ref, unless
 // the stream shows it already.
-func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref ChildRef) error {
+func (st *turnRun) nameChild(ctx context.Context, callID string, ref ChildRef) error {
+	em := st.emitter()
 	if p, ok := em.b.dataPart(PartSubagent, callID); ok {
 		var cur ChildRef
 		if json.Unmarshal(p.Data, &cur) == nil && cur.Status == ref.Status && cur.RequestID == ref.RequestID {
@@ -159,7 +161,8 @@ func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref C
 // cancelled or failed in recovery) would otherwise end with a call whose
 // child its stream and stored message never name. A link the view cannot
 // read is logged and left: the turn still ends.
-func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) error {
+func (st *turnRun) nameLinked(ctx context.Context) error {
+	a, em := st.a, st.emitter()
 	links, err := a.store.Links(a.agent, st.info.RequestID)
 	if err != nil {
 		a.logger.Warn("read the turn's sub-agent links", "request", st.info.RequestID, "err", err)
@@ -169,7 +172,7 @@ func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) erro
 		if _, ok := em.b.dataPart(PartSubagent, l.CallID); ok || l.RequestID == "" {
 			continue
 		}
-		if err := a.nameChild(ctx, em, l.CallID, l.ChildRef); err != nil {
+		if err := st.nameChild(ctx, l.CallID, l.ChildRef); err != nil {
 			return err
 		}
 	}
@@ -178,9 +181,10 @@ func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) erro
 
 // endChildCall writes the end of a sub-agent call: the data-subagent part
 // with the link's final status, then the call's output.
-func (a *Agent) endChildCall(ctx context.Context, em *emitter, j *childJob) error {
+func (st *turnRun) endChildCall(ctx context.Context, j *childJob) error {
+	a, em := st.a, st.emitter()
 	if j.end.RequestID != "" {
-		if err := a.nameChild(ctx, em, j.call.ToolCallID, j.end); err != nil {
+		if err := st.nameChild(ctx, j.call.ToolCallID, j.end); err != nil {
 			return err
 		}
 	}
@@ -196,7 +200,8 @@ func (a *Agent) endChildCall(ctx context.Context, em *emitter, j *childJob) erro
 // runChild runs one sub-agent call: starts the child's turn (unless the
 // turns view holds the call's link: a resumed turn), records the link,
 // waits for the child's turn to end and records that.
-func (a *Agent) runChild(ctx context.Context, st *turnState, chain []string, j *childJob) {
+func (st *turnRun) runChild(ctx context.Context, chain []string, j *childJob) {
+	a := st.a
 	var once sync.Once
 	started := func() { once.Do(func() { close(j.started) }) }
 	defer close(j.done)
@@ -208,7 +213,7 @@ func (a *Agent) runChild(ctx context.Context, st *turnState, chain []string, j *
 	}
 	if !ok {
 		var l *ChildLink
-		l, j.res, err = a.startChild(ctx, st, chain, j)
+		l, j.res, err = st.startChild(ctx, chain, j)
 		if err != nil || l == nil {
 			j.startErr, j.err = err, err
 			return
@@ -238,7 +243,8 @@ func (l ChildLink) result() toolResult {
 // the child's turn and records the link (subagent.started). A call that
 // cannot run (bad input, a cycle, too deep, refused by the child) returns
 // no link and its tool error.
-func (a *Agent) startChild(ctx context.Context, st *turnState, chain []string, j *childJob) (*ChildLink, toolResult, error) {
+func (st *turnRun) startChild(ctx context.Context, chain []string, j *childJob) (*ChildLink, toolResult, error) {
+	a := st.a
 	req, callID := st.info.RequestID, j.call.ToolCallID
 	c, terr := j.tool.sub.resolve(j.call.Input)
 	if terr == nil {
@@ -511,7 +517,8 @@ func (a *Agent) busyTurn(at *activeTurn) {
 // cancelled, so every started link ends. The turn's message (st.b) then
 // shows every ended link as it ended (showEnded), so the message stored
 // next carries each child's final status.
-func (a *Agent) endChildren(ctx context.Context, st *turnState) error {
+func (st *turnRun) endChildren(ctx context.Context) error {
+	a := st.a
 	requestID := st.info.RequestID
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil {

@@ -48,7 +48,8 @@ func toolStepKey(callID string) string { return "tool:" + callID }
 // outputs in call order. A call of a tool the server does not have and the
 // turn did not offer as a client tool gets an error output; client tool
 // calls are left for the client.
-func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, lp *loop) (phase, error) {
+func (st *turnRun) toolsPhase(ctx, fctx context.Context, lp *loop) (phase, error) {
+	a, em := st.a, st.emitter()
 	// What the model streamed is durable before any tool runs.
 	if _, err := em.w.Flush(fctx); err != nil {
 		return 0, fmt.Errorf("%w: %w", errWrite, err)
@@ -134,7 +135,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 				return
 			}
 			defer func() { <-sem }()
-			res, stashed, err := a.runTool(ctx, st, step, j.tool, j.call, j.then)
+			res, stashed, err := st.runTool(ctx, step, j.tool, j.call, j.then)
 			j.stashed = stashed
 			if err != nil {
 				j.err = err
@@ -152,7 +153,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 	}
 	if len(children) > 0 {
 		// Sub-agent calls: the step waits for them after its other tools.
-		if err := a.awaitChildren(ctx, fctx, f, em, st, children, wg.Wait); err != nil {
+		if err := st.awaitChildren(ctx, fctx, children, wg.Wait); err != nil {
 			return 0, err
 		}
 	}
@@ -164,7 +165,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 			continue
 		}
 		if j.child != nil {
-			if err := a.endChildCall(fctx, em, j.child); err != nil {
+			if err := st.endChildCall(fctx, j.child); err != nil {
 				return 0, err
 			}
 			continue
@@ -226,8 +227,9 @@ func resolved(r toolResult) chan toolResult {
 // With then set, the call's completion records then as the turn fiber's
 // snapshot (fiber.ThenStash) and stashed reports that it did; a result
 // recorded by an earlier run is answered with then stashed on its own.
-func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c Part, then *snapshot) (res toolResult, stashed bool, err error) {
-	ctx, span := a.startToolSpan(ctx, st, step, t, c)
+func (st *turnRun) runTool(ctx context.Context, step int, t *Tool, c Part, then *snapshot) (res toolResult, stashed bool, err error) {
+	a := st.a
+	ctx, span := st.startToolSpan(ctx, step, t, c)
 	ran := false
 	defer func() {
 		outcome := toolOutcome(res, err)

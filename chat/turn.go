@@ -50,8 +50,11 @@ type snapshot struct {
 	Steered []string `json:"steered,omitempty"`
 }
 
-// turnState is one run of a turn: fresh, retried or continued.
-type turnState struct {
+// turnRun is one run of a turn: fresh, retried or continued.
+type turnRun struct {
+	a    *Agent
+	f    *fiber.Fiber // the turn's fiber; nil for a turn ended outside one
+	em   *emitter     // the stream's writer: emitter makes it when first needed
 	at   *activeTurn
 	info TurnInfo
 	b    *builder // what the stream shows so far
@@ -77,11 +80,11 @@ type turnState struct {
 // whether the budget of max attempts is spent. An attempt without progress
 // within window of the last counted one is that same attempt (a burst of
 // restarts is one recovery); window 0 counts every attempt.
-func (st *turnState) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
+func (st *turnRun) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
 	return st.snap.countAttempt(chunks, max, now, window)
 }
 
-// countAttempt is turnState.countAttempt on the snapshot alone.
+// countAttempt is turnRun.countAttempt on the snapshot alone.
 func (s *snapshot) countAttempt(chunks, max int, now time.Time, window time.Duration) (exhausted bool) {
 	if chunks > s.ChunksAtAttempt {
 		s.Attempts = 0
@@ -96,14 +99,24 @@ func (s *snapshot) countAttempt(chunks, max int, now time.Time, window time.Dura
 	return s.Attempts > max
 }
 
+// emitter returns the writer of the turn's stream, after its stored
+// chunks, made when first needed.
+func (st *turnRun) emitter() *emitter {
+	if st.em == nil {
+		st.em = st.a.newEmitter(st.info.StreamID, st.b)
+	}
+	return st.em
+}
+
 // parts returns the assistant message as it stands.
-func (st *turnState) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
+func (st *turnRun) parts() []Part { return mergeParts(st.base, st.b.Parts()) }
 
 // runTurn streams the provider's answer into the turn's stream and records
 // the outcome. It returns nil when the outcome is recorded (completed,
 // failed, interrupted), and an error only when the fiber should stay for
 // recovery (shutdown) or the log failed.
-func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (err error) {
+func (st *turnRun) runTurn(fctx context.Context) (err error) {
+	a := st.a
 	defer a.release(st.at)
 	ctx, cancel := context.WithCancelCause(fctx)
 	defer cancel(nil)
@@ -114,7 +127,10 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 	}
 	a.mu.Unlock()
 
-	em := a.newEmitter(st.info.StreamID, st.b)
+	// A new writer after the stored chunks, also after a recovery wrote
+	// some (restartAnswer).
+	st.em = a.newEmitter(st.info.StreamID, st.b)
+	em := st.em
 	defer func() {
 		if err != nil {
 			// Whatever was queued lands before anyone ends the turn after
@@ -126,12 +142,12 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 	// provider, not the writes that record the stop.
 	if !st.b.started {
 		if err := em.emit(fctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
-			return a.writeFailed(fctx, st, em, err)
+			return st.writeFailed(fctx, err)
 		}
 	}
 	tools, err := storedTools(st.info)
 	if err != nil {
-		return a.failTurn(fctx, st, em, err)
+		return st.failTurn(fctx, err)
 	}
 	lp := a.newLoop(tools)
 	if u := st.snap.StepUsage; u != nil && st.snap.Step == st.b.steps {
@@ -149,17 +165,17 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 		}
 		switch ph {
 		case phaseModel:
-			ph, err = a.modelPhase(ctx, fctx, f, em, st, lp, resume)
+			ph, err = st.modelPhase(ctx, fctx, lp, resume)
 			resume = false
 		case phaseTools:
-			ph, err = a.toolsPhase(ctx, fctx, f, em, st, lp)
+			ph, err = st.toolsPhase(ctx, fctx, lp)
 		case phaseStepDone:
-			ph, err = a.stepDone(fctx, f, em, st, lp)
+			ph, err = st.stepDone(fctx, lp)
 		case phaseClient:
 			st.endStepUsage(lp, st.b.steps)
-			return a.completeTurn(fctx, st, em, llm.FinishToolCalls, st.turnUsage())
+			return st.completeTurn(fctx, llm.FinishToolCalls, st.turnUsage())
 		case phaseFinish:
-			if a.steerAgain(fctx, st) {
+			if st.steerAgain(fctx) {
 				ph = phaseStepDone // messages steered in: one more step
 				continue
 			}
@@ -168,7 +184,7 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 				reason = llm.FinishStop
 			}
 			st.endStepUsage(lp, st.b.steps)
-			return a.completeTurn(fctx, st, em, reason, st.turnUsage())
+			return st.completeTurn(fctx, reason, st.turnUsage())
 		}
 		if err == nil {
 			continue
@@ -180,18 +196,18 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 			// even the failure. The fiber stays for the new owner.
 			return err
 		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
-			return a.abortTurn(fctx, st, em, true, "cancelled")
+			return st.abortTurn(fctx, true, "cancelled")
 		case fctx.Err() != nil:
 			// Shutdown: leave the fiber for recovery; what was written is
 			// made durable on the way out.
 			_, _ = em.w.Flush(context.WithoutCancel(fctx))
 			return fctx.Err()
 		case errors.Is(err, errWrite):
-			return a.writeFailed(fctx, st, em, err)
+			return st.writeFailed(fctx, err)
 		case errors.As(err, &tf):
-			return a.failTurn(fctx, st, em, tf.err)
+			return st.failTurn(fctx, tf.err)
 		default:
-			return a.failTurn(fctx, st, em, err)
+			return st.failTurn(fctx, err)
 		}
 	}
 }
@@ -212,7 +228,7 @@ var errWrite = errors.New("chat: stream write failed")
 
 // continuation is what the provider needs to continue st's answer: the
 // current step's text (earlier steps reach it as messages).
-func (a *Agent) continuation(st *turnState) *llm.Continuation {
+func (st *turnRun) continuation() *llm.Continuation {
 	_, current := st.split()
 	c := &llm.Continuation{PartialText: partsText(current), ResponseID: st.snap.ResponseID,
 		SequenceNumber: st.snap.SequenceNumber, TextAtSequence: st.snap.TextAtSequence}
@@ -224,15 +240,16 @@ func (a *Agent) continuation(st *turnState) *llm.Continuation {
 
 // streamOnce runs one provider call. It returns the finish reason, or the
 // error that ended the call: the provider's, ctx's cause, or an errWrite.
-func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, req llm.Request, usage *llm.Usage, last error) (reason string, err error) {
-	if err := a.checkBudgetAtCall(ctx, wctx, f, em, st, *usage); err != nil {
+func (st *turnRun) streamOnce(ctx, wctx context.Context, req llm.Request, usage *llm.Usage, last error) (reason string, err error) {
+	a, em := st.a, st.emitter()
+	if err := st.checkBudgetAtCall(ctx, wctx, *usage); err != nil {
 		return "", err
 	}
 	limited, waited, err := a.waitModel(ctx, req, last)
 	if err != nil {
 		return "", err
 	}
-	ctx, call := a.startChatSpan(ctx, st, em.b.steps, req)
+	ctx, call := st.startChatSpan(ctx, em.b.steps, req)
 	if a.cfg.Limiter != nil {
 		call.span.SetAttributes(tracing.ModelLimiterWait.Float64(waited.Seconds()))
 	}
@@ -285,7 +302,7 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 			return "", ErrCancelled
 		}
 		if newID || em.b.chunks-chunksAtStash >= a.cfg.StashChunks || a.cfg.Clock.Now().Sub(lastStash) >= a.cfg.StashInterval {
-			if err := a.stash(wctx, f, em, st); err != nil {
+			if err := st.stash(wctx); err != nil {
 				return "", fmt.Errorf("%w: %w", errWrite, err)
 			}
 			lastStash, chunksAtStash = a.cfg.Clock.Now(), em.b.chunks
@@ -299,7 +316,8 @@ func (a *Agent) streamOnce(ctx, wctx context.Context, f *fiber.Fiber, em *emitte
 
 // stash makes the chunks written so far durable, then stashes the turn's
 // snapshot, so the snapshot never claims more than the stream holds.
-func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turnState) error {
+func (st *turnRun) stash(ctx context.Context) error {
+	em := st.emitter()
 	if _, err := em.w.Flush(ctx); err != nil {
 		return err
 	}
@@ -308,14 +326,15 @@ func (a *Agent) stash(ctx context.Context, f *fiber.Fiber, em *emitter, st *turn
 	// made.
 	_, current := st.split()
 	st.snap.TextAtSequence = len(partsText(current))
-	return a.stashSnap(ctx, f, st)
+	return st.stashSnap(ctx)
 }
 
 // stashSnap stashes st.snap. Chunks stored since the last attempt are
 // progress and reset the count; the fiber's attempt count is set to the
 // turn's, so the fiber's cap (MaxAttempts) and MaxRecoveryAttempts count
 // the same attempts and progress resets both.
-func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) error {
+func (st *turnRun) stashSnap(ctx context.Context) error {
+	f := st.f
 	if st.snap.ChunkIndex > st.snap.ChunksAtAttempt {
 		st.snap.Attempts = 0
 	}
@@ -326,8 +345,9 @@ func (a *Agent) stashSnap(ctx context.Context, f *fiber.Fiber, st *turnState) er
 // first time, message.updated (replacing its parts) after that, so a
 // recovered turn never duplicates the message. Either is split into
 // message.part events when it does not fit one event.
-func (a *Agent) persist(ctx context.Context, st *turnState) error {
-	evs, err := a.persistEvents(st)
+func (st *turnRun) persist(ctx context.Context) error {
+	a := st.a
+	evs, err := st.persistEvents()
 	if err != nil || len(evs) == 0 {
 		return err
 	}
@@ -336,7 +356,8 @@ func (a *Agent) persist(ctx context.Context, st *turnState) error {
 
 // persistEvents returns the events persist appends: none when the stored
 // message already shows the answer, or when there is nothing to show.
-func (a *Agent) persistEvents(st *turnState) ([]eventlog.Event, error) {
+func (st *turnRun) persistEvents() ([]eventlog.Event, error) {
+	a := st.a
 	parts := st.parts()
 	id := st.info.AssistantMessageID
 	if old, err := a.store.Message(a.agent, id); err == nil {
@@ -350,11 +371,12 @@ func (a *Agent) persistEvents(st *turnState) ([]eventlog.Event, error) {
 	if !hasContent(parts) {
 		return nil, nil
 	}
-	return a.messageEvents(EventMessageAppended, id, a.assistantMessage(st))
+	return a.messageEvents(EventMessageAppended, id, st.assistantMessage())
 }
 
 // assistantMessage is the turn's assistant message as it stands.
-func (a *Agent) assistantMessage(st *turnState) Message {
+func (st *turnRun) assistantMessage() Message {
+	a := st.a
 	return Message{
 		ID: st.info.AssistantMessageID, Role: RoleAssistant, Parts: st.parts(),
 		RequestID: st.info.RequestID, CreatedAt: a.cfg.Clock.Now().UTC(),
@@ -369,24 +391,25 @@ func equalParts(a, b []Part) bool {
 
 // completeTurn ends the stream with finish and records the message, the
 // usage and turn.completed, in that order.
-func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, reason string, usage llm.Usage) error {
+func (st *turnRun) completeTurn(ctx context.Context, reason string, usage llm.Usage) error {
+	a, em := st.a, st.emitter()
 	// An answer too large to store (over MaxMessageParts events) is
 	// refused before the stream claims success: clients see an error chunk
 	// saying so.
-	if _, err := a.messageEvents(EventMessageAppended, st.info.AssistantMessageID, a.assistantMessage(st)); err != nil {
-		return a.failTurn(ctx, st, em, fmt.Errorf("chat: the answer cannot be stored: %w", err))
+	if _, err := a.messageEvents(EventMessageAppended, st.info.AssistantMessageID, st.assistantMessage()); err != nil {
+		return st.failTurn(ctx, fmt.Errorf("chat: the answer cannot be stored: %w", err))
 	}
 	if err := em.finish(ctx, reason, usage); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	st.at.ended()
 	if err := a.crashPoint(ctx, pointEnded); err != nil {
 		return err
 	}
-	return a.recordCompleted(ctx, st, reason, &usage)
+	return st.recordCompleted(ctx, reason, &usage)
 }
 
 // recordCompleted appends what follows a stored finish chunk; usage is nil
@@ -395,8 +418,9 @@ func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, re
 // and one wait for the views, not three. A crash may leave a prefix of
 // them stored, as it could when they went one by one: each is idempotent,
 // and a recovery finds what is stored and completes the rest.
-func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason string, usage *llm.Usage) error {
-	evs, err := a.persistEvents(st)
+func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *llm.Usage) error {
+	a := st.a
+	evs, err := st.persistEvents()
 	if err != nil {
 		return err
 	}
@@ -427,7 +451,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	if usage != nil {
 		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
 		a.metrics.tokens.WithLabelValues("output").Add(float64(usage.OutputTokens))
-		a.noteCost(st, *usage)
+		st.noteCost(*usage)
 	}
 	outcome := "completed"
 	if reason == llm.FinishToolCalls {
@@ -440,26 +464,28 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 
 // failTurn records a terminal failure: an error chunk clients see, the
 // partial answer (if any) as the assistant message, and turn.failed.
-func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause error) error {
+func (st *turnRun) failTurn(ctx context.Context, cause error) error {
+	a, em := st.a, st.emitter()
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
-	if err := a.nameLinked(ctx, st, em); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+	if err := st.nameLinked(ctx); err != nil {
+		return st.writeFailed(ctx, err)
 	}
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()}); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	st.at.ended()
-	return a.recordFailed(ctx, st, cause.Error())
+	return st.recordFailed(ctx, cause.Error())
 }
 
-func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) error {
-	if err := a.endChildren(ctx, st); err != nil {
+func (st *turnRun) recordFailed(ctx context.Context, msg string) error {
+	a := st.a
+	if err := st.endChildren(ctx); err != nil {
 		return err
 	}
-	if err := a.persist(ctx, st); errors.Is(err, ErrTooLarge) {
+	if err := st.persist(ctx); errors.Is(err, ErrTooLarge) {
 		// The partial answer cannot be stored; the failure still is.
 		a.logger.Warn("partial answer of a failed turn not stored", "request", st.info.RequestID, "err", err)
 	} else if err != nil {
@@ -475,26 +501,28 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 
 // abortTurn ends the stream with abort, persists the partial answer when
 // persist is set, records turn.interrupted and clears the "turn" interrupt.
-func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persist bool, reason string) error {
-	if err := a.nameLinked(ctx, st, em); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+func (st *turnRun) abortTurn(ctx context.Context, persist bool, reason string) error {
+	em := st.emitter()
+	if err := st.nameLinked(ctx); err != nil {
+		return st.writeFailed(ctx, err)
 	}
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Abort}); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
-		return a.writeFailed(ctx, st, em, err)
+		return st.writeFailed(ctx, err)
 	}
 	st.at.ended()
-	return a.recordInterrupted(ctx, st, persist, reason)
+	return st.recordInterrupted(ctx, persist, reason)
 }
 
-func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bool, reason string) error {
-	if err := a.endChildren(ctx, st); err != nil {
+func (st *turnRun) recordInterrupted(ctx context.Context, persist bool, reason string) error {
+	a := st.a
+	if err := st.endChildren(ctx); err != nil {
 		return err
 	}
 	if persist {
-		if err := a.persist(ctx, st); err != nil {
+		if err := st.persist(ctx); err != nil {
 			return err
 		}
 	}
@@ -523,7 +551,8 @@ func (a *Agent) recordInterrupted(ctx context.Context, st *turnState, persist bo
 // one may be broken) and writes the error chunk, then turn.failed. A
 // stream that lost its chunks under the turn (eventlog.ErrRemoved) is ended
 // the same way, with an error chunk the stream still takes (failExpired).
-func (a *Agent) writeFailed(ctx context.Context, st *turnState, em *emitter, err error) error {
+func (st *turnRun) writeFailed(ctx context.Context, err error) error {
+	a := st.a
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

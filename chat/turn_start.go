@@ -288,8 +288,8 @@ func (a *Agent) runStarted(fctx context.Context, f *fiber.Fiber, t turnStarted, 
 		a.endTurnSpan(fctx, span, err)
 		return err
 	}
-	st := &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
-	err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
+	st := &turnRun{a: a, f: f, at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
+	err = a.endOnFailure(fctx, t.RequestID, st.runTurn(fctx))
 	a.endTurnSpan(fctx, span, err)
 	return a.afterTurn(fctx, t.RequestID, err)
 }
