@@ -363,8 +363,6 @@ type Agent struct {
 		// waiters wake the turn waiting for a child turn, by the child's
 		// request id (childWaiter).
 		waiters map[string]chan struct{}
-		// modelWait is set while the turn waits for Config.Limiter.
-		modelWait *ModelWait
 	}
 }
 
