@@ -166,9 +166,23 @@ func budgetWindow(now time.Time, d time.Duration) (start, end time.Time) {
 	return start, start.Add(d)
 }
 
+// budgets is the role of an Agent that keeps its budgets: it sets and reads
+// them (SetBudget, Budget), with the shared budgets of its user and tenant
+// (budget_shared.go), refuses a command past a hard limit
+// (BudgetRefusal), and answers a turn parked at a soft limit
+// (answerBudget, budget_soft.go). The Agent embeds it: its methods are the
+// Agent's. The checks of a running turn are that run's
+// (turnRun.checkBudgetAtCall, checkSoftBudget).
+type budgets struct {
+	a       *Agent
+	budgetM *budgetMetrics
+	soft    softWait // turns parked at the soft budget limit
+}
+
 // SetBudget stores u over the agent's budget limits and returns its
 // budget as it then stands.
-func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, error) {
+func (bg *budgets) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, error) {
+	a := bg.a
 	switch {
 	case u.Tokens != nil && *u.Tokens < 0:
 		return BudgetStatus{}, fmt.Errorf("%w: tokens must be 0 (no limit) or more, got %d", ErrInvalidBudget, *u.Tokens)
@@ -195,7 +209,8 @@ func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, er
 // current period (its recorded turns'), and which limit is reached; and
 // the shared budgets (its user's, its tenant's) that limit something,
 // each with its spend (Config.SharedBudgets).
-func (a *Agent) Budget(ctx context.Context) (BudgetStatus, error) {
+func (bg *budgets) Budget(ctx context.Context) (BudgetStatus, error) {
+	a := bg.a
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil {
 		return BudgetStatus{}, err
@@ -222,7 +237,8 @@ func (a *Agent) Budget(ctx context.Context) (BudgetStatus, error) {
 // extraCost (a running turn's usage not recorded yet, its sub-agents'
 // included where s counts them) counted as spent; err is a *BudgetError
 // when a hard limit is reached.
-func (a *Agent) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+func (bg *budgets) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+	a := bg.a
 	l := s.limits
 	now := a.cfg.Clock.Now()
 	start, end := budgetWindow(now, l.period())
@@ -250,7 +266,8 @@ func (a *Agent) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micro
 // request sent again, whose request id or message id (either may be
 // empty) is a stored turn's, is let through: Send answers it with its
 // first turn, which is no new work.
-func (a *Agent) BudgetRefusal(ctx context.Context, requestID, messageID string) error {
+func (bg *budgets) BudgetRefusal(ctx context.Context, requestID, messageID string) error {
+	a := bg.a
 	scopes, err := a.budgetScopes(ctx)
 	if err != nil || len(scopes) == 0 {
 		return err
@@ -329,7 +346,8 @@ func (st *turnRun) checkBudgetAtCall(ctx, wctx context.Context, step llm.Usage) 
 }
 
 // costOf is what u costs at the agent's price, 0 without one.
-func (a *Agent) costOf(u llm.Usage) cost.Micros {
+func (bg *budgets) costOf(u llm.Usage) cost.Micros {
+	a := bg.a
 	if a.cfg.Price == nil {
 		return 0
 	}

@@ -405,7 +405,8 @@ func (st *turnRun) failForBudget(ctx context.Context, used llm.Usage, cause erro
 // turn. Errors: ErrUnknownToolCall when no turn waits on that park,
 // ErrAlreadyAnswered when it was decided, ErrInvalidMessage without
 // approved.
-func (a *Agent) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, bool, error) {
+func (bg *budgets) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, bool, error) {
+	a := bg.a
 	if len(answers) != 1 {
 		return Turn{}, false, nil
 	}
@@ -455,7 +456,8 @@ func (a *Agent) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, b
 }
 
 // noteBudget tells Config.OnBudget of a park or a decision.
-func (a *Agent) noteBudget(ctx context.Context, kind string, park BudgetPark) {
+func (bg *budgets) noteBudget(ctx context.Context, kind string, park BudgetPark) {
+	a := bg.a
 	a.logger.Info("budget "+strings.TrimPrefix(kind, "budget."), "request", park.RequestID, "approval", park.ApprovalID, "why", park.Reason)
 	if a.cfg.OnBudget != nil {
 		a.cfg.OnBudget(context.WithoutCancel(ctx), BudgetNotice{Kind: kind, Park: park})
@@ -571,7 +573,8 @@ func (s *Store) budgetApprovedPeriod(agent, scope string) (time.Time, error) {
 
 // parkedOnBudget reports whether turn requestID is parked at the soft
 // budget limit, waiting for its decision.
-func (a *Agent) parkedOnBudget(requestID string) bool {
+func (bg *budgets) parkedOnBudget(requestID string) bool {
+	a := bg.a
 	p, ok, err := a.store.PendingBudget(a.agent)
 	return err == nil && ok && p.RequestID == requestID
 }

@@ -177,7 +177,8 @@ func withoutMessage(msgs []Message, id string) []Message {
 //
 // Errors: ErrNoAssistantMessage, ErrTurnActive, ErrInvalidMessage (body is
 // not JSON), or a log error.
-func (a *Agent) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Turn, error) {
+func (c *commands) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Turn, error) {
+	a := c.a
 	if body != nil && !json.Valid(body) {
 		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
 	}

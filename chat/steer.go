@@ -28,7 +28,8 @@ func steerEventID(agent, msgID string) string {
 // answer it streams is its last, in one more step. A turn that cannot take
 // it any more (no turn streams in this process, or it is recording its
 // end) makes it an enqueued message: its own turn, next.
-func (a *Agent) sendSteering(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) sendSteering(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	a.mu.Lock()
 	cur := a.mu.active
 	open := cur != nil && !cur.pending && !cur.ending.Load()

@@ -27,6 +27,23 @@ const (
 	cancelFor     = 15 * time.Second
 )
 
+// children is the role of an Agent that calls other agents from its
+// turns (sub-agents, agent tools): it starts a child's turn and records
+// the link, waits for the child's end (its notice, ChildEnded, or a poll),
+// and, for a turn that is itself a child, tells its parent that it ended.
+// The Agent embeds it: its methods are the Agent's. The calls of a running
+// turn are that run's (turnRun.awaitChildren, runChild, endChildren).
+type children struct {
+	a *Agent
+
+	mu struct {
+		sync.Mutex
+		// waiters wake the turn waiting for a child turn, by the child's
+		// request id (childWaiter).
+		waiters map[string]chan struct{}
+	}
+}
+
 // childJob is one sub-agent call of a step, run by runChild. The fields
 // before started are set before started closes, the others before done
 // closes.
@@ -50,7 +67,8 @@ func newChildJob(call Part, t *Tool) *childJob {
 
 // chain is the chain of callers of st's turn's children: its own callers'
 // and its agent.
-func (a *Agent) chain(info TurnInfo) []string {
+func (cs *children) chain(info TurnInfo) []string {
+	a := cs.a
 	var chain []string
 	if info.Parent != nil {
 		chain = slices.Clone(info.Parent.Chain)
@@ -290,7 +308,8 @@ func (st *turnRun) startChild(ctx context.Context, chain []string, j *childJob) 
 // (with the same request id, so at most one turn runs) while the child's
 // owner cannot be reached, for up to childStartFor. ErrChildRefused, or
 // the last error after that, is the caller's to show the model.
-func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (Turn, error) {
+func (cs *children) sendChild(ctx context.Context, child string, req ChildRequest) (Turn, error) {
+	a := cs.a
 	deadline := a.cfg.Clock.Now().Add(childStartFor)
 	for n := 0; ; n++ {
 		turn, err := a.cfg.Peers.StartChild(ctx, child, req)
@@ -311,7 +330,8 @@ func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (
 // the event type, so a retried append is stored once (within JetStream's
 // duplicate window; the turns view keeps the first one anyway), and
 // reports it to Config.OnLink.
-func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
+func (cs *children) appendLink(ctx context.Context, typ string, l ChildLink) error {
+	a := cs.a
 	e, err := a.event(typ, l)
 	if err != nil {
 		return err
@@ -338,7 +358,8 @@ func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
 // the link's end (subagent.ended) and returns it. It wakes on the child's
 // notice (ChildEnded) and reads the child's state every Config.ChildPoll,
 // so a lost notice costs a poll, never the answer.
-func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
+func (cs *children) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
+	a := cs.a
 	for {
 		wake, unregister := a.childWaiter(link.RequestID)
 		end, ended, err := a.childEnd(ctx, link)
@@ -369,7 +390,8 @@ func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, erro
 // the child's last event, and reports whether it ended; if so it returns
 // the link ended accordingly: its output (the child's final text) or
 // error, and the child turn's usage.
-func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+	a := cs.a
 	caughtUp := func() error {
 		return retryRead(ctx, a.logger, "child turn", func() error {
 			last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
@@ -451,20 +473,20 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // childWaiter registers a wake-up for the child turn requestID: a notice
 // of its end (ChildEnded) sends on the channel. The caller unregisters.
-func (a *Agent) childWaiter(requestID string) (<-chan struct{}, func()) {
+func (cs *children) childWaiter(requestID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	a.mu.Lock()
-	if a.mu.waiters == nil {
-		a.mu.waiters = map[string]chan struct{}{}
+	cs.mu.Lock()
+	if cs.mu.waiters == nil {
+		cs.mu.waiters = map[string]chan struct{}{}
 	}
-	a.mu.waiters[requestID] = ch
-	a.mu.Unlock()
+	cs.mu.waiters[requestID] = ch
+	cs.mu.Unlock()
 	return ch, func() {
-		a.mu.Lock()
-		if a.mu.waiters[requestID] == ch {
-			delete(a.mu.waiters, requestID)
+		cs.mu.Lock()
+		if cs.mu.waiters[requestID] == ch {
+			delete(cs.mu.waiters, requestID)
 		}
-		a.mu.Unlock()
+		cs.mu.Unlock()
 	}
 }
 
@@ -474,13 +496,13 @@ func (a *Agent) childWaiter(requestID string) (<-chan struct{}, func()) {
 // activating the agent for the command has it recover its turns, which
 // read the outcome; a notice for a call that ended already changes
 // nothing. The outcome itself is read from the log, never from n.
-func (a *Agent) ChildEnded(_ context.Context, n ChildNotice) error {
+func (cs *children) ChildEnded(_ context.Context, n ChildNotice) error {
 	if n.RequestID == "" {
 		return fmt.Errorf("%w: child-result: requestId is required", ErrInvalidMessage)
 	}
-	a.mu.Lock()
-	ch := a.mu.waiters[n.RequestID]
-	a.mu.Unlock()
+	cs.mu.Lock()
+	ch := cs.mu.waiters[n.RequestID]
+	cs.mu.Unlock()
 	if ch != nil {
 		select {
 		case ch <- struct{}{}:
@@ -493,7 +515,8 @@ func (a *Agent) ChildEnded(_ context.Context, n ChildNotice) error {
 // idleTurn gives back at's TurnLimiter admission while its turn waits for
 // its children, running nothing; busyTurn takes it back, past the bound
 // if need be (the turn was admitted).
-func (a *Agent) idleTurn(at *activeTurn) {
+func (cs *children) idleTurn(at *activeTurn) {
+	a := cs.a
 	a.mu.Lock()
 	admitted := at.admitted
 	at.admitted = false
@@ -503,7 +526,8 @@ func (a *Agent) idleTurn(at *activeTurn) {
 	}
 }
 
-func (a *Agent) busyTurn(at *activeTurn) {
+func (cs *children) busyTurn(at *activeTurn) {
+	a := cs.a
 	_ = a.cfg.Turns.acquire(true)
 	a.mu.Lock()
 	at.admitted = true
@@ -579,7 +603,8 @@ func showEnded(b *builder, links []ChildLink) {
 }
 
 // subagentUsage sums the usage of turn requestID's ended links.
-func (a *Agent) subagentUsage(requestID string) (*SubagentUsage, error) {
+func (cs *children) subagentUsage(requestID string) (*SubagentUsage, error) {
+	a := cs.a
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil || len(links) == 0 {
 		return nil, err
@@ -599,7 +624,8 @@ func (a *Agent) subagentUsage(requestID string) (*SubagentUsage, error) {
 // awaitingChildren reports whether st's turn waits for a child: a link of
 // it still runs. Such a turn is resumed by recovery without counting an
 // attempt or asking OnChatRecovery: its wait is by design.
-func (a *Agent) awaitingChildren(requestID string) bool {
+func (cs *children) awaitingChildren(requestID string) bool {
+	a := cs.a
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil {
 		return false
@@ -616,7 +642,8 @@ func (a *Agent) awaitingChildren(requestID string) bool {
 // for up to notifyFor. A parent that refuses (no such agent any more) is
 // not told; one that cannot be reached leaves the error, which keeps the
 // turn's fiber for recovery, which tells it again.
-func (a *Agent) notifyParent(ctx context.Context, info TurnInfo) error {
+func (cs *children) notifyParent(ctx context.Context, info TurnInfo) error {
+	a := cs.a
 	p := info.Parent
 	n := ChildNotice{Child: a.agent, RequestID: info.RequestID, ParentRequestID: p.RequestID, CallID: p.CallID}
 	deadline := a.cfg.Clock.Now().Add(notifyFor)
@@ -648,7 +675,8 @@ func (a *Agent) notifyParent(ctx context.Context, info TurnInfo) error {
 // sub-agent's turn that ended tells its parent. During shutdown, after a
 // log failure or the loss of the agent, nothing is told: the fiber stays
 // and its recovery tells.
-func (a *Agent) afterTurn(ctx context.Context, requestID string, err error) error {
+func (cs *children) afterTurn(ctx context.Context, requestID string, err error) error {
+	a := cs.a
 	if ctx.Err() != nil || (err != nil && (fiber.LogFailed(err) || eventlog.OwnerLost(err))) || a.cfg.Peers == nil {
 		return err
 	}
@@ -664,7 +692,8 @@ func (a *Agent) afterTurn(ctx context.Context, requestID string, err error) erro
 
 // checkParent checks the parent of a sub-agent's Send: a call that would
 // make this agent its own caller is a cycle.
-func (a *Agent) checkParent(p *ParentRef) error {
+func (cs *children) checkParent(p *ParentRef) error {
+	a := cs.a
 	switch {
 	case p == nil:
 		return nil
