@@ -91,29 +91,36 @@ func (st *turnRun) runTurn(fctx context.Context) (err error) {
 			st.endStepUsage(lp, st.b.steps)
 			return st.completeTurn(fctx, reason, st.turnUsage())
 		}
-		if err == nil {
-			continue
+		if err != nil {
+			return st.stopped(ctx, fctx, err)
 		}
-		var tf *turnFailure
-		switch {
-		case eventlog.OwnerLost(err):
-			// Another node owns the agent now: write nothing more, not
-			// even the failure. The fiber stays for the new owner.
-			return err
-		case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
-			return st.abortTurn(fctx, true, "cancelled")
-		case fctx.Err() != nil:
-			// Shutdown: leave the fiber for recovery; what was written is
-			// made durable on the way out.
-			_, _ = em.w.Flush(context.WithoutCancel(fctx))
-			return fctx.Err()
-		case errors.Is(err, errWrite):
-			return st.writeFailed(fctx, err)
-		case errors.As(err, &tf):
-			return st.failTurn(fctx, tf.err)
-		default:
-			return st.failTurn(fctx, err)
-		}
+	}
+}
+
+// stopped ends the run on err, the error that stopped its loop (ctx is the
+// loop's context, fctx the fiber's): the turn is interrupted (a Cancel),
+// failed, or left for recovery (shutdown, a log failure, the agent owned
+// elsewhere).
+func (st *turnRun) stopped(ctx, fctx context.Context, err error) error {
+	var tf *turnFailure
+	switch {
+	case eventlog.OwnerLost(err):
+		// Another node owns the agent now: write nothing more, not
+		// even the failure. The fiber stays for the new owner.
+		return err
+	case errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled):
+		return st.abortTurn(fctx, true, "cancelled")
+	case fctx.Err() != nil:
+		// Shutdown: leave the fiber for recovery; what was written is
+		// made durable on the way out.
+		_, _ = st.em.w.Flush(context.WithoutCancel(fctx))
+		return fctx.Err()
+	case errors.Is(err, errWrite):
+		return st.writeFailed(fctx, err)
+	case errors.As(err, &tf):
+		return st.failTurn(fctx, tf.err)
+	default:
+		return st.failTurn(fctx, err)
 	}
 }
 
