@@ -2,14 +2,21 @@ package chat
 
 import "testing"
 
-// The run owns its slot: hold makes it the run's, release gives it back
-// once (a second release is reported and frees nothing), keep keeps it.
-func TestRunReleasesItsSlotOnce(t *testing.T) {
+// heldRun is a run holding the slot of turn r1 of a slotAgent.
+func heldRun(t *testing.T) (*Agent, *[]string, *activeTurn, *turnRun) {
+	t.Helper()
 	a, misuse := slotAgent(t)
 	at := newActiveTurn("r1")
 	take(a, at)
 	run := &turnRun{a: a}
 	run.hold(at)
+	return a, misuse, at, run
+}
+
+// The run owns its slot: hold makes it the run's, release gives it back
+// once (a second release is reported and frees nothing), keep keeps it.
+func TestRunReleasesItsSlotOnce(t *testing.T) {
+	a, misuse, at, run := heldRun(t)
 	if at.run != run {
 		t.Fatalf("the slot does not point at the run that holds it")
 	}
@@ -27,11 +34,7 @@ func TestRunReleasesItsSlotOnce(t *testing.T) {
 }
 
 func TestRunKeepsItsSlot(t *testing.T) {
-	a, misuse := slotAgent(t)
-	at := newActiveTurn("r1")
-	take(a, at)
-	run := &turnRun{a: a}
-	run.hold(at)
+	a, misuse, at, run := heldRun(t)
 	run.keep("its turn.started's fate is unknown")
 	run.release()
 	a.checkSlot(at, "turn fiber")
@@ -44,10 +47,7 @@ func TestRunKeepsItsSlot(t *testing.T) {
 // A run that ends without releasing its slot (a path that forgot the
 // deferred release) is caught by its owner's check, and the slot freed.
 func TestRunNotReleasedIsCaught(t *testing.T) {
-	a, misuse := slotAgent(t)
-	at := newActiveTurn("r1")
-	take(a, at)
-	(&turnRun{a: a}).hold(at)
+	a, misuse, at, _ := heldRun(t)
 	a.checkSlot(at, "turn fiber")
 	wantMisuse(t, misuse, "r1: not released by turn fiber")
 	if holder(a) != nil {
