@@ -463,8 +463,7 @@
 //     starts beside one that may yet land. A second release, or an owner
 //     that ends holding the slot, is a defect that slotMisuse reports
 //     (TestSlotReleasedTwiceIsCaught, TestSlotNotReleasedIsCaught,
-//     TestRunReleasesItsSlotOnce, TestRunNotReleasedIsCaught; every chat
-//     test's agent fails on one).
+//     TestRunReleasesItsSlotOnce; every chat test's agent fails on one).
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
 //     ends, and by Send (a stale flag never aborts a new turn).

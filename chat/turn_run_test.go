@@ -44,17 +44,6 @@ func TestRunKeepsItsSlot(t *testing.T) {
 	}
 }
 
-// A run that ends without releasing its slot (a path that forgot the
-// deferred release) is caught by its owner's check, and the slot freed.
-func TestRunNotReleasedIsCaught(t *testing.T) {
-	a, misuse, at, _ := heldRun(t)
-	a.checkSlot(at, "turn fiber")
-	wantMisuse(t, misuse, "r1: not released by turn fiber")
-	if holder(a) != nil {
-		t.Errorf("a slot its run did not release is still taken")
-	}
-}
-
 // A run without a slot (a turn ended outside a run) releases nothing.
 func TestRunWithoutSlotReleasesNothing(t *testing.T) {
 	a, misuse := slotAgent(t)
