@@ -77,20 +77,19 @@ func (a *Agent) endTurn(ctx context.Context, requestID, msg string) error {
 	}
 	b, err := a.loadTurnStream(ctx, info)
 	if errors.Is(err, ErrChunksExpired) {
-		return a.failExpired(ctx, &turnState{info: info, b: b}, fmt.Errorf("%s: %w", msg, err))
+		return (&turnRun{a: a, info: info, b: b}).failExpired(ctx, fmt.Errorf("%s: %w", msg, err))
 	}
 	if err != nil {
 		return fmt.Errorf("chat: end turn %s: read stream: %w", requestID, err)
 	}
-	st := &turnState{info: info, b: b}
+	st := &turnRun{a: a, info: info, b: b}
 	if info.Continues != "" && !resumesCalls(info) {
-		if err := a.loadBase(st); err != nil {
+		if err := st.loadBase(); err != nil {
 			return err
 		}
 	}
 	if b.terminal != "" {
-		return a.recordFailed(ctx, st, msg)
+		return st.recordFailed(ctx, msg)
 	}
-	em := a.newEmitter(info.StreamID, b)
-	return a.failTurn(ctx, st, em, errors.New(msg))
+	return st.failTurn(ctx, errors.New(msg))
 }

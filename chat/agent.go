@@ -1,10 +1,7 @@
 package chat
 
 import (
-	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +16,6 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/tracing"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -333,6 +329,13 @@ func (c *Config) Validate() error {
 
 // Agent is one chat agent: its conversation, turns, state, usage and
 // interrupt flags. It is safe for concurrent use.
+//
+// Its methods come in roles (see the package doc): the conversation's
+// commands (commands: Send, Answer, Truncate, Rewrite, Cancel...), the
+// budgets (budgets), the sub-agent calls of its turns (children), each a
+// type the Agent embeds, whose methods are the Agent's; the turn slot
+// (slot.go) and the start of a turn (turn_start.go) are the Agent's own,
+// and a running turn is a turnRun.
 type Agent struct {
 	cfg     Config
 	agent   string
@@ -340,12 +343,11 @@ type Agent struct {
 	store   *Store
 	logger  *slog.Logger
 	metrics *metrics
-	budgetM *budgetMetrics
 	tracer  tracing.Tracer
 
-	stateMu sync.Mutex // serializes SetState
-	mt      multitaskState
-	soft    softWait // turns parked at the soft budget limit
+	commands
+	budgets
+	children
 
 	// stopAt, set only by tests, is called at each named crash point of a
 	// step (see crashPoint).
@@ -353,18 +355,10 @@ type Agent struct {
 	// onSlotMisuse, set only by tests, is told of a turn slot released
 	// twice or not released by its owner (slotMisuse).
 	onSlotMisuse func(requestID, what string)
-	// maxMerged, when positive, is a test's bound on a batch's merged
-	// messages instead of maxMerged (batch.go).
-	maxMerged int
 
 	mu struct {
 		sync.Mutex
 		active *activeTurn // the turn this process runs, nil if none
-		// waiters wake the turn waiting for a child turn, by the child's
-		// request id (childWaiter).
-		waiters map[string]chan struct{}
-		// modelWait is set while the turn waits for Config.Limiter.
-		modelWait *ModelWait
 	}
 }
 
@@ -382,242 +376,17 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{
-		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m, budgetM: bm,
+	a := &Agent{
+		cfg: cfg, agent: cfg.Agent, log: cfg.Log, store: cfg.Store, metrics: m,
 		logger: cfg.Logger.With("subsystem", "chat", "agent", cfg.Agent),
 		tracer: tracing.New(cfg.TracerProvider, "chat"),
-	}, nil
+	}
+	a.commands.a, a.budgets.a, a.budgetM, a.children.a = a, a, bm, a
+	return a, nil
 }
 
 // ID returns the agent id.
 func (a *Agent) ID() string { return a.agent }
-
-// SendRequest is a user message and the request context of its turn.
-type SendRequest struct {
-	// Text is the message text; or set Message.
-	Text string
-	// Message is the user message (role user or empty, text parts). An
-	// empty ID is RequestID, or a generated one without it.
-	Message *Message
-	// RequestID is the command's identity when the client's message has
-	// no id: minted by the first node that received the command, and
-	// passed along wherever the command goes (forwarded, retried,
-	// re-routed across an ownership change). It becomes the turn's request
-	// id, and the message's id when the message has none. At most 128
-	// bytes of letters, digits and "-_.:"; empty: Send mints one (and the
-	// command has no identity beyond this call).
-	RequestID string
-	// Body is the last request body (for example the AI SDK useChat body),
-	// kept with the turn and handed to OnChatRecovery.
-	Body json.RawMessage
-	// Tools are client tool schemas offered to the model.
-	Tools []llm.Tool
-	// Multitask is what to do if a turn of the agent runs (or messages
-	// wait in its queue): "" is Config.Multitask.
-	Multitask Multitask
-	// Debounce, when positive, is the quiet window of a MultitaskDebounce
-	// message's batch, instead of Config.DebounceWindow (at most
-	// MaxDebounceWindow).
-	Debounce time.Duration
-	// Parent is set when a sub-agent call of another agent's turn sends
-	// the message: the turn records it, and tells the parent when it
-	// ends. A parent whose chain of callers holds this agent is refused
-	// (ErrInvalidMessage): a cycle.
-	Parent *ParentRef
-	// rewrite is set by Rewrite: the sequence of its truncation, which
-	// makes the turn's event id differ from an earlier send of the same
-	// message id.
-	rewrite string
-}
-
-// Turn identifies a started turn.
-type Turn struct {
-	RequestID string `json:"requestId"`
-	StreamID  string `json:"streamId"`
-	// MessageID is the id of the assistant message the turn writes.
-	MessageID string `json:"messageId"`
-	// Cursor is a sequence of the chunks stream to follow the turn's
-	// stream after: for a new turn, the agent's last chunk before the
-	// turn's first (so following all of the agent's chunks from it, as
-	// agentd tail --from does, starts at the turn), and 0 when that could
-	// not be read or the Send answered a copy of a command; 0 follows the
-	// stream's own subject from its first chunk.
-	Cursor eventlog.Seq `json:"cursor"`
-}
-
-// Send stores the user message and starts a turn answering it, as a
-// background fiber named TurnFiberPrefix+requestId. The message is stored
-// in the turn's turn.started, so neither is ever stored without the other.
-// It returns once the fiber and turn.started are durable: an acknowledged
-// Send is never lost, and a crash from then on is recovered. A Send that
-// fails may have stored its turn (the log did not confirm it); it then
-// runs, or recovery runs it.
-//
-// A command runs once: its identity is the message's id, or RequestID
-// (see SendRequest). A Send whose message id, or request id, is already
-// stored with its turn starts nothing and returns that turn (the
-// original's requestId, streamId and messageId, cursor 0), also while the
-// turn runs. The store refuses a second copy: turn.started's event id is
-// derived from the agent and the message id, so JetStream drops a copy
-// appended within its duplicate window (2 minutes) whatever node sends it;
-// after the window the conversation itself (checked after catching up with
-// the log, under the agent's turn slot, by its one fenced owner) finds the
-// original. A message removed by Truncate no longer counts, unless
-// the command carries its RequestID, whose turn stays.
-//
-// One turn runs at a time per agent: Send while another turn streams (or
-// waits for recovery) follows req.Multitask (multitask.go); by default it
-// returns ErrTurnActive and does not queue. A stale "turn" interrupt flag
-// is cleared first, so it cannot abort the new turn.
-//
-// Errors: ErrEmptyMessage, ErrInvalidMessage (bad input),
-// ErrDuplicateMessage (the message id is another message's, or the request
-// id another message's turn), ErrTurnActive, ErrTooLarge, ErrMultitask, or
-// a log error.
-func (a *Agent) Send(ctx context.Context, req SendRequest) (Turn, error) {
-	if req.RequestID != "" && !validRequestID(req.RequestID) {
-		return Turn{}, fmt.Errorf("%w: request id %q: want 1 to %d letters, digits or \"-_.:\"", ErrInvalidMessage, req.RequestID, maxRequestID)
-	}
-	if err := a.checkParent(req.Parent); err != nil {
-		return Turn{}, err
-	}
-	msg, err := a.userMessage(req)
-	if err != nil {
-		return Turn{}, err
-	}
-	// A retried command whose turn the views already show.
-	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
-		return orig, err
-	}
-	return a.admit(ctx, req, msg) // the multitask policy: multitask.go
-}
-
-// sendNow starts msg's turn, or returns ErrTurnActive.
-func (a *Agent) sendNow(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
-	t := turnStarted{
-		RequestID: cmp.Or(req.RequestID, nuid.Next()), StreamID: nuid.Next(), MessageID: msg.ID,
-		AssistantMessageID: nuid.Next(), Body: req.Body, Tools: req.Tools, Parent: req.Parent,
-		rewrite: req.rewrite,
-	}
-	msg.RequestID = t.RequestID
-	t.Message = &msg
-	turn, err := a.start(ctx, t, &msg, nil, "")
-	if errors.Is(err, ErrTurnActive) || errors.Is(err, eventlog.ErrDuplicate) {
-		// Refused while its original runs, or stored by another node
-		// meanwhile: the original's reply, once the views show it.
-		if cerr := a.catchUp(ctx); cerr == nil {
-			if orig, ok, serr := a.sent(msg.ID, req.RequestID); serr == nil && ok {
-				return orig, nil
-			}
-		}
-	}
-	return turn, err
-}
-
-// maxRequestID bounds a caller's request id.
-const maxRequestID = 128
-
-// validRequestID reports whether id can be a request id: it names a fiber
-// and keys the views.
-func validRequestID(id string) bool {
-	if len(id) == 0 || len(id) > maxRequestID {
-		return false
-	}
-	for _, c := range []byte(id) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// sent returns the turn a Send of message msgID (or with request id
-// requestID, when set) started before, if the views show one.
-// ErrDuplicateMessage: the id is taken by another message, or the request
-// id by another message's turn.
-func (a *Agent) sent(msgID, requestID string) (Turn, bool, error) {
-	if requestID != "" {
-		info, err := a.store.Turn(a.agent, requestID)
-		switch {
-		case err == nil && info.MessageID == msgID:
-			return turnOf(info), true, nil
-		case err == nil:
-			return Turn{}, false, fmt.Errorf("%w: request id %q is the turn of message %q, not %q", ErrDuplicateMessage, requestID, info.MessageID, msgID)
-		case !errors.Is(err, ErrNotFound):
-			return Turn{}, false, err
-		}
-	}
-	m, err := a.store.Message(a.agent, msgID)
-	if errors.Is(err, ErrNotFound) {
-		return Turn{}, false, nil
-	}
-	if err != nil {
-		return Turn{}, false, err
-	}
-	if m.Role != RoleUser || m.RequestID == "" {
-		return Turn{}, false, fmt.Errorf("%w: %q is the id of another message", ErrDuplicateMessage, msgID)
-	}
-	info, err := a.store.Turn(a.agent, m.RequestID)
-	if errors.Is(err, ErrNotFound) {
-		return Turn{}, false, fmt.Errorf("%w: message %q is stored without its turn", ErrDuplicateMessage, msgID)
-	}
-	if err != nil {
-		return Turn{}, false, err
-	}
-	return turnOf(info), true, nil
-}
-
-// turnOf is the reply to the command that started the turn info.
-func turnOf(info TurnInfo) Turn {
-	return Turn{RequestID: info.RequestID, StreamID: info.StreamID, MessageID: info.AssistantMessageID}
-}
-
-// sendEventID is the event id (JetStream's Nats-Msg-Id) of the
-// turn.started of the Send of message msgID: the same for every copy of
-// the command, so the stream stores one within its duplicate window.
-func sendEventID(agent, msgID string) string {
-	h := sha256.Sum256([]byte(agent + "\x00send\x00" + msgID))
-	return "send-" + hex.EncodeToString(h[:16])
-}
-
-func (a *Agent) userMessage(req SendRequest) (Message, error) {
-	if req.Body != nil && !json.Valid(req.Body) {
-		return Message{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
-	}
-	var m Message
-	switch {
-	case req.Message != nil && req.Text != "":
-		return Message{}, fmt.Errorf("%w: set Text or Message, not both", ErrInvalidMessage)
-	case req.Message != nil:
-		m = *req.Message
-		m.Parts = append([]Part(nil), m.Parts...)
-	default:
-		m = Message{Parts: []Part{{Type: PartText, Text: req.Text}}}
-	}
-	if m.Role == "" {
-		m.Role = RoleUser
-	}
-	if m.Role != RoleUser {
-		return Message{}, fmt.Errorf("%w: role %q, want %q", ErrInvalidMessage, m.Role, RoleUser)
-	}
-	for _, p := range m.Parts {
-		if p.Type != PartText {
-			return Message{}, fmt.Errorf("%w: part type %q in a user message", ErrInvalidMessage, p.Type)
-		}
-	}
-	if strings.TrimSpace(partsText(m.Parts)) == "" {
-		return Message{}, ErrEmptyMessage
-	}
-	if m.ID == "" {
-		m.ID = cmp.Or(req.RequestID, nuid.Next())
-	}
-	if m.CreatedAt.IsZero() {
-		m.CreatedAt = a.cfg.Clock.Now().UTC()
-	}
-	return m, nil
-}
 
 // append appends one chat event for the agent and waits until the store
 // shows it. An event too large for the log is refused before it is sent
@@ -655,69 +424,6 @@ func (a *Agent) catchUp(ctx context.Context) error {
 		return err
 	}
 	return a.store.WaitFor(ctx, last)
-}
-
-// Messages returns a page of the visible conversation; see Store.Messages.
-func (a *Agent) Messages(p Page) ([]Message, string, error) { return a.store.Messages(a.agent, p) }
-
-// Usage returns the agent's usage roll-up.
-func (a *Agent) Usage() (Usage, error) { return a.store.Usage(a.agent) }
-
-// State returns the agent's state value and version (nil, 0 before the
-// first SetState).
-func (a *Agent) State() (json.RawMessage, int, error) { return a.store.State(a.agent) }
-
-// maxStateTries bounds SetState's retries when other events of the agent
-// keep landing between its read and its append.
-const maxStateTries = 16
-
-// SetState replaces the agent's state with value if its version is
-// expectVersion (0 before the first SetState) and returns the new version,
-// expectVersion+1. The check is fenced by the log: state.set is appended
-// with the agent's last event sequence expected, so of two concurrent
-// SetState calls with the same expected version (in any processes) exactly
-// one wins; the other returns ErrVersionConflict.
-//
-// Errors: ErrInvalidMessage (value is not JSON), ErrVersionConflict, or a
-// log error.
-func (a *Agent) SetState(ctx context.Context, value json.RawMessage, expectVersion int) (int, error) {
-	if !json.Valid(value) {
-		return 0, fmt.Errorf("%w: state is not JSON", ErrInvalidMessage)
-	}
-	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	for range maxStateTries {
-		last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent})
-		if err != nil {
-			return 0, err
-		}
-		if err := a.store.WaitFor(ctx, last); err != nil {
-			return 0, err
-		}
-		_, ver, err := a.store.State(a.agent)
-		if err != nil {
-			return 0, err
-		}
-		if ver != expectVersion {
-			return 0, fmt.Errorf("%w: version is %d, expected %d", ErrVersionConflict, ver, expectVersion)
-		}
-		e, err := eventlog.NewEvent(a.agent, EventStateSet, stateSet{Version: ver + 1, Value: value})
-		if err != nil {
-			return 0, err
-		}
-		seq, err := a.log.Append(ctx, e, eventlog.ExpectSeq(last))
-		if errors.Is(err, eventlog.ErrConflict) {
-			continue // another event of the agent came first: check again
-		}
-		if err != nil {
-			return 0, fmt.Errorf("chat: append %s: %w", EventStateSet, err)
-		}
-		if a.cfg.OnState != nil {
-			a.cfg.OnState(ctx, ver+1, value)
-		}
-		return ver + 1, a.store.WaitFor(ctx, seq)
-	}
-	return 0, fmt.Errorf("%w: the agent's events kept changing, try again", ErrVersionConflict)
 }
 
 // Status is what the agent is doing.

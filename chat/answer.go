@@ -73,7 +73,8 @@ func (a ToolAnswer) approval() bool { return a.Approved != nil }
 // racing the first), ErrWaitExpired past Config.ToolWaitTimeout,
 // ErrInvalidMessage for an answer that says nothing, ErrTurnActive,
 // ErrTooLarge, or a log error.
-func (a *Agent) Answer(ctx context.Context, answers []ToolAnswer, body json.RawMessage) (Turn, error) {
+func (c *commands) Answer(ctx context.Context, answers []ToolAnswer, body json.RawMessage) (Turn, error) {
+	a := c.a
 	if len(answers) == 0 {
 		return Turn{}, fmt.Errorf("%w: no answer", ErrInvalidMessage)
 	}
@@ -209,7 +210,8 @@ func (b *builder) preload(base []Part, answers []ToolAnswer) {
 // approvalID is the id of the approval request of call id.
 func approvalID(callID string) string { return "approval-" + callID }
 
-func (a *Agent) isServerTool(name string) bool {
+func (c *commands) isServerTool(name string) bool {
+	a := c.a
 	_, ok := a.cfg.Tools.Lookup(name)
 	return ok
 }
@@ -233,7 +235,8 @@ func resumesCalls(info TurnInfo) bool { return len(info.Answers) > 0 }
 // or output-available / output-error for a client tool). Parts of calls
 // that do not wait on the server (done before, or still unanswered) are
 // ignored; a message that answers none is ErrInvalidMessage.
-func (a *Agent) AnswerMessage(ctx context.Context, m Message, body json.RawMessage) (Turn, error) {
+func (c *commands) AnswerMessage(ctx context.Context, m Message, body json.RawMessage) (Turn, error) {
+	a := c.a
 	// The client answers as soon as it sees the stream's finish chunk,
 	// which is stored before the turn records the message it answers.
 	if err := a.settle(ctx); err != nil {

@@ -45,7 +45,8 @@ const joinedPoll = 5 * queuePoll
 const maxMerged = 100
 
 // debounceWindow is the quiet window of req's batch.
-func (a *Agent) debounceWindow(req SendRequest) time.Duration {
+func (c *commands) debounceWindow(req SendRequest) time.Duration {
+	a := c.a
 	if req.Debounce > 0 {
 		return req.Debounce
 	}
@@ -64,7 +65,8 @@ func checkDebounce(d time.Duration) error {
 // message's, if its turn has not started), else in a new batch whose quiet
 // window is window. With no window, an idle agent and nothing queued, the
 // message starts its turn at once.
-func (a *Agent) sendBatched(ctx context.Context, req SendRequest, msg Message, window time.Duration) (Turn, error) {
+func (c *commands) sendBatched(ctx context.Context, req SendRequest, msg Message, window time.Duration) (Turn, error) {
+	a := c.a
 	a.mt.enqueue.Lock()
 	defer a.mt.enqueue.Unlock()
 	if turn, done, err := a.startOrFind(ctx, req, msg, window == 0); done {
@@ -118,7 +120,8 @@ func (t turnStarted) joined() bool { return t.Batch != "" && t.Batch != t.Reques
 // own: its message is stored (its batch's turn took it), or its batch's
 // head still waits in the queue (wait). Otherwise the batch's turn started
 // without it, or never will: it starts its own.
-func (a *Agent) joinedDone(t turnStarted) (done, wait bool, err error) {
+func (c *commands) joinedDone(t turnStarted) (done, wait bool, err error) {
+	a := c.a
 	if _, err := a.store.Message(a.agent, t.MessageID); err == nil {
 		return true, false, nil
 	} else if !errors.Is(err, ErrNotFound) {
@@ -135,7 +138,8 @@ func (a *Agent) joinedDone(t turnStarted) (done, wait bool, err error) {
 // startBatch starts the turn of the batch whose head is t, once its quiet
 // window has passed since its last message came (else wait is what is
 // left of it). Called with t first in the queue and no turn running.
-func (a *Agent) startBatch(ctx context.Context, t turnStarted) (wait time.Duration, err error) {
+func (c *commands) startBatch(ctx context.Context, t turnStarted) (wait time.Duration, err error) {
+	a := c.a
 	a.mt.enqueue.Lock()
 	defer a.mt.enqueue.Unlock()
 	if err := a.catchUp(ctx); err != nil {

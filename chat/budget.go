@@ -13,7 +13,6 @@ import (
 	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/apierror"
 	"github.com/forever-agents/forever/internal/promreg"
 	"github.com/forever-agents/forever/tracing"
@@ -167,9 +166,23 @@ func budgetWindow(now time.Time, d time.Duration) (start, end time.Time) {
 	return start, start.Add(d)
 }
 
+// budgets is the role of an Agent that keeps its budgets: it sets and reads
+// them (SetBudget, Budget), with the shared budgets of its user and tenant
+// (budget_shared.go), refuses a command past a hard limit
+// (BudgetRefusal), and answers a turn parked at a soft limit
+// (answerBudget, budget_soft.go). The Agent embeds it: its methods are the
+// Agent's. The checks of a running turn are that run's
+// (turnRun.checkBudgetAtCall, checkSoftBudget).
+type budgets struct {
+	a       *Agent
+	budgetM *budgetMetrics
+	soft    softWait // turns parked at the soft budget limit
+}
+
 // SetBudget stores u over the agent's budget limits and returns its
 // budget as it then stands.
-func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, error) {
+func (bg *budgets) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, error) {
+	a := bg.a
 	switch {
 	case u.Tokens != nil && *u.Tokens < 0:
 		return BudgetStatus{}, fmt.Errorf("%w: tokens must be 0 (no limit) or more, got %d", ErrInvalidBudget, *u.Tokens)
@@ -196,7 +209,8 @@ func (a *Agent) SetBudget(ctx context.Context, u BudgetUpdate) (BudgetStatus, er
 // current period (its recorded turns'), and which limit is reached; and
 // the shared budgets (its user's, its tenant's) that limit something,
 // each with its spend (Config.SharedBudgets).
-func (a *Agent) Budget(ctx context.Context) (BudgetStatus, error) {
+func (bg *budgets) Budget(ctx context.Context) (BudgetStatus, error) {
+	a := bg.a
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil {
 		return BudgetStatus{}, err
@@ -223,7 +237,8 @@ func (a *Agent) Budget(ctx context.Context) (BudgetStatus, error) {
 // extraCost (a running turn's usage not recorded yet, its sub-agents'
 // included where s counts them) counted as spent; err is a *BudgetError
 // when a hard limit is reached.
-func (a *Agent) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+func (bg *budgets) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micros) (BudgetStatus, *BudgetError, error) {
+	a := bg.a
 	l := s.limits
 	now := a.cfg.Clock.Now()
 	start, end := budgetWindow(now, l.period())
@@ -251,7 +266,8 @@ func (a *Agent) budgetStatus(s budgetScope, extraTok int64, extraCost cost.Micro
 // request sent again, whose request id or message id (either may be
 // empty) is a stored turn's, is let through: Send answers it with its
 // first turn, which is no new work.
-func (a *Agent) BudgetRefusal(ctx context.Context, requestID, messageID string) error {
+func (bg *budgets) BudgetRefusal(ctx context.Context, requestID, messageID string) error {
+	a := bg.a
 	scopes, err := a.budgetScopes(ctx)
 	if err != nil || len(scopes) == 0 {
 		return err
@@ -288,7 +304,8 @@ func (a *Agent) BudgetRefusal(ctx context.Context, requestID, messageID string) 
 // returns a turnFailure with the *BudgetError, which ends the turn with
 // code 402. Below it, the soft limit may park the turn first
 // (checkSoftBudget). ctx is the turn's, wctx the one its writes go under.
-func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, step llm.Usage) error {
+func (st *turnRun) checkBudgetAtCall(ctx, wctx context.Context, step llm.Usage) error {
+	a := st.a
 	scopes, err := a.budgetScopes(ctx)
 	if err != nil || len(scopes) == 0 {
 		return err
@@ -315,13 +332,13 @@ func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em 
 		}
 		if be != nil {
 			a.budgetM.refused.WithLabelValues(be.scope(), "model_call").Inc()
-			return a.failForBudget(wctx, st, used, be)
+			return st.failForBudget(wctx, used, be)
 		}
 		statuses[i] = bs
 	}
 	for i, s := range scopes {
 		x := s.extra(own, all)
-		if err := a.checkSoftBudget(ctx, wctx, f, em, st, s, statuses[i], used, x.tok, x.usd); err != nil {
+		if err := st.checkSoftBudget(ctx, wctx, s, statuses[i], used, x.tok, x.usd); err != nil {
 			return err
 		}
 	}
@@ -329,7 +346,8 @@ func (a *Agent) checkBudgetAtCall(ctx, wctx context.Context, f *fiber.Fiber, em 
 }
 
 // costOf is what u costs at the agent's price, 0 without one.
-func (a *Agent) costOf(u llm.Usage) cost.Micros {
+func (bg *budgets) costOf(u llm.Usage) cost.Micros {
+	a := bg.a
 	if a.cfg.Price == nil {
 		return 0
 	}
@@ -338,7 +356,8 @@ func (a *Agent) costOf(u llm.Usage) cost.Micros {
 
 // noteCost counts the cost of a turn's recorded usage in the metrics and
 // on its span.
-func (a *Agent) noteCost(st *turnState, u llm.Usage) {
+func (st *turnRun) noteCost(u llm.Usage) {
+	a := st.a
 	if a.cfg.Price == nil {
 		return
 	}

@@ -115,13 +115,15 @@ func scopeWho(scope, name, agent string) string {
 
 func (s budgetScope) who(agent string) string { return scopeWho(s.scope, s.name, agent) }
 
-func (a *Agent) agentScope(l BudgetLimits) budgetScope {
+func (bg *budgets) agentScope(l BudgetLimits) budgetScope {
+	a := bg.a
 	return budgetScope{scope: ScopeAgent, name: a.agent, limits: l}
 }
 
 // sharedScopes returns the shared budgets of the agent that limit
 // something (Config.SharedBudgets).
-func (a *Agent) sharedScopes(ctx context.Context) ([]budgetScope, error) {
+func (bg *budgets) sharedScopes(ctx context.Context) ([]budgetScope, error) {
+	a := bg.a
 	if a.cfg.SharedBudgets == nil {
 		return nil, nil
 	}
@@ -152,7 +154,8 @@ func (a *Agent) sharedScopes(ctx context.Context) ([]budgetScope, error) {
 
 // budgetScopes returns every budget the agent's turns count against that
 // limits something: its own, then the shared ones.
-func (a *Agent) budgetScopes(ctx context.Context) ([]budgetScope, error) {
+func (bg *budgets) budgetScopes(ctx context.Context) ([]budgetScope, error) {
+	a := bg.a
 	l, err := a.store.BudgetLimits(a.agent)
 	if err != nil {
 		return nil, err
@@ -170,7 +173,8 @@ func (a *Agent) budgetScopes(ctx context.Context) ([]budgetScope, error) {
 
 // scopeNow returns s as it stands now (its limits may have changed), ok
 // false when it no longer limits anything.
-func (a *Agent) scopeNow(ctx context.Context, s budgetScope) (budgetScope, bool, error) {
+func (bg *budgets) scopeNow(ctx context.Context, s budgetScope) (budgetScope, bool, error) {
+	a := bg.a
 	if s.scope == ScopeAgent {
 		l, err := a.store.BudgetLimits(a.agent)
 		return a.agentScope(l), err == nil && l.Limited(), err
@@ -188,7 +192,8 @@ func (a *Agent) scopeNow(ctx context.Context, s budgetScope) (budgetScope, bool,
 }
 
 // scopeSpend is what the agents s counts spent since since.
-func (a *Agent) scopeSpend(s budgetScope, since time.Time) (BudgetSpend, error) {
+func (bg *budgets) scopeSpend(s budgetScope, since time.Time) (BudgetSpend, error) {
+	a := bg.a
 	switch s.scope {
 	case ScopeTenant:
 		return a.store.BudgetSpendAll(since)

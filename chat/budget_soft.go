@@ -15,7 +15,6 @@ import (
 	"github.com/forever-agents/forever/chat/cost"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/internal/apierror"
 )
 
@@ -225,7 +224,8 @@ func (w *softWait) wake(id string) {
 // so far is used, and tok and usd count it with its sub-agents'. ctx is
 // the turn's
 // (a cancel ends the wait), wctx the one its writes go under.
-func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, s budgetScope, st0 BudgetStatus, used llm.Usage, tok int64, usd cost.Micros) error {
+func (st *turnRun) checkSoftBudget(ctx, wctx context.Context, s budgetScope, st0 BudgetStatus, used llm.Usage, tok int64, usd cost.Micros) error {
+	a := st.a
 	park, ok := softReached(s.who(a.agent), s.limits, st0.Spent.Tokens+tok, st0.Spent.Cost+usd)
 	if !ok {
 		return nil
@@ -259,7 +259,7 @@ func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *e
 		if err := a.crashPoint(wctx, pointBudgetParked); err != nil {
 			return err
 		}
-		if err := a.showPark(wctx, em, park, "waiting"); err != nil {
+		if err := st.showPark(wctx, park, "waiting"); err != nil {
 			return err
 		}
 		reached := func() (bool, error) {
@@ -277,7 +277,7 @@ func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *e
 			_, still := softReached(s.who(a.agent), s.limits, now.Spent.Tokens+tok, now.Spent.Cost+usd)
 			return still, nil
 		}
-		if dec, err = a.awaitBudgetDecision(ctx, wctx, f, st, park, st0.ResetsAt, reached); err != nil {
+		if dec, err = st.awaitBudgetDecision(ctx, wctx, park, st0.ResetsAt, reached); err != nil {
 			return err
 		}
 	}
@@ -285,18 +285,19 @@ func (a *Agent) checkSoftBudget(ctx, wctx context.Context, f *fiber.Fiber, em *e
 	if dec.Approved {
 		status = "approved"
 	}
-	if err := a.showPark(wctx, em, park, status); err != nil {
+	if err := st.showPark(wctx, park, status); err != nil {
 		return err
 	}
 	if dec.Approved {
 		return nil
 	}
-	return a.failForBudget(wctx, st, used, &BudgetDeniedError{Agent: a.agent, Park: park, Reason: dec.Reason})
+	return st.failForBudget(wctx, used, &BudgetDeniedError{Agent: a.agent, Park: park, Reason: dec.Reason})
 }
 
 // showPark writes park's data-budget part with status, unless the stream
 // shows it so already.
-func (a *Agent) showPark(ctx context.Context, em *emitter, park BudgetPark, status string) error {
+func (st *turnRun) showPark(ctx context.Context, park BudgetPark, status string) error {
+	em := st.emitter()
 	if p, ok := em.b.dataPart(PartBudget, park.ApprovalID); ok {
 		var cur BudgetPark
 		if json.Unmarshal(p.Data, &cur) == nil && cur.Status == status {
@@ -323,7 +324,8 @@ func (a *Agent) showPark(ctx context.Context, em *emitter, park BudgetPark, stat
 // period open to parks) when the period resets first (the spend it was
 // parked for is of a past period), and when the budget is set again so
 // that the soft limit is no longer reached (reached says whether it is).
-func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, st *turnState, park BudgetPark, resets time.Time, reached func() (bool, error)) (budgetDecision, error) {
+func (st *turnRun) awaitBudgetDecision(ctx, wctx context.Context, park BudgetPark, resets time.Time, reached func() (bool, error)) (budgetDecision, error) {
+	a, f := st.a, st.f
 	id := park.ApprovalID
 	ch, done := a.soft.register(id)
 	defer done()
@@ -380,7 +382,8 @@ func (a *Agent) awaitBudgetDecision(ctx, wctx context.Context, f *fiber.Fiber, s
 // failForBudget ends st before a model call for a budget: it records the
 // turn's usage so far (used, and its sub-agents'), so the spend stays
 // exact, and returns the turnFailure that ends the turn with code 402.
-func (a *Agent) failForBudget(ctx context.Context, st *turnState, used llm.Usage, cause error) error {
+func (st *turnRun) failForBudget(ctx context.Context, used llm.Usage, cause error) error {
+	a := st.a
 	rec := usageRecorded{RequestID: st.info.RequestID, Input: used.InputTokens, Output: used.OutputTokens, Cost: a.costOf(used)}
 	sub, err := a.subagentUsage(st.info.RequestID)
 	if err != nil {
@@ -402,7 +405,8 @@ func (a *Agent) failForBudget(ctx context.Context, st *turnState, used llm.Usage
 // turn. Errors: ErrUnknownToolCall when no turn waits on that park,
 // ErrAlreadyAnswered when it was decided, ErrInvalidMessage without
 // approved.
-func (a *Agent) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, bool, error) {
+func (bg *budgets) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, bool, error) {
+	a := bg.a
 	if len(answers) != 1 {
 		return Turn{}, false, nil
 	}
@@ -452,7 +456,8 @@ func (a *Agent) answerBudget(ctx context.Context, answers []ToolAnswer) (Turn, b
 }
 
 // noteBudget tells Config.OnBudget of a park or a decision.
-func (a *Agent) noteBudget(ctx context.Context, kind string, park BudgetPark) {
+func (bg *budgets) noteBudget(ctx context.Context, kind string, park BudgetPark) {
+	a := bg.a
 	a.logger.Info("budget "+strings.TrimPrefix(kind, "budget."), "request", park.RequestID, "approval", park.ApprovalID, "why", park.Reason)
 	if a.cfg.OnBudget != nil {
 		a.cfg.OnBudget(context.WithoutCancel(ctx), BudgetNotice{Kind: kind, Park: park})
@@ -568,7 +573,8 @@ func (s *Store) budgetApprovedPeriod(agent, scope string) (time.Time, error) {
 
 // parkedOnBudget reports whether turn requestID is parked at the soft
 // budget limit, waiting for its decision.
-func (a *Agent) parkedOnBudget(requestID string) bool {
+func (bg *budgets) parkedOnBudget(requestID string) bool {
+	a := bg.a
 	p, ok, err := a.store.PendingBudget(a.agent)
 	return err == nil && ok && p.RequestID == requestID
 }

@@ -4,20 +4,35 @@
 //
 // # Roles
 //
-// An Agent's methods fall in three roles, each in files of its own:
+// An Agent is a façade over roles, each a type with files of its own. The
+// Agent embeds the first three, so their methods are the Agent's:
 //
-//   - The conversation's commands (agent.go, multitask.go, answer.go,
-//     steer.go, truncate.go, rollback.go, interrupt.go, fork.go): each
-//     checks its input and, to start a turn, calls start (turn_start.go),
-//     in steps: takeSlot, admitStart, goTurn, startAppends, then the gate
-//     tells the turn's fiber what became of the appends.
-//   - The turn run (turn.go, step.go, toolrun.go, subagent_run.go): the
-//     turn's fiber (runStarted, or a recovery) owns the agent's turn slot
-//     (slot.go) once its command handed it over, and runTurn releases it
-//     once.
+//   - commands, the conversation's commands (commands.go, send.go,
+//     state.go, multitask.go, batch.go, answer.go, steer.go, truncate.go,
+//     rollback.go, interrupt.go): each checks its input and, to start a
+//     turn, calls the Agent's start (turn_start.go), in steps: takeSlot,
+//     admitStart, goTurn, startAppends, then the gate tells the turn's
+//     fiber what became of the appends. A command runs no turn itself.
+//   - budgets (budget.go, budget_shared.go, budget_soft.go): the budgets'
+//     limits, spend and the answers to a turn parked at a soft limit.
+//   - children (subagent_run.go): sub-agent calls between agents: links,
+//     waits for a child's end, and a child's notice to its parent.
+//   - turnRun, one run of a turn (turn_run.go, turn.go, turn_end.go,
+//     step.go, toolrun.go, and the run's checks in the budget and
+//     sub-agent files): the state of the running turn (its fiber, stream
+//     writer, span, snapshot, step counters) with the loop (runTurn,
+//     modelPhase, toolsPhase, stepDone, streamOnce, stash) and the outcomes
+//     (completeTurn, failTurn, abortTurn and their record* steps) as its
+//     methods. It owns the agent's turn slot (slot.go) once its command
+//     handed it over, and releases it once (turnRun.release); the slot
+//     points at the run that holds it (activeTurn.run).
 //   - Recovery (recovery.go, recovery_decide.go, recovery_run.go,
 //     version.go, abandon.go): a turn fiber found after a crash is
-//     gathered, decided (decideRecovery, no I/O) and carried out.
+//     gathered, decided (decideRecovery, no I/O) and carried out by one
+//     executor (turnRecovery), whose run holds the slot it claims.
+//
+// The Agent keeps what the roles share: the config, log, views, metrics,
+// the turn slot and the start of a turn.
 //
 // # Model
 //
@@ -438,14 +453,17 @@
 //     MaxRecoveryAttempts (at most, and by default, the fiber's) are one
 //     budget, and progress resets both.
 //   - The turn slot (slot.go) is released once, by whoever holds it: the
-//     command until its turn.started is stored (or known not to be), the
-//     turn's fiber from then on; a recovery holds the slot it claims until
-//     runTurn takes it over. The one hold kept on purpose is a turn.started
-//     whose fate is unknown: the slot stays taken until the agent
-//     restarts, so no turn starts beside one that may yet land. A second
-//     release, or an owner that ends holding the slot, is a defect that
-//     slotMisuse reports (TestSlotReleasedTwiceIsCaught,
-//     TestSlotNotReleasedIsCaught; every chat test's agent fails on one).
+//     command until its turn.started is stored (or known not to be), and
+//     the turn's run (turnRun) from then on, for a started turn and a
+//     recovered one alike. A run releases its slot in one place,
+//     turnRun.release, deferred by what runs the turn (turnRun.run,
+//     recoverTurn), before the fiber ends a failed turn or tells a parent.
+//     The one hold kept on purpose is a turn.started whose fate is
+//     unknown: the slot stays taken until the agent restarts, so no turn
+//     starts beside one that may yet land. A second release, or an owner
+//     that ends holding the slot, is a defect that slotMisuse reports
+//     (TestSlotReleasedTwiceIsCaught, TestSlotNotReleasedIsCaught,
+//     TestRunReleasesItsSlotOnce; every chat test's agent fails on one).
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
 //     ends, and by Send (a stale flag never aborts a new turn).

@@ -45,7 +45,8 @@ func (a *Agent) loadTurnStream(ctx context.Context, info TurnInfo) (*builder, er
 // saying so (clients resuming see it) and turn.failed. The assistant
 // message is left as it is: the partial answer is gone, and storing what
 // remains would truncate it.
-func (a *Agent) failExpired(ctx context.Context, st *turnState, cause error) error {
+func (st *turnRun) failExpired(ctx context.Context, cause error) error {
+	a := st.a
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
 	em := a.newEmitter(st.info.StreamID, st.b)
 	err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()})

@@ -11,7 +11,8 @@ import (
 // recovered; the turn then ends with an abort chunk, its partial answer
 // persisted, turn.interrupted, and the flag cleared. Other names are for the
 // application.
-func (a *Agent) SetInterrupt(ctx context.Context, name string) error {
+func (c *commands) SetInterrupt(ctx context.Context, name string) error {
+	a := c.a
 	if name == "" {
 		return fmt.Errorf("%w: empty interrupt name", ErrInvalidMessage)
 	}
@@ -26,7 +27,8 @@ func (a *Agent) SetInterrupt(ctx context.Context, name string) error {
 
 // ClearInterrupt clears the agent's interrupt flag name; clearing a flag not
 // set appends nothing.
-func (a *Agent) ClearInterrupt(ctx context.Context, name string) error {
+func (c *commands) ClearInterrupt(ctx context.Context, name string) error {
+	a := c.a
 	set, err := a.store.Interrupted(a.agent, name)
 	if err != nil || !set {
 		return err
@@ -38,7 +40,8 @@ func (a *Agent) ClearInterrupt(ctx context.Context, name string) error {
 // Interrupted reports whether the agent's interrupt flag name is set, as of
 // the store (which includes every SetInterrupt that returned). A store read
 // error is logged and reported as not set.
-func (a *Agent) Interrupted(name string) bool {
+func (c *commands) Interrupted(name string) bool {
+	a := c.a
 	set, err := a.store.Interrupted(a.agent, name)
 	if err != nil {
 		a.logger.Warn("read interrupt flag", "name", name, "err", err)
@@ -51,7 +54,8 @@ func (a *Agent) Interrupted(name string) bool {
 // process honours it too) and cancels the running turn's context in this
 // process. The turn ends with an abort chunk, its partial answer persisted,
 // and turn.interrupted.
-func (a *Agent) Cancel(ctx context.Context) (bool, error) {
+func (c *commands) Cancel(ctx context.Context) (bool, error) {
+	a := c.a
 	a.mu.Lock()
 	local := a.mu.active != nil
 	a.mu.Unlock()
@@ -70,7 +74,8 @@ func (a *Agent) Cancel(ctx context.Context) (bool, error) {
 }
 
 // cancelActive cancels the running turn, or marks the one about to run.
-func (a *Agent) cancelActive() {
+func (c *commands) cancelActive() {
+	a := c.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	at := a.mu.active
@@ -87,7 +92,8 @@ func (a *Agent) cancelActive() {
 // does nothing, when another turn or none is active. A parent cancelling
 // its sub-agent's turn uses it, so a persistent child that moved on to
 // another turn is left alone.
-func (a *Agent) CancelTurn(ctx context.Context, requestID string) (bool, error) {
+func (c *commands) CancelTurn(ctx context.Context, requestID string) (bool, error) {
+	a := c.a
 	if err := a.catchUp(ctx); err != nil {
 		return false, err
 	}

@@ -61,11 +61,12 @@ func requestTokens(req llm.Request) int64 {
 	return int64(n)
 }
 
-// waitModel waits for the limiter before a model call (a no-op without
-// one), showing the wait in Status meanwhile, and returns how long it
-// waited; last is the error of the
-// turn's previous call of this step, nil for none.
-func (a *Agent) waitModel(ctx context.Context, req llm.Request, last error) (done func(llm.Usage, error), waited time.Duration, err error) {
+// waitModel waits for the limiter before a model call of the run (a no-op
+// without one), showing the wait in Status meanwhile, and returns how long
+// it waited; last is the error of the turn's previous call of this step,
+// nil for none.
+func (st *turnRun) waitModel(ctx context.Context, req llm.Request, last error) (done func(llm.Usage, error), waited time.Duration, err error) {
+	a := st.a
 	if a.cfg.Limiter == nil {
 		return func(llm.Usage, error) {}, 0, nil
 	}
@@ -74,25 +75,26 @@ func (a *Agent) waitModel(ctx context.Context, req llm.Request, last error) (don
 		w.RateLimited, w.RetryAfter = true, llm.RetryAfterOf(last)
 	}
 	a.mu.Lock()
-	a.mu.modelWait = w
+	st.modelWait = w
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
-		a.mu.modelWait = nil
+		st.modelWait = nil
 		a.mu.Unlock()
 	}()
 	done, err = a.cfg.Limiter.Wait(ctx, w.Model, requestTokens(req))
 	return done, a.cfg.Clock.Now().Sub(w.Since), err
 }
 
-// modelWaiting returns the turn's wait for the limiter, nil when it is
-// not waiting.
+// modelWaiting returns the wait for the limiter of the run that holds the
+// slot, nil when it is not waiting.
 func (a *Agent) modelWaiting() *ModelWait {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.mu.modelWait == nil {
+	at := a.mu.active
+	if at == nil || at.run == nil || at.run.modelWait == nil {
 		return nil
 	}
-	w := *a.mu.modelWait
+	w := *at.run.modelWait
 	return &w
 }

@@ -147,7 +147,8 @@ const queuePoll = 200 * time.Millisecond
 const interruptWait = 30 * time.Second
 
 // admit sends msg under req's multitask policy.
-func (a *Agent) admit(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) admit(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	if _, err := ParseMultitask(string(req.Multitask)); err != nil {
 		return Turn{}, err
 	}
@@ -197,7 +198,8 @@ func cmpOr(ms ...Multitask) Multitask {
 
 // sendInterrupting stops the running turn, if any, and starts msg's turn
 // once it has ended.
-func (a *Agent) sendInterrupting(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) sendInterrupting(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	a.mt.priority.Add(1)
 	defer func() {
 		a.mt.priority.Add(-1)
@@ -231,7 +233,8 @@ func (a *Agent) sendInterrupting(ctx context.Context, req SendRequest, msg Messa
 
 // activeRequest is the request id of the turn that holds the slot in this
 // process, else of the turn the views show active (waiting for recovery).
-func (a *Agent) activeRequest(ctx context.Context) (string, bool, error) {
+func (c *commands) activeRequest(ctx context.Context) (string, bool, error) {
+	a := c.a
 	a.mu.Lock()
 	cur := a.mu.active
 	a.mu.Unlock()
@@ -249,7 +252,8 @@ func (a *Agent) activeRequest(ctx context.Context) (string, bool, error) {
 // an idle agent with nothing queued starts msg's turn at once; else, caught
 // up, a copy of a message already sent or queued gets its turn back. done
 // says the answer is given (turn, or err); else msg is to be queued.
-func (a *Agent) startOrFind(ctx context.Context, req SendRequest, msg Message, tryNow bool) (turn Turn, done bool, err error) {
+func (c *commands) startOrFind(ctx context.Context, req SendRequest, msg Message, tryNow bool) (turn Turn, done bool, err error) {
+	a := c.a
 	if tryNow {
 		n, err := a.waitingCount()
 		if err != nil {
@@ -278,7 +282,8 @@ func (a *Agent) startOrFind(ctx context.Context, req SendRequest, msg Message, t
 // sendQueued starts msg's turn at once when the agent is idle and nothing
 // waits in its queue, and else queues it: a queue fiber, whose fiber.started
 // carries the turn's turn.started, starts the turn in its order.
-func (a *Agent) sendQueued(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) sendQueued(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	a.mt.enqueue.Lock()
 	defer a.mt.enqueue.Unlock()
 	if turn, done, err := a.startOrFind(ctx, req, msg, true); done {
@@ -307,7 +312,8 @@ func queuedTurn(req SendRequest, msg Message) turnStarted {
 
 // queue stores t in a queue fiber's fiber.started and waits for the views
 // to show it queued.
-func (a *Agent) queue(ctx context.Context, t turnStarted) error {
+func (c *commands) queue(ctx context.Context, t turnStarted) error {
+	a := c.a
 	// Too large for its turn.started is refused now, not when it runs.
 	if _, err := a.event(EventTurnStarted, t); err != nil {
 		return err
@@ -323,7 +329,8 @@ func (a *Agent) queue(ctx context.Context, t turnStarted) error {
 // runQueued is a queue fiber: it starts the queued turn t once t is the
 // first of the agent's queue, no turn runs and no interrupting Send waits.
 // It ends once t's turn is stored (by it or by an earlier run of it).
-func (a *Agent) runQueued(ctx context.Context, t turnStarted) error {
+func (c *commands) runQueued(ctx context.Context, t turnStarted) error {
+	a := c.a
 	for {
 		wake := a.mt.changed()
 		done, wait, err := a.tryQueued(ctx, t)
@@ -354,7 +361,8 @@ func (a *Agent) runQueued(ctx context.Context, t turnStarted) error {
 // is done once its batch's turn took it, and starts a turn of its own, as
 // an enqueued message does, if that turn started without it; wait is
 // what is left of a batch's quiet window.
-func (a *Agent) tryQueued(ctx context.Context, t turnStarted) (done bool, wait time.Duration, err error) {
+func (c *commands) tryQueued(ctx context.Context, t turnStarted) (done bool, wait time.Duration, err error) {
+	a := c.a
 	if err := a.catchUp(ctx); err != nil {
 		return false, 0, err
 	}
@@ -407,7 +415,8 @@ func (a *Agent) tryQueued(ctx context.Context, t turnStarted) (done bool, wait t
 }
 
 // recoverQueued resumes a queue fiber after a crash or an ownership move.
-func (a *Agent) recoverQueued(ctx context.Context, rec fiber.Recovered) error {
+func (c *commands) recoverQueued(ctx context.Context, rec fiber.Recovered) error {
+	a := c.a
 	var t turnStarted
 	if err := json.Unmarshal(rec.Snapshot, &t); err != nil || t.RequestID == "" || t.Message == nil {
 		a.logger.Error("queue fiber without its message, ending it", "fiber", rec.ID, "err", err)
@@ -420,7 +429,8 @@ func (a *Agent) recoverQueued(ctx context.Context, rec fiber.Recovered) error {
 
 // queuedSend returns the reply of the Send that queued message msgID (or
 // request requestID), if it waits in the queue.
-func (a *Agent) queuedSend(msgID, requestID string) (Turn, bool, error) {
+func (c *commands) queuedSend(msgID, requestID string) (Turn, bool, error) {
+	a := c.a
 	q, err := a.store.Queue(a.agent)
 	if err != nil {
 		return Turn{}, false, err
@@ -440,7 +450,8 @@ func (a *Agent) queuedSend(msgID, requestID string) (Turn, bool, error) {
 }
 
 // waitingCount is the number of messages in the agent's queue.
-func (a *Agent) waitingCount() (int, error) {
+func (c *commands) waitingCount() (int, error) {
+	a := c.a
 	q, err := a.store.Queue(a.agent)
 	return len(q), err
 }

@@ -124,7 +124,8 @@ func persistPartial(dec RecoveryDecision, partial []Part) bool {
 // loadBase sets st.base to the parts the continued message had before the
 // turn's stream: the stored message minus what the stream added (a
 // recovered ContinueLastTurn may have persisted part of its stream).
-func (a *Agent) loadBase(st *turnState) error {
+func (st *turnRun) loadBase() error {
+	a := st.a
 	m, err := a.store.Message(a.agent, st.info.Continues)
 	if err != nil {
 		return err
@@ -176,7 +177,8 @@ func withoutMessage(msgs []Message, id string) []Message {
 //
 // Errors: ErrNoAssistantMessage, ErrTurnActive, ErrInvalidMessage (body is
 // not JSON), or a log error.
-func (a *Agent) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Turn, error) {
+func (c *commands) ContinueLastTurn(ctx context.Context, body json.RawMessage) (Turn, error) {
+	a := c.a
 	if body != nil && !json.Valid(body) {
 		return Turn{}, fmt.Errorf("%w: body is not JSON", ErrInvalidMessage)
 	}

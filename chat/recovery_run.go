@@ -14,9 +14,10 @@ import (
 // turnRecovery carries out the recovery of one turn: gather reads what
 // decideRecovery needs, and each action it returns is done here, by step
 // (what a step learns goes into in, and decideRecovery is asked again) or
-// by finish, which ends the recovery. The turn slot, once claimed, is
-// released once: by finish, by recoverTurn when a read or a step fails, or
-// by runTurn when the turn runs on.
+// by finish, which ends the recovery. The turn slot, once claimed, is held
+// by the recovery's run (st), which releases it once, as recoverTurn
+// returns: after finish, after the turn ran on (runTurn), or after a read
+// or a step failed.
 type turnRecovery struct {
 	a         *Agent
 	f         *fiber.Fiber
@@ -25,9 +26,7 @@ type turnRecovery struct {
 	in        recoveryInput
 
 	span  trace.Span
-	at    *activeTurn // the slot, once claimed
-	st    *turnState  // once the stream is read
-	em    *emitter    // made when first needed
+	st    *turnRun // the run: it holds the slot once claimed, and the stream once read
 	tools []llm.Tool
 }
 
@@ -39,9 +38,9 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 	r := &turnRecovery{a: a, f: f, rec: rec, requestID: requestID, in: recoveryInput{
 		fail: fail, restart: rec.Restarted,
 		max: a.cfg.MaxRecoveryAttempts, window: a.cfg.AttemptWindow,
-	}}
-	// The recovery owns the slot it claims until runTurn takes it over.
-	defer func() { a.checkSlot(r.at, "recovery") }()
+	}, st: &turnRun{a: a, f: f}}
+	defer func() { a.checkSlot(r.st.at, "recovery") }()
+	defer r.st.release() // the run's slot, once claimed
 	ctx, err := r.gather(ctx, span)
 	for err == nil {
 		act := decideRecovery(r.in)
@@ -50,15 +49,12 @@ func (a *Agent) recoverTurn(ctx context.Context, f *fiber.Fiber, requestID strin
 		}
 		err = r.step(ctx, act)
 	}
-	if r.at != nil {
-		a.release(r.at)
-	}
 	return err
 }
 
 // gather reads the turn and, when it is active, claims its slot and reads
-// its stream, snapshot and waits into r.in. An error is a read that
-// failed; the caller releases a slot gather claimed.
+// its stream, snapshot and waits into r.in, and the slot and the stream
+// into r.st. An error is a read that failed.
 func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Context, error) {
 	a, requestID := r.a, r.requestID
 	if err := retryRead(ctx, a.logger, "catch up", func() error { return a.catchUp(ctx) }); err != nil {
@@ -73,7 +69,7 @@ func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Co
 	}
 	r.in.found, r.in.info = true, info
 	ctx, *span = a.resumeTurnSpan(ctx, info, r.rec.Attempt)
-	r.span = *span
+	r.span, r.st.span = *span, *span
 	if !info.Active() {
 		return ctx, nil
 	}
@@ -88,7 +84,8 @@ func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Co
 	if err != nil {
 		return ctx, err
 	}
-	r.at = at
+	st := r.st
+	st.hold(at)
 	var b *builder
 	err = retryRead(ctx, a.logger, "turn stream", func() (err error) {
 		b, err = a.loadTurnStream(ctx, info)
@@ -96,22 +93,21 @@ func (r *turnRecovery) gather(ctx context.Context, span *trace.Span) (context.Co
 	})
 	if errors.Is(err, ErrChunksExpired) {
 		r.in.expired = err
-		r.st = &turnState{at: at, info: info, b: b, span: r.span}
+		st.info, st.b = info, b
 		return ctx, nil
 	}
 	if err != nil {
 		return ctx, fmt.Errorf("chat: recover turn %s: read stream: %w", requestID, err)
 	}
-	st := &turnState{at: at, info: info, b: b, snap: snapshot{StreamID: info.StreamID, RequestID: requestID}, span: r.span}
+	st.info, st.b, st.snap = info, b, snapshot{StreamID: info.StreamID, RequestID: requestID}
 	if err := r.rec.Decode(&st.snap); err != nil && !errors.Is(err, fiber.ErrNoSnapshot) {
 		a.logger.Warn("turn snapshot unreadable, recovering without it", "request", requestID, "err", err)
 	}
 	if info.Continues != "" && !resumesCalls(info) {
-		if err := a.loadBase(st); err != nil {
+		if err := st.loadBase(); err != nil {
 			return ctx, err
 		}
 	}
-	r.st = st
 	r.in.snap = st.snap
 	r.observe()
 	if b.terminal != "" {
@@ -135,12 +131,7 @@ func (r *turnRecovery) observe() {
 
 // emitter returns the writer of the turn's stream, after its stored
 // chunks.
-func (r *turnRecovery) emitter() *emitter {
-	if r.em == nil {
-		r.em = r.a.newEmitter(r.st.info.StreamID, r.st.b)
-	}
-	return r.em
-}
+func (r *turnRecovery) emitter() *emitter { return r.st.emitter() }
 
 func (r *turnRecovery) count(act recoveryAction) {
 	if act.metric != "" {
@@ -163,7 +154,7 @@ func (r *turnRecovery) step(ctx context.Context, act recoveryAction) error {
 		r.observe()
 	case recoverStash:
 		st.snap = act.snap
-		if err := a.stashSnap(ctx, r.f, st); err != nil {
+		if err := st.stashSnap(ctx); err != nil {
 			return err
 		}
 		r.in.snap, r.in.stashed = st.snap, true
@@ -190,8 +181,9 @@ func (r *turnRecovery) step(ctx context.Context, act recoveryAction) error {
 	return nil
 }
 
-// finish carries out an action that ends the recovery. The slot, if
-// claimed, is released here, or by runTurn when the turn runs on.
+// finish carries out an action that ends the recovery, the turn running on
+// in it (runTurn) or ending. The run's slot, if claimed, is released once
+// finish returns (recoverTurn).
 func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 	a, st := r.a, r.st
 	switch act.kind {
@@ -202,7 +194,7 @@ func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 		// Died after recording the outcome, before fiber.completed (and
 		// before the span ended).
 		info := r.in.info
-		(&turnState{span: r.span}).noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
+		r.st.noteOutcome(info.Status, info.FinishReason, nil, info.Error, false)
 		return nil
 	case recoverRunsHere:
 		// One fiber per turn: this one is a second (its fiber.started
@@ -213,45 +205,42 @@ func (r *turnRecovery) finish(ctx context.Context, act recoveryAction) error {
 		return nil
 	case recoverWait, recoverRetry, recoverContinue:
 		if act.persist {
-			if err := a.persist(ctx, st); err != nil {
-				a.release(r.at)
+			if err := st.persist(ctx); err != nil {
 				return err
 			}
 		}
 		r.count(act)
-		// runTurn owns the slot from here, and releases it.
 		st.snap, st.resume = act.snap, act.resume
-		return a.runTurn(ctx, r.f, st)
+		return st.runTurn(ctx)
 	}
-	defer a.release(r.at)
 	st.snap = act.snap
 	switch act.kind {
 	case recoverExpired:
-		return a.failExpired(ctx, st, act.err)
+		return st.failExpired(ctx, act.err)
 	case recoverFinalize:
 		r.count(act)
-		r.at.ended()
+		st.at.ended()
 		switch st.b.terminal {
 		case chunk.Finish:
-			return a.recordCompleted(ctx, st, st.b.finish, st.b.usage)
+			return st.recordCompleted(ctx, st.b.finish, st.b.usage)
 		case chunk.Error:
-			return a.recordFailed(ctx, st, st.b.errorText)
+			return st.recordFailed(ctx, st.b.errorText)
 		default:
-			return a.recordInterrupted(ctx, st, true, "cancelled")
+			return st.recordInterrupted(ctx, true, "cancelled")
 		}
 	case recoverToolsCorrupt, recoverVersionFail, recoverExhausted, recoverHookFailed:
 		r.count(act)
-		return a.failTurn(ctx, st, r.emitter(), act.err)
+		return st.failTurn(ctx, act.err)
 	case recoverInterrupted:
-		return a.abortTurn(ctx, st, r.emitter(), true, "cancelled")
+		return st.abortTurn(ctx, true, "cancelled")
 	case recoverAbort:
 		if act.persist {
-			if err := a.persist(ctx, st); err != nil {
+			if err := st.persist(ctx); err != nil {
 				return err
 			}
 		}
 		r.count(act)
-		return a.abortTurn(ctx, st, r.emitter(), act.persist, "recovered without continuing")
+		return st.abortTurn(ctx, act.persist, "recovered without continuing")
 	}
 	return fmt.Errorf("chat: recover turn %s: unknown action %s", r.requestID, act.kind)
 }

@@ -11,7 +11,8 @@ import (
 // it: its answer, messages steered into it), and then starts msg's turn.
 // A turn that another command starts meanwhile is interrupted, not rolled
 // back.
-func (a *Agent) sendRollingBack(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) sendRollingBack(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	a.mt.priority.Add(1)
 	defer func() {
 		a.mt.priority.Add(-1)
@@ -64,7 +65,8 @@ func (a *Agent) sendRollingBack(ctx context.Context, req SendRequest, msg Messag
 // user message and everything after it, or, for a turn without one (it
 // resumed a message waiting for answers), its assistant message and
 // everything after it. ErrTurnActive while the turn (or another) runs.
-func (a *Agent) rollBack(ctx context.Context, requestID string) error {
+func (c *commands) rollBack(ctx context.Context, requestID string) error {
+	a := c.a
 	if err := a.catchUp(ctx); err != nil {
 		return err
 	}

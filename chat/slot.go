@@ -26,6 +26,7 @@ type activeTurn struct {
 	done      chan struct{}
 	endOnce   sync.Once
 	hold      slotHold                // released once, or kept (slot.go)
+	run       *turnRun                // guarded by Agent.mu: the run holding the slot, nil while a command does
 	admitted  bool                    // holds a slot of Config.Turns until released
 	cancel    context.CancelCauseFunc // nil until the turn runs
 	cancelled bool                    // Cancel came before the turn ran
@@ -192,6 +193,9 @@ func (h *slotHold) release() bool { return h.state.Swap(holdReleased) != holdRel
 // keep marks a held slot kept on purpose: it stays taken after its owner
 // ends. A released hold stays released.
 func (h *slotHold) keep() { h.state.CompareAndSwap(holdHeld, holdKept) }
+
+// kept reports whether the hold was kept on purpose.
+func (h *slotHold) kept() bool { return h.state.Load() == holdKept }
 
 // held reports whether the hold is neither released nor kept.
 func (h *slotHold) held() bool { return h.state.Load() == holdHeld }

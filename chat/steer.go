@@ -28,7 +28,8 @@ func steerEventID(agent, msgID string) string {
 // answer it streams is its last, in one more step. A turn that cannot take
 // it any more (no turn streams in this process, or it is recording its
 // end) makes it an enqueued message: its own turn, next.
-func (a *Agent) sendSteering(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+func (c *commands) sendSteering(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
+	a := c.a
 	a.mu.Lock()
 	cur := a.mu.active
 	open := cur != nil && !cur.pending && !cur.ending.Load()
@@ -110,7 +111,8 @@ func (m *multitaskState) reopenSteer(req string) {
 // to steering and reports whether messages steered into it were not read
 // by a model call yet, so the turn goes on with one more step (within
 // MaxSteps).
-func (a *Agent) steerAgain(ctx context.Context, st *turnState) bool {
+func (st *turnRun) steerAgain(ctx context.Context) bool {
+	a := st.a
 	req := st.info.RequestID
 	for {
 		wake := a.mt.changed()
@@ -146,14 +148,14 @@ func (a *Agent) steerAgain(ctx context.Context, st *turnState) bool {
 }
 
 // steeredInto reports whether m was steered into st's turn.
-func steeredInto(st *turnState, m Message) bool {
+func steeredInto(st *turnRun, m Message) bool {
 	return m.Role == RoleUser && m.RequestID == st.info.RequestID && m.ID != st.info.MessageID && !slices.Contains(st.info.Merged, m.ID)
 }
 
 // steeredLast moves the messages steered into st's turn after the turn's
 // earlier steps (they came while those ran), and notes them read. A call
 // continuing a step cut short (resume) takes only those read before.
-func steeredLast(st *turnState, msgs []Message, resume bool) (rest, steered []Message) {
+func steeredLast(st *turnRun, msgs []Message, resume bool) (rest, steered []Message) {
 	for _, m := range msgs {
 		switch {
 		case !steeredInto(st, m):

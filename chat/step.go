@@ -8,7 +8,6 @@ import (
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
-	"github.com/forever-agents/forever/fiber"
 )
 
 // DefaultMaxSteps caps the steps (model calls) of one turn.
@@ -134,7 +133,7 @@ func (a *Agent) newLoop(clientTools []llm.Tool) *loop {
 
 // endStepUsage records the current step's usage in the snapshot (once per
 // step) and starts the next step's count.
-func (st *turnState) endStepUsage(lp *loop, steps int) {
+func (st *turnRun) endStepUsage(lp *loop, steps int) {
 	if steps > len(st.snap.Steps) {
 		st.snap.Steps = append(st.snap.Steps, stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens})
 	}
@@ -146,7 +145,7 @@ func (st *turnState) endStepUsage(lp *loop, steps int) {
 // (steps) ends with the stream at chunks, every one of them stored: the
 // step's usage added (endStepUsage), its provider data cleared. st.snap is
 // left as it is.
-func (st *turnState) afterStep(lp *loop, steps, chunks int) *snapshot {
+func (st *turnRun) afterStep(lp *loop, steps, chunks int) *snapshot {
 	s := st.snap
 	s.Steps, s.Steered = slices.Clone(st.snap.Steps), slices.Clone(st.snap.Steered)
 	if steps > len(s.Steps) {
@@ -163,7 +162,7 @@ func (st *turnState) afterStep(lp *loop, steps, chunks int) *snapshot {
 }
 
 // turnUsage is the turn's usage: the sum of its steps'.
-func (st *turnState) turnUsage() llm.Usage {
+func (st *turnRun) turnUsage() llm.Usage {
 	var u llm.Usage
 	for _, s := range st.snap.Steps {
 		u.InputTokens += s.Input
@@ -175,7 +174,8 @@ func (st *turnState) turnUsage() llm.Usage {
 // request is the model call for the current step: the conversation, the
 // turn's earlier steps as an assistant message with their tool calls and
 // results, and, when resuming, a continuation of the current step's text.
-func (a *Agent) request(st *turnState, lp *loop, history []Message, resume bool) llm.Request {
+func (st *turnRun) request(lp *loop, history []Message, resume bool) llm.Request {
+	a := st.a
 	msgs := make([]Message, 0, len(history)+1)
 	for _, m := range history {
 		if m.ID != st.info.AssistantMessageID {
@@ -190,7 +190,7 @@ func (a *Agent) request(st *turnState, lp *loop, history []Message, resume bool)
 	msgs = append(msgs, steered...)
 	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: toLLM(msgs), Tools: lp.tools}
 	if resume {
-		req.Continue = a.continuation(st)
+		req.Continue = st.continuation()
 	}
 	return req
 }
@@ -198,7 +198,7 @@ func (a *Agent) request(st *turnState, lp *loop, history []Message, resume bool)
 // split returns the assistant message as it stands in two: the steps
 // before the current one, and the current step. A continued message's base
 // belongs to the stream's first step.
-func (st *turnState) split() (earlier, current []Part) {
+func (st *turnRun) split() (earlier, current []Part) {
 	if st.b.steps <= 1 {
 		return nil, st.parts()
 	}
@@ -208,7 +208,8 @@ func (st *turnState) split() (earlier, current []Part) {
 
 // modelPhase runs the model for the current step, retrying (continuing)
 // after retryable provider errors within the turn's attempt budget.
-func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, lp *loop, resume bool) (phase, error) {
+func (st *turnRun) modelPhase(ctx, fctx context.Context, lp *loop, resume bool) (phase, error) {
+	a, em := st.a, st.emitter()
 	history, err := a.store.History(a.agent)
 	if err != nil {
 		return 0, err
@@ -219,18 +220,18 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		}
 		st.snap.Step = em.b.steps
 	}
-	history, system, err := a.modelInput(ctx, st, lp, history)
+	history, system, err := st.modelInput(ctx, lp, history)
 	if err != nil {
 		return 0, err
 	}
-	req := a.request(st, lp, history, resume)
+	req := st.request(lp, history, resume)
 	req.System = system
 	var last error // the step's previous call's
 	for {
 		if a.Interrupted(InterruptTurn) {
 			return 0, ErrCancelled
 		}
-		reason, err := a.streamOnce(ctx, fctx, f, em, st, req, &lp.usage, last)
+		reason, err := st.streamOnce(ctx, fctx, req, &lp.usage, last)
 		last = err
 		if err == nil {
 			lp.reason = reason
@@ -240,7 +241,7 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 				// turn recovered during them counts it (the stream's
 				// finish chunk carries it on the other paths).
 				st.snap.StepUsage = &stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens}
-				if err := a.stash(fctx, f, em, st); err != nil {
+				if err := st.stash(fctx); err != nil {
 					return 0, fmt.Errorf("%w: %w", errWrite, err)
 				}
 			}
@@ -255,17 +256,17 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 			// tenant's calls for its Retry-After, this turn's next one
 			// among them. Not the turn's failure: no attempt counted.
 			a.logger.Info("model rate limited, the turn waits for the limiter", "request", st.info.RequestID, "step", st.snap.Step, "retry_after", llm.RetryAfterOf(err), "err", err)
-			if err := a.stash(fctx, f, em, st); err != nil {
+			if err := st.stash(fctx); err != nil {
 				return 0, fmt.Errorf("%w: %w", errWrite, err)
 			}
-			req.Continue = a.continuation(st)
+			req.Continue = st.continuation()
 			continue
 		}
 		if st.countAttempt(em.b.chunks, a.cfg.MaxRecoveryAttempts, a.cfg.Clock.Now(), 0) {
 			return 0, &turnFailure{fmt.Errorf("%w (%d without progress): %w", ErrRecoveryExhausted, a.cfg.MaxRecoveryAttempts, err)}
 		}
 		a.logger.Warn("retryable provider error, continuing the step", "request", st.info.RequestID, "step", st.snap.Step, "attempt", st.snap.Attempts, "err", err)
-		if err := a.stash(fctx, f, em, st); err != nil {
+		if err := st.stash(fctx); err != nil {
 			return 0, fmt.Errorf("%w: %w", errWrite, err)
 		}
 		// At least what the provider asked for (its Retry-After).
@@ -274,13 +275,14 @@ func (a *Agent) modelPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		}
-		req.Continue = a.continuation(st)
+		req.Continue = st.continuation()
 	}
 }
 
 // stepDone closes the current step, records its usage in the snapshot and
 // begins the next one, or ends the turn at the step limit.
-func (a *Agent) stepDone(fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, lp *loop) (phase, error) {
+func (st *turnRun) stepDone(fctx context.Context, lp *loop) (phase, error) {
+	a, em := st.a, st.emitter()
 	if err := a.crashPoint(fctx, pointStepDone); err != nil {
 		return 0, err
 	}
@@ -304,7 +306,7 @@ func (a *Agent) stepDone(fctx context.Context, f *fiber.Fiber, em *emitter, st *
 		// result (toolsPhase); the chunks since go with the next stash.
 		return phaseModel, nil
 	}
-	if err := a.stash(fctx, f, em, st); err != nil {
+	if err := st.stash(fctx); err != nil {
 		return 0, fmt.Errorf("%w: %w", errWrite, err)
 	}
 	return phaseModel, nil

@@ -27,6 +27,23 @@ const (
 	cancelFor     = 15 * time.Second
 )
 
+// children is the role of an Agent that calls other agents from its
+// turns (sub-agents, agent tools): it starts a child's turn and records
+// the link, waits for the child's end (its notice, ChildEnded, or a poll),
+// and, for a turn that is itself a child, tells its parent that it ended.
+// The Agent embeds it: its methods are the Agent's. The calls of a running
+// turn are that run's (turnRun.awaitChildren, runChild, endChildren).
+type children struct {
+	a *Agent
+
+	mu struct {
+		sync.Mutex
+		// waiters wake the turn waiting for a child turn, by the child's
+		// request id (childWaiter).
+		waiters map[string]chan struct{}
+	}
+}
+
 // childJob is one sub-agent call of a step, run by runChild. The fields
 // before started are set before started closes, the others before done
 // closes.
@@ -50,7 +67,8 @@ func newChildJob(call Part, t *Tool) *childJob {
 
 // chain is the chain of callers of st's turn's children: its own callers'
 // and its agent.
-func (a *Agent) chain(info TurnInfo) []string {
+func (cs *children) chain(info TurnInfo) []string {
+	a := cs.a
 	var chain []string
 	if info.Parent != nil {
 		chain = slices.Clone(info.Parent.Chain)
@@ -67,7 +85,8 @@ func (a *Agent) chain(info TurnInfo) []string {
 // the turn; recovery resumes it and finds the links in the turns view).
 // It returns an error only when the turn cannot go on: ctx ended (a
 // cancel, shutdown, deactivation) or the log failed.
-func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, jobs []*childJob, toolsDone func()) error {
+func (st *turnRun) awaitChildren(ctx, fctx context.Context, jobs []*childJob, toolsDone func()) error {
+	a, f, em := st.a, st.f, st.emitter()
 	chain := a.chain(st.info)
 	ctx, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
@@ -76,7 +95,7 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 		wg.Wait()
 	}()
 	for _, j := range jobs {
-		wg.Go(func() { a.runChild(ctx, st, chain, j) })
+		wg.Go(func() { st.runChild(ctx, chain, j) })
 	}
 	for _, j := range jobs {
 		select {
@@ -93,7 +112,7 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 		if err := a.crashPoint(fctx, pointChildLinked); err != nil {
 			return err
 		}
-		if err := a.nameChild(fctx, em, j.call.ToolCallID, j.ref); err != nil {
+		if err := st.nameChild(fctx, j.call.ToolCallID, j.ref); err != nil {
 			return err
 		}
 	}
@@ -136,7 +155,8 @@ func (a *Agent) awaitChildren(ctx, fctx context.Context, f *fiber.Fiber, em *emi
 
 // nameChild writes the data-subagent part of call callID with ref, unless
 // the stream shows it already.
-func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref ChildRef) error {
+func (st *turnRun) nameChild(ctx context.Context, callID string, ref ChildRef) error {
+	em := st.emitter()
 	if p, ok := em.b.dataPart(PartSubagent, callID); ok {
 		var cur ChildRef
 		if json.Unmarshal(p.Data, &cur) == nil && cur.Status == ref.Status && cur.RequestID == ref.RequestID {
@@ -159,7 +179,8 @@ func (a *Agent) nameChild(ctx context.Context, em *emitter, callID string, ref C
 // cancelled or failed in recovery) would otherwise end with a call whose
 // child its stream and stored message never name. A link the view cannot
 // read is logged and left: the turn still ends.
-func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) error {
+func (st *turnRun) nameLinked(ctx context.Context) error {
+	a, em := st.a, st.emitter()
 	links, err := a.store.Links(a.agent, st.info.RequestID)
 	if err != nil {
 		a.logger.Warn("read the turn's sub-agent links", "request", st.info.RequestID, "err", err)
@@ -169,7 +190,7 @@ func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) erro
 		if _, ok := em.b.dataPart(PartSubagent, l.CallID); ok || l.RequestID == "" {
 			continue
 		}
-		if err := a.nameChild(ctx, em, l.CallID, l.ChildRef); err != nil {
+		if err := st.nameChild(ctx, l.CallID, l.ChildRef); err != nil {
 			return err
 		}
 	}
@@ -178,9 +199,10 @@ func (a *Agent) nameLinked(ctx context.Context, st *turnState, em *emitter) erro
 
 // endChildCall writes the end of a sub-agent call: the data-subagent part
 // with the link's final status, then the call's output.
-func (a *Agent) endChildCall(ctx context.Context, em *emitter, j *childJob) error {
+func (st *turnRun) endChildCall(ctx context.Context, j *childJob) error {
+	a, em := st.a, st.emitter()
 	if j.end.RequestID != "" {
-		if err := a.nameChild(ctx, em, j.call.ToolCallID, j.end); err != nil {
+		if err := st.nameChild(ctx, j.call.ToolCallID, j.end); err != nil {
 			return err
 		}
 	}
@@ -196,7 +218,8 @@ func (a *Agent) endChildCall(ctx context.Context, em *emitter, j *childJob) erro
 // runChild runs one sub-agent call: starts the child's turn (unless the
 // turns view holds the call's link: a resumed turn), records the link,
 // waits for the child's turn to end and records that.
-func (a *Agent) runChild(ctx context.Context, st *turnState, chain []string, j *childJob) {
+func (st *turnRun) runChild(ctx context.Context, chain []string, j *childJob) {
+	a := st.a
 	var once sync.Once
 	started := func() { once.Do(func() { close(j.started) }) }
 	defer close(j.done)
@@ -208,7 +231,7 @@ func (a *Agent) runChild(ctx context.Context, st *turnState, chain []string, j *
 	}
 	if !ok {
 		var l *ChildLink
-		l, j.res, err = a.startChild(ctx, st, chain, j)
+		l, j.res, err = st.startChild(ctx, chain, j)
 		if err != nil || l == nil {
 			j.startErr, j.err = err, err
 			return
@@ -238,7 +261,8 @@ func (l ChildLink) result() toolResult {
 // the child's turn and records the link (subagent.started). A call that
 // cannot run (bad input, a cycle, too deep, refused by the child) returns
 // no link and its tool error.
-func (a *Agent) startChild(ctx context.Context, st *turnState, chain []string, j *childJob) (*ChildLink, toolResult, error) {
+func (st *turnRun) startChild(ctx context.Context, chain []string, j *childJob) (*ChildLink, toolResult, error) {
+	a := st.a
 	req, callID := st.info.RequestID, j.call.ToolCallID
 	c, terr := j.tool.sub.resolve(j.call.Input)
 	if terr == nil {
@@ -284,7 +308,8 @@ func (a *Agent) startChild(ctx context.Context, st *turnState, chain []string, j
 // (with the same request id, so at most one turn runs) while the child's
 // owner cannot be reached, for up to childStartFor. ErrChildRefused, or
 // the last error after that, is the caller's to show the model.
-func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (Turn, error) {
+func (cs *children) sendChild(ctx context.Context, child string, req ChildRequest) (Turn, error) {
+	a := cs.a
 	deadline := a.cfg.Clock.Now().Add(childStartFor)
 	for n := 0; ; n++ {
 		turn, err := a.cfg.Peers.StartChild(ctx, child, req)
@@ -305,7 +330,8 @@ func (a *Agent) sendChild(ctx context.Context, child string, req ChildRequest) (
 // the event type, so a retried append is stored once (within JetStream's
 // duplicate window; the turns view keeps the first one anyway), and
 // reports it to Config.OnLink.
-func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
+func (cs *children) appendLink(ctx context.Context, typ string, l ChildLink) error {
+	a := cs.a
 	e, err := a.event(typ, l)
 	if err != nil {
 		return err
@@ -332,7 +358,8 @@ func (a *Agent) appendLink(ctx context.Context, typ string, l ChildLink) error {
 // the link's end (subagent.ended) and returns it. It wakes on the child's
 // notice (ChildEnded) and reads the child's state every Config.ChildPoll,
 // so a lost notice costs a poll, never the answer.
-func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
+func (cs *children) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
+	a := cs.a
 	for {
 		wake, unregister := a.childWaiter(link.RequestID)
 		end, ended, err := a.childEnd(ctx, link)
@@ -363,7 +390,8 @@ func (a *Agent) awaitChild(ctx context.Context, link ChildLink) (ChildLink, erro
 // the child's last event, and reports whether it ended; if so it returns
 // the link ended accordingly: its output (the child's final text) or
 // error, and the child turn's usage.
-func (a *Agent) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+	a := cs.a
 	caughtUp := func() error {
 		return retryRead(ctx, a.logger, "child turn", func() error {
 			last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
@@ -445,20 +473,20 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // childWaiter registers a wake-up for the child turn requestID: a notice
 // of its end (ChildEnded) sends on the channel. The caller unregisters.
-func (a *Agent) childWaiter(requestID string) (<-chan struct{}, func()) {
+func (cs *children) childWaiter(requestID string) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	a.mu.Lock()
-	if a.mu.waiters == nil {
-		a.mu.waiters = map[string]chan struct{}{}
+	cs.mu.Lock()
+	if cs.mu.waiters == nil {
+		cs.mu.waiters = map[string]chan struct{}{}
 	}
-	a.mu.waiters[requestID] = ch
-	a.mu.Unlock()
+	cs.mu.waiters[requestID] = ch
+	cs.mu.Unlock()
 	return ch, func() {
-		a.mu.Lock()
-		if a.mu.waiters[requestID] == ch {
-			delete(a.mu.waiters, requestID)
+		cs.mu.Lock()
+		if cs.mu.waiters[requestID] == ch {
+			delete(cs.mu.waiters, requestID)
 		}
-		a.mu.Unlock()
+		cs.mu.Unlock()
 	}
 }
 
@@ -468,13 +496,13 @@ func (a *Agent) childWaiter(requestID string) (<-chan struct{}, func()) {
 // activating the agent for the command has it recover its turns, which
 // read the outcome; a notice for a call that ended already changes
 // nothing. The outcome itself is read from the log, never from n.
-func (a *Agent) ChildEnded(_ context.Context, n ChildNotice) error {
+func (cs *children) ChildEnded(_ context.Context, n ChildNotice) error {
 	if n.RequestID == "" {
 		return fmt.Errorf("%w: child-result: requestId is required", ErrInvalidMessage)
 	}
-	a.mu.Lock()
-	ch := a.mu.waiters[n.RequestID]
-	a.mu.Unlock()
+	cs.mu.Lock()
+	ch := cs.mu.waiters[n.RequestID]
+	cs.mu.Unlock()
 	if ch != nil {
 		select {
 		case ch <- struct{}{}:
@@ -487,7 +515,8 @@ func (a *Agent) ChildEnded(_ context.Context, n ChildNotice) error {
 // idleTurn gives back at's TurnLimiter admission while its turn waits for
 // its children, running nothing; busyTurn takes it back, past the bound
 // if need be (the turn was admitted).
-func (a *Agent) idleTurn(at *activeTurn) {
+func (cs *children) idleTurn(at *activeTurn) {
+	a := cs.a
 	a.mu.Lock()
 	admitted := at.admitted
 	at.admitted = false
@@ -497,7 +526,8 @@ func (a *Agent) idleTurn(at *activeTurn) {
 	}
 }
 
-func (a *Agent) busyTurn(at *activeTurn) {
+func (cs *children) busyTurn(at *activeTurn) {
+	a := cs.a
 	_ = a.cfg.Turns.acquire(true)
 	a.mu.Lock()
 	at.admitted = true
@@ -511,7 +541,8 @@ func (a *Agent) busyTurn(at *activeTurn) {
 // cancelled, so every started link ends. The turn's message (st.b) then
 // shows every ended link as it ended (showEnded), so the message stored
 // next carries each child's final status.
-func (a *Agent) endChildren(ctx context.Context, st *turnState) error {
+func (st *turnRun) endChildren(ctx context.Context) error {
+	a := st.a
 	requestID := st.info.RequestID
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil {
@@ -572,7 +603,8 @@ func showEnded(b *builder, links []ChildLink) {
 }
 
 // subagentUsage sums the usage of turn requestID's ended links.
-func (a *Agent) subagentUsage(requestID string) (*SubagentUsage, error) {
+func (cs *children) subagentUsage(requestID string) (*SubagentUsage, error) {
+	a := cs.a
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil || len(links) == 0 {
 		return nil, err
@@ -592,7 +624,8 @@ func (a *Agent) subagentUsage(requestID string) (*SubagentUsage, error) {
 // awaitingChildren reports whether st's turn waits for a child: a link of
 // it still runs. Such a turn is resumed by recovery without counting an
 // attempt or asking OnChatRecovery: its wait is by design.
-func (a *Agent) awaitingChildren(requestID string) bool {
+func (cs *children) awaitingChildren(requestID string) bool {
+	a := cs.a
 	links, err := a.store.Links(a.agent, requestID)
 	if err != nil {
 		return false
@@ -609,7 +642,8 @@ func (a *Agent) awaitingChildren(requestID string) bool {
 // for up to notifyFor. A parent that refuses (no such agent any more) is
 // not told; one that cannot be reached leaves the error, which keeps the
 // turn's fiber for recovery, which tells it again.
-func (a *Agent) notifyParent(ctx context.Context, info TurnInfo) error {
+func (cs *children) notifyParent(ctx context.Context, info TurnInfo) error {
+	a := cs.a
 	p := info.Parent
 	n := ChildNotice{Child: a.agent, RequestID: info.RequestID, ParentRequestID: p.RequestID, CallID: p.CallID}
 	deadline := a.cfg.Clock.Now().Add(notifyFor)
@@ -641,7 +675,8 @@ func (a *Agent) notifyParent(ctx context.Context, info TurnInfo) error {
 // sub-agent's turn that ended tells its parent. During shutdown, after a
 // log failure or the loss of the agent, nothing is told: the fiber stays
 // and its recovery tells.
-func (a *Agent) afterTurn(ctx context.Context, requestID string, err error) error {
+func (cs *children) afterTurn(ctx context.Context, requestID string, err error) error {
+	a := cs.a
 	if ctx.Err() != nil || (err != nil && (fiber.LogFailed(err) || eventlog.OwnerLost(err))) || a.cfg.Peers == nil {
 		return err
 	}
@@ -657,7 +692,8 @@ func (a *Agent) afterTurn(ctx context.Context, requestID string, err error) erro
 
 // checkParent checks the parent of a sub-agent's Send: a call that would
 // make this agent its own caller is a cycle.
-func (a *Agent) checkParent(p *ParentRef) error {
+func (cs *children) checkParent(p *ParentRef) error {
+	a := cs.a
 	switch {
 	case p == nil:
 		return nil

@@ -94,7 +94,8 @@ func (a *Agent) contextBudget() int {
 // conversation and the system prompt when they fit the context budget;
 // otherwise the system prompt with the summary, and the newest messages
 // after it that fit. A summary that is due is made first (makeSummary).
-func (a *Agent) modelInput(ctx context.Context, st *turnState, lp *loop, history []Message) (msgs []Message, system string, err error) {
+func (st *turnRun) modelInput(ctx context.Context, lp *loop, history []Message) (msgs []Message, system string, err error) {
+	a := st.a
 	budget := a.contextBudget()
 	if budget <= 0 {
 		return history, a.cfg.System, nil
@@ -126,7 +127,7 @@ func (a *Agent) modelInput(ctx context.Context, st *turnState, lp *loop, history
 		sum = Summary{} // none, or one of messages truncated since
 	}
 	if p.cut > p.covered {
-		if sum, err = a.makeSummary(ctx, st, lp, sum, conv[p.covered:p.cut], conv[p.cut-1].ID); err != nil {
+		if sum, err = st.makeSummary(ctx, lp, sum, conv[p.covered:p.cut], conv[p.cut-1].ID); err != nil {
 			return nil, "", err
 		}
 		start = p.cut
@@ -147,7 +148,8 @@ func (a *Agent) modelInput(ctx context.Context, st *turnState, lp *loop, history
 // message upto, as a fiber step: the summary is made once, and a turn
 // recovered after it was made reuses the recorded result. It is then
 // stored as context.summarized, unless the view shows it already.
-func (a *Agent) makeSummary(ctx context.Context, st *turnState, lp *loop, prev Summary, msgs []Message, upto string) (Summary, error) {
+func (st *turnRun) makeSummary(ctx context.Context, lp *loop, prev Summary, msgs []Message, upto string) (Summary, error) {
+	a := st.a
 	input := msgs
 	if prev.Upto != "" {
 		input = append([]Message{{Role: RoleUser, Parts: []Part{{Type: PartText, Text: summaryHeader + prev.Text}}}}, msgs...)

@@ -48,7 +48,8 @@ func toolStepKey(callID string) string { return "tool:" + callID }
 // outputs in call order. A call of a tool the server does not have and the
 // turn did not offer as a client tool gets an error output; client tool
 // calls are left for the client.
-func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitter, st *turnState, lp *loop) (phase, error) {
+func (st *turnRun) toolsPhase(ctx, fctx context.Context, lp *loop) (phase, error) {
+	a, em := st.a, st.emitter()
 	// What the model streamed is durable before any tool runs.
 	if _, err := em.w.Flush(fctx); err != nil {
 		return 0, fmt.Errorf("%w: %w", errWrite, err)
@@ -56,27 +57,66 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 	if err := a.crashPoint(fctx, pointToolsBegin); err != nil {
 		return 0, err
 	}
-	pending := pendingCalls(em.b.stepCalls())
-	type job struct {
-		call Part
-		tool *Tool
-		done chan toolResult
-		err  error
-		// chunk, when set, is what ends the call instead of a result:
-		// an approval request, a denial.
-		chunk *chunk.Chunk
-		// child is set for a call of an agent tool (awaitChildren).
-		child *childJob
-		// then, when set, is the snapshot of the step after it, which the
-		// call's op.completed carries (fiber.ThenStash); stashed reports
-		// that it did. Read once done delivered a result.
-		then    *snapshot
-		stashed bool
+	jobs, clientLeft := st.toolJobs(lp, pendingCalls(em.b.stepCalls()))
+	step := em.b.steps // read here: the calls run beside the writes to em.b
+	if len(jobs) == 1 && jobs[0].tool != nil && !clientLeft {
+		// The step's only call: its completion also records the snapshot
+		// stepDone would stash, one synced write for both.
+		jobs[0].then = st.afterStep(lp, em.b.steps, em.b.chunks)
 	}
-	var jobs []*job
-	clientLeft := false
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Returning early (the log failed) stops the calls still running.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(errWrite)
+	st.runToolJobs(ctx, step, jobs, &wg)
+	var children []*childJob
+	for _, j := range jobs {
+		if j.child != nil {
+			children = append(children, j.child)
+		}
+	}
+	if len(children) > 0 {
+		// Sub-agent calls: the step waits for them after its other tools.
+		if err := st.awaitChildren(ctx, fctx, children, wg.Wait); err != nil {
+			return 0, err
+		}
+	}
+	if err := st.endToolJobs(fctx, lp, step, jobs); err != nil {
+		return 0, err
+	}
+	if clientLeft {
+		return phaseClient, nil
+	}
+	return phaseStepDone, nil
+}
+
+// toolJob is one pending call of a step in toolsPhase.
+type toolJob struct {
+	call Part
+	tool *Tool
+	done chan toolResult
+	err  error
+	// chunk, when set, is what ends the call instead of a result:
+	// an approval request, a denial.
+	chunk *chunk.Chunk
+	// child is set for a call of an agent tool (awaitChildren).
+	child *childJob
+	// then, when set, is the snapshot of the step after it, which the
+	// call's op.completed carries (fiber.ThenStash); stashed reports
+	// that it did. Read once done delivered a result.
+	then    *snapshot
+	stashed bool
+}
+
+// toolJobs says what becomes of each pending call of the step: a server
+// tool runs (tool) or a sub-agent is called (child), an approval is asked
+// or a denial shown (chunk), or its result is known already (done);
+// clientLeft reports calls left to the client (its tools, approvals).
+func (st *turnRun) toolJobs(lp *loop, pending []Part) (jobs []*toolJob, clientLeft bool) {
+	a := st.a
 	for _, c := range pending {
-		j := &job{call: c}
+		j := &toolJob{call: c}
 		t, server := a.cfg.Tools.Lookup(c.ToolName)
 		ans, answered := answerFor(st.info.Answers, c.ToolCallID)
 		switch {
@@ -106,18 +146,14 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 		}
 		jobs = append(jobs, j)
 	}
-	step := em.b.steps // read here: the calls run beside the writes to em.b
-	if len(jobs) == 1 && jobs[0].tool != nil && !clientLeft {
-		// The step's only call: its completion also records the snapshot
-		// stepDone would stash, one synced write for both.
-		jobs[0].then = st.afterStep(lp, em.b.steps, em.b.chunks)
-	}
-	sem := make(chan struct{}, a.cfg.MaxParallelTools)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	// Returning early (the log failed) stops the calls still running.
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(errWrite)
+	return jobs, clientLeft
+}
+
+// runToolJobs runs the jobs' server tools of step, at most
+// MaxParallelTools at once, each in a goroutine that wg counts and that
+// delivers on its job's done (closed, with err set, when it failed).
+func (st *turnRun) runToolJobs(ctx context.Context, step int, jobs []*toolJob, wg *sync.WaitGroup) {
+	sem := make(chan struct{}, st.a.cfg.MaxParallelTools)
 	for _, j := range jobs {
 		if j.done != nil || j.chunk != nil || j.child != nil {
 			continue
@@ -134,7 +170,7 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 				return
 			}
 			defer func() { <-sem }()
-			res, stashed, err := a.runTool(ctx, st, step, j.tool, j.call, j.then)
+			res, stashed, err := st.runTool(ctx, step, j.tool, j.call, j.then)
 			j.stashed = stashed
 			if err != nil {
 				j.err = err
@@ -144,50 +180,41 @@ func (a *Agent) toolsPhase(ctx, fctx context.Context, f *fiber.Fiber, em *emitte
 			j.done <- res
 		}()
 	}
-	var children []*childJob
-	for _, j := range jobs {
-		if j.child != nil {
-			children = append(children, j.child)
-		}
-	}
-	if len(children) > 0 {
-		// Sub-agent calls: the step waits for them after its other tools.
-		if err := a.awaitChildren(ctx, fctx, f, em, st, children, wg.Wait); err != nil {
-			return 0, err
-		}
-	}
+}
+
+// endToolJobs writes what ends each job's call into the stream, in the
+// calls' order: its chunk, its child's end, or its result once done.
+func (st *turnRun) endToolJobs(fctx context.Context, lp *loop, step int, jobs []*toolJob) error {
+	a, em := st.a, st.emitter()
 	for _, j := range jobs {
 		if j.chunk != nil {
 			if err := em.emit(fctx, *j.chunk); err != nil {
-				return 0, fmt.Errorf("%w: %w", errWrite, err)
+				return fmt.Errorf("%w: %w", errWrite, err)
 			}
 			continue
 		}
 		if j.child != nil {
-			if err := a.endChildCall(fctx, em, j.child); err != nil {
-				return 0, err
+			if err := st.endChildCall(fctx, j.child); err != nil {
+				return err
 			}
 			continue
 		}
 		res, ok := <-j.done
 		if !ok {
-			return 0, j.err
+			return j.err
 		}
 		if j.stashed {
 			st.snap, lp.usage = *j.then, llm.Usage{}
 			st.stashedStep = step
 		}
 		if err := a.crashPoint(fctx, pointToolRecorded); err != nil {
-			return 0, err
+			return err
 		}
 		if err := em.emit(fctx, outputChunk(j.call.ToolCallID, res)); err != nil {
-			return 0, fmt.Errorf("%w: %w", errWrite, err)
+			return fmt.Errorf("%w: %w", errWrite, err)
 		}
 	}
-	if clientLeft {
-		return phaseClient, nil
-	}
-	return phaseStepDone, nil
+	return nil
 }
 
 // outputChunk is the chunk that ends call callID with res. An output its
@@ -226,8 +253,9 @@ func resolved(r toolResult) chan toolResult {
 // With then set, the call's completion records then as the turn fiber's
 // snapshot (fiber.ThenStash) and stashed reports that it did; a result
 // recorded by an earlier run is answered with then stashed on its own.
-func (a *Agent) runTool(ctx context.Context, st *turnState, step int, t *Tool, c Part, then *snapshot) (res toolResult, stashed bool, err error) {
-	ctx, span := a.startToolSpan(ctx, st, step, t, c)
+func (st *turnRun) runTool(ctx context.Context, step int, t *Tool, c Part, then *snapshot) (res toolResult, stashed bool, err error) {
+	a := st.a
+	ctx, span := st.startToolSpan(ctx, step, t, c)
 	ran := false
 	defer func() {
 		outcome := toolOutcome(res, err)

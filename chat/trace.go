@@ -137,7 +137,7 @@ func (a *Agent) endTurnSpan(ctx context.Context, span trace.Span, err error) {
 }
 
 // noteOutcome records how the turn ended on its invoke_agent span.
-func (st *turnState) noteOutcome(outcome, reason string, usage *llm.Usage, errMsg string, content bool) {
+func (st *turnRun) noteOutcome(outcome, reason string, usage *llm.Usage, errMsg string, content bool) {
 	span := st.span
 	if span == nil || !span.IsRecording() {
 		return
@@ -169,7 +169,8 @@ type chatCall struct {
 }
 
 // startChatSpan starts the span of one provider call of step step.
-func (a *Agent) startChatSpan(ctx context.Context, st *turnState, step int, req llm.Request) (context.Context, *chatCall) {
+func (st *turnRun) startChatSpan(ctx context.Context, step int, req llm.Request) (context.Context, *chatCall) {
+	a := st.a
 	model := req.Model
 	if model == "" {
 		model = a.modelName()
@@ -262,7 +263,8 @@ func errorType(err error) string {
 }
 
 // startToolSpan starts the execute_tool span of call c of step step.
-func (a *Agent) startToolSpan(ctx context.Context, st *turnState, step int, t *Tool, c Part) (context.Context, trace.Span) {
+func (st *turnRun) startToolSpan(ctx context.Context, step int, t *Tool, c Part) (context.Context, trace.Span) {
+	a := st.a
 	ctx, span := a.tracer.Start(ctx, tracing.OpExecuteTool+" "+c.ToolName, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		span.SetAttributes(

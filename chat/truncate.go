@@ -14,12 +14,14 @@ import (
 //
 // Errors: ErrTurnActive while a turn runs or waits for recovery (its
 // continuation depends on the history), ErrNotFound for an unknown afterID.
-func (a *Agent) Truncate(ctx context.Context, afterID string) error {
+func (c *commands) Truncate(ctx context.Context, afterID string) error {
+	a := c.a
 	_, err := a.truncate(ctx, afterID)
 	return err
 }
 
-func (a *Agent) truncate(ctx context.Context, afterID string) (eventlog.Seq, error) {
+func (c *commands) truncate(ctx context.Context, afterID string) (eventlog.Seq, error) {
+	a := c.a
 	if err := a.settle(ctx); err != nil {
 		return 0, err
 	}
@@ -57,7 +59,8 @@ func (a *Agent) truncate(ctx context.Context, afterID string) (eventlog.Seq, err
 // again (a Send, since its message is no longer stored) completes it.
 //
 // Errors: those of Truncate and of Send.
-func (a *Agent) Rewrite(ctx context.Context, afterID string, req SendRequest) (Turn, error) {
+func (c *commands) Rewrite(ctx context.Context, afterID string, req SendRequest) (Turn, error) {
+	a := c.a
 	seq, err := a.truncate(ctx, afterID)
 	if err != nil {
 		return Turn{}, err
@@ -73,7 +76,8 @@ func (a *Agent) Rewrite(ctx context.Context, afterID string, req SendRequest) (T
 // ended recorded its end, and returns the id of the last visible message
 // ("" for none): what a request that rewrites the conversation compares
 // itself with (Message and Messages read the rest).
-func (a *Agent) Conversation(ctx context.Context) (lastID string, err error) {
+func (c *commands) Conversation(ctx context.Context) (lastID string, err error) {
+	a := c.a
 	if err := a.settle(ctx); err != nil {
 		return "", err
 	}
@@ -85,7 +89,8 @@ func (a *Agent) Conversation(ctx context.Context) (lastID string, err error) {
 
 // Message returns one visible message of the conversation by id, or
 // ErrNotFound.
-func (a *Agent) Message(id string) (Message, error) {
+func (c *commands) Message(id string) (Message, error) {
+	a := c.a
 	m, err := a.store.Message(a.agent, id)
 	if err == nil && m.Hidden {
 		return Message{}, fmt.Errorf("%w: message %q of agent %s", ErrNotFound, id, a.agent)

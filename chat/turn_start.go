@@ -240,9 +240,10 @@ func (a *Agent) goTurn(ctx context.Context, t turnStarted, at *activeTurn, base 
 }
 
 // runStarted is the body of a started turn's fiber: it waits at gate for
-// its command's appends, takes the slot over from the command (unless
-// nothing was stored, when the command gives it back), settles a
-// turn.started of unknown fate, and runs the turn.
+// its command's appends and, unless nothing was stored (the command then
+// gives the slot back), hands the turn and its slot to a run (turnRun.run).
+// A turn that ran, or failed to, is ended if it failed (endOnFailure), and
+// its parent told (afterTurn), once the run gave its slot back.
 func (a *Agent) runStarted(fctx context.Context, f *fiber.Fiber, t turnStarted, at *activeTurn, base []Part, span trace.Span, gate <-chan started) error {
 	var g started
 	select {
@@ -255,43 +256,56 @@ func (a *Agent) runStarted(fctx context.Context, f *fiber.Fiber, t turnStarted, 
 		a.endTurnSpan(fctx, span, errNotStored)
 		return nil
 	}
-	// The slot is the fiber's from here: released once, or kept.
+	// The slot is the run's from here: released once, or kept.
 	defer a.checkSlot(at, "turn fiber")
+	st := &turnRun{a: a, f: f, base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
+	st.hold(at)
+	ran, err := st.run(fctx, g)
+	if !ran {
+		return err
+	}
+	err = a.endOnFailure(fctx, t.RequestID, err)
+	a.endTurnSpan(fctx, span, err)
+	return a.afterTurn(fctx, t.RequestID, err)
+}
+
+// run takes a started turn over from its command, g being what the command
+// told the gate: it settles a turn.started of unknown fate, waits for the
+// views to show the turn, and runs it. It holds the run's slot until it
+// returns, and releases it then, or keeps it while turn.started's fate is
+// unknown. ran is false when there was no turn to run: nothing was stored,
+// the fate is left for recovery, or the views were not reached.
+func (st *turnRun) run(fctx context.Context, g started) (ran bool, err error) {
+	a := st.a
+	defer st.release()
 	if g.settle != nil {
 		// The command's turn.started may be stored, now or later: the
 		// turn keeps its slot until the log says which.
-		g = a.settleStart(fctx, at, *g.settle)
+		g = a.settleStart(fctx, st.at, *g.settle)
 		if g.err != nil && !errors.Is(g.err, errNotStored) {
 			// Still unknown: left for recovery (the host restarts the
 			// agent), holding the slot meanwhile.
-			a.keepSlot(at, "its turn.started's fate is unknown")
-			a.endTurnSpan(fctx, span, g.err)
-			return g.err
+			st.keep("its turn.started's fate is unknown")
+			a.endTurnSpan(fctx, st.span, g.err)
+			return false, g.err
 		}
 	}
 	if errors.Is(g.err, errNotStored) {
-		a.release(at)
-		a.endTurnSpan(fctx, span, errNotStored)
-		return nil // nothing was started; the fiber just ends
+		a.endTurnSpan(fctx, st.span, errNotStored)
+		return false, nil // nothing was started; the fiber just ends
 	}
 	if g.err == nil {
 		g.err = a.store.WaitFor(fctx, g.seq)
 	}
 	if g.err != nil {
-		a.release(at)
-		return g.err
+		return false, g.err
 	}
-	info, err := a.store.Turn(a.agent, t.RequestID)
+	info, err := a.store.Turn(a.agent, st.snap.RequestID)
 	if err != nil {
-		a.release(at)
-		err = a.endOnFailure(fctx, t.RequestID, err)
-		a.endTurnSpan(fctx, span, err)
-		return err
+		return true, err
 	}
-	st := &turnState{at: at, info: info, b: turnBuilder(info), base: base, snap: snapshot{StreamID: t.StreamID, RequestID: t.RequestID}, span: span}
-	err = a.endOnFailure(fctx, t.RequestID, a.runTurn(fctx, f, st))
-	a.endTurnSpan(fctx, span, err)
-	return a.afterTurn(fctx, t.RequestID, err)
+	st.info, st.b = info, turnBuilder(info)
+	return true, st.runTurn(fctx)
 }
 
 // startCursor is the cursor a new turn's stream is followed from: the

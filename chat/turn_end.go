@@ -1,0 +1,202 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/fiber"
+)
+
+// completeTurn ends the stream with finish and records the message, the
+// usage and turn.completed, in that order.
+func (st *turnRun) completeTurn(ctx context.Context, reason string, usage llm.Usage) error {
+	a, em := st.a, st.emitter()
+	// An answer too large to store (over MaxMessageParts events) is
+	// refused before the stream claims success: clients see an error chunk
+	// saying so.
+	if _, err := a.messageEvents(EventMessageAppended, st.info.AssistantMessageID, st.assistantMessage()); err != nil {
+		return st.failTurn(ctx, fmt.Errorf("chat: the answer cannot be stored: %w", err))
+	}
+	if err := em.finish(ctx, reason, usage); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	st.at.ended()
+	if err := a.crashPoint(ctx, pointEnded); err != nil {
+		return err
+	}
+	return st.recordCompleted(ctx, reason, &usage)
+}
+
+// recordCompleted appends what follows a stored finish chunk; usage is nil
+// when unknown (a finish chunk stored without it). The message, usage and
+// turn.completed go in one chain (eventlog.Log.AppendAll): one round trip
+// and one wait for the views, not three. A crash may leave a prefix of
+// them stored, as it could when they went one by one: each is idempotent,
+// and a recovery finds what is stored and completes the rest.
+func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *llm.Usage) error {
+	a := st.a
+	evs, err := st.persistEvents()
+	if err != nil {
+		return err
+	}
+	if usage != nil {
+		rec := usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}
+		if len(st.snap.Steps) > 1 {
+			rec.Steps = st.snap.Steps
+		}
+		sub, err := a.subagentUsage(st.info.RequestID)
+		if err != nil {
+			return err
+		}
+		rec.Subagents = sub
+		rec.Cost = a.costOf(*usage)
+		e, err := a.event(EventUsageRecorded, rec)
+		if err != nil {
+			return fmt.Errorf("chat: append %s: %w", EventUsageRecorded, err)
+		}
+		evs = append(evs, e)
+	}
+	e, err := a.event(EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason})
+	if err != nil {
+		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+	}
+	if _, err := a.appendAll(ctx, append(evs, e)); err != nil {
+		return err
+	}
+	if usage != nil {
+		a.metrics.tokens.WithLabelValues("input").Add(float64(usage.InputTokens))
+		a.metrics.tokens.WithLabelValues("output").Add(float64(usage.OutputTokens))
+		st.noteCost(*usage)
+	}
+	outcome := "completed"
+	if reason == llm.FinishToolCalls {
+		outcome = "waiting" // for an approval or a client tool's result
+	}
+	st.noteOutcome(outcome, reason, usage, "", a.cfg.TraceContent)
+	a.metrics.turns.WithLabelValues("completed").Inc()
+	return nil
+}
+
+// failTurn records a terminal failure: an error chunk clients see, the
+// partial answer (if any) as the assistant message, and turn.failed.
+func (st *turnRun) failTurn(ctx context.Context, cause error) error {
+	a, em := st.a, st.emitter()
+	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
+	if err := st.nameLinked(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()}); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	st.at.ended()
+	return st.recordFailed(ctx, cause.Error())
+}
+
+func (st *turnRun) recordFailed(ctx context.Context, msg string) error {
+	a := st.a
+	if err := st.endChildren(ctx); err != nil {
+		return err
+	}
+	if err := st.persist(ctx); errors.Is(err, ErrTooLarge) {
+		// The partial answer cannot be stored; the failure still is.
+		a.logger.Warn("partial answer of a failed turn not stored", "request", st.info.RequestID, "err", err)
+	} else if err != nil {
+		return err
+	}
+	if _, err := a.append(ctx, EventTurnFailed, turnEnded{RequestID: st.info.RequestID, Error: msg, Code: st.failCode}); err != nil {
+		return err
+	}
+	st.noteOutcome("failed", "", nil, msg, a.cfg.TraceContent)
+	a.metrics.turns.WithLabelValues("failed").Inc()
+	return nil
+}
+
+// abortTurn ends the stream with abort, persists the partial answer when
+// persist is set, records turn.interrupted and clears the "turn" interrupt.
+func (st *turnRun) abortTurn(ctx context.Context, persist bool, reason string) error {
+	em := st.emitter()
+	if err := st.nameLinked(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Abort}); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	if _, err := em.w.Flush(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
+	st.at.ended()
+	return st.recordInterrupted(ctx, persist, reason)
+}
+
+func (st *turnRun) recordInterrupted(ctx context.Context, persist bool, reason string) error {
+	a := st.a
+	if err := st.endChildren(ctx); err != nil {
+		return err
+	}
+	if persist {
+		if err := st.persist(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := a.append(ctx, EventTurnInterrupted, turnEnded{RequestID: st.info.RequestID, Reason: reason}); err != nil {
+		return err
+	}
+	st.noteOutcome("interrupted", "", nil, "", a.cfg.TraceContent)
+	a.metrics.turns.WithLabelValues("interrupted").Inc()
+	return a.ClearInterrupt(ctx, InterruptTurn)
+}
+
+// writeFailed handles a stream that cannot be written. During shutdown,
+// and when the log itself failed (fiber.LogFailed: JetStream did not take
+// or confirm the chunk, as while the chunks stream elects a leader),
+// nothing is recorded and the fiber stays for recovery, which continues the
+// turn into the same stream once it answers (each recovery without progress
+// counts against MaxRecoveryAttempts). Recording the turn failed there
+// would leave its stream without a terminal chunk, since that write fails
+// too, and every replay client of it waiting for good. The same holds when
+// this process no longer owns the agent (eventlog.OwnerLost): it writes
+// nothing more, and the new owner's recovery decides the turn's outcome.
+// Any other failure is returned and recorded by no one here: a turn's
+// outcome is recorded only after its terminal chunk, so that every failed
+// turn ends its stream once. The fiber's endOnFailure ends the turn from
+// the log: it rebuilds the stream's writer from the stored stream (this
+// one may be broken) and writes the error chunk, then turn.failed. A
+// stream that lost its chunks under the turn (eventlog.ErrRemoved) is ended
+// the same way, with an error chunk the stream still takes (failExpired).
+func (st *turnRun) writeFailed(ctx context.Context, err error) error {
+	a := st.a
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !fiber.LogFailed(err) && !eventlog.OwnerLost(err) && !errors.Is(err, eventlog.ErrRemoved) {
+		a.logger.Warn("turn's stream not written; the turn is ended from the log", "request", st.info.RequestID, "err", err)
+	}
+	return err
+}
+
+// storedTools decodes the tools a turn was started with. Tools that do not
+// decode are corrupt stored data, and every path that needs them follows one
+// rule (see the package doc): running or recovering the turn fails it, and
+// ContinueLastTurn refuses, with this error, which matches
+// eventlog.ErrCorrupt. A turn never runs on without its tools.
+func storedTools(info TurnInfo) ([]llm.Tool, error) {
+	if len(info.Tools) == 0 {
+		return nil, nil
+	}
+	var tools []llm.Tool
+	if err := json.Unmarshal(info.Tools, &tools); err != nil {
+		return nil, &eventlog.CorruptError{What: fmt.Sprintf("tools of turn %s", info.RequestID), Err: err}
+	}
+	return tools, nil
+}
