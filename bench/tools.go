@@ -425,7 +425,7 @@ var noopResult = json.RawMessage(`{"output":{}}`)
 type toolRig struct {
 	env     *Env
 	lg      *eventlog.Log
-	runs    *runsTable
+	table   *fiber.Table // the runs table, on the rig's Follower
 	store   *chat.Store
 	prs     *projectors
 	batcher *eventlog.Batcher
@@ -469,16 +469,23 @@ func openToolRigWith(ctx context.Context, env *Env, tweak func(*eventlog.Config)
 		return nil, err
 	}
 	g.lg, g.release = lg, append(g.release, func() { lg.Close(); env.DropLog(cfg) })
-	if g.runs, err = openRuns(ctx, lg); err != nil {
+	// As agentd wires them (agentd.Deps.Views): the runs table and the
+	// chat views on one Follower of the events stream, one consumer that
+	// decodes each event once and applies it to every view in one Pebble
+	// batch; the chunks stream's projection on a Projector of its own.
+	views, err := lg.NewFollower()
+	if err != nil {
 		return nil, err
 	}
-	g.release = append(g.release, func() { g.runs.stop() })
-	store, prs, err := chat.OpenStore(lg)
+	if g.table, err = fiber.AddTable(lg, views); err != nil {
+		return nil, err
+	}
+	store, streams, err := chat.AddStore(lg, views)
 	if err != nil {
 		return nil, err
 	}
 	g.store = store
-	if g.prs, err = runProjectors(ctx, prs); err != nil {
+	if g.prs, err = runProjectors(ctx, []projector{views, streams}); err != nil {
 		return nil, err
 	}
 	g.release = append(g.release, func() { g.prs.stop() })
@@ -507,7 +514,7 @@ func (g *toolRig) close() {
 
 // runner returns a fiber Runner of agent on the rig's log.
 func (g *toolRig) runner(agent string) (*fiber.Runner, error) {
-	return fiber.New(fiber.Config{Log: g.lg, Table: g.runs.table, Agent: agent, Logger: g.env.Logger,
+	return fiber.New(fiber.Config{Log: g.lg, Table: g.table, Agent: agent, Logger: g.env.Logger,
 		Hooks: fiber.Hooks{OnError: g.sink.add}, TracerProvider: g.tp})
 }
 
@@ -676,6 +683,12 @@ func (p *stepTimer) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.D
 	}
 }
 
+// projector is what runProjectors runs: an eventlog.Projector or Follower.
+type projector interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
 // projectors runs a set of projectors in goroutines it owns.
 type projectors struct {
 	cancel context.CancelFunc
@@ -685,7 +698,7 @@ type projectors struct {
 
 // runProjectors starts every projector of prs and waits until all are
 // ready.
-func runProjectors(ctx context.Context, prs []*eventlog.Projector) (*projectors, error) {
+func runProjectors(ctx context.Context, prs []projector) (*projectors, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	p := &projectors{cancel: cancel, done: make(chan error, len(prs)), n: len(prs)}
 	for _, pr := range prs {
@@ -696,7 +709,7 @@ func runProjectors(ctx context.Context, prs []*eventlog.Projector) (*projectors,
 		case <-pr.Ready():
 		case err := <-p.done:
 			p.n--
-			return nil, errors.Join(fmt.Errorf("projector %s stopped before ready", pr.Name()), err, p.stop())
+			return nil, errors.Join(errors.New("a projector stopped before ready"), err, p.stop())
 		case <-ctx.Done():
 			return nil, errors.Join(ctx.Err(), p.stop())
 		}
