@@ -391,8 +391,9 @@ func (a *Agent) completeTurn(ctx context.Context, st *turnState, em *emitter, re
 
 // recordCompleted appends what follows a stored finish chunk; usage is nil
 // when unknown (a finish chunk stored without it). The message, usage and
-// turn.completed go in one chain (eventlog.Log.AppendAll): one round trip
-// and one wait for the views, not three. A crash may leave a prefix of
+// turn.completed go in one chain (eventlog.Log.AppendAll), with the turn
+// fiber's fiber.completed where appendEnd says: one round trip and one
+// wait for the views, not three. A crash may leave a prefix of
 // them stored, as it could when they went one by one: each is idempotent,
 // and a recovery finds what is stored and completes the rest.
 func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason string, usage *llm.Usage) error {
@@ -421,7 +422,7 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	if err != nil {
 		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
 	}
-	if _, err := a.appendAll(ctx, append(evs, e)); err != nil {
+	if _, err := a.appendEnd(ctx, st, append(evs, e)); err != nil {
 		return err
 	}
 	if usage != nil {
