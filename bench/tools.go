@@ -258,17 +258,28 @@ func toolTurn(ctx context.Context, env *Env) (Result, error) {
 		_, err := env.JS.PublishMsg(ctx, &nats.Msg{Subject: prefix + ".p", Data: []byte(`{"type":"text-delta"}`)})
 		return err
 	}
+	var plainRecs storedRecords // events records of the timed plain turns
+	var plainWrites int64       // and the writes they waited for
 	plainTurns := func(s *series, count int) error {
+		before, err := g.stored(ctx)
+		if err != nil {
+			return err
+		}
+		w0 := g.writes.n.Load()
 		for range count {
 			if err := g.freshTurn(ctx, s, newStepTimer(), 0); err != nil {
 				return err
 			}
 		}
-		return nil
+		after, err := g.stored(ctx)
+		plainRecs.events += after.events - before.events
+		plainWrites += g.writes.n.Load() - w0
+		return err
 	}
 	if err := errors.Join(plainTurns(&w, toolWarmup), (&series{}).sequential(warmup, rawPublish)); err != nil {
 		return Result{}, fmt.Errorf("warm up: %w", err)
 	}
+	plainRecs, plainWrites = storedRecords{}, 0
 	var sub, base, plain, pub series
 	rounds := roundsOf(n, toolChunk)
 	err = alternate(rounds,
@@ -293,6 +304,11 @@ func toolTurn(ctx context.Context, env *Env) (Result, error) {
 		{Figure: "plain turn (no tool) p50 us", Value: micros(percentile(plain.lat, 50)), Baseline: "raw synced PublishMsg p50 us",
 			BaselineValue: micros(percentile(pub.lat, 50)), LowerIsBetter: true,
 			Target: 1.0 / plainTurnPublishes, TargetNote: fmt.Sprintf("within %d synced publishes", plainTurnPublishes)},
+		// The events-stream writes a plain turn waits for (Append,
+		// AppendAll, AppendBatch; its chunk flushes aside), against the
+		// events records it stores: the rest share a write.
+		{Figure: "awaited event-log writes per plain turn", Value: perStep(plainWrites, len(plain.lat)),
+			Baseline: "events records stored per plain turn", BaselineValue: perStep(plainRecs.events, len(plain.lat)), LowerIsBetter: true},
 	}}, nil
 }
 
@@ -425,7 +441,8 @@ var noopResult = json.RawMessage(`{"output":{}}`)
 type toolRig struct {
 	env     *Env
 	lg      *eventlog.Log
-	runs    *runsTable
+	writes  *writeCounter // lg as the agents and fibers write through it
+	table   *fiber.Table  // the runs table, on the rig's Follower
 	store   *chat.Store
 	prs     *projectors
 	batcher *eventlog.Batcher
@@ -469,16 +486,24 @@ func openToolRigWith(ctx context.Context, env *Env, tweak func(*eventlog.Config)
 		return nil, err
 	}
 	g.lg, g.release = lg, append(g.release, func() { lg.Close(); env.DropLog(cfg) })
-	if g.runs, err = openRuns(ctx, lg); err != nil {
+	g.writes = &writeCounter{Log: lg}
+	// As agentd wires them (agentd.Deps.Views): the runs table and the
+	// chat views on one Follower of the events stream, one consumer that
+	// decodes each event once and applies it to every view in one Pebble
+	// batch; the chunks stream's projection on a Projector of its own.
+	views, err := lg.NewFollower()
+	if err != nil {
 		return nil, err
 	}
-	g.release = append(g.release, func() { g.runs.stop() })
-	store, prs, err := chat.OpenStore(lg)
+	if g.table, err = fiber.AddTable(lg, views); err != nil {
+		return nil, err
+	}
+	store, streams, err := chat.AddStore(lg, views)
 	if err != nil {
 		return nil, err
 	}
 	g.store = store
-	if g.prs, err = runProjectors(ctx, prs); err != nil {
+	if g.prs, err = runProjectors(ctx, []projector{views, streams}); err != nil {
 		return nil, err
 	}
 	g.release = append(g.release, func() { g.prs.stop() })
@@ -507,7 +532,7 @@ func (g *toolRig) close() {
 
 // runner returns a fiber Runner of agent on the rig's log.
 func (g *toolRig) runner(agent string) (*fiber.Runner, error) {
-	return fiber.New(fiber.Config{Log: g.lg, Table: g.runs.table, Agent: agent, Logger: g.env.Logger,
+	return fiber.New(fiber.Config{Log: g.writes, Table: g.table, Agent: agent, Logger: g.env.Logger,
 		Hooks: fiber.Hooks{OnError: g.sink.add}, TracerProvider: g.tp})
 }
 
@@ -528,7 +553,7 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := chat.New(chat.Config{Agent: agent, Log: g.lg, Store: g.store, Batcher: g.batcher,
+	a, err := chat.New(chat.Config{Agent: agent, Log: g.writes, Store: g.store, Batcher: g.batcher,
 		MaxPayload: g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: g.tools, Logger: g.env.Logger,
 		TracerProvider: g.tp, TraceContent: g.content,
 		// As agentd at record format 7 (FormatChunkBatches): the chunks
@@ -676,6 +701,12 @@ func (p *stepTimer) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.D
 	}
 }
 
+// projector is what runProjectors runs: an eventlog.Projector or Follower.
+type projector interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
 // projectors runs a set of projectors in goroutines it owns.
 type projectors struct {
 	cancel context.CancelFunc
@@ -685,7 +716,7 @@ type projectors struct {
 
 // runProjectors starts every projector of prs and waits until all are
 // ready.
-func runProjectors(ctx context.Context, prs []*eventlog.Projector) (*projectors, error) {
+func runProjectors(ctx context.Context, prs []projector) (*projectors, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	p := &projectors{cancel: cancel, done: make(chan error, len(prs)), n: len(prs)}
 	for _, pr := range prs {
@@ -696,7 +727,7 @@ func runProjectors(ctx context.Context, prs []*eventlog.Projector) (*projectors,
 		case <-pr.Ready():
 		case err := <-p.done:
 			p.n--
-			return nil, errors.Join(fmt.Errorf("projector %s stopped before ready", pr.Name()), err, p.stop())
+			return nil, errors.Join(errors.New("a projector stopped before ready"), err, p.stop())
 		case <-ctx.Done():
 			return nil, errors.Join(ctx.Err(), p.stop())
 		}

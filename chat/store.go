@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/forever-agents/forever/chat/chunk"
@@ -222,9 +223,31 @@ func (s *Store) History(agent string) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The agent's own rows through one iterator, in index order: a Get a
+	// message cost a Pebble iterator each, before every model call. An
+	// index without a row of its own (a fork's inherited message) and a
+	// message stored in pieces are read as Message reads them.
+	own, err := ownRows(s.messages, agent, next)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Message, 0, next)
 	for i := range next {
-		m, _, ok, err := getMessage(s.messages, agent, i)
+		var m Message
+		raw := own[i]
+		ok := raw != nil
+		if ok {
+			var row messageRow
+			if err := json.Unmarshal(raw, &row); err != nil {
+				return out, corrupt("chat row "+string(msgKey(agent, i)), err)
+			}
+			m = row.Message
+			if row.Pieces > 0 {
+				m, _, ok, err = getOwnMessage(s.messages, agent, i)
+			}
+		} else {
+			m, _, ok, err = getMessage(s.messages, agent, i)
+		}
 		if err != nil {
 			return out, err
 		}
@@ -236,6 +259,29 @@ func (s *Store) History(agent string) ([]Message, error) {
 		}
 	}
 	return out, nil
+}
+
+// ownRows returns the raw rows of agent's own messages below next, at
+// their index (nil where agent has none), read with one scan.
+func ownRows(v *eventlog.View, agent string, next uint64) ([][]byte, error) {
+	prefix := msgKey(agent, 0)
+	prefix = prefix[:len(prefix)-8]
+	rows := make([][]byte, next)
+	for kv, err := range v.Scan(prefix) {
+		if err != nil {
+			return nil, err
+		}
+		suffix := kv.Key[len(prefix):]
+		if len(suffix) != 8 {
+			return nil, corrupt("chat row "+string(kv.Key), errors.New("want an 8-byte index"))
+		}
+		idx, _ := decodeIndex(suffix)
+		if idx >= next {
+			break
+		}
+		rows[idx] = kv.Value
+	}
+	return rows, nil
 }
 
 // Message returns one message by id, or ErrNotFound.

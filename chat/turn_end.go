@@ -37,8 +37,9 @@ func (st *turnRun) completeTurn(ctx context.Context, reason string, usage llm.Us
 
 // recordCompleted appends what follows a stored finish chunk; usage is nil
 // when unknown (a finish chunk stored without it). The message, usage and
-// turn.completed go in one chain (eventlog.Log.AppendAll): one round trip
-// and one wait for the views, not three. A crash may leave a prefix of
+// turn.completed go in one chain (eventlog.Log.AppendAll), with the turn
+// fiber's fiber.completed where appendEnd says: one round trip and one
+// wait for the views, not three. A crash may leave a prefix of
 // them stored, as it could when they went one by one: each is idempotent,
 // and a recovery finds what is stored and completes the rest.
 func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *llm.Usage) error {
@@ -68,7 +69,7 @@ func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *ll
 	if err != nil {
 		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
 	}
-	if _, err := a.appendAll(ctx, append(evs, e)); err != nil {
+	if _, err := st.appendEnd(ctx, append(evs, e)); err != nil {
 		return err
 	}
 	if usage != nil {
@@ -200,3 +201,38 @@ func storedTools(info TurnInfo) ([]llm.Tool, error) {
 	}
 	return tools, nil
 }
+
+// appendEnd appends evs, a completed turn's last events (the assistant
+// message, usage, turn.completed), and waits until the views show them.
+// In the turn's own fiber, for a turn no parent waits on, the fiber's
+// fiber.completed goes in the same chain (fiber.Complete): one awaited
+// write where there were two, and nothing of the turn is written after
+// it. A crash part way leaves a prefix stored, as before: without
+// fiber.completed the fiber is recovered, finds the outcome recorded
+// (recoverRecorded) or completes the rest. A sub-agent's turn notifies
+// its parent after its outcome is stored (afterTurn), which a crash
+// between the two must not lose, so its fiber ends when its function
+// returns, as before.
+func (st *turnRun) appendEnd(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error) {
+	a := st.a
+	f, ok := fiber.FromContext(ctx)
+	if !ok || st.info.Parent != nil || f.Name() != TurnFiberPrefix+st.info.RequestID {
+		return a.appendAll(ctx, evs)
+	}
+	seq, err := f.Complete(ctx, evs...)
+	if errors.Is(err, eventlog.ErrTooLarge) {
+		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("chat: append %s and %d more events with the fiber's end: %w", evs[0].Type, len(evs)-1, err)
+	}
+	if err := a.crashPoint(ctx, pointCompleted); err != nil {
+		return 0, err
+	}
+	return seq, a.store.WaitFor(ctx, seq)
+}
+
+// pointCompleted is the crash point after a turn's last events and its
+// fiber's fiber.completed are durable in one chain (appendEnd), before
+// the views show them and the fiber's function returns.
+const pointCompleted = "completed"

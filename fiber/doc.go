@@ -15,7 +15,9 @@
 //	                                        version: the code that started it)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
 //	                                        or 0 when it is a recovered fiber's first progress)
-//	fiber.completed {id, result?}           function returned nil
+//	fiber.completed {id, result?}           function returned nil, or called
+//	                                        Complete: then after the function's
+//	                                        own last events, in one chain
 //	fiber.failed    {id, error}             function returned an error or panicked
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
 //	                                        (under another version: version, the

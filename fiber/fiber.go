@@ -35,9 +35,12 @@ type Fiber struct {
 
 	mu struct {
 		sync.Mutex
-		done     bool
-		snapshot json.RawMessage
-		steps    map[string]int // step key -> calls so far in this run
+		done bool
+		// completed is set once Complete stored fiber.completed: the
+		// Runner appends nothing when the function returns.
+		completed bool
+		snapshot  json.RawMessage
+		steps     map[string]int // step key -> calls so far in this run
 		// prestarted is the op ID whose op.started fiber.started carried
 		// (FirstStep), until its Step takes it.
 		prestarted string

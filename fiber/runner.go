@@ -548,6 +548,15 @@ func (r *Runner) finish(ctx context.Context, f *Fiber, runErr error) (interrupte
 	f.writeMu.Lock()
 	f.markDone()
 	defer f.writeMu.Unlock()
+	if f.completed() {
+		// Complete stored fiber.completed: the fiber is over, whatever
+		// the function did after.
+		if runErr != nil {
+			r.logger.Warn("fiber returned an error after it completed; its end stands", "fiber", f.id, "name", f.name, "err", runErr)
+		}
+		r.disown(f, outcomeCompleted)
+		return false, nil
+	}
 	if runErr != nil && r.stop.Err() != nil {
 		r.logger.Info("fiber interrupted by shutdown, left for recovery", "fiber", f.id, "name", f.name, "err", runErr)
 		r.disown(f, outcomeInterrupted)
