@@ -47,6 +47,9 @@ type options struct {
 	// stepdowns and handoffs are the shapes of shapes.go, placed at
 	// random between kills.
 	stepdowns, handoffs int
+	// agentdFlags are added to every node's flags (-agentd-flags), after
+	// the chart's and chaos's own tuning.
+	agentdFlags []string
 }
 
 // results is what one run found.
@@ -95,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the data dirs and agentd's logs")
 	fs.IntVar(&o.stepdowns, "stepdowns", 0, "times the events stream's JetStream leader is made to step down, at random points between kills, just after a chat is sent, while every chat in flight is sent again (needs -nodes 2 or more)")
 	fs.IntVar(&o.handoffs, "handoffs", 0, "orderly stops (SIGTERM) and restarts of the node that owns the agent of a chat just sent, at random points between kills, so partitions move without a kill while every chat in flight is sent again to another node (needs -nodes 2 or more)")
+	agentdFlags := fs.String("agentd-flags", "", "flags added to every node's flags, space-separated, such as \"--shards 8 --owned-views\"")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -113,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "chaos: -lease-ttl must be at least 1s")
 		return 2
 	}
+	o.agentdFlags = strings.Fields(*agentdFlags)
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
 	}
@@ -158,9 +163,9 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	var err error
 	requestTimeout := 5 * time.Second
 	if o.nodes == 1 {
-		ns, err = singleNode(bin, dir)
+		ns, err = singleNode(bin, dir, o.agentdFlags)
 	} else {
-		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth)
+		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth, o.agentdFlags)
 		// A command may wait for the partition's new owner, and JetStream
 		// for a stream's new leader.
 		requestTimeout = 15 * time.Second
