@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forever-agents/forever/agentd/demo"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stall watch (-stall-agents N): issue 36's "failover bounded to the
+// victim's share". N steps agents write without pause (each starts a
+// steps fiber of stallFiberSteps every stallFiberEvery, so two overlap),
+// their events followed from the streams; before each kill the watch
+// notes which of them the victim held (owned, or in an events shard it
+// led), and afterwards measures each agent from the kill until the
+// victim was ready again: its longest time without a stored event, and
+// for the victim's, the kill to its first event. The table prints the
+// fraction that stalled more than stallLimit, split into the victim's and
+// the others', and whether the victim's resumed within nats-server's
+// election plus the lease TTL. Stalls are figures, not violations.
+const (
+	stallFiberSteps   = 60
+	stallFiberDelayMS = 200
+	stallFiberEvery   = 8 * time.Second
+	stallLimit        = time.Second
+	// stallElection is nats-server's election when a stream leader dies
+	// (4-9 s, fixed in 2.15.2).
+	stallElection = 9 * time.Second
+	// stallActive: an agent without an event within it before the kill
+	// was not writing and is not counted.
+	stallActive = 2 * time.Second
+)
+
+// stallWatch follows the stall agents' events and remembers the kills.
+type stallWatch struct {
+	agents []string
+	ls     eventlog.LogStreams
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	ttl    time.Duration
+
+	mu    sync.Mutex
+	times map[string][]time.Time
+	kills []stallKill
+
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+// stallKill is one kill as the watch saw it.
+type stallKill struct {
+	n                int
+	victim           string
+	killed, ready    time.Time
+	held             map[string]bool
+	owned, ledShards int
+	shards           int
+}
+
+// newStallWatch starts following n stall agents' events through nc (the
+// checker's connection; prefix is its log's subject prefix).
+func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl time.Duration) (*stallWatch, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	w := &stallWatch{ls: ls, nc: nc, js: js, ttl: ttl, times: map[string][]time.Time{}}
+	byStream := map[string][]string{}
+	for i := range n {
+		a := fmt.Sprintf("steps:chaos-stall-%d", i)
+		w.agents = append(w.agents, a)
+		byStream[ls.EventsOf(a)] = append(byStream[ls.EventsOf(a)], ls.EventsSubject(prefix, a))
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	w.stop = cancel
+	for stream, subjects := range byStream {
+		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("stall watch on %s: %w", stream, err)
+		}
+		msgs, err := cons.Messages()
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("stall watch on %s: %w", stream, err)
+		}
+		context.AfterFunc(wctx, msgs.Stop)
+		w.wg.Go(func() {
+			for wctx.Err() == nil {
+				m, err := msgs.Next(jetstream.NextContext(wctx))
+				if err != nil {
+					continue // the ordered consumer recreates itself; Stop ends it
+				}
+				md, err := m.Metadata()
+				if err != nil {
+					continue
+				}
+				sub := m.Subject()
+				agent := sub[strings.LastIndexByte(sub, '.')+1:]
+				w.mu.Lock()
+				w.times[agent] = append(w.times[agent], md.Timestamp)
+				w.mu.Unlock()
+			}
+		})
+	}
+	return w, nil
+}
+
+func (w *stallWatch) close() {
+	w.stop()
+	w.wg.Wait()
+}
+
+// run keeps agent writing: a steps fiber every stallFiberEvery, each
+// acknowledged fiber checked by verify like the steps load's.
+func (w *stallWatch) run(ctx context.Context, l *load, c *client, agent string) {
+	for ctx.Err() == nil {
+		body := demo.StepsStart{Steps: stallFiberSteps, DelayMS: stallFiberDelayMS, Effect: demo.StepEffectNone}
+		var reply struct{ Fiber string }
+		if _, err := l.request(ctx, c, agent, "start", "", body, &reply); err != nil || reply.Fiber == "" {
+			l.count("stall starts lost")
+		} else {
+			l.ack(agent, reply.Fiber)
+			l.count("stall starts")
+		}
+		sleep(ctx, stallFiberEvery)
+	}
+}
+
+// before notes which stall agents victim holds, just before its kill.
+func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill {
+	k := stallKill{n: n, victim: victim, held: map[string]bool{}, shards: len(w.ls.Events)}
+	led := map[string]bool{}
+	for _, stream := range w.ls.Events {
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := w.js.Stream(ictx, stream)
+		cancel()
+		if err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader == victim {
+			led[stream] = true
+			k.ledShards++
+		}
+	}
+	for _, a := range w.agents {
+		var st struct{ Owner string }
+		if _, err := send(ctx, w.nc, 5*time.Second, a, "status", "", nil, &st); err != nil {
+			continue
+		}
+		if st.Owner == victim {
+			k.owned++
+			k.held[a] = true
+		} else if led[w.ls.EventsOf(a)] {
+			k.held[a] = true
+		}
+	}
+	return k
+}
+
+// done records a kill once its victim is ready again.
+func (w *stallWatch) done(k stallKill) {
+	w.mu.Lock()
+	w.kills = append(w.kills, k)
+	w.mu.Unlock()
+}
+
+// stallResult is one kill's measure.
+type stallResult struct {
+	k                             stallKill
+	victims, others               int
+	victimsStalled, othersStalled int
+	worstOther                    time.Duration
+	slowestResume                 time.Duration
+	unresumed                     int
+}
+
+// measure measures every kill: each agent writing when it came, from the
+// kill until its victim was ready again (at least until the bound on the
+// victim's agents' resumption).
+func (w *stallWatch) measure() []stallResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []stallResult
+	for _, k := range w.kills {
+		r := stallResult{k: k}
+		end := k.ready
+		for _, a := range w.agents {
+			ts := slices.Clone(w.times[a])
+			slices.SortFunc(ts, time.Time.Compare)
+			i, _ := slices.BinarySearchFunc(ts, k.killed, time.Time.Compare)
+			if i == 0 || k.killed.Sub(ts[i-1]) > stallActive {
+				continue
+			}
+			prev, worst := ts[i-1], time.Duration(0)
+			for _, t := range ts[i:] {
+				if t.After(end) {
+					break
+				}
+				worst = max(worst, t.Sub(prev))
+				prev = t
+			}
+			worst = max(worst, end.Sub(prev))
+			resumed := time.Duration(-1)
+			if i < len(ts) {
+				resumed = ts[i].Sub(k.killed)
+			}
+			victim := k.held[a]
+			stalled := worst > stallLimit
+			if victim {
+				r.victims++
+				if stalled {
+					r.victimsStalled++
+				}
+				if resumed < 0 {
+					r.unresumed++
+					resumed = end.Sub(k.killed)
+				}
+				r.slowestResume = max(r.slowestResume, resumed)
+				continue
+			}
+			r.others++
+			if stalled {
+				r.othersStalled++
+			}
+			r.worstOther = max(r.worstOther, worst)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// printStalls prints the watch's summary and the kills where an agent
+// outside the victim's share stalled, or the victim's did not resume in
+// time.
+func printStalls(wr io.Writer, rs []stallResult, ttl time.Duration) {
+	bound := stallElection + ttl
+	var vs, vn, ost, otn, missOthers, missVictims int
+	var worstOther, slowest time.Duration
+	for _, r := range rs {
+		vs, vn, ost, otn = vs+r.victimsStalled, vn+r.victims, ost+r.othersStalled, otn+r.others
+		worstOther, slowest = max(worstOther, r.worstOther), max(slowest, r.slowestResume)
+		if r.othersStalled > 0 {
+			missOthers++
+		}
+		if r.slowestResume > bound || r.unresumed > 0 {
+			missVictims++
+		}
+	}
+	verdict := func(miss int) string {
+		if miss == 0 {
+			return "PASS"
+		}
+		return fmt.Sprintf("MISS in %d kills", miss)
+	}
+	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
+		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
+		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))
+	for _, r := range rs {
+		if r.othersStalled == 0 && r.slowestResume <= bound && r.unresumed == 0 {
+			continue
+		}
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, killed %s): others %s stalled (longest %s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.killed.Format("15:04:05.000"),
+			frac(r.othersStalled, r.others), r.worstOther.Round(time.Millisecond), frac(r.victimsStalled, r.victims),
+			r.slowestResume.Round(time.Millisecond), r.unresumed)
+	}
+}
+
+// frac prints n of d as "n/d (p%)".
+func frac(n, d int) string {
+	if d == 0 {
+		return "0/0"
+	}
+	return fmt.Sprintf("%d/%d (%.0f%%)", n, d, 100*float64(n)/float64(d))
+}
