@@ -96,6 +96,21 @@ const (
 // recovery and the fiber's, which wait for the events stream to elect a
 // leader when the dead node led it and the election is not over yet.
 //
+// Meanwhile failoverLoadAgents steps agents write without pause
+// (failoverstall.go): before each kill the scenario asks each one's owner
+// and each events stream's leader, so that an agent owned by the victim or
+// in a shard whose events stream it led is the victim's, the others not;
+// after the kill it waits until each wrote again (or the election plus the
+// TTL and 10 s passed) and failoverObserve more, and measures each agent
+// writing when the kill came: its longest time without a stored event
+// since its last one before the kill (above failoverStall it stalled), and
+// for the victim's, the kill to their first event. Each kill has a row for
+// the others' longest stall (goal: never above 1 s) with both fractions
+// stalled, and one for the victim's slowest resumption (goal: within
+// failoverElection plus the lease TTL); two more rows sum up every kill.
+// -agentd-flags adds flags to every node, such as --shards 8
+// --owned-views.
+//
 // Every wait is bounded: a cluster that loses quorum fails the scenario
 // with the nodes' readiness and log tails instead of hanging. The scenario
 // runs once per bench run (the chart sets --sync always) and ignores the
