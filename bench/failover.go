@@ -168,11 +168,14 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 		}
 		// The load's agents, until each wrote again (or the bound and
 		// more passed) and failoverObserve after; the last second is left
-		// out, as its events may not have reached the monitor yet.
+		// out, as its events may still be on their way to the stream.
 		if err := load.waitResumed(ctx, k.killed, k.killed.Add(bound+10*time.Second)); err != nil {
 			return Result{}, err
 		}
-		ks := load.stalls(k.share, k.killed, time.Now().Add(-time.Second))
+		ks, err := load.stalls(ctx, k.share, k.killed, time.Now().Add(-time.Second))
+		if err != nil {
+			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
+		}
 		stalls, victims = append(stalls, ks), append(victims, k.victim.name)
 		env.Logger.Info("failover load", "kill", i+1, "victim", k.victim.name, "owned", ks.share.owned, "led shards", ks.share.ledShrd,
 			"others stalled", frac(ks.othersStalled, ks.others), "others' longest", ks.worstOther.Round(time.Millisecond), "worst agent", ks.worstOtherAgent,

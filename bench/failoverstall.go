@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
@@ -40,22 +40,19 @@ const (
 // loadAgentName is the i-th failover load agent.
 func loadAgentName(i int) string { return fmt.Sprintf("steps:failover-load-%d", i) }
 
-// stallMonitor records when each load agent's events were stored, from
-// ordered consumers on the agents' events streams (the stream leader's
-// timestamps, so the reader's own delays do not count).
+// stallMonitor reads when each load agent's events were stored (the
+// stream leader's timestamps, so the reader's own delays do not count)
+// from the agents' events streams, after the fact: a live ordered consumer
+// may hang recreating itself when its server dies, which would look like a
+// stall.
 type stallMonitor struct {
-	agents []string
-	ls     eventlog.LogStreams
-
-	mu    sync.Mutex
-	times map[string][]time.Time
-
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	agents   []string
+	ls       eventlog.LogStreams
+	js       jetstream.JetStream
+	byStream map[string][]string // each stream's load agents' subjects
 }
 
-// startStallLoad starts a long steps fiber on each of n load agents and a
-// monitor of their events through nc.
+// startStallLoad starts a long steps fiber on each of n load agents.
 func startStallLoad(ctx context.Context, nc *nats.Conn, n int) (*stallMonitor, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -65,64 +62,76 @@ func startStallLoad(ctx context.Context, nc *nats.Conn, n int) (*stallMonitor, e
 	if err != nil {
 		return nil, fmt.Errorf("bench: the log's streams: %w", err)
 	}
-	m := &stallMonitor{ls: ls, times: map[string][]time.Time{}}
-	byStream := map[string][]string{}
+	m := &stallMonitor{ls: ls, js: js, byStream: map[string][]string{}}
 	for i := range n {
 		a := loadAgentName(i)
 		m.agents = append(m.agents, a)
-		byStream[ls.EventsOf(a)] = append(byStream[ls.EventsOf(a)], ls.EventsSubject(eventlog.DefaultPrefix, a))
-	}
-	mctx, cancel := context.WithCancel(context.Background())
-	m.stop = cancel
-	for stream, subjects := range byStream {
-		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy,
-		})
-		if err != nil {
-			m.close()
-			return nil, fmt.Errorf("bench: follow the load on %s: %w", stream, err)
-		}
-		msgs, err := cons.Messages()
-		if err != nil {
-			m.close()
-			return nil, fmt.Errorf("bench: follow the load on %s: %w", stream, err)
-		}
-		context.AfterFunc(mctx, msgs.Stop)
-		m.wg.Go(func() { m.read(mctx, msgs) })
+		m.byStream[ls.EventsOf(a)] = append(m.byStream[ls.EventsOf(a)], ls.EventsSubject(eventlog.DefaultPrefix, a))
 	}
 	start := fmt.Appendf(nil, `{"steps":%d,"delayMs":%d,"effect":"none"}`, failoverLoadSteps, failoverLoadDelayMS)
 	for _, a := range m.agents {
 		if _, err := agentCommand(ctx, nc, a, "start", start); err != nil {
-			m.close()
 			return nil, err
 		}
 	}
 	return m, nil
 }
 
-// read records the stored time of every message until ctx ends.
-func (m *stallMonitor) read(ctx context.Context, msgs jetstream.MessagesContext) {
-	for ctx.Err() == nil {
-		msg, err := msgs.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			continue // the ordered consumer recreates itself; Stop ends it
+// stored returns the stored times of each load agent's events from from
+// on, up to about to (a little past it). A stream without a leader yet
+// (the victim led it) fails the read: it is tried again, a few times.
+func (m *stallMonitor) stored(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
+	var err error
+	for range 10 {
+		var out map[string][]time.Time
+		if out, err = m.storedOnce(ctx, from, to); err == nil {
+			return out, nil
 		}
-		md, err := msg.Metadata()
-		if err != nil {
-			continue
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return nil, err
 		}
-		sub := msg.Subject()
-		agent := sub[strings.LastIndexByte(sub, '.')+1:]
-		m.mu.Lock()
-		m.times[agent] = append(m.times[agent], md.Timestamp)
-		m.mu.Unlock()
 	}
+	return nil, err
 }
 
-func (m *stallMonitor) close() {
-	m.stop()
-	m.wg.Wait()
+func (m *stallMonitor) storedOnce(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
+	out := map[string][]time.Time{}
+	for stream, subjects := range m.byStream {
+		cons, err := m.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+		}
+		for done := false; !done; {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+			}
+			n := 0
+			for msg := range batch.Messages() {
+				n++
+				md, err := msg.Metadata()
+				if err != nil {
+					continue
+				}
+				sub := msg.Subject()
+				agent := sub[strings.LastIndexByte(sub, '.')+1:]
+				out[agent] = append(out[agent], md.Timestamp)
+				if md.Timestamp.After(to) || md.NumPending == 0 {
+					done = true
+				}
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+			}
+			done = done || n == 0
+		}
+	}
+	return out, nil
 }
+
+func (m *stallMonitor) close() {}
 
 // loadShare is which load agents a kill's victim held: owned, or in a
 // shard whose events stream it led.
@@ -164,21 +173,22 @@ func (m *stallMonitor) shareOf(ctx context.Context, nc *nats.Conn, victim string
 // waitResumed waits until every load agent stored an event after killed,
 // then failoverObserve more, or until the deadline.
 func (m *stallMonitor) waitResumed(ctx context.Context, killed, deadline time.Time) error {
-	for {
+	for time.Now().Before(deadline) {
+		times, err := m.stored(ctx, killed, time.Now())
+		if err != nil {
+			return err
+		}
 		all := true
-		m.mu.Lock()
 		for _, a := range m.agents {
-			ts := m.times[a]
-			if len(ts) == 0 || !ts[len(ts)-1].After(killed) {
+			if len(times[a]) == 0 {
 				all = false
 				break
 			}
 		}
-		m.mu.Unlock()
-		if all || time.Now().After(deadline) {
+		if all {
 			break
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, time.Second); err != nil {
 			return err
 		}
 	}
@@ -200,16 +210,19 @@ type killStalls struct {
 	unresumed     int
 }
 
-// stalls measures each load agent from the kill until end: its longest gap
+// stalls reads what the load agents stored from before the kill, and
+// measures each from the kill until end: its longest gap
 // between stored events (the first gap from its last event before the
 // kill, the last up to end), and for the victim's, the kill to its first
 // event.
-func (m *stallMonitor) stalls(share loadShare, killed, end time.Time) killStalls {
+func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end time.Time) (killStalls, error) {
 	ks := killStalls{share: share}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	times, err := m.stored(ctx, killed.Add(-failoverActive), end)
+	if err != nil {
+		return ks, err
+	}
 	for _, a := range m.agents {
-		ts := slices.Clone(m.times[a])
+		ts := times[a]
 		slices.SortFunc(ts, time.Time.Compare)
 		i, _ := slices.BinarySearchFunc(ts, killed, time.Time.Compare)
 		if i == 0 || killed.Sub(ts[i-1]) > failoverActive {
@@ -249,7 +262,7 @@ func (m *stallMonitor) stalls(share loadShare, killed, end time.Time) killStalls
 			ks.worstOther, ks.worstOtherAgent = worst, a
 		}
 	}
-	return ks
+	return ks, nil
 }
 
 // stallRows are the rows of every kill, and over all kills.
