@@ -246,7 +246,6 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	var watch *stallWatch
 	if err == nil && o.stallAgents > 0 {
 		if watch, err = newStallWatch(ctx, checker.nc, checker.lg.Prefix(), o.stallAgents, o.leaseTTL); err == nil {
-			defer watch.close()
 			for _, agent := range watch.agents {
 				if err = startWorker(agent, func(c *client) { watch.run(loadCtx, l, c, agent) }); err != nil {
 					break
@@ -278,11 +277,13 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	stopLoad()
 	wg.Wait()
 	l.resends.Wait()
-	if watch != nil {
-		res.stalls = watch.measure()
-	}
 	if err != nil {
 		return res, err
+	}
+	if watch != nil {
+		if res.stalls, err = watch.measure(ctx); err != nil {
+			return res, err
+		}
 	}
 	logf("%d kills, %d stops, %d stepdowns and %d handoffs in %s; verifying", res.kills, res.stops, res.stepdowns, res.handoffs, res.took.Round(time.Second))
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -39,20 +40,19 @@ const (
 	stallActive = 2 * time.Second
 )
 
-// stallWatch follows the stall agents' events and remembers the kills.
+// stallWatch remembers the kills; after the run it reads the stall
+// agents' events from their streams (a live ordered consumer may hang
+// recreating itself when its server dies, which would look like a stall).
 type stallWatch struct {
-	agents []string
-	ls     eventlog.LogStreams
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	ttl    time.Duration
+	agents   []string
+	ls       eventlog.LogStreams
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	ttl      time.Duration
+	byStream map[string][]string // each stream's stall agents' subjects
 
 	mu    sync.Mutex
-	times map[string][]time.Time
 	kills []stallKill
-
-	wg   sync.WaitGroup
-	stop context.CancelFunc
 }
 
 // stallKill is one kill as the watch saw it.
@@ -65,8 +65,8 @@ type stallKill struct {
 	shards           int
 }
 
-// newStallWatch starts following n stall agents' events through nc (the
-// checker's connection; prefix is its log's subject prefix).
+// newStallWatch prepares n stall agents read through nc (the checker's
+// connection; prefix is its log's subject prefix).
 func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl time.Duration) (*stallWatch, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -76,51 +76,61 @@ func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl
 	if err != nil {
 		return nil, err
 	}
-	w := &stallWatch{ls: ls, nc: nc, js: js, ttl: ttl, times: map[string][]time.Time{}}
-	byStream := map[string][]string{}
+	w := &stallWatch{ls: ls, nc: nc, js: js, ttl: ttl, byStream: map[string][]string{}}
 	for i := range n {
 		a := fmt.Sprintf("steps:chaos-stall-%d", i)
 		w.agents = append(w.agents, a)
-		byStream[ls.EventsOf(a)] = append(byStream[ls.EventsOf(a)], ls.EventsSubject(prefix, a))
+		w.byStream[ls.EventsOf(a)] = append(w.byStream[ls.EventsOf(a)], ls.EventsSubject(prefix, a))
 	}
-	wctx, cancel := context.WithCancel(context.Background())
-	w.stop = cancel
-	for stream, subjects := range byStream {
-		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverNewPolicy})
-		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("stall watch on %s: %w", stream, err)
+	return w, nil
+}
+
+// stored reads the stored times of each stall agent's events from from
+// on, trying again a few times when a stream answers an error.
+func (w *stallWatch) stored(ctx context.Context, from time.Time) (map[string][]time.Time, error) {
+	var err error
+	for range 10 {
+		out := map[string][]time.Time{}
+		if err = w.storedOnce(ctx, from, out); err == nil {
+			return out, nil
 		}
-		msgs, err := cons.Messages()
+		sleep(ctx, time.Second)
+	}
+	return nil, err
+}
+
+func (w *stallWatch) storedOnce(ctx context.Context, from time.Time, out map[string][]time.Time) error {
+	for stream, subjects := range w.byStream {
+		cons, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
+		})
 		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("stall watch on %s: %w", stream, err)
+			return fmt.Errorf("stall watch: %s: %w", stream, err)
 		}
-		context.AfterFunc(wctx, msgs.Stop)
-		w.wg.Go(func() {
-			for wctx.Err() == nil {
-				m, err := msgs.Next(jetstream.NextContext(wctx))
-				if err != nil {
-					continue // the ordered consumer recreates itself; Stop ends it
-				}
+		for done := false; !done; {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				return fmt.Errorf("stall watch: %s: %w", stream, err)
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
 				md, err := m.Metadata()
 				if err != nil {
 					continue
 				}
 				sub := m.Subject()
 				agent := sub[strings.LastIndexByte(sub, '.')+1:]
-				w.mu.Lock()
-				w.times[agent] = append(w.times[agent], md.Timestamp)
-				w.mu.Unlock()
+				out[agent] = append(out[agent], md.Timestamp)
+				done = done || md.NumPending == 0
 			}
-		})
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return fmt.Errorf("stall watch: %s: %w", stream, err)
+			}
+			done = done || n == 0
+		}
 	}
-	return w, nil
-}
-
-func (w *stallWatch) close() {
-	w.stop()
-	w.wg.Wait()
+	return nil
 }
 
 // run keeps agent writing: a steps fiber every stallFiberEvery, each
@@ -187,16 +197,25 @@ type stallResult struct {
 // measure measures every kill: each agent writing when it came, from the
 // kill until its victim was ready again (at least until the bound on the
 // victim's agents' resumption).
-func (w *stallWatch) measure() []stallResult {
+func (w *stallWatch) measure(ctx context.Context) ([]stallResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if len(w.kills) == 0 {
+		return nil, nil
+	}
+	times, err := w.stored(ctx, w.kills[0].killed.Add(-stallActive))
+	if err != nil {
+		return nil, err
+	}
+	for _, ts := range times {
+		slices.SortFunc(ts, time.Time.Compare)
+	}
 	var out []stallResult
 	for _, k := range w.kills {
 		r := stallResult{k: k}
 		end := k.ready
 		for _, a := range w.agents {
-			ts := slices.Clone(w.times[a])
-			slices.SortFunc(ts, time.Time.Compare)
+			ts := times[a]
 			i, _ := slices.BinarySearchFunc(ts, k.killed, time.Time.Compare)
 			if i == 0 || k.killed.Sub(ts[i-1]) > stallActive {
 				continue
@@ -236,7 +255,7 @@ func (w *stallWatch) measure() []stallResult {
 		}
 		out = append(out, r)
 	}
-	return out
+	return out, nil
 }
 
 // printStalls prints the watch's summary and the kills where an agent
