@@ -176,10 +176,12 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
 		}
+		ks.ledLeases = k.ledLeases
 		stalls, victims = append(stalls, ks), append(victims, k.victim.name)
 		env.Logger.Info("failover load", "kill", i+1, "victim", k.victim.name, "owned", ks.share.owned, "led shards", ks.share.ledShrd,
 			"others stalled", frac(ks.othersStalled, ks.others), "others' longest", ks.worstOther.Round(time.Millisecond), "worst agent", ks.worstOtherAgent,
-			"victim's stalled", frac(ks.victimsStalled, ks.victims), "victim's slowest resume", ks.slowestResume.Round(time.Millisecond))
+			"victim's stalled", frac(ks.victimsStalled, ks.victims), "victim's slowest resume", ks.slowestResume.Round(time.Millisecond),
+			"victim led leases", k.ledLeases)
 		took = append(took, k.took)
 		if k.ledEvents || k.ledLeases {
 			elected = append(elected, k.took)

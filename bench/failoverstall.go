@@ -197,7 +197,8 @@ func (m *stallMonitor) waitResumed(ctx context.Context, killed, deadline time.Ti
 
 // killStalls is what one kill did to the load agents.
 type killStalls struct {
-	share loadShare
+	share     loadShare
+	ledLeases bool // the victim led the lease bucket's stream
 	// victims and others count the agents writing when the kill came;
 	// the stalled ones went more than failoverStall without an event.
 	victims, others               int
@@ -274,6 +275,9 @@ func stallRows(kills []killStalls, victims []string, bound time.Duration, boundN
 		vs, vn, ost, otn = vs+k.victimsStalled, vn+k.victims, ost+k.othersStalled, otn+k.others
 		worstOther, slowest = max(worstOther, k.worstOther), max(slowest, k.slowestResume)
 		led := fmt.Sprintf("owned %d of the agents, led %d of %d shards", k.share.owned, k.share.ledShrd, k.share.shards)
+		if k.ledLeases {
+			led += " and the lease bucket"
+		}
 		rows = append(rows, Row{
 			Figure: fmt.Sprintf("kill %d (%s: %s): others' longest stall ms; stalled > 1 s: others %s, victim's %s",
 				i+1, victims[i], led, frac(k.othersStalled, k.others), frac(k.victimsStalled, k.victims)),
