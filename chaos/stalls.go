@@ -12,6 +12,7 @@ import (
 
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/ownership"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -63,6 +64,7 @@ type stallKill struct {
 	held             map[string]bool
 	owned, ledShards int
 	shards           int
+	ledLeases        bool // the victim led the lease bucket's stream
 }
 
 // newStallWatch prepares n stall agents read through nc (the checker's
@@ -162,6 +164,11 @@ func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill
 			k.ledShards++
 		}
 	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if s, err := w.js.Stream(ictx, "KV_"+ownership.DefaultBucket); err == nil && s.CachedInfo().Cluster != nil {
+		k.ledLeases = s.CachedInfo().Cluster.Leader == victim
+	}
+	cancel()
 	for _, a := range w.agents {
 		var st struct{ Owner string }
 		if _, err := send(ctx, w.nc, 5*time.Second, a, "status", "", nil, &st); err != nil {
@@ -288,8 +295,8 @@ func printStalls(wr io.Writer, rs []stallResult, ttl time.Duration) {
 		if r.othersStalled == 0 && r.slowestResume <= bound && r.unresumed == 0 {
 			continue
 		}
-		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, killed %s): others %s stalled (longest %s), victim's %s (slowest resume %s, %d not resumed)\n",
-			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.killed.Format("15:04:05.000"),
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s): others %s stalled (longest %s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format("15:04:05.000"),
 			frac(r.othersStalled, r.others), r.worstOther.Round(time.Millisecond), frac(r.victimsStalled, r.victims),
 			r.slowestResume.Round(time.Millisecond), r.unresumed)
 	}
