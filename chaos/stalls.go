@@ -291,6 +291,19 @@ func printStalls(wr io.Writer, rs []stallResult, ttl time.Duration) {
 	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
 		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
 		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))
+	// The lease bucket is one Raft group every node renews through: a
+	// victim that led it may stall everyone, which the shards do not
+	// spread.
+	var nl, nlStalled, nlOthers int
+	var nlWorst time.Duration
+	for _, r := range rs {
+		if !r.k.ledLeases {
+			nl++
+			nlStalled, nlOthers = nlStalled+r.othersStalled, nlOthers+r.others
+			nlWorst = max(nlWorst, r.worstOther)
+		}
+	}
+	fmt.Fprintf(wr, "stalls over the %d kills whose victim did not lead the lease bucket: others %s (longest %s)\n", nl, frac(nlStalled, nlOthers), nlWorst.Round(time.Millisecond))
 	for _, r := range rs {
 		if r.othersStalled == 0 && r.slowestResume <= bound && r.unresumed == 0 {
 			continue
