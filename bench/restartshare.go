@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/internal/chartargs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -329,7 +331,7 @@ func fillLog(ctx context.Context, nc *nats.Conn, n int, mode SyncMode) error {
 				stream := ls.EventsOf(agent)
 				evs := append(batches[stream], turnEvents(agent, t)...)
 				if len(evs) >= 7*viewsTurnsPB {
-					if _, err := lg.AppendBatch(ectx, evs); err != nil {
+					if err := appendRetried(ectx, lg, evs); err != nil {
 						return err
 					}
 					evs = evs[:0]
@@ -338,7 +340,7 @@ func fillLog(ctx context.Context, nc *nats.Conn, n int, mode SyncMode) error {
 			}
 			for _, evs := range batches {
 				if len(evs) > 0 {
-					if _, err := lg.AppendBatch(ectx, evs); err != nil {
+					if err := appendRetried(ectx, lg, evs); err != nil {
 						return err
 					}
 				}
@@ -357,4 +359,26 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[(len(s)+1)/2-1]
+}
+
+// appendRetried appends evs as AppendBatch does, sending them again (the
+// same ids) when the answer was lost, as on a loaded machine an atomic
+// batch's commit may outlast the ack timeout: a batch stored already is
+// refused as a duplicate, which counts as stored.
+func appendRetried(ctx context.Context, lg *eventlog.Log, evs []eventlog.Event) error {
+	for i := range evs {
+		if evs[i].ID == "" {
+			evs[i].ID = nuid.Next()
+		}
+	}
+	var err error
+	for range 10 {
+		if _, err = lg.AppendBatch(ctx, evs); err == nil || errors.Is(err, eventlog.ErrDuplicate) {
+			return nil
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	return err
 }
