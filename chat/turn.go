@@ -124,10 +124,8 @@ func (a *Agent) runTurn(fctx context.Context, f *fiber.Fiber, st *turnState) (er
 	}()
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
-	if !st.b.started {
-		if err := em.emit(fctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
-			return a.writeFailed(fctx, st, em, err)
-		}
+	if err := a.startStream(fctx, st, em); err != nil {
+		return a.writeFailed(fctx, st, em, err)
 	}
 	tools, err := storedTools(st.info)
 	if err != nil {
@@ -438,10 +436,23 @@ func (a *Agent) recordCompleted(ctx context.Context, st *turnState, reason strin
 	return nil
 }
 
+// startStream writes the stream's start chunk unless it has one: a turn
+// recovery fails or aborts may have died before writing it, and a stream
+// starts with it however it ends (verify's stream-start rule).
+func (a *Agent) startStream(ctx context.Context, st *turnState, em *emitter) error {
+	if st.b.started {
+		return nil
+	}
+	return em.emit(ctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID})
+}
+
 // failTurn records a terminal failure: an error chunk clients see, the
 // partial answer (if any) as the assistant message, and turn.failed.
 func (a *Agent) failTurn(ctx context.Context, st *turnState, em *emitter, cause error) error {
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
+	if err := a.startStream(ctx, st, em); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
 	if err := a.nameLinked(ctx, st, em); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
@@ -476,6 +487,9 @@ func (a *Agent) recordFailed(ctx context.Context, st *turnState, msg string) err
 // abortTurn ends the stream with abort, persists the partial answer when
 // persist is set, records turn.interrupted and clears the "turn" interrupt.
 func (a *Agent) abortTurn(ctx context.Context, st *turnState, em *emitter, persist bool, reason string) error {
+	if err := a.startStream(ctx, st, em); err != nil {
+		return a.writeFailed(ctx, st, em, err)
+	}
 	if err := a.nameLinked(ctx, st, em); err != nil {
 		return a.writeFailed(ctx, st, em, err)
 	}
