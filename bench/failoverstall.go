@@ -217,12 +217,18 @@ type killStalls struct {
 // kill, the last up to end), and for the victim's, the kill to its first
 // event.
 func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end time.Time) (killStalls, error) {
-	ks := killStalls{share: share}
 	times, err := m.stored(ctx, killed.Add(-failoverActive), end)
 	if err != nil {
-		return ks, err
+		return killStalls{share: share}, err
 	}
-	for _, a := range m.agents {
+	return measureStalls(m.agents, times, share, killed, end), nil
+}
+
+// measureStalls measures agents by the stored times of their events, as
+// stallMonitor.stalls describes.
+func measureStalls(agents []string, times map[string][]time.Time, share loadShare, killed, end time.Time) killStalls {
+	ks := killStalls{share: share}
+	for _, a := range agents {
 		ts := times[a]
 		slices.SortFunc(ts, time.Time.Compare)
 		i, _ := slices.BinarySearchFunc(ts, killed, time.Time.Compare)
@@ -263,7 +269,7 @@ func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end 
 			ks.worstOther, ks.worstOtherAgent = worst, a
 		}
 	}
-	return ks, nil
+	return ks
 }
 
 // stallRows are the rows of every kill, and over all kills.
