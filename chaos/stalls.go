@@ -219,50 +219,57 @@ func (w *stallWatch) measure(ctx context.Context) ([]stallResult, error) {
 	}
 	var out []stallResult
 	for _, k := range w.kills {
-		r := stallResult{k: k}
-		end := k.ready
-		for _, a := range w.agents {
-			ts := times[a]
-			i, _ := slices.BinarySearchFunc(ts, k.killed, time.Time.Compare)
-			if i == 0 || k.killed.Sub(ts[i-1]) > stallActive {
-				continue
-			}
-			prev, worst := ts[i-1], time.Duration(0)
-			for _, t := range ts[i:] {
-				if t.After(end) {
-					break
-				}
-				worst = max(worst, t.Sub(prev))
-				prev = t
-			}
-			worst = max(worst, end.Sub(prev))
-			resumed := time.Duration(-1)
-			if i < len(ts) {
-				resumed = ts[i].Sub(k.killed)
-			}
-			victim := k.held[a]
-			stalled := worst > stallLimit
-			if victim {
-				r.victims++
-				if stalled {
-					r.victimsStalled++
-				}
-				if resumed < 0 {
-					r.unresumed++
-					resumed = end.Sub(k.killed)
-				}
-				r.slowestResume = max(r.slowestResume, resumed)
-				continue
-			}
-			r.others++
-			if stalled {
-				r.othersStalled++
-			}
-			r.worstOther = max(r.worstOther, worst)
-		}
-		out = append(out, r)
+		out = append(out, measureKill(w.agents, times, k))
 	}
 	return out, nil
+}
+
+// measureKill measures each agent writing when k came (an event within
+// stallActive before it), by the sorted stored times of its events, from
+// the kill until the victim was ready again: its longest time without an
+// event, and for the victim's, the kill to its first event.
+func measureKill(agents []string, times map[string][]time.Time, k stallKill) stallResult {
+	r := stallResult{k: k}
+	end := k.ready
+	for _, a := range agents {
+		ts := times[a]
+		i, _ := slices.BinarySearchFunc(ts, k.killed, time.Time.Compare)
+		if i == 0 || k.killed.Sub(ts[i-1]) > stallActive {
+			continue
+		}
+		prev, worst := ts[i-1], time.Duration(0)
+		for _, t := range ts[i:] {
+			if t.After(end) {
+				break
+			}
+			worst = max(worst, t.Sub(prev))
+			prev = t
+		}
+		worst = max(worst, end.Sub(prev))
+		resumed := time.Duration(-1)
+		if i < len(ts) {
+			resumed = ts[i].Sub(k.killed)
+		}
+		stalled := worst > stallLimit
+		if k.held[a] {
+			r.victims++
+			if stalled {
+				r.victimsStalled++
+			}
+			if resumed < 0 {
+				r.unresumed++
+				resumed = end.Sub(k.killed)
+			}
+			r.slowestResume = max(r.slowestResume, resumed)
+			continue
+		}
+		r.others++
+		if stalled {
+			r.othersStalled++
+		}
+		r.worstOther = max(r.worstOther, worst)
+	}
+	return r
 }
 
 // printStalls prints the watch's summary and the kills where an agent
