@@ -154,7 +154,6 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer load.close()
 	bound := failoverElection + ttl
 	kills := env.Count(failoverKills, failoverKills)
 	var took, leased, recovered, elected, quiet []time.Duration

@@ -131,8 +131,6 @@ func (m *stallMonitor) storedOnce(ctx context.Context, from, to time.Time) (map[
 	return out, nil
 }
 
-func (m *stallMonitor) close() {}
-
 // loadShare is which load agents a kill's victim held: owned, or in a
 // shard whose events stream it led.
 type loadShare struct {
