@@ -16,11 +16,19 @@
 // compared with and the baseline's value, and optionally a target ratio.
 //
 // Some scenarios measure the real agentd process instead of the packages
-// in-process: restart-ready, restart-load, sync-cost, failover, auth-cost and chat-post build
+// in-process: restart-ready, restart-load, restart-share, sync-cost, failover, auth-cost and chat-post build
 // ./agentd/cmd/agentd once per run (go build, so run the bench from inside
 // the module) and start it on data dirs of their own, driving it over NATS
 // and HTTP as a client would; failover starts a 3-node loopback cluster
-// with the chart's flags (internal/chartargs) and SIGKILLs owners;
+// with the chart's flags (internal/chartargs) and SIGKILLs owners, with
+// 30 steps agents writing throughout, and reports per kill the fraction of
+// them that stalled more than 1 s, the victim's (owned by the killed node
+// or in a shard it led) and the others' (issue 36: the others never, the
+// victim's resumed within the election plus the lease TTL); restart-share
+// starts a 3- and then a 6-node cluster with --shards 8 --owned-views (or
+// -agentd-flags), fills each with the same history, and compares one
+// node's restart and rebuild from an empty Pebble (time, CPU, events
+// applied) at 6 nodes with 3 (goal within 0.5x);
 // auth-cost runs one agentd with --auth (its client a tenant's credential)
 // beside one without, in alternating rounds; restart-load SIGKILLs and
 // restarts an agentd under sustained chat load (30 agents chatting on the

@@ -62,8 +62,9 @@ type EnvConfig struct {
 	// CPUQuota is the CPU each node of the scale-out scenario may use (its
 	// cgroup's cpu.cfs_quota_us over cpu.cfs_period_us); zero: 0.25.
 	CPUQuota float64
-	// AgentdFlags are flags the scale-out scenario adds to every node's
-	// chart flags, such as --shards 6.
+	// AgentdFlags are flags the scale-out, failover and restart-share
+	// scenarios add to every node's chart flags, such as --shards 8
+	// --owned-views.
 	AgentdFlags []string
 }
 

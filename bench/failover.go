@@ -96,6 +96,21 @@ const (
 // recovery and the fiber's, which wait for the events stream to elect a
 // leader when the dead node led it and the election is not over yet.
 //
+// Meanwhile failoverLoadAgents steps agents write without pause
+// (failoverstall.go): before each kill the scenario asks each one's owner
+// and each events stream's leader, so that an agent owned by the victim or
+// in a shard whose events stream it led is the victim's, the others not;
+// after the kill it waits until each wrote again (or the election plus the
+// TTL and 10 s passed) and failoverObserve more, and measures each agent
+// writing when the kill came: its longest time without a stored event
+// since its last one before the kill (above failoverStall it stalled), and
+// for the victim's, the kill to their first event. Each kill has a row for
+// the others' longest stall (goal: never above 1 s) with both fractions
+// stalled, and one for the victim's slowest resumption (goal: within
+// failoverElection plus the lease TTL); two more rows sum up every kill.
+// -agentd-flags adds flags to every node, such as --shards 8
+// --owned-views.
+//
 // Every wait is bounded: a cluster that loses quorum fails the scenario
 // with the nodes' readiness and log tails instead of hanging. The scenario
 // runs once per bench run (the chart sets --sync always) and ignores the
@@ -119,7 +134,7 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 	if env.cfg.LeaseTTL > 0 {
 		ttl = env.cfg.LeaseTTL
 	}
-	c, err := startAgentdCluster(ctx, bin, dir, failoverNodes, ttl, failoverHealthy)
+	c, err := (&agentdCluster{bin: bin, dir: dir, ttl: ttl, extra: env.cfg.AgentdFlags}).start(ctx, failoverNodes, failoverHealthy)
 	if err != nil {
 		return Result{}, err
 	}
@@ -135,14 +150,37 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 	if err != nil {
 		return Result{}, err
 	}
+	load, err := startStallLoad(ctx, nc, failoverLoadAgents)
+	if err != nil {
+		return Result{}, err
+	}
+	bound := failoverElection + ttl
 	kills := env.Count(failoverKills, failoverKills)
 	var took, leased, recovered, elected, quiet []time.Duration
+	var stalls []killStalls
+	var victims []string
 	probe := 0 // the next agent id to try
 	for i := range kills {
-		k, err := killOwner(ctx, env.Logger, c, nc, c.nodes[i%len(c.nodes)], &probe)
+		k, err := killOwner(ctx, env.Logger, c, nc, c.nodes[i%len(c.nodes)], &probe, load)
 		if err != nil {
 			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
 		}
+		// The load's agents, until each wrote again (or the bound and
+		// more passed) and failoverObserve after; the last second is left
+		// out, as its events may still be on their way to the stream.
+		if err := load.waitResumed(ctx, k.killed, k.killed.Add(bound+10*time.Second)); err != nil {
+			return Result{}, err
+		}
+		ks, err := load.stalls(ctx, k.share, k.killed, time.Now().Add(-time.Second))
+		if err != nil {
+			return Result{}, fmt.Errorf("kill %d of %d: %w", i+1, kills, err)
+		}
+		ks.ledLeases = k.ledLeases
+		stalls, victims = append(stalls, ks), append(victims, k.victim.name)
+		env.Logger.Info("failover load", "kill", i+1, "victim", k.victim.name, "owned", ks.share.owned, "led shards", ks.share.ledShrd,
+			"others stalled", frac(ks.othersStalled, ks.others), "others' longest", ks.worstOther.Round(time.Millisecond), "worst agent", ks.worstOtherAgent,
+			"victim's stalled", frac(ks.victimsStalled, ks.victims), "victim's slowest resume", ks.slowestResume.Round(time.Millisecond),
+			"victim led leases", k.ledLeases)
 		took = append(took, k.took)
 		if k.ledEvents || k.ledLeases {
 			elected = append(elected, k.took)
@@ -193,6 +231,7 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 			row("of which lease acquired to first event", 50, recovered),
 			row("of which lease acquired to first event", 99, recovered))
 	}
+	rows = append(rows, stallRows(stalls, victims, bound, fmt.Sprintf("election %s + lease TTL %s, ms", failoverElection, ttl))...)
 	rows = append(rows, Row{Figure: fmt.Sprintf("lease KV writes/s per node, TTL %s", ttl), Value: writes,
 		Baseline:      fmt.Sprintf("computed at the %s TTL: (%d/%d leases + 1 node key) per TTL/4", failoverBaseTTL, chartargs.DefaultPartitions, len(c.nodes)),
 		BaselineValue: (float64(chartargs.DefaultPartitions)/float64(len(c.nodes)) + 1) / (failoverBaseTTL / 4).Seconds(), LowerIsBetter: true})
@@ -208,6 +247,8 @@ type failoverKill struct {
 	leased    time.Duration // SIGKILL to lease acquired; 0 when unknown
 	ledEvents bool          // the victim led the agent's events stream (its shard's)
 	ledLeases bool          // the victim led the lease bucket's stream
+	killed    time.Time     // when the victim was SIGKILLed
+	share     loadShare     // the load agents the victim held
 }
 
 // restart starts the killed node again and waits until the cluster is
@@ -243,8 +284,9 @@ const failoverAttempts = 3
 
 // killOwner finds a fresh agent that target owns, starts a steps fiber on
 // it, sees target write it, SIGKILLs target and waits for another node's
-// first event of the agent. *probe is the next agent id to try.
-func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int) (failoverKill, error) {
+// first event of the agent. *probe is the next agent id to try. Just
+// before the kill it takes the victim's share of load.
+func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int, load *stallMonitor) (failoverKill, error) {
 	var (
 		k   failoverKill
 		st  failoverStatus
@@ -267,7 +309,11 @@ func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *n
 	defer f.close()
 	k.ledEvents = streamLeader(ctx, nc, eventsStreamOf(ctx, nc, k.agent)) == target.name
 	k.ledLeases = streamLeader(ctx, nc, "KV_"+ownership.DefaultBucket) == target.name
+	if k.share, err = load.shareOf(ctx, nc, target.name); err != nil {
+		return k, err
+	}
 	killed := time.Now()
+	k.killed = killed
 	target.kill()
 	fctx, cancel := context.WithTimeout(ctx, 4*c.ttl+30*time.Second)
 	defer cancel()

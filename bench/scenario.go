@@ -100,6 +100,7 @@ func scenarios() []Scenario {
 		{Name: "sync-cost", Run: syncCost, Once: true},
 		{Name: "temporal", Run: temporalScenario, Once: true, Requires: "-temporal"},
 		{Name: "failover", Run: failover, Once: true},
+		{Name: "restart-share", Run: restartShare, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
 		{Name: "conversation-growth", Run: conversationGrowth, Once: true},

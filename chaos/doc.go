@@ -4,6 +4,7 @@
 //	go run ./chaos -kills 20 [-bin path/to/agentd] [-seed N]
 //	go run ./chaos -nodes 3 -kills 50 -lease-ttl 3s [-auth=false]
 //	go run ./chaos -nodes 3 -kills 50 -lease-ttl 3s -stepdowns 20 -handoffs 5 [-seed N]
+//	go run ./chaos -nodes 6 -kills 20 -lease-ttl 3s -stall-agents 12 -agentd-flags "--shards 8 --owned-views"
 //
 // It builds agentd (unless -bin names one) and starts it on temporary data
 // dirs with the embedded NATS server: one node, or with -nodes n a cluster
@@ -77,6 +78,26 @@
 //     is a violation.
 //
 // Every reply a command gets, from its client or a resend, is recorded.
+//
+// # Stalls
+//
+// -stall-agents N (a cluster only; off unless asked for) adds N steps
+// agents that write without pause (a fiber of 60 steps 200 ms apart every
+// 8 s, so two overlap), followed from their events streams by stored time
+// (stalls.go). Before each kill it asks each one's owner and each events
+// stream's leader: an agent owned by the victim, or in a shard whose
+// events stream it led, is the victim's; the others are not. After the run
+// it measures each agent writing when the kill came, from the kill until
+// the victim was ready again: its longest time without a stored event
+// (stalled above 1 s), and for the victim's, the kill to its first event,
+// which issue 36 bounds by nats-server's election (9 s at most) plus the
+// lease TTL. It prints the fractions stalled, the others' and the
+// victim's, with PASS or MISS, and each kill that missed. Stalls are
+// figures, not violations; the agents' fibers are checked as the steps
+// load's are.
+//
+// -agentd-flags adds flags to every node after the chart's and chaos's
+// own, such as "--shards 8 --owned-views".
 //
 // # Checks
 //

@@ -47,6 +47,11 @@ type options struct {
 	// stepdowns and handoffs are the shapes of shapes.go, placed at
 	// random between kills.
 	stepdowns, handoffs int
+	// agentdFlags are added to every node's flags (-agentd-flags), after
+	// the chart's and chaos's own tuning.
+	agentdFlags []string
+	// stallAgents are the stall watch's agents (stalls.go).
+	stallAgents int
 }
 
 // results is what one run found.
@@ -69,6 +74,8 @@ type results struct {
 	// shapeProblems are what the shapes found themselves: a node that did
 	// not stop cleanly on SIGTERM.
 	shapeProblems []string
+	// stalls is the stall watch's measure of each kill (stalls.go).
+	stalls []stallResult
 }
 
 func (r *results) violations() int {
@@ -95,6 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the data dirs and agentd's logs")
 	fs.IntVar(&o.stepdowns, "stepdowns", 0, "times the events stream's JetStream leader is made to step down, at random points between kills, just after a chat is sent, while every chat in flight is sent again (needs -nodes 2 or more)")
 	fs.IntVar(&o.handoffs, "handoffs", 0, "orderly stops (SIGTERM) and restarts of the node that owns the agent of a chat just sent, at random points between kills, so partitions move without a kill while every chat in flight is sent again to another node (needs -nodes 2 or more)")
+	fs.IntVar(&o.stallAgents, "stall-agents", 0, "steps agents that write without pause, whose stalls after each kill are measured and printed: the victim's (owned by the killed node or in a shard it led) and the others' (needs -nodes 2 or more)")
+	agentdFlags := fs.String("agentd-flags", "", "flags added to every node's flags, space-separated, such as \"--shards 8 --owned-views\"")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -105,14 +114,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "chaos: -kills, -chats and -steps must be >= 0, -nodes >= 1, and no arguments are taken")
 		return 2
 	}
-	if o.stepdowns < 0 || o.handoffs < 0 || (o.nodes == 1 && o.stepdowns+o.handoffs > 0) {
-		fmt.Fprintln(stderr, "chaos: -stepdowns and -handoffs must be >= 0, and need -nodes 2 or more")
+	if o.stepdowns < 0 || o.handoffs < 0 || o.stallAgents < 0 || (o.nodes == 1 && o.stepdowns+o.handoffs+o.stallAgents > 0) {
+		fmt.Fprintln(stderr, "chaos: -stepdowns and -handoffs, and -stall-agents, must be >= 0, and need -nodes 2 or more")
 		return 2
 	}
 	if o.nodes > 1 && o.leaseTTL < time.Second {
 		fmt.Fprintln(stderr, "chaos: -lease-ttl must be at least 1s")
 		return 2
 	}
+	o.agentdFlags = strings.Fields(*agentdFlags)
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
 	}
@@ -158,9 +168,9 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	var err error
 	requestTimeout := 5 * time.Second
 	if o.nodes == 1 {
-		ns, err = singleNode(bin, dir)
+		ns, err = singleNode(bin, dir, o.agentdFlags)
 	} else {
-		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth)
+		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth, o.agentdFlags)
 		// A command may wait for the partition's new owner, and JetStream
 		// for a stream's new leader.
 		requestTimeout = 15 * time.Second
@@ -233,6 +243,16 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 		}
 		err = startWorker(agent, func(c *client) { l.steps(loadCtx, c, agent, r) })
 	}
+	var watch *stallWatch
+	if err == nil && o.stallAgents > 0 {
+		if watch, err = newStallWatch(ctx, checker.nc, checker.lg.Prefix(), o.stallAgents, o.leaseTTL); err == nil {
+			for _, agent := range watch.agents {
+				if err = startWorker(agent, func(c *client) { watch.run(loadCtx, l, c, agent) }); err != nil {
+					break
+				}
+			}
+		}
+	}
 	// The shapes' resends go over connections of their own, one
 	// preferring each node; their schedule has its own random stream, so
 	// a seed's kills are the same with and without them.
@@ -251,7 +271,7 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	if err == nil {
 		began := time.Now()
 		logf("seed %d: %d kills of %d node(s), %d stepdowns, %d handoffs, data in %s", o.seed, o.kills, len(ns.list), o.stepdowns, o.handoffs, dir)
-		err = crash(ctx, ns, rng, sh, o, res, logf)
+		err = crash(ctx, ns, rng, sh, watch, o, res, logf)
 		res.took = time.Since(began)
 	}
 	stopLoad()
@@ -259,6 +279,11 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	l.resends.Wait()
 	if err != nil {
 		return res, err
+	}
+	if watch != nil {
+		if res.stalls, err = watch.measure(ctx); err != nil {
+			return res, err
+		}
 	}
 	logf("%d kills, %d stops, %d stepdowns and %d handoffs in %s; verifying", res.kills, res.stops, res.stepdowns, res.handoffs, res.took.Round(time.Second))
 
@@ -320,8 +345,9 @@ func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
 // meanwhile), a freeze lasts 0.3 to 2 lease TTLs (past one, the node's
 // leases are gone when it continues), and each kill or freeze waits until
 // every node is ready again, so the cluster loses one node at a time, as
-// JetStream's R3 allows.
-func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, o options, res *results, logf func(string, ...any)) error {
+// JetStream's R3 allows. A stall watch, when there is one, notes each
+// kill's victim's share before the kill and the kill's times after.
+func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, watch *stallWatch, o options, res *results, logf func(string, ...any)) error {
 	for res.kills < o.kills {
 		if err := sh.runGap(ctx, res.kills, res, logf); err != nil {
 			return err
@@ -346,6 +372,11 @@ func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, o options
 			d.freeze(ctx, dur)
 			continue
 		}
+		var sk stallKill
+		if watch != nil {
+			sk = watch.before(ctx, res.kills+1, d.name)
+		}
+		sk.killed = time.Now()
 		d.kill()
 		res.kills++
 		down := time.Duration(0)
@@ -359,6 +390,10 @@ func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, o options
 			return fmt.Errorf("restart after kill %d: %w", res.kills, err)
 		}
 		res.ready = append(res.ready, took)
+		if watch != nil {
+			sk.ready = time.Now()
+			watch.done(sk)
+		}
 		logf("kill %d: %s ready again in %s", res.kills, d.name, took.Round(time.Millisecond))
 	}
 	return sh.runGap(ctx, o.kills, res, logf)
@@ -407,6 +442,9 @@ func printTable(w io.Writer, o options, r *results) {
 		strings.Join(parts, ", "), r.turnStats.acked, r.turnStats.resent, r.turnStats.answered, len(r.turns))
 	if o.stepdowns+o.handoffs > 0 {
 		fmt.Fprintf(w, "shapes: %d stepdowns (%d refused), %d handoffs\n", r.stepdowns, r.stepdownsRefused, r.handoffs)
+	}
+	if r.stalls != nil {
+		printStalls(w, r.stalls, o.leaseTTL)
 	}
 	for _, a := range r.anomalies {
 		fmt.Fprintln(w, "reader:", a)

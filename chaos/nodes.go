@@ -39,8 +39,8 @@ type nodes struct {
 const tenant = "chaos"
 
 // singleNode prepares one agentd on loopback with the embedded server and
-// no auth, logging to dir/agentd.log.
-func singleNode(bin, dir string) (*nodes, error) {
+// no auth, logging to dir/agentd.log, with extra flags after chaos's.
+func singleNode(bin, dir string, extra []string) (*nodes, error) {
 	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func singleNode(bin, dir string) (*nodes, error) {
 		return nil, err
 	}
 	d := &daemon{name: "agentd", bin: bin, data: filepath.Join(dir, "data"), httpAddr: addrs[0], natsAddr: addrs[1], log: log}
-	d.args = append([]string{"--data", d.data, "--http", d.httpAddr, "--nats-listen", d.natsAddr, "--log-format", "json"}, tuning...)
+	d.args = append(append([]string{"--data", d.data, "--http", d.httpAddr, "--nats-listen", d.natsAddr, "--log-format", "json"}, tuning...), extra...)
 	d.env = []string{"FOREVER_LOG_LEVEL=info"}
 	return &nodes{list: []*daemon{d}}, nil
 }
@@ -61,8 +61,9 @@ func singleNode(bin, dir string) (*nodes, error) {
 // replicas, the chart's partitions and leases of ttl. With withAuth, auth
 // is on with one secret file every node shares (the chart's default,
 // auth.enabled); without, it is off (auth.enabled false). Node i logs to
-// dir/forever-i.log and stores under dir/forever-i.
-func clusterNodes(bin, dir string, n int, ttl time.Duration, withAuth bool) (*nodes, error) {
+// dir/forever-i.log and stores under dir/forever-i. extra flags follow
+// the chart's and chaos's own.
+func clusterNodes(bin, dir string, n int, ttl time.Duration, withAuth bool, extra []string) (*nodes, error) {
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	secretFile := filepath.Join(dir, "auth-secret")
@@ -99,7 +100,7 @@ func clusterNodes(bin, dir string, n int, ttl time.Duration, withAuth bool) (*no
 		}
 		ns.list = append(ns.list, &daemon{
 			name: name, bin: bin, data: pod.Data, httpAddr: pod.HTTP, natsAddr: pod.NATSListen, log: log,
-			args: append(chartargs.Args(pod), tuning...),
+			args: append(append(chartargs.Args(pod), tuning...), extra...),
 			env:  chartargs.Env(pod),
 		})
 	}

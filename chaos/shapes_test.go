@@ -213,6 +213,7 @@ func TestShapesUsage(t *testing.T) {
 		{name: "stepdowns on one node", args: []string{"-stepdowns", "1"}},
 		{name: "handoffs on one node", args: []string{"-kills", "0", "-handoffs", "2"}},
 		{name: "negative", args: []string{"-nodes", "3", "-stepdowns", "-1"}},
+		{name: "stall agents on one node", args: []string{"-stall-agents", "4"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 type script = func(context.Context, llm.Request, func(llm.Delta, error) bool)
@@ -296,4 +298,64 @@ func TestRecoverEmptyDecisionKeepsToolResults(t *testing.T) {
 			t.Errorf("stored %s call: state %q output %s, want its output", part.ToolName, part.State, part.Output)
 		}
 	}
+}
+
+// TestRecoverCancelledBeforeStart: a turn whose process died before its
+// stream's first chunk was stored, then cancelled, ends its stream with
+// the start chunk before the abort, so a client reading the stream sees it
+// start (verify's stream-start rule; a 6-node chaos run found a stream
+// that held the abort alone).
+func TestRecoverCancelledBeforeStart(t *testing.T) {
+	e := newEnv(t)
+	// The first incarnation dies while its turn writes the start chunk.
+	stuck := &stuckChunks{reached: make(chan struct{})}
+	e.chunks = stuck
+	first := e.host(t, "a1", &fake{scripts: []script{failWith(errNotCalled)}}, nil)
+	turn, err := first.a.Send(t.Context(), chat.SendRequest{Text: "tell me a story", Body: []byte(`{"model":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, stuck.reached)
+	first.r.Close()
+	e.chunks = nil
+	if cs, _ := streamOf(t, e.lg, "a1", turn.StreamID); len(cs) != 0 {
+		t.Fatalf("%d chunks stored before the crash, want none", len(cs))
+	}
+	h := e.host(t, "a1", &fake{scripts: []script{failWith(errNotCalled)}}, nil)
+	if ok, err := h.a.Cancel(t.Context()); !ok || err != nil {
+		t.Fatalf("cancel an orphaned turn: %v %v", ok, err)
+	}
+	if err := h.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Wait()
+	cs, _ := streamOf(t, e.lg, "a1", turn.StreamID)
+	if len(cs) == 0 || cs[0].Type != chunk.Start || count(cs, chunk.Start) != 1 || cs[len(cs)-1].Type != chunk.Abort {
+		var types []string
+		for _, c := range cs {
+			types = append(types, c.Type)
+		}
+		t.Fatalf("stream chunks %v, want start first and abort last", types)
+	}
+	if info := streamInfo(t, e, "a1", turn.StreamID); info.Status != chunk.StatusAborted {
+		t.Fatalf("stream = %+v", info)
+	}
+}
+
+// stuckChunks is the chunk batcher of a process that dies while writing
+// its first chunk: Add blocks until the caller's ctx ends (the process
+// stops) and stores nothing.
+type stuckChunks struct {
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (s *stuckChunks) Add(ctx context.Context, _ eventlog.Event, _ ...eventlog.AddOption) (*eventlog.Pending, error) {
+	s.once.Do(func() { close(s.reached) })
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *stuckChunks) Replace(*eventlog.Pending, json.RawMessage) (bool, error) {
+	return false, errDead
 }

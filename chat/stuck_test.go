@@ -237,8 +237,9 @@ func TestFiberFailureEndsTurn(t *testing.T) {
 }
 
 // A turn whose fiber ended without its outcome (the log refused every
-// write then) is orphaned; the next Send ends it with an error chunk and
-// turn.failed instead of answering 409 for ever.
+// write then) is orphaned; the next Send ends it with an error chunk
+// (after the start chunk its stream lacked) and turn.failed instead of
+// answering 409 for ever.
 func TestOrphanedTurnEndedBySend(t *testing.T) {
 	e := newEnv(t)
 	raw := func(typ string, v any) {
@@ -269,8 +270,10 @@ func TestOrphanedTurnEndedBySend(t *testing.T) {
 	if err != nil || tr.Status != chat.TurnFailed || !strings.Contains(tr.Error, "disk full") {
 		t.Fatalf("orphaned turn = %+v, %v", tr, err)
 	}
+	// The stream had no chunk: it gets its start before the error, as a
+	// stream starts however it ends (verify's stream-start rule).
 	cs, _ := streamOf(t, e.lg, "a1", "S1")
-	if len(cs) != 1 || cs[0].Type != chunk.Error {
+	if len(cs) != 2 || cs[0].Type != chunk.Start || cs[0].RequestID != "R1" || cs[1].Type != chunk.Error {
 		t.Fatalf("orphaned stream = %+v", cs)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
@@ -45,10 +44,8 @@ func (st *turnRun) runTurn(fctx context.Context) (err error) {
 	}()
 	// Chunks and events are written under fctx: a Cancel stops the
 	// provider, not the writes that record the stop.
-	if !st.b.started {
-		if err := em.emit(fctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID}); err != nil {
-			return st.writeFailed(fctx, err)
-		}
+	if err := st.startStream(fctx); err != nil {
+		return st.writeFailed(fctx, err)
 	}
 	tools, err := storedTools(st.info)
 	if err != nil {

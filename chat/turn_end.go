@@ -86,11 +86,24 @@ func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *ll
 	return nil
 }
 
+// startStream writes the stream's start chunk unless it has one: a turn
+// recovery fails or aborts may have died before writing it, and a stream
+// starts with it however it ends (verify's stream-start rule).
+func (st *turnRun) startStream(ctx context.Context) error {
+	if st.b.started {
+		return nil
+	}
+	return st.emitter().emit(ctx, chunk.Chunk{Type: chunk.Start, MessageID: st.info.AssistantMessageID, RequestID: st.info.RequestID})
+}
+
 // failTurn records a terminal failure: an error chunk clients see, the
 // partial answer (if any) as the assistant message, and turn.failed.
 func (st *turnRun) failTurn(ctx context.Context, cause error) error {
 	a, em := st.a, st.emitter()
 	a.logger.Warn("turn failed", "request", st.info.RequestID, "err", cause)
+	if err := st.startStream(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
 	if err := st.nameLinked(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
@@ -127,6 +140,9 @@ func (st *turnRun) recordFailed(ctx context.Context, msg string) error {
 // persist is set, records turn.interrupted and clears the "turn" interrupt.
 func (st *turnRun) abortTurn(ctx context.Context, persist bool, reason string) error {
 	em := st.emitter()
+	if err := st.startStream(ctx); err != nil {
+		return st.writeFailed(ctx, err)
+	}
 	if err := st.nameLinked(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Failover load parameters: the agents that write through every kill, whose
+// stalls say whether a failover is bounded to the victim's share.
+const (
+	// failoverLoadAgents steps agents each run one long steps fiber for the
+	// whole scenario, a step (one synced write) every failoverLoadDelayMS.
+	failoverLoadAgents  = 30
+	failoverLoadDelayMS = 250
+	failoverLoadSteps   = 100_000
+	// failoverStall is a stall: an agent without a stored event for longer.
+	// The goal is that agents neither owned by the victim nor in a shard it
+	// led never stall.
+	failoverStall = time.Second
+	// failoverElection is nats-server's election when a stream's leader
+	// dies (4-9 s, fixed in 2.15.2: docs/benchmarks.md): the victim's
+	// agents must resume within it plus the lease TTL.
+	failoverElection = 9 * time.Second
+	// failoverObserve is how long the others are watched for once every
+	// load agent wrote again after a kill.
+	failoverObserve = 3 * time.Second
+	// failoverActive: an agent that stored no event within it before the
+	// kill was not writing (its fiber between owners) and is not counted.
+	failoverActive = 2 * time.Second
+)
+
+// loadAgentName is the i-th failover load agent.
+func loadAgentName(i int) string { return fmt.Sprintf("steps:failover-load-%d", i) }
+
+// stallMonitor reads when each load agent's events were stored (the
+// stream leader's timestamps, so the reader's own delays do not count)
+// from the agents' events streams, after the fact: a live ordered consumer
+// may hang recreating itself when its server dies, which would look like a
+// stall.
+type stallMonitor struct {
+	agents   []string
+	ls       eventlog.LogStreams
+	js       jetstream.JetStream
+	byStream map[string][]string // each stream's load agents' subjects
+}
+
+// startStallLoad starts a long steps fiber on each of n load agents.
+func startStallLoad(ctx context.Context, nc *nats.Conn, n int) (*stallMonitor, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("bench: the log's streams: %w", err)
+	}
+	m := &stallMonitor{ls: ls, js: js, byStream: map[string][]string{}}
+	for i := range n {
+		a := loadAgentName(i)
+		m.agents = append(m.agents, a)
+		m.byStream[ls.EventsOf(a)] = append(m.byStream[ls.EventsOf(a)], ls.EventsSubject(eventlog.DefaultPrefix, a))
+	}
+	start := fmt.Appendf(nil, `{"steps":%d,"delayMs":%d,"effect":"none"}`, failoverLoadSteps, failoverLoadDelayMS)
+	for _, a := range m.agents {
+		if _, err := agentCommand(ctx, nc, a, "start", start); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// stored returns the stored times of each load agent's events from from
+// on, up to about to (a little past it). A stream without a leader yet
+// (the victim led it) fails the read: it is tried again, a few times.
+func (m *stallMonitor) stored(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
+	var err error
+	for range 10 {
+		var out map[string][]time.Time
+		if out, err = m.storedOnce(ctx, from, to); err == nil {
+			return out, nil
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func (m *stallMonitor) storedOnce(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
+	out := map[string][]time.Time{}
+	for stream, subjects := range m.byStream {
+		cons, err := m.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+		}
+		for done := false; !done; {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+			}
+			n := 0
+			for msg := range batch.Messages() {
+				n++
+				md, err := msg.Metadata()
+				if err != nil {
+					continue
+				}
+				sub := msg.Subject()
+				agent := sub[strings.LastIndexByte(sub, '.')+1:]
+				out[agent] = append(out[agent], md.Timestamp)
+				if md.Timestamp.After(to) || md.NumPending == 0 {
+					done = true
+				}
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
+			}
+			done = done || n == 0
+		}
+	}
+	return out, nil
+}
+
+// loadShare is which load agents a kill's victim held: owned, or in a
+// shard whose events stream it led.
+type loadShare struct {
+	victim  map[string]bool
+	owned   int // of them owned by the victim
+	ledShrd int // shards (events streams) the victim led
+	shards  int
+}
+
+// shareOf asks each load agent's owner and each events stream's leader,
+// just before victim is killed.
+func (m *stallMonitor) shareOf(ctx context.Context, nc *nats.Conn, victim string) (loadShare, error) {
+	s := loadShare{victim: map[string]bool{}, shards: len(m.ls.Events)}
+	led := map[string]bool{}
+	for _, stream := range m.ls.Events {
+		if streamLeader(ctx, nc, stream) == victim {
+			led[stream] = true
+			s.ledShrd++
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, failoverWriting)
+	defer cancel()
+	for _, a := range m.agents {
+		st, err := agentStatus(sctx, nc, a)
+		if err != nil {
+			return s, err
+		}
+		if st.Owner == victim {
+			s.owned++
+			s.victim[a] = true
+		} else if led[m.ls.EventsOf(a)] {
+			s.victim[a] = true
+		}
+	}
+	return s, nil
+}
+
+// waitResumed waits until every load agent stored an event after killed,
+// then failoverObserve more, or until the deadline.
+func (m *stallMonitor) waitResumed(ctx context.Context, killed, deadline time.Time) error {
+	for time.Now().Before(deadline) {
+		times, err := m.stored(ctx, killed, time.Now())
+		if err != nil {
+			return err
+		}
+		all := true
+		for _, a := range m.agents {
+			if len(times[a]) == 0 {
+				all = false
+				break
+			}
+		}
+		if all {
+			break
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	return sleepCtx(ctx, failoverObserve)
+}
+
+// killStalls is what one kill did to the load agents.
+type killStalls struct {
+	share     loadShare
+	ledLeases bool // the victim led the lease bucket's stream
+	// victims and others count the agents writing when the kill came;
+	// the stalled ones went more than failoverStall without an event.
+	victims, others               int
+	victimsStalled, othersStalled int
+	worstOther                    time.Duration
+	worstOtherAgent               string
+	// slowestResume is the longest kill to first event of a victim's
+	// agent; unresumed counts those without one by the end.
+	slowestResume time.Duration
+	unresumed     int
+}
+
+// stalls reads what the load agents stored from before the kill, and
+// measures each from the kill until end: its longest gap
+// between stored events (the first gap from its last event before the
+// kill, the last up to end), and for the victim's, the kill to its first
+// event.
+func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end time.Time) (killStalls, error) {
+	times, err := m.stored(ctx, killed.Add(-failoverActive), end)
+	if err != nil {
+		return killStalls{share: share}, err
+	}
+	return measureStalls(m.agents, times, share, killed, end), nil
+}
+
+// measureStalls measures agents by the stored times of their events, as
+// stallMonitor.stalls describes.
+func measureStalls(agents []string, times map[string][]time.Time, share loadShare, killed, end time.Time) killStalls {
+	ks := killStalls{share: share}
+	for _, a := range agents {
+		ts := times[a]
+		slices.SortFunc(ts, time.Time.Compare)
+		i, _ := slices.BinarySearchFunc(ts, killed, time.Time.Compare)
+		if i == 0 || killed.Sub(ts[i-1]) > failoverActive {
+			continue // not writing when the kill came
+		}
+		prev, worst := ts[i-1], time.Duration(0)
+		resumed := time.Duration(-1)
+		for _, t := range ts[i:] {
+			if t.After(end) {
+				break
+			}
+			if resumed < 0 {
+				resumed = t.Sub(killed)
+			}
+			worst = max(worst, t.Sub(prev))
+			prev = t
+		}
+		worst = max(worst, end.Sub(prev))
+		stalled := worst > failoverStall
+		if share.victim[a] {
+			ks.victims++
+			if stalled {
+				ks.victimsStalled++
+			}
+			if resumed < 0 {
+				ks.unresumed++
+				resumed = end.Sub(killed)
+			}
+			ks.slowestResume = max(ks.slowestResume, resumed)
+			continue
+		}
+		ks.others++
+		if stalled {
+			ks.othersStalled++
+		}
+		if worst > ks.worstOther {
+			ks.worstOther, ks.worstOtherAgent = worst, a
+		}
+	}
+	return ks
+}
+
+// stallRows are the rows of every kill, and over all kills.
+func stallRows(kills []killStalls, victims []string, bound time.Duration, boundNote string) []Row {
+	var rows []Row
+	var vs, vn, ost, otn int
+	var worstOther, slowest time.Duration
+	for i, k := range kills {
+		vs, vn, ost, otn = vs+k.victimsStalled, vn+k.victims, ost+k.othersStalled, otn+k.others
+		worstOther, slowest = max(worstOther, k.worstOther), max(slowest, k.slowestResume)
+		led := fmt.Sprintf("owned %d of the agents, led %d of %d shards", k.share.owned, k.share.ledShrd, k.share.shards)
+		if k.ledLeases {
+			led += " and the lease bucket"
+		}
+		rows = append(rows, Row{
+			Figure: fmt.Sprintf("kill %d (%s: %s): others' longest stall ms; stalled > 1 s: others %s, victim's %s",
+				i+1, victims[i], led, frac(k.othersStalled, k.others), frac(k.victimsStalled, k.victims)),
+			Value: max(1, millis(k.worstOther)), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
+			Target: 1, TargetNote: "others never stall > 1 s",
+		}, Row{
+			Figure: fmt.Sprintf("kill %d: victim's agents, slowest kill to first event ms (%d not resumed)", i+1, k.unresumed),
+			Value:  max(1, millis(k.slowestResume)), Baseline: boundNote, BaselineValue: millis(bound), LowerIsBetter: true,
+			Target: 1, TargetNote: "victim's resume within election + TTL",
+		})
+	}
+	// The lease bucket is one Raft group every node renews through: the
+	// kills whose victim did not lead it, apart.
+	var nl, nlStalled, nlOthers int
+	var nlWorst time.Duration
+	for _, k := range kills {
+		if !k.ledLeases {
+			nl++
+			nlStalled, nlOthers = nlStalled+k.othersStalled, nlOthers+k.others
+			nlWorst = max(nlWorst, k.worstOther)
+		}
+	}
+	rows = append(rows, Row{
+		Figure: fmt.Sprintf("the %d kills whose victim did not lead the lease bucket: others' longest stall ms; others stalled > 1 s %s", nl, frac(nlStalled, nlOthers)),
+		Value:  max(1, millis(nlWorst)), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
+		Target: 1, TargetNote: "others never stall > 1 s",
+	})
+	rows = append(rows, Row{
+		Figure: fmt.Sprintf("all %d kills: others' longest stall ms; stalled > 1 s: others %s, victim's %s", len(kills), frac(ost, otn), frac(vs, vn)),
+		Value:  max(1, millis(worstOther)), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
+		Target: 1, TargetNote: "others never stall > 1 s",
+	}, Row{
+		Figure: fmt.Sprintf("all %d kills: victim's agents, slowest kill to first event ms", len(kills)),
+		Value:  max(1, millis(slowest)), Baseline: boundNote, BaselineValue: millis(bound), LowerIsBetter: true,
+		Target: 1, TargetNote: "victim's resume within election + TTL",
+	})
+	return rows
+}
+
+// frac prints n of d as "n/d (p%)".
+func frac(n, d int) string {
+	if d == 0 {
+		return "0/0"
+	}
+	return fmt.Sprintf("%d/%d (%.0f%%)", n, d, 100*float64(n)/float64(d))
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
+)
+
+// Restart-share scenario parameters.
+const (
+	// restartShareEvents is the cluster's whole history at -n 1, the same
+	// on 3 and on 6 nodes.
+	restartShareEvents = 210_000
+	// restartShareRounds is the timed restarts of each kind per cluster.
+	restartShareRounds = 2
+	// restartShareGoal: at 6 nodes, the restarted node's figure within
+	// 0.5x of its figure at 3 nodes.
+	restartShareGoal = 0.5
+	// restartShareNode is the node restarted, by index.
+	restartShareNode = 1
+	// restartShareStable is how long the node's views must stay caught up
+	// (nothing more applied) for its restart to count as done.
+	restartShareStable = time.Second
+)
+
+// restartShareFlags are the flags restart-share adds to the chart's
+// without -agentd-flags: a node's views then hold its own partitions.
+var restartShareFlags = []string{"--shards", "8", "--owned-views"}
+
+// restartShare measures what one node's restart and rebuild cost against
+// the cluster's size, with the same total history: a sharded cluster with
+// owned views (restartShareFlags, or -agentd-flags) of 3 and then of 6
+// agentd started as the chart starts its pods, its log filled with
+// restartShareEvents events (whole chat turns over restartAgents agents,
+// through a Bind Log); then, alternating, forever-1 is
+//
+//   - restarted: SIGTERM (it hands its partitions off), start, and
+//   - rebuilt: SIGTERM, its Pebble dir removed, start,
+//
+// each timed from the start until it answers /readyz 200, holds its share
+// of the partitions (as waitHealthy counts it) and its views have nothing
+// left to apply ("runs" projection lag 0 and its applied count unchanged
+// for restartShareStable, which is not counted). Each figure comes with the
+// node's CPU over that time and the events its views applied. The rows
+// compare the 6-node figure with the 3-node one: goal within 0.5x, as the
+// node's partitions are half as many. Each cluster's load average is in
+// the figure: other processes on the machine move the times, less the CPU
+// and not the events.
+func restartShare(ctx context.Context, env *Env) (Result, error) {
+	bin, err := env.AgentdBinary(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	flags := env.cfg.AgentdFlags
+	if len(flags) == 0 {
+		flags = restartShareFlags
+	}
+	events := max(7, env.Count(restartShareEvents, restartShareEvents)/7*7)
+	rounds := max(1, min(restartShareRounds, env.Count(restartShareRounds, restartShareRounds)))
+	var runs [2]restartShareRun
+	for i, n := range []int{3, 6} {
+		if runs[i], err = restartShareCluster(ctx, env, bin, n, flags, events, rounds); err != nil {
+			return Result{}, fmt.Errorf("%d nodes: %w", n, err)
+		}
+		env.Logger.Info("restart-share", "nodes", n, "restart", runs[i].restart, "rebuild", runs[i].rebuild, "load", runs[i].load)
+	}
+	r3, r6 := runs[0], runs[1]
+	var rows []Row
+	for _, k := range []struct {
+		name   string
+		m3, m6 restartShareFigures
+	}{{"restart", r3.restart, r6.restart}, {"rebuild from an empty Pebble", r3.rebuild, r6.rebuild}} {
+		base := fmt.Sprintf("3 nodes (%d partitions, load %s)", r3.share, r3.load)
+		note := "6 nodes within 0.5x of 3"
+		rows = append(rows, Row{
+			Figure: fmt.Sprintf("forever-%d %s to ready, its share and views caught up p50 ms, 6 nodes (%d partitions, load %s), %s events", restartShareNode, k.name, r6.share, r6.load, sizeLabel(events)),
+			Value:  millis(percentile(k.m6.took, 50)), Baseline: base + ", ms", BaselineValue: millis(percentile(k.m3.took, 50)), LowerIsBetter: true,
+			Target: 1 / restartShareGoal, TargetNote: note,
+		}, Row{
+			Figure: fmt.Sprintf("forever-%d %s: its CPU p50 ms, 6 nodes", restartShareNode, k.name),
+			Value:  median(k.m6.cpu), Baseline: base + ", ms", BaselineValue: median(k.m3.cpu), LowerIsBetter: true,
+			Target: 1 / restartShareGoal, TargetNote: note,
+		})
+		if applied := (Row{
+			Figure: fmt.Sprintf("forever-%d %s: events its views applied p50, 6 nodes", restartShareNode, k.name),
+			Value:  median(k.m6.applied), Baseline: base, BaselineValue: median(k.m3.applied), LowerIsBetter: true,
+			Target: 1 / restartShareGoal, TargetNote: note,
+		}); applied.BaselineValue > 0 {
+			// A restart on its own Pebble applies nothing, the cluster
+			// being idle: the row is the rebuild's.
+			rows = append(rows, applied)
+		}
+	}
+	return Result{Rows: rows}, nil
+}
+
+// restartShareRun is what restartShareCluster measured on one cluster.
+type restartShareRun struct {
+	share            int // the partitions the node holds when balanced
+	restart, rebuild restartShareFigures
+	load             string
+}
+
+// restartShareFigures are one kind's rounds.
+type restartShareFigures struct {
+	took         []time.Duration
+	cpu, applied []float64 // ms, events
+}
+
+// restartShareCluster starts an n-node cluster with flags, fills its log
+// with events events, and times rounds restarts and rebuilds of one node.
+func restartShareCluster(ctx context.Context, env *Env, bin string, n int, flags []string, events, rounds int) (_ restartShareRun, err error) {
+	dir, err := env.TempDir()
+	if err != nil {
+		return restartShareRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			err = keepLogs(err, dir, env.cfg.Dir)
+		}
+	}()
+	c, err := (&agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL, extra: flags}).start(ctx, n, failoverHealthy)
+	if err != nil {
+		return restartShareRun{}, err
+	}
+	defer c.close()
+	nc, err := nats.Connect(c.natsURLs(), nats.Name("bench"), nats.MaxReconnects(-1))
+	if err != nil {
+		return restartShareRun{}, fmt.Errorf("bench: connect to the cluster: %w", err)
+	}
+	defer nc.Close()
+	began := time.Now()
+	if err := fillLog(ctx, nc, events, SyncAlways); err != nil {
+		return restartShareRun{}, fmt.Errorf("fill %d events: %w", events, err)
+	}
+	env.Logger.Info("restart-share: filled", "nodes", n, "events", events, "took", time.Since(began).Round(time.Millisecond))
+	run := restartShareRun{share: chartargs.DefaultPartitions - (n-1)*((chartargs.DefaultPartitions+n-1)/n), load: loadAvg()}
+	nd := c.nodes[restartShareNode]
+	// An untimed restart first: every node's views caught up on the fill.
+	if _, err := restartNode(ctx, c, nd, run.share, false); err != nil {
+		return run, err
+	}
+	restart := func(int) error {
+		f, err := restartNode(ctx, c, nd, run.share, false)
+		run.restart.add(f)
+		return err
+	}
+	rebuild := func(int) error {
+		f, err := restartNode(ctx, c, nd, run.share, true)
+		run.rebuild.add(f)
+		return err
+	}
+	if err := alternate(rounds, restart, rebuild); err != nil {
+		return run, err
+	}
+	run.load = run.load + "-" + loadAvg()
+	return run, nil
+}
+
+// restartShareRound is one restart's figures.
+type restartShareRound struct {
+	took         time.Duration
+	cpu, applied float64
+}
+
+func (f *restartShareFigures) add(r restartShareRound) {
+	if r.took == 0 {
+		return
+	}
+	f.took = append(f.took, r.took)
+	f.cpu = append(f.cpu, r.cpu)
+	f.applied = append(f.applied, r.applied)
+}
+
+// restartNode stops nd with SIGTERM, empties its Pebble dir when rebuild
+// is set, starts it and waits until it is ready, holds share partitions
+// and its views are caught up; then until the whole cluster is healthy.
+func restartNode(ctx context.Context, c *agentdCluster, nd *clusterNode, share int, rebuild bool) (restartShareRound, error) {
+	if err := nd.stop(); err != nil {
+		return restartShareRound{}, err
+	}
+	if rebuild {
+		if err := os.RemoveAll(filepath.Join(c.dir, nd.name, "data", "pebble")); err != nil {
+			return restartShareRound{}, fmt.Errorf("bench: %w", err)
+		}
+	}
+	// The others hold its partitions before it starts again.
+	if err := c.waitOthers(ctx, nd, failoverHealthy); err != nil {
+		return restartShareRound{}, err
+	}
+	began := time.Now()
+	if err := nd.start(); err != nil {
+		return restartShareRound{}, err
+	}
+	r, err := nd.waitCaughtUp(ctx, began, share)
+	if err != nil {
+		return r, err
+	}
+	return r, c.waitHealthy(ctx, failoverHealthy)
+}
+
+// waitCaughtUp polls nd until it answers /readyz 200, holds share
+// partitions, and its "runs" view has no lag and applies nothing more for
+// restartShareStable; the figures are taken at the first poll of that
+// stable stretch.
+func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share int) (restartShareRound, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := began.Add(failoverHealthy)
+	var cand restartShareRound
+	var candAt time.Time
+	for {
+		if err := nd.exitErr(); err != nil {
+			return restartShareRound{}, fmt.Errorf("bench: %s exited: %v\n%s", nd.name, err, nd.tail())
+		}
+		at := time.Now()
+		h, ok := nd.readyz(client)
+		cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
+		done := ok && h.Partitions >= share && err == nil && cur["lag:runs"] == 0
+		if done {
+			applied := cur["applied:runs"]
+			switch {
+			case candAt.IsZero() || applied != cand.applied:
+				ticks, err := procTicks(nd.cmd.Process.Pid)
+				if err != nil {
+					return restartShareRound{}, err
+				}
+				cand, candAt = restartShareRound{took: at.Sub(began), cpu: float64(ticks) * 10, applied: applied}, at
+			case at.Sub(candAt) >= restartShareStable:
+				return cand, nil
+			}
+		} else {
+			candAt = time.Time{}
+		}
+		if time.Now().After(deadline) {
+			return restartShareRound{}, fmt.Errorf("bench: %s not caught up %s after its start: %s, metrics %v\n%s", nd.name, failoverHealthy, h, err, nd.tail())
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return restartShareRound{}, err
+		}
+	}
+}
+
+// waitOthers waits until the nodes other than nd are ready and hold every
+// partition between them.
+func (c *agentdCluster) waitOthers(ctx context.Context, nd *clusterNode, timeout time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		held, ready := 0, true
+		for _, o := range c.nodes {
+			if o == nd {
+				continue
+			}
+			h, ok := o.readyz(client)
+			ready = ready && ok
+			held += h.Partitions
+		}
+		if ready && held >= chartargs.DefaultPartitions {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: the others hold %d partitions %s after %s stopped", held, timeout, nd.name)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// stop sends SIGTERM and waits (up to a minute, then SIGKILL) for the
+// process to exit.
+func (nd *clusterNode) stop() error {
+	if nd.cmd == nil {
+		return nil
+	}
+	nd.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-nd.exited:
+		nd.cmd = nil
+		nd.log.Close()
+		if err != nil {
+			return fmt.Errorf("bench: %s exit after SIGTERM: %w\n%s", nd.name, err, nd.tail())
+		}
+		return nil
+	case <-time.After(time.Minute):
+		nd.kill()
+		return fmt.Errorf("bench: %s still running a minute after SIGTERM", nd.name)
+	}
+}
+
+// fillLog appends n events (whole chat turns, n rounded down to 7) to the
+// log through nc, spread over restartAgents agents, restartWriters writers
+// at a time, each batching per stream (a sharded log's batch goes to one
+// shard); each agent's turns stay in order (agent and writer are both the
+// turn number modulo).
+func fillLog(ctx context.Context, nc *nats.Conn, n int, mode SyncMode) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		return err
+	}
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, AsyncBatches: mode == SyncInterval})
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	turns := n / 7
+	eg, ectx := errgroup.WithContext(ctx)
+	for w := range restartWriters {
+		eg.Go(func() error {
+			batches := map[string][]eventlog.Event{}
+			for t := w; t < turns; t += restartWriters {
+				agent := fmt.Sprintf("r%d", t%restartAgents)
+				stream := ls.EventsOf(agent)
+				evs := append(batches[stream], turnEvents(agent, t)...)
+				if len(evs) >= 7*viewsTurnsPB {
+					if err := appendRetried(ectx, lg, evs); err != nil {
+						return err
+					}
+					evs = evs[:0]
+				}
+				batches[stream] = evs
+			}
+			for _, evs := range batches {
+				if len(evs) > 0 {
+					if err := appendRetried(ectx, lg, evs); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
+}
+
+// median is the nearest-rank p50 of xs, 0 when empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)+1)/2-1]
+}
+
+// appendRetried appends evs as AppendBatch does, sending them again (the
+// same ids) when the answer was lost, as on a loaded machine an atomic
+// batch's commit may outlast the ack timeout: a batch stored already is
+// refused as a duplicate, which counts as stored.
+func appendRetried(ctx context.Context, lg *eventlog.Log, evs []eventlog.Event) error {
+	for i := range evs {
+		if evs[i].ID == "" {
+			evs[i].ID = nuid.Next()
+		}
+	}
+	var err error
+	for range 10 {
+		if _, err = lg.AppendBatch(ctx, evs); err == nil || errors.Is(err, eventlog.ErrDuplicate) {
+			return nil
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	return err
+}
