@@ -65,6 +65,9 @@ type EnvConfig struct {
 	// AgentdFlags are flags the scale-out scenario adds to every node's
 	// chart flags, such as --shards 6.
 	AgentdFlags []string
+	// NodeProfiles, when set, is a dir where the scale-out scenario writes
+	// a CPU profile of each node (agentd --pprof) over its measured window.
+	NodeProfiles string
 }
 
 // Validate checks the config after defaults are applied.
