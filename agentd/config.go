@@ -346,6 +346,10 @@ type Config struct {
 	// DefaultAuthMetricsListen (the series name every tenant, so they are
 	// kept off the tenants' port); without, /metrics on HTTPAddr.
 	MetricsListen string
+	// Pprof (--pprof) serves Go's profiles (net/http/pprof) under
+	// /debug/pprof/ on the MetricsListen listener, which it requires.
+	// Default false.
+	Pprof bool
 	// EncryptionKeyFile (--encryption-key-file) names a file holding a key
 	// of at least MinEncryptionKey bytes with which the embedded server
 	// encrypts its JetStream store at rest (JetStreamKey), with

@@ -96,6 +96,7 @@ var configFields = map[string]fieldDefault{
 	"HTTPIdleTimeout":       byDefaults,
 	"HTTPMaxConns":          byDefaults,
 	"MetricsListen":         zeroMeans, // DefaultAuthMetricsListen with Auth
+	"Pprof":                 noDefault,
 	"EncryptionKeyFile":     noDefault,
 	"EncryptionCipher":      zeroMeans, // chacha
 	"TenantDefaults":        byDefaults,

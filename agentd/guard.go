@@ -20,7 +20,7 @@ import (
 )
 
 // This file is the store guard: it looks at the JetStream streams and KV
-// buckets the daemon depends on every GuardInterval, notices one that was
+// buckets the daemon depends on, notices one that was
 // deleted, deleted and created again, or purged whole under the running
 // node (an operator's `nats stream rm` or `nats stream purge`), logs it
 // once at ERROR naming it and what was lost, and runs its heal: the stream
@@ -32,9 +32,30 @@ import (
 // one per API request of the account): a purge without a subject filter is
 // a loss. The purges Forever makes itself (chunk retention, compaction) name
 // one subject each and are not.
+//
+// A look reads a stream's info, a JetStream API request that every server
+// of the cluster receives and decodes (only the stream's leader answers):
+// every node looking at each of the 2K+1 streams each second cost a
+// cluster of N nodes N*N*(2K+1) such requests a second, the largest part
+// of an idle cluster's CPU at 6 nodes (issue 36, docs/scaling.md). So the
+// guard reads a stream's info every GuardRefresh, and at once when an
+// advisory names it: its deletion or creation
+// ($JS.EVENT.ADVISORY.STREAM.DELETED.<stream>, .CREATED.<stream>) or a
+// purge of it (the API audit). The refresh is the backstop for an
+// advisory missed while the connection was down.
 
-// GuardInterval is how often the guard looks at the streams and buckets.
+// GuardInterval is how often the guard checks the views against their
+// streams' last sequences, heals a loss not yet healed, and reads the
+// info of the streams that are due.
 const GuardInterval = time.Second
+
+// GuardRefresh is how often the guard reads a stream's info when no
+// advisory names it.
+const GuardRefresh = 10 * time.Second
+
+// jsStreamAdvisories are the subjects of JetStream's stream deletion and
+// creation advisories, the stream's name last.
+var jsStreamAdvisories = []string{"$JS.EVENT.ADVISORY.STREAM.DELETED.*", "$JS.EVENT.ADVISORY.STREAM.CREATED.*"}
 
 // viewStallAfter is how long views may stay behind their stream without
 // applying anything before readiness calls them stalled.
@@ -107,6 +128,17 @@ type guardState struct {
 	// gone (a filtered purge, Forever's compaction, leaves the other
 	// agents' events).
 	purgedSure bool
+	// looked is when its info was last read, zero before; advised: an
+	// advisory named it since.
+	looked  time.Time
+	advised bool
+}
+
+// due reports whether st's info is to be read at now: never read, an
+// advisory or a loss to heal is waiting, or GuardRefresh went by. Under
+// guard.mu.
+func (st *guardState) due(now time.Time) bool {
+	return st.looked.IsZero() || st.advised || st.loss != nil || st.purged != nil || now.Sub(st.looked) >= GuardRefresh
 }
 
 // watchedView is a follower of a stream whose progress the guard checks.
@@ -138,6 +170,9 @@ type guard struct {
 	// now is the guard's clock (time.Now; tests step it by hand).
 	now func() time.Time
 
+	// wake has a value when an advisory made a stream due.
+	wake chan struct{}
+
 	mu struct {
 		sync.Mutex
 		states []*guardState
@@ -146,7 +181,7 @@ type guard struct {
 }
 
 func newGuard(logger *slog.Logger, reg prometheus.Registerer) (*guard, error) {
-	g := &guard{logger: logger.With("subsystem", "guard"), restartAfter: viewRestartAfter, now: time.Now}
+	g := &guard{logger: logger.With("subsystem", "guard"), restartAfter: viewRestartAfter, now: time.Now, wake: make(chan struct{}, 1)}
 	faults := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_agentd_store_faults_total",
 		Help: "Losses of a JetStream stream or bucket the daemon noticed under it, by store and kind (deleted, recreated, purged).",
@@ -194,6 +229,13 @@ func (g *guard) run(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("guard: subscribe to %s: %w", jsAPIAudit, err)
 	}
 	defer sub.Unsubscribe()
+	for _, subject := range jsStreamAdvisories {
+		sub, err := nc.Subscribe(subject, g.streamAdvisory)
+		if err != nil {
+			return fmt.Errorf("guard: subscribe to %s: %w", subject, err)
+		}
+		defer sub.Unsubscribe()
+	}
 	t := time.NewTicker(GuardInterval)
 	defer t.Stop()
 	for {
@@ -202,6 +244,31 @@ func (g *guard) run(ctx context.Context, nc *nats.Conn) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-g.wake:
+		}
+	}
+}
+
+// streamAdvisory takes a stream deletion or creation advisory: the stream
+// it names, when guarded, is looked at now.
+func (g *guard) streamAdvisory(m *nats.Msg) {
+	g.advise(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+}
+
+// advise makes the guarded stream named stream due, and wakes the guard.
+func (g *guard) advise(stream string) {
+	g.mu.Lock()
+	found := false
+	for _, st := range g.mu.states {
+		if st.g.Stream == stream {
+			st.advised, found = true, true
+		}
+	}
+	g.mu.Unlock()
+	if found {
+		select {
+		case g.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -245,6 +312,7 @@ func (g *guard) audit(m *nats.Msg) {
 		return
 	}
 	name := strings.TrimPrefix(a.Subject, purgePrefix)
+	defer g.advise(name)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, st := range g.mu.states {
@@ -262,20 +330,33 @@ func (g *guard) audit(m *nats.Msg) {
 	}
 }
 
-// look checks every guarded stream and watched view once.
+// look checks every guarded stream that is due (guardState.due), and
+// every watched view against the last sequences the guard knows.
 func (g *guard) look(ctx context.Context, js jetstream.JetStream) {
+	now := g.now()
 	g.mu.Lock()
-	states := append([]*guardState(nil), g.mu.states...)
+	var states []*guardState
+	for _, st := range g.mu.states {
+		if st.due(now) {
+			st.advised = false
+			states = append(states, st)
+		}
+	}
 	g.mu.Unlock()
-	lasts := map[string]uint64{}
 	for _, st := range states {
 		if ctx.Err() != nil {
 			return
 		}
-		if info := g.lookAt(ctx, js, st); info != nil {
-			lasts[st.g.Stream] = info.State.LastSeq
+		g.lookAt(ctx, js, st)
+	}
+	lasts := map[string]uint64{}
+	g.mu.Lock()
+	for _, st := range g.mu.states {
+		if st.seen != nil {
+			lasts[st.g.Stream] = st.seen.State.LastSeq
 		}
 	}
+	g.mu.Unlock()
 	g.lookAtViews(lasts)
 }
 
@@ -325,7 +406,7 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 	}
 	if info != nil {
 		g.mu.Lock()
-		st.seen = info
+		st.seen, st.looked = info, g.now()
 		g.mu.Unlock()
 	}
 	return info

@@ -16,6 +16,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestGuardClusteredPurgeAdvisory: a clustered server's purge advisory
@@ -146,5 +147,127 @@ func TestGuardRestartsStalledViews(t *testing.T) {
 	g.lookAtViews(lasts)
 	if len(restarted) != 2 {
 		t.Errorf("restarted %v after the views caught up", restarted)
+	}
+}
+
+// TestGuardReadsInfoWhenDue: a stream's info, a request every server of a
+// cluster decodes, is read at the first look, then only once GuardRefresh
+// went by or an advisory named the stream, not at every look.
+func TestGuardReadsInfoWhenDue(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The requests the guard sends, as a NATS tool sees them.
+	infos, err := nc.SubscribeSync("$JS.API.STREAM.INFO.EVS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := infos.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents"})
+	for _, step := range []struct {
+		what   string
+		before func()
+		looks  int
+		want   int
+	}{
+		{"first looks", func() {}, 3, 1},
+		{"looks within GuardRefresh", func() { now = now.Add(GuardRefresh - time.Second) }, 3, 1},
+		{"an advisory naming it", func() { g.advise("EVS") }, 3, 2},
+		{"an advisory naming another stream", func() { g.advise("OTHER") }, 3, 2},
+		{"GuardRefresh after the last read", func() { now = now.Add(GuardRefresh) }, 3, 3},
+	} {
+		step.before()
+		for range step.looks {
+			g.look(ctx, js)
+		}
+		if got := count(); got != step.want {
+			t.Fatalf("%s: %d stream info requests in all, want %d", step.what, got, step.want)
+		}
+	}
+}
+
+// TestGuardNoticesADeletionByItsAdvisory: with a clock that never reaches
+// GuardRefresh, a stream deleted under the guard is noticed all the same,
+// from JetStream's deletion advisory.
+func TestGuardNoticesADeletionByItsAdvisory(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g.now = func() time.Time { return now } // GuardRefresh never goes by
+	healed := make(chan Loss, 1)
+	g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents",
+		Heal: func(ctx context.Context, l Loss) error {
+			select {
+			case healed <- l:
+			default:
+			}
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
+			return err
+		}})
+	done := make(chan error, 1)
+	go func() { done <- g.run(ctx, nc) }()
+	waitfor.True(t, "the guard's first look", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return !g.mu.states[0].looked.IsZero()
+	})
+	if err := js.DeleteStream(ctx, "EVS"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-healed:
+		if l.Kind != LossDeleted {
+			t.Errorf("loss %+v, want %s", l, LossDeleted)
+		}
+	case <-time.After(waitfor.Bound):
+		t.Fatalf("the deletion was not noticed in %s", waitfor.Bound)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package agentd_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,6 +232,31 @@ func TestMetricsListener(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("Host %s: %d, want %d", tc.host, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestPprof: with --pprof, Go's profiles are served under /debug/pprof/
+// on the metrics listener; without it they are not; and --pprof without a
+// metrics listener is refused, naming --metrics-listen.
+func TestPprof(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		cfg := agentdtest.Config(t)
+		cfg.MetricsListen = "127.0.0.1:0"
+		cfg.Pprof = on
+		d, err := agentd.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentdtest.Start(t, d)
+		code, body := agentdtest.Get(t, "http://"+d.MetricsAddr()+"/debug/pprof/cmdline")
+		if want := map[bool]int{true: http.StatusOK, false: http.StatusNotFound}[on]; code != want {
+			t.Errorf("--pprof=%v: /debug/pprof/cmdline %d %.200s, want %d", on, code, body, want)
+		}
+	}
+	cfg := agentdtest.Config(t)
+	cfg.Pprof = true
+	if _, err := agentd.New(cfg); !errors.Is(err, agentd.ErrConfig) || !strings.Contains(err.Error(), "--metrics-listen") {
+		t.Errorf("--pprof without a metrics listener: %v, want ErrConfig naming --metrics-listen", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 )
 
@@ -31,8 +32,11 @@ func (c *Config) metricsAddr() string {
 	return ""
 }
 
-// validateMetrics checks --metrics-listen.
+// validateMetrics checks --metrics-listen and --pprof.
 func (c *Config) validateMetrics() error {
+	if c.Pprof && c.metricsAddr() == "" {
+		return configErrorf("pprof", "--pprof serves on the metrics listener: set --metrics-listen too")
+	}
 	if c.MetricsListen == "" {
 		return nil
 	}
@@ -42,12 +46,14 @@ func (c *Config) validateMetrics() error {
 	return nil
 }
 
-// metricsFlags defines --metrics-listen.
+// metricsFlags defines --metrics-listen and --pprof.
 func metricsFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen,
 		"`host:port` serving /metrics on a listener of its own, and no longer on --http (default with --auth: "+
 			DefaultAuthMetricsListen+"; without: /metrics on --http); plain HTTP, keep it on loopback or a private network; "+
 			"it answers a Host that is loopback, an IP address or an --allowed-host, others get 403 (DNS rebinding)")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof,
+		"also serve Go's profiles under /debug/pprof/ on the --metrics-listen listener (for example /debug/pprof/profile?seconds=30, a CPU profile); needs --metrics-listen or --auth")
 }
 
 // serveMetrics serves /metrics on Config.metricsAddr when it is set, until
@@ -66,6 +72,13 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 	mux.Handle("GET /metrics", d.metricsHandler)
 	if d.cfg.Auth {
 		mux.HandleFunc("GET /debug/quarantine", d.handleQuarantine)
+	}
+	if d.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	hs := &http.Server{
 		Handler:           d.cfg.metricsHostCheck(mux),

@@ -44,9 +44,11 @@
 // process in a cgroup v1 cpu cgroup of its own with the same quota
 // (-cpu-quota, 0.25 CPU), drives 400 agents' chats in a closed loop and
 // prints the turns/s ratio (goal 1.8x) and each node's events applied/s
-// and CPU next to its cluster's mean (within 1.5x); -agentd-flags adds
-// flags to every node; without a writable cgroup v1 cpu controller it
-// prints one SKIP row. docs/scaling.md has its figures.
+// and CPU next to its cluster's mean (within 1.5x), and each cluster's
+// idle CPU before the load; -agentd-flags adds flags to every node;
+// -node-profiles DIR runs the nodes with --pprof and writes a CPU profile
+// of each over the idle and the measured window; without a writable
+// cgroup v1 cpu controller it prints one SKIP row. docs/scaling.md has its figures.
 // They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs
 // agentd under both sync modes itself; failover, which runs it as the chart

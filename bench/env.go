@@ -66,6 +66,9 @@ type EnvConfig struct {
 	// scenarios add to every node's chart flags, such as --shards 8
 	// --owned-views.
 	AgentdFlags []string
+	// NodeProfiles, when set, is a dir where the scale-out scenario writes
+	// a CPU profile of each node (agentd --pprof) over its measured window.
+	NodeProfiles string
 }
 
 // Validate checks the config after defaults are applied.

@@ -19,10 +19,13 @@ import (
 
 // Scale-out scenario parameters, before -n scales them.
 const (
-	scaleOutQuota   = 0.25 // CPUs per node (-cpu-quota)
-	scaleOutAgents  = 400  // agents chatting in a closed loop
-	scaleOutWindow  = 30 * time.Second
-	scaleOutWarmup  = 10 * time.Second
+	scaleOutQuota  = 0.25 // CPUs per node (-cpu-quota)
+	scaleOutAgents = 400  // agents chatting in a closed loop
+	scaleOutWindow = 30 * time.Second
+	scaleOutWarmup = 10 * time.Second
+	// scaleOutIdle is the window, before -n scales it (at least 10 s), in which each
+	// cluster's idle CPU is read: started, balanced, no chat yet.
+	scaleOutIdle    = 10 * time.Second
 	scaleOutHealthy = 5 * time.Minute
 	// scaleOutGoal is issue 36's goal: 6 nodes at least this many times
 	// the turns/s of 3.
@@ -88,9 +91,10 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 	agents := env.Count(scaleOutAgents, scaleOutAgents)
 	warm := max(3*time.Second, time.Duration(float64(scaleOutWarmup)*env.cfg.Scale))
 	window := max(5*time.Second, time.Duration(float64(scaleOutWindow)*env.cfg.Scale))
+	idle := max(10*time.Second, time.Duration(float64(scaleOutIdle)*env.cfg.Scale))
 	var runs []scaleOutRun
 	for _, n := range []int{3, 6} {
-		r, err := scaleOutCluster(ctx, env, bin, n, quota, agents, warm, window)
+		r, err := scaleOutCluster(ctx, env, bin, n, quota, agents, scaleOutTimes{warm: warm, window: window, idle: idle})
 		if err != nil {
 			return Result{}, fmt.Errorf("%d nodes: %w", n, err)
 		}
@@ -105,6 +109,8 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 			Target: scaleOutGoal, TargetNote: "6 nodes >= 1.8x 3 nodes"},
 		{Figure: "ms CPU per turn, summed over 6 nodes", Value: r6.cpuPerTurn(), LowerIsBetter: true,
 			Baseline: "summed over 3 nodes", BaselineValue: r3.cpuPerTurn()},
+		{Figure: "idle CPU % of a core, summed over 6 nodes (no chat)", Value: r6.idleCPU * 100, LowerIsBetter: true,
+			Baseline: "summed over 3 nodes", BaselineValue: r3.idleCPU * 100},
 		{Figure: "events applied per turn of the cluster, mean of 6 nodes", Value: r6.eventsPerTurn(), LowerIsBetter: true,
 			Baseline: "mean of 3 nodes", BaselineValue: r3.eventsPerTurn()},
 	}
@@ -124,7 +130,14 @@ type scaleOutRun struct {
 	events []float64 // per node: events applied per second
 	cpu    []float64 // per node: CPUs used (1 = one core)
 	load   string    // /proc/loadavg's 1-minute figure, at the start and end
+	// idleCPU is the CPUs the nodes used together, started and balanced,
+	// before any chat.
+	idleCPU float64
 }
+
+// scaleOutTimes are a cluster's warm-up, its measured window, and its
+// idle window before the load.
+type scaleOutTimes struct{ warm, window, idle time.Duration }
 
 func (r scaleOutRun) turnsPerSec() float64 { return float64(r.turns) / r.window.Seconds() }
 
@@ -184,7 +197,8 @@ func (r scaleOutRun) nodeRows() []Row {
 
 // scaleOutCluster starts n nodes in cgroups of quota CPUs each, drives
 // agents chats until warm and then for window, and stops them.
-func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota float64, agents int, warm, window time.Duration) (_ scaleOutRun, err error) {
+func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota float64, agents int, times scaleOutTimes) (_ scaleOutRun, err error) {
+	warm, window := times.warm, times.window
 	dir, err := env.TempDir()
 	if err != nil {
 		return scaleOutRun{}, err
@@ -198,12 +212,37 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	cg := &cpuCgroups{run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6), quota: quota}
 	defer func() { err = errors.Join(err, cg.remove()) }()
 	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL,
-		extra:   append([]string{"--local-rate=-1"}, env.cfg.AgentdFlags...),
+		extra:   append(profileFlags(env.cfg.NodeProfiles), env.cfg.AgentdFlags...),
 		started: func(nd *clusterNode) error { return cg.add(nd.name, nd.cmd.Process.Pid) }}
 	if _, err := c.start(ctx, n, scaleOutHealthy); err != nil {
 		return scaleOutRun{}, err
 	}
 	defer c.close()
+	r := scaleOutRun{nodes: n}
+	// The idle window: what the cluster costs with nothing to do (Raft
+	// heartbeats, lease renewals, consumers), read before any chat.
+	idle0, err := nodeSnapshots(c)
+	if err != nil {
+		return scaleOutRun{}, err
+	}
+	waitIdle, err := startProfiles(env.cfg.NodeProfiles, "idle-", c, times.idle)
+	if err != nil {
+		return scaleOutRun{}, err
+	}
+	ti := time.Now()
+	if err := sleepCtx(ctx, times.idle); err != nil {
+		return scaleOutRun{}, errors.Join(err, waitIdle())
+	}
+	if err := waitIdle(); err != nil {
+		env.Logger.Warn("scale-out: profiles", "err", err)
+	}
+	idle1, err := nodeSnapshots(c)
+	if err != nil {
+		return scaleOutRun{}, err
+	}
+	for i := range idle1 {
+		r.idleCPU += float64(idle1[i].ticks-idle0[i].ticks) / clockTicks / time.Since(ti).Seconds()
+	}
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: agents, MaxIdleConns: agents}}
 	defer hc.CloseIdleConnections()
@@ -237,7 +276,6 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	if err := sleepCtx(ctx, warm); err != nil {
 		return scaleOutRun{}, err
 	}
-	r := scaleOutRun{nodes: n}
 	// The window starts once every node's views have applied an event
 	// since it started: a node publishes its runs cursor only then.
 	var before []nodeSnapshot
@@ -253,15 +291,22 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		}
 	}
 	load0 := loadAvg()
+	waitProfiles, err := startProfiles(env.cfg.NodeProfiles, "", c, window)
+	if err != nil {
+		return scaleOutRun{}, err
+	}
 	t0, d0, f0 := time.Now(), done.Load(), failed.Load()
 	if err := sleepCtx(ctx, window); err != nil {
-		return scaleOutRun{}, err
+		return scaleOutRun{}, errors.Join(err, waitProfiles())
 	}
 	after, err := nodeSnapshots(c)
 	if err != nil {
 		return scaleOutRun{}, err
 	}
 	r.window, r.turns, r.failed = time.Since(t0), done.Load()-d0, failed.Load()-f0
+	if err := waitProfiles(); err != nil {
+		env.Logger.Warn("scale-out: profiles", "err", err)
+	}
 	r.load = load0 + "-" + loadAvg()
 	if r.failed > 0 {
 		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "last", lastErr.Load())
@@ -277,6 +322,56 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
 	}
 	return r, nil
+}
+
+// profileFlags are the flags every node gets: --local-rate=-1, and
+// --pprof when the nodes are profiled.
+func profileFlags(dir string) []string {
+	if dir == "" {
+		return []string{"--local-rate=-1"}
+	}
+	return []string{"--local-rate=-1", "--pprof"}
+}
+
+// startProfiles asks each node of c (started with --pprof) for a CPU
+// profile of the next d, written to dir/<n>nodes-<prefix><node>.pprof;
+// wait waits for them. With dir empty it does nothing. The profiles say where a
+// node's CPU went in the window (go tool pprof -top FILE).
+func startProfiles(dir, prefix string, c *agentdCluster, d time.Duration) (wait func() error, err error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	for i, nd := range c.nodes {
+		out := filepath.Join(dir, fmt.Sprintf("%dnodes-%s%s.pprof", len(c.nodes), prefix, nd.name))
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", nd.metrics, secs)
+		wg.Go(func() { errs[i] = fetchTo(url, out, d+time.Minute) })
+	}
+	return func() error { wg.Wait(); return errors.Join(errs...) }, nil
+}
+
+// fetchTo writes what a GET of url answers to the file out.
+func fetchTo(url, out string, timeout time.Duration) error {
+	resp, err := (&http.Client{Timeout: timeout}).Get(url)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("bench: %s: %s %s", url, resp.Status, b)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
 
 // nodeSnapshot is what a node's /metrics and /proc/<pid>/stat say at one
