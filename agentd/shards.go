@@ -33,10 +33,10 @@ const FormatChunkBatches = FormatShards + 1
 // cluster of servers (replicated, or an embedded server with
 // --cluster-listen): with the default 64 partitions, 8 shards of each kind
 // are 16 Raft leaders, which SpreadLeaders gives 6/5/5 to 3 servers and
-// 3/3/3/3/2/2 to 6 (docs/scaling.md, "Choosing K"). With --partitions
-// that 8 does not divide, the default is the largest power of 2 that
-// divides both (1: unsharded). A single server gets no default: its
-// streams have no leaders to spread.
+// 3/3/3/3/2/2 to 6 (docs/scaling.md, "Choosing P, K and the node
+// count"). With --partitions that 8 does not divide, the default is the
+// largest power of 2 that divides both (1: unsharded). A single server
+// gets no default: its streams have no leaders to spread.
 const DefaultShards = 8
 
 // newClusterShards returns the shard count a node started without
