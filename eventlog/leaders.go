@@ -33,7 +33,6 @@ type Leader struct {
 // preferred server); the election that follows moves it within about a
 // second, and the stream's writes wait for it as for any election. Call
 // it again to check: a spread log moves nothing.
-//
 func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 	if !l.sharded() || l.cfg.Replicas < 2 || l.cfg.Bind {
 		return nil, nil
