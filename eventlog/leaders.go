@@ -33,6 +33,10 @@ type Leader struct {
 // preferred server); the election that follows moves it within about a
 // second, and the stream's writes wait for it as for any election. Call
 // it again to check: a spread log moves nothing.
+//
+// An unsharded or unreplicated log has nothing to spread: nil. Errors: a
+// stream's info or a stepdown JetStream refused, after trying every
+// stream.
 func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 	if !l.sharded() || l.cfg.Replicas < 2 || l.cfg.Bind {
 		return nil, nil
