@@ -63,7 +63,8 @@ type EnvConfig struct {
 	// cgroup's cpu.cfs_quota_us over cpu.cfs_period_us); zero: 0.25.
 	CPUQuota float64
 	// AgentdFlags are flags the scale-out scenario adds to every node's
-	// chart flags, such as --shards 6.
+	// chart flags, such as --shards 1 (the unsharded layout: without it a
+	// new cluster gets agentd's default 8 shards).
 	AgentdFlags []string
 }
 
