@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -18,16 +19,20 @@ type Leader struct {
 }
 
 // SpreadLeaders spreads the Raft leaders of a replicated sharded log's
-// streams evenly over the servers that hold them: the log's streams in
-// order (each shard's events stream, then each one's chunks stream), the
-// i-th wants the i-th of the servers in name order (modulo their count),
-// so K shards of each kind on n servers give each server 2K/n leaders, and
-// a server that returned gets its share back. A stream whose wanted
-// server is not a current replica keeps its leader. For each stream led
-// elsewhere it asks its leader to step down for the wanted server
-// (JetStream's leader stepdown with a preferred server); the election
-// that follows moves it within about a second, and the stream's writes
-// wait for it as for any election. Call it again to check.
+// streams evenly over the servers that hold them (wantLeaders): the log's
+// streams in order (each shard's events stream, then each one's chunks
+// stream), the i-th wants the i-th of the servers in name order (modulo
+// their count), so K shards of each kind on n servers that each
+// replicate every stream give each server 2K/n leaders (8 shards: 6/5/5
+// on 3 servers, 3/3/3/3/2/2 on 6), and a server that returned gets its
+// share back. A stream whose wanted server is not a current replica (R3
+// placed on 3 of 6 servers, a server still catching up) is given to the
+// current replica that leads fewest, when it leads at least 2 fewer than
+// the stream's leader. For each stream led elsewhere it asks its leader
+// to step down for the wanted server (JetStream's leader stepdown with a
+// preferred server); the election that follows moves it within about a
+// second, and the stream's writes wait for it as for any election. Call
+// it again to check: a spread log moves nothing.
 //
 // An unsharded or unreplicated log has nothing to spread: nil. Errors: a
 // stream's info or a stepdown JetStream refused, after trying every
@@ -37,11 +42,8 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		return nil, nil
 	}
 	names := append(l.streamNames(false), l.streamNames(true)...)
-	type peers struct {
-		leader  string
-		current []string
-	}
-	found := make([]peers, len(names))
+	leaders := make([]string, len(names))
+	current := make([][]string, len(names))
 	servers := map[string]bool{}
 	var errs []error
 	for i, name := range names {
@@ -54,37 +56,29 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		if ci == nil {
 			continue
 		}
-		found[i].leader = ci.Leader
+		leaders[i] = ci.Leader
 		if ci.Leader != "" {
-			found[i].current = append(found[i].current, ci.Leader)
+			current[i] = append(current[i], ci.Leader)
 			servers[ci.Leader] = true
 		}
 		for _, r := range ci.Replicas {
 			servers[r.Name] = true
 			if r.Current && !r.Offline {
-				found[i].current = append(found[i].current, r.Name)
+				current[i] = append(current[i], r.Name)
 			}
 		}
 	}
-	order := make([]string, 0, len(servers))
-	for s := range servers {
-		order = append(order, s)
-	}
-	slices.Sort(order)
+	order := slices.Sorted(maps.Keys(servers))
+	wants := wantLeaders(leaders, current, order)
 	var out []Leader
 	for i, name := range names {
-		if len(order) == 0 || found[i].leader == "" {
-			out = append(out, Leader{Stream: name, Leader: found[i].leader})
-			continue
-		}
-		want := order[i%len(order)]
-		ld := Leader{Stream: name, Leader: found[i].leader, Want: want}
-		if want != ld.Leader && slices.Contains(found[i].current, want) {
-			if err := l.stepDown(ctx, name, want); err != nil {
+		ld := Leader{Stream: name, Leader: leaders[i], Want: wants[i]}
+		if ld.Want != ld.Leader {
+			if err := l.stepDown(ctx, name, ld.Want); err != nil {
 				errs = append(errs, err)
 			} else {
 				ld.Moved = true
-				l.logger.Info("stream leader asked to step down for its share of the servers", "stream", name, "from", ld.Leader, "to", want)
+				l.logger.Info("stream leader asked to step down for its share of the servers", "stream", name, "from", ld.Leader, "to", ld.Want)
 			}
 		}
 		out = append(out, ld)
@@ -93,6 +87,54 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		return out, fmt.Errorf("eventlog: spread leaders: %v", errs)
 	}
 	return out, nil
+}
+
+// wantLeaders returns the server each stream should be led by, given its
+// leader now (leaders[i], "" for none: it keeps none), its current
+// replicas (current[i], the leader among them) and every server in name
+// order: the i-th stream wants servers[i mod n] when that is a current
+// replica. The others (free) start at their leader and move, one at a
+// time, to the current replica that leads fewest when it leads at least 2
+// fewer than the stream's server, until none can: every move lowers the
+// sum of the squared counts, so it ends, and as the free streams and the
+// others' servers depend only on the replicas, a spread log moves
+// nothing.
+func wantLeaders(leaders []string, current [][]string, servers []string) []string {
+	want := slices.Clone(leaders)
+	if len(servers) == 0 {
+		return want
+	}
+	count := map[string]int{}
+	var free []int
+	for i, l := range leaders {
+		if l == "" {
+			continue
+		}
+		if w := servers[i%len(servers)]; slices.Contains(current[i], w) {
+			want[i] = w
+		} else {
+			free = append(free, i)
+		}
+		count[want[i]]++
+	}
+	for moved := true; moved; {
+		moved = false
+		for _, i := range free {
+			from, to := want[i], ""
+			for _, c := range slices.Sorted(slices.Values(current[i])) {
+				if count[c]+1 < count[from] && (to == "" || count[c] < count[to]) {
+					to = c
+				}
+			}
+			if to != "" {
+				count[from]--
+				count[to]++
+				want[i] = to
+				moved = true
+			}
+		}
+	}
+	return want
 }
 
 // stepDown asks stream's leader to step down for the server preferred.

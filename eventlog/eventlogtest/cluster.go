@@ -34,28 +34,7 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	dir := t.TempDir()
 	out := make([]*server.Server, n)
 	for i := range n {
-		s, err := server.NewServer(&server.Options{
-			ServerName:         fmt.Sprintf("s%d", i),
-			Host:               "127.0.0.1",
-			Port:               -1,
-			JetStream:          true,
-			StoreDir:           filepath.Join(dir, fmt.Sprintf("s%d", i)),
-			JetStreamMaxMemory: 64 << 20,
-			JetStreamMaxStore:  1 << 30,
-			Cluster:            server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:             routes,
-			NoLog:              true,
-			NoSigs:             true,
-		})
-		if err != nil {
-			t.Fatalf("nats server: %v", err)
-		}
-		s.Start()
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		out[i] = s
+		out[i] = startClusterServer(t, fmt.Sprintf("s%d", i), filepath.Join(dir, fmt.Sprintf("s%d", i)), ports[i], routes)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range out {
@@ -79,6 +58,58 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return out
+}
+
+// startClusterServer starts one server of RunCluster's, shut down when
+// the test ends.
+func startClusterServer(t testing.TB, name, dir string, port int, routes []*url.URL) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		ServerName:         name,
+		Host:               "127.0.0.1",
+		Port:               -1,
+		JetStream:          true,
+		StoreDir:           dir,
+		JetStreamMaxMemory: 64 << 20,
+		JetStreamMaxStore:  1 << 30,
+		Cluster:            server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: port},
+		Routes:             routes,
+		NoLog:              true,
+		NoSigs:             true,
+	})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// StopServer shuts down srvs[i], a server of RunCluster's, as a node
+// that is lost, and returns what starts it again: the same name, store
+// and cluster port, routed to every server. The restarted server is in
+// srvs[i] once restart returns, ready for connections.
+func StopServer(t testing.TB, srvs []*server.Server, i int) (restart func()) {
+	t.Helper()
+	s := srvs[i]
+	name, dir := s.Name(), filepath.Dir(s.StoreDir()) // StoreDir ends in the server's "jetstream"
+	port := s.ClusterAddr().Port
+	var routes []*url.URL
+	for _, o := range srvs {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", o.ClusterAddr().Port)})
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	return func() {
+		t.Helper()
+		srvs[i] = startClusterServer(t, name, dir, port, routes)
+		if !srvs[i].ReadyForConnections(10 * time.Second) {
+			t.Fatal("restarted nats server not ready")
+		}
+	}
 }
 
 // placeable reports whether the meta leader among servers lists all of
