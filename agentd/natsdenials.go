@@ -58,6 +58,9 @@ var (
 type denialLog struct {
 	count *prometheus.CounterVec
 	hook  atomic.Pointer[func(Denial)]
+	// now is the clock of the denials' times and of the rate of their
+	// log lines: time.Now, a test's own in tests.
+	now func() time.Time
 
 	mu struct {
 		sync.Mutex
@@ -70,7 +73,7 @@ func newDenialLog(reg prometheus.Registerer) (*denialLog, error) {
 	dl := &denialLog{count: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forever_nats_denials_total",
 		Help: "Clients the embedded NATS server refused, by kind: publish, subscribe (permissions), auth, connections, subscriptions, payload (limits).",
-	}, []string{"kind"})}
+	}, []string{"kind"}), now: time.Now}
 	dl.mu.last = make(map[string]time.Time)
 	dl.mu.suppressed = make(map[string]int)
 	if err := reg.Register(dl.count); err != nil {
@@ -88,11 +91,12 @@ func (d *Daemon) OnNATSDenial(fn func(Denial)) {
 	}
 }
 
-// denial classifies a server log line; ok is false for other lines.
-func parseDenial(line string) (Denial, bool) {
+// denial classifies a server log line, seen at now; ok is false for
+// other lines.
+func parseDenial(line string, now time.Time) (Denial, bool) {
 	for _, k := range denialKinds {
 		if strings.Contains(line, k.marker) {
-			dn := Denial{Kind: k.kind, Detail: line, Time: time.Now()}
+			dn := Denial{Kind: k.kind, Detail: line, Time: now}
 			if m := denialWho.FindStringSubmatch(line); m != nil {
 				dn.Account, dn.User = m[1], m[2]
 			}
@@ -112,7 +116,7 @@ func (dl *denialLog) take(l *slog.Logger, line string) bool {
 	if dl == nil {
 		return false
 	}
-	dn, ok := parseDenial(line)
+	dn, ok := parseDenial(line, dl.now())
 	if !ok {
 		return false
 	}

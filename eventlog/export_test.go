@@ -82,3 +82,7 @@ func SkipPurgeOnce(l *Log) { l.skipPurge = true }
 // subject is where the writer left it, as a stream leader that has not
 // caught up does during an election. Set it before l is used.
 func SkewExpect(l *Log, refuse func(subject, id string) bool) { l.skewExpect = refuse }
+
+// BeforeRead makes l's reads call f once they have the last sequence they
+// read up to, before reading.
+func BeforeRead(l *Log, f func()) { l.beforeRead = f }

@@ -248,6 +248,10 @@ type Log struct {
 	// skipPurge, set only by tests, makes Compact's next purge remove
 	// nothing, as a purge a crash undid: what deleteLeftBefore cleans up.
 	skipPurge bool
+	// beforeRead, set only by tests, is called by a read once it has the
+	// last sequence it reads up to, before reading: where events removed
+	// meanwhile (aged out, purged) leave the read short of that sequence.
+	beforeRead func()
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

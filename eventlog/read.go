@@ -7,6 +7,7 @@ import (
 	"iter"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -175,7 +176,10 @@ func (l *Log) stream(name string) jetstream.Stream {
 // and nats-server 2.15 caps a stream at 1,000 of them. A direct get may be
 // answered by a replica behind the last sequence; when the batches end
 // before it, Read goes on through an ordered consumer on the leader (as
-// when events between were removed: chunks age out).
+// when events between were removed: chunks age out). Events removed while
+// Read reads (aged out, purged) end it with those still stored, once the
+// stream's leader holds none after the last one read
+// (TestReadOfRemovedEventsEnds).
 //
 // Of a sharded log, a filter without an agent reads the shards in order:
 // every Seq of shard k is below those of shard k+1, so after names the
@@ -212,14 +216,36 @@ func (l *Log) read(ctx context.Context, stream, subject string, after Seq, limit
 	if err != nil || last <= after {
 		return nil, err
 	}
+	if l.beforeRead != nil {
+		l.beforeRead()
+	}
 	out, next, done, err := l.readDirect(ctx, stream, subject, after, last, limit)
 	if err != nil || done {
 		return out, err
 	}
-	for e, err := range l.follow(ctx, stream, subject, next) {
+	// The consumer delivers nothing of what was removed since last was
+	// read (aged out, purged): a watch ends the read once the leader holds
+	// nothing more of it, instead of waiting for it forever.
+	fctx, stop := context.WithCancelCause(ctx)
+	var at atomic.Uint64
+	at.Store(uint64(next))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		l.watchRemoved(fctx, stop, stream, subject, &at, last)
+	}()
+	defer func() {
+		stop(nil)
+		<-watched
+	}()
+	for e, err := range l.follow(fctx, stream, subject, next) {
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(context.Cause(fctx), errRangeRemoved) {
+				return out, nil
+			}
 			return out, err
 		}
+		at.Store(uint64(e.Seq))
 		out = append(out, e)
 		// Pending == 0: nothing more matched when this was delivered, which
 		// ends the read even if the last event seen at the start has since
@@ -229,6 +255,45 @@ func (l *Log) read(ctx context.Context, stream, subject string, after Seq, limit
 		}
 	}
 	return out, nil
+}
+
+// errRangeRemoved is the cause watchRemoved ends a read's consumer with.
+var errRangeRemoved = errors.New("eventlog: the rest of the read was removed")
+
+// readRemovedCheck is how long a read's consumer may deliver nothing before
+// watchRemoved asks the stream's leader whether what it waits for is still
+// stored.
+const readRemovedCheck = 250 * time.Millisecond
+
+// watchRemoved stops a read's consumer (stop, with errRangeRemoved) once it
+// has delivered nothing for readRemovedCheck and the stream's leader holds
+// no event on subject after the last one delivered (at) up to last: they
+// were removed, and the consumer would wait for them forever. It returns
+// when ctx is done. A leader that does not answer is asked again at the
+// next check; ctx bounds the read then.
+func (l *Log) watchRemoved(ctx context.Context, stop context.CancelCauseFunc, stream, subject string, at *atomic.Uint64, last Seq) {
+	tick := time.NewTicker(readRemovedCheck)
+	defer tick.Stop()
+	seen := at.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if pos := at.Load(); pos != seen {
+			seen = pos
+			continue
+		}
+		seq, _, err := l.leaderGet(ctx, stream, map[string]any{"next_by_subj": subject, "seq": rawSeq(Seq(seen)) + 1})
+		if err != nil {
+			continue
+		}
+		if seq == 0 || seq > last {
+			stop(errRangeRemoved)
+			return
+		}
+	}
 }
 
 // readBatch is how many events one batched direct get asks for, and

@@ -300,6 +300,22 @@ func TestSSEResume(t *testing.T) {
 	if len(evs) != 2 || evs[0] != full[n-2] || evs[1].Data != "[DONE]" {
 		t.Fatalf("?after= on a finished stream: %+v", evs)
 	}
+	// At its terminal chunk, or after it, nothing but [DONE], which a
+	// stock AI SDK client waits for.
+	term, err := replay.ParseCursor(full[n-2].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []string{full[n-2].ID, replay.CursorAt(term.Seq() + 5).String()} {
+		evs := newSSE(t, get(t, e, "/v1/chat/c1/stream?after="+after)).rest()
+		if len(evs) != 1 || evs[0].Data != "[DONE]" {
+			t.Fatalf("?after=%s, at or after the terminal chunk: %+v", after, evs)
+		}
+		evs = newSSE(t, get(t, e, "/v1/chat/c1/stream?after=0", "Last-Event-ID", after)).rest()
+		if len(evs) != 1 || evs[0].Data != "[DONE]" {
+			t.Fatalf("Last-Event-ID %s, at or after the terminal chunk: %+v", after, evs)
+		}
+	}
 }
 
 // A turn started but with no chunk yet is followed from its start.

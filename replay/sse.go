@@ -134,7 +134,8 @@ func setSSEHeaders(h http.Header) {
 
 // streamSSE writes the chunks of one stream after the cursor as SSE
 // events, "id: <cursor>" and "data: <chunk>", then "data: [DONE]" after the
-// terminal chunk. It ends early, without [DONE], when the client goes away
+// terminal chunk, or alone when the stream ended at or before the cursor. It
+// ends early, without [DONE], when the client goes away
 // or the gateway stops; the turn goes on either way.
 func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, stream string, after Cursor, mustExist bool) {
 	ctx, cancel := g.lifetime(r.Context())
@@ -150,6 +151,7 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 		return
 	}
 	buf := make([]byte, 0, 512)
+	done := false // whether [DONE] was sent
 	for it, err := range g.client.followOn(ctx, agent, stream, after, mustExist) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -191,6 +193,7 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 		buf = append(buf, "\n\n"...)
 		if it.Chunk.Terminal() {
 			buf = append(buf, "data: [DONE]\n\n"...)
+			done = true
 		}
 		// A client too slow to take the event within WriteTimeout is
 		// dropped; it resumes from its last id.
@@ -204,6 +207,17 @@ func (g *Gateway) streamSSE(w http.ResponseWriter, r *http.Request, agent, strea
 			return
 		}
 		sent.Inc()
+	}
+	if done || ctx.Err() != nil {
+		return
+	}
+	// The follow ended without an error or a terminal chunk after the
+	// cursor: the stream ended at or before it (a resume at its terminal
+	// chunk). The response still ends with the [DONE] a stock AI SDK
+	// client waits for.
+	_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.WriteTimeout))
+	if _, err := w.Write([]byte("data: [DONE]\n\n")); err == nil {
+		rc.Flush()
 	}
 }
 

@@ -241,8 +241,8 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 // Agent adapts a chat.Agent to the host: commands and fiber recovery.
 type Agent struct {
 	*chat.Agent
-	store     *chat.Store // the read side, for approvals and streams
-	log       *eventlog.Log
+	store     *chat.Store   // the read side, for approvals and streams
+	log       *eventlog.Log // the node's, whose views store reads
 	logger    *slog.Logger
 	turnQuota int // the tenant's turns quota when it binds
 	// maxReply is the largest reply a command sends (host.ReplyLimit): a

@@ -16,6 +16,12 @@
 // host.StateSource of GET /v1/agents/{id}/events. See package host for
 // when to use broadcasts and state rather than the turn's data-* parts.
 //
+// A read of an agent's streams (the streams verb, the gateway's resume)
+// is served once this node's streams view applied the agent's last chunk
+// stored, so a read right after a turn shows its chunks; the wait is
+// bounded (5 s), after which, and while the views are stalled, the view is
+// read as it is (TestStreamsWaitForTheView, TestStreamsAnswerPastTheWait).
+//
 // # Usage
 //
 //	chats := chathost.NewType(provider, nil)

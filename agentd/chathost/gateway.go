@@ -189,12 +189,7 @@ type freshStreams struct {
 var _ replay.StreamIndex = freshStreams{}
 
 func (f freshStreams) catchUp(ctx context.Context, filter eventlog.Filter) {
-	if f.log.Stalled() != nil {
-		return // the views cannot move now: read what is there
-	}
-	if seq, err := f.log.LastSeq(ctx, filter); err == nil {
-		_ = f.store.WaitForChunks(ctx, seq) // on error, read what is there
-	}
+	waitChunks(ctx, f.log, f.store, filter)
 }
 
 func (f freshStreams) Latest(ctx context.Context, agent string) (chunk.StreamInfo, error) {

@@ -104,10 +104,44 @@ func olderThan(s chunk.StreamInfo, at int64, id string) bool {
 	return t < at || (t == at && s.Stream < id)
 }
 
-// streams pages the agent's streams, newest first, once the streams view
-// applied the agent's chunks stored when it is called (as the gateway's
-// reads do: freshStreams).
+// streams pages the agent's streams, newest first, once this node's
+// streams view applied the agent's last chunk stored (waitChunks).
 func (c *Agent) streams(ctx context.Context, req StreamsRequest) (StreamsPage, error) {
+	return streamsPage(ctx, c.log, c.store, c.ID(), req)
+}
+
+// viewWait bounds how long a read of an agent's streams waits for this
+// node's streams view to apply the agent's last chunk stored; past it the
+// read serves what the view holds.
+const viewWait = 5 * time.Second
+
+// chunksLog is what waitChunks reads of the log.
+type chunksLog interface {
+	Stalled() error
+	LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq, error)
+}
+
+// waitChunks waits, at most viewWait, until store's streams view applied
+// the last chunk stored that f selects: right after a turn wrote its
+// chunks (on this node or another) the view may not have applied them yet,
+// and a read after the turn's answer must show them. It always returns: on
+// a timeout or an error, and at once while the views cannot move
+// (Log.Stalled), the read serves what the view holds.
+func waitChunks(ctx context.Context, lg chunksLog, store *chat.Store, f eventlog.Filter) {
+	if lg.Stalled() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, viewWait)
+	defer cancel()
+	if seq, err := lg.LastSeq(ctx, f); err == nil {
+		_ = store.WaitForChunks(ctx, seq)
+	}
+}
+
+// streamsPage is the streams verb of agent: a page of its streams, newest
+// first, read once store's streams view applied the agent's last chunk
+// (waitChunks).
+func streamsPage(ctx context.Context, lg chunksLog, store *chat.Store, agent string, req StreamsRequest) (StreamsPage, error) {
 	limit := req.Limit
 	switch {
 	case limit == 0:
@@ -126,8 +160,8 @@ func (c *Agent) streams(ctx context.Context, req StreamsRequest) (StreamsPage, e
 		}
 		at, after = n, id
 	}
-	freshStreams{log: c.log, store: c.store}.catchUp(ctx, eventlog.Filter{Agent: c.ID(), Chunks: true})
-	all, err := c.store.Streams().List(c.ID())
+	waitChunks(ctx, lg, store, eventlog.Filter{Agent: agent, Chunks: true})
+	all, err := store.Streams().List(agent)
 	if err != nil {
 		return StreamsPage{}, err
 	}

@@ -119,6 +119,10 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
 		{"tenant-access", "tenant.access", AdminAccessSubject, ts.handleAccess},
 		{"audit-record", "", AdminAuditSubject, ts.handleAuditRecord}, // records itself
+		// The node's view for the admin's credential (agentd cluster): in
+		// the service account no host serves it, the tenants' daemons
+		// serve their accounts'. A read, not audited.
+		{"cluster", "", host.ClusterSubject(ts.deps.Log.Prefix()), ts.handleCluster},
 	} {
 		h, action := e.h, e.action
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
@@ -129,6 +133,12 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 		}
 	}
 	return nil
+}
+
+// handleCluster answers the admin's cluster request with the node's view
+// (agentd.Daemon.ClusterInfo), as the tenants' daemons answer theirs.
+func (ts *tenantSet) handleCluster(ctx context.Context, _ []byte) (any, error) {
+	return ts.parent.ClusterInfo(ctx)
 }
 
 func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context.Context, []byte) (any, error)) {

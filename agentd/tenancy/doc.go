@@ -5,7 +5,9 @@
 // truth, pushed to the server's account resolver at every start); the admin
 // service that creates tenants and their credentials, revokes them, and
 // disables and enables tenants (forever.admin.tenant.create|revoke|
-// disable|enable|token.revoke, reached only with the admin credential);
+// disable|enable|token.revoke, reached only with the admin credential,
+// and the node's cluster view on forever.cluster, which in the service
+// account no host serves: agentd cluster with the admin credential);
 // and the HTTP front door, which routes every request by its bearer token
 // (an API token minted by tenant create, or an OIDC JWT) to its tenant's
 // daemon.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,42 @@ func TestAgentsCLI(t *testing.T) {
 		if code != tc.code || !strings.Contains(errs, tc.contains) {
 			t.Errorf("%v: exit %d %q, want %d containing %q", tc.args, code, errs, tc.code, tc.contains)
 		}
+	}
+}
+
+// TestClusterCLIAdmin: under auth, agentd cluster with the admin's
+// credential is answered with the node's view (in the service account no
+// host serves the cluster subject; the admin service does).
+func TestClusterCLIAdmin(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.Provider = "local"
+	cfg.Auth = true
+	cfg.MetricsListen = "127.0.0.1:0"
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpc, err := wireTenants(d)
+	if mcpc != nil {
+		t.Cleanup(func() { mcpc.Close() })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
+	var out, errb bytes.Buffer
+	getenv := func(k string) string {
+		switch k {
+		case "NATS_URL":
+			return d.NATSURL()
+		case "FOREVER_CREDS":
+			return filepath.Join(cfg.DataDir, agentd.AdminCredsFile)
+		}
+		return ""
+	}
+	handled, code := runCLI([]string{"cluster"}, getenv, &out, &errb)
+	if !handled || code != 0 || !strings.Contains(out.String(), "answered by "+d.Config().ServerName) {
+		t.Fatalf("cluster with the admin's creds: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
