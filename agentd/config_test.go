@@ -72,7 +72,7 @@ var configFields = map[string]fieldDefault{
 	"Replicas":              zeroMeans, // 3 clustered, 1 else, at Run
 	"Partitions":            byDefaults,
 	"Shards":                zeroMeans, // the count the cluster stored (unsharded for a new one)
-	"AllViews":              noDefault, // owned views when sharded
+	"OwnedViews":            noDefault, // experimental, off
 	"PackChunks":            noDefault,
 	"LeaseTTL":              byDefaults,
 	"MCP":                   noDefault,
