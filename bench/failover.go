@@ -178,8 +178,8 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 		ks.ledLeases = k.ledLeases
 		stalls, victims = append(stalls, ks), append(victims, k.victim.name)
 		env.Logger.Info("failover load", "kill", i+1, "victim", k.victim.name, "owned", ks.share.owned, "led shards", ks.share.ledShrd,
-			"others stalled", frac(ks.othersStalled, ks.others), "others' longest", ks.worstOther.Round(time.Millisecond), "worst agent", ks.worstOtherAgent,
-			"victim's stalled", frac(ks.victimsStalled, ks.victims), "victim's slowest resume", ks.slowestResume.Round(time.Millisecond),
+			"others stalled", frac(ks.OthersStalled, ks.Others), "others' longest", ks.WorstOther.Round(time.Millisecond), "worst agent", ks.WorstOtherAgent,
+			"victim's stalled", frac(ks.VictimsStalled, ks.Victims), "victim's slowest resume", ks.SlowestResume.Round(time.Millisecond),
 			"victim led leases", k.ledLeases)
 		took = append(took, k.took)
 		if k.ledEvents || k.ledLeases {

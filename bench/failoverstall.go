@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/stalls"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -81,54 +79,11 @@ func startStallLoad(ctx context.Context, nc *nats.Conn, n int) (*stallMonitor, e
 // on, up to about to (a little past it). A stream without a leader yet
 // (the victim led it) fails the read: it is tried again, a few times.
 func (m *stallMonitor) stored(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
-	var err error
-	for range 10 {
-		var out map[string][]time.Time
-		if out, err = m.storedOnce(ctx, from, to); err == nil {
-			return out, nil
-		}
-		if err := sleepCtx(ctx, time.Second); err != nil {
-			return nil, err
-		}
+	times, err := stalls.Stored(ctx, m.js, m.byStream, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return nil, err
-}
-
-func (m *stallMonitor) storedOnce(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
-	out := map[string][]time.Time{}
-	for stream, subjects := range m.byStream {
-		cons, err := m.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
-		}
-		for done := false; !done; {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-			if err != nil {
-				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
-			}
-			n := 0
-			for msg := range batch.Messages() {
-				n++
-				md, err := msg.Metadata()
-				if err != nil {
-					continue
-				}
-				sub := msg.Subject()
-				agent := sub[strings.LastIndexByte(sub, '.')+1:]
-				out[agent] = append(out[agent], md.Timestamp)
-				if md.Timestamp.After(to) || md.NumPending == 0 {
-					done = true
-				}
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-				return nil, fmt.Errorf("bench: read the load on %s: %w", stream, err)
-			}
-			done = done || n == 0
-		}
-	}
-	return out, nil
+	return times, nil
 }
 
 // loadShare is which load agents a kill's victim held: owned, or in a
@@ -193,20 +148,13 @@ func (m *stallMonitor) waitResumed(ctx context.Context, killed, deadline time.Ti
 	return sleepCtx(ctx, failoverObserve)
 }
 
-// killStalls is what one kill did to the load agents.
+// killStalls is what one kill did to the load agents: the agents writing
+// when it came, the stalled ones went more than failoverStall without an
+// event (stalls.Result).
 type killStalls struct {
 	share     loadShare
 	ledLeases bool // the victim led the lease bucket's stream
-	// victims and others count the agents writing when the kill came;
-	// the stalled ones went more than failoverStall without an event.
-	victims, others               int
-	victimsStalled, othersStalled int
-	worstOther                    time.Duration
-	worstOtherAgent               string
-	// slowestResume is the longest kill to first event of a victim's
-	// agent; unresumed counts those without one by the end.
-	slowestResume time.Duration
-	unresumed     int
+	stalls.Result
 }
 
 // stalls reads what the load agents stored from before the kill, and
@@ -225,49 +173,9 @@ func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end 
 // measureStalls measures agents by the stored times of their events, as
 // stallMonitor.stalls describes.
 func measureStalls(agents []string, times map[string][]time.Time, share loadShare, killed, end time.Time) killStalls {
-	ks := killStalls{share: share}
-	for _, a := range agents {
-		ts := times[a]
-		slices.SortFunc(ts, time.Time.Compare)
-		i, _ := slices.BinarySearchFunc(ts, killed, time.Time.Compare)
-		if i == 0 || killed.Sub(ts[i-1]) > failoverActive {
-			continue // not writing when the kill came
-		}
-		prev, worst := ts[i-1], time.Duration(0)
-		resumed := time.Duration(-1)
-		for _, t := range ts[i:] {
-			if t.After(end) {
-				break
-			}
-			if resumed < 0 {
-				resumed = t.Sub(killed)
-			}
-			worst = max(worst, t.Sub(prev))
-			prev = t
-		}
-		worst = max(worst, end.Sub(prev))
-		stalled := worst > failoverStall
-		if share.victim[a] {
-			ks.victims++
-			if stalled {
-				ks.victimsStalled++
-			}
-			if resumed < 0 {
-				ks.unresumed++
-				resumed = end.Sub(killed)
-			}
-			ks.slowestResume = max(ks.slowestResume, resumed)
-			continue
-		}
-		ks.others++
-		if stalled {
-			ks.othersStalled++
-		}
-		if worst > ks.worstOther {
-			ks.worstOther, ks.worstOtherAgent = worst, a
-		}
-	}
-	return ks
+	return killStalls{share: share, Result: stalls.Measure(agents, times, stalls.Kill{
+		Killed: killed, End: end, Victim: share.victim, Active: failoverActive, Limit: failoverStall,
+	})}
 }
 
 // stallRows are the rows of every kill, and over all kills.
@@ -276,20 +184,20 @@ func stallRows(kills []killStalls, victims []string, bound time.Duration, boundN
 	var vs, vn, ost, otn int
 	var worstOther, slowest time.Duration
 	for i, k := range kills {
-		vs, vn, ost, otn = vs+k.victimsStalled, vn+k.victims, ost+k.othersStalled, otn+k.others
-		worstOther, slowest = max(worstOther, k.worstOther), max(slowest, k.slowestResume)
+		vs, vn, ost, otn = vs+k.VictimsStalled, vn+k.Victims, ost+k.OthersStalled, otn+k.Others
+		worstOther, slowest = max(worstOther, k.WorstOther), max(slowest, k.SlowestResume)
 		led := fmt.Sprintf("owned %d of the agents, led %d of %d shards", k.share.owned, k.share.ledShrd, k.share.shards)
 		if k.ledLeases {
 			led += " and the lease bucket"
 		}
 		rows = append(rows, Row{
 			Figure: fmt.Sprintf("kill %d (%s: %s): others' longest stall ms; stalled > 1 s: others %s, victim's %s",
-				i+1, victims[i], led, frac(k.othersStalled, k.others), frac(k.victimsStalled, k.victims)),
-			Value: max(1, millis(k.worstOther)), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
+				i+1, victims[i], led, frac(k.OthersStalled, k.Others), frac(k.VictimsStalled, k.Victims)),
+			Value: max(1, millis(k.WorstOther)), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
 			Target: 1, TargetNote: "others never stall > 1 s",
 		}, Row{
-			Figure: fmt.Sprintf("kill %d: victim's agents, slowest kill to first event ms (%d not resumed)", i+1, k.unresumed),
-			Value:  max(1, millis(k.slowestResume)), Baseline: boundNote, BaselineValue: millis(bound), LowerIsBetter: true,
+			Figure: fmt.Sprintf("kill %d: victim's agents, slowest kill to first event ms (%d not resumed)", i+1, k.Unresumed),
+			Value:  max(1, millis(k.SlowestResume)), Baseline: boundNote, BaselineValue: millis(bound), LowerIsBetter: true,
 			Target: 1, TargetNote: "victim's resume within election + TTL",
 		})
 	}
@@ -300,8 +208,8 @@ func stallRows(kills []killStalls, victims []string, bound time.Duration, boundN
 	for _, k := range kills {
 		if !k.ledLeases {
 			nl++
-			nlStalled, nlOthers = nlStalled+k.othersStalled, nlOthers+k.others
-			nlWorst = max(nlWorst, k.worstOther)
+			nlStalled, nlOthers = nlStalled+k.OthersStalled, nlOthers+k.Others
+			nlWorst = max(nlWorst, k.WorstOther)
 		}
 	}
 	rows = append(rows, Row{

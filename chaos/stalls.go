@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/forever-agents/forever/agentd/demo"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/stalls"
 	"github.com/forever-agents/forever/ownership"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,54 +85,6 @@ func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl
 	return w, nil
 }
 
-// stored reads the stored times of each stall agent's events from from
-// on, trying again a few times when a stream answers an error.
-func (w *stallWatch) stored(ctx context.Context, from time.Time) (map[string][]time.Time, error) {
-	var err error
-	for range 10 {
-		out := map[string][]time.Time{}
-		if err = w.storedOnce(ctx, from, out); err == nil {
-			return out, nil
-		}
-		sleep(ctx, time.Second)
-	}
-	return nil, err
-}
-
-func (w *stallWatch) storedOnce(ctx context.Context, from time.Time, out map[string][]time.Time) error {
-	for stream, subjects := range w.byStream {
-		cons, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
-		})
-		if err != nil {
-			return fmt.Errorf("stall watch: %s: %w", stream, err)
-		}
-		for done := false; !done; {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-			if err != nil {
-				return fmt.Errorf("stall watch: %s: %w", stream, err)
-			}
-			n := 0
-			for m := range batch.Messages() {
-				n++
-				md, err := m.Metadata()
-				if err != nil {
-					continue
-				}
-				sub := m.Subject()
-				agent := sub[strings.LastIndexByte(sub, '.')+1:]
-				out[agent] = append(out[agent], md.Timestamp)
-				done = done || md.NumPending == 0
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-				return fmt.Errorf("stall watch: %s: %w", stream, err)
-			}
-			done = done || n == 0
-		}
-	}
-	return nil
-}
-
 // run keeps agent writing: a steps fiber every stallFiberEvery, each
 // acknowledged fiber checked by verify like the steps load's.
 func (w *stallWatch) run(ctx context.Context, l *load, c *client, agent string) {
@@ -193,12 +143,8 @@ func (w *stallWatch) done(k stallKill) {
 
 // stallResult is one kill's measure.
 type stallResult struct {
-	k                             stallKill
-	victims, others               int
-	victimsStalled, othersStalled int
-	worstOther                    time.Duration
-	slowestResume                 time.Duration
-	unresumed                     int
+	k stallKill
+	stalls.Result
 }
 
 // measure measures every kill: each agent writing when it came, from the
@@ -210,12 +156,9 @@ func (w *stallWatch) measure(ctx context.Context) ([]stallResult, error) {
 	if len(w.kills) == 0 {
 		return nil, nil
 	}
-	times, err := w.stored(ctx, w.kills[0].killed.Add(-stallActive))
+	times, err := stalls.Stored(ctx, w.js, w.byStream, w.kills[0].killed.Add(-stallActive), time.Time{})
 	if err != nil {
-		return nil, err
-	}
-	for _, ts := range times {
-		slices.SortFunc(ts, time.Time.Compare)
+		return nil, fmt.Errorf("stall watch: %w", err)
 	}
 	var out []stallResult
 	for _, k := range w.kills {
@@ -225,51 +168,14 @@ func (w *stallWatch) measure(ctx context.Context) ([]stallResult, error) {
 }
 
 // measureKill measures each agent writing when k came (an event within
-// stallActive before it), by the sorted stored times of its events, from
-// the kill until the victim was ready again: its longest time without an
-// event, and for the victim's, the kill to its first event.
+// stallActive before it), by the stored times of its events, from the
+// kill until the victim was ready again: its longest time without an
+// event, and for the victim's, the kill to its first event (even past
+// the victim's return).
 func measureKill(agents []string, times map[string][]time.Time, k stallKill) stallResult {
-	r := stallResult{k: k}
-	end := k.ready
-	for _, a := range agents {
-		ts := times[a]
-		i, _ := slices.BinarySearchFunc(ts, k.killed, time.Time.Compare)
-		if i == 0 || k.killed.Sub(ts[i-1]) > stallActive {
-			continue
-		}
-		prev, worst := ts[i-1], time.Duration(0)
-		for _, t := range ts[i:] {
-			if t.After(end) {
-				break
-			}
-			worst = max(worst, t.Sub(prev))
-			prev = t
-		}
-		worst = max(worst, end.Sub(prev))
-		resumed := time.Duration(-1)
-		if i < len(ts) {
-			resumed = ts[i].Sub(k.killed)
-		}
-		stalled := worst > stallLimit
-		if k.held[a] {
-			r.victims++
-			if stalled {
-				r.victimsStalled++
-			}
-			if resumed < 0 {
-				r.unresumed++
-				resumed = end.Sub(k.killed)
-			}
-			r.slowestResume = max(r.slowestResume, resumed)
-			continue
-		}
-		r.others++
-		if stalled {
-			r.othersStalled++
-		}
-		r.worstOther = max(r.worstOther, worst)
-	}
-	return r
+	return stallResult{k: k, Result: stalls.Measure(agents, times, stalls.Kill{
+		Killed: k.killed, End: k.ready, Victim: k.held, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
+	})}
 }
 
 // printStalls prints the watch's summary and the kills where an agent
@@ -280,12 +186,12 @@ func printStalls(wr io.Writer, rs []stallResult, ttl time.Duration) {
 	var vs, vn, ost, otn, missOthers, missVictims int
 	var worstOther, slowest time.Duration
 	for _, r := range rs {
-		vs, vn, ost, otn = vs+r.victimsStalled, vn+r.victims, ost+r.othersStalled, otn+r.others
-		worstOther, slowest = max(worstOther, r.worstOther), max(slowest, r.slowestResume)
-		if r.othersStalled > 0 {
+		vs, vn, ost, otn = vs+r.VictimsStalled, vn+r.Victims, ost+r.OthersStalled, otn+r.Others
+		worstOther, slowest = max(worstOther, r.WorstOther), max(slowest, r.SlowestResume)
+		if r.OthersStalled > 0 {
 			missOthers++
 		}
-		if r.slowestResume > bound || r.unresumed > 0 {
+		if r.SlowestResume > bound || r.Unresumed > 0 {
 			missVictims++
 		}
 	}
@@ -306,19 +212,19 @@ func printStalls(wr io.Writer, rs []stallResult, ttl time.Duration) {
 	for _, r := range rs {
 		if !r.k.ledLeases {
 			nl++
-			nlStalled, nlOthers = nlStalled+r.othersStalled, nlOthers+r.others
-			nlWorst = max(nlWorst, r.worstOther)
+			nlStalled, nlOthers = nlStalled+r.OthersStalled, nlOthers+r.Others
+			nlWorst = max(nlWorst, r.WorstOther)
 		}
 	}
 	fmt.Fprintf(wr, "stalls over the %d kills whose victim did not lead the lease bucket: others %s (longest %s)\n", nl, frac(nlStalled, nlOthers), nlWorst.Round(time.Millisecond))
 	for _, r := range rs {
-		if r.othersStalled == 0 && r.slowestResume <= bound && r.unresumed == 0 {
+		if r.OthersStalled == 0 && r.SlowestResume <= bound && r.Unresumed == 0 {
 			continue
 		}
 		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s): others %s stalled (longest %s), victim's %s (slowest resume %s, %d not resumed)\n",
 			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format("15:04:05.000"),
-			frac(r.othersStalled, r.others), r.worstOther.Round(time.Millisecond), frac(r.victimsStalled, r.victims),
-			r.slowestResume.Round(time.Millisecond), r.unresumed)
+			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), frac(r.VictimsStalled, r.Victims),
+			r.SlowestResume.Round(time.Millisecond), r.Unresumed)
 	}
 }
 
