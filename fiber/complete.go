@@ -2,12 +2,9 @@ package fiber
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/forever-agents/forever/internal/backoff"
 )
 
 // chainLog is the part of a Log that appends several events in one round
@@ -98,16 +95,7 @@ func (r *Runner) appendChain(ctx context.Context, evs []eventlog.Event) (eventlo
 		}
 		return seq, nil
 	}
-	seq, err := cl.AppendAll(ctx, evs)
-	for n := 0; err != nil && eventlog.Unwritten(err) && n < unwrittenRetries; n++ {
-		select {
-		case <-ctx.Done():
-			return 0, errors.Join(err, ctx.Err())
-		case <-time.After(backoff.Exp(50*time.Millisecond, 2*time.Second, n)):
-		}
-		r.metrics.appendRetries.Inc()
-		seq, err = cl.AppendAll(ctx, evs)
-	}
+	seq, err := r.retryUnwritten(ctx, func() (eventlog.Seq, error) { return cl.AppendAll(ctx, evs) })
 	if err != nil {
 		return 0, err
 	}

@@ -625,12 +625,12 @@ func (r *Runner) append(ctx context.Context, typ string, p payload) (eventlog.Se
 	return r.appendEvent(ctx, e)
 }
 
-// appendEvent is append of an encoded event.
-func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
-	seq, err := r.log.Append(ctx, e, opts...)
-	// A stream electing a leader refuses appends for a moment: wait it out
-	// (bounded) rather than fail the fiber. Only refusals that wrote
-	// nothing are sent again.
+// retryUnwritten runs write until it succeeds or fails otherwise than
+// unwritten. A stream electing a leader refuses appends for a moment:
+// wait it out (bounded) rather than fail the fiber. Only refusals that
+// wrote nothing are sent again.
+func (r *Runner) retryUnwritten(ctx context.Context, write func() (eventlog.Seq, error)) (eventlog.Seq, error) {
+	seq, err := write()
 	for n := 0; err != nil && eventlog.Unwritten(err) && n < unwrittenRetries; n++ {
 		select {
 		case <-ctx.Done():
@@ -638,8 +638,14 @@ func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event, opts ...even
 		case <-time.After(backoff.Exp(50*time.Millisecond, 2*time.Second, n)):
 		}
 		r.metrics.appendRetries.Inc()
-		seq, err = r.log.Append(ctx, e, opts...)
+		seq, err = write()
 	}
+	return seq, err
+}
+
+// appendEvent is append of an encoded event.
+func (r *Runner) appendEvent(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	seq, err := r.retryUnwritten(ctx, func() (eventlog.Seq, error) { return r.log.Append(ctx, e, opts...) })
 	if err != nil {
 		return 0, err
 	}
