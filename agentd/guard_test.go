@@ -25,16 +25,7 @@ import (
 // agent) is not a loss: the other agents' messages are still there. A
 // whole purge is.
 func TestGuardClusteredPurgeAdvisory(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := guardServer(t)
 	ctx := t.Context()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
 	if err != nil {
@@ -154,16 +145,7 @@ func TestGuardRestartsStalledViews(t *testing.T) {
 // cluster decodes, is read at the first look, then only once GuardRefresh
 // went by or an advisory named the stream, not at every look.
 func TestGuardReadsInfoWhenDue(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := guardServer(t)
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}}); err != nil {
 		t.Fatal(err)
@@ -217,16 +199,7 @@ func TestGuardReadsInfoWhenDue(t *testing.T) {
 // GuardRefresh, a stream deleted under the guard is noticed all the same,
 // from JetStream's deletion advisory.
 func TestGuardNoticesADeletionByItsAdvisory(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := guardServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}}); err != nil {
@@ -270,4 +243,16 @@ func TestGuardNoticesADeletionByItsAdvisory(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// guardServer runs a JetStream server for a guard test and connects to it.
+func guardServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
