@@ -46,11 +46,7 @@ func TestComplete(t *testing.T) {
 	if !errors.Is(stashErr, fiber.ErrFiberDone) || !errors.Is(againErr, fiber.ErrFiberDone) {
 		t.Errorf("after Complete: Stash = %v, Complete = %v, want ErrFiberDone", stashErr, againErr)
 	}
-	var types []string
-	for _, ev := range e.events(t) {
-		types = append(types, ev.Type)
-	}
-	if got, want := strings.Join(types, " "), "fiber.started app.done app.usage fiber.completed"; got != want {
+	if got, want := e.eventTypes(t), "fiber.started app.done app.usage fiber.completed"; got != want {
 		t.Fatalf("events = %s, want %s", got, want)
 	}
 	if rows := e.rows(t); len(rows) != 0 {
@@ -131,12 +127,8 @@ func TestCompleteCrash(t *testing.T) {
 			})
 			r.Close()
 
-			var types []string
-			for _, ev := range e.events(t) {
-				types = append(types, ev.Type)
-			}
 			want := strings.Join(strings.Fields("fiber.started app.done app.usage fiber.completed")[:budget], " ")
-			if got := strings.Join(types, " "); got != want {
+			if got := e.eventTypes(t); got != want {
 				t.Fatalf("stored %q, want the prefix %q", got, want)
 			}
 			e2 := e.restart(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,6 +79,16 @@ func (e *env) runner(t *testing.T, cfg fiber.Config) *fiber.Runner {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// eventTypes is the types of the agent's events, space-separated.
+func (e *env) eventTypes(t *testing.T) string {
+	t.Helper()
+	var types []string
+	for _, ev := range e.events(t) {
+		types = append(types, ev.Type)
+	}
+	return strings.Join(types, " ")
 }
 
 // events returns the agent's events of the given types (all when none).

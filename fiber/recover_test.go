@@ -98,11 +98,7 @@ func TestRecoverAfterCrash(t *testing.T) {
 	if string(resumedSnap) != `{"step":2}` {
 		t.Fatalf("resumed fiber snapshot = %s", resumedSnap)
 	}
-	var types []string
-	for _, ev := range e.events(t) {
-		types = append(types, ev.Type)
-	}
-	if got, want := strings.Join(types, " "), "fiber.started fiber.stashed fiber.stashed fiber.recovered fiber.stashed fiber.completed"; got != want {
+	if got, want := e.eventTypes(t), "fiber.started fiber.stashed fiber.stashed fiber.recovered fiber.stashed fiber.completed"; got != want {
 		t.Fatalf("events = %s\nwant %s", got, want)
 	}
 	if rows := e.rows(t); len(rows) != 0 {

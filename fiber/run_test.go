@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -45,11 +44,7 @@ func TestRunInline(t *testing.T) {
 	if held, acquired := ka.counts(); held != 0 || acquired != 1 {
 		t.Fatalf("keepalive held, acquired = %d, %d; want 0, 1", held, acquired)
 	}
-	var types []string
-	for _, ev := range e.events(t) {
-		types = append(types, ev.Type)
-	}
-	if got, want := strings.Join(types, " "), "fiber.started fiber.stashed fiber.completed"; got != want {
+	if got, want := e.eventTypes(t), "fiber.started fiber.stashed fiber.completed"; got != want {
 		t.Fatalf("events = %s, want %s", got, want)
 	}
 	if rows := e.rows(t); len(rows) != 0 {
