@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -440,15 +441,31 @@ func TestFlagsDocumented(t *testing.T) {
 // flagRow is a row of reference.md's flag table: | `--name arg` | `FOREVER_NAME` |.
 var flagRow = regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)[^`]*` \\| `FOREVER_")
 
-// placeholder matches words that mark a page as unfinished.
-var placeholder = regexp.MustCompile(`(?i)\bstubs?\b|\bbeing added\b|\bon another branch\b|\bTBD\b|\bTODO\b|\bFIXME\b`)
+// placeholder matches words that mark a page as unfinished, and
+// placeholderWords are what it matches, lower case: a line without one
+// of them, case folded, cannot match.
+var (
+	placeholder      = regexp.MustCompile(`(?i)\bstubs?\b|\bbeing added\b|\bon another branch\b|\bTBD\b|\bTODO\b|\bFIXME\b`)
+	placeholderWords = []string{"stub", "being added", "on another branch", "tbd", "todo", "fixme"}
+)
 
 // TestNoPlaceholders fails on a placeholder left in README.md or docs/: a
 // reader gets a section that says nothing.
 func TestNoPlaceholders(t *testing.T) {
 	dir := root(t)
+	// ſ is the one letter outside ASCII that (?i) folds onto one of the
+	// words' letters (s) and strings.ToLower does not (K, the Kelvin
+	// sign, it maps to k).
+	fold := strings.NewReplacer("ſ", "s")
 	for _, f := range mdFiles(t, dir) {
-		for i, line := range strings.Split(read(t, filepath.Join(dir, f)), "\n") {
+		doc := read(t, filepath.Join(dir, f))
+		lower := strings.Split(strings.ToLower(fold.Replace(doc)), "\n")
+		for i, line := range strings.Split(doc, "\n") {
+			// The regexp only where a word is: on the docs' 400 KB it took
+			// seconds under -race, the substring search a fraction of one.
+			if !slices.ContainsFunc(placeholderWords, func(w string) bool { return strings.Contains(lower[i], w) }) {
+				continue
+			}
 			if m := placeholder.FindString(line); m != "" {
 				t.Errorf("%s:%d: placeholder %q: write the section or drop it: %s", f, i+1, m, strings.TrimSpace(line))
 			}
