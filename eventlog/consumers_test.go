@@ -20,11 +20,12 @@ import (
 // consumers unless the stream sets a limit. A consumer left behind after
 // its read lives until its inactivity threshold (the client library's
 // 5 minutes), so more than 1,000 reads in 5 minutes failed with
-// "maximum consumers limit reached". Each read deletes its consumer.
+// "maximum consumers limit reached". Each read deletes its consumer. The
+// stream's cap is 100 here, so 120 reads show it.
 func TestReadsLeaveNoConsumers(t *testing.T) {
-	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	lg, _ := eventlogtest.Open(t, eventlog.Config{MaxConsumers: 100})
 	appendN(t, lg, 3, 1)
-	for i := range 1200 {
+	for i := range 120 {
 		evs, err := lg.Read(t.Context(), eventlog.Filter{Agent: "agent0"}, 0, 0)
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
@@ -200,6 +201,9 @@ func TestFollowCancelledWhileCreatingLeavesNoConsumer(t *testing.T) {
 		}
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fwd.Flush(); err != nil { // the server has the proxy's subscription
 		t.Fatal(err)
 	}
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{APIPrefix: "proxy.API"})
