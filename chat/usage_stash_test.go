@@ -98,7 +98,8 @@ func TestToolUsageStashedChunksLost(t *testing.T) {
 }
 
 // losingBatcher adds chunks to real until one starts a tool call, and
-// from then on to lost (another log): they are never stored in real's.
+// from then on to lost (another log): they are never stored in real's
+// (go test ./chat -args -pack: also when packed into one record).
 type losingBatcher struct {
 	real, lost *eventlog.Batcher
 	mu         sync.Mutex
@@ -131,9 +132,17 @@ func (l *losingBatcher) Add(ctx context.Context, e eventlog.Event, opts ...event
 	return p, err
 }
 
+// Replace grows the record p where it went; a tool call's chunk packed
+// into a record of real's is refused (not replaced), so that the writer
+// adds it as a record of its own, to lost.
 func (l *losingBatcher) Replace(p *eventlog.Pending, data json.RawMessage) (bool, error) {
 	l.mu.Lock()
 	held := l.held[p]
+	if !held && strings.Contains(string(data), `"`+chunk.ToolInputStart+`"`) {
+		l.on = true
+		l.mu.Unlock()
+		return false, nil
+	}
 	l.mu.Unlock()
 	if held {
 		return l.lost.Replace(p, data)
