@@ -69,6 +69,10 @@ type EnvConfig struct {
 	// NodeProfiles, when set, is a dir where the scale-out scenario writes
 	// a CPU profile of each node (agentd --pprof) over its measured window.
 	NodeProfiles string
+	// WindowProfile, when set, is a file name: scenarios write a CPU
+	// profile of each of their timed windows (Env.profiled) to it plus
+	// ".1", ".2", and so on.
+	WindowProfile string
 }
 
 // Validate checks the config after defaults are applied.
@@ -118,6 +122,7 @@ type Env struct {
 	cfg     EnvConfig
 	dir     string
 	next    int
+	windows int            // CPU profile windows written (profiled)
 	closers []func() error // run in reverse order by Close
 }
 

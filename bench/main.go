@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index=alloc_space)")
+	windowProfile := fs.String("window-cpuprofile", "", "write a CPU profile of each timed window of the scenarios that mark one (tool-agents' 100 agents) to this file plus .1, .2, ...; go tool pprof merges them")
 	leaseTTL := fs.Duration("lease-ttl", 0, "the failover scenario's --lease-ttl instead of the chart's default")
 	cpuQuota := fs.Float64("cpu-quota", scaleOutQuota, "the scale-out scenario's CPU quota per node, in CPUs (cgroup v1 cpu.cfs_quota_us); below 0 skips the scenario")
 	agentdFlags := fs.String("agentd-flags", "", "flags the scale-out, failover and restart-share scenarios add to every node's chart flags, space-separated, such as \"--shards 8 --owned-views\"")
@@ -61,6 +63,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *cpuProfile != "" && *windowProfile != "" {
+		return errors.New("-cpuprofile and -window-cpuprofile: one CPU profile at a time")
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer writeProfile("allocs", *memProfile, stderr)
 	}
 	if *mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)
@@ -131,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 		}
-		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, BlockProfileRate: blockRate, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL, CPUQuota: *cpuQuota, AgentdFlags: strings.Fields(*agentdFlags), NodeProfiles: *nodeProfiles}, inMode, stderr)
+		rows, errs, err := runMode(ctx, EnvConfig{Mode: mode, Scale: *scale, Dir: *dir, TCP: *tcp, Nodes: *nodes, Logger: logger, BlockProfileRate: blockRate, Agentd: build, Temporal: *temporal, LeaseTTL: *leaseTTL, CPUQuota: *cpuQuota, AgentdFlags: strings.Fields(*agentdFlags), NodeProfiles: *nodeProfiles, WindowProfile: *windowProfile}, inMode, stderr)
 		report.Rows = append(report.Rows, rows...)
 		report.Errors = append(report.Errors, errs...)
 		if err != nil {

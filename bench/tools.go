@@ -404,7 +404,9 @@ func toolAgents(ctx context.Context, env *Env) (Result, error) {
 			if k == 0 {
 				return nil
 			}
-			return sub.timed(agents*toolAgentSteps*k, func() error { return ours(k) })
+			return env.profiled(func() error {
+				return sub.timed(agents*toolAgentSteps*k, func() error { return ours(k) })
+			})
 		},
 	)
 	if err = errors.Join(err, g.check(ctx)); err != nil {
