@@ -98,6 +98,7 @@
 //	go run ./bench                    # every scenario, both sync modes
 //	go run ./bench -sync always -run 'append' -n 2
 //	go run ./bench -json > results.json
+//	go run ./bench -sync always -run '^tool-agents$' -window-cpuprofile cpu.prof  # the timed windows only: cpu.prof.1, .2, ...
 //	go run ./bench -run '^temporal$' -temporal "$(go env GOPATH)/bin/temporal"
 //
 // To add a scenario, write a file with a func(ctx, *Env) (Result, error) and
