@@ -118,9 +118,12 @@ func TestRestoreBucket(t *testing.T) {
 	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
+	// b's renewals, retried while the bucket is gone, can meet the bucket
+	// a restored before b's own RestoreBucket: their compare-and-set
+	// fails, a lease lost.
 	for _, c := range append(sv.causes["a"], sv.causes["b"]...) {
-		if !errors.Is(c, ErrBucketLost) {
-			t.Errorf("a partition stopped with cause %v, want ErrBucketLost", c)
+		if !errors.Is(c, ErrBucketLost) && !errors.Is(c, ErrLeaseLost) {
+			t.Errorf("a partition stopped with cause %v, want ErrBucketLost or ErrLeaseLost", c)
 		}
 	}
 }

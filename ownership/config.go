@@ -85,6 +85,14 @@ type Config struct {
 	Margin time.Duration
 	// RenewEvery is the renewal period. Default TTL/4.
 	RenewEvery time.Duration
+	// ElectionGrace is how long past its deadline (TTL minus Margin after
+	// its last renewal) a holder keeps serving a lease while its renewals
+	// fail without a conflict and it keeps retrying them: the lease
+	// bucket electing a leader (4 to 9 s on nats-server before 2.15.2),
+	// when nobody can take the lease either. Lease and node keys live on
+	// the server for TTL plus ElectionGrace, so a live holder's keys
+	// outlast the election too (see doc.go). Default TTL/2.
+	ElectionGrace time.Duration
 	// Replicas of the bucket. Default 1.
 	Replicas int
 	// FileStorage keeps a new bucket on JetStream's file store. By default
@@ -156,6 +164,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Margin+c.RenewEvery >= c.TTL {
 		return errors.New("ownership: Config.Margin plus RenewEvery must be below TTL")
+	}
+	if c.ElectionGrace == 0 {
+		c.ElectionGrace = c.TTL / 2
+	}
+	if c.ElectionGrace < 0 {
+		return errors.New("ownership: Config.ElectionGrace must not be negative")
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1

@@ -26,12 +26,39 @@
 //   - At most one node holds a partition's lease at any instant: every write
 //     of a lease key is a compare-and-set on its revision.
 //   - A node stops serving a partition before anybody else can acquire it: a
-//     lease is valid on the holder only until TTL minus Margin after its last
+//     lease is valid on the holder until TTL minus Margin after its last
 //     successful renewal was sent, measured on the holder's monotonic clock,
-//     while the key expires on the server TTL after that renewal landed. A
-//     node that was stopped (SIGSTOP, a long GC pause) finds its leases
-//     expired when it resumes, before it writes anything: Owned checks the
-//     deadline on every call.
+//     while another node takes it over only once it saw no renewal for a
+//     TTL, and the key expires on the server TTL plus ElectionGrace after
+//     that renewal landed. A node that was stopped (SIGSTOP, a long GC
+//     pause) finds its leases expired when it resumes, before it writes
+//     anything: Owned checks the deadline on every call.
+//   - A lease outlives its bucket's leader election (the election grace).
+//     While the bucket has no leader nobody can write it, so nobody can take
+//     a lease either. A holder whose renewals fail without a conflict keeps
+//     serving past its deadline, for at most ElectionGrace, while it retries
+//     them every tenth of a renewal period on a live connection; the first
+//     that lands after the election renews the same lease (same epoch, the
+//     partition never stopped: TestLeaseOutlivesBucketElection), or
+//     conflicts and the lease is lost. The other nodes judge nothing stale
+//     while their watch is silent and for two renewal periods after it
+//     delivers again, by when a live holder was seen renewing; a dead
+//     holder's leases are taken over then, within the election plus a TTL.
+//     So the leader of the lease bucket dying stops only the partitions of
+//     the node that died, not every node's. The grace holds only on fresh
+//     evidence: a process stopped meanwhile sent no retry and finds its
+//     lease expired (TestStoppedHolderRefusedOnGrace), as does one whose
+//     connection is down (TestExpiryBeforeTakeover).
+//   - What the grace gives up, and why one writer per agent still holds: a
+//     holder whose NATS server is cut off from the bucket's quorum while
+//     the other nodes reach it (a network partition between servers) can
+//     serve up to ElectionGrace minus Margin after another node took the
+//     lease over. Its writes stay fenced by the event log: every append
+//     expects the agent's last subject sequence and carries the lease's
+//     epoch, so once the new owner wrote, the old owner's next append fails
+//     (eventlog.ErrFenced) and the log never interleaves two writers; on
+//     the minority side of a partition its appends to the R3 streams fail
+//     anyway, for want of a quorum.
 //   - The partition context handed to Serve is cancelled, with a cause,
 //     whenever the lease is lost, expires or is handed off; Serve's return is
 //     awaited before a handed-off key is deleted.

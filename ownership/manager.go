@@ -36,6 +36,9 @@ type Manager struct {
 	// afterEpochRead, set only by tests, runs between an acquisition's
 	// read of the epoch counter and its lease write.
 	afterEpochRead func(p int)
+	// beforeRenew, set only by tests before Run, runs at the start of
+	// every renewal attempt.
+	beforeRenew func()
 
 	mu struct {
 		sync.Mutex
@@ -67,6 +70,15 @@ type Manager struct {
 		// node's own heartbeats come every RenewEvery): while it is
 		// silent, nothing can be judged stale.
 		lastAny time.Time
+		// resumedAt is when the watcher delivered again after such a
+		// silence (the lease bucket elected a leader, a watch was made
+		// again): no holder could renew, nor be seen renewing, during
+		// it, so nothing is judged stale until a live holder has had
+		// resumeGrace to renew again.
+		resumedAt time.Time
+		// beatFailing: this node's last heartbeat failed (Run retries it
+		// every retryEvery).
+		beatFailing bool
 		// watchGen is the generation of the running watch (watcher.start).
 		watchGen int
 		free     map[int]time.Time // partitions without a lease, since
@@ -104,7 +116,57 @@ type held struct {
 	cancel    context.CancelCauseFunc
 	done      chan struct{} // closed when Serve returned
 	releasing bool          // handed off: no more renewals
+	// tried is when its last renewal was sent; failing says that renewal
+	// failed without a conflict or got no answer in time (the bucket
+	// electing a leader): Run retries it every retryEvery, and the lease
+	// is served on the election grace past until while the retries go on
+	// (validLocked).
+	tried   time.Time
+	failing bool
+	graced  bool // past until on the grace: counted and logged once
 }
+
+// validLocked reports whether h may be served at now: before its deadline,
+// or on the election grace after it. The grace holds only while this
+// process keeps retrying the renewal on a live connection (its last one
+// sent within graceFresh, connected): a process that was stopped (SIGSTOP,
+// a long pause) sent nothing meanwhile, and one cut off from NATS sends
+// nowhere; both find the lease expired, as before the grace.
+// REQUIRES: m.mu held.
+func (m *Manager) validLocked(h *held, now time.Time) bool {
+	if !now.After(h.until) {
+		return true
+	}
+	if !h.failing || now.After(h.until.Add(m.cfg.ElectionGrace)) || now.Sub(h.tried) > m.graceFresh() {
+		return false
+	}
+	if !h.graced {
+		h.graced = true
+		m.met.graced.Inc()
+		m.log.Warn("the lease bucket does not take this lease's renewal; serving it past its deadline on the election grace while renewals are retried",
+			"partition", h.lease.Partition, "epoch", h.lease.Epoch, "grace", m.cfg.ElectionGrace)
+	}
+	return true
+}
+
+// keyTTL is the server TTL of lease and node keys: TTL plus the election
+// grace, so a live holder's keys outlast a leader election of the bucket
+// that its renewals wait out. A dead holder's are taken over sooner, once
+// no renewal of them was seen for a TTL (staleLocked).
+func (m *Manager) keyTTL() time.Duration { return m.cfg.TTL + m.cfg.ElectionGrace }
+
+// retryEvery is how often a failed renewal or heartbeat is retried.
+func (m *Manager) retryEvery() time.Duration { return max(m.cfg.RenewEvery/10, 10*time.Millisecond) }
+
+// graceFresh is how recent a holder's last renewal attempt must be for
+// the election grace to hold: several retry periods, far below the
+// resumeGrace others give it before judging it stale.
+func (m *Manager) graceFresh() time.Duration { return max(m.cfg.RenewEvery/2, 4*m.retryEvery()) }
+
+// resumeGrace is how long after the watcher resumed from a silence no key
+// is judged stale: a live holder retries its renewals every retryEvery and
+// heartbeats every RenewEvery, so it is seen again well within it.
+func (m *Manager) resumeGrace() time.Duration { return 2 * m.cfg.RenewEvery }
 
 // staleLocked reports whether a key last seen written at seen (a lease
 // renewal, a node heartbeat) has gone a whole TTL without being written
@@ -118,8 +180,17 @@ type held struct {
 // Nothing is stale while the watcher itself is silent (the bucket electing
 // a leader, a slow connection): then no renewal of anyone is seen, and
 // live holders would look dead.
+//
+// Nor is anything stale until resumeGrace after the watcher delivered again
+// from such a silence: a holder that could not renew through the bucket's
+// election (and served on the election grace) renews within a retry period
+// of the bucket's return, and must not be taken for dead because its last
+// renewal before the election is older than a TTL.
 func (m *Manager) staleLocked(seen, now time.Time) bool {
 	if now.Sub(m.mu.lastAny) > 2*m.cfg.RenewEvery {
+		return false
+	}
+	if !m.mu.resumedAt.IsZero() && now.Sub(m.mu.resumedAt) <= m.resumeGrace() {
 		return false
 	}
 	return !seen.IsZero() && now.Sub(seen) > m.cfg.TTL
@@ -258,7 +329,7 @@ func (m *Manager) Owned(p int) (Lease, context.Context, bool) {
 	if h == nil || h.ctx.Err() != nil {
 		return Lease{}, nil, false
 	}
-	if time.Now().After(h.until) {
+	if !m.validLocked(h, time.Now()) {
 		m.loseLocked(p, h, ErrLeaseExpired)
 		return Lease{}, nil, false
 	}
@@ -429,7 +500,9 @@ func (m *Manager) RestoreBucket(ctx context.Context) error {
 	clear(m.mu.garbled)
 	clear(m.mu.lastHolder)
 	clear(m.mu.free)
-	m.mu.quietUntil = time.Now().Add(m.cfg.TTL)
+	// A holder serves on the election grace while its renewals to the
+	// lost bucket fail: the quiet lasts that long too.
+	m.mu.quietUntil = time.Now().Add(m.cfg.TTL + m.cfg.ElectionGrace)
 	m.mu.Unlock()
 	// The KV handle names the bucket: it works on the bucket made again.
 	if _, _, err := openBucket(ctx, m.js, m.cfg, top+1); err != nil {
@@ -488,11 +561,15 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	dogDone := make(chan struct{})
 	go m.watchdog(wctx, dogDone)
+	rctx, stopRenewer := context.WithCancel(ctx)
+	defer stopRenewer()
+	renewerDone := make(chan struct{})
+	go m.renewer(rctx, renewerDone)
 
 	tick := time.NewTicker(m.cfg.RenewEvery)
 	defer tick.Stop()
-	// Between renewals, look for leases and nodes gone stale a twentieth
-	// of a TTL at a time (a round renews only when a renewal is due), and
+	// Between rounds, look for leases and nodes gone stale a twentieth
+	// of a TTL at a time (a round heartbeats only when one is due), and
 	// for a watcher that lags this node's own heartbeat.
 	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
 	defer check.Stop()
@@ -500,6 +577,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.round(ctx)
 		if err := m.behindErr(); err != nil {
 			m.log.Error("this node cannot read the cluster's record format; it stops serving", "err", err)
+			stopRenewer()
+			<-renewerDone
 			m.stop()
 			stopWatch()
 			<-dogDone
@@ -514,6 +593,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
+				<-renewerDone // it stops with ctx: no renewal races the handoffs
 				m.stop()
 				stopWatch()
 				<-dogDone
@@ -583,7 +663,7 @@ func (m *Manager) watchdog(ctx context.Context, done chan<- struct{}) {
 		now := time.Now()
 		m.mu.Lock()
 		for p, h := range m.mu.held {
-			if now.After(h.until) {
+			if !m.validLocked(h, now) {
 				m.loseLocked(p, h, ErrLeaseExpired)
 			}
 		}
@@ -650,6 +730,9 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 	defer m.mu.Unlock()
 	if gen != 0 && gen != m.mu.watchGen {
 		return false
+	}
+	if now := time.Now(); now.Sub(m.mu.lastAny) > 2*m.cfg.RenewEvery {
+		m.mu.resumedAt = now // the first write after a silence
 	}
 	m.mu.lastAny = time.Now()
 	defer func() { m.met.nodes.Set(float64(len(m.mu.nodes))) }()

@@ -18,6 +18,9 @@ type metrics struct {
 	// slowFailovers counts stale takeovers more than TTL+5s after the
 	// holder's last renewal.
 	slowFailovers prometheus.Counter
+	// graced counts leases served past their deadline on the election
+	// grace (validLocked).
+	graced prometheus.Counter
 }
 
 // newMetrics registers the package's metrics, or takes those already in
@@ -50,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_ownership_slow_failovers_total",
 			Help: "Partitions this node took over from a node that stopped renewing them, more than the lease TTL and 5 s after that node's last renewal was seen.",
 		}),
+		graced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_ownership_election_grace_total",
+			Help: "Partition leases this node served past their deadline while their renewals failed without a conflict (the lease bucket electing a leader) and were retried.",
+		}),
 		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_ownership_watch_restarts_total",
 			Help: "Lease bucket watches restarted because they lagged this node's acknowledged heartbeat (their server died).",
@@ -78,6 +85,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if out.watchRestarts, err = promreg.Register(reg, out.watchRestarts); err != nil {
+		return nil, err
+	}
+	if out.graced, err = promreg.Register(reg, out.graced); err != nil {
 		return nil, err
 	}
 	out.owned.Set(0)

@@ -135,6 +135,14 @@ func TestPlanTakesStaleLeases(t *testing.T) {
 	if got := stale(m); len(got) != 0 {
 		t.Fatalf("takeovers while the watcher is silent: %v", got)
 	}
+	// The watcher delivers again after its silence (the bucket elected a
+	// leader): a holder that could not renew through the election gets
+	// resumeGrace to be seen renewing before it is judged dead.
+	m.mu.lastAny, m.mu.resumedAt = time.Now(), time.Now()
+	if got := stale(m); len(got) != 0 {
+		t.Fatalf("takeovers just after the watcher resumed: %v", got)
+	}
+	m.mu.resumedAt = old      // it resumed long ago
 	m.mu.lastAny = time.Now() // b's own heartbeat, seen
 	want := assign(parts, []string{"b", "c"})
 	got := stale(m)

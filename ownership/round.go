@@ -46,9 +46,14 @@ const roundWorkers = 16
 func (m *Manager) round(ctx context.Context) {
 	if time.Since(m.renewed) >= m.cfg.RenewEvery {
 		m.renewed = time.Now()
-		m.heartbeat(ctx)
+		m.mu.Lock()
+		timeout := m.cfg.RenewEvery
+		if m.mu.beatFailing {
+			timeout = m.retryEvery() // the renewer retries it meanwhile
+		}
+		m.mu.Unlock()
+		m.heartbeat(ctx, timeout)
 		m.formatBehind(ctx)
-		m.renew(ctx)
 	}
 	// The writes of different partitions are independent, so they go
 	// roundWorkers at a time: a node that starts with 64 free partitions
@@ -188,8 +193,51 @@ func (m *Manager) staleTakeovers() bool {
 	return false
 }
 
-// heartbeat writes this node's key with the TTL.
-func (m *Manager) heartbeat(ctx context.Context) {
+// renewer renews the held leases every RenewEvery until ctx ends, in its
+// own goroutine, so that nothing Run waits on (acquisitions, a heartbeat,
+// the format) delays a renewal. Renewals, and the heartbeat, whose last
+// attempt failed without a conflict (the bucket electing a leader) are
+// retried every retryEvery, each waiting at most that long: a lease on the
+// election grace sees a fresh attempt every few (validLocked), and is
+// renewed within a retry period of the bucket's return.
+func (m *Manager) renewer(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(m.retryEvery())
+	defer t.Stop()
+	var full time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		beat := m.mu.beatFailing && !m.mu.stopping
+		failing := false
+		for _, h := range m.mu.held {
+			failing = failing || (h.failing && !h.releasing)
+		}
+		m.mu.Unlock()
+		timeout := m.cfg.RenewEvery
+		if failing {
+			timeout = m.retryEvery()
+		}
+		switch {
+		case time.Since(full) >= m.cfg.RenewEvery:
+			full = time.Now()
+			m.renew(ctx, false, timeout)
+		case failing:
+			m.renew(ctx, true, timeout)
+		}
+		if beat {
+			m.heartbeat(ctx, m.retryEvery())
+		}
+	}
+}
+
+// heartbeat writes this node's key with the key TTL, waiting at most
+// timeout for the server's answer.
+func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	m.mu.Lock()
 	stopping := m.mu.stopping
 	m.mu.Unlock()
@@ -200,11 +248,17 @@ func (m *Manager) heartbeat(ctx context.Context) {
 		Started time.Time `json:"started"`
 		Reads   int       `json:"reads"`
 	}{m.started, m.cfg.Format})
-	pctx, cancel := context.WithTimeout(ctx, m.cfg.RenewEvery)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.cfg.TTL))
+	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.keyTTL()))
+	m.mu.Lock()
+	failing := m.mu.beatFailing
+	m.mu.beatFailing = err != nil
+	m.mu.Unlock()
 	if err != nil {
-		m.log.Warn("node heartbeat", "err", err)
+		if !failing {
+			m.log.Warn("node heartbeat", "err", err)
+		}
 		return
 	}
 	m.mu.Lock()
@@ -216,10 +270,17 @@ func (m *Manager) heartbeat(ctx context.Context) {
 
 func (m *Manager) subject(key string) string { return "$KV." + m.cfg.Bucket + "." + key }
 
-// renew extends every held lease by a compare-and-set on its revision, all
-// in flight at once. A conflict means another node holds the lease now; any
-// other failure leaves the lease to its deadline.
-func (m *Manager) renew(ctx context.Context) {
+// renew extends every held lease (with failing, only those whose last
+// renewal failed) by a compare-and-set on its revision, all in flight at
+// once, waiting at most timeout for the answers. A conflict means another
+// node holds the lease now, unless the key still holds this lease (a
+// renewal that landed but whose answer was lost: its revision is taken);
+// any other failure, or no answer in time, marks the lease failing: Run
+// retries it, and it is served on the election grace (validLocked).
+func (m *Manager) renew(ctx context.Context, failing bool, timeout time.Duration) {
+	if m.beforeRenew != nil {
+		m.beforeRenew()
+	}
 	type pending struct {
 		p    int
 		h    *held
@@ -229,29 +290,48 @@ func (m *Manager) renew(ctx context.Context) {
 	m.mu.Lock()
 	var todo []pending
 	for p, h := range m.mu.held {
-		if !h.releasing {
+		if !h.releasing && (!failing || h.failing) {
 			todo = append(todo, pending{p: p, h: h})
 		}
 	}
 	m.mu.Unlock()
+	var failed []int // renewals that failed without a conflict, or got no answer
+	fail := func(t *pending) {
+		m.mu.Lock()
+		if m.mu.held[t.p] == t.h && !t.h.failing {
+			t.h.failing = true
+			failed = append(failed, t.p)
+		}
+		m.mu.Unlock()
+	}
+	defer func() {
+		if len(failed) > 0 {
+			slices.Sort(failed)
+			m.log.Warn("lease renewals failed; retrying them", "partitions", failed, "every", m.retryEvery())
+		}
+	}()
 	for i := range todo {
 		t := &todo[i]
 		m.mu.Lock()
 		rev := t.h.rev
+		t.sent = time.Now()
+		if m.cfg.Conn.IsConnected() {
+			t.h.tried = t.sent // an attempt that can reach the bucket: the grace's evidence
+		}
 		m.mu.Unlock()
 		b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: t.h.lease.Epoch})
-		t.sent = time.Now()
 		fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(leaseKey(t.p)), Data: b},
-			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.keyTTL()))
 		if err != nil {
-			m.log.Warn("renew lease", "partition", t.p, "err", err)
+			fail(t)
 			continue
 		}
 		t.fut = fut
 	}
-	timeout := time.NewTimer(m.cfg.RenewEvery)
-	defer timeout.Stop()
-	for _, t := range todo {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for i := range todo {
+		t := &todo[i]
 		if t.fut == nil {
 			continue
 		}
@@ -261,26 +341,55 @@ func (m *Manager) renew(ctx context.Context) {
 			if m.mu.held[t.p] == t.h && !t.h.releasing {
 				t.h.rev = ack.Sequence
 				t.h.until = t.sent.Add(m.cfg.TTL - m.cfg.Margin)
+				if t.h.graced {
+					m.log.Info("lease renewed after the election grace", "partition", t.p, "epoch", t.h.lease.Epoch)
+				}
+				t.h.failing, t.h.graced = false, false
 			}
 			m.mu.Unlock()
 			m.met.renewals.Inc()
 		case err := <-t.fut.Err():
 			if isConflict(err) {
-				m.mu.Lock()
-				if m.mu.held[t.p] == t.h {
-					m.loseLocked(t.p, t.h, ErrLeaseLost)
-				}
-				m.mu.Unlock()
+				m.conflicted(ctx, t.p, t.h)
 				continue
 			}
-			m.log.Warn("renew lease", "partition", t.p, "err", err)
-		case <-timeout.C:
-			m.log.Warn("lease renewals timed out", "after", m.cfg.RenewEvery)
+			fail(t)
+		case <-timer.C:
+			for j := i; j < len(todo); j++ {
+				if todo[j].fut != nil {
+					fail(&todo[j])
+				}
+			}
 			return
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// conflicted handles a renewal of h that failed its compare-and-set: the
+// lease is lost, unless the key still holds it at a newer revision (an
+// earlier renewal landed, its answer lost with the bucket's leader), which
+// then becomes the one the next renewal expects.
+func (m *Manager) conflicted(ctx context.Context, p int, h *held) {
+	gctx, cancel := context.WithTimeout(ctx, m.retryEvery())
+	e, err := m.kv.Get(gctx, leaseKey(p))
+	cancel()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.held[p] != h {
+		return
+	}
+	if err == nil {
+		if l, ok := parseLease(e.Key(), e.Value(), e.Revision()); ok && l == h.lease {
+			h.rev, h.failing = e.Revision(), true // renewed again at the next retry
+			return
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+		h.failing = true // unknown yet: read again at the next retry's conflict
+		return
+	}
+	m.loseLocked(p, h, ErrLeaseLost)
 }
 
 // isConflict reports a failed compare-and-set.
@@ -304,7 +413,7 @@ func (m *Manager) acquire(ctx context.Context, p int) {
 		return
 	}
 	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
-	rev, err := m.kv.Create(actx, leaseKey(p), b, jetstream.KeyTTL(m.cfg.TTL))
+	rev, err := m.kv.Create(actx, leaseKey(p), b, jetstream.KeyTTL(m.keyTTL()))
 	if err != nil {
 		if !isConflict(err) {
 			m.log.Warn("acquire lease", "partition", p, "err", err)
@@ -330,7 +439,7 @@ func (m *Manager) takeover(ctx context.Context, p int, rev uint64, seen time.Tim
 	}
 	b, _ := json.Marshal(leaseValue{Node: m.cfg.Node, Epoch: epoch})
 	ack, err := m.js.PublishMsg(actx, &nats.Msg{Subject: m.subject(leaseKey(p)), Data: b},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.cfg.TTL))
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.keyTTL()))
 	if err != nil {
 		if !isConflict(err) {
 			m.log.Warn("take over lease", "partition", p, "err", err)

@@ -99,6 +99,9 @@ func StopServer(t testing.TB, srvs []*server.Server, i int) (restart func()) {
 	port := s.ClusterAddr().Port
 	var routes []*url.URL
 	for _, o := range srvs {
+		if o.ClusterAddr() == nil {
+			continue // stopped before: it routes to this one once it is back
+		}
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", o.ClusterAddr().Port)})
 	}
 	s.Shutdown()
