@@ -183,8 +183,8 @@ func (d *Daemon) readinessReasons() (Health, map[string]bool) {
 		case <-mgr.Ready():
 			h.Partitions, h.Assigned = mgr.OwnedCount(), mgr.Assigned()
 			if mgr.Restoring() > 0 {
-				add(ReasonPartitions, fmt.Sprintf("bucket %s was lost and restored: leases are taken again a lease TTL (%s) after the loss, when no node serves the lost ones",
-					mgr.Bucket(), mgr.TTL()))
+				add(ReasonPartitions, fmt.Sprintf("bucket %s was lost and restored: leases are taken again a lease TTL and its election grace (%s) after the loss, when no node serves the lost ones",
+					mgr.Bucket(), mgr.Quiet()))
 			} else if starved := mgr.Starved(); starved > mgr.TTL() {
 				add(ReasonPartitions, fmt.Sprintf("owns no partition for %s while the assignment gives it %d of %d: bucket %s takes no lease of this node",
 					starved.Round(time.Second), h.Assigned, mgr.Partitions(), mgr.Bucket()))

@@ -228,3 +228,31 @@ func TestStoppedHolderRefusedOnGrace(t *testing.T) {
 		t.Errorf("append by the stopped holder: %v, want ErrNotOwner", err)
 	}
 }
+
+// TestRenewalAnswerLost: a renewal that landed but whose answer was lost
+// (the bucket's leader died between storing it and answering) leaves the
+// holder expecting an older revision; its next renewal conflicts. The key
+// still holds this very lease, so the holder takes its revision and keeps
+// the lease, instead of losing a partition nobody else took.
+func TestRenewalAnswerLost(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	a := startNode(t, s, Config{Node: "a", Partitions: 1, TTL: 2 * time.Second})
+	before, pctx, ok := a.m.Owned(0)
+	if !ok {
+		t.Fatal("a holds no lease")
+	}
+	a.m.mu.Lock()
+	h := a.m.mu.held[0]
+	stored := h.rev
+	h.rev-- // the revision before the renewal whose answer was lost
+	a.m.mu.Unlock()
+	eventually(t, "a renewal past the lost answer", func() bool {
+		a.m.mu.Lock()
+		defer a.m.mu.Unlock()
+		return a.m.mu.held[0] != h || h.rev > stored
+	})
+	after, actx, ok := a.m.Owned(0)
+	if !ok || after != before || actx != pctx {
+		t.Fatalf("after a conflicting renewal of a lease the key still holds: %+v (held %v), want %+v kept", after, ok, before)
+	}
+}

@@ -465,6 +465,10 @@ func (m *Manager) Check(ctx context.Context, p int) error {
 	return nil
 }
 
+// Quiet returns how long after the lease bucket was lost no lease is
+// taken (RestoreBucket): a TTL and the election grace.
+func (m *Manager) Quiet() time.Duration { return m.cfg.TTL + m.cfg.ElectionGrace }
+
 // Restoring returns how long, after the lease bucket was lost and restored
 // (RestoreBucket), this node still waits before it takes leases again; 0
 // when it is not waiting.
@@ -502,7 +506,7 @@ func (m *Manager) RestoreBucket(ctx context.Context) error {
 	clear(m.mu.free)
 	// A holder serves on the election grace while its renewals to the
 	// lost bucket fail: the quiet lasts that long too.
-	m.mu.quietUntil = time.Now().Add(m.cfg.TTL + m.cfg.ElectionGrace)
+	m.mu.quietUntil = time.Now().Add(m.Quiet())
 	m.mu.Unlock()
 	// The KV handle names the bucket: it works on the bucket made again.
 	if _, _, err := openBucket(ctx, m.js, m.cfg, top+1); err != nil {
@@ -515,7 +519,7 @@ func (m *Manager) RestoreBucket(ctx context.Context) error {
 	case m.rewatch <- struct{}{}:
 	default:
 	}
-	m.log.Warn("lease bucket restored; partitions are taken again after a lease TTL", "bucket", m.cfg.Bucket, "ttl", m.cfg.TTL)
+	m.log.Warn("lease bucket restored; partitions are taken again after a lease TTL and its election grace", "bucket", m.cfg.Bucket, "after", m.Quiet())
 	return nil
 }
 
