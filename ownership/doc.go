@@ -41,7 +41,7 @@
 //     that lands after the election renews the same lease (same epoch, the
 //     partition never stopped: TestLeaseOutlivesBucketElection), or
 //     conflicts and the lease is lost. The other nodes judge nothing stale
-//     while their watch is silent and for two renewal periods after it
+//     while their watch is silent and for a renewal period after it
 //     delivers again, by when a live holder was seen renewing; a dead
 //     holder's leases are taken over then, within the election plus a TTL.
 //     So the leader of the lease bucket dying stops only the partitions of

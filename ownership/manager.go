@@ -164,9 +164,10 @@ func (m *Manager) retryEvery() time.Duration { return max(m.cfg.RenewEvery/10, 1
 func (m *Manager) graceFresh() time.Duration { return max(m.cfg.RenewEvery/2, 4*m.retryEvery()) }
 
 // resumeGrace is how long after the watcher resumed from a silence no key
-// is judged stale: a live holder retries its renewals every retryEvery and
-// heartbeats every RenewEvery, so it is seen again well within it.
-func (m *Manager) resumeGrace() time.Duration { return 2 * m.cfg.RenewEvery }
+// is judged stale: a live holder retries its failed renewals and heartbeat
+// every retryEvery, so they land within one of the bucket's return and the
+// resumed watch delivers them well within it.
+func (m *Manager) resumeGrace() time.Duration { return m.cfg.RenewEvery }
 
 // staleLocked reports whether a key last seen written at seen (a lease
 // renewal, a node heartbeat) has gone a whole TTL without being written
