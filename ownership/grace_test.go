@@ -70,9 +70,10 @@ func newGraceEnv(t *testing.T) *graceEnv {
 		}
 	}
 
-	cfg := Config{Node: "a", Partitions: 1, TTL: 2 * time.Second, Replicas: 3,
+	cfg := Config{Node: "a", Partitions: 1, TTL: 6 * time.Second, Replicas: 3,
 		// Far longer than the test needs: the grace is not what ends the
-		// lease here.
+		// lease here. The TTL of 6 s gives the pause detection
+		// (graceFresh, 0.75 s) room on a loaded machine.
 		ElectionGrace: time.Minute}
 	env.a = newManager(t, env.srvs[env.on], cfg)
 	env.a.beforeRenew = func() {

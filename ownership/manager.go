@@ -76,9 +76,13 @@ type Manager struct {
 		// it, so nothing is judged stale until a live holder has had
 		// resumeGrace to renew again.
 		resumedAt time.Time
-		// beatFailing: this node's last heartbeat failed (Run retries it
-		// every retryEvery).
+		// beatFailing: this node's last heartbeat failed (the renewer
+		// retries it every retryEvery).
 		beatFailing bool
+		// dogAt is when the watchdog last ran; pauseEnded, when it last
+		// ran after a gap longer than graceFresh: the process was stopped
+		// (SIGSTOP, a long pause) or starved until then.
+		dogAt, pauseEnded time.Time
 		// watchGen is the generation of the running watch (watcher.start).
 		watchGen int
 		free     map[int]time.Time // partitions without a lease, since
@@ -129,15 +133,21 @@ type held struct {
 // validLocked reports whether h may be served at now: before its deadline,
 // or on the election grace after it. The grace holds only while this
 // process keeps retrying the renewal on a live connection (its last one
-// sent within graceFresh, connected): a process that was stopped (SIGSTOP,
-// a long pause) sent nothing meanwhile, and one cut off from NATS sends
-// nowhere; both find the lease expired, as before the grace.
+// sent within graceFresh, connected), and ran without a pause since the
+// deadline (the watchdog saw no gap): a process that was stopped
+// (SIGSTOP, a long pause) sent nothing meanwhile, and one cut off from
+// NATS sends nowhere; both find the lease expired, as before the grace.
 // REQUIRES: m.mu held.
 func (m *Manager) validLocked(h *held, now time.Time) bool {
 	if !now.After(h.until) {
 		return true
 	}
 	if !h.failing || now.After(h.until.Add(m.cfg.ElectionGrace)) || now.Sub(h.tried) > m.graceFresh() {
+		return false
+	}
+	// Nor after a pause of the process: it did not retry meanwhile, and a
+	// retry sent as it resumes proves nothing of the time it was stopped.
+	if now.Sub(m.mu.dogAt) > m.graceFresh() || m.mu.pauseEnded.After(h.until) {
 		return false
 	}
 	if !h.graced {
@@ -161,7 +171,12 @@ func (m *Manager) retryEvery() time.Duration { return max(m.cfg.RenewEvery/10, 1
 // graceFresh is how recent a holder's last renewal attempt must be for
 // the election grace to hold: several retry periods, far below the
 // resumeGrace others give it before judging it stale.
-func (m *Manager) graceFresh() time.Duration { return max(m.cfg.RenewEvery/2, 4*m.retryEvery()) }
+func (m *Manager) graceFresh() time.Duration {
+	return max(m.cfg.RenewEvery/2, 4*m.retryEvery(), 2*m.dogEvery())
+}
+
+// dogEvery is the watchdog's period.
+func (m *Manager) dogEvery() time.Duration { return max(m.cfg.Margin/4, 10*time.Millisecond) }
 
 // resumeGrace is how long after the watcher resumed from a silence no key
 // is judged stale: a live holder retries its failed renewals and heartbeat
@@ -657,8 +672,11 @@ func (m *Manager) firstWatch(ctx context.Context, w *watcher) bool {
 // blocked on the server.
 func (m *Manager) watchdog(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(max(m.cfg.Margin/4, 10*time.Millisecond))
+	t := time.NewTicker(m.dogEvery())
 	defer t.Stop()
+	m.mu.Lock()
+	m.mu.dogAt = time.Now()
+	m.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
@@ -667,6 +685,10 @@ func (m *Manager) watchdog(ctx context.Context, done chan<- struct{}) {
 		}
 		now := time.Now()
 		m.mu.Lock()
+		if now.Sub(m.mu.dogAt) > m.graceFresh() {
+			m.mu.pauseEnded = now // no grace for what was past its deadline meanwhile
+		}
+		m.mu.dogAt = now
 		for p, h := range m.mu.held {
 			if !m.validLocked(h, now) {
 				m.loseLocked(p, h, ErrLeaseExpired)

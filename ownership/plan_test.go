@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -205,5 +206,48 @@ func TestReplacedWatchIsIgnored(t *testing.T) {
 	}
 	if _, ok := m.mu.nodes["a"]; ok {
 		t.Error("a node seen only by the replaced watch is alive")
+	}
+}
+
+// TestGraceNeedsNoPause: a lease past its deadline, its renewal failing,
+// is served on the election grace only while the process retries and ran
+// without a pause since the deadline. A retry sent as a stopped process
+// resumes (the renewer's ticker firing first) proves nothing of the time
+// it was stopped: the watchdog saw the gap, and the lease is expired.
+func TestGraceNeedsNoPause(t *testing.T) {
+	m := planner("a", 1)
+	m.log = slog.New(slog.DiscardHandler)
+	m.cfg.ElectionGrace = m.cfg.TTL / 2
+	m.cfg.Margin = m.cfg.TTL / 5
+	now := time.Now()
+	h := &held{lease: Lease{Partition: 0, Node: "a", Epoch: 3}, until: now.Add(-time.Second), tried: now, failing: true}
+	m.mu.dogAt = now
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.validLocked(h, now) {
+		t.Fatal("a lease a running process retries is not served on the grace")
+	}
+	h.failing = false
+	if m.validLocked(h, now) {
+		t.Error("a lease past its deadline whose renewal did not fail is served")
+	}
+	h.failing = true
+	h.tried = now.Add(-m.graceFresh() - time.Millisecond)
+	if m.validLocked(h, now) {
+		t.Error("a lease whose last retry is stale is served on the grace")
+	}
+	h.tried = now
+	m.mu.pauseEnded = now.Add(-time.Millisecond) // after the deadline
+	if m.validLocked(h, now) {
+		t.Error("a lease whose process paused past its deadline is served on the grace")
+	}
+	m.mu.pauseEnded = h.until.Add(-time.Millisecond)
+	m.mu.dogAt = now.Add(-m.graceFresh() - time.Millisecond)
+	if m.validLocked(h, now) {
+		t.Error("a lease is served on the grace while the watchdog has not run for graceFresh")
+	}
+	m.mu.dogAt = now
+	if m.validLocked(h, h.until.Add(m.cfg.ElectionGrace+time.Millisecond)) {
+		t.Error("a lease is served past its election grace")
 	}
 }

@@ -197,9 +197,10 @@ func (m *Manager) staleTakeovers() bool {
 // own goroutine, so that nothing Run waits on (acquisitions, a heartbeat,
 // the format) delays a renewal. Renewals, and the heartbeat, whose last
 // attempt failed without a conflict (the bucket electing a leader) are
-// retried every retryEvery, each waiting at most that long: a lease on the
-// election grace sees a fresh attempt every few (validLocked), and is
-// renewed within a retry period of the bucket's return.
+// retried every retryEvery, each waiting at most a quarter of a renewal
+// period for its answer: a lease on the election grace sees a fresh
+// attempt within graceFresh (validLocked), and is renewed within a retry
+// period of the bucket's return.
 func (m *Manager) renewer(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(m.retryEvery())
@@ -220,7 +221,9 @@ func (m *Manager) renewer(ctx context.Context, done chan<- struct{}) {
 		m.mu.Unlock()
 		timeout := m.cfg.RenewEvery
 		if failing {
-			timeout = m.retryEvery()
+			// Short enough that a lease on the grace sees a fresh attempt
+			// within graceFresh, long enough for a slow bucket's answer.
+			timeout = max(m.retryEvery(), m.cfg.RenewEvery/4)
 		}
 		switch {
 		case time.Since(full) >= m.cfg.RenewEvery:
