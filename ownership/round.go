@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -278,8 +279,8 @@ func (m *Manager) subject(key string) string { return "$KV." + m.cfg.Bucket + ".
 // once, waiting at most timeout for the answers. A conflict means another
 // node holds the lease now, unless the key still holds this lease (a
 // renewal that landed but whose answer was lost: its revision is taken);
-// any other failure, or no answer in time, marks the lease failing: Run
-// retries it, and it is served on the election grace (validLocked).
+// any other failure, or no answer in time, marks the lease failing: the
+// renewer retries it, and it is served on the election grace (validLocked).
 func (m *Manager) renew(ctx context.Context, failing bool, timeout time.Duration) {
 	if m.beforeRenew != nil {
 		m.beforeRenew()
@@ -299,18 +300,22 @@ func (m *Manager) renew(ctx context.Context, failing bool, timeout time.Duration
 	}
 	m.mu.Unlock()
 	var failed []int // renewals that failed without a conflict, or got no answer
-	fail := func(t *pending) {
+	var firstErr error
+	fail := func(t *pending, err error) {
 		m.mu.Lock()
 		if m.mu.held[t.p] == t.h && !t.h.failing {
 			t.h.failing = true
 			failed = append(failed, t.p)
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
 		m.mu.Unlock()
 	}
 	defer func() {
 		if len(failed) > 0 {
 			slices.Sort(failed)
-			m.log.Warn("lease renewals failed; retrying them", "partitions", failed, "every", m.retryEvery())
+			m.log.Warn("lease renewals failed; retrying them", "partitions", failed, "every", m.retryEvery(), "err", firstErr)
 		}
 	}()
 	for i := range todo {
@@ -326,7 +331,7 @@ func (m *Manager) renew(ctx context.Context, failing bool, timeout time.Duration
 		fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(leaseKey(t.p)), Data: b},
 			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(m.keyTTL()))
 		if err != nil {
-			fail(t)
+			fail(t, err)
 			continue
 		}
 		t.fut = fut
@@ -356,11 +361,11 @@ func (m *Manager) renew(ctx context.Context, failing bool, timeout time.Duration
 				m.conflicted(ctx, t.p, t.h)
 				continue
 			}
-			fail(t)
+			fail(t, err)
 		case <-timer.C:
 			for j := i; j < len(todo); j++ {
 				if todo[j].fut != nil {
-					fail(&todo[j])
+					fail(&todo[j], fmt.Errorf("no answer within %s", timeout))
 				}
 			}
 			return
