@@ -145,6 +145,62 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 	return l.decodeRaw(stream, m)
 }
 
+// NextBatch is Next for up to limit events (at least 1): the events
+// matching f stored after sequence after, in order, with batched direct
+// gets (no consumer, no leader read); none when there is none yet. A
+// direct get may be answered by a replica behind the leader, so what it
+// returns is a prefix of what is stored (a replica stores the stream in
+// order): a Follow from the last one's Seq goes on without a gap or a
+// double. A stored event that cannot be decoded ends the batch: it is
+// returned last, with its Seq and Subject, together with its
+// *CorruptError. Pending is not set.
+//
+// It is how a follow reads what is already stored without creating a
+// consumer (which in a cluster costs two proposals of the JetStream meta
+// group, applied by every server): a replay of a stream stored to its end
+// needs none. Against a server without batched direct gets it reads one
+// event, as Next does.
+func (l *Log) NextBatch(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return nil, err
+	}
+	if l.closed() {
+		return nil, ErrClosed
+	}
+	msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, max(1, limit),
+		jetstreamext.GetBatchSeq(rawSeq(after)+1), jetstreamext.GetBatchSubject(subject),
+		jetstreamext.GetBatchMaxBytes(readBatchBytes))
+	if err != nil {
+		return nil, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
+	}
+	var out []Event
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
+			e, ok, err := l.Next(ctx, f, after)
+			if !ok {
+				return nil, err
+			}
+			return []Event{e}, err
+		}
+		if err != nil {
+			if len(out) > 0 {
+				return out, nil // the rest is the follow's
+			}
+			return nil, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
+		}
+		e, _, err := l.decodeRaw(stream, m)
+		out = append(out, e)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
 // decodeRaw decodes a message of stream read with a direct get, as Next
 // and Last return it.
 func (l *Log) decodeRaw(stream string, m *jetstream.RawStreamMsg) (Event, bool, error) {
