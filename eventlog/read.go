@@ -82,7 +82,35 @@ func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
 	if spans, _ := l.shardsOf(f); spans {
 		return SeqEnds, nil
 	}
+	if f.Stream != "" && l.cfg.Owner != nil {
+		return l.lastChunkSeq(ctx, f.Agent, f.Stream, stream, subject)
+	}
 	return l.lastSeq(ctx, stream, subject)
+}
+
+// lastChunkSeq is lastSeq of agent's chat stream's chunks (subject, in
+// stream). When this process owns agent, what it reads is also what
+// prepareChunks would read before the stream's first chunk is queued: it
+// is recorded in the agent's fence under the token held when the read
+// began, as prepareChunks records it, so a turn that read its stream's
+// last sequence (chat's start cursor) sends its first chunk without a
+// read of its own. That is the fence's read made earlier: a chunk another
+// writer stored since is still found by the send, refused for its
+// expected last subject sequence.
+func (l *Log) lastChunkSeq(ctx context.Context, agent, chatStream, stream, subject string) (Seq, error) {
+	f, tok, cerr := l.claim(agent)
+	last, err := l.lastSeq(ctx, stream, subject)
+	if err != nil || cerr != nil {
+		return last, err
+	}
+	f.mu.Lock()
+	if f.mu.tok == tok {
+		if _, known := f.mu.streams[chatStream]; !known {
+			f.mu.streams[chatStream] = last
+		}
+	}
+	f.mu.Unlock()
+	return last, nil
 }
 
 func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) {
