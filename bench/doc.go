@@ -49,7 +49,7 @@
 // -node-profiles DIR runs the nodes with --pprof and writes a CPU profile
 // of each over the idle and the measured window, and each node's log;
 // each cluster is measured once its shard streams' leaders are spread
-// (waited for up to 75 s), and failed turns are counted by kind; without a writable
+// (the first spread done, waited for up to 90 s), and failed turns are counted by kind; without a writable
 // cgroup v1 cpu controller it prints one SKIP row. docs/scaling.md has its figures.
 // They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs

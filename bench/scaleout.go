@@ -216,11 +216,12 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL,
 		extra:   append(profileFlags(env.cfg.NodeProfiles), env.cfg.AgentdFlags...),
 		started: func(nd *clusterNode) error { return cg.add(nd.name, nd.cmd.Process.Pid) }}
+	started := time.Now()
 	if _, err := c.start(ctx, n, scaleOutHealthy); err != nil {
 		return scaleOutRun{}, err
 	}
 	defer c.close()
-	if err := waitLeadersSpread(ctx, c, scaleOutSpreadWait); err != nil {
+	if err := waitLeadersSpread(ctx, c, started, scaleOutSpreadWait); err != nil {
 		env.Logger.Warn("scale-out: the shard streams' leaders were not spread; measuring anyway", "nodes", n, "err", err)
 	}
 	r := scaleOutRun{nodes: n}
@@ -389,24 +390,65 @@ func (f *failTally) String() string {
 }
 
 // scaleOutSpreadWait bounds how long a cluster's start waits for its
-// shard streams' leaders to be spread (agentd spreads them every 30 s).
-const scaleOutSpreadWait = 75 * time.Second
+// shard streams' leaders to be spread, and scaleOutFirstSpread is when
+// agentd spreads them first: 30 s after each node started (its
+// leaderSpreadEvery), plus a margin for the stepdowns to finish.
+const (
+	scaleOutSpreadWait  = 90 * time.Second
+	scaleOutFirstSpread = 70 * time.Second
+	// scaleOutSpreadQuiet is how long after a node last logged a
+	// stepdown of the spread the leaders count as spread.
+	scaleOutSpreadQuiet = 5 * time.Second
+)
+
+// spreadLogged is the message agentd logs for each stepdown of the spread.
+const spreadLogged = "stream leader asked to step down for its share of the servers"
+
+// lastSpreadLogged returns when a node of c last logged a stepdown of the
+// leaders' spread (zero if none has).
+func lastSpreadLogged(c *agentdCluster) time.Time {
+	var last time.Time
+	for _, nd := range c.nodes {
+		b, err := os.ReadFile(nd.logPath)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if !strings.Contains(line, spreadLogged) {
+				continue
+			}
+			var l struct {
+				Time time.Time `json:"time"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Time.After(last) {
+				last = l.Time
+			}
+		}
+	}
+	return last
+}
 
 // waitLeadersSpread waits, up to timeout, until the Raft leaders of the
 // cluster's shard streams are spread over its nodes as agentd spreads them
 // (the owner of partition 0, every 30 s: eventlog.Log.SpreadLeaders):
-// every node leads some, and no node leads more than 2 more than another,
-// as GET /v1/cluster on the first node shows them. Before that, the
+// until agentd's first spread is done (a node logged its stepdowns, the
+// last scaleOutSpreadQuiet ago, or none did by scaleOutFirstSpread after
+// the nodes started: a spread moves leaders that are balanced already to
+// the servers it wants, which the bench does not compute), and every node
+// leads some and no node leads more than 2 more than another, as GET
+// /v1/cluster on the first node shows them. Before that, the
 // stepdowns that spread them would fall in the measured window, each a
 // leader election under load (writes refused for its moment), and the
 // leaders bunched on a few nodes until then. An unsharded cluster has
 // nothing to spread: it returns at once.
-func waitLeadersSpread(ctx context.Context, c *agentdCluster, timeout time.Duration) error {
+func waitLeadersSpread(ctx context.Context, c *agentdCluster, started time.Time, timeout time.Duration) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	var last string
 	for deadline := time.Now().Add(timeout); ; {
 		spread, what, err := leadersSpread(client, c)
-		if err == nil && spread {
+		moved := lastSpreadLogged(c)
+		done := time.Since(started) >= scaleOutFirstSpread || (!moved.IsZero() && time.Since(moved) >= scaleOutSpreadQuiet)
+		if err == nil && spread && done {
 			return nil
 		}
 		if err != nil {

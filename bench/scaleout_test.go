@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProjectionCursors: the scale-out scenario reads every projection's
@@ -112,5 +113,26 @@ func TestLeadersSpread(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%s: spread = %v (%s), %v; want %v", tc.name, got, what, err, tc.want)
 		}
+	}
+}
+
+// TestLastSpreadLogged: the scale-out scenario reads when the leaders'
+// spread last stepped a leader down from the nodes' logs.
+func TestLastSpreadLogged(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "agentd.log")
+	c := &agentdCluster{nodes: []*clusterNode{{name: "forever-0", logPath: log}}}
+	if got := lastSpreadLogged(c); !got.IsZero() {
+		t.Fatalf("without a log: %v", got)
+	}
+	lines := "--- bench: start\n" +
+		`{"time":"2026-11-30T02:35:25.044179081Z","level":"INFO","msg":"` + spreadLogged + `","stream":"FOREVER_EVENTS_2"}` + "\n" +
+		`{"time":"2026-11-30T02:35:30.5Z","level":"INFO","msg":"` + spreadLogged + `","stream":"FOREVER_CHUNKS_6"}` + "\n" +
+		`{"time":"2026-11-30T02:36:00Z","level":"INFO","msg":"something else"}` + "\n"
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSpreadLogged(c); !got.Equal(time.Date(2026, 11, 30, 2, 35, 30, 5e8, time.UTC)) {
+		t.Fatalf("last spread = %v, want 02:35:30.5", got)
 	}
 }
