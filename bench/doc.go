@@ -47,7 +47,9 @@
 // and CPU next to its cluster's mean (within 1.5x), and each cluster's
 // idle CPU before the load; -agentd-flags adds flags to every node;
 // -node-profiles DIR runs the nodes with --pprof and writes a CPU profile
-// of each over the idle and the measured window; without a writable
+// of each over the idle and the measured window, and each node's log;
+// each cluster is measured once its shard streams' leaders are spread
+// (the first spread done, waited for up to 90 s), and failed turns are counted by kind; without a writable
 // cgroup v1 cpu controller it prints one SKIP row. docs/scaling.md has its figures.
 // They do not use the Env's
 // server. A scenario marked Once (sync-cost, which runs

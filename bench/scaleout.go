@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,10 +216,14 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL,
 		extra:   append(profileFlags(env.cfg.NodeProfiles), env.cfg.AgentdFlags...),
 		started: func(nd *clusterNode) error { return cg.add(nd.name, nd.cmd.Process.Pid) }}
+	started := time.Now()
 	if _, err := c.start(ctx, n, scaleOutHealthy); err != nil {
 		return scaleOutRun{}, err
 	}
 	defer c.close()
+	if err := waitLeadersSpread(ctx, c, started, scaleOutSpreadWait); err != nil {
+		env.Logger.Warn("scale-out: the shard streams' leaders were not spread; measuring anyway", "nodes", n, "err", err)
+	}
 	r := scaleOutRun{nodes: n}
 	// The idle window: what the cluster costs with nothing to do (Raft
 	// heartbeats, lease renewals, consumers), read before any chat.
@@ -250,6 +256,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	defer cancel()
 	var done, failed atomic.Int64
 	var lastErr atomic.Value
+	fails := &failTally{}
 	var wg sync.WaitGroup
 	for i := range agents {
 		base := "http://" + c.nodes[i%n].httpAddr
@@ -266,6 +273,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 				default:
 					failed.Add(1)
 					lastErr.Store(err.Error())
+					fails.add(err)
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
@@ -309,7 +317,15 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	}
 	r.load = load0 + "-" + loadAvg()
 	if r.failed > 0 {
-		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "last", lastErr.Load())
+		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "kinds", fails.String(), "last", lastErr.Load())
+	}
+	if env.cfg.NodeProfiles != "" {
+		// The nodes' logs beside their profiles: why a turn failed is there.
+		for _, nd := range c.nodes {
+			if b, err := os.ReadFile(nd.logPath); err == nil {
+				_ = os.WriteFile(filepath.Join(env.cfg.NodeProfiles, fmt.Sprintf("%dnodes-%s.log", n, nd.name)), b, 0o644)
+			}
+		}
 	}
 	if r.failed > r.turns {
 		return scaleOutRun{}, fmt.Errorf("bench: %d turns failed, %d completed; the last: %v", r.failed, r.turns, lastErr.Load())
@@ -322,6 +338,175 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
 	}
 	return r, nil
+}
+
+// failTally counts a cluster's failed turns by kind (the status a post
+// was answered, or a stream cut short), since the warm-up began.
+type failTally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *failTally) add(err error) {
+	kind := "other"
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "without [DONE]"):
+		kind = "stream ended without [DONE]"
+	case strings.Contains(msg, ": 503 "):
+		kind = "503"
+	case strings.Contains(msg, ": 504 "):
+		kind = "504"
+	case strings.Contains(msg, ": 429 "):
+		kind = "429"
+	case strings.Contains(msg, ": 500 "):
+		kind = "500"
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[kind]++
+}
+
+// String is "kind: count" for each kind, in order of kind.
+func (f *failTally) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kinds := make([]string, 0, len(f.n))
+	for k := range f.n {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	var b strings.Builder
+	for i, k := range kinds {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s: %d", k, f.n[k])
+	}
+	return b.String()
+}
+
+// scaleOutSpreadWait bounds how long a cluster's start waits for its
+// shard streams' leaders to be spread, and scaleOutFirstSpread is when
+// agentd spreads them first: 30 s after each node started (its
+// leaderSpreadEvery), plus a margin for the stepdowns to finish.
+const (
+	scaleOutSpreadWait  = 90 * time.Second
+	scaleOutFirstSpread = 70 * time.Second
+	// scaleOutSpreadQuiet is how long after a node last logged a
+	// stepdown of the spread the leaders count as spread.
+	scaleOutSpreadQuiet = 5 * time.Second
+)
+
+// spreadLogged is the message agentd logs for each stepdown of the spread.
+const spreadLogged = "stream leader asked to step down for its share of the servers"
+
+// lastSpreadLogged returns when a node of c last logged a stepdown of the
+// leaders' spread (zero if none has).
+func lastSpreadLogged(c *agentdCluster) time.Time {
+	var last time.Time
+	for _, nd := range c.nodes {
+		b, err := os.ReadFile(nd.logPath)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if !strings.Contains(line, spreadLogged) {
+				continue
+			}
+			var l struct {
+				Time time.Time `json:"time"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Time.After(last) {
+				last = l.Time
+			}
+		}
+	}
+	return last
+}
+
+// waitLeadersSpread waits, up to timeout, until the Raft leaders of the
+// cluster's shard streams are spread over its nodes as agentd spreads them
+// (the owner of partition 0, every 30 s: eventlog.Log.SpreadLeaders):
+// until agentd's first spread is done (a node logged its stepdowns, the
+// last scaleOutSpreadQuiet ago, or none did by scaleOutFirstSpread after
+// the nodes started: a spread moves leaders that are balanced already to
+// the servers it wants, which the bench does not compute), and every node
+// leads some and no node leads more than 2 more than another, as GET
+// /v1/cluster on the first node shows them. Before that, the
+// stepdowns that spread them would fall in the measured window, each a
+// leader election under load (writes refused for its moment), and the
+// leaders bunched on a few nodes until then. An unsharded cluster has
+// nothing to spread: it returns at once.
+func waitLeadersSpread(ctx context.Context, c *agentdCluster, started time.Time, timeout time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last string
+	for deadline := time.Now().Add(timeout); ; {
+		spread, what, err := leadersSpread(client, c)
+		moved := lastSpreadLogged(c)
+		done := time.Since(started) >= scaleOutFirstSpread || (!moved.IsZero() && time.Since(moved) >= scaleOutSpreadQuiet)
+		if err == nil && spread && done {
+			return nil
+		}
+		if err != nil {
+			what = err.Error()
+		}
+		last = what
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: after %s: %s", timeout, last)
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+}
+
+// leadersSpread reads GET /v1/cluster on c's first node and reports whether
+// its shard streams' leaders are spread (see waitLeadersSpread), with the
+// leaders it counted per node.
+func leadersSpread(client *http.Client, c *agentdCluster) (bool, string, error) {
+	resp, err := client.Get("http://" + c.nodes[0].httpAddr + "/v1/cluster")
+	if err != nil {
+		return false, "", err
+	}
+	defer resp.Body.Close()
+	var info struct {
+		Shards  int `json:"shards"`
+		Streams []struct {
+			Name   string `json:"name"`
+			Leader string `json:"leader"`
+		} `json:"streams"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		return false, "", fmt.Errorf("GET /v1/cluster: %s: %w", resp.Status, err)
+	}
+	if info.Shards <= 1 {
+		return true, "unsharded", nil
+	}
+	led := map[string]int{}
+	for _, nd := range c.nodes {
+		led[nd.name] = 0
+	}
+	for _, st := range info.Streams {
+		if !strings.HasPrefix(st.Name, "FOREVER_EVENTS_") && !strings.HasPrefix(st.Name, "FOREVER_CHUNKS_") {
+			continue
+		}
+		if st.Leader == "" {
+			return false, st.Name + " has no leader", nil
+		}
+		led[st.Leader]++
+	}
+	lo, hi := -1, 0
+	for _, k := range led {
+		if lo < 0 || k < lo {
+			lo = k
+		}
+		hi = max(hi, k)
+	}
+	return lo > 0 && hi-lo <= 2, fmt.Sprintf("leaders per node %v", led), nil
 }
 
 // profileFlags are the flags every node gets: --local-rate=-1, and

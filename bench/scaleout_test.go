@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProjectionCursors: the scale-out scenario reads every projection's
@@ -73,5 +74,65 @@ func TestCPUCgroups(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("cgroup %s still there: %v", dir, err)
+	}
+}
+
+// TestLeadersSpread: the scale-out scenario measures a cluster once its
+// shard streams' leaders are spread as GET /v1/cluster shows them; an
+// unsharded cluster has nothing to wait for.
+func TestLeadersSpread(t *testing.T) {
+	var body string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }))
+	defer srv.Close()
+	c := &agentdCluster{nodes: []*clusterNode{
+		{name: "forever-0", httpAddr: strings.TrimPrefix(srv.URL, "http://")}, {name: "forever-1"}, {name: "forever-2"},
+	}}
+	streams := func(leaders ...string) string {
+		var parts []string
+		for i, l := range leaders {
+			kind := "EVENTS"
+			if i >= len(leaders)/2 {
+				kind = "CHUNKS"
+			}
+			parts = append(parts, fmt.Sprintf(`{"name":"FOREVER_%s_%d","leader":%q}`, kind, i%(len(leaders)/2), l))
+		}
+		return `{"shards":2,"streams":[` + strings.Join(parts, ",") + `,{"name":"KV_FOREVER_LEASES","leader":"forever-0"}]}`
+	}
+	for _, tc := range []struct {
+		name, body string
+		want       bool
+	}{
+		{"unsharded", `{"streams":[{"name":"FOREVER_EVENTS","leader":"forever-0"}]}`, true},
+		{"spread", streams("forever-0", "forever-1", "forever-2", "forever-0"), true},
+		{"a node leads none", streams("forever-0", "forever-1", "forever-1", "forever-0"), false},
+		{"bunched", streams("forever-0", "forever-0", "forever-0", "forever-0", "forever-0", "forever-1", "forever-2", "forever-0"), false},
+		{"a stream without a leader", streams("forever-0", "forever-1", "forever-2", ""), false},
+	} {
+		body = tc.body
+		got, what, err := leadersSpread(srv.Client(), c)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: spread = %v (%s), %v; want %v", tc.name, got, what, err, tc.want)
+		}
+	}
+}
+
+// TestLastSpreadLogged: the scale-out scenario reads when the leaders'
+// spread last stepped a leader down from the nodes' logs.
+func TestLastSpreadLogged(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "agentd.log")
+	c := &agentdCluster{nodes: []*clusterNode{{name: "forever-0", logPath: log}}}
+	if got := lastSpreadLogged(c); !got.IsZero() {
+		t.Fatalf("without a log: %v", got)
+	}
+	lines := "--- bench: start\n" +
+		`{"time":"2026-11-30T02:35:25.044179081Z","level":"INFO","msg":"` + spreadLogged + `","stream":"FOREVER_EVENTS_2"}` + "\n" +
+		`{"time":"2026-11-30T02:35:30.5Z","level":"INFO","msg":"` + spreadLogged + `","stream":"FOREVER_CHUNKS_6"}` + "\n" +
+		`{"time":"2026-11-30T02:36:00Z","level":"INFO","msg":"something else"}` + "\n"
+	if err := os.WriteFile(log, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSpreadLogged(c); !got.Equal(time.Date(2026, 11, 30, 2, 35, 30, 5e8, time.UTC)) {
+		t.Fatalf("last spread = %v, want 02:35:30.5", got)
 	}
 }

@@ -312,6 +312,11 @@ func (st *turnRun) run(fctx context.Context, g started) (ran bool, err error) {
 // agent's last chunk before the turn's first, which cannot be written
 // before the gate opens (one turn runs at a time). A failed read leaves 0,
 // which follows the stream's own subject from its first chunk just as well.
+// The agent's chunks are read before the turn's own, so chunks of the turn
+// stored by another owner in between are seen by the second read. The
+// owner's Log keeps that second read in the agent's fence
+// (eventlog.Log.LastSeq), so the turn's first chunk is sent without
+// reading its stream again.
 func (a *Agent) startCursor(ctx context.Context, streamID string) eventlog.Seq {
 	cursor, _ := a.log.LastSeq(ctx, eventlog.Filter{Agent: a.agent, Chunks: true})
 	if cursor > 0 {

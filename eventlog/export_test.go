@@ -86,3 +86,7 @@ func SkewExpect(l *Log, refuse func(subject, id string) bool) { l.skewExpect = r
 // BeforeRead makes l's reads call f once they have the last sequence they
 // read up to, before reading.
 func BeforeRead(l *Log, f func()) { l.beforeRead = f }
+
+// RefuseLeaderGets makes l's leader reads answered "temporarily
+// unavailable" (10008) while refuse returns true.
+func RefuseLeaderGets(l *Log, refuse func() bool) { l.refuseLeaderGet = refuse }

@@ -474,9 +474,28 @@ func (l *Log) leaderFirstSeq(ctx context.Context, stream, subject string) (Seq, 
 // it) to the stream's leader, not to any replica as a direct get may be
 // answered. It returns the message's sequence and writer; 0 when there is
 // no such message.
+//
+// A read refused while the stream elects a leader (10008, or no
+// responders: the leaders' spread steps one down under load, a node
+// leaves) is sent again after noResponderWait, doubling, for about 1.5 s
+// as a batch commit is: a read writes nothing, and failing it failed the
+// turn that read it (a 503, its fiber left for recovery).
 func (l *Log) leaderGet(ctx context.Context, stream string, req map[string]any) (Seq, Token, error) {
+	for wait := noResponderWait; ; wait *= 2 {
+		seq, tok, err := l.leaderGetOnce(ctx, stream, req)
+		if err == nil || !Unwritten(err) || wait > noResponderMaxWait || !sleepCtx(ctx, wait) {
+			return seq, tok, err
+		}
+	}
+}
+
+// leaderGetOnce is one try of leaderGet.
+func (l *Log) leaderGetOnce(ctx context.Context, stream string, req map[string]any) (Seq, Token, error) {
 	if l.closed() {
 		return 0, Token{}, ErrClosed
+	}
+	if l.refuseLeaderGet != nil && l.refuseLeaderGet() {
+		return 0, Token{}, &jetstream.APIError{Code: 503, ErrorCode: codeClusterUnavailable, Description: "JetStream system temporarily unavailable"}
 	}
 	body, _ := json.Marshal(req)
 	ctx, cancel, _ := l.bound(ctx)

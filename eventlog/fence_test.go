@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/nats-io/nats.go"
 )
 
 // grants is an Owner whose tokens a test sets per agent.
@@ -451,5 +453,94 @@ func TestFenceChunksInGroup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFenceChunksKeepsOwnersRead: the owner's LastSeq of a chat stream is
+// the read the fence makes before the stream's first chunk, so that chunk
+// is sent with no read of its own (a turn's start reads it: one leader
+// read a turn less, each decoded by every server of a cluster); a stream
+// not read first is read by the fence (the count below can fail); and a
+// chunk another owner stored after the early read is still refused.
+func TestFenceChunksKeepsOwnersRead(t *testing.T) {
+	ctx := t.Context()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	a, b := &grants{}, &grants{}
+	alg := eventlogtest.OpenOn(t, s, eventlog.Config{Owner: a})
+	blg := eventlogtest.OpenOn(t, s, eventlog.Config{Owner: b})
+	a.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ab := alg.NewBatcher(eventlog.BatcherConfig{})
+	done := make(chan error, 1)
+	go func() { done <- ab.Run(bctx) }()
+	defer func() { stop(); <-done }()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var gets atomic.Int32
+	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) { gets.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(stream, id string) eventlog.Event {
+		return eventlog.Event{Agent: "x", Stream: stream, Type: "chunk", ID: stream + "/" + id, Data: []byte(`{"type":"text-delta"}`)}
+	}
+	send := func(e eventlog.Event) error {
+		t.Helper()
+		p, err := ab.Add(ctx, e)
+		if err != nil {
+			return err
+		}
+		_, err = p.Wait(ctx)
+		return err
+	}
+	readsOf := func(f func()) int32 {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n := gets.Load()
+		f()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return gets.Load() - n
+	}
+
+	if last, err := alg.LastSeq(ctx, eventlog.Filter{Agent: "x", Stream: "s1", Chunks: true}); err != nil || last != 0 {
+		t.Fatalf("LastSeq of a new stream = %d, %v", last, err)
+	}
+	if n := readsOf(func() {
+		if err := send(chunk("s1", "0")); err != nil {
+			t.Fatalf("first chunk of s1: %v", err)
+		}
+	}); n != 0 {
+		t.Errorf("the first chunk of a stream the owner read: %d leader reads, want none", n)
+	}
+	if n := readsOf(func() {
+		if err := send(chunk("s2", "0")); err != nil {
+			t.Fatalf("first chunk of s2: %v", err)
+		}
+	}); n == 0 {
+		t.Errorf("the first chunk of a stream not read before: no leader read")
+	}
+
+	// Read early by a, then written by b, the new owner: a's chunk is refused.
+	if _, err := alg.LastSeq(ctx, eventlog.Filter{Agent: "x", Stream: "s3", Chunks: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.set("x", eventlog.Token{Node: "b", Epoch: 2})
+	if _, err := blg.Append(ctx, chunk("s3", "b0")); err != nil {
+		t.Fatalf("new owner's chunk: %v", err)
+	}
+	if err := send(chunk("s3", "a0")); !errors.Is(err, eventlog.ErrFenced) {
+		t.Errorf("a chunk after another owner's, on a stream read before it: %v, want ErrFenced", err)
 	}
 }

@@ -184,3 +184,27 @@ func TestChainedChunksLeaveNoGap(t *testing.T) {
 		t.Fatalf("stored %v, want [s1/0 s1/1]: a prefix, no gap", got)
 	}
 }
+
+// TestLeaderReadWaitsOutAnElection: a fenced append whose leader read is
+// refused while the stream elects a leader (10008: the leaders' spread
+// steps one down) reads again and is stored; refused for longer than the
+// retries (about 1.5 s), it fails Unavailable and Unwritten.
+func TestLeaderReadWaitsOutAnElection(t *testing.T) {
+	nd := openNodes(t, 1)[0]
+	nd.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+	var refusals atomic.Int32
+	refusals.Store(3)
+	eventlog.RefuseLeaderGets(nd.lg, func() bool { return refusals.Add(-1) >= 0 })
+	if _, err := appendNote(t.Context(), nd.lg, "x"); err != nil {
+		t.Fatalf("append after 3 refused leader reads: %v", err)
+	}
+	if n := refusals.Load(); n >= 0 {
+		t.Fatalf("the leader reads were not refused (%d refusals left)", n)
+	}
+	nd.owner.set("y", eventlog.Token{Node: "a", Epoch: 1})
+	eventlog.RefuseLeaderGets(nd.lg, func() bool { return true })
+	_, err := appendNote(t.Context(), nd.lg, "y")
+	if !eventlog.Unavailable(err) || !eventlog.Unwritten(err) {
+		t.Fatalf("append while the leader reads are refused for good: %v, want Unavailable and Unwritten", err)
+	}
+}

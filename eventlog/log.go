@@ -252,6 +252,10 @@ type Log struct {
 	// last sequence it reads up to, before reading: where events removed
 	// meanwhile (aged out, purged) leave the read short of that sequence.
 	beforeRead func()
+	// refuseLeaderGet, set only by tests, makes a leader read answered
+	// as JetStream answers while the stream elects a leader (10008)
+	// while it returns true.
+	refuseLeaderGet func() bool
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

@@ -83,7 +83,35 @@ func (l *Log) LastSeq(ctx context.Context, f Filter) (Seq, error) {
 	if spans, _ := l.shardsOf(f); spans {
 		return SeqEnds, nil
 	}
+	if f.Stream != "" && l.cfg.Owner != nil {
+		return l.lastChunkSeq(ctx, f.Agent, f.Stream, stream, subject)
+	}
 	return l.lastSeq(ctx, stream, subject)
+}
+
+// lastChunkSeq is lastSeq of agent's chat stream's chunks (subject, in
+// stream). When this process owns agent, what it reads is also what
+// prepareChunks would read before the stream's first chunk is queued: it
+// is recorded in the agent's fence under the token held when the read
+// began, as prepareChunks records it, so a turn that read its stream's
+// last sequence (chat's start cursor) sends its first chunk without a
+// read of its own. That is the fence's read made earlier: a chunk another
+// writer stored since is still found by the send, refused for its
+// expected last subject sequence.
+func (l *Log) lastChunkSeq(ctx context.Context, agent, chatStream, stream, subject string) (Seq, error) {
+	f, tok, cerr := l.claim(agent)
+	last, err := l.lastSeq(ctx, stream, subject)
+	if err != nil || cerr != nil {
+		return last, err
+	}
+	f.mu.Lock()
+	if f.mu.tok == tok {
+		if _, known := f.mu.streams[chatStream]; !known {
+			f.mu.streams[chatStream] = last
+		}
+	}
+	f.mu.Unlock()
+	return last, nil
 }
 
 func (l *Log) lastSeq(ctx context.Context, stream, subject string) (Seq, error) {
@@ -144,6 +172,62 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 		return Event{}, false, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
 	}
 	return l.decodeRaw(stream, m)
+}
+
+// NextBatch is Next for up to limit events (at least 1): the events
+// matching f stored after sequence after, in order, with batched direct
+// gets (no consumer, no leader read); none when there is none yet. A
+// direct get may be answered by a replica behind the leader, so what it
+// returns is a prefix of what is stored (a replica stores the stream in
+// order): a Follow from the last one's Seq goes on without a gap or a
+// double. A stored event that cannot be decoded ends the batch: it is
+// returned last, with its Seq and Subject, together with its
+// *CorruptError. Pending is not set.
+//
+// It is how a follow reads what is already stored without creating a
+// consumer (which in a cluster costs two proposals of the JetStream meta
+// group, applied by every server): a replay of a stream stored to its end
+// needs none. Against a server without batched direct gets it reads one
+// event, as Next does.
+func (l *Log) NextBatch(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
+	subject, stream, err := l.filter(f)
+	if err != nil {
+		return nil, err
+	}
+	if l.closed() {
+		return nil, ErrClosed
+	}
+	msgs, err := jetstreamext.GetBatch(ctx, l.js, stream, max(1, limit),
+		jetstreamext.GetBatchSeq(rawSeq(after)+1), jetstreamext.GetBatchSubject(subject),
+		jetstreamext.GetBatchMaxBytes(readBatchBytes))
+	if err != nil {
+		return nil, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
+	}
+	var out []Event
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if errors.Is(err, jetstreamext.ErrBatchUnsupported) {
+			e, ok, err := l.Next(ctx, f, after)
+			if !ok {
+				return nil, err
+			}
+			return []Event{e}, err
+		}
+		if err != nil {
+			if len(out) > 0 {
+				return out, nil // the rest is the follow's
+			}
+			return nil, readFailed(fmt.Sprintf("next of %s after %d", subject, after), err)
+		}
+		e, _, err := l.decodeRaw(stream, m)
+		out = append(out, e)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // decodeRaw decodes a message of stream read with a direct get, as Next

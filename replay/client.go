@@ -51,7 +51,8 @@ func NewClient(lg *eventlog.Log, opts ...ClientOption) *Client {
 
 // Follow yields every chunk of agent's stream stored after the cursor, once
 // each and in order: first the stored ones, then live ones as they are
-// written, through one ordered consumer, so nothing is lost or doubled
+// written (the stored ones with batched direct gets, the rest through one
+// ordered consumer from the last one read), so nothing is lost or doubled
 // between history and live. Chunks split into parts are joined. It ends
 // after the terminal chunk (finish, error, abort), when ctx is done
 // (yielding ctx's error), or when the caller stops ranging.
@@ -128,6 +129,12 @@ func (c *Client) followOn(ctx context.Context, agent, stream string, after Curso
 	}
 }
 
+// followStored is how many stored chunks a follow reads with batched
+// direct gets before it creates a consumer for the rest: a turn stored to
+// its terminal chunk by then (a short answer, a resume of an ended turn)
+// is followed with none.
+const followStored = 256
+
 // transientFollow reports whether a follow's error may pass when it is
 // followed again: not a chunk that cannot be read (ranging goes on past
 // it), not a refusal for good (apiError's 4xx).
@@ -144,9 +151,11 @@ func transientFollow(err error) bool {
 func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor, mustExist bool) iter.Seq2[Item, error] {
 	return func(yield func(Item, error) bool) {
 		f := eventlog.Filter{Agent: agent, Stream: stream}
-		// The first chunk after the cursor comes from one direct get, so a
-		// resuming client sees it without waiting for a consumer to be
-		// created; the ordered consumer then starts right after it.
+		// The chunks stored after the cursor come from batched direct gets
+		// (up to followStored), so a resuming client sees them without
+		// waiting for a consumer to be created, and a stream stored to its
+		// terminal chunk is followed with no consumer at all; the ordered
+		// consumer otherwise starts right after the last one read.
 		// After a cursor inside a packed record, the record itself comes
 		// first, less its chunks up to the cursor's.
 		skipK, inside := after.Inside()
@@ -154,10 +163,19 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 		if inside && from > 0 {
 			from--
 		}
-		first, found, err := c.lg.Next(ctx, f, from)
-		if err != nil && !found {
-			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, err))
+		batch, lastErr := c.lg.NextBatch(ctx, f, from, followStored)
+		if lastErr != nil && len(batch) == 0 {
+			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, lastErr))
 			return
+		}
+		var first eventlog.Event
+		var err error // first's: a batch's error is its last event's
+		found := len(batch) > 0
+		if found {
+			first = batch[0]
+			if len(batch) == 1 {
+				err = lastErr
+			}
 		}
 		if found && err == nil {
 			if err := expired(first, after); err != nil {
@@ -248,11 +266,15 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 			return true
 		}
 		from = after.Seq()
-		if found {
-			if !handle(first, err) {
-				return
+		for i, e := range batch {
+			var eerr error
+			if i == len(batch)-1 {
+				eerr = lastErr
 			}
-			from = first.Seq
+			if !handle(e, eerr) {
+				return // the terminal chunk was stored: no consumer
+			}
+			from = e.Seq
 		}
 		for e, err := range c.lg.Follow(ctx, f, from) {
 			if !handle(e, err) {

@@ -8,13 +8,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/replay"
+	"github.com/nats-io/nats.go"
 )
 
 func writeAll(t *testing.T, w *chunk.Writer, chunks ...chunk.Chunk) eventlog.Seq {
@@ -239,5 +242,60 @@ func TestFollowResumeExactlyOnce(t *testing.T) {
 				t.Logf("reader %d: %d follows", r, resumes[r])
 			}
 		})
+	}
+}
+
+// A follow that finds the stream stored to its terminal chunk reads it with
+// direct gets and creates no consumer; one that must wait for live chunks
+// creates one (the count below can fail).
+func TestFollowOfStoredStreamCreatesNoConsumer(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	b, _ := runBatcher(t, lg)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var creates atomic.Int32
+	sub, err := nc.Subscribe("$JS.API.CONSUMER.CREATE.>", func(*nats.Msg) { creates.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, chunk.NewWriter(b, "a1", "s1", 0, lg.MaxPayload()),
+		chunk.Chunk{Type: chunk.Start, MessageID: "m1"}, chunk.Chunk{Type: chunk.TextDelta, ID: "t", Delta: "a"}, chunk.Chunk{Type: chunk.Finish})
+	client := replay.NewClient(eventlogtest.OpenOn(t, s, eventlog.Config{Bind: true}))
+	if got := collect(t, client.Follow(t.Context(), "a1", "s1", replay.Cursor{})); len(got) != 3 {
+		t.Fatalf("got %d chunks, want 3", len(got))
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := creates.Load(); n != 0 {
+		t.Fatalf("following a stored stream created %d consumers, want none", n)
+	}
+
+	// A stream still being written: the follow waits on a consumer.
+	w := chunk.NewWriter(b, "a1", "s2", 0, lg.MaxPayload())
+	writeAll(t, w, chunk.Chunk{Type: chunk.Start, MessageID: "m2"})
+	done := make(chan []replay.Item)
+	go func() {
+		var out []replay.Item
+		for it, err := range client.Follow(t.Context(), "a1", "s2", replay.Cursor{}) {
+			if err != nil {
+				break
+			}
+			out = append(out, it)
+		}
+		done <- out
+	}()
+	waitfor.True(t, "the live follow's consumer", func() bool { return creates.Load() > 0 })
+	writeAll(t, w, chunk.Chunk{Type: chunk.Finish})
+	if got := <-done; len(got) != 2 {
+		t.Fatalf("live follow: got %d chunks, want 2", len(got))
 	}
 }

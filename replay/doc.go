@@ -12,11 +12,14 @@
 // (chunk.EventChunks) that is not the record's last, its place in the
 // record: a follow after it reads that record again and skips the chunks
 // up to it. Replay is a consumer replay: following after cursor N
-// reads the first chunk after N with one direct get (eventlog.Log.Next), so
-// it shows without waiting for a consumer, then opens one JetStream ordered
-// consumer filtered to the stream's subject, started right after that chunk,
-// which delivers the rest of the stored chunks and then the live ones. There
-// is no separate live path, so nothing falls between history and live.
+// reads the chunks stored after N with batched direct gets
+// (eventlog.Log.NextBatch, up to 256), so they show without waiting for a
+// consumer, then opens one JetStream ordered consumer filtered to the
+// stream's subject, started right after the last one read, which delivers
+// the rest of the stored chunks and then the live ones. A direct get may be
+// answered by a replica behind the leader, which holds a prefix of the
+// stream, so the consumer goes on from there without a gap. There is no
+// separate live path, so nothing falls between history and live.
 //
 // # Invariants
 //
@@ -27,6 +30,11 @@
 //     restarts (the log is the only state).
 //   - A follow ends after the stream's terminal chunk (finish, error,
 //     abort); following an ended stream replays it and ends.
+//   - A follow that reads the terminal chunk among the stored ones creates
+//     no consumer (TestFollowOfStoredStreamCreatesNoConsumer): in a
+//     cluster a consumer costs two proposals of the JetStream meta group,
+//     which every server stores and applies, so a short turn followed
+//     after it ended costs the cluster nothing that grows with its size.
 //   - A client going away never stops a turn: only POST .../stop (or a
 //     WebSocket "stop" frame) calls Chats.Stop.
 //
