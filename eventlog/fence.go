@@ -479,9 +479,7 @@ func (l *Log) leaderGet(ctx context.Context, stream string, req map[string]any) 
 		return 0, Token{}, ErrClosed
 	}
 	body, _ := json.Marshal(req)
-	ctx, cancel, _ := l.bound(ctx)
-	defer cancel()
-	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	resp, err := l.askLeader(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return 0, Token{}, err
 	}
