@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -15,23 +14,23 @@ import (
 // a cluster every server takes the request and only the stream's leader
 // answers it. While the leader is lost and its followers have not noticed
 // yet (until their election timeout, 4-9 s, longer on a loaded node) no
-// server answers at all, nor says why: the request is dropped. Once they
-// noticed, they answer that JetStream is temporarily unavailable (10008)
-// until one of them is elected. Waiting for that first request until the
-// caller's deadline (a command's 30 s, a settle's minute) made a read the
-// next leader answers within the election wait the whole deadline, and a
-// fenced append hold its agent's fence all along. So each request waits
-// a short while, growing from leaderAskFirst to leaderAskMax, and one
-// unanswered, or answered "no leader now", is sent again (a read changes
+// server answers at all, nor says why: the request is dropped. (Once they
+// noticed, they answer that JetStream is temporarily unavailable, 10008,
+// which the caller gets at once, as any answer.) Waiting for that first
+// request until the caller's deadline (a command's 30 s, a settle's
+// minute) made a read the next leader answers within the election wait
+// the whole deadline, and a fenced append hold its agent's fence all
+// along. So each request waits a short while, growing from leaderAskFirst
+// to leaderAskMax, and one unanswered is sent again (a read changes
 // nothing) until the caller's deadline, or Config.AckTimeout when it has
-// none; then the last answer or error is the caller's.
+// none.
 const (
 	leaderAskFirst = time.Second
 	leaderAskMax   = 4 * time.Second
 )
 
 // askLeader sends the JetStream API request body to subject and returns
-// the answer, asking again while the stream elects a leader (see above).
+// the answer, asking again while no server answers (see above).
 // Errors: nats.go's, or the context's once its deadline (or
 // Config.AckTimeout) passed without an answer.
 func (l *Log) askLeader(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
@@ -41,26 +40,10 @@ func (l *Log) askLeader(ctx context.Context, subject string, body []byte) (*nats
 		actx, acancel := context.WithTimeout(ctx, backoff.Exp(leaderAskFirst, leaderAskMax, n))
 		resp, err := l.nc.RequestWithContext(actx, subject, body)
 		acancel()
-		if (err == nil && !electing(resp)) || (err != nil && !unansweredAsk(err)) {
+		if err == nil || ctx.Err() != nil || !unansweredAsk(err) {
 			return resp, err
 		}
-		if ctx.Err() != nil {
-			if err == nil {
-				return resp, nil // the server's answer: no leader now
-			}
-			return nil, err
-		}
 		l.metrics.leaderAsks.Inc()
-		if err == nil {
-			// Answered at once: wait before asking again.
-			t := time.NewTimer(backoff.Exp(leaderAskFirst/4, leaderAskMax, n))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return resp, nil
-			case <-t.C:
-			}
-		}
 	}
 }
 
@@ -68,20 +51,4 @@ func (l *Log) askLeader(ctx context.Context, subject string, body []byte) (*nats
 // came in time.
 func unansweredAsk(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
-}
-
-// codeClusterNotAvail is JetStream's "JetStream system temporarily
-// unavailable": the stream (or the meta group) has no leader now.
-const codeClusterNotAvail = 10008
-
-// electing reports whether resp, a JetStream API answer, says the stream
-// has no leader now: once its followers noticed the loss, they answer
-// that until one of them is elected.
-func electing(resp *nats.Msg) bool {
-	var r struct {
-		Error *struct {
-			ErrCode int `json:"err_code"`
-		} `json:"error"`
-	}
-	return json.Unmarshal(resp.Data, &r) == nil && r.Error != nil && r.Error.ErrCode == codeClusterNotAvail
 }
