@@ -235,9 +235,11 @@ type Config struct {
 	// fixed when the cluster is first started: partition p's events and
 	// chunks go to shard p mod Shards, each shard a stream of its own (its
 	// own Raft group). 1 is the unsharded layout of earlier releases (one
-	// stream of each kind); 0 takes the count the cluster stored (the
-	// unsharded layout for a new cluster); above 1, Partitions must be a
-	// multiple (docs/architecture.md, "Shards").
+	// stream of each kind); 0, the default, takes the count the cluster
+	// stored, and creates a new cluster on a cluster of servers with
+	// DefaultShards (8 with the default partitions), a new one on a single
+	// server unsharded; above 1, Partitions must be a multiple
+	// (docs/architecture.md, "Shards").
 	Shards int
 	// OwnedViews (--owned-views; default false, experimental): a node of
 	// a sharded cluster (its shard count, given or stored, above 1)

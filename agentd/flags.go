@@ -105,7 +105,7 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions,
 		"number of agent partitions, fixed when the cluster is first started")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards,
-		"number of stream shards of events and chunks, each its own Raft group, fixed when the cluster is first started (0: the cluster's stored count, one stream each for a new cluster; 1: one stream each; --partitions must be a multiple)")
+		"number of stream shards of events and chunks, each its own Raft group, fixed when the cluster is first started (0: the cluster's stored count; a new cluster gets 8 when clustered, one stream each on a single server; 1: one stream each; --partitions must be a multiple)")
 	fs.BoolVar(&cfg.OwnedViews, "owned-views", cfg.OwnedViews,
 		"in a sharded cluster (--shards above 1), each node projects only the partitions it owns (experimental)")
 	fs.BoolVar(&cfg.PackChunks, "pack-chunks", cfg.PackChunks,

@@ -146,12 +146,13 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		Conn:       nc,
 		Node:       cfg.ServerName,
 		Partitions: cfg.Partitions,
-		Shards:     cfg.logShards(),
-		// A cluster created with shards starts at their format.
+		// Shards: creationShards, at each attempt. A cluster created
+		// with shards starts at their format.
 		ShardsFormat: FormatShards,
 		// No --shards (0): the count the cluster stored, so a node
 		// restarted with its usual flags after agentd shards move (or
-		// a pod of the chart without a shards value) joins the layout.
+		// a pod of the chart) joins the layout; Shards is then only a
+		// new cluster's count (creationShards).
 		AdoptShards: cfg.Shards == 0,
 		TTL:         cfg.LeaseTTL,
 		Replicas:    cfg.Replicas,
@@ -164,6 +165,10 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		Registerer:   cfg.Registerer,
 	}
 	return RetryQuorum(ctx, d.logger, "partition leases", cfg.Replicas, func(ctx context.Context) error {
+		var err error
+		if ocfg.Shards, err = cfg.creationShards(ctx, nc); err != nil {
+			return err
+		}
 		mgr, err := ownership.New(ctx, ocfg)
 		if errors.Is(err, ownership.ErrPartitionMismatch) {
 			return permanent{newFlagError(ErrConfig, err, "partitions", err.Error())}

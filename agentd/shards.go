@@ -2,9 +2,13 @@ package agentd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // FormatShards: the partition is in the subjects and partition p's events
@@ -23,6 +27,63 @@ const FormatShards = FormatBatches + 1
 // layout: whether a cluster is sharded is its stored shard count
 // (--shards), never its format.
 const FormatChunkBatches = FormatShards + 1
+
+// DefaultShards is the shard count a new cluster is created with when
+// its nodes are started without --shards and its streams are on a
+// cluster of servers (replicated, or an embedded server with
+// --cluster-listen): with the default 64 partitions, 8 shards of each kind
+// are 16 Raft leaders, which SpreadLeaders gives 6/5/5 to 3 servers and
+// 3/3/3/3/2/2 to 6 (docs/scaling.md, "Choosing P, K and the node
+// count"). With --partitions that 8 does not divide, the default is the
+// largest power of 2 that divides both (1: unsharded). A single server
+// gets no default: its streams have no leaders to spread.
+const DefaultShards = 8
+
+// newClusterShards returns the shard count a node started without
+// --shards creates a new cluster with: DefaultShards (see there) when
+// the log is on a cluster of servers (clustered, as replicasFor found),
+// 0 (unsharded) on a single server. A cluster that stored its count keeps
+// it (ownership's AdoptShards), whatever this returns.
+func (c *Config) newClusterShards(clustered bool) int {
+	if !clustered {
+		return 0
+	}
+	k := DefaultShards
+	for k > 1 && c.Partitions%k != 0 {
+		k /= 2
+	}
+	if k <= 1 {
+		return 0
+	}
+	return k
+}
+
+// creationShards returns the shard count this node would create a new
+// cluster with: --shards above 1, else (no flag) newClusterShards, unless
+// the unsharded events stream already exists in the node's account: a
+// log created without a stored count (before the partitions bucket, or
+// by hand) keeps its layout, so no data moves by surprise.
+func (c *Config) creationShards(ctx context.Context, nc *nats.Conn) (int, error) {
+	if c.Shards != 0 {
+		return c.logShards(), nil
+	}
+	k := c.newClusterShards(c.Replicas > 1 || c.clustered())
+	if k == 0 {
+		return 0, nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	switch _, err := js.Stream(ctx, eventlog.DefaultEventsStream); {
+	case err == nil:
+		return 0, nil
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return k, nil
+	default:
+		return 0, fmt.Errorf("look for the unsharded events stream: %w", err)
+	}
+}
 
 // logShards returns the shard count of the log and of the ownership's
 // stored layout: 0 (unsharded) for --shards 0 or 1.

@@ -63,8 +63,9 @@ type EnvConfig struct {
 	// cgroup's cpu.cfs_quota_us over cpu.cfs_period_us); zero: 0.25.
 	CPUQuota float64
 	// AgentdFlags are flags the scale-out, failover and restart-share
-	// scenarios add to every node's chart flags, such as --shards 8
-	// --owned-views.
+	// scenarios add to every node's chart flags, such as --shards 1 (the
+	// unsharded layout: without it a new cluster gets agentd's default 8
+	// shards).
 	AgentdFlags []string
 	// NodeProfiles, when set, is a dir where the scale-out scenario writes
 	// a CPU profile of each node (agentd --pprof) over its measured window.

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	windowProfile := fs.String("window-cpuprofile", "", "write a CPU profile of each timed window of the scenarios that mark one (tool-agents' 100 agents) to this file plus .1, .2, ...; go tool pprof merges them")
 	leaseTTL := fs.Duration("lease-ttl", 0, "the failover scenario's --lease-ttl instead of the chart's default")
 	cpuQuota := fs.Float64("cpu-quota", scaleOutQuota, "the scale-out scenario's CPU quota per node, in CPUs (cgroup v1 cpu.cfs_quota_us); below 0 skips the scenario")
-	agentdFlags := fs.String("agentd-flags", "", "flags the scale-out, failover and restart-share scenarios add to every node's chart flags, space-separated, such as \"--shards 8 --owned-views\"")
+	agentdFlags := fs.String("agentd-flags", "", "flags the scale-out, failover and restart-share scenarios add to every node's chart flags, space-separated, such as \"--shards 1\" (the unsharded layout; a new cluster gets 8 shards without it)")
 	nodeProfiles := fs.String("node-profiles", "", "a dir where the scale-out scenario writes a CPU profile of each node over its window (<n>nodes-<node>.pprof; the nodes run with --pprof) and its log (<n>nodes-<node>.log)")
 	if err := fs.Parse(args); err != nil {
 		return err

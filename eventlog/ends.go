@@ -138,9 +138,7 @@ func (l *Log) fillEnds(ctx context.Context, stream string, se *SubjectEnds, lead
 // none.
 func (l *Log) leaderMsg(ctx context.Context, stream string, req map[string]any) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
-	ctx, cancel, _ := l.bound(ctx)
-	defer cancel()
-	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	resp, err := l.askLeader(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, err
 	}

@@ -498,9 +498,7 @@ func (l *Log) leaderGetOnce(ctx context.Context, stream string, req map[string]a
 		return 0, Token{}, &jetstream.APIError{Code: 503, ErrorCode: codeClusterUnavailable, Description: "JetStream system temporarily unavailable"}
 	}
 	body, _ := json.Marshal(req)
-	ctx, cancel, _ := l.bound(ctx)
-	defer cancel()
-	resp, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	resp, err := l.askLeader(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return 0, Token{}, err
 	}

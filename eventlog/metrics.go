@@ -17,6 +17,7 @@ type metrics struct {
 	applied        *prometheus.CounterVec
 	corrupt        *prometheus.CounterVec
 	ackRetries     prometheus.Counter
+	leaderAsks     prometheus.Counter
 	viewStalls     prometheus.Counter
 	viewsStalled   prometheus.Gauge
 	compactions    *prometheus.CounterVec
@@ -53,6 +54,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ackRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_ack_retries_total",
 			Help: "Publishes sent again with the same message id because their acknowledgement did not come within the ack timeout.",
+		}),
+		leaderAsks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_leader_asks_retried_total",
+			Help: "Requests to a stream's leader (the last sequence a fenced append expects, among others) sent again because no server answered in time: the leader was lost and its followers had not noticed yet.",
 		}),
 		viewStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_view_stalls_total",
@@ -97,6 +102,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.ackRetries, err = promreg.Register(reg, m.ackRetries); err != nil {
+		return nil, err
+	}
+	if m.leaderAsks, err = promreg.Register(reg, m.leaderAsks); err != nil {
 		return nil, err
 	}
 	if m.viewStalls, err = promreg.Register(reg, m.viewStalls); err != nil {

@@ -72,11 +72,12 @@ type Config struct {
 	// join (ErrFormatTooNew), so it never writes the unsharded layout
 	// beside the shards. At most Format.
 	ShardsFormat int
-	// AdoptShards, with Shards 0, takes the shard count the cluster
-	// stored instead of refusing another (ErrShardsMismatch): a node
-	// started without a count joins the cluster's layout, and reads
-	// ShardsFormat when that count is above 0. A new cluster is created
-	// with Shards all the same. Shards returns the count taken.
+	// AdoptShards takes the shard count the cluster stored instead of
+	// refusing another (ErrShardsMismatch): Shards is then only the count
+	// a new cluster is created with, and a node started without a count
+	// joins the cluster's layout, reading ShardsFormat when that count is
+	// above 0. A cluster created before shards (no count stored) has 0.
+	// Shards returns the count taken.
 	AdoptShards bool
 	// TTL is the lease and node-key TTL. Default DefaultTTL; at least 1s.
 	TTL time.Duration

@@ -51,7 +51,7 @@ func (m *Manager) checkShards(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if got != m.cfg.Shards && m.cfg.AdoptShards && m.cfg.Shards == 0 {
+	if got != m.cfg.Shards && m.cfg.AdoptShards {
 		m.cfg.Shards = got
 		if got > 0 {
 			m.cfg.Format = max(m.cfg.Format, m.cfg.ShardsFormat)

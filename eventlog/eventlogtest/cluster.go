@@ -3,6 +3,7 @@ package eventlogtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -34,7 +35,7 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	dir := t.TempDir()
 	out := make([]*server.Server, n)
 	for i := range n {
-		out[i] = startClusterServer(t, fmt.Sprintf("s%d", i), filepath.Join(dir, fmt.Sprintf("s%d", i)), ports[i], routes)
+		out[i] = startClusterServer(t, fmt.Sprintf("s%d", i), filepath.Join(dir, fmt.Sprintf("s%d", i)), -1, ports[i], routes)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range out {
@@ -60,14 +61,15 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	return out
 }
 
-// startClusterServer starts one server of RunCluster's, shut down when
-// the test ends.
-func startClusterServer(t testing.TB, name, dir string, port int, routes []*url.URL) *server.Server {
+// startClusterServer starts one server of RunCluster's, its clients'
+// port clientPort (-1: any) and its cluster's port, shut down when the
+// test ends.
+func startClusterServer(t testing.TB, name, dir string, clientPort, port int, routes []*url.URL) *server.Server {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		ServerName:         name,
 		Host:               "127.0.0.1",
-		Port:               -1,
+		Port:               clientPort,
 		JetStream:          true,
 		StoreDir:           dir,
 		JetStreamMaxMemory: 64 << 20,
@@ -94,21 +96,34 @@ func startClusterServer(t testing.TB, name, dir string, port int, routes []*url.
 // srvs[i] once restart returns, ready for connections.
 func StopServer(t testing.TB, srvs []*server.Server, i int) (restart func()) {
 	t.Helper()
-	s := srvs[i]
-	name, dir := s.Name(), filepath.Dir(s.StoreDir()) // StoreDir ends in the server's "jetstream"
-	port := s.ClusterAddr().Port
+	r := StopServers(t, srvs, i)
+	return func() { t.Helper(); r(i) }
+}
+
+// StopServers is StopServer of several servers at once (all of them, for
+// a cluster that restarts): restart(i) starts srvs[i] again, routed to
+// every server of the cluster, as StopServer's restart does, on its
+// clients' port of before, so a connection to it reconnects.
+func StopServers(t testing.TB, srvs []*server.Server, which ...int) (restart func(i int)) {
+	t.Helper()
 	var routes []*url.URL
-	for _, o := range srvs {
+	names, dirs := make([]string, len(srvs)), make([]string, len(srvs))
+	ports, clientPorts := make([]int, len(srvs)), make([]int, len(srvs))
+	for i, o := range srvs {
 		if o.ClusterAddr() == nil {
-			continue // stopped before: it routes to this one once it is back
+			continue // stopped before: it routes to these once it is back
 		}
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", o.ClusterAddr().Port)})
+		names[i], dirs[i] = o.Name(), filepath.Dir(o.StoreDir()) // StoreDir ends in the server's "jetstream"
+		ports[i], clientPorts[i] = o.ClusterAddr().Port, o.Addr().(*net.TCPAddr).Port
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
-	s.Shutdown()
-	s.WaitForShutdown()
-	return func() {
+	for _, i := range which {
+		srvs[i].Shutdown()
+		srvs[i].WaitForShutdown()
+	}
+	return func(i int) {
 		t.Helper()
-		srvs[i] = startClusterServer(t, name, dir, port, routes)
+		srvs[i] = startClusterServer(t, names[i], dirs[i], clientPorts[i], ports[i], routes)
 		if !srvs[i].ReadyForConnections(10 * time.Second) {
 			t.Fatal("restarted nats server not ready")
 		}

@@ -2,6 +2,7 @@ package chartargs_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +47,7 @@ type chartCase struct {
 	external  string // external NATS URL, or ""
 	replicas  int
 	noAuth    bool // auth.enabled=false
-	shards    int  // agentd.shards
+	shards    int  // agentd.shards; 0 for the default, chartargs.DefaultShards
 }
 
 // The cases with auth set auth.generateSecret: helm template has no
@@ -59,8 +60,12 @@ var chartCases = []chartCase{
 		fullname: "forever", pods: 1, replicas: 1},
 	{name: "five replicas", release: "demo", namespace: "ai", set: []string{"auth.generateSecret=true", "replicaCount=5"},
 		fullname: "demo-forever", pods: 5, clustered: true, replicas: 3},
-	{name: "shards", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true", "agentd.shards=8"},
+	{name: "shards", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true", "agentd.shards=4"},
+		fullname: "forever", pods: 3, clustered: true, replicas: 3, shards: 4},
+	{name: "default shards set", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true", "agentd.shards=8"},
 		fullname: "forever", pods: 3, clustered: true, replicas: 3, shards: 8},
+	{name: "unsharded", release: "forever", namespace: "agents", set: []string{"auth.generateSecret=true", "agentd.shards=1"},
+		fullname: "forever", pods: 3, clustered: true, replicas: 3, shards: 1},
 	{name: "auth off", release: "forever", namespace: "agents", set: []string{"auth.enabled=false"},
 		fullname: "forever", pods: 3, clustered: true, replicas: 3, noAuth: true},
 	{name: "external NATS", release: "forever", namespace: "agents",
@@ -108,6 +113,15 @@ func TestChartValues(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^replicaCount: 3$`).Match(b) {
 		t.Error("values.yaml has no line `replicaCount: 3`")
 	}
+	// agentd's defaults for a new cluster, which the chart leaves to it.
+	for _, line := range []string{
+		fmt.Sprintf("  partitions: %d", chartargs.DefaultPartitions),
+		fmt.Sprintf("  shards: %d", chartargs.DefaultShards),
+	} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(line) + `$`).Match(b) {
+			t.Errorf("values.yaml has no line %q", line)
+		}
+	}
 }
 
 func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
@@ -144,7 +158,7 @@ func checkPods(t *testing.T, tc chartCase, sts statefulSet) {
 			NATSURL:       tc.external,
 			Replicas:      tc.replicas,
 			Partitions:    chartargs.DefaultPartitions,
-			Shards:        tc.shards,
+			Shards:        cmp.Or(tc.shards, chartargs.DefaultShards),
 			LeaseTTL:      chartargs.DefaultLeaseTTL,
 		}
 		if tc.external == "" {

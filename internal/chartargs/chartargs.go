@@ -11,6 +11,11 @@ import (
 const (
 	// DefaultPartitions is agentd.partitions.
 	DefaultPartitions = 64
+	// DefaultShards is agentd.shards: agentd's own default for a new
+	// clustered cluster (agentd.DefaultShards), which Args leaves to
+	// agentd, as the chart does, so a release created unsharded keeps its
+	// stored layout through a helm upgrade.
+	DefaultShards = 8
 	// DefaultLeaseTTL is agentd.leaseTtl.
 	DefaultLeaseTTL = 10 * time.Second
 	// MaxReplicas caps the JetStream replicas of an embedded cluster:
@@ -55,7 +60,9 @@ type Pod struct {
 	// Partitions is --partitions, the number of agent partitions.
 	Partitions int
 	// Shards is --shards, the stream shards of events and chunks (the
-	// chart's agentd.shards; 0, its default, passes no flag).
+	// chart's agentd.shards). 0 and DefaultShards, the chart's default,
+	// pass no flag: agentd creates a new cluster with DefaultShards and
+	// keeps the layout an existing one stored.
 	Shards int
 	// LeaseTTL is --lease-ttl, a partition lease's time to live.
 	LeaseTTL time.Duration
@@ -104,7 +111,7 @@ func Args(p Pod) []string {
 	if p.Partitions > 0 {
 		add("partitions", strconv.Itoa(p.Partitions))
 	}
-	if p.Shards > 0 {
+	if p.Shards > 0 && p.Shards != DefaultShards {
 		add("shards", strconv.Itoa(p.Shards))
 	}
 	if p.LeaseTTL > 0 {

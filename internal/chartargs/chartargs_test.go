@@ -21,13 +21,13 @@ func TestArgsClustered(t *testing.T) {
 		Routes:        []string{"nats://a:3", "nats://b:3"},
 		Replicas:      3,
 		Partitions:    64,
-		Shards:        8,
+		Shards:        4,
 		LeaseTTL:      1500 * time.Millisecond,
 	})
 	want := []string{
 		"--server-name=n0", "--data=/d", "--http=127.0.0.1:1", "--metrics-listen=127.0.0.1:4", "--nats-listen=127.0.0.1:2",
 		"--cluster-name=c", "--cluster-listen=127.0.0.1:3", "--routes=nats://a:3,nats://b:3",
-		"--replicas=3", "--partitions=64", "--shards=8", "--lease-ttl=1.5s",
+		"--replicas=3", "--partitions=64", "--shards=4", "--lease-ttl=1.5s",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Args:\n got %q\nwant %q", got, want)
@@ -45,6 +45,23 @@ func TestArgsUnclustered(t *testing.T) {
 	})
 	if want := []string{"--server-name=n0"}; !slices.Equal(got, want) {
 		t.Fatalf("Args = %q, want %q", got, want)
+	}
+}
+
+// TestArgsDefaultShards: the chart's default shards, like 0, pass no
+// flag, as the chart does: agentd creates a new cluster with its own
+// default (the same count) and keeps the layout an existing one stored,
+// which a --shards flag would refuse; 1 and other counts are passed.
+func TestArgsDefaultShards(t *testing.T) {
+	for shards, want := range map[int][]string{
+		0:                       nil,
+		chartargs.DefaultShards: nil,
+		1:                       {"--shards=1"},
+		16:                      {"--shards=16"},
+	} {
+		if got := chartargs.Args(chartargs.Pod{Shards: shards}); !slices.Equal(got, want) {
+			t.Errorf("Args with %d shards = %q, want %q", shards, got, want)
+		}
 	}
 }
 

@@ -43,6 +43,7 @@ func TestSchema(t *testing.T) {
 		{"no partitions", []string{"agentd.partitions=0"}, []string{"/agentd/partitions"}, false},
 		{"negative shards", []string{"agentd.shards=-1"}, []string{"/agentd/shards"}, false},
 		{"shards not dividing partitions", []string{"agentd.shards=5"}, []string{"agentd.shards 5 does not divide agentd.partitions 64"}, true},
+		{"partitions the default shards do not divide", []string{"agentd.partitions=12"}, []string{"agentd.shards 8 does not divide agentd.partitions 12", "set shards 0"}, true},
 		{"volume below the store", []string{"persistence.size=5Gi"}, []string{"persistence.size 5Gi is smaller than agentd.jetstream.maxStore 10GiB"}, true},
 		{"volume size lots", []string{"persistence.size=lots"}, []string{"/persistence/size"}, false},
 		{"unknown value", []string{"agentd.synk=always"}, []string{"additional properties 'synk' not allowed"}, false},
@@ -81,6 +82,9 @@ func TestSchema(t *testing.T) {
 		{"agentd.chunkMaxAge=1h30m", "agentd.idleTimeout=300ms", "agentd.leaseTtl=1m30s", "agentd.shutdownTimeout=1500ms"},
 		{"zoneSpread=hard", "podAntiAffinity=hard"},
 		{"resources.requests.cpu=2", "resources.limits.memory=4Gi"},
+		{"agentd.partitions=12", "agentd.shards=0"},
+		{"agentd.partitions=12", "agentd.shards=4"},
+		{"agentd.shards=1"},
 	}
 	for _, set := range good {
 		args := templateArgs(append([]string{"auth.generateSecret=true"}, set...)...)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/host"
@@ -342,6 +343,13 @@ func startCluster(t *testing.T, bin string, env ...string) ([]*clusterNode, *cra
 	}
 	waitReady(t, nodes...)
 	waitBalanced(t, nodes)
+	// Started as the chart starts its pods, without --shards: a new
+	// cluster gets agentd's default shards.
+	var info agentd.ClusterInfo
+	getJSON(t, "http://"+nodes[0].http+"/v1/cluster", &info)
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "FOREVER_SHARDS=") }) && info.Shards != agentd.DefaultShards {
+		t.Errorf("a new cluster started as the chart starts its pods has %d shards, want the default %d", info.Shards, agentd.DefaultShards)
+	}
 	c := clusterClient(t, nodes)
 	var agents []string
 	owners := map[string]int{}

@@ -171,7 +171,7 @@ least 1s.
 {{- define "forever.validate" -}}
 {{- $shards := int .Values.agentd.shards }}
 {{- if and (gt $shards 1) (ne (mod (int .Values.agentd.partitions) $shards) 0) }}
-{{- fail (printf "agentd.shards %d does not divide agentd.partitions %d: partitions must be a multiple of shards" $shards (int .Values.agentd.partitions)) }}
+{{- fail (printf "agentd.shards %d does not divide agentd.partitions %d: partitions must be a multiple of shards (or set shards 0: agentd then keeps a stored layout and picks a count dividing partitions for a new cluster)" $shards (int .Values.agentd.partitions)) }}
 {{- end }}
 {{- if lt (int (include "forever.millis" .Values.agentd.leaseTtl)) 1000 }}
 {{- fail (printf "agentd.leaseTtl %s is below 1s, the granularity of NATS's TTLs" .Values.agentd.leaseTtl) }}
