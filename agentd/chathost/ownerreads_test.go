@@ -47,7 +47,7 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 	var ds []*agentd.Daemon
 	for i, name := range []string{"n1", "n2", "n3"} {
 		c := agentdtest.Config(t)
-		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions, c.OwnedViews = name, 3*time.Second, 4, 8, true
+		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions = name, 3*time.Second, 4, 8 // owned views by default
 		if i > 0 {
 			c.NATSListen, c.NATSURL = "", ds[0].NATSURL()
 		}
@@ -130,8 +130,8 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "without --owned-views") {
-		t.Fatalf("fork across partitions: %v %s, want a 400 naming --owned-views", m.Header, m.Data)
+	if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "--owned-views=false") {
+		t.Fatalf("fork across partitions: %v %s, want a 400 naming --owned-views=false", m.Header, m.Data)
 	}
 
 	command(t, nc, agent, "state", `{"value":{"step":1},"expectVersion":0}`, nil)
