@@ -86,3 +86,16 @@ func SkewExpect(l *Log, refuse func(subject, id string) bool) { l.skewExpect = r
 // BeforeRead makes l's reads call f once they have the last sequence they
 // read up to, before reading.
 func BeforeRead(l *Log, f func()) { l.beforeRead = f }
+
+// FollowedSince returns the partitions an owned-views log follows and
+// their generation, for WaitOwnedSince.
+func FollowedSince(l *Log) ([]int, uint64) {
+	parts, gen, _ := l.owned.state()
+	return parts, gen
+}
+
+// WaitOwnedSince is WaitFor of an owned-views Follower that began when
+// the followed partitions were parts, of generation gen (FollowedSince).
+func WaitOwnedSince(ctx context.Context, f *Follower, seq Seq, parts []int, gen uint64) error {
+	return f.waitOwnedSince(ctx, seq, parts, gen)
+}
