@@ -319,7 +319,7 @@ func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *n
 	defer cancel()
 	e, err := f.next(fctx, func(w eventlog.Token) bool { return w.Node != "" && w.Node != target.name })
 	if err != nil {
-		return k, fmt.Errorf("bench: no other node wrote %s after its owner %s was killed: %w", k.agent, target.name, err)
+		return k, fmt.Errorf("bench: no other node wrote %s after its owner %s was killed: %w (%s)", k.agent, target.name, err, statusNow(ctx, nc, k.agent))
 	}
 	k.owner, k.took = e.writer.Node, e.stored.Sub(killed)
 	if nd := c.node(k.owner); nd != nil {
@@ -410,6 +410,18 @@ type failoverStatus struct {
 	Epoch     uint64 `json:"epoch"`
 }
 
+// statusNow says, for an error's message, who owns agent now and how many
+// fibers it runs, or why that is unknown.
+func statusNow(ctx context.Context, nc *nats.Conn, agent string) string {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := agentStatus(sctx, nc, agent)
+	if err != nil {
+		return fmt.Sprintf("its status now: %v", err)
+	}
+	return fmt.Sprintf("its status now: owner %s, partition %d, epoch %d, %d fibers", st.Owner, st.Partition, st.Epoch, st.Fibers)
+}
+
 // agentStatus asks the agent's status.
 func agentStatus(ctx context.Context, nc *nats.Conn, agent string) (failoverStatus, error) {
 	var st failoverStatus
@@ -484,11 +496,19 @@ func eventsStreamOf(ctx context.Context, nc *nats.Conn, agent string) string {
 	return ls.EventsOf(agent)
 }
 
-// failoverFollow reads an agent's new events with an ordered consumer
-// through one node's connection.
+// failoverFollow reads an agent's new events through one node with
+// bounded polls: each poll creates a consumer from the next unread
+// sequence, fetches what is there and deletes it. A live ordered consumer
+// was used before, and hung recreating itself when the server it lived on
+// was the one killed (CI's TestRunSmoke then waited out its deadline with
+// the new owner writing); a poll that fails is just tried again.
 type failoverFollow struct {
-	nc   *nats.Conn
-	msgs jetstream.MessagesContext
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  string
+	subject string
+	from    uint64 // the next stream sequence to read
+	last    error  // the last poll's error, for the deadline's message
 }
 
 // followedEvent is one event of a failoverFollow: its writer and the time
@@ -497,6 +517,14 @@ type followedEvent struct {
 	writer eventlog.Token
 	stored time.Time
 }
+
+// Follow poll bounds: one poll's consumer creation and fetch, and the
+// pause between polls.
+const (
+	followPollTimeout = 5 * time.Second
+	followFetchWait   = time.Second
+	followPause       = 50 * time.Millisecond
+)
 
 // followAgent starts reading the agent's events appended from now on,
 // through nd.
@@ -515,52 +543,81 @@ func followAgent(ctx context.Context, nd *clusterNode, agent string) (*failoverF
 		nc.Close()
 		return nil, fmt.Errorf("bench: the log's streams through %s: %w", nd.name, err)
 	}
-	cons, err := js.OrderedConsumer(ctx, ls.EventsOf(agent), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ls.EventsSubject(eventlog.DefaultPrefix, agent)},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	f := &failoverFollow{nc: nc, js: js, stream: ls.EventsOf(agent), subject: ls.EventsSubject(eventlog.DefaultPrefix, agent)}
+	s, err := js.Stream(ctx, f.stream)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bench: follow %s through %s: %w", agent, nd.name, err)
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("bench: follow %s through %s: %w", agent, nd.name, err)
-	}
-	return &failoverFollow{nc: nc, msgs: msgs}, nil
+	f.from = s.CachedInfo().State.LastSeq + 1
+	return f, nil
 }
 
 // next returns the first event whose writer matches, skipping the others.
 func (f *failoverFollow) next(ctx context.Context, match func(eventlog.Token) bool) (followedEvent, error) {
-	// Next waits for ctx, but not while the ordered consumer recreates
-	// itself after losing its server (a stream leader dying): stopping the
-	// iterator ends that.
-	stop := context.AfterFunc(ctx, f.msgs.Stop)
-	defer stop()
 	for {
-		m, err := f.msgs.Next(jetstream.NextContext(ctx))
+		e, found, err := f.poll(ctx, match)
+		if found {
+			return e, nil
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return followedEvent{}, ctx.Err()
+			f.last = err
+		}
+		select {
+		case <-ctx.Done():
+			if f.last != nil {
+				return followedEvent{}, fmt.Errorf("%w (the last read: %v)", ctx.Err(), f.last)
 			}
-			return followedEvent{}, fmt.Errorf("bench: follow: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return followedEvent{}, fmt.Errorf("bench: follow: %w", err)
-		}
-		w, _ := eventlog.WriterOf(m.Headers())
-		if match(w) {
-			return followedEvent{writer: w, stored: md.Timestamp}, nil
+			return followedEvent{}, ctx.Err()
+		case <-time.After(followPause): // not a synchronisation: a poll's pause
 		}
 	}
 }
 
-func (f *failoverFollow) close() {
-	f.msgs.Stop()
-	f.nc.Close()
+// poll reads what the stream holds of the agent from f.from on, up to the
+// first event whose writer matches.
+func (f *failoverFollow) poll(ctx context.Context, match func(eventlog.Token) bool) (followedEvent, bool, error) {
+	pctx, cancel := context.WithTimeout(ctx, followPollTimeout)
+	defer cancel()
+	cons, err := f.js.CreateConsumer(pctx, f.stream, jetstream.ConsumerConfig{
+		FilterSubject:     f.subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       f.from,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: 10 * time.Second,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return followedEvent{}, false, err
+	}
+	name := cons.CachedInfo().Name
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followPollTimeout)
+		defer cancel()
+		_ = f.js.DeleteConsumer(dctx, f.stream, name) // the inactive threshold removes it otherwise
+	}()
+	batch, err := cons.Fetch(100, jetstream.FetchMaxWait(followFetchWait))
+	if err != nil {
+		return followedEvent{}, false, err
+	}
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		f.from = md.Sequence.Stream + 1
+		if w, _ := eventlog.WriterOf(m.Headers()); match(w) {
+			return followedEvent{writer: w, stored: md.Timestamp}, true, nil
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return followedEvent{}, false, err
+	}
+	return followedEvent{}, false, nil
 }
+
+func (f *failoverFollow) close() { f.nc.Close() }
 
 // partitionAcquired returns when nd acquired partition p under an epoch
 // above epoch after the time after, from its log: the time of its

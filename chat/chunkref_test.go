@@ -18,6 +18,13 @@ import (
 	"github.com/forever-agents/forever/replay"
 )
 
+// bigOutput is the size of the big tool's output: over the blob
+// threshold (256 KiB), and over one event (the test server's max payload,
+// 1 MiB), so that inline it is split into parts. Every byte of it is
+// encoded, stored and read back several times a turn, slowly under -race:
+// 3 MiB made each of these tests take half a minute in CI.
+const bigOutput = 5 << 18 // 1.25 MiB
+
 // bigTools is a tool "big" that returns size bytes of text (its output's
 // JSON is out).
 func bigTools(t *testing.T, size int) (*chat.Tools, []byte) {
@@ -57,7 +64,7 @@ func storedChunks(t *testing.T, lg *eventlog.Log, agent, stream string) []eventl
 func TestChunksHoldReferences(t *testing.T) {
 	e := newEnv(t)
 	bs := openBlobs(t, e)
-	tools, out := bigTools(t, 3<<20)
+	tools, out := bigTools(t, bigOutput)
 	ref := blob.RefOf(out)
 	opt := func(c *chat.Config) { c.Tools, c.Blobs = tools, bs }
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), opt)
@@ -188,7 +195,7 @@ func TestChunksHoldReferences(t *testing.T) {
 func TestChunkRefsWaitForFormat(t *testing.T) {
 	e := newEnv(t)
 	bs := openBlobs(t, e)
-	tools, out := bigTools(t, 3<<20)
+	tools, out := bigTools(t, bigOutput)
 	var writable atomic.Bool
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), func(c *chat.Config) {
 		c.Tools, c.Blobs = tools, bs

@@ -438,7 +438,11 @@
 //     events, then message.updated by id); the messages view ignores a
 //     message id it already has.
 //   - A stash never claims more than the stream holds: the chunks are
-//     flushed before each stash.
+//     flushed before each stash, or beside it for the stash of a step's
+//     usage before its tools (stashUsage, not for a provider that resumes
+//     by response id), which keeps the stream position of the stash before
+//     it; a recovered turn counts that usage only while the stream holds
+//     the step's tool calls (TestToolUsageStashedChunksLost).
 //   - With a Limiter, every model call waits in it first (Status shows
 //     ModelWait meanwhile), and a rate-limited answer (llm.RateLimited)
 //     is retried through it, after the pause it sets for its

@@ -241,7 +241,7 @@ func (st *turnRun) modelPhase(ctx, fctx context.Context, lp *loop, resume bool) 
 				// turn recovered during them counts it (the stream's
 				// finish chunk carries it on the other paths).
 				st.snap.StepUsage = &stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens}
-				if err := st.stash(fctx); err != nil {
+				if err := st.stashUsage(fctx); err != nil {
 					return 0, fmt.Errorf("%w: %w", errWrite, err)
 				}
 			}
@@ -323,6 +323,7 @@ func (e *turnFailure) Unwrap() error { return e.err }
 // there would (the model streaming and a tool running need none: a test
 // provider or tool blocks there).
 const (
+	pointToolsStashed = "tools-stashed" // the step's usage is stashed, its tool calls' chunks may not be stored (stashUsage)
 	pointToolsBegin   = "tools-begin"   // tool-input-available is stored, no tool has run
 	pointToolRecorded = "tool-recorded" // a tool's result is recorded, its output chunk not written
 	pointStepDone     = "step-done"     // every output is written, the next call not made

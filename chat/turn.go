@@ -52,8 +52,9 @@ func (st *turnRun) runTurn(fctx context.Context) (err error) {
 		return st.failTurn(fctx, err)
 	}
 	lp := a.newLoop(tools)
-	if u := st.snap.StepUsage; u != nil && st.snap.Step == st.b.steps {
-		// The current step's model call finished before the crash.
+	if u := st.snap.StepUsage; u != nil && st.snap.Step == st.b.steps && len(st.b.stepCalls()) > 0 {
+		// The current step's model call finished before the crash, and
+		// its tool calls are stored (stashUsage).
 		lp.usage = llm.Usage{InputTokens: u.Input, OutputTokens: u.Output}
 	}
 	ph, resume := phaseModel, st.resume || len(st.base) > 0
@@ -236,6 +237,42 @@ func (st *turnRun) stash(ctx context.Context) error {
 	_, current := st.split()
 	st.snap.TextAtSequence = len(partsText(current))
 	return st.stashSnap(ctx)
+}
+
+// stashUsage is stash for the snapshot that carries a step's usage
+// before its tools run, with its two writes side by side, not one after
+// the other: the chunks and the events are two streams, so the flush and
+// the stash cost about one round trip, not two. Both are durable when it
+// returns, so the tools still run only after their input is stored.
+//
+// The stash must then claim nothing of the chunks being flushed: it keeps
+// the stream position of the last stash (ChunkIndex, TextAtSequence), and
+// a crash between the two writes leaves either the chunks without the
+// stash (as before any stash) or the stash without some of the chunks.
+// A recovered turn counts StepUsage only while its stream holds the
+// step's tool calls (runTurn); without them the step's model call is made
+// again with the same idempotency key, as after a crash before the stash,
+// and its usage is that call's. A provider that resumes a response by its
+// id keeps stash's order: its SequenceNumber and TextAtSequence must
+// match the stored text.
+func (st *turnRun) stashUsage(ctx context.Context) error {
+	if llm.ResumesByID(st.a.cfg.Provider) {
+		return st.stash(ctx)
+	}
+	em := st.emitter()
+	flushed := make(chan error, 1)
+	go func() {
+		_, err := em.w.Flush(ctx)
+		flushed <- err
+	}()
+	err := st.stashSnap(ctx)
+	if err == nil {
+		err = st.a.crashPoint(ctx, pointToolsStashed)
+	}
+	if ferr := <-flushed; err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // stashSnap stashes st.snap. Chunks stored since the last attempt are

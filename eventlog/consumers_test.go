@@ -11,6 +11,8 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/waitfor"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestReadsLeaveNoConsumers: every Read and Follow runs on an ordered
@@ -18,11 +20,12 @@ import (
 // consumers unless the stream sets a limit. A consumer left behind after
 // its read lives until its inactivity threshold (the client library's
 // 5 minutes), so more than 1,000 reads in 5 minutes failed with
-// "maximum consumers limit reached". Each read deletes its consumer.
+// "maximum consumers limit reached". Each read deletes its consumer. The
+// stream's cap is 100 here, so 120 reads show it.
 func TestReadsLeaveNoConsumers(t *testing.T) {
-	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	lg, _ := eventlogtest.Open(t, eventlog.Config{MaxConsumers: 100})
 	appendN(t, lg, 3, 1)
-	for i := range 1200 {
+	for i := range 120 {
 		evs, err := lg.Read(t.Context(), eventlog.Filter{Agent: "agent0"}, 0, 0)
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
@@ -157,4 +160,79 @@ func BenchmarkCheckFollow(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestFollowCancelledWhileCreatingLeavesNoConsumer: a follow whose ctx
+// ends while its consumer's create is in flight leaves no consumer
+// behind. The server may carry out a create the client stopped waiting
+// for; that consumer lived until its inactivity threshold (5 minutes),
+// holding one of the stream's consumers (TestCheckFollow failed on it
+// under load, about once in 30 runs). A proxy between the Log and the
+// JetStream API makes the race certain: it lets the create through,
+// cancels the follow once the server has answered, and hands the answer
+// to the client only after the follow has returned.
+func TestFollowCancelledWhileCreatingLeavesNoConsumer(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	fwd := eventlogtest.Connect(t, s)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	createPrefix := "proxy.API.CONSUMER.CREATE." + eventlog.DefaultChunksStream + "."
+	var held bool
+	_, err := fwd.Subscribe("proxy.API.>", func(m *nats.Msg) {
+		out := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "proxy.API."), Reply: m.Reply, Data: m.Data, Header: m.Header}
+		if held || !strings.HasPrefix(m.Subject, createPrefix) {
+			if err := fwd.PublishMsg(out); err != nil {
+				t.Errorf("forward %s: %v", m.Subject, err)
+			}
+			return
+		}
+		held = true // the one create of the follow's consumer
+		out.Reply = ""
+		answer, err := fwd.RequestMsg(out, 10*time.Second)
+		if err != nil {
+			t.Errorf("create the follow's consumer: %v", err)
+			return
+		}
+		cancel()
+		<-done
+		if err := fwd.Publish(m.Reply, answer.Data); err != nil {
+			t.Errorf("answer the create late: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fwd.Flush(); err != nil { // the server has the proxy's subscription
+		t.Fatal(err)
+	}
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{APIPrefix: "proxy.API"})
+	f := eventlog.Filter{Agent: "agent0", Stream: "s1", Chunks: true}
+	go func() {
+		defer close(done)
+		for _, err := range lg.Follow(ctx, f, 0) {
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("follow cancelled while creating its consumer: %v, want context.Canceled", err)
+			}
+			return
+		}
+	}()
+	<-done
+	if !held {
+		t.Fatal("the follow's create never reached the proxy")
+	}
+	js, err := jetstream.New(fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.NoError(t, func() error {
+		info, err := js.Stream(t.Context(), eventlog.DefaultChunksStream)
+		if err != nil {
+			return err
+		}
+		if n := info.CachedInfo().State.Consumers; n != 0 {
+			return fmt.Errorf("%d consumers on the chunks stream after the follow ended, want 0", n)
+		}
+		return nil
+	})
 }

@@ -131,6 +131,11 @@
 //     by another token is ErrFenced (TestPurgeIsNotAnotherWriter).
 //   - Follow yields every matching event after the cursor once and in order,
 //     history then live, through a single ordered consumer.
+//   - A Read or Follow leaves no consumer behind once it ends, even one
+//     whose ctx ended while its consumer's create was in flight (the
+//     server may still carry it out): each stream's consumers are capped
+//     (TestReadsLeaveNoConsumers,
+//     TestFollowCancelledWhileCreatingLeavesNoConsumer).
 //   - No wait for the server is unbounded: one that has no deadline of its
 //     own ends after Config.AckTimeout. A lost acknowledgement of a publish
 //     without an expected sequence is retried with the same message id,

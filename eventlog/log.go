@@ -465,13 +465,14 @@ func (l *Log) newHandles() {
 	}
 }
 
-// createStreams creates or updates every stream to match the config.
+// createStreams creates or updates every stream to match the config
+// (ensureStream: one that matches is only looked up).
 func (l *Log) createStreams(ctx context.Context) error {
 	l.newHandles()
 	for _, chunk := range []bool{false, true} {
 		for _, n := range l.streamNames(chunk) {
 			cfg, _ := l.configOf(n)
-			st, err := l.js.CreateOrUpdateStream(ctx, cfg)
+			st, err := ensureStream(ctx, l.js, cfg)
 			if err != nil {
 				return fmt.Errorf("eventlog: create stream %s: %w", n, err)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
@@ -394,7 +395,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, ErrClosed)
 			return
 		}
-		cons, err := l.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		cons, err := l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: subjects,
 			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 			OptStartSeq:    rawSeq(after) + 1,
@@ -403,13 +404,13 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
+		defer l.dropConsumer(stream, cons)
 		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
 		if err != nil {
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
 		defer msgs.Stop()
-		defer l.dropConsumer(stream, cons)
 		// Next honours ctx while it waits for messages, but not while the
 		// ordered consumer recreates itself after losing its server (a
 		// stream leader moving): that retries until the subscription is
@@ -455,6 +456,49 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 	}
 }
 
+// orderedConsumer creates the ordered consumer of a Read or Follow. The
+// server may carry out a create whose answer the client stopped waiting
+// for (ctx ended, or the request timed out); nothing would delete that
+// consumer, and it held one of the stream's consumers until its
+// inactivity threshold (5 minutes). So the create does not end with ctx:
+// it goes on under the client library's request timeout, and when ctx
+// ends first, the consumer it makes is dropped once it is answered. A
+// create that fails is followed by a delete of the consumer it named, in
+// case the server made it after the client gave up; one refused for the
+// consumer limit was not made.
+// TestFollowCancelledWhileCreatingLeavesNoConsumer.
+func (l *Log) orderedConsumer(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// The library names the consumers of an ordered consumer
+	// {NamePrefix}_{serial}, from 1.
+	cfg.NamePrefix = nuid.Next()
+	type created struct {
+		cons jetstream.Consumer
+		err  error
+	}
+	res := make(chan created, 1)
+	go func() {
+		cons, err := l.js.OrderedConsumer(context.WithoutCancel(ctx), stream, cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+			l.dropConsumerNamed(stream, cfg.NamePrefix+"_1")
+		}
+		res <- created{cons, err}
+	}()
+	select {
+	case r := <-res:
+		return r.cons, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.err == nil {
+				l.dropConsumer(stream, r.cons)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
 // dropConsumer deletes the ordered consumer a Read or Follow is done with,
 // in the background. The client library only stops it, and the server
 // keeps it until its inactivity threshold (5 minutes): since nats-server
@@ -462,15 +506,19 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 // in 5 minutes then failed (TestReadsLeaveNoConsumers). A delete that
 // fails (the consumer's server is down) leaves it to that threshold.
 func (l *Log) dropConsumer(stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
+	if info := cons.CachedInfo(); info != nil {
+		l.dropConsumerNamed(stream, info.Name)
 	}
+}
+
+// dropConsumerNamed deletes stream's consumer name in the background,
+// as dropConsumer does.
+func (l *Log) dropConsumerNamed(stream, name string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), dropConsumerTimeout)
 		defer cancel()
-		if err := l.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			l.logger.Debug("delete a finished reader's consumer", "stream", stream, "consumer", info.Name, "err", err)
+		if err := l.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			l.logger.Debug("delete a finished reader's consumer", "stream", stream, "consumer", name, "err", err)
 		}
 	}()
 }

@@ -89,7 +89,9 @@ func TestCompactKeepsTheView(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 			lg := openCounter(t, s, eventlog.Config{})
-			appendN(t, lg, 3000, 3)
+			// Each agent's events take more than one batch of a read.
+			const perAgent = 300
+			appendN(t, lg, 3*perAgent, 3)
 			waitAll(t, lg)
 			before := dump(t, lg, "counter")
 			if crash {
@@ -110,11 +112,11 @@ func TestCompactKeepsTheView(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := 1001; crash && len(evs) != want || !crash && (len(evs) != 1 || evs[0].Type != eventlog.TypeSnapshot) {
+			if want := perAgent + 1; crash && len(evs) != want || !crash && (len(evs) != 1 || evs[0].Type != eventlog.TypeSnapshot) {
 				t.Fatalf("agent0 has %d events after compaction (crash %v)", len(evs), crash)
 			}
-			if evs, _ := lg.Read(t.Context(), eventlog.Filter{Agent: "agent1"}, 0, 0); len(evs) != 1000 {
-				t.Fatalf("agent1 has %d events, want its 1000", len(evs))
+			if evs, _ := lg.Read(t.Context(), eventlog.Filter{Agent: "agent1"}, 0, 0); len(evs) != perAgent {
+				t.Fatalf("agent1 has %d events, want its %d", len(evs), perAgent)
 			}
 
 			// Rebuild from an empty Pebble, before and after more events.
@@ -128,7 +130,7 @@ func TestCompactKeepsTheView(t *testing.T) {
 			}
 			waitAll(t, lg)
 			waitAll(t, rebuilt)
-			if a, b := dump(t, lg, "counter"), dump(t, rebuilt, "counter"); !equalMaps(a, b) || a["n/agent0"] != "1001" {
+			if a, b := dump(t, lg, "counter"), dump(t, rebuilt, "counter"); !equalMaps(a, b) || a["n/agent0"] != strconv.Itoa(perAgent+1) {
 				t.Fatalf("after one more event: live %v, rebuilt %v", a, b)
 			}
 

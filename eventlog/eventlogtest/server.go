@@ -102,6 +102,11 @@ func OpenOn(t testing.TB, s *server.Server, cfg eventlog.Config) *eventlog.Log {
 	return l
 }
 
+// readyBound bounds a projector's or follower's catch-up to ready: a
+// rebuild of 30,000 events under -race took over 30 s on a loaded 2-core
+// machine (TestProjectionCrash).
+const readyBound = 2 * time.Minute
+
 // RunProjector starts pr.Run in the background, waits until it is ready, and
 // stops it (waiting for Run to return) when the test ends, before the Log
 // closes.
@@ -121,8 +126,8 @@ func RunProjector(t testing.TB, pr *eventlog.Projector) {
 	case err := <-done:
 		done <- nil // let the cleanup return
 		t.Fatalf("projector %s stopped: %v", pr.Name(), err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("projector %s not ready", pr.Name())
+	case <-time.After(readyBound):
+		t.Fatalf("projector %s not ready within %s", pr.Name(), readyBound)
 	}
 }
 
@@ -143,7 +148,7 @@ func RunFollower(t testing.TB, f *eventlog.Follower) {
 	case err := <-done:
 		done <- nil // let the cleanup return
 		t.Fatalf("follower %v stopped: %v", f.Names(), err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("follower %v not ready", f.Names())
+	case <-time.After(readyBound):
+		t.Fatalf("follower %v not ready within %s", f.Names(), readyBound)
 	}
 }

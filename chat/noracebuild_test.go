@@ -1,0 +1,5 @@
+//go:build !race
+
+package chat_test
+
+const raceEnabled = false

@@ -1,0 +1,66 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ensureStream makes the stream of cfg exist with cfg's settings: a stream
+// whose config already holds every field cfg sets is only looked up;
+// otherwise it is created or updated. Every node's start used to update
+// each of the log's streams (2K+2 of them on a sharded log, K shards of
+// each kind): each update is a proposal to the meta leader, answered only
+// after the stream's own Raft group applied it, which competed with the
+// elections of a cluster that had just lost a node. A lookup is answered
+// by the stream's leader. A lookup that fails for another reason than a
+// missing stream falls back to the create-or-update, as before.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := js.Stream(ctx, cfg.Name)
+	if err == nil && configHolds(st.CachedInfo().Config, cfg) {
+		return st, nil
+	}
+	return js.CreateOrUpdateStream(ctx, cfg)
+}
+
+// configHolds reports whether have, a stream's config as the server holds
+// it, has every field of want that want sets (its JSON form, keys and
+// values, a metadata key the server adds aside). A field the server fills
+// with a default that differs from want's zero value makes it false: the
+// caller then updates, as it did before it looked.
+func configHolds(have, want jetstream.StreamConfig) bool {
+	var h, w any
+	if !roundTrip(have, &h) || !roundTrip(want, &w) {
+		return false
+	}
+	return holds(h, w)
+}
+
+func roundTrip(v any, out *any) bool {
+	b, err := json.Marshal(v)
+	return err == nil && json.Unmarshal(b, out) == nil
+}
+
+// holds reports whether have contains want: every key of a wanted object
+// holds in have's, and anything else is equal, a wanted 0 matching the -1
+// the server stores for a limit left unset (max_bytes, max_msgs,
+// max_consumers and the like).
+func holds(have, want any) bool {
+	wm, ok := want.(map[string]any)
+	if !ok {
+		return reflect.DeepEqual(have, want) || (want == 0.0 && have == -1.0)
+	}
+	hm, ok := have.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, wv := range wm {
+		hv, ok := hm[k]
+		if !ok || !holds(hv, wv) {
+			return false
+		}
+	}
+	return true
+}
