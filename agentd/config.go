@@ -241,16 +241,17 @@ type Config struct {
 	// server unsharded; above 1, Partitions must be a multiple
 	// (docs/architecture.md, "Shards").
 	Shards int
-	// OwnedViews (--owned-views; default false, experimental): a node of
-	// a sharded cluster (its shard count, given or stored, above 1)
-	// projects only the partitions it owns
+	// AllViews makes every node of a sharded cluster project every
+	// partition, as the nodes of an unsharded one do (--owned-views=false).
+	// Zero (the default): a node of a sharded cluster (its shard count,
+	// given or stored, above 1) projects only the partitions it owns
 	// (eventlog.Config.OwnedViews): its views follow a partition from its
 	// acquisition, catching it up first, to its release; reads of an
 	// agent's views go to its owner and the agents listing asks the owners
 	// (docs/architecture.md, "Views of a sharded cluster"). A per-user
 	// budget (UserBudget) keeps every view: the spend of a user's agents
 	// is read from every partition.
-	OwnedViews bool
+	AllViews bool
 	// PackChunks lets a turn store the chunks it writes together as one
 	// record (chunk.EventChunks), once the cluster's active format reached
 	// FormatChunkBatches: fewer fsyncs a tool call, and chunk cursors

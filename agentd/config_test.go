@@ -72,7 +72,7 @@ var configFields = map[string]fieldDefault{
 	"Replicas":              zeroMeans, // 3 clustered, 1 else, at Run
 	"Partitions":            byDefaults,
 	"Shards":                zeroMeans, // the count the cluster stored (unsharded for a new one)
-	"OwnedViews":            noDefault, // experimental, off
+	"AllViews":              noDefault, // owned views when sharded
 	"PackChunks":            noDefault,
 	"LeaseTTL":              byDefaults,
 	"MCP":                   noDefault,

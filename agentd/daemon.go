@@ -428,7 +428,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Logger:       d.cfg.Logger,
 		Registerer:   cfg.Registerer,
 	}
-	if lcfg.Shards > 1 && !lcfg.OwnedViews && cfg.OwnedViews {
+	if lcfg.Shards > 1 && !lcfg.OwnedViews && !cfg.AllViews {
 		d.logger.Warn("every node projects every partition of this sharded cluster: a per-user budget (--user-token-budget, --user-cost-budget) reads the spend of a user's agents from every partition")
 	}
 	err = RetryQuorum(ctx, d.logger, "event log", cfg.Replicas, func(ctx context.Context) (err error) {

@@ -106,8 +106,8 @@ func newFlagSet(cfg *Config) *flag.FlagSet {
 		"number of agent partitions, fixed when the cluster is first started")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards,
 		"number of stream shards of events and chunks, each its own Raft group, fixed when the cluster is first started (0: the cluster's stored count; a new cluster gets 8 when clustered, one stream each on a single server; 1: one stream each; --partitions must be a multiple)")
-	fs.BoolVar(&cfg.OwnedViews, "owned-views", cfg.OwnedViews,
-		"in a sharded cluster (--shards above 1), each node projects only the partitions it owns (experimental)")
+	fs.Var(notFlag{&cfg.AllViews}, "owned-views",
+		"in a sharded cluster (--shards above 1), each node projects only the partitions it owns; false: every node projects every partition")
 	fs.BoolVar(&cfg.PackChunks, "pack-chunks", cfg.PackChunks,
 		"store the chunks a turn writes together as one record once every node reads them (record format 7); chunk cursors may then read <sequence>.<k> (experimental)")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL,
@@ -271,6 +271,29 @@ func parseSize(s string) (int64, error) {
 
 // levelString is the flag spelling of a slog level.
 func levelString(l slog.Level) string { return strings.ToLower(l.String()) }
+
+// notFlag is a boolean flag.Value that sets its variable to the
+// negation of what it is given: --owned-views (true by default) sets
+// Config.AllViews.
+type notFlag struct{ b *bool }
+
+func (f notFlag) String() string {
+	if f.b == nil {
+		return "" // the zero Value flag.PrintDefaults compares with
+	}
+	return strconv.FormatBool(!*f.b)
+}
+
+func (f notFlag) Set(v string) error {
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	*f.b = !on
+	return nil
+}
+
+func (f notFlag) IsBoolFlag() bool { return true }
 
 // listFlag is a flag.Value for a comma-separated list.
 type listFlag []string

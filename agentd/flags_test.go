@@ -87,13 +87,14 @@ func TestParseFlagsPrecedence(t *testing.T) {
 			func(c Config) any { return c.IdleTimeout }, 30 * time.Second},
 		{"log format env", nil, map[string]string{"FOREVER_LOG_FORMAT": "json"},
 			func(c Config) any { return c.LogFormat }, LogJSON},
-		// Owned views are opt-in (experimental): --owned-views.
-		{"owned views off by default", []string{"--shards", "8"}, nil,
+		// Owned views are the default of a sharded cluster; --owned-views=false
+		// (AllViews) opts out.
+		{"owned views by default", []string{"--shards", "8"}, nil,
+			func(c Config) any { return c.ownedViews(c.logShards()) }, true},
+		{"owned views off", []string{"--shards", "8", "--owned-views=false"}, nil,
 			func(c Config) any { return c.ownedViews(c.logShards()) }, false},
-		{"owned views on", []string{"--shards", "8", "--owned-views"}, nil,
-			func(c Config) any { return c.ownedViews(c.logShards()) }, true},
-		{"owned views on by env", []string{"--shards", "8"}, map[string]string{"FOREVER_OWNED_VIEWS": "true"},
-			func(c Config) any { return c.ownedViews(c.logShards()) }, true},
+		{"owned views off by env", []string{"--shards", "8"}, map[string]string{"FOREVER_OWNED_VIEWS": "false"},
+			func(c Config) any { return c.ownedViews(c.logShards()) }, false},
 		{"owned views flag beats env", []string{"--shards", "8", "--owned-views"}, map[string]string{"FOREVER_OWNED_VIEWS": "false"},
 			func(c Config) any { return c.ownedViews(c.logShards()) }, true},
 		{"no owned views unsharded", nil, nil,

@@ -116,11 +116,11 @@ func (c *Config) recordFormat() int {
 }
 
 // ownedViews reports whether a node of a log of shards shards (0:
-// unsharded) projects only the partitions it owns: in a sharded cluster
-// with --owned-views, unless a per-user budget is set, whose spend of a
-// user's agents is read from the node's views (every partition's).
+// unsharded) projects only the partitions it owns: in a sharded cluster,
+// unless --owned-views=false (AllViews) or a per-user budget, whose spend
+// of a user's agents is read from the node's views (every partition's).
 func (c *Config) ownedViews(shards int) bool {
-	return shards > 1 && c.OwnedViews && c.UserBudget.IsZero()
+	return shards > 1 && !c.AllViews && c.UserBudget.IsZero()
 }
 
 // validateShards checks --shards against --partitions.

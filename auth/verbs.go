@@ -28,7 +28,7 @@ const (
 // a reader sees the budget in usage's reply).
 var verbAccess = map[string]Access{
 	"status": AccessRead, "fibers": AccessRead, "schedules": AccessRead, "log": AccessRead,
-	"messages": AccessRead, "tools": AccessRead, "approvals": AccessRead, "streams": AccessRead, "usage": AccessRead,
+	"messages": AccessRead, "tools": AccessRead, "approvals": AccessRead, "streams": AccessRead, "usage": AccessRead, "child-turn": AccessRead,
 	"approve": AccessApprove,
 	"meta":    AccessWrite, "chat": AccessWrite, "cancel": AccessWrite, "interrupt": AccessWrite, "state": AccessWrite,
 	"tool-result": AccessWrite, "child-result": AccessWrite, "start": AccessWrite, "budget": AccessWrite, "fork": AccessWrite,

@@ -248,7 +248,10 @@
 //     until it got through; agentd's child-result verb calls ChildEnded),
 //     or by reading the child's turn every Config.ChildPoll (10 s), or when
 //     recovered: the outcome is always read from the views, caught up with
-//     the child's last event, never taken from the notice. It appends
+//     the child's last event, never taken from the notice; where this
+//     node's views do not hold the child (Peers is a ChildTurnReader:
+//     agentd with owned views), from the child owner's views
+//     (Agent.TurnOutcome). It appends
 //     subagent.ended with the tool's output (or error, for a child that
 //     failed or was interrupted) and the child's usage, then writes the
 //     output, once: on recovery a call with an ended link is answered from

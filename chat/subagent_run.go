@@ -386,15 +386,92 @@ func (cs *children) awaitChild(ctx context.Context, link ChildLink) (ChildLink, 
 	}
 }
 
-// childEnd reads the child's turn of link from the views, caught up with
-// the child's last event, and reports whether it ended; if so it returns
-// the link ended accordingly: its output (the child's final text) or
-// error, and the child turn's usage.
+// childEnd reads the child's turn of link, caught up with the child's last
+// event, and reports whether it ended; if so it returns the link ended
+// accordingly: its output (the child's final text) or error, and the child
+// turn's usage. The turn is read from this node's views, or, when Peers
+// reads children elsewhere (ChildTurnReader: a node whose views hold only
+// the partitions it owns), on the child's owner.
 func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bool, error) {
+	a := cs.a
+	var out TurnOutcome
+	var err error
+	r, remote := a.cfg.Peers.(ChildTurnReader)
+	if remote {
+		out, remote, err = r.ChildTurn(ctx, link.Agent, link.RequestID)
+	}
+	if !remote && err == nil {
+		out, err = cs.turnOutcome(ctx, link.Agent, link.RequestID)
+	}
+	if err != nil || (out.Found && out.Active) {
+		return link, false, err
+	}
+	end := link
+	end.EndedAt = a.cfg.Clock.Now().UTC()
+	if !out.Found {
+		// The link is recorded once the child's turn.started is durable,
+		// and the views are caught up with the child's last event: a turn
+		// not found is one whose agent was deleted, and it will never end.
+		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s was deleted before it answered", link.Agent)
+		return end, true, nil
+	}
+	switch out.Status {
+	case TurnCompleted:
+		end.Status = LinkCompleted
+		end.Output, err = childOutput(end.ChildRef, out.Text, DefaultMaxToolOutput)
+		if err != nil {
+			return link, false, err
+		}
+	case TurnFailed:
+		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s failed: %s", link.Agent, out.Error)
+	default:
+		end.Status, end.Error = LinkInterrupted, fmt.Sprintf("agent %s was interrupted (%s) before it answered", link.Agent, cmp.Or(out.Reason, "cancelled"))
+	}
+	end.Usage = out.Usage
+	return end, true, nil
+}
+
+// TurnOutcome is what a parent reads of a child's turn (ChildTurn,
+// Agent.TurnOutcome): whether the views hold it, whether it still runs,
+// and how it ended.
+type TurnOutcome struct {
+	// Found is false for a turn the views, caught up with the agent's last
+	// event, do not hold: its agent was deleted.
+	Found  bool   `json:"found"`
+	Active bool   `json:"active,omitempty"`
+	Status string `json:"status,omitempty"` // TurnCompleted, TurnFailed, ...
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Text is the final text of a completed turn's answer.
+	Text string `json:"text,omitempty"`
+	// Usage is the turn's usage with its own children's, once recorded.
+	Usage *SubagentUsage `json:"usage,omitempty"`
+}
+
+// ChildTurnReader is implemented by a Peers whose node's views may not
+// hold a child's rows (agentd with owned views: each node projects the
+// partitions it owns). ChildTurn reads the child's turn requestID where
+// they are (the child's owner, which answers with its Agent.TurnOutcome);
+// ok false means this node's views hold them, and the caller reads them
+// here.
+type ChildTurnReader interface {
+	ChildTurn(ctx context.Context, child, requestID string) (out TurnOutcome, ok bool, err error)
+}
+
+// TurnOutcome reads the agent's turn requestID from this node's views,
+// caught up with the agent's last event: what its parent's ChildTurn asks
+// of the agent's owner.
+func (a *Agent) TurnOutcome(ctx context.Context, requestID string) (TurnOutcome, error) {
+	return a.turnOutcome(ctx, a.agent, requestID)
+}
+
+// turnOutcome reads agent's turn requestID from this node's views, caught
+// up with the agent's last event.
+func (cs *children) turnOutcome(ctx context.Context, agent, requestID string) (TurnOutcome, error) {
 	a := cs.a
 	caughtUp := func() error {
 		return retryRead(ctx, a.logger, "child turn", func() error {
-			last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: link.Agent})
+			last, err := a.log.LastSeq(ctx, eventlog.Filter{Agent: agent})
 			if err != nil {
 				return err
 			}
@@ -402,9 +479,9 @@ func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bo
 		})
 	}
 	if err := caughtUp(); err != nil {
-		return link, false, err
+		return TurnOutcome{}, err
 	}
-	info, err := a.store.Turn(link.Agent, link.RequestID)
+	info, err := a.store.Turn(agent, requestID)
 	if err == nil && !info.Active() {
 		// Each view follows the log at its own pace: the turns view may
 		// show an outcome stored after the sequence waited for above,
@@ -412,44 +489,33 @@ func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bo
 		// child's answer and usage stored just before it. Wait again for
 		// the child's log as it is now, which holds the outcome.
 		if err := caughtUp(); err != nil {
-			return link, false, err
+			return TurnOutcome{}, err
 		}
 	}
-	end := link
-	end.EndedAt = a.cfg.Clock.Now().UTC()
 	if errors.Is(err, ErrNotFound) {
-		// The link is recorded once the child's turn.started is durable,
-		// and the views are caught up with the child's last event: a turn
-		// not found is one whose agent was deleted, and it will never end.
-		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s was deleted before it answered", link.Agent)
-		return end, true, nil
+		return TurnOutcome{}, nil
 	}
-	if err != nil || info.Active() {
-		return link, false, err
+	if err != nil {
+		return TurnOutcome{}, err
 	}
-	switch info.Status {
-	case TurnCompleted:
-		end.Status = LinkCompleted
-		m, err := a.store.Message(link.Agent, info.AssistantMessageID)
+	out := TurnOutcome{Found: true, Active: info.Active(), Status: info.Status, Error: info.Error, Reason: info.Reason}
+	if out.Active {
+		return out, nil
+	}
+	if info.Status == TurnCompleted {
+		m, err := a.store.Message(agent, info.AssistantMessageID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return link, false, err
+			return TurnOutcome{}, err
 		}
-		end.Output, err = childOutput(end.ChildRef, m.Text(), DefaultMaxToolOutput)
-		if err != nil {
-			return link, false, err
-		}
-	case TurnFailed:
-		end.Status, end.Error = LinkFailed, fmt.Sprintf("agent %s failed: %s", link.Agent, info.Error)
-	default:
-		end.Status, end.Error = LinkInterrupted, fmt.Sprintf("agent %s was interrupted (%s) before it answered", link.Agent, cmp.Or(info.Reason, "cancelled"))
+		out.Text = m.Text()
 	}
-	if tu, ok, err := a.store.TurnUsage(link.Agent, link.RequestID); err != nil {
-		return link, false, err
+	if tu, ok, err := a.store.TurnUsage(agent, requestID); err != nil {
+		return TurnOutcome{}, err
 	} else if ok {
-		end.Usage = &SubagentUsage{Input: tu.Input + tu.Subagents.Input, Output: tu.Output + tu.Subagents.Output, Calls: 1 + tu.Subagents.Calls,
+		out.Usage = &SubagentUsage{Input: tu.Input + tu.Subagents.Input, Output: tu.Output + tu.Subagents.Output, Calls: 1 + tu.Subagents.Calls,
 			Cost: tu.Cost + tu.Subagents.Cost}
 	}
-	return end, true, nil
+	return out, nil
 }
 
 // childOutput is the output of a call whose child answered text, cut to

@@ -165,7 +165,9 @@
 //     in order from its own stored cursor; a partition newly followed
 //     catches up from its cursor before WaitFor returns, one no longer
 //     followed keeps its rows and resumes from its cursor when followed
-//     again; a WaitFor of a partition not followed returns (TestOwnedViews).
+//     again; a WaitFor of a partition not followed returns (TestOwnedViews),
+//     and so does a wait for a partition released while it waited
+//     (TestOwnedViewsWaitAcrossRelease).
 //     A view switched between the two ways applies nothing twice
 //     (TestOwnedViewsSwitch).
 //   - Bad input (an agent id or type that is not a valid subject token, an

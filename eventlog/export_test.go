@@ -90,3 +90,16 @@ func BeforeRead(l *Log, f func()) { l.beforeRead = f }
 // RefuseLeaderGets makes l's leader reads answered "temporarily
 // unavailable" (10008) while refuse returns true.
 func RefuseLeaderGets(l *Log, refuse func() bool) { l.refuseLeaderGet = refuse }
+
+// FollowedSince returns the partitions an owned-views log follows and
+// their generation, for WaitOwnedSince.
+func FollowedSince(l *Log) ([]int, uint64) {
+	parts, gen, _ := l.owned.state()
+	return parts, gen
+}
+
+// WaitOwnedSince is WaitFor of an owned-views Follower that began when
+// the followed partitions were parts, of generation gen (FollowedSince).
+func WaitOwnedSince(ctx context.Context, f *Follower, seq Seq, parts []int, gen uint64) error {
+	return f.waitOwnedSince(ctx, seq, parts, gen)
+}

@@ -251,6 +251,12 @@ func (f *Follower) setIdle(idle bool) {
 // waitOwned is WaitFor of an owned-views Follower.
 func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 	parts, gen, _ := f.l.owned.state()
+	return f.waitOwnedSince(ctx, seq, parts, gen)
+}
+
+// waitOwnedSince is waitOwned from the followed partitions parts, of
+// generation gen, as they were when the wait began.
+func (f *Follower) waitOwnedSince(ctx context.Context, seq Seq, parts []int, gen uint64) error {
 	if err := f.await(ctx, func() bool { return f.mu.gen >= gen }); err != nil {
 		return err
 	}
@@ -266,12 +272,18 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 		if !slices.ContainsFunc(parts, func(p int) bool { return p%len(f.shards) == s.shard }) {
 			continue // nothing of this shard is followed
 		}
-		// The subjects of the followed partitions of s, for a lookup of
-		// their last sequence (made only when needed).
+		// The subjects of the partitions of s followed since the wait
+		// began (in parts, and followed now), for a lookup of their last
+		// sequence (made only when needed). A partition released
+		// meanwhile is not waited for: its events no longer move the
+		// cursor, so a last event of it past the others' would never be
+		// reached (a wait of a partition's recovery that hung when the
+		// node released another partition of the shard).
 		subjects := func() []string {
+			now, _, _ := f.l.owned.state()
 			var out []string
 			for _, p := range parts {
-				if p%len(f.shards) != s.shard {
+				if p%len(f.shards) != s.shard || !slices.Contains(now, p) {
 					continue
 				}
 				for _, t := range f.members {
@@ -290,32 +302,41 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 }
 
 // waitShardOwned waits until shard follower s applied every event of
-// subjects up to seq (SeqEnds: up to their last one now).
+// subjects up to seq (SeqEnds: up to their last one now). subjects may
+// change with the followed partitions: while s's consumer is idle, their
+// last sequence is looked up again after each change.
 func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() []string) error {
-	queried := false
+	// The generation of the followed partitions at the last lookup of
+	// their last sequence, if there was one.
+	queried, queriedGen := false, uint64(0)
+	lookup := func() (Seq, error) {
+		_, gen, _ := s.l.owned.state()
+		queried, queriedGen = true, gen
+		return s.lastSeqOf(ctx, subjects())
+	}
 	if seq == SeqEnds {
-		last, err := s.lastSeqOf(ctx, subjects())
+		last, err := lookup()
 		if err != nil {
 			return err
 		}
-		seq, queried = last, true
+		seq = last
 	}
 	for {
 		s.mu.Lock()
 		cur, ch, err, idle := s.mu.cursor, s.mu.changed, s.mu.err, s.mu.idle
 		s.mu.Unlock()
+		_, gen, owned := s.l.owned.state()
 		if cur >= seq {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if idle && !queried {
-			// seq may be of a partition not followed: the followed ones
-			// hold every event stored before it once they applied their
-			// last event stored now.
-			queried = true
-			last, err := s.lastSeqOf(ctx, subjects())
+		if idle && (!queried || gen != queriedGen) {
+			// seq may be of a partition not followed (or no longer): the
+			// followed ones hold every event stored before it once they
+			// applied their last event stored now.
+			last, err := lookup()
 			if err != nil {
 				return err
 			}
@@ -326,6 +347,7 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 		}
 		select {
 		case <-ch:
+		case <-owned:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -292,5 +293,53 @@ func TestOwnedViewsConfig(t *testing.T) {
 	unsharded := eventlogtest.OpenOn(t, s, eventlog.Config{EventsStream: "E2", ChunksStream: "C2", Prefix: "other"})
 	if err := unsharded.FollowPartition(0); err == nil {
 		t.Error("FollowPartition of a log without owned views: no error")
+	}
+}
+
+// A wait for the followed partitions' last events (WaitFor(SeqEnds), as a
+// node's recovery of a partition it took waits) that began while two
+// partitions of a shard were followed returns once the views applied the
+// one still followed, when the other was released meanwhile with a last
+// event past it: that event never moves the cursor of the partitions
+// followed now (the wait hung before, and the node never recovered the
+// fibers of the partition it had taken).
+func TestOwnedViewsWaitAcrossRelease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true})
+	// Partitions 0 and 2 are both in shard 0: kept holds an agent of 0,
+	// released one of 2.
+	var kept, released string
+	for i := 0; kept == "" || released == ""; i++ {
+		id := "agent" + strconv.Itoa(i)
+		switch eventlog.PartitionOf(id, 4) {
+		case 0:
+			kept = cmp.Or(kept, id)
+		case 2:
+			released = cmp.Or(released, id)
+		}
+	}
+	for _, p := range []int{0, 2} {
+		if err := lg.FollowPartition(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parts, gen := eventlog.FollowedSince(lg)
+	for _, id := range []string{kept, released} {
+		if _, err := lg.Append(ctx, eventlog.Event{Agent: id, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.UnfollowPartition(2); err != nil {
+		t.Fatal(err)
+	}
+	f := newFollower(t, lg, counter(1))
+	eventlogtest.RunFollower(t, f)
+	if err := eventlog.WaitOwnedSince(ctx, f, eventlog.SeqEnds, parts, gen); err != nil {
+		t.Fatalf("wait for the followed partitions' last events, begun while partition 2 was followed: %v", err)
+	}
+	if got := dump(t, lg, "counter"); len(got) == 0 {
+		t.Fatalf("the view of partition 0 is empty after the wait")
 	}
 }

@@ -32,11 +32,13 @@ import (
 
 // Verbs are the command verbs of the chat agent type, besides the host's
 // (host.Verbs): register it with them, in its host.TypeSpec.
-var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "budget", "child-result"}
+var Verbs = []string{"chat", "messages", "cancel", "interrupt", "state", "approve", "tool-result", "tools", "approvals", "streams", "usage", "budget", "child-result", "child-turn"}
 
 // InternalVerbs are the Verbs chat agents send one another, not clients:
-// child-result, a sub-agent's notice to its parent (host.TypeSpec.Internal).
-var InternalVerbs = []string{"child-result"}
+// child-result, a sub-agent's notice to its parent, and child-turn, a
+// parent's read of its child's turn on the child's owner (with owned
+// views) (host.TypeSpec.Internal).
+var InternalVerbs = []string{"child-result", "child-turn"}
 
 // Type is the chat agent type: it opens the chat read side (the
 // projections of messages, streams, turns, state, usage, interrupts) and the
@@ -223,7 +225,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		cfg.Limiter = ct.limit
 	}
 	if env.Command != nil {
-		cfg.Peers = peers{command: env.Command}
+		cfg.Peers = peers{command: env.Command, ownedViews: ct.log != nil && ct.log.OwnedViews()}
 	}
 	if ct.config != nil {
 		ct.config(&cfg)
@@ -519,6 +521,15 @@ func (c *Agent) handle(ctx context.Context, cmd host.Command) (any, error) {
 			return nil, err
 		}
 		return map[string]bool{"ok": true}, nil
+	case "child-turn":
+		var req childTurnRequest
+		if err := decodeOptional(cmd.Data, &req); err != nil {
+			return nil, err
+		}
+		if req.RequestID == "" {
+			return nil, host.ErrBadRequest.Wrapf("child-turn: send {\"requestId\"}")
+		}
+		return c.TurnOutcome(ctx, req.RequestID)
 	case "interrupt":
 		var req interruptRequest
 		if err := decodeOptional(cmd.Data, &req); err != nil {

@@ -2,8 +2,8 @@
 // chat agent type, which opens the chat read side and the shared chunk
 // batcher when the daemon starts and builds one chat.Agent per agent id;
 // its NATS verbs (Verbs: chat, messages, cancel, interrupt, state, approve,
-// tool-result, child-result, and the reads approvals, streams and usage,
-// also served as GET /v1/agents/{id}/approvals, /streams and /usage by
+// tool-result, child-result, the internal read child-turn, and the reads
+// approvals, streams and usage, also served as GET /v1/agents/{id}/approvals, /streams and /usage by
 // host.AttachHTTP); the sub-agents' way to other agents (chat.Peers over
 // host.Env.Command); a chat stream's chunks from any cursor (AttachReads:
 // GET /v1/agents/{id}/streams/{stream}/chunks?after=&limit=); the HTTP gateway (AttachGateway: the AI SDK UI message
@@ -55,6 +55,11 @@
 //     it activates the parent if it was deactivated (its waiting turn is
 //     recovered) and wakes the waiting turn; the parent reads the child's
 //     outcome from the log, never from the notice;
+//   - read: with owned views (each node's views hold only the partitions
+//     it owns), the parent reads its child's turn with the child-turn verb
+//     on the child's owner, {"requestId"}, answered with chat.TurnOutcome
+//     (chat.ChildTurnReader); without them it reads its own views, which
+//     hold every agent;
 //   - delete: a child deleted (the delete verb) never ends its turn, so
 //     its delete hook (Type.OnDelete, host.SetOnDelete) sends its parent
 //     the notice of its last turn once the delete is done: the parent,

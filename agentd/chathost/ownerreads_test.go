@@ -13,6 +13,8 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/chat"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestGatewayReadsOnOwner: three nodes of a sharded cluster with owned
@@ -21,19 +23,36 @@ import (
 // [DONE]; on the third node, which neither owns it nor started the turn,
 // the gateway's reads (the resume of the stream, the messages), the
 // streams verb's one-stream read and the events stream's first state
-// answer what the owner's views hold (host.ReadsOnOwner).
+// answer what the owner's views hold (host.ReadsOnOwner). A sub-agent
+// call whose child is owned by another node than its parent's gets the
+// child's answer: the parent reads the child's turn on the child's owner
+// (the child-turn verb), not in its own views, which do not hold it.
 func TestGatewayReadsOnOwner(t *testing.T) {
 	withHTTP := func(d *agentd.Daemon, h *host.Host, ct *Type) error {
 		return host.AttachHTTP(d, h, host.HTTPConfig{State: ct})
 	}
+	agentTool, err := chat.AgentTool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := chat.NewTools(agentTool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAgentTool := func(_ *agentd.Daemon, _ *host.Host, ct *Type) error {
+		ct.config = func(c *chat.Config) { c.Tools = tools }
+		return nil
+	}
+	var chats []*Type
 	var ds []*agentd.Daemon
 	for i, name := range []string{"n1", "n2", "n3"} {
 		c := agentdtest.Config(t)
-		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions, c.OwnedViews = name, 3*time.Second, 4, 8, true
+		c.ServerName, c.LeaseTTL, c.Shards, c.Partitions = name, 3*time.Second, 4, 8 // owned views by default
 		if i > 0 {
 			c.NATSListen, c.NATSURL = "", ds[0].NATSURL()
 		}
-		d, _ := newChatDaemon(t, c, -1, AttachGateway, withHTTP)
+		d, ct := newChatDaemon(t, c, -1, AttachGateway, withHTTP, withAgentTool)
+		chats = append(chats, ct)
 		agentdtest.Start(t, d)
 		agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
 		ds = append(ds, d)
@@ -111,12 +130,25 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "without --owned-views") {
-		t.Fatalf("fork across partitions: %v %s, want a 400 naming --owned-views", m.Header, m.Data)
+	if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "--owned-views=false") {
+		t.Fatalf("fork across partitions: %v %s, want a 400 naming --owned-views=false", m.Header, m.Data)
 	}
 
 	command(t, nc, agent, "state", `{"value":{"step":1},"expectVersion":0}`, nil)
 	if got, want := nextData(t, sseData(t, n3+"/v1/agents/"+agent+"/events")), `{"type":"state","version":1,"value":{"step":1}}`; got != want {
 		t.Fatalf("n3's events of %s start with %s, want %s", agent, got, want)
+	}
+
+	// A parent on n1 calls a child owned by n2.
+	child := owners["n2"]
+	var reply Reply
+	command(t, nc, agent, "chat", `{"text":"/agent `+child+` tell me a story"}`, &reply)
+	var links []chat.ChildLink
+	waitfor.True(t, "the sub-agent call of "+agent+" to end", func() bool {
+		links, err = chats[0].Store().Links(agent, reply.RequestID)
+		return err == nil && len(links) == 1 && links[0].Ended()
+	})
+	if l := links[0]; l.Agent != child || l.Status != chat.LinkCompleted || len(l.Output) == 0 {
+		t.Fatalf("the call of child %s on another node ended %s (%s), want completed with its answer: %+v", child, l.Status, l.Error, l)
 	}
 }

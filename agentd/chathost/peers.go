@@ -20,12 +20,18 @@ const peerTimeout = 30 * time.Second
 // a sub-agent's start is the chat verb with the call's request id and
 // parent, its cancel the cancel verb with the child turn's request id,
 // and a child's notice the child-result verb, each routed to the agent's
-// owner on whatever node.
+// owner on whatever node. With owned views (ownedViews: this node's views
+// hold only the partitions it owns) a parent reads its child's turn with
+// the child-turn verb on the child's owner (chat.ChildTurnReader).
 type peers struct {
-	command func(ctx context.Context, cmd host.Command) (json.RawMessage, error)
+	command    func(ctx context.Context, cmd host.Command) (json.RawMessage, error)
+	ownedViews bool
 }
 
-var _ chat.Peers = peers{}
+var (
+	_ chat.Peers           = peers{}
+	_ chat.ChildTurnReader = peers{}
+)
 
 func (p peers) send(ctx context.Context, agent, verb, requestID string, v any) (json.RawMessage, error) {
 	data, err := json.Marshal(v)
@@ -61,6 +67,31 @@ func (p peers) CancelChild(ctx context.Context, child, requestID string) error {
 func (p peers) NotifyParent(ctx context.Context, parent string, n chat.ChildNotice) error {
 	_, err := p.send(ctx, parent, "child-result", "", n)
 	return err
+}
+
+// childTurnRequest is the payload of the child-turn verb.
+type childTurnRequest struct {
+	RequestID string `json:"requestId"`
+}
+
+// ChildTurn reads the child's turn requestID on the child's owner (the
+// child-turn verb), with owned views; without them, ok is false: this
+// node's views hold every agent's rows. A child whose owner is this node
+// is read here through the same verb, which waits for the partition's
+// recovery like every command.
+func (p peers) ChildTurn(ctx context.Context, child, requestID string) (chat.TurnOutcome, bool, error) {
+	if !p.ownedViews {
+		return chat.TurnOutcome{}, false, nil
+	}
+	out, err := p.send(ctx, child, "child-turn", "", childTurnRequest{RequestID: requestID})
+	if err != nil {
+		return chat.TurnOutcome{}, true, err
+	}
+	o, ok := host.ReplyAs[chat.TurnOutcome](out)
+	if !ok {
+		return chat.TurnOutcome{}, true, fmt.Errorf("chathost: agent %s answered child-turn with %.200s", child, out)
+	}
+	return o, true, nil
 }
 
 // refused marks the errors after which a command will not run however

@@ -123,7 +123,7 @@ func (h *Host) forkHere(ctx context.Context, cmd Command) (any, error) {
 	if pf, pp := h.partitionOf(fork), h.partitionOf(parent); h.deps.Log.OwnedViews() && pf != pp {
 		// A fork reads its parent's rows in its owner's views, which
 		// hold the fork's partition only.
-		return nil, ErrBadRequest.Wrapf("fork: %q is in partition %d and its parent %q in %d; with owned views (--owned-views) a fork must be in its parent's partition, or every node must run without --owned-views", fork, pf, parent, pp)
+		return nil, ErrBadRequest.Wrapf("fork: %q is in partition %d and its parent %q in %d; with owned views (a sharded cluster's default) a fork must be in its parent's partition, or every node must run with --owned-views=false", fork, pf, parent, pp)
 	}
 	if err := h.catchUpViews(ctx, parent); err != nil {
 		return nil, err

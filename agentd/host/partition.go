@@ -61,12 +61,15 @@ func (h *Host) notOwner(id string, p int) error {
 // and returns once they have stopped.
 func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	pt := &part{lease: l, ctx: ctx, recovered: make(chan struct{})}
+	// With owned views the views follow the partition from now on, and
+	// recovery (WaitFor of the log's end) waits for them to catch it up.
+	// Before the partition is served: an agent a command activates
+	// recovers its fibers from the views once they applied its last
+	// event, which a WaitFor begun before the follow would not wait for.
+	following := h.followPartition(l.Partition)
 	h.mu.Lock()
 	h.mu.parts[l.Partition] = pt
 	h.mu.Unlock()
-	// With owned views the views follow the partition from now on, and
-	// recovery (WaitFor of the log's end) waits for them to catch it up.
-	following := h.followPartition(l.Partition)
 	defer func() {
 		release := h.startPartitionSpan(spanPartitionRelease, l.Partition, l.Epoch)
 		if c := context.Cause(ctx); c != nil && release.IsRecording() {

@@ -479,7 +479,7 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	// clients' permissions (the chunks stream by name) and its usage read
 	// one stream of each kind (issue 36 leaves tenants' shards for later).
 	cfg.Shards = 1 // 1, not 0: not the count the tenant's account stored
-	cfg.OwnedViews = false
+	cfg.AllViews = true
 	name := t.Name
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Replier: replier,
 		Budget: func() auth.Budget { return ts.budget(name) }}

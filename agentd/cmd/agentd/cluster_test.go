@@ -58,21 +58,7 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 		}
 		routes = append(routes, "nats://"+nodes[i].routes)
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		dir, err := os.MkdirTemp("", "forever-cluster-")
-		if err != nil {
-			return
-		}
-		for _, nd := range nodes {
-			for i, out := range nd.outs {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s.%d.log", nd.name, i)), []byte(out.String()), 0o644)
-			}
-		}
-		t.Logf("node logs in %s", dir)
-	})
+	keepLogs(t, nodes)
 	for _, nd := range nodes {
 		pod := chartargs.Pod{
 			Name: nd.name, Data: nd.data, HTTP: nd.http, MetricsListen: nd.metrics, NATSListen: nd.nats,
@@ -88,6 +74,26 @@ func newCluster(t *testing.T, n int, opts ...func(*chartargs.Pod)) []*clusterNod
 		nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
 	}
 	return nodes
+}
+
+// keepLogs writes the output of every run of nodes to a new directory
+// when t failed, and logs its name.
+func keepLogs(t *testing.T, nodes []*clusterNode) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		dir, err := os.MkdirTemp("", "forever-cluster-")
+		if err != nil {
+			return
+		}
+		for _, nd := range nodes {
+			for i, out := range nd.outs {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s.%d.log", nd.name, i)), []byte(out.String()), 0o644)
+			}
+		}
+		t.Logf("node logs in %s", dir)
+	})
 }
 
 // start starts the node's process; wait with waitReady.
@@ -322,7 +328,9 @@ func TestCluster(t *testing.T) {
 // startCluster starts three nodes as the chart starts its pods (with the
 // environment variables env added), waits until they are ready and share
 // the partitions, and checks that 30 agents spread over all three.
+// FOREVER_TEST_CLUSTER_ENV adds to every node's env (testClusterEnv).
 func startCluster(t *testing.T, bin string, env ...string) ([]*clusterNode, *crashClient, []string) {
+	env = append(testClusterEnv(), env...)
 	var nodes []*clusterNode
 	for attempt := 1; ; attempt++ {
 		nodes = newCluster(t, 3)
@@ -640,8 +648,17 @@ func extraNode(t *testing.T, nodes []*clusterNode, name string, partitions int) 
 		Replicas: 3, Partitions: partitions, LeaseTTL: clusterTTL,
 	}
 	nd.args = chartargs.Args(pod)
-	nd.env = append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15")
+	nd.env = append(append(chartargs.Env(pod), "FOREVER_LOCAL_RATE=15"), testClusterEnv()...)
+	keepLogs(t, []*clusterNode{nd})
 	return nd
+}
+
+// testClusterEnv is FOREVER_TEST_CLUSTER_ENV, space-separated NAME=value
+// pairs that startCluster and extraNode add to every node's env: for
+// example "FOREVER_SHARDS=8 FOREVER_OWNED_VIEWS=true" runs TestCluster's
+// cases on a sharded cluster with owned views.
+func testClusterEnv() []string {
+	return strings.Fields(os.Getenv("FOREVER_TEST_CLUSTER_ENV"))
 }
 
 func testClusterPartitionMismatch(t *testing.T, bin string, nodes []*clusterNode) {

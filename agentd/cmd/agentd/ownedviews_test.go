@@ -29,7 +29,7 @@ import (
 func TestClusterOwnedViews(t *testing.T) {
 	parallel(t, cluster, 90)
 	bin := buildBinary(t)
-	nodes, c, ids := startCluster(t, bin, "FOREVER_SHARDS=4", "FOREVER_OWNED_VIEWS=true")
+	nodes, c, ids := startCluster(t, bin, "FOREVER_SHARDS=4")
 	for _, a := range ids {
 		if strings.HasPrefix(a, "steps:") {
 			c.command(a, "start", map[string]int{"steps": 2, "delayMs": 10})
