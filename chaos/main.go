@@ -291,6 +291,15 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	res.ops, res.anomalies = l.mu.ops, l.mu.anomalies
 	acked := slices.Clone(l.mu.acked)
 	l.mu.Unlock()
+	// The turns first: checkTurns waits (turnsWait) until every
+	// acknowledged chat's stream ended. A message queued behind a turn is
+	// durable in its queue fiber's start, but its turn.started and its
+	// place in the conversation come when a node recovers that fiber,
+	// which after the last kill may be after the run ended: verify and the
+	// conversation check read the log once that settled.
+	if res.turns, res.turnStats, err = l.checkTurns(ctx, checker); err != nil {
+		return res, fmt.Errorf("turns: %w", err)
+	}
 	for range 50 { // agentd may still be recovering its streams
 		if res.report, err = verify.Check(ctx, checker.lg, verify.Options{Acked: acked}); err == nil {
 			break
@@ -304,9 +313,6 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	os.WriteFile(filepath.Join(dir, "verify.txt"), []byte(res.report.String()), 0o644)
 	if res.conversation, res.read, err = l.checkConversations(ctx, checker); err != nil {
 		return res, fmt.Errorf("conversations: %w", err)
-	}
-	if res.turns, res.turnStats, err = l.checkTurns(ctx, checker); err != nil {
-		return res, fmt.Errorf("turns: %w", err)
 	}
 	res.dataVerify, err = agentdVerify(ctx, bin, ns)
 	return res, err
