@@ -13,6 +13,7 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/modellimit"
+	"github.com/forever-agents/forever/modellimit/modellimittest"
 )
 
 var _ chat.ModelLimiter = (*modellimit.Tenant)(nil)
@@ -77,47 +78,6 @@ func TestRateLimitedTurnWaitsAndCompletes(t *testing.T) {
 	}
 }
 
-// limitClock is a modellimit.Clock that moves only when the test says:
-// Advance fires every timer taken since the last Advance, so each call
-// waiting in the limiter wakes once and looks again.
-type limitClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []chan time.Time
-}
-
-func (c *limitClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *limitClock) After(time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, ch)
-	return ch
-}
-
-func (c *limitClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	ts := c.timers
-	c.timers = nil
-	now := c.now
-	c.mu.Unlock()
-	for _, ch := range ts {
-		ch <- now
-	}
-}
-
-func (c *limitClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
 // Two tenants of weights 1 and 3, each with agents chatting in a loop,
 // share a limit of 10 calls a second: while both wait, their turns' model
 // calls are let through 1:3, within 10%, and the limit is used whole;
@@ -130,7 +90,7 @@ func (c *limitClock) pending() int {
 // TestRateLimitedTurnWaitsAndCompletes'.
 func TestTenantsShareModelLimitByWeight(t *testing.T) {
 	e := newEnv(t)
-	clk := &limitClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := modellimittest.NewClock()
 	lim, err := modellimit.New(modellimit.Config{Calls: modellimit.Rate{N: 10, Per: time.Second}, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +142,8 @@ func TestTenantsShareModelLimitByWeight(t *testing.T) {
 		t.Helper()
 		waitfor.NoError(t, func() error {
 			lw, hw := light.Stats().Waiting, heavy.Stats().Waiting
-			if lw != lightChatting.Load() || hw != heavyChatting.Load() || clk.pending() < int(lw+hw) {
-				return fmt.Errorf("light %d and heavy %d calls waiting (%d timers), want %d and %d", lw, hw, clk.pending(), lightChatting.Load(), heavyChatting.Load())
+			if lw != lightChatting.Load() || hw != heavyChatting.Load() || clk.Pending() < int(lw+hw) {
+				return fmt.Errorf("light %d and heavy %d calls waiting (%d timers), want %d and %d", lw, hw, clk.Pending(), lightChatting.Load(), heavyChatting.Load())
 			}
 			if got := granted(); want >= 0 && got != want {
 				return fmt.Errorf("%d calls granted, want %d", got, want)

@@ -11,52 +11,9 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/forever-agents/forever/modellimit"
+	"github.com/forever-agents/forever/modellimit/modellimittest"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// manualClock moves only when the test says: Advance fires every timer
-// taken since the last Advance, so each waiter wakes once and looks again.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []chan time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, ch)
-	return ch
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	ts := c.timers
-	c.timers = nil
-	now := c.now
-	c.mu.Unlock()
-	for _, ch := range ts {
-		ch <- now
-	}
-}
-
-func (c *manualClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
 
 // eventually polls cond until it holds, failing after 10 s: it waits for
 // goroutines to settle, it measures no time.
@@ -90,11 +47,11 @@ func callers(ctx context.Context, wg *sync.WaitGroup, n int, tenants ...*modelli
 // rounds advances clk one second at a time, k times, waiting after each
 // round until every caller is back in a queue (waiting, its timer taken)
 // with the round's calls granted.
-func rounds(t *testing.T, clk *manualClock, k, perRound, callers int, granted func() int64, waiting func() int64) {
+func rounds(t *testing.T, clk *modellimittest.Clock, k, perRound, callers int, granted func() int64, waiting func() int64) {
 	t.Helper()
 	settle := func(want int64) {
 		eventually(t, "the callers to queue again", func() bool {
-			return granted() == want && waiting() == int64(callers) && clk.pending() >= callers
+			return granted() == want && waiting() == int64(callers) && clk.Pending() >= callers
 		})
 	}
 	base := granted()
@@ -117,7 +74,7 @@ func newLimiter(t *testing.T, cfg modellimit.Config) *modellimit.Limiter {
 // Two tenants of weights 1 and 3, both always waiting, get calls in a
 // 1:3 ratio within 10% (the invariant says within one call).
 func TestWeightedShare(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 10, Per: time.Second}, Clock: clk})
 	light, heavy := l.Tenant("light", 1), l.Tenant("heavy", 3)
 	// The first second's burst goes to nobody under test.
@@ -154,7 +111,7 @@ func TestWeightedShare(t *testing.T) {
 // An idle tenant's share is used by the other: the light tenant alone
 // gets every call of the bound, not its quarter.
 func TestIdleShareUsed(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 10, Per: time.Second}, Clock: clk})
 	light, heavy := l.Tenant("light", 1), l.Tenant("heavy", 3)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -188,7 +145,7 @@ func TestIdleShareUsed(t *testing.T) {
 // A 429 with Retry-After 2 s pauses the model for every tenant for 2 s:
 // no call goes after 1 s, the next one goes at 2 s.
 func TestRetryAfterPauses(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	reg := prometheus.NewRegistry()
 	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 100, Per: time.Second}, Clock: clk, Registerer: reg})
 	a, b := l.Tenant("a", 1), l.Tenant("b", 1)
@@ -210,9 +167,9 @@ func TestRetryAfterPauses(t *testing.T) {
 		}
 		got <- err
 	}()
-	eventually(t, "b waiting", func() bool { return b.Stats().Waiting == 1 && clk.pending() == 1 })
+	eventually(t, "b waiting", func() bool { return b.Stats().Waiting == 1 && clk.Pending() == 1 })
 	clk.Advance(time.Second)
-	eventually(t, "b waiting again", func() bool { return clk.pending() == 1 })
+	eventually(t, "b waiting again", func() bool { return clk.Pending() == 1 })
 	if s := b.Stats(); s.Granted != 0 {
 		t.Fatalf("b granted during the pause: %+v", s)
 	}
@@ -235,7 +192,7 @@ func TestRetryAfterPauses(t *testing.T) {
 // A Wait whose ctx ends leaves its queue; the next caller is not held
 // behind it.
 func TestWaitCancelled(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 1, Per: time.Second}, Clock: clk})
 	a := l.Tenant("a", 1)
 	done, err := a.Wait(t.Context(), model, 0)
@@ -260,7 +217,7 @@ func TestWaitCancelled(t *testing.T) {
 // A tokens bound: a call's real usage past its estimate is owed by the
 // next calls.
 func TestTokensOwed(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	l := newLimiter(t, modellimit.Config{Tokens: modellimit.Rate{N: 100, Per: time.Second}, Clock: clk})
 	a := l.Tenant("a", 1)
 	done, err := a.Wait(t.Context(), model, 10)
@@ -276,9 +233,9 @@ func TestTokensOwed(t *testing.T) {
 		}
 		got <- err
 	}()
-	eventually(t, "a waiting", func() bool { return a.Stats().Waiting == 1 && clk.pending() == 1 })
+	eventually(t, "a waiting", func() bool { return a.Stats().Waiting == 1 && clk.Pending() == 1 })
 	clk.Advance(time.Second) // level -200 + 100 = -100: still owed
-	eventually(t, "a waiting again", func() bool { return clk.pending() == 1 })
+	eventually(t, "a waiting again", func() bool { return clk.Pending() == 1 })
 	if a.Stats().Granted != 1 {
 		t.Fatal("the second call went while tokens were owed")
 	}
@@ -340,7 +297,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // Each node takes its share of the cluster's bound: with two live nodes,
 // 5 of the 10 calls a second.
 func TestShareAmongNodes(t *testing.T) {
-	clk := newManualClock()
+	clk := modellimittest.NewClock()
 	l := newLimiter(t, modellimit.Config{Calls: modellimit.Rate{N: 10, Per: time.Second}, Clock: clk})
 	l.ShareAmong(func() []string { return []string{"n1", "n2"} })
 	a := l.Tenant("a", 1)

@@ -1,0 +1,3 @@
+// Package modellimittest holds test helpers for package modellimit: a
+// Clock that moves only when the test says.
+package modellimittest
