@@ -28,7 +28,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "cf4fe508f6564919917e7ff198839d2e0cb5cd5d"
+const upgradeFrom = "9a4409710b066e7189da04846062acf781e01349"
 
 // buildRelease builds agentd as it was at commit, from git, into a temp
 // dir. Without git or the commit (a shallow clone) the test is skipped,
