@@ -96,17 +96,9 @@ type turnEnded struct {
 	// Code is the failure's code when it has one a client reads (402: a
 	// budget is spent).
 	Code int `json:"code,omitempty"`
-	// Message and Usage are set on a turn.completed of record format 8
-	// (Config.EndRecordsWritable): the turn's assistant message and its
-	// usage, which every view reads from here as from a message.appended
-	// and a usage.recorded before it (SplitEnd), so the turn's end stores
-	// two records (this and fiber.completed) where it stored four. Each
-	// is absent when it went in a record of its own: always before format
-	// 8; at it, a message stored in parts or updated (message.part,
-	// message.updated), and a message or usage already stored by a turn
-	// recovered part way.
-	Message *Message       `json:"message,omitempty"`
-	Usage   *usageRecorded `json:"usage,omitempty"`
+	// A turn.completed of record format 8 also holds the turn's message
+	// and usage (endRecord): readers that want them decode those fields
+	// alone, so the views that read only the outcome skip the message.
 }
 
 type stateSet struct {

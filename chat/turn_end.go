@@ -92,9 +92,16 @@ func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *ll
 }
 
 // endRecord is what recordCompleted writes as turn.completed: turnEnded's
-// requestId and finishReason and, at record format 8, the message and
-// usage (turnEnded.Message, Usage), the message as the exact bytes its
-// message.appended would have held.
+// requestId and finishReason and, at record format 8
+// (Config.EndRecordsWritable), the turn's assistant message (the exact
+// bytes its message.appended would have held) and its usage, which every
+// view reads from here as from a message.appended and a usage.recorded
+// before it (SplitEnd), so the turn's end stores two records (this and
+// fiber.completed) where it stored four. Each is absent when it went in a
+// record of its own: always before format 8; at it, a message stored in
+// parts or updated (message.part, message.updated), one that does not fit
+// beside the usage, and a message already stored by a turn recovered part
+// way.
 type endRecord struct {
 	RequestID    string          `json:"requestId"`
 	FinishReason string          `json:"finishReason,omitempty"`
