@@ -233,7 +233,7 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
 	case EventTurnCompleted:
 		// Record format 8: the turn's assistant message, stored with its
-		// outcome (turnEnded.Message).
+		// outcome (endRecord).
 		var t struct {
 			Message *Message `json:"message"`
 		}
@@ -356,7 +356,7 @@ func UsageProjection() eventlog.Projection {
 }
 
 // usageOf returns the usage e records: a usage.recorded's, or the one a
-// turn.completed of record format 8 carries (turnEnded.Usage). ok is false
+// turn.completed of record format 8 carries (endRecord). ok is false
 // for any other event, and for one that does not decode or names no
 // request.
 func usageOf(e eventlog.Event) (u usageRecorded, ok bool) {

@@ -324,7 +324,7 @@ const pointCompleted = "completed"
 
 // SplitEnd returns e as the records it stands for before record format 8:
 // a turn.completed that carries its turn's assistant message or usage
-// (turnEnded.Message, Usage) as the message.appended and usage.recorded
+// (endRecord) as the message.appended and usage.recorded
 // that would have come before it, then the turn.completed without them,
 // each with e's agent, sequence and time; any other event alone. For
 // readers of the log alone (package chatreplay) that compare turns
