@@ -404,10 +404,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.parts.open(ctx, cfg, r.nc, d); err != nil {
 		return fail(err)
 	}
-	// Leases are taken from now on, so start hooks can wait for
-	// Ownership.Ready and write as owners; partitions are served once the
-	// hooks registered their handlers.
-	d.parts.run(ctx)
 	lcfg := eventlog.Config{
 		Conn:         r.nc,
 		Replicas:     cfg.Replicas,
@@ -438,6 +434,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
 	}
+	// Leases are taken from now on, once the log is open: a node
+	// restarted after a SIGKILL would otherwise take its old leases back
+	// (unexpired) and hold its agents while its streams still refuse to
+	// open, where the survivors would have taken them over after a TTL.
+	// Start hooks can wait for Ownership.Ready and write as owners;
+	// partitions are served once the hooks registered their handlers.
+	d.parts.run(ctx)
 	views, err := r.lg.NewFollower()
 	if err != nil {
 		return fail(fmt.Errorf("agentd: open event log: %w", err))
