@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
@@ -15,7 +16,9 @@ import (
 // usage, interrupt flags and turns. It is safe for concurrent use.
 type Store struct {
 	// blobs resolves the references of stored parts (SetBlobs).
-	blobs      Blobs
+	blobs Blobs
+	// hist caches the decoded rows of History (historycache.go).
+	hist       *historyCache
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -78,7 +81,7 @@ func newStore(lg *eventlog.Log) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
-	return &Store{chunkPr: pr, streams: chunk.NewStreams(v)}, nil
+	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes)}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -217,8 +220,17 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 }
 
 // History returns agent's whole conversation, hidden messages included, as
-// the provider sees it. The caller owns the slice.
+// the provider sees it. The caller owns the slice and each message's Parts
+// slice; the parts' bytes (Input, Output) are shared with the Store's
+// history cache and only read. A row is decoded only when its bytes
+// differ from the ones the cache decoded (historycache.go), so the History
+// before every model call decodes the messages new since the last one.
 func (s *Store) History(agent string) ([]Message, error) {
+	return s.history(agent, s.hist)
+}
+
+// history is History through cache c (nil: every row decoded).
+func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 	next, err := nextIndex(s.messages, agent)
 	if err != nil {
 		return nil, err
@@ -231,12 +243,22 @@ func (s *Store) History(agent string) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cached, fresh []cachedRow
+	if c != nil {
+		cached = c.get(agent)
+		fresh = make([]cachedRow, next)
+	}
 	out := make([]Message, 0, next)
 	for i := range next {
 		var m Message
 		raw := own[i]
 		ok := raw != nil
-		if ok {
+		if hit, found := lookup(cached, i, raw); ok && found {
+			m = hit
+			c.hits.Add(1)
+			fresh[i] = cachedRow{raw: cached[i].raw, m: hit}
+			m.Parts = slices.Clone(m.Parts)
+		} else if ok {
 			var row messageRow
 			if err := json.Unmarshal(raw, &row); err != nil {
 				return out, corrupt("chat row "+string(msgKey(agent, i)), err)
@@ -244,6 +266,9 @@ func (s *Store) History(agent string) ([]Message, error) {
 			m = row.Message
 			if row.Pieces > 0 {
 				m, _, ok, err = getOwnMessage(s.messages, agent, i)
+			} else if fresh != nil {
+				fresh[i] = cachedRow{raw: raw, m: m}
+				m.Parts = slices.Clone(m.Parts)
 			}
 		} else {
 			m, _, ok, err = getMessage(s.messages, agent, i)
@@ -257,6 +282,9 @@ func (s *Store) History(agent string) ([]Message, error) {
 			}
 			out = append(out, m)
 		}
+	}
+	if c != nil {
+		c.put(agent, fresh)
 	}
 	return out, nil
 }
