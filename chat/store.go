@@ -18,7 +18,9 @@ type Store struct {
 	// blobs resolves the references of stored parts (SetBlobs).
 	blobs Blobs
 	// hist caches the decoded rows of History (historycache.go).
-	hist       *historyCache
+	hist *historyCache
+	// flags caches the interrupt flags found unset (interruptflags.go).
+	flags      *flagCache
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -38,11 +40,12 @@ type waiter interface {
 	WaitFor(ctx context.Context, seq eventlog.Seq) error
 }
 
-// eventProjections are the chat projections of the events stream.
-func eventProjections() []eventlog.Projection {
+// eventProjections are the chat projections of the events stream, the
+// interrupts view telling flags of the flags it may set.
+func eventProjections(flags *flagCache) []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
-		InterruptsProjection(), TurnsProjection(), BudgetProjection(),
+		interruptsProjection(flags), TurnsProjection(), BudgetProjection(),
 		ContextProjection(),
 	}
 }
@@ -59,7 +62,7 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 		return nil, nil, err
 	}
 	s.eventPrs = []waiter{views}
-	for _, p := range eventProjections() {
+	for _, p := range eventProjections(s.flags) {
 		if err := views.Add(p); err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
 		}
@@ -81,7 +84,8 @@ func newStore(lg *eventlog.Log) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
-	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes)}, nil
+	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes),
+		flags: newFlagCache()}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -119,7 +123,7 @@ func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 		return nil, nil, err
 	}
 	all := []*eventlog.Projector{s.chunkPr}
-	for _, p := range eventProjections() {
+	for _, p := range eventProjections(s.flags) {
 		pr, err := lg.NewProjector(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
@@ -347,10 +351,18 @@ func (s *Store) Usage(agent string) (Usage, error) {
 	return u, err
 }
 
-// Interrupted reports whether agent's interrupt flag name is set.
+// Interrupted reports whether agent's interrupt flag name is set: every
+// set that a WaitFor of its sequence confirmed (SetInterrupt returned) is
+// seen. A flag read unset is not read again until a flag may have been set
+// since (interruptflags.go).
 func (s *Store) Interrupted(agent, name string) (bool, error) {
+	g := s.flags.gen.Load()
+	if s.flags.knownUnset(agent, name, g) {
+		return false, nil
+	}
 	_, err := s.interrupts.Get(interruptKey(agent, name))
 	if isNotFound(err) {
+		s.flags.readUnset(agent, name, g)
 		return false, nil
 	}
 	return err == nil, err

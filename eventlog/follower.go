@@ -548,6 +548,7 @@ func (f *Follower) commitBootstrap(m *member, write func(b *Batch) error, upto S
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("commit bootstrap of projection %q at seq %d: %w", m.p.Name, upto, err)
 	}
+	m.batch.runAfter()
 	m.cursor = upto
 	f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(upto))
 	return nil
@@ -966,6 +967,9 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 	}
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
+	}
+	for _, m := range group {
+		m.batch.runAfter() // before the cursor moves: a WaitFor returns after them
 	}
 	for _, m := range group {
 		m.cursor = cursor
