@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // maxApply is the most events committed in one Pebble batch while catching
@@ -101,6 +102,23 @@ type member struct {
 	cursor  Seq   // owned by Run's goroutine
 	batch   Batch // reused by commit
 	applied int   // events applied by the commit in progress
+	// gauges is the view's cursor gauge and applied counter, looked up by
+	// commit once: a lookup by label at every commit of every view was
+	// 4% of the commits' CPU.
+	gauges *memberGauges
+}
+
+type memberGauges struct {
+	cursor  prometheus.Gauge
+	applied prometheus.Counter
+}
+
+// metricsOf returns m's gauges. REQUIRES: called by m's committer.
+func (f *Follower) metricsOf(m *member) *memberGauges {
+	if m.gauges == nil {
+		m.gauges = &memberGauges{cursor: f.l.metrics.cursor.WithLabelValues(m.p.Name), applied: f.l.metrics.applied.WithLabelValues(m.p.Name)}
+	}
+	return m.gauges
 }
 
 type rebuildReq struct {
@@ -973,9 +991,10 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 	}
 	for _, m := range group {
 		m.cursor = cursor
-		f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(cursor))
+		g := f.metricsOf(m)
+		g.cursor.Set(float64(cursor))
 		if m.applied > 0 {
-			f.l.metrics.applied.WithLabelValues(m.p.Name).Add(float64(m.applied))
+			g.applied.Add(float64(m.applied))
 		}
 	}
 	f.publish()
