@@ -482,7 +482,11 @@
 //     TestRunReleasesItsSlotOnce; every chat test's agent fails on one).
 //   - A set "turn" interrupt stops the running turn between deltas, and a
 //     recovered turn before it streams; the flag is cleared when the turn
-//     ends, and by Send (a stale flag never aborts a new turn).
+//     ends, and by Send (a stale flag never aborts a new turn). A flag
+//     read unset is answered from memory until a flag may have been set
+//     (interruptflags.go), and still every set the views applied before a
+//     check (SetInterrupt returned, or another process's append was
+//     waited for) is seen by that check (TestInterruptSeenByNextCheck).
 //   - SetState is compare-and-set: state.set is appended with the agent's
 //     last event sequence expected (ExpectSeq) after checking the version,
 //     so of two concurrent calls with the same expected version exactly one
@@ -509,6 +513,10 @@
 //     together, and past a hard limit of any of them every agent it
 //     counts is refused with 402 (TestUserBudgetSharedByAgents).
 //   - Hidden messages reach the provider and never Store.Messages.
+//   - Store.History is what decoding every row of the conversation gives,
+//     byte for byte: its cache reuses a decoded message only for a row
+//     whose bytes are the ones it was decoded from (historycache.go),
+//     whatever changed the rows (TestHistoryCacheEqualsDecoding).
 //   - A completed tool call never runs again: its result is recorded
 //     (op.completed) before its output chunk is written, and a resumed turn
 //     replays it. An Unsafe call cut off by a crash is never run again

@@ -37,3 +37,10 @@ func (s *Store) BudgetSpendAllRows(since time.Time) (BudgetSpend, error) {
 // OnSlotMisuse makes a call f when a turn slot is released twice or not
 // released by its owner.
 func OnSlotMisuse(a *Agent, f func(requestID, what string)) { a.onSlotMisuse = f }
+
+// HistoryUncached is History decoding every row, without the history
+// cache.
+func (s *Store) HistoryUncached(agent string) ([]Message, error) { return s.history(agent, nil) }
+
+// HistoryCacheHits is the number of rows History took from its cache.
+func (s *Store) HistoryCacheHits() uint64 { return s.hist.hits.Load() }

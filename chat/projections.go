@@ -407,8 +407,19 @@ func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
 }
 
 // InterruptsProjection keeps the set interrupt flags of each agent.
-func InterruptsProjection() eventlog.Projection {
-	return eventlog.Projection{Name: InterruptsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyInterrupts,
+func InterruptsProjection() eventlog.Projection { return interruptsProjection(nil) }
+
+// interruptsProjection is InterruptsProjection telling flags (when not
+// nil) of each commit that may set a flag.
+func interruptsProjection(flags *flagCache) eventlog.Projection {
+	apply := applyInterrupts
+	if flags != nil {
+		apply = func(b *eventlog.Batch, e eventlog.Event) error {
+			flags.afterSet(b, e)
+			return applyInterrupts(b, e)
+		}
+	}
+	return eventlog.Projection{Name: InterruptsProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: apply,
 		AgentRows: agentRows(nil, prefixes("f"))}
 }
 

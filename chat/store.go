@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/forever-agents/forever/chat/chunk"
 	"github.com/forever-agents/forever/eventlog"
@@ -15,7 +16,11 @@ import (
 // usage, interrupt flags and turns. It is safe for concurrent use.
 type Store struct {
 	// blobs resolves the references of stored parts (SetBlobs).
-	blobs      Blobs
+	blobs Blobs
+	// hist caches the decoded rows of History (historycache.go).
+	hist *historyCache
+	// flags caches the interrupt flags found unset (interruptflags.go).
+	flags      *flagCache
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -35,11 +40,12 @@ type waiter interface {
 	WaitFor(ctx context.Context, seq eventlog.Seq) error
 }
 
-// eventProjections are the chat projections of the events stream.
-func eventProjections() []eventlog.Projection {
+// eventProjections are the chat projections of the events stream, the
+// interrupts view telling flags of the flags it may set.
+func eventProjections(flags *flagCache) []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
-		InterruptsProjection(), TurnsProjection(), BudgetProjection(),
+		interruptsProjection(flags), TurnsProjection(), BudgetProjection(),
 		ContextProjection(),
 	}
 }
@@ -56,7 +62,7 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 		return nil, nil, err
 	}
 	s.eventPrs = []waiter{views}
-	for _, p := range eventProjections() {
+	for _, p := range eventProjections(s.flags) {
 		if err := views.Add(p); err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
 		}
@@ -78,7 +84,8 @@ func newStore(lg *eventlog.Log) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
-	return &Store{chunkPr: pr, streams: chunk.NewStreams(v)}, nil
+	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes),
+		flags: newFlagCache()}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -116,7 +123,7 @@ func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 		return nil, nil, err
 	}
 	all := []*eventlog.Projector{s.chunkPr}
-	for _, p := range eventProjections() {
+	for _, p := range eventProjections(s.flags) {
 		pr, err := lg.NewProjector(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
@@ -217,8 +224,17 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 }
 
 // History returns agent's whole conversation, hidden messages included, as
-// the provider sees it. The caller owns the slice.
+// the provider sees it. The caller owns the slice and each message's Parts
+// slice; the parts' bytes (Input, Output) are shared with the Store's
+// history cache and only read. A row is decoded only when its bytes
+// differ from the ones the cache decoded (historycache.go), so the History
+// before every model call decodes the messages new since the last one.
 func (s *Store) History(agent string) ([]Message, error) {
+	return s.history(agent, s.hist)
+}
+
+// history is History through cache c (nil: every row decoded).
+func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 	next, err := nextIndex(s.messages, agent)
 	if err != nil {
 		return nil, err
@@ -231,12 +247,22 @@ func (s *Store) History(agent string) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cached, fresh []cachedRow
+	if c != nil {
+		cached = c.get(agent)
+		fresh = make([]cachedRow, next)
+	}
 	out := make([]Message, 0, next)
 	for i := range next {
 		var m Message
 		raw := own[i]
 		ok := raw != nil
-		if ok {
+		if hit, found := lookup(cached, i, raw); ok && found {
+			m = hit
+			c.hits.Add(1)
+			fresh[i] = cachedRow{raw: cached[i].raw, m: hit}
+			m.Parts = slices.Clone(m.Parts)
+		} else if ok {
 			var row messageRow
 			if err := json.Unmarshal(raw, &row); err != nil {
 				return out, corrupt("chat row "+string(msgKey(agent, i)), err)
@@ -244,6 +270,9 @@ func (s *Store) History(agent string) ([]Message, error) {
 			m = row.Message
 			if row.Pieces > 0 {
 				m, _, ok, err = getOwnMessage(s.messages, agent, i)
+			} else if fresh != nil {
+				fresh[i] = cachedRow{raw: raw, m: m}
+				m.Parts = slices.Clone(m.Parts)
 			}
 		} else {
 			m, _, ok, err = getMessage(s.messages, agent, i)
@@ -257,6 +286,9 @@ func (s *Store) History(agent string) ([]Message, error) {
 			}
 			out = append(out, m)
 		}
+	}
+	if c != nil {
+		c.put(agent, fresh)
 	}
 	return out, nil
 }
@@ -319,10 +351,18 @@ func (s *Store) Usage(agent string) (Usage, error) {
 	return u, err
 }
 
-// Interrupted reports whether agent's interrupt flag name is set.
+// Interrupted reports whether agent's interrupt flag name is set: every
+// set that a WaitFor of its sequence confirmed (SetInterrupt returned) is
+// seen. A flag read unset is not read again until a flag may have been set
+// since (interruptflags.go).
 func (s *Store) Interrupted(agent, name string) (bool, error) {
+	g := s.flags.gen.Load()
+	if s.flags.knownUnset(agent, name, g) {
+		return false, nil
+	}
 	_, err := s.interrupts.Get(interruptKey(agent, name))
 	if isNotFound(err) {
+		s.flags.readUnset(agent, name, g)
 		return false, nil
 	}
 	return err == nil, err

@@ -36,6 +36,7 @@ func ApplyInMemory(p Projection, events []Event) ([]KV, error) {
 			break
 		}
 	}
+	pb.runAfter()
 	var rows []KV
 	for kv, err := range pb.Scan(nil) {
 		if err != nil {

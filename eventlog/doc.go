@@ -80,6 +80,9 @@
 //     sequence WaitDurable confirmed (TestCrashConsistency, on Pebble's
 //     crashable filesystem), and the stream still holds every event after
 //     it. WaitFor makes rows visible without waiting for the sync.
+//     The funcs an Apply registers with Batch.AfterCommit run once the
+//     batch is committed, seeing its rows, and before a WaitFor of its
+//     sequences returns (TestBatchAfterCommit).
 //   - A projection write Pebble cannot make (a full or failing disk) loses
 //     nothing: the events stay in the log, the Followers stall (Log.Stalled
 //     says so with ErrViewsStalled, and ErrStorageFull for a full disk, so

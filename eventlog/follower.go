@@ -15,6 +15,7 @@ import (
 	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // maxApply is the most events committed in one Pebble batch while catching
@@ -101,6 +102,23 @@ type member struct {
 	cursor  Seq   // owned by Run's goroutine
 	batch   Batch // reused by commit
 	applied int   // events applied by the commit in progress
+	// gauges is the view's cursor gauge and applied counter, looked up by
+	// commit once: a lookup by label at every commit of every view was
+	// 4% of the commits' CPU.
+	gauges *memberGauges
+}
+
+type memberGauges struct {
+	cursor  prometheus.Gauge
+	applied prometheus.Counter
+}
+
+// metricsOf returns m's gauges. REQUIRES: called by m's committer.
+func (f *Follower) metricsOf(m *member) *memberGauges {
+	if m.gauges == nil {
+		m.gauges = &memberGauges{cursor: f.l.metrics.cursor.WithLabelValues(m.p.Name), applied: f.l.metrics.applied.WithLabelValues(m.p.Name)}
+	}
+	return m.gauges
 }
 
 type rebuildReq struct {
@@ -548,6 +566,7 @@ func (f *Follower) commitBootstrap(m *member, write func(b *Batch) error, upto S
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("commit bootstrap of projection %q at seq %d: %w", m.p.Name, upto, err)
 	}
+	m.batch.runAfter()
 	m.cursor = upto
 	f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(upto))
 	return nil
@@ -968,10 +987,14 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
 	}
 	for _, m := range group {
+		m.batch.runAfter() // before the cursor moves: a WaitFor returns after them
+	}
+	for _, m := range group {
 		m.cursor = cursor
-		f.l.metrics.cursor.WithLabelValues(m.p.Name).Set(float64(cursor))
+		g := f.metricsOf(m)
+		g.cursor.Set(float64(cursor))
 		if m.applied > 0 {
-			f.l.metrics.applied.WithLabelValues(m.p.Name).Add(float64(m.applied))
+			g.applied.Add(float64(m.applied))
 		}
 	}
 	f.publish()

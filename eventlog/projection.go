@@ -150,7 +150,26 @@ func decodeUint(what string, b []byte) (uint64, error) {
 // inside Apply.
 type Batch struct {
 	b      *pebble.Batch
-	prefix []byte // projection data prefix: projPrefix(name)+"d"
+	prefix []byte   // projection data prefix: projPrefix(name)+"d"
+	after  []func() // AfterCommit's, run by the committer
+}
+
+// AfterCommit makes f run once the Batch's rows are committed: readers of
+// the view see them when f runs, and f runs before a WaitFor of the
+// sequences the commit covers returns. An Apply uses it to tell an
+// in-memory reader (a cache) that rows changed. f runs on the Follower's
+// goroutine, after the commit and in registration order, so it must be
+// quick and must not wait for the view; it never runs when the commit
+// fails (the events are applied again into a new Batch) or when the Batch
+// is not committed (ApplyInMemory runs it once every event is applied).
+func (b *Batch) AfterCommit(f func()) { b.after = append(b.after, f) }
+
+// runAfter runs and forgets the AfterCommit funcs of b.
+func (b *Batch) runAfter() {
+	for _, f := range b.after {
+		f()
+	}
+	b.after = nil
 }
 
 func (b *Batch) key(k []byte) []byte { return joinKey(b.prefix, k) }
