@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -139,14 +141,96 @@ func postTurnTo(ctx context.Context, hc *http.Client, base, agent string, i int)
 		}
 		return fmt.Errorf("bench: post %d: %d %s", i, resp.StatusCode, b)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	last, done, err := readSSE(resp.Body)
+	if done {
+		return nil
+	}
+	return &cutStream{post: i, last: last, err: err}
+}
+
+// readSSE reads an SSE response of the gateway to its end: the last event
+// id (cursor) it carried, "" for none, and whether it ended with [DONE].
+func readSSE(body io.Reader) (last string, done bool, err error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if sc.Text() == "data: [DONE]" {
-			return nil
+		switch line := sc.Text(); {
+		case line == "data: [DONE]":
+			return last, true, nil
+		case strings.HasPrefix(line, "id: "):
+			last = strings.TrimPrefix(line, "id: ")
 		}
 	}
-	return fmt.Errorf("bench: post %d: the stream ended without [DONE] (%v)", i, sc.Err())
+	return last, false, sc.Err()
+}
+
+// cutStream is a post answered 200 whose stream ended without [DONE]:
+// the gateway ends it so when its follow of the chunks fails past its
+// retries (a stream's leader electing), and the turn goes on; a client
+// resumes from last (resumeTurn).
+type cutStream struct {
+	post int
+	last string // the last event id read, "" for none
+	err  error  // the read's, nil when the server ended the response
+}
+
+func (e *cutStream) Error() string {
+	return fmt.Sprintf("bench: post %d: the stream ended without [DONE] after event id %q (%v)", e.post, e.last, e.err)
+}
+
+// resumeCuts bounds how often postTurnResuming resumes one turn.
+const resumeCuts = 3
+
+// postTurnResuming is postTurnTo that, as the gateway's documented
+// client does (replay: "a transient failure ends the response without
+// [DONE] and the client resumes with Last-Event-ID"), resumes a stream cut
+// short from its last event id, up to resumeCuts times, and reports how
+// many resumes the turn took. A turn whose stream is cut again past that
+// is a failure (a *cutStream).
+func postTurnResuming(ctx context.Context, hc *http.Client, base, agent string, i int) (resumed int, err error) {
+	err = postTurnTo(ctx, hc, base, agent, i)
+	var cut *cutStream
+	for ; errors.As(err, &cut) && resumed < resumeCuts && ctx.Err() == nil; resumed++ {
+		err = resumeTurn(ctx, hc, base, agent, cut)
+	}
+	return resumed, err
+}
+
+// resumeTurn reads the rest of the turn cut short: after its last event
+// id (?after= replays what followed it and [DONE], the turn ended or not),
+// or, when the cut came before any event, the agent's unfinished turn
+// from its start (204: no turn unfinished, so this one ended). It returns
+// nil at [DONE] or 204, a *cutStream when cut again.
+func resumeTurn(ctx context.Context, hc *http.Client, base, agent string, cut *cutStream) error {
+	u := base + "/v1/chat/" + url.PathEscape(agent) + "/stream"
+	if cut.last != "" {
+		u += "?after=" + url.QueryEscape(cut.last)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: post %d: resume: %w", cut.post, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil
+	case http.StatusOK:
+	default:
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("bench: post %d: resume: %d %s", cut.post, resp.StatusCode, b)
+	}
+	last, done, err := readSSE(resp.Body)
+	if done {
+		return nil
+	}
+	if last == "" {
+		last = cut.last
+	}
+	return &cutStream{post: cut.post, last: last, err: err}
 }
 
 // awaitNoTurn waits until chatPostAgent has no active turn: its resume

@@ -254,7 +254,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	defer hc.CloseIdleConnections()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var done, failed atomic.Int64
+	var done, failed, resumed atomic.Int64
 	var lastErr atomic.Value
 	fails := &failTally{}
 	var wg sync.WaitGroup
@@ -263,7 +263,8 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		agent := fmt.Sprintf("scale-%d", i)
 		wg.Go(func() {
 			for k := 0; lctx.Err() == nil; k++ {
-				err := postTurnTo(lctx, hc, base, agent, k)
+				n, err := postTurnResuming(lctx, hc, base, agent, k)
+				resumed.Add(int64(n))
 				switch {
 				case err == nil:
 					done.Add(1)
@@ -318,6 +319,12 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	r.load = load0 + "-" + loadAvg()
 	if r.failed > 0 {
 		env.Logger.Warn("scale-out: turns failed", "nodes", n, "failed", r.failed, "kinds", fails.String(), "last", lastErr.Load())
+	}
+	if k := resumed.Load(); k > 0 {
+		// Not failures: the gateway cut the stream (its follow failed past
+		// its retries: the node logs say "sse follow") and the bench
+		// resumed it, as clients do.
+		env.Logger.Info("scale-out: streams cut short and resumed", "nodes", n, "resumes", k)
 	}
 	if env.cfg.NodeProfiles != "" {
 		// The nodes' logs beside their profiles: why a turn failed is there.

@@ -42,12 +42,15 @@ func TestToolInputDurableBeforeToolRuns(t *testing.T) {
 		var a chunk.Assembler
 		found := false
 		for _, ev := range evs {
-			c, ok, err := a.Add(ev.Type, ev.Data)
+			// Chunks, not Add: under -pack a record holds several chunks.
+			cs, err := a.Chunks(ev.Type, ev.Data)
 			if err != nil {
 				return echoOut{}, err
 			}
-			if ok && c.Type == chunk.ToolInput && c.ToolCallID == call.CallID {
-				found = true
+			for _, c := range cs {
+				if c.Type == chunk.ToolInput && c.ToolCallID == call.CallID {
+					found = true
+				}
 			}
 		}
 		mu.Lock()

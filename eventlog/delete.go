@@ -149,9 +149,9 @@ func (l *Log) deleteChunks(ctx context.Context, agent string, last Event, has bo
 	}
 	subject := l.cfg.Prefix + ".chunk." + l.partToken(agent) + agent + ".>"
 	chunks := l.streamFor(agent, true)
-	bctx, cancel, _ := l.bound(ctx)
-	err := l.stream(chunks).Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq)))
-	cancel()
+	err := l.resent(ctx, func(ctx context.Context) error {
+		return l.stream(chunks).Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq)))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: purge %s before %d: %w", subject, seq, err)
 	}

@@ -138,11 +138,19 @@
 //     whose ctx ended while its consumer's create was in flight (the
 //     server may still carry it out): each stream's consumers are capped
 //     (TestReadsLeaveNoConsumers,
-//     TestFollowCancelledWhileCreatingLeavesNoConsumer).
+//     TestFollowCancelledWhileCreatingLeavesNoConsumer), and neither does
+//     MoveToShards' copy, finished or failed (TestMoveToShards,
+//     TestFailedMoveLeavesNoConsumer).
+//   - SpreadLeaders asks no stream's leader to step down for a server that
+//     any stream's leader sees offline or has not heard from lately: a
+//     crashed server is never preferred (TestLiveReplicas).
 //   - No wait for the server is unbounded: one that has no deadline of its
 //     own ends after Config.AckTimeout. A lost acknowledgement of a publish
 //     without an expected sequence is retried with the same message id,
-//     so JetStream's dedup stores the event once.
+//     so JetStream's dedup stores the event once. A purge, or the delete of
+//     a message, whose answer the connection lost as it reconnected is
+//     sent again then, not left to wait out that bound
+//     (TestPurgeSurvivesReconnect).
 //   - A scan that yields no error saw every row: read errors (ErrClosed
 //     after Close, I/O errors) are yielded, never taken for the end.
 //   - Projector.WaitFor and Follower.WaitFor never outlive Run: once Run

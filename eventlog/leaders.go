@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Leader is one stream's Raft leader, as SpreadLeaders found it.
@@ -25,8 +29,11 @@ type Leader struct {
 // their count), so K shards of each kind on n servers that each
 // replicate every stream give each server 2K/n leaders (8 shards: 6/5/5
 // on 3 servers, 3/3/3/3/2/2 on 6), and a server that returned gets its
-// share back. A stream whose wanted server is not a current replica (R3
-// placed on 3 of 6 servers, a server still catching up) is given to the
+// share back. A server is wanted only while live (liveReplicas: no
+// stream's leader sees it offline or has not heard from it lately), so no
+// leader steps down for a server that crashed. A stream whose wanted
+// server is not a current replica on a live server (R3 placed on 3 of 6
+// servers, a server still catching up, one gone) is given to the
 // current replica that leads fewest, when it leads at least 2 fewer than
 // the stream's leader. For each stream led elsewhere it asks its leader
 // to step down for the wanted server (JetStream's leader stepdown with a
@@ -42,9 +49,7 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		return nil, nil
 	}
 	names := append(l.streamNames(false), l.streamNames(true)...)
-	leaders := make([]string, len(names))
-	current := make([][]string, len(names))
-	servers := map[string]bool{}
+	infos := make([]*jetstream.ClusterInfo, len(names))
 	var errs []error
 	for i, name := range names {
 		info, err := l.js.Stream(ctx, name)
@@ -52,23 +57,9 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
 			continue
 		}
-		ci := info.CachedInfo().Cluster
-		if ci == nil {
-			continue
-		}
-		leaders[i] = ci.Leader
-		if ci.Leader != "" {
-			current[i] = append(current[i], ci.Leader)
-			servers[ci.Leader] = true
-		}
-		for _, r := range ci.Replicas {
-			servers[r.Name] = true
-			if r.Current && !r.Offline {
-				current[i] = append(current[i], r.Name)
-			}
-		}
+		infos[i] = info.CachedInfo().Cluster
 	}
-	order := slices.Sorted(maps.Keys(servers))
+	leaders, current, order := liveReplicas(infos)
 	wants := wantLeaders(leaders, current, order)
 	var out []Leader
 	for i, name := range names {
@@ -87,6 +78,67 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		return out, fmt.Errorf("eventlog: spread leaders: %v", errs)
 	}
 	return out, nil
+}
+
+// liveWithin is how recently a stream's leader must have heard from a
+// replica for it to be live: its Raft heartbeats come every second, so a
+// live replica was heard within about one (TestLiveReplicas). A server
+// that crashed stays "current" and not "offline" in the leaders' answers
+// for up to 10 s (the server's lost-quorum interval), and "offline" only
+// once its peers find it orphaned, so those two flags alone would let a
+// stream's leader step down for a dead server, leaving the stream without
+// a leader until an election, its writes waiting meanwhile. A live
+// replica heard late (a loaded server) is only skipped for this spread.
+const liveWithin = 3 * time.Second
+
+// liveReplicas returns, of each stream's cluster info (nil for a stream
+// whose info could not be read), its leader ("" for none), the servers
+// that may lead it (its leader and its current replicas on live servers),
+// and every server named, in name order. A server is live when no
+// stream's leader sees it offline or has not heard from it within
+// liveWithin: that is a fact about the server, not one stream, so the
+// streams agree on one set of live servers, as the meta group would,
+// rather than each trusting its own leader's view (a crashed server's
+// streams elect new leaders, which soon see it gone). Being current
+// (caught up) stays a fact of each stream: a replica behind in one stream
+// under load may still lead another. Replicas the server cannot name (a
+// peer not heard from since a restart of the cluster) are left out.
+func liveReplicas(infos []*jetstream.ClusterInfo) (leaders []string, current [][]string, servers []string) {
+	leaders = make([]string, len(infos))
+	current = make([][]string, len(infos))
+	named, dead := map[string]bool{}, map[string]bool{}
+	for i, ci := range infos {
+		if ci == nil {
+			continue
+		}
+		leaders[i] = ci.Leader
+		if ci.Leader != "" {
+			named[ci.Leader] = true
+		}
+		for _, r := range ci.Replicas {
+			if r.Name == "" || strings.Contains(r.Name, " ") {
+				continue // "Server name unknown at this time (peerID: ...)"
+			}
+			named[r.Name] = true
+			if r.Offline || r.Active > liveWithin {
+				dead[r.Name] = true
+			}
+		}
+	}
+	for i, ci := range infos {
+		if ci == nil {
+			continue
+		}
+		if ci.Leader != "" {
+			current[i] = append(current[i], ci.Leader)
+		}
+		for _, r := range ci.Replicas {
+			if r.Current && named[r.Name] && !dead[r.Name] {
+				current[i] = append(current[i], r.Name)
+			}
+		}
+	}
+	return leaders, current, slices.Sorted(maps.Keys(named))
 }
 
 // wantLeaders returns the server each stream should be led by, given its

@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // wantLeaders spreads the default 8 shards' 16 streams 6/5/5 over 3
@@ -115,4 +118,47 @@ func TestWantLeaders(t *testing.T) {
 		}
 		t.Logf("the busiest server of 6 led at most %d of 16 streams over 500 random R3 placements", worst)
 	})
+}
+
+// TestLiveReplicas: a server that crashed is still "current" and not
+// "offline" in its streams' answers for seconds; one stream's leader that
+// has not heard from it within liveWithin makes it wanted by no stream,
+// though other streams' leaders (that heard from it just before it
+// died) still see it current; a replica behind in one stream (not
+// current) may still be wanted for another; and a replica the server
+// cannot name is no server.
+func TestLiveReplicas(t *testing.T) {
+	peer := func(name string, current bool, active time.Duration) *jetstream.PeerInfo {
+		return &jetstream.PeerInfo{Name: name, Current: current, Active: active}
+	}
+	infos := []*jetstream.ClusterInfo{
+		// s2 crashed 8 s ago: this leader has not heard from it since.
+		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1", true, 200*time.Millisecond), peer("s2", true, 8*time.Second)}},
+		// This leader heard from s2 just before it died.
+		{Leader: "s1", Replicas: []*jetstream.PeerInfo{peer("s0", true, 100*time.Millisecond), peer("s2", true, 900*time.Millisecond)}},
+		// s0 is behind here, under load.
+		{Leader: "s1", Replicas: []*jetstream.PeerInfo{peer("s0", false, 100*time.Millisecond), peer("s2", true, 500*time.Millisecond)}},
+		nil, // no info
+		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1", true, 0), peer("Server name unknown at this time (peerID: abc)", true, 0)}},
+	}
+	leaders, current, servers := liveReplicas(infos)
+	if want := []string{"s0", "s1", "s1", "", "s0"}; !slices.Equal(leaders, want) {
+		t.Fatalf("leaders %v, want %v", leaders, want)
+	}
+	if want := []string{"s0", "s1", "s2"}; !slices.Equal(servers, want) {
+		t.Fatalf("servers %v, want %v", servers, want)
+	}
+	want := [][]string{{"s0", "s1"}, {"s1", "s0"}, {"s1"}, nil, {"s0", "s1"}}
+	for i := range want {
+		if !slices.Equal(current[i], want[i]) {
+			t.Errorf("stream %d may be led by %v, want %v", i, current[i], want[i])
+		}
+	}
+	// The third stream's turn in the order is s2's (2 mod 3): it is not
+	// wanted, though that stream's leader heard from s2 half a second ago.
+	for i, w := range wantLeaders(leaders, current, servers) {
+		if w == "s2" {
+			t.Errorf("stream %d wants the crashed s2 to lead it", i)
+		}
+	}
 }

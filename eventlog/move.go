@@ -224,11 +224,12 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 	}
+	defer mv.dropConsumer(ctx, info.Config.Name, cons)
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 	}
-	defer it.Stop()
+	defer it.Stop() // before dropConsumer
 	var inflight []pending
 	flush := func() error {
 		for _, p := range inflight {
@@ -281,6 +282,24 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 	}
 	mv.logger.Info("stream copied into shards", "stream", info.Config.Name, "messages", n)
 	return n, nil
+}
+
+// dropConsumer deletes the ordered consumer copyStream read stream with,
+// on every path, a failed copy's too: the client library only stops it,
+// and the server would keep it for its inactivity threshold (5 minutes),
+// one more of the stream's consumers per move run. The delete is bounded
+// and outlives ctx; one that fails (the server is down) is logged and
+// leaves the consumer to that threshold.
+func (mv *mover) dropConsumer(ctx context.Context, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropConsumerTimeout)
+	defer cancel()
+	if err := mv.js.DeleteConsumer(dctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		mv.logger.Warn("delete the move's reader of a stream; the server drops it when idle", "stream", stream, "consumer", info.Name, "err", err)
+	}
 }
 
 // nextMsg is it.Next bounded by ctx.

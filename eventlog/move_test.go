@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,9 +164,13 @@ func TestMoveToShards(t *testing.T) {
 	delete(wantView, "h/fork")
 	stopOld()
 
+	js, err := jetstream.New(eventlogtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consBefore := oldConsumers(t, js)
 	target := eventlog.Config{Conn: eventlogtest.Connect(t, s), Shards: 4, Partitions: 8}
 	var rep eventlog.MoveReport
-	var err error
 	for run := range 2 { // the second as after a crash part way
 		if rep, err = eventlog.MoveToShards(ctx, target); err != nil {
 			t.Fatalf("move, run %d: %v", run, err)
@@ -174,9 +179,8 @@ func TestMoveToShards(t *testing.T) {
 	if rep.Agents != 13 || rep.Remapped != 4 || rep.Events == 0 || rep.Chunks == 0 {
 		t.Fatalf("moved %+v", rep)
 	}
-	js, err := jetstream.New(eventlogtest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
+	if got := oldConsumers(t, js); !slices.Equal(got, consBefore) {
+		t.Fatalf("consumers on the unsharded streams after two moves: %v, before %v: a copy's reader was left", got, consBefore)
 	}
 	if _, err := js.Publish(ctx, "forever.evt."+agents[3], []byte(`{}`)); err == nil {
 		t.Fatal("an append of the old layout was stored after the move")
@@ -227,5 +231,55 @@ func TestMoveToShards(t *testing.T) {
 	}
 	if _, err := eventlog.MoveToShards(ctx, target); !errors.Is(err, eventlog.ErrNothingToMove) {
 		t.Fatalf("move after the move: %v, want ErrNothingToMove", err)
+	}
+}
+
+// oldConsumers returns the names of the consumers on the unsharded
+// streams, sorted.
+func oldConsumers(t *testing.T, js jetstream.JetStream) []string {
+	t.Helper()
+	var names []string
+	for _, stream := range []string{eventlog.DefaultEventsStream, eventlog.DefaultChunksStream} {
+		st, err := js.Stream(t.Context(), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := st.ConsumerNames(t.Context())
+		for n := range l.Name() {
+			names = append(names, stream+"/"+n)
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestFailedMoveLeavesNoConsumer: a copy that fails part way (a stored
+// chunk whose subject is not one of the log's) deletes the reader it
+// opened on the unsharded stream, as a copy that ends does
+// (TestMoveToShards).
+func TestFailedMoveLeavesNoConsumer(t *testing.T) {
+	ctx := t.Context()
+	lg, s := eventlogtest.Open(t, eventlog.Config{})
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: "a1", Stream: "s1", Type: "chunk", Data: json.RawMessage(`"x"`)}); err != nil {
+		t.Fatal(err)
+	}
+	lg.Close()
+	js, err := jetstream.New(eventlogtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "forever.chunk.a2", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	before := oldConsumers(t, js)
+	_, err = eventlog.MoveToShards(ctx, eventlog.Config{Conn: eventlogtest.Connect(t, s), Shards: 2, Partitions: 4})
+	if err == nil || !strings.Contains(err.Error(), "not one of the log's") {
+		t.Fatalf("move of a chunk with a foreign subject: %v, want its refusal", err)
+	}
+	if got := oldConsumers(t, js); !slices.Equal(got, before) {
+		t.Fatalf("consumers on the unsharded streams after a failed move: %v, before %v", got, before)
 	}
 }

@@ -40,9 +40,9 @@ func (l *Log) PurgeChunks(ctx context.Context, agent, stream string) error {
 		return err
 	}
 	subject := l.ChunksSubject(agent, stream)
-	bctx, cancel, _ := l.bound(ctx)
-	defer cancel()
-	if err := l.stream(l.streamFor(agent, true)).Purge(bctx, jetstream.WithPurgeSubject(subject)); err != nil {
+	if err := l.resent(ctx, func(ctx context.Context) error {
+		return l.stream(l.streamFor(agent, true)).Purge(ctx, jetstream.WithPurgeSubject(subject))
+	}); err != nil {
 		return fmt.Errorf("eventlog: purge %s: %w", subject, err)
 	}
 	if f != nil {

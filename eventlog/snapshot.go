@@ -242,11 +242,11 @@ func (l *Log) purgeBefore(ctx context.Context, agent string, seq Seq) error {
 		return err
 	}
 	subject := l.EventsSubject(agent)
-	bctx, cancel, _ := l.bound(ctx)
-	defer cancel()
 	if l.skipPurge {
 		l.skipPurge = false // a test's purge that removed nothing
-	} else if err := l.stream(l.streamFor(agent, false)).Purge(bctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq))); err != nil {
+	} else if err := l.resent(ctx, func(ctx context.Context) error {
+		return l.stream(l.streamFor(agent, false)).Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(rawSeq(seq)))
+	}); err != nil {
 		return fmt.Errorf("eventlog: purge %s before %d: %w", subject, seq, err)
 	}
 	return l.deleteLeftBefore(ctx, agent, seq)
@@ -276,9 +276,9 @@ func (l *Log) deleteLeftBefore(ctx context.Context, agent string, seq Seq) error
 			return fmt.Errorf("eventlog: %s: event %d before the snapshot at %d stays after its delete", subject, first, seq)
 		}
 		last = first
-		bctx, cancel, _ := l.bound(ctx)
-		err = l.stream(l.streamFor(agent, false)).DeleteMsg(bctx, rawSeq(first))
-		cancel()
+		err = l.resent(ctx, func(ctx context.Context) error {
+			return l.stream(l.streamFor(agent, false)).DeleteMsg(ctx, rawSeq(first))
+		})
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("eventlog: delete %s event %d before the snapshot at %d: %w", subject, first, seq, err)
 		}

@@ -71,7 +71,11 @@ func StatusCode(err error) int {
 	case errors.Is(err, ErrUnavailable), errors.Is(err, eventlog.ErrNotOwner), errors.Is(err, eventlog.ErrFenced),
 		errors.Is(err, fiber.ErrStopped), // the agent stopped here (moved, deactivated) as the command came
 		errors.Is(err, eventlog.ErrStorageFull), errors.Is(err, eventlog.ErrViewsStalled),
-		eventlog.Unavailable(err):
+		eventlog.Unavailable(err),
+		// Nothing was written, for certain: an append whose deadline
+		// passed before it was sent (while it waited for the agent's
+		// fence), as a wait for an owner that ends is (503, not 500).
+		eventlog.Unwritten(err):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
