@@ -27,9 +27,9 @@ type Client struct {
 	lg    *eventlog.Log
 	blobs chunk.Getter
 	// live and liveMetrics: WithLive; nil without.
-	live               *chunk.Live
-	liveMetrics        *liveMetrics
-	livePoll, liveIdle time.Duration
+	live                  *chunk.Live
+	liveMetrics           *liveMetrics
+	livePoll, liveMaxPoll time.Duration
 }
 
 // ClientOption configures a Client.

@@ -20,7 +20,7 @@ import (
 // Use it where the stream's writers publish (agentd's nodes do).
 func WithLive(l *chunk.Live, reg prometheus.Registerer) ClientOption {
 	return func(c *Client) {
-		c.live, c.livePoll, c.liveIdle = l, livePoll, liveIdle
+		c.live, c.livePoll, c.liveMaxPoll = l, livePoll, liveMaxPoll
 		m := &liveMetrics{
 			reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "forever_replay_live_reads_total",
@@ -28,7 +28,7 @@ func WithLive(l *chunk.Live, reg prometheus.Registerer) ClientOption {
 			}, []string{"why"}),
 			fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "forever_replay_live_fallbacks_total",
-				Help: "Live follows that went on with a JetStream consumer, by why: idle (no chunk for liveIdle), gap (a gap the stored chunks did not fill), error.",
+				Help: "Live follows that went on with a JetStream consumer, by why: unpublished (stored chunks came and no live one), gap (a gap the stored chunks did not fill), error.",
 			}, []string{"why"}),
 		}
 		if reg != nil {
@@ -49,18 +49,23 @@ type liveMetrics struct {
 }
 
 // A live follow reads the stored chunks when no live one came for
-// livePoll (the live message of the last chunks may have been published
-// before the subscription reached the writer's server, or dropped), and
-// goes on with a consumer after liveIdle without a chunk (the writer may
-// be gone: the agent's new owner writes the rest). A gap a live chunk
+// livePoll, then twice as long after each read that found none, up to
+// liveMaxPoll: the live message of a stream's last chunks may have been
+// lost (published before the subscription reached the writer's server, or
+// while the connection was down), and the writer may be gone (the agent's
+// new owner writes the rest, publishing it too) or not publish at all (a
+// node of an earlier release: when a read finds chunks and no live one
+// ever came, a consumer goes on). Reads are direct gets; a turn waiting
+// for its first chunk costs one every livePoll at most, where the
+// consumer it replaces cost two meta-group proposals. A gap a live chunk
 // shows is read from the log, fillTries times fillWait apart at most (a
 // replica that answers a read may be a little behind), then a consumer
 // goes on.
 const (
-	livePoll  = time.Second
-	liveIdle  = 5 * time.Second
-	fillTries = 20
-	fillWait  = 25 * time.Millisecond
+	livePoll    = 5 * time.Second
+	liveMaxPoll = 30 * time.Second
+	fillTries   = 20
+	fillWait    = 25 * time.Millisecond
 )
 
 // followLive hands handle the stream's events after cur: each live event
@@ -93,9 +98,10 @@ func (c *Client) followLive(ctx context.Context, f eventlog.Filter, sub *chunk.L
 		c.liveMetrics.fallbacks.WithLabelValues(why).Inc()
 		return cur, true
 	}
-	var idle time.Duration
+	wait := c.livePoll
+	live := false // whether a live event came
 	for {
-		pctx, cancel := context.WithTimeout(ctx, c.livePoll)
+		pctx, cancel := context.WithTimeout(ctx, wait)
 		ev, err := sub.Next(pctx)
 		cancel()
 		switch {
@@ -107,25 +113,29 @@ func (c *Client) followLive(ctx context.Context, f eventlog.Filter, sub *chunk.L
 			if !more {
 				return cur, false
 			}
-			if n > 0 {
-				idle = 0
+			if n == 0 {
+				wait = min(2*wait, c.liveMaxPoll)
 				continue
 			}
-			if idle += c.livePoll; idle >= c.liveIdle {
-				return fallback("idle")
+			if !live {
+				return fallback("unpublished")
 			}
+			wait = c.livePoll
 			continue
 		case errors.Is(err, nats.ErrSlowConsumer):
-			// Messages were dropped: the next one shows the gap.
+			// Messages were dropped: read what they held.
+			if _, more := read("gap"); !more {
+				return cur, false
+			}
 			continue
 		case err != nil:
 			return fallback("error")
 		}
+		live, wait = true, c.livePoll
 		e := ev.Event
 		if e.Seq <= cur {
 			continue // read from the log already
 		}
-		idle = 0
 		if ev.Follows(cur) {
 			if !handle(e, nil) {
 				return cur, false

@@ -135,8 +135,8 @@ func TestLiveFollowCreatesNoConsumer(t *testing.T) {
 // chunks from it) and the agent's new owner writes the rest of the stream:
 // the follow still yields every chunk once and in order. First with the
 // new owner publishing live (its first chunk's predecessor unknown to it:
-// read from the log), then with nobody publishing after the follow, idle,
-// went on with a consumer.
+// read from the log), then with the new owner not publishing (the follow's
+// idle reads of the log find its chunks).
 func TestLiveFollowAcrossWriterDeath(t *testing.T) {
 	for _, newOwnerLive := range []bool{true, false} {
 		t.Run(fmt.Sprintf("new owner live %v", newOwnerLive), func(t *testing.T) {
@@ -161,11 +161,6 @@ func TestLiveFollowAcrossWriterDeath(t *testing.T) {
 			writeAll(t, w, deltas(0, 10)...)
 			waitfor.True(t, "the follow to yield the first owner's chunks", func() bool { return seen.Load() == 11 })
 			e.wnc.Close() // the owner is gone
-			if !newOwnerLive {
-				waitfor.True(t, "the idle follow to go on with a consumer", func() bool {
-					return fallbacks(t, e.reg) > 0 && e.creates.Load() > 0
-				})
-			}
 
 			lg2 := eventlogtest.OpenOn(t, e.s, eventlog.Config{})
 			b2, _ := runBatcher(t, lg2)
@@ -183,6 +178,38 @@ func TestLiveFollowAcrossWriterDeath(t *testing.T) {
 			checkOnceInOrder(t, <-done, 20)
 		})
 	}
+}
+
+// A stream whose writer does not publish live (a node of an earlier
+// release) is followed all the same: the follow's first idle read finds
+// chunks no live event announced, and a consumer goes on.
+func TestLiveFollowOfUnpublishedStream(t *testing.T) {
+	e := newLiveEnv(t)
+	replay.SetLiveTimes(e.client, 50*time.Millisecond, 200*time.Millisecond)
+	w := chunk.NewWriter(e.b, "a1", "s1", 0, e.lg.MaxPayload())
+	writeAll(t, w, chunk.Chunk{Type: chunk.Start, MessageID: "m1"})
+	var seen atomic.Int32
+	done := make(chan []replay.Item, 1)
+	go func() {
+		var out []replay.Item
+		for it, err := range e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}) {
+			if err != nil {
+				t.Errorf("follow: %v", err)
+				break
+			}
+			out = append(out, it)
+			seen.Add(1)
+		}
+		done <- out
+	}()
+	waitfor.True(t, "the follow's first chunk", func() bool { return seen.Load() == 1 })
+	writeAll(t, w, deltas(0, 10)...)
+	waitfor.True(t, "the follow to go on with a consumer", func() bool {
+		return fallbacks(t, e.reg, "unpublished") == 1 && e.creates.Load() > 0
+	})
+	writeAll(t, w, deltas(10, 20)...)
+	writeAll(t, w, chunk.Chunk{Type: chunk.Finish})
+	checkOnceInOrder(t, <-done, 20)
 }
 
 // A follower that does not read holds nothing back: the writer's chunks
@@ -222,8 +249,8 @@ func TestLiveSlowFollowerDoesNotBlockWriter(t *testing.T) {
 	checkOnceInOrder(t, <-done, n)
 }
 
-// fallbacks is the follower's forever_replay_live_fallbacks_total{why="idle"}.
-func fallbacks(t *testing.T, reg *prometheus.Registry) float64 {
+// fallbacks is the follower's forever_replay_live_fallbacks_total{why}.
+func fallbacks(t *testing.T, reg *prometheus.Registry, why string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -235,7 +262,7 @@ func fallbacks(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "why" && l.GetValue() == "idle" {
+				if l.GetName() == "why" && l.GetValue() == why {
 					return m.GetCounter().GetValue()
 				}
 			}
