@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/forever-agents/forever/internal/chartargs"
 )
 
@@ -113,6 +115,8 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 			Baseline: "summed over 3 nodes", BaselineValue: r3.cpuPerTurn()},
 		{Figure: "idle CPU % of a core, summed over 6 nodes (no chat)", Value: r6.idleCPU * 100, LowerIsBetter: true,
 			Baseline: "summed over 3 nodes", BaselineValue: r3.idleCPU * 100},
+		{Figure: "JetStream consumers created per turn, 6 nodes", Value: r6.consumersPerTurn(), LowerIsBetter: true,
+			Baseline: "3 nodes", BaselineValue: r3.consumersPerTurn()},
 		{Figure: "events applied per turn of the cluster, mean of 6 nodes", Value: r6.eventsPerTurn(), LowerIsBetter: true,
 			Baseline: "mean of 3 nodes", BaselineValue: r3.eventsPerTurn()},
 	}
@@ -135,6 +139,17 @@ type scaleOutRun struct {
 	// idleCPU is the CPUs the nodes used together, started and balanced,
 	// before any chat.
 	idleCPU float64
+	// consumers is the JetStream consumers created in the window (-1:
+	// not counted).
+	consumers int64
+}
+
+// consumersPerTurn is consumers over turns (-1: not counted).
+func (r scaleOutRun) consumersPerTurn() float64 {
+	if r.consumers < 0 || r.turns == 0 {
+		return -1
+	}
+	return float64(r.consumers) / float64(r.turns)
 }
 
 // scaleOutTimes are a cluster's warm-up, its measured window, and its
@@ -304,9 +319,26 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	if err != nil {
 		return scaleOutRun{}, err
 	}
+	// The JetStream consumers created in the window (their advisories,
+	// as the server publishes them): each is a meta-group proposal every
+	// server stores, and one more to delete it.
+	var consumers atomic.Int64
+	if nc, err := nats.Connect("nats://"+c.nodes[0].natsAddr, nats.Name("bench")); err != nil {
+		env.Logger.Warn("scale-out: no count of consumers created", "err", err)
+		r.consumers = -1
+	} else {
+		defer nc.Close()
+		if _, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED.>", func(*nats.Msg) { consumers.Add(1) }); err != nil || nc.Flush() != nil {
+			r.consumers = -1
+		}
+	}
 	t0, d0, f0 := time.Now(), done.Load(), failed.Load()
+	c0 := consumers.Load()
 	if err := sleepCtx(ctx, window); err != nil {
 		return scaleOutRun{}, errors.Join(err, waitProfiles())
+	}
+	if r.consumers == 0 {
+		r.consumers = consumers.Load() - c0
 	}
 	after, err := nodeSnapshots(c)
 	if err != nil {

@@ -71,6 +71,10 @@ type Config struct {
 	// Batcher commits chunks (a running eventlog.Batcher on the log, shared
 	// by the process). Required.
 	Batcher chunk.Batcher
+	// Live, when set, gets each chunk of the agent's turns once it is
+	// stored, for live followers (chunk.PublishLive; replay.WithLive
+	// follows it). Nil: followers use a JetStream consumer.
+	Live *chunk.Live
 	// MaxPayload is the server's max payload; larger chunks are split.
 	// Default 1 MiB.
 	MaxPayload int64

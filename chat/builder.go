@@ -284,7 +284,7 @@ type emitter struct {
 // newEmitter returns an emitter that goes on writing stream after the
 // chunks b holds.
 func (a *Agent) newEmitter(stream string, b *builder) *emitter {
-	opts := []chunk.WriterOption{chunk.MergeDeltas()}
+	opts := []chunk.WriterOption{chunk.MergeDeltas(), chunk.PublishLive(a.cfg.Live)}
 	if a.cfg.ChunkBatchesWritable != nil && a.cfg.ChunkBatchesWritable() {
 		opts = append(opts, chunk.PackChunks())
 	}

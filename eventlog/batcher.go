@@ -76,6 +76,9 @@ type Pending struct {
 	ready  chan struct{}
 	seq    Seq
 	err    error
+	// onDone (OnDone) runs once p is resolved, in the goroutine that
+	// resolved it.
+	onDone func(*Pending)
 
 	mu struct {
 		sync.Mutex
@@ -96,6 +99,38 @@ func (p *Pending) Wait(ctx context.Context) (Seq, error) {
 
 // Done is closed when the event's batch is acknowledged or failed.
 func (p *Pending) Done() <-chan struct{} { return p.ready }
+
+// Event returns the event as it was stored, its Seq set, once Done is
+// closed and Wait returned no error (a Replace before it was sent
+// included); before that its Seq is 0.
+func (p *Pending) Event() Event {
+	select {
+	case <-p.ready:
+		e := p.e
+		e.Seq = p.seq
+		return e
+	default:
+		return p.e
+	}
+}
+
+// resolved closes ready, p's seq and err set, and runs its OnDone.
+func (p *Pending) resolved() {
+	close(p.ready)
+	if p.onDone != nil {
+		p.onDone(p)
+	}
+}
+
+// OnDone makes fn run once the event is resolved (stored, a duplicate, or
+// failed: fn reads which with Wait), in the Batcher's goroutine that
+// resolved it, in the order the Batcher resolves its events (a chain made
+// with After resolves in order). fn must not block: it runs before the
+// Batcher's next batch. A chat stream's writer uses it to pass each stored
+// chunk on to live followers at once (chunk.Live).
+func OnDone(fn func(*Pending)) AddOption {
+	return func(p *Pending) { p.onDone = fn }
+}
 
 // NewBatcher returns a Batcher; call Run to start it.
 func (l *Log) NewBatcher(cfg BatcherConfig) *Batcher {
@@ -295,7 +330,7 @@ func (b *Batcher) await(ctx context.Context, p *Pending) {
 	if p.err == nil {
 		b.l.metrics.appended.WithLabelValues(p.stream).Inc()
 	}
-	close(p.ready)
+	p.resolved()
 }
 
 func drain(in chan *Pending, group []*Pending) []*Pending {
@@ -395,7 +430,7 @@ func (b *Batcher) commitStream(ctx context.Context, stream string, group []*Pend
 // fail resolves p with err.
 func fail(p *Pending, err error) {
 	p.seq, p.err, p.after = 0, err, nil
-	close(p.ready)
+	p.resolved()
 }
 
 // brokenAfter returns the error of the event p is chained behind (After),
@@ -506,7 +541,7 @@ func (b *Batcher) pipelined(ctx context.Context, stream string, send []*Pending,
 			// stream's fence is left as it is: if it is behind, the next
 			// chunk conflicts and dropStale finds the last chunk is ours.
 			p.seq, p.err, p.after = w.seq, duplicateErr(p, w.seq), nil
-			close(p.ready)
+			p.resolved()
 			continue
 		}
 		b.stored(p, w.seq, fs)
@@ -568,7 +603,7 @@ func (b *Batcher) stored(p *Pending, seq Seq, fs map[string]*chunkFence) {
 		cf.f.mu.Unlock()
 	}
 	p.seq, p.err, p.after = seq, nil, nil
-	close(p.ready)
+	p.resolved()
 }
 
 // duplicateErr is the error of a Pending whose event was stored before.

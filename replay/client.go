@@ -26,6 +26,10 @@ type Item struct {
 type Client struct {
 	lg    *eventlog.Log
 	blobs chunk.Getter
+	// live and liveMetrics: WithLive; nil without.
+	live                  *chunk.Live
+	liveMetrics           *liveMetrics
+	livePoll, liveMaxPoll time.Duration
 }
 
 // ClientOption configures a Client.
@@ -163,6 +167,17 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 		if inside && from > 0 {
 			from--
 		}
+		// With WithLive, the live chunks are subscribed to before the
+		// stored ones are read, so each chunk stored after the read is
+		// published to the subscription (or shows a gap that a read
+		// fills); a failed subscription leaves the follow to a consumer.
+		var sub *chunk.LiveSub
+		if c.live != nil {
+			if s, err := c.live.Subscribe(ctx, agent, stream); err == nil {
+				sub = s
+				defer sub.Close()
+			}
+		}
 		batch, lastErr := c.lg.NextBatch(ctx, f, from, followStored)
 		if lastErr != nil && len(batch) == 0 {
 			yield(Item{}, fmt.Errorf("replay: follow %s/%s: %w", agent, stream, lastErr))
@@ -275,6 +290,13 @@ func (c *Client) follow(ctx context.Context, agent, stream string, after Cursor,
 				return // the terminal chunk was stored: no consumer
 			}
 			from = e.Seq
+		}
+		if sub != nil {
+			var more bool
+			if from, more = c.followLive(ctx, f, sub, from, handle); !more {
+				return
+			}
+			sub.Close() // the consumer goes on
 		}
 		for e, err := range c.lg.Follow(ctx, f, from) {
 			if !handle(e, err) {

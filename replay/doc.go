@@ -21,6 +21,20 @@
 // stream, so the consumer goes on from there without a gap. There is no
 // separate live path, so nothing falls between history and live.
 //
+// A Client made WithLive (the gateway of an agentd node, given
+// GatewayConfig.Live) follows a running turn without a consumer: the
+// turn's writer publishes each chunk event it learns is stored
+// (chunk.Live: its sequence, and its predecessor's in the stream when
+// the writer knows it) on core NATS, and the follow, subscribed before
+// it reads the stored chunks, takes a live event only when its
+// predecessor is the last event it handled. Anything else is read from
+// the log: the events between (a gap: the messages the subscription
+// dropped, or published before it reached the writer's server), the
+// stored ones after livePoll without a live event, and after liveIdle
+// without any (the writer is gone) a consumer goes on from the last one
+// read. The log is the source of truth; the live messages only save the
+// consumer.
+//
 // # Invariants
 //
 //   - Replay from a cursor yields every later chunk of the stream once and in
@@ -35,6 +49,15 @@
 //     cluster a consumer costs two proposals of the JetStream meta group,
 //     which every server stores and applies, so a short turn followed
 //     after it ended costs the cluster nothing that grows with its size.
+//   - A live follow (WithLive) yields what a consumer's follow yields:
+//     every chunk once, in order, with the same cursors, across the
+//     writer's death (TestLiveFollowAcrossWriterDeath), and creates no
+//     consumer while live events keep coming
+//     (TestLiveFollowCreatesNoConsumer).
+//   - A follower never holds a writer back: nothing waits for a live
+//     message to be taken, and a follower's buffer drops what it cannot
+//     hold, which it then reads from the log
+//     (TestLiveSlowFollowerDoesNotBlockWriter).
 //   - A client going away never stops a turn: only POST .../stop (or a
 //     WebSocket "stop" frame) calls Chats.Stop.
 //

@@ -122,6 +122,11 @@ type GatewayConfig struct {
 	// WebSocket send each chunk as it was written (WithBlobs). Nil: such a
 	// chunk is sent with the field empty.
 	Blobs chunk.Getter
+	// Live, when set, is how the turns' writers publish their stored
+	// chunks (chunk.Live): the gateway's follows take live chunks from it
+	// instead of creating a JetStream consumer each (WithLive). Nil: a
+	// consumer per follow of a running turn.
+	Live *chunk.Live
 	// Stopping, when closed, ends every long-lived response (SSE streams,
 	// WebSockets): close it when the server shuts down. Turns go on.
 	Stopping <-chan struct{}
@@ -215,7 +220,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg:     cfg,
-		client:  NewClient(cfg.Log, WithBlobs(cfg.Blobs)),
+		client:  newGatewayClient(cfg),
 		mux:     http.NewServeMux(),
 		logger:  cfg.Logger.With("subsystem", "replay"),
 		metrics: m,
@@ -461,4 +466,14 @@ func (g *Gateway) getMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, msgs)
+}
+
+// newGatewayClient is the gateway's Client: WithBlobs, and WithLive when
+// the config has a Live.
+func newGatewayClient(cfg GatewayConfig) *Client {
+	opts := []ClientOption{WithBlobs(cfg.Blobs)}
+	if cfg.Live != nil {
+		opts = append(opts, WithLive(cfg.Live, cfg.Registerer))
+	}
+	return NewClient(cfg.Log, opts...)
 }

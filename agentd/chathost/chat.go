@@ -49,9 +49,13 @@ type Type struct {
 	config   func(*chat.Config) // optional tweaks, for embedding programs
 
 	// Set at start.
-	log           *eventlog.Log
-	store         *chat.Store
-	batcher       *eventlog.Batcher
+	log     *eventlog.Log
+	store   *chat.Store
+	batcher *eventlog.Batcher
+	// live publishes each stored chunk to the gateways following its
+	// stream (chunk.Live), so a follow of a running turn creates no
+	// JetStream consumer.
+	live          *chunk.Live
 	maxPayload    int64
 	registerer    prometheus.Registerer
 	turns         *chat.TurnLimiter // --max-turns, shared by the node's chat agents
@@ -189,6 +193,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 		if err := ct.openBlobs(ctx, d, deps); err != nil {
 			return err
 		}
+		if ct.live, err = chunk.NewLive(deps.Conn, deps.Log.Prefix(), deps.Registerer); err != nil {
+			return err
+		}
 		ct.batcher = deps.Log.NewBatcher(eventlog.BatcherConfig{})
 		return d.Add("chunk batcher", ct.batcher)
 	})
@@ -211,7 +218,7 @@ func (ct *Type) StatusDetail(_ context.Context, agent string) (any, error) {
 // Factory is the Factory of the chat agent type.
 func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 	cfg := chat.Config{
-		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, MaxPayload: ct.maxPayload,
+		Agent: env.ID, Log: env.Log, Store: ct.store, Batcher: ct.batcher, Live: ct.live, MaxPayload: ct.maxPayload,
 		Fibers: env.Fibers, Provider: ct.provider, Logger: env.Logger, Registerer: ct.registerer,
 		Turns: ct.turns, TracerProvider: ct.tp, TraceContent: ct.content, AgentName: env.Type,
 		Price:         ct.price,

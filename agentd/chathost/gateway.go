@@ -33,6 +33,7 @@ func AttachGateway(d *agentd.Daemon, h *host.Host, chats *Type) error {
 		gw, err := replay.NewGateway(replay.GatewayConfig{
 			Log:            deps.Log,
 			Blobs:          blob.NewReader(js, ""),
+			Live:           chats.live,
 			Chats:          gatewayChats{host: h, log: deps.Log, chats: chats},
 			Streams:        freshStreams{log: deps.Log, store: chats.Store(), host: h},
 			Stopping:       d.Stopping(),

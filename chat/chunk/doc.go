@@ -47,6 +47,19 @@
 // a stream's chunk count is its last chunk's index + 1, as the live view
 // counted it, where a replay counts only the chunks still stored.
 //
+// # Live followers
+//
+// A Writer made with PublishLive passes each event it learns is stored
+// to Live, which publishes it on <prefix>.live.<agent>.<stream> (core
+// NATS, no stream stores it) with its stream sequence and, when the
+// writer knows it, the sequence of the stream's event before it (a
+// Writer that started the stream at chunk 0 and saw every event since
+// stored). Invariants: a writer never waits for a follower (a publish
+// that cannot be made is counted and dropped); a live event that names
+// its predecessor names the stream's event stored right before it, so a
+// follower that has that one has everything before (LiveEvent.Follows),
+// and one that does not reads the log (replay.WithLive).
+//
 // # References
 //
 // A chunk's raw payload (input, output, data) over the blob threshold is

@@ -59,8 +59,9 @@ type Writer struct {
 	b             Batcher
 	agent, stream string
 	limit         int
-	merge         bool // MergeDeltas
-	pack          bool // PackChunks
+	merge         bool     // MergeDeltas
+	pack          bool     // PackChunks
+	live          *livePub // PublishLive; nil without
 
 	mu struct {
 		sync.Mutex
@@ -86,6 +87,10 @@ func NewWriter(b Batcher, agent, stream string, next int, maxPayload int64, opts
 	w.mu.next = next
 	for _, o := range opts {
 		o(w)
+	}
+	if w.live != nil {
+		// A new stream: its first event has none before it.
+		w.live.known = next == 0
 	}
 	return w
 }
@@ -256,7 +261,11 @@ func (w *Writer) add(ctx context.Context, index int, e eventlog.Event, delta *Ch
 	w.mu.Lock()
 	tail := w.mu.tail
 	w.mu.Unlock()
-	p, err := w.b.Add(ctx, e, eventlog.After(tail))
+	opts := []eventlog.AddOption{eventlog.After(tail)}
+	if w.live != nil {
+		opts = append(opts, eventlog.OnDone(w.live.done))
+	}
+	p, err := w.b.Add(ctx, e, opts...)
 	if err != nil {
 		return w.fail(fmt.Errorf("chunk: write chunk %d of %s: %w", index, w.stream, err))
 	}
