@@ -218,6 +218,7 @@ func checkTenantShards(t *testing.T, bin, secret string, nodes []*clusterNode, n
 		t.Fatalf("GET /v1/tenants: %d %v %s", status, err, body)
 	}
 	u, q := list.Tenants[0].Usage, list.Tenants[0].Quota
+	t.Logf("acme's usage with its log in %d shards: %+v (quota: %d streams, %d consumers)", lg.Shards(), *u, q.Streams, q.Consumers)
 	if u.Agents != agents || u.Streams < 2 || int64(u.Streams) > q.Streams {
 		t.Errorf("acme's usage %+v (quota %d streams): want %d agents, streams within the quota", u, q.Streams, agents)
 	}
