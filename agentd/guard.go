@@ -31,7 +31,14 @@ import (
 // A purge is seen in JetStream's API audit advisories ($JS.EVENT.ADVISORY.API,
 // one per API request of the account): a purge without a subject filter is
 // a loss. The purges Forever makes itself (chunk retention, compaction) name
-// one subject each and are not.
+// one subject each and are not. A clustered server's advisory carries no
+// request (its leader answers once the purge is applied), so the guard also
+// subscribes to the purge requests themselves ($JS.API.STREAM.PURGE.<stream>)
+// and takes such an advisory for a whole purge only when it saw a request
+// without a filter for that stream in the last purgeAskedFor. Guessing from
+// the stream's state instead (every message the last look saw gone) took
+// the compaction of a shard's only agent for a whole purge, and stopped
+// every agent of the node, many times a minute in the chaos runs of stop 46.
 //
 // A look reads a stream's info, a JetStream API request that every server
 // of the cluster receives and decodes (only the stream's leader answers):
@@ -122,12 +129,9 @@ type guardState struct {
 	// purged is a whole-stream purge the advisories reported, not yet
 	// looked at: how many messages it removed.
 	purged *uint64
-	// purgedSure: an advisory of it named its request, which had no
-	// filter. A clustered server's advisories name none, so without it
-	// the look confirms the purge: every message the last look saw is
-	// gone (a filtered purge, Forever's compaction, leaves the other
-	// agents' events).
-	purgedSure bool
+	// asked are when the whole purges of it requested (no filter) and
+	// not yet matched with an advisory were seen, oldest first.
+	asked []time.Time
 	// looked is when its info was last read, zero before; advised: an
 	// advisory named it since.
 	looked  time.Time
@@ -229,6 +233,11 @@ func (g *guard) run(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("guard: subscribe to %s: %w", jsAPIAudit, err)
 	}
 	defer sub.Unsubscribe()
+	asked, err := nc.Subscribe(purgePrefix+"*", g.purgeRequest)
+	if err != nil {
+		return fmt.Errorf("guard: subscribe to %s*: %w", purgePrefix, err)
+	}
+	defer asked.Unsubscribe()
 	for _, subject := range jsStreamAdvisories {
 		sub, err := nc.Subscribe(subject, g.streamAdvisory)
 		if err != nil {
@@ -279,8 +288,56 @@ const jsAPIAudit = "$JS.EVENT.ADVISORY.API"
 // purgePrefix starts the API subject of a stream purge.
 const purgePrefix = "$JS.API.STREAM.PURGE."
 
+// purgeAskedFor is how long a whole purge's request waits for the
+// clustered server's advisory of it: the advisory comes once the purge is
+// applied, a Raft round after the request; a request that failed gets
+// none.
+const purgeAskedFor = time.Minute
+
+// wholePurge reports whether a purge request's body (JSON, maybe empty)
+// names no subject filter.
+func wholePurge(req []byte) bool {
+	var r struct {
+		Filter string `json:"filter"`
+	}
+	if len(bytes.TrimSpace(req)) == 0 {
+		return true
+	}
+	return json.Unmarshal(req, &r) == nil && r.Filter == ""
+}
+
+// purgeRequest takes one request to purge a stream, seen on its API
+// subject: a whole purge of a guarded stream is kept for the advisory of
+// it (audit) to find.
+func (g *guard) purgeRequest(m *nats.Msg) {
+	if !wholePurge(m.Data) {
+		return
+	}
+	name := strings.TrimPrefix(m.Subject, purgePrefix)
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.mu.states {
+		if st.g.Stream == name {
+			st.asked = append(st.keptAsked(now), now)
+		}
+	}
+}
+
+// keptAsked returns the whole purges asked of st in the last
+// purgeAskedFor. Under guard.mu.
+func (st *guardState) keptAsked(now time.Time) []time.Time {
+	i := 0
+	for i < len(st.asked) && now.Sub(st.asked[i]) > purgeAskedFor {
+		i++
+	}
+	return st.asked[i:]
+}
+
 // audit takes one API audit advisory: a purge of a guarded stream without
-// a subject filter is recorded for the next look.
+// a subject filter is recorded for the next look. A clustered server's
+// advisory carries no request: it is a whole purge when a whole purge of
+// the stream was asked (purgeRequest), one advisory for each request.
 func (g *guard) audit(m *nats.Msg) {
 	if !bytes.Contains(m.Data, []byte(purgePrefix)) {
 		return
@@ -293,17 +350,12 @@ func (g *guard) audit(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &a) != nil || !strings.HasPrefix(a.Subject, purgePrefix) {
 		return
 	}
-	var req struct {
-		Filter string `json:"filter"`
-	}
-	if a.Request != "" && json.Unmarshal([]byte(a.Request), &req) != nil || req.Filter != "" {
+	if a.Request != "" && !wholePurge([]byte(a.Request)) {
 		return // Forever's own purges name a subject
 	}
-	// A clustered server's advisory may carry no request (the leader
-	// answers after the proposal): then only a purge that took at least
-	// every message the last look saw is taken for a whole one, as a
-	// filtered purge (compaction, a delete) never takes them all.
-	unsure := a.Request == ""
+	// A clustered server's advisory carries no request (the leader
+	// answers after the proposal): the request seen on its subject says.
+	clustered := a.Request == ""
 	var resp struct {
 		Success bool   `json:"success"`
 		Purged  uint64 `json:"purged"`
@@ -315,17 +367,22 @@ func (g *guard) audit(m *nats.Msg) {
 	defer g.advise(name)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := g.now()
 	for _, st := range g.mu.states {
 		if st.g.Stream == name {
-			if unsure && (st.seen == nil || st.seen.State.Msgs == 0 || resp.Purged < st.seen.State.Msgs) {
-				continue
+			if clustered {
+				asked := st.keptAsked(now)
+				if len(asked) == 0 {
+					st.asked = nil
+					continue // a filtered purge: no whole one was asked
+				}
+				st.asked = asked[1:]
 			}
 			n := resp.Purged
 			if st.purged != nil {
 				n += *st.purged
 			}
 			st.purged = &n
-			st.purgedSure = st.purgedSure || !unsure
 		}
 	}
 }
@@ -371,9 +428,9 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 		info = s.CachedInfo()
 	}
 	g.mu.Lock()
-	seen, loss, purged, sure := st.seen, st.loss, st.purged, st.purgedSure
+	seen, loss, purged := st.seen, st.loss, st.purged
 	if err == nil {
-		st.purged, st.purgedSure = nil, false
+		st.purged = nil
 	}
 	g.mu.Unlock()
 	switch {
@@ -387,9 +444,6 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 	case loss != nil:
 	case seen != nil && !info.Created.Equal(seen.Created):
 		g.noticed(st, seen, Loss{Kind: LossRecreated})
-	case purged != nil && !sure && seen != nil && info.State.FirstSeq <= seen.State.LastSeq:
-		// Unconfirmed: messages the last look saw are still there, so
-		// it was a filtered purge that took many.
 	case purged != nil:
 		l := Loss{Kind: LossPurged}
 		if seen != nil {

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -20,12 +21,15 @@ import (
 )
 
 // TestGuardClusteredPurgeAdvisory: a clustered server's purge advisory
-// names no request, so the guard cannot see its filter. A filtered purge
-// that took more messages than the last look saw (compaction of a busy
-// agent) is not a loss: the other agents' messages are still there. A
-// whole purge is.
+// names no request, so the guard cannot see its filter there; it sees the
+// purge request itself, published to the API subject it subscribes to. A
+// filtered purge that took more messages than the last look saw
+// (compaction of a busy agent) is not a loss, even when that agent is the
+// only one of its stream (a shard holding one agent: every message the
+// last look saw is gone, the chaos run of stop 46 saw it taken for a
+// whole purge). A whole purge is a loss.
 func TestGuardClusteredPurgeAdvisory(t *testing.T) {
-	_, js := guardServer(t)
+	nc, js := guardServer(t)
 	ctx := t.Context()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
 	if err != nil {
@@ -47,10 +51,24 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
+		only  bool // the stream holds only evt.busy
 		purge func() uint64
 		loss  bool
 	}{
-		{"filtered", func() uint64 {
+		{"filtered-only-subject", true, func() uint64 {
+			// Compaction of the stream's only agent: its snapshot is
+			// written after the look, then every event before it purged.
+			publish("evt.busy", 50)
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Purge(ctx, jetstream.WithPurgeSubject("evt.busy"), jetstream.WithPurgeSequence(info.State.LastSeq)); err != nil {
+				t.Fatal(err)
+			}
+			return 56
+		}, false},
+		{"filtered", false, func() uint64 {
 			// The busy agent wrote 50 more since the look; compaction
 			// purges all but its last.
 			publish("evt.busy", 50)
@@ -59,7 +77,7 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 			}
 			return 54
 		}, false},
-		{"whole", func() uint64 {
+		{"whole", false, func() uint64 {
 			if err := st.Purge(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -70,9 +88,15 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 			if err := st.Purge(ctx); err != nil {
 				t.Fatal(err)
 			}
-			publish("evt.a", 3)
-			publish("evt.b", 3)
-			publish("evt.busy", 1)
+			want := "stream EVS was purged (7 events of 3 agents lost) and was healed"
+			if tc.only {
+				publish("evt.busy", 7)
+				want = "stream EVS was purged (7 events of 1 agents lost) and was healed"
+			} else {
+				publish("evt.a", 3)
+				publish("evt.b", 3)
+				publish("evt.busy", 1)
+			}
 			g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)
@@ -81,18 +105,116 @@ func TestGuardClusteredPurgeAdvisory(t *testing.T) {
 			g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents",
 				Heal: func(_ context.Context, l Loss) error { healed = append(healed, l); return nil }})
 			state := g.mu.states[0]
+			// The guard's subscription to purge requests, read by hand.
+			asked, err := nc.SubscribeSync(purgePrefix + "*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer asked.Unsubscribe()
 			g.lookAt(ctx, js, state) // the look before: 7 messages
-			advise(g, tc.purge())
+			n := tc.purge()
+			m, err := asked.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatalf("the purge request was not seen: %v", err)
+			}
+			g.purgeRequest(m)
+			advise(g, n)
 			g.lookAt(ctx, js, state)
 			if got := len(healed) == 1 && healed[0].Kind == LossPurged; got != tc.loss || len(healed) > 1 {
 				t.Fatalf("losses healed: %+v; want a purge: %v", healed, tc.loss)
 			}
 			// A healed loss stays listed for /readyz's degraded.
 			shown := strings.Join(g.healedLosses(), "; ")
-			if want := "stream EVS was purged (7 events of 3 agents lost) and was healed"; strings.Contains(shown, want) != tc.loss {
+			if strings.Contains(shown, want) != tc.loss {
 				t.Errorf("healed losses shown: %q; want %q: %v", shown, want, tc.loss)
 			}
 		})
+	}
+}
+
+// TestGuardPurgeOnACluster: on a real 3-node cluster, whose purge
+// advisories carry no request, the compaction of a stream's only agent
+// (every message the guard last saw purged, its snapshot kept) is no
+// loss, and a whole purge is one. The guard's two subscriptions (the
+// purge requests and the API audit) are read by hand, in the order the
+// server sends them: a request comes a Raft round before its advisory.
+func TestGuardPurgeOnACluster(t *testing.T) {
+	srvs := eventlogtest.RunCluster(t, 3)
+	nc := eventlogtest.Connect(t, srvs[0])
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int) {
+		for range n {
+			if _, err := js.Publish(ctx, "evt.only", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	asked, err := nc.SubscribeSync(purgePrefix + "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	audits, err := nc.SubscribeSync(jsAPIAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var healed []Loss
+	g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents",
+		Heal: func(_ context.Context, l Loss) error { healed = append(healed, l); return nil }})
+	state := g.mu.states[0]
+	// feed hands the guard the purge's request and its advisory.
+	feed := func() {
+		t.Helper()
+		m, err := asked.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the purge request was not seen: %v", err)
+		}
+		g.purgeRequest(m)
+		for {
+			m, err := audits.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatalf("the purge's advisory was not seen: %v", err)
+			}
+			if bytes.Contains(m.Data, []byte(purgePrefix+"EVS")) {
+				g.audit(m)
+				return
+			}
+		}
+	}
+	publish(7)
+	g.lookAt(ctx, js, state) // the look before: 7 messages of one agent
+	publish(50)
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject("evt.only"), jetstream.WithPurgeSequence(info.State.LastSeq)); err != nil {
+		t.Fatal(err)
+	}
+	feed()
+	g.lookAt(ctx, js, state)
+	if len(healed) > 0 {
+		t.Fatalf("a compaction of the stream's only agent was taken for a loss: %+v", healed)
+	}
+	publish(4)
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	feed()
+	g.lookAt(ctx, js, state)
+	if len(healed) != 1 || healed[0].Kind != LossPurged || healed[0].Msgs != 5 {
+		t.Fatalf("losses healed: %+v; want one purge of 5 events", healed)
 	}
 }
 

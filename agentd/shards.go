@@ -28,6 +28,16 @@ const FormatShards = FormatBatches + 1
 // (--shards), never its format.
 const FormatChunkBatches = FormatShards + 1
 
+// FormatEndRecords: a completed turn stores its assistant message and its
+// usage in its turn.completed (chat.Config.EndRecordsWritable), where they
+// were a message.appended and a usage.recorded of their own: its end chain
+// is two records (turn.completed, fiber.completed) where it was four, two
+// fsyncs fewer a turn. A release before it reads such a turn as completed
+// without an answer or usage (its history, usage and budget views would
+// miss them), so turns write it only once the cluster's active format
+// reached it. It adds no layout.
+const FormatEndRecords = FormatChunkBatches + 1
+
 // DefaultShards is the shard count a new cluster is created with when
 // its nodes are started without --shards and its streams are on a
 // cluster of servers (replicated, or an embedded server with

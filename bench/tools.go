@@ -550,6 +550,10 @@ type toolHost struct {
 // cluster whose record format reached agentd.FormatChunkBatches.
 func packChunks() bool { return true }
 
+// endRecords is the bench's chat.Config.EndRecordsWritable: on, as agentd
+// in a cluster whose record format reached agentd.FormatEndRecords.
+func endRecords() bool { return true }
+
 func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	r, err := g.runner(agent)
 	if err != nil {
@@ -558,9 +562,10 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	a, err := chat.New(chat.Config{Agent: agent, Log: g.writes, Store: g.store, Batcher: g.batcher,
 		MaxPayload: g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: g.tools, Logger: g.env.Logger,
 		TracerProvider: g.tp, TraceContent: g.content,
-		// As agentd at record format 7 (FormatChunkBatches): the chunks
-		// written together are one record.
-		ChunkBatchesWritable: packChunks})
+		// As agentd at record format 8 (FormatEndRecords): the chunks
+		// written together are one record, a turn's answer and usage
+		// ride in its turn.completed.
+		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords})
 	if err != nil {
 		r.Close()
 		return nil, err

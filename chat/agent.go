@@ -212,6 +212,15 @@ type Config struct {
 	// other switches: a packed record is read only by releases that know
 	// it, so a program that embeds package chat turns it on itself.
 	ChunkBatchesWritable func() bool
+	// EndRecordsWritable, when set and true, lets a completed turn store
+	// its assistant message and usage in its turn.completed (record
+	// format 8) instead of a message.appended and a usage.recorded of
+	// their own: its end chain is two records (turn.completed,
+	// fiber.completed), two fsyncs fewer. In a cluster, only once every
+	// node reads them (agentd's FormatEndRecords): a release before it
+	// would miss the message and the usage. It is asked when a turn
+	// ends. Nil: never, as ChunkBatchesWritable.
+	EndRecordsWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

@@ -136,6 +136,9 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	if *packChunks {
 		cfg.ChunkBatchesWritable = func() bool { return true }
 	}
+	if *endRecords {
+		cfg.EndRecordsWritable = func() bool { return true }
+	}
 	if opt != nil {
 		opt(&cfg)
 	}
@@ -155,6 +158,12 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 // packChunks runs the tests' chat agents with packed chunk records
 // (Config.ChunkBatchesWritable, record format 7): go test ./chat -args -pack.
 var packChunks = flag.Bool("pack", false, "the chat agents pack the chunks they write together into one record (chunk.PackChunks)")
+
+// endRecords runs the tests' chat agents at record format 8, as agentd
+// once every node reads it: a completed turn's message and usage ride in
+// its turn.completed (Config.EndRecordsWritable). go test ./chat -args
+// -end-records=false runs them on the chain of format 7.
+var endRecords = flag.Bool("end-records", true, "a completed turn stores its message and usage in its turn.completed (Config.EndRecordsWritable)")
 
 // fake is a scripted provider: each call runs the next script (the last
 // one repeats).

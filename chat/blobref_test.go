@@ -116,7 +116,10 @@ func TestToolOutputByReference(t *testing.T) {
 		}
 		if strings.Contains(string(ev.Data), ref.Digest) {
 			refs++
-			if ev.Type != fiber.EventOpCompleted && ev.Type != chat.EventMessageAppended && ev.Type != chat.EventMessageUpdated {
+			// turn.completed: the answer stored with the outcome
+			// (record format 8, Config.EndRecordsWritable).
+			if ev.Type != fiber.EventOpCompleted && ev.Type != chat.EventMessageAppended && ev.Type != chat.EventMessageUpdated &&
+				ev.Type != chat.EventTurnCompleted {
 				t.Fatalf("the reference in %s", ev.Type)
 			}
 		}

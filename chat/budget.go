@@ -491,31 +491,43 @@ func applyBudget(b *eventlog.Batch, e eventlog.Event) error {
 			l.Soft = *u.Soft
 		}
 		return setJSON(b, budgetKey(e.Agent), l)
-	case EventUsageRecorded:
-		var u usageRecorded
-		if !decodeData(e, &u) || u.RequestID == "" {
+	case EventUsageRecorded, EventTurnCompleted:
+		// A turn.completed of record format 8 carries its turn's usage:
+		// spent as a usage.recorded before it would be, then read as the
+		// outcome it is.
+		if u, ok := usageOf(e); ok {
+			if err := applySpend(b, e, u); err != nil {
+				return err
+			}
+		}
+		if e.Type == EventUsageRecorded {
 			return nil
 		}
-		if _, err := b.Get(budgetDoneKey(e.Agent, u.RequestID)); err == nil {
-			return nil
-		} else if !isNotFound(err) {
-			return err
-		}
-		if err := b.Set(budgetDoneKey(e.Agent, u.RequestID), []byte("1")); err != nil {
-			return err
-		}
-		row := budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost}
-		if u.Subagents != nil {
-			row.SubTokens, row.SubCost = u.Subagents.Input+u.Subagents.Output, u.Subagents.Cost
-			row.Tokens += row.SubTokens
-			row.Cost += row.SubCost
-		}
-		if err := setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row); err != nil {
-			return err
-		}
-		return addTenantTotal(b, e.Time, row, 1)
 	}
 	return applySoftBudget(b, e.Agent, e.Type, e.Data)
+}
+
+// applySpend adds usage u, recorded by e, to the agent's spend and the
+// tenant's total, once per request id.
+func applySpend(b *eventlog.Batch, e eventlog.Event, u usageRecorded) error {
+	if _, err := b.Get(budgetDoneKey(e.Agent, u.RequestID)); err == nil {
+		return nil
+	} else if !isNotFound(err) {
+		return err
+	}
+	if err := b.Set(budgetDoneKey(e.Agent, u.RequestID), []byte("1")); err != nil {
+		return err
+	}
+	row := budgetSpendRow{Tokens: u.Input + u.Output, Cost: u.Cost}
+	if u.Subagents != nil {
+		row.SubTokens, row.SubCost = u.Subagents.Input+u.Subagents.Output, u.Subagents.Cost
+		row.Tokens += row.SubTokens
+		row.Cost += row.SubCost
+	}
+	if err := setJSON(b, budgetSpendKey(e.Agent, e.Time, u.RequestID), row); err != nil {
+		return err
+	}
+	return addTenantTotal(b, e.Time, row, 1)
 }
 
 // BudgetLimits returns agent's budget limits: the defaults (no limit, a

@@ -45,7 +45,8 @@
 //	                                        message.updated too large for one event
 //	messages.truncated {afterId}            drops every message after afterId ("" = all)
 //	turn.started       {requestId, streamId, messageId, assistantMessageId, continues?, body, tools, base?, answers?, message?, fiberId?, traceparent?, parentSpanId?}
-//	turn.completed     {requestId, finishReason}
+//	turn.completed     {requestId, finishReason, message?, usage?} message and usage: the answer's
+//	                                        Message and the usage.recorded data, at record format 8
 //	turn.failed        {requestId, error}
 //	turn.interrupted   {requestId, reason}
 //	usage.recorded     {requestId, input, output}
@@ -103,7 +104,8 @@
 // resumes a response by its id (llm.ResumesByID: OpenAI Responses), when
 // the response id appears. It ends with finish (carrying the usage in its
 // messageMetadata), the assistant message, usage.recorded and
-// turn.completed; a terminal provider error with an error chunk and
+// turn.completed (at record format 8, Config.EndRecordsWritable, one
+// turn.completed carrying the message and the usage); a terminal provider error with an error chunk and
 // turn.failed; a Cancel or the "turn" interrupt with an abort chunk, the
 // partial answer as the assistant message, and turn.interrupted. A
 // retryable provider error continues the answer in process (a Continuation
@@ -435,8 +437,15 @@
 //     partial.
 //   - A turn records exactly one outcome, and a turn's assistant message is
 //     stored once (message.appended, or one whole set of its message.part
-//     events, then message.updated by id); the messages view ignores a
-//     message id it already has.
+//     events, or the message of its turn.completed at record format 8,
+//     then message.updated by id); the messages view ignores a message id
+//     it already has.
+//   - A turn.completed of record format 8 reads as the message.appended
+//     and usage.recorded it replaces, then itself, in every view (SplitEnd
+//     for readers of the log alone): a view is the same whichever format
+//     stored the turn (TestEndRecordsByFormat). It is written only while
+//     Config.EndRecordsWritable says so, in agentd once every live node
+//     reads it; else the old chain.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash, or beside it for the stash of a step's
 //     usage before its tools (stashUsage, not for a provider that resumes
@@ -479,9 +488,10 @@
 //     so of two concurrent calls with the same expected version exactly one
 //     wins and the other gets ErrVersionConflict; the chatstate view also
 //     applies only version = current+1.
-//   - Usage counts the first usage.recorded of each request id, and a
-//     turn's usage.recorded is the sum of every provider call of the turn,
-//     recovered or not: a step's call that finished is counted once (its
+//   - Usage counts the first usage.recorded (or turn.completed's usage) of
+//     each request id, and a turn's usage.recorded is the sum of every
+//     provider call of the turn, recovered or not: a step's call that
+//     finished is counted once (its
 //     usage is stashed before the step's tools run, and rides on the
 //     finish chunk otherwise), and a call cut by a crash or a retryable
 //     error counts what the call resuming it reports. Providers that

@@ -14,7 +14,7 @@ const (
 	EventMessageUpdated    = "message.updated"    // {id, parts}: replaces the parts of an existing message
 	EventMessagesTruncated = "messages.truncated" // {afterId}: drops every message after afterId
 	EventTurnStarted       = "turn.started"       // TurnInfo's request context {requestId, streamId, messageId, assistantMessageId, body, tools, message?, fiberId?, parent?, traceparent?, parentSpanId?}: message is the user Message a Send's turn answers, fiberId its fiber, parent the call of a sub-agent's turn, traceparent and parentSpanId its invoke_agent span
-	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason}
+	EventTurnCompleted     = "turn.completed"     // {requestId, finishReason, message?, usage?}: message and usage (record format 8, Config.EndRecordsWritable) are the turn's assistant message and usage, read as the message.appended and usage.recorded stored before it otherwise
 	EventTurnFailed        = "turn.failed"        // {requestId, error, code?}: code 402 for a spent budget
 	EventTurnInterrupted   = "turn.interrupted"   // {requestId, reason}
 	EventTurnSteered       = "turn.steered"       // {requestId, message}: a user message added to the running turn (MultitaskSteer); the messages view stores the message, the turn's next model call reads it
@@ -96,6 +96,9 @@ type turnEnded struct {
 	// Code is the failure's code when it has one a client reads (402: a
 	// budget is spent).
 	Code int `json:"code,omitempty"`
+	// A turn.completed of record format 8 also holds the turn's message
+	// and usage (endRecord): readers that want them decode those fields
+	// alone, so the views that read only the outcome skip the message.
 }
 
 type stateSet struct {

@@ -133,7 +133,8 @@ func setJSON(b *eventlog.Batch, key []byte, v any) error {
 func decodeData(e eventlog.Event, v any) bool { return json.Unmarshal(e.Data, v) == nil }
 
 // MessagesProjection projects message.appended, the user message a
-// turn.started carries, message.updated and messages.truncated into each
+// turn.started carries, the assistant message a turn.completed of record
+// format 8 carries, message.updated and messages.truncated into each
 // agent's conversation, indexed by position, and the message.part events
 // of a message event too large for one event, applied as that event once
 // the last part arrives. A message whose id is already present is
@@ -230,6 +231,16 @@ func applyMessages(b *eventlog.Batch, e eventlog.Event) error {
 			}
 		}
 		return b.Set(msgNextKey(e.Agent), encodeIndex(keep))
+	case EventTurnCompleted:
+		// Record format 8: the turn's assistant message, stored with its
+		// outcome (endRecord).
+		var t struct {
+			Message *Message `json:"message"`
+		}
+		if !decodeData(e, &t) || t.Message == nil {
+			return nil
+		}
+		return appendMessage(b, e, *t.Message)
 	case EventMessagePart:
 		return applyMessagePart(b, e)
 	case eventlog.TypeForked:
@@ -336,19 +347,41 @@ type Usage struct {
 	Cost cost.Micros `json:"cost"`
 }
 
-// UsageProjection rolls usage.recorded up per agent. Only the first
-// usage.recorded of a request id counts, so recording is idempotent.
+// UsageProjection rolls usage.recorded (and the usage a turn.completed of
+// record format 8 carries) up per agent. Only the first usage of a request
+// id counts, so recording is idempotent.
 func UsageProjection() eventlog.Projection {
 	return eventlog.Projection{Name: UsageProjectionName, Version: 1, Filter: eventlog.Filter{}, Apply: applyUsage,
 		AgentRows: agentRows(keys(usageKey), prefixes("r"))}
 }
 
-func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
-	if e.Type != EventUsageRecorded {
-		return nil
+// usageOf returns the usage e records: a usage.recorded's, or the one a
+// turn.completed of record format 8 carries (endRecord). ok is false
+// for any other event, and for one that does not decode or names no
+// request.
+func usageOf(e eventlog.Event) (u usageRecorded, ok bool) {
+	switch e.Type {
+	case EventUsageRecorded:
+		if !decodeData(e, &u) {
+			return u, false
+		}
+	case EventTurnCompleted:
+		var t struct {
+			Usage *usageRecorded `json:"usage"`
+		}
+		if !decodeData(e, &t) || t.Usage == nil {
+			return u, false
+		}
+		u = *t.Usage
+	default:
+		return u, false
 	}
-	var u usageRecorded
-	if !decodeData(e, &u) || u.RequestID == "" {
+	return u, u.RequestID != ""
+}
+
+func applyUsage(b *eventlog.Batch, e eventlog.Event) error {
+	u, ok := usageOf(e)
+	if !ok {
 		return nil
 	}
 	if _, err := b.Get(usageReqKey(e.Agent, u.RequestID)); err == nil {

@@ -41,13 +41,17 @@ func (st *turnRun) completeTurn(ctx context.Context, reason string, usage llm.Us
 // fiber's fiber.completed where appendEnd says: one round trip and one
 // wait for the views, not three. A crash may leave a prefix of
 // them stored, as it could when they went one by one: each is idempotent,
-// and a recovery finds what is stored and completes the rest.
+// and a recovery finds what is stored and completes the rest. At record
+// format 8 (Config.EndRecordsWritable) the message and usage ride in
+// turn.completed itself (endRecord): the chain is two records, and a
+// prefix of it is nothing or the whole outcome.
 func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *llm.Usage) error {
 	a := st.a
 	evs, err := st.persistEvents()
 	if err != nil {
 		return err
 	}
+	end := endRecord{RequestID: st.info.RequestID, FinishReason: reason}
 	if usage != nil {
 		rec := usageRecorded{RequestID: st.info.RequestID, Input: usage.InputTokens, Output: usage.OutputTokens}
 		if len(st.snap.Steps) > 1 {
@@ -59,15 +63,16 @@ func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *ll
 		}
 		rec.Subagents = sub
 		rec.Cost = a.costOf(*usage)
-		e, err := a.event(EventUsageRecorded, rec)
-		if err != nil {
-			return fmt.Errorf("chat: append %s: %w", EventUsageRecorded, err)
-		}
-		evs = append(evs, e)
+		end.Usage = &rec
 	}
-	e, err := a.event(EventTurnCompleted, turnEnded{RequestID: st.info.RequestID, FinishReason: reason})
+	var e eventlog.Event
+	if a.endRecordsWritable() {
+		evs, e, err = a.foldEnd(evs, end)
+	} else {
+		evs, e, err = a.chainEnd(evs, end)
+	}
 	if err != nil {
-		return fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+		return err
 	}
 	if _, err := st.appendEnd(ctx, append(evs, e)); err != nil {
 		return err
@@ -84,6 +89,70 @@ func (st *turnRun) recordCompleted(ctx context.Context, reason string, usage *ll
 	st.noteOutcome(outcome, reason, usage, "", a.cfg.TraceContent)
 	a.metrics.turns.WithLabelValues("completed").Inc()
 	return nil
+}
+
+// endRecord is what recordCompleted writes as turn.completed: turnEnded's
+// requestId and finishReason and, at record format 8
+// (Config.EndRecordsWritable), the turn's assistant message (the exact
+// bytes its message.appended would have held) and its usage, which every
+// view reads from here as from a message.appended and a usage.recorded
+// before it (SplitEnd), so the turn's end stores two records (this and
+// fiber.completed) where it stored four. Each is absent when it went in a
+// record of its own: always before format 8; at it, a message stored in
+// parts or updated (message.part, message.updated), one that does not fit
+// beside the usage, and a message already stored by a turn recovered part
+// way.
+type endRecord struct {
+	RequestID    string          `json:"requestId"`
+	FinishReason string          `json:"finishReason,omitempty"`
+	Message      json.RawMessage `json:"message,omitempty"`
+	Usage        *usageRecorded  `json:"usage,omitempty"`
+}
+
+// endRecordsWritable reports whether a turn may store its message and
+// usage in its turn.completed (Config.EndRecordsWritable).
+func (a *Agent) endRecordsWritable() bool {
+	return a.cfg.EndRecordsWritable != nil && a.cfg.EndRecordsWritable()
+}
+
+// chainEnd returns the records of a turn's end before record format 8:
+// evs (the message's), a usage.recorded, and turn.completed as e.
+func (a *Agent) chainEnd(evs []eventlog.Event, end endRecord) ([]eventlog.Event, eventlog.Event, error) {
+	if end.Usage != nil {
+		u, err := a.event(EventUsageRecorded, *end.Usage)
+		if err != nil {
+			return nil, u, fmt.Errorf("chat: append %s: %w", EventUsageRecorded, err)
+		}
+		evs = append(evs, u)
+	}
+	e, err := a.event(EventTurnCompleted, endRecord{RequestID: end.RequestID, FinishReason: end.FinishReason})
+	if err != nil {
+		return nil, e, fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+	}
+	return evs, e, nil
+}
+
+// foldEnd returns the records of a turn's end at record format 8:
+// turn.completed as e, carrying the usage and, when evs is the one
+// message.appended of the answer, the message (evs then empty). A message
+// in parts or an update (message.part, message.updated) stays in evs,
+// before e; so does a message that fits one event but not beside the
+// usage.
+func (a *Agent) foldEnd(evs []eventlog.Event, end endRecord) ([]eventlog.Event, eventlog.Event, error) {
+	if len(evs) == 1 && evs[0].Type == EventMessageAppended {
+		with := end
+		with.Message = evs[0].Data
+		if e, err := a.event(EventTurnCompleted, with); err == nil {
+			return nil, e, nil
+		} else if !errors.Is(err, ErrTooLarge) {
+			return nil, e, fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+		}
+	}
+	e, err := a.event(EventTurnCompleted, end)
+	if err != nil {
+		return nil, e, fmt.Errorf("chat: append %s: %w", EventTurnCompleted, err)
+	}
+	return evs, e, nil
 }
 
 // startStream writes the stream's start chunk unless it has one: a turn
@@ -252,3 +321,38 @@ func (st *turnRun) appendEnd(ctx context.Context, evs []eventlog.Event) (eventlo
 // fiber's fiber.completed are durable in one chain (appendEnd), before
 // the views show them and the fiber's function returns.
 const pointCompleted = "completed"
+
+// SplitEnd returns e as the records it stands for before record format 8:
+// a turn.completed that carries its turn's assistant message or usage
+// (endRecord) as the message.appended and usage.recorded
+// that would have come before it, then the turn.completed without them,
+// each with e's agent, sequence and time; any other event alone. For
+// readers of the log alone (package chatreplay) that compare turns
+// stored at either format.
+func SplitEnd(e eventlog.Event) []eventlog.Event {
+	if e.Type != EventTurnCompleted {
+		return []eventlog.Event{e}
+	}
+	var end endRecord
+	if json.Unmarshal(e.Data, &end) != nil || (end.Message == nil && end.Usage == nil) {
+		return []eventlog.Event{e}
+	}
+	out := make([]eventlog.Event, 0, 3)
+	as := func(typ string, data []byte) eventlog.Event {
+		x := e
+		x.Type, x.Data = typ, data
+		return x
+	}
+	if end.Message != nil {
+		out = append(out, as(EventMessageAppended, end.Message))
+	}
+	if end.Usage != nil {
+		if data, err := json.Marshal(end.Usage); err == nil {
+			out = append(out, as(EventUsageRecorded, data))
+		}
+	}
+	if data, err := json.Marshal(endRecord{RequestID: end.RequestID, FinishReason: end.FinishReason}); err == nil {
+		out = append(out, as(EventTurnCompleted, data))
+	}
+	return out
+}

@@ -38,9 +38,11 @@ type turnData struct {
 		RequestID string `json:"requestId"`
 		CallID    string `json:"callId"`
 	} `json:"parent"`
-	// Message is turn.started's user message, when it carries it.
+	// Message is turn.started's user message, when it carries it, and
+	// turn.completed's assistant message at record format 8.
 	Message *struct {
-		ID string `json:"id"`
+		ID   string `json:"id"`
+		Role string `json:"role"`
 	} `json:"message"`
 }
 
@@ -160,6 +162,12 @@ func (c *checker) event(e eventlog.Event) {
 			c.violate(Violation{Kind: KindCorrupt, Agent: e.Agent, Seq: e.Seq,
 				Text: fmt.Sprintf("%s data does not decode: %v", e.Type, err)})
 			return
+		}
+		if e.Type == chat.EventTurnCompleted && d.Message != nil && d.Message.ID != "" {
+			// Record format 8: the turn's assistant message, stored with
+			// its outcome, counts as its message.appended just before.
+			c.turnEvent(a, eventlog.Event{Type: chat.EventMessageAppended, Seq: e.Seq, Agent: e.Agent},
+				turnData{ID: d.Message.ID, Role: d.Message.Role})
 		}
 		c.turnEvent(a, e, d)
 	case chat.EventMessagePart:

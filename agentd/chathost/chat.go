@@ -77,6 +77,9 @@ type Type struct {
 	// chunkBatchesWritable reports whether a turn may pack the chunks it
 	// writes together into one record (agentd.FormatChunkBatches).
 	chunkBatchesWritable func() bool
+	// endRecordsWritable reports whether a completed turn may store its
+	// message and usage in its turn.completed (agentd.FormatEndRecords).
+	endRecordsWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -152,6 +155,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			// "<sequence>.<k>", where clients had digits only.
 			pack := deps.Config.PackChunks
 			ct.chunkBatchesWritable = func() bool { return pack && own.ActiveFormat() >= agentd.FormatChunkBatches }
+			// A node of the previous release reads a turn.completed
+			// without its message and usage.
+			ct.endRecordsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatEndRecords }
 		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
@@ -214,6 +220,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 
 		BatchesWritable:      ct.batchesWritable,
 		ChunkBatchesWritable: ct.chunkBatchesWritable,
+		EndRecordsWritable:   ct.endRecordsWritable,
 	}
 	if ct.shared != nil {
 		cfg.SharedBudgets = ct.shared

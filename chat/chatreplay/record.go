@@ -139,7 +139,9 @@ func turns(rec *Recording) []*turn {
 		ended := "" // the type of the event that ended the turn
 		for _, f := range rec.Events[i:] {
 			if comparable(f) {
-				t.events = append(t.events, f)
+				// As stored before record format 8, whichever it was
+				// stored at: the replay's may differ.
+				t.events = append(t.events, chat.SplitEnd(f)...)
 			}
 			if turnEnds[f.Type] && requestOf(f) == t.start.RequestID {
 				ended = f.Type

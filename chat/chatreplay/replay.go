@@ -189,7 +189,7 @@ func replayTurn(ctx context.Context, sb *sandbox, a *chat.Agent, fr *fiber.Runne
 	var got []eventlog.Event
 	for _, e := range evs {
 		if e.Seq > before && comparable(e) {
-			got = append(got, e)
+			got = append(got, chat.SplitEnd(e)...)
 		}
 	}
 	cevs, err := readAll(ctx, sb.lg, eventlog.Filter{Agent: a.ID(), Stream: turn.StreamID})

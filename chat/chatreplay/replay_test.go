@@ -302,3 +302,33 @@ func TestReplayFailed(t *testing.T) {
 		t.Fatalf("results = %v", got)
 	}
 }
+
+// TestReplayAcrossFormats: a conversation recorded at record format 8 (a
+// turn's answer and usage in its turn.completed) replays the same at
+// format 7 (a message.appended and a usage.recorded of their own), and
+// one recorded at 7 the same at 8: turns are compared as format 7 stores
+// them (chat.SplitEnd).
+func TestReplayAcrossFormats(t *testing.T) {
+	at := func(end bool) func(*chat.Config) {
+		agent := weatherAgent(t, false, false)
+		return func(c *chat.Config) {
+			agent(c)
+			c.EndRecordsWritable = func() bool { return end }
+		}
+	}
+	for _, recorded := range []bool{true, false} {
+		rec := record(t, map[bool]string{true: "x8", false: "x7"}[recorded], at(recorded), conversation...)
+		got, err := chatreplay.Run(t.Context(), rec, chatreplay.Options{Configure: at(!recorded)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(conversation) {
+			t.Fatalf("recorded with end records %v: results %v", recorded, got)
+		}
+		for i, r := range got {
+			if !r.Same() {
+				t.Errorf("recorded with end records %v, replayed with %v: turn %d: %s", recorded, !recorded, i+1, r)
+			}
+		}
+	}
+}

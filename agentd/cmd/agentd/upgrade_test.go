@@ -269,7 +269,8 @@ func TestUpgrade(t *testing.T) {
 	// Through the format switch: once every node runs this release the
 	// cluster's active format (the tenant's too) reaches this release's,
 	// agentd.RecordFormat, and a chat after it is stored in the new
-	// records (packed chunks, --pack-chunks) and answered; verify below
+	// records (packed chunks, --pack-chunks; the answer and usage in
+	// turn.completed, format 8) and answered; verify below
 	// reads both kinds. The nodes log the raise; the admin's credential
 	// does not reach the cluster endpoint.
 	raised := fmt.Sprintf(`"to":%d}`, agentd.RecordFormat)
