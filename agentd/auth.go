@@ -272,4 +272,11 @@ type TenantLink struct {
 	// connection of this user, which may publish only under _INBOX.
 	// (Deps.Reply). Nil: answers go out on the daemon's connection.
 	Replier *auth.User
+	// Shards is the shard count a new log of the tenant is created with:
+	// the serving node's (Daemon.Shards), so a tenant on a sharded
+	// cluster gets its scale-out; 0 or 1, unsharded. It stands where
+	// newClusterShards stands for a node: a tenant whose log exists (a
+	// stored count, or the unsharded events stream) keeps its layout
+	// (--shards, Config.Shards, stays 0 for a tenant's daemon).
+	Shards int
 }

@@ -484,6 +484,68 @@ func TestGuardHealsADeletedStream(t *testing.T) {
 	}
 }
 
+// TestGuardHealsDeletedShardsTogether: the events shards of a sharded log
+// deleted one after another under the running daemon (as a restore, or its
+// undo, deletes them) are all created again by the first shard's heal, so
+// no heal waits for views that follow a shard still missing: none fails,
+// each shard is back and /readyz is 200 again.
+func TestGuardHealsDeletedShardsTogether(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	cfg.Shards = 4
+	var logs agentdtest.SyncBuffer
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d, err := agentd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Views, and events in several shards: a heal waits for the views to
+	// catch up with every shard.
+	err = d.OnStart(func(ctx context.Context, deps *agentd.Deps) error {
+		<-deps.Ownership.Ready() // appends are fenced: write as the owner
+		for i := range 16 {
+			if _, err := deps.Log.Append(ctx, eventlog.Event{Agent: fmt.Sprintf("a%d", i), Type: "note.added", Data: []byte(`{}`)}); err != nil {
+				return err
+			}
+		}
+		pr, err := deps.Log.NewProjector(eventlog.Projection{Name: "notes", Version: 1,
+			Apply: func(b *eventlog.Batch, e eventlog.Event) error { return b.Set([]byte(e.ID), e.Data) }})
+		if err != nil {
+			return err
+		}
+		return d.AddProjector(pr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentdtest.Start(t, d)
+	base := "http://" + d.HTTPAddr()
+	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
+	nc, err := nats.Connect(d.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for k := range cfg.Shards {
+		if err := js.DeleteStream(t.Context(), eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first heal (of whichever shard the guard saw first) creates
+	// them all; a shard created again before its own guard looked is
+	// the same empty stream to it, with nothing to heal.
+	waitLog(t, &logs, `healed","subsystem":"guard","store":"FOREVER_EVENTS_`)
+	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
+	for k := range cfg.Shards {
+		if _, err := js.Stream(t.Context(), eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)); err != nil {
+			t.Errorf("shard %d after the heal: %v", k, err)
+		}
+	}
+	if strings.Contains(logs.String(), "failed; trying again") {
+		t.Errorf("a heal failed: it waited for a shard still missing:\n%s", grepLines(logs.String(), "failed; trying again"))
+	}
+}
+
 // waitLog waits until logs holds want.
 func waitLog(t *testing.T, logs *agentdtest.SyncBuffer, want string) {
 	t.Helper()

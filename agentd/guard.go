@@ -691,6 +691,19 @@ func (d *Daemon) healEvents(ctx context.Context, lg *eventlog.Log, views *eventl
 	if err := lg.EnsureStream(ctx, name); err != nil {
 		return err
 	}
+	// The views rebuild from every shard: the other shards lost with this
+	// one (a restore, or its undo, deletes them one after another) are
+	// created again now too, or the rebuild would wait for each one's own
+	// heal, up to a heal's 30 s apart (each shard's guard then finds its
+	// stream created again, and heals at once).
+	for _, n := range lg.EventsStreams() {
+		if n == name {
+			continue
+		}
+		if err := lg.EnsureStream(ctx, n); err != nil {
+			return err
+		}
+	}
 	stream := lg.EventsStream()
 	d.mu.Lock()
 	fns := d.mu.storeLost

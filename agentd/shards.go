@@ -69,7 +69,8 @@ func (c *Config) newClusterShards(clustered bool) int {
 }
 
 // creationShards returns the shard count this node would create a new
-// cluster with: --shards above 1, else (no flag) newClusterShards, unless
+// cluster with: --shards above 1, else (no flag) newClusterShards (a
+// tenant's daemon: its node's, TenantLink.Shards), unless
 // the unsharded events stream already exists in the node's account: a
 // log created without a stored count (before the partitions bucket, or
 // by hand) keeps its layout, so no data moves by surprise.
@@ -78,6 +79,13 @@ func (c *Config) creationShards(ctx context.Context, nc *nats.Conn) (int, error)
 		return c.logShards(), nil
 	}
 	k := c.newClusterShards(c.Replicas > 1 || c.clustered())
+	if c.Tenant != nil {
+		// A tenant's log takes its node's layout (TenantLink.Shards).
+		k = 0
+		if c.Tenant.Shards > 1 {
+			k = c.Tenant.Shards
+		}
+	}
 	if k == 0 {
 		return 0, nil
 	}
@@ -102,6 +110,17 @@ func (c *Config) logShards() int {
 		return 0
 	}
 	return c.Shards
+}
+
+// Shards returns the shard count of the node's log once it started: the
+// cluster's, as the lease manager checked or took it (0: unsharded).
+// Before the start it is the count of --shards (0 when unset).
+// It may be called from any goroutine.
+func (d *Daemon) Shards() int {
+	if mgr := d.parts.ready.Load(); mgr != nil {
+		return mgr.Shards()
+	}
+	return d.cfg.logShards()
 }
 
 // logShards returns the shard count the node's log opens with: the

@@ -70,7 +70,7 @@ func TestTenantAccountAndUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn.Quota.Bytes = 1 << 20
-	client, err := k.TenantClientUser(tn, "FOREVER_CHUNKS", Credential{Name: "c1", Role: RoleWriter}, tn.Quota)
+	client, err := k.TenantClientUser(tn, Credential{Name: "c1", Role: RoleWriter}, tn.Quota)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,14 +156,14 @@ func ReplierPermissions() *jwt.Permissions {
 }
 
 // TenantClientUser mints the NATS user of t's credential c, limited by
-// ClientPermissions(chunksStream, c.Role), expiring at c.Expires (the
+// ClientPermissions(c.Role), expiring at c.Expires (the
 // server closes its connections then), with q's (resolved) subscriptions
 // and payload limits per connection.
-func (k *Keys) TenantClientUser(t *Tenant, chunksStream string, c Credential, q Quota) (*User, error) {
+func (k *Keys) TenantClientUser(t *Tenant, c Credential, q Quota) (*User, error) {
 	if !c.Role.Valid() {
 		return nil, fmt.Errorf("%w: role %q", ErrInvalidCredential, c.Role)
 	}
-	return mintUser(t.Name+"/"+c.Name, k.Signer, t.Account, ClientPermissions(chunksStream, c.Role), func(uc *jwt.UserClaims) {
+	return mintUser(t.Name+"/"+c.Name, k.Signer, t.Account, ClientPermissions(c.Role), func(uc *jwt.UserClaims) {
 		uc.Expires = c.Expires
 		uc.Limits.Subs = limit(q.Subs)
 		uc.Limits.Payload = limit(q.Payload)
@@ -205,11 +205,20 @@ const ClientAPIPrefix = "forever.jsapi"
 // admin, but AdminVerbs for the admin only), list agents (forever.list)
 // and read the cluster's view (forever.cluster), subscribe to chunks,
 // agents' broadcasts (forever.bcast.>) and inboxes, and run ordered
-// consumers (pull, ack none) on the chunks stream through
+// consumers (pull, ack none) on the chunks streams through
 // ClientAPIPrefix. It may not ack ($JS.ACK): the server publishes an
 // ack's answer on the reply subject the acker chose, from inside the
 // account. Everything else is denied by the server.
-func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
+//
+// The API calls name their stream with a wildcard: a sharded log has a
+// chunks stream a shard (FOREVER_CHUNKS_<k>), which a subject wildcard
+// cannot match by prefix, and listing every shard's calls would pass the
+// 4 KiB a client's CONNECT may take. agentd's forwarder, the only way
+// from ClientAPIPrefix to $JS.API, refuses a call on any stream but the
+// log's chunks streams (package tenancy). Nothing else of JetStream is
+// allowed (no $JS.FC: a client's consumers are pull consumers, which take
+// no flow control).
+func ClientPermissions(r Role) *jwt.Permissions {
 	p := &jwt.Permissions{}
 	api := ClientAPIPrefix + "."
 	if vs := r.Verbs(); vs == nil {
@@ -228,15 +237,14 @@ func ClientPermissions(chunksStream string, r Role) *jwt.Permissions {
 		"forever.list",
 		"forever.cluster",
 		api+"INFO",
-		api+"STREAM.INFO."+chunksStream,
-		api+"CONSUMER.CREATE."+chunksStream+".>",
-		api+"CONSUMER.INFO."+chunksStream+".>",
-		api+"CONSUMER.DELETE."+chunksStream+".>",
-		api+"CONSUMER.MSG.NEXT."+chunksStream+".>",
-		api+"STREAM.MSG.GET."+chunksStream,
-		api+"DIRECT.GET."+chunksStream,
-		api+"DIRECT.GET."+chunksStream+".>",
-		"$JS.FC."+chunksStream+".>",
+		api+"STREAM.INFO.*",
+		api+"CONSUMER.CREATE.*.>",
+		api+"CONSUMER.INFO.*.>",
+		api+"CONSUMER.DELETE.*.>",
+		api+"CONSUMER.MSG.NEXT.*.>",
+		api+"STREAM.MSG.GET.*",
+		api+"DIRECT.GET.*",
+		api+"DIRECT.GET.*.>",
 	)
 	p.Sub.Allow.Add("forever.chunk.>", "forever.bcast.>", InboxPrefix+">")
 	return p

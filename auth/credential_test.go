@@ -83,7 +83,7 @@ func TestRolePermissions(t *testing.T) {
 		{RoleWriter, []string{"forever.cmd.>"}, nil},
 		{RoleAdmin, []string{"forever.cmd.>"}, nil},
 	} {
-		p := ClientPermissions("FOREVER_CHUNKS", tc.role)
+		p := ClientPermissions(tc.role)
 		for _, s := range tc.allow {
 			if !p.Pub.Allow.Contains(s) {
 				t.Errorf("%s may not publish %s", tc.role, s)
@@ -94,7 +94,7 @@ func TestRolePermissions(t *testing.T) {
 				t.Errorf("%s may publish %s", tc.role, s)
 			}
 		}
-		if !p.Pub.Allow.Contains(ClientAPIPrefix+".CONSUMER.CREATE.FOREVER_CHUNKS.>") || !p.Sub.Allow.Contains("forever.chunk.>") {
+		if !p.Pub.Allow.Contains(ClientAPIPrefix+".CONSUMER.CREATE.*.>") || !p.Sub.Allow.Contains("forever.chunk.>") {
 			t.Errorf("%s cannot replay chunks", tc.role)
 		}
 		if strings.Contains(strings.Join(p.Pub.Allow, " "), "$JS.API") {
@@ -123,7 +123,7 @@ func TestCredentialClaims(t *testing.T) {
 	exp := time.Now().Add(time.Hour).Unix()
 	q := Quota{Subs: 100, Payload: 4096, Conns: 8, Streams: 10, Consumers: 50, Bytes: 1 << 20, Memory: 1 << 16}
 	c := Credential{Name: "ro", Role: RoleReader, Created: time.Now().Unix(), Expires: exp}
-	u, err := k.TenantClientUser(tn, "FOREVER_CHUNKS", c, q)
+	u, err := k.TenantClientUser(tn, c, q)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,12 @@
 //     AdminVerbs, forever.cmd.*.delete, for the admin only) and
 //     forever.list and forever.cluster, subscribe only to forever.chunk.>, forever.bcast.> and
 //     _INBOX.>, and use only the JetStream API calls an ordered consumer of
-//     the chunks stream needs, under ClientAPIPrefix (agentd forwards them
-//     to $JS.API, counting them against the tenant's rate), never $JS.API
-//     itself. It cannot write events or chunks, manage streams, or read
-//     another tenant's subjects, because those live in another account.
+//     the chunks streams needs, under ClientAPIPrefix (agentd forwards them
+//     to $JS.API, counting them against the tenant's rate, and refuses a
+//     call on any stream but the log's chunks streams: the unsharded one
+//     or a shard's, FOREVER_CHUNKS_<k>), never $JS.API itself. It cannot
+//     write events or chunks, manage streams, or read another tenant's
+//     subjects, because those live in another account.
 //   - agentd answers a tenant's clients as its replier in the tenant's
 //     account (TenantReplierUser), which may publish only under
 //     InboxPrefix and subscribe to nothing: the server refuses an answer

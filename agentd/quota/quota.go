@@ -226,24 +226,16 @@ func (qs *Enforcer) admitAgent(ctx context.Context, agent string) error {
 // subjects <prefix>.evt.<partition>.<agent>: every shard's subjects are
 // listed.
 func (qs *Enforcer) loadAgents(ctx context.Context) (map[string]bool, error) {
-	names := []string{eventlog.DefaultEventsStream}
+	streams, sharded, err := eventsStreams(ctx, qs.js)
+	if err != nil {
+		return nil, unavailable("agents quota", err)
+	}
 	filter := qs.prefix + ".evt.*"
-	if _, err := qs.js.Stream(ctx, eventlog.DefaultEventsStream); errors.Is(err, jetstream.ErrStreamNotFound) {
-		names, filter = nil, qs.prefix+".evt.*.*"
-		for k := 0; ; k++ {
-			name := eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)
-			if _, err := qs.js.Stream(ctx, name); err != nil {
-				break
-			}
-			names = append(names, name)
-		}
+	if sharded {
+		filter = qs.prefix + ".evt.*.*"
 	}
 	known := map[string]bool{}
-	for _, name := range names {
-		s, err := qs.js.Stream(ctx, name)
-		if err != nil {
-			return nil, unavailable("agents quota", err)
-		}
+	for _, s := range streams {
 		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 		if err != nil {
 			return nil, unavailable("agents quota", err)

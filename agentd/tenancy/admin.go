@@ -15,7 +15,6 @@ import (
 
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
-	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/apierror"
 )
 
@@ -221,7 +220,7 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 			c.Expires = now.Add(ttl).Unix()
 		}
 		limits := ts.parent.Config().TenantQuota(t.Quota)
-		client, err := ts.op.Keys.TenantClientUser(t, eventlog.DefaultChunksStream, c, limits)
+		client, err := ts.op.Keys.TenantClientUser(t, c, limits)
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,21 @@
 // which the stream or consumer answers, not the server's shared API
 // queue). A flood of API calls is refused at the tenant's rate with a
 // JetStream API error 429 instead of filling the queue every account
-// shares.
+// shares. The client's permissions name the API calls' stream with a
+// wildcard; the forwarder refuses (403) a call on any stream but the
+// log's chunks streams, FOREVER_CHUNKS or a shard's FOREVER_CHUNKS_<k>
+// (checkStream, TestCheckStream).
+//
+// # Shards
+//
+// A new tenant's log takes its node's layout (agentd.TenantLink.Shards:
+// the shard count the node's cluster stored; unsharded on a single
+// server) and its views are owned as the node's are; a tenant whose log
+// exists keeps its stored layout. The account's streams limit is the
+// streams quota plus quota.ShardStreams (the shards past the first of
+// each kind), so the quota counts a log as two streams, as the tenant's
+// usage does (TestCluster/Auth in agentd/cmd/agentd checks a tenant of a
+// 3-node cluster: 8 shards, replayed by its client, its usage).
 //
 // A tenant's record also holds its budgets (auth.Budget: tenant create's
 // --token-budget, --cost-budget, --user-token-budget, --user-cost-budget),

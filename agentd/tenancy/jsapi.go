@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/eventlog"
 )
 
 // jsAPIQueue is the queue group of the tenant's daemons (one a node) that
@@ -47,7 +49,9 @@ const (
 // to auth.ClientAPIPrefix, to $JS.API in the tenant's account, each
 // through the tenant's rate quota (Allow): past it the client gets a
 // JetStream API error 429. The client's permissions already limited the
-// subjects to its chunk stream's reads. A request is forwarded only when
+// subjects to the calls an ordered consumer makes, on any stream; the
+// forwarder refuses those on a stream but the log's chunks streams
+// (checkStream). A request is forwarded only when
 // its reply subject is an inbox (auth.CheckReply), and the API answers
 // agentd's own inbox, from which the answers are relayed to the client's
 // (jsRelay) through the replier (agentd.Deps.Reply, a user that may
@@ -84,6 +88,10 @@ func startJSAPI(d *agentd.Daemon, deps *agentd.Deps) error {
 				respondAPIError(deps, m, err)
 				return
 			}
+		}
+		if err := checkStream(deps.Log.ChunksStream(), rest); err != nil {
+			respondAPIError(deps, m, err)
+			return
 		}
 		if err := checkConsumer(rest, m.Data); err != nil {
 			respondAPIError(deps, m, err)
@@ -291,8 +299,56 @@ func checkConsumer(rest string, data []byte) error {
 	return nil
 }
 
+// streamCalls are the API calls (after $JS.API.) a client may make that
+// name a stream, its name the token after the prefix
+// (auth.ClientPermissions); INFO (the account's) names none.
+var streamCalls = []string{"STREAM.INFO.", "STREAM.MSG.GET.", "DIRECT.GET.", "CONSUMER.CREATE.",
+	"CONSUMER.DURABLE.CREATE.", "CONSUMER.INFO.", "CONSUMER.DELETE.", pullPrefix}
+
+// errStreamRefused refuses an API call on a stream other than the log's
+// chunks streams (checkStream).
+type errStreamRefused struct{ call string }
+
+func (e *errStreamRefused) Error() string {
+	return "a client may use only the chunks streams (FOREVER_CHUNKS, or a shard's FOREVER_CHUNKS_<k>): not " + e.call
+}
+
+// checkStream refuses the API calls (rest: the subject after $JS.API.)
+// a client's permissions let through on a stream that is not one of the
+// log's chunks streams: base (eventlog.Log.ChunksStream, the unsharded
+// name, which a client binding the log asks for first) or a shard's,
+// <base>_<k> for k in [0, eventlog.MaxShards). The permissions name the
+// stream with a wildcard (auth.ClientPermissions), so without this a
+// client could read the events streams, or pull from agentd's own
+// consumers. A call with no stream but the account's INFO is refused.
+func checkStream(base, rest string) error {
+	if rest == "INFO" {
+		return nil
+	}
+	for _, c := range streamCalls {
+		name, ok := strings.CutPrefix(rest, c)
+		if !ok {
+			continue
+		}
+		if i := strings.IndexByte(name, '.'); i >= 0 {
+			name = name[:i]
+		}
+		if name == base {
+			return nil
+		}
+		if k, ok := strings.CutPrefix(name, base+"_"); ok {
+			n, err := strconv.Atoi(k)
+			if err == nil && n >= 0 && n < eventlog.MaxShards && strconv.Itoa(n) == k {
+				return nil
+			}
+		}
+		break
+	}
+	return &errStreamRefused{call: rest}
+}
+
 // respondAPIError answers a request refused for the tenant's rate (429),
-// or a consumer refused (checkConsumer, 403), as the JetStream API
+// or a consumer or a stream refused (checkConsumer, checkStream: 403), as the JetStream API
 // answers an error, so clients read it as one. Its reply
 // subject was checked (auth.CheckReply); the answer goes out through the
 // replier (agentd.Deps.Reply).
@@ -300,10 +356,11 @@ func respondAPIError(deps *agentd.Deps, m *nats.Msg, err error) {
 	code := 503
 	var qe *quota.Error
 	var ce *errConsumerRefused
+	var se *errStreamRefused
 	switch {
 	case errors.As(err, &qe):
 		code = qe.StatusCode()
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &se):
 		code = 403
 	}
 	b, _ := json.Marshal(map[string]any{

@@ -33,3 +33,42 @@ func TestCheckConsumer(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckStream: the forwarder lets a client's calls through on the
+// log's chunks streams, unsharded or a shard's, and refuses them on any
+// other stream (the events streams, agentd's buckets, a name that only
+// starts like a shard's) and any call naming no stream but the account's
+// INFO: the client's permissions name the stream with a wildcard.
+func TestCheckStream(t *testing.T) {
+	for _, c := range []struct {
+		rest    string
+		refused bool
+	}{
+		{"INFO", false},
+		{"STREAM.INFO.FOREVER_CHUNKS", false},
+		{"STREAM.INFO.FOREVER_CHUNKS_0", false},
+		{"STREAM.INFO.FOREVER_CHUNKS_7", false},
+		{"CONSUMER.CREATE.FOREVER_CHUNKS_3.c1.forever.chunk.5.a.s", false},
+		{"CONSUMER.MSG.NEXT.FOREVER_CHUNKS_3.c1", false},
+		{"DIRECT.GET.FOREVER_CHUNKS_3.forever.chunk.5.a.s", false},
+		{"DIRECT.GET.FOREVER_CHUNKS_3", false},
+		{"STREAM.MSG.GET.FOREVER_CHUNKS_1", false},
+		{"CONSUMER.DELETE.FOREVER_CHUNKS_1.c1", false},
+		{"STREAM.INFO.FOREVER_EVENTS", true},
+		{"STREAM.INFO.FOREVER_EVENTS_0", true},
+		{"CONSUMER.MSG.NEXT.FOREVER_EVENTS_2.views", true},
+		{"DIRECT.GET.KV_forever-partitions", true},
+		{"STREAM.INFO.FOREVER_CHUNKS_", true},
+		{"STREAM.INFO.FOREVER_CHUNKS_01", true},
+		{"STREAM.INFO.FOREVER_CHUNKS_-1", true},
+		{"STREAM.INFO.FOREVER_CHUNKSX", true},
+		{"STREAM.DELETE.FOREVER_CHUNKS", true},
+		{"STREAM.LIST", true},
+	} {
+		err := checkStream("FOREVER_CHUNKS", c.rest)
+		var se *errStreamRefused
+		if got := errors.As(err, &se); got != c.refused {
+			t.Errorf("checkStream(%s) = %v, refused %v, want %v", c.rest, err, got, c.refused)
+		}
+	}
+}

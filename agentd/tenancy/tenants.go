@@ -19,6 +19,7 @@ import (
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/audit"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/internal/kvwatch"
 	"github.com/forever-agents/forever/internal/promreg"
@@ -475,14 +476,16 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	}
 	cfg.Auth, cfg.Insecure = false, true
 	cfg.OIDCIssuer, cfg.OIDCAudience = "", ""
-	// A tenant's log stays unsharded: its account's stream quota, its
-	// clients' permissions (the chunks stream by name) and its usage read
-	// one stream of each kind (issue 36 leaves tenants' shards for later).
-	cfg.Shards = 1 // 1, not 0: not the count the tenant's account stored
-	cfg.AllViews = true
+	// A new tenant's log takes the node's layout (its shards, and owned
+	// views as the node has them); one that exists keeps its stored count
+	// (0 here: the count the tenant's account stored). Its account's
+	// stream limit has room for the shards (pushAccount), its clients'
+	// permissions take any of its chunks streams (auth.ClientPermissions,
+	// checked by the forwarder: startJSAPI) and its usage sums the shards.
+	cfg.Shards = 0
 	name := t.Name
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Replier: replier,
-		Budget: func() auth.Budget { return ts.budget(name) }}
+		Budget: func() auth.Budget { return ts.budget(name) }, Shards: ts.parent.Shards()}
 	tenant := t.Name
 	cfg.Quota = pc.TenantQuota(t.Quota)
 	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
@@ -605,7 +608,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 // pushAccount sends t's account JWT to the server's resolver, the way nsc
 // pushes one: a claims update request from the system account.
 func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
-	tok, err := ts.op.Keys.TenantAccountJWT(t, ts.parent.Config().TenantQuota(t.Quota))
+	tok, err := ts.op.Keys.TenantAccountJWT(t, ts.accountLimits(t.Quota))
 	if err != nil {
 		return err
 	}
@@ -627,6 +630,21 @@ func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
 		return fmt.Errorf("account update: %s", resp.Error.Description)
 	}
 	return nil
+}
+
+// accountLimits are the JetStream and connection limits of the account
+// of a tenant whose record holds q: its quota as the node resolves it
+// (TenantQuota), with room in the streams limit for the shards of a
+// sharded log past one of each kind (quota.ShardStreams), so the streams
+// quota counts a tenant's log as two streams (events, chunks) however
+// many shards it has. A tenant's clients create no stream (their
+// permissions, auth.ClientPermissions): the limit bounds agentd's own.
+func (ts *tenantSet) accountLimits(q auth.Quota) auth.Quota {
+	q = ts.parent.Config().TenantQuota(q)
+	if q.Streams > 0 {
+		q.Streams += int64(quota.ShardStreams(ts.parent.Shards()))
+	}
+	return q
 }
 
 // Gather gathers every tenant daemon's metrics (labelled tenant=<name>).

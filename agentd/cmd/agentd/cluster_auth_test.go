@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +19,12 @@ import (
 
 	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/quota"
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/chat/chunk"
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/replay"
 )
 
 // testClusterAuth runs three nodes with auth as the chart's defaults start
@@ -99,6 +106,7 @@ func testClusterAuth(t *testing.T, bin string) {
 	if code, _ := authedGet(t, "http://"+nodes[1].http+"/v1/chat/bot0/messages", ""); code != 401 {
 		t.Fatalf("no token on node 1: %d", code)
 	}
+	checkTenantShards(t, bin, secret, nodes, nc, 12)
 
 	// Revoked through node 2 (with its own admin.creds): node 1 closes the
 	// live connection, every node refuses the token.
@@ -148,4 +156,78 @@ func tenantPartitions(nd *clusterNode, tenant string) int {
 		}
 	}
 	return 0
+}
+
+// checkTenantShards checks that the log of tenant acme, created on a
+// cluster of the default layout, is sharded as the nodes' are: its
+// client (nc) binds every chunks shard through agentd's forwarder and
+// replays the chats of agents bot0..bot<agents-1>, and is refused a call
+// on an events stream; the tenant's usage, summed over the shards, counts
+// its agents, and its streams as the streams quota counts them (the log
+// as two), within the quota. secret is the nodes' shared auth secret.
+func checkTenantShards(t *testing.T, bin, secret string, nodes []*clusterNode, nc *nats.Conn, agents int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Bind: true, ChunksOnly: true, APIPrefix: auth.ClientAPIPrefix,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("the tenant's client binds its log: %v", err)
+	}
+	defer lg.Close()
+	if lg.Shards() != agentd.DefaultShards {
+		t.Fatalf("the tenant's log has %d shards (%v), want the nodes' %d", lg.Shards(), lg.ChunksStreams(), agentd.DefaultShards)
+	}
+	rc := replay.NewClient(lg)
+	for i := range agents {
+		agent := fmt.Sprintf("bot%d", i)
+		stream, err := rc.Latest(ctx, agent)
+		if err != nil {
+			t.Fatalf("the tenant's client: latest stream of %s: %v", agent, err)
+		}
+		var n int
+		var last chunk.Chunk
+		for it, err := range rc.Follow(ctx, agent, stream, replay.Cursor{}) {
+			if err != nil {
+				t.Fatalf("the tenant's client replays %s/%s: %v", agent, stream, err)
+			}
+			n, last = n+1, it.Chunk
+		}
+		if n == 0 || !last.Terminal() {
+			t.Fatalf("the tenant's client replayed %d chunks of %s/%s, the last %+v: want a whole turn", n, agent, stream, last)
+		}
+	}
+	msg, err := nc.Request(auth.ClientAPIPrefix+".STREAM.INFO."+eventlog.ShardStreamName(eventlog.DefaultEventsStream, 0), nil, 10*time.Second)
+	if err != nil || !strings.Contains(string(msg.Data), `"code":403`) {
+		t.Fatalf("the tenant's client asked for an events stream's info: %v %s, want 403", err, msgData(msg))
+	}
+
+	out, stderr, code := tenantCLIAuth(t, bin, "admin-token", "--auth-secret-file", secret, "--server", "nats://"+nodes[0].nats, "--ttl", "1h")
+	if code != 0 {
+		t.Fatalf("auth admin-token: exit %d: %s", code, stderr)
+	}
+	var list struct {
+		Tenants []struct {
+			Name  string       `json:"name"`
+			Quota auth.Quota   `json:"quota"`
+			Usage *quota.Usage `json:"usage"`
+		} `json:"tenants"`
+	}
+	status, body := authedGet(t, "http://"+nodes[0].http+"/v1/tenants", strings.TrimSpace(out))
+	if err := json.Unmarshal([]byte(body), &list); status != 200 || err != nil || len(list.Tenants) != 1 || list.Tenants[0].Usage == nil {
+		t.Fatalf("GET /v1/tenants: %d %v %s", status, err, body)
+	}
+	u, q := list.Tenants[0].Usage, list.Tenants[0].Quota
+	t.Logf("acme's usage with its log in %d shards: %+v (quota: %d streams, %d consumers)", lg.Shards(), *u, q.Streams, q.Consumers)
+	if u.Agents != agents || u.Streams < 2 || int64(u.Streams) > q.Streams {
+		t.Errorf("acme's usage %+v (quota %d streams): want %d agents, streams within the quota", u, q.Streams, agents)
+	}
+}
+
+// msgData is m's payload, nil for none.
+func msgData(m *nats.Msg) []byte {
+	if m == nil {
+		return nil
+	}
+	return m.Data
 }
