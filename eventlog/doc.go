@@ -178,7 +178,9 @@
 //     followed keeps its rows and resumes from its cursor when followed
 //     again; a WaitFor of a partition not followed returns (TestOwnedViews),
 //     and so does a wait for a partition released while it waited
-//     (TestOwnedViewsWaitAcrossRelease).
+//     (TestOwnedViewsWaitAcrossRelease). WaitPartition(p) waits for
+//     partition p's events alone: another partition catching up, in
+//     another shard, does not hold it (TestOwnedViewsWaitPartition).
 //     A view switched between the two ways applies nothing twice
 //     (TestOwnedViewsSwitch).
 //   - Bad input (an agent id or type that is not a valid subject token, an

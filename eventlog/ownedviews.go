@@ -35,7 +35,9 @@ import (
 // partition of seq's shard applied every event up to seq: seq of a
 // partition not followed is covered once the followed ones applied every
 // event stored before it (learnt from the stream when their consumer is
-// idle). WaitFor(SeqEnds) waits for each followed partition's last event.
+// idle). WaitFor(SeqEnds) waits for each followed partition's last event;
+// WaitPartition(p) for p's last event alone, in p's shard (a new owner's
+// recovery of p).
 //
 // A view kept with every partition (shard cursors "c<k>") and opened with
 // owned views starts each partition's cursor at its shard's; the view is
@@ -246,6 +248,31 @@ func (f *Follower) setIdle(idle bool) {
 	}
 	f.mu.idle = idle
 	f.bumpLocked()
+}
+
+// WaitPartition blocks until every projection of f applied every event of
+// partition p stored when it is called: what a new owner waits for before
+// it recovers p's agents. With owned views (Config.OwnedViews) that is
+// p's events alone, in p's shard: another partition catching up (from its
+// first event, or after a change of the followed set), or another shard's
+// stream electing its leader, does not hold it; a p not followed returns
+// at once, as WaitFor of its sequence does. Without owned views the views
+// have one cursor a shard, so it waits for the log's end, WaitFor of
+// LastSeq(Filter{}). Errors: ErrInvalid for p out of range (a log without
+// Config.Partitions takes any p >= 0), and WaitFor's.
+func (f *Follower) WaitPartition(ctx context.Context, p int) error {
+	if p < 0 || (f.l.cfg.Partitions > 0 && p >= f.l.cfg.Partitions) {
+		return invalidf("wait for partition %d: want 0 to %d", p, f.l.cfg.Partitions-1)
+	}
+	if f.shards != nil && f.owning() {
+		_, gen, _ := f.l.owned.state()
+		return f.waitOwnedSince(ctx, SeqEnds, []int{p}, gen)
+	}
+	last, err := f.l.LastSeq(ctx, Filter{})
+	if err != nil {
+		return err
+	}
+	return f.WaitFor(ctx, last)
 }
 
 // waitOwned is WaitFor of an owned-views Follower.

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -341,5 +343,88 @@ func TestOwnedViewsWaitAcrossRelease(t *testing.T) {
 	}
 	if got := dump(t, lg, "counter"); len(got) == 0 {
 		t.Fatalf("the view of partition 0 is empty after the wait")
+	}
+}
+
+// A wait for one partition's events (WaitPartition: what a new owner's
+// recovery of that partition waits for) returns once that partition is
+// caught up, while another partition, in another shard, newly followed,
+// is still catching up from its first event: the recovery of one
+// partition does not wait for another's catch-up. WaitFor of the log's
+// end (SeqEnds), which recovery waited for before, would wait for both.
+func TestOwnedViewsWaitPartition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true})
+	// Partition 0 is in shard 0, partition 1 in shard 1.
+	var mine, other string
+	for i := 0; mine == "" || other == ""; i++ {
+		id := "agent" + strconv.Itoa(i)
+		switch eventlog.PartitionOf(id, 4) {
+		case 0:
+			mine = cmp.Or(mine, id)
+		case 1:
+			other = cmp.Or(other, id)
+		}
+	}
+	// The view's Apply of partition 1's events blocks until gate is
+	// closed: partition 1's catch-up stays unfinished meanwhile.
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	p := counter(1)
+	inner := p.Apply
+	p.Apply = func(b *eventlog.Batch, e eventlog.Event) error {
+		if eventlog.PartitionOf(e.Agent, 4) == 1 {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return inner(b, e)
+	}
+	if err := lg.FollowPartition(0); err != nil {
+		t.Fatal(err)
+	}
+	f := newFollower(t, lg, p)
+	eventlogtest.RunFollower(t, f)
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitPartition(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := lg.Append(ctx, eventlog.Event{Agent: other, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.FollowPartition(1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered: // partition 1's catch-up is under way, and held
+	case <-ctx.Done():
+		t.Fatal("partition 1's catch-up never applied its first event")
+	}
+	if err := f.WaitPartition(ctx, 0); err != nil {
+		t.Fatalf("wait for partition 0 while partition 1 catches up: %v", err)
+	}
+	if got, want := dump(t, lg, "counter")["n/"+other], ""; got != want {
+		t.Fatalf("partition 1's events were applied before its catch-up was let go: n/%s = %q", other, got)
+	}
+	close(gate)
+	if err := f.WaitPartition(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, lg, "counter"), foldOf(t, lg, 4, 0, 1); !maps.Equal(got, want) {
+		t.Fatalf("view after both partitions caught up:\n got %v\nwant %v", got, want)
+	}
+	if err := f.WaitPartition(ctx, 4); !errors.Is(err, eventlog.ErrInvalid) {
+		t.Fatalf("WaitPartition(4) of 4 partitions: %v, want ErrInvalid", err)
 	}
 }

@@ -96,9 +96,10 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	// retried until it succeeds or the partition goes, so no agent of the
 	// partition is left unrecovered.
 	var n int
+	var caughtUp time.Time // when the views held the partition's events
 	for attempt := 0; ; attempt++ {
 		var err error
-		n, err = h.recoverPartition(ctx, l.Partition)
+		n, err = h.recoverPartition(ctx, l.Partition, &caughtUp)
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -127,7 +128,8 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	if n > 0 {
 		level = slog.LevelInfo
 	}
-	logger.Log(ctx, level, "partition acquired", "agents_recovering", n, "took", time.Since(start))
+	logger.Log(ctx, level, "partition acquired", "agents_recovering", n, "took", time.Since(start),
+		"views_caught_up", caughtUp.Sub(start))
 	h.sched.Poke()
 	<-ctx.Done()
 	// A partition handed off by a rebalance is in the lease manager's one
@@ -146,32 +148,38 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 }
 
 // recoverPartition catches the runs and schedules views up with the whole
-// events stream, then activates every agent of partition p that has a runs
+// events stream (with owned views: every view with partition p's events),
+// then activates every agent of partition p that has a runs
 // row (activation recovers its orphaned fibers). It returns how many agents
-// it activated.
-func (h *Host) recoverPartition(ctx context.Context, p int) (int, error) {
+// it activated, and sets caughtUp to when the views were caught up.
+func (h *Host) recoverPartition(ctx context.Context, p int, caughtUp *time.Time) (int, error) {
 	select {
 	case <-h.table.Ready():
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
-	if err != nil {
-		return 0, err
-	}
-	if err := h.table.WaitFor(ctx, last); err != nil {
-		return 0, err
-	}
-	if err := h.sched.WaitFor(ctx, last); err != nil {
-		return 0, err
-	}
 	if h.deps.Log.OwnedViews() {
-		// Every view caught the partition up, not only those recovery
-		// reads: the agents' reads are answered here from now on.
-		if err := h.deps.Views.WaitFor(ctx, last); err != nil {
+		// The runs table and the schedules are views of Deps.Views
+		// (start): one wait for partition p's events covers them and
+		// every other view, whose reads of p's agents are answered here
+		// from now on. Only p's: another partition catching up, or
+		// another shard electing its leader, does not hold p's agents.
+		if err := h.deps.Views.WaitPartition(ctx, p); err != nil {
+			return 0, err
+		}
+	} else {
+		last, err := h.deps.Log.LastSeq(ctx, eventlog.Filter{})
+		if err != nil {
+			return 0, err
+		}
+		if err := h.table.WaitFor(ctx, last); err != nil {
+			return 0, err
+		}
+		if err := h.sched.WaitFor(ctx, last); err != nil {
 			return 0, err
 		}
 	}
+	*caughtUp = time.Now()
 	rows, err := h.table.Rows("")
 	switch {
 	case errors.Is(err, eventlog.ErrCorrupt):
