@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -173,8 +174,12 @@ func fillForkParent(ctx context.Context, lg *eventlog.Log, agent string, tmpl []
 		for _, id := range ids {
 			data = bytes.ReplaceAll(data, []byte(id), fmt.Appendf(nil, "%s-%d", id, i/len(tmpl)))
 		}
-		if e.Type == "turn.started" || e.Type == "message.appended" {
-			msgs++
+		// At record format 8 a turn.completed carries the assistant
+		// message: count what it stands for.
+		for _, part := range chat.SplitEnd(eventlog.Event{Type: e.Type, Data: data}) {
+			if part.Type == "turn.started" || part.Type == "message.appended" {
+				msgs++
+			}
 		}
 		batch = append(batch, eventlog.Event{Agent: agent, Type: e.Type, Data: data})
 		if len(batch) == forkBatch || i == n-1 {

@@ -25,6 +25,15 @@ func TestHistoryCacheEqualsDecoding(t *testing.T) {
 	same := func(agent, what string) {
 		t.Helper()
 		settled(t, e, agent)
+		// And the whole log: a parent's delete is on the parent's
+		// subjects, not the fork's.
+		last, err := e.lg.LastSeq(t.Context(), eventlog.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.WaitFor(t.Context(), last); err != nil {
+			t.Fatal(err)
+		}
 		for range 2 { // the second read takes every row it can from the cache
 			got, err := e.store.History(agent)
 			if err != nil {

@@ -179,7 +179,9 @@ func TestMoveToShards(t *testing.T) {
 	if rep.Agents != 13 || rep.Remapped != 4 || rep.Events == 0 || rep.Chunks == 0 {
 		t.Fatalf("moved %+v", rep)
 	}
-	if got := oldConsumers(t, js); !slices.Equal(got, consBefore) {
+	// A consumer the old log's follower left may still go away meanwhile
+	// (the server removes it after stopOld): only new ones count.
+	if got := oldConsumers(t, js); slices.ContainsFunc(got, func(c string) bool { return !slices.Contains(consBefore, c) }) {
 		t.Fatalf("consumers on the unsharded streams after two moves: %v, before %v: a copy's reader was left", got, consBefore)
 	}
 	if _, err := js.Publish(ctx, "forever.evt."+agents[3], []byte(`{}`)); err == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,10 +99,10 @@ func TestAgentsCLI(t *testing.T) {
 	}
 	// agentd cluster: the node, its partitions and the record format.
 	if code, out, errs := cli("cluster"); code != 0 || !strings.Contains(out, "answered by "+d.Config().ServerName) ||
-		!strings.Contains(out, "record format 7 active") || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
+		!strings.Contains(out, fmt.Sprintf("record format %d active", agentd.RecordFormat)) || !strings.Contains(out, "FOREVER_EVENTS") || !strings.Contains(out, "READS FORMAT") {
 		t.Fatalf("cluster: exit %d\n%s%s", code, out, errs)
 	}
-	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, `"format":{"active":7`) {
+	if code, out, _ := cli("cluster", "--json"); code != 0 || !strings.Contains(out, fmt.Sprintf(`"format":{"active":%d`, agentd.RecordFormat)) {
 		t.Fatalf("cluster --json: exit %d %s", code, out)
 	}
 	for _, tc := range []struct {

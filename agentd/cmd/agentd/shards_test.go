@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agentd/demo"
@@ -74,7 +75,7 @@ func TestBinaryShards(t *testing.T) {
 	}
 	out, code = runVerifyCmd(t, bin, "cluster", "--nats-url", "nats://"+natsAddr)
 	if code != 0 || !strings.Contains(out, "4 stream shards") || !strings.Contains(out, "FOREVER_EVENTS_3") || !strings.Contains(out, "FOREVER_CHUNKS_0") ||
-		!strings.Contains(out, fmt.Sprintf("record format %d active", 7)) {
+		!strings.Contains(out, fmt.Sprintf("record format %d active", agentd.RecordFormat)) {
 		t.Errorf("agentd cluster: exit %d\n%s", code, out)
 	}
 
