@@ -353,7 +353,11 @@ func testClusterBackup(t *testing.T, bin string) {
 	if err := os.WriteFile(secret, []byte(strings.Repeat("s", 48)), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	withSecret := func(p *chartargs.Pod) { p.AuthSecretFile = secret }
+	// Two shards, not the default 8: the backup and the restore copy every
+	// stream of every account (the tenants' logs are sharded too), R3, on
+	// two clusters; 2 keep the sharded layout under test and take about
+	// a minute off TestCluster, which runs alone.
+	withSecret := func(p *chartargs.Pod) { p.AuthSecretFile = secret; p.Shards = 2 }
 	src := newCluster(t, 3, withSecret)
 	for _, nd := range src {
 		nd.start(t, bin)
