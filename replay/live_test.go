@@ -60,8 +60,9 @@ func newLiveEnv(t *testing.T) *liveEnv {
 }
 
 // follow ranges over a follow in a goroutine; the channel gets its items
-// (the follow's first error ends it).
-func follow(t *testing.T, it func(func(replay.Item, error) bool)) <-chan []replay.Item {
+// (the follow's first error ends it). each, when not nil, runs after each
+// item is taken.
+func follow(t *testing.T, it func(func(replay.Item, error) bool), each func()) <-chan []replay.Item {
 	done := make(chan []replay.Item, 1)
 	go func() {
 		var out []replay.Item
@@ -71,6 +72,9 @@ func follow(t *testing.T, it func(func(replay.Item, error) bool)) <-chan []repla
 				break
 			}
 			out = append(out, item)
+			if each != nil {
+				each()
+			}
 		}
 		done <- out
 	}()
@@ -113,7 +117,7 @@ func TestLiveFollowCreatesNoConsumer(t *testing.T) {
 	e := newLiveEnv(t)
 	w := chunk.NewWriter(e.b, "a1", "s1", 0, e.lg.MaxPayload(), chunk.PublishLive(e.wlive))
 	writeAll(t, w, chunk.Chunk{Type: chunk.Start, MessageID: "m1"})
-	done := follow(t, e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}))
+	done := follow(t, e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}), nil)
 	for i := range 50 {
 		writeAll(t, w, deltas(i, i+1)...)
 	}
@@ -145,19 +149,7 @@ func TestLiveFollowAcrossWriterDeath(t *testing.T) {
 			w := chunk.NewWriter(e.b, "a1", "s1", 0, e.lg.MaxPayload(), chunk.PublishLive(e.wlive))
 			writeAll(t, w, chunk.Chunk{Type: chunk.Start, MessageID: "m1"})
 			var seen atomic.Int32
-			done := make(chan []replay.Item, 1)
-			go func() {
-				var out []replay.Item
-				for it, err := range e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}) {
-					if err != nil {
-						t.Errorf("follow: %v", err)
-						break
-					}
-					out = append(out, it)
-					seen.Add(1)
-				}
-				done <- out
-			}()
+			done := follow(t, e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}), func() { seen.Add(1) })
 			writeAll(t, w, deltas(0, 10)...)
 			waitfor.True(t, "the follow to yield the first owner's chunks", func() bool { return seen.Load() == 11 })
 			e.wnc.Close() // the owner is gone
@@ -189,19 +181,7 @@ func TestLiveFollowOfUnpublishedStream(t *testing.T) {
 	w := chunk.NewWriter(e.b, "a1", "s1", 0, e.lg.MaxPayload())
 	writeAll(t, w, chunk.Chunk{Type: chunk.Start, MessageID: "m1"})
 	var seen atomic.Int32
-	done := make(chan []replay.Item, 1)
-	go func() {
-		var out []replay.Item
-		for it, err := range e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}) {
-			if err != nil {
-				t.Errorf("follow: %v", err)
-				break
-			}
-			out = append(out, it)
-			seen.Add(1)
-		}
-		done <- out
-	}()
+	done := follow(t, e.client.FollowTurn(t.Context(), "a1", "s1", replay.Cursor{}), func() { seen.Add(1) })
 	waitfor.True(t, "the follow's first chunk", func() bool { return seen.Load() == 1 })
 	writeAll(t, w, deltas(0, 10)...)
 	waitfor.True(t, "the follow to go on with a consumer", func() bool {
@@ -224,21 +204,11 @@ func TestLiveSlowFollowerDoesNotBlockWriter(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var first atomic.Bool
-	done := make(chan []replay.Item, 1)
-	go func() {
-		var out []replay.Item
-		for it, err := range e.client.FollowTurn(ctx, "a1", "s1", replay.Cursor{}) {
-			if err != nil {
-				t.Errorf("follow: %v", err)
-				break
-			}
-			out = append(out, it)
-			if first.CompareAndSwap(false, true) {
-				<-release // the follower stops reading
-			}
+	done := follow(t, e.client.FollowTurn(ctx, "a1", "s1", replay.Cursor{}), func() {
+		if first.CompareAndSwap(false, true) {
+			<-release // the follower stops reading
 		}
-		done <- out
-	}()
+	})
 	waitfor.True(t, "the follow's first chunk", first.Load)
 	const n = 1200 // over the follower's live buffer of 1,024 messages
 	for i := 0; i < n; i += 400 {
