@@ -196,9 +196,32 @@ func TestUpgrade(t *testing.T) {
 	if callID == "" {
 		t.Fatalf("no tool call waits for approval: %+v", waiting.Messages)
 	}
+	// What the old release reads, taken once it is settled: each agent
+	// that chatted shows its messages, and two reads in a row agree. The
+	// old release once answered a page with no messages for old-cancel
+	// (its cancelled turn, and its user message, were in the log, and the
+	// new release read them), most likely a node that took a partition's
+	// lease before its views opened: this release takes leases only after
+	// the event log opens. The comparison is of the stored conversations,
+	// not of the old release's race.
 	before := map[string]string{}
+	chatted := map[string]bool{"old-chat": true, "old-tools": true, "old-cancel": true, "old-compact": true}
 	for _, a := range []string{"old-chat", "old-tools", "old-state", "old-cancel", "old-compact"} {
-		before[a] = string(must(a, "messages", nil))
+		waitfor.Within(t, 60*time.Second, func() error {
+			first := string(must(a, "messages", nil))
+			var page struct {
+				Messages []chat.Message `json:"messages"`
+			}
+			json.Unmarshal([]byte(first), &page)
+			if chatted[a] && len(page.Messages) == 0 {
+				return fmt.Errorf("the old release reads no messages of %s", a)
+			}
+			if again := string(must(a, "messages", nil)); again != first {
+				return fmt.Errorf("two reads of %s's messages differ:\n%s\n%s", a, first, again)
+			}
+			before[a] = first
+			return nil
+		})
 	}
 
 	// Load through the roll: chats and fibers, each acknowledged one noted.
