@@ -194,7 +194,9 @@ func TestGroupCommitCrash(t *testing.T) {
 	for round := range 4 {
 		dir := t.TempDir()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestGroupCommitChild$", "-test.v")
-		cmd.Env = append(os.Environ(), "EVENTLOG_GROUP_CHILD=1", "EVENTLOG_STORE="+dir)
+		// The child's own temporary dirs go under this test's: a SIGKILLed
+		// child never removes them.
+		cmd.Env = append(os.Environ(), "EVENTLOG_GROUP_CHILD=1", "EVENTLOG_STORE="+dir, "TMPDIR="+t.TempDir())
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
