@@ -1,0 +1,181 @@
+package tenancy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/agentd"
+	"github.com/forever-agents/forever/agentd/host"
+	"github.com/forever-agents/forever/agentd/tenancy"
+	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/waitfor"
+	"github.com/forever-agents/forever/verify"
+)
+
+// TestMoveTenant: a tenant whose log was created unsharded (as a release
+// before tenants' shards created it) on a node with 2 shards is moved into
+// them by the admin's move: every agent's events are kept, in order, with
+// their writers and epochs; a fiber running across the move ends, each
+// step once; its streams quota, set to what it used unsharded, holds
+// during the copy and after; the unsharded streams are gone; verify is
+// clean; its client reads a chunks shard through the forwarder; its usage
+// counts the log as two streams; a second move has nothing to do.
+func TestMoveTenant(t *testing.T) {
+	var tenantShards atomic.Int64 // 0: tenants' new logs unsharded
+	n := startNodeWith(t, 2, func() int { return int(tenantShards.Load()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	created := n.create(t, tenancy.CreateRequest{Name: "acme", Cred: "ci"})
+	client := n.connect(t, created.Creds)
+	var access tenancy.AccessReply
+	n.must(t, tenancy.AdminAccessSubject, tenancy.AccessRequest{Tenants: []string{"acme"}}, &access)
+	own := n.connect(t, access.Tenants[0].Creds) // agentd's user in acme's account
+	ojs, err := jetstream.New(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ojs.Stream(ctx, eventlog.DefaultEventsStream); err != nil {
+		t.Fatalf("acme's log is not unsharded before the move: %v", err)
+	}
+	// Its streams quota is what it uses: the copy needs the room the move
+	// gives (the unsharded pair beside the shards).
+	ai, err := ojs.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.create(t, tenancy.CreateRequest{Name: "acme", Quota: auth.Quota{Streams: int64(ai.Streams)}})
+
+	cmd := func(agent, verb, data string) []byte {
+		t.Helper()
+		m, err := client.Request("forever.cmd."+agent+"."+verb, []byte(data), 20*time.Second)
+		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("%s %s: %v %s", agent, verb, err, m.Data)
+		}
+		return m.Data
+	}
+	events := func(agent string) []host.LogEvent {
+		t.Helper()
+		var p host.LogPage
+		if err := json.Unmarshal(cmd(agent, "log", `{"limit":1000}`), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Events
+	}
+	count := func(evs []host.LogEvent, typ string) int {
+		n := 0
+		for _, e := range evs {
+			if e.Type == typ {
+				n++
+			}
+		}
+		return n
+	}
+	cmd("steps:done", "start", `{"steps":3,"delayMs":0}`)
+	waitfor.True(t, "steps:done's fiber to complete", func() bool { return count(events("steps:done"), "fiber.completed") == 1 })
+	// A fiber that runs across the move: steps spaced so the move starts
+	// while it runs (it ends each step once, before or after).
+	cmd("steps:running", "start", `{"steps":8,"delayMs":150}`)
+	waitfor.True(t, "steps:running's first step", func() bool { return count(events("steps:running"), "steps.executed") > 0 })
+	before := events("steps:done")
+
+	stepsBefore := count(events("steps:running"), "steps.executed")
+	tenantShards.Store(2) // a new tenant now would take the node's shards
+	var mv tenancy.MoveReply
+	n.must(t, tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: "acme"}, &mv)
+	if !mv.Moved || mv.Shards != 2 || mv.Agents != 2 || mv.Events == 0 || len(mv.PerShard) != 2 {
+		t.Fatalf("move: %+v, want 2 agents' events moved into 2 shards", mv)
+	}
+
+	t.Logf("moved in %d ms: %d events, %d chunks, per shard %v; steps:running had run %d of 8 steps before",
+		mv.TookMS, mv.Events, mv.Chunks, mv.PerShard, stepsBefore)
+	// The history of steps:done is kept: types, ids, writers and epochs in
+	// order (sequences change).
+	after := events("steps:done")
+	key := func(evs []host.LogEvent) []string {
+		var out []string
+		for _, e := range evs {
+			w := ""
+			if e.Writer != nil {
+				w = fmt.Sprintf("%s/%d", e.Writer.Node, e.Writer.Epoch)
+			}
+			out = append(out, e.Type+" "+e.ID+" "+w+" "+string(e.Data))
+		}
+		return out
+	}
+	if !slices.Equal(key(before), key(after)) {
+		t.Errorf("steps:done's log after the move:\n%s\nwant as before:\n%s", strings.Join(key(after), "\n"), strings.Join(key(before), "\n"))
+	}
+	// The running fiber ends, each of its steps once.
+	waitfor.True(t, "steps:running's fiber to complete after the move", func() bool {
+		return count(events("steps:running"), "fiber.completed") == 1
+	})
+	if got := count(events("steps:running"), "steps.executed"); got != 8 {
+		t.Errorf("steps:running executed %d steps, want 8", got)
+	}
+
+	// The layout: shards, no unsharded streams, within the quota's room.
+	for _, name := range []string{eventlog.DefaultEventsStream, eventlog.DefaultChunksStream} {
+		if _, err := ojs.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("%s after the move: %v, want gone", name, err)
+		}
+		for k := range 2 {
+			if _, err := ojs.Stream(ctx, eventlog.ShardStreamName(name, k)); err != nil {
+				t.Errorf("shard %d of %s: %v", k, name, err)
+			}
+		}
+	}
+	lg, err := eventlog.Open(ctx, eventlog.Config{Conn: own, Bind: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	rep, err := verify.Check(ctx, lg, verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Errorf("verify after the move:\n%s", rep)
+	}
+
+	// The client's API calls reach a chunks shard through the forwarder.
+	cjs, err := jetstream.NewWithAPIPrefix(client, auth.ClientAPIPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cjs.Stream(ctx, eventlog.ShardStreamName(eventlog.DefaultChunksStream, 1)); err != nil {
+		t.Errorf("the client's info of FOREVER_CHUNKS_1: %v", err)
+	}
+
+	// Its usage: 2 agents, the log counted as two streams, within the quota.
+	admin, _, err := agentd.AdminToken(n.d.Config(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := n.get(t, "/v1/tenants", admin)
+	var list struct{ Tenants []tenancy.TenantInfo }
+	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Tenants) != 1 || list.Tenants[0].Usage == nil {
+		t.Fatalf("GET /v1/tenants: %d %s (%v)", code, body, err)
+	}
+	if u := list.Tenants[0].Usage; u.Agents != 2 || u.Streams != ai.Streams {
+		t.Errorf("acme's usage after the move: %+v, want 2 agents and %d streams (as before it)", u, ai.Streams)
+	}
+
+	// Nothing left to do.
+	var again tenancy.MoveReply
+	n.must(t, tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: "acme"}, &again)
+	if again.Moved || again.Finished || again.Shards != 2 {
+		t.Errorf("a second move: %+v, want nothing done", again)
+	}
+}
