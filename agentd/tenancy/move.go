@@ -86,8 +86,10 @@ type MoveReply struct {
 	Remapped int      `json:"remapped"`
 	PerShard []uint64 `json:"perShard,omitempty"`
 	// TookMS is how long the move took, the tenant's pause, in
-	// milliseconds.
+	// milliseconds; CopyMS the copy's share (the rest: the daemons'
+	// stop, and their start, views rebuilt from the shards).
 	TookMS int64 `json:"tookMs"`
+	CopyMS int64 `json:"copyMs"`
 }
 
 // moveRoom is quota q (resolved) with the room a move's copy needs
@@ -221,7 +223,8 @@ func (ts *tenantSet) move(ctx context.Context, name string) (MoveReply, error) {
 	}
 	reply.Shards, reply.Partitions, reply.Finished, reply.Moved = mv.Shards, mv.Partitions, mv.Finished, !mv.Finished
 	reply.Agents, reply.Events, reply.Chunks, reply.Remapped, reply.PerShard = mv.Agents, mv.Events, mv.Chunks, mv.Remapped, mv.PerShard
-	logger.Info("tenant log moved into shards", "shards", mv.Shards, "agents", mv.Agents, "events", mv.Events, "chunks", mv.Chunks, "finished", mv.Finished)
+	reply.CopyMS = mv.Took.Milliseconds()
+	logger.Info("tenant log moved into shards", "shards", mv.Shards, "agents", mv.Agents, "events", mv.Events, "chunks", mv.Chunks, "finished", mv.Finished, "copy", mv.Took)
 	// 4. Every node starts it again, on its shards.
 	if err := ts.resume(ctx, name, nil); err != nil {
 		return MoveReply{}, err

@@ -51,7 +51,7 @@ const tenantUsage = `Usage:
       agent's history, streams, fibers and schedules, with their writers
       and epochs), and they start again; print {"tenant","shards",
       "partitions","moved","finished","agents","events","chunks",
-      "remapped","perShard","tookMs"}. Every node must run this release;
+      "remapped","perShard","tookMs","copyMs"}. Every node must run this release;
       a move that stopped part way leaves the tenant stopped: run it again
       to finish it. Waits up to an hour.
 
