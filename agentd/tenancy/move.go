@@ -202,9 +202,9 @@ func (ts *tenantSet) move(ctx context.Context, name string) (MoveReply, error) {
 	}
 	ts.waitStopped(ctx, name)
 	// 2. No node serves it any more.
-	if live, err := waitNoNodes(ctx, js, moveStopTimeout); err != nil || len(live) > 0 {
+	if live, err := waitNoNodes(ctx, js, ts.moveStop); err != nil || len(live) > 0 {
 		if err == nil {
-			err = host.ErrConflict.Wrapf("tenant %s: nodes still serve it after %s: %v (a node of a release without tenant moves: upgrade every node first)", name, moveStopTimeout, live)
+			err = host.ErrConflict.Wrapf("tenant %s: nodes still serve it after %s: %v (a node of a release without tenant moves: upgrade every node first)", name, ts.moveStop, live)
 		}
 		return MoveReply{}, ts.resume(ctx, name, err)
 	}

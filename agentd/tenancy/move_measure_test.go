@@ -27,7 +27,7 @@ func TestMeasureTenantMove(t *testing.T) {
 		t.Skip("a measurement: set FOREVER_MOVE_EVENTS (at least 200) to run it")
 	}
 	var tenantShards atomic.Int64
-	n := startNodeWith(t, 8, func() int { return int(tenantShards.Load()) })
+	n := startNodeWith(t, 8, func() int { return int(tenantShards.Load()) }, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	n.create(t, tenancy.CreateRequest{Name: "acme"})

@@ -21,6 +21,7 @@ import (
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/waitfor"
+	"github.com/forever-agents/forever/ownership"
 	"github.com/forever-agents/forever/verify"
 )
 
@@ -34,15 +35,20 @@ import (
 // counts the log as two streams; a second move has nothing to do.
 func TestMoveTenant(t *testing.T) {
 	var tenantShards atomic.Int64 // 0: tenants' new logs unsharded
-	n := startNodeWith(t, 2, func() int { return int(tenantShards.Load()) })
+	n := startNodeWith(t, 2, func() int { return int(tenantShards.Load()) }, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	created := n.create(t, tenancy.CreateRequest{Name: "acme", Cred: "ci"})
 	client := n.connect(t, created.Creds)
+	n.create(t, tenancy.CreateRequest{Name: "beta"})
 	var access tenancy.AccessReply
-	n.must(t, tenancy.AdminAccessSubject, tenancy.AccessRequest{Tenants: []string{"acme"}}, &access)
+	n.must(t, tenancy.AdminAccessSubject, tenancy.AccessRequest{Tenants: []string{"acme", "beta"}}, &access)
 	own := n.connect(t, access.Tenants[0].Creds) // agentd's user in acme's account
 	ojs, err := jetstream.New(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bjs, err := jetstream.New(n.connect(t, access.Tenants[1].Creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,12 +169,20 @@ func TestMoveTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body, _ := n.get(t, "/v1/tenants", admin)
-	var list struct{ Tenants []tenancy.TenantInfo }
-	if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Tenants) != 1 || list.Tenants[0].Usage == nil {
-		t.Fatalf("GET /v1/tenants: %d %s (%v)", code, body, err)
+	tenants := func() map[string]tenancy.TenantInfo {
+		t.Helper()
+		code, body, _ := n.get(t, "/v1/tenants", admin)
+		var list struct{ Tenants []tenancy.TenantInfo }
+		if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Tenants) != 2 {
+			t.Fatalf("GET /v1/tenants: %d %s (%v)", code, body, err)
+		}
+		out := map[string]tenancy.TenantInfo{}
+		for _, ti := range list.Tenants {
+			out[ti.Name] = ti
+		}
+		return out
 	}
-	if u := list.Tenants[0].Usage; u.Agents != 2 || u.Streams != ai.Streams {
+	if u := tenants()["acme"].Usage; u == nil || u.Agents != 2 || u.Streams != ai.Streams {
 		t.Errorf("acme's usage after the move: %+v, want 2 agents and %d streams (as before it)", u, ai.Streams)
 	}
 
@@ -177,5 +191,25 @@ func TestMoveTenant(t *testing.T) {
 	n.must(t, tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: "acme"}, &again)
 	if again.Moved || again.Finished || again.Shards != 2 {
 		t.Errorf("a second move: %+v, want nothing done", again)
+	}
+
+	// A node that keeps serving a tenant (one of a release that does not
+	// know the move: here its heartbeat key in beta's lease bucket) makes
+	// beta's move refuse, naming it, and resume beta, its log untouched.
+	leases, err := bjs.KeyValue(ctx, ownership.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Put(ctx, "node.earlier-release", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := n.request(t, tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: "beta"}); code != "409" || !strings.Contains(string(body), "earlier-release") {
+		t.Errorf("beta's move while a node serves it: %s %s, want 409 naming the node", code, body)
+	}
+	if st, err := bjs.Stream(ctx, eventlog.DefaultEventsStream); err != nil || !slices.Equal(st.CachedInfo().Config.Subjects, []string{"forever.evt.>"}) {
+		t.Errorf("beta's events stream after the refused move: %v, want its subjects as they were", err)
+	}
+	if b := tenants()["beta"]; b.Moving {
+		t.Errorf("beta after the refused move: %+v, want it not moving", b)
 	}
 }

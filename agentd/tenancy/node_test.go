@@ -34,13 +34,14 @@ type node struct {
 // startNode starts a node that lasts until the test ends.
 func startNode(t *testing.T) *node {
 	t.Helper()
-	return startNodeWith(t, 0, nil)
+	return startNodeWith(t, 0, nil, 0)
 }
 
 // startNodeWith starts a node with shards stream shards of each kind (0:
 // unsharded) whose tenants' new logs take tenantShards' count (nil: the
-// node's), until the test ends.
-func startNodeWith(t *testing.T, shards int, tenantShards func() int) *node {
+// node's) and whose tenant moves wait up to moveStop (0: the default) for
+// the tenant's nodes to stop, until the test ends.
+func startNodeWith(t *testing.T, shards int, tenantShards func() int, moveStop time.Duration) *node {
 	t.Helper()
 	cfg := agentdtest.Config(t)
 	cfg.Auth = true
@@ -75,7 +76,7 @@ func startNodeWith(t *testing.T, shards int, tenantShards func() int) *node {
 			}
 			return nil
 		})
-	}, tenantShards)
+	}, tenantShards, moveStop)
 	if err != nil {
 		t.Fatal(err)
 	}

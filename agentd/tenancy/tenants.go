@@ -48,7 +48,10 @@ type tenantSet struct {
 	// the node's (Daemon.Shards); tests make tenants unsharded as an
 	// earlier release did (export_test.go).
 	newShards func() int
-	logger    *slog.Logger
+	// moveStop bounds a tenant move's wait for every node to stop the
+	// tenant's daemon (moveStopTimeout; tests shorten it).
+	moveStop time.Duration
+	logger   *slog.Logger
 	// authRefused counts HTTP requests refused for their bearer token.
 	authRefused *prometheus.CounterVec
 	// moves counts tenant moves into shards by outcome (handleMove).
@@ -114,16 +117,17 @@ type tenantState struct {
 // types, gateway); the tenant registry; the admin service; and d's HTTP
 // routes, by bearer token, to the tenants' daemons. Call it before d.Run.
 func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
-	return attach(d, setup, d.Shards)
+	return attach(d, setup, d.Shards, moveStopTimeout)
 }
 
-// attach is Attach whose tenants' new logs take newShards' count.
-func attach(d *agentd.Daemon, setup func(*agentd.Daemon) error, newShards func() int) error {
+// attach is Attach whose tenants' new logs take newShards' count, and
+// whose moves wait up to moveStop for the tenant's nodes to stop.
+func attach(d *agentd.Daemon, setup func(*agentd.Daemon) error, newShards func() int, moveStop time.Duration) error {
 	cfg := d.Config()
 	if !cfg.Auth || setup == nil {
 		return fmt.Errorf("%w: tenants need Config.Auth and a setup function to wire each tenant", agentd.ErrConfig)
 	}
-	ts := &tenantSet{parent: d, setup: setup, newShards: newShards, logger: cfg.Logger.With("subsystem", "tenants")}
+	ts := &tenantSet{parent: d, setup: setup, newShards: newShards, moveStop: moveStop, logger: cfg.Logger.With("subsystem", "tenants")}
 	ts.mu.runs = make(map[string]*tenantRun)
 	ts.mu.tokens = make(map[string]*tokenEntry)
 	ts.mu.states = make(map[string]*tenantState)
