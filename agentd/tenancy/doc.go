@@ -137,7 +137,8 @@
 //     after it (TestMoveTenant). No daemon of the tenant runs while it
 //     copies: the copy waits until the tenant's lease bucket holds no
 //     node's heartbeat, and a node that keeps one (an earlier release)
-//     refuses the move.
+//     refuses the move; one move of a tenant runs at a time (its lock,
+//     lockMove: a second is refused before it stops the tenant).
 //   - Every admin request gets an answer: bad input a 400 saying what is
 //     wrong, a tenant or credential nobody created a 404
 //     (TestAdminBadRequests); every admin operation, refused ones too, is

@@ -28,6 +28,10 @@ import (
 // cluster stored, which new tenants take too) while the cluster serves;
 // only the tenant pauses:
 //
+//  0. The move takes the tenant's move lock (lockMove: a key with a TTL in
+//     the tenant's lease bucket, renewed while it runs), so two moves of
+//     one tenant never run at once: the second's copy would delete the
+//     first's shards under it, and the first could record a partial copy.
 //  1. Its record gets Moving (auth.Tenant.Moving), stored by
 //     compare-and-set: every node's registry watch stops the tenant's
 //     daemon (it hands its partitions off and drops its heartbeat), its
@@ -61,6 +65,15 @@ const AdminMoveSubject = "forever.admin.tenant.move"
 // moveTimeout bounds a tenant move, its copy included (agentd tenant move
 // waits as long).
 const moveTimeout = time.Hour
+
+// moveLockKey is the key, in the tenant's lease bucket (which the
+// ownership manager reads only for node. and lease. keys), of the move
+// that runs (lockMove); its value names the node and when it began.
+const moveLockKey = "tenant-move"
+
+// moveLockTTL is how long a move's lock outlives its last renewal (every
+// third of it): a move whose node died lets the next one go after it.
+const moveLockTTL = 30 * time.Second
 
 // moveStopTimeout bounds the wait for every node to stop the tenant's
 // daemon: a node that crashed keeps its heartbeat for a lease TTL.
@@ -187,6 +200,12 @@ func (ts *tenantSet) move(ctx context.Context, name string) (MoveReply, error) {
 	case layout.Shards != 0 && layout.Shards != k:
 		return MoveReply{}, host.ErrConflict.Wrapf("tenant %s has %d shards and this node %d: a move takes an unsharded log into the node's shards, not one count to another", name, layout.Shards, k)
 	}
+	// 0. One move of the tenant at a time.
+	ctx, unlock, err := lockMove(ctx, js, name, ts.parent.Config().ServerName)
+	if err != nil {
+		return MoveReply{}, err
+	}
+	defer unlock()
 	// 1. Every node stops the tenant's daemon.
 	if !t.Moving {
 		if _, err := ts.update(ctx, name, false, func(t *auth.Tenant, _ bool) error {
@@ -218,6 +237,9 @@ func (ts *tenantSet) move(ctx context.Context, name string) (MoveReply, error) {
 	case errors.Is(err, eventlog.ErrNothingToMove):
 		return MoveReply{}, ts.resume(ctx, name, host.ErrConflict.Wrapf("tenant %s: %w", name, err))
 	case err != nil:
+		if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
 		logger.Error("tenant move stopped part way: the tenant stays stopped until a move finishes it", "err", err)
 		return MoveReply{}, host.ErrUnavailable.Wrapf("tenant %s: the move stopped part way: %w; the tenant stays stopped: run agentd tenant move %s again to finish it", name, err, name)
 	}
@@ -292,6 +314,67 @@ func (ts *tenantSet) tenantConn(t *auth.Tenant) (*nats.Conn, error) {
 		return nil, host.ErrUnavailable.Wrapf("tenant %s: connect to its account: %w", t.Name, err)
 	}
 	return nc, nil
+}
+
+// lockMove takes tenant name's move lock in js's account (its lease
+// bucket): a key created with a TTL of moveLockTTL, renewed every third
+// of it by compare-and-set. It returns a context that is cancelled when a
+// renewal fails (the move must stop: another may take the lock once it
+// lapsed), and unlock, which stops the renewals and deletes the key. A
+// lock another move holds is 409, naming its node; a tenant without a
+// lease bucket never ran, and has nothing to move (409).
+func lockMove(ctx context.Context, js jetstream.JetStream, name, node string) (context.Context, func(), error) {
+	kv, err := js.KeyValue(ctx, ownership.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, host.ErrConflict.Wrapf("tenant %s has no lease bucket: it never ran, and has no log to move", name)
+	}
+	if err != nil {
+		return nil, nil, host.ErrUnavailable.Wrapf("tenant %s: its lease bucket: %w", name, err)
+	}
+	val := []byte(node + " since " + time.Now().UTC().Format(time.RFC3339))
+	rev, err := kv.Create(ctx, moveLockKey, val, jetstream.KeyTTL(moveLockTTL))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		holder := "another node"
+		if e, gerr := kv.Get(ctx, moveLockKey); gerr == nil {
+			holder = string(e.Value())
+		}
+		return nil, nil, host.ErrConflict.Wrapf("a move of tenant %s runs (on %s): wait for its answer (a move whose node died lets go within %s)", name, holder, moveLockTTL)
+	}
+	if err != nil {
+		return nil, nil, host.ErrUnavailable.Wrapf("tenant %s: take the move lock: %w", name, err)
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	subject := "$KV." + ownership.DefaultBucket + "." + moveLockKey
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(moveLockTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(lctx, moveLockTTL/3)
+			ack, err := js.PublishMsg(rctx, &nats.Msg{Subject: subject, Data: val},
+				jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(moveLockTTL))
+			rcancel()
+			if err != nil {
+				cancel(fmt.Errorf("tenant %s: the move's lock could not be renewed: %w", name, err))
+				return
+			}
+			rev = ack.Sequence
+		}
+	}()
+	unlock := func() {
+		cancel(nil)
+		<-done
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer dcancel()
+		_ = kv.Delete(dctx, moveLockKey, jetstream.LastRevision(rev)) // else it lapses after moveLockTTL
+	}
+	return lctx, unlock, nil
 }
 
 // waitNoNodes waits, up to within, until no node's heartbeat is in the

@@ -155,6 +155,13 @@ func TestMoveTenant(t *testing.T) {
 		t.Errorf("verify after the move:\n%s", rep)
 	}
 
+	// The move let its lock go.
+	if kv, err := ojs.KeyValue(ctx, ownership.DefaultBucket); err != nil {
+		t.Fatal(err)
+	} else if _, err := kv.Get(ctx, "tenant-move"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("acme's move lock after the move: %v, want it deleted", err)
+	}
+
 	// The client's API calls reach a chunks shard through the forwarder.
 	cjs, err := jetstream.NewWithAPIPrefix(client, auth.ClientAPIPrefix)
 	if err != nil {
@@ -198,6 +205,20 @@ func TestMoveTenant(t *testing.T) {
 	// beta's move refuse, naming it, and resume beta, its log untouched.
 	leases, err := bjs.KeyValue(ctx, ownership.DefaultBucket)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A move of beta that runs (its lock in beta's lease bucket) makes a
+	// second one refuse at once, before it stops beta.
+	if _, err := leases.Create(ctx, "tenant-move", []byte("node-x since now"), jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := n.request(t, tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: "beta"}); code != "409" || !strings.Contains(string(body), "runs (on node-x since now)") {
+		t.Errorf("beta's move while another runs: %s %s, want 409 naming it", code, body)
+	}
+	if b := tenants()["beta"]; b.Moving || !b.Served {
+		t.Errorf("beta after a move refused for another: %+v, want it served, not moving", b)
+	}
+	if err := leases.Delete(ctx, "tenant-move"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := leases.Put(ctx, "node.earlier-release", []byte("{}")); err != nil {
