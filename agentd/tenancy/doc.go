@@ -131,7 +131,7 @@
 //     (TestFrontDoorRefusals).
 //   - A tenant's move keeps every agent's events in order with their
 //     writers and epochs, a fiber running across it ends with each step
-//     once, fits the account's streams limit with the quota set to what
+//     completed once, fits the account's streams limit with the quota set to what
 //     the tenant used unsharded (the limit has room for the copy while
 //     Moving: moveRoom), leaves no unsharded stream, and verify is clean
 //     after it (TestMoveTenant). No daemon of the tenant runs while it

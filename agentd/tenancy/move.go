@@ -378,21 +378,30 @@ func lockMove(ctx context.Context, js jetstream.JetStream, name, node string) (c
 }
 
 // waitNoNodes waits, up to within, until no node's heartbeat is in the
-// lease bucket of js's account, and returns the nodes still there.
+// lease bucket of js's account, and returns the nodes still there at the
+// last read that answered; an error when none did.
 func waitNoNodes(ctx context.Context, js jetstream.JetStream, within time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
+	var last []string // of the last read that answered
+	var lastErr error
+	read := false
 	for {
 		live, err := ownership.LiveNodes(ctx, js)
-		if err == nil && len(live) == 0 {
+		switch {
+		case err == nil && len(live) == 0:
 			return nil, nil
+		case err == nil:
+			last, read = live, true
+		default:
+			lastErr = err
 		}
 		select {
 		case <-ctx.Done():
-			if err != nil {
-				return nil, host.ErrUnavailable.Wrapf("read the tenant's lease bucket: %w", err)
+			if !read {
+				return nil, host.ErrUnavailable.Wrapf("read the tenant's lease bucket: %w", lastErr)
 			}
-			return live, nil
+			return last, nil
 		case <-time.After(200 * time.Millisecond): // not a synchronisation: a poll of the bucket's node keys
 		}
 	}
