@@ -46,6 +46,12 @@ type Tenant struct {
 	// Disabled refuses the tenant everywhere (its daemon stops, its
 	// account takes no connection) until it is enabled again.
 	Disabled bool `json:"disabled,omitempty"`
+	// Moving is set while the tenant's log moves into its node's shards
+	// (agentd tenant move): its daemons are stopped on every node, its
+	// account stays open for the move, with room for the copy. A
+	// release that does not know the field keeps serving the tenant, and
+	// the move waits for (then refuses) its nodes.
+	Moving bool `json:"moving,omitempty"`
 	// RevokedAt is when every credential was last revoked (unix seconds):
 	// an OIDC token issued at or before it is refused.
 	RevokedAt int64 `json:"revokedAt,omitempty"`

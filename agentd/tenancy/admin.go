@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -102,7 +103,7 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "forever-admin",
 		Version:     "0.2.0",
-		Description: "Forever tenants: create, revoke, disable and enable tenants and their credentials",
+		Description: "Forever tenants: create, revoke, disable, enable and move tenants and their credentials",
 	})
 	if err != nil {
 		return fmt.Errorf("agentd: add admin service: %w", err)
@@ -110,22 +111,25 @@ func (ts *tenantSet) startAdmin(nc *nats.Conn) error {
 	for _, e := range []struct {
 		name, action, subject string
 		h                     func(context.Context, []byte) (any, error)
+		timeout               time.Duration // 0: adminTimeout
 	}{
-		{"tenant-create", "tenant.create", AdminCreateSubject, ts.handleCreate},
-		{"tenant-revoke", "tenant.revoke", AdminRevokeSubject, ts.handleRevoke},
-		{"tenant-disable", "tenant.disable", AdminDisableSubject, ts.handleDisable},
-		{"tenant-enable", "tenant.enable", AdminEnableSubject, ts.handleEnable},
-		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke},
-		{"tenant-access", "tenant.access", AdminAccessSubject, ts.handleAccess},
-		{"audit-record", "", AdminAuditSubject, ts.handleAuditRecord}, // records itself
+		{"tenant-create", "tenant.create", AdminCreateSubject, ts.handleCreate, 0},
+		{"tenant-revoke", "tenant.revoke", AdminRevokeSubject, ts.handleRevoke, 0},
+		{"tenant-disable", "tenant.disable", AdminDisableSubject, ts.handleDisable, 0},
+		{"tenant-enable", "tenant.enable", AdminEnableSubject, ts.handleEnable, 0},
+		{"tenant-token-revoke", "tenant.token.revoke", AdminTokenRevokeSubject, ts.handleTokenRevoke, 0},
+		// A move stops the tenant, copies its log and starts it again.
+		{"tenant-move", "tenant.move", AdminMoveSubject, ts.handleMove, moveTimeout + 3*tenantStartTimeout},
+		{"tenant-access", "tenant.access", AdminAccessSubject, ts.handleAccess, 0},
+		{"audit-record", "", AdminAuditSubject, ts.handleAuditRecord, 0}, // records itself
 		// The node's view for the admin's credential (agentd cluster): in
 		// the service account no host serves it, the tenants' daemons
 		// serve their accounts'. A read, not audited.
-		{"cluster", "", host.ClusterSubject(ts.deps.Log.Prefix()), ts.handleCluster},
+		{"cluster", "", host.ClusterSubject(ts.deps.Log.Prefix()), ts.handleCluster, 0},
 	} {
-		h, action := e.h, e.action
+		h, action, timeout := e.h, e.action, cmp.Or(e.timeout, adminTimeout)
 		err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(req micro.Request) {
-			go ts.serveAdmin(req, action, h)
+			go ts.serveAdmin(req, action, timeout, h)
 		}), micro.WithEndpointSubject(e.subject))
 		if err != nil {
 			return fmt.Errorf("agentd: add admin endpoint: %w", err)
@@ -140,8 +144,12 @@ func (ts *tenantSet) handleCluster(ctx context.Context, _ []byte) (any, error) {
 	return ts.parent.ClusterInfo(ctx)
 }
 
-func (ts *tenantSet) serveAdmin(req micro.Request, action string, h func(context.Context, []byte) (any, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), tenantStartTimeout+10*time.Second)
+// adminTimeout bounds an admin request's handling: a create waits for
+// the tenant's daemon to start.
+const adminTimeout = tenantStartTimeout + 10*time.Second
+
+func (ts *tenantSet) serveAdmin(req micro.Request, action string, timeout time.Duration, h func(context.Context, []byte) (any, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	reply, err := h(ctx, req.Data())
 	if action != "" {
@@ -202,6 +210,9 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 	t, err := ts.update(ctx, req.Name, true, func(t *auth.Tenant, isNew bool) error {
 		if t.Disabled {
 			return host.ErrConflict.Wrapf("tenant %s is disabled: agentd tenant enable %s first", t.Name, t.Name)
+		}
+		if t.Moving {
+			return errMoving(t.Name)
 		}
 		if !isNew && req.Quota == (auth.Quota{}) {
 			req.Quota = t.Quota
@@ -307,6 +318,9 @@ func (ts *tenantSet) setDisabled(ctx context.Context, data []byte, disabled bool
 		return nil, refused(host.ErrBadRequest, err, "%s")
 	}
 	set := func(t *auth.Tenant, _ bool) error {
+		if t.Moving {
+			return errMoving(t.Name)
+		}
 		t.Disabled = disabled
 		return nil
 	}

@@ -44,6 +44,12 @@
 // usage does (TestCluster/Auth in agentd/cmd/agentd checks a tenant of a
 // 3-node cluster: 8 shards, replayed by its client, its usage).
 //
+// A tenant whose log an earlier release created unsharded moves into its
+// node's shards with the admin's move (forever.admin.tenant.move, agentd
+// tenant move; move.go): its record is marked Moving, every node stops
+// its daemon, agentd.MoveToShards copies its log in its account once no
+// node's heartbeat is left there, and the mark is cleared.
+//
 // A tenant's record also holds its budgets (auth.Budget: tenant create's
 // --token-budget, --cost-budget, --user-token-budget, --user-cost-budget),
 // which its daemon's chat agents read from the latest record before every
@@ -123,6 +129,16 @@
 //     path its role does not reach) before any handler runs. A token in
 //     the query (access_token) counts only on the WebSocket endpoint
 //     (TestFrontDoorRefusals).
+//   - A tenant's move keeps every agent's events in order with their
+//     writers and epochs, a fiber running across it ends with each step
+//     completed once, fits the account's streams limit with the quota set to what
+//     the tenant used unsharded (the limit has room for the copy while
+//     Moving: moveRoom), leaves no unsharded stream, and verify is clean
+//     after it (TestMoveTenant). No daemon of the tenant runs while it
+//     copies: the copy waits until the tenant's lease bucket holds no
+//     node's heartbeat, and a node that keeps one (an earlier release)
+//     refuses the move; one move of a tenant runs at a time (its lock,
+//     lockMove: a second is refused before it stops the tenant).
 //   - Every admin request gets an answer: bad input a 400 saying what is
 //     wrong, a tenant or credential nobody created a 404
 //     (TestAdminBadRequests); every admin operation, refused ones too, is

@@ -34,8 +34,18 @@ type node struct {
 // startNode starts a node that lasts until the test ends.
 func startNode(t *testing.T) *node {
 	t.Helper()
+	return startNodeWith(t, 0, nil, 0)
+}
+
+// startNodeWith starts a node with shards stream shards of each kind (0:
+// unsharded) whose tenants' new logs take tenantShards' count (nil: the
+// node's) and whose tenant moves wait up to moveStop (0: the default) for
+// the tenant's nodes to stop, until the test ends.
+func startNodeWith(t *testing.T, shards int, tenantShards func() int, moveStop time.Duration) *node {
+	t.Helper()
 	cfg := agentdtest.Config(t)
 	cfg.Auth = true
+	cfg.Shards = shards
 	cfg.MetricsListen = "127.0.0.1:0"
 	d, err := agentd.New(cfg)
 	if err != nil {
@@ -45,7 +55,10 @@ func startNode(t *testing.T) *node {
 	if err := d.OnStart(func(_ context.Context, deps *agentd.Deps) error { n.server = deps.Server; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	err = tenancy.Attach(d, func(td *agentd.Daemon) error {
+	if tenantShards == nil {
+		tenantShards = d.Shards
+	}
+	err = tenancy.AttachWithTenantShards(d, func(td *agentd.Daemon) error {
 		h := host.New(host.Config{})
 		if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
 			return err
@@ -63,7 +76,7 @@ func startNode(t *testing.T) *node {
 			}
 			return nil
 		})
-	})
+	}, tenantShards, moveStop)
 	if err != nil {
 		t.Fatal(err)
 	}

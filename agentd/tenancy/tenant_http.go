@@ -64,10 +64,16 @@ func (ts *tenantSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ts.mu.Lock()
 	run := ts.mu.runs[id.Tenant]
+	st := ts.mu.states[id.Tenant]
+	moving := st != nil && st.moving
 	ts.mu.Unlock()
 	if run == nil {
+		msg := "tenant " + id.Tenant + " is not served on this node yet"
+		if moving {
+			msg = "tenant " + id.Tenant + " is moving into shards (agentd tenant move): its agents are back when the move ends"
+		}
 		w.Header().Set("Retry-After", host.RetryAfterSeconds)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "tenant " + id.Tenant + " is not served on this node yet", "code": 503})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": msg, "code": 503})
 		return
 	}
 	for _, p := range adminPaths {
@@ -191,6 +197,9 @@ const HeaderTenant = "X-Forever-Tenant"
 type TenantInfo struct {
 	Name     string `json:"name"`
 	Disabled bool   `json:"disabled"`
+	// Moving is set while its log moves into shards (agentd tenant move):
+	// no node serves it.
+	Moving bool `json:"moving,omitempty"`
 	// Served is whether this node runs the tenant's daemon now.
 	Served bool `json:"served"`
 	// Quota is the quota enforced: the tenant's record resolved with the
@@ -237,7 +246,7 @@ func (ts *tenantSet) serveTenants(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		run := ts.mu.runs[name]
-		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Served: run != nil, Quota: pc.TenantQuota(st.rec.Quota), Budget: pc.UserBudgetOf(st.rec.Budget)})
+		out = append(out, TenantInfo{Name: name, Disabled: st.disabled, Moving: st.moving, Served: run != nil, Quota: pc.TenantQuota(st.rec.Quota), Budget: pc.UserBudgetOf(st.rec.Budget)})
 		runs = append(runs, run)
 	}
 	ts.mu.Unlock()

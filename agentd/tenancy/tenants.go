@@ -44,9 +44,18 @@ const tenantRetry = 5 * time.Second
 type tenantSet struct {
 	parent *agentd.Daemon
 	setup  func(*agentd.Daemon) error // wires a tenant's daemon
-	logger *slog.Logger
+	// newShards is the shard count a tenant's new log is created with:
+	// the node's (Daemon.Shards); tests make tenants unsharded as an
+	// earlier release did (export_test.go).
+	newShards func() int
+	// moveStop bounds a tenant move's wait for every node to stop the
+	// tenant's daemon (moveStopTimeout; tests shorten it).
+	moveStop time.Duration
+	logger   *slog.Logger
 	// authRefused counts HTTP requests refused for their bearer token.
 	authRefused *prometheus.CounterVec
+	// moves counts tenant moves into shards by outcome (handleMove).
+	moves *prometheus.CounterVec
 
 	// Set by open, before the component runs.
 	op     *agentd.Operator
@@ -97,6 +106,7 @@ type tenantState struct {
 	rec       *auth.Tenant // the latest record (remember)
 	rev       uint64       // its revision in the registry
 	disabled  bool
+	moving    bool  // its log moves into shards (auth.Tenant.Moving): no daemon runs
 	stopErr   error // why its last daemon stopped on its own; nil while one runs
 	revokedAt int64
 	cut       chan struct{}
@@ -107,11 +117,17 @@ type tenantState struct {
 // types, gateway); the tenant registry; the admin service; and d's HTTP
 // routes, by bearer token, to the tenants' daemons. Call it before d.Run.
 func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
+	return attach(d, setup, d.Shards, moveStopTimeout)
+}
+
+// attach is Attach whose tenants' new logs take newShards' count, and
+// whose moves wait up to moveStop for the tenant's nodes to stop.
+func attach(d *agentd.Daemon, setup func(*agentd.Daemon) error, newShards func() int, moveStop time.Duration) error {
 	cfg := d.Config()
 	if !cfg.Auth || setup == nil {
 		return fmt.Errorf("%w: tenants need Config.Auth and a setup function to wire each tenant", agentd.ErrConfig)
 	}
-	ts := &tenantSet{parent: d, setup: setup, logger: cfg.Logger.With("subsystem", "tenants")}
+	ts := &tenantSet{parent: d, setup: setup, newShards: newShards, moveStop: moveStop, logger: cfg.Logger.With("subsystem", "tenants")}
 	ts.mu.runs = make(map[string]*tenantRun)
 	ts.mu.tokens = make(map[string]*tokenEntry)
 	ts.mu.states = make(map[string]*tenantState)
@@ -119,11 +135,15 @@ func Attach(d *agentd.Daemon, setup func(*agentd.Daemon) error) error {
 		Name: "forever_auth_refused_total",
 		Help: "HTTP requests refused, by reason: missing, invalid, expired or revoked bearer token (401); an OIDC token naming a tenant that does not exist (unknown-tenant), a disabled tenant, a path the credential's role does not reach (role) (403); the admin token without X-Forever-Tenant (no-tenant, 400).",
 	}, []string{"reason"})
+	ts.moves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forever_tenant_moves_total",
+		Help: "Tenant logs moved into the node's shards (agentd tenant move), by outcome: moved, finished (a move stopped part way, finished), already (nothing to do), failed.",
+	}, []string{"outcome"})
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "forever_tenants_running",
 		Help: "Tenant daemons running on this node.",
 	}, func() float64 { return float64(ts.running()) })
-	for _, c := range []prometheus.Collector{ts.authRefused, running} {
+	for _, c := range []prometheus.Collector{ts.authRefused, ts.moves, running} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return fmt.Errorf("%w: register metrics: %w", agentd.ErrConfig, err)
 		}
@@ -336,7 +356,7 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 		close(st.cut) // ends every request the tenant has open
 		st.cut = make(chan struct{})
 	}
-	st.disabled, st.revokedAt = t.Disabled, t.RevokedAt
+	st.disabled, st.revokedAt, st.moving = t.Disabled, t.RevokedAt, t.Moving
 	live := make(map[string]auth.Credential, len(t.Tokens)+len(t.Creds))
 	for _, h := range t.Tokens {
 		live[h] = auth.Credential{Name: auth.LegacyCredName, Role: auth.RoleWriter, Token: h}
@@ -361,10 +381,10 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 	switch {
 	case ts.mu.ctx == nil || ts.mu.ctx.Err() != nil:
 		return
-	case t.Disabled && running:
+	case (t.Disabled || t.Moving) && running:
 		ts.stopLocked(run)
 		return
-	case t.Disabled || running:
+	case t.Disabled || t.Moving || running:
 		return
 	}
 	run, err := ts.newRun(t)
@@ -402,7 +422,7 @@ func (ts *tenantSet) apply(t *auth.Tenant) {
 	}()
 }
 
-// stopLocked stops a disabled tenant's daemon; once it returned, the
+// stopLocked stops a disabled (or moving) tenant's daemon; once it returned, the
 // tenant's last record is applied again (it may have been enabled
 // meanwhile: its new daemon must not open the data dir before the old one
 // closed it). REQUIRES: ts.mu held.
@@ -412,7 +432,7 @@ func (ts *tenantSet) stopLocked(run *tenantRun) {
 	}
 	cancel := run.cancel
 	run.cancel = nil
-	ts.logger.Info("tenant disabled: stopping its daemon", "tenant", run.name)
+	ts.logger.Info("tenant disabled or moving into shards: stopping its daemon", "tenant", run.name)
 	cancel()
 	go func() {
 		<-run.done
@@ -485,7 +505,7 @@ func (ts *tenantSet) newRun(t *auth.Tenant) (*tenantRun, error) {
 	cfg.Shards = 0
 	name := t.Name
 	cfg.Tenant = &agentd.TenantLink{Name: t.Name, Server: ts.deps.Server, User: user, Replier: replier,
-		Budget: func() auth.Budget { return ts.budget(name) }, Shards: ts.parent.Shards()}
+		Budget: func() auth.Budget { return ts.budget(name) }, Shards: ts.newShards()}
 	tenant := t.Name
 	cfg.Quota = pc.TenantQuota(t.Quota)
 	cfg.AuditCommand = func(ctx context.Context, agent, verb string, err error) {
@@ -608,7 +628,7 @@ func (ts *tenantSet) waitReady(ctx context.Context, name string) error {
 // pushAccount sends t's account JWT to the server's resolver, the way nsc
 // pushes one: a claims update request from the system account.
 func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
-	tok, err := ts.op.Keys.TenantAccountJWT(t, ts.accountLimits(t.Quota))
+	tok, err := ts.op.Keys.TenantAccountJWT(t, ts.accountLimits(t.Quota, t.Moving))
 	if err != nil {
 		return err
 	}
@@ -639,10 +659,17 @@ func (ts *tenantSet) pushAccount(ctx context.Context, t *auth.Tenant) error {
 // quota counts a tenant's log as two streams (events, chunks) however
 // many shards it has. A tenant's clients create no stream (their
 // permissions, auth.ClientPermissions): the limit bounds agentd's own.
-func (ts *tenantSet) accountLimits(q auth.Quota) auth.Quota {
+// While the tenant's log moves into shards (moving), the copy holds the
+// log twice: the unsharded pair stays beside the new shards (2 more
+// streams), and the bytes limit is doubled; the move's reader of each
+// stream is one more consumer (moveRoom).
+func (ts *tenantSet) accountLimits(q auth.Quota, moving bool) auth.Quota {
 	q = ts.parent.Config().TenantQuota(q)
 	if q.Streams > 0 {
 		q.Streams += int64(quota.ShardStreams(ts.parent.Shards()))
+	}
+	if moving {
+		q = moveRoom(q)
 	}
 	return q
 }

@@ -94,7 +94,7 @@ var commands = []command{
 	{"cluster", "[--json]", "show the nodes, partitions, record format and streams", agentsUsage, flagsOf(agentsFlagSet, "cluster"), agentsCommand},
 	{"verify", "[--data dir]", "check the log's invariants", verifyUsage, flagsOf(verifyFlagSet, "verify"), verifyCommand},
 	{"replay", "<agent> [--turn <requestId>] [--data dir]", "replay recorded turns through this binary's agent code", replayUsage, flagsOf(replayFlagSet, "replay"), replayCommand},
-	{"tenant", "create|revoke|disable|enable|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant"), tenantCommand},
+	{"tenant", "create|revoke|disable|enable|move|token ...", "manage the tenants of an agentd with --auth", tenantUsage, flagsOf(tenantFlagSet, "tenant"), tenantCommand},
 	{"auth", "server-config|admin-creds|admin-token ...", "print an external nats-server's config, an admin credential, or an admin HTTP token", authUsage, flagsOf(authFlagSet, "auth"), authCommand},
 	{"audit", "tail [--follow]", "print the audit log of an agentd with --auth", auditUsage, flagsOf(auditFlagSet, "audit"), auditCommand},
 	{"backup", "--out dir", "snapshot every stream and bucket", backupUsage, flagsOf(backupFlagSet, "backup"), backupCommand},

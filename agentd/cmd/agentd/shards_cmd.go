@@ -37,7 +37,8 @@ in the lease bucket (a node that crashed counts for a lease TTL). A move
 that stopped part way (a crash, Ctrl-C) is finished by running it again.
 --partitions is the count to record when none is stored (default 64); the
 stored one wins. K must divide it. A cluster with --auth tenants moves
-agentd's own account only.
+agentd's own account only: once it runs on its shards, each tenant created
+unsharded moves with agentd tenant move <name>.
 
 Exit status: 0 moved (or nothing left to do), 1 failed, 2 bad usage.
 `

@@ -44,6 +44,16 @@ const tenantUsage = `Usage:
       {"tenant","disabled"}
   agentd tenant enable <name> --creds admin.creds
       undo disable
+  agentd tenant move <name> --creds admin.creds
+      move a tenant created unsharded (by an earlier release) into the
+      shards of agentd's cluster while the cluster serves: the tenant's
+      agents stop on every node, its log is copied into the shards (every
+      agent's history, streams, fibers and schedules, with their writers
+      and epochs), and they start again; print {"tenant","shards",
+      "partitions","moved","finished","agents","events","chunks",
+      "remapped","perShard","tookMs","copyMs"}. Every node must run this release;
+      a move that stopped part way leaves the tenant stopped: run it again
+      to finish it. Waits up to an hour.
 
 Credential (create):
   --role r          reader (reads messages and streams, starts nothing),
@@ -86,11 +96,15 @@ $FOREVER_CREDS: the admin credential agentd wrote to <data>/admin.creds;
 // tenant's daemon to start.
 const tenantRequestTimeout = 90 * time.Second
 
+// tenantMoveTimeout bounds tenant move: agentd stops the tenant, copies
+// its log (within an hour) and starts it again.
+const tenantMoveTimeout = time.Hour + 4*time.Minute
+
 // tenantCommand runs "agentd tenant".
 func tenantCommand(ctx context.Context, in invocation, args []string) error {
 	getenv, stdout, stderr := in.getenv, in.stdout, in.stderr
 	if len(args) == 0 {
-		return usageErr("missing create, revoke, token, disable or enable")
+		return usageErr("missing create, revoke, token, disable, enable or move")
 	}
 	verb := args[0]
 	if verb == "-h" || verb == "--help" || verb == "help" {
@@ -126,6 +140,7 @@ func tenantCommand(ctx context.Context, in invocation, args []string) error {
 	}
 	var subject string
 	var payload any
+	timeout := tenantRequestTimeout
 	switch verb {
 	case "create":
 		if *out == "" {
@@ -149,15 +164,17 @@ func tenantCommand(ctx context.Context, in invocation, args []string) error {
 		subject, payload = tenancy.AdminDisableSubject, tenancy.RevokeRequest{Name: name}
 	case "enable":
 		subject, payload = tenancy.AdminEnableSubject, tenancy.RevokeRequest{Name: name}
+	case "move":
+		subject, payload, timeout = tenancy.AdminMoveSubject, tenancy.RevokeRequest{Name: name}, tenantMoveTimeout
 	case "token revoke":
 		if err := auth.CheckCredName(pos[1]); err != nil {
 			return usageErr("%v", err)
 		}
 		subject, payload = tenancy.AdminTokenRevokeSubject, tenancy.TokenRevokeRequest{Name: name, Cred: pos[1]}
 	default:
-		return usageErr("unknown tenant command %q: create, revoke, token revoke, disable or enable", verb)
+		return usageErr("unknown tenant command %q: create, revoke, token revoke, disable, enable or move", verb)
 	}
-	msg, err := adminRequest(ctx, *natsURL, *creds, *tlsCA, subject, payload)
+	msg, err := adminRequestWithin(ctx, timeout, *natsURL, *creds, *tlsCA, subject, payload)
 	if err != nil {
 		return fmt.Errorf("tenant %s: %w", verb, err)
 	}
@@ -291,6 +308,11 @@ func quotaFlags(fs *flag.FlagSet, q *auth.Quota) {
 // credential and returns its reply; a service error is an error naming
 // its code.
 func adminRequest(ctx context.Context, natsURL, creds, tlsCA, subject string, payload any) (*nats.Msg, error) {
+	return adminRequestWithin(ctx, tenantRequestTimeout, natsURL, creds, tlsCA, subject, payload)
+}
+
+// adminRequestWithin is adminRequest waiting up to timeout for the reply.
+func adminRequestWithin(ctx context.Context, timeout time.Duration, natsURL, creds, tlsCA, subject string, payload any) (*nats.Msg, error) {
 	// A permissions violation (creds that are not the admin's) arrives
 	// asynchronously; it ends the request at once.
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -303,7 +325,7 @@ func adminRequest(ctx context.Context, natsURL, creds, tlsCA, subject string, pa
 	}
 	defer nc.Close()
 	body, _ := json.Marshal(payload)
-	tctx, tcancel := context.WithTimeout(rctx, tenantRequestTimeout)
+	tctx, tcancel := context.WithTimeout(rctx, timeout)
 	defer tcancel()
 	msg, err := nc.RequestWithContext(tctx, subject, body)
 	if cause := context.Cause(rctx); cause != nil && errors.Is(cause, nats.ErrPermissionViolation) {

@@ -193,6 +193,10 @@ func testBinaryTenants(t *testing.T, bin string) {
 	if _, stderr, code := tenantCLI(t, bin, "create", "evil", "--nats-url", natsURL, "--creds", acme.Creds, "--out", out); code != 1 || !strings.Contains(stderr, "no agentd with --auth answers") {
 		t.Fatalf("tenant creds as admin: exit %d %s", code, stderr)
 	}
+	// A tenant moves into its node's shards; this node has none.
+	if _, stderr, code := tenantCLI(t, bin, "move", "acme", "--nats-url", natsURL, "--creds", admin); code != 1 || !strings.Contains(stderr, "this node's log is unsharded") {
+		t.Fatalf("tenant move on an unsharded node: exit %d %s", code, stderr)
+	}
 
 	connect := func(c tenantCred, opts ...nats.Option) *nats.Conn {
 		nc, err := nats.Connect(natsURL, append([]nats.Option{nats.UserCredentials(c.Creds)}, opts...)...)
