@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -243,14 +244,14 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 	// message cost a Pebble iterator each, before every model call. An
 	// index without a row of its own (a fork's inherited message) and a
 	// message stored in pieces are read as Message reads them.
-	own, err := ownRows(s.messages, agent, next)
-	if err != nil {
-		return nil, err
-	}
 	var cached, fresh []cachedRow
 	if c != nil {
 		cached = c.get(agent)
 		fresh = make([]cachedRow, next)
+	}
+	own, err := ownRows(s.messages, agent, next, cached)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Message, 0, next)
 	for i := range next {
@@ -294,24 +295,38 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 }
 
 // ownRows returns the raw rows of agent's own messages below next, at
-// their index (nil where agent has none), read with one scan.
-func ownRows(v *eventlog.View, agent string, next uint64) ([][]byte, error) {
+// their index (nil where agent has none), read with one scan. A row whose
+// bytes equal the cached row at its index is returned as the cached
+// slice itself, not copied: the rows before every model call are mostly
+// the ones the cache holds, and copying each out of Pebble cost more than
+// comparing it in place.
+func ownRows(v *eventlog.View, agent string, next uint64, cached []cachedRow) ([][]byte, error) {
 	prefix := msgKey(agent, 0)
 	prefix = prefix[:len(prefix)-8]
 	rows := make([][]byte, next)
-	for kv, err := range v.Scan(prefix) {
-		if err != nil {
-			return nil, err
-		}
+	var bad error
+	err := v.ScanSeek(prefix, func(kv eventlog.KV) ([]byte, bool) {
 		suffix := kv.Key[len(prefix):]
 		if len(suffix) != 8 {
-			return nil, corrupt("chat row "+string(kv.Key), errors.New("want an 8-byte index"))
+			bad = corrupt("chat row "+string(kv.Key), errors.New("want an 8-byte index"))
+			return nil, true
 		}
 		idx, _ := decodeIndex(suffix)
 		if idx >= next {
-			break
+			return nil, true
 		}
-		rows[idx] = kv.Value
+		if idx < uint64(len(cached)) && cached[idx].raw != nil && bytes.Equal(cached[idx].raw, kv.Value) {
+			rows[idx] = cached[idx].raw
+		} else {
+			rows[idx] = bytes.Clone(kv.Value) // kv is only valid during the call
+		}
+		return nil, false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil {
+		return nil, bad
 	}
 	return rows, nil
 }
