@@ -21,7 +21,10 @@ type Store struct {
 	// hist caches the decoded rows of History (historycache.go).
 	hist *historyCache
 	// flags caches the interrupt flags found unset (interruptflags.go).
-	flags      *flagCache
+	flags *flagCache
+	// unbudgeted caches the agents found without budget limits (a flag
+	// cache of one flag an agent: budgetlimits.go).
+	unbudgeted *flagCache
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -42,11 +45,12 @@ type waiter interface {
 }
 
 // eventProjections are the chat projections of the events stream, the
-// interrupts view telling flags of the flags it may set.
-func eventProjections(flags *flagCache) []eventlog.Projection {
+// interrupts view telling s.flags of the flags it may set and the budget
+// view telling s.unbudgeted of the limits it may set.
+func (s *Store) eventProjections() []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
-		interruptsProjection(flags), TurnsProjection(), BudgetProjection(),
+		interruptsProjection(s.flags), TurnsProjection(), budgetProjection(s.unbudgeted),
 		ContextProjection(),
 	}
 }
@@ -63,7 +67,7 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 		return nil, nil, err
 	}
 	s.eventPrs = []waiter{views}
-	for _, p := range eventProjections(s.flags) {
+	for _, p := range s.eventProjections() {
 		if err := views.Add(p); err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
 		}
@@ -86,7 +90,7 @@ func newStore(lg *eventlog.Log) (*Store, error) {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
 	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes),
-		flags: newFlagCache()}, nil
+		flags: newFlagCache(), unbudgeted: newFlagCache()}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -124,7 +128,7 @@ func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 		return nil, nil, err
 	}
 	all := []*eventlog.Projector{s.chunkPr}
-	for _, p := range eventProjections(s.flags) {
+	for _, p := range s.eventProjections() {
 		pr, err := lg.NewProjector(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
