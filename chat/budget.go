@@ -461,8 +461,19 @@ type budgetSpendRow struct {
 // tenant's budget check reads a few rows whatever its agents. Version 3
 // added them; its rows of an agent are version 2's, so snapshots stay
 // readable both ways (RowsReadableFrom).
-func BudgetProjection() eventlog.Projection {
-	return eventlog.Projection{Name: BudgetProjectionName, Version: 3, RowsReadableFrom: 2, Filter: eventlog.Filter{}, Apply: applyBudget,
+func BudgetProjection() eventlog.Projection { return budgetProjection(nil) }
+
+// budgetProjection is BudgetProjection telling unbudgeted (when not nil)
+// of each commit that may set an agent's limits (budgetlimits.go).
+func budgetProjection(unbudgeted *flagCache) eventlog.Projection {
+	apply := applyBudget
+	if unbudgeted != nil {
+		apply = func(b *eventlog.Batch, e eventlog.Event) error {
+			limitsMaySet(unbudgeted, b, e)
+			return applyBudget(b, e)
+		}
+	}
+	return eventlog.Projection{Name: BudgetProjectionName, Version: 3, RowsReadableFrom: 2, Filter: eventlog.Filter{}, Apply: apply,
 		AgentRows:   agentRows(keys(budgetKey, budgetWaitKey, budgetApprovedKey), prefixes("d", "p", "a", "s")),
 		RowsChanged: budgetRowsChanged}
 }
@@ -531,10 +542,19 @@ func applySpend(b *eventlog.Batch, e eventlog.Event, u usageRecorded) error {
 }
 
 // BudgetLimits returns agent's budget limits: the defaults (no limit, a
-// 24h period, soft 0.8) until a budget is set.
+// 24h period, soft 0.8) until a budget is set. Every set that a WaitFor of
+// its sequence confirmed is seen; an agent found without limits is not
+// read again until limits may have been set since (budgetlimits.go).
 func (s *Store) BudgetLimits(agent string) (BudgetLimits, error) {
 	l := BudgetLimits{Period: "24h", Soft: DefaultBudgetSoft}
-	_, err := getJSON(s.budget, budgetKey(agent), &l)
+	g := s.unbudgeted.gen.Load()
+	if s.unbudgeted.knownUnset(agent, "", g) {
+		return l, nil
+	}
+	ok, err := getJSON(s.budget, budgetKey(agent), &l)
+	if err == nil && !ok {
+		s.unbudgeted.readUnset(agent, "", g)
+	}
 	return l, err
 }
 

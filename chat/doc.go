@@ -487,6 +487,10 @@
 //     (interruptflags.go), and still every set the views applied before a
 //     check (SetInterrupt returned, or another process's append was
 //     waited for) is seen by that check (TestInterruptSeenByNextCheck).
+//     An agent's budget limits read absent (the defaults) before a model
+//     call are remembered the same way (budgetlimits.go): every budget.set
+//     the views applied before a read is seen by it
+//     (TestBudgetLimitsSeenByNextRead).
 //   - SetState is compare-and-set: state.set is appended with the agent's
 //     last event sequence expected (ExpectSeq) after checking the version,
 //     so of two concurrent calls with the same expected version exactly one

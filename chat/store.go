@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,10 @@ type Store struct {
 	// hist caches the decoded rows of History (historycache.go).
 	hist *historyCache
 	// flags caches the interrupt flags found unset (interruptflags.go).
-	flags      *flagCache
+	flags *flagCache
+	// unbudgeted caches the agents found without budget limits (a flag
+	// cache of one flag an agent: budgetlimits.go).
+	unbudgeted *flagCache
 	streams    *chunk.Streams
 	messages   *eventlog.View
 	state      *eventlog.View
@@ -41,11 +45,12 @@ type waiter interface {
 }
 
 // eventProjections are the chat projections of the events stream, the
-// interrupts view telling flags of the flags it may set.
-func eventProjections(flags *flagCache) []eventlog.Projection {
+// interrupts view telling s.flags of the flags it may set and the budget
+// view telling s.unbudgeted of the limits it may set.
+func (s *Store) eventProjections() []eventlog.Projection {
 	return []eventlog.Projection{
 		MessagesProjection(), StateProjection(), UsageProjection(),
-		interruptsProjection(flags), TurnsProjection(), BudgetProjection(),
+		interruptsProjection(s.flags), TurnsProjection(), budgetProjection(s.unbudgeted),
 		ContextProjection(),
 	}
 }
@@ -62,7 +67,7 @@ func AddStore(lg *eventlog.Log, views *eventlog.Follower) (*Store, *eventlog.Pro
 		return nil, nil, err
 	}
 	s.eventPrs = []waiter{views}
-	for _, p := range eventProjections(s.flags) {
+	for _, p := range s.eventProjections() {
 		if err := views.Add(p); err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
 		}
@@ -85,7 +90,7 @@ func newStore(lg *eventlog.Log) (*Store, error) {
 		return nil, fmt.Errorf("chat: open store: %w", err)
 	}
 	return &Store{chunkPr: pr, streams: chunk.NewStreams(v), hist: newHistoryCache(historyCacheBytes),
-		flags: newFlagCache()}, nil
+		flags: newFlagCache(), unbudgeted: newFlagCache()}, nil
 }
 
 func (s *Store) setView(lg *eventlog.Log, name string) error {
@@ -123,7 +128,7 @@ func OpenStore(lg *eventlog.Log) (*Store, []*eventlog.Projector, error) {
 		return nil, nil, err
 	}
 	all := []*eventlog.Projector{s.chunkPr}
-	for _, p := range eventProjections(s.flags) {
+	for _, p := range s.eventProjections() {
 		pr, err := lg.NewProjector(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("chat: open store: %w", err)
@@ -243,14 +248,14 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 	// message cost a Pebble iterator each, before every model call. An
 	// index without a row of its own (a fork's inherited message) and a
 	// message stored in pieces are read as Message reads them.
-	own, err := ownRows(s.messages, agent, next)
-	if err != nil {
-		return nil, err
-	}
 	var cached, fresh []cachedRow
 	if c != nil {
 		cached = c.get(agent)
 		fresh = make([]cachedRow, next)
+	}
+	own, err := ownRows(s.messages, agent, next, cached)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Message, 0, next)
 	for i := range next {
@@ -294,24 +299,38 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 }
 
 // ownRows returns the raw rows of agent's own messages below next, at
-// their index (nil where agent has none), read with one scan.
-func ownRows(v *eventlog.View, agent string, next uint64) ([][]byte, error) {
+// their index (nil where agent has none), read with one scan. A row whose
+// bytes equal the cached row at its index is returned as the cached
+// slice itself, not copied: the rows before every model call are mostly
+// the ones the cache holds, and copying each out of Pebble cost more than
+// comparing it in place.
+func ownRows(v *eventlog.View, agent string, next uint64, cached []cachedRow) ([][]byte, error) {
 	prefix := msgKey(agent, 0)
 	prefix = prefix[:len(prefix)-8]
 	rows := make([][]byte, next)
-	for kv, err := range v.Scan(prefix) {
-		if err != nil {
-			return nil, err
-		}
+	var bad error
+	err := v.ScanSeek(prefix, func(kv eventlog.KV) ([]byte, bool) {
 		suffix := kv.Key[len(prefix):]
 		if len(suffix) != 8 {
-			return nil, corrupt("chat row "+string(kv.Key), errors.New("want an 8-byte index"))
+			bad = corrupt("chat row "+string(kv.Key), errors.New("want an 8-byte index"))
+			return nil, true
 		}
 		idx, _ := decodeIndex(suffix)
 		if idx >= next {
-			break
+			return nil, true
 		}
-		rows[idx] = kv.Value
+		if idx < uint64(len(cached)) && cached[idx].raw != nil && bytes.Equal(cached[idx].raw, kv.Value) {
+			rows[idx] = cached[idx].raw
+		} else {
+			rows[idx] = bytes.Clone(kv.Value) // kv is only valid during the call
+		}
+		return nil, false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil {
+		return nil, bad
 	}
 	return rows, nil
 }
