@@ -38,6 +38,18 @@ const FormatChunkBatches = FormatShards + 1
 // reached it. It adds no layout.
 const FormatEndRecords = FormatChunkBatches + 1
 
+// FormatAnnouncedSteps: the stash of a turn's step usage before its tools
+// carries the op.started of the step's one call of an Idempotent server
+// tool (fiber.AnnounceStep, chat.Config.AnnouncedStepsWritable), where it
+// was a record of its own: such a tool call awaits two rounds of writes
+// (its input with the stash, its result), as a bare fiber.Step, where it
+// awaited three. A release before it reads no announcement in a stash: its
+// recovery would run the call as a new op (the same idempotency key, so
+// harmless) and its verify would report the op completed without
+// op.started, so turns write it only once the cluster's active format
+// reached it. It adds no layout.
+const FormatAnnouncedSteps = FormatEndRecords + 1
+
 // DefaultShards is the shard count a new cluster is created with when
 // its nodes are started without --shards and its streams are on a
 // cluster of servers (replicated, or an embedded server with

@@ -554,6 +554,10 @@ func packChunks() bool { return true }
 // in a cluster whose record format reached agentd.FormatEndRecords.
 func endRecords() bool { return true }
 
+// announcedSteps is the bench's chat.Config.AnnouncedStepsWritable: on, as
+// agentd once every node reads record format 9 (FormatAnnouncedSteps).
+func announcedSteps() bool { return true }
+
 func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	r, err := g.runner(agent)
 	if err != nil {
@@ -565,7 +569,7 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 		// As agentd at record format 8 (FormatEndRecords): the chunks
 		// written together are one record, a turn's answer and usage
 		// ride in its turn.completed.
-		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords})
+		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords, AnnouncedStepsWritable: announcedSteps})
 	if err != nil {
 		r.Close()
 		return nil, err

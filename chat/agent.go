@@ -225,6 +225,18 @@ type Config struct {
 	// would miss the message and the usage. It is asked when a turn
 	// ends. Nil: never, as ChunkBatchesWritable.
 	EndRecordsWritable func() bool
+	// AnnouncedStepsWritable, when set and true, lets the stash of a
+	// step's usage before its tools carry the op.started of the step's
+	// one call when that call is of an Idempotent server tool
+	// (fiber.AnnounceStep, record format 9): the tool runs after one
+	// round of writes (its input's chunks, the stash) instead of two, and
+	// a tool call awaits two rounds, as a bare fiber.Step. In a cluster,
+	// only once every node reads them (agentd's FormatAnnouncedSteps): a
+	// release before it would run the call as a new op after a crash
+	// (harmless for an Idempotent tool) and its verify would report the
+	// op completed without op.started. It is asked when a step's model
+	// call ends. Nil: never, as ChunkBatchesWritable.
+	AnnouncedStepsWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

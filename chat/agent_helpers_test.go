@@ -139,6 +139,9 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	if *endRecords {
 		cfg.EndRecordsWritable = func() bool { return true }
 	}
+	if *announcedSteps {
+		cfg.AnnouncedStepsWritable = func() bool { return true }
+	}
 	if opt != nil {
 		opt(&cfg)
 	}
@@ -164,6 +167,12 @@ var packChunks = flag.Bool("pack", false, "the chat agents pack the chunks they 
 // its turn.completed (Config.EndRecordsWritable). go test ./chat -args
 // -end-records=false runs them on the chain of format 7.
 var endRecords = flag.Bool("end-records", true, "a completed turn stores its message and usage in its turn.completed (Config.EndRecordsWritable)")
+
+// announcedSteps runs the tests' chat agents at record format 9, as agentd
+// once every node reads it: the usage stash before a step's one Idempotent
+// tool call carries the call's op.started (Config.AnnouncedStepsWritable).
+// go test ./chat -args -announced-steps=false runs them at format 8.
+var announcedSteps = flag.Bool("announced-steps", true, "a step's usage stash carries its Idempotent tool call's op.started (Config.AnnouncedStepsWritable)")
 
 // fake is a scripted provider: each call runs the next script (the last
 // one repeats).

@@ -525,6 +525,17 @@
 //     (op.completed) before its output chunk is written, and a resumed turn
 //     replays it. An Unsafe call cut off by a crash is never run again
 //     silently; the model is told its outcome is unknown.
+//   - A tool call's op.started is durable before the tool runs. At record
+//     format 9 (Config.AnnouncedStepsWritable, in agentd once every live
+//     node reads it) the stash of the step's usage carries it for the
+//     step's one call of an Idempotent tool (fiber.AnnounceStep): that
+//     call awaits two rounds of writes (its input with the stash, its
+//     result), as a bare fiber.Step, and one cut by a crash before or
+//     while it ran runs again with the same idempotency key. An Unsafe
+//     call's op.started stays a write of its own after the stash, so a
+//     crash between them leaves it not started and it runs once, never
+//     reported as maybe executed for nothing (TestToolCrashPoints,
+//     TestAnnouncedStepsByFormat, TestAnnouncedStepCrash).
 //   - A call that needs approval never runs without it, and an answer
 //     runs it at most once: a second answer is ErrAlreadyAnswered.
 //   - Bad tool calls never crash a turn: arguments that are not JSON

@@ -20,6 +20,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
 	"github.com/forever-agents/forever/tracing"
+	"github.com/forever-agents/forever/verify"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden histories in testdata/golden from fresh runs")
@@ -284,6 +285,53 @@ func goldenCases() []goldenCase {
 				started, _ := fx.counts()
 				if len(parts) != 2 || started[parts[0].ToolCallID] != 0 || started[parts[1].ToolCallID] != 1 {
 					t.Fatalf("after recovery: parts %+v, runs %v; want the recorded first result reused", parts, started)
+				}
+			},
+		},
+		{
+			// Record format 9: the usage stash before the Idempotent tool
+			// carries its op.started (fiber.AnnounceStep); the process
+			// died before the tool ran. Recovery runs it once, under the
+			// announced op, and the Unsafe one once.
+			name: "announced_tool_crash",
+			run: func(t *testing.T, e *env) {
+				fx := newSideEffects()
+				h := e.host(t, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), atAnnounced(true, goldenTools(t, fx)))
+				reached := make(chan struct{}, 1)
+				chat.StopAt(h.a, func(ctx context.Context, point string) error {
+					if point != "tools-begin" {
+						return nil
+					}
+					reached <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: twoTools}); err != nil {
+					t.Fatal(err)
+				}
+				wait(t, reached)
+				h.r.Close()
+			},
+			check: func(t *testing.T, e *env, h golden) {
+				if n := countEvents(h, fiber.EventOpStarted); n != 0 {
+					t.Fatalf("%d op.started stored, want the stash's announcement alone", n)
+				}
+				if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnStreaming {
+					t.Fatalf("turn before recovery = %+v", tr)
+				}
+				fx := newSideEffects()
+				recoverHost(t, e, goldenAgent, llm.NewLocal(llm.LocalConfig{Rate: -1}), goldenTools(t, fx))
+				if tr := lastTurn(t, e, goldenAgent); tr.Status != chat.TurnCompleted {
+					t.Fatalf("turn = %+v", tr)
+				}
+				parts := toolParts(settled(t, e, goldenAgent)[1])
+				started, completed := fx.counts()
+				if len(parts) != 2 || parts[0].State != chat.ToolOutput || parts[1].State != chat.ToolOutput ||
+					started[parts[0].ToolCallID] != 1 || completed[parts[1].ToolCallID] != 1 {
+					t.Fatalf("after recovery: parts %+v, runs %v; want each tool run once", parts, started)
+				}
+				if rep, err := verify.Check(t.Context(), e.lg, verify.Options{}); err != nil || !rep.OK() {
+					t.Fatalf("verify: %v\n%s", err, rep)
 				}
 			},
 		},

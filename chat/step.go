@@ -241,7 +241,7 @@ func (st *turnRun) modelPhase(ctx, fctx context.Context, lp *loop, resume bool) 
 				// turn recovered during them counts it (the stream's
 				// finish chunk carries it on the other paths).
 				st.snap.StepUsage = &stepUsage{Input: lp.usage.InputTokens, Output: lp.usage.OutputTokens}
-				if err := st.stashUsage(fctx); err != nil {
+				if err := st.stashUsage(fctx, st.announcedCall()); err != nil {
 					return 0, fmt.Errorf("%w: %w", errWrite, err)
 				}
 			}

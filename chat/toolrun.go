@@ -91,6 +91,34 @@ func (st *turnRun) toolsPhase(ctx, fctx context.Context, lp *loop) (phase, error
 	return phaseStepDone, nil
 }
 
+// announcedCall returns the step key of the call whose op.started the
+// usage stash before the step's tools carries (fiber.AnnounceStep), or ""
+// for none: only at record format 9 (Config.AnnouncedStepsWritable), and
+// only for the step's one pending call when it is of an Idempotent server
+// tool that runs at once (no approval, not a sub-agent), the call
+// toolJobs then gives to runTool. An Unsafe tool's op.started stays a
+// write of its own after the stash: a crash between the two leaves the
+// tool not started, so it runs once after a recovery instead of being
+// reported as maybe executed (TestToolCrashPoints, "before the second tool
+// runs"). An Idempotent call announced and cut off by a crash runs again
+// with the same idempotency key, as after a crash while it ran.
+func (st *turnRun) announcedCall() string {
+	a := st.a
+	if a.cfg.AnnouncedStepsWritable == nil || !a.cfg.AnnouncedStepsWritable() {
+		return ""
+	}
+	pending := pendingCalls(st.emitter().b.stepCalls())
+	if len(pending) != 1 || pending[0].State != ToolInputAvailable {
+		return ""
+	}
+	c := pending[0]
+	t, server := a.cfg.Tools.Lookup(c.ToolName)
+	if !server || t.sub != nil || t.Safety() != Idempotent || t.needsApproval(c.Input) {
+		return ""
+	}
+	return toolStepKey(c.ToolCallID)
+}
+
 // toolJob is one pending call of a step in toolsPhase.
 type toolJob struct {
 	call Part

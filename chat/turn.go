@@ -226,7 +226,7 @@ func (st *turnRun) streamOnce(ctx, wctx context.Context, req llm.Request, usage 
 
 // stash makes the chunks written so far durable, then stashes the turn's
 // snapshot, so the snapshot never claims more than the stream holds.
-func (st *turnRun) stash(ctx context.Context) error {
+func (st *turnRun) stash(ctx context.Context, opts ...fiber.StashOpt) error {
 	em := st.emitter()
 	if _, err := em.w.Flush(ctx); err != nil {
 		return err
@@ -236,7 +236,7 @@ func (st *turnRun) stash(ctx context.Context) error {
 	// made.
 	_, current := st.split()
 	st.snap.TextAtSequence = len(partsText(current))
-	return st.stashSnap(ctx)
+	return st.stashSnap(ctx, opts...)
 }
 
 // stashUsage is stash for the snapshot that carries a step's usage
@@ -255,9 +255,17 @@ func (st *turnRun) stash(ctx context.Context) error {
 // and its usage is that call's. A provider that resumes a response by its
 // id keeps stash's order: its SequenceNumber and TextAtSequence must
 // match the stored text.
-func (st *turnRun) stashUsage(ctx context.Context) error {
+//
+// With announce set (announcedCall), the stash also records that call's
+// op.started (fiber.AnnounceStep): the call's step then writes none, and
+// the tool runs after this one round of writes, not two.
+func (st *turnRun) stashUsage(ctx context.Context, announce string) error {
+	var opts []fiber.StashOpt
+	if announce != "" {
+		opts = append(opts, fiber.AnnounceStep(announce))
+	}
 	if llm.ResumesByID(st.a.cfg.Provider) {
-		return st.stash(ctx)
+		return st.stash(ctx, opts...)
 	}
 	em := st.emitter()
 	flushed := make(chan error, 1)
@@ -265,7 +273,7 @@ func (st *turnRun) stashUsage(ctx context.Context) error {
 		_, err := em.w.Flush(ctx)
 		flushed <- err
 	}()
-	err := st.stashSnap(ctx)
+	err := st.stashSnap(ctx, opts...)
 	if err == nil {
 		err = st.a.crashPoint(ctx, pointToolsStashed)
 	}
@@ -279,12 +287,12 @@ func (st *turnRun) stashUsage(ctx context.Context) error {
 // progress and reset the count; the fiber's attempt count is set to the
 // turn's, so the fiber's cap (MaxAttempts) and MaxRecoveryAttempts count
 // the same attempts and progress resets both.
-func (st *turnRun) stashSnap(ctx context.Context) error {
+func (st *turnRun) stashSnap(ctx context.Context, opts ...fiber.StashOpt) error {
 	f := st.f
 	if st.snap.ChunkIndex > st.snap.ChunksAtAttempt {
 		st.snap.Attempts = 0
 	}
-	return f.Stash(ctx, st.snap, fiber.WithAttempts(st.snap.Attempts))
+	return f.Stash(ctx, st.snap, append([]fiber.StashOpt{fiber.WithAttempts(st.snap.Attempts)}, opts...)...)
 }
 
 // persist stores the assistant message as it stands: message.appended the

@@ -14,7 +14,9 @@
 //	                                        started under; with Config.Version,
 //	                                        version: the code that started it)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
-//	                                        or 0 when it is a recovered fiber's first progress)
+//	                                        or 0 when it is a recovered fiber's first progress;
+//	                                        with AnnounceStep, nextOpId and nextKey: the next
+//	                                        step's op.started)
 //	fiber.completed {id, result?}           function returned nil, or called
 //	                                        Complete: then after the function's
 //	                                        own last events, in one chain
@@ -90,10 +92,11 @@
 //     (for the upstream's idempotency key) or, if Unsafe, fails with
 //     ErrMaybeExecuted.
 //   - A step's op.started is durable before its function runs, whichever
-//     event carries it: op.started, fiber.started (FirstStep) or the
-//     previous step's op.completed (ThenStep). An op announced early counts
-//     as started from then on, so a crash before it ran reruns it (or,
-//     Unsafe, reports it may have executed): never a silent repeat.
+//     event carries it: op.started, fiber.started (FirstStep), the
+//     previous step's op.completed (ThenStep) or a stash before it
+//     (AnnounceStep). An op announced early counts as started from then
+//     on, so a crash before it ran reruns it (or, Unsafe, reports it may
+//     have executed): never a silent repeat.
 //   - A step's op ID is a hash of the fiber ID, the step key and the
 //     step's position among this run's calls with that key. A resumed
 //     function that skips work it finished (per its snapshot) must use keys

@@ -13,7 +13,7 @@ import (
 // the golden history in testdata/.
 const (
 	EventStarted     = "fiber.started"   // {id, name, createdAt, snapshot?, opId?, key?, traceparent?, version?}: WithSnapshot, FirstStep; the span the fiber was started under; Config.Version
-	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?}: attempts 0 for a recovered fiber's first progress, or WithAttempts
+	EventStashed     = "fiber.stashed"   // {id, snapshot, attempts?, nextOpId?, nextKey?}: attempts 0 for a recovered fiber's first progress, or WithAttempts; the next step's op.started (AnnounceStep)
 	EventCompleted   = "fiber.completed" // {id, result?}
 	EventFailed      = "fiber.failed"    // {id, error}
 	EventRecovered   = "fiber.recovered" // {id, attempt, version?, snapshot?}: under another version, the Runner's and the snapshot its policy set (migrated, or null and restart for a restart)

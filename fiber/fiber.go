@@ -162,6 +162,7 @@ type StashOpt func(*stashOpts)
 
 type stashOpts struct {
 	attempts *int
+	next     string // AnnounceStep's key
 }
 
 // WithAttempts records n (>= 0) as the fiber's recovery attempt count along
@@ -172,6 +173,22 @@ type stashOpts struct {
 // recorded (the default reset is off until the next recovery).
 func WithAttempts(n int) StashOpt {
 	return func(o *stashOpts) { o.attempts = &n }
+}
+
+// AnnounceStep records in the stash that the fiber's next Step with key
+// has started, as ThenStep does in a step's op.completed: that Step writes
+// no op.started of its own, so a stash followed at once by a step costs
+// one synced write before the step's function runs, not two. The op counts
+// as started from the stash on: after a crash before it ran, a recovered
+// fiber runs it again with the same op ID (or gets ErrMaybeExecuted for an
+// Unsafe step), as after a crash between op.started and the effect. Give
+// it only for a step that follows the stash (a fiber that calls another
+// key leaves the announced op started and never completed, which its end
+// clears), and only where every reader of the log knows it: a runs table
+// or verify of a release before it misses the announcement (fiber.stashed
+// with nextOpId). Not an option of ThenStash (use ThenStep there).
+func AnnounceStep(key string) StashOpt {
+	return func(o *stashOpts) { o.next = key }
 }
 
 // Stash records v, encoded as JSON (a json.RawMessage is taken as it is), as
@@ -190,16 +207,18 @@ func WithAttempts(n int) StashOpt {
 // ErrFiberDone, or an append error (the previous snapshot then stays the
 // recorded one).
 func (f *Fiber) Stash(ctx context.Context, v any, opts ...StashOpt) error {
-	data, attempts, err := stashData(v, opts)
+	data, o, err := stashData(v, opts)
 	if err != nil {
 		return err
 	}
-	return f.stash(ctx, data, attempts, true)
+	return f.stash(ctx, data, o.attempts, true, o.next)
 }
 
 // stash appends fiber.stashed with data; progress says whether a changed
-// snapshot counts as progress (not for a step answered from its record).
-func (f *Fiber) stash(ctx context.Context, data json.RawMessage, attempts *int, progress bool) error {
+// snapshot counts as progress (not for a step answered from its record);
+// next, when set, is the key of the step the stash announces as started
+// (AnnounceStep).
+func (f *Fiber) stash(ctx context.Context, data json.RawMessage, attempts *int, progress bool, next string) error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	if f.isDone() {
@@ -210,12 +229,18 @@ func (f *Fiber) stash(ctx context.Context, data json.RawMessage, attempts *int, 
 	f.mu.Unlock()
 	start := time.Now()
 	p := payload{ID: f.id, Snapshot: data, Attempts: attempts}
+	if next != "" {
+		p.NextOpID, p.NextKey = f.peekOp(next), next
+	}
 	if _, err := f.appendLocked(ctx, EventStashed, p, progress); err != nil {
 		return fmt.Errorf("fiber: stash %s: %w", f.id, err)
 	}
 	f.r.metrics.stashSeconds.Observe(time.Since(start).Seconds())
 	f.mu.Lock()
 	f.mu.snapshot = data
+	if p.NextOpID != "" {
+		f.mu.prestarted = p.NextOpID
+	}
 	f.mu.Unlock()
 	return nil
 }
@@ -243,16 +268,16 @@ func (f *Fiber) appendLocked(ctx context.Context, typ string, p payload, progres
 }
 
 // stashData encodes a snapshot and its options.
-func stashData(v any, opts []StashOpt) (json.RawMessage, *int, error) {
+func stashData(v any, opts []StashOpt) (json.RawMessage, stashOpts, error) {
 	var o stashOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.attempts != nil && *o.attempts < 0 {
-		return nil, nil, invalidf("stash: negative attempt count %d", *o.attempts)
+		return nil, o, invalidf("stash: negative attempt count %d", *o.attempts)
 	}
 	data, err := encodeJSON("snapshot", v)
-	return data, o.attempts, err
+	return data, o, err
 }
 
 // Stash stashes v for the fiber ctx runs in, from any code the fiber's

@@ -93,10 +93,14 @@ func Step(ctx context.Context, key string, fn func(ctx context.Context, opID str
 	var snap json.RawMessage
 	var attempts *int
 	if o.stash != nil {
-		var err error
-		if snap, attempts, err = stashData(o.stash.v, o.stash.opts); err != nil {
+		data, so, err := stashData(o.stash.v, o.stash.opts)
+		if err != nil {
 			return nil, err
 		}
+		if so.next != "" {
+			return nil, invalidf("step %q: AnnounceStep is a Stash option; a step announces the next with ThenStep", key)
+		}
+		snap, attempts = data, so.attempts
 	}
 	id, err := f.nextOp(key)
 	if err != nil {
@@ -126,7 +130,7 @@ func (f *Fiber) step(ctx context.Context, key, id string, decision stepAction, r
 	case stepCached:
 		if o.stash != nil {
 			// Answered from its record: the stash is not progress.
-			if err := f.stash(ctx, snap, attempts, false); err != nil {
+			if err := f.stash(ctx, snap, attempts, false, ""); err != nil {
 				return nil, err
 			}
 		}

@@ -400,6 +400,112 @@ func TestThenStep(t *testing.T) {
 	}
 }
 
+// TestAnnounceStep: a stash that names the next step writes that step's
+// op.started inside fiber.stashed, so a stash followed by a step costs one
+// synced write before the step runs; after a crash before the announced
+// step ran, a recovered fiber runs it again under the announced op ID (or
+// gets ErrMaybeExecuted for an Unsafe step), and verify finds the log
+// clean. Fails without the runs table's or verify's reading of the
+// announcement (the step would run as a new op, verify would report an op
+// completed without op.started).
+func TestAnnounceStep(t *testing.T) {
+	e1 := newEnv(t)
+	r1 := e1.runner(t, fiber.Config{})
+	ran := make(chan string, 8)
+	step := func(ctx context.Context, key string, opts ...fiber.StepOpt) error {
+		_, err := fiber.Step(ctx, key, func(_ context.Context, opID string) (json.RawMessage, error) {
+			ran <- opID
+			return json.RawMessage(`1`), nil
+		}, opts...)
+		return err
+	}
+	if err := r1.Run(t.Context(), "quick", func(ctx context.Context, f *fiber.Fiber) error {
+		if err := f.Stash(ctx, map[string]int{"done": 0}, fiber.AnnounceStep("a")); err != nil {
+			return err
+		}
+		return step(ctx, "a")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	var types []string
+	var announced, completed string
+	for _, ev := range e1.events(t) {
+		types = append(types, ev.Type)
+		switch ev.Type {
+		case fiber.EventStashed:
+			announced = fmt.Sprint(decodeData(t, ev)["nextOpId"])
+		case fiber.EventOpCompleted:
+			completed = fmt.Sprint(decodeData(t, ev)["opId"])
+		}
+	}
+	if got, want := strings.Join(types, " "), "fiber.started fiber.stashed op.completed fiber.completed"; got != want {
+		t.Fatalf("events %s, want %s", got, want)
+	}
+	if announced != completed {
+		t.Fatalf("the stash announced op %s, the step completed op %s", announced, completed)
+	}
+
+	for _, unsafe := range []bool{false, true} {
+		blocked := make(chan struct{})
+		id, err := r1.Go(t.Context(), "dies", func(ctx context.Context, f *fiber.Fiber) error {
+			if err := f.Stash(ctx, map[string]int{"done": 1}, fiber.WithAttempts(0), fiber.AnnounceStep("b")); err != nil {
+				return err
+			}
+			close(blocked)
+			<-ctx.Done() // dies before the announced step
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-blocked
+		r1.Close()
+		stashed := e1.events(t, fiber.EventStashed)
+		announced := fmt.Sprint(decodeData(t, stashed[len(stashed)-1])["nextOpId"])
+
+		e2, err := resumeAfterCrash(t, e1, id, map[string]int{"done": 1}, func(ctx context.Context) error {
+			var opts []fiber.StepOpt
+			if unsafe {
+				opts = append(opts, fiber.Unsafe())
+			}
+			return step(ctx, "b", opts...)
+		})
+		checkAnnouncedRun(t, err, unsafe, ran, announced)
+		e1 = e2
+		r1 = e1.runner(t, fiber.Config{})
+	}
+	rep, err := verify.Check(t.Context(), e1.lg, verify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("verify:\n%s", rep)
+	}
+}
+
+// TestAnnounceStepNotInThenStash: AnnounceStep is refused inside
+// ThenStash (ThenStep announces from a step), and nothing is written.
+func TestAnnounceStepNotInThenStash(t *testing.T) {
+	e := newEnv(t)
+	r := e.runner(t, fiber.Config{})
+	err := r.Run(t.Context(), "bad", func(ctx context.Context, f *fiber.Fiber) error {
+		_, err := fiber.Step(ctx, "a", func(context.Context, string) (json.RawMessage, error) {
+			return nil, errors.New("ran")
+		}, fiber.ThenStash(1, fiber.AnnounceStep("b")))
+		if !errors.Is(err, fiber.ErrInvalid) {
+			return fmt.Errorf("ThenStash with AnnounceStep: %v, want ErrInvalid", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops := e.events(t, fiber.EventOpStarted); len(ops) != 0 {
+		t.Fatalf("%d op.started written", len(ops))
+	}
+}
+
 // resumeAfterCrash starts a new process on e's server, recovers fiber id,
 // checks that its snapshot is want, and resumes it with body. It returns
 // the new process's env and body's error.

@@ -142,6 +142,11 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			if p.Attempts != nil && *p.Attempts >= 0 {
 				row.Attempt = *p.Attempts // progress reset the count
 			}
+			if p.NextOpID != "" { // AnnounceStep: the next step's op.started
+				if err := putStartedOp(b, e.Agent, p.ID, p.NextOpID, p.NextKey); err != nil {
+					return err
+				}
+			}
 		} else {
 			row.Attempt = p.Attempt
 			row.Recoveries++
@@ -178,12 +183,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			return putJSON(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
 		}
 		if p.NextOpID != "" { // ThenStep: the next step's op.started
-			nk := opKey(e.Agent, p.Fiber, p.NextOpID)
-			if _, err := b.Get(nk); errors.Is(err, eventlog.ErrNotFound) {
-				if err := putJSON(b, nk, Op{ID: p.NextOpID, Fiber: p.Fiber, Key: p.NextKey}); err != nil {
-					return err
-				}
-			} else if err != nil {
+			if err := putStartedOp(b, e.Agent, p.Fiber, p.NextOpID, p.NextKey); err != nil {
 				return err
 			}
 		}
@@ -218,6 +218,16 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		return putJSON(b, k, op)
 	}
 	return nil
+}
+
+// putStartedOp records op id (key) of fiber as started, announced by the
+// event before the step (ThenStep, AnnounceStep), unless it is recorded.
+func putStartedOp(b *eventlog.Batch, agent, fiber, id, key string) error {
+	k := opKey(agent, fiber, id)
+	if _, err := b.Get(k); !errors.Is(err, eventlog.ErrNotFound) {
+		return err
+	}
+	return putJSON(b, k, Op{ID: id, Fiber: fiber, Key: key})
 }
 
 func putJSON(b *eventlog.Batch, k []byte, v any) error {

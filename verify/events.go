@@ -368,6 +368,9 @@ func (c *checker) fiberEvent(a *agentState, e eventlog.Event, d fiberData) {
 		if d.Attempts != nil && *d.Attempts >= 0 {
 			f.attempt = *d.Attempts
 		}
+		if d.NextOpID != "" {
+			f.op(d.NextOpID).started = true // the next step's op.started (fiber.AnnounceStep)
+		}
 	case fiber.EventRecovered:
 		if d.Attempt != f.attempt+1 {
 			v.Kind, v.Text = KindRecoveryAttempt, fmt.Sprintf("fiber %q recovered with attempt %d, want %d (one more than the last recorded)", f.name, d.Attempt, f.attempt+1)

@@ -84,6 +84,10 @@ type Type struct {
 	// endRecordsWritable reports whether a completed turn may store its
 	// message and usage in its turn.completed (agentd.FormatEndRecords).
 	endRecordsWritable func() bool
+	// announcedStepsWritable reports whether a step's usage stash may
+	// carry its Idempotent tool call's op.started
+	// (agentd.FormatAnnouncedSteps).
+	announcedStepsWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -162,6 +166,9 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			// A node of the previous release reads a turn.completed
 			// without its message and usage.
 			ct.endRecordsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatEndRecords }
+			// A node of the previous release reads no op.started in a
+			// stash: its verify would report the op never started.
+			ct.announcedStepsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatAnnouncedSteps }
 		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
@@ -225,9 +232,10 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		BlobThreshold: ct.blobTh,
 		ContextTokens: ct.contextTokens,
 
-		BatchesWritable:      ct.batchesWritable,
-		ChunkBatchesWritable: ct.chunkBatchesWritable,
-		EndRecordsWritable:   ct.endRecordsWritable,
+		BatchesWritable:        ct.batchesWritable,
+		ChunkBatchesWritable:   ct.chunkBatchesWritable,
+		EndRecordsWritable:     ct.endRecordsWritable,
+		AnnouncedStepsWritable: ct.announcedStepsWritable,
 	}
 	if ct.shared != nil {
 		cfg.SharedBudgets = ct.shared
