@@ -299,8 +299,10 @@ func metricValues(url string, names ...string) (map[string]float64, error) {
 	return out, nil
 }
 
-// waitOthers waits until the nodes other than nd are ready and hold every
-// partition between them.
+// waitOthers waits until the nodes other than nd are ready, hold every
+// partition between them and finished recovering them (their views
+// caught up with the partitions nd handed them): a restart timed while
+// they still catch up would share the machine with them.
 func (c *agentdCluster) waitOthers(ctx context.Context, nd *clusterNode, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
@@ -311,14 +313,15 @@ func (c *agentdCluster) waitOthers(ctx context.Context, nd *clusterNode, timeout
 				continue
 			}
 			h, ok := o.readyz(client)
-			ready = ready && ok
+			rec, err := metricValues("http://"+o.metrics+"/metrics", recoveredMetric, ownedMetric)
+			ready = ready && ok && err == nil && rec[recoveredMetric] == rec[ownedMetric]
 			held += h.Partitions
 		}
 		if ready && held >= chartargs.DefaultPartitions {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: the others hold %d partitions %s after %s stopped", held, timeout, nd.name)
+			return fmt.Errorf("bench: the others hold %d partitions, ready and recovered: %t, %s after %s stopped", held, ready, timeout, nd.name)
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return err
