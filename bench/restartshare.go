@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,9 +54,11 @@ var restartShareFlags = []string{"--shards", "8", "--owned-views"}
 //   - rebuilt: SIGTERM, its Pebble dir removed, start,
 //
 // each timed from the start until it answers /readyz 200, holds its share
-// of the partitions (as waitHealthy counts it) and its views have nothing
-// left to apply ("runs" projection lag 0 and its applied count unchanged
-// for restartShareStable, which is not counted). Each figure comes with the
+// of the partitions (as waitHealthy counts it), each of them recovered
+// (forever_agentd_partitions_recovered equal to the partitions it owns:
+// their views caught up) and its views have nothing left to apply ("runs"
+// projection lag 0 and its applied count unchanged for
+// restartShareStable, which is not counted). Each figure comes with the
 // node's CPU over that time and the events its views applied. The rows
 // compare the 6-node figure with the 3-node one: goal within 0.5x, as the
 // node's partitions are half as many. Each cluster's load average is in
@@ -229,7 +234,15 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 		at := time.Now()
 		h, ok := nd.readyz(client)
 		cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
-		done := ok && h.Partitions >= share && err == nil && cur["lag:runs"] == 0
+		var rec map[string]float64
+		if err == nil {
+			rec, err = metricValues("http://"+nd.metrics+"/metrics", recoveredMetric, ownedMetric)
+		}
+		// The lag gauge is the last shard's (and not moved by a partition
+		// catching up alone): the node's partitions count as caught up
+		// once each it holds finished its recovery.
+		done := ok && h.Partitions >= share && err == nil && cur["lag:runs"] == 0 &&
+			rec[recoveredMetric] >= float64(share) && rec[recoveredMetric] == rec[ownedMetric]
 		if done {
 			applied := cur["applied:runs"]
 			switch {
@@ -254,8 +267,42 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 	}
 }
 
-// waitOthers waits until the nodes other than nd are ready and hold every
-// partition between them.
+// The gauges waitCaughtUp reads besides the views': the partitions the
+// node holds, and those of them whose recovery finished.
+const (
+	recoveredMetric = "forever_agentd_partitions_recovered"
+	ownedMetric     = "forever_ownership_partitions_owned"
+)
+
+// metricValues returns the value of each of names (metrics without labels)
+// that the /metrics at url shows.
+func metricValues(url string, names ...string) (map[string]float64, error) {
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, nil
+}
+
+// waitOthers waits until the nodes other than nd are ready, hold every
+// partition between them and finished recovering them (their views
+// caught up with the partitions nd handed them): a restart timed while
+// they still catch up would share the machine with them.
 func (c *agentdCluster) waitOthers(ctx context.Context, nd *clusterNode, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
@@ -266,14 +313,15 @@ func (c *agentdCluster) waitOthers(ctx context.Context, nd *clusterNode, timeout
 				continue
 			}
 			h, ok := o.readyz(client)
-			ready = ready && ok
+			rec, err := metricValues("http://"+o.metrics+"/metrics", recoveredMetric, ownedMetric)
+			ready = ready && ok && err == nil && rec[recoveredMetric] == rec[ownedMetric]
 			held += h.Partitions
 		}
 		if ready && held >= chartargs.DefaultPartitions {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: the others hold %d partitions %s after %s stopped", held, timeout, nd.name)
+			return fmt.Errorf("bench: the others hold %d partitions, ready and recovered: %t, %s after %s stopped", held, ready, timeout, nd.name)
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return err

@@ -17,7 +17,11 @@
 // flight at once, so a restarted node takes its 64 partitions in the time
 // of a few), and hands off the partitions assigned to another live node:
 // it cancels the partition's context, waits for what runs under it to
-// stop, and deletes the key, so the new owner acquires it at once. On
+// stop, and deletes the key, so the new owner acquires it at once. A
+// partition goes only to a node seen alive for a renewal period (a node
+// that flaps does not drag partitions back and forth), and the check
+// between rounds (every twentieth of a TTL) hands it off once that period
+// passed, rather than the next round (TestHandoffDueBetweenRounds). On
 // Run's exit every partition is handed off, so a rolling restart never
 // waits for a TTL.
 //

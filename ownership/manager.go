@@ -588,9 +588,10 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(m.cfg.RenewEvery)
 	defer tick.Stop()
-	// Between rounds, look for leases and nodes gone stale a twentieth
-	// of a TTL at a time (a round heartbeats only when one is due), and
-	// for a watcher that lags this node's own heartbeat.
+	// Between rounds, look for leases and nodes gone stale, and for
+	// partitions to hand to a node that joined, a twentieth of a TTL at a
+	// time (a round heartbeats only when one is due), and for a watcher
+	// that lags this node's own heartbeat.
 	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
 	defer check.Stop()
 	for {
@@ -629,7 +630,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				waiting = false
 			case <-check.C:
 				w.checkLag()
-				waiting = !m.staleTakeovers()
+				waiting = !m.dueBetweenRounds()
 			case <-m.poke:
 				waiting = false
 			}

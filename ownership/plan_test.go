@@ -251,3 +251,31 @@ func TestGraceNeedsNoPause(t *testing.T) {
 		t.Error("a lease is served past its election grace")
 	}
 }
+
+// TestHandoffDueBetweenRounds: a partition this node holds that the
+// assignment gives to a node that joined is found by the check between
+// rounds once that node was seen alive for a renewal period, not left to
+// the next round (up to a renewal period later: a restarted node's
+// partitions came over 3 to 3.9 s after it joined, in waves, one per
+// holder); before that period it is not handed off.
+func TestHandoffDueBetweenRounds(t *testing.T) {
+	const parts = 12
+	m := planner("a", parts)
+	m.apply(entry{key: prefixNode + "a", val: []byte(`{}`), rev: 1, op: jetstream.KeyValuePut})
+	for p := range parts {
+		m.mu.held[p] = &held{lease: Lease{Partition: p, Node: "a", Epoch: 1}, rev: uint64(p + 2), until: time.Now().Add(time.Hour)}
+	}
+	if m.dueBetweenRounds() {
+		t.Fatal("due with every partition held as assigned")
+	}
+	m.apply(entry{key: prefixNode + "b", val: []byte(`{}`), rev: 20, op: jetstream.KeyValuePut})
+	if m.dueBetweenRounds() {
+		t.Fatal("a handoff due to b, seen alive just now")
+	}
+	m.mu.Lock()
+	m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
+	m.mu.Unlock()
+	if !m.dueBetweenRounds() {
+		t.Fatal("no handoff due to b, seen alive for a renewal period: left to the next round")
+	}
+}

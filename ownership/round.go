@@ -183,11 +183,15 @@ func (m *Manager) plan() []action {
 	return out
 }
 
-// staleTakeovers reports whether plan would take over a lease its holder
-// stopped renewing: what a check between renewals acts on.
-func (m *Manager) staleTakeovers() bool {
+// dueBetweenRounds reports whether plan would take over a lease its holder
+// stopped renewing, or hand a partition off to a node seen alive for a
+// renewal period now: what a check between renewals acts on. A node that
+// joins (a restart) then gets its partitions within a check of that
+// period, not at the holder's next round, up to a renewal period later,
+// and from every holder at about the same time.
+func (m *Manager) dueBetweenRounds() bool {
 	for _, a := range m.plan() {
-		if a.stale {
+		if a.stale || a.kind == handoff {
 			return true
 		}
 	}

@@ -65,7 +65,10 @@
 // (servePartition): it catches the views up with the whole log, activates
 // every agent of the partition with orphaned fibers (activation recovers
 // them), and when the lease goes, deactivates them; their fibers stay in
-// the runs view for the next owner.
+// the runs view for the next owner. The gauge
+// forever_agentd_partitions_recovered counts the partitions held whose
+// recovery finished: it equals forever_ownership_partitions_owned once
+// every partition acquired has caught up (TestHostPartitionsRecovered).
 //
 // # Agents: listing, user context, deletion
 //

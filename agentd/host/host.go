@@ -87,7 +87,10 @@ type Host struct {
 	logger *slog.Logger
 	tracer tracing.Tracer
 	active prometheus.Gauge
-	agents *agents.View // the view of every agent
+	// recovered counts the partitions held whose recovery finished
+	// (forever_agentd_partitions_recovered).
+	recovered prometheus.Gauge
+	agents    *agents.View // the view of every agent
 	// deleted counts deletes; bcast the broadcast and state messages
 	// published; watchers the clients of GET /v1/agents/{id}/events.
 	deleted prometheus.Counter
@@ -333,6 +336,13 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 		Help: "Agents currently activated in this process.",
 	})
 	if err := deps.Registerer.Register(h.active); err != nil {
+		return fmt.Errorf("agentd: register host metrics: %w", err)
+	}
+	h.recovered = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "forever_agentd_partitions_recovered",
+		Help: "Partitions this node holds whose recovery finished (views caught up with the partition, its agents recovered); below forever_ownership_partitions_owned while partitions it acquired catch up.",
+	})
+	if err := deps.Registerer.Register(h.recovered); err != nil {
 		return fmt.Errorf("agentd: register host metrics: %w", err)
 	}
 	if err := d.AddReady("recovery", h.ready); err != nil {

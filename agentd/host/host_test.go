@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -370,4 +371,36 @@ func TestHostLinksClientTraceparent(t *testing.T) {
 	if len(command.Links) != 1 || command.Links[0].SpanContext.TraceID().String() != clientTrace || command.Links[0].SpanContext.SpanID().String() != clientSpan {
 		t.Errorf("command span links %+v, want the client's span %s/%s", command.Links, clientTrace, clientSpan)
 	}
+}
+
+// TestHostPartitionsRecovered: forever_agentd_partitions_recovered counts
+// the partitions the node holds whose recovery finished, so it reaches
+// forever_ownership_partitions_owned once every partition acquired has
+// caught its views up and recovered its agents (what a restart waits for
+// before it counts as done: bench restart-share).
+func TestHostPartitionsRecovered(t *testing.T) {
+	cfg := agentdtest.Config(t)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer, cfg.Gatherer = reg, reg
+	startHost(t, cfg, host.Config{}, make(chan keepalive.Schedule, 1))
+	gauge := func(name string) (float64, bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	waitfor.NoError(t, func() error {
+		owned, _ := gauge("forever_ownership_partitions_owned")
+		recovered, ok := gauge("forever_agentd_partitions_recovered")
+		if !ok || owned == 0 || recovered != owned {
+			return fmt.Errorf("partitions recovered %v (registered %t), owned %v: want every owned one recovered", recovered, ok, owned)
+		}
+		return nil
+	})
 }

@@ -67,6 +67,8 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 	// recovers its fibers from the views once they applied its last
 	// event, which a WaitFor begun before the follow would not wait for.
 	following := h.followPartition(l.Partition)
+	// counted: the partition is in forever_agentd_partitions_recovered.
+	var counted bool
 	h.mu.Lock()
 	h.mu.parts[l.Partition] = pt
 	h.mu.Unlock()
@@ -76,6 +78,9 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 			release.SetAttributes(attribute.String("forever.partition.cause", c.Error()))
 		}
 		defer release.End() // once the partition's agents have stopped
+		if counted {
+			h.recovered.Dec()
+		}
 		h.stopPartition(l.Partition)
 		if following {
 			// Once its agents stopped: the views keep its rows.
@@ -119,6 +124,10 @@ func (h *Host) servePartition(ctx context.Context, l ownership.Lease) {
 		return
 	}
 	span.End()
+	if h.recovered != nil {
+		h.recovered.Inc()
+		counted = true
+	}
 	// A node's leases, taken at start and handed off when it stops, are a
 	// line each of the lease manager's ("partition leases taken",
 	// "partitions handed off"). A partition is worth a line of its own
