@@ -88,7 +88,7 @@ func parallel(t *testing.T, l load, secs int) {
 	if err := running.wait(t, w); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { running.release(l) })
+	t.Cleanup(func() { running.release(w) })
 	// go test's time for t counts this wait too.
 	if waited := time.Since(asked); waited > time.Second {
 		t.Logf("started after %s waiting for the load budget", waited.Round(time.Second))
@@ -115,8 +115,12 @@ func runBlackBoxes(t *testing.T, bin string, cases []blackBox) {
 }
 
 // scheduler admits tests while their loads fit its budget, the longest
-// waiting first; a long one that does not fit yet is not overtaken, so a
-// cluster test is not starved by light ones.
+// waiting first. A long one that does not fit yet (the head) is overtaken
+// only by shorter ones that leave it its load: those overtaking it hold at
+// most the budget less its load, so it starts once the tests that ran when
+// it became the head ended, as if none had overtaken it, and a cluster
+// test is not starved by light ones. A light test beside TestUpgrade, with
+// TestClusterOwnedViews at the head, had left a third of the budget idle.
 //
 // A waiter registered before its test paused (register) is absent until
 // the test resumes (arrive): it is never admitted absent, since an
@@ -127,13 +131,15 @@ func runBlackBoxes(t *testing.T, bin string, cases []blackBox) {
 // are more than half of the -parallel slots, so that the ones waiting here
 // could hold every slot an absent one needs.
 type scheduler struct {
-	budget  load
-	slots   int // go test's -parallel
-	mu      sync.Mutex
-	free    load
-	waiting []*waiter // longest first, then in arrival order
-	absent  int       // registered waiters whose tests have not resumed
-	wave    int       // waiters registered since none was absent
+	budget   load
+	slots    int // go test's -parallel
+	mu       sync.Mutex
+	free     load
+	waiting  []*waiter // longest first, then in arrival order
+	absent   int       // registered waiters whose tests have not resumed
+	wave     int       // waiters registered since none was absent
+	head     *waiter   // the first present waiter that did not fit, if any
+	overtook load      // held by the tests admitted before head while it waited
 }
 
 type waiter struct {
@@ -141,6 +147,7 @@ type waiter struct {
 	secs   int
 	absent bool
 	ready  chan struct{}
+	before *waiter // the head this one overtook, if it did
 }
 
 func newScheduler(budget load, slots int) *scheduler {
@@ -214,33 +221,51 @@ func (s *scheduler) insert(l load, secs int) *waiter {
 	return w
 }
 
-// release returns l to the budget and admits who now fits.
-func (s *scheduler) release(l load) {
+// release returns w's load to the budget and admits who now fits.
+func (s *scheduler) release(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.free += min(l, s.budget)
+	s.free += w.load
+	if w.before != nil && w.before == s.head {
+		s.overtook -= w.load
+	}
 	s.admit()
 }
 
-// admit starts the waiting tests in order while the first present one
-// fits; none while a wave that fits the -parallel slots is still
-// resuming. s.mu is held.
+// admit starts the present waiting tests in order while they fit, and
+// after the first that does not (the head), those that fit the budget it
+// leaves to overtakers; none while a wave that fits the -parallel slots
+// is still resuming. s.mu is held.
 func (s *scheduler) admit() {
 	if s.absent > 0 && 2*s.wave <= s.slots {
 		return
 	}
+	var head *waiter
 	for i := 0; i < len(s.waiting); {
 		w := s.waiting[i]
-		if w.absent {
+		switch {
+		case w.absent || w.load > s.free:
+			if head == nil && !w.absent {
+				head = w
+				if head != s.head {
+					s.head, s.overtook = head, 0
+				}
+			}
 			i++
 			continue
-		}
-		if w.load > s.free {
-			return
+		case head != nil && s.overtook+w.load > s.budget-head.load:
+			i++
+			continue
+		case head != nil:
+			w.before = head
+			s.overtook += w.load
 		}
 		s.waiting = slices.Delete(s.waiting, i, i+1)
 		s.free -= w.load
 		close(w.ready)
+	}
+	if head == nil {
+		s.head, s.overtook = nil, 0
 	}
 }
 
@@ -272,6 +297,7 @@ func raiseParallel() {
 // never passes the budget.
 func TestScheduler(t *testing.T) {
 	s := newScheduler(4, parallelTests)
+	held := &waiter{load: 4}
 	s.free = 0 // all of it held
 	var ws []*waiter
 	for _, c := range []struct {
@@ -279,6 +305,9 @@ func TestScheduler(t *testing.T) {
 		secs int
 	}{{1, 5}, {2, 300}, {2, 20}, {1, 30}, {1, 6}, {2, 40}, {4, 35}} {
 		ws = append(ws, s.enqueue(c.l, c.secs))
+	}
+	bySecs := func(secs int) *waiter {
+		return ws[slices.IndexFunc(ws, func(w *waiter) bool { return w.secs == secs })]
 	}
 	started := map[int]bool{}
 	check := func(after string, want ...int) {
@@ -304,16 +333,69 @@ func TestScheduler(t *testing.T) {
 		}
 	}
 	check("all held")
-	s.release(4)
+	s.release(held)
 	check("all released", 300, 40)
-	s.release(2)
+	s.release(bySecs(300))
 	check("300 ended") // 35 needs all 4: the shorter ones wait behind it
-	s.release(2)
+	s.release(bySecs(40))
 	check("40 ended", 35)
-	s.release(4)
+	s.release(bySecs(35))
 	check("35 ended", 30, 20, 6)
-	s.release(1)
+	s.release(bySecs(30))
 	check("30 ended", 5)
+}
+
+// TestSchedulerOvertake: a head that does not fit is overtaken by shorter
+// tests only within the budget it leaves (3 less its 2), so it starts as
+// soon as the test that ran when it became the head ends.
+func TestSchedulerOvertake(t *testing.T) {
+	s := newScheduler(3, parallelTests)
+	upgrade := s.enqueue(2, 340)
+	tenants := s.enqueue(1, 290)
+	views := s.enqueue(2, 90)
+	var light []*waiter
+	for _, secs := range []int{80, 70, 60} {
+		light = append(light, s.enqueue(1, secs))
+	}
+	isStarted := func(w *waiter) bool {
+		select {
+		case <-w.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	if !isStarted(upgrade) || !isStarted(tenants) || isStarted(views) {
+		t.Fatalf("first: upgrade %v, tenants %v, views %v: want the two longest", isStarted(upgrade), isStarted(tenants), isStarted(views))
+	}
+	s.release(tenants) // views (2) does not fit the 1 free: one light test overtakes it
+	if !isStarted(light[0]) || isStarted(light[1]) || isStarted(views) {
+		t.Errorf("tenants ended: light %v %v, views %v: want the 80 s one only", isStarted(light[0]), isStarted(light[1]), isStarted(views))
+	}
+	s.release(upgrade) // the 80 s one still runs: views starts all the same
+	if !isStarted(views) || isStarted(light[1]) {
+		t.Errorf("upgrade ended: views %v, light %v: want views only", isStarted(views), isStarted(light[1]))
+	}
+	s.release(light[0])
+	if !isStarted(light[1]) || isStarted(light[2]) {
+		t.Errorf("the 80 s one ended: want the 70 s one")
+	}
+	if s.free < 0 {
+		t.Errorf("%d over the budget", -s.free)
+	}
+
+	// With 2 free and a head of 3 in a budget of 4, one light test
+	// overtakes, not two: the head starts when the test before it ends.
+	s = newScheduler(4, parallelTests)
+	first, head := s.enqueue(2, 300), s.enqueue(3, 100)
+	a, b := s.enqueue(1, 50), s.enqueue(1, 40)
+	if !isStarted(first) || !isStarted(a) || isStarted(b) || isStarted(head) {
+		t.Errorf("head of 3 waiting with 2 free: light %v %v: want one", isStarted(a), isStarted(b))
+	}
+	s.release(first)
+	if !isStarted(head) {
+		t.Errorf("the test before the head ended, the head did not start")
+	}
 }
 
 // TestSchedulerWave: top-level tests registered before they pause start,
@@ -347,11 +429,11 @@ func TestSchedulerWave(t *testing.T) {
 	if got := started(append(all, sub)...); !slices.Equal(got, []int{100, 340}) {
 		t.Errorf("once the wave resumed, started %v, want [100 340]: the longest that fit", got)
 	}
-	s.release(1) // the subtest ended: 90 needs 2, the shorter ones wait behind it
-	if got := started(all...); !slices.Equal(got, []int{340}) {
-		t.Errorf("with 1 free, started %v, want [340]", got)
+	s.release(sub) // the subtest ended: 90 needs 2, 70 overtakes it within the 1 it leaves
+	if got := started(all...); !slices.Equal(got, []int{70, 340}) {
+		t.Errorf("with 1 free, started %v, want [70 340]", got)
 	}
-	s.release(2)
+	s.release(upgrade)
 	if got := started(all...); !slices.Equal(got, []int{70, 90, 340}) {
 		t.Errorf("340 ended: started %v, want [70 90 340]", got)
 	}
