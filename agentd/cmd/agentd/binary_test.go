@@ -45,11 +45,19 @@ type build struct {
 	bin  string
 	skip string // why it cannot be built here (no go command, no git)
 	err  error
+
+	// A background build runs niced, in process groups of its own, until
+	// a test waits for it (hurry). Guarded by builds.
+	nice   bool
+	groups []int
 }
 
-// makeFunc builds a binary into dir (its own, created), niced when nice is
-// set, and returns its path; skip says why it cannot be built here.
-type makeFunc func(ctx context.Context, dir string, nice bool) (bin, skip string, err error)
+// makeFunc builds a binary into dir (its own, created) with b.goBuild, and
+// returns its path; skip says why it cannot be built here.
+type makeFunc func(ctx context.Context, dir string, b *build) (bin, skip string, err error)
+
+// errNoGo: there is no go command to build with.
+var errNoGo = errors.New("go command not found")
 
 // startBuild returns the build of key, started with mk if it was not:
 // in the background and niced when background is set, else in the
@@ -58,7 +66,7 @@ func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *
 	builds.Lock()
 	b, ok := builds.all[key]
 	if !ok {
-		b = &build{done: make(chan struct{})}
+		b = &build{done: make(chan struct{}), nice: background}
 		if builds.all == nil {
 			builds.all = map[string]*build{}
 		}
@@ -86,7 +94,7 @@ func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *
 			b.err = err
 			return
 		}
-		b.bin, b.skip, b.err = mk(ctx, sub, background)
+		b.bin, b.skip, b.err = mk(ctx, sub, b)
 	}
 	if background {
 		go run()
@@ -96,11 +104,30 @@ func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *
 	return b
 }
 
+// finish waits for the build to be done, at the waiting test's priority:
+// a background build still running is no longer niced.
+func (b *build) finish() {
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	builds.Lock()
+	if b.nice {
+		b.nice = false
+		for _, g := range b.groups {
+			syscall.Setpriority(syscall.PRIO_PGRP, g, 0) // not allowed unprivileged: it then stays niced
+		}
+	}
+	builds.Unlock()
+	<-b.done
+}
+
 // wait returns the build's binary once it is built, skipping or failing
 // t as the build did.
 func (b *build) wait(t *testing.T) string {
 	t.Helper()
-	<-b.done
+	b.finish()
 	if b.skip != "" {
 		t.Skip(b.skip)
 	}
@@ -110,36 +137,55 @@ func (b *build) wait(t *testing.T) string {
 	return b.bin
 }
 
-// goCommand returns the go command to build with, niced when nice is set
-// (and nice(1) is there), and "" when there is none.
-func goCommand(ctx context.Context, nice bool, args ...string) *exec.Cmd {
+// goBuild runs the go command with args in dir ("" for the package's),
+// niced in a process group of its own while b is, and returns its output;
+// errNoGo when there is no go command.
+func (b *build) goBuild(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 		if _, err := os.Stat(goBin); err != nil {
-			return nil
+			return nil, errNoGo
 		}
 	}
-	if nicer, err := exec.LookPath("nice"); nice && err == nil {
-		return exec.CommandContext(ctx, nicer, append([]string{"-n", "19", goBin}, args...)...)
+	builds.Lock()
+	defer builds.Unlock()
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	if nicer, err := exec.LookPath("nice"); b.nice && err == nil {
+		cmd = exec.CommandContext(ctx, nicer, append([]string{"-n", "19", goBin}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
-	return exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if cmd.SysProcAttr != nil {
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) } // the compilers too
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if cmd.SysProcAttr != nil {
+		b.groups = append(b.groups, cmd.Process.Pid)
+	}
+	builds.Unlock()
+	err = cmd.Wait()
+	builds.Lock()
+	return out.Bytes(), err
 }
 
 // makeAgentd builds this package's agentd, with the race detector when
 // race is set.
 func makeAgentd(race bool) makeFunc {
-	return func(ctx context.Context, dir string, nice bool) (string, string, error) {
+	return func(ctx context.Context, dir string, b *build) (string, string, error) {
 		bin := filepath.Join(dir, "agentd")
 		args := []string{"build", "-o", bin}
 		if race {
 			args = append(args, "-race")
 		}
-		cmd := goCommand(ctx, nice, append(args, ".")...)
-		if cmd == nil {
-			return "", "go command not found", nil
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
+		switch out, err := b.goBuild(ctx, "", append(args, ".")...); {
+		case errors.Is(err, errNoGo):
+			return "", err.Error(), nil
+		case err != nil:
 			return "", "", fmt.Errorf("go build: %v\n%s", err, out)
 		}
 		return bin, "", nil
@@ -187,14 +233,18 @@ func prebuild() (stop func()) {
 	}
 }
 
-// TestStartBuild: a build started in the background is made once, and a
-// test asking for it meanwhile waits for it and gets its binary.
+// TestStartBuild: a build started in the background is made once, niced
+// until a test waits for it, and a test asking for it meanwhile waits for
+// it and gets its binary.
 func TestStartBuild(t *testing.T) {
 	key := t.Name() + time.Now().Format(time.RFC3339Nano)
 	var makes atomic.Int32
 	release := make(chan struct{})
-	mk := func(ctx context.Context, dir string, nice bool) (string, string, error) {
+	mk := func(ctx context.Context, dir string, b *build) (string, string, error) {
 		makes.Add(1)
+		builds.Lock()
+		nice := b.nice
+		builds.Unlock()
 		<-release
 		if !nice {
 			return "", "", errors.New("a background build is niced")
@@ -213,6 +263,13 @@ func TestStartBuild(t *testing.T) {
 		t.Fatal("the build was done before it was made")
 	default:
 	}
+	// A test waiting for it takes the niceness off.
+	go first.finish()
+	waitfor.True(t, "the waited-for build no longer niced", func() bool {
+		builds.Lock()
+		defer builds.Unlock()
+		return !first.nice
+	})
 	close(release)
 	bin := first.wait(t)
 	if g := <-got; g != bin || filepath.Base(bin) != "bin" {

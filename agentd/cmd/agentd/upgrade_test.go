@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,7 +39,7 @@ const upgradeFrom = "9a4409710b066e7189da04846062acf781e01349"
 func buildRelease(t *testing.T, commit string) string {
 	t.Helper()
 	b := startBuild(context.Background(), releaseBuild(commit), false, makeRelease(commit))
-	<-b.done
+	b.finish()
 	if b.skip != "" && os.Getenv("FOREVER_REQUIRE_UPGRADE") != "" {
 		t.Fatal(b.skip)
 	}
@@ -50,7 +51,7 @@ func releaseBuild(commit string) string { return "release " + commit }
 
 // makeRelease builds agentd as it was at commit, from git archive.
 func makeRelease(commit string) makeFunc {
-	return func(ctx context.Context, dir string, nice bool) (string, string, error) {
+	return func(ctx context.Context, dir string, b *build) (string, string, error) {
 		top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output()
 		if err != nil {
 			return "", fmt.Sprintf("git: %v", err), nil
@@ -75,12 +76,10 @@ func makeRelease(commit string) makeFunc {
 			return "", "", err
 		}
 		bin := filepath.Join(dir, "agentd-old")
-		build := goCommand(ctx, nice, "build", "-o", bin, "./agentd/cmd/agentd")
-		if build == nil {
-			return "", "go command not found", nil
-		}
-		build.Dir = src
-		if out, err := build.CombinedOutput(); err != nil {
+		switch out, err := b.goBuild(ctx, src, "build", "-o", bin, "./agentd/cmd/agentd"); {
+		case errors.Is(err, errNoGo):
+			return "", err.Error(), nil
+		case err != nil:
 			return "", "", fmt.Errorf("build agentd at %s: %v\n%s", commit, err, out)
 		}
 		// The sources are not needed once built.
