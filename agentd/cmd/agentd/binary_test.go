@@ -214,20 +214,26 @@ func buildBinaryRace(t *testing.T, race bool) string {
 // parallel black-box tests wait for when they start (the race-built
 // agentd, TestUpgrade's previous release, about a CPU-minute each): they
 // use the CPU TestCluster, alone in the sequential phase before them,
-// leaves idle, instead of adding to the parallel phase. Only when the
-// whole package runs (no -run, not -short); stop ends them.
+// leaves idle, instead of adding to the parallel phase. They start once
+// the agentd TestCluster runs is built (prebuild builds it first, at the
+// tests' priority), so they do not slow that one down. Only when the whole
+// package runs (no -run, not -short); stop ends them.
 func prebuild() (stop func()) {
 	if testing.Short() || flag.Lookup("test.run").Value.String() != "" || flag.Lookup("test.list").Value.String() != "" {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	bs := []*build{
-		startBuild(ctx, agentdBuild(raceEnabled), true, makeAgentd(raceEnabled)),
-		startBuild(ctx, releaseBuild(upgradeFrom), true, makeRelease(upgradeFrom)),
-	}
+	started := make(chan []*build, 1)
+	go func() {
+		startBuild(ctx, agentdBuild(false), false, makeAgentd(false)).finish()
+		started <- []*build{
+			startBuild(ctx, agentdBuild(raceEnabled), true, makeAgentd(raceEnabled)),
+			startBuild(ctx, releaseBuild(upgradeFrom), true, makeRelease(upgradeFrom)),
+		}
+	}()
 	return func() {
 		cancel()
-		for _, b := range bs {
+		for _, b := range <-started {
 			<-b.done
 		}
 	}
