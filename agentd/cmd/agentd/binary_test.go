@@ -245,12 +245,13 @@ func prebuild() (stop func()) {
 func TestStartBuild(t *testing.T) {
 	key := t.Name() + time.Now().Format(time.RFC3339Nano)
 	var makes atomic.Int32
-	release := make(chan struct{})
+	making, release := make(chan struct{}), make(chan struct{})
 	mk := func(ctx context.Context, dir string, b *build) (string, string, error) {
 		makes.Add(1)
 		builds.Lock()
 		nice := b.nice
 		builds.Unlock()
+		close(making)
 		<-release
 		if !nice {
 			return "", "", errors.New("a background build is niced")
@@ -270,6 +271,7 @@ func TestStartBuild(t *testing.T) {
 	default:
 	}
 	// A test waiting for it takes the niceness off.
+	<-making
 	go first.finish()
 	waitfor.True(t, "the waited-for build no longer niced", func() bool {
 		builds.Lock()

@@ -164,7 +164,7 @@ func (s *scheduler) wait(t *testing.T, w *waiter) error {
 		defer s.mu.Unlock()
 		select {
 		case <-w.ready: // admitted meanwhile: give it back
-			s.free += w.load
+			s.giveBack(w)
 		default:
 			s.waiting = slices.DeleteFunc(s.waiting, func(o *waiter) bool { return o == w })
 		}
@@ -225,11 +225,16 @@ func (s *scheduler) insert(l load, secs int) *waiter {
 func (s *scheduler) release(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.giveBack(w)
+	s.admit()
+}
+
+// giveBack returns an admitted w's load. s.mu is held.
+func (s *scheduler) giveBack(w *waiter) {
 	s.free += w.load
 	if w.before != nil && w.before == s.head {
 		s.overtook -= w.load
 	}
-	s.admit()
 }
 
 // admit starts the present waiting tests in order while they fit, and
