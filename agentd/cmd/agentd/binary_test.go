@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,24 +29,175 @@ func buildBinary(t *testing.T) string {
 	return buildBinaryRace(t, raceEnabled)
 }
 
-// builds holds the agentd binaries built for this package's tests: the
-// top-level tests run in parallel and share them.
+// builds holds the agentd binaries built for this package's tests, by
+// what they are ("race", "plain", "release <commit>"): the top-level tests
+// run in parallel and share them.
 var builds struct {
 	sync.Mutex
-	dir  string
-	bins map[bool]string
-	errs map[bool]error
+	dir string
+	all map[string]*build
 }
 
-// TestMain runs the black-box tests in parallel within the load budget
-// (raiseParallel) and removes the binaries they built.
-func TestMain(m *testing.M) {
-	raiseParallel()
-	code := m.Run()
-	if builds.dir != "" {
-		os.RemoveAll(builds.dir)
+// build is one binary, built once; done is closed when bin, skip or err
+// is set.
+type build struct {
+	done chan struct{}
+	bin  string
+	skip string // why it cannot be built here (no go command, no git)
+	err  error
+
+	// A background build runs niced, in process groups of its own, until
+	// a test waits for it (hurry). Guarded by builds.
+	nice   bool
+	groups []int
+}
+
+// makeFunc builds a binary into dir (its own, created) with b.goBuild, and
+// returns its path; skip says why it cannot be built here.
+type makeFunc func(ctx context.Context, dir string, b *build) (bin, skip string, err error)
+
+// errNoGo: there is no go command to build with.
+var errNoGo = errors.New("go command not found")
+
+// startBuild returns the build of key, started with mk if it was not:
+// in the background and niced when background is set, else in the
+// caller's goroutine (done on return).
+func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *build {
+	builds.Lock()
+	b, ok := builds.all[key]
+	if !ok {
+		b = &build{done: make(chan struct{}), nice: background}
+		if builds.all == nil {
+			builds.all = map[string]*build{}
+		}
+		builds.all[key] = b
 	}
-	os.Exit(code)
+	dir := builds.dir
+	if !ok && dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "agentd-test-bin-"); err != nil {
+			b.err = err
+			close(b.done)
+			builds.Unlock()
+			return b
+		}
+		builds.dir = dir
+	}
+	builds.Unlock()
+	if ok {
+		return b
+	}
+	run := func() {
+		defer close(b.done)
+		sub, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.bin, b.skip, b.err = mk(ctx, sub, b)
+	}
+	if background {
+		go run()
+	} else {
+		run()
+	}
+	return b
+}
+
+// finish waits for the build to be done, at the waiting test's priority:
+// a background build still running is no longer niced.
+func (b *build) finish() {
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	builds.Lock()
+	if b.nice {
+		b.nice = false
+		for _, g := range b.groups {
+			syscall.Setpriority(syscall.PRIO_PGRP, g, 0) // not allowed unprivileged: it then stays niced
+		}
+	}
+	builds.Unlock()
+	<-b.done
+}
+
+// wait returns the build's binary once it is built, skipping or failing
+// t as the build did.
+func (b *build) wait(t *testing.T) string {
+	t.Helper()
+	b.finish()
+	if b.skip != "" {
+		t.Skip(b.skip)
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
+// goBuild runs the go command with args in dir ("" for the package's),
+// niced in a process group of its own while b is, and returns its output;
+// errNoGo when there is no go command.
+func (b *build) goBuild(ctx context.Context, dir string, args ...string) ([]byte, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			return nil, errNoGo
+		}
+	}
+	builds.Lock()
+	defer builds.Unlock()
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	if nicer, err := exec.LookPath("nice"); b.nice && err == nil {
+		cmd = exec.CommandContext(ctx, nicer, append([]string{"-n", "19", goBin}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if cmd.SysProcAttr != nil {
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) } // the compilers too
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if cmd.SysProcAttr != nil {
+		b.groups = append(b.groups, cmd.Process.Pid)
+	}
+	builds.Unlock()
+	err = cmd.Wait()
+	builds.Lock()
+	return out.Bytes(), err
+}
+
+// makeAgentd builds this package's agentd, with the race detector when
+// race is set.
+func makeAgentd(race bool) makeFunc {
+	return func(ctx context.Context, dir string, b *build) (string, string, error) {
+		bin := filepath.Join(dir, "agentd")
+		args := []string{"build", "-o", bin}
+		if race {
+			args = append(args, "-race")
+		}
+		switch out, err := b.goBuild(ctx, "", append(args, ".")...); {
+		case errors.Is(err, errNoGo):
+			return "", err.Error(), nil
+		case err != nil:
+			return "", "", fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return bin, "", nil
+	}
+}
+
+// agentdBuild is the key of this package's agentd build.
+func agentdBuild(race bool) string {
+	if race {
+		return "race"
+	}
+	return "plain"
 }
 
 // buildBinaryRace builds agentd, with the race detector when race is set,
@@ -53,42 +207,99 @@ func buildBinaryRace(t *testing.T, race bool) string {
 	if testing.Short() {
 		t.Skip("builds the agentd binary")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			t.Skip("go command not found")
+	return startBuild(context.Background(), agentdBuild(race), false, makeAgentd(race)).wait(t)
+}
+
+// prebuild starts, in the background and niced, the builds that the
+// parallel black-box tests wait for when they start (the race-built
+// agentd, TestUpgrade's previous release, about a CPU-minute each): they
+// use the CPU TestCluster, alone in the sequential phase before them,
+// leaves idle, instead of adding to the parallel phase. They start once
+// the agentd TestCluster runs is built (prebuild builds it first, at the
+// tests' priority), so they do not slow that one down. Only when the whole
+// package runs (no -run, not -short); stop ends them.
+func prebuild() (stop func()) {
+	if testing.Short() || flag.Lookup("test.run").Value.String() != "" || flag.Lookup("test.list").Value.String() != "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan []*build, 1)
+	go func() {
+		startBuild(ctx, agentdBuild(false), false, makeAgentd(false)).finish()
+		started <- []*build{
+			startBuild(ctx, agentdBuild(raceEnabled), true, makeAgentd(raceEnabled)),
+			startBuild(ctx, releaseBuild(upgradeFrom), true, makeRelease(upgradeFrom)),
+		}
+	}()
+	return func() {
+		cancel()
+		for _, b := range <-started {
+			<-b.done
 		}
 	}
-	builds.Lock()
-	defer builds.Unlock()
-	if bin, ok := builds.bins[race]; ok {
-		return bin
-	}
-	if err := builds.errs[race]; err != nil {
-		t.Fatal(err)
-	}
-	if builds.dir == "" {
-		if builds.dir, err = os.MkdirTemp("", "agentd-test-bin-"); err != nil {
-			t.Fatal(err)
+}
+
+// TestStartBuild: a build started in the background is made once, niced
+// until a test waits for it, and a test asking for it meanwhile waits for
+// it and gets its binary.
+func TestStartBuild(t *testing.T) {
+	key := t.Name() + time.Now().Format(time.RFC3339Nano)
+	var makes atomic.Int32
+	making, release := make(chan struct{}), make(chan struct{})
+	mk := func(ctx context.Context, dir string, b *build) (string, string, error) {
+		makes.Add(1)
+		builds.Lock()
+		nice := b.nice
+		builds.Unlock()
+		close(making)
+		<-release
+		if !nice {
+			return "", "", errors.New("a background build is niced")
 		}
-		builds.bins, builds.errs = map[bool]string{}, map[bool]error{}
+		return filepath.Join(dir, "bin"), "", nil
 	}
-	bin := filepath.Join(builds.dir, "agentd")
-	args := []string{"build", "-o"}
-	if race {
-		bin += "-race"
-		args = append(args, bin, "-race")
-	} else {
-		args = append(args, bin)
+	first := startBuild(t.Context(), key, true, mk)
+	got := make(chan string, 1)
+	go func() {
+		b := startBuild(t.Context(), key, false, mk) // already started: not made again
+		<-b.done
+		got <- b.bin
+	}()
+	select {
+	case <-first.done:
+		t.Fatal("the build was done before it was made")
+	default:
 	}
-	cmd := exec.Command(goBin, append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		builds.errs[race] = fmt.Errorf("go build: %v\n%s", err, out)
-		t.Fatal(builds.errs[race])
+	// A test waiting for it takes the niceness off.
+	<-making
+	go first.finish()
+	waitfor.True(t, "the waited-for build no longer niced", func() bool {
+		builds.Lock()
+		defer builds.Unlock()
+		return !first.nice
+	})
+	close(release)
+	bin := first.wait(t)
+	if g := <-got; g != bin || filepath.Base(bin) != "bin" {
+		t.Errorf("the waiting caller got %q, the build %q", g, bin)
 	}
-	builds.bins[race] = bin
-	return bin
+	if n := makes.Load(); n != 1 {
+		t.Errorf("made %d times, want once", n)
+	}
+}
+
+// TestMain runs the black-box tests in parallel within the load budget
+// (raiseParallel), starts the builds they wait for ahead (prebuild), and
+// removes the binaries they built.
+func TestMain(m *testing.M) {
+	raiseParallel()
+	stop := prebuild()
+	code := m.Run()
+	stop()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+	}
+	os.Exit(code)
 }
 
 // TestBinary builds agentd once and runs it as a black box: each case of

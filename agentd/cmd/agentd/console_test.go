@@ -333,13 +333,12 @@ func tenantCLIAuth(t *testing.T, bin string, args ...string) (string, string, in
 
 func strconvQuote(s string) string { return strconv.Quote(s) }
 
-// testClusterConsole: the console's cluster view on the 3-node loopback
-// cluster shows the three nodes live and every partition owned; once a
-// node is SIGKILLed, it shows that node dead and its partitions moved to
-// the two others.
-func testClusterConsole(t *testing.T, bin string) {
+// testClusterConsole: the console's cluster view on a 3-node loopback
+// cluster (StoreFull's, once its store has room again) shows the three
+// nodes live and every partition owned; once a node is SIGKILLed, it
+// shows that node dead and its partitions moved to the two others.
+func testClusterConsole(t *testing.T, nodes []*clusterNode) {
 	chromium := chromiumPath(t)
-	nodes, _, _ := startCluster(t, bin)
 	ctx := browser(t, chromium)
 	const live = `document.querySelectorAll('#nodes tr[data-live=true]').length`
 	err := chromedp.Run(ctx,

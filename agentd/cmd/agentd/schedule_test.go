@@ -4,6 +4,7 @@ import (
 	"flag"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,20 +59,36 @@ const (
 )
 
 // running admits the package's black-box tests.
-var running = newScheduler(maxLoad)
+var running = newScheduler(maxLoad, parallelTests)
 
 // parallel runs t in parallel with the other black-box tests, holding l of
 // maxLoad until t and its cleanups (its processes killed) are done. secs is
 // about how long t takes on CI: of the tests waiting, the longest starts
 // first.
+//
+// A top-level test takes its place in the queue before it pauses: go test
+// runs every top-level test up to its t.Parallel in the sequential phase,
+// so when the parallel phase opens they are all queued, and none starts
+// until all of them resumed. Queued only once resumed, those that resumed
+// first took the budget and a longer one waited for it (TestUpgrade, 93 s
+// on CI, at the end of the critical path).
 func parallel(t *testing.T, l load, secs int) {
 	t.Helper()
+	var w *waiter
+	if !strings.Contains(t.Name(), "/") {
+		w = running.register(l, secs)
+	}
 	t.Parallel()
 	asked := time.Now()
-	if err := running.acquire(t, l, secs); err != nil {
+	if w == nil {
+		w = running.enqueue(l, secs)
+	} else {
+		running.arrive(w)
+	}
+	if err := running.wait(t, w); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { running.release(l) })
+	t.Cleanup(func() { running.release(w) })
 	// go test's time for t counts this wait too.
 	if waited := time.Since(asked); waited > time.Second {
 		t.Logf("started after %s waiting for the load budget", waited.Round(time.Second))
@@ -98,26 +115,47 @@ func runBlackBoxes(t *testing.T, bin string, cases []blackBox) {
 }
 
 // scheduler admits tests while their loads fit its budget, the longest
-// waiting first; a long one that does not fit yet is not overtaken, so a
-// cluster test is not starved by light ones.
+// waiting first. A long one that does not fit yet (the head) is overtaken
+// only by shorter ones that leave it its load: those overtaking it hold at
+// most the budget less its load, so it starts once the tests that ran when
+// it became the head ended, as if none had overtaken it, and a cluster
+// test is not starved by light ones. A light test beside TestUpgrade, with
+// TestClusterOwnedViews at the head, had left a third of the budget idle.
+//
+// A waiter registered before its test paused (register) is absent until
+// the test resumes (arrive): it is never admitted absent, since an
+// admitted test holds its load, and a paused one may wait for one of go
+// test's -parallel slots, held by a test waiting here. While any is
+// absent, none is admitted, so one that resumed first does not overtake a
+// longer one still resuming; unless those registered together (a wave)
+// are more than half of the -parallel slots, so that the ones waiting here
+// could hold every slot an absent one needs.
 type scheduler struct {
-	budget  load
-	mu      sync.Mutex
-	free    load
-	waiting []*waiter // longest first, then in arrival order
+	budget   load
+	slots    int // go test's -parallel
+	mu       sync.Mutex
+	free     load
+	waiting  []*waiter // longest first, then in arrival order
+	absent   int       // registered waiters whose tests have not resumed
+	wave     int       // waiters registered since none was absent
+	head     *waiter   // the first present waiter that did not fit, if any
+	overtook load      // held by the tests admitted before head while it waited
 }
 
 type waiter struct {
-	load  load
-	secs  int
-	ready chan struct{}
+	load   load
+	secs   int
+	absent bool
+	ready  chan struct{}
+	before *waiter // the head this one overtook, if it did
 }
 
-func newScheduler(budget load) *scheduler { return &scheduler{budget: budget, free: budget} }
+func newScheduler(budget load, slots int) *scheduler {
+	return &scheduler{budget: budget, slots: slots, free: budget}
+}
 
-// acquire waits until t may run with load l, or t's context ends.
-func (s *scheduler) acquire(t *testing.T, l load, secs int) error {
-	w := s.enqueue(l, secs)
+// wait waits until w is admitted, or t's context ends.
+func (s *scheduler) wait(t *testing.T, w *waiter) error {
 	select {
 	case <-w.ready:
 		return nil
@@ -126,7 +164,7 @@ func (s *scheduler) acquire(t *testing.T, l load, secs int) error {
 		defer s.mu.Unlock()
 		select {
 		case <-w.ready: // admitted meanwhile: give it back
-			s.free += w.load
+			s.giveBack(w)
 		default:
 			s.waiting = slices.DeleteFunc(s.waiting, func(o *waiter) bool { return o == w })
 		}
@@ -137,9 +175,42 @@ func (s *scheduler) acquire(t *testing.T, l load, secs int) error {
 
 // enqueue queues a waiter for load l, admitted when its ready is closed.
 func (s *scheduler) enqueue(l load, secs int) *waiter {
-	w := &waiter{load: min(l, s.budget), secs: secs, ready: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	w := s.insert(l, secs)
+	s.admit()
+	return w
+}
+
+// register queues an absent waiter for load l: admitted only once its
+// test arrives.
+func (s *scheduler) register(l load, secs int) *waiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.insert(l, secs)
+	w.absent = true
+	s.absent++
+	s.wave++
+	return w
+}
+
+// arrive marks a registered waiter's test resumed.
+func (s *scheduler) arrive(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.absent {
+		w.absent = false
+		if s.absent--; s.absent == 0 {
+			s.wave = 0
+		}
+	}
+	s.admit()
+}
+
+// insert puts a new waiter after the longer ones and the equal ones
+// already waiting. s.mu is held.
+func (s *scheduler) insert(l load, secs int) *waiter {
+	w := &waiter{load: min(l, s.budget), secs: secs, ready: make(chan struct{})}
 	i, _ := slices.BinarySearchFunc(s.waiting, secs, func(w *waiter, secs int) int {
 		if w.secs >= secs {
 			return -1 // after the longer ones and the equal ones already waiting
@@ -147,25 +218,59 @@ func (s *scheduler) enqueue(l load, secs int) *waiter {
 		return 1
 	})
 	s.waiting = slices.Insert(s.waiting, i, w)
-	s.admit()
 	return w
 }
 
-// release returns l to the budget and admits who now fits.
-func (s *scheduler) release(l load) {
+// release returns w's load to the budget and admits who now fits.
+func (s *scheduler) release(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.free += min(l, s.budget)
+	s.giveBack(w)
 	s.admit()
 }
 
-// admit starts the waiting tests in order while the first fits.
+// giveBack returns an admitted w's load. s.mu is held.
+func (s *scheduler) giveBack(w *waiter) {
+	s.free += w.load
+	if w.before != nil && w.before == s.head {
+		s.overtook -= w.load
+	}
+}
+
+// admit starts the present waiting tests in order while they fit, and
+// after the first that does not (the head), those that fit the budget it
+// leaves to overtakers; none while a wave that fits the -parallel slots
+// is still resuming. s.mu is held.
 func (s *scheduler) admit() {
-	for len(s.waiting) > 0 && s.waiting[0].load <= s.free {
-		w := s.waiting[0]
-		s.waiting = s.waiting[1:]
+	if s.absent > 0 && 2*s.wave <= s.slots {
+		return
+	}
+	var head *waiter
+	for i := 0; i < len(s.waiting); {
+		w := s.waiting[i]
+		switch {
+		case w.absent || w.load > s.free:
+			if head == nil && !w.absent {
+				head = w
+				if head != s.head {
+					s.head, s.overtook = head, 0
+				}
+			}
+			i++
+			continue
+		case head != nil && s.overtook+w.load > s.budget-head.load:
+			i++
+			continue
+		case head != nil:
+			w.before = head
+			s.overtook += w.load
+		}
+		s.waiting = slices.Delete(s.waiting, i, i+1)
 		s.free -= w.load
 		close(w.ready)
+	}
+	if head == nil {
+		s.head, s.overtook = nil, 0
 	}
 }
 
@@ -177,7 +282,7 @@ func (s *scheduler) admit() {
 const parallelTests = 64
 
 // raiseParallel sets -test.parallel to parallelTests unless the command
-// line set it.
+// line set it, and tells running how many slots there are.
 func raiseParallel() {
 	if !flag.Parsed() {
 		flag.Parse()
@@ -187,13 +292,17 @@ func raiseParallel() {
 	if !set {
 		flag.Set("test.parallel", strconv.Itoa(parallelTests))
 	}
+	if n, err := strconv.Atoi(flag.Lookup("test.parallel").Value.String()); err == nil {
+		running.slots = n
+	}
 }
 
 // TestScheduler: of the tests waiting, the longest starts first; one that
 // does not fit yet is not overtaken by shorter ones; the load admitted
 // never passes the budget.
 func TestScheduler(t *testing.T) {
-	s := newScheduler(4)
+	s := newScheduler(4, parallelTests)
+	held := &waiter{load: 4}
 	s.free = 0 // all of it held
 	var ws []*waiter
 	for _, c := range []struct {
@@ -201,6 +310,9 @@ func TestScheduler(t *testing.T) {
 		secs int
 	}{{1, 5}, {2, 300}, {2, 20}, {1, 30}, {1, 6}, {2, 40}, {4, 35}} {
 		ws = append(ws, s.enqueue(c.l, c.secs))
+	}
+	bySecs := func(secs int) *waiter {
+		return ws[slices.IndexFunc(ws, func(w *waiter) bool { return w.secs == secs })]
 	}
 	started := map[int]bool{}
 	check := func(after string, want ...int) {
@@ -226,14 +338,124 @@ func TestScheduler(t *testing.T) {
 		}
 	}
 	check("all held")
-	s.release(4)
+	s.release(held)
 	check("all released", 300, 40)
-	s.release(2)
+	s.release(bySecs(300))
 	check("300 ended") // 35 needs all 4: the shorter ones wait behind it
-	s.release(2)
+	s.release(bySecs(40))
 	check("40 ended", 35)
-	s.release(4)
+	s.release(bySecs(35))
 	check("35 ended", 30, 20, 6)
-	s.release(1)
+	s.release(bySecs(30))
 	check("30 ended", 5)
+}
+
+// TestSchedulerOvertake: a head that does not fit is overtaken by shorter
+// tests only within the budget it leaves (3 less its 2), so it starts as
+// soon as the test that ran when it became the head ends.
+func TestSchedulerOvertake(t *testing.T) {
+	s := newScheduler(3, parallelTests)
+	upgrade := s.enqueue(2, 340)
+	tenants := s.enqueue(1, 290)
+	views := s.enqueue(2, 90)
+	var light []*waiter
+	for _, secs := range []int{80, 70, 60} {
+		light = append(light, s.enqueue(1, secs))
+	}
+	isStarted := func(w *waiter) bool {
+		select {
+		case <-w.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	if !isStarted(upgrade) || !isStarted(tenants) || isStarted(views) {
+		t.Fatalf("first: upgrade %v, tenants %v, views %v: want the two longest", isStarted(upgrade), isStarted(tenants), isStarted(views))
+	}
+	s.release(tenants) // views (2) does not fit the 1 free: one light test overtakes it
+	if !isStarted(light[0]) || isStarted(light[1]) || isStarted(views) {
+		t.Errorf("tenants ended: light %v %v, views %v: want the 80 s one only", isStarted(light[0]), isStarted(light[1]), isStarted(views))
+	}
+	s.release(upgrade) // the 80 s one still runs: views starts all the same
+	if !isStarted(views) || isStarted(light[1]) {
+		t.Errorf("upgrade ended: views %v, light %v: want views only", isStarted(views), isStarted(light[1]))
+	}
+	s.release(light[0])
+	if !isStarted(light[1]) || isStarted(light[2]) {
+		t.Errorf("the 80 s one ended: want the 70 s one")
+	}
+	if s.free < 0 {
+		t.Errorf("%d over the budget", -s.free)
+	}
+
+	// With 2 free and a head of 3 in a budget of 4, one light test
+	// overtakes, not two: the head starts when the test before it ends.
+	s = newScheduler(4, parallelTests)
+	first, head := s.enqueue(2, 300), s.enqueue(3, 100)
+	a, b := s.enqueue(1, 50), s.enqueue(1, 40)
+	if !isStarted(first) || !isStarted(a) || isStarted(b) || isStarted(head) {
+		t.Errorf("head of 3 waiting with 2 free: light %v %v: want one", isStarted(a), isStarted(b))
+	}
+	s.release(first)
+	if !isStarted(head) {
+		t.Errorf("the test before the head ended, the head did not start")
+	}
+}
+
+// TestSchedulerWave: top-level tests registered before they pause start,
+// once all of them resumed, the longest first, whatever the order they
+// resumed in (the first to resume used to take the budget); with fewer
+// -parallel slots than that needs, one that resumed starts without
+// waiting for the absent ones, which it never overtakes once present.
+func TestSchedulerWave(t *testing.T) {
+	started := func(ws ...*waiter) (secs []int) {
+		for _, w := range ws {
+			select {
+			case <-w.ready:
+				secs = append(secs, w.secs)
+			default:
+			}
+		}
+		slices.Sort(secs)
+		return secs
+	}
+	s := newScheduler(3, parallelTests)
+	upgrade, views, mcp, verify := s.register(2, 340), s.register(2, 90), s.register(1, 70), s.register(1, 55)
+	all := []*waiter{upgrade, views, mcp, verify}
+	s.arrive(verify)
+	s.arrive(mcp)
+	sub := s.enqueue(1, 100) // a subtest, queued once resumed
+	if got := started(append(all, sub)...); len(got) != 0 {
+		t.Errorf("with the wave still resuming, started %v, want none", got)
+	}
+	s.arrive(views)
+	s.arrive(upgrade)
+	if got := started(append(all, sub)...); !slices.Equal(got, []int{100, 340}) {
+		t.Errorf("once the wave resumed, started %v, want [100 340]: the longest that fit", got)
+	}
+	s.release(sub) // the subtest ended: 90 needs 2, 70 overtakes it within the 1 it leaves
+	if got := started(all...); !slices.Equal(got, []int{70, 340}) {
+		t.Errorf("with 1 free, started %v, want [70 340]", got)
+	}
+	s.release(upgrade)
+	if got := started(all...); !slices.Equal(got, []int{70, 90, 340}) {
+		t.Errorf("340 ended: started %v, want [70 90 340]", got)
+	}
+	if s.free < 0 {
+		t.Errorf("%d over the budget", -s.free)
+	}
+
+	// Two slots for a wave of three: waiting for the absent ones could
+	// hold the slots they need, so a present one starts at once.
+	s = newScheduler(3, 2)
+	long, short, other := s.register(2, 300), s.register(1, 5), s.register(1, 6)
+	s.arrive(short)
+	if got := started(long, short, other); !slices.Equal(got, []int{5}) {
+		t.Errorf("wave over the slots: started %v, want [5]", got)
+	}
+	s.arrive(long)
+	if got := started(long, short, other); !slices.Equal(got, []int{5, 300}) {
+		t.Errorf("wave over the slots: started %v, want [5 300]", got)
+	}
 }

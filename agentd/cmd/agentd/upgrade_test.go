@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,44 +32,60 @@ import (
 // "Upgrade").
 const upgradeFrom = "9a4409710b066e7189da04846062acf781e01349"
 
-// buildRelease builds agentd as it was at commit, from git, into a temp
-// dir. Without git or the commit (a shallow clone) the test is skipped,
-// unless FOREVER_REQUIRE_UPGRADE is set.
+// buildRelease builds agentd as it was at commit, from git (once for the
+// package's tests; prebuild starts it ahead). Without git or the commit (a
+// shallow clone) the test is skipped, unless FOREVER_REQUIRE_UPGRADE is
+// set.
 func buildRelease(t *testing.T, commit string) string {
 	t.Helper()
-	skip := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("FOREVER_REQUIRE_UPGRADE") != "" {
-			t.Fatalf(format, args...)
+	b := startBuild(context.Background(), releaseBuild(commit), false, makeRelease(commit))
+	b.finish()
+	if b.skip != "" && os.Getenv("FOREVER_REQUIRE_UPGRADE") != "" {
+		t.Fatal(b.skip)
+	}
+	return b.wait(t)
+}
+
+// releaseBuild is the key of the build of agentd at commit.
+func releaseBuild(commit string) string { return "release " + commit }
+
+// makeRelease builds agentd as it was at commit, from git archive.
+func makeRelease(commit string) makeFunc {
+	return func(ctx context.Context, dir string, b *build) (string, string, error) {
+		top, err := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel").Output()
+		if err != nil {
+			return "", fmt.Sprintf("git: %v", err), nil
 		}
-		t.Skipf(format, args...)
+		src := filepath.Join(dir, "src")
+		if err := os.Mkdir(src, 0o755); err != nil {
+			return "", "", err
+		}
+		archive := exec.CommandContext(ctx, "git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", commit)
+		untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
+		untar.Stdin, _ = archive.StdoutPipe()
+		var aerr strings.Builder
+		archive.Stderr = &aerr
+		if err := untar.Start(); err != nil {
+			return "", "", err
+		}
+		if err := archive.Run(); err != nil {
+			untar.Wait()
+			return "", fmt.Sprintf("git archive %s: %v: %s", commit, err, aerr.String()), nil
+		}
+		if err := untar.Wait(); err != nil {
+			return "", "", err
+		}
+		bin := filepath.Join(dir, "agentd-old")
+		switch out, err := b.goBuild(ctx, src, "build", "-o", bin, "./agentd/cmd/agentd"); {
+		case errors.Is(err, errNoGo):
+			return "", err.Error(), nil
+		case err != nil:
+			return "", "", fmt.Errorf("build agentd at %s: %v\n%s", commit, err, out)
+		}
+		// The sources are not needed once built.
+		os.RemoveAll(src)
+		return bin, "", nil
 	}
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		skip("git: %v", err)
-	}
-	src := t.TempDir()
-	archive := exec.Command("git", "-C", strings.TrimSpace(string(top)), "archive", "--format=tar", commit)
-	untar := exec.Command("tar", "-x", "-C", src)
-	untar.Stdin, _ = archive.StdoutPipe()
-	var aerr strings.Builder
-	archive.Stderr = &aerr
-	if err := untar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := archive.Run(); err != nil {
-		skip("git archive %s: %v: %s", commit, err, aerr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "agentd-old")
-	build := exec.Command("go", "build", "-o", bin, "./agentd/cmd/agentd")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build agentd at %s: %v\n%s", commit, err, out)
-	}
-	return bin
 }
 
 // TestUpgrade rolls a 3-node cluster with auth, as the chart runs it, from
