@@ -849,8 +849,22 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				n++
 			}
 			last := items[max(n-1, 0)].e
-			if n < len(items) || last.Seq >= target || last.Pending == 0 {
+			if n < len(items) || last.Seq >= target {
 				return nil, f.commit(group, items[:n], upto)
+			}
+			if last.Pending == 0 {
+				// None pending is the consumer's server's word, and JetStream
+				// places it on any replica: one behind the leader that told
+				// target has not stored the rest yet. Only the leader tells
+				// whether the events up to target are still stored; ending
+				// here moved the cursor past them unapplied.
+				now, err := f.lastSeqOf(ctx, subjects)
+				if err != nil {
+					return nil, err
+				}
+				if target = min(target, now); last.Seq >= target {
+					return nil, f.commit(group, items[:n], upto)
+				}
 			}
 		}
 		last := items[len(items)-1].e

@@ -256,6 +256,11 @@ type Log struct {
 	// as JetStream answers while the stream elects a leader (10008)
 	// while it returns true.
 	refuseLeaderGet func() bool
+	// followDelivered, set only by tests, is called by a follow with each
+	// event its consumer delivers, before the follow yields it: a test
+	// makes the consumer one of a replica behind the stream's leader
+	// (events held back, none pending).
+	followDelivered func(ctx context.Context, e *Event)
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

@@ -533,6 +533,9 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			}
 			e.Pending = md.NumPending
 			e.Writer, _ = WriterOf(m.Headers())
+			if l.followDelivered != nil {
+				l.followDelivered(ctx, &e)
+			}
 			if !yield(e, err) {
 				return
 			}
