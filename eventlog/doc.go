@@ -186,7 +186,8 @@
 //     stream's leader holds, not where its consumer has none pending:
 //     JetStream places the consumer on any replica, and one behind the
 //     leader has none pending before the end
-//     (TestOwnedViewsCatchUpFromReplicaBehind).
+//     (TestOwnedViewsCatchUpFromReplicaBehind). So does a Read that goes on
+//     through its consumer (TestReadFromReplicaBehind).
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

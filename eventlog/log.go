@@ -261,6 +261,10 @@ type Log struct {
 	// makes the consumer one of a replica behind the stream's leader
 	// (events held back, none pending).
 	followDelivered func(ctx context.Context, e *Event)
+	// directNone, set only by tests, makes a read's direct gets find
+	// nothing while it returns true, as a replica that stores none of
+	// what is read: the read goes on through its consumer.
+	directNone func() bool
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

@@ -93,3 +93,36 @@ func TestOwnedViewsCatchUpFromReplicaBehind(t *testing.T) {
 		t.Fatalf("view after partition 2 caught up from a replica behind:\n got %v\nwant %v", got, want)
 	}
 }
+
+// A Read that goes on through its consumer (its direct gets, answered by
+// any replica, ended before the last event) returns every event up to the
+// last one the leader held when it began, even when that consumer, on a
+// replica behind, has none pending before it.
+func TestReadFromReplicaBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lg, _ := eventlogtest.Open(t, eventlog.Config{})
+	var first eventlog.Seq
+	for i := range 3 {
+		seq, err := lg.Append(ctx, eventlog.Event{Agent: "a1", Type: "tick", Data: json.RawMessage(`1`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = seq
+		}
+	}
+	eventlog.DirectNone(lg, func() bool { return true })
+	eventlog.FollowDelivered(lg, func(_ context.Context, e *eventlog.Event) {
+		if e.Seq == first {
+			e.Pending = 0 // all the replica stores yet
+		}
+	})
+	evs, err := lg.Read(ctx, eventlog.Filter{Agent: "a1"}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 {
+		t.Fatalf("read %d events from a consumer on a replica behind, want the 3 stored", len(evs))
+	}
+}
