@@ -808,6 +808,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	defer cancel()
 
 	items := make([]followed, 0, maxApply)
+	behind := false // a catch-up told its replica is behind (logged once)
 	for {
 		items = items[:0]
 		select {
@@ -864,6 +865,11 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				}
 				if target = min(target, now); last.Seq >= target {
 					return nil, f.commit(group, items[:n], upto)
+				}
+				if !behind {
+					behind = true
+					f.logger.Info("catch-up consumer has none pending before the leader's last event (its replica is behind), reading on",
+						"behind", names(group), "at", last.Seq, "to", target)
 				}
 			}
 		}
