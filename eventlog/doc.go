@@ -182,7 +182,12 @@
 //     partition p's events alone: another partition catching up, in
 //     another shard, does not hold it (TestOwnedViewsWaitPartition).
 //     A view switched between the two ways applies nothing twice
-//     (TestOwnedViewsSwitch).
+//     (TestOwnedViewsSwitch). A catch-up ends at the last event the
+//     stream's leader holds, not where its consumer has none pending:
+//     JetStream places the consumer on any replica, and one behind the
+//     leader has none pending before the end
+//     (TestOwnedViewsCatchUpFromReplicaBehind). So does a Read that goes on
+//     through its consumer (TestReadFromReplicaBehind).
 //   - Bad input (an agent id or type that is not a valid subject token, an
 //     event larger than the server's max payload) is rejected with ErrInvalid
 //     or ErrTooLarge before anything is sent; nothing stored changes. A stored

@@ -91,6 +91,14 @@ func BeforeRead(l *Log, f func()) { l.beforeRead = f }
 // unavailable" (10008) while refuse returns true.
 func RefuseLeaderGets(l *Log, refuse func() bool) { l.refuseLeaderGet = refuse }
 
+// FollowDelivered makes l's follows call f with each event their
+// consumer delivers, before they yield it. Set it before l is used.
+func FollowDelivered(l *Log, f func(ctx context.Context, e *Event)) { l.followDelivered = f }
+
+// DirectNone makes l's reads find nothing with direct gets while none
+// returns true. Set it before l is used.
+func DirectNone(l *Log, none func() bool) { l.directNone = none }
+
 // FollowedSince returns the partitions an owned-views log follows and
 // their generation, for WaitOwnedSince.
 func FollowedSince(l *Log) ([]int, uint64) {

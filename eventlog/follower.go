@@ -808,6 +808,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	defer cancel()
 
 	items := make([]followed, 0, maxApply)
+	behind := false // a catch-up told its replica is behind (logged once)
 	for {
 		items = items[:0]
 		select {
@@ -849,8 +850,27 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				n++
 			}
 			last := items[max(n-1, 0)].e
-			if n < len(items) || last.Seq >= target || last.Pending == 0 {
+			if n < len(items) || last.Seq >= target {
 				return nil, f.commit(group, items[:n], upto)
+			}
+			if last.Pending == 0 {
+				// None pending is the consumer's server's word, and JetStream
+				// places it on any replica: one behind the leader that told
+				// target has not stored the rest yet. Only the leader tells
+				// whether the events up to target are still stored; ending
+				// here moved the cursor past them unapplied.
+				now, err := f.lastSeqOf(ctx, subjects)
+				if err != nil {
+					return nil, err
+				}
+				if target = min(target, now); last.Seq >= target {
+					return nil, f.commit(group, items[:n], upto)
+				}
+				if !behind {
+					behind = true
+					f.logger.Info("catch-up consumer has none pending before the leader's last event (its replica is behind), reading on",
+						"behind", names(group), "at", last.Seq, "to", target)
+				}
 			}
 		}
 		last := items[len(items)-1].e

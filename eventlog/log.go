@@ -256,6 +256,15 @@ type Log struct {
 	// as JetStream answers while the stream elects a leader (10008)
 	// while it returns true.
 	refuseLeaderGet func() bool
+	// followDelivered, set only by tests, is called by a follow with each
+	// event its consumer delivers, before the follow yields it: a test
+	// makes the consumer one of a replica behind the stream's leader
+	// (events held back, none pending).
+	followDelivered func(ctx context.Context, e *Event)
+	// directNone, set only by tests, makes a read's direct gets find
+	// nothing while it returns true, as a replica that stores none of
+	// what is read: the read goes on through its consumer.
+	directNone func() bool
 
 	// dbUsers counts the Pebble reads and commits in progress; Close waits
 	// for them. Add only under mu with closed false (useDB).

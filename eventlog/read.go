@@ -332,11 +332,23 @@ func (l *Log) read(ctx context.Context, stream, subject string, after Seq, limit
 		}
 		at.Store(uint64(e.Seq))
 		out = append(out, e)
-		// Pending == 0: nothing more matched when this was delivered, which
-		// ends the read even if the last event seen at the start has since
-		// been removed (chunks age out).
-		if e.Seq >= last || e.Pending == 0 || (limit > 0 && len(out) >= limit) {
+		if e.Seq >= last || (limit > 0 && len(out) >= limit) {
 			break
+		}
+		if e.Pending == 0 {
+			// Nothing more matched when this was delivered, on the
+			// consumer's server: JetStream places it on any replica, and
+			// one behind the leader has none pending before last. The
+			// leader tells whether anything up to last is still stored
+			// after e; if not, the read ends (the rest was removed: chunks
+			// age out).
+			seq, _, err := l.leaderGet(ctx, stream, map[string]any{"next_by_subj": subject, "seq": rawSeq(e.Seq) + 1})
+			if err != nil {
+				return out, readFailed(fmt.Sprintf("read %s after %d", subject, e.Seq), err)
+			}
+			if seq == 0 || seq > last {
+				break
+			}
 		}
 	}
 	return out, nil
@@ -396,6 +408,9 @@ const (
 // the rest is for a consumer.
 func (l *Log) readDirect(ctx context.Context, stream, subject string, after, last Seq, limit int) (out []Event, next Seq, done bool, err error) {
 	next = after
+	if l.directNone != nil && l.directNone() {
+		return nil, next, false, nil
+	}
 	for {
 		batch := readBatch
 		if limit > 0 {
@@ -533,6 +548,9 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			}
 			e.Pending = md.NumPending
 			e.Writer, _ = WriterOf(m.Headers())
+			if l.followDelivered != nil {
+				l.followDelivered(ctx, &e)
+			}
 			if !yield(e, err) {
 				return
 			}
