@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -70,16 +69,9 @@ func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error)
 		if err := auth.CheckName(name); err != nil {
 			return nil, refused(host.ErrBadRequest, err, "%s")
 		}
-		e, err := ts.kv.Get(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, host.ErrNotFound.Wrapf("tenant %q", name)
-		}
+		t, err := ts.readRecord(ctx, name)
 		if err != nil {
-			return nil, host.ErrUnavailable.Wrapf("tenant registry: %w", err)
-		}
-		var t auth.Tenant
-		if err := json.Unmarshal(e.Value(), &t); err != nil {
-			return nil, fmt.Errorf("tenant %q: stored record: %w", name, err)
+			return nil, err
 		}
 		if wait {
 			wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
@@ -89,7 +81,7 @@ func (ts *tenantSet) handleAccess(ctx context.Context, data []byte) (any, error)
 				return nil, err
 			}
 		}
-		user, err := ts.op.Keys.TenantRuntimeUser(&t)
+		user, err := ts.op.Keys.TenantRuntimeUser(t)
 		if err != nil {
 			return nil, err
 		}
