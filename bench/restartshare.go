@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -277,12 +276,7 @@ const (
 // metricValues returns the value of each of names (metrics without labels)
 // that the /metrics at url shows.
 func metricValues(url string, names ...string) (map[string]float64, error) {
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := metricsPage(url)
 	if err != nil {
 		return nil, err
 	}

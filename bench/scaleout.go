@@ -666,15 +666,20 @@ func nodeSnapshots(c *agentdCluster) ([]nodeSnapshot, error) {
 	return out, nil
 }
 
-// projectionCursors reads every forever_eventlog_projection_cursor of a
-// /metrics page.
-func projectionCursors(url string) (map[string]float64, error) {
+// metricsPage reads the /metrics page at url.
+func metricsPage(url string) ([]byte, error) {
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	return io.ReadAll(resp.Body)
+}
+
+// projectionCursors reads every forever_eventlog_projection_cursor of a
+// /metrics page.
+func projectionCursors(url string) (map[string]float64, error) {
+	body, err := metricsPage(url)
 	if err != nil {
 		return nil, err
 	}
