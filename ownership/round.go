@@ -71,10 +71,7 @@ func (m *Manager) round(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
-		switch {
-		case a.kind == handoff:
-			handing++
-		case a.kind == takeover && a.stale:
+		if a.kind == takeover && a.stale {
 			takingOver++
 		}
 		switch a.kind {
@@ -90,7 +87,12 @@ func (m *Manager) round(ctx context.Context) {
 				return nil
 			})
 		case handoff:
-			m.handoffs.Go(func() { m.handoff(a.p, a.h) })
+			// Claimed here, not in the goroutine: a check between rounds
+			// that runs before it would plan (and count) it again.
+			if m.claimHandoff(a.h) {
+				handing++
+				m.handoffs.Go(func() { m.handoff(a.p, a.h) })
+			}
 		}
 	}
 	g.Wait()
@@ -523,25 +525,40 @@ func (m *Manager) start(l Lease, rev uint64, sent time.Time) {
 	})
 }
 
-// handoff stops serving h's partition, waits for Serve (bounded), and
-// deletes the key so the next owner acquires it at once; a key it could
-// not delete expires by its TTL, and the failure is logged.
+// claimHandoff marks h as being handed off, and reports whether this
+// caller did (false: another handoff of it is under way).
+func (m *Manager) claimHandoff(h *held) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h.releasing {
+		return false
+	}
+	h.releasing = true
+	return true
+}
+
+// handoff stops serving h's partition, claimed by claimHandoff, waits for
+// Serve (bounded), and deletes the key so the next owner acquires it at
+// once; a key it could not delete expires by its TTL, and the failure is
+// logged.
 func (m *Manager) handoff(p int, h *held) {
-	if err := m.handoffKeep(p, h, true); err != nil {
+	if err := m.handoffClaimed(p, h, true); err != nil {
 		m.log.Warn("delete handed-off lease; it expires by its TTL", "partition", p, "err", err)
 	}
 }
 
-// handoffKeep is handoff, returning the error deleting the key rather than
-// logging it; with release false, the key is left to expire by its TTL.
+// handoffKeep claims h and hands it off, returning the error deleting the
+// key rather than logging it; with release false, the key is left to
+// expire by its TTL.
 func (m *Manager) handoffKeep(p int, h *held, release bool) error {
-	m.mu.Lock()
-	if h.releasing {
-		m.mu.Unlock()
+	if !m.claimHandoff(h) {
 		return nil
 	}
-	h.releasing = true
-	m.mu.Unlock()
+	return m.handoffClaimed(p, h, release)
+}
+
+// handoffClaimed is handoffKeep of a partition already claimed.
+func (m *Manager) handoffClaimed(p int, h *held, release bool) error {
 	start := time.Now()
 	h.cancel(ErrHandoff)
 	t := time.NewTimer(m.cfg.HandoffTimeout)
