@@ -23,10 +23,11 @@ const (
 	failoverKills = 20 // SIGKILLs of an agent's owner at -n 1
 	failoverNodes = 3
 	// failoverSteps and failoverDelayMS make each kill's steps fiber: an
-	// event about every 100 ms for 5 to 10 s of steps, so it runs when its
-	// owner is killed and ends, on the new owner, about when the killed
-	// node is back.
-	failoverSteps   = 50
+	// event about every 100 ms for 10 to 20 s of steps, so it still runs
+	// when its owner is killed (a loaded machine's requests between the
+	// owner seen writing and the kill take seconds) and ends, on the new
+	// owner, about when the killed node is back.
+	failoverSteps   = 100
 	failoverDelayMS = 100
 	// failoverProbes bounds the agent ids tried to find one the kill's
 	// target node owns (each is owned by a given node about one time in
@@ -284,8 +285,8 @@ const failoverAttempts = 3
 
 // killOwner finds a fresh agent that target owns, starts a steps fiber on
 // it, sees target write it, SIGKILLs target and waits for another node's
-// first event of the agent. *probe is the next agent id to try. Just
-// before the kill it takes the victim's share of load.
+// first event of the agent. *probe is the next agent id to try. Before
+// the fiber starts it takes the victim's share of load (shareOf).
 func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *nats.Conn, target *clusterNode, probe *int, load *stallMonitor) (failoverKill, error) {
 	var (
 		k   failoverKill
@@ -293,6 +294,16 @@ func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *n
 		f   *failoverFollow
 		err error
 	)
+	// The victim's share of the load, read before the tracked fiber
+	// starts: it asks every load agent's status, seconds on a loaded
+	// machine, and a fiber that ended before its owner was killed leaves
+	// nothing for another node to write (the kill measured nothing; twice
+	// on CI the share's reads outlasted the fiber's 5 s). The partitions
+	// stay where they are meanwhile: the cluster is settled.
+	share, err := load.shareOf(ctx, nc, target.name)
+	if err != nil {
+		return k, err
+	}
 	for attempt := 1; f == nil; attempt++ {
 		k, st, f, err = ownerWriting(ctx, c, nc, target, probe)
 		if err == nil {
@@ -307,11 +318,9 @@ func killOwner(ctx context.Context, logger *slog.Logger, c *agentdCluster, nc *n
 		logger.Warn("failover: owner not seen writing; trying another agent", "err", err)
 	}
 	defer f.close()
+	k.share = share
 	k.ledEvents = streamLeader(ctx, nc, eventsStreamOf(ctx, nc, k.agent)) == target.name
 	k.ledLeases = streamLeader(ctx, nc, "KV_"+ownership.DefaultBucket) == target.name
-	if k.share, err = load.shareOf(ctx, nc, target.name); err != nil {
-		return k, err
-	}
 	killed := time.Now()
 	k.killed = killed
 	target.kill()
