@@ -1,0 +1,70 @@
+package leaderread
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/eventlog/eventlogtest"
+)
+
+// TestLastAndNext: Last is a subject's last sequence, wildcards allowed,
+// 0 for none; Next the first at or after a sequence, 0 for none; on a
+// stream that allows direct gets; a missing stream is an APIError.
+func TestLastAndNext(t *testing.T) {
+	ctx := t.Context()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	js, err := jetstream.New(eventlogtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"s.x", "s.y", "s.x"} { // 1, 2, 3
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		got  func() (uint64, error)
+		want uint64
+	}{
+		{"last of all", func() (uint64, error) { return Last(ctx, js, "S", "s.>") }, 3},
+		{"last of y", func() (uint64, error) { return Last(ctx, js, "S", "s.y") }, 2},
+		{"last of none", func() (uint64, error) { return Last(ctx, js, "S", "s.z") }, 0},
+		{"next of all from 0", func() (uint64, error) { return Next(ctx, js, "S", "s.>", 0) }, 1},
+		{"next of x from 2", func() (uint64, error) { return Next(ctx, js, "S", "s.x", 2) }, 3},
+		{"next of y from 3", func() (uint64, error) { return Next(ctx, js, "S", "s.y", 3) }, 0},
+		{"next past the end", func() (uint64, error) { return Next(ctx, js, "S", "s.>", 4) }, 0},
+	} {
+		got, err := c.got()
+		if err != nil || got != c.want {
+			t.Errorf("%s: %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+	_, err = Last(ctx, js, "NONE", "s.>")
+	if api := (*jetstream.APIError)(nil); !errors.As(err, &api) || api.Code != 404 {
+		t.Errorf("last on a missing stream: %v, want a 404 APIError", err)
+	}
+}
+
+// TestAPIPrefix: requests go where js sends its own: a domain's prefix, a
+// given prefix (with or without its dot), else the default.
+func TestAPIPrefix(t *testing.T) {
+	for _, c := range []struct {
+		o    jetstream.JetStreamOptions
+		want string
+	}{
+		{jetstream.JetStreamOptions{}, "$JS.API."},
+		{jetstream.JetStreamOptions{Domain: "hub"}, "$JS.hub.API."},
+		{jetstream.JetStreamOptions{APIPrefix: "$JS.acc.API"}, "$JS.acc.API."},
+		{jetstream.JetStreamOptions{APIPrefix: "x."}, "x."},
+	} {
+		if got := apiPrefix(c.o); got != c.want {
+			t.Errorf("apiPrefix(%+v) = %q, want %q", c.o, got, c.want)
+		}
+	}
+}
