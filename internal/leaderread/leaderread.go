@@ -40,6 +40,18 @@ func Next(ctx context.Context, js jetstream.JetStream, stream, subject string, f
 	return seq, nil
 }
 
+// NextSince returns the sequence of the first message on subject
+// (wildcards allowed) in stream stored at or after since, as the stream's
+// leader holds it (a consumer delivering by start time starts there); 0
+// when there is none. Errors as Last's.
+func NextSince(ctx context.Context, js jetstream.JetStream, stream, subject string, since time.Time) (uint64, error) {
+	seq, err := get(ctx, js, stream, map[string]any{"next_by_subj": subject, "start_time": since.UTC()})
+	if err != nil {
+		return 0, fmt.Errorf("leaderread: next of %s on %s since %s: %w", subject, stream, since.UTC().Format(time.RFC3339Nano), err)
+	}
+	return seq, nil
+}
+
 // get sends the message get request req to stream's leader.
 func get(ctx context.Context, js jetstream.JetStream, stream string, req map[string]any) (uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {

@@ -1,8 +1,11 @@
 package leaderread
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -10,7 +13,8 @@ import (
 )
 
 // TestLastAndNext: Last is a subject's last sequence, wildcards allowed,
-// 0 for none; Next the first at or after a sequence, 0 for none; on a
+// 0 for none; Next the first at or after a sequence, NextSince the first
+// stored at or after a time, 0 for none; on a
 // stream that allows direct gets; a missing stream is an APIError.
 func TestLastAndNext(t *testing.T) {
 	ctx := t.Context()
@@ -22,10 +26,22 @@ func TestLastAndNext(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
+	var times []time.Time
 	for _, subj := range []string{"s.x", "s.y", "s.x"} { // 1, 2, 3
 		if _, err := js.Publish(ctx, subj, nil); err != nil {
 			t.Fatal(err)
 		}
+		m, err := js.Conn().Request("$JS.API.STREAM.MSG.GET.S", []byte(fmt.Sprintf(`{"seq":%d}`, len(times)+1)), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Message struct{ Time time.Time } `json:"message"`
+		}
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		times = append(times, r.Message.Time)
 	}
 	for _, c := range []struct {
 		name string
@@ -39,6 +55,10 @@ func TestLastAndNext(t *testing.T) {
 		{"next of x from 2", func() (uint64, error) { return Next(ctx, js, "S", "s.x", 2) }, 3},
 		{"next of y from 3", func() (uint64, error) { return Next(ctx, js, "S", "s.y", 3) }, 0},
 		{"next past the end", func() (uint64, error) { return Next(ctx, js, "S", "s.>", 4) }, 0},
+		{"next of x since the 2nd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.x", times[1]) }, 3},
+		{"next of all since the 3rd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.>", times[2]) }, 3},
+		{"next of y since the 3rd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.y", times[2]) }, 0},
+		{"next since after the end", func() (uint64, error) { return NextSince(ctx, js, "S", "s.>", times[2].Add(time.Second)) }, 0},
 	} {
 		got, err := c.got()
 		if err != nil || got != c.want {
