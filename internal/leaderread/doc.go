@@ -19,7 +19,7 @@
 // writers need; this package serves the tools and listings outside it
 // (agentd audit tail, internal/stalls).
 //
-// Invariants (TestLastAndNext, TestAPIPrefix):
+// Invariants (TestLastAndNext, TestAPIPrefix, TestOnCluster):
 //   - Last is the sequence of the last message on a subject (wildcards
 //     allowed) as the leader holds it, 0 when there is none;
 //   - Next is the sequence of the first message at or after a sequence

@@ -88,3 +88,49 @@ func TestAPIPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestOnCluster: on a 3-node cluster, through a connection to a server
+// that is not the stream's leader, Last and Next answer what the leader
+// holds, also after writes made while a replica was down.
+func TestOnCluster(t *testing.T) {
+	ctx := t.Context()
+	srvs := eventlogtest.RunCluster(t, 3)
+	js, err := jetstream.New(eventlogtest.Connect(t, srvs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3, AllowDirect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info: %+v, %v", info, err)
+	}
+	var followers []int
+	for i, s := range srvs {
+		if s.Name() != info.Cluster.Leader {
+			followers = append(followers, i)
+		}
+	}
+	restart := eventlogtest.StopServer(t, srvs, followers[0])
+	via, err := jetstream.New(eventlogtest.Connect(t, srvs[followers[1]]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"s.x", "s.y", "s.x"} { // 1, 2, 3, with a replica down
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart()
+	if got, err := Last(ctx, via, "S", "s.x"); err != nil || got != 3 {
+		t.Errorf("last of x through a follower: %d, %v; want 3", got, err)
+	}
+	if got, err := Next(ctx, via, "S", "s.y", 1); err != nil || got != 2 {
+		t.Errorf("next of y from 1 through a follower: %d, %v; want 2", got, err)
+	}
+	if got, err := Next(ctx, via, "S", "s.y", 3); err != nil || got != 0 {
+		t.Errorf("next of y from 3 through a follower: %d, %v; want none", got, err)
+	}
+}
