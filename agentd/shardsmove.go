@@ -1,16 +1,20 @@
 package agentd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/kvlock"
 	"github.com/forever-agents/forever/ownership"
 )
 
@@ -25,6 +29,25 @@ import (
 // deleted. A move stopped part way is finished by running it again. Each
 // node's views, built from the unsharded streams, are rebuilt from the
 // shards at its next start (eventlog drops the views of the other layout).
+//
+// One move of a cluster runs at a time: a move holds a lock, the key
+// shardsMoveLockKey in the cluster's lease bucket (internal/kvlock),
+// created with a TTL of shardsMoveLockTTL and renewed while it runs; a
+// second move is refused (ErrShardsMoveRunning), naming the first's host
+// and process. A move that dies lets go within the TTL. (On --data, the
+// data dir's Pebble lock already keeps a second process out.)
+
+// shardsMoveLockKey is the key of a move's lock in the lease bucket; its
+// value names the move's host and process and when it began.
+const shardsMoveLockKey = "shards-move"
+
+// shardsMoveLockTTL is how long a move's lock outlives its last renewal
+// (every third of it).
+const shardsMoveLockTTL = 30 * time.Second
+
+// ErrShardsMoveRunning is returned by MoveToShards while another move of
+// the cluster runs (it holds the move's lock); the message names it.
+var ErrShardsMoveRunning = errors.New("agentd: a shards move of this cluster runs")
 
 // ErrNodesRunning is returned by MoveToShards while a node of the cluster
 // runs: the move needs the cluster stopped.
@@ -45,14 +68,34 @@ type ShardsMove struct {
 // is the partition count to record when none is stored (a cluster last
 // run by a release that kept it in the lease bucket, gone with it); the
 // stored count wins. Errors: ErrConfig for a bad shard count;
-// ErrNodesRunning; eventlog.ErrNothingToMove; JetStream's.
+// ErrShardsMoveRunning; ErrNodesRunning; eventlog.ErrNothingToMove;
+// JetStream's.
 func MoveToShards(ctx context.Context, nc *nats.Conn, shards, partitions int, logger *slog.Logger) (ShardsMove, error) {
+	return moveToShards(ctx, nc, shards, partitions, logger, nil)
+}
+
+// moveToShards is MoveToShards; locked, when set (tests), runs once the
+// move holds its lock.
+func moveToShards(ctx context.Context, nc *nats.Conn, shards, partitions int, logger *slog.Logger, locked func()) (out ShardsMove, err error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return ShardsMove{}, err
+	}
+	ctx, unlock, err := lockShardsMove(ctx, js)
+	if err != nil {
+		return ShardsMove{}, err
+	}
+	defer func() {
+		unlock()
+		if cause := context.Cause(ctx); err != nil && ctx.Err() != nil && cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", err, cause) // the lock lost: say why the move stopped
+		}
+	}()
+	if locked != nil {
+		locked()
 	}
 	layout, err := ownership.ReadLayout(ctx, js)
 	if err != nil {
@@ -81,7 +124,7 @@ func MoveToShards(ctx context.Context, nc *nats.Conn, shards, partitions int, lo
 			ErrNodesRunning, strings.Join(live, ", "))
 	}
 	lcfg := eventlog.Config{Conn: nc, Shards: shards, Partitions: partitions, Logger: logger}
-	out := ShardsMove{Shards: shards, Partitions: partitions}
+	out = ShardsMove{Shards: shards, Partitions: partitions}
 	switch layout.Shards {
 	case 0:
 	case shards:
@@ -108,4 +151,26 @@ func MoveToShards(ctx context.Context, nc *nats.Conn, shards, partitions int, lo
 	}
 	logger.Info("shard count and record format recorded: nodes of the old layout are refused", "shards", shards, "format", FormatShards)
 	return out, eventlog.FinishMove(ctx, lcfg)
+}
+
+// lockShardsMove takes the move's lock in the lease bucket of js's
+// account (creating the bucket as a node does when a stopped cluster lost
+// it), for this host and process. It returns the context the move runs
+// under, cancelled when a renewal fails, and unlock.
+func lockShardsMove(ctx context.Context, js jetstream.JetStream) (context.Context, func(), error) {
+	kv, err := ownership.OpenLeaseBucket(ctx, js, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	hostname, _ := os.Hostname()
+	holder := fmt.Sprintf("agentd shards move on %s (pid %d)", cmp.Or(hostname, "?"), os.Getpid())
+	lctx, unlock, err := kvlock.Take(ctx, js, kv, shardsMoveLockKey, holder, shardsMoveLockTTL)
+	var held *kvlock.HeldError
+	if errors.As(err, &held) {
+		return nil, nil, fmt.Errorf("%w: %s; wait for it to end (a move that died lets go within %s)", ErrShardsMoveRunning, held.Holder, shardsMoveLockTTL)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("agentd: take the shards move's lock: %w", err)
+	}
+	return lctx, unlock, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,6 +95,24 @@ func LiveNodes(ctx context.Context, js jetstream.JetStream) ([]string, error) {
 	_ = keys.Stop() // done: the lister ended with the last key
 	slices.Sort(out)
 	return out, nil
+}
+
+// OpenLeaseBucket binds the lease bucket (DefaultBucket) of js's
+// account, creating it as a node does when it is missing (memory storage,
+// with replicas copies, its delete markers kept DefaultTTL): a tool that
+// changes a stopped cluster's data (agentd shards move) takes its lock
+// there, and a whole cluster stopping may have lost the bucket. A bucket
+// that exists is bound as it is, its configuration untouched.
+func OpenLeaseBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, DefaultBucket)
+	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err != nil {
+			return nil, fmt.Errorf("ownership: lease bucket: %w", err)
+		}
+		return kv, nil
+	}
+	kv, _, err = openBucket(ctx, js, Config{Bucket: DefaultBucket, Replicas: max(replicas, 1), TTL: DefaultTTL, Logger: slog.Default()}, 0)
+	return kv, err
 }
 
 // RecordShards records, while no node runs, that the cluster's data is in

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/forever-agents/forever/internal/leaderread"
 )
 
 // Stream and subjects of the audit log: forever.audit.<tenant>, or
@@ -302,8 +304,14 @@ func (l *Log) Run(ctx context.Context) error {
 
 // Tail reads the audit stream: the last n records (all with n <= 0) of
 // tenant (every tenant when empty), then, with follow, the new ones until
-// ctx ends. fn gets each record in order.
+// ctx ends. fn gets each record in order. Without follow the listing ends
+// at the last record the stream's leader held when it began (see tailer).
 func Tail(ctx context.Context, js jetstream.JetStream, tenant string, n int, follow bool, fn func(Record) error) error {
+	return tail(ctx, js, tenant, n, follow, fn, nil)
+}
+
+// tail is Tail with the test hook delivered (see tailer).
+func tail(ctx context.Context, js jetstream.JetStream, tenant string, n int, follow bool, fn func(Record) error, delivered func(*jetstream.MsgMetadata)) error {
 	st, err := js.Stream(ctx, Stream)
 	if err != nil {
 		return fmt.Errorf("audit: stream %s: %w", Stream, err)
@@ -316,7 +324,6 @@ func Tail(ctx context.Context, js jetstream.JetStream, tenant string, n int, fol
 	if err != nil {
 		return fmt.Errorf("audit: stream %s: %w", Stream, err)
 	}
-	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	var total uint64
 	for _, c := range info.State.Subjects {
 		total += c
@@ -331,13 +338,42 @@ func Tail(ctx context.Context, js jetstream.JetStream, tenant string, n int, fol
 	if total == 0 && !follow {
 		return nil
 	}
-	return tailFrom(ctx, st, cc, skip, follow, fn)
+	t := &tailer{js: js, filter: filter, skip: skip, follow: follow, delivered: delivered}
+	if !follow {
+		if t.last, err = leaderread.Last(ctx, js, Stream, filter); err != nil {
+			return fmt.Errorf("audit: read %s: %w", Stream, err)
+		}
+		if t.last == 0 {
+			return nil // removed since the count
+		}
+	}
+	return t.run(ctx, st, fn)
 }
 
-// tailFrom delivers the records of the consumer cc after skipping skip,
-// ending after the last one stored unless follow.
-func tailFrom(ctx context.Context, st jetstream.Stream, cc jetstream.OrderedConsumerConfig, skip uint64, follow bool, fn func(Record) error) error {
-	cons, err := st.OrderedConsumer(ctx, cc)
+// tailer delivers the records on filter through an ordered consumer.
+//
+// Without follow it ends at last, the sequence of the last record the
+// stream's leader held before the consumer started. The consumer may sit
+// on a replica behind the leader, which says none pending before last: so
+// none pending (or a second without a record) before last asks the leader
+// for the next record after the one delivered (leaderread.Next); the
+// listing ends only when the leader holds none up to last (records
+// removed meanwhile: age, size), and otherwise waits for the replica to
+// deliver it.
+type tailer struct {
+	js     jetstream.JetStream
+	filter string
+	skip   uint64 // records delivered but not given to fn: before the last n
+	follow bool
+	last   uint64 // without follow: the leader's last sequence on filter
+	seen   uint64 // sequence of the last record delivered
+	// delivered, when set (tests), sees each record's metadata before
+	// the end rule reads it.
+	delivered func(*jetstream.MsgMetadata)
+}
+
+func (t *tailer) run(ctx context.Context, st jetstream.Stream, fn func(Record) error) error {
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{t.filter}, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return fmt.Errorf("audit: read %s: %w", Stream, err)
 	}
@@ -348,13 +384,24 @@ func tailFrom(ctx context.Context, st jetstream.Stream, cc jetstream.OrderedCons
 		}
 		if err != nil {
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				continue // nothing new yet; the stored ones end at last
+				// Nothing new yet: a listing ends if nothing is left up to last.
+				if done, err := t.doneAfter(ctx, t.seen); done || err != nil {
+					return err
+				}
+				continue
 			}
 			return fmt.Errorf("audit: read %s: %w", Stream, err)
 		}
-		md, _ := msg.Metadata()
-		if skip > 0 {
-			skip--
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("audit: read %s: %w", Stream, err)
+		}
+		if t.delivered != nil {
+			t.delivered(md)
+		}
+		t.seen = md.Sequence.Stream
+		if t.skip > 0 {
+			t.skip--
 		} else {
 			var r Record
 			if err := json.Unmarshal(msg.Data(), &r); err == nil {
@@ -363,8 +410,29 @@ func tailFrom(ctx context.Context, st jetstream.Stream, cc jetstream.OrderedCons
 				}
 			}
 		}
-		if !follow && md != nil && md.NumPending == 0 {
+		if t.follow {
+			continue
+		}
+		if t.seen >= t.last {
 			return nil
 		}
+		if md.NumPending == 0 {
+			if done, err := t.doneAfter(ctx, t.seen); done || err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// doneAfter reports whether a listing (no follow) is done after the record
+// at seen: the leader holds no record on the filter after it up to last.
+func (t *tailer) doneAfter(ctx context.Context, seen uint64) (bool, error) {
+	if t.follow {
+		return false, nil
+	}
+	next, err := leaderread.Next(ctx, t.js, Stream, t.filter, seen+1)
+	if err != nil {
+		return false, fmt.Errorf("audit: read %s: %w", Stream, err)
+	}
+	return next == 0 || next > t.last, nil
 }

@@ -30,6 +30,12 @@
 //
 // agentd audit tail (Tail) prints the last records as JSON lines, and
 // with --follow the new ones as they come; it needs the admin credential.
+// Without --follow the listing ends at the last record the stream's leader
+// held when it began (internal/leaderread), not when its consumer says
+// none pending: that consumer may sit on a replica behind the leader,
+// which says so before the last record (TestTailFromReplicaBehind). A
+// listing whose remaining records were removed meanwhile (age, size) ends
+// too (TestTailEndsOnRecordsRemoved).
 //
 // # Invariants
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/kvlock"
 	"github.com/forever-agents/forever/ownership"
 	"github.com/forever-agents/forever/tracing"
 )
@@ -232,7 +233,7 @@ func (ts *tenantSet) move(ctx context.Context, name string) (MoveReply, error) {
 	defer cancel()
 	mv, err := agentd.MoveToShards(mctx, nc, k, ts.parent.Config().Partitions, logger)
 	switch {
-	case errors.Is(err, agentd.ErrNodesRunning):
+	case errors.Is(err, agentd.ErrNodesRunning), errors.Is(err, agentd.ErrShardsMoveRunning):
 		return MoveReply{}, ts.resume(ctx, name, host.ErrConflict.Wrapf("tenant %s: %w", name, err))
 	case errors.Is(err, eventlog.ErrNothingToMove):
 		return MoveReply{}, ts.resume(ctx, name, host.ErrConflict.Wrapf("tenant %s: %w", name, err))
@@ -318,11 +319,11 @@ func (ts *tenantSet) tenantConn(t *auth.Tenant) (*nats.Conn, error) {
 
 // lockMove takes tenant name's move lock in js's account (its lease
 // bucket): a key created with a TTL of moveLockTTL, renewed every third
-// of it by compare-and-set. It returns a context that is cancelled when a
-// renewal fails (the move must stop: another may take the lock once it
-// lapsed), and unlock, which stops the renewals and deletes the key. A
-// lock another move holds is 409, naming its node; a tenant without a
-// lease bucket never ran, and has nothing to move (409).
+// of it by compare-and-set (internal/kvlock). It returns a context that
+// is cancelled when a renewal fails (the move must stop: another may take
+// the lock once it lapsed), and unlock, which stops the renewals and
+// deletes the key. A lock another move holds is 409, naming its node; a
+// tenant without a lease bucket never ran, and has nothing to move (409).
 func lockMove(ctx context.Context, js jetstream.JetStream, name, node string) (context.Context, func(), error) {
 	kv, err := js.KeyValue(ctx, ownership.DefaultBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -331,48 +332,13 @@ func lockMove(ctx context.Context, js jetstream.JetStream, name, node string) (c
 	if err != nil {
 		return nil, nil, host.ErrUnavailable.Wrapf("tenant %s: its lease bucket: %w", name, err)
 	}
-	val := []byte(node + " since " + time.Now().UTC().Format(time.RFC3339))
-	rev, err := kv.Create(ctx, moveLockKey, val, jetstream.KeyTTL(moveLockTTL))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		holder := "another node"
-		if e, gerr := kv.Get(ctx, moveLockKey); gerr == nil {
-			holder = string(e.Value())
-		}
-		return nil, nil, host.ErrConflict.Wrapf("a move of tenant %s runs (on %s): wait for its answer (a move whose node died lets go within %s)", name, holder, moveLockTTL)
+	lctx, unlock, err := kvlock.Take(ctx, js, kv, moveLockKey, node, moveLockTTL)
+	var held *kvlock.HeldError
+	if errors.As(err, &held) {
+		return nil, nil, host.ErrConflict.Wrapf("a move of tenant %s runs (on %s): wait for its answer (a move whose node died lets go within %s)", name, held.Holder, moveLockTTL)
 	}
 	if err != nil {
 		return nil, nil, host.ErrUnavailable.Wrapf("tenant %s: take the move lock: %w", name, err)
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	subject := "$KV." + ownership.DefaultBucket + "." + moveLockKey
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(moveLockTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-tick.C:
-			}
-			rctx, rcancel := context.WithTimeout(lctx, moveLockTTL/3)
-			ack, err := js.PublishMsg(rctx, &nats.Msg{Subject: subject, Data: val},
-				jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(moveLockTTL))
-			rcancel()
-			if err != nil {
-				cancel(fmt.Errorf("tenant %s: the move's lock could not be renewed: %w", name, err))
-				return
-			}
-			rev = ack.Sequence
-		}
-	}()
-	unlock := func() {
-		cancel(nil)
-		<-done
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer dcancel()
-		_ = kv.Delete(dctx, moveLockKey, jetstream.LastRevision(rev)) // else it lapses after moveLockTTL
 	}
 	return lctx, unlock, nil
 }

@@ -11,4 +11,11 @@
 //   - a victim's agent resumed at its first event after the kill; one
 //     with none (before End, or at all with ResumeAfterEnd) counts as not
 //     resumed, at End.
+//
+// Invariant (TestStoredFromReplicaBehind): Stored reads a stream up to the
+// last event of its subjects the stream's leader held when the read began
+// (internal/leaderread), or the first past its end time; not up to an
+// event its consumer, on a replica behind the leader, delivers with none
+// pending. A stream whose events up to there were removed meanwhile (or
+// with none since the start) ends its read.
 package stalls

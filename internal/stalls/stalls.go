@@ -1,6 +1,7 @@
 package stalls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/internal/leaderread"
 )
 
 // Kill is one kill to measure.
@@ -88,13 +91,15 @@ func Measure(agents []string, times map[string][]time.Time, k Kill) Result {
 
 // Stored reads the stored times of the events on each stream's subjects
 // (byStream; an agent is its subject's last token) from from on, up to
-// about to (zero: to the stream's end), trying again up to 10 times a
-// second apart when a stream answers an error (its leader electing).
+// about to (zero: to the last event the stream's leader held when the
+// read began), trying again up to 10 times a second apart when a stream
+// answers an error (its leader electing) or the read's consumer stays
+// behind the leader.
 func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time) (map[string][]time.Time, error) {
 	var err error
 	for range 10 {
 		var out map[string][]time.Time
-		if out, err = storedOnce(ctx, js, byStream, from, to); err == nil {
+		if out, err = storedOnce(ctx, js, byStream, from, to, readOpts{}); err == nil {
 			return out, nil
 		}
 		select {
@@ -106,17 +111,47 @@ func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]s
 	return nil, err
 }
 
-func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time) (map[string][]time.Time, error) {
+// maxIdleFetches bounds the fetches in a row that deliver nothing while
+// the stream's leader holds more up to the read's end: the consumer's
+// replica stays behind, and Stored tries again with a new consumer.
+const maxIdleFetches = 15
+
+// readOpts are a stream read's fetch size (0: 1000) and, when set
+// (tests), a hook that sees each event's metadata before the end rule
+// reads it.
+type readOpts struct {
+	batch     int
+	delivered func(*jetstream.MsgMetadata)
+}
+
+// storedOnce is one try of Stored.
+//
+// A stream's read ends at last, the highest last sequence of its subjects
+// as the stream's leader holds them, read before its consumer starts, or
+// at the first event past to. It does not end on an event the consumer
+// delivers with none pending: the consumer sits on any peer of the
+// stream, and on a replica behind the leader it has none pending before
+// last. A fetch that delivers nothing before last asks the leader for the
+// subjects' next events: none up to last (removed meanwhile) ends it.
+func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time, o readOpts) (map[string][]time.Time, error) {
 	out := map[string][]time.Time{}
 	for stream, subjects := range byStream {
+		last, err := leaderLast(ctx, js, stream, subjects)
+		if err != nil {
+			return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
+		}
+		if last == 0 {
+			continue // none stored
+		}
 		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 		}
-		for done := false; !done; {
-			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		var seen uint64
+		for done, idle := false, 0; !done; {
+			batch, err := cons.Fetch(cmp.Or(o.batch, 1000), jetstream.FetchMaxWait(2*time.Second))
 			if err != nil {
 				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 			}
@@ -127,18 +162,70 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 				if err != nil {
 					continue
 				}
+				if o.delivered != nil {
+					o.delivered(md)
+				}
+				seen = md.Sequence.Stream
 				sub := msg.Subject()
 				agent := sub[strings.LastIndexByte(sub, '.')+1:]
 				out[agent] = append(out[agent], md.Timestamp)
-				if (!to.IsZero() && md.Timestamp.After(to)) || md.NumPending == 0 {
+				if (!to.IsZero() && md.Timestamp.After(to)) || seen >= last {
 					done = true
 				}
 			}
 			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 			}
-			done = done || n == 0
+			if done || n > 0 {
+				idle = 0
+				continue
+			}
+			more, err := leaderHolds(ctx, js, stream, subjects, seen, from, last)
+			if err != nil {
+				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
+			}
+			if done = !more; more {
+				if idle++; idle >= maxIdleFetches {
+					return nil, fmt.Errorf("read the stall agents' events on %s: its consumer stays behind the leader at sequence %d of %d", stream, seen, last)
+				}
+			}
 		}
 	}
 	return out, nil
+}
+
+// leaderLast returns the highest last sequence of subjects in stream, as
+// its leader holds them; 0 when none holds a message.
+func leaderLast(ctx context.Context, js jetstream.JetStream, stream string, subjects []string) (uint64, error) {
+	var last uint64
+	for _, subj := range subjects {
+		seq, err := leaderread.Last(ctx, js, stream, subj)
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, seq)
+	}
+	return last, nil
+}
+
+// leaderHolds reports whether stream's leader holds a message on one of
+// subjects after seen (with seen 0: stored since since, where the
+// consumer starts) up to last.
+func leaderHolds(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, seen uint64, since time.Time, last uint64) (bool, error) {
+	for _, subj := range subjects {
+		var seq uint64
+		var err error
+		if seen == 0 {
+			seq, err = leaderread.NextSince(ctx, js, stream, subj, since)
+		} else {
+			seq, err = leaderread.Next(ctx, js, stream, subj, seen+1)
+		}
+		if err != nil {
+			return false, err
+		}
+		if seq != 0 && seq <= last {
+			return true, nil
+		}
+	}
+	return false, nil
 }
