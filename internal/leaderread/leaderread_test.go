@@ -1,4 +1,4 @@
-package leaderread
+package leaderread_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/leaderread"
 )
 
 // TestLastAndNext: Last is a subject's last sequence, wildcards allowed,
@@ -48,24 +49,24 @@ func TestLastAndNext(t *testing.T) {
 		got  func() (uint64, error)
 		want uint64
 	}{
-		{"last of all", func() (uint64, error) { return Last(ctx, js, "S", "s.>") }, 3},
-		{"last of y", func() (uint64, error) { return Last(ctx, js, "S", "s.y") }, 2},
-		{"last of none", func() (uint64, error) { return Last(ctx, js, "S", "s.z") }, 0},
-		{"next of all from 0", func() (uint64, error) { return Next(ctx, js, "S", "s.>", 0) }, 1},
-		{"next of x from 2", func() (uint64, error) { return Next(ctx, js, "S", "s.x", 2) }, 3},
-		{"next of y from 3", func() (uint64, error) { return Next(ctx, js, "S", "s.y", 3) }, 0},
-		{"next past the end", func() (uint64, error) { return Next(ctx, js, "S", "s.>", 4) }, 0},
-		{"next of x since the 2nd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.x", times[1]) }, 3},
-		{"next of all since the 3rd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.>", times[2]) }, 3},
-		{"next of y since the 3rd", func() (uint64, error) { return NextSince(ctx, js, "S", "s.y", times[2]) }, 0},
-		{"next since after the end", func() (uint64, error) { return NextSince(ctx, js, "S", "s.>", times[2].Add(time.Second)) }, 0},
+		{"last of all", func() (uint64, error) { return leaderread.Last(ctx, js, "S", "s.>") }, 3},
+		{"last of y", func() (uint64, error) { return leaderread.Last(ctx, js, "S", "s.y") }, 2},
+		{"last of none", func() (uint64, error) { return leaderread.Last(ctx, js, "S", "s.z") }, 0},
+		{"next of all from 0", func() (uint64, error) { return leaderread.Next(ctx, js, "S", "s.>", 0) }, 1},
+		{"next of x from 2", func() (uint64, error) { return leaderread.Next(ctx, js, "S", "s.x", 2) }, 3},
+		{"next of y from 3", func() (uint64, error) { return leaderread.Next(ctx, js, "S", "s.y", 3) }, 0},
+		{"next past the end", func() (uint64, error) { return leaderread.Next(ctx, js, "S", "s.>", 4) }, 0},
+		{"next of x since the 2nd", func() (uint64, error) { return leaderread.NextSince(ctx, js, "S", "s.x", times[1]) }, 3},
+		{"next of all since the 3rd", func() (uint64, error) { return leaderread.NextSince(ctx, js, "S", "s.>", times[2]) }, 3},
+		{"next of y since the 3rd", func() (uint64, error) { return leaderread.NextSince(ctx, js, "S", "s.y", times[2]) }, 0},
+		{"next since after the end", func() (uint64, error) { return leaderread.NextSince(ctx, js, "S", "s.>", times[2].Add(time.Second)) }, 0},
 	} {
 		got, err := c.got()
 		if err != nil || got != c.want {
 			t.Errorf("%s: %d, %v; want %d", c.name, got, err, c.want)
 		}
 	}
-	_, err = Last(ctx, js, "NONE", "s.>")
+	_, err = leaderread.Last(ctx, js, "NONE", "s.>")
 	if api := (*jetstream.APIError)(nil); !errors.As(err, &api) || api.Code != 404 {
 		t.Errorf("last on a missing stream: %v, want a 404 APIError", err)
 	}
@@ -83,8 +84,8 @@ func TestAPIPrefix(t *testing.T) {
 		{jetstream.JetStreamOptions{APIPrefix: "$JS.acc.API"}, "$JS.acc.API."},
 		{jetstream.JetStreamOptions{APIPrefix: "x."}, "x."},
 	} {
-		if got := apiPrefix(c.o); got != c.want {
-			t.Errorf("apiPrefix(%+v) = %q, want %q", c.o, got, c.want)
+		if got := leaderread.APIPrefix(c.o); got != c.want {
+			t.Errorf("APIPrefix(%+v) = %q, want %q", c.o, got, c.want)
 		}
 	}
 }
@@ -108,10 +109,18 @@ func TestOnCluster(t *testing.T) {
 		t.Fatalf("stream info: %+v, %v", info, err)
 	}
 	var followers []int
+	leader := -1
 	for i, s := range srvs {
 		if s.Name() != info.Cluster.Leader {
 			followers = append(followers, i)
+		} else {
+			leader = i
 		}
+	}
+	// The writes go through the leader's server: the first connection's
+	// may be the follower stopped.
+	if js, err = jetstream.New(eventlogtest.Connect(t, srvs[leader])); err != nil {
+		t.Fatal(err)
 	}
 	restart := eventlogtest.StopServer(t, srvs, followers[0])
 	via, err := jetstream.New(eventlogtest.Connect(t, srvs[followers[1]]))
@@ -124,13 +133,13 @@ func TestOnCluster(t *testing.T) {
 		}
 	}
 	restart()
-	if got, err := Last(ctx, via, "S", "s.x"); err != nil || got != 3 {
+	if got, err := leaderread.Last(ctx, via, "S", "s.x"); err != nil || got != 3 {
 		t.Errorf("last of x through a follower: %d, %v; want 3", got, err)
 	}
-	if got, err := Next(ctx, via, "S", "s.y", 1); err != nil || got != 2 {
+	if got, err := leaderread.Next(ctx, via, "S", "s.y", 1); err != nil || got != 2 {
 		t.Errorf("next of y from 1 through a follower: %d, %v; want 2", got, err)
 	}
-	if got, err := Next(ctx, via, "S", "s.y", 3); err != nil || got != 0 {
+	if got, err := leaderread.Next(ctx, via, "S", "s.y", 3); err != nil || got != 0 {
 		t.Errorf("next of y from 3 through a follower: %d, %v; want none", got, err)
 	}
 }

@@ -1,0 +1,4 @@
+package leaderread
+
+// APIPrefix is apiPrefix, for the external tests.
+var APIPrefix = apiPrefix
