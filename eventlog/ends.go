@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/internal/leaderread"
 )
 
 // SubjectEnds is one subject of a stream as a view can know it without
@@ -142,36 +141,5 @@ func (l *Log) leaderMsg(ctx context.Context, stream string, req map[string]any) 
 	if err != nil {
 		return nil, err
 	}
-	var r struct {
-		Message *struct {
-			Subject string    `json:"subject"`
-			Seq     uint64    `json:"seq"`
-			Hdrs    []byte    `json:"hdrs"`
-			Data    []byte    `json:"data"`
-			Time    time.Time `json:"time"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, fmt.Errorf("bad response %q: %w", resp.Data, err)
-	}
-	switch {
-	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
-		return nil, nil
-	case r.Error != nil:
-		return nil, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
-	case r.Message == nil:
-		return nil, errors.New("empty response")
-	}
-	m := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
-	if len(r.Message.Hdrs) > 0 {
-		if h, err := nats.DecodeHeadersMsg(r.Message.Hdrs); err == nil {
-			m.Header = h
-		}
-	}
-	return m, nil
+	return leaderread.Decode(resp.Data)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forever-agents/forever/internal/leaderread"
 )
 
 // Headers that name the writer of every event appended under an Owner, so a
@@ -19,9 +21,6 @@ const (
 	HeaderNode  = "Forever-Node"
 	HeaderEpoch = "Forever-Epoch"
 )
-
-// codeNoMessage is JetStream's "no message found" on a message get.
-const codeNoMessage = 10037
 
 // Token is a writer's claim on an agent: the node that writes and the epoch
 // of the lease it writes under. Epochs of one agent only grow.
@@ -502,37 +501,12 @@ func (l *Log) leaderGetOnce(ctx context.Context, stream string, req map[string]a
 	if err != nil {
 		return 0, Token{}, err
 	}
-	var r struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
+	m, err := leaderread.Decode(resp.Data)
+	if err != nil || m == nil {
+		return 0, Token{}, err
 	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, Token{}, fmt.Errorf("bad response %q: %w", resp.Data, err)
-	}
-	switch {
-	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
-		return 0, Token{}, nil
-	case r.Error != nil:
-		// As a jetstream.APIError, so callers classify it as they classify
-		// the client library's errors (10008: temporarily unavailable).
-		return 0, Token{}, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
-	case r.Message == nil:
-		return 0, Token{}, errors.New("empty response")
-	}
-	var tok Token
-	if len(r.Message.Hdrs) > 0 {
-		if h, err := nats.DecodeHeadersMsg(r.Message.Hdrs); err == nil {
-			tok, _ = WriterOf(h)
-		}
-	}
-	return l.seqOf(stream, r.Message.Seq), tok, nil
+	tok, _ := WriterOf(m.Header)
+	return l.seqOf(stream, m.Sequence), tok, nil
 }
 
 // stampLike copies the writer headers of from onto m.

@@ -15,9 +15,10 @@
 // leader holds a next message: wait for it) from messages removed
 // meanwhile (age, limits, a purge: nothing more up to Last).
 //
-// eventlog keeps its own leader gets (fence.go), with the retries its
-// writers need; this package serves the tools and listings outside it
-// (agentd audit tail, internal/stalls).
+// eventlog keeps its own leader gets (fence.go, ends.go), with the
+// retries its writers need, and decodes their answers with Decode; Last
+// and Next serve the tools and listings outside it (agentd audit tail,
+// internal/stalls).
 //
 // Invariants (TestLastAndNext, TestAPIPrefix, TestOnCluster):
 //   - Last is the sequence of the last message on a subject (wildcards
@@ -27,5 +28,5 @@
 //     a consumer delivering by start time starts), 0 when there is none;
 //   - both are answered by the leader, also on a stream with direct gets
 //     allowed, to the API prefix js sends its own requests to, and carry
-//     a refusal as a *jetstream.APIError.
+//     a refusal as a *jetstream.APIError, as Decode does.
 package leaderread

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -64,9 +65,26 @@ func get(ctx context.Context, js jetstream.JetStream, stream string, req map[str
 	if err != nil {
 		return 0, err
 	}
+	m, err := Decode(resp.Data)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// Decode decodes the answer to a message get request (STREAM.MSG.GET, from
+// the stream's leader): the message, with its headers when they decode;
+// nil when the stream holds none that matches; a refusal as a
+// *jetstream.APIError, so callers classify it as they classify the client
+// library's errors (10008: temporarily unavailable).
+func Decode(data []byte) (*jetstream.RawStreamMsg, error) {
 	var r struct {
 		Message *struct {
-			Seq uint64 `json:"seq"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Hdrs    []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 		Error *struct {
 			Code        int    `json:"code"`
@@ -74,18 +92,24 @@ func get(ctx context.Context, js jetstream.JetStream, stream string, req map[str
 			Description string `json:"description"`
 		} `json:"error"`
 	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, fmt.Errorf("bad response %q: %w", resp.Data, err)
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("bad response %q: %w", data, err)
 	}
 	switch {
 	case r.Error != nil && r.Error.ErrCode == codeNoMessage:
-		return 0, nil
+		return nil, nil
 	case r.Error != nil:
-		return 0, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
+		return nil, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
 	case r.Message == nil:
-		return 0, errors.New("empty response")
+		return nil, errors.New("empty response")
 	}
-	return r.Message.Seq, nil
+	m := &jetstream.RawStreamMsg{Subject: r.Message.Subject, Sequence: r.Message.Seq, Data: r.Message.Data, Time: r.Message.Time}
+	if len(r.Message.Hdrs) > 0 {
+		if h, err := nats.DecodeHeadersMsg(r.Message.Hdrs); err == nil {
+			m.Header = h
+		}
+	}
+	return m, nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its requests with.
