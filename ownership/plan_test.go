@@ -279,3 +279,69 @@ func TestHandoffDueBetweenRounds(t *testing.T) {
 		t.Fatal("no handoff due to b, seen alive for a renewal period: left to the next round")
 	}
 }
+
+// nodeKey is the value of node's key as a process started at started
+// writes it.
+func nodeKey(started string) []byte {
+	b, _ := json.Marshal(nodeValue{Started: started, Reads: FormatBase})
+	return b
+}
+
+// TestRestartOfAStableNodeIsDueAtOnce: a node that restarts under its
+// name after it served for a TTL is handed its partitions at once, whether
+// its key was deleted (a stop) or announces another start (a kill and a
+// restart before the key expired); a node that then flaps (its next
+// incarnation dies at once) waits a renewal period again, as a stranger
+// does, and so does a stranger.
+func TestRestartOfAStableNodeIsDueAtOnce(t *testing.T) {
+	const parts = 12
+	for _, stop := range []bool{true, false} {
+		name := map[bool]string{true: "stopped", false: "killed"}[stop]
+		t.Run(name, func(t *testing.T) {
+			m := planner("a", parts)
+			m.apply(entry{key: prefixNode + "a", val: nodeKey("t0"), rev: 1, op: jetstream.KeyValuePut})
+			for p := range parts {
+				m.mu.held[p] = &held{lease: Lease{Partition: p, Node: "a", Epoch: 1}, rev: uint64(p + 2), until: time.Now().Add(time.Hour)}
+			}
+			rev := uint64(20)
+			incarnation := func(started string) {
+				t.Helper()
+				if stop {
+					rev++
+					m.apply(entry{key: prefixNode + "b", rev: rev, op: jetstream.KeyValueDelete})
+				}
+				rev++
+				m.apply(entry{key: prefixNode + "b", val: nodeKey(started), rev: rev, op: jetstream.KeyValuePut})
+			}
+			rev++
+			m.apply(entry{key: prefixNode + "b", val: nodeKey("t1"), rev: rev, op: jetstream.KeyValuePut})
+			if m.dueBetweenRounds() {
+				t.Fatal("a handoff due to b, a stranger seen alive just now")
+			}
+			// b serves for longer than a TTL, heartbeating.
+			m.mu.Lock()
+			m.mu.nodes["b"] = time.Now().Add(-2 * m.cfg.TTL)
+			m.mu.Unlock()
+			rev++
+			m.apply(entry{key: prefixNode + "b", val: nodeKey("t1"), rev: rev, op: jetstream.KeyValuePut})
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b, seen alive for two TTLs")
+			}
+			incarnation("t2")
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b's restart after it served for two TTLs: it waits a renewal period like a stranger")
+			}
+			// The restart dies at once and b starts again: a flapping node.
+			incarnation("t3")
+			if m.dueBetweenRounds() {
+				t.Fatal("a handoff due at once to b's third start, right after its second died: a flapping node drags partitions")
+			}
+			m.mu.Lock()
+			m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
+			m.mu.Unlock()
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b, seen alive for a renewal period")
+			}
+		})
+	}
+}

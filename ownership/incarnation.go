@@ -1,0 +1,87 @@
+package ownership
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Incarnations. A node's key names the node and says when its process
+// started (nodeValue.Started): each process under a name is one
+// incarnation of the node. The other nodes hand a partition to a node only
+// once it was seen alive for a renewal period, so a node that flaps
+// (starts and dies again and again) does not drag partitions back and
+// forth; but a node that restarts under its name after it served for a
+// while is no flapping stranger, and it is due its partitions at once
+// (dueLocked): a rolling restart then costs the restarted node's handover,
+// not a renewal period on top (issue 36).
+//
+// What a node remembers of another's incarnations it saw itself: when the
+// current one was first seen (Manager.mu.nodes), the start its key
+// announces (mu.starts), and how long the last one that ended was seen
+// alive (mu.lives: from first seen to its last heartbeat), for
+// restartMemory after it ended. An incarnation ends when its key goes
+// (a stop deletes it, the server expires it) or when the key announces
+// another start (a restart before the key expired).
+//
+// A node that starts flapping after a stable life is due at once for the
+// first restart only: that incarnation lives less than stableLife, so the
+// next one waits a renewal period again, as a stranger does. Fencing is
+// untouched: every handover is a new lease with the next epoch.
+
+// life is how long an ended incarnation of a node was seen alive, and
+// when it ended, on this process's monotonic clock.
+type life struct {
+	lived time.Duration
+	ended time.Time
+}
+
+// stableLife is how long an incarnation must have been seen alive for the
+// next one under its name to be due its partitions at once: a lease TTL,
+// several renewal periods.
+func (m *Manager) stableLife() time.Duration { return m.cfg.TTL }
+
+// restartMemory is how long after an incarnation ended its life is
+// remembered: a restart later than that (a node gone for minutes) waits a
+// renewal period, as a stranger does.
+func (m *Manager) restartMemory() time.Duration { return 30 * m.cfg.TTL }
+
+// startOf returns the start a node key's value announces, "" when it has
+// none (a release before it, a value that does not parse).
+func startOf(value []byte) string {
+	var v nodeValue
+	if json.Unmarshal(value, &v) != nil {
+		return ""
+	}
+	return v.Started
+}
+
+// endLocked records the end of node's current incarnation, seen alive from
+// when it was first seen to its last heartbeat, and forgets the lives that
+// ended more than restartMemory ago. REQUIRES: m.mu held.
+func (m *Manager) endLocked(node string, now time.Time) {
+	if first, ok := m.mu.nodes[node]; ok {
+		m.mu.lives[node] = life{lived: max(0, m.mu.beats[node].Sub(first)), ended: now}
+	}
+	delete(m.mu.starts, node)
+	for n, l := range m.mu.lives {
+		if now.Sub(l.ended) > m.restartMemory() {
+			delete(m.mu.lives, n)
+		}
+	}
+}
+
+// dueLocked reports whether a partition may be handed to node now: it was
+// seen alive for a renewal period, or it is a restart of an incarnation
+// that lived at least stableLife and ended within restartMemory.
+// REQUIRES: m.mu held.
+func (m *Manager) dueLocked(node string, now time.Time) bool {
+	seen, ok := m.mu.nodes[node]
+	if !ok {
+		return false
+	}
+	if now.Sub(seen) >= m.cfg.RenewEvery {
+		return true
+	}
+	l, ok := m.mu.lives[node]
+	return ok && l.lived >= m.stableLife() && now.Sub(l.ended) <= m.restartMemory()
+}
