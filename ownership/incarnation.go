@@ -10,10 +10,20 @@ import (
 // incarnation of the node. The other nodes hand a partition to a node only
 // once it was seen alive for a renewal period, so a node that flaps
 // (starts and dies again and again) does not drag partitions back and
-// forth; but a node that restarts under its name after it served for a
-// while is no flapping stranger, and it is due its partitions at once
-// (dueLocked): a rolling restart then costs the restarted node's handover,
-// not a renewal period on top (issue 36).
+// forth; but a node that restarts under its name after its last
+// incarnation was seen alive for a renewal period (its key written again a
+// renewal period after it was first seen) is no flapping stranger, and it
+// is due its partitions at once (dueLocked): a restart then costs the
+// restarted node's handover, not a renewal period on top (issue 36).
+//
+// The flap guard is the same: a node none of whose incarnations lives a
+// renewal period is never handed a partition, as before; one whose
+// incarnations live longer was handed its partitions at every restart
+// before too, a renewal period later. A node that starts flapping after a
+// stable life is due at once for its first restart only: that
+// incarnation lives less than stableLife, so the next one waits a renewal
+// period again, as a stranger does. Fencing is untouched: every handover
+// is a new lease with the next epoch.
 //
 // What a node remembers of another's incarnations it saw itself: when the
 // current one was first seen (Manager.mu.nodes), the start its key
@@ -22,11 +32,6 @@ import (
 // restartMemory after it ended. An incarnation ends when its key goes
 // (a stop deletes it, the server expires it) or when the key announces
 // another start (a restart before the key expired).
-//
-// A node that starts flapping after a stable life is due at once for the
-// first restart only: that incarnation lives less than stableLife, so the
-// next one waits a renewal period again, as a stranger does. Fencing is
-// untouched: every handover is a new lease with the next epoch.
 
 // life is how long an ended incarnation of a node was seen alive, and
 // when it ended, on this process's monotonic clock.
@@ -35,10 +40,10 @@ type life struct {
 	ended time.Time
 }
 
-// stableLife is how long an incarnation must have been seen alive for the
-// next one under its name to be due its partitions at once: a lease TTL,
-// several renewal periods.
-func (m *Manager) stableLife() time.Duration { return m.cfg.TTL }
+// stableLife is how long an incarnation must have been seen alive (first
+// seen to last heartbeat) for the next one under its name to be due its
+// partitions at once: the renewal period a stranger must be seen alive.
+func (m *Manager) stableLife() time.Duration { return m.cfg.RenewEvery }
 
 // restartMemory is how long after an incarnation ended its life is
 // remembered: a restart later than that (a node gone for minutes) waits a

@@ -288,7 +288,8 @@ func nodeKey(started string) []byte {
 }
 
 // TestRestartOfAStableNodeIsDueAtOnce: a node that restarts under its
-// name after it served for a TTL is handed its partitions at once, whether
+// name after it was seen alive for a renewal period is handed its
+// partitions at once, whether
 // its key was deleted (a stop) or announces another start (a kill and a
 // restart before the key expired); a node that then flaps (its next
 // incarnation dies at once) waits a renewal period again, as a stranger
@@ -318,18 +319,18 @@ func TestRestartOfAStableNodeIsDueAtOnce(t *testing.T) {
 			if m.dueBetweenRounds() {
 				t.Fatal("a handoff due to b, a stranger seen alive just now")
 			}
-			// b serves for longer than a TTL, heartbeating.
+			// b heartbeats again a renewal period after it was first seen.
 			m.mu.Lock()
-			m.mu.nodes["b"] = time.Now().Add(-2 * m.cfg.TTL)
+			m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
 			m.mu.Unlock()
 			rev++
 			m.apply(entry{key: prefixNode + "b", val: nodeKey("t1"), rev: rev, op: jetstream.KeyValuePut})
 			if !m.dueBetweenRounds() {
-				t.Fatal("no handoff due to b, seen alive for two TTLs")
+				t.Fatal("no handoff due to b, seen alive for a renewal period")
 			}
 			incarnation("t2")
 			if !m.dueBetweenRounds() {
-				t.Fatal("no handoff due to b's restart after it served for two TTLs: it waits a renewal period like a stranger")
+				t.Fatal("no handoff due to b's restart after it was seen alive for a renewal period: it waits a renewal period like a stranger")
 			}
 			// The restart dies at once and b starts again: a flapping node.
 			incarnation("t3")
