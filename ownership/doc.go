@@ -20,11 +20,11 @@
 // stop, and deletes the key, so the new owner acquires it at once. A
 // partition goes only to a node seen alive for a renewal period (a node
 // that flaps does not drag partitions back and forth), or at once to a
-// node that restarted under its name after its last incarnation was seen
-// alive for a renewal period (its key announces another start than
-// before, or came back after it was deleted: incarnation.go); the restart
-// of a node that then flaps waits a renewal period again
-// (TestRestartOfAStableNodeIsDueAtOnce). The
+// node that restarted under its name (its key announces another start,
+// or came back after it went) when its last process was seen
+// heartbeating or stopped in order (incarnation.go); the restart of a
+// node whose last process died before it heartbeat twice waits a renewal
+// period again (TestRestartOfAStableNodeIsDueAtOnce). The
 // check between rounds (every twentieth of a TTL) hands a partition off
 // once it is due, rather than the next round (TestHandoffDueBetweenRounds). On
 // Run's exit every partition is handed off, so a rolling restart never

@@ -777,7 +777,9 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		_, known := m.mu.nodes[node]
 		if gone {
 			if known {
-				m.endLocked(node, time.Now())
+				// Deleted, not expired nor purged: the node stopped in
+				// order, its partitions handed off (Manager.stop).
+				m.endLocked(node, time.Now(), e.Operation() == jetstream.KeyValueDelete)
 			}
 			delete(m.mu.nodes, node)
 			delete(m.mu.beats, node)
@@ -794,7 +796,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		start := startOf(e.Value())
 		restarted := known && start != "" && m.mu.starts[node] != "" && start != m.mu.starts[node]
 		if restarted {
-			m.endLocked(node, time.Now())
+			m.endLocked(node, time.Now(), false)
 		}
 		if !known || restarted {
 			m.mu.nodes[node] = time.Now()

@@ -288,16 +288,17 @@ func nodeKey(started string) []byte {
 }
 
 // TestRestartOfAStableNodeIsDueAtOnce: a node that restarts under its
-// name after it was seen alive for a renewal period is handed its
-// partitions at once, whether
-// its key was deleted (a stop) or announces another start (a kill and a
-// restart before the key expired); a node that then flaps (its next
-// incarnation dies at once) waits a renewal period again, as a stranger
-// does, and so does a stranger.
+// name is handed its partitions at once when its last process was seen
+// heartbeating (whether its key was deleted by a stop, expired after a
+// crash, or announces another start: a kill and a restart before it
+// expired) or stopped in order (deleted its key) however short it lived;
+// a node that then flaps (its next process dies before it heartbeats
+// twice, without a stop) waits a renewal period again, as a stranger
+// does.
 func TestRestartOfAStableNodeIsDueAtOnce(t *testing.T) {
 	const parts = 12
-	for _, stop := range []bool{true, false} {
-		name := map[bool]string{true: "stopped", false: "killed"}[stop]
+	ends := map[string]jetstream.KeyValueOp{"stopped": jetstream.KeyValueDelete, "expired": jetstream.KeyValuePurge, "replaced": 0}
+	for name, op := range ends {
 		t.Run(name, func(t *testing.T) {
 			m := planner("a", parts)
 			m.apply(entry{key: prefixNode + "a", val: nodeKey("t0"), rev: 1, op: jetstream.KeyValuePut})
@@ -305,43 +306,51 @@ func TestRestartOfAStableNodeIsDueAtOnce(t *testing.T) {
 				m.mu.held[p] = &held{lease: Lease{Partition: p, Node: "a", Epoch: 1}, rev: uint64(p + 2), until: time.Now().Add(time.Hour)}
 			}
 			rev := uint64(20)
-			incarnation := func(started string) {
-				t.Helper()
-				if stop {
+			// end ends b's process by op (0: none, the next start replaces
+			// its key).
+			end := func(op jetstream.KeyValueOp) {
+				if op != 0 {
 					rev++
-					m.apply(entry{key: prefixNode + "b", rev: rev, op: jetstream.KeyValueDelete})
+					m.apply(entry{key: prefixNode + "b", rev: rev, op: op})
 				}
+			}
+			start := func(started string) {
 				rev++
 				m.apply(entry{key: prefixNode + "b", val: nodeKey(started), rev: rev, op: jetstream.KeyValuePut})
 			}
-			rev++
-			m.apply(entry{key: prefixNode + "b", val: nodeKey("t1"), rev: rev, op: jetstream.KeyValuePut})
+			start("t1")
 			if m.dueBetweenRounds() {
 				t.Fatal("a handoff due to b, a stranger seen alive just now")
 			}
-			// b heartbeats again a renewal period after it was first seen.
+			// b heartbeats a renewal period after it was first seen.
 			m.mu.Lock()
 			m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
 			m.mu.Unlock()
-			rev++
-			m.apply(entry{key: prefixNode + "b", val: nodeKey("t1"), rev: rev, op: jetstream.KeyValuePut})
+			start("t1")
 			if !m.dueBetweenRounds() {
 				t.Fatal("no handoff due to b, seen alive for a renewal period")
 			}
-			incarnation("t2")
+			end(op)
+			start("t2")
 			if !m.dueBetweenRounds() {
-				t.Fatal("no handoff due to b's restart after it was seen alive for a renewal period: it waits a renewal period like a stranger")
+				t.Fatal("no handoff due to b's restart after it heartbeat: it waits a renewal period like a stranger")
 			}
-			// The restart dies at once and b starts again: a flapping node.
-			incarnation("t3")
+			// That process dies at once, without a stop, and b starts
+			// again: a flapping node.
+			crash := op
+			if crash == jetstream.KeyValueDelete {
+				crash = jetstream.KeyValuePurge
+			}
+			end(crash)
+			start("t3")
 			if m.dueBetweenRounds() {
 				t.Fatal("a handoff due at once to b's third start, right after its second died: a flapping node drags partitions")
 			}
-			m.mu.Lock()
-			m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
-			m.mu.Unlock()
+			// A stop in order, however soon, is no flap.
+			end(jetstream.KeyValueDelete)
+			start("t4")
 			if !m.dueBetweenRounds() {
-				t.Fatal("no handoff due to b, seen alive for a renewal period")
+				t.Fatal("no handoff due to b's restart after it stopped in order")
 			}
 		})
 	}
