@@ -136,8 +136,8 @@ func (m *Manager) plan() []action {
 			}
 			// Hand off only to a node seen alive for a renewal period, so a
 			// node that flaps does not drag partitions back and forth, or
-			// at once to a restart of a node that served stably
-			// (incarnation.go).
+			// at once to a restart of a node whose last process heartbeat
+			// twice or stopped in order (incarnation.go).
 			if m.dueLocked(want[p], now) {
 				out = append(out, action{kind: handoff, p: p, h: h})
 			}
