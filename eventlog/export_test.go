@@ -3,6 +3,9 @@ package eventlog
 import (
 	"context"
 	"errors"
+	"strconv"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -110,4 +113,23 @@ func FollowedSince(l *Log) ([]int, uint64) {
 // the followed partitions were parts, of generation gen (FollowedSince).
 func WaitOwnedSince(ctx context.Context, f *Follower, seq Seq, parts []int, gen uint64) error {
 	return f.waitOwnedSince(ctx, seq, parts, gen)
+}
+
+// ShardStarts returns how many times each shard follower of f started
+// its consumer (a life from the stored cursors), in shard order.
+func ShardStarts(f *Follower) []int {
+	out := make([]int, len(f.shards))
+	for k, s := range f.shards {
+		s.mu.Lock()
+		out[k] = s.mu.starts
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// PutViewCursor stores cursor as the cursor of view's partition p (an
+// owned-views view), as a commit would.
+func PutViewCursor(l *Log, view string, p int, cursor uint64) error {
+	key := append(append(projPrefix(view), 'c'), "p"+strconv.Itoa(p)...)
+	return l.db.Set(key, encodeUint(cursor), pebble.Sync)
 }

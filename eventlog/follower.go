@@ -65,6 +65,10 @@ type Follower struct {
 	// drops counts the drops of a Follower with shards (open's pass
 	// starts over when a shard dropped a view). Owned by Run's goroutine.
 	drops int
+	// noDrop, of a shard follower, makes a drop fail with errDropAll: set
+	// while it opens alone, its siblings consuming (followshards.go).
+	// Owned by its parent's Run goroutine.
+	noDrop bool
 	// Set by Run.
 	logger *slog.Logger
 	origin uint64 // the stream's creation time
@@ -89,6 +93,9 @@ type Follower struct {
 		// followed partitions it took (ownedviews.go).
 		idle bool
 		gen  uint64
+		// starts counts the lives of a shard follower (each a restart of
+		// its consumer from the stored cursors).
+		starts int
 	}
 }
 
@@ -740,6 +747,9 @@ func (m *member) loadCursor(db pebble.Reader) (Seq, error) {
 // drop deletes m's rows and cursor and records its schema version and the
 // stream's origin, in one synced batch.
 func (f *Follower) drop(m *member) error {
+	if f.noDrop {
+		return fmt.Errorf("%w: projection %q", errDropAll, m.p.Name)
+	}
 	db, release, err := f.l.useDB()
 	if err != nil {
 		return err

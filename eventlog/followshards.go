@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
+	"time"
 )
 
 // A Follower of a log with several shards follows each shard's stream with
@@ -23,7 +24,12 @@ import (
 // one shard (its rows are shared) is replayed by every shard: the pass
 // over the shards starts again, and finds the other shards' cursors gone
 // with the rows. A rebuild (Rebuild, RestartViews) stops every shard
-// follower, drops, and starts them all again. Bootstrap is not used: the
+// follower, drops, and starts them all again. A change of the followed
+// partitions (owned views) stops and opens only the shard followers whose
+// partitions changed (retake), with drops refused (noDrop): an open that
+// would drop a view stops every shard follower and opens them all, since
+// a drop under a shard follower still committing would leave it rows and
+// a cursor of a view that no longer has them. Bootstrap is not used: the
 // views replay their shards.
 
 // waitShards is WaitFor of a Follower with shards.
@@ -212,49 +218,160 @@ func (f *Follower) followShards(ctx context.Context) error {
 // consumeShards runs every shard follower (each catches its views up,
 // then follows live) until ctx ends (nil, nil), one of them fails, or
 // Rebuild asks for a rebuild, returned once every shard follower stopped.
+//
+// A change of the followed partitions (owned) restarts only the shard
+// followers whose partitions changed, once the changes stopped coming for
+// ownedQuiet (retake): a node taking its partitions from several holders
+// at once restarts each shard about once, and the shards it took nothing
+// of not at all, rather than every shard at every change. A change that
+// would drop a view (opening a partition found its rows stale) stops them
+// all and returns a rebuildReq with owned set: followShards opens every
+// shard again.
 func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*rebuildReq, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(f.shards))
-	var wg sync.WaitGroup
-	for _, s := range f.shards {
-		wg.Go(func() {
-			err := s.followShard(sctx)
-			if err != nil && sctx.Err() == nil {
-				errs <- fmt.Errorf("shard %d: %w", s.shard, err)
-				return
-			}
-			errs <- nil
-		})
+	failed := make(chan *shardRun, len(f.shards))
+	runs := make([]*shardRun, len(f.shards))
+	for k, s := range f.shards {
+		runs[k] = s.startRun(sctx, failed)
 	}
-	var req *rebuildReq
-	var err error
-	select {
-	case <-ctx.Done():
-	case r := <-f.rebuildCh:
-		req = &r
-	case <-owned:
-		req = &rebuildReq{owned: true}
-	case err = <-errs:
+	stopAll := func() {
+		for _, r := range runs {
+			r.cancel()
+		}
+		for _, r := range runs {
+			<-r.done
+		}
 	}
-	cancel()
-	wg.Wait()
-	if err == nil {
-		// One that failed while the others were stopped.
-		for range len(f.shards) {
-			select {
-			case e := <-errs:
-				if e != nil && !errors.Is(e, context.Canceled) {
-					err = e
+	for {
+		select {
+		case <-ctx.Done():
+			stopAll()
+			return nil, nil
+		case r := <-f.rebuildCh:
+			stopAll()
+			return &r, nil
+		case r := <-failed:
+			stopAll()
+			return nil, r.err
+		case <-owned:
+			f.settleOwned(ctx)
+			var err error
+			if owned, err = f.retake(sctx, runs, failed); err != nil {
+				stopAll()
+				if errors.Is(err, errDropAll) {
+					return &rebuildReq{owned: true}, nil
 				}
-			default:
+				return nil, err
 			}
 		}
 	}
-	if err != nil {
-		return nil, err
+}
+
+// errDropAll is the error of a drop by a shard follower opening alone
+// (noDrop): every shard follower must stop first.
+var errDropAll = errors.New("eventlog: a view must be dropped with every shard stopped")
+
+// ownedQuiet is how long the followed partitions must stay unchanged
+// before the shard followers take a change, and ownedSettle the longest a
+// change waits for that: acquisitions landing together restart a shard
+// follower once.
+const (
+	ownedQuiet  = 20 * time.Millisecond
+	ownedSettle = 200 * time.Millisecond
+)
+
+// settleOwned waits until the followed partitions stayed unchanged for
+// ownedQuiet, at most ownedSettle, or ctx ends.
+func (f *Follower) settleOwned(ctx context.Context) {
+	deadline := time.Now().Add(ownedSettle)
+	for {
+		wait := min(ownedQuiet, time.Until(deadline))
+		if wait <= 0 {
+			return
+		}
+		_, _, changed := f.l.owned.state()
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+			return
+		}
 	}
-	return req, nil
+}
+
+// shardRun is one life of a shard follower's consumer.
+type shardRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when it returned
+	err    error         // why it failed, set before done closes
+}
+
+// startRun runs followShard until ctx ends or it is cancelled; a failure
+// of its own is sent to failed.
+func (s *Follower) startRun(ctx context.Context, failed chan<- *shardRun) *shardRun {
+	rctx, cancel := context.WithCancel(ctx)
+	r := &shardRun{cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	s.mu.starts++
+	s.mu.Unlock()
+	s.l.metrics.shardStarts.Inc()
+	go func() {
+		defer close(r.done)
+		err := s.followShard(rctx)
+		if err == nil || rctx.Err() != nil {
+			return
+		}
+		r.err = fmt.Errorf("shard %d: %w", s.shard, err)
+		select {
+		case failed <- r:
+		case <-rctx.Done():
+		}
+	}()
+	return r
+}
+
+// retake takes the followed partitions as they are now: the shard
+// followers whose partitions changed stop, take their new members, open
+// them from the stored cursors while the others go on, and start again.
+// It returns the channel of the next change. Errors: errDropAll when an
+// open would drop a view, open's.
+func (f *Follower) retake(ctx context.Context, runs []*shardRun, failed chan<- *shardRun) (<-chan struct{}, error) {
+	parts, gen, owned := f.l.owned.state()
+	want := make([][]int, len(f.shards))
+	for _, p := range parts {
+		want[p%len(f.shards)] = append(want[p%len(f.shards)], p)
+	}
+	var changed []*Follower
+	for k, s := range f.shards {
+		if !slices.Equal(s.partsFollowed(), want[k]) {
+			changed = append(changed, s)
+			runs[k].cancel()
+		}
+	}
+	for _, s := range changed {
+		<-runs[s.shard].done
+		f.takeShardParts(s, want[s.shard])
+		s.noDrop = true
+		err := s.open(ctx)
+		s.noDrop = false
+		if err != nil {
+			return nil, err
+		}
+		s.publish()
+	}
+	f.mu.Lock()
+	f.mu.gen = gen
+	f.mu.Unlock()
+	f.bump()
+	for _, s := range changed {
+		runs[s.shard] = s.startRun(ctx, failed)
+	}
+	return owned, nil
 }
 
 // followShard is what a shard follower does in each life of its Follower:

@@ -22,6 +22,7 @@ type metrics struct {
 	viewsStalled   prometheus.Gauge
 	compactions    *prometheus.CounterVec
 	compactSeconds prometheus.Histogram
+	shardStarts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time of one successful compaction: wait for the views, snapshot append, purge.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		shardStarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_shard_follower_starts_total",
+			Help: "Starts of a shard follower's consumer from its stored cursors: every shard's when the views start, and with owned views each shard's whose followed partitions changed.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -117,6 +122,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.compactSeconds, err = promreg.Register(reg, m.compactSeconds); err != nil {
+		return nil, err
+	}
+	if m.shardStarts, err = promreg.Register(reg, m.shardStarts); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -23,8 +23,10 @@ import (
 // consumer with a filter per partition, so its events still come in stream
 // order and a commit covers every followed partition up to its sequence.
 //
-// When the followed set changes, every Follower of the log stops its shard
-// followers, takes the new set, and starts again from the stored cursors: a
+// When the followed set changes (and then stays unchanged for ownedQuiet,
+// at most ownedSettle), every Follower of the log stops the shard followers
+// whose partitions changed, takes the new set, and starts them again from
+// the stored cursors, while the others go on (followshards.go): a
 // partition newly followed catches up alone from its own cursor (0 the
 // first time) to the others, then joins them (Follower.catchUp), so its
 // shard's views wait meanwhile; a partition no longer followed keeps its
@@ -176,18 +178,41 @@ func (l *Log) partWide(p int, chunks bool) string {
 // taken. REQUIRES: Run's goroutine, no shard follower consuming.
 func (f *Follower) takeParts() (uint64, <-chan struct{}) {
 	parts, gen, ch := f.l.owned.state()
-	for _, s := range f.shards {
-		s.members = s.members[:0]
-	}
+	want := make([][]int, len(f.shards))
 	for _, p := range parts {
-		s := f.shards[p%len(f.shards)]
+		want[p%len(f.shards)] = append(want[p%len(f.shards)], p)
+	}
+	for k, s := range f.shards {
+		f.takeShardParts(s, want[k])
+	}
+	return gen, ch
+}
+
+// takeShardParts sets shard follower s's members to one per projection
+// and partition of parts (of its shard, in order). REQUIRES: Run's
+// goroutine, s not consuming.
+func (f *Follower) takeShardParts(s *Follower, parts []int) {
+	s.members = s.members[:0]
+	for _, p := range parts {
 		for _, t := range f.members {
 			m := newMember(t.p, f.l.partSubject(t.subject, p), f.wide, "p"+strconv.Itoa(p))
 			m.part = p
 			s.members = append(s.members, m)
 		}
 	}
-	return gen, ch
+}
+
+// partsFollowed returns the partitions shard follower s has members of,
+// in order. REQUIRES: Run's goroutine of its parent, s not consuming or
+// its members unchanged meanwhile.
+func (s *Follower) partsFollowed() []int {
+	var out []int
+	for _, m := range s.members {
+		if len(out) == 0 || out[len(out)-1] != m.part {
+			out = append(out, m.part)
+		}
+	}
+	return out
 }
 
 // subjectsOf returns the subjects a consumer applying to group reads:

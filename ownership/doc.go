@@ -19,9 +19,14 @@
 // it cancels the partition's context, waits for what runs under it to
 // stop, and deletes the key, so the new owner acquires it at once. A
 // partition goes only to a node seen alive for a renewal period (a node
-// that flaps does not drag partitions back and forth), and the check
-// between rounds (every twentieth of a TTL) hands it off once that period
-// passed, rather than the next round (TestHandoffDueBetweenRounds). On
+// that flaps does not drag partitions back and forth), or at once to a
+// node that restarted under its name (its key announces another start,
+// or came back after it went) when its last process was seen
+// heartbeating or stopped in order (incarnation.go); the restart of a
+// node whose last process died before it heartbeat twice waits a renewal
+// period again (TestRestartOfAStableNodeIsDueAtOnce). The
+// check between rounds (every twentieth of a TTL) hands a partition off
+// once it is due, rather than the next round (TestHandoffDueBetweenRounds). On
 // Run's exit every partition is handed off, so a rolling restart never
 // waits for a TTL.
 //

@@ -52,6 +52,11 @@ type Manager struct {
 		// restarted watcher delivers every key again, and an unchanged
 		// revision is no new heartbeat.
 		beatRevs map[string]uint64
+		// starts is the start each node's key announces, and lives how
+		// long the last ended incarnation of each was seen alive
+		// (incarnation.go): what dueLocked reads.
+		starts map[string]string
+		lives  map[string]life
 		// reads is the record format each node announces it reads;
 		// behind, once set, the active format this node found past its
 		// own (format.go).
@@ -270,6 +275,8 @@ func (m *Manager) initState() {
 	m.mu.nodes = map[string]time.Time{}
 	m.mu.beats = map[string]time.Time{}
 	m.mu.beatRevs = map[string]uint64{}
+	m.mu.starts = map[string]string{}
+	m.mu.lives = map[string]life{}
 	m.mu.reads = map[string]int{}
 	m.mu.free = map[int]time.Time{}
 	m.mu.lastHolder = map[int]string{}
@@ -769,6 +776,11 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		node := key[len(prefixNode):]
 		_, known := m.mu.nodes[node]
 		if gone {
+			if known {
+				// Deleted, not expired nor purged: the node stopped in
+				// order, its partitions handed off (Manager.stop).
+				m.endLocked(node, time.Now(), e.Operation() == jetstream.KeyValueDelete)
+			}
 			delete(m.mu.nodes, node)
 			delete(m.mu.beats, node)
 			delete(m.mu.beatRevs, node)
@@ -778,15 +790,26 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		if node == m.cfg.Node {
 			m.mu.ownSeen = max(m.mu.ownSeen, e.Revision())
 		}
-		if !known {
+		// A key that announces another start than the one seen is a
+		// restart under the node's name: a new incarnation, seen alive
+		// from now (incarnation.go).
+		start := startOf(e.Value())
+		restarted := known && start != "" && m.mu.starts[node] != "" && start != m.mu.starts[node]
+		if restarted {
+			m.endLocked(node, time.Now(), false)
+		}
+		if !known || restarted {
 			m.mu.nodes[node] = time.Now()
 		}
+		if start != "" {
+			m.mu.starts[node] = start
+		}
 		m.mu.reads[node] = readsOf(e.Value())
-		if !known || m.mu.beatRevs[node] != e.Revision() {
+		if !known || restarted || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()
 		}
-		return !known
+		return !known || restarted
 	case strings.HasPrefix(key, prefixLease):
 		p, err := strconv.Atoi(key[len(prefixLease):])
 		if err != nil || p < 0 || p >= m.cfg.Partitions {

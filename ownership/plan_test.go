@@ -279,3 +279,79 @@ func TestHandoffDueBetweenRounds(t *testing.T) {
 		t.Fatal("no handoff due to b, seen alive for a renewal period: left to the next round")
 	}
 }
+
+// nodeKey is the value of node's key as a process started at started
+// writes it.
+func nodeKey(started string) []byte {
+	b, _ := json.Marshal(nodeValue{Started: started, Reads: FormatBase})
+	return b
+}
+
+// TestRestartOfAStableNodeIsDueAtOnce: a node that restarts under its
+// name is handed its partitions at once when its last process was seen
+// heartbeating (whether its key was deleted by a stop, expired after a
+// crash, or announces another start: a kill and a restart before it
+// expired) or stopped in order (deleted its key) however short it lived;
+// a node that then flaps (its next process dies before it heartbeats
+// twice, without a stop) waits a renewal period again, as a stranger
+// does.
+func TestRestartOfAStableNodeIsDueAtOnce(t *testing.T) {
+	const parts = 12
+	ends := map[string]jetstream.KeyValueOp{"stopped": jetstream.KeyValueDelete, "expired": jetstream.KeyValuePurge, "replaced": 0}
+	for name, op := range ends {
+		t.Run(name, func(t *testing.T) {
+			m := planner("a", parts)
+			m.apply(entry{key: prefixNode + "a", val: nodeKey("t0"), rev: 1, op: jetstream.KeyValuePut})
+			for p := range parts {
+				m.mu.held[p] = &held{lease: Lease{Partition: p, Node: "a", Epoch: 1}, rev: uint64(p + 2), until: time.Now().Add(time.Hour)}
+			}
+			rev := uint64(20)
+			// end ends b's process by op (0: none, the next start replaces
+			// its key).
+			end := func(op jetstream.KeyValueOp) {
+				if op != 0 {
+					rev++
+					m.apply(entry{key: prefixNode + "b", rev: rev, op: op})
+				}
+			}
+			start := func(started string) {
+				rev++
+				m.apply(entry{key: prefixNode + "b", val: nodeKey(started), rev: rev, op: jetstream.KeyValuePut})
+			}
+			start("t1")
+			if m.dueBetweenRounds() {
+				t.Fatal("a handoff due to b, a stranger seen alive just now")
+			}
+			// b heartbeats a renewal period after it was first seen.
+			m.mu.Lock()
+			m.mu.nodes["b"] = time.Now().Add(-m.cfg.RenewEvery)
+			m.mu.Unlock()
+			start("t1")
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b, seen alive for a renewal period")
+			}
+			end(op)
+			start("t2")
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b's restart after it heartbeat: it waits a renewal period like a stranger")
+			}
+			// That process dies at once, without a stop, and b starts
+			// again: a flapping node.
+			crash := op
+			if crash == jetstream.KeyValueDelete {
+				crash = jetstream.KeyValuePurge
+			}
+			end(crash)
+			start("t3")
+			if m.dueBetweenRounds() {
+				t.Fatal("a handoff due at once to b's third start, right after its second died: a flapping node drags partitions")
+			}
+			// A stop in order, however soon, is no flap.
+			end(jetstream.KeyValueDelete)
+			start("t4")
+			if !m.dueBetweenRounds() {
+				t.Fatal("no handoff due to b's restart after it stopped in order")
+			}
+		})
+	}
+}

@@ -135,8 +135,10 @@ func (m *Manager) plan() []action {
 				continue
 			}
 			// Hand off only to a node seen alive for a renewal period, so a
-			// node that flaps does not drag partitions back and forth.
-			if seen, ok := m.mu.nodes[want[p]]; ok && now.Sub(seen) >= m.cfg.RenewEvery {
+			// node that flaps does not drag partitions back and forth, or
+			// at once to a restart of a node whose last process heartbeat
+			// twice or stopped in order (incarnation.go).
+			if m.dueLocked(want[p], now) {
 				out = append(out, action{kind: handoff, p: p, h: h})
 			}
 		case leased && c.lease.Node != me && m.staleLocked(c.seen, now) && want[p] == me:
@@ -186,11 +188,12 @@ func (m *Manager) plan() []action {
 }
 
 // dueBetweenRounds reports whether plan would take over a lease its holder
-// stopped renewing, or hand a partition off to a node seen alive for a
-// renewal period now: what a check between renewals acts on. A node that
-// joins (a restart) then gets its partitions within a check of that
-// period, not at the holder's next round, up to a renewal period later,
-// and from every holder at about the same time.
+// stopped renewing, or hand a partition off to a node due it now (seen
+// alive for a renewal period, or a stable node's restart: dueLocked):
+// what a check between renewals acts on. A node that joins then gets its
+// partitions within a check of becoming due, not at the holder's next
+// round, up to a renewal period later, and from every holder at about the
+// same time.
 func (m *Manager) dueBetweenRounds() bool {
 	for _, a := range m.plan() {
 		if a.stale || a.kind == handoff {
