@@ -113,9 +113,12 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		return nil
 	}
 	var p payload
-	if err := json.Unmarshal(e.Data, &p); err != nil {
-		// An event of ours we cannot read changes nothing, on every replay.
-		return nil
+	if !decodePayload(e.Data, &p) {
+		p = payload{}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			// An event of ours we cannot read changes nothing, on every replay.
+			return nil
+		}
 	}
 	switch e.Type {
 	case EventStarted:

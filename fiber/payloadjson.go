@@ -1,0 +1,258 @@
+package fiber
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/forever-agents/forever/internal/jsonstr"
+)
+
+// A chat tool call writes two or three of the package's events and the
+// runs view decodes each (applyRuns): json.Marshal and json.Unmarshal of
+// payload, through reflection over its sixteen fields, were a quarter of
+// the view's apply. encodePayload writes the same bytes by hand, and
+// decodePayload reads what it writes; both leave anything else to
+// encoding/json (TestPayloadJSONEqualsMarshal, FuzzPayloadDecode).
+
+// encodePayload returns json.Marshal(p), and its error for a raw field
+// that is not valid JSON.
+func encodePayload(p payload) ([]byte, error) {
+	var created []byte
+	if p.CreatedAt != nil {
+		var err error
+		if created, err = p.CreatedAt.MarshalJSON(); err != nil {
+			return json.Marshal(p)
+		}
+	}
+	if !verbatimValid(p.Snapshot) || !verbatimValid(p.Result) {
+		return json.Marshal(p)
+	}
+	b := make([]byte, 0, 64+len(p.ID)+len(p.Name)+len(created)+len(p.Snapshot)+len(p.Result)+len(p.Error)+len(p.Reason)+
+		len(p.Fiber)+len(p.OpID)+len(p.Key)+len(p.NextOpID)+len(p.NextKey)+len(p.TraceParent)+len(p.Version)+16*12)
+	b = append(b, '{')
+	str := func(name, v string) {
+		if v != "" {
+			b = field(b, name)
+			b = jsonstr.Append(b, v)
+		}
+	}
+	raw := func(name string, v []byte) {
+		if len(v) > 0 {
+			b = field(b, name)
+			b = append(b, v...)
+		}
+	}
+	str("id", p.ID)
+	str("name", p.Name)
+	raw("createdAt", created)
+	raw("snapshot", p.Snapshot)
+	raw("result", p.Result)
+	str("error", p.Error)
+	if p.Attempt != 0 {
+		b = field(b, "attempt")
+		b = strconv.AppendInt(b, int64(p.Attempt), 10)
+	}
+	if p.Attempts != nil {
+		b = field(b, "attempts")
+		b = strconv.AppendInt(b, int64(*p.Attempts), 10)
+	}
+	str("reason", p.Reason)
+	str("fiber", p.Fiber)
+	str("opId", p.OpID)
+	str("key", p.Key)
+	str("nextOpId", p.NextOpID)
+	str("nextKey", p.NextKey)
+	str("traceparent", p.TraceParent)
+	str("version", p.Version)
+	if p.Restart {
+		b = field(b, "restart")
+		b = append(b, "true"...)
+	}
+	return append(b, '}'), nil
+}
+
+// field appends the name of the next field of an object begun in b.
+func field(b []byte, name string) []byte {
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
+}
+
+// verbatimValid reports whether json.Marshal writes raw as it is (verbatim)
+// and raw is valid JSON, or raw is empty.
+func verbatimValid(raw []byte) bool {
+	return len(raw) == 0 || verbatim(raw) && json.Valid(raw)
+}
+
+// decodePayload decodes data into p as json.Unmarshal would, and returns
+// false, p changed or not, for anything other than the fields in
+// encodePayload's order and form; the caller then uses json.Unmarshal.
+// REQUIRES: data is valid JSON (the log checked it).
+func decodePayload(data []byte, p *payload) bool {
+	b, ok := jsonstr.Cut(data, "{")
+	if !ok {
+		return false
+	}
+	if len(b) == 1 && b[0] == '}' {
+		return true
+	}
+	next := 0 // the index in payloadFields the next field may be at or after
+	for {
+		name, rest, ok := jsonstr.Read(b)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return false
+		}
+		b = rest[1:]
+		k := next
+		for k < len(payloadFields) && payloadFields[k] != name {
+			k++
+		}
+		if k == len(payloadFields) {
+			return false // unknown, repeated or out of order
+		}
+		next = k + 1
+		if b, ok = decodeField(p, k, b); !ok || len(b) == 0 {
+			return false
+		}
+		switch b[0] {
+		case ',':
+			b = b[1:]
+		case '}':
+			return len(b) == 1
+		default:
+			return false
+		}
+	}
+}
+
+// payloadFields are payload's JSON names, in encodePayload's order.
+var payloadFields = [...]string{"id", "name", "createdAt", "snapshot", "result", "error", "attempt", "attempts",
+	"reason", "fiber", "opId", "key", "nextOpId", "nextKey", "traceparent", "version", "restart"}
+
+// decodeField decodes the value at the start of b into field k of p and
+// returns the rest of b.
+func decodeField(p *payload, k int, b []byte) ([]byte, bool) {
+	strs := [...]*string{0: &p.ID, 1: &p.Name, 5: &p.Error, 8: &p.Reason, 9: &p.Fiber, 10: &p.OpID, 11: &p.Key,
+		12: &p.NextOpID, 13: &p.NextKey, 14: &p.TraceParent, 15: &p.Version, 16: nil}
+	switch k {
+	case 2: // createdAt
+		n := valueEnd(b)
+		if n == 0 || b[0] != '"' {
+			return nil, false
+		}
+		var t time.Time
+		if t.UnmarshalJSON(b[:n]) != nil {
+			return nil, false
+		}
+		p.CreatedAt = &t
+		return b[n:], true
+	case 3, 4: // snapshot, result
+		n := valueEnd(b)
+		if n == 0 || bytes.HasPrefix(b, []byte("null")) {
+			return nil, false
+		}
+		v := bytes.Clone(b[:n])
+		if k == 3 {
+			p.Snapshot = v
+		} else {
+			p.Result = v
+		}
+		return b[n:], true
+	case 6, 7: // attempt, attempts
+		n := valueEnd(b)
+		v, err := strconv.Atoi(string(b[:n]))
+		if n == 0 || err != nil || !plainInt(b[:n]) {
+			return nil, false
+		}
+		if k == 6 {
+			p.Attempt = v
+		} else {
+			p.Attempts = &v
+		}
+		return b[n:], true
+	case 16: // restart
+		if rest, ok := jsonstr.Cut(b, "true"); ok {
+			p.Restart = true
+			return rest, true
+		}
+		if rest, ok := jsonstr.Cut(b, "false"); ok {
+			p.Restart = false
+			return rest, true
+		}
+		return nil, false
+	}
+	s, rest, ok := jsonstr.Read(b)
+	if !ok {
+		return nil, false
+	}
+	*strs[k] = s
+	return rest, true
+}
+
+// plainInt reports whether b is an integer as JSON writes one: digits
+// after an optional minus, no leading zero.
+func plainInt(b []byte) bool {
+	if len(b) > 0 && b[0] == '-' {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 1 && b[0] == '0' {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// valueEnd returns the length of the JSON value at the start of b, valid
+// JSON up to a ',' or '}' after it, or 0 when b does not start with one.
+func valueEnd(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	switch b[0] {
+	case '"':
+		for i := 1; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return 0
+	case '{', '[':
+		depth := 0
+		for i := 0; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				n := valueEnd(b[i:])
+				if n == 0 {
+					return 0
+				}
+				i += n - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return 0
+	}
+	for i, c := range b {
+		if c == ',' || c == '}' || c == ']' || c <= ' ' {
+			return i
+		}
+	}
+	return len(b)
+}
