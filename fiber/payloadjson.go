@@ -92,8 +92,28 @@ func verbatimValid(raw []byte) bool {
 // decodePayload decodes data into p as json.Unmarshal would, and returns
 // false, p changed or not, for anything other than the fields in
 // encodePayload's order and form; the caller then uses json.Unmarshal.
-// REQUIRES: data is valid JSON (the log checked it).
 func decodePayload(data []byte, p *payload) bool {
+	next := 0 // the index in payloadFields the next field may be at or after
+	return eachField(data, func(name string, b []byte) ([]byte, bool) {
+		k := next
+		for k < len(payloadFields) && payloadFields[k] != name {
+			k++
+		}
+		if k == len(payloadFields) {
+			return nil, false // unknown, repeated or out of order
+		}
+		next = k + 1
+		return decodeField(p, k, b)
+	})
+}
+
+// eachField calls field with the name of each field of the JSON object in
+// data and the bytes after its colon; field decodes the value there and
+// returns the bytes after it. eachField reports false as soon as field
+// does, or data is not an object written compactly with names that
+// jsonstr.Read reads. When field only accepts valid values, whatever
+// eachField accepts is valid JSON.
+func eachField(data []byte, field func(name string, b []byte) ([]byte, bool)) bool {
 	b, ok := jsonstr.Cut(data, "{")
 	if !ok {
 		return false
@@ -101,22 +121,12 @@ func decodePayload(data []byte, p *payload) bool {
 	if len(b) == 1 && b[0] == '}' {
 		return true
 	}
-	next := 0 // the index in payloadFields the next field may be at or after
 	for {
 		name, rest, ok := jsonstr.Read(b)
 		if !ok || len(rest) == 0 || rest[0] != ':' {
 			return false
 		}
-		b = rest[1:]
-		k := next
-		for k < len(payloadFields) && payloadFields[k] != name {
-			k++
-		}
-		if k == len(payloadFields) {
-			return false // unknown, repeated or out of order
-		}
-		next = k + 1
-		if b, ok = decodeField(p, k, b); !ok || len(b) == 0 {
+		if b, ok = field(name, rest[1:]); !ok || len(b) == 0 {
 			return false
 		}
 		switch b[0] {
@@ -130,68 +140,89 @@ func decodePayload(data []byte, p *payload) bool {
 	}
 }
 
+// readRaw returns the JSON value at the start of b, copied, and the rest
+// of b; ok is false for null (json.Unmarshal keeps it as "null" in a
+// json.RawMessage, and as nothing elsewhere) and for anything not valid.
+func readRaw(b []byte) (v, rest []byte, ok bool) {
+	n := valueEnd(b)
+	if n == 0 || bytes.HasPrefix(b, []byte("null")) || !json.Valid(b[:n]) {
+		return nil, nil, false
+	}
+	return bytes.Clone(b[:n]), b[n:], true
+}
+
+// readInt returns the integer at the start of b and the rest of b.
+func readInt(b []byte) (int, []byte, bool) {
+	n := valueEnd(b)
+	if n == 0 || !plainInt(b[:n]) {
+		return 0, nil, false
+	}
+	v, err := strconv.Atoi(string(b[:n]))
+	return v, b[n:], err == nil
+}
+
+// readTime returns the time at the start of b, as time.Time's
+// UnmarshalJSON reads it, and the rest of b.
+func readTime(b []byte) (time.Time, []byte, bool) {
+	var t time.Time
+	n := valueEnd(b)
+	if n == 0 || b[0] != '"' || t.UnmarshalJSON(b[:n]) != nil {
+		return time.Time{}, nil, false
+	}
+	return t, b[n:], true
+}
+
+// readBool returns the boolean at the start of b and the rest of b.
+func readBool(b []byte) (bool, []byte, bool) {
+	if rest, ok := jsonstr.Cut(b, "true"); ok {
+		return true, rest, true
+	}
+	if rest, ok := jsonstr.Cut(b, "false"); ok {
+		return false, rest, true
+	}
+	return false, nil, false
+}
+
 // payloadFields are payload's JSON names, in encodePayload's order.
 var payloadFields = [...]string{"id", "name", "createdAt", "snapshot", "result", "error", "attempt", "attempts",
 	"reason", "fiber", "opId", "key", "nextOpId", "nextKey", "traceparent", "version", "restart"}
 
 // decodeField decodes the value at the start of b into field k of p and
 // returns the rest of b.
-func decodeField(p *payload, k int, b []byte) ([]byte, bool) {
-	strs := [...]*string{0: &p.ID, 1: &p.Name, 5: &p.Error, 8: &p.Reason, 9: &p.Fiber, 10: &p.OpID, 11: &p.Key,
-		12: &p.NextOpID, 13: &p.NextKey, 14: &p.TraceParent, 15: &p.Version, 16: nil}
+func decodeField(p *payload, k int, b []byte) (rest []byte, ok bool) {
 	switch k {
 	case 2: // createdAt
-		n := valueEnd(b)
-		if n == 0 || b[0] != '"' {
-			return nil, false
-		}
 		var t time.Time
-		if t.UnmarshalJSON(b[:n]) != nil {
-			return nil, false
+		if t, rest, ok = readTime(b); ok {
+			p.CreatedAt = &t
 		}
-		p.CreatedAt = &t
-		return b[n:], true
-	case 3, 4: // snapshot, result
-		n := valueEnd(b)
-		if n == 0 || bytes.HasPrefix(b, []byte("null")) {
-			return nil, false
+		return rest, ok
+	case 3:
+		p.Snapshot, rest, ok = readRaw(b)
+		return rest, ok
+	case 4:
+		p.Result, rest, ok = readRaw(b)
+		return rest, ok
+	case 6:
+		p.Attempt, rest, ok = readInt(b)
+		return rest, ok
+	case 7:
+		var n int
+		if n, rest, ok = readInt(b); ok {
+			p.Attempts = &n
 		}
-		v := bytes.Clone(b[:n])
-		if k == 3 {
-			p.Snapshot = v
-		} else {
-			p.Result = v
-		}
-		return b[n:], true
-	case 6, 7: // attempt, attempts
-		n := valueEnd(b)
-		v, err := strconv.Atoi(string(b[:n]))
-		if n == 0 || err != nil || !plainInt(b[:n]) {
-			return nil, false
-		}
-		if k == 6 {
-			p.Attempt = v
-		} else {
-			p.Attempts = &v
-		}
-		return b[n:], true
-	case 16: // restart
-		if rest, ok := jsonstr.Cut(b, "true"); ok {
-			p.Restart = true
-			return rest, true
-		}
-		if rest, ok := jsonstr.Cut(b, "false"); ok {
-			p.Restart = false
-			return rest, true
-		}
-		return nil, false
+		return rest, ok
+	case 16:
+		p.Restart, rest, ok = readBool(b)
+		return rest, ok
 	}
+	strs := [...]*string{0: &p.ID, 1: &p.Name, 5: &p.Error, 8: &p.Reason, 9: &p.Fiber, 10: &p.OpID, 11: &p.Key,
+		12: &p.NextOpID, 13: &p.NextKey, 14: &p.TraceParent, 15: &p.Version}
 	s, rest, ok := jsonstr.Read(b)
-	if !ok {
-		return nil, false
+	if ok {
+		*strs[k] = s
 	}
-	*strs[k] = s
-	return rest, true
+	return rest, ok
 }
 
 // plainInt reports whether b is an integer as JSON writes one: digits
@@ -211,8 +242,9 @@ func plainInt(b []byte) bool {
 	return true
 }
 
-// valueEnd returns the length of the JSON value at the start of b, valid
-// JSON up to a ',' or '}' after it, or 0 when b does not start with one.
+// valueEnd returns the length of the JSON value at the start of b, or 0
+// when it finds none; it checks only where the value ends (the callers
+// check the value).
 func valueEnd(b []byte) int {
 	if len(b) == 0 {
 		return 0

@@ -78,8 +78,8 @@ func checkDecode(t *testing.T, data []byte) bool {
 	return true
 }
 
-// FuzzPayloadDecode: on any valid JSON, decodePayload declines or decodes
-// what json.Unmarshal decodes.
+// FuzzPayloadDecode: on any input, decodePayload declines or decodes what
+// json.Unmarshal decodes (so it accepts nothing json.Unmarshal refuses).
 func FuzzPayloadDecode(f *testing.F) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for range 20 {
@@ -89,13 +89,10 @@ func FuzzPayloadDecode(f *testing.F) {
 		}
 	}
 	for _, s := range []string{`{}`, `{"id":"a","id":"b"}`, `{"ID":"a"}`, `{"attempt":1.0}`, `{"attempt":01}`, `{"attempts":null}`,
-		`{"snapshot":null}`, `{"restart":false}`, `{"createdAt":"x"}`, `{"fiber":"f","opId":"o"} `, `{"key":"k","id":"i"}`, `[]`, `"s"`} {
+		`{"snapshot":null}`, `{"restart":false}`, `{"createdAt":"x"}`, `{"fiber":"f","opId":"o"} `, `{"key":"k","id":"i"}`, `[]`, `"s"`, `{"snapshot":{,}}`, `{"result":[1,]}`, `{"id":"a",}`, `{"id":"a"}x`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if !json.Valid(data) {
-			return
-		}
 		checkDecode(t, data)
 	})
 }

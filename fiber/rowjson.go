@@ -93,3 +93,44 @@ func encodeOp(o Op) ([]byte, error) {
 	}
 	return append(b, '}'), nil
 }
+
+// rowFields are Row's JSON names, in encodeRow's order.
+var rowFields = [...]string{"id", "agent", "name", "snapshot", "attempt", "recoveries", "createdAt", "traceparent", "version", "lastVersion", "restarted"}
+
+// fastRow decodes v into r as json.Unmarshal would, and returns false, r
+// changed or not, for anything other than the fields in encodeRow's order
+// and form (then the caller uses json.Unmarshal). The runs view reads the
+// fiber's row at every fiber.stashed and every op.completed with a
+// snapshot.
+func fastRow(v []byte, r *Row) bool {
+	next := 0
+	return eachField(v, func(name string, b []byte) (rest []byte, ok bool) {
+		k := next
+		for k < len(rowFields) && rowFields[k] != name {
+			k++
+		}
+		if k == len(rowFields) {
+			return nil, false
+		}
+		next = k + 1
+		switch k {
+		case 3:
+			r.Snapshot, rest, ok = readRaw(b)
+		case 4:
+			r.Attempt, rest, ok = readInt(b)
+		case 5:
+			r.Recoveries, rest, ok = readInt(b)
+		case 6:
+			r.CreatedAt, rest, ok = readTime(b)
+		case 10:
+			r.Restarted, rest, ok = readBool(b)
+		default:
+			strs := [...]*string{0: &r.ID, 1: &r.Agent, 2: &r.Name, 7: &r.TraceParent, 8: &r.Version, 9: &r.LastVersion, 10: nil}
+			var s string
+			if s, rest, ok = jsonstr.Read(b); ok {
+				*strs[k] = s
+			}
+		}
+		return rest, ok
+	})
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -40,4 +42,54 @@ func TestRowJSONEqualsMarshal(t *testing.T) {
 			t.Fatalf("op %d %+v:\n got %s (%v)\nwant %s (%v)", i, o, got, err, want, wantErr)
 		}
 	}
+}
+
+// checkRowDecode fails t unless fastRow declines data or decodes what
+// json.Unmarshal does, and reports whether it decoded.
+func checkRowDecode(t *testing.T, data []byte) bool {
+	t.Helper()
+	var want Row
+	wantErr := json.Unmarshal(data, &want)
+	var got Row
+	if !fastRow(data, &got) {
+		return false
+	}
+	if wantErr != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("fastRow(%s):\n got %+v\nwant %+v (%v)", data, got, want, wantErr)
+	}
+	return true
+}
+
+// TestRowDecode: fastRow decodes the rows encodeRow writes as
+// json.Unmarshal does (and declines the rest).
+func TestRowDecode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	fast := 0
+	for range 3000 {
+		r := Row{ID: "f" + strconv.Itoa(rng.IntN(100)), Agent: []string{"a1", "a<b>", "é"}[rng.IntN(3)], Name: "turn",
+			Snapshot: []json.RawMessage{nil, json.RawMessage(`{"streamId":"s","step":2}`), json.RawMessage(`{"x":"a b"}`)}[rng.IntN(3)],
+			Attempt:  rng.IntN(3), Recoveries: rng.IntN(2), CreatedAt: time.Date(2026, 11, 30, 10, 0, 0, rng.IntN(1e9), time.UTC),
+			TraceParent: []string{"", "00-ab-cd-01"}[rng.IntN(2)], Version: []string{"", "v2"}[rng.IntN(2)], LastVersion: []string{"", "v3"}[rng.IntN(2)], Restarted: rng.IntN(2) == 0}
+		data, err := encodeRow(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if checkRowDecode(t, data) {
+			fast++
+		}
+	}
+	if fast < 1000 {
+		t.Fatalf("fastRow read %d of 3000 rows", fast)
+	}
+}
+
+// FuzzRowDecode: on any input, fastRow declines or decodes what
+// json.Unmarshal decodes.
+func FuzzRowDecode(f *testing.F) {
+	for _, s := range []string{`{"id":"f","agent":"a","name":"n","snapshot":{"a":1},"attempt":0,"createdAt":"2026-11-30T10:00:00Z"}`,
+		`{"id":"f","agent":"a","name":"n","attempt":2,"recoveries":1,"createdAt":"0001-01-01T00:00:00Z","restarted":true}`,
+		`{"snapshot":null}`, `{"attempt":1e2}`, `{"createdAt":"yesterday"}`, `{"id":"a","id":"b"}`, `{}`, `{"snapshot":[}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkRowDecode(t, data) })
 }

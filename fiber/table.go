@@ -284,6 +284,10 @@ func hasRow(b *eventlog.Batch, agent, id string) (bool, error) {
 
 func decodeRow(agent, id string, v []byte) (Row, error) {
 	var row Row
+	if fastRow(v, &row) {
+		return row, nil
+	}
+	row = Row{}
 	if err := json.Unmarshal(v, &row); err != nil {
 		return Row{ID: id, Agent: agent}, &eventlog.CorruptError{What: fmt.Sprintf("runs row of fiber %s of agent %s", id, agent), Err: err}
 	}
