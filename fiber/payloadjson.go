@@ -144,7 +144,7 @@ func eachField(data []byte, field func(name string, b []byte) ([]byte, bool)) bo
 // of b; ok is false for null (json.Unmarshal keeps it as "null" in a
 // json.RawMessage, and as nothing elsewhere) and for anything not valid.
 func readRaw(b []byte) (v, rest []byte, ok bool) {
-	n := valueEnd(b)
+	n := jsonstr.ValueEnd(b)
 	if n == 0 || bytes.HasPrefix(b, []byte("null")) || !json.Valid(b[:n]) {
 		return nil, nil, false
 	}
@@ -153,7 +153,7 @@ func readRaw(b []byte) (v, rest []byte, ok bool) {
 
 // readInt returns the integer at the start of b and the rest of b.
 func readInt(b []byte) (int, []byte, bool) {
-	n := valueEnd(b)
+	n := jsonstr.ValueEnd(b)
 	if n == 0 || !plainInt(b[:n]) {
 		return 0, nil, false
 	}
@@ -165,7 +165,7 @@ func readInt(b []byte) (int, []byte, bool) {
 // UnmarshalJSON reads it, and the rest of b.
 func readTime(b []byte) (time.Time, []byte, bool) {
 	var t time.Time
-	n := valueEnd(b)
+	n := jsonstr.ValueEnd(b)
 	if n == 0 || b[0] != '"' || t.UnmarshalJSON(b[:n]) != nil {
 		return time.Time{}, nil, false
 	}
@@ -240,51 +240,4 @@ func plainInt(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// valueEnd returns the length of the JSON value at the start of b, or 0
-// when it finds none; it checks only where the value ends (the callers
-// check the value).
-func valueEnd(b []byte) int {
-	if len(b) == 0 {
-		return 0
-	}
-	switch b[0] {
-	case '"':
-		for i := 1; i < len(b); i++ {
-			switch b[i] {
-			case '\\':
-				i++
-			case '"':
-				return i + 1
-			}
-		}
-		return 0
-	case '{', '[':
-		depth := 0
-		for i := 0; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				n := valueEnd(b[i:])
-				if n == 0 {
-					return 0
-				}
-				i += n - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return 0
-	}
-	for i, c := range b {
-		if c == ',' || c == '}' || c == ']' || c <= ' ' {
-			return i
-		}
-	}
-	return len(b)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -33,4 +34,42 @@ func TestStreamInfoJSONEqualsMarshal(t *testing.T) {
 			t.Fatalf("row %d %+v:\n got %s (%v)\nwant %s (%v)", i, s, got, err, want, wantErr)
 		}
 	}
+}
+
+// checkUnpack fails t unless fastUnpack declines data or reads what
+// json.Unmarshal does, and reports whether it read it.
+func checkUnpack(t *testing.T, data []byte) bool {
+	t.Helper()
+	i, cs, ok := fastUnpack(data)
+	if !ok {
+		return false
+	}
+	var want packed
+	if err := json.Unmarshal(data, &want); err != nil || want.Index != i || want.Index < 0 || len(want.Chunks) == 0 || !reflect.DeepEqual(cs, want.Chunks) {
+		t.Fatalf("fastUnpack(%s) = %d %q; json.Unmarshal: %d %q (%v)", data, i, cs, want.Index, want.Chunks, err)
+	}
+	return true
+}
+
+// TestFastUnpack: the records encodePacked writes are read without
+// reflection, as json.Unmarshal reads them.
+func TestFastUnpack(t *testing.T) {
+	bodies := [][]byte{[]byte(`{"type":"text-delta","id":"t","delta":"a ]}, \"b\""}`), []byte(`{"type":"finish"}`), []byte(`{"type":"tool-input-available","input":{"a":[1,{"b":"]"}]}}`)}
+	for first := range 3 {
+		for n := 1; n <= len(bodies); n++ {
+			if data := encodePacked(first*1000, bodies[:n]); !checkUnpack(t, data) {
+				t.Fatalf("fastUnpack declined %s", data)
+			}
+		}
+	}
+}
+
+// FuzzFastUnpack: on any input, fastUnpack declines or reads what
+// json.Unmarshal reads.
+func FuzzFastUnpack(f *testing.F) {
+	for _, s := range []string{`{"i":0,"c":[{"type":"start"}]}`, `{"i":12,"c":[{},{"a":"]}"}]}`, `{"i":-1,"c":[{}]}`, `{"i":01,"c":[{}]}`,
+		`{"i":1,"c":[]}`, `{"i":1,"c":[null]}`, `{"i":1,"c":[{}],"i":2}`, `{"i":1,"c":[{},]}`, `{"i":1e3,"c":[{}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkUnpack(t, data) })
 }
