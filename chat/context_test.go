@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -245,4 +246,48 @@ func TestContextSummaryCrash(t *testing.T) {
 		t.Fatalf("%d messages, want %d", len(msgs), 2*(turns+1))
 	}
 	checkFits(t, calls[0], msgs[:len(msgs)-1], sum)
+}
+
+// TestContextSummaryHookGetsCopies: the messages Config.Summarize gets are
+// its own to change. The model call reads the conversation with its parts
+// shared with the Store's history cache (historyShared); a hook that wrote
+// into them would change what every later History returns.
+func TestContextSummaryHookGetsCopies(t *testing.T) {
+	e := newEnv(t)
+	p := &fake{scripts: []script{passLocal()}}
+	calls := 0
+	h := e.host(t, "a1", p, func(c *chat.Config) {
+		c.ContextTokens = contextBudget
+		c.Summarize = func(_ context.Context, msgs []chat.Message) (string, error) {
+			calls++
+			for _, m := range msgs {
+				for i := range m.Parts {
+					m.Parts[i].Text = "changed by the hook"
+				}
+			}
+			return "a summary", nil
+		}
+	})
+	talk(t, h, 0, 10)
+	if calls == 0 {
+		t.Fatal("the hook was not called")
+	}
+	got, err := e.store.History("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.store.HistoryUncached("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("History after the hook changed its messages differs from the stored rows")
+	}
+	for _, m := range got {
+		for _, p := range m.Parts {
+			if p.Text == "changed by the hook" {
+				t.Fatalf("message %s holds the hook's change", m.ID)
+			}
+		}
+	}
 }

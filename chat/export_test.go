@@ -40,7 +40,7 @@ func OnSlotMisuse(a *Agent, f func(requestID, what string)) { a.onSlotMisuse = f
 
 // HistoryUncached is History decoding every row, without the history
 // cache.
-func (s *Store) HistoryUncached(agent string) ([]Message, error) { return s.history(agent, nil) }
+func (s *Store) HistoryUncached(agent string) ([]Message, error) { return s.history(agent, nil, false) }
 
 // HistoryCacheHits is the number of rows History took from its cache.
 func (s *Store) HistoryCacheHits() uint64 { return s.hist.hits.Load() }

@@ -133,7 +133,9 @@ func mergeParts(base, more []Part) []Part {
 // tool parts as tool calls followed by a tool message with their results.
 // Reasoning is not sent back.
 func toLLM(msgs []Message) []llm.Message {
-	out := make([]llm.Message, 0, len(msgs))
+	// Sized for a tool message after each message (the usual case in a
+	// tool loop), so the conversation is not copied again as it grows.
+	out := make([]llm.Message, 0, 2*len(msgs))
 	for _, m := range msgs {
 		var role llm.Role
 		switch m.Role {
@@ -144,7 +146,7 @@ func toLLM(msgs []Message) []llm.Message {
 		default:
 			continue
 		}
-		lm := llm.Message{Role: role}
+		lm := llm.Message{Role: role, Parts: make([]llm.Part, 0, len(m.Parts))}
 		var results []llm.Part
 		for _, p := range m.Parts {
 			switch p.Type {

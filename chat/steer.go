@@ -154,8 +154,11 @@ func steeredInto(st *turnRun, m Message) bool {
 
 // steeredLast moves the messages steered into st's turn after the turn's
 // earlier steps (they came while those ran), and notes them read. A call
-// continuing a step cut short (resume) takes only those read before.
+// continuing a step cut short (resume) takes only those read before. rest
+// is msgs filtered in place (the whole conversation, before every model
+// call): msgs is not to be used after.
 func steeredLast(st *turnRun, msgs []Message, resume bool) (rest, steered []Message) {
+	rest = msgs[:0]
 	for _, m := range msgs {
 		switch {
 		case !steeredInto(st, m):

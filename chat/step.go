@@ -210,7 +210,7 @@ func (st *turnRun) split() (earlier, current []Part) {
 // after retryable provider errors within the turn's attempt budget.
 func (st *turnRun) modelPhase(ctx, fctx context.Context, lp *loop, resume bool) (phase, error) {
 	a, em := st.a, st.emitter()
-	history, err := a.store.History(a.agent)
+	history, err := a.store.historyShared(a.agent) // only read
 	if err != nil {
 		return 0, err
 	}

@@ -235,11 +235,32 @@ func (s *Store) Messages(agent string, p Page) ([]Message, string, error) {
 // differ from the ones the cache decoded (historycache.go), so the History
 // before every model call decodes the messages new since the last one.
 func (s *Store) History(agent string) ([]Message, error) {
-	return s.history(agent, s.hist)
+	return s.history(agent, s.hist, false)
 }
 
-// history is History through cache c (nil: every row decoded).
-func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
+// historyShared is History for a caller that only reads the messages, as
+// the turn's model call does (request, modelInput, toLLM): their Parts
+// slices are the history cache's own, not copies. Copying every message's
+// parts before every model call was a fifth of History's cost. A caller
+// that hands the messages on to code of others (Config.Summarize) copies
+// them first (cloneParts).
+func (s *Store) historyShared(agent string) ([]Message, error) {
+	return s.history(agent, s.hist, true)
+}
+
+// cloneParts returns msgs with each message's Parts slice copied.
+func cloneParts(msgs []Message) []Message {
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		m.Parts = slices.Clone(m.Parts)
+		out[i] = m
+	}
+	return out
+}
+
+// history is History through cache c (nil: every row decoded); shared
+// leaves the cached messages' Parts slices uncopied (historyShared).
+func (s *Store) history(agent string, c *historyCache, shared bool) ([]Message, error) {
 	next, err := nextIndex(s.messages, agent)
 	if err != nil {
 		return nil, err
@@ -266,7 +287,9 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 			m = hit
 			c.hits.Add(1)
 			fresh[i] = cachedRow{raw: cached[i].raw, m: hit}
-			m.Parts = slices.Clone(m.Parts)
+			if !shared {
+				m.Parts = slices.Clone(m.Parts)
+			}
 		} else if ok {
 			var row messageRow
 			if err := json.Unmarshal(raw, &row); err != nil {
@@ -277,7 +300,9 @@ func (s *Store) history(agent string, c *historyCache) ([]Message, error) {
 				m, _, ok, err = getOwnMessage(s.messages, agent, i)
 			} else if fresh != nil {
 				fresh[i] = cachedRow{raw: raw, m: m}
-				m.Parts = slices.Clone(m.Parts)
+				if !shared {
+					m.Parts = slices.Clone(m.Parts)
+				}
 			}
 		} else {
 			m, _, ok, err = getMessage(s.messages, agent, i)

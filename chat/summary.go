@@ -190,7 +190,9 @@ func (st *turnRun) makeSummary(ctx context.Context, lp *loop, prev Summary, msgs
 // the messages.
 func (a *Agent) summarize(ctx context.Context, msgs []Message) (string, llm.Usage, error) {
 	if a.cfg.Summarize != nil {
-		text, err := a.cfg.Summarize(ctx, msgs)
+		// msgs may share their parts with the history cache
+		// (historyShared): the hook gets copies it may change.
+		text, err := a.cfg.Summarize(ctx, cloneParts(msgs))
 		return text, llm.Usage{}, err
 	}
 	req := llm.Request{Model: a.cfg.Model, System: a.cfg.System,

@@ -389,8 +389,13 @@ func (l *Log) message(e *Event) (*nats.Msg, string, error) {
 // server's max payload. Headers and subject travel in the same protocol
 // frame; it leaves room for the batch headers too.
 func (l *Log) fits(e *Event, subject string, body []byte) error {
-	if size, limit := len(body)+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {
-		return fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, len(body), e.Agent, limit)
+	return l.fitsSize(e, subject, len(body))
+}
+
+// fitsSize is fits for a body of n bytes.
+func (l *Log) fitsSize(e *Event, subject string, n int) error {
+	if size, limit := n+len(subject)+256, l.nc.MaxPayload(); int64(size) > limit {
+		return fmt.Errorf("%w: %s event of %d bytes for agent %q, server max payload is %d bytes", ErrTooLarge, e.Type, n, e.Agent, limit)
 	}
 	return nil
 }

@@ -80,6 +80,12 @@ type Pending struct {
 	// resolved it.
 	onDone func(*Pending)
 
+	// envSize is the size of msg.Data without e.Data's part (dataSize);
+	// replaced says that a Replace changed e.Data since msg.Data was built,
+	// which seal then builds again (under mu).
+	envSize  int
+	replaced bool
+
 	mu struct {
 		sync.Mutex
 		sealed bool // taken into a batch (or published): Replace fails
@@ -172,7 +178,7 @@ func (b *Batcher) Add(ctx context.Context, e Event, opts ...AddOption) (*Pending
 			return nil, err
 		}
 	}
-	p := &Pending{e: e, msg: m, stream: stream, ready: make(chan struct{})}
+	p := &Pending{e: e, msg: m, stream: stream, ready: make(chan struct{}), envSize: len(m.Data) - dataSize(e.Data)}
 	for _, o := range opts {
 		o(p)
 	}

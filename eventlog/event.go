@@ -141,6 +141,15 @@ func (e *Event) encode() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// dataSize is the size of data's part of a body encode builds: the body of
+// an event with data d is dataSize(d) bytes longer than without it.
+func dataSize(d []byte) int {
+	if len(d) == 0 {
+		return 0
+	}
+	return len(`,"data":`) + len(d)
+}
+
 // decodeMsg turns a stored message into an Event. A body that is not a valid
 // envelope is a *CorruptError naming the sequence and subject.
 func decodeMsg(seq Seq, subject string, body []byte) (Event, error) {

@@ -25,21 +25,26 @@ func (b *Batcher) Replace(p *Pending, data json.RawMessage) (bool, error) {
 	if err := e.validate(); err != nil {
 		return false, err
 	}
-	body, err := e.encode()
-	if err != nil {
+	// The body is built once, by seal, not at every Replace: a chat stream
+	// replaces its tail record at each merged delta, and encoding the whole
+	// record each time cost as much as validating it. Its size is known
+	// without building it: encode appends the data as it is.
+	if err := b.l.fitsSize(&e, p.msg.Subject, p.envSize+dataSize(data)); err != nil {
 		return false, err
 	}
-	if err := b.l.fits(&e, p.msg.Subject, body); err != nil {
-		return false, err
-	}
-	p.e.Data, p.msg.Data = data, body
+	p.e.Data, p.replaced = data, true
 	return true, nil
 }
 
 // seal marks p taken into a batch: Replace no longer changes it, and what
-// Replace changed before is visible to the caller.
+// Replace changed before is visible to the caller, its message's body
+// built from the last data Replace took.
 func (p *Pending) seal() {
 	p.mu.Lock()
 	p.mu.sealed = true
+	if p.replaced {
+		p.msg.Data, _ = p.e.encode() // encode fails on nothing validate passed
+		p.replaced = false
+	}
 	p.mu.Unlock()
 }

@@ -44,3 +44,46 @@ func TestBatcherReplace(t *testing.T) {
 		t.Fatalf("stored %v, want the one event with the replaced data", evs)
 	}
 }
+
+// TestBatcherReplaceSizeLimit: Replace refuses data as too large exactly
+// where Add does, though it builds no message body (seal does): its size
+// check counts the envelope Add built around the data.
+func TestBatcherReplaceSizeLimit(t *testing.T) {
+	lg := eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
+	ctx := t.Context()
+	b := lg.NewBatcher(eventlog.BatcherConfig{})
+	ev := func(data string) eventlog.Event {
+		return eventlog.Event{Agent: "a", Stream: "s", Type: "chunk", ID: "s/0", Data: []byte(data)}
+	}
+	str := func(n int) string { return `"` + strings.Repeat("x", n) + `"` }
+	// The largest string Add takes, found by bisection.
+	lo, hi := 0, int(lg.MaxPayload())
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		_, err := b.Add(ctx, ev(str(mid)))
+		switch {
+		case err == nil:
+			lo = mid
+		case errors.Is(err, eventlog.ErrTooLarge):
+			hi = mid
+		default:
+			t.Fatal(err)
+		}
+	}
+	p, err := b.Add(ctx, ev(`{"v":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Replace(p, []byte(str(hi))); ok || !errors.Is(err, eventlog.ErrTooLarge) {
+		t.Fatalf("Replace with the %d-byte string Add refuses: %v, %v; want ErrTooLarge", hi, ok, err)
+	}
+	if ok, err := b.Replace(p, []byte(str(lo))); !ok || err != nil {
+		t.Fatalf("Replace with the %d-byte string Add takes: %v, %v; want true", lo, ok, err)
+	}
+	if ok, err := b.Replace(p, nil); !ok || err != nil {
+		t.Fatalf("Replace with no data: %v, %v; want true", ok, err)
+	}
+	if ok, err := b.Replace(p, []byte(`{"v":2}`)); !ok || err != nil {
+		t.Fatalf("Replace: %v, %v; want true", ok, err)
+	}
+}

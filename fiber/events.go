@@ -54,7 +54,7 @@ type payload struct {
 
 // event builds one of the package's events for agent.
 func event(agent, typ string, p payload) (eventlog.Event, error) {
-	data, err := json.Marshal(p)
+	data, err := encodePayload(p)
 	if err != nil {
 		return eventlog.Event{}, fmt.Errorf("%w: encode %s: %w", ErrInvalid, typ, err)
 	}

@@ -113,9 +113,12 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		return nil
 	}
 	var p payload
-	if err := json.Unmarshal(e.Data, &p); err != nil {
-		// An event of ours we cannot read changes nothing, on every replay.
-		return nil
+	if !decodePayload(e.Data, &p) {
+		p = payload{}
+		if err := json.Unmarshal(e.Data, &p); err != nil {
+			// An event of ours we cannot read changes nothing, on every replay.
+			return nil
+		}
 	}
 	switch e.Type {
 	case EventStarted:
@@ -127,11 +130,11 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			row.CreatedAt = p.CreatedAt.UTC()
 		}
 		if p.OpID != "" { // FirstStep: the first step's op.started
-			if err := putJSON(b, opKey(e.Agent, p.ID, p.OpID), Op{ID: p.OpID, Fiber: p.ID, Key: p.Key}); err != nil {
+			if err := putOp(b, opKey(e.Agent, p.ID, p.OpID), Op{ID: p.OpID, Fiber: p.ID, Key: p.Key}); err != nil {
 				return err
 			}
 		}
-		return putJSON(b, rowKey(e.Agent, p.ID), row)
+		return putRow(b, rowKey(e.Agent, p.ID), row)
 	case EventStashed, EventRecovered:
 		row, ok, err := batchRow(b, e.Agent, p.ID)
 		if err != nil || !ok {
@@ -159,7 +162,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 				}
 			}
 		}
-		return putJSON(b, rowKey(e.Agent, p.ID), row)
+		return putRow(b, rowKey(e.Agent, p.ID), row)
 	case EventCompleted, EventFailed, EventAbandoned:
 		if p.ID == "" {
 			return nil
@@ -180,7 +183,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			if _, err := b.Get(k); err == nil {
 				return nil // started again by a rerun: keep what is recorded
 			}
-			return putJSON(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
+			return putOp(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
 		}
 		if p.NextOpID != "" { // ThenStep: the next step's op.started
 			if err := putStartedOp(b, e.Agent, p.Fiber, p.NextOpID, p.NextKey); err != nil {
@@ -211,11 +214,11 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 			if p.Attempts != nil && *p.Attempts >= 0 {
 				row.Attempt = *p.Attempts
 			}
-			if err := putJSON(b, rowKey(e.Agent, p.Fiber), row); err != nil {
+			if err := putRow(b, rowKey(e.Agent, p.Fiber), row); err != nil {
 				return err
 			}
 		}
-		return putJSON(b, k, op)
+		return putOp(b, k, op)
 	}
 	return nil
 }
@@ -227,11 +230,20 @@ func putStartedOp(b *eventlog.Batch, agent, fiber, id, key string) error {
 	if _, err := b.Get(k); !errors.Is(err, eventlog.ErrNotFound) {
 		return err
 	}
-	return putJSON(b, k, Op{ID: id, Fiber: fiber, Key: key})
+	return putOp(b, k, Op{ID: id, Fiber: fiber, Key: key})
 }
 
-func putJSON(b *eventlog.Batch, k []byte, v any) error {
-	data, err := json.Marshal(v)
+// putRow and putOp write a runs row as json.Marshal would (rowjson.go).
+func putRow(b *eventlog.Batch, k []byte, r Row) error {
+	data, err := encodeRow(r)
+	if err != nil {
+		return err
+	}
+	return b.Set(k, data)
+}
+
+func putOp(b *eventlog.Batch, k []byte, o Op) error {
+	data, err := encodeOp(o)
 	if err != nil {
 		return err
 	}
@@ -256,7 +268,7 @@ func batchRow(b *eventlog.Batch, agent, id string) (Row, bool, error) {
 // hasRow reports whether fiber id of agent has a row, without decoding
 // it: an op event needs only that (its fiber runs), and the row holds the
 // fiber's snapshot, which decoding at every op event cost more than the
-// rest of the op's apply. Rows are written only by putJSON of a Row, so a
+// rest of the op's apply. Rows are written only by putRow, so a
 // row that is present decodes; batchRow's reads still report one that
 // does not.
 func hasRow(b *eventlog.Batch, agent, id string) (bool, error) {
@@ -272,6 +284,10 @@ func hasRow(b *eventlog.Batch, agent, id string) (bool, error) {
 
 func decodeRow(agent, id string, v []byte) (Row, error) {
 	var row Row
+	if fastRow(v, &row) {
+		return row, nil
+	}
+	row = Row{}
 	if err := json.Unmarshal(v, &row); err != nil {
 		return Row{ID: id, Agent: agent}, &eventlog.CorruptError{What: fmt.Sprintf("runs row of fiber %s of agent %s", id, agent), Err: err}
 	}

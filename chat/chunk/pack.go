@@ -1,11 +1,13 @@
 package chunk
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/jsonstr"
 )
 
 // EventChunks is a packed record: several consecutive chunks of one stream
@@ -50,6 +52,9 @@ func encodePacked(first int, bodies [][]byte) []byte {
 // unpack returns the index of the first chunk of an EventChunks record and
 // the JSON of each of its chunks.
 func unpack(data []byte) (int, []json.RawMessage, error) {
+	if i, cs, ok := fastUnpack(data); ok {
+		return i, cs, nil
+	}
 	var p packed
 	if err := json.Unmarshal(data, &p); err != nil {
 		return 0, nil, fmt.Errorf("chunk: decode packed chunks: %w", err)
@@ -90,4 +95,51 @@ func Span(e eventlog.Event) (first, n int, ok bool) {
 		return idx, 0, true
 	}
 	return 0, 0, false
+}
+
+// fastUnpack reads an EventChunks record in the form encodePacked writes
+// (a non-negative index, one chunk or more, no spaces) as unpack would,
+// without reflection: the streams view unpacks every record it applies,
+// and a resume every record it sends. Anything else it leaves to unpack
+// (ok false). The chunks are copied, as json.Unmarshal copies them.
+func fastUnpack(data []byte) (int, []json.RawMessage, bool) {
+	b, ok := jsonstr.Cut(data, `{"i":`)
+	if !ok {
+		return 0, nil, false
+	}
+	n := jsonstr.ValueEnd(b)
+	if n == 0 || n > 1 && b[0] == '0' {
+		return 0, nil, false
+	}
+	for _, c := range b[:n] {
+		if c < '0' || c > '9' {
+			return 0, nil, false
+		}
+	}
+	index, err := strconv.Atoi(string(b[:n]))
+	if err != nil {
+		return 0, nil, false
+	}
+	if b, ok = jsonstr.Cut(b[n:], `,"c":[`); !ok || !json.Valid(data) {
+		return 0, nil, false
+	}
+	// One copy of the chunks, each chunk a slice of it that cannot grow
+	// into the next.
+	b = bytes.Clone(b)
+	var chunks []json.RawMessage
+	for {
+		n := jsonstr.ValueEnd(b)
+		if n == 0 || b[0] == 'n' { // null: json.Unmarshal keeps it as "null"
+			return 0, nil, false
+		}
+		chunks = append(chunks, json.RawMessage(b[:n:n]))
+		switch {
+		case bytes.HasPrefix(b[n:], []byte(",")):
+			b = b[n+1:]
+		case string(b[n:]) == "]}":
+			return index, chunks, true
+		default:
+			return 0, nil, false
+		}
+	}
 }

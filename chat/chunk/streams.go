@@ -332,7 +332,13 @@ func getJSON(g getter, key []byte, v any) (bool, error) {
 }
 
 func setJSON(b *eventlog.Batch, key []byte, v any) error {
-	raw, err := json.Marshal(v)
+	var raw []byte
+	var err error
+	if info, ok := v.(StreamInfo); ok {
+		raw, err = encodeInfo(info)
+	} else {
+		raw, err = json.Marshal(v)
+	}
 	if err != nil {
 		return err
 	}
