@@ -18,6 +18,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -259,9 +260,9 @@ func TestBatcherLostCommitAnswer(t *testing.T) {
 			t.Fatalf("Wait = %v, want the lost answer's ErrUnconfirmed", err)
 		}
 	}
-	if dropped.Load() != 1 {
-		t.Fatal("no answer was dropped")
-	}
+	// On a loaded machine the answer may come after the ack timeout (the
+	// batch fails the same way), and is dropped when it comes.
+	waitfor.True(t, "the commit answer dropped", func() bool { return dropped.Load() == 1 })
 	// The Batcher goes on: the next event is stored, then Run stops.
 	p2, err := b.Add(ctx, chunk(2))
 	if err != nil {
