@@ -48,10 +48,19 @@ type nodeValue struct {
 	Reads   int    `json:"reads,omitempty"`
 }
 
-// readsOf returns the format a node key's value announces.
-func readsOf(value []byte) int {
+// decodeNodeValue decodes a node key's value; the zero nodeValue when it
+// does not decode.
+func decodeNodeValue(value []byte) nodeValue {
 	var v nodeValue
-	if json.Unmarshal(value, &v) != nil || v.Reads < FormatBase {
+	if json.Unmarshal(value, &v) != nil {
+		return nodeValue{}
+	}
+	return v
+}
+
+// reads returns the format a node key's value announces.
+func (v nodeValue) reads() int {
+	if v.Reads < FormatBase {
 		return FormatBase
 	}
 	return v.Reads

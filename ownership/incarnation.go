@@ -1,7 +1,6 @@
 package ownership
 
 import (
-	"encoding/json"
 	"time"
 )
 
@@ -54,16 +53,6 @@ func (m *Manager) stableLife() time.Duration { return m.cfg.RenewEvery / 2 }
 // remembered: a restart later than that (a node gone for minutes) waits a
 // renewal period, as a stranger does.
 func (m *Manager) restartMemory() time.Duration { return 30 * m.cfg.TTL }
-
-// startOf returns the start a node key's value announces, "" when it has
-// none (a release before it, a value that does not parse).
-func startOf(value []byte) string {
-	var v nodeValue
-	if json.Unmarshal(value, &v) != nil {
-		return ""
-	}
-	return v.Started
-}
 
 // endLocked records the end of node's current incarnation, seen alive from
 // when it was first seen to its last heartbeat, orderly when it deleted

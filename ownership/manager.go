@@ -793,7 +793,8 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		// A key that announces another start than the one seen is a
 		// restart under the node's name: a new incarnation, seen alive
 		// from now (incarnation.go).
-		start := startOf(e.Value())
+		v := decodeNodeValue(e.Value())
+		start := v.Started
 		restarted := known && start != "" && m.mu.starts[node] != "" && start != m.mu.starts[node]
 		if restarted {
 			m.endLocked(node, time.Now(), false)
@@ -804,7 +805,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		if start != "" {
 			m.mu.starts[node] = start
 		}
-		m.mu.reads[node] = readsOf(e.Value())
+		m.mu.reads[node] = v.reads()
 		if !known || restarted || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()
