@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -52,8 +53,13 @@ func TestBatcherReplaceSizeLimit(t *testing.T) {
 	lg := eventlogtest.OpenOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), eventlog.Config{})
 	ctx := t.Context()
 	b := lg.NewBatcher(eventlog.BatcherConfig{})
+	// One time for every event: its RFC 3339 form drops trailing zeros of
+	// the nanoseconds, so events stamped by Add differ in envelope size by
+	// up to 10 bytes, and the boundary found for one would not be the
+	// other's.
+	at := time.Date(2026, 11, 30, 13, 0, 0, 123456789, time.UTC)
 	ev := func(data string) eventlog.Event {
-		return eventlog.Event{Agent: "a", Stream: "s", Type: "chunk", ID: "s/0", Data: []byte(data)}
+		return eventlog.Event{Agent: "a", Stream: "s", Type: "chunk", ID: "s/0", Time: at, Data: []byte(data)}
 	}
 	str := func(n int) string { return `"` + strings.Repeat("x", n) + `"` }
 	// The largest string Add takes, found by bisection.
