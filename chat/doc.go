@@ -547,7 +547,10 @@
 //     call, the link is recorded before the wait, and the output after the
 //     link's end (TestSubagentCrashPoints kills the parent at each point of
 //     a step with two children). Every started link ends: with the child's
-//     outcome, or cancelled when the parent's turn ends first.
+//     outcome, or cancelled when the parent's turn ends first. A read of
+//     the child's turn on its owner that fails (a 503 while its partition
+//     moves, a timeout) is no outcome: it is tried again, and the parent's
+//     turn goes on waiting (TestSubagentOwnerReadFails).
 //   - A call that would close a cycle (its child is in the chain of
 //     callers) or make a chain deeper than Config.MaxDepth starts no
 //     child turn: the parent gets a tool error ("cycle", "depth") and its

@@ -357,9 +357,14 @@ func (cs *children) appendLink(ctx context.Context, typ string, l ChildLink) err
 // awaitChild waits until the child's turn of link has ended, then records
 // the link's end (subagent.ended) and returns it. It wakes on the child's
 // notice (ChildEnded) and reads the child's state every Config.ChildPoll,
-// so a lost notice costs a poll, never the answer.
+// so a lost notice costs a poll, never the answer. A read of the child's
+// owner that failed but may pass later (a 503 while its partition moves,
+// a timeout) is tried again, sooner than a poll at first: it is no answer
+// about the child, and failing the turn on it would fail a call whose
+// child answers.
 func (cs *children) awaitChild(ctx context.Context, link ChildLink) (ChildLink, error) {
 	a := cs.a
+	failed := 0
 	for {
 		wake, unregister := a.childWaiter(link.RequestID)
 		end, ended, err := a.childEnd(ctx, link)
@@ -371,13 +376,21 @@ func (cs *children) awaitChild(ctx context.Context, link ChildLink) (ChildLink, 
 			a.metrics.subagentCalls.WithLabelValues(end.Status).Inc()
 			return end, nil
 		}
-		if err != nil {
+		poll := a.cfg.ChildPoll
+		switch {
+		case err == nil:
+			failed = 0
+		case errors.Is(err, errChildUnreachable) && ctx.Err() == nil:
+			poll = min(poll, backoff.Exp(100*time.Millisecond, 5*time.Second, failed))
+			failed++
+			a.logger.Warn("reading a sub-agent's turn on its owner failed; trying again", "child", link.Agent, "request", link.RequestID, "err", err, "in", poll)
+		default:
 			unregister()
 			return link, err
 		}
 		select {
 		case <-wake:
-		case <-a.cfg.Clock.After(a.cfg.ChildPoll):
+		case <-a.cfg.Clock.After(poll):
 		case <-ctx.Done():
 			unregister()
 			return link, context.Cause(ctx)
@@ -399,6 +412,9 @@ func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bo
 	r, remote := a.cfg.Peers.(ChildTurnReader)
 	if remote {
 		out, remote, err = r.ChildTurn(ctx, link.Agent, link.RequestID)
+		if err != nil && !errors.Is(err, ErrChildRefused) {
+			err = fmt.Errorf("%w: %w", errChildUnreachable, err)
+		}
 	}
 	if !remote && err == nil {
 		out, err = cs.turnOutcome(ctx, link.Agent, link.RequestID)
@@ -430,6 +446,10 @@ func (cs *children) childEnd(ctx context.Context, link ChildLink) (ChildLink, bo
 	end.Usage = out.Usage
 	return end, true, nil
 }
+
+// errChildUnreachable marks a failed read of a child's turn on its owner
+// (ChildTurnReader) that may pass on a later try: awaitChild tries again.
+var errChildUnreachable = errors.New("chat: the sub-agent's owner did not answer")
 
 // TurnOutcome is what a parent reads of a child's turn (ChildTurn,
 // Agent.TurnOutcome): whether the views hold it, whether it still runs,
