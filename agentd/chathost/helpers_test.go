@@ -2,6 +2,7 @@ package chathost
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 
 	"github.com/forever-agents/forever/agentd"
@@ -48,21 +49,35 @@ func waitTurnEnded(t *testing.T, chats *Type, agent string) {
 	})
 }
 
-// spreadOwners waits until the ids prefix0..prefix15 have owners on both
-// nodes n1 and n2, and returns for each node an id it owns.
-func spreadOwners(t *testing.T, nc *nats.Conn, prefix string) map[string]string {
+// spreadOwners waits until the ids prefix0..prefix15 have owners on each
+// of nodes (n1 and n2 when none are named), the same in two readings in a
+// row, so the partitions have settled after the last node joined, and
+// returns for each node an id it owns.
+func spreadOwners(t *testing.T, nc *nats.Conn, prefix string, nodes ...string) map[string]string {
 	t.Helper()
+	if len(nodes) == 0 {
+		nodes = []string{"n1", "n2"}
+	}
 	var owners map[string]string
+	var last map[string]string // id: its owner in the last reading
 	waitfor.NoError(t, func() error {
 		owners = map[string]string{}
+		byID := map[string]string{}
 		for i := range 16 {
 			id := fmt.Sprintf("%s%d", prefix, i)
 			var st host.Status
 			command(t, nc, id, "status", ``, &st)
-			owners[st.Owner] = id
+			owners[st.Owner], byID[id] = id, st.Owner
 		}
-		if owners["n1"] == "" || owners["n2"] == "" {
-			return fmt.Errorf("the partitions to spread over both nodes: %v", owners)
+		prev := last
+		last = byID
+		for _, n := range nodes {
+			if owners[n] == "" {
+				return fmt.Errorf("the partitions to spread over nodes %v: %v", nodes, owners)
+			}
+		}
+		if !maps.Equal(prev, byID) {
+			return fmt.Errorf("the owners to settle: %v, then %v", prev, byID)
 		}
 		return nil
 	})

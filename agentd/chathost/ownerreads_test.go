@@ -3,6 +3,7 @@ package chathost
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -62,7 +63,7 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	owners := spreadOwners(t, nc, "g")
+	owners := spreadOwners(t, nc, "g", "n1", "n2", "n3")
 	agent := owners["n1"]
 	var st host.Status
 	command(t, nc, agent, "status", ``, &st)
@@ -141,12 +142,33 @@ func TestGatewayReadsOnOwner(t *testing.T) {
 
 	// A parent on n1 calls a child owned by n2.
 	child := owners["n2"]
+	// Sent again while refused with 409 "send the command again": a lease
+	// lapsed under load leaves the first turn's fiber to recovery, which
+	// holds the agent's turn until it settles.
 	var reply Reply
-	command(t, nc, agent, "chat", `{"text":"/agent `+child+` tell me a story"}`, &reply)
+	waitfor.NoError(t, func() error {
+		m, err := nc.Request("forever.cmd."+agent+".chat", []byte(`{"text":"/agent `+child+` tell me a story"}`), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code == "409" && strings.Contains(string(m.Data), "send the command again") {
+			return fmt.Errorf("chat refused: %s", m.Data)
+		} else if code != "" {
+			t.Fatalf("%s chat: %s %s", agent, code, m.Data)
+		}
+		return json.Unmarshal(m.Data, &reply)
+	})
+	// Read on whichever node owns the parent now: under load a 3 s lease
+	// can move it off n1, whose views then no longer follow it.
 	var links []chat.ChildLink
 	waitfor.True(t, "the sub-agent call of "+agent+" to end", func() bool {
-		links, err = chats[0].Store().Links(agent, reply.RequestID)
-		return err == nil && len(links) == 1 && links[0].Ended()
+		for _, ct := range chats {
+			links, err = ct.Store().Links(agent, reply.RequestID)
+			if err == nil && len(links) == 1 && links[0].Ended() {
+				return true
+			}
+		}
+		return false
 	})
 	if l := links[0]; l.Agent != child || l.Status != chat.LinkCompleted || len(l.Output) == 0 {
 		t.Fatalf("the call of child %s on another node ended %s (%s), want completed with its answer: %+v", child, l.Status, l.Error, l)
