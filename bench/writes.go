@@ -23,9 +23,9 @@ func (w *writeCounter) Append(ctx context.Context, e eventlog.Event, opts ...eve
 }
 
 // AppendAll counts one awaited write (one chain).
-func (w *writeCounter) AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error) {
+func (w *writeCounter) AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
 	w.n.Add(1)
-	return w.Log.AppendAll(ctx, evs)
+	return w.Log.AppendAll(ctx, evs, opts...)
 }
 
 // AppendBatch counts one awaited write (one atomic batch).

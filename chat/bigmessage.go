@@ -118,7 +118,7 @@ func (a *Agent) appendMessageEvents(ctx context.Context, evs []eventlog.Event) e
 // chainLog is the part of *eventlog.Log that appends several events of
 // an agent at about the cost of one.
 type chainLog interface {
-	AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error)
+	AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
 }
 
 // appendAll appends evs, the agent's events, in order, waits until the

@@ -206,10 +206,10 @@ type endCutLog struct {
 	reached chan struct{}
 }
 
-func (l *endCutLog) AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error) {
+func (l *endCutLog) AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
 	n := len(evs)
 	if n < 2 || evs[n-1].Type != fiber.EventCompleted || evs[n-2].Type != chat.EventTurnCompleted {
-		return l.Log.AppendAll(ctx, evs)
+		return l.Log.AppendAll(ctx, evs, opts...)
 	}
 	if _, err := l.Log.AppendAll(ctx, evs[:n-1]); err != nil {
 		return 0, err

@@ -20,13 +20,24 @@ import (
 // events each of which a retry or a recovery can tell is stored (a turn's message, usage
 // and turn.completed), and AppendBatch for a set that must be whole.
 //
+// ExpectSeq makes the chain conditional as it does an Append: its first
+// event is stored only if the agent's last event is still seq, and a
+// mismatch stores nothing and returns ErrConflict.
+//
+// A failure part way returns the sequence of the stored prefix's last
+// event with the error: 0 when nothing of evs is known stored.
+//
 // Errors are Append's; ErrDuplicate when every event was stored before.
-func (l *Log) AppendAll(ctx context.Context, evs []Event) (Seq, error) {
+func (l *Log) AppendAll(ctx context.Context, evs []Event, opts ...AppendOpt) (Seq, error) {
 	switch {
 	case len(evs) == 0:
 		return 0, invalidf("no events to append")
 	case len(evs) == 1:
-		return l.Append(ctx, evs[0])
+		return l.Append(ctx, evs[0], opts...)
+	}
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
 	}
 	msgs := make([]*nats.Msg, len(evs))
 	var stream string
@@ -47,9 +58,9 @@ func (l *Log) AppendAll(ctx context.Context, evs []Event) (Seq, error) {
 		return l.publishChain(ctx, stream, msgs, expect)
 	}
 	if l.cfg.Owner == nil {
-		return send(nil)
+		return send(o.expect)
 	}
-	return l.fenced(ctx, evs[0].Agent, msgs[0], nil, func(expect *Seq) (Seq, error) {
+	return l.fenced(ctx, evs[0].Agent, msgs[0], o.expect, func(expect *Seq) (Seq, error) {
 		for _, m := range msgs[1:] {
 			stampLike(m, msgs[0])
 		}

@@ -202,3 +202,63 @@ func TestAppendAllFencedInGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendAllExpectSeq: ExpectSeq makes a chain conditional on the
+// agent's last event, fenced or not, pipelined or as an atomic batch: a
+// mismatch stores none of it (ErrConflict), a match all of it. A Writer's
+// AppendAll is its agent's: an empty agent is filled in, another agent
+// refused (ErrInvalid) with nothing stored.
+func TestAppendAllExpectSeq(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		for _, how := range []string{"pipelined", "atomic"} {
+			t.Run(fmt.Sprintf("fenced=%v/%s", fenced, how), func(t *testing.T) {
+				ctx := t.Context()
+				var lg *eventlog.Log
+				if fenced {
+					nd := openNodes(t, 1)[0]
+					nd.owner.set("x", eventlog.Token{Node: "a", Epoch: 1})
+					lg = nd.lg
+				} else {
+					lg, _ = eventlogtest.Open(t, eventlog.Config{})
+				}
+				eventlog.ForceSend(lg, how)
+				count := func(want int) {
+					t.Helper()
+					evs, err := lg.Read(ctx, eventlog.Filter{Agent: "x"}, 0, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(evs) != want {
+						t.Fatalf("%d events stored, want %d", len(evs), want)
+					}
+				}
+				first, err := appendNote(ctx, lg, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := lg.AppendAll(ctx, notes("x", 2), eventlog.ExpectSeq(first-1)); !errors.Is(err, eventlog.ErrConflict) {
+					t.Fatalf("AppendAll expecting %d, the last being %d: %v, want ErrConflict", first-1, first, err)
+				}
+				count(1)
+				last, err := lg.AppendAll(ctx, notes("x", 2), eventlog.ExpectSeq(first))
+				if err != nil {
+					t.Fatal(err)
+				}
+				count(3)
+				w := lg.Writer("x")
+				if _, err := w.AppendAll(ctx, []eventlog.Event{{Type: "note.added"}, {Agent: "y", Type: "note.added"}}); !errors.Is(err, eventlog.ErrInvalid) {
+					t.Fatalf("Writer AppendAll of another agent: %v, want ErrInvalid", err)
+				}
+				count(3)
+				end, err := w.AppendAll(ctx, []eventlog.Event{{Type: "note.added", Data: []byte(`{}`)}, {Type: "note.added", Data: []byte(`{}`)}}, eventlog.ExpectSeq(last))
+				if err != nil {
+					t.Fatal(err)
+				}
+				count(5)
+				if end <= last {
+					t.Fatalf("Writer AppendAll ended at %d, after %d", end, last)
+				}
+			})
+		}
+	}
+}

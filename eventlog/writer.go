@@ -40,6 +40,18 @@ func (w *Writer) AppendBatch(ctx context.Context, evs []Event, opts ...AppendOpt
 	return w.l.AppendBatch(ctx, evs, opts...)
 }
 
+// AppendAll is Log.AppendAll for the Writer's agent: one chain, about one
+// round trip. Without it a caller that looks for AppendAll (a fiber's
+// Complete, a chat turn's end) appends the chain one event at a time.
+func (w *Writer) AppendAll(ctx context.Context, evs []Event, opts ...AppendOpt) (Seq, error) {
+	for i := range evs {
+		if err := w.own(&evs[i]); err != nil {
+			return 0, err
+		}
+	}
+	return w.l.AppendAll(ctx, evs, opts...)
+}
+
 func (w *Writer) own(e *Event) error {
 	switch e.Agent {
 	case "":

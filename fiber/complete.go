@@ -11,7 +11,7 @@ import (
 // trip (eventlog.Log.AppendAll). A Log without it has Complete's chain
 // appended one event at a time, in order.
 type chainLog interface {
-	AppendAll(ctx context.Context, evs []eventlog.Event) (eventlog.Seq, error)
+	AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error)
 }
 
 // Complete ends the fiber from inside its function: it appends evs, the
