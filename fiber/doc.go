@@ -12,7 +12,9 @@
 //	                                        FirstStep, the first step's op.started;
 //	                                        with tracing, traceparent: the span it was
 //	                                        started under; with Config.Version,
-//	                                        version: the code that started it)
+//	                                        version: the code that started it;
+//	                                        with Along, the caller's events right
+//	                                        after it, in one chain)
 //	fiber.stashed   {id, snapshot, attempts?} each Stash; replaces the snapshot (attempts: WithAttempts,
 //	                                        or 0 when it is a recovered fiber's first progress;
 //	                                        with AnnounceStep, nextOpId and nextKey: the next

@@ -288,6 +288,8 @@ type runOpts struct {
 	first    string
 	unique   bool
 	after    *eventlog.Seq
+	along    func(id string) ([]eventlog.Event, error)
+	alongOut *Alongside
 }
 
 // Unique makes the fiber's name name one unit of work (a chat turn): the
@@ -371,19 +373,14 @@ func (r *Runner) start(ctx context.Context, name string, opts []RunOpt) (*Fiber,
 	if o.after != nil {
 		cond = append(cond, eventlog.ExpectSeq(*o.after))
 	}
-	if _, err := r.appendEvent(ctx, e, cond...); err != nil {
-		if startUnknown(err) {
-			// Sent, and no answer came: fiber.started may be stored, now
-			// or later. Letting the name go now could leave a second live
-			// fiber of the same name in the log (its caller sends the
-			// command again), so the fiber holds its name until the log
-			// says whether it started.
-			err = r.settleStart(ctx, f, e, err)
-		}
-		if err != nil {
-			r.abort(f)
-			return nil, fmt.Errorf("fiber: start %q: %w", name, err)
-		}
+	if o.along != nil {
+		err = r.startWith(ctx, f, e, cond, o)
+	} else {
+		_, err = r.startOne(ctx, f, e, cond)
+	}
+	if err != nil {
+		r.abort(f)
+		return nil, fmt.Errorf("fiber: start %q: %w", name, err)
 	}
 	r.metrics.started.Inc()
 	return f, nil
