@@ -343,8 +343,11 @@
 //   - A chat command is atomic: the user message is stored in the
 //     turn.started that answers it (its message field), one event, so the
 //     message and its turn are stored together or not at all. Send's writes
-//     are fiber.started and turn.started (with a stale "turn" interrupt's
-//     interrupt.cleared before it). Earlier releases also wrote
+//     are fiber.started and turn.started, one chain (fiber.Along: one round
+//     trip, a crash between the two leaving fiber.started alone, as a crash
+//     between two appends did; TestStartChainCut), or, after a stale "turn"
+//     interrupt, three appends with its interrupt.cleared between them
+//     (TestSendStartsInOneChain). Earlier releases also wrote
 //     message.appended with the same message; the messages view ignores
 //     that copy, having the id, and verify counts it as the same message.
 //     Killed before turn.started, a Send leaves at most a turn fiber

@@ -256,6 +256,20 @@ type holdLog struct {
 }
 
 func (l *holdLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	l.hold(e)
+	return l.Log.Append(ctx, e, opts...)
+}
+
+// AppendAll holds a chain with an event of the type as Append holds the
+// event.
+func (l *holdLog) AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	for _, e := range evs {
+		l.hold(e)
+	}
+	return l.Log.AppendAll(ctx, evs, opts...)
+}
+
+func (l *holdLog) hold(e eventlog.Event) {
 	if e.Type == l.typ {
 		first := false
 		l.once.Do(func() { first = true })
@@ -264,5 +278,4 @@ func (l *holdLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog
 			<-l.release
 		}
 	}
-	return l.Log.Append(ctx, e, opts...)
 }

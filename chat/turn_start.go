@@ -16,9 +16,12 @@ import (
 // turn that holds the agent's turn slot and takes it; admitStart checks,
 // under the slot and caught up with the log, what decides (a copy of the
 // command is answered with its turn, sizes, an orphaned turn ended); goTurn
-// starts the turn's fiber, which waits at its gate (runStarted); the
-// appends store turn.started (startAppends), which carries the user
-// message, if any; and the gate tells the fiber what became of them.
+// starts the turn's fiber, which waits at its gate (runStarted), and
+// stores turn.started, which carries the user message, if any, in one
+// chain with its fiber.started (startChain); after a stale "turn"
+// interrupt, the appends after fiber.started clear it and store
+// turn.started (startAppends); and the gate tells the fiber what became
+// of them.
 //
 // The slot is the command's until the gate opens, and the fiber's from
 // then: it is released once, by whoever holds it (see slotHold).
@@ -50,6 +53,7 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		fid  string
 		span trace.Span
 		tctx context.Context
+		sc   *startChain
 	)
 	for n := 0; ; n++ {
 		orig, done, checked, err := a.admitStart(ctx, t, msg)
@@ -59,11 +63,15 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 		// The turn's span: the fiber records it in fiber.started,
 		// turn.started in its data.
 		tctx, span = a.startTurnSpan(ctx, &t, msg, follows)
+		if sc, err = a.chainStart(t, msg, checked); err != nil {
+			failSpan(span, err)
+			return Turn{}, err
+		}
 		// The fiber starts only if the log is still where the checks read
 		// it: another process may have started this very turn meanwhile
 		// (a copy of the command), and this Runner's runs table may not
 		// show its fiber yet. Anything written since: check again.
-		fid, err = a.goTurn(tctx, t, at, base, span, gate, checked)
+		fid, err = a.goTurn(tctx, t, at, base, span, gate, checked, sc)
 		if errors.Is(err, eventlog.ErrConflict) {
 			failSpan(span, err)
 			if n+1 < maxStartTries {
@@ -78,7 +86,15 @@ func (a *Agent) start(ctx context.Context, t turnStarted, msg *Message, base []P
 	}
 	ctx = tctx
 	t.FiberID = fid
-	seq, e, err := a.startAppends(ctx, t, msg)
+	var (
+		seq eventlog.Seq
+		e   eventlog.Event
+	)
+	if sc != nil {
+		seq, e, err = sc.outcome(ctx)
+	} else {
+		seq, e, err = a.startAppends(ctx, t, msg)
+	}
 	if err != nil {
 		ferr := startFailed(err)
 		if errors.Is(ferr, errNotStored) {
@@ -218,10 +234,16 @@ const maxStartTries = 16
 // Its fiber.started is appended only if the agent's last event is still
 // checked: anything written since is an error wrapping
 // eventlog.ErrConflict, with nothing appended.
-func (a *Agent) goTurn(ctx context.Context, t turnStarted, at *activeTurn, base []Part, span trace.Span, gate <-chan started, checked eventlog.Seq) (string, error) {
+//
+// With sc, turn.started goes in one chain with fiber.started (sc.along).
+func (a *Agent) goTurn(ctx context.Context, t turnStarted, at *activeTurn, base []Part, span trace.Span, gate <-chan started, checked eventlog.Seq, sc *startChain) (string, error) {
+	opts := []fiber.RunOpt{fiber.Unique(), fiber.AfterSeq(checked)}
+	if sc != nil {
+		opts = append(opts, fiber.Along(func(id string) ([]eventlog.Event, error) { return sc.build(ctx, id) }, &sc.out))
+	}
 	fid, err := a.cfg.Fibers.Go(ctx, TurnFiberPrefix+t.RequestID, func(fctx context.Context, f *fiber.Fiber) error {
 		return a.runStarted(fctx, f, t, at, base, span, gate)
-	}, fiber.Unique(), fiber.AfterSeq(checked))
+	}, opts...)
 	if errors.Is(err, fiber.ErrNameTaken) {
 		// A fiber of this turn's name is left for recovery, or being
 		// recovered: the command waits for it (busy), and Send answers a
@@ -406,12 +428,36 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 	if err != nil {
 		return 0, eventlog.Event{}, fmt.Errorf("%w: %w", errNotStored, err)
 	}
-	e, err := a.event(EventTurnStarted, t)
+	e, err := a.turnStartedEvent(t, msg)
 	if err != nil {
 		return 0, e, fmt.Errorf("%w: %w", errNotStored, err) // not sent
 	}
-	// The id is fixed before the append, so a copy that settles an
-	// unknown fate is the same event to JetStream.
+	seq, err := a.log.Append(ctx, e)
+	if err != nil {
+		return 0, e, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
+	}
+	return a.turnStored(ctx, seq, e, msg)
+}
+
+// turnStored is what follows a stored turn.started (e, at seq) of a Send
+// (msg) before Send returns: its crash point.
+func (a *Agent) turnStored(ctx context.Context, seq eventlog.Seq, e eventlog.Event, msg *Message) (eventlog.Seq, eventlog.Event, error) {
+	if msg != nil {
+		if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
+			return 0, e, err
+		}
+	}
+	return seq, e, nil
+}
+
+// turnStartedEvent encodes t, the turn.started of a Send of msg (nil for
+// another command), with its id fixed before the append, so a copy that
+// settles an unknown fate is the same event to JetStream.
+func (a *Agent) turnStartedEvent(t turnStarted, msg *Message) (eventlog.Event, error) {
+	e, err := a.event(EventTurnStarted, t)
+	if err != nil {
+		return e, err
+	}
 	e.ID = nuid.Next()
 	if msg != nil {
 		e.ID = sendEventID(a.agent, msg.ID)
@@ -419,14 +465,5 @@ func (a *Agent) startAppends(ctx context.Context, t turnStarted, msg *Message) (
 			e.ID = sendEventID(a.agent, msg.ID+"\x00rewrite\x00"+t.rewrite)
 		}
 	}
-	seq, err := a.log.Append(ctx, e)
-	if err != nil {
-		return 0, e, fmt.Errorf("chat: append %s: %w", EventTurnStarted, err)
-	}
-	if msg != nil {
-		if err := a.crashPoint(ctx, pointSendTurnStored); err != nil {
-			return 0, e, err
-		}
-	}
-	return seq, e, nil
+	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,21 @@ func (l *lateLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog
 	if e.Type != l.typ {
 		return l.Log.Append(ctx, e, opts...)
 	}
+	return l.late(ctx, e, func(ctx context.Context) (eventlog.Seq, error) { return l.Log.Append(ctx, e, opts...) })
+}
+
+// AppendAll holds a chain with an event of the type as Append holds the
+// event: the whole chain is answered late.
+func (l *lateLog) AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	i := slices.IndexFunc(evs, func(e eventlog.Event) bool { return e.Type == l.typ })
+	if i < 0 {
+		return l.Log.AppendAll(ctx, evs, opts...)
+	}
+	return l.late(ctx, evs[i], func(ctx context.Context) (eventlog.Seq, error) { return l.Log.AppendAll(ctx, evs, opts...) })
+}
+
+// late sends e (alone or in a chain: send) once the server answers.
+func (l *lateLog) late(ctx context.Context, e eventlog.Event, send func(context.Context) (eventlog.Seq, error)) (eventlog.Seq, error) {
 	l.mu.Lock()
 	l.n++
 	first := l.n == 1
@@ -65,7 +81,7 @@ func (l *lateLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog
 	go func() { // the message, in the server
 		defer l.wg.Done()
 		<-l.release
-		seq, err := l.Log.Append(context.Background(), e, opts...)
+		seq, err := send(context.Background())
 		l.mu.Lock()
 		l.results = append(l.results, err)
 		l.mu.Unlock()
