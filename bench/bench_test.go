@@ -95,6 +95,13 @@ func TestNumber(t *testing.T) {
 // its 3-node agentd cluster mostly waits (the cluster's start, a lease TTL,
 // the stall reads), a third of the whole test's time when it ran in turn.
 // The two runs share one agentd build.
+//
+// The scale is -n 0.001: a smoke test of the scenarios, not a
+// measurement. Every count keeps its floor (at least one message, two
+// rounds, a whole turn), and the scenarios whose work grows with -n
+// (views-rebuild, views-rebuild-chunks, compaction, scale, replay) took
+// under -race 2 to 7 times as long at -n 0.01, the whole test 1.8 times
+// the CPU.
 func TestRunSmoke(t *testing.T) {
 	var names []string
 	for _, s := range scenarios() {
@@ -115,7 +122,7 @@ func TestRunSmoke(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				var progress bytes.Buffer
-				err := runWith(t.Context(), []string{"-sync", "interval", "-n", "0.01", "-cpu-quota", "-1", "-dir", t.TempDir(), "-run", re}, out, &progress, build)
+				err := runWith(t.Context(), []string{"-sync", "interval", "-n", "0.001", "-cpu-quota", "-1", "-dir", t.TempDir(), "-run", re}, out, &progress, build)
 				if err != nil {
 					t.Fatalf("run: %v\n%s", err, progress.String())
 				}
