@@ -29,6 +29,13 @@ func main() {
 // run parses args, runs every selected scenario under every selected sync
 // mode, and writes one table (or JSON) to stdout; progress goes to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run with the agentd build its scenarios use: nil builds one
+// for the run (on first use, in a temp dir under -dir removed when the run
+// ends); runs at once may share one, which builds once (TestRunSmoke).
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, build *agentdBuild) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	syncFlag := fs.String("sync", "both", "JetStream sync mode: always, interval or both (each mode on its own fresh server)")
@@ -118,12 +125,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	buildDir, err := os.MkdirTemp(*dir, "forever-bench-agentd-")
-	if err != nil {
-		return fmt.Errorf("temp dir: %w", err)
+	if build == nil {
+		buildDir, err := os.MkdirTemp(*dir, "forever-bench-agentd-")
+		if err != nil {
+			return fmt.Errorf("temp dir: %w", err)
+		}
+		defer os.RemoveAll(buildDir)
+		build = &agentdBuild{dir: buildDir}
 	}
-	defer os.RemoveAll(buildDir)
-	build := &agentdBuild{dir: buildDir}
 
 	start := time.Now()
 	report := Report{Machine: machine(*dir, *tcp, *scale, *nodes)}

@@ -42,12 +42,23 @@ func hugeAnswer(n int, block bool, reached chan<- struct{}) script {
 // compacted and the views rebuilt again. The turn completes with one
 // assistant message (verify agrees) and the agent takes the next turn. (A
 // 2 MiB answer used to fail its turn and keep no message.)
+//
+// The server's max payload is 256 KiB here and the answer 768 KiB, three
+// times it: what is tested is an answer several payloads long. At the
+// default 1 MiB and a 2 MiB answer, the same test took 36 s under -race
+// on a loaded 2-core machine (12 s at this size), every step of it
+// (streaming, verify, compaction, rebuilds) in proportion to the bytes.
 func TestHugeAnswerStoredWhole(t *testing.T) {
-	// The compaction appends a 2 MiB snapshot as one atomic batch, which
-	// the server stages on disk: on a loaded machine it took longer than
-	// the default 5 s ack timeout, which this test does not measure.
-	e := newEnvWith(t, eventlog.Config{AckTimeout: time.Minute})
-	const size = 2 << 20
+	// The compaction appends the answer's snapshot as one atomic batch,
+	// which the server stages on disk: on a loaded machine a 2 MiB one
+	// took longer than the default 5 s ack timeout, which this test does
+	// not measure.
+	const maxPayload = 256 << 10
+	e := newEnvOn(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxPayload: maxPayload}), eventlog.Config{AckTimeout: time.Minute})
+	if got := e.lg.MaxPayload(); got != maxPayload {
+		t.Fatalf("the server's max payload is %d, want %d", got, maxPayload)
+	}
+	const size = 3 * maxPayload
 	p := &fake{scripts: []script{hugeAnswer(size, false, nil), passLocal()}}
 	h := e.host(t, "a1", p, nil)
 	turn, err := h.a.Send(t.Context(), chat.SendRequest{Text: "say a lot"})

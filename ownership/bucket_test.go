@@ -21,6 +21,9 @@ func TestLeasesOutliveAFullStore(t *testing.T) {
 		file bool
 	}{{"memory", false}, {"file", true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The two layouts run side by side, each on a server of its
+			// own: each mostly waits out its three TTLs (6 s).
+			t.Parallel()
 			s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{MaxStore: 8 << 20})
 			sv := newServing(t)
 			const ttl = 2 * time.Second
