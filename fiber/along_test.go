@@ -3,7 +3,6 @@ package fiber_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -134,23 +133,17 @@ func TestAlongPrefix(t *testing.T) {
 	}
 }
 
-// refusingChains is the real log behind a stream that refuses the next n
-// chains with err (single appends go through).
+// refusingChains is the real log behind a stream that refuses the next
+// chains (refusals; single appends go through).
 type refusingChains struct {
 	*eventlog.Log
-	mu  sync.Mutex
-	n   int
-	err error
+	refusals
 }
 
 func (l *refusingChains) AppendAll(ctx context.Context, evs []eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
-	l.mu.Lock()
-	if l.n > 0 {
-		l.n--
-		l.mu.Unlock()
-		return 0, l.err
+	if err := l.next(); err != nil {
+		return 0, err
 	}
-	l.mu.Unlock()
 	return l.Log.AppendAll(ctx, evs, opts...)
 }
 
@@ -170,7 +163,8 @@ func TestAlongWaitsOutAnElection(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			lg := &refusingChains{Log: e.lg, n: 2, err: c.err}
+			lg := &refusingChains{Log: e.lg}
+			lg.set(2, c.err)
 			r, err := fiber.New(fiber.Config{Log: lg, Table: e.table, Agent: agent, BackoffBase: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)

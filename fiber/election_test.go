@@ -12,23 +12,43 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// refusingLog is the real log behind a stream that refuses the next n
-// appends with err, as JetStream does while a stream elects its leader.
-type refusingLog struct {
-	*eventlog.Log
+// refusals refuses the next n writes with err, as JetStream does while a
+// stream elects its leader.
+type refusals struct {
 	mu  sync.Mutex
 	n   int
 	err error
 }
 
-func (l *refusingLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
-	l.mu.Lock()
-	if l.n > 0 {
-		l.n--
-		l.mu.Unlock()
-		return 0, l.err
+// next returns the refusal of the next write, or nil to let it through.
+func (r *refusals) next() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == 0 {
+		return nil
 	}
-	l.mu.Unlock()
+	r.n--
+	return r.err
+}
+
+// set refuses the next n writes with err.
+func (r *refusals) set(n int, err error) {
+	r.mu.Lock()
+	r.n, r.err = n, err
+	r.mu.Unlock()
+}
+
+// refusingLog is the real log behind a stream that refuses the next
+// appends (refusals).
+type refusingLog struct {
+	*eventlog.Log
+	refusals
+}
+
+func (l *refusingLog) Append(ctx context.Context, e eventlog.Event, opts ...eventlog.AppendOpt) (eventlog.Seq, error) {
+	if err := l.next(); err != nil {
+		return 0, err
+	}
 	return l.Log.Append(ctx, e, opts...)
 }
 
@@ -55,9 +75,7 @@ func TestAppendWaitsOutAnElection(t *testing.T) {
 			}
 			t.Cleanup(func() { r.Close() })
 			err = r.Run(t.Context(), "w", func(ctx context.Context, f *fiber.Fiber) error {
-				lg.mu.Lock()
-				lg.n, lg.err = 3, c.err
-				lg.mu.Unlock()
+				lg.set(3, c.err)
 				return f.Stash(ctx, map[string]int{"step": 1})
 			})
 			if c.ok != (err == nil) {
