@@ -73,7 +73,7 @@ func (m *Manager) NodeInfos() []NodeInfo {
 		out = append(out, NodeInfo{Name: n, Live: live, Since: since, LastBeat: m.mu.beats[n], Owns: owns[n]})
 	}
 	if _, ok := m.mu.nodes[m.cfg.Node]; !ok && !m.mu.stopping {
-		out = append(out, NodeInfo{Name: m.cfg.Node, Live: true, Since: m.started, Owns: owns[m.cfg.Node]})
+		out = append(out, NodeInfo{Name: m.cfg.Node, Live: true, Since: m.mu.started, Owns: owns[m.cfg.Node]})
 	}
 	// A holder whose node key is gone (dead, or leaving) still shows.
 	for n, k := range owns {

@@ -29,7 +29,6 @@ type Manager struct {
 	rewatch  chan struct{}  // RestoreBucket asks Run for a new watch
 	serving  sync.WaitGroup // Serve goroutines
 	handoffs sync.WaitGroup
-	started  time.Time
 	renewed  time.Time // when the last renewal round began (Run's goroutine only)
 	// epochBase is where the epoch counters start (see epoch.go).
 	epochBase uint64
@@ -42,9 +41,12 @@ type Manager struct {
 
 	mu struct {
 		sync.Mutex
-		held   map[int]*held
-		leases map[int]cached       // every lease key, as watched
-		nodes  map[string]time.Time // live nodes, with when first seen
+		// started is when Run began: the start this node's key announces,
+		// and its Since in NodeInfos, which a reader may ask before Run.
+		started time.Time
+		held    map[int]*held
+		leases  map[int]cached       // every lease key, as watched
+		nodes   map[string]time.Time // live nodes, with when first seen
 		// beats is when each node's key was last seen written (its
 		// heartbeat), on this process's monotonic clock.
 		beats map[string]time.Time
@@ -579,7 +581,9 @@ func (m *Manager) pokeLoop() {
 // Run keeps this node's key alive, renews, acquires and hands off leases
 // until ctx ends, then hands every partition off and returns nil.
 func (m *Manager) Run(ctx context.Context) error {
-	m.started = time.Now()
+	m.mu.Lock()
+	m.mu.started = time.Now()
+	m.mu.Unlock()
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	w := newWatcher(m, wctx)

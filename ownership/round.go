@@ -252,7 +252,7 @@ func (m *Manager) renewer(ctx context.Context, done chan<- struct{}) {
 // timeout for the server's answer.
 func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	m.mu.Lock()
-	stopping := m.mu.stopping
+	stopping, started := m.mu.stopping, m.mu.started
 	m.mu.Unlock()
 	if stopping {
 		return
@@ -260,7 +260,7 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	b, _ := json.Marshal(struct {
 		Started time.Time `json:"started"`
 		Reads   int       `json:"reads"`
-	}{m.started, m.cfg.Format})
+	}{started, m.cfg.Format})
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.keyTTL()))
