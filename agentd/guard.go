@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/internal/promreg"
 )
 
@@ -136,7 +137,18 @@ type guardState struct {
 	// advisory named it since.
 	looked  time.Time
 	advised bool
+	// again counts the deletions seen within healAgain of the last heal,
+	// and holdUntil is when a heal of the last one may start: a stream
+	// deleted again right after its heal is one something else wants
+	// gone for a while (a restore deletes it to restore in its place),
+	// and healing it at once, again and again, wins every such race.
+	again     int
+	holdUntil time.Time
 }
+
+// healAgain is how soon after a heal another deletion of the stream holds
+// its heal back: 1 s the first time, then 2, 4 and at most 8 s.
+const healAgain = 10 * time.Second
 
 // due reports whether st's info is to be read at now: never read, an
 // advisory or a loss to heal is waiting, or GuardRefresh went by. Under
@@ -436,6 +448,7 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if loss == nil {
+			g.holdHeal(st)
 			g.noticed(st, seen, Loss{Kind: LossDeleted})
 		}
 	case err != nil:
@@ -454,8 +467,9 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 	}
 	g.mu.Lock()
 	loss = st.loss
+	held := g.now().Before(st.holdUntil)
 	g.mu.Unlock()
-	if loss != nil {
+	if loss != nil && !held {
 		info = g.heal(ctx, js, st, *loss)
 	}
 	if info != nil {
@@ -464,6 +478,23 @@ func (g *guard) lookAt(ctx context.Context, js jetstream.JetStream, st *guardSta
 		g.mu.Unlock()
 	}
 	return info
+}
+
+// holdHeal sets when the heal of st's deletion, just noticed, may start:
+// at once, unless st was healed within healAgain (see guardState.again).
+func (g *guard) holdHeal(st *guardState) {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st.healed.IsZero() || now.Sub(st.healed) > healAgain {
+		st.again, st.holdUntil = 0, time.Time{}
+		return
+	}
+	st.again++
+	hold := backoff.Exp(time.Second, 8*time.Second, st.again)
+	st.holdUntil = now.Add(hold)
+	g.logger.Warn(fmt.Sprintf("%s deleted again %s after its heal; healing it in %s", st.g.What, now.Sub(st.healed).Round(time.Millisecond), hold),
+		"store", st.g.Stream, "again", st.again)
 }
 
 // noticed logs a loss once, counts it and records it to heal.

@@ -378,3 +378,56 @@ func guardServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	}
 	return nc, js
 }
+
+// TestGuardHoldsTheHealOfAStreamDeletedAgain: a stream deleted right
+// after its heal is healed after a hold that doubles with each deletion
+// within healAgain of the last heal (1 s, then 2 s), not at once, so a
+// restore that deletes it to restore in its place can win; one deleted
+// once more after healAgain is healed at once again.
+func TestGuardHoldsTheHealOfAStreamDeletedAgain(t *testing.T) {
+	_, js := guardServer(t)
+	ctx := t.Context()
+	create := func() error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
+		return err
+	}
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	heals := 0
+	g.add(Guarded{Stream: "EVS", What: "stream EVS", Unit: "events", Subjects: "agents",
+		Heal: func(context.Context, Loss) error { heals++; return create() }})
+	g.look(ctx, js)
+	for _, step := range []struct {
+		what   string
+		delete bool
+		wait   time.Duration
+		heals  int
+	}{
+		{"deleted", true, 0, 1},
+		{"deleted again at once", true, 0, 1},
+		{"a second later", false, time.Second, 2},
+		{"deleted a third time", true, time.Second, 2},
+		{"a second after that", false, time.Second, 2},
+		{"two seconds after it", false, time.Second, 3},
+		{"deleted after healAgain", true, healAgain + time.Second, 4},
+	} {
+		now = now.Add(step.wait)
+		if step.delete {
+			if err := js.DeleteStream(ctx, "EVS"); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+			g.advise("EVS") // its deletion advisory
+		}
+		g.look(ctx, js)
+		if heals != step.heals {
+			t.Fatalf("%s: %d heals, want %d", step.what, heals, step.heals)
+		}
+	}
+}

@@ -470,7 +470,9 @@ func bucketReplicas(acc Account, replicas int) int {
 // st in its place. A running agentd may create the stream again between
 // the two (it heals a deleted stream): then it tries again. Each node's
 // guard heals at once, so on a loaded cluster the restore request lost
-// that race five times in a row (TestCluster/Backup): it tries 20 times.
+// that race five times in a row (TestCluster/Backup): it tries 20 times,
+// and a node's guard holds the heal of a stream deleted again soon after
+// its heal (1 s, doubling), so a later try wins.
 func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, dir string, st Stream, replicas int, seal []byte) error {
 	const tries = 20
 	for try := 1; ; try++ {
