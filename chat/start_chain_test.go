@@ -12,7 +12,6 @@ import (
 	"github.com/forever-agents/forever/chat/llm"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/fiber"
-	"github.com/forever-agents/forever/verify"
 )
 
 // writeCalls is a log that records the event types of each awaited
@@ -82,15 +81,7 @@ func TestSendStartsInOneChain(t *testing.T) {
 			if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 				t.Fatalf("writes %q, want them to begin with %q", got, want)
 			}
-			turns := everyUserMessageAnswered(t, e.lg, "a1")
-			if len(turns) != 1 {
-				t.Fatalf("turns %+v, want one", turns)
-			}
-			for _, tr := range turns {
-				if tr.outcome != chat.EventTurnCompleted {
-					t.Fatalf("turn ended %s, want completed", tr.outcome)
-				}
-			}
+			oneTurnCompleted(t, e.lg, "a1")
 		})
 	}
 }
@@ -162,14 +153,18 @@ func TestStartChainCut(t *testing.T) {
 	if rows := runs(t, e, "a1"); len(rows) != 0 {
 		t.Fatalf("fibers left: %+v", rows)
 	}
-	if rep, err := verify.Check(t.Context(), e.lg, verify.Options{}); err != nil || !rep.OK() {
-		t.Fatalf("verify: %v\n%s", err, rep)
-	}
+	checkClean(t, e.lg)
 	if _, err := h2.a.Send(t.Context(), chat.SendRequest{Text: "tell me a story"}); err != nil {
 		t.Fatal(err)
 	}
 	h2.r.Wait()
-	turns := everyUserMessageAnswered(t, e.lg, "a1")
+	oneTurnCompleted(t, e.lg, "a1")
+}
+
+// oneTurnCompleted fails t unless agent's log holds one turn, completed.
+func oneTurnCompleted(t *testing.T, lg *eventlog.Log, agent string) {
+	t.Helper()
+	turns := everyUserMessageAnswered(t, lg, agent)
 	if len(turns) != 1 {
 		t.Fatalf("turns %+v, want one", turns)
 	}
