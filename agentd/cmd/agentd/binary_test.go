@@ -289,13 +289,16 @@ func TestStartBuild(t *testing.T) {
 }
 
 // TestMain runs the black-box tests in parallel within the load budget
-// (raiseParallel), starts the builds they wait for ahead (prebuild), and
-// removes the binaries they built.
+// (raiseParallel), names the tests still running shortly before go test's
+// -timeout (watchTimeout), starts the builds they wait for ahead
+// (prebuild), and removes the binaries they built.
 func TestMain(m *testing.M) {
 	raiseParallel()
+	stopWatch := watchTimeout()
 	stop := prebuild()
 	code := m.Run()
 	stop()
+	stopWatch()
 	if builds.dir != "" {
 		os.RemoveAll(builds.dir)
 	}
