@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,10 +30,12 @@ import (
 )
 
 // runAgentdCLI runs bin with args and returns stdout, failing the test on
-// a non-zero exit.
+// a non-zero exit or a run longer than cliBound (killed).
 func runAgentdCLI(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	ctx, cancel := context.WithTimeout(t.Context(), cliBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = os.Environ()
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -289,11 +289,12 @@ func TestStartBuild(t *testing.T) {
 }
 
 // TestMain runs the black-box tests in parallel within the load budget
-// (raiseParallel), names the tests still running shortly before go test's
-// -timeout (watchTimeout), starts the builds they wait for ahead
+// (raiseParallel), bounds their HTTP requests (boundHTTP), names the tests
+// still running shortly before go test's -timeout (watchTimeout), starts the builds they wait for ahead
 // (prebuild), and removes the binaries they built.
 func TestMain(m *testing.M) {
 	raiseParallel()
+	boundHTTP()
 	stopWatch := watchTimeout()
 	stop := prebuild()
 	code := m.Run()

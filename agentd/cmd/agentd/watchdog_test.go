@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +21,21 @@ import (
 // the tail is one process waiter's stack. The watchdog fires shortly
 // before that timeout: it prints, last, where each running test of this
 // package waits, and exits.
+
+// requestBound bounds each HTTP request of the tests, its body read
+// included: the longest of them (a gateway stream, a console page) take
+// seconds, and a request to an agentd that is stopped (SIGSTOP) or wedged
+// otherwise waits until go test's -timeout ends the whole package.
+const requestBound = 3 * time.Minute
+
+// cliBound bounds each run of an agentd subcommand (runAgentdCLI): a
+// backup or restore of a cluster takes seconds.
+const cliBound = 5 * time.Minute
+
+// boundHTTP sets the bound on http.DefaultClient, which the tests' plain
+// http.Get and http.DefaultClient.Do use. TestMain calls it before any
+// test runs.
+func boundHTTP() { http.DefaultClient.Timeout = requestBound }
 
 // timeoutMargin is how long before go test's -timeout the watchdog fires.
 const timeoutMargin = 45 * time.Second
