@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -280,56 +281,89 @@ func TestCluster(t *testing.T) {
 	// Each case gets a fresh cluster: a node that was killed and restarted
 	// must first catch its JetStream replicas up, and until it has, losing
 	// another node loses quorum, which is JetStream's rule and not the case
-	// under test.
-	t.Run("OwnerDies", func(t *testing.T) {
+	// under test. Its cases run clusterLanes at a time, the longest first
+	// (about how many seconds each takes on CI, as in binaryCases).
+	lanes := newScheduler(clusterLanes, parallelTests)
+	runCase := func(name string, secs int, f func(t *testing.T)) {
+		w := lanes.register(1, secs)
+		var ran atomic.Bool
+		t.Run(name, func(t *testing.T) {
+			ran.Store(true)
+			t.Parallel()
+			lanes.arrive(w)
+			asked := time.Now()
+			if err := lanes.wait(t, w); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lanes.release(w) })
+			// go test's time for the case counts this wait too.
+			if waited := time.Since(asked); waited > time.Second {
+				t.Logf("started after %s waiting for a lane", waited.Round(time.Second))
+			}
+			f(t)
+		})
+		// A parallel case has started when Run returns, unless -run
+		// skipped it: then it never arrives, and must not hold the others.
+		if !ran.Load() {
+			lanes.withdraw(w)
+		}
+	}
+	runCase("OwnerDies", 62, func(t *testing.T) {
 		nodes, c, agents := startCluster(t, bin)
 		testClusterOwnerDies(t, bin, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
-	t.Run("SIGTERM", func(t *testing.T) {
+	runCase("SIGTERM", 19, func(t *testing.T) {
 		nodes, c, _ := startCluster(t, bin)
 		testClusterSIGTERM(t, bin, c, nodes)
 		checkWriters(t, c, []string{"steps:term"})
 		// The cluster serves again (the node stopped started again), and
 		// PartitionMismatch kills no node: its odd node is tried on this
-		// cluster rather than on one more (about 10 s of this sequential
-		// test). It comes last: the odd node's server joins the cluster,
-		// JetStream's meta group too, before agentd refuses to start, so
-		// no case that kills a node runs on this cluster after it.
+		// cluster rather than on one more (about 10 s of this test). It
+		// comes last: the odd node's server joins the cluster, JetStream's
+		// meta group too, before agentd refuses to start, so no case that
+		// kills a node runs on this cluster after it.
 		t.Run("PartitionMismatch", func(t *testing.T) { testClusterPartitionMismatch(t, bin, nodes) })
 	})
-	t.Run("StaleOwner", func(t *testing.T) {
+	runCase("StaleOwner", 45, func(t *testing.T) {
 		nodes, c, _ := startCluster(t, bin)
 		testClusterStaleOwner(t, bin, c, nodes)
 		checkWriters(t, c, []string{"steps:stale"})
 	})
-	t.Run("Join", func(t *testing.T) {
+	runCase("Join", 19, func(t *testing.T) {
 		nodes, c, agents := startCluster(t, bin)
 		testClusterJoin(t, bin, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
-	t.Run("NATSNodeLost", func(t *testing.T) {
+	runCase("NATSNodeLost", 45, func(t *testing.T) {
 		nodes, c, agents := startCluster(t, bin)
 		testClusterNATSNodeLost(t, c, nodes, agents)
 		checkWriters(t, c, agents)
 	})
-	t.Run("Subagent", func(t *testing.T) {
+	runCase("Subagent", 52, func(t *testing.T) {
 		nodes, c, _ := startCluster(t, bin)
 		testClusterSubagent(t, c, nodes)
 		verifyLog(t, c)
 	})
-	t.Run("StoreFull", func(t *testing.T) {
+	runCase("StoreFull", 69, func(t *testing.T) {
 		nodes, c, agents := startCluster(t, bin, "FOREVER_JS_MAX_STORE=64MiB")
 		testClusterStoreFull(t, c, nodes, agents)
 		// The store has room again and no node was stopped: Console's
 		// view is checked on this cluster rather than on one more (about
-		// 10 s of this sequential test). It comes last: it kills a node.
+		// 10 s of this test). It comes last: it kills a node.
 		t.Run("Console", func(t *testing.T) { testClusterConsole(t, nodes) })
 	})
-	t.Run("NoQuorum", func(t *testing.T) { testClusterNoQuorum(t, bin) })
-	t.Run("Auth", func(t *testing.T) { testClusterAuth(t, bin) })
-	t.Run("Backup", func(t *testing.T) { testClusterBackup(t, bin) })
+	runCase("NoQuorum", 45, func(t *testing.T) { testClusterNoQuorum(t, bin) })
+	runCase("Auth", 33, func(t *testing.T) { testClusterAuth(t, bin) })
+	runCase("Backup", 125, func(t *testing.T) { testClusterBackup(t, bin) })
 }
+
+// clusterLanes is how many of TestCluster's cases run at once, each on
+// its own three nodes. Its nodes are not race-built and mostly wait (for
+// lease TTLs, elections, the slowed local model): one case at a time kept
+// a 2-core machine at a load of 0.1 to 1 for its 520 s, on the package's
+// critical path, since the other black-box tests wait for it.
+const clusterLanes = 2
 
 // startCluster starts three nodes as the chart starts its pods (with the
 // environment variables env added), waits until they are ready and share

@@ -27,9 +27,10 @@ import (
 //   - if it asserts a timing that CPU starvation breaks, takes a higher
 //     load (maxLoad runs it alone among the parallel ones).
 //
-// TestCluster is not parallel at all: it runs before them, alone (its
-// failovers race JetStream elections, which starvation stretches), and so
-// does nothing else beside it.
+// TestCluster is not parallel with them: it runs before them, with no
+// other black-box test beside it (its failovers race JetStream elections,
+// which starvation stretches); its own cases run clusterLanes at a time,
+// on a scheduler of their own.
 
 // load is a test's share of maxLoad while it runs.
 type load int
@@ -160,17 +161,30 @@ func (s *scheduler) wait(t *testing.T, w *waiter) error {
 	case <-w.ready:
 		return nil
 	case <-t.Context().Done():
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		select {
-		case <-w.ready: // admitted meanwhile: give it back
-			s.giveBack(w)
-		default:
-			s.waiting = slices.DeleteFunc(s.waiting, func(o *waiter) bool { return o == w })
-		}
-		s.admit()
+		s.withdraw(w)
 		return t.Context().Err()
 	}
+}
+
+// withdraw takes w out of the queue: its test will not run (-run skipped
+// it) or stopped waiting. If it was admitted meanwhile, its load goes
+// back.
+func (s *scheduler) withdraw(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.absent {
+		w.absent = false
+		if s.absent--; s.absent == 0 {
+			s.wave = 0
+		}
+	}
+	select {
+	case <-w.ready: // admitted meanwhile: give it back
+		s.giveBack(w)
+	default:
+		s.waiting = slices.DeleteFunc(s.waiting, func(o *waiter) bool { return o == w })
+	}
+	s.admit()
 }
 
 // enqueue queues a waiter for load l, admitted when its ready is closed.
