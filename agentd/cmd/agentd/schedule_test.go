@@ -473,3 +473,33 @@ func TestSchedulerWave(t *testing.T) {
 		t.Errorf("wave over the slots: started %v, want [5 300]", got)
 	}
 }
+
+// TestSchedulerWithdraw: a registered waiter whose test never runs (-run
+// skipped it) and is withdrawn holds no one back, and one withdrawn after
+// its admission gives its load back (TestCluster's cases).
+func TestSchedulerWithdraw(t *testing.T) {
+	s := newScheduler(2, parallelTests)
+	long, skipped, short := s.register(1, 125), s.register(1, 60), s.register(1, 20)
+	s.arrive(long)
+	s.arrive(short)
+	isStarted := func(w *waiter) bool {
+		select {
+		case <-w.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	if isStarted(long) || isStarted(short) {
+		t.Fatal("started while a registered case was still absent")
+	}
+	s.withdraw(skipped)
+	if !isStarted(long) || !isStarted(short) || isStarted(skipped) {
+		t.Fatalf("after the skipped case was withdrawn: long %v short %v skipped %v, want the two present ones started",
+			isStarted(long), isStarted(short), isStarted(skipped))
+	}
+	s.withdraw(long) // admitted: its lane comes back
+	if s.free != 1 || s.absent != 0 || len(s.waiting) != 0 {
+		t.Errorf("free %d, absent %d, waiting %d; want 1, 0, 0", s.free, s.absent, len(s.waiting))
+	}
+}
