@@ -359,7 +359,7 @@ func testClusterBackup(t *testing.T, bin string) {
 	// Two shards, not the default 8: the backup and the restore copy every
 	// stream of every account (the tenants' logs are sharded too), R3, on
 	// two clusters; 2 keep the sharded layout under test and take about
-	// a minute off TestCluster, which runs alone.
+	// a minute off TestCluster, on the package's critical path.
 	withSecret := func(p *chartargs.Pod) { p.AuthSecretFile = secret; p.Shards = 2 }
 	src := newCluster(t, 3, withSecret)
 	for _, nd := range src {
