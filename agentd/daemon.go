@@ -62,6 +62,9 @@ type Daemon struct {
 	denials *denialLog
 	// guard watches the streams and buckets under the running node.
 	guard *guard
+	// storeFull is StoreFull's last reading of the embedded server's
+	// usage, reused for storeFullFor.
+	storeFull atomic.Pointer[storeReading]
 
 	mu struct {
 		sync.Mutex

@@ -250,15 +250,10 @@ func (d *Daemon) degraded() []string {
 // JetStream store has no room for more writes: the embedded server's store
 // is used up to --js-max-store, or, without an embedded server to ask, an
 // append was refused for want of space in the last storeFullRecent. Nil
-// otherwise. The host refuses commands that write with it, at once (503),
-// rather than write part of a command.
+// otherwise.
 func (d *Daemon) StoreFull() error {
-	if st, ok := d.storeUsage(); ok {
-		if st.storeMax > 0 && st.store >= st.storeMax-storeFullSlack {
-			return fmt.Errorf("%w: JetStream store full: %s used of %s (--js-max-store)",
-				eventlog.ErrStorageFull, bytesString(st.store), bytesString(st.storeMax))
-		}
-		return nil
+	if r := d.storeNow(); r.embedded {
+		return r.err
 	}
 	d.mu.Lock()
 	lg := d.mu.lg
@@ -271,6 +266,58 @@ func (d *Daemon) StoreFull() error {
 	}
 	return nil
 }
+
+// ServerStoreFull returns StoreFull's error while the embedded server's
+// store is used up to --js-max-store, and nil otherwise or without an
+// embedded server. The host refuses commands that write with it, at once
+// (503), rather than have their appends wait for a stream that lost its
+// leader. It asks before each such command, so a reading of the server's
+// usage is reused for storeFullFor. An append refused for want of space
+// does not count here: a tenant's account over its storage quota gets
+// that answer too, and its deletes make room at once.
+func (d *Daemon) ServerStoreFull() error {
+	return d.storeNow().err
+}
+
+// storeNow returns a reading of the embedded server's store no older than
+// storeFullFor.
+func (d *Daemon) storeNow() *storeReading {
+	r := d.storeFull.Load()
+	if r == nil || time.Since(r.at) >= storeFullFor {
+		r = d.readStore()
+		d.storeFull.Store(r)
+	}
+	return r
+}
+
+// readStore reads the embedded server's store.
+func (d *Daemon) readStore() *storeReading {
+	r := &storeReading{at: time.Now()}
+	st, ok := d.storeUsage()
+	if !ok {
+		return r
+	}
+	r.embedded = true
+	if st.storeMax > 0 && st.store >= st.storeMax-storeFullSlack {
+		r.err = fmt.Errorf("%w: JetStream store full: %s used of %s (--js-max-store)",
+			eventlog.ErrStorageFull, bytesString(st.store), bytesString(st.storeMax))
+	}
+	return r
+}
+
+// storeReading is one reading of the embedded server's store for
+// StoreFull: embedded is false where there is none to ask (a tenant's
+// daemon, an external NATS), and err says whether it was full.
+type storeReading struct {
+	at       time.Time
+	embedded bool
+	err      error
+}
+
+// storeFullFor is how long StoreFull reuses a reading: the embedded
+// server's usage (Jsz) walks its accounts, and the host asks before each
+// command that writes.
+const storeFullFor = 250 * time.Millisecond
 
 // storeFullSlack is how close to --js-max-store the embedded server's store
 // counts as full: less than one more chunk batch fits.

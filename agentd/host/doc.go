@@ -143,6 +143,9 @@
 //     the views to apply the agent's last event, then answer from what the
 //     views hold (the log cannot say its last event: a stream without a
 //     leader, a full store in a cluster).
+//   - While the owner's embedded server's store is full, a command that
+//     writes (not a read, not an admin's delete) is refused at once with
+//     a 503 naming the full store, and nothing of it is appended.
 //   - A forwarded command is sent to the next owner only when the node it
 //     reached says the agent is not there (the Forever-Not-Here header of
 //     its error reply); any other error, 503s included, is relayed as is.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/forever-agents/forever/auth"
 	"github.com/forever-agents/forever/eventlog"
 )
 
@@ -112,10 +113,21 @@ func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) 
 // owned runs cmd with next on this node, which must own the agent's
 // partition (otherwise it fails with a retryable 503): the owner's side
 // of the route, for a command routed here or forwarded by another node.
+//
+// While this node's JetStream store is full (agentd.Daemon.ServerStoreFull) a
+// command that writes (a write or an approve; not a read, and not an
+// admin's delete, which frees space) is refused at once with the full
+// store's 503: in a cluster every file stream loses its leader then, and
+// its append would wait for one until the command's timeout.
 func (h *Host) owned(next handler) handler {
 	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
 		if !h.Owns(cmd.Agent) {
 			return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
+		}
+		if a := auth.VerbAccess(cmd.Verb); a == auth.AccessWrite || a == auth.AccessApprove {
+			if full := h.daemon.ServerStoreFull(); full != nil {
+				return nil, full
+			}
 		}
 		out, err := next(ctx, cmd)
 		if err != nil && eventlog.Unavailable(err) {
