@@ -172,12 +172,7 @@ func (s *scheduler) wait(t *testing.T, w *waiter) error {
 func (s *scheduler) withdraw(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w.absent {
-		w.absent = false
-		if s.absent--; s.absent == 0 {
-			s.wave = 0
-		}
-	}
+	s.present(w)
 	select {
 	case <-w.ready: // admitted meanwhile: give it back
 		s.giveBack(w)
@@ -212,13 +207,18 @@ func (s *scheduler) register(l load, secs int) *waiter {
 func (s *scheduler) arrive(w *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.present(w)
+	s.admit()
+}
+
+// present counts w no longer absent. s.mu is held.
+func (s *scheduler) present(w *waiter) {
 	if w.absent {
 		w.absent = false
 		if s.absent--; s.absent == 0 {
 			s.wave = 0
 		}
 	}
-	s.admit()
 }
 
 // insert puts a new waiter after the longer ones and the equal ones
