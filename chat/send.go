@@ -110,8 +110,18 @@ func (c *commands) Send(ctx context.Context, req SendRequest) (Turn, error) {
 	if err != nil {
 		return Turn{}, err
 	}
-	// A retried command whose turn the views already show.
-	if orig, ok, err := a.sent(msg.ID, req.RequestID); err != nil || ok {
+	// A retried command whose turn the views already show. The views of
+	// messages and of turns apply turn.started each at its own pace: one
+	// that shows the message before the other shows its turn is asked
+	// again once the views caught up with the log.
+	orig, ok, err := a.sent(msg.ID, req.RequestID)
+	if errors.Is(err, errTurnNotShown) {
+		if cerr := a.catchUp(ctx); cerr != nil {
+			return Turn{}, cerr
+		}
+		orig, ok, err = a.sent(msg.ID, req.RequestID)
+	}
+	if err != nil || ok {
 		return orig, err
 	}
 	return a.admit(ctx, req, msg) // the multitask policy: multitask.go
@@ -188,13 +198,18 @@ func (c *commands) sent(msgID, requestID string) (Turn, bool, error) {
 	}
 	info, err := a.store.Turn(a.agent, m.RequestID)
 	if errors.Is(err, ErrNotFound) {
-		return Turn{}, false, fmt.Errorf("%w: message %q is stored without its turn", ErrDuplicateMessage, msgID)
+		return Turn{}, false, fmt.Errorf("%w: message %q is stored without its turn", errTurnNotShown, msgID)
 	}
 	if err != nil {
 		return Turn{}, false, err
 	}
 	return turnOf(info), true, nil
 }
+
+// errTurnNotShown is sent's ErrDuplicateMessage for a user message the
+// views show without its turn: before they caught up with the log, the
+// turns view may not have applied the turn.started the messages view did.
+var errTurnNotShown = fmt.Errorf("%w", ErrDuplicateMessage)
 
 // turnOf is the reply to the command that started the turn info.
 func turnOf(info TurnInfo) Turn {
