@@ -291,15 +291,7 @@ func TestCluster(t *testing.T) {
 			ran.Store(true)
 			t.Parallel()
 			lanes.arrive(w)
-			asked := time.Now()
-			if err := lanes.wait(t, w); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { lanes.release(w) })
-			// go test's time for the case counts this wait too.
-			if waited := time.Since(asked); waited > time.Second {
-				t.Logf("started after %s waiting for a lane", waited.Round(time.Second))
-			}
+			lanes.hold(t, w, "a lane")
 			f(t)
 		})
 		// A parallel case has started when Run returns, unless -run

@@ -80,19 +80,26 @@ func parallel(t *testing.T, l load, secs int) {
 		w = running.register(l, secs)
 	}
 	t.Parallel()
-	asked := time.Now()
 	if w == nil {
 		w = running.enqueue(l, secs)
 	} else {
 		running.arrive(w)
 	}
-	if err := running.wait(t, w); err != nil {
+	running.hold(t, w, "the load budget")
+}
+
+// hold waits until w is admitted, and holds its load until t and its
+// cleanups are done. A wait of more than a second is logged as waiting
+// for what: go test's time for t counts it too.
+func (s *scheduler) hold(t *testing.T, w *waiter, what string) {
+	t.Helper()
+	asked := time.Now()
+	if err := s.wait(t, w); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { running.release(w) })
-	// go test's time for t counts this wait too.
+	t.Cleanup(func() { s.release(w) })
 	if waited := time.Since(asked); waited > time.Second {
-		t.Logf("started after %s waiting for the load budget", waited.Round(time.Second))
+		t.Logf("started after %s waiting for %s", waited.Round(time.Second), what)
 	}
 }
 
@@ -180,6 +187,16 @@ func (s *scheduler) withdraw(w *waiter) {
 		s.waiting = slices.DeleteFunc(s.waiting, func(o *waiter) bool { return o == w })
 	}
 	s.admit()
+}
+
+// admitted reports whether w's test may start (its ready is closed).
+func (w *waiter) admitted() bool {
+	select {
+	case <-w.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // enqueue queues a waiter for load l, admitted when its ready is closed.
@@ -333,13 +350,9 @@ func TestScheduler(t *testing.T) {
 		t.Helper()
 		var got []int
 		for _, w := range ws {
-			select {
-			case <-w.ready:
-				if !started[w.secs] {
-					started[w.secs] = true
-					got = append(got, w.secs)
-				}
-			default:
+			if w.admitted() && !started[w.secs] {
+				started[w.secs] = true
+				got = append(got, w.secs)
 			}
 		}
 		slices.Sort(got)
@@ -376,27 +389,19 @@ func TestSchedulerOvertake(t *testing.T) {
 	for _, secs := range []int{80, 70, 60} {
 		light = append(light, s.enqueue(1, secs))
 	}
-	isStarted := func(w *waiter) bool {
-		select {
-		case <-w.ready:
-			return true
-		default:
-			return false
-		}
-	}
-	if !isStarted(upgrade) || !isStarted(tenants) || isStarted(views) {
-		t.Fatalf("first: upgrade %v, tenants %v, views %v: want the two longest", isStarted(upgrade), isStarted(tenants), isStarted(views))
+	if !upgrade.admitted() || !tenants.admitted() || views.admitted() {
+		t.Fatalf("first: upgrade %v, tenants %v, views %v: want the two longest", upgrade.admitted(), tenants.admitted(), views.admitted())
 	}
 	s.release(tenants) // views (2) does not fit the 1 free: one light test overtakes it
-	if !isStarted(light[0]) || isStarted(light[1]) || isStarted(views) {
-		t.Errorf("tenants ended: light %v %v, views %v: want the 80 s one only", isStarted(light[0]), isStarted(light[1]), isStarted(views))
+	if !light[0].admitted() || light[1].admitted() || views.admitted() {
+		t.Errorf("tenants ended: light %v %v, views %v: want the 80 s one only", light[0].admitted(), light[1].admitted(), views.admitted())
 	}
 	s.release(upgrade) // the 80 s one still runs: views starts all the same
-	if !isStarted(views) || isStarted(light[1]) {
-		t.Errorf("upgrade ended: views %v, light %v: want views only", isStarted(views), isStarted(light[1]))
+	if !views.admitted() || light[1].admitted() {
+		t.Errorf("upgrade ended: views %v, light %v: want views only", views.admitted(), light[1].admitted())
 	}
 	s.release(light[0])
-	if !isStarted(light[1]) || isStarted(light[2]) {
+	if !light[1].admitted() || light[2].admitted() {
 		t.Errorf("the 80 s one ended: want the 70 s one")
 	}
 	if s.free < 0 {
@@ -408,11 +413,11 @@ func TestSchedulerOvertake(t *testing.T) {
 	s = newScheduler(4, parallelTests)
 	first, head := s.enqueue(2, 300), s.enqueue(3, 100)
 	a, b := s.enqueue(1, 50), s.enqueue(1, 40)
-	if !isStarted(first) || !isStarted(a) || isStarted(b) || isStarted(head) {
-		t.Errorf("head of 3 waiting with 2 free: light %v %v: want one", isStarted(a), isStarted(b))
+	if !first.admitted() || !a.admitted() || b.admitted() || head.admitted() {
+		t.Errorf("head of 3 waiting with 2 free: light %v %v: want one", a.admitted(), b.admitted())
 	}
 	s.release(first)
-	if !isStarted(head) {
+	if !head.admitted() {
 		t.Errorf("the test before the head ended, the head did not start")
 	}
 }
@@ -425,10 +430,8 @@ func TestSchedulerOvertake(t *testing.T) {
 func TestSchedulerWave(t *testing.T) {
 	started := func(ws ...*waiter) (secs []int) {
 		for _, w := range ws {
-			select {
-			case <-w.ready:
+			if w.admitted() {
 				secs = append(secs, w.secs)
-			default:
 			}
 		}
 		slices.Sort(secs)
@@ -482,21 +485,13 @@ func TestSchedulerWithdraw(t *testing.T) {
 	long, skipped, short := s.register(1, 125), s.register(1, 60), s.register(1, 20)
 	s.arrive(long)
 	s.arrive(short)
-	isStarted := func(w *waiter) bool {
-		select {
-		case <-w.ready:
-			return true
-		default:
-			return false
-		}
-	}
-	if isStarted(long) || isStarted(short) {
+	if long.admitted() || short.admitted() {
 		t.Fatal("started while a registered case was still absent")
 	}
 	s.withdraw(skipped)
-	if !isStarted(long) || !isStarted(short) || isStarted(skipped) {
+	if !long.admitted() || !short.admitted() || skipped.admitted() {
 		t.Fatalf("after the skipped case was withdrawn: long %v short %v skipped %v, want the two present ones started",
-			isStarted(long), isStarted(short), isStarted(skipped))
+			long.admitted(), short.admitted(), skipped.admitted())
 	}
 	s.withdraw(long) // admitted: its lane comes back
 	if s.free != 1 || s.absent != 0 || len(s.waiting) != 0 {
