@@ -222,8 +222,16 @@ func TestUpgrade(t *testing.T) {
 	// lease before its views opened: this release takes leases only after
 	// the event log opens. The comparison is of the stored conversations,
 	// not of the old release's race.
+	//
+	// An agent whose last turn ends in an answer must show it: a turn
+	// interrupted by a partition's handoff (the young cluster still
+	// balancing) may list no fiber until its new owner recovers it, which
+	// the old release did up to 10 s later, so "no fibers" and two equal
+	// reads are not enough; a snapshot taken in that gap lacked the
+	// answer the turn stored after the roll.
 	before := map[string]string{}
 	chatted := map[string]bool{"old-chat": true, "old-tools": true, "old-cancel": true, "old-compact": true}
+	answered := map[string]bool{"old-chat": true, "old-tools": true, "old-compact": true}
 	for _, a := range []string{"old-chat", "old-tools", "old-state", "old-cancel", "old-compact"} {
 		waitfor.Within(t, 60*time.Second, func() error {
 			first := string(must(a, "messages", nil))
@@ -233,6 +241,9 @@ func TestUpgrade(t *testing.T) {
 			json.Unmarshal([]byte(first), &page)
 			if chatted[a] && len(page.Messages) == 0 {
 				return fmt.Errorf("the old release reads no messages of %s", a)
+			}
+			if n := len(page.Messages); answered[a] && page.Messages[n-1].Role != chat.RoleAssistant {
+				return fmt.Errorf("the old release shows no answer to %s's last message yet", a)
 			}
 			if again := string(must(a, "messages", nil)); again != first {
 				return fmt.Errorf("two reads of %s's messages differ:\n%s\n%s", a, first, again)
