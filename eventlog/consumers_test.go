@@ -2,7 +2,6 @@ package eventlog_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -236,48 +235,4 @@ func TestFollowCancelledWhileCreatingLeavesNoConsumer(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// TestFollowAsksShortHeartbeats: a Follow's pulls ask the server for an
-// idle heartbeat every FollowHeartbeat, so the client library notices a
-// consumer gone with its server (a node killed) after two missed, 2 s,
-// and recreates it from the last event delivered. At the library's
-// default (5 s, so 10 s) a new owner's recovery of a killed node's
-// partitions waited 10 s for views whose consumer had been on that node.
-func TestFollowAsksShortHeartbeats(t *testing.T) {
-	lg, s := eventlogtest.Open(t, eventlog.Config{})
-	appendN(t, lg, 1, 1)
-	nc := eventlogtest.Connect(t, s)
-	pulls := make(chan []byte, 16)
-	if _, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+eventlog.DefaultEventsStream+".>", func(m *nats.Msg) {
-		select {
-		case pulls <- m.Data:
-		default:
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() {
-		for range lg.Follow(ctx, eventlog.Filter{Agent: "agent0"}, 0) {
-		}
-	}()
-	select {
-	case data := <-pulls:
-		var req struct {
-			Heartbeat time.Duration `json:"idle_heartbeat"`
-		}
-		if err := json.Unmarshal(data, &req); err != nil {
-			t.Fatalf("pull request %s: %v", data, err)
-		}
-		if req.Heartbeat != eventlog.FollowHeartbeat {
-			t.Fatalf("the follow's pull asks a heartbeat every %s, want %s: %s", req.Heartbeat, eventlog.FollowHeartbeat, data)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("no pull request from the follow")
-	}
 }

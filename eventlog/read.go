@@ -459,19 +459,6 @@ func (l *Log) readDirect(ctx context.Context, stream, subject string, after, las
 // several pulls instead of overflowing the subscription.
 const followMaxBytes = 16 << 20
 
-// FollowHeartbeat is the idle heartbeat Follow's pulls ask of the server
-// (and agentd's other followers of a stream).
-// The client library notices a consumer gone with its server (a SIGKILLed
-// node: JetStream places an ordered consumer on one server) only after two
-// heartbeats missed, and then recreates it from the last event delivered.
-// At the library's default of 5 s a view's shard follower, a replay, or a
-// new owner's recovery waiting on them stood still for 10 s after a node
-// died: partition acquisitions that took 10.0-10.1 s, or 10 s more than
-// their neighbours, in the failover bench's node logs, and victims' agents
-// resumed up to 27 s after the kill. At 1 s it is 2 s, for one small
-// message a second from each idle follower.
-const FollowHeartbeat = time.Second
-
 // Follow yields every event matching f stored after sequence after, in order
 // and once each: first the stored ones, then live ones as they are appended,
 // through one ordered consumer, so there is no gap between history and live.
@@ -517,7 +504,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			return
 		}
 		defer l.dropConsumer(stream, cons)
-		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes), jetstream.PullHeartbeat(FollowHeartbeat))
+		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
 		if err != nil {
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/agentd"
-	"github.com/forever-agents/forever/eventlog"
 )
 
 // Agent events: an agent's broadcasts and state changes are stored in a
@@ -90,9 +89,7 @@ func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64
 	if err != nil {
 		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
-	// The short heartbeat of eventlog's follows: a consumer gone with its
-	// server is recreated 2 s after, not 10 s.
-	it, err := c.Messages(jetstream.PullHeartbeat(eventlog.FollowHeartbeat))
+	it, err := c.Messages()
 	if err != nil {
 		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
