@@ -94,7 +94,11 @@ func chatAfterRecovery(t *testing.T, c *crashClient, agent, text string) chathos
 			t.Fatalf("%s chat: %v", agent, err)
 		}
 		code := msg.Header.Get("Nats-Service-Error-Code")
-		retry := code == "503" || (code == "409" && strings.Contains(string(msg.Data), "waits for recovery"))
+		// A 409 that names a turn still waiting for recovery, or still
+		// recording its end (its stream ended; its end records wait for an
+		// election), is retried: the turn ends without the client.
+		retry := code == "503" || (code == "409" && (strings.Contains(string(msg.Data), "waits for recovery") ||
+			strings.Contains(string(msg.Data), "is still recording its end")))
 		if code == "" {
 			var reply chathost.Reply
 			if err := json.Unmarshal(msg.Data, &reply); err != nil {
