@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/forever-agents/forever/agentd/chathost"
 	"github.com/forever-agents/forever/agents"
 	"github.com/forever-agents/forever/eventlog"
 )
@@ -30,13 +31,34 @@ func TestClusterOwnedViews(t *testing.T) {
 	parallel(t, cluster, 90)
 	bin := buildBinary(t)
 	nodes, c, ids := startCluster(t, bin, "FOREVER_SHARDS=4")
+	// say sends each chat agent a message and returns its turn's stream.
+	say := func(round string) map[string]string {
+		streams := map[string]string{}
+		for _, a := range ids {
+			if !strings.HasPrefix(a, "steps:") {
+				var reply chathost.Reply
+				json.Unmarshal(c.command(a, "chat", map[string]string{"text": round + " " + a}), &reply)
+				streams[a] = reply.StreamID
+			}
+		}
+		return streams
+	}
+	// Every turn ends before the next round and before a node leaves or
+	// comes back: a chat to an agent whose turn still streams, or waits
+	// for its recovery after a handover, is refused (409, a turn is
+	// active), as designed. The test once sent "again" while a "hello"
+	// turn still ran.
+	ended := func(streams map[string]string) {
+		for a, s := range streams {
+			waitStreamEnd(t, c, a, s)
+		}
+	}
 	for _, a := range ids {
 		if strings.HasPrefix(a, "steps:") {
 			c.command(a, "start", map[string]int{"steps": 2, "delayMs": 10})
-		} else {
-			c.command(a, "chat", map[string]string{"text": "hello " + a})
 		}
 	}
+	first := say("hello")
 	for _, a := range ids {
 		if strings.HasPrefix(a, "steps:") {
 			c.waitFor("the steps fiber of "+a+" to complete", []string{a}, func(evs []eventlog.Event) bool {
@@ -46,6 +68,7 @@ func TestClusterOwnedViews(t *testing.T) {
 	}
 	checkReads(t, nodes, ids, 1)
 	checkOwnedViewsStats(t, c, nodes)
+	ended(first)
 	// A handover: node 2 stops, its partitions go to the others, which
 	// catch them up from nothing; then it comes back and takes its share
 	// again, resuming from the rows and cursors it kept.
@@ -57,20 +80,15 @@ func TestClusterOwnedViews(t *testing.T) {
 	}
 	nodes[2].proc.exited <- nil
 	waitBalanced(t, nodes[:2])
-	sayAgain := func(round string) {
-		for _, a := range ids {
-			if !strings.HasPrefix(a, "steps:") {
-				c.command(a, "chat", map[string]string{"text": round + " " + a})
-			}
-		}
-	}
-	sayAgain("again")
+	again := say("again")
 	checkReads(t, nodes[:2], ids, 2)
+	ended(again)
 	nodes[2].start(t, bin)
 	waitReady(t, nodes...)
 	waitBalanced(t, nodes)
-	sayAgain("once more")
+	last := say("once more")
 	checkReads(t, nodes, ids, 3)
+	ended(last)
 	checkWriters(t, c, ids)
 	out, code := runVerifyCmd(t, bin, "verify", "--nats-url", "nats://"+nodes[0].nats)
 	if code != 0 || !strings.HasPrefix(lastLine(out), "ok:") {
