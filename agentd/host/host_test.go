@@ -47,21 +47,29 @@ func (a *alarmAgent) OnSchedule(ctx context.Context, s keepalive.Schedule) error
 // startHost runs a daemon with a host of the steps type and an alarm type.
 func startHost(t *testing.T, cfg agentd.Config, hc host.Config, fired chan keepalive.Schedule) (*agentd.Daemon, *host.Host, *nats.Conn, func() error) {
 	t.Helper()
+	return startHostWith(t, cfg, hc, func(h *host.Host) error {
+		if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
+			return err
+		}
+		if err := h.Register("alarm", func(_ context.Context, env *host.Env) (host.Agent, error) {
+			return &alarmAgent{env: env, fired: fired}, nil
+		}, "start", "snooze"); err != nil {
+			return err
+		}
+		// snooze stands for an internal verb: served, not listed.
+		return h.SetUnlisted("snooze")
+	})
+}
+
+// startHostWith is startHost with the agent types register registers.
+func startHostWith(t *testing.T, cfg agentd.Config, hc host.Config, register func(*host.Host) error) (*agentd.Daemon, *host.Host, *nats.Conn, func() error) {
+	t.Helper()
 	d, err := agentd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := host.New(hc)
-	if err := h.Register("steps", demo.NewStepsAgent, demo.StepsVerbs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Register("alarm", func(_ context.Context, env *host.Env) (host.Agent, error) {
-		return &alarmAgent{env: env, fired: fired}, nil
-	}, "start", "snooze"); err != nil {
-		t.Fatal(err)
-	}
-	// snooze stands for an internal verb: served, not listed.
-	if err := h.SetUnlisted("snooze"); err != nil {
+	if err := register(h); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Attach(d); err != nil {

@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/forever-agents/forever/agentd"
 	"github.com/forever-agents/forever/agentd/agentdtest"
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/internal/waitfor"
@@ -32,27 +30,12 @@ func (a pokeAgent) HandleCommand(context.Context, host.Command) (any, error) {
 func TestHostRefusesWritesWhileStoreFull(t *testing.T) {
 	cfg := agentdtest.Config(t)
 	cfg.JetStreamMaxStore = 64 << 20
-	d, err := agentd.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var handled atomic.Int32
-	h := host.New(host.Config{})
-	if err := h.Register("poke", func(context.Context, *host.Env) (host.Agent, error) {
-		return pokeAgent{&handled}, nil
-	}, "poke"); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Attach(d); err != nil {
-		t.Fatal(err)
-	}
-	agentdtest.Start(t, d)
-	agentdtest.WaitStatus(t, "http://"+d.HTTPAddr()+"/readyz", 200)
-	nc, err := nats.Connect(d.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	d, _, nc, _ := startHostWith(t, cfg, host.Config{}, func(h *host.Host) error {
+		return h.Register("poke", func(context.Context, *host.Env) (host.Agent, error) {
+			return pokeAgent{&handled}, nil
+		}, "poke")
+	})
 	if body, code := request(t, nc, "poke:a", "poke", []byte(`{}`)); code != "" || handled.Load() != 1 {
 		t.Fatalf("poke with room: %s %s, handled %d", code, body, handled.Load())
 	}
