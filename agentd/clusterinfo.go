@@ -58,13 +58,13 @@ type ClusterInfo struct {
 // cluster's active format reached it: after every node runs a release that
 // reads it.
 //
-// It is FormatAnnouncedSteps, past FormatShards: an unsharded cluster's
+// It is FormatKeptPartitions, past FormatShards: an unsharded cluster's
 // active format passes FormatShards with it, which changes nothing there
 // (the layout is the cluster's stored shard count, --shards, not its
 // format), and a cluster created with shards starts at FormatShards and
 // rises to it once every node reads packed chunks, end records and
-// announced steps.
-const RecordFormat = FormatAnnouncedSteps
+// announced steps, and keeps partitions with their holders.
+const RecordFormat = FormatKeptPartitions
 
 // Record formats of agentd's releases (ownership's format switch).
 const (

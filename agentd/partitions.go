@@ -157,6 +157,7 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		TTL:         cfg.LeaseTTL,
 		Replicas:    cfg.Replicas,
 		Format:      cfg.recordFormat(),
+		KeepFormat:  FormatKeptPartitions,
 		// A rolling upgrade raises the format once its last node runs
 		// this release, with no step of the operator's.
 		AutoActivate: true,

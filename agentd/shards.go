@@ -50,6 +50,15 @@ const FormatEndRecords = FormatChunkBatches + 1
 // reached it. It adds no layout.
 const FormatAnnouncedSteps = FormatEndRecords + 1
 
+// FormatKeptPartitions: the partition assignment keeps every partition
+// with its live holder below the bound (ownership.Config.KeepFormat), so
+// a node's death moves only its own partitions, none between two nodes
+// that stay (where each such move was a handoff that stalled its agents
+// for 0.1-4 s). It adds no record: it switches on through the format
+// because nodes that assigned differently would hand partitions back and
+// forth, and a release before it assigns from the live nodes alone.
+const FormatKeptPartitions = FormatAnnouncedSteps + 1
+
 // DefaultShards is the shard count a new cluster is created with when
 // its nodes are started without --shards and its streams are on a
 // cluster of servers (replicated, or an embedded server with

@@ -20,7 +20,26 @@ func PartitionOf(agent string, n int) int {
 // hashing) that has fewer than ceil(n/len(nodes)) partitions so far. Every
 // node computes the same answer from the same set, and a node joining or
 // leaving moves few partitions besides its own share.
-func assign(n int, nodes []string) []string {
+//
+// Few, not none: the bound filled in partition order moves some
+// partitions between nodes that stay (when a node leaves, the bound
+// grows and a partition that found its best node full goes back to it).
+// assignKeeping moves none.
+func assign(n int, nodes []string) []string { return assignKeeping(n, nodes, nil) }
+
+// assignKeeping is assign that first keeps each partition with its holder
+// (holders[p], "" for none) while the holder is live and below the bound,
+// in partition order; the rest go as assign places them, among the
+// nodes still below it. A node leaving then moves only its own
+// partitions, never one between two nodes that stay. A node joining
+// takes partitions only from nodes above the new bound (each keeps its
+// first ceil(n/len(nodes)) in partition order), and such a partition
+// goes to the best-scoring node with room: the joining one, unless a
+// node that stays has room too (rare: TestAssignKeepingMovesOnlyTheLeaversShare).
+// Where the holders are assign's answer for the same nodes, so is the
+// result: switching to it on a running cluster moves nothing. Nil
+// holders is assign.
+func assignKeeping(n int, nodes, holders []string) []string {
 	out := make([]string, n)
 	if len(nodes) == 0 {
 		return out
@@ -29,12 +48,24 @@ func assign(n int, nodes []string) []string {
 	slices.Sort(nodes)
 	limit := (n + len(nodes) - 1) / len(nodes)
 	count := make(map[string]int, len(nodes))
+	for _, node := range nodes {
+		count[node] = 0
+	}
+	for p, h := range holders {
+		if c, live := count[h]; live && p < n && c < limit {
+			out[p] = h
+			count[h]++
+		}
+	}
 	type cand struct {
 		node  string
 		score uint64
 	}
 	cands := make([]cand, len(nodes))
 	for p := range n {
+		if out[p] != "" {
+			continue
+		}
 		for i, node := range nodes {
 			cands[i] = cand{node, score(p, node)}
 		}

@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -64,5 +65,79 @@ func TestPartitionOf(t *testing.T) {
 	}
 	if len(seen) != 64 {
 		t.Errorf("1000 agents hit %d of 64 partitions", len(seen))
+	}
+}
+
+// TestAssignKeepingMovesOnlyTheLeaversShare: with the holders kept, a node
+// leaving moves only its own partitions, and its return takes partitions
+// only from nodes above the bound, nearly always to it; the bound holds
+// and every partition is placed. assign itself moves some partitions
+// between the nodes that stay, which is what the keeping is for.
+func TestAssignKeepingMovesOnlyTheLeaversShare(t *testing.T) {
+	assignMoved, backMoved, assignBack := 0, 0, 0
+	for _, n := range []int{12, 64, 128, 320} {
+		for k := 2; k <= 7; k++ {
+			var nodes []string
+			for i := range k {
+				nodes = append(nodes, fmt.Sprintf("forever-%d", i))
+			}
+			base := assign(n, nodes)
+			if fmt.Sprint(assignKeeping(n, nodes, base)) != fmt.Sprint(base) {
+				t.Fatalf("n=%d k=%d: keeping assign's own answer changes it", n, k)
+			}
+			for _, gone := range nodes {
+				rest := slices.DeleteFunc(slices.Clone(nodes), func(s string) bool { return s == gone })
+				left := assignKeeping(n, rest, base)
+				plain := assign(n, rest)
+				checkBound(t, n, rest, left)
+				for p := range n {
+					if base[p] != gone && left[p] != base[p] {
+						t.Errorf("n=%d k=%d, %s left: partition %d moved from %s to %s", n, k, gone, p, base[p], left[p])
+					}
+					if base[p] != gone && plain[p] != base[p] {
+						assignMoved++
+					}
+				}
+				back := assignKeeping(n, nodes, left)
+				checkBound(t, n, nodes, back)
+				for p := range n {
+					if back[p] != left[p] && back[p] != gone {
+						backMoved++
+					}
+					if base[p] != plain[p] && base[p] != gone {
+						assignBack++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("assign moved %d on leaving, %d on return; keeping moved 0 and %d", assignMoved, assignBack, backMoved)
+	if assignMoved == 0 {
+		t.Error("assign moved no partition between nodes that stay: the case the keeping is for is not exercised")
+	}
+	// On a return, a partition shed by a node above the bound goes to the
+	// best-scoring node with room: the returning one, unless a node that
+	// stays has room too (2 cases of 340 here).
+	if backMoved*20 > assignBack {
+		t.Errorf("on a return, keeping moved %d partitions between nodes that stay, assign %d", backMoved, assignBack)
+	}
+}
+
+// checkBound fails t unless every partition is placed on one of nodes,
+// none holding more than ceil(n/len(nodes)).
+func checkBound(t *testing.T, n int, nodes, got []string) {
+	t.Helper()
+	limit := (n + len(nodes) - 1) / len(nodes)
+	count := map[string]int{}
+	for p, node := range got {
+		if !slices.Contains(nodes, node) {
+			t.Fatalf("partition %d placed on %q, not a live node of %v", p, node, nodes)
+		}
+		count[node]++
+	}
+	for node, c := range count {
+		if c > limit {
+			t.Errorf("%s holds %d partitions, bound %d", node, c, limit)
+		}
 	}
 }

@@ -112,6 +112,15 @@ type Config struct {
 	// Format is the highest record format this node's release reads,
 	// announced in its node key (format.go). Default FormatBase.
 	Format int
+	// KeepFormat is the record format from which the assignment keeps
+	// every partition with its live holder below the bound
+	// (assignKeeping), so a node leaving or joining moves no partition
+	// between two nodes that stay: once the cluster's active format
+	// reached it. Before, every node assigns from the live nodes alone
+	// (assign), as releases before it do: nodes of two releases that
+	// assigned differently would hand partitions back and forth. 0:
+	// never. At most Format.
+	KeepFormat int
 	// AutoActivate raises the active format after a heartbeat to the
 	// highest every live node reads, up to Format: a rolling upgrade
 	// starts writing a release's new records once its last node runs it,
@@ -147,6 +156,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Shards < 0 || (c.Shards > 0 && c.Partitions%c.Shards != 0) {
 		return fmt.Errorf("ownership: Config.Shards %d must be 0 or divide the partition count %d", c.Shards, c.Partitions)
+	}
+	if c.KeepFormat > c.Format {
+		return fmt.Errorf("ownership: Config.KeepFormat %d is past the format this node reads (%d)", c.KeepFormat, c.Format)
 	}
 	if c.Shards > 0 && c.ShardsFormat > c.Format {
 		return fmt.Errorf("ownership: Config.ShardsFormat %d is past the format this node reads (%d)", c.ShardsFormat, c.Format)

@@ -12,7 +12,14 @@
 //
 // Every node keeps a node.<name> key alive with the same TTL. The live nodes
 // split the partitions by a balanced rendezvous assignment that every node
-// computes alike (assign.go): each node owns at most ceil(P/N). A node
+// computes alike (assign.go): each node owns at most ceil(P/N). From the
+// record format Config.KeepFormat on, the assignment first keeps every
+// partition with its live holder below that bound, so a node leaving
+// moves only its own partitions, none between two nodes that stay
+// (TestAssignKeepingMovesOnlyTheLeaversShare,
+// TestPlanKeepsPartitionsWhenANodeLeaves); it switches on through the
+// format because nodes assigning by two rules would hand partitions back
+// and forth. A node
 // acquires the free partitions assigned to it (up to 16 acquisitions in
 // flight at once, so a restarted node takes its 64 partitions in the time
 // of a few), and hands off the partitions assigned to another live node:

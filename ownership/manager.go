@@ -104,6 +104,11 @@ type Manager struct {
 		// when seen: no lease, but no free partition either, until the
 		// key is deleted (plan) a TTL after it was written.
 		garbled map[int]cached
+		// gaveUp holds the epoch of each lease this process handed off
+		// or lost while the watch may still show it (wantLocked): no
+		// lease of this node's name from before a restart, which it
+		// takes back.
+		gaveUp map[int]uint64
 		// moves are the last lease moves seen, oldest first (Moves).
 		moves    []Move
 		stopping bool
@@ -284,6 +289,7 @@ func (m *Manager) initState() {
 	m.mu.lastHolder = map[int]string{}
 	m.mu.maxEpoch = map[int]uint64{}
 	m.mu.garbled = map[int]cached{}
+	m.mu.gaveUp = map[int]uint64{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -406,12 +412,45 @@ func (m *Manager) assignedLocked() int {
 		return 0
 	}
 	n := 0
-	for _, node := range assign(m.cfg.Partitions, m.liveLocked()) {
+	for _, node := range m.wantLocked(m.liveLocked()) {
 		if node == m.cfg.Node {
 			n++
 		}
 	}
 	return n
+}
+
+// wantLocked returns the node every partition should live on, given the
+// live nodes: assign's answer, or once the active format reached
+// KeepFormat, assignKeeping's with the holders this node sees. Those are
+// the leases of the watch, but this node's own as this process holds
+// them: not one it is handing off (so it does not count toward the
+// bound, and what it keeps does not change while it goes), nor one it
+// handed off or lost that the watch still shows. A lease of this node's
+// name that it never held is from its last process and held by it.
+// REQUIRES: m.mu held.
+func (m *Manager) wantLocked(live []string) []string {
+	if m.cfg.KeepFormat == 0 || m.mu.active < m.cfg.KeepFormat {
+		return assign(m.cfg.Partitions, live)
+	}
+	holders := make([]string, m.cfg.Partitions)
+	for p := range holders {
+		if h := m.mu.held[p]; h != nil {
+			if !h.releasing {
+				holders[p] = m.cfg.Node
+			}
+			continue
+		}
+		c, ok := m.mu.leases[p]
+		if !ok {
+			continue
+		}
+		if e, gone := m.mu.gaveUp[p]; gone && c.lease.Node == m.cfg.Node && c.lease.Epoch == e {
+			continue
+		}
+		holders[p] = c.lease.Node
+	}
+	return assignKeeping(m.cfg.Partitions, live, holders)
 }
 
 // Starved returns how long this node has held no partition while the
@@ -552,6 +591,7 @@ func (m *Manager) RestoreBucket(ctx context.Context) error {
 // Serve goroutine finishes on its own.
 func (m *Manager) loseLocked(p int, h *held, cause error) {
 	delete(m.mu.held, p)
+	m.mu.gaveUp[p] = h.lease.Epoch
 	m.met.owned.Set(float64(len(m.mu.held)))
 	h.cancel(cause)
 	m.met.lost.WithLabelValues(causeLabel(cause)).Inc()
@@ -825,6 +865,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		delete(m.mu.garbled, p)
 		if gone {
 			delete(m.mu.leases, p)
+			delete(m.mu.gaveUp, p)
 			m.mu.free[p] = time.Now()
 			if had {
 				m.mu.lastHolder[p] = old.lease.Node
@@ -859,6 +900,9 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			m.recordMoveLocked(Move{Time: seen, Partition: p, From: m.mu.lastHolder[p], To: l.Node, Epoch: l.Epoch})
 		}
 		m.mu.leases[p] = cached{lease: l, rev: e.Revision(), seen: seen}
+		if e, ok := m.mu.gaveUp[p]; ok && e != l.Epoch {
+			delete(m.mu.gaveUp, p)
+		}
 		m.mu.maxEpoch[p] = max(m.mu.maxEpoch[p], l.Epoch)
 		delete(m.mu.free, p)
 		delete(m.mu.lastHolder, p)

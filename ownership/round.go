@@ -123,7 +123,7 @@ func (m *Manager) plan() []action {
 		return nil
 	}
 	live := m.liveLocked()
-	want := assign(m.cfg.Partitions, live)
+	want := m.wantLocked(live)
 	me := m.cfg.Node
 	var out []action
 	for p := range m.cfg.Partitions {
@@ -576,6 +576,7 @@ func (m *Manager) handoffClaimed(p int, h *held, release bool) error {
 	rev := h.rev
 	if m.mu.held[p] == h {
 		delete(m.mu.held, p)
+		m.mu.gaveUp[p] = h.lease.Epoch
 		m.met.owned.Set(float64(len(m.mu.held)))
 	}
 	m.mu.Unlock()
