@@ -236,3 +236,97 @@ func TestFollowCancelledWhileCreatingLeavesNoConsumer(t *testing.T) {
 		return nil
 	})
 }
+
+// TestFollowCancelledWhileItsConsumerIsRecreated: a follow returns at its
+// context's end even while its ordered consumer recreates itself, which
+// nats.go does holding the consumer's lock for each create request (up to
+// 10 s an attempt), where Stop waits for that lock. A view's shard
+// follower restarted then (a new owner taking a killed node's
+// partitions, while the consumer's server was the one killed) held the
+// new owner's recovery 10-12 s in the failover bench. A proxy before the
+// JetStream API lets the first create through and never answers the
+// second, the re-create after the consumer was deleted.
+func TestFollowCancelledWhileItsConsumerIsRecreated(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	fwd := eventlogtest.Connect(t, s)
+	createPrefix := "proxy.API.CONSUMER.CREATE." + eventlog.DefaultEventsStream + "."
+	held, done := make(chan struct{}), make(chan struct{})
+	creates := 0
+	_, err := fwd.Subscribe("proxy.API.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, createPrefix) {
+			if creates++; creates == 2 {
+				close(held) // the re-create: never answered
+				select {
+				case <-done:
+				case <-time.After(time.Minute):
+				}
+				return
+			}
+		}
+		out := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "proxy.API."), Reply: m.Reply, Data: m.Data, Header: m.Header}
+		if err := fwd.PublishMsg(out); err != nil {
+			t.Errorf("forward %s: %v", m.Subject, err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fwd.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{APIPrefix: "proxy.API"})
+	appendN(t, lg, 3, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	first := make(chan struct{})
+	var ended error
+	go func() {
+		defer close(done)
+		n := 0
+		for _, err := range lg.Follow(ctx, eventlog.Filter{Agent: "agent0"}, 0) {
+			if err != nil {
+				ended = err
+				return
+			}
+			if n++; n == 1 {
+				close(first)
+			}
+		}
+	}()
+	select {
+	case <-first:
+	case <-done:
+		t.Fatalf("follow ended before its first event: %v", ended)
+	}
+	// Delete the follow's consumer: the library recreates it.
+	js, err := jetstream.New(fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), eventlog.DefaultEventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(t.Context())
+	for name := range names.Name() {
+		if err := stream.DeleteConsumer(t.Context(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deleted consumer was not recreated")
+	}
+	cancel()
+	// Not a timing: the library gives up the unanswered create only after
+	// 10 s, and the old follow returned only then.
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follow did not return at its context's end while its consumer was being recreated")
+	}
+	if !errors.Is(ended, context.Canceled) {
+		t.Errorf("follow ended with %v, want context.Canceled", ended)
+	}
+}

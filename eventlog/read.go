@@ -503,28 +503,37 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		defer l.dropConsumer(stream, cons)
 		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
 		if err != nil {
+			l.dropConsumer(stream, cons)
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		defer msgs.Stop()
-		// Next honours ctx while it waits for messages, but not while the
-		// ordered consumer recreates itself after losing its server (a
-		// stream leader moving): that retries until the subscription is
-		// stopped, so ctx stops it.
-		stopped := make(chan struct{})
-		defer close(stopped)
-		go func() {
-			select {
-			case <-ctx.Done():
+		next := nextOf(msgs)
+		// The iterator returns at ctx's end without waiting for the
+		// consumer: while an ordered consumer recreates itself after
+		// losing its server, nats.go holds its lock for each create
+		// (up to 10 s an attempt), and Stop and CachedInfo wait for it.
+		// A view's shard follower restarted then (a new owner taking a
+		// killed node's partitions) held its node's recovery that long
+		// (TestFollowCancelledWhileItsConsumerIsRecreated). So they run
+		// in the background.
+		defer func() {
+			next.quit()
+			go func() {
 				msgs.Stop()
-			case <-stopped:
-			}
+				l.dropConsumer(stream, cons)
+			}()
 		}()
 		for {
-			m, err := msgs.Next(jetstream.NextContext(ctx))
+			var r pulled
+			select {
+			case r = <-next.ch:
+			case <-ctx.Done():
+				yield(Event{}, ctx.Err())
+				return
+			}
+			m, err := r.m, r.err
 			if err != nil {
 				if ctx.Err() != nil {
 					yield(Event{}, ctx.Err())
@@ -557,6 +566,48 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 		}
 	}
 }
+
+// pulled is what a MessagesContext's Next returned.
+type pulled struct {
+	m   jetstream.Msg
+	err error
+}
+
+// nexter calls a MessagesContext's Next in a goroutine of its own, so its
+// reader can stop waiting at any time (a Next may block while the
+// ordered consumer recreates itself, which no context ends).
+type nexter struct {
+	ch   chan pulled
+	stop chan struct{} // closed by quit
+}
+
+// nextOf starts reading msgs ahead, up to followAhead messages, until
+// Next fails or quit.
+func nextOf(msgs jetstream.MessagesContext) *nexter {
+	n := &nexter{ch: make(chan pulled, followAhead), stop: make(chan struct{})}
+	go func() {
+		for {
+			m, err := msgs.Next()
+			select {
+			case n.ch <- pulled{m, err}:
+			case <-n.stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return n
+}
+
+// quit ends the reading, once: the goroutine returns after the Next
+// under way, which the caller ends by stopping msgs.
+func (n *nexter) quit() { close(n.stop) }
+
+// followAhead is how many messages a follow's reader takes ahead of its
+// iterator: the consumer pulls up to 512 anyway.
+const followAhead = 64
 
 // orderedConsumer creates the ordered consumer of a Read or Follow. The
 // server may carry out a create whose answer the client stopped waiting
