@@ -230,6 +230,8 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 		return 0, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 	}
 	defer it.Stop() // before dropConsumer
+	next := nextOf(it)
+	defer next.quit()
 	var inflight []pending
 	flush := func() error {
 		for _, p := range inflight {
@@ -250,7 +252,13 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 	}
 	var n uint64
 	for {
-		msg, err := nextMsg(ctx, it)
+		var r pulled
+		select {
+		case r = <-next.ch:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+		msg, err := r.m, r.err
 		if err != nil {
 			return n, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 		}
@@ -299,26 +307,6 @@ func (mv *mover) dropConsumer(ctx context.Context, stream string, cons jetstream
 	defer cancel()
 	if err := mv.js.DeleteConsumer(dctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		mv.logger.Warn("delete the move's reader of a stream; the server drops it when idle", "stream", stream, "consumer", info.Name, "err", err)
-	}
-}
-
-// nextMsg is it.Next bounded by ctx.
-func nextMsg(ctx context.Context, it jetstream.MessagesContext) (jetstream.Msg, error) {
-	type res struct {
-		m   jetstream.Msg
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		m, err := it.Next()
-		ch <- res{m, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.m, r.err
-	case <-ctx.Done():
-		it.Stop()
-		return nil, ctx.Err()
 	}
 }
 
