@@ -133,7 +133,11 @@
 //     the next append goes on from the log; only a subject moved forward
 //     by another token is ErrFenced (TestPurgeIsNotAnotherWriter).
 //   - Follow yields every matching event after the cursor once and in order,
-//     history then live, through a single ordered consumer.
+//     history then live, through a single ordered consumer. It returns at
+//     its ctx's end, even while that consumer recreates itself after its
+//     server died, which the client library does holding the consumer's
+//     lock (TestFollowCancelledWhileItsConsumerIsRecreated): the consumer
+//     is stopped and deleted in the background.
 //   - A Read or Follow leaves no consumer behind once it ends, even one
 //     whose ctx ended while its consumer's create was in flight (the
 //     server may still carry it out): each stream's consumers are capped
