@@ -76,6 +76,10 @@ type Follower struct {
 	// rebuilt is how many rebuilds it has done of those RestartViews asked.
 	reset   <-chan struct{}
 	rebuilt uint64
+	// renew, of a shard follower, asks its consumer to be recreated from
+	// the last applied event: a wait for it saw no progress for
+	// renewAfter while behind (ownedviews.go's waitShardOwned).
+	renew chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -153,7 +157,7 @@ func (l *Log) NewFollower() (*Follower, error) {
 	f.mu.changed = make(chan struct{})
 	if l.cfg.Shards > 0 {
 		for k := range l.cfg.Shards {
-			s := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq), parent: f, shard: k}
+			s := &Follower{l: l, ready: make(chan struct{}), rebuildCh: make(chan rebuildReq), parent: f, shard: k, renew: make(chan struct{}, 1)}
 			s.mu.changed = make(chan struct{})
 			f.shards = append(f.shards, s)
 		}
@@ -805,17 +809,28 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	} else if after >= target {
 		f.markReady()
 	}
-	fctx, cancel := context.WithCancel(ctx)
-	ch := make(chan followed, maxApply)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(ch)
-		f.pump(fctx, subjects, after, ch)
-	}()
+	var (
+		cancel context.CancelFunc
+		ch     chan followed
+		wg     sync.WaitGroup
+	)
+	// pumpFrom starts reading the stream after seq on a consumer of its
+	// own.
+	pumpFrom := func(seq Seq) {
+		var fctx context.Context
+		fctx, cancel = context.WithCancel(ctx)
+		ch = make(chan followed, maxApply)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(ch)
+			f.pump(fctx, subjects, seq, ch)
+		}()
+	}
+	pumpFrom(after)
 	defer wg.Wait()
-	defer cancel()
+	defer func() { cancel() }()
+	at := after // the last event committed
 
 	items := make([]followed, 0, maxApply)
 	behind := false // a catch-up told its replica is behind (logged once)
@@ -834,6 +849,18 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			// A background sync failed: what was applied since the last
 			// one may be lost. Start over from the stored cursors.
 			return nil, fmt.Errorf("%w: %s", ErrViewsStalled, "the views' sync failed")
+		case <-f.renew:
+			// A consumer that delivers nothing while events are stored
+			// (one the library keeps, since its server still sends
+			// heartbeats, or one placed where its stream elects): a new
+			// one from the last event committed.
+			f.logger.Info("a recovery waits on this shard's views and its consumer delivered nothing; recreating the consumer",
+				"behind", names(group), "at", at, "after", renewAfter)
+			f.l.metrics.consumerRenewals.Inc()
+			cancel()
+			wg.Wait()
+			pumpFrom(at)
+			continue
 		case it, ok := <-ch:
 			if !ok {
 				return nil, ctx.Err()
@@ -887,6 +914,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		if err := f.commit(group, items, last.Seq); err != nil {
 			return nil, err
 		}
+		at = last.Seq
 		for _, m := range group {
 			f.l.metrics.lag.WithLabelValues(m.p.Name).Set(float64(last.Pending))
 		}

@@ -23,6 +23,9 @@ type metrics struct {
 	compactions    *prometheus.CounterVec
 	compactSeconds prometheus.Histogram
 	shardStarts    prometheus.Counter
+	// consumerRenewals counts shard followers' consumers recreated for a
+	// waiting recovery (Follower.renew).
+	consumerRenewals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -81,6 +84,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_eventlog_shard_follower_starts_total",
 			Help: "Starts of a shard follower's consumer from its stored cursors: every shard's when the views start, and with owned views each shard's whose followed partitions changed.",
 		}),
+		consumerRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_view_consumer_renewals_total",
+			Help: "Consumers of an owned-views shard follower recreated because a partition's recovery waited on them and they delivered nothing for 2 s while events were stored (a consumer on a dead server, or placed where its stream elects).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -125,6 +132,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.shardStarts, err = promreg.Register(reg, m.shardStarts); err != nil {
+		return nil, err
+	}
+	if m.consumerRenewals, err = promreg.Register(reg, m.consumerRenewals); err != nil {
 		return nil, err
 	}
 	return m, nil

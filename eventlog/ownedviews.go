@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -39,7 +40,12 @@ import (
 // event stored before it (learnt from the stream when their consumer is
 // idle). WaitFor(SeqEnds) waits for each followed partition's last event;
 // WaitPartition(p) for p's last event alone, in p's shard (a new owner's
-// recovery of p).
+// recovery of p). A wait that sees its shard follower make no progress
+// for renewAfter while behind has it recreate its consumer from its last
+// applied event (Follower.renew): one on a server that died, or placed
+// where its stream elects, would otherwise hold the recovery until the
+// client library notices missed heartbeats (10 s), or for as long as its
+// server still sends them.
 //
 // A view kept with every partition (shard cursors "c<k>") and opened with
 // owned views starts each partition's cursor at its shard's; the view is
@@ -373,6 +379,7 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 		}
 		seq = last
 	}
+	stuckAt, stuckSince := Seq(0), time.Now() // the cursor, and since when unchanged
 	for {
 		s.mu.Lock()
 		cur, ch, err, idle := s.mu.cursor, s.mu.changed, s.mu.err, s.mu.idle
@@ -397,14 +404,36 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 				continue
 			}
 		}
+		// A consumer that delivers nothing while the wait is behind is
+		// recreated after renewAfter without progress (its server died,
+		// or it was placed where its stream elects): a recovery waits on
+		// it, where nats.go would recreate it only after two missed
+		// heartbeats, or never while its server still sends them.
+		if cur != stuckAt {
+			stuckAt, stuckSince = cur, time.Now()
+		} else if time.Since(stuckSince) >= renewAfter && s.renew != nil {
+			select {
+			case s.renew <- struct{}{}:
+			default:
+			}
+			stuckSince = time.Now()
+		}
+		renew := time.NewTimer(max(renewAfter-time.Since(stuckSince), 0))
 		select {
 		case <-ch:
 		case <-owned:
+		case <-renew.C:
 		case <-ctx.Done():
+			renew.Stop()
 			return ctx.Err()
 		}
+		renew.Stop()
 	}
 }
+
+// renewAfter is how long a wait of an owned-views shard follower sees no
+// progress while behind before it asks for a new consumer (Follower.renew).
+const renewAfter = 2 * time.Second
 
 // Keys of a view kept with owned views (see above).
 const (
