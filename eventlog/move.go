@@ -252,13 +252,7 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 	}
 	var n uint64
 	for {
-		var r pulled
-		select {
-		case r = <-next.ch:
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-		msg, err := r.m, r.err
+		msg, err := next.next(ctx)
 		if err != nil {
 			return n, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 		}

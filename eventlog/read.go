@@ -526,14 +526,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			}()
 		}()
 		for {
-			var r pulled
-			select {
-			case r = <-next.ch:
-			case <-ctx.Done():
-				yield(Event{}, ctx.Err())
-				return
-			}
-			m, err := r.m, r.err
+			m, err := next.next(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					yield(Event{}, ctx.Err())
@@ -599,6 +592,16 @@ func nextOf(msgs jetstream.MessagesContext) *nexter {
 		}
 	}()
 	return n
+}
+
+// next returns the next message read, or ctx's error once ctx ends.
+func (n *nexter) next(ctx context.Context) (jetstream.Msg, error) {
+	select {
+	case r := <-n.ch:
+		return r.m, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // quit ends the reading, once: the goroutine returns after the Next
