@@ -65,7 +65,11 @@
 // (servePartition): it catches the views up with the whole log, activates
 // every agent of the partition with orphaned fibers (activation recovers
 // them), and when the lease goes, deactivates them; their fibers stay in
-// the runs view for the next owner. The gauge
+// the runs view for the next owner. A command of the partition's agents
+// runs on this node once that recovery started, so a read never answers
+// from views still catching up with the previous owner's events; until
+// then it waits, within its context (owned, awaitRecovered:
+// TestCommandsWaitForAPartitionsRecovery). The gauge
 // forever_agentd_partitions_recovered counts the partitions held whose
 // recovery finished: it equals forever_ownership_partitions_owned once
 // every partition acquired has caught up (TestHostPartitionsRecovered).

@@ -107,16 +107,11 @@ func (h *Host) answerNodeList(ctx context.Context, m *nats.Msg) {
 func (h *Host) listParts(ctx context.Context, q agents.Query, parts []int) (agents.Page, error) {
 	keep := map[int]bool{}
 	for _, p := range parts {
-		h.mu.Lock()
-		pt := h.mu.parts[p]
-		h.mu.Unlock()
-		if pt == nil || pt.ctx.Err() != nil {
+		switch owned, err := h.awaitPartition(ctx, p); {
+		case !owned:
 			return agents.Page{}, ErrUnavailable.Wrapf("node %s does not own partition %d now", h.own.Node(), p).WithCause(eventlog.ErrNotOwner)
-		}
-		select {
-		case <-pt.recovered:
-		case <-ctx.Done():
-			return agents.Page{}, ErrUnavailable.Wrapf("%w (waiting for partition %d's views)", ctx.Err(), p)
+		case err != nil:
+			return agents.Page{}, err
 		}
 		keep[p] = true
 	}

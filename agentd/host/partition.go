@@ -44,6 +44,27 @@ func (h *Host) ownsPartition(p int) bool {
 	return pt != nil && pt.ctx.Err() == nil
 }
 
+// awaitPartition waits until partition p's recovery started on this node
+// (servePartition closes part.recovered once the views caught p up): owned
+// is false when this node does not serve p, or stops serving it
+// meanwhile; err is a 503 when ctx ends first.
+func (h *Host) awaitPartition(ctx context.Context, p int) (owned bool, err error) {
+	h.mu.Lock()
+	pt := h.mu.parts[p]
+	h.mu.Unlock()
+	if pt == nil || pt.ctx.Err() != nil {
+		return false, nil
+	}
+	select {
+	case <-pt.recovered:
+		return true, nil
+	case <-pt.ctx.Done():
+		return false, nil
+	case <-ctx.Done():
+		return true, ErrUnavailable.Wrapf("%w (waiting for partition %d's views to catch up on node %s)", ctx.Err(), p, h.own.Node())
+	}
+}
+
 // notOwner is the error of a command for an agent whose partition this node
 // does not serve: retryable, 503.
 func (h *Host) notOwner(id string, p int) error {

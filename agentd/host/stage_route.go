@@ -113,6 +113,8 @@ func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) 
 // owned runs cmd with next on this node, which must own the agent's
 // partition (otherwise it fails with a retryable 503): the owner's side
 // of the route, for a command routed here or forwarded by another node.
+// A partition just taken is served once its recovery started
+// (awaitRecovered): its views then hold its events.
 //
 // While this node's JetStream store is full (agentd.Daemon.ServerStoreFull) a
 // command that writes (a write or an approve; not a read, and not an
@@ -121,8 +123,8 @@ func (h *Host) route(ctx context.Context, cmd Command) (json.RawMessage, error) 
 // its append would wait for one until the command's timeout.
 func (h *Host) owned(next handler) handler {
 	return func(ctx context.Context, cmd Command) (json.RawMessage, error) {
-		if !h.Owns(cmd.Agent) {
-			return nil, h.notOwner(cmd.Agent, h.partitionOf(cmd.Agent))
+		if err := h.awaitRecovered(ctx, cmd.Agent); err != nil {
+			return nil, err
 		}
 		if a := auth.VerbAccess(cmd.Verb); a == auth.AccessWrite || a == auth.AccessApprove {
 			if full := h.daemon.ServerStoreFull(); full != nil {
@@ -145,4 +147,21 @@ func (h *Host) owned(next handler) handler {
 // (owned, then dispatch): route's "here", and every forwarded command.
 func (h *Host) local(ctx context.Context, cmd Command) (json.RawMessage, error) {
 	return h.path.local(ctx, cmd)
+}
+
+// awaitRecovered waits until this node's views caught up the partition of
+// agent and its recovery started (awaitPartition), so a command sees
+// every event the previous owner stored: with owned views a partition just
+// taken is caught up from the rows and cursor this node kept (none the
+// first time), and a read of its views before that answered with what
+// they held, an empty conversation in TestUpgrade. It fails with a
+// retryable 503 when this node does not own the partition, or loses it
+// meanwhile, and with a 503 when ctx ends first.
+func (h *Host) awaitRecovered(ctx context.Context, agent string) error {
+	p := h.partitionOf(agent)
+	owned, err := h.awaitPartition(ctx, p)
+	if !owned {
+		return h.notOwner(agent, p)
+	}
+	return err
 }
