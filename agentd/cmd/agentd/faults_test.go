@@ -26,7 +26,11 @@ import (
 
 // clientBound is how long a client following a turn may wait after an
 // operator fault before it must have its answer (an error, or the end).
-const clientBound = 30 * time.Second
+// The longest wait is DeleteLeases': the lease TTL, the heal, then the
+// recovered turn streams its whole reply again at --local-rate 15, 27 s
+// after the deletion on a quiet machine (22 s of it the reply); at 30 s
+// a loaded CI machine, which took 9 s to notice the deletion, failed it.
+const clientBound = 60 * time.Second
 
 // faultNode is a single agentd started for an operator-fault test: a slow
 // local model, so a reply is still streaming when the fault comes.
