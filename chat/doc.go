@@ -405,7 +405,9 @@
 //     the recovered turn (TestSendRacingRecovery).
 //     A turn whose finish chunk is stored but whose records are not yet
 //     appended is waited for (bounded): what a client saw in the stream
-//     is what Send, Answer and AnswerMessage act on.
+//     is what Send, Answer and AnswerMessage act on. The turn is marked
+//     ending before it writes that chunk, since a client may read it
+//     before the write returns (TestSendAsTheFinishIsWritten).
 //   - A node that is not the agent's owner writes nothing for its turns:
 //     once a write is refused with eventlog.ErrNotOwner or ErrFenced
 //     (eventlog.OwnerLost), the turn stops where it is, with no error

@@ -6,7 +6,7 @@ import (
 )
 
 // StopAt makes a's turns call stop at each named crash point of a step
-// ("tools-stashed", "tools-begin", "tool-recorded", "step-done", "ended") and of a command
+// ("tools-stashed", "tools-begin", "tool-recorded", "step-done", "ending", "ended") and of a command
 // that starts a turn ("send-begin", "send-checked", "send-turn-stored",
 // "send-stored"), of a recovery ("recover-claim") and of a sub-agent call
 // ("child-started", "children-wait");

@@ -773,6 +773,54 @@ func TestSettleRightAfterFinish(t *testing.T) {
 	}
 }
 
+// TestSendAsTheFinishIsWritten: a turn marks its stream ending before it
+// writes its finish chunk, so a client that reads the chunk the moment it
+// is durable (before the write returns to the turn) and sends its next
+// message at once waits for the turn's end instead of being refused. The
+// turn is held where it is about to write the chunk: a Send then waits,
+// and once the turn goes on it starts the next turn. Marked after the
+// write, the AI SDK's second message was refused (409, a turn is already
+// active) in CI.
+func TestSendAsTheFinishIsWritten(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
+	reached, release := make(chan struct{}, 1), make(chan struct{})
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point == "ending" {
+			select {
+			case reached <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		return nil
+	})
+	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "two"})
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		close(release)
+		t.Fatalf("Send returned (%v) while the previous turn wrote its finish, want it to wait for that turn's end", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-sent; err != nil {
+		t.Fatalf("Send once the previous turn ended: %v", err)
+	}
+	h.r.Wait()
+	msgs := settled(t, e, "a1")
+	if len(msgs) != 4 || msgs[1].Role != "assistant" || msgs[3].Role != "assistant" {
+		t.Fatalf("after both turns: %+v, want two questions, each answered", msgs)
+	}
+}
+
 // holdAtEnded holds h's next turn between its finish chunk and its end
 // records: reached gets a value when it gets there, and closing release
 // lets it go on.

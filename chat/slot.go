@@ -19,9 +19,12 @@ type activeTurn struct {
 	pending     bool
 	resolved    chan struct{}
 	resolveOnce sync.Once
-	// ending is set once the turn's terminal chunk is durable: clients
-	// have seen it end, and only its records remain to be appended. A new
-	// turn waits for done (closed by release) instead of refusing.
+	// ending is set when the turn writes its terminal chunk, just before
+	// the write: clients may see it end as soon as the chunk is durable,
+	// before the write returns to the turn, and then only its records
+	// remain to be appended. A new turn waits for done (closed by
+	// release), bounded, instead of refusing: set after the write, a
+	// client's next message that came first was refused (409) in CI.
 	ending    atomic.Bool
 	done      chan struct{}
 	endOnce   sync.Once
@@ -97,7 +100,8 @@ func newActiveTurn(requestID string) *activeTurn {
 // it stored its turn or gave the slot back.
 func (at *activeTurn) resolve() { at.resolveOnce.Do(func() { close(at.resolved) }) }
 
-// ended marks the turn's stream ended (its terminal chunk durable).
+// ended marks the turn's stream ending (its terminal chunk about to be
+// written).
 // A turn ended outside a run (abandoned) has no activeTurn.
 func (at *activeTurn) ended() {
 	if at != nil {

@@ -327,6 +327,7 @@ const (
 	pointToolsBegin   = "tools-begin"   // tool-input-available is stored, no tool has run
 	pointToolRecorded = "tool-recorded" // a tool's result is recorded, its output chunk not written
 	pointStepDone     = "step-done"     // every output is written, the next call not made
+	pointEnding       = "ending"        // the turn is about to write its finish chunk
 	pointEnded        = "ended"         // the finish chunk is durable, the turn's records not appended
 
 	// Points of a command that starts a turn (Send, Answer,

@@ -22,13 +22,19 @@ func (st *turnRun) completeTurn(ctx context.Context, reason string, usage llm.Us
 	if _, err := a.messageEvents(EventMessageAppended, st.info.AssistantMessageID, st.assistantMessage()); err != nil {
 		return st.failTurn(ctx, fmt.Errorf("chat: the answer cannot be stored: %w", err))
 	}
+	// Ending before the finish chunk is written: a client sees the chunk
+	// as soon as it is durable, before Flush returns here, and may send
+	// its next message at once (st.at.ended).
+	st.at.ended()
+	if err := a.crashPoint(ctx, pointEnding); err != nil {
+		return err
+	}
 	if err := em.finish(ctx, reason, usage); err != nil {
 		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
-	st.at.ended()
 	if err := a.crashPoint(ctx, pointEnded); err != nil {
 		return err
 	}
@@ -176,13 +182,13 @@ func (st *turnRun) failTurn(ctx context.Context, cause error) error {
 	if err := st.nameLinked(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
+	st.at.ended() // before the terminal chunk, as in completeTurn
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Error, ErrorText: cause.Error()}); err != nil {
 		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
-	st.at.ended()
 	return st.recordFailed(ctx, cause.Error())
 }
 
@@ -215,13 +221,13 @@ func (st *turnRun) abortTurn(ctx context.Context, persist bool, reason string) e
 	if err := st.nameLinked(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
+	st.at.ended() // before the terminal chunk, as in completeTurn
 	if err := em.emit(ctx, chunk.Chunk{Type: chunk.Abort}); err != nil {
 		return st.writeFailed(ctx, err)
 	}
 	if _, err := em.w.Flush(ctx); err != nil {
 		return st.writeFailed(ctx, err)
 	}
-	st.at.ended()
 	return st.recordInterrupted(ctx, persist, reason)
 }
 
