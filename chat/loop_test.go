@@ -784,17 +784,7 @@ func TestSettleRightAfterFinish(t *testing.T) {
 func TestSendAsTheFinishIsWritten(t *testing.T) {
 	e := newEnv(t)
 	h := e.host(t, "a1", llm.NewLocal(llm.LocalConfig{Rate: -1}), nil)
-	reached, release := make(chan struct{}, 1), make(chan struct{})
-	chat.StopAt(h.a, func(ctx context.Context, point string) error {
-		if point == "ending" {
-			select {
-			case reached <- struct{}{}:
-				<-release
-			default:
-			}
-		}
-		return nil
-	})
+	reached, release := holdAt(h, "ending")
 	if _, err := h.a.Send(t.Context(), chat.SendRequest{Text: "one"}); err != nil {
 		t.Fatal(err)
 	}
@@ -825,9 +815,14 @@ func TestSendAsTheFinishIsWritten(t *testing.T) {
 // records: reached gets a value when it gets there, and closing release
 // lets it go on.
 func holdAtEnded(h *host) (reached chan struct{}, release chan struct{}) {
+	return holdAt(h, "ended")
+}
+
+// holdAt holds h's next turn at its crash point named at, as holdAtEnded.
+func holdAt(h *host, at string) (reached chan struct{}, release chan struct{}) {
 	reached, release = make(chan struct{}, 1), make(chan struct{})
 	chat.StopAt(h.a, func(ctx context.Context, point string) error {
-		if point == "ended" {
+		if point == at {
 			select {
 			case reached <- struct{}{}:
 				<-release
