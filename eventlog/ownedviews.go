@@ -380,6 +380,12 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 		seq = last
 	}
 	stuckAt, stuckSince := Seq(0), time.Now() // the cursor, and since when unchanged
+	var renew *time.Timer                     // fires when a renewal is due; made at the first wait
+	defer func() {
+		if renew != nil {
+			renew.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
 		cur, ch, err, idle := s.mu.cursor, s.mu.changed, s.mu.err, s.mu.idle
@@ -418,16 +424,19 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 			}
 			stuckSince = time.Now()
 		}
-		renew := time.NewTimer(max(renewAfter-time.Since(stuckSince), 0))
+		due := max(renewAfter-time.Since(stuckSince), 0)
+		if renew == nil {
+			renew = time.NewTimer(due)
+		} else {
+			renew.Reset(due)
+		}
 		select {
 		case <-ch:
 		case <-owned:
 		case <-renew.C:
 		case <-ctx.Done():
-			renew.Stop()
 			return ctx.Err()
 		}
-		renew.Stop()
 	}
 }
 
