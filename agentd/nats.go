@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
@@ -308,33 +307,4 @@ func (s *serverLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	s.l.Error(msg, "fatal", true)
 	s.report(msg)
-}
-
-// metaPoll is how often waitMeta looks at the server's meta layer.
-const metaPoll = 20 * time.Millisecond
-
-// waitMeta waits, at most bound, until the embedded clustered server's
-// JetStream meta layer has a leader, recovered its state and is current
-// with the leader, and reports whether it got there. Until then the
-// server's JetStream API requests go unanswered (nats-server answers a
-// stream create or update on the meta leader only, which the request
-// reaches once the routes and the meta state are up): a restarted node
-// that sent its first request at once lost a whole attempt of
-// RetryQuorum. A cluster with no quorum (its first nodes starting) never
-// gets there, and is then waited for by RetryQuorum, after bound.
-func waitMeta(ctx context.Context, s *server.Server, bound time.Duration) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if s.Healthz(&server.HealthzOptions{JSMetaOnly: true}).StatusCode == http.StatusOK {
-			return true
-		}
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(metaPoll):
-		}
-	}
 }
