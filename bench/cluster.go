@@ -302,6 +302,23 @@ func (nd *clusterNode) kill() {
 	nd.log.Close()
 }
 
+// dumpStacks makes a node that is stuck write every goroutine's stack to
+// its log (SIGQUIT: the Go runtime's dump, after which the process exits)
+// and waits, up to 10 s, for it to go; then it is killed as by kill.
+func (nd *clusterNode) dumpStacks() {
+	if nd.cmd == nil {
+		return
+	}
+	nd.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-nd.exited:
+		nd.cmd = nil
+		nd.log.Close()
+	case <-time.After(10 * time.Second):
+		nd.kill()
+	}
+}
+
 // tail returns the last lines of the node's log, for errors.
 func (nd *clusterNode) tail() string {
 	b, err := os.ReadFile(nd.logPath)

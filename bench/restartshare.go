@@ -36,6 +36,13 @@ const (
 	// restartShareStable is how long the node's views must stay caught up
 	// (nothing more applied) for its restart to count as done.
 	restartShareStable = time.Second
+	// restartShareAgents is the agents the history is spread over: 20 a
+	// partition on average, so a node's share of the history follows its
+	// share of the partitions. With 100 (restartAgents) a partition held
+	// 0 to 5 agents, and as partitions stay with their holders (record
+	// format 10) a node's 9 partitions held 23,100 to 39,900 of the
+	// 210,000 events from one run to the next.
+	restartShareAgents = 1280
 )
 
 // restartShareFlags are the flags restart-share adds to the chart's
@@ -46,7 +53,7 @@ var restartShareFlags = []string{"--shards", "8", "--owned-views"}
 // the cluster's size, with the same total history: a sharded cluster with
 // owned views (restartShareFlags, or -agentd-flags) of 3 and then of 6
 // agentd started as the chart starts its pods, its log filled with
-// restartShareEvents events (whole chat turns over restartAgents agents,
+// restartShareEvents events (whole chat turns over restartShareAgents agents,
 // through a Bind Log); then, alternating, forever-1 is
 //
 //   - restarted: SIGTERM (it hands its partitions off), start, and
@@ -148,7 +155,7 @@ func restartShareCluster(ctx context.Context, env *Env, bin string, n int, flags
 	}
 	defer nc.Close()
 	began := time.Now()
-	if err := fillLog(ctx, nc, events, SyncAlways); err != nil {
+	if err := fillLog(ctx, nc, events, restartShareAgents, SyncAlways); err != nil {
 		return restartShareRun{}, fmt.Errorf("fill %d events: %w", events, err)
 	}
 	env.Logger.Info("restart-share: filled", "nodes", n, "events", events, "took", time.Since(began).Round(time.Millisecond))
@@ -258,7 +265,10 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 			candAt = time.Time{}
 		}
 		if time.Now().After(deadline) {
-			return restartShareRound{}, fmt.Errorf("bench: %s not caught up %s after its start: %s, metrics %v\n%s", nd.name, failoverHealthy, h, err, nd.tail())
+			// Its goroutines' stacks to its log, which the failure keeps.
+			nd.dumpStacks()
+			return restartShareRound{}, fmt.Errorf("bench: %s not caught up %s after its start: %s; %d partitions recovered of %d owned, runs view lag %v; metrics %v; its goroutines' stacks are in its log\n%s",
+				nd.name, failoverHealthy, h, int(rec[recoveredMetric]), int(rec[ownedMetric]), cur["lag:runs"], err, nd.tail())
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return restartShareRound{}, err
@@ -345,11 +355,11 @@ func (nd *clusterNode) stop() error {
 }
 
 // fillLog appends n events (whole chat turns, n rounded down to 7) to the
-// log through nc, spread over restartAgents agents, restartWriters writers
+// log through nc, spread over agents agents, restartWriters writers
 // at a time, each batching per stream (a sharded log's batch goes to one
 // shard); each agent's turns stay in order (agent and writer are both the
 // turn number modulo).
-func fillLog(ctx context.Context, nc *nats.Conn, n int, mode SyncMode) error {
+func fillLog(ctx context.Context, nc *nats.Conn, n, agents int, mode SyncMode) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -369,7 +379,7 @@ func fillLog(ctx context.Context, nc *nats.Conn, n int, mode SyncMode) error {
 		eg.Go(func() error {
 			batches := map[string][]eventlog.Event{}
 			for t := w; t < turns; t += restartWriters {
-				agent := fmt.Sprintf("r%d", t%restartAgents)
+				agent := fmt.Sprintf("r%d", t%agents)
 				stream := ls.EventsOf(agent)
 				evs := append(batches[stream], turnEvents(agent, t)...)
 				if len(evs) >= 7*viewsTurnsPB {
