@@ -244,9 +244,9 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 		if err == nil {
 			rec, err = metricValues("http://"+nd.metrics+"/metrics", recoveredMetric, ownedMetric)
 		}
-		// The lag gauge is the last shard's (and not moved by a partition
-		// catching up alone): the node's partitions count as caught up
-		// once each it holds finished its recovery.
+		// The lag (the highest of the shards' series) is not moved by a
+		// partition catching up alone: the node's partitions count as
+		// caught up once each it holds finished its recovery.
 		done := ok && h.Partitions >= share && err == nil && cur["lag:runs"] == 0 &&
 			rec[recoveredMetric] >= float64(share) && rec[recoveredMetric] == rec[ownedMetric]
 		if done {

@@ -677,34 +677,38 @@ func metricsPage(url string) ([]byte, error) {
 }
 
 // projectionCursors reads every forever_eventlog_projection_cursor of a
-// /metrics page.
+// /metrics page, with each projection's lag under "lag:<projection>" (the
+// highest of its streams' series: a sharded log has one a shard) and its
+// events applied under "applied:<projection>".
 func projectionCursors(url string) (map[string]float64, error) {
 	body, err := metricsPage(url)
 	if err != nil {
 		return nil, err
 	}
-	const prefix, lag = `forever_eventlog_projection_cursor{projection="`, `forever_eventlog_projection_lag_events{projection="`
-	const applied = `forever_eventlog_projection_events_applied_total{projection="`
+	kinds := []struct{ prefix, key string }{
+		{`forever_eventlog_projection_cursor{projection="`, ""},
+		{`forever_eventlog_projection_lag_events{projection="`, "lag:"},
+		{`forever_eventlog_projection_events_applied_total{projection="`, "applied:"},
+	}
 	cur := map[string]float64{}
 	for line := range strings.Lines(string(body)) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
-		if !ok {
-			// The lag too, under "lag:<projection>", for the log, and the
-			// events applied under "applied:<projection>".
-			if rest, ok = strings.CutPrefix(strings.TrimSpace(line), lag); ok {
-				rest = "lag:" + rest
-			} else if rest, ok = strings.CutPrefix(strings.TrimSpace(line), applied); ok {
-				rest = "applied:" + rest
-			} else {
+		line = strings.TrimSpace(line)
+		for _, k := range kinds {
+			rest, ok := strings.CutPrefix(line, k.prefix)
+			if !ok {
 				continue
 			}
-		}
-		name, val, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			cur[name] = v
+			name, _, ok1 := strings.Cut(rest, `"`)
+			_, val, ok2 := strings.Cut(rest, "} ")
+			v, err := strconv.ParseFloat(val, 64)
+			if !ok1 || !ok2 || err != nil {
+				break
+			}
+			key := k.key + name
+			if old, seen := cur[key]; !seen || v > old {
+				cur[key] = v
+			}
+			break
 		}
 	}
 	return cur, nil

@@ -14,12 +14,14 @@ import (
 
 // TestProjectionCursors: the scale-out scenario reads every projection's
 // cursor from a /metrics page, and counts a node's applied events by the
-// runs projection only.
+// runs projection only; a projection's lag is the highest of its shards'.
 func TestProjectionCursors(t *testing.T) {
 	page := "# HELP forever_eventlog_projection_cursor x\n" +
 		"forever_eventlog_projection_cursor{projection=\"runs\"} 1200\n" +
 		"forever_eventlog_projection_cursor{projection=\"chat\"} 1.5e+06\n" +
-		"forever_eventlog_projection_lag_events{projection=\"runs\"} 3\n"
+		"forever_eventlog_projection_lag_events{projection=\"runs\",stream=\"FOREVER_EVENTS_0\"} 0\n" +
+		"forever_eventlog_projection_lag_events{projection=\"runs\",stream=\"FOREVER_EVENTS_1\"} 3\n" +
+		"forever_eventlog_projection_lag_events{projection=\"runs\",stream=\"FOREVER_EVENTS_2\"} 1\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, page) }))
 	defer srv.Close()
 	cur, err := projectionCursors(srv.URL)

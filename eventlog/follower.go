@@ -916,7 +916,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 		}
 		at = last.Seq
 		for _, m := range group {
-			f.l.metrics.lag.WithLabelValues(m.p.Name).Set(float64(last.Pending))
+			f.l.metrics.lag.WithLabelValues(m.p.Name, f.stream).Set(float64(last.Pending))
 		}
 		if upto == 0 && (last.Seq >= target || last.Pending == 0) {
 			f.markReady()

@@ -41,8 +41,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"stream", "mode"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "forever_eventlog_projection_lag_events",
-			Help: "Events stored but not yet applied to the projection.",
-		}, []string{"projection"}),
+			Help: "Events stored but not yet applied to the projection, per stream (shard) it follows; a shard's series goes when its follower stops.",
+		}, []string{"projection", "stream"}),
 		cursor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "forever_eventlog_projection_cursor",
 			Help: "Last stream sequence applied to the projection.",
