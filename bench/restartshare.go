@@ -62,9 +62,9 @@ var restartShareFlags = []string{"--shards", "8", "--owned-views"}
 // each timed from the start until it answers /readyz 200, holds its share
 // of the partitions (as waitHealthy counts it), each of them recovered
 // (forever_agentd_partitions_recovered equal to the partitions it owns:
-// their views caught up) and its views have nothing left to apply ("runs"
-// projection lag 0 and its applied count unchanged for
-// restartShareStable, which is not counted). Each figure comes with the
+// their views caught up) and its views have nothing left to apply (the
+// "runs" projection's applied count unchanged for restartShareStable,
+// which is not counted). Each figure comes with the
 // node's CPU over that time and the events its views applied. The rows
 // compare the 6-node figure with the 3-node one: goal within 0.5x, as the
 // node's partitions are half as many. Each cluster's load average is in
@@ -244,10 +244,11 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 		if err == nil {
 			rec, err = metricValues("http://"+nd.metrics+"/metrics", recoveredMetric, ownedMetric)
 		}
-		// The lag (the highest of the shards' series) is not moved by a
-		// partition catching up alone: the node's partitions count as
-		// caught up once each it holds finished its recovery.
-		done := ok && h.Partitions >= share && err == nil && cur["lag:runs"] == 0 &&
+		// The node's partitions count as caught up once each it holds
+		// finished its recovery (its views applied its events); the lag
+		// gauge is not read: after two rebuilds of ten it stood at 232
+		// and 418 for minutes on a node recovered and idle.
+		done := ok && h.Partitions >= share && err == nil &&
 			rec[recoveredMetric] >= float64(share) && rec[recoveredMetric] == rec[ownedMetric]
 		if done {
 			applied := cur["applied:runs"]

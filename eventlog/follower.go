@@ -794,6 +794,11 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	}
 	if upto == 0 {
 		f.setIdle(after >= target)
+		if after >= target {
+			// Nothing stored past the cursor: no lag, whatever the last
+			// catch-up's last event counted.
+			f.setLag(group, 0)
+		}
 	}
 	rebuilds := f.rebuildCh
 	breaks := f.l.breaks()
@@ -915,15 +920,20 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			return nil, err
 		}
 		at = last.Seq
-		for _, m := range group {
-			f.l.metrics.lag.WithLabelValues(m.p.Name, f.stream).Set(float64(last.Pending))
-		}
+		f.setLag(group, last.Pending)
 		if upto == 0 && (last.Seq >= target || last.Pending == 0) {
 			f.markReady()
 		}
 		if upto == 0 {
 			f.setIdle(last.Pending == 0)
 		}
+	}
+}
+
+// setLag sets the lag of group's projections in f's stream.
+func (f *Follower) setLag(group []*member, pending uint64) {
+	for _, m := range group {
+		f.l.metrics.lag.WithLabelValues(m.p.Name, f.stream).Set(float64(pending))
 	}
 }
 
