@@ -379,8 +379,7 @@ func (f *Follower) retake(ctx context.Context, runs []*shardRun, failed chan<- *
 func (f *Follower) followShard(ctx context.Context) error {
 	// A run that ends (its partitions changed, the Follower stops) takes
 	// its lag with it: left, the last lag it saw would stand for a shard
-	// nobody follows here, never to go down (the restart-share bench
-	// waited 3 minutes on one of 232).
+	// nobody follows here, never to go down.
 	defer f.clearLag()
 	if len(f.members) == 0 {
 		// An owned-views shard follower with no partition followed.
