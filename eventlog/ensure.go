@@ -3,8 +3,11 @@ package eventlog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,11 +21,48 @@ import (
 // by the stream's leader. A lookup that fails for another reason than a
 // missing stream falls back to the create-or-update, as before.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	st, err := js.Stream(ctx, cfg.Name)
+	st, err := lookupStream(ctx, js, cfg.Name)
 	if err == nil && configHolds(st.CachedInfo().Config, cfg) {
 		return st, nil
 	}
 	return js.CreateOrUpdateStream(ctx, cfg)
+}
+
+// lookupTry bounds lookupStream's first request; each next one gets
+// twice as long.
+const lookupTry = 500 * time.Millisecond
+
+// lookupDefault bounds lookupStream under a ctx without a deadline: the
+// jetstream package's own default for a request.
+const lookupDefault = 5 * time.Second
+
+// lookupStream looks the stream up as js.Stream does, sending the request
+// again while none is answered, each try twice as long as the one before,
+// until ctx ends (or jetstream's default request timeout, when ctx has no
+// deadline). Only the stream's leader answers a lookup: a stream whose
+// leader's node was just killed has none until its other peers elect
+// one, 4-9 s later, and a request sent before that is lost. Sent once, it
+// held a restarted node's start until its attempt's end (3 s, twice in a
+// row in the chaos runs: restarts ready in 7.1 s where the election took
+// less); sent again, it is answered soon after the election.
+func lookupStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(lookupDefault)
+	}
+	for try := lookupTry; ; try *= 2 {
+		end := time.Now().Add(try)
+		if deadline.Before(end) {
+			end = deadline
+		}
+		tctx, cancel := context.WithDeadline(ctx, end)
+		st, err := js.Stream(tctx, name)
+		cancel()
+		if err == nil || ctx.Err() != nil || !time.Now().Before(deadline) ||
+			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return st, err
+		}
+	}
 }
 
 // configHolds reports whether have, a stream's config as the server holds

@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -79,4 +80,39 @@ func TestOpenUpdatesOnlyWhatDiffers(t *testing.T) {
 	if got := info.CachedInfo().Config.MaxAge; got != 2*time.Hour {
 		t.Fatalf("chunks stream MaxAge %v after the open, want 2h", got)
 	}
+}
+
+// A start while the log's streams have no leader (their leader's node just
+// lost, the others not yet past their election) opens the log once a
+// leader is elected: its lookup is sent again until one answers. Sent
+// once, the request reached no leader and the start waited out its whole
+// context (a restarted node's attempts of 3 s, twice in a row in the
+// chaos runs). Here two of three servers stop, so the streams lose their
+// quorum, and one comes back a second into the start.
+func TestOpenWhileItsStreamsElect(t *testing.T) {
+	srvs := eventlogtest.RunCluster(t, 3)
+	ctx := t.Context()
+	cfg := eventlog.Config{Replicas: 3}
+	lg := eventlogtest.OpenOn(t, srvs[0], cfg)
+	lg.Close()
+	restart := eventlogtest.StopServers(t, srvs, 1, 2)
+	nc := eventlogtest.Connect(t, srvs[0])
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	opened := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		cfg.Conn, cfg.Dir = nc, t.TempDir()
+		l, err := eventlog.Open(octx, cfg)
+		if err == nil {
+			l.Close()
+		}
+		opened <- err
+	}()
+	time.Sleep(time.Second)
+	restart(1)
+	if err := <-opened; err != nil {
+		t.Fatalf("open while the streams elect: %v after %s", err, time.Since(began))
+	}
+	t.Logf("opened %s after the start, a leader elected meanwhile", time.Since(began))
 }
