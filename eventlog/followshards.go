@@ -405,9 +405,13 @@ func (f *Follower) followShard(ctx context.Context) error {
 }
 
 // clearLag deletes the lag series of this shard follower's projections.
+// REQUIRES: called by its committer.
 func (f *Follower) clearLag() {
 	for _, m := range f.members {
-		f.l.metrics.lag.DeleteLabelValues(m.p.Name, f.stream)
+		if m.lag != nil {
+			f.l.metrics.lag.DeleteLabelValues(m.p.Name, f.stream)
+			m.lag = nil
+		}
 	}
 }
 

@@ -37,11 +37,17 @@ func (h *Host) ReadsOnOwner(agent string) bool {
 }
 
 // ownsPartition reports whether this node serves partition p now.
-func (h *Host) ownsPartition(p int) bool {
+func (h *Host) ownsPartition(p int) bool { return h.servedPart(p) != nil }
+
+// servedPart returns partition p's part while this node serves it, or nil.
+func (h *Host) servedPart(p int) *part {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	pt := h.mu.parts[p]
-	return pt != nil && pt.ctx.Err() == nil
+	h.mu.Unlock()
+	if pt == nil || pt.ctx.Err() != nil {
+		return nil
+	}
+	return pt
 }
 
 // awaitPartition waits until partition p's recovery started on this node
@@ -49,10 +55,8 @@ func (h *Host) ownsPartition(p int) bool {
 // is false when this node does not serve p, or stops serving it
 // meanwhile; err is a 503 when ctx ends first.
 func (h *Host) awaitPartition(ctx context.Context, p int) (owned bool, err error) {
-	h.mu.Lock()
-	pt := h.mu.parts[p]
-	h.mu.Unlock()
-	if pt == nil || pt.ctx.Err() != nil {
+	pt := h.servedPart(p)
+	if pt == nil {
 		return false, nil
 	}
 	select {
