@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "8bfb56971c36d843e0b451b3bd2238aa91c7927a"
+const upgradeFrom = "1429a1da495efe58c6a518d092722f38f8c31fb8"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
