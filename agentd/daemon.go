@@ -400,6 +400,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		began := time.Now()
 		current := waitMeta(ctx, r.srv, quorumAttempt, nudgeMeta(r.nc, "KV_"+ownership.DefaultBucket))
 		d.logger.Debug("waited for the JetStream meta leader", "current", current, "took", time.Since(began))
+		if op != nil {
+			d.endPreviousServer(cfg, r.srv, op)
+		}
 	}
 	d.mu.Lock()
 	d.mu.nc = r.nc

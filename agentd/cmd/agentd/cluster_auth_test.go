@@ -29,8 +29,9 @@ import (
 
 // testClusterAuth runs three nodes with auth as the chart's defaults start
 // them (one shared secret file): a tenant created on one node is served by
-// every node, over NATS and HTTP, its agents spread over the nodes, and a
-// revocation sent to one node closes a connection held on another.
+// every node, over NATS and HTTP, its agents spread over the nodes, a
+// revocation sent to one node closes a connection held on another, and a
+// node's SIGKILL leaves a tenant's connection limit as it was.
 func testClusterAuth(t *testing.T, bin string) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte(strings.Repeat("k", 48)), 0o400); err != nil {
@@ -137,6 +138,8 @@ func testClusterAuth(t *testing.T, bin string) {
 			}
 		}
 	}
+	// A node killed and started again: the last check, as it kills a node.
+	t.Run("ConnLimitAfterKill", func(t *testing.T) { testClusterConnLimitAfterKill(t, bin, nodes) })
 }
 
 // tenantPartitions returns the partitions of tenant the node owns, from

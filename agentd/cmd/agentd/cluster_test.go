@@ -346,7 +346,7 @@ func TestCluster(t *testing.T) {
 		t.Run("Console", func(t *testing.T) { testClusterConsole(t, nodes) })
 	})
 	runCase("NoQuorum", 45, func(t *testing.T) { testClusterNoQuorum(t, bin) })
-	runCase("Auth", 33, func(t *testing.T) { testClusterAuth(t, bin) })
+	runCase("Auth", 45, func(t *testing.T) { testClusterAuth(t, bin) })
 	runCase("Backup", 125, func(t *testing.T) { testClusterBackup(t, bin) })
 }
 
