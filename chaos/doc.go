@@ -14,7 +14,8 @@
 // on with one secret file every node shares), plus the flags below that
 // make kills land everywhere. With auth, agents live in tenants: chaos
 // creates one (agentd tenant create, with the admin credential the first
-// node wrote) and runs its load in it, with the credential of agentd's own
+// node wrote, and --max-conns twice the connections the load and agentd
+// hold in it) and runs its load in it, with the credential of agentd's own
 // user in it (tenancy.AdminAccessSubject); -auth=false runs the cluster
 // without auth, as the chart's auth.enabled=false does.
 //

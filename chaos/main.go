@@ -171,6 +171,9 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 		ns, err = singleNode(bin, dir, o.agentdFlags)
 	} else {
 		ns, err = clusterNodes(bin, dir, o.nodes, o.leaseTTL, o.auth, o.agentdFlags)
+		if err == nil {
+			ns.tenantConns = o.tenantConns()
+		}
 		// A command may wait for the partition's new owner, and JetStream
 		// for a stream's new leader.
 		requestTimeout = 15 * time.Second
@@ -506,4 +509,20 @@ func percentile(ds []time.Duration, p int) string {
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(i-1, 0)].Round(time.Millisecond).String()
+}
+
+// tenantConns is the connection limit (--max-conns) of the load's tenant
+// on a cluster with auth: twice what it holds. Each worker, the check and
+// the resends have a connection, and agentd two a node. A SIGKILLed
+// node's connections count on the other servers until its restart says
+// it is gone, while its clients connect again elsewhere; a limit without
+// that room makes the servers close the tenant's newest connections,
+// agentd's own among them, which is NATS's rule and not the case under
+// test (docs/operations.md, "A tenant's connections").
+func (o options) tenantConns() int {
+	conns := 1 + o.chats + o.steps + o.stallAgents + 2*o.nodes
+	if o.stepdowns+o.handoffs > 0 {
+		conns += o.nodes
+	}
+	return 2 * conns
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type nodes struct {
 	auth             bool
 	creds            string
 	userJWT, userKey string
+	// tenantConns is the --max-conns of the load's tenant (0: the
+	// default).
+	tenantConns int
 }
 
 // tenant is the tenant the load runs in on a cluster with auth.
@@ -148,8 +152,11 @@ func (ns *nodes) startAll(ctx context.Context, dir string) error {
 	var out []byte
 	var err error
 	for range 5 {
-		cmd := exec.CommandContext(ctx, ns.list[0].bin, "tenant", "create", tenant,
-			"--nats-url", ns.urls(), "--creds", ns.creds, "--out", dir)
+		args := []string{"tenant", "create", tenant, "--nats-url", ns.urls(), "--creds", ns.creds, "--out", dir}
+		if ns.tenantConns > 0 {
+			args = append(args, "--max-conns", strconv.Itoa(ns.tenantConns))
+		}
+		cmd := exec.CommandContext(ctx, ns.list[0].bin, args...)
 		if out, err = cmd.CombinedOutput(); err == nil {
 			break
 		}
