@@ -87,8 +87,10 @@
 // 8 s, so two overlap), followed from their events streams by stored time
 // (stalls.go). Before each kill it asks each one's owner and each events
 // stream's leader: an agent owned by the victim, or in a shard whose
-// events stream it led, is the victim's; the others are not. After the run
-// it measures each agent writing when the kill came, from the kill until
+// events stream it led, is the victim's; the others are not. Once the
+// victim is ready again and the election plus the TTL have passed (so
+// before compaction deletes them), it reads their events and measures
+// each agent writing when the kill came, from the kill until
 // the victim was ready again: its longest time without a stored event
 // (stalled above 1 s), and for the victim's, the kill to its first event,
 // which issue 36 bounds by nats-server's election (9 s at most) plus the

@@ -284,7 +284,7 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 		return res, err
 	}
 	if watch != nil {
-		if res.stalls, err = watch.measure(ctx); err != nil {
+		if res.stalls, err = watch.measure(); err != nil {
 			return res, err
 		}
 	}
@@ -401,7 +401,7 @@ func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, watch *st
 		res.ready = append(res.ready, took)
 		if watch != nil {
 			sk.ready = time.Now()
-			watch.done(sk)
+			watch.done(ctx, sk)
 		}
 		logf("kill %d: %s ready again in %s", res.kills, d.name, took.Round(time.Millisecond))
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,8 +52,10 @@ type stallWatch struct {
 	ttl      time.Duration
 	byStream map[string][]string // each stream's stall agents' subjects
 
-	mu    sync.Mutex
-	kills []stallKill
+	reads   sync.WaitGroup // each kill's read (done)
+	mu      sync.Mutex
+	results []stallResult
+	err     error // the first read that failed
 }
 
 // stallKill is one kill as the watch saw it.
@@ -134,11 +138,33 @@ func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill
 	return k
 }
 
-// done records a kill once its victim is ready again.
-func (w *stallWatch) done(k stallKill) {
-	w.mu.Lock()
-	w.kills = append(w.kills, k)
-	w.mu.Unlock()
+// done measures kill k once its victim is ready again and the victim's
+// agents had time to resume (the election plus the TTL after the kill):
+// it reads the stall agents' stored events then, in the background.
+// Read at the run's end instead, most were gone: chaos compacts every
+// second, and a compaction deletes the events before its snapshot, which
+// left a kill with no agent seen writing when it came.
+func (w *stallWatch) done(ctx context.Context, k stallKill) {
+	w.reads.Go(func() {
+		at := k.killed.Add(stallElection + w.ttl)
+		if k.ready.After(at) {
+			at = k.ready
+		}
+		at = at.Add(time.Second)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(at)):
+		}
+		times, err := stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{})
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.err = cmp.Or(w.err, fmt.Errorf("stall watch: kill %d: %w", k.n, err))
+			return
+		}
+		w.results = append(w.results, measureKill(w.agents, times, k))
+	})
 }
 
 // stallResult is one kill's measure.
@@ -147,24 +173,14 @@ type stallResult struct {
 	stalls.Result
 }
 
-// measure measures every kill: each agent writing when it came, from the
-// kill until its victim was ready again (at least until the bound on the
-// victim's agents' resumption).
-func (w *stallWatch) measure(ctx context.Context) ([]stallResult, error) {
+// measure waits for every kill's measure (done) and returns them in the
+// kills' order.
+func (w *stallWatch) measure() ([]stallResult, error) {
+	w.reads.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.kills) == 0 {
-		return nil, nil
-	}
-	times, err := stalls.Stored(ctx, w.js, w.byStream, w.kills[0].killed.Add(-stallActive), time.Time{})
-	if err != nil {
-		return nil, fmt.Errorf("stall watch: %w", err)
-	}
-	var out []stallResult
-	for _, k := range w.kills {
-		out = append(out, measureKill(w.agents, times, k))
-	}
-	return out, nil
+	slices.SortFunc(w.results, func(a, b stallResult) int { return a.k.n - b.k.n })
+	return w.results, w.err
 }
 
 // measureKill measures each agent writing when k came (an event within
