@@ -401,6 +401,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		current := waitMeta(ctx, r.srv, quorumAttempt, nudgeMeta(r.nc, "KV_"+ownership.DefaultBucket))
 		d.logger.Debug("waited for the JetStream meta leader", "current", current, "took", time.Since(began))
 		if op != nil {
+			// Before any tenant connection opens: the others stop
+			// counting a SIGKILLed server's connections.
 			d.endPreviousServer(cfg, r.srv, op)
 		}
 	}
