@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/eventlog"
@@ -61,15 +62,27 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 }
 
 // readAll calls visit for every event matching f stored up to the last
-// sequence when it began, and corrupt for each that does not decode.
+// sequence when it began, and corrupt for each that does not decode. A
+// read JetStream could not answer now (eventlog.Unavailable: a stream
+// electing its leader, a server catching up) is tried again until ctx
+// ends: verify is run on a live cluster, where a node's restart moves
+// stream leaders.
 func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int, visit func(eventlog.Event), corrupt func(*eventlog.CorruptError)) error {
-	last, err := lg.LastSeq(ctx, f)
+	var last eventlog.Seq
+	err := untilAnswered(ctx, func() (err error) {
+		last, err = lg.LastSeq(ctx, f)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("verify: last sequence: %w", err)
 	}
 	var after eventlog.Seq
 	for after < last {
-		evs, err := lg.Read(ctx, f, after, page)
+		var evs []eventlog.Event
+		err := untilAnswered(ctx, func() (err error) {
+			evs, err = lg.Read(ctx, f, after, page)
+			return err
+		})
 		for _, e := range evs {
 			if e.Seq > last {
 				return nil
@@ -89,6 +102,34 @@ func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int,
 		}
 	}
 	return nil
+}
+
+// untilAnswered calls read until it returns an error other than
+// eventlog.Unavailable, or ctx ends (then the last error).
+func untilAnswered(ctx context.Context, read func() error) error {
+	var wait retryWait
+	for {
+		err := read()
+		if !eventlog.Unavailable(err) || ctx.Err() != nil || wait.next(ctx) != nil {
+			return err
+		}
+	}
+}
+
+// retryWait paces the reads tried again: 100 ms, doubling up to 2 s.
+type retryWait struct{ d time.Duration }
+
+// next waits the next pause, or returns ctx's error when it ends first.
+func (w *retryWait) next(ctx context.Context) error {
+	w.d = min(max(2*w.d, 100*time.Millisecond), 2*time.Second)
+	t := time.NewTimer(w.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // checker holds the state of one Check: one goroutine, no locking.

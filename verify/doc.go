@@ -8,7 +8,9 @@
 // Check reads every event of the events stream (every agent's subject) and
 // every chunk of the chunks stream, in stream order, up to the last
 // sequence each held when Check began, so a live agentd can be checked: what
-// it appends meanwhile is not read. It keeps a small state per fiber, turn
+// it appends meanwhile is not read. On a live cluster a read JetStream
+// cannot answer now (eventlog.Unavailable: a stream electing a leader, as
+// after a node's restart) is tried again until Check's context ends. It keeps a small state per fiber, turn
 // and chat stream and reports each broken rule as a Violation naming the
 // agent, and the fiber, turn (request id) or stream it concerns.
 //
