@@ -475,7 +475,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.addViews(views); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
-	if err := d.addLeaderSpread(r.lg); err != nil {
+	embedded := r.srv
+	if cfg.Tenant != nil {
+		embedded = cfg.Tenant.Server
+	}
+	if err := d.addLeaderSpread(r.lg, embedded); err != nil {
 		return fail(fmt.Errorf("agentd: start: %w", err))
 	}
 	d.parts.seal()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -210,8 +211,10 @@ const leaderSpreadEvery = 30 * time.Second
 // keeps its streams' Raft leaders spread over the servers: the node that
 // owns partition 0 checks every leaderSpreadEvery, so one node does it
 // and another takes over with the lease, and a server that returned gets
-// its share of leaders back at the next check.
-func (d *Daemon) addLeaderSpread(lg *eventlog.Log) error {
+// its share of leaders back at the next check. With an embedded server
+// (srv), a server it has no route to at the check is given no stream
+// (routedTo).
+func (d *Daemon) addLeaderSpread(lg *eventlog.Log, srv *server.Server) error {
 	if lg.Shards() == 0 || lg.Replicas() < 2 || d.parts.mgr == nil {
 		return nil
 	}
@@ -227,9 +230,26 @@ func (d *Daemon) addLeaderSpread(lg *eventlog.Log) error {
 			if _, _, ok := d.parts.mgr.Owned(0); !ok {
 				continue
 			}
-			if _, err := lg.SpreadLeaders(ctx); err != nil && ctx.Err() == nil {
+			if _, err := lg.SpreadLeaders(ctx, routedTo(srv)); err != nil && ctx.Err() == nil {
 				d.logger.Warn("spreading the shard streams' leaders", "err", err)
 			}
 		}
 	}))
+}
+
+// routedTo returns whether srv routes to a server now (srv itself
+// included), read once: nil without an embedded server. A SIGKILLed
+// server's routes close with its process, at once, where the streams'
+// leaders still count it live for seconds.
+func routedTo(srv *server.Server) func(name string) bool {
+	if srv == nil {
+		return nil
+	}
+	routed := map[string]bool{srv.Name(): true}
+	if rz, err := srv.Routez(nil); err == nil {
+		for _, r := range rz.Routes {
+			routed[r.RemoteName] = true
+		}
+	}
+	return func(name string) bool { return routed[name] }
 }

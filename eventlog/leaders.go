@@ -41,10 +41,17 @@ type Leader struct {
 // second, and the stream's writes wait for it as for any election. Call
 // it again to check: a spread log moves nothing.
 //
+// reachable, when not nil, says whether a server can be reached now (the
+// caller's embedded server routes to it); a server it does not reach is
+// not live either. A leader hears from a replica every second, so a
+// server SIGKILLed a moment ago still looks live to it, and a stream
+// handed to it would have no leader until the others' election timeout;
+// the dead server's routes closed with it.
+//
 // An unsharded or unreplicated log has nothing to spread: nil. Errors: a
 // stream's info or a stepdown JetStream refused, after trying every
 // stream.
-func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
+func (l *Log) SpreadLeaders(ctx context.Context, reachable func(server string) bool) ([]Leader, error) {
 	if !l.sharded() || l.cfg.Replicas < 2 || l.cfg.Bind {
 		return nil, nil
 	}
@@ -59,7 +66,7 @@ func (l *Log) SpreadLeaders(ctx context.Context) ([]Leader, error) {
 		}
 		infos[i] = info.CachedInfo().Cluster
 	}
-	leaders, current, order := liveReplicas(infos)
+	leaders, current, order := liveReplicas(infos, reachable)
 	wants := wantLeaders(leaders, current, order)
 	var out []Leader
 	for i, name := range names {
@@ -102,8 +109,9 @@ const liveWithin = 3 * time.Second
 // streams elect new leaders, which soon see it gone). Being current
 // (caught up) stays a fact of each stream: a replica behind in one stream
 // under load may still lead another. Replicas the server cannot name (a
-// peer not heard from since a restart of the cluster) are left out.
-func liveReplicas(infos []*jetstream.ClusterInfo) (leaders []string, current [][]string, servers []string) {
+// peer not heard from since a restart of the cluster) are left out, and
+// so are servers reachable (when not nil) does not reach.
+func liveReplicas(infos []*jetstream.ClusterInfo, reachable func(string) bool) (leaders []string, current [][]string, servers []string) {
 	leaders = make([]string, len(infos))
 	current = make([][]string, len(infos))
 	named, dead := map[string]bool{}, map[string]bool{}
@@ -120,7 +128,7 @@ func liveReplicas(infos []*jetstream.ClusterInfo) (leaders []string, current [][
 				continue // "Server name unknown at this time (peerID: ...)"
 			}
 			named[r.Name] = true
-			if r.Offline || r.Active > liveWithin {
+			if r.Offline || r.Active > liveWithin || (reachable != nil && !reachable(r.Name)) {
 				dead[r.Name] = true
 			}
 		}

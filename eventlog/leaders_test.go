@@ -26,7 +26,7 @@ func TestSpreadLeaders(t *testing.T) {
 	restart := eventlogtest.StopServer(t, srvs, 2)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		leaders, err := lg.SpreadLeaders(ctx)
+		leaders, err := lg.SpreadLeaders(ctx, nil)
 		led := map[string]int{}
 		for _, ld := range leaders {
 			led[ld.Leader]++
@@ -49,7 +49,7 @@ func TestSpreadLeaders(t *testing.T) {
 
 	// An unreplicated log has nothing to spread.
 	one, _ := eventlogtest.Open(t, eventlog.Config{Shards: 2, Partitions: 4})
-	if got, err := one.SpreadLeaders(ctx); got != nil || err != nil {
+	if got, err := one.SpreadLeaders(ctx, nil); got != nil || err != nil {
 		t.Errorf("R1 spread: %v, %v", got, err)
 	}
 }
@@ -64,7 +64,7 @@ func waitSpread(ctx context.Context, t *testing.T, lg *eventlog.Log, agents []st
 	var leaders []eventlog.Leader
 	for {
 		var err error
-		leaders, err = lg.SpreadLeaders(ctx)
+		leaders, err = lg.SpreadLeaders(ctx, nil)
 		if err != nil {
 			t.Logf("%s: %v", what, err) // a stepdown refused while an election runs
 		}

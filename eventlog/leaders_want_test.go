@@ -141,7 +141,7 @@ func TestLiveReplicas(t *testing.T) {
 		nil, // no info
 		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1", true, 0), peer("Server name unknown at this time (peerID: abc)", true, 0)}},
 	}
-	leaders, current, servers := liveReplicas(infos)
+	leaders, current, servers := liveReplicas(infos, nil)
 	if want := []string{"s0", "s1", "s1", "", "s0"}; !slices.Equal(leaders, want) {
 		t.Fatalf("leaders %v, want %v", leaders, want)
 	}
@@ -160,5 +160,37 @@ func TestLiveReplicas(t *testing.T) {
 		if w == "s2" {
 			t.Errorf("stream %d wants the crashed s2 to lead it", i)
 		}
+	}
+}
+
+// A server the caller's embedded server does not route to (SIGKILLed a
+// moment ago, still heard from within liveWithin) is wanted by no stream,
+// and keeps its place in the servers' order.
+func TestLiveReplicasUnreachable(t *testing.T) {
+	peer := func(name string) *jetstream.PeerInfo {
+		return &jetstream.PeerInfo{Name: name, Current: true, Active: 300 * time.Millisecond}
+	}
+	infos := []*jetstream.ClusterInfo{
+		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1"), peer("s2")}},
+		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1"), peer("s2")}},
+		{Leader: "s0", Replicas: []*jetstream.PeerInfo{peer("s1"), peer("s2")}},
+	}
+	routed := func(s string) bool { return s != "s1" }
+	leaders, current, servers := liveReplicas(infos, routed)
+	if want := []string{"s0", "s1", "s2"}; !slices.Equal(servers, want) {
+		t.Fatalf("servers %v, want %v", servers, want)
+	}
+	for i, c := range current {
+		if slices.Contains(c, "s1") {
+			t.Errorf("stream %d may be led by the unreachable s1: %v", i, c)
+		}
+	}
+	if want, got := []string{"s0", "s0", "s2"}, wantLeaders(leaders, current, servers); !slices.Equal(got, want) {
+		t.Errorf("wanted leaders %v, want %v", got, want)
+	}
+	// Reached, s1 gets its share.
+	leaders, current, servers = liveReplicas(infos, nil)
+	if want, got := []string{"s0", "s1", "s2"}, wantLeaders(leaders, current, servers); !slices.Equal(got, want) {
+		t.Errorf("wanted leaders %v with s1 reached, want %v", got, want)
 	}
 }
