@@ -100,7 +100,8 @@ const (
 // Meanwhile failoverLoadAgents steps agents write without pause
 // (failoverstall.go): before each kill the scenario asks each one's owner
 // and each events stream's leader, so that an agent owned by the victim or
-// in a shard whose events stream it led is the victim's, the others not;
+// in a shard whose events stream it led is the victim's (and one whose
+// last event before the kill the victim wrote), the others not;
 // after the kill it waits until each wrote again (or the election plus the
 // TTL and 10 s passed) and failoverObserve more, and measures each agent
 // writing when the kill came: its longest time without a stored event

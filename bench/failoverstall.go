@@ -75,20 +75,22 @@ func startStallLoad(ctx context.Context, nc *nats.Conn, n int) (*stallMonitor, e
 	return m, nil
 }
 
-// stored returns the stored times of each load agent's events from from
-// on, up to about to (a little past it). A stream without a leader yet
-// (the victim led it) fails the read: it is tried again, a few times.
-func (m *stallMonitor) stored(ctx context.Context, from, to time.Time) (map[string][]time.Time, error) {
-	times, err := stalls.Stored(ctx, m.js, m.byStream, from, to)
+// stored returns the stamps (stored time, writer) of each load agent's
+// events from from on, up to about to (a little past it). A stream
+// without a leader yet (the victim led it) fails the read: it is tried
+// again, a few times.
+func (m *stallMonitor) stored(ctx context.Context, from, to time.Time) (map[string][]stalls.Stamp, error) {
+	stamps, err := stalls.Stored(ctx, m.js, m.byStream, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return times, nil
+	return stamps, nil
 }
 
 // loadShare is which load agents a kill's victim held: owned, or in a
 // shard whose events stream it led.
 type loadShare struct {
+	node    string // the victim
 	victim  map[string]bool
 	owned   int // of them owned by the victim
 	ledShrd int // shards (events streams) the victim led
@@ -98,7 +100,7 @@ type loadShare struct {
 // shareOf asks each load agent's owner and each events stream's leader,
 // just before victim is killed.
 func (m *stallMonitor) shareOf(ctx context.Context, nc *nats.Conn, victim string) (loadShare, error) {
-	s := loadShare{victim: map[string]bool{}, shards: len(m.ls.Events)}
+	s := loadShare{node: victim, victim: map[string]bool{}, shards: len(m.ls.Events)}
 	led := map[string]bool{}
 	for _, stream := range m.ls.Events {
 		if streamLeader(ctx, nc, stream) == victim {
@@ -172,9 +174,9 @@ func (m *stallMonitor) stalls(ctx context.Context, share loadShare, killed, end 
 
 // measureStalls measures agents by the stored times of their events, as
 // stallMonitor.stalls describes.
-func measureStalls(agents []string, times map[string][]time.Time, share loadShare, killed, end time.Time) killStalls {
-	return killStalls{share: share, Result: stalls.Measure(agents, times, stalls.Kill{
-		Killed: killed, End: end, Victim: share.victim, Active: failoverActive, Limit: failoverStall,
+func measureStalls(agents []string, stamps map[string][]stalls.Stamp, share loadShare, killed, end time.Time) killStalls {
+	return killStalls{share: share, Result: stalls.Measure(agents, stamps, stalls.Kill{
+		Killed: killed, End: end, Victim: share.victim, VictimNode: share.node, Active: failoverActive, Limit: failoverStall,
 	})}
 }
 

@@ -87,7 +87,9 @@
 // 8 s, so two overlap), followed from their events streams by stored time
 // (stalls.go). Before each kill it asks each one's owner and each events
 // stream's leader: an agent owned by the victim, or in a shard whose
-// events stream it led, is the victim's; the others are not. Once the
+// events stream it led, is the victim's, and so is one whose last event
+// before the kill the victim wrote (handed to it since it was asked);
+// the others are not. Once the
 // victim is ready again and the election plus the TTL have passed (so
 // before compaction deletes them), it reads their events and measures
 // each agent writing when the kill came, from the kill until

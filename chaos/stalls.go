@@ -156,17 +156,17 @@ func (w *stallWatch) done(ctx context.Context, k stallKill) {
 		}
 		// The next kill may leave a stream without a leader for an
 		// election (Stored tries for 10 s): try twice more, later.
-		var times map[string][]time.Time
+		var stamps map[string][]stalls.Stamp
 		var err error
 		for try := 0; try < 3; try++ {
-			if times, err = stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{}); err == nil || ctx.Err() != nil {
+			if stamps, err = stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{}); err == nil || ctx.Err() != nil {
 				break
 			}
 			sleep(ctx, 5*time.Second)
 		}
 		r := stallResult{k: k, err: err}
 		if err == nil {
-			r = measureKill(w.agents, times, k)
+			r = measureKill(w.agents, stamps, k)
 		}
 		w.mu.Lock()
 		w.results = append(w.results, r)
@@ -193,13 +193,14 @@ func (w *stallWatch) measure() []stallResult {
 }
 
 // measureKill measures each agent writing when k came (an event within
-// stallActive before it), by the stored times of its events, from the
-// kill until the victim was ready again: its longest time without an
-// event, and for the victim's, the kill to its first event (even past
-// the victim's return).
-func measureKill(agents []string, times map[string][]time.Time, k stallKill) stallResult {
-	return stallResult{k: k, Result: stalls.Measure(agents, times, stalls.Kill{
-		Killed: k.killed, End: k.ready, Victim: k.held, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
+// stallActive before it), by its stored events, from the kill until the
+// victim was ready again: its longest time without an event, and for the
+// victim's (held just before the kill, or last written by the victim
+// before it), the kill to its first event (even past the victim's
+// return).
+func measureKill(agents []string, stamps map[string][]stalls.Stamp, k stallKill) stallResult {
+	return stallResult{k: k, Result: stalls.Measure(agents, stamps, stalls.Kill{
+		Killed: k.killed, End: k.ready, Victim: k.held, VictimNode: k.victim, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
 	})}
 }
 

@@ -5,7 +5,8 @@
 //
 // Invariants (TestMeasure):
 //   - an agent counts only if it wrote within Kill.Active before the
-//     kill;
+//     kill; it is the victim's when Kill.Victim holds it, or when its last
+//     event before the kill was written by Kill.VictimNode;
 //   - its stall is its longest time without an event from its last event
 //     before the kill until Kill.End, the last gap included;
 //   - a victim's agent resumed at its first event after the kill; one

@@ -12,15 +12,29 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/leaderread"
 )
+
+// Stamp is one stored event of an agent: when the stream stored it, and
+// the node that wrote it (its writer token's, eventlog.WriterOf; "" when
+// it has none).
+type Stamp struct {
+	At   time.Time
+	Node string
+}
 
 // Kill is one kill to measure.
 type Kill struct {
 	Killed, End time.Time
 	// Victim holds the agents in the victim's share (owned by it, or in
-	// a shard it led).
+	// a shard it led), as asked just before the kill.
 	Victim map[string]bool
+	// VictimNode, when set, is the killed node: an agent whose last event
+	// before the kill it wrote is the victim's too. The owner asked just
+	// before the kill may be another node that handed the agent to the
+	// victim since (a partition moving back to a node that returned).
+	VictimNode string
 	// Active: an agent with no event within Active before the kill was
 	// not writing and is not counted. Limit: a longer stall counts.
 	Active, Limit time.Duration
@@ -41,35 +55,37 @@ type Result struct {
 	Unresumed     int
 }
 
-// Measure measures agents by the stored times of their events (sorted
-// here, in place), as the package doc says.
-func Measure(agents []string, times map[string][]time.Time, k Kill) Result {
+// Measure measures agents by their stored events (sorted here by time,
+// in place), as the package doc says.
+func Measure(agents []string, stamps map[string][]Stamp, k Kill) Result {
 	var r Result
+	byTime := func(a Stamp, t time.Time) int { return a.At.Compare(t) }
 	for _, a := range agents {
-		ts := times[a]
-		slices.SortFunc(ts, time.Time.Compare)
-		i, _ := slices.BinarySearchFunc(ts, k.Killed, time.Time.Compare)
-		if i == 0 || k.Killed.Sub(ts[i-1]) > k.Active {
+		ss := stamps[a]
+		slices.SortFunc(ss, func(x, y Stamp) int { return x.At.Compare(y.At) })
+		i, _ := slices.BinarySearchFunc(ss, k.Killed, byTime)
+		if i == 0 || k.Killed.Sub(ss[i-1].At) > k.Active {
 			continue // not writing when the kill came
 		}
-		prev, worst := ts[i-1], time.Duration(0)
-		for _, t := range ts[i:] {
-			if t.After(k.End) {
+		last := ss[i-1]
+		prev, worst := last.At, time.Duration(0)
+		for _, s := range ss[i:] {
+			if s.At.After(k.End) {
 				break
 			}
-			worst = max(worst, t.Sub(prev))
-			prev = t
+			worst = max(worst, s.At.Sub(prev))
+			prev = s.At
 		}
 		worst = max(worst, k.End.Sub(prev))
 		stalled := worst > k.Limit
-		if k.Victim[a] {
+		if k.Victim[a] || (k.VictimNode != "" && last.Node == k.VictimNode) {
 			r.Victims++
 			if stalled {
 				r.VictimsStalled++
 			}
 			resumed := time.Duration(-1)
-			if i < len(ts) && (k.ResumeAfterEnd || !ts[i].After(k.End)) {
-				resumed = ts[i].Sub(k.Killed)
+			if i < len(ss) && (k.ResumeAfterEnd || !ss[i].At.After(k.End)) {
+				resumed = ss[i].At.Sub(k.Killed)
 			}
 			if resumed < 0 {
 				r.Unresumed++
@@ -89,16 +105,17 @@ func Measure(agents []string, times map[string][]time.Time, k Kill) Result {
 	return r
 }
 
-// Stored reads the stored times of the events on each stream's subjects
-// (byStream; an agent is its subject's last token) from from on, up to
+// Stored reads the stamps (stored time, writer) of the events on each
+// stream's subjects (byStream; an agent is its subject's last token) from
+// from on, up to
 // about to (zero: to the last event the stream's leader held when the
 // read began), trying again up to 10 times a second apart when a stream
 // answers an error (its leader electing) or the read's consumer stays
 // behind the leader.
-func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time) (map[string][]time.Time, error) {
+func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time) (map[string][]Stamp, error) {
 	var err error
 	for range 10 {
-		var out map[string][]time.Time
+		var out map[string][]Stamp
 		if out, err = storedOnce(ctx, js, byStream, from, to, readOpts{}); err == nil {
 			return out, nil
 		}
@@ -133,8 +150,8 @@ type readOpts struct {
 // stream, and on a replica behind the leader it has none pending before
 // last. A fetch that delivers nothing before last asks the leader for the
 // subjects' next events: none up to last (removed meanwhile) ends it.
-func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time, o readOpts) (map[string][]time.Time, error) {
-	out := map[string][]time.Time{}
+func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from, to time.Time, o readOpts) (map[string][]Stamp, error) {
+	out := map[string][]Stamp{}
 	for stream, subjects := range byStream {
 		last, err := leaderLast(ctx, js, stream, subjects)
 		if err != nil {
@@ -168,7 +185,8 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 				seen = md.Sequence.Stream
 				sub := msg.Subject()
 				agent := sub[strings.LastIndexByte(sub, '.')+1:]
-				out[agent] = append(out[agent], md.Timestamp)
+				w, _ := eventlog.WriterOf(msg.Headers())
+				out[agent] = append(out[agent], Stamp{At: md.Timestamp, Node: w.Node})
 				if (!to.IsZero() && md.Timestamp.After(to)) || seen >= last {
 					done = true
 				}

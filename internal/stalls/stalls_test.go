@@ -7,10 +7,10 @@ import (
 
 var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 
-func at(ms ...int) []time.Time {
-	var out []time.Time
+func at(ms ...int) []Stamp {
+	var out []Stamp
 	for _, m := range ms {
-		out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		out = append(out, Stamp{At: t0.Add(time.Duration(m) * time.Millisecond)})
 	}
 	return out
 }
@@ -24,7 +24,7 @@ func at(ms ...int) []time.Time {
 func TestMeasure(t *testing.T) {
 	k := Kill{Killed: t0.Add(10 * time.Second), End: t0.Add(30 * time.Second),
 		Victim: map[string]bool{"victim": true}, Active: 2 * time.Second, Limit: time.Second}
-	times := map[string][]time.Time{
+	times := map[string][]Stamp{
 		"steady":  at(9_800, 10_050, 10_300, 10_550, 20_000, 20_250, 29_900),         // gaps up to 9.45 s
 		"fine":    at(9_900, 10_100, 10_400, 10_700, 11_000),                         // stops: 19 s to the end
 		"victim":  at(9_700, 25_000, 25_250),                                         // resumes 15 s after the kill
@@ -40,7 +40,7 @@ func TestMeasure(t *testing.T) {
 	}
 
 	// Agents that kept writing every 250 ms did not stall.
-	times = map[string][]time.Time{"a": at(9_900, 10_150, 10_400, 10_650, 10_900), "b": at(9_950, 10_200, 10_450, 10_700, 10_950)}
+	times = map[string][]Stamp{"a": at(9_900, 10_150, 10_400, 10_650, 10_900), "b": at(9_950, 10_200, 10_450, 10_700, 10_950)}
 	k.End, k.Victim = t0.Add(11*time.Second), nil
 	r = Measure([]string{"a", "b"}, times, k)
 	if r.Others != 2 || r.OthersStalled != 0 || r.WorstOther != 250*time.Millisecond {
@@ -55,7 +55,7 @@ func TestMeasure(t *testing.T) {
 func TestMeasureResumeAfterEnd(t *testing.T) {
 	k := Kill{Killed: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second),
 		Victim: map[string]bool{"late": true, "gone": true}, Active: 2 * time.Second, Limit: 5 * time.Second, ResumeAfterEnd: true}
-	times := map[string][]time.Time{
+	times := map[string][]Stamp{
 		"gappy": at(9_900, 10_100, 13_100, 20_050), // 3 s, then 6.9 s to the end
 		"late":  at(9_500, 24_000),                 // the victim's: resumes at 14 s
 		"gone":  at(9_800),                         // the victim's: never again
@@ -72,5 +72,33 @@ func TestMeasureResumeAfterEnd(t *testing.T) {
 	k.ResumeAfterEnd = false
 	if r = Measure(agents, times, k); r.Unresumed != 2 || r.SlowestResume != 10*time.Second {
 		t.Errorf("without ResumeAfterEnd: %+v", r)
+	}
+}
+
+// TestMeasureVictimNode: with Kill.VictimNode an agent whose last event
+// before the kill that node wrote is the victim's, though the share asked
+// before the kill named another owner; one the victim wrote earlier but
+// another node last is not.
+func TestMeasureVictimNode(t *testing.T) {
+	by := func(node string, ms ...int) []Stamp {
+		ss := at(ms...)
+		for i := range ss {
+			ss[i].Node = node
+		}
+		return ss
+	}
+	k := Kill{Killed: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second), VictimNode: "n1",
+		Active: 2 * time.Second, Limit: time.Second, ResumeAfterEnd: true}
+	stamps := map[string][]Stamp{
+		"handed": append(by("n0", 9_000), append(by("n1", 9_500), by("n2", 16_000)...)...), // n0 handed it to n1 just before the kill
+		"moved":  append(by("n1", 9_000), by("n2", 9_500, 9_800, 10_100, 10_400)...),       // n1 handed it on before the kill
+	}
+	r := Measure([]string{"handed", "moved"}, stamps, k)
+	if r.Victims != 1 || r.SlowestResume != 6*time.Second || r.Others != 1 || r.OthersStalled != 1 {
+		t.Errorf("with VictimNode: %+v", r)
+	}
+	k.VictimNode = ""
+	if r = Measure([]string{"handed", "moved"}, stamps, k); r.Victims != 0 || r.Others != 2 {
+		t.Errorf("without VictimNode: %+v", r)
 	}
 }
