@@ -518,13 +518,18 @@ func restoreStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, d
 // lostRace reports whether a restore failed because something else had
 // the stream's name or store at that moment, so deleting the stream and
 // restoring again can succeed: a running agentd created the stream again
-// ("already in use"), or the store the server restored into did not start
+// ("already in use"), the store the server restored into did not start
 // empty ("expected sequence does not match store": a write raced the
 // restore, or the deleted stream's files were still being removed; seen
-// once in CI on TestRestoreUndo, restoring right after an undo).
+// once in CI on TestRestoreUndo, restoring right after an undo), or the
+// server removed the account's store directory, left empty by the
+// deleted streams, while it created the new stream's in it ("could not
+// create storage directory ... no such file or directory"; seen once in
+// CI on TestRestoreUndo too).
 func lostRace(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && strings.Contains(ae.Description, "already in use") || halfRestored(err)
+	return errors.As(err, &ae) && (strings.Contains(ae.Description, "already in use") ||
+		strings.Contains(ae.Description, "could not create storage directory")) || halfRestored(err)
 }
 
 // halfRestored reports whether the server failed a restore after it had

@@ -34,3 +34,26 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+// TestLostRace: a restore tries again when the stream's name or store was
+// someone else's at that moment (agentd healed the stream, a deleted
+// stream's files were being removed), and not for any other error.
+func TestLostRace(t *testing.T) {
+	for _, c := range []struct {
+		desc string
+		want bool
+	}{
+		{"stream name already in use with a different configuration", true},
+		{"restore failed: expected sequence does not match store", true},
+		{"restore failed: error adding stream: could not create storage directory - mkdir /data/jetstream/$G/streams: no such file or directory (10077)", true},
+		{"insufficient resources", false},
+	} {
+		err := fmt.Errorf("restore FOREVER_EVENTS: %w", &apiError{Code: 500, ErrCode: 10062, Description: c.desc})
+		if got := lostRace(err); got != c.want {
+			t.Errorf("lostRace(%q) = %v, want %v", c.desc, got, c.want)
+		}
+	}
+	if lostRace(errors.New("could not create storage directory")) {
+		t.Error("lostRace of an error that is not JetStream's")
+	}
+}
