@@ -9,6 +9,7 @@ import (
 
 	"github.com/forever-agents/forever/blob"
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 )
 
 // Options tune Check. The zero value checks the log's invariants only.
@@ -105,31 +106,12 @@ func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int,
 }
 
 // untilAnswered calls read until it returns an error other than
-// eventlog.Unavailable, or ctx ends (then the last error).
+// eventlog.Unavailable, or ctx ends (then the last error), pausing 100 ms
+// doubling up to 2 s.
 func untilAnswered(ctx context.Context, read func() error) error {
-	var wait retryWait
-	for {
-		err := read()
-		if !eventlog.Unavailable(err) || ctx.Err() != nil || wait.next(ctx) != nil {
-			return err
-		}
-	}
-}
-
-// retryWait paces the reads tried again: 100 ms, doubling up to 2 s.
-type retryWait struct{ d time.Duration }
-
-// next waits the next pause, or returns ctx's error when it ends first.
-func (w *retryWait) next(ctx context.Context) error {
-	w.d = min(max(2*w.d, 100*time.Millisecond), 2*time.Second)
-	t := time.NewTimer(w.d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return backoff.Retry(ctx, 100*time.Millisecond, 2*time.Second, func(err error) bool {
+		return eventlog.Unavailable(err) && ctx.Err() == nil
+	}, read)
 }
 
 // checker holds the state of one Check: one goroutine, no locking.

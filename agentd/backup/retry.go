@@ -19,17 +19,9 @@ const apiPatience = time.Minute
 // few seconds; that is no reason to stop a restore halfway.
 func retryAPI(ctx context.Context, call func() error) error {
 	deadline := time.Now().Add(apiPatience)
-	for try := 1; ; try++ {
-		err := call()
-		if err == nil || !transient(ctx, err) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(backoff.Exp(250*time.Millisecond, 5*time.Second, try)):
-		}
-	}
+	return backoff.Retry(ctx, 250*time.Millisecond, 5*time.Second, func(err error) bool {
+		return transient(ctx, err) && !time.Now().After(deadline)
+	}, call)
 }
 
 // transient reports whether err is JetStream being slow or electing
