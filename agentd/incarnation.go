@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/internal/atomicfile"
 )
 
 // ServerIDFile, under the data dir, holds the ID of the embedded NATS
@@ -33,18 +35,9 @@ func lastServerID(dataDir string) (string, error) {
 
 // recordServerID records id as the embedded server running on dataDir.
 func recordServerID(dataDir, id string) error {
-	return writeFileAtomic(filepath.Join(dataDir, ServerIDFile), []byte(id+"\n"))
-}
-
-// writeFileAtomic replaces path with b: written to a file beside it, then
-// renamed over it, so a crash leaves the old content or the new.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
+	path := filepath.Join(dataDir, ServerIDFile)
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

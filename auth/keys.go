@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/forever-agents/forever/internal/atomicfile"
 )
 
 // Keys are the operator's key pairs. LoadKeys keeps them under one
@@ -83,26 +85,9 @@ func loadOrCreate(path string, prefix nkeys.PrefixByte) (nkeys.KeyPair, bool, er
 	return kp, false, nil
 }
 
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, so a crash leaves the old file or the new one.
+// writeFileAtomic writes data to path whole (atomicfile.Write).
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("auth: write %s: %w", filepath.Base(path), err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err == nil {
-		if _, err = tmp.Write(data); err == nil {
-			err = tmp.Sync()
-		}
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := atomicfile.Write(path, data, perm); err != nil {
 		return fmt.Errorf("auth: write %s: %w", filepath.Base(path), err)
 	}
 	return nil
