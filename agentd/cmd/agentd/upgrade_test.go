@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "1429a1da495efe58c6a518d092722f38f8c31fb8"
+const upgradeFrom = "016fdce9049c4506d56038e1e79aedc8f98dbdd8"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
