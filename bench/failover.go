@@ -181,6 +181,7 @@ func failover(ctx context.Context, env *Env) (_ Result, err error) {
 		stalls, victims = append(stalls, ks), append(victims, k.victim.name)
 		env.Logger.Info("failover load", "kill", i+1, "victim", k.victim.name, "owned", ks.share.owned, "led shards", ks.share.ledShrd,
 			"others stalled", frac(ks.OthersStalled, ks.Others), "others' longest", ks.WorstOther.Round(time.Millisecond), "worst agent", ks.WorstOtherAgent,
+			"its gap from", ks.WorstOtherGap.Before.Node, "its gap to", ks.WorstOtherGap.After.Node,
 			"victim's stalled", frac(ks.VictimsStalled, ks.Victims), "victim's slowest resume", ks.SlowestResume.Round(time.Millisecond),
 			"victim led leases", k.ledLeases)
 		took = append(took, k.took)

@@ -255,11 +255,28 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		if r.OthersStalled == 0 && r.SlowestResume <= bound && r.Unresumed == 0 {
 			continue
 		}
-		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s): others %s stalled (longest %s), victim's %s (slowest resume %s, %d not resumed)\n",
-			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format("15:04:05.000"),
-			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), frac(r.VictimsStalled, r.Victims),
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s, ready %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock),
+			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), gapText(r), frac(r.VictimsStalled, r.Victims),
 			r.SlowestResume.Round(time.Millisecond), r.Unresumed)
 	}
+}
+
+const clock = "15:04:05.000"
+
+// gapText names where the others' longest stall was: its agent, and the
+// events around it with their writers (another writer after it: the
+// agent moved).
+func gapText(r stallResult) string {
+	if r.OthersStalled == 0 {
+		return ""
+	}
+	g := r.WorstOtherGap
+	after := "none to the end"
+	if !g.After.At.IsZero() {
+		after = g.After.At.Format(clock) + " by " + g.After.Node
+	}
+	return fmt.Sprintf(", %s: from %s by %s to %s", r.WorstOtherAgent, g.Before.At.Format(clock), g.Before.Node, after)
 }
 
 // frac prints n of d as "n/d (p%)".

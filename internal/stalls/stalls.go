@@ -43,12 +43,19 @@ type Kill struct {
 	ResumeAfterEnd bool
 }
 
+// Gap is a stall's bounds: the agent's event before it and after it.
+type Gap struct{ Before, After Stamp }
+
 // Result is what a kill did to the agents writing when it came.
 type Result struct {
 	Victims, Others               int
 	VictimsStalled, OthersStalled int
 	WorstOther                    time.Duration
 	WorstOtherAgent               string
+	// WorstOtherGap is where WorstOther was: the events before and after
+	// it (After zero when it ran to End). Their writers tell a move (a
+	// handoff, another node after) from a pause on one node.
+	WorstOtherGap Gap
 	// SlowestResume is the longest kill to first event of a victim's
 	// agent; Unresumed counts those without one.
 	SlowestResume time.Duration
@@ -68,15 +75,19 @@ func Measure(agents []string, stamps map[string][]Stamp, k Kill) Result {
 			continue // not writing when the kill came
 		}
 		last := ss[i-1]
-		prev, worst := last.At, time.Duration(0)
+		prev, worst, gap := last, time.Duration(0), Gap{}
 		for _, s := range ss[i:] {
 			if s.At.After(k.End) {
 				break
 			}
-			worst = max(worst, s.At.Sub(prev))
-			prev = s.At
+			if d := s.At.Sub(prev.At); d > worst {
+				worst, gap = d, Gap{Before: prev, After: s}
+			}
+			prev = s
 		}
-		worst = max(worst, k.End.Sub(prev))
+		if d := k.End.Sub(prev.At); d > worst {
+			worst, gap = d, Gap{Before: prev}
+		}
 		stalled := worst > k.Limit
 		if k.Victim[a] || (k.VictimNode != "" && last.Node == k.VictimNode) {
 			r.Victims++
@@ -99,7 +110,7 @@ func Measure(agents []string, stamps map[string][]Stamp, k Kill) Result {
 			r.OthersStalled++
 		}
 		if worst > r.WorstOther {
-			r.WorstOther, r.WorstOtherAgent = worst, a
+			r.WorstOther, r.WorstOtherAgent, r.WorstOtherGap = worst, a, gap
 		}
 	}
 	return r

@@ -102,3 +102,26 @@ func TestMeasureVictimNode(t *testing.T) {
 		t.Errorf("without VictimNode: %+v", r)
 	}
 }
+
+// TestMeasureWorstOtherGap: the others' worst stall names the events
+// around it, with their writers; one that ran to End has no event after.
+func TestMeasureWorstOtherGap(t *testing.T) {
+	stamp := func(node string, ms int) Stamp {
+		return Stamp{At: t0.Add(time.Duration(ms) * time.Millisecond), Node: node}
+	}
+	k := Kill{Killed: t0.Add(10 * time.Second), End: t0.Add(20 * time.Second), Active: 2 * time.Second, Limit: time.Second}
+	stamps := map[string][]Stamp{
+		"moved":  {stamp("n0", 9_800), stamp("n0", 10_100), stamp("n2", 14_100), stamp("n2", 19_900)}, // 5.8 s on n2 after a 4 s move
+		"paused": {stamp("n0", 9_900), stamp("n0", 10_200), stamp("n0", 16_200)},                      // 6 s on one node, 3.8 s to the end
+	}
+	r := Measure([]string{"moved", "paused"}, stamps, k)
+	want := Gap{Before: stamp("n0", 10_200), After: stamp("n0", 16_200)}
+	if r.WorstOtherAgent != "paused" || r.WorstOther != 6*time.Second || r.WorstOtherGap != want {
+		t.Errorf("worst other: %+v", r)
+	}
+	stamps["paused"] = stamps["paused"][:2] // silent from 10.2 s to the end
+	r = Measure([]string{"moved", "paused"}, stamps, k)
+	if want = (Gap{Before: stamp("n0", 10_200)}); r.WorstOther != 9800*time.Millisecond || r.WorstOtherGap != want {
+		t.Errorf("worst other to the end: %+v", r)
+	}
+}
