@@ -83,8 +83,9 @@
 // # Stalls
 //
 // -stall-agents N (a cluster only; off unless asked for) adds N steps
-// agents that write without pause (a fiber of 60 steps 200 ms apart every
-// 8 s, so two overlap), followed from their events streams by stored time
+// agents that write without pause (a fiber of 600 steps 400 ms apart every
+// 30 s, so about four overlap and a start lost to a kill leaves the agent
+// writing), followed from their events streams by stored time
 // (stalls.go). Before each kill it asks each one's owner and each events
 // stream's leader: an agent owned by the victim, or in a shard whose
 // events stream it led, is the victim's, and so is one whose last event
@@ -97,7 +98,9 @@
 // (stalled above 1 s), and for the victim's, the kill to its first event,
 // which issue 36 bounds by nats-server's election (9 s at most) plus the
 // lease TTL. It prints the fractions stalled, the others' and the
-// victim's, with PASS or MISS, and each kill that missed. Stalls are
+// victim's, with PASS or MISS, and each kill that missed, with where the
+// others' longest stall was: the events around it and their writers
+// (another node after it: the agent moved). Stalls are
 // figures, not violations; the agents' fibers are checked as the steps
 // load's are.
 //

@@ -17,9 +17,13 @@ import (
 )
 
 // Stall watch (-stall-agents N): issue 36's "failover bounded to the
-// victim's share". N steps agents write without pause (each starts a
-// steps fiber of stallFiberSteps every stallFiberEvery, so two overlap),
-// their events followed from the streams; before each kill the watch
+// victim's share". N steps agents write without pause: each starts a
+// steps fiber of stallFiberSteps every stallFiberEvery, so about four
+// overlap and a start lost to a kill (its request waits the load's
+// timeout, 15 s in a cluster) leaves the agent writing; with two
+// overlapping, such a loss let the agent go idle, and its last events
+// then measured as a stall. Their events are followed from the streams;
+// before each kill the watch
 // notes which of them the victim held (owned, or in an events shard it
 // led), and afterwards measures each agent from the kill until the
 // victim was ready again: its longest time without a stored event, and
@@ -28,9 +32,9 @@ import (
 // the others', and whether the victim's resumed within nats-server's
 // election plus the lease TTL. Stalls are figures, not violations.
 const (
-	stallFiberSteps   = 60
-	stallFiberDelayMS = 200
-	stallFiberEvery   = 8 * time.Second
+	stallFiberSteps   = 600
+	stallFiberDelayMS = 400
+	stallFiberEvery   = 30 * time.Second
 	stallLimit        = time.Second
 	// stallElection is nats-server's election when a stream leader dies
 	// (4-9 s, fixed in 2.15.2).
@@ -93,7 +97,9 @@ func (w *stallWatch) run(ctx context.Context, l *load, c *client, agent string) 
 	for ctx.Err() == nil {
 		body := demo.StepsStart{Steps: stallFiberSteps, DelayMS: stallFiberDelayMS, Effect: demo.StepEffectNone}
 		var reply struct{ Fiber string }
-		if _, err := l.request(ctx, c, agent, "start", "", body, &reply); err != nil || reply.Fiber == "" {
+		if code, err := send(ctx, c.nc, l.requestTimeout, agent, "start", "", body, &reply); code != "" {
+			l.count("stall starts refused " + code)
+		} else if err != nil || reply.Fiber == "" {
 			l.count("stall starts lost")
 		} else {
 			l.ack(agent, reply.Fiber)
