@@ -23,6 +23,11 @@ const (
 	PartitionsKey     = keyPartitions
 	DefaultPartitions = 64
 	DefaultTTL        = 10 * time.Second
+	// BucketElection is the longest a replicated lease bucket goes
+	// without a leader once its leader dies: nats-server's longest
+	// election timeout (9 s in 2.15.2), counted from the last heartbeat
+	// its followers had (1 s apart). The default election grace covers it.
+	BucketElection = 10 * time.Second
 )
 
 // Errors.
@@ -89,10 +94,14 @@ type Config struct {
 	// ElectionGrace is how long past its deadline (TTL minus Margin after
 	// its last renewal) a holder keeps serving a lease while its renewals
 	// fail without a conflict and it keeps retrying them: the lease
-	// bucket electing a leader (4 to 9 s on nats-server before 2.15.2),
-	// when nobody can take the lease either. Lease and node keys live on
-	// the server for TTL plus ElectionGrace, so a live holder's keys
-	// outlast the election too (see doc.go). Default TTL/2.
+	// bucket electing a leader (BucketElection at most), when nobody can
+	// take the lease either. Lease and node keys live on the server for
+	// TTL plus ElectionGrace, so a live holder's keys outlast the election
+	// too (see doc.go). Default TTL/2, and with Replicas above 1 at least
+	// what a lease renewed a RenewEvery before its bucket's leader died
+	// needs past its deadline to outlast a BucketElection: with a short
+	// TTL (3 s: 8.35 s) TTL/2 would end before the election does, and
+	// every node would lose every lease to it.
 	ElectionGrace time.Duration
 	// Replicas of the bucket. Default 1.
 	Replicas int
@@ -178,14 +187,14 @@ func (c *Config) setDefaults() error {
 	if c.Margin+c.RenewEvery >= c.TTL {
 		return errors.New("ownership: Config.Margin plus RenewEvery must be below TTL")
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	if c.ElectionGrace == 0 {
-		c.ElectionGrace = c.TTL / 2
+		c.ElectionGrace = defaultGrace(c.TTL, c.RenewEvery, c.Margin, c.Replicas)
 	}
 	if c.ElectionGrace < 0 {
 		return errors.New("ownership: Config.ElectionGrace must not be negative")
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
 	}
 	if c.HandoffTimeout == 0 {
 		c.HandoffTimeout = c.TTL
@@ -194,4 +203,16 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// defaultGrace is Config.ElectionGrace's default: TTL/2, and for a
+// replicated bucket at least the time from a lease's deadline, when its
+// last renewal was sent renew before the bucket's leader died, to the end
+// of the longest election (BucketElection after the death).
+func defaultGrace(ttl, renew, margin time.Duration, replicas int) time.Duration {
+	grace := ttl / 2
+	if replicas > 1 {
+		grace = max(grace, BucketElection-(ttl-margin-renew))
+	}
+	return grace
 }
