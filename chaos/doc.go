@@ -93,8 +93,10 @@
 // the others are not. Once the
 // victim is ready again and the election plus the TTL have passed (so
 // before compaction deletes them), it reads their events and measures
-// each agent writing when the kill came, from the kill until
-// the victim was ready again: its longest time without a stored event
+// each agent writing when the kill came, from the kill until 3 s after
+// the victim was ready again (the partitions handed back to it, and
+// their agents' pause, included), or the next kill or SIGSTOP if sooner:
+// its longest time without a stored event
 // (stalled above 1 s), and for the victim's, the kill to its first event,
 // which issue 36 bounds by nats-server's election (9 s at most) plus the
 // lease TTL. It prints the fractions stalled, the others' and the

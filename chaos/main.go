@@ -261,6 +261,9 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	// a seed's kills are the same with and without them.
 	sh := &shaper{plan: planShapes(rand.New(rand.NewPCG(o.seed, 3)), o.kills, o.stepdowns, o.handoffs),
 		rng: rand.New(rand.NewPCG(o.seed, 4)), l: l, ns: ns, admin: checker.nc, prefix: checker.lg.Prefix(), ttl: o.leaseTTL}
+	if watch != nil {
+		sh.disrupting = watch.disrupting
+	}
 	for i := range ns.list {
 		if err != nil || o.stepdowns+o.handoffs == 0 {
 			break
@@ -376,12 +379,16 @@ func crash(ctx context.Context, ns *nodes, rng *rand.Rand, sh *shaper, watch *st
 			}
 			res.stops++
 			logf("stop %d: SIGSTOP %s for %s", res.stops, d.name, dur.Round(time.Millisecond))
+			if watch != nil {
+				watch.disrupting()
+			}
 			d.freeze(ctx, dur)
 			continue
 		}
 		var sk stallKill
 		if watch != nil {
 			sk = watch.before(ctx, res.kills+1, d.name)
+			watch.disrupting()
 		}
 		sk.killed = time.Now()
 		d.kill()

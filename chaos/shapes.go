@@ -77,6 +77,9 @@ type shaper struct {
 	prefix string
 	pool   []*nats.Conn
 	ttl    time.Duration
+	// disrupting, when set, is told before each shape (the stall watch's
+	// measure of the kill before ends there).
+	disrupting func()
 }
 
 // runGap runs the shapes planned after kills kills, once.
@@ -90,6 +93,9 @@ func (sh *shaper) runGap(ctx context.Context, kills int, res *results, logf func
 		}
 		if err := sh.ns.waitAllReady(ctx); err != nil {
 			return err
+		}
+		if sh.disrupting != nil {
+			sh.disrupting()
 		}
 		var err error
 		switch s {

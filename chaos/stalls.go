@@ -25,8 +25,9 @@ import (
 // then measured as a stall. Their events are followed from the streams;
 // before each kill the watch
 // notes which of them the victim held (owned, or in an events shard it
-// led), and afterwards measures each agent from the kill until the
-// victim was ready again: its longest time without a stored event, and
+// led), and afterwards measures each agent from the kill until
+// stallSettle after the victim was ready again (settled): its longest
+// time without a stored event, and
 // for the victim's, the kill to its first event. The table prints the
 // fraction that stalled more than stallLimit, split into the victim's and
 // the others', and whether the victim's resumed within nats-server's
@@ -42,6 +43,11 @@ const (
 	// stallActive: an agent without an event within it before the kill
 	// was not writing and is not counted.
 	stallActive = 2 * time.Second
+	// stallSettle: the others are measured until this long after the
+	// victim is ready again (or the next kill or SIGSTOP, if sooner), so
+	// that the partitions handed to the returned node, and their agents'
+	// pause, are in the measure.
+	stallSettle = 3 * time.Second
 )
 
 // stallWatch remembers the kills; after the run it reads the stall
@@ -55,9 +61,10 @@ type stallWatch struct {
 	ttl      time.Duration
 	byStream map[string][]string // each stream's stall agents' subjects
 
-	reads   sync.WaitGroup // each kill's read (done)
-	mu      sync.Mutex
-	results []stallResult
+	reads     sync.WaitGroup // each kill's read (done)
+	mu        sync.Mutex
+	results   []stallResult
+	disrupted []time.Time // when each kill and SIGSTOP came (disrupting)
 }
 
 // stallKill is one kill as the watch saw it.
@@ -142,6 +149,29 @@ func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill
 	return k
 }
 
+// disrupting notes that a kill or a SIGSTOP comes now: the measure of
+// an earlier kill ends there.
+func (w *stallWatch) disrupting() {
+	w.mu.Lock()
+	w.disrupted = append(w.disrupted, time.Now())
+	w.mu.Unlock()
+}
+
+// settled is when the others' measure of k ends: stallSettle after its
+// victim was ready again, or the first kill or SIGSTOP after k before
+// that.
+func (w *stallWatch) settled(k stallKill) time.Time {
+	end := k.ready.Add(stallSettle)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.disrupted {
+		if t.After(k.killed) && t.Before(end) {
+			end = t
+		}
+	}
+	return end
+}
+
 // done measures kill k once its victim is ready again and the victim's
 // agents had time to resume (the election plus the TTL after the kill):
 // it reads the stall agents' stored events then, in the background.
@@ -151,8 +181,8 @@ func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill
 func (w *stallWatch) done(ctx context.Context, k stallKill) {
 	w.reads.Go(func() {
 		at := k.killed.Add(stallElection + w.ttl)
-		if k.ready.After(at) {
-			at = k.ready
+		if settle := k.ready.Add(stallSettle); settle.After(at) {
+			at = settle
 		}
 		at = at.Add(time.Second)
 		select {
@@ -172,7 +202,7 @@ func (w *stallWatch) done(ctx context.Context, k stallKill) {
 		}
 		r := stallResult{k: k, err: err}
 		if err == nil {
-			r = measureKill(w.agents, stamps, k)
+			r = measureKill(w.agents, stamps, k, w.settled(k))
 		}
 		w.mu.Lock()
 		w.results = append(w.results, r)
@@ -183,7 +213,8 @@ func (w *stallWatch) done(ctx context.Context, k stallKill) {
 // stallResult is one kill's measure, or why it has none (err: its
 // events could not be read).
 type stallResult struct {
-	k stallKill
+	k   stallKill
+	end time.Time // where the measure ended (settled)
 	stalls.Result
 	err error
 }
@@ -199,14 +230,13 @@ func (w *stallWatch) measure() []stallResult {
 }
 
 // measureKill measures each agent writing when k came (an event within
-// stallActive before it), by its stored events, from the kill until the
-// victim was ready again: its longest time without an event, and for the
-// victim's (held just before the kill, or last written by the victim
-// before it), the kill to its first event (even past the victim's
-// return).
-func measureKill(agents []string, stamps map[string][]stalls.Stamp, k stallKill) stallResult {
-	return stallResult{k: k, Result: stalls.Measure(agents, stamps, stalls.Kill{
-		Killed: k.killed, End: k.ready, Victim: k.held, VictimNode: k.victim, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
+// stallActive before it), by its stored events, from the kill until end
+// (settled): its longest time without an event, and for the victim's
+// (held just before the kill, or last written by the victim before it),
+// the kill to its first event (even past end).
+func measureKill(agents []string, stamps map[string][]stalls.Stamp, k stallKill, end time.Time) stallResult {
+	return stallResult{k: k, end: end, Result: stalls.Measure(agents, stamps, stalls.Kill{
+		Killed: k.killed, End: end, Victim: k.held, VictimNode: k.victim, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
 	})}
 }
 
@@ -261,8 +291,8 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		if r.OthersStalled == 0 && r.SlowestResume <= bound && r.Unresumed == 0 {
 			continue
 		}
-		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s, ready %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
-			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock),
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s, ready %s, measured to %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock), r.end.Format(clock),
 			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), gapText(r), frac(r.VictimsStalled, r.Victims),
 			r.SlowestResume.Round(time.Millisecond), r.Unresumed)
 	}
