@@ -90,16 +90,17 @@
 // stream's leader: an agent owned by the victim, or in a shard whose
 // events stream it led, is the victim's, and so is one whose last event
 // before the kill the victim wrote (handed to it since it was asked);
-// the others are not. Once the
-// victim is ready again and the election plus the TTL have passed (so
-// before compaction deletes them), it reads their events and measures
-// each agent writing when the kill came, from the kill until 3 s after
-// the victim was ready again (the partitions handed back to it, and
-// their agents' pause, included), or the next kill or SIGSTOP if sooner:
-// its longest time without a stored event
-// (stalled above 1 s), and for the victim's, the kill to its first event,
-// which issue 36 bounds by nats-server's election (9 s at most) plus the
-// lease TTL. It prints the fractions stalled, the others' and the
+// the others are not. It measures each agent writing when the kill came
+// (an event within 2 s before it) from the kill until 3 s after the
+// victim was ready again (the partitions handed back to it, and their
+// agents' pause, included), or the next kill or SIGSTOP if sooner: its
+// longest time without a stored event (stalled above 1 s); and for the
+// victim's, the kill to its first event, which issue 36 bounds by
+// nats-server's election (9 s at most) plus the lease TTL. It reads the
+// events for the others as soon as their measure ends, and again for
+// the victim's once the election plus the TTL passed, if that is later:
+// chaos compacts a stall agent every 15-30 s, and an agent whose events
+// from before the kill a compaction deleted is not measured. It prints the fractions stalled, the others' and the
 // victim's, with PASS or MISS, and each kill that missed, with where the
 // others' longest stall was: the events around it and their writers
 // (another node after it: the agent moved). Stalls are

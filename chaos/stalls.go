@@ -172,42 +172,54 @@ func (w *stallWatch) settled(k stallKill) time.Time {
 	return end
 }
 
-// done measures kill k once its victim is ready again and the victim's
-// agents had time to resume (the election plus the TTL after the kill):
-// it reads the stall agents' stored events then, in the background.
-// Read at the run's end instead, most were gone: chaos compacts every
-// second, and a compaction deletes the events before its snapshot, which
-// left a kill with no agent seen writing when it came.
+// done measures kill k in the background, from the stall agents' stored
+// events read twice: the others' once their measure ended (settled), the
+// victim's once they had the election and the TTL to resume, if that is
+// later. Read at the run's end instead, most were gone: chaos compacts a
+// stall agent every 15-30 s, and a compaction deletes the events before
+// its snapshot, which leaves a kill with no agent seen writing when it
+// came; a read as early as each measure allows keeps more of them.
 func (w *stallWatch) done(ctx context.Context, k stallKill) {
 	w.reads.Go(func() {
-		at := k.killed.Add(stallElection + w.ttl)
-		if settle := k.ready.Add(stallSettle); settle.After(at) {
-			at = settle
+		others := k.ready.Add(stallSettle + 500*time.Millisecond)
+		victims := k.killed.Add(stallElection + w.ttl + time.Second)
+		r := w.readAt(ctx, k, others)
+		if r.err == nil && victims.After(others) {
+			late := w.readAt(ctx, k, victims)
+			r.err = late.err
+			r.Victims, r.VictimsStalled, r.SlowestResume, r.Unresumed = late.Victims, late.VictimsStalled, late.SlowestResume, late.Unresumed
 		}
-		at = at.Add(time.Second)
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return
-		case <-time.After(time.Until(at)):
-		}
-		// The next kill may leave a stream without a leader for an
-		// election (Stored tries for 10 s): try twice more, later.
-		var stamps map[string][]stalls.Stamp
-		var err error
-		for try := 0; try < 3; try++ {
-			if stamps, err = stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{}); err == nil || ctx.Err() != nil {
-				break
-			}
-			sleep(ctx, 5*time.Second)
-		}
-		r := stallResult{k: k, err: err}
-		if err == nil {
-			r = measureKill(w.agents, stamps, k, w.settled(k))
 		}
 		w.mu.Lock()
 		w.results = append(w.results, r)
 		w.mu.Unlock()
 	})
+}
+
+// readAt waits until at, reads the stall agents' events from just before
+// k, and measures k from them.
+func (w *stallWatch) readAt(ctx context.Context, k stallKill, at time.Time) stallResult {
+	select {
+	case <-ctx.Done():
+		return stallResult{k: k, err: ctx.Err()}
+	case <-time.After(time.Until(at)):
+	}
+	// The next kill may leave a stream without a leader for an
+	// election (Stored tries for 10 s): try twice more, later.
+	var stamps map[string][]stalls.Stamp
+	var err error
+	for try := 0; try < 3; try++ {
+		if stamps, err = stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{}); err == nil || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 5*time.Second)
+	}
+	if err != nil {
+		return stallResult{k: k, err: err}
+	}
+	return measureKill(w.agents, stamps, k, w.settled(k))
 }
 
 // stallResult is one kill's measure, or why it has none (err: its
