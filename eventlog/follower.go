@@ -840,11 +840,36 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	defer wg.Wait()
 	defer func() { cancel() }()
 	at := after // the last event committed
+	// renewFrom recreates the consumer after the last event committed.
+	renewFrom := func(why string) {
+		f.logger.Info(why, "behind", names(group), "at", at, "after", renewAfter)
+		f.l.metrics.consumerRenewals.Inc()
+		cancel()
+		wg.Wait()
+		pumpFrom(at)
+	}
+	// A catch-up knows that events up to target are stored: a consumer
+	// that delivers none of them for renewAfter is recreated. JetStream
+	// places it on any replica of the stream, and one on a replica still
+	// catching up itself (its node just restarted) waits until that
+	// replica has the events: in a 6-node chaos run a restarted node's
+	// startup catch-up waited so 20 s, and every partition handed to it
+	// with it (TestCatchUpPastAQuietConsumer).
+	var quietT *time.Timer
+	var quiet <-chan time.Time
+	if upto > 0 {
+		quietT = time.NewTimer(renewAfter)
+		defer quietT.Stop()
+		quiet = quietT.C
+	}
 
 	items := make([]followed, 0, maxApply)
 	behind := false // a catch-up told its replica is behind (logged once)
 	for {
 		items = items[:0]
+		if quietT != nil {
+			quietT.Reset(renewAfter) // a wait for the consumer begins
+		}
 		select {
 		case <-ctx.Done():
 			return nil, nil
@@ -863,12 +888,10 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			// (one the library keeps, since its server still sends
 			// heartbeats, or one placed where its stream elects): a new
 			// one from the last event committed.
-			f.logger.Info("a recovery waits on this shard's views and its consumer delivered nothing; recreating the consumer",
-				"behind", names(group), "at", at, "after", renewAfter)
-			f.l.metrics.consumerRenewals.Inc()
-			cancel()
-			wg.Wait()
-			pumpFrom(at)
+			renewFrom("a recovery waits on this shard's views and its consumer delivered nothing; recreating the consumer")
+			continue
+		case <-quiet:
+			renewFrom("catch-up consumer delivered nothing; recreating it")
 			continue
 		case it, ok := <-ch:
 			if !ok {

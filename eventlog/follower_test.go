@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,4 +243,58 @@ func TestFollowerApplyError(t *testing.T) {
 	if got, _ := eventlog.StoredCursor(lg, "good"); got != 0 {
 		t.Fatalf("good view's cursor = %d after a failed group, want 0", got)
 	}
+}
+
+// TestCatchUpPastAQuietConsumer: a view catching up to the others is not
+// held by a consumer that delivers nothing (JetStream placed it on a
+// replica still catching up itself, as on a node just restarted): after
+// renewAfter the catch-up recreates it from its last applied event. In a
+// 6-node chaos run a restarted node's startup catch-up waited so 20 s,
+// and every partition handed to it with it. Here the first consumer holds
+// its first event until its follow ends, which without the renewal is
+// the end of the test's context.
+func TestCatchUpPastAQuietConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	nc := eventlogtest.Connect(t, s)
+	dir := t.TempDir()
+	open := func() *eventlog.Log {
+		lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+	a, b := named("a", 1, eventlog.Filter{}), named("b", 1, eventlog.Filter{})
+	lg := open()
+	appendN(t, lg, 200, 3)
+	runFollower(t, lg, nil, a)
+	lg.Close()
+
+	// b is new: it catches up from 0 to a's cursor, through a consumer
+	// whose first follow delivers nothing until it ends.
+	lg = open()
+	defer lg.Close()
+	var first sync.Once
+	var held context.Context
+	eventlog.FollowDelivered(lg, func(fctx context.Context, e *eventlog.Event) {
+		first.Do(func() { held = fctx })
+		if fctx == held {
+			<-fctx.Done()
+		}
+	})
+	f := newFollower(t, lg, a, b)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	select {
+	case <-f.Ready():
+	case err := <-done:
+		t.Fatalf("follower stopped before it was ready: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the catch-up waited on its quiet consumer until the test's end")
+	}
+	cancel()
+	<-done
+	checkViews(t, lg, 200, a, b)
 }

@@ -23,8 +23,8 @@ type metrics struct {
 	compactions    *prometheus.CounterVec
 	compactSeconds prometheus.Histogram
 	shardStarts    prometheus.Counter
-	// consumerRenewals counts shard followers' consumers recreated for a
-	// waiting recovery (Follower.renew).
+	// consumerRenewals counts followers' consumers recreated for a
+	// waiting recovery (Follower.renew) or a catch-up's (Follower.consume).
 	consumerRenewals prometheus.Counter
 }
 
@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		consumerRenewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_view_consumer_renewals_total",
-			Help: "Consumers of an owned-views shard follower recreated because a partition's recovery waited on them and they delivered nothing for 2 s while events were stored (a consumer on a dead server, or placed where its stream elects).",
+			Help: "Consumers of the views recreated because they delivered nothing for 2 s while events were stored: an owned-views shard follower's that a partition's recovery waited on, or any catch-up's (a consumer on a dead server, placed where its stream elects, or on a replica still catching up).",
 		}),
 	}
 	if reg == nil {

@@ -441,7 +441,9 @@ func (s *Follower) waitShardOwned(ctx context.Context, seq Seq, subjects func() 
 }
 
 // renewAfter is how long a wait of an owned-views shard follower sees no
-// progress while behind before it asks for a new consumer (Follower.renew).
+// progress while behind before it asks for a new consumer (Follower.renew),
+// and how long a catch-up's consumer may deliver nothing before it is
+// recreated (Follower.consume).
 const renewAfter = 2 * time.Second
 
 // Keys of a view kept with owned views (see above).
