@@ -227,6 +227,11 @@ func (w *stallWatch) readAt(ctx context.Context, k stallKill, at time.Time) stal
 type stallResult struct {
 	k   stallKill
 	end time.Time // where the measure ended (settled)
+	// read counts the agents (of agents) with any event read from
+	// stallActive before the kill on; those measured had one before the
+	// kill, the rest a compaction since (its snapshot deletes the events
+	// before it), or no fiber running.
+	read, agents int
 	stalls.Result
 	err error
 }
@@ -247,7 +252,13 @@ func (w *stallWatch) measure() []stallResult {
 // (held just before the kill, or last written by the victim before it),
 // the kill to its first event (even past end).
 func measureKill(agents []string, stamps map[string][]stalls.Stamp, k stallKill, end time.Time) stallResult {
-	return stallResult{k: k, end: end, Result: stalls.Measure(agents, stamps, stalls.Kill{
+	read := 0
+	for _, a := range agents {
+		if len(stamps[a]) > 0 {
+			read++
+		}
+	}
+	return stallResult{k: k, end: end, read: read, agents: len(agents), Result: stalls.Measure(agents, stamps, stalls.Kill{
 		Killed: k.killed, End: end, Victim: k.held, VictimNode: k.victim, Active: stallActive, Limit: stallLimit, ResumeAfterEnd: true,
 	})}
 }
@@ -265,10 +276,11 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		rs = append(rs, r)
 	}
-	var vs, vn, ost, otn, missOthers, missVictims int
+	var vs, vn, ost, otn, missOthers, missVictims, read, possible int
 	var worstOther, slowest time.Duration
 	for _, r := range rs {
 		vs, vn, ost, otn = vs+r.VictimsStalled, vn+r.Victims, ost+r.OthersStalled, otn+r.Others
+		read, possible = read+r.read, possible+r.agents
 		worstOther, slowest = max(worstOther, r.WorstOther), max(slowest, r.SlowestResume)
 		if r.OthersStalled > 0 {
 			missOthers++
@@ -283,6 +295,8 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		return fmt.Sprintf("MISS in %d kills", miss)
 	}
+	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d: %d had events read from %s before the kill on, of which %d before the kill (the rest: deleted by a compaction since)\n",
+		vn+otn, possible, read, stallActive, vn+otn)
 	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
 		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
 		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))
