@@ -237,19 +237,27 @@ func (d *Daemon) addLeaderSpread(lg *eventlog.Log, srv *server.Server) error {
 	}))
 }
 
-// routedTo returns whether srv routes to a server now (srv itself
-// included), read once: nil without an embedded server. A SIGKILLed
-// server's routes close with its process, at once, where the streams'
-// leaders still count it live for seconds.
+// routedTo returns whether srv routes to a server (srv itself included),
+// read from its routes at each call: nil without an embedded server. A
+// SIGKILLed server's routes close with its process, at once, where the
+// streams' leaders still count it live for seconds.
 func routedTo(srv *server.Server) func(name string) bool {
 	if srv == nil {
 		return nil
 	}
-	routed := map[string]bool{srv.Name(): true}
-	if rz, err := srv.Routez(nil); err == nil {
-		for _, r := range rz.Routes {
-			routed[r.RemoteName] = true
+	return func(name string) bool {
+		if name == srv.Name() {
+			return true
 		}
+		rz, err := srv.Routez(nil)
+		if err != nil {
+			return false
+		}
+		for _, r := range rz.Routes {
+			if r.RemoteName == name {
+				return true
+			}
+		}
+		return false
 	}
-	return func(name string) bool { return routed[name] }
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // SpreadLeaders gives each server of an R3 cluster its share of the shard
@@ -96,4 +97,63 @@ func waitSpread(ctx context.Context, t *testing.T, lg *eventlog.Log, agents []st
 			t.Fatalf("%s: append after the spread: %v", what, err)
 		}
 	}
+}
+
+// TestSpreadLeadersRechecksBeforeAStepdown: a server reachable when the
+// spread read the streams but not by the time it would ask a leader to
+// step down for it (killed meanwhile) is given no stream; once it is
+// reachable, the spread gives it its share.
+func TestSpreadLeadersRechecksBeforeAStepdown(t *testing.T) {
+	ctx := t.Context()
+	srvs := eventlogtest.RunCluster(t, 3)
+	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 3, Partitions: 6})
+	agents := agentsOverShards(t, 12, 6, 3)
+	waitSpread(ctx, t, lg, agents, "spread")
+	// s2 leaves and returns: it leads nothing until a spread gives it its
+	// share.
+	restart := eventlogtest.StopServer(t, srvs, 2)
+	waitfor.True(t, "s2's leaders elected elsewhere", func() bool {
+		leaders, err := lg.SpreadLeaders(ctx, nil)
+		if err != nil || len(leaders) != 6 {
+			return false
+		}
+		for _, ld := range leaders {
+			if ld.Leader == "s2" || ld.Leader == "" {
+				return false
+			}
+		}
+		return true
+	})
+	restart()
+	// Reachable once (the read of the streams asks about each server
+	// once), then gone: the spread wants s2, and asks no leader for it.
+	wanted := false
+	deadline := time.Now().Add(60 * time.Second)
+	for !wanted {
+		asked := 0
+		leaders, err := lg.SpreadLeaders(ctx, func(name string) bool {
+			if name != "s2" {
+				return true
+			}
+			asked++
+			return asked == 1
+		})
+		for _, ld := range leaders {
+			if ld.Want == "s2" && ld.Leader != "s2" {
+				wanted = true
+				if ld.Moved {
+					t.Fatalf("a leader was asked to step down for s2, unreachable by then: %+v", ld)
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spread never wanted the returned s2: %+v, %v", leaders, err)
+		}
+		for _, a := range agents {
+			_, _ = appendNote(ctx, lg, a)
+		}
+		// Not a synchronisation: paces the checks while s2 catches up.
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitSpread(ctx, t, lg, agents, "spread once s2 is reachable")
 }
