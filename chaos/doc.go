@@ -100,12 +100,13 @@
 // events for the others as soon as their measure ends, and again for
 // the victim's once the election plus the TTL passed, if that is later:
 // chaos compacts a stall agent every 15-30 s, and an agent whose events
-// from before the kill a compaction deleted is not measured. It prints the fractions stalled, the others' and the
-// victim's, with PASS or MISS, and each kill that missed, with where the
-// others' longest stall was: the events around it and their writers
-// (another node after it: the agent moved). Stalls are
-// figures, not violations; the agents' fibers are checked as the steps
-// load's are.
+// from before the kill a compaction deleted is not measured. It prints
+// how many agent-kills it measured, the fractions stalled, the others'
+// and the victim's, with PASS or MISS, and each kill that missed, with
+// where the others' longest stall was: the events around it and their
+// writers (another node after it: the agent moved). Stalls are figures,
+// not violations; the agents' fibers are checked as the steps load's
+// are.
 //
 // -agentd-flags adds flags to every node after the chart's and chaos's
 // own, such as "--shards 8 --owned-views".

@@ -295,8 +295,8 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		return fmt.Sprintf("MISS in %d kills", miss)
 	}
-	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d: %d had events read from %s before the kill on, of which %d before the kill (the rest: deleted by a compaction since)\n",
-		vn+otn, possible, read, stallActive, vn+otn)
+	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d; %d had events read from %s before the kill on, the rest of them none before the kill (deleted by a compaction since)\n",
+		vn+otn, possible, read, stallActive)
 	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
 		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
 		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))

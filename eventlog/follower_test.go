@@ -11,6 +11,7 @@ import (
 
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
+	"github.com/nats-io/nats.go"
 )
 
 // named is counter(version) under another name and filter.
@@ -116,6 +117,19 @@ func TestFollowerAddErrors(t *testing.T) {
 	}
 }
 
+// reopener returns a func that opens a log over nc on one data dir each
+// time: the views of the one before it, reopened.
+func reopener(t *testing.T, nc *nats.Conn) func() *eventlog.Log {
+	dir := t.TempDir()
+	return func() *eventlog.Log {
+		lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+}
+
 // runFollower runs a follower of ps until ready, calls during (when set), and
 // stops it.
 func runFollower(t *testing.T, lg *eventlog.Log, during func(*eventlog.Follower), ps ...eventlog.Projection) {
@@ -145,15 +159,7 @@ func runFollower(t *testing.T, lg *eventlog.Log, during func(*eventlog.Follower)
 // Version changed) catch up alone to the others, then all go on together.
 func TestFollowerCatchesUpViewsBehind(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	nc := eventlogtest.Connect(t, s)
-	dir := t.TempDir()
-	open := func() *eventlog.Log {
-		lg, err := eventlog.Open(t.Context(), eventlog.Config{Conn: nc, Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lg
-	}
+	open := reopener(t, eventlogtest.Connect(t, s))
 	a, b := named("a", 1, eventlog.Filter{}), named("b", 1, eventlog.Filter{Agent: "agent2"})
 	lg := open()
 	appendN(t, lg, 700, 3)
@@ -257,15 +263,7 @@ func TestCatchUpPastAQuietConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	nc := eventlogtest.Connect(t, s)
-	dir := t.TempDir()
-	open := func() *eventlog.Log {
-		lg, err := eventlog.Open(ctx, eventlog.Config{Conn: nc, Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lg
-	}
+	open := reopener(t, eventlogtest.Connect(t, s))
 	a, b := named("a", 1, eventlog.Filter{}), named("b", 1, eventlog.Filter{})
 	lg := open()
 	appendN(t, lg, 200, 3)

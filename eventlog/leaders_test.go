@@ -8,6 +8,7 @@ import (
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
 	"github.com/forever-agents/forever/internal/waitfor"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // SpreadLeaders gives each server of an R3 cluster its share of the shard
@@ -17,10 +18,7 @@ import (
 // calls give it its share back.
 func TestSpreadLeaders(t *testing.T) {
 	ctx := t.Context()
-	srvs := eventlogtest.RunCluster(t, 3)
-	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 3, Partitions: 6})
-	agents := agentsOverShards(t, 12, 6, 3)
-	waitSpread(ctx, t, lg, agents, "spread")
+	srvs, lg, agents := spreadCluster(t)
 
 	// s2 is lost: its leaders are elected elsewhere, and it is wanted by
 	// no stream while it is not a current replica.
@@ -53,6 +51,17 @@ func TestSpreadLeaders(t *testing.T) {
 	if got, err := one.SpreadLeaders(ctx, nil); got != nil || err != nil {
 		t.Errorf("R1 spread: %v, %v", got, err)
 	}
+}
+
+// spreadCluster runs a 3-server cluster with an R3 log of 3 shards, 12
+// agents over them, and its leaders spread (waitSpread).
+func spreadCluster(t *testing.T) ([]*server.Server, *eventlog.Log, []string) {
+	t.Helper()
+	srvs := eventlogtest.RunCluster(t, 3)
+	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 3, Partitions: 6})
+	agents := agentsOverShards(t, 12, 6, 3)
+	waitSpread(t.Context(), t, lg, agents, "spread")
+	return srvs, lg, agents
 }
 
 // waitSpread calls SpreadLeaders, appending to every agent between calls,
@@ -105,10 +114,7 @@ func waitSpread(ctx context.Context, t *testing.T, lg *eventlog.Log, agents []st
 // reachable, the spread gives it its share.
 func TestSpreadLeadersRechecksBeforeAStepdown(t *testing.T) {
 	ctx := t.Context()
-	srvs := eventlogtest.RunCluster(t, 3)
-	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 3, Partitions: 6})
-	agents := agentsOverShards(t, 12, 6, 3)
-	waitSpread(ctx, t, lg, agents, "spread")
+	srvs, lg, agents := spreadCluster(t)
 	// s2 leaves and returns: it leads nothing until a spread gives it its
 	// share.
 	restart := eventlogtest.StopServer(t, srvs, 2)
