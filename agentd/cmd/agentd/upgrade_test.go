@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "016fdce9049c4506d56038e1e79aedc8f98dbdd8"
+const upgradeFrom = "2c1a8db862dad0bd407802bcd0731f662765d826"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
