@@ -1,8 +1,10 @@
 package stalls
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +24,33 @@ import (
 type Stamp struct {
 	At   time.Time
 	Node string
+	// Seq is the event's sequence in its stream. Covers, for a part of a
+	// snapshot (eventlog.TypeSnapshot), is the stream sequence of the
+	// agent's last event the snapshot covers: the compaction that wrote it
+	// purged the agent's events up to there, read or not.
+	Seq, Covers uint64
+}
+
+// snapshotType is how a snapshot's envelope names its type.
+var snapshotType = []byte(`"type":"` + eventlog.TypeSnapshot + `"`)
+
+// covers returns the stream sequence of the last event the snapshot part
+// body covers, 0 when body is not a snapshot part.
+func covers(body []byte) uint64 {
+	if !bytes.Contains(body, snapshotType) {
+		return 0
+	}
+	var e struct {
+		Type string `json:"type"`
+		Data struct {
+			Upto eventlog.Seq `json:"upto"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Type != eventlog.TypeSnapshot {
+		return 0
+	}
+	_, raw := eventlog.ShardOf(e.Data.Upto)
+	return raw
 }
 
 // Kill is one kill to measure.
@@ -139,17 +168,43 @@ func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]s
 	return nil, err
 }
 
+// StoredNow is one try of Stored whose fetches return what their consumer
+// holds at once, where Stored's wait up to 2 s for a full batch (2 s a
+// stream): for a reader that reads every few seconds. Its caller tries
+// again on an error.
+func StoredNow(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from time.Time) (map[string][]Stamp, error) {
+	return storedOnce(ctx, js, byStream, from, time.Time{}, readOpts{noWait: true})
+}
+
 // maxIdleFetches bounds the fetches in a row that deliver nothing while
 // the stream's leader holds more up to the read's end: the consumer's
 // replica stays behind, and Stored tries again with a new consumer.
 const maxIdleFetches = 15
 
-// readOpts are a stream read's fetch size (0: 1000) and, when set
-// (tests), a hook that sees each event's metadata before the end rule
-// reads it.
+// noWaitPause is the pause after a fetch that returned nothing at once
+// (StoredNow) before the next.
+const noWaitPause = 200 * time.Millisecond
+
+// readConsumerIdle is how long the server keeps a read's consumer once
+// unused: a read ends within seconds, and the default (5 minutes for an
+// ordered consumer) kept one for each read.
+const readConsumerIdle = 10 * time.Second
+
+// readOpts are a stream read's fetch size (0: 1000), whether its fetches
+// return at once (StoredNow), and, when set (tests), a hook that sees
+// each event's metadata before the end rule reads it.
 type readOpts struct {
 	batch     int
+	noWait    bool
 	delivered func(*jetstream.MsgMetadata)
+}
+
+// fetch fetches the next batch of cons as o says.
+func (o readOpts) fetch(cons jetstream.Consumer) (jetstream.MessageBatch, error) {
+	if o.noWait {
+		return cons.FetchNoWait(cmp.Or(o.batch, 1000))
+	}
+	return cons.Fetch(cmp.Or(o.batch, 1000), jetstream.FetchMaxWait(2*time.Second))
 }
 
 // storedOnce is one try of Stored.
@@ -173,13 +228,14 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 		}
 		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
+			InactiveThreshold: readConsumerIdle,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 		}
 		var seen uint64
 		for done, idle := false, 0; !done; {
-			batch, err := cons.Fetch(cmp.Or(o.batch, 1000), jetstream.FetchMaxWait(2*time.Second))
+			batch, err := o.fetch(cons)
 			if err != nil {
 				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 			}
@@ -197,7 +253,7 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 				sub := msg.Subject()
 				agent := sub[strings.LastIndexByte(sub, '.')+1:]
 				w, _ := eventlog.WriterOf(msg.Headers())
-				out[agent] = append(out[agent], Stamp{At: md.Timestamp, Node: w.Node})
+				out[agent] = append(out[agent], Stamp{At: md.Timestamp, Node: w.Node, Seq: md.Sequence.Stream, Covers: covers(msg.Data())})
 				if (!to.IsZero() && md.Timestamp.After(to)) || seen >= last {
 					done = true
 				}
@@ -216,6 +272,13 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 			if done = !more; more {
 				if idle++; idle >= maxIdleFetches {
 					return nil, fmt.Errorf("read the stall agents' events on %s: its consumer stays behind the leader at sequence %d of %d", stream, seen, last)
+				}
+				if o.noWait {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(noWaitPause): // not a synchronisation: a poll's pause
+					}
 				}
 			}
 		}

@@ -52,8 +52,33 @@ func TestStoredFromReplicaBehind(t *testing.T) {
 	if len(got["a"]) != 3 || len(got["b"]) != 2 || len(got["other"]) != 0 {
 		t.Errorf("read from a replica behind: a %d, b %d, other %d events; want 3, 2, 0", len(got["a"]), len(got["b"]), len(got["other"]))
 	}
+	// Fetches that return at once: StoredNow, and one event a fetch.
+	got, err = StoredNow(ctx, js, map[string][]string{"EV": {"EV.a", "EV.b"}}, from)
+	if err != nil || len(got["a"]) != 3 || len(got["b"]) != 2 {
+		t.Errorf("StoredNow: a %d, b %d events, %v; want 3, 2", len(got["a"]), len(got["b"]), err)
+	}
+	got, err = storedOnce(ctx, js, map[string][]string{"EV": {"EV.a", "EV.b"}}, from, time.Time{}, readOpts{batch: 1, noWait: true})
+	if err != nil || len(got["a"]) != 3 || len(got["b"]) != 2 {
+		t.Errorf("one event a fetch, at once: a %d, b %d events, %v; want 3, 2", len(got["a"]), len(got["b"]), err)
+	}
 	got, err = storedOnce(ctx, js, map[string][]string{"OLD": {"OLD.a"}}, since, time.Time{}, readOpts{})
 	if err != nil || len(got["a"]) != 0 {
 		t.Errorf("read of a stream with nothing since from: %v, %v; want none", got, err)
+	}
+}
+
+// TestCovers: a snapshot part's envelope gives the stream sequence of the
+// last event it covers (its shard's bits dropped); any other event, one
+// whose data only quotes the type among them, gives 0.
+func TestCovers(t *testing.T) {
+	snap := `{"agent":"a","type":"log.snapshot","id":"x","time":"2026-12-01T00:00:00Z","data":{"upto":1099511628830,"part":0,"parts":1,"views":{}}}`
+	if got := covers([]byte(snap)); got != 1054 {
+		t.Errorf("snapshot of shard 1 up to its sequence 1054: covers %d", got)
+	}
+	quoted := `{"agent":"a","type":"op.completed","id":"y","time":"2026-12-01T00:00:00Z","data":{"note":{"type":"log.snapshot"},"upto":7}}`
+	for _, body := range []string{quoted, `{"agent":"a","type":"fiber.started","id":"z","time":"2026-12-01T00:00:00Z"}`, `not json`} {
+		if got := covers([]byte(body)); got != 0 {
+			t.Errorf("covers(%s) = %d, want 0", body, got)
+		}
 	}
 }
