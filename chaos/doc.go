@@ -85,28 +85,35 @@
 // -stall-agents N (a cluster only; off unless asked for) adds N steps
 // agents that write without pause (a fiber of 600 steps 400 ms apart every
 // 30 s, so about four overlap and a start lost to a kill leaves the agent
-// writing), followed from their events streams by stored time
-// (stalls.go). Before each kill it asks each one's owner and each events
-// stream's leader: an agent owned by the victim, or in a shard whose
-// events stream it led, is the victim's, and so is one whose last event
-// before the kill the victim wrote (handed to it since it was asked);
-// the others are not. It measures each agent writing when the kill came
-// (an event within 2 s before it) from the kill until 3 s after the
-// victim was ready again (the partitions handed back to it, and their
-// agents' pause, included), or the next kill or SIGSTOP if sooner: its
-// longest time without a stored event (stalled above 1 s); and for the
-// victim's, the kill to its first event, which issue 36 bounds by
-// nats-server's election (9 s at most) plus the lease TTL. It reads the
-// events for the others as soon as their measure ends, and again for
-// the victim's once the election plus the TTL passed, if that is later:
-// chaos compacts a stall agent every 15-30 s, and an agent whose events
-// from before the kill a compaction deleted is not measured. It prints
-// how many agent-kills it measured, the fractions stalled, the others'
-// and the victim's, with PASS or MISS, and each kill that missed, with
-// where the others' longest stall was: the events around it and their
-// writers (another node after it: the agent moved). Stalls are figures,
-// not violations; the agents' fibers are checked as the steps load's
-// are.
+// writing), followed from their events streams by stored time (stalls.go).
+// Before each kill it asks each one's owner and each events stream's
+// leader: an agent owned by the victim, or in a shard whose events stream
+// it led, is the victim's, and so is one whose last event before the kill
+// the victim wrote (handed to it since it was asked), and so is one in a
+// shard whose last leader-elected advisory before the kill named the
+// victim (the leader spread may move a shard to it in the instant between
+// the ask and the kill; leaders.go); the others are not.
+// It measures each agent writing when the kill came (an event within 2 s
+// before it) from the kill until 3 s after the victim was ready again (the
+// partitions handed back to it, and their agents' pause, included), or the
+// next kill or SIGSTOP if sooner: its longest time without a stored event
+// (stalled above 1 s); and for the victim's, the kill to its first event,
+// which issue 36 bounds by nats-server's election (9 s at most) plus the
+// lease TTL. It reads each events stream's stall agents every 3 s while the
+// run goes on (stamplog.go; each read a consumer of its own from 2 s before
+// the last one began): agentd compacts a stall agent every 15-30 s (by its
+// size), which purges the events before its snapshot, so a read once per
+// kill found most agents' events from before the kill gone. A snapshot that
+// covers events no read saw marks the time since the agent's last event
+// read as unread, and a kill whose measure that time overlaps leaves the
+// agent out (counted apart), rather than measure the hole as a stall. A
+// kill's measure waits for reads of every stream that began after its end
+// (45 s at most; past that the kill is not measured). It prints how many
+// agent-kills it measured, the fractions stalled, the others' and the
+// victim's, with PASS or MISS, and each kill that missed, with where the
+// others' longest stall was: the events around it and their writers
+// (another node after it: the agent moved). Stalls are figures, not
+// violations; the agents' fibers are checked as the steps load's are.
 //
 // -agentd-flags adds flags to every node after the chart's and chaos's
 // own, such as "--shards 8 --owned-views".

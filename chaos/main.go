@@ -74,8 +74,10 @@ type results struct {
 	// shapeProblems are what the shapes found themselves: a node that did
 	// not stop cleanly on SIGTERM.
 	shapeProblems []string
-	// stalls is the stall watch's measure of each kill (stalls.go).
-	stalls []stallResult
+	// stalls is the stall watch's measure of each kill (stalls.go), and
+	// stallReads how its reads went.
+	stalls     []stallResult
+	stallReads string
 }
 
 func (r *results) violations() int {
@@ -248,7 +250,7 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	}
 	var watch *stallWatch
 	if err == nil && o.stallAgents > 0 {
-		if watch, err = newStallWatch(ctx, checker.nc, checker.lg.Prefix(), o.stallAgents, o.leaseTTL); err == nil {
+		if watch, err = newStallWatch(ctx, checker.nc, checker.lg.Prefix(), o.stallAgents, o.leaseTTL, filepath.Join(dir, "stall-reads.log")); err == nil {
 			for _, agent := range watch.agents {
 				if err = startWorker(agent, func(c *client) { watch.run(loadCtx, l, c, agent) }); err != nil {
 					break
@@ -288,6 +290,7 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	}
 	if watch != nil {
 		res.stalls = watch.measure()
+		res.stallReads = watch.rec.String()
 	}
 	logf("%d kills, %d stops, %d stepdowns and %d handoffs in %s; verifying", res.kills, res.stops, res.stepdowns, res.handoffs, res.took.Round(time.Second))
 
@@ -458,6 +461,7 @@ func printTable(w io.Writer, o options, r *results) {
 		fmt.Fprintf(w, "shapes: %d stepdowns (%d refused), %d handoffs\n", r.stepdowns, r.stepdownsRefused, r.handoffs)
 	}
 	if r.stalls != nil {
+		fmt.Fprintln(w, "stalls:", r.stallReads)
 		printStalls(w, r.stalls, o.leaseTTL)
 	}
 	for _, a := range r.anomalies {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -22,8 +24,8 @@ import (
 // overlap and a start lost to a kill (its request waits the load's
 // timeout, 15 s in a cluster) leaves the agent writing; with two
 // overlapping, such a loss let the agent go idle, and its last events
-// then measured as a stall. Their events are followed from the streams;
-// before each kill the watch
+// then measured as a stall. Their events are read from the streams every
+// stallReadEvery (record); before each kill the watch
 // notes which of them the victim held (owned, or in an events shard it
 // led), and afterwards measures each agent from the kill until
 // stallSettle after the victim was ready again (settled): its longest
@@ -50,9 +52,14 @@ const (
 	stallSettle = 3 * time.Second
 )
 
-// stallWatch remembers the kills; after the run it reads the stall
-// agents' events from their streams (a live ordered consumer may hang
-// recreating itself when its server dies, which would look like a stall).
+// leasesStream is the lease bucket's stream.
+const leasesStream = "KV_" + ownership.DefaultBucket
+
+// stallWatch remembers the kills and measures each from the stall
+// agents' events that record read. Each read is a consumer of its own,
+// which ends at what the streams' leaders held when it began: a live
+// ordered consumer may hang recreating itself when its server dies, and
+// events it had not delivered by a compaction would be lost to it.
 type stallWatch struct {
 	agents   []string
 	ls       eventlog.LogStreams
@@ -60,6 +67,12 @@ type stallWatch struct {
 	js       jetstream.JetStream
 	ttl      time.Duration
 	byStream map[string][]string // each stream's stall agents' subjects
+	rec      *stampLog           // their events read so far (record)
+	stop     func()              // ends record and closes trace
+	recorded chan struct{}       // closed when record ended
+	trace    *os.File            // a line for each read (traceRead)
+	traceMu  sync.Mutex          // one line at a time
+	leaders  *leaderLog          // the streams' elections; nil when not seen
 
 	reads     sync.WaitGroup // each kill's read (done)
 	mu        sync.Mutex
@@ -73,14 +86,19 @@ type stallKill struct {
 	victim           string
 	killed, ready    time.Time
 	held             map[string]bool
+	led              map[string]bool // the events streams the victim led
 	owned, ledShards int
-	shards           int
-	ledLeases        bool // the victim led the lease bucket's stream
+	// movedShards of ledShards were the victim's by the leader
+	// advisories only: their leader moved to it after it was asked.
+	movedShards int
+	shards      int
+	ledLeases   bool // the victim led the lease bucket's stream
 }
 
 // newStallWatch prepares n stall agents read through nc (the checker's
-// connection; prefix is its log's subject prefix).
-func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl time.Duration) (*stallWatch, error) {
+// connection; prefix is its log's subject prefix), and starts their
+// reads, each traced to a line of tracePath (kept with the data dir).
+func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl time.Duration, tracePath string) (*stallWatch, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -95,6 +113,26 @@ func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl
 		w.agents = append(w.agents, a)
 		w.byStream[ls.EventsOf(a)] = append(w.byStream[ls.EventsOf(a)], ls.EventsSubject(prefix, a))
 	}
+	w.rec = newStampLog(slices.Collect(maps.Keys(w.byStream)))
+	if w.trace, err = os.Create(tracePath); err != nil {
+		return nil, err
+	}
+	// Without the advisories, the leaders asked before each kill count.
+	leaders, sub, err := followLeaders(nc)
+	if err == nil {
+		w.leaders = leaders
+	}
+	rctx, stop := context.WithCancel(ctx)
+	w.stop = func() {
+		stop()
+		<-w.recorded
+		w.trace.Close()
+		if sub != nil {
+			sub.Unsubscribe()
+		}
+	}
+	w.recorded = make(chan struct{})
+	go func() { defer close(w.recorded); w.record(rctx) }()
 	return w, nil
 }
 
@@ -118,8 +156,8 @@ func (w *stallWatch) run(ctx context.Context, l *load, c *client, agent string) 
 
 // before notes which stall agents victim holds, just before its kill.
 func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill {
-	k := stallKill{n: n, victim: victim, held: map[string]bool{}, shards: len(w.ls.Events)}
 	led := map[string]bool{}
+	k := stallKill{n: n, victim: victim, held: map[string]bool{}, led: led, shards: len(w.ls.Events)}
 	for _, stream := range w.ls.Events {
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		s, err := w.js.Stream(ictx, stream)
@@ -130,7 +168,7 @@ func (w *stallWatch) before(ctx context.Context, n int, victim string) stallKill
 		}
 	}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if s, err := w.js.Stream(ictx, "KV_"+ownership.DefaultBucket); err == nil && s.CachedInfo().Cluster != nil {
+	if s, err := w.js.Stream(ictx, leasesStream); err == nil && s.CachedInfo().Cluster != nil {
 		k.ledLeases = s.CachedInfo().Cluster.Leader == victim
 	}
 	cancel()
@@ -172,13 +210,10 @@ func (w *stallWatch) settled(k stallKill) time.Time {
 	return end
 }
 
-// done measures kill k in the background, from the stall agents' stored
-// events read twice: the others' once their measure ended (settled), the
-// victim's once they had the election and the TTL to resume, if that is
-// later. Read at the run's end instead, most were gone: chaos compacts a
-// stall agent every 15-30 s, and a compaction deletes the events before
-// its snapshot, which leaves a kill with no agent seen writing when it
-// came; a read as early as each measure allows keeps more of them.
+// done measures kill k in the background, from the stall agents' events
+// read so far (record), twice: the others' once their measure ended
+// (settled), the victim's once they had the election and the TTL to
+// resume, if that is later.
 func (w *stallWatch) done(ctx context.Context, k stallKill) {
 	w.reads.Go(func() {
 		others := k.ready.Add(stallSettle + 500*time.Millisecond)
@@ -198,28 +233,26 @@ func (w *stallWatch) done(ctx context.Context, k stallKill) {
 	})
 }
 
-// readAt waits until at, reads the stall agents' events from just before
-// k, and measures k from them.
+// readAt waits until the stall agents' events are read past at, and
+// measures k from those stored from just before k on, leaving out the
+// agents a compaction purged events of unread since then.
 func (w *stallWatch) readAt(ctx context.Context, k stallKill, at time.Time) stallResult {
-	select {
-	case <-ctx.Done():
-		return stallResult{k: k, err: ctx.Err()}
-	case <-time.After(time.Until(at)):
-	}
-	// The next kill may leave a stream without a leader for an
-	// election (Stored tries for 10 s): try twice more, later.
-	var stamps map[string][]stalls.Stamp
-	var err error
-	for try := 0; try < 3; try++ {
-		if stamps, err = stalls.Stored(ctx, w.js, w.byStream, k.killed.Add(-stallActive), time.Time{}); err == nil || ctx.Err() != nil {
-			break
-		}
-		sleep(ctx, 5*time.Second)
-	}
-	if err != nil {
+	if err := w.rec.waitPast(ctx, at, time.Until(at)+stallReadWait); err != nil {
 		return stallResult{k: k, err: err}
 	}
-	return measureKill(w.agents, stamps, k, w.settled(k))
+	k = w.withLeadersAt(k)
+	from := k.killed.Add(-stallActive)
+	var agents, unread []string
+	for _, a := range w.agents {
+		if w.rec.unreadIn(a, from, at) {
+			unread = append(unread, a)
+		} else {
+			agents = append(agents, a)
+		}
+	}
+	r := measureKill(agents, w.rec.since(from), k, w.settled(k))
+	r.unread, r.agents = len(unread), len(w.agents)
+	return r
 }
 
 // stallResult is one kill's measure, or why it has none (err: its
@@ -229,17 +262,19 @@ type stallResult struct {
 	end time.Time // where the measure ended (settled)
 	// read counts the agents (of agents) with any event read from
 	// stallActive before the kill on; those measured had one before the
-	// kill, the rest a compaction since (its snapshot deletes the events
-	// before it), or no fiber running.
-	read, agents int
+	// kill, the rest none within stallActive before it. unread counts the
+	// agents left out: a compaction purged events of theirs from then on
+	// before a read saw them.
+	read, agents, unread int
 	stalls.Result
 	err error
 }
 
-// measure waits for every kill's measure (done) and returns them in the
-// kills' order.
+// measure waits for every kill's measure (done), ends the reads, and
+// returns the measures in the kills' order.
 func (w *stallWatch) measure() []stallResult {
 	w.reads.Wait()
+	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	slices.SortFunc(w.results, func(a, b stallResult) int { return a.k.n - b.k.n })
@@ -276,11 +311,14 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		rs = append(rs, r)
 	}
-	var vs, vn, ost, otn, missOthers, missVictims, read, possible int
+	var vs, vn, ost, otn, missOthers, missVictims, read, possible, unread, moved int
 	var worstOther, slowest time.Duration
 	for _, r := range rs {
 		vs, vn, ost, otn = vs+r.VictimsStalled, vn+r.Victims, ost+r.OthersStalled, otn+r.Others
-		read, possible = read+r.read, possible+r.agents
+		read, possible, unread = read+r.read, possible+r.agents, unread+r.unread
+		if r.k.movedShards > 0 {
+			moved++
+		}
 		worstOther, slowest = max(worstOther, r.WorstOther), max(slowest, r.SlowestResume)
 		if r.OthersStalled > 0 {
 			missOthers++
@@ -295,8 +333,9 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		return fmt.Sprintf("MISS in %d kills", miss)
 	}
-	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d; %d had events read from %s before the kill on, the rest of them none before the kill (deleted by a compaction since)\n",
-		vn+otn, possible, read, stallActive)
+	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d (an event within %s before the kill); %d had events from then on; %d left out, a compaction having purged events of theirs unread\n",
+		vn+otn, possible, stallActive, read, unread)
+	fmt.Fprintf(wr, "stalls: in %d kills a shard's leader moved to the victim after it was asked (the leader advisories): its agents counted as the victim's\n", moved)
 	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
 		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
 		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))
@@ -317,8 +356,8 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		if r.OthersStalled == 0 && r.SlowestResume <= bound && r.Unresumed == 0 {
 			continue
 		}
-		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards, led the lease bucket %t, killed %s, ready %s, measured to %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
-			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock), r.end.Format(clock),
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards (%d moved to it after it was asked), led the lease bucket %t, killed %s, ready %s, measured to %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.movedShards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock), r.end.Format(clock),
 			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), gapText(r), frac(r.VictimsStalled, r.Victims),
 			r.SlowestResume.Round(time.Millisecond), r.Unresumed)
 	}
