@@ -237,11 +237,26 @@ func (d *Daemon) addLeaderSpread(lg *eventlog.Log, srv *server.Server) error {
 	}))
 }
 
+// routeSettle is how long a route to a server must have been up for the
+// leader spread to give that server streams. A server that restarted a
+// moment ago routes again at once, and its stream replicas, which the
+// leaders heard from a second before the kill, still look current; but
+// its Raft groups are still being restored, and a stream handed to it
+// stays without a leader for an election (5.4 s in a 6-node chaos run,
+// the stepdown 0.5 s after the server started).
+const routeSettle = 10 * time.Second
+
 // routedTo returns whether srv routes to a server (srv itself included),
-// read from its routes at each call: nil without an embedded server. A
-// SIGKILLed server's routes close with its process, at once, where the
-// streams' leaders still count it live for seconds.
+// read from its routes at each call, by a route up for routeSettle at
+// least: nil without an embedded server. A SIGKILLed server's routes
+// close with its process, at once, where the streams' leaders still
+// count it live for seconds; its new process's routes are young.
 func routedTo(srv *server.Server) func(name string) bool {
+	return routedSince(srv, routeSettle)
+}
+
+// routedSince is routedTo with routes up for settle at least.
+func routedSince(srv *server.Server, settle time.Duration) func(name string) bool {
 	if srv == nil {
 		return nil
 	}
@@ -254,7 +269,7 @@ func routedTo(srv *server.Server) func(name string) bool {
 			return false
 		}
 		for _, r := range rz.Routes {
-			if r.RemoteName == name {
+			if r.RemoteName == name && time.Since(r.Start) >= settle {
 				return true
 			}
 		}

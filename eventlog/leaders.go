@@ -42,8 +42,9 @@ type Leader struct {
 // it again to check: a spread log moves nothing.
 //
 // reachable, when not nil, says whether a server can be reached now (the
-// caller's embedded server routes to it); a server it does not reach is
-// not live either. A leader hears from a replica every second, so a
+// caller's embedded server routes to it, agentd's by a route up for 10 s
+// at least, so a server restarted a moment ago is given nothing yet); a
+// server it does not reach is not live either. A leader hears from a replica every second, so a
 // server SIGKILLed a moment ago still looks live to it, and a stream
 // handed to it would have no leader until the others' election timeout;
 // the dead server's routes closed with it. It is asked once for each
