@@ -100,8 +100,8 @@
 // (stalled above 1 s); and for the victim's, the kill to its first event,
 // which issue 36 bounds by nats-server's election (9 s at most) plus the
 // lease TTL. It reads each events stream's stall agents every 3 s while the
-// run goes on (stamplog.go; each read a consumer of its own from 2 s before
-// the last one began): agentd compacts a stall agent every 15-30 s (by its
+// run goes on (stamplog.go; one consumer a stream, kept between reads,
+// stalls.Tail): agentd compacts a stall agent every 15-30 s (by its
 // size), which purges the events before its snapshot, so a read once per
 // kill found most agents' events from before the kill gone. A snapshot that
 // covers events no read saw marks the time since the agent's last event

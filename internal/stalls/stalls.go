@@ -168,21 +168,13 @@ func Stored(ctx context.Context, js jetstream.JetStream, byStream map[string][]s
 	return nil, err
 }
 
-// StoredNow is one try of Stored whose fetches return what their consumer
-// holds at once, where Stored's wait up to 2 s for a full batch (2 s a
-// stream): for a reader that reads every few seconds. Its caller tries
-// again on an error.
-func StoredNow(ctx context.Context, js jetstream.JetStream, byStream map[string][]string, from time.Time) (map[string][]Stamp, error) {
-	return storedOnce(ctx, js, byStream, from, time.Time{}, readOpts{noWait: true})
-}
-
 // maxIdleFetches bounds the fetches in a row that deliver nothing while
 // the stream's leader holds more up to the read's end: the consumer's
 // replica stays behind, and Stored tries again with a new consumer.
 const maxIdleFetches = 15
 
 // noWaitPause is the pause after a fetch that returned nothing at once
-// (StoredNow) before the next.
+// (Tail) before the next.
 const noWaitPause = 200 * time.Millisecond
 
 // readConsumerIdle is how long the server keeps a read's consumer once
@@ -191,7 +183,7 @@ const noWaitPause = 200 * time.Millisecond
 const readConsumerIdle = 10 * time.Second
 
 // readOpts are a stream read's fetch size (0: 1000), whether its fetches
-// return at once (StoredNow), and, when set (tests), a hook that sees
+// return at once (Tail), and, when set (tests), a hook that sees
 // each event's metadata before the end rule reads it.
 type readOpts struct {
 	batch     int
@@ -233,56 +225,128 @@ func storedOnce(ctx context.Context, js jetstream.JetStream, byStream map[string
 		if err != nil {
 			return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
 		}
-		var seen uint64
-		for done, idle := false, 0; !done; {
-			batch, err := o.fetch(cons)
+		if _, err := readStream(ctx, js, cons, stream, subjects, 0, last, from, to, o, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readStream reads cons, a consumer of stream's subjects that delivered
+// up to stream sequence seen (0: none yet; it starts at from), into out,
+// up to last or the first event past to (not zero), as storedOnce says.
+// It returns the sequence it read up to.
+func readStream(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, stream string, subjects []string,
+	seen, last uint64, from, to time.Time, o readOpts, out map[string][]Stamp) (uint64, error) {
+	fail := func(err error) (uint64, error) {
+		return seen, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
+	}
+	for done, idle := seen >= last, 0; !done; {
+		batch, err := o.fetch(cons)
+		if err != nil {
+			return fail(err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
 			if err != nil {
-				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
-			}
-			n := 0
-			for msg := range batch.Messages() {
-				n++
-				md, err := msg.Metadata()
-				if err != nil {
-					continue
-				}
-				if o.delivered != nil {
-					o.delivered(md)
-				}
-				seen = md.Sequence.Stream
-				sub := msg.Subject()
-				agent := sub[strings.LastIndexByte(sub, '.')+1:]
-				w, _ := eventlog.WriterOf(msg.Headers())
-				out[agent] = append(out[agent], Stamp{At: md.Timestamp, Node: w.Node, Seq: md.Sequence.Stream, Covers: covers(msg.Data())})
-				if (!to.IsZero() && md.Timestamp.After(to)) || seen >= last {
-					done = true
-				}
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
-			}
-			if done || n > 0 {
-				idle = 0
 				continue
 			}
-			more, err := leaderHolds(ctx, js, stream, subjects, seen, from, last)
-			if err != nil {
-				return nil, fmt.Errorf("read the stall agents' events on %s: %w", stream, err)
+			if o.delivered != nil {
+				o.delivered(md)
 			}
-			if done = !more; more {
-				if idle++; idle >= maxIdleFetches {
-					return nil, fmt.Errorf("read the stall agents' events on %s: its consumer stays behind the leader at sequence %d of %d", stream, seen, last)
-				}
-				if o.noWait {
-					select {
-					case <-ctx.Done():
-						return nil, ctx.Err()
-					case <-time.After(noWaitPause): // not a synchronisation: a poll's pause
-					}
+			seen = md.Sequence.Stream
+			sub := msg.Subject()
+			agent := sub[strings.LastIndexByte(sub, '.')+1:]
+			w, _ := eventlog.WriterOf(msg.Headers())
+			out[agent] = append(out[agent], Stamp{At: md.Timestamp, Node: w.Node, Seq: md.Sequence.Stream, Covers: covers(msg.Data())})
+			if (!to.IsZero() && md.Timestamp.After(to)) || seen >= last {
+				done = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fail(err)
+		}
+		if done || n > 0 {
+			idle = 0
+			continue
+		}
+		more, err := leaderHolds(ctx, js, stream, subjects, seen, from, last)
+		if err != nil {
+			return fail(err)
+		}
+		if done = !more; more {
+			if idle++; idle >= maxIdleFetches {
+				return fail(fmt.Errorf("its consumer stays behind the leader at sequence %d of %d", seen, last))
+			}
+			if o.noWait {
+				select {
+				case <-ctx.Done():
+					return seen, ctx.Err()
+				case <-time.After(noWaitPause): // not a synchronisation: a poll's pause
 				}
 			}
 		}
 	}
+	return seen, nil
+}
+
+// Tail reads one stream's events of some subjects as they are stored,
+// read after read, through one ordered consumer kept between reads: a
+// reader every few seconds would otherwise create a consumer each time,
+// and each creation and deletion is an entry every server of the cluster
+// applies in the JetStream meta layer (a 6-node chaos run's meta layer
+// fell behind with them). A read that fails drops the consumer; the next
+// creates one from after the last event read.
+type Tail struct {
+	js       jetstream.JetStream
+	stream   string
+	subjects []string
+	from     time.Time
+	cons     jetstream.Consumer
+	seen     uint64
+}
+
+// tailIdle is how long the server keeps a Tail's consumer once unused:
+// longer than a reader's pause between reads.
+const tailIdle = 30 * time.Second
+
+// NewTail returns a Tail of stream's subjects from from on.
+func NewTail(js jetstream.JetStream, stream string, subjects []string, from time.Time) *Tail {
+	return &Tail{js: js, stream: stream, subjects: subjects, from: from}
+}
+
+// Read returns the events stored since the last Read (the first: since
+// from), up to the last event of the subjects the stream's leader held
+// when it began. Its fetches return what the consumer holds at once,
+// where Stored's wait up to 2 s for a full batch.
+func (t *Tail) Read(ctx context.Context) (map[string][]Stamp, error) {
+	last, err := leaderLast(ctx, t.js, t.stream, t.subjects)
+	if err != nil {
+		return nil, fmt.Errorf("read the stall agents' events on %s: %w", t.stream, err)
+	}
+	out := map[string][]Stamp{}
+	if last <= t.seen {
+		return out, nil
+	}
+	if t.cons == nil {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: t.subjects, InactiveThreshold: tailIdle,
+			DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t.from}
+		if t.seen > 0 {
+			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, t.seen+1
+		}
+		if t.cons, err = t.js.OrderedConsumer(ctx, t.stream, cfg); err != nil {
+			t.cons = nil
+			return nil, fmt.Errorf("read the stall agents' events on %s: %w", t.stream, err)
+		}
+	}
+	seen, err := readStream(ctx, t.js, t.cons, t.stream, t.subjects, t.seen, last, t.from, time.Time{}, readOpts{noWait: true}, out)
+	if err != nil {
+		t.cons = nil
+		return nil, err
+	}
+	t.seen = seen
 	return out, nil
 }
 
