@@ -56,10 +56,11 @@ const (
 const leasesStream = "KV_" + ownership.DefaultBucket
 
 // stallWatch remembers the kills and measures each from the stall
-// agents' events that record read. Each read is a consumer of its own,
-// which ends at what the streams' leaders held when it began: a live
-// ordered consumer may hang recreating itself when its server dies, and
-// events it had not delivered by a compaction would be lost to it.
+// agents' events that record read: every stallReadEvery, each stream
+// through a consumer kept between reads (stalls.Tail), each read ending
+// at what the stream's leader held when it began. A read that fails (its
+// stream electing) drops its consumer, and the next makes a new one from
+// after the last event read.
 type stallWatch struct {
 	agents   []string
 	ls       eventlog.LogStreams
