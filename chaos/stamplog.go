@@ -41,7 +41,6 @@ const (
 type stampLog struct {
 	mu     sync.Mutex
 	stamps map[string][]stalls.Stamp
-	seen   map[stampKey]bool
 	last   map[string]stalls.Stamp // each agent's event of the highest sequence read
 	unread map[string][]span       // each agent's times whose events were purged unread
 	readTo map[string]time.Time    // each stream's last read's start
@@ -51,17 +50,12 @@ type stampLog struct {
 	slowest       time.Duration // the longest read
 }
 
-type stampKey struct {
-	agent string
-	seq   uint64
-}
-
 // span is a time between two events.
 type span struct{ from, to time.Time }
 
 // newStampLog returns the log of the streams named.
 func newStampLog(streams []string) *stampLog {
-	s := &stampLog{stamps: map[string][]stalls.Stamp{}, seen: map[stampKey]bool{}, last: map[string]stalls.Stamp{},
+	s := &stampLog{stamps: map[string][]stalls.Stamp{}, last: map[string]stalls.Stamp{},
 		unread: map[string][]span{}, readTo: map[string]time.Time{}, moved: make(chan struct{})}
 	for _, st := range streams {
 		s.readTo[st] = time.Time{}
@@ -70,27 +64,24 @@ func newStampLog(streams []string) *stampLog {
 }
 
 // add records read, a read of stream that began at began, keeping each
-// event once (each agent's in the order of their sequences, as a read
-// delivers them). A snapshot covering events past the agent's last one
+// event once: an agent's events come in the order of their sequences, as
+// a read delivers them, so one at or below the last recorded was read
+// before. A snapshot covering events past the agent's last one
 // read marks the time between them unread.
 func (s *stampLog) add(stream string, read map[string][]stalls.Stamp, began time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for agent, ss := range read {
 		for _, st := range ss {
-			k := stampKey{agent: agent, seq: st.Seq}
-			if s.seen[k] {
+			last := s.last[agent]
+			if st.Seq <= last.Seq {
 				continue
 			}
-			s.seen[k] = true
 			s.stamps[agent] = append(s.stamps[agent], st)
-			last := s.last[agent]
 			if st.Covers > 0 && last.Seq < st.Covers {
 				s.unread[agent] = append(s.unread[agent], span{from: last.At, to: st.At})
 			}
-			if st.Seq > last.Seq {
-				s.last[agent] = st
-			}
+			s.last[agent] = st
 		}
 	}
 	if began.After(s.readTo[stream]) {
