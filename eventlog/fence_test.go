@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,8 +479,10 @@ func TestFenceChunksKeepsOwnersRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	var gets atomic.Int32
-	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) { gets.Add(1) })
+	// A synchronous subscription: a request the server routed before a
+	// Flush's PONG is in its pending count when Flush returns, where an
+	// asynchronous handler might not have run yet.
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.MSG.GET.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,12 +507,21 @@ func TestFenceChunksKeepsOwnersRead(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		n := gets.Load()
+		drain := func() int32 {
+			var n int32
+			for {
+				if _, err := sub.NextMsg(0); err != nil {
+					return n
+				}
+				n++
+			}
+		}
+		drain()
 		f()
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return gets.Load() - n
+		return drain()
 	}
 
 	if last, err := alg.LastSeq(ctx, eventlog.Filter{Agent: "x", Stream: "s1", Chunks: true}); err != nil || last != 0 {
