@@ -1,10 +1,12 @@
 package chat_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/chat/chunk"
@@ -282,6 +284,101 @@ func TestMultitaskRollback(t *testing.T) {
 		got = append(got, m.Role+":"+m.Text())
 	}
 	want := []string{"user:zero", "assistant:" + answer("zero"), "user:hello", "assistant:" + answer("hello")}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestMultitaskRollbackAfterTheFinish: a "rollback" that arrives once the
+// running turn's finish chunk is durable, while that turn records its end,
+// leaves that turn in the conversation. Its client saw the answer end; the
+// interrupt came too late to stop it, and rollback removes only a turn it
+// stopped. Removed, a double-texting client's previous, answered message
+// vanished from the conversation (seen in a chaos run).
+func TestMultitaskRollbackAfterTheFinish(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	close(g.release)
+	h := e.host(t, "a1", g, nil)
+	reached, release := holdAtEnded(h)
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "two", Multitask: chat.MultitaskRollback})
+		sent <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the rollback finds the turn running
+	close(release)
+	if err := <-sent; err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	h.r.Wait()
+	if tr, err := e.store.Turn("a1", first.RequestID); err != nil || tr.Status != chat.TurnCompleted {
+		t.Fatalf("first turn %+v %v, want completed", tr, err)
+	}
+	var got []string
+	for _, m := range settled(t, e, "a1") {
+		got = append(got, m.Role+":"+m.Text())
+	}
+	want := []string{"user:one", "assistant:" + answer("one"), "user:two", "assistant:" + answer("two")}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestMultitaskRollbackOfARecoveredFinish: the node that ran a turn died
+// after its finish chunk was durable, before the turn's records. A
+// "rollback" sent to the next owner finds the turn waiting for recovery;
+// the recovery completes it from its stream (the interrupt comes too late
+// to stop an answer that has ended), and the turn stays in the
+// conversation.
+func TestMultitaskRollbackOfARecoveredFinish(t *testing.T) {
+	e := newEnv(t)
+	g := newGate()
+	close(g.release)
+	h := e.host(t, "a1", g, nil)
+	reached := make(chan struct{}, 1)
+	chat.StopAt(h.a, func(ctx context.Context, point string) error {
+		if point != "ended" {
+			return nil
+		}
+		reached <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	first, err := h.a.Send(t.Context(), chat.SendRequest{Text: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, reached)
+	h.r.Close()
+
+	h = e.host(t, "a1", g, nil)
+	sent := make(chan error, 1)
+	go func() {
+		_, err := h.a.Send(t.Context(), chat.SendRequest{Text: "two", Multitask: chat.MultitaskRollback})
+		sent <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the rollback finds the turn waiting
+	if err := h.r.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	h.r.Wait()
+	if tr, err := e.store.Turn("a1", first.RequestID); err != nil || tr.Status != chat.TurnCompleted {
+		t.Fatalf("first turn %+v %v, want completed", tr, err)
+	}
+	var got []string
+	for _, m := range settled(t, e, "a1") {
+		got = append(got, m.Role+":"+m.Text())
+	}
+	want := []string{"user:one", "assistant:" + answer("one"), "user:two", "assistant:" + answer("two")}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("messages\n got %q\nwant %q", got, want)
 	}

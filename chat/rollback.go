@@ -10,7 +10,9 @@ import (
 // conversation once it has ended (its user message and everything after
 // it: its answer, messages steered into it), and then starts msg's turn.
 // A turn that another command starts meanwhile is interrupted, not rolled
-// back.
+// back; a turn that ended on its own before the interrupt reached it (its
+// finish was durable: a recovery completes such a turn from its stream)
+// stays, as its clients saw it end.
 func (c *commands) sendRollingBack(ctx context.Context, req SendRequest, msg Message) (Turn, error) {
 	a := c.a
 	a.mt.priority.Add(1)
@@ -65,6 +67,8 @@ func (c *commands) sendRollingBack(ctx context.Context, req SendRequest, msg Mes
 // user message and everything after it, or, for a turn without one (it
 // resumed a message waiting for answers), its assistant message and
 // everything after it. ErrTurnActive while the turn (or another) runs.
+// Only a turn the interrupt stopped is removed: one that completed or
+// failed on its own is left as it is.
 func (c *commands) rollBack(ctx context.Context, requestID string) error {
 	a := c.a
 	if err := a.catchUp(ctx); err != nil {
@@ -76,6 +80,9 @@ func (c *commands) rollBack(ctx context.Context, requestID string) error {
 	}
 	if info.Active() {
 		return ErrTurnActive
+	}
+	if info.Status != TurnInterrupted {
+		return nil
 	}
 	history, err := a.store.History(a.agent)
 	if err != nil {
