@@ -63,6 +63,7 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, con
 		if last != "" && replies == 0 {
 			st.unanswered++
 		}
+		why := "" // the agent's truncations, read once for its first missing command
 		for _, s := range sent[agent] {
 			n := stored[s.marker]
 			switch {
@@ -77,7 +78,10 @@ func (l *load) checkConversations(ctx context.Context, c *client) ([]string, con
 				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, multitask %q) was acknowledged with turn %s but is stored in turn %s",
 					agent, s.marker, s.mode, s.policy, s.request, requestOf[s.marker]))
 			case n == 0 && s.acked:
-				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, request %s) was acknowledged but is not in the conversation", agent, s.marker, s.mode, s.request))
+				if why == "" {
+					why = l.truncations(ctx, c, agent)
+				}
+				problems = append(problems, fmt.Sprintf("%s: the command %s (sent with %s, request %s) was acknowledged but is not in the conversation (%s)", agent, s.marker, s.mode, s.request, why))
 			}
 		}
 	}
