@@ -792,7 +792,11 @@ func (f *Follower) drop(m *member) error {
 // cursors at upto.
 func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq) (*rebuildReq, error) {
 	subjects := f.subjectsOf(group)
+	clk := newCatchUpClock(upto)
+	defer func() { clk.report(f.logger, names(group), after, upto) }()
+	t0 := time.Now()
 	target, err := f.lastSeqOf(ctx, subjects)
+	clk.read(clk.since(t0))
 	if err != nil {
 		return nil, err
 	}
@@ -843,6 +847,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	// renewFrom recreates the consumer after the last event committed.
 	renewFrom := func(why string) {
 		f.logger.Info(why, "behind", names(group), "at", at, "after", renewAfter)
+		clk.renewed()
 		f.l.metrics.consumerRenewals.Inc()
 		cancel()
 		wg.Wait()
@@ -911,6 +916,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				break drain
 			}
 		}
+		clk.delivered(len(items))
 		if upto > 0 {
 			// Stop at target, or when nothing more was stored (the event at
 			// target was removed meanwhile).
@@ -920,7 +926,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			}
 			last := items[max(n-1, 0)].e
 			if n < len(items) || last.Seq >= target {
-				return nil, f.commit(group, items[:n], upto)
+				return nil, clk.commit(f, group, items[:n], upto)
 			}
 			if last.Pending == 0 {
 				// None pending is the consumer's server's word, and JetStream
@@ -928,12 +934,14 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				// target has not stored the rest yet. Only the leader tells
 				// whether the events up to target are still stored; ending
 				// here moved the cursor past them unapplied.
+				t0 := time.Now()
 				now, err := f.lastSeqOf(ctx, subjects)
+				clk.read(clk.since(t0))
 				if err != nil {
 					return nil, err
 				}
 				if target = min(target, now); last.Seq >= target {
-					return nil, f.commit(group, items[:n], upto)
+					return nil, clk.commit(f, group, items[:n], upto)
 				}
 				if !behind {
 					behind = true
@@ -943,7 +951,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 			}
 		}
 		last := items[len(items)-1].e
-		if err := f.commit(group, items, last.Seq); err != nil {
+		if err := clk.commit(f, group, items, last.Seq); err != nil {
 			return nil, err
 		}
 		at = last.Seq

@@ -1,0 +1,87 @@
+package eventlog
+
+import (
+	"log/slog"
+	"time"
+)
+
+// catchUpClock times the phases of one catch-up (a consume with upto set),
+// so that one slower than renewAfter says where it waited: the leader reads
+// of its target, the wait for the consumer's first event, or the commits.
+// A restarted node's startup catch-up of 458 events once took 10.3 s with
+// no consumer renewal logged, and held every partition handed to the node
+// as long (a 3-node chaos run, stop 58). Methods are no-ops on nil (a
+// follow, not a catch-up).
+type catchUpClock struct {
+	start      time.Time
+	lastRead   time.Duration // leader reads of the last sequence, summed
+	firstEvent time.Duration // from start to the first event delivered
+	commits    time.Duration // commits of applied events, summed
+	events     int
+	renewals   int
+}
+
+func newCatchUpClock(upto Seq) *catchUpClock {
+	if upto == 0 {
+		return nil
+	}
+	return &catchUpClock{start: time.Now()}
+}
+
+// since returns the time since t and, on a nil clock, nothing of note.
+func (c *catchUpClock) since(t time.Time) time.Duration {
+	if c == nil {
+		return 0
+	}
+	return time.Since(t)
+}
+
+func (c *catchUpClock) read(d time.Duration) {
+	if c != nil {
+		c.lastRead += d
+	}
+}
+
+func (c *catchUpClock) delivered(n int) {
+	if c == nil {
+		return
+	}
+	if c.events == 0 && n > 0 {
+		c.firstEvent = time.Since(c.start)
+	}
+	c.events += n
+}
+
+func (c *catchUpClock) committed(d time.Duration) {
+	if c != nil {
+		c.commits += d
+	}
+}
+
+func (c *catchUpClock) renewed() {
+	if c != nil {
+		c.renewals++
+	}
+}
+
+// report logs the catch-up's phases when it took longer than renewAfter.
+func (c *catchUpClock) report(logger *slog.Logger, behind string, after, upto Seq) {
+	if c == nil {
+		return
+	}
+	took := time.Since(c.start)
+	if took <= renewAfter {
+		return
+	}
+	logger.Info("catch-up was slow", "behind", behind, "from", after, "to", upto, "took", took,
+		"leader_reads", c.lastRead, "first_event", c.firstEvent, "commits", c.commits,
+		"events", c.events, "consumer_renewals", c.renewals)
+}
+
+// commit is f.commit, timed.
+func (c *catchUpClock) commit(f *Follower, group []*member, items []followed, cursor Seq) error {
+	t := time.Now()
+	err := f.commit(group, items, cursor)
+	c.committed(c.since(t))
+	return err
+}
