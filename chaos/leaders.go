@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,6 +76,33 @@ func (l *leaderLog) ledBy(node string, t time.Time) map[string]bool {
 		}
 	}
 	return led
+}
+
+// around says who led stream at killed (by the advisories) and each of
+// its elections from a second before from until to (to zero: 10 s after
+// from): whether the stream of a stalled agent changed leaders then.
+func (l *leaderLog) around(stream string, killed, from, to time.Time) string {
+	if to.IsZero() {
+		to = from.Add(10 * time.Second)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := "unknown"
+	var during []string
+	var last time.Time
+	for _, e := range l.elect[stream] {
+		if e.at.Before(killed) && !e.at.Before(last) {
+			at, last = e.leader, e.at
+		}
+		if !e.at.Before(from.Add(-time.Second)) && !e.at.After(to) {
+			during = append(during, e.leader+" at "+e.at.Format(clock))
+		}
+	}
+	el := "no election"
+	if len(during) > 0 {
+		el = "elected " + strings.Join(during, ", ")
+	}
+	return fmt.Sprintf("%s led by %s at the kill, %s around the stall", stream, at, el)
 }
 
 // withLeadersAt returns k with the agents of every shard the advisories

@@ -44,3 +44,20 @@ func TestWithLeadersAt(t *testing.T) {
 		t.Error("withLeadersAt changed the kill it was given")
 	}
 }
+
+// TestLeadersAround names a stream's leader at the kill and its elections
+// around a stall, and says so when there were none.
+func TestLeadersAround(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	l := &leaderLog{elect: map[string][]election{}}
+	l.elected("S", "forever-1", t0.Add(-time.Minute))
+	l.elected("S", "forever-2", t0.Add(3*time.Second))
+	l.elected("S", "forever-0", t0.Add(time.Minute))
+	got := l.around("S", t0, t0.Add(2500*time.Millisecond), t0.Add(5*time.Second))
+	if want := "S led by forever-1 at the kill, elected forever-2 at 00:00:03.000 around the stall"; got != want {
+		t.Errorf("around = %q, want %q", got, want)
+	}
+	if got, want := l.around("T", t0, t0, time.Time{}), "T led by unknown at the kill, no election around the stall"; got != want {
+		t.Errorf("around = %q, want %q", got, want)
+	}
+}

@@ -253,6 +253,10 @@ func (w *stallWatch) readAt(ctx context.Context, k stallKill, at time.Time) stal
 	}
 	r := measureKill(agents, w.rec.since(from), k, w.settled(k))
 	r.unread, r.agents = len(unread), len(w.agents)
+	if r.OthersStalled > 0 && w.leaders != nil {
+		stream := w.ls.EventsOf(r.WorstOtherAgent)
+		r.gapLeaders = w.leaders.around(stream, k.killed, r.WorstOtherGap.Before.At, r.WorstOtherGap.After.At)
+	}
 	return r
 }
 
@@ -268,7 +272,10 @@ type stallResult struct {
 	// before a read saw them.
 	read, agents, unread int
 	stalls.Result
-	err error
+	// gapLeaders says who led the stream of the others' worst stall at
+	// the kill, and its elections around the stall (leaderLog.around).
+	gapLeaders string
+	err        error
 }
 
 // measure waits for every kill's measure (done), ends the reads, and
@@ -378,7 +385,11 @@ func gapText(r stallResult) string {
 	if !g.After.At.IsZero() {
 		after = g.After.At.Format(clock) + " by " + g.After.Node
 	}
-	return fmt.Sprintf(", %s: from %s by %s to %s", r.WorstOtherAgent, g.Before.At.Format(clock), g.Before.Node, after)
+	leaders := ""
+	if r.gapLeaders != "" {
+		leaders = "; " + r.gapLeaders
+	}
+	return fmt.Sprintf(", %s: from %s by %s to %s%s", r.WorstOtherAgent, g.Before.At.Format(clock), g.Before.Node, after, leaders)
 }
 
 // frac prints n of d as "n/d (p%)".
