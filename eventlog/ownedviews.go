@@ -315,9 +315,20 @@ func (f *Follower) waitOwned(ctx context.Context, seq Seq) error {
 // waitOwnedSince is waitOwned from the followed partitions parts, of
 // generation gen, as they were when the wait began.
 func (f *Follower) waitOwnedSince(ctx context.Context, seq Seq, parts []int, gen uint64) error {
+	start := time.Now()
+	var genWait time.Duration // until the followers took the partitions followed
+	var shardWaits []any      // each slow shard's wait, for the log
+	defer func() {
+		// A new owner's wait that held its partitions' agents for 10 s in
+		// chaos runs logged nothing of where it waited (stop 58).
+		if took := time.Since(start); took > renewAfter {
+			f.l.logger.Info("a wait for the owned views was slow", append([]any{"subsystem", "projection", "stream", f.stream, "took", took, "parts", parts, "gen_wait", genWait}, shardWaits...)...)
+		}
+	}()
 	if err := f.await(ctx, func() bool { return f.mu.gen >= gen }); err != nil {
 		return err
 	}
+	genWait = time.Since(start)
 	shards := f.shards
 	if seq != SeqEnds {
 		s, err := f.shardOf(seq)
@@ -352,7 +363,12 @@ func (f *Follower) waitOwnedSince(ctx context.Context, seq Seq, parts []int, gen
 			}
 			return out
 		}
-		if err := s.waitShardOwned(ctx, seq, subjects); err != nil {
+		t0 := time.Now()
+		err := s.waitShardOwned(ctx, seq, subjects)
+		if d := time.Since(t0); d > time.Second {
+			shardWaits = append(shardWaits, "shard_"+strconv.Itoa(s.shard), d)
+		}
+		if err != nil {
 			return err
 		}
 	}
