@@ -69,6 +69,12 @@ type Follower struct {
 	// while it opens alone, its siblings consuming (followshards.go).
 	// Owned by its parent's Run goroutine.
 	noDrop bool
+	// written, of a shard follower, is the highest cursor it committed in
+	// this process: a stored cursor of its views past both this and the
+	// stream's last sequence when last asked is past the stream's end
+	// (openInfo). Written by its commits, read by its parent's retake
+	// once its run ended.
+	written Seq
 	// Set by Run.
 	logger *slog.Logger
 	origin uint64 // the stream's creation time
@@ -659,12 +665,10 @@ func (f *Follower) open(ctx context.Context) error {
 	if len(f.members) == 0 {
 		return nil // an owned-views shard follower with no partition
 	}
-	info, err := f.l.stream(f.stream).Info(ctx)
+	last, err := f.openInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: stream info: %w", f.what(), err)
+		return err
 	}
-	f.origin = uint64(info.Created.UnixNano())
-	last := f.l.seqOf(f.stream, info.State.LastSeq)
 	db, release, err := f.l.useDB()
 	if err != nil {
 		return err
@@ -676,6 +680,34 @@ func (f *Follower) open(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// openInfo sets f.origin, the stream's creation time, and returns the
+// bound past which a stored cursor is past the stream's end: its last
+// sequence, from the stream's info.
+//
+// A retake (noDrop: a shard follower opened again alone, the followed
+// partitions changed, in a life whose first open read the info) takes the
+// info cached then, and the bound as the higher of its last sequence and
+// the highest cursor this shard follower committed since (written): every
+// cursor stored before the info was read is at most its last sequence,
+// and every one since was committed here. Asked again, the info took 5 s
+// to time out while the stream elected a leader (the partitions changed
+// just after a node's death), and the new owner's recoveries waited for
+// it (chaos runs, stop 58). A bound still too low only refuses a drop,
+// which opens every shard again with the info asked afresh.
+func (f *Follower) openInfo(ctx context.Context) (Seq, error) {
+	if f.noDrop && f.origin != 0 {
+		if info := f.l.stream(f.stream).CachedInfo(); info != nil && uint64(info.Created.UnixNano()) == f.origin {
+			return max(f.l.seqOf(f.stream, info.State.LastSeq), f.written), nil
+		}
+	}
+	info, err := f.l.stream(f.stream).Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: stream info: %w", f.what(), err)
+	}
+	f.origin = uint64(info.Created.UnixNano())
+	return f.l.seqOf(f.stream, info.State.LastSeq), nil
 }
 
 // openMember is open for one projection. REQUIRES: db in use (useDB).
@@ -1090,6 +1122,7 @@ func (f *Follower) commit(group []*member, items []followed, cursor Seq) error {
 			return err
 		}
 	}
+	f.written = max(f.written, cursor) // before the commit: a bound (openInfo)
 	if err := f.l.commitView(b); err != nil {
 		return fmt.Errorf("commit %s at seq %d: %w", f.what(), cursor, err)
 	}
