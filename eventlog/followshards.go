@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/forever-agents/forever/internal/backoff"
 )
 
 // A Follower of a log with several shards follows each shard's stream with
@@ -243,6 +245,17 @@ func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*r
 			<-r.done
 		}
 	}
+	// A shard follower that failed on JetStream being unavailable (its
+	// stream electing a leader: a leader read of its last sequence timed
+	// out) starts again alone after a backoff, the others going on: failing
+	// the Follower stopped every shard and made the whole node's views
+	// wait, and each new owner's recovery with them, 5 s and more in chaos
+	// runs (stop 58). waiting holds each such failed run until its restart;
+	// a retake that restarted the shard meanwhile supersedes it.
+	waiting := map[int]*shardRun{}
+	fails := make([]int, len(f.shards))           // failures in a row, for the backoff
+	restarted := make([]time.Time, len(f.shards)) // when each last started again
+	again := make(chan int)
 	for {
 		select {
 		case <-ctx.Done():
@@ -252,8 +265,34 @@ func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*r
 			stopAll()
 			return &r, nil
 		case r := <-failed:
-			stopAll()
-			return nil, r.err
+			k := slices.Index(runs, r)
+			if k < 0 {
+				continue // a run a retake replaced
+			}
+			if !Transient(r.err) {
+				stopAll()
+				return nil, r.err
+			}
+			<-r.done
+			if time.Since(restarted[k]) > 30*time.Second {
+				fails[k] = 0 // it ran a while since: not a failure in a row
+			}
+			wait := backoff.Exp(100*time.Millisecond, 5*time.Second, fails[k])
+			fails[k]++
+			f.logger.Warn("a shard's views wait for JetStream; retrying that shard", "shard", k, "err", r.err, "in", wait, "attempt", fails[k])
+			waiting[k] = r
+			time.AfterFunc(wait, func() {
+				select {
+				case again <- k:
+				case <-sctx.Done():
+				}
+			})
+		case k := <-again:
+			if r, ok := waiting[k]; ok && runs[k] == r {
+				runs[k] = f.shards[k].startRun(sctx, failed)
+				restarted[k] = time.Now()
+			}
+			delete(waiting, k)
 		case <-owned:
 			f.settleOwned(ctx)
 			var err error

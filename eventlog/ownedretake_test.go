@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +106,76 @@ func TestOwnedViewsRetakeAsksNoStreamInfo(t *testing.T) {
 	}
 	if got, want := dump(t, lg, "counter")["n/"+p0], "3"; got != want {
 		t.Errorf("partition 0's count = %q, want %q", got, want)
+	}
+}
+
+// TestShardFailureRestartsThatShardAlone: a shard follower whose leader
+// reads fail (its stream electing a leader) starts again alone, after a
+// backoff; the other shard's follower is not stopped, and its partition's
+// waits go on. Failing the whole Follower made every shard wait, and a
+// new owner's every recovery (chaos, stop 58).
+func TestShardFailureRestartsThatShardAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// Replicated streams: their last sequences are read from the leader,
+	// which RefuseLeaderGets refuses.
+	srvs := eventlogtest.RunCluster(t, 3)
+	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 2, Partitions: 4, OwnedViews: true})
+	agents := map[int]string{}
+	for i := 0; len(agents) < 4; i++ {
+		id := "agent" + strconv.Itoa(i)
+		if p := eventlog.PartitionOf(id, 4); agents[p] == "" {
+			agents[p] = id
+		}
+	}
+	tick := func(p int) {
+		t.Helper()
+		if _, err := lg.Append(ctx, eventlog.Event{Agent: agents[p], Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []int{0, 1} {
+		if err := lg.FollowPartition(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFollower(t, lg, counter(1))
+	eventlogtest.RunFollower(t, f)
+	for _, p := range []int{0, 1, 2} {
+		tick(p)
+	}
+	for _, p := range []int{0, 1} {
+		if err := f.WaitPartition(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := eventlog.ShardStarts(f)
+
+	var refuse atomic.Bool
+	refuse.Store(true)
+	eventlog.RefuseLeaderGets(lg, refuse.Load)
+	if err := lg.FollowPartition(2); err != nil { // shard 0 starts again, and fails
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // its reads give up after about 1.5 s
+	tick(1)
+	refuse.Store(false)
+	for _, p := range []int{1, 2} {
+		if err := f.WaitPartition(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := eventlog.ShardStarts(f)
+	if after[1] != before[1] {
+		t.Errorf("shard 1 started %d times while shard 0's reads failed, want 0 (starts %v, then %v)", after[1]-before[1], before, after)
+	}
+	if after[0] < before[0]+2 {
+		t.Errorf("shard 0 started %d times, want its retake and at least one start after the failure (starts %v, then %v)", after[0]-before[0], before, after)
+	}
+	if got := dump(t, lg, "counter")["n/"+agents[1]]; got != "2" {
+		t.Errorf("partition 1's count = %q, want 2", got)
+	}
+	if got := dump(t, lg, "counter")["n/"+agents[2]]; got != "1" {
+		t.Errorf("partition 2's count = %q, want 1", got)
 	}
 }
