@@ -278,12 +278,20 @@ func TestMultitaskRollback(t *testing.T) {
 	if cs, text := streamOf(t, e.lg, "a1", second.StreamID); count(cs, chunk.Finish) != 1 || text != answer("hello") {
 		t.Fatalf("second stream %q", text)
 	}
-	msgs := settled(t, e, "a1")
-	var got []string
-	for _, m := range msgs {
+	wantConversation(t, e, "a1", "zero", "hello")
+}
+
+// wantConversation checks that agent's settled conversation is each of
+// prompts answered in turn, by the local model's answer.
+func wantConversation(t *testing.T, e *env, agent string, prompts ...string) {
+	t.Helper()
+	var got, want []string
+	for _, m := range settled(t, e, agent) {
 		got = append(got, m.Role+":"+m.Text())
 	}
-	want := []string{"user:zero", "assistant:" + answer("zero"), "user:hello", "assistant:" + answer("hello")}
+	for _, p := range prompts {
+		want = append(want, "user:"+p, "assistant:"+answer(p))
+	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("messages\n got %q\nwant %q", got, want)
 	}
@@ -320,14 +328,7 @@ func TestMultitaskRollbackAfterTheFinish(t *testing.T) {
 	if tr, err := e.store.Turn("a1", first.RequestID); err != nil || tr.Status != chat.TurnCompleted {
 		t.Fatalf("first turn %+v %v, want completed", tr, err)
 	}
-	var got []string
-	for _, m := range settled(t, e, "a1") {
-		got = append(got, m.Role+":"+m.Text())
-	}
-	want := []string{"user:one", "assistant:" + answer("one"), "user:two", "assistant:" + answer("two")}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("messages\n got %q\nwant %q", got, want)
-	}
+	wantConversation(t, e, "a1", "one", "two")
 }
 
 // TestMultitaskRollbackOfARecoveredFinish: the node that ran a turn died
@@ -374,12 +375,5 @@ func TestMultitaskRollbackOfARecoveredFinish(t *testing.T) {
 	if tr, err := e.store.Turn("a1", first.RequestID); err != nil || tr.Status != chat.TurnCompleted {
 		t.Fatalf("first turn %+v %v, want completed", tr, err)
 	}
-	var got []string
-	for _, m := range settled(t, e, "a1") {
-		got = append(got, m.Role+":"+m.Text())
-	}
-	want := []string{"user:one", "assistant:" + answer("one"), "user:two", "assistant:" + answer("two")}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("messages\n got %q\nwant %q", got, want)
-	}
+	wantConversation(t, e, "a1", "one", "two")
 }
