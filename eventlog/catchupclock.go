@@ -28,17 +28,10 @@ func newCatchUpClock(upto Seq) *catchUpClock {
 	return &catchUpClock{start: time.Now()}
 }
 
-// since returns the time since t and, on a nil clock, nothing of note.
-func (c *catchUpClock) since(t time.Time) time.Duration {
-	if c == nil {
-		return 0
-	}
-	return time.Since(t)
-}
-
-func (c *catchUpClock) read(d time.Duration) {
+// readSince adds the leader reads begun at t.
+func (c *catchUpClock) readSince(t time.Time) {
 	if c != nil {
-		c.lastRead += d
+		c.lastRead += time.Since(t)
 	}
 }
 
@@ -50,12 +43,6 @@ func (c *catchUpClock) delivered(n int) {
 		c.firstEvent = time.Since(c.start)
 	}
 	c.events += n
-}
-
-func (c *catchUpClock) committed(d time.Duration) {
-	if c != nil {
-		c.commits += d
-	}
 }
 
 func (c *catchUpClock) renewed() {
@@ -78,10 +65,13 @@ func (c *catchUpClock) report(logger *slog.Logger, behind string, after, upto Se
 		"events", c.events, "consumer_renewals", c.renewals)
 }
 
-// commit is f.commit, timed.
+// commit is f.commit, timed on a catch-up's clock.
 func (c *catchUpClock) commit(f *Follower, group []*member, items []followed, cursor Seq) error {
+	if c == nil {
+		return f.commit(group, items, cursor)
+	}
 	t := time.Now()
 	err := f.commit(group, items, cursor)
-	c.committed(c.since(t))
+	c.commits += time.Since(t)
 	return err
 }

@@ -24,11 +24,11 @@ func TestCatchUpClockReportsSlowOnes(t *testing.T) {
 
 	slow := newCatchUpClock(10)
 	slow.start = time.Now().Add(-3 * renewAfter)
-	slow.read(time.Second)
+	slow.lastRead = time.Second
 	slow.delivered(0)
 	slow.delivered(5)
 	slow.renewed()
-	slow.committed(20 * time.Millisecond)
+	slow.commits = 20 * time.Millisecond
 	slow.report(logger, "a,b", 1, 10)
 	for _, want := range []string{`msg="catch-up was slow"`, "behind=a,b", "leader_reads=1s", "events=5", "consumer_renewals=1", "commits=20ms"} {
 		if !strings.Contains(buf.String(), want) {

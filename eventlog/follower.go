@@ -828,7 +828,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	defer func() { clk.report(f.logger, names(group), after, upto) }()
 	t0 := time.Now()
 	target, err := f.lastSeqOf(ctx, subjects)
-	clk.read(clk.since(t0))
+	clk.readSince(t0)
 	if err != nil {
 		return nil, err
 	}
@@ -968,7 +968,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 				// here moved the cursor past them unapplied.
 				t0 := time.Now()
 				now, err := f.lastSeqOf(ctx, subjects)
-				clk.read(clk.since(t0))
+				clk.readSince(t0)
 				if err != nil {
 					return nil, err
 				}

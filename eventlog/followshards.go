@@ -250,12 +250,11 @@ func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*r
 	// out) starts again alone after a backoff, the others going on: failing
 	// the Follower stopped every shard and made the whole node's views
 	// wait, and each new owner's recovery with them, 5 s and more in chaos
-	// runs (stop 58). waiting holds each such failed run until its restart;
-	// a retake that restarted the shard meanwhile supersedes it.
-	waiting := map[int]*shardRun{}
+	// runs (stop 58). again gets the failed run when its restart is due; a
+	// retake that restarted the shard meanwhile replaced it in runs.
 	fails := make([]int, len(f.shards))           // failures in a row, for the backoff
 	restarted := make([]time.Time, len(f.shards)) // when each last started again
-	again := make(chan int)
+	again := make(chan *shardRun)
 	for {
 		select {
 		case <-ctx.Done():
@@ -280,19 +279,17 @@ func (f *Follower) consumeShards(ctx context.Context, owned <-chan struct{}) (*r
 			wait := backoff.Exp(100*time.Millisecond, 5*time.Second, fails[k])
 			fails[k]++
 			f.logger.Warn("a shard's views wait for JetStream; retrying that shard", "shard", k, "err", r.err, "in", wait, "attempt", fails[k])
-			waiting[k] = r
 			time.AfterFunc(wait, func() {
 				select {
-				case again <- k:
+				case again <- r:
 				case <-sctx.Done():
 				}
 			})
-		case k := <-again:
-			if r, ok := waiting[k]; ok && runs[k] == r {
+		case r := <-again:
+			if k := slices.Index(runs, r); k >= 0 {
 				runs[k] = f.shards[k].startRun(sctx, failed)
 				restarted[k] = time.Now()
 			}
-			delete(waiting, k)
 		case <-owned:
 			f.settleOwned(ctx)
 			var err error

@@ -1,7 +1,6 @@
 package eventlog_test
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -25,22 +24,12 @@ func TestOwnedViewsRetakeAsksNoStreamInfo(t *testing.T) {
 	defer cancel()
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true})
-	var p0, p2 string // both in shard 0
-	for i := 0; p0 == "" || p2 == ""; i++ {
-		id := "agent" + strconv.Itoa(i)
-		switch eventlog.PartitionOf(id, 4) {
-		case 0:
-			p0 = cmp.Or(p0, id)
-		case 2:
-			p2 = cmp.Or(p2, id)
-		}
-	}
+	agents := agentPerPartition(4)
+	p0, p2 := agents[0], agents[2] // both in shard 0
 	tick := func(agent string, n int) {
 		t.Helper()
 		for range n {
-			if _, err := lg.Append(ctx, eventlog.Event{Agent: agent, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-				t.Fatal(err)
-			}
+			appendTick(t, ctx, lg, agent)
 		}
 	}
 	if err := lg.FollowPartition(0); err != nil {
@@ -121,18 +110,10 @@ func TestShardFailureRestartsThatShardAlone(t *testing.T) {
 	// which RefuseLeaderGets refuses.
 	srvs := eventlogtest.RunCluster(t, 3)
 	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Shards: 2, Partitions: 4, OwnedViews: true})
-	agents := map[int]string{}
-	for i := 0; len(agents) < 4; i++ {
-		id := "agent" + strconv.Itoa(i)
-		if p := eventlog.PartitionOf(id, 4); agents[p] == "" {
-			agents[p] = id
-		}
-	}
+	agents := agentPerPartition(4)
 	tick := func(p int) {
 		t.Helper()
-		if _, err := lg.Append(ctx, eventlog.Event{Agent: agents[p], Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-			t.Fatal(err)
-		}
+		appendTick(t, ctx, lg, agents[p])
 	}
 	for _, p := range []int{0, 1} {
 		if err := lg.FollowPartition(p); err != nil {
@@ -177,5 +158,26 @@ func TestShardFailureRestartsThatShardAlone(t *testing.T) {
 	}
 	if got := dump(t, lg, "counter")["n/"+agents[2]]; got != "1" {
 		t.Errorf("partition 2's count = %q, want 1", got)
+	}
+}
+
+// agentPerPartition returns an agent of each of n partitions, by
+// partition.
+func agentPerPartition(n int) map[int]string {
+	agents := map[int]string{}
+	for i := 0; len(agents) < n; i++ {
+		id := "agent" + strconv.Itoa(i)
+		if p := eventlog.PartitionOf(id, n); agents[p] == "" {
+			agents[p] = id
+		}
+	}
+	return agents
+}
+
+// appendTick appends one event the counter view counts to agent.
+func appendTick(t *testing.T, ctx context.Context, lg *eventlog.Log, agent string) {
+	t.Helper()
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: agent, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
 	}
 }
