@@ -495,44 +495,6 @@ func (l *Log) createStreams(ctx context.Context) error {
 	return nil
 }
 
-// bindStreams binds the existing streams. A log whose config says no
-// shards learns them from the streams: when the unsharded events (or
-// chunks) stream is missing and shard 0's exists, the log takes that
-// stream's shard and partition counts (its metadata).
-func (l *Log) bindStreams(ctx context.Context) error {
-	if !l.sharded() {
-		probe := l.cfg.EventsStream
-		if l.cfg.ChunksOnly {
-			probe = l.cfg.ChunksStream
-		}
-		if _, err := l.js.Stream(ctx, probe); errors.Is(err, jetstream.ErrStreamNotFound) {
-			if st, serr := l.js.Stream(ctx, ShardStreamName(probe, 0)); serr == nil {
-				md := st.CachedInfo().Config.Metadata
-				k, _ := strconv.Atoi(md[metaShards])
-				p, _ := strconv.Atoi(md[metaPartitions])
-				if k < 1 || k > MaxShards || p < 1 || p%k != 0 {
-					return fmt.Errorf("eventlog: bind stream %s: bad shard metadata %v", st.CachedInfo().Config.Name, md)
-				}
-				l.cfg.Shards, l.cfg.Partitions = k, p
-			}
-		}
-	}
-	l.newHandles()
-	for _, chunk := range []bool{false, true} {
-		if !chunk && l.cfg.ChunksOnly {
-			continue // their handles stay without a stream: events reads are refused
-		}
-		for _, n := range l.streamNames(chunk) {
-			st, err := l.js.Stream(ctx, n)
-			if err != nil {
-				return fmt.Errorf("eventlog: bind stream %s (is agentd running?): %w", n, err)
-			}
-			l.handles[n].st = st
-		}
-	}
-	return nil
-}
-
 // EnsureStream creates the stream called name (the events or the chunks
 // stream) again when it is missing, with the config Open gives it: after
 // it was deleted under the running process. A stream that exists is left
