@@ -132,8 +132,9 @@ func TestUpgrade(t *testing.T) {
 		urls = append(urls, "nats://"+nd.nats)
 	}
 	nc.Close()
-	nc, err = nats.Connect(strings.Join(urls, ","), nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond))
+	conn := &connLog{}
+	nc, err = nats.Connect(strings.Join(urls, ","), append(conn.options(), nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestUpgrade(t *testing.T) {
 				return msg.Data, nil
 			}
 		}
-		return nil, fmt.Errorf("%s %s: %v", agent, verb, last)
+		return nil, fmt.Errorf("%s %s: %v%s", agent, verb, last, conn.why())
 	}
 	must := func(agent, verb string, v any) json.RawMessage {
 		t.Helper()
@@ -429,4 +430,49 @@ func knownFlags(t *testing.T, bin string, args []string) []string {
 		}
 	}
 	return kept
+}
+
+// connLog keeps what happened to a client's connection through a roll:
+// its disconnects, failed reconnects and asynchronous errors, each with
+// the server it concerned, so a connection that closed says why.
+type connLog struct {
+	mu     sync.Mutex
+	events []string
+	ended  bool
+}
+
+func (c *connLog) add(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.events) == 200 {
+		c.events = c.events[100:]
+	}
+	c.events = append(c.events, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+}
+
+func (c *connLog) options() []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) { c.add("disconnected from %s: %v", nc.ConnectedUrl(), err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.add("reconnected to %s", nc.ConnectedUrl()) }),
+		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) { c.add("a reconnect failed: %v", err) }),
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
+			c.add("error from %s: %v", nc.ConnectedUrl(), err)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			c.add("closed, last error: %v", nc.LastError())
+			c.mu.Lock()
+			c.ended = true
+			c.mu.Unlock()
+		}),
+	}
+}
+
+// why is what the connection went through when it closed, else "".
+func (c *connLog) why() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		return ""
+	}
+	return "; the connection's last events:\n" + strings.Join(c.events, "\n")
 }
