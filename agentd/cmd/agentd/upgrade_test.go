@@ -120,25 +120,13 @@ func TestUpgrade(t *testing.T) {
 	waitReady(t, nodes...)
 	admin := filepath.Join(nodes[0].data, agentd.AdminCredsFile)
 	tc := createTenant(t, oldBin, "nats://"+nodes[0].nats, admin, t.TempDir(), "acme")
-	nc, err := nats.Connect("nats://"+nodes[1].nats, nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.CustomReconnectDelay(func(int) time.Duration { return 100 * time.Millisecond }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	// Connections to every node, so the load survives each one's restart.
+	// A connection to every node, so the load survives each one's restart.
 	var urls []string
 	for _, nd := range nodes {
 		urls = append(urls, "nats://"+nd.nats)
 	}
-	nc.Close()
-	conn := &connLog{}
-	nc, err = nats.Connect(strings.Join(urls, ","), append(conn.options(), nats.UserCredentials(tc.Creds), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialRoll(t, strings.Join(urls, ","), nats.UserCredentials(tc.Creds))
+	defer nc.close()
 	cmd := func(agent, verb string, v any) (json.RawMessage, error) {
 		var data []byte
 		if v != nil {
@@ -146,7 +134,7 @@ func TestUpgrade(t *testing.T) {
 		}
 		var last error
 		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // not a synchronisation: the interval of a poll on a command answered (not 503)
-			msg, err := nc.Request("forever.cmd."+agent+"."+verb, data, 20*time.Second)
+			msg, err := nc.request("forever.cmd."+agent+"."+verb, data)
 			switch {
 			case err != nil:
 				last = err
@@ -158,7 +146,7 @@ func TestUpgrade(t *testing.T) {
 				return msg.Data, nil
 			}
 		}
-		return nil, fmt.Errorf("%s %s: %v%s", agent, verb, last, conn.why())
+		return nil, fmt.Errorf("%s %s: %v", agent, verb, last)
 	}
 	must := func(agent, verb string, v any) json.RawMessage {
 		t.Helper()
@@ -432,16 +420,42 @@ func knownFlags(t *testing.T, bin string, args []string) []string {
 	return kept
 }
 
-// connLog keeps what happened to a client's connection through a roll:
-// its disconnects, failed reconnects and asynchronous errors, each with
-// the server it concerned, so a connection that closed says why.
-type connLog struct {
+// rollClient is a client's connection to every node of a cluster
+// through its roll, reconnecting without limit. It keeps what happened to
+// the connection (disconnects, failed reconnects, errors, each with the
+// server it concerned); a connection that closes anyway (nats.go closes
+// one that a server refuses twice with the same authentication error) is
+// logged with those events and opened again, so the roll's checks go on.
+type rollClient struct {
+	t    *testing.T
+	urls string
+	opts []nats.Option
+
 	mu     sync.Mutex
+	nc     *nats.Conn
 	events []string
-	ended  bool
+	closes int
 }
 
-func (c *connLog) add(format string, args ...any) {
+func dialRoll(t *testing.T, urls string, opts ...nats.Option) *rollClient {
+	c := &rollClient{t: t, urls: urls}
+	c.opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) { c.add("disconnected from %s: %v", nc.ConnectedUrl(), err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.add("reconnected to %s", nc.ConnectedUrl()) }),
+		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) { c.add("a reconnect failed: %v", err) }),
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
+			c.add("error from %s: %v", nc.ConnectedUrl(), err)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) { c.add("closed, last error: %v", nc.LastError()) }))
+	nc, err := nats.Connect(urls, c.opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nc = nc
+	return c
+}
+
+func (c *rollClient) add(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.events) == 200 {
@@ -450,29 +464,28 @@ func (c *connLog) add(format string, args ...any) {
 	c.events = append(c.events, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 }
 
-func (c *connLog) options() []nats.Option {
-	return []nats.Option{
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) { c.add("disconnected from %s: %v", nc.ConnectedUrl(), err) }),
-		nats.ReconnectHandler(func(nc *nats.Conn) { c.add("reconnected to %s", nc.ConnectedUrl()) }),
-		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) { c.add("a reconnect failed: %v", err) }),
-		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
-			c.add("error from %s: %v", nc.ConnectedUrl(), err)
-		}),
-		nats.ClosedHandler(func(nc *nats.Conn) {
-			c.add("closed, last error: %v", nc.LastError())
-			c.mu.Lock()
-			c.ended = true
+// request is a request on the connection, opened again first when it
+// closed.
+func (c *rollClient) request(subj string, data []byte) (*nats.Msg, error) {
+	c.mu.Lock()
+	if c.nc.IsClosed() {
+		c.closes++
+		c.t.Logf("the client's connection closed (%d); its last events:\n%s", c.closes, strings.Join(c.events, "\n"))
+		c.events = nil
+		nc, err := nats.Connect(c.urls, c.opts...)
+		if err != nil {
 			c.mu.Unlock()
-		}),
+			return nil, err
+		}
+		c.nc = nc
 	}
+	nc := c.nc
+	c.mu.Unlock()
+	return nc.Request(subj, data, 20*time.Second)
 }
 
-// why is what the connection went through when it closed, else "".
-func (c *connLog) why() string {
+func (c *rollClient) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ended {
-		return ""
-	}
-	return "; the connection's last events:\n" + strings.Join(c.events, "\n")
+	c.nc.Close()
 }
