@@ -42,10 +42,7 @@ func runInfoRelay(t *testing.T, fwd *nats.Conn, refuse map[string]int) *infoRela
 				return
 			}
 		}
-		out := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "proxy.API."), Reply: m.Reply, Data: m.Data, Header: m.Header}
-		if err := fwd.PublishMsg(out); err != nil {
-			t.Errorf("forward %s: %v", m.Subject, err)
-		}
+		forwardToJS(t, fwd, m)
 	})
 	if err != nil {
 		t.Fatal(err)
