@@ -82,14 +82,9 @@ func (l *Log) boundStream(ctx context.Context, name string) (jetstream.Stream, e
 }
 
 // bindAgain reports whether a failed bind of a stream may be asked
-// again: JetStream timed out or is electing, not absent.
+// again: JetStream slow or electing (Transient), not absent. No
+// responders is transient to a reader of a running log, but to a bind it
+// means no JetStream serves this account.
 func bindAgain(err error) bool {
-	var api *jetstream.APIError
-	switch {
-	case errors.As(err, &api):
-		return api.ErrorCode == codeClusterUnavailable
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
-		return false
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+	return Transient(err) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse)
 }
