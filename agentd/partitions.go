@@ -20,6 +20,13 @@ import (
 // the partition before it returns, since the lease is handed over then.
 type PartitionFunc func(ctx context.Context, l ownership.Lease)
 
+// IncomingFunc gets this node ready for partition p, assigned to it while
+// another node holds it: it runs until ctx ends (this node is neither
+// assigned p nor holds it any more), and calls warm once this node could
+// serve p at once. The holder hands p over then, or after a bound
+// (ownership.Config.Prepare).
+type IncomingFunc func(ctx context.Context, p int, warm func())
+
 // FencedFunc is told that an append of agent conflicted: another node wrote
 // the agent, so this node must stop it at once.
 type FencedFunc func(agent string, err error)
@@ -38,8 +45,9 @@ type partitions struct {
 
 	mu struct {
 		sync.Mutex
-		serve  []PartitionFunc
-		fenced []FencedFunc
+		serve    []PartitionFunc
+		incoming []IncomingFunc
+		fenced   []FencedFunc
 	}
 }
 
@@ -50,6 +58,16 @@ func (d *Daemon) OnPartition(fn PartitionFunc) {
 	d.parts.mu.Lock()
 	defer d.parts.mu.Unlock()
 	d.parts.mu.serve = append(d.parts.mu.serve, fn)
+}
+
+// OnIncoming adds fn to the functions called, each in its own goroutine,
+// for every partition coming to this node from another (a warm handoff):
+// p is warm once every one of them called warm. Call it before Run or
+// from a StartFunc.
+func (d *Daemon) OnIncoming(fn IncomingFunc) {
+	d.parts.mu.Lock()
+	defer d.parts.mu.Unlock()
+	d.parts.mu.incoming = append(d.parts.mu.incoming, fn)
 }
 
 // OnFenced adds fn to the functions told when an append conflicted because
@@ -110,6 +128,40 @@ func (p *partitions) serve(ctx context.Context, l ownership.Lease) {
 	wg.Wait()
 }
 
+// prepare runs every IncomingFunc for partition p and returns once all
+// returned; warm is called once every one called its own.
+func (p *partitions) prepare(ctx context.Context, part int, warm func()) {
+	select {
+	case <-p.sealed:
+	case <-ctx.Done():
+		return
+	}
+	p.mu.Lock()
+	fns := p.mu.incoming
+	p.mu.Unlock()
+	if len(fns) == 0 {
+		warm()
+		<-ctx.Done()
+		return
+	}
+	var left atomic.Int32
+	left.Store(int32(len(fns)))
+	var wg sync.WaitGroup
+	for _, fn := range fns {
+		var once sync.Once
+		wg.Go(func() {
+			fn(ctx, part, func() {
+				once.Do(func() {
+					if left.Add(-1) == 0 {
+						warm()
+					}
+				})
+			})
+		})
+	}
+	wg.Wait()
+}
+
 // onFenced tells the FencedFuncs, then has the manager read the agent's
 // lease again: a conflict may mean this node lost it.
 func (p *partitions) onFenced(agent string, err error) {
@@ -162,6 +214,7 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		// this release, with no step of the operator's.
 		AutoActivate: true,
 		Serve:        p.serve,
+		Prepare:      p.prepare,
 		Logger:       cfg.Logger,
 		Registerer:   cfg.Registerer,
 	}

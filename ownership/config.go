@@ -118,6 +118,18 @@ type Config struct {
 	// ctx is cancelled; it must stop everything it started for the partition
 	// before it returns. Nil waits for ctx.
 	Serve func(ctx context.Context, l Lease)
+	// Prepare, when set, runs for every partition assigned to this node
+	// while another live node holds it, in its own goroutine, until ctx is
+	// cancelled: once this node is neither assigned the partition nor
+	// holds it (warm.go). It calls warm once this node could serve the
+	// partition at once (agentd: its views caught it up); the node
+	// announces that, and the holder hands the partition off then, or
+	// WarmWait after it was first due. Nil: the node announces nothing,
+	// and holders hand its partitions off at once.
+	Prepare func(ctx context.Context, p int, warm func())
+	// WarmWait bounds how long a holder keeps a partition due to a node
+	// that announces warm partitions but not this one yet. Default TTL.
+	WarmWait time.Duration
 	// Format is the highest record format this node's release reads,
 	// announced in its node key (format.go). Default FormatBase.
 	Format int
@@ -198,6 +210,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HandoffTimeout == 0 {
 		c.HandoffTimeout = c.TTL
+	}
+	if c.WarmWait == 0 {
+		c.WarmWait = c.TTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -31,7 +31,13 @@
 // or came back after it went) when its last process was seen
 // heartbeating or stopped in order (incarnation.go); the restart of a
 // node whose last process died before it heartbeat twice waits a renewal
-// period again (TestRestartOfAStableNodeIsDueAtOnce). The
+// period again (TestRestartOfAStableNodeIsDueAtOnce). A handoff is warm
+// (warm.go): the receiver prepares each partition coming to it
+// (Config.Prepare; agentd catches its views up) and announces it in its
+// node key, and the holder hands the partition off once it is announced,
+// or WarmWait after it was due (TestWarmHandoff, TestWarmWaitBound); a
+// node that announces nothing is handed its partitions at once
+// (TestHandoffToANodeThatAnnouncesNothing). The
 // check between rounds (every twentieth of a TTL) hands a partition off
 // once it is due, rather than the next round (TestHandoffDueBetweenRounds). On
 // Run's exit every partition is handed off, so a rolling restart never

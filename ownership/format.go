@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,11 +42,14 @@ var (
 	ErrFormatNotReady = errors.New("ownership: a live node does not read that record format yet")
 )
 
-// nodeValue is what a node key holds: when the node started and the
-// highest record format it reads.
+// nodeValue is what a node key holds: when the node started, the
+// highest record format it reads, and whether it announces the partitions
+// it is ready to be handed, and which (warm.go).
 type nodeValue struct {
 	Started string `json:"started,omitempty"`
 	Reads   int    `json:"reads,omitempty"`
+	Warms   bool   `json:"warms,omitempty"`
+	Warm    []int  `json:"warm,omitempty"`
 }
 
 // decodeNodeValue decodes a node key's value; the zero nodeValue when it
@@ -56,6 +60,14 @@ func decodeNodeValue(value []byte) nodeValue {
 		return nodeValue{}
 	}
 	return v
+}
+
+// warmParts returns the warm partitions a node key's value announces,
+// sorted.
+func (v nodeValue) warmParts() []int {
+	out := slices.Clone(v.Warm)
+	slices.Sort(out)
+	return out
 }
 
 // reads returns the format a node key's value announces.

@@ -18,15 +18,21 @@ import (
 
 // Manager holds this node's leases. Create it with New, then Run it.
 type Manager struct {
-	cfg      Config
-	js       jetstream.JetStream
-	kv       jetstream.KeyValue
-	parts    jetstream.KeyValue // the partition count and epoch counters
-	log      *slog.Logger
-	met      *metrics
-	ready    chan struct{}
-	poke     chan struct{}
-	rewatch  chan struct{}  // RestoreBucket asks Run for a new watch
+	cfg     Config
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	parts   jetstream.KeyValue // the partition count and epoch counters
+	log     *slog.Logger
+	met     *metrics
+	ready   chan struct{}
+	poke    chan struct{}
+	rewatch chan struct{} // RestoreBucket asks Run for a new watch
+	// announcing asks the renewer to write this node's key now (warm.go).
+	announcing chan struct{}
+	// beatMu orders the node key's writes: a value built later lands
+	// later.
+	beatMu   sync.Mutex
+	warmers  sync.WaitGroup // Prepare goroutines (warm.go)
 	serving  sync.WaitGroup // Serve goroutines
 	handoffs sync.WaitGroup
 	renewed  time.Time // when the last renewal round began (Run's goroutine only)
@@ -120,6 +126,12 @@ type Manager struct {
 		// partition (or being given none) to holding none of those the
 		// assignment gives it; zero while it is not starved.
 		starvedSince time.Time
+		// warming is each running Prepare, by partition; peers what
+		// each node's key announces of its warm partitions; waits the
+		// handoffs held back for their receiver's views (warm.go).
+		warming map[int]*warming
+		peers   map[string]peerWarm
+		waits   map[int]warmWait
 	}
 }
 
@@ -259,6 +271,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		ready:   make(chan struct{}),
 		poke:    make(chan struct{}, 1),
 		rewatch: make(chan struct{}, 1),
+
+		announcing: make(chan struct{}, 1),
 	}
 	m.initState()
 	// Register the metrics only for a Manager that will run: a New that
@@ -290,6 +304,9 @@ func (m *Manager) initState() {
 	m.mu.maxEpoch = map[int]uint64{}
 	m.mu.garbled = map[int]cached{}
 	m.mu.gaveUp = map[int]uint64{}
+	m.mu.warming = map[int]*warming{}
+	m.mu.peers = map[string]peerWarm{}
+	m.mu.waits = map[int]warmWait{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -647,6 +664,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer check.Stop()
 	for {
 		m.round(ctx)
+		m.syncWarm()
 		if err := m.behindErr(); err != nil {
 			m.log.Error("this node cannot read the cluster's record format; it stops serving", "err", err)
 			stopRenewer()
@@ -681,6 +699,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				waiting = false
 			case <-check.C:
 				w.checkLag()
+				m.syncWarm()
 				waiting = !m.dueBetweenRounds()
 			case <-m.poke:
 				waiting = false
@@ -829,6 +848,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			delete(m.mu.beats, node)
 			delete(m.mu.beatRevs, node)
 			delete(m.mu.reads, node)
+			delete(m.mu.peers, node)
 			return known
 		}
 		if node == m.cfg.Node {
@@ -850,6 +870,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			m.mu.starts[node] = start
 		}
 		m.mu.reads[node] = v.reads()
+		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.warmParts()}
 		if !known || restarted || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()

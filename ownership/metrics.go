@@ -12,6 +12,8 @@ type metrics struct {
 	renewals prometheus.Counter
 	lost     *prometheus.CounterVec
 	handoff  prometheus.Histogram
+	// handoffs counts handoffs by how their receiver was (warm.go).
+	handoffs *prometheus.CounterVec
 	// watchRestarts counts lease watches restarted for lagging this
 	// node's own heartbeat.
 	watchRestarts prometheus.Counter
@@ -49,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a handoff's start to its lease key deleted.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forever_ownership_handoffs_total",
+			Help: "Partitions this node handed to the node they are assigned to, by how that node was: warm (its views had caught the partition up), waited (not warm after the warm wait), unannounced (a node that announces no warm partitions).",
+		}, []string{"receiver"}),
 		slowFailovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_ownership_slow_failovers_total",
 			Help: "Partitions this node took over from a node that stopped renewing them, more than the lease TTL and 5 s after that node's last renewal was seen.",
@@ -81,6 +87,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if out.handoff, err = promreg.Register(reg, out.handoff); err != nil {
 		return nil, err
 	}
+	if out.handoffs, err = promreg.Register(reg, out.handoffs); err != nil {
+		return nil, err
+	}
 	if out.slowFailovers, err = promreg.Register(reg, out.slowFailovers); err != nil {
 		return nil, err
 	}
@@ -94,6 +103,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Every cause from 0, so increase() counts a first loss.
 	for _, c := range []string{"expired", "conflict", "bucket", "other"} {
 		out.lost.WithLabelValues(c)
+	}
+	for _, r := range []string{handoffWarm, handoffWaited, handoffUnannounced} {
+		out.handoffs.WithLabelValues(r)
 	}
 	return out, nil
 }

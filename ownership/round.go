@@ -22,6 +22,8 @@ type action struct {
 	seen  time.Time // stale takeover: when its last renewal was seen
 	rev   uint64    // takeover, drop: the key's revision
 	h     *held     // handoff
+	to    string    // handoff: the node it is assigned to
+	how   string    // handoff: how that node's views are (warm.go)
 }
 
 type actionKind int
@@ -91,6 +93,7 @@ func (m *Manager) round(ctx context.Context) {
 			// that runs before it would plan (and count) it again.
 			if m.claimHandoff(a.h) {
 				handing++
+				m.handedTo(a)
 				m.handoffs.Go(func() { m.handoff(a.p, a.h) })
 			}
 		}
@@ -129,6 +132,9 @@ func (m *Manager) plan() []action {
 	for p := range m.cfg.Partitions {
 		h := m.mu.held[p]
 		c, leased := m.mu.leases[p]
+		if h == nil || want[p] == me {
+			delete(m.mu.waits, p)
+		}
 		switch {
 		case h != nil:
 			if h.releasing || want[p] == me {
@@ -138,8 +144,12 @@ func (m *Manager) plan() []action {
 			// node that flaps does not drag partitions back and forth, or
 			// at once to a restart of a node whose last process heartbeat
 			// twice or stopped in order (incarnation.go).
-			if m.dueLocked(want[p], now) {
-				out = append(out, action{kind: handoff, p: p, h: h})
+			// And once its views are ready for it (warm.go).
+			if !m.dueLocked(want[p], now) {
+				continue
+			}
+			if how, ok := m.handoffReadyLocked(p, want[p], now); ok {
+				out = append(out, action{kind: handoff, p: p, h: h, to: want[p], how: how})
 			}
 		case leased && c.lease.Node != me && m.staleLocked(c.seen, now) && want[p] == me:
 			// Its holder has not renewed it for a TTL: take it by a
@@ -220,6 +230,9 @@ func (m *Manager) renewer(ctx context.Context, done chan<- struct{}) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.announcing:
+			m.heartbeat(ctx, m.retryEvery())
+			continue
 		case <-t.C:
 		}
 		m.mu.Lock()
@@ -257,13 +270,25 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	if stopping {
 		return
 	}
+	// Built and sent in order (beatMu): the renewer's announcement of a
+	// warm partition must not be overwritten by an older value.
+	m.beatMu.Lock()
+	m.mu.Lock()
+	warm := m.warmPartsLocked()
+	m.mu.Unlock()
 	b, _ := json.Marshal(struct {
 		Started time.Time `json:"started"`
 		Reads   int       `json:"reads"`
-	}{started, m.cfg.Format})
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ack, err := m.js.Publish(pctx, m.subject(prefixNode+m.cfg.Node), b, jetstream.WithMsgTTL(m.keyTTL()))
+		Warms   bool      `json:"warms,omitempty"`
+		Warm    []int     `json:"warm,omitempty"`
+	}{started, m.cfg.Format, m.cfg.Prepare != nil, warm})
+	fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(prefixNode + m.cfg.Node), Data: b},
+		jetstream.WithMsgTTL(m.keyTTL()))
+	m.beatMu.Unlock()
+	var ack *jetstream.PubAck
+	if err == nil {
+		ack, err = awaitAck(ctx, fut, timeout)
+	}
 	m.mu.Lock()
 	failing := m.mu.beatFailing
 	m.mu.beatFailing = err != nil
@@ -279,6 +304,22 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 		m.mu.beatAcked, m.mu.beatAckedAt = ack.Sequence, time.Now()
 	}
 	m.mu.Unlock()
+}
+
+// awaitAck waits up to timeout for fut's acknowledgement.
+func awaitAck(ctx context.Context, fut jetstream.PubAckFuture, timeout time.Duration) (*jetstream.PubAck, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		return nil, err
+	case <-t.C:
+		return nil, fmt.Errorf("no answer within %s", timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (m *Manager) subject(key string) string { return "$KV." + m.cfg.Bucket + "." + key }
@@ -607,6 +648,7 @@ func (m *Manager) stop() {
 		hs[p] = h
 	}
 	m.mu.Unlock()
+	m.stopWarm() // none starts again: syncWarm sees stopping
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RenewEvery)
 	nerr := m.kv.Delete(ctx, prefixNode+m.cfg.Node)
 	cancel()

@@ -268,6 +268,7 @@ func (h *Host) start(ctx context.Context, d *agentd.Daemon, deps *agentd.Deps) e
 	h.own = deps.Ownership
 	h.stopping = d.Stopping()
 	d.OnPartition(h.servePartition)
+	d.OnIncoming(h.warmPartition)
 	d.OnFenced(h.fenced)
 	d.OnStoreLost(h.storeLost)
 	h.logger = deps.Logger.With("subsystem", "host")
