@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,14 +59,6 @@ func decodeNodeValue(value []byte) nodeValue {
 		return nodeValue{}
 	}
 	return v
-}
-
-// warmParts returns the warm partitions a node key's value announces,
-// sorted.
-func (v nodeValue) warmParts() []int {
-	out := slices.Clone(v.Warm)
-	slices.Sort(out)
-	return out
 }
 
 // reads returns the format a node key's value announces.

@@ -870,7 +870,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			m.mu.starts[node] = start
 		}
 		m.mu.reads[node] = v.reads()
-		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.warmParts()}
+		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.Warm}
 		if !known || restarted || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()

@@ -276,12 +276,8 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	m.mu.Lock()
 	warm := m.warmPartsLocked()
 	m.mu.Unlock()
-	b, _ := json.Marshal(struct {
-		Started time.Time `json:"started"`
-		Reads   int       `json:"reads"`
-		Warms   bool      `json:"warms,omitempty"`
-		Warm    []int     `json:"warm,omitempty"`
-	}{started, m.cfg.Format, m.cfg.Prepare != nil, warm})
+	b, _ := json.Marshal(nodeValue{Started: started.Format(time.RFC3339Nano), Reads: m.cfg.Format,
+		Warms: m.cfg.Prepare != nil, Warm: warm})
 	fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(prefixNode + m.cfg.Node), Data: b},
 		jetstream.WithMsgTTL(m.keyTTL()))
 	m.beatMu.Unlock()

@@ -50,7 +50,7 @@ type warming struct {
 // peerWarm is what a node's key announces of its warm partitions.
 type peerWarm struct {
 	announces bool
-	parts     []int // sorted
+	parts     []int
 }
 
 // warmWait is a handoff of a partition held back until its receiver
