@@ -289,11 +289,19 @@ func (f *Follower) setIdle(idle bool) {
 // stream electing its leader, does not hold it; a p not followed returns
 // at once, as WaitFor of its sequence does. Without owned views the views
 // have one cursor a shard, so it waits for the log's end, WaitFor of
-// LastSeq(Filter{}). Errors: ErrInvalid for p out of range (a log without
-// Config.Partitions takes any p >= 0), and WaitFor's.
+// LastSeq(Filter{}). It waits for f to be ready (Ready) first: asked
+// while f started, it answered before p's views had caught up, and a
+// node just restarted announced partitions warm that it caught up only
+// once it owned them, 1.9 s later (stop 60's chaos). Errors: ErrInvalid for p out of range (a log without
+// Config.Partitions takes any p >= 0), ctx's, and WaitFor's.
 func (f *Follower) WaitPartition(ctx context.Context, p int) error {
 	if p < 0 || (f.l.cfg.Partitions > 0 && p >= f.l.cfg.Partitions) {
 		return invalidf("wait for partition %d: want 0 to %d", p, f.l.cfg.Partitions-1)
+	}
+	select {
+	case <-f.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if f.shards != nil && f.owning() {
 		_, gen, _ := f.l.owned.state()

@@ -17,16 +17,7 @@ func (h *Host) warmPartition(ctx context.Context, p int, warm func()) {
 	if h.followPartition(p) {
 		defer func() { _ = h.deps.Log.UnfollowPartition(p) }()
 		start := time.Now()
-		// As recoverPartition: the views' Follower must run first. Asked
-		// while it starts, WaitPartition does not know its shards yet and
-		// answered at once: a node just restarted announced partitions
-		// warm that its views had not caught up (stop 60's second 6-node
-		// chaos run, 2.2 s of an agent's events held by two handoffs).
-		select {
-		case <-h.table.Ready():
-		case <-ctx.Done():
-			return
-		}
+		// WaitPartition waits for the views' Follower to be ready first.
 		for attempt := 0; h.deps.Views.WaitPartition(ctx, p) != nil; attempt++ {
 			select {
 			case <-time.After(backoff.Exp(100*time.Millisecond, 5*time.Second, attempt)):
