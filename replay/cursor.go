@@ -47,7 +47,7 @@ func CursorAt(seq eventlog.Seq) Cursor { return Cursor{seq: seq} }
 // at seq: resuming there yields the record's chunks after k. Use CursorAt
 // for the record's last chunk, so the cursor reads as before packing.
 func CursorIn(seq eventlog.Seq, k int) Cursor {
-	if k < 0 || k >= maxInRecord {
+	if k < 0 || k >= maxInRecord || seq == 0 {
 		return Cursor{seq: seq}
 	}
 	return Cursor{seq: seq, in: uint32(k) + 1}
@@ -199,8 +199,9 @@ var ErrBadCursor = errors.New("replay: invalid cursor")
 
 // ParseCursor parses a cursor as String formats it: a decimal stream
 // sequence, optionally followed by "." and a chunk's place in a packed
-// record. An empty string, a sign, spaces, or a number above 2^64-1 is an
-// error wrapping ErrBadCursor.
+// record. An empty string, a sign, spaces, a number above 2^64-1, or a
+// place inside sequence 0 (which holds no record) is an error wrapping
+// ErrBadCursor.
 func ParseCursor(s string) (Cursor, error) {
 	bad := func() error {
 		q := s
@@ -221,7 +222,9 @@ func ParseCursor(s string) (Cursor, error) {
 		}
 		return true
 	}
-	if !digits(seqPart, 20) || inside && !digits(inPart, 10) {
+	// Sequence 0 holds no record, so nothing is inside it: "0.k" would sort
+	// before the zero cursor, which is the start.
+	if !digits(seqPart, 20) || inside && (!digits(inPart, 10) || strings.Trim(seqPart, "0") == "") {
 		return Cursor{}, bad()
 	}
 	n, err := strconv.ParseUint(seqPart, 10, 64)

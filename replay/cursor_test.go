@@ -38,6 +38,8 @@ func TestParseCursor(t *testing.T) {
 		{"two dots", "42.1.2", replay.Cursor{}, false},
 		{"negative place", "42.-1", replay.Cursor{}, false},
 		{"place too large", "42.99999999999", replay.Cursor{}, false},
+		{"inside sequence 0, which holds no record", "0.0", replay.Cursor{}, false},
+		{"inside sequence 0, with leading zeros", "000.3", replay.Cursor{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
