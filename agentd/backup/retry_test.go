@@ -46,6 +46,7 @@ func TestLostRace(t *testing.T) {
 		{"stream name already in use with a different configuration", true},
 		{"restore failed: expected sequence does not match store", true},
 		{"restore failed: error adding stream: could not create storage directory - mkdir /data/jetstream/$G/streams: no such file or directory (10077)", true},
+		{"restore failed: error purging stream: no message cache", true},
 		{"insufficient resources", false},
 	} {
 		err := fmt.Errorf("restore FOREVER_EVENTS: %w", &apiError{Code: 500, ErrCode: 10062, Description: c.desc})
