@@ -23,6 +23,11 @@ const (
 	PartitionsKey     = keyPartitions
 	DefaultPartitions = 64
 	DefaultTTL        = 10 * time.Second
+	// DefaultWarmWait is the least WarmWait by default: longer than a
+	// restarted node takes to be ready (6-16 s in the 6-node chaos runs,
+	// where a stream it follows may be electing), so its partitions come
+	// to it warm rather than at a bound that ran out first.
+	DefaultWarmWait = 30 * time.Second
 	// BucketElection is the longest a replicated lease bucket goes
 	// without a leader once its leader dies: nats-server's longest
 	// election timeout (9 s in 2.15.2), counted from the last heartbeat
@@ -128,7 +133,10 @@ type Config struct {
 	// and holders hand its partitions off at once.
 	Prepare func(ctx context.Context, p int, warm func())
 	// WarmWait bounds how long a holder keeps a partition due to a node
-	// that announces warm partitions but not this one yet. Default TTL.
+	// that announces warm partitions but not this one yet. Default the
+	// longer of TTL and DefaultWarmWait: a node just restarted announces a
+	// partition only once its views are ready, which takes its start, and
+	// a partition handed over sooner is handed over cold.
 	WarmWait time.Duration
 	// Format is the highest record format this node's release reads,
 	// announced in its node key (format.go). Default FormatBase.
@@ -212,7 +220,7 @@ func (c *Config) setDefaults() error {
 		c.HandoffTimeout = c.TTL
 	}
 	if c.WarmWait == 0 {
-		c.WarmWait = c.TTL
+		c.WarmWait = max(c.TTL, DefaultWarmWait)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
