@@ -84,6 +84,11 @@ func ParseHostPattern(s string) (HostPattern, error) {
 	if strings.Contains(host, "*") {
 		return bad(`"*" may only begin a pattern, as in "*.example.com"`)
 	}
+	if a, err := netip.ParseAddr(host); err == nil && !p.wildcard {
+		// "1.2.3.4." is the address with a root dot, as a name would be.
+		p.addr = a
+		return p, nil
+	}
 	if !validName(host) {
 		return bad("not a host name: labels of letters, digits, '-' and '_', separated by dots, at most 253 bytes")
 	}
@@ -132,7 +137,7 @@ func (p HostPattern) Match(host string) bool {
 		return false
 	}
 	if p.addr.IsValid() {
-		a, err := netip.ParseAddr(h)
+		a, err := netip.ParseAddr(strings.TrimSuffix(h, "."))
 		return err == nil && a.Zone() == "" && a.Unmap() == p.addr
 	}
 	if p.name == "" {

@@ -30,6 +30,7 @@ func TestHostPattern(t *testing.T) {
 		{"[2001:db8::1]:8080", []string{"[2001:db8::1]:8080", "[2001:DB8:0::1]:8080"}, []string{"[2001:db8::1]", "[2001:db8::2]:8080"}},
 		{"2001:db8::1", []string{"[2001:db8::1]", "[2001:db8::1]:1"}, []string{"[2001:db8::2]"}},
 		{"Local.Test.", []string{"local.test:1"}, nil},
+		{"10.0.0.7.", []string{"10.0.0.7", "10.0.0.7.:80"}, []string{"10.0.0.70", "x.10.0.0.7"}},
 	}
 	for _, tt := range tests {
 		p, err := replay.ParseHostPattern(tt.pattern)
