@@ -133,3 +133,25 @@ func PutViewCursor(l *Log, view string, p int, cursor uint64) error {
 	key := append(append(projPrefix(view), 'c'), "p"+strconv.Itoa(p)...)
 	return l.db.Set(key, encodeUint(cursor), pebble.Sync)
 }
+
+// FollowPlacement creates a views follow's consumer of stream, as a
+// Follower does, and reports where JetStream placed it and whether the
+// placement check finds that replica far behind; the consumer is then
+// dropped.
+func FollowPlacement(ctx context.Context, l *Log, stream string) (server string, behind bool, err error) {
+	cons, err := l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return "", false, err
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		l.dropConsumer(stream, cons)
+		return "", false, err
+	}
+	defer func() {
+		msgs.Stop()
+		l.dropConsumer(stream, cons)
+	}()
+	server, behind = l.placedBehind(ctx, stream, cons)
+	return server, behind, nil
+}

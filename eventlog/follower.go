@@ -1023,7 +1023,7 @@ func allSame(group []*member) bool {
 func (f *Follower) pump(ctx context.Context, subjects []string, after Seq, ch chan<- followed) {
 	var warned string
 	for ctx.Err() == nil {
-		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after) {
+		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after, true) {
 			var ce *CorruptError
 			if err != nil && !errors.As(err, &ce) {
 				if ctx.Err() != nil {

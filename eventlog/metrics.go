@@ -26,6 +26,9 @@ type metrics struct {
 	// consumerRenewals counts followers' consumers recreated for a
 	// waiting recovery (Follower.renew) or a catch-up's (Follower.consume).
 	consumerRenewals prometheus.Counter
+	// consumersPlacedAgain counts views' consumers dropped and placed
+	// again for a replica far behind (placement.go).
+	consumersPlacedAgain prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -88,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "forever_eventlog_view_consumer_renewals_total",
 			Help: "Consumers of the views recreated because they delivered nothing for 2 s while events were stored: an owned-views shard follower's that a partition's recovery waited on, or any catch-up's (a consumer on a dead server, placed where its stream elects, or on a replica still catching up).",
 		}),
+		consumersPlacedAgain: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forever_eventlog_view_consumers_placed_again_total",
+			Help: "Consumers of the views dropped as soon as they were created and placed again, because JetStream placed them on a replica of their stream that was offline or far behind its leader (a node restarted a moment ago): up to 3 times a follow.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -135,6 +142,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.consumerRenewals, err = promreg.Register(reg, m.consumerRenewals); err != nil {
+		return nil, err
+	}
+	if m.consumersPlacedAgain, err = promreg.Register(reg, m.consumersPlacedAgain); err != nil {
 		return nil, err
 	}
 	return m, nil

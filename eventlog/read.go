@@ -482,32 +482,54 @@ func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, 
 }
 
 func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
-	return l.followSubjects(ctx, stream, []string{subject}, after)
+	return l.followSubjects(ctx, stream, []string{subject}, after, false)
 }
 
 // followSubjects is follow of several subjects of stream, which must not
-// overlap (one ordered consumer with several filters).
-func (l *Log) followSubjects(ctx context.Context, stream string, subjects []string, after Seq) iter.Seq2[Event, error] {
+// overlap (one ordered consumer with several filters). place: a consumer
+// placed on a replica far behind is placed again (placement.go).
+func (l *Log) followSubjects(ctx context.Context, stream string, subjects []string, after Seq, place bool) iter.Seq2[Event, error] {
 	subject := strings.Join(subjects, ",")
 	return func(yield func(Event, error) bool) {
 		if l.closed() {
 			yield(Event{}, ErrClosed)
 			return
 		}
-		cons, err := l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: subjects,
-			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:    rawSeq(after) + 1,
-		})
-		if err != nil {
-			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
-			return
-		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
-		if err != nil {
-			l.dropConsumer(stream, cons)
-			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
-			return
+		var (
+			cons jetstream.Consumer
+			msgs jetstream.MessagesContext
+		)
+		for try := 0; ; try++ {
+			var err error
+			cons, err = l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+				FilterSubjects: subjects,
+				DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+				OptStartSeq:    rawSeq(after) + 1,
+			})
+			if err != nil {
+				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
+				return
+			}
+			msgs, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
+			if err != nil {
+				l.dropConsumer(stream, cons)
+				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
+				return
+			}
+			if !place || try == placeAgainTries {
+				break
+			}
+			server, behind := l.placedBehind(ctx, stream, cons)
+			if !behind {
+				break
+			}
+			l.logger.Info("a views consumer was placed on a replica far behind its stream's leader; placing it again",
+				"stream", stream, "server", server, "attempt", try+1)
+			l.metrics.consumersPlacedAgain.Inc()
+			go func(msgs jetstream.MessagesContext, cons jetstream.Consumer) {
+				msgs.Stop()
+				l.dropConsumer(stream, cons)
+			}(msgs, cons)
 		}
 		next := nextOf(msgs)
 		// The iterator returns at ctx's end without waiting for the

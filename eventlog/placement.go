@@ -1,0 +1,75 @@
+package eventlog
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A view's consumer on a replica that is catching up. JetStream places
+// an ordered consumer (R1) on any replica of a replicated stream it deems
+// active, and prefers the ones whose meta state is current, not the ones
+// whose copy of the stream is: a replica on a node restarted a moment ago
+// is active while it still fetches the stream's last events, and a
+// consumer placed there delivers none of them until it has. A catch-up
+// then waits for renewAfter before it tries again, and may land there
+// again: in a 6-node chaos run a new owner's views of one shard waited
+// 8 s so, through four such consumers, while the node restarted a moment
+// before caught its replica up (the victim's agents of that partition
+// resumed 14.8 s after the kill, past election + TTL).
+//
+// So the views' follows (Follower) check where each consumer was placed,
+// as soon as it is: on a replica offline, or far behind its stream's
+// leader (replicaBehind), the consumer is dropped and placed again, up to
+// placeAgainTries times; then it is kept, and the renewal after
+// renewAfter goes on as before. One STREAM.INFO per consumer created,
+// only of a replicated log that creates its streams (Bind may not read
+// their info). Reads and client follows do not check: they start often
+// and end soon.
+
+// placeAgainTries bounds how often a follow places its consumer again.
+const placeAgainTries = 3
+
+// placementCheckTimeout bounds the stream info a placement check reads.
+const placementCheckTimeout = 2 * time.Second
+
+// placedBehind reports whether cons, an ordered consumer of stream just
+// created, is on a replica of the stream that is not current, and which
+// server it is on. Anything it cannot tell is not behind.
+func (l *Log) placedBehind(ctx context.Context, stream string, cons jetstream.Consumer) (server string, behind bool) {
+	if l.cfg.Replicas < 2 || l.cfg.Bind {
+		return "", false
+	}
+	ci := cons.CachedInfo()
+	if ci == nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
+		return "", false
+	}
+	ictx, cancel := context.WithTimeout(ctx, placementCheckTimeout)
+	defer cancel()
+	s, err := l.js.Stream(ictx, stream)
+	if err != nil {
+		return "", false
+	}
+	return ci.Cluster.Leader, replicaBehind(s.CachedInfo().Cluster, ci.Cluster.Leader)
+}
+
+// replicaBehind reports whether server holds a replica of the stream c
+// describes that is offline, or that its leader reports at least
+// placeBehindLag entries behind (a replica under load is not current for
+// a moment now and then, a few entries behind; one catching up is
+// thousands). The leader, or a server c does not name, is not behind.
+func replicaBehind(c *jetstream.ClusterInfo, server string) bool {
+	if c == nil || c.Leader == "" || c.Leader == server {
+		return false
+	}
+	for _, r := range c.Replicas {
+		if r != nil && r.Name == server {
+			return r.Offline || !r.Current && r.Lag >= placeBehindLag
+		}
+	}
+	return false
+}
+
+// placeBehindLag is how far behind its leader a replica is catching up.
+const placeBehindLag = 64
