@@ -155,3 +155,7 @@ func FollowPlacement(ctx context.Context, l *Log, stream string) (server string,
 	server, behind = l.placedBehind(ctx, stream, cons)
 	return server, behind, nil
 }
+
+// PlacedBehind makes l's placement checks answer behind(stream) in place
+// of the stream's leader, on any log. Set it before l is used.
+func PlacedBehind(l *Log, behind func(stream string) bool) { l.placedBehindHook = behind }

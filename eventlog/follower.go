@@ -1022,12 +1022,22 @@ func allSame(group []*member) bool {
 // iterator ends anyway, pump starts a new one after the last delivered event.
 func (f *Follower) pump(ctx context.Context, subjects []string, after Seq, ch chan<- followed) {
 	var warned string
+	placed := 0 // consumers placed again (placement.go)
+follow:
 	for ctx.Err() == nil {
-		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after, true) {
+		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after, placed < placeAgainTries) {
 			var ce *CorruptError
 			if err != nil && !errors.As(err, &ce) {
 				if ctx.Err() != nil {
 					return
+				}
+				var pe *placedBehindError
+				if errors.As(err, &pe) {
+					placed++
+					f.l.metrics.consumersPlacedAgain.Inc()
+					f.logger.Info("a views consumer was placed on a replica far behind its stream's leader; placing it again",
+						"stream", pe.stream, "server", pe.server, "attempt", placed)
+					continue follow
 				}
 				if msg := err.Error(); msg != warned {
 					f.logger.Warn("follow", "err", err)

@@ -261,6 +261,9 @@ type Log struct {
 	// makes the consumer one of a replica behind the stream's leader
 	// (events held back, none pending).
 	followDelivered func(ctx context.Context, e *Event)
+	// placedBehindHook, set only by tests, answers a placement check
+	// (placement.go) in place of the stream's leader, on any log.
+	placedBehindHook func(stream string) bool
 	// directNone, set only by tests, makes a read's direct gets find
 	// nothing while it returns true, as a replica that stores none of
 	// what is read: the read goes on through its consumer.

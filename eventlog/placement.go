@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,15 +21,25 @@ import (
 // resumed 14.8 s after the kill, past election + TTL).
 //
 // So the views' follows (Follower) check where each consumer was placed,
-// as soon as it is: on a replica offline, or far behind its stream's
-// leader (replicaBehind), the consumer is dropped and placed again, up to
-// placeAgainTries times; then it is kept, and the renewal after
-// renewAfter goes on as before. One STREAM.INFO per consumer created,
-// only of a replicated log that creates its streams (Bind may not read
-// their info). Reads and client follows do not check: they start often
-// and end soon.
+// beside its first deliveries: on a replica offline, or far behind its
+// stream's leader (replicaBehind), the follow ends with a
+// *placedBehindError, and the Follower's pump follows again at once
+// from its last event, up to placeAgainTries times a pump; then the
+// consumer is kept, and the renewal after renewAfter goes on as before.
+// One STREAM.INFO per consumer created, only of a replicated log that
+// creates its streams (Bind may not read their info). Reads and client
+// follows do not check: they start often and end soon.
 
-// placeAgainTries bounds how often a follow places its consumer again.
+// placedBehindError ends a follow whose consumer was placed on a replica
+// far behind its stream's leader.
+type placedBehindError struct{ stream, server string }
+
+func (e *placedBehindError) Error() string {
+	return fmt.Sprintf("eventlog: follow %s: the consumer was placed on %s, a replica far behind the stream's leader", e.stream, e.server)
+}
+
+// placeAgainTries bounds how often a Follower's pump places its consumer
+// again.
 const placeAgainTries = 3
 
 // placementCheckTimeout bounds the stream info a placement check reads.
@@ -38,6 +49,9 @@ const placementCheckTimeout = 2 * time.Second
 // created, is on a replica of the stream that is not current, and which
 // server it is on. Anything it cannot tell is not behind.
 func (l *Log) placedBehind(ctx context.Context, stream string, cons jetstream.Consumer) (server string, behind bool) {
+	if l.placedBehindHook != nil {
+		return "test", l.placedBehindHook(stream)
+	}
 	if l.cfg.Replicas < 2 || l.cfg.Bind {
 		return "", false
 	}

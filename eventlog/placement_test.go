@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,5 +38,27 @@ func TestFollowPlacementIsRead(t *testing.T) {
 		if behind {
 			t.Fatalf("a healthy replica %q found far behind", server)
 		}
+	}
+}
+
+// TestFollowPlacedAgain: a views follow whose consumer is found on a
+// replica far behind ends, and the Follower follows again from its last
+// event at once, at most placeAgainTries (3) times a follow: the views
+// end complete, each event applied once, and the checks stop after the
+// third placement, which is kept.
+func TestFollowPlacedAgain(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	var checks atomic.Int32
+	eventlog.PlacedBehind(lg, func(string) bool {
+		checks.Add(1)
+		return true // every consumer is behind: only the bound ends it
+	})
+	appendN(t, lg, 300, 3)
+	a := named("a", 1, eventlog.Filter{})
+	runFollower(t, lg, nil, a)
+	checkViews(t, lg, 300, a)
+	if got := checks.Load(); got != 3 {
+		t.Errorf("placement checks = %d, want 3 (the bound)", got)
 	}
 }

@@ -495,41 +495,33 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, ErrClosed)
 			return
 		}
-		var (
-			cons jetstream.Consumer
-			msgs jetstream.MessagesContext
-		)
-		for try := 0; ; try++ {
-			var err error
-			cons, err = l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-				FilterSubjects: subjects,
-				DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-				OptStartSeq:    rawSeq(after) + 1,
-			})
-			if err != nil {
-				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
-				return
-			}
-			msgs, err = cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
-			if err != nil {
-				l.dropConsumer(stream, cons)
-				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
-				return
-			}
-			if !place || try == placeAgainTries {
-				break
-			}
-			server, behind := l.placedBehind(ctx, stream, cons)
-			if !behind {
-				break
-			}
-			l.logger.Info("a views consumer was placed on a replica far behind its stream's leader; placing it again",
-				"stream", stream, "server", server, "attempt", try+1)
-			l.metrics.consumersPlacedAgain.Inc()
-			go func(msgs jetstream.MessagesContext, cons jetstream.Consumer) {
-				msgs.Stop()
-				l.dropConsumer(stream, cons)
-			}(msgs, cons)
+		cons, err := l.orderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: subjects,
+			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:    rawSeq(after) + 1,
+		})
+		if err != nil {
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
+			return
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
+		if err != nil {
+			l.dropConsumer(stream, cons)
+			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
+			return
+		}
+		// wctx ends the wait for the next message when the placement
+		// check (placement.go) finds the consumer on a replica far
+		// behind; the check runs beside the first deliveries, so a
+		// stream without a leader for a moment delays nothing.
+		wctx, stopWait := context.WithCancelCause(ctx)
+		defer stopWait(nil)
+		if place {
+			go func() {
+				if server, behind := l.placedBehind(wctx, stream, cons); behind {
+					stopWait(&placedBehindError{stream: stream, server: server})
+				}
+			}()
 		}
 		next := nextOf(msgs)
 		// The iterator returns at ctx's end without waiting for the
@@ -548,10 +540,14 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			}()
 		}()
 		for {
-			m, err := next.next(ctx)
+			m, err := next.next(wctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					yield(Event{}, ctx.Err())
+					return
+				}
+				if pe := (*placedBehindError)(nil); errors.As(context.Cause(wctx), &pe) {
+					yield(Event{}, pe)
 					return
 				}
 				// The iterator is closed or the consumer is gone for good.
