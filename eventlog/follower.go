@@ -878,7 +878,7 @@ func (f *Follower) consume(ctx context.Context, group []*member, after, upto Seq
 	at := after // the last event committed
 	// renewFrom recreates the consumer after the last event committed.
 	renewFrom := func(why string) {
-		f.logger.Info(why, "behind", names(group), "at", at, "after", renewAfter)
+		f.logger.Info(why, "behind", names(group), "at", at, "after", renewAfter, "placed_on", f.l.placedOn(f.stream))
 		clk.renewed()
 		f.l.metrics.consumerRenewals.Inc()
 		cancel()

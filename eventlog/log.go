@@ -264,6 +264,10 @@ type Log struct {
 	// placedBehindHook, set only by tests, answers a placement check
 	// (placement.go) in place of the stream's leader, on any log.
 	placedBehindHook func(stream string) bool
+	// placements holds, by stream, where the last views consumer
+	// checked was placed (placement.go), for the log line of a consumer
+	// that delivered nothing.
+	placements sync.Map
 	// directNone, set only by tests, makes a read's direct gets find
 	// nothing while it returns true, as a replica that stores none of
 	// what is read: the read goes on through its consumer.

@@ -59,13 +59,56 @@ func (l *Log) placedBehind(ctx context.Context, stream string, cons jetstream.Co
 	if ci == nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
 		return "", false
 	}
+	server = ci.Cluster.Leader
 	ictx, cancel := context.WithTimeout(ctx, placementCheckTimeout)
 	defer cancel()
 	s, err := l.js.Stream(ictx, stream)
 	if err != nil {
-		return "", false
+		l.placements.Store(stream, placement{server: server, state: "unknown: " + err.Error()})
+		return server, false
 	}
-	return ci.Cluster.Leader, replicaBehind(s.CachedInfo().Cluster, ci.Cluster.Leader)
+	c := s.CachedInfo().Cluster
+	l.placements.Store(stream, placement{server: server, state: replicaState(c, server)})
+	return server, replicaBehind(c, server)
+}
+
+// placement is where a stream's last views consumer checked was placed,
+// and how its stream's leader reported that replica then.
+type placement struct{ server, state string }
+
+// placedOn describes where stream's last views consumer checked was
+// placed ("" before any), for a log line.
+func (l *Log) placedOn(stream string) string {
+	v, ok := l.placements.Load(stream)
+	if !ok {
+		return ""
+	}
+	p := v.(placement)
+	return p.server + " (" + p.state + ")"
+}
+
+// replicaState is how c reports server's replica: the leader, current,
+// behind by n, offline, or not named.
+func replicaState(c *jetstream.ClusterInfo, server string) string {
+	switch {
+	case c == nil || c.Leader == "":
+		return "the stream has no leader"
+	case c.Leader == server:
+		return "the leader"
+	}
+	for _, r := range c.Replicas {
+		if r == nil || r.Name != server {
+			continue
+		}
+		switch {
+		case r.Offline:
+			return "offline"
+		case r.Current:
+			return fmt.Sprintf("current, last heard %s ago", r.Active.Round(time.Millisecond))
+		}
+		return fmt.Sprintf("%d entries behind, last heard %s ago", r.Lag, r.Active.Round(time.Millisecond))
+	}
+	return "not a replica the leader names"
 }
 
 // replicaBehind reports whether server holds a replica of the stream c

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,5 +41,29 @@ func TestReplicaBehind(t *testing.T) {
 				return tt.c.Leader
 			}(), tt.server, got, tt.want)
 		}
+	}
+}
+
+// TestReplicaState: the log line of a consumer that delivered nothing
+// says how the stream's leader reported the replica it was placed on.
+func TestReplicaState(t *testing.T) {
+	c := &jetstream.ClusterInfo{Leader: "n1", Replicas: []*jetstream.PeerInfo{
+		{Name: "n2", Current: true, Active: 300 * time.Millisecond},
+		{Name: "n3", Lag: 5000, Active: 2 * time.Second},
+		{Name: "n5", Offline: true},
+	}}
+	for server, want := range map[string]string{
+		"n1": "the leader",
+		"n2": "current, last heard 300ms ago",
+		"n3": "5000 entries behind, last heard 2s ago",
+		"n5": "offline",
+		"n9": "not a replica the leader names",
+	} {
+		if got := replicaState(c, server); got != want {
+			t.Errorf("replicaState(%q) = %q, want %q", server, got, want)
+		}
+	}
+	if got := replicaState(&jetstream.ClusterInfo{}, "n1"); got != "the stream has no leader" {
+		t.Errorf("replicaState without a leader = %q", got)
 	}
 }
