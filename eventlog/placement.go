@@ -13,12 +13,9 @@ import (
 // active, and prefers the ones whose meta state is current, not the ones
 // whose copy of the stream is: a replica on a node restarted a moment ago
 // is active while it still fetches the stream's last events, and a
-// consumer placed there delivers none of them until it has. A catch-up
-// then waits for renewAfter before it tries again, and may land there
-// again: in a 6-node chaos run a new owner's views of one shard waited
-// 8 s so, through four such consumers, while the node restarted a moment
-// before caught its replica up (the victim's agents of that partition
-// resumed 14.8 s after the kill, past election + TTL).
+// consumer placed there delivers none of them until it has
+// (TestCatchUpPastAQuietConsumer). A catch-up then waits for renewAfter
+// before it tries again, and may land there again.
 //
 // So the views' follows (Follower) check where each consumer was placed,
 // beside its first deliveries: on a replica offline, or far behind its
@@ -26,6 +23,11 @@ import (
 // *placedBehindError, and the Follower's pump follows again at once
 // from its last event, up to placeAgainTries times a pump; then the
 // consumer is kept, and the renewal after renewAfter goes on as before.
+// The check also remembers where it found each stream's consumer, which
+// the log line of a renewal names (placedOn): in a 6-node chaos run
+// (docs/benchmarks.md, stop 61) half of the consumers renewed were on a
+// server killed since, and most others on the stream's leader, so
+// placement is one cause of a quiet consumer, not the common one.
 // One STREAM.INFO per consumer created, only of a replicated log that
 // creates its streams (Bind may not read their info). Reads and client
 // follows do not check: they start often and end soon.
