@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		consumersPlacedAgain: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_view_consumers_placed_again_total",
-			Help: "Consumers of the views dropped as soon as they were created and placed again, because JetStream placed them on a replica of their stream that was offline or far behind its leader (a node restarted a moment ago): up to 3 times a follow.",
+			Help: "Consumers of the views dropped beside their first deliveries and placed again, because JetStream placed them on a replica of their stream that was offline or far behind its leader (a node restarted a moment ago): up to 3 times a shard follower's consumer.",
 		}),
 	}
 	if reg == nil {
