@@ -702,7 +702,7 @@ func (f *Follower) openInfo(ctx context.Context) (Seq, error) {
 			return max(f.l.seqOf(f.stream, info.State.LastSeq), f.written), nil
 		}
 	}
-	info, err := f.l.stream(f.stream).Info(ctx)
+	info, err := f.l.streamInfo(ctx, f.stream)
 	if err != nil {
 		return 0, fmt.Errorf("%s: stream info: %w", f.what(), err)
 	}

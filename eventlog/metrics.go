@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		leaderAsks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_leader_asks_retried_total",
-			Help: "Requests to a stream's leader (the last sequence a fenced append expects, among others) sent again because no server answered in time: the leader was lost and its followers had not noticed yet.",
+			Help: "Requests to a stream's leader (the last sequence a fenced append expects, a stream's info, among others) sent again beside the ones in flight because no server answered within 1 s: the leader was lost and its followers had not noticed yet, or it was slow.",
 		}),
 		viewStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_view_stalls_total",
