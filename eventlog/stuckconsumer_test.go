@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestOwnedViewsWaitPartitionPastAStuckConsumer: a wait for a partition's
@@ -43,24 +46,7 @@ func TestOwnedViewsWaitPartitionPastAStuckConsumer(t *testing.T) {
 	if err := f.WaitPartition(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(eventlogtest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := eventlog.ReadStreams(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := ls.EventsOf(mine)
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range st.ConsumerNames(ctx).Name() {
-		if _, err := js.PauseConsumer(ctx, stream, name, time.Now().Add(time.Minute)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pauseConsumers(ctx, t, s, mine)
 	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,4 +56,96 @@ func TestOwnedViewsWaitPartitionPastAStuckConsumer(t *testing.T) {
 	if got := dump(t, lg, "counter")["n/"+mine]; got != "2" {
 		t.Errorf("n/%s = %q after the consumer was recreated, want 2 (every event once)", mine, got)
 	}
+}
+
+// TestStuckConsumerRenewedOnce: several recoveries waiting on one shard
+// past its stuck consumer (a new owner's agents of one partition) each
+// ask for a new consumer after their own wait; the follower recreates it
+// once, and every wait ends. Each ask renewed it again, four times in
+// 30 ms in a chaos run, each new consumer cancelled before it could
+// deliver.
+func TestStuckConsumerRenewedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	reg := prometheus.NewRegistry()
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true, Registerer: reg})
+	var mine string
+	for i := 0; mine == ""; i++ {
+		if id := "agent" + strconv.Itoa(i); eventlog.PartitionOf(id, 4) == 0 {
+			mine = id
+		}
+	}
+	if err := lg.FollowPartition(0); err != nil {
+		t.Fatal(err)
+	}
+	f := newFollower(t, lg, counter(1))
+	eventlogtest.RunFollower(t, f)
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitPartition(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pauseConsumers(ctx, t, s, mine)
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() { errs <- f.WaitPartition(ctx, 0) }()
+	}
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Fatalf("wait for partition 0 past its paused consumer: %v", err)
+		}
+	}
+	if got := counterValue(t, reg, "forever_eventlog_view_consumer_renewals_total"); got != 1 {
+		t.Errorf("consumer renewed %v times for %d waits; want once", got, waiters)
+	}
+}
+
+// pauseConsumers pauses every consumer of agent's events stream for a
+// minute: the server keeps them, and their heartbeats, but delivers
+// nothing.
+func pauseConsumers(ctx context.Context, t *testing.T, s *server.Server, agent string) {
+	t.Helper()
+	js, err := jetstream.New(eventlogtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := eventlog.ReadStreams(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := ls.EventsOf(agent)
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range st.ConsumerNames(ctx).Name() {
+		if _, err := js.PauseConsumer(ctx, stream, name, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// counterValue is the value of the counter name in reg (0 if absent).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
 }
