@@ -482,13 +482,32 @@ func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, 
 }
 
 func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
-	return l.followSubjects(ctx, stream, []string{subject}, after, false)
+	return l.followSubjects(ctx, stream, []string{subject}, after, followOpts{})
 }
 
+// followOpts are a views follow's: place, a consumer placed on a replica
+// far behind is placed again (placement.go); heartbeat, the server's
+// heartbeat while the consumer has nothing to deliver (0: the library's
+// 5 s), two of which missed have the library recreate it.
+type followOpts struct {
+	place     bool
+	heartbeat time.Duration
+}
+
+// viewsHeartbeat is the heartbeat of a views follow's consumer. An
+// ordered consumer whose server died is recreated by nats.go after two
+// missed heartbeats, 10 s at its default; a views consumer on a killed
+// server then waited for a new owner's recovery to ask for a new one
+// (renewAfter), 2 s into the recovery (half of the renewals of a 6-node
+// chaos run, stop 61). At 1 s the library recreates it 2 s after the
+// death, before the dead node's partitions are handed over (its leases'
+// TTL). It costs one status message a second per views consumer while
+// idle.
+const viewsHeartbeat = time.Second
+
 // followSubjects is follow of several subjects of stream, which must not
-// overlap (one ordered consumer with several filters). place: a consumer
-// placed on a replica far behind is placed again (placement.go).
-func (l *Log) followSubjects(ctx context.Context, stream string, subjects []string, after Seq, place bool) iter.Seq2[Event, error] {
+// overlap (one ordered consumer with several filters), with opts.
+func (l *Log) followSubjects(ctx context.Context, stream string, subjects []string, after Seq, opts followOpts) iter.Seq2[Event, error] {
 	subject := strings.Join(subjects, ",")
 	return func(yield func(Event, error) bool) {
 		if l.closed() {
@@ -504,7 +523,11 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes))
+		pull := []jetstream.PullMessagesOpt{jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes)}
+		if opts.heartbeat > 0 {
+			pull = append(pull, jetstream.PullHeartbeat(opts.heartbeat))
+		}
+		msgs, err := cons.Messages(pull...)
 		if err != nil {
 			l.dropConsumer(stream, cons)
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
@@ -516,7 +539,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 		// stream without a leader for a moment delays nothing.
 		wctx, stopWait := context.WithCancelCause(ctx)
 		defer stopWait(nil)
-		if place {
+		if opts.place {
 			go func() {
 				if server, behind := l.placedBehind(wctx, stream, cons); behind {
 					stopWait(&placedBehindError{stream: stream, server: server})

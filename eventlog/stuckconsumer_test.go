@@ -149,3 +149,36 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// TestViewsConsumerHeartbeat: a views follow asks its consumer's server
+// for a heartbeat every viewsHeartbeat (1 s), so nats.go recreates a
+// consumer whose server died two seconds after the death, not ten (its
+// default 5 s heartbeat), before the dead node's partitions are handed
+// over. Read off the pull requests themselves.
+func TestViewsConsumerHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	pulls, err := eventlogtest.Connect(t, s).SubscribeSync("$JS.API.CONSUMER.MSG.NEXT.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
+	eventlogtest.RunFollower(t, newFollower(t, lg, counter(1)))
+	for {
+		m, err := pulls.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("no views pull asked for a 1 s heartbeat: %v", err)
+		}
+		var req struct {
+			Heartbeat time.Duration `json:"idle_heartbeat"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatalf("pull request %q: %v", m.Data, err)
+		}
+		if req.Heartbeat == time.Second {
+			return
+		}
+		t.Logf("pull of %s with a heartbeat of %v", m.Subject, req.Heartbeat)
+	}
+}
