@@ -47,11 +47,24 @@ func retryable(m *nats.Msg) bool {
 // times; a duplicate acknowledgement of a retry is the first publish's, so
 // retried reports it, and the caller must not take it for ErrDuplicate.
 // Errors are jetstream's, untranslated, ErrUnconfirmed, or ctx's.
-func (l *Log) awaitAck(ctx context.Context, fut jetstream.PubAckFuture, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
+func (l *Log) awaitAck(ctx context.Context, stream string, gen context.Context, fut jetstream.PubAckFuture, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
 	for attempt := 0; ; attempt++ {
 		select {
 		case ack := <-fut.Ok():
 			return ack, attempt > 0, nil
+		case <-gen.Done():
+			// Its stream elected a leader while the answer was awaited
+			// (elections.go): the answer is lost, m may be stored.
+			if attempt == maxAckRetries || !retryable(m) {
+				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, errLeaderElected)
+			}
+			l.metrics.ackRetries.Inc()
+			l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id",
+				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+			gen = l.elections.next(stream)
+			if fut, err = l.js.PublishMsgAsync(m, jetstream.WithStallWait(l.cfg.AckTimeout)); err != nil {
+				return nil, true, err
+			}
 		case err := <-fut.Err():
 			if !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 				return nil, attempt > 0, err

@@ -85,8 +85,25 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 	}
 	for attempt := 0; ; attempt++ {
 		bctx, cancel, own := l.bound(ctx)
-		ack, err = l.js.PublishMsg(bctx, m, opts...)
+		ectx, stop := untilElected(bctx, l.elections.next(stream))
+		ack, err = l.js.PublishMsg(ectx, m, opts...)
+		elected := err != nil && leaderElected(ectx)
+		stop()
 		cancel()
+		if elected {
+			// Its stream elected a leader while the answer was awaited
+			// (elections.go): the answer is lost, the message may be
+			// stored.
+			if attempt == maxAckRetries || !retryable(m) {
+				err = fmt.Errorf("%w: %w", ErrUnconfirmed, errLeaderElected)
+				break
+			}
+			l.metrics.ackRetries.Inc()
+			l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id",
+				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+			opts, retried = nil, true
+			continue
+		}
 		if err != nil && !own && unanswered(err) {
 			// Sent, and the caller's deadline came first (a stream
 			// electing its leader answers late): it may still be stored.
@@ -282,8 +299,16 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 	var err error
 	for wait := noResponderWait; ; wait *= 2 {
 		bctx, cancel, _ := l.bound(ctx)
-		ack, err = jetstreamext.PublishMsgBatch(bctx, l.js, msgs, jetstreamext.BatchFlowControl{})
+		ectx, stop := untilElected(bctx, l.elections.next(stream))
+		ack, err = jetstreamext.PublishMsgBatch(ectx, l.js, msgs, jetstreamext.BatchFlowControl{})
+		elected := err != nil && leaderElected(ectx)
+		stop()
 		cancel()
+		if elected {
+			// Sent, and its stream elected a leader while the answer was
+			// awaited (elections.go): the batch may be stored.
+			return 0, fmt.Errorf("%w: batch commit: %w", ErrUnconfirmed, errLeaderElected)
+		}
 		// No server took the commit: nothing of the batch is stored
 		// (its id is new per send), and a stream whose leader steps
 		// down (the leaders' spread, a node leaving) answers again
@@ -315,6 +340,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 // publishAsync publishes msgs without waiting in between, then waits for
 // every acknowledgement; see Config.AsyncBatches.
 func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg, expect *Seq, start time.Time) (Seq, error) {
+	gen := l.elections.next(stream)
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for i, m := range msgs {
 		var popts []jetstream.PublishOpt
@@ -331,7 +357,7 @@ func (l *Log) publishAsync(ctx context.Context, stream string, msgs []*nats.Msg,
 	var firstErr error
 	dups := 0
 	for i, f := range futures {
-		ack, retried, err := l.awaitAck(ctx, f, msgs[i])
+		ack, retried, err := l.awaitAck(ctx, stream, gen, f, msgs[i])
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return 0, ctx.Err()

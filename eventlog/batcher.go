@@ -72,6 +72,7 @@ type Pending struct {
 	msg    *nats.Msg // built and checked once, by Add
 	stream string
 	fut    jetstream.PubAckFuture // async mode
+	gen    context.Context        // async mode: ends after its stream's next election (elections.next)
 	after  *Pending               // After: sent only once it is stored; nil once resolved
 	ready  chan struct{}
 	seq    Seq
@@ -200,6 +201,7 @@ func (b *Batcher) Add(ctx context.Context, e Event, opts ...AddOption) (*Pending
 	}()
 	if b.async {
 		// Published in Add's order on one connection, so stored in order.
+		p.gen = b.l.elections.next(p.stream)
 		p.fut, err = b.l.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return nil, b.l.translate(err, &e)
@@ -323,7 +325,7 @@ func (b *Batcher) collect(ctx context.Context) error {
 // only its ack) was lost.
 func (b *Batcher) await(ctx context.Context, p *Pending) {
 	// Not cut short by ctx: every event whose Add succeeded gets its outcome.
-	ack, retried, err := b.l.awaitAck(context.WithoutCancel(ctx), p.fut, p.msg)
+	ack, retried, err := b.l.awaitAck(context.WithoutCancel(ctx), p.stream, p.gen, p.fut, p.msg)
 	switch {
 	case err != nil:
 		p.err = b.l.translate(err, &p.e)

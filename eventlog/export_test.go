@@ -7,7 +7,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // StoredCursor reads a projection's committed cursor straight from Pebble.
@@ -159,3 +161,18 @@ func FollowPlacement(ctx context.Context, l *Log, stream string) (server string,
 // PlacedBehind makes l's placement checks answer behind(stream) in place
 // of the stream's leader, on any log. Set it before l is used.
 func PlacedBehind(l *Log, behind func(stream string) bool) { l.placedBehindHook = behind }
+
+// PublishUnanswered publishes one message to subject, which the caller
+// receives without answering, as l's write to stream: fenced, with an
+// expected last subject sequence (not sent again), or else with a message
+// id (sent again). It returns what the write returned.
+func PublishUnanswered(ctx context.Context, l *Log, stream, subject string, fenced bool) (Seq, error) {
+	m := nats.NewMsg(subject)
+	m.Data = []byte("unanswered")
+	m.Header.Set(jetstream.MsgIDHeader, nuid.Next())
+	var expect *Seq
+	if fenced {
+		expect = new(Seq)
+	}
+	return l.publishOne(ctx, m, stream, "test", expect, nil)
+}

@@ -156,6 +156,7 @@ func (l *Log) sendPipelined(ctx context.Context, stream string, ws []*wire, chai
 	futs := make([]jetstream.PubAckFuture, len(ws))
 	var prev *nats.Msg
 	var broken error
+	gen := l.elections.next(stream)
 	for i, w := range ws {
 		if broken != nil {
 			w.err = broken // not sent: the chain would refuse it anyway
@@ -181,7 +182,7 @@ func (l *Log) sendPipelined(ctx context.Context, stream string, ws []*wire, chai
 		if futs[i] == nil {
 			continue
 		}
-		ack, retried, err := l.awaitAck(context.WithoutCancel(ctx), futs[i], w.msg)
+		ack, retried, err := l.awaitAck(context.WithoutCancel(ctx), stream, gen, futs[i], w.msg)
 		if err != nil {
 			w.err = l.translate(err, nil)
 			continue

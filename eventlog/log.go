@@ -228,6 +228,10 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *metrics
 	fences  fences
+	// elections ends the waits for answers a stream's leader change lost
+	// (elections.go), followed through electionsSub: replicated logs.
+	elections    elections
+	electionsSub *nats.Subscription
 	// headroom spares CheckFollow its reads while a stream has room
 	// (followcheck.go).
 	headroom headroom
@@ -408,6 +412,11 @@ func Open(ctx context.Context, cfg Config) (*Log, error) {
 			l.logger.Warn("views built from the other stream layout (a move into shards): rebuilding them from the log", "views", names, "shards", cfg.Shards)
 		}
 	}
+	if cfg.Replicas > 1 {
+		if l.electionsSub, err = l.elections.watch(cfg.Conn); err != nil {
+			l.logger.Warn("leader elections not followed: writes whose answer a stream's leader change lost wait the ack timeout", "err", err)
+		}
+	}
 	l.mu.projections = map[string]registered{}
 	l.mu.breaks = make(chan struct{})
 	return l, nil
@@ -544,6 +553,9 @@ func (l *Log) Close() error {
 	}
 	l.mu.closed = true
 	l.mu.Unlock()
+	if l.electionsSub != nil {
+		_ = l.electionsSub.Unsubscribe() // the connection may be closed already
+	}
 	l.stopViewSync()
 	l.dbUsers.Wait()
 	l.heal.Lock() // a reopen in progress ends first

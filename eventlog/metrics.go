@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"projection"}),
 		ackRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_ack_retries_total",
-			Help: "Publishes sent again with the same message id because their acknowledgement did not come within the ack timeout.",
+			Help: "Publishes sent again with the same message id because their acknowledgement did not come within the ack timeout, or their stream elected a leader while it was awaited.",
 		}),
 		leaderAsks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forever_eventlog_leader_asks_retried_total",
