@@ -56,7 +56,7 @@ func (l *Log) awaitAck(ctx context.Context, stream string, gen context.Context, 
 			// Its stream elected a leader while the answer was awaited
 			// (elections.go): the answer is lost, m may be stored.
 			if attempt == maxAckRetries || !retryable(m) {
-				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, errLeaderElected)
+				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, ErrLeaderElected)
 			}
 			l.metrics.ackRetries.Inc()
 			l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id",

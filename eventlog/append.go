@@ -95,7 +95,7 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 			// (elections.go): the answer is lost, the message may be
 			// stored.
 			if attempt == maxAckRetries || !retryable(m) {
-				err = fmt.Errorf("%w: %w", ErrUnconfirmed, errLeaderElected)
+				err = fmt.Errorf("%w: %w", ErrUnconfirmed, ErrLeaderElected)
 				break
 			}
 			l.metrics.ackRetries.Inc()
@@ -307,7 +307,7 @@ func (l *Log) commitBatch(ctx context.Context, stream string, msgs []*nats.Msg, 
 		if elected {
 			// Sent, and its stream elected a leader while the answer was
 			// awaited (elections.go): the batch may be stored.
-			return 0, fmt.Errorf("%w: batch commit: %w", ErrUnconfirmed, errLeaderElected)
+			return 0, fmt.Errorf("%w: batch commit: %w", ErrUnconfirmed, ErrLeaderElected)
 		}
 		// No server took the commit: nothing of the batch is stored
 		// (its id is new per send), and a stream whose leader steps

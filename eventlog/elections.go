@@ -34,9 +34,11 @@ const (
 	electionGrace = 250 * time.Millisecond
 )
 
-// errLeaderElected is the cause of a write's context ended by its
-// stream's election.
-var errLeaderElected = errors.New("eventlog: the stream elected a leader while the write's answer was awaited")
+// ErrLeaderElected is wrapped by the ErrUnconfirmed of a write whose
+// answer its stream's leader change lost: the stream has a new leader, so
+// a caller may go on at once (agentd's host restarts the agent to recover
+// without its usual wait for an outage to end).
+var ErrLeaderElected = errors.New("eventlog: the stream elected a leader while the write's answer was awaited")
 
 // elections hands out, per stream, a context that ends electionGrace
 // after the stream's next leader election. The zero value is off: its
@@ -66,7 +68,7 @@ func (e *elections) watch(nc *nats.Conn) (*nats.Subscription, error) {
 	return sub, nil
 }
 
-// next returns the context that ends (with errLeaderElected as its cause)
+// next returns the context that ends (with ErrLeaderElected as its cause)
 // electionGrace after stream's next election: take it before sending.
 func (e *elections) next(stream string) context.Context {
 	e.mu.Lock()
@@ -90,7 +92,7 @@ func (e *elections) elected(stream string) {
 	delete(e.gen, stream)
 	e.mu.Unlock()
 	if ok {
-		time.AfterFunc(electionGrace, func() { g.cancel(errLeaderElected) })
+		time.AfterFunc(electionGrace, func() { g.cancel(ErrLeaderElected) })
 	}
 }
 
@@ -112,5 +114,5 @@ func untilElected(ctx, gen context.Context) (context.Context, func()) {
 // leaderElected reports whether ctx ended for its stream's election
 // (untilElected).
 func leaderElected(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errLeaderElected)
+	return errors.Is(context.Cause(ctx), ErrLeaderElected)
 }
