@@ -46,8 +46,14 @@ func retryable(m *nats.Msg) bool {
 // m is published again with the same message id, up to maxAckRetries
 // times; a duplicate acknowledgement of a retry is the first publish's, so
 // retried reports it, and the caller must not take it for ErrDuplicate.
+// gen (elections.next, taken before m was sent) ends the wait when m's
+// stream elects a leader: m is then sent again if retryable, or the wait
+// ends with ErrUnconfirmed wrapping ErrLeaderElected.
 // Errors are jetstream's, untranslated, ErrUnconfirmed, or ctx's.
 func (l *Log) awaitAck(ctx context.Context, stream string, gen context.Context, fut jetstream.PubAckFuture, m *nats.Msg) (ack *jetstream.PubAck, retried bool, err error) {
+	if gen == nil {
+		gen = context.Background() // no election ends the wait
+	}
 	for attempt := 0; ; attempt++ {
 		select {
 		case ack := <-fut.Ok():
