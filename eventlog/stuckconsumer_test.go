@@ -27,29 +27,7 @@ import (
 func TestOwnedViewsWaitPartitionPastAStuckConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true})
-	var mine string
-	for i := 0; mine == ""; i++ {
-		if id := "agent" + strconv.Itoa(i); eventlog.PartitionOf(id, 4) == 0 {
-			mine = id
-		}
-	}
-	if err := lg.FollowPartition(0); err != nil {
-		t.Fatal(err)
-	}
-	f := newFollower(t, lg, counter(1))
-	eventlogtest.RunFollower(t, f)
-	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.WaitPartition(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	pauseConsumers(ctx, t, s, mine)
-	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
+	lg, f, mine := pastPausedConsumer(ctx, t, nil)
 	if err := f.WaitPartition(ctx, 0); err != nil {
 		t.Fatalf("wait for partition 0 past its paused consumer: %v", err)
 	}
@@ -67,30 +45,8 @@ func TestOwnedViewsWaitPartitionPastAStuckConsumer(t *testing.T) {
 func TestStuckConsumerRenewedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 	reg := prometheus.NewRegistry()
-	lg := eventlogtest.OpenOn(t, s, eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true, Registerer: reg})
-	var mine string
-	for i := 0; mine == ""; i++ {
-		if id := "agent" + strconv.Itoa(i); eventlog.PartitionOf(id, 4) == 0 {
-			mine = id
-		}
-	}
-	if err := lg.FollowPartition(0); err != nil {
-		t.Fatal(err)
-	}
-	f := newFollower(t, lg, counter(1))
-	eventlogtest.RunFollower(t, f)
-	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.WaitPartition(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	pauseConsumers(ctx, t, s, mine)
-	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
-		t.Fatal(err)
-	}
+	_, f, _ := pastPausedConsumer(ctx, t, reg)
 	const waiters = 6
 	errs := make(chan error, waiters)
 	for range waiters {
@@ -104,6 +60,41 @@ func TestStuckConsumerRenewedOnce(t *testing.T) {
 	if got := counterValue(t, reg, "forever_eventlog_view_consumer_renewals_total"); got != 1 {
 		t.Errorf("consumer renewed %v times for %d waits; want once", got, waiters)
 	}
+}
+
+// pastPausedConsumer runs a follower of partition 0 of a 2-shard log
+// (registering its metrics in reg, if not nil) past one event of mine, an
+// agent of partition 0, then pauses the shard's consumers and appends a
+// second event of mine, which they do not deliver.
+func pastPausedConsumer(ctx context.Context, t *testing.T, reg *prometheus.Registry) (lg *eventlog.Log, f *eventlog.Follower, mine string) {
+	t.Helper()
+	cfg := eventlog.Config{Shards: 2, Partitions: 4, OwnedViews: true}
+	if reg != nil {
+		cfg.Registerer = reg
+	}
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg = eventlogtest.OpenOn(t, s, cfg)
+	for i := 0; mine == ""; i++ {
+		if id := "agent" + strconv.Itoa(i); eventlog.PartitionOf(id, 4) == 0 {
+			mine = id
+		}
+	}
+	if err := lg.FollowPartition(0); err != nil {
+		t.Fatal(err)
+	}
+	f = newFollower(t, lg, counter(1))
+	eventlogtest.RunFollower(t, f)
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitPartition(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pauseConsumers(ctx, t, s, mine)
+	if _, err := lg.Append(ctx, eventlog.Event{Agent: mine, Type: "tick", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	return lg, f, mine
 }
 
 // pauseConsumers pauses every consumer of agent's events stream for a
