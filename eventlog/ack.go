@@ -55,38 +55,43 @@ func (l *Log) awaitAck(ctx context.Context, stream string, gen context.Context, 
 		gen = context.Background() // no election ends the wait
 	}
 	for attempt := 0; ; attempt++ {
+		var lost error // why the answer is taken for lost
 		select {
 		case ack := <-fut.Ok():
 			return ack, attempt > 0, nil
 		case <-gen.Done():
 			// Its stream elected a leader while the answer was awaited
-			// (elections.go): the answer is lost, m may be stored.
-			if attempt == maxAckRetries || !retryable(m) {
-				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, ErrLeaderElected)
-			}
-			l.metrics.ackRetries.Inc()
-			l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id",
-				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
-			gen = l.elections.next(stream)
-			if fut, err = l.js.PublishMsgAsync(m, jetstream.WithStallWait(l.cfg.AckTimeout)); err != nil {
-				return nil, true, err
-			}
+			// (elections.go): m may be stored.
+			lost = ErrLeaderElected
 		case err := <-fut.Err():
 			if !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 				return nil, attempt > 0, err
 			}
-			if attempt == maxAckRetries || !retryable(m) {
-				return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, err)
-			}
-			l.metrics.ackRetries.Inc()
-			l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id",
-				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
-			// The headers set by the first publish's options stay on m.
-			if fut, err = l.js.PublishMsgAsync(m, jetstream.WithStallWait(l.cfg.AckTimeout)); err != nil {
-				return nil, true, err
-			}
+			lost = err
 		case <-ctx.Done():
 			return nil, attempt > 0, ctx.Err()
 		}
+		if attempt == maxAckRetries || !retryable(m) {
+			return nil, attempt > 0, fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, lost)
+		}
+		l.resending(m, attempt, lost)
+		gen = l.elections.next(stream)
+		// The headers set by the first publish's options stay on m.
+		if fut, err = l.js.PublishMsgAsync(m, jetstream.WithStallWait(l.cfg.AckTimeout)); err != nil {
+			return nil, true, err
+		}
 	}
+}
+
+// resending counts and logs m, whose answer was lost (lost says why: its
+// stream's election, or the ack timeout), as it is sent again with the
+// same message id.
+func (l *Log) resending(m *nats.Msg, attempt int, lost error) {
+	l.metrics.ackRetries.Inc()
+	args := []any{"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt + 1}
+	if errors.Is(lost, ErrLeaderElected) {
+		l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id", args...)
+		return
+	}
+	l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id", args...)
 }

@@ -98,9 +98,7 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 				err = fmt.Errorf("%w: %w", ErrUnconfirmed, ErrLeaderElected)
 				break
 			}
-			l.metrics.ackRetries.Inc()
-			l.logger.Info("its stream elected a leader while the acknowledgement was awaited; publishing again with the same id",
-				"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+			l.resending(m, attempt, ErrLeaderElected)
 			opts, retried = nil, true
 			continue
 		}
@@ -117,9 +115,7 @@ func (l *Log) publishOne(ctx context.Context, m *nats.Msg, stream, mode string, 
 			err = fmt.Errorf("%w: %d attempts: %w", ErrUnconfirmed, attempt+1, err)
 			break
 		}
-		l.metrics.ackRetries.Inc()
-		l.logger.Warn("no acknowledgement within the ack timeout, publishing again with the same id",
-			"subject", m.Subject, "id", m.Header.Get(jetstream.MsgIDHeader), "attempt", attempt+1)
+		l.resending(m, attempt, err)
 		// The expected sequence, if any, is a header of m now.
 		opts, retried = nil, true
 	}

@@ -45,8 +45,7 @@ var ErrLeaderElected = errors.New("eventlog: the stream elected a leader while t
 // contexts never end.
 type elections struct {
 	mu  sync.Mutex
-	on  bool
-	gen map[string]election
+	gen map[string]election // nil while off
 }
 
 type election struct {
@@ -63,7 +62,7 @@ func (e *elections) watch(nc *nats.Conn) (*nats.Subscription, error) {
 		return nil, err
 	}
 	e.mu.Lock()
-	e.on, e.gen = true, map[string]election{}
+	e.gen = map[string]election{}
 	e.mu.Unlock()
 	return sub, nil
 }
@@ -71,11 +70,14 @@ func (e *elections) watch(nc *nats.Conn) (*nats.Subscription, error) {
 // next returns the context that ends (with ErrLeaderElected as its cause)
 // electionGrace after stream's next election: take it before sending.
 func (e *elections) next(stream string) context.Context {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.on {
+	if e.gen == nil {
+		// Off: watch, which alone sets gen, runs in Open before any
+		// write, so this read needs no lock (and an R1 log's publishes
+		// take none).
 		return context.Background()
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	g, ok := e.gen[stream]
 	if !ok {
 		g.ctx, g.cancel = context.WithCancelCause(context.Background())
