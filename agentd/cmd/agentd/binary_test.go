@@ -41,6 +41,7 @@ var builds struct {
 // build is one binary, built once; done is closed when bin, skip or err
 // is set.
 type build struct {
+	key  string
 	done chan struct{}
 	bin  string
 	skip string // why it cannot be built here (no go command, no git)
@@ -56,6 +57,14 @@ type build struct {
 // returns its path; skip says why it cannot be built here.
 type makeFunc func(ctx context.Context, dir string, b *build) (bin, skip string, err error)
 
+// backgroundNice is the niceness of a background build: below the tests
+// (0), so it does not slow TestCluster's elections, and above .ci/run's
+// own background work (govulncheck and the fuzz targets' builds, at 19),
+// which at the same niceness took the CPU equally, so that on a loaded
+// runner the race-built agentd the parallel tests wait for was done 9
+// minutes into the package, and go test's 20-minute timeout ended it.
+const backgroundNice = "10"
+
 // errNoGo: there is no go command to build with.
 var errNoGo = errors.New("go command not found")
 
@@ -66,7 +75,7 @@ func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *
 	builds.Lock()
 	b, ok := builds.all[key]
 	if !ok {
-		b = &build{done: make(chan struct{}), nice: background}
+		b = &build{key: key, done: make(chan struct{}), nice: background}
 		if builds.all == nil {
 			builds.all = map[string]*build{}
 		}
@@ -94,7 +103,10 @@ func startBuild(ctx context.Context, key string, background bool, mk makeFunc) *
 			b.err = err
 			return
 		}
+		began := time.Now()
+		timeline.mark("build %q began (background %v)", key, background)
 		b.bin, b.skip, b.err = mk(ctx, sub, b)
+		timeline.mark("build %q done in %s (err %v)", key, time.Since(began).Round(time.Second), b.err)
 	}
 	if background {
 		go run()
@@ -112,6 +124,7 @@ func (b *build) finish() {
 		return
 	default:
 	}
+	timeline.mark("a test waits for build %q", b.key)
 	builds.Lock()
 	if b.nice {
 		b.nice = false
@@ -152,7 +165,7 @@ func (b *build) goBuild(ctx context.Context, dir string, args ...string) ([]byte
 	defer builds.Unlock()
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	if nicer, err := exec.LookPath("nice"); b.nice && err == nil {
-		cmd = exec.CommandContext(ctx, nicer, append([]string{"-n", "19", goBin}, args...)...)
+		cmd = exec.CommandContext(ctx, nicer, append([]string{"-n", backgroundNice, goBin}, args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	cmd.Dir = dir

@@ -97,8 +97,13 @@ func (s *scheduler) hold(t *testing.T, w *waiter, what string) {
 	if err := s.wait(t, w); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.release(w) })
-	if waited := time.Since(asked); waited > time.Second {
+	began := time.Now()
+	timeline.mark("%s began (load %d) after %s waiting for %s", t.Name(), w.load, began.Sub(asked).Round(time.Second), what)
+	t.Cleanup(func() {
+		s.release(w)
+		timeline.mark("%s ended after %s (about %d s expected)", t.Name(), time.Since(began).Round(time.Second), w.secs)
+	})
+	if waited := began.Sub(asked); waited > time.Second {
 		t.Logf("started after %s waiting for %s", waited.Round(time.Second), what)
 	}
 }
