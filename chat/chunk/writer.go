@@ -120,7 +120,11 @@ func (w *Writer) Write(ctx context.Context, c Chunk) error {
 	}
 	var delta *Chunk
 	if w.merge && isDelta(c.Type) {
-		delta = &c
+		// A copy of its own, so that c, taken by value, stays on the
+		// stack for every other chunk (a heap Chunk per Write was a
+		// tenth of a tool turn's allocations).
+		d := c
+		delta = &d
 	}
 	if w.pack && len(body) <= w.limit && w.packLocked(body, delta) {
 		w.mu.Unlock()
@@ -234,16 +238,15 @@ func (w *Writer) mergeLocked(c Chunk) bool {
 			w.mu.tailDelta = nil
 			return false
 		}
-		w.mu.tailDelta = &joined
-		return true
-	}
-	if ok, err := w.b.Replace(w.mu.tail, body); !ok || err != nil {
+	} else if ok, err := w.b.Replace(w.mu.tail, body); !ok || err != nil {
 		// Taken into a batch already (or refused): c goes as a chunk of
 		// its own, and shows the error, if any, the usual way.
 		w.mu.tailDelta = nil
 		return false
 	}
-	w.mu.tailDelta = &joined
+	// In place: the tail delta is this Writer's own copy (Write), read
+	// only under w.mu, so joined stays on the stack.
+	*d = joined
 	return true
 }
 
