@@ -1,6 +1,7 @@
 package chunk
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,6 +123,9 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case EventChunk:
 		info.Chunks++
+		if !mayTell(e.Data) {
+			break
+		}
 		c, err := decode(e.Data)
 		if err != nil {
 			break // counted; a chunk that does not decode carries no status
@@ -134,6 +138,9 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		info.Chunks += len(bodies)
 		for _, b := range bodies {
+			if !mayTell(b) {
+				continue
+			}
 			if c, err := decode(b); err == nil {
 				info.see(c)
 			}
@@ -148,6 +155,28 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 		return err
 	}
 	return setJSON(b, key, info)
+}
+
+// mayTell reports whether a stored chunk's JSON may tell see anything:
+// false only for one in MarshalJSON's form (its type first, unescaped)
+// whose type is none that see reads, such as a delta. Most of a stream's
+// chunks are deltas, and decoding each one only to drop it was a fifth
+// of the streams view's allocations.
+func mayTell(body []byte) bool {
+	const prefix = `{"type":"`
+	if len(body) < len(prefix) || string(body[:len(prefix)]) != prefix {
+		return true
+	}
+	rest := body[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return true
+	}
+	switch string(rest[:end]) {
+	case Start, Finish, Error, Abort:
+		return true
+	}
+	return false
 }
 
 // see takes what a stored chunk tells of its stream: the ids of its start,
