@@ -210,6 +210,19 @@ func (b *Batch) DeletePrefix(prefix []byte) error {
 // Get returns a copy of key's value, or ErrNotFound.
 func (b *Batch) Get(key []byte) ([]byte, error) { return get(b.b, b.key(key)) }
 
+// Has reports whether key has a value, without copying it: the check a
+// view makes for a row that holds a fiber's snapshot or a turn.
+func (b *Batch) Has(key []byte) (bool, error) {
+	_, c, err := b.b.Get(b.key(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("eventlog: get: %w", err)
+	}
+	return true, c.Close()
+}
+
 // Scan yields the rows whose key (relative to the projection) starts with
 // prefix, in key order; see View.Scan for how errors are yielded.
 func (b *Batch) Scan(prefix []byte) iter.Seq2[KV, error] {

@@ -180,7 +180,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 		}
 		k := opKey(e.Agent, p.Fiber, p.OpID)
 		if e.Type == EventOpStarted {
-			if _, err := b.Get(k); err == nil {
+			if ok, _ := b.Has(k); ok {
 				return nil // started again by a rerun: keep what is recorded
 			}
 			return putOp(b, k, Op{ID: p.OpID, Fiber: p.Fiber, Key: p.Key})
@@ -227,7 +227,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 // event before the step (ThenStep, AnnounceStep), unless it is recorded.
 func putStartedOp(b *eventlog.Batch, agent, fiber, id, key string) error {
 	k := opKey(agent, fiber, id)
-	if _, err := b.Get(k); !errors.Is(err, eventlog.ErrNotFound) {
+	if ok, err := b.Has(k); ok || err != nil {
 		return err
 	}
 	return putOp(b, k, Op{ID: id, Fiber: fiber, Key: key})
@@ -275,11 +275,7 @@ func hasRow(b *eventlog.Batch, agent, id string) (bool, error) {
 	if id == "" {
 		return false, nil
 	}
-	_, err := b.Get(rowKey(agent, id))
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return false, nil
-	}
-	return err == nil, err
+	return b.Has(rowKey(agent, id))
 }
 
 func decodeRow(agent, id string, v []byte) (Row, error) {
