@@ -92,7 +92,10 @@
 // the victim wrote (handed to it since it was asked), and so is one in a
 // shard whose last leader-elected advisory before the kill named the
 // victim (the leader spread may move a shard to it in the instant between
-// the ask and the kill; leaders.go); the others are not.
+// the ask and the kill; leaders.go), and so is one whose partition's last
+// lease write before the kill named the victim (a warm handoff to a node
+// that came back may land in that instant too, before the victim wrote
+// anything of the agent; leases.go); the others are not.
 // It measures each agent writing when the kill came (an event within 2 s
 // before it) from the kill until 3 s after the victim was ready again (the
 // partitions handed back to it, and their agents' pause, included), or the

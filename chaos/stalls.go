@@ -74,6 +74,10 @@ type stallWatch struct {
 	trace    *os.File            // a line for each read (traceRead)
 	traceMu  sync.Mutex          // one line at a time
 	leaders  *leaderLog          // the streams' elections; nil when not seen
+	leases   *leaseLog           // the partitions' lease writes; nil when not seen
+	// partitions is the cluster's partition count (ownership.ReadLayout),
+	// 0 when unknown: leases then go unused.
+	partitions int
 
 	reads     sync.WaitGroup // each kill's read (done)
 	mu        sync.Mutex
@@ -92,6 +96,9 @@ type stallKill struct {
 	// movedShards of ledShards were the victim's by the leader
 	// advisories only: their leader moved to it after it was asked.
 	movedShards int
+	// movedLeases of owned were the victim's by the lease bucket only:
+	// their partition moved to it after its owner was asked.
+	movedLeases int
 	shards      int
 	ledLeases   bool // the victim led the lease bucket's stream
 }
@@ -130,6 +137,13 @@ func newStallWatch(ctx context.Context, nc *nats.Conn, prefix string, n int, ttl
 		w.trace.Close()
 		if sub != nil {
 			sub.Unsubscribe()
+		}
+	}
+	// Without the lease bucket's watch, the owners asked before each
+	// kill count.
+	if layout, err := ownership.ReadLayout(ctx, js); err == nil && layout.Partitions > 0 {
+		if leases, err := followLeases(rctx, js); err == nil {
+			w.leases, w.partitions = leases, layout.Partitions
 		}
 	}
 	w.recorded = make(chan struct{})
@@ -241,7 +255,7 @@ func (w *stallWatch) readAt(ctx context.Context, k stallKill, at time.Time) stal
 	if err := w.rec.waitPast(ctx, at, time.Until(at)+stallReadWait); err != nil {
 		return stallResult{k: k, err: err}
 	}
-	k = w.withLeadersAt(k)
+	k = w.withLeasesAt(w.withLeadersAt(k))
 	from := k.killed.Add(-stallActive)
 	var agents, unread []string
 	for _, a := range w.agents {
@@ -319,13 +333,16 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		}
 		rs = append(rs, r)
 	}
-	var vs, vn, ost, otn, missOthers, missVictims, read, possible, unread, moved int
+	var vs, vn, ost, otn, missOthers, missVictims, read, possible, unread, moved, movedLeases int
 	var worstOther, slowest time.Duration
 	for _, r := range rs {
 		vs, vn, ost, otn = vs+r.VictimsStalled, vn+r.Victims, ost+r.OthersStalled, otn+r.Others
 		read, possible, unread = read+r.read, possible+r.agents, unread+r.unread
 		if r.k.movedShards > 0 {
 			moved++
+		}
+		if r.k.movedLeases > 0 {
+			movedLeases++
 		}
 		worstOther, slowest = max(worstOther, r.WorstOther), max(slowest, r.SlowestResume)
 		if r.OthersStalled > 0 {
@@ -344,6 +361,7 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 	fmt.Fprintf(wr, "stalls: measured %d agent-kills of %d (an event within %s before the kill); %d had events from then on; %d left out, a compaction having purged events of theirs unread\n",
 		vn+otn, possible, stallActive, read, unread)
 	fmt.Fprintf(wr, "stalls: in %d kills a shard's leader moved to the victim after it was asked (the leader advisories): its agents counted as the victim's\n", moved)
+	fmt.Fprintf(wr, "stalls: in %d kills an agent's partition moved to the victim after its owner was asked (the lease bucket's watch): counted as the victim's\n", movedLeases)
 	fmt.Fprintf(wr, "stalls over %d kills: agents stalled > %s: others %s (longest %s), %s; victim's %s, slowest resume %s within election %s + TTL %s: %s\n",
 		len(rs), stallLimit, frac(ost, otn), worstOther.Round(time.Millisecond), verdict(missOthers),
 		frac(vs, vn), slowest.Round(time.Millisecond), stallElection, ttl, verdict(missVictims))
@@ -364,8 +382,8 @@ func printStalls(wr io.Writer, all []stallResult, ttl time.Duration) {
 		if r.OthersStalled == 0 && r.SlowestResume <= bound && r.Unresumed == 0 {
 			continue
 		}
-		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d, led %d of %d shards (%d moved to it after it was asked), led the lease bucket %t, killed %s, ready %s, measured to %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
-			r.k.n, r.k.victim, r.k.owned, r.k.ledShards, r.k.shards, r.k.movedShards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock), r.end.Format(clock),
+		fmt.Fprintf(wr, "stall: kill %d (%s, owned %d (%d moved to it after it was asked), led %d of %d shards (%d moved to it after it was asked), led the lease bucket %t, killed %s, ready %s, measured to %s): others %s stalled (longest %s%s), victim's %s (slowest resume %s, %d not resumed)\n",
+			r.k.n, r.k.victim, r.k.owned, r.k.movedLeases, r.k.ledShards, r.k.shards, r.k.movedShards, r.k.ledLeases, r.k.killed.Format(clock), r.k.ready.Format(clock), r.end.Format(clock),
 			frac(r.OthersStalled, r.Others), r.WorstOther.Round(time.Millisecond), gapText(r), frac(r.VictimsStalled, r.Victims),
 			r.SlowestResume.Round(time.Millisecond), r.Unresumed)
 	}

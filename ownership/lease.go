@@ -33,6 +33,26 @@ const (
 
 func leaseKey(p int) string { return prefixLease + strconv.Itoa(p) }
 
+// ParseLeaseEntry reads an entry of the lease bucket as a reader outside
+// the cluster's nodes sees it (chaos's stall watch follows who holds
+// what): ok is false for a key that is not a lease; held is false for a
+// lease deleted (a handoff) or expired, and for a value that does not
+// decode.
+func ParseLeaseEntry(key string, value []byte, rev uint64, deleted bool) (l Lease, held, ok bool) {
+	p, err := strconv.Atoi(strings.TrimPrefix(key, prefixLease))
+	if !strings.HasPrefix(key, prefixLease) || err != nil || p < 0 {
+		return Lease{}, false, false
+	}
+	if deleted {
+		return Lease{Partition: p}, false, true
+	}
+	l, held = parseLease(key, value, rev)
+	if !held {
+		return Lease{Partition: p}, false, true
+	}
+	return l, true, true
+}
+
 // parseLease decodes a lease key's entry at revision rev.
 func parseLease(key string, value []byte, rev uint64) (Lease, bool) {
 	p, err := strconv.Atoi(strings.TrimPrefix(key, prefixLease))
