@@ -51,12 +51,8 @@ func followLeases(ctx context.Context, js jetstream.JetStream) (*leaseLog, error
 				continue // the history's end
 			}
 			deleted := e.Operation() != jetstream.KeyValuePut
-			if lease, held, ok := ownership.ParseLeaseEntry(e.Key(), e.Value(), e.Revision(), deleted); ok {
-				node := ""
-				if held {
-					node = lease.Node
-				}
-				l.wrote(lease.Partition, node, e.Created())
+			if lease, ok := ownership.ParseLeaseEntry(e.Key(), e.Value(), e.Revision(), deleted); ok {
+				l.wrote(lease.Partition, lease.Node, e.Created())
 			}
 		}
 	}()

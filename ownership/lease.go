@@ -35,22 +35,21 @@ func leaseKey(p int) string { return prefixLease + strconv.Itoa(p) }
 
 // ParseLeaseEntry reads an entry of the lease bucket as a reader outside
 // the cluster's nodes sees it (chaos's stall watch follows who holds
-// what): ok is false for a key that is not a lease; held is false for a
-// lease deleted (a handoff) or expired, and for a value that does not
-// decode.
-func ParseLeaseEntry(key string, value []byte, rev uint64, deleted bool) (l Lease, held, ok bool) {
-	p, err := strconv.Atoi(strings.TrimPrefix(key, prefixLease))
-	if !strings.HasPrefix(key, prefixLease) || err != nil || p < 0 {
-		return Lease{}, false, false
+// what): ok is false for a key that is not a lease; the Lease names no
+// Node for a lease deleted (a handoff) or expired, and for a value that
+// does not decode.
+func ParseLeaseEntry(key string, value []byte, rev uint64, deleted bool) (l Lease, ok bool) {
+	s, isLease := strings.CutPrefix(key, prefixLease)
+	p, err := strconv.Atoi(s)
+	if !isLease || err != nil || p < 0 {
+		return Lease{}, false
 	}
-	if deleted {
-		return Lease{Partition: p}, false, true
+	if !deleted {
+		if l, held := parseLease(key, value, rev); held {
+			return l, true
+		}
 	}
-	l, held = parseLease(key, value, rev)
-	if !held {
-		return Lease{Partition: p}, false, true
-	}
-	return l, true, true
+	return Lease{Partition: p}, true
 }
 
 // parseLease decodes a lease key's entry at revision rev.

@@ -25,10 +25,10 @@ func TestParseLeaseEntry(t *testing.T) {
 		{"lease.x", `{"node":"forever-1"}`, false, ownership.Lease{}, false, false},
 		{"config.partitions", `64`, false, ownership.Lease{}, false, false},
 	} {
-		got, held, ok := ownership.ParseLeaseEntry(tc.key, []byte(tc.value), 42, tc.deleted)
-		if got != tc.want || held != tc.wantHeld || ok != tc.isOK {
+		got, ok := ownership.ParseLeaseEntry(tc.key, []byte(tc.value), 42, tc.deleted)
+		if held := got.Node != ""; got != tc.want || held != tc.wantHeld || ok != tc.isOK {
 			t.Errorf("ParseLeaseEntry(%q, %q, deleted %t) = %+v, held %t, ok %t; want %+v, %t, %t",
-				tc.key, tc.value, tc.deleted, got, held, ok, tc.want, tc.wantHeld, tc.isOK)
+				tc.key, tc.value, tc.deleted, got, got.Node != "", ok, tc.want, tc.wantHeld, tc.isOK)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/jsonstr"
 )
 
 // Stream statuses.
@@ -163,11 +164,10 @@ func applyStream(b *eventlog.Batch, e eventlog.Event) error {
 // chunks are deltas, and decoding each one only to drop it was a fifth
 // of the streams view's allocations.
 func mayTell(body []byte) bool {
-	const prefix = `{"type":"`
-	if len(body) < len(prefix) || string(body[:len(prefix)]) != prefix {
+	rest, ok := jsonstr.Cut(body, `{"type":"`)
+	if !ok {
 		return true
 	}
-	rest := body[len(prefix):]
 	end := bytes.IndexByte(rest, '"')
 	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
 		return true
