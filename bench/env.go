@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/forever-agents/forever/eventlog"
 	"github.com/forever-agents/forever/internal/freeport"
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -154,7 +155,7 @@ func (e *Env) start(ctx context.Context) error {
 	e.Server = s
 	var copts []nats.Option
 	if !e.cfg.TCP {
-		copts = append(copts, nats.InProcessServer(s))
+		copts = append(copts, nats.InProcessServer(inproc.Buffered(s)))
 	}
 	nc, err := nats.Connect(s.ClientURL(), copts...)
 	if err != nil {
