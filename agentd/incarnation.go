@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -93,7 +94,7 @@ func (d *Daemon) endPreviousServer(cfg *Config, s *server.Server, op *Operator) 
 	prev, err := lastServerID(cfg.DataDir)
 	if err == nil && prev != "" && prev != s.ID() {
 		var nc *nats.Conn
-		nc, err = nats.Connect(InProcessURL(s), nats.InProcessServer(s), nats.Name("agentd system"),
+		nc, err = nats.Connect(InProcessURL(s), nats.InProcessServer(inproc.Buffered(s)), nats.Name("agentd system"),
 			nats.UserJWTAndSeed(op.System.JWT, string(op.System.Seed)))
 		if err == nil {
 			err = endIncarnation(nc, prev)

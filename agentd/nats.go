@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -178,7 +179,7 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	}
 	if s != nil {
 		u = InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(s))
+		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
 	}
 	nc, err := nats.Connect(u, opts...)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -82,7 +83,7 @@ func (d *Daemon) connectReplier(cfg *Config) (*nats.Conn, error) {
 	u := cfg.NATSURL
 	if s := t.Server; s != nil {
 		u = InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(s))
+		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
 	} else {
 		opts = append(opts, cfg.ClientTLS()...)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -306,7 +307,7 @@ func (ts *tenantSet) tenantConn(t *auth.Tenant) (*nats.Conn, error) {
 	url := ts.deps.Config.NATSURL
 	if s := ts.deps.Server; s != nil {
 		url = agentd.InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(s))
+		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
 	} else {
 		opts = append(opts, ts.deps.Config.ClientTLS()...)
 	}

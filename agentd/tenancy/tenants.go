@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -197,7 +198,7 @@ func (ts *tenantSet) open(ctx context.Context, deps *agentd.Deps) error {
 	sysURL := deps.Config.NATSURL
 	if deps.Server != nil {
 		sysURL = agentd.InProcessURL(deps.Server)
-		sysOpts = append(sysOpts, nats.InProcessServer(deps.Server))
+		sysOpts = append(sysOpts, nats.InProcessServer(inproc.Buffered(deps.Server)))
 	} else {
 		sysOpts = append(sysOpts, deps.Config.ClientTLS()...)
 	}
