@@ -16,6 +16,9 @@ const (
 	// CloseFlush bounds how long Close waits for the server to take what
 	// was written before it.
 	CloseFlush = 2 * time.Second
+	// keepSpare is the largest drained buffer a connection keeps for reuse,
+	// so a burst does not leave two buffers of MaxPending behind.
+	keepSpare = 1 << 20
 )
 
 // Buffered returns p's in-process connections with a write buffer of their
@@ -99,7 +102,9 @@ func (c *conn) writeLoop() {
 		c.mu.Unlock()
 		_, err := c.Conn.Write(buf)
 		c.mu.Lock()
-		c.spare = buf[:0]
+		if cap(buf) <= keepSpare {
+			c.spare = buf[:0] // reused; a burst's large buffer goes to the collector
+		}
 		c.cond.Broadcast() // room for waiting writers
 		if err != nil {
 			c.err, c.pending = err, nil
