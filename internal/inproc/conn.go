@@ -98,7 +98,7 @@ func (c *conn) writeLoop() {
 			return // closing, everything delivered
 		}
 		buf := c.pending
-		c.pending = c.spare[:0]
+		c.pending, c.spare = c.spare[:0], nil // pending owns the spare now
 		c.mu.Unlock()
 		_, err := c.Conn.Write(buf)
 		c.mu.Lock()
