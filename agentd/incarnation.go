@@ -94,7 +94,7 @@ func (d *Daemon) endPreviousServer(cfg *Config, s *server.Server, op *Operator) 
 	prev, err := lastServerID(cfg.DataDir)
 	if err == nil && prev != "" && prev != s.ID() {
 		var nc *nats.Conn
-		nc, err = nats.Connect(InProcessURL(s), nats.InProcessServer(inproc.Buffered(s)), nats.Name("agentd system"),
+		nc, err = nats.Connect(InProcessURL(s), inproc.Server(s), nats.Name("agentd system"),
 			nats.UserJWTAndSeed(op.System.JWT, string(op.System.Seed)))
 		if err == nil {
 			err = endIncarnation(nc, prev)

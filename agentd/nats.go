@@ -179,7 +179,7 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	}
 	if s != nil {
 		u = InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
+		opts = append(opts, inproc.Server(s))
 	}
 	nc, err := nats.Connect(u, opts...)
 	if err != nil {

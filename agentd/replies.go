@@ -83,7 +83,7 @@ func (d *Daemon) connectReplier(cfg *Config) (*nats.Conn, error) {
 	u := cfg.NATSURL
 	if s := t.Server; s != nil {
 		u = InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
+		opts = append(opts, inproc.Server(s))
 	} else {
 		opts = append(opts, cfg.ClientTLS()...)
 	}

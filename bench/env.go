@@ -155,7 +155,7 @@ func (e *Env) start(ctx context.Context) error {
 	e.Server = s
 	var copts []nats.Option
 	if !e.cfg.TCP {
-		copts = append(copts, nats.InProcessServer(inproc.Buffered(s)))
+		copts = append(copts, inproc.Server(s))
 	}
 	nc, err := nats.Connect(s.ClientURL(), copts...)
 	if err != nil {

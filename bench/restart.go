@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/inproc"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -277,7 +278,7 @@ func serverAlone(ctx context.Context, env *Env, data string, want int) (took tim
 	if !s.ReadyForConnections(agentdReadyTimeout) {
 		return 0, errors.New("bench: nats server on agentd's store not ready")
 	}
-	nc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(s))
+	nc, err := nats.Connect(s.ClientURL(), inproc.Server(s))
 	if err != nil {
 		return 0, fmt.Errorf("bench: connect: %w", err)
 	}

@@ -307,7 +307,7 @@ func (ts *tenantSet) tenantConn(t *auth.Tenant) (*nats.Conn, error) {
 	url := ts.deps.Config.NATSURL
 	if s := ts.deps.Server; s != nil {
 		url = agentd.InProcessURL(s)
-		opts = append(opts, nats.InProcessServer(inproc.Buffered(s)))
+		opts = append(opts, inproc.Server(s))
 	} else {
 		opts = append(opts, ts.deps.Config.ClientTLS()...)
 	}

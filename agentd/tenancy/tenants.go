@@ -198,7 +198,7 @@ func (ts *tenantSet) open(ctx context.Context, deps *agentd.Deps) error {
 	sysURL := deps.Config.NATSURL
 	if deps.Server != nil {
 		sysURL = agentd.InProcessURL(deps.Server)
-		sysOpts = append(sysOpts, nats.InProcessServer(inproc.Buffered(deps.Server)))
+		sysOpts = append(sysOpts, inproc.Server(deps.Server))
 	} else {
 		sysOpts = append(sysOpts, deps.Config.ClientTLS()...)
 	}

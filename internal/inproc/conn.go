@@ -21,24 +21,22 @@ const (
 	keepSpare = 1 << 20
 )
 
-// Buffered returns p's in-process connections with a write buffer of their
-// own (the package doc): pass it to nats.InProcessServer in place of the
-// server itself.
-func Buffered(p nats.InProcessConnProvider) nats.InProcessConnProvider {
-	return provider{p: p, max: MaxPending}
+// Server is the option that connects to the embedded server p in process
+// through a buffered pipe (the package doc): every in-process connection of
+// agentd and the bench takes it in place of nats.InProcessServer(p).
+func Server(p nats.InProcessConnProvider) nats.Option {
+	return nats.InProcessServer(buffered{p})
 }
 
-type provider struct {
-	p   nats.InProcessConnProvider
-	max int
-}
+// buffered gives each in-process connection of p a write buffer of its own.
+type buffered struct{ p nats.InProcessConnProvider }
 
-func (p provider) InProcessConn() (net.Conn, error) {
-	c, err := p.p.InProcessConn()
+func (b buffered) InProcessConn() (net.Conn, error) {
+	c, err := b.p.InProcessConn()
 	if err != nil {
 		return nil, err
 	}
-	return newConn(c, p.max), nil
+	return newConn(c, MaxPending), nil
 }
 
 // conn is a net.Conn whose writes go through a buffer that one goroutine

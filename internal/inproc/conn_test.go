@@ -21,7 +21,7 @@ import (
 func TestOrder(t *testing.T) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
 	sub := eventlogtest.Connect(t, s)
-	pub, err := nats.Connect(s.ClientURL(), nats.InProcessServer(inproc.Buffered(s)))
+	pub, err := nats.Connect(s.ClientURL(), inproc.Server(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestRequestReply(t *testing.T) {
 	if err := srv.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(inproc.Buffered(s)))
+	nc, err := nats.Connect(s.ClientURL(), inproc.Server(s))
 	if err != nil {
 		t.Fatal(err)
 	}

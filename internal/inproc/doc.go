@@ -7,7 +7,7 @@
 // routes each read before it reads again. nats.go's flusher writes while
 // holding the connection's lock, so every publisher of the connection
 // waits out the server's parse of the previous flush. A socket would have
-// taken the bytes into its buffer and returned; Buffered gives the pipe
+// taken the bytes into its buffer and returned; Server gives the pipe
 // that buffer: a write copies into it and returns, and one goroutine a
 // connection moves the bytes into the pipe, in order.
 //
