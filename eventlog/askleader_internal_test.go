@@ -13,19 +13,22 @@ import (
 // one at a time, the second ask went out only once the first gave up.
 func TestAskedAgainBesideTheFirst(t *testing.T) {
 	var calls, again atomic.Int32
-	var firstDone atomic.Bool
+	var firstDone, sentAfterFirstDone atomic.Bool
 	got, err := askUntilAnswered(t.Context(), func() { again.Add(1) }, func(ctx context.Context) (string, error) {
 		if calls.Add(1) == 1 {
 			<-ctx.Done() // the lost leader's follower: no answer
 			firstDone.Store(true)
 			return "", ctx.Err()
 		}
+		// Read when the second ask is sent: once the answer is taken,
+		// the first ask is ended too, so firstDone is true afterwards.
+		sentAfterFirstDone.Store(firstDone.Load())
 		return "answer", nil
 	})
 	if err != nil || got != "answer" {
 		t.Fatalf("got %q, %v; want the second ask's answer", got, err)
 	}
-	if firstDone.Load() {
+	if sentAfterFirstDone.Load() {
 		t.Error("the first ask had given up before the second was sent: asks went one at a time")
 	}
 	if again.Load() < 1 {
