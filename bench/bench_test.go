@@ -151,7 +151,7 @@ func TestRunSmoke(t *testing.T) {
 var smokeApart = map[string]bool{"failover": true}
 
 // smokeSkips are the scenarios TestRunSmoke leaves to a run by hand.
-var smokeSkips = map[string]bool{"restart-share": true}
+var smokeSkips = map[string]bool{"restart-share": true, "handoff": true}
 
 // TestFiberSmoke runs the fiber scenarios at a tiny scale under sync always
 // (TestRunSmoke covers interval) and checks that every row measured both

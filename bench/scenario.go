@@ -101,6 +101,7 @@ func scenarios() []Scenario {
 		{Name: "temporal", Run: temporalScenario, Once: true, Requires: "-temporal"},
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "restart-share", Run: restartShare, Once: true},
+		{Name: "handoff", Run: handoff, Once: true},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
 		{Name: "conversation-growth", Run: conversationGrowth, Once: true},

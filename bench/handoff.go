@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/forever-agents/forever/internal/chartargs"
+	"github.com/forever-agents/forever/internal/stalls"
+)
+
+// The handoff scenario: what a partition's move between live nodes costs
+// its agents (issue 36). Three agentd nodes as the chart starts them,
+// failoverLoadAgents steps agents writing an event every
+// failoverLoadDelayMS; then, node by node, an orderly stop (SIGTERM: the
+// node hands its partitions to the others, cold) and a start of the same
+// node (the others hand its partitions back, warm: ownership/warm.go).
+// Each agent's events name their writer, so a move is the gap between an
+// agent's last event written by one node and its next written by another.
+const (
+	handoffRounds = 6 // stops and starts, over the nodes in turn, at -n 1
+)
+
+// handoffPhase is what one stop or start did to the load's agents.
+type handoffPhase struct {
+	moves  []time.Duration // each move's gap
+	steady []time.Duration // every other gap between two events
+	worst  time.Duration   // the longest gap of any agent
+}
+
+// handoff runs the scenario.
+func handoff(ctx context.Context, env *Env) (_ Result, err error) {
+	bin, err := env.AgentdBinary(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	dir, err := env.TempDir()
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			err = keepLogs(err, dir, env.cfg.Dir)
+		}
+	}()
+	ttl := chartargs.DefaultLeaseTTL
+	if env.cfg.LeaseTTL > 0 {
+		ttl = env.cfg.LeaseTTL
+	}
+	c, err := (&agentdCluster{bin: bin, dir: dir, ttl: ttl, extra: env.cfg.AgentdFlags}).start(ctx, failoverNodes, failoverHealthy)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.close()
+	nc, err := nats.Connect(c.natsURLs(), nats.Name("bench"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: connect to the cluster: %w", err)
+	}
+	defer nc.Close()
+	load, err := startStallLoad(ctx, nc, failoverLoadAgents)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := sleepCtx(ctx, failoverObserve); err != nil {
+		return Result{}, err
+	}
+	var stops, starts []handoffPhase
+	for i := range env.Count(handoffRounds, handoffRounds) {
+		nd := c.nodes[i%len(c.nodes)]
+		at := time.Now()
+		if err := nd.stop(); err != nil {
+			return Result{}, fmt.Errorf("round %d: %w", i+1, err)
+		}
+		if err := load.waitResumed(ctx, at, at.Add(failoverElection+ttl)); err != nil {
+			return Result{}, err
+		}
+		ph, err := load.phase(ctx, at, time.Now().Add(-time.Second))
+		if err != nil {
+			return Result{}, fmt.Errorf("round %d: %w", i+1, err)
+		}
+		stops = append(stops, ph)
+		env.Logger.Info("handoff", "round", i+1, "stopped", nd.name, "moves", len(ph.moves),
+			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond))
+
+		at = time.Now()
+		if err := nd.start(); err != nil {
+			return Result{}, err
+		}
+		if err := c.waitHealthy(ctx, failoverHealthy); err != nil {
+			return Result{}, err
+		}
+		if err := sleepCtx(ctx, failoverObserve+time.Second); err != nil {
+			return Result{}, err
+		}
+		ph, err = load.phase(ctx, at, time.Now().Add(-time.Second))
+		if err != nil {
+			return Result{}, fmt.Errorf("round %d: %w", i+1, err)
+		}
+		starts = append(starts, ph)
+		env.Logger.Info("handoff", "round", i+1, "started", nd.name, "moves", len(ph.moves),
+			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond))
+	}
+	return Result{Rows: append(handoffRows("an orderly stop (SIGTERM), cold", stops),
+		handoffRows("a start, warm", starts)...)}, nil
+}
+
+// phase reads the load's events from a little before at until end and
+// measures them (measureHandoff).
+func (m *stallMonitor) phase(ctx context.Context, at, end time.Time) (handoffPhase, error) {
+	stamps, err := m.stored(ctx, at.Add(-failoverActive), end)
+	if err != nil {
+		return handoffPhase{}, err
+	}
+	return measureHandoff(stamps, at, end), nil
+}
+
+// measureHandoff sorts out each agent's gaps between events that end
+// after at and start before end: a move when the two events' writers
+// differ, steady otherwise.
+func measureHandoff(stamps map[string][]stalls.Stamp, at, end time.Time) handoffPhase {
+	var ph handoffPhase
+	for _, ss := range stamps {
+		slices.SortFunc(ss, func(x, y stalls.Stamp) int { return x.At.Compare(y.At) })
+		for i := 1; i < len(ss); i++ {
+			a, b := ss[i-1], ss[i]
+			if b.At.Before(at) || a.At.After(end) {
+				continue
+			}
+			gap := b.At.Sub(a.At)
+			ph.worst = max(ph.worst, gap)
+			if a.Node != "" && b.Node != "" && a.Node != b.Node {
+				ph.moves = append(ph.moves, gap)
+			} else {
+				ph.steady = append(ph.steady, gap)
+			}
+		}
+	}
+	return ph
+}
+
+// handoffRows are a kind of phase's rows over every round: its moves'
+// gaps against the steady gaps of the same phases.
+func handoffRows(what string, phases []handoffPhase) []Row {
+	var moves, steady []time.Duration
+	var worst time.Duration
+	for _, ph := range phases {
+		moves, steady = append(moves, ph.moves...), append(steady, ph.steady...)
+		worst = max(worst, ph.worst)
+	}
+	if len(moves) == 0 {
+		moves = []time.Duration{0}
+	}
+	over := 0
+	for _, d := range moves {
+		if d > failoverStall {
+			over++
+		}
+	}
+	base := millis(percentile(steady, 50))
+	rows := []Row{
+		{Figure: fmt.Sprintf("%s: an agent's gap across a move p50 ms, %d moves in %d rounds", what, len(moves), len(phases)),
+			Value: millis(percentile(moves, 50)), Baseline: "steady gap p50 ms", BaselineValue: base, LowerIsBetter: true},
+		{Figure: fmt.Sprintf("%s: an agent's gap across a move p99 ms", what),
+			Value: millis(percentile(moves, 99)), Baseline: "steady gap p50 ms", BaselineValue: base, LowerIsBetter: true},
+		{Figure: fmt.Sprintf("%s: longest gap across a move ms; moves over 1 s %s", what, frac(over, len(moves))),
+			Value: max(1, millis(slices.Max(moves))), Baseline: "goal, ms", BaselineValue: millis(failoverStall), LowerIsBetter: true,
+			Target: 1, TargetNote: "a move stalls no agent > 1 s"},
+		{Figure: fmt.Sprintf("%s: any agent's longest gap ms", what),
+			Value: max(1, millis(worst)), Baseline: "steady gap p50 ms", BaselineValue: base, LowerIsBetter: true},
+	}
+	return rows
+}
