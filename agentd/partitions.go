@@ -215,8 +215,11 @@ func (p *partitions) open(ctx context.Context, cfg *Config, nc *nats.Conn, d *Da
 		AutoActivate: true,
 		Serve:        p.serve,
 		Prepare:      p.prepare,
-		Logger:       cfg.Logger,
-		Registerer:   cfg.Registerer,
+		// A stop hands off warm for at most half its step, so the drain
+		// and the cold rest fit the handoff's ShutdownTimeout + LeaseTTL.
+		DrainWait:  min(ownership.DefaultDrainWait, max(cfg.ShutdownTimeout/2, time.Millisecond)),
+		Logger:     cfg.Logger,
+		Registerer: cfg.Registerer,
 	}
 	return RetryQuorum(ctx, d.logger, "partition leases", cfg.Replicas, func(ctx context.Context) error {
 		var err error

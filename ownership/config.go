@@ -28,6 +28,10 @@ const (
 	// where a stream it follows may be electing), so its partitions come
 	// to it warm rather than at a bound that ran out first.
 	DefaultWarmWait = 30 * time.Second
+	// DefaultDrainWait is DrainWait's default: a live node catches a
+	// partition's views up in well under a second (bench -run handoff),
+	// and a stop must fit its grace period.
+	DefaultDrainWait = 5 * time.Second
 	// BucketElection is the longest a replicated lease bucket goes
 	// without a leader once its leader dies: nats-server's longest
 	// election timeout (9 s in 2.15.2), counted from the last heartbeat
@@ -138,6 +142,12 @@ type Config struct {
 	// partition only once its views are ready, which takes its start, and
 	// a partition handed over sooner is handed over cold.
 	WarmWait time.Duration
+	// DrainWait bounds how long a stop waits for the nodes taking this
+	// node's partitions to announce them warm (drain.go): each goes as
+	// soon as its receiver does, and what is still held then is handed
+	// off cold. Default DefaultDrainWait; negative: none, every partition
+	// goes cold at once.
+	DrainWait time.Duration
 	// Format is the highest record format this node's release reads,
 	// announced in its node key (format.go). Default FormatBase.
 	Format int
@@ -221,6 +231,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.WarmWait == 0 {
 		c.WarmWait = max(c.TTL, DefaultWarmWait)
+	}
+	if c.DrainWait == 0 {
+		c.DrainWait = DefaultDrainWait
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

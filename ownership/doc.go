@@ -41,7 +41,9 @@
 // check between rounds (every twentieth of a TTL) hands a partition off
 // once it is due, rather than the next round (TestHandoffDueBetweenRounds). On
 // Run's exit every partition is handed off, so a rolling restart never
-// waits for a TTL.
+// waits for a TTL; first the node drains (drain.go): it announces it is
+// leaving, the others prepare its partitions, and each goes warm, for up
+// to DrainWait (TestDrainHandsOffWarm, TestDrainBound, TestNoDrainAlone).
 //
 // Invariants:
 //

@@ -49,6 +49,10 @@ type nodeValue struct {
 	Reads   int    `json:"reads,omitempty"`
 	Warms   bool   `json:"warms,omitempty"`
 	Warm    []int  `json:"warm,omitempty"`
+	// Leaving: the node is stopping and hands its partitions off as their
+	// receivers announce them warm (drain.go). An earlier release ignores
+	// it and counts the node live until its key goes, as before.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // decodeNodeValue decodes a node key's value; the zero nodeValue when it

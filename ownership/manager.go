@@ -132,6 +132,10 @@ type Manager struct {
 		warming map[int]*warming
 		peers   map[string]peerWarm
 		waits   map[int]warmWait
+		// leaving holds the nodes whose key announces they are stopping;
+		// draining says this node is (drain.go).
+		leaving  map[string]bool
+		draining bool
 	}
 }
 
@@ -307,6 +311,7 @@ func (m *Manager) initState() {
 	m.mu.warming = map[int]*warming{}
 	m.mu.peers = map[string]peerWarm{}
 	m.mu.waits = map[int]warmWait{}
+	m.mu.leaving = map[string]bool{}
 }
 
 // checkPartitions stores the partition count on first start and compares it
@@ -503,16 +508,24 @@ func (m *Manager) Nodes() []string {
 	return m.liveLocked()
 }
 
+// liveLocked returns the nodes partitions are assigned to: those seen
+// heartbeating within a TTL and not leaving (drain.go), and this node
+// unless it stops or drains.
 func (m *Manager) liveLocked() []string {
 	out := make([]string, 0, len(m.mu.nodes)+1)
 	now := time.Now()
 	for n := range m.mu.nodes {
-		if n != m.cfg.Node && m.staleLocked(m.mu.beats[n], now) {
+		switch {
+		case n == m.cfg.Node:
+			continue // below
+		case m.staleLocked(m.mu.beats[n], now):
 			continue // no heartbeat seen for a TTL: dead, whatever the server still holds
+		case m.mu.leaving[n]:
+			continue // stopping: its partitions go to the others
 		}
 		out = append(out, n)
 	}
-	if _, ok := m.mu.nodes[m.cfg.Node]; !ok && !m.mu.stopping {
+	if !m.mu.stopping && !m.mu.draining {
 		out = append(out, m.cfg.Node)
 	}
 	slices.Sort(out)
@@ -649,10 +662,24 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	dogDone := make(chan struct{})
 	go m.watchdog(wctx, dogDone)
-	rctx, stopRenewer := context.WithCancel(ctx)
+	// The renewer and the rounds outlive ctx through a drain (drain.go):
+	// the leases are renewed and handed off until it ends.
+	lctx, endRounds := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRounds()
+	rctx, stopRenewer := context.WithCancel(lctx)
 	defer stopRenewer()
 	renewerDone := make(chan struct{})
 	go m.renewer(rctx, renewerDone)
+	stop := func() {
+		endRounds()
+		<-renewerDone // no renewal races the handoffs
+		m.stop()
+		stopWatch()
+		<-dogDone
+	}
+	done := ctx.Done()
+	var drainEnd <-chan time.Time
+	var drainStart time.Time
 
 	tick := time.NewTicker(m.cfg.RenewEvery)
 	defer tick.Stop()
@@ -663,16 +690,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
 	defer check.Stop()
 	for {
-		m.round(ctx)
+		m.round(lctx)
 		m.syncWarm()
 		if err := m.behindErr(); err != nil {
 			m.log.Error("this node cannot read the cluster's record format; it stops serving", "err", err)
-			stopRenewer()
-			<-renewerDone
-			m.stop()
-			stopWatch()
-			<-dogDone
+			stop()
 			return err
+		}
+		if drainEnd != nil && m.drained() {
+			m.endDrain(drainStart)
+			stop()
+			return nil
 		}
 		select {
 		case <-m.ready:
@@ -682,11 +710,17 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		for waiting := true; waiting; {
 			select {
-			case <-ctx.Done():
-				<-renewerDone // it stops with ctx: no renewal races the handoffs
-				m.stop()
-				stopWatch()
-				<-dogDone
+			case <-done:
+				done = nil
+				if !m.startDrain() {
+					stop()
+					return nil
+				}
+				drainStart, drainEnd = time.Now(), time.After(m.cfg.DrainWait)
+				waiting = false
+			case <-drainEnd:
+				m.endDrain(drainStart)
+				stop()
 				return nil
 			case end := <-w.ends:
 				w.ended(end)
@@ -849,6 +883,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			delete(m.mu.beatRevs, node)
 			delete(m.mu.reads, node)
 			delete(m.mu.peers, node)
+			delete(m.mu.leaving, node)
 			return known
 		}
 		if node == m.cfg.Node {
@@ -870,12 +905,21 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 			m.mu.starts[node] = start
 		}
 		m.mu.reads[node] = v.reads()
+		// A partition announced warm that this node holds may go now; a
+		// node that starts leaving changes the assignment.
+		warmNews := m.warmNewsLocked(node, v.Warm)
 		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.Warm}
+		leaves := v.Leaving && node != m.cfg.Node && !m.mu.leaving[node]
+		if v.Leaving {
+			m.mu.leaving[node] = true
+		} else {
+			delete(m.mu.leaving, node)
+		}
 		if !known || restarted || m.mu.beatRevs[node] != e.Revision() {
 			m.mu.beats[node] = time.Now()
 			m.mu.beatRevs[node] = e.Revision()
 		}
-		return !known || restarted
+		return !known || restarted || leaves || warmNews
 	case strings.HasPrefix(key, prefixLease):
 		p, err := strconv.Atoi(key[len(prefixLease):])
 		if err != nil || p < 0 || p >= m.cfg.Partitions {

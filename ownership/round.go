@@ -174,6 +174,9 @@ func (m *Manager) plan() []action {
 			if g := m.mu.garbled[p]; want[p] == me && m.staleLocked(g.seen, now) {
 				out = append(out, action{kind: drop, p: p, rev: g.rev})
 			}
+		case m.mu.draining:
+			// Stopping: this node takes nothing (a free partition meant
+			// for a node that has not taken it included).
 		case want[p] == me:
 			out = append(out, action{kind: acquire, p: p})
 		default:
@@ -275,9 +278,10 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	m.beatMu.Lock()
 	m.mu.Lock()
 	warm := m.warmPartsLocked()
+	leaving := m.mu.draining
 	m.mu.Unlock()
 	b, _ := json.Marshal(nodeValue{Started: started.Format(time.RFC3339Nano), Reads: m.cfg.Format,
-		Warms: m.cfg.Prepare != nil, Warm: warm})
+		Warms: m.cfg.Prepare != nil, Warm: warm, Leaving: leaving})
 	fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(prefixNode + m.cfg.Node), Data: b},
 		jetstream.WithMsgTTL(m.keyTTL()))
 	m.beatMu.Unlock()
