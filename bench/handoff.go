@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,8 +18,10 @@ import (
 // its agents (issue 36). Three agentd nodes as the chart starts them,
 // failoverLoadAgents steps agents writing an event every
 // failoverLoadDelayMS; then, node by node, an orderly stop (SIGTERM: the
-// node hands its partitions to the others, cold) and a start of the same
+// node hands its partitions to the others) and a start of the same
 // node (the others hand its partitions back, warm: ownership/warm.go).
+// A stop drains (ownership/drain.go): each partition goes once the node
+// taking it announces it warm, for up to DrainWait.
 // Each agent's events name their writer, so a move is the gap between an
 // agent's last event written by one node and its next written by another.
 const (
@@ -30,6 +33,9 @@ type handoffPhase struct {
 	moves  []time.Duration // each move's gap
 	steady []time.Duration // every other gap between two events
 	worst  time.Duration   // the longest gap of any agent
+	// slowest is the longest move: its agent, and the events around it.
+	slowest      stalls.Gap
+	slowestAgent string
 }
 
 // handoff runs the scenario.
@@ -86,7 +92,10 @@ func handoff(ctx context.Context, env *Env) (_ Result, err error) {
 		}
 		stops = append(stops, ph)
 		env.Logger.Info("handoff", "round", i+1, "stopped", nd.name, "moves", len(ph.moves),
-			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond))
+			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond),
+			"slowest move", ph.slowestAgent, "at", ph.slowest.Before.At.Format("15:04:05.000"),
+			"from", ph.slowest.Before.Node, "to", ph.slowest.After.Node,
+			"drain", lastLine(nd.logPath, "handed off warm before stopping"))
 
 		at = time.Now()
 		if err := nd.start(); err != nil {
@@ -106,8 +115,24 @@ func handoff(ctx context.Context, env *Env) (_ Result, err error) {
 		env.Logger.Info("handoff", "round", i+1, "started", nd.name, "moves", len(ph.moves),
 			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond))
 	}
-	return Result{Rows: append(handoffRows("an orderly stop (SIGTERM), cold", stops),
+	return Result{Rows: append(handoffRows("an orderly stop (SIGTERM)", stops),
 		handoffRows("a start, warm", starts)...)}, nil
+}
+
+// lastLine returns the last line of the file at path that contains
+// what, "" when none does.
+func lastLine(path, what string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	out := ""
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, what) {
+			out = strings.TrimSpace(line)
+		}
+	}
+	return out
 }
 
 // phase reads the load's events from a little before at until end and
@@ -125,7 +150,7 @@ func (m *stallMonitor) phase(ctx context.Context, at, end time.Time) (handoffPha
 // differ, steady otherwise.
 func measureHandoff(stamps map[string][]stalls.Stamp, at, end time.Time) handoffPhase {
 	var ph handoffPhase
-	for _, ss := range stamps {
+	for agent, ss := range stamps {
 		slices.SortFunc(ss, func(x, y stalls.Stamp) int { return x.At.Compare(y.At) })
 		for i := 1; i < len(ss); i++ {
 			a, b := ss[i-1], ss[i]
@@ -136,6 +161,9 @@ func measureHandoff(stamps map[string][]stalls.Stamp, at, end time.Time) handoff
 			ph.worst = max(ph.worst, gap)
 			if a.Node != "" && b.Node != "" && a.Node != b.Node {
 				ph.moves = append(ph.moves, gap)
+				if gap > ph.slowest.After.At.Sub(ph.slowest.Before.At) {
+					ph.slowest, ph.slowestAgent = stalls.Gap{Before: a, After: b}, agent
+				}
 			} else {
 				ph.steady = append(ph.steady, gap)
 			}
