@@ -561,8 +561,11 @@ func (d *Daemon) serve(ctx context.Context, web *webServer, r *resources) error 
 		<-gctx.Done()
 		close(d.stopping)
 		d.logger.Info("agentd stopping", "cause", context.Cause(gctx))
-		// Hand the partitions off first, so other nodes take the agents
-		// over at once instead of after the lease TTL.
+		// Move this server's stream leaders first, so their elections do
+		// not meet the new owners' recovery; then hand the partitions
+		// off, so other nodes take the agents over at once instead of
+		// after the lease TTL.
+		d.leadAway(r)
 		hstart := time.Now()
 		if err := handoff(); err != nil {
 			d.logger.Warn("partition handoff", "err", err)

@@ -230,7 +230,7 @@ func (d *Daemon) addLeaderSpread(lg *eventlog.Log, srv *server.Server) error {
 			if _, _, ok := d.parts.mgr.Owned(0); !ok {
 				continue
 			}
-			if _, err := lg.SpreadLeaders(ctx, routedTo(srv)); err != nil && ctx.Err() == nil {
+			if _, err := lg.SpreadLeaders(ctx, d.notLeaving(routedTo(srv))); err != nil && ctx.Err() == nil {
 				d.logger.Warn("spreading the shard streams' leaders", "err", err)
 			}
 		}

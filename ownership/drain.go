@@ -97,3 +97,14 @@ func (m *Manager) warmNewsLocked(node string, warm []int) bool {
 	}
 	return false
 }
+
+// Leaving reports whether node is stopping: its key announces it, or it is
+// this node, draining or stopping.
+func (m *Manager) Leaving(node string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if node == m.cfg.Node {
+		return m.mu.draining || m.mu.stopping
+	}
+	return m.mu.leaving[node]
+}

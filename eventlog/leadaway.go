@@ -1,0 +1,81 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LeadAway asks every stream of the log, and each of extra (the lease
+// bucket's, say), that server leads to step down for another server: the
+// live current replica (liveReplicas) that leads fewest of them, in name
+// order on a tie. A node that stops calls it before it hands its
+// partitions off, so the elections its server's lame duck mode would
+// start after the handoff (nats-server moves a stopping server's Raft
+// leaders then, and waits a second) happen while the node still serves
+// its agents, not while their new owners recover them: stop 65's handoff
+// bench saw a new owner's first read wait that second. A stream with no
+// other live current replica keeps its leader, for the lame duck mode.
+// It returns the streams asked, each with the server asked for.
+func (l *Log) LeadAway(ctx context.Context, server string, extra []string, reachable func(string) bool) ([]Leader, error) {
+	if l.cfg.Replicas < 2 || l.cfg.Bind {
+		return nil, nil
+	}
+	names := append(append(l.streamNames(false), l.streamNames(true)...), extra...)
+	infos := make([]*jetstream.ClusterInfo, len(names))
+	var errs []error
+	for i, name := range names {
+		info, err := l.js.Stream(ctx, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
+			continue
+		}
+		infos[i] = info.CachedInfo().Cluster
+	}
+	leaders, current, _ := liveReplicas(infos, reachedOnce(infos, reachable))
+	wants := awayFrom(server, leaders, current)
+	var out []Leader
+	for i, name := range names {
+		if wants[i] == "" {
+			continue
+		}
+		if err := l.stepDown(ctx, name, wants[i]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, Leader{Stream: name, Leader: server, Want: wants[i], Moved: true})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("eventlog: lead away from %s: %w", server, err)
+	}
+	return out, nil
+}
+
+// awayFrom returns, for each stream server leads (leaders[i]), the other
+// current replica (current[i]) that leads fewest, counting those it is
+// given, in name order on a tie; "" for a stream server does not lead or
+// that has no other current replica.
+func awayFrom(server string, leaders []string, current [][]string) []string {
+	count := map[string]int{}
+	for _, l := range leaders {
+		count[l]++
+	}
+	out := make([]string, len(leaders))
+	for i, l := range leaders {
+		if l != server {
+			continue
+		}
+		for _, c := range slices.Sorted(slices.Values(current[i])) {
+			if c != server && (out[i] == "" || count[c] < count[out[i]]) {
+				out[i] = c
+			}
+		}
+		if out[i] != "" {
+			count[out[i]]++
+		}
+	}
+	return out
+}
