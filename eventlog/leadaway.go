@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,7 +20,11 @@ import (
 // its agents, not while their new owners recover them: stop 65's handoff
 // bench saw a new owner's first read wait that second. A stream with no
 // other live current replica keeps its leader, for the lame duck mode.
-// It returns the streams asked, each with the server asked for.
+// Then it waits, until ctx ends, for every stream asked to be led by
+// another server: a consumer made on a stream while it elects may deliver
+// nothing until it is made again (2 s later: the same bench saw a drain
+// wait for two such), and the new owners' catch-up makes consumers. It
+// returns the streams asked, each with the server asked for.
 func (l *Log) LeadAway(ctx context.Context, server string, extra []string, reachable func(string) bool) ([]Leader, error) {
 	if l.cfg.Replicas < 2 || l.cfg.Bind {
 		return nil, nil
@@ -47,6 +52,9 @@ func (l *Log) LeadAway(ctx context.Context, server string, extra []string, reach
 			continue
 		}
 		out = append(out, Leader{Stream: name, Leader: server, Want: wants[i], Moved: true})
+	}
+	if err := l.ledElsewhere(ctx, server, out); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("eventlog: lead away from %s: %w", server, err)
@@ -78,4 +86,31 @@ func awayFrom(server string, leaders []string, current [][]string) []string {
 		}
 	}
 	return out
+}
+
+// leadAwayPoll paces LeadAway's reads of the moved streams' leaders, and
+// bounds each: a stream electing may not answer.
+const leadAwayPoll = 50 * time.Millisecond
+
+// ledElsewhere waits until every stream of moved has a leader other than
+// server, asking each every leadAwayPoll, until ctx ends.
+func (l *Log) ledElsewhere(ctx context.Context, server string, moved []Leader) error {
+	for _, ld := range moved {
+		for {
+			actx, cancel := context.WithTimeout(ctx, 5*leadAwayPoll)
+			info, err := l.js.Stream(actx, ld.Stream)
+			cancel()
+			if err == nil {
+				if c := info.CachedInfo().Cluster; c != nil && c.Leader != "" && c.Leader != server {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stream %s: no leader but %s yet: %w", ld.Stream, server, ctx.Err())
+			case <-time.After(leadAwayPoll):
+			}
+		}
+	}
+	return nil
 }

@@ -2,13 +2,11 @@ package eventlog_test
 
 import (
 	"testing"
-
-	"github.com/forever-agents/forever/internal/waitfor"
 )
 
 // TestLeadAway: a server that leads its share of an R3 log's streams
-// gives every one of them to the other two, which then lead 3 each, and
-// appends go on; a second call finds nothing to move.
+// gives every one of them to the other two, which lead 3 each once it
+// returns, and appends go on; a second call finds nothing to move.
 func TestLeadAway(t *testing.T) {
 	ctx := t.Context()
 	_, lg, agents := spreadCluster(t) // s0, s1 and s2 lead 2 each
@@ -21,14 +19,15 @@ func TestLeadAway(t *testing.T) {
 			t.Errorf("%s asked to step down for %q", ld.Stream, ld.Want)
 		}
 	}
-	waitfor.True(t, "s1 leads nothing, s0 and s2 three each", func() bool {
-		leaders, err := lg.SpreadLeaders(ctx, func(string) bool { return false }) // reads, moves nothing
-		counts := map[string]int{}
-		for _, ld := range leaders {
-			counts[ld.Leader]++
-		}
-		return err == nil && counts["s1"] == 0 && counts["s0"] == 3 && counts["s2"] == 3
-	})
+	// LeadAway returned once the moved streams had their new leaders.
+	leaders, err := lg.SpreadLeaders(ctx, func(string) bool { return false }) // reads, moves nothing
+	counts := map[string]int{}
+	for _, ld := range leaders {
+		counts[ld.Leader]++
+	}
+	if err != nil || counts["s1"] != 0 || counts["s0"] != 3 || counts["s2"] != 3 {
+		t.Errorf("after LeadAway: leaders %v, %v; want s1 none, s0 and s2 three each", counts, err)
+	}
 	for _, a := range agents {
 		if _, err := appendNote(ctx, lg, a); err != nil {
 			t.Fatalf("append after leading away: %v", err)
