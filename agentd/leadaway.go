@@ -9,7 +9,8 @@ import (
 const leadAwayTimeout = 2 * time.Second
 
 // leadAway asks the Raft leaders this node's embedded server holds, of the
-// event log's streams and the lease bucket's, to step down for the other
+// event log's streams and the ownership buckets' (leases, epoch
+// counters), to step down for the other
 // servers (eventlog.Log.LeadAway), at the start of a stop. nats-server's
 // lame duck mode would move them only after the partitions were handed
 // off, and the new owners' first reads and writes would wait for those
@@ -24,7 +25,7 @@ func (d *Daemon) leadAway(r *resources) {
 	defer cancel()
 	var extra []string
 	if d.parts.mgr != nil {
-		extra = append(extra, "KV_"+d.parts.mgr.Bucket())
+		extra = d.parts.mgr.Streams()
 	}
 	start := time.Now()
 	moved, err := r.lg.LeadAway(ctx, r.srv.Name(), extra, d.notLeaving(routedTo(r.srv)))

@@ -108,3 +108,9 @@ func (m *Manager) Leaving(node string) bool {
 	}
 	return m.mu.leaving[node]
 }
+
+// Streams returns the names of the streams of the lease bucket and the
+// partitions bucket (its epoch counters): what an acquisition writes.
+func (m *Manager) Streams() []string {
+	return []string{bucketStream(m.cfg.Bucket), bucketStream(m.cfg.PartitionsBucket)}
+}
