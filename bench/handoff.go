@@ -33,9 +33,10 @@ type handoffPhase struct {
 	moves  []time.Duration // each move's gap
 	steady []time.Duration // every other gap between two events
 	worst  time.Duration   // the longest gap of any agent
-	// slowest is the longest move: its agent, and the events around it.
-	slowest      stalls.Gap
-	slowestAgent string
+	// slowest is the longest move, worstGap the longest gap: their
+	// agents, and the events around them.
+	slowest, worstGap           stalls.Gap
+	slowestAgent, worstGapAgent string
 }
 
 // handoff runs the scenario.
@@ -95,6 +96,8 @@ func handoff(ctx context.Context, env *Env) (_ Result, err error) {
 			"longest move", slices.Max(append(ph.moves, 0)).Round(time.Millisecond), "worst gap", ph.worst.Round(time.Millisecond),
 			"slowest move", ph.slowestAgent, "at", ph.slowest.Before.At.Format("15:04:05.000"),
 			"from", ph.slowest.Before.Node, "to", ph.slowest.After.Node,
+			"worst gap's agent", ph.worstGapAgent, "at", ph.worstGap.Before.At.Format("15:04:05.000"),
+			"written by", ph.worstGap.Before.Node, "then", ph.worstGap.After.Node,
 			"drain", lastLine(nd.logPath, "handed off warm before stopping"))
 
 		at = time.Now()
@@ -158,7 +161,9 @@ func measureHandoff(stamps map[string][]stalls.Stamp, at, end time.Time) handoff
 				continue
 			}
 			gap := b.At.Sub(a.At)
-			ph.worst = max(ph.worst, gap)
+			if gap > ph.worst {
+				ph.worst, ph.worstGap, ph.worstGapAgent = gap, stalls.Gap{Before: a, After: b}, agent
+			}
 			if a.Node != "" && b.Node != "" && a.Node != b.Node {
 				ph.moves = append(ph.moves, gap)
 				if gap > ph.slowest.After.At.Sub(ph.slowest.Before.At) {
