@@ -28,7 +28,11 @@
 // starts a 3- and then a 6-node cluster with --shards 8 --owned-views (or
 // -agentd-flags), fills each with the same history, and compares one
 // node's restart and rebuild from an empty Pebble (time, CPU, events
-// applied) at 6 nodes with 3 (goal within 0.5x);
+// applied) at 6 nodes with 3 (goal within 0.5x); handoff starts a 3-node
+// cluster with the same 30 steps agents, stops each node in turn with
+// SIGTERM and starts it again, and reports each agent's gap across a
+// move of its partition between live nodes, a stop's and a start's (goal:
+// none over 1 s), against the steady gap between two events of one node;
 // auth-cost runs one agentd with --auth (its client a tenant's credential)
 // beside one without, in alternating rounds; restart-load SIGKILLs and
 // restarts an agentd under sustained chat load (30 agents chatting on the
