@@ -30,13 +30,18 @@ func drainPair(t *testing.T, drain time.Duration) (a, b *node, pa *preparing, sv
 // TestDrainHandsOffWarm: a node that stops keeps serving its partitions
 // while the node taking them prepares them, and hands each off once that
 // node announces it warm; its stop returns once it holds none, and every
-// handoff counts as warm.
+// handoff counts as warm. Meanwhile both nodes see b leaving.
 func TestDrainHandsOffWarm(t *testing.T) {
-	_, b, pa, sv := drainPair(t, time.Hour)
+	a, b, pa, sv := drainPair(t, time.Hour)
 	share := sv.servedBy("b")
 	stopped := make(chan struct{})
 	go func() { b.stop(t); close(stopped) }()
 	eventually(t, "a prepares b's 8 partitions", func() bool { return slices.Equal(pa.running(), share) })
+	// What the leader spread reads: b is leaving, to itself and to a.
+	if !b.m.Leaving("b") || !a.m.Leaving("b") || a.m.Leaving("a") {
+		t.Errorf("Leaving: b says b %t, a says b %t and a %t; want true, true, false",
+			b.m.Leaving("b"), a.m.Leaving("b"), a.m.Leaving("a"))
+	}
 	if got := sv.servedBy("b"); !slices.Equal(got, share) {
 		t.Fatalf("b serves %v before any is warm, want %v still", got, share)
 	}
