@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/forever-agents/forever/internal/chartargs"
 )
 
@@ -350,4 +352,57 @@ func keepLogs(err error, dir, into string) error {
 		os.WriteFile(filepath.Join(kept, filepath.Base(filepath.Dir(l))+".log"), b, 0o644)
 	}
 	return fmt.Errorf("%w\nnode logs kept in %s", err, kept)
+}
+
+// chartCluster is the cluster of the failover and handoff scenarios:
+// failoverNodes nodes started as the chart starts its pods, with
+// -lease-ttl (else the chart's) and -agentd-flags, under a temp dir of
+// the run, and a client connection to every node.
+type chartCluster struct {
+	*agentdCluster
+	nc  *nats.Conn
+	ttl time.Duration
+}
+
+// startChartCluster starts a chartCluster and waits until it is healthy.
+func startChartCluster(ctx context.Context, env *Env) (_ *chartCluster, err error) {
+	bin, err := env.AgentdBinary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := env.TempDir()
+	if err != nil {
+		return nil, err
+	}
+	ttl := chartargs.DefaultLeaseTTL
+	if env.cfg.LeaseTTL > 0 {
+		ttl = env.cfg.LeaseTTL
+	}
+	cc := &chartCluster{agentdCluster: &agentdCluster{bin: bin, dir: dir, ttl: ttl, extra: env.cfg.AgentdFlags}, ttl: ttl}
+	if _, err := cc.start(ctx, failoverNodes, failoverHealthy); err != nil {
+		cc.close(env, &err)
+		return nil, err
+	}
+	cc.nc, err = nats.Connect(cc.natsURLs(), nats.Name("bench"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(50*time.Millisecond), nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
+	if err != nil {
+		err = fmt.Errorf("bench: connect to the cluster: %w", err)
+		cc.close(env, &err)
+		return nil, err
+	}
+	return cc, nil
+}
+
+// close ends the cluster and removes its dir; when *err is set (the run
+// failed), it keeps the nodes' logs under -dir first and says where in
+// *err.
+func (cc *chartCluster) close(env *Env, err *error) {
+	if cc.nc != nil {
+		cc.nc.Close()
+	}
+	cc.agentdCluster.close()
+	if *err != nil {
+		*err = keepLogs(*err, cc.dir, env.cfg.Dir)
+	}
+	os.RemoveAll(cc.dir)
 }

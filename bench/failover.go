@@ -118,35 +118,12 @@ const (
 // runs once per bench run (the chart sets --sync always) and ignores the
 // Env's server. p99 over 20 kills is the slowest kill.
 func failover(ctx context.Context, env *Env) (_ Result, err error) {
-	bin, err := env.AgentdBinary(ctx)
+	cc, err := startChartCluster(ctx, env)
 	if err != nil {
 		return Result{}, err
 	}
-	dir, err := env.TempDir()
-	if err != nil {
-		return Result{}, err
-	}
-	defer os.RemoveAll(dir)
-	defer func() {
-		if err != nil {
-			err = keepLogs(err, dir, env.cfg.Dir)
-		}
-	}()
-	ttl := chartargs.DefaultLeaseTTL
-	if env.cfg.LeaseTTL > 0 {
-		ttl = env.cfg.LeaseTTL
-	}
-	c, err := (&agentdCluster{bin: bin, dir: dir, ttl: ttl, extra: env.cfg.AgentdFlags}).start(ctx, failoverNodes, failoverHealthy)
-	if err != nil {
-		return Result{}, err
-	}
-	defer c.close()
-	nc, err := nats.Connect(c.natsURLs(), nats.Name("bench"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(50*time.Millisecond), nats.PingInterval(time.Second), nats.MaxPingsOutstanding(3))
-	if err != nil {
-		return Result{}, fmt.Errorf("bench: connect to the cluster: %w", err)
-	}
-	defer nc.Close()
+	defer cc.close(env, &err)
+	c, nc, ttl := cc.agentdCluster, cc.nc, cc.ttl
 	quietFor := max(2*time.Second, time.Duration(float64(failoverQuiet)*min(1, env.cfg.Scale)))
 	writes, err := leaseWritesPerNode(ctx, nc, len(c.nodes), quietFor)
 	if err != nil {

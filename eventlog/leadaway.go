@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // LeadAway asks every stream of the log, and each of extra (the lease
@@ -30,16 +28,7 @@ func (l *Log) LeadAway(ctx context.Context, server string, extra []string, reach
 		return nil, nil
 	}
 	names := append(append(l.streamNames(false), l.streamNames(true)...), extra...)
-	infos := make([]*jetstream.ClusterInfo, len(names))
-	var errs []error
-	for i, name := range names {
-		info, err := l.js.Stream(ctx, name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
-			continue
-		}
-		infos[i] = info.CachedInfo().Cluster
-	}
+	infos, errs := l.clusterInfos(ctx, names)
 	leaders, current, _ := liveReplicas(infos, reachedOnce(infos, reachable))
 	wants := awayFrom(server, leaders, current)
 	var out []Leader

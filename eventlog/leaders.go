@@ -61,16 +61,7 @@ func (l *Log) SpreadLeaders(ctx context.Context, reachable func(server string) b
 		return nil, nil
 	}
 	names := append(l.streamNames(false), l.streamNames(true)...)
-	infos := make([]*jetstream.ClusterInfo, len(names))
-	var errs []error
-	for i, name := range names {
-		info, err := l.js.Stream(ctx, name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
-			continue
-		}
-		infos[i] = info.CachedInfo().Cluster
-	}
+	infos, errs := l.clusterInfos(ctx, names)
 	leaders, current, order := liveReplicas(infos, reachedOnce(infos, reachable))
 	wants := wantLeaders(leaders, current, order)
 	var out []Leader
@@ -92,6 +83,22 @@ func (l *Log) SpreadLeaders(ctx context.Context, reachable func(server string) b
 		return out, fmt.Errorf("eventlog: spread leaders: %v", errs)
 	}
 	return out, nil
+}
+
+// clusterInfos reads each stream's cluster info (nil for one whose info
+// could not be read, with its error).
+func (l *Log) clusterInfos(ctx context.Context, names []string) ([]*jetstream.ClusterInfo, []error) {
+	infos := make([]*jetstream.ClusterInfo, len(names))
+	var errs []error
+	for i, name := range names {
+		info, err := l.js.Stream(ctx, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
+			continue
+		}
+		infos[i] = info.CachedInfo().Cluster
+	}
+	return infos, errs
 }
 
 // reachedOnce asks reachable (when not nil) once about each server infos
