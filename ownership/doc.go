@@ -43,7 +43,8 @@
 // Run's exit every partition is handed off, so a rolling restart never
 // waits for a TTL; first the node drains (drain.go): it announces it is
 // leaving, the others prepare its partitions, and each goes warm, for up
-// to DrainWait (TestDrainHandsOffWarm, TestDrainBound, TestNoDrainAlone).
+// to DrainWait (TestDrainHandsOffWarm, TestDrainBound, TestNoDrainAlone,
+// TestDrainToAnEarlierRelease).
 //
 // Invariants:
 //

@@ -27,9 +27,10 @@ import (
 // last node) skips the drain: nobody would take its partitions. A node
 // that dies while draining is taken over as any dead node: its key, still
 // leaving, expires. An earlier release ignores the flag and counts the
-// node live until its key goes; it announces no warm partitions, so the
-// leaving node hands it partitions at once, as before, and it acquires
-// them at once as their last holder's partitions (plan). Fencing is
+// node live until its key goes, so it prepares none of its partitions;
+// its key does not say it drains (nodeValue.Drains), so the leaving node
+// hands it partitions at once, as before (TestDrainToAnEarlierRelease),
+// and it acquires them at once as their last holder's partitions (plan). Fencing is
 // untouched: each handoff is a new lease with the next epoch.
 
 // startDrain makes this node leave the assignment and announces it, and

@@ -1,7 +1,9 @@
 package ownership
 
 import (
+	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,5 +90,40 @@ func TestNoDrainAlone(t *testing.T) {
 	a.stop(t) // with a drain it would wait an hour
 	if got := sv.servedBy("a"); len(got) != 0 {
 		t.Errorf("a still serves %v after its stop", got)
+	}
+}
+
+// TestDrainToAnEarlierRelease: a node whose key does not say it knows a
+// leaving node (an earlier release, which prepares none of a leaving
+// node's partitions) is handed the drained partitions at once, not after
+// DrainWait (an hour here).
+func TestDrainToAnEarlierRelease(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	sv := newServing(t)
+	cfg := func(name string) Config {
+		return Config{Node: name, Partitions: 16, TTL: 60 * time.Second, RenewEvery: 200 * time.Millisecond,
+			WarmWait: time.Hour, DrainWait: time.Hour, Serve: sv.serve(name)}
+	}
+	b := startNode(t, s, cfg("b"))
+	// a announces warm partitions, but only while it joins: none of b's
+	// once b leaves.
+	var joining atomic.Bool
+	joining.Store(true)
+	ac := cfg("a")
+	ac.Prepare = func(ctx context.Context, p int, warm func()) {
+		if joining.Load() {
+			warm()
+		}
+		<-ctx.Done()
+	}
+	startNodeWith(t, s, ac, func(m *Manager) { m.noDrains = true })
+	eventually(t, "a and b hold 8 each", func() bool { return len(sv.servedBy("a")) == 8 && len(sv.servedBy("b")) == 8 })
+	joining.Store(false)
+	stopped := make(chan struct{})
+	go func() { b.stop(t); close(stopped) }()
+	eventually(t, "a serves all 16, handed at once", func() bool { return len(sv.servedBy("a")) == 16 })
+	<-stopped
+	if got := handoffCount(b.m, handoffUnannounced); got != 8 {
+		t.Errorf("b counted %v handoffs to a node that does not know draining, want 8", got)
 	}
 }

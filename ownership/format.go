@@ -53,6 +53,10 @@ type nodeValue struct {
 	// receivers announce them warm (drain.go). An earlier release ignores
 	// it and counts the node live until its key goes, as before.
 	Leaving bool `json:"leaving,omitempty"`
+	// Drains: the node knows Leaving, so it prepares a leaving node's
+	// partitions; one that does not (an earlier release) is handed them
+	// at once.
+	Drains bool `json:"drains,omitempty"`
 }
 
 // decodeNodeValue decodes a node key's value; the zero nodeValue when it

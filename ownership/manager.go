@@ -44,6 +44,9 @@ type Manager struct {
 	// beforeRenew, set only by tests before Run, runs at the start of
 	// every renewal attempt.
 	beforeRenew func()
+	// noDrains, set only by tests before Run, leaves Drains out of the
+	// node key, as an earlier release's.
+	noDrains bool
 
 	mu struct {
 		sync.Mutex
@@ -908,7 +911,7 @@ func (m *Manager) applyFrom(gen int, e jetstream.KeyValueEntry) bool {
 		// A partition announced warm that this node holds may go now; a
 		// node that starts leaving changes the assignment.
 		warmNews := m.warmNewsLocked(node, v.Warm)
-		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.Warm}
+		m.mu.peers[node] = peerWarm{announces: v.Warms, parts: v.Warm, drains: v.Drains}
 		leaves := v.Leaving && node != m.cfg.Node && !m.mu.leaving[node]
 		if v.Leaving {
 			m.mu.leaving[node] = true

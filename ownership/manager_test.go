@@ -67,11 +67,21 @@ type node struct {
 
 func startNode(t *testing.T, s *server.Server, cfg Config) *node {
 	t.Helper()
+	return startNodeWith(t, s, cfg, nil)
+}
+
+// startNodeWith is startNode, calling before (when set) with the manager
+// before it runs.
+func startNodeWith(t *testing.T, s *server.Server, cfg Config, before func(*Manager)) *node {
+	t.Helper()
 	nc := eventlogtest.Connect(t, s)
 	cfg.Conn = nc
 	m, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(m)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{m: m, nc: nc, cancel: cancel, done: make(chan error, 1)}

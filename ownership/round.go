@@ -281,7 +281,7 @@ func (m *Manager) heartbeat(ctx context.Context, timeout time.Duration) {
 	leaving := m.mu.draining
 	m.mu.Unlock()
 	b, _ := json.Marshal(nodeValue{Started: started.Format(time.RFC3339Nano), Reads: m.cfg.Format,
-		Warms: m.cfg.Prepare != nil, Warm: warm, Leaving: leaving})
+		Warms: m.cfg.Prepare != nil, Warm: warm, Leaving: leaving, Drains: !m.noDrains})
 	fut, err := m.js.PublishMsgAsync(&nats.Msg{Subject: m.subject(prefixNode + m.cfg.Node), Data: b},
 		jetstream.WithMsgTTL(m.keyTTL()))
 	m.beatMu.Unlock()

@@ -51,6 +51,7 @@ type warming struct {
 type peerWarm struct {
 	announces bool
 	parts     []int
+	drains    bool // knows a leaving node (drain.go)
 }
 
 // warmWait is a handoff of a partition held back until its receiver
@@ -155,12 +156,15 @@ func (m *Manager) warmPartsLocked() []int {
 
 // handoffReadyLocked reports whether partition p may be handed to node
 // now, as far as node's views go, and how: node announces p warm, or
-// announces nothing, or WarmWait passed since the handoff was first due.
+// announces nothing (or, while this node drains, does not know a leaving
+// node: drain.go), or WarmWait passed since the handoff was first due.
 // REQUIRES: m.mu held.
 func (m *Manager) handoffReadyLocked(p int, node string, now time.Time) (string, bool) {
 	pw := m.mu.peers[node]
 	switch {
-	case !pw.announces:
+	case !pw.announces, m.mu.draining && !pw.drains:
+		// A node that does not know a leaving node does not prepare
+		// its partitions: waiting would only delay the stop.
 		return handoffUnannounced, true
 	case slices.Contains(pw.parts, p):
 		return handoffWarm, true
