@@ -666,8 +666,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	dogDone := make(chan struct{})
 	go m.watchdog(wctx, dogDone)
 	// The renewer and the rounds outlive ctx through a drain (drain.go):
-	// the leases are renewed and handed off until it ends.
+	// the leases are renewed and handed off until it ends. Without a
+	// drain, ctx's end cuts a round's writes short, as it always did (a
+	// stop without quorum does not wait out their timeouts).
 	lctx, endRounds := context.WithCancel(context.WithoutCancel(ctx))
+	roundCtx := ctx
 	defer endRounds()
 	rctx, stopRenewer := context.WithCancel(lctx)
 	defer stopRenewer()
@@ -693,7 +696,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	check := time.NewTicker(max(m.cfg.TTL/20, 10*time.Millisecond))
 	defer check.Stop()
 	for {
-		m.round(lctx)
+		m.round(roundCtx)
 		m.syncWarm()
 		if err := m.behindErr(); err != nil {
 			m.log.Error("this node cannot read the cluster's record format; it stops serving", "err", err)
@@ -720,6 +723,7 @@ func (m *Manager) Run(ctx context.Context) error {
 					return nil
 				}
 				drainStart, drainEnd = time.Now(), time.After(m.cfg.DrainWait)
+				roundCtx = lctx
 				waiting = false
 			case <-drainEnd:
 				m.endDrain(drainStart)
