@@ -534,13 +534,18 @@ func TestGuardHealsDeletedShardsTogether(t *testing.T) {
 	// The first heal (of whichever shard the guard saw first) creates
 	// them all; a shard created again before its own guard looked is
 	// the same empty stream to it, with nothing to heal.
+	// A shard the test deleted after that heal made it again is healed
+	// by its own guard, which holds the heal of a stream deleted again
+	// for a second or more: each is waited for, not read at once.
 	waitLog(t, &logs, `healed","subsystem":"guard","store":"FOREVER_EVENTS_`)
-	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
 	for k := range cfg.Shards {
-		if _, err := js.Stream(t.Context(), eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)); err != nil {
-			t.Errorf("shard %d after the heal: %v", k, err)
-		}
+		name := eventlog.ShardStreamName(eventlog.DefaultEventsStream, k)
+		waitfor.True(t, name+" back after the heal", func() bool {
+			_, err := js.Stream(t.Context(), name)
+			return err == nil
+		})
 	}
+	agentdtest.WaitStatus(t, base+"/readyz", http.StatusOK)
 	// A heal that waited for a shard still missing fails; one whose
 	// create the server refused while it still removed the deleted
 	// stream's files (500, err_code 10049, "error creating store") is
