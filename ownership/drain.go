@@ -61,42 +61,28 @@ func (m *Manager) startDrain() bool {
 func (m *Manager) drained() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.liveLocked()) == 0 {
-		return true
-	}
-	for _, h := range m.mu.held {
-		if !h.releasing {
-			return false
-		}
-	}
-	return true
+	return len(m.liveLocked()) == 0 || m.keptLocked() == 0
 }
 
 // endDrain logs how a drain went, started at start.
 func (m *Manager) endDrain(start time.Time) {
 	m.mu.Lock()
-	left := 0
-	for _, h := range m.mu.held {
-		if !h.releasing {
-			left++
-		}
-	}
+	left := m.keptLocked()
 	m.mu.Unlock()
 	m.log.Info("partitions handed off warm before stopping", "took", time.Since(start).Round(time.Millisecond),
 		"left_cold", left)
 }
 
-// warmNewsLocked reports whether node's announced warm partitions gain
-// one this node holds: a handoff may go now, not at the next check.
+// keptLocked counts the held partitions not being handed off.
 // REQUIRES: m.mu held.
-func (m *Manager) warmNewsLocked(node string, warm []int) bool {
-	old := m.mu.peers[node].parts
-	for _, p := range warm {
-		if _, held := m.mu.held[p]; held && !slices.Contains(old, p) {
-			return true
+func (m *Manager) keptLocked() int {
+	n := 0
+	for _, h := range m.mu.held {
+		if !h.releasing {
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // Leaving reports whether node is stopping: its key announces it, or it is

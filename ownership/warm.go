@@ -186,3 +186,16 @@ func (m *Manager) handedTo(a action) {
 			"partition", a.p, "to", a.to, "waited", m.cfg.WarmWait)
 	}
 }
+
+// warmNewsLocked reports whether node's announced warm partitions gain
+// one this node holds: a handoff may go now, not at the next check.
+// REQUIRES: m.mu held.
+func (m *Manager) warmNewsLocked(node string, warm []int) bool {
+	old := m.mu.peers[node].parts
+	for _, p := range warm {
+		if _, held := m.mu.held[p]; held && !slices.Contains(old, p) {
+			return true
+		}
+	}
+	return false
+}
