@@ -183,11 +183,14 @@ const noWaitPause = 200 * time.Millisecond
 const readConsumerIdle = 10 * time.Second
 
 // readOpts are a stream read's fetch size (0: 1000), whether its fetches
-// return at once (Tail), and, when set (tests), a hook that sees
-// each event's metadata before the end rule reads it.
+// return at once (Tail), when set the consumer sequence last delivered
+// (Tail: a plain consumer, kept between reads, whose delivery must not
+// skip one), and, when set (tests), a hook that sees each event's
+// metadata before the end rule reads it.
 type readOpts struct {
 	batch     int
 	noWait    bool
+	consSeq   *uint64
 	delivered func(*jetstream.MsgMetadata)
 }
 
@@ -256,6 +259,12 @@ func readStream(ctx context.Context, js jetstream.JetStream, cons jetstream.Cons
 			if o.delivered != nil {
 				o.delivered(md)
 			}
+			if o.consSeq != nil {
+				if md.Sequence.Consumer != *o.consSeq+1 {
+					return fail(fmt.Errorf("its consumer delivered %d after %d: one was lost", md.Sequence.Consumer, *o.consSeq))
+				}
+				*o.consSeq = md.Sequence.Consumer
+			}
 			seen = md.Sequence.Stream
 			sub := msg.Subject()
 			agent := sub[strings.LastIndexByte(sub, '.')+1:]
@@ -293,11 +302,14 @@ func readStream(ctx context.Context, js jetstream.JetStream, cons jetstream.Cons
 }
 
 // Tail reads one stream's events of some subjects as they are stored,
-// read after read, through one ordered consumer kept between reads: a
-// reader every few seconds would otherwise create a consumer each time,
-// and each creation and deletion is an entry every server of the cluster
-// applies in the JetStream meta layer (a 6-node chaos run's meta layer
-// fell behind with them). A read that fails drops the consumer; the next
+// read after read, through one consumer kept between reads: a reader
+// every few seconds would otherwise create a consumer each time, and each
+// creation and deletion is an entry every server of the cluster applies
+// in the JetStream meta layer (a 6-node chaos run's meta layer fell
+// behind with them). It is a plain pull consumer, not nats.go's ordered
+// one, which makes a new consumer for each fetch; Tail checks instead
+// that its consumer sequences follow one another. A read that fails (a
+// skipped delivery, a consumer deleted) drops the consumer; the next
 // creates one from after the last event read.
 type Tail struct {
 	js       jetstream.JetStream
@@ -305,6 +317,7 @@ type Tail struct {
 	subjects []string
 	from     time.Time
 	cons     jetstream.Consumer
+	consSeq  uint64
 	seen     uint64
 }
 
@@ -331,23 +344,35 @@ func (t *Tail) Read(ctx context.Context) (map[string][]Stamp, error) {
 		return out, nil
 	}
 	if t.cons == nil {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: t.subjects, InactiveThreshold: tailIdle,
+		cfg := jetstream.ConsumerConfig{FilterSubjects: t.subjects, InactiveThreshold: tailIdle,
+			AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1,
 			DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t.from}
 		if t.seen > 0 {
 			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, t.seen+1
 		}
-		if t.cons, err = t.js.OrderedConsumer(ctx, t.stream, cfg); err != nil {
+		if t.cons, err = t.js.CreateConsumer(ctx, t.stream, cfg); err != nil {
 			t.cons = nil
 			return nil, fmt.Errorf("read the stall agents' events on %s: %w", t.stream, err)
 		}
+		t.consSeq = 0
 	}
-	seen, err := readStream(ctx, t.js, t.cons, t.stream, t.subjects, t.seen, last, t.from, time.Time{}, readOpts{noWait: true}, out)
+	consSeq := t.consSeq
+	seen, err := readStream(ctx, t.js, t.cons, t.stream, t.subjects, t.seen, last, t.from, time.Time{}, readOpts{noWait: true, consSeq: &consSeq}, out)
 	if err != nil {
-		t.cons = nil
+		t.drop(ctx)
 		return nil, err
 	}
-	t.seen = seen
+	t.seen, t.consSeq = seen, consSeq
 	return out, nil
+}
+
+// drop deletes t's consumer, if the server still has it, and forgets it.
+func (t *Tail) drop(ctx context.Context) {
+	name := t.cons.CachedInfo().Name
+	t.cons = nil
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = t.js.DeleteConsumer(dctx, t.stream, name) // gone already, or the idle threshold removes it
 }
 
 // leaderLast returns the highest last sequence of subjects in stream, as
