@@ -138,7 +138,7 @@ func TestRunSmoke(t *testing.T) {
 	}
 	for _, s := range scenarios() {
 		if s.Requires != "" || smokeSkips[s.Name] {
-			continue // needs a tool CI does not build, or run by hand
+			continue // needs a tool CI does not build or a cluster, or run by hand
 		}
 		if !strings.Contains(all.String(), s.Name+" ") {
 			t.Errorf("no row for %s in:\n%s", s.Name, all.String())

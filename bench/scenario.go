@@ -102,6 +102,7 @@ func scenarios() []Scenario {
 		{Name: "failover", Run: failover, Once: true},
 		{Name: "restart-share", Run: restartShare, Once: true},
 		{Name: "handoff", Run: handoff, Once: true},
+		{Name: "follow-stepdown", Run: followStepdown, Requires: "-nodes 3"},
 		{Name: "auth-cost", Run: authCost, Once: true},
 		{Name: "scale", Run: scaleScenario, Once: true},
 		{Name: "conversation-growth", Run: conversationGrowth, Once: true},
