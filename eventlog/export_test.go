@@ -12,6 +12,12 @@ import (
 	"github.com/nats-io/nuid"
 )
 
+// The heartbeats a views follow's and a client follow's pulls ask for.
+const (
+	ViewsHeartbeat  = viewsHeartbeat
+	FollowHeartbeat = followHeartbeat
+)
+
 // StoredCursor reads a projection's committed cursor straight from Pebble.
 func StoredCursor(l *Log, name string) (Seq, error) {
 	b, err := get(l.db, append(projPrefix(name), 'c'))

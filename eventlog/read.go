@@ -482,7 +482,7 @@ func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, 
 }
 
 func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
-	return l.followSubjects(ctx, stream, []string{subject}, after, followOpts{})
+	return l.followSubjects(ctx, stream, []string{subject}, after, followOpts{heartbeat: followHeartbeat})
 }
 
 // followOpts are a views follow's: place, a consumer placed on a replica
@@ -499,11 +499,23 @@ type followOpts struct {
 // missed heartbeats, 10 s at its default; a views consumer on a killed
 // server then waited for a new owner's recovery to ask for a new one
 // (renewAfter), 2 s into the recovery (half of the renewals of a 6-node
-// chaos run, stop 61). At 1 s the library recreates it 2 s after the
-// death, before the dead node's partitions are handed over (its leases'
-// TTL). It costs one status message a second per views consumer while
-// idle.
-const viewsHeartbeat = time.Second
+// chaos run, stop 61). A consumer made while its stream changes leader
+// is sometimes never served (about 1 in 30 made within 10 ms of a
+// stepdown, on any replica; stop 66): the server sends it no heartbeat
+// either, and nats.go recreates it after the same two. Every stop's
+// lead-away makes such stepdowns, and a views catch-up made then held
+// its shard's agents 2.2 s at a 1 s heartbeat. At 500 ms, nats.go's
+// least, the library recreates such a consumer within a second. It
+// costs two status messages a second per views consumer while idle.
+const viewsHeartbeat = 500 * time.Millisecond
+
+// followHeartbeat is the heartbeat of a client's follow (Follow: a chat
+// stream's replay and live tail, the gateway's reads). At the library's
+// 5 s, a follow whose consumer's server stopped (a third of them in a
+// rolling deploy of 3 nodes), or one made in a stepdown and never served,
+// waited 10 s before nats.go made it again; now 2 s. One status message a
+// second per follow while its stream is idle.
+const followHeartbeat = time.Second
 
 // followSubjects is follow of several subjects of stream, which must not
 // overlap (one ordered consumer with several filters), with opts.

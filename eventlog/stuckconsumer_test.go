@@ -142,10 +142,11 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // TestViewsConsumerHeartbeat: a views follow asks its consumer's server
-// for a heartbeat every viewsHeartbeat (1 s), so nats.go recreates a
-// consumer whose server died two seconds after the death, not ten (its
-// default 5 s heartbeat), before the dead node's partitions are handed
-// over. Read off the pull requests themselves.
+// for a heartbeat every viewsHeartbeat (500 ms), and a client's Follow
+// every followHeartbeat (1 s), so nats.go recreates a consumer whose
+// server died, or that its server never served (one made in a stepdown),
+// after two of them missed, not ten seconds (its default 5 s heartbeat).
+// Read off the pull requests themselves.
 func TestViewsConsumerHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -155,21 +156,30 @@ func TestViewsConsumerHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	lg := eventlogtest.OpenOn(t, s, eventlog.Config{})
-	eventlogtest.RunFollower(t, newFollower(t, lg, counter(1)))
-	for {
-		m, err := pulls.NextMsgWithContext(ctx)
-		if err != nil {
-			t.Fatalf("no views pull asked for a 1 s heartbeat: %v", err)
+	askedFor := func(what string, want time.Duration) {
+		t.Helper()
+		for {
+			m, err := pulls.NextMsgWithContext(ctx)
+			if err != nil {
+				t.Fatalf("no %s pull asked for a %v heartbeat: %v", what, want, err)
+			}
+			var req struct {
+				Heartbeat time.Duration `json:"idle_heartbeat"`
+			}
+			if err := json.Unmarshal(m.Data, &req); err != nil {
+				t.Fatalf("pull request %q: %v", m.Data, err)
+			}
+			if req.Heartbeat == want {
+				return
+			}
+			t.Logf("pull of %s with a heartbeat of %v", m.Subject, req.Heartbeat)
 		}
-		var req struct {
-			Heartbeat time.Duration `json:"idle_heartbeat"`
-		}
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			t.Fatalf("pull request %q: %v", m.Data, err)
-		}
-		if req.Heartbeat == time.Second {
-			return
-		}
-		t.Logf("pull of %s with a heartbeat of %v", m.Subject, req.Heartbeat)
 	}
+	eventlogtest.RunFollower(t, newFollower(t, lg, counter(1)))
+	askedFor("views", eventlog.ViewsHeartbeat)
+	go func() {
+		for range lg.Follow(ctx, eventlog.Filter{Agent: "a"}, 0) {
+		}
+	}()
+	askedFor("client follow", eventlog.FollowHeartbeat)
 }
