@@ -36,9 +36,10 @@
 // follow-stepdown (-nodes 3; with fewer it says why and skips) steps the
 // log's events stream down, round after round, and starts two follows of
 // its stored events a few milliseconds later, the log's Follow and a bare
-// ordered consumer at nats.go's default heartbeat, and reports the time
-// to each one's first event (a consumer made in an election is sometimes
-// never served, and waits for two missed heartbeats);
+// ordered consumer iterated with Messages at nats.go's default heartbeat,
+// and reports the time to each one's first event (about 1 in 20 pulls
+// made in an election is answered "no responders", and a Messages
+// iterator then waits for two missed heartbeats);
 // auth-cost runs one agentd with --auth (its client a tenant's credential)
 // beside one without, in alternating rounds; restart-load SIGKILLs and
 // restarts an agentd under sustained chat load (30 agents chatting on the

@@ -225,12 +225,11 @@ func (mv *mover) copyStream(ctx context.Context, st jetstream.Stream, chunks boo
 		return 0, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 	}
 	defer mv.dropConsumer(ctx, info.Config.Name, cons)
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	next, err := consumeOf(cons, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return 0, fmt.Errorf("eventlog: move: read %s: %w", info.Config.Name, err)
 	}
-	defer it.Stop() // before dropConsumer
-	next := nextOf(it)
+	defer next.stopConsuming() // after quit, before dropConsumer
 	defer next.quit()
 	var inflight []pending
 	flush := func() error {

@@ -499,22 +499,17 @@ type followOpts struct {
 // missed heartbeats, 10 s at its default; a views consumer on a killed
 // server then waited for a new owner's recovery to ask for a new one
 // (renewAfter), 2 s into the recovery (half of the renewals of a 6-node
-// chaos run, stop 61). A consumer made while its stream changes leader
-// is sometimes never served (about 1 in 30 made within 10 ms of a
-// stepdown, on any replica; stop 66): the server sends it no heartbeat
-// either, and nats.go recreates it after the same two. Every stop's
-// lead-away makes such stepdowns, and a views catch-up made then held
-// its shard's agents 2.2 s at a 1 s heartbeat. At 500 ms, nats.go's
-// least, the library recreates such a consumer within a second. It
-// costs two status messages a second per views consumer while idle.
-const viewsHeartbeat = 500 * time.Millisecond
+// chaos run, stop 61). At 1 s the library recreates it 2 s after the
+// death, before the dead node's partitions are handed over (its leases'
+// TTL). It costs one status message a second per views consumer while
+// idle.
+const viewsHeartbeat = time.Second
 
 // followHeartbeat is the heartbeat of a client's follow (Follow: a chat
-// stream's replay and live tail, the gateway's reads). At the library's
-// 5 s, a follow whose consumer's server stopped (a third of them in a
-// rolling deploy of 3 nodes), or one made in a stepdown and never served,
-// waited 10 s before nats.go made it again; now 2 s. One status message a
-// second per follow while its stream is idle.
+// stream's replay and live tail, the gateway's reads), as a views
+// follow's: at the library's 5 s, a follow whose consumer's server
+// stopped (a third of them in a rolling deploy of 3 nodes) waited 10 s
+// before nats.go made it again; now 2 s.
 const followHeartbeat = time.Second
 
 // followSubjects is follow of several subjects of stream, which must not
@@ -535,11 +530,11 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		pull := []jetstream.PullMessagesOpt{jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes)}
+		pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes)}
 		if opts.heartbeat > 0 {
 			pull = append(pull, jetstream.PullHeartbeat(opts.heartbeat))
 		}
-		msgs, err := cons.Messages(pull...)
+		next, err := consumeOf(cons, pull...)
 		if err != nil {
 			l.dropConsumer(stream, cons)
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
@@ -558,7 +553,6 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 				}
 			}()
 		}
-		next := nextOf(msgs)
 		// The iterator returns at ctx's end without waiting for the
 		// consumer: while an ordered consumer recreates itself after
 		// losing its server, nats.go holds its lock for each create
@@ -570,7 +564,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 		defer func() {
 			next.quit()
 			go func() {
-				msgs.Stop()
+				next.stopConsuming()
 				l.dropConsumer(stream, cons)
 			}()
 		}()
@@ -585,7 +579,7 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 					yield(Event{}, pe)
 					return
 				}
-				// The iterator is closed or the consumer is gone for good.
+				// The consumer stopped (its connection closed).
 				yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, err))
 				return
 			}
@@ -613,41 +607,59 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 	}
 }
 
-// pulled is what a MessagesContext's Next returned.
+// pulled is a message a consumer delivered, or the error that ended it.
 type pulled struct {
 	m   jetstream.Msg
 	err error
 }
 
-// nexter calls a MessagesContext's Next in a goroutine of its own, so its
-// reader can stop waiting at any time (a Next may block while the
-// ordered consumer recreates itself, which no context ends).
+// nexter hands what a consumer's Consume delivers to a reader that can
+// stop waiting at any time (a delivery may wait while the ordered
+// consumer recreates itself, which no context ends). It consumes rather
+// than iterating Messages: nats.go's ordered consumer makes itself again
+// when a pull is answered "no responders" only under Consume, while a
+// Messages iterator waits for two missed heartbeats. One made while its
+// stream steps down is so answered about 1 in 20 times (bench
+// follow-stepdown, stop 66).
 type nexter struct {
 	ch   chan pulled
 	stop chan struct{} // closed by quit
+	cc   jetstream.ConsumeContext
 }
 
-// nextOf starts reading msgs ahead, up to followAhead messages, until
-// Next fails or quit.
-func nextOf(msgs jetstream.MessagesContext) *nexter {
+// errConsumeEnded is what a nexter yields once its consumer stopped on
+// its own (its connection closed).
+var errConsumeEnded = errors.New("the consumer stopped")
+
+// consumeOf starts consuming cons with opts, handing up to followAhead
+// messages ahead to next, until quit, then stopConsuming.
+func consumeOf(cons jetstream.Consumer, opts ...jetstream.PullConsumeOpt) (*nexter, error) {
 	n := &nexter{ch: make(chan pulled, followAhead), stop: make(chan struct{})}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case n.ch <- pulled{m: m}:
+		case <-n.stop:
+		}
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	n.cc = cc
+	closed := cc.Closed()
 	go func() {
-		for {
-			m, err := msgs.Next()
+		select {
+		case <-closed:
 			select {
-			case n.ch <- pulled{m, err}:
+			case n.ch <- pulled{err: errConsumeEnded}:
 			case <-n.stop:
-				return
 			}
-			if err != nil {
-				return
-			}
+		case <-n.stop:
 		}
 	}()
-	return n
+	return n, nil
 }
 
-// next returns the next message read, or ctx's error once ctx ends.
+// next returns the next message delivered, or ctx's error once ctx ends.
 func (n *nexter) next(ctx context.Context) (jetstream.Msg, error) {
 	select {
 	case r := <-n.ch:
@@ -657,9 +669,12 @@ func (n *nexter) next(ctx context.Context) (jetstream.Msg, error) {
 	}
 }
 
-// quit ends the reading, once: the goroutine returns after the Next
-// under way, which the caller ends by stopping msgs.
+// quit ends the handing over, once; stopConsuming then stops the
+// consumer, which may wait for a recreation under way.
 func (n *nexter) quit() { close(n.stop) }
+
+// stopConsuming stops the consumer; call it after quit.
+func (n *nexter) stopConsuming() { n.cc.Stop() }
 
 // followAhead is how many messages a follow's reader takes ahead of its
 // iterator: the consumer pulls up to 512 anyway.

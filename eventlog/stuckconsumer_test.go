@@ -142,11 +142,10 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // TestViewsConsumerHeartbeat: a views follow asks its consumer's server
-// for a heartbeat every viewsHeartbeat (500 ms), and a client's Follow
-// every followHeartbeat (1 s), so nats.go recreates a consumer whose
-// server died, or that its server never served (one made in a stepdown),
-// after two of them missed, not ten seconds (its default 5 s heartbeat).
-// Read off the pull requests themselves.
+// for a heartbeat every viewsHeartbeat, and a client's Follow every
+// followHeartbeat (1 s each), so nats.go recreates a consumer whose
+// server died after two of them missed, not ten seconds (its default 5 s
+// heartbeat). Read off the pull requests themselves.
 func TestViewsConsumerHeartbeat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
