@@ -70,11 +70,17 @@ func (h *Host) purgeAgentEvents(ctx context.Context, agent string) error {
 	return nil
 }
 
-// followAgentEvents follows agent's stored events after the cursor after:
-// an ordered consumer, so a slow reader only reads slower, and a message
+// followAgentEvents hands agent's stored events after the cursor after
+// to handle, one at a time, until the returned ConsumeContext stops: an
+// ordered consumer, so a slow handler only reads slower, and a message
 // lost in flight is fetched again rather than skipped. after 0 follows
-// from the agent's first kept event.
-func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64) (jetstream.MessagesContext, error) {
+// from the agent's first kept event. It consumes rather than iterating
+// Messages: an ordered consumer whose pull is answered "no responders"
+// (made while its stream steps down) makes itself again at once under
+// Consume, and only after two missed heartbeats (10 s) under Messages
+// (bench follow-stepdown). Its heartbeat is 1 s, so one whose server
+// stopped is made again 2 s later.
+func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64, handle func(jetstream.Msg)) (jetstream.ConsumeContext, error) {
 	if h.agentEvents == nil {
 		return nil, ErrUnavailable.Wrapf("the agent events stream is not open")
 	}
@@ -89,12 +95,16 @@ func (h *Host) followAgentEvents(ctx context.Context, agent string, after uint64
 	if err != nil {
 		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
-	it, err := c.Messages()
+	cc, err := c.Consume(handle, jetstream.PullHeartbeat(agentEventsHeartbeat))
 	if err != nil {
 		return nil, ErrUnavailable.Wrapf("follow the agent events of %s: %w", agent, err)
 	}
-	return it, nil
+	return cc, nil
 }
+
+// agentEventsHeartbeat is the heartbeat of an agent events follow's
+// consumer.
+const agentEventsHeartbeat = time.Second
 
 // lastAgentEvent returns the stream sequence of agent's newest stored
 // event, 0 when it has none: a client that starts from now resumes after

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/internal/apierror"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // events serves GET /v1/agents/{id}/events[?after=<cursor>]: the agent's
@@ -65,12 +66,33 @@ func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	it, err := s.h.followAgentEvents(r.Context(), agent, after)
+	// The consumer's handler hands its messages over (it waits while
+	// the loop sends), so the loop can also beat, and end with the
+	// request or the daemon.
+	type event struct {
+		seq  uint64
+		data []byte
+	}
+	msgs, done := make(chan event), make(chan struct{})
+	cc, err := s.h.followAgentEvents(r.Context(), agent, after, func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		select {
+		case msgs <- event{md.Sequence.Stream, m.Data()}:
+		case <-done:
+		}
+	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer it.Stop()
+	defer func() {
+		close(done) // a handler waiting to hand over returns
+		cc.Stop()
+	}()
+	ended := cc.Closed() // stopped, or the stream is gone: the client reconnects
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")
@@ -89,41 +111,13 @@ func (s *httpAgents) events(w http.ResponseWriter, r *http.Request) {
 	s.h.watchers.Inc()
 	defer s.h.watchers.Dec()
 
-	// The iterator blocks; a goroutine hands its messages over so the
-	// loop can also beat, and end with the request or the daemon.
-	type event struct {
-		seq  uint64
-		data []byte
-	}
-	msgs := make(chan event)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		defer close(msgs)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return // stopped, or the stream is gone: the client reconnects
-			}
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			select {
-			case msgs <- event{md.Sequence.Stream, m.Data()}:
-			case <-done:
-				return
-			}
-		}
-	}()
 	beat := time.NewTicker(s.cfg.Heartbeat)
 	defer beat.Stop()
 	for {
 		select {
-		case ev, ok := <-msgs:
-			if !ok {
-				return
-			}
+		case <-ended:
+			return
+		case ev := <-msgs:
 			var m struct {
 				Type    string `json:"type"`
 				Version int    `json:"version"`
