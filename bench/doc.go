@@ -37,7 +37,7 @@
 // log's events stream down, round after round, and starts two follows of
 // its stored events a few milliseconds later, the log's Follow and a bare
 // ordered consumer iterated with Messages at nats.go's default heartbeat,
-// and reports the time to each one's first event (about 1 in 20 pulls
+// and reports the time to each one's first event (2-9% of the pulls
 // made in an election is answered "no responders", and a Messages
 // iterator then waits for two missed heartbeats);
 // auth-cost runs one agentd with --auth (its client a tenant's credential)

@@ -14,8 +14,8 @@ import (
 // The follow-stepdown scenario: how long a follow made while its stream
 // changes leader waits for its first event. Every stop of a node moves
 // its stream leaders away first (eventlog.Log.LeadAway), and every views
-// catch-up and client follow made then meets such an election. About 1
-// in 20 consumers made within 10 ms of a stepdown has its first pull
+// catch-up and client follow made then meets such an election. 2-9% of
+// the consumers made within 10 ms of a stepdown have their first pull
 // answered "no responders": nats.go's ordered consumer makes itself again
 // at once under Consume, but a Messages iterator waits for two missed
 // heartbeats. Each round steps the log's events stream down and, a few
