@@ -36,16 +36,12 @@ func followStepdown(ctx context.Context, env *Env) (Result, error) {
 		env.Logger.Warn("bench: follow-stepdown skipped: it steps a replicated stream's leader down; give -nodes 3")
 		return Result{}, nil
 	}
-	cfg, err := env.LogConfig()
+	lg, release, err := env.OpenLog(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	lg, err := eventlog.Open(ctx, cfg)
-	if err != nil {
-		return Result{}, err
-	}
-	defer env.DropLog(cfg)
-	defer lg.Close()
+	defer release()
+	stream := lg.EventsStream()
 	wctx, stopWriter := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -66,7 +62,7 @@ func followStepdown(ctx context.Context, env *Env) (Result, error) {
 	var ours, bare []time.Duration
 	for round := range n {
 		go func() { // the stepdown's answer comes after the election
-			_, _ = env.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN."+cfg.EventsStream, nil, 5*time.Second)
+			_, _ = env.Conn.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 5*time.Second)
 		}()
 		if err := sleepCtx(ctx, time.Duration(round%6)*2*time.Millisecond); err != nil {
 			return Result{}, err
@@ -75,7 +71,7 @@ func followStepdown(ctx context.Context, env *Env) (Result, error) {
 		var oerr, berr error
 		var rw sync.WaitGroup
 		rw.Go(func() { o, oerr = firstOfFollow(ctx, lg) })
-		rw.Go(func() { b, berr = firstOfBare(ctx, env.JS, cfg.EventsStream) })
+		rw.Go(func() { b, berr = firstOfBare(ctx, env.JS, stream) })
 		rw.Wait()
 		if err := errors.Join(oerr, berr); err != nil {
 			return Result{}, fmt.Errorf("follow-stepdown round %d: %w", round+1, err)
