@@ -431,6 +431,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Partitions:   cfg.Partitions,
 		OwnedViews:   cfg.ownedViews(d.logShards(cfg)),
 		Owner:        &d.parts,
+		Leaving:      d.parts.leaving,
 		OnFenced:     d.parts.onFenced,
 		Dir:          cfg.PebbleDir(),
 		FS:           cfg.PebbleFS,

@@ -190,6 +190,12 @@ func (p *partitions) Token(agent string) (eventlog.Token, bool) {
 
 var _ eventlog.Owner = (*partitions)(nil)
 
+// leaving reports whether server's node is stopping (its key announces
+// it): the log places a views consumer JetStream put there again.
+func (p *partitions) leaving(server string) bool {
+	return p.mgr != nil && p.mgr.Leaving(server)
+}
+
 // open creates the lease manager on nc. A cluster that has no JetStream
 // quorum yet (its nodes are still starting) is waited for, up to
 // serverStartTimeout, with a log line per attempt.

@@ -1043,7 +1043,7 @@ follow:
 				if errors.As(err, &pe) {
 					placed++
 					f.l.metrics.consumersPlacedAgain.Inc()
-					f.logger.Info("a views consumer was placed on a replica far behind its stream's leader; placing it again",
+					f.logger.Info("a views consumer was placed on a replica far behind its stream's leader, or on a server stopping; placing it again",
 						"stream", pe.stream, "server", pe.server, "attempt", placed)
 					continue follow
 				}

@@ -132,6 +132,12 @@ type Config struct {
 	// instead of interleaving with it. Nil means a single writer: no
 	// fencing.
 	Owner Owner
+	// Leaving, when set, names the servers whose node is stopping: a
+	// views consumer JetStream placed on one is placed again, as one on
+	// a replica far behind is (placement.go). Such a server still hosts
+	// consumers through its lame duck second, and a catch-up placed
+	// there delivered nothing until it shut down.
+	Leaving func(server string) bool
 	// OnFenced is told, in its own goroutine, when an append of agent
 	// conflicted under a token: another writer took the agent over. The
 	// agent's later appends under the same token fail with ErrFenced.

@@ -33,11 +33,12 @@ import (
 // follows do not check: they start often and end soon.
 
 // placedBehindError ends a follow whose consumer was placed on a replica
-// far behind its stream's leader.
+// far behind its stream's leader, or on a server stopping
+// (Config.Leaving).
 type placedBehindError struct{ stream, server string }
 
 func (e *placedBehindError) Error() string {
-	return fmt.Sprintf("eventlog: follow %s: the consumer was placed on %s, a replica far behind the stream's leader", e.stream, e.server)
+	return fmt.Sprintf("eventlog: follow %s: the consumer was placed on %s, a replica far behind the stream's leader or a server stopping", e.stream, e.server)
 }
 
 // placeAgainTries bounds how often a Follower's pump places its consumer
@@ -48,8 +49,9 @@ const placeAgainTries = 3
 const placementCheckTimeout = 2 * time.Second
 
 // placedBehind reports whether cons, an ordered consumer of stream just
-// created, is on a replica of the stream that is not current, and which
-// server it is on. Anything it cannot tell is not behind.
+// created, is on a replica of the stream that is not current, or on a
+// server stopping (Config.Leaving), and which server it is on. Anything
+// it cannot tell is not behind.
 func (l *Log) placedBehind(ctx context.Context, stream string, cons jetstream.Consumer) (server string, behind bool) {
 	if l.placedBehindHook != nil {
 		return "test", l.placedBehindHook(stream)
@@ -62,6 +64,10 @@ func (l *Log) placedBehind(ctx context.Context, stream string, cons jetstream.Co
 		return "", false
 	}
 	server = ci.Cluster.Leader
+	if l.cfg.Leaving != nil && l.cfg.Leaving(server) {
+		l.placements.Store(stream, placement{server: server, state: "its node is stopping"})
+		return server, true
+	}
 	ictx, cancel := context.WithTimeout(ctx, placementCheckTimeout)
 	defer cancel()
 	s, err := l.js.Stream(ictx, stream)

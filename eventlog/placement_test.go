@@ -62,3 +62,26 @@ func TestFollowPlacedAgain(t *testing.T) {
 		t.Errorf("placement checks = %d, want 3 (the bound)", got)
 	}
 }
+
+// TestFollowPlacedAwayFromLeaving: on a replicated log, a views consumer
+// JetStream placed on a server whose node is stopping (Config.Leaving)
+// is placed again, as one on a replica far behind is: with every server
+// named leaving, each placement is checked and dropped up to the bound,
+// and the views still end complete. A stopping server hosts consumers
+// through its lame duck second, and a catch-up placed there delivered
+// nothing until it shut down (docs/benchmarks.md, stop 66).
+func TestFollowPlacedAwayFromLeaving(t *testing.T) {
+	srvs := eventlogtest.RunCluster(t, 3)
+	var asked atomic.Int32
+	lg := eventlogtest.OpenOn(t, srvs[0], eventlog.Config{Replicas: 3, Leaving: func(string) bool {
+		asked.Add(1)
+		return true
+	}})
+	appendN(t, lg, 300, 3)
+	a := named("a", 1, eventlog.Filter{})
+	runFollower(t, lg, nil, a)
+	checkViews(t, lg, 300, a)
+	if got := asked.Load(); got != 3 {
+		t.Errorf("servers checked for a stopping node = %d, want 3 (the bound)", got)
+	}
+}
