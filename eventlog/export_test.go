@@ -12,9 +12,10 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// The heartbeats a views follow's and a client follow's pulls ask for.
+// The heartbeats a views follow's and a client follow's pulls ask for:
+// one, followHeartbeat.
 const (
-	ViewsHeartbeat  = viewsHeartbeat
+	ViewsHeartbeat  = followHeartbeat
 	FollowHeartbeat = followHeartbeat
 )
 

@@ -1033,7 +1033,7 @@ func (f *Follower) pump(ctx context.Context, subjects []string, after Seq, ch ch
 	placed := 0 // consumers placed again (placement.go)
 follow:
 	for ctx.Err() == nil {
-		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after, followOpts{place: placed < placeAgainTries, heartbeat: viewsHeartbeat}) {
+		for e, err := range f.l.followSubjects(ctx, f.stream, subjects, after, followOpts{place: placed < placeAgainTries}) {
 			var ce *CorruptError
 			if err != nil && !errors.As(err, &ce) {
 				if ctx.Err() != nil {

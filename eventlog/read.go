@@ -482,34 +482,27 @@ func (l *Log) Follow(ctx context.Context, f Filter, after Seq) iter.Seq2[Event, 
 }
 
 func (l *Log) follow(ctx context.Context, stream, subject string, after Seq) iter.Seq2[Event, error] {
-	return l.followSubjects(ctx, stream, []string{subject}, after, followOpts{heartbeat: followHeartbeat})
+	return l.followSubjects(ctx, stream, []string{subject}, after, followOpts{})
 }
 
 // followOpts are a views follow's: place, a consumer placed on a replica
-// far behind is placed again (placement.go); heartbeat, the server's
-// heartbeat while the consumer has nothing to deliver (0: the library's
-// 5 s), two of which missed have the library recreate it.
+// far behind is placed again (placement.go).
 type followOpts struct {
-	place     bool
-	heartbeat time.Duration
+	place bool
 }
 
-// viewsHeartbeat is the heartbeat of a views follow's consumer. An
-// ordered consumer whose server died is recreated by nats.go after two
-// missed heartbeats, 10 s at its default; a views consumer on a killed
-// server then waited for a new owner's recovery to ask for a new one
-// (renewAfter), 2 s into the recovery (half of the renewals of a 6-node
-// chaos run, stop 61). At 1 s the library recreates it 2 s after the
-// death, before the dead node's partitions are handed over (its leases'
-// TTL). It costs one status message a second per views consumer while
-// idle.
-const viewsHeartbeat = time.Second
-
-// followHeartbeat is the heartbeat of a client's follow (Follow: a chat
-// stream's replay and live tail, the gateway's reads), as a views
-// follow's: at the library's 5 s, a follow whose consumer's server
-// stopped (a third of them in a rolling deploy of 3 nodes) waited 10 s
-// before nats.go made it again; now 2 s.
+// followHeartbeat is the heartbeat of every follow's consumer (the
+// views', a client's Follow: a chat stream's replay and live tail, the
+// gateway's reads), two of which missed have nats.go recreate it. At the
+// library's 5 s, a consumer whose server died was made again 10 s after
+// the death: a views consumer on a killed server then waited for a new
+// owner's recovery to ask for a new one (renewAfter), 2 s into the
+// recovery (half of the renewals of a 6-node chaos run, stop 61), and a
+// client's follow whose server stopped (a third of them in a rolling
+// deploy of 3 nodes) waited the 10 s. At 1 s the library makes it again
+// 2 s after the death, before the dead node's partitions are handed over
+// (its leases' TTL). It costs one status message a second per consumer
+// while idle.
 const followHeartbeat = time.Second
 
 // followSubjects is follow of several subjects of stream, which must not
@@ -530,11 +523,8 @@ func (l *Log) followSubjects(ctx context.Context, stream string, subjects []stri
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))
 			return
 		}
-		pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes)}
-		if opts.heartbeat > 0 {
-			pull = append(pull, jetstream.PullHeartbeat(opts.heartbeat))
-		}
-		next, err := consumeOf(cons, pull...)
+		next, err := consumeOf(cons, jetstream.PullMaxMessagesWithBytesLimit(512, followMaxBytes),
+			jetstream.PullHeartbeat(followHeartbeat))
 		if err != nil {
 			l.dropConsumer(stream, cons)
 			yield(Event{}, fmt.Errorf("eventlog: follow %s: %w", subject, l.consumerLimit(stream, err)))

@@ -142,8 +142,8 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // TestViewsConsumerHeartbeat: a views follow asks its consumer's server
-// for a heartbeat every viewsHeartbeat, and a client's Follow every
-// followHeartbeat (1 s each), so nats.go recreates a consumer whose
+// for a heartbeat every second, and so does a client's Follow
+// (followHeartbeat), so nats.go recreates a consumer whose
 // server died after two of them missed, not ten seconds (its default 5 s
 // heartbeat). Read off the pull requests themselves.
 func TestViewsConsumerHeartbeat(t *testing.T) {
