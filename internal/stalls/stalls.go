@@ -356,13 +356,12 @@ func (t *Tail) Read(ctx context.Context) (map[string][]Stamp, error) {
 		}
 		t.consSeq = 0
 	}
-	consSeq := t.consSeq
-	seen, err := readStream(ctx, t.js, t.cons, t.stream, t.subjects, t.seen, last, t.from, time.Time{}, readOpts{noWait: true, consSeq: &consSeq}, out)
+	seen, err := readStream(ctx, t.js, t.cons, t.stream, t.subjects, t.seen, last, t.from, time.Time{}, readOpts{noWait: true, consSeq: &t.consSeq}, out)
 	if err != nil {
-		t.drop(ctx)
+		t.drop(ctx) // the next consumer starts its sequences again
 		return nil, err
 	}
-	t.seen, t.consSeq = seen, consSeq
+	t.seen = seen
 	return out, nil
 }
 
