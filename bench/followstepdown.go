@@ -84,19 +84,10 @@ func followStepdown(ctx context.Context, env *Env) (Result, error) {
 			return Result{}, err
 		}
 	}
-	over := func(lat []time.Duration) int {
-		k := 0
-		for _, d := range lat {
-			if d > time.Second {
-				k++
-			}
-		}
-		return k
-	}
 	row := func(what string, p float64) Row {
 		return Row{
 			Figure: fmt.Sprintf("%s ms to a follow's first event, made in a stepdown (over 1 s: %d of %d; bare: %d)",
-				what, over(ours), n, over(bare)),
+				what, countOver(ours, time.Second), n, countOver(bare, time.Second)),
 			Value:    millis(percentile(ours, p)),
 			Baseline: "bare ordered consumer, default heartbeat", BaselineValue: millis(percentile(bare, p)),
 			LowerIsBetter: true,

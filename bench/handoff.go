@@ -163,12 +163,7 @@ func handoffRows(what string, phases []handoffPhase) []Row {
 	if len(moves) == 0 {
 		moves = []time.Duration{0}
 	}
-	over := 0
-	for _, d := range moves {
-		if d > failoverStall {
-			over++
-		}
-	}
+	over := countOver(moves, failoverStall)
 	base := millis(percentile(steady, 50))
 	rows := []Row{
 		{Figure: fmt.Sprintf("%s: an agent's gap across a move p50 ms, %d moves in %d rounds", what, len(moves), len(phases)),

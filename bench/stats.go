@@ -19,5 +19,16 @@ func percentile(lat []time.Duration, p float64) time.Duration {
 	return lat[min(max(rank, 1), len(lat))-1]
 }
 
+// countOver returns how many of lat are over limit.
+func countOver(lat []time.Duration, limit time.Duration) int {
+	n := 0
+	for _, d := range lat {
+		if d > limit {
+			n++
+		}
+	}
+	return n
+}
+
 // micros converts d to microseconds.
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
