@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "bc15cc54300c9f3a31ef3bc63c122703f77f0b73"
+const upgradeFrom = "c8a2e80bee93de36bb2fd6c4db7c6fcf05290d7e"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
