@@ -58,13 +58,14 @@ type ClusterInfo struct {
 // cluster's active format reached it: after every node runs a release that
 // reads it.
 //
-// It is FormatKeptPartitions, past FormatShards: an unsharded cluster's
+// It is FormatInlineEnds, past FormatShards: an unsharded cluster's
 // active format passes FormatShards with it, which changes nothing there
 // (the layout is the cluster's stored shard count, --shards, not its
 // format), and a cluster created with shards starts at FormatShards and
 // rises to it once every node reads packed chunks, end records and
-// announced steps, and keeps partitions with their holders.
-const RecordFormat = FormatKeptPartitions
+// announced steps, keeps partitions with their holders, and reads a
+// fiber's end inside a turn's outcome.
+const RecordFormat = FormatInlineEnds
 
 // Record formats of agentd's releases (ownership's format switch).
 const (

@@ -60,6 +60,16 @@ const FormatAnnouncedSteps = FormatEndRecords + 1
 // forth, and a release before it assigns from the live nodes alone.
 const FormatKeptPartitions = FormatAnnouncedSteps + 1
 
+// FormatInlineEnds: a completed turn's turn.completed carries its fiber's
+// end (eventlog.Event.Completes, fiber.CompleteIn,
+// chat.Config.InlineEndsWritable), where a fiber.completed of its own
+// followed it: a turn's end chain is one record, one fsync fewer a turn.
+// A release before it reads such a turn.completed as the turn's outcome
+// alone: its runs view would keep the fiber as running, and its recovery
+// would end it again. So turns write it only once the cluster's active
+// format reached it. It adds no layout.
+const FormatInlineEnds = FormatKeptPartitions + 1
+
 // DefaultShards is the shard count a new cluster is created with when
 // its nodes are started without --shards and its streams are on a
 // cluster of servers (replicated, or an embedded server with

@@ -215,6 +215,10 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 	case chat.EventSubagentStarted, chat.EventSubagentEnded:
 		rw.child(e.Data)
 	}
+	if e.Completes != "" {
+		// The event carries its fiber's end (fiber.CompleteIn).
+		rw.Running = slices.DeleteFunc(rw.Running, func(id string) bool { return id == e.Completes })
+	}
 	if len(rw.Running) == 0 {
 		rw.Running = nil
 	}

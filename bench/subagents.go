@@ -243,7 +243,8 @@ func (ps *subPeers) host(agent string) (*subHost, error) {
 	p := newStepTimer()
 	a, err := chat.New(chat.Config{Agent: agent, Log: ps.g.lg, Store: ps.g.store, Batcher: ps.g.batcher,
 		MaxPayload: ps.g.lg.MaxPayload(), Fibers: r, Provider: p, Tools: ps.tools, Peers: ps, Logger: ps.g.env.Logger,
-		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords, AnnouncedStepsWritable: announcedSteps})
+		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords, AnnouncedStepsWritable: announcedSteps,
+		InlineEndsWritable: inlineEnds})
 	if err != nil {
 		r.Close()
 		return nil, err

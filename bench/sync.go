@@ -214,14 +214,22 @@ func (st *syncTarget) command(ctx context.Context, agent, verb string, data any)
 }
 
 // turn runs one chat turn and returns the time from sending it until its
-// fiber.completed arrived.
+// fiber's end arrived (its fiber.completed, or the turn.completed that
+// carries it).
 func (st *syncTarget) turn(ctx context.Context) (time.Duration, error) {
 	st.seq++
 	start := time.Now()
 	if _, err := st.command(ctx, syncChatAgent, "chat", map[string]string{"text": fmt.Sprintf("bench turn %d", st.seq)}); err != nil {
 		return 0, err
 	}
-	err := st.await(ctx, st.chat, func(m *nats.Msg) bool { return m.Header.Get(eventlog.HeaderType) == "fiber.completed" })
+	err := st.await(ctx, st.chat, func(m *nats.Msg) bool {
+		if m.Header.Get(eventlog.HeaderType) == "fiber.completed" {
+			return true
+		}
+		// From record format 11 the turn's outcome carries its fiber's end.
+		var e eventlog.Event
+		return m.Header.Get(eventlog.HeaderType) == "turn.completed" && json.Unmarshal(m.Data, &e) == nil && e.Completes != ""
+	})
 	return time.Since(start), err
 }
 

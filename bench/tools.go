@@ -563,6 +563,10 @@ func endRecords() bool { return true }
 // agentd once every node reads record format 9 (FormatAnnouncedSteps).
 func announcedSteps() bool { return true }
 
+// inlineEnds is the bench's chat.Config.InlineEndsWritable: on, as agentd
+// once every node reads record format 11 (FormatInlineEnds).
+func inlineEnds() bool { return true }
+
 func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 	r, err := g.runner(agent)
 	if err != nil {
@@ -574,7 +578,8 @@ func (g *toolRig) host(agent string, p *stepTimer) (*toolHost, error) {
 		// As agentd at record format 8 (FormatEndRecords): the chunks
 		// written together are one record, a turn's answer and usage
 		// ride in its turn.completed.
-		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords, AnnouncedStepsWritable: announcedSteps})
+		ChunkBatchesWritable: packChunks, EndRecordsWritable: endRecords, AnnouncedStepsWritable: announcedSteps,
+		InlineEndsWritable: inlineEnds})
 	if err != nil {
 		r.Close()
 		return nil, err

@@ -237,6 +237,14 @@ type Config struct {
 	// op completed without op.started. It is asked when a step's model
 	// call ends. Nil: never, as ChunkBatchesWritable.
 	AnnouncedStepsWritable func() bool
+	// InlineEndsWritable, when set and true, lets a turn's end chain be
+	// one record: its turn.completed carries its fiber's end
+	// (fiber.CompleteIn, record format 11) where a fiber.completed
+	// followed it, one fsync fewer a turn. In a cluster, only once every
+	// node reads them (agentd's FormatInlineEnds): a release before it
+	// would see the turn's fiber still running and recover it. It is
+	// asked when a turn ends. Nil: never, as ChunkBatchesWritable.
+	InlineEndsWritable func() bool
 	// AgentName is the agent's type as spans name it (gen_ai.agent.name,
 	// "invoke_agent <AgentName>"). Default "chat".
 	AgentName string

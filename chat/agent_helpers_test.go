@@ -142,6 +142,9 @@ func (e *env) host(t *testing.T, agent string, p llm.Provider, opt func(*chat.Co
 	if *announcedSteps {
 		cfg.AnnouncedStepsWritable = func() bool { return true }
 	}
+	if *inlineEnds {
+		cfg.InlineEndsWritable = func() bool { return true }
+	}
 	if opt != nil {
 		opt(&cfg)
 	}
@@ -173,6 +176,12 @@ var endRecords = flag.Bool("end-records", true, "a completed turn stores its mes
 // tool call carries the call's op.started (Config.AnnouncedStepsWritable).
 // go test ./chat -args -announced-steps=false runs them at format 8.
 var announcedSteps = flag.Bool("announced-steps", true, "a step's usage stash carries its Idempotent tool call's op.started (Config.AnnouncedStepsWritable)")
+
+// inlineEnds runs the tests' chat agents at record format 11, as agentd
+// once every node reads it: a completed turn's turn.completed carries its
+// fiber's end (Config.InlineEndsWritable). go test ./chat -args
+// -inline-ends=false runs them at format 10.
+var inlineEnds = flag.Bool("inline-ends", true, "a completed turn's turn.completed carries its fiber's end (Config.InlineEndsWritable)")
 
 // fake is a scripted provider: each call runs the next script (the last
 // one repeats).

@@ -17,7 +17,10 @@ import (
 // atFormat returns a host option that writes a turn's end at record format
 // 8 (end records) or 7.
 func atFormat(endRecords bool) func(*chat.Config) {
-	return func(c *chat.Config) { c.EndRecordsWritable = func() bool { return endRecords } }
+	return func(c *chat.Config) {
+		c.EndRecordsWritable = func() bool { return endRecords }
+		c.InlineEndsWritable = func() bool { return false } // format 10 and before
+	}
 }
 
 // endShape is what a test reads of an agent's stored events: the count of
@@ -32,6 +35,9 @@ type endShape struct {
 		Usage     json.RawMessage `json:"usage"`
 	}
 	last []string // the types of the last two events
+	// carried counts the events that carry a fiber's end (record format
+	// 11): the fiber.completed records they stand for are not in types.
+	carried int
 }
 
 func readShape(t *testing.T, e *env, agent string) endShape {
@@ -43,6 +49,9 @@ func readShape(t *testing.T, e *env, agent string) endShape {
 	s := endShape{types: map[string]int{}}
 	for _, ev := range evs {
 		s.types[ev.Type]++
+		if ev.Completes != "" {
+			s.carried++
+		}
 		switch ev.Type {
 		case chat.EventMessageAppended:
 			var m chat.Message

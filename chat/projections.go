@@ -544,6 +544,18 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 }
 
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
+	if end, ok := fiber.EndOf(e); ok {
+		// A turn.completed that carries its fiber's end (record format
+		// 11): the turn's outcome, then its fiber's end.
+		if err := applyTurnsOne(b, e); err != nil {
+			return err
+		}
+		return applyTurnsOne(b, end)
+	}
+	return applyTurnsOne(b, e)
+}
+
+func applyTurnsOne(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
 		if err := applyQueue(b, e); err != nil {

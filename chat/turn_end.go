@@ -297,7 +297,11 @@ func storedTools(info TurnInfo) ([]llm.Tool, error) {
 // message, usage, turn.completed), and waits until the views show them.
 // In the turn's own fiber, for a turn no parent waits on, the fiber's
 // fiber.completed goes in the same chain (fiber.Complete): one awaited
-// write where there were two, and nothing of the turn is written after
+// write where there were two; from record format 11
+// (Config.InlineEndsWritable) the fiber's end rides in the chain's last
+// record (fiber.CompleteIn), one record fewer, and a crash can no
+// longer come between the turn's outcome and its fiber's end. Nothing
+// of the turn is written after
 // it. A crash part way leaves a prefix stored, as before: without
 // fiber.completed the fiber is recovered, finds the outcome recorded
 // (recoverRecorded) or completes the rest. A sub-agent's turn notifies
@@ -310,7 +314,11 @@ func (st *turnRun) appendEnd(ctx context.Context, evs []eventlog.Event) (eventlo
 	if !ok || st.info.Parent != nil || f.Name() != TurnFiberPrefix+st.info.RequestID {
 		return a.appendAll(ctx, evs)
 	}
-	seq, err := f.Complete(ctx, evs...)
+	complete := f.Complete
+	if a.cfg.InlineEndsWritable != nil && a.cfg.InlineEndsWritable() {
+		complete = f.CompleteIn
+	}
+	seq, err := complete(ctx, evs...)
 	if errors.Is(err, eventlog.ErrTooLarge) {
 		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
@@ -328,17 +336,29 @@ func (st *turnRun) appendEnd(ctx context.Context, evs []eventlog.Event) (eventlo
 // the views show them and the fiber's function returns.
 const pointCompleted = "completed"
 
-// SplitEnd returns e as the records it stands for before record format 8:
-// a turn.completed that carries its turn's assistant message or usage
-// (endRecord) as the message.appended and usage.recorded
-// that would have come before it, then the turn.completed without them,
-// each with e's agent, sequence and time; any other event alone. For
-// readers of the log alone (package chatreplay) that compare turns
-// stored at either format.
+// SplitEnd returns e as the records it stands for before record formats
+// 8 and 11: a turn.completed that carries its turn's assistant message or
+// usage (endRecord) as the message.appended and usage.recorded that would
+// have come before it, then the turn.completed without them, then the
+// fiber.completed of the fiber it ends, if it carries that end
+// (fiber.EndOf), each with e's agent, sequence and time; any other event
+// alone. For readers of the log alone (package chatreplay) that compare
+// turns stored at any of these formats.
 func SplitEnd(e eventlog.Event) []eventlog.Event {
 	if e.Type != EventTurnCompleted {
 		return []eventlog.Event{e}
 	}
+	fend, carries := fiber.EndOf(e)
+	e.Completes = ""
+	out := splitEndRecord(e)
+	if carries {
+		out = append(out, fend)
+	}
+	return out
+}
+
+// splitEndRecord is SplitEnd of a turn.completed that carries no fiber's end.
+func splitEndRecord(e eventlog.Event) []eventlog.Event {
 	var end endRecord
 	if json.Unmarshal(e.Data, &end) != nil || (end.Message == nil && end.Usage == nil) {
 		return []eventlog.Event{e}

@@ -11,7 +11,8 @@ import (
 )
 
 // TestTurnEndCrash: a turn's last events and its fiber's fiber.completed
-// are one chain. Killed right after it is durable, before the fiber's
+// are one chain (from record format 11 one record: turn.completed carries
+// the fiber's end). Killed right after it is durable, before the fiber's
 // function returns: the turn has one outcome (completed, with its answer),
 // its fiber is over with one fiber.completed, and a new incarnation has
 // nothing to recover and nothing to write.
@@ -58,6 +59,9 @@ func TestTurnEndCrash(t *testing.T) {
 	n := map[string]int{}
 	for _, ev := range evs {
 		n[ev.Type]++
+		if _, ok := fiber.EndOf(ev); ok {
+			n[fiber.EventCompleted]++ // carried (record format 11)
+		}
 	}
 	if n[chat.EventTurnCompleted] != 1 || n[fiber.EventCompleted] != 1 || n[chat.EventTurnFailed] != 0 {
 		t.Fatalf("events by type = %v, want one turn.completed and one fiber.completed", n)

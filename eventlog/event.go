@@ -34,6 +34,13 @@ type Event struct {
 	ID     string          `json:"id"`
 	Time   time.Time       `json:"time"`
 	Data   json.RawMessage `json:"data,omitempty"`
+	// Completes, when set, is the id of a run (a fiber) this event also
+	// ends as completed: one record where the run's end was a record of
+	// its own after it. The fiber package writes it (Fiber.CompleteIn) and
+	// tells its readers (fiber.EndOf); a reader that does not know it sees
+	// the event alone, so it is written only at a record format every
+	// reader of the log knows (agentd's FormatInlineEnds).
+	Completes string `json:"completes,omitempty"`
 
 	// Set on read.
 	Seq     Seq    `json:"-"`
@@ -120,7 +127,7 @@ func (e *Event) validate() error {
 // produce, built by hand so the data, already checked by validate, is not
 // scanned a second time (appends are on the hot path).
 func (e *Event) encode() ([]byte, error) {
-	b := make([]byte, 0, 96+len(e.Agent)+len(e.Stream)+len(e.Type)+len(e.ID)+len(e.Data))
+	b := make([]byte, 0, 96+len(e.Agent)+len(e.Stream)+len(e.Type)+len(e.ID)+len(e.Completes)+len(e.Data))
 	b = append(b, `{"agent":`...)
 	b = jsonstr.Append(b, e.Agent)
 	if e.Stream != "" {
@@ -134,6 +141,10 @@ func (e *Event) encode() ([]byte, error) {
 	b = append(b, `,"time":"`...)
 	b = e.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
+	if e.Completes != "" {
+		b = append(b, `,"completes":`...)
+		b = jsonstr.Append(b, e.Completes)
+	}
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
@@ -210,6 +221,11 @@ func fastDecode(body []byte, e *Event) bool {
 		return false
 	}
 	e.Time = t
+	if rest, ok := jsonstr.Cut(b, `,"completes":`); ok {
+		if e.Completes, b, ok = jsonstr.Read(rest); !ok {
+			return false
+		}
+	}
 	if rest, ok := jsonstr.Cut(b, `,"data":`); ok {
 		if len(rest) < 2 || rest[len(rest)-1] != '}' {
 			return false

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestValidToken(t *testing.T) {
@@ -45,10 +46,11 @@ func FuzzDecodeMsg(f *testing.F) {
 
 // FuzzEncode: the hand-built envelope decodes back to the event.
 func FuzzEncode(f *testing.F) {
-	f.Add("a1", "", "fiber.started", "id-1", []byte(`{"x":1}`))
-	f.Add("a\"b\\c", "s/1", "t", "é", []byte(`"str"`))
-	f.Fuzz(func(t *testing.T, agent, stream, typ, id string, data []byte) {
-		e := Event{Agent: agent, Stream: stream, Type: typ, ID: id, Data: data}
+	f.Add("a1", "", "fiber.started", "id-1", "", []byte(`{"x":1}`))
+	f.Add("a\"b\\c", "s/1", "t", "é", "", []byte(`"str"`))
+	f.Add("a1", "", "turn.completed", "id-2", "f\"1", []byte(`{}`))
+	f.Fuzz(func(t *testing.T, agent, stream, typ, id, completes string, data []byte) {
+		e := Event{Agent: agent, Stream: stream, Type: typ, ID: id, Completes: completes, Data: data}
 		if e.validate() != nil {
 			return
 		}
@@ -60,7 +62,8 @@ func FuzzEncode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode %s: %v", body, err)
 		}
-		if got.Agent != agent || got.Stream != stream || got.Type != typ || !json.Valid(body) {
+		if got.Agent != agent || got.Stream != stream || got.Type != typ || !json.Valid(body) ||
+			(utf8.ValidString(completes) && got.Completes != completes) {
 			t.Fatalf("round trip %+v from %s", got, body)
 		}
 	})
@@ -75,6 +78,9 @@ func FuzzFastDecode(f *testing.F) {
 	e.Stream, e.Data = "", nil
 	body, _ = e.encode()
 	f.Add(body)
+	e.Type, e.Completes, e.Data = "turn.completed", "fiber-1", json.RawMessage(`{"requestId":"r"}`)
+	body, _ = e.encode()
+	f.Add(body)
 	f.Add([]byte(`{"agent":"a","type":"t","id":"x","time":"2026-01-01T00:00:00Z","data":{}} `))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var fast Event
@@ -85,7 +91,7 @@ func FuzzFastDecode(f *testing.F) {
 		if err := json.Unmarshal(body, &slow); err != nil {
 			t.Fatalf("fast path accepted %q, encoding/json says %v", body, err)
 		}
-		if fast.Agent != slow.Agent || fast.Stream != slow.Stream || fast.Type != slow.Type || fast.ID != slow.ID ||
+		if fast.Agent != slow.Agent || fast.Stream != slow.Stream || fast.Type != slow.Type || fast.ID != slow.ID || fast.Completes != slow.Completes ||
 			!fast.Time.Equal(slow.Time) || string(fast.Data) != string(slow.Data) {
 			t.Fatalf("fast %+v != slow %+v for %q", fast, slow, body)
 		}

@@ -153,3 +153,110 @@ func TestCompleteCrash(t *testing.T) {
 		})
 	}
 }
+
+// CompleteIn stores the fiber's end in the chain's last event (its
+// Completes field) instead of a fiber.completed of its own: one record
+// fewer, the fiber over all the same (its row leaves the runs table, and
+// EndOf reads the end back from the event), and without events it is
+// Complete.
+func TestCompleteIn(t *testing.T) {
+	e := newEnv(t)
+	r := e.runner(t, fiber.Config{})
+	ctx := t.Context()
+	var id string
+	var stashErr error
+	err := r.Run(ctx, "work", func(ctx context.Context, f *fiber.Fiber) error {
+		id = f.ID()
+		a, _ := eventlog.NewEvent(agent, "app.done", map[string]int{"n": 1})
+		b, _ := eventlog.NewEvent(agent, "app.usage", map[string]int{"n": 2})
+		if _, err := f.CompleteIn(ctx, a, b); err != nil {
+			return err
+		}
+		stashErr = f.Stash(ctx, 1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(stashErr, fiber.ErrFiberDone) {
+		t.Errorf("Stash after CompleteIn = %v, want ErrFiberDone", stashErr)
+	}
+	if got, want := e.eventTypes(t), "fiber.started app.done app.usage"; got != want {
+		t.Fatalf("events = %s, want %s", got, want)
+	}
+	evs := e.events(t, "app.done", "app.usage")
+	if evs[0].Completes != "" || evs[1].Completes != id {
+		t.Fatalf("completes = %q, %q; want none, then the fiber %q", evs[0].Completes, evs[1].Completes, id)
+	}
+	end, ok := fiber.EndOf(evs[1])
+	if !ok || end.Type != fiber.EventCompleted || end.Seq != evs[1].Seq || string(end.Data) != fmt.Sprintf(`{"id":%q}`, id) {
+		t.Fatalf("EndOf = %+v, %v; want the fiber.completed of %q at seq %d", end, ok, id, evs[1].Seq)
+	}
+	if _, ok := fiber.EndOf(evs[0]); ok {
+		t.Fatal("EndOf an event that carries no end")
+	}
+	if rows := e.rows(t); len(rows) != 0 {
+		t.Fatalf("rows after CompleteIn: %+v", rows)
+	}
+
+	// Without events it is Complete.
+	if err := r.Run(ctx, "bare", func(ctx context.Context, f *fiber.Fiber) error {
+		_, err := f.CompleteIn(ctx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.eventTypes(t), "fiber.started app.done app.usage fiber.started fiber.completed"; got != want {
+		t.Fatalf("events = %s, want %s", got, want)
+	}
+	if rows := e.rows(t); len(rows) != 0 {
+		t.Fatalf("rows: %+v", rows)
+	}
+}
+
+// A crash inside CompleteIn's chain leaves a prefix of the caller's
+// events stored, never the fiber's end without them (it rides in the
+// last): the fiber is recovered unless the whole chain was stored.
+func TestCompleteInCrash(t *testing.T) {
+	for budget := 1; budget <= 3; budget++ { // fiber.started, app.done, app.usage carrying the end
+		t.Run(fmt.Sprintf("after %d writes", budget), func(t *testing.T) {
+			e := newEnv(t)
+			d := &dyingLog{lg: e.lg, budget: budget}
+			r, err := fiber.New(fiber.Config{Log: d, Table: e.table, Agent: agent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = r.Run(t.Context(), "work", func(ctx context.Context, f *fiber.Fiber) error {
+				a, _ := eventlog.NewEvent(agent, "app.done", nil)
+				b, _ := eventlog.NewEvent(agent, "app.usage", nil)
+				_, err := f.CompleteIn(ctx, a, b)
+				return err
+			})
+			r.Close()
+
+			want := strings.Join(strings.Fields("fiber.started app.done app.usage")[:budget], " ")
+			if got := e.eventTypes(t); got != want {
+				t.Fatalf("stored %q, want the prefix %q", got, want)
+			}
+			e2 := e.restart(t)
+			var recovered []string
+			r2 := e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+				recovered = append(recovered, rec.Name)
+				return nil
+			}}})
+			if err := r2.Recover(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			r2.Wait()
+			if budget == 3 {
+				if len(recovered) != 0 {
+					t.Fatalf("a completed fiber was recovered: %v", recovered)
+				}
+				return
+			}
+			if len(recovered) != 1 {
+				t.Fatalf("recovered %v, want the fiber once", recovered)
+			}
+		})
+	}
+}

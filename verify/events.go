@@ -197,6 +197,11 @@ func (c *checker) event(e eventlog.Event) {
 		}
 		c.snapshot(a, e, s)
 	}
+	if end, ok := fiber.EndOf(e); ok {
+		// The event carries its fiber's end (fiber.CompleteIn, record
+		// format 11): that fiber.completed, just after it.
+		c.fiberEvent(a, end, fiberData{ID: e.Completes})
+	}
 }
 
 // findSnapshot notes where the agent's latest snapshot so far starts.

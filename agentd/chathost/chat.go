@@ -88,6 +88,9 @@ type Type struct {
 	// carry its Idempotent tool call's op.started
 	// (agentd.FormatAnnouncedSteps).
 	announcedStepsWritable func() bool
+	// inlineEndsWritable reports whether a turn's turn.completed may
+	// carry its fiber's end (agentd.FormatInlineEnds).
+	inlineEndsWritable func() bool
 	// shared gives the tenant's and its users' budgets (nil: none).
 	shared  *sharedBudgets
 	limiter *modellimit.Limiter // ShareModelLimiter's, else nil
@@ -169,6 +172,10 @@ func (ct *Type) Attach(d *agentd.Daemon) error {
 			// A node of the previous release reads no op.started in a
 			// stash: its verify would report the op never started.
 			ct.announcedStepsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatAnnouncedSteps }
+			// A node of the previous release reads a turn.completed
+			// that carries its fiber's end as the turn's alone: its runs
+			// view would keep the fiber, and recover it.
+			ct.inlineEndsWritable = func() bool { return own.ActiveFormat() >= agentd.FormatInlineEnds }
 		}
 		maxTurns := d.Config().MaxTurns
 		q := deps.Quotas.Quota().Turns
@@ -236,6 +243,7 @@ func (ct *Type) Factory(_ context.Context, env *host.Env) (host.Agent, error) {
 		ChunkBatchesWritable:   ct.chunkBatchesWritable,
 		EndRecordsWritable:     ct.endRecordsWritable,
 		AnnouncedStepsWritable: ct.announcedStepsWritable,
+		InlineEndsWritable:     ct.inlineEndsWritable,
 	}
 	if ct.shared != nil {
 		cfg.SharedBudgets = ct.shared

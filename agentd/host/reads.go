@@ -59,11 +59,14 @@ type LogPage struct {
 // {"upto", "part", "parts", "views": {name: rows}}. Writer is the node
 // and lease epoch it was appended under, when fenced.
 type LogEvent struct {
-	Seq       string          `json:"seq"`
-	Type      string          `json:"type"`
-	ID        string          `json:"id"`
-	Time      time.Time       `json:"time"`
-	Stream    string          `json:"stream,omitempty"`
+	Seq    string    `json:"seq"`
+	Type   string    `json:"type"`
+	ID     string    `json:"id"`
+	Time   time.Time `json:"time"`
+	Stream string    `json:"stream,omitempty"`
+	// Completes is the fiber the event also ends, as a fiber.completed
+	// would (record format 11: a turn.completed carries its fiber's end).
+	Completes string          `json:"completes,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
 	Size      int             `json:"size"`
 	Truncated bool            `json:"truncated,omitempty"`
@@ -154,7 +157,9 @@ func (h *Host) readLog(ctx context.Context, cmd Command) (any, error) {
 		for _, e := range evs {
 			scanned++
 			cur = e.Seq
-			if keepType(e.Type, prefixes) {
+			if keepType(e.Type, prefixes) || (e.Completes != "" && keepType(fiber.EventCompleted, prefixes)) {
+				// An event that carries a fiber's end (record format
+				// 11) is kept where its fiber.completed would be.
 				page.Events = append(page.Events, logEvent(e))
 				if len(page.Events) == limit {
 					break
@@ -182,7 +187,7 @@ func keepType(typ string, prefixes []string) bool {
 // logEvent is e as a log page shows it.
 func logEvent(e eventlog.Event) LogEvent {
 	le := LogEvent{Seq: strconv.FormatUint(uint64(e.Seq), 10), Type: e.Type, ID: e.ID, Time: e.Time,
-		Stream: e.Stream, Size: len(e.Data)}
+		Stream: e.Stream, Completes: e.Completes, Size: len(e.Data)}
 	if e.Writer.Node != "" {
 		le.Writer = &LogWriter{Node: e.Writer.Node, Epoch: e.Writer.Epoch}
 	}

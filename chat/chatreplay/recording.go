@@ -77,11 +77,13 @@ func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter) ([]eventl
 
 // line is one line of a recording file: an event as stored.
 type line struct {
-	Agent  string          `json:"agent"`
-	Stream string          `json:"stream,omitempty"`
-	ID     string          `json:"id"`
-	Type   string          `json:"type"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Agent  string `json:"agent"`
+	Stream string `json:"stream,omitempty"`
+	ID     string `json:"id"`
+	Type   string `json:"type"`
+	// Completes: the fiber the event also ends (record format 11).
+	Completes string          `json:"completes,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
 }
 
 // Write writes rec as JSON lines: its events, then its chunks.
@@ -90,7 +92,7 @@ func (rec *Recording) Write(w io.Writer) error {
 	enc.SetEscapeHTML(false)
 	for _, evs := range [][]eventlog.Event{rec.Events, rec.Chunks} {
 		for _, e := range evs {
-			if err := enc.Encode(line{Agent: e.Agent, Stream: e.Stream, ID: e.ID, Type: e.Type, Data: e.Data}); err != nil {
+			if err := enc.Encode(line{Agent: e.Agent, Stream: e.Stream, ID: e.ID, Type: e.Type, Completes: e.Completes, Data: e.Data}); err != nil {
 				return err
 			}
 		}
@@ -114,7 +116,7 @@ func Load(r io.Reader) (*Recording, error) {
 		if l.Agent != rec.Agent {
 			return nil, fmt.Errorf("chatreplay: line %d is of agent %q, not %q", n, l.Agent, rec.Agent)
 		}
-		e := eventlog.Event{Agent: l.Agent, Stream: l.Stream, ID: l.ID, Type: l.Type, Data: l.Data}
+		e := eventlog.Event{Agent: l.Agent, Stream: l.Stream, ID: l.ID, Type: l.Type, Completes: l.Completes, Data: l.Data}
 		if e.Stream != "" {
 			rec.Chunks = append(rec.Chunks, e)
 		} else {
