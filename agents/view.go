@@ -163,6 +163,20 @@ type turnEnd struct {
 }
 
 func apply(b *eventlog.Batch, e eventlog.Event) error {
+	if fiber.Carries(e) {
+		// It carries a fiber's start or end (record format 11): each
+		// record it stands for.
+		for _, x := range fiber.Records(e) {
+			if err := applyRecord(b, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return applyRecord(b, e)
+}
+
+func applyRecord(b *eventlog.Batch, e eventlog.Event) error {
 	if e.Type == eventlog.TypeSnapshot || e.Stream != "" {
 		return nil // a snapshot's rows are in place; compaction is not activity
 	}
@@ -214,10 +228,6 @@ func apply(b *eventlog.Batch, e eventlog.Event) error {
 		rw.Failed = true
 	case chat.EventSubagentStarted, chat.EventSubagentEnded:
 		rw.child(e.Data)
-	}
-	if e.Completes != "" {
-		// The event carries its fiber's end (fiber.CompleteIn).
-		rw.Running = slices.DeleteFunc(rw.Running, func(id string) bool { return id == e.Completes })
 	}
 	if len(rw.Running) == 0 {
 		rw.Running = nil

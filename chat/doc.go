@@ -451,6 +451,14 @@
 //     stored the turn (TestEndRecordsByFormat). It is written only while
 //     Config.EndRecordsWritable says so, in agentd once every live node
 //     reads it; else the old chain.
+//   - A turn.completed of record format 11 carries its fiber's end
+//     (fiber.CompleteIn; eventlog.Event.Completes): every view reads it as
+//     itself then the fiber.completed it replaces (fiber.Records; SplitEnd
+//     leaves it out), so a view is the same at formats 10 and 11, and
+//     the turn's outcome and its fiber's end are stored together or not at
+//     all (TestInlineEndsByFormat, TestTurnEndCrash). It is written only
+//     while Config.InlineEndsWritable says so, in agentd once every live
+//     node reads it.
 //   - A stash never claims more than the stream holds: the chunks are
 //     flushed before each stash, or beside it for the stash of a step's
 //     usage before its tools (stashUsage, not for a provider that resumes

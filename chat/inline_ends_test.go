@@ -23,10 +23,10 @@ func atInlineEnds(inline bool) func(*chat.Config) {
 // turn's fiber ends in a record of its own. At format 10
 // (Config.InlineEndsWritable false) the end chain is turn.completed, then
 // fiber.completed; at format 11 it is one record, turn.completed carrying
-// the fiber's end (Completes, fiber.EndOf), one record fewer. Every view
+// the fiber's end (Completes, fiber.Records), one record fewer. Every view
 // reads the same either way (history, usage, budget, the turn, no fiber
-// left running), SplitEnd reads both as the same records, and verify finds
-// nothing wrong.
+// left running), fiber.Records then SplitEnd read both as the same
+// records, and verify finds nothing wrong.
 func TestInlineEndsByFormat(t *testing.T) {
 	e := newEnv(t)
 	local := llm.NewLocal(llm.LocalConfig{Rate: -1})
@@ -53,8 +53,10 @@ func TestInlineEndsByFormat(t *testing.T) {
 		}
 		records[inline] = len(evs)
 		for _, ev := range evs {
-			for _, x := range chat.SplitEnd(ev) {
-				split[inline] = append(split[inline], x.Type)
+			for _, r := range fiber.Records(ev) {
+				for _, x := range chat.SplitEnd(r) {
+					split[inline] = append(split[inline], x.Type)
+				}
 			}
 		}
 		s := readShape(t, e, agent)

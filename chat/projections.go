@@ -544,13 +544,15 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 }
 
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
-	if end, ok := fiber.EndOf(e); ok {
-		// A turn.completed that carries its fiber's end (record format
-		// 11): the turn's outcome, then its fiber's end.
-		if err := applyTurnsOne(b, e); err != nil {
-			return err
+	if fiber.Carries(e) {
+		// A turn.started or turn.completed that carries its fiber's
+		// start or end (record format 11): each record it stands for.
+		for _, x := range fiber.Records(e) {
+			if err := applyTurnsOne(b, x); err != nil {
+				return err
+			}
 		}
-		return applyTurnsOne(b, end)
+		return nil
 	}
 	return applyTurnsOne(b, e)
 }

@@ -336,29 +336,20 @@ func (st *turnRun) appendEnd(ctx context.Context, evs []eventlog.Event) (eventlo
 // the views show them and the fiber's function returns.
 const pointCompleted = "completed"
 
-// SplitEnd returns e as the records it stands for before record formats
-// 8 and 11: a turn.completed that carries its turn's assistant message or
-// usage (endRecord) as the message.appended and usage.recorded that would
-// have come before it, then the turn.completed without them, then the
-// fiber.completed of the fiber it ends, if it carries that end
-// (fiber.EndOf), each with e's agent, sequence and time; any other event
-// alone. For readers of the log alone (package chatreplay) that compare
-// turns stored at any of these formats.
+// SplitEnd returns e as the records of the turn it stands for before
+// record format 8: a turn.completed that carries its turn's assistant
+// message or usage (endRecord) as the message.appended and usage.recorded
+// that would have come before it, then the turn.completed without them,
+// each with e's agent, sequence and time; any other event alone. The
+// fiber's end a turn.completed carries from record format 11 is not the
+// turn's: it is left out (fiber.Records reads it). For readers of the log
+// alone (package chatreplay) that compare turns stored at any of these
+// formats.
 func SplitEnd(e eventlog.Event) []eventlog.Event {
+	e.Completes = ""
 	if e.Type != EventTurnCompleted {
 		return []eventlog.Event{e}
 	}
-	fend, carries := fiber.EndOf(e)
-	e.Completes = ""
-	out := splitEndRecord(e)
-	if carries {
-		out = append(out, fend)
-	}
-	return out
-}
-
-// splitEndRecord is SplitEnd of a turn.completed that carries no fiber's end.
-func splitEndRecord(e eventlog.Event) []eventlog.Event {
 	var end endRecord
 	if json.Unmarshal(e.Data, &end) != nil || (end.Message == nil && end.Usage == nil) {
 		return []eventlog.Event{e}

@@ -59,7 +59,7 @@ func TestTurnEndCrash(t *testing.T) {
 	n := map[string]int{}
 	for _, ev := range evs {
 		n[ev.Type]++
-		if _, ok := fiber.EndOf(ev); ok {
+		if ev.Completes != "" {
 			n[fiber.EventCompleted]++ // carried (record format 11)
 		}
 	}

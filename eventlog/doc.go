@@ -22,8 +22,10 @@
 // only the partitions given to FollowPartition, with a cursor per
 // partition and view.
 //
-// An Event is an envelope {agent, stream, type, id, time, data}; the type and
-// agent are also headers. The id is the JetStream message id, so a retried
+// An Event is an envelope {agent, stream, type, id, time, completes, data};
+// the type and agent are also headers. completes, when present, names a
+// fiber the event also ends (package fiber writes and reads it; record
+// format 11). The id is the JetStream message id, so a retried
 // append within the duplicate window stores nothing new.
 //
 // A Projection is a name, a schema version, a Filter and an Apply function

@@ -37,8 +37,8 @@ type Event struct {
 	// Completes, when set, is the id of a run (a fiber) this event also
 	// ends as completed: one record where the run's end was a record of
 	// its own after it. The fiber package writes it (Fiber.CompleteIn) and
-	// tells its readers (fiber.EndOf); a reader that does not know it sees
-	// the event alone, so it is written only at a record format every
+	// tells its readers (fiber.Records); a reader that does not know it
+	// sees the event alone, so it is written only at a record format every
 	// reader of the log knows (agentd's FormatInlineEnds).
 	Completes string `json:"completes,omitempty"`
 

@@ -63,7 +63,7 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("decode %s: %v", body, err)
 		}
 		if got.Agent != agent || got.Stream != stream || got.Type != typ || !json.Valid(body) ||
-			(utf8.ValidString(completes) && got.Completes != completes) {
+			(utf8.ValidString(e.Completes) && got.Completes != e.Completes) {
 			t.Fatalf("round trip %+v from %s", got, body)
 		}
 	})

@@ -43,7 +43,7 @@ func (f *Fiber) Complete(ctx context.Context, evs ...eventlog.Event) (eventlog.S
 // (its Completes field) instead of a fiber.completed of its own: one
 // record, one fsync, fewer, and no crash point between the caller's last
 // write and the fiber's end. The Runner's views, and every reader that
-// asks EndOf, apply that event as itself followed by the fiber's
+// asks Records, apply that event as itself followed by the fiber's
 // fiber.completed. A reader of an earlier release sees the event alone
 // and the fiber as still running, so a cluster writes it only at a record
 // format every node reads (agentd's FormatInlineEnds). Without evs it is
@@ -97,22 +97,6 @@ func Complete(ctx context.Context, evs ...eventlog.Event) (eventlog.Seq, error) 
 		return 0, ErrNoFiber
 	}
 	return f.Complete(ctx, evs...)
-}
-
-// EndOf returns the fiber.completed that e carries (CompleteIn: its
-// Completes field), as the record it stands for: of e's agent, at e's
-// sequence, time and writer, applied after e. ok is false when e carries
-// none. Every reader of fiber ends asks it of each event.
-func EndOf(e eventlog.Event) (end eventlog.Event, ok bool) {
-	if e.Completes == "" {
-		return eventlog.Event{}, false
-	}
-	data, err := encodePayload(payload{ID: e.Completes})
-	if err != nil {
-		return eventlog.Event{}, false
-	}
-	return eventlog.Event{Agent: e.Agent, Type: EventCompleted, ID: e.ID + "/completes", Time: e.Time, Data: data,
-		Seq: e.Seq, Subject: e.Subject, Pending: e.Pending, Writer: e.Writer}, true
 }
 
 // completed reports whether Complete stored the fiber's fiber.completed.

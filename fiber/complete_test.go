@@ -157,7 +157,7 @@ func TestCompleteCrash(t *testing.T) {
 // CompleteIn stores the fiber's end in the chain's last event (its
 // Completes field) instead of a fiber.completed of its own: one record
 // fewer, the fiber over all the same (its row leaves the runs table, and
-// EndOf reads the end back from the event), and without events it is
+// Records reads the end back from the event), and without events it is
 // Complete.
 func TestCompleteIn(t *testing.T) {
 	e := newEnv(t)
@@ -188,12 +188,15 @@ func TestCompleteIn(t *testing.T) {
 	if evs[0].Completes != "" || evs[1].Completes != id {
 		t.Fatalf("completes = %q, %q; want none, then the fiber %q", evs[0].Completes, evs[1].Completes, id)
 	}
-	end, ok := fiber.EndOf(evs[1])
-	if !ok || end.Type != fiber.EventCompleted || end.Seq != evs[1].Seq || string(end.Data) != fmt.Sprintf(`{"id":%q}`, id) {
-		t.Fatalf("EndOf = %+v, %v; want the fiber.completed of %q at seq %d", end, ok, id, evs[1].Seq)
+	recs := fiber.Records(evs[1])
+	if len(recs) != 2 || recs[0].Completes != "" || recs[0].Type != "app.usage" {
+		t.Fatalf("Records = %+v; want app.usage without its carried end, then the end", recs)
 	}
-	if _, ok := fiber.EndOf(evs[0]); ok {
-		t.Fatal("EndOf an event that carries no end")
+	if end := recs[1]; end.Type != fiber.EventCompleted || end.Seq != evs[1].Seq || string(end.Data) != fmt.Sprintf(`{"id":%q}`, id) {
+		t.Fatalf("carried end = %+v; want the fiber.completed of %q at seq %d", end, id, evs[1].Seq)
+	}
+	if fiber.Carries(evs[0]) || len(fiber.Records(evs[0])) != 1 {
+		t.Fatal("an event that carries nothing stands for more than itself")
 	}
 	if rows := e.rows(t); len(rows) != 0 {
 		t.Fatalf("rows after CompleteIn: %+v", rows)

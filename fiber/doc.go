@@ -21,7 +21,11 @@
 //	                                        step's op.started)
 //	fiber.completed {id, result?}           function returned nil, or called
 //	                                        Complete: then after the function's
-//	                                        own last events, in one chain
+//	                                        own last events, in one chain; with
+//	                                        CompleteIn, no record of its own: the
+//	                                        function's last event carries it (the
+//	                                        envelope's "completes": the fiber's
+//	                                        id), and Records reads it back
 //	fiber.failed    {id, error}             function returned an error or panicked
 //	fiber.recovered {id, attempt}           before each call of the recovery hook
 //	                                        (under another version: version, the
@@ -40,7 +44,10 @@
 // The runs table (RunsProjection, read through a Table) is a Pebble
 // projection of those events over every agent: one Row per active fiber
 // (ID, Agent, Name, Snapshot, Attempt, CreatedAt) and one Op per step of an
-// active fiber. completed, failed and abandoned remove the row and its ops.
+// active fiber. completed, failed and abandoned remove the row and its ops,
+// and so does an event that carries a fiber's end (CompleteIn): every reader
+// of fiber ends, here and above, reads such an event through Records, as
+// the two records it replaces.
 // One Table serves all the Runners of a process; each Runner (one per agent)
 // waits on it to read its own writes.
 //
@@ -114,6 +121,11 @@
 //     restarts again; a fail records nothing before the fiber's end, so
 //     a crash before it decides again, the same way (TestVersionPolicy).
 //     Fibers started unversioned, and unversioned Runners, see no policy.
+//   - Complete's chain is stored in order, so a crash leaves a prefix of
+//     it, never the fiber's end without the events before it: the fiber
+//     is recovered unless its end is stored (TestCompleteCrash). With
+//     CompleteIn the end rides in the chain's last event, so the two are
+//     stored together or not at all (TestCompleteInCrash).
 //   - A fiber that panics ends as fiber.failed and its caller (Run, Resume)
 //     or Hooks.OnError (Go, GoResume) gets a *PanicError; the panic is not
 //     re-raised.

@@ -109,14 +109,15 @@ func RunsProjection() eventlog.Projection {
 
 // applyRuns is the runs projection's Apply.
 func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
-	if end, ok := EndOf(e); ok {
-		// An event that carries its fiber's end (CompleteIn): itself,
-		// then the end.
-		e.Completes = ""
-		if err := applyRuns(b, e); err != nil {
-			return err
+	if Carries(e) {
+		// An event that carries a fiber's start or end (AlongIn,
+		// CompleteIn): the start, itself, then the end.
+		for _, x := range Records(e) {
+			if err := applyRuns(b, x); err != nil {
+				return err
+			}
 		}
-		return applyRuns(b, end)
+		return nil
 	}
 	if !isFiberEvent(e.Type) {
 		return nil

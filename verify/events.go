@@ -120,9 +120,21 @@ type turnState struct {
 	outcome   string // outcome event type, "" while none
 }
 
-// event checks one event of the events stream.
+// event checks one event of the events stream, each record it stands for
+// when it carries a fiber's start or end (fiber.Records, record format 11).
 func (c *checker) event(e eventlog.Event) {
 	c.events++
+	if fiber.Carries(e) {
+		for _, x := range fiber.Records(e) {
+			c.record(x)
+		}
+		return
+	}
+	c.record(e)
+}
+
+// record checks one record of the events stream.
+func (c *checker) record(e eventlog.Event) {
 	c.seen(e.Agent, e.ID)
 	if first, ok := c.latest[e.Agent]; ok && e.Seq < first {
 		c.superseded[e.Agent]++
@@ -196,11 +208,6 @@ func (c *checker) event(e eventlog.Event) {
 			return
 		}
 		c.snapshot(a, e, s)
-	}
-	if end, ok := fiber.EndOf(e); ok {
-		// The event carries its fiber's end (fiber.CompleteIn, record
-		// format 11): that fiber.completed, just after it.
-		c.fiberEvent(a, end, fiberData{ID: e.Completes})
 	}
 }
 

@@ -303,17 +303,21 @@ func TestReplayFailed(t *testing.T) {
 	}
 }
 
-// TestReplayAcrossFormats: a conversation recorded at record format 8 (a
-// turn's answer and usage in its turn.completed) replays the same at
-// format 7 (a message.appended and a usage.recorded of their own), and
-// one recorded at 7 the same at 8: turns are compared as format 7 stores
-// them (chat.SplitEnd).
+// TestReplayAcrossFormats: a conversation recorded at record formats 8
+// and 11 (a turn's answer and usage in its turn.completed, which carries
+// its fiber's end too) replays the same at formats 7 and 10 (a
+// message.appended and a usage.recorded of their own, and a
+// fiber.completed), and one recorded at 7 and 10 the same at 8 and 11:
+// turns are compared as format 7 stores them (chat.SplitEnd).
 func TestReplayAcrossFormats(t *testing.T) {
 	at := func(end bool) func(*chat.Config) {
 		agent := weatherAgent(t, false, false)
 		return func(c *chat.Config) {
 			agent(c)
 			c.EndRecordsWritable = func() bool { return end }
+			// Formats 8 and 11 go together, 7 and 10: the fiber's end a
+			// turn.completed carries is not the turn's to compare.
+			c.InlineEndsWritable = func() bool { return end }
 		}
 	}
 	for _, recorded := range []bool{true, false} {
