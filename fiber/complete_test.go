@@ -109,48 +109,64 @@ func (d *dyingLog) LastSeq(ctx context.Context, f eventlog.Filter) (eventlog.Seq
 // A crash inside Complete's chain leaves a prefix of it stored and never
 // fiber.completed without the events before it: the fiber stays in the
 // runs table and is recovered, and its recovery finds the prefix. Killed
-// after the whole chain, it is over: nothing to recover.
+// after the whole chain, it is over: nothing to recover. With CompleteIn
+// the end rides in the chain's last event, so the two are stored together
+// or not at all.
 func TestCompleteCrash(t *testing.T) {
-	for budget := 1; budget <= 4; budget++ { // fiber.started, app.done, app.usage, fiber.completed
-		t.Run(fmt.Sprintf("after %d writes", budget), func(t *testing.T) {
-			e := newEnv(t)
-			d := &dyingLog{lg: e.lg, budget: budget}
-			r, err := fiber.New(fiber.Config{Log: d, Table: e.table, Agent: agent})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = r.Run(t.Context(), "work", func(ctx context.Context, f *fiber.Fiber) error {
-				a, _ := eventlog.NewEvent(agent, "app.done", nil)
-				b, _ := eventlog.NewEvent(agent, "app.usage", nil)
-				_, err := f.Complete(ctx, a, b)
-				return err
-			})
-			r.Close()
-
-			want := strings.Join(strings.Fields("fiber.started app.done app.usage fiber.completed")[:budget], " ")
-			if got := e.eventTypes(t); got != want {
-				t.Fatalf("stored %q, want the prefix %q", got, want)
-			}
-			e2 := e.restart(t)
-			var recovered []string
-			r2 := e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
-				recovered = append(recovered, rec.Name)
-				return nil
-			}}})
-			if err := r2.Recover(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			r2.Wait()
-			if budget == 4 {
-				if len(recovered) != 0 {
-					t.Fatalf("a completed fiber was recovered: %v", recovered)
+	for _, tc := range []struct {
+		name   string
+		chain  string // the records stored, in order
+		inline bool
+	}{
+		{"Complete", "fiber.started app.done app.usage fiber.completed", false},
+		{"CompleteIn", "fiber.started app.done app.usage", true}, // app.usage carries the end
+	} {
+		records := strings.Fields(tc.chain)
+		for budget := 1; budget <= len(records); budget++ {
+			t.Run(fmt.Sprintf("%s after %d writes", tc.name, budget), func(t *testing.T) {
+				e := newEnv(t)
+				d := &dyingLog{lg: e.lg, budget: budget}
+				r, err := fiber.New(fiber.Config{Log: d, Table: e.table, Agent: agent})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			if len(recovered) != 1 {
-				t.Fatalf("recovered %v, want the fiber once", recovered)
-			}
-		})
+				_ = r.Run(t.Context(), "work", func(ctx context.Context, f *fiber.Fiber) error {
+					a, _ := eventlog.NewEvent(agent, "app.done", nil)
+					b, _ := eventlog.NewEvent(agent, "app.usage", nil)
+					complete := f.Complete
+					if tc.inline {
+						complete = f.CompleteIn
+					}
+					_, err := complete(ctx, a, b)
+					return err
+				})
+				r.Close()
+
+				want := strings.Join(records[:budget], " ")
+				if got := e.eventTypes(t); got != want {
+					t.Fatalf("stored %q, want the prefix %q", got, want)
+				}
+				e2 := e.restart(t)
+				var recovered []string
+				r2 := e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
+					recovered = append(recovered, rec.Name)
+					return nil
+				}}})
+				if err := r2.Recover(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				r2.Wait()
+				if budget == len(records) {
+					if len(recovered) != 0 {
+						t.Fatalf("a completed fiber was recovered: %v", recovered)
+					}
+					return
+				}
+				if len(recovered) != 1 {
+					t.Fatalf("recovered %v, want the fiber once", recovered)
+				}
+			})
+		}
 	}
 }
 
@@ -214,52 +230,5 @@ func TestCompleteIn(t *testing.T) {
 	}
 	if rows := e.rows(t); len(rows) != 0 {
 		t.Fatalf("rows: %+v", rows)
-	}
-}
-
-// A crash inside CompleteIn's chain leaves a prefix of the caller's
-// events stored, never the fiber's end without them (it rides in the
-// last): the fiber is recovered unless the whole chain was stored.
-func TestCompleteInCrash(t *testing.T) {
-	for budget := 1; budget <= 3; budget++ { // fiber.started, app.done, app.usage carrying the end
-		t.Run(fmt.Sprintf("after %d writes", budget), func(t *testing.T) {
-			e := newEnv(t)
-			d := &dyingLog{lg: e.lg, budget: budget}
-			r, err := fiber.New(fiber.Config{Log: d, Table: e.table, Agent: agent})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = r.Run(t.Context(), "work", func(ctx context.Context, f *fiber.Fiber) error {
-				a, _ := eventlog.NewEvent(agent, "app.done", nil)
-				b, _ := eventlog.NewEvent(agent, "app.usage", nil)
-				_, err := f.CompleteIn(ctx, a, b)
-				return err
-			})
-			r.Close()
-
-			want := strings.Join(strings.Fields("fiber.started app.done app.usage")[:budget], " ")
-			if got := e.eventTypes(t); got != want {
-				t.Fatalf("stored %q, want the prefix %q", got, want)
-			}
-			e2 := e.restart(t)
-			var recovered []string
-			r2 := e2.runner(t, fiber.Config{Hooks: fiber.Hooks{OnFiberRecovered: func(ctx context.Context, rec fiber.Recovered) error {
-				recovered = append(recovered, rec.Name)
-				return nil
-			}}})
-			if err := r2.Recover(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			r2.Wait()
-			if budget == 3 {
-				if len(recovered) != 0 {
-					t.Fatalf("a completed fiber was recovered: %v", recovered)
-				}
-				return
-			}
-			if len(recovered) != 1 {
-				t.Fatalf("recovered %v, want the fiber once", recovered)
-			}
-		})
 	}
 }

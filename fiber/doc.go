@@ -125,7 +125,7 @@
 //     it, never the fiber's end without the events before it: the fiber
 //     is recovered unless its end is stored (TestCompleteCrash). With
 //     CompleteIn the end rides in the chain's last event, so the two are
-//     stored together or not at all (TestCompleteInCrash).
+//     stored together or not at all (TestCompleteCrash).
 //   - A fiber that panics ends as fiber.failed and its caller (Run, Resume)
 //     or Hooks.OnError (Go, GoResume) gets a *PanicError; the panic is not
 //     re-raised.
