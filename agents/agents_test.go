@@ -315,6 +315,7 @@ func TestStatus(t *testing.T) {
 	ev := func(typ, data string) eventlog.Event {
 		return eventlog.Event{Agent: "x", Type: typ, Data: json.RawMessage(data), Time: time.Unix(0, 0)}
 	}
+	completes := func(e eventlog.Event, fiber string) eventlog.Event { e.Completes = fiber; return e }
 	for _, tc := range []struct {
 		name   string
 		events []eventlog.Event
@@ -330,6 +331,9 @@ func TestStatus(t *testing.T) {
 		{"turn failed", []eventlog.Event{ev("turn.started", `{}`), ev("turn.failed", `{"error":"x"}`)}, agents.StatusFailed},
 		{"failed, then a new turn", []eventlog.Event{ev("turn.failed", `{}`), ev("fiber.started", `{"id":"f2"}`), ev("turn.started", `{}`), ev("turn.completed", `{"finishReason":"stop"}`), ev("fiber.completed", `{"id":"f2"}`)}, agents.StatusIdle},
 		{"bad data", []eventlog.Event{ev("fiber.started", `[`), ev("agent.meta", `{"user":7}`)}, agents.StatusIdle},
+		// Record format 11: the turn's outcome carries its fiber's end.
+		{"fiber ended in turn.completed", []eventlog.Event{ev("fiber.started", `{"id":"f1"}`), ev("turn.started", `{}`), completes(ev("turn.completed", `{"finishReason":"stop"}`), "f1")}, agents.StatusIdle},
+		{"turn waits, fiber ended in it", []eventlog.Event{ev("fiber.started", `{"id":"f1"}`), ev("turn.started", `{}`), completes(ev("turn.completed", `{"finishReason":"tool_calls"}`), "f1")}, agents.StatusWaiting},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kvs, err := eventlog.ApplyInMemory(agents.Projection(), tc.events)
