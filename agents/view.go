@@ -164,8 +164,8 @@ type turnEnd struct {
 
 func apply(b *eventlog.Batch, e eventlog.Event) error {
 	if fiber.Carries(e) {
-		// It carries a fiber's start or end (record format 11): each
-		// record it stands for.
+		// It carries a fiber's end (record format 11): itself, then
+		// the end.
 		for _, x := range fiber.Records(e) {
 			if err := applyRecord(b, x); err != nil {
 				return err

@@ -545,8 +545,8 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
 	if fiber.Carries(e) {
-		// A turn.started or turn.completed that carries its fiber's
-		// start or end (record format 11): each record it stands for.
+		// A turn.completed that carries its fiber's end (record format
+		// 11): itself, then the end.
 		for _, x := range fiber.Records(e) {
 			if err := applyTurnsOne(b, x); err != nil {
 				return err

@@ -110,8 +110,8 @@ func RunsProjection() eventlog.Projection {
 // applyRuns is the runs projection's Apply.
 func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 	if Carries(e) {
-		// An event that carries a fiber's start or end (AlongIn,
-		// CompleteIn): the start, itself, then the end.
+		// An event that carries a fiber's end (CompleteIn): itself,
+		// then the end.
 		for _, x := range Records(e) {
 			if err := applyRuns(b, x); err != nil {
 				return err

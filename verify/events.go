@@ -121,7 +121,7 @@ type turnState struct {
 }
 
 // event checks one event of the events stream, each record it stands for
-// when it carries a fiber's start or end (fiber.Records, record format 11).
+// when it carries a fiber's end (fiber.Records, record format 11).
 func (c *checker) event(e eventlog.Event) {
 	c.events++
 	if fiber.Carries(e) {
