@@ -3,6 +3,7 @@ package chathost
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -110,6 +111,33 @@ func TestConsoleReads(t *testing.T) {
 	waitfor.True(t, "no approval pending after approve", func() bool {
 		command(t, nc, "c1", "approvals", `{}`, &ap)
 		return len(ap.Approvals) == 0
+	})
+
+	// The console's timeline reads the log with type=fiber.: every turn's
+	// fiber ends in it, by a fiber.completed or, from record format 11,
+	// the turn.completed that carries its end (completes).
+	waitfor.NoError(t, func() error {
+		var lp host.LogPage
+		command(t, nc, "c1", "log", `{"type":"fiber.","limit":1000}`, &lp)
+		running := map[string]bool{}
+		for _, e := range lp.Events {
+			var f struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(e.Data, &f)
+			switch {
+			case e.Type == "fiber.started":
+				running[f.ID] = true
+			case e.Type == "fiber.completed":
+				delete(running, f.ID)
+			case e.Completes != "":
+				delete(running, e.Completes)
+			}
+		}
+		if len(running) != 0 || len(lp.Events) == 0 {
+			return fmt.Errorf("fibers not ended in the log page: %v of %+v", running, lp.Events)
+		}
+		return nil
 	})
 
 	var all StreamsPage
