@@ -76,11 +76,12 @@
 // tool-call (a tool call within 2x a bare fiber.Step, p50 and p99; and
 // the records a tool call stores in each stream beside a bare step's,
 // each its own fsync under sync always unless an atomic batch carries it),
-// tool-turn (a plain turn within 15 synced publishes, a 10-tool turn
+// tool-turn (a plain turn within 12 synced publishes, a 10-tool turn
 // within 12x a plain turn), tool-agents (100 agents' tool calls/s at least
 // 0.4x of one-at-a-time synced publishes/s: 2,000/s at 5,000 fsyncs/s;
-// and the process's CPU per tool call, with the rate that CPU allows on
-// all of the machine's cores),
+// the process's CPU per tool call, with the rate that CPU allows on
+// all of the machine's cores, and the heap it allocates per tool call,
+// which paces the garbage collector behind a tool call's p99),
 // chat-chunks (100 streams at 6x one-by-one synced publishes, 2x the 3x of
 // before), fiber-stash (within 1.3x of a raw synced publish), group-commit
 // (100 agents' fenced appends at 2x the same writers' raw publishes; a lone

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"runtime/metrics"
 	"time"
 )
 
@@ -153,6 +154,29 @@ type series struct {
 	// cpu is the process's CPU time during timed (processCPU): every
 	// goroutine's, the embedded servers' included.
 	cpu time.Duration
+	// alloc is the heap the process allocated during timed (heapAllocs),
+	// the embedded servers' included: what paces the garbage collector.
+	alloc uint64
+}
+
+// allocPerOp returns the heap bytes the process allocated per operation
+// of timed; 0 when not measured.
+func (s *series) allocPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return float64(s.alloc) / float64(s.ops)
+}
+
+// heapAllocs returns the bytes the process allocated on the heap so far
+// (runtime/metrics' /gc/heap/allocs:bytes).
+func heapAllocs() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
 
 // cpuPerOp returns the process's CPU time per operation of timed, in
@@ -174,10 +198,11 @@ func (s *series) rate() float64 {
 
 // timed runs f, adding ops and the time it took to s.
 func (s *series) timed(ops int, f func() error) error {
-	start, cpu := time.Now(), processCPU()
+	start, cpu, alloc := time.Now(), processCPU(), heapAllocs()
 	err := f()
 	s.elapsed += time.Since(start)
 	s.cpu += processCPU() - cpu
+	s.alloc += heapAllocs() - alloc
 	s.ops += ops
 	return err
 }

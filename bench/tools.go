@@ -433,6 +433,10 @@ func toolAgents(ctx context.Context, env *Env) (Result, error) {
 			Target: 1, TargetNote: "at least 2,000/s"},
 		{Figure: "process CPU per tool call, us", Value: sub.cpuPerOp(), Baseline: "process CPU per bare fiber.Step, us",
 			BaselineValue: base.cpuPerOp(), LowerIsBetter: true},
+		// What paces the garbage collector, whose cycles make a tool
+		// call's p99 (docs/benchmarks.md, stop 63).
+		{Figure: "process heap KiB allocated per tool call", Value: sub.allocPerOp() / 1024, Baseline: "per bare fiber.Step, KiB",
+			BaselineValue: base.allocPerOp() / 1024, LowerIsBetter: true},
 		{Figure: fmt.Sprintf("tool calls/s the CPU allows (%d cores / CPU per call)", runtime.NumCPU()), Value: ceiling,
 			Baseline: "goal, tool calls/s", BaselineValue: toolAgentsRate},
 	}}, nil
