@@ -162,18 +162,10 @@ type turnEnd struct {
 	FinishReason string `json:"finishReason"`
 }
 
+// apply applies each record e stands for: an event that carries a fiber's
+// end (record format 11) is itself, then the end.
 func apply(b *eventlog.Batch, e eventlog.Event) error {
-	if fiber.Carries(e) {
-		// It carries a fiber's end (record format 11): itself, then
-		// the end.
-		for _, x := range fiber.Records(e) {
-			if err := applyRecord(b, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return applyRecord(b, e)
+	return fiber.EachRecord(e, func(x eventlog.Event) error { return applyRecord(b, x) })
 }
 
 func applyRecord(b *eventlog.Batch, e eventlog.Event) error {

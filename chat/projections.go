@@ -543,21 +543,13 @@ func applyTurnFiber(b *eventlog.Batch, e eventlog.Event) error {
 	return setJSON(b, turnKey(e.Agent, t.RequestID), t)
 }
 
+// applyTurns applies each record e stands for: a turn.completed that
+// carries its fiber's end (record format 11) is itself, then the end.
 func applyTurns(b *eventlog.Batch, e eventlog.Event) error {
-	if fiber.Carries(e) {
-		// A turn.completed that carries its fiber's end (record format
-		// 11): itself, then the end.
-		for _, x := range fiber.Records(e) {
-			if err := applyTurnsOne(b, x); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return applyTurnsOne(b, e)
+	return fiber.EachRecord(e, func(x eventlog.Event) error { return applyTurnRecord(b, x) })
 }
 
-func applyTurnsOne(b *eventlog.Batch, e eventlog.Event) error {
+func applyTurnRecord(b *eventlog.Batch, e eventlog.Event) error {
 	switch e.Type {
 	case fiber.EventStarted, fiber.EventCompleted, fiber.EventFailed, fiber.EventAbandoned:
 		if err := applyQueue(b, e); err != nil {

@@ -46,7 +46,7 @@
 // (ID, Agent, Name, Snapshot, Attempt, CreatedAt) and one Op per step of an
 // active fiber. completed, failed and abandoned remove the row and its ops,
 // and so does an event that carries a fiber's end (CompleteIn): every reader
-// of fiber ends, here and above, reads such an event through Records, as
+// of fiber ends, here and above, reads such an event through EachRecord, as
 // the two records it replaces.
 // One Table serves all the Runners of a process; each Runner (one per agent)
 // waits on it to read its own writes.

@@ -112,12 +112,7 @@ func applyRuns(b *eventlog.Batch, e eventlog.Event) error {
 	if Carries(e) {
 		// An event that carries a fiber's end (CompleteIn): itself,
 		// then the end.
-		for _, x := range Records(e) {
-			if err := applyRuns(b, x); err != nil {
-				return err
-			}
-		}
-		return nil
+		return EachRecord(e, func(x eventlog.Event) error { return applyRuns(b, x) })
 	}
 	if !isFiberEvent(e.Type) {
 		return nil

@@ -121,16 +121,13 @@ type turnState struct {
 }
 
 // event checks one event of the events stream, each record it stands for
-// when it carries a fiber's end (fiber.Records, record format 11).
+// when it carries a fiber's end (fiber.EachRecord, record format 11).
 func (c *checker) event(e eventlog.Event) {
 	c.events++
-	if fiber.Carries(e) {
-		for _, x := range fiber.Records(e) {
-			c.record(x)
-		}
-		return
-	}
-	c.record(e)
+	_ = fiber.EachRecord(e, func(x eventlog.Event) error {
+		c.record(x)
+		return nil
+	})
 }
 
 // record checks one record of the events stream.
