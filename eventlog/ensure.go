@@ -39,9 +39,11 @@ const lookupDefault = 5 * time.Second
 // lookupStream looks the stream up as js.Stream does, sending the request
 // again while none is answered, each try twice as long as the one before,
 // until ctx ends (or jetstream's default request timeout, when ctx has no
-// deadline). Only the stream's leader answers a lookup: a stream whose
-// leader's node was just killed has none until its other peers elect
-// one, 4-9 s later, and a request sent before that is lost. Sent once, it
+// deadline); one answered unavailable (10008: the cluster without a meta
+// leader) is asked again when its try's time is up. Only the stream's
+// leader answers a lookup: a stream whose leader's node was just killed
+// has none until its other peers elect one, 4-9 s later, and a request
+// sent before that is lost. Sent once, it
 // held a restarted node's start until its attempt's end (3 s, twice in a
 // row in the chaos runs: restarts ready in 7.1 s where the election took
 // less); sent again, it is answered soon after the election.
@@ -58,8 +60,21 @@ func lookupStream(ctx context.Context, js jetstream.JetStream, name string) (jet
 		tctx, cancel := context.WithDeadline(ctx, end)
 		st, err := js.Stream(tctx, name)
 		cancel()
-		if err == nil || ctx.Err() != nil || !time.Now().Before(deadline) ||
-			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+		if err == nil || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return st, err
+		}
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		case Unavailable(err):
+			// Answered at once that JetStream cannot answer now (10008
+			// while the meta layer has no quorum, no responders): asked
+			// again once this try's time is up, not in a tight loop.
+			select {
+			case <-ctx.Done():
+				return st, err
+			case <-time.After(time.Until(end)):
+			}
+		default:
 			return st, err
 		}
 	}
