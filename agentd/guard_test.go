@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -387,9 +388,19 @@ func guardServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 func TestGuardHoldsTheHealOfAStreamDeletedAgain(t *testing.T) {
 	_, js := guardServer(t)
 	ctx := t.Context()
+	// create retries the server's "error creating store for stream"
+	// (10049): a stream made again right after its deletion can find its
+	// old store still being removed. The guard tries a failed heal again
+	// at its next look; this test counts heals, so it waits here instead.
 	create := func() error {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
-		return err
+		for try := 0; ; try++ {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVS", Subjects: []string{"evt.>"}})
+			var apiErr *jetstream.APIError
+			if err == nil || try == 50 || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	if err := create(); err != nil {
 		t.Fatal(err)
