@@ -22,6 +22,12 @@ type Options struct {
 	// checked against: each payload stored by reference must be there and
 	// match its digest (KindBlobMissing, KindBlobMismatch).
 	Blobs Blobs
+
+	// Tests' hooks (export_test.go): afterLast runs once a read of a
+	// stream knows its last sequence, betweenReads before a read again.
+	afterLast    func(eventlog.Filter)
+	betweenReads func()
+	pause        time.Duration // the first pause between reads (readAgainPause)
 }
 
 // Ack is one acknowledged write: ID is an event id of Agent, the request id
@@ -38,28 +44,109 @@ type Ack struct {
 // error; the error is for a log that could not be read (the report then
 // holds what was found so far). An event that does not decode is a
 // KindCorrupt violation and the read goes on past it.
+//
+// A live node changes the log while Check reads it. Appends are not a
+// problem: each stream is read up to its last sequence when its read
+// began. Removals are: a compaction that appends an agent's snapshot after
+// that sequence and purges the agent's events before the read reaches
+// them leaves the read with neither the history nor the snapshot, and
+// every acknowledged write of the agent would look lost (a chaos run's
+// verify, on a node compacting its idle agents, saw 152 such). So Check
+// compares the log's removals (eventlog.Log.Removals) before and after
+// its read, and reads the whole log again, from a new checker, while they
+// differ: at most maxReads times, pausing between reads, then it fails
+// with ErrUnsettled. Report.Reads says how many reads it took.
 func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) {
 	if opts.PageSize <= 0 {
 		opts.PageSize = 4096
 	}
-	c := newChecker(opts.Acked)
-	// First, where each agent's latest snapshot starts: it supersedes the
-	// agent's events before it, which a crash can leave stored (see
-	// KindSuperseded).
-	err := readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.findSnapshot, func(*eventlog.CorruptError) {})
-	if err == nil {
-		err = readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.event, c.corrupt)
+	pause := readAgainPause
+	if opts.pause > 0 {
+		pause = opts.pause
 	}
-	if err == nil {
-		err = readAll(ctx, lg, eventlog.Filter{Chunks: true}, opts.PageSize, c.chunk, c.corrupt)
-	}
-	if err == nil {
+	for reads := 1; ; reads++ {
+		before, err := removals(ctx, lg)
+		if err != nil {
+			return Report{Reads: reads}, err
+		}
+		c := newChecker(opts.Acked)
+		if err := c.read(ctx, lg, opts); err != nil {
+			return c.report(reads), err
+		}
+		after, err := removals(ctx, lg)
+		if err != nil {
+			return c.report(reads), err
+		}
+		if after != before {
+			if reads == maxReads {
+				return c.report(reads), fmt.Errorf("%w: %d removals during the last of %d reads", ErrUnsettled, after-before, reads)
+			}
+			if opts.betweenReads != nil {
+				opts.betweenReads()
+			}
+			if !sleep(ctx, pause) {
+				return c.report(reads), ctx.Err()
+			}
+			pause = min(2*pause, 2*time.Second)
+			continue
+		}
 		c.finish()
+		if opts.Blobs != nil {
+			err = c.checkBlobs(ctx, opts.Blobs)
+		}
+		return c.report(reads), err
 	}
-	if err == nil && opts.Blobs != nil {
-		err = c.checkBlobs(ctx, opts.Blobs)
+}
+
+// ErrUnsettled is Check's error when something was removed from the log
+// during each of its maxReads reads: a live node compacting or deleting
+// agents, or retention purging chunks, all the time. Run it again when
+// the node is quieter, or on a stopped node's data (agentd verify --data).
+var ErrUnsettled = errors.New("verify: the log lost events to purges during every read")
+
+// maxReads bounds Check's reads of a log that changes under it, and
+// readAgainPause is its first pause between them (doubled up to 2 s).
+const (
+	maxReads       = 10
+	readAgainPause = 100 * time.Millisecond
+)
+
+// read reads the log into c: each agent's latest snapshot first (it
+// supersedes the agent's events before it, which a crash can leave
+// stored: see KindSuperseded), then the events, then the chunks.
+func (c *checker) read(ctx context.Context, lg *eventlog.Log, opts Options) error {
+	err := readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.findSnapshot, func(*eventlog.CorruptError) {}, opts.afterLast)
+	if err == nil {
+		err = readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.event, c.corrupt, opts.afterLast)
 	}
-	return c.report(), err
+	if err == nil {
+		err = readAll(ctx, lg, eventlog.Filter{Chunks: true}, opts.PageSize, c.chunk, c.corrupt, opts.afterLast)
+	}
+	return err
+}
+
+// removals is lg's removals, asked again while JetStream cannot answer.
+func removals(ctx context.Context, lg *eventlog.Log) (n uint64, err error) {
+	err = untilAnswered(ctx, func() (err error) {
+		n, err = lg.Removals(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("verify: the log's removals: %w", err)
+	}
+	return n, nil
+}
+
+// sleep waits d, or until ctx ends: it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // readAll calls visit for every event matching f stored up to the last
@@ -68,7 +155,7 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 // electing its leader, a server catching up) is tried again until ctx
 // ends: verify is run on a live cluster, where a node's restart moves
 // stream leaders.
-func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int, visit func(eventlog.Event), corrupt func(*eventlog.CorruptError)) error {
+func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int, visit func(eventlog.Event), corrupt func(*eventlog.CorruptError), afterLast func(eventlog.Filter)) error {
 	var last eventlog.Seq
 	err := untilAnswered(ctx, func() (err error) {
 		last, err = lg.LastSeq(ctx, f)
@@ -76,6 +163,9 @@ func readAll(ctx context.Context, lg *eventlog.Log, f eventlog.Filter, page int,
 	})
 	if err != nil {
 		return fmt.Errorf("verify: last sequence: %w", err)
+	}
+	if afterLast != nil {
+		afterLast(f)
 	}
 	var after eventlog.Seq
 	for after < last {
@@ -223,9 +313,9 @@ func (c *checker) finish() {
 	}
 }
 
-func (c *checker) report() Report {
+func (c *checker) report(reads int) Report {
 	r := Report{
-		Events: c.events, ChunkEvents: c.chunks, Streams: len(c.streams), Acked: len(c.acked), Blobs: c.blobs,
+		Events: c.events, ChunkEvents: c.chunks, Streams: len(c.streams), Acked: len(c.acked), Blobs: c.blobs, Reads: reads,
 		Violations: c.out, Notes: c.notes,
 	}
 	agents := map[string]bool{}

@@ -1,8 +1,11 @@
 package verify_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forever-agents/forever/chat"
 	"github.com/forever-agents/forever/eventlog"
@@ -136,5 +139,87 @@ func TestCheckAfterAPartlyUndonePurge(t *testing.T) {
 	rep = check(t, lg, verify.Options{})
 	if !rep.Has(verify.KindOpCompletedTwice) && !rep.Has(verify.KindAfterEnd) {
 		t.Fatalf("an op completed again after the snapshot: %v", rep.Violations)
+	}
+}
+
+// TestCheckReadsAgainAfterAPurgeMidRead: a live node compacts an agent
+// while Check reads the events (the chaos runs' verify does, on nodes that
+// compact their idle agents every second). The compaction appends its
+// snapshot after the read's last sequence and purges the agent's events
+// before the read reaches them, so that read holds neither: every
+// acknowledged write of the agent would look lost. Check sees that the
+// log's removals changed and reads it again, where the agent's snapshot
+// holds its turn.
+func TestCheckReadsAgainAfterAPurgeMidRead(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := newLog(t, s, 1)
+	views, err := lg.NewFollower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fiber.AddTable(lg, views); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []eventlog.Projection{chat.MessagesProjection(), chat.StateProjection(), chat.UsageProjection(),
+		chat.InterruptsProjection(), chat.TurnsProjection()} {
+		if err := views.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventlogtest.RunFollower(t, views)
+	clean(history{t, lg})
+	eventReads, again := 0, 0
+	afterLast := func(f eventlog.Filter) {
+		if f.Chunks {
+			return
+		}
+		// The second read of the events (the first finds snapshots),
+		// once: a1 compacted between its last sequence and its events.
+		if eventReads++; eventReads == 2 {
+			if _, err := lg.Compact(t.Context(), "a1"); err != nil {
+				t.Errorf("compact a1: %v", err)
+			}
+		}
+	}
+	opts := verify.WithHooks(verify.Options{Acked: []verify.Ack{{Agent: "a1", ID: "r1"}}}, afterLast, func() { again++ })
+	rep := check(t, lg, opts)
+	if len(rep.Violations) != 0 {
+		t.Fatalf("violations with a purge during the read: %v", rep.Violations)
+	}
+	if rep.Reads != 2 || again != 1 {
+		t.Fatalf("read %d times, again %d times; want 2 and 1", rep.Reads, again)
+	}
+	if !strings.Contains(rep.String(), "read 2 times") {
+		t.Errorf("the report does not say it read twice:\n%s", rep)
+	}
+}
+
+// TestCheckFailsOnALogPurgedDuringEveryRead: when something is removed
+// during each of its reads, Check gives up with ErrUnsettled instead of a
+// report of losses that were purges.
+func TestCheckFailsOnALogPurgedDuringEveryRead(t *testing.T) {
+	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
+	lg := newLog(t, s, 1)
+	clean(history{t, lg})
+	n := 0
+	churn := func(f eventlog.Filter) {
+		if f.Chunks {
+			return
+		}
+		n++
+		stream := fmt.Sprintf("churn%d", n)
+		if _, err := lg.Append(t.Context(), eventlog.Event{Agent: "a9", Stream: stream, Type: "chunk", Data: []byte(`{}`)}); err != nil {
+			t.Error(err)
+		}
+		if err := lg.PurgeChunks(t.Context(), "a9", stream); err != nil {
+			t.Error(err)
+		}
+	}
+	rep, err := verify.Check(t.Context(), lg, verify.WithPause(verify.WithHooks(verify.Options{}, churn, nil), time.Millisecond))
+	if !errors.Is(err, verify.ErrUnsettled) {
+		t.Fatalf("check of a log purged during every read: %v, want ErrUnsettled", err)
+	}
+	if rep.Reads != 10 {
+		t.Errorf("read %d times, want 10", rep.Reads)
 	}
 }

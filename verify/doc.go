@@ -10,7 +10,12 @@
 // sequence each held when Check began, so a live agentd can be checked: what
 // it appends meanwhile is not read. On a live cluster a read JetStream
 // cannot answer now (eventlog.Unavailable: a stream electing a leader, as
-// after a node's restart) is tried again until Check's context ends. It keeps a small state per fiber, turn
+// after a node's restart) is tried again until Check's context ends. A live
+// node also removes events while Check reads (a compaction appends a
+// snapshot past the read's end and purges the history the read has not
+// reached yet), so Check reads the whole log again while its removals
+// changed during the read (eventlog.Log.Removals; ErrUnsettled after
+// maxReads). It keeps a small state per fiber, turn
 // and chat stream and reports each broken rule as a Violation naming the
 // agent, and the fiber, turn (request id) or stream it concerns.
 //

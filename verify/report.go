@@ -121,6 +121,9 @@ type Report struct {
 	// Notes are states the log allows but that are worth knowing
 	// (KindTurnOrphaned).
 	Notes []Violation
+	// Reads is how many times Check read the log: more than once when
+	// something was removed from it during a read (Check).
+	Reads int
 }
 
 // OK reports whether no invariant is broken.
@@ -166,6 +169,9 @@ func (r Report) String() string {
 	}
 	if r.Blobs > 0 {
 		fmt.Fprintf(&b, ", %d payloads stored by reference checked", r.Blobs)
+	}
+	if r.Reads > 1 {
+		fmt.Fprintf(&b, " (read %d times: purges changed the log during the reads before)", r.Reads)
 	}
 	b.WriteByte('\n')
 	return b.String()
