@@ -64,38 +64,40 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 	if opts.pause > 0 {
 		pause = opts.pause
 	}
-	for reads := 1; ; reads++ {
+	var c *checker
+	reads := 0
+	err := backoff.Retry(ctx, pause, 2*time.Second, func(err error) bool {
+		again := errors.Is(err, ErrUnsettled) && reads < maxReads && ctx.Err() == nil
+		if again && opts.betweenReads != nil {
+			opts.betweenReads()
+		}
+		return again
+	}, func() error {
+		reads++
 		before, err := removals(ctx, lg)
 		if err != nil {
-			return Report{Reads: reads}, err
+			return err
 		}
-		c := newChecker(opts.Acked)
+		c = newChecker(opts.Acked)
 		if err := c.read(ctx, lg, opts); err != nil {
-			return c.report(reads), err
+			return err
 		}
 		after, err := removals(ctx, lg)
-		if err != nil {
-			return c.report(reads), err
+		if err == nil && after != before {
+			err = fmt.Errorf("%w: %d removals during read %d", ErrUnsettled, after-before, reads)
 		}
-		if after != before {
-			if reads == maxReads {
-				return c.report(reads), fmt.Errorf("%w: %d removals during the last of %d reads", ErrUnsettled, after-before, reads)
-			}
-			if opts.betweenReads != nil {
-				opts.betweenReads()
-			}
-			if !sleep(ctx, pause) {
-				return c.report(reads), ctx.Err()
-			}
-			pause = min(2*pause, 2*time.Second)
-			continue
-		}
+		return err
+	})
+	if c == nil {
+		return Report{Reads: reads}, err
+	}
+	if err == nil {
 		c.finish()
 		if opts.Blobs != nil {
 			err = c.checkBlobs(ctx, opts.Blobs)
 		}
-		return c.report(reads), err
 	}
+	return c.report(reads), err
 }
 
 // ErrUnsettled is Check's error when something was removed from the log
@@ -135,18 +137,6 @@ func removals(ctx context.Context, lg *eventlog.Log) (n uint64, err error) {
 		return 0, fmt.Errorf("verify: the log's removals: %w", err)
 	}
 	return n, nil
-}
-
-// sleep waits d, or until ctx ends: it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // readAll calls visit for every event matching f stored up to the last
