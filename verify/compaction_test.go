@@ -19,22 +19,7 @@ import (
 // the snapshot are checked against what it holds (a live fiber's
 // completed op, its recovery attempt, a turn that ended).
 func TestCheckAfterCompaction(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	lg := newLog(t, s, 1)
-	views, err := lg.NewFollower()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fiber.AddTable(lg, views); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []eventlog.Projection{chat.MessagesProjection(), chat.StateProjection(), chat.UsageProjection(),
-		chat.InterruptsProjection(), chat.TurnsProjection()} {
-		if err := views.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventlogtest.RunFollower(t, views)
+	lg := compactableLog(t)
 	h := history{t, lg}
 	clean(h)
 	// A live fiber with a completed op and one recovery on steps:c.
@@ -151,22 +136,7 @@ func TestCheckAfterAPartlyUndonePurge(t *testing.T) {
 // log's removals changed and reads it again, where the agent's snapshot
 // holds its turn.
 func TestCheckReadsAgainAfterAPurgeMidRead(t *testing.T) {
-	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	lg := newLog(t, s, 1)
-	views, err := lg.NewFollower()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fiber.AddTable(lg, views); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []eventlog.Projection{chat.MessagesProjection(), chat.StateProjection(), chat.UsageProjection(),
-		chat.InterruptsProjection(), chat.TurnsProjection()} {
-		if err := views.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventlogtest.RunFollower(t, views)
+	lg := compactableLog(t)
 	clean(history{t, lg})
 	eventReads, again := 0, 0
 	afterLast := func(f eventlog.Filter) {
@@ -222,4 +192,26 @@ func TestCheckFailsOnALogPurgedDuringEveryRead(t *testing.T) {
 	if rep.Reads != 10 {
 		t.Errorf("read %d times, want 10", rep.Reads)
 	}
+}
+
+// compactableLog is a log on a server of its own with the views that
+// Compact snapshots (the runs view and the chat views) following it.
+func compactableLog(t *testing.T) *eventlog.Log {
+	t.Helper()
+	lg := newLog(t, eventlogtest.RunServer(t, eventlogtest.ServerOptions{}), 1)
+	views, err := lg.NewFollower()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fiber.AddTable(lg, views); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []eventlog.Projection{chat.MessagesProjection(), chat.StateProjection(), chat.UsageProjection(),
+		chat.InterruptsProjection(), chat.TurnsProjection()} {
+		if err := views.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventlogtest.RunFollower(t, views)
+	return lg
 }
