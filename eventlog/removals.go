@@ -3,28 +3,28 @@ package eventlog
 import (
 	"context"
 	"fmt"
-	"slices"
 )
 
 // Removals returns how many messages were ever removed from the log's
-// streams (events and chunks, every shard): the sum, over each stream, of
-// its last sequence less the messages it holds. Every sequence a stream
+// streams of one kind (the chunks streams when chunks is set, else the
+// events streams; every shard): the sum, over each stream, of its last
+// sequence less the messages it holds. Every sequence a stream
 // assigned is either stored or was removed since, so the sum grows with
 // every purge and delete (a compaction, an agent's delete, chunk
 // retention, a stream's age limit) and with nothing else: appends leave
-// it as it is. A reader that finds it unchanged across a read of the
-// whole log read a log nothing was removed from in between (verify.Check
-// does, on a live node that compacts while it reads). A stream made again
+// it as it is. A reader that finds it unchanged across its read of the
+// streams of that kind read them with nothing removed in between
+// (verify.Check does, on a live node that compacts while it reads). A stream made again
 // starts from zero, so compare for equality, not order.
 //
 // Errors: ErrClosed, or a read error (ErrUnavailable when JetStream did
 // not answer in time: a stream electing its leader).
-func (l *Log) Removals(ctx context.Context) (uint64, error) {
+func (l *Log) Removals(ctx context.Context, chunks bool) (uint64, error) {
 	if l.closed() {
 		return 0, ErrClosed
 	}
 	var n uint64
-	for _, name := range slices.Concat(l.streamNames(false), l.streamNames(true)) {
+	for _, name := range l.streamNames(chunks) {
 		if l.stream(name) == nil {
 			return 0, fmt.Errorf("eventlog: removals: stream %s is not open", name)
 		}

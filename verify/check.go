@@ -53,9 +53,10 @@ type Ack struct {
 // every acknowledged write of the agent would look lost (a chaos run's
 // verify, on a node compacting its idle agents, saw 152 such). So Check
 // compares the log's removals (eventlog.Log.Removals) before and after
-// its read, and reads the whole log again, from a new checker, while they
-// differ: at most maxReads times, pausing between reads, then it fails
-// with ErrUnsettled. Report.Reads says how many reads it took.
+// its read of each kind of stream (the events, then the chunks), and
+// reads the whole log again, from a new checker, while they differ: at
+// most maxReads times, pausing between reads, then it fails with
+// ErrUnsettled. Report.Reads says how many reads it took.
 func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) {
 	if opts.PageSize <= 0 {
 		opts.PageSize = 4096
@@ -74,19 +75,8 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 		return again
 	}, func() error {
 		reads++
-		before, err := removals(ctx, lg)
-		if err != nil {
-			return err
-		}
 		c = newChecker(opts.Acked)
-		if err := c.read(ctx, lg, opts); err != nil {
-			return err
-		}
-		after, err := removals(ctx, lg)
-		if err == nil && after != before {
-			err = fmt.Errorf("%w: %d removals during read %d", ErrUnsettled, after-before, reads)
-		}
-		return err
+		return c.read(ctx, lg, opts)
 	})
 	if c == nil {
 		return Report{Reads: reads}, err
@@ -115,22 +105,51 @@ const (
 
 // read reads the log into c: each agent's latest snapshot first (it
 // supersedes the agent's events before it, which a crash can leave
-// stored: see KindSuperseded), then the events, then the chunks.
+// stored: see KindSuperseded), then the events, then the chunks. It
+// returns ErrUnsettled when the events streams' removals changed during
+// the first two, or the chunks streams' during the third: only a removal
+// from the streams being read can hide what the read has not reached.
 func (c *checker) read(ctx context.Context, lg *eventlog.Log, opts Options) error {
-	err := readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.findSnapshot, func(*eventlog.CorruptError) {}, opts.afterLast)
-	if err == nil {
-		err = readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.event, c.corrupt, opts.afterLast)
+	return settled(ctx, lg, false, func() error {
+		err := readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.findSnapshot, func(*eventlog.CorruptError) {}, opts.afterLast)
+		if err == nil {
+			err = readAll(ctx, lg, eventlog.Filter{}, opts.PageSize, c.event, c.corrupt, opts.afterLast)
+		}
+		if err == nil {
+			err = settled(ctx, lg, true, func() error {
+				return readAll(ctx, lg, eventlog.Filter{Chunks: true}, opts.PageSize, c.chunk, c.corrupt, opts.afterLast)
+			})
+		}
+		return err
+	})
+}
+
+// settled runs read, and returns ErrUnsettled when the removals of the
+// streams of one kind (chunks, or events) changed while it ran.
+func settled(ctx context.Context, lg *eventlog.Log, chunks bool, read func() error) error {
+	before, err := removals(ctx, lg, chunks)
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		err = readAll(ctx, lg, eventlog.Filter{Chunks: true}, opts.PageSize, c.chunk, c.corrupt, opts.afterLast)
+	if err := read(); err != nil {
+		return err
+	}
+	after, err := removals(ctx, lg, chunks)
+	if err == nil && after != before {
+		kind := "events"
+		if chunks {
+			kind = "chunks"
+		}
+		err = fmt.Errorf("%w: %d %s removed during the read", ErrUnsettled, after-before, kind)
 	}
 	return err
 }
 
-// removals is lg's removals, asked again while JetStream cannot answer.
-func removals(ctx context.Context, lg *eventlog.Log) (n uint64, err error) {
+// removals is lg's removals of one kind, asked again while JetStream
+// cannot answer.
+func removals(ctx context.Context, lg *eventlog.Log, chunks bool) (n uint64, err error) {
 	err = untilAnswered(ctx, func() (err error) {
-		n, err = lg.Removals(ctx)
+		n, err = lg.Removals(ctx, chunks)
 		return err
 	})
 	if err != nil {
