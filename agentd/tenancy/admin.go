@@ -258,7 +258,7 @@ func (ts *tenantSet) handleCreate(ctx context.Context, data []byte) (any, error)
 	}
 	wctx, cancel := context.WithTimeout(ctx, tenantStartTimeout)
 	defer cancel()
-	if err := ts.waitReady(wctx, t.Name); err != nil {
+	if err := ts.waitThroughStops(wctx, t.Name); err != nil {
 		return nil, err
 	}
 	ts.logger.Info("tenant credential minted", "tenant", t.Name, "created", reply.Created, "cred", reply.Cred, "role", reply.Role, "expires", reply.Expires)

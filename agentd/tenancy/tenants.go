@@ -552,10 +552,46 @@ func (ts *tenantSet) markReady(ctx context.Context) {
 	}
 }
 
+// errStopped marks the answer of a wait whose daemon stopped on its own.
+var errStopped = errors.New("its daemon stopped")
+
 // daemonStopped is the answer of a wait for tenant name whose daemon
 // stopped on its own with err (and is started again).
 func daemonStopped(name string, err error) error {
-	return host.ErrUnavailable.Wrapf("tenant %s: its daemon stopped: %w (it is started again every %s)", name, err, tenantRetry)
+	return host.ErrUnavailable.Wrapf("tenant %s: %w: %w (it is started again every %s)", name, errStopped, err, tenantRetry)
+}
+
+// waitThroughStops is waitReady past stops of the daemon, for a tenant
+// just created: its daemon is started again after tenantRetry, and the
+// wait goes on until one is ready, ctx ends, or 3 tenantRetry passed
+// since the first stop, so a daemon that cannot start is answered within
+// a client's request time. Any other answer (a diagnosis that the account
+// has no JetStream) ends it at once. A new
+// tenant's account can reach this node's server a moment after its claims
+// update was answered: a CI run's TestCluster/Backup saw the daemon's
+// first connections answered "JetStream not enabled for account", then
+// "Authorization Violation", and the create failed with 503 where the
+// daemon started again 5 s later.
+func (ts *tenantSet) waitThroughStops(ctx context.Context, name string) error {
+	var until time.Time // set at the first stop
+	for {
+		err := ts.waitReady(ctx, name)
+		if !errors.Is(err, errStopped) || ts.disabled(name) {
+			return err
+		}
+		if until.IsZero() {
+			until = time.Now().Add(3 * tenantRetry)
+		} else if time.Now().After(until) {
+			return err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // disabled reports whether tenant name is disabled.
