@@ -8,14 +8,14 @@ import (
 // Removals returns how many messages were ever removed from the log's
 // streams of one kind (the chunks streams when chunks is set, else the
 // events streams; every shard): the sum, over each stream, of its last
-// sequence less the messages it holds. Every sequence a stream
-// assigned is either stored or was removed since, so the sum grows with
-// every purge and delete (a compaction, an agent's delete, chunk
-// retention, a stream's age limit) and with nothing else: appends leave
-// it as it is. A reader that finds it unchanged across its read of the
-// streams of that kind read them with nothing removed in between
-// (verify.Check does, on a live node that compacts while it reads). A stream made again
-// starts from zero, so compare for equality, not order.
+// sequence less the messages it holds. Every sequence a stream assigned
+// is either stored or was removed since, so the sum grows with every
+// purge and delete (a compaction, an agent's delete, chunk retention, a
+// stream's age limit) and with nothing else: appends leave it as it is.
+// A reader that finds it unchanged across its read of the streams of that
+// kind read them with nothing removed in between (verify.Check does, on a
+// live node that compacts while it reads). A stream made again starts
+// from zero, so compare for equality, not order.
 //
 // Errors: ErrClosed, or a read error (ErrUnavailable when JetStream did
 // not answer in time: a stream electing its leader).

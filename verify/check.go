@@ -78,9 +78,7 @@ func Check(ctx context.Context, lg *eventlog.Log, opts Options) (Report, error) 
 		c = newChecker(opts.Acked)
 		return c.read(ctx, lg, opts)
 	})
-	if c == nil {
-		return Report{Reads: reads}, err
-	}
+	// The read ran at least once: c is the last one's.
 	if err == nil {
 		c.finish()
 		if opts.Blobs != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/forever-agents/forever/agentd/host"
 	"github.com/forever-agents/forever/agentd/quota"
 	"github.com/forever-agents/forever/auth"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/internal/kvwatch"
 	"github.com/forever-agents/forever/internal/promreg"
 )
@@ -566,32 +567,23 @@ func daemonStopped(name string, err error) error {
 // wait goes on until one is ready, ctx ends, or 3 tenantRetry passed
 // since the first stop, so a daemon that cannot start is answered within
 // a client's request time. Any other answer (a diagnosis that the account
-// has no JetStream) ends it at once. A new
-// tenant's account can reach this node's server a moment after its claims
-// update was answered: a CI run's TestCluster/Backup saw the daemon's
-// first connections answered "JetStream not enabled for account", then
-// "Authorization Violation", and the create failed with 503 where the
-// daemon started again 5 s later.
+// has no JetStream) ends it at once. A new tenant's account can reach
+// this node's server a moment after its claims update was answered: a CI
+// run's TestCluster/Backup saw the daemon's first connections answered
+// "JetStream not enabled for account", then "Authorization Violation",
+// and the create failed with 503 where the daemon started again 5 s
+// later.
 func (ts *tenantSet) waitThroughStops(ctx context.Context, name string) error {
 	var until time.Time // set at the first stop
-	for {
-		err := ts.waitReady(ctx, name)
+	return backoff.Retry(ctx, 100*time.Millisecond, 100*time.Millisecond, func(err error) bool {
 		if !errors.Is(err, errStopped) || ts.disabled(name) {
-			return err
+			return false
 		}
 		if until.IsZero() {
 			until = time.Now().Add(3 * tenantRetry)
-		} else if time.Now().After(until) {
-			return err
 		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
+		return time.Now().Before(until)
+	}, func() error { return ts.waitReady(ctx, name) })
 }
 
 // disabled reports whether tenant name is disabled.
