@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/forever-agents/forever/eventlog"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -211,78 +209,4 @@ func logStreams(shards int) []string {
 		}
 	}
 	return out
-}
-
-// leaderSpreadEvery is how often the owner of partition 0 spreads the
-// shard streams' leaders over the servers (eventlog.Log.SpreadLeaders).
-const leaderSpreadEvery = 30 * time.Second
-
-// addLeaderSpread adds, for a replicated sharded log, the component that
-// keeps its streams' Raft leaders spread over the servers: the node that
-// owns partition 0 checks every leaderSpreadEvery, so one node does it
-// and another takes over with the lease, and a server that returned gets
-// its share of leaders back at the next check. With an embedded server
-// (srv), a server it has no route to at the check is given no stream
-// (routedTo).
-func (d *Daemon) addLeaderSpread(lg *eventlog.Log, srv *server.Server) error {
-	if lg.Shards() == 0 || lg.Replicas() < 2 || d.parts.mgr == nil {
-		return nil
-	}
-	return d.Add("shard leaders", ComponentFunc(func(ctx context.Context) error {
-		t := time.NewTicker(leaderSpreadEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			if _, _, ok := d.parts.mgr.Owned(0); !ok {
-				continue
-			}
-			if _, err := lg.SpreadLeaders(ctx, d.notLeaving(routedTo(srv))); err != nil && ctx.Err() == nil {
-				d.logger.Warn("spreading the shard streams' leaders", "err", err)
-			}
-		}
-	}))
-}
-
-// routeSettle is how long a route to a server must have been up for the
-// leader spread to give that server streams. A server that restarted a
-// moment ago routes again at once, and its stream replicas, which the
-// leaders heard from a second before the kill, still look current; but
-// its Raft groups are still being restored, and a stream handed to it
-// stays without a leader for an election (5.4 s in a 6-node chaos run,
-// the stepdown 0.5 s after the server started).
-const routeSettle = 10 * time.Second
-
-// routedTo returns whether srv routes to a server (srv itself included),
-// read from its routes at each call, by a route up for routeSettle at
-// least: nil without an embedded server. A SIGKILLed server's routes
-// close with its process, at once, where the streams' leaders still
-// count it live for seconds; its new process's routes are young.
-func routedTo(srv *server.Server) func(name string) bool {
-	return routedSince(srv, routeSettle)
-}
-
-// routedSince is routedTo with routes up for settle at least.
-func routedSince(srv *server.Server, settle time.Duration) func(name string) bool {
-	if srv == nil {
-		return nil
-	}
-	return func(name string) bool {
-		if name == srv.Name() {
-			return true
-		}
-		rz, err := srv.Routez(nil)
-		if err != nil {
-			return false
-		}
-		for _, r := range rz.Routes {
-			if r.RemoteName == name && time.Since(r.Start) >= settle {
-				return true
-			}
-		}
-		return false
-	}
 }
