@@ -121,7 +121,7 @@ func TestWarmHandoff(t *testing.T) {
 // TestWarmWaitBound: a receiver whose views never catch up is handed its
 // partitions after WarmWait, not never.
 func TestWarmWaitBound(t *testing.T) {
-	a, sv := joinSecond(t, 500*time.Millisecond, newPreparing().prepare)
+	a, _, sv := joinSecond(t, 500*time.Millisecond, newPreparing().prepare)
 	eventually(t, "b serves its 4 partitions, none warm", func() bool { return len(sv.servedBy("b")) == 4 })
 	if got := handoffCount(a.m, handoffWaited); got != 4 {
 		t.Errorf("a counted %v handoffs after the warm wait, want 4", got)
@@ -131,7 +131,7 @@ func TestWarmWaitBound(t *testing.T) {
 // TestHandoffToANodeThatAnnouncesNothing: a node without Prepare (as an
 // earlier release) is handed its partitions at once, as before.
 func TestHandoffToANodeThatAnnouncesNothing(t *testing.T) {
-	a, sv := joinSecond(t, time.Hour, nil)
+	a, _, sv := joinSecond(t, time.Hour, nil)
 	eventually(t, "b serves its 4 partitions", func() bool { return len(sv.servedBy("b")) == 4 })
 	if got := handoffCount(a.m, handoffUnannounced); got != 4 {
 		t.Errorf("a counted %v handoffs to a node that announces nothing, want 4", got)
@@ -140,18 +140,18 @@ func TestHandoffToANodeThatAnnouncesNothing(t *testing.T) {
 
 // joinSecond starts node a holding 8 partitions, then node b with
 // prepare, both with warmWait: b is due 4 of them.
-func joinSecond(t *testing.T, warmWait time.Duration, prepare func(context.Context, int, func())) (*node, *serving) {
+func joinSecond(t *testing.T, warmWait time.Duration, prepare func(context.Context, int, func())) (a, b *node, sv *serving) {
 	s := eventlogtest.RunServer(t, eventlogtest.ServerOptions{})
-	sv := newServing(t)
+	sv = newServing(t)
 	cfg := func(name string) Config {
 		return Config{Node: name, Partitions: 8, TTL: 60 * time.Second, RenewEvery: 200 * time.Millisecond,
 			WarmWait: warmWait, Serve: sv.serve(name)}
 	}
-	a := startNode(t, s, cfg("a"))
+	a = startNode(t, s, cfg("a"))
 	bc := cfg("b")
 	bc.Prepare = prepare
-	startNode(t, s, bc)
-	return a, sv
+	b = startNode(t, s, bc)
+	return a, b, sv
 }
 
 // handoffCount returns m's forever_ownership_handoffs_total of receiver.
