@@ -239,11 +239,11 @@ func (nd *clusterNode) waitCaughtUp(ctx context.Context, began time.Time, share 
 		}
 		at := time.Now()
 		h, ok := nd.readyz(client)
-		cur, err := projectionCursors("http://" + nd.metrics + "/metrics")
-		var rec map[string]float64
-		if err == nil {
-			rec, err = metricValues("http://"+nd.metrics+"/metrics", recoveredMetric, ownedMetric)
-		}
+		// One page a poll: each is a gather of the node's whole registry,
+		// and the node's CPU is what the round measures (two a poll were
+		// 9-15% of a restart's CPU samples, docs/benchmarks.md).
+		page, err := metricsPage("http://" + nd.metrics + "/metrics")
+		cur, rec := cursorsIn(page), valuesIn(page, recoveredMetric, ownedMetric)
 		// The node's partitions count as caught up once each it holds
 		// finished its recovery (its views applied its events); the lag
 		// gauge is not read: after two rebuilds of ten it stood at 232
@@ -291,6 +291,11 @@ func metricValues(url string, names ...string) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return valuesIn(body, names...), nil
+}
+
+// valuesIn is metricValues of a /metrics page already read.
+func valuesIn(body []byte, names ...string) map[string]float64 {
 	out := map[string]float64{}
 	for line := range strings.Lines(string(body)) {
 		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
@@ -301,7 +306,7 @@ func metricValues(url string, names ...string) (map[string]float64, error) {
 			out[name] = v
 		}
 	}
-	return out, nil
+	return out
 }
 
 // waitOthers waits until the nodes other than nd are ready, hold every

@@ -685,6 +685,11 @@ func projectionCursors(url string) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return cursorsIn(body), nil
+}
+
+// cursorsIn is projectionCursors of a /metrics page already read.
+func cursorsIn(body []byte) map[string]float64 {
 	kinds := []struct{ prefix, key string }{
 		{`forever_eventlog_projection_cursor{projection="`, ""},
 		{`forever_eventlog_projection_lag_events{projection="`, "lag:"},
@@ -711,7 +716,7 @@ func projectionCursors(url string) (map[string]float64, error) {
 			break
 		}
 	}
-	return cur, nil
+	return cur
 }
 
 // procTicks is a process's utime+stime, in clock ticks.
