@@ -458,6 +458,12 @@ func (m *Manager) wantLocked(live []string) []string {
 	if m.cfg.KeepFormat == 0 || m.mu.active < m.cfg.KeepFormat {
 		return assign(m.cfg.Partitions, live)
 	}
+	return assignKeeping(m.cfg.Partitions, live, m.holdersLocked())
+}
+
+// holdersLocked returns the node holding each partition's lease as
+// wantLocked counts it ("" for none). REQUIRES: m.mu held.
+func (m *Manager) holdersLocked() []string {
 	holders := make([]string, m.cfg.Partitions)
 	for p := range holders {
 		if h := m.mu.held[p]; h != nil {
@@ -475,7 +481,7 @@ func (m *Manager) wantLocked(live []string) []string {
 		}
 		holders[p] = c.lease.Node
 	}
-	return assignKeeping(m.cfg.Partitions, live, holders)
+	return holders
 }
 
 // Starved returns how long this node has held no partition while the

@@ -19,27 +19,17 @@ func (m *Manager) Settled(quiet time.Duration) bool {
 	if n := len(m.mu.moves); n > 0 && time.Since(m.mu.moves[n-1].Time) < quiet {
 		return false
 	}
+	holders := m.holdersLocked()
 	for p, want := range m.wantLocked(m.liveLocked()) {
-		if m.holderLocked(p) != want {
+		if holders[p] != want {
+			return false
+		}
+		// A lease of this node's name counts as its own in holders, but
+		// one from its last process is not served until this process
+		// takes it.
+		if want == m.cfg.Node && m.mu.held[p] == nil {
 			return false
 		}
 	}
 	return true
-}
-
-// holderLocked returns the node holding partition p's lease as this node
-// sees it: this node for one it holds and does not hand off, the watch's
-// holder otherwise, "" for a free partition or one it is handing off.
-// REQUIRES: m.mu held.
-func (m *Manager) holderLocked(p int) string {
-	if h := m.mu.held[p]; h != nil {
-		if h.releasing {
-			return ""
-		}
-		return m.cfg.Node
-	}
-	if c, ok := m.mu.leases[p]; ok && c.lease.Node != m.cfg.Node {
-		return c.lease.Node
-	}
-	return ""
 }
