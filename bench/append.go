@@ -214,7 +214,7 @@ func appendBatchSize(ctx context.Context, env *Env, n, size int) ([]Row, error) 
 	// stream stages each atomic batch in a file store of its own (4 fsyncs,
 	// 3 directories made and renamed, about 12 files removed a batch with
 	// nats-server 2.15.2 and 2.15.3, counted with strace -c): under sync
-	// always it costs about 9 synced publishes.
+	// always it costs 9-14 synced publishes (docs/benchmarks.md).
 	rawOnes := func(k int) error {
 		for range k {
 			if err := rawAtomicBatch(ctx, env.Conn, subject, data, 1); err != nil {
@@ -233,7 +233,7 @@ func appendBatchSize(ctx context.Context, env *Env, n, size int) ([]Row, error) 
 		return func(int) error { return s.timed(batchSize, func() error { return f(batchSize) }) }
 	}
 	// A tenth as many batches of one as messages of the others: each costs
-	// about as much as nine synced publishes.
+	// about as much as 9-14 synced publishes.
 	ones := func(int) error { return rawOnesS.timed(batchSize/10, func() error { return rawOnes(batchSize / 10) }) }
 	err = alternate(rounds, timed(&singleS, single), timed(&batchS, batch), timed(&rawS, raw), timed(&rawBatchS, rawBatch), ones)
 	if err != nil {
