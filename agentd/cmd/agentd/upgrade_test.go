@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "d304f7ced8d2e18f1a75d244e222a8387dc248cb"
+const upgradeFrom = "9c5bbd40ff762f792446048d8de1294e4267f104"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
