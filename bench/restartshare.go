@@ -54,7 +54,8 @@ var restartShareFlags = []string{"--shards", "8", "--owned-views"}
 // owned views (restartShareFlags, or -agentd-flags) of 3 and then of 6
 // agentd started as the chart starts its pods, its log filled with
 // restartShareEvents events (whole chat turns over restartShareAgents agents,
-// through a Bind Log); then, alternating, forever-1 is
+// through a Bind Log), after timing forever-1's restart before any
+// history (its fixed cost); then, alternating, forever-1 is
 //
 //   - restarted: SIGTERM (it hands its partitions off), start, and
 //   - rebuilt: SIGTERM, its Pebble dir removed, start,
@@ -67,7 +68,8 @@ var restartShareFlags = []string{"--shards", "8", "--owned-views"}
 // which is not counted). Each figure comes with the
 // node's CPU over that time and the events its views applied. The rows
 // compare the 6-node figure with the 3-node one: goal within 0.5x, as the
-// node's partitions are half as many. Each cluster's load average is in
+// node's partitions are half as many; beyondFixed's rows compare the part
+// of each beyond the restart before the history. Each cluster's load average is in
 // the figure: other processes on the machine move the times, less the CPU
 // and not the events.
 func restartShare(ctx context.Context, env *Env) (Result, error) {
@@ -89,7 +91,10 @@ func restartShare(ctx context.Context, env *Env) (Result, error) {
 		env.Logger.Info("restart-share", "nodes", n, "restart", runs[i].restart, "rebuild", runs[i].rebuild, "load", runs[i].load)
 	}
 	r3, r6 := runs[0], runs[1]
-	var rows []Row
+	rows := []Row{{
+		Figure: fmt.Sprintf("forever-%d restart before the history was written (its fixed cost) p50 ms, 6 nodes", restartShareNode),
+		Value:  millis(percentile(r6.empty.took, 50)), Baseline: "3 nodes, ms", BaselineValue: millis(percentile(r3.empty.took, 50)), LowerIsBetter: true,
+	}}
 	for _, k := range []struct {
 		name   string
 		m3, m6 restartShareFigures
@@ -114,6 +119,8 @@ func restartShare(ctx context.Context, env *Env) (Result, error) {
 			// being idle: the row is the rebuild's.
 			rows = append(rows, applied)
 		}
+		rows = append(rows, beyondFixed(k.name, "time", k.m3.took, r3.empty.took, k.m6.took, r6.empty.took),
+			beyondFixed(k.name, "CPU", durations(k.m3.cpu), durations(r3.empty.cpu), durations(k.m6.cpu), durations(r6.empty.cpu)))
 	}
 	return Result{Rows: rows}, nil
 }
@@ -122,7 +129,53 @@ func restartShare(ctx context.Context, env *Env) (Result, error) {
 type restartShareRun struct {
 	share            int // the partitions the node holds when balanced
 	restart, rebuild restartShareFigures
-	load             string
+	// empty is the node's restarts before the history was written: what a
+	// restart costs whatever the history (the process, nats-server's start,
+	// the meta layer, the handover), measured on the same cluster.
+	empty restartShareFigures
+	load  string
+}
+
+// restartShareResolution is the least part beyond the fixed cost that a
+// beyondFixed row judges: two of waitCaughtUp's 100 ms polls. Below it at
+// 3 nodes the part is the polls' noise, and the row has no verdict.
+const restartShareResolution = 200 * time.Millisecond
+
+// beyondFixed is the row of what one kind of restart costs beyond the same
+// node's restart before the history was written (what), p50 against p50,
+// at 6 nodes against 3: the part of it that depends on the history the
+// node holds, which should follow its share of the partitions (goal within
+// 0.5x, as the raw rows). The raw rows cannot show that while the fixed
+// part, the same at both sizes, is most of a restart (docs/benchmarks.md,
+// "Where a restart's CPU goes"). A part at or below zero at 6 nodes is
+// shown as 1 ms: none of it depends on the history.
+func beyondFixed(kind, what string, m3, empty3, m6, empty6 []time.Duration) Row {
+	part := func(m, empty []time.Duration) time.Duration {
+		return percentile(m, 50) - percentile(empty, 50)
+	}
+	p3, p6 := part(m3, empty3), part(m6, empty6)
+	r := Row{
+		Figure:        fmt.Sprintf("forever-%d %s: its %s beyond its restart before the history p50 ms, 6 nodes", restartShareNode, kind, what),
+		Value:         millis(max(p6, time.Millisecond)),
+		Baseline:      "3 nodes, ms",
+		BaselineValue: millis(p3),
+		LowerIsBetter: true,
+	}
+	if p3 < restartShareResolution {
+		r.Baseline = fmt.Sprintf("3 nodes, ms (below %s: no verdict)", restartShareResolution)
+		return r
+	}
+	r.Target, r.TargetNote = 1/restartShareGoal, "6 nodes within 0.5x of 3"
+	return r
+}
+
+// durations turns ms figures into durations, for beyondFixed.
+func durations(ms []float64) []time.Duration {
+	out := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		out[i] = time.Duration(m * float64(time.Millisecond))
+	}
+	return out
 }
 
 // restartShareFigures are one kind's rounds.
@@ -154,13 +207,24 @@ func restartShareCluster(ctx context.Context, env *Env, bin string, n int, flags
 		return restartShareRun{}, fmt.Errorf("bench: connect to the cluster: %w", err)
 	}
 	defer nc.Close()
+	run := restartShareRun{share: chartargs.DefaultPartitions - (n-1)*((chartargs.DefaultPartitions+n-1)/n), load: loadAvg()}
+	nd := c.nodes[restartShareNode]
+	// The node's restarts before any history: an untimed one first, as
+	// below, then rounds timed.
+	for i := range rounds + 1 {
+		f, err := restartNode(ctx, c, nd, run.share, false)
+		if err != nil {
+			return run, fmt.Errorf("restart before the history: %w", err)
+		}
+		if i > 0 {
+			run.empty.add(f)
+		}
+	}
 	began := time.Now()
 	if err := fillLog(ctx, nc, events, restartShareAgents, SyncAlways); err != nil {
 		return restartShareRun{}, fmt.Errorf("fill %d events: %w", events, err)
 	}
 	env.Logger.Info("restart-share: filled", "nodes", n, "events", events, "took", time.Since(began).Round(time.Millisecond))
-	run := restartShareRun{share: chartargs.DefaultPartitions - (n-1)*((chartargs.DefaultPartitions+n-1)/n), load: loadAvg()}
-	nd := c.nodes[restartShareNode]
 	// An untimed restart first: every node's views caught up on the fill.
 	if _, err := restartNode(ctx, c, nd, run.share, false); err != nil {
 		return run, err
