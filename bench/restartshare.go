@@ -119,8 +119,9 @@ func restartShare(ctx context.Context, env *Env) (Result, error) {
 			// being idle: the row is the rebuild's.
 			rows = append(rows, applied)
 		}
-		rows = append(rows, beyondFixed(k.name, "time", k.m3.took, r3.empty.took, k.m6.took, r6.empty.took),
-			beyondFixed(k.name, "CPU", durations(k.m3.cpu), durations(r3.empty.cpu), durations(k.m6.cpu), durations(r6.empty.cpu)))
+		p50 := func(f restartShareFigures) float64 { return millis(percentile(f.took, 50)) }
+		rows = append(rows, beyondFixed(k.name, "time", p50(k.m3), p50(r3.empty), p50(k.m6), p50(r6.empty)),
+			beyondFixed(k.name, "CPU", median(k.m3.cpu), median(r3.empty.cpu), median(k.m6.cpu), median(r6.empty.cpu)))
 	}
 	return Result{Rows: rows}, nil
 }
@@ -136,46 +137,35 @@ type restartShareRun struct {
 	load  string
 }
 
-// restartShareResolution is the least part beyond the fixed cost that a
-// beyondFixed row judges: two of waitCaughtUp's 100 ms polls. Below it at
-// 3 nodes the part is the polls' noise, and the row has no verdict.
-const restartShareResolution = 200 * time.Millisecond
+// restartShareResolution is the least part beyond the fixed cost, in ms,
+// that a beyondFixed row judges: two of waitCaughtUp's 100 ms polls. Below
+// it at 3 nodes the part is the polls' noise, and the row has no verdict.
+const restartShareResolution = 200
 
 // beyondFixed is the row of what one kind of restart costs beyond the same
-// node's restart before the history was written (what), p50 against p50,
-// at 6 nodes against 3: the part of it that depends on the history the
-// node holds, which should follow its share of the partitions (goal within
-// 0.5x, as the raw rows). The raw rows cannot show that while the fixed
-// part, the same at both sizes, is most of a restart (docs/benchmarks.md,
-// "Where a restart's CPU goes"). A part at or below zero at 6 nodes is
-// shown as 1 ms: none of it depends on the history.
-func beyondFixed(kind, what string, m3, empty3, m6, empty6 []time.Duration) Row {
-	part := func(m, empty []time.Duration) time.Duration {
-		return percentile(m, 50) - percentile(empty, 50)
-	}
-	p3, p6 := part(m3, empty3), part(m6, empty6)
+// node's restart before the history was written (what, in ms: the p50s the
+// raw rows show, less the fixed cost's), at 6 nodes against 3: the part of
+// it that depends on the history the node holds, which should follow its
+// share of the partitions (goal within 0.5x, as the raw rows). The raw rows
+// cannot show that while the fixed part, the same at both sizes, is most of
+// a restart (docs/benchmarks.md, "Where a restart's CPU goes"). A part at
+// or below zero at 6 nodes is shown as 1 ms: none of it depends on the
+// history.
+func beyondFixed(kind, what string, m3, empty3, m6, empty6 float64) Row {
+	p3, p6 := m3-empty3, m6-empty6
 	r := Row{
 		Figure:        fmt.Sprintf("forever-%d %s: its %s beyond its restart before the history p50 ms, 6 nodes", restartShareNode, kind, what),
-		Value:         millis(max(p6, time.Millisecond)),
+		Value:         max(p6, 1),
 		Baseline:      "3 nodes, ms",
-		BaselineValue: millis(p3),
+		BaselineValue: p3,
 		LowerIsBetter: true,
 	}
 	if p3 < restartShareResolution {
-		r.Baseline = fmt.Sprintf("3 nodes, ms (below %s: no verdict)", restartShareResolution)
+		r.Baseline = fmt.Sprintf("3 nodes, ms (below %d ms: no verdict)", restartShareResolution)
 		return r
 	}
 	r.Target, r.TargetNote = 1/restartShareGoal, "6 nodes within 0.5x of 3"
 	return r
-}
-
-// durations turns ms figures into durations, for beyondFixed.
-func durations(ms []float64) []time.Duration {
-	out := make([]time.Duration, len(ms))
-	for i, m := range ms {
-		out[i] = time.Duration(m * float64(time.Millisecond))
-	}
-	return out
 }
 
 // restartShareFigures are one kind's rounds.
