@@ -60,8 +60,10 @@ type EnvConfig struct {
 	// LeaseTTL overrides the chart's lease TTL in the failover scenario;
 	// zero keeps the chart's.
 	LeaseTTL time.Duration
-	// CPUQuota is the CPU each node of the scale-out scenario may use (its
-	// cgroup's cpu.cfs_quota_us over cpu.cfs_period_us); zero: 0.25.
+	// CPUQuota is the CPU each node of the scale-out and restart-share
+	// scenarios may use (its cgroup's cpu.cfs_quota_us over
+	// cpu.cfs_period_us); zero: 0.25; below 0: scale-out skips, and
+	// restart-share's nodes run without a quota.
 	CPUQuota float64
 	// AgentdFlags are flags the scale-out, failover and restart-share
 	// scenarios add to every node's chart flags, such as --shards 1 (the

@@ -54,7 +54,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, build
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index=alloc_space)")
 	windowProfile := fs.String("window-cpuprofile", "", "write a CPU profile of each timed window of the scenarios that mark one (tool-agents' 100 agents) to this file plus .1, .2, ...; go tool pprof merges them")
 	leaseTTL := fs.Duration("lease-ttl", 0, "the failover scenario's --lease-ttl instead of the chart's default")
-	cpuQuota := fs.Float64("cpu-quota", scaleOutQuota, "the scale-out scenario's CPU quota per node, in CPUs (cgroup v1 cpu.cfs_quota_us); below 0 skips the scenario")
+	cpuQuota := fs.Float64("cpu-quota", scaleOutQuota, "the scale-out and restart-share scenarios' CPU quota per node, in CPUs (cgroup v1 cpu.cfs_quota_us); below 0 skips scale-out and runs restart-share's nodes without one")
 	agentdFlags := fs.String("agentd-flags", "", "flags the scale-out, failover and restart-share scenarios add to every node's chart flags, space-separated, such as \"--shards 1\" (the unsharded layout; a new cluster gets 8 shards without it)")
 	nodeProfiles := fs.String("node-profiles", "", "a dir where the scale-out scenario writes a CPU profile of each node over its window (<n>nodes-<node>.pprof; the nodes run with --pprof) and its log (<n>nodes-<node>.log)")
 	if err := fs.Parse(args); err != nil {
