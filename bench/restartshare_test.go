@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +50,28 @@ func TestBeyondFixed(t *testing.T) {
 		if r.Value != tc.value || r.BaselineValue != tc.base || judged != tc.judged || pass != tc.pass {
 			t.Errorf("%s: value %v base %v judged %v pass %v, want %v %v %v %v", tc.name, r.Value, r.BaselineValue, judged, pass, tc.value, tc.base, tc.judged, tc.pass)
 		}
+	}
+}
+
+// TestRestartShareQuota: -cpu-quota below 0 runs restart-share's nodes
+// without a quota and the rows say so; zero takes scale-out's default;
+// where cgroups cannot be written here the nodes run unheld and the rows
+// say why.
+func TestRestartShareQuota(t *testing.T) {
+	env := &Env{Logger: slog.New(slog.DiscardHandler)}
+	env.cfg.CPUQuota = -1
+	if q, note := restartShareQuota(env); q != 0 || !strings.Contains(note, "below 0") {
+		t.Errorf("-cpu-quota -1: got %v, %q; want 0 and a note naming the flag", q, note)
+	}
+	env.cfg.CPUQuota = 0
+	q, note := restartShareQuota(env)
+	if why := cpuCgroupsUnusable(); why != "" {
+		if q != 0 || !strings.Contains(note, why) {
+			t.Errorf("no cgroups (%s): got %v, %q; want 0 and the reason", why, q, note)
+		}
+		return
+	}
+	if q != scaleOutQuota || note != fmt.Sprintf("each node held to %.2f CPU", scaleOutQuota) {
+		t.Errorf("-cpu-quota 0: got %v, %q; want the default %v", q, note, scaleOutQuota)
 	}
 }
