@@ -72,15 +72,9 @@ func (c *agentdCluster) start(ctx context.Context, n int, timeout time.Duration)
 			return nil, err
 		}
 		for _, nd := range c.nodes {
-			if err := nd.start(); err != nil {
+			if err := c.startNode(nd); err != nil {
 				c.close()
 				return nil, err
-			}
-			if c.started != nil {
-				if err := c.started(nd); err != nil {
-					c.close()
-					return nil, err
-				}
 			}
 		}
 		err := c.waitHealthy(ctx, timeout)
@@ -93,6 +87,19 @@ func (c *agentdCluster) start(ctx context.Context, n int, timeout time.Duration)
 			return nil, err
 		}
 	}
+}
+
+// startNode starts nd's process and calls c's started hook with it: every
+// start of a node, the first and each restart, goes through it, so a
+// restarted node is back in its cgroup.
+func (c *agentdCluster) startNode(nd *clusterNode) error {
+	if err := nd.start(); err != nil {
+		return err
+	}
+	if c.started != nil {
+		return c.started(nd)
+	}
+	return nil
 }
 
 // layout picks fresh addresses and empty data dirs for n nodes named

@@ -234,7 +234,7 @@ type failoverKill struct {
 // restart starts the killed node again and waits until the cluster is
 // healthy and the kill's fiber has completed.
 func (k failoverKill) restart(ctx context.Context, c *agentdCluster, nc *nats.Conn) error {
-	if err := k.victim.start(); err != nil {
+	if err := c.startNode(k.victim); err != nil {
 		return err
 	}
 	if err := c.waitHealthy(ctx, failoverHealthy); err != nil {

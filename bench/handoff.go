@@ -75,7 +75,7 @@ func handoff(ctx context.Context, env *Env) (_ Result, err error) {
 			"drain", lastLine(nd.logPath, "handed off warm before stopping"))
 
 		at = time.Now()
-		if err := nd.start(); err != nil {
+		if err := c.startNode(nd); err != nil {
 			return Result{}, err
 		}
 		if err := c.waitHealthy(ctx, failoverHealthy); err != nil {

@@ -214,7 +214,7 @@ func restartShareCluster(ctx context.Context, env *Env, bin string, n int, flags
 	}()
 	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL, extra: flags}
 	if quota > 0 {
-		cg := &cpuCgroups{run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6), quota: quota}
+		cg := newCPUCgroups(quota)
 		defer func() { err = errors.Join(err, cg.remove()) }()
 		c.started = func(nd *clusterNode) error { return cg.add(nd.name, nd.cmd.Process.Pid) }
 	}
@@ -299,13 +299,8 @@ func restartNode(ctx context.Context, c *agentdCluster, nd *clusterNode, share i
 		return restartShareRound{}, err
 	}
 	began := time.Now()
-	if err := nd.start(); err != nil {
+	if err := c.startNode(nd); err != nil {
 		return restartShareRound{}, err
-	}
-	if c.started != nil {
-		if err := c.started(nd); err != nil {
-			return restartShareRound{}, err
-		}
 	}
 	r, err := nd.waitCaughtUp(ctx, began, share)
 	if err != nil {

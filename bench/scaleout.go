@@ -226,7 +226,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 			err = keepLogs(err, dir, env.cfg.Dir)
 		}
 	}()
-	cg := &cpuCgroups{run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6), quota: quota}
+	cg := newCPUCgroups(quota)
 	defer func() { err = errors.Join(err, cg.remove()) }()
 	c := &agentdCluster{bin: bin, dir: dir, ttl: chartargs.DefaultLeaseTTL,
 		extra:   append(profileFlags(env.cfg.NodeProfiles), env.cfg.AgentdFlags...),
@@ -781,6 +781,12 @@ type cpuCgroups struct {
 	run   string
 	quota float64
 	dirs  map[string]string // by node name
+}
+
+// newCPUCgroups returns the cgroups of one cluster's nodes, each with
+// quota CPUs, named apart from any other run's.
+func newCPUCgroups(quota float64) *cpuCgroups {
+	return &cpuCgroups{run: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6), quota: quota}
 }
 
 // add puts pid in node's cgroup, creating it with its quota on first use.
