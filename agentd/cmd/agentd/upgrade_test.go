@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "7a65bbb2030b7d22a0295430cce9085b3c18c881"
+const upgradeFrom = "dc17aae04111efef81d886807f2ddf7fdcfed90e"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
