@@ -219,18 +219,12 @@ func (sn *scaleNode) stop() {
 
 // restart stops the node gracefully and returns the time until a new one
 // on the same data dir is ready. At full scale it first waits out
-// JetStream's duplicate window after the last write (see restartReady):
+// JetStream's duplicate window after the last write (waitOutDuplicates):
 // a stream restored inside it reloads the window's message ids, a cost of
 // the recent writes, not of what is stored.
 func (sn *scaleNode) restart(ctx context.Context, env *Env) (time.Duration, error) {
-	if env.cfg.Scale >= 1 {
-		wait := time.Until(sn.written.Add(eventlog.DefaultDuplicates + time.Second))
-		env.Logger.Info("scale: waiting out the duplicate window", "wait", wait.Round(time.Second))
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+	if err := waitOutDuplicates(ctx, env, "scale", sn.written); err != nil {
+		return 0, err
 	}
 	sn.stop()
 	t := time.Now()
