@@ -27,7 +27,8 @@
 // victim's resumed within the election plus the lease TTL); restart-share
 // starts a 3- and then a 6-node cluster with --shards 8 --owned-views (or
 // -agentd-flags), each node held to -cpu-quota as scale-out's, fills each
-// with the same history, and compares one
+// with the same history, waits out JetStream's duplicate window (at -n 1
+// and above, as restart-ready and scale do), and compares one
 // node's restart and rebuild from an empty Pebble (time, CPU, events
 // applied) at 6 nodes with 3 (goal within 0.5x); handoff starts a 3-node
 // cluster with the same 30 steps agents, stops each node in turn with
