@@ -149,7 +149,12 @@
 //   - "agentd verify" as an operator runs it: on a single node, stopped
 //     with SIGTERM, over its data dir (--data); on a cluster, over NATS
 //     (with the admin credential, so the tenant's log too), then the nodes
-//     are stopped with SIGTERM.
+//     are stopped with SIGTERM. A cluster's verify that fails only because
+//     the log was purged during every one of its reads (the stall agents'
+//     last fibers write, and their agents compact, for up to 4 minutes
+//     after the load stops) is run again every 10 s, as operations.md
+//     tells an operator to, for up to 5 minutes; any other failure counts
+//     at once.
 //
 // It prints a table: seed, nodes, kills, stops, operations, violations,
 // restart-to-ready latency (process start to /readyz answering 200) p50

@@ -321,17 +321,32 @@ func chaos(ctx context.Context, o options, dir string, stderr io.Writer) (*resul
 	if res.conversation, res.read, err = l.checkConversations(ctx, checker); err != nil {
 		return res, fmt.Errorf("conversations: %w", err)
 	}
-	res.dataVerify, err = agentdVerify(ctx, bin, ns)
+	var runs int
+	res.dataVerify, runs, err = agentdVerify(ctx, bin, ns)
+	if runs > 1 {
+		logf("agentd verify ran %d times: the log was purged during every read of the first %d (the stall agents' last fibers still writing)", runs, runs-1)
+	}
 	return res, err
 }
 
+// verifyQuietWait bounds how long agentdVerify runs "agentd verify" again
+// on a cluster whose log was purged during every read of a run: the stall
+// agents' last steps fibers go on writing, and their agents compacting,
+// for up to stallFiberSteps x stallFiberDelayMS after the load stopped.
+// verifyAgainPause is the pause between those runs.
+const (
+	verifyQuietWait  = stallFiberSteps*stallFiberDelayMS*time.Millisecond + time.Minute
+	verifyAgainPause = 10 * time.Second
+)
+
 // agentdVerify runs "agentd verify" as an operator would once the run is
-// over, and returns its output when it fails: over NATS on a cluster (with
-// the admin credential, which checks every tenant's log too; its data dirs
-// hold clustered stores, which only the cluster serves), then stops the
-// nodes; on a
-// single node, it stops it first and verifies its data dir.
-func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
+// over, and returns its output when it fails, and how many times it ran:
+// over NATS on a cluster (with the admin credential, which checks every
+// tenant's log too; its data dirs hold clustered stores, which only the
+// cluster serves), then stops the nodes; on a single node, it stops it
+// first and verifies its data dir. On a cluster still compacting it runs
+// verify again while verify says so (runVerify).
+func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, int, error) {
 	args := []string{"verify", "--data", ns.list[0].data}
 	if ns.clustered() {
 		args = []string{"verify", "--nats-url", ns.urls()}
@@ -339,16 +354,36 @@ func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, error) {
 			args = append(args, "--creds", ns.creds) // and every tenant's log
 		}
 	} else if err := ns.stopAll(); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	failed := ""
-	if err := cmd.Run(); err != nil {
+	failed, runs := runVerify(ctx, bin, args, verifyQuietWait, verifyAgainPause)
+	return failed, runs, ns.stopAll()
+}
+
+// runVerify runs bin with args (agentd verify) and returns its output when
+// it fails, and how many times it ran. A run that failed only because the
+// log was purged during every one of its reads (verify.ErrUnsettled: a live
+// node compacting) is run again after pause, as operations.md tells an
+// operator to, until quiet has passed; any other failure is returned at
+// once.
+func runVerify(ctx context.Context, bin string, args []string, quiet, pause time.Duration) (failed string, runs int) {
+	until := time.Now().Add(quiet)
+	for {
+		runs++
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		if err == nil {
+			return "", runs
+		}
 		failed = fmt.Sprintf("agentd %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		unsettled := strings.Contains(out.String(), verify.ErrUnsettled.Error())
+		if !unsettled || ctx.Err() != nil || time.Now().Add(pause).After(until) {
+			return failed, runs
+		}
+		sleep(ctx, pause)
 	}
-	return failed, ns.stopAll()
 }
 
 // crash kills (or freezes) a random node at random intervals until nodes
