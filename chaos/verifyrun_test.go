@@ -63,6 +63,13 @@ func TestRunVerifyAgainWhileUnsettled(t *testing.T) {
 			t.Fatalf("failed %q after %d runs, want the violation after 1", failed, n)
 		}
 	})
+	t.Run("violation beside an unsettled log", func(t *testing.T) {
+		bin, runs := fakeVerify(t, "violation: fiber started twice\n"+unsettled)
+		failed, n := runVerify(ctx, bin, []string{"verify"}, time.Minute, time.Millisecond)
+		if !strings.Contains(failed, "started twice") || n != 1 || runs() != 1 {
+			t.Fatalf("failed %q after %d runs, want the violation after 1", failed, n)
+		}
+	})
 	t.Run("never quiet", func(t *testing.T) {
 		bin, _ := fakeVerify(t, unsettled, unsettled)
 		failed, n := runVerify(ctx, bin, []string{"verify"}, 0, time.Millisecond)
