@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/forever-agents/forever/eventlog"
+	"github.com/forever-agents/forever/internal/backoff"
 	"github.com/forever-agents/forever/internal/chartargs"
 	"github.com/forever-agents/forever/replay"
 	"github.com/forever-agents/forever/verify"
@@ -368,21 +369,20 @@ func agentdVerify(ctx context.Context, bin string, ns *nodes) (string, int, erro
 // once.
 func runVerify(ctx context.Context, bin string, args []string, quiet, pause time.Duration) (failed string, runs int) {
 	until := time.Now().Add(quiet)
-	for {
+	var out bytes.Buffer
+	err := backoff.Retry(ctx, pause, pause, func(error) bool {
+		return onlyUnsettled(out.String()) && !time.Now().Add(pause).After(until)
+	}, func() error {
 		runs++
-		var out bytes.Buffer
+		out.Reset()
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		if err == nil {
-			return "", runs
-		}
+		return cmd.Run()
+	})
+	if err != nil {
 		failed = fmt.Sprintf("agentd %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		if !onlyUnsettled(out.String()) || ctx.Err() != nil || time.Now().Add(pause).After(until) {
-			return failed, runs
-		}
-		sleep(ctx, pause)
 	}
+	return failed, runs
 }
 
 // onlyUnsettled reports whether agentd verify's output says it failed
