@@ -30,7 +30,7 @@ import (
 // landed on main. Move it to the last landed commit when a release lands,
 // so each release is tested against the one before it (helm/forever/README.md,
 // "Upgrade").
-const upgradeFrom = "1ed741de8ac9f487c34e23f3a57a57f1f4d1f7e5"
+const upgradeFrom = "6aba5013528dd052ba8e3ca7e333c0bda325f1a1"
 
 // buildRelease builds agentd as it was at commit, from git (once for the
 // package's tests; prebuild starts it ahead). Without git or the commit (a
