@@ -143,6 +143,21 @@ func startServer(ctx context.Context, cfg *Config, logger *slog.Logger, op *Oper
 	return s, nil
 }
 
+// syncQueueLen is the buffer of each synchronous subscription on the
+// daemon's connection (nats.SyncQueueLen). nats.go's default is 65,536
+// messages: a channel of 512 KiB, allocated zeroed and scanned by the
+// collector while it lives, for each live follow of a chat stream
+// (chunk.Live.Subscribe, held for the turn) and each batched direct get
+// (eventlog's NextBatch and Read, through jetstreamext.GetBatch). At
+// saturation that was 6-8% of a node's CPU in the allocation alone, and
+// most of its collector's work (docs/benchmarks.md, "A follow's 512 KiB
+// channel"). 1,024 holds what any of them is sent before it reads: a
+// batched get asks for 256 events at most (and its end marker), a live
+// follow is bounded at 1,024 (chunk.Live), a stream snapshot's window
+// is 64 chunks of 128 KiB (backup.Snapshot). A subscription that falls
+// behind further is a slow consumer, which each of them reports.
+const syncQueueLen = 1024
+
 // connect opens the daemon's NATS connection: in-process to the embedded
 // server s, or to cfg.NATSURL when s is nil. closed is closed once the
 // connection is closed (after Drain).
@@ -150,6 +165,7 @@ func connect(cfg *Config, s *server.Server, logger *slog.Logger, closed chan<- s
 	logger = logger.With("subsystem", "nats")
 	opts := []nats.Option{
 		nats.Name("agentd"),
+		nats.SyncQueueLen(syncQueueLen),
 		nats.MaxReconnects(-1),
 		nats.DrainTimeout(cfg.ShutdownTimeout),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
