@@ -66,6 +66,10 @@ const (
 //
 //   - turns/s of 6 nodes next to 3 nodes, goal >= 1.8x;
 //   - CPU per turn summed over the nodes, 6 next to 3;
+//   - per turn, 6 next to 3: JetStream consumers created, events applied,
+//     posts answered 409 (the agent's last turn still active: the post
+//     goes again 2 ms later), and the live follows' idle reads of the log
+//     (a follow that waited replay's livePoll, 5 s, for a live chunk);
 //   - per node of each cluster: events applied per second (the advance of
 //     forever_eventlog_projection_cursor{projection="runs"}, a stream
 //     sequence: every event of the events stream the node's views went
@@ -119,6 +123,10 @@ func scaleOut(ctx context.Context, env *Env) (Result, error) {
 			Baseline: "3 nodes", BaselineValue: r3.consumersPerTurn()},
 		{Figure: "events applied per turn of the cluster, mean of 6 nodes", Value: r6.eventsPerTurn(), LowerIsBetter: true,
 			Baseline: "mean of 3 nodes", BaselineValue: r3.eventsPerTurn()},
+		{Figure: "posts answered 409 (the agent's turn still active) per turn, 6 nodes", Value: r6.perTurn(float64(r6.busy)), LowerIsBetter: true,
+			Baseline: "3 nodes", BaselineValue: r3.perTurn(float64(r3.busy))},
+		{Figure: "live follows' idle reads of the log per turn, 6 nodes", Value: r6.perTurn(r6.idleReads), LowerIsBetter: true,
+			Baseline: "3 nodes", BaselineValue: r3.perTurn(r3.idleReads)},
 	}
 	for _, r := range runs {
 		rows = append(rows, r.nodeRows()...)
@@ -142,6 +150,21 @@ type scaleOutRun struct {
 	// consumers is the JetStream consumers created in the window (-1:
 	// not counted).
 	consumers int64
+	// busy is the posts answered 409 in the window: the agent's last
+	// turn still held it, and the post went again 2 ms later.
+	busy int64
+	// idleReads is the nodes' live follows' reads of the log after
+	// replay's livePoll without a live chunk, in the window
+	// (forever_replay_live_reads_total{why="idle"}).
+	idleReads float64
+}
+
+// perTurn is x over the window's turns.
+func (r scaleOutRun) perTurn(x float64) float64 {
+	if r.turns == 0 {
+		return 0
+	}
+	return x / float64(r.turns)
 }
 
 // consumersPerTurn is consumers over turns (-1: not counted).
@@ -269,7 +292,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	defer hc.CloseIdleConnections()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var done, failed, resumed atomic.Int64
+	var done, failed, resumed, busy atomic.Int64
 	var lastErr atomic.Value
 	fails := &failTally{}
 	var wg sync.WaitGroup
@@ -285,6 +308,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 					done.Add(1)
 				case lctx.Err() != nil:
 				case errors.Is(err, errTurnActive):
+					busy.Add(1)
 					time.Sleep(2 * time.Millisecond)
 				default:
 					failed.Add(1)
@@ -332,7 +356,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 			r.consumers = -1
 		}
 	}
-	t0, d0, f0 := time.Now(), done.Load(), failed.Load()
+	t0, d0, f0, b0 := time.Now(), done.Load(), failed.Load(), busy.Load()
 	c0 := consumers.Load()
 	if err := sleepCtx(ctx, window); err != nil {
 		return scaleOutRun{}, errors.Join(err, waitProfiles())
@@ -344,7 +368,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 	if err != nil {
 		return scaleOutRun{}, err
 	}
-	r.window, r.turns, r.failed = time.Since(t0), done.Load()-d0, failed.Load()-f0
+	r.window, r.turns, r.failed, r.busy = time.Since(t0), done.Load()-d0, failed.Load()-f0, busy.Load()-b0
 	if err := waitProfiles(); err != nil {
 		env.Logger.Warn("scale-out: profiles", "err", err)
 	}
@@ -375,6 +399,7 @@ func scaleOutCluster(ctx context.Context, env *Env, bin string, n int, quota flo
 		r.names = append(r.names, nd.name)
 		r.events = append(r.events, after[i].applied(before[i])/r.window.Seconds())
 		r.cpu = append(r.cpu, float64(after[i].ticks-before[i].ticks)/clockTicks/r.window.Seconds())
+		r.idleReads += after[i].cursors["live:idle"] - before[i].cursors["live:idle"]
 	}
 	return r, nil
 }
@@ -678,8 +703,10 @@ func metricsPage(url string) ([]byte, error) {
 
 // projectionCursors reads every forever_eventlog_projection_cursor of a
 // /metrics page, with each projection's lag under "lag:<projection>" (the
-// highest of its streams' series: a sharded log has one a shard) and its
-// events applied under "applied:<projection>".
+// highest of its streams' series: a sharded log has one a shard), its
+// events applied under "applied:<projection>", and the node's live
+// follows' reads of the log under "live:<why>"
+// (forever_replay_live_reads_total).
 func projectionCursors(url string) (map[string]float64, error) {
 	body, err := metricsPage(url)
 	if err != nil {
@@ -694,6 +721,7 @@ func cursorsIn(body []byte) map[string]float64 {
 		{`forever_eventlog_projection_cursor{projection="`, ""},
 		{`forever_eventlog_projection_lag_events{projection="`, "lag:"},
 		{`forever_eventlog_projection_events_applied_total{projection="`, "applied:"},
+		{`forever_replay_live_reads_total{why="`, "live:"},
 	}
 	cur := map[string]float64{}
 	for line := range strings.Lines(string(body)) {
