@@ -157,6 +157,11 @@ const (
 // returns; other servers learn of it shortly after, so events published
 // meanwhile by a writer elsewhere may be missed: subscribe before reading
 // the stored ones. Close it when done.
+//
+// Its buffer is a channel the size of the connection's nats.SyncQueueLen,
+// of which it uses liveBufferMsgs: give the connection a small one
+// (agentd's is 1,024). nats.go's default, 65,536, is a 512 KiB channel
+// allocated for each follow and scanned by the collector while it lives.
 func (l *Live) Subscribe(ctx context.Context, agent, stream string) (*LiveSub, error) {
 	sub, err := l.nc.SubscribeSync(l.Subject(agent, stream))
 	if err != nil {
