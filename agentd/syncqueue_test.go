@@ -1,7 +1,6 @@
 package agentd
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -19,15 +18,7 @@ import (
 func TestConnectSyncQueue(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := startServer(context.Background(), &d.cfg, d.cfg.Logger, nil, nil, d.denials)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	d, s := serverOf(t, cfg)
 	nc, err := connect(&d.cfg, s, d.cfg.Logger, make(chan struct{}), nil)
 	if err != nil {
 		t.Fatal(err)

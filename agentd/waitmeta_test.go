@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forever-agents/forever/eventlog/eventlogtest"
@@ -41,20 +42,28 @@ func TestWaitMeta(t *testing.T) {
 				}
 				cfg.ServerName, cfg.ClusterName, cfg.ClusterListen, cfg.Routes = "n1", "c", "127.0.0.1:0", routes
 			}
-			d, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := startServer(context.Background(), &d.cfg, d.cfg.Logger, nil, nil, d.denials)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+			_, s := serverOf(t, cfg)
 			if got := waitMeta(context.Background(), s, 200*time.Millisecond, nil); got != tc.want {
 				t.Fatalf("waitMeta = %t, want %t", got, tc.want)
 			}
 		})
 	}
+}
+
+// serverOf starts cfg's embedded server as a daemon's start does, shut
+// down when the test ends, and returns the daemon it was made for.
+func serverOf(t *testing.T, cfg Config) (*Daemon, *server.Server) {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := startServer(context.Background(), &d.cfg, d.cfg.Logger, nil, nil, d.denials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return d, s
 }
 
 // TestWaitMetaNudgesARestartedMember: a member restarted while the meta
