@@ -59,7 +59,8 @@
 // prints the turns/s ratio (goal 1.8x) and each node's events applied/s
 // and CPU next to its cluster's mean (within 1.5x), each cluster's
 // idle CPU before the load, and per turn its consumers created, posts
-// answered 409 and live follows' idle reads of the log; -agentd-flags adds flags to every node;
+// answered 409 and live follows' idle reads of the log; -agentd-flags
+// adds flags to every node;
 // -node-profiles DIR runs the nodes with --pprof and writes a CPU profile
 // of each over the idle and the measured window, and each node's log;
 // each cluster is measured once its shard streams' leaders are spread

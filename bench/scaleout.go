@@ -172,7 +172,7 @@ func (r scaleOutRun) consumersPerTurn() float64 {
 	if r.consumers < 0 || r.turns == 0 {
 		return -1
 	}
-	return float64(r.consumers) / float64(r.turns)
+	return r.perTurn(float64(r.consumers))
 }
 
 // scaleOutTimes are a cluster's warm-up, its measured window, and its

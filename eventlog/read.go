@@ -189,8 +189,8 @@ func (l *Log) Next(ctx context.Context, f Filter, after Seq) (e Event, ok bool, 
 // group, applied by every server): a replay of a stream stored to its end
 // needs none. Against a server without batched direct gets it reads one
 // event, as Next does. Each call subscribes synchronously for the batch:
-// a connection with a small nats.SyncQueueLen (agentd's 1,024, above
-// limit) saves nats.go's default 512 KiB channel a call.
+// a connection whose nats.SyncQueueLen is small but above limit (agentd's
+// is 1,024) saves nats.go's default 512 KiB channel a call.
 func (l *Log) NextBatch(ctx context.Context, f Filter, after Seq, limit int) ([]Event, error) {
 	subject, stream, err := l.filter(f)
 	if err != nil {
